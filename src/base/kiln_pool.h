@@ -1,0 +1,35 @@
+/* A fixed pthread pool for data-parallel kernels.
+ *
+ * kiln_pool_parallel_for splits [0, n_tasks) over the workers and the calling
+ * thread, hands tasks out through an atomic counter (so uneven tasks balance)
+ * and returns when all have run. Workers spin briefly before sleeping so that
+ * back-to-back kernel calls in one model run do not pay a futex wake each.
+ * One parallel_for runs at a time per pool: callers serialize (the runtime
+ * runs one model call at a time per pool).
+ */
+#ifndef KILN_POOL_H
+#define KILN_POOL_H
+
+#include <stddef.h>
+
+#include "base/kiln_status.h"
+
+typedef struct kiln_pool_s kiln_pool_t;
+
+/* fn(ctx, task, thread): thread is in [0, kiln_pool_size(pool)). */
+typedef void (*kiln_pool_task_fn)(void* ctx, size_t task, int thread);
+
+/* n_threads counts the caller: 1 makes a pool with no worker threads. */
+kiln_status_t kiln_pool_create(int n_threads, kiln_pool_t** out_pool);
+void kiln_pool_release(kiln_pool_t* pool);
+int kiln_pool_size(const kiln_pool_t* pool);
+
+/* pool may be NULL: runs inline on the caller. */
+void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
+                            void* ctx);
+
+/* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
+ * Created on first use; never released. NULL if it could not be created. */
+kiln_pool_t* kiln_pool_default(void);
+
+#endif /* KILN_POOL_H */

@@ -1,0 +1,62 @@
+/* fp32 GEMM with a fused epilogue, the hot kernel of every model.
+ *
+ *   C[b](M, N) = act(A[b](M, K) · B[b](K, N) + bias(N)) + residual[b](M, N)
+ *
+ * for b in [0, batch). Every operand is addressed by explicit element strides
+ * so transposed and broadcast operands (stride 0 over the batch) are read in
+ * place: packing absorbs the layout. B is either given as strided memory or
+ * pre-packed once by kiln_gemm_f32_pack_b (weights, at compile time). The
+ * packed layout does not depend on the ISA, so a packed .kiln artifact runs
+ * on any CPU; it is documented beside kiln_gemm_f32_pack_b.
+ *
+ * Pointers are borrowed for the call. Kernels return void: the runtime
+ * validated shapes when it built the plan.
+ */
+#ifndef KILN_GEMM_H
+#define KILN_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_pool.h"
+#include "kernels/kiln_activation.h"
+
+typedef struct kiln_gemm_f32_args_s {
+  int64_t batch, m, n, k;
+  /* A[b][i][p] = a[b*a_batch_stride + i*a_row_stride + p*a_col_stride] */
+  const float* a;
+  int64_t a_batch_stride, a_row_stride, a_col_stride;
+  /* Unpacked B: B[b][p][j] = b[b*b_batch_stride + p*b_row_stride + j*b_col_stride].
+   * Ignored when b_packed is set. */
+  const float* b;
+  int64_t b_batch_stride, b_row_stride, b_col_stride;
+  /* Packed B (one matrix shared by every batch), or NULL. */
+  const float* b_packed;
+  /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
+  float* c;
+  int64_t c_batch_stride, c_row_stride;
+  const float* bias; /* (N) or NULL */
+  /* residual[b][i][j] = residual[b*r_batch_stride + i*r_row_stride + j], or NULL.
+   * May alias c exactly (in-place residual add). */
+  const float* residual;
+  int64_t r_batch_stride, r_row_stride;
+  kiln_activation_t act;
+} kiln_gemm_f32_args_t;
+
+/* Bytes of the packed form of a (K, N) B matrix. */
+size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n);
+
+/* Packs B[p][j] = b[p*row_stride + j*col_stride] (p < K, j < N) into `out`
+ * (kiln_gemm_f32_packed_size bytes, 64-byte aligned). nn.Linear's weight
+ * W(N, K) is B = W^T: row_stride 1, col_stride K. */
+void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
+                          int64_t col_stride, float* out);
+
+/* Runs the GEMM over the pool (NULL: on the caller alone). Picks the ISA from
+ * kiln_cpu_isa() and the small-M (GEMV) path when M is small. */
+void kiln_gemm_f32(const kiln_gemm_f32_args_t* args, kiln_pool_t* pool);
+
+/* The scalar reference: same contract, obviously correct, slow. */
+void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* args);
+
+#endif /* KILN_GEMM_H */

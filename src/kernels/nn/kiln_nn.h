@@ -1,0 +1,90 @@
+/* Row-wise neural-network kernels: unary math, softmax, norms, attention.
+ *
+ * All operate on fp32. "rows × cols" kernels treat the input as a contiguous
+ * (rows, cols) matrix and work along cols; the runtime arranges for the axis
+ * to be last and contiguous. Each has a scalar reference (the *_reference
+ * functions) that the tests hold the fast paths to. Pointers are borrowed.
+ */
+#ifndef KILN_NN_H
+#define KILN_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_pool.h"
+#include "kernels/kiln_activation.h"
+
+typedef enum kiln_unary_e {
+  KILN_UNARY_NEG = 0,
+  KILN_UNARY_ABS,
+  KILN_UNARY_EXP,
+  KILN_UNARY_LOG,
+  KILN_UNARY_SQRT,
+  KILN_UNARY_RSQRT,
+  KILN_UNARY_RECIPROCAL,
+  KILN_UNARY_TANH,
+  KILN_UNARY_SIGMOID,
+  KILN_UNARY_RELU,
+  KILN_UNARY_GELU,
+  KILN_UNARY_GELU_TANH,
+  KILN_UNARY_SILU,
+  KILN_UNARY_ERF,
+  KILN_UNARY_SIN,
+  KILN_UNARY_COS,
+  KILN_UNARY_COUNT
+} kiln_unary_t;
+
+/* y[i] = f(x[i]) for i < n; x and y may alias exactly. */
+void kiln_unary_f32(kiln_unary_t op, size_t n, const float* x, float* y, kiln_pool_t* pool);
+void kiln_unary_f32_reference(kiln_unary_t op, size_t n, const float* x, float* y);
+
+/* In-place activation over a contiguous span (used by GEMM epilogues too). */
+void kiln_activation_f32(kiln_activation_t act, size_t n, float* x);
+
+/* Softmax (or log-softmax) along cols of a (rows, cols) matrix. */
+void kiln_softmax_f32(size_t rows, size_t cols, const float* x, float* y, int log,
+                      kiln_pool_t* pool);
+void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float* y, int log);
+
+/* y = (x - mean) / sqrt(var + eps) * gamma + beta along cols; gamma and beta
+ * (cols) may each be NULL. Biased variance, as torch. */
+void kiln_layer_norm_f32(size_t rows, size_t cols, const float* x, const float* gamma,
+                         const float* beta, float eps, float* y, kiln_pool_t* pool);
+void kiln_layer_norm_f32_reference(size_t rows, size_t cols, const float* x,
+                                   const float* gamma, const float* beta, float eps, float* y);
+
+/* y = x / sqrt(mean(x^2) + eps) * gamma; gamma may be NULL. */
+void kiln_rms_norm_f32(size_t rows, size_t cols, const float* x, const float* gamma,
+                       float eps, float* y, kiln_pool_t* pool);
+void kiln_rms_norm_f32_reference(size_t rows, size_t cols, const float* x,
+                                 const float* gamma, float eps, float* y);
+
+/* Scaled dot-product attention, flash-style (online softmax over key tiles;
+ * the (Sq, Skv) score matrix is never materialised).
+ *   q: (B, H, Sq, D)   k, v: (B, Hkv, Skv, D) with H % Hkv == 0 (grouped-query)
+ *   out: (B, H, Sq, Dv) contiguous. Element strides let permuted q/k/v be read
+ *   in place. mask, if set, is added to the scores (float, -inf to drop) and
+ *   broadcast through its strides (stride 0 on broadcast dims). With causal,
+ *   query i sees key j only when j <= i + causal_offset. */
+typedef struct kiln_attention_args_s {
+  int64_t batch, heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
+  const float* q;
+  int64_t q_strides[4]; /* b, h, s, d */
+  const float* k;
+  int64_t k_strides[4];
+  const float* v;
+  int64_t v_strides[4];
+  const float* mask; /* additive, or NULL */
+  int64_t mask_strides[4];
+  float* out; /* contiguous (B, H, Sq, Dv) */
+  float scale;
+  int causal;
+  /* torch's is_causal=True is top-left aligned: causal_offset = 0; a decode
+   * step against a KV cache uses kv_len - q_len. */
+  int64_t causal_offset;
+} kiln_attention_args_t;
+
+void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool);
+void kiln_attention_f32_reference(const kiln_attention_args_t* args);
+
+#endif /* KILN_NN_H */

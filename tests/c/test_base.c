@@ -1,0 +1,52 @@
+/* Tests of the base layer: status values and the thread pool. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "base/kiln_pool.h"
+#include "base/kiln_status.h"
+#include "kiln_test.h"
+
+void kiln_test_suite_status(void) {
+  KILN_EXPECT(kiln_ok() == NULL, "ok is NULL");
+  kiln_status_t s = kiln_status_make(KILN_INVALID_ARGUMENT, "input %d is %s", 3, "bad");
+  KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT, "code kept");
+  KILN_EXPECT(!strcmp(kiln_status_message(s), "input 3 is bad"), "message: %s",
+              kiln_status_message(s));
+  s = kiln_status_annotate(s, "while loading %s", "x.kiln");
+  KILN_EXPECT(!strcmp(kiln_status_message(s), "while loading x.kiln: input 3 is bad"),
+              "annotated: %s", kiln_status_message(s));
+  KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT, "code survives annotate");
+  kiln_status_free(s);
+  KILN_EXPECT(kiln_status_annotate(NULL, "x") == NULL, "annotating OK stays OK");
+}
+
+typedef struct {
+  atomic_int hits[1000];
+} pool_ctx_t;
+
+static void pool_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  atomic_fetch_add(&((pool_ctx_t*)ctx)->hits[task], 1);
+}
+
+void kiln_test_suite_pool(void) {
+  for (int threads = 1; threads <= 3; ++threads) {
+    kiln_pool_t* pool = NULL;
+    KILN_EXPECT_OK(kiln_pool_create(threads, &pool));
+    if (!pool) continue;
+    static pool_ctx_t ctx;
+    for (int round = 0; round < 50; ++round) {
+      memset(&ctx, 0, sizeof(ctx));
+      size_t n = (size_t)(round * 20 % 1000);
+      kiln_pool_parallel_for(pool, n, pool_task, &ctx);
+      int bad = 0;
+      for (size_t i = 0; i < 1000; ++i) bad += atomic_load(&ctx.hits[i]) != (i < n);
+      KILN_EXPECT(bad == 0, "%d threads, %zu tasks: %d tasks ran a wrong number of times",
+                  threads, n, bad);
+    }
+    kiln_pool_release(pool);
+  }
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT(pool == NULL, "no pool on failure");
+}
