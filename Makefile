@@ -1,0 +1,42 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+# Both create .venv, install the pinned dependencies, build kiln into it
+# (meson-python, editable: the C core rebuilds when its sources change), then
+# run.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS := $(VENV)/.deps-installed
+BUILD := build
+KILN_BUILT := $(BUILD)/.kiln-installed
+
+.PHONY: all build demo test test-c test-python bench bench-kernels clean
+
+all: build
+
+$(DEPS): requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+$(KILN_BUILT): $(DEPS) pyproject.toml
+	$(PY) -m pip install --quiet --no-build-isolation -Cbuild-dir=$(BUILD) -e .
+	touch $@
+
+# Rebuilds the C core (the editable install also does this on import).
+build: $(KILN_BUILT)
+	$(VENV)/bin/ninja -C $(BUILD)
+
+test-c: build
+	$(BUILD)/tests/c/kiln_ctest
+
+test-python: build
+	$(PY) -m pytest tests/python -q
+
+test: test-c test-python
+
+demo: build
+	$(PY) examples/demo.py
+
+clean:
+	rm -rf $(BUILD) $(VENV)
