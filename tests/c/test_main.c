@@ -42,7 +42,10 @@ void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi) {
 
 #define KILN_TEST_SUITES(X) \
   X(status)                 \
-  X(pool)
+  X(pool)                   \
+  X(nn)                     \
+  X(artifact)               \
+  X(gemm)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

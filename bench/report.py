@@ -1,0 +1,319 @@
+"""Turns the benchmark's rows into the printed table, bench/results.json,
+bench/results.png and bench/results.md (the README's performance section).
+
+    .venv/bin/python bench/report.py [bench/results.json]
+
+re-renders the table, the plot and the Markdown from a saved results.json.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+SYSTEMS = ("eager", "inductor", "onnxruntime", "kiln")
+PEERS = ("eager", "inductor", "onnxruntime")
+LABEL = {"eager": "eager", "inductor": "inductor", "onnxruntime": "onnxrt", "kiln": "kiln"}
+LONG = {"eager": "PyTorch eager", "inductor": "torch.compile (Inductor)",
+        "onnxruntime": "ONNX Runtime CPU", "kiln": "kiln"}
+
+
+# --------------------------------------------------------------------------
+# Machine description
+# --------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(mod):
+    try:
+        return __import__(mod).__version__
+    except Exception:
+        return None
+
+
+def machine_meta(threads, quick, total_s) -> dict:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": list(threads),
+        "quick": bool(quick),
+        "total_s": round(total_s, 1),
+        "python": platform.python_version(),
+        "versions": {m: _version(m) for m in
+                     ("torch", "onnxruntime", "onnx", "onnxscript", "transformers", "kiln")},
+    }
+
+
+# --------------------------------------------------------------------------
+# Cells
+# --------------------------------------------------------------------------
+
+def _ms(c):
+    return c.get("ms") if isinstance(c, dict) else None
+
+
+def fmt_ms(v):
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+class Notes:
+    """Long reasons become numbered footnotes; cells keep a short form."""
+
+    def __init__(self):
+        self.items: list[str] = []
+
+    def ref(self, text: str) -> str:
+        if text not in self.items:
+            self.items.append(text)
+        return f"[{self.items.index(text) + 1}]"
+
+
+def short_reason(text: str) -> str:
+    t = text.lower()
+    if t.startswith("n/a: kiln does not train yet"):
+        return "n/a: no training"
+    if t.startswith("n/a: onnx runtime cpu runs inference only"):
+        return "n/a: inference only"
+    if "kiln unavailable" in t:
+        return "kiln unavailable"
+    if t.startswith("kiln.trace failed"):
+        return "trace failed"
+    if "skipped in quick" in t:
+        return "skipped (QUICK)"
+    if "timed out" in t:
+        return "timed out"
+    if "onnx.export failed" in t:
+        return "export failed"
+    if "ort session failed" in t:
+        return "ORT load failed"
+    return "n/a"
+
+
+def time_cell(c: dict, notes: Notes) -> str:
+    if not c:
+        return "-"
+    if "fail" in c:
+        return "FAIL " + notes.ref(c["fail"])
+    if "ms" in c:
+        return fmt_ms(c["ms"])
+    if "na" in c:
+        return short_reason(c["na"]) + " " + notes.ref(c["na"])
+    return "-"
+
+
+def check_cell(row: dict, notes: Notes) -> str:
+    k = row["systems"].get("kiln", {})
+    if "err" in k and k.get("err") is not None:
+        return ("ok " if k.get("ok") else "FAIL ") + f"{k['err']:.1e}"
+    if "fail" in k:
+        return "FAIL " + notes.ref(k["fail"])
+    return "-"
+
+
+def speedup_cell(row: dict, peer: str) -> str:
+    k = _ms(row["systems"].get("kiln"))
+    p = _ms(row["systems"].get(peer))
+    if k is None or p is None:
+        return "-"
+    return f"{p / k:.2f}x"
+
+
+def compile_cell(c: dict) -> str:
+    if c and "prep_s" in c and ("ms" in c or "fail" in c):
+        return f"{c['prep_s']:.1f}"
+    return "-"
+
+
+HEADER = ["model", "thr", "kiln check (max err)", "eager ms", "inductor ms", "onnxrt ms",
+          "kiln ms", "kiln/eager", "kiln/inductor", "kiln/onnxrt",
+          "kiln compile s", "inductor compile s"]
+
+
+def table_rows(results: dict, notes: Notes) -> list[list[str]]:
+    out = []
+    for row in results["rows"]:
+        if row.get("skipped"):
+            out.append([row["model"], str(row["threads"]), row["skipped"]] +
+                       ["-"] * (len(HEADER) - 3))
+            continue
+        s = row["systems"]
+        r = [row["model"], str(row["threads"]), check_cell(row, notes)]
+        r += [time_cell(s.get(x, {}), notes) for x in SYSTEMS]
+        r += [speedup_cell(row, p) for p in PEERS]
+        r += [compile_cell(s.get("kiln", {})), compile_cell(s.get("inductor", {}))]
+        out.append(r)
+    return out
+
+
+def text_table(results: dict) -> str:
+    notes = Notes()
+    rows = table_rows(results, notes)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(HEADER)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    lines = [line(HEADER), line(["-" * w for w in widths])]
+    lines += [line(r) for r in rows]
+    m = results["meta"]
+    lines.append("")
+    lines.append(f"{m['date']}; {m['cpu']} ({m['cores']} cores); threads "
+                 f"{', '.join(map(str, m['threads']))}; times are medians in ms; "
+                 f"kiln/X = X's time / kiln's time (>1: kiln faster)"
+                 + ("; QUICK run" if m.get("quick") else ""))
+    if notes.items:
+        lines.append("")
+        lines += [f"[{i + 1}] {t}" for i, t in enumerate(notes.items)]
+    return "\n".join(lines)
+
+
+def markdown(results: dict, png_name: str = "results.png") -> str:
+    notes = Notes()
+    rows = table_rows(results, notes)
+    m = results["meta"]
+    v = m["versions"]
+    vs = ", ".join(f"{k} {v[k]}" for k in ("torch", "onnxruntime", "transformers") if v.get(k))
+    md = [
+        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores), "
+        f"{' and '.join(str(t) for t in m['threads'])} thread(s), {vs}"
+        + (" (QUICK run: fewer timed runs)" if m.get("quick") else "") + ".",
+        "Each model runs in its own process; each system is warmed up, then the median of "
+        "several runs is shown in milliseconds. Before timing, kiln's output is checked "
+        "against eager (largest absolute error shown; FAIL if it exceeds 1e-3 of the "
+        "output's magnitude). `kiln/X` is X's time divided by kiln's (above 1: kiln is "
+        "faster). Compile times: `kiln.trace` wall time and torch.compile's first call. "
+        "Produced by `make bench` (bench/run.py).",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join(["---"] * 3 + ["---:"] * (len(HEADER) - 3)) + "|",
+    ]
+    for r in rows:
+        md.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    if notes.items:
+        md.append("")
+        md += [f"[{i + 1}] {t.replace('|', '/')}  " for i, t in enumerate(notes.items)]
+    md += ["", "Models:", ""]
+    seen = set()
+    for row in results["rows"]:
+        if row["model"] not in seen and row.get("about"):
+            seen.add(row["model"])
+            md.append(f"- `{row['model']}`: {row['about']}")
+    md += ["", f"![kiln benchmark](bench/{png_name})", ""]
+    return "\n".join(md)
+
+
+# --------------------------------------------------------------------------
+# Plot
+# --------------------------------------------------------------------------
+
+COLORS = {"eager": "#7f7f7f", "inductor": "#1f77b4", "onnxruntime": "#2ca02c",
+          "kiln": "#d62728"}
+
+
+def plot(results: dict, path: Path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    rows = results["rows"]
+    models = []
+    for r in rows:
+        if r["model"] not in models:
+            models.append(r["model"])
+    threads = results["meta"]["threads"]
+    ncol = 4
+    nrow = (len(models) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol, 3.5 * nrow + 0.9),
+                             squeeze=False)
+    by = {(r["model"], r["threads"]): r for r in rows}
+    width = 0.8 / len(SYSTEMS)
+    for idx, name in enumerate(models):
+        ax = axes[idx // ncol][idx % ncol]
+        ymax = 0.0
+        lines = []
+        for ti, t in enumerate(threads):
+            row = by.get((name, t))
+            if not row:
+                continue
+            s = row.get("systems", {})
+            for si, sysname in enumerate(SYSTEMS):
+                x = ti + (si - (len(SYSTEMS) - 1) / 2) * width
+                c = s.get(sysname, {})
+                v = _ms(c)
+                if v is not None:
+                    ax.bar(x, v, width, color=COLORS[sysname])
+                    ymax = max(ymax, v)
+                else:
+                    label = ("FAIL" if "fail" in c else
+                             "skip" if row.get("skipped") or "skipped" in c.get("na", "")
+                             else "n/a")
+                    ax.text(x, 0, label, rotation=90, ha="center", va="bottom",
+                            fontsize=7, color=COLORS[sysname])
+            k = _ms(s.get("kiln"))
+            if k is not None:
+                sp = [f"{LABEL[p]} {_ms(s.get(p)) / k:.2f}x" for p in PEERS
+                      if _ms(s.get(p)) is not None]
+                lines.append(f"{t} thr: kiln vs " + ", ".join(sp))
+            else:
+                kc = s.get("kiln", {})
+                why = ("FAIL" if "fail" in kc else
+                       short_reason(kc.get("na", row.get("skipped", "n/a"))))
+                lines.append(f"{t} thr: kiln {why}")
+        ax.set_xticks(range(len(threads)))
+        ax.set_xticklabels([f"{t} thread{'s' if t != 1 else ''}" for t in threads])
+        ax.set_ylabel("ms (median)")
+        ax.set_ylim(0, ymax * 1.15 if ymax else 1)
+        ax.set_title(name, fontsize=11, fontweight="bold")
+        ax.text(0.02, 0.98, "\n".join(lines), transform=ax.transAxes, va="top",
+                ha="left", fontsize=7,
+                bbox=dict(boxstyle="round", fc="white", ec="#cccccc", alpha=0.85))
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    for idx in range(len(models), nrow * ncol):
+        axes[idx // ncol][idx % ncol].axis("off")
+    m = results["meta"]
+    fig.suptitle(f"kiln vs peers: latency per model (lower is better); "
+                 f"{m['cpu']}, {m['date']}" + (" (QUICK)" if m.get("quick") else ""),
+                 fontsize=12)
+    fig.legend(handles=[Patch(color=COLORS[s], label=LONG[s]) for s in SYSTEMS],
+               loc="lower center", ncol=len(SYSTEMS), frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_all(results: dict, out_dir: Path):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    print()
+    print(text_table(results))
+    (out_dir / "results.md").write_text(markdown(results))
+    try:
+        plot(results, out_dir / "results.png")
+    except Exception as e:
+        print(f"(no plot: {type(e).__name__}: {e})")
+
+
+if __name__ == "__main__":
+    p = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "results.json"
+    res = json.loads(p.read_text())
+    print(text_table(res))
+    (p.parent / "results.md").write_text(markdown(res))
+    plot(res, p.parent / "results.png")

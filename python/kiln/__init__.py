@@ -1,0 +1,92 @@
+"""kiln: an open PyTorch compiler and runtime with a C core.
+
+    import kiln
+    compiled = kiln.trace(model, example_inputs)   # ahead-of-time compile
+    y = compiled(x)                                 # runs kiln's C runtime
+    kiln.save(compiled, "model.kiln"); kiln.load("model.kiln")
+    torch.compile(model, backend="kiln")            # the one-line change
+
+Set KILN_LOG=1 to see each compiler pass; kiln.explain(compiled) prints the
+compiled plan.
+"""
+
+import os
+import time
+
+import torch
+
+from kiln import _C
+from kiln.errors import KilnError, UnsupportedOpError
+
+__version__ = "0.1.0"
+
+
+def _as_tuple(example_inputs):
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    return tuple(example_inputs)
+
+
+def trace(model, example_inputs, *, example_kwargs=None):
+    """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
+
+    Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
+    the example's; a call with other shapes or dtypes raises ValueError
+    naming the input. Raises UnsupportedOpError naming the op and the source
+    line when the model uses an op kiln does not support.
+    """
+    from kiln.capture import export_program, lower_exported
+    from kiln.module import KilnModule, compile_graph
+
+    args = _as_tuple(example_inputs)
+    t0 = time.perf_counter()
+    if isinstance(model, torch.nn.Module):
+        was_training = model.training
+        model.eval()
+    try:
+        with torch.no_grad():
+            ep = export_program(model, args, example_kwargs)
+    finally:
+        if isinstance(model, torch.nn.Module) and was_training:
+            model.train()
+    ctx, names, out_spec = lower_exported(ep)
+    compiled = compile_graph(ctx)
+    name = type(model).__name__
+    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
+
+
+def save(module, path):
+    """Writes a compiled module to a .kiln artifact."""
+    data = module.to_bytes()
+    with open(os.fspath(path), "wb") as f:
+        f.write(data)
+
+
+def load(path):
+    """Loads a .kiln artifact into a KilnModule. A corrupt or truncated file
+    raises KilnError saying what is wrong."""
+    from kiln.module import KilnModule
+
+    with open(os.fspath(path), "rb") as f:
+        data = f.read()
+    return KilnModule.from_bytes(data)
+
+
+def explain(module):
+    """Prints and returns the compiled plan of a KilnModule."""
+    text = module.explain()
+    print(text)
+    return text
+
+
+def isa(level=None):
+    """The instruction set kiln's kernels use; pass 'generic', 'avx2' or
+    'avx512' to cap it (for testing)."""
+    return _C.isa(level)
+
+
+# Registers torch.ops.kiln.run so torch.jit.load works after `import kiln`.
+from kiln import jit as _jit  # noqa: E402,F401
+from kiln.module import KilnModule  # noqa: E402
+
+__all__ = ["trace", "save", "load", "explain", "isa", "KilnModule", "KilnError", "UnsupportedOpError"]

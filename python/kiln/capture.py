@@ -1,0 +1,225 @@
+"""Capture: a PyTorch program into kiln IR.
+
+``torch.export`` captures the model, the default Core ATen decompositions
+lower it (keeping scaled_dot_product_attention whole so kiln can run it as
+one fused kernel), and every node goes through the op table into a kiln
+graph built in C. Parameters and buffers become constants of the graph.
+The same lowering serves torch.compile: it takes any FX graph of ATen ops.
+"""
+
+import math
+import os
+
+import torch
+from torch.utils import _pytree as pytree
+
+from kiln import _C
+from kiln.errors import KilnError, UnsupportedOpError
+from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
+
+aten = torch.ops.aten
+
+# Ops kiln runs better whole than decomposed.
+_KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default)
+
+
+def decomposition_table():
+    table = torch.export.default_decompositions()
+    for op in _KEEP_WHOLE:
+        table.pop(op, None)
+    return table
+
+
+def export_program(model, args, kwargs=None):
+    """torch.export + Core ATen decomposition, with kiln's exceptions."""
+    ep = torch.export.export(model, args, kwargs=kwargs or {})
+    return ep.run_decompositions(decomposition_table())
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+def source_location(node):
+    """'file.py:12 (code)' for the user's frame that produced an FX node.
+
+    The innermost frame outside torch's own package is the user's line (the
+    innermost frame overall is usually inside torch.nn)."""
+    trace = node.meta.get("stack_trace") or ""
+    lines = trace.strip().splitlines()
+    frames = []
+    for i, ln in enumerate(lines):
+        ln = ln.strip()
+        if ln.startswith("File "):
+            parts = ln.split(",")
+            path = parts[0][len("File "):].strip().strip('"')
+            line = parts[1].strip().replace("line ", "") if len(parts) > 1 else "?"
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].strip().startswith("File ") else ""
+            frames.append((path, line, code))
+    if not frames:
+        return ""
+    user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
+    path, line, code = (user or frames)[-1]
+    return f"{path}:{line} ({code})" if code else f"{path}:{line}"
+
+
+class _Poison:
+    """A value kiln cannot produce; using it raises with the reason."""
+
+    def __init__(self, node, why):
+        self.node, self.why = node, why
+
+
+class LoweringContext:
+    """What op-table handlers see: the graph being built and value helpers."""
+
+    def __init__(self):
+        self.graph = _C.Graph()
+        self.env = {}  # fx node -> kiln value id | python value | tuple
+        self._meta = {}  # kiln value id -> (torch dtype, shape)
+        self._scalars = {}
+
+    # value bookkeeping ------------------------------------------------------
+    def _record(self, vid):
+        dtype, shape = self.graph.value(vid)
+        self._meta[vid] = (TORCH_DTYPES[dtype], tuple(shape))
+        return vid
+
+    def value(self, arg):
+        v = self.env[arg] if isinstance(arg, torch.fx.Node) else arg
+        if isinstance(v, _Poison):
+            raise UnsupportedOpError(str(v.node.target), source_location(v.node), v.why)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise Unsupported(f"a non-tensor argument {v!r} where a tensor was expected")
+        return v
+
+    def shape(self, vid):
+        return self._meta[vid][1]
+
+    def dtype(self, vid):
+        return self._meta[vid][0]
+
+    def unsupported_value(self, node, why):
+        return _Poison(node, why)
+
+    # building -----------------------------------------------------------------
+    def input(self, name, tensor_meta):
+        if tensor_meta.dtype not in DTYPES:
+            raise KilnError(f"input {name!r} has dtype {tensor_meta.dtype}, which kiln does not support")
+        shape = [int(s) for s in tensor_meta.shape]
+        return self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
+
+    def constant(self, tensor, name=None):
+        t = tensor.detach()
+        if t.dtype not in DTYPES:
+            raise KilnError(f"constant {name or ''} has dtype {t.dtype}, which kiln does not support")
+        t = t.contiguous()
+        return self._record(self.graph.add_constant(
+            name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size()))
+
+    def scalar(self, x, dtype):
+        key = (repr(x), dtype)  # repr keeps -0.0, nan and inf distinct
+        if key not in self._scalars:
+            self._scalars[key] = self.constant(torch.tensor(x, dtype=dtype))
+        return self._scalars[key]
+
+    def node(self, op, inputs, params=(), fparams=(), origin=None):
+        return self._record(self.graph.add_node(OPS[op], list(inputs), list(params), list(fparams), origin))
+
+    def origin(self, node):
+        where = source_location(node)
+        return f"{node.target} at {where}" if where else str(node.target)
+
+
+def find_unsupported(gm):
+    """[(op name, source location)] for call_function nodes the table lacks."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target not in TABLE:
+            out.append((str(n.target), source_location(n)))
+    return out
+
+
+def _raise_unsupported(missing):
+    op, where = missing[0]
+    err = UnsupportedOpError(op, where)
+    if len(missing) > 1:
+        others = sorted({m[0] for m in missing[1:]} - {op})
+        if others:
+            err.args = (err.args[0] + f" (also unsupported: {', '.join(others)})",)
+    raise err
+
+
+def lower_graph(gm, placeholders, outputs):
+    """Builds a kiln graph from an FX graph of ATen ops.
+
+    placeholders: for each placeholder node, in order, either ("input", name)
+    or ("constant", tensor) or ("python", value).
+    outputs: the FX nodes (or values) to return, flat.
+    Returns the LoweringContext (its .graph is ready to compile).
+    """
+    missing = find_unsupported(gm)
+    if missing:
+        _raise_unsupported(missing)
+    ctx = LoweringContext()
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, (kind, what) in zip(phs, placeholders):
+        if kind == "input":
+            ctx.env[n] = ctx.input(what, n.meta["val"])
+        elif kind == "constant":
+            ctx.env[n] = ctx.constant(what, n.name)
+        else:
+            ctx.env[n] = what
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        try:
+            ctx.env[n] = TABLE[n.target](ctx, n)
+        except Unsupported as e:
+            raise UnsupportedOpError(str(n.target), source_location(n), str(e)) from None
+        except UnsupportedOpError:
+            raise
+        except KilnError as e:
+            where = source_location(n)
+            raise KilnError(f"while lowering {n.target}{' at ' + where if where else ''}: {e}") from None
+    out_ids = []
+    for o in outputs:
+        if not isinstance(o, torch.fx.Node):
+            raise KilnError(f"the model returns a non-tensor value {o!r}; kiln returns tensors only")
+        out_ids.append(ctx.value(o))
+    ctx.graph.set_outputs(out_ids)
+    return ctx
+
+
+def lower_exported(ep):
+    """Lowers an ExportedProgram; returns (ctx, input names, out_spec)."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    sig = ep.graph_signature
+    state = ep.state_dict
+    consts = getattr(ep, "constants", {}) or {}
+    placeholders, names = [], []
+    phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    for spec, n in zip(sig.input_specs, phs):
+        if spec.kind == InputKind.USER_INPUT:
+            if isinstance(n.meta.get("val"), torch.Tensor):
+                placeholders.append(("input", spec.arg.name))
+                names.append(spec.arg.name)
+            else:
+                placeholders.append(("python", getattr(spec.arg, "value", n.meta.get("val"))))
+        else:
+            t = state.get(spec.target) if spec.target in state else consts.get(spec.target)
+            if t is None:
+                raise KilnError(f"cannot find the value of {spec.kind.name.lower()} {spec.target}")
+            placeholders.append(("constant", t))
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    flat_out = list(out_node.args[0])
+    for spec in sig.output_specs:
+        if spec.kind != OutputKind.USER_OUTPUT:
+            raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
+                            "kiln.trace compiles inference graphs: call model.eval() first")
+    ctx = lower_graph(ep.graph_module, placeholders, flat_out)
+    return ctx, names, ep.call_spec.out_spec
+
+
+def log_enabled():
+    return os.environ.get("KILN_LOG", "") not in ("", "0")

@@ -1,0 +1,67 @@
+"""The torch.compile backend: torch.compile(model, backend="kiln").
+
+Registered through the ``torch_dynamo_backends`` entry point, so installing
+kiln is enough. Dynamo hands over an FX graph of torch ops; AOTAutograd
+lowers it to Core ATen (the same decompositions kiln.trace uses) and kiln
+compiles the forward graph. Graphs kiln cannot compile (an unsupported op,
+symbolic shapes) run in eager PyTorch instead, with a warning naming why.
+"""
+
+import warnings
+
+import torch
+
+from kiln.errors import KilnError
+
+
+def _compile_fx(gm, example_inputs):
+    from kiln.capture import lower_graph
+    from kiln.module import KilnModule, compile_graph
+
+    placeholders = []
+    names = []
+    for i, (n, ex) in enumerate(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs)):
+        if isinstance(ex, torch.Tensor):
+            if any(not isinstance(s, int) for s in ex.shape):
+                raise KilnError("symbolic shapes are not supported yet")
+            placeholders.append(("input", n.name))
+            names.append(n.name)
+        else:
+            placeholders.append(("python", ex))
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    ctx = lower_graph(gm, placeholders, flat)
+    mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
+    tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+
+    def run(*args):
+        return mod.run_flat([args[i] for i in tensor_positions])
+
+    run._kiln_module = mod
+    return run
+
+
+def kiln_fw_compiler(gm, example_inputs):
+    try:
+        return _compile_fx(gm, example_inputs)
+    except KilnError as e:
+        warnings.warn(f"kiln: running this graph in eager PyTorch: {e}", stacklevel=2)
+        return gm.forward
+
+
+def kiln_backend(gm, example_inputs, **kwargs):
+    """The torch.compile backend entry point."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    from kiln.capture import decomposition_table
+
+    def fw(gm_, ex_):
+        return make_boxed_func(kiln_fw_compiler(gm_, ex_))
+
+    def bw(gm_, ex_):
+        # Training is issue 6: backward graphs run in eager for now.
+        return make_boxed_func(gm_.forward)
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=decomposition_table())(gm, example_inputs)

@@ -1,0 +1,142 @@
+"""The compiled module: a torch.nn.Module whose forward runs kiln's C runtime.
+
+Inputs cross to C as (data pointer, dtype, shape); outputs are allocated by
+torch (``torch.empty``) and written by C, so nothing returned points into
+kiln's arena. The module saves to a ``.kiln`` artifact and, for code written
+for torch_neuronx, through ``torch.jit.save``.
+"""
+
+import json
+import time
+
+import torch
+from torch.utils import _pytree as pytree
+
+from kiln import _C
+from kiln.errors import KilnError
+from kiln.optable import DTYPES, TORCH_DTYPES
+
+FORMAT_META = "py.meta"
+
+
+class KilnModule(torch.nn.Module):
+    """A model compiled by kiln. Call it like the original module."""
+
+    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0):
+        super().__init__()
+        self._kiln_model = model
+        self._input_names = list(input_names)
+        self._out_spec = out_spec
+        self._source = source
+        self.compile_seconds = compile_seconds
+        self._in_specs = [(dtype, tuple(shape)) for _, dtype, shape in model.inputs()]
+        self._out_specs = [(TORCH_DTYPES[dtype], tuple(shape)) for _, dtype, shape in model.outputs()]
+
+    # ---- running -----------------------------------------------------------
+    def _check_inputs(self, args):
+        if len(args) != len(self._in_specs):
+            names = ", ".join(self._input_names)
+            raise ValueError(f"this kiln module takes {len(self._in_specs)} tensor inputs ({names}), got {len(args)}")
+        prepared = []
+        for i, (t, (dtype, shape)) in enumerate(zip(args, self._in_specs)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"input {i} ('{self._input_names[i]}'): expected a tensor, got {type(t).__name__}")
+            if t.device.type != "cpu":
+                raise ValueError(f"input {i} ('{self._input_names[i]}'): kiln runs on the CPU, got a tensor on {t.device}")
+            if t.dtype not in DTYPES:
+                raise ValueError(f"input {i} ('{self._input_names[i]}'): dtype {t.dtype} is not supported by kiln")
+            if not t.is_contiguous():
+                t = t.contiguous()
+            prepared.append(t)
+        return prepared
+
+    def run_flat(self, args):
+        """Runs on a flat list of tensors; returns the flat list of outputs."""
+        ins = self._check_inputs(args)
+        outs = [torch.empty(shape, dtype=dtype) for dtype, shape in self._out_specs]
+        self._kiln_model.run(
+            [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins],
+            [(o.data_ptr(), DTYPES[o.dtype], o.shape) for o in outs])
+        return outs
+
+    def forward(self, *args, **kwargs):
+        if kwargs:
+            args = tuple(args) + tuple(kwargs.values())
+        flat = pytree.tree_leaves(args)
+        outs = self.run_flat(flat)
+        if self._out_spec is None:
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return pytree.tree_unflatten(outs, self._out_spec)
+
+    # ---- visibility ----------------------------------------------------------
+    def explain(self):
+        """The compiled plan as text: nodes, fused groups, arena, constants."""
+        return self._kiln_model.explain()
+
+    def stats(self):
+        return self._kiln_model.stats()
+
+    def profile(self, *args, runs=10):
+        """Runs `runs` times with per-node timing; returns rows sorted by time."""
+        self._kiln_model.profile(True)
+        try:
+            for _ in range(runs):
+                self(*args)
+            rows, n = self._kiln_model.profile()
+        finally:
+            self._kiln_model.profile(False)
+        total = sum(r[2] for r in rows) or 1
+        out = [{"op": op, "origin": origin or "", "ms": ns / max(n, 1) / 1e6, "share": ns / total}
+               for op, origin, ns in rows]
+        return sorted(out, key=lambda r: -r["ms"])
+
+    # ---- saving ---------------------------------------------------------------
+    def _meta(self):
+        spec = pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None
+        return {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+
+    def to_bytes(self):
+        """The .kiln artifact as bytes."""
+        return self._kiln_model.save({FORMAT_META: json.dumps(self._meta()).encode()})
+
+    @classmethod
+    def from_bytes(cls, data):
+        model, sections = _C.load(bytes(data), [FORMAT_META])
+        meta = json.loads(sections[FORMAT_META].decode()) if FORMAT_META in sections else {}
+        spec = meta.get("out_spec")
+        out_spec = pytree.treespec_loads(spec) if spec else None
+        names = meta.get("input_names") or [n or f"input{i}" for i, (n, _, _) in enumerate(model.inputs())]
+        return cls(model, names, out_spec, meta.get("source", ""))
+
+    def example_inputs(self):
+        """Zero tensors of the input shapes (used to trace the jit wrapper)."""
+        return tuple(torch.zeros(shape, dtype=TORCH_DTYPES[dtype]) for dtype, shape in self._in_specs)
+
+    def save(self, f, _extra_files=None):
+        """torch.jit.save(module, f) support: writes a TorchScript archive whose
+        forward calls torch.ops.kiln.run on the embedded .kiln artifact.
+        Load it with torch.jit.load after `import kiln`."""
+        from kiln.jit import script_module
+
+        script_module(self).save(f, _extra_files=_extra_files or {})
+
+    def save_to_buffer(self, _extra_files=None):
+        from kiln.jit import script_module
+
+        return script_module(self).save_to_buffer(_extra_files=_extra_files or {})
+
+    def __repr__(self):
+        s = self.stats()
+        return (f"KilnModule({self._source or 'model'}: {s['nodes']} nodes, {s['kernel_calls']} kernel calls, "
+                f"arena {s['arena_bytes'] / 2**20:.2f} MiB, constants {s['constant_bytes'] / 2**20:.2f} MiB)")
+
+    # Copying a compiled module shares its C model (immutable after compile).
+    def __deepcopy__(self, memo):
+        return self
+
+
+def compile_graph(ctx):
+    """Compiles a LoweringContext's graph; logs passes when KILN_LOG=1."""
+    from kiln.capture import log_enabled
+
+    return _C.compile(ctx.graph, log_enabled())

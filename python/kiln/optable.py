@@ -1,0 +1,505 @@
+"""The op table: each ATen op of the Core ATen opset that kiln supports, and
+how it lowers to kiln IR.
+
+A handler receives the lowering context and the FX node and returns the kiln
+value id of the node's result (or a tuple for multi-output ops). Shapes and
+dtypes come from the FX node's metadata (``meta["val"]``); the C core infers
+them again and rejects any disagreement, so a wrong handler fails loudly at
+compile time. No numerics happen here: handlers only choose kiln ops and
+their parameters.
+"""
+
+import math
+import operator
+
+import torch
+
+from kiln import _C
+
+OPS = _C.OPS
+aten = torch.ops.aten
+
+# torch dtype -> kiln dtype id
+DTYPES = {
+    torch.float32: _C.DTYPES["float32"],
+    torch.float16: _C.DTYPES["float16"],
+    torch.bfloat16: _C.DTYPES["bfloat16"],
+    torch.int64: _C.DTYPES["int64"],
+    torch.int32: _C.DTYPES["int32"],
+    torch.int8: _C.DTYPES["int8"],
+    torch.uint8: _C.DTYPES["uint8"],
+    torch.bool: _C.DTYPES["bool"],
+}
+TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
+
+TABLE = {}
+
+
+def register(*targets):
+    def wrap(fn):
+        for t in targets:
+            TABLE[t] = fn
+        return fn
+
+    return wrap
+
+
+class Unsupported(Exception):
+    """Raised by a handler for a use of a supported op that kiln can't lower."""
+
+
+def _val(node):
+    return node.meta["val"]
+
+
+def _shape(node):
+    return tuple(int(s) for s in _val(node).shape)
+
+
+def _dense_strides(shape):
+    strides, s = [], 1
+    for d in reversed(shape):
+        strides.append(s)
+        s *= d
+    return list(reversed(strides))
+
+
+def _norm_dim(dim, rank):
+    return dim + rank if dim < 0 else dim
+
+
+def strided_copy(ctx, x, out_shape, strides, offset, origin):
+    """A view of dense x (by element strides over out_shape) made dense."""
+    shape = list(out_shape)
+    params = [len(shape)] + shape + [0] * (8 - len(shape)) + list(strides) + [0] * (8 - len(strides)) + [offset]
+    return ctx.node("strided_copy", [x], params, origin=origin)
+
+
+def reshape(ctx, x, shape, origin=None):
+    shape = list(shape)
+    if list(ctx.shape(x)) == shape:
+        return x
+    return ctx.node("reshape", [x], [len(shape)] + shape, origin=origin)
+
+
+def cast(ctx, x, dtype):
+    if ctx.dtype(x) == dtype:
+        return x
+    return ctx.node("cast", [x], [DTYPES[dtype]])
+
+
+def operand(ctx, arg, dtype):
+    """A tensor argument as a kiln value of `dtype` (Python scalars become 0-d constants)."""
+    if isinstance(arg, torch.fx.Node):
+        return cast(ctx, ctx.value(arg), dtype)
+    return ctx.scalar(arg, dtype)
+
+
+# ---- views and data movement -------------------------------------------------
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default,
+          aten.view_copy.default, aten.flatten.using_ints)
+def _reshape(ctx, n):
+    return reshape(ctx, ctx.value(n.args[0]), _shape(n), ctx.origin(n))
+
+
+@register(aten.clone.default, aten.alias.default, aten.contiguous.default,
+          aten.lift_fresh_copy.default, aten.detach.default, aten.dropout.default)
+def _identity(ctx, n):
+    return ctx.value(n.args[0])
+
+
+@register(aten._to_copy.default, aten.to.dtype)
+def _to_copy(ctx, n):
+    return cast(ctx, ctx.value(n.args[0]), _val(n).dtype)
+
+
+@register(aten.permute.default)
+def _permute(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = ctx.shape(x)
+    dims = [_norm_dim(d, len(shape)) for d in n.args[1]]
+    src = _dense_strides(shape)
+    return strided_copy(ctx, x, [shape[d] for d in dims], [src[d] for d in dims], 0, ctx.origin(n))
+
+
+@register(aten.transpose.int)
+def _transpose(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    a, b = (_norm_dim(d, len(shape)) for d in n.args[1:3])
+    dims = list(range(len(shape)))
+    dims[a], dims[b] = dims[b], dims[a]
+    src = _dense_strides(shape)
+    return strided_copy(ctx, x, [shape[d] for d in dims], [src[d] for d in dims], 0, ctx.origin(n))
+
+
+@register(aten.t.default)
+def _t(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        return x
+    return strided_copy(ctx, x, [shape[1], shape[0]], [1, shape[1]], 0, ctx.origin(n))
+
+
+@register(aten.expand.default)
+def _expand(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = ctx.shape(x)
+    out = _shape(n)
+    if tuple(out) == tuple(shape):
+        return x
+    src = _dense_strides(shape)
+    lead = len(out) - len(shape)
+    strides = [0] * lead + [0 if shape[i] == 1 and out[lead + i] != 1 else src[i] for i in range(len(shape))]
+    return strided_copy(ctx, x, out, strides, 0, ctx.origin(n))
+
+
+@register(aten.slice.Tensor)
+def _slice(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, len(shape))
+    start = n.args[2] if len(n.args) > 2 and n.args[2] is not None else 0
+    step = n.args[4] if len(n.args) > 4 else 1
+    size = shape[dim]
+    if start < 0:
+        start += size
+    start = min(max(start, 0), size)
+    out = list(_shape(n))
+    if out == shape:
+        return x
+    src = _dense_strides(shape)
+    strides = list(src)
+    strides[dim] = src[dim] * step
+    return strided_copy(ctx, x, out, strides, start * src[dim], ctx.origin(n))
+
+
+@register(aten.select.int)
+def _select(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[1], len(shape))
+    index = n.args[2]
+    if index < 0:
+        index += shape[dim]
+    src = _dense_strides(shape)
+    out = shape[:dim] + shape[dim + 1:]
+    strides = src[:dim] + src[dim + 1:]
+    return strided_copy(ctx, x, out, strides, index * src[dim], ctx.origin(n))
+
+
+@register(aten.cat.default)
+def _cat(ctx, n):
+    dtype = _val(n).dtype
+    xs = [cast(ctx, ctx.value(a), dtype) for a in n.args[0] if 0 not in _shape(a) or len(_shape(a)) != 1]
+    rank = len(_shape(n))
+    dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, rank)
+    while len(xs) > 8:  # the IR takes up to 8 inputs per cat
+        xs = [ctx.node("cat", xs[i:i + 8], [dim]) if len(xs[i:i + 8]) > 1 else xs[i]
+              for i in range(0, len(xs), 8)]
+    if len(xs) == 1:
+        return xs[0]
+    return ctx.node("cat", xs, [dim], origin=ctx.origin(n))
+
+
+@register(aten.embedding.default)
+def _embedding(ctx, n):
+    return ctx.node("gather", [ctx.value(n.args[0]), ctx.value(n.args[1])], [0], origin=ctx.origin(n))
+
+
+@register(aten.index_select.default)
+def _index_select(ctx, n):
+    x = ctx.value(n.args[0])
+    dim = _norm_dim(n.args[1], len(ctx.shape(x)))
+    return ctx.node("gather", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+
+
+@register(aten.where.self)
+def _where(ctx, n):
+    dtype = _val(n).dtype
+    cond = operand(ctx, n.args[0], torch.bool)
+    return ctx.node("where", [cond, operand(ctx, n.args[1], dtype), operand(ctx, n.args[2], dtype)],
+                    origin=ctx.origin(n))
+
+
+# ---- constants made by ops -------------------------------------------------------
+
+
+@register(aten.full.default, aten.zeros.default, aten.ones.default, aten.full_like.default,
+          aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
+          aten.arange.default, aten.arange.start, aten.arange.start_step, aten.empty.memory_format,
+          aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default)
+def _constant_op(ctx, n):
+    # Ops with static shapes and no tensor data inputs are constants of the
+    # graph: their value is fixed at capture, like a parameter.
+    if n.target in (aten.empty.memory_format, aten.empty_like.default):
+        return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
+    args = [a for a in n.args]
+    kwargs = dict(n.kwargs)
+    kwargs.pop("pin_memory", None)
+    kwargs.pop("memory_format", None)
+    kwargs["device"] = "cpu"
+    if n.target in (aten.full_like.default, aten.zeros_like.default, aten.ones_like.default):
+        args[0] = torch.empty(_shape(n.args[0]), dtype=_val(n.args[0]).dtype)
+    elif n.target in (aten.new_zeros.default, aten.new_ones.default):
+        args[0] = torch.empty(0, dtype=_val(n.args[0]).dtype)
+    return ctx.constant(n.target(*args, **kwargs))
+
+
+# ---- elementwise ------------------------------------------------------------------
+
+_BINARY = {
+    aten.add.Tensor: "add", aten.add.Scalar: "add",
+    aten.sub.Tensor: "sub", aten.sub.Scalar: "sub",
+    aten.mul.Tensor: "mul", aten.mul.Scalar: "mul",
+    aten.div.Tensor: "div", aten.div.Scalar: "div",
+    aten.pow.Tensor_Tensor: "pow", aten.pow.Tensor_Scalar: "pow",
+    aten.maximum.default: "maximum", aten.minimum.default: "minimum",
+    aten.eq.Tensor: "eq", aten.eq.Scalar: "eq", aten.ne.Tensor: "ne", aten.ne.Scalar: "ne",
+    aten.lt.Tensor: "lt", aten.lt.Scalar: "lt", aten.le.Tensor: "le", aten.le.Scalar: "le",
+    aten.gt.Tensor: "gt", aten.gt.Scalar: "gt", aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",
+    aten.logical_and.default: "logical_and", aten.logical_or.default: "logical_or",
+    aten.bitwise_and.Tensor: "logical_and", aten.bitwise_or.Tensor: "logical_or",
+}
+_COMPARE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"}
+
+
+def _compute_dtype(n, a, b):
+    """The dtype both operands are converted to (torch's type promotion)."""
+    def as_operand(x):
+        if isinstance(x, torch.fx.Node):
+            v = _val(x)
+            return v if v.dim() > 0 else torch.empty((), dtype=v.dtype)
+        return x
+    return torch.result_type(as_operand(a), as_operand(b))
+
+
+@register(*_BINARY)
+def _binary(ctx, n):
+    op = _BINARY[n.target]
+    a, b = n.args[0], n.args[1]
+    out_dtype = _val(n).dtype
+    dtype = _compute_dtype(n, a, b) if op in _COMPARE else out_dtype
+    if op in ("logical_and", "logical_or"):
+        dtype = torch.bool
+    if n.target in (aten.div.Tensor, aten.div.Scalar) and n.kwargs.get("rounding_mode"):
+        raise Unsupported(f"rounding_mode={n.kwargs['rounding_mode']!r}")
+    if op == "pow" and not isinstance(b, torch.fx.Node) and b == 2:
+        x = operand(ctx, a, dtype)  # x**2 as x*x: exact, like torch
+        return ctx.node("mul", [x, x], origin=ctx.origin(n))
+    alpha = n.kwargs.get("alpha", 1)
+    vb = operand(ctx, b, dtype)
+    if alpha != 1:
+        vb = ctx.node("mul", [vb, ctx.scalar(alpha, dtype)])
+    return ctx.node(op, [operand(ctx, a, dtype), vb], origin=ctx.origin(n))
+
+
+@register(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(ctx, n):
+    dtype = _val(n).dtype
+    alpha = n.kwargs.get("alpha", 1)
+    a = operand(ctx, n.args[0], dtype)
+    if alpha != 1:
+        a = ctx.node("mul", [a, ctx.scalar(alpha, dtype)])
+    return ctx.node("sub", [operand(ctx, n.args[1], dtype), a], origin=ctx.origin(n))
+
+
+_UNARY = {
+    aten.neg.default: "neg", aten.abs.default: "abs", aten.exp.default: "exp",
+    aten.log.default: "log", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
+    aten.reciprocal.default: "reciprocal", aten.tanh.default: "tanh",
+    aten.sigmoid.default: "sigmoid", aten.relu.default: "relu", aten.silu.default: "silu",
+    aten.erf.default: "erf", aten.sin.default: "sin", aten.cos.default: "cos",
+    aten.logical_not.default: "logical_not", aten.bitwise_not.default: "logical_not",
+}
+
+
+@register(*_UNARY)
+def _unary(ctx, n):
+    op = _UNARY[n.target]
+    x = ctx.value(n.args[0])
+    if op == "logical_not":
+        if ctx.dtype(x) != torch.bool and n.target == aten.bitwise_not.default:
+            raise Unsupported("bitwise_not of a non-bool tensor")
+        return ctx.node(op, [cast(ctx, x, torch.bool)], origin=ctx.origin(n))
+    return ctx.node(op, [cast(ctx, x, _val(n).dtype)], origin=ctx.origin(n))
+
+
+@register(aten.gelu.default)
+def _gelu(ctx, n):
+    approx = n.kwargs.get("approximate", n.args[1] if len(n.args) > 1 else "none")
+    return ctx.node("gelu_tanh" if approx == "tanh" else "gelu", [ctx.value(n.args[0])], origin=ctx.origin(n))
+
+
+# ---- reductions and normalisation --------------------------------------------------
+
+
+def _axes_mask(dims, rank):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        dims = range(rank)
+    if isinstance(dims, int):
+        dims = [dims]
+    mask = 0
+    for d in dims:
+        mask |= 1 << _norm_dim(d, rank)
+    return mask
+
+
+def _reduce(op):
+    def handler(ctx, n):
+        x = ctx.value(n.args[0])
+        rank = len(ctx.shape(x))
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+        keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+        if n.kwargs.get("dtype") is not None:
+            x = cast(ctx, x, n.kwargs["dtype"])
+        if op == "any":
+            x = cast(ctx, x, torch.bool)
+        elif op in ("sum", "mean") and ctx.dtype(x) != _val(n).dtype:
+            x = cast(ctx, x, _val(n).dtype)
+        y = ctx.node(op, [x], [_axes_mask(dims, rank), int(bool(keep))], origin=ctx.origin(n))
+        return reshape(ctx, y, _shape(n))
+    return handler
+
+
+register(aten.sum.dim_IntList)(_reduce("sum"))
+register(aten.mean.dim)(_reduce("mean"))
+register(aten.amax.default)(_reduce("max"))
+register(aten.amin.default)(_reduce("min"))
+register(aten.any.dim, aten.any.dims, aten.any.default)(_reduce("any"))
+
+
+@register(aten.sum.default, aten.mean.default)
+def _reduce_all(ctx, n):
+    x = ctx.value(n.args[0])
+    op = "sum" if n.target == aten.sum.default else "mean"
+    x = cast(ctx, x, _val(n).dtype)
+    return ctx.node(op, [x], [_axes_mask(None, len(ctx.shape(x))), 0], origin=ctx.origin(n))
+
+
+@register(aten.argmax.default)
+def _argmax(ctx, n):
+    x = ctx.value(n.args[0])
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+    keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+    if dim is None:
+        x = reshape(ctx, x, [math.prod(ctx.shape(x))])
+        dim = 0
+    y = ctx.node("argmax", [x], [_norm_dim(dim, len(ctx.shape(x))), int(bool(keep))], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten._softmax.default, aten._log_softmax.default, aten.softmax.int, aten.log_softmax.int)
+def _softmax(ctx, n):
+    x = cast(ctx, ctx.value(n.args[0]), torch.float32)
+    rank = len(ctx.shape(x))
+    log = n.target in (aten._log_softmax.default, aten.log_softmax.int)
+    y = ctx.node("log_softmax" if log else "softmax", [x], [_norm_dim(n.args[1], max(rank, 1))],
+                 origin=ctx.origin(n))
+    return cast(ctx, y, _val(n).dtype)
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(ctx, n):
+    x, normalized_shape, weight, bias, eps = n.args[:5]
+    inputs = [ctx.value(x)]
+    inputs.append(ctx.value(weight) if weight is not None else -1)
+    inputs.append(ctx.value(bias) if bias is not None else -1)
+    while inputs[-1] == -1:
+        inputs.pop()
+    y = ctx.node("layer_norm", inputs, [len(normalized_shape)], [eps], origin=ctx.origin(n))
+    # mean and rstd (outputs 1 and 2) are only used in training graphs.
+    return (y, ctx.unsupported_value(n, "native_layer_norm's mean/rstd outputs"),
+            ctx.unsupported_value(n, "native_layer_norm's mean/rstd outputs"))
+
+
+@register(aten.rms_norm.default)
+def _rms_norm(ctx, n):
+    x, normalized_shape = n.args[:2]
+    weight = n.args[2] if len(n.args) > 2 else n.kwargs.get("weight")
+    eps = n.args[3] if len(n.args) > 3 else n.kwargs.get("eps")
+    if eps is None:
+        eps = torch.finfo(_val(n).dtype).eps
+    inputs = [ctx.value(x)] + ([ctx.value(weight)] if weight is not None else [])
+    return ctx.node("rms_norm", inputs, [len(normalized_shape)], [eps], origin=ctx.origin(n))
+
+
+# ---- matrix products -----------------------------------------------------------------
+
+
+@register(aten.mm.default, aten.bmm.default, aten.matmul.default)
+def _mm(ctx, n):
+    a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
+    if len(ctx.shape(a)) < 2 or len(ctx.shape(b)) < 2:
+        raise Unsupported("matmul of a 1-d operand")
+    return ctx.node("matmul", [a, b], origin=ctx.origin(n))
+
+
+@register(aten.addmm.default)
+def _addmm(ctx, n):
+    bias, a, b = (ctx.value(x) for x in n.args[:3])
+    beta = n.kwargs.get("beta", 1)
+    alpha = n.kwargs.get("alpha", 1)
+    y = ctx.node("matmul", [a, b], origin=ctx.origin(n))
+    if alpha != 1:
+        y = ctx.node("mul", [y, ctx.scalar(alpha, torch.float32)])
+    if beta != 1:
+        bias = ctx.node("mul", [bias, ctx.scalar(beta, torch.float32)])
+    return ctx.node("add", [y, bias], origin=ctx.origin(n))
+
+
+@register(aten.linear.default)
+def _linear(ctx, n):
+    x, w = ctx.value(n.args[0]), ctx.value(n.args[1])
+    out_features, in_features = ctx.shape(w)
+    # y = x @ w^T: the transpose of a constant weight folds away at compile time.
+    wt = strided_copy(ctx, w, [in_features, out_features], [1, in_features], 0, ctx.origin(n))
+    y = ctx.node("matmul", [x, wt], origin=ctx.origin(n))
+    if len(n.args) > 2 and n.args[2] is not None:
+        y = ctx.node("add", [y, ctx.value(n.args[2])], origin=ctx.origin(n))
+    return y
+
+
+@register(aten.scaled_dot_product_attention.default)
+def _sdpa(ctx, n):
+    q, k, v = (ctx.value(x) for x in n.args[:3])
+    mask = n.args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask")
+    dropout = n.args[4] if len(n.args) > 4 else n.kwargs.get("dropout_p", 0.0)
+    causal = n.args[5] if len(n.args) > 5 else n.kwargs.get("is_causal", False)
+    scale = n.kwargs.get("scale", n.args[6] if len(n.args) > 6 else None)
+    gqa = n.kwargs.get("enable_gqa", False)
+    if dropout:
+        raise Unsupported("attention dropout")
+    rank = len(ctx.shape(q))
+    if rank not in (3, 4):
+        raise Unsupported(f"attention on rank-{rank} tensors")
+    if rank == 3:  # (B, S, D) is one head: (B, 1, S, D)
+        q, k, v = (reshape(ctx, t, [ctx.shape(t)[0], 1] + list(ctx.shape(t)[1:])) for t in (q, k, v))
+    if not gqa and ctx.shape(k)[1] != ctx.shape(q)[1]:
+        raise Unsupported("key/value heads differ from query heads without enable_gqa")
+    if scale is None:
+        scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
+    inputs = [q, k, v]
+    if mask is not None:
+        m = ctx.value(mask)
+        if ctx.dtype(m) == torch.bool:  # keep where true: an additive 0 / -inf mask
+            m = ctx.node("where", [m, ctx.scalar(0.0, torch.float32), ctx.scalar(float("-inf"), torch.float32)])
+        m = cast(ctx, m, torch.float32)
+        if rank == 3 and len(ctx.shape(m)) == 3:
+            m = reshape(ctx, m, [ctx.shape(m)[0], 1] + list(ctx.shape(m)[1:]))
+        inputs.append(m)
+    y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(operator.getitem)
+def _getitem(ctx, n):
+    return ctx.env[n.args[0]][n.args[1]]
+
+
+def supported_targets():
+    return set(TABLE)

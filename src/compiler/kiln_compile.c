@@ -1,0 +1,115 @@
+/* The compiler driver: runs the passes in order, verifies between them when
+ * asked, and logs what each did. */
+#include <stdio.h>
+#include <time.h>
+
+#include "compiler/kiln_compiler.h"
+
+void kiln_compile_options_initialize(kiln_compile_options_t* o) {
+  o->fold_constants = 1;
+  o->fuse = 1;
+  o->pack_weights = 1;
+#ifdef NDEBUG
+  o->verify_each = 0;
+#else
+  o->verify_each = 1;
+#endif
+  o->log = NULL;
+}
+
+static double kiln_ms_since(struct timespec t0) {
+  struct timespec t1;
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+static kiln_status_t kiln_compile_after(const kiln_compile_options_t* o, const char* pass,
+                                        kiln_graph_t* g, struct timespec t0, const char* what) {
+  if (o->log) {
+    fprintf(o->log, "kiln: pass %-10s %7.2f ms  %s -> %d nodes\n", pass, kiln_ms_since(t0), what,
+            g->n_nodes);
+  }
+  if (!o->verify_each) return kiln_ok();
+  kiln_status_t s = kiln_graph_verify(g);
+  return s ? kiln_status_annotate(s, "after pass %s", pass) : s;
+}
+
+kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* options,
+                           kiln_graph_t** out_graph) {
+  *out_graph = NULL;
+  kiln_compile_options_t defaults;
+  kiln_compile_options_initialize(&defaults);
+  const kiln_compile_options_t* o = options ? options : &defaults;
+  char what[128];
+  struct timespec t0;
+
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  kiln_status_t s = kiln_graph_verify(g);
+  if (s) {
+    kiln_graph_release(g);
+    return kiln_status_annotate(s, "the captured graph is malformed");
+  }
+  if (o->log) fprintf(o->log, "kiln: input graph: %d nodes, %d values\n", g->n_nodes, g->n_values);
+
+  kiln_graph_t* next = NULL;
+  int32_t a = 0, b = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  s = kiln_pass_fold(g, kiln_pool_default(), o->fold_constants, &next, &a, &b);
+  kiln_graph_release(g);
+  if (s) return kiln_status_annotate(s, "constant folding");
+  g = next;
+  snprintf(what, sizeof what, "%d folded, %d dead removed", a, b);
+  s = kiln_compile_after(o, "fold", g, t0, what);
+
+  if (!s && o->fuse) {
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s = kiln_pass_fuse_gemm(g, o->pack_weights, &next, &a, &b);
+    kiln_graph_release(g);
+    g = next;
+    if (s) return kiln_status_annotate(s, "GEMM fusion");
+    snprintf(what, sizeof what, "%d GEMMs fused, %d weights packed", a, b);
+    s = kiln_compile_after(o, "fuse_gemm", g, t0, what);
+  }
+  if (s) {
+    kiln_graph_release(g);
+    return s;
+  }
+  *out_graph = g;
+  return kiln_ok();
+}
+
+void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
+  char buf[160];
+  size_t const_bytes = 0;
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    fprintf(out, "  input  %%%d %s %s\n", g->inputs[i], v->name ? v->name : "",
+            kiln_value_describe(v, buf, sizeof buf));
+  }
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    fprintf(out, "  %%%-4d = %-12s(", n->outputs[0], kiln_op_name(n->op));
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t id = n->inputs[i];
+      if (id < 0) fprintf(out, "%s-", i ? ", " : "");
+      else if (g->values[id].kind == KILN_VALUE_CONSTANT)
+        fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
+                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ? "[packed]" : "");
+      else fprintf(out, "%s%%%d", i ? ", " : "", id);
+    }
+    fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));
+    if (n->op == KILN_OP_LINEAR && n->params[0]) {
+      static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+      if ((unsigned long long)n->params[0] < sizeof(acts) / sizeof(acts[0]))
+        fprintf(out, " act=%s", acts[n->params[0]]);
+    }
+    if (n->origin) fprintf(out, "   # %s", n->origin);
+    fputc('\n', out);
+  }
+  fprintf(out, "  outputs:");
+  for (int32_t o = 0; o < g->n_outputs; ++o) fprintf(out, " %%%d", g->outputs[o]);
+  fprintf(out, "\n  %d nodes, %d values, constants %.2f MiB\n", g->n_nodes, g->n_values,
+          (double)const_bytes / (1 << 20));
+}

@@ -1,0 +1,40 @@
+/* The graph compiler: IR-to-IR passes that make a captured graph fast, and
+ * the driver that runs them in order. Pure C: no external compiler, no
+ * Python. Each pass consumes its input graph and returns a new one. */
+#ifndef KILN_COMPILER_H
+#define KILN_COMPILER_H
+
+#include <stdio.h>
+
+#include "base/kiln_pool.h"
+#include "ir/kiln_graph.h"
+
+typedef struct kiln_compile_options_s {
+  int fold_constants; /* evaluate nodes whose inputs are all constants */
+  int fuse;           /* GEMM epilogue fusion (bias, activation, residual) */
+  int pack_weights;   /* pre-pack GEMM weights */
+  int verify_each;    /* run the verifier after every pass */
+  FILE* log;          /* when set, each pass prints what it did */
+} kiln_compile_options_t;
+
+void kiln_compile_options_initialize(kiln_compile_options_t* options);
+
+/* Dead-code elimination and constant folding (through the CPU target). */
+kiln_status_t kiln_pass_fold(kiln_graph_t* graph, kiln_pool_t* pool, int fold,
+                             kiln_graph_t** out_graph, int32_t* out_folded, int32_t* out_dead);
+
+/* MATMUL with a constant 2-d right operand becomes LINEAR, absorbing a
+ * following bias add, activation and residual add when each is the sole
+ * user; LINEAR weights are packed for the GEMM when `pack` is set. */
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, int pack, kiln_graph_t** out_graph,
+                                  int32_t* out_fused, int32_t* out_packed);
+
+/* Runs the passes. Consumes graph (released on failure too). */
+kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,
+                           kiln_graph_t** out_graph);
+
+/* Writes a readable listing of the graph: one line per node with shapes and
+ * origin, then totals. */
+void kiln_graph_print(const kiln_graph_t* graph, FILE* out);
+
+#endif /* KILN_COMPILER_H */

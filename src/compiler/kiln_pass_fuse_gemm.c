@@ -1,0 +1,158 @@
+/* GEMM epilogue fusion and weight packing.
+ *
+ * The pattern, as captured from nn.Linear (addmm, or matmul then add):
+ *     y0 = MATMUL(x, W)           W a constant (K, N)
+ *     y1 = ADD(y0, bias)          bias a constant of N elements   (optional)
+ *     y2 = ACT(y1)                relu, gelu, silu, sigmoid, tanh (optional)
+ *     y3 = ADD(y2, r)             r of y2's shape                 (optional)
+ * becomes one LINEAR(x, W', bias, r) with the activation as a parameter,
+ * emitted where the chain ends. Each step is absorbed only if the previous
+ * value has exactly one user (and is not a graph output), so nothing else
+ * sees the skipped intermediates. W' is W packed for the GEMM microkernels,
+ * once per distinct weight. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "kernels/gemm/kiln_gemm.h"
+
+typedef struct {
+  int32_t matmul; /* node index of the MATMUL starting the chain, or -1 */
+  int32_t bias, residual;
+  int64_t act;
+} kiln_fuse_chain_t;
+
+static int kiln_fuse_act(kiln_op_t op, int64_t* act) {
+  switch (op) {
+    case KILN_OP_RELU: *act = KILN_ACT_RELU; return 1;
+    case KILN_OP_GELU: *act = KILN_ACT_GELU; return 1;
+    case KILN_OP_GELU_TANH: *act = KILN_ACT_GELU_TANH; return 1;
+    case KILN_OP_SILU: *act = KILN_ACT_SILU; return 1;
+    case KILN_OP_SIGMOID: *act = KILN_ACT_SIGMOID; return 1;
+    case KILN_OP_TANH: *act = KILN_ACT_TANH; return 1;
+    default: return 0;
+  }
+}
+
+static int kiln_same_shape(const kiln_value_t* a, const kiln_value_t* b) {
+  if (a->rank != b->rank || a->dtype != b->dtype) return 0;
+  for (int32_t d = 0; d < a->rank; ++d)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+/* A constant holding N floats laid out along the last axis: (N), (1, N), ... */
+static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
+  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || v->layout != KILN_LAYOUT_DENSE ||
+      v->rank < 1 || v->shape[v->rank - 1] != n)
+    return 0;
+  return kiln_value_numel(v) == n;
+}
+
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int pack, kiln_graph_t** out_graph,
+                                  int32_t* out_fused, int32_t* out_packed) {
+  *out_graph = NULL;
+  *out_fused = *out_packed = 0;
+  int32_t nv = g->n_values, nn = g->n_nodes;
+  int32_t* uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* user = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* the sole user node */
+  kiln_fuse_chain_t* end_of = malloc(sizeof(kiln_fuse_chain_t) * (size_t)(nn + 1));
+  char* skip = calloc((size_t)nn + 1, 1);
+  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* dst id of packed W */
+  kiln_rewriter_t rw;
+  kiln_status_t s = (!uses || !user || !end_of || !skip || !packed_of)
+                        ? kiln_status_make(KILN_OUT_OF_MEMORY, "fusion pass")
+                        : kiln_rewriter_initialize(&rw, g);
+  if (s) goto done_early;
+  kiln_graph_count_uses(g, uses);
+  for (int32_t v = 0; v < nv; ++v) user[v] = -1, packed_of[v] = -1;
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    end_of[ni].matmul = -1;
+    for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
+      if (g->nodes[ni].inputs[i] >= 0) user[g->nodes[ni].inputs[i]] = ni;
+  }
+
+  /* Find chains. */
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_MATMUL) continue;
+    const kiln_value_t* w = &g->values[n->inputs[1]];
+    if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 || w->layout != KILN_LAYOUT_DENSE) continue;
+    int64_t ncols = w->shape[1];
+    kiln_fuse_chain_t c = {ni, -1, -1, KILN_ACT_NONE};
+    int32_t cur = n->outputs[0], end = ni;
+    int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
+    while (stage < 3 && uses[cur] == 1 && user[cur] >= 0) {
+      const kiln_node_t* u = &g->nodes[user[cur]];
+      int32_t other = -1;
+      if (u->op == KILN_OP_ADD) other = u->inputs[0] == cur ? u->inputs[1] : u->inputs[0];
+      if (u->op == KILN_OP_ADD && other == cur) break; /* x + x */
+      const kiln_value_t* uv = &g->values[u->outputs[0]];
+      int64_t act;
+      if (stage == 0 && u->op == KILN_OP_ADD && kiln_is_bias(&g->values[other], ncols) &&
+          kiln_same_shape(uv, &g->values[cur])) {
+        c.bias = other;
+        stage = 1;
+      } else if (stage <= 1 && kiln_fuse_act(u->op, &act)) {
+        c.act = act;
+        stage = 2;
+      } else if (u->op == KILN_OP_ADD && kiln_same_shape(&g->values[other], &g->values[cur]) &&
+                 kiln_same_shape(uv, &g->values[cur])) {
+        c.residual = other;
+        stage = 3;
+      } else {
+        break;
+      }
+      skip[end] = 1;
+      end = user[cur];
+      cur = u->outputs[0];
+    }
+    end_of[end] = c;
+    ++*out_fused;
+  }
+
+  for (int32_t ni = 0; ni < nn && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (skip[ni]) continue;
+    kiln_fuse_chain_t c = end_of[ni];
+    if (c.matmul < 0) {
+      s = kiln_rewriter_copy_node(&rw, n);
+      continue;
+    }
+    const kiln_node_t* mm = &g->nodes[c.matmul];
+    int32_t w = mm->inputs[1];
+    int32_t ins[4];
+    s = kiln_rewriter_value(&rw, mm->inputs[0], &ins[0]);
+    if (!s && pack && packed_of[w] < 0) {
+      const kiln_value_t* wv = &g->values[w];
+      size_t bytes = kiln_gemm_f32_packed_size(wv->shape[0], wv->shape[1]);
+      void* buf;
+      s = kiln_allocator_malloc(g->allocator, bytes, &buf);
+      if (!s) {
+        kiln_gemm_f32_pack_b(wv->shape[0], wv->shape[1], wv->data, wv->shape[1], 1, buf);
+        s = kiln_graph_add_constant_owned(rw.dst, wv->name, KILN_F32, 2, wv->shape,
+                                          KILN_LAYOUT_GEMM_PACKED_B, buf, bytes, &packed_of[w]);
+        ++*out_packed;
+      }
+    }
+    if (!s && !pack) s = kiln_rewriter_value(&rw, w, &packed_of[w]);
+    ins[1] = packed_of[w];
+    if (!s) s = kiln_rewriter_value(&rw, c.bias, &ins[2]);
+    if (!s) s = kiln_rewriter_value(&rw, c.residual, &ins[3]);
+    if (s) break;
+    int32_t n_in = c.residual >= 0 ? 4 : c.bias >= 0 ? 3 : 2;
+    int64_t params[KILN_MAX_PARAMS] = {c.act};
+    s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, 1, NULL, 0, mm->origin,
+                            &rw.remap[n->outputs[0]]);
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+  kiln_rewriter_deinitialize(&rw);
+done_early:
+  free(uses);
+  free(user);
+  free(end_of);
+  free(skip);
+  free(packed_of);
+  return s;
+}

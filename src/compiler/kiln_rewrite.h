@@ -1,0 +1,40 @@
+/* Graph rewriting: every pass reads one graph and emits a new one through a
+ * rewriter, which keeps graph inputs in order, copies each old value into the
+ * new graph on first use (constants by moving their bytes, not copying), and
+ * remaps ids. Emitting in old node order keeps the new graph topological. */
+#ifndef KILN_REWRITE_H
+#define KILN_REWRITE_H
+
+#include "ir/kiln_graph.h"
+
+typedef struct kiln_rewriter_s {
+  kiln_graph_t* src; /* constants' owned bytes move out of it */
+  kiln_graph_t* dst;
+  int32_t* remap; /* src value id -> dst value id, or -1 */
+} kiln_rewriter_t;
+
+/* Makes dst with src's inputs already added. */
+kiln_status_t kiln_rewriter_initialize(kiln_rewriter_t* rw, kiln_graph_t* src);
+/* Releases dst unless it was taken. */
+void kiln_rewriter_deinitialize(kiln_rewriter_t* rw);
+
+/* The dst id for src value v, adding a constant on first use. */
+kiln_status_t kiln_rewriter_value(kiln_rewriter_t* rw, int32_t v, int32_t* out_id);
+
+/* Emits src node `n` unchanged (inputs remapped); maps its output. */
+kiln_status_t kiln_rewriter_copy_node(kiln_rewriter_t* rw, const kiln_node_t* n);
+
+/* Emits a node built from src ids (-1 allowed for absent inputs) and maps
+ * src value `result` to its output. */
+kiln_status_t kiln_rewriter_emit(kiln_rewriter_t* rw, kiln_op_t op, const int32_t* src_inputs,
+                                 int32_t n_inputs, const int64_t* params, const float* fparams,
+                                 const char* origin, int32_t result);
+
+/* Sets dst's outputs from src's and hands dst over (rw no longer owns it). */
+kiln_status_t kiln_rewriter_finish(kiln_rewriter_t* rw, kiln_graph_t** out_graph);
+
+/* Number of uses of each value (node inputs plus graph outputs) into counts
+ * (n_values long, caller-allocated). */
+void kiln_graph_count_uses(const kiln_graph_t* graph, int32_t* counts);
+
+#endif /* KILN_REWRITE_H */

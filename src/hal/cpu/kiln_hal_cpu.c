@@ -1,0 +1,371 @@
+/* The CPU target: maps each IR op to its kernel, computing the geometry
+ * (broadcast strides, row/column splits, GEMM strides) from the values'
+ * shapes. Kernels never see the graph; this file is the only place that
+ * knows both. */
+#include <string.h>
+
+#include "hal/kiln_hal.h"
+#include "kernels/eltwise/kiln_eltwise.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/nn/kiln_nn.h"
+
+#define VAL(i) (&g->values[n->inputs[i]])
+#define BUF(i) (n->inputs[i] >= 0 ? bufs[n->inputs[i]] : NULL)
+
+static const kiln_value_t* out_value(const kiln_graph_t* g, const kiln_node_t* n) {
+  return &g->values[n->outputs[0]];
+}
+
+kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* x = n->n_inputs ? VAL(0) : NULL;
+  switch (n->op) {
+    case KILN_OP_LINEAR: {
+      const kiln_value_t* w = VAL(1);
+      if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B)
+        return kiln_status_make(KILN_UNSUPPORTED, "linear weight layout %d", (int)w->layout);
+      if (w->layout == KILN_LAYOUT_GEMM_PACKED_B &&
+          w->nbytes != kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]))
+        return kiln_status_make(KILN_INVALID_ARGUMENT, "packed weight has %zu bytes, expected %zu",
+                                w->nbytes, kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]));
+      return kiln_ok();
+    }
+    case KILN_OP_SDPA:
+      if (n->n_inputs > 3 && n->inputs[3] >= 0 && VAL(3)->dtype != KILN_F32)
+        return kiln_status_make(KILN_UNSUPPORTED, "sdpa with a non-float mask");
+      return kiln_ok();
+    case KILN_OP_CAST:
+    case KILN_OP_SUM:
+    case KILN_OP_MEAN:
+    case KILN_OP_MAX:
+    case KILN_OP_MIN:
+    case KILN_OP_ARGMAX:
+      if (x->dtype == KILN_F16 || x->dtype == KILN_BF16) {
+        if (n->op != KILN_OP_CAST)
+          return kiln_status_make(KILN_UNSUPPORTED, "%s on %s", kiln_op_name(n->op),
+                                  kiln_dtype_name(x->dtype));
+      }
+      return kiln_ok();
+    default:
+      break;
+  }
+  if (KILN_OP_IS_BINARY(n->op)) {
+    if (x->dtype == KILN_F16 || x->dtype == KILN_BF16)
+      return kiln_status_make(KILN_UNSUPPORTED, "%s on %s", kiln_op_name(n->op),
+                              kiln_dtype_name(x->dtype));
+    if ((n->op == KILN_OP_DIV || n->op == KILN_OP_POW) && x->dtype != KILN_F32)
+      return kiln_status_make(KILN_UNSUPPORTED, "%s on %s", kiln_op_name(n->op),
+                              kiln_dtype_name(x->dtype));
+  }
+  return kiln_ok();
+}
+
+/* Broadcast geometry of up to three inputs onto the output. */
+static void nd_for(const kiln_graph_t* g, const kiln_node_t* n, int n_in, kiln_nd_t* nd) {
+  const kiln_value_t* y = out_value(g, n);
+  memset(nd, 0, sizeof(*nd));
+  nd->rank = y->rank;
+  memcpy(nd->shape, y->shape, sizeof(y->shape));
+  kiln_nd_set_dense_output(nd);
+  for (int i = 0; i < n_in; ++i) kiln_nd_set_broadcast(nd, i + 1, VAL(i)->rank, VAL(i)->shape);
+}
+
+static int64_t prod(const int64_t* shape, int32_t from, int32_t to) {
+  int64_t p = 1;
+  for (int32_t d = from; d < to; ++d) p *= shape[d];
+  return p;
+}
+
+static void run_cat(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                    kiln_pool_t* pool) {
+  const kiln_value_t* y = out_value(g, n);
+  int32_t axis = (int32_t)n->params[0];
+  size_t elem = kiln_dtype_size(y->dtype);
+  int64_t inner = prod(y->shape, axis + 1, y->rank);
+  int64_t at = 0;
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    const kiln_value_t* x = VAL(i);
+    kiln_nd_t nd;
+    memset(&nd, 0, sizeof(nd));
+    nd.rank = x->rank;
+    memcpy(nd.shape, x->shape, sizeof(x->shape));
+    /* Output strides are y's dense strides; input is dense. */
+    int64_t so = 1, sx = 1;
+    for (int32_t d = x->rank - 1; d >= 0; --d) {
+      nd.strides[0][d] = so;
+      nd.strides[1][d] = sx;
+      so *= y->shape[d];
+      sx *= x->shape[d];
+    }
+    kiln_strided_copy(y->dtype, &nd, (char*)bufs[n->outputs[0]] + (size_t)(at * inner) * elem,
+                      BUF(i), pool);
+    at += x->shape[axis];
+  }
+}
+
+/* Batched matmul with NumPy batch broadcasting: batch dims are folded into
+ * one strided GEMM batch where the strides allow, else looped. */
+static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                       kiln_pool_t* pool) {
+  const kiln_value_t *a = VAL(0), *b = VAL(1), *y = out_value(g, n);
+  int32_t br = y->rank - 2;
+  int64_t m = y->shape[br], nn = y->shape[br + 1], k = a->shape[a->rank - 1];
+  kiln_nd_t nd; /* batch geometry: operand 0 = y, 1 = a, 2 = b (in matrices) */
+  memset(&nd, 0, sizeof(nd));
+  nd.rank = br;
+  memcpy(nd.shape, y->shape, (size_t)br * sizeof(int64_t));
+  kiln_nd_set_dense_output(&nd);
+  kiln_nd_set_broadcast(&nd, 1, a->rank - 2, a->shape);
+  kiln_nd_set_broadcast(&nd, 2, b->rank - 2, b->shape);
+  /* Merge batch dims contiguous in all three operands (nd_collapse in
+   * matrix units); the innermost merged dim becomes the GEMM batch. */
+  int64_t batch = 1, sa = 0, sb = 0, sy = 0;
+  int64_t outer_shape[KILN_MAX_RANK], outer_sa[KILN_MAX_RANK], outer_sb[KILN_MAX_RANK],
+      outer_sy[KILN_MAX_RANK];
+  int32_t n_outer = 0;
+  for (int32_t d = 0; d < br; ++d) {
+    if (nd.shape[d] == 1) continue;
+    if (batch > 1 && sy == nd.strides[0][d] * nd.shape[d] && sa == nd.strides[1][d] * nd.shape[d] &&
+        sb == nd.strides[2][d] * nd.shape[d]) {
+      batch *= nd.shape[d];
+      sy = nd.strides[0][d];
+      sa = nd.strides[1][d];
+      sb = nd.strides[2][d];
+      continue;
+    }
+    if (batch > 1) {
+      outer_shape[n_outer] = batch;
+      outer_sy[n_outer] = sy;
+      outer_sa[n_outer] = sa;
+      outer_sb[n_outer] = sb;
+      n_outer++;
+    }
+    batch = nd.shape[d];
+    sy = nd.strides[0][d];
+    sa = nd.strides[1][d];
+    sb = nd.strides[2][d];
+  }
+  int64_t n_loops = prod(outer_shape, 0, n_outer);
+  for (int64_t l = 0; l < n_loops; ++l) {
+    int64_t rem = l, oy = 0, oa = 0, ob = 0;
+    for (int32_t d = n_outer - 1; d >= 0; --d) {
+      int64_t i = rem % outer_shape[d];
+      rem /= outer_shape[d];
+      oy += i * outer_sy[d];
+      oa += i * outer_sa[d];
+      ob += i * outer_sb[d];
+    }
+    kiln_gemm_f32_args_t args;
+    memset(&args, 0, sizeof(args));
+    args.batch = batch;
+    args.m = m;
+    args.n = nn;
+    args.k = k;
+    args.a = (const float*)BUF(0) + oa * m * k;
+    args.a_batch_stride = sa * m * k;
+    args.a_row_stride = k;
+    args.a_col_stride = 1;
+    args.b = (const float*)BUF(1) + ob * k * nn;
+    args.b_batch_stride = sb * k * nn;
+    args.b_row_stride = nn;
+    args.b_col_stride = 1;
+    args.c = (float*)bufs[n->outputs[0]] + oy * m * nn;
+    args.c_batch_stride = sy * m * nn;
+    args.c_row_stride = nn;
+    args.act = KILN_ACT_NONE;
+    kiln_gemm_f32(&args, pool);
+  }
+}
+
+static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                       kiln_pool_t* pool) {
+  const kiln_value_t *x = VAL(0), *w = VAL(1);
+  int64_t k = w->shape[0], nn = w->shape[1];
+  kiln_gemm_f32_args_t args;
+  memset(&args, 0, sizeof(args));
+  args.batch = 1;
+  args.m = kiln_value_numel(x) / (k ? k : 1);
+  if (!k) args.m = prod(x->shape, 0, x->rank - 1);
+  args.n = nn;
+  args.k = k;
+  args.a = BUF(0);
+  args.a_row_stride = k;
+  args.a_col_stride = 1;
+  if (w->layout == KILN_LAYOUT_GEMM_PACKED_B) {
+    args.b_packed = w->data;
+  } else {
+    args.b = w->data;
+    args.b_row_stride = nn;
+    args.b_col_stride = 1;
+  }
+  args.c = bufs[n->outputs[0]];
+  args.c_row_stride = nn;
+  args.bias = n->n_inputs > 2 ? BUF(2) : NULL;
+  if (n->n_inputs > 3 && n->inputs[3] >= 0) {
+    args.residual = BUF(3);
+    args.r_row_stride = nn;
+  }
+  args.act = (kiln_activation_t)n->params[0];
+  kiln_gemm_f32(&args, pool);
+}
+
+static void run_sdpa(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                     kiln_pool_t* pool) {
+  const kiln_value_t *q = VAL(0), *k = VAL(1), *v = VAL(2);
+  kiln_attention_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.batch = q->shape[0];
+  a.heads = q->shape[1];
+  a.kv_heads = k->shape[1];
+  a.q_len = q->shape[2];
+  a.kv_len = k->shape[2];
+  a.head_dim = q->shape[3];
+  a.v_head_dim = v->shape[3];
+  const kiln_value_t* vals[3] = {q, k, v};
+  int64_t* strides[3] = {a.q_strides, a.k_strides, a.v_strides};
+  for (int i = 0; i < 3; ++i) {
+    int64_t s = 1;
+    for (int d = 3; d >= 0; --d) {
+      strides[i][d] = s;
+      s *= vals[i]->shape[d];
+    }
+  }
+  a.q = BUF(0);
+  a.k = BUF(1);
+  a.v = BUF(2);
+  if (n->n_inputs > 3 && n->inputs[3] >= 0) {
+    const kiln_value_t* m = VAL(3);
+    int64_t full[4] = {a.batch, a.heads, a.q_len, a.kv_len};
+    kiln_nd_t nd;
+    memset(&nd, 0, sizeof(nd));
+    nd.rank = 4;
+    memcpy(nd.shape, full, sizeof(full));
+    kiln_nd_set_broadcast(&nd, 1, m->rank, m->shape);
+    memcpy(a.mask_strides, nd.strides[1], sizeof(a.mask_strides));
+    a.mask = BUF(3);
+  }
+  a.out = bufs[n->outputs[0]];
+  a.scale = n->fparams[0];
+  a.causal = (int)n->params[0];
+  a.causal_offset = 0;
+  kiln_attention_f32(&a, pool);
+}
+
+kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
+                                    void* const* bufs, kiln_pool_t* pool) {
+  const kiln_value_t* y = out_value(g, n);
+  void* out = bufs[n->outputs[0]];
+  size_t numel = (size_t)kiln_value_numel(y);
+  kiln_op_t op = n->op;
+  kiln_nd_t nd;
+  if (KILN_OP_IS_BINARY(op)) {
+    nd_for(g, n, 2, &nd);
+    kiln_binary((kiln_binary_t)(op - KILN_OP_ADD), VAL(0)->dtype, &nd, out, BUF(0), BUF(1), pool);
+    return kiln_ok();
+  }
+  if (KILN_OP_IS_UNARY_MATH(op)) {
+    if (y->dtype == KILN_F32)
+      kiln_unary_f32((kiln_unary_t)(op - KILN_OP_NEG), numel, BUF(0), out, pool);
+    else
+      kiln_unary_int(op == KILN_OP_NEG ? 0 : op == KILN_OP_ABS ? 1 : 2, y->dtype, numel, BUF(0),
+                     out);
+    return kiln_ok();
+  }
+  if (KILN_OP_IS_REDUCE(op)) {
+    const kiln_value_t* x = VAL(0);
+    kiln_reduce((kiln_reduce_t)(op - KILN_OP_SUM), x->dtype, x->rank, x->shape,
+                (uint32_t)n->params[0], BUF(0), out);
+    return kiln_ok();
+  }
+  switch (op) {
+    case KILN_OP_RESHAPE:
+      /* An alias: the plan gave y x's bytes. If it could not (y is bound to
+       * an output buffer), copy. */
+    {
+      const void* x = bufs[n->inputs[0]];
+      if (out != x) memcpy(out, x, kiln_value_dense_bytes(y));
+      return kiln_ok();
+    }
+    case KILN_OP_STRIDED_COPY: {
+      memset(&nd, 0, sizeof(nd));
+      nd.rank = (int32_t)n->params[0];
+      memcpy(nd.shape, n->params + 1, (size_t)nd.rank * sizeof(int64_t));
+      kiln_nd_set_dense_output(&nd);
+      memcpy(nd.strides[1], n->params + 9, (size_t)nd.rank * sizeof(int64_t));
+      const char* x = (const char*)BUF(0) + n->params[17] * (int64_t)kiln_dtype_size(y->dtype);
+      kiln_strided_copy(y->dtype, &nd, out, x, pool);
+      return kiln_ok();
+    }
+    case KILN_OP_CAT:
+      run_cat(g, n, bufs, pool);
+      return kiln_ok();
+    case KILN_OP_GATHER: {
+      const kiln_value_t *t = VAL(0), *idx = VAL(1);
+      int32_t axis = (int32_t)n->params[0];
+      int64_t bad = kiln_gather(kiln_dtype_size(t->dtype), BUF(0), prod(t->shape, 0, axis),
+                                t->shape[axis], prod(t->shape, axis + 1, t->rank), BUF(1),
+                                idx->dtype, kiln_value_numel(idx), out, pool);
+      if (bad)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "%s: %lld indices are out of range for a dimension of size %lld",
+                                n->origin ? n->origin : "gather", (long long)bad,
+                                (long long)t->shape[axis]);
+      return kiln_ok();
+    }
+    case KILN_OP_WHERE:
+      nd_for(g, n, 3, &nd);
+      kiln_where(y->dtype, &nd, out, BUF(0), BUF(1), BUF(2), pool);
+      return kiln_ok();
+    case KILN_OP_CAST:
+      kiln_cast(VAL(0)->dtype, y->dtype, numel, BUF(0), out);
+      return kiln_ok();
+    case KILN_OP_LOGICAL_NOT:
+      kiln_logical_not(numel, BUF(0), out);
+      return kiln_ok();
+    case KILN_OP_ARGMAX:
+      kiln_argmax(VAL(0)->dtype, VAL(0)->rank, VAL(0)->shape, (int32_t)n->params[0], BUF(0), out);
+      return kiln_ok();
+    case KILN_OP_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX: {
+      const kiln_value_t* x = VAL(0);
+      int32_t axis = (int32_t)n->params[0];
+      int64_t len = x->rank ? x->shape[axis] : 1;
+      int64_t inner = x->rank ? prod(x->shape, axis + 1, x->rank) : 1;
+      if (inner == 1) {
+        kiln_softmax_f32((size_t)(numel / (len ? len : 1)), (size_t)len, BUF(0), out,
+                         op == KILN_OP_LOG_SOFTMAX, pool);
+      } else {
+        kiln_softmax_strided_f32(prod(x->shape, 0, axis), len, inner, BUF(0), out,
+                                 op == KILN_OP_LOG_SOFTMAX);
+      }
+      return kiln_ok();
+    }
+    case KILN_OP_LAYER_NORM:
+    case KILN_OP_RMS_NORM: {
+      const kiln_value_t* x = VAL(0);
+      int64_t cols = prod(x->shape, x->rank - (int32_t)n->params[0], x->rank);
+      size_t rows = cols ? numel / (size_t)cols : 0;
+      const float* gamma = n->n_inputs > 1 ? BUF(1) : NULL;
+      if (op == KILN_OP_LAYER_NORM)
+        kiln_layer_norm_f32(rows, (size_t)cols, BUF(0), gamma, n->n_inputs > 2 ? BUF(2) : NULL,
+                            n->fparams[0], out, pool);
+      else
+        kiln_rms_norm_f32(rows, (size_t)cols, BUF(0), gamma, n->fparams[0], out, pool);
+      return kiln_ok();
+    }
+    case KILN_OP_MATMUL:
+      run_matmul(g, n, bufs, pool);
+      return kiln_ok();
+    case KILN_OP_LINEAR:
+      run_linear(g, n, bufs, pool);
+      return kiln_ok();
+    case KILN_OP_SDPA:
+      run_sdpa(g, n, bufs, pool);
+      return kiln_ok();
+    case KILN_OP_FMA_SCALAR:
+      kiln_fma_scalar_f32(numel, BUF(0), n->fparams[0], n->fparams[1], out, pool);
+      return kiln_ok();
+    default:
+      return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",
+                              kiln_op_name(op));
+  }
+}

@@ -1,0 +1,230 @@
+/* The .kiln writer: lays a graph and the caller's sections out as
+ * ir/kiln_format.h describes (header, section table, "graph", caller
+ * sections, then the 64-byte-aligned "consts" blob) into one zero-filled
+ * buffer, field by field with explicit little-endian stores, plus the file
+ * helper that saves a buffer. It refuses graphs the reader could not replay
+ * exactly, so that whatever it writes reads back. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/kiln_artifact.h"
+#include "ir/kiln_format.h"
+
+#define BAD_ARG(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
+
+/* Checks a section name: 1..31 printable ASCII bytes, not reserved. */
+static kiln_status_t kiln_artifact_check_name(const char* name, int32_t index) {
+  if (!name) BAD_ARG("extra section %d has no name", index);
+  size_t n = strlen(name);
+  if (n == 0 || n >= KILN_FORMAT_NAME_SIZE)
+    BAD_ARG("extra section %d: name '%s' must have 1..%d characters", index, name,
+            KILN_FORMAT_NAME_SIZE - 1);
+  for (size_t i = 0; i < n; ++i)
+    if (name[i] < 0x21 || name[i] > 0x7e)
+      BAD_ARG("extra section %d: name has a non-printable character at %zu", index, i);
+  if (!strcmp(name, KILN_FORMAT_SECTION_GRAPH) || !strcmp(name, KILN_FORMAT_SECTION_CONSTS))
+    BAD_ARG("extra section %d: the name '%s' is reserved", index, name);
+  return kiln_ok();
+}
+
+/* The reader replays values in id order, adding node k when the k-th
+ * intermediate comes up; check the graph has that shape (it always does
+ * when built with the public API) and that every string fits a u32 table. */
+static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* out_strings,
+                                               size_t* out_consts) {
+  kiln_status_t s = kiln_graph_verify(g);
+  if (s) return kiln_status_annotate(s, "graph does not verify, not writing it");
+  size_t strings = 0, consts = 0;
+  int32_t next_node = 0, next_input = 0;
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    const kiln_value_t* v = &g->values[i];
+    if (v->name) strings += strlen(v->name) + 1;
+    if (v->kind == KILN_VALUE_INTERMEDIATE) {
+      if (v->producer != next_node || g->nodes[next_node].outputs[0] != i)
+        BAD_ARG("value %d is made by node %d, but node %d comes next: the format needs the "
+                "k-th intermediate to be node k's output", i, v->producer, next_node);
+      ++next_node;
+    } else if (v->kind == KILN_VALUE_INPUT) {
+      if (next_input >= g->n_inputs || g->inputs[next_input] != i)
+        BAD_ARG("graph inputs must list the input values in id order (value %d)", i);
+      ++next_input;
+    } else {
+      if (v->nbytes && !v->data) BAD_ARG("constant %d has no data", i);
+      if (!kiln_size_add(kiln_align_up(consts, KILN_FORMAT_ALIGN), v->nbytes, &consts))
+        BAD_ARG("constants too large");
+    }
+  }
+  if (next_node != g->n_nodes) BAD_ARG("%d nodes make no value", g->n_nodes - next_node);
+  if (next_input != g->n_inputs) BAD_ARG("graph inputs list values that are not inputs");
+  for (int32_t i = 0; i < g->n_nodes; ++i)
+    if (g->nodes[i].origin) strings += strlen(g->nodes[i].origin) + 1;
+  if (strings >= KILN_FORMAT_NO_STRING) BAD_ARG("names and origins exceed 4 GiB");
+  *out_strings = strings;
+  *out_consts = consts;
+  return kiln_ok();
+}
+
+/* Appends a NUL-terminated string to the table; returns its offset. */
+static uint32_t kiln_artifact_put_string(uint8_t* table, size_t* at, const char* s) {
+  if (!s) return KILN_FORMAT_NO_STRING;
+  size_t n = strlen(s) + 1;
+  uint32_t off = (uint32_t)*at;
+  memcpy(table + *at, s, n);
+  *at += n;
+  return off;
+}
+
+static void kiln_artifact_put_section(uint8_t* entry, const char* name, uint64_t offset,
+                                      uint64_t size) {
+  memcpy(entry + KILN_FORMAT_ENTRY_NAME, name, strlen(name)); /* rest stays zero */
+  kiln_format_put_u64(entry + KILN_FORMAT_ENTRY_OFFSET, offset);
+  kiln_format_put_u64(entry + KILN_FORMAT_ENTRY_SIZE_FIELD, size);
+}
+
+/* Writes the graph section at `p` (graph_size bytes, zero-filled) and copies
+ * the constants into the blob at `consts`. */
+static void kiln_artifact_put_graph(const kiln_graph_t* g, uint8_t* p, size_t strings_size,
+                                    uint8_t* consts) {
+  kiln_format_put_u32(p + KILN_FORMAT_GH_N_VALUES, (uint32_t)g->n_values);
+  kiln_format_put_u32(p + KILN_FORMAT_GH_N_NODES, (uint32_t)g->n_nodes);
+  kiln_format_put_u32(p + KILN_FORMAT_GH_N_INPUTS, (uint32_t)g->n_inputs);
+  kiln_format_put_u32(p + KILN_FORMAT_GH_N_OUTPUTS, (uint32_t)g->n_outputs);
+  kiln_format_put_u64(p + KILN_FORMAT_GH_STRINGS_SIZE, strings_size);
+
+  uint8_t* values = p + KILN_FORMAT_GRAPH_HEADER_SIZE;
+  uint8_t* nodes = values + (size_t)g->n_values * KILN_FORMAT_VALUE_SIZE;
+  uint8_t* inputs = nodes + (size_t)g->n_nodes * KILN_FORMAT_NODE_SIZE;
+  uint8_t* outputs = inputs + (size_t)g->n_inputs * 4;
+  uint8_t* strings = outputs + (size_t)g->n_outputs * 4;
+  size_t str_at = 0, const_at = 0;
+
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    const kiln_value_t* v = &g->values[i];
+    uint8_t* r = values + (size_t)i * KILN_FORMAT_VALUE_SIZE;
+    kiln_format_put_u32(r + KILN_FORMAT_V_KIND, (uint32_t)v->kind);
+    kiln_format_put_u32(r + KILN_FORMAT_V_DTYPE, (uint32_t)v->dtype);
+    kiln_format_put_u32(r + KILN_FORMAT_V_LAYOUT, (uint32_t)v->layout);
+    kiln_format_put_u32(r + KILN_FORMAT_V_RANK, (uint32_t)v->rank);
+    for (int32_t d = 0; d < v->rank; ++d)
+      kiln_format_put_u64(r + KILN_FORMAT_V_SHAPE + 8 * d, (uint64_t)v->shape[d]);
+    kiln_format_put_u32(r + KILN_FORMAT_V_NAME, kiln_artifact_put_string(strings, &str_at, v->name));
+    if (v->kind == KILN_VALUE_CONSTANT) {
+      const_at = kiln_align_up(const_at, KILN_FORMAT_ALIGN);
+      kiln_format_put_u64(r + KILN_FORMAT_V_CONST_OFFSET, const_at);
+      kiln_format_put_u64(r + KILN_FORMAT_V_CONST_SIZE, v->nbytes);
+      if (v->nbytes) memcpy(consts + const_at, v->data, v->nbytes);
+      const_at += v->nbytes;
+    }
+  }
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    const kiln_node_t* n = &g->nodes[i];
+    uint8_t* r = nodes + (size_t)i * KILN_FORMAT_NODE_SIZE;
+    kiln_format_put_u32(r + KILN_FORMAT_N_OP, (uint32_t)n->op);
+    kiln_format_put_u32(r + KILN_FORMAT_N_N_INPUTS, (uint32_t)n->n_inputs);
+    kiln_format_put_u32(r + KILN_FORMAT_N_N_OUTPUTS, (uint32_t)n->n_outputs);
+    kiln_format_put_u32(r + KILN_FORMAT_N_ORIGIN,
+                        kiln_artifact_put_string(strings, &str_at, n->origin));
+    /* Slots past n_inputs stay zero whatever the IR holds there. */
+    for (int32_t k = 0; k < n->n_inputs; ++k)
+      kiln_format_put_u32(r + KILN_FORMAT_N_INPUTS + 4 * k, (uint32_t)n->inputs[k]);
+    kiln_format_put_u32(r + KILN_FORMAT_N_OUTPUT, (uint32_t)n->outputs[0]);
+    for (int32_t k = 0; k < KILN_FORMAT_PARAMS; ++k)
+      kiln_format_put_u64(r + KILN_FORMAT_N_PARAMS + 8 * k, (uint64_t)n->params[k]);
+    for (int32_t k = 0; k < KILN_FORMAT_FPARAMS; ++k) {
+      uint32_t bits;
+      memcpy(&bits, &n->fparams[k], 4);
+      kiln_format_put_u32(r + KILN_FORMAT_N_FPARAMS + 4 * k, bits);
+    }
+  }
+  for (int32_t i = 0; i < g->n_inputs; ++i)
+    kiln_format_put_u32(inputs + 4 * (size_t)i, (uint32_t)g->inputs[i]);
+  for (int32_t i = 0; i < g->n_outputs; ++i)
+    kiln_format_put_u32(outputs + 4 * (size_t)i, (uint32_t)g->outputs[i]);
+}
+
+kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_section_t* extra,
+                                  int32_t n_extra, void** out_bytes, size_t* out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
+  KILN_CHECK_ARG(g, "no graph");
+  KILN_CHECK_ARG(n_extra >= 0 && n_extra <= KILN_FORMAT_MAX_SECTIONS - 2 && (extra || !n_extra),
+                 "bad extra sections (%d)", (int)n_extra);
+  for (int32_t i = 0; i < n_extra; ++i) {
+    KILN_RETURN_IF_ERROR(kiln_artifact_check_name(extra[i].name, i));
+    KILN_CHECK_ARG(extra[i].data || !extra[i].size, "extra section '%s' has no data",
+                   extra[i].name);
+    for (int32_t j = 0; j < i; ++j)
+      KILN_CHECK_ARG(strcmp(extra[i].name, extra[j].name), "two extra sections named '%s'",
+                     extra[i].name);
+  }
+  size_t strings_size = 0, consts_size = 0;
+  KILN_RETURN_IF_ERROR(kiln_artifact_check_graph(g, &strings_size, &consts_size));
+
+  /* Layout: header | table | graph | extra... | consts, each section
+   * 64-aligned. Sizes from the graph are bounded by what already sits in
+   * memory, but add with overflow checks anyway (extra sizes are the
+   * caller's). */
+  int32_t n_sections = 2 + n_extra;
+  size_t at = KILN_FORMAT_HEADER_SIZE + (size_t)n_sections * KILN_FORMAT_ENTRY_SIZE;
+  size_t graph_size = KILN_FORMAT_GRAPH_HEADER_SIZE +
+                      (size_t)g->n_values * KILN_FORMAT_VALUE_SIZE +
+                      (size_t)g->n_nodes * KILN_FORMAT_NODE_SIZE +
+                      4 * ((size_t)g->n_inputs + (size_t)g->n_outputs);
+  int ok = kiln_size_add(graph_size, strings_size, &graph_size);
+  size_t graph_off = kiln_align_up(at, KILN_FORMAT_ALIGN);
+  ok = ok && kiln_size_add(graph_off, graph_size, &at);
+  size_t extra_off[KILN_FORMAT_MAX_SECTIONS];
+  for (int32_t i = 0; i < n_extra && ok; ++i) {
+    ok = kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
+    extra_off[i] = at & ~(size_t)(KILN_FORMAT_ALIGN - 1);
+    ok = ok && kiln_size_add(extra_off[i], extra[i].size, &at);
+  }
+  ok = ok && kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
+  size_t consts_off = at & ~(size_t)(KILN_FORMAT_ALIGN - 1);
+  size_t total;
+  ok = ok && kiln_size_add(consts_off, consts_size, &total);
+  if (!ok) BAD_ARG("artifact size overflows");
+
+  void* buf;
+  KILN_RETURN_IF_ERROR(kiln_allocator_calloc(kiln_allocator_system(), total, &buf));
+  uint8_t* b = buf;
+  memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR);
+  kiln_format_put_u32(b + KILN_FORMAT_HDR_FLAGS, 0);
+  kiln_format_put_u32(b + KILN_FORMAT_HDR_HEADER_SIZE, KILN_FORMAT_HEADER_SIZE);
+  kiln_format_put_u64(b + KILN_FORMAT_HDR_FILE_SIZE, total);
+  kiln_format_put_u64(b + KILN_FORMAT_HDR_TABLE_OFFSET, KILN_FORMAT_HEADER_SIZE);
+  kiln_format_put_u32(b + KILN_FORMAT_HDR_SECTION_COUNT, (uint32_t)n_sections);
+  kiln_format_put_u32(b + KILN_FORMAT_HDR_ENTRY_SIZE, KILN_FORMAT_ENTRY_SIZE);
+
+  /* Table entries in offset order, as the reader requires. */
+  uint8_t* table = b + KILN_FORMAT_HEADER_SIZE;
+  kiln_artifact_put_section(table, KILN_FORMAT_SECTION_GRAPH, graph_off, graph_size);
+  for (int32_t i = 0; i < n_extra; ++i) {
+    kiln_artifact_put_section(table + (size_t)(1 + i) * KILN_FORMAT_ENTRY_SIZE, extra[i].name,
+                              extra_off[i], extra[i].size);
+    if (extra[i].size) memcpy(b + extra_off[i], extra[i].data, extra[i].size);
+  }
+  kiln_artifact_put_section(table + (size_t)(1 + n_extra) * KILN_FORMAT_ENTRY_SIZE,
+                            KILN_FORMAT_SECTION_CONSTS, consts_off, consts_size);
+  kiln_artifact_put_graph(g, b + graph_off, strings_size, b + consts_off);
+  *out_bytes = buf;
+  *out_size = total;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_artifact_save_file(const char* path, const void* bytes, size_t size) {
+  KILN_CHECK_ARG(path && (bytes || !size), "no path or no bytes");
+  FILE* f = fopen(path, "wb");
+  if (!f) return kiln_status_make(KILN_IO_ERROR, "cannot create '%s': %s", path, strerror(errno));
+  size_t wrote = size ? fwrite(bytes, 1, size, f) : 0;
+  int write_errno = errno;
+  /* fclose flushes: its failure is a failed write too. */
+  if (fclose(f) != 0 || wrote != size)
+    return kiln_status_make(KILN_IO_ERROR, "writing %zu bytes to '%s' failed: %s", size, path,
+                            strerror(wrote != size ? write_errno : errno));
+  return kiln_ok();
+}

@@ -1,0 +1,230 @@
+/* The .kiln file layout, byte by byte. This header is the normative
+ * description of format 1.x (docs/format.md repeats it with tables and the
+ * versioning policy); the writer and reader use only the constants below,
+ * never a C struct copied to or from the file, so no compiler padding or host
+ * byte order can leak into the format.
+ *
+ * General rules
+ *   - All integers are little-endian, fixed width; floats are IEEE-754
+ *     binary32 bit patterns stored as u32. Signed integers are two's
+ *     complement.
+ *   - The file is: a 64-byte header, a section table, then sections. Every
+ *     section starts at a file offset that is a multiple of 64, and sections
+ *     appear in the table in increasing offset order without overlapping each
+ *     other, the header or the table. Bytes between sections are padding
+ *     (written as zero, not read).
+ *   - Required sections: "graph" (the IR) and "consts" (the constant blob),
+ *     each exactly once. Any other name is a caller section (the runtime's
+ *     memory plan, the Python front end's JSON metadata, ...), opaque to the
+ *     reader; unknown sections are skipped, never an error.
+ *   - Fields marked "reserved" or "unused slot" are written as zero and a 1.x
+ *     reader rejects non-zero there (the only way to extend a record is a
+ *     major version bump; additive changes go in new sections).
+ *
+ * Header (64 bytes at file offset 0)
+ *   off size type  meaning
+ *     0    4 u8[4] magic "KILN"
+ *     4    2 u16   format major version (KILN_FORMAT_MAJOR)
+ *     6    2 u16   format minor version (KILN_FORMAT_MINOR)
+ *     8    4 u32   flags: must-understand feature bits; 1.x defines none, so
+ *                  any set bit is rejected
+ *    12    4 u32   header size, 64
+ *    16    8 u64   file size in bytes; must equal the buffer's length
+ *    24    8 u64   section table offset (>= 64)
+ *    32    4 u32   section count (2..KILN_FORMAT_MAX_SECTIONS)
+ *    36    4 u32   section table entry size, 48
+ *    40   24       reserved
+ *
+ * Section table entry (48 bytes each, `count` of them at the table offset)
+ *   off size type   meaning
+ *     0   32 u8[32] name: 1..31 printable ASCII bytes (0x21..0x7e), then NUL
+ *                   bytes to the end of the field; names are unique
+ *    32    8 u64    offset of the section from the start of the file
+ *                   (multiple of 64)
+ *    40    8 u64    size of the section in bytes (offset + size <= file size)
+ *
+ * "graph" section
+ *   graph header (32 bytes)
+ *     off size type meaning
+ *       0    4 u32  V: number of values
+ *       4    4 u32  N: number of nodes
+ *       8    4 u32  I: number of graph inputs
+ *      12    4 u32  O: number of graph outputs (>= 1)
+ *      16    8 u64  S: size of the string table in bytes
+ *      24    8      reserved
+ *   then V value records, N node records, I input ids (i32 each), O output
+ *   ids (i32 each), and the S-byte string table; the section's size is
+ *   exactly the sum of these, so every count is bounded by the section size
+ *   before anything is allocated from it.
+ *
+ *   value record (104 bytes), in value id order (record k is value k)
+ *     off size type   meaning
+ *       0    4 u32    kind (kiln_value_kind_t: 0 intermediate, 1 input,
+ *                     2 constant)
+ *       4    4 u32    dtype (kiln_dtype_t)
+ *       8    4 u32    layout (kiln_layout_t; 0 dense unless a constant)
+ *      12    4 i32    rank, 0..8
+ *      16   64 i64[8] shape; dims 0..2^40, at most 2^44 elements; entries at
+ *                     and after `rank` are zero
+ *      80    4 u32    name: string table offset, or 0xffffffff for none
+ *      84    4        reserved
+ *      88    8 u64    constants: byte offset of the data in "consts"
+ *                     (multiple of 64); zero for other kinds
+ *      96    8 u64    constants: byte size of the data (the dense size when
+ *                     the layout is dense); zero for other kinds
+ *   Constants appear in increasing offset order without overlap.
+ *   Intermediates name no producer: the k-th intermediate (in id order) is
+ *   the output of node k, which is what a graph built by appending nodes
+ *   looks like, and what lets the reader replay values in id order.
+ *
+ *   node record (264 bytes), in execution (topological) order
+ *     off size type    meaning
+ *       0    4 u32     op (kiln_op_t)
+ *       4    4 u32     number of inputs (within the op's min..max)
+ *       8    4 u32     number of outputs, 1
+ *      12    4 u32     origin: string table offset, or 0xffffffff for none
+ *      16   32 i32[8]  input value ids; -1 for an absent optional input;
+ *                      slots from the input count on are zero
+ *      48    4 i32     output value id
+ *      52    4         reserved
+ *      56  192 i64[24] params (all of them, including unused zeros)
+ *     248   16 u32[4]  fparams as binary32 bit patterns
+ *
+ *   string table: NUL-terminated byte strings (UTF-8 by convention); a
+ *   reference is the offset of a string's first byte and must be followed
+ *   by a NUL inside the table.
+ *
+ * "consts" section
+ *   The constants' bytes, each at its record's offset. Since the section
+ *   starts 64-aligned in the file and every offset is a multiple of 64, a
+ *   file loaded or mapped at a 64-aligned address can be used in place.
+ *
+ * Enum numberings (ops, dtypes, layouts, value kinds) are part of the
+ * format: they are only ever appended to (kiln_ops.h, kiln_dtype.h).
+ */
+#ifndef KILN_FORMAT_H
+#define KILN_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/kiln_graph.h"
+
+#define KILN_FORMAT_MAGIC "KILN"
+#define KILN_FORMAT_MAJOR 1
+#define KILN_FORMAT_MINOR 0
+#define KILN_FORMAT_ALIGN 64
+#define KILN_FORMAT_MAX_SECTIONS 1024
+#define KILN_FORMAT_NO_STRING 0xffffffffu
+
+/* Header fields. */
+#define KILN_FORMAT_HEADER_SIZE 64
+#define KILN_FORMAT_HDR_MAGIC 0
+#define KILN_FORMAT_HDR_MAJOR 4
+#define KILN_FORMAT_HDR_MINOR 6
+#define KILN_FORMAT_HDR_FLAGS 8
+#define KILN_FORMAT_HDR_HEADER_SIZE 12
+#define KILN_FORMAT_HDR_FILE_SIZE 16
+#define KILN_FORMAT_HDR_TABLE_OFFSET 24
+#define KILN_FORMAT_HDR_SECTION_COUNT 32
+#define KILN_FORMAT_HDR_ENTRY_SIZE 36
+#define KILN_FORMAT_HDR_RESERVED 40
+
+/* Section table entry fields. */
+#define KILN_FORMAT_ENTRY_SIZE 48
+#define KILN_FORMAT_NAME_SIZE 32
+#define KILN_FORMAT_ENTRY_NAME 0
+#define KILN_FORMAT_ENTRY_OFFSET 32
+#define KILN_FORMAT_ENTRY_SIZE_FIELD 40
+
+#define KILN_FORMAT_SECTION_GRAPH "graph"
+#define KILN_FORMAT_SECTION_CONSTS "consts"
+
+/* Graph section header fields. */
+#define KILN_FORMAT_GRAPH_HEADER_SIZE 32
+#define KILN_FORMAT_GH_N_VALUES 0
+#define KILN_FORMAT_GH_N_NODES 4
+#define KILN_FORMAT_GH_N_INPUTS 8
+#define KILN_FORMAT_GH_N_OUTPUTS 12
+#define KILN_FORMAT_GH_STRINGS_SIZE 16
+#define KILN_FORMAT_GH_RESERVED 24
+
+/* Value record fields. */
+#define KILN_FORMAT_VALUE_SIZE 104
+#define KILN_FORMAT_V_KIND 0
+#define KILN_FORMAT_V_DTYPE 4
+#define KILN_FORMAT_V_LAYOUT 8
+#define KILN_FORMAT_V_RANK 12
+#define KILN_FORMAT_V_SHAPE 16
+#define KILN_FORMAT_V_NAME 80
+#define KILN_FORMAT_V_RESERVED 84
+#define KILN_FORMAT_V_CONST_OFFSET 88
+#define KILN_FORMAT_V_CONST_SIZE 96
+
+/* Node record fields. */
+#define KILN_FORMAT_NODE_SIZE 264
+#define KILN_FORMAT_N_OP 0
+#define KILN_FORMAT_N_N_INPUTS 4
+#define KILN_FORMAT_N_N_OUTPUTS 8
+#define KILN_FORMAT_N_ORIGIN 12
+#define KILN_FORMAT_N_INPUTS 16
+#define KILN_FORMAT_N_OUTPUT 48
+#define KILN_FORMAT_N_RESERVED 52
+#define KILN_FORMAT_N_PARAMS 56
+#define KILN_FORMAT_N_FPARAMS 248
+
+/* Record capacities fixed by format 1.x. */
+#define KILN_FORMAT_RANK 8
+#define KILN_FORMAT_NODE_INPUTS 8
+#define KILN_FORMAT_NODE_OUTPUTS 1
+#define KILN_FORMAT_PARAMS 24
+#define KILN_FORMAT_FPARAMS 4
+
+/* Shape limits, the same as the graph's own (kiln_graph.c). */
+#define KILN_FORMAT_MAX_DIM ((int64_t)1 << 40)
+#define KILN_FORMAT_MAX_NUMEL ((int64_t)1 << 44)
+
+/* The record layouts above hold exactly the IR's capacities; growing one of
+ * these in the IR changes the file format (a major version bump). */
+_Static_assert(KILN_MAX_RANK == KILN_FORMAT_RANK, "value record holds KILN_MAX_RANK dims");
+_Static_assert(KILN_MAX_NODE_INPUTS == KILN_FORMAT_NODE_INPUTS, "node record input slots");
+_Static_assert(KILN_MAX_NODE_OUTPUTS == KILN_FORMAT_NODE_OUTPUTS, "node record output slots");
+_Static_assert(KILN_MAX_PARAMS == KILN_FORMAT_PARAMS, "node record params");
+_Static_assert(KILN_MAX_FPARAMS == KILN_FORMAT_FPARAMS, "node record fparams");
+_Static_assert(KILN_FORMAT_V_SHAPE + 8 * KILN_FORMAT_RANK == KILN_FORMAT_V_NAME,
+               "value record: shape is followed by the name");
+_Static_assert(KILN_FORMAT_V_CONST_SIZE + 8 == KILN_FORMAT_VALUE_SIZE, "value record size");
+_Static_assert(KILN_FORMAT_N_INPUTS + 4 * KILN_FORMAT_NODE_INPUTS == KILN_FORMAT_N_OUTPUT,
+               "node record: inputs are followed by the output");
+_Static_assert(KILN_FORMAT_N_PARAMS + 8 * KILN_FORMAT_PARAMS == KILN_FORMAT_N_FPARAMS,
+               "node record: params are followed by fparams");
+_Static_assert(KILN_FORMAT_N_FPARAMS + 4 * KILN_FORMAT_FPARAMS == KILN_FORMAT_NODE_SIZE,
+               "node record size");
+_Static_assert(KILN_FORMAT_HDR_RESERVED + 24 == KILN_FORMAT_HEADER_SIZE, "header size");
+_Static_assert(KILN_FORMAT_ENTRY_SIZE_FIELD + 8 == KILN_FORMAT_ENTRY_SIZE, "entry size");
+_Static_assert(sizeof(float) == 4, "fparams are binary32");
+
+/* Little-endian field access by shifts, so the code is the same on any host
+ * and never performs an unaligned load. */
+static inline uint16_t kiln_format_get_u16(const uint8_t* p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t kiln_format_get_u32(const uint8_t* p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+         ((uint32_t)p[3] << 24);
+}
+static inline uint64_t kiln_format_get_u64(const uint8_t* p) {
+  return (uint64_t)kiln_format_get_u32(p) | ((uint64_t)kiln_format_get_u32(p + 4) << 32);
+}
+static inline void kiln_format_put_u16(uint8_t* p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+static inline void kiln_format_put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void kiln_format_put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+#endif /* KILN_FORMAT_H */

@@ -1,0 +1,247 @@
+/* Graph construction: growing arrays of values and nodes, constants'
+ * ownership, and the bookkeeping every pass relies on. */
+#include "ir/kiln_graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kiln_status_t kiln_graph_create(kiln_allocator_t allocator, kiln_graph_t** out_graph) {
+  *out_graph = NULL;
+  kiln_graph_t* g = calloc(1, sizeof(*g));
+  if (!g) return kiln_status_make(KILN_OUT_OF_MEMORY, "graph");
+  g->allocator = allocator;
+  *out_graph = g;
+  return kiln_ok();
+}
+
+void kiln_graph_release(kiln_graph_t* g) {
+  if (!g) return;
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    kiln_allocator_free(g->allocator, g->values[i].owned_data);
+    free(g->values[i].name);
+  }
+  for (int32_t i = 0; i < g->n_nodes; ++i) free(g->nodes[i].origin);
+  free(g->values);
+  free(g->nodes);
+  free(g->inputs);
+  free(g->outputs);
+  free(g);
+}
+
+int64_t kiln_value_numel(const kiln_value_t* v) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < v->rank; ++d) n *= v->shape[d];
+  return n;
+}
+
+size_t kiln_value_dense_bytes(const kiln_value_t* v) {
+  return (size_t)kiln_value_numel(v) * kiln_dtype_size(v->dtype);
+}
+
+const char* kiln_value_describe(const kiln_value_t* v, char* buf, size_t size) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf + at, size - at, "(");
+  for (int32_t d = 0; d < v->rank && at < size; ++d)
+    at += (size_t)snprintf(buf + at, size - at, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+  if (at < size) snprintf(buf + at, size - at, ") %s", kiln_dtype_name(v->dtype));
+  return buf;
+}
+
+static char* kiln_strdup_or_null(const char* s) {
+  if (!s) return NULL;
+  size_t n = strlen(s) + 1;
+  char* d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* Grows an array of `elem` bytes to hold at least `need` items. */
+static kiln_status_t kiln_grow(void** items, int32_t* cap, int32_t need, size_t elem) {
+  if (need <= *cap) return kiln_ok();
+  if (need > (1 << 28)) return kiln_status_make(KILN_INVALID_ARGUMENT, "graph too large");
+  int32_t new_cap = *cap ? *cap * 2 : 16;
+  while (new_cap < need) new_cap *= 2;
+  void* p = realloc(*items, (size_t)new_cap * elem);
+  if (!p) return kiln_status_make(KILN_OUT_OF_MEMORY, "growing the graph");
+  memset((char*)p + (size_t)*cap * elem, 0, (size_t)(new_cap - *cap) * elem);
+  *items = p;
+  *cap = new_cap;
+  return kiln_ok();
+}
+
+static kiln_status_t kiln_check_shape(kiln_dtype_t dtype, int32_t rank, const int64_t* shape) {
+  KILN_CHECK_ARG((unsigned)dtype < KILN_DTYPE_COUNT, "unknown dtype %d", (int)dtype);
+  KILN_CHECK_ARG(rank >= 0 && rank <= KILN_MAX_RANK, "rank %d is outside 0..%d", rank,
+                 KILN_MAX_RANK);
+  /* Cap every tensor well below what overflows size computations. */
+  int64_t numel = 1;
+  for (int32_t d = 0; d < rank; ++d) {
+    KILN_CHECK_ARG(shape[d] >= 0 && shape[d] <= ((int64_t)1 << 40),
+                   "dimension %d has size %lld", d, (long long)shape[d]);
+    if (shape[d] && numel > ((int64_t)1 << 44) / shape[d])
+      return kiln_status_make(KILN_INVALID_ARGUMENT, "tensor of more than 2^44 elements");
+    numel *= shape[d];
+  }
+  return kiln_ok();
+}
+
+static kiln_status_t kiln_graph_new_value(kiln_graph_t* g, const char* name, kiln_dtype_t dtype,
+                                          int32_t rank, const int64_t* shape,
+                                          kiln_value_kind_t kind, int32_t* out_id) {
+  KILN_RETURN_IF_ERROR(kiln_check_shape(dtype, rank, shape));
+  KILN_RETURN_IF_ERROR(
+      kiln_grow((void**)&g->values, &g->cap_values, g->n_values + 1, sizeof(kiln_value_t)));
+  kiln_value_t* v = &g->values[g->n_values];
+  memset(v, 0, sizeof(*v));
+  v->dtype = dtype;
+  v->rank = rank;
+  if (rank) memcpy(v->shape, shape, (size_t)rank * sizeof(int64_t));
+  v->kind = kind;
+  v->producer = -1;
+  v->layout = KILN_LAYOUT_DENSE;
+  if (name && !(v->name = kiln_strdup_or_null(name)))
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "value name");
+  *out_id = g->n_values++;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_graph_add_input(kiln_graph_t* g, const char* name, kiln_dtype_t dtype,
+                                   int32_t rank, const int64_t* shape, int32_t* out_id) {
+  *out_id = -1;
+  KILN_RETURN_IF_ERROR(
+      kiln_grow((void**)&g->inputs, &g->cap_inputs, g->n_inputs + 1, sizeof(int32_t)));
+  int32_t id;
+  KILN_RETURN_IF_ERROR(kiln_graph_new_value(g, name, dtype, rank, shape, KILN_VALUE_INPUT, &id));
+  g->inputs[g->n_inputs++] = id;
+  *out_id = id;
+  return kiln_ok();
+}
+
+/* mode 0: copy, 1: borrow, 2: take ownership. */
+static kiln_status_t kiln_graph_add_constant_mode(kiln_graph_t* g, const char* name,
+                                                  kiln_dtype_t dtype, int32_t rank,
+                                                  const int64_t* shape, kiln_layout_t layout,
+                                                  const void* data, size_t nbytes, int mode,
+                                                  int32_t* out_id) {
+  *out_id = -1;
+  KILN_CHECK_ARG((unsigned)layout < KILN_LAYOUT_COUNT, "unknown layout %d", (int)layout);
+  int32_t id;
+  kiln_status_t s = kiln_graph_new_value(g, name, dtype, rank, shape, KILN_VALUE_CONSTANT, &id);
+  if (s) {
+    if (mode == 2) kiln_allocator_free(g->allocator, (void*)data);
+    return s;
+  }
+  kiln_value_t* v = &g->values[id];
+  v->layout = layout;
+  v->nbytes = nbytes;
+  if (layout == KILN_LAYOUT_DENSE && nbytes != kiln_value_dense_bytes(v)) {
+    if (mode == 2) kiln_allocator_free(g->allocator, (void*)data);
+    g->n_values--;
+    free(v->name);
+    return kiln_status_make(KILN_INVALID_ARGUMENT,
+                            "constant '%s' has %zu bytes, its shape needs %zu",
+                            name ? name : "?", nbytes, kiln_value_dense_bytes(v));
+  }
+  if (mode == 0) {
+    void* copy;
+    s = kiln_allocator_malloc(g->allocator, nbytes, &copy);
+    if (s) {
+      g->n_values--;
+      free(v->name);
+      return s;
+    }
+    if (nbytes) memcpy(copy, data, nbytes);
+    v->owned_data = copy;
+    v->data = copy;
+  } else if (mode == 2) {
+    v->owned_data = (void*)data;
+    v->data = data;
+  } else {
+    v->data = data;
+  }
+  *out_id = id;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_graph_add_constant(kiln_graph_t* g, const char* name, kiln_dtype_t dtype,
+                                      int32_t rank, const int64_t* shape, kiln_layout_t layout,
+                                      const void* data, size_t nbytes, int32_t* out_id) {
+  return kiln_graph_add_constant_mode(g, name, dtype, rank, shape, layout, data, nbytes, 0,
+                                      out_id);
+}
+
+kiln_status_t kiln_graph_add_constant_borrowed(kiln_graph_t* g, const char* name,
+                                               kiln_dtype_t dtype, int32_t rank,
+                                               const int64_t* shape, kiln_layout_t layout,
+                                               const void* data, size_t nbytes,
+                                               int32_t* out_id) {
+  return kiln_graph_add_constant_mode(g, name, dtype, rank, shape, layout, data, nbytes, 1,
+                                      out_id);
+}
+
+kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* g, const char* name,
+                                            kiln_dtype_t dtype, int32_t rank,
+                                            const int64_t* shape, kiln_layout_t layout,
+                                            void* data, size_t nbytes, int32_t* out_id) {
+  return kiln_graph_add_constant_mode(g, name, dtype, rank, shape, layout, data, nbytes, 2,
+                                      out_id);
+}
+
+kiln_status_t kiln_graph_add_node(kiln_graph_t* g, kiln_op_t op, const int32_t* inputs,
+                                  int32_t n_inputs, const int64_t* params, int32_t n_params,
+                                  const float* fparams, int32_t n_fparams, const char* origin,
+                                  int32_t* out_id) {
+  *out_id = -1;
+  KILN_CHECK_ARG((unsigned)op < KILN_OP_COUNT, "unknown op %d", (int)op);
+  KILN_CHECK_ARG(n_inputs >= kiln_op_min_inputs(op) && n_inputs <= kiln_op_max_inputs(op),
+                 "%s takes %d to %d inputs, got %d", kiln_op_name(op), kiln_op_min_inputs(op),
+                 kiln_op_max_inputs(op), n_inputs);
+  KILN_CHECK_ARG(n_params >= 0 && n_params <= KILN_MAX_PARAMS && n_fparams >= 0 &&
+                     n_fparams <= KILN_MAX_FPARAMS,
+                 "%s: too many parameters", kiln_op_name(op));
+  kiln_node_t node;
+  memset(&node, 0, sizeof(node));
+  node.op = op;
+  node.n_inputs = n_inputs;
+  node.n_outputs = 1;
+  for (int32_t i = 0; i < n_inputs; ++i) {
+    KILN_CHECK_ARG(inputs[i] >= -1 && inputs[i] < g->n_values,
+                   "%s: input %d refers to value %d, which does not exist", kiln_op_name(op), i,
+                   inputs[i]);
+    node.inputs[i] = inputs[i];
+  }
+  if (n_params) memcpy(node.params, params, (size_t)n_params * sizeof(int64_t));
+  if (n_fparams) memcpy(node.fparams, fparams, (size_t)n_fparams * sizeof(float));
+
+  kiln_value_t out;
+  kiln_status_t s = kiln_graph_infer_node(g, &node, &out);
+  if (s) return kiln_status_annotate(s, "%s%s%s", kiln_op_name(op), origin ? " from " : "",
+                                     origin ? origin : "");
+
+  KILN_RETURN_IF_ERROR(
+      kiln_grow((void**)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(kiln_node_t)));
+  int32_t id;
+  KILN_RETURN_IF_ERROR(kiln_graph_new_value(g, NULL, out.dtype, out.rank, out.shape,
+                                            KILN_VALUE_INTERMEDIATE, &id));
+  g->values[id].producer = g->n_nodes;
+  node.outputs[0] = id;
+  if (origin && !(node.origin = kiln_strdup_or_null(origin)))
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "node origin");
+  g->nodes[g->n_nodes++] = node;
+  *out_id = id;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_graph_set_outputs(kiln_graph_t* g, const int32_t* ids, int32_t n) {
+  KILN_CHECK_ARG(n >= 1, "a graph needs at least one output");
+  for (int32_t i = 0; i < n; ++i)
+    KILN_CHECK_ARG(ids[i] >= 0 && ids[i] < g->n_values, "output %d: no value %d", i, ids[i]);
+  int32_t* copy = malloc((size_t)n * sizeof(int32_t));
+  if (!copy) return kiln_status_make(KILN_OUT_OF_MEMORY, "graph outputs");
+  memcpy(copy, ids, (size_t)n * sizeof(int32_t));
+  free(g->outputs);
+  g->outputs = copy;
+  g->n_outputs = n;
+  return kiln_ok();
+}

@@ -1,0 +1,134 @@
+/* The kiln graph IR: values (typed, shaped tensors) and nodes (ops over
+ * them), in topological order by construction.
+ *
+ * Values are inputs (bound per call), constants (bytes the graph holds) or
+ * intermediates (made by one node). Graph outputs are a list of value ids.
+ * Nodes are appended only after their inputs exist, so node order is a valid
+ * execution order; passes that rewrite the graph keep that property.
+ *
+ * Ownership: the graph owns its values' names, its nodes' origins and every
+ * constant's bytes unless the constant was added with
+ * kiln_graph_add_constant_borrowed (then the caller keeps them alive for the
+ * graph's lifetime, which is how a loaded artifact's weights stay in place).
+ */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_alloc.h"
+#include "base/kiln_status.h"
+#include "ir/kiln_dtype.h"
+#include "ir/kiln_ops.h"
+
+#define KILN_MAX_RANK 8
+#define KILN_MAX_NODE_INPUTS 8
+#define KILN_MAX_NODE_OUTPUTS 1
+#define KILN_MAX_PARAMS 24
+#define KILN_MAX_FPARAMS 4
+
+typedef enum kiln_value_kind_e {
+  KILN_VALUE_INTERMEDIATE = 0,
+  KILN_VALUE_INPUT,
+  KILN_VALUE_CONSTANT,
+  KILN_VALUE_KIND_COUNT
+} kiln_value_kind_t;
+
+/* How a constant's bytes are laid out. */
+typedef enum kiln_layout_e {
+  KILN_LAYOUT_DENSE = 0,       /* row-major, shape as given */
+  KILN_LAYOUT_GEMM_PACKED_B,   /* kiln_gemm_f32_pack_b of the (K, N) matrix */
+  KILN_LAYOUT_COUNT
+} kiln_layout_t;
+
+typedef struct kiln_value_s {
+  kiln_dtype_t dtype;
+  int32_t rank;
+  int64_t shape[KILN_MAX_RANK];
+  kiln_value_kind_t kind;
+  int32_t producer; /* node index for intermediates, else -1 */
+  kiln_layout_t layout;
+  const void* data; /* constants: nbytes of data */
+  size_t nbytes;
+  void* owned_data; /* freed with the graph when set */
+  char* name;       /* owned, may be NULL */
+} kiln_value_t;
+
+typedef struct kiln_node_s {
+  kiln_op_t op;
+  int32_t n_inputs;
+  int32_t n_outputs;
+  int32_t inputs[KILN_MAX_NODE_INPUTS]; /* -1: an absent optional input */
+  int32_t outputs[KILN_MAX_NODE_OUTPUTS];
+  int64_t params[KILN_MAX_PARAMS];
+  float fparams[KILN_MAX_FPARAMS];
+  char* origin; /* owned, may be NULL: what the node came from, for errors */
+} kiln_node_t;
+
+typedef struct kiln_graph_s {
+  kiln_allocator_t allocator;
+  kiln_value_t* values;
+  int32_t n_values, cap_values;
+  kiln_node_t* nodes;
+  int32_t n_nodes, cap_nodes;
+  int32_t* inputs; /* value ids, in call order */
+  int32_t n_inputs, cap_inputs;
+  int32_t* outputs; /* value ids, in return order (may repeat) */
+  int32_t n_outputs;
+} kiln_graph_t;
+
+kiln_status_t kiln_graph_create(kiln_allocator_t allocator, kiln_graph_t** out_graph);
+void kiln_graph_release(kiln_graph_t* graph);
+
+/* Number of elements of a value (product of its shape). */
+int64_t kiln_value_numel(const kiln_value_t* value);
+/* Dense byte size of a value (numel × dtype size). */
+size_t kiln_value_dense_bytes(const kiln_value_t* value);
+
+/* Adds a call input. name is copied (may be NULL). */
+kiln_status_t kiln_graph_add_input(kiln_graph_t* graph, const char* name, kiln_dtype_t dtype,
+                                   int32_t rank, const int64_t* shape, int32_t* out_id);
+
+/* Adds a constant, copying nbytes of data (must equal the dense size for
+ * KILN_LAYOUT_DENSE). */
+kiln_status_t kiln_graph_add_constant(kiln_graph_t* graph, const char* name,
+                                      kiln_dtype_t dtype, int32_t rank, const int64_t* shape,
+                                      kiln_layout_t layout, const void* data, size_t nbytes,
+                                      int32_t* out_id);
+/* As above but borrows data: it must outlive the graph. */
+kiln_status_t kiln_graph_add_constant_borrowed(kiln_graph_t* graph, const char* name,
+                                               kiln_dtype_t dtype, int32_t rank,
+                                               const int64_t* shape, kiln_layout_t layout,
+                                               const void* data, size_t nbytes,
+                                               int32_t* out_id);
+/* As above but takes ownership of `data` (allocated with graph->allocator). */
+kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* graph, const char* name,
+                                            kiln_dtype_t dtype, int32_t rank,
+                                            const int64_t* shape, kiln_layout_t layout,
+                                            void* data, size_t nbytes, int32_t* out_id);
+
+/* Appends a node; infers its output's dtype and shape (an error names the op,
+ * the origin and what is wrong). params may be NULL (all zero); n_params and
+ * n_fparams give how many are set. origin is copied (may be NULL). */
+kiln_status_t kiln_graph_add_node(kiln_graph_t* graph, kiln_op_t op, const int32_t* inputs,
+                                  int32_t n_inputs, const int64_t* params, int32_t n_params,
+                                  const float* fparams, int32_t n_fparams, const char* origin,
+                                  int32_t* out_id);
+
+kiln_status_t kiln_graph_set_outputs(kiln_graph_t* graph, const int32_t* ids, int32_t n);
+
+/* Runs shape inference for an existing node into `out` (used by the
+ * verifier and by passes that rewrite a node). */
+kiln_status_t kiln_graph_infer_node(const kiln_graph_t* graph, const kiln_node_t* node,
+                                    kiln_value_t* out);
+
+/* Checks every structural invariant: ids in range, topological order, each
+ * intermediate made by exactly one node, shapes and dtypes re-inferred equal,
+ * constants' byte sizes, outputs set. */
+kiln_status_t kiln_graph_verify(const kiln_graph_t* graph);
+
+/* "(1, 128, 768) float32" into buf; returns buf. */
+const char* kiln_value_describe(const kiln_value_t* value, char* buf, size_t size);
+
+#endif /* KILN_GRAPH_H */

@@ -1,0 +1,126 @@
+/* The kiln operator set: one X-macro list from which the op enum, the name
+ * table, the Python op table (kiln._C.OPS) and the shape-inference dispatch
+ * all follow. The numbering is part of the .kiln format: append new ops at
+ * the end of the list, never reorder.
+ *
+ * Conventions for every op: outputs are dense and row-major; broadcasting
+ * follows NumPy/PyTorch (trailing-aligned, size-1 dims stretch); parameters
+ * live in the node's params (int64) and fparams (float) as documented here.
+ *
+ *   RESHAPE        (x) -> y              params: [0] rank, [1..] dims. Same
+ *                                        element count; y aliases x.
+ *   STRIDED_COPY   (x) -> y              params: [0] rank, [1..8] y's dims,
+ *                                        [9..16] x's element strides per y dim,
+ *                                        [17] element offset into x. Covers
+ *                                        permute, expand, slice, select.
+ *   CAT            (x0..x7) -> y         params: [0] axis.
+ *   GATHER         (table, index) -> y   params: [0] axis. y = table.shape[:axis]
+ *                                        + index.shape + table.shape[axis+1:].
+ *                                        Index int64/int32; out of range is an
+ *                                        error at run time, never a read.
+ *   WHERE          (cond, a, b) -> y     broadcast; cond bool.
+ *   CAST           (x) -> y              params: [0] target dtype.
+ *   ADD..LOGICAL_OR (a, b) -> y          broadcast, a and b of one dtype;
+ *                                        comparisons and logical ops give bool.
+ *   NEG..COS       (x) -> y              float unary math, in kiln_unary_t order.
+ *   LOGICAL_NOT    (x) -> y              bool.
+ *   SUM..ANY       (x) -> y              params: [0] bitmask of reduced axes,
+ *                                        [1] keepdim.
+ *   ARGMAX         (x) -> y              params: [0] axis, [1] keepdim; y int64.
+ *   SOFTMAX, LOG_SOFTMAX (x) -> y        params: [0] axis.
+ *   LAYER_NORM     (x, gamma?, beta?)    params: [0] number of trailing dims
+ *                                        normalised; fparams: [0] eps.
+ *   RMS_NORM       (x, gamma?)           as LAYER_NORM.
+ *   MATMUL         (a, b) -> y           a (..., M, K), b (..., K, N), batch
+ *                                        dims broadcast; y (..., M, N).
+ *   LINEAR         (x, w, bias?, residual?) -> y
+ *                                        x (..., K); w a constant (K, N), packed
+ *                                        for the GEMM when its layout says so;
+ *                                        y = act(x·w + bias) + residual;
+ *                                        params: [0] kiln_activation_t.
+ *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
+ *                                        v (B, Hkv, Skv, Dv); mask additive
+ *                                        float or bool (true = keep), broadcast
+ *                                        to (B, H, Sq, Skv); params: [0] causal;
+ *                                        fparams: [0] scale.
+ *   FMA_SCALAR     (x) -> y              y = x * fparams[0] + fparams[1] (float).
+ */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+/* X(ENUM_SUFFIX, "name", min_inputs, max_inputs) */
+#define KILN_OP_LIST(X)              \
+  X(RESHAPE, "reshape", 1, 1)        \
+  X(STRIDED_COPY, "strided_copy", 1, 1) \
+  X(CAT, "cat", 1, 8)                \
+  X(GATHER, "gather", 2, 2)          \
+  X(WHERE, "where", 3, 3)            \
+  X(CAST, "cast", 1, 1)              \
+  X(ADD, "add", 2, 2)                \
+  X(SUB, "sub", 2, 2)                \
+  X(MUL, "mul", 2, 2)                \
+  X(DIV, "div", 2, 2)                \
+  X(POW, "pow", 2, 2)                \
+  X(MAXIMUM, "maximum", 2, 2)        \
+  X(MINIMUM, "minimum", 2, 2)        \
+  X(EQ, "eq", 2, 2)                  \
+  X(NE, "ne", 2, 2)                  \
+  X(LT, "lt", 2, 2)                  \
+  X(LE, "le", 2, 2)                  \
+  X(GT, "gt", 2, 2)                  \
+  X(GE, "ge", 2, 2)                  \
+  X(LOGICAL_AND, "logical_and", 2, 2) \
+  X(LOGICAL_OR, "logical_or", 2, 2)  \
+  X(NEG, "neg", 1, 1)                \
+  X(ABS, "abs", 1, 1)                \
+  X(EXP, "exp", 1, 1)                \
+  X(LOG, "log", 1, 1)                \
+  X(SQRT, "sqrt", 1, 1)              \
+  X(RSQRT, "rsqrt", 1, 1)            \
+  X(RECIPROCAL, "reciprocal", 1, 1)  \
+  X(TANH, "tanh", 1, 1)              \
+  X(SIGMOID, "sigmoid", 1, 1)        \
+  X(RELU, "relu", 1, 1)              \
+  X(GELU, "gelu", 1, 1)              \
+  X(GELU_TANH, "gelu_tanh", 1, 1)    \
+  X(SILU, "silu", 1, 1)              \
+  X(ERF, "erf", 1, 1)                \
+  X(SIN, "sin", 1, 1)                \
+  X(COS, "cos", 1, 1)                \
+  X(LOGICAL_NOT, "logical_not", 1, 1) \
+  X(SUM, "sum", 1, 1)                \
+  X(MEAN, "mean", 1, 1)              \
+  X(MAX, "max", 1, 1)                \
+  X(MIN, "min", 1, 1)                \
+  X(ANY, "any", 1, 1)                \
+  X(ARGMAX, "argmax", 1, 1)          \
+  X(SOFTMAX, "softmax", 1, 1)        \
+  X(LOG_SOFTMAX, "log_softmax", 1, 1) \
+  X(LAYER_NORM, "layer_norm", 1, 3)  \
+  X(RMS_NORM, "rms_norm", 1, 2)      \
+  X(MATMUL, "matmul", 2, 2)          \
+  X(LINEAR, "linear", 2, 4)          \
+  X(SDPA, "sdpa", 3, 4)              \
+  X(FMA_SCALAR, "fma_scalar", 1, 1)
+
+typedef enum kiln_op_e {
+#define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
+  KILN_OP_LIST(KILN_OP_ENUM)
+#undef KILN_OP_ENUM
+  KILN_OP_COUNT
+} kiln_op_t;
+
+/* Op categories: contiguous enum ranges the kernels and passes test for. */
+#define KILN_OP_IS_BINARY(op) ((op) >= KILN_OP_ADD && (op) <= KILN_OP_LOGICAL_OR)
+#define KILN_OP_IS_COMPARE(op) ((op) >= KILN_OP_EQ && (op) <= KILN_OP_LOGICAL_OR)
+#define KILN_OP_IS_UNARY_MATH(op) ((op) >= KILN_OP_NEG && (op) <= KILN_OP_COS)
+#define KILN_OP_IS_REDUCE(op) ((op) >= KILN_OP_SUM && (op) <= KILN_OP_ANY)
+/* Ops whose output is x's bytes unchanged (aliases in the memory plan). */
+#define KILN_OP_IS_ALIAS(op) ((op) == KILN_OP_RESHAPE)
+
+/* "?" for an out-of-range value. */
+const char* kiln_op_name(kiln_op_t op);
+int kiln_op_min_inputs(kiln_op_t op);
+int kiln_op_max_inputs(kiln_op_t op);
+
+#endif /* KILN_OPS_H */

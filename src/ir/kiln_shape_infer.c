@@ -1,0 +1,363 @@
+/* Shape and dtype inference for every op, and the op name table.
+ *
+ * Each rule checks what the op's kernel will rely on (ranks, matching dims,
+ * dtypes, parameter ranges) so that a plan built from a verified graph
+ * cannot index out of bounds. Errors say what was expected and what came.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/kiln_graph.h"
+#include "kernels/kiln_activation.h"
+
+static const struct {
+  const char* name;
+  int min_inputs, max_inputs;
+} kiln_op_table_[] = {
+#define KILN_OP_ROW(e, name, lo, hi) {name, lo, hi},
+    KILN_OP_LIST(KILN_OP_ROW)
+#undef KILN_OP_ROW
+};
+_Static_assert(sizeof(kiln_op_table_) / sizeof(kiln_op_table_[0]) == KILN_OP_COUNT,
+               "one row per op");
+
+const char* kiln_op_name(kiln_op_t op) {
+  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].name : "?";
+}
+int kiln_op_min_inputs(kiln_op_t op) {
+  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].min_inputs : 0;
+}
+int kiln_op_max_inputs(kiln_op_t op) {
+  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].max_inputs : 0;
+}
+
+#define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
+
+static const kiln_value_t* in_value(const kiln_graph_t* g, const kiln_node_t* n, int i) {
+  if (i >= n->n_inputs || n->inputs[i] < 0 || n->inputs[i] >= g->n_values) return NULL;
+  return &g->values[n->inputs[i]];
+}
+
+static void set_shape(kiln_value_t* out, kiln_dtype_t dtype, int32_t rank, const int64_t* shape) {
+  out->dtype = dtype;
+  out->rank = rank;
+  memset(out->shape, 0, sizeof(out->shape));
+  if (rank) memcpy(out->shape, shape, (size_t)rank * sizeof(int64_t));
+}
+
+/* NumPy broadcasting of a and b into out (rank and shape only). */
+static kiln_status_t broadcast(const kiln_value_t* a, const kiln_value_t* b, kiln_value_t* out) {
+  int32_t r = a->rank > b->rank ? a->rank : b->rank;
+  int64_t shape[KILN_MAX_RANK];
+  for (int32_t d = 0; d < r; ++d) {
+    int32_t da = d - (r - a->rank), db = d - (r - b->rank);
+    int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+    if (sa != sb && sa != 1 && sb != 1) {
+      char ba[96], bb[96];
+      FAIL("shapes %s and %s do not broadcast (dimension %d: %lld vs %lld)",
+           kiln_value_describe(a, ba, sizeof ba), kiln_value_describe(b, bb, sizeof bb), d,
+           (long long)sa, (long long)sb);
+    }
+    shape[d] = sa == 1 ? sb : sa;
+  }
+  out->rank = r;
+  memcpy(out->shape, shape, (size_t)r * sizeof(int64_t));
+  return kiln_ok();
+}
+
+static kiln_status_t check_axis(int64_t axis, int32_t rank) {
+  if (axis < 0 || axis >= (rank ? rank : 1)) FAIL("axis %lld is outside a rank-%d tensor",
+                                                  (long long)axis, rank);
+  return kiln_ok();
+}
+
+/* Dims from params are untrusted (they may come from a file): each must be in
+ * [0, 2^40] and their product at most 2^44, checked without overflow. */
+static kiln_status_t check_dims(const int64_t* dims, int32_t rank, int64_t* out_numel) {
+  int64_t numel = 1;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (dims[d] < 0 || dims[d] > ((int64_t)1 << 40))
+      FAIL("dimension %d has size %lld", d, (long long)dims[d]);
+    if (dims[d] && numel > ((int64_t)1 << 44) / dims[d]) FAIL("more than 2^44 elements");
+    numel *= dims[d];
+  }
+  *out_numel = numel;
+  return kiln_ok();
+}
+
+static kiln_status_t check_rank_param(int64_t rank) {
+  if (rank < 0 || rank > KILN_MAX_RANK) FAIL("rank %lld is outside 0..%d", (long long)rank,
+                                             KILN_MAX_RANK);
+  return kiln_ok();
+}
+
+static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t* x,
+                                        kiln_value_t* out) {
+  const int64_t* p = n->params;
+  KILN_RETURN_IF_ERROR(check_rank_param(p[0]));
+  int32_t r = (int32_t)p[0];
+  int64_t x_numel = kiln_value_numel(x), numel;
+  KILN_RETURN_IF_ERROR(check_dims(p + 1, r, &numel));
+  /* Every element read must lie in x: offset + sum((dim-1)*stride) in range.
+   * With |stride|, |offset| <= 2^44 and dims <= 2^40 over 8 dims the sums
+   * could overflow int64, so each step is bounded before it is added. */
+  const int64_t lim = (int64_t)1 << 60;
+  if (p[17] < 0 || p[17] > ((int64_t)1 << 44)) FAIL("offset out of range");
+  int64_t lo = p[17], hi = p[17];
+  for (int32_t d = 0; d < r; ++d) {
+    int64_t dim = p[1 + d], stride = p[9 + d];
+    if (dim == 0) continue;
+    if (stride < -((int64_t)1 << 44) || stride > ((int64_t)1 << 44)) FAIL("stride out of range");
+    if (stride && (dim - 1) > lim / (stride < 0 ? -stride : stride)) FAIL("view out of range");
+    if (stride >= 0) hi += (dim - 1) * stride;
+    else lo += (dim - 1) * stride;
+    if (hi > lim || lo < -lim) FAIL("view out of range");
+  }
+  if (numel && (lo < 0 || hi >= x_numel))
+    FAIL("view reads elements %lld..%lld of a tensor of %lld", (long long)lo, (long long)hi,
+         (long long)x_numel);
+  set_shape(out, x->dtype, r, p + 1);
+  return kiln_ok();
+}
+
+static kiln_status_t infer_cat(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x0 = in_value(g, n, 0);
+  int64_t axis = n->params[0];
+  KILN_RETURN_IF_ERROR(check_axis(axis, x0->rank));
+  if (x0->rank == 0) FAIL("cat of 0-d tensors");
+  int64_t total = 0;
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    const kiln_value_t* x = in_value(g, n, i);
+    if (!x) FAIL("input %d is missing", i);
+    if (x->rank != x0->rank || x->dtype != x0->dtype) FAIL("input %d's rank or dtype differs", i);
+    for (int32_t d = 0; d < x->rank; ++d)
+      if (d != axis && x->shape[d] != x0->shape[d])
+        FAIL("input %d has size %lld in dimension %d, input 0 has %lld", i,
+             (long long)x->shape[d], d, (long long)x0->shape[d]);
+    total += x->shape[axis];
+  }
+  set_shape(out, x0->dtype, x0->rank, x0->shape);
+  out->shape[axis] = total;
+  return kiln_ok();
+}
+
+static kiln_status_t infer_gather(const kiln_value_t* t, const kiln_value_t* idx, int64_t axis,
+                                  kiln_value_t* out) {
+  if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
+  KILN_RETURN_IF_ERROR(check_axis(axis, t->rank));
+  if (t->rank == 0) FAIL("gather from a 0-d tensor");
+  int32_t r = t->rank - 1 + idx->rank;
+  if (r > KILN_MAX_RANK) FAIL("result rank %d is over %d", r, KILN_MAX_RANK);
+  int64_t shape[KILN_MAX_RANK];
+  int32_t k = 0;
+  for (int32_t d = 0; d < axis; ++d) shape[k++] = t->shape[d];
+  for (int32_t d = 0; d < idx->rank; ++d) shape[k++] = idx->shape[d];
+  for (int32_t d = (int32_t)axis + 1; d < t->rank; ++d) shape[k++] = t->shape[d];
+  set_shape(out, t->dtype, r, shape);
+  return kiln_ok();
+}
+
+static kiln_status_t infer_reduce(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
+  int64_t mask = n->params[0], keep = n->params[1];
+  if (mask < 0 || mask >= ((int64_t)1 << (x->rank ? x->rank : 1)))
+    FAIL("reduced axes 0x%llx do not fit a rank-%d tensor", (long long)mask, x->rank);
+  if (n->op == KILN_OP_ANY && x->dtype != KILN_BOOL) FAIL("any takes bool");
+  if ((n->op == KILN_OP_MEAN) && !kiln_dtype_is_float(x->dtype)) FAIL("mean takes a float");
+  int64_t shape[KILN_MAX_RANK];
+  int32_t r = 0;
+  for (int32_t d = 0; d < x->rank; ++d) {
+    if (mask & ((int64_t)1 << d)) {
+      if (keep) shape[r++] = 1;
+    } else {
+      shape[r++] = x->shape[d];
+    }
+  }
+  set_shape(out, x->dtype, r, shape);
+  return kiln_ok();
+}
+
+static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, kiln_value_t* out) {
+  char ba[96], bb[96];
+  if (a->rank < 2 || b->rank < 2) FAIL("matmul needs rank >= 2 operands");
+  if (a->dtype != KILN_F32 || b->dtype != KILN_F32) FAIL("matmul takes float32");
+  int64_t m = a->shape[a->rank - 2], k = a->shape[a->rank - 1];
+  int64_t kb = b->shape[b->rank - 2], nn = b->shape[b->rank - 1];
+  if (k != kb)
+    FAIL("inner dimensions differ: %s times %s", kiln_value_describe(a, ba, sizeof ba),
+         kiln_value_describe(b, bb, sizeof bb));
+  kiln_value_t ab = *a, bbv = *b;
+  ab.rank -= 2;
+  bbv.rank -= 2;
+  KILN_RETURN_IF_ERROR(broadcast(&ab, &bbv, out));
+  if (out->rank + 2 > KILN_MAX_RANK) FAIL("rank too large");
+  out->shape[out->rank] = m;
+  out->shape[out->rank + 1] = nn;
+  out->rank += 2;
+  out->dtype = KILN_F32;
+  return kiln_ok();
+}
+
+static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
+  const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
+  if (!x || !w) FAIL("x and w are required");
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("linear takes float32");
+  if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2) FAIL("w must be a 2-d constant");
+  if (x->rank < 1 || x->shape[x->rank - 1] != w->shape[0])
+    FAIL("x's last dimension must equal w's K (%lld)", (long long)w->shape[0]);
+  if ((unsigned long long)n->params[0] >= KILN_ACT_COUNT) FAIL("unknown activation");
+  set_shape(out, KILN_F32, x->rank, x->shape);
+  out->shape[x->rank - 1] = w->shape[1];
+  if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != w->shape[1] ||
+               bias->rank < 1 || bias->shape[bias->rank - 1] != w->shape[1]))
+    FAIL("bias must be float32 with %lld elements", (long long)w->shape[1]);
+  if (res) {
+    if (res->dtype != KILN_F32 || res->rank != out->rank) FAIL("residual must match y");
+    for (int32_t d = 0; d < out->rank; ++d)
+      if (res->shape[d] != out->shape[d]) FAIL("residual must match y's shape");
+  }
+  return kiln_ok();
+}
+
+static kiln_status_t infer_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *q = in_value(g, n, 0), *k = in_value(g, n, 1), *v = in_value(g, n, 2);
+  const kiln_value_t* mask = in_value(g, n, 3);
+  if (!q || !k || !v) FAIL("q, k and v are required");
+  if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("q, k, v must be (B, H, S, D)");
+  if (q->dtype != KILN_F32 || k->dtype != KILN_F32 || v->dtype != KILN_F32)
+    FAIL("sdpa takes float32");
+  if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0]) FAIL("batch sizes differ");
+  if (k->shape[1] != v->shape[1] || k->shape[1] == 0 || q->shape[1] % k->shape[1])
+    FAIL("query heads (%lld) must be a multiple of key/value heads (%lld)",
+         (long long)q->shape[1], (long long)k->shape[1]);
+  if (k->shape[2] != v->shape[2]) FAIL("key and value lengths differ");
+  if (k->shape[3] != q->shape[3]) FAIL("query and key head sizes differ");
+  if (mask) {
+    if (mask->dtype != KILN_F32 && mask->dtype != KILN_BOOL) FAIL("mask must be float or bool");
+    if (mask->rank > 4) FAIL("mask rank over 4");
+    const int64_t want[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+    for (int32_t d = 0; d < mask->rank; ++d) {
+      int64_t s = mask->shape[d], w = want[4 - mask->rank + d];
+      if (s != 1 && s != w) FAIL("mask does not broadcast to (B, H, Sq, Skv)");
+    }
+  }
+  int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
+  set_shape(out, KILN_F32, 4, shape);
+  return kiln_ok();
+}
+
+static kiln_status_t infer_norm(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  int64_t k = n->params[0];
+  if (x->dtype != KILN_F32) FAIL("norms take float32");
+  if (k < 1 || k > x->rank) FAIL("cannot normalise %lld trailing dims of rank %d", (long long)k,
+                                 x->rank);
+  int64_t cols = 1;
+  for (int32_t d = x->rank - (int32_t)k; d < x->rank; ++d) cols *= x->shape[d];
+  for (int i = 1; i < n->n_inputs; ++i) {
+    const kiln_value_t* p = in_value(g, n, i);
+    if (p && (p->dtype != KILN_F32 || kiln_value_numel(p) != cols))
+      FAIL("weight/bias %d must have %lld float32 elements", i, (long long)cols);
+  }
+  set_shape(out, x->dtype, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
+                                    kiln_value_t* out) {
+  memset(out, 0, sizeof(*out));
+  out->producer = -1;
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    if (n->inputs[i] < -1 || n->inputs[i] >= g->n_values) FAIL("input %d does not exist", i);
+    /* Only trailing optional inputs may be absent. */
+    if (n->inputs[i] == -1 && i < kiln_op_min_inputs(n->op)) FAIL("input %d is required", i);
+  }
+  const kiln_value_t* x = in_value(g, n, 0);
+  kiln_op_t op = n->op;
+  if (KILN_OP_IS_BINARY(op)) {
+    const kiln_value_t* b = in_value(g, n, 1);
+    if (x->dtype != b->dtype)
+      FAIL("operand dtypes differ: %s and %s", kiln_dtype_name(x->dtype),
+           kiln_dtype_name(b->dtype));
+    if ((op == KILN_OP_LOGICAL_AND || op == KILN_OP_LOGICAL_OR) && x->dtype != KILN_BOOL)
+      FAIL("logical ops take bool");
+    if (op == KILN_OP_POW && !kiln_dtype_is_float(x->dtype)) FAIL("pow takes floats");
+    KILN_RETURN_IF_ERROR(broadcast(x, b, out));
+    out->dtype = KILN_OP_IS_COMPARE(op) ? KILN_BOOL : x->dtype;
+    return kiln_ok();
+  }
+  if (KILN_OP_IS_UNARY_MATH(op)) {
+    int int_ok = op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU;
+    if (x->dtype != KILN_F32 && !(int_ok && (x->dtype == KILN_I64 || x->dtype == KILN_I32)))
+      FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(x->dtype));
+    set_shape(out, x->dtype, x->rank, x->shape);
+    return kiln_ok();
+  }
+  if (KILN_OP_IS_REDUCE(op)) return infer_reduce(n, x, out);
+  switch (op) {
+    case KILN_OP_RESHAPE: {
+      KILN_RETURN_IF_ERROR(check_rank_param(n->params[0]));
+      int64_t numel;
+      KILN_RETURN_IF_ERROR(check_dims(n->params + 1, (int32_t)n->params[0], &numel));
+      set_shape(out, x->dtype, (int32_t)n->params[0], n->params + 1);
+      if (numel != kiln_value_numel(x))
+        FAIL("reshape changes the element count from %lld to %lld",
+             (long long)kiln_value_numel(x), (long long)kiln_value_numel(out));
+      return kiln_ok();
+    }
+    case KILN_OP_STRIDED_COPY:
+      return infer_strided_copy(n, x, out);
+    case KILN_OP_CAT:
+      return infer_cat(g, n, out);
+    case KILN_OP_GATHER:
+      return infer_gather(x, in_value(g, n, 1), n->params[0], out);
+    case KILN_OP_WHERE: {
+      const kiln_value_t *a = in_value(g, n, 1), *b = in_value(g, n, 2);
+      if (x->dtype != KILN_BOOL) FAIL("where's condition must be bool");
+      if (a->dtype != b->dtype) FAIL("where's branches differ in dtype");
+      kiln_value_t ab;
+      KILN_RETURN_IF_ERROR(broadcast(a, b, &ab));
+      KILN_RETURN_IF_ERROR(broadcast(x, &ab, out));
+      out->dtype = a->dtype;
+      return kiln_ok();
+    }
+    case KILN_OP_CAST:
+      if ((unsigned long long)n->params[0] >= KILN_DTYPE_COUNT) FAIL("unknown target dtype");
+      set_shape(out, (kiln_dtype_t)n->params[0], x->rank, x->shape);
+      return kiln_ok();
+    case KILN_OP_LOGICAL_NOT:
+      if (x->dtype != KILN_BOOL) FAIL("logical_not takes bool");
+      set_shape(out, KILN_BOOL, x->rank, x->shape);
+      return kiln_ok();
+    case KILN_OP_ARGMAX: {
+      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
+      kiln_node_t r = *n;
+      r.params[0] = x->rank ? (int64_t)1 << n->params[0] : 0;
+      KILN_RETURN_IF_ERROR(infer_reduce(&r, x, out));
+      out->dtype = KILN_I64;
+      return kiln_ok();
+    }
+    case KILN_OP_SOFTMAX:
+    case KILN_OP_LOG_SOFTMAX:
+      if (x->dtype != KILN_F32) FAIL("softmax takes float32");
+      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
+      set_shape(out, x->dtype, x->rank, x->shape);
+      return kiln_ok();
+    case KILN_OP_LAYER_NORM:
+    case KILN_OP_RMS_NORM:
+      return infer_norm(g, n, out);
+    case KILN_OP_MATMUL:
+      return infer_matmul(x, in_value(g, n, 1), out);
+    case KILN_OP_LINEAR:
+      return infer_linear(g, n, out);
+    case KILN_OP_SDPA:
+      return infer_sdpa(g, n, out);
+    case KILN_OP_FMA_SCALAR:
+      if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
+      set_shape(out, x->dtype, x->rank, x->shape);
+      return kiln_ok();
+    default:
+      break;
+  }
+  return kiln_status_make(KILN_INTERNAL, "no shape rule for op %s", kiln_op_name(op));
+}

@@ -1,0 +1,84 @@
+/* The graph verifier: every invariant the compiler and runtime rely on,
+ * checked in one place. Run on every graph built from Python, after each
+ * compiler pass in debug builds, and on every graph read from a file. */
+#include <string.h>
+
+#include "ir/kiln_graph.h"
+
+#define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
+
+static int same_type(const kiln_value_t* a, const kiln_value_t* b) {
+  if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+  for (int32_t d = 0; d < a->rank; ++d)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
+kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
+  if (g->n_outputs < 1) FAIL("the graph has no outputs");
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    const kiln_value_t* v = &g->values[i];
+    if ((unsigned)v->kind >= KILN_VALUE_KIND_COUNT) FAIL("value %d: unknown kind", i);
+    if ((unsigned)v->dtype >= KILN_DTYPE_COUNT) FAIL("value %d: unknown dtype", i);
+    if (v->rank < 0 || v->rank > KILN_MAX_RANK) FAIL("value %d: rank %d", i, v->rank);
+    for (int32_t d = 0; d < v->rank; ++d)
+      if (v->shape[d] < 0) FAIL("value %d: negative dimension", i);
+    if (v->kind == KILN_VALUE_CONSTANT) {
+      if (!v->data && v->nbytes) FAIL("constant %d has no data", i);
+      if ((unsigned)v->layout >= KILN_LAYOUT_COUNT) FAIL("constant %d: unknown layout", i);
+      if (v->layout == KILN_LAYOUT_DENSE && v->nbytes != kiln_value_dense_bytes(v))
+        FAIL("constant %d holds %zu bytes, its shape needs %zu", i, v->nbytes,
+             kiln_value_dense_bytes(v));
+    } else if (v->layout != KILN_LAYOUT_DENSE) {
+      FAIL("value %d: only constants may be packed", i);
+    }
+    if (v->kind == KILN_VALUE_INTERMEDIATE) {
+      if (v->producer < 0 || v->producer >= g->n_nodes)
+        FAIL("intermediate %d has no producing node", i);
+      const kiln_node_t* p = &g->nodes[v->producer];
+      int found = 0;
+      for (int32_t o = 0; o < p->n_outputs; ++o) found |= p->outputs[o] == i;
+      if (!found) FAIL("value %d names node %d as producer, which does not make it", i,
+                       v->producer);
+    } else if (v->producer != -1) {
+      FAIL("value %d is an input or constant with a producer", i);
+    }
+  }
+  for (int32_t i = 0; i < g->n_inputs; ++i)
+    if (g->inputs[i] < 0 || g->inputs[i] >= g->n_values ||
+        g->values[g->inputs[i]].kind != KILN_VALUE_INPUT)
+      FAIL("graph input %d is not an input value", i);
+  for (int32_t i = 0; i < g->n_outputs; ++i)
+    if (g->outputs[i] < 0 || g->outputs[i] >= g->n_values) FAIL("graph output %d is out of range", i);
+
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    const char* name = kiln_op_name(n->op);
+    if ((unsigned)n->op >= KILN_OP_COUNT) FAIL("node %d: unknown op %d", ni, (int)n->op);
+    if (n->n_inputs < kiln_op_min_inputs(n->op) || n->n_inputs > kiln_op_max_inputs(n->op))
+      FAIL("node %d (%s): %d inputs", ni, name, n->n_inputs);
+    if (n->n_outputs != 1) FAIL("node %d (%s): %d outputs", ni, name, n->n_outputs);
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t id = n->inputs[i];
+      if (id == -1) continue;
+      if (id < 0 || id >= g->n_values) FAIL("node %d (%s): input %d out of range", ni, name, i);
+      const kiln_value_t* v = &g->values[id];
+      /* Topological order: an intermediate input was made by an earlier node. */
+      if (v->kind == KILN_VALUE_INTERMEDIATE && v->producer >= ni)
+        FAIL("node %d (%s) uses value %d before node %d makes it", ni, name, id, v->producer);
+    }
+    int32_t out_id = n->outputs[0];
+    if (out_id < 0 || out_id >= g->n_values || g->values[out_id].producer != ni)
+      FAIL("node %d (%s): output is not a value it produces", ni, name);
+    kiln_value_t want;
+    kiln_status_t s = kiln_graph_infer_node(g, n, &want);
+    if (s) return kiln_status_annotate(s, "node %d (%s)", ni, name);
+    if (!same_type(&want, &g->values[out_id])) {
+      char a[96], b[96];
+      FAIL("node %d (%s): output is %s, its inputs give %s", ni, name,
+           kiln_value_describe(&g->values[out_id], a, sizeof a),
+           kiln_value_describe(&want, b, sizeof b));
+    }
+  }
+  return kiln_ok();
+}

@@ -1,0 +1,226 @@
+/* Data movement: strided copy (every view op materialised), where, cast and
+ * gather. Copies move bytes by element size, so one loop serves every dtype. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/eltwise/kiln_nd.h"
+
+typedef struct {
+  char* out;
+  const char* x;
+  size_t size;
+} kiln_copy_ctx_t;
+
+static void kiln_copy_row(void* p, int64_t n, const int64_t* off, const int64_t* st) {
+  const kiln_copy_ctx_t* c = p;
+  char* out = c->out + off[0] * (int64_t)c->size;
+  const char* x = c->x + off[1] * (int64_t)c->size;
+  if (st[1] == 1 && st[0] == 1) {
+    memcpy(out, x, (size_t)n * c->size);
+    return;
+  }
+  int64_t so = st[0], sx = st[1];
+  switch (c->size) {
+    case 4: {
+      float* o = (float*)out;
+      const float* xi = (const float*)x;
+      for (int64_t i = 0; i < n; ++i) o[i * so] = xi[i * sx];
+      break;
+    }
+    case 8: {
+      int64_t* o = (int64_t*)out;
+      const int64_t* xi = (const int64_t*)x;
+      for (int64_t i = 0; i < n; ++i) o[i * so] = xi[i * sx];
+      break;
+    }
+    case 2: {
+      uint16_t* o = (uint16_t*)out;
+      const uint16_t* xi = (const uint16_t*)x;
+      for (int64_t i = 0; i < n; ++i) o[i * so] = xi[i * sx];
+      break;
+    }
+    default:
+      for (int64_t i = 0; i < n; ++i) out[i * so] = x[i * sx];
+  }
+}
+
+void kiln_strided_copy(kiln_dtype_t dtype, const kiln_nd_t* nd_in, void* out, const void* x,
+                       kiln_pool_t* pool) {
+  kiln_copy_ctx_t c = {out, x, kiln_dtype_size(dtype)};
+  kiln_nd_t nd = *nd_in;
+  kiln_nd_collapse(&nd, 2);
+  kiln_nd_for_rows(&nd, 2, kiln_copy_row, &c, pool);
+}
+
+typedef struct {
+  char* out;
+  const uint8_t* cond;
+  const char* a;
+  const char* b;
+  size_t size;
+} kiln_where_ctx_t;
+
+static void kiln_where_row(void* p, int64_t n, const int64_t* off, const int64_t* st) {
+  const kiln_where_ctx_t* c = p;
+  size_t size = c->size;
+  char* out = c->out + off[0] * (int64_t)size;
+  const uint8_t* cond = c->cond + off[1];
+  const char* a = c->a + off[2] * (int64_t)size;
+  const char* b = c->b + off[3] * (int64_t)size;
+  if (size == 4) {
+    float* o = (float*)out;
+    const float *fa = (const float*)a, *fb = (const float*)b;
+    for (int64_t i = 0; i < n; ++i) o[i] = cond[i * st[1]] ? fa[i * st[2]] : fb[i * st[3]];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    memcpy(out + i * (int64_t)size,
+           cond[i * st[1]] ? a + i * st[2] * (int64_t)size : b + i * st[3] * (int64_t)size, size);
+}
+
+void kiln_where(kiln_dtype_t dtype, const kiln_nd_t* nd_in, void* out, const uint8_t* cond,
+                const void* a, const void* b, kiln_pool_t* pool) {
+  kiln_where_ctx_t c = {out, cond, a, b, kiln_dtype_size(dtype)};
+  kiln_nd_t nd = *nd_in;
+  kiln_nd_collapse(&nd, 4);
+  kiln_nd_for_rows(&nd, 4, kiln_where_row, &c, pool);
+}
+
+/* Reads element i of x as double (exact for every type but large int64,
+ * which converts through int64 directly below). */
+static double kiln_load_f64(kiln_dtype_t t, const void* x, size_t i) {
+  switch (t) {
+    case KILN_F32: return ((const float*)x)[i];
+    case KILN_I64: return (double)((const int64_t*)x)[i];
+    case KILN_I32: return ((const int32_t*)x)[i];
+    case KILN_I8: return ((const int8_t*)x)[i];
+    case KILN_U8: return ((const uint8_t*)x)[i];
+    case KILN_BOOL: return ((const uint8_t*)x)[i] != 0;
+    case KILN_F16: {
+      uint16_t h = ((const uint16_t*)x)[i];
+      uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+      float f;
+      if (exp == 0) {
+        f = ldexpf((float)man, -24);
+        if (sign) f = -f;
+        return f;
+      }
+      uint32_t bits = sign | ((exp == 31 ? 255 : exp + 112) << 23) | (man << 13);
+      memcpy(&f, &bits, 4);
+      return f;
+    }
+    case KILN_BF16: {
+      uint32_t bits = (uint32_t)((const uint16_t*)x)[i] << 16;
+      float f;
+      memcpy(&f, &bits, 4);
+      return f;
+    }
+    default: return 0;
+  }
+}
+
+static uint16_t kiln_f32_to_bf16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
+  bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
+  return (uint16_t)(bits >> 16);
+}
+
+static uint16_t kiln_f32_to_f16(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  uint32_t sign = (bits >> 16) & 0x8000;
+  float a = fabsf(f);
+  if (a != a) return (uint16_t)(sign | 0x7e00);
+  if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00);
+  if (a < 6.103515625e-05f) /* subnormal: round to a multiple of 2^-24 */
+    return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+  uint32_t e = ((bits >> 23) & 0xff) - 112, m = bits & 0x7fffff;
+  uint32_t h = (e << 10) | (m >> 13);
+  uint32_t rest = m & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+
+void kiln_cast(kiln_dtype_t from, kiln_dtype_t to, size_t n, const void* x, void* y) {
+  if (from == to) {
+    memcpy(y, x, n * kiln_dtype_size(from));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    /* int64 -> int64-ish targets keep all bits. */
+    if (from == KILN_I64 && to != KILN_F32 && to != KILN_F16 && to != KILN_BF16) {
+      int64_t v = ((const int64_t*)x)[i];
+      switch (to) {
+        case KILN_I32: ((int32_t*)y)[i] = (int32_t)v; break;
+        case KILN_I8: ((int8_t*)y)[i] = (int8_t)v; break;
+        case KILN_U8: ((uint8_t*)y)[i] = (uint8_t)v; break;
+        case KILN_BOOL: ((uint8_t*)y)[i] = v != 0; break;
+        default: break;
+      }
+      continue;
+    }
+    double v = kiln_load_f64(from, x, i);
+    switch (to) {
+      case KILN_F32: ((float*)y)[i] = (float)v; break;
+      case KILN_F16: ((uint16_t*)y)[i] = kiln_f32_to_f16((float)v); break;
+      case KILN_BF16: ((uint16_t*)y)[i] = kiln_f32_to_bf16((float)v); break;
+      /* Float to int truncates toward zero, as torch; out-of-range and NaN
+       * are undefined in torch too, so clamp them rather than invoke C UB. */
+      case KILN_I64: ((int64_t*)y)[i] = v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v; break;
+      case KILN_I32: ((int32_t*)y)[i] = v != v ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v; break;
+      case KILN_I8: ((int8_t*)y)[i] = (int8_t)(int32_t)(v != v ? 0 : v > 1e9 ? 0 : v < -1e9 ? 0 : v); break;
+      case KILN_U8: ((uint8_t*)y)[i] = (uint8_t)(int32_t)(v != v ? 0 : v > 1e9 ? 0 : v < -1e9 ? 0 : v); break;
+      case KILN_BOOL: ((uint8_t*)y)[i] = v != 0; break;
+      default: break;
+    }
+  }
+}
+
+typedef struct {
+  size_t elem;
+  const char* table;
+  int64_t axis_len, inner, n_index;
+  const void* index;
+  kiln_dtype_t index_dtype;
+  char* out;
+  int64_t bad[64]; /* per thread; threads beyond 64 fold into slot 63 */
+} kiln_gather_ctx_t;
+
+static void kiln_gather_task(void* p, size_t task, int thread) {
+  kiln_gather_ctx_t* c = p;
+  int64_t o = (int64_t)task; /* one outer row per task */
+  size_t row_bytes = (size_t)c->inner * c->elem;
+  for (int64_t j = 0; j < c->n_index; ++j) {
+    int64_t idx = c->index_dtype == KILN_I64 ? ((const int64_t*)c->index)[j]
+                                             : ((const int32_t*)c->index)[j];
+    if (idx < 0) idx += c->axis_len;
+    char* dst = c->out + ((size_t)(o * c->n_index + j)) * row_bytes;
+    if (idx < 0 || idx >= c->axis_len) {
+      memset(dst, 0, row_bytes);
+      c->bad[thread < 64 ? thread : 63]++;
+      continue;
+    }
+    memcpy(dst, c->table + ((size_t)(o * c->axis_len + idx)) * row_bytes, row_bytes);
+  }
+}
+
+int64_t kiln_gather(size_t elem_size, const void* table, int64_t outer, int64_t axis_len,
+                    int64_t inner, const void* index, kiln_dtype_t index_dtype, int64_t n_index,
+                    void* out, kiln_pool_t* pool) {
+  kiln_gather_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  c.elem = elem_size;
+  c.table = table;
+  c.axis_len = axis_len;
+  c.inner = inner;
+  c.n_index = n_index;
+  c.index = index;
+  c.index_dtype = index_dtype;
+  c.out = out;
+  kiln_pool_parallel_for(outer > 1 ? pool : NULL, (size_t)outer, kiln_gather_task, &c);
+  int64_t bad = 0;
+  for (int i = 0; i < 64; ++i) bad += c.bad[i];
+  return bad;
+}

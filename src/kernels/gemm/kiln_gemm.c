@@ -1,0 +1,413 @@
+/* The GEMM driver: picks the kernels for the running ISA, packs operands,
+ * blocks the loops for the caches and spreads the work over the pool.
+ *
+ * One call runs in chunks (whole batches, or row ranges of one batch when
+ * a batch is huge) so the per-call scratch stays bounded. Each chunk is two
+ * parallel phases:
+ *   1. pack: A into MR-row panels over all of K (shared by every task, so
+ *      no thread packs the same rows twice), B into panels if it came
+ *      unpacked, and a snapshot of the residual if it aliases C and C will
+ *      hold partial sums before the epilogue reads it;
+ *   2. compute: tasks are (batch, M tile, N tile). Inside a task the loops
+ *      are BLIS's: K blocks of kc (an MR x kc A micro-panel and a kc x NR
+ *      B micro-panel live in L1), then NR column strips, then MR row strips
+ *      (the mc x kc A block stays in L2 across strips). After the last K
+ *      block each tile goes through the epilogue while it is in L1.
+ * M <= 8 takes the GEMV path instead: B is the whole cost there, so each
+ * task streams a contiguous run of B panels once, all rows of A at a time.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
+    "generic", 4, 16, 256, 128,
+    kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
+    kiln_gemm_pack_a};
+#ifdef KILN_GEMM_HAVE_X86
+static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
+    "avx2", 6, 16, 256, 144,
+    kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
+    kiln_gemm_pack_a_avx2};
+/* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
+ * the AVX2 ones, which any AVX-512 CPU runs. */
+static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
+    "avx512", 8, 32, 256, 144,
+    kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
+    kiln_gemm_pack_a};
+#endif
+
+const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
+#ifdef KILN_GEMM_HAVE_X86
+  if (isa == KILN_ISA_AVX512) return &kiln_gemm_avx512_;
+  if (isa == KILN_ISA_AVX2) return &kiln_gemm_avx2_;
+#else
+  (void)isa;
+#endif
+  return &kiln_gemm_generic_;
+}
+
+/* ---- scratch: one cached block, reused call to call ------------------- */
+
+/* mmap-sized mallocs per call would cost page faults on every GEMM, so the
+ * last block is kept in a one-slot cache (lock-free: a thread takes it by
+ * exchange; concurrent calls simply allocate their own). The first 64 bytes
+ * hold the usable size. Blocks above the cap are freed after use. */
+#define KILN_GEMM_CACHE_CAP ((size_t)64 << 20)
+#define KILN_GEMM_CHUNK_FLOATS ((int64_t)16 << 20) /* per-chunk scratch target: 64 MiB */
+static _Atomic(void*) kiln_gemm_cached_;
+
+static float* kiln_gemm_scratch_get(size_t floats, void** out_block) {
+  size_t bytes = floats * sizeof(float);
+  void* blk = atomic_exchange(&kiln_gemm_cached_, NULL);
+  if (blk && *(size_t*)blk < bytes) {
+    free(blk);
+    blk = NULL;
+  }
+  if (!blk) {
+    size_t total = ((bytes + 63) & ~(size_t)63) + 64;
+    blk = aligned_alloc(64, total);
+    if (!blk) return NULL;
+    *(size_t*)blk = total - 64;
+  }
+  *out_block = blk;
+  return (float*)((char*)blk + 64);
+}
+
+static void kiln_gemm_scratch_put(void* blk) {
+  if (!blk) return;
+  if (*(size_t*)blk > KILN_GEMM_CACHE_CAP) {
+    free(blk);
+    return;
+  }
+  free(atomic_exchange(&kiln_gemm_cached_, blk));
+}
+
+/* ---- one chunk's shared state ----------------------------------------- */
+
+typedef struct {
+  const kiln_gemm_f32_args_t* g;
+  const kiln_gemm_kernels_t* kn;
+  int gemv;
+  int64_t b0, nb, m0, mlen; /* batches [b0, b0 + nb), rows [m0, m0 + mlen) */
+  int64_t kc;
+  /* Packed B for batch b0 + bi at bp + bi * bp_bs (bp_bs 0: shared). */
+  const float* bp;
+  int64_t bp_bs;
+  float* bp_out; /* non-NULL: phase 1 packs B here */
+  int64_t nb_pack_b;
+  /* A: packed panels (blocked) or contiguous rows (GEMV), at ap + bi * ap_bs;
+   * NULL on the GEMV path when A is read in place. */
+  float* ap;
+  int64_t ap_bs;
+  /* Residual snapshot (mlen x N per batch) or NULL. */
+  float* rsnap;
+  /* Phase 1 task counts. */
+  int64_t t_a_per_b, t_a, t_b_per_b, t_b, t_r_per_b, t_r;
+  /* Phase 2 tiling. */
+  int64_t pm, n_m, pn, n_n;
+} kiln_gemm_chunk_t;
+
+#define KILN_GEMM_A_GROUP 8  /* MR panels per packing task */
+#define KILN_GEMM_B_GROUP 16 /* 16-wide panels per packing task */
+#define KILN_GEMM_R_GROUP 32 /* residual rows per snapshot task */
+
+static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_chunk_t* ch = p;
+  const kiln_gemm_f32_args_t* g = ch->g;
+  int64_t t = (int64_t)task;
+  if (t < ch->t_a) {
+    int64_t bi = t / ch->t_a_per_b, grp = t % ch->t_a_per_b;
+    const float* a = g->a + (ch->b0 + bi) * g->a_batch_stride + ch->m0 * g->a_row_stride;
+    float* out = ch->ap + bi * ch->ap_bs;
+    if (ch->gemv) { /* contiguous rows for the GEMV kernel */
+      for (int64_t i = 0; i < ch->mlen; ++i)
+        for (int64_t q = 0; q < g->k; ++q)
+          out[i * g->k + q] = a[i * g->a_row_stride + q * g->a_col_stride];
+      return;
+    }
+    int mr = ch->kn->mr;
+    int64_t row0 = grp * KILN_GEMM_A_GROUP * mr;
+    int64_t rows = ch->mlen - row0 < KILN_GEMM_A_GROUP * mr ? ch->mlen - row0
+                                                            : KILN_GEMM_A_GROUP * mr;
+    ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
+                     out + (row0 / mr) * g->k * mr);
+    return;
+  }
+  t -= ch->t_a;
+  if (t < ch->t_b) {
+    int64_t bi = t / ch->t_b_per_b, grp = t % ch->t_b_per_b;
+    int64_t panels = (g->n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
+    int64_t q0 = grp * KILN_GEMM_B_GROUP;
+    int64_t q1 = q0 + KILN_GEMM_B_GROUP < panels ? q0 + KILN_GEMM_B_GROUP : panels;
+    kiln_gemm_pack_b_panels(g->k, g->n, g->b + (ch->b0 + bi) * g->b_batch_stride,
+                            g->b_row_stride, g->b_col_stride, q0, q1,
+                            ch->bp_out + bi * ch->bp_bs);
+    return;
+  }
+  t -= ch->t_b;
+  {
+    int64_t bi = t / ch->t_r_per_b, grp = t % ch->t_r_per_b;
+    int64_t r0 = grp * KILN_GEMM_R_GROUP;
+    int64_t r1 = r0 + KILN_GEMM_R_GROUP < ch->mlen ? r0 + KILN_GEMM_R_GROUP : ch->mlen;
+    const float* src = g->residual + (ch->b0 + bi) * g->r_batch_stride;
+    float* dst = ch->rsnap + bi * ch->mlen * g->n;
+    for (int64_t i = r0; i < r1; ++i)
+      memcpy(dst + i * g->n, src + (ch->m0 + i) * g->r_row_stride, (size_t)g->n * sizeof(float));
+  }
+}
+
+/* Where the epilogue reads the residual for batch bi, row i (chunk-relative). */
+static const float* kiln_gemm_res_row(const kiln_gemm_chunk_t* ch, int64_t bi, int64_t i,
+                                      int64_t* out_ld) {
+  const kiln_gemm_f32_args_t* g = ch->g;
+  if (!g->residual) {
+    *out_ld = 0;
+    return NULL;
+  }
+  if (ch->rsnap) {
+    *out_ld = g->n;
+    return ch->rsnap + bi * ch->mlen * g->n + i * g->n;
+  }
+  *out_ld = g->r_row_stride;
+  return g->residual + (ch->b0 + bi) * g->r_batch_stride + (ch->m0 + i) * g->r_row_stride;
+}
+
+static void kiln_gemm_copy_tile(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                int64_t ldd) {
+  for (int64_t i = 0; i < m; ++i) memcpy(dst + i * ldd, src + i * lds, (size_t)n * sizeof(float));
+}
+
+static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_chunk_t* ch = p;
+  const kiln_gemm_f32_args_t* g = ch->g;
+  const kiln_gemm_kernels_t* kn = ch->kn;
+  const int MR = kn->mr, NR = kn->nr, P = KILN_GEMM_PANEL;
+  const int64_t K = g->k, N = g->n;
+  int64_t per_b = ch->n_m * ch->n_n;
+  int64_t bi = (int64_t)task / per_b, im = (int64_t)task % per_b / ch->n_n,
+          jn = (int64_t)task % ch->n_n;
+  /* Even splits of whole MR row panels and NR column strips. */
+  int64_t i0 = im * ch->pm / ch->n_m * MR, i1 = (im + 1) * ch->pm / ch->n_m * MR;
+  int64_t j0 = jn * ch->pn / ch->n_n * NR, j1 = (jn + 1) * ch->pn / ch->n_n * NR;
+  if (i1 > ch->mlen) i1 = ch->mlen;
+  if (j1 > N) j1 = N;
+  if (i0 >= i1 || j0 >= j1) return;
+
+  int64_t b = ch->b0 + bi;
+  const float* A = ch->ap + bi * ch->ap_bs;
+  const float* B = ch->bp + bi * ch->bp_bs;
+  float* C = g->c + b * g->c_batch_stride + ch->m0 * g->c_row_stride;
+  const int64_t ldc = g->c_row_stride;
+  const int has_epi = g->act != KILN_ACT_NONE || g->bias || g->residual;
+  _Alignas(64) float tmp[8 * 32]; /* MR x NR for the largest kernel */
+
+  for (int64_t pc = 0; pc < K; pc += ch->kc) {
+    int64_t kcur = K - pc < ch->kc ? K - pc : ch->kc;
+    int first = pc == 0, last = pc + kcur == K;
+    for (int64_t j = j0; j < j1; j += NR) {
+      int64_t nr = j1 - j < NR ? j1 - j : NR;
+      const float* bpan = B + (j / P) * K * P + pc * P;
+      /* A 32-wide kernel reads the next panel too; past the last one it
+       * re-reads this one (in bounds) and the extra columns are dropped. */
+      const float* bnext = nr > P ? bpan + K * P : bpan;
+      for (int64_t i = i0; i < i1; i += MR) {
+        int64_t mr = i1 - i < MR ? i1 - i : MR;
+        const float* apan = A + (i / MR) * K * MR + pc * MR;
+        float* c = C + i * ldc + j;
+        int full = mr == MR && nr == NR;
+        if (full && (!last || !has_epi)) {
+          kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
+          continue;
+        }
+        const float* cin = NULL;
+        int64_t ldcin = NR;
+        if (!first) {
+          if (full) {
+            cin = c;
+            ldcin = ldc;
+          } else {
+            kiln_gemm_copy_tile(mr, nr, c, ldc, tmp, NR);
+            cin = tmp;
+          }
+        }
+        kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
+        if (!last) {
+          kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
+        } else {
+          int64_t ldr;
+          const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
+          kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
+                       ldr, g->act);
+        }
+      }
+    }
+  }
+}
+
+static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_chunk_t* ch = p;
+  const kiln_gemm_f32_args_t* g = ch->g;
+  const int P = KILN_GEMM_PANEL;
+  int64_t bi = (int64_t)task / ch->n_n, grp = (int64_t)task % ch->n_n;
+  int64_t q0 = grp * ch->pn / ch->n_n, q1 = (grp + 1) * ch->pn / ch->n_n;
+  int64_t b = ch->b0 + bi;
+  const float* a;
+  int64_t lda;
+  if (ch->ap) {
+    a = ch->ap + bi * ch->ap_bs;
+    lda = g->k;
+  } else {
+    a = g->a + b * g->a_batch_stride;
+    lda = g->a_row_stride;
+  }
+  const float* B = ch->bp + bi * ch->bp_bs;
+  float* C = g->c + b * g->c_batch_stride;
+  int64_t ldr;
+  const float* r = kiln_gemm_res_row(ch, bi, 0, &ldr);
+  _Alignas(64) float tmp[KILN_GEMM_GEMV_MAX_M * 16];
+  for (int64_t q = q0; q < q1; ++q) {
+    int64_t j = q * P, nr = g->n - j < P ? g->n - j : P;
+    ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, tmp);
+    ch->kn->epilogue(ch->mlen, nr, tmp, P, C + j, g->c_row_stride, g->bias ? g->bias + j : NULL,
+                     r ? r + j : NULL, ldr, g->act);
+  }
+}
+
+/* K == 0: C = act(bias) + residual, elementwise (residual may be C). */
+static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
+  for (int64_t b = 0; b < g->batch; ++b)
+    for (int64_t i = 0; i < g->m; ++i) {
+      float* c = g->c + b * g->c_batch_stride + i * g->c_row_stride;
+      const float* r =
+          g->residual ? g->residual + b * g->r_batch_stride + i * g->r_row_stride : NULL;
+      for (int64_t j = 0; j < g->n; ++j)
+        c[j] = kiln_gemm_act_scalar(g->bias ? g->bias[j] : 0.0f, g->act) + (r ? r[j] : 0.0f);
+    }
+}
+
+static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+  if (g->k <= 0) {
+    kiln_gemm_k0(g);
+    return;
+  }
+  const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
+  const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
+  const int MR = kn->mr;
+  kiln_gemm_chunk_t ch;
+  memset(&ch, 0, sizeof(ch));
+  ch.g = g;
+  ch.kn = kn;
+  ch.gemv = M <= KILN_GEMM_GEMV_MAX_M;
+  /* Even K blocks of at most kc: 768 -> 3 x 256, 1000 -> 4 x 250. */
+  ch.kc = kiln_gemm_cdiv(K, kiln_gemm_cdiv(K, kn->kc));
+
+  /* What one batch needs in scratch, in floats. */
+  const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
+  const int pack_b = g->b_packed == NULL;
+  const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
+  const int a_copy = ch.gemv ? (g->a_col_stride != 1) : 1;
+  /* In-place residual: the first K block overwrites C with partial sums, so
+   * the epilogue needs a copy unless one K block does it all (the tile is
+   * then read into the epilogue before C is written). */
+  const int snap = !ch.gemv && g->residual == g->c && K > ch.kc;
+  int64_t per_row = (a_copy ? K : 0) + (snap ? N : 0); /* floats per row of A */
+  int64_t m_pad = ch.gemv ? M : kiln_gemm_cdiv(M, MR) * MR;
+  int64_t per_batch = kiln_gemm_align16(m_pad * per_row) + (b_per_batch ? pfl : 0);
+  int64_t nb, mchunk;
+  if (per_batch <= KILN_GEMM_CHUNK_FLOATS || ch.gemv) {
+    nb = per_batch > 0 ? KILN_GEMM_CHUNK_FLOATS / (per_batch > 0 ? per_batch : 1) : g->batch;
+    if (nb < 1) nb = 1;
+    if (nb > g->batch) nb = g->batch;
+    mchunk = M;
+  } else {
+    nb = 1;
+    int64_t room = KILN_GEMM_CHUNK_FLOATS - (b_per_batch ? pfl : 0);
+    mchunk = room / (per_row > 0 ? per_row : 1) / kn->mc_max * kn->mc_max;
+    if (mchunk < kn->mc_max) mchunk = kn->mc_max;
+    if (mchunk > M) mchunk = M;
+  }
+  int64_t a_fl = kiln_gemm_align16((ch.gemv ? M : kiln_gemm_cdiv(mchunk, MR) * MR) * K);
+  int64_t r_fl = snap ? kiln_gemm_align16(mchunk * N) : 0;
+  int64_t b_fl = pack_b ? (b_per_batch ? nb : 1) * pfl : 0;
+  size_t total = (size_t)(b_fl + nb * ((a_copy ? a_fl : 0) + r_fl));
+  void* blk = NULL;
+  float* scratch = total ? kiln_gemm_scratch_get(total, &blk) : NULL;
+  if (total && !scratch) {
+    /* No memory for packing: stay correct, if slow. */
+    kiln_gemm_f32_reference(g);
+    return;
+  }
+  float* bp_region = scratch;
+  float* ap_region = scratch ? scratch + b_fl : NULL;
+  float* r_region = scratch ? ap_region + nb * (a_copy ? a_fl : 0) : NULL;
+
+  for (int64_t b0 = 0; b0 < g->batch; b0 += nb) {
+    int64_t nbc = g->batch - b0 < nb ? g->batch - b0 : nb;
+    for (int64_t m0 = 0; m0 < M; m0 += mchunk) {
+      int64_t mlen = M - m0 < mchunk ? M - m0 : mchunk;
+      ch.b0 = b0;
+      ch.nb = nbc;
+      ch.m0 = m0;
+      ch.mlen = mlen;
+      /* Phase 1: pack. */
+      if (!pack_b) {
+        ch.bp = g->b_packed;
+        ch.bp_bs = 0;
+        ch.bp_out = NULL;
+      } else {
+        ch.bp = bp_region;
+        ch.bp_bs = b_per_batch ? pfl : 0;
+        /* Unpacked B is packed once per batch (once in all if broadcast). */
+        int need = m0 == 0 && (b_per_batch || b0 == 0);
+        ch.bp_out = need ? bp_region : NULL;
+      }
+      ch.ap = a_copy ? ap_region : NULL;
+      ch.ap_bs = a_fl;
+      ch.rsnap = snap ? r_region : NULL;
+      ch.t_a_per_b = !a_copy ? 0 : ch.gemv ? 1
+                                           : kiln_gemm_cdiv(kiln_gemm_cdiv(mlen, MR), KILN_GEMM_A_GROUP);
+      ch.t_a = ch.t_a_per_b * nbc;
+      ch.t_b_per_b = ch.bp_out ? kiln_gemm_cdiv(kiln_gemm_cdiv(N, KILN_GEMM_PANEL), KILN_GEMM_B_GROUP) : 0;
+      ch.t_b = ch.t_b_per_b * (b_per_batch ? nbc : 1);
+      ch.t_r_per_b = snap ? kiln_gemm_cdiv(mlen, KILN_GEMM_R_GROUP) : 0;
+      ch.t_r = ch.t_r_per_b * nbc;
+      kiln_pool_parallel_for(pool, (size_t)(ch.t_a + ch.t_b + ch.t_r), kiln_gemm_pack_task, &ch);
+
+      /* Phase 2: compute. */
+      if (ch.gemv) {
+        ch.pn = kiln_gemm_cdiv(N, KILN_GEMM_PANEL);
+        /* A few tasks per thread so the atomic hand-out evens them out;
+         * each is a contiguous run of panels, one long sequential read. */
+        ch.n_n = T > 1 ? kiln_gemm_cdiv(4 * T, nbc) : 1;
+        if (ch.n_n > ch.pn) ch.n_n = ch.pn;
+        kiln_pool_parallel_for(pool, (size_t)(nbc * ch.n_n), kiln_gemm_gemv_task, &ch);
+        continue;
+      }
+      ch.pm = kiln_gemm_cdiv(mlen, MR);
+      ch.n_m = kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
+      ch.pn = kiln_gemm_cdiv(N, kn->nr);
+      /* Columns per task: bounded so a task's C block does not dwarf the
+       * caches, then split further until every thread has equal work (or
+       * there are enough tasks for the atomic hand-out to even them out);
+       * small-M GEMMs (M=128) are split over N this way. */
+      ch.n_n = kiln_gemm_cdiv(N, 2048);
+      int64_t units = nbc * ch.n_m;
+      while (T > 1 && (units * ch.n_n) % T != 0 && units * ch.n_n < 4 * T && ch.n_n < ch.pn)
+        ch.n_n++;
+      if (ch.n_n > ch.pn) ch.n_n = ch.pn;
+      kiln_pool_parallel_for(pool, (size_t)(nbc * ch.n_m * ch.n_n), kiln_gemm_compute_task, &ch);
+    }
+  }
+  kiln_gemm_scratch_put(blk);
+}

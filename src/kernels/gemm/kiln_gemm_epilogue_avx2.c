@@ -1,0 +1,143 @@
+/* The AVX2 GEMM epilogue: dst = act(src + bias) + residual, 8 floats at a
+ * time, with small vectorised exp/erf/tanh written for it. Run on a C tile
+ * just after its last K block, while the tile is in L1. Also used at the
+ * AVX-512 level: the epilogue is a sliver of the work, so one copy is kept.
+ *
+ * Accuracy (vs the libm-based reference, fp32 inputs):
+ *   exp: Cody-Waite reduction to |r| <= ln2/2 and the degree-7 Taylor
+ *        polynomial (truncation < 1e-8 relative): ~1-2 ulp.
+ *   sigmoid = 1 / (1 + exp(-x)), silu = x * sigmoid(x): ~2-3 ulp.
+ *   tanh: odd Taylor series to x^15 for |x| < 0.5 (next term < 1e-8
+ *        relative there), else (1 - e) / (1 + e) with e = exp(-2|x|), which
+ *        has no cancellation once |x| >= 0.5: ~3 ulp.
+ *   gelu (exact): 0.5 x (1 + erf(x / sqrt 2)) with erfc from Abramowitz &
+ *        Stegun 7.1.26 (|error| <= 1.5e-7 absolute), written as x >= 0 ?
+ *        2 - erfc : erfc so the negative side has no cancellation: ~2e-7
+ *        relative for x >= -2, ~1e-7 absolute below (the erff reference is
+ *        itself only that good there).
+ *   gelu_tanh: 0.5 x (1 + tanh u) = x / (1 + exp(-2u)): ~3 ulp.
+ * NaN propagates through every activation (min/max operand order below is
+ * chosen so that a NaN input is returned, not the clamp bound). */
+#include <immintrin.h>
+
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+static inline __m256 kiln_gemm_exp_avx2(__m256 x) {
+  /* Keep 2^n a normal float: n in [-126, 127]. min/max return their second
+   * operand when one is NaN, so x goes second to carry a NaN through. */
+  x = _mm256_min_ps(_mm256_set1_ps(88.37f), x);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  /* ln2 split in a 16-bit head (exact n * head) and its tail. */
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860682030941723e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static inline __m256 kiln_gemm_sigmoid_avx2(__m256 x) {
+  __m256 one = _mm256_set1_ps(1.0f);
+  __m256 e = kiln_gemm_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_div_ps(one, _mm256_add_ps(one, e));
+}
+
+static inline __m256 kiln_gemm_tanh_avx2(__m256 x) {
+  __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 ax = _mm256_andnot_ps(sign, x);
+  /* Small |x|: tanh x = x (1 + x^2 (-1/3 + x^2 (2/15 - ...))). */
+  __m256 x2 = _mm256_mul_ps(x, x);
+  __m256 q = _mm256_set1_ps(-929569.0f / 638512875.0f);
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(21844.0f / 6081075.0f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1382.0f / 155925.0f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(62.0f / 2835.0f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-17.0f / 315.0f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(2.0f / 15.0f));
+  q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.0f / 3.0f));
+  __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(q, x2), x, x);
+  /* Large |x|: (1 - e) / (1 + e), e = exp(-2|x|), sign put back. */
+  __m256 one = _mm256_set1_ps(1.0f);
+  __m256 e = kiln_gemm_exp_avx2(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+  __m256 big = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+  big = _mm256_or_ps(big, _mm256_and_ps(sign, x));
+  return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.5f), _CMP_LT_OQ));
+}
+
+static inline __m256 kiln_gemm_gelu_avx2(__m256 x) {
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  __m256 z = _mm256_mul_ps(ax, _mm256_set1_ps(0.70710678118654752f));
+  __m256 one = _mm256_set1_ps(1.0f);
+  __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(z, _mm256_set1_ps(0.3275911f), one));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  p = _mm256_mul_ps(p, t);
+  /* erfc(z) for z = |x| / sqrt 2 */
+  __m256 h = _mm256_mul_ps(p, kiln_gemm_exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(),
+                                                                 _mm256_mul_ps(z, z))));
+  __m256 pos = _mm256_sub_ps(_mm256_set1_ps(2.0f), h);
+  /* x >= 0: 1 + erf = 2 - erfc; x < 0: 1 + erf = erfc. NaN takes `pos`. */
+  __m256 f = _mm256_blendv_ps(pos, h, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), f);
+}
+
+static inline __m256 kiln_gemm_gelu_tanh_avx2(__m256 x) {
+  __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  __m256 u = _mm256_mul_ps(_mm256_set1_ps(0.79788456080286536f),
+                           _mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715f), x));
+  __m256 e = kiln_gemm_exp_avx2(_mm256_mul_ps(u, _mm256_set1_ps(-2.0f)));
+  return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static inline __m256 kiln_gemm_act_avx2(__m256 x, kiln_activation_t act) {
+  switch (act) {
+    case KILN_ACT_RELU: return _mm256_max_ps(_mm256_setzero_ps(), x);
+    case KILN_ACT_GELU: return kiln_gemm_gelu_avx2(x);
+    case KILN_ACT_GELU_TANH: return kiln_gemm_gelu_tanh_avx2(x);
+    case KILN_ACT_SILU: return _mm256_mul_ps(x, kiln_gemm_sigmoid_avx2(x));
+    case KILN_ACT_SIGMOID: return kiln_gemm_sigmoid_avx2(x);
+    case KILN_ACT_TANH: return kiln_gemm_tanh_avx2(x);
+    default: return x;
+  }
+}
+
+static inline __m256i kiln_gemm_tail_mask_avx2(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                             int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                             kiln_activation_t act) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* s = src + i * lds;
+    float* d = dst + i * ldd;
+    const float* r = res ? res + i * ldr : NULL;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+      __m256 x = _mm256_loadu_ps(s + j);
+      if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
+      x = kiln_gemm_act_avx2(x, act);
+      if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+      _mm256_storeu_ps(d + j, x);
+    }
+    if (j < n) {
+      /* Masked loads never touch (or fault on) the lanes past n. */
+      __m256i mask = kiln_gemm_tail_mask_avx2(n - j);
+      __m256 x = _mm256_maskload_ps(s + j, mask);
+      if (bias) x = _mm256_add_ps(x, _mm256_maskload_ps(bias + j, mask));
+      x = kiln_gemm_act_avx2(x, act);
+      if (r) x = _mm256_add_ps(x, _mm256_maskload_ps(r + j, mask));
+      _mm256_maskstore_ps(d + j, mask, x);
+    }
+  }
+}

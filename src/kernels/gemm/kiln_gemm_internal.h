@@ -1,0 +1,134 @@
+/* What the GEMM driver and its per-ISA kernels share: the kernel table,
+ * the packed layouts both sides assume, and the scalar activation that the
+ * reference and the portable epilogue use.
+ *
+ * Packed B (ISA independent, produced by kiln_gemm_f32_pack_b): B is cut
+ * into column panels of KILN_GEMM_PANEL (16) columns; panel q holds columns
+ * [16q, 16q+16) as K rows of 16 floats (K-major inside a panel), so element
+ * (p, j) sits at  out[(j / 16) * K * 16 + p * 16 + j % 16].  Columns past N
+ * in the last panel are zero. A 16-wide panel row is one zmm, two ymm or four
+ * xmm loads; a 32-wide AVX-512 kernel reads two neighbouring panels.
+ *
+ * Packed A (made per call by the driver): rows are cut into panels of MR
+ * rows (the microkernel's height); panel r holds rows [MR r, MR r + MR) as K
+ * columns of MR floats: a[r * K * MR + p * MR + i]. Rows past M are zero.
+ *
+ * Microkernels compute one full MR x NR tile:
+ *   out = (cin ? cin : 0) + Apanel(MR, kc) . Bpanels(kc, NR)
+ * Full tiles only: the driver routes tails through a small local tile.
+ */
+#ifndef KILN_GEMM_INTERNAL_H
+#define KILN_GEMM_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "base/kiln_cpu.h"
+#include "kernels/kiln_activation.h"
+
+#define KILN_GEMM_PANEL 16
+/* The GEMV kernels handle at most this many rows of A. */
+#define KILN_GEMM_GEMV_MAX_M 8
+
+/* a: packed A panel at column p0 (stride MR); b: packed B panel at row p0
+ * (stride 16); b_next: the neighbouring panel at row p0 for 32-wide kernels
+ * (the driver passes b again when only one panel is left). cin may equal
+ * out (accumulate in place). */
+typedef void (*kiln_gemm_ukernel_fn)(int64_t kc, const float* a, const float* b,
+                                     const float* b_next, const float* cin, int64_t ldcin,
+                                     float* out, int64_t ldout);
+
+/* dst[i][j] = act(src[i][j] + bias[j]) + res[i][j] for i < m, j < n; bias and
+ * res may be NULL. Reads each element before writing it, so dst may alias
+ * src or res exactly. */
+typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, int64_t lds,
+                                      float* dst, int64_t ldd, const float* bias,
+                                      const float* res, int64_t ldr, kiln_activation_t act);
+
+/* out(m, 16) = A(m, k) . Bpanel(k, 16) for m <= KILN_GEMM_GEMV_MAX_M; A rows
+ * are unit-stride, lda apart; out is m x 16 contiguous. */
+typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
+                                  const float* b_panel, float* out);
+
+/* Packs A into MR-row panels (see kiln_gemm_pack_a below). */
+typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
+                                    int64_t row0, int64_t rows, int64_t m_total, float* out);
+
+typedef struct kiln_gemm_kernels_s {
+  const char* name;
+  int mr, nr;     /* microkernel tile; nr is 16 or 32 */
+  int kc, mc_max; /* K block (A and B micro-panels stay in L1) and M tile (A block in L2) */
+  kiln_gemm_ukernel_fn ukernel;
+  kiln_gemm_epilogue_fn epilogue;
+  kiln_gemm_gemv_fn gemv;
+  kiln_gemm_pack_a_fn pack_a;
+} kiln_gemm_kernels_t;
+
+/* Portable kernels (kiln_gemm_ukernel_generic.c). */
+void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
+                                    const float* b_next, const float* cin, int64_t ldcin,
+                                    float* out, int64_t ldout);
+void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                                kiln_activation_t act);
+void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                            const float* b_panel, float* out);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_GEMM_HAVE_X86 1
+/* AVX2 + FMA (kiln_gemm_ukernel_avx2.c, kiln_gemm_epilogue_avx2.c,
+ * kiln_gemm_pack_avx2.c). */
+void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
+                                 const float* b_next, const float* cin, int64_t ldcin,
+                                 float* out, int64_t ldout);
+void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                             int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                             kiln_activation_t act);
+void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                         const float* b_panel, float* out);
+void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
+                           int64_t row0, int64_t rows, int64_t m_total, float* out);
+/* AVX-512 (kiln_gemm_ukernel_avx512.c). */
+void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
+                                   const float* b_next, const float* cin, int64_t ldcin,
+                                   float* out, int64_t ldout);
+#endif
+
+/* The kernels for an ISA level (never NULL; falls back to generic). */
+const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
+
+/* Packs rows [row0, row0 + rows) of A(M, K) (element (i, p) at
+ * a[i * rs + p * cs]) into MR-row panels over all K columns; rows at or past
+ * m_total are zero. out receives ceil(rows / mr) panels of K * mr floats. */
+void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs, int64_t row0,
+                      int64_t rows, int64_t m_total, float* out);
+
+/* Packs panels [q0, q1) of B(K, N) into `out` laid out as the whole packed
+ * matrix (so tasks can fill disjoint panel ranges in parallel). */
+void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                             int64_t q0, int64_t q1, float* out);
+
+/* The activation one element at a time, with the reference's formulas
+ * (torch's: relu keeps NaN, gelu via erff, gelu_tanh via tanhf). */
+static inline float kiln_gemm_act_scalar(float x, kiln_activation_t act) {
+  switch (act) {
+    case KILN_ACT_RELU:
+      return x < 0.0f ? 0.0f : x; /* NaN < 0 is false: NaN passes, as in torch */
+    case KILN_ACT_GELU:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case KILN_ACT_GELU_TANH: {
+      float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + tanhf(u));
+    }
+    case KILN_ACT_SILU:
+      return x / (1.0f + expf(-x));
+    case KILN_ACT_SIGMOID:
+      return 1.0f / (1.0f + expf(-x));
+    case KILN_ACT_TANH:
+      return tanhf(x);
+    default:
+      return x;
+  }
+}
+
+#endif /* KILN_GEMM_INTERNAL_H */

@@ -1,0 +1,96 @@
+/* Packing: B into the ISA-independent panel layout (once, for weights, or
+ * per call for activations), A into MR-row panels per call. The layouts are
+ * documented in kiln_gemm_internal.h. Packing absorbs every operand stride,
+ * so the microkernels only ever see unit-stride panels. */
+#include <string.h>
+
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n) {
+  if (k <= 0 || n <= 0) return 0;
+  int64_t panels = (n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
+  return (size_t)panels * (size_t)k * KILN_GEMM_PANEL * sizeof(float);
+}
+
+void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                             int64_t q0, int64_t q1, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int64_t q = q0; q < q1; ++q) {
+    float* dst = out + q * k * P;
+    int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
+    if (cs == 1 && w == P) {
+      /* Row-major B: each panel row is 16 contiguous floats. */
+      for (int64_t p = 0; p < k; ++p) memcpy(dst + p * P, b + p * rs + j0, P * sizeof(float));
+    } else if (rs == 1) {
+      /* Column-major B (nn.Linear's W^T): walk each column contiguously,
+       * in K blocks so the panel's written lines stay in L1. */
+      for (int64_t p0 = 0; p0 < k; p0 += 64) {
+        int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
+        for (int64_t jj = 0; jj < P; ++jj) {
+          if (jj < w) {
+            const float* col = b + (j0 + jj) * cs;
+            for (int64_t p = p0; p < p1; ++p) dst[p * P + jj] = col[p];
+          } else {
+            for (int64_t p = p0; p < p1; ++p) dst[p * P + jj] = 0.0f;
+          }
+        }
+      }
+    } else {
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t jj = 0; jj < P; ++jj)
+          dst[p * P + jj] = jj < w ? b[p * rs + (j0 + jj) * cs] : 0.0f;
+    }
+  }
+}
+
+void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
+                          int64_t col_stride, float* out) {
+  if (k <= 0 || n <= 0) return;
+  kiln_gemm_pack_b_panels(k, n, b, row_stride, col_stride, 0,
+                          (n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL, out);
+}
+
+/* One panel of MR rows; MR is a compile-time constant in each caller below
+ * so the inner loop unrolls into MR loads and a contiguous store. */
+static inline void kiln_gemm_pack_a_panel(const int MR, int64_t k, const float* a, int64_t rs,
+                                          int64_t cs, int64_t rows, float* out) {
+  if (rows == MR && cs == 1) {
+    const float* r[8];
+    for (int i = 0; i < MR; ++i) r[i] = a + i * rs;
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < MR; ++i) out[p * MR + i] = r[i][p];
+  } else if (rows == MR && rs == 1) {
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < MR; ++i) out[p * MR + i] = a[p * cs + i];
+  } else {
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < MR; ++i) out[p * MR + i] = i < rows ? a[i * rs + p * cs] : 0.0f;
+  }
+}
+
+#define KILN_GEMM_PACK_A_MR(MR)                                                        \
+  static void kiln_gemm_pack_a_##MR(int64_t k, const float* a, int64_t rs, int64_t cs, \
+                                    int64_t rows, float* out) {                        \
+    kiln_gemm_pack_a_panel(MR, k, a, rs, cs, rows, out);                               \
+  }
+KILN_GEMM_PACK_A_MR(4)
+KILN_GEMM_PACK_A_MR(6)
+KILN_GEMM_PACK_A_MR(8)
+
+void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs, int64_t row0,
+                      int64_t rows, int64_t m_total, float* out) {
+  for (int64_t i = 0; i < rows; i += mr) {
+    int64_t live = m_total - (row0 + i);
+    if (live > mr) live = mr;
+    if (live > rows - i) live = rows - i;
+    const float* src = a + (row0 + i) * rs;
+    float* dst = out + (i / mr) * k * mr;
+    switch (mr) {
+      case 4: kiln_gemm_pack_a_4(k, src, rs, cs, live, dst); break;
+      case 6: kiln_gemm_pack_a_6(k, src, rs, cs, live, dst); break;
+      case 8: kiln_gemm_pack_a_8(k, src, rs, cs, live, dst); break;
+      default: break;
+    }
+  }
+}

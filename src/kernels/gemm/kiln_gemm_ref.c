@@ -1,0 +1,35 @@
+/* The scalar GEMM reference: the header's contract as a plain triple loop.
+ * Tests hold every fast path to it. It accumulates in double so that it is
+ * a better yardstick than any float summation order, and it computes the
+ * epilogue per element with libm (erff, tanhf, expf) as torch does. */
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
+  for (int64_t bt = 0; bt < g->batch; ++bt) {
+    const float* a = g->a + bt * g->a_batch_stride;
+    float* c = g->c + bt * g->c_batch_stride;
+    const float* r = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
+    for (int64_t i = 0; i < g->m; ++i) {
+      for (int64_t j = 0; j < g->n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < g->k; ++p) {
+          float bv;
+          if (g->b_packed) {
+            bv = g->b_packed[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
+                             p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL];
+          } else {
+            bv = g->b[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride];
+          }
+          acc += (double)a[i * g->a_row_stride + p * g->a_col_stride] * (double)bv;
+        }
+        float x = (float)acc;
+        if (g->bias) x += g->bias[j];
+        x = kiln_gemm_act_scalar(x, g->act);
+        /* Read the residual before writing C: they may be the same element. */
+        if (r) x += r[i * g->r_row_stride + j];
+        c[i * g->c_row_stride + j] = x;
+      }
+    }
+  }
+}

@@ -1,0 +1,54 @@
+/* Portable kernels: the 4x16 microkernel, the small-M GEMV and the
+ * epilogue in plain C. This is what non-x86 machines run and what the tests
+ * check with the SIMD levels masked off. The loops are written so that a
+ * compiler vectorises the 16-wide panel rows (SSE2 on x86-64, NEON on arm64)
+ * without any ISA flags. */
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+#define KILN_GEMM_G_MR 4
+#define KILN_GEMM_G_NR 16
+
+void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
+                                    const float* b_next, const float* cin, int64_t ldcin,
+                                    float* out, int64_t ldout) {
+  (void)b_next;
+  float acc[KILN_GEMM_G_MR][KILN_GEMM_G_NR] = {{0}};
+  for (int64_t p = 0; p < kc; ++p) {
+    const float* bp = b + p * KILN_GEMM_G_NR;
+    for (int i = 0; i < KILN_GEMM_G_MR; ++i) {
+      float av = a[p * KILN_GEMM_G_MR + i];
+      for (int j = 0; j < KILN_GEMM_G_NR; ++j) acc[i][j] += av * bp[j];
+    }
+  }
+  for (int i = 0; i < KILN_GEMM_G_MR; ++i)
+    for (int j = 0; j < KILN_GEMM_G_NR; ++j)
+      out[i * ldout + j] = (cin ? cin[i * ldcin + j] : 0.0f) + acc[i][j];
+}
+
+void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                            const float* b_panel, float* out) {
+  float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_G_NR] = {{0}};
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b_panel + p * KILN_GEMM_G_NR;
+    for (int64_t i = 0; i < m; ++i) {
+      float av = a[i * lda + p];
+      for (int j = 0; j < KILN_GEMM_G_NR; ++j) acc[i][j] += av * bp[j];
+    }
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int j = 0; j < KILN_GEMM_G_NR; ++j) out[i * KILN_GEMM_G_NR + j] = acc[i][j];
+}
+
+void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                                kiln_activation_t act) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float x = src[i * lds + j];
+      if (bias) x += bias[j];
+      x = kiln_gemm_act_scalar(x, act);
+      if (res) x += res[i * ldr + j];
+      dst[i * ldd + j] = x;
+    }
+  }
+}

@@ -1,0 +1,308 @@
+/* Flash-style scaled dot-product attention, one ISA variant per build of
+ * this file (see kiln_nn_internal.h for how work is cut into tasks).
+ *
+ * A task owns a block of rows (query head of a GQA group × query) of one
+ * (batch, kv head). It packs its queries, pre-scaled, into a contiguous
+ * tile, then walks the keys in tiles: K is packed transposed (D, Bk) and V
+ * as (Bk, Dv) rows, both zero-padded, so permuted or strided inputs are read
+ * in place exactly once per task and the two products are small dense
+ * GEMMs: S = Q·Kt (rows × Bk) and O += P·V. The softmax is online: each row
+ * keeps its running max m and sum l, and O is rescaled by e^(m_old - m_new)
+ * when the max grows, so the (Sq, Skv) score matrix never exists.
+ *
+ * All tiles live in one stack buffer of KILN_NN_ATTN_SCRATCH floats (80 KiB);
+ * tile sizes shrink to fit the head dims. Head dims above
+ * KILN_ATTENTION_MAX_HEAD_DIM take an untiled row-at-a-time path that needs
+ * no scratch (the output row is the accumulator): correct, slower.
+ *
+ * Masked rows: a row that no key may see (all -inf mask, or causal with
+ * i + offset < 0) outputs zeros. That is what torch 2.13's CPU
+ * F.scaled_dot_product_attention returns for a fully -inf float mask (its
+ * math path would give NaN; the fused CPU kernel, the one users get, gives
+ * 0), so kiln matches the kernel users see. NaN in q, k, v or the mask
+ * gives NaN in the affected rows.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/nn/kiln_nn_internal.h"
+#include "kernels/nn/kiln_nn_math.h"
+#include "kernels/nn/kiln_nn_row.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KILN_NN_ATTN_AVX2 1
+#endif
+
+enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 4, KILN_NN_ATTN_NR = 16 };
+
+static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Floats of scratch the tiles need for a row block bq and key tile bk. */
+static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp) {
+  return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq;
+}
+
+void KILN_NN_FN(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
+                                        kiln_nn_attention_plan_t* plan) {
+  plan->args = a;
+  plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
+  int64_t rows = plan->group * a->q_len;
+  int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
+  static const int64_t tiles[][2] = {{32, 64}, {32, 32}, {16, 32}, {16, 16}, {8, 16}, {4, 16}};
+  plan->q_block = 16;
+  plan->k_block = 0;
+  if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
+    for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
+      if (kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp) <= KILN_NN_ATTN_SCRATCH) {
+        plan->q_block = tiles[t][0];
+        plan->k_block = tiles[t][1];
+        break;
+      }
+    }
+  }
+  /* Smaller row blocks when there would be too few tasks to share out
+   * (decode with few kv heads); the key tiles are re-packed per block, so
+   * not smaller than needed. */
+  int64_t bh = a->batch * a->kv_heads;
+  int64_t rows_pad = kiln_nn_round_up(rows > 0 ? rows : 1, KILN_NN_ATTN_MR);
+  if (plan->q_block > rows_pad) plan->q_block = rows_pad;
+  while (plan->q_block > KILN_NN_ATTN_MR &&
+         bh * ((rows + plan->q_block - 1) / plan->q_block) < 2 * (int64_t)n_threads)
+    plan->q_block /= 2;
+  plan->q_blocks = (rows + plan->q_block - 1) / plan->q_block;
+}
+
+/* C(4, W) (+)= A(4, K) · B(K, W) for W = 16 nc; A, B, C row-major with the
+ * given row strides. This is the inner kernel of both products. */
+#if defined(KILN_NN_ATTN_AVX2)
+static inline __attribute__((always_inline)) void kiln_nn_attn_kernel(
+    int nc, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+    int64_t ldc, int accumulate) {
+  __m256 acc[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 2 * nc; ++j)
+      acc[r][j] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * j) : _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    __m256 bv[4];
+    for (int j = 0; j < 2 * nc; ++j) bv[j] = _mm256_loadu_ps(b + p * ldb + 8 * j);
+    for (int r = 0; r < 4; ++r) {
+      __m256 av = _mm256_broadcast_ss(a + r * lda + p);
+      for (int j = 0; j < 2 * nc; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int j = 0; j < 2 * nc; ++j) _mm256_storeu_ps(c + r * ldc + 8 * j, acc[r][j]);
+}
+#else
+static inline void kiln_nn_attn_kernel(int nc, int64_t k, const float* a, int64_t lda,
+                                       const float* b, int64_t ldb, float* c, int64_t ldc,
+                                       int accumulate) {
+  for (int h = 0; h < nc; ++h) {
+    float acc[4][16];
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + 16 * h + j] : 0.0f;
+    for (int64_t p = 0; p < k; ++p) {
+      const float* bp = b + p * ldb + 16 * h;
+      for (int r = 0; r < 4; ++r) {
+        float av = a[r * lda + p];
+        for (int j = 0; j < 16; ++j) acc[r][j] = KILN_NN_FMA(av, bp[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int j = 0; j < 16; ++j) c[r * ldc + 16 * h + j] = acc[r][j];
+  }
+}
+#endif
+
+/* C(m, n) (+)= A(m, k) · B(k, n) with m % 4 == 0 and n % 16 == 0. Column
+ * chunks outside so each chunk of B stays in L1 across the row blocks. */
+static void kiln_nn_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                              const float* b, int64_t ldb, float* c, int64_t ldc,
+                              int accumulate) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32)
+    for (int64_t i = 0; i < m; i += 4)
+      kiln_nn_attn_kernel(2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+  for (; j < n; j += 16)
+    for (int64_t i = 0; i < m; i += 4)
+      kiln_nn_attn_kernel(1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+}
+
+/* Where row r of a task reads its query and mask and writes its output. */
+typedef struct kiln_nn_attn_row_s {
+  const float* q;
+  const float* mask;
+  float* out;
+  int64_t last_key; /* keys j > last_key are causally hidden */
+} kiln_nn_attn_row_t;
+
+static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t task, int64_t* b,
+                              int64_t* kvh, int64_t* n_rows, kiln_nn_attn_row_t* rows,
+                              int64_t max_rows) {
+  const kiln_attention_args_t* a = plan->args;
+  int64_t bh_count = a->batch * a->kv_heads;
+  /* The last row blocks see the most keys under causal masking: hand them
+   * out first so the pool's counter balances the tail. */
+  int64_t blk = plan->q_blocks - 1 - (int64_t)task / bh_count;
+  int64_t bh = (int64_t)task % bh_count;
+  *b = bh / a->kv_heads;
+  *kvh = bh % a->kv_heads;
+  int64_t total = plan->group * a->q_len, r0 = blk * plan->q_block;
+  int64_t n = total - r0 < plan->q_block ? total - r0 : plan->q_block;
+  if (n > max_rows) n = max_rows;
+  *n_rows = n;
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t rho = r0 + r, qi = rho / plan->group;
+    int64_t h = *kvh * plan->group + rho % plan->group;
+    rows[r].q = a->q + *b * a->q_strides[0] + h * a->q_strides[1] + qi * a->q_strides[2];
+    rows[r].mask = a->mask ? a->mask + *b * a->mask_strides[0] + h * a->mask_strides[1] +
+                                 qi * a->mask_strides[2]
+                           : NULL;
+    rows[r].out = a->out + ((*b * a->heads + h) * a->q_len + qi) * a->v_head_dim;
+    rows[r].last_key = a->causal ? qi + a->causal_offset : INT64_MAX;
+  }
+}
+
+/* Large head dims: one row at a time, the output row as the accumulator. */
+static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size_t task) {
+  const kiln_attention_args_t* a = plan->args;
+  kiln_nn_attn_row_t rows[64];
+  int64_t b, kvh, n_rows;
+  kiln_nn_attn_rows(plan, task, &b, &kvh, &n_rows, rows, 64);
+  const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
+  const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
+  int64_t dv = a->v_head_dim;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float* o = rows[r].out;
+    for (int64_t e = 0; e < dv; ++e) o[e] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
+    for (int64_t j = 0; j < end; ++j) {
+      const float* kj = kb + j * a->k_strides[2];
+      float s = 0.0f;
+      for (int64_t e = 0; e < a->head_dim; ++e)
+        s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
+      s *= a->scale;
+      if (rows[r].mask) s += rows[r].mask[j * a->mask_strides[3]];
+      if (s == -INFINITY) continue;
+      if (s > m) {
+        float alpha = kiln_nn_expf(m - s);
+        l *= alpha;
+        for (int64_t e = 0; e < dv; ++e) o[e] *= alpha;
+        m = s;
+      }
+      float p = kiln_nn_expf(s - m); /* NaN s (or m) spreads through p */
+      l += p;
+      const float* vj = vb + j * a->v_strides[2];
+      for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
+    }
+    float inv = l == 0.0f ? 0.0f : 1.0f / l;
+    for (int64_t e = 0; e < dv; ++e) o[e] *= inv;
+  }
+}
+
+void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task) {
+  if (plan->k_block == 0) {
+    kiln_nn_attn_task_untiled(plan, task);
+    return;
+  }
+  const kiln_attention_args_t* a = plan->args;
+  kiln_nn_attn_row_t rows[32];
+  int64_t b, kvh, nr;
+  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, 32);
+  const int64_t d = a->head_dim, dv = a->v_head_dim;
+  const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
+  const int64_t nrp = kiln_nn_round_up(nr, KILN_NN_ATTN_MR);
+  _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
+  float* qp = scratch;    /* (nrp, d), pre-scaled */
+  float* kt = qp + nrp * d; /* (d, bk) */
+  float* vp = kt + d * bk;  /* (bk, dvp) */
+  float* s = vp + bk * dvp; /* (nrp, bk): scores, then probabilities */
+  float* o = s + nrp * bk;  /* (nrp, dvp) */
+  float* m = o + nrp * dvp; /* running max per row */
+  float* l = m + nrp;       /* running sum per row */
+
+  int64_t kv_end = 0;
+  for (int64_t r = 0; r < nrp; ++r) {
+    if (r < nr) {
+      for (int64_t e = 0; e < d; ++e) qp[r * d + e] = rows[r].q[e * a->q_strides[3]] * a->scale;
+      int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
+      kv_end = end > kv_end ? end : kv_end;
+    } else {
+      for (int64_t e = 0; e < d; ++e) qp[r * d + e] = 0.0f;
+    }
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+  memset(o, 0, (size_t)(nrp * dvp) * sizeof(float));
+
+  const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
+  const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
+  for (int64_t j0 = 0; j0 < kv_end; j0 += bk) {
+    int64_t nk = kv_end - j0 < bk ? kv_end - j0 : bk;
+    int64_t nkp = kiln_nn_round_up(nk, KILN_NN_ATTN_NR);
+    /* Pack K transposed and V, zero-filling the padding so 0 · pad = 0. */
+    for (int64_t c = 0; c < nkp; ++c) {
+      if (c < nk) {
+        const float* kr = kb + (j0 + c) * a->k_strides[2];
+        const float* vr = vb + (j0 + c) * a->v_strides[2];
+        for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kr[e * a->k_strides[3]];
+        if (a->v_strides[3] == 1)
+          memcpy(vp + c * dvp, vr, (size_t)dv * sizeof(float));
+        else
+          for (int64_t e = 0; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
+        for (int64_t e = dv; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
+      } else {
+        for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = 0.0f;
+        for (int64_t e = 0; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
+      }
+    }
+    kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0);
+
+    for (int64_t r = 0; r < nrp; ++r) {
+      float* sr = s + r * bk;
+      if (r >= nr) {
+        for (int64_t c = 0; c < nkp; ++c) sr[c] = -INFINITY;
+      } else {
+        if (rows[r].mask) {
+          const float* mr = rows[r].mask + j0 * a->mask_strides[3];
+          int64_t ms = a->mask_strides[3];
+          if (ms == 1)
+            for (int64_t c = 0; c < nk; ++c) sr[c] += mr[c];
+          else
+            for (int64_t c = 0; c < nk; ++c) sr[c] += mr[c * ms];
+        }
+        /* Keys past the causal limit, and the padding, are hidden. */
+        int64_t lk = rows[r].last_key; /* INT64_MAX when not causal */
+        int64_t vis = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
+        for (int64_t c = vis; c < nkp; ++c) sr[c] = -INFINITY;
+      }
+      float m_new = kiln_nn_row_max((size_t)nkp, sr);
+      m_new = m_new > m[r] ? m_new : m[r];
+      /* While every key so far is hidden the max is -inf; subtracting 0
+       * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
+      float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      float alpha = kiln_nn_expf(m[r] - m_use);
+      float acc[KILN_NN_LANES] = {0};
+      for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+        for (int j = 0; j < KILN_NN_LANES; ++j) {
+          float p = kiln_nn_expf(sr[c + j] - m_use);
+          sr[c + j] = p;
+          acc[j] += p;
+        }
+      l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
+      m[r] = m_new;
+      if (alpha != 1.0f) {
+        float* orow = o + r * dvp;
+        for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
+      }
+    }
+    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vp, dvp, o, dvp, 1);
+  }
+
+  for (int64_t r = 0; r < nr; ++r) {
+    float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    for (int64_t e = 0; e < dv; ++e) rows[r].out[e] = o[r * dvp + e] * inv;
+  }
+}

@@ -1,0 +1,162 @@
+/* The public entry points of the nn family: pick the ISA variant's kernel
+ * table from kiln_cpu_isa() (checked on every call, so kiln_cpu_isa_set in
+ * tests takes effect at once; it is a load and a compare) and share the
+ * work out over the pool. Small inputs run on the caller: waking the pool
+ * costs more than a few tens of KiB of work.
+ */
+#include "base/kiln_cpu.h"
+#include "kernels/nn/kiln_nn_internal.h"
+
+/* Below this many elements a call is not worth splitting. */
+enum { KILN_NN_MIN_PARALLEL = 32768, KILN_NN_TASKS_PER_THREAD = 4 };
+
+static const kiln_nn_kernels_t* kiln_nn_kernels(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  switch (kiln_cpu_isa()) {
+    case KILN_ISA_AVX512: return &kiln_nn_kernels_avx512;
+    case KILN_ISA_AVX2: return &kiln_nn_kernels_avx2;
+    default: break;
+  }
+#endif
+  return &kiln_nn_kernels_generic;
+}
+
+/* Splits [0, count) into tasks of `per_task` items. */
+typedef struct kiln_nn_split_s {
+  const kiln_nn_kernels_t* k;
+  size_t count, per_task;
+} kiln_nn_split_t;
+
+static size_t kiln_nn_split_init(kiln_nn_split_t* sp, size_t count, size_t item_size,
+                                 size_t align, kiln_pool_t* pool) {
+  sp->k = kiln_nn_kernels();
+  sp->count = count;
+  int threads = kiln_pool_size(pool);
+  size_t total = count * item_size;
+  if (threads <= 1 || total < KILN_NN_MIN_PARALLEL || count < 2) {
+    sp->per_task = count ? count : 1;
+    return count ? 1 : 0;
+  }
+  size_t tasks = (size_t)threads * KILN_NN_TASKS_PER_THREAD;
+  size_t max_tasks = total / (KILN_NN_MIN_PARALLEL / 4);
+  if (tasks > max_tasks) tasks = max_tasks;
+  if (tasks > count) tasks = count;
+  if (tasks < 1) tasks = 1;
+  size_t per = (count + tasks - 1) / tasks;
+  per = (per + align - 1) / align * align;
+  sp->per_task = per;
+  return (count + per - 1) / per;
+}
+
+static void kiln_nn_range(const kiln_nn_split_t* sp, size_t task, size_t* lo, size_t* hi) {
+  *lo = task * sp->per_task;
+  *hi = *lo + sp->per_task < sp->count ? *lo + sp->per_task : sp->count;
+}
+
+typedef struct kiln_nn_unary_ctx_s {
+  kiln_nn_split_t sp;
+  kiln_unary_t op;
+  const float* x;
+  float* y;
+} kiln_nn_unary_ctx_t;
+
+static void kiln_nn_unary_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_unary_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->unary(c->op, hi - lo, c->x + lo, c->y + lo);
+}
+
+void kiln_unary_f32(kiln_unary_t op, size_t n, const float* x, float* y, kiln_pool_t* pool) {
+  if ((unsigned)op >= KILN_UNARY_COUNT) return;
+  kiln_nn_unary_ctx_t c = {.op = op, .x = x, .y = y};
+  size_t tasks = kiln_nn_split_init(&c.sp, n, sizeof(float), 64, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_unary_task, &c);
+}
+
+void kiln_activation_f32(kiln_activation_t act, size_t n, float* x) {
+  if ((unsigned)act >= KILN_ACT_COUNT) return;
+  kiln_nn_kernels()->activation(act, n, x);
+}
+
+typedef struct kiln_nn_rows_ctx_s {
+  kiln_nn_split_t sp;
+  size_t cols;
+  const float* x;
+  const float* gamma;
+  const float* beta;
+  float eps;
+  int log;
+  float* y;
+} kiln_nn_rows_ctx_t;
+
+static void kiln_nn_softmax_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_rows_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->softmax_rows(lo, hi, c->cols, c->x, c->y, c->log);
+}
+
+void kiln_softmax_f32(size_t rows, size_t cols, const float* x, float* y, int log,
+                      kiln_pool_t* pool) {
+  if (cols == 0) return;
+  kiln_nn_rows_ctx_t c = {.cols = cols, .x = x, .y = y, .log = log};
+  size_t tasks = kiln_nn_split_init(&c.sp, rows, cols * sizeof(float), 1, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_softmax_task, &c);
+}
+
+static void kiln_nn_layer_norm_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_rows_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->layer_norm_rows(lo, hi, c->cols, c->x, c->gamma, c->beta, c->eps, c->y);
+}
+
+void kiln_layer_norm_f32(size_t rows, size_t cols, const float* x, const float* gamma,
+                         const float* beta, float eps, float* y, kiln_pool_t* pool) {
+  if (cols == 0) return;
+  kiln_nn_rows_ctx_t c = {.cols = cols, .x = x, .gamma = gamma, .beta = beta, .eps = eps, .y = y};
+  size_t tasks = kiln_nn_split_init(&c.sp, rows, cols * sizeof(float), 1, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_layer_norm_task, &c);
+}
+
+static void kiln_nn_rms_norm_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_rows_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->rms_norm_rows(lo, hi, c->cols, c->x, c->gamma, c->eps, c->y);
+}
+
+void kiln_rms_norm_f32(size_t rows, size_t cols, const float* x, const float* gamma,
+                       float eps, float* y, kiln_pool_t* pool) {
+  if (cols == 0) return;
+  kiln_nn_rows_ctx_t c = {.cols = cols, .x = x, .gamma = gamma, .eps = eps, .y = y};
+  size_t tasks = kiln_nn_split_init(&c.sp, rows, cols * sizeof(float), 1, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_rms_norm_task, &c);
+}
+
+typedef struct kiln_nn_attention_ctx_s {
+  const kiln_nn_kernels_t* k;
+  kiln_nn_attention_plan_t plan;
+} kiln_nn_attention_ctx_t;
+
+static void kiln_nn_attention_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_attention_ctx_t* c = ctx;
+  c->k->attention_task(&c->plan, task);
+}
+
+void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool) {
+  const kiln_attention_args_t* a = args;
+  if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
+      a->v_head_dim < 0 || a->head_dim < 0 || a->kv_len < 0 || a->heads % a->kv_heads)
+    return;
+  kiln_nn_attention_ctx_t c = {.k = kiln_nn_kernels()};
+  c.k->attention_plan(a, kiln_pool_size(pool), &c.plan);
+  size_t tasks = (size_t)(a->batch * a->kv_heads * c.plan.q_blocks);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_attention_task, &c);
+}

@@ -1,0 +1,73 @@
+/* Private to the nn family: the per-ISA kernel table and its naming.
+ *
+ * kiln_unary.c, kiln_softmax.c, kiln_norm.c, kiln_attention.c and
+ * kiln_nn_table.c are compiled once per ISA (generic, and with the AVX2 and
+ * AVX-512 flags in their own static libraries) with KILN_NN_SUFFIX naming the
+ * variant, so the same portable C is auto-vectorised for each target. The
+ * single-threaded "range" kernels live there; kiln_nn.c (generic build only)
+ * splits the work over the pool and picks a table from kiln_cpu_isa().
+ */
+#ifndef KILN_NN_INTERNAL_H
+#define KILN_NN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/nn/kiln_nn.h"
+
+#ifndef KILN_NN_SUFFIX
+#define KILN_NN_SUFFIX _generic
+#endif
+#define KILN_NN_CAT2_(a, b) a##b
+#define KILN_NN_CAT_(a, b) KILN_NN_CAT2_(a, b)
+#define KILN_NN_FN(name) KILN_NN_CAT_(name, KILN_NN_SUFFIX)
+
+/* Attention work is cut into tasks of (batch, kv head, block of rows),
+ * where the rows of a kv head are its group's query heads times the
+ * queries, query-major: the heads that share K and V share its tiles (for a
+ * decode step, Sq = 1, the group is the whole block). */
+typedef struct kiln_nn_attention_plan_s {
+  const kiln_attention_args_t* args;
+  int64_t group;     /* query heads per kv head */
+  int64_t q_block;   /* rows per task; a row is a (query head of the group, query) pair */
+  int64_t q_blocks;  /* per (batch, kv head) */
+  int64_t k_block;   /* keys per tile; 0 selects the untiled path for large head dims */
+} kiln_nn_attention_plan_t;
+
+typedef struct kiln_nn_kernels_s {
+  /* y = f(x) over n elements; x and y may alias exactly. */
+  void (*unary)(kiln_unary_t op, size_t n, const float* x, float* y);
+  void (*activation)(kiln_activation_t act, size_t n, float* x);
+  /* Rows [r0, r1) of the row-wise kernels. */
+  void (*softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x, float* y, int log);
+  void (*layer_norm_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                          const float* gamma, const float* beta, float eps, float* y);
+  void (*rms_norm_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                        const float* gamma, float eps, float* y);
+  /* Picks the query block for the shapes in args (fills plan). */
+  void (*attention_plan)(const kiln_attention_args_t* args, int n_threads,
+                         kiln_nn_attention_plan_t* plan);
+  /* One task: task indexes (batch, kv head, row block), heaviest first. */
+  void (*attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
+} kiln_nn_kernels_t;
+
+#define KILN_NN_DECLARE_VARIANT(sfx)                                                       \
+  void kiln_nn_unary##sfx(kiln_unary_t op, size_t n, const float* x, float* y);            \
+  void kiln_nn_activation##sfx(kiln_activation_t act, size_t n, float* x);                 \
+  void kiln_nn_softmax_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,        \
+                                 float* y, int log);                                       \
+  void kiln_nn_layer_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,     \
+                                    const float* gamma, const float* beta, float eps,      \
+                                    float* y);                                             \
+  void kiln_nn_rms_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,       \
+                                  const float* gamma, float eps, float* y);                \
+  void kiln_nn_attention_plan##sfx(const kiln_attention_args_t* args, int n_threads,      \
+                                   kiln_nn_attention_plan_t* plan);                        \
+  void kiln_nn_attention_task##sfx(const kiln_nn_attention_plan_t* plan, size_t task);     \
+  extern const kiln_nn_kernels_t kiln_nn_kernels##sfx;
+
+KILN_NN_DECLARE_VARIANT(_generic)
+KILN_NN_DECLARE_VARIANT(_avx2)
+KILN_NN_DECLARE_VARIANT(_avx512)
+
+#endif /* KILN_NN_INTERNAL_H */

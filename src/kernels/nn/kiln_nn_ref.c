@@ -1,0 +1,132 @@
+/* Scalar references for the nn kernels: obviously correct, slow, and the
+ * ground truth of tests/c/test_nn.c.
+ *
+ * The unary functions that libm has (expf, logf, tanhf, erff, ...) call it
+ * in float. The composite ones (sigmoid, silu, gelu, gelu_tanh) are
+ * evaluated in double and rounded once, in the forms that do not cancel
+ * (gelu via erfc, the sigmoid as 1/(1 + e^-x)), so the reference is within
+ * an ulp of the true value even in the tails where float formulas lose
+ * everything. Softmax, the norms and attention accumulate in double.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/nn/kiln_nn.h"
+
+static float kiln_nn_ref_unary1(kiln_unary_t op, float x) {
+  double d = x;
+  switch (op) {
+    case KILN_UNARY_NEG: return -x;
+    case KILN_UNARY_ABS: return fabsf(x);
+    case KILN_UNARY_EXP: return expf(x);
+    case KILN_UNARY_LOG: return logf(x);
+    case KILN_UNARY_SQRT: return sqrtf(x);
+    case KILN_UNARY_RSQRT: return 1.0f / sqrtf(x);
+    case KILN_UNARY_RECIPROCAL: return 1.0f / x;
+    case KILN_UNARY_TANH: return tanhf(x);
+    case KILN_UNARY_SIGMOID: return (float)(1.0 / (1.0 + exp(-d)));
+    case KILN_UNARY_RELU: return x < 0.0f ? 0.0f : x;
+    case KILN_UNARY_GELU: return (float)(0.5 * d * erfc(-d * M_SQRT1_2));
+    case KILN_UNARY_GELU_TANH: {
+      double w = 2.0 * sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d);
+      return (float)(d / (1.0 + exp(-w)));
+    }
+    case KILN_UNARY_SILU: return (float)(d / (1.0 + exp(-d)));
+    case KILN_UNARY_ERF: return erff(x);
+    case KILN_UNARY_SIN: return sinf(x);
+    case KILN_UNARY_COS: return cosf(x);
+    case KILN_UNARY_COUNT: break;
+  }
+  return NAN;
+}
+
+void kiln_unary_f32_reference(kiln_unary_t op, size_t n, const float* x, float* y) {
+  for (size_t i = 0; i < n; ++i) y[i] = kiln_nn_ref_unary1(op, x[i]);
+}
+
+void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float* y,
+                                int log_softmax) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double m = -INFINITY, s = 0.0;
+    for (size_t i = 0; i < cols; ++i) m = xr[i] > m ? xr[i] : m;
+    for (size_t i = 0; i < cols; ++i) s += exp(xr[i] - m);
+    for (size_t i = 0; i < cols; ++i)
+      yr[i] = log_softmax ? (float)(xr[i] - m - log(s)) : (float)(exp(xr[i] - m) / s);
+  }
+}
+
+void kiln_layer_norm_f32_reference(size_t rows, size_t cols, const float* x,
+                                   const float* gamma, const float* beta, float eps, float* y) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double mean = 0.0, var = 0.0;
+    for (size_t i = 0; i < cols; ++i) mean += xr[i];
+    mean /= (double)cols;
+    for (size_t i = 0; i < cols; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= (double)cols;
+    double rstd = 1.0 / sqrt(var + eps);
+    for (size_t i = 0; i < cols; ++i)
+      y[r * cols + i] =
+          (float)((xr[i] - mean) * rstd * (gamma ? gamma[i] : 1.0f) + (beta ? beta[i] : 0.0f));
+  }
+}
+
+void kiln_rms_norm_f32_reference(size_t rows, size_t cols, const float* x,
+                                 const float* gamma, float eps, float* y) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    double ms = 0.0;
+    for (size_t i = 0; i < cols; ++i) ms += (double)xr[i] * xr[i];
+    double rstd = 1.0 / sqrt(ms / (double)cols + eps);
+    for (size_t i = 0; i < cols; ++i)
+      y[r * cols + i] = (float)(xr[i] * rstd * (gamma ? gamma[i] : 1.0f));
+  }
+}
+
+/* Materialises one row of scores at a time (kv_len doubles). */
+void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
+  if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
+      a->heads % a->kv_heads)
+    return;
+  double* s = malloc((size_t)(a->kv_len > 0 ? a->kv_len : 1) * sizeof(double));
+  if (!s) return;
+  int64_t group = a->heads / a->kv_heads;
+  for (int64_t b = 0; b < a->batch; ++b)
+    for (int64_t h = 0; h < a->heads; ++h)
+      for (int64_t i = 0; i < a->q_len; ++i) {
+        const float* q = a->q + b * a->q_strides[0] + h * a->q_strides[1] + i * a->q_strides[2];
+        const float* kb = a->k + b * a->k_strides[0] + (h / group) * a->k_strides[1];
+        const float* vb = a->v + b * a->v_strides[0] + (h / group) * a->v_strides[1];
+        double m = -INFINITY;
+        int any_nan = 0;
+        for (int64_t j = 0; j < a->kv_len; ++j) {
+          double dot = 0.0;
+          for (int64_t e = 0; e < a->head_dim; ++e)
+            dot += (double)q[e * a->q_strides[3]] * kb[j * a->k_strides[2] + e * a->k_strides[3]];
+          dot *= a->scale;
+          if (a->mask)
+            dot += a->mask[b * a->mask_strides[0] + h * a->mask_strides[1] +
+                           i * a->mask_strides[2] + j * a->mask_strides[3]];
+          if (a->causal && j > i + a->causal_offset) dot = -INFINITY;
+          s[j] = dot;
+          if (dot != dot) any_nan = 1;
+          m = dot > m ? dot : m;
+        }
+        float* out = a->out + ((b * a->heads + h) * a->q_len + i) * a->v_head_dim;
+        double sum = 0.0;
+        for (int64_t j = 0; j < a->kv_len; ++j) {
+          s[j] = m == -INFINITY ? 0.0 : exp(s[j] - m);
+          sum += s[j];
+        }
+        for (int64_t e = 0; e < a->v_head_dim; ++e) {
+          double o = 0.0;
+          for (int64_t j = 0; j < a->kv_len; ++j)
+            o += s[j] * vb[j * a->v_strides[2] + e * a->v_strides[3]];
+          /* No visible key: zeros, as torch's CPU SDPA kernel. */
+          out[e] = any_nan ? NAN : sum == 0.0 ? 0.0f : (float)(o / sum);
+        }
+      }
+  free(s);
+}

@@ -1,0 +1,65 @@
+/* Row reductions shared by softmax and the norms: sums and maxima over a
+ * contiguous float row with KILN_NN_LANES independent accumulators.
+ *
+ * GCC will not vectorise a plain float sum or max loop in ISO C mode (it
+ * may not reassociate), but it does vectorise a fixed-width loop over an
+ * array of lane accumulators; 16 lanes fill two AVX2 registers (one AVX-512
+ * register), hide the add latency, and sum in a fixed order, so results do
+ * not depend on the thread split.
+ */
+#ifndef KILN_NN_ROW_H
+#define KILN_NN_ROW_H
+
+#include <math.h>
+#include <stddef.h>
+
+enum { KILN_NN_LANES = 16 };
+
+static inline float kiln_nn_lanes_sum(const float* acc) {
+  float s8[8];
+  for (int j = 0; j < 8; ++j) s8[j] = acc[j] + acc[j + 8];
+  float s4[4];
+  for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+/* Max of x[0, n); -inf for n == 0. NaN is ignored here: callers see it
+ * again when they subtract the max, and it then spreads as torch's does. */
+static inline float kiln_nn_row_max(size_t n, const float* x) {
+  float acc[KILN_NN_LANES];
+  for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] = -INFINITY;
+  size_t i = 0;
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES)
+    for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = -INFINITY;
+  for (int j = 0; j < KILN_NN_LANES; ++j) m = acc[j] > m ? acc[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+static inline float kiln_nn_row_sum(size_t n, const float* x) {
+  float acc[KILN_NN_LANES] = {0};
+  size_t i = 0;
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES)
+    for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] += x[i + j];
+  for (size_t j = 0; i < n; ++i, ++j) acc[j] += x[i];
+  return kiln_nn_lanes_sum(acc);
+}
+
+/* Sum of (x - c)^2. */
+static inline float kiln_nn_row_sum_sq(size_t n, const float* x, float c) {
+  float acc[KILN_NN_LANES] = {0};
+  size_t i = 0;
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES)
+    for (int j = 0; j < KILN_NN_LANES; ++j) {
+      float d = x[i + j] - c;
+      acc[j] += d * d;
+    }
+  for (size_t j = 0; i < n; ++i, ++j) {
+    float d = x[i] - c;
+    acc[j] += d * d;
+  }
+  return kiln_nn_lanes_sum(acc);
+}
+
+#endif /* KILN_NN_ROW_H */

@@ -1,0 +1,13 @@
+/* The kernel table of one ISA variant (this file is compiled once per ISA,
+ * like the kernels it lists; kiln_nn.c picks a table at run time). */
+#include "kernels/nn/kiln_nn_internal.h"
+
+const kiln_nn_kernels_t KILN_NN_FN(kiln_nn_kernels) = {
+    .unary = KILN_NN_FN(kiln_nn_unary),
+    .activation = KILN_NN_FN(kiln_nn_activation),
+    .softmax_rows = KILN_NN_FN(kiln_nn_softmax_rows),
+    .layer_norm_rows = KILN_NN_FN(kiln_nn_layer_norm_rows),
+    .rms_norm_rows = KILN_NN_FN(kiln_nn_rms_norm_rows),
+    .attention_plan = KILN_NN_FN(kiln_nn_attention_plan),
+    .attention_task = KILN_NN_FN(kiln_nn_attention_task),
+};

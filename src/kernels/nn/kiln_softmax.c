@@ -1,0 +1,52 @@
+/* Softmax and log-softmax over rows, one ISA variant per build of this file.
+ *
+ * Three passes over a row that stays in L1/L2 (one row is at most a few
+ * tens of KiB in practice): the max, then e^(x - max) and its sum, then the
+ * scale (or, for log-softmax, x - max - log(sum)). Subtracting the max keeps
+ * e^ in range; a row that is all -inf gets -inf - -inf = NaN everywhere, as
+ * torch does, and a NaN anywhere makes the row NaN.
+ *
+ * The inner loops work on fixed chunks of KILN_NN_LANES elements so that
+ * GCC vectorises them whether or not y aliases x.
+ */
+#include "kernels/nn/kiln_nn_internal.h"
+#include "kernels/nn/kiln_nn_math.h"
+#include "kernels/nn/kiln_nn_row.h"
+
+static void kiln_nn_softmax_row(size_t n, const float* x, float* y, int log_softmax) {
+  float m = kiln_nn_row_max(n, x);
+  float acc[KILN_NN_LANES] = {0};
+  size_t i = 0;
+  if (log_softmax) {
+    for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES)
+      for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] += kiln_nn_expf(x[i + j] - m);
+    for (size_t j = 0; i < n; ++i, ++j) acc[j] += kiln_nn_expf(x[i] - m);
+    float c = m + logf(kiln_nn_lanes_sum(acc));
+    for (i = 0; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
+      float t[KILN_NN_LANES];
+      for (int j = 0; j < KILN_NN_LANES; ++j) t[j] = x[i + j] - c;
+      for (int j = 0; j < KILN_NN_LANES; ++j) y[i + j] = t[j];
+    }
+    for (; i < n; ++i) y[i] = x[i] - c;
+    return;
+  }
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
+    float e[KILN_NN_LANES];
+    for (int j = 0; j < KILN_NN_LANES; ++j) e[j] = kiln_nn_expf(x[i + j] - m);
+    for (int j = 0; j < KILN_NN_LANES; ++j) {
+      acc[j] += e[j];
+      y[i + j] = e[j];
+    }
+  }
+  for (size_t j = 0; i < n; ++i, ++j) {
+    y[i] = kiln_nn_expf(x[i] - m);
+    acc[j] += y[i];
+  }
+  float r = 1.0f / kiln_nn_lanes_sum(acc);
+  for (i = 0; i < n; ++i) y[i] *= r;
+}
+
+void KILN_NN_FN(kiln_nn_softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                                      float* y, int log_softmax) {
+  for (size_t r = r0; r < r1; ++r) kiln_nn_softmax_row(cols, x + r * cols, y + r * cols, log_softmax);
+}

@@ -1,0 +1,625 @@
+/* kiln._C: the CPython extension, written in C against the CPython API.
+ *
+ * It exposes the graph builder (Python's op table calls it node by node),
+ * the compiler, and compiled models. Tensors cross as (data pointer, dtype,
+ * shape) tuples taken from torch on the Python side: nothing here links
+ * against torch. Every kiln status becomes a kiln.KilnError (a RuntimeError)
+ * whose message is the status's; input mismatches raise ValueError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_artifact.h"
+#include "kernels/kiln_activation.h"
+#include "runtime/kiln_model.h"
+
+static PyObject* kiln_py_error; /* kiln.KilnError */
+
+/* Raises the status as a Python exception and frees it; returns NULL. */
+static PyObject* kiln_py_raise(kiln_status_t s) {
+  PyObject* type = kiln_py_error;
+  if (kiln_status_code(s) == KILN_OUT_OF_MEMORY) type = PyExc_MemoryError;
+  PyErr_SetString(type, kiln_status_message(s));
+  kiln_status_free(s);
+  return NULL;
+}
+
+/* ---- shapes ------------------------------------------------------------- */
+
+static int kiln_py_shape(PyObject* seq, int32_t* rank, int64_t* shape) {
+  PyObject* fast = PySequence_Fast(seq, "shape must be a sequence of ints");
+  if (!fast) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  if (n > KILN_MAX_RANK) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "rank %zd is over kiln's maximum of %d", n, KILN_MAX_RANK);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    shape[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (shape[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
+  *rank = (int32_t)n;
+  Py_DECREF(fast);
+  return 0;
+}
+
+static PyObject* kiln_py_shape_tuple(const kiln_value_t* v) {
+  PyObject* t = PyTuple_New(v->rank);
+  if (!t) return NULL;
+  for (int32_t d = 0; d < v->rank; ++d) PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(v->shape[d]));
+  return t;
+}
+
+/* ---- Graph -------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD kiln_graph_t* graph; /* NULL once compiled (consumed) */
+} kiln_py_graph_t;
+
+static int kiln_py_graph_init(kiln_py_graph_t* self, PyObject* args, PyObject* kw) {
+  (void)args;
+  (void)kw;
+  kiln_graph_release(self->graph);
+  self->graph = NULL;
+  kiln_status_t s = kiln_graph_create(kiln_allocator_system(), &self->graph);
+  if (s) {
+    kiln_py_raise(s);
+    return -1;
+  }
+  return 0;
+}
+
+static void kiln_py_graph_dealloc(kiln_py_graph_t* self) {
+  kiln_graph_release(self->graph);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static kiln_graph_t* kiln_py_graph_get(kiln_py_graph_t* self) {
+  if (!self->graph) PyErr_SetString(PyExc_RuntimeError, "this graph was already compiled");
+  return self->graph;
+}
+
+static PyObject* kiln_py_graph_add_input(kiln_py_graph_t* self, PyObject* args) {
+  const char* name;
+  int dtype;
+  PyObject* shape_obj;
+  if (!PyArg_ParseTuple(args, "ziO", &name, &dtype, &shape_obj)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  int32_t rank, id;
+  int64_t shape[KILN_MAX_RANK];
+  if (!g || kiln_py_shape(shape_obj, &rank, shape)) return NULL;
+  kiln_status_t s = kiln_graph_add_input(g, name, (kiln_dtype_t)dtype, rank, shape, &id);
+  return s ? kiln_py_raise(s) : PyLong_FromLong(id);
+}
+
+/* add_constant(name, dtype, shape, data_ptr, nbytes): copies the bytes now. */
+static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* args) {
+  const char* name;
+  int dtype;
+  PyObject* shape_obj;
+  unsigned long long ptr;
+  Py_ssize_t nbytes;
+  if (!PyArg_ParseTuple(args, "ziOKn", &name, &dtype, &shape_obj, &ptr, &nbytes)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  int32_t rank, id;
+  int64_t shape[KILN_MAX_RANK];
+  if (!g || kiln_py_shape(shape_obj, &rank, shape)) return NULL;
+  if (nbytes < 0 || (!ptr && nbytes)) {
+    PyErr_SetString(PyExc_ValueError, "constant data pointer is NULL");
+    return NULL;
+  }
+  kiln_status_t s = kiln_graph_add_constant(g, name, (kiln_dtype_t)dtype, rank, shape,
+                                            KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
+                                            (size_t)nbytes, &id);
+  return s ? kiln_py_raise(s) : PyLong_FromLong(id);
+}
+
+static int kiln_py_int_list(PyObject* seq, int64_t* out, int32_t max, int32_t* n) {
+  PyObject* fast = PySequence_Fast(seq, "expected a sequence of ints");
+  if (!fast) return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+  if (len > max) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "at most %d entries, got %zd", max, len);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+    if (out[i] == -1 && PyErr_Occurred()) {
+      Py_DECREF(fast);
+      return -1;
+    }
+  }
+  *n = (int32_t)len;
+  Py_DECREF(fast);
+  return 0;
+}
+
+/* add_node(op, inputs, params, fparams, origin) -> output value id. */
+static PyObject* kiln_py_graph_add_node(kiln_py_graph_t* self, PyObject* args) {
+  int op;
+  PyObject *in_obj, *p_obj, *f_obj;
+  const char* origin;
+  if (!PyArg_ParseTuple(args, "iOOOz", &op, &in_obj, &p_obj, &f_obj, &origin)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  int64_t in64[KILN_MAX_NODE_INPUTS], params[KILN_MAX_PARAMS] = {0};
+  float fparams[KILN_MAX_FPARAMS] = {0};
+  int32_t n_in, n_p, n_f = 0;
+  if (kiln_py_int_list(in_obj, in64, KILN_MAX_NODE_INPUTS, &n_in) ||
+      kiln_py_int_list(p_obj, params, KILN_MAX_PARAMS, &n_p))
+    return NULL;
+  PyObject* fast = PySequence_Fast(f_obj, "fparams must be a sequence of floats");
+  if (!fast) return NULL;
+  n_f = (int32_t)PySequence_Fast_GET_SIZE(fast);
+  if (n_f > KILN_MAX_FPARAMS) {
+    Py_DECREF(fast);
+    PyErr_SetString(PyExc_ValueError, "too many float parameters");
+    return NULL;
+  }
+  for (int32_t i = 0; i < n_f; ++i) fparams[i] = (float)PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+  Py_DECREF(fast);
+  if (PyErr_Occurred()) return NULL;
+  int32_t ins[KILN_MAX_NODE_INPUTS];
+  for (int32_t i = 0; i < n_in; ++i) ins[i] = (int32_t)in64[i];
+  int32_t id;
+  kiln_status_t s =
+      kiln_graph_add_node(g, (kiln_op_t)op, ins, n_in, params, n_p, fparams, n_f, origin, &id);
+  return s ? kiln_py_raise(s) : PyLong_FromLong(id);
+}
+
+static PyObject* kiln_py_graph_set_outputs(kiln_py_graph_t* self, PyObject* args) {
+  PyObject* seq;
+  if (!PyArg_ParseTuple(args, "O", &seq)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  PyObject* fast = PySequence_Fast(seq, "outputs must be a sequence of value ids");
+  if (!fast) return NULL;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  int32_t* ids = malloc(sizeof(int32_t) * (size_t)(n + 1));
+  if (!ids) {
+    Py_DECREF(fast);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) ids[i] = (int32_t)PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+  Py_DECREF(fast);
+  if (PyErr_Occurred()) {
+    free(ids);
+    return NULL;
+  }
+  kiln_status_t s = kiln_graph_set_outputs(g, ids, (int32_t)n);
+  free(ids);
+  if (s) return kiln_py_raise(s);
+  Py_RETURN_NONE;
+}
+
+/* value(id) -> (dtype, shape) */
+static PyObject* kiln_py_graph_value(kiln_py_graph_t* self, PyObject* args) {
+  int id;
+  if (!PyArg_ParseTuple(args, "i", &id)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  if (id < 0 || id >= g->n_values) {
+    PyErr_Format(PyExc_IndexError, "no value %d", id);
+    return NULL;
+  }
+  return Py_BuildValue("(iN)", (int)g->values[id].dtype, kiln_py_shape_tuple(&g->values[id]));
+}
+
+static PyMethodDef kiln_py_graph_methods[] = {
+    {"add_input", (PyCFunction)kiln_py_graph_add_input, METH_VARARGS,
+     "add_input(name, dtype, shape) -> value id"},
+    {"add_constant", (PyCFunction)kiln_py_graph_add_constant, METH_VARARGS,
+     "add_constant(name, dtype, shape, data_ptr, nbytes) -> value id (bytes copied)"},
+    {"add_node", (PyCFunction)kiln_py_graph_add_node, METH_VARARGS,
+     "add_node(op, inputs, params, fparams, origin) -> output value id"},
+    {"set_outputs", (PyCFunction)kiln_py_graph_set_outputs, METH_VARARGS, "set_outputs(ids)"},
+    {"value", (PyCFunction)kiln_py_graph_value, METH_VARARGS, "value(id) -> (dtype, shape)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject kiln_py_graph_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._C.Graph",
+    .tp_basicsize = sizeof(kiln_py_graph_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A kiln IR graph under construction.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)kiln_py_graph_init,
+    .tp_dealloc = (destructor)kiln_py_graph_dealloc,
+    .tp_methods = kiln_py_graph_methods,
+};
+
+/* ---- Model -------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD kiln_model_t* model;
+  double compile_ms;
+} kiln_py_model_t;
+
+static void kiln_py_model_dealloc(kiln_py_model_t* self) {
+  kiln_model_release(self->model);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyTypeObject kiln_py_model_type;
+
+static PyObject* kiln_py_model_wrap(kiln_model_t* model) {
+  kiln_py_model_t* m = PyObject_New(kiln_py_model_t, &kiln_py_model_type);
+  if (!m) {
+    kiln_model_release(model);
+    return NULL;
+  }
+  m->model = model;
+  m->compile_ms = 0;
+  return (PyObject*)m;
+}
+
+/* Parses a sequence of (data_ptr, dtype, shape) into tensors; shapes are
+ * stored in `shapes` (n × KILN_MAX_RANK). */
+static int kiln_py_tensors(PyObject* seq, kiln_tensor_t* out, int64_t* shapes, int32_t max,
+                           int32_t* n) {
+  PyObject* fast = PySequence_Fast(seq, "expected a sequence of (ptr, dtype, shape)");
+  if (!fast) return -1;
+  Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+  if (len > max) {
+    Py_DECREF(fast);
+    PyErr_Format(PyExc_ValueError, "got %zd tensors, the model takes %d", len, max);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    unsigned long long ptr;
+    int dtype;
+    PyObject* shape_obj;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "KiO", &ptr, &dtype, &shape_obj) ||
+        kiln_py_shape(shape_obj, &out[i].rank, shapes + i * KILN_MAX_RANK)) {
+      Py_DECREF(fast);
+      return -1;
+    }
+    out[i].data = (void*)(uintptr_t)ptr;
+    out[i].dtype = (kiln_dtype_t)dtype;
+    out[i].shape = shapes + i * KILN_MAX_RANK;
+  }
+  *n = (int32_t)len;
+  Py_DECREF(fast);
+  return 0;
+}
+
+static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
+  PyObject *in_obj, *out_obj;
+  if (!PyArg_ParseTuple(args, "OO", &in_obj, &out_obj)) return NULL;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  int32_t max = g->n_inputs > g->n_outputs ? g->n_inputs : g->n_outputs;
+  kiln_tensor_t stack_t[16];
+  int64_t stack_s[16 * KILN_MAX_RANK];
+  kiln_tensor_t* ts = stack_t;
+  int64_t* shapes = stack_s;
+  if (2 * max > 16) {
+    ts = malloc(sizeof(kiln_tensor_t) * (size_t)(2 * max));
+    shapes = malloc(sizeof(int64_t) * KILN_MAX_RANK * (size_t)(2 * max));
+    if (!ts || !shapes) {
+      free(ts);
+      free(shapes);
+      return PyErr_NoMemory();
+    }
+  }
+  int32_t n_in = 0, n_out = 0;
+  PyObject* result = NULL;
+  if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in) &&
+      !kiln_py_tensors(out_obj, ts + max, shapes + max * KILN_MAX_RANK, max, &n_out)) {
+    kiln_status_t s;
+    Py_BEGIN_ALLOW_THREADS s = kiln_model_run(self->model, ts, n_in, ts + max, n_out);
+    Py_END_ALLOW_THREADS if (s) {
+      if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
+        PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
+        kiln_status_free(s);
+      } else {
+        kiln_py_raise(s);
+      }
+    }
+    else {
+      result = Py_None;
+      Py_INCREF(result);
+    }
+  }
+  if (ts != stack_t) {
+    free(ts);
+    free(shapes);
+  }
+  return result;
+}
+
+static PyObject* kiln_py_specs(const kiln_graph_t* g, const int32_t* ids, int32_t n) {
+  PyObject* list = PyList_New(n);
+  if (!list) return NULL;
+  for (int32_t i = 0; i < n; ++i) {
+    const kiln_value_t* v = &g->values[ids[i]];
+    PyList_SET_ITEM(list, i,
+                    Py_BuildValue("(ziN)", v->name, (int)v->dtype, kiln_py_shape_tuple(v)));
+  }
+  return list;
+}
+
+static PyObject* kiln_py_model_inputs(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  return kiln_py_specs(g, g->inputs, g->n_inputs);
+}
+
+static PyObject* kiln_py_model_outputs(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  return kiln_py_specs(g, g->outputs, g->n_outputs);
+}
+
+/* save(sections: dict[str, bytes]) -> bytes of a .kiln artifact */
+static PyObject* kiln_py_model_save(kiln_py_model_t* self, PyObject* args) {
+  PyObject* dict;
+  if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &dict)) return NULL;
+  Py_ssize_t n = PyDict_Size(dict), pos = 0, i = 0;
+  kiln_artifact_section_t* secs = calloc((size_t)n + 1, sizeof(*secs));
+  if (!secs) return PyErr_NoMemory();
+  PyObject *k, *v;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    Py_ssize_t len;
+    char* data;
+    secs[i].name = PyUnicode_AsUTF8(k);
+    if (!secs[i].name || PyBytes_AsStringAndSize(v, &data, &len)) {
+      free(secs);
+      return NULL;
+    }
+    secs[i].data = data;
+    secs[i].size = (size_t)len;
+    ++i;
+  }
+  void* bytes = NULL;
+  size_t size = 0;
+  kiln_status_t s = kiln_artifact_write(kiln_model_graph(self->model), secs, (int32_t)n, &bytes, &size);
+  free(secs);
+  if (s) return kiln_py_raise(s);
+  PyObject* out = PyBytes_FromStringAndSize(bytes, (Py_ssize_t)size);
+  free(bytes);
+  return out;
+}
+
+static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  char* text = NULL;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  if (!f) return PyErr_NoMemory();
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_plan_t* p = kiln_model_plan(self->model);
+  kiln_graph_print(g, f);
+  int32_t calls = 0;
+  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !KILN_OP_IS_ALIAS(g->nodes[i].op);
+  fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads\n",
+          (double)p->arena_size / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
+          kiln_pool_size(kiln_pool_default()));
+  fclose(f);
+  PyObject* s = PyUnicode_FromStringAndSize(text, (Py_ssize_t)len);
+  free(text);
+  return s;
+}
+
+/* stats() -> dict of plan figures */
+static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_plan_t* p = kiln_model_plan(self->model);
+  size_t const_bytes = 0;
+  int32_t calls = 0;
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
+  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !KILN_OP_IS_ALIAS(g->nodes[i].op);
+  return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d}", "arena_bytes", (Py_ssize_t)p->arena_size,
+                       "constant_bytes", (Py_ssize_t)const_bytes, "kernel_calls", calls, "nodes",
+                       g->n_nodes, "compile_ms", self->compile_ms);
+}
+
+/* profile(on) -> None; profile() -> [(op, origin, total_ns)], runs */
+static PyObject* kiln_py_model_profile(kiln_py_model_t* self, PyObject* args) {
+  int on = -1;
+  if (!PyArg_ParseTuple(args, "|p", &on)) return NULL;
+  if (on >= 0) {
+    kiln_model_profile_reset(self->model);
+    kiln_model_set_profiling(self->model, on);
+    Py_RETURN_NONE;
+  }
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  int64_t runs;
+  const uint64_t* t = kiln_model_profile(self->model, &runs);
+  PyObject* list = PyList_New(g->n_nodes);
+  if (!list) return NULL;
+  for (int32_t i = 0; i < g->n_nodes; ++i)
+    PyList_SET_ITEM(list, i,
+                    Py_BuildValue("(szK)", kiln_op_name(g->nodes[i].op), g->nodes[i].origin,
+                                  (unsigned long long)t[i]));
+  return Py_BuildValue("(NL)", list, (long long)runs);
+}
+
+static PyMethodDef kiln_py_model_methods[] = {
+    {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,
+     "run(inputs, outputs): each a sequence of (data_ptr, dtype, shape)"},
+    {"inputs", (PyCFunction)kiln_py_model_inputs, METH_NOARGS, "[(name, dtype, shape)]"},
+    {"outputs", (PyCFunction)kiln_py_model_outputs, METH_NOARGS, "[(name, dtype, shape)]"},
+    {"save", (PyCFunction)kiln_py_model_save, METH_VARARGS, "save(sections) -> bytes"},
+    {"explain", (PyCFunction)kiln_py_model_explain, METH_NOARGS, "the compiled plan as text"},
+    {"stats", (PyCFunction)kiln_py_model_stats, METH_NOARGS, "plan figures"},
+    {"profile", (PyCFunction)kiln_py_model_profile, METH_VARARGS,
+     "profile(on) starts/stops; profile() returns per-node times"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject kiln_py_model_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._C.Model",
+    .tp_basicsize = sizeof(kiln_py_model_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A compiled kiln model.",
+    .tp_dealloc = (destructor)kiln_py_model_dealloc,
+    .tp_methods = kiln_py_model_methods,
+};
+
+/* ---- module functions --------------------------------------------------- */
+
+/* compile(graph, log=False) -> Model. The graph is consumed. */
+static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
+  (void)mod;
+  kiln_py_graph_t* gobj;
+  int log = 0;
+  if (!PyArg_ParseTuple(args, "O!|p", &kiln_py_graph_type, &gobj, &log)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(gobj);
+  if (!g) return NULL;
+  gobj->graph = NULL;
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  if (log) o.log = stderr;
+  kiln_graph_t* compiled = NULL;
+  kiln_model_t* model = NULL;
+  kiln_status_t s;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  Py_BEGIN_ALLOW_THREADS s = kiln_compile(g, &o, &compiled);
+  if (!s) s = kiln_model_create(compiled, NULL, NULL, &model);
+  Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  PyObject* m = kiln_py_model_wrap(model);
+  if (m) ((kiln_py_model_t*)m)->compile_ms =
+      (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  return m;
+}
+
+/* load(bytes) -> (Model, {section name: bytes}) for the requested names */
+static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
+  (void)mod;
+  Py_buffer view;
+  PyObject* names;
+  if (!PyArg_ParseTuple(args, "y*O", &view, &names)) return NULL;
+  /* Copy into a 64-byte-aligned buffer the model owns, so constants can be
+   * used in place. */
+  void* blob = NULL;
+  kiln_status_t s = kiln_allocator_malloc(kiln_allocator_system(), (size_t)view.len, &blob);
+  if (!s) memcpy(blob, view.buf, (size_t)view.len);
+  size_t size = (size_t)view.len;
+  PyBuffer_Release(&view);
+  if (s) return kiln_py_raise(s);
+  kiln_graph_t* g = NULL;
+  kiln_model_t* model = NULL;
+  Py_BEGIN_ALLOW_THREADS s = kiln_artifact_read(blob, size, kiln_allocator_system(), &g);
+  Py_END_ALLOW_THREADS if (s) {
+    kiln_allocator_free(kiln_allocator_system(), blob);
+    return kiln_py_raise(s);
+  }
+  PyObject* sections = PyDict_New();
+  PyObject* fast = sections ? PySequence_Fast(names, "section names") : NULL;
+  for (Py_ssize_t i = 0; fast && i < PySequence_Fast_GET_SIZE(fast); ++i) {
+    const char* name = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(fast, i));
+    const void* data = NULL;
+    size_t len = 0;
+    if (!name) break;
+    kiln_status_t fs = kiln_artifact_find_section(blob, size, name, &data, &len);
+    if (fs) {
+      kiln_status_free(fs);
+      continue;
+    }
+    if (data) {
+      PyObject* b = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+      if (!b || PyDict_SetItemString(sections, name, b)) {
+        Py_XDECREF(b);
+        break;
+      }
+      Py_DECREF(b);
+    }
+  }
+  Py_XDECREF(fast);
+  if (PyErr_Occurred()) {
+    Py_XDECREF(sections);
+    kiln_graph_release(g);
+    kiln_allocator_free(kiln_allocator_system(), blob);
+    return NULL;
+  }
+  s = kiln_model_create(g, blob, NULL, &model);
+  if (s) {
+    Py_DECREF(sections);
+    return kiln_py_raise(kiln_status_annotate(s, "loading the artifact"));
+  }
+  PyObject* m = kiln_py_model_wrap(model);
+  if (!m) {
+    Py_DECREF(sections);
+    return NULL;
+  }
+  return Py_BuildValue("(NN)", m, sections);
+}
+
+static PyObject* kiln_py_isa(PyObject* mod, PyObject* args) {
+  (void)mod;
+  const char* want = NULL;
+  if (!PyArg_ParseTuple(args, "|z", &want)) return NULL;
+  if (want) {
+    for (int i = 0; i < KILN_ISA_COUNT; ++i)
+      if (!strcmp(want, kiln_cpu_isa_name((kiln_isa_t)i))) kiln_cpu_isa_set((kiln_isa_t)i);
+  }
+  return PyUnicode_FromString(kiln_cpu_isa_name(kiln_cpu_isa()));
+}
+
+static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
+  (void)mod;
+  (void)unused;
+  return PyLong_FromLong(kiln_pool_size(kiln_pool_default()));
+}
+
+static PyMethodDef kiln_py_functions[] = {
+    {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
+    {"load", kiln_py_load, METH_VARARGS, "load(bytes, section_names) -> (Model, sections)"},
+    {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
+    {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef kiln_py_module = {PyModuleDef_HEAD_INIT, "kiln._C",
+                                            "kiln's C core.", -1, kiln_py_functions,
+                                            NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__C(void) {
+  if (PyType_Ready(&kiln_py_graph_type) < 0 || PyType_Ready(&kiln_py_model_type) < 0) return NULL;
+  PyObject* m = PyModule_Create(&kiln_py_module);
+  if (!m) return NULL;
+  kiln_py_error = PyErr_NewExceptionWithDoc("kiln.KilnError", "An error from kiln's C core.",
+                                            PyExc_RuntimeError, NULL);
+  PyObject* ops = PyDict_New();
+  PyObject* dtypes = PyDict_New();
+  PyObject* acts = PyDict_New();
+  if (!kiln_py_error || !ops || !dtypes || !acts) return NULL;
+  for (int i = 0; i < KILN_OP_COUNT; ++i) {
+    PyObject* v = PyLong_FromLong(i);
+    PyDict_SetItemString(ops, kiln_op_name((kiln_op_t)i), v);
+    Py_DECREF(v);
+  }
+  for (int i = 0; i < KILN_DTYPE_COUNT; ++i) {
+    PyObject* v = PyLong_FromLong(i);
+    PyDict_SetItemString(dtypes, kiln_dtype_name((kiln_dtype_t)i), v);
+    Py_DECREF(v);
+  }
+  static const char* const act_names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+  _Static_assert(sizeof(act_names) / sizeof(act_names[0]) == KILN_ACT_COUNT, "one per activation");
+  for (int i = 0; i < KILN_ACT_COUNT; ++i) {
+    PyObject* v = PyLong_FromLong(i);
+    PyDict_SetItemString(acts, act_names[i], v);
+    Py_DECREF(v);
+  }
+  Py_INCREF(&kiln_py_graph_type);
+  PyModule_AddObject(m, "Graph", (PyObject*)&kiln_py_graph_type);
+  Py_INCREF(&kiln_py_model_type);
+  PyModule_AddObject(m, "Model", (PyObject*)&kiln_py_model_type);
+  PyModule_AddObject(m, "KilnError", kiln_py_error);
+  PyModule_AddObject(m, "OPS", ops);
+  PyModule_AddObject(m, "DTYPES", dtypes);
+  PyModule_AddObject(m, "ACTIVATIONS", acts);
+  PyModule_AddIntConstant(m, "MAX_RANK", KILN_MAX_RANK);
+  return m;
+}

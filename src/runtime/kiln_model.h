@@ -1,0 +1,53 @@
+/* A compiled model ready to run: a verified graph, its memory plan, its
+ * arena, and the pool it runs on. Made from a compiled graph (the compiler's
+ * output) or from a .kiln artifact; runs need neither the compiler nor
+ * Python.
+ *
+ * Calls on one model are serialised by a lock (safe from any thread, one at
+ * a time). Inputs and outputs are borrowed for the call only.
+ */
+#ifndef KILN_MODEL_H
+#define KILN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_pool.h"
+#include "ir/kiln_graph.h"
+#include "runtime/kiln_plan.h"
+
+typedef struct kiln_model_s kiln_model_t;
+
+/* A caller's tensor: dense row-major bytes. */
+typedef struct kiln_tensor_s {
+  void* data;
+  kiln_dtype_t dtype;
+  int32_t rank;
+  const int64_t* shape;
+} kiln_tensor_t;
+
+/* Takes ownership of graph (released on failure too) and of `blob` (the
+ * artifact buffer the graph's constants may borrow from; may be NULL; freed
+ * with the system allocator). Verifies the graph and checks the CPU target
+ * supports every node. pool may be NULL for the default pool. */
+kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
+                                kiln_model_t** out_model);
+void kiln_model_release(kiln_model_t* model);
+
+/* Borrowed views of the model's parts. */
+const kiln_graph_t* kiln_model_graph(const kiln_model_t* model);
+const kiln_plan_t* kiln_model_plan(const kiln_model_t* model);
+
+/* Checks inputs against the graph's inputs (count, dtype, shape; the error
+ * names the input, what was expected and what came) and outputs likewise,
+ * then runs every node. */
+kiln_status_t kiln_model_run(kiln_model_t* model, const kiln_tensor_t* inputs, int32_t n_inputs,
+                             const kiln_tensor_t* outputs, int32_t n_outputs);
+
+/* Per-node profiling: when on, each run adds each node's wall time (ns)
+ * into times_ns (length graph->n_nodes, owned by the model). */
+void kiln_model_set_profiling(kiln_model_t* model, int on);
+const uint64_t* kiln_model_profile(const kiln_model_t* model, int64_t* out_runs);
+void kiln_model_profile_reset(kiln_model_t* model);
+
+#endif /* KILN_MODEL_H */

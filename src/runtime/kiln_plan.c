@@ -1,0 +1,115 @@
+/* The memory planner: resolve alias roots, bind outputs in place where
+ * possible, then give each remaining intermediate root an arena offset by
+ * greedy best fit (largest first) against the roots whose live ranges
+ * overlap. Live ranges are node indices from the root's producer to the last
+ * node that reads it or any alias of it. */
+#include "runtime/kiln_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int32_t value;
+  int32_t first, last;
+  size_t size;
+} kiln_plan_item_t;
+
+static int kiln_plan_item_cmp(const void* a, const void* b) {
+  const kiln_plan_item_t *x = a, *y = b;
+  if (x->size != y->size) return x->size < y->size ? 1 : -1;
+  return x->value - y->value; /* deterministic */
+}
+
+void kiln_plan_deinitialize(kiln_plan_t* p) {
+  free(p->root);
+  free(p->offset);
+  free(p->bound_output);
+  free(p->output_copy);
+  memset(p, 0, sizeof(*p));
+}
+
+kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
+  memset(p, 0, sizeof(*p));
+  int32_t nv = g->n_values;
+  p->n_values = nv;
+  p->root = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
+  p->offset = malloc(sizeof(int64_t) * (size_t)(nv ? nv : 1));
+  p->bound_output = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
+  p->output_copy = calloc((size_t)g->n_outputs + 1, sizeof(int32_t));
+  int32_t* last_use = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
+  kiln_plan_item_t* items = malloc(sizeof(kiln_plan_item_t) * (size_t)(nv ? nv : 1));
+  if (!p->root || !p->offset || !p->bound_output || !p->output_copy || !last_use || !items) {
+    free(last_use);
+    free(items);
+    kiln_plan_deinitialize(p);
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "memory plan");
+  }
+  for (int32_t v = 0; v < nv; ++v) {
+    p->root[v] = v;
+    p->offset[v] = -1;
+    p->bound_output[v] = -1;
+    last_use[v] = -1;
+  }
+  /* Alias roots: a RESHAPE's output uses its input's root. Values are
+   * created in order, so the input's root is final when we get here. */
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (KILN_OP_IS_ALIAS(n->op)) p->root[n->outputs[0]] = p->root[n->inputs[0]];
+  }
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    for (int32_t i = 0; i < n->n_inputs; ++i)
+      if (n->inputs[i] >= 0) last_use[p->root[n->inputs[i]]] = ni;
+  }
+  /* Bind outputs: the first output whose root is a fresh intermediate gets
+   * it; a root claimed twice, or an input/constant, is copied instead. */
+  for (int32_t o = 0; o < g->n_outputs; ++o) {
+    int32_t r = p->root[g->outputs[o]];
+    if (g->values[r].kind == KILN_VALUE_INTERMEDIATE && p->bound_output[r] < 0 &&
+        g->values[g->outputs[o]].dtype == g->values[r].dtype) {
+      p->bound_output[r] = o;
+    } else {
+      p->output_copy[o] = 1;
+    }
+  }
+  /* Arena items: unbound intermediate roots. An output copied from an
+   * intermediate must outlive the last node. */
+  for (int32_t o = 0; o < g->n_outputs; ++o)
+    if (p->output_copy[o]) last_use[p->root[g->outputs[o]]] = g->n_nodes;
+  int32_t n_items = 0;
+  for (int32_t v = 0; v < nv; ++v) {
+    const kiln_value_t* val = &g->values[v];
+    if (val->kind != KILN_VALUE_INTERMEDIATE || p->root[v] != v || p->bound_output[v] >= 0)
+      continue;
+    kiln_plan_item_t it = {v, val->producer, last_use[v] < 0 ? val->producer : last_use[v],
+                           kiln_align_up(kiln_value_dense_bytes(val), KILN_ALIGNMENT)};
+    items[n_items++] = it;
+  }
+  qsort(items, (size_t)n_items, sizeof(items[0]), kiln_plan_item_cmp);
+  /* Greedy: for each item, the lowest offset that clears every placed item
+   * whose range overlaps. Placed overlapping items are scanned in offset
+   * order by repeated passes (n is small: hundreds). */
+  size_t arena = 0;
+  for (int32_t i = 0; i < n_items; ++i) {
+    size_t off = 0;
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (int32_t j = 0; j < i; ++j) {
+        if (items[j].last < items[i].first || items[i].last < items[j].first) continue;
+        size_t jo = (size_t)p->offset[items[j].value];
+        if (off < jo + items[j].size && jo < off + items[i].size) {
+          off = jo + items[j].size;
+          moved = 1;
+        }
+      }
+    }
+    p->offset[items[i].value] = (int64_t)off;
+    if (off + items[i].size > arena) arena = off + items[i].size;
+  }
+  /* Aliases inherit their root's offset. */
+  for (int32_t v = 0; v < nv; ++v) p->offset[v] = p->offset[p->root[v]];
+  p->arena_size = arena;
+  free(last_use);
+  free(items);
+  return kiln_ok();
+}

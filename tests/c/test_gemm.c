@@ -1,0 +1,259 @@
+/* Tests of the fp32 GEMM: kiln_gemm_f32 against kiln_gemm_f32_reference at
+ * every ISA level the machine has (and KILN_ISA allows), on 1- and 2-thread
+ * pools, over edge shapes (0, 1, tails around the 4/6/8-row and 16/32-column
+ * tiles, several K blocks), transposed and strided operands, packed and
+ * unpacked B, batches with broadcast operands, every epilogue, in-place
+ * residuals and NaN/Inf. C is compared as a whole padded buffer, so a write
+ * outside the M x N window shows up as a mismatch in the padding.
+ *
+ * Tolerance: inputs are uniform in [-1, 1], so each product is at most 1 in
+ * magnitude and a K-term fp32 sum drifts from the double reference by about
+ * eps * sqrt(K) * |partial sums| ~ 6e-8 * K / sqrt(3) in the typical case
+ * (random-sign rounding errors, partial sums ~ sqrt(K / 3)): 1e-5 at
+ * K = 257. atol = 1e-5 sqrt(K) + 1e-6 leaves a margin of 10x or more at the
+ * sizes tested while still catching any real indexing bug (a wrong or
+ * missing term is O(0.1-1)). The activations' own error (~1e-6 relative) is
+ * checked separately with a tight tolerance. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+
+typedef struct {
+  int64_t batch, m, n, k;
+  int trans_a, trans_b, packed;
+  int b_bcast, a_bcast; /* batch stride 0 */
+  int bias, residual, res_alias;
+  kiln_activation_t act;
+  int nan_inf;
+} gemm_case_t;
+
+static float* gemm_test_alloc(size_t n) {
+  /* 64-byte aligned and rounded up, as the packed-B contract asks. */
+  size_t bytes = ((n * sizeof(float)) + 63) & ~(size_t)63;
+  return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* where) {
+  const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
+  /* Odd leading dimensions so that no stride equals a dimension. */
+  const int64_t lda = tc->trans_a ? M + 1 : K + 3, ldb = tc->trans_b ? K + 2 : N + 1;
+  const int64_t ldc = N + 2, ldr = N + 5;
+  const int64_t a_mat = (tc->trans_a ? K : M) * lda, b_mat = (tc->trans_b ? N : K) * ldb;
+  const int64_t c_mat = M * ldc, r_mat = M * ldr;
+  size_t na = (size_t)((tc->a_bcast ? 1 : B) * a_mat) + 1;
+  size_t nb = (size_t)((tc->b_bcast ? 1 : B) * b_mat) + 1;
+  size_t nc = (size_t)(B * c_mat) + 1, nr = (size_t)(B * r_mat) + 1;
+  float* a = gemm_test_alloc(na);
+  float* b = gemm_test_alloc(nb);
+  float* bias = gemm_test_alloc((size_t)N + 1);
+  float* res = gemm_test_alloc(nr);
+  float* c_got = gemm_test_alloc(nc);
+  float* c_want = gemm_test_alloc(nc);
+  size_t psize = kiln_gemm_f32_packed_size(K, N);
+  float* bp = gemm_test_alloc(psize / sizeof(float) + 1);
+  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B);
+  kiln_test_fill_f32(a, na, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(b, nb, seed + 1, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
+  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
+  memcpy(c_want, c_got, nc * sizeof(float));
+  if (tc->nan_inf && M > 0 && K > 0 && N > 0) {
+    /* A NaN in one row of A, +Inf and -Inf in columns of B: rows and
+     * columns they touch become NaN/Inf, the rest stay finite. */
+    int64_t i = M / 2, p = K / 3, j = N - 1;
+    a[tc->trans_a ? p * lda + i : i * lda + p] = NAN;
+    b[tc->trans_b ? j * ldb + p : p * ldb + j] = INFINITY;
+    if (N > 1) b[tc->trans_b ? 0 * ldb + (K - 1) : (K - 1) * ldb + 0] = -INFINITY;
+  }
+
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = B, g.m = M, g.n = N, g.k = K;
+  g.a = a;
+  g.a_batch_stride = tc->a_bcast ? 0 : a_mat;
+  g.a_row_stride = tc->trans_a ? 1 : lda;
+  g.a_col_stride = tc->trans_a ? lda : 1;
+  g.b = b;
+  g.b_batch_stride = tc->b_bcast ? 0 : b_mat;
+  g.b_row_stride = tc->trans_b ? 1 : ldb;
+  g.b_col_stride = tc->trans_b ? ldb : 1;
+  g.c = c_got;
+  g.c_batch_stride = c_mat;
+  g.c_row_stride = ldc;
+  g.bias = tc->bias ? bias : NULL;
+  g.act = tc->act;
+  if (tc->res_alias) {
+    g.residual = c_got;
+    g.r_batch_stride = c_mat;
+    g.r_row_stride = ldc;
+  } else if (tc->residual) {
+    g.residual = res;
+    g.r_batch_stride = r_mat;
+    g.r_row_stride = ldr;
+  }
+  kiln_gemm_f32_args_t ref = g;
+  ref.c = c_want;
+  if (tc->res_alias) ref.residual = c_want;
+  kiln_gemm_f32_reference(&ref);
+  if (tc->packed) {
+    kiln_gemm_f32_pack_b(K, N, b, g.b_row_stride, g.b_col_stride, bp);
+    g.b_packed = bp;
+  }
+  kiln_gemm_f32(&g, pool);
+
+  char what[256];
+  snprintf(what, sizeof(what),
+           "%s b=%lld m=%lld n=%lld k=%lld ta=%d tb=%d packed=%d bb=%d ab=%d bias=%d res=%d "
+           "alias=%d act=%d naninf=%d",
+           where, (long long)B, (long long)M, (long long)N, (long long)K, tc->trans_a,
+           tc->trans_b, tc->packed, tc->b_bcast, tc->a_bcast, tc->bias, tc->residual,
+           tc->res_alias, (int)tc->act, tc->nan_inf);
+  float atol = 1e-5f * sqrtf((float)K) + 1e-6f;
+  kiln_test_compare_f32(what, c_got, c_want, nc, atol, 1e-5f);
+  free(a);
+  free(b);
+  free(bias);
+  free(res);
+  free(c_got);
+  free(c_want);
+  free(bp);
+}
+
+/* Activations through the API with K = 1 and B = 1: C = act(x + bias), so
+ * the only error is the vectorised activation's. Tolerance: 2e-6 relative
+ * (a few ulp of slack over the kernels' ~3 ulp), plus 3e-7 absolute for the
+ * gelu tails, where the erff/tanhf reference itself loses relative accuracy
+ * to cancellation in 1 + erf (x / sqrt 2) and 1 + tanh(u). */
+static void gemm_test_activations(kiln_pool_t* pool, const char* where) {
+  enum { M = 3, N = 131 };
+  float a[M], b[N], bias[N], c_got[M * N], c_want[M * N];
+  a[0] = 1.0f, a[1] = -1.0f, a[2] = 0.25f;
+  for (int j = 0; j < N; ++j) b[j] = 1.0f;
+  for (int j = 0; j < N; ++j) bias[j] = -12.0f + 24.0f * (float)j / (N - 1); /* spans 0 */
+  bias[5] = 0.0f, bias[6] = 1e-4f, bias[7] = -3e-3f, bias[8] = 0.49f, bias[9] = 0.51f;
+  bias[10] = 95.0f, bias[11] = -95.0f;
+  for (int act = KILN_ACT_NONE; act < KILN_ACT_COUNT; ++act) {
+    kiln_gemm_f32_args_t g;
+    memset(&g, 0, sizeof(g));
+    g.batch = 1, g.m = M, g.n = N, g.k = 1;
+    g.a = a, g.a_row_stride = 1, g.a_col_stride = 1;
+    g.b = b, g.b_row_stride = N, g.b_col_stride = 1;
+    g.c = c_got, g.c_row_stride = N;
+    g.bias = bias;
+    g.act = (kiln_activation_t)act;
+    kiln_gemm_f32_args_t ref = g;
+    ref.c = c_want;
+    kiln_gemm_f32_reference(&ref);
+    kiln_gemm_f32(&g, pool);
+    char what[128];
+    snprintf(what, sizeof(what), "%s activation %d", where, act);
+    kiln_test_compare_f32(what, c_got, c_want, M * N, 3e-7f, 2e-6f);
+  }
+}
+
+static void gemm_test_level(kiln_pool_t* pool, const char* where) {
+  gemm_case_t tc;
+  /* Shape grid around every tile edge (MR 4/6/8, NR 16/32, K tails). */
+  static const int64_t ms[] = {1, 3, 7, 8, 9, 17, 64};
+  static const int64_t ns[] = {1, 15, 16, 17, 33};
+  static const int64_t ks[] = {1, 7, 16, 31, 257};
+  for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im)
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in)
+      for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik) {
+        memset(&tc, 0, sizeof(tc));
+        tc.batch = 1, tc.m = ms[im], tc.n = ns[in], tc.k = ks[ik];
+        tc.packed = (im + in + ik) % 2;
+        tc.trans_a = (im + ik) % 3 == 0;
+        tc.trans_b = (in + ik) % 3 == 1;
+        gemm_test_run(&tc, pool, where);
+      }
+  /* Empty dimensions; K = 0 still applies the epilogue. */
+  static const int64_t zero[][3] = {{0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {0, 0, 0}, {17, 33, 0}};
+  for (size_t z = 0; z < sizeof(zero) / sizeof(zero[0]); ++z) {
+    memset(&tc, 0, sizeof(tc));
+    tc.batch = 2, tc.m = zero[z][0], tc.n = zero[z][1], tc.k = zero[z][2];
+    tc.bias = tc.residual = 1;
+    tc.act = KILN_ACT_GELU;
+    gemm_test_run(&tc, pool, where);
+    tc.residual = 0, tc.res_alias = 1, tc.act = KILN_ACT_SIGMOID;
+    gemm_test_run(&tc, pool, where);
+  }
+  /* Bigger shapes: several M tiles, several K blocks (K > 256), N strips. */
+  static const int64_t big[][3] = {{100, 257, 300}, {300, 100, 513}, {150, 64, 64}, {33, 500, 260}};
+  for (size_t s = 0; s < sizeof(big) / sizeof(big[0]); ++s)
+    for (int v = 0; v < 4; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = 1, tc.m = big[s][0], tc.n = big[s][1], tc.k = big[s][2];
+      tc.trans_a = v & 1, tc.trans_b = (v >> 1) & 1, tc.packed = v == 2;
+      tc.bias = v == 3;
+      gemm_test_run(&tc, pool, where);
+    }
+  /* Batches: broadcast B (packed or not), per-batch B, broadcast A. */
+  static const int64_t bshape[][3] = {{5, 33, 40}, {40, 20, 300}, {2, 64, 17}};
+  for (size_t s = 0; s < sizeof(bshape) / sizeof(bshape[0]); ++s)
+    for (int v = 0; v < 4; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = 3, tc.m = bshape[s][0], tc.n = bshape[s][1], tc.k = bshape[s][2];
+      tc.b_bcast = v != 1;
+      tc.packed = v == 2;
+      tc.a_bcast = v == 3;
+      tc.trans_b = v == 1;
+      tc.residual = v >= 2;
+      tc.bias = 1;
+      tc.act = v == 3 ? KILN_ACT_RELU : KILN_ACT_NONE;
+      gemm_test_run(&tc, pool, where);
+    }
+  /* Every epilogue, on the blocked path (one and several K blocks) and the
+   * GEMV path, with a separate and an in-place residual. */
+  static const int64_t eshape[][3] = {{33, 47, 70}, {17, 40, 600}, {5, 47, 70}, {1, 100, 300}};
+  for (int act = KILN_ACT_NONE; act < KILN_ACT_COUNT; ++act)
+    for (size_t s = 0; s < sizeof(eshape) / sizeof(eshape[0]); ++s)
+      for (int alias = 0; alias < 2; ++alias) {
+        memset(&tc, 0, sizeof(tc));
+        tc.batch = 2, tc.m = eshape[s][0], tc.n = eshape[s][1], tc.k = eshape[s][2];
+        tc.b_bcast = 1, tc.packed = (int)s % 2;
+        tc.bias = act % 2 == 0 || alias;
+        tc.residual = !alias, tc.res_alias = alias;
+        tc.act = (kiln_activation_t)act;
+        gemm_test_run(&tc, pool, where);
+      }
+  /* NaN and Inf propagate to exactly the elements the reference says. */
+  static const int64_t nshape[][3] = {{9, 40, 20}, {3, 17, 300}, {70, 33, 520}};
+  for (size_t s = 0; s < sizeof(nshape) / sizeof(nshape[0]); ++s)
+    for (int v = 0; v < 2; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = 1, tc.m = nshape[s][0], tc.n = nshape[s][1], tc.k = nshape[s][2];
+      tc.nan_inf = 1, tc.packed = v, tc.bias = v, tc.act = v ? KILN_ACT_RELU : KILN_ACT_NONE;
+      gemm_test_run(&tc, pool, where);
+    }
+  gemm_test_activations(pool, where);
+}
+
+void kiln_test_suite_gemm(void) {
+  kiln_isa_t start = kiln_cpu_isa();
+  kiln_pool_t* pools[2] = {NULL, NULL};
+  KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
+  KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
+  for (int level = KILN_ISA_GENERIC; level <= (int)start; ++level) {
+    if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) continue;
+    for (int p = 0; p < 2; ++p) {
+      if (!pools[p]) continue;
+      char where[64];
+      snprintf(where, sizeof(where), "[%s, %d thread%s]", kiln_cpu_isa_name((kiln_isa_t)level),
+               p + 1, p ? "s" : "");
+      gemm_test_level(pools[p], where);
+    }
+  }
+  /* The packed size: whole 16-column panels. */
+  KILN_EXPECT(kiln_gemm_f32_packed_size(3, 17) == 3 * 32 * sizeof(float), "packed size");
+  KILN_EXPECT(kiln_gemm_f32_packed_size(0, 17) == 0, "packed size of empty B");
+  kiln_cpu_isa_set(start);
+  kiln_pool_release(pools[0]);
+  kiln_pool_release(pools[1]);
+}

@@ -1,0 +1,328 @@
+/* Tests of the nn kernels (src/kernels/nn) against their scalar references,
+ * with every ISA level this CPU supports forced in turn (kiln_cpu_isa_set)
+ * and with 1- and 2-thread pools.
+ *
+ * Tolerances, per kernel, as atol + rtol * |want| (kiln_test_compare_f32):
+ * - unary math: rtol 5e-7 (about 4 ulp: an ulp is 2^-24..2^-23 of a value)
+ *   against libm (float) or a double evaluation (sigmoid, silu, gelu,
+ *   gelu_tanh), atol 1e-44 where results can be denormal (a few units of the
+ *   smallest denormal); silu, gelu and gelu_tanh multiply a denormal by x,
+ *   so they get atol 1e-36 ("tiny near zero"). The simple ops are exact.
+ * - softmax: rtol 1e-6, atol 1e-9: x - max is rounded in float (the
+ *   reference subtracts in double) and e^ turns that into a relative error
+ *   of |x - max| ulp, which only matters for probabilities far below 1e-9.
+ *   log-softmax: atol 2e-6 + rtol 1e-6 for the same rounding of x - max.
+ * - layer/rms norm: atol 1e-5, rtol 1e-5: fp32 statistics vs double; rows
+ *   with |mean| = 30 std keep ~5 digits after centring.
+ * - attention: atol 2e-5, rtol 1e-4: fp32 dot products over D <= 300 terms
+ *   and running sums over Skv keys, against double.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/nn/kiln_nn.h"
+#include "kiln_test.h"
+
+static const size_t kiln_test_nn_sizes[] = {0, 1, 7, 8, 9, 31, 33, 1031};
+
+/* Special values every unary op sees, then a sweep over the float bit
+ * patterns (every exponent, both signs, NaN, inf and denormals). */
+static size_t kiln_test_nn_special(float* x, size_t cap) {
+  static const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 1e-45f,
+                             -1e-45f, 1e-40f, FLT_MIN, -FLT_MIN, FLT_MAX, -FLT_MAX, 88.72f,
+                             88.73f, 89.0f, -87.3f, -100.0f, -103.9f, -104.0f, -110.0f, 0.625f,
+                             -0.625f, 0.875f, -0.875f, 10.0f, -10.0f, 14.2f, -14.2f, 0.5f, 2.0f,
+                             1e-3f, -1e-3f, 1.0000001f, 0.99999994f, 3.0f, -3.0f, 6.0f, -6.0f};
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0] && n < cap; ++i) x[n++] = sp[i];
+  for (uint64_t u = 0x00000123u; u <= 0xFFFFFFFFu && n < cap; u += 0x00010003u) {
+    uint32_t b = (uint32_t)u;
+    memcpy(&x[n++], &b, sizeof b);
+  }
+  return n;
+}
+
+static void kiln_test_nn_unary_tol(kiln_unary_t op, float* atol, float* rtol) {
+  *atol = 0.0f;
+  *rtol = 0.0f;
+  switch (op) {
+    case KILN_UNARY_EXP: case KILN_UNARY_TANH: case KILN_UNARY_SIGMOID: case KILN_UNARY_ERF:
+      *atol = 1e-44f;
+      *rtol = 5e-7f;
+      break;
+    case KILN_UNARY_LOG: *rtol = 5e-7f; break;
+    case KILN_UNARY_GELU: case KILN_UNARY_GELU_TANH: case KILN_UNARY_SILU:
+      *atol = 1e-36f;
+      *rtol = 5e-7f;
+      break;
+    default: break; /* exact: same libm call, or IEEE ops */
+  }
+}
+
+static const char* const kiln_test_nn_unary_names[] = {
+    "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu",
+    "gelu", "gelu_tanh", "silu", "erf", "sin", "cos"};
+_Static_assert(sizeof(kiln_test_nn_unary_names) / sizeof(kiln_test_nn_unary_names[0]) ==
+                   KILN_UNARY_COUNT, "one name per unary op");
+
+static void kiln_test_nn_unary(kiln_pool_t* pool, const char* isa) {
+  enum { CAP = 70000 };
+  float* x = malloc(CAP * sizeof(float));
+  float* y = malloc(CAP * sizeof(float));
+  float* w = malloc(CAP * sizeof(float));
+  if (!x || !y || !w) goto done;
+  size_t ns = kiln_test_nn_special(x, CAP);
+  char what[96];
+  for (int op = 0; op < KILN_UNARY_COUNT; ++op) {
+    float atol, rtol;
+    kiln_test_nn_unary_tol((kiln_unary_t)op, &atol, &rtol);
+    /* The sweep, then in place (y aliases x). */
+    kiln_unary_f32((kiln_unary_t)op, ns, x, y, pool);
+    kiln_unary_f32_reference((kiln_unary_t)op, ns, x, w);
+    snprintf(what, sizeof what, "%s %s sweep", isa, kiln_test_nn_unary_names[op]);
+    kiln_test_compare_f32(what, y, w, ns, atol, rtol);
+    memcpy(y, x, ns * sizeof(float));
+    kiln_unary_f32((kiln_unary_t)op, ns, y, y, pool);
+    snprintf(what, sizeof what, "%s %s in place", isa, kiln_test_nn_unary_names[op]);
+    kiln_test_compare_f32(what, y, w, ns, atol, rtol);
+    /* Every tail length, dense values where the functions change form. */
+    for (size_t s = 0; s < sizeof kiln_test_nn_sizes / sizeof kiln_test_nn_sizes[0]; ++s) {
+      size_t n = kiln_test_nn_sizes[s];
+      kiln_test_fill_f32(x + ns, n, (unsigned)(op * 31 + s), -12.0f, 12.0f);
+      kiln_unary_f32((kiln_unary_t)op, n, x + ns, y, pool);
+      kiln_unary_f32_reference((kiln_unary_t)op, n, x + ns, w);
+      snprintf(what, sizeof what, "%s %s n=%zu", isa, kiln_test_nn_unary_names[op], n);
+      kiln_test_compare_f32(what, y, w, n, atol, rtol);
+    }
+  }
+  /* Activations map onto the unary ops. */
+  static const kiln_unary_t act_op[KILN_ACT_COUNT] = {
+      KILN_UNARY_COUNT, KILN_UNARY_RELU, KILN_UNARY_GELU, KILN_UNARY_GELU_TANH,
+      KILN_UNARY_SILU, KILN_UNARY_SIGMOID, KILN_UNARY_TANH};
+  for (int act = 0; act < KILN_ACT_COUNT; ++act) {
+    size_t n = 1031;
+    kiln_test_fill_f32(x, n, 77u + (unsigned)act, -8.0f, 8.0f);
+    memcpy(y, x, n * sizeof(float));
+    kiln_activation_f32((kiln_activation_t)act, n, y);
+    if (act == KILN_ACT_NONE) memcpy(w, x, n * sizeof(float));
+    else kiln_unary_f32_reference(act_op[act], n, x, w);
+    float atol = 0.0f, rtol = 0.0f;
+    if (act != KILN_ACT_NONE) kiln_test_nn_unary_tol(act_op[act], &atol, &rtol);
+    snprintf(what, sizeof what, "%s activation %d", isa, act);
+    kiln_test_compare_f32(what, y, w, n, atol, rtol);
+  }
+done:
+  free(x);
+  free(y);
+  free(w);
+}
+
+static void kiln_test_nn_softmax(kiln_pool_t* pool, const char* isa) {
+  static const size_t shapes[][2] = {{0, 5}, {1, 1}, {2, 7}, {3, 8}, {5, 9},
+                                     {4, 31}, {2, 33}, {3, 1031}, {64, 1000}};
+  char what[96];
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+    size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+    float* x = malloc((n + 1) * sizeof(float));
+    float* y = malloc((n + 1) * sizeof(float));
+    float* w = malloc((n + 1) * sizeof(float));
+    if (!x || !y || !w) goto next;
+    kiln_test_fill_f32(x, n, (unsigned)s, -20.0f, 20.0f);
+    if (rows >= 3 && cols >= 2) {
+      x[0] = -INFINITY;                                           /* row 0: one -inf */
+      for (size_t i = 0; i < cols; ++i) x[cols + i] = -INFINITY; /* row 1: all -inf: NaN */
+      x[2 * cols + cols / 2] = NAN;                               /* row 2: NaN */
+    }
+    for (int log = 0; log < 2; ++log) {
+      kiln_softmax_f32(rows, cols, x, y, log, pool);
+      kiln_softmax_f32_reference(rows, cols, x, w, log);
+      snprintf(what, sizeof what, "%s %ssoftmax %zux%zu", isa, log ? "log_" : "", rows, cols);
+      kiln_test_compare_f32(what, y, w, n, log ? 2e-6f : 1e-9f, 1e-6f);
+      if (rows >= 3 && cols >= 2) KILN_EXPECT(isnan(y[cols]) && isnan(y[2 * cols]), "%s", what);
+    }
+    memcpy(y, x, n * sizeof(float));
+    kiln_softmax_f32(rows, cols, y, y, 0, pool); /* in place */
+    kiln_softmax_f32_reference(rows, cols, x, w, 0);
+    snprintf(what, sizeof what, "%s softmax in place %zux%zu", isa, rows, cols);
+    kiln_test_compare_f32(what, y, w, n, 1e-9f, 1e-6f);
+  next:
+    free(x);
+    free(y);
+    free(w);
+  }
+}
+
+static void kiln_test_nn_norms(kiln_pool_t* pool, const char* isa) {
+  static const size_t shapes[][2] = {{0, 5}, {1, 1}, {2, 7}, {3, 8}, {5, 9},
+                                     {4, 31}, {2, 33}, {3, 1031}, {48, 1024}};
+  char what[96];
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+    size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+    float* x = malloc((n + 1) * sizeof(float));
+    float* y = malloc((n + 1) * sizeof(float));
+    float* w = malloc((n + 1) * sizeof(float));
+    float* g = malloc((cols + 1) * sizeof(float));
+    float* b = malloc((cols + 1) * sizeof(float));
+    if (!x || !y || !w || !g || !b) goto next;
+    kiln_test_fill_f32(x, n, 100u + (unsigned)s, -1.0f, 1.0f);
+    /* Odd rows sit far from zero: the case a one-pass E[x^2] - E[x]^2
+     * variance gets wrong. */
+    for (size_t r = 1; r < rows; r += 2)
+      for (size_t i = 0; i < cols; ++i) x[r * cols + i] += 30.0f;
+    kiln_test_fill_f32(g, cols, 200u + (unsigned)s, 0.5f, 1.5f);
+    kiln_test_fill_f32(b, cols, 300u + (unsigned)s, -1.0f, 1.0f);
+    for (int v = 0; v < 4; ++v) {
+      const float* gv = v & 1 ? g : NULL;
+      const float* bv = v & 2 ? b : NULL;
+      kiln_layer_norm_f32(rows, cols, x, gv, bv, 1e-5f, y, pool);
+      kiln_layer_norm_f32_reference(rows, cols, x, gv, bv, 1e-5f, w);
+      snprintf(what, sizeof what, "%s layer_norm %zux%zu g%d b%d", isa, rows, cols, !!gv, !!bv);
+      kiln_test_compare_f32(what, y, w, n, 1e-5f, 1e-5f);
+    }
+    for (int v = 0; v < 2; ++v) {
+      const float* gv = v ? g : NULL;
+      kiln_rms_norm_f32(rows, cols, x, gv, 1e-6f, y, pool);
+      kiln_rms_norm_f32_reference(rows, cols, x, gv, 1e-6f, w);
+      snprintf(what, sizeof what, "%s rms_norm %zux%zu g%d", isa, rows, cols, v);
+      kiln_test_compare_f32(what, y, w, n, 1e-5f, 1e-5f);
+    }
+  next:
+    free(x);
+    free(y);
+    free(w);
+    free(g);
+    free(b);
+  }
+}
+
+/* One attention case: q, k, v and mask are filled through their strides
+ * (the buffers are sized by the largest offset), then fast vs reference. */
+typedef struct kiln_test_attn_case_s {
+  const char* name;
+  int64_t b, h, hkv, sq, skv, d, dv;
+  int layout;      /* 0: (B,H,S,D); 1: q, k as (B,S,H,D), v as (B,H,D,S) */
+  int mask;        /* 0 none; 1 (Sq,Skv) broadcast; 2 (B,1,1,Skv) key padding */
+  int causal;
+  int64_t offset;
+  int nan_q;       /* poison one q element */
+} kiln_test_attn_case_t;
+
+static void kiln_test_attn_strides(int64_t b, int64_t h, int64_t s, int64_t d, int perm,
+                                   int64_t* st) {
+  (void)b;
+  if (perm == 0) {          /* (B, H, S, D) */
+    st[3] = 1, st[2] = d, st[1] = s * d, st[0] = h * s * d;
+  } else if (perm == 1) {   /* stored (B, S, H, D) */
+    st[3] = 1, st[1] = d, st[2] = h * d, st[0] = s * h * d;
+  } else {                  /* stored (B, H, D, S) */
+    st[2] = 1, st[3] = s, st[1] = d * s, st[0] = h * d * s;
+  }
+}
+
+static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_pool_t* pool,
+                                        const char* isa) {
+  kiln_attention_args_t a;
+  memset(&a, 0, sizeof a);
+  a.batch = c->b, a.heads = c->h, a.kv_heads = c->hkv, a.q_len = c->sq, a.kv_len = c->skv;
+  a.head_dim = c->d, a.v_head_dim = c->dv;
+  kiln_test_attn_strides(c->b, c->h, c->sq, c->d, c->layout ? 1 : 0, a.q_strides);
+  kiln_test_attn_strides(c->b, c->hkv, c->skv, c->d, c->layout ? 1 : 0, a.k_strides);
+  kiln_test_attn_strides(c->b, c->hkv, c->skv, c->dv, c->layout ? 2 : 0, a.v_strides);
+  size_t nq = (size_t)(c->b * c->h * c->sq * c->d), nk = (size_t)(c->b * c->hkv * c->skv * c->d);
+  size_t nv = (size_t)(c->b * c->hkv * c->skv * c->dv), no = (size_t)(c->b * c->h * c->sq * c->dv);
+  size_t nm = c->mask == 1 ? (size_t)(c->sq * c->skv) : (size_t)(c->b * c->skv);
+  float* q = malloc((nq + 1) * sizeof(float));
+  float* k = malloc((nk + 1) * sizeof(float));
+  float* v = malloc((nv + 1) * sizeof(float));
+  float* m = malloc((nm + 1) * sizeof(float));
+  float* y = malloc((no + 1) * sizeof(float));
+  float* w = malloc((no + 1) * sizeof(float));
+  if (!q || !k || !v || !m || !y || !w) goto done;
+  kiln_test_fill_f32(q, nq, 1, -2.0f, 2.0f);
+  kiln_test_fill_f32(k, nk, 2, -2.0f, 2.0f);
+  kiln_test_fill_f32(v, nv, 3, -1.0f, 1.0f);
+  kiln_test_fill_f32(m, nm, 4, -3.0f, 1.0f);
+  if (c->nan_q && nq) q[nq / 2] = NAN;
+  if (c->mask == 1) {
+    /* (1, 1, Sq, Skv) broadcast over batch and heads; some -inf, and query
+     * row 1 fully masked. */
+    a.mask = m, a.mask_strides[2] = c->skv, a.mask_strides[3] = 1;
+    for (size_t i = 0; i < nm; i += 5) m[i] = -INFINITY;
+    if (c->sq > 1)
+      for (int64_t j = 0; j < c->skv; ++j) m[c->skv + j] = -INFINITY;
+  } else if (c->mask == 2) {
+    /* (B, 1, 1, Skv) key padding: the last 3 keys of batch 0 dropped. */
+    a.mask = m, a.mask_strides[0] = c->skv, a.mask_strides[3] = 1;
+    for (int64_t j = c->skv - 3; j < c->skv; ++j)
+      if (j >= 0) m[j] = -INFINITY;
+  }
+  a.q = q, a.k = k, a.v = v, a.out = y;
+  a.scale = c->d ? 1.0f / sqrtf((float)c->d) : 1.0f;
+  a.causal = c->causal, a.causal_offset = c->offset;
+  for (size_t i = 0; i < no; ++i) y[i] = 12345.0f; /* every element must be written */
+  kiln_attention_f32(&a, pool);
+  a.out = w;
+  kiln_attention_f32_reference(&a);
+  char what[128];
+  snprintf(what, sizeof what, "%s attention %s", isa, c->name);
+  kiln_test_compare_f32(what, y, w, no, 2e-5f, 1e-4f);
+done:
+  free(q);
+  free(k);
+  free(v);
+  free(m);
+  free(y);
+  free(w);
+}
+
+static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
+  static const kiln_test_attn_case_t cases[] = {
+      {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0},
+      {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0},
+      {"causal offset kv-q", 1, 2, 1, 37, 45, 64, 64, 0, 0, 1, 8, 0},
+      {"causal offset -3 (empty rows)", 1, 2, 2, 20, 20, 32, 32, 0, 0, 1, -3, 0},
+      {"causal sq>skv", 1, 2, 2, 50, 20, 16, 16, 0, 0, 1, 0, 0},
+      {"mask broadcast (Sq,Skv)", 2, 3, 3, 17, 70, 64, 64, 0, 1, 0, 0, 0},
+      {"mask key padding + causal", 2, 4, 1, 9, 33, 32, 48, 0, 2, 1, 24, 0},
+      {"permuted strides", 2, 4, 2, 23, 71, 64, 64, 1, 0, 0, 0, 0},
+      {"permuted + mask + causal", 1, 6, 3, 40, 40, 40, 24, 1, 1, 1, 0, 0},
+      {"decode sq=1", 2, 8, 2, 1, 100, 64, 64, 0, 0, 1, 99, 0},
+      {"decode mqa sq=1", 1, 16, 1, 1, 257, 128, 128, 1, 0, 0, 0, 0},
+      {"odd dims d7 dv5", 2, 3, 1, 11, 13, 7, 5, 0, 0, 0, 0, 0},
+      {"d1", 1, 1, 1, 5, 3, 1, 1, 0, 0, 0, 0, 0},
+      {"d256 dv256", 1, 2, 1, 21, 50, 256, 256, 1, 0, 1, 29, 0},
+      {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0},
+      {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0},
+      {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0},
+      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+    kiln_test_nn_attention_case(&cases[i], pool, isa);
+}
+
+void kiln_test_suite_nn(void) {
+  kiln_isa_t saved = kiln_cpu_isa();
+  kiln_pool_t* pools[2] = {NULL, NULL};
+  KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
+  KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
+  for (int isa = KILN_ISA_GENERIC; isa < KILN_ISA_COUNT; ++isa) {
+    if (kiln_cpu_isa_set((kiln_isa_t)isa) != (kiln_isa_t)isa) continue;
+    for (int p = 0; p < 2; ++p) {
+      if (!pools[p]) continue;
+      char name[48];
+      snprintf(name, sizeof name, "[%s, %d thr]", kiln_cpu_isa_name((kiln_isa_t)isa), p + 1);
+      kiln_test_nn_unary(pools[p], name);
+      kiln_test_nn_softmax(pools[p], name);
+      kiln_test_nn_norms(pools[p], name);
+      kiln_test_nn_attention(pools[p], name);
+    }
+  }
+  kiln_cpu_isa_set(saved);
+  kiln_pool_release(pools[0]);
+  kiln_pool_release(pools[1]);
+}
