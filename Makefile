@@ -40,3 +40,15 @@ demo: build
 
 clean:
 	rm -rf $(BUILD) $(VENV)
+
+# The model benchmark (issue 5): kiln against eager, Inductor and ONNX Runtime.
+BENCH_DEPS := $(VENV)/.bench-deps-installed
+$(BENCH_DEPS): bench/requirements.txt $(DEPS)
+	$(PY) -m pip install --quiet -r bench/requirements.txt
+	touch $@
+
+bench: build $(BENCH_DEPS)
+	$(PY) bench/run.py $(if $(QUICK),--quick,)
+
+bench-kernels: build
+	$(BUILD)/bench/kernels/bench_gemm

@@ -20,7 +20,8 @@ from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 aten = torch.ops.aten
 
 # Ops kiln runs better whole than decomposed.
-_KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default)
+_KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, aten.silu.default,
+               aten.rms_norm.default)
 
 
 def decomposition_table():
@@ -60,6 +61,28 @@ def source_location(node):
     user = [f for f in frames if not f[0].startswith(_TORCH_DIR)]
     path, line, code = (user or frames)[-1]
     return f"{path}:{line} ({code})" if code else f"{path}:{line}"
+
+
+def module_path(node):
+    """'encoder.layers.0.linear1 (Linear)' for the innermost nn.Module."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path, cls = list(stack.values())[-1]
+    name = getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1].strip("'>"))
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    return f"{path} ({name})" if path else name
+
+
+def describe_node(node):
+    """The op, the module and the source line an FX node came from."""
+    where, mod = source_location(node), module_path(node)
+    text = str(node.target)
+    if mod:
+        text += f" in {mod}"
+    if where:
+        text += f" at {where}"
+    return text
 
 
 class _Poison:
@@ -126,8 +149,7 @@ class LoweringContext:
         return self._record(self.graph.add_node(OPS[op], list(inputs), list(params), list(fparams), origin))
 
     def origin(self, node):
-        where = source_location(node)
-        return f"{node.target} at {where}" if where else str(node.target)
+        return describe_node(node)
 
 
 def find_unsupported(gm):

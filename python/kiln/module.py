@@ -31,6 +31,8 @@ class KilnModule(torch.nn.Module):
         self.compile_seconds = compile_seconds
         self._in_specs = [(dtype, tuple(shape)) for _, dtype, shape in model.inputs()]
         self._out_specs = [(TORCH_DTYPES[dtype], tuple(shape)) for _, dtype, shape in model.outputs()]
+        if len(self._input_names) != len(self._in_specs):
+            raise KilnError(f"the artifact names {len(self._input_names)} inputs but its graph has {len(self._in_specs)}")
 
     # ---- running -----------------------------------------------------------
     def _check_inputs(self, args):
@@ -44,7 +46,9 @@ class KilnModule(torch.nn.Module):
             if t.device.type != "cpu":
                 raise ValueError(f"input {i} ('{self._input_names[i]}'): kiln runs on the CPU, got a tensor on {t.device}")
             if t.dtype not in DTYPES:
-                raise ValueError(f"input {i} ('{self._input_names[i]}'): dtype {t.dtype} is not supported by kiln")
+                want = f"({', '.join(map(str, shape))}) {str(TORCH_DTYPES[dtype]).replace('torch.', '')}"
+                got = f"({', '.join(map(str, t.shape))}) {str(t.dtype).replace('torch.', '')}"
+                raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
             if not t.is_contiguous():
                 t = t.contiguous()
             prepared.append(t)
@@ -102,9 +106,15 @@ class KilnModule(torch.nn.Module):
     @classmethod
     def from_bytes(cls, data):
         model, sections = _C.load(bytes(data), [FORMAT_META])
-        meta = json.loads(sections[FORMAT_META].decode()) if FORMAT_META in sections else {}
-        spec = meta.get("out_spec")
-        out_spec = pytree.treespec_loads(spec) if spec else None
+        try:
+            meta = json.loads(sections[FORMAT_META].decode()) if FORMAT_META in sections else {}
+            spec = meta.get("out_spec")
+            out_spec = pytree.treespec_loads(spec) if spec else None
+        except Exception as e:  # the section is the front end's: check it as the C loader checks its own
+            raise KilnError(f"corrupt artifact: the {FORMAT_META} section is unreadable ({e})") from None
+        if out_spec is not None and out_spec.num_leaves != len(model.outputs()):
+            raise KilnError(f"corrupt artifact: {FORMAT_META} describes {out_spec.num_leaves} outputs, "
+                            f"the graph has {len(model.outputs())}")
         names = meta.get("input_names") or [n or f"input{i}" for i, (n, _, _) in enumerate(model.inputs())]
         return cls(model, names, out_spec, meta.get("source", ""))
 

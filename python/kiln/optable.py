@@ -192,6 +192,34 @@ def _select(ctx, n):
     return strided_copy(ctx, x, out, strides, index * src[dim], ctx.origin(n))
 
 
+@register(aten.split_with_sizes.default, aten.split.Tensor, aten.split_with_sizes_copy.default)
+def _split(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0), len(shape))
+    sizes = n.args[1]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, shape[dim] - i) for i in range(0, shape[dim], sizes)]
+    src = _dense_strides(shape)
+    outs, start = [], 0
+    for size in sizes:
+        out = list(shape)
+        out[dim] = size
+        outs.append(x if out == shape else strided_copy(ctx, x, out, src, start * src[dim], ctx.origin(n)))
+        start += size
+    return tuple(outs)
+
+
+@register(aten.unbind.int)
+def _unbind(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, len(shape))
+    src = _dense_strides(shape)
+    out, strides = shape[:dim] + shape[dim + 1:], src[:dim] + src[dim + 1:]
+    return tuple(strided_copy(ctx, x, out, strides, i * src[dim], ctx.origin(n)) for i in range(shape[dim]))
+
+
 @register(aten.cat.default)
 def _cat(ctx, n):
     dtype = _val(n).dtype

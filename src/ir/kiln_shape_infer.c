@@ -96,7 +96,7 @@ static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t
   const int64_t* p = n->params;
   KILN_RETURN_IF_ERROR(check_rank_param(p[0]));
   int32_t r = (int32_t)p[0];
-  int64_t x_numel = kiln_value_numel(x), numel;
+  int64_t x_numel = kiln_value_numel(x), numel = 0;
   KILN_RETURN_IF_ERROR(check_dims(p + 1, r, &numel));
   /* Every element read must lie in x: offset + sum((dim-1)*stride) in range.
    * With |stride|, |offset| <= 2^44 and dims <= 2^40 over 8 dims the sums
@@ -297,7 +297,7 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
   switch (op) {
     case KILN_OP_RESHAPE: {
       KILN_RETURN_IF_ERROR(check_rank_param(n->params[0]));
-      int64_t numel;
+      int64_t numel = 0;
       KILN_RETURN_IF_ERROR(check_dims(n->params + 1, (int32_t)n->params[0], &numel));
       set_shape(out, x->dtype, (int32_t)n->params[0], n->params + 1);
       if (numel != kiln_value_numel(x))

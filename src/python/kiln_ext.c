@@ -55,7 +55,14 @@ static int kiln_py_shape(PyObject* seq, int32_t* rank, int64_t* shape) {
 static PyObject* kiln_py_shape_tuple(const kiln_value_t* v) {
   PyObject* t = PyTuple_New(v->rank);
   if (!t) return NULL;
-  for (int32_t d = 0; d < v->rank; ++d) PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(v->shape[d]));
+  for (int32_t d = 0; d < v->rank; ++d) {
+    PyObject* dim = PyLong_FromLongLong(v->shape[d]);
+    if (!dim) {
+      Py_DECREF(t);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(t, d, dim);
+  }
   return t;
 }
 
@@ -336,13 +343,27 @@ static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
   return result;
 }
 
+/* A value name as str; names come from files too, so bad UTF-8 is replaced
+ * rather than trusted. */
+static PyObject* kiln_py_name(const char* name) {
+  if (!name) Py_RETURN_NONE;
+  return PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
+}
+
 static PyObject* kiln_py_specs(const kiln_graph_t* g, const int32_t* ids, int32_t n) {
   PyObject* list = PyList_New(n);
   if (!list) return NULL;
   for (int32_t i = 0; i < n; ++i) {
     const kiln_value_t* v = &g->values[ids[i]];
-    PyList_SET_ITEM(list, i,
-                    Py_BuildValue("(ziN)", v->name, (int)v->dtype, kiln_py_shape_tuple(v)));
+    PyObject* name = kiln_py_name(v->name);
+    PyObject* shape = name ? kiln_py_shape_tuple(v) : NULL;
+    PyObject* item = shape ? Py_BuildValue("(NiN)", name, (int)v->dtype, shape) : NULL;
+    if (!item) {
+      if (!shape) Py_XDECREF(name);
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, item);
   }
   return list;
 }
@@ -404,7 +425,7 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
           (double)p->arena_size / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
           kiln_pool_size(kiln_pool_default()));
   fclose(f);
-  PyObject* s = PyUnicode_FromStringAndSize(text, (Py_ssize_t)len);
+  PyObject* s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
   free(text);
   return s;
 }
@@ -438,10 +459,17 @@ static PyObject* kiln_py_model_profile(kiln_py_model_t* self, PyObject* args) {
   const uint64_t* t = kiln_model_profile(self->model, &runs);
   PyObject* list = PyList_New(g->n_nodes);
   if (!list) return NULL;
-  for (int32_t i = 0; i < g->n_nodes; ++i)
-    PyList_SET_ITEM(list, i,
-                    Py_BuildValue("(szK)", kiln_op_name(g->nodes[i].op), g->nodes[i].origin,
-                                  (unsigned long long)t[i]));
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    PyObject* origin = kiln_py_name(g->nodes[i].origin);
+    PyObject* row = origin ? Py_BuildValue("(sNK)", kiln_op_name(g->nodes[i].op), origin,
+                                           (unsigned long long)t[i])
+                           : NULL;
+    if (!row) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, row);
+  }
   return Py_BuildValue("(NL)", list, (long long)runs);
 }
 

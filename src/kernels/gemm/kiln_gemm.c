@@ -57,7 +57,11 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
  * exchange; concurrent calls simply allocate their own). The first 64 bytes
  * hold the usable size. Blocks above the cap are freed after use. */
 #define KILN_GEMM_CACHE_CAP ((size_t)64 << 20)
-#define KILN_GEMM_CHUNK_FLOATS ((int64_t)16 << 20) /* per-chunk scratch target: 64 MiB */
+/* Per-chunk scratch target, 64 MiB (a build may lower it to exercise the
+ * chunking on small shapes). */
+#ifndef KILN_GEMM_CHUNK_FLOATS
+#define KILN_GEMM_CHUNK_FLOATS ((int64_t)16 << 20)
+#endif
 static _Atomic(void*) kiln_gemm_cached_;
 
 static float* kiln_gemm_scratch_get(size_t floats, void** out_block) {
@@ -216,8 +220,20 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       /* A 32-wide kernel reads the next panel too; past the last one it
        * re-reads this one (in bounds) and the extra columns are dropped. */
       const float* bnext = nr > P ? bpan + K * P : bpan;
+      /* While this strip's tiles run, pull the next strip's B micro-panel
+       * (kcur x NR) into L2 a slice per tile, so the strip after does not
+       * start on L3 misses. */
+      const char* pf = j + NR < j1 ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
+      int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
+      int64_t pf_step = pf_lines / ((i1 - i0 + MR - 1) / MR) + 1;
       for (int64_t i = i0; i < i1; i += MR) {
         int64_t mr = i1 - i < MR ? i1 - i : MR;
+        if (pf) {
+          for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
+            __builtin_prefetch(pf + pf_done * 64, 0, 2);
+            if (NR > P) __builtin_prefetch(pf + K * P * (int64_t)sizeof(float) + pf_done * 64, 0, 2);
+          }
+        }
         const float* apan = A + (i / MR) * K * MR + pc * MR;
         float* c = C + i * ldc + j;
         int full = mr == MR && nr == NR;
@@ -326,7 +342,7 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   int64_t per_batch = kiln_gemm_align16(m_pad * per_row) + (b_per_batch ? pfl : 0);
   int64_t nb, mchunk;
   if (per_batch <= KILN_GEMM_CHUNK_FLOATS || ch.gemv) {
-    nb = per_batch > 0 ? KILN_GEMM_CHUNK_FLOATS / (per_batch > 0 ? per_batch : 1) : g->batch;
+    nb = per_batch > 0 ? KILN_GEMM_CHUNK_FLOATS / per_batch : g->batch;
     if (nb < 1) nb = 1;
     if (nb > g->batch) nb = g->batch;
     mchunk = M;
@@ -398,12 +414,14 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       ch.n_m = kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
       ch.pn = kiln_gemm_cdiv(N, kn->nr);
       /* Columns per task: bounded so a task's C block does not dwarf the
-       * caches, then split further until every thread has equal work (or
-       * there are enough tasks for the atomic hand-out to even them out);
-       * small-M GEMMs (M=128) are split over N this way. */
+       * caches, then split further until the tasks divide evenly over the
+       * threads, two at least per thread so that one thread delayed by the
+       * OS does not idle the other for a whole half. A is packed once and
+       * shared, so N-splitting costs only L2 refills of the A block; this is
+       * how small-M GEMMs (M = 128) get their parallelism. */
       ch.n_n = kiln_gemm_cdiv(N, 2048);
       int64_t units = nbc * ch.n_m;
-      while (T > 1 && (units * ch.n_n) % T != 0 && units * ch.n_n < 4 * T && ch.n_n < ch.pn)
+      while (T > 1 && ((units * ch.n_n) % T != 0 || units * ch.n_n < 2 * T) && ch.n_n < ch.pn)
         ch.n_n++;
       if (ch.n_n > ch.pn) ch.n_n = ch.pn;
       kiln_pool_parallel_for(pool, (size_t)(nbc * ch.n_m * ch.n_n), kiln_gemm_compute_task, &ch);

@@ -48,7 +48,11 @@ size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n);
 
 /* Packs B[p][j] = b[p*row_stride + j*col_stride] (p < K, j < N) into `out`
  * (kiln_gemm_f32_packed_size bytes, 64-byte aligned). nn.Linear's weight
- * W(N, K) is B = W^T: row_stride 1, col_stride K. */
+ * W(N, K) is B = W^T: row_stride 1, col_stride K.
+ *
+ * Layout (the same for every ISA): column panels of 16; panel q holds
+ * columns [16q, 16q + 16) as K rows of 16 floats, so B[p][j] is at
+ * out[(j / 16) * K * 16 + p * 16 + j % 16]; columns past N are zero. */
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out);
 

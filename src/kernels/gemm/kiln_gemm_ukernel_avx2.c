@@ -15,7 +15,9 @@
  * The loop is written as inline assembly because GCC's register allocator
  * reshuffles this intrinsic loop into spills (15 live ymm of 16), which
  * costs a quarter of the throughput; here every accumulator is pinned to a
- * register for the whole loop. */
+ * register for the whole loop. Each unrolled group also prefetches the A
+ * micro-panel 16 k steps ahead: A panels stream in from L2 one tile after
+ * another, B stays in L1 across the tiles of a strip. */
 #define KILN_GEMM_A2_ROW(P, I, C0, C1)                     \
   "vbroadcastss 24*" #P "+4*" #I "(%[a]), %[t]\n\t"        \
   "vfmadd231ps %[b0], %[t], %[" #C0 "]\n\t"                \
@@ -58,6 +60,7 @@ void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
       "test %[n4], %[n4]\n\t"
       "jz 2f\n\t"
       "1:\n\t"
+      "prefetcht0 384(%[a])\n\t"
       KILN_GEMM_A2_STEP(0) KILN_GEMM_A2_STEP(1) KILN_GEMM_A2_STEP(2) KILN_GEMM_A2_STEP(3)
       "add $96, %[a]\n\t"
       "add $256, %[b]\n\t"
@@ -109,6 +112,9 @@ static inline __attribute__((always_inline)) void kiln_gemm_gemv_rows_avx2(
     }
   int64_t p = 0;
   for (; p + U <= k; p += U) {
+    /* B streams from DRAM once: ask for it 2 KiB ahead, beyond what the
+     * hardware prefetcher keeps in flight for a single stream. */
+    for (int u = 0; u < U; ++u) _mm_prefetch((const char*)(b + (p + u) * 16 + 512), _MM_HINT_T0);
     for (int u = 0; u < U; ++u) {
       __m256 b0 = _mm256_loadu_ps(b + (p + u) * 16), b1 = _mm256_loadu_ps(b + (p + u) * 16 + 8);
       for (int i = 0; i < R; ++i) {

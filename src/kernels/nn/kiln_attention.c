@@ -34,7 +34,7 @@
 #define KILN_NN_ATTN_AVX2 1
 #endif
 
-enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 4, KILN_NN_ATTN_NR = 16 };
+enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16 };
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -49,8 +49,9 @@ void KILN_NN_FN(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_th
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
-  static const int64_t tiles[][2] = {{32, 64}, {32, 32}, {16, 32}, {16, 16}, {8, 16}, {4, 16}};
-  plan->q_block = 16;
+  /* (rows, keys): rows a multiple of the kernel's 6, halvable down to 6. */
+  static const int64_t tiles[][2] = {{48, 64}, {48, 32}, {24, 32}, {12, 32}, {12, 16}, {6, 16}};
+  plan->q_block = 12;
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
@@ -73,60 +74,111 @@ void KILN_NN_FN(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_th
   plan->q_blocks = (rows + plan->q_block - 1) / plan->q_block;
 }
 
-/* C(4, W) (+)= A(4, K) · B(K, W) for W = 16 nc; A, B, C row-major with the
- * given row strides. This is the inner kernel of both products. */
+/* C(6, 16) (+)= A(6, K) · B(K, 16); A, B, C row-major with the given row
+ * strides. The inner kernel of both products: 12 accumulators (two vectors
+ * per row) cover the FMA latency and leave registers for B and the
+ * broadcast (16 ymm in all); per step of K it issues 12 FMAs for 6
+ * broadcasts and 2 loads. */
 #if defined(KILN_NN_ATTN_AVX2)
-static inline __attribute__((always_inline)) void kiln_nn_attn_kernel(
-    int nc, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-    int64_t ldc, int accumulate) {
-  __m256 acc[4][4];
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < 2 * nc; ++j)
-      acc[r][j] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8 * j) : _mm256_setzero_ps();
+static inline void kiln_nn_attn_kernel(int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc, int accumulate) {
+  __m256 acc[6][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < 6; ++r) {
+    acc[r][0] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
+    acc[r][1] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
+  }
   for (int64_t p = 0; p < k; ++p) {
-    __m256 bv[4];
-    for (int j = 0; j < 2 * nc; ++j) bv[j] = _mm256_loadu_ps(b + p * ldb + 8 * j);
-    for (int r = 0; r < 4; ++r) {
+    __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < 6; ++r) {
       __m256 av = _mm256_broadcast_ss(a + r * lda + p);
-      for (int j = 0; j < 2 * nc; ++j) acc[r][j] = _mm256_fmadd_ps(av, bv[j], acc[r][j]);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
-  for (int r = 0; r < 4; ++r)
-    for (int j = 0; j < 2 * nc; ++j) _mm256_storeu_ps(c + r * ldc + 8 * j, acc[r][j]);
+#pragma GCC unroll 6
+  for (int r = 0; r < 6; ++r) {
+    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
+  }
+}
+
+/* kt[e][c] = K[c][e] for an 8 x 8 block: rows of 8 floats in, transposed
+ * in registers, 8 vectors out (the scalar version is one store per float). */
+static inline void kiln_nn_attn_transpose8(const float* src, int64_t lds, float* dst,
+                                           int64_t ldd) {
+  __m256 r0 = _mm256_loadu_ps(src), r1 = _mm256_loadu_ps(src + lds);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+  __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+  __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+  __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dst + ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
 #else
-static inline void kiln_nn_attn_kernel(int nc, int64_t k, const float* a, int64_t lda,
-                                       const float* b, int64_t ldb, float* c, int64_t ldc,
-                                       int accumulate) {
-  for (int h = 0; h < nc; ++h) {
-    float acc[4][16];
-    for (int r = 0; r < 4; ++r)
-      for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + 16 * h + j] : 0.0f;
-    for (int64_t p = 0; p < k; ++p) {
-      const float* bp = b + p * ldb + 16 * h;
-      for (int r = 0; r < 4; ++r) {
-        float av = a[r * lda + p];
-        for (int j = 0; j < 16; ++j) acc[r][j] = KILN_NN_FMA(av, bp[j], acc[r][j]);
-      }
+static inline void kiln_nn_attn_kernel(int64_t k, const float* a, int64_t lda, const float* b,
+                                       int64_t ldb, float* c, int64_t ldc, int accumulate) {
+  float acc[6][16];
+  for (int r = 0; r < 6; ++r)
+    for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
+  for (int64_t p = 0; p < k; ++p) {
+    const float* bp = b + p * ldb;
+    for (int r = 0; r < 6; ++r) {
+      float av = a[r * lda + p];
+      for (int j = 0; j < 16; ++j) acc[r][j] = KILN_NN_FMA(av, bp[j], acc[r][j]);
     }
-    for (int r = 0; r < 4; ++r)
-      for (int j = 0; j < 16; ++j) c[r * ldc + 16 * h + j] = acc[r][j];
   }
+  for (int r = 0; r < 6; ++r)
+    for (int j = 0; j < 16; ++j) c[r * ldc + j] = acc[r][j];
 }
 #endif
 
-/* C(m, n) (+)= A(m, k) · B(k, n) with m % 4 == 0 and n % 16 == 0. Column
+/* C(m, n) (+)= A(m, k) · B(k, n) with m % 6 == 0 and n % 16 == 0. Column
  * chunks outside so each chunk of B stays in L1 across the row blocks. */
 static void kiln_nn_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                               const float* b, int64_t ldb, float* c, int64_t ldc,
                               int accumulate) {
-  int64_t j = 0;
-  for (; j + 32 <= n; j += 32)
-    for (int64_t i = 0; i < m; i += 4)
-      kiln_nn_attn_kernel(2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
-  for (; j < n; j += 16)
-    for (int64_t i = 0; i < m; i += 4)
-      kiln_nn_attn_kernel(1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+  for (int64_t j = 0; j < n; j += 16)
+    for (int64_t i = 0; i < m; i += KILN_NN_ATTN_MR)
+      kiln_nn_attn_kernel(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+}
+
+/* kt(d, bk) = the transpose of keys [j0, j0 + nk) of K (rows at k_row,
+ * elements at k_col), zero-padded to nkp columns. */
+static void kiln_nn_attn_pack_k(const float* kb, int64_t k_row, int64_t k_col, int64_t d,
+                                int64_t nk, int64_t nkp, float* kt, int64_t bk) {
+  int64_t c0 = 0;
+#if defined(KILN_NN_ATTN_AVX2)
+  if (k_col == 1) {
+    int64_t d8 = d / 8 * 8;
+    for (; c0 + 8 <= nk; c0 += 8) {
+      for (int64_t e = 0; e < d8; e += 8)
+        kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk);
+      for (int64_t c = c0; c < c0 + 8; ++c)
+        for (int64_t e = d8; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e];
+    }
+  }
+#endif
+  for (int64_t c = c0; c < nkp; ++c) {
+    if (c < nk)
+      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e * k_col];
+    else
+      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = 0.0f;
+  }
 }
 
 /* Where row r of a task reads its query and mask and writes its output. */
@@ -208,9 +260,9 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
     return;
   }
   const kiln_attention_args_t* a = plan->args;
-  kiln_nn_attn_row_t rows[32];
+  kiln_nn_attn_row_t rows[64];
   int64_t b, kvh, nr;
-  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, 32);
+  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, 64);
   const int64_t d = a->head_dim, dv = a->v_head_dim;
   const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
   const int64_t nrp = kiln_nn_round_up(nr, KILN_NN_ATTN_MR);
@@ -242,20 +294,21 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
   for (int64_t j0 = 0; j0 < kv_end; j0 += bk) {
     int64_t nk = kv_end - j0 < bk ? kv_end - j0 : bk;
     int64_t nkp = kiln_nn_round_up(nk, KILN_NN_ATTN_NR);
-    /* Pack K transposed and V, zero-filling the padding so 0 · pad = 0. */
-    for (int64_t c = 0; c < nkp; ++c) {
-      if (c < nk) {
-        const float* kr = kb + (j0 + c) * a->k_strides[2];
+    /* Pack K transposed and V, zero-filling the padding so 0 · pad = 0.
+     * Full tiles of a contiguous V with Dv % 16 == 0 are read in place. */
+    kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk, nkp,
+                        kt, bk);
+    const float* vt = vb + j0 * a->v_strides[2];
+    int64_t ldv = a->v_strides[2];
+    if (!(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
+      vt = vp;
+      ldv = dvp;
+      for (int64_t c = 0; c < nkp; ++c) {
         const float* vr = vb + (j0 + c) * a->v_strides[2];
-        for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kr[e * a->k_strides[3]];
-        if (a->v_strides[3] == 1)
-          memcpy(vp + c * dvp, vr, (size_t)dv * sizeof(float));
-        else
-          for (int64_t e = 0; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
-        for (int64_t e = dv; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
-      } else {
-        for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = 0.0f;
-        for (int64_t e = 0; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
+        int64_t e = 0;
+        if (c < nk)
+          for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
+        for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
       }
     }
     kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0);
@@ -283,11 +336,11 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
       /* While every key so far is hidden the max is -inf; subtracting 0
        * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
       float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      float alpha = kiln_nn_expf(m[r] - m_use);
+      float alpha = kiln_nn_exp_negf(m[r] - m_use);
       float acc[KILN_NN_LANES] = {0};
       for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
         for (int j = 0; j < KILN_NN_LANES; ++j) {
-          float p = kiln_nn_expf(sr[c + j] - m_use);
+          float p = kiln_nn_exp_negf(sr[c + j] - m_use);
           sr[c + j] = p;
           acc[j] += p;
         }
@@ -298,7 +351,7 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
       }
     }
-    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vp, dvp, o, dvp, 1);
+    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1);
   }
 
   for (int64_t r = 0; r < nr; ++r) {

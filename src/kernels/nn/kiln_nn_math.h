@@ -82,6 +82,28 @@ static inline float kiln_nn_expf(float x) {
   return p * s1 * s2;
 }
 
+/* e^x for x <= 0 as the online softmax of attention needs it (arguments
+ * are score - running max): a shorter polynomial (relative error 1.4e-7
+ * before rounding) and results below e^-87 flushed to 0, which is exact
+ * enough for weights that are summed against a largest weight of 1, and
+ * keeps e^-inf = 0 for masked keys. NaN propagates. */
+static inline float kiln_nn_exp_negf(float x) {
+  float xc = x < -87.0f ? -87.0f : x;
+  const float shifter = 12582912.0f;
+  float t = KILN_NN_FMA(xc, 1.44269504089f, shifter);
+  float n = t - shifter;
+  float r = KILN_NN_FMA(n, -0.693359375f, xc);
+  r = KILN_NN_FMA(n, 2.12194440e-4f, r);
+  float p = 1.389383222e-03f;
+  p = KILN_NN_FMA(p, r, 8.363130502e-03f);
+  p = KILN_NN_FMA(p, r, 4.166694358e-02f);
+  p = KILN_NN_FMA(p, r, 1.666657776e-01f);
+  p = KILN_NN_FMA(p, r, 0.5f);
+  p = KILN_NN_FMA(p * r, r, r) + 1.0f;
+  float s = kiln_nn_from_bits((kiln_nn_bits(t) - 0x4B400000u + 127u) << 23);
+  return x < -87.0f ? 0.0f : p * s;
+}
+
 /* log x: x = 2^k m with m in [sqrt(1/2), sqrt 2), log m = 2 atanh(s) with
  * s = (m - 1) / (m + 1), |s| <= 0.172. Denormals are scaled up first. */
 static inline float kiln_nn_logf(float x) {

@@ -20,7 +20,8 @@ void KILN_NN_FN(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, const f
     const float* xr = x + r * n;
     float* yr = y + r * n;
     float mean = kiln_nn_row_sum(n, xr) / (float)n;
-    float var = kiln_nn_row_sum_sq(n, xr, mean) / (float)n;
+    const float* next = r + 1 < r1 ? xr + n : NULL;
+    float var = kiln_nn_row_sum_sq(n, xr, mean, next) / (float)n;
     float rstd = 1.0f / sqrtf(var + eps);
     /* One loop per case keeps each branch-free and vectorised; writes go
      * last in each iteration so y may alias x. */
@@ -41,7 +42,8 @@ void KILN_NN_FN(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t n, const flo
   for (size_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    float rstd = 1.0f / sqrtf(kiln_nn_row_sum_sq(n, xr, 0.0f) / (float)n + eps);
+    const float* next = r + 1 < r1 ? xr + n : NULL;
+    float rstd = 1.0f / sqrtf(kiln_nn_row_sum_sq(n, xr, 0.0f, next) / (float)n + eps);
     if (gamma)
       for (size_t i = 0; i < n; ++i) yr[i] = xr[i] * rstd * gamma[i];
     else

@@ -1,0 +1,685 @@
+/* The `kiln` command line: inspect, run, benchmark and profile a .kiln
+ * artifact with the C runtime alone (no Python, no compiler passes).
+ *
+ *   kiln info FILE
+ *   kiln run FILE [--input NAME=PATH ...] [--output-dir DIR] [--threads N] [--seed S]
+ *   kiln bench FILE [--runs N] [--warmup N] [--threads N]
+ *   kiln profile FILE [--runs N] [--warmup N] [--threads N]
+ *   kiln --version | help [COMMAND]
+ *
+ * Errors print "kiln: <message>" on stderr; the exit code is 2 for a bad
+ * command line and 1 for everything else (unreadable or corrupt file,
+ * wrong input file, a failed run). Internally every step returns a
+ * kiln_status_t and main() alone turns it into an exit code, so nothing
+ * exits half-way with memory still held (the CLI is checked under
+ * valgrind). docs/cli.md is the user-facing description.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/kiln_alloc.h"
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "base/kiln_status.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_artifact.h"
+#include "ir/kiln_format.h"
+#include "runtime/kiln_model.h"
+#include "tools/kiln_cli.h"
+
+#ifndef KILN_VERSION
+#define KILN_VERSION "unknown"
+#endif
+
+#define KILN_CLI_EXIT_ERROR 1
+#define KILN_CLI_EXIT_USAGE 2
+#define KILN_CLI_SHOW_VALUES 8 /* "first few values" per output */
+
+typedef enum kiln_cli_command_e {
+  KILN_CLI_INFO = 0,
+  KILN_CLI_RUN,
+  KILN_CLI_BENCH,
+  KILN_CLI_PROFILE,
+  KILN_CLI_COMMAND_COUNT
+} kiln_cli_command_t;
+
+static const char* const kiln_cli_command_names[] = {"info", "run", "bench", "profile"};
+_Static_assert(sizeof(kiln_cli_command_names) / sizeof(kiln_cli_command_names[0]) ==
+                   KILN_CLI_COMMAND_COUNT,
+               "one name per command");
+
+typedef struct kiln_cli_options_s {
+  kiln_cli_command_t command;
+  const char* file;
+  const char** input_specs; /* "NAME=PATH", borrowed from argv */
+  int n_input_specs;
+  const char* output_dir;
+  int threads; /* 0: KILN_NUM_THREADS, else one per online CPU */
+  int runs;
+  int warmup;
+  uint64_t seed;
+} kiln_cli_options_t;
+
+/* A loaded model and the pool it runs on (the model borrows the pool, so the
+ * pool is released after it). */
+typedef struct kiln_cli_session_s {
+  kiln_pool_t* pool;
+  kiln_model_t* model;
+  unsigned format_major, format_minor;
+  size_t file_size;
+} kiln_cli_session_t;
+
+/* Caller-owned tensors for one side (inputs or outputs) of a run. */
+typedef struct kiln_cli_tensors_s {
+  kiln_tensor_t* t;
+  int32_t n;
+} kiln_cli_tensors_t;
+
+/* ---- usage ------------------------------------------------------------- */
+
+static const char kiln_cli_usage_text[] =
+    "usage: kiln COMMAND FILE [options]\n"
+    "\n"
+    "Runs a .kiln artifact with the C runtime alone.\n"
+    "\n"
+    "commands:\n"
+    "  info FILE        format version, inputs and outputs, nodes by op, constants,\n"
+    "                   arena size and the node listing\n"
+    "  run FILE         runs once and summarises each output\n"
+    "      --input NAME=PATH  raw little-endian dense data for input NAME (its name,\n"
+    "                         or its index); repeat per input. Inputs not given get\n"
+    "                         pseudo-random data: floats uniform in [-1, 1), integers\n"
+    "                         0, bools false\n"
+    "      --output-dir DIR   writes output K to DIR/outputK.bin (raw, dense)\n"
+    "      --seed S           seed of the pseudo-random inputs (default 0)\n"
+    "  bench FILE       latency over repeated runs: median, min, p90\n"
+    "      --runs N (default 50)  --warmup N (default 5)\n"
+    "  profile FILE     per-node time table, slowest first\n"
+    "      --runs N (default 20)  --warmup N (default 2)\n"
+    "  help [COMMAND]   this text\n"
+    "  --version        kiln and .kiln format versions, CPU ISA\n"
+    "\n"
+    "common options:\n"
+    "  --threads N      threads to run on (default: KILN_NUM_THREADS, else one\n"
+    "                   per online CPU)\n"
+    "\n"
+    "Exit status: 0 on success, 2 for a bad command line, 1 for other errors.\n";
+
+/* Prints "kiln: <message>" and a hint; returns the usage exit code. */
+static int kiln_cli_usage_error(const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+static int kiln_cli_usage_error(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("kiln: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs("\n(run 'kiln help' for usage)\n", stderr);
+  va_end(ap);
+  return KILN_CLI_EXIT_USAGE;
+}
+
+/* ---- argument parsing ----------------------------------------------------- */
+
+/* Parses a whole decimal integer in [lo, hi]; 0 on anything else. */
+static int kiln_cli_parse_int(const char* text, long long lo, long long hi, long long* out) {
+  if (!text || !*text) return 0;
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+/* Matches "--name VALUE" and "--name=VALUE"; advances *i past what it used.
+ * Returns 1 when matched (with *out_value set, or NULL if VALUE is
+ * missing), 0 when argv[*i] is another option. */
+static int kiln_cli_match_option(int argc, char** argv, int* i, const char* name,
+                                 const char** out_value) {
+  const char* arg = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(arg, name, len) != 0) return 0;
+  if (arg[len] == '=') {
+    *out_value = arg + len + 1;
+    return 1;
+  }
+  if (arg[len] != '\0') return 0;
+  *out_value = *i + 1 < argc ? argv[++*i] : NULL;
+  return 1;
+}
+
+/* Fills *o from argv[2..]. Returns 0, or the exit code after printing. */
+static int kiln_cli_parse(int argc, char** argv, kiln_cli_command_t command,
+                          kiln_cli_options_t* o) {
+  const char* cmd = kiln_cli_command_names[command];
+  o->command = command;
+  o->runs = command == KILN_CLI_PROFILE ? 20 : command == KILN_CLI_BENCH ? 50 : 1;
+  o->warmup = command == KILN_CLI_PROFILE ? 2 : command == KILN_CLI_BENCH ? 5 : 0;
+  for (int i = 2; i < argc; ++i) {
+    const char* arg = argv[i];
+    const char* value = NULL;
+    long long n;
+    if (arg[0] != '-' || arg[1] == '\0') {
+      if (o->file) return kiln_cli_usage_error("%s: more than one FILE ('%s', '%s')", cmd,
+                                               o->file, arg);
+      o->file = arg;
+    } else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      fputs(kiln_cli_usage_text, stdout);
+      return -1; /* handled: exit 0 */
+    } else if (kiln_cli_match_option(argc, argv, &i, "--threads", &value)) {
+      if (!kiln_cli_parse_int(value, 1, 4096, &n))
+        return kiln_cli_usage_error("--threads wants a whole number from 1 to 4096, got '%s'",
+                                    value ? value : "");
+      o->threads = (int)n;
+    } else if (command == KILN_CLI_RUN &&
+               kiln_cli_match_option(argc, argv, &i, "--input", &value)) {
+      if (!value || !*value) return kiln_cli_usage_error("--input wants NAME=PATH");
+      o->input_specs[o->n_input_specs++] = value;
+    } else if (command == KILN_CLI_RUN &&
+               kiln_cli_match_option(argc, argv, &i, "--output-dir", &value)) {
+      if (!value || !*value) return kiln_cli_usage_error("--output-dir wants a directory");
+      o->output_dir = value;
+    } else if (command == KILN_CLI_RUN &&
+               kiln_cli_match_option(argc, argv, &i, "--seed", &value)) {
+      if (!kiln_cli_parse_int(value, 0, INT64_MAX, &n))
+        return kiln_cli_usage_error("--seed wants a non-negative whole number, got '%s'",
+                                    value ? value : "");
+      o->seed = (uint64_t)n;
+    } else if ((command == KILN_CLI_BENCH || command == KILN_CLI_PROFILE) &&
+               kiln_cli_match_option(argc, argv, &i, "--runs", &value)) {
+      if (!kiln_cli_parse_int(value, 1, 1000000, &n))
+        return kiln_cli_usage_error("--runs wants a whole number from 1 to 1000000, got '%s'",
+                                    value ? value : "");
+      o->runs = (int)n;
+    } else if ((command == KILN_CLI_BENCH || command == KILN_CLI_PROFILE) &&
+               kiln_cli_match_option(argc, argv, &i, "--warmup", &value)) {
+      if (!kiln_cli_parse_int(value, 0, 1000000, &n))
+        return kiln_cli_usage_error("--warmup wants a whole number from 0 to 1000000, got '%s'",
+                                    value ? value : "");
+      o->warmup = (int)n;
+    } else {
+      return kiln_cli_usage_error("%s: unknown option '%s'", cmd, arg);
+    }
+  }
+  if (!o->file) return kiln_cli_usage_error("%s: no FILE given", cmd);
+  return 0;
+}
+
+/* ---- loading -------------------------------------------------------------- */
+
+static uint16_t kiln_cli_u16le(const unsigned char* p) {
+  return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+/* The thread count the default pool would pick, so that the CLI can own
+ * (and release) its pool instead of the never-freed process-wide one. */
+static int kiln_cli_default_threads(void) {
+  const char* env = getenv("KILN_NUM_THREADS");
+  int n = env ? atoi(env) : 0;
+  if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? n : 1;
+}
+
+static void kiln_cli_session_deinitialize(kiln_cli_session_t* s) {
+  kiln_model_release(s->model); /* before the pool it borrows */
+  s->model = NULL;
+  if (s->pool) kiln_pool_release(s->pool);
+  s->pool = NULL;
+}
+
+static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
+                                                 kiln_cli_session_t* s) {
+  memset(s, 0, sizeof(*s));
+  void* bytes = NULL;
+  size_t size = 0;
+  KILN_RETURN_IF_ERROR(kiln_artifact_load_file(path, &bytes, &size));
+  kiln_graph_t* graph = NULL;
+  kiln_status_t st = kiln_artifact_read(bytes, size, kiln_allocator_system(), &graph);
+  if (st) {
+    free(bytes); /* load_file's buffer comes from the system allocator: free() */
+    /* Say plainly that the file is bad, then the reader's what and where. */
+    if (kiln_status_code(st) == KILN_CORRUPT_ARTIFACT)
+      return kiln_status_annotate(st, "corrupt artifact '%s'", path);
+    return kiln_status_annotate(st, "loading '%s'", path);
+  }
+  /* The reader checked the header, so the version fields are in bounds. */
+  s->format_major = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MAJOR);
+  s->format_minor = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MINOR);
+  s->file_size = size;
+  st = kiln_pool_create(threads, &s->pool);
+  if (st) {
+    kiln_graph_release(graph);
+    free(bytes);
+    return st;
+  }
+  /* The model takes the graph and the buffer its constants borrow; it frees
+   * the buffer with the system allocator, which is what load_file used. */
+  st = kiln_model_create(graph, bytes, s->pool, &s->model);
+  if (st) {
+    kiln_cli_session_deinitialize(s);
+    return kiln_status_annotate(st, "loading '%s'", path);
+  }
+  return kiln_ok();
+}
+
+/* ---- tensors ---------------------------------------------------------------- */
+
+static void kiln_cli_tensors_deinitialize(kiln_cli_tensors_t* ts) {
+  for (int32_t i = 0; ts->t && i < ts->n; ++i)
+    kiln_allocator_free(kiln_allocator_system(), ts->t[i].data);
+  free(ts->t);
+  ts->t = NULL;
+  ts->n = 0;
+}
+
+/* One dense, 64-byte-aligned buffer per value id in ids[0..n). */
+static kiln_status_t kiln_cli_tensors_initialize(const kiln_graph_t* g, const int32_t* ids,
+                                                 int32_t n, kiln_cli_tensors_t* ts) {
+  ts->n = 0;
+  ts->t = calloc((size_t)n + 1, sizeof(kiln_tensor_t));
+  if (!ts->t) return kiln_status_make(KILN_OUT_OF_MEMORY, "tensor table");
+  for (int32_t i = 0; i < n; ++i) {
+    const kiln_value_t* v = &g->values[ids[i]];
+    kiln_status_t s = kiln_allocator_calloc(kiln_allocator_system(), kiln_value_dense_bytes(v),
+                                            &ts->t[i].data);
+    if (s) {
+      kiln_cli_tensors_deinitialize(ts);
+      return s;
+    }
+    ts->n = i + 1;
+    ts->t[i].dtype = v->dtype;
+    ts->t[i].rank = v->rank;
+    ts->t[i].shape = v->shape;
+  }
+  return kiln_ok();
+}
+
+/* "input 0 ('x')" into buf. */
+static const char* kiln_cli_input_label(const kiln_graph_t* g, int32_t i, char* buf,
+                                        size_t size) {
+  const char* name = g->values[g->inputs[i]].name;
+  if (name) snprintf(buf, size, "input %d ('%s')", i, name);
+  else snprintf(buf, size, "input %d", i);
+  return buf;
+}
+
+/* Which graph input a --input NAME refers to: its name, else its index. */
+static kiln_status_t kiln_cli_find_input(const kiln_graph_t* g, const char* name, size_t len,
+                                         int32_t* out_index) {
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const char* n = g->values[g->inputs[i]].name;
+    if (n && strlen(n) == len && !strncmp(n, name, len)) {
+      *out_index = i;
+      return kiln_ok();
+    }
+  }
+  char digits[24];
+  long long idx;
+  if (len < sizeof digits) {
+    memcpy(digits, name, len);
+    digits[len] = '\0';
+    if (kiln_cli_parse_int(digits, 0, g->n_inputs - 1, &idx)) {
+      *out_index = (int32_t)idx;
+      return kiln_ok();
+    }
+  }
+  /* List what the model does take, so the fix is obvious. */
+  char names[512];
+  size_t at = 0;
+  names[0] = '\0';
+  for (int32_t i = 0; i < g->n_inputs && at < sizeof names; ++i) {
+    const char* n = g->values[g->inputs[i]].name;
+    at += (size_t)snprintf(names + at, sizeof names - at, "%s%d%s%s", i ? ", " : "", i,
+                           n ? "=" : "", n ? n : "");
+  }
+  return kiln_status_make(KILN_INVALID_ARGUMENT,
+                          "--input: the model has no input '%.*s' (its inputs: %s)", (int)len,
+                          name, g->n_inputs ? names : "none");
+}
+
+/* Reads each --input file (sizes checked exactly) and fills the rest with
+ * pseudo-random data, saying so. */
+static kiln_status_t kiln_cli_bind_inputs(const kiln_graph_t* g, const kiln_cli_options_t* o,
+                                          kiln_cli_tensors_t* ins, int announce) {
+  const char** given = calloc((size_t)g->n_inputs + 1, sizeof(char*));
+  if (!given) return kiln_status_make(KILN_OUT_OF_MEMORY, "input table");
+  kiln_status_t s = kiln_ok();
+  char label[160];
+  for (int k = 0; k < o->n_input_specs && !s; ++k) {
+    const char* spec = o->input_specs[k];
+    const char* eq = strchr(spec, '=');
+    int32_t idx = 0;
+    if (!eq) {
+      /* A bare path is fine when there is only one input to give it to. */
+      if (g->n_inputs != 1)
+        s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                             "--input '%s': the model has %d inputs, say which (NAME=PATH)",
+                             spec, g->n_inputs);
+      else given[0] = spec;
+      continue;
+    }
+    s = kiln_cli_find_input(g, spec, (size_t)(eq - spec), &idx);
+    if (s) break;
+    if (given[idx])
+      s = kiln_status_make(KILN_INVALID_ARGUMENT, "--input: %s given twice",
+                           kiln_cli_input_label(g, idx, label, sizeof label));
+    else given[idx] = eq + 1;
+  }
+  for (int32_t i = 0; i < g->n_inputs && !s; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    char desc[160];
+    kiln_cli_input_label(g, i, label, sizeof label);
+    kiln_value_describe(v, desc, sizeof desc);
+    if (given[i]) {
+      char what[400];
+      snprintf(what, sizeof what, "%s %s", label, desc);
+      s = kiln_cli_read_exact(what, given[i], ins->t[i].data, kiln_value_dense_bytes(v));
+      if (!s && announce) printf("%s %s: read from %s\n", label, desc, given[i]);
+    } else {
+      /* Each input gets its own stream so adding one does not shift another. */
+      kiln_cli_fill_random(v->dtype, ins->t[i].data, (size_t)kiln_value_numel(v),
+                           o->seed * 1000003u + (uint64_t)i);
+      if (announce)
+        printf("%s %s: no --input given, using %s\n", label, desc,
+               kiln_dtype_is_float(v->dtype) ? "pseudo-random uniform [-1, 1)"
+               : v->dtype == KILN_BOOL       ? "all false"
+                                             : "all zeros");
+    }
+  }
+  free(given);
+  return s;
+}
+
+/* ---- timing ----------------------------------------------------------------- */
+
+static double kiln_cli_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int kiln_cli_cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+/* ---- commands ------------------------------------------------------------------ */
+
+static void kiln_cli_print_bytes(FILE* out, size_t n) {
+  fprintf(out, "%zu bytes", n);
+  if (n >= ((size_t)1 << 20)) fprintf(out, " (%.2f MiB)", (double)n / (1 << 20));
+  else if (n >= 1024) fprintf(out, " (%.1f KiB)", (double)n / 1024);
+}
+
+static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
+  const kiln_graph_t* g = kiln_model_graph(s->model);
+  const kiln_plan_t* plan = kiln_model_plan(s->model);
+  char buf[160];
+  printf("file:       %s, ", o->file);
+  kiln_cli_print_bytes(stdout, s->file_size);
+  printf("\nformat:     %u.%u\n", s->format_major, s->format_minor);
+  printf("inputs:     %d\n", g->n_inputs);
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-", kiln_value_describe(v, buf, sizeof buf));
+  }
+  printf("outputs:    %d\n", g->n_outputs);
+  for (int32_t i = 0; i < g->n_outputs; ++i) {
+    const kiln_value_t* v = &g->values[g->outputs[i]];
+    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-", kiln_value_describe(v, buf, sizeof buf));
+  }
+  int32_t by_op[KILN_OP_COUNT];
+  memset(by_op, 0, sizeof by_op);
+  for (int32_t n = 0; n < g->n_nodes; ++n)
+    if ((unsigned)g->nodes[n].op < (unsigned)KILN_OP_COUNT) by_op[g->nodes[n].op]++;
+  printf("nodes:      %d\n", g->n_nodes);
+  for (int op = 0; op < KILN_OP_COUNT; ++op)
+    if (by_op[op]) printf("  %-16s %d\n", kiln_op_name((kiln_op_t)op), by_op[op]);
+  size_t const_bytes = 0;
+  int32_t n_const = 0;
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (g->values[v].kind == KILN_VALUE_CONSTANT) {
+      const_bytes += g->values[v].nbytes;
+      n_const++;
+    }
+  printf("constants:  %d tensors, ", n_const);
+  kiln_cli_print_bytes(stdout, const_bytes);
+  printf("\narena:      ");
+  kiln_cli_print_bytes(stdout, plan->arena_size);
+  printf(" (static memory plan)\nlisting:\n");
+  fflush(stdout);
+  kiln_graph_print(g, stdout);
+  return kiln_ok();
+}
+
+static void kiln_cli_print_output(const kiln_graph_t* g, int32_t k, const kiln_tensor_t* t) {
+  const kiln_value_t* v = &g->values[g->outputs[k]];
+  char desc[160];
+  size_t numel = (size_t)kiln_value_numel(v);
+  kiln_cli_stats_t st;
+  kiln_cli_stats_compute(v->dtype, t->data, numel, &st);
+  printf("output %d%s%s%s %s\n", k, v->name ? " ('" : "", v->name ? v->name : "",
+         v->name ? "')" : "", kiln_value_describe(v, desc, sizeof desc));
+  if (numel == 0) {
+    printf("  (empty)\n");
+    return;
+  }
+  printf("  min %.6g  max %.6g  mean %.6g", st.min, st.max, st.mean);
+  if (st.nan_count) printf("  NaN %zu", st.nan_count);
+  printf("\n  first:");
+  size_t show = numel < KILN_CLI_SHOW_VALUES ? numel : KILN_CLI_SHOW_VALUES;
+  for (size_t i = 0; i < show; ++i) printf(" %.6g", kiln_cli_elem_get(v->dtype, t->data, i));
+  printf("%s\n", numel > show ? " ..." : "");
+}
+
+static kiln_status_t kiln_cli_run(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
+  const kiln_graph_t* g = kiln_model_graph(s->model);
+  kiln_cli_tensors_t ins = {0}, outs = {0};
+  kiln_status_t st = kiln_cli_tensors_initialize(g, g->inputs, g->n_inputs, &ins);
+  if (!st) st = kiln_cli_tensors_initialize(g, g->outputs, g->n_outputs, &outs);
+  /* Check the output directory before running, not after a long run. */
+  if (!st && o->output_dir) st = kiln_cli_ensure_dir(o->output_dir);
+  if (!st) st = kiln_cli_bind_inputs(g, o, &ins, 1);
+  double t0 = kiln_cli_now_ms();
+  if (!st) st = kiln_model_run(s->model, ins.t, ins.n, outs.t, outs.n);
+  double ms = kiln_cli_now_ms() - t0;
+  if (!st) {
+    printf("ran in %.3f ms on %d thread%s (%s)\n", ms, kiln_pool_size(s->pool),
+           kiln_pool_size(s->pool) == 1 ? "" : "s", kiln_cpu_isa_name(kiln_cpu_isa()));
+    for (int32_t k = 0; k < outs.n; ++k) kiln_cli_print_output(g, k, &outs.t[k]);
+  }
+  for (int32_t k = 0; !st && o->output_dir && k < outs.n; ++k) {
+    size_t len = strlen(o->output_dir) + 32;
+    char* path = malloc(len);
+    if (!path) {
+      st = kiln_status_make(KILN_OUT_OF_MEMORY, "output path");
+      break;
+    }
+    snprintf(path, len, "%s/output%d.bin", o->output_dir, k);
+    st = kiln_cli_write_file(path, outs.t[k].data,
+                             kiln_value_dense_bytes(&g->values[g->outputs[k]]));
+    if (!st) printf("wrote %s\n", path);
+    free(path);
+  }
+  kiln_cli_tensors_deinitialize(&ins);
+  kiln_cli_tensors_deinitialize(&outs);
+  return st;
+}
+
+/* Shared by bench and profile: inputs are pseudo-random (their values do
+ * not change the work any kernel does). */
+static kiln_status_t kiln_cli_prepare(const kiln_cli_options_t* o, kiln_cli_session_t* s,
+                                      kiln_cli_tensors_t* ins, kiln_cli_tensors_t* outs) {
+  const kiln_graph_t* g = kiln_model_graph(s->model);
+  KILN_RETURN_IF_ERROR(kiln_cli_tensors_initialize(g, g->inputs, g->n_inputs, ins));
+  kiln_status_t st = kiln_cli_tensors_initialize(g, g->outputs, g->n_outputs, outs);
+  if (!st) st = kiln_cli_bind_inputs(g, o, ins, 0);
+  for (int i = 0; i < o->warmup && !st; ++i)
+    st = kiln_model_run(s->model, ins->t, ins->n, outs->t, outs->n);
+  return st;
+}
+
+static kiln_status_t kiln_cli_bench(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
+  kiln_cli_tensors_t ins = {0}, outs = {0};
+  double* ms = calloc((size_t)o->runs, sizeof(double));
+  if (!ms) return kiln_status_make(KILN_OUT_OF_MEMORY, "timing table");
+  kiln_status_t st = kiln_cli_prepare(o, s, &ins, &outs);
+  for (int i = 0; i < o->runs && !st; ++i) {
+    double t0 = kiln_cli_now_ms();
+    st = kiln_model_run(s->model, ins.t, ins.n, outs.t, outs.n);
+    ms[i] = kiln_cli_now_ms() - t0;
+  }
+  if (!st) {
+    int n = o->runs;
+    double sum = 0;
+    for (int i = 0; i < n; ++i) sum += ms[i];
+    qsort(ms, (size_t)n, sizeof(double), kiln_cli_cmp_double);
+    double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    /* Nearest-rank p90: the smallest time at least 90 % of runs do not exceed. */
+    int p90_rank = (int)ceil(0.9 * n);
+    double p90 = ms[(p90_rank > 0 ? p90_rank : 1) - 1];
+    printf("%s: %d runs after %d warm-up, %d thread%s, %s\n", o->file, n, o->warmup,
+           kiln_pool_size(s->pool), kiln_pool_size(s->pool) == 1 ? "" : "s",
+           kiln_cpu_isa_name(kiln_cpu_isa()));
+    printf("  median %11.5f ms\n  min    %11.5f ms\n  p90    %11.5f ms\n  mean   %11.5f ms\n"
+           "  max    %11.5f ms\n",
+           median, ms[0], p90, sum / n, ms[n - 1]);
+  }
+  free(ms);
+  kiln_cli_tensors_deinitialize(&ins);
+  kiln_cli_tensors_deinitialize(&outs);
+  return st;
+}
+
+/* C11 qsort takes no context pointer: the times being sorted by go here
+ * (the CLI is single-threaded). */
+static const uint64_t* kiln_cli_sort_times_;
+static int kiln_cli_cmp_node_time(const void* a, const void* b) {
+  uint64_t x = kiln_cli_sort_times_[*(const int32_t*)a];
+  uint64_t y = kiln_cli_sort_times_[*(const int32_t*)b];
+  if (x != y) return x < y ? 1 : -1; /* slowest first */
+  return *(const int32_t*)a - *(const int32_t*)b;
+}
+
+static kiln_status_t kiln_cli_profile(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
+  const kiln_graph_t* g = kiln_model_graph(s->model);
+  kiln_cli_tensors_t ins = {0}, outs = {0};
+  int32_t* order = calloc((size_t)g->n_nodes + 1, sizeof(int32_t));
+  if (!order) return kiln_status_make(KILN_OUT_OF_MEMORY, "profile table");
+  kiln_status_t st = kiln_cli_prepare(o, s, &ins, &outs);
+  double wall = 0;
+  if (!st) {
+    kiln_model_profile_reset(s->model);
+    kiln_model_set_profiling(s->model, 1);
+    double t0 = kiln_cli_now_ms();
+    for (int i = 0; i < o->runs && !st; ++i)
+      st = kiln_model_run(s->model, ins.t, ins.n, outs.t, outs.n);
+    wall = kiln_cli_now_ms() - t0;
+    kiln_model_set_profiling(s->model, 0);
+  }
+  if (!st) {
+    int64_t runs = 0;
+    const uint64_t* t = kiln_model_profile(s->model, &runs);
+    if (runs < 1) runs = 1;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < g->n_nodes; ++i) {
+      order[i] = i;
+      total += t[i];
+    }
+    kiln_cli_sort_times_ = t;
+    qsort(order, (size_t)g->n_nodes, sizeof(int32_t), kiln_cli_cmp_node_time);
+    printf("%s: %lld runs, %d thread%s, %s; per run: nodes %.4f ms, wall %.4f ms\n", o->file,
+           (long long)runs, kiln_pool_size(s->pool), kiln_pool_size(s->pool) == 1 ? "" : "s",
+           kiln_cpu_isa_name(kiln_cpu_isa()), (double)total / (double)runs * 1e-6,
+           wall / (double)runs);
+    printf("%5s  %-16s %11s %7s  %s\n", "node", "op", "ms", "share", "origin");
+    for (int32_t r = 0; r < g->n_nodes; ++r) {
+      const kiln_node_t* n = &g->nodes[order[r]];
+      double node_ms = (double)t[order[r]] / (double)runs * 1e-6;
+      double share = total ? 100.0 * (double)t[order[r]] / (double)total : 0.0;
+      printf("%5d  %-16s %11.5f %6.1f%%  %s\n", order[r], kiln_op_name(n->op), node_ms, share,
+             n->origin ? n->origin : "-");
+    }
+  }
+  free(order);
+  kiln_cli_tensors_deinitialize(&ins);
+  kiln_cli_tensors_deinitialize(&outs);
+  return st;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static int kiln_cli_find_command(const char* name, kiln_cli_command_t* out) {
+  for (int c = 0; c < KILN_CLI_COMMAND_COUNT; ++c)
+    if (!strcmp(name, kiln_cli_command_names[c])) {
+      *out = (kiln_cli_command_t)c;
+      return 1;
+    }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fputs(kiln_cli_usage_text, stderr);
+    return KILN_CLI_EXIT_USAGE;
+  }
+  const char* cmd = argv[1];
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("kiln %s (.kiln format %d.%d, CPU ISA %s)\n", KILN_VERSION, KILN_FORMAT_MAJOR,
+           KILN_FORMAT_MINOR, kiln_cpu_isa_name(kiln_cpu_isa()));
+    return 0;
+  }
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    fputs(kiln_cli_usage_text, stdout);
+    return 0;
+  }
+  kiln_cli_command_t command;
+  if (!kiln_cli_find_command(cmd, &command))
+    return kiln_cli_usage_error("unknown command '%s'", cmd);
+
+  kiln_cli_options_t o;
+  memset(&o, 0, sizeof o);
+  o.input_specs = calloc((size_t)argc, sizeof(char*));
+  if (!o.input_specs) {
+    fputs("kiln: out of memory\n", stderr);
+    return KILN_CLI_EXIT_ERROR;
+  }
+  int rc = kiln_cli_parse(argc, argv, command, &o);
+  if (rc) {
+    free(o.input_specs);
+    return rc < 0 ? 0 : rc;
+  }
+
+  /* info never runs a node: one thread (no workers to start). */
+  int threads = command == KILN_CLI_INFO ? 1 : o.threads ? o.threads : kiln_cli_default_threads();
+  kiln_cli_session_t session;
+  kiln_status_t st = kiln_cli_session_initialize(o.file, threads, &session);
+  if (!st) {
+    switch (command) {
+      case KILN_CLI_INFO: st = kiln_cli_info(&o, &session); break;
+      case KILN_CLI_RUN: st = kiln_cli_run(&o, &session); break;
+      case KILN_CLI_BENCH: st = kiln_cli_bench(&o, &session); break;
+      case KILN_CLI_PROFILE: st = kiln_cli_profile(&o, &session); break;
+      case KILN_CLI_COMMAND_COUNT: break;
+    }
+    kiln_cli_session_deinitialize(&session);
+  }
+  free(o.input_specs);
+  fflush(stdout);
+  if (st) {
+    fprintf(stderr, "kiln: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return KILN_CLI_EXIT_ERROR;
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+"""torch.compile(model, backend="kiln")."""
+import importlib.metadata
+
+import torch
+
+import kiln
+from conftest import FP32_TOL
+
+
+def test_backend_is_registered_by_entry_point():
+    names = [ep.name for ep in importlib.metadata.entry_points(group="torch_dynamo_backends")]
+    assert "kiln" in names
+    assert "kiln" in torch._dynamo.list_backends()
+
+
+def test_torch_compile_inference_matches_eager():
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16)).eval()
+    x = torch.randn(8, 64)
+    compiled = torch.compile(model, backend="kiln")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), **FP32_TOL)
+        torch.testing.assert_close(compiled(x + 1), model(x + 1), **FP32_TOL)
+
+
+def test_torch_compile_transformer_layer():
+    torch._dynamo.reset()
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval()
+    x = torch.randn(2, 10, 32)
+    compiled = torch.compile(layer, backend="kiln")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), layer(x), **FP32_TOL)
+
+
+def test_unsupported_graph_falls_back_to_eager_with_a_warning():
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.cumsum(x, 0) * 2
+
+    import warnings
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = torch.compile(f, backend="kiln")(torch.ones(4))
+    torch.testing.assert_close(out, torch.cumsum(torch.ones(4), 0) * 2)
+    assert any("cumsum" in str(x.message) for x in w)

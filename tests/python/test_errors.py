@@ -1,0 +1,54 @@
+"""Bad input gets a clear error: unsupported ops name the op and the user's
+line; wrong shapes and dtypes name the input, what was expected, what came."""
+import pytest
+import torch
+
+import kiln
+
+
+class UsesCumsum(torch.nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=0)  # kiln has no cumsum yet
+
+
+def test_unsupported_op_names_op_and_source_line():
+    with pytest.raises(kiln.UnsupportedOpError) as info:
+        kiln.trace(UsesCumsum(), torch.randn(4, 4))
+    msg = str(info.value)
+    assert "cumsum" in msg
+    assert "test_errors.py" in msg and "torch.cumsum(x, dim=0)" in msg
+    assert info.value.op.startswith("aten.cumsum")
+
+
+def test_wrong_shape_names_input_expected_and_got():
+    m = kiln.trace(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
+    with pytest.raises(ValueError) as info:
+        m(torch.randn(3, 8))
+    msg = str(info.value)
+    assert "input 0" in msg and "(2, 8) float32" in msg and "(3, 8) float32" in msg
+
+
+def test_wrong_dtype_names_input():
+    m = kiln.trace(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
+    with pytest.raises(ValueError, match=r"expected \(2, 8\) float32, got \(2, 8\) float64"):
+        m(torch.randn(2, 8, dtype=torch.float64))
+
+
+def test_wrong_input_count():
+    m = kiln.trace(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
+    with pytest.raises(ValueError, match="takes 1 tensor inputs"):
+        m(torch.randn(2, 8), torch.randn(2, 8))
+
+
+def test_non_contiguous_input_is_handled():
+    m = kiln.trace(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
+    x = torch.randn(8, 2).t()
+    torch.testing.assert_close(m(x), m(x.contiguous()))
+
+
+def test_embedding_index_out_of_range_is_an_error_not_a_read():
+    emb = torch.nn.Embedding(10, 4).eval()
+    m = kiln.trace(emb, torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="out of range"):
+        m(torch.tensor([1, 2, 99]))
+    torch.testing.assert_close(m(torch.tensor([1, 2, -1])), emb(torch.tensor([1, 2, 9])))
