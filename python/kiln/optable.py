@@ -246,6 +246,13 @@ def _index_select(ctx, n):
     return ctx.node("gather", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
 
 
+@register(aten.gather.default)
+def _gather_elements(ctx, n):
+    x = ctx.value(n.args[0])
+    dim = _norm_dim(n.args[1], max(len(ctx.shape(x)), 1))
+    return ctx.node("gather_elements", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+
+
 @register(aten.where.self)
 def _where(ctx, n):
     dtype = _val(n).dtype

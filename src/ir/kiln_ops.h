@@ -40,10 +40,22 @@
  *                                        params: [0] kiln_activation_t.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
- *                                        float or bool (true = keep), broadcast
- *                                        to (B, H, Sq, Skv); params: [0] causal;
- *                                        fparams: [0] scale.
+ *                                        float, broadcast to (B, H, Sq, Skv);
+ *                                        y (B, H, Sq, Dv); fparams: [0] scale;
+ *                                        params: [0] causal, [1] flags:
+ *                                        KILN_SDPA_VIEWS: q, k, v are read
+ *                                        through views of any dense inputs:
+ *                                        [2..8] B, H, Hkv, Sq, Skv, D, Dv,
+ *                                        [9..13] q's element offset and
+ *                                        strides (b, h, s, d), [14..18] k's,
+ *                                        [19..23] v's (the compiler sets
+ *                                        these to drop permute copies);
+ *                                        KILN_SDPA_OUT_BSHD: y is (B, Sq, H, Dv).
  *   FMA_SCALAR     (x) -> y              y = x * fparams[0] + fparams[1] (float).
+ *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;
+ *                                        y[..i..] = x[..index[..i..]..] along
+ *                                        params[0]; other dims of index no
+ *                                        larger than x's.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -101,7 +113,8 @@
   X(MATMUL, "matmul", 2, 2)          \
   X(LINEAR, "linear", 2, 4)          \
   X(SDPA, "sdpa", 3, 4)              \
-  X(FMA_SCALAR, "fma_scalar", 1, 1)
+  X(FMA_SCALAR, "fma_scalar", 1, 1)  \
+  X(GATHER_ELEMENTS, "gather_elements", 2, 2)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
@@ -117,6 +130,10 @@ typedef enum kiln_op_e {
 #define KILN_OP_IS_REDUCE(op) ((op) >= KILN_OP_SUM && (op) <= KILN_OP_ANY)
 /* Ops whose output is x's bytes unchanged (aliases in the memory plan). */
 #define KILN_OP_IS_ALIAS(op) ((op) == KILN_OP_RESHAPE)
+
+/* SDPA flags (params[1]). */
+#define KILN_SDPA_VIEWS 1
+#define KILN_SDPA_OUT_BSHD 2
 
 /* "?" for an out-of-range value. */
 const char* kiln_op_name(kiln_op_t op);

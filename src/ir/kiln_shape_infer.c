@@ -219,30 +219,66 @@ static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, k
   return kiln_ok();
 }
 
+/* Checks that a view (offset, strides over dims) stays inside a value. */
+static kiln_status_t check_view(const char* what, const kiln_value_t* src, const int64_t* dims,
+                                const int64_t* view) {
+  int64_t numel;
+  KILN_RETURN_IF_ERROR(check_dims(dims, 4, &numel));
+  if (!numel) return kiln_ok();
+  const int64_t lim = (int64_t)1 << 60;
+  if (view[0] < 0 || view[0] > lim) FAIL("%s view offset out of range", what);
+  int64_t hi = view[0];
+  for (int d = 0; d < 4; ++d) {
+    int64_t st = view[1 + d];
+    if (st < 0 || st > ((int64_t)1 << 44) || (st && dims[d] - 1 > lim / st))
+      FAIL("%s view stride %d out of range", what, d);
+    hi += (dims[d] - 1) * st;
+    if (hi > lim) FAIL("%s view out of range", what);
+  }
+  if (hi >= kiln_value_numel(src))
+    FAIL("%s view reads element %lld of a tensor of %lld", what, (long long)hi,
+         (long long)kiln_value_numel(src));
+  return kiln_ok();
+}
+
 static kiln_status_t infer_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *q = in_value(g, n, 0), *k = in_value(g, n, 1), *v = in_value(g, n, 2);
   const kiln_value_t* mask = in_value(g, n, 3);
+  const int64_t* p = n->params;
   if (!q || !k || !v) FAIL("q, k and v are required");
-  if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("q, k, v must be (B, H, S, D)");
   if (q->dtype != KILN_F32 || k->dtype != KILN_F32 || v->dtype != KILN_F32)
     FAIL("sdpa takes float32");
-  if (k->shape[0] != q->shape[0] || v->shape[0] != q->shape[0]) FAIL("batch sizes differ");
-  if (k->shape[1] != v->shape[1] || k->shape[1] == 0 || q->shape[1] % k->shape[1])
-    FAIL("query heads (%lld) must be a multiple of key/value heads (%lld)",
-         (long long)q->shape[1], (long long)k->shape[1]);
-  if (k->shape[2] != v->shape[2]) FAIL("key and value lengths differ");
-  if (k->shape[3] != q->shape[3]) FAIL("query and key head sizes differ");
+  if ((unsigned long long)p[1] > (KILN_SDPA_VIEWS | KILN_SDPA_OUT_BSHD)) FAIL("unknown flags");
+  int64_t B, H, Hkv, Sq, Skv, D, Dv;
+  if (p[1] & KILN_SDPA_VIEWS) {
+    B = p[2], H = p[3], Hkv = p[4], Sq = p[5], Skv = p[6], D = p[7], Dv = p[8];
+    const int64_t qd[4] = {B, H, Sq, D}, kd[4] = {B, Hkv, Skv, D}, vd[4] = {B, Hkv, Skv, Dv};
+    KILN_RETURN_IF_ERROR(check_view("q", q, qd, p + 9));
+    KILN_RETURN_IF_ERROR(check_view("k", k, kd, p + 14));
+    KILN_RETURN_IF_ERROR(check_view("v", v, vd, p + 19));
+  } else {
+    if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("q, k, v must be (B, H, S, D)");
+    B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], Sq = q->shape[2], Skv = k->shape[2];
+    D = q->shape[3], Dv = v->shape[3];
+    if (k->shape[0] != B || v->shape[0] != B) FAIL("batch sizes differ");
+    if (v->shape[1] != Hkv) FAIL("key and value heads differ");
+    if (v->shape[2] != Skv) FAIL("key and value lengths differ");
+    if (k->shape[3] != D) FAIL("query and key head sizes differ");
+  }
+  if (Hkv <= 0 || H % Hkv)
+    FAIL("query heads (%lld) must be a multiple of key/value heads (%lld)", (long long)H,
+         (long long)Hkv);
   if (mask) {
-    if (mask->dtype != KILN_F32 && mask->dtype != KILN_BOOL) FAIL("mask must be float or bool");
+    if (mask->dtype != KILN_F32) FAIL("mask must be float32 (additive)");
     if (mask->rank > 4) FAIL("mask rank over 4");
-    const int64_t want[4] = {q->shape[0], q->shape[1], q->shape[2], k->shape[2]};
+    const int64_t want[4] = {B, H, Sq, Skv};
     for (int32_t d = 0; d < mask->rank; ++d) {
       int64_t s = mask->shape[d], w = want[4 - mask->rank + d];
       if (s != 1 && s != w) FAIL("mask does not broadcast to (B, H, Sq, Skv)");
     }
   }
-  int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
-  set_shape(out, KILN_F32, 4, shape);
+  int64_t bhsd[4] = {B, H, Sq, Dv}, bshd[4] = {B, Sq, H, Dv};
+  set_shape(out, KILN_F32, 4, (p[1] & KILN_SDPA_OUT_BSHD) ? bshd : bhsd);
   return kiln_ok();
 }
 
@@ -352,6 +388,18 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       return infer_linear(g, n, out);
     case KILN_OP_SDPA:
       return infer_sdpa(g, n, out);
+    case KILN_OP_GATHER_ELEMENTS: {
+      const kiln_value_t* idx = in_value(g, n, 1);
+      if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
+      if (idx->rank != x->rank) FAIL("index rank %d differs from input rank %d", idx->rank, x->rank);
+      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
+      for (int32_t d = 0; d < x->rank; ++d)
+        if (d != n->params[0] && idx->shape[d] > x->shape[d])
+          FAIL("index dimension %d (%lld) is larger than the input's (%lld)", d,
+               (long long)idx->shape[d], (long long)x->shape[d]);
+      set_shape(out, x->dtype, idx->rank, idx->shape);
+      return kiln_ok();
+    }
     case KILN_OP_FMA_SCALAR:
       if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
       set_shape(out, x->dtype, x->rank, x->shape);

@@ -210,6 +210,7 @@ typedef struct kiln_test_attn_case_s {
   int causal;
   int64_t offset;
   int nan_q;       /* poison one q element */
+  int out_bshd;    /* out written as (B, Sq, H, Dv) through out_strides */
 } kiln_test_attn_case_t;
 
 static void kiln_test_attn_strides(int64_t b, int64_t h, int64_t s, int64_t d, int perm,
@@ -264,6 +265,11 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   a.q = q, a.k = k, a.v = v, a.out = y;
   a.scale = c->d ? 1.0f / sqrtf((float)c->d) : 1.0f;
   a.causal = c->causal, a.causal_offset = c->offset;
+  if (c->out_bshd) {
+    a.out_strides[0] = c->sq * c->h * c->dv;
+    a.out_strides[1] = c->dv;
+    a.out_strides[2] = c->h * c->dv;
+  }
   for (size_t i = 0; i < no; ++i) y[i] = 12345.0f; /* every element must be written */
   kiln_attention_f32(&a, pool);
   a.out = w;
@@ -299,7 +305,8 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
       {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0},
       {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0},
       {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0},
-      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1},
+      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1, 0},
+      {"out (B,Sq,H,Dv) + gqa causal", 2, 4, 2, 13, 29, 32, 40, 1, 1, 1, 16, 0, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     kiln_test_nn_attention_case(&cases[i], pool, isa);

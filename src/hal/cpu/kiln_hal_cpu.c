@@ -30,8 +30,6 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
       return kiln_ok();
     }
     case KILN_OP_SDPA:
-      if (n->n_inputs > 3 && n->inputs[3] >= 0 && VAL(3)->dtype != KILN_F32)
-        return kiln_status_make(KILN_UNSUPPORTED, "sdpa with a non-float mask");
       return kiln_ok();
     case KILN_OP_CAST:
     case KILN_OP_SUM:
@@ -210,42 +208,53 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
 
 static void run_sdpa(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                      kiln_pool_t* pool) {
-  const kiln_value_t *q = VAL(0), *k = VAL(1), *v = VAL(2);
+  const int64_t* p = n->params;
   kiln_attention_args_t a;
   memset(&a, 0, sizeof(a));
-  a.batch = q->shape[0];
-  a.heads = q->shape[1];
-  a.kv_heads = k->shape[1];
-  a.q_len = q->shape[2];
-  a.kv_len = k->shape[2];
-  a.head_dim = q->shape[3];
-  a.v_head_dim = v->shape[3];
-  const kiln_value_t* vals[3] = {q, k, v};
   int64_t* strides[3] = {a.q_strides, a.k_strides, a.v_strides};
-  for (int i = 0; i < 3; ++i) {
-    int64_t s = 1;
-    for (int d = 3; d >= 0; --d) {
-      strides[i][d] = s;
-      s *= vals[i]->shape[d];
+  const float* base[3] = {BUF(0), BUF(1), BUF(2)};
+  if (p[1] & KILN_SDPA_VIEWS) {
+    a.batch = p[2], a.heads = p[3], a.kv_heads = p[4], a.q_len = p[5], a.kv_len = p[6];
+    a.head_dim = p[7], a.v_head_dim = p[8];
+    for (int i = 0; i < 3; ++i) {
+      base[i] += p[9 + 5 * i];
+      memcpy(strides[i], p + 10 + 5 * i, 4 * sizeof(int64_t));
+    }
+  } else {
+    const kiln_value_t *q = VAL(0), *k = VAL(1), *v = VAL(2);
+    a.batch = q->shape[0], a.heads = q->shape[1], a.kv_heads = k->shape[1];
+    a.q_len = q->shape[2], a.kv_len = k->shape[2], a.head_dim = q->shape[3];
+    a.v_head_dim = v->shape[3];
+    const kiln_value_t* vals[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i) {
+      int64_t s = 1;
+      for (int d = 3; d >= 0; --d) {
+        strides[i][d] = s;
+        s *= vals[i]->shape[d];
+      }
     }
   }
-  a.q = BUF(0);
-  a.k = BUF(1);
-  a.v = BUF(2);
+  a.q = base[0];
+  a.k = base[1];
+  a.v = base[2];
   if (n->n_inputs > 3 && n->inputs[3] >= 0) {
     const kiln_value_t* m = VAL(3);
-    int64_t full[4] = {a.batch, a.heads, a.q_len, a.kv_len};
     kiln_nd_t nd;
     memset(&nd, 0, sizeof(nd));
     nd.rank = 4;
-    memcpy(nd.shape, full, sizeof(full));
+    nd.shape[0] = a.batch, nd.shape[1] = a.heads, nd.shape[2] = a.q_len, nd.shape[3] = a.kv_len;
     kiln_nd_set_broadcast(&nd, 1, m->rank, m->shape);
     memcpy(a.mask_strides, nd.strides[1], sizeof(a.mask_strides));
     a.mask = BUF(3);
   }
   a.out = bufs[n->outputs[0]];
+  if (p[1] & KILN_SDPA_OUT_BSHD) {
+    a.out_strides[0] = a.q_len * a.heads * a.v_head_dim;
+    a.out_strides[1] = a.v_head_dim;
+    a.out_strides[2] = a.heads * a.v_head_dim;
+  }
   a.scale = n->fparams[0];
-  a.causal = (int)n->params[0];
+  a.causal = (int)p[0];
   a.causal_offset = 0;
   kiln_attention_f32(&a, pool);
 }
@@ -309,6 +318,18 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
                                 "%s: %lld indices are out of range for a dimension of size %lld",
                                 n->origin ? n->origin : "gather", (long long)bad,
                                 (long long)t->shape[axis]);
+      return kiln_ok();
+    }
+    case KILN_OP_GATHER_ELEMENTS: {
+      const kiln_value_t *x = VAL(0), *idx = VAL(1);
+      int64_t bad = kiln_gather_elements(kiln_dtype_size(x->dtype), BUF(0), x->rank, x->shape,
+                                         (int32_t)n->params[0], BUF(1), idx->dtype, idx->shape,
+                                         out);
+      if (bad)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "%s: %lld indices are out of range for a dimension of size %lld",
+                                n->origin ? n->origin : "gather", (long long)bad,
+                                (long long)x->shape[n->params[0]]);
       return kiln_ok();
     }
     case KILN_OP_WHERE:

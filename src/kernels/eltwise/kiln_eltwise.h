@@ -86,6 +86,13 @@ int64_t kiln_gather(size_t elem_size, const void* table, int64_t outer, int64_t 
                     int64_t inner, const void* index, kiln_dtype_t index_dtype, int64_t n_index,
                     void* out, kiln_pool_t* pool);
 
+/* torch.gather along `axis` of a dense (rank, shape) x: out has index's
+ * (rank, index_shape). Returns the count of indices out of range (their
+ * outputs are zero-filled, nothing is read for them). */
+int64_t kiln_gather_elements(size_t elem_size, const void* x, int32_t rank, const int64_t* shape,
+                             int32_t axis, const void* index, kiln_dtype_t index_dtype,
+                             const int64_t* index_shape, void* out);
+
 /* Reduces the axes set in `mask` of a dense (rank, shape) tensor; out is
  * dense over the kept axes. */
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,

@@ -224,3 +224,33 @@ int64_t kiln_gather(size_t elem_size, const void* table, int64_t outer, int64_t 
   for (int i = 0; i < 64; ++i) bad += c.bad[i];
   return bad;
 }
+
+int64_t kiln_gather_elements(size_t elem_size, const void* x, int32_t rank, const int64_t* shape,
+                             int32_t axis, const void* index, kiln_dtype_t index_dtype,
+                             const int64_t* index_shape, void* out) {
+  int64_t xstride[KILN_ND_MAX_RANK], s = 1, numel = 1, bad = 0;
+  for (int32_t d = rank - 1; d >= 0; --d) {
+    xstride[d] = s;
+    s *= shape[d];
+    numel *= index_shape[d];
+  }
+  int64_t pos[KILN_ND_MAX_RANK] = {0};
+  for (int64_t i = 0; i < numel; ++i) {
+    int64_t j = index_dtype == KILN_I64 ? ((const int64_t*)index)[i] : ((const int32_t*)index)[i];
+    if (j < 0) j += shape[axis];
+    char* dst = (char*)out + (size_t)i * elem_size;
+    if (j < 0 || j >= shape[axis]) {
+      memset(dst, 0, elem_size);
+      ++bad;
+    } else {
+      int64_t off = 0;
+      for (int32_t d = 0; d < rank; ++d) off += (d == axis ? j : pos[d]) * xstride[d];
+      memcpy(dst, (const char*)x + (size_t)off * elem_size, elem_size);
+    }
+    for (int32_t d = rank - 1; d >= 0; --d) { /* odometer over index's shape */
+      if (++pos[d] < index_shape[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return bad;
+}

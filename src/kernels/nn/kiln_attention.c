@@ -4,9 +4,10 @@
  * A task owns a block of rows (query head of a GQA group × query) of one
  * (batch, kv head). It packs its queries, pre-scaled, into a contiguous
  * tile, then walks the keys in tiles: K is packed transposed (D, Bk) and V
- * as (Bk, Dv) rows, both zero-padded, so permuted or strided inputs are read
- * in place exactly once per task and the two products are small dense
- * GEMMs: S = Q·Kt (rows × Bk) and O += P·V. The softmax is online: each row
+ * as (Bk, Dv) rows (V is read in place when it is contiguous and needs no
+ * padding), so permuted or strided inputs are read where they lie, once per
+ * task, and the two products are small dense GEMMs on one 6 x 16 register
+ * kernel: S = Q·Kt (rows × Bk) and O += P·V. The softmax is online: each row
  * keeps its running max m and sum l, and O is rescaled by e^(m_old - m_new)
  * when the max grows, so the (Sq, Skv) score matrix never exists.
  *
@@ -147,14 +148,21 @@ static inline void kiln_nn_attn_kernel(int64_t k, const float* a, int64_t lda, c
 }
 #endif
 
-/* C(m, n) (+)= A(m, k) · B(k, n) with m % 6 == 0 and n % 16 == 0. Column
- * chunks outside so each chunk of B stays in L1 across the row blocks. */
+/* C(m, n) (+)= A(m, k) · B(k, n) with m % 6 == 0 and n % 16 == 0, skipping
+ * what causal masking hides: group g of 6 rows sees only the first lim[g]
+ * keys of the tile. For S = Q·Kt (lim_cols) that skips column chunks at or
+ * past lim[g] (the caller overwrites them with -inf); for O += P·V it
+ * shortens the reduction to lim[g] keys (P is 0 past it). Column chunks
+ * outside so each chunk of B stays in L1 across the row groups. */
 static void kiln_nn_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                               const float* b, int64_t ldb, float* c, int64_t ldc,
-                              int accumulate) {
+                              int accumulate, const int64_t* lim, int lim_cols) {
   for (int64_t j = 0; j < n; j += 16)
-    for (int64_t i = 0; i < m; i += KILN_NN_ATTN_MR)
-      kiln_nn_attn_kernel(k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+    for (int64_t i = 0, g = 0; i < m; i += KILN_NN_ATTN_MR, ++g) {
+      int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
+      if ((lim_cols && j >= lim[g]) || kk == 0) continue;
+      kiln_nn_attn_kernel(kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+    }
 }
 
 /* kt(d, bk) = the transpose of keys [j0, j0 + nk) of K (rows at k_row,
@@ -211,7 +219,7 @@ static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t task,
     rows[r].mask = a->mask ? a->mask + *b * a->mask_strides[0] + h * a->mask_strides[1] +
                                  qi * a->mask_strides[2]
                            : NULL;
-    rows[r].out = a->out + ((*b * a->heads + h) * a->q_len + qi) * a->v_head_dim;
+    rows[r].out = a->out + kiln_attention_out_offset(a, *b, h, qi);
     rows[r].last_key = a->causal ? qi + a->causal_offset : INT64_MAX;
   }
 }
@@ -261,6 +269,7 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
   }
   const kiln_attention_args_t* a = plan->args;
   kiln_nn_attn_row_t rows[64];
+  int64_t vis[64], lim[64 / KILN_NN_ATTN_MR + 1];
   int64_t b, kvh, nr;
   kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, 64);
   const int64_t d = a->head_dim, dv = a->v_head_dim;
@@ -311,26 +320,27 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
         for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
       }
     }
-    kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0);
+    /* Keys of the tile each row may see: past the causal limit, and the
+     * padding, are hidden; lim is the most any row of a group of 6 sees. */
+    for (int64_t r = 0; r < nrp; ++r) {
+      int64_t lk = r < nr ? rows[r].last_key : -1; /* INT64_MAX when not causal */
+      vis[r] = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
+      if (r % KILN_NN_ATTN_MR == 0) lim[r / KILN_NN_ATTN_MR] = 0;
+      if (vis[r] > lim[r / KILN_NN_ATTN_MR]) lim[r / KILN_NN_ATTN_MR] = vis[r];
+    }
+    kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
-      if (r >= nr) {
-        for (int64_t c = 0; c < nkp; ++c) sr[c] = -INFINITY;
-      } else {
-        if (rows[r].mask) {
-          const float* mr = rows[r].mask + j0 * a->mask_strides[3];
-          int64_t ms = a->mask_strides[3];
-          if (ms == 1)
-            for (int64_t c = 0; c < nk; ++c) sr[c] += mr[c];
-          else
-            for (int64_t c = 0; c < nk; ++c) sr[c] += mr[c * ms];
-        }
-        /* Keys past the causal limit, and the padding, are hidden. */
-        int64_t lk = rows[r].last_key; /* INT64_MAX when not causal */
-        int64_t vis = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
-        for (int64_t c = vis; c < nkp; ++c) sr[c] = -INFINITY;
+      if (r < nr && rows[r].mask) {
+        const float* mr = rows[r].mask + j0 * a->mask_strides[3];
+        int64_t ms = a->mask_strides[3];
+        if (ms == 1)
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mr[c];
+        else
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mr[c * ms];
       }
+      for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
       float m_new = kiln_nn_row_max((size_t)nkp, sr);
       m_new = m_new > m[r] ? m_new : m[r];
       /* While every key so far is hidden the max is -inf; subtracting 0
@@ -351,7 +361,7 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
       }
     }
-    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1);
+    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
   }
 
   for (int64_t r = 0; r < nr; ++r) {

@@ -82,7 +82,19 @@ typedef struct kiln_attention_args_s {
   /* torch's is_causal=True is top-left aligned: causal_offset = 0; a decode
    * step against a KV cache uses kv_len - q_len. */
   int64_t causal_offset;
+  /* Element strides of out over (b, h, s); its head-dim stride is 1. All
+   * zero means contiguous (B, H, Sq, Dv). The compiler sets (B, Sq, H, Dv)
+   * order here so the usual transpose after attention costs nothing. */
+  int64_t out_strides[3];
 } kiln_attention_args_t;
+
+/* out's element offset for (b, h, s) under args->out_strides. */
+static inline int64_t kiln_attention_out_offset(const kiln_attention_args_t* a, int64_t b,
+                                                int64_t h, int64_t s) {
+  if (!a->out_strides[0] && !a->out_strides[1] && !a->out_strides[2])
+    return ((b * a->heads + h) * a->q_len + s) * a->v_head_dim;
+  return b * a->out_strides[0] + h * a->out_strides[1] + s * a->out_strides[2];
+}
 
 /* Head dims (D and Dv) up to this take the tiled fast path, whose tiles
  * live in an 80 KiB stack buffer per call of a task (so pool threads need

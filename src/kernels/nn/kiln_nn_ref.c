@@ -114,7 +114,7 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
           if (dot != dot) any_nan = 1;
           m = dot > m ? dot : m;
         }
-        float* out = a->out + ((b * a->heads + h) * a->q_len + i) * a->v_head_dim;
+        float* out = a->out + kiln_attention_out_offset(a, b, h, i);
         double sum = 0.0;
         for (int64_t j = 0; j < a->kv_len; ++j) {
           s[j] = m == -INFINITY ? 0.0 : exp(s[j] - m);
