@@ -111,6 +111,13 @@ def _identity(ctx, n):
     return ctx.value(n.args[0])
 
 
+@register(aten._assert_tensor_metadata.default)
+def _assert_metadata(ctx, n):
+    # torch.export's check of a tensor's dtype/shape (emitted for .to(dtype)
+    # and friends): shapes and dtypes are static here and checked at compile.
+    return None
+
+
 @register(aten._to_copy.default, aten.to.dtype)
 def _to_copy(ctx, n):
     return cast(ctx, ctx.value(n.args[0]), _val(n).dtype)
@@ -224,6 +231,8 @@ def _unbind(ctx, n):
 def _cat(ctx, n):
     dtype = _val(n).dtype
     xs = [cast(ctx, ctx.value(a), dtype) for a in n.args[0] if 0 not in _shape(a) or len(_shape(a)) != 1]
+    if not xs:  # every input was a legacy empty (0,) tensor: so is the result
+        return ctx.constant(torch.empty(_shape(n), dtype=dtype))
     rank = len(_shape(n))
     dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, rank)
     while len(xs) > 8:  # the IR takes up to 8 inputs per cat
@@ -251,6 +260,20 @@ def _gather_elements(ctx, n):
     x = ctx.value(n.args[0])
     dim = _norm_dim(n.args[1], max(len(ctx.shape(x)), 1))
     return ctx.node("gather_elements", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+
+
+@register(aten.index.Tensor)
+def _index(ctx, n):
+    # x[idx] with one integer index tensor (at any position, the others None)
+    # is a gather along that axis.
+    x = ctx.value(n.args[0])
+    axes = [i for i, t in enumerate(n.args[1]) if t is not None]
+    if len(axes) != 1:
+        raise Unsupported("indexing with more than one index tensor")
+    idx = ctx.value(n.args[1][axes[0]])
+    if ctx.dtype(idx) not in (torch.int64, torch.int32):
+        raise Unsupported(f"indexing with a {ctx.dtype(idx)} index")
+    return ctx.node("gather", [x, idx], [axes[0]], origin=ctx.origin(n))
 
 
 @register(aten.where.self)
@@ -374,6 +397,8 @@ def _gelu(ctx, n):
 
 
 def _axes_mask(dims, rank):
+    if rank == 0:  # torch allows dim 0 / -1 on a 0-d tensor: nothing to reduce
+        return 0
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         dims = range(rank)
     if isinstance(dims, int):
@@ -424,7 +449,48 @@ def _argmax(ctx, n):
     if dim is None:
         x = reshape(ctx, x, [math.prod(ctx.shape(x))])
         dim = 0
-    y = ctx.node("argmax", [x], [_norm_dim(dim, len(ctx.shape(x))), int(bool(keep))], origin=ctx.origin(n))
+    y = ctx.node("argmax", [x], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten.max.default, aten.min.default)
+def _max_all(ctx, n):
+    x = ctx.value(n.args[0])
+    op = "max" if n.target == aten.max.default else "min"
+    return ctx.node(op, [x], [_axes_mask(None, len(ctx.shape(x))), 0], origin=ctx.origin(n))
+
+
+def _argmin_input(ctx, n, x):
+    # argmin(x) = argmax(-x): the first index of the minimum; NaN still wins.
+    if ctx.dtype(x) not in (torch.float32, torch.int64, torch.int32):
+        raise Unsupported(f"the index of the minimum of a {ctx.dtype(x)} tensor")
+    return ctx.node("neg", [x], origin=ctx.origin(n))
+
+
+@register(aten.max.dim, aten.min.dim)
+def _max_dim(ctx, n):
+    x = ctx.value(n.args[0])
+    rank = len(ctx.shape(x))
+    if rank == 0:  # dim 0 / -1 of a 0-d tensor: the value itself, index 0
+        return x, ctx.scalar(0, torch.int64)
+    dim = _norm_dim(n.args[1], rank)
+    keep = int(bool(n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)))
+    is_max = n.target == aten.max.dim
+    values = ctx.node("max" if is_max else "min", [x], [1 << dim, keep], origin=ctx.origin(n))
+    src = x if is_max else _argmin_input(ctx, n, x)
+    return values, ctx.node("argmax", [src], [dim, keep], origin=ctx.origin(n))
+
+
+@register(aten.argmin.default)
+def _argmin(ctx, n):
+    x = ctx.value(n.args[0])
+    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+    keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
+    if dim is None:
+        x = reshape(ctx, x, [math.prod(ctx.shape(x))])
+        dim = 0
+    y = ctx.node("argmax", [_argmin_input(ctx, n, x)], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))],
+                 origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 
 
@@ -471,11 +537,15 @@ def _mm(ctx, n):
     a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
     if len(ctx.shape(a)) < 2 or len(ctx.shape(b)) < 2:
         raise Unsupported("matmul of a 1-d operand")
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"matmul of {_val(n).dtype}")
     return ctx.node("matmul", [a, b], origin=ctx.origin(n))
 
 
 @register(aten.addmm.default)
 def _addmm(ctx, n):
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"addmm of {_val(n).dtype}")
     bias, a, b = (ctx.value(x) for x in n.args[:3])
     beta = n.kwargs.get("beta", 1)
     alpha = n.kwargs.get("alpha", 1)
@@ -489,6 +559,8 @@ def _addmm(ctx, n):
 
 @register(aten.linear.default)
 def _linear(ctx, n):
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"linear of {_val(n).dtype}")
     x, w = ctx.value(n.args[0]), ctx.value(n.args[1])
     out_features, in_features = ctx.shape(w)
     # y = x @ w^T: the transpose of a constant weight folds away at compile time.

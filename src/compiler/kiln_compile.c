@@ -61,15 +61,25 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   snprintf(what, sizeof what, "%d folded, %d dead removed", a, b);
   s = kiln_compile_after(o, "fold", g, t0, what);
 
-  if (!s && o->fuse) {
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    s = kiln_pass_fuse_gemm(g, o->pack_weights, &next, &a, &b);
-    kiln_graph_release(g);
-    g = next;
-    if (s) return kiln_status_annotate(s, "GEMM fusion");
-    snprintf(what, sizeof what, "%d GEMMs fused, %d weights packed", a, b);
-    s = kiln_compile_after(o, "fuse_gemm", g, t0, what);
+  /* Each pass consumes g and yields the next graph. */
+#define KILN_RUN_PASS(name, call, fmt)                              \
+  if (!s) {                                                         \
+    clock_gettime(CLOCK_MONOTONIC, &t0);                            \
+    a = 0;                                                          \
+    s = (call);                                                     \
+    kiln_graph_release(g);                                          \
+    g = next;                                                       \
+    if (s) return kiln_status_annotate(s, "pass %s", name);         \
+    snprintf(what, sizeof what, fmt, a);                            \
+    s = kiln_compile_after(o, name, g, t0, what);                   \
   }
+  if (o->fuse) {
+    KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
+    KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
+  }
+  if (o->pack_weights)
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &next, &a), "%d weights packed")
+#undef KILN_RUN_PASS
   if (s) {
     kiln_graph_release(g);
     return s;

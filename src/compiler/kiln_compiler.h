@@ -25,9 +25,19 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* graph, kiln_pool_t* pool, int fold,
 
 /* MATMUL with a constant 2-d right operand becomes LINEAR, absorbing a
  * following bias add, activation and residual add when each is the sole
- * user; LINEAR weights are packed for the GEMM when `pack` is set. */
-kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, int pack, kiln_graph_t** out_graph,
-                                  int32_t* out_fused, int32_t* out_packed);
+ * user. */
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                  int32_t* out_fused);
+
+/* SDPA reads q/k/v through views (no permute copies), writes (B, S, H, D)
+ * when that is what follows, and gets one GEMM for Q, K and V. */
+kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                       int32_t* out_fused);
+
+/* Packs every LINEAR's dense weight for the GEMM microkernels, once per
+ * distinct weight. */
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool,
+                                     kiln_graph_t** out_graph, int32_t* out_packed);
 
 /* Runs the passes. Consumes graph (released on failure too). */
 kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,

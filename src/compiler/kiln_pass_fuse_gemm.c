@@ -8,14 +8,14 @@
  * becomes one LINEAR(x, W', bias, r) with the activation as a parameter,
  * emitted where the chain ends. Each step is absorbed only if the previous
  * value has exactly one user (and is not a graph output), so nothing else
- * sees the skipped intermediates. W' is W packed for the GEMM microkernels,
- * once per distinct weight. */
+ * sees the skipped intermediates. W stays dense here; kiln_pass_pack_weights
+ * packs it once the other passes are done with it. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/kiln_activation.h"
 
 typedef struct {
   int32_t matmul; /* node index of the MATMUL starting the chain, or -1 */
@@ -50,23 +50,21 @@ static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
   return kiln_value_numel(v) == n;
 }
 
-kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int pack, kiln_graph_t** out_graph,
-                                  int32_t* out_fused, int32_t* out_packed) {
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_fused) {
   *out_graph = NULL;
-  *out_fused = *out_packed = 0;
+  *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
   int32_t* uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   int32_t* user = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* the sole user node */
   kiln_fuse_chain_t* end_of = malloc(sizeof(kiln_fuse_chain_t) * (size_t)(nn + 1));
   char* skip = calloc((size_t)nn + 1, 1);
-  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* dst id of packed W */
   kiln_rewriter_t rw;
-  kiln_status_t s = (!uses || !user || !end_of || !skip || !packed_of)
+  kiln_status_t s = (!uses || !user || !end_of || !skip)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "fusion pass")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done_early;
   kiln_graph_count_uses(g, uses);
-  for (int32_t v = 0; v < nv; ++v) user[v] = -1, packed_of[v] = -1;
+  for (int32_t v = 0; v < nv; ++v) user[v] = -1;
   for (int32_t ni = 0; ni < nn; ++ni) {
     end_of[ni].matmul = -1;
     for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
@@ -78,7 +76,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int pack, kiln_graph_t** out_
     const kiln_node_t* n = &g->nodes[ni];
     if (n->op != KILN_OP_MATMUL) continue;
     const kiln_value_t* w = &g->values[n->inputs[1]];
-    if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 || w->layout != KILN_LAYOUT_DENSE) continue;
+    if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 ||
+        (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
+      continue;
     int64_t ncols = w->shape[1];
     kiln_fuse_chain_t c = {ni, -1, -1, KILN_ACT_NONE};
     int32_t cur = n->outputs[0], end = ni;
@@ -121,23 +121,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int pack, kiln_graph_t** out_
       continue;
     }
     const kiln_node_t* mm = &g->nodes[c.matmul];
-    int32_t w = mm->inputs[1];
     int32_t ins[4];
     s = kiln_rewriter_value(&rw, mm->inputs[0], &ins[0]);
-    if (!s && pack && packed_of[w] < 0) {
-      const kiln_value_t* wv = &g->values[w];
-      size_t bytes = kiln_gemm_f32_packed_size(wv->shape[0], wv->shape[1]);
-      void* buf;
-      s = kiln_allocator_malloc(g->allocator, bytes, &buf);
-      if (!s) {
-        kiln_gemm_f32_pack_b(wv->shape[0], wv->shape[1], wv->data, wv->shape[1], 1, buf);
-        s = kiln_graph_add_constant_owned(rw.dst, wv->name, KILN_F32, 2, wv->shape,
-                                          KILN_LAYOUT_GEMM_PACKED_B, buf, bytes, &packed_of[w]);
-        ++*out_packed;
-      }
-    }
-    if (!s && !pack) s = kiln_rewriter_value(&rw, w, &packed_of[w]);
-    ins[1] = packed_of[w];
+    if (!s) s = kiln_rewriter_value(&rw, mm->inputs[1], &ins[1]);
     if (!s) s = kiln_rewriter_value(&rw, c.bias, &ins[2]);
     if (!s) s = kiln_rewriter_value(&rw, c.residual, &ins[3]);
     if (s) break;
@@ -153,6 +139,5 @@ done_early:
   free(user);
   free(end_of);
   free(skip);
-  free(packed_of);
   return s;
 }

@@ -337,7 +337,7 @@ static kiln_status_t kiln_artifact_locate_constant(const kiln_artifact_graph_t* 
   if (off < *inout_end)
     CORRUPT("graph section: constant %u's data at %" PRIu64
             " overlaps the constant before it (which ends at %" PRIu64 ")", i, off, *inout_end);
-  if (v->layout == KILN_LAYOUT_DENSE) {
+  if (kiln_layout_is_dense_sized((kiln_layout_t)v->layout)) {
     /* The shape was bounded to 2^44 elements, so this cannot overflow. */
     uint64_t numel = 1;
     for (int32_t d = 0; d < v->rank; ++d) numel *= (uint64_t)v->shape[d];

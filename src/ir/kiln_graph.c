@@ -135,7 +135,13 @@ static kiln_status_t kiln_graph_add_constant_mode(kiln_graph_t* g, const char* n
   kiln_value_t* v = &g->values[id];
   v->layout = layout;
   v->nbytes = nbytes;
-  if (layout == KILN_LAYOUT_DENSE && nbytes != kiln_value_dense_bytes(v)) {
+  if (layout == KILN_LAYOUT_TRANSPOSED_2D && rank != 2) {
+    if (mode == 2) kiln_allocator_free(g->allocator, (void*)data);
+    g->n_values--;
+    free(v->name);
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "a transposed constant must be 2-d");
+  }
+  if (kiln_layout_is_dense_sized(layout) && nbytes != kiln_value_dense_bytes(v)) {
     if (mode == 2) kiln_allocator_free(g->allocator, (void*)data);
     g->n_values--;
     free(v->name);

@@ -39,8 +39,15 @@ typedef enum kiln_value_kind_e {
 typedef enum kiln_layout_e {
   KILN_LAYOUT_DENSE = 0,       /* row-major, shape as given */
   KILN_LAYOUT_GEMM_PACKED_B,   /* kiln_gemm_f32_pack_b of the (K, N) matrix */
+  KILN_LAYOUT_TRANSPOSED_2D,   /* a (K, N) matrix stored as its (N, K) transpose,
+                                * row-major: nn.Linear's weight, used in place */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
+
+/* Layouts whose byte size is the dense size of the shape. */
+static inline int kiln_layout_is_dense_sized(kiln_layout_t layout) {
+  return layout == KILN_LAYOUT_DENSE || layout == KILN_LAYOUT_TRANSPOSED_2D;
+}
 
 typedef struct kiln_value_s {
   kiln_dtype_t dtype;

@@ -222,7 +222,7 @@ static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, k
 /* Checks that a view (offset, strides over dims) stays inside a value. */
 static kiln_status_t check_view(const char* what, const kiln_value_t* src, const int64_t* dims,
                                 const int64_t* view) {
-  int64_t numel;
+  int64_t numel = 0;
   KILN_RETURN_IF_ERROR(check_dims(dims, 4, &numel));
   if (!numel) return kiln_ok();
   const int64_t lim = (int64_t)1 << 60;

@@ -26,7 +26,9 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
     if (v->kind == KILN_VALUE_CONSTANT) {
       if (!v->data && v->nbytes) FAIL("constant %d has no data", i);
       if ((unsigned)v->layout >= KILN_LAYOUT_COUNT) FAIL("constant %d: unknown layout", i);
-      if (v->layout == KILN_LAYOUT_DENSE && v->nbytes != kiln_value_dense_bytes(v))
+      if (v->layout == KILN_LAYOUT_TRANSPOSED_2D && v->rank != 2)
+        FAIL("constant %d: a transposed constant must be 2-d", i);
+      if (kiln_layout_is_dense_sized(v->layout) && v->nbytes != kiln_value_dense_bytes(v))
         FAIL("constant %d holds %zu bytes, its shape needs %zu", i, v->nbytes,
              kiln_value_dense_bytes(v));
     } else if (v->layout != KILN_LAYOUT_DENSE) {

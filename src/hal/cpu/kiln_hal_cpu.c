@@ -21,7 +21,8 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
   switch (n->op) {
     case KILN_OP_LINEAR: {
       const kiln_value_t* w = VAL(1);
-      if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B)
+      if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B &&
+          w->layout != KILN_LAYOUT_TRANSPOSED_2D)
         return kiln_status_make(KILN_UNSUPPORTED, "linear weight layout %d", (int)w->layout);
       if (w->layout == KILN_LAYOUT_GEMM_PACKED_B &&
           w->nbytes != kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]))
@@ -190,6 +191,10 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   args.a_col_stride = 1;
   if (w->layout == KILN_LAYOUT_GEMM_PACKED_B) {
     args.b_packed = w->data;
+  } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D) {
+    args.b = w->data;
+    args.b_row_stride = 1;
+    args.b_col_stride = k;
   } else {
     args.b = w->data;
     args.b_row_stride = nn;

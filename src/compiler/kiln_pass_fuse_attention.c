@@ -1,0 +1,287 @@
+/* Attention fusion: make SDPA read and write the layouts its neighbours
+ * already have, and give it one GEMM for Q, K and V.
+ *
+ * As captured, multi-head attention is
+ *     q = permute(reshape(linear_q(x)))  ... k, v alike   (B, S, N) -> (B, H, S, D)
+ *     y = sdpa(q, k, v, mask)
+ *     o = reshape(permute(y))                              (B, H, S, D) -> (B, S, N)
+ * Each permute is a copy. This pass
+ *  1. folds each q/k/v STRIDED_COPY used only by the SDPA into SDPA's view
+ *     parameters (KILN_SDPA_VIEWS): the kernel reads the source in place;
+ *  2. folds a (0, 2, 1, 3) permute of the output into KILN_SDPA_OUT_BSHD:
+ *     the kernel writes (B, S, H, D) directly;
+ *  3. when q, k and v are views of three LINEARs of one input (no residual,
+ *     no activation, dense weights), makes one LINEAR with the weights side
+ *     by side and points the three views into its output;
+ *  4. drops a constant all-zero mask.
+ * It runs before weight packing, so weights are still dense (K, N). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "kernels/kiln_activation.h"
+
+typedef struct {
+  int32_t src[3];       /* the values q, k, v are read from */
+  int64_t view[3][5];   /* offset, strides (b, h, s, d) into src */
+  int64_t dims[7];      /* B, H, Hkv, Sq, Skv, D, Dv */
+  int32_t out_copy;     /* node index of a folded output permute, or -1 */
+  int32_t drop_mask;
+  int32_t fused_linear; /* node index of the LINEAR that becomes the fused QKV, or -1 */
+  int32_t linears[3];   /* the three LINEARs merged (node indices) */
+} kiln_attn_plan_t;
+
+static void dense_strides(const kiln_value_t* v, int64_t* view) {
+  int64_t s = 1;
+  view[0] = 0;
+  for (int d = 3; d >= 0; --d) {
+    view[1 + d] = s;
+    s *= v->shape[d];
+  }
+}
+
+static int is_zero_constant(const kiln_value_t* v) {
+  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || !v->data) return 0;
+  const float* f = v->data;
+  for (int64_t i = 0, n = kiln_value_numel(v); i < n; ++i)
+    if (f[i] != 0.0f) return 0;
+  return 1;
+}
+
+/* Maps a view over a dense (rows, n_i) value into the same rows of a wider
+ * (rows, n_total) value at column `col`. Fails (returns 0) unless every
+ * stride either stays inside a row or steps whole rows. */
+static int widen_view(int64_t* view, const int64_t* dims, int64_t n_i, int64_t n_total,
+                      int64_t col) {
+  int64_t in_row = view[0] % n_i;
+  int64_t w[5];
+  w[0] = view[0] / n_i * n_total + in_row + col;
+  for (int d = 0; d < 4; ++d) {
+    int64_t s = view[1 + d];
+    if (dims[d] <= 1) {
+      w[1 + d] = s;
+    } else if (s % n_i == 0) {
+      w[1 + d] = s / n_i * n_total;
+    } else if (s < n_i) {
+      in_row += (dims[d] - 1) * s;
+      w[1 + d] = s;
+    } else {
+      return 0;
+    }
+  }
+  if (in_row >= n_i) return 0;
+  memcpy(view, w, sizeof(w));
+  return 1;
+}
+
+/* The LINEAR (node index) whose output `v` is, through RESHAPE aliases. */
+static int32_t linear_behind(const kiln_graph_t* g, int32_t v, const int32_t* uses) {
+  while (v >= 0 && g->values[v].producer >= 0) {
+    const kiln_node_t* p = &g->nodes[g->values[v].producer];
+    if (p->op == KILN_OP_LINEAR) return g->values[v].producer;
+    if (p->op != KILN_OP_RESHAPE || uses[p->inputs[0]] != 1) return -1;
+    v = p->inputs[0];
+  }
+  return -1;
+}
+
+kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph,
+                                       int32_t* out_fused) {
+  *out_graph = NULL;
+  *out_fused = 0;
+  int32_t nv = g->n_values, nn = g->n_nodes;
+  int32_t* uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* user = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  kiln_attn_plan_t* plan = calloc((size_t)nn + 1, sizeof(kiln_attn_plan_t));
+  char* role = calloc((size_t)nn + 1, 1); /* 1: skip; 2: sdpa with a plan; 3: fused QKV linear */
+  int32_t* sdpa_of = malloc(sizeof(int32_t) * (size_t)(nn + 1)); /* fused linear -> its sdpa */
+  kiln_rewriter_t rw;
+  kiln_status_t s = (!uses || !user || !plan || !role || !sdpa_of)
+                        ? kiln_status_make(KILN_OUT_OF_MEMORY, "attention pass")
+                        : kiln_rewriter_initialize(&rw, g);
+  if (s) goto done_early;
+  kiln_graph_count_uses(g, uses);
+  for (int32_t v = 0; v < nv; ++v) user[v] = -1;
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    sdpa_of[ni] = -1;
+    for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
+      if (g->nodes[ni].inputs[i] >= 0) user[g->nodes[ni].inputs[i]] = ni;
+  }
+
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_SDPA || n->params[1] != 0) continue;
+    kiln_attn_plan_t* pl = &plan[ni];
+    const kiln_value_t *q = &g->values[n->inputs[0]], *k = &g->values[n->inputs[1]],
+                       *v = &g->values[n->inputs[2]];
+    int64_t dims[7] = {q->shape[0], q->shape[1], k->shape[1], q->shape[2],
+                       k->shape[2], q->shape[3], v->shape[3]};
+    memcpy(pl->dims, dims, sizeof(dims));
+    pl->out_copy = -1;
+    pl->fused_linear = -1;
+    /* 1. Input views. */
+    for (int i = 0; i < 3; ++i) {
+      int32_t t = n->inputs[i];
+      const kiln_value_t* tv = &g->values[t];
+      const kiln_node_t* p = tv->producer >= 0 ? &g->nodes[tv->producer] : NULL;
+      if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1) {
+        pl->src[i] = p->inputs[0];
+        pl->view[i][0] = p->params[17];
+        memcpy(&pl->view[i][1], p->params + 9, 4 * sizeof(int64_t));
+        role[tv->producer] = 1;
+      } else {
+        pl->src[i] = t;
+        dense_strides(tv, pl->view[i]);
+      }
+    }
+    /* 2. Output permute (0, 2, 1, 3) of a contiguous (B, H, S, Dv). */
+    int32_t y = n->outputs[0];
+    if (uses[y] == 1 && user[y] >= 0 && g->nodes[user[y]].op == KILN_OP_STRIDED_COPY) {
+      const kiln_node_t* c = &g->nodes[user[y]];
+      int64_t B = dims[0], H = dims[1], S = dims[3], Dv = dims[6];
+      const int64_t want[9] = {4, B, S, H, Dv, H * S * Dv, Dv, S * Dv, 1};
+      int ok = c->params[17] == 0;
+      for (int j = 0; j < 4 && ok; ++j)
+        ok = c->params[1 + j] == want[1 + j] &&
+             (want[1 + j] == 1 || c->params[9 + j] == want[5 + j]);
+      if (ok && c->params[0] == 4) {
+        pl->out_copy = user[y];
+        role[user[y]] = 1;
+      }
+    }
+    /* 4. A constant zero mask adds nothing. */
+    if (n->n_inputs > 3 && n->inputs[3] >= 0 && is_zero_constant(&g->values[n->inputs[3]]))
+      pl->drop_mask = 1;
+    /* 3. One GEMM for Q, K and V. */
+    int32_t lin[3];
+    int ok = 1;
+    for (int i = 0; i < 3 && ok; ++i) {
+      lin[i] = linear_behind(g, pl->src[i], uses);
+      ok = lin[i] >= 0 && uses[g->nodes[lin[i]].outputs[0]] == 1;
+    }
+    if (ok) {
+      const kiln_node_t* l0 = &g->nodes[lin[0]];
+      int64_t n_total = 0, K = g->values[l0->inputs[1]].shape[0];
+      for (int i = 0; i < 3 && ok; ++i) {
+        const kiln_node_t* l = &g->nodes[lin[i]];
+        const kiln_value_t* w = &g->values[l->inputs[1]];
+        ok = l->inputs[0] == l0->inputs[0] && l->params[0] == KILN_ACT_NONE &&
+             (l->n_inputs < 4 || l->inputs[3] < 0) &&
+             w->layout == g->values[l0->inputs[1]].layout &&
+             (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D) &&
+             w->shape[0] == K && (l->n_inputs > 2 && l->inputs[2] >= 0) == (l0->n_inputs > 2 && l0->inputs[2] >= 0) &&
+             (i == 0 || lin[i] != lin[i - 1]);
+        n_total += w->shape[1];
+      }
+      int64_t views[3][5], col = 0;
+      memcpy(views, pl->view, sizeof(views));
+      const int64_t vd[3][4] = {{dims[0], dims[1], dims[3], dims[5]},
+                                {dims[0], dims[2], dims[4], dims[5]},
+                                {dims[0], dims[2], dims[4], dims[6]}};
+      for (int i = 0; i < 3 && ok; ++i) {
+        int64_t n_i = g->values[g->nodes[lin[i]].inputs[1]].shape[1];
+        ok = widen_view(views[i], vd[i], n_i, n_total, col);
+        col += n_i;
+      }
+      /* The fused GEMM is emitted where the last of the three was. */
+      int32_t last = lin[0] > lin[1] ? lin[0] : lin[1];
+      last = last > lin[2] ? last : lin[2];
+      if (ok) {
+        memcpy(pl->view, views, sizeof(views));
+        memcpy(pl->linears, lin, sizeof(lin));
+        pl->fused_linear = last;
+        for (int i = 0; i < 3; ++i) role[lin[i]] = 1;
+        role[last] = 3;
+        sdpa_of[last] = ni;
+        /* The reshapes between the linears and the views go too. */
+        for (int i = 0; i < 3; ++i)
+          for (int32_t v2 = pl->src[i]; v2 >= 0 && g->values[v2].producer != lin[i];
+               v2 = g->nodes[g->values[v2].producer].inputs[0])
+            role[g->values[v2].producer] = 1;
+      }
+    }
+    role[ni] = 2;
+    ++*out_fused;
+  }
+
+  for (int32_t ni = 0; ni < nn && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (role[ni] == 1) continue;
+    if (role[ni] == 3) {
+      /* Concatenate the dense weights (K, N_i) and biases side by side. */
+      const kiln_attn_plan_t* pl = &plan[sdpa_of[ni]];
+      const kiln_value_t* w0 = &g->values[g->nodes[pl->linears[0]].inputs[1]];
+      int64_t K = w0->shape[0], n_total = 0;
+      for (int i = 0; i < 3; ++i) n_total += g->values[g->nodes[pl->linears[i]].inputs[1]].shape[1];
+      int has_bias = g->nodes[pl->linears[0]].n_inputs > 2 && g->nodes[pl->linears[0]].inputs[2] >= 0;
+      float *w = NULL, *b = NULL;
+      s = kiln_allocator_malloc(g->allocator, (size_t)(K * n_total) * sizeof(float), (void**)&w);
+      if (!s && has_bias)
+        s = kiln_allocator_malloc(g->allocator, (size_t)n_total * sizeof(float), (void**)&b);
+      if (s) {
+        kiln_allocator_free(g->allocator, w);
+        break;
+      }
+      int64_t col = 0;
+      kiln_layout_t layout = w0->layout;
+      for (int i = 0; i < 3; ++i) {
+        const kiln_node_t* l = &g->nodes[pl->linears[i]];
+        const kiln_value_t* wi = &g->values[l->inputs[1]];
+        int64_t n_i = wi->shape[1];
+        if (layout == KILN_LAYOUT_TRANSPOSED_2D) /* (N_i, K) blocks stack */
+          memcpy(w + col * K, wi->data, (size_t)(n_i * K) * sizeof(float));
+        else /* (K, N_i) blocks sit side by side */
+          for (int64_t r = 0; r < K; ++r)
+            memcpy(w + r * n_total + col, (const float*)wi->data + r * n_i, (size_t)n_i * sizeof(float));
+        if (b) memcpy(b + col, g->values[l->inputs[2]].data, (size_t)n_i * sizeof(float));
+        col += n_i;
+      }
+      int32_t ins[3], wid, bid = -1;
+      int64_t wshape[2] = {K, n_total};
+      s = kiln_rewriter_value(&rw, n->inputs[0], &ins[0]);
+      if (!s)
+        s = kiln_graph_add_constant_owned(rw.dst, "qkv_weight", KILN_F32, 2, wshape, layout, w, (size_t)(K * n_total) * sizeof(float), &wid);
+      else
+        kiln_allocator_free(g->allocator, w);
+      if (!s && b)
+        s = kiln_graph_add_constant_owned(rw.dst, "qkv_bias", KILN_F32, 1, &n_total,
+                                          KILN_LAYOUT_DENSE, b, (size_t)n_total * sizeof(float), &bid);
+      else if (b)
+        kiln_allocator_free(g->allocator, b);
+      if (s) break;
+      ins[1] = wid;
+      ins[2] = bid;
+      int32_t fused;
+      int64_t params[KILN_MAX_PARAMS] = {KILN_ACT_NONE};
+      s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, b ? 3 : 2, params, 1, NULL, 0,
+                              "q, k and v projections, fused", &fused);
+      /* Each of q, k, v now reads the fused output. */
+      for (int i = 0; i < 3 && !s; ++i) rw.remap[g->nodes[pl->linears[i]].outputs[0]] = fused;
+      for (int i = 0; i < 3 && !s; ++i) rw.remap[pl->src[i]] = fused;
+      continue;
+    }
+    if (role[ni] == 2) {
+      const kiln_attn_plan_t* pl = &plan[ni];
+      int64_t params[KILN_MAX_PARAMS] = {n->params[0], KILN_SDPA_VIEWS};
+      if (pl->out_copy >= 0) params[1] |= KILN_SDPA_OUT_BSHD;
+      memcpy(params + 2, pl->dims, sizeof(pl->dims));
+      for (int i = 0; i < 3; ++i) memcpy(params + 9 + 5 * i, pl->view[i], 5 * sizeof(int64_t));
+      int32_t ins[4] = {pl->src[0], pl->src[1], pl->src[2], n->n_inputs > 3 ? n->inputs[3] : -1};
+      int32_t n_in = (n->n_inputs > 3 && n->inputs[3] >= 0 && !pl->drop_mask) ? 4 : 3;
+      int32_t result = pl->out_copy >= 0 ? g->nodes[pl->out_copy].outputs[0] : n->outputs[0];
+      s = kiln_rewriter_emit(&rw, KILN_OP_SDPA, ins, n_in, params, n->fparams, n->origin, result);
+      continue;
+    }
+    s = kiln_rewriter_copy_node(&rw, n);
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+  kiln_rewriter_deinitialize(&rw);
+done_early:
+  free(uses);
+  free(user);
+  free(plan);
+  free(role);
+  free(sdpa_of);
+  return s;
+}

@@ -1,0 +1,89 @@
+/* Weight packing: every LINEAR's dense (K, N) weight (or its transpose,
+ * KILN_LAYOUT_TRANSPOSED_2D) is replaced by its GEMM-packed form
+ * (kiln_gemm_f32_pack_b), computed once here so that no run ever packs a
+ * weight. A weight shared by several LINEARs is packed once. Packing is
+ * memory-bound and the weights are independent, so they are packed in
+ * parallel over the pool: it is most of a large model's compile time. */
+#include <stdlib.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "kernels/gemm/kiln_gemm.h"
+
+typedef struct {
+  const kiln_value_t* w;
+  float* out;
+} kiln_pack_job_t;
+
+static void kiln_pack_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_pack_job_t* job = &((const kiln_pack_job_t*)ctx)[task];
+  const kiln_value_t* w = job->w;
+  int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
+  kiln_gemm_f32_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
+                       transposed ? w->shape[0] : 1, job->out);
+}
+
+static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_LINEAR) return 0;
+  kiln_layout_t l = g->values[n->inputs[1]].layout;
+  return l == KILN_LAYOUT_DENSE || l == KILN_LAYOUT_TRANSPOSED_2D;
+}
+
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, kiln_graph_t** out_graph,
+                                     int32_t* out_packed) {
+  *out_graph = NULL;
+  *out_packed = 0;
+  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
+  kiln_pack_job_t* jobs = malloc(sizeof(kiln_pack_job_t) * (size_t)(g->n_nodes + 1));
+  int32_t n_jobs = 0;
+  kiln_rewriter_t rw;
+  kiln_status_t s = !packed_of || !jobs ? kiln_status_make(KILN_OUT_OF_MEMORY, "pack pass")
+                                        : kiln_rewriter_initialize(&rw, g);
+  if (s) {
+    free(packed_of);
+    free(jobs);
+    return s;
+  }
+  /* Allocate every packed buffer and add it as a constant, then pack them
+   * all at once, then emit the nodes. */
+  for (int32_t v = 0; v < g->n_values; ++v) packed_of[v] = -1;
+  for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    int32_t wid = n->inputs[1];
+    if (!kiln_pack_wanted(g, n) || packed_of[wid] >= 0) continue;
+    const kiln_value_t* w = &g->values[wid];
+    size_t bytes = kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    void* buf;
+    s = kiln_allocator_malloc(g->allocator, bytes, &buf);
+    if (s) break;
+    s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, 2, w->shape,
+                                      KILN_LAYOUT_GEMM_PACKED_B, buf, bytes, &packed_of[wid]);
+    if (s) break;
+    jobs[n_jobs].w = w;
+    jobs[n_jobs].out = buf;
+    n_jobs++;
+  }
+  if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);
+  *out_packed = n_jobs;
+  for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!kiln_pack_wanted(g, n)) {
+      s = kiln_rewriter_copy_node(&rw, n);
+      continue;
+    }
+    int32_t ins[KILN_MAX_NODE_INPUTS];
+    for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
+      if (i == 1) ins[1] = packed_of[n->inputs[1]];
+      else s = kiln_rewriter_value(&rw, n->inputs[i], &ins[i]);
+    }
+    if (!s)
+      s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n->n_inputs, n->params, KILN_MAX_PARAMS,
+                              n->fparams, KILN_MAX_FPARAMS, n->origin, &rw.remap[n->outputs[0]]);
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+  kiln_rewriter_deinitialize(&rw);
+  free(packed_of);
+  free(jobs);
+  return s;
+}
