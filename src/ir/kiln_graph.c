@@ -198,7 +198,8 @@ kiln_status_t kiln_graph_add_node(kiln_graph_t* g, kiln_op_t op, const int32_t* 
                                   int32_t n_inputs, const int64_t* params, int32_t n_params,
                                   const float* fparams, int32_t n_fparams, const char* origin,
                                   int32_t* out_id) {
-  *out_id = -1;
+  /* *out_id is set only at the end: callers may pass a pointer into
+   * `inputs` (v = op(v)). */
   KILN_CHECK_ARG((unsigned)op < KILN_OP_COUNT, "unknown op %d", (int)op);
   KILN_CHECK_ARG(n_inputs >= kiln_op_min_inputs(op) && n_inputs <= kiln_op_max_inputs(op),
                  "%s takes %d to %d inputs, got %d", kiln_op_name(op), kiln_op_min_inputs(op),

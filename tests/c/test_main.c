@@ -43,6 +43,7 @@ void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi) {
 #define KILN_TEST_SUITES(X) \
   X(status)                 \
   X(pool)                   \
+  X(ir)                   \
   X(nn)                     \
   X(artifact)               \
   X(gemm)

@@ -1,0 +1,198 @@
+/* Tests of the IR (graph building, shape inference errors, the verifier),
+ * the memory planner, the compiler passes and model execution, all from C. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
+#include "kernels/kiln_activation.h"
+#include "kiln_test.h"
+#include "runtime/kiln_model.h"
+#include "runtime/kiln_plan.h"
+
+static kiln_graph_t* new_graph(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  return g;
+}
+
+static void test_shape_errors(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t s23[2] = {2, 3}, s4[1] = {4}, s32[2] = {3, 2};
+  int32_t a, b, c, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 2, s23, &a));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "b", KILN_F32, 1, s4, &b));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "c", KILN_F32, 2, s32, &c));
+  int32_t ab[2] = {a, b};
+  kiln_status_t s = kiln_graph_add_node(g, KILN_OP_ADD, ab, 2, NULL, 0, NULL, 0, "x.py:3", &y);
+  KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT, "broadcast mismatch rejected");
+  KILN_EXPECT(strstr(kiln_status_message(s), "x.py:3") && strstr(kiln_status_message(s), "broadcast"),
+              "message names origin and problem: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  int32_t ac[2] = {a, c}, aa[2] = {a, a};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, ac, 2, NULL, 0, NULL, 0, NULL, &y));
+  KILN_EXPECT(g->values[y].shape[0] == 2 && g->values[y].shape[1] == 2, "matmul shape");
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_MATMUL, aa, 2, NULL, 0, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  int64_t bad_reshape[3] = {1, 5, 0};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_RESHAPE, &a, 1, bad_reshape, 2, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  /* A view that would read past the end of its input. */
+  int64_t view[18] = {2, 3, 2, 0, 0, 0, 0, 0, 0, 1, 3};
+  view[17] = 1;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &a, 1, view, 18, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  int32_t missing = 99;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_EXP, &missing, 1, NULL, 0, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  kiln_graph_release(g);
+}
+
+static void test_verifier(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t s4[1] = {4};
+  int32_t x, y, z;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, s4, &x));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_EXP, &x, 1, NULL, 0, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_NEG, &y, 1, NULL, 0, NULL, 0, NULL, &z));
+  KILN_EXPECT_ERROR(kiln_graph_verify(g), KILN_INVALID_ARGUMENT); /* no outputs yet */
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &z, 1));
+  KILN_EXPECT_OK(kiln_graph_verify(g));
+  /* Break invariants one at a time. */
+  g->nodes[0].inputs[0] = z; /* uses a value made later */
+  KILN_EXPECT_ERROR(kiln_graph_verify(g), KILN_INVALID_ARGUMENT);
+  g->nodes[0].inputs[0] = x;
+  g->values[z].shape[0] = 5; /* stored shape disagrees with inference */
+  KILN_EXPECT_ERROR(kiln_graph_verify(g), KILN_INVALID_ARGUMENT);
+  g->values[z].shape[0] = 4;
+  g->values[y].producer = 1; /* wrong producer */
+  KILN_EXPECT_ERROR(kiln_graph_verify(g), KILN_INVALID_ARGUMENT);
+  g->values[y].producer = 0;
+  KILN_EXPECT_OK(kiln_graph_verify(g));
+  kiln_graph_release(g);
+}
+
+/* y = gelu(x @ W + b) + x, with W (K, N) given dense: the compiler must make
+ * one LINEAR with bias, activation and residual, packed. */
+static void test_compile_and_run_fused_linear(void) {
+  enum { M = 5, K = 8, N = 8 };
+  kiln_graph_t* g = new_graph();
+  float w[K * N], bias[N], x[M * K], want[M * N], got[M * N];
+  kiln_test_fill_f32(w, K * N, 1, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, N, 2, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, M * K, 3, -1, 1);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = bias[j];
+      for (int p = 0; p < K; ++p) acc += (double)x[i * K + p] * w[p * N + j];
+      want[i * N + j] = (float)(0.5 * acc * (1.0 + erf(acc / sqrt(2.0)))) + x[i * K + j];
+    }
+  int64_t sx[2] = {M, K}, sw[2] = {K, N}, sb[1] = {N};
+  int32_t vx, vw, vb, mm, add, act, out;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias, sizeof bias, &vb));
+  int32_t i1[2] = {vx, vw};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &mm));
+  int32_t i2[2] = {mm, vb};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &add));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GELU, &add, 1, NULL, 0, NULL, 0, NULL, &act));
+  int32_t i3[2] = {x[0] > 1e9f ? act : vx, act}; /* residual first, as x + f(x) */
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i3, 2, NULL, 0, NULL, 0, NULL, &out));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  KILN_EXPECT(compiled->n_nodes == 1 && compiled->nodes[0].op == KILN_OP_LINEAR,
+              "one fused linear, got %d nodes", compiled->n_nodes);
+  KILN_EXPECT(compiled->nodes[0].params[0] == KILN_ACT_GELU && compiled->nodes[0].n_inputs == 4,
+              "gelu, bias and residual absorbed");
+  KILN_EXPECT(compiled->values[compiled->nodes[0].inputs[1]].layout == KILN_LAYOUT_GEMM_PACKED_B,
+              "weight packed");
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  kiln_tensor_t in = {x, KILN_F32, 2, sx}, outt = {got, KILN_F32, 2, (int64_t[]){M, N}};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &outt, 1));
+  kiln_test_compare_f32("fused linear", got, want, M * N, 1e-5f, 1e-5f);
+  /* Wrong shape and dtype name the input and what was expected. */
+  int64_t wrong[2] = {M + 1, K};
+  kiln_tensor_t bad = {x, KILN_F32, 2, wrong};
+  kiln_status_t s = kiln_model_run(m, &bad, 1, &outt, 1);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "input 0 ('x')") &&
+                  strstr(kiln_status_message(s), "expected (5, 8) float32, got (6, 8) float32"),
+              "message: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  kiln_tensor_t bad_dtype = {x, KILN_I32, 2, sx};
+  KILN_EXPECT_ERROR(kiln_model_run(m, &bad_dtype, 1, &outt, 1), KILN_INVALID_ARGUMENT);
+  kiln_model_release(m);
+}
+
+/* A chain of 40 exp ops over 1 MiB values: liveness lets the planner reuse
+ * memory, so the arena holds two values, not forty; and no two values live
+ * at once overlap. */
+static void test_memory_plan(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[1] = {1 << 18};
+  int32_t v, x;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, shape, &x));
+  v = x;
+  int32_t ids[41];
+  for (int i = 0; i < 40; ++i) {
+    KILN_EXPECT_OK(kiln_graph_add_node(g, i % 2 ? KILN_OP_NEG : KILN_OP_ABS, &v, 1, NULL, 0, NULL, 0, NULL, &v));
+    ids[i] = v;
+  }
+  /* A reshape alias of an early value, read at the end, keeps it alive. */
+  int64_t rs[3] = {2, 512, 512}; /* params: rank, dims */
+  int32_t alias = x, sum = x;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &ids[1], 1, rs, 3, NULL, 0, NULL, &alias));
+  int64_t flat_params[3] = {2, 1, 1 << 18}, flat[2] = {1, 1 << 18};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &alias, 1, flat_params, 3, NULL, 0, NULL, &alias));
+  int32_t two[2] = {alias, v};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, two, 2, NULL, 0, NULL, 0, NULL, &sum));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &sum, 1));
+  if (kiln_test_failed) {
+    kiln_graph_release(g);
+    return;
+  }
+  kiln_plan_t p;
+  KILN_EXPECT_OK(kiln_plan_build(g, &p));
+  size_t one = (size_t)(1 << 18) * 4;
+  KILN_EXPECT(p.arena_size <= 3 * one, "arena %zu bytes for 40 values of %zu", p.arena_size, one);
+  KILN_EXPECT(p.bound_output[sum] == 0, "the output is written in place");
+  KILN_EXPECT(p.root[alias] == ids[1] && p.offset[alias] == p.offset[ids[1]], "aliases share bytes");
+  /* ids[1] lives to the end: nothing produced after it may overlap it. */
+  int overlap = 0;
+  for (int i = 2; i < 40; ++i)
+    overlap += p.offset[ids[i]] < p.offset[ids[1]] + (int64_t)one &&
+               p.offset[ids[1]] < p.offset[ids[i]] + (int64_t)one;
+  KILN_EXPECT(overlap == 0, "%d values overlap a live one", overlap);
+  kiln_plan_deinitialize(&p);
+  /* And the model computes the right thing through the reused memory. */
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
+  if (!m) return;
+  float* in = malloc(one);
+  float* out = malloc(one);
+  kiln_test_fill_f32(in, 1 << 18, 7, -2, 2);
+  kiln_tensor_t ti = {in, KILN_F32, 1, shape}, to = {out, KILN_F32, 2, flat};
+  KILN_EXPECT_OK(kiln_model_run(m, &ti, 1, &to, 1));
+  int bad = 0;
+  for (int i = 0; i < (1 << 18); ++i) bad += out[i] != -fabsf(in[i]) + -fabsf(in[i]);
+  KILN_EXPECT(bad == 0, "%d wrong elements", bad);
+  free(in);
+  free(out);
+  kiln_model_release(m);
+}
+
+void kiln_test_suite_ir(void) {
+  test_shape_errors();
+  test_verifier();
+  test_compile_and_run_fused_linear();
+  test_memory_plan();
+}
