@@ -27,13 +27,15 @@ def _as_tuple(example_inputs):
     return tuple(example_inputs)
 
 
-def trace(model, example_inputs, *, example_kwargs=None):
+def trace(model, example_inputs, *, example_kwargs=None, fallback=True):
     """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
 
     Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
     the example's; a call with other shapes or dtypes raises ValueError
-    naming the input. Raises UnsupportedOpError naming the op and the source
-    line when the model uses an op kiln does not support.
+    naming the input. When the model uses ops kiln does not support, kiln
+    compiles the rest and runs those ops in eager PyTorch between the
+    compiled pieces (a warning names them once); with fallback=False it
+    raises UnsupportedOpError naming the op and the source line instead.
     """
     from kiln.capture import export_program, lower_exported
     from kiln.module import KilnModule, compile_graph
@@ -49,10 +51,48 @@ def trace(model, example_inputs, *, example_kwargs=None):
     finally:
         if isinstance(model, torch.nn.Module) and was_training:
             model.train()
-    ctx, names, out_spec = lower_exported(ep)
-    compiled = compile_graph(ctx)
     name = type(model).__name__
+    try:
+        ctx, names, out_spec = lower_exported(ep)
+    except UnsupportedOpError:
+        if not fallback:
+            raise
+        return _trace_with_fallback(ep, name)
+    compiled = compile_graph(ctx)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
+
+
+def _trace_with_fallback(ep, name):
+    from torch.export.graph_signature import InputKind
+
+    from kiln.partition import PartitionedModule, partition, unsupported_ops
+
+    state, consts = ep.state_dict, getattr(ep, "constants", {}) or {}
+    phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    lifted, const_of = [], {}
+    for spec, n in zip(ep.graph_signature.input_specs, phs):
+        if spec.kind != InputKind.USER_INPUT:
+            t = state[spec.target] if spec.target in state else consts[spec.target]
+            lifted.append(t)
+            const_of[n] = t
+    gm = ep.graph_module
+    missing = unsupported_ops(gm)
+    fused, pieces = partition(gm, const_of.get, what=name)
+    return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name)
+
+
+def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):
+    """Reports which of the model's ops kiln supports, in the spirit of
+    torch_neuronx.analyze: ops by count, the supported share, each
+    unsupported op with its reason and source line, and what CPU fallback
+    would cost (the number of kiln pieces). Returns the report as a dict
+    and prints it unless verbose=False."""
+    from kiln.analysis import analyze_model
+
+    report = analyze_model(model, _as_tuple(example_inputs), example_kwargs)
+    if verbose:
+        print(report["text"])
+    return report
 
 
 def save(module, path):
@@ -89,4 +129,5 @@ def isa(level=None):
 from kiln import jit as _jit  # noqa: E402,F401
 from kiln.module import KilnModule  # noqa: E402
 
-__all__ = ["trace", "save", "load", "explain", "isa", "KilnModule", "KilnError", "UnsupportedOpError"]
+__all__ = ["trace", "analyze", "save", "load", "explain", "isa", "KilnModule", "KilnError",
+           "UnsupportedOpError"]

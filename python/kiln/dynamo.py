@@ -43,8 +43,23 @@ def _compile_fx(gm, example_inputs):
 
 
 def kiln_fw_compiler(gm, example_inputs):
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    # Dynamo compiles under a fake-tensor mode; kiln builds real constants.
+    with unset_fake_temporarily():
+        return _kiln_fw_compile(gm, example_inputs)
+
+
+def _kiln_fw_compile(gm, example_inputs):
+    from kiln.errors import UnsupportedOpError
+    from kiln.partition import partition
+
     try:
         return _compile_fx(gm, example_inputs)
+    except UnsupportedOpError:
+        # Compile what kiln can; the rest runs eagerly between the pieces.
+        fused, _ = partition(gm, what="torch.compile graph")
+        return fused.forward
     except KilnError as e:
         warnings.warn(f"kiln: running this graph in eager PyTorch: {e}", stacklevel=2)
         return gm.forward

@@ -251,8 +251,11 @@ def _embedding(ctx, n):
 @register(aten.index_select.default)
 def _index_select(ctx, n):
     x = ctx.value(n.args[0])
+    if not ctx.shape(x):  # a 0-d tensor indexes like a (1,) one
+        x = reshape(ctx, x, [1])
     dim = _norm_dim(n.args[1], len(ctx.shape(x)))
-    return ctx.node("gather", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+    y = ctx.node("gather", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
 
 
 @register(aten.gather.default)
@@ -601,6 +604,138 @@ def _sdpa(ctx, n):
         inputs.append(m)
     y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
+
+
+# ---- convolution, pooling and batch norm ----------------------------------------
+
+
+def _ints(v, n=2):
+    """An int or a list of one or n ints as a list of n ints."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else [int(i) for i in v]
+
+
+def _as_nchw(ctx, x, spatial):
+    """x with `spatial` trailing spatial dims as a 4-d (N, C, H, W) value:
+    unbatched inputs gain N = 1, 1-d inputs gain H = 1."""
+    shape = list(ctx.shape(x))
+    if len(shape) == spatial + 1:
+        shape = [1] + shape
+    if spatial == 1:
+        shape = shape[:2] + [1] + shape[2:]
+    if len(shape) != 4:
+        raise Unsupported(f"a rank-{len(ctx.shape(x))} input to a {spatial}-d op")
+    return reshape(ctx, x, shape)
+
+
+@register(aten.convolution.default)
+def _convolution(ctx, n):
+    x, w, bias, stride, padding, dilation, transposed, _, groups = n.args[:9]
+    if transposed:
+        raise Unsupported("transposed convolution")
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"convolution of {_val(n).dtype}")
+    spatial = len(_val(w).shape) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-d convolution")
+    stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
+    wv = ctx.value(w)
+    if spatial == 1:  # (N, C, L) as (N, C, 1, L); the weight's reshape folds away
+        o, cg, k = ctx.shape(wv)
+        wv = reshape(ctx, wv, [o, cg, 1, k], ctx.origin(n))
+        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
+    inputs = [_as_nchw(ctx, ctx.value(x), spatial), wv]
+    if bias is not None:
+        inputs.append(ctx.value(bias))
+    y = ctx.node("conv2d", inputs, stride + padding + dilation + [groups, 0], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+def _pool_params(kernel, stride, padding, dilation, ceil_mode, count_include_pad):
+    kernel = _ints(kernel)
+    stride = _ints(stride) if stride else kernel  # [] means "the kernel size"
+    return kernel + stride + _ints(padding) + _ints(dilation) + [int(bool(ceil_mode)),
+                                                                 int(bool(count_include_pad))]
+
+
+@register(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
+def _max_pool2d(ctx, n):
+    args = list(n.args) + [None] * 6
+    x, kernel, stride = args[0], args[1], args[2] or n.kwargs.get("stride")
+    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
+    dilation = args[4] if args[4] is not None else n.kwargs.get("dilation", 1)
+    ceil_mode = args[5] if args[5] is not None else n.kwargs.get("ceil_mode", False)
+    if _val(n.args[0]).dtype != torch.float32:
+        raise Unsupported(f"max_pool2d of {_val(n.args[0]).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    y = ctx.node("max_pool2d", [xv], _pool_params(kernel, stride, padding, dilation, ceil_mode, 0),
+                 origin=ctx.origin(n))
+    if n.target == aten.max_pool2d.default:
+        return reshape(ctx, y, _shape(n))
+    out_shape = tuple(int(s) for s in _val(n)[0].shape)
+    # The indices (output 1) only feed max_unpool and the backward pass.
+    return (reshape(ctx, y, out_shape), ctx.unsupported_value(n, "max_pool2d's indices output"))
+
+
+@register(aten.avg_pool2d.default)
+def _avg_pool2d(ctx, n):
+    args = list(n.args) + [None] * 7
+    x, kernel, stride = args[0], args[1], args[2] or n.kwargs.get("stride")
+    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
+    ceil_mode = args[4] if args[4] is not None else n.kwargs.get("ceil_mode", False)
+    include = args[5] if args[5] is not None else n.kwargs.get("count_include_pad", True)
+    divisor = args[6] if args[6] is not None else n.kwargs.get("divisor_override")
+    if divisor is not None:
+        raise Unsupported("avg_pool2d with divisor_override")
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"avg_pool2d of {_val(n).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    y = ctx.node("avg_pool2d", [xv], _pool_params(kernel, stride, padding, 1, ceil_mode, include),
+                 origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(ctx, n):
+    # Only the cases that are a plain average pool: each output cell averages
+    # an equal, non-overlapping block (this includes the global mean).
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    h, w = ctx.shape(xv)[2:]
+    oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
+    if _val(n).dtype != torch.float32 or oh <= 0 or ow <= 0 or h % oh or w % ow:
+        raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (not an even split)")
+    k = [h // oh, w // ow]
+    y = ctx.node("avg_pool2d", [xv], _pool_params(k, k, 0, 1, False, True), origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten._native_batch_norm_legit_no_training.default)
+def _batch_norm_eval(ctx, n):
+    # y = x * scale + shift per channel (dim 1), scale = weight / sqrt(var + eps),
+    # shift = bias - mean * scale. The parameters are constants, so the
+    # compiler folds scale and shift into two (C, 1, ...) constants, and the
+    # conv fusion pass then folds them into a preceding convolution.
+    x, weight, bias, mean, var, _, eps = n.args[:7]
+    if _val(n)[0].dtype != torch.float32:
+        raise Unsupported(f"batch norm of {_val(n)[0].dtype}")
+    xv = ctx.value(x)
+    rank = len(ctx.shape(xv))
+    if rank < 2:
+        raise Unsupported("batch norm of a rank-1 input")
+    c = ctx.shape(xv)[1]
+    f32 = torch.float32
+    origin = ctx.origin(n)
+    scale = ctx.node("rsqrt", [ctx.node("add", [ctx.value(var), ctx.scalar(float(eps), f32)])])
+    if weight is not None:
+        scale = ctx.node("mul", [scale, ctx.value(weight)])
+    shift = ctx.node("neg", [ctx.node("mul", [ctx.value(mean), scale])])
+    if bias is not None:
+        shift = ctx.node("add", [shift, ctx.value(bias)])
+    per_channel = [c] + [1] * (rank - 2)
+    y = ctx.node("mul", [xv, reshape(ctx, scale, per_channel)], origin=origin)
+    y = ctx.node("add", [y, reshape(ctx, shift, per_channel)], origin=origin)
+    why = "batch norm's saved mean/rstd outputs (training only)"
+    return (y, ctx.unsupported_value(n, why), ctx.unsupported_value(n, why))
 
 
 @register(operator.getitem)

@@ -147,3 +147,56 @@ def test_compile_is_fast_for_a_six_layer_encoder():
     compiled = check(enc, torch.randn(1, 128, 384))
     # The C compiler's share of kiln.trace (torch.export dominates the rest).
     assert compiled.stats()["compile_ms"] < 2000
+
+
+class HFStyleLayer(torch.nn.Module):
+    """A BERT/Llama-style layer written the way transformers writes it:
+    separate q/k/v projections, view + transpose to heads, SDPA, transpose
+    back, output projection with residual, norms, feed-forward."""
+
+    def __init__(self, d=64, heads=4, kv_heads=4, ffn=128):
+        super().__init__()
+        self.h, self.kvh, self.dh = heads, kv_heads, d // heads
+        self.q = torch.nn.Linear(d, d)
+        self.k = torch.nn.Linear(d, kv_heads * self.dh)
+        self.v = torch.nn.Linear(d, kv_heads * self.dh)
+        self.o = torch.nn.Linear(d, d)
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.up = torch.nn.Linear(d, ffn)
+        self.down = torch.nn.Linear(ffn, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        q = self.q(x).view(b, s, self.h, self.dh).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kvh, self.dh).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kvh, self.dh).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                             enable_gqa=self.kvh != self.h)
+        x = self.ln1(x + self.o(a.transpose(1, 2).reshape(b, s, d)))
+        return self.ln2(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_attention_layer_fuses_to_seven_kernel_calls(kv_heads):
+    torch.manual_seed(0)
+    layers = torch.nn.ModuleList([HFStyleLayer(kv_heads=kv_heads) for _ in range(2)])
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = layers
+
+        def forward(self, x, mask):
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    x = torch.randn(2, 16, 64)
+    mask = torch.zeros(2, 1, 16, 16)
+    mask[1, :, :, 12:] = float("-inf")  # padding in the second sequence
+    compiled = check(Stack(), x, mask)
+    # Per layer: fused QKV GEMM, attention, out-proj + residual, norm,
+    # up + gelu, down + residual, norm. No permute copies remain.
+    assert compiled.stats()["kernel_calls"] == 14, compiled.explain()
+    assert "strided_copy" not in compiled.explain()
