@@ -44,11 +44,11 @@ clean:
 # The model benchmark (issue 5): kiln against eager, Inductor and ONNX Runtime.
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 $(BENCH_DEPS): bench/requirements.txt $(DEPS)
-	$(PY) -m pip install --quiet -r bench/requirements.txt
+	$(PY) -m pip install --quiet -r bench/requirements.txt torch==2.13.0
 	touch $@
 
 bench: build $(BENCH_DEPS)
-	$(PY) bench/run.py $(if $(QUICK),--quick,)
+	$(PY) bench/run.py $(if $(QUICK),--quick)
 
 bench-kernels: build
 	$(BUILD)/bench/kernels/bench_gemm

@@ -329,7 +329,8 @@ def build_train_transformer():
 MODELS: dict[str, Spec] = {s.name: s for s in [
     Spec("seed", build_seed, "Linear(768,768)+GELU, x (1,128,768)"),
     Spec("mlp", build_mlp, "3x Linear 1024 + ReLU, batch 64"),
-    Spec("minilm_b1", _minilm(1), "all-MiniLM-L6-v2 (real weights), seq 128, batch 1"),
+    Spec("minilm_b1", _minilm(1), "all-MiniLM-L6-v2 (real weights), seq 128, batch 1",
+         quick_skip_inductor=True),
     Spec("minilm_b8", _minilm(8), "all-MiniLM-L6-v2 (real weights), seq 128, batch 8",
          quick_skip_inductor=True),
     Spec("bert_base", build_bert_base, "BERT-base encoder (random), seq 128, batch 1",

@@ -23,11 +23,17 @@ class Unavailable(Exception):
     """The system cannot run this model; the message is the short reason."""
 
 
-SYSTEMS = ("eager", "inductor", "onnxruntime", "kiln")
+# The order they run in, in each model's process: eager first (the reference),
+# kiln next (its output is checked before anything else), Inductor last (its
+# compile workers stay alive after it).
+SYSTEMS = ("eager", "kiln", "onnxruntime", "inductor")
 
 
 def short(e: BaseException, n: int = 160) -> str:
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    lines = [l.strip() for l in str(e).strip().splitlines() if l.strip()]
+    msg = lines[0] if lines else ""
+    if msg.endswith(":") and len(lines) > 1:   # e.g. "backend='kiln' raised:"
+        msg += " " + lines[1]
     s = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
     return s if len(s) <= n else s[: n - 1] + "…"
 

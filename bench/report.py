@@ -43,7 +43,24 @@ def _version(mod):
         return None
 
 
-def machine_meta(threads, quick, total_s) -> dict:
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds all processes on the machine have used (from /proc/stat)."""
+    try:
+        f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        user, nice, system, idle, iowait, irq, softirq, steal = map(int, f[:8])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except Exception:
+        return None
+
+
+def own_cpu_seconds() -> float:
+    import resource
+    a = resource.getrusage(resource.RUSAGE_SELF)
+    b = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def machine_meta(threads, quick, total_s, other_load=None) -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
@@ -52,6 +69,7 @@ def machine_meta(threads, quick, total_s) -> dict:
         "quick": bool(quick),
         "total_s": round(total_s, 1),
         "python": platform.python_version(),
+        "other_load": other_load,
         "versions": {m: _version(m) for m in
                      ("torch", "onnxruntime", "onnx", "onnxscript", "transformers", "kiln")},
     }
@@ -177,10 +195,21 @@ def text_table(results: dict) -> str:
                  f"{', '.join(map(str, m['threads']))}; times are medians in ms; "
                  f"kiln/X = X's time / kiln's time (>1: kiln faster)"
                  + ("; QUICK run" if m.get("quick") else ""))
+    busy = busy_warning(m)
+    if busy:
+        lines.append(busy)
     if notes.items:
         lines.append("")
         lines += [f"[{i + 1}] {t}" for i, t in enumerate(notes.items)]
     return "\n".join(lines)
+
+
+def busy_warning(m: dict) -> str:
+    load = m.get("other_load")
+    if load is not None and load > 0.25:
+        return (f"WARNING: other processes kept {load:.1f} of the {m['cores']} cores busy "
+                f"during the run: times are not reliable.")
+    return ""
 
 
 def markdown(results: dict, png_name: str = "results.png") -> str:
@@ -199,6 +228,8 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
         "output's magnitude). `kiln/X` is X's time divided by kiln's (above 1: kiln is "
         "faster). Compile times: `kiln.trace` wall time and torch.compile's first call. "
         "Produced by `make bench` (bench/run.py).",
+        "",
+        ("**" + busy_warning(m) + "**") if busy_warning(m) else "",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join(["---"] * 3 + ["---:"] * (len(HEADER) - 3)) + "|",
@@ -237,8 +268,11 @@ def plot(results: dict, path: Path):
     for r in rows:
         if r["model"] not in models:
             models.append(r["model"])
-    threads = results["meta"]["threads"]
-    ncol = 4
+    # Thread counts where every row was skipped (QUICK) get no bar group.
+    threads = [t for t in results["meta"]["threads"]
+               if any(r["threads"] == t and not r.get("skipped") for r in rows)]
+    threads = threads or results["meta"]["threads"]
+    ncol = min(4, len(models))
     nrow = (len(models) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(4.4 * ncol, 3.5 * nrow + 0.9),
                              squeeze=False)
@@ -275,7 +309,10 @@ def plot(results: dict, path: Path):
                 kc = s.get("kiln", {})
                 why = ("FAIL" if "fail" in kc else
                        short_reason(kc.get("na", row.get("skipped", "n/a"))))
+                if why.startswith("kiln "):
+                    why = why[5:]
                 lines.append(f"{t} thr: kiln {why}")
+        ax.set_xlim(-0.5, len(threads) - 0.5)
         ax.set_xticks(range(len(threads)))
         ax.set_xticklabels([f"{t} thread{'s' if t != 1 else ''}" for t in threads])
         ax.set_ylabel("ms (median)")

@@ -34,7 +34,7 @@ QUICK_SKIP = "skipped in QUICK: Inductor's compile does not fit the 5-minute bud
 
 def timing_params(quick: bool, heavy: bool) -> dict:
     if quick:
-        return {"warmup": 2, "runs": 10, "budget_s": 1.5 if heavy else 1.0}
+        return {"warmup": 1, "runs": 10, "budget_s": 1.0 if heavy else 0.5}
     return {"warmup": 5, "runs": 50, "budget_s": 15.0 if heavy else 8.0}
 
 
@@ -185,6 +185,7 @@ def driver(args) -> int:
     quick = args.quick
     timeout = 240 if quick else 1800
     start = time.perf_counter()
+    busy0, own0 = report.busy_cpu_seconds(), report.own_cpu_seconds()
     rows = []
     first_wall: dict = {}
     for ti, n in enumerate(threads):
@@ -214,7 +215,12 @@ def driver(args) -> int:
             print(f" {row['wall_s']:.1f}s" + (f"  ({row['error']})" if row.get("error") else ""),
                   flush=True)
     total = time.perf_counter() - start
-    meta = report.machine_meta(threads, quick, total)
+    busy1, own1 = report.busy_cpu_seconds(), report.own_cpu_seconds()
+    other = None
+    if busy0 is not None and busy1 is not None:
+        # CPU that processes other than this benchmark used, in cores.
+        other = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / total, 2)
+    meta = report.machine_meta(threads, quick, total, other)
     results = {"meta": meta, "rows": rows}
     out_dir = Path(args.out_dir)
     report.write_all(results, out_dir)

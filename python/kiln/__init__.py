@@ -74,10 +74,11 @@ def _trace_with_fallback(ep, name):
         if spec.kind != InputKind.USER_INPUT:
             t = state[spec.target] if spec.target in state else consts[spec.target]
             lifted.append(t)
-            const_of[n] = t
+            const_of[n.name] = t  # by name: partitioning copies the nodes
     gm = ep.graph_module
-    missing = unsupported_ops(gm)
-    fused, pieces = partition(gm, const_of.get, what=name)
+    missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
+    fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
+                              what=name)
     return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name)
 
 

@@ -31,7 +31,7 @@ def _stand_in(ctx, n):
     return ctx.unsupported_value(n, "a non-tensor result of an unsupported op")
 
 
-def _per_node_support(gm):
+def per_node_support(gm):
     """{node: reason or None} by lowering the graph node by node."""
     ctx = LoweringContext()
     status = {}
@@ -68,7 +68,7 @@ def analyze_model(model, args, kwargs=None):
     with torch.no_grad():
         ep = export_program(model, args, kwargs)
     gm = ep.graph_module
-    status = _per_node_support(gm)
+    status = per_node_support(gm)
     counts = collections.Counter(str(n.target) for n in status)
     bad = collections.Counter(str(n.target) for n, why in status.items() if why)
     total = sum(counts.values())
@@ -80,10 +80,12 @@ def analyze_model(model, args, kwargs=None):
                                 "node": describe_node(n)})
     pieces = 0
     if unsupported:
-        from kiln.partition import _KilnSupport
         from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-        pieces = len(CapabilityBasedPartitioner(gm, _KilnSupport(), allows_single_node_partition=True)
+        from kiln.partition import _KilnSupport
+
+        refused = {n for n, why in status.items() if why}
+        pieces = len(CapabilityBasedPartitioner(gm, _KilnSupport(refused), allows_single_node_partition=True)
                      .propose_partitions())
     lines = [f"kiln.analyze: {type(model).__name__}: {total} ATen ops, {supported} supported "
              f"({100.0 * supported / max(total, 1):.1f}%)", "", f"{'op':45s} {'count':>6s}  supported"]
@@ -96,7 +98,7 @@ def analyze_model(model, args, kwargs=None):
             if u["where"]:
                 lines.append(f"      at {u['where']}")
         lines += ["", f"with CPU fallback: {pieces} kiln pieces, eager PyTorch for "
-                      f"{', '.join(unsupported_ops(gm)) or 'ops refused in lowering'}"]
+                      f"{', '.join(unsupported_ops(gm, {n for n, why in status.items() if why}))}"]
     else:
         lines += ["", "every op runs in kiln: one compiled graph, no fallback"]
     return {"total_ops": total, "supported_ops": supported,

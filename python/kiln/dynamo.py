@@ -2,8 +2,8 @@
 
 Registered through the ``torch_dynamo_backends`` entry point, so installing
 kiln is enough. Dynamo hands over an FX graph of torch ops; AOTAutograd
-lowers it to Core ATen (the same decompositions kiln.trace uses) and kiln
-compiles the forward graph. Graphs kiln cannot compile (an unsupported op,
+lowers it to Core ATen (the same decompositions kiln.trace uses) and splits
+forward from backward when training; kiln compiles both. Graphs kiln cannot compile (an unsupported op,
 symbolic shapes) run in eager PyTorch instead, with a warning naming why.
 """
 
@@ -31,12 +31,21 @@ def _compile_fx(gm, example_inputs):
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    ctx = lower_graph(gm, placeholders, flat)
+    # Backward graphs return None for inputs that need no gradient.
+    tensor_outs = [i for i, o in enumerate(flat) if o is not None]
+    ctx = lower_graph(gm, placeholders, [flat[i] for i in tensor_outs])
     mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
     tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+    n_out = len(flat)
 
     def run(*args):
-        return mod.run_flat([args[i] for i in tensor_positions])
+        got = mod.run_flat([args[i] for i in tensor_positions])
+        if len(tensor_outs) == n_out:
+            return got
+        result = [None] * n_out
+        for i, t in zip(tensor_outs, got):
+            result[i] = t
+        return result
 
     run._kiln_module = mod
     return run
@@ -76,7 +85,10 @@ def kiln_backend(gm, example_inputs, **kwargs):
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
     def bw(gm_, ex_):
-        # Training is issue 6: backward graphs run in eager for now.
-        return make_boxed_func(gm_.forward)
+        # Backward graphs are plain ATen graphs too; ops kiln lacks fall back.
+        return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
+    # Attention stays whole (see capture.decomposition_table); in training
+    # its fused forward/backward ops run in eager through the fallback until
+    # kiln has an attention backward kernel.
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=decomposition_table())(gm, example_inputs)

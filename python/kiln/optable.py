@@ -346,9 +346,13 @@ def _binary(ctx, n):
     out_dtype = _val(n).dtype
     dtype = _compute_dtype(n, a, b) if op in _COMPARE else out_dtype
     if op in ("logical_and", "logical_or"):
+        if n.target in (aten.bitwise_and.Tensor, aten.bitwise_or.Tensor) and out_dtype != torch.bool:
+            raise Unsupported(f"{n.target} of {out_dtype} tensors")  # bitwise, not logical
         dtype = torch.bool
     if n.target in (aten.div.Tensor, aten.div.Scalar) and n.kwargs.get("rounding_mode"):
         raise Unsupported(f"rounding_mode={n.kwargs['rounding_mode']!r}")
+    if op == "pow" and not dtype.is_floating_point:
+        raise Unsupported(f"pow of {dtype} tensors")
     if op == "pow" and not isinstance(b, torch.fx.Node) and b == 2:
         x = operand(ctx, a, dtype)  # x**2 as x*x: exact, like torch
         return ctx.node("mul", [x, x], origin=ctx.origin(n))
@@ -510,15 +514,26 @@ def _softmax(ctx, n):
 @register(aten.native_layer_norm.default)
 def _layer_norm(ctx, n):
     x, normalized_shape, weight, bias, eps = n.args[:5]
-    inputs = [ctx.value(x)]
+    xv = ctx.value(x)
+    inputs = [xv]
     inputs.append(ctx.value(weight) if weight is not None else -1)
     inputs.append(ctx.value(bias) if bias is not None else -1)
     while inputs[-1] == -1:
         inputs.pop()
     y = ctx.node("layer_norm", inputs, [len(normalized_shape)], [eps], origin=ctx.origin(n))
-    # mean and rstd (outputs 1 and 2) are only used in training graphs.
-    return (y, ctx.unsupported_value(n, "native_layer_norm's mean/rstd outputs"),
-            ctx.unsupported_value(n, "native_layer_norm's mean/rstd outputs"))
+    # mean and rstd (outputs 1 and 2) are what training saves for backward.
+    # Built from plain ops; dead-code elimination drops them in inference.
+    rank = len(ctx.shape(xv))
+    mask = _axes_mask(list(range(rank - len(normalized_shape), rank)), rank)
+    mean = ctx.node("mean", [xv], [mask, 1])
+    centred = ctx.node("sub", [xv, mean])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred]), ], [mask, 1])
+    rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), torch.float32)])])
+    return (y, reshape(ctx, mean, _shape_of_output(n, 1)), reshape(ctx, rstd, _shape_of_output(n, 2)))
+
+
+def _shape_of_output(n, i):
+    return tuple(int(s) for s in n.meta["val"][i].shape)
 
 
 @register(aten.rms_norm.default)
@@ -565,13 +580,17 @@ def _linear(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"linear of {_val(n).dtype}")
     x, w = ctx.value(n.args[0]), ctx.value(n.args[1])
+    if len(ctx.shape(w)) != 2:
+        raise Unsupported("linear with a 1-d weight")
     out_features, in_features = ctx.shape(w)
+    if len(ctx.shape(x)) == 1:  # a single (K,) row: as (1, K), then back
+        x = reshape(ctx, x, [1, in_features])
     # y = x @ w^T: the transpose of a constant weight folds away at compile time.
     wt = strided_copy(ctx, w, [in_features, out_features], [1, in_features], 0, ctx.origin(n))
     y = ctx.node("matmul", [x, wt], origin=ctx.origin(n))
     if len(n.args) > 2 and n.args[2] is not None:
         y = ctx.node("add", [y, ctx.value(n.args[2])], origin=ctx.origin(n))
-    return y
+    return reshape(ctx, y, _shape(n))
 
 
 @register(aten.scaled_dot_product_attention.default)

@@ -21,8 +21,15 @@ _warned = set()
 
 
 class _KilnSupport(OperatorSupportBase):
+    """Ops kiln lowers. `refused` holds nodes whose handler declined this
+    particular use (an op kiln has, with arguments it lacks)."""
+
+    def __init__(self, refused=()):
+        super().__init__()
+        self.refused = set(refused)
+
     def is_node_supported(self, submodules, node):
-        if node.op != "call_function" or node.target not in TABLE:
+        if node.op != "call_function" or node.target not in TABLE or node in self.refused:
             return False
         val = node.meta.get("val")
         vals = val if isinstance(val, (tuple, list)) else [val]
@@ -48,9 +55,17 @@ class _KilnPiece(torch.nn.Module):
         return tuple(outs) if self.tuple_output else outs[0]
 
 
-def unsupported_ops(gm):
+def refused_nodes(gm):
+    """Nodes kiln's op table would refuse, found by lowering node by node."""
+    from kiln.analysis import per_node_support
+
+    return {n for n, why in per_node_support(gm).items() if why}
+
+
+def unsupported_ops(gm, refused=None):
+    support = _KilnSupport(refused_nodes(gm) if refused is None else refused)
     return sorted({str(n.target) for n in gm.graph.nodes
-                   if n.op == "call_function" and not _KilnSupport().is_node_supported({}, n)})
+                   if n.op == "call_function" and not support.is_node_supported({}, n)})
 
 
 def partition(gm, constant_of=None, warn=True, what="this model"):
@@ -61,15 +76,17 @@ def partition(gm, constant_of=None, warn=True, what="this model"):
     from kiln.capture import lower_graph
     from kiln.module import KilnModule, compile_graph
 
-    missing = unsupported_ops(gm)
+    refused = refused_nodes(gm)
+    support = _KilnSupport(refused)
+    missing = unsupported_ops(gm, refused)
     if warn and missing:
         key = tuple(missing)
         if key not in _warned:
             _warned.add(key)
             warnings.warn(f"kiln: {what} runs these ops in eager PyTorch (CPU fallback): "
                           f"{', '.join(missing)}", stacklevel=3)
-    parts = CapabilityBasedPartitioner(gm, _KilnSupport(), allows_single_node_partition=True).propose_partitions()
-    fused = CapabilityBasedPartitioner(gm, _KilnSupport(), allows_single_node_partition=True).fuse_partitions(parts)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     n_pieces = 0
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):

@@ -75,6 +75,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   if (o->fuse) {
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
+    KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
   }
   if (o->pack_weights)
@@ -110,10 +111,11 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));
-    if (n->op == KILN_OP_LINEAR && n->params[0]) {
+    int64_t act = n->op == KILN_OP_LINEAR ? n->params[0] : n->op == KILN_OP_CONV2D ? n->params[7] : 0;
+    if (act) {
       static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
-      if ((unsigned long long)n->params[0] < sizeof(acts) / sizeof(acts[0]))
-        fprintf(out, " act=%s", acts[n->params[0]]);
+      if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
+        fprintf(out, " act=%s", acts[act]);
     }
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);

@@ -29,6 +29,12 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* graph, kiln_pool_t* pool, int fold,
 kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                   int32_t* out_fused);
 
+/* CONV2D absorbs a following run of per-channel MUL/ADD by constants (batch
+ * norm: folded into its weight and bias), an activation and a residual add,
+ * when each is the sole user. */
+kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                  int32_t* out_fused);
+
 /* SDPA reads q/k/v through views (no permute copies), writes (B, S, H, D)
  * when that is what follows, and gets one GEMM for Q, K and V. */
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,

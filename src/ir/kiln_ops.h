@@ -56,6 +56,27 @@
  *                                        y[..i..] = x[..index[..i..]..] along
  *                                        params[0]; other dims of index no
  *                                        larger than x's.
+ *   CONV2D         (x, w, bias?, residual?) -> y
+ *                                        x (N, C, H, W) float32; w dense
+ *                                        (O, C / groups, kh, kw), usually a
+ *                                        constant;
+ *                                        bias (O); residual of y's shape;
+ *                                        y (N, O, Ho, Wo) =
+ *                                        act(conv(x, w) + bias) + residual;
+ *                                        params: [0..1] stride h, w,
+ *                                        [2..3] padding h, w, [4..5] dilation
+ *                                        h, w, [6] groups, [7] kiln_activation_t,
+ *                                        [8] 1: the residual is added before
+ *                                        the activation, y = act(conv(x, w) +
+ *                                        bias + residual) (ResNet's blocks).
+ *                                        Ho = (H + 2 ph - dh (kh - 1) - 1) / sh + 1.
+ *   MAX_POOL2D, AVG_POOL2D (x) -> y      x (N, C, H, W) float32 -> (N, C, Ho, Wo);
+ *                                        params: [0..1] kernel h, w, [2..3]
+ *                                        stride h, w, [4..5] padding h, w
+ *                                        (at most half the kernel), [6..7]
+ *                                        dilation h, w (1 for avg), [8]
+ *                                        ceil_mode, [9] count_include_pad
+ *                                        (avg). Sizes as torch's pooling.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -114,7 +135,10 @@
   X(LINEAR, "linear", 2, 4)          \
   X(SDPA, "sdpa", 3, 4)              \
   X(FMA_SCALAR, "fma_scalar", 1, 1)  \
-  X(GATHER_ELEMENTS, "gather_elements", 2, 2)
+  X(GATHER_ELEMENTS, "gather_elements", 2, 2) \
+  X(CONV2D, "conv2d", 2, 4)          \
+  X(MAX_POOL2D, "max_pool2d", 1, 1)  \
+  X(AVG_POOL2D, "avg_pool2d", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -299,6 +299,89 @@ static kiln_status_t infer_norm(const kiln_graph_t* g, const kiln_node_t* n, kil
   return kiln_ok();
 }
 
+/* One spatial output size of a convolution or pooling window, with every
+ * parameter validated (they may come from a file). ceil_mode follows torch:
+ * the last window must start inside the input or its left padding. */
+static kiln_status_t window_out_size(const char* what, int64_t in, int64_t k, int64_t s,
+                                     int64_t p, int64_t d, int ceil_mode, int64_t* out) {
+  const int64_t lim = (int64_t)1 << 40;
+  if (k < 1 || k > lim) FAIL("%s: kernel size %lld must be positive", what, (long long)k);
+  if (s < 1 || s > lim) FAIL("%s: stride %lld must be positive", what, (long long)s);
+  if (d < 1 || d > lim) FAIL("%s: dilation %lld must be positive", what, (long long)d);
+  if (p < 0 || p > lim) FAIL("%s: padding %lld must not be negative", what, (long long)p);
+  int64_t span = d * (k - 1) + 1, room = in + 2 * p - span;
+  if (room < 0)
+    FAIL("%s: the window (%lld with dilation) is larger than the padded input (%lld)", what,
+         (long long)span, (long long)(in + 2 * p));
+  int64_t o = (room + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) --o;
+  *out = o;
+  return kiln_ok();
+}
+
+static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
+  const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
+  const int64_t* p = n->params;
+  if (!x || !w) FAIL("x and w are required");
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("conv2d takes float32");
+  if (x->rank != 4) FAIL("conv2d's x must be (N, C, H, W), got rank %d", x->rank);
+  /* w is usually a constant, but may be computed (a 1-d conv's reshaped
+   * weight before folding, or a weight that really is an activation). */
+  if (w->rank != 4 || w->layout != KILN_LAYOUT_DENSE)
+    FAIL("conv2d's w must be dense (O, C / groups, kh, kw), got rank %d", w->rank);
+  int64_t groups = p[6], C = x->shape[1], O = w->shape[0];
+  if (groups < 1 || groups > ((int64_t)1 << 40))
+    FAIL("conv2d: groups %lld must be positive", (long long)groups);
+  if (C < 1 || C % groups || w->shape[1] != C / groups)
+    FAIL("conv2d: x has %lld channels; w expects %lld per group x %lld groups", (long long)C,
+         (long long)w->shape[1], (long long)groups);
+  if (O < 1 || O % groups) FAIL("conv2d: %lld output channels do not split into %lld groups",
+                                (long long)O, (long long)groups);
+  if ((unsigned long long)p[7] >= KILN_ACT_COUNT) FAIL("conv2d: unknown activation");
+  if ((unsigned long long)p[8] > 1) FAIL("conv2d: residual placement (param 8) is 0 or 1");
+  int64_t shape[4] = {x->shape[0], O, 0, 0};
+  KILN_RETURN_IF_ERROR(
+      window_out_size("conv2d height", x->shape[2], w->shape[2], p[0], p[2], p[4], 0, &shape[2]));
+  KILN_RETURN_IF_ERROR(
+      window_out_size("conv2d width", x->shape[3], w->shape[3], p[1], p[3], p[5], 0, &shape[3]));
+  set_shape(out, KILN_F32, 4, shape);
+  if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != O))
+    FAIL("conv2d: bias must be float32 with %lld elements", (long long)O);
+  if (res) {
+    if (res->dtype != KILN_F32 || res->rank != 4) FAIL("conv2d: residual must match y");
+    for (int32_t d = 0; d < 4; ++d)
+      if (res->shape[d] != shape[d]) FAIL("conv2d: residual must match y's shape");
+  }
+  return kiln_ok();
+}
+
+static kiln_status_t infer_pool2d(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
+  const int64_t* p = n->params;
+  const char* name = kiln_op_name(n->op);
+  if (x->dtype != KILN_F32) FAIL("%s takes float32", name);
+  if (x->rank != 4) FAIL("%s's x must be (N, C, H, W), got rank %d", name, x->rank);
+  if (n->op == KILN_OP_AVG_POOL2D && (p[6] != 1 || p[7] != 1))
+    FAIL("avg_pool2d has no dilation (params 6 and 7 must be 1)");
+  if ((unsigned long long)p[8] > 1 || (unsigned long long)p[9] > 1)
+    FAIL("%s: ceil_mode and count_include_pad are 0 or 1", name);
+  int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
+  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[2], p[0], p[2], p[4], p[6], (int)p[8],
+                                       &shape[2]));
+  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[3], p[1], p[3], p[5], p[7], (int)p[8],
+                                       &shape[3]));
+  for (int i = 0; i < 2; ++i) {
+    /* As torch: padding at most half the (dilated) kernel, so no window lies
+     * wholly in the padding (max would be -inf, avg a division by zero). */
+    int64_t span = (p[i] - 1) * p[6 + i] + 1;
+    if (p[4 + i] > span / 2)
+      FAIL("%s: padding %lld is more than half the kernel (%lld)", name, (long long)p[4 + i],
+           (long long)span);
+  }
+  set_shape(out, KILN_F32, 4, shape);
+  return kiln_ok();
+}
+
 kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
                                     kiln_value_t* out) {
   memset(out, 0, sizeof(*out));
@@ -404,6 +487,11 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
       set_shape(out, x->dtype, x->rank, x->shape);
       return kiln_ok();
+    case KILN_OP_CONV2D:
+      return infer_conv2d(g, n, out);
+    case KILN_OP_MAX_POOL2D:
+    case KILN_OP_AVG_POOL2D:
+      return infer_pool2d(n, x, out);
     default:
       break;
   }

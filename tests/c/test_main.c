@@ -46,7 +46,8 @@ void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi) {
   X(ir)                   \
   X(nn)                     \
   X(artifact)               \
-  X(gemm)
+  X(gemm)                   \
+  X(conv)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

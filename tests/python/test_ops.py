@@ -10,7 +10,7 @@ cores. assert_close names the index of the output that differs.
 
 Tolerances, and why:
   EXACT   int / bool results, data movement (views, cat, gather, where) and
-          IEEE-exact float ops (add/sub/mul/div/max/min/neg/abs/sqrt, casts):
+          IEEE-exact float ops (add/sub/mul/div/max/min/neg/abs, casts):
           bit-for-bit.
   EW      fp32 elementwise chains (a scalar multiply folded in, a**0.5, ...):
           1e-6 rel / 1e-6 abs, a couple of ulp.
@@ -19,6 +19,11 @@ Tolerances, and why:
           result, torch's (SLEEF) within ~1 ulp, so they may differ by ~4 ulp:
           rtol 5e-7 (4 * 2^-23 ~ 4.8e-7); atol 1e-7 for results near zero,
           where a tiny absolute error is a large relative one.
+  SQRT    sqrt is correctly rounded in kiln, but this torch build's (MKL VML)
+          is 1 ulp off for ~15% of inputs: 1 ulp.
+  GELU    gelu (exact) as torch computes it, x/2 (1 + erf(x/sqrt2)), cancels
+          for x < 0 (absolute error up to ~2.5e-7 near x = -2, and it
+          flushes to 0 below x ~ -5.5); kiln's erfc form does not: atol 4e-7.
   RED     softmax, norms, reductions: a sum over a row in another order (kiln
           accumulates in blocks): 1e-5 rel / 1e-6 abs.
   gemm(K) matmul / linear / attention: a K-term dot product's rounding error
@@ -40,6 +45,8 @@ EXACT = dict(rtol=0.0, atol=0.0)
 EW = dict(rtol=1e-6, atol=1e-6)
 TRANS = dict(rtol=5e-7, atol=1e-7)
 RED = dict(rtol=1e-5, atol=1e-6)
+SQRT = dict(rtol=1.2e-7, atol=0.0)
+GELU = dict(rtol=5e-7, atol=4e-7)
 
 
 def gemm(k):
@@ -86,17 +93,22 @@ def randn(*shape):
 # ---- matrix products ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("shape", [(4, 24), (2, 5, 24), (2, 1, 3, 24)])
-def test_linear(bias, shape):
-    lin = nn.Linear(24, 13, bias=bias)
-    check(lin, randn(*shape), tol=gemm(24))
+class Linears(nn.Module):
+    """With and without bias, and K = 257: a tail after every SIMD/K-block width."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(24, 13)
+        self.b = nn.Linear(24, 13, bias=False)
+        self.c = nn.Linear(257, 33)
+
+    def forward(self, x, y):
+        return self.a(x), self.b(x), self.c(y)
 
 
-def test_linear_large_k():
-    # K = 257: a tail after every SIMD/K-block width kiln uses.
-    lin = nn.Linear(257, 33)
-    check(lin, randn(7, 257), tol=gemm(257))
+@pytest.mark.parametrize("lead", [(4,), (2, 5), (2, 1, 3)], ids=["2d", "3d", "4d"])
+def test_linear(lead):
+    check(Linears(), randn(*lead, 24), randn(*lead, 257), tol=gemm(257))
 
 
 def test_linear_stack():
@@ -105,28 +117,34 @@ def test_linear_stack():
     check(m, randn(3, 16), tol=gemm(32))
 
 
-@pytest.mark.parametrize("alpha,beta", [(1, 1), (2.0, 0.5), (1, 0)])
-def test_addmm(alpha, beta):
-    check(lambda b, x, w: torch.addmm(b, x, w, alpha=alpha, beta=beta),
-          randn(7), randn(3, 5), randn(5, 7), tol=gemm(5))
+def test_addmm_mm_bmm():
+    def f(b, x, w, c, d):
+        return (torch.addmm(b, x, w), torch.addmm(b, x, w, alpha=2.0, beta=0.5),
+                torch.addmm(b, x, w, beta=0), torch.mm(x, w), torch.bmm(c, d))
+    check(f, randn(7), randn(3, 9), randn(9, 7), randn(3, 5, 9), randn(3, 9, 2), tol=gemm(9))
 
 
-def test_mm_bmm():
-    check(lambda a, b, c, d: (torch.mm(a, b), torch.bmm(c, d)),
-          randn(6, 9), randn(9, 4), randn(3, 5, 9), randn(3, 9, 2), tol=gemm(9))
+MATMUL = {
+    "broadcast": [
+        ((2, 3, 4, 16), (16, 5)),        # batched @ matrix (b broadcast over the batch)
+        ((4, 16), (2, 16, 5)),           # matrix @ batched (a broadcast)
+        ((2, 1, 4, 16), (1, 3, 16, 5)),  # both broadcast
+        ((3, 4, 130), (3, 130, 6)),      # K past a block boundary
+    ],
+    "vector": [
+        ((16,), (16, 5)),                # 1-d @ 2-d
+        ((2, 3, 16), (16,)),             # 3-d @ 1-d
+        ((16,), (16,)),                  # dot product: 0-d result
+    ],
+}
 
 
-@pytest.mark.parametrize("sa,sb", [
-    ((2, 3, 4, 16), (16, 5)),        # batched @ matrix (b broadcast over the batch)
-    ((4, 16), (2, 16, 5)),           # matrix @ batched (a broadcast)
-    ((2, 1, 4, 16), (1, 3, 16, 5)),  # both broadcast
-    ((3, 4, 130), (3, 130, 6)),      # K past a block boundary
-    ((16,), (16, 5)),                # 1-d @ 2-d
-    ((2, 3, 16), (16,)),             # 3-d @ 1-d
-    ((16,), (16,)),                  # dot product: 0-d result
-])
-def test_matmul(sa, sb):
-    check(lambda a, b: torch.matmul(a, b), randn(*sa), randn(*sb), tol=gemm(sa[-1]))
+@pytest.mark.parametrize("case", list(MATMUL))
+def test_matmul(case):
+    shapes = MATMUL[case]
+    args = [randn(*s) for pair in shapes for s in pair]
+    check(lambda *xs: tuple(torch.matmul(xs[i], xs[i + 1]) for i in range(0, len(xs), 2)), *args,
+          tol=gemm(130))
 
 
 # ---- binary elementwise ---------------------------------------------------------------
@@ -136,15 +154,13 @@ def _arith(a, b):
     return a + b, a - b, a * b, a / b, torch.maximum(a, b), torch.minimum(a, b)
 
 
-@pytest.mark.parametrize("sa,sb", [
-    ((3, 4), (3, 4)),
-    ((2, 3, 4), (4,)),
-    ((2, 1, 4), (3, 1)),
-    ((), (2, 3)),
-    ((5, 1, 1, 3), (1, 4, 2, 1)),
-])
-def test_binary_broadcast(sa, sb):
-    check(_arith, randn(*sa), randn(*sb) + 0.1, tol=EXACT)
+@pytest.mark.parametrize("shapes", [
+    [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((2, 1, 4), (3, 1))],
+    [((), (2, 3)), ((5, 1, 1, 3), (1, 4, 2, 1)), ((3, 1), ())],
+], ids=["same_trailing_outer", "scalar_4d"])
+def test_binary_broadcast(shapes):
+    args = [randn(*s) + 0.1 for pair in shapes for s in pair]
+    check(lambda *xs: tuple(r for i in range(0, len(xs), 2) for r in _arith(xs[i], xs[i + 1])), *args)
 
 
 def test_binary_python_scalars():
@@ -195,16 +211,11 @@ def _compare(a, b):
     return a == b, a != b, a < b, a <= b, a > b, a >= b, a > 0, a <= 1, a == 2, a != 0
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
-def test_comparisons(dtype):
-    a = torch.randint(-2, 3, (4, 5)).to(dtype)
-    b = torch.randint(-2, 3, (5,)).to(dtype)
-    check(_compare, a, b)
-
-
-def test_compare_mixed_dtypes():
-    # int tensor vs float tensor / float scalar: compare in the promoted type.
-    check(lambda i, x: (i < x, i == 1.5, x > i), torch.randint(-2, 3, (6,)), randn(6))
+def test_comparisons():
+    # float, int64, and mixed (int vs float tensor / scalar: compared in the promoted type).
+    a, b = torch.randint(-2, 3, (4, 5)), torch.randint(-2, 3, (5,))
+    check(lambda fa, fb, ia, ib, x: _compare(fa, fb) + _compare(ia, ib) + (ia < x, ia == 1.5, x > ia),
+          a.float(), b.float(), a, b, randn(5))
 
 
 def test_where():
@@ -240,43 +251,38 @@ def _pos(n=200):
     return torch.cat([torch.rand(n) * 10, torch.tensor([1e-30, 1e-6, 0.5, 1.0, 2.0, 1e6, 1e30])])
 
 
-UNARY = [
-    ("relu", torch.relu, _wide, EXACT),
-    ("neg", torch.neg, _wide, EXACT),
-    ("abs", torch.abs, _wide, EXACT),
-    ("sqrt", torch.sqrt, _pos, EXACT),
-    ("rsqrt", torch.rsqrt, _pos, TRANS),
-    ("reciprocal", torch.reciprocal, _wide, EXACT),
-    ("exp", torch.exp, _wide, TRANS),
-    ("log", torch.log, _pos, TRANS),
-    ("tanh", torch.tanh, _wide, TRANS),
-    ("sigmoid", torch.sigmoid, _wide, TRANS),
-    ("silu", F.silu, _wide, TRANS),
-    ("gelu", lambda x: F.gelu(x), _wide, TRANS),
-    ("gelu_tanh", lambda x: F.gelu(x, approximate="tanh"), _wide, TRANS),
-    ("erf", torch.erf, _wide, TRANS),
-    ("sin", torch.sin, _wide, TRANS),
-    ("cos", torch.cos, _wide, TRANS),
-]
+# Grouped by domain and tolerance: one trace per group.
+UNARY = {
+    "exact": ([torch.relu, torch.neg, torch.abs, torch.reciprocal], _wide, EXACT),
+    "sqrt": ([torch.sqrt], _pos, SQRT),
+    "positive": ([torch.rsqrt, torch.log], _pos, TRANS),
+    "exp_tanh_sigmoid_silu": ([torch.exp, torch.tanh, torch.sigmoid, F.silu], _wide, TRANS),
+    "gelu_tanh_erf_sin_cos": ([lambda x: F.gelu(x, approximate="tanh"), torch.erf, torch.sin, torch.cos],
+                              _wide, TRANS),
+    "gelu": ([F.gelu], _wide, GELU),
+}
 
 
-@pytest.mark.parametrize("name,fn,domain,tol", UNARY, ids=[u[0] for u in UNARY])
-def test_unary(name, fn, domain, tol):
+@pytest.mark.parametrize("group", list(UNARY))
+def test_unary(group):
+    fns, domain, tol = UNARY[group]
     x = domain()
-    check(fn, x.reshape(-1, 3) if x.numel() % 3 == 0 else x, tol=tol)
+    check(lambda x: tuple(f(x) for f in fns), x.reshape(-1, 3) if x.numel() % 3 == 0 else x, tol=tol)
 
 
 def test_activation_modules():
     m = nn.Sequential(nn.GELU(approximate="tanh"), nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.ReLU())
     check(m, randn(4, 33), tol=TRANS)
+    check(nn.Sequential(nn.GELU(), nn.Tanh()), randn(4, 33), tol=GELU)
 
 
 # ---- softmax, norms ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dim", [-1, 1, 0])
-def test_softmax(dim):
-    check(lambda x: (torch.softmax(x, dim), torch.log_softmax(x, dim), F.softmax(x * 3, dim=dim)),
+def test_softmax():
+    # Last dim (the row kernel) and non-last dims (the strided kernel).
+    check(lambda x: tuple(f(x * s, d) for d in (-1, 1, 0) for f in (torch.softmax, torch.log_softmax)
+                          for s in (1, 3)),
           randn(3, 4, 37), tol=RED)
 
 
@@ -286,35 +292,26 @@ def test_softmax_long_row_large_values():
     check(lambda x: (x.softmax(-1), x.log_softmax(-1)), x, tol=dict(rtol=1e-5, atol=1e-5))
 
 
-@pytest.mark.parametrize("affine", [True, False])
-@pytest.mark.parametrize("norm_shape", [(48,), (3, 48)])
-def test_layer_norm(affine, norm_shape):
-    ln = nn.LayerNorm(norm_shape, elementwise_affine=affine, eps=1e-5)
-    if affine:
+class Norms(nn.Module):
+    def __init__(self, norm_shape):
+        super().__init__()
+        self.affine = nn.LayerNorm(norm_shape, eps=1e-5)
+        self.plain = nn.LayerNorm(norm_shape, elementwise_affine=False)
+        self.no_bias = nn.LayerNorm(norm_shape, bias=False, eps=1e-3)
+        self.rms = nn.RMSNorm(norm_shape)
+        self.rms_plain = nn.RMSNorm(norm_shape, elementwise_affine=False, eps=1e-6)
         with torch.no_grad():
-            ln.weight.normal_()
-            ln.bias.normal_()
-    check(ln, randn(2, 3, 48) * 3 + 1, tol=RED)
+            for p in self.parameters():
+                p.normal_()
+
+    def forward(self, x):
+        return (self.affine(x), self.plain(x), self.no_bias(x), self.rms(x), self.rms_plain(x),
+                F.rms_norm(x, x.shape[-1:], eps=None))
 
 
-def test_layer_norm_no_bias():
-    ln = nn.LayerNorm(40, bias=False)
-    with torch.no_grad():
-        ln.weight.normal_()
-    check(ln, randn(5, 40), tol=RED)
-
-
-@pytest.mark.parametrize("weight", [True, False])
-def test_rms_norm(weight):
-    w = torch.randn(40) if weight else None
-    check(lambda x: F.rms_norm(x, (40,), w, eps=1e-6), randn(3, 5, 40), tol=RED)
-
-
-def test_rms_norm_module():
-    m = nn.RMSNorm(24)
-    with torch.no_grad():
-        m.weight.normal_()
-    check(m, randn(4, 24), tol=RED)
+@pytest.mark.parametrize("norm_shape", [(48,), (3, 48)], ids=["last", "last2"])
+def test_layer_rms_norm(norm_shape):
+    check(Norms(norm_shape), randn(2, 3, 48) * 3 + 1, tol=RED)
 
 
 # ---- views and data movement ---------------------------------------------------------
@@ -328,10 +325,10 @@ def test_view_reshape_flatten():
     check(f, randn(2, 3, 20))
 
 
-@pytest.mark.parametrize("dims", [(1, 0, 2), (2, 0, 1), (0, 2, 1, 3), (-1, -2, 0, 1)])
-def test_permute(dims):
-    x = randn(*(2, 3, 4, 5)[:len(dims)])
-    check(lambda x: (x.permute(*dims), x.permute(*dims) + 1.0), x)
+def test_permute():
+    dims = [(1, 0, 2, 3), (2, 0, 1, 3), (0, 2, 1, 3), (-1, -2, 0, 1), (3, 2, 1, 0)]
+    check(lambda x, y: tuple(x.permute(*d) for d in dims) + (y.permute(2, 0, 1) + 1.0,),
+          randn(2, 3, 4, 5), randn(2, 3, 4))
 
 
 def test_transpose_t():
@@ -344,10 +341,10 @@ def test_expand():
                         y.expand(4, 2, 3)), randn(3, 1, 5), randn(3))
 
 
-@pytest.mark.parametrize("dim", [0, 1, -1])
-def test_cat(dim):
+def test_cat():
     xs = [randn(2, 3, 4) for _ in range(3)]
-    check(lambda a, b, c: (torch.cat([a, b, c], dim), torch.cat([a, b], dim), torch.cat([a], dim)), *xs)
+    check(lambda a, b, c: tuple(torch.cat(ys, dim) for dim in (0, 1, -1) for ys in ([a, b, c], [a, b], [a])),
+          *xs)
 
 
 def test_cat_many_and_mixed():
@@ -384,14 +381,15 @@ def test_embedding_index_select():
 
         def forward(self, ids, x, idx):
             return (self.emb(ids), torch.index_select(x, 0, idx), torch.index_select(x, 1, idx),
-                    torch.index_select(x, -1, idx[:2]), x[idx])
+                    torch.index_select(x, -1, idx[:2]), x[idx], x[:, idx], x[..., idx[:2]], x[idx.view(2, 2)])
     check(M(), torch.tensor([[1, 9, 0], [3, 3, 2]]), randn(4, 5, 6), torch.tensor([3, 0, 1, 3]))
 
 
 def test_embedding_out_of_range_is_an_error():
     emb = nn.Embedding(10, 4)
     compiled = kiln.trace(emb, (torch.tensor([1, 2]),))
-    with pytest.raises(kiln.KilnError, match="out of range"):
+    # The run-time check raises ValueError (kiln's type for bad input data).
+    with pytest.raises(ValueError, match="out of range"):
         compiled(torch.tensor([1, 10]))
 
 
@@ -399,24 +397,31 @@ def test_embedding_out_of_range_is_an_error():
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
-@pytest.mark.parametrize("dims", [-1, 0, (0, 2), (1, -1), (0, 1, 2)])
-def test_reductions(dims, keepdim):
+def test_reductions(keepdim):
     def f(x):
-        return (x.sum(dims, keepdim=keepdim), x.mean(dims, keepdim=keepdim),
-                x.amax(dims, keepdim=keepdim), x.amin(dims, keepdim=keepdim))
+        return tuple(r(x, dims, keepdim=keepdim) for dims in (-1, 0, (0, 2), (1, -1), (0, 1, 2))
+                     for r in (torch.sum, torch.mean, torch.amax, torch.amin))
     check(f, randn(3, 4, 50), tol=RED)
 
 
 def test_reductions_whole_tensor():
     check(lambda x, i, b: (x.sum(), x.mean(), x.amax(), i.sum(), b.sum(), i.sum(-1), b.any(), b.any(0),
-                           torch.max(x), torch.min(x), x.max(-1).values),
+                           torch.max(x), torch.min(i), i.amax(0), i.amin(-1, keepdim=True)),
           randn(4, 33), torch.randint(-99, 99, (4, 7)), torch.rand(4, 7) > 0.5, tol=RED)
 
 
-@pytest.mark.parametrize("dim,keepdim", [(-1, False), (0, True), (1, False), (None, False)])
-def test_argmax(dim, keepdim):
+def test_max_min_dim():
+    # (values, indices); ties and the minimum's index via argmax(-x): first wins.
+    def f(x, i):
+        return (x.max(-1), x.min(0, keepdim=True), i.max(1), i.min(-1), torch.argmin(x, 1),
+                torch.argmin(i), torch.argmin(x, 0, keepdim=True))
+    check(f, torch.randint(0, 4, (3, 6)).float(), torch.randint(-3, 3, (3, 6)))
+
+
+def test_argmax():
     x = torch.randint(0, 5, (3, 4, 6)).float()  # ties: the first index wins, as torch
-    check(lambda x, i: (torch.argmax(x, dim, keepdim=keepdim), torch.argmax(i, dim, keepdim=keepdim)),
+    cases = [(-1, False), (0, True), (1, False), (None, False), (None, True)]
+    check(lambda x, i: tuple(torch.argmax(t, d, keepdim=k) for d, k in cases for t in (x, i)),
           x, torch.randint(-5, 5, (3, 4, 6)))
 
 
@@ -428,29 +433,27 @@ def _qkv(b=2, h=3, sq=5, skv=5, d=16, hkv=None, dv=None):
 
 
 SDPA = {
-    "plain": (dict(), {}),
-    "causal": (dict(is_causal=True), {}),
-    "causal_sq_lt_skv": (dict(is_causal=True), dict(sq=3, skv=7)),
-    "scale": (dict(scale=0.3), {}),
-    "dv": (dict(), dict(dv=8, skv=9)),
-    "long_kv": (dict(), dict(sq=2, skv=300)),
+    "square": [dict(), dict(is_causal=True), dict(scale=0.3)],
+    "causal_sq_lt_skv": [dict(is_causal=True), dict()],
+    "dv_long_kv": [dict(), dict(is_causal=True)],
 }
+SDPA_SHAPES = {"square": {}, "causal_sq_lt_skv": dict(sq=3, skv=7), "dv_long_kv": dict(sq=2, skv=300, dv=8)}
 
 
 @pytest.mark.parametrize("case", list(SDPA))
 def test_sdpa(case):
-    kw, shapes = SDPA[case]
-    q, k, v = _qkv(**shapes)
-    check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **kw), q, k, v, tol=gemm(64))
+    q, k, v = _qkv(**SDPA_SHAPES[case])
+    check(lambda q, k, v: tuple(F.scaled_dot_product_attention(q, k, v, **kw) for kw in SDPA[case]),
+          q, k, v, tol=gemm(64))
 
 
-@pytest.mark.parametrize("mask_shape", [(5, 5), (2, 1, 5, 5), (2, 3, 5, 5)])
-def test_sdpa_float_mask(mask_shape):
+def test_sdpa_float_mask():
     q, k, v = _qkv()
-    mask = randn(*mask_shape)
-    mask[..., 1] = float("-inf")  # a dropped key in every row
-    check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask,
-          tol=gemm(64))
+    masks = [randn(5, 5), randn(2, 1, 5, 5), randn(2, 3, 5, 5), randn(2, 1, 1, 5)]
+    for m in masks:
+        m[..., 1] = float("-inf")  # a dropped key in every row
+    check(lambda q, k, v, *ms: tuple(F.scaled_dot_product_attention(q, k, v, attn_mask=m) for m in ms),
+          q, k, v, *masks, tol=gemm(64))
 
 
 def test_sdpa_bool_mask():
@@ -533,7 +536,7 @@ def test_nan_inf_reductions():
     x = torch.tensor([[1.0, nan, 3.0, 0.0], [1.0, 2.0, inf, -inf], [-inf, -inf, 0.0, 1.0],
                       [1.0, 5.0, 2.0, 5.0]])
     check(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1), x.argmax(-1), x.softmax(-1), x.mean(0),
-                     F.layer_norm(x, (4,))),
+                     F.layer_norm(x, (4,)), x.max(-1), x.min(-1), x.argmin(-1)),
           x, tol=RED, equal_nan=True)
 
 
@@ -544,23 +547,31 @@ def test_softmax_fully_masked_row():
 
 
 # ---- zero-size dimensions ----------------------------------------------------------------
-# Every case gives torch's result (recorded: kiln handles each of these; none
-# raises).
+# Every case gives torch's result (recorded: kiln handles each of these, none
+# raises a KilnError).
+
+class ZeroLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 3)
+        self.emb = nn.Embedding(5, 3)
+
+    def forward(self, x, a, b, ids):
+        return self.lin(x), a @ b, self.emb(ids)
+
 
 ZERO = {
-    "add": (lambda a, b: a + b * 2, (randn(0, 4), randn(4))),
-    "unary": (lambda a: (torch.exp(a), F.gelu(a), a.abs()), (randn(3, 0),)),
-    "sum_over_empty": (lambda a: (a.sum(0), a.amax(1), a.mean(1), a.sum()), (randn(0, 4),)),
-    "mean_over_empty": (lambda a: a.mean(0), (randn(0, 4),)),  # NaN, as torch
-    "softmax": (lambda a: (a.softmax(-1), a.softmax(0)), (randn(0, 4),)),
-    "layer_norm": (lambda a: F.layer_norm(a, (4,)), (randn(0, 4),)),
-    "cat": (lambda a, b: torch.cat([a, b], 0), (randn(0, 4), randn(2, 4))),
-    "linear": (nn.Linear(4, 3), (randn(0, 4),)),
-    "matmul_k0": (lambda a, b: a @ b, (randn(2, 0), randn(0, 3))),
-    "slice_empty": (lambda a: a[:, 3:3] + 1, (randn(2, 4),)),
+    "eltwise": (lambda a, b, c: (a + b * 2, torch.exp(c), F.gelu(c), c.abs(), a[:, 3:3] + 1,
+                                 torch.cat([a, b.expand(2, 4)], 0)),
+                (randn(0, 4), randn(4), randn(3, 0))),
+    # sum over an empty dim is 0, amax over an empty result is empty, the mean
+    # of nothing is NaN: all as torch.
+    "reduce_norm": (lambda a: (a.sum(0), a.amax(1), a.mean(1), a.sum(), a.mean(0), a.softmax(-1),
+                               a.softmax(0), F.layer_norm(a, (4,))),
+                    (randn(0, 4),)),
+    "gemm_gather": (ZeroLinear(), (randn(0, 4), randn(2, 0), randn(0, 3), torch.zeros(2, 0, dtype=torch.long))),
     "sdpa_q0": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
                 (randn(1, 2, 0, 8), randn(1, 2, 5, 8), randn(1, 2, 5, 8))),
-    "embedding": (nn.Embedding(5, 3), (torch.zeros(2, 0, dtype=torch.long),)),
 }
 
 
@@ -585,14 +596,24 @@ def generic_isa():
         assert kiln.isa() == before
 
 
+class GenericMix(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(40, 24)
+        self.ln = nn.LayerNorm(40)
+
+    def forward(self, x, a, b):
+        return (self.lin(x), a @ b, x.softmax(-1), x.log_softmax(-1), x.softmax(0), self.ln(x),
+                F.rms_norm(x, (40,)))
+
+
 GENERIC = {
-    "linear": (nn.Linear(40, 24), (randn(5, 40),), gemm(40)),
-    "matmul": (lambda a, b: a @ b, (randn(2, 6, 33), randn(33, 9)), gemm(33)),
-    "softmax": (lambda x: (x.softmax(-1), x.log_softmax(-1), x.softmax(0)), (randn(4, 37),), RED),
-    "gelu": (lambda x: (F.gelu(x), F.gelu(x, approximate="tanh"), torch.exp(x), torch.tanh(x)),
-             (_wide(),), TRANS),
-    "layer_norm": (nn.LayerNorm(37), (randn(3, 37),), RED),
-    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), _qkv(), gemm(64)),
+    "linear_matmul_softmax_norm": (GenericMix(), (randn(5, 40), randn(2, 6, 33), randn(33, 9)), gemm(40)),
+    "gelu_exp_tanh": (lambda x: (F.gelu(x), F.gelu(x, approximate="tanh"), torch.exp(x), torch.tanh(x),
+                                 torch.sigmoid(x), F.silu(x), torch.erf(x)),
+                      (_wide(),), GELU),
+    "sdpa": (lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                              F.scaled_dot_product_attention(q, k, v)), _qkv(), gemm(64)),
 }
 
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hal/kiln_hal.h"
+#include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/nn/kiln_nn.h"
@@ -31,6 +32,10 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
       return kiln_ok();
     }
     case KILN_OP_SDPA:
+      return kiln_ok();
+    case KILN_OP_CONV2D:
+      if (VAL(1)->layout != KILN_LAYOUT_DENSE)
+        return kiln_status_make(KILN_UNSUPPORTED, "conv2d weight layout %d", (int)VAL(1)->layout);
       return kiln_ok();
     case KILN_OP_CAST:
     case KILN_OP_SUM:
@@ -264,6 +269,47 @@ static void run_sdpa(const kiln_graph_t* g, const kiln_node_t* n, void* const* b
   kiln_attention_f32(&a, pool);
 }
 
+/* CONV2D: x (N, C, H, W), w (O, C / groups, kh, kw) -> y (N, O, Ho, Wo). */
+static void run_conv2d(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                       kiln_pool_t* pool) {
+  const kiln_value_t *x = VAL(0), *w = VAL(1), *y = out_value(g, n);
+  const int64_t* p = n->params;
+  kiln_conv2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+  a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3];
+  a.ho = y->shape[2], a.wo = y->shape[3];
+  a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5], a.groups = p[6];
+  a.act = (kiln_activation_t)p[7];
+  a.residual_before_act = (int)p[8];
+  a.x = BUF(0);
+  a.weight = BUF(1);
+  a.bias = n->n_inputs > 2 ? BUF(2) : NULL;
+  a.residual = n->n_inputs > 3 ? BUF(3) : NULL;
+  a.y = bufs[n->outputs[0]];
+  kiln_conv2d_f32(&a, pool);
+}
+
+/* MAX_POOL2D / AVG_POOL2D: x (N, C, H, W) -> y (N, C, Ho, Wo). */
+static void run_pool2d(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                       kiln_pool_t* pool) {
+  const kiln_value_t *x = VAL(0), *y = out_value(g, n);
+  const int64_t* p = n->params;
+  kiln_pool2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+  a.ho = y->shape[2], a.wo = y->shape[3];
+  a.kh = p[0], a.kw = p[1], a.sh = p[2], a.sw = p[3], a.ph = p[4], a.pw = p[5];
+  a.dh = p[6], a.dw = p[7];
+  a.count_include_pad = (int)p[9];
+  a.x = BUF(0);
+  a.y = bufs[n->outputs[0]];
+  if (n->op == KILN_OP_MAX_POOL2D)
+    kiln_max_pool2d_f32(&a, pool);
+  else
+    kiln_avg_pool2d_f32(&a, pool);
+}
+
 kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
                                     void* const* bufs, kiln_pool_t* pool) {
   const kiln_value_t* y = out_value(g, n);
@@ -389,6 +435,13 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
       return kiln_ok();
     case KILN_OP_FMA_SCALAR:
       kiln_fma_scalar_f32(numel, BUF(0), n->fparams[0], n->fparams[1], out, pool);
+      return kiln_ok();
+    case KILN_OP_CONV2D:
+      run_conv2d(g, n, bufs, pool);
+      return kiln_ok();
+    case KILN_OP_MAX_POOL2D:
+    case KILN_OP_AVG_POOL2D:
+      run_pool2d(g, n, bufs, pool);
       return kiln_ok();
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",

@@ -1,0 +1,67 @@
+/* 2-d convolution and pooling over NCHW float32 tensors.
+ *
+ * Convolution:
+ *   y[n][o][i][j] = act(bias[o] + sum_{c, u, v} w[o][c][u][v] *
+ *                       x[n][g * Cg + c][i*sh - ph + u*dh][j*sw - pw + v*dw])
+ *                   + residual[n][o][i][j]
+ * with g = o / Og the group of o, Cg = C / groups, Og = O / groups, and taps
+ * that fall in the padding reading 0. Shapes: x (N, C, H, W), w (O, Cg, kh,
+ * kw) dense, bias (O) or NULL, residual (N, O, Ho, Wo) or NULL (it may alias
+ * y exactly), y (N, O, Ho, Wo) dense.
+ *
+ * kiln_conv2d_f32 picks a path per call: 1x1 stride-1 unpadded convs are one
+ * GEMM over x in place; depthwise convs (groups == C == O) a direct loop over
+ * output rows; everything else im2col into the GEMM's packed-B layout, a
+ * band of output rows at a time so the column buffer stays bounded, then
+ * kiln_gemm_f32 with W as A (M = O / groups, N = pixels of the band). The
+ * per-call scratch is a cached block reused call to call.
+ *
+ * Pooling: y[n][c][i][j] = max or mean over the kh x kw window at
+ * (i*sh - ph, j*sw - pw) (dilated for max). Max propagates NaN, as torch.
+ * Average divides by the window's in-bounds size, or with count_include_pad
+ * by its size clipped to the padded input (torch's rule, which matters with
+ * ceil_mode).
+ *
+ * Pointers are borrowed for the call. Kernels return void: the IR's shape
+ * rules validated every size and parameter before a plan was built.
+ */
+#ifndef KILN_CONV_H
+#define KILN_CONV_H
+
+#include <stdint.h>
+
+#include "base/kiln_pool.h"
+#include "kernels/kiln_activation.h"
+
+typedef struct kiln_conv2d_f32_args_s {
+  int64_t n, c, h, w;       /* x (N, C, H, W) */
+  int64_t o, kh, kw;        /* w (O, C / groups, kh, kw) */
+  int64_t ho, wo;           /* y (N, O, Ho, Wo) */
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  const float* x;
+  const float* weight;
+  const float* bias;     /* (O) or NULL */
+  const float* residual; /* (N, O, Ho, Wo) or NULL; may alias y */
+  float* y;
+  kiln_activation_t act;
+  int residual_before_act; /* 1: y = act(conv + bias + residual) */
+} kiln_conv2d_f32_args_t;
+
+void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
+
+/* The scalar reference: seven plain loops, double accumulation. */
+void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* args);
+
+typedef struct kiln_pool2d_f32_args_s {
+  int64_t n, c, h, w, ho, wo;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw; /* dh = dw = 1 for average */
+  int count_include_pad;                 /* average only */
+  const float* x;
+  float* y;
+} kiln_pool2d_f32_args_t;
+
+/* Parallel over (N, C) planes. */
+void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+
+#endif /* KILN_CONV_H */

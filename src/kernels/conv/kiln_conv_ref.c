@@ -1,0 +1,53 @@
+/* The scalar reference convolution: the definition in kiln_conv.h written
+ * as plainly as possible (double accumulation), for the tests to hold the
+ * fast paths against. */
+#include <math.h>
+
+#include "kernels/conv/kiln_conv.h"
+
+static float kiln_conv_ref_act(float x, kiln_activation_t act) {
+  switch (act) {
+    case KILN_ACT_RELU:
+      return x < 0.0f ? 0.0f : x;
+    case KILN_ACT_GELU:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case KILN_ACT_GELU_TANH:
+      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case KILN_ACT_SILU:
+      return x / (1.0f + expf(-x));
+    case KILN_ACT_SIGMOID:
+      return 1.0f / (1.0f + expf(-x));
+    case KILN_ACT_TANH:
+      return tanhf(x);
+    default:
+      return x;
+  }
+}
+
+void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* a) {
+  const int64_t cg = a->c / a->groups, og = a->o / a->groups;
+  for (int64_t n = 0; n < a->n; ++n)
+    for (int64_t o = 0; o < a->o; ++o) {
+      const int64_t g = o / og;
+      for (int64_t i = 0; i < a->ho; ++i)
+        for (int64_t j = 0; j < a->wo; ++j) {
+          double acc = a->bias ? a->bias[o] : 0.0;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t u = 0; u < a->kh; ++u) {
+              int64_t iy = i * a->sh - a->ph + u * a->dh;
+              if (iy < 0 || iy >= a->h) continue;
+              for (int64_t v = 0; v < a->kw; ++v) {
+                int64_t ix = j * a->sw - a->pw + v * a->dw;
+                if (ix < 0 || ix >= a->w) continue;
+                acc += (double)a->weight[((o * cg + c) * a->kh + u) * a->kw + v] *
+                       a->x[((n * a->c + g * cg + c) * a->h + iy) * a->w + ix];
+              }
+            }
+          int64_t at = ((n * a->o + o) * a->ho + i) * a->wo + j;
+          if (a->residual && a->residual_before_act) acc += a->residual[at];
+          float r = kiln_conv_ref_act((float)acc, a->act);
+          if (a->residual && !a->residual_before_act) r += a->residual[at];
+          a->y[at] = r;
+        }
+    }
+}

@@ -1,0 +1,471 @@
+#!/usr/bin/env python3
+"""OpInfo coverage of kiln: every op of PyTorch's op_db, through kiln.trace.
+
+For each OpInfo in torch.testing._internal.common_methods_invocations.op_db
+and each dtype of float32 / int64 / bool that the op supports on the CPU, the
+op's sample inputs (``op.sample_inputs("cpu", dtype)``) become small modules
+calling ``op.op(input, *args, **kwargs)`` with every tensor as a module input
+(Python scalars are baked in). Each is compiled with kiln.trace and run; its
+outputs are compared with eager's. A sample is
+
+  pass            kiln's outputs equal eager's (shape, dtype and values)
+  fail            a wrong result, or an error raised inside kiln (a bug)
+  unsupported     kiln.UnsupportedOpError (the ATen op it names is recorded)
+  not-exportable  torch.export (or its decomposition) failed: not kiln's fault
+  skipped         eager raised, an input dtype kiln does not take (float64,
+                  complex), or a non-tensor output: not a kiln question
+
+and an op (per dtype) is `fail` if any sample failed, else `unsupported` if
+any sample was, else `pass` if any sample ran, else `not-exportable` (or
+`skipped` when nothing was testable).
+
+Speed: a trace costs ~0.3 s of fixed torch.export overhead, so all samples of
+one op go into one module (a ModuleList, one output tuple per sample) and are
+traced once; when that fails, the unsupported ops are attributed to samples
+through the decomposed graph's nn_module_stack, and other errors send the
+samples through one at a time.
+
+    python tests/coverage/opinfo_coverage.py                 # everything
+    python tests/coverage/opinfo_coverage.py --quick         # 2 samples/op
+    python tests/coverage/opinfo_coverage.py --ops add,mul --out /tmp/c.json
+
+It also prints how many Core ATen ops (tagged torch.Tag.core) kiln's op table
+handles. The logic is importable (tests/python/test_opinfo_subset.py).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+from torch.utils import _pytree as pytree
+
+import kiln
+from kiln.optable import DTYPES, TABLE
+
+DEFAULT_DTYPES = (torch.float32, torch.int64, torch.bool)
+
+# Ops whose values are random or undefined: only shape and dtype are compared.
+NONDETERMINISTIC_WORDS = ("rand", "normal", "uniform", "bernoulli", "multinomial", "cauchy", "exponential",
+                          "geometric", "dropout", "rrelu", "empty")
+
+# fp32 tolerance: OpInfo inputs are O(1..10) and kiln's kernels are within a
+# few ulp elementwise; reductions / GEMMs reorder sums. Loose enough for
+# that, tight enough that any real bug (wrong element, wrong broadcast,
+# wrong constant) shows.
+FLOAT_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def op_id(op):
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def load_op_db():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.testing._internal.common_methods_invocations import op_db
+    return op_db
+
+
+def is_nondeterministic(op):
+    name = op_id(op).lower()
+    return any(w in name for w in NONDETERMINISTIC_WORDS)
+
+
+# ---- samples as modules ---------------------------------------------------------------
+
+
+class SampleCall(torch.nn.Module):
+    """op.op(input, *args, **kwargs) with the sample's tensors as inputs."""
+
+    def __init__(self, fn, leaves, spec, tensor_pos):
+        super().__init__()
+        self.fn = fn
+        self.leaves, self.spec, self.tensor_pos = leaves, spec, tensor_pos
+
+    def forward(self, *tensors):
+        leaves = list(self.leaves)
+        for i, t in zip(self.tensor_pos, tensors):
+            leaves[i] = t
+        inp, args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return self.fn(inp, *args, **kwargs)
+
+
+class Batch(torch.nn.Module):
+    """Several samples in one module: forward returns one output per sample."""
+
+    def __init__(self, calls, counts):
+        super().__init__()
+        self.samples = torch.nn.ModuleList(calls)
+        self.counts = counts
+
+    def forward(self, *tensors):
+        outs, at = [], 0
+        for m, c in zip(self.samples, self.counts):
+            outs.append(m(*tensors[at:at + c]))
+            at += c
+        return tuple(outs)
+
+
+class Prepared:
+    """One sample ready to run: its module, its tensor inputs, eager's output."""
+
+    def __init__(self, index, call, tensors, want):
+        self.index, self.call, self.tensors, self.want = index, call, tensors, want
+
+
+def prepare(op, sample, index):
+    """A Prepared sample, or (status, reason) when it cannot be tested."""
+    leaves, spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
+    tensor_pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    tensors = [leaves[i].detach().clone() for i in tensor_pos]
+    for t in tensors:
+        if t.dtype not in DTYPES:
+            return "skipped", f"input dtype {t.dtype}"
+        if t.is_sparse or t.layout != torch.strided:
+            return "skipped", "non-strided input"
+    call = SampleCall(op.op, leaves, spec, tensor_pos)
+    try:
+        with torch.no_grad():
+            want = call(*[t.clone() for t in tensors])
+    except Exception as e:  # eager rejects the sample (e.g. an error-input case)
+        return "skipped", f"eager raised {type(e).__name__}"
+    out_leaves = pytree.tree_leaves(want)
+    if not out_leaves or not all(isinstance(x, torch.Tensor) for x in out_leaves):
+        return "skipped", "non-tensor output"
+    if any(x.dtype not in DTYPES for x in out_leaves):
+        return "skipped", f"output dtype {next(x.dtype for x in out_leaves if x.dtype not in DTYPES)}"
+    return Prepared(index, call, tensors, want)
+
+
+# ---- running ----------------------------------------------------------------------------
+
+
+def _from_export(exc):
+    """True when exc was raised inside torch.export / its decomposition (kiln's
+    export_program), not by kiln's lowering or compiler."""
+    if isinstance(exc, kiln.KilnError):
+        return False
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code.co_name == "export_program" and "kiln" in frame.f_code.co_filename:
+            return True
+    return False
+
+
+# kiln's documented refusals (clear errors at trace time, not bugs): counted as
+# unsupported, under a pseudo-op name.
+REFUSALS = (("mutates state", "(state mutation)"), ("returns a non-tensor value", "(non-tensor output)"),
+            ("which kiln does not support", "(dtype)"))
+
+
+def _refusal(exc):
+    if isinstance(exc, kiln.KilnError) and not isinstance(exc, kiln.UnsupportedOpError):
+        for text, name in REFUSALS:
+            if text in str(exc):
+                return name
+    return None
+
+
+def _short(exc):
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg[:600]}"
+
+
+def compare(got, want, nondeterministic=False):
+    """None when kiln's output matches eager's, else the reason."""
+    got_l, want_l = pytree.tree_leaves(got), pytree.tree_leaves(want)
+    if len(got_l) != len(want_l):
+        return f"{len(got_l)} outputs, eager has {len(want_l)}"
+    for i, (g, w) in enumerate(zip(got_l, want_l)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i}: {g.dtype}{list(g.shape)}, eager {w.dtype}{list(w.shape)}"
+        if nondeterministic:
+            continue
+        try:
+            tol = FLOAT_TOL if w.is_floating_point() else dict(rtol=0, atol=0)
+            torch.testing.assert_close(g, w, equal_nan=True, **tol)
+        except AssertionError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if "difference" in ln or "Mismatched" in ln]
+            return f"output {i}: " + "; ".join(lines)[:200]
+    return None
+
+
+def run_one(p, nondet):
+    """(status, detail) for one sample traced alone."""
+    try:
+        compiled = kiln.trace(p.call, tuple(p.tensors))
+    except kiln.UnsupportedOpError as e:
+        return "unsupported", e.op
+    except Exception as e:
+        if _refusal(e):
+            return "unsupported", _refusal(e)
+        return ("not-exportable" if _from_export(e) else "fail"), _short(e)
+    try:
+        got = compiled(*[t.clone() for t in p.tensors])
+    except Exception as e:
+        return "fail", "run: " + _short(e)
+    why = compare(got, p.want, nondet)
+    return ("fail", why) if why else ("pass", "")
+
+
+def _missing_by_sample(batch, args):
+    """{sample index in batch: [unsupported ATen ops]} from the decomposed graph."""
+    from kiln.capture import export_program
+
+    ep = export_program(batch, args)
+    out = {}
+    for n in ep.graph.nodes:
+        if n.op == "call_function" and n.target not in TABLE:
+            stack = n.meta.get("nn_module_stack") or {}
+            for path, _ in stack.values():
+                if path.startswith("samples."):
+                    out.setdefault(int(path.split(".")[1]), set()).add(str(n.target))
+                    break
+    return out
+
+
+def run_batch(prepared, nondet, deadline):
+    """{sample index: (status, detail)} for a list of Prepared samples."""
+    results = {}
+    if not prepared:
+        return results
+    if len(prepared) == 1:
+        p = prepared[0]
+        results[p.index] = run_one(p, nondet)
+        return results
+    batch = Batch([p.call for p in prepared], [len(p.tensors) for p in prepared])
+    args = tuple(t for p in prepared for t in p.tensors)
+    try:
+        compiled = kiln.trace(batch, args)
+    except kiln.UnsupportedOpError:
+        try:
+            missing = _missing_by_sample(batch, args)
+        except Exception:
+            missing = None
+        if missing is None:
+            return _one_by_one(prepared, nondet, deadline)
+        rest = []
+        for i, p in enumerate(prepared):
+            if i in missing:
+                results[p.index] = ("unsupported", ", ".join(sorted(missing[i])))
+            else:
+                rest.append(p)
+        if len(rest) == len(prepared):  # attribution failed: go one by one
+            return _one_by_one(prepared, nondet, deadline)
+        results.update(run_batch(rest, nondet, deadline))
+        return results
+    except Exception:
+        return _one_by_one(prepared, nondet, deadline)
+    try:
+        outs = compiled(*[t.clone() for t in args])
+    except Exception:
+        return _one_by_one(prepared, nondet, deadline)
+    for p, got in zip(prepared, outs):
+        why = compare(got, p.want, nondet)
+        results[p.index] = ("fail", why) if why else ("pass", "")
+    return results
+
+
+def _one_by_one(prepared, nondet, deadline):
+    results = {}
+    for p in prepared:
+        if time.monotonic() > deadline:
+            results[p.index] = ("skipped", "time budget")
+            continue
+        results[p.index] = run_one(p, nondet)
+    return results
+
+
+def classify(statuses):
+    if "fail" in statuses:
+        return "fail"
+    if "unsupported" in statuses:
+        return "unsupported"
+    if "pass" in statuses:
+        return "pass"
+    if "not-exportable" in statuses:
+        return "not-exportable"
+    return "skipped"
+
+
+def run_op(op, dtype, max_samples=None, op_seconds=None):
+    """The result row of one op at one dtype."""
+    t0 = time.monotonic()
+    deadline = t0 + op_seconds if op_seconds else math.inf
+    nondet = is_nondeterministic(op)
+    samples = {}
+    prepared = []
+    try:
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            it = op.sample_inputs("cpu", dtype, requires_grad=False)
+            for i, s in enumerate(it):
+                if max_samples is not None and i >= max_samples:
+                    break
+                r = prepare(op, s, i)
+                if isinstance(r, Prepared):
+                    prepared.append(r)
+                else:
+                    samples[i] = r
+    except Exception as e:
+        samples[-1] = ("skipped", "sample_inputs raised " + _short(e))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        samples.update(run_batch(prepared, nondet, deadline))
+    statuses = [s for s, _ in samples.values()]
+    counts = {k: statuses.count(k) for k in ("pass", "fail", "unsupported", "not-exportable", "skipped")}
+    unsupported_ops = sorted({o.strip() for s, d in samples.values() if s == "unsupported" for o in d.split(",")})
+    details = [{"sample": i, "status": s, "detail": d} for i, (s, d) in sorted(samples.items())
+               if s in ("fail", "not-exportable")]
+    return {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": classify(statuses),
+            "samples": counts, "unsupported_aten": unsupported_ops, "details": details[:5],
+            "seconds": round(time.monotonic() - t0, 2), "nondeterministic": nondet}
+
+
+def dtypes_for(op, wanted):
+    try:
+        ok = op.supported_dtypes("cpu")
+    except Exception:
+        ok = set()
+    return [d for d in wanted if d in ok]
+
+
+# ---- Core ATen ---------------------------------------------------------------------------
+
+
+def core_aten_ops():
+    """Every aten OpOverload tagged torch.Tag.core."""
+    ops = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if not schema.name.startswith("aten::"):
+            continue
+        name = schema.name[len("aten::"):]
+        try:
+            packet = getattr(torch.ops.aten, name)
+            overload = getattr(packet, schema.overload_name or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if torch.Tag.core in overload.tags:
+            ops.add(overload)
+    return ops
+
+
+def core_aten_coverage():
+    core = core_aten_ops()
+    handled = sorted(str(o) for o in core if o in TABLE)
+    missing = sorted(str(o) for o in core if o not in TABLE)
+    return {"handled": len(handled), "total": len(core), "handled_ops": handled, "missing_ops": missing}
+
+
+# ---- the script --------------------------------------------------------------------------
+
+
+def select_ops(op_db, names):
+    if not names:
+        return list(op_db)
+    want = {n.strip() for n in names.split(",") if n.strip()}
+    picked = [op for op in op_db if op.name in want or op_id(op) in want]
+    unknown = want - {op.name for op in picked} - {op_id(op) for op in picked}
+    if unknown:
+        print(f"warning: no OpInfo named {', '.join(sorted(unknown))}", file=sys.stderr)
+    return picked
+
+
+def summarise(rows):
+    totals = {k: 0 for k in ("pass", "fail", "unsupported", "not-exportable", "skipped")}
+    for r in rows:
+        totals[r["status"]] += 1
+    return totals
+
+
+def print_row(r, file=sys.stdout):
+    c = r["samples"]
+    extra = ""
+    if r["status"] == "unsupported":
+        extra = ", ".join(r["unsupported_aten"])[:90]
+    elif r["details"]:
+        extra = r["details"][0]["detail"][:90]
+    print(f"{r['op']:<40} {r['dtype']:<8} {r['status']:<15} "
+          f"{c['pass']:>3}/{c['fail']:>2}/{c['unsupported']:>2}/{c['not-exportable']:>2}/{c['skipped']:>2} "
+          f"{r['seconds']:>6.1f}s  {extra}", file=file, flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", default="", help="comma-separated OpInfo names to restrict to")
+    ap.add_argument("--quick", action="store_true", help="first 2 samples per op, a time budget per op")
+    ap.add_argument("--limit-seconds", type=float, default=None, help="stop starting new ops after this long")
+    ap.add_argument("--op-seconds", type=float, default=None,
+                    help="time budget per op and dtype (default: none, 20 with --quick)")
+    ap.add_argument("--dtypes", default="float32,int64,bool")
+    ap.add_argument("--out", default="coverage.json")
+    args = ap.parse_args(argv)
+
+    t0 = time.monotonic()
+    op_db = load_op_db()
+    ops = select_ops(op_db, args.ops)
+    wanted = [getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()]
+    max_samples = 2 if args.quick else None
+    op_seconds = args.op_seconds if args.op_seconds is not None else (20.0 if args.quick else None)
+
+    rows, not_run = [], []
+    print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip")
+    for op in ops:
+        for dtype in dtypes_for(op, wanted):
+            if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
+                not_run.append(f"{op_id(op)}:{dtype}")
+                continue
+            try:
+                row = run_op(op, dtype, max_samples, op_seconds)
+            except Exception as e:  # a harness bug must not lose the whole run
+                row = {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": "fail",
+                       "samples": {"pass": 0, "fail": 1, "unsupported": 0, "not-exportable": 0, "skipped": 0},
+                       "unsupported_aten": [], "details": [{"sample": -1, "status": "fail",
+                                                            "detail": "harness: " + _short(e)}],
+                       "seconds": 0.0, "nondeterministic": False}
+            rows.append(row)
+            print_row(row)
+
+    totals = summarise(rows)
+    # An op counts once (over its dtypes): its worst status.
+    order = ["fail", "unsupported", "pass", "not-exportable", "skipped"]
+    per_op = {}
+    for r in rows:
+        cur = per_op.get(r["op"])
+        per_op[r["op"]] = r["status"] if cur is None else min(cur, r["status"], key=order.index)
+    op_totals = {k: sum(1 for s in per_op.values() if s == k) for k in order}
+    core = core_aten_coverage()
+    unsupported_freq = {}
+    for r in rows:
+        for o in r["unsupported_aten"]:
+            unsupported_freq[o] = unsupported_freq.get(o, 0) + 1
+
+    print()
+    print("rows (op x dtype): " + ", ".join(f"{k} {v}" for k, v in totals.items()))
+    print("ops (worst over dtypes): " + ", ".join(f"{k} {v}" for k, v in op_totals.items()))
+    if not_run:
+        print(f"not run (time limit): {len(not_run)} op/dtype pairs")
+    top = sorted(unsupported_freq.items(), key=lambda kv: -kv[1])[:15]
+    if top:
+        print("most frequent unsupported ATen ops: " + ", ".join(f"{o} ({n})" for o, n in top))
+    print(f"core ATen ops handled: {core['handled']}/{core['total']}")
+    print(f"{time.monotonic() - t0:.0f} s")
+
+    result = {"torch": torch.__version__, "kiln": kiln.__version__, "isa": kiln.isa(),
+              "totals": totals, "op_totals": op_totals, "rows": rows, "not_run": not_run,
+              "core_aten": core, "unsupported_aten_frequency": unsupported_freq,
+              "args": vars(args), "seconds": round(time.monotonic() - t0, 1)}
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {os.path.abspath(args.out)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

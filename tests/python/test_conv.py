@@ -1,0 +1,201 @@
+"""Convolution, pooling and batch norm through kiln.trace, compared with
+eager PyTorch: F.conv2d variants (stride, padding, dilation, groups,
+depthwise, 1x1, 7x7, 1-d), max/avg pooling (ceil_mode, count_include_pad,
+dilation), adaptive average pooling, a small CNN with batch norm and residual
+blocks, and a ResNet-18 (defined here: torchvision is not installed).
+
+Tolerances: fp32 with rtol/atol 1e-4 (conftest.FP32_TOL) for single ops,
+whose dot products are at most a few hundred terms of N(0, 1) inputs times
+U(-1/sqrt(K), 1/sqrt(K)) weights. Whole networks stack ~20 convolutions and
+fold batch norm into the weights (a different rounding order from eager's
+separate normalisation), so they use rtol/atol 1e-3 on outputs of order 1.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kiln
+from conftest import FP32_TOL
+
+NET_TOL = dict(rtol=1e-3, atol=1e-3)
+
+
+class Fn(nn.Module):
+    def __init__(self, fn, *params):
+        super().__init__()
+        self.fn = fn
+        self.params = nn.ParameterList([nn.Parameter(p, requires_grad=False) for p in params])
+
+    def forward(self, x):
+        return self.fn(x, *self.params)
+
+
+def check(model, x, **tol):
+    model.eval()
+    compiled = kiln.trace(model, x)
+    with torch.no_grad():
+        want = model(x)
+    got = compiled(x)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    torch.testing.assert_close(got, want, **(tol or FP32_TOL))
+    return compiled
+
+
+def _w(o, cg, kh, kw):
+    return torch.empty(o, cg, kh, kw).uniform_(-1, 1) / (cg * kh * kw) ** 0.5
+
+
+CONV_CASES = [
+    # (N, C, H, W), O, k, kwargs
+    ((1, 3, 16, 16), 8, 3, dict(padding=1)),
+    ((2, 5, 11, 9), 6, 3, dict(stride=2, padding=1)),
+    ((1, 4, 13, 10), 5, (3, 2), dict(stride=(1, 2), padding=(2, 0), dilation=(2, 1))),
+    ((2, 16, 7, 9), 24, 1, dict()),
+    ((1, 16, 8, 8), 8, 1, dict(stride=2)),
+    ((1, 8, 9, 9), 12, 3, dict(padding=1, groups=4)),
+    ((2, 7, 12, 10), 7, 3, dict(padding=1, groups=7)),
+    ((1, 6, 15, 15), 6, 5, dict(stride=2, padding=2, groups=6)),
+    ((1, 3, 33, 31), 16, 7, dict(stride=2, padding=3)),
+    ((1, 4, 10, 10), 8, 3, dict(padding="same", dilation=2)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_conv2d(case):
+    shape, o, k, kw = CONV_CASES[case]
+    bias = case % 2 == 1
+    kh, kwid = (k, k) if isinstance(k, int) else k
+    w = _w(o, shape[1] // kw.get("groups", 1), kh, kwid)
+    params = [w] + ([torch.randn(o)] if bias else [])
+    fn = (lambda x, w, b: F.conv2d(x, w, b, **kw)) if bias else (lambda x, w: F.conv2d(x, w, **kw))
+    check(Fn(fn, *params), torch.randn(*shape))
+
+
+def test_conv1d():
+    w = torch.randn(6, 4, 3) / 12 ** 0.5
+    check(Fn(lambda x, w: F.conv1d(x, w, stride=2, padding=1), w), torch.randn(2, 4, 17))
+
+
+def test_unbatched_conv2d():
+    check(Fn(lambda x, w: F.conv2d(x, w, padding=1), _w(4, 3, 3, 3)), torch.randn(3, 8, 8))
+
+
+POOL_CASES = [
+    (F.max_pool2d, dict(kernel_size=3, stride=2, padding=1)),
+    (F.max_pool2d, dict(kernel_size=2)),
+    (F.max_pool2d, dict(kernel_size=3, stride=2, ceil_mode=True)),
+    (F.max_pool2d, dict(kernel_size=3, stride=1, padding=1, dilation=2)),
+    (F.max_pool2d, dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0))),
+    (F.avg_pool2d, dict(kernel_size=2)),
+    (F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1)),
+    (F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+    (F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    (F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+]
+
+
+@pytest.mark.parametrize("fn,kw", POOL_CASES)
+def test_pool2d(fn, kw):
+    check(Fn(lambda x: fn(x, **kw)), torch.randn(2, 3, 11, 12))
+
+
+def test_max_pool_propagates_nan():
+    x = torch.randn(1, 2, 6, 6)
+    x[0, 1, 2, 3] = float("nan")
+    check(Fn(lambda x: F.max_pool2d(x, 3, 2, 1)), x, equal_nan=True, **FP32_TOL)
+
+
+@pytest.mark.parametrize("out", [1, 2, (3, 2), (None, 3)])
+def test_adaptive_avg_pool2d(out):
+    check(nn.AdaptiveAvgPool2d(out), torch.randn(2, 4, 6, 6))
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_adaptive_avg_pool2d_uneven_falls_back():
+    # Overlapping windows (6 -> 4) are not an avg pool: kiln runs that op eagerly.
+    check(nn.AdaptiveAvgPool2d(4), torch.randn(1, 2, 6, 6))
+
+
+def _randomize_bn(model):
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    return model
+
+
+def test_conv_bn_relu_is_one_kernel():
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16),
+                                        nn.ReLU()))
+    compiled = check(model, torch.randn(1, 3, 20, 20))
+    assert compiled.stats()["kernel_calls"] == 1, compiled.explain()
+    assert "conv2d" in compiled.explain() and "act=relu" in compiled.explain()
+
+
+def test_batch_norm_alone():
+    # Not after a conv: stays a per-channel multiply-add with folded constants.
+    check(_randomize_bn(nn.Sequential(nn.BatchNorm2d(5))), torch.randn(2, 5, 4, 4))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                      nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idn = x if self.down is None else self.down(x)
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + idn)
+
+
+class ResNet18(nn.Module):
+    """torchvision's resnet18 architecture (BasicBlock, [2, 2, 2, 2])."""
+
+    def __init__(self, classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], 64
+        for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+            layers.append(nn.Sequential(BasicBlock(cin, cout, stride), BasicBlock(cout, cout)))
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        x = self.layers(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+def test_small_cnn_with_residual_blocks():
+    model = _randomize_bn(nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+        BasicBlock(8, 8), BasicBlock(8, 16, stride=2), nn.MaxPool2d(2),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)))
+    compiled = check(model, torch.randn(2, 3, 24, 24), **NET_TOL)
+    # Each conv absorbs its batch norm, relu and the block's residual add.
+    explain = compiled.explain()
+    assert explain.count("conv2d") == 6, explain
+    assert "batch_norm" not in explain.replace("_native_batch_norm", "")
+
+
+def test_resnet18():
+    model = _randomize_bn(ResNet18())
+    compiled = check(model, torch.randn(1, 3, 64, 64), **NET_TOL)
+    stats = compiled.stats()
+    # 20 convs (each with its bn/relu/residual), max pool, mean, fc, reshape.
+    assert stats["kernel_calls"] <= 24, compiled.explain()
