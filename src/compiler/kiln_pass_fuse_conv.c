@@ -30,25 +30,6 @@ typedef struct {
   float* shift;
 } kiln_conv_chain_t;
 
-static int kiln_conv_fuse_act(kiln_op_t op, int64_t* act) {
-  switch (op) {
-    case KILN_OP_RELU: *act = KILN_ACT_RELU; return 1;
-    case KILN_OP_GELU: *act = KILN_ACT_GELU; return 1;
-    case KILN_OP_GELU_TANH: *act = KILN_ACT_GELU_TANH; return 1;
-    case KILN_OP_SILU: *act = KILN_ACT_SILU; return 1;
-    case KILN_OP_SIGMOID: *act = KILN_ACT_SIGMOID; return 1;
-    case KILN_OP_TANH: *act = KILN_ACT_TANH; return 1;
-    default: return 0;
-  }
-}
-
-static int kiln_conv_same_shape(const kiln_value_t* a, const kiln_value_t* b) {
-  if (a->rank != b->rank || a->dtype != b->dtype) return 0;
-  for (int32_t d = 0; d < a->rank; ++d)
-    if (a->shape[d] != b->shape[d]) return 0;
-  return 1;
-}
-
 /* A dense f32 constant that, broadcast against (N, O, H, W), varies only
  * along O: returns its stride per channel (1, or 0 for a scalar), else -1. */
 static int kiln_conv_channel_stride(const kiln_value_t* v, int64_t o) {
@@ -117,7 +98,7 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, kiln_graph_t** out_graph, int
       const kiln_value_t* uv = &g->values[u->outputs[0]];
       int64_t act;
       int cs = other >= 0 ? kiln_conv_channel_stride(&g->values[other], O) : -1;
-      if (stage == 0 && affine_ok && cs >= 0 && kiln_conv_same_shape(uv, &g->values[cur])) {
+      if (stage == 0 && affine_ok && cs >= 0 && kiln_value_same_type(uv, &g->values[cur])) {
         if (!c.scale) {
           c.scale = malloc(sizeof(float) * (size_t)O * 2);
           if (!c.scale) {
@@ -138,13 +119,13 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, kiln_graph_t** out_graph, int
             c.shift[o] += k;
           }
         }
-      } else if (stage <= 1 && kiln_conv_fuse_act(u->op, &act)) {
+      } else if (stage <= 1 && kiln_op_as_activation(u->op, &act)) {
         /* stage 1 after a residual: the activation wraps it. */
         c.act = act;
         stage = 2;
       } else if (u->op == KILN_OP_ADD && c.residual < 0 &&
-                 kiln_conv_same_shape(&g->values[other], &g->values[cur]) &&
-                 kiln_conv_same_shape(uv, &g->values[cur])) {
+                 kiln_value_same_type(&g->values[other], &g->values[cur]) &&
+                 kiln_value_same_type(uv, &g->values[cur])) {
         c.residual = other;
         /* Before any activation, one may still follow: act(conv + r). */
         c.residual_first = stage == 0;

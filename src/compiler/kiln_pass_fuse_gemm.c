@@ -23,25 +23,6 @@ typedef struct {
   int64_t act;
 } kiln_fuse_chain_t;
 
-static int kiln_fuse_act(kiln_op_t op, int64_t* act) {
-  switch (op) {
-    case KILN_OP_RELU: *act = KILN_ACT_RELU; return 1;
-    case KILN_OP_GELU: *act = KILN_ACT_GELU; return 1;
-    case KILN_OP_GELU_TANH: *act = KILN_ACT_GELU_TANH; return 1;
-    case KILN_OP_SILU: *act = KILN_ACT_SILU; return 1;
-    case KILN_OP_SIGMOID: *act = KILN_ACT_SIGMOID; return 1;
-    case KILN_OP_TANH: *act = KILN_ACT_TANH; return 1;
-    default: return 0;
-  }
-}
-
-static int kiln_same_shape(const kiln_value_t* a, const kiln_value_t* b) {
-  if (a->rank != b->rank || a->dtype != b->dtype) return 0;
-  for (int32_t d = 0; d < a->rank; ++d)
-    if (a->shape[d] != b->shape[d]) return 0;
-  return 1;
-}
-
 /* A constant holding N floats laid out along the last axis: (N), (1, N), ... */
 static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
   if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || v->layout != KILN_LAYOUT_DENSE ||
@@ -91,14 +72,14 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       const kiln_value_t* uv = &g->values[u->outputs[0]];
       int64_t act;
       if (stage == 0 && u->op == KILN_OP_ADD && kiln_is_bias(&g->values[other], ncols) &&
-          kiln_same_shape(uv, &g->values[cur])) {
+          kiln_value_same_type(uv, &g->values[cur])) {
         c.bias = other;
         stage = 1;
-      } else if (stage <= 1 && kiln_fuse_act(u->op, &act)) {
+      } else if (stage <= 1 && kiln_op_as_activation(u->op, &act)) {
         c.act = act;
         stage = 2;
-      } else if (u->op == KILN_OP_ADD && kiln_same_shape(&g->values[other], &g->values[cur]) &&
-                 kiln_same_shape(uv, &g->values[cur])) {
+      } else if (u->op == KILN_OP_ADD && kiln_value_same_type(&g->values[other], &g->values[cur]) &&
+                 kiln_value_same_type(uv, &g->values[cur])) {
         c.residual = other;
         stage = 3;
       } else {

@@ -1,6 +1,8 @@
 /* The rewriter shared by every compiler pass. */
 #include "compiler/kiln_rewrite.h"
 
+#include "kernels/kiln_activation.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,4 +90,16 @@ void kiln_graph_count_uses(const kiln_graph_t* g, int32_t* counts) {
     for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
       if (g->nodes[ni].inputs[i] >= 0) counts[g->nodes[ni].inputs[i]]++;
   for (int32_t o = 0; o < g->n_outputs; ++o) counts[g->outputs[o]]++;
+}
+
+int kiln_op_as_activation(kiln_op_t op, int64_t* act) {
+  switch (op) {
+    case KILN_OP_RELU: *act = KILN_ACT_RELU; return 1;
+    case KILN_OP_GELU: *act = KILN_ACT_GELU; return 1;
+    case KILN_OP_GELU_TANH: *act = KILN_ACT_GELU_TANH; return 1;
+    case KILN_OP_SILU: *act = KILN_ACT_SILU; return 1;
+    case KILN_OP_SIGMOID: *act = KILN_ACT_SIGMOID; return 1;
+    case KILN_OP_TANH: *act = KILN_ACT_TANH; return 1;
+    default: return 0;
+  }
 }

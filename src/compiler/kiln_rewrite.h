@@ -37,4 +37,8 @@ kiln_status_t kiln_rewriter_finish(kiln_rewriter_t* rw, kiln_graph_t** out_graph
  * (n_values long, caller-allocated). */
 void kiln_graph_count_uses(const kiln_graph_t* graph, int32_t* counts);
 
+/* The kiln_activation_t an elementwise op computes, for epilogue fusion;
+ * 0 when the op is not one. */
+int kiln_op_as_activation(kiln_op_t op, int64_t* out_act);
+
 #endif /* KILN_REWRITE_H */

@@ -35,6 +35,13 @@ int64_t kiln_value_numel(const kiln_value_t* v) {
   return n;
 }
 
+int kiln_value_same_type(const kiln_value_t* a, const kiln_value_t* b) {
+  if (a->rank != b->rank || a->dtype != b->dtype) return 0;
+  for (int32_t d = 0; d < a->rank; ++d)
+    if (a->shape[d] != b->shape[d]) return 0;
+  return 1;
+}
+
 size_t kiln_value_dense_bytes(const kiln_value_t* v) {
   return (size_t)kiln_value_numel(v) * kiln_dtype_size(v->dtype);
 }

@@ -92,6 +92,8 @@ void kiln_graph_release(kiln_graph_t* graph);
 int64_t kiln_value_numel(const kiln_value_t* value);
 /* Dense byte size of a value (numel × dtype size). */
 size_t kiln_value_dense_bytes(const kiln_value_t* value);
+/* Same dtype, rank and shape. */
+int kiln_value_same_type(const kiln_value_t* a, const kiln_value_t* b);
 
 /* Adds a call input. name is copied (may be NULL). */
 kiln_status_t kiln_graph_add_input(kiln_graph_t* graph, const char* name, kiln_dtype_t dtype,

@@ -7,13 +7,6 @@
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
-static int same_type(const kiln_value_t* a, const kiln_value_t* b) {
-  if (a->dtype != b->dtype || a->rank != b->rank) return 0;
-  for (int32_t d = 0; d < a->rank; ++d)
-    if (a->shape[d] != b->shape[d]) return 0;
-  return 1;
-}
-
 kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
   if (g->n_outputs < 1) FAIL("the graph has no outputs");
   for (int32_t i = 0; i < g->n_values; ++i) {
@@ -75,7 +68,7 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
     kiln_value_t want;
     kiln_status_t s = kiln_graph_infer_node(g, n, &want);
     if (s) return kiln_status_annotate(s, "node %d (%s)", ni, name);
-    if (!same_type(&want, &g->values[out_id])) {
+    if (!kiln_value_same_type(&want, &g->values[out_id])) {
       char a[96], b[96];
       FAIL("node %d (%s): output is %s, its inputs give %s", ni, name,
            kiln_value_describe(&g->values[out_id], a, sizeof a),

@@ -3,6 +3,8 @@
 #ifndef KILN_ACTIVATION_H
 #define KILN_ACTIVATION_H
 
+#include <math.h>
+
 typedef enum kiln_activation_e {
   KILN_ACT_NONE = 0,
   KILN_ACT_RELU,
@@ -13,5 +15,28 @@ typedef enum kiln_activation_e {
   KILN_ACT_TANH,
   KILN_ACT_COUNT
 } kiln_activation_t;
+
+/* One element, with torch's formulas (relu keeps NaN, gelu via erff,
+ * gelu_tanh via tanhf): the scalar reference of every fused epilogue. */
+static inline float kiln_activation_scalar(float x, kiln_activation_t act) {
+  switch (act) {
+    case KILN_ACT_RELU:
+      return x < 0.0f ? 0.0f : x; /* NaN < 0 is false: NaN passes, as in torch */
+    case KILN_ACT_GELU:
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case KILN_ACT_GELU_TANH: {
+      float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return 0.5f * x * (1.0f + tanhf(u));
+    }
+    case KILN_ACT_SILU:
+      return x / (1.0f + expf(-x));
+    case KILN_ACT_SIGMOID:
+      return 1.0f / (1.0f + expf(-x));
+    case KILN_ACT_TANH:
+      return tanhf(x);
+    default:
+      return x;
+  }
+}
 
 #endif /* KILN_ACTIVATION_H */

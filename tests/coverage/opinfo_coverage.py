@@ -198,7 +198,7 @@ def compare(got, want, nondeterministic=False):
 def run_one(p, nondet):
     """(status, detail) for one sample traced alone."""
     try:
-        compiled = kiln.trace(p.call, tuple(p.tensors))
+        compiled = kiln.trace(p.call, tuple(p.tensors), fallback=False)
     except kiln.UnsupportedOpError as e:
         return "unsupported", e.op
     except Exception as e:
@@ -241,7 +241,7 @@ def run_batch(prepared, nondet, deadline):
     batch = Batch([p.call for p in prepared], [len(p.tensors) for p in prepared])
     args = tuple(t for p in prepared for t in p.tensors)
     try:
-        compiled = kiln.trace(batch, args)
+        compiled = kiln.trace(batch, args, fallback=False)
     except kiln.UnsupportedOpError:
         try:
             missing = _missing_by_sample(batch, args)

@@ -68,7 +68,7 @@ def run(model, *inputs):
     """(kiln's outputs, eager's outputs) for `model` on `inputs`."""
     if not isinstance(model, nn.Module):
         model = Fn(model)
-    compiled = kiln.trace(model, inputs)
+    compiled = kiln.trace(model, inputs, fallback=False)  # an unsupported op must raise, not run in eager
     with torch.no_grad():
         want = model(*inputs)
     got = compiled(*inputs)
@@ -387,7 +387,7 @@ def test_embedding_index_select():
 
 def test_embedding_out_of_range_is_an_error():
     emb = nn.Embedding(10, 4)
-    compiled = kiln.trace(emb, (torch.tensor([1, 2]),))
+    compiled = kiln.trace(emb, (torch.tensor([1, 2]),), fallback=False)
     # The run-time check raises ValueError (kiln's type for bad input data).
     with pytest.raises(ValueError, match="out of range"):
         compiled(torch.tensor([1, 10]))

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/kiln_cpu.h"
+#include "base/kiln_scratch.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
@@ -37,35 +38,15 @@
 #define KILN_CONV_CACHE_CAP ((size_t)64 << 20)
 #define KILN_CONV_PANELS_PER_TASK 4
 
-/* ---- scratch: one cached block ---------------------------------------- */
+/* ---- scratch: im2col columns, cached between calls ------------------------ */
 
-static _Atomic(void*) kiln_conv_cached_;
+static kiln_scratch_cache_t kiln_conv_scratch_ = KILN_SCRATCH_CACHE_INIT(KILN_CONV_CACHE_CAP);
 
 static float* kiln_conv_scratch_get(size_t floats, void** out_block) {
-  size_t bytes = floats * sizeof(float);
-  void* blk = atomic_exchange(&kiln_conv_cached_, NULL);
-  if (blk && *(size_t*)blk < bytes) {
-    free(blk);
-    blk = NULL;
-  }
-  if (!blk) {
-    size_t total = ((bytes + 63) & ~(size_t)63) + 64;
-    blk = aligned_alloc(64, total);
-    if (!blk) return NULL;
-    *(size_t*)blk = total - 64;
-  }
-  *out_block = blk;
-  return (float*)((char*)blk + 64);
+  return kiln_scratch_get(&kiln_conv_scratch_, floats * sizeof(float), out_block);
 }
 
-static void kiln_conv_scratch_put(void* blk) {
-  if (!blk) return;
-  if (*(size_t*)blk > KILN_CONV_CACHE_CAP) {
-    free(blk);
-    return;
-  }
-  free(atomic_exchange(&kiln_conv_cached_, blk));
-}
+static void kiln_conv_scratch_put(void* blk) { kiln_scratch_put(&kiln_conv_scratch_, blk); }
 
 /* ---- epilogue over rows of y: act(y + bias[o]) + res ------------------ */
 
@@ -236,7 +217,7 @@ static void kiln_conv_dw_task(void* p, size_t task, int thread) {
       }
     } else {
       for (int64_t j = 0; j < Wo; ++j)
-        y[j] = kiln_gemm_act_scalar(acc[j], a->act) + (r ? r[j] : 0.0f);
+        y[j] = kiln_activation_scalar(acc[j], a->act) + (r ? r[j] : 0.0f);
     }
   }
 }

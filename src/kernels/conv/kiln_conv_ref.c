@@ -5,24 +5,6 @@
 
 #include "kernels/conv/kiln_conv.h"
 
-static float kiln_conv_ref_act(float x, kiln_activation_t act) {
-  switch (act) {
-    case KILN_ACT_RELU:
-      return x < 0.0f ? 0.0f : x;
-    case KILN_ACT_GELU:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case KILN_ACT_GELU_TANH:
-      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case KILN_ACT_SILU:
-      return x / (1.0f + expf(-x));
-    case KILN_ACT_SIGMOID:
-      return 1.0f / (1.0f + expf(-x));
-    case KILN_ACT_TANH:
-      return tanhf(x);
-    default:
-      return x;
-  }
-}
 
 void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* a) {
   const int64_t cg = a->c / a->groups, og = a->o / a->groups;
@@ -45,7 +27,7 @@ void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* a) {
             }
           int64_t at = ((n * a->o + o) * a->ho + i) * a->wo + j;
           if (a->residual && a->residual_before_act) acc += a->residual[at];
-          float r = kiln_conv_ref_act((float)acc, a->act);
+          float r = kiln_activation_scalar((float)acc, a->act);
           if (a->residual && !a->residual_before_act) r += a->residual[at];
           a->y[at] = r;
         }

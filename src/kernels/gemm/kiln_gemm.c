@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_scratch.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
@@ -52,43 +53,21 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
 
 /* ---- scratch: one cached block, reused call to call ------------------- */
 
-/* mmap-sized mallocs per call would cost page faults on every GEMM, so the
- * last block is kept in a one-slot cache (lock-free: a thread takes it by
- * exchange; concurrent calls simply allocate their own). The first 64 bytes
- * hold the usable size. Blocks above the cap are freed after use. */
+/* Packed-A scratch comes from a one-slot cache (base/kiln_scratch.h) so a
+ * steady stream of GEMMs allocates nothing. */
 #define KILN_GEMM_CACHE_CAP ((size_t)64 << 20)
 /* Per-chunk scratch target, 64 MiB (a build may lower it to exercise the
  * chunking on small shapes). */
 #ifndef KILN_GEMM_CHUNK_FLOATS
 #define KILN_GEMM_CHUNK_FLOATS ((int64_t)16 << 20)
 #endif
-static _Atomic(void*) kiln_gemm_cached_;
+static kiln_scratch_cache_t kiln_gemm_scratch_ = KILN_SCRATCH_CACHE_INIT(KILN_GEMM_CACHE_CAP);
 
 static float* kiln_gemm_scratch_get(size_t floats, void** out_block) {
-  size_t bytes = floats * sizeof(float);
-  void* blk = atomic_exchange(&kiln_gemm_cached_, NULL);
-  if (blk && *(size_t*)blk < bytes) {
-    free(blk);
-    blk = NULL;
-  }
-  if (!blk) {
-    size_t total = ((bytes + 63) & ~(size_t)63) + 64;
-    blk = aligned_alloc(64, total);
-    if (!blk) return NULL;
-    *(size_t*)blk = total - 64;
-  }
-  *out_block = blk;
-  return (float*)((char*)blk + 64);
+  return kiln_scratch_get(&kiln_gemm_scratch_, floats * sizeof(float), out_block);
 }
 
-static void kiln_gemm_scratch_put(void* blk) {
-  if (!blk) return;
-  if (*(size_t*)blk > KILN_GEMM_CACHE_CAP) {
-    free(blk);
-    return;
-  }
-  free(atomic_exchange(&kiln_gemm_cached_, blk));
-}
+static void kiln_gemm_scratch_put(void* blk) { kiln_scratch_put(&kiln_gemm_scratch_, blk); }
 
 /* ---- one chunk's shared state ----------------------------------------- */
 
@@ -304,7 +283,7 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
       const float* r =
           g->residual ? g->residual + b * g->r_batch_stride + i * g->r_row_stride : NULL;
       for (int64_t j = 0; j < g->n; ++j)
-        c[j] = kiln_gemm_act_scalar(g->bias ? g->bias[j] : 0.0f, g->act) + (r ? r[j] : 0.0f);
+        c[j] = kiln_activation_scalar(g->bias ? g->bias[j] : 0.0f, g->act) + (r ? r[j] : 0.0f);
     }
 }
 

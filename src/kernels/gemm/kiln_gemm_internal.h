@@ -108,27 +108,4 @@ void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
 void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                              int64_t q0, int64_t q1, float* out);
 
-/* The activation one element at a time, with the reference's formulas
- * (torch's: relu keeps NaN, gelu via erff, gelu_tanh via tanhf). */
-static inline float kiln_gemm_act_scalar(float x, kiln_activation_t act) {
-  switch (act) {
-    case KILN_ACT_RELU:
-      return x < 0.0f ? 0.0f : x; /* NaN < 0 is false: NaN passes, as in torch */
-    case KILN_ACT_GELU:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case KILN_ACT_GELU_TANH: {
-      float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(u));
-    }
-    case KILN_ACT_SILU:
-      return x / (1.0f + expf(-x));
-    case KILN_ACT_SIGMOID:
-      return 1.0f / (1.0f + expf(-x));
-    case KILN_ACT_TANH:
-      return tanhf(x);
-    default:
-      return x;
-  }
-}
-
 #endif /* KILN_GEMM_INTERNAL_H */

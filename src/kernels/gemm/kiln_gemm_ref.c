@@ -25,7 +25,7 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         }
         float x = (float)acc;
         if (g->bias) x += g->bias[j];
-        x = kiln_gemm_act_scalar(x, g->act);
+        x = kiln_activation_scalar(x, g->act);
         /* Read the residual before writing C: they may be the same element. */
         if (r) x += r[i * g->r_row_stride + j];
         c[i * g->c_row_stride + j] = x;

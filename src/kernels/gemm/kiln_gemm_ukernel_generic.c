@@ -46,7 +46,7 @@ void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t 
     for (int64_t j = 0; j < n; ++j) {
       float x = src[i * lds + j];
       if (bias) x += bias[j];
-      x = kiln_gemm_act_scalar(x, act);
+      x = kiln_activation_scalar(x, act);
       if (res) x += res[i * ldr + j];
       dst[i * ldd + j] = x;
     }
