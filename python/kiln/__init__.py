@@ -71,6 +71,9 @@ def _trace_with_fallback(ep, name):
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
     lifted, const_of = [], {}
     for spec, n in zip(ep.graph_signature.input_specs, phs):
+        if spec.kind == InputKind.TOKEN:
+            raise UnsupportedOpError("side effects (an effect token)", "",
+                                     "the exported program orders side-effecting ops; run it in eager")
         if spec.kind != InputKind.USER_INPUT:
             t = state[spec.target] if spec.target in state else consts[spec.target]
             lifted.append(t)

@@ -234,6 +234,11 @@ def lower_exported(ep):
                 names.append(spec.arg.name)
             else:
                 placeholders.append(("python", getattr(spec.arg, "value", n.meta.get("val"))))
+        elif spec.kind == InputKind.TOKEN:
+            # Effect tokens order side effects (prints, in-place ops on
+            # globals): nothing kiln can compile ahead of time.
+            raise UnsupportedOpError("side effects (an effect token)", "",
+                                     "the exported program orders side-effecting ops")
         else:
             t = state.get(spec.target) if spec.target in state else consts.get(spec.target)
             if t is None:

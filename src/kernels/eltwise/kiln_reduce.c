@@ -53,50 +53,56 @@ static double kiln_reduce_step(kiln_reduce_t op, double acc, double v) {
   }
 }
 
+/* Reduced axes all before kept axes: (n_red, n_out) rows accumulate into
+ * out row by row (vectorisable; torch also sums these in float). */
+static void kiln_reduce_leading_f32(kiln_reduce_t op, int64_t n_red, int64_t n_out, const float* x,
+                                    float* out) {
+  memcpy(out, x, (size_t)n_out * sizeof(float));
+  for (int64_t r = 1; r < n_red; ++r) {
+    const float* row = x + r * n_out;
+    switch (op) {
+      case KILN_REDUCE_SUM:
+      case KILN_REDUCE_MEAN:
+        for (int64_t j = 0; j < n_out; ++j) out[j] += row[j];
+        break;
+      case KILN_REDUCE_MAX:
+        for (int64_t j = 0; j < n_out; ++j)
+          out[j] = (row[j] != row[j] || row[j] > out[j]) && out[j] == out[j] ? row[j] : out[j];
+        break;
+      case KILN_REDUCE_MIN:
+        for (int64_t j = 0; j < n_out; ++j)
+          out[j] = (row[j] != row[j] || row[j] < out[j]) && out[j] == out[j] ? row[j] : out[j];
+        break;
+      default:
+        break;
+    }
+  }
+  if (op == KILN_REDUCE_MEAN)
+    for (int64_t j = 0; j < n_out; ++j) out[j] /= (float)n_red;
+}
+
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,
                  uint32_t mask, const void* x, void* out) {
-  /* Output element count and reduced count. */
-  int64_t n_out = 1, n_red = 1, numel = 1;
+  int64_t n_out = 1, n_red = 1;
   for (int32_t d = 0; d < rank; ++d) {
-    numel *= shape[d];
     if (mask & (1u << d)) n_red *= shape[d];
     else n_out *= shape[d];
   }
   if (n_out == 0) return;
-  /* Dense strides of the output over the kept axes (0 on reduced axes). */
-  int64_t ostride[KILN_ND_MAX_RANK], s = 1;
-  for (int32_t d = rank - 1; d >= 0; --d) {
+  /* Where the reduced axes sit: all trailing (rows), all leading, or mixed. */
+  int32_t first_kept = rank, last_red = -1, first_red = rank, last_kept = -1;
+  for (int32_t d = 0; d < rank; ++d) {
     if (mask & (1u << d)) {
-      ostride[d] = 0;
+      last_red = d;
+      if (first_red == rank) first_red = d;
     } else {
-      ostride[d] = s;
-      s *= shape[d];
+      last_kept = d;
+      if (first_kept == rank) first_kept = d;
     }
   }
-  double acc_stack[1024];
-  double* acc = n_out <= 1024 ? acc_stack : NULL;
-  /* Fast path: trailing axes reduced, i.e. (n_out, n_red) rows. */
-  int trailing = 1;
-  for (int32_t d = 0; d < rank; ++d)
-    if ((mask & (1u << d)) && d < rank - 1 && !(mask & (1u << (d + 1)))) trailing = 0;
-  if (trailing || !acc) {
-    if (!trailing) {
-      /* Slow but allocation-free general path: one output at a time. */
-      for (int64_t o = 0; o < n_out; ++o) {
-        double a = kiln_reduce_init(op);
-        for (int64_t i = 0; i < numel; ++i) {
-          int64_t rem = i, oi = 0;
-          for (int32_t d = rank - 1; d >= 0; --d) {
-            oi += (rem % shape[d]) * ostride[d];
-            rem /= shape[d];
-          }
-          if (oi == o) a = kiln_reduce_step(op, a, kiln_reduce_load(dtype, x, i));
-        }
-        if (op == KILN_REDUCE_MEAN) a /= (double)n_red;
-        kiln_reduce_store(dtype, out, o, a);
-      }
-      return;
-    }
+  int trailing = last_kept < first_red;
+  int leading = last_red < first_kept;
+  if (trailing) {
     for (int64_t o = 0; o < n_out; ++o) {
       double a = kiln_reduce_init(op);
       if (dtype == KILN_F32 && op <= KILN_REDUCE_MEAN) {
@@ -111,23 +117,43 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
     }
     return;
   }
-  /* General path with a small accumulator array: one sweep over x. */
-  for (int64_t o = 0; o < n_out; ++o) acc[o] = kiln_reduce_init(op);
-  int64_t idx[KILN_ND_MAX_RANK] = {0};
-  int64_t oi = 0;
-  for (int64_t i = 0; i < numel; ++i) {
-    acc[oi] = kiln_reduce_step(op, acc[oi], kiln_reduce_load(dtype, x, i));
-    for (int32_t d = rank - 1; d >= 0; --d) { /* odometer increment */
-      oi += ostride[d];
-      if (++idx[d] < shape[d]) break;
-      oi -= ostride[d] * shape[d];
-      idx[d] = 0;
-    }
+  if (leading && dtype == KILN_F32 && op != KILN_REDUCE_ANY && n_red > 0) {
+    kiln_reduce_leading_f32(op, n_red, n_out, x, out);
+    return;
   }
+  /* Mixed: each output walks its reduced elements with an odometer over the
+   * reduced axes (element strides of x), starting from its kept index. */
+  int64_t stride[KILN_ND_MAX_RANK], s = 1;
+  for (int32_t d = rank - 1; d >= 0; --d) {
+    stride[d] = s;
+    s *= shape[d];
+  }
+  int32_t kept[KILN_ND_MAX_RANK], red[KILN_ND_MAX_RANK], nk = 0, nr = 0;
+  for (int32_t d = 0; d < rank; ++d) {
+    if (mask & (1u << d)) red[nr++] = d;
+    else kept[nk++] = d;
+  }
+  int64_t kidx[KILN_ND_MAX_RANK] = {0};
   for (int64_t o = 0; o < n_out; ++o) {
-    double a = acc[o];
+    int64_t base = 0;
+    for (int32_t i = 0; i < nk; ++i) base += kidx[i] * stride[kept[i]];
+    double a = kiln_reduce_init(op);
+    int64_t ridx[KILN_ND_MAX_RANK] = {0}, off = base;
+    for (int64_t r = 0; r < n_red; ++r) {
+      a = kiln_reduce_step(op, a, kiln_reduce_load(dtype, x, off));
+      for (int32_t i = nr - 1; i >= 0; --i) {
+        off += stride[red[i]];
+        if (++ridx[i] < shape[red[i]]) break;
+        off -= stride[red[i]] * shape[red[i]];
+        ridx[i] = 0;
+      }
+    }
     if (op == KILN_REDUCE_MEAN) a /= (double)n_red;
     kiln_reduce_store(dtype, out, o, a);
+    for (int32_t i = nk - 1; i >= 0; --i) {
+      if (++kidx[i] < shape[kept[i]]) break;
+      kidx[i] = 0;
+    }
   }
 }
 
