@@ -9,7 +9,7 @@ DEPS := $(VENV)/.deps-installed
 BUILD := build
 KILN_BUILT := $(BUILD)/.kiln-installed
 
-.PHONY: all build demo test test-c test-python bench bench-kernels clean
+.PHONY: all build demo test test-c test-python bench bench-kernels coverage clean
 
 all: build
 
@@ -52,3 +52,8 @@ bench: build $(BENCH_DEPS)
 
 bench-kernels: build
 	$(BUILD)/bench/kernels/bench_gemm
+
+# OpInfo coverage (issue 7): every op_db sample through kiln.trace, per-op
+# pass / fail / unsupported, totals and the Core ATen figure; coverage.json.
+coverage: build
+	$(PY) tests/coverage/opinfo_coverage.py $(if $(QUICK),--quick) --out coverage.json
