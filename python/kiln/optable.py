@@ -448,18 +448,6 @@ def _reduce_all(ctx, n):
     return ctx.node(op, [x], [_axes_mask(None, len(ctx.shape(x))), 0], origin=ctx.origin(n))
 
 
-@register(aten.argmax.default)
-def _argmax(ctx, n):
-    x = ctx.value(n.args[0])
-    dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-    keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
-    if dim is None:
-        x = reshape(ctx, x, [math.prod(ctx.shape(x))])
-        dim = 0
-    y = ctx.node("argmax", [x], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))], origin=ctx.origin(n))
-    return reshape(ctx, y, _shape(n))
-
-
 @register(aten.max.default, aten.min.default)
 def _max_all(ctx, n):
     x = ctx.value(n.args[0])
@@ -488,15 +476,17 @@ def _max_dim(ctx, n):
     return values, ctx.node("argmax", [src], [dim, keep], origin=ctx.origin(n))
 
 
-@register(aten.argmin.default)
-def _argmin(ctx, n):
+@register(aten.argmax.default, aten.argmin.default)
+def _argmax(ctx, n):
     x = ctx.value(n.args[0])
     dim = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
     keep = n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)
     if dim is None:
         x = reshape(ctx, x, [math.prod(ctx.shape(x))])
         dim = 0
-    y = ctx.node("argmax", [_argmin_input(ctx, n, x)], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))],
+    if n.target == aten.argmin.default:
+        x = _argmin_input(ctx, n, x)
+    y = ctx.node("argmax", [x], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))],
                  origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 

@@ -44,6 +44,12 @@ extern int kiln_test_passed, kiln_test_failed;
 int kiln_test_compare_f32(const char* what, const float* got, const float* want, size_t n,
                           float atol, float rtol);
 
+/* Runs fn(pool, where) at every ISA level this CPU supports, each with a
+ * 1-thread and a 2-thread pool; `where` names the level and thread count
+ * for failure messages. Restores the ISA level afterwards. */
+struct kiln_pool_s;
+void kiln_test_each_isa_and_pool(void (*fn)(struct kiln_pool_s* pool, const char* where));
+
 /* Deterministic pseudo-random fill in [lo, hi). */
 void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi);
 

@@ -180,22 +180,6 @@ static void conv_test_shape_rules(void) {
 }
 
 void kiln_test_suite_conv(void) {
-  kiln_isa_t start = kiln_cpu_isa();
-  kiln_pool_t* pools[2] = {NULL, NULL};
-  KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
-  KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
-  for (int level = KILN_ISA_GENERIC; level <= (int)start; ++level) {
-    if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) continue;
-    for (int p = 0; p < 2; ++p) {
-      if (!pools[p]) continue;
-      char where[64];
-      snprintf(where, sizeof(where), "[%s, %d thread%s]", kiln_cpu_isa_name((kiln_isa_t)level),
-               p + 1, p ? "s" : "");
-      conv_test_level(pools[p], where);
-    }
-  }
-  kiln_cpu_isa_set(start);
-  kiln_pool_release(pools[0]);
-  kiln_pool_release(pools[1]);
+  kiln_test_each_isa_and_pool(conv_test_level);
   conv_test_shape_rules();
 }

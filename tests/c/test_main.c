@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "base/kiln_status.h"
 #include "kiln_test.h"
 
 int kiln_test_passed, kiln_test_failed;
@@ -38,6 +41,26 @@ void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi) {
     s ^= s << 17;
     x[i] = lo + (hi - lo) * (float)((s >> 40) * (1.0 / 16777216.0));
   }
+}
+
+void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where)) {
+  kiln_isa_t start = kiln_cpu_isa();
+  kiln_pool_t* pools[2] = {NULL, NULL};
+  KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
+  KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
+  for (int level = KILN_ISA_GENERIC; level <= (int)start; ++level) {
+    if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) continue;
+    for (int p = 0; p < 2; ++p) {
+      if (!pools[p]) continue;
+      char where[64];
+      snprintf(where, sizeof(where), "[%s, %d thread%s]", kiln_cpu_isa_name((kiln_isa_t)level),
+               p + 1, p ? "s" : "");
+      fn(pools[p], where);
+    }
+  }
+  kiln_cpu_isa_set(start);
+  kiln_pool_release(pools[0]);
+  kiln_pool_release(pools[1]);
 }
 
 #define KILN_TEST_SUITES(X) \

@@ -312,24 +312,11 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
     kiln_test_nn_attention_case(&cases[i], pool, isa);
 }
 
-void kiln_test_suite_nn(void) {
-  kiln_isa_t saved = kiln_cpu_isa();
-  kiln_pool_t* pools[2] = {NULL, NULL};
-  KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
-  KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
-  for (int isa = KILN_ISA_GENERIC; isa < KILN_ISA_COUNT; ++isa) {
-    if (kiln_cpu_isa_set((kiln_isa_t)isa) != (kiln_isa_t)isa) continue;
-    for (int p = 0; p < 2; ++p) {
-      if (!pools[p]) continue;
-      char name[48];
-      snprintf(name, sizeof name, "[%s, %d thr]", kiln_cpu_isa_name((kiln_isa_t)isa), p + 1);
-      kiln_test_nn_unary(pools[p], name);
-      kiln_test_nn_softmax(pools[p], name);
-      kiln_test_nn_norms(pools[p], name);
-      kiln_test_nn_attention(pools[p], name);
-    }
-  }
-  kiln_cpu_isa_set(saved);
-  kiln_pool_release(pools[0]);
-  kiln_pool_release(pools[1]);
+static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
+  kiln_test_nn_unary(pool, where);
+  kiln_test_nn_softmax(pool, where);
+  kiln_test_nn_norms(pool, where);
+  kiln_test_nn_attention(pool, where);
 }
+
+void kiln_test_suite_nn(void) { kiln_test_each_isa_and_pool(kiln_test_nn_level); }
