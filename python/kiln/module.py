@@ -31,6 +31,7 @@ class KilnModule(torch.nn.Module):
         self.compile_seconds = compile_seconds
         self._in_specs = [(dtype, tuple(shape)) for _, dtype, shape in model.inputs()]
         self._out_specs = [(TORCH_DTYPES[dtype], tuple(shape)) for _, dtype, shape in model.outputs()]
+        self._out_ids = [(dtype, tuple(shape)) for _, dtype, shape in model.outputs()]
         if len(self._input_names) != len(self._in_specs):
             raise KilnError(f"the artifact names {len(self._input_names)} inputs but its graph has {len(self._in_specs)}")
 
@@ -58,15 +59,17 @@ class KilnModule(torch.nn.Module):
         """Runs on a flat list of tensors; returns the flat list of outputs."""
         ins = self._check_inputs(args)
         outs = [torch.empty(shape, dtype=dtype) for dtype, shape in self._out_specs]
+        # Shapes and dtype ids of outputs are fixed: only pointers change.
         self._kiln_model.run(
             [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins],
-            [(o.data_ptr(), DTYPES[o.dtype], o.shape) for o in outs])
+            [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)])
         return outs
 
     def forward(self, *args, **kwargs):
         if kwargs:
             args = tuple(args) + tuple(kwargs.values())
-        flat = pytree.tree_leaves(args)
+        # Plain tensor arguments (the common case) need no pytree walk.
+        flat = args if all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves(args)
         outs = self.run_flat(flat)
         if self._out_spec is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
