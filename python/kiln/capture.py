@@ -7,11 +7,9 @@ graph built in C. Parameters and buffers become constants of the graph.
 The same lowering serves torch.compile: it takes any FX graph of ATen ops.
 """
 
-import math
 import os
 
 import torch
-from torch.utils import _pytree as pytree
 
 from kiln import _C
 from kiln.errors import KilnError, UnsupportedOpError

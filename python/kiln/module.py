@@ -7,7 +7,6 @@ for torch_neuronx, through ``torch.jit.save``.
 """
 
 import json
-import time
 
 import torch
 from torch.utils import _pytree as pytree

@@ -44,7 +44,7 @@ class _KilnSupport(OperatorSupportBase):
 class _KilnPiece(torch.nn.Module):
     """One kiln-compiled partition: called with the partition's tensor inputs."""
 
-    def __init__(self, module, runtime_positions, n_outputs, tuple_output):
+    def __init__(self, module, runtime_positions, tuple_output):
         super().__init__()
         self.module = module
         self.runtime_positions = runtime_positions
@@ -113,7 +113,7 @@ def partition(gm, constant_of=None, warn=True, what="this model"):
             # this piece stays eager too.
             warnings.warn(f"kiln: a graph piece runs in eager PyTorch: {e}", stacklevel=3)
             continue
-        setattr(fused, node.target, _KilnPiece(mod, runtime_positions, len(flat), isinstance(out, (tuple, list))))
+        setattr(fused, node.target, _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list))))
         n_pieces += 1
     fused.recompile()
     return fused, n_pieces

@@ -82,7 +82,7 @@ void kiln_model_release(kiln_model_t* m) {
 const kiln_graph_t* kiln_model_graph(const kiln_model_t* m) { return m->graph; }
 const kiln_plan_t* kiln_model_plan(const kiln_model_t* m) { return &m->plan; }
 
-static kiln_status_t kiln_model_check(const kiln_graph_t* g, const char* what, int32_t index,
+static kiln_status_t kiln_model_check(const char* what, int32_t index,
                                       const kiln_value_t* want, const kiln_tensor_t* got) {
   int same = got->dtype == want->dtype && got->rank == want->rank && got->data != NULL;
   for (int32_t d = 0; same && d < want->rank; ++d) same = got->shape[d] == want->shape[d];
@@ -94,7 +94,6 @@ static kiln_status_t kiln_model_check(const kiln_graph_t* g, const char* what, i
   as_value.dtype = got->dtype;
   as_value.rank = got->rank >= 0 && got->rank <= KILN_MAX_RANK ? got->rank : 0;
   if (got->shape) memcpy(as_value.shape, got->shape, (size_t)as_value.rank * sizeof(int64_t));
-  (void)g;
   return kiln_status_make(KILN_INVALID_ARGUMENT, "%s %d%s%s%s: expected %s, got %s%s", what, index,
                           want->name ? " ('" : "", want->name ? want->name : "",
                           want->name ? "')" : "", kiln_value_describe(want, wbuf, sizeof wbuf),
@@ -117,10 +116,10 @@ kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32
                  g->n_outputs, n_outputs);
   for (int32_t i = 0; i < n_inputs; ++i)
     KILN_RETURN_IF_ERROR(
-        kiln_model_check(g, "input", i, &g->values[g->inputs[i]], &inputs[i]));
+        kiln_model_check("input", i, &g->values[g->inputs[i]], &inputs[i]));
   for (int32_t o = 0; o < n_outputs; ++o)
     KILN_RETURN_IF_ERROR(
-        kiln_model_check(g, "output", o, &g->values[g->outputs[o]], &outputs[o]));
+        kiln_model_check("output", o, &g->values[g->outputs[o]], &outputs[o]));
 
   pthread_mutex_lock(&m->lock);
   const kiln_plan_t* p = &m->plan;
