@@ -1,11 +1,26 @@
-/* Thread pool: a generation counter announces work; workers take task
- * indices from an atomic counter; the caller waits for a done count. */
+/* Thread pool: a generation counter announces each job; threads claim task
+ * indices from a counter tagged with the job's generation; the caller
+ * returns when every task of its job has run.
+ *
+ * Completion counts tasks, not threads: a worker the OS has descheduled (the
+ * machine is shared, or another runtime's threads spin on the same cores)
+ * never holds up a job it has not claimed a task of; the caller simply runs
+ * the remaining tasks itself. A worker that wakes late may see a later job's
+ * fields; the generation tag in the claim counter makes it claim nothing
+ * then (see kiln_pool_claim). */
 #include "base/kiln_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+/* Task indices live in the low 32 bits of the claim word: at most this many
+ * tasks per parallel job (larger counts run inline, which no kernel needs). */
+#define KILN_POOL_MAX_TASKS 0xFFFFFFFEu
+#define KILN_POOL_CLOSED 0xFFFFFFFFu
 
 struct kiln_pool_s {
   int n_threads; /* including the caller */
@@ -14,12 +29,14 @@ struct kiln_pool_s {
   pthread_cond_t wake;
   atomic_uint generation; /* bumped once per parallel_for */
   atomic_int stop;
-  /* The current job. Written before `generation` is bumped. */
-  kiln_pool_task_fn fn;
-  void* ctx;
-  size_t n_tasks;
-  atomic_size_t next_task;
-  atomic_int n_active; /* workers still inside the current job */
+  /* The current job. All accesses are sequentially consistent: the caller
+   * closes the claim word before rewriting these, so a claim that succeeds
+   * saw this job's fields (a torn read implies a failed claim). */
+  _Atomic(kiln_pool_task_fn) fn;
+  _Atomic(void*) ctx;
+  atomic_size_t n_tasks;
+  _Atomic uint64_t claim; /* generation << 32 | next task index */
+  atomic_size_t done;     /* tasks of the current job finished */
 };
 
 typedef struct {
@@ -27,11 +44,34 @@ typedef struct {
   int index;
 } kiln_pool_worker_arg_t;
 
-static void kiln_pool_run_tasks(kiln_pool_t* pool, int thread) {
+static inline void kiln_pool_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Claims the next task of job `gen`; 0 when the job is done, closed or gone. */
+static int kiln_pool_claim(kiln_pool_t* pool, unsigned gen, size_t n_tasks, size_t* task) {
+  uint64_t v = atomic_load(&pool->claim);
   for (;;) {
-    size_t t = atomic_fetch_add_explicit(&pool->next_task, 1, memory_order_relaxed);
-    if (t >= pool->n_tasks) break;
-    pool->fn(pool->ctx, t, thread);
+    if ((unsigned)(v >> 32) != gen) return 0;
+    uint32_t index = (uint32_t)v;
+    if (index >= n_tasks) return 0;
+    if (atomic_compare_exchange_weak(&pool->claim, &v, v + 1)) {
+      *task = index;
+      return 1;
+    }
+  }
+}
+
+static void kiln_pool_run_tasks(kiln_pool_t* pool, unsigned gen, int thread) {
+  kiln_pool_task_fn fn = atomic_load(&pool->fn);
+  void* ctx = atomic_load(&pool->ctx);
+  size_t n_tasks = atomic_load(&pool->n_tasks);
+  size_t t;
+  while (kiln_pool_claim(pool, gen, n_tasks, &t)) {
+    fn(ctx, t, thread);
+    atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
   }
 }
 
@@ -48,9 +88,7 @@ static void* kiln_pool_worker_main(void* p) {
     for (int spin = 0; spin < 20000; ++spin) {
       gen = atomic_load_explicit(&pool->generation, memory_order_acquire);
       if (gen != seen || atomic_load(&pool->stop)) break;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      kiln_pool_pause();
     }
     if (gen == seen && !atomic_load(&pool->stop)) {
       pthread_mutex_lock(&pool->mutex);
@@ -60,8 +98,7 @@ static void* kiln_pool_worker_main(void* p) {
     }
     if (atomic_load(&pool->stop)) return NULL;
     seen = gen;
-    kiln_pool_run_tasks(pool, arg.index);
-    atomic_fetch_sub_explicit(&pool->n_active, 1, memory_order_release);
+    kiln_pool_run_tasks(pool, gen, arg.index);
   }
 }
 
@@ -116,24 +153,30 @@ int kiln_pool_size(const kiln_pool_t* pool) { return pool ? pool->n_threads : 1;
 void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
                             void* ctx) {
   if (n_tasks == 0) return;
-  if (!pool || pool->n_threads == 1 || n_tasks == 1) {
+  if (!pool || pool->n_threads == 1 || n_tasks == 1 || n_tasks > KILN_POOL_MAX_TASKS) {
     for (size_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
-  pool->fn = fn;
-  pool->ctx = ctx;
-  pool->n_tasks = n_tasks;
-  atomic_store_explicit(&pool->next_task, 0, memory_order_relaxed);
-  atomic_store_explicit(&pool->n_active, pool->n_threads - 1, memory_order_relaxed);
+  unsigned gen = atomic_load(&pool->generation) + 1;
+  /* Close the previous job before rewriting its fields (see the struct). */
+  atomic_store(&pool->claim, (uint64_t)(gen - 1) << 32 | KILN_POOL_CLOSED);
+  atomic_store(&pool->fn, fn);
+  atomic_store(&pool->ctx, ctx);
+  atomic_store(&pool->n_tasks, n_tasks);
+  atomic_store(&pool->done, 0);
+  atomic_store(&pool->claim, (uint64_t)gen << 32);
   pthread_mutex_lock(&pool->mutex);
-  atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+  atomic_store_explicit(&pool->generation, gen, memory_order_release);
   pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->mutex);
-  kiln_pool_run_tasks(pool, 0);
-  while (atomic_load_explicit(&pool->n_active, memory_order_acquire) > 0) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+  kiln_pool_run_tasks(pool, gen, 0);
+  /* Wait only for tasks other threads claimed and are still running; yield
+   * now and then in case the thread running one shares this core. */
+  for (unsigned spin = 1; atomic_load_explicit(&pool->done, memory_order_acquire) < n_tasks; ++spin) {
+    if (spin % 4096 == 0)
+      sched_yield();
+    else
+      kiln_pool_pause();
   }
 }
 

@@ -46,6 +46,26 @@ void kiln_test_suite_pool(void) {
     }
     kiln_pool_release(pool);
   }
+  /* Oversubscribed (more threads than cores), back-to-back small jobs that
+   * alternate between two contexts: a worker waking late must never run a
+   * task of a finished job or with another job's context. */
+  {
+    kiln_pool_t* busy = NULL;
+    KILN_EXPECT_OK(kiln_pool_create(6, &busy));
+    static pool_ctx_t pair[2];
+    int bad_jobs = 0;
+    for (int job = 0; busy && job < 5000; ++job) {
+      pool_ctx_t* c = &pair[job & 1];
+      size_t n = (size_t)(job % 7) + 1;
+      for (size_t i = 0; i < 8; ++i) atomic_store(&c->hits[i], 0);
+      kiln_pool_parallel_for(busy, n, pool_task, c);
+      int bad = 0;
+      for (size_t i = 0; i < 8; ++i) bad += atomic_load(&c->hits[i]) != (i < n);
+      bad_jobs += bad != 0;
+    }
+    KILN_EXPECT(bad_jobs == 0, "oversubscribed pool: %d of 5000 jobs ran tasks wrongly", bad_jobs);
+    kiln_pool_release(busy);
+  }
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);
   KILN_EXPECT(pool == NULL, "no pool on failure");
