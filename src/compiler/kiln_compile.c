@@ -73,6 +73,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     snprintf(what, sizeof what, fmt, a);                            \
     s = kiln_compile_after(o, name, g, t0, what);                   \
   }
+  KILN_RUN_PASS("simplify", kiln_pass_simplify(g, &next, &a), "%d rewrites")
   if (o->fuse) {
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")

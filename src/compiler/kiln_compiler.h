@@ -23,6 +23,13 @@ void kiln_compile_options_initialize(kiln_compile_options_t* options);
 kiln_status_t kiln_pass_fold(kiln_graph_t* graph, kiln_pool_t* pool, int fold,
                              kiln_graph_t** out_graph, int32_t* out_folded, int32_t* out_dead);
 
+/* Local rewrites in one sweep: identities (no-op reshapes, copies and
+ * casts, x*1, x/1, x-0), reshape chains, decomposed GELU / SiLU / RMSNorm
+ * back to their fused ops, and common-subexpression elimination; then drops
+ * what no output reaches. */
+kiln_status_t kiln_pass_simplify(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                 int32_t* out_rewrites);
+
 /* MATMUL with a constant 2-d right operand becomes LINEAR, absorbing a
  * following bias add, activation and residual add when each is the sole
  * user. */

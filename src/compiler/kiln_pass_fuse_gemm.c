@@ -6,7 +6,9 @@
  *     y2 = ACT(y1)                relu, gelu, silu, sigmoid, tanh (optional)
  *     y3 = ADD(y2, r)             r of y2's shape                 (optional)
  * becomes one LINEAR(x, W', bias, r) with the activation as a parameter,
- * emitted where the chain ends. Each step is absorbed only if the previous
+ * emitted where the chain ends. Reshapes that keep the last dim N may sit
+ * anywhere in the chain (transformers' Conv1D: addmm, then view): x is
+ * reshaped instead (free: a view), so the LINEAR makes the final shape. Each step is absorbed only if the previous
  * value has exactly one user (and is not a graph output), so nothing else
  * sees the skipped intermediates. W stays dense here; kiln_pass_pack_weights
  * packs it once the other passes are done with it. */
@@ -20,6 +22,7 @@
 typedef struct {
   int32_t matmul; /* node index of the MATMUL starting the chain, or -1 */
   int32_t bias, residual;
+  int32_t reshaped; /* the value whose shape the LINEAR makes, or -1 */
   int64_t act;
 } kiln_fuse_chain_t;
 
@@ -55,13 +58,13 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
   /* Find chains. */
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_MATMUL) continue;
+    if (n->op != KILN_OP_MATMUL || n->params[0] != 0) continue;
     const kiln_value_t* w = &g->values[n->inputs[1]];
     if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 ||
         (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
       continue;
     int64_t ncols = w->shape[1];
-    kiln_fuse_chain_t c = {ni, -1, -1, KILN_ACT_NONE};
+    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE};
     int32_t cur = n->outputs[0], end = ni;
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
     while (stage < 3 && uses[cur] == 1 && user[cur] >= 0) {
@@ -71,7 +74,10 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       if (u->op == KILN_OP_ADD && other == cur) break; /* x + x */
       const kiln_value_t* uv = &g->values[u->outputs[0]];
       int64_t act;
-      if (stage == 0 && u->op == KILN_OP_ADD && kiln_is_bias(&g->values[other], ncols) &&
+      if (u->op == KILN_OP_RESHAPE) {
+        if (uv->rank < 1 || uv->shape[uv->rank - 1] != ncols) break;
+        c.reshaped = u->outputs[0];
+      } else if (stage == 0 && u->op == KILN_OP_ADD && kiln_is_bias(&g->values[other], ncols) &&
           kiln_value_same_type(uv, &g->values[cur])) {
         c.bias = other;
         stage = 1;
@@ -107,6 +113,15 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     if (!s) s = kiln_rewriter_value(&rw, mm->inputs[1], &ins[1]);
     if (!s) s = kiln_rewriter_value(&rw, c.bias, &ins[2]);
     if (!s) s = kiln_rewriter_value(&rw, c.residual, &ins[3]);
+    if (!s && c.reshaped >= 0) {
+      /* x (..., K) viewed with the chain's final leading dims. */
+      const kiln_value_t* r = &g->values[c.reshaped];
+      int64_t shape[1 + KILN_MAX_RANK] = {r->rank};
+      memcpy(shape + 1, r->shape, sizeof(int64_t) * (size_t)r->rank);
+      shape[r->rank] = g->values[mm->inputs[0]].shape[g->values[mm->inputs[0]].rank - 1];
+      s = kiln_graph_add_node(rw.dst, KILN_OP_RESHAPE, &ins[0], 1, shape, 1 + r->rank, NULL, 0,
+                              mm->origin, &ins[0]);
+    }
     if (s) break;
     int32_t n_in = c.residual >= 0 ? 4 : c.bias >= 0 ? 3 : 2;
     int64_t params[KILN_MAX_PARAMS] = {c.act};

@@ -42,6 +42,22 @@ int kiln_value_same_type(const kiln_value_t* a, const kiln_value_t* b) {
   return 1;
 }
 
+int kiln_node_is_view(const kiln_graph_t* g, const kiln_node_t* n, int64_t* out_bytes) {
+  *out_bytes = 0;
+  if (n->op == KILN_OP_RESHAPE) return 1;
+  if (n->op != KILN_OP_STRIDED_COPY) return 0;
+  /* Shape inference has checked that every element read lies inside x. */
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  if (kiln_value_numel(y) == 0) return 0;
+  int64_t dense = 1;
+  for (int32_t d = y->rank - 1; d >= 0; --d) {
+    if (y->shape[d] != 1 && n->params[9 + d] != dense) return 0;
+    dense *= y->shape[d];
+  }
+  *out_bytes = n->params[17] * (int64_t)kiln_dtype_size(y->dtype);
+  return 1;
+}
+
 size_t kiln_value_dense_bytes(const kiln_value_t* v) {
   return (size_t)kiln_value_numel(v) * kiln_dtype_size(v->dtype);
 }

@@ -137,6 +137,13 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* graph, const kiln_node_t
  * constants' byte sizes, outputs set. */
 kiln_status_t kiln_graph_verify(const kiln_graph_t* graph);
 
+/* 1 when node n's output is a contiguous run of its input's bytes, so the
+ * memory plan can make it a view instead of running a kernel: every RESHAPE,
+ * and a STRIDED_COPY whose strides are dense for its shape (a slice or
+ * select along the leading dims, a permute of size-1 dims). *out_bytes is
+ * the run's byte offset into the input. */
+int kiln_node_is_view(const kiln_graph_t* graph, const kiln_node_t* n, int64_t* out_bytes);
+
 /* "(1, 128, 768) float32" into buf; returns buf. */
 const char* kiln_value_describe(const kiln_value_t* value, char* buf, size_t size);
 

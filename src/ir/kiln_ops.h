@@ -32,7 +32,13 @@
  *                                        normalised; fparams: [0] eps.
  *   RMS_NORM       (x, gamma?)           as LAYER_NORM.
  *   MATMUL         (a, b) -> y           a (..., M, K), b (..., K, N), batch
- *                                        dims broadcast; y (..., M, N).
+ *                                        dims broadcast; y (..., M, N);
+ *                                        params: [0] flags:
+ *                                        KILN_MATMUL_TRANSPOSE_A: a is stored
+ *                                        (..., K, M) and read transposed;
+ *                                        KILN_MATMUL_TRANSPOSE_B: b is stored
+ *                                        (..., N, K) (the compiler sets these
+ *                                        to drop transpose copies).
  *   LINEAR         (x, w, bias?, residual?) -> y
  *                                        x (..., K); w a constant (K, N), packed
  *                                        for the GEMM when its layout says so;
@@ -152,8 +158,10 @@ typedef enum kiln_op_e {
 #define KILN_OP_IS_COMPARE(op) ((op) >= KILN_OP_EQ && (op) <= KILN_OP_LOGICAL_OR)
 #define KILN_OP_IS_UNARY_MATH(op) ((op) >= KILN_OP_NEG && (op) <= KILN_OP_COS)
 #define KILN_OP_IS_REDUCE(op) ((op) >= KILN_OP_SUM && (op) <= KILN_OP_ANY)
-/* Ops whose output is x's bytes unchanged (aliases in the memory plan). */
-#define KILN_OP_IS_ALIAS(op) ((op) == KILN_OP_RESHAPE)
+
+/* MATMUL flags (params[0]). */
+#define KILN_MATMUL_TRANSPOSE_A 1
+#define KILN_MATMUL_TRANSPOSE_B 2
 
 /* SDPA flags (params[1]). */
 #define KILN_SDPA_VIEWS 1

@@ -176,12 +176,16 @@ static kiln_status_t infer_reduce(const kiln_node_t* n, const kiln_value_t* x, k
   return kiln_ok();
 }
 
-static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, kiln_value_t* out) {
+static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, int64_t flags,
+                                  kiln_value_t* out) {
   char ba[96], bb[96];
   if (a->rank < 2 || b->rank < 2) FAIL("matmul needs rank >= 2 operands");
   if (a->dtype != KILN_F32 || b->dtype != KILN_F32) FAIL("matmul takes float32");
-  int64_t m = a->shape[a->rank - 2], k = a->shape[a->rank - 1];
-  int64_t kb = b->shape[b->rank - 2], nn = b->shape[b->rank - 1];
+  if (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B))
+    FAIL("unknown matmul flags %lld", (long long)flags);
+  int ta = (flags & KILN_MATMUL_TRANSPOSE_A) != 0, tb = (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
+  int64_t m = a->shape[a->rank - 2 + ta], k = a->shape[a->rank - 1 - ta];
+  int64_t kb = b->shape[b->rank - 2 + tb], nn = b->shape[b->rank - 1 - tb];
   if (k != kb)
     FAIL("inner dimensions differ: %s times %s", kiln_value_describe(a, ba, sizeof ba),
          kiln_value_describe(b, bb, sizeof bb));
@@ -466,7 +470,7 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_RMS_NORM:
       return infer_norm(g, n, out);
     case KILN_OP_MATMUL:
-      return infer_matmul(x, in_value(g, n, 1), out);
+      return infer_matmul(x, in_value(g, n, 1), n->params[0], out);
     case KILN_OP_LINEAR:
       return infer_linear(g, n, out);
     case KILN_OP_SDPA:

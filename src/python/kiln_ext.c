@@ -420,7 +420,8 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   const kiln_plan_t* p = kiln_model_plan(self->model);
   kiln_graph_print(g, f);
   int32_t calls = 0;
-  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !KILN_OP_IS_ALIAS(g->nodes[i].op);
+  int64_t view_bytes;
+  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads\n",
           (double)p->arena_size / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
           kiln_pool_size(kiln_pool_default()));
@@ -437,9 +438,10 @@ static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
   const kiln_plan_t* p = kiln_model_plan(self->model);
   size_t const_bytes = 0;
   int32_t calls = 0;
+  int64_t view_bytes;
   for (int32_t v = 0; v < g->n_values; ++v)
     if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
-  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !KILN_OP_IS_ALIAS(g->nodes[i].op);
+  for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d}", "arena_bytes", (Py_ssize_t)p->arena_size,
                        "constant_bytes", (Py_ssize_t)const_bytes, "kernel_calls", calls, "nodes",
                        g->n_nodes, "compile_ms", self->compile_ms);

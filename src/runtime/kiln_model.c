@@ -59,7 +59,8 @@ kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* po
   /* Constants and arena values never move: bind them once. */
   for (int32_t v = 0; v < graph->n_values; ++v) {
     const kiln_value_t* root = &graph->values[m->plan.root[v]];
-    if (root->kind == KILN_VALUE_CONSTANT) m->bufs[v] = (void*)root->data;
+    if (root->kind == KILN_VALUE_CONSTANT)
+      m->bufs[v] = (char*)root->data + m->plan.view_offset[v];
     else if (m->plan.offset[v] >= 0) m->bufs[v] = (char*)m->arena + m->plan.offset[v];
   }
   *out_model = m;
@@ -127,13 +128,19 @@ kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32
   for (int32_t i = 0; i < n_inputs; ++i) bufs[g->inputs[i]] = inputs[i].data;
   for (int32_t v = 0; v < g->n_values; ++v) {
     int32_t r = p->root[v];
-    if (p->bound_output[r] >= 0) bufs[v] = outputs[p->bound_output[r]].data;
-    else if (g->values[r].kind == KILN_VALUE_INPUT) bufs[v] = bufs[r];
+    if (p->bound_output[r] >= 0)
+      bufs[v] = (char*)outputs[p->bound_output[r]].data + p->view_offset[v];
+    else if (g->values[r].kind == KILN_VALUE_INPUT)
+      bufs[v] = (char*)bufs[r] + p->view_offset[v];
   }
   kiln_status_t s = kiln_ok();
   for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (KILN_OP_IS_ALIAS(n->op) && bufs[n->outputs[0]] == bufs[n->inputs[0]]) continue;
+    /* A view the plan realised needs no kernel. */
+    int64_t view_bytes;
+    if (kiln_node_is_view(g, n, &view_bytes) &&
+        bufs[n->outputs[0]] == (char*)bufs[n->inputs[0]] + view_bytes)
+      continue;
     uint64_t t0 = m->profiling ? kiln_now_ns() : 0;
     s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
     if (m->profiling) m->times_ns[ni] += kiln_now_ns() - t0;

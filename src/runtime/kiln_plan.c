@@ -1,8 +1,8 @@
-/* The memory planner: resolve alias roots, bind outputs in place where
+/* The memory planner: resolve view roots, bind outputs in place where
  * possible, then give each remaining intermediate root an arena offset by
  * greedy best fit (largest first) against the roots whose live ranges
  * overlap. Live ranges are node indices from the root's producer to the last
- * node that reads it or any alias of it. */
+ * node that reads it or any view of it. */
 #include "runtime/kiln_plan.h"
 
 #include <stdlib.h>
@@ -22,6 +22,7 @@ static int kiln_plan_item_cmp(const void* a, const void* b) {
 
 void kiln_plan_deinitialize(kiln_plan_t* p) {
   free(p->root);
+  free(p->view_offset);
   free(p->offset);
   free(p->bound_output);
   free(p->output_copy);
@@ -34,11 +35,12 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
   p->n_values = nv;
   p->root = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
   p->offset = malloc(sizeof(int64_t) * (size_t)(nv ? nv : 1));
+  p->view_offset = calloc((size_t)(nv ? nv : 1), sizeof(int64_t));
   p->bound_output = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
   p->output_copy = calloc((size_t)g->n_outputs + 1, sizeof(int32_t));
   int32_t* last_use = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
   kiln_plan_item_t* items = malloc(sizeof(kiln_plan_item_t) * (size_t)(nv ? nv : 1));
-  if (!p->root || !p->offset || !p->bound_output || !p->output_copy || !last_use || !items) {
+  if (!p->root || !p->offset || !p->view_offset || !p->bound_output || !p->output_copy || !last_use || !items) {
     free(last_use);
     free(items);
     kiln_plan_deinitialize(p);
@@ -50,23 +52,29 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
     p->bound_output[v] = -1;
     last_use[v] = -1;
   }
-  /* Alias roots: a RESHAPE's output uses its input's root. Values are
-   * created in order, so the input's root is final when we get here. */
+  /* View roots: a view's output uses its input's root, further in by the
+   * view's offset. Values are created in order, so the input's root is
+   * final when we get here. */
   for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (KILN_OP_IS_ALIAS(n->op)) p->root[n->outputs[0]] = p->root[n->inputs[0]];
+    int64_t bytes;
+    if (!kiln_node_is_view(g, n, &bytes)) continue;
+    p->root[n->outputs[0]] = p->root[n->inputs[0]];
+    p->view_offset[n->outputs[0]] = p->view_offset[n->inputs[0]] + bytes;
   }
   for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
     for (int32_t i = 0; i < n->n_inputs; ++i)
       if (n->inputs[i] >= 0) last_use[p->root[n->inputs[i]]] = ni;
   }
-  /* Bind outputs: the first output whose root is a fresh intermediate gets
-   * it; a root claimed twice, or an input/constant, is copied instead. */
+  /* Bind outputs: the first output whose root is a fresh intermediate of
+   * the same bytes (itself or a reshape of it) gets it; a root claimed twice,
+   * a part of a root, or an input/constant, is copied instead. */
   for (int32_t o = 0; o < g->n_outputs; ++o) {
-    int32_t r = p->root[g->outputs[o]];
+    int32_t v = g->outputs[o], r = p->root[v];
     if (g->values[r].kind == KILN_VALUE_INTERMEDIATE && p->bound_output[r] < 0 &&
-        g->values[g->outputs[o]].dtype == g->values[r].dtype) {
+        g->values[v].dtype == g->values[r].dtype && p->view_offset[v] == 0 &&
+        kiln_value_dense_bytes(&g->values[v]) == kiln_value_dense_bytes(&g->values[r])) {
       p->bound_output[r] = o;
     } else {
       p->output_copy[o] = 1;
@@ -106,8 +114,9 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
     p->offset[items[i].value] = (int64_t)off;
     if (off + items[i].size > arena) arena = off + items[i].size;
   }
-  /* Aliases inherit their root's offset. */
-  for (int32_t v = 0; v < nv; ++v) p->offset[v] = p->offset[p->root[v]];
+  /* Views inherit their root's offset. */
+  for (int32_t v = 0; v < nv; ++v)
+    if (p->offset[p->root[v]] >= 0) p->offset[v] = p->offset[p->root[v]] + p->view_offset[v];
   p->arena_size = arena;
   free(last_use);
   free(items);

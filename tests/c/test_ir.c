@@ -190,7 +190,96 @@ static void test_memory_plan(void) {
   kiln_model_release(m);
 }
 
+/* Contiguous slices are views: no kernel, no bytes of their own; a view that
+ * is also a graph output is copied out, never bound over its root. */
+static void test_views(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[2] = {4, 6};
+  int32_t x, row2, absx, row1, sum, tr;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, shape, &x));
+  /* params: rank, dims[8], strides[8], offset */
+  int64_t sel2[18] = {1, 6, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 12};
+  int64_t sel1[18] = {2, 1, 6, 0, 0, 0, 0, 0, 0, 6, 1, 0, 0, 0, 0, 0, 0, 6};
+  int64_t trans[18] = {2, 6, 4, 0, 0, 0, 0, 0, 0, 1, 6, 0, 0, 0, 0, 0, 0, 0};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &x, 1, sel2, 18, NULL, 0, NULL, &row2));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ABS, &x, 1, NULL, 0, NULL, 0, NULL, &absx));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &absx, 1, sel1, 18, NULL, 0, NULL, &row1));
+  int32_t two[2] = {row2, row1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, two, 2, NULL, 0, NULL, 0, NULL, &sum));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &x, 1, trans, 18, NULL, 0, NULL, &tr));
+  int32_t outs[3] = {sum, row1, tr};
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, outs, 3));
+  if (kiln_test_failed) {
+    kiln_graph_release(g);
+    return;
+  }
+  int64_t bytes;
+  KILN_EXPECT(kiln_node_is_view(g, &g->nodes[0], &bytes) && bytes == 48, "a row is a view");
+  KILN_EXPECT(!kiln_node_is_view(g, &g->nodes[4], &bytes), "a transpose is not a view");
+  kiln_plan_t p;
+  KILN_EXPECT_OK(kiln_plan_build(g, &p));
+  KILN_EXPECT(p.root[row2] == x && p.view_offset[row2] == 48, "row 2 views the input");
+  KILN_EXPECT(p.root[row1] == absx && p.view_offset[row1] == 24, "row 1 views |x|");
+  KILN_EXPECT(p.bound_output[absx] < 0 && p.output_copy[1], "a part of a root is copied out");
+  kiln_plan_deinitialize(&p);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
+  if (!m) return;
+  float in[24], o_sum[6], o_row[6], o_tr[24];
+  kiln_test_fill_f32(in, 24, 3, -2, 2);
+  int64_t s6[2] = {1, 6}, s64[2] = {6, 4};
+  kiln_tensor_t ti = {in, KILN_F32, 2, shape};
+  kiln_tensor_t to[3] = {{o_sum, KILN_F32, 2, s6}, {o_row, KILN_F32, 2, s6}, {o_tr, KILN_F32, 2, s64}};
+  KILN_EXPECT_OK(kiln_model_run(m, &ti, 1, to, 3));
+  int bad = 0;
+  for (int j = 0; j < 6; ++j) {
+    bad += o_sum[j] != in[12 + j] + fabsf(in[6 + j]);
+    bad += o_row[j] != fabsf(in[6 + j]);
+    for (int i = 0; i < 4; ++i) bad += o_tr[j * 4 + i] != in[i * 6 + j];
+  }
+  KILN_EXPECT(bad == 0, "%d wrong elements through views", bad);
+  kiln_model_release(m);
+}
+
+/* The simplify pass on its own: CSE, a constant moved right, x*1 dropped,
+ * and what no output reaches removed. */
+static void test_simplify_pass(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[1] = {8};
+  float one = 1.0f;
+  int32_t x, c1, a, b, m, d, dead;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, shape, &x));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "one", KILN_F32, 0, NULL, KILN_LAYOUT_DENSE, &one,
+                                         sizeof one, &c1));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SIN, &x, 1, NULL, 0, NULL, 0, NULL, &a));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SIN, &x, 1, NULL, 0, NULL, 0, NULL, &b));
+  int32_t ma[2] = {c1, a};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, ma, 2, NULL, 0, NULL, 0, NULL, &m));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_COS, &x, 1, NULL, 0, NULL, 0, NULL, &dead));
+  int32_t mb[2] = {m, b};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, mb, 2, NULL, 0, NULL, 0, NULL, &d));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &d, 1));
+  if (kiln_test_failed) {
+    kiln_graph_release(g);
+    return;
+  }
+  kiln_graph_t* out = NULL;
+  int32_t rewrites = 0;
+  KILN_EXPECT_OK(kiln_pass_simplify(g, &out, &rewrites));
+  kiln_graph_release(g);
+  if (!out) return;
+  KILN_EXPECT_OK(kiln_graph_verify(out));
+  KILN_EXPECT(out->n_nodes == 2 && out->nodes[0].op == KILN_OP_SIN &&
+                  out->nodes[1].op == KILN_OP_ADD &&
+                  out->nodes[1].inputs[0] == out->nodes[0].outputs[0] &&
+                  out->nodes[1].inputs[1] == out->nodes[0].outputs[0],
+              "sin(x)*1 + sin(x) becomes s + s (%d nodes, %d rewrites)", out->n_nodes, rewrites);
+  kiln_graph_release(out);
+}
+
 void kiln_test_suite_ir(void) {
+  test_simplify_pass();
+  test_views();
   test_shape_errors();
   test_verifier();
   test_compile_and_run_fused_linear();

@@ -25,6 +25,7 @@
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/nn/kiln_nn.h"
 #include "kiln_test.h"
 
@@ -312,7 +313,47 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
     kiln_test_nn_attention_case(&cases[i], pool, isa);
 }
 
+/* Strided copies that transpose (the tiled path) and that don't, for every
+ * element size, against index arithmetic. */
+static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
+  static const struct {
+    int64_t a, b, c;
+    int perm[3];
+  } cases[] = {{2, 37, 45, {0, 2, 1}}, {1, 64, 8, {0, 2, 1}}, {3, 9, 70, {2, 0, 1}},
+               {4, 33, 7, {1, 0, 2}}, {2, 5, 40, {2, 1, 0}}, {1, 100, 100, {0, 2, 1}}};
+  static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_I64, KILN_BOOL, KILN_F16};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+    for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; ++di) {
+      int64_t in_shape[3] = {cases[ci].a, cases[ci].b, cases[ci].c};
+      int64_t in_strides[3] = {cases[ci].b * cases[ci].c, cases[ci].c, 1};
+      size_t n = (size_t)(cases[ci].a * cases[ci].b * cases[ci].c), size = kiln_dtype_size(dtypes[di]);
+      unsigned char* x = malloc(n * size);
+      unsigned char* y = malloc(n * size);
+      for (size_t i = 0; i < n * size; ++i) x[i] = (unsigned char)(i * 7 + i / 251);
+      kiln_nd_t nd;
+      memset(&nd, 0, sizeof(nd));
+      nd.rank = 3;
+      for (int d = 0; d < 3; ++d) nd.shape[d] = in_shape[cases[ci].perm[d]];
+      kiln_nd_set_dense_output(&nd);
+      for (int d = 0; d < 3; ++d) nd.strides[1][d] = in_strides[cases[ci].perm[d]];
+      kiln_strided_copy(dtypes[di], &nd, y, x, pool);
+      int bad = 0;
+      for (int64_t i = 0; i < nd.shape[0]; ++i)
+        for (int64_t j = 0; j < nd.shape[1]; ++j)
+          for (int64_t k = 0; k < nd.shape[2]; ++k) {
+            int64_t o = (i * nd.shape[1] + j) * nd.shape[2] + k;
+            int64_t s = i * nd.strides[1][0] + j * nd.strides[1][1] + k * nd.strides[1][2];
+            bad += memcmp(y + o * (int64_t)size, x + s * (int64_t)size, size) != 0;
+          }
+      KILN_EXPECT(bad == 0, "%s: strided copy case %zu dtype %zu: %d wrong", where, ci, di, bad);
+      free(x);
+      free(y);
+    }
+  }
+}
+
 static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
+  kiln_test_strided_copy(pool, where);
   kiln_test_nn_unary(pool, where);
   kiln_test_nn_softmax(pool, where);
   kiln_test_nn_norms(pool, where);

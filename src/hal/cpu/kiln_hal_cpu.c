@@ -112,7 +112,9 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
                        kiln_pool_t* pool) {
   const kiln_value_t *a = VAL(0), *b = VAL(1), *y = out_value(g, n);
   int32_t br = y->rank - 2;
-  int64_t m = y->shape[br], nn = y->shape[br + 1], k = a->shape[a->rank - 1];
+  int ta = (n->params[0] & KILN_MATMUL_TRANSPOSE_A) != 0;
+  int tb = (n->params[0] & KILN_MATMUL_TRANSPOSE_B) != 0;
+  int64_t m = y->shape[br], nn = y->shape[br + 1], k = a->shape[a->rank - 1 - ta];
   kiln_nd_t nd; /* batch geometry: operand 0 = y, 1 = a, 2 = b (in matrices) */
   memset(&nd, 0, sizeof(nd));
   nd.rank = br;
@@ -166,12 +168,12 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.k = k;
     args.a = (const float*)BUF(0) + oa * m * k;
     args.a_batch_stride = sa * m * k;
-    args.a_row_stride = k;
-    args.a_col_stride = 1;
+    args.a_row_stride = ta ? 1 : k; /* stored (K, M) when transposed */
+    args.a_col_stride = ta ? m : 1;
     args.b = (const float*)BUF(1) + ob * k * nn;
     args.b_batch_stride = sb * k * nn;
-    args.b_row_stride = nn;
-    args.b_col_stride = 1;
+    args.b_row_stride = tb ? 1 : nn; /* stored (N, K) when transposed */
+    args.b_col_stride = tb ? k : 1;
     args.c = (float*)bufs[n->outputs[0]] + oy * m * nn;
     args.c_batch_stride = sy * m * nn;
     args.c_row_stride = nn;

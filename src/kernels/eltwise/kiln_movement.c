@@ -44,11 +44,66 @@ static void kiln_copy_row(void* p, int64_t n, const int64_t* off, const int64_t*
   }
 }
 
+/* A transpose (the input's unit stride on the output's second-last dim)
+ * moves 32×32 tiles: row by row it would touch a new cache line (and often
+ * a new page) for every element read. */
+#define KILN_TILE 32
+
+typedef struct {
+  const kiln_nd_t* nd; /* collapsed; the last two dims are the tiled ones */
+  char* out;
+  const char* x;
+  size_t size;
+  int64_t row_blocks;
+} kiln_transpose_ctx_t;
+
+#define KILN_TRANSPOSE_TILE(T)                                              \
+  for (int64_t j = j0; j < j1; ++j)                                         \
+    for (int64_t i = i0; i < i1; ++i)                                       \
+      ((T*)o)[i * cols + j] = ((const T*)xi)[i + j * xcol];
+
+static void kiln_transpose_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_transpose_ctx_t* c = p;
+  const kiln_nd_t* nd = c->nd;
+  int32_t r = nd->rank;
+  int64_t rows = nd->shape[r - 2], cols = nd->shape[r - 1], xcol = nd->strides[1][r - 1];
+  int64_t lead = (int64_t)task / c->row_blocks, i0 = (int64_t)task % c->row_blocks * KILN_TILE;
+  int64_t i1 = i0 + KILN_TILE < rows ? i0 + KILN_TILE : rows;
+  int64_t oo = 0, ox = 0;
+  for (int32_t d = r - 3; d >= 0; --d) {
+    int64_t idx = lead % nd->shape[d];
+    lead /= nd->shape[d];
+    oo += idx * nd->strides[0][d];
+    ox += idx * nd->strides[1][d];
+  }
+  char* o = c->out + oo * (int64_t)c->size;
+  const char* xi = c->x + ox * (int64_t)c->size;
+  for (int64_t j0 = 0; j0 < cols; j0 += KILN_TILE) {
+    int64_t j1 = j0 + KILN_TILE < cols ? j0 + KILN_TILE : cols;
+    switch (c->size) {
+      case 8: KILN_TRANSPOSE_TILE(int64_t) break;
+      case 4: KILN_TRANSPOSE_TILE(int32_t) break;
+      case 2: KILN_TRANSPOSE_TILE(int16_t) break;
+      default: KILN_TRANSPOSE_TILE(int8_t) break;
+    }
+  }
+}
+
 void kiln_strided_copy(kiln_dtype_t dtype, const kiln_nd_t* nd_in, void* out, const void* x,
                        kiln_pool_t* pool) {
   kiln_copy_ctx_t c = {out, x, kiln_dtype_size(dtype)};
   kiln_nd_t nd = *nd_in;
   kiln_nd_collapse(&nd, 2);
+  int32_t r = nd.rank;
+  if (r >= 2 && nd.strides[1][r - 2] == 1 && nd.strides[1][r - 1] != 1 &&
+      nd.shape[r - 2] >= 8 && nd.shape[r - 1] >= 8) {
+    int64_t lead = 1;
+    for (int32_t d = 0; d < r - 2; ++d) lead *= nd.shape[d];
+    kiln_transpose_ctx_t t = {&nd, out, x, c.size, (nd.shape[r - 2] + KILN_TILE - 1) / KILN_TILE};
+    kiln_pool_parallel_for(pool, (size_t)(lead * t.row_blocks), kiln_transpose_task, &t);
+    return;
+  }
   kiln_nd_for_rows(&nd, 2, kiln_copy_row, &c, pool);
 }
 

@@ -1,0 +1,214 @@
+/* Simplification: one forward sweep of local rewrites over a working copy of
+ * the nodes, then emission of what the graph outputs still reach.
+ *
+ * Per node, in order:
+ *   1. its inputs become their canonical values (what earlier rewrites
+ *      replaced them by);
+ *   2. a reshape of a reshape reads the first reshape's input;
+ *   3. identities make the node's output its input: a reshape or strided
+ *      copy to the same shape, a cast to the same dtype, x·1, x/1, x−0,
+ *      x+(−0), and x+0 for integers (x+0 in floating point is not folded:
+ *      −0 + 0 is +0, so it is not an identity bit for bit), and a transpose
+ *      of a transpose (AOTAutograd's t(t(dW)));
+ *   4. decomposed GELU, SiLU and RMSNorm become the fused op
+ *      (kiln_simplify_patterns.c); a matmul operand that is a transpose of
+ *      the last two dims is read transposed in place (the GEMM packs through
+ *      strides), which removes every weight and gradient transpose copy of
+ *      a training graph;
+ *   5. common subexpressions: a node equal to an earlier one (op, canonical
+ *      inputs, params) is replaced by it. Every kiln op is pure.
+ * Nodes no graph output reaches any more are dropped. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "compiler/kiln_simplify.h"
+
+static int kiln_simplify_is_identity(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (!kiln_value_same_type(x, y)) return 0;
+  int64_t bytes;
+  double c;
+  switch (n->op) {
+    case KILN_OP_RESHAPE:
+    case KILN_OP_CAST:
+      return 1;
+    case KILN_OP_STRIDED_COPY:
+      return kiln_node_is_view(g, n, &bytes) && bytes == 0;
+    case KILN_OP_MUL:
+    case KILN_OP_DIV:
+      return kiln_simplify_scalar(g, n->inputs[1], &c) && c == 1.0;
+    case KILN_OP_SUB:
+      return kiln_simplify_scalar(g, n->inputs[1], &c) && c == 0.0;
+    case KILN_OP_ADD:
+      return kiln_simplify_scalar(g, n->inputs[1], &c) && c == 0.0 &&
+             (!kiln_dtype_is_float(y->dtype) || signbit(c));
+    case KILN_OP_FMA_SCALAR:
+      return n->fparams[0] == 1.0f && n->fparams[1] == 0.0f && signbit(n->fparams[1]);
+    default:
+      return 0;
+  }
+}
+
+/* MUL and ADD by a constant on the left: swap so the identity check sees it
+ * on the right (both commute exactly). */
+static void kiln_simplify_constant_right(const kiln_graph_t* g, kiln_node_t* n) {
+  double c;
+  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_ADD) && kiln_simplify_scalar(g, n->inputs[0], &c) &&
+      !kiln_simplify_scalar(g, n->inputs[1], &c)) {
+    int32_t t = n->inputs[0];
+    n->inputs[0] = n->inputs[1];
+    n->inputs[1] = t;
+  }
+}
+
+/* y = x.transpose(-1, -2) for a dense x, nothing else moved. */
+static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_STRIDED_COPY || n->params[17] != 0) return 0;
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  int32_t r = y->rank;
+  if (r < 2 || x->rank != r) return 0;
+  int64_t strides[KILN_MAX_RANK], s = 1;
+  for (int32_t d = r - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= x->shape[d];
+  }
+  for (int32_t d = 0; d < r; ++d) {
+    int32_t src = d == r - 1 ? r - 2 : d == r - 2 ? r - 1 : d;
+    if (y->shape[d] != x->shape[src]) return 0;
+    if (y->shape[d] != 1 && n->params[9 + d] != strides[src]) return 0;
+  }
+  return 1;
+}
+
+static int kiln_simplify_matmul_transposes(const kiln_graph_t* g, const kiln_node_t* nodes,
+                                           kiln_node_t* n) {
+  int changed = 0;
+  for (int i = 0; n->op == KILN_OP_MATMUL && i < 2; ++i) {
+    const kiln_value_t* v = &g->values[n->inputs[i]];
+    if (v->kind != KILN_VALUE_INTERMEDIATE) continue;
+    const kiln_node_t* t = &nodes[v->producer];
+    if (!kiln_simplify_is_last2_transpose(g, t)) continue;
+    n->inputs[i] = t->inputs[0];
+    n->params[0] ^= i == 0 ? KILN_MATMUL_TRANSPOSE_A : KILN_MATMUL_TRANSPOSE_B;
+    changed = 1;
+  }
+  return changed;
+}
+
+static uint64_t kiln_simplify_hash(const kiln_node_t* n) {
+  uint64_t h = 1469598103934665603ull;
+#define KILN_MIX(x) h = (h ^ (uint64_t)(x)) * 1099511628211ull
+  KILN_MIX(n->op);
+  KILN_MIX(n->n_inputs);
+  for (int32_t i = 0; i < n->n_inputs; ++i) KILN_MIX((uint32_t)n->inputs[i]);
+  for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i) KILN_MIX(n->params[i]);
+  for (int32_t i = 0; i < KILN_MAX_FPARAMS; ++i) {
+    uint32_t bits;
+    memcpy(&bits, &n->fparams[i], sizeof bits);
+    KILN_MIX(bits);
+  }
+#undef KILN_MIX
+  return h;
+}
+
+static int kiln_simplify_same_node(const kiln_node_t* a, const kiln_node_t* b) {
+  return a->op == b->op && a->n_inputs == b->n_inputs &&
+         !memcmp(a->inputs, b->inputs, sizeof(int32_t) * (size_t)a->n_inputs) &&
+         !memcmp(a->params, b->params, sizeof(a->params)) &&
+         !memcmp(a->fparams, b->fparams, sizeof(a->fparams));
+}
+
+kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_rewrites) {
+  *out_graph = NULL;
+  *out_rewrites = 0;
+  int32_t nv = g->n_values, nn = g->n_nodes;
+  size_t table_size = 16;
+  while (table_size < 2 * (size_t)nn) table_size *= 2;
+  kiln_node_t* nodes = malloc(sizeof(kiln_node_t) * (size_t)(nn + 1));
+  int32_t* canon = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  char* live = calloc((size_t)nv + 1, 1);
+  int32_t* table = malloc(sizeof(int32_t) * table_size); /* node index, or -1 */
+  kiln_rewriter_t rw;
+  kiln_status_t s = (!nodes || !canon || !live || !table)
+                        ? kiln_status_make(KILN_OUT_OF_MEMORY, "simplify pass")
+                        : kiln_rewriter_initialize(&rw, g);
+  if (s) goto done_early;
+  if (nn) memcpy(nodes, g->nodes, sizeof(kiln_node_t) * (size_t)nn);
+  for (int32_t v = 0; v < nv; ++v) canon[v] = v;
+  for (size_t i = 0; i < table_size; ++i) table[i] = -1;
+
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    kiln_node_t* n = &nodes[ni];
+    int32_t y = n->outputs[0];
+    for (int32_t i = 0; i < n->n_inputs; ++i)
+      if (n->inputs[i] >= 0) n->inputs[i] = canon[n->inputs[i]];
+    if (n->op == KILN_OP_RESHAPE) {
+      const kiln_value_t* x = &g->values[n->inputs[0]];
+      if (x->kind == KILN_VALUE_INTERMEDIATE && nodes[x->producer].op == KILN_OP_RESHAPE) {
+        n->inputs[0] = nodes[x->producer].inputs[0];
+        ++*out_rewrites;
+      }
+    }
+    kiln_simplify_constant_right(g, n);
+    const kiln_value_t* x0 = &g->values[n->inputs[0]];
+    if (kiln_simplify_is_last2_transpose(g, n) && x0->kind == KILN_VALUE_INTERMEDIATE &&
+        kiln_simplify_is_last2_transpose(g, &nodes[x0->producer]) &&
+        kiln_value_same_type(&g->values[nodes[x0->producer].inputs[0]], &g->values[y])) {
+      canon[y] = nodes[x0->producer].inputs[0];
+      ++*out_rewrites;
+      continue;
+    }
+    if (kiln_simplify_is_identity(g, n)) {
+      canon[y] = n->inputs[0];
+      ++*out_rewrites;
+      continue;
+    }
+    *out_rewrites += kiln_simplify_match_pattern(g, nodes, n);
+    *out_rewrites += kiln_simplify_matmul_transposes(g, nodes, n);
+    uint64_t h = kiln_simplify_hash(n);
+    for (size_t slot = h & (table_size - 1);; slot = (slot + 1) & (table_size - 1)) {
+      if (table[slot] < 0) {
+        table[slot] = ni;
+        break;
+      }
+      if (kiln_simplify_same_node(&nodes[table[slot]], n)) {
+        canon[y] = nodes[table[slot]].outputs[0];
+        ++*out_rewrites;
+        break;
+      }
+    }
+  }
+
+  /* What the outputs reach, through the rewritten nodes. */
+  for (int32_t o = 0; o < g->n_outputs; ++o) live[canon[g->outputs[o]]] = 1;
+  for (int32_t ni = nn - 1; ni >= 0; --ni) {
+    const kiln_node_t* n = &nodes[ni];
+    if (canon[n->outputs[0]] != n->outputs[0] || !live[n->outputs[0]]) continue;
+    for (int32_t i = 0; i < n->n_inputs; ++i)
+      if (n->inputs[i] >= 0) live[n->inputs[i]] = 1;
+  }
+  for (int32_t ni = 0; ni < nn && !s; ++ni) {
+    const kiln_node_t* n = &nodes[ni];
+    if (canon[n->outputs[0]] != n->outputs[0] || !live[n->outputs[0]]) continue;
+    s = kiln_rewriter_emit(&rw, n->op, n->inputs, n->n_inputs, n->params, n->fparams, n->origin,
+                           n->outputs[0]);
+  }
+  /* Outputs that were replaced read their replacement. */
+  for (int32_t o = 0; o < g->n_outputs && !s; ++o) {
+    int32_t v = g->outputs[o];
+    if (canon[v] != v) s = kiln_rewriter_value(&rw, canon[v], &rw.remap[v]);
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+  kiln_rewriter_deinitialize(&rw);
+done_early:
+  free(nodes);
+  free(canon);
+  free(live);
+  free(table);
+  return s;
+}

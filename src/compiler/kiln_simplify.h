@@ -1,0 +1,16 @@
+/* Internals of the simplify pass (kiln_pass_simplify), shared by its files. */
+#ifndef KILN_SIMPLIFY_H
+#define KILN_SIMPLIFY_H
+
+#include "ir/kiln_graph.h"
+
+/* The value of a one-element dense constant (float32, int64 or int32). */
+int kiln_simplify_scalar(const kiln_graph_t* graph, int32_t v, double* out);
+
+/* Rewrites node n in place into the fused op it computes when it is the root
+ * of a recognised decomposed form (GELU, GELU-tanh, SiLU, RMSNorm). nodes is
+ * the pass's working copy of the graph's nodes (inputs already canonical),
+ * n one of them. Returns 1 when n changed. */
+int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes, kiln_node_t* n);
+
+#endif /* KILN_SIMPLIFY_H */

@@ -1,0 +1,152 @@
+"""The simplify pass (src/compiler/kiln_pass_simplify.c): hand-written
+activations and norms become fused ops, repeated work runs once, identities
+disappear, contiguous slices are views; outputs stay equal to eager's."""
+
+import math
+
+import torch
+from torch import nn
+
+import kiln
+from conftest import FP32_TOL
+
+
+def _compile(model, *x):
+    compiled = kiln.trace(model.eval(), x, fallback=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*x), model(*x), equal_nan=True, **FP32_TOL)
+    return compiled
+
+
+def _ops(compiled):
+    """Kiln ops of the compiled plan, one per line of kiln.explain."""
+    ops = []
+    for line in compiled.explain().splitlines():
+        if "= " in line and "(" in line:
+            ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
+    return ops
+
+
+class NewGELU(nn.Module):
+    """transformers' gelu_new, as GPT-2 writes it."""
+
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class ErfGELU(nn.Module):
+    def forward(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+class RMSNorm(nn.Module):
+    """transformers' LlamaRMSNorm."""
+
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d))
+        self.eps = eps
+
+    def forward(self, h):
+        variance = h.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(variance + self.eps)
+        return self.weight * h.to(torch.float32)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.fc = nn.Linear(64, 128)
+        self.act = act
+
+    def forward(self, x):
+        # Conv1D-style: matmul on 2-d rows, then a view back, then the act.
+        y = self.fc(x.view(-1, 64)).view(x.shape[0], x.shape[1], 128)
+        return self.act(y)
+
+
+def test_hand_written_gelu_tanh_fuses_into_the_gemm():
+    torch.manual_seed(0)
+    c = _compile(MLPBlock(NewGELU()), torch.randn(2, 5, 64) * 3)
+    assert "act=gelu_tanh" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
+
+
+def test_hand_written_erf_gelu_and_silu_fuse():
+    torch.manual_seed(0)
+    c = _compile(MLPBlock(ErfGELU()), torch.randn(2, 5, 64) * 3)
+    assert "act=gelu" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
+
+    class Silu(nn.Module):
+        def forward(self, x):
+            return x * torch.sigmoid(x)
+
+    c = _compile(MLPBlock(Silu()), torch.randn(2, 5, 64))
+    assert "act=silu" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
+
+
+def test_hand_written_rms_norm_is_one_kernel():
+    torch.manual_seed(0)
+    c = _compile(RMSNorm(48), torch.randn(3, 7, 48) * 4 + 1)
+    assert _ops(c) == ["rms_norm"], c.explain()
+
+
+def test_rms_norm_without_weight_and_with_division():
+    class Norm(nn.Module):
+        def forward(self, x):
+            return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5)
+
+    c = _compile(Norm(), torch.randn(4, 33))
+    assert _ops(c) == ["rms_norm"], c.explain()
+
+
+def test_norm_over_another_axis_is_left_alone():
+    class Norm(nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + 1e-6)
+
+    c = _compile(Norm(), torch.randn(4, 33))
+    assert "rms_norm" not in _ops(c), c.explain()
+
+
+def test_a_partial_pattern_still_computes_its_shared_intermediates():
+    class Shared(nn.Module):
+        def forward(self, x):
+            s = torch.sigmoid(x)
+            return x * s, s + 1  # s is read twice: silu fuses, s stays
+
+    c = _compile(Shared(), torch.randn(10))
+    assert sorted(_ops(c)) == ["add", "sigmoid", "silu"], c.explain()
+
+
+def test_common_subexpressions_run_once():
+    class Twice(nn.Module):
+        def forward(self, x):
+            return torch.sin(x) * 2 + torch.sin(x) * 2
+
+    c = _compile(Twice(), torch.randn(5, 6))
+    assert _ops(c).count("sin") == 1 and _ops(c).count("mul") == 1, c.explain()
+
+
+def test_identities_disappear_and_keep_zero_signs():
+    class Ids(nn.Module):
+        def forward(self, x, i):
+            return x * 1 / 1 - 0, (i + 0) * 1, x + 0.0
+
+    x = torch.tensor([-0.0, 0.0, 1.5, -2.0, float("nan"), float("inf")])
+    i = torch.arange(6)
+    c = _compile(Ids(), x, i)
+    assert _ops(c) == ["add"], c.explain()  # only x + 0.0 (-0 + 0 is +0) stays
+    out = c(x, i)
+    assert torch.equal(out[2].signbit(), (x + 0.0).signbit())
+
+
+def test_contiguous_slices_are_views_not_copies():
+    class Cache(nn.Module):
+        def forward(self, past, new):
+            layers = [torch.cat([past[i], new], dim=1) for i in range(past.shape[0])]
+            return torch.stack(layers).sum(), layers[1]
+
+    past, new = torch.randn(3, 2, 16, 8), torch.randn(2, 1, 8)
+    c = _compile(Cache(), past, new)
+    assert "strided_copy" not in _ops(c) or c.stats()["kernel_calls"] < len(_ops(c)), c.explain()
+    assert c.stats()["kernel_calls"] == 3 + 1 + 1, c.explain()  # 3 cats, stack, sum
