@@ -50,6 +50,18 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
 typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
                                   const float* b_panel, float* out);
 
+/* The same over a bf16 panel (kiln_gemm_bf16_pack_b's layout). */
+typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
+                                       const uint16_t* b_panel, float* out);
+
+/* Widens rows [0, kc) of `panels` consecutive bf16 panels (each `k` rows of
+ * 16, the first starting at b) into fp32 panels of kc rows: out[q * kc * 16
+ * + p * 16 + j] = b[q * k * 16 + p * 16 + j]. The blocked path runs the
+ * fp32 microkernel on the widened micro-panel, which stays in L1 and is
+ * reused by every row tile of the strip. */
+typedef void (*kiln_gemm_widen_bf16_fn)(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                        float* out);
+
 /* Packs A into MR-row panels (see kiln_gemm_pack_a below). */
 typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                                     int64_t row0, int64_t rows, int64_t m_total, float* out);
@@ -62,6 +74,8 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_epilogue_fn epilogue;
   kiln_gemm_gemv_fn gemv;
   kiln_gemm_pack_a_fn pack_a;
+  kiln_gemm_gemv_bf16_fn gemv_bf16;
+  kiln_gemm_widen_bf16_fn widen_bf16;
 } kiln_gemm_kernels_t;
 
 /* Portable kernels (kiln_gemm_ukernel_generic.c). */
@@ -73,6 +87,11 @@ void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t 
                                 kiln_activation_t act);
 void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
                             const float* b_panel, float* out);
+/* Portable bf16 kernels (kiln_gemm_bf16.c). */
+void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, float* out);
+void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                  float* out);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_GEMM_HAVE_X86 1
@@ -88,6 +107,11 @@ void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                          const float* b_panel, float* out);
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
+/* bf16 weights on AVX2 (kiln_gemm_bf16_avx2.c). */
+void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const uint16_t* b_panel, float* out);
+void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                               float* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
 void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
                                    const float* b_next, const float* cin, int64_t ldcin,

@@ -15,7 +15,11 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         double acc = 0.0;
         for (int64_t p = 0; p < g->k; ++p) {
           float bv;
-          if (g->b_packed) {
+          if (g->b_packed_bf16) {
+            bv = kiln_gemm_bf16_to_f32(
+                g->b_packed_bf16[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
+                                 p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL]);
+          } else if (g->b_packed) {
             bv = g->b_packed[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
                              p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL];
           } else {
