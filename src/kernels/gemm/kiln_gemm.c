@@ -279,15 +279,18 @@ static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
   float* C = g->c + b * g->c_batch_stride;
   int64_t ldr;
   const float* r = kiln_gemm_res_row(ch, bi, 0, &ldr);
-  _Alignas(64) float tmp[KILN_GEMM_GEMV_MAX_M * 16];
-  for (int64_t q = q0; q < q1; ++q) {
-    int64_t j = q * P, nr = g->n - j < P ? g->n - j : P;
+  _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
+  for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
+    int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
     if (ch->bp16)
-      ch->kn->gemv_bf16(ch->mlen, g->k, a, lda, ch->bp16 + q * g->k * P, tmp);
+      ch->kn->gemv_bf16(ch->mlen, g->k, a, lda, ch->bp16 + q * g->k * P, np, tmp);
     else
-      ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, tmp);
-    ch->kn->epilogue(ch->mlen, nr, tmp, P, C + j, g->c_row_stride, g->bias ? g->bias + j : NULL,
-                     r ? r + j : NULL, ldr, g->act);
+      ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, np, tmp);
+    for (int s = 0; s < np; ++s) {
+      int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
+      ch->kn->epilogue(ch->mlen, nr, tmp + s * ch->mlen * P, P, C + j, g->c_row_stride,
+                       g->bias ? g->bias + j : NULL, r ? r + j : NULL, ldr, g->act);
+    }
   }
 }
 

@@ -57,8 +57,8 @@ void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint1
       out[q * kc * P + i] = kiln_gemm_bf16_to_f32(b[q * k * P + i]);
 }
 
-void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, float* out) {
+static void kiln_gemm_gemv_bf16_generic_1(int64_t m, int64_t k, const float* a, int64_t lda,
+                                          const uint16_t* b_panel, float* out) {
   const int P = KILN_GEMM_PANEL;
   float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
   for (int64_t p = 0; p < k; ++p) {
@@ -71,4 +71,11 @@ void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t l
   }
   for (int64_t i = 0; i < m; ++i)
     for (int j = 0; j < P; ++j) out[i * P + j] = acc[i][j];
+}
+
+void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, int panels, float* out) {
+  for (int q = 0; q < panels; ++q)
+    kiln_gemm_gemv_bf16_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_PANEL,
+                                  out + q * m * KILN_GEMM_PANEL);
 }

@@ -29,6 +29,8 @@
 #define KILN_GEMM_PANEL 16
 /* The GEMV kernels handle at most this many rows of A. */
 #define KILN_GEMM_GEMV_MAX_M 8
+/* Panels per GEMV kernel call, at most. */
+#define KILN_GEMM_GEMV_PANELS 4
 
 /* a: packed A panel at column p0 (stride MR); b: packed B panel at row p0
  * (stride 16); b_next: the neighbouring panel at row p0 for 32-wide kernels
@@ -45,14 +47,17 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
                                       float* dst, int64_t ldd, const float* bias,
                                       const float* res, int64_t ldr, kiln_activation_t act);
 
-/* out(m, 16) = A(m, k) . Bpanel(k, 16) for m <= KILN_GEMM_GEMV_MAX_M; A rows
- * are unit-stride, lda apart; out is m x 16 contiguous. */
+/* For each of `panels` (1..KILN_GEMM_GEMV_PANELS) consecutive packed B
+ * panels q: out[q](m, 16) = A(m, k) . Bpanel_q(k, 16), for m <=
+ * KILN_GEMM_GEMV_MAX_M; A rows are unit-stride, lda apart; out[q] is m x 16
+ * contiguous at out + q * m * 16. Several panels per call let a kernel read
+ * them as parallel streams. */
 typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
-                                  const float* b_panel, float* out);
+                                  const float* b_panel, int panels, float* out);
 
 /* The same over a bf16 panel (kiln_gemm_bf16_pack_b's layout). */
 typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
-                                       const uint16_t* b_panel, float* out);
+                                       const uint16_t* b_panel, int panels, float* out);
 
 /* Widens rows [0, kc) of `panels` consecutive bf16 panels (each `k` rows of
  * 16, the first starting at b) into fp32 panels of kc rows: out[q * kc * 16
@@ -86,10 +91,10 @@ void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t 
                                 int64_t ldd, const float* bias, const float* res, int64_t ldr,
                                 kiln_activation_t act);
 void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                            const float* b_panel, float* out);
+                            const float* b_panel, int panels, float* out);
 /* Portable bf16 kernels (kiln_gemm_bf16.c). */
 void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, float* out);
+                                 const uint16_t* b_panel, int panels, float* out);
 void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
                                   float* out);
 
@@ -104,12 +109,12 @@ void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds
                              int64_t ldd, const float* bias, const float* res, int64_t ldr,
                              kiln_activation_t act);
 void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, float* out);
+                         const float* b_panel, int panels, float* out);
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
 /* bf16 weights on AVX2 (kiln_gemm_bf16_avx2.c). */
 void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, float* out);
+                              const uint16_t* b_panel, int panels, float* out);
 void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
                                float* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
