@@ -67,8 +67,8 @@ def torch_op(row):
     """A no-argument callable doing the row's operation through torch, or
     None when torch has no equivalent."""
     k, p = row["kernel"], row["params"]
-    if k in ("gemm_f32", "gemm_bf16w"):
-        dt = torch.bfloat16 if k == "gemm_bf16w" else torch.float32
+    if k in ("gemm_f32", "gemm_bf16"):
+        dt = torch.bfloat16 if k == "gemm_bf16" else torch.float32
         a, b = rand(p["m"], p["k"], dtype=dt), rand(p["k"], p["n"], dtype=dt)
         return lambda: torch.matmul(a, b)
     if k in ("gemv_f32", "gemv_bf16w"):
@@ -135,11 +135,12 @@ def bf16_summary(res):
     """bf16-weight speed-up over fp32 on the same shape and thread count
     (a ratio of times: the GB/s rows count different bytes)."""
     by = {(r["kernel"], r["shape"], r["threads"]): r for r in res["rows"]}
+    pairs = {"gemm_bf16": "gemm_f32", "gemv_bf16w": "gemv_f32"}
     out = []
     for (k, shape, t), r in by.items():
-        if not k.endswith("_bf16w"):
+        if k not in pairs:
             continue
-        f = by.get((k.replace("_bf16w", "_f32"), shape, t))
+        f = by.get((pairs[k], shape, t))
         if f and r["kiln_s"] and f["kiln_s"]:
             out.append(f"{k.split('_')[0]} {shape}, {t} thread{'s' if t > 1 else ''}: "
                        f"{f['kiln_s'] / r['kiln_s']:.2f}x")

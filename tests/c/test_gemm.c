@@ -30,6 +30,7 @@ typedef struct {
   int bias, residual, res_alias;
   kiln_activation_t act;
   int nan_inf;
+  int a16; /* A given as bf16 (a_bf16) */
 } gemm_case_t;
 
 static float* gemm_test_alloc(size_t n) {
@@ -105,6 +106,15 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
     kiln_gemm_bf16_pack_b(K, N, b, g.b_row_stride, g.b_col_stride, bp16);
     g.b_packed_bf16 = bp16;
   }
+  /* bf16 A: the test's A rounded to bf16, given only as a_bf16 (a NULL, so
+   * any read of the fp32 A would crash). */
+  uint16_t* a16 = NULL;
+  if (tc->a16) {
+    a16 = aligned_alloc(64, (na * 2 + 63) & ~(size_t)63);
+    for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+    g.a = NULL;
+    g.a_bf16 = a16;
+  }
   kiln_gemm_f32_args_t ref = g;
   ref.c = c_want;
   if (tc->res_alias) ref.residual = c_want;
@@ -118,10 +128,10 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
   char what[256];
   snprintf(what, sizeof(what),
            "%s b=%lld m=%lld n=%lld k=%lld ta=%d tb=%d packed=%d bb=%d ab=%d bias=%d res=%d "
-           "alias=%d act=%d naninf=%d",
+           "alias=%d act=%d naninf=%d a16=%d",
            where, (long long)B, (long long)M, (long long)N, (long long)K, tc->trans_a,
            tc->trans_b, tc->packed, tc->b_bcast, tc->a_bcast, tc->bias, tc->residual,
-           tc->res_alias, (int)tc->act, tc->nan_inf);
+           tc->res_alias, (int)tc->act, tc->nan_inf, tc->a16);
   float atol = 1e-5f * sqrtf((float)K) + 1e-6f;
   kiln_test_compare_f32(what, c_got, c_want, nc, atol, 1e-5f);
   free(a);
@@ -132,6 +142,7 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
   free(c_want);
   free(bp);
   free(bp16);
+  free(a16);
 }
 
 /* Activations through the API with K = 1 and B = 1: C = act(x + bias), so
@@ -257,6 +268,11 @@ static void gemm_test_level(kiln_pool_t* pool, const char* where) {
       tc.act = v == 1 ? KILN_ACT_GELU : KILN_ACT_NONE;
       gemm_test_run(&tc, pool, where);
       tc.nan_inf = 1;
+      gemm_test_run(&tc, pool, where);
+      /* bf16 activations too (with bf16 or fp32 B). */
+      tc.a16 = 1, tc.nan_inf = v == 0;
+      gemm_test_run(&tc, pool, where);
+      tc.packed = v == 2 ? 0 : 1;
       gemm_test_run(&tc, pool, where);
     }
   gemm_test_activations(pool, where);

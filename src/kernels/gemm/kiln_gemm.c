@@ -106,19 +106,27 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
   int64_t t = (int64_t)task;
   if (t < ch->t_a) {
     int64_t bi = t / ch->t_a_per_b, grp = t % ch->t_a_per_b;
-    const float* a = g->a + (ch->b0 + bi) * g->a_batch_stride + ch->m0 * g->a_row_stride;
+    int64_t a_off = (ch->b0 + bi) * g->a_batch_stride + ch->m0 * g->a_row_stride;
+    const float* a = g->a_bf16 ? NULL : g->a + a_off;
+    const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + a_off : NULL;
     float* out = ch->ap + bi * ch->ap_bs;
     if (ch->gemv) { /* contiguous rows for the GEMV kernel */
       for (int64_t i = 0; i < ch->mlen; ++i)
-        for (int64_t q = 0; q < g->k; ++q)
-          out[i * g->k + q] = a[i * g->a_row_stride + q * g->a_col_stride];
+        for (int64_t q = 0; q < g->k; ++q) {
+          int64_t e = i * g->a_row_stride + q * g->a_col_stride;
+          out[i * g->k + q] = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
+        }
       return;
     }
     int mr = ch->kn->mr;
     int64_t row0 = grp * KILN_GEMM_A_GROUP * mr;
     int64_t rows = ch->mlen - row0 < KILN_GEMM_A_GROUP * mr ? ch->mlen - row0
                                                             : KILN_GEMM_A_GROUP * mr;
-    ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
+    if (a16)
+      kiln_gemm_pack_a_bf16(mr, g->k, a16, g->a_row_stride, g->a_col_stride, row0, rows,
+                            ch->mlen, out + (row0 / mr) * g->k * mr);
+    else
+      ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
     return;
   }
@@ -330,7 +338,7 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
   const int pack_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
-  const int a_copy = ch.gemv ? (g->a_col_stride != 1) : 1;
+  const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
    * the epilogue needs a copy unless one K block does it all (the tile is
    * then read into the epilogue before C is written). */

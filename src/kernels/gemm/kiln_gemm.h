@@ -26,6 +26,9 @@ typedef struct kiln_gemm_f32_args_s {
   /* A[b][i][p] = a[b*a_batch_stride + i*a_row_stride + p*a_col_stride] */
   const float* a;
   int64_t a_batch_stride, a_row_stride, a_col_stride;
+  /* A in bf16 instead (same element strides), or NULL: used in place of a
+   * when set, widened exactly to fp32 as it is packed (bf16 activations). */
+  const uint16_t* a_bf16;
   /* Unpacked B: B[b][p][j] = b[b*b_batch_stride + p*b_row_stride + j*b_col_stride].
    * Ignored when b_packed is set. */
   const float* b;

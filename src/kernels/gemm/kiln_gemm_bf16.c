@@ -79,3 +79,17 @@ void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t l
     kiln_gemm_gemv_bf16_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_PANEL,
                                   out + q * m * KILN_GEMM_PANEL);
 }
+
+void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
+                           int64_t row0, int64_t rows, int64_t m_total, float* out) {
+  for (int64_t i0 = 0; i0 < rows; i0 += mr) {
+    int64_t live = m_total - (row0 + i0);
+    if (live > mr) live = mr;
+    if (live > rows - i0) live = rows - i0;
+    const uint16_t* src = a + (row0 + i0) * rs;
+    float* dst = out + (i0 / mr) * k * mr;
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < mr; ++i)
+        dst[p * mr + i] = i < live ? kiln_gemm_bf16_to_f32(src[i * rs + p * cs]) : 0.0f;
+  }
+}

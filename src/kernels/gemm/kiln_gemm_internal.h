@@ -132,6 +132,10 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
 void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs, int64_t row0,
                       int64_t rows, int64_t m_total, float* out);
 
+/* kiln_gemm_pack_a for bf16 A, widening each element (kiln_gemm_bf16.c). */
+void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
+                           int64_t row0, int64_t rows, int64_t m_total, float* out);
+
 /* Packs panels [q0, q1) of B(K, N) into `out` laid out as the whole packed
  * matrix (so tasks can fill disjoint panel ranges in parallel). */
 void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
