@@ -14,7 +14,12 @@
  *      (the mc x kc A block stays in L2 across strips). After the last K
  *      block each tile goes through the epilogue while it is in L1.
  * M <= 8 takes the GEMV path instead: B is the whole cost there, so each
- * task streams a contiguous run of B panels once, all rows of A at a time.
+ * task streams a contiguous run of B panels once, all rows of A at a time,
+ * several panels per kernel call (parallel streams).
+ * bf16 B (b_packed_bf16) is widened to fp32 in registers on the GEMV path
+ * and a kc x NR micro-panel at a time into an L1 buffer on the blocked
+ * path, where every row tile of the strip reuses it; bf16 A is widened as
+ * it is packed. Accumulation is fp32 throughout.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
