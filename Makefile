@@ -50,8 +50,15 @@ $(BENCH_DEPS): bench/requirements.txt $(DEPS)
 bench: build $(BENCH_DEPS)
 	$(PY) bench/run.py $(if $(QUICK),--quick)
 
+# Kernel benchmark (issue 3): machine peaks, then kiln's kernels beside torch
+# and OpenBLAS with 1 and 2 threads; bench/kernels/results.json and the table
+# in docs/performance.md. OpenBLAS (Debian's libopenblas0-pthread) is only
+# the comparison, loaded with dlopen: installed here when missing, and when
+# that fails its column stays empty.
 bench-kernels: build
-	$(BUILD)/bench/kernels/bench_gemm
+	@/sbin/ldconfig -p | grep -q 'libopenblas\.so\.0' || apt-get install -y libopenblas0-pthread \
+	  || echo "bench-kernels: OpenBLAS could not be installed; its column will be empty"
+	$(PY) bench/kernels/run.py $(if $(QUICK),--quick)
 
 # OpInfo coverage (issue 7): every op_db sample through kiln.trace, per-op
 # pass / fail / unsupported, totals and the Core ATen figure; coverage.json.

@@ -1,10 +1,23 @@
-/* GEMM benchmark: first measures what this machine can do (the FMA peak of
- * a register-only loop, and DRAM read bandwidth), then kiln_gemm_f32 on
- * 1024^3 and the transformer shapes with B packed, and the M=1 decode GEMV
- * over a 14336 x 4096 packed B, with 1 and 2 threads. Every figure is the
- * median of several timed runs; results are printed as a fraction of the
- * peaks measured in the same process, since the machines are shared and
- * noisy. Usage: bench_gemm [max_threads (default 2)] */
+/* Kernel benchmark (the C half of `make bench-kernels`).
+ *
+ * First measures what this machine can do, per thread count: the FMA peak
+ * of a register-only loop and the streaming read bandwidth of a loop summing
+ * a buffer far larger than the caches. Then times kiln's kernels (fp32 GEMM
+ * with B packed, the M=1 decode GEMV, bf16-weight GEMM and GEMV, attention,
+ * conv2d at ResNet-18 shapes, layer_norm, softmax, gelu) and, beside them,
+ * OpenBLAS's sgemm/sgemv on the same operands. OpenBLAS is loaded with
+ * dlopen at run time, so kiln never depends on it; when it is missing its
+ * column says so. Every figure is the median of several timed samples.
+ *
+ * Usage: bench_gemm [--json] [--threads N (1 or 2; default 2)] [--quick]
+ *                   [--only GROUPS]
+ *   --json   one JSON document on stdout (bench/kernels/run.py reads it and
+ *            adds torch's figures); otherwise a readable table.
+ *   --quick  fewer samples (a smoke test of the tool itself).
+ *   --only   comma-separated groups to run: gemm, gemv, attention, conv,
+ *            rowops (default: all). */
+#include <dlfcn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,26 +26,20 @@
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/nn/kiln_nn.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define BENCH_X86 1
 #endif
 
+static int bench_samples = 7;
+
 static double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* CPU seconds used by all threads of the process: on a shared machine,
- * time sliced away to other processes does not count, so flops per CPU
- * second per thread shows the kernel's own efficiency (spinning pool
- * workers do count, which is fair). */
-static double bench_cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -45,6 +52,26 @@ static double bench_median(double* v, int n) {
   qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
   return v[n / 2];
 }
+
+/* Median seconds per call of fn(ctx): one warm-up call (caches, scratch,
+ * page faults), then samples of enough calls for ~30 ms each. */
+static double bench_time(void (*fn)(void*), void* ctx) {
+  fn(ctx);
+  double t0 = bench_now();
+  fn(ctx);
+  double one = bench_now() - t0;
+  int calls = one > 0.03 ? 1 : (int)(0.03 / (one > 1e-6 ? one : 1e-6)) + 1;
+  double t[32];
+  int samples = bench_samples > 32 ? 32 : bench_samples;
+  for (int s = 0; s < samples; ++s) {
+    t0 = bench_now();
+    for (int c = 0; c < calls; ++c) fn(ctx);
+    t[s] = (bench_now() - t0) / calls;
+  }
+  return bench_median(t, samples);
+}
+
+static volatile float bench_sink;
 
 /* ---- FMA peak: 12 independent FMA chains, no memory traffic ------------ */
 
@@ -84,8 +111,6 @@ static float bench_fma_generic(long iters) {
   return s;
 }
 
-static volatile float bench_sink;
-
 /* FLOP per iteration of the loop that ran. */
 static double bench_fma_run(long iters) {
 #ifdef BENCH_X86
@@ -107,108 +132,523 @@ static void bench_fma_task(void* ctx, size_t task, int thread) {
   ((double*)ctx)[task] = bench_fma_run(BENCH_FMA_ITERS);
 }
 
-/* GFLOP/s of `threads` cores all running the FMA loop (one task each), by
- * the wall clock and (out_cpu) per CPU second times threads. */
-static double bench_fma_peak(kiln_pool_t* pool, int threads, double* out_cpu) {
-  double t[5], c[5], flop_per_iter[2] = {0, 0};
+/* GFLOP/s of `threads` cores all running the FMA loop (one task each). */
+static double bench_fma_peak(kiln_pool_t* pool, int threads) {
+  double t[5], flop_per_iter[2] = {0, 0};
   for (int r = 0; r < 5; ++r) {
-    double t0 = bench_now(), c0 = bench_cpu_now();
+    double t0 = bench_now();
     kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_task, flop_per_iter);
     t[r] = bench_now() - t0;
-    c[r] = (bench_cpu_now() - c0) / threads;
   }
-  double flop = flop_per_iter[0] * BENCH_FMA_ITERS * threads;
-  *out_cpu = flop / bench_median(c, 5) * 1e-9;
-  return flop / bench_median(t, 5) * 1e-9;
+  return flop_per_iter[0] * BENCH_FMA_ITERS * threads / bench_median(t, 5) * 1e-9;
 }
 
-/* ---- DRAM read bandwidth: sum a buffer much larger than the L3 ---------- */
+/* ---- streaming read bandwidth: sum a buffer far beyond the L3 ----------- */
 
 typedef struct {
   const float* p;
   size_t n, chunks;
-  double sum[64];
+  float sum[64];
 } bench_read_t;
 
-static void bench_read_task(void* ctx, size_t task, int thread) {
-  bench_read_t* r = ctx;
-  size_t per = r->n / r->chunks, i0 = task * per, i1 = i0 + per;
-  /* 32 independent sums (eight SSE accumulators once auto-vectorised), so
-   * the add latency never limits the loads, with any vector width. */
-  float s[32] = {0};
-  for (size_t i = i0; i + 32 <= i1; i += 32)
-    for (int j = 0; j < 32; ++j) s[j] += r->p[i + j];
-  for (int j = 0; j < 32; ++j) r->sum[thread] += s[j];
+/* Each thread reads its slice as four interleaved sequential streams: on
+ * this kind of machine several streams draw more bandwidth than one (the
+ * hardware prefetchers run ahead of each stream by a bounded distance), and
+ * the peak should be the most a read loop gets, not what one stream gets.
+ * Eight independent sums: the add latency never limits the loads. */
+#ifdef BENCH_X86
+__attribute__((target("avx2"))) static float bench_read_avx2(const float* p, size_t n) {
+  __m256 s[8];
+  for (int j = 0; j < 8; ++j) s[j] = _mm256_setzero_ps();
+  size_t q = n / 4 / 16 * 16;
+  for (size_t i = 0; i < q; i += 16)
+    for (int j = 0; j < 4; ++j) {
+      s[2 * j] = _mm256_add_ps(s[2 * j], _mm256_load_ps(p + j * q + i));
+      s[2 * j + 1] = _mm256_add_ps(s[2 * j + 1], _mm256_load_ps(p + j * q + i + 8));
+    }
+  for (int j = 1; j < 8; ++j) s[0] = _mm256_add_ps(s[0], s[j]);
+  return _mm256_cvtss_f32(s[0]);
+}
+#endif
+
+static float bench_read_generic(const float* p, size_t n) {
+  float s[4][8] = {{0}};
+  size_t q = n / 4 / 8 * 8;
+  for (size_t i = 0; i < q; i += 8)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 8; ++l) s[j][l] += p[j * q + i + l];
+  return s[0][0] + s[3][7];
 }
 
-static double bench_read_bw(kiln_pool_t* pool, const float* p, size_t n) {
+/* Contiguous slices, one per thread, as the GEMV splits its weights. */
+static void bench_read_task(void* ctx, size_t task, int thread) {
+  bench_read_t* r = ctx;
+  size_t per = r->n / r->chunks / 64 * 64, i0 = task * per;
+#ifdef BENCH_X86
+  if (kiln_cpu_isa() >= KILN_ISA_AVX2) {
+    r->sum[thread] += bench_read_avx2(r->p + i0, per);
+    return;
+  }
+#endif
+  r->sum[thread] += bench_read_generic(r->p + i0, per);
+}
+
+static double bench_read_bw(kiln_pool_t* pool, int threads, const float* p, size_t n) {
   bench_read_t r;
   memset(&r, 0, sizeof(r));
-  r.p = p, r.n = n, r.chunks = 64;
-  double t[5];
-  for (int k = 0; k < 5; ++k) {
+  r.p = p, r.n = n, r.chunks = (size_t)threads;
+  double t[7];
+  for (int k = 0; k < 7; ++k) {
     double t0 = bench_now();
     kiln_pool_parallel_for(pool, r.chunks, bench_read_task, &r);
     t[k] = bench_now() - t0;
   }
-  bench_sink = (float)r.sum[0];
-  return (double)n * sizeof(float) / bench_median(t, 5) * 1e-9;
+  bench_sink = r.sum[0];
+  return (double)n * sizeof(float) / bench_median(t, 7) * 1e-9;
 }
 
-/* ---- GEMM ---------------------------------------------------------------- */
+/* ---- OpenBLAS through dlopen -------------------------------------------- */
 
-static float* bench_alloc(size_t floats) {
-  size_t bytes = (floats * sizeof(float) + 63) & ~(size_t)63;
-  float* p = aligned_alloc(64, bytes);
-  if (p) memset(p, 0, bytes);
+enum { BLAS_ROW_MAJOR = 101, BLAS_NO_TRANS = 111 };
+typedef void (*bench_sgemm_fn)(int, int, int, int, int, int, float, const float*, int,
+                               const float*, int, float, float*, int);
+typedef void (*bench_sgemv_fn)(int, int, int, int, float, const float*, int, const float*, int,
+                               float, float*, int);
+static struct {
+  void* lib;
+  char path[128];
+  bench_sgemm_fn sgemm;
+  bench_sgemv_fn sgemv;
+  void (*set_threads)(int);
+  char* (*get_config)(void);
+} bench_blas;
+
+static void bench_blas_open(void) {
+  static const char* names[] = {"libopenblas.so.0", "libopenblas.so",
+                                "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !bench_blas.lib; ++i) {
+    bench_blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (bench_blas.lib) snprintf(bench_blas.path, sizeof(bench_blas.path), "%s", names[i]);
+  }
+  if (!bench_blas.lib) return;
+  /* POSIX: dlsym's void* converts to a function pointer through memcpy. */
+  void* f;
+  f = dlsym(bench_blas.lib, "cblas_sgemm");
+  memcpy(&bench_blas.sgemm, &f, sizeof(f));
+  f = dlsym(bench_blas.lib, "cblas_sgemv");
+  memcpy(&bench_blas.sgemv, &f, sizeof(f));
+  f = dlsym(bench_blas.lib, "openblas_set_num_threads");
+  memcpy(&bench_blas.set_threads, &f, sizeof(f));
+  f = dlsym(bench_blas.lib, "openblas_get_config");
+  memcpy(&bench_blas.get_config, &f, sizeof(f));
+  if (!bench_blas.sgemm || !bench_blas.sgemv || !bench_blas.set_threads) {
+    dlclose(bench_blas.lib);
+    memset(&bench_blas, 0, sizeof(bench_blas));
+  }
+}
+
+/* ---- data ---------------------------------------------------------------- */
+
+static void* bench_alloc(size_t bytes) {
+  bytes = (bytes + 63) & ~(size_t)63;
+  void* p = aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) {
+    fprintf(stderr, "bench_gemm: out of memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  memset(p, 0, bytes);
   return p;
 }
 
-static void bench_fill(float* x, size_t n, unsigned seed) {
+static float* bench_floats(size_t n, unsigned seed) {
+  float* x = bench_alloc(n * sizeof(float));
   uint32_t s = seed * 2654435761u + 1;
   for (size_t i = 0; i < n; ++i) {
     s = s * 1664525u + 1013904223u;
     x[i] = (float)(s >> 8) * (1.0f / 16777216.0f) - 0.5f;
   }
+  return x;
 }
 
-/* Median seconds per call, each sample timing enough calls for ~30 ms;
- * out_cpu: median CPU seconds per call divided by the thread count. */
-static double bench_gemm_time(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool, int samples,
-                              double* out_cpu) {
-  kiln_gemm_f32(g, pool); /* warm: caches, scratch, page faults */
-  double t0 = bench_now();
-  kiln_gemm_f32(g, pool);
-  double one = bench_now() - t0;
-  int calls = one > 0.03 ? 1 : (int)(0.03 / (one > 1e-6 ? one : 1e-6)) + 1;
-  double t[32], cpu[32];
-  if (samples > 32) samples = 32;
-  for (int s = 0; s < samples; ++s) {
-    t0 = bench_now();
-    double c0 = bench_cpu_now();
-    for (int c = 0; c < calls; ++c) kiln_gemm_f32(g, pool);
-    t[s] = (bench_now() - t0) / calls;
-    cpu[s] = (bench_cpu_now() - c0) / calls / kiln_pool_size(pool);
+/* ---- results --------------------------------------------------------------- */
+
+typedef struct {
+  char kernel[24], shape[48], unit[8], params[160];
+  double work; /* flop or bytes per call */
+  int threads;
+  double kiln_s, blas_s; /* median seconds per call; blas_s 0: not measured */
+} bench_row_t;
+
+static bench_row_t bench_rows[128];
+static int bench_n_rows;
+
+static bench_row_t* bench_row_add(const char* kernel, const char* shape, const char* unit,
+                                  double work, int threads, const char* params) {
+  if (bench_n_rows >= (int)(sizeof(bench_rows) / sizeof(bench_rows[0]))) {
+    fprintf(stderr, "bench_gemm: too many rows\n");
+    exit(1);
   }
-  *out_cpu = bench_median(cpu, samples);
-  return bench_median(t, samples);
+  bench_row_t* r = &bench_rows[bench_n_rows++];
+  memset(r, 0, sizeof(*r));
+  snprintf(r->kernel, sizeof(r->kernel), "%s", kernel);
+  snprintf(r->shape, sizeof(r->shape), "%s", shape);
+  snprintf(r->unit, sizeof(r->unit), "%s", unit);
+  snprintf(r->params, sizeof(r->params), "%s", params);
+  r->work = work;
+  r->threads = threads;
+  return r;
+}
+
+/* ---- the benchmarks ---------------------------------------------------------- */
+
+typedef struct {
+  kiln_gemm_f32_args_t g;
+  kiln_pool_t* pool;
+  /* OpenBLAS operands */
+  const float *a, *b;
+  float* c;
+  int m, n, k;
+} bench_gemm_t;
+
+static void bench_kiln_gemm(void* p) {
+  bench_gemm_t* b = p;
+  kiln_gemm_f32(&b->g, b->pool);
+}
+static void bench_blas_sgemm(void* p) {
+  bench_gemm_t* b = p;
+  bench_blas.sgemm(BLAS_ROW_MAJOR, BLAS_NO_TRANS, BLAS_NO_TRANS, b->m, b->n, b->k, 1.0f, b->a,
+                   b->k, b->b, b->n, 0.0f, b->c, b->n);
+}
+/* y(N) = W(N, K) x(K): nn.Linear's weight as it is stored. */
+static void bench_blas_sgemv(void* p) {
+  bench_gemm_t* b = p;
+  bench_blas.sgemv(BLAS_ROW_MAJOR, BLAS_NO_TRANS, b->n, b->k, 1.0f, b->b, b->k, b->a, 1, 0.0f,
+                   b->c, 1);
 }
 
 static void bench_gemm_args(kiln_gemm_f32_args_t* g, int64_t m, int64_t n, int64_t k,
-                            const float* a, const float* bp, float* c) {
+                            const float* a, float* c) {
   memset(g, 0, sizeof(*g));
   g->batch = 1, g->m = m, g->n = n, g->k = k;
   g->a = a, g->a_row_stride = k, g->a_col_stride = 1;
-  g->b_packed = bp;
   g->c = c, g->c_row_stride = n;
 }
 
+static void bench_blas_threads(int t) {
+  if (bench_blas.lib) bench_blas.set_threads(t);
+}
+
+static void bench_gemms(kiln_pool_t** pools, int max_t) {
+  static const int64_t shapes[][3] = {
+      {1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768}, {512, 768, 3072}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s) {
+    int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    float* a = bench_floats((size_t)(m * k), 1);
+    float* b = bench_floats((size_t)(k * n), 2);
+    float* bp = bench_alloc(kiln_gemm_f32_packed_size(k, n));
+    float* c = bench_alloc((size_t)(m * n) * sizeof(float));
+    kiln_gemm_f32_pack_b(k, n, b, n, 1, bp);
+    bench_gemm_t ctx = {.a = a, .b = b, .c = c, .m = (int)m, .n = (int)n, .k = (int)k};
+    bench_gemm_args(&ctx.g, m, n, k, a, c);
+    ctx.g.b_packed = bp;
+    char shape[48], params[160];
+    snprintf(shape, sizeof(shape), "%lldx%lldx%lld", (long long)m, (long long)n, (long long)k);
+    snprintf(params, sizeof(params), "{\"m\": %lld, \"n\": %lld, \"k\": %lld}", (long long)m,
+             (long long)n, (long long)k);
+    for (int t = 1; t <= max_t; ++t) {
+      bench_row_t* r = bench_row_add("gemm_f32", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
+      ctx.pool = pools[t - 1];
+      r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+      if (bench_blas.lib) {
+        bench_blas_threads(t);
+        r->blas_s = bench_time(bench_blas_sgemm, &ctx);
+      }
+    }
+    /* bf16 at 1024^3: bf16 activations and packed bf16 weights, fp32
+     * accumulation and output. */
+    if (s == 0) {
+      uint16_t* bp16 = bench_alloc(kiln_gemm_bf16_packed_size(k, n));
+      uint16_t* a16 = bench_alloc((size_t)(m * k) * 2);
+      kiln_gemm_bf16_pack_b(k, n, b, n, 1, bp16);
+      for (int64_t i = 0; i < m * k; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+      ctx.g.a = NULL;
+      ctx.g.a_bf16 = a16;
+      ctx.g.b_packed = NULL;
+      ctx.g.b_packed_bf16 = bp16;
+      for (int t = 1; t <= max_t; ++t) {
+        bench_row_t* r = bench_row_add("gemm_bf16", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
+        ctx.pool = pools[t - 1];
+        r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+      }
+      free(bp16), free(a16);
+    }
+    free(a), free(b), free(bp), free(c);
+  }
+}
+
+/* Decode: one token through a 14336 -> 4096 projection (235 MB of fp32
+ * weights); figures are bytes of weights streamed per second. */
+static void bench_gemvs(kiln_pool_t** pools, int max_t) {
+  const int64_t m = 1, n = 4096, k = 14336;
+  float* x = bench_floats((size_t)k, 3);
+  float* w = bench_floats((size_t)(n * k), 4); /* W(N, K) row-major, as nn.Linear */
+  float* y = bench_alloc((size_t)n * sizeof(float));
+  size_t pbytes = kiln_gemm_f32_packed_size(k, n);
+  float* bp = bench_alloc(pbytes);
+  kiln_gemm_f32_pack_b(k, n, w, 1, k, bp); /* B = W^T */
+  bench_gemm_t ctx = {.a = x, .b = w, .c = y, .m = 1, .n = (int)n, .k = (int)k};
+  bench_gemm_args(&ctx.g, m, n, k, x, y);
+  ctx.g.b_packed = bp;
+  const char* shape = "1x14336->4096";
+  const char* params = "{\"m\": 1, \"n\": 4096, \"k\": 14336}";
+  for (int t = 1; t <= max_t; ++t) {
+    bench_row_t* r = bench_row_add("gemv_f32", shape, "GB/s", (double)pbytes, t, params);
+    ctx.pool = pools[t - 1];
+    r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+    if (bench_blas.lib) {
+      bench_blas_threads(t);
+      r->blas_s = bench_time(bench_blas_sgemv, &ctx);
+    }
+  }
+  free(bp);
+  size_t pbytes16 = kiln_gemm_bf16_packed_size(k, n);
+  uint16_t* bp16 = bench_alloc(pbytes16);
+  kiln_gemm_bf16_pack_b(k, n, w, 1, k, bp16);
+  free(w);
+  ctx.g.b_packed = NULL;
+  ctx.g.b_packed_bf16 = bp16;
+  for (int t = 1; t <= max_t; ++t) {
+    bench_row_t* r = bench_row_add("gemv_bf16w", shape, "GB/s", (double)pbytes16, t, params);
+    ctx.pool = pools[t - 1];
+    r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+  }
+  free(bp16), free(x), free(y);
+}
+
+typedef struct {
+  kiln_attention_args_t a;
+  kiln_pool_t* pool;
+} bench_attn_t;
+static void bench_kiln_attn(void* p) {
+  bench_attn_t* b = p;
+  kiln_attention_f32(&b->a, b->pool);
+}
+
+static void bench_attention(kiln_pool_t** pools, int max_t) {
+  const int64_t B = 1, H = 12, S = 512, D = 64;
+  size_t numel = (size_t)(B * H * S * D);
+  float *q = bench_floats(numel, 5), *k = bench_floats(numel, 6), *v = bench_floats(numel, 7);
+  float* o = bench_alloc(numel * sizeof(float));
+  bench_attn_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  kiln_attention_args_t* a = &ctx.a;
+  a->batch = B, a->heads = H, a->kv_heads = H, a->q_len = S, a->kv_len = S;
+  a->head_dim = D, a->v_head_dim = D;
+  int64_t st[4] = {H * S * D, S * D, D, 1};
+  memcpy(a->q_strides, st, sizeof(st));
+  memcpy(a->k_strides, st, sizeof(st));
+  memcpy(a->v_strides, st, sizeof(st));
+  a->q = q, a->k = k, a->v = v, a->out = o;
+  a->scale = 1.0f / sqrtf((float)D);
+  a->causal = 1;
+  /* Causal: query i meets i + 1 keys; Q.K^T and P.V are 2 * D flop each. */
+  double flop = 4.0 * B * H * D * (double)S * (S + 1) / 2.0;
+  for (int t = 1; t <= max_t; ++t) {
+    bench_row_t* r = bench_row_add("attention", "B1 H12 S512 D64 causal", "GFLOP/s", flop, t,
+                                   "{\"b\": 1, \"h\": 12, \"s\": 512, \"d\": 64, \"causal\": 1}");
+    ctx.pool = pools[t - 1];
+    r->kiln_s = bench_time(bench_kiln_attn, &ctx);
+  }
+  free(q), free(k), free(v), free(o);
+}
+
+typedef struct {
+  kiln_conv2d_f32_args_t a;
+  kiln_pool_t* pool;
+} bench_conv_t;
+static void bench_kiln_conv(void* p) {
+  bench_conv_t* b = p;
+  kiln_conv2d_f32(&b->a, b->pool);
+}
+
+static void bench_convs(kiln_pool_t** pools, int max_t) {
+  /* ResNet-18 at batch 1, 224 x 224: the stem, a layer1 conv, layer3's
+   * strided conv and its 1x1 downsample, a layer4 conv. */
+  static const int64_t shapes[][6] = {/* C, O, H (= W), kernel, stride, pad */
+                                      {3, 64, 224, 7, 2, 3},
+                                      {64, 64, 56, 3, 1, 1},
+                                      {128, 256, 28, 3, 2, 1},
+                                      {128, 256, 28, 1, 2, 0},
+                                      {512, 512, 7, 3, 1, 1}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s) {
+    int64_t C = shapes[s][0], O = shapes[s][1], H = shapes[s][2], K = shapes[s][3],
+            st = shapes[s][4], pd = shapes[s][5];
+    int64_t Ho = (H + 2 * pd - K) / st + 1;
+    float* x = bench_floats((size_t)(C * H * H), 8);
+    float* w = bench_floats((size_t)(O * C * K * K), 9);
+    float* bias = bench_floats((size_t)O, 10);
+    float* y = bench_alloc((size_t)(O * Ho * Ho) * sizeof(float));
+    bench_conv_t ctx;
+    memset(&ctx, 0, sizeof(ctx));
+    kiln_conv2d_f32_args_t* a = &ctx.a;
+    a->n = 1, a->c = C, a->h = H, a->w = H, a->o = O, a->kh = K, a->kw = K, a->ho = Ho,
+    a->wo = Ho;
+    a->sh = a->sw = st, a->ph = a->pw = pd, a->dh = a->dw = 1, a->groups = 1;
+    a->x = x, a->weight = w, a->bias = bias, a->y = y, a->act = KILN_ACT_NONE;
+    char shape[48], params[160];
+    snprintf(shape, sizeof(shape), "%lldx%lld s%lld %lld->%lld @%lld", (long long)K, (long long)K,
+             (long long)st, (long long)C, (long long)O, (long long)H);
+    snprintf(params, sizeof(params),
+             "{\"c\": %lld, \"o\": %lld, \"h\": %lld, \"k\": %lld, \"stride\": %lld, \"pad\": %lld}",
+             (long long)C, (long long)O, (long long)H, (long long)K, (long long)st, (long long)pd);
+    double flop = 2.0 * O * Ho * Ho * C * K * K;
+    for (int t = 1; t <= max_t; ++t) {
+      bench_row_t* r = bench_row_add("conv2d", shape, "GFLOP/s", flop, t, params);
+      ctx.pool = pools[t - 1];
+      r->kiln_s = bench_time(bench_kiln_conv, &ctx);
+    }
+    free(x), free(w), free(bias), free(y);
+  }
+}
+
+typedef struct {
+  int op; /* 0 layer_norm, 1 softmax, 2 gelu */
+  size_t rows, cols;
+  const float *x, *gamma, *beta;
+  float* y;
+  kiln_pool_t* pool;
+} bench_row_op_t;
+static void bench_kiln_rowop(void* p) {
+  bench_row_op_t* b = p;
+  if (b->op == 0)
+    kiln_layer_norm_f32(b->rows, b->cols, b->x, b->gamma, b->beta, 1e-5f, b->y, b->pool);
+  else if (b->op == 1)
+    kiln_softmax_f32(b->rows, b->cols, b->x, b->y, 0, b->pool);
+  else
+    kiln_unary_f32(KILN_UNARY_GELU, b->rows * b->cols, b->x, b->y, b->pool);
+}
+
+/* Memory-bound row ops on a (4096, 4096) tensor (64 MiB in, 64 MiB out);
+ * figures are bytes read and written per second. */
+static void bench_rowops(kiln_pool_t** pools, int max_t) {
+  const size_t rows = 4096, cols = 4096;
+  float* x = bench_floats(rows * cols, 11);
+  float* gamma = bench_floats(cols, 12);
+  float* beta = bench_floats(cols, 13);
+  float* y = bench_alloc(rows * cols * sizeof(float));
+  static const char* names[] = {"layer_norm", "softmax", "gelu"};
+  for (int op = 0; op < 3; ++op) {
+    bench_row_op_t ctx = {op, rows, cols, x, gamma, beta, y, NULL};
+    for (int t = 1; t <= max_t; ++t) {
+      bench_row_t* r = bench_row_add(names[op], "4096x4096", "GB/s",
+                                     2.0 * rows * cols * sizeof(float), t,
+                                     "{\"rows\": 4096, \"cols\": 4096}");
+      ctx.pool = pools[t - 1];
+      r->kiln_s = bench_time(bench_kiln_rowop, &ctx);
+    }
+  }
+  free(x), free(gamma), free(beta), free(y);
+}
+
+/* ---- output ----------------------------------------------------------------- */
+
+static void bench_json_string(const char* s) {
+  putchar('"');
+  for (; *s; ++s) {
+    if (*s == '"' || *s == '\\') putchar('\\');
+    if ((unsigned char)*s >= 0x20) putchar(*s);
+  }
+  putchar('"');
+}
+
+static void bench_print_json(int max_t, const double* peak, const double* bw) {
+  printf("{\n  \"machine\": {\"isa\": \"%s\", \"threads\": [", kiln_cpu_isa_name(kiln_cpu_isa()));
+  for (int t = 1; t <= max_t; ++t) printf("%s%d", t > 1 ? ", " : "", t);
+  printf("], \"fma_peak_gflops\": [");
+  for (int t = 1; t <= max_t; ++t) printf("%s%.3f", t > 1 ? ", " : "", peak[t - 1]);
+  printf("], \"read_bw_gbs\": [");
+  for (int t = 1; t <= max_t; ++t) printf("%s%.3f", t > 1 ? ", " : "", bw[t - 1]);
+  printf("]},\n  \"openblas\": ");
+  if (bench_blas.lib) {
+    printf("{\"library\": ");
+    bench_json_string(bench_blas.path);
+    printf(", \"config\": ");
+    bench_json_string(bench_blas.get_config ? bench_blas.get_config() : "");
+    printf("}");
+  } else {
+    printf("null");
+  }
+  printf(",\n  \"rows\": [\n");
+  for (int i = 0; i < bench_n_rows; ++i) {
+    const bench_row_t* r = &bench_rows[i];
+    printf("    {\"kernel\": \"%s\", \"shape\": \"%s\", \"unit\": \"%s\", \"work\": %.6g, "
+           "\"threads\": %d, \"params\": %s, \"kiln_s\": %.6g, \"openblas_s\": ",
+           r->kernel, r->shape, r->unit, r->work, r->threads, r->params, r->kiln_s);
+    if (r->blas_s > 0)
+      printf("%.6g}", r->blas_s);
+    else
+      printf("null}");
+    printf("%s\n", i + 1 < bench_n_rows ? "," : "");
+  }
+  printf("  ]\n}\n");
+}
+
+static void bench_print_table(int max_t, const double* peak, const double* bw) {
+  printf("kiln kernel benchmark, ISA %s; OpenBLAS: %s\n\n", kiln_cpu_isa_name(kiln_cpu_isa()),
+         bench_blas.lib ? bench_blas.path : "not found");
+  printf("machine        ");
+  for (int t = 1; t <= max_t; ++t) printf("%d thread%s  ", t, t > 1 ? "s" : " ");
+  printf("\nFMA peak       ");
+  for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", peak[t - 1]);
+  printf(" GFLOP/s\nread bandwidth ");
+  for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", bw[t - 1]);
+  printf(" GB/s\n\n%-12s %-24s %3s %10s %7s %10s %7s\n", "kernel", "shape", "thr", "kiln",
+         "% peak", "OpenBLAS", "unit");
+  for (int i = 0; i < bench_n_rows; ++i) {
+    const bench_row_t* r = &bench_rows[i];
+    double rate = r->work / r->kiln_s * 1e-9;
+    double pk = r->unit[1] == 'F' ? peak[r->threads - 1] : bw[r->threads - 1];
+    char blas[16] = "-";
+    if (r->blas_s > 0) snprintf(blas, sizeof(blas), "%.1f", r->work / r->blas_s * 1e-9);
+    printf("%-12s %-24s %3d %10.1f %6.1f%% %10s %7s\n", r->kernel, r->shape, r->threads, rate,
+           pk > 0 ? 100.0 * rate / pk : 0.0, blas, r->unit);
+  }
+}
+
+/* Whether `group` is in the comma-separated list (NULL: everything). */
+static int bench_wanted(const char* only, const char* group) {
+  if (!only) return 1;
+  size_t n = strlen(group);
+  for (const char* p = only; *p;) {
+    const char* e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && !strncmp(p, group, n)) return 1;
+    p += len + (e ? 1 : 0);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  int max_threads = argc > 1 ? atoi(argv[1]) : 2;
-  if (max_threads < 1) max_threads = 1;
-  if (max_threads > 2) max_threads = 2;
+  int max_t = 2, json = 0;
+  const char* only = NULL;
+  for (int i = 1; i < argc; ++i) {
+    if (!strcmp(argv[i], "--json")) {
+      json = 1;
+    } else if (!strcmp(argv[i], "--quick")) {
+      bench_samples = 3;
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      only = argv[++i];
+    } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      max_t = atoi(argv[++i]);
+    } else {
+      fprintf(stderr, "usage: bench_gemm [--json] [--quick] [--threads 1|2] [--only GROUPS]\n");
+      return 2;
+    }
+  }
+  if (max_t < 1) max_t = 1;
+  if (max_t > 2) max_t = 2;
   kiln_pool_t* pools[2] = {NULL, NULL};
-  for (int t = 1; t <= max_threads; ++t) {
+  for (int t = 1; t <= max_t; ++t) {
     kiln_status_t s = kiln_pool_create(t, &pools[t - 1]);
     if (s) {
       fprintf(stderr, "could not create a %d-thread pool: %s\n", t, kiln_status_message(s));
@@ -216,80 +656,27 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  printf("kiln GEMM benchmark, ISA %s\n\n", kiln_cpu_isa_name(kiln_cpu_isa()));
+  bench_blas_open();
 
-  double peak[2] = {0, 0}, peak_cpu[2] = {0, 0}, bw[2] = {0, 0};
-  for (int t = 1; t <= max_threads; ++t)
-    peak[t - 1] = bench_fma_peak(pools[t - 1], t, &peak_cpu[t - 1]);
-  size_t bw_n = (size_t)64 << 20; /* 256 MiB: far beyond the L3 */
-  float* bw_buf = bench_alloc(bw_n);
-  if (bw_buf) {
-    bench_fill(bw_buf, bw_n, 7);
-    for (int t = 1; t <= max_threads; ++t) bw[t - 1] = bench_read_bw(pools[t - 1], bw_buf, bw_n);
-    free(bw_buf);
-  }
-  printf("machine        1 thread    2 threads\n");
-  printf("FMA peak       %7.1f     %7.1f   GFLOP/s (wall clock)\n", peak[0], peak[1]);
-  printf("FMA peak       %7.1f     %7.1f   GFLOP/s (per CPU second x threads)\n", peak_cpu[0],
-         peak_cpu[1]);
-  printf("DRAM read      %7.1f     %7.1f   GB/s\n\n", bw[0], bw[1]);
-
-  static const int64_t shapes[][3] = {
-      {1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768}, {512, 768, 3072}};
-  printf("%-22s %-8s %10s %8s %12s %8s\n", "M x N x K (B packed)", "threads", "GFLOP/s",
-         "% peak", "cpu GFLOP/s", "% peak");
-  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s) {
-    int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-    float* a = bench_alloc((size_t)(m * k));
-    float* b = bench_alloc((size_t)(k * n));
-    float* bp = bench_alloc(kiln_gemm_f32_packed_size(k, n) / sizeof(float));
-    float* c = bench_alloc((size_t)(m * n));
-    if (!a || !b || !bp || !c) {
-      fprintf(stderr, "out of memory\n");
-      return 1;
-    }
-    bench_fill(a, (size_t)(m * k), 1);
-    bench_fill(b, (size_t)(k * n), 2);
-    kiln_gemm_f32_pack_b(k, n, b, n, 1, bp);
-    kiln_gemm_f32_args_t g;
-    bench_gemm_args(&g, m, n, k, a, bp, c);
-    for (int t = 1; t <= max_threads; ++t) {
-      double cpu, sec = bench_gemm_time(&g, pools[t - 1], 9, &cpu);
-      double flop = 2.0 * (double)m * (double)n * (double)k;
-      double gf = flop / sec * 1e-9, gf_cpu = flop / cpu * 1e-9;
-      char label[64];
-      snprintf(label, sizeof(label), "%lld x %lld x %lld", (long long)m, (long long)n,
-               (long long)k);
-      printf("%-22s %-8d %10.1f %7.1f%% %12.1f %7.1f%%\n", label, t, gf, 100.0 * gf / peak[t - 1],
-             gf_cpu, 100.0 * gf_cpu / peak_cpu[t - 1]);
-    }
-    free(a), free(b), free(bp), free(c);
-  }
-
-  /* Decode: one token through a 14336 -> 4096 projection (235 MB of B). */
+  double peak[2] = {0, 0}, bw[2] = {0, 0};
+  for (int t = 1; t <= max_t; ++t) peak[t - 1] = bench_fma_peak(pools[t - 1], t);
   {
-    const int64_t m = 1, n = 4096, k = 14336;
-    size_t pbytes = kiln_gemm_f32_packed_size(k, n);
-    float* a = bench_alloc((size_t)k);
-    float* bp = bench_alloc(pbytes / sizeof(float));
-    float* c = bench_alloc((size_t)n);
-    if (!a || !bp || !c) {
-      fprintf(stderr, "out of memory\n");
-      return 1;
-    }
-    bench_fill(a, (size_t)k, 3);
-    bench_fill(bp, pbytes / sizeof(float), 4);
-    kiln_gemm_f32_args_t g;
-    bench_gemm_args(&g, m, n, k, a, bp, c);
-    printf("\n%-22s %-8s %10s %10s\n", "GEMV (B packed)", "threads", "GB/s", "% DRAM");
-    for (int t = 1; t <= max_threads; ++t) {
-      double cpu, sec = bench_gemm_time(&g, pools[t - 1], 7, &cpu);
-      double gbs = (double)pbytes / sec * 1e-9;
-      printf("%-22s %-8d %10.1f %9.1f%%\n", "1 x 4096 x 14336", t, gbs,
-             bw[t - 1] > 0 ? 100.0 * gbs / bw[t - 1] : 0.0);
-    }
-    free(a), free(bp), free(c);
+    size_t n = (size_t)64 << 20; /* 256 MiB: far beyond the L3 */
+    float* buf = bench_floats(n, 7);
+    for (int t = 1; t <= max_t; ++t) bw[t - 1] = bench_read_bw(pools[t - 1], t, buf, n);
+    free(buf);
   }
-  for (int t = 0; t < max_threads; ++t) kiln_pool_release(pools[t]);
+  if (bench_wanted(only, "gemm")) bench_gemms(pools, max_t);
+  if (bench_wanted(only, "gemv")) bench_gemvs(pools, max_t);
+  if (bench_wanted(only, "attention")) bench_attention(pools, max_t);
+  if (bench_wanted(only, "conv")) bench_convs(pools, max_t);
+  if (bench_wanted(only, "rowops")) bench_rowops(pools, max_t);
+
+  if (json)
+    bench_print_json(max_t, peak, bw);
+  else
+    bench_print_table(max_t, peak, bw);
+  for (int t = 0; t < max_t; ++t) kiln_pool_release(pools[t]);
+  if (bench_blas.lib) dlclose(bench_blas.lib);
   return 0;
 }

@@ -27,7 +27,7 @@ def _as_tuple(example_inputs):
     return tuple(example_inputs)
 
 
-def trace(model, example_inputs, *, example_kwargs=None, fallback=True):
+def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_dtype=None):
     """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
 
     Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
@@ -36,10 +36,24 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True):
     compiles the rest and runs those ops in eager PyTorch between the
     compiled pieces (a warning names them once); with fallback=False it
     raises UnsupportedOpError naming the op and the source line instead.
+
+    weights_dtype: None or torch.float32 (the default) keeps weights in fp32.
+    torch.bfloat16 stores every linear layer's weight (nn.Linear, and
+    matmuls by a constant matrix) packed as bf16, rounded to nearest even as
+    weight.to(torch.bfloat16) does: half the bytes, so memory-bound shapes
+    (small batches, LLM decode) run up to twice as fast. Activations and
+    accumulation stay fp32 and the output stays fp32, so the result matches
+    the eager model with bf16-rounded linear weights (other parameters,
+    such as biases, norms and convolutions, stay fp32) within fp32
+    tolerance. The choice is stored in a saved artifact.
     """
     from kiln.capture import export_program, lower_exported
     from kiln.module import KilnModule, compile_graph
 
+    if weights_dtype not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32 or torch.bfloat16, "
+                         f"not {weights_dtype!r}")
+    weights_bf16 = weights_dtype == torch.bfloat16
     args = _as_tuple(example_inputs)
     t0 = time.perf_counter()
     if isinstance(model, torch.nn.Module):
@@ -57,12 +71,12 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True):
     except UnsupportedOpError:
         if not fallback:
             raise
-        return _trace_with_fallback(ep, name)
-    compiled = compile_graph(ctx)
+        return _trace_with_fallback(ep, name, weights_bf16)
+    compiled = compile_graph(ctx, weights_bf16)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
 
 
-def _trace_with_fallback(ep, name):
+def _trace_with_fallback(ep, name, weights_bf16=False):
     from torch.export.graph_signature import InputKind
 
     from kiln.partition import PartitionedModule, partition, unsupported_ops
@@ -81,7 +95,7 @@ def _trace_with_fallback(ep, name):
     gm = ep.graph_module
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
     fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
-                              what=name)
+                              what=name, weights_bf16=weights_bf16)
     return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name)
 
 

@@ -147,8 +147,9 @@ class KilnModule(torch.nn.Module):
         return self
 
 
-def compile_graph(ctx):
-    """Compiles a LoweringContext's graph; logs passes when KILN_LOG=1."""
+def compile_graph(ctx, weights_bf16=False):
+    """Compiles a LoweringContext's graph; logs passes when KILN_LOG=1.
+    weights_bf16: store linear weights packed as bf16 (see kiln.trace)."""
     from kiln.capture import log_enabled
 
-    return _C.compile(ctx.graph, log_enabled())
+    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16))

@@ -68,11 +68,12 @@ def unsupported_ops(gm, refused=None):
                    if n.op == "call_function" and not support.is_node_supported({}, n)})
 
 
-def partition(gm, constant_of=None, warn=True, what="this model"):
+def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False):
     """Returns (GraphModule running kiln pieces and eager ops, n_pieces).
 
     constant_of(node) -> tensor or None: values of placeholders that are
-    parameters, embedded in the pieces as constants (so kiln packs them)."""
+    parameters, embedded in the pieces as constants (so kiln packs them).
+    weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace)."""
     from kiln.capture import lower_graph
     from kiln.module import KilnModule, compile_graph
 
@@ -107,7 +108,7 @@ def partition(gm, constant_of=None, warn=True, what="this model"):
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
             ctx = lower_graph(sub, placeholders, flat)
-            mod = KilnModule(compile_graph(ctx), [placeholders[i][1] for i in runtime_positions], None, node.target)
+            mod = KilnModule(compile_graph(ctx, weights_bf16), [placeholders[i][1] for i in runtime_positions], None, node.target)
         except (UnsupportedOpError, KilnError) as e:
             # A handler refused a particular use (a parameter kiln lacks):
             # this piece stays eager too.

@@ -9,6 +9,7 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->fold_constants = 1;
   o->fuse = 1;
   o->pack_weights = 1;
+  o->weights_bf16 = 0;
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -80,7 +81,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
   }
   if (o->pack_weights)
-    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &next, &a), "%d weights packed")
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->weights_bf16, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
   if (s) {
     kiln_graph_release(g);
@@ -108,7 +109,9 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       if (id < 0) fprintf(out, "%s-", i ? ", " : "");
       else if (g->values[id].kind == KILN_VALUE_CONSTANT)
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
-                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ? "[packed]" : "");
+                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B        ? "[packed]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
+                                                                         : "");
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));

@@ -13,6 +13,7 @@ typedef struct kiln_compile_options_s {
   int fold_constants; /* evaluate nodes whose inputs are all constants */
   int fuse;           /* GEMM epilogue fusion (bias, activation, residual) */
   int pack_weights;   /* pre-pack GEMM weights */
+  int weights_bf16;   /* ... as bf16 (rounded to nearest even): half the bytes */
   int verify_each;    /* run the verifier after every pass */
   FILE* log;          /* when set, each pass prints what it did */
 } kiln_compile_options_t;
@@ -48,8 +49,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_g
                                        int32_t* out_fused);
 
 /* Packs every LINEAR's dense weight for the GEMM microkernels, once per
- * distinct weight. */
-kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool,
+ * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool, int bf16,
                                      kiln_graph_t** out_graph, int32_t* out_packed);
 
 /* Runs the passes. Consumes graph (released on failure too). */

@@ -1,7 +1,9 @@
 /* Weight packing: every LINEAR's dense (K, N) weight (or its transpose,
  * KILN_LAYOUT_TRANSPOSED_2D) is replaced by its GEMM-packed form
  * (kiln_gemm_f32_pack_b), computed once here so that no run ever packs a
- * weight. A weight shared by several LINEARs is packed once. Packing is
+ * weight. A weight shared by several LINEARs is packed once. With bf16 the
+ * weights are packed as bf16 instead (kiln_gemm_bf16_pack_b): the model
+ * then computes with bf16-rounded weights, in fp32. Packing is
  * memory-bound and the weights are independent, so they are packed in
  * parallel over the pool: it is most of a large model's compile time. */
 #include <stdlib.h>
@@ -12,7 +14,8 @@
 
 typedef struct {
   const kiln_value_t* w;
-  float* out;
+  void* out;
+  int bf16;
 } kiln_pack_job_t;
 
 static void kiln_pack_task(void* ctx, size_t task, int thread) {
@@ -20,8 +23,12 @@ static void kiln_pack_task(void* ctx, size_t task, int thread) {
   const kiln_pack_job_t* job = &((const kiln_pack_job_t*)ctx)[task];
   const kiln_value_t* w = job->w;
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
-  kiln_gemm_f32_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
-                       transposed ? w->shape[0] : 1, job->out);
+  if (job->bf16)
+    kiln_gemm_bf16_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
+                          transposed ? w->shape[0] : 1, job->out);
+  else
+    kiln_gemm_f32_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
+                         transposed ? w->shape[0] : 1, job->out);
 }
 
 static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
@@ -30,8 +37,8 @@ static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
   return l == KILN_LAYOUT_DENSE || l == KILN_LAYOUT_TRANSPOSED_2D;
 }
 
-kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, kiln_graph_t** out_graph,
-                                     int32_t* out_packed) {
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf16,
+                                     kiln_graph_t** out_graph, int32_t* out_packed) {
   *out_graph = NULL;
   *out_packed = 0;
   int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
@@ -53,15 +60,19 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, kiln_gr
     int32_t wid = n->inputs[1];
     if (!kiln_pack_wanted(g, n) || packed_of[wid] >= 0) continue;
     const kiln_value_t* w = &g->values[wid];
-    size_t bytes = kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    size_t bytes = bf16 ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
+                        : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
     void* buf;
     s = kiln_allocator_malloc(g->allocator, bytes, &buf);
     if (s) break;
     s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, 2, w->shape,
-                                      KILN_LAYOUT_GEMM_PACKED_B, buf, bytes, &packed_of[wid]);
+                                      bf16 ? KILN_LAYOUT_GEMM_PACKED_B_BF16
+                                           : KILN_LAYOUT_GEMM_PACKED_B,
+                                      buf, bytes, &packed_of[wid]);
     if (s) break;
     jobs[n_jobs].w = w;
     jobs[n_jobs].out = buf;
+    jobs[n_jobs].bf16 = bf16;
     n_jobs++;
   }
   if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);

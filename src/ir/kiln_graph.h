@@ -41,6 +41,8 @@ typedef enum kiln_layout_e {
   KILN_LAYOUT_GEMM_PACKED_B,   /* kiln_gemm_f32_pack_b of the (K, N) matrix */
   KILN_LAYOUT_TRANSPOSED_2D,   /* a (K, N) matrix stored as its (N, K) transpose,
                                 * row-major: nn.Linear's weight, used in place */
+  KILN_LAYOUT_GEMM_PACKED_B_BF16, /* kiln_gemm_bf16_pack_b of the (K, N) matrix: the
+                                * value is f32 (K, N) whose elements are bf16-rounded */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

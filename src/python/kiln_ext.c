@@ -498,18 +498,21 @@ static PyTypeObject kiln_py_model_type = {
 
 /* ---- module functions --------------------------------------------------- */
 
-/* compile(graph, log=False) -> Model. The graph is consumed. */
+/* compile(graph, log=False, weights_bf16=False) -> Model. The graph is
+ * consumed. weights_bf16: pack linear weights as bf16. */
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
-  int log = 0;
-  if (!PyArg_ParseTuple(args, "O!|p", &kiln_py_graph_type, &gobj, &log)) return NULL;
+  int log = 0, weights_bf16 = 0;
+  if (!PyArg_ParseTuple(args, "O!|pp", &kiln_py_graph_type, &gobj, &log, &weights_bf16))
+    return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
   gobj->graph = NULL;
   kiln_compile_options_t o;
   kiln_compile_options_initialize(&o);
   if (log) o.log = stderr;
+  o.weights_bf16 = weights_bf16;
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;

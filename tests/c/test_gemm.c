@@ -25,11 +25,12 @@
 
 typedef struct {
   int64_t batch, m, n, k;
-  int trans_a, trans_b, packed;
+  int trans_a, trans_b, packed; /* packed: 1 fp32, 2 bf16 (kiln_gemm_bf16_pack_b) */
   int b_bcast, a_bcast; /* batch stride 0 */
   int bias, residual, res_alias;
   kiln_activation_t act;
   int nan_inf;
+  int a16; /* A given as bf16 (a_bf16) */
 } gemm_case_t;
 
 static float* gemm_test_alloc(size_t n) {
@@ -97,11 +98,28 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
     g.r_batch_stride = r_mat;
     g.r_row_stride = ldr;
   }
+  /* bf16 B: the reference reads the same bf16 panels (its equality with
+   * fp32 on rounded weights is checked in gemm_test_bf16_semantics). */
+  uint16_t* bp16 = NULL;
+  if (tc->packed == 2) {
+    bp16 = aligned_alloc(64, (kiln_gemm_bf16_packed_size(K, N) + 64) & ~(size_t)63);
+    kiln_gemm_bf16_pack_b(K, N, b, g.b_row_stride, g.b_col_stride, bp16);
+    g.b_packed_bf16 = bp16;
+  }
+  /* bf16 A: the test's A rounded to bf16, given only as a_bf16 (a NULL, so
+   * any read of the fp32 A would crash). */
+  uint16_t* a16 = NULL;
+  if (tc->a16) {
+    a16 = aligned_alloc(64, (na * 2 + 63) & ~(size_t)63);
+    for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+    g.a = NULL;
+    g.a_bf16 = a16;
+  }
   kiln_gemm_f32_args_t ref = g;
   ref.c = c_want;
   if (tc->res_alias) ref.residual = c_want;
   kiln_gemm_f32_reference(&ref);
-  if (tc->packed) {
+  if (tc->packed == 1) {
     kiln_gemm_f32_pack_b(K, N, b, g.b_row_stride, g.b_col_stride, bp);
     g.b_packed = bp;
   }
@@ -110,10 +128,10 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
   char what[256];
   snprintf(what, sizeof(what),
            "%s b=%lld m=%lld n=%lld k=%lld ta=%d tb=%d packed=%d bb=%d ab=%d bias=%d res=%d "
-           "alias=%d act=%d naninf=%d",
+           "alias=%d act=%d naninf=%d a16=%d",
            where, (long long)B, (long long)M, (long long)N, (long long)K, tc->trans_a,
            tc->trans_b, tc->packed, tc->b_bcast, tc->a_bcast, tc->bias, tc->residual,
-           tc->res_alias, (int)tc->act, tc->nan_inf);
+           tc->res_alias, (int)tc->act, tc->nan_inf, tc->a16);
   float atol = 1e-5f * sqrtf((float)K) + 1e-6f;
   kiln_test_compare_f32(what, c_got, c_want, nc, atol, 1e-5f);
   free(a);
@@ -123,6 +141,8 @@ static void gemm_test_run(const gemm_case_t* tc, kiln_pool_t* pool, const char* 
   free(c_got);
   free(c_want);
   free(bp);
+  free(bp16);
+  free(a16);
 }
 
 /* Activations through the API with K = 1 and B = 1: C = act(x + bias), so
@@ -232,11 +252,89 @@ static void gemm_test_level(kiln_pool_t* pool, const char* where) {
       tc.nan_inf = 1, tc.packed = v, tc.bias = v, tc.act = v ? KILN_ACT_RELU : KILN_ACT_NONE;
       gemm_test_run(&tc, pool, where);
     }
+  /* bf16 weights: both paths (GEMV M <= 8, blocked), tails, K blocks,
+   * epilogues, broadcast batches, NaN/Inf. */
+  static const int64_t hs[][3] = {{1, 1, 1},    {1, 17, 7},   {3, 33, 257}, {5, 16, 300},
+                                  {8, 47, 31},  {9, 15, 16},  {17, 33, 300}, {64, 17, 257},
+                                  {100, 257, 300}, {33, 500, 260}, {7, 64, 1}};
+  for (size_t s = 0; s < sizeof(hs) / sizeof(hs[0]); ++s)
+    for (int v = 0; v < 3; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = v == 2 ? 2 : 1, tc.b_bcast = 1;
+      tc.m = hs[s][0], tc.n = hs[s][1], tc.k = hs[s][2];
+      tc.packed = 2;
+      tc.trans_a = v == 1, tc.trans_b = v != 0;
+      tc.bias = v > 0, tc.residual = v == 2;
+      tc.act = v == 1 ? KILN_ACT_GELU : KILN_ACT_NONE;
+      gemm_test_run(&tc, pool, where);
+      tc.nan_inf = 1;
+      gemm_test_run(&tc, pool, where);
+      /* bf16 activations too (with bf16 or fp32 B). */
+      tc.a16 = 1, tc.nan_inf = v == 0;
+      gemm_test_run(&tc, pool, where);
+      tc.packed = v == 2 ? 0 : 1;
+      gemm_test_run(&tc, pool, where);
+    }
   gemm_test_activations(pool, where);
+}
+
+/* What bf16 weights mean: the GEMM over kiln_gemm_bf16_pack_b's panels
+ * equals the fp32 GEMM over B rounded to bf16 (exactly, in the reference:
+ * widening is exact), and the rounding is torch's: nearest even, NaN kept,
+ * Inf kept, overflow to Inf. */
+static void gemm_test_bf16_semantics(void) {
+  static const struct {
+    uint32_t in;
+    uint16_t out;
+  } cases[] = {
+      {0x3f800000u, 0x3f80}, /* 1 */
+      {0x3f808000u, 0x3f80}, /* tie, even below: down */
+      {0x3f818000u, 0x3f82}, /* tie, odd below: up */
+      {0x3f808001u, 0x3f81}, /* just above a tie: up */
+      {0x7f800000u, 0x7f80}, /* +Inf */
+      {0xff800000u, 0xff80}, /* -Inf */
+      {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to Inf */
+      {0x80000000u, 0x8000}, /* -0 */
+      {0x00000001u, 0x0000}, /* smallest subnormal: to 0 */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    float f;
+    memcpy(&f, &cases[i].in, 4);
+    KILN_EXPECT(kiln_gemm_bf16_from_f32(f) == cases[i].out, "bf16 rounding of 0x%08x",
+                (unsigned)cases[i].in);
+  }
+  uint16_t nan16 = kiln_gemm_bf16_from_f32(NAN);
+  KILN_EXPECT(isnan(kiln_gemm_bf16_to_f32(nan16)), "bf16 NaN stays NaN");
+  /* A NaN whose payload is only in the low bits must not become Inf. */
+  uint32_t low_nan = 0x7f800001u;
+  float fl;
+  memcpy(&fl, &low_nan, 4);
+  KILN_EXPECT(isnan(kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(fl))), "low-payload NaN");
+  KILN_EXPECT(kiln_gemm_bf16_packed_size(3, 17) == 3 * 32 * 2, "bf16 packed size");
+
+  enum { M = 5, N = 37, K = 70 };
+  float a[M * K], b[K * N], br[K * N], c1[M * N], c2[M * N];
+  kiln_test_fill_f32(a, M * K, 11, -1.0f, 1.0f);
+  kiln_test_fill_f32(b, K * N, 12, -1.0f, 1.0f);
+  for (int i = 0; i < K * N; ++i) br[i] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(b[i]));
+  uint16_t* bp16 = aligned_alloc(64, (kiln_gemm_bf16_packed_size(K, N) + 63) & ~(size_t)63);
+  kiln_gemm_bf16_pack_b(K, N, b, N, 1, bp16);
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = 1, g.m = M, g.n = N, g.k = K;
+  g.a = a, g.a_row_stride = K, g.a_col_stride = 1;
+  g.b = br, g.b_row_stride = N, g.b_col_stride = 1;
+  g.c = c1, g.c_row_stride = N;
+  kiln_gemm_f32_reference(&g);
+  g.b = NULL, g.b_packed_bf16 = bp16, g.c = c2;
+  kiln_gemm_f32_reference(&g);
+  kiln_test_compare_f32("bf16 packed = fp32 on rounded B", c2, c1, M * N, 0.0f, 0.0f);
+  free(bp16);
 }
 
 void kiln_test_suite_gemm(void) {
   kiln_test_each_isa_and_pool(gemm_test_level);
+  gemm_test_bf16_semantics();
   /* The packed size: whole 16-column panels. */
   KILN_EXPECT(kiln_gemm_f32_packed_size(3, 17) == 3 * 32 * sizeof(float), "packed size");
   KILN_EXPECT(kiln_gemm_f32_packed_size(0, 17) == 0, "packed size of empty B");

@@ -70,6 +70,7 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(nn)                     \
   X(artifact)               \
   X(gemm)                   \
+  X(gemm_bf16)              \
   X(conv)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);

@@ -14,7 +14,12 @@
  *      (the mc x kc A block stays in L2 across strips). After the last K
  *      block each tile goes through the epilogue while it is in L1.
  * M <= 8 takes the GEMV path instead: B is the whole cost there, so each
- * task streams a contiguous run of B panels once, all rows of A at a time.
+ * task streams a contiguous run of B panels once, all rows of A at a time,
+ * several panels per kernel call (parallel streams).
+ * bf16 B (b_packed_bf16) is widened to fp32 in registers on the GEMV path
+ * and a kc x NR micro-panel at a time into an L1 buffer on the blocked
+ * path, where every row tile of the strip reuses it; bf16 A is widened as
+ * it is packed. Accumulation is fp32 throughout.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -27,18 +32,18 @@
 static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     "generic", 4, 16, 256, 128,
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
-    kiln_gemm_pack_a};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a_avx2};
+    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     "avx512", 8, 32, 256, 144,
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -80,6 +85,7 @@ typedef struct {
   /* Packed B for batch b0 + bi at bp + bi * bp_bs (bp_bs 0: shared). */
   const float* bp;
   int64_t bp_bs;
+  const uint16_t* bp16; /* packed bf16 B (shared by every batch) instead of bp */
   float* bp_out; /* non-NULL: phase 1 packs B here */
   int64_t nb_pack_b;
   /* A: packed panels (blocked) or contiguous rows (GEMV), at ap + bi * ap_bs;
@@ -105,19 +111,27 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
   int64_t t = (int64_t)task;
   if (t < ch->t_a) {
     int64_t bi = t / ch->t_a_per_b, grp = t % ch->t_a_per_b;
-    const float* a = g->a + (ch->b0 + bi) * g->a_batch_stride + ch->m0 * g->a_row_stride;
+    int64_t a_off = (ch->b0 + bi) * g->a_batch_stride + ch->m0 * g->a_row_stride;
+    const float* a = g->a_bf16 ? NULL : g->a + a_off;
+    const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + a_off : NULL;
     float* out = ch->ap + bi * ch->ap_bs;
     if (ch->gemv) { /* contiguous rows for the GEMV kernel */
       for (int64_t i = 0; i < ch->mlen; ++i)
-        for (int64_t q = 0; q < g->k; ++q)
-          out[i * g->k + q] = a[i * g->a_row_stride + q * g->a_col_stride];
+        for (int64_t q = 0; q < g->k; ++q) {
+          int64_t e = i * g->a_row_stride + q * g->a_col_stride;
+          out[i * g->k + q] = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
+        }
       return;
     }
     int mr = ch->kn->mr;
     int64_t row0 = grp * KILN_GEMM_A_GROUP * mr;
     int64_t rows = ch->mlen - row0 < KILN_GEMM_A_GROUP * mr ? ch->mlen - row0
                                                             : KILN_GEMM_A_GROUP * mr;
-    ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
+    if (a16)
+      kiln_gemm_pack_a_bf16(mr, g->k, a16, g->a_row_stride, g->a_col_stride, row0, rows,
+                            ch->mlen, out + (row0 / mr) * g->k * mr);
+    else
+      ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
     return;
   }
@@ -184,25 +198,37 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
 
   int64_t b = ch->b0 + bi;
   const float* A = ch->ap + bi * ch->ap_bs;
-  const float* B = ch->bp + bi * ch->bp_bs;
+  const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
   float* C = g->c + b * g->c_batch_stride + ch->m0 * g->c_row_stride;
   const int64_t ldc = g->c_row_stride;
   const int has_epi = g->act != KILN_ACT_NONE || g->bias || g->residual;
   _Alignas(64) float tmp[8 * 32]; /* MR x NR for the largest kernel */
+  /* bf16 B: each kc x NR micro-panel widened to fp32 once per strip (kc is
+   * at most 256, NR at most 32: 32 KiB), then reused by every row tile. */
+  _Alignas(64) float wide[256 * 32];
 
   for (int64_t pc = 0; pc < K; pc += ch->kc) {
     int64_t kcur = K - pc < ch->kc ? K - pc : ch->kc;
     int first = pc == 0, last = pc + kcur == K;
     for (int64_t j = j0; j < j1; j += NR) {
       int64_t nr = j1 - j < NR ? j1 - j : NR;
-      const float* bpan = B + (j / P) * K * P + pc * P;
-      /* A 32-wide kernel reads the next panel too; past the last one it
-       * re-reads this one (in bounds) and the extra columns are dropped. */
-      const float* bnext = nr > P ? bpan + K * P : bpan;
+      const float *bpan, *bnext;
+      if (ch->bp16) {
+        int panels = nr > P ? 2 : 1;
+        kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
+        bpan = wide;
+        bnext = panels > 1 ? wide + kcur * P : wide;
+      } else {
+        bpan = B + (j / P) * K * P + pc * P;
+        /* A 32-wide kernel reads the next panel too; past the last one it
+         * re-reads this one (in bounds) and the extra columns are dropped. */
+        bnext = nr > P ? bpan + K * P : bpan;
+      }
       /* While this strip's tiles run, pull the next strip's B micro-panel
        * (kcur x NR) into L2 a slice per tile, so the strip after does not
        * start on L3 misses. */
-      const char* pf = j + NR < j1 ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
+      const char* pf = j + NR < j1 && !ch->bp16
+                           ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
       int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
       int64_t pf_step = pf_lines / ((i1 - i0 + MR - 1) / MR) + 1;
       for (int64_t i = i0; i < i1; i += MR) {
@@ -262,16 +288,22 @@ static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
     a = g->a + b * g->a_batch_stride;
     lda = g->a_row_stride;
   }
-  const float* B = ch->bp + bi * ch->bp_bs;
+  const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
   float* C = g->c + b * g->c_batch_stride;
   int64_t ldr;
   const float* r = kiln_gemm_res_row(ch, bi, 0, &ldr);
-  _Alignas(64) float tmp[KILN_GEMM_GEMV_MAX_M * 16];
-  for (int64_t q = q0; q < q1; ++q) {
-    int64_t j = q * P, nr = g->n - j < P ? g->n - j : P;
-    ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, tmp);
-    ch->kn->epilogue(ch->mlen, nr, tmp, P, C + j, g->c_row_stride, g->bias ? g->bias + j : NULL,
-                     r ? r + j : NULL, ldr, g->act);
+  _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
+  for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
+    int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
+    if (ch->bp16)
+      ch->kn->gemv_bf16(ch->mlen, g->k, a, lda, ch->bp16 + q * g->k * P, np, tmp);
+    else
+      ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, np, tmp);
+    for (int s = 0; s < np; ++s) {
+      int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
+      ch->kn->epilogue(ch->mlen, nr, tmp + s * ch->mlen * P, P, C + j, g->c_row_stride,
+                       g->bias ? g->bias + j : NULL, r ? r + j : NULL, ldr, g->act);
+    }
   }
 }
 
@@ -309,9 +341,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
 
   /* What one batch needs in scratch, in floats. */
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
-  const int pack_b = g->b_packed == NULL;
+  const int pack_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
-  const int a_copy = ch.gemv ? (g->a_col_stride != 1) : 1;
+  const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
    * the epilogue needs a copy unless one K block does it all (the tile is
    * then read into the epilogue before C is written). */
@@ -356,6 +388,7 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       ch.m0 = m0;
       ch.mlen = mlen;
       /* Phase 1: pack. */
+      ch.bp16 = g->b_packed_bf16;
       if (!pack_b) {
         ch.bp = g->b_packed;
         ch.bp_bs = 0;

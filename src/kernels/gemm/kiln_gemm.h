@@ -26,12 +26,19 @@ typedef struct kiln_gemm_f32_args_s {
   /* A[b][i][p] = a[b*a_batch_stride + i*a_row_stride + p*a_col_stride] */
   const float* a;
   int64_t a_batch_stride, a_row_stride, a_col_stride;
+  /* A in bf16 instead (same element strides), or NULL: used in place of a
+   * when set, widened exactly to fp32 as it is packed (bf16 activations). */
+  const uint16_t* a_bf16;
   /* Unpacked B: B[b][p][j] = b[b*b_batch_stride + p*b_row_stride + j*b_col_stride].
    * Ignored when b_packed is set. */
   const float* b;
   int64_t b_batch_stride, b_row_stride, b_col_stride;
   /* Packed B (one matrix shared by every batch), or NULL. */
   const float* b_packed;
+  /* Packed bf16 B (kiln_gemm_bf16_pack_b; shared by every batch), or NULL.
+   * Takes precedence over b_packed and b. Widened to fp32 in registers
+   * (exact), accumulated in fp32. */
+  const uint16_t* b_packed_bf16;
   /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
   float* c;
   int64_t c_batch_stride, c_row_stride;
@@ -55,6 +62,17 @@ size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n);
  * out[(j / 16) * K * 16 + p * 16 + j % 16]; columns past N are zero. */
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out);
+
+/* bf16 weights: the same panel layout as kiln_gemm_f32_pack_b with 2-byte
+ * elements (B[p][j] at out[(j / 16) * K * 16 + p * 16 + j % 16]), each the
+ * fp32 value rounded to nearest even (NaN stays NaN, quiet). Half the bytes:
+ * the memory-bound small-M path streams twice as many weights per second. */
+size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n);
+void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
+                           int64_t col_stride, uint16_t* out);
+/* fp32 -> bf16, round to nearest even, as torch's .to(torch.bfloat16). */
+uint16_t kiln_gemm_bf16_from_f32(float x);
+float kiln_gemm_bf16_to_f32(uint16_t x);
 
 /* Runs the GEMM over the pool (NULL: on the caller alone). Picks the ISA from
  * kiln_cpu_isa() and the small-M (GEMV) path when M is small. */

@@ -29,6 +29,8 @@
 #define KILN_GEMM_PANEL 16
 /* The GEMV kernels handle at most this many rows of A. */
 #define KILN_GEMM_GEMV_MAX_M 8
+/* Panels per GEMV kernel call, at most. */
+#define KILN_GEMM_GEMV_PANELS 4
 
 /* a: packed A panel at column p0 (stride MR); b: packed B panel at row p0
  * (stride 16); b_next: the neighbouring panel at row p0 for 32-wide kernels
@@ -45,10 +47,25 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
                                       float* dst, int64_t ldd, const float* bias,
                                       const float* res, int64_t ldr, kiln_activation_t act);
 
-/* out(m, 16) = A(m, k) . Bpanel(k, 16) for m <= KILN_GEMM_GEMV_MAX_M; A rows
- * are unit-stride, lda apart; out is m x 16 contiguous. */
+/* For each of `panels` (1..KILN_GEMM_GEMV_PANELS) consecutive packed B
+ * panels q: out[q](m, 16) = A(m, k) . Bpanel_q(k, 16), for m <=
+ * KILN_GEMM_GEMV_MAX_M; A rows are unit-stride, lda apart; out[q] is m x 16
+ * contiguous at out + q * m * 16. Several panels per call let a kernel read
+ * them as parallel streams. */
 typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
-                                  const float* b_panel, float* out);
+                                  const float* b_panel, int panels, float* out);
+
+/* The same over a bf16 panel (kiln_gemm_bf16_pack_b's layout). */
+typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
+                                       const uint16_t* b_panel, int panels, float* out);
+
+/* Widens rows [0, kc) of `panels` consecutive bf16 panels (each `k` rows of
+ * 16, the first starting at b) into fp32 panels of kc rows: out[q * kc * 16
+ * + p * 16 + j] = b[q * k * 16 + p * 16 + j]. The blocked path runs the
+ * fp32 microkernel on the widened micro-panel, which stays in L1 and is
+ * reused by every row tile of the strip. */
+typedef void (*kiln_gemm_widen_bf16_fn)(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                        float* out);
 
 /* Packs A into MR-row panels (see kiln_gemm_pack_a below). */
 typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
@@ -62,6 +79,8 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_epilogue_fn epilogue;
   kiln_gemm_gemv_fn gemv;
   kiln_gemm_pack_a_fn pack_a;
+  kiln_gemm_gemv_bf16_fn gemv_bf16;
+  kiln_gemm_widen_bf16_fn widen_bf16;
 } kiln_gemm_kernels_t;
 
 /* Portable kernels (kiln_gemm_ukernel_generic.c). */
@@ -72,7 +91,12 @@ void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t 
                                 int64_t ldd, const float* bias, const float* res, int64_t ldr,
                                 kiln_activation_t act);
 void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                            const float* b_panel, float* out);
+                            const float* b_panel, int panels, float* out);
+/* Portable bf16 kernels (kiln_gemm_bf16.c). */
+void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, int panels, float* out);
+void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                  float* out);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_GEMM_HAVE_X86 1
@@ -85,9 +109,14 @@ void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds
                              int64_t ldd, const float* bias, const float* res, int64_t ldr,
                              kiln_activation_t act);
 void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, float* out);
+                         const float* b_panel, int panels, float* out);
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
+/* bf16 weights on AVX2 (kiln_gemm_bf16_avx2.c). */
+void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const uint16_t* b_panel, int panels, float* out);
+void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                               float* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
 void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
                                    const float* b_next, const float* cin, int64_t ldcin,
@@ -102,6 +131,10 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
  * m_total are zero. out receives ceil(rows / mr) panels of K * mr floats. */
 void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs, int64_t row0,
                       int64_t rows, int64_t m_total, float* out);
+
+/* kiln_gemm_pack_a for bf16 A, widening each element (kiln_gemm_bf16.c). */
+void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
+                           int64_t row0, int64_t rows, int64_t m_total, float* out);
 
 /* Packs panels [q0, q1) of B(K, N) into `out` laid out as the whole packed
  * matrix (so tasks can fill disjoint panel ranges in parallel). */

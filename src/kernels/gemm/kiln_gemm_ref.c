@@ -7,7 +7,8 @@
 
 void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
   for (int64_t bt = 0; bt < g->batch; ++bt) {
-    const float* a = g->a + bt * g->a_batch_stride;
+    const float* a = g->a_bf16 ? NULL : g->a + bt * g->a_batch_stride;
+    const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + bt * g->a_batch_stride : NULL;
     float* c = g->c + bt * g->c_batch_stride;
     const float* r = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
     for (int64_t i = 0; i < g->m; ++i) {
@@ -15,13 +16,19 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         double acc = 0.0;
         for (int64_t p = 0; p < g->k; ++p) {
           float bv;
-          if (g->b_packed) {
+          if (g->b_packed_bf16) {
+            bv = kiln_gemm_bf16_to_f32(
+                g->b_packed_bf16[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
+                                 p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL]);
+          } else if (g->b_packed) {
             bv = g->b_packed[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
                              p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL];
           } else {
             bv = g->b[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride];
           }
-          acc += (double)a[i * g->a_row_stride + p * g->a_col_stride] * (double)bv;
+          int64_t e = i * g->a_row_stride + p * g->a_col_stride;
+          float av = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
+          acc += (double)av * (double)bv;
         }
         float x = (float)acc;
         if (g->bias) x += g->bias[j];

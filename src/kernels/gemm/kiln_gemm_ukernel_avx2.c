@@ -9,6 +9,7 @@
  * 4-cycle FMA latency at 2 FMAs per cycle. */
 #include <immintrin.h>
 
+#include "kernels/gemm/kiln_gemm_gemv_avx2.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 /* One k step in assembly text: P is the step within the unrolled group.
@@ -95,80 +96,8 @@ void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
   }
 }
 
-/* GEMV over one 16-wide panel for R <= 4 rows. U-way unrolled over K with
- * separate accumulators (R * 2 * U of them) so that enough FMA chains are
- * in flight to stream B at memory speed even for a single row. acc_in:
- * accumulate onto out (the K-blocked 5..8-row case). */
-static inline __attribute__((always_inline)) void kiln_gemm_gemv_rows_avx2(
-    const int R, const int U, int64_t k, const float* a, int64_t lda, const float* b,
-    float* out, int acc_in) {
-  __m256 acc[4][4][2];
-  for (int u = 0; u < U; ++u)
-    for (int i = 0; i < R; ++i) acc[u][i][0] = acc[u][i][1] = _mm256_setzero_ps();
-  if (acc_in)
-    for (int i = 0; i < R; ++i) {
-      acc[0][i][0] = _mm256_loadu_ps(out + i * 16);
-      acc[0][i][1] = _mm256_loadu_ps(out + i * 16 + 8);
-    }
-  int64_t p = 0;
-  for (; p + U <= k; p += U) {
-    /* B streams from DRAM once: ask for it 2 KiB ahead, beyond what the
-     * hardware prefetcher keeps in flight for a single stream. */
-    for (int u = 0; u < U; ++u) _mm_prefetch((const char*)(b + (p + u) * 16 + 512), _MM_HINT_T0);
-    for (int u = 0; u < U; ++u) {
-      __m256 b0 = _mm256_loadu_ps(b + (p + u) * 16), b1 = _mm256_loadu_ps(b + (p + u) * 16 + 8);
-      for (int i = 0; i < R; ++i) {
-        __m256 av = _mm256_broadcast_ss(a + i * lda + p + u);
-        acc[u][i][0] = _mm256_fmadd_ps(av, b0, acc[u][i][0]);
-        acc[u][i][1] = _mm256_fmadd_ps(av, b1, acc[u][i][1]);
-      }
-    }
-  }
-  for (; p < k; ++p) {
-    __m256 b0 = _mm256_loadu_ps(b + p * 16), b1 = _mm256_loadu_ps(b + p * 16 + 8);
-    for (int i = 0; i < R; ++i) {
-      __m256 av = _mm256_broadcast_ss(a + i * lda + p);
-      acc[0][i][0] = _mm256_fmadd_ps(av, b0, acc[0][i][0]);
-      acc[0][i][1] = _mm256_fmadd_ps(av, b1, acc[0][i][1]);
-    }
-  }
-  for (int u = 1; u < U; ++u)
-    for (int i = 0; i < R; ++i) {
-      acc[0][i][0] = _mm256_add_ps(acc[0][i][0], acc[u][i][0]);
-      acc[0][i][1] = _mm256_add_ps(acc[0][i][1], acc[u][i][1]);
-    }
-  for (int i = 0; i < R; ++i) {
-    _mm256_storeu_ps(out + i * 16, acc[0][i][0]);
-    _mm256_storeu_ps(out + i * 16 + 8, acc[0][i][1]);
-  }
-}
-
-static void kiln_gemm_gemv_rows_avx2_any(int64_t r, int64_t k, const float* a, int64_t lda,
-                                         const float* b, float* out, int acc_in) {
-  switch (r) {
-    case 1: kiln_gemm_gemv_rows_avx2(1, 4, k, a, lda, b, out, acc_in); break;
-    case 2: kiln_gemm_gemv_rows_avx2(2, 2, k, a, lda, b, out, acc_in); break;
-    case 3: kiln_gemm_gemv_rows_avx2(3, 1, k, a, lda, b, out, acc_in); break;
-    case 4: kiln_gemm_gemv_rows_avx2(4, 1, k, a, lda, b, out, acc_in); break;
-    default: break;
-  }
-}
-
+/* The small-M GEMV: kiln_gemm_gemv_avx2.h's template over fp32 panels. */
 void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, float* out) {
-  if (m <= 4) {
-    kiln_gemm_gemv_rows_avx2_any(m, k, a, lda, b_panel, out, 0);
-    return;
-  }
-  /* 5..8 rows need more accumulators than ymm registers exist: do rows
-   * 0-3 and 4.. in turn over K blocks of 256, so the second pass finds the
-   * 16 KiB block of B in L1 and B still streams from memory once. */
-  for (int64_t p0 = 0; p0 < k; p0 += 256) {
-    int64_t kb = k - p0 < 256 ? k - p0 : 256;
-    kiln_gemm_gemv_rows_avx2_any(4, kb, a + p0, lda, b_panel + p0 * 16, out, p0 > 0);
-    kiln_gemm_gemv_rows_avx2_any(m - 4, kb, a + 4 * lda + p0, lda, b_panel + p0 * 16,
-                                 out + 4 * 16, p0 > 0);
-  }
-  if (k == 0)
-    for (int64_t i = 0; i < m * 16; ++i) out[i] = 0.0f;
+                         const float* b_panel, int panels, float* out) {
+  kiln_gemv_avx2(0, m, k, a, lda, b_panel, panels, out);
 }

@@ -25,8 +25,8 @@ void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
       out[i * ldout + j] = (cin ? cin[i * ldcin + j] : 0.0f) + acc[i][j];
 }
 
-void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                            const float* b_panel, float* out) {
+static void kiln_gemm_gemv_generic_1(int64_t m, int64_t k, const float* a, int64_t lda,
+                                     const float* b_panel, float* out) {
   float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_G_NR] = {{0}};
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b_panel + p * KILN_GEMM_G_NR;
@@ -37,6 +37,13 @@ void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
   }
   for (int64_t i = 0; i < m; ++i)
     for (int j = 0; j < KILN_GEMM_G_NR; ++j) out[i * KILN_GEMM_G_NR + j] = acc[i][j];
+}
+
+void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                            const float* b_panel, int panels, float* out) {
+  for (int q = 0; q < panels; ++q)
+    kiln_gemm_gemv_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_G_NR,
+                             out + q * m * KILN_GEMM_G_NR);
 }
 
 void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,

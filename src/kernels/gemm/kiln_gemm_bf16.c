@@ -1,0 +1,95 @@
+/* bf16 weights: conversion, packing, and the portable kernels.
+ *
+ * A bf16 number is the top half of an fp32 one, so widening is exact (a
+ * 16-bit shift) and every kernel accumulates in fp32: the result equals the
+ * fp32 GEMM with the bf16-rounded weights, up to summation order. Packing
+ * rounds to nearest even, as torch's .to(torch.bfloat16), so a model whose
+ * weights were rounded by torch sees the same weights here. The packed
+ * layout is kiln_gemm_f32_pack_b's with 2-byte elements (ISA independent). */
+#include <string.h>
+
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+uint16_t kiln_gemm_bf16_from_f32(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
+  bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even; Inf stays Inf */
+  return (uint16_t)(bits >> 16);
+}
+
+float kiln_gemm_bf16_to_f32(uint16_t x) {
+  uint32_t bits = (uint32_t)x << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n) {
+  return kiln_gemm_f32_packed_size(k, n) / 2;
+}
+
+void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                           uint16_t* out) {
+  if (k <= 0 || n <= 0) return;
+  const int P = KILN_GEMM_PANEL;
+  int64_t panels = (n + P - 1) / P;
+  for (int64_t q = 0; q < panels; ++q) {
+    uint16_t* dst = out + q * k * P;
+    int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
+    /* K blocks so that, for column-major B (nn.Linear's W^T), each column
+     * is read contiguously while the panel lines being written stay in L1. */
+    for (int64_t p0 = 0; p0 < k; p0 += 64) {
+      int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
+      for (int64_t jj = 0; jj < P; ++jj)
+        for (int64_t p = p0; p < p1; ++p)
+          dst[p * P + jj] = jj < w ? kiln_gemm_bf16_from_f32(b[p * rs + (j0 + jj) * cs]) : 0;
+    }
+  }
+}
+
+void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                  float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int q = 0; q < panels; ++q)
+    for (int64_t i = 0; i < kc * P; ++i)
+      out[q * kc * P + i] = kiln_gemm_bf16_to_f32(b[q * k * P + i]);
+}
+
+static void kiln_gemm_gemv_bf16_generic_1(int64_t m, int64_t k, const float* a, int64_t lda,
+                                          const uint16_t* b_panel, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
+  for (int64_t p = 0; p < k; ++p) {
+    float bp[KILN_GEMM_PANEL];
+    for (int j = 0; j < P; ++j) bp[j] = kiln_gemm_bf16_to_f32(b_panel[p * P + j]);
+    for (int64_t i = 0; i < m; ++i) {
+      float av = a[i * lda + p];
+      for (int j = 0; j < P; ++j) acc[i][j] += av * bp[j];
+    }
+  }
+  for (int64_t i = 0; i < m; ++i)
+    for (int j = 0; j < P; ++j) out[i * P + j] = acc[i][j];
+}
+
+void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, int panels, float* out) {
+  for (int q = 0; q < panels; ++q)
+    kiln_gemm_gemv_bf16_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_PANEL,
+                                  out + q * m * KILN_GEMM_PANEL);
+}
+
+void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
+                           int64_t row0, int64_t rows, int64_t m_total, float* out) {
+  for (int64_t i0 = 0; i0 < rows; i0 += mr) {
+    int64_t live = m_total - (row0 + i0);
+    if (live > mr) live = mr;
+    if (live > rows - i0) live = rows - i0;
+    const uint16_t* src = a + (row0 + i0) * rs;
+    float* dst = out + (i0 / mr) * k * mr;
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < mr; ++i)
+        dst[p * mr + i] = i < live ? kiln_gemm_bf16_to_f32(src[i * rs + p * cs]) : 0.0f;
+  }
+}
