@@ -107,7 +107,24 @@ class KilnModule(torch.nn.Module):
 
     @classmethod
     def from_bytes(cls, data):
-        model, sections = _C.load(bytes(data), [FORMAT_META])
+        """A KilnModule, or a PartitionedModule when the artifact was saved
+        from a model with CPU fallback."""
+        from kiln.partition import PARTITION_META, PARTITION_TENSORS, PartitionedModule
+
+        data = bytes(data)
+        model, sections = _C.load(data, [FORMAT_META, PARTITION_META, PARTITION_TENSORS])
+        first = cls._from_model(model, sections)
+        if PARTITION_META not in sections:
+            return first
+        try:
+            n = int(json.loads(sections[PARTITION_META].decode())["n_pieces"])
+        except Exception as e:
+            raise KilnError(f"corrupt artifact: the {PARTITION_META} section is unreadable ({e})") from None
+        sections.update(_C.sections(data, [f"py.piece.{i}" for i in range(1, max(n, 1))]))
+        return PartitionedModule.from_sections(first, sections)
+
+    @classmethod
+    def _from_model(cls, model, sections):
         try:
             meta = json.loads(sections[FORMAT_META].decode()) if FORMAT_META in sections else {}
             spec = meta.get("out_spec")

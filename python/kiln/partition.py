@@ -8,6 +8,9 @@ torch allocated), so nothing is copied at the seams beyond what a
 non-contiguous tensor needs.
 """
 
+import io
+import json
+import operator
 import warnings
 
 import torch
@@ -150,9 +153,166 @@ class PartitionedModule(torch.nn.Module):
         lines.append(str(self.gm.graph))
         return "\n".join(lines)
 
+    # ---- saving -------------------------------------------------------------
+    # A partitioned model is one .kiln file: its first kiln piece is the
+    # file's graph (so the format and its checks are the usual ones), and
+    # sections carry the rest: PARTITION_META, the glue graph as JSON (nodes,
+    # ATen targets by name, argument structure); "py.piece.<i>" for every
+    # other piece, each a complete .kiln artifact; PARTITION_TENSORS, the
+    # parameters the eager ops read, through torch.save (loaded with
+    # weights_only=True: no code runs at load). Loading resolves each target
+    # among torch.ops and operator.getitem only.
+
     def to_bytes(self):
-        raise KilnError("saving a model with CPU fallback is not supported yet: "
-                        f"these ops run in eager PyTorch: {', '.join(self.unsupported)}")
+        from torch.utils import _pytree as pytree
+
+        from kiln.module import FORMAT_META
+
+        pieces, nodes, names = [], [], {}
+        eager_reads = set()
+        for node in self.gm.graph.nodes:
+            if node.op == "call_function":
+                for a in node.all_input_nodes:
+                    eager_reads.add(a.name)
+        for i, node in enumerate(self.gm.graph.nodes):
+            names[node.name] = i
+            entry = {"op": node.op, "name": node.name, "args": _encode(node.args), "kwargs": _encode(node.kwargs)}
+            if node.op == "call_function":
+                entry["target"] = _target_name(node.target)
+            elif node.op == "call_module":
+                mod = getattr(self.gm, node.target)
+                entry["piece"] = len(pieces)
+                entry["runtime_positions"] = mod.runtime_positions
+                entry["tuple_output"] = mod.tuple_output
+                pieces.append(mod.module)
+            nodes.append(entry)
+        phs = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        # Parameters only kiln pieces read are embedded in them already.
+        lifted = [t if ph.name in eager_reads else None for ph, t in zip(phs, self._lifted)]
+        buf = io.BytesIO()
+        torch.save(lifted, buf)
+        meta = {"format": 1, "nodes": nodes, "n_lifted": len(self._lifted), "unsupported": self.unsupported,
+                "source": self._source, "n_pieces": len(pieces),
+                "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None}
+        if not pieces:
+            raise KilnError("nothing of this model runs in kiln: there is no artifact to save")
+        sections = {PARTITION_META: json.dumps(meta).encode(), PARTITION_TENSORS: buf.getvalue(),
+                    FORMAT_META: json.dumps(pieces[0]._meta()).encode()}
+        for i, p in enumerate(pieces[1:], 1):
+            sections[f"py.piece.{i}"] = p.to_bytes()
+        return pieces[0]._kiln_model.save(sections)
+
+    @classmethod
+    def from_sections(cls, first, sections):
+        """Rebuilds from a loaded first piece and the file's sections."""
+        from torch.utils import _pytree as pytree
+
+        from kiln.module import KilnModule
+
+        try:
+            meta = json.loads(sections[PARTITION_META].decode())
+            lifted = torch.load(io.BytesIO(sections[PARTITION_TENSORS]), weights_only=True)
+            pieces = [first] + [KilnModule.from_bytes(sections[f"py.piece.{i}"]) for i in range(1, meta["n_pieces"])]
+            graph = torch.fx.Graph()
+            root = torch.nn.Module()
+            env = {}
+            for entry in meta["nodes"]:
+                args, kwargs = _decode(entry["args"], env), _decode(entry["kwargs"], env)
+                if entry["op"] == "placeholder":
+                    node = graph.placeholder(entry["name"])
+                elif entry["op"] == "output":
+                    node = graph.output(args[0])
+                elif entry["op"] == "call_module":
+                    name = f"fused_{entry['piece']}"
+                    root.add_module(name, _KilnPiece(pieces[entry["piece"]], list(entry["runtime_positions"]),
+                                                     bool(entry["tuple_output"])))
+                    node = graph.call_module(name, tuple(args), kwargs)
+                elif entry["op"] == "call_function":
+                    node = graph.call_function(_resolve_target(entry["target"]), tuple(args), kwargs)
+                else:
+                    raise ValueError(f"unknown node kind {entry['op']!r}")
+                env[entry["name"]] = node
+            gm = torch.fx.GraphModule(root, graph)
+            spec = meta.get("out_spec")
+            out_spec = pytree.treespec_loads(spec) if spec else None
+            lifted = [t if t is not None else torch.empty(0) for t in lifted]
+            if len(lifted) != meta["n_lifted"]:
+                raise ValueError("the parameter count differs from the graph's")
+        except KilnError:
+            raise
+        except Exception as e:  # sections are the front end's: reject what does not parse
+            raise KilnError(f"corrupt artifact: the fallback graph is unreadable ({type(e).__name__}: {e})") from None
+        return cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""))
 
     def save(self, f, _extra_files=None):
-        self.to_bytes()
+        raise KilnError("torch.jit.save of a model with CPU fallback is not supported: use kiln.save "
+                        f"(these ops run in eager PyTorch: {', '.join(self.unsupported)})")
+
+
+PARTITION_META = "py.partition"
+PARTITION_TENSORS = "py.partition.tensors"
+
+
+def _target_name(target):
+    if target is operator.getitem:
+        return "operator.getitem"
+    if isinstance(target, torch._ops.OpOverload):
+        return f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
+    raise KilnError(f"cannot save a model whose fallback calls {target!r}")
+
+
+def _resolve_target(name):
+    if name == "operator.getitem":
+        return operator.getitem
+    parts = name.split(".")
+    if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
+        raise ValueError(f"unknown target {name!r}")
+    return getattr(getattr(getattr(torch.ops, parts[2]), parts[3]), parts[4])
+
+
+def _encode(a):
+    if isinstance(a, torch.fx.Node):
+        return {"node": a.name}
+    if isinstance(a, (list, tuple)):
+        return {"list" if isinstance(a, list) else "tuple": [_encode(x) for x in a]}
+    if isinstance(a, dict):
+        return {"dict": {k: _encode(v) for k, v in a.items()}}
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a).split(".")[-1]}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    if isinstance(a, torch.memory_format):
+        return {"memory_format": str(a).split(".")[-1]}
+    if isinstance(a, float) and a != a or a in (float("inf"), float("-inf")):
+        return {"float": repr(a)}
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return {"value": a}
+    raise KilnError(f"cannot save a fallback argument of type {type(a).__name__}")
+
+
+def _decode(e, env):
+    (kind, v), = e.items()
+    if kind == "node":
+        return env[v]
+    if kind in ("list", "tuple"):
+        items = [_decode(x, env) for x in v]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {k: _decode(x, env) for k, x in v.items()}
+    if kind == "dtype":
+        dt = getattr(torch, v)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"unknown dtype {v!r}")
+        return dt
+    if kind == "device":
+        return torch.device(v)
+    if kind == "memory_format":
+        mf = getattr(torch, v)
+        if not isinstance(mf, torch.memory_format):
+            raise ValueError(f"unknown memory format {v!r}")
+        return mf
+    if kind == "float":
+        return float(v)
+    if kind == "value":
+        return v
+    raise ValueError(f"unknown argument kind {kind!r}")

@@ -529,26 +529,9 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
 }
 
 /* load(bytes) -> (Model, {section name: bytes}) for the requested names */
-static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
-  (void)mod;
-  Py_buffer view;
-  PyObject* names;
-  if (!PyArg_ParseTuple(args, "y*O", &view, &names)) return NULL;
-  /* Copy into a 64-byte-aligned buffer the model owns, so constants can be
-   * used in place. */
-  void* blob = NULL;
-  kiln_status_t s = kiln_allocator_malloc(kiln_allocator_system(), (size_t)view.len, &blob);
-  if (!s) memcpy(blob, view.buf, (size_t)view.len);
-  size_t size = (size_t)view.len;
-  PyBuffer_Release(&view);
-  if (s) return kiln_py_raise(s);
-  kiln_graph_t* g = NULL;
-  kiln_model_t* model = NULL;
-  Py_BEGIN_ALLOW_THREADS s = kiln_artifact_read(blob, size, kiln_allocator_system(), &g);
-  Py_END_ALLOW_THREADS if (s) {
-    kiln_allocator_free(kiln_allocator_system(), blob);
-    return kiln_py_raise(s);
-  }
+/* {name: bytes} for each of `names` present in the artifact's section table
+ * (absent ones are left out); NULL with an exception set on error. */
+static PyObject* kiln_py_sections_of(const void* blob, size_t size, PyObject* names) {
   PyObject* sections = PyDict_New();
   PyObject* fast = sections ? PySequence_Fast(names, "section names") : NULL;
   for (Py_ssize_t i = 0; fast && i < PySequence_Fast_GET_SIZE(fast); ++i) {
@@ -573,6 +556,45 @@ static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
   Py_XDECREF(fast);
   if (PyErr_Occurred()) {
     Py_XDECREF(sections);
+    return NULL;
+  }
+  return sections;
+}
+
+/* sections(artifact_bytes, names) -> {name: bytes}: the front end's own
+ * sections, read without building the model. */
+static PyObject* kiln_py_sections(PyObject* mod, PyObject* args) {
+  (void)mod;
+  Py_buffer view;
+  PyObject* names;
+  if (!PyArg_ParseTuple(args, "y*O", &view, &names)) return NULL;
+  PyObject* sections = kiln_py_sections_of(view.buf, (size_t)view.len, names);
+  PyBuffer_Release(&view);
+  return sections;
+}
+
+static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
+  (void)mod;
+  Py_buffer view;
+  PyObject* names;
+  if (!PyArg_ParseTuple(args, "y*O", &view, &names)) return NULL;
+  /* Copy into a 64-byte-aligned buffer the model owns, so constants can be
+   * used in place. */
+  void* blob = NULL;
+  kiln_status_t s = kiln_allocator_malloc(kiln_allocator_system(), (size_t)view.len, &blob);
+  if (!s) memcpy(blob, view.buf, (size_t)view.len);
+  size_t size = (size_t)view.len;
+  PyBuffer_Release(&view);
+  if (s) return kiln_py_raise(s);
+  kiln_graph_t* g = NULL;
+  kiln_model_t* model = NULL;
+  Py_BEGIN_ALLOW_THREADS s = kiln_artifact_read(blob, size, kiln_allocator_system(), &g);
+  Py_END_ALLOW_THREADS if (s) {
+    kiln_allocator_free(kiln_allocator_system(), blob);
+    return kiln_py_raise(s);
+  }
+  PyObject* sections = kiln_py_sections_of(blob, size, names);
+  if (!sections) {
     kiln_graph_release(g);
     kiln_allocator_free(kiln_allocator_system(), blob);
     return NULL;
@@ -610,6 +632,7 @@ static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
 static PyMethodDef kiln_py_functions[] = {
     {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
     {"load", kiln_py_load, METH_VARARGS, "load(bytes, section_names) -> (Model, sections)"},
+    {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},
     {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
     {NULL, NULL, 0, NULL}};

@@ -252,6 +252,19 @@ static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
       return kiln_status_annotate(st, "corrupt artifact '%s'", path);
     return kiln_status_annotate(st, "loading '%s'", path);
   }
+  /* A model saved with CPU fallback needs PyTorch for its eager ops: this
+   * file's graph is only its first kiln piece. */
+  const void* section = NULL;
+  size_t section_len = 0;
+  kiln_status_free(kiln_artifact_find_section(bytes, size, "py.partition", &section, &section_len));
+  if (section) {
+    kiln_graph_release(graph);
+    free(bytes);
+    return kiln_status_make(KILN_UNSUPPORTED,
+                            "'%s' was saved from a model with CPU fallback: some of its ops run "
+                            "in eager PyTorch, so it loads only with kiln.load in Python",
+                            path);
+  }
   /* The reader checked the header, so the version fields are in bounds. */
   s->format_major = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MAJOR);
   s->format_minor = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MINOR);
