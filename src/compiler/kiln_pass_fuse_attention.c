@@ -13,7 +13,11 @@
  *  3. when q, k and v are views of three LINEARs of one input (no residual,
  *     no activation, dense weights), makes one LINEAR with the weights side
  *     by side and points the three views into its output;
- *  4. drops a constant all-zero mask.
+ *  4. drops a constant all-zero mask;
+ *  5. reads k and v through transformers' repeat_kv (expand a head group
+ *     of stride 0, reshape to H heads) as grouped-query attention over the
+ *     Hkv heads: the kernel maps q head h to kv head h / (H / Hkv), which is
+ *     what the expand did, without writing G copies of the KV cache.
  * It runs before weight packing, so weights are still dense (K, N). */
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +79,31 @@ static int widen_view(int64_t* view, const int64_t* dims, int64_t n_i, int64_t n
   return 1;
 }
 
+/* k or v = reshape(expand(x)) with x's (B, Hkv, 1, S, D) repeated G times
+ * along a stride-0 dim into (B, Hkv * G, S, D): returns the expand node
+ * (view[] into its input, *hkv set), or NULL. */
+static const kiln_node_t* repeat_kv_behind(const kiln_graph_t* g, int32_t t, const int32_t* uses,
+                                           int64_t* view, int64_t* hkv) {
+  const kiln_value_t* tv = &g->values[t];
+  if (tv->producer < 0 || uses[t] != 1 || tv->rank != 4) return NULL;
+  const kiln_node_t* r = &g->nodes[tv->producer];
+  const kiln_value_t* ev = &g->values[r->inputs[0]];
+  if (r->op != KILN_OP_RESHAPE || ev->producer < 0 || uses[r->inputs[0]] != 1) return NULL;
+  const kiln_node_t* e = &g->nodes[ev->producer];
+  if (e->op != KILN_OP_STRIDED_COPY || e->params[0] != 5 || e->params[11] != 0) return NULL;
+  const int64_t* d = e->params + 1;
+  if (tv->shape[0] != d[0] || tv->shape[1] != d[1] * d[2] || tv->shape[2] != d[3] ||
+      tv->shape[3] != d[4])
+    return NULL;
+  view[0] = e->params[17];
+  view[1] = e->params[9];
+  view[2] = e->params[10];
+  view[3] = e->params[12];
+  view[4] = e->params[13];
+  *hkv = d[1];
+  return e;
+}
+
 /* The LINEAR (node index) whose output `v` is, through RESHAPE aliases. */
 static int32_t linear_behind(const kiln_graph_t* g, int32_t v, const int32_t* uses) {
   while (v >= 0 && g->values[v].producer >= 0) {
@@ -120,9 +149,23 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     memcpy(pl->dims, dims, sizeof(dims));
     pl->out_copy = -1;
     pl->fused_linear = -1;
+    /* 5. repeat_kv on both k and v, with one group size. */
+    int64_t kv_view[2][5], hkv[2];
+    const kiln_node_t* rep[2] = {repeat_kv_behind(g, n->inputs[1], uses, kv_view[0], &hkv[0]),
+                                 repeat_kv_behind(g, n->inputs[2], uses, kv_view[1], &hkv[1])};
+    int grouped = rep[0] && rep[1] && hkv[0] == hkv[1] && hkv[0] > 0 && dims[1] % hkv[0] == 0;
+    if (grouped) pl->dims[2] = hkv[0];
     /* 1. Input views. */
     for (int i = 0; i < 3; ++i) {
       int32_t t = n->inputs[i];
+      if (grouped && i > 0) {
+        const kiln_node_t* e = rep[i - 1];
+        pl->src[i] = e->inputs[0];
+        memcpy(pl->view[i], kv_view[i - 1], sizeof(kv_view[0]));
+        role[g->values[t].producer] = 1;
+        role[g->values[e->outputs[0]].producer] = 1;
+        continue;
+      }
       const kiln_value_t* tv = &g->values[t];
       const kiln_node_t* p = tv->producer >= 0 ? &g->nodes[tv->producer] : NULL;
       if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1) {
@@ -176,9 +219,9 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       }
       int64_t views[3][5], col = 0;
       memcpy(views, pl->view, sizeof(views));
-      const int64_t vd[3][4] = {{dims[0], dims[1], dims[3], dims[5]},
-                                {dims[0], dims[2], dims[4], dims[5]},
-                                {dims[0], dims[2], dims[4], dims[6]}};
+      const int64_t vd[3][4] = {{pl->dims[0], pl->dims[1], pl->dims[3], pl->dims[5]},
+                                {pl->dims[0], pl->dims[2], pl->dims[4], pl->dims[5]},
+                                {pl->dims[0], pl->dims[2], pl->dims[4], pl->dims[6]}};
       for (int i = 0; i < 3 && ok; ++i) {
         int64_t n_i = g->values[g->nodes[lin[i]].inputs[1]].shape[1];
         ok = widen_view(views[i], vd[i], n_i, n_total, col);

@@ -200,3 +200,24 @@ def test_attention_layer_fuses_to_seven_kernel_calls(kv_heads):
     # up + gelu, down + residual, norm. No permute copies remain.
     assert compiled.stats()["kernel_calls"] == 14, compiled.explain()
     assert "strided_copy" not in compiled.explain()
+
+
+def test_repeat_kv_reads_the_kv_heads_in_place():
+    """transformers' repeat_kv (expand a stride-0 group dim, reshape to H
+    heads) becomes grouped-query attention: no copies of k and v."""
+
+    def repeat_kv(x, n_rep):
+        b, h, s, d = x.shape
+        return x[:, :, None, :, :].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
+
+    class Decode(torch.nn.Module):
+        def forward(self, q, past_k, past_v, k, v):
+            k = torch.cat([past_k, k], dim=2)
+            v = torch.cat([past_v, v], dim=2)
+            return torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4))
+
+    torch.manual_seed(0)
+    args = (torch.randn(1, 8, 1, 16), torch.randn(1, 2, 30, 16), torch.randn(1, 2, 30, 16),
+            torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16))
+    compiled = check(Decode(), *args)
+    assert compiled.stats()["kernel_calls"] == 3, compiled.explain()  # two cats, attention
