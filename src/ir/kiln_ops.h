@@ -83,7 +83,7 @@
  *                                        log2 (float32), ceil floor round
  *                                        (half to even) trunc (float32), sign
  *                                        (float32, int64, int32; as torch, sign(NaN) =
- *                                        NaN, sign(-0.0) = 0).
+ *                                        0 and sign(-0.0) = +0).
  *   ATAN2..DIV_FLOOR (a, b) -> y         broadcast, a and b of one dtype, y of
  *                                        that dtype: atan2 (float32);
  *                                        bitwise_and/or/xor (int64, int32,

@@ -40,8 +40,10 @@ typedef int64_t (*kiln_math_row_fn)(int64_t n, void* out, const void* a, int64_t
   }
 
 /* Integer division rows: y == 0 and y == -1 are taken out before the
- * divide (see the file comment); U is T's unsigned type for the wrap. */
-#define KILN_MATH_IDIV_ROW(name, T, U, EXPR)                                          \
+ * divide (see the file comment). EXPR gives the result from the quotient q
+ * and remainder r of x / y; EXPR_M1 the result for y == -1 from neg, x
+ * negated with wrap-around (through U, T's unsigned type). */
+#define KILN_MATH_IDIV_ROW(name, T, U, EXPR, EXPR_M1)                                 \
   static int64_t name(int64_t n, void* out_, const void* a_, int64_t sa, const void* b_, \
                       int64_t sb) {                                                   \
     T* restrict out = out_;                                                           \
@@ -54,12 +56,12 @@ typedef int64_t (*kiln_math_row_fn)(int64_t n, void* out, const void* a, int64_t
         out[i] = 0;                                                                   \
         ++zeros;                                                                      \
       } else if (y == -1) {                                                           \
-        T neg = (T)(0u - (U)x); /* x / -1, wrapping */                                \
-        (void)neg;                                                                    \
-        out[i] = (EXPR##_M1);                                                         \
+        T neg = (T)(0u - (U)x);                                                       \
+        (void)neg; /* unused by fmod and remainder */                                 \
+        out[i] = (EXPR_M1);                                                           \
       } else {                                                                        \
         T q = x / y, r = x % y;                                                       \
-        (void)q;                                                                      \
+        (void)q; /* each op uses q or r or both */                                    \
         (void)r;                                                                      \
         out[i] = (EXPR);                                                              \
       }                                                                               \
@@ -67,24 +69,18 @@ typedef int64_t (*kiln_math_row_fn)(int64_t n, void* out, const void* a, int64_t
     return zeros;                                                                     \
   }
 
-/* The results per op, for y != 0, -1 and for y == -1 (where r is 0). */
-#define KILN_FMOD_I r
-#define KILN_FMOD_I_M1 0
-#define KILN_REM_I (r != 0 && ((r < 0) != (y < 0)) ? r + y : r)
-#define KILN_REM_I_M1 0
-#define KILN_DIVT_I q
-#define KILN_DIVT_I_M1 neg
-#define KILN_DIVF_I (r != 0 && ((r < 0) != (y < 0)) ? q - 1 : q)
-#define KILN_DIVF_I_M1 neg
+/* r moved into y's sign (remainder), and q rounded down (div_floor). */
+#define KILN_MATH_REM_I (r != 0 && ((r < 0) != (y < 0)) ? r + y : r)
+#define KILN_MATH_DIVF_I (r != 0 && ((r < 0) != (y < 0)) ? q - 1 : q)
 
 #define KILN_MATH_INT_ROWS(T, U, tag)                            \
   KILN_MATH_ROW(and_##tag, T, (T)(x & y))                        \
   KILN_MATH_ROW(or_##tag, T, (T)(x | y))                         \
   KILN_MATH_ROW(xor_##tag, T, (T)(x ^ y))                        \
-  KILN_MATH_IDIV_ROW(fmod_##tag, T, U, KILN_FMOD_I)              \
-  KILN_MATH_IDIV_ROW(rem_##tag, T, U, KILN_REM_I)                \
-  KILN_MATH_IDIV_ROW(divt_##tag, T, U, KILN_DIVT_I)              \
-  KILN_MATH_IDIV_ROW(divf_##tag, T, U, KILN_DIVF_I)
+  KILN_MATH_IDIV_ROW(fmod_##tag, T, U, r, 0)                     \
+  KILN_MATH_IDIV_ROW(rem_##tag, T, U, KILN_MATH_REM_I, 0)        \
+  KILN_MATH_IDIV_ROW(divt_##tag, T, U, q, neg)                   \
+  KILN_MATH_IDIV_ROW(divf_##tag, T, U, KILN_MATH_DIVF_I, neg)
 
 KILN_MATH_INT_ROWS(int64_t, uint64_t, i64)
 KILN_MATH_INT_ROWS(int32_t, uint32_t, i32)
