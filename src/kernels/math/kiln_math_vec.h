@@ -10,7 +10,7 @@
  * The inverse trig polynomials are Cephes' (S. Moshier) single-precision
  * ones; the rest are identities chosen so that nothing cancels:
  *   log1p(x) = log(u) * x / (u - 1), u = 1 + x   (Goldberg; exact u - 1)
- *   expm1(x) = (u - 1) * x / log(u), u = e^x     (Kahan)
+ *   expm1(x) = 2^n (e^r - 1) + (2^n - 1), x = n ln2 + r
  *   sinh(a)  = (m + m / (m + 1)) / 2, m = expm1(a), and e^a / 2 for large a
  *   cosh(a)  = e^a / 2 + 1 / (4 (e^a / 2))
  *   asinh(a) = log1p(a + a^2 / (1 + sqrt(1 + a^2)))
@@ -103,14 +103,33 @@ static inline float kiln_math_exp_halff(float x) {
   return p * s1 * s2;
 }
 
+/* expm1: x = n ln2 + r, |r| <= ln2/2 (kiln_nn_expf's reduction), and
+ * e^x - 1 = 2^n (e^r - 1) + (2^n - 1), with e^r - 1 by its Taylor series to
+ * degree 8 (the first term left out is below 2^-27 relative there). No
+ * term cancels: for n >= 1 both are positive, for n <= -1 the second
+ * dominates. Past x = 20 the 1 is below half an ulp and e^x is the answer. */
 static inline float kiln_math_expm1f(float x) {
-  float u = kiln_nn_expf(x);
-  float d = u - 1.0f;
-  float l = kiln_nn_logf(u);
-  float y = d * (x / (d == 0.0f ? 1.0f : l));
-  y = d == 0.0f ? x : y;                /* |x| below half an ulp of 1 */
-  y = u == INFINITY ? INFINITY : y;
-  return x < -18.0f ? -1.0f : y;        /* e^x below half an ulp of 1 */
+  float xc = x > 20.0f ? 20.0f : x; /* NaN fails both tests and stays NaN */
+  xc = xc < -18.0f ? -18.0f : xc;
+  const float shifter = 12582912.0f;
+  float t = KILN_MATH_FMA(xc, 1.44269504089f, shifter);
+  float n = t - shifter;
+  float r = KILN_MATH_FMA(n, -0.693359375f, xc);
+  r = KILN_MATH_FMA(n, 2.12194440e-4f, r);
+  float p = 2.48015873e-05f; /* 1/8! */
+  p = KILN_MATH_FMA(p, r, 1.98412698e-04f);
+  p = KILN_MATH_FMA(p, r, 1.38888889e-03f);
+  p = KILN_MATH_FMA(p, r, 8.33333333e-03f);
+  p = KILN_MATH_FMA(p, r, 4.16666667e-02f);
+  p = KILN_MATH_FMA(p, r, 1.66666667e-01f);
+  p = KILN_MATH_FMA(p, r, 0.5f);
+  float em = KILN_MATH_FMA(p * r, r, r);
+  /* 2^n for n in [-26, 29]; unsigned arithmetic, NaN gives garbage bits. */
+  float s = kiln_nn_from_bits((kiln_nn_bits(t) - 0x4B400000u + 127u) << 23);
+  float y = KILN_MATH_FMA(s, em, s - 1.0f);
+  y = x > 20.0f ? kiln_nn_expf(x) : y;
+  y = x < -18.0f ? -1.0f : y;  /* e^x below half an ulp of 1 */
+  return x == 0.0f ? x : y;    /* keeps -0.0 */
 }
 
 static inline float kiln_math_sinhf(float x) {
