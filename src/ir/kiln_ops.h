@@ -83,6 +83,23 @@
  *                                        dilation h, w (1 for avg), [8]
  *                                        ceil_mode, [9] count_include_pad
  *                                        (avg). Sizes as torch's pooling.
+ *   ACOS..SIGN     (x) -> y              more unary math, in kiln_math_unary_t
+ *                                        order: acos acosh asin asinh atan
+ *                                        atanh cosh sinh tan expm1 log10 log1p
+ *                                        log2 (float32), ceil floor round
+ *                                        (half to even) trunc (float32), sign
+ *                                        (float32, int64, int32; as torch, sign(NaN) =
+ *                                        0 and sign(-0.0) = +0).
+ *   ATAN2..DIV_FLOOR (a, b) -> y         broadcast, a and b of one dtype, y of
+ *                                        that dtype: atan2 (float32);
+ *                                        bitwise_and/or/xor (int64, int32,
+ *                                        bool); fmod (C sign: the dividend's),
+ *                                        remainder (Python sign: the
+ *                                        divisor's), div_trunc, div_floor
+ *                                        (float32, int64, int32). An integer
+ *                                        division by zero is an error at run
+ *                                        time (eager raises
+ *                                        ZeroDivisionError), never a trap.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -144,7 +161,33 @@
   X(GATHER_ELEMENTS, "gather_elements", 2, 2) \
   X(CONV2D, "conv2d", 2, 4)          \
   X(MAX_POOL2D, "max_pool2d", 1, 1)  \
-  X(AVG_POOL2D, "avg_pool2d", 1, 1)
+  X(AVG_POOL2D, "avg_pool2d", 1, 1)  \
+  X(ACOS, "acos", 1, 1)              \
+  X(ACOSH, "acosh", 1, 1)            \
+  X(ASIN, "asin", 1, 1)              \
+  X(ASINH, "asinh", 1, 1)            \
+  X(ATAN, "atan", 1, 1)              \
+  X(ATANH, "atanh", 1, 1)            \
+  X(COSH, "cosh", 1, 1)              \
+  X(SINH, "sinh", 1, 1)              \
+  X(TAN, "tan", 1, 1)                \
+  X(EXPM1, "expm1", 1, 1)            \
+  X(LOG10, "log10", 1, 1)            \
+  X(LOG1P, "log1p", 1, 1)            \
+  X(LOG2, "log2", 1, 1)              \
+  X(CEIL, "ceil", 1, 1)              \
+  X(FLOOR, "floor", 1, 1)            \
+  X(ROUND, "round", 1, 1)            \
+  X(TRUNC, "trunc", 1, 1)            \
+  X(SIGN, "sign", 1, 1)              \
+  X(ATAN2, "atan2", 2, 2)            \
+  X(BITWISE_AND, "bitwise_and", 2, 2) \
+  X(BITWISE_OR, "bitwise_or", 2, 2)  \
+  X(BITWISE_XOR, "bitwise_xor", 2, 2) \
+  X(FMOD, "fmod", 2, 2)              \
+  X(REMAINDER, "remainder", 2, 2)    \
+  X(DIV_TRUNC, "div_trunc", 2, 2)    \
+  X(DIV_FLOOR, "div_floor", 2, 2)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
@@ -157,6 +200,10 @@ typedef enum kiln_op_e {
 #define KILN_OP_IS_BINARY(op) ((op) >= KILN_OP_ADD && (op) <= KILN_OP_LOGICAL_OR)
 #define KILN_OP_IS_COMPARE(op) ((op) >= KILN_OP_EQ && (op) <= KILN_OP_LOGICAL_OR)
 #define KILN_OP_IS_UNARY_MATH(op) ((op) >= KILN_OP_NEG && (op) <= KILN_OP_COS)
+/* Appended later than the ranges above, so in ranges of their own (same
+ * order as kiln_math_unary_t / kiln_math_binary_t in kernels/math). */
+#define KILN_OP_IS_UNARY_EXT(op) ((op) >= KILN_OP_ACOS && (op) <= KILN_OP_SIGN)
+#define KILN_OP_IS_BINARY_EXT(op) ((op) >= KILN_OP_ATAN2 && (op) <= KILN_OP_DIV_FLOOR)
 #define KILN_OP_IS_REDUCE(op) ((op) >= KILN_OP_SUM && (op) <= KILN_OP_ANY)
 
 /* MATMUL flags (params[0]). */

@@ -386,6 +386,31 @@ static kiln_status_t infer_pool2d(const kiln_node_t* n, const kiln_value_t* x, k
   return kiln_ok();
 }
 
+/* ACOS..SIGN and ATAN2..DIV_FLOOR (kernels/math): elementwise, one dtype
+ * in and out; which dtypes each takes is documented in kiln_ops.h. */
+static kiln_status_t infer_math_ext(const kiln_graph_t* g, const kiln_node_t* n,
+                                    const kiln_value_t* x, kiln_value_t* out) {
+  kiln_op_t op = n->op;
+  kiln_dtype_t t = x->dtype;
+  int is_int = t == KILN_I64 || t == KILN_I32;
+  if (KILN_OP_IS_UNARY_EXT(op)) {
+    if (t != KILN_F32 && !(op == KILN_OP_SIGN && is_int))
+      FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(t));
+    set_shape(out, t, x->rank, x->shape);
+    return kiln_ok();
+  }
+  const kiln_value_t* b = in_value(g, n, 1);
+  if (t != b->dtype)
+    FAIL("operand dtypes differ: %s and %s", kiln_dtype_name(t), kiln_dtype_name(b->dtype));
+  int ok = op == KILN_OP_ATAN2 ? t == KILN_F32
+           : op <= KILN_OP_BITWISE_XOR ? is_int || t == KILN_BOOL
+                                        : is_int || t == KILN_F32;
+  if (!ok) FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(t));
+  KILN_RETURN_IF_ERROR(broadcast(x, b, out));
+  out->dtype = t;
+  return kiln_ok();
+}
+
 kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
                                     kiln_value_t* out) {
   memset(out, 0, sizeof(*out));
@@ -416,6 +441,7 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     set_shape(out, x->dtype, x->rank, x->shape);
     return kiln_ok();
   }
+  if (KILN_OP_IS_UNARY_EXT(op) || KILN_OP_IS_BINARY_EXT(op)) return infer_math_ext(g, n, x, out);
   if (KILN_OP_IS_REDUCE(op)) return infer_reduce(n, x, out);
   switch (op) {
     case KILN_OP_RESHAPE: {

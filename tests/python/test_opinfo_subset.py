@@ -54,6 +54,12 @@ SUBSET = [
     ("view", (F32,)),
     ("where", (F32,)),
     ("index_select", (F32,)),
+    ("atan2", (F32,)),
+    ("log1p", (F32,)),
+    ("remainder", (F32, I64)),
+    ("bitwise_xor", (I64,)),
+    ("clamp", (F32,)),
+    ("nn.functional.elu", (F32,)),
 ]
 
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hal/kiln_hal.h"
+#include "hal/cpu/kiln_hal_cpu_math.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -339,6 +340,8 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
                      out);
     return kiln_ok();
   }
+  if (KILN_OP_IS_UNARY_EXT(op) || KILN_OP_IS_BINARY_EXT(op))
+    return kiln_hal_cpu_run_math(g, n, bufs, pool);
   if (KILN_OP_IS_REDUCE(op)) {
     const kiln_value_t* x = VAL(0);
     kiln_reduce((kiln_reduce_t)(op - KILN_OP_SUM), x->dtype, x->rank, x->shape,

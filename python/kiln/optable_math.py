@@ -1,0 +1,286 @@
+"""Op-table entries for the rest of Core ATen's elementwise math: inverse trig
+and hyperbolics, expm1/log1p/log2/log10, rounding, sign, the NaN/Inf
+predicates, atan2, the bitwise ops, fmod/remainder, division with a rounding
+mode, pow with a scalar base, logical_xor, clamps and the simple
+activations, and fill.
+
+Most map one-to-one onto kiln ops of kernels/math (ACOS..SIGN,
+ATAN2..DIV_FLOOR); the rest are compositions of kiln ops that give eager's
+exact answer (clamp = maximum then minimum, isnan = x != x, ...). As in
+optable.py, no numerics happen here: handlers only choose ops and params.
+Imported at the end of optable.py; entries register into its TABLE.
+"""
+
+import torch
+
+from kiln.optable import Unsupported, _shape, _val, cast, operand, register, reshape, strided_copy
+
+aten = torch.ops.aten
+
+F32 = torch.float32
+INTS = (torch.int64, torch.int32)
+
+
+def _arg(n, i, name, default=None):
+    """Argument i of n, by position or keyword."""
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+# ---- unary float math ---------------------------------------------------------------
+
+_FLOAT_UNARY = {
+    aten.acos.default: "acos", aten.acosh.default: "acosh", aten.asin.default: "asin",
+    aten.asinh.default: "asinh", aten.atan.default: "atan", aten.atanh.default: "atanh",
+    aten.cosh.default: "cosh", aten.sinh.default: "sinh", aten.tan.default: "tan",
+    aten.expm1.default: "expm1", aten.log10.default: "log10", aten.log1p.default: "log1p",
+    aten.log2.default: "log2",
+}
+
+
+@register(*_FLOAT_UNARY)
+def _float_unary(ctx, n):
+    dtype = _val(n).dtype  # integer and bool inputs promote to float, as eager
+    if dtype != F32:
+        raise Unsupported(f"{n.target} of {dtype}")
+    return ctx.node(_FLOAT_UNARY[n.target], [cast(ctx, ctx.value(n.args[0]), dtype)], origin=ctx.origin(n))
+
+
+# ---- rounding, sign and predicates --------------------------------------------------
+
+_ROUNDING = {aten.ceil.default: "ceil", aten.floor.default: "floor", aten.round.default: "round",
+             aten.trunc.default: "trunc"}
+
+
+@register(*_ROUNDING)
+def _rounding(ctx, n):
+    x = ctx.value(n.args[0])
+    if ctx.dtype(x) != F32:
+        if ctx.dtype(x) in INTS or ctx.dtype(x) == torch.bool:
+            return x  # an integer is already whole: eager returns a copy
+        raise Unsupported(f"{n.target} of {ctx.dtype(x)}")
+    return ctx.node(_ROUNDING[n.target], [x], origin=ctx.origin(n))
+
+
+@register(aten.round.decimals)
+def _round_decimals(ctx, n):
+    # Eager's round_decimals kernel: nearbyint(x * 10^d) / 10^d, or for
+    # d < 0, nearbyint(x / 10^-d) * 10^-d, with 10^|d| as a float.
+    x = ctx.value(n.args[0])
+    d = _arg(n, 1, "decimals", 0)
+    if ctx.dtype(x) != F32:
+        raise Unsupported(f"round(decimals=...) of {ctx.dtype(x)}")
+    if d == 0:
+        return ctx.node("round", [x], origin=ctx.origin(n))
+    p = ctx.scalar(10.0 ** abs(d), F32)
+    origin = ctx.origin(n)
+    if d > 0:
+        return ctx.node("div", [ctx.node("round", [ctx.node("mul", [x, p])]), p], origin=origin)
+    return ctx.node("mul", [ctx.node("round", [ctx.node("div", [x, p])]), p], origin=origin)
+
+
+@register(aten.sign.default)
+def _sign(ctx, n):
+    x = ctx.value(n.args[0])
+    if ctx.dtype(x) == torch.bool:
+        return x  # sign of a bool is itself
+    if ctx.dtype(x) not in (F32,) + INTS:
+        raise Unsupported(f"sign of {ctx.dtype(x)}")
+    return ctx.node("sign", [x], origin=ctx.origin(n))
+
+
+@register(aten.isnan.default)
+def _isnan(ctx, n):
+    x = ctx.value(n.args[0])
+    return ctx.node("ne", [x, x], origin=ctx.origin(n))  # only NaN differs from itself
+
+
+@register(aten.isinf.default)
+def _isinf(ctx, n):
+    x = ctx.value(n.args[0])
+    if ctx.dtype(x) != F32:  # integers are never infinite: x != x is all false
+        return ctx.node("ne", [x, x], origin=ctx.origin(n))
+    a = ctx.node("abs", [x])
+    return ctx.node("eq", [a, ctx.scalar(float("inf"), F32)], origin=ctx.origin(n))
+
+
+# ---- binary ---------------------------------------------------------------------------
+
+_BINARY_EXT = {
+    aten.atan2.default: "atan2",
+    aten.bitwise_and.Tensor: "bitwise_and", aten.bitwise_and.Scalar: "bitwise_and",
+    aten.bitwise_or.Tensor: "bitwise_or", aten.bitwise_or.Scalar: "bitwise_or",
+    aten.bitwise_xor.Tensor: "bitwise_xor", aten.bitwise_xor.Scalar: "bitwise_xor",
+    aten.fmod.Tensor: "fmod", aten.fmod.Scalar: "fmod",
+    aten.remainder.Tensor: "remainder", aten.remainder.Scalar: "remainder",
+    aten.remainder.Scalar_Tensor: "remainder",
+    aten.floor_divide.default: "div_floor",
+}
+# Which dtypes each kiln op takes (kiln_ops.h); others are unsupported here
+# rather than a shape-inference error.
+_TAKES = {
+    "atan2": (F32,), "bitwise_and": INTS + (torch.bool,), "bitwise_or": INTS + (torch.bool,),
+    "bitwise_xor": INTS + (torch.bool,), "fmod": (F32,) + INTS, "remainder": (F32,) + INTS,
+    "div_trunc": (F32,) + INTS, "div_floor": (F32,) + INTS,
+}
+
+
+def _binary_ext_node(ctx, n, op, a, b):
+    dtype = _val(n).dtype  # torch's type promotion of a and b
+    if dtype not in _TAKES[op]:
+        raise Unsupported(f"{n.target} of {dtype}")
+    return ctx.node(op, [operand(ctx, a, dtype), operand(ctx, b, dtype)], origin=ctx.origin(n))
+
+
+# bitwise_and/or.Tensor are registered here too, superseding optable.py's
+# bool-only mapping onto logical_and/or: the bitwise kernels take bool and
+# the integer types alike.
+@register(*_BINARY_EXT)
+def _binary_ext(ctx, n):
+    return _binary_ext_node(ctx, n, _BINARY_EXT[n.target], n.args[0], n.args[1])
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(ctx, n):
+    mode = _arg(n, 2, "rounding_mode")
+    a, b = n.args[0], n.args[1]
+    if mode is None:  # true division
+        dtype = _val(n).dtype
+        if dtype != F32:
+            raise Unsupported(f"division of {dtype}")
+        return ctx.node("div", [operand(ctx, a, dtype), operand(ctx, b, dtype)], origin=ctx.origin(n))
+    if mode not in ("trunc", "floor"):
+        raise Unsupported(f"rounding_mode={mode!r}")
+    return _binary_ext_node(ctx, n, "div_" + mode, a, b)
+
+
+@register(aten.pow.Scalar)
+def _pow_scalar(ctx, n):
+    # A scalar base and a tensor exponent: kiln's pow with a 0-d base.
+    dtype = _val(n).dtype
+    if dtype != F32:
+        raise Unsupported(f"pow of {dtype}")
+    base, exponent = n.args[0], n.args[1]
+    return ctx.node("pow", [ctx.scalar(base, dtype), operand(ctx, exponent, dtype)], origin=ctx.origin(n))
+
+
+@register(aten.logical_xor.default)
+def _logical_xor(ctx, n):
+    # a xor b of their truth values: two bools differ.
+    a, b = (operand(ctx, x, torch.bool) for x in n.args[:2])
+    return ctx.node("ne", [a, b], origin=ctx.origin(n))
+
+
+# ---- clamps and activations -------------------------------------------------------------
+
+
+def _clamp(ctx, n, x, lo, hi):
+    """x clamped to whichever bounds are given, as eager computes it.
+
+    Scalar bounds (clamp.default, clamp_min/max, hardtanh): eager's kernel
+    is max_ps(lo, x) then min_ps(hi, .), which keeps x when it compares
+    equal to a bound (-0.0 stays -0.0 against a bound of 0) or is NaN, and
+    ignores a NaN bound: that is x < lo ? lo : x, then y > hi ? hi : y.
+    Tensor bounds (clamp.Tensor, clamp_min/max.Tensor): eager's kernel is
+    torch.maximum then torch.minimum (NaN from either side propagates), which
+    are kiln ops. lo > hi gives hi either way, as eager.
+    """
+    dtype = _val(n).dtype
+    if dtype not in (F32,) + INTS:
+        raise Unsupported(f"clamp of {dtype}")
+    if lo is None and hi is None:
+        raise Unsupported("clamp without bounds")
+    y = operand(ctx, x, dtype)
+    origin = ctx.origin(n)
+    for bound, cmp, tensor_op in ((lo, "lt", "maximum"), (hi, "gt", "minimum")):
+        if bound is None:
+            continue
+        b = operand(ctx, bound, dtype)
+        if isinstance(bound, torch.fx.Node):
+            y = ctx.node(tensor_op, [y, b], origin=origin)
+        else:
+            y = ctx.node("where", [ctx.node(cmp, [y, b]), b, y], origin=origin)
+    return y
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def _clamp_op(ctx, n):
+    return _clamp(ctx, n, n.args[0], _arg(n, 1, "min"), _arg(n, 2, "max"))
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(ctx, n):
+    return _clamp(ctx, n, n.args[0], n.args[1], None)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(ctx, n):
+    return _clamp(ctx, n, n.args[0], None, n.args[1])
+
+
+@register(aten.hardtanh.default)
+def _hardtanh(ctx, n):
+    return _clamp(ctx, n, n.args[0], _arg(n, 1, "min_val", -1.0), _arg(n, 2, "max_val", 1.0))
+
+
+def _float_input(ctx, n):
+    x = ctx.value(n.args[0])
+    if ctx.dtype(x) != F32 or _val(n).dtype != F32:
+        raise Unsupported(f"{n.target} of {ctx.dtype(x)}")
+    return x
+
+
+@register(aten.elu.default)
+def _elu(ctx, n):
+    # Eager: x > 0 ? x * scale : expm1(x * input_scale) * (alpha * scale),
+    # the coefficient a float product. NaN fails x > 0 and stays NaN.
+    x = _float_input(ctx, n)
+    alpha = _arg(n, 1, "alpha", 1.0)
+    scale = _arg(n, 2, "scale", 1.0)
+    input_scale = _arg(n, 3, "input_scale", 1.0)
+    xi = x if input_scale == 1 else ctx.node("mul", [x, ctx.scalar(float(input_scale), F32)])
+    coef = ctx.scalar(float(alpha), F32)
+    if scale != 1:
+        coef = ctx.node("mul", [coef, ctx.scalar(float(scale), F32)])  # folded at compile time
+    neg = ctx.node("mul", [ctx.node("expm1", [xi]), coef])
+    pos = x if scale == 1 else ctx.node("mul", [x, ctx.scalar(float(scale), F32)])
+    return ctx.node("where", [ctx.node("gt", [x, ctx.scalar(0.0, F32)]), pos, neg], origin=ctx.origin(n))
+
+
+@register(aten.leaky_relu.default)
+def _leaky_relu(ctx, n):
+    # Eager: x > 0 ? x : x * negative_slope (NaN takes the second arm, stays NaN).
+    x = _float_input(ctx, n)
+    slope = _arg(n, 1, "negative_slope", 0.01)
+    neg = ctx.node("mul", [x, ctx.scalar(float(slope), F32)])
+    return ctx.node("where", [ctx.node("gt", [x, ctx.scalar(0.0, F32)]), x, neg], origin=ctx.origin(n))
+
+
+# ---- fill -------------------------------------------------------------------------------
+
+
+def _broadcast_to(ctx, v, shape, origin):
+    """Dense v broadcast (trailing-aligned) to shape by a stride-0 copy."""
+    src = list(ctx.shape(v))
+    if src == list(shape):
+        return v
+    strides, stride = [], 1
+    for d in range(len(shape) - 1, -1, -1):
+        sd = d - (len(shape) - len(src))
+        strides.insert(0, stride if sd >= 0 and src[sd] != 1 else 0)
+        stride *= src[sd] if sd >= 0 else 1
+    if not shape:  # a 0-d result of a 0-d or one-element value
+        return ctx.node("strided_copy", [v], [0] + [0] * 17, origin=origin)
+    return strided_copy(ctx, v, list(shape), strides, 0, origin)
+
+
+# torch.export's default decompositions turn fill.Scalar into full_like (a
+# constant, optable.py) and fill.Tensor into copy; fill itself reaches the
+# table from torch.compile graphs.
+@register(aten.fill.Scalar, aten.fill.Tensor, aten.copy.default)
+def _fill(ctx, n):
+    # The value (a scalar, or a tensor broadcastable to the input, in the
+    # input's dtype) over the input's shape: no constant of the full size.
+    dtype = _val(n).dtype
+    return _broadcast_to(ctx, operand(ctx, n.args[1], dtype), _shape(n), ctx.origin(n))
