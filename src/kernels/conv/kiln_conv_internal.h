@@ -1,0 +1,36 @@
+/* What the convolution driver (kiln_conv.c) shares with its per-ISA
+ * kernels (kiln_conv_avx2.c) and the tests.
+ *
+ * The implicit-GEMM microkernel computes one tile of 6 output channels x 16
+ * consecutive "virtual" output pixels:
+ *     out[i][l] = bias6[i] + sum_{p < k} w[p * 6 + i] * src[off[p] + l]
+ * w is one packed weight panel (kiln_conv.h), src points at the tile's
+ * first pixel in the prepared input and off[p] is tap p's offset from it
+ * (see kiln_conv.c: the prepared input is laid out so that every tap of
+ * every pixel is such a constant offset). out is 6 x 16, row-major. */
+#ifndef KILN_CONV_INTERNAL_H
+#define KILN_CONV_INTERNAL_H
+
+#include <stdint.h>
+
+#include "base/kiln_cpu.h"
+
+#define KILN_CONV_TILE_W 16
+
+typedef void (*kiln_conv_ukernel_fn)(int64_t k, const float* w, const float* src,
+                                     const int64_t* off, const float* bias6, float* out);
+
+/* Portable C (kiln_conv.c). */
+void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
+                                    const int64_t* off, const float* bias6, float* out);
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_CONV_HAVE_X86 1
+/* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
+void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
+                                 const int64_t* off, const float* bias6, float* out);
+#endif
+
+/* The microkernel for an ISA level (never NULL). */
+kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
+
+#endif /* KILN_CONV_INTERNAL_H */
