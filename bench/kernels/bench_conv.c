@@ -3,7 +3,7 @@
  * them), each as GFLOP/s and as a fraction of this machine's FMA peak
  * measured in the same process (CPU time, so time sliced away to other
  * processes on a shared machine does not count). For comparison, the plain
- * GEMM of the same M, N, K with B packed. Usage: bench_conv [threads (1)] */
+ * GEMM of the same M, N, K with B packed. Usage: bench_conv [threads (1) [layer-name-prefix [runs (15)]]] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +75,9 @@ typedef struct {
 
 int main(int argc, char** argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
+  const char* only = argc > 2 ? argv[2] : NULL; /* a layer name prefix */
+  int reps = argc > 3 ? atoi(argv[3]) : 15;
+  if (reps < 1 || reps > 100000) reps = 15;
   kiln_pool_t* pool = NULL;
   if (kiln_pool_create(threads, &pool)) return 1;
   double peak = bench_peak();
@@ -92,6 +95,7 @@ int main(int argc, char** argv) {
          "peak");
   for (size_t li = 0; li < sizeof(layers) / sizeof(layers[0]); ++li) {
     const bench_layer_t* L = &layers[li];
+    if (only && strncmp(L->name, only, strlen(only)) != 0) continue;
     kiln_conv2d_f32_args_t a;
     memset(&a, 0, sizeof(a));
     a.n = 1, a.c = L->c, a.h = a.w = L->hw, a.o = L->o, a.kh = a.kw = L->k;
@@ -115,8 +119,9 @@ int main(int argc, char** argv) {
     g.batch = 1, g.m = L->o, g.n = N, g.k = K;
     g.a = w, g.a_row_stride = K, g.a_col_stride = 1, g.b_packed = col;
     g.c = y, g.c_row_stride = N;
-    double tc[15], tg[15];
-    for (int r = -2; r < 15; ++r) {
+    double* tc = calloc((size_t)reps, sizeof(double));
+    double* tg = calloc((size_t)reps, sizeof(double));
+    for (int r = -2; r < reps; ++r) {
       double c0 = threads > 1 ? bench_now() : bench_cpu_now();
       kiln_conv2d_f32(&a, pool);
       double c1 = threads > 1 ? bench_now() : bench_cpu_now();
@@ -124,14 +129,14 @@ int main(int argc, char** argv) {
       double c2 = threads > 1 ? bench_now() : bench_cpu_now();
       if (r >= 0) tc[r] = c1 - c0, tg[r] = c2 - c1;
     }
-    qsort(tc, 15, sizeof(double), bench_cmp);
-    qsort(tg, 15, sizeof(double), bench_cmp);
+    qsort(tc, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tg, (size_t)reps, sizeof(double), bench_cmp);
     double flop = 2.0 * (double)L->o * (double)K * (double)N;
-    double gc = flop / tc[7] * 1e-9, gg = flop / tg[7] * 1e-9;
-    printf("%-12s %9.3f %9.1f %6.0f%% %9.3f %6.0f%%\n", L->name, tc[7] * 1e3, gc,
-           peak > 0 ? 100 * gc / (peak * threads) : 0, tg[7] * 1e3,
+    double gc = flop / tc[0] * 1e-9, gg = flop / tg[0] * 1e-9;
+    printf("%-12s %9.3f %9.1f %6.0f%% %9.3f %6.0f%%\n", L->name, tc[0] * 1e3, gc,
+           peak > 0 ? 100 * gc / (peak * threads) : 0, tg[0] * 1e3,
            peak > 0 ? 100 * gg / (peak * threads) : 0);
-    free(x), free(w), free(wp), free(bias), free(y), free(col);
+    free(x), free(w), free(wp), free(bias), free(y), free(col), free(tc), free(tg);
   }
   kiln_pool_release(pool);
   return 0;

@@ -55,6 +55,14 @@
 #ifndef KILN_CONV_BLOCK_FLOATS
 #define KILN_CONV_BLOCK_FLOATS ((int64_t)48 << 10)
 #endif
+/* A tile's inputs for one K block should take at most this much of L1;
+ * a panel range's weights for one K block, and a task's partial sums, this
+ * much of L2. */
+#ifndef KILN_CONV_L1_BYTES
+#define KILN_CONV_L1_BYTES ((int64_t)20 << 10)
+#endif
+#define KILN_CONV_W_BYTES ((int64_t)192 << 10)
+#define KILN_CONV_PART_BYTES ((int64_t)64 << 10)
 /* Floats per preparation / packing task, so hand-out stays cheap. */
 #define KILN_CONV_PREP_FLOATS ((int64_t)16 << 10)
 
@@ -65,10 +73,12 @@ static kiln_scratch_cache_t kiln_conv_scratch_ = KILN_SCRATCH_CACHE_INIT(KILN_CO
 /* ---- kernels ----------------------------------------------------------------- */
 
 void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
-                                    const int64_t* off, const float* bias6, float* out) {
+                                    const int64_t* off, const float* bias6, const float* cin,
+                                    const kiln_conv_store_t* st) {
   float acc[KILN_CONV_PANEL_O][KILN_CONV_TILE_W];
   for (int i = 0; i < KILN_CONV_PANEL_O; ++i)
-    for (int l = 0; l < KILN_CONV_TILE_W; ++l) acc[i][l] = bias6[i];
+    for (int l = 0; l < KILN_CONV_TILE_W; ++l)
+      acc[i][l] = cin ? cin[i * KILN_CONV_TILE_W + l] : bias6[i];
   for (int64_t p = 0; p < k; ++p) {
     const float* b = src + off[p];
     for (int i = 0; i < KILN_CONV_PANEL_O; ++i) {
@@ -76,7 +86,17 @@ void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
       for (int l = 0; l < KILN_CONV_TILE_W; ++l) acc[i][l] += wv * b[l];
     }
   }
-  memcpy(out, acc, sizeof(acc));
+  for (int i = 0; i < KILN_CONV_PANEL_O; ++i) {
+    float* d = st->out + i * st->ldo;
+    const float* r = st->res ? st->res + i * st->ldr : NULL;
+    for (int l = 0; l < KILN_CONV_TILE_W; ++l) {
+      float v = acc[i][l];
+      if (r && st->res_first) v += r[l];
+      if (st->relu) v = v < 0.0f ? 0.0f : v; /* NaN stays NaN */
+      if (r && !st->res_first) v += r[l];
+      d[l] = v;
+    }
+  }
 }
 
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa) {
@@ -225,6 +245,9 @@ typedef struct {
   float* src;               /* the prepared input of the current (image, group) */
   int64_t prep_per;         /* channels per preparation task */
   int64_t nt, tb, noc;      /* tiles, tiles per block, panel ranges per block */
+  int64_t kc;               /* taps per K block */
+  float* part;              /* partial sums, part_fl floats per thread, or NULL */
+  int64_t part_fl;
   /* The current (image, group): */
   int64_t g;
   const float* x;    /* its first input channel */
@@ -303,21 +326,45 @@ static void kiln_conv_store_tile(const kiln_conv_ctx_t* t, int64_t o0, int64_t r
 }
 
 static void kiln_conv_compute_task(void* p, size_t task, int thread) {
-  (void)thread;
   const kiln_conv_ctx_t* t = p;
-  const int64_t P = KILN_CONV_PANEL_O, T = KILN_CONV_TILE_W;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t P = KILN_CONV_PANEL_O, T = KILN_CONV_TILE_W, TP = P * T, K = t->k;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
-  int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc;
+  int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc, nqc = q1 - q0;
   _Alignas(64) float tmp[KILN_CONV_PANEL_O * KILN_CONV_TILE_W];
   float bias6[KILN_CONV_PANEL_O];
-  for (int64_t q = q0; q < q1; ++q) {
-    const float* wp = t->wpk + (t->g * t->nq + q) * t->k * P;
-    int64_t rows = t->og - q * P < P ? t->og - q * P : P;
-    for (int64_t i = 0; i < P; ++i) bias6[i] = t->bias && i < rows ? t->bias[q * P + i] : 0.0f;
+  /* Tiles that the microkernel can write straight into y: relu or no
+   * activation, and 16 valid pixels on one output row. */
+  const int direct_act = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU;
+  /* K blocks outermost: a tile's inputs for kc taps stay in L1 while every
+   * panel of the range passes over them, and the range's weights for the
+   * block stay in L2 across the tiles. Partial sums wait in part (per
+   * thread, tile x panel) between blocks. */
+  float* part = t->part ? t->part + (int64_t)thread * t->part_fl : NULL;
+  for (int64_t kb = 0; kb < K; kb += t->kc) {
+    int64_t kcur = K - kb < t->kc ? K - kb : t->kc;
+    int first = kb == 0, last = kb + kcur == K;
     for (int64_t ti = t0; ti < t1; ++ti) {
-      t->ukernel(t->k, wp, t->src + ti * T, t->off, bias6, tmp);
-      kiln_conv_store_tile(t, q * P, rows, ti * T, tmp);
+      int64_t oy = ti * T / t->wq, ox = ti * T - oy * t->wq;
+      int row_tile = direct_act && ox + T <= a->wo;
+      for (int64_t q = q0; q < q1; ++q) {
+        const float* wp = t->wpk + ((t->g * t->nq + q) * K + kb) * P;
+        int64_t rows = t->og - q * P < P ? t->og - q * P : P;
+        float* acc = part ? part + ((ti - t0) * nqc + (q - q0)) * TP : NULL;
+        if (first)
+          for (int64_t i = 0; i < P; ++i) bias6[i] = t->bias && i < rows ? t->bias[q * P + i] : 0.0f;
+        kiln_conv_store_t st = {last ? tmp : acc, T, NULL, 0, 0, 0};
+        int direct = last && row_tile && rows == P;
+        if (direct) {
+          int64_t pos = q * P * t->howo + oy * a->wo + ox;
+          st.out = t->y + pos, st.ldo = t->howo;
+          st.res = t->res ? t->res + pos : NULL, st.ldr = t->howo;
+          st.relu = a->act == KILN_ACT_RELU, st.res_first = a->residual_before_act;
+        }
+        t->ukernel(kcur, wp, t->src + ti * T, t->off + kb, bias6, first ? NULL : acc, &st);
+        if (last && !direct) kiln_conv_store_tile(t, q * P, rows, ti * T, tmp);
+      }
     }
   }
 }
@@ -328,6 +375,17 @@ static int64_t kiln_conv_phase_index(int64_t* list, int64_t* n, int64_t val) {
     if (list[i] == val) return i;
   list[*n] = val;
   return (*n)++;
+}
+
+/* How many distinct phases (i * d) % s, i < k, the taps read. */
+static int64_t kiln_conv_phase_count(int64_t k, int64_t d, int64_t s) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    int seen = 0;
+    for (int64_t j = 0; j < i && !seen; ++j) seen = j * d % s == i * d % s;
+    n += !seen;
+  }
+  return n;
 }
 
 static int64_t kiln_conv_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -350,19 +408,54 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   t.hq = a->ho + (a->kh - 1) * a->dh / a->sh;
   t.wq = a->wo + (a->kw - 1) * a->dw / a->sw;
   t.ps = t.hq * t.wq;
+  t.nra = kiln_conv_phase_count(a->kh, a->dh, a->sh);
+  t.nrb = kiln_conv_phase_count(a->kw, a->dw, a->sw);
+  t.cstride = t.nra * t.nrb * t.ps;
+  const int threads = kiln_pool_size(pool);
+
+  /* Blocking (see the top of the file). K blocks: a tile reads, per input
+   * channel, kh rows of each column phase, each a run of 16 pixels plus
+   * the column taps' spread: keep kc taps' worth within the L1 budget. */
+  int64_t ch_bytes = a->kh * t.nrb * (2 * T + (a->kw - 1) * a->dw / a->sw) * 4;
+  int64_t kch = KILN_CONV_L1_BYTES / ch_bytes > 1 ? KILN_CONV_L1_BYTES / ch_bytes : 1;
+  t.kc = kch * a->kh * a->kw;
+  if (t.kc >= t.k) t.kc = t.k;
+  else t.kc = kiln_conv_cdiv(t.k, kiln_conv_cdiv(t.k, t.kc)); /* even blocks */
+  const int multi = t.kc < t.k;
+  /* Panel ranges: a range's weights for one K block within the L2 budget. */
+  int64_t nqc = KILN_CONV_W_BYTES / (t.kc * P * 4);
+  if (nqc < 1) nqc = 1;
+  t.noc = kiln_conv_cdiv(t.nq, nqc);
+  /* Tile blocks: the block's rows of prepared input within the budget, and
+   * with several K blocks its partial sums too. */
+  t.nt = kiln_conv_cdiv(a->ho * t.wq, T);
+  int64_t per_row = t.cg * t.nra * t.nrb * t.wq;
+  int64_t rows = KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
+  if (rows < 1) rows = 1;
+  t.tb = kiln_conv_cdiv(rows * t.wq, T);
+  if (multi) {
+    int64_t tb = KILN_CONV_PART_BYTES / (kiln_conv_cdiv(t.nq, t.noc) * P * T * 4);
+    if (t.tb > tb) t.tb = tb > 1 ? tb : 1;
+  }
+  if (t.tb > t.nt) t.tb = t.nt;
+  int64_t nb = kiln_conv_cdiv(t.nt, t.tb);
+  /* Enough tasks that the threads' shares come out even (the late layers
+   * have one block of 4 tiles and 86 panels). */
+  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
+  t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_cdiv(t.nq, t.noc) * P * T) : 0;
+
   /* Scratch: tap offsets and phase tables (int64), packed weights when
-   * given dense, the prepared input and its tail slack: the last tile's
-   * garbage lanes read up to wq - wo + 15 floats past the last plane. */
+   * given dense, partial sums, the prepared input and its tail slack: the
+   * last tile's garbage lanes read up to wq - wo + 15 floats past the last
+   * plane. */
   const int64_t n_int = t.k + 2 * (a->kh + a->kw);
   const int64_t int_fl = kiln_conv_align16(2 * n_int);
   const int64_t w_fl = a->weight_packed ? 0 : kiln_conv_align16(G * t.nq * t.k * P);
-  /* The phase count is at most kh x kw (and sh x sw); the exact one is
-   * known only after the tables, so size for the bound. */
-  const int64_t nph_max = (a->kh < a->sh ? a->kh : a->sh) * (a->kw < a->sw ? a->kw : a->sw);
-  const int64_t src_fl = t.cg * nph_max * t.ps + t.wq + 2 * T;
+  const int64_t part_all = t.part_fl * threads;
+  const int64_t src_fl = t.cg * t.cstride + t.wq + 2 * T;
   void* blk = NULL;
-  float* scratch = kiln_scratch_get(&kiln_conv_scratch_,
-                                    (size_t)(int_fl + w_fl + src_fl) * sizeof(float), &blk);
+  float* scratch = kiln_scratch_get(
+      &kiln_conv_scratch_, (size_t)(int_fl + w_fl + part_all + src_fl) * sizeof(float), &blk);
   if (!scratch) {
     /* No memory for the fast path: stay correct, if slow. */
     kiln_conv2d_f32_reference(a);
@@ -370,10 +463,10 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   }
   int64_t* ints = (int64_t*)(void*)scratch;
   int64_t *off = ints, *pra = off + t.k, *prb = pra + a->kh, *pu = prb + a->kw, *pv = pu + a->kh;
-  for (int64_t u = 0; u < a->kh; ++u) pu[u] = kiln_conv_phase_index(pra, &t.nra, u * a->dh % a->sh);
-  for (int64_t v = 0; v < a->kw; ++v) pv[v] = kiln_conv_phase_index(prb, &t.nrb, v * a->dw % a->sw);
+  int64_t nra = 0, nrb = 0;
+  for (int64_t u = 0; u < a->kh; ++u) pu[u] = kiln_conv_phase_index(pra, &nra, u * a->dh % a->sh);
+  for (int64_t v = 0; v < a->kw; ++v) pv[v] = kiln_conv_phase_index(prb, &nrb, v * a->dw % a->sw);
   t.pra = pra, t.prb = prb;
-  t.cstride = t.nra * t.nrb * t.ps;
   for (int64_t c = 0, p = 0; c < t.cg; ++c)
     for (int64_t u = 0; u < a->kh; ++u)
       for (int64_t v = 0; v < a->kw; ++v, ++p)
@@ -381,9 +474,9 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
                  v * a->dw / a->sw;
   t.off = off;
   float* wbuf = scratch + int_fl;
-  t.src = wbuf + w_fl;
+  t.part = part_all ? wbuf + w_fl : NULL;
+  t.src = wbuf + w_fl + part_all;
   memset(t.src + t.cg * t.cstride, 0, (size_t)(t.wq + 2 * T) * sizeof(float));
-  const int threads = kiln_pool_size(pool);
   if (a->weight_packed) {
     t.wpk = a->weight;
   } else {
@@ -395,16 +488,6 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   }
   t.prep_per = KILN_CONV_PREP_FLOATS / (t.cstride > 0 ? t.cstride : 1);
   if (t.prep_per < 1) t.prep_per = 1;
-  /* Blocks of tiles whose rows of prepared input fit the block budget. */
-  t.nt = kiln_conv_cdiv(a->ho * t.wq, T);
-  int64_t per_row = t.cg * t.nra * t.nrb * t.wq;
-  int64_t rows = KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
-  if (rows < 1) rows = 1;
-  t.tb = kiln_conv_cdiv(rows * t.wq, T);
-  if (t.tb > t.nt) t.tb = t.nt;
-  int64_t nb = kiln_conv_cdiv(t.nt, t.tb);
-  t.noc = threads > 1 ? kiln_conv_cdiv(4 * threads, nb) : 1;
-  if (t.noc > t.nq) t.noc = t.nq;
 
   for (int64_t n = 0; n < a->n; ++n) {
     for (int64_t g = 0; g < G; ++g) {

@@ -19,7 +19,6 @@
   "mov 8*" #P "(%[off]), %[o]\n\t"                         \
   "vmovups (%[src],%[o],4), %[b0]\n\t"                     \
   "vmovups 32(%[src],%[o],4), %[b1]\n\t"                   \
-  "prefetcht0 124(%[src],%[o],4)\n\t"                      \
   KILN_CONV_A2_ROW(P, 0, c00, c01)                         \
   KILN_CONV_A2_ROW(P, 1, c10, c11)                         \
   KILN_CONV_A2_ROW(P, 2, c20, c21)                         \
@@ -27,45 +26,96 @@
   KILN_CONV_A2_ROW(P, 4, c40, c41)                         \
   KILN_CONV_A2_ROW(P, 5, c50, c51)
 #define KILN_CONV_A2_INIT(I, C0, C1)                       \
-  "vbroadcastss 4*" #I "(%[bias]), %[" #C0 "]\n\t"         \
+  "vbroadcastss 4*" #I "(%[init]), %[" #C0 "]\n\t"         \
   "vmovaps %[" #C0 "], %[" #C1 "]\n\t"
+#define KILN_CONV_A2_LOAD(I, C0, C1)                       \
+  "vmovups 64*" #I "(%[init]), %[" #C0 "]\n\t"             \
+  "vmovups 64*" #I "+32(%[init]), %[" #C1 "]\n\t"
+/* The k loop after the accumulators are set (the same text for both
+ * initialisations). */
+#define KILN_CONV_A2_LOOP                                                      \
+  "test %[n4], %[n4]\n\t"                                                     \
+  "jz 2f\n\t"                                                                 \
+  "1:\n\t"                                                                    \
+  KILN_CONV_A2_STEP(0) KILN_CONV_A2_STEP(1) KILN_CONV_A2_STEP(2) KILN_CONV_A2_STEP(3) \
+  "add $96, %[w]\n\t"                                                         \
+  "add $32, %[off]\n\t"                                                       \
+  "dec %[n4]\n\t"                                                             \
+  "jnz 1b\n\t"                                                                \
+  "2:\n\t"                                                                    \
+  "test %[n1], %[n1]\n\t"                                                     \
+  "jz 4f\n\t"                                                                 \
+  "3:\n\t"                                                                    \
+  KILN_CONV_A2_STEP(0)                                                         \
+  "add $24, %[w]\n\t"                                                         \
+  "add $8, %[off]\n\t"                                                        \
+  "dec %[n1]\n\t"                                                             \
+  "jnz 3b\n\t"                                                                \
+  "4:\n\t"
+#define KILN_CONV_A2_OPERANDS                                                      \
+  : [c00] "=&x"(c00), [c01] "=&x"(c01), [c10] "=&x"(c10), [c11] "=&x"(c11),       \
+    [c20] "=&x"(c20), [c21] "=&x"(c21), [c30] "=&x"(c30), [c31] "=&x"(c31),       \
+    [c40] "=&x"(c40), [c41] "=&x"(c41), [c50] "=&x"(c50), [c51] "=&x"(c51),       \
+    [b0] "=&x"(b0), [b1] "=&x"(b1), [t] "=&x"(t), [w] "+r"(w), [off] "+r"(off),   \
+    [n4] "+r"(n4), [n1] "+r"(n1), [o] "=&r"(o)                                    \
+  : [src] "r"(src), [init] "r"(init)                                              \
+  : "cc", "memory"
+
+/* Row I of the tile: residual and relu as st asks, then two stores. */
+#define KILN_CONV_A2_STORE(I, C0, C1)                                        \
+  do {                                                                       \
+    __m256 v0 = C0, v1 = C1;                                                 \
+    float* d = st->out + (I) * st->ldo;                                      \
+    const float* r = st->res ? st->res + (I) * st->ldr : NULL;               \
+    if (r && st->res_first) {                                                \
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(r));                            \
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(r + 8));                        \
+    }                                                                        \
+    if (st->relu) { /* max(0, v) returns v when v is NaN, as torch */        \
+      v0 = _mm256_max_ps(_mm256_setzero_ps(), v0);                           \
+      v1 = _mm256_max_ps(_mm256_setzero_ps(), v1);                           \
+    }                                                                        \
+    if (r && !st->res_first) {                                               \
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(r));                            \
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(r + 8));                        \
+    }                                                                        \
+    _mm256_storeu_ps(d, v0);                                                 \
+    _mm256_storeu_ps(d + 8, v1);                                             \
+  } while (0)
 
 void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
-                                 const int64_t* off, const float* bias6, float* out) {
+                                 const int64_t* off, const float* bias6, const float* cin,
+                                 const kiln_conv_store_t* st) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   int64_t n4 = k / 4, n1 = k % 4, o;
-  __asm__ volatile(
-      KILN_CONV_A2_INIT(0, c00, c01)
-      KILN_CONV_A2_INIT(1, c10, c11)
-      KILN_CONV_A2_INIT(2, c20, c21)
-      KILN_CONV_A2_INIT(3, c30, c31)
-      KILN_CONV_A2_INIT(4, c40, c41)
-      KILN_CONV_A2_INIT(5, c50, c51)
-      "test %[n4], %[n4]\n\t"
-      "jz 2f\n\t"
-      "1:\n\t"
-      KILN_CONV_A2_STEP(0) KILN_CONV_A2_STEP(1) KILN_CONV_A2_STEP(2) KILN_CONV_A2_STEP(3)
-      "add $96, %[w]\n\t"
-      "add $32, %[off]\n\t"
-      "dec %[n4]\n\t"
-      "jnz 1b\n\t"
-      "2:\n\t"
-      "test %[n1], %[n1]\n\t"
-      "jz 4f\n\t"
-      "3:\n\t"
-      KILN_CONV_A2_STEP(0)
-      "add $24, %[w]\n\t"
-      "add $8, %[off]\n\t"
-      "dec %[n1]\n\t"
-      "jnz 3b\n\t"
-      "4:\n\t"
-      : [c00] "=&x"(c00), [c01] "=&x"(c01), [c10] "=&x"(c10), [c11] "=&x"(c11),
-        [c20] "=&x"(c20), [c21] "=&x"(c21), [c30] "=&x"(c30), [c31] "=&x"(c31),
-        [c40] "=&x"(c40), [c41] "=&x"(c41), [c50] "=&x"(c50), [c51] "=&x"(c51),
-        [b0] "=&x"(b0), [b1] "=&x"(b1), [t] "=&x"(t), [w] "+r"(w), [off] "+r"(off),
-        [n4] "+r"(n4), [n1] "+r"(n1), [o] "=&r"(o)
-      : [src] "r"(src), [bias] "r"(bias6)
-      : "cc", "memory");
-  __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
-  for (int i = 0; i < 12; ++i) _mm256_storeu_ps(out + i * 8, acc[i]);
+  const float* init = cin ? cin : bias6;
+  /* The output rows are written right after the loop: when they are y
+   * (not a cached tile) ask for their lines now, so the stores do not
+   * stall on read-for-ownership misses. */
+  if (st->ldo != KILN_CONV_TILE_W)
+    for (int i = 0; i < 6; ++i) {
+      _mm_prefetch((const char*)(st->out + i * st->ldo), _MM_HINT_T0);
+      _mm_prefetch((const char*)(st->out + i * st->ldo + 15), _MM_HINT_T0);
+    }
+  if (cin) {
+    __asm__ volatile(
+        KILN_CONV_A2_LOAD(0, c00, c01) KILN_CONV_A2_LOAD(1, c10, c11)
+        KILN_CONV_A2_LOAD(2, c20, c21) KILN_CONV_A2_LOAD(3, c30, c31)
+        KILN_CONV_A2_LOAD(4, c40, c41) KILN_CONV_A2_LOAD(5, c50, c51)
+        KILN_CONV_A2_LOOP
+        KILN_CONV_A2_OPERANDS);
+  } else {
+    __asm__ volatile(
+        KILN_CONV_A2_INIT(0, c00, c01) KILN_CONV_A2_INIT(1, c10, c11)
+        KILN_CONV_A2_INIT(2, c20, c21) KILN_CONV_A2_INIT(3, c30, c31)
+        KILN_CONV_A2_INIT(4, c40, c41) KILN_CONV_A2_INIT(5, c50, c51)
+        KILN_CONV_A2_LOOP
+        KILN_CONV_A2_OPERANDS);
+  }
+  KILN_CONV_A2_STORE(0, c00, c01);
+  KILN_CONV_A2_STORE(1, c10, c11);
+  KILN_CONV_A2_STORE(2, c20, c21);
+  KILN_CONV_A2_STORE(3, c30, c31);
+  KILN_CONV_A2_STORE(4, c40, c41);
+  KILN_CONV_A2_STORE(5, c50, c51);
 }

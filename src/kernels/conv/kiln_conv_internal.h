@@ -2,12 +2,18 @@
  * kernels (kiln_conv_avx2.c) and the tests.
  *
  * The implicit-GEMM microkernel computes one tile of 6 output channels x 16
- * consecutive "virtual" output pixels:
- *     out[i][l] = bias6[i] + sum_{p < k} w[p * 6 + i] * src[off[p] + l]
- * w is one packed weight panel (kiln_conv.h), src points at the tile's
- * first pixel in the prepared input and off[p] is tap p's offset from it
+ * consecutive "virtual" output pixels over k taps:
+ *     out[i][l] = init[i][l] + sum_{p < k} w[p * 6 + i] * src[off[p] + l]
+ * with init = cin (6 x 16, a partial sum from earlier taps; may alias the
+ * output) or, when cin is NULL, bias6[i]. w is (the part at the first tap
+ * of) one packed weight panel (kiln_conv.h), src points at the tile's first
+ * pixel in the prepared input and off[p] is tap p's offset from it
  * (see kiln_conv.c: the prepared input is laid out so that every tap of
- * every pixel is such a constant offset). out is 6 x 16, row-major. */
+ * every pixel is such a constant offset). The tile is then written as st
+ * says: row i to st->out + i * st->ldo, with st->res's row i (ldr apart)
+ * added before or after a relu when given (it may alias the output: each
+ * element is read before it is written). A plain 6 x 16 tile is
+ * {buf, 16, NULL, 0, 0, 0}. */
 #ifndef KILN_CONV_INTERNAL_H
 #define KILN_CONV_INTERNAL_H
 
@@ -17,17 +23,29 @@
 
 #define KILN_CONV_TILE_W 16
 
+typedef struct kiln_conv_store_s {
+  float* out;
+  int64_t ldo;
+  const float* res; /* or NULL */
+  int64_t ldr;
+  int relu;      /* max(0, x), NaN kept */
+  int res_first; /* residual added before the relu */
+} kiln_conv_store_t;
+
 typedef void (*kiln_conv_ukernel_fn)(int64_t k, const float* w, const float* src,
-                                     const int64_t* off, const float* bias6, float* out);
+                                     const int64_t* off, const float* bias6, const float* cin,
+                                     const kiln_conv_store_t* st);
 
 /* Portable C (kiln_conv.c). */
 void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
-                                    const int64_t* off, const float* bias6, float* out);
+                                    const int64_t* off, const float* bias6, const float* cin,
+                                    const kiln_conv_store_t* st);
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_CONV_HAVE_X86 1
 /* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
 void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
-                                 const int64_t* off, const float* bias6, float* out);
+                                 const int64_t* off, const float* bias6, const float* cin,
+                                 const kiln_conv_store_t* st);
 #endif
 
 /* The microkernel for an ISA level (never NULL). */
