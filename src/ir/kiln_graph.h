@@ -41,6 +41,9 @@ typedef enum kiln_layout_e {
   KILN_LAYOUT_GEMM_PACKED_B,   /* kiln_gemm_f32_pack_b of the (K, N) matrix */
   KILN_LAYOUT_TRANSPOSED_2D,   /* a (K, N) matrix stored as its (N, K) transpose,
                                 * row-major: nn.Linear's weight, used in place */
+  KILN_LAYOUT_CONV2D_PACKED,   /* a conv2d weight (O, C / groups, kh, kw) as
+                                * kiln_conv2d_f32_pack_weight lays it out for
+                                * its node's groups */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 
