@@ -108,7 +108,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       else if (g->values[id].kind == KILN_VALUE_CONSTANT)
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
                 g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
-                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED
+                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
+                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16
                     ? "[packed]"
                     : "");
       else fprintf(out, "%s%%%d", i ? ", " : "", id);

@@ -18,6 +18,7 @@ typedef struct {
   const kiln_value_t* w;
   float* out;
   int64_t conv_groups; /* > 0: a CONV2D weight packed for this many groups */
+  int conv_panel;      /* and in panels of this many channels */
 } kiln_pack_job_t;
 
 static void kiln_pack_task(void* ctx, size_t task, int thread) {
@@ -26,7 +27,7 @@ static void kiln_pack_task(void* ctx, size_t task, int thread) {
   const kiln_value_t* w = job->w;
   if (job->conv_groups > 0) {
     kiln_conv2d_f32_pack_weight(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
-                                job->conv_groups, w->data, job->out);
+                                job->conv_groups, job->conv_panel, w->data, job->out);
     return;
   }
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
@@ -54,11 +55,24 @@ static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
   return l == KILN_LAYOUT_DENSE || l == KILN_LAYOUT_TRANSPOSED_2D;
 }
 
-/* The groups the conv weight of node n was packed for (0: not packed). */
-static int64_t kiln_pack_job_groups(const kiln_pack_job_t* jobs, int32_t n_jobs,
-                                    const kiln_graph_t* g, const kiln_node_t* n) {
+/* The panel width the conv kernel picks for node n's shape. */
+static int kiln_pack_conv_panel(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  const int64_t* p = n->params;
+  kiln_conv2d_f32_args_t a = {0};
+  a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+  a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3], a.ho = y->shape[2], a.wo = y->shape[3];
+  a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5], a.groups = p[6];
+  return kiln_conv2d_f32_panel_for(&a);
+}
+
+/* Whether node n's conv weight was packed for n's groups and panel. */
+static int kiln_pack_job_fits(const kiln_pack_job_t* jobs, int32_t n_jobs, const kiln_graph_t* g,
+                              const kiln_node_t* n) {
   for (int32_t j = 0; j < n_jobs; ++j)
-    if (jobs[j].w == &g->values[n->inputs[1]]) return jobs[j].conv_groups;
+    if (jobs[j].w == &g->values[n->inputs[1]])
+      return jobs[j].conv_groups == n->params[6] && jobs[j].conv_panel == kiln_pack_conv_panel(g, n);
   return 0;
 }
 
@@ -87,30 +101,33 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, kiln_gr
     const kiln_value_t* w = &g->values[wid];
     int64_t conv_groups = kiln_pack_conv_groups(g, n);
     size_t bytes = kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    int conv_panel = conv_groups > 0 ? kiln_pack_conv_panel(g, n) : 0;
     if (conv_groups > 0)
       bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
-                                          conv_groups);
+                                          conv_groups, conv_panel);
     void* buf;
     s = kiln_allocator_malloc(g->allocator, bytes, &buf);
     if (s) break;
     s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
-                                      conv_groups > 0 ? KILN_LAYOUT_CONV2D_PACKED
-                                                      : KILN_LAYOUT_GEMM_PACKED_B,
+                                      conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
+                                      : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
+                                                   : KILN_LAYOUT_GEMM_PACKED_B,
                                       buf, bytes, &packed_of[wid]);
     if (s) break;
     jobs[n_jobs].w = w;
     jobs[n_jobs].out = buf;
     jobs[n_jobs].conv_groups = conv_groups;
+    jobs[n_jobs].conv_panel = conv_panel;
     n_jobs++;
   }
   if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);
   *out_packed = n_jobs;
   for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    /* A weight shared by convs of different groups was packed for the
-     * first: the others keep it dense. */
-    if (!kiln_pack_wanted(g, n) || (kiln_pack_conv_groups(g, n) > 0 &&
-                                     kiln_pack_job_groups(jobs, n_jobs, g, n) != n->params[6])) {
+    /* A weight shared by convs of different groups or shapes was packed
+     * for the first: the others keep it dense. */
+    if (!kiln_pack_wanted(g, n) ||
+        (kiln_pack_conv_groups(g, n) > 0 && !kiln_pack_job_fits(jobs, n_jobs, g, n))) {
       s = kiln_rewriter_copy_node(&rw, n);
       continue;
     }

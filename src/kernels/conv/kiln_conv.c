@@ -63,6 +63,16 @@
 #endif
 #define KILN_CONV_W_BYTES ((int64_t)192 << 10)
 #define KILN_CONV_PART_BYTES ((int64_t)64 << 10)
+/* Taps per K block of the channel-vector kernel: a kc x 16 weight block is
+ * 64 kc bytes of L1. */
+#ifndef KILN_CONV_CT_KC
+#define KILN_CONV_CT_KC 256
+#endif
+/* How much more of its multiply-adds the channel-vector kernel must put on
+ * real outputs to be chosen (kiln_conv2d_f32_panel_for). */
+#ifndef KILN_CONV_CT_MARGIN
+#define KILN_CONV_CT_MARGIN 1.1
+#endif
 /* Floats per preparation / packing task, so hand-out stays cheap. */
 #define KILN_CONV_PREP_FLOATS ((int64_t)16 << 10)
 
@@ -99,6 +109,32 @@ void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
   }
 }
 
+void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
+                                       const int64_t* off, const float* bias16,
+                                       const float* cin, float* out) {
+  float acc[6][KILN_CONV_PANEL_WIDE];
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < KILN_CONV_PANEL_WIDE; ++j)
+      acc[i][j] = cin ? cin[i * KILN_CONV_PANEL_WIDE + j] : bias16[j];
+  for (int64_t p = 0; p < k; ++p) {
+    const float* wr = w + p * KILN_CONV_PANEL_WIDE;
+    for (int i = 0; i < 6; ++i) {
+      const float xv = px[i][off[p]];
+      for (int j = 0; j < KILN_CONV_PANEL_WIDE; ++j) acc[i][j] += xv * wr[j];
+    }
+  }
+  memcpy(out, acc, sizeof(acc));
+}
+
+kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa) {
+#ifdef KILN_CONV_HAVE_X86
+  if (isa >= KILN_ISA_AVX2) return kiln_conv_ukernel_ct_6x16_avx2;
+#else
+  (void)isa;
+#endif
+  return kiln_conv_ukernel_ct_6x16_generic;
+}
+
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa) {
 #ifdef KILN_CONV_HAVE_X86
   if (isa >= KILN_ISA_AVX2) return kiln_conv_ukernel_6x16_avx2;
@@ -110,18 +146,19 @@ kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa) {
 
 /* ---- weight packing ---------------------------------------------------------- */
 
-size_t kiln_conv2d_f32_packed_size(int64_t o, int64_t k, int64_t groups) {
+size_t kiln_conv2d_f32_packed_size(int64_t o, int64_t k, int64_t groups, int panel) {
   if (o < 0 || k < 0 || groups < 1 || o % groups) return 0;
-  const int64_t P = KILN_CONV_PANEL_O, nq = (o / groups + P - 1) / P;
+  if (panel != KILN_CONV_PANEL_O && panel != KILN_CONV_PANEL_WIDE) return 0;
+  const int64_t P = panel, nq = (o / groups + P - 1) / P;
   const int64_t lim = INT64_MAX / (int64_t)sizeof(float) / P;
   if (nq && groups > lim / nq) return 0;
   if (k && groups * nq > lim / k) return 0;
   return (size_t)(groups * nq * k * P) * sizeof(float);
 }
 
-static void kiln_conv_pack_panels(int64_t o, int64_t k, int64_t groups, const float* w,
-                                  int64_t pan0, int64_t pan1, float* out) {
-  const int64_t P = KILN_CONV_PANEL_O, og = o / groups, nq = (og + P - 1) / P;
+static void kiln_conv_pack_panels(int64_t o, int64_t k, int64_t groups, int64_t P,
+                                  const float* w, int64_t pan0, int64_t pan1, float* out) {
+  const int64_t og = o / groups, nq = (og + P - 1) / P;
   for (int64_t pan = pan0; pan < pan1; ++pan) {
     const int64_t g = pan / nq, q = pan % nq;
     float* dst = out + pan * k * P;
@@ -137,15 +174,15 @@ static void kiln_conv_pack_panels(int64_t o, int64_t k, int64_t groups, const fl
   }
 }
 
-void kiln_conv2d_f32_pack_weight(int64_t o, int64_t k, int64_t groups, const float* w,
-                                 float* out) {
-  const int64_t nq = (o / groups + KILN_CONV_PANEL_O - 1) / KILN_CONV_PANEL_O;
-  kiln_conv_pack_panels(o, k, groups, w, 0, groups * nq, out);
+void kiln_conv2d_f32_pack_weight(int64_t o, int64_t k, int64_t groups, int panel,
+                                 const float* w, float* out) {
+  const int64_t nq = (o / groups + panel - 1) / panel;
+  kiln_conv_pack_panels(o, k, groups, panel, w, 0, groups * nq, out);
 }
 
 typedef struct {
   const kiln_conv2d_f32_args_t* a;
-  int64_t k, per, panels;
+  int64_t k, p, per, panels;
   float* out;
 } kiln_conv_pack_t;
 
@@ -153,7 +190,7 @@ static void kiln_conv_pack_task(void* p, size_t task, int thread) {
   (void)thread;
   const kiln_conv_pack_t* t = p;
   int64_t p0 = (int64_t)task * t->per, p1 = p0 + t->per < t->panels ? p0 + t->per : t->panels;
-  kiln_conv_pack_panels(t->a->o, t->k, t->a->groups, t->a->weight, p0, p1, t->out);
+  kiln_conv_pack_panels(t->a->o, t->k, t->a->groups, t->p, t->a->weight, p0, p1, t->out);
 }
 
 /* ---- depthwise: direct loop per (n, c) plane --------------------------- */
@@ -235,6 +272,9 @@ typedef struct {
   const kiln_conv2d_f32_args_t* a;
   kiln_gemm_epilogue_fn epilogue;
   kiln_conv_ukernel_fn ukernel;
+  kiln_conv_ukernel_ct_fn ukernel_ct;
+  int64_t P;                /* weight panel width: 6 pixel-vector, 16 channel-vector */
+  const int64_t* vpos;      /* channel-vector: each output pixel's virtual index */
   int64_t cg, og, k, nq, howo;
   int64_t hq, wq, ps;       /* phase plane: hq x wq, ps = hq * wq floats */
   int64_t nra, nrb;         /* row / column phases kept */
@@ -369,6 +409,80 @@ static void kiln_conv_compute_task(void* p, size_t task, int thread) {
   }
 }
 
+/* Writes a finished channel-vector tile (np pixels at pos[], rows channels
+ * from o0; tmp is pixel-major) to y: the residual gathered first (y may be
+ * the residual), then the epilogue over the tile, then the scatter. */
+static void kiln_conv_ct_store(const kiln_conv_ctx_t* t, int64_t o0, int64_t rows,
+                               const int64_t* pos, int64_t np, float* tmp, float* rt) {
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t W = KILN_CONV_PANEL_WIDE, howo = t->howo;
+  const float* r = NULL;
+  if (t->res) {
+    for (int64_t j = 0; j < rows; ++j) {
+      const float* rj = t->res + (o0 + j) * howo;
+      for (int64_t i = 0; i < np; ++i) rt[i * W + j] = rj[pos[i]];
+    }
+    if (a->residual_before_act) {
+      for (int64_t i = 0; i < np; ++i)
+        for (int64_t j = 0; j < rows; ++j) tmp[i * W + j] += rt[i * W + j];
+    } else {
+      r = rt;
+    }
+  }
+  if (r || a->act != KILN_ACT_NONE) t->epilogue(np, rows, tmp, W, tmp, W, NULL, r, W, a->act);
+  for (int64_t j = 0; j < rows; ++j) {
+    float* yj = t->y + (o0 + j) * howo;
+    for (int64_t i = 0; i < np; ++i) yj[pos[i]] = tmp[i * W + j];
+  }
+}
+
+/* Channel-vector tasks: tile ti is output pixels [6 ti, 6 ti + 6) (the last
+ * one padded by repeating its last pixel), a task a block of tiles x a
+ * range of 16-channel panels. Panel outermost, then K blocks: the panel's
+ * kc x 16 weights stay in L1 across the block's tiles (the GEMM's order,
+ * the weights as its packed B); partial sums wait in part per tile. */
+static void kiln_conv_ct_task(void* p, size_t task, int thread) {
+  const kiln_conv_ctx_t* t = p;
+  const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = t->k, howo = t->howo;
+  int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
+  int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
+  int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc;
+  _Alignas(64) float tmp[6 * KILN_CONV_PANEL_WIDE];
+  _Alignas(64) float rt[6 * KILN_CONV_PANEL_WIDE];
+  float bias16[KILN_CONV_PANEL_WIDE];
+  float* part = t->part ? t->part + (int64_t)thread * t->part_fl : NULL;
+  for (int64_t q = q0; q < q1; ++q) {
+    const float* wp = t->wpk + (t->g * t->nq + q) * K * W;
+    int64_t rows = t->og - q * W < W ? t->og - q * W : W;
+    for (int64_t j = 0; j < W; ++j) bias16[j] = t->bias && j < rows ? t->bias[q * W + j] : 0.0f;
+    for (int64_t kb = 0; kb < K; kb += t->kc) {
+      int64_t kcur = K - kb < t->kc ? K - kb : t->kc;
+      int first = kb == 0, last = kb + kcur == K;
+      /* While the block's tiles run, pull the next K block's weights (the
+       * next kcur lines, on into the next panel: panels are contiguous)
+       * into L2 a slice per tile: the late layers' weights come from
+       * memory once, and without this the first tile of each block waits
+       * for them. */
+      const char* pf = q + 1 < q1 || !last ? (const char*)(wp + (kb + kcur) * W) : NULL;
+      int64_t pf_lines = kcur, pf_step = pf_lines / (t1 - t0) + 1, pf_done = 0;
+      for (int64_t ti = t0; ti < t1; ++ti) {
+        for (int64_t l = 0; pf && l < pf_step && pf_done < pf_lines; ++l, ++pf_done)
+          __builtin_prefetch(pf + pf_done * 64, 0, 2);
+        const float* px[6];
+        int64_t pos[6], np = howo - ti * M < M ? howo - ti * M : M;
+        for (int64_t i = 0; i < M; ++i) {
+          pos[i] = ti * M + (i < np ? i : np - 1);
+          px[i] = t->src + t->vpos[pos[i]];
+        }
+        float* acc = part ? part + (ti - t0) * M * W : NULL;
+        t->ukernel_ct(kcur, wp + kb * W, px, t->off + kb, bias16, first ? NULL : acc,
+                      last ? tmp : acc);
+        if (last) kiln_conv_ct_store(t, q * W, rows, pos, np, tmp, rt);
+      }
+    }
+  }
+}
+
 /* Index of `val` in list[0, *n), appending it when absent. */
 static int64_t kiln_conv_phase_index(int64_t* list, int64_t* n, int64_t val) {
   for (int64_t i = 0; i < *n; ++i)
@@ -391,9 +505,27 @@ static int64_t kiln_conv_phase_count(int64_t k, int64_t d, int64_t s) {
 static int64_t kiln_conv_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t kiln_conv_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
+/* Fraction of multiply-adds that land on real outputs, per orientation:
+ * pixel-vector tiles cover Ho x Wq virtual pixels in 16s and channels in
+ * 6s; channel-vector tiles cover the Ho x Wo pixels in 6s and channels in
+ * 16s. The channel-vector kernel pays a scatter per tile and reads its
+ * inputs by broadcast, so it must win clearly. */
+int kiln_conv2d_f32_panel_for(const kiln_conv2d_f32_args_t* a) {
+  if (a->groups < 1 || a->o < a->groups || a->ho < 1 || a->wo < 1 || a->sw < 1 || a->dw < 1)
+    return KILN_CONV_PANEL_O;
+  const int64_t og = a->o / a->groups, howo = a->ho * a->wo;
+  const int64_t wq = a->wo + (a->kw - 1) * a->dw / a->sw;
+  double pv = (double)howo / (double)(kiln_conv_cdiv(a->ho * wq, KILN_CONV_TILE_W) *
+                                      KILN_CONV_TILE_W) *
+              (double)og / (double)(kiln_conv_cdiv(og, KILN_CONV_PANEL_O) * KILN_CONV_PANEL_O);
+  double ct = (double)howo / (double)(kiln_conv_cdiv(howo, 6) * 6) * (double)og /
+              (double)(kiln_conv_cdiv(og, KILN_CONV_PANEL_WIDE) * KILN_CONV_PANEL_WIDE);
+  return ct > pv * KILN_CONV_CT_MARGIN ? KILN_CONV_PANEL_WIDE : KILN_CONV_PANEL_O;
+}
+
 void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->n <= 0 || a->o <= 0 || a->ho <= 0 || a->wo <= 0) return;
-  const int64_t G = a->groups, P = KILN_CONV_PANEL_O, T = KILN_CONV_TILE_W;
+  const int64_t G = a->groups, T = KILN_CONV_TILE_W;
   if (G == a->c && G == a->o) {
     kiln_conv_depthwise(a, pool);
     return;
@@ -403,6 +535,10 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   t.a = a;
   t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.ukernel = kiln_conv_ukernel_for(kiln_cpu_isa());
+  t.ukernel_ct = kiln_conv_ukernel_ct_for(kiln_cpu_isa());
+  const int64_t P = a->weight_packed ? a->weight_packed : kiln_conv2d_f32_panel_for(a);
+  const int ct = P == KILN_CONV_PANEL_WIDE;
+  t.P = P;
   t.cg = a->c / G, t.og = a->o / G, t.k = t.cg * a->kh * a->kw, t.howo = a->ho * a->wo;
   t.nq = kiln_conv_cdiv(t.og, P);
   t.hq = a->ho + (a->kh - 1) * a->dh / a->sh;
@@ -413,42 +549,61 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   t.cstride = t.nra * t.nrb * t.ps;
   const int threads = kiln_pool_size(pool);
 
-  /* Blocking (see the top of the file). K blocks: a tile reads, per input
-   * channel, kh rows of each column phase, each a run of 16 pixels plus
-   * the column taps' spread: keep kc taps' worth within the L1 budget. */
-  int64_t ch_bytes = a->kh * t.nrb * (2 * T + (a->kw - 1) * a->dw / a->sw) * 4;
-  int64_t kch = KILN_CONV_L1_BYTES / ch_bytes > 1 ? KILN_CONV_L1_BYTES / ch_bytes : 1;
-  t.kc = kch * a->kh * a->kw;
-  if (t.kc >= t.k) t.kc = t.k;
-  else t.kc = kiln_conv_cdiv(t.k, kiln_conv_cdiv(t.k, t.kc)); /* even blocks */
-  const int multi = t.kc < t.k;
-  /* Panel ranges: a range's weights for one K block within the L2 budget. */
-  int64_t nqc = KILN_CONV_W_BYTES / (t.kc * P * 4);
-  if (nqc < 1) nqc = 1;
-  t.noc = kiln_conv_cdiv(t.nq, nqc);
-  /* Tile blocks: the block's rows of prepared input within the budget, and
-   * with several K blocks its partial sums too. */
-  t.nt = kiln_conv_cdiv(a->ho * t.wq, T);
-  int64_t per_row = t.cg * t.nra * t.nrb * t.wq;
+  /* Blocking (see the top of the file). */
+  int64_t per_row = t.cg * t.nra * t.nrb * t.wq; /* prepared floats per output row */
   int64_t rows = KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
   if (rows < 1) rows = 1;
-  t.tb = kiln_conv_cdiv(rows * t.wq, T);
-  if (multi) {
-    int64_t tb = KILN_CONV_PART_BYTES / (kiln_conv_cdiv(t.nq, t.noc) * P * T * 4);
-    if (t.tb > tb) t.tb = tb > 1 ? tb : 1;
+  int multi;
+  if (ct) {
+    /* Channel-vector: K blocks of the GEMM's 256 (a kc x 16 weight block
+     * is 16 KiB of L1); tiles of 6 pixels, a block's rows of prepared input
+     * within the budget, partial sums per tile. */
+    t.kc = t.k <= KILN_CONV_CT_KC ? t.k : kiln_conv_cdiv(t.k, kiln_conv_cdiv(t.k, KILN_CONV_CT_KC));
+    multi = t.kc < t.k;
+    t.noc = 1;
+    t.nt = kiln_conv_cdiv(t.howo, 6);
+    /* Every block streams all the weights (megabytes in the late layers):
+     * allow twice the input budget before splitting. */
+    int64_t rows_ct = 2 * KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
+    t.tb = kiln_conv_cdiv((rows_ct > 1 ? rows_ct : 1) * a->wo, 6);
+    if (multi && t.tb > KILN_CONV_PART_BYTES / (6 * KILN_CONV_PANEL_WIDE * 4))
+      t.tb = KILN_CONV_PART_BYTES / (6 * KILN_CONV_PANEL_WIDE * 4);
+  } else {
+    /* Pixel-vector. K blocks: a tile reads, per input channel, kh rows of
+     * each column phase, each a run of 16 pixels plus the column taps'
+     * spread: keep kc taps' worth within the L1 budget. */
+    int64_t ch_bytes = a->kh * t.nrb * (2 * T + (a->kw - 1) * a->dw / a->sw) * 4;
+    int64_t kch = KILN_CONV_L1_BYTES / ch_bytes > 1 ? KILN_CONV_L1_BYTES / ch_bytes : 1;
+    t.kc = kch * a->kh * a->kw;
+    if (t.kc >= t.k) t.kc = t.k;
+    else t.kc = kiln_conv_cdiv(t.k, kiln_conv_cdiv(t.k, t.kc)); /* even blocks */
+    multi = t.kc < t.k;
+    /* Panel ranges: a range's weights for one K block within the L2 budget. */
+    int64_t nqc = KILN_CONV_W_BYTES / (t.kc * P * 4);
+    if (nqc < 1) nqc = 1;
+    t.noc = kiln_conv_cdiv(t.nq, nqc);
+    /* Tile blocks: the block's rows of prepared input within the budget,
+     * and with several K blocks its partial sums too. */
+    t.nt = kiln_conv_cdiv(a->ho * t.wq, T);
+    t.tb = kiln_conv_cdiv(rows * t.wq, T);
+    if (multi) {
+      int64_t tb = KILN_CONV_PART_BYTES / (kiln_conv_cdiv(t.nq, t.noc) * P * T * 4);
+      if (t.tb > tb) t.tb = tb > 1 ? tb : 1;
+    }
   }
   if (t.tb > t.nt) t.tb = t.nt;
   int64_t nb = kiln_conv_cdiv(t.nt, t.tb);
   /* Enough tasks that the threads' shares come out even (the late layers
-   * have one block of 4 tiles and 86 panels). */
+   * have one block of tiles and many panels). */
   while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
-  t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_cdiv(t.nq, t.noc) * P * T) : 0;
+  if (ct) t.part_fl = multi ? kiln_conv_align16(t.tb * 6 * KILN_CONV_PANEL_WIDE) : 0;
+  else t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_cdiv(t.nq, t.noc) * P * T) : 0;
 
-  /* Scratch: tap offsets and phase tables (int64), packed weights when
-   * given dense, partial sums, the prepared input and its tail slack: the
-   * last tile's garbage lanes read up to wq - wo + 15 floats past the last
-   * plane. */
-  const int64_t n_int = t.k + 2 * (a->kh + a->kw);
+  /* Scratch: tap offsets, phase tables and (channel-vector) pixel places
+   * (int64), packed weights when given dense, partial sums, the prepared
+   * input and its tail slack: the last pixel-vector tile's garbage lanes
+   * read up to wq - wo + 15 floats past the last plane. */
+  const int64_t n_int = t.k + 2 * (a->kh + a->kw) + (ct ? t.howo : 0);
   const int64_t int_fl = kiln_conv_align16(2 * n_int);
   const int64_t w_fl = a->weight_packed ? 0 : kiln_conv_align16(G * t.nq * t.k * P);
   const int64_t part_all = t.part_fl * threads;
@@ -473,6 +628,12 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
         off[p] = c * t.cstride + (pu[u] * t.nrb + pv[v]) * t.ps + u * a->dh / a->sh * t.wq +
                  v * a->dw / a->sw;
   t.off = off;
+  if (ct) {
+    int64_t* vpos = pv + a->kw;
+    for (int64_t oy = 0, i = 0; oy < a->ho; ++oy)
+      for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = oy * t.wq + ox;
+    t.vpos = vpos;
+  }
   float* wbuf = scratch + int_fl;
   t.part = part_all ? wbuf + w_fl : NULL;
   t.src = wbuf + w_fl + part_all;
@@ -480,7 +641,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->weight_packed) {
     t.wpk = a->weight;
   } else {
-    kiln_conv_pack_t pk = {a, t.k, 1, G * t.nq, wbuf};
+    kiln_conv_pack_t pk = {a, t.k, P, 1, G * t.nq, wbuf};
     pk.per = KILN_CONV_PREP_FLOATS / (t.k * P) > 1 ? KILN_CONV_PREP_FLOATS / (t.k * P) : 1;
     kiln_pool_parallel_for(pool, (size_t)kiln_conv_cdiv(pk.panels, pk.per), kiln_conv_pack_task,
                            &pk);
@@ -498,7 +659,8 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
       t.bias = a->bias ? a->bias + g * t.og : NULL;
       kiln_pool_parallel_for(pool, (size_t)kiln_conv_cdiv(t.cg, t.prep_per), kiln_conv_prep_task,
                              &t);
-      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), kiln_conv_compute_task, &t);
+      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), ct ? kiln_conv_ct_task
+                                                            : kiln_conv_compute_task, &t);
     }
   }
   kiln_scratch_put(&kiln_conv_scratch_, blk);

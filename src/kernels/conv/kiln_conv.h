@@ -45,24 +45,32 @@ typedef struct kiln_conv2d_f32_args_s {
   float* y;
   kiln_activation_t act;
   int residual_before_act; /* 1: y = act(conv + bias + residual) */
-  int weight_packed;       /* 1: weight is kiln_conv2d_f32_pack_weight's output */
+  int weight_packed;       /* 0: dense; else the panel width of
+                            * kiln_conv2d_f32_pack_weight's output */
 } kiln_conv2d_f32_args_t;
 
 void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
 
 /* Packed weights (the same on every ISA, so a packed .kiln artifact runs
  * anywhere). With K = Cg * kh * kw taps in (c, u, v) order, Og = O / groups
- * and panels of KILN_CONV_PANEL_O output channels per group
- * (nq = ceil(Og / 6)), the weight of output channel g * Og + 6 q + i at tap
- * p sits at
- *     out[((g * nq + q) * K + p) * 6 + i]
- * and rows past Og in a group's last panel are zero: the microkernel reads
- * one panel as K rows of 6 broadcasts. kiln_conv2d_f32_packed_size returns 0
- * when the size would overflow (the caller treats it as a mismatch). */
+ * and panels of `panel` (6 or 16) output channels per group
+ * (nq = ceil(Og / panel)), the weight of output channel g * Og + panel * q + i
+ * at tap p sits at
+ *     out[((g * nq + q) * K + p) * panel + i]
+ * and rows past Og in a group's last panel are zero. Panels of 6 feed the
+ * pixel-vector microkernel (6 channels broadcast against 16 pixels), panels
+ * of 16 the channel-vector one (16 channels a vector, 6 pixels broadcast).
+ * kiln_conv2d_f32_panel_for picks the better for a shape (args' sizes,
+ * strides, padding, dilation and groups; no pointers); the compiler packs
+ * for its choice, and a dense weight is packed per call for it.
+ * kiln_conv2d_f32_packed_size returns 0 for a bad panel or when the size
+ * would overflow (the caller treats it as a mismatch). */
 #define KILN_CONV_PANEL_O 6
-size_t kiln_conv2d_f32_packed_size(int64_t o, int64_t k, int64_t groups);
-void kiln_conv2d_f32_pack_weight(int64_t o, int64_t k, int64_t groups, const float* w,
-                                 float* out);
+#define KILN_CONV_PANEL_WIDE 16
+int kiln_conv2d_f32_panel_for(const kiln_conv2d_f32_args_t* args);
+size_t kiln_conv2d_f32_packed_size(int64_t o, int64_t k, int64_t groups, int panel);
+void kiln_conv2d_f32_pack_weight(int64_t o, int64_t k, int64_t groups, int panel,
+                                 const float* w, float* out);
 
 /* The scalar reference: seven plain loops, double accumulation (reads
  * packed weights too). */

@@ -119,3 +119,99 @@ void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
   KILN_CONV_A2_STORE(4, c40, c41);
   KILN_CONV_A2_STORE(5, c50, c51);
 }
+
+/* The channel-vector microkernel: 6 output pixels (any six, each at its
+ * own place in the prepared input) x 16 output channels, the weights a
+ * 16-wide panel row per tap, the pixels broadcast. 12 ymm accumulators
+ * (pixel i: channels 0-7 and 8-15), 2 ymm for the weight row, 1 for the
+ * broadcast; six base registers, one per pixel. */
+#define KILN_CONV_CT_ROW(I, C0, C1)                        \
+  "vbroadcastss (%[s" #I "],%[o],4), %[t]\n\t"             \
+  "vfmadd231ps %[b0], %[t], %[" #C0 "]\n\t"                \
+  "vfmadd231ps %[b1], %[t], %[" #C1 "]\n\t"
+#define KILN_CONV_CT_STEP(P)                               \
+  "mov 8*" #P "(%[off]), %[o]\n\t"                         \
+  "vmovups 64*" #P "(%[w]), %[b0]\n\t"                     \
+  "vmovups 64*" #P "+32(%[w]), %[b1]\n\t"                  \
+  KILN_CONV_CT_ROW(0, c00, c01)                            \
+  KILN_CONV_CT_ROW(1, c10, c11)                            \
+  KILN_CONV_CT_ROW(2, c20, c21)                            \
+  KILN_CONV_CT_ROW(3, c30, c31)                            \
+  KILN_CONV_CT_ROW(4, c40, c41)                            \
+  KILN_CONV_CT_ROW(5, c50, c51)
+#define KILN_CONV_CT_INIT(I, C0, C1)                       \
+  "vmovups (%[init]), %[" #C0 "]\n\t"                      \
+  "vmovups 32(%[init]), %[" #C1 "]\n\t"
+/* One counter (k itself) for both loops: GCC allows 30 asm operands and
+ * the six pixel bases use up the second. */
+#define KILN_CONV_CT_LOOP                                                      \
+  "cmp $4, %[k]\n\t"                                                          \
+  "jb 2f\n\t"                                                                 \
+  "1:\n\t"                                                                    \
+  KILN_CONV_CT_STEP(0) KILN_CONV_CT_STEP(1) KILN_CONV_CT_STEP(2) KILN_CONV_CT_STEP(3) \
+  "add $256, %[w]\n\t"                                                        \
+  "add $32, %[off]\n\t"                                                       \
+  "sub $4, %[k]\n\t"                                                          \
+  "cmp $4, %[k]\n\t"                                                          \
+  "jae 1b\n\t"                                                                \
+  "2:\n\t"                                                                    \
+  "test %[k], %[k]\n\t"                                                       \
+  "jz 4f\n\t"                                                                 \
+  "3:\n\t"                                                                    \
+  KILN_CONV_CT_STEP(0)                                                        \
+  "add $64, %[w]\n\t"                                                         \
+  "add $8, %[off]\n\t"                                                        \
+  "dec %[k]\n\t"                                                              \
+  "jnz 3b\n\t"                                                                \
+  "4:\n\t"
+#define KILN_CONV_CT_OPERANDS                                                      \
+  : [c00] "=&x"(c00), [c01] "=&x"(c01), [c10] "=&x"(c10), [c11] "=&x"(c11),       \
+    [c20] "=&x"(c20), [c21] "=&x"(c21), [c30] "=&x"(c30), [c31] "=&x"(c31),       \
+    [c40] "=&x"(c40), [c41] "=&x"(c41), [c50] "=&x"(c50), [c51] "=&x"(c51),       \
+    [b0] "=&x"(b0), [b1] "=&x"(b1), [t] "=&x"(t), [w] "+r"(w), [off] "+r"(off),   \
+    [k] "+r"(k), [o] "=&r"(o)                                                     \
+  : [s0] "r"(px[0]), [s1] "r"(px[1]), [s2] "r"(px[2]), [s3] "r"(px[3]),           \
+    [s4] "r"(px[4]), [s5] "r"(px[5]), [init] "r"(init)                            \
+  : "cc", "memory"
+
+void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
+                                    const int64_t* off, const float* bias16, const float* cin,
+                                    float* out) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
+  int64_t o;
+  const float* init = bias16;
+  if (cin) {
+    __asm__ volatile(
+        KILN_CONV_A2_LOAD(0, c00, c01) KILN_CONV_A2_LOAD(1, c10, c11)
+        KILN_CONV_A2_LOAD(2, c20, c21) KILN_CONV_A2_LOAD(3, c30, c31)
+        KILN_CONV_A2_LOAD(4, c40, c41) KILN_CONV_A2_LOAD(5, c50, c51)
+        KILN_CONV_CT_LOOP
+        : [c00] "=&x"(c00), [c01] "=&x"(c01), [c10] "=&x"(c10), [c11] "=&x"(c11),
+          [c20] "=&x"(c20), [c21] "=&x"(c21), [c30] "=&x"(c30), [c31] "=&x"(c31),
+          [c40] "=&x"(c40), [c41] "=&x"(c41), [c50] "=&x"(c50), [c51] "=&x"(c51),
+          [b0] "=&x"(b0), [b1] "=&x"(b1), [t] "=&x"(t), [w] "+r"(w), [off] "+r"(off),
+          [k] "+r"(k), [o] "=&r"(o)
+        : [s0] "r"(px[0]), [s1] "r"(px[1]), [s2] "r"(px[2]), [s3] "r"(px[3]),
+          [s4] "r"(px[4]), [s5] "r"(px[5]), [init] "r"(cin)
+        : "cc", "memory");
+  } else {
+    __asm__ volatile(
+        KILN_CONV_CT_INIT(0, c00, c01) KILN_CONV_CT_INIT(1, c10, c11)
+        KILN_CONV_CT_INIT(2, c20, c21) KILN_CONV_CT_INIT(3, c30, c31)
+        KILN_CONV_CT_INIT(4, c40, c41) KILN_CONV_CT_INIT(5, c50, c51)
+        KILN_CONV_CT_LOOP
+        KILN_CONV_CT_OPERANDS);
+  }
+  _mm256_storeu_ps(out + 0, c00);
+  _mm256_storeu_ps(out + 8, c01);
+  _mm256_storeu_ps(out + 16, c10);
+  _mm256_storeu_ps(out + 24, c11);
+  _mm256_storeu_ps(out + 32, c20);
+  _mm256_storeu_ps(out + 40, c21);
+  _mm256_storeu_ps(out + 48, c30);
+  _mm256_storeu_ps(out + 56, c31);
+  _mm256_storeu_ps(out + 64, c40);
+  _mm256_storeu_ps(out + 72, c41);
+  _mm256_storeu_ps(out + 80, c50);
+  _mm256_storeu_ps(out + 88, c51);
+}

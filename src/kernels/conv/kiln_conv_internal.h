@@ -36,19 +36,37 @@ typedef void (*kiln_conv_ukernel_fn)(int64_t k, const float* w, const float* src
                                      const int64_t* off, const float* bias6, const float* cin,
                                      const kiln_conv_store_t* st);
 
+/* The channel-vector microkernel: 6 output pixels x 16 output channels,
+ *     out[i][j] = init[i][j] + sum_{p < k} w[p * 16 + j] * px[i][off[p]]
+ * with init = cin (6 x 16) or, when cin is NULL, bias16[j]; w is (the part
+ * at the first tap of) one 16-channel packed panel, px[i] points at pixel
+ * i's place in the prepared input. out is 6 x 16 row-major (pixel-major);
+ * the driver scatters it into NCHW. Used where the pixel-vector tiles
+ * would waste lanes (small or narrow outputs). */
+typedef void (*kiln_conv_ukernel_ct_fn)(int64_t k, const float* w, const float* const* px,
+                                        const int64_t* off, const float* bias16,
+                                        const float* cin, float* out);
+
 /* Portable C (kiln_conv.c). */
+void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
+                                       const int64_t* off, const float* bias16,
+                                       const float* cin, float* out);
 void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
                                     const int64_t* off, const float* bias6, const float* cin,
                                     const kiln_conv_store_t* st);
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_CONV_HAVE_X86 1
 /* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
+void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
+                                    const int64_t* off, const float* bias16,
+                                    const float* cin, float* out);
 void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
                                  const int64_t* off, const float* bias6, const float* cin,
                                  const kiln_conv_store_t* st);
 #endif
 
-/* The microkernel for an ISA level (never NULL). */
+/* The microkernels for an ISA level (never NULL). */
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
+kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
 
 #endif /* KILN_CONV_INTERNAL_H */

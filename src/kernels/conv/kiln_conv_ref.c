@@ -10,7 +10,7 @@
 static float kiln_conv_ref_weight(const kiln_conv2d_f32_args_t* a, int64_t o, int64_t p) {
   const int64_t og = a->o / a->groups, k = a->c / a->groups * a->kh * a->kw;
   if (!a->weight_packed) return a->weight[o * k + p];
-  const int64_t P = KILN_CONV_PANEL_O, nq = (og + P - 1) / P, g = o / og, r = o % og;
+  const int64_t P = a->weight_packed, nq = (og + P - 1) / P, g = o / og, r = o % og;
   return a->weight[((g * nq + r / P) * k + p) * P + r % P];
 }
 
