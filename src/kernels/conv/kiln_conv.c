@@ -206,9 +206,9 @@ static void kiln_conv_dw_task(void* p, size_t task, int thread) {
   const int64_t plane = (int64_t)task, ch = plane % a->c;
   const int64_t H = a->h, W = a->w, Wo = a->wo;
   const float* x = a->x + plane * H * W;
-  /* Packed weights of a depthwise conv are one 6-row panel per channel
-   * with only row 0 used (see kiln_conv.h). */
-  const int64_t ws = a->weight_packed ? KILN_CONV_PANEL_O : 1;
+  /* Packed weights of a depthwise conv are one panel per channel with only
+   * row 0 used (see kiln_conv.h). */
+  const int64_t ws = a->weight_packed ? a->weight_packed : 1;
   const float* w = a->weight + ch * a->kh * a->kw * ws;
   const float b = a->bias ? a->bias[ch] : 0.0f;
   float* acc = t->tmp + (int64_t)thread * Wo;
@@ -505,11 +505,16 @@ static int64_t kiln_conv_phase_count(int64_t k, int64_t d, int64_t s) {
 static int64_t kiln_conv_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t kiln_conv_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
-/* Fraction of multiply-adds that land on real outputs, per orientation:
- * pixel-vector tiles cover Ho x Wq virtual pixels in 16s and channels in
- * 6s; channel-vector tiles cover the Ho x Wo pixels in 6s and channels in
- * 16s. The channel-vector kernel pays a scatter per tile and reads its
- * inputs by broadcast, so it must win clearly. */
+/* The channel-vector kernel is the GEMM's loop with the weights as its
+ * packed B: measured on ResNet-18's layers (bench/kernels/bench_conv) it
+ * matches or beats the pixel-vector one from K = 256 taps up, and on
+ * outputs at most 16 wide, where pixel-vector tiles straddle rows (no
+ * direct row stores, and Wq - Wo wasted columns in every Wq). Below that
+ * its per-tile scatter (96 scalar stores against 12 K multiply-adds)
+ * shows: ResNet's 7x7 stem (K = 147, 112 wide) is 1.3x faster pixel-vector.
+ * Otherwise the kernel that wastes clearly fewer lanes: pixel-vector tiles
+ * cover Ho x Wq virtual pixels in 16s and channels in 6s, channel-vector
+ * tiles the Ho x Wo pixels in 6s and channels in 16s. */
 int kiln_conv2d_f32_panel_for(const kiln_conv2d_f32_args_t* a) {
   if (a->groups < 1 || a->o < a->groups || a->ho < 1 || a->wo < 1 || a->sw < 1 || a->dw < 1)
     return KILN_CONV_PANEL_O;
@@ -520,7 +525,9 @@ int kiln_conv2d_f32_panel_for(const kiln_conv2d_f32_args_t* a) {
               (double)og / (double)(kiln_conv_cdiv(og, KILN_CONV_PANEL_O) * KILN_CONV_PANEL_O);
   double ct = (double)howo / (double)(kiln_conv_cdiv(howo, 6) * 6) * (double)og /
               (double)(kiln_conv_cdiv(og, KILN_CONV_PANEL_WIDE) * KILN_CONV_PANEL_WIDE);
-  return ct > pv * KILN_CONV_CT_MARGIN ? KILN_CONV_PANEL_WIDE : KILN_CONV_PANEL_O;
+  const int64_t k = a->c / a->groups * a->kh * a->kw;
+  return k >= 256 || a->wo <= 16 || ct > pv * KILN_CONV_CT_MARGIN ? KILN_CONV_PANEL_WIDE
+                                                                   : KILN_CONV_PANEL_O;
 }
 
 void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
