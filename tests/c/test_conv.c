@@ -314,8 +314,47 @@ static void conv_test_compiled(void) {
   }
 }
 
+/* Separable max pooling equals the direct window loop exactly, NaN and
+ * -Inf included, over ResNet's 3x3/2 pad 1, ceil-mode windows that hang
+ * past the input, dilation, 1-wide and odd planes. */
+static void pool_test_level(kiln_pool_t* pool, const char* where) {
+  /* c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, ceil */
+  static const int64_t cases[][12] = {
+      {5, 12, 13, 3, 3, 2, 2, 1, 1, 1, 1, 0}, {3, 9, 7, 2, 2, 2, 2, 0, 0, 1, 1, 1},
+      {2, 11, 10, 3, 2, 1, 2, 1, 1, 2, 3, 0}, {4, 1, 17, 1, 3, 1, 1, 0, 1, 1, 1, 0},
+      {2, 8, 1, 3, 1, 3, 1, 1, 0, 1, 1, 1},   {1, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    const int64_t* p = cases[i];
+    kiln_pool2d_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = 2, a.c = p[0], a.h = p[1], a.w = p[2], a.kh = p[3], a.kw = p[4], a.sh = p[5];
+    a.sw = p[6], a.ph = p[7], a.pw = p[8], a.dh = p[9], a.dw = p[10];
+    int64_t eh = a.h + 2 * a.ph - a.dh * (a.kh - 1) - 1, ew = a.w + 2 * a.pw - a.dw * (a.kw - 1) - 1;
+    a.ho = (p[11] ? (eh + a.sh - 1) / a.sh : eh / a.sh) + 1;
+    a.wo = (p[11] ? (ew + a.sw - 1) / a.sw : ew / a.sw) + 1;
+    size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.c * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    float* got = malloc((ny + CONV_GUARD) * sizeof(float));
+    float* want = malloc((ny + CONV_GUARD) * sizeof(float));
+    kiln_test_fill_f32(x, nx, (unsigned)(i + 5), -1, 1);
+    x[nx / 3] = NAN;
+    x[nx / 2] = -INFINITY;
+    for (size_t j = 0; j < ny + CONV_GUARD; ++j) got[j] = want[j] = (float)j;
+    a.x = x, a.y = want;
+    kiln_max_pool2d_f32_reference(&a);
+    a.y = got;
+    kiln_max_pool2d_f32(&a, pool);
+    char what[128];
+    snprintf(what, sizeof what, "%s max pool case %zu", where, i);
+    kiln_test_compare_f32(what, got, want, ny + CONV_GUARD, 0, 0);
+    free(x), free(got), free(want);
+  }
+}
+
 void kiln_test_suite_conv(void) {
   kiln_test_each_isa_and_pool(conv_test_level);
+  kiln_test_each_isa_and_pool(pool_test_level);
   conv_test_shape_rules();
   conv_test_compiled();
 }

@@ -86,6 +86,8 @@ typedef struct kiln_pool2d_f32_args_s {
 
 /* Parallel over (N, C) planes. */
 void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+/* The direct window loop, for the tests (max is exact: results equal). */
+void kiln_max_pool2d_f32_reference(const kiln_pool2d_f32_args_t* args);
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
 
 #endif /* KILN_CONV_H */
