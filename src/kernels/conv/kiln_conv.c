@@ -68,6 +68,12 @@
 #ifndef KILN_CONV_CT_KC
 #define KILN_CONV_CT_KC 256
 #endif
+/* Channel-vector blocks may touch this many times the block budget of
+ * prepared input: every block streams all the weights (megabytes in the
+ * late layers). */
+#ifndef KILN_CONV_CT_BLOCKS
+#define KILN_CONV_CT_BLOCKS 2
+#endif
 /* How much more of its multiply-adds the channel-vector kernel must put on
  * real outputs to be chosen (kiln_conv2d_f32_panel_for). */
 #ifndef KILN_CONV_CT_MARGIN
@@ -124,6 +130,30 @@ void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* c
     }
   }
   memcpy(out, acc, sizeof(acc));
+}
+
+void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                 const float* res, int res_first, int relu) {
+  for (int64_t j = 0; j < rows; ++j) {
+    float* d = y + j * ldy;
+    const float* r = res ? res + j * ldy : NULL;
+    for (int i = 0; i < 6; ++i) {
+      float v = tmp[i * KILN_CONV_PANEL_WIDE + j];
+      if (r && res_first) v += r[i];
+      if (relu) v = v < 0.0f ? 0.0f : v; /* NaN stays NaN */
+      if (r && !res_first) v += r[i];
+      d[i] = v;
+    }
+  }
+}
+
+kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa) {
+#ifdef KILN_CONV_HAVE_X86
+  if (isa >= KILN_ISA_AVX2) return kiln_conv_ct_store6_avx2;
+#else
+  (void)isa;
+#endif
+  return kiln_conv_ct_store6_generic;
 }
 
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa) {
@@ -273,6 +303,7 @@ typedef struct {
   kiln_gemm_epilogue_fn epilogue;
   kiln_conv_ukernel_fn ukernel;
   kiln_conv_ukernel_ct_fn ukernel_ct;
+  kiln_conv_ct_store6_fn store6;
   int64_t P;                /* weight panel width: 6 pixel-vector, 16 channel-vector */
   const int64_t* vpos;      /* channel-vector: each output pixel's virtual index */
   int64_t cg, og, k, nq, howo;
@@ -443,7 +474,9 @@ static void kiln_conv_ct_store(const kiln_conv_ctx_t* t, int64_t o0, int64_t row
  * the weights as its packed B); partial sums wait in part per tile. */
 static void kiln_conv_ct_task(void* p, size_t task, int thread) {
   const kiln_conv_ctx_t* t = p;
+  const kiln_conv2d_f32_args_t* a = t->a;
   const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = t->k, howo = t->howo;
+  const int direct_act = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
   int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc;
@@ -477,7 +510,17 @@ static void kiln_conv_ct_task(void* p, size_t task, int thread) {
         float* acc = part ? part + (ti - t0) * M * W : NULL;
         t->ukernel_ct(kcur, wp + kb * W, px, t->off + kb, bias16, first ? NULL : acc,
                       last ? tmp : acc);
-        if (last) kiln_conv_ct_store(t, q * W, rows, pos, np, tmp, rt);
+        if (!last) continue;
+        /* Six pixels (consecutive in y, across rows too), relu or no
+         * activation: transposed and stored in registers; the last tile
+         * and other activations by the general scatter. */
+        if (np == M && direct_act) {
+          int64_t at = q * W * howo + pos[0];
+          t->store6(tmp, t->y + at, howo, rows, t->res ? t->res + at : NULL,
+                    a->residual_before_act, a->act == KILN_ACT_RELU);
+        } else {
+          kiln_conv_ct_store(t, q * W, rows, pos, np, tmp, rt);
+        }
       }
     }
   }
@@ -543,6 +586,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.ukernel = kiln_conv_ukernel_for(kiln_cpu_isa());
   t.ukernel_ct = kiln_conv_ukernel_ct_for(kiln_cpu_isa());
+  t.store6 = kiln_conv_ct_store6_for(kiln_cpu_isa());
   const int64_t P = a->weight_packed ? a->weight_packed : kiln_conv2d_f32_panel_for(a);
   const int ct = P == KILN_CONV_PANEL_WIDE;
   t.P = P;
@@ -569,9 +613,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
     multi = t.kc < t.k;
     t.noc = 1;
     t.nt = kiln_conv_cdiv(t.howo, 6);
-    /* Every block streams all the weights (megabytes in the late layers):
-     * allow twice the input budget before splitting. */
-    int64_t rows_ct = 2 * KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
+    int64_t rows_ct = KILN_CONV_CT_BLOCKS * KILN_CONV_BLOCK_FLOATS / (per_row > 0 ? per_row : 1) - (t.hq - a->ho);
     t.tb = kiln_conv_cdiv((rows_ct > 1 ? rows_ct : 1) * a->wo, 6);
     if (multi && t.tb > KILN_CONV_PART_BYTES / (6 * KILN_CONV_PANEL_WIDE * 4))
       t.tb = KILN_CONV_PART_BYTES / (6 * KILN_CONV_PANEL_WIDE * 4);

@@ -47,7 +47,16 @@ typedef void (*kiln_conv_ukernel_ct_fn)(int64_t k, const float* w, const float* 
                                         const int64_t* off, const float* bias16,
                                         const float* cin, float* out);
 
+/* Writes a channel-vector tile whose 6 pixels are consecutive in y: for
+ * channel j < rows, y[j * ldy + i] = f(tmp[i * 16 + j]) (i < 6) with f the
+ * residual res[j * ldy + i] (or none) added before or after a relu (or
+ * none). res may alias y. */
+typedef void (*kiln_conv_ct_store6_fn)(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                       const float* res, int res_first, int relu);
+
 /* Portable C (kiln_conv.c). */
+void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                 const float* res, int res_first, int relu);
 void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
                                        const int64_t* off, const float* bias16,
                                        const float* cin, float* out);
@@ -57,6 +66,8 @@ void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_CONV_HAVE_X86 1
 /* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
+void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                              const float* res, int res_first, int relu);
 void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
                                     const int64_t* off, const float* bias16,
                                     const float* cin, float* out);
@@ -68,5 +79,6 @@ void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
 /* The microkernels for an ISA level (never NULL). */
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
+kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa);
 
 #endif /* KILN_CONV_INTERNAL_H */
