@@ -1,5 +1,5 @@
-/* The fast convolution: an implicit GEMM over a prepared copy of x, the
- * depthwise special case, and the per-tile epilogue.
+/* The fast convolution: an implicit GEMM over a prepared copy of x (two
+ * microkernel orientations), the depthwise special case, and the stores.
  *
  * Implicit GEMM. For each image and group the conv is the GEMM
  *     y(Og, pixels) = W(Og, K) . col(K, pixels),   K = Cg * kh * kw,
@@ -11,31 +11,39 @@
  * In that buffer the input under tap (c, u, v) of output pixel (oy, ox) is
  *     src[off(c, u, v) + oy * Wq + ox]
  * for a constant off: stride-2 becomes a stride-1 read of the right phase.
- * So a run of 16 consecutive "virtual" pixels v = oy * Wq + ox reads 16
- * consecutive floats per tap, and the microkernel (kiln_conv_internal.h)
- * computes 6 output channels x 16 virtual pixels with the whole K sum in
- * registers: one vector load per tap, no im2col buffer (which was 9x the
- * input for a 3x3 and went through memory twice), no partial sums in y.
- * Virtual columns ox >= Wo are computed and dropped (Wq - Wo of every Wq:
- * 2 of 58 in ResNet's 56x56 layers, 2 of 9 at 7x7); the prepared copy costs
- * one pass over x.
+ * No im2col buffer (9x the input for a 3x3, through memory twice): two
+ * microkernels (kiln_conv_internal.h) read the prepared copy directly.
  *
- * Weights come packed (kiln_conv2d_f32_pack_weight: 6-channel panels,
- * K-major), done once at compile time by the pack pass, or here per call
- * when the weight is given dense (a computed weight, or the kernel tests).
+ * Pixel-vector (weights in panels of 6 channels): a run of 16 consecutive
+ * "virtual" pixels v = oy * Wq + ox reads 16 consecutive floats per tap; a
+ * tile is 6 channels x 16 virtual pixels, one vector load per tap.
+ * Virtual columns ox >= Wo are computed and dropped (Wq - Wo of every Wq:
+ * 2 of 58 in ResNet's 56x56 layers, but 2 of 9 at 7x7). Tiles within one
+ * output row are written straight into y.
+ *
+ * Channel-vector (weights in panels of 16 channels, the GEMM's packed-B
+ * layout of W^T per group): a tile is any 6 output pixels x 16 channels,
+ * the weights a vector per tap and each pixel's input broadcast from its
+ * own place, so no lane is wasted on virtual columns; the tile is
+ * transposed into NCHW when stored. kiln_conv2d_f32_panel_for picks the
+ * kernel per shape (deep or narrow layers: channel-vector).
+ *
+ * Weights come packed, done once at compile time by the pack pass for the
+ * kernel the shape picks, or here per call when the weight is given dense
+ * (a computed weight, or the kernel tests).
  *
  * Work split: pixel tiles are grouped into blocks whose share of the
  * prepared input fits in L2 (~192 KiB); a task is a block x a range of
- * weight panels, looping panel-outer so one panel (K x 6 floats) stays in
- * L1/L2 across the block's tiles while the block stays in L2 across
- * panels. Blocks x panel ranges give at least 4 tasks per thread, so the
- * small late layers (7x7 pixels = 4 tiles, 86 panels) split evenly.
+ * weight panels. K is cut into blocks sized for L1 with partial sums kept
+ * per tile between blocks, in the GEMM's loop order (see the tasks).
+ * Blocks x panel ranges give at least 4 tasks per thread, so the small
+ * late layers (7x7 pixels, one block, 32 panels of 16) split evenly.
  *
- * Epilogue: the bias seeds the accumulators; each finished tile is cut into
- * runs of valid pixels on one output row, and each run goes through the
- * GEMM's vectorised epilogue (activation, residual) into y. Every element of
- * y is written once, by the tile that owns it, after it read its residual,
- * so a residual aliasing y needs no snapshot.
+ * Epilogue: the bias seeds the accumulators; relu and the residual are
+ * applied as the tile is stored (other activations through the GEMM's
+ * vectorised epilogue). Every element of y is written once, by the tile
+ * that owns it, after it read its residual, so a residual aliasing y needs
+ * no snapshot.
  *
  * Scratch (offsets, packed weights, prepared input, depthwise row buffers)
  * is one block kept in a one-slot cache between calls, so steady state does
