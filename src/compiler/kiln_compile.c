@@ -109,9 +109,12 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       if (id < 0) fprintf(out, "%s-", i ? ", " : "");
       else if (g->values[id].kind == KILN_VALUE_CONSTANT)
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
-                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B        ? "[packed]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
-                                                                         : "");
+                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
+                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
+                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16
+                    ? "[packed]"
+                    : "");
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));

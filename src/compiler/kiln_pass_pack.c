@@ -1,27 +1,38 @@
 /* Weight packing: every LINEAR's dense (K, N) weight (or its transpose,
  * KILN_LAYOUT_TRANSPOSED_2D) is replaced by its GEMM-packed form
- * (kiln_gemm_f32_pack_b), computed once here so that no run ever packs a
- * weight. A weight shared by several LINEARs is packed once. With bf16 the
- * weights are packed as bf16 instead (kiln_gemm_bf16_pack_b): the model
- * then computes with bf16-rounded weights, in fp32. Packing is
- * memory-bound and the weights are independent, so they are packed in
- * parallel over the pool: it is most of a large model's compile time. */
+ * (kiln_gemm_f32_pack_b), and every CONV2D's constant dense weight
+ * (except depthwise, whose direct loop reads it dense) by its conv-packed
+ * form (kiln_conv2d_f32_pack_weight), computed once here so that no run
+ * ever packs a weight. A weight shared by several nodes is packed once.
+ * With bf16, LINEAR weights are packed as bf16 instead
+ * (kiln_gemm_bf16_pack_b): the model then computes with bf16-rounded
+ * weights, in fp32. Packing is memory-bound and the weights are
+ * independent, so they are packed in parallel over the pool: it is most of
+ * a large model's compile time. */
 #include <stdlib.h>
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
+#include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 
 typedef struct {
   const kiln_value_t* w;
   void* out;
   int bf16;
+  int64_t conv_groups; /* > 0: a CONV2D weight packed for this many groups */
+  int conv_panel;      /* and in panels of this many channels */
 } kiln_pack_job_t;
 
 static void kiln_pack_task(void* ctx, size_t task, int thread) {
   (void)thread;
   const kiln_pack_job_t* job = &((const kiln_pack_job_t*)ctx)[task];
   const kiln_value_t* w = job->w;
+  if (job->conv_groups > 0) {
+    kiln_conv2d_f32_pack_weight(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
+                                job->conv_groups, job->conv_panel, w->data, job->out);
+    return;
+  }
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
   if (job->bf16)
     kiln_gemm_bf16_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
@@ -31,10 +42,45 @@ static void kiln_pack_task(void* ctx, size_t task, int thread) {
                          transposed ? w->shape[0] : 1, job->out);
 }
 
+/* A CONV2D whose weight is a dense f32 constant, not depthwise: its groups,
+ * else 0. */
+static int64_t kiln_pack_conv_groups(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_CONV2D) return 0;
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  int64_t groups = n->params[6];
+  if (w->kind != KILN_VALUE_CONSTANT || w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 ||
+      kiln_value_numel(w) == 0)
+    return 0;
+  if (groups == x->shape[1] && groups == w->shape[0]) return 0; /* depthwise */
+  return groups;
+}
+
 static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (kiln_pack_conv_groups(g, n) > 0) return 1;
   if (n->op != KILN_OP_LINEAR) return 0;
   kiln_layout_t l = g->values[n->inputs[1]].layout;
   return l == KILN_LAYOUT_DENSE || l == KILN_LAYOUT_TRANSPOSED_2D;
+}
+
+/* The panel width the conv kernel picks for node n's shape. */
+static int kiln_pack_conv_panel(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  const int64_t* p = n->params;
+  kiln_conv2d_f32_args_t a = {0};
+  a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+  a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3], a.ho = y->shape[2], a.wo = y->shape[3];
+  a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5], a.groups = p[6];
+  return kiln_conv2d_f32_panel_for(&a);
+}
+
+/* Whether node n's conv weight was packed for n's groups and panel. */
+static int kiln_pack_job_fits(const kiln_pack_job_t* jobs, int32_t n_jobs, const kiln_graph_t* g,
+                              const kiln_node_t* n) {
+  for (int32_t j = 0; j < n_jobs; ++j)
+    if (jobs[j].w == &g->values[n->inputs[1]])
+      return jobs[j].conv_groups == n->params[6] && jobs[j].conv_panel == kiln_pack_conv_panel(g, n);
+  return 0;
 }
 
 kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf16,
@@ -60,26 +106,39 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     int32_t wid = n->inputs[1];
     if (!kiln_pack_wanted(g, n) || packed_of[wid] >= 0) continue;
     const kiln_value_t* w = &g->values[wid];
-    size_t bytes = bf16 ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
-                        : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    int64_t conv_groups = kiln_pack_conv_groups(g, n);
+    int conv_panel = conv_groups > 0 ? kiln_pack_conv_panel(g, n) : 0;
+    int job_bf16 = bf16 && conv_groups == 0;
+    size_t bytes = job_bf16 ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
+                            : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    if (conv_groups > 0)
+      bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
+                                          conv_groups, conv_panel);
     void* buf;
     s = kiln_allocator_malloc(g->allocator, bytes, &buf);
     if (s) break;
-    s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, 2, w->shape,
-                                      bf16 ? KILN_LAYOUT_GEMM_PACKED_B_BF16
-                                           : KILN_LAYOUT_GEMM_PACKED_B,
+    s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
+                                      conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
+                                      : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
+                                      : job_bf16   ? KILN_LAYOUT_GEMM_PACKED_B_BF16
+                                                   : KILN_LAYOUT_GEMM_PACKED_B,
                                       buf, bytes, &packed_of[wid]);
     if (s) break;
     jobs[n_jobs].w = w;
     jobs[n_jobs].out = buf;
-    jobs[n_jobs].bf16 = bf16;
+    jobs[n_jobs].bf16 = job_bf16;
+    jobs[n_jobs].conv_groups = conv_groups;
+    jobs[n_jobs].conv_panel = conv_panel;
     n_jobs++;
   }
   if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);
   *out_packed = n_jobs;
   for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (!kiln_pack_wanted(g, n)) {
+    /* A weight shared by convs of different groups or shapes was packed
+     * for the first: the others keep it dense. */
+    if (!kiln_pack_wanted(g, n) ||
+        (kiln_pack_conv_groups(g, n) > 0 && !kiln_pack_job_fits(jobs, n_jobs, g, n))) {
       s = kiln_rewriter_copy_node(&rw, n);
       continue;
     }
@@ -89,7 +148,7 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
       else s = kiln_rewriter_value(&rw, n->inputs[i], &ins[i]);
     }
     if (!s)
-      s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n->n_inputs, n->params, KILN_MAX_PARAMS,
+      s = kiln_graph_add_node(rw.dst, n->op, ins, n->n_inputs, n->params, KILN_MAX_PARAMS,
                               n->fparams, KILN_MAX_FPARAMS, n->origin, &rw.remap[n->outputs[0]]);
   }
   if (!s) s = kiln_rewriter_finish(&rw, out_graph);

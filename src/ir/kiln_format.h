@@ -112,7 +112,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 1
-#define KILN_FORMAT_MINOR 0
+#define KILN_FORMAT_MINOR 1 /* 1.1: layouts 3-5 (bf16 and conv packing), MATMUL flags, new ops */
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu

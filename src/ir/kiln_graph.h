@@ -43,6 +43,10 @@ typedef enum kiln_layout_e {
                                 * row-major: nn.Linear's weight, used in place */
   KILN_LAYOUT_GEMM_PACKED_B_BF16, /* kiln_gemm_bf16_pack_b of the (K, N) matrix: the
                                 * value is f32 (K, N) whose elements are bf16-rounded */
+  KILN_LAYOUT_CONV2D_PACKED,   /* a conv2d weight (O, C / groups, kh, kw) as
+                                * kiln_conv2d_f32_pack_weight lays it out for
+                                * its node's groups, panels of 6 channels */
+  KILN_LAYOUT_CONV2D_PACKED_16, /* the same with panels of 16 channels */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

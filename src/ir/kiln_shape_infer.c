@@ -332,8 +332,9 @@ static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, k
   if (x->rank != 4) FAIL("conv2d's x must be (N, C, H, W), got rank %d", x->rank);
   /* w is usually a constant, but may be computed (a 1-d conv's reshaped
    * weight before folding, or a weight that really is an activation). */
-  if (w->rank != 4 || w->layout != KILN_LAYOUT_DENSE)
-    FAIL("conv2d's w must be dense (O, C / groups, kh, kw), got rank %d", w->rank);
+  if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED &&
+                       w->layout != KILN_LAYOUT_CONV2D_PACKED_16))
+    FAIL("conv2d's w must be dense or packed (O, C / groups, kh, kw), got rank %d", w->rank);
   int64_t groups = p[6], C = x->shape[1], O = w->shape[0];
   if (groups < 1 || groups > ((int64_t)1 << 40))
     FAIL("conv2d: groups %lld must be positive", (long long)groups);

@@ -405,7 +405,8 @@ static void test_targeted(const kiln_graph_t* g, const uint8_t* bytes, size_t si
 
   RESET();
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, 2);
-  expect_corrupt(b, size, "newer major", "version 2.0 is newer than this reader's 1.0");
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, 0);
+  expect_corrupt(b, size, "newer major", "version 2.0 is newer than this reader's 1.");
   RESET();
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, 0);
   expect_corrupt(b, size, "older major", "older");

@@ -199,3 +199,48 @@ def test_resnet18():
     stats = compiled.stats()
     # 20 convs (each with its bn/relu/residual), max pool, mean, fc, reshape.
     assert stats["kernel_calls"] <= 24, compiled.explain()
+
+
+class _TwoKernels(nn.Module):
+    """A shallow wide conv (K = 27 taps, 40 wide: the pixel-vector kernel,
+    weights in panels of 6) feeding a deep narrow one (K = 8 * 9 * 9 = 648
+    after the pool: the channel-vector kernel, panels of 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 72, 3, padding=1)
+        self.pool = nn.MaxPool2d(3)
+        self.b = nn.Conv2d(72, 20, 3, padding=1, stride=2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.pool(self.a(x))))
+
+
+def _isa_levels():
+    """The ISA levels this CPU has (kiln.isa caps at what it supports)."""
+    before = kiln.isa()
+    try:
+        return [lv for lv in ("generic", "avx2", "avx512") if kiln.isa(lv) == lv]
+    finally:
+        kiln.isa(before)
+
+
+@pytest.mark.parametrize("level", _isa_levels())
+def test_packed_conv_weights_every_isa_and_saved(tmp_path, level):
+    # The weights are packed at compile time for the kernel each shape
+    # picks; the artifact stores them packed and the loaded model gives the
+    # same bits. Each ISA level the CPU has runs both kernels.
+    before = kiln.isa()
+    kiln.isa(level)
+    try:
+        torch.manual_seed(0)
+        model = _TwoKernels().eval()
+        x = torch.randn(1, 3, 40, 40)
+        compiled = check(model, x, **FP32_TOL)
+        assert compiled.explain().count("[packed]") == 2, compiled.explain()
+        path = tmp_path / "two.kiln"
+        kiln.save(compiled, path)
+        loaded = kiln.load(path)
+        assert torch.equal(loaded(x), compiled(x))
+    finally:
+        kiln.isa(before)

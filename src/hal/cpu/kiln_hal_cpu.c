@@ -39,10 +39,23 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
     }
     case KILN_OP_SDPA:
       return kiln_ok();
-    case KILN_OP_CONV2D:
-      if (VAL(1)->layout != KILN_LAYOUT_DENSE)
-        return kiln_status_make(KILN_UNSUPPORTED, "conv2d weight layout %d", (int)VAL(1)->layout);
+    case KILN_OP_CONV2D: {
+      const kiln_value_t* w = VAL(1);
+      int panel = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
+                  : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
+                                                              : 0;
+      if (w->layout != KILN_LAYOUT_DENSE && !panel)
+        return kiln_status_make(KILN_UNSUPPORTED, "conv2d weight layout %d", (int)w->layout);
+      /* A packed weight's size depends on the node's groups: the loader
+       * cannot check it, so it is checked here before any run reads it. */
+      /* The product is within the element count (at most 2^44) unless O is 0. */
+      int64_t k = w->shape[0] > 0 ? w->shape[1] * w->shape[2] * w->shape[3] : 0;
+      size_t want = kiln_conv2d_f32_packed_size(w->shape[0], k, n->params[6], panel);
+      if (panel && (want == 0 || w->nbytes != want))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "packed conv2d weight has %zu bytes, expected %zu", w->nbytes, want);
       return kiln_ok();
+    }
     case KILN_OP_CAST:
     case KILN_OP_SUM:
     case KILN_OP_MEAN:
@@ -294,6 +307,9 @@ static void run_conv2d(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   a.residual_before_act = (int)p[8];
   a.x = BUF(0);
   a.weight = BUF(1);
+  a.weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
+                    : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
+                                                                : 0;
   a.bias = n->n_inputs > 2 ? BUF(2) : NULL;
   a.residual = n->n_inputs > 3 ? BUF(3) : NULL;
   a.y = bufs[n->outputs[0]];

@@ -9,12 +9,12 @@
  * kw) dense, bias (O) or NULL, residual (N, O, Ho, Wo) or NULL (it may alias
  * y exactly), y (N, O, Ho, Wo) dense.
  *
- * kiln_conv2d_f32 picks a path per call: 1x1 stride-1 unpadded convs are one
- * GEMM over x in place; depthwise convs (groups == C == O) a direct loop over
- * output rows; everything else im2col into the GEMM's packed-B layout, a
- * band of output rows at a time so the column buffer stays bounded, then
- * kiln_gemm_f32 with W as A (M = O / groups, N = pixels of the band). The
- * per-call scratch is a cached block reused call to call.
+ * kiln_conv2d_f32 picks a path per call: depthwise convs (groups == C == O)
+ * a direct loop over output rows; everything else an implicit GEMM over a
+ * padded (and, for stride > 1, phase-split) copy of x, in which every tap is
+ * a constant offset from the output pixel, with the weights in the packed
+ * layout below (packed at compile time, or per call when given dense). See
+ * kiln_conv.c. The per-call scratch is a cached block reused call to call.
  *
  * Pooling: y[n][c][i][j] = max or mean over the kh x kw window at
  * (i*sh - ph, j*sw - pw) (dilated for max). Max propagates NaN, as torch.
@@ -45,11 +45,35 @@ typedef struct kiln_conv2d_f32_args_s {
   float* y;
   kiln_activation_t act;
   int residual_before_act; /* 1: y = act(conv + bias + residual) */
+  int weight_packed;       /* 0: dense; else the panel width of
+                            * kiln_conv2d_f32_pack_weight's output */
 } kiln_conv2d_f32_args_t;
 
 void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
 
-/* The scalar reference: seven plain loops, double accumulation. */
+/* Packed weights (the same on every ISA, so a packed .kiln artifact runs
+ * anywhere). With K = Cg * kh * kw taps in (c, u, v) order, Og = O / groups
+ * and panels of `panel` (6 or 16) output channels per group
+ * (nq = ceil(Og / panel)), the weight of output channel g * Og + panel * q + i
+ * at tap p sits at
+ *     out[((g * nq + q) * K + p) * panel + i]
+ * and rows past Og in a group's last panel are zero. Panels of 6 feed the
+ * pixel-vector microkernel (6 channels broadcast against 16 pixels), panels
+ * of 16 the channel-vector one (16 channels a vector, 6 pixels broadcast).
+ * kiln_conv2d_f32_panel_for picks the better for a shape (args' sizes,
+ * strides, padding, dilation and groups; no pointers); the compiler packs
+ * for its choice, and a dense weight is packed per call for it.
+ * kiln_conv2d_f32_packed_size returns 0 for a bad panel or when the size
+ * would overflow (the caller treats it as a mismatch). */
+#define KILN_CONV_PANEL_O 6
+#define KILN_CONV_PANEL_WIDE 16
+int kiln_conv2d_f32_panel_for(const kiln_conv2d_f32_args_t* args);
+size_t kiln_conv2d_f32_packed_size(int64_t o, int64_t k, int64_t groups, int panel);
+void kiln_conv2d_f32_pack_weight(int64_t o, int64_t k, int64_t groups, int panel,
+                                 const float* w, float* out);
+
+/* The scalar reference: seven plain loops, double accumulation (reads
+ * packed weights too). */
 void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* args);
 
 typedef struct kiln_pool2d_f32_args_s {
@@ -62,6 +86,8 @@ typedef struct kiln_pool2d_f32_args_s {
 
 /* Parallel over (N, C) planes. */
 void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+/* The direct window loop, for the tests (max is exact: results equal). */
+void kiln_max_pool2d_f32_reference(const kiln_pool2d_f32_args_t* args);
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
 
 #endif /* KILN_CONV_H */

@@ -6,6 +6,14 @@
 #include "kernels/conv/kiln_conv.h"
 
 
+/* w[o][p] (p the tap index c * kh * kw + u * kw + v), dense or packed. */
+static float kiln_conv_ref_weight(const kiln_conv2d_f32_args_t* a, int64_t o, int64_t p) {
+  const int64_t og = a->o / a->groups, k = a->c / a->groups * a->kh * a->kw;
+  if (!a->weight_packed) return a->weight[o * k + p];
+  const int64_t P = a->weight_packed, nq = (og + P - 1) / P, g = o / og, r = o % og;
+  return a->weight[((g * nq + r / P) * k + p) * P + r % P];
+}
+
 void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* a) {
   const int64_t cg = a->c / a->groups, og = a->o / a->groups;
   for (int64_t n = 0; n < a->n; ++n)
@@ -21,7 +29,7 @@ void kiln_conv2d_f32_reference(const kiln_conv2d_f32_args_t* a) {
               for (int64_t v = 0; v < a->kw; ++v) {
                 int64_t ix = j * a->sw - a->pw + v * a->dw;
                 if (ix < 0 || ix >= a->w) continue;
-                acc += (double)a->weight[((o * cg + c) * a->kh + u) * a->kw + v] *
+                acc += (double)kiln_conv_ref_weight(a, o, (c * a->kh + u) * a->kw + v) *
                        a->x[((n * a->c + g * cg + c) * a->h + iy) * a->w + ix];
               }
             }

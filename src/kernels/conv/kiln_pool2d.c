@@ -1,5 +1,6 @@
-/* Max and average pooling over NCHW planes: direct loops, one task per
- * (n, c) plane. Windows are small (2x2, 3x3), so the loop over a window is
+/* Max and average pooling over NCHW planes, one task per (n, c) plane.
+ * Max pooling is separable (rows, then columns); average pooling is a
+ * direct loop. Windows are small (2x2, 3x3), so the loop over a window is
  * short; the inner loop runs over the window's in-bounds columns only, so
  * padding costs no branches inside it. */
 #include <math.h>
@@ -16,9 +17,46 @@ static void kiln_pool_tap_range(int64_t base, int64_t step, int64_t taps, int64_
   *hi = h;
 }
 
-static void kiln_max_pool_plane(void* ctx, size_t task, int thread) {
-  (void)thread;
-  const kiln_pool2d_f32_args_t* a = ctx;
+/* max that keeps NaN (as torch): a when a is NaN, else the larger. Written
+ * as a compare and a select, so loops over it vectorise. */
+static inline float kiln_pool_max(float a, float b) { return a > b || a != a ? a : b; }
+
+/* Separable max pooling: for each output row, the max over the window's
+ * rows of whole input rows (contiguous, vectorised), then the max over the
+ * window's columns of that row (kw loads per output instead of kh x kw).
+ * Rows up to KILN_POOL_ROW_MAX wide; wider planes take the direct loop. */
+#define KILN_POOL_ROW_MAX 4096
+
+static void kiln_max_pool_plane_separable(const kiln_pool2d_f32_args_t* a, size_t task) {
+  const float* x = a->x + (int64_t)task * a->h * a->w;
+  float* y = a->y + (int64_t)task * a->ho * a->wo;
+  float rowmax[KILN_POOL_ROW_MAX];
+  const int64_t W = a->w;
+  for (int64_t i = 0; i < a->ho; ++i) {
+    int64_t y0 = i * a->sh - a->ph, u0, u1;
+    kiln_pool_tap_range(y0, a->dh, a->kh, a->h, &u0, &u1);
+    if (u0 >= u1) { /* no row of the window is inside: torch's -inf */
+      for (int64_t j = 0; j < a->wo; ++j) y[i * a->wo + j] = -INFINITY;
+      continue;
+    }
+    const float* r0 = x + (y0 + u0 * a->dh) * W;
+    for (int64_t c = 0; c < W; ++c) rowmax[c] = r0[c];
+    for (int64_t u = u0 + 1; u < u1; ++u) {
+      const float* r = x + (y0 + u * a->dh) * W;
+      for (int64_t c = 0; c < W; ++c) rowmax[c] = kiln_pool_max(r[c], rowmax[c]);
+    }
+    for (int64_t j = 0; j < a->wo; ++j) {
+      int64_t x0 = j * a->sw - a->pw, v0, v1;
+      kiln_pool_tap_range(x0, a->dw, a->kw, W, &v0, &v1);
+      float m = -INFINITY;
+      for (int64_t v = v0; v < v1; ++v) m = kiln_pool_max(rowmax[x0 + v * a->dw], m);
+      y[i * a->wo + j] = m;
+    }
+  }
+}
+
+/* The direct loop: the reference, and the path for very wide planes. */
+static void kiln_max_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t task) {
   const float* x = a->x + (int64_t)task * a->h * a->w;
   float* y = a->y + (int64_t)task * a->ho * a->wo;
   for (int64_t i = 0; i < a->ho; ++i) {
@@ -71,6 +109,18 @@ static void kiln_avg_pool_plane(void* ctx, size_t task, int thread) {
       y[i * a->wo + j] = count > 0 ? s / (float)count : 0.0f;
     }
   }
+}
+
+static void kiln_max_pool_plane(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_pool2d_f32_args_t* a = ctx;
+  if (a->w <= KILN_POOL_ROW_MAX) kiln_max_pool_plane_separable(a, task);
+  else kiln_max_pool_plane_direct(a, task);
+}
+
+void kiln_max_pool2d_f32_reference(const kiln_pool2d_f32_args_t* a) {
+  if (a->ho <= 0 || a->wo <= 0) return;
+  for (int64_t p = 0; p < a->n * a->c; ++p) kiln_max_pool_plane_direct(a, (size_t)p);
 }
 
 void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {

@@ -1,0 +1,84 @@
+/* What the convolution driver (kiln_conv.c) shares with its per-ISA
+ * kernels (kiln_conv_avx2.c) and the tests.
+ *
+ * The implicit-GEMM microkernel computes one tile of 6 output channels x 16
+ * consecutive "virtual" output pixels over k taps:
+ *     out[i][l] = init[i][l] + sum_{p < k} w[p * 6 + i] * src[off[p] + l]
+ * with init = cin (6 x 16, a partial sum from earlier taps; may alias the
+ * output) or, when cin is NULL, bias6[i]. w is (the part at the first tap
+ * of) one packed weight panel (kiln_conv.h), src points at the tile's first
+ * pixel in the prepared input and off[p] is tap p's offset from it
+ * (see kiln_conv.c: the prepared input is laid out so that every tap of
+ * every pixel is such a constant offset). The tile is then written as st
+ * says: row i to st->out + i * st->ldo, with st->res's row i (ldr apart)
+ * added before or after a relu when given (it may alias the output: each
+ * element is read before it is written). A plain 6 x 16 tile is
+ * {buf, 16, NULL, 0, 0, 0}. */
+#ifndef KILN_CONV_INTERNAL_H
+#define KILN_CONV_INTERNAL_H
+
+#include <stdint.h>
+
+#include "base/kiln_cpu.h"
+
+#define KILN_CONV_TILE_W 16
+
+typedef struct kiln_conv_store_s {
+  float* out;
+  int64_t ldo;
+  const float* res; /* or NULL */
+  int64_t ldr;
+  int relu;      /* max(0, x), NaN kept */
+  int res_first; /* residual added before the relu */
+} kiln_conv_store_t;
+
+typedef void (*kiln_conv_ukernel_fn)(int64_t k, const float* w, const float* src,
+                                     const int64_t* off, const float* bias6, const float* cin,
+                                     const kiln_conv_store_t* st);
+
+/* The channel-vector microkernel: 6 output pixels x 16 output channels,
+ *     out[i][j] = init[i][j] + sum_{p < k} w[p * 16 + j] * px[i][off[p]]
+ * with init = cin (6 x 16) or, when cin is NULL, bias16[j]; w is (the part
+ * at the first tap of) one 16-channel packed panel, px[i] points at pixel
+ * i's place in the prepared input. out is 6 x 16 row-major (pixel-major);
+ * the driver scatters it into NCHW. Used where the pixel-vector tiles
+ * would waste lanes (small or narrow outputs). */
+typedef void (*kiln_conv_ukernel_ct_fn)(int64_t k, const float* w, const float* const* px,
+                                        const int64_t* off, const float* bias16,
+                                        const float* cin, float* out);
+
+/* Writes a channel-vector tile whose 6 pixels are consecutive in y: for
+ * channel j < rows, y[j * ldy + i] = f(tmp[i * 16 + j]) (i < 6) with f the
+ * residual res[j * ldy + i] (or none) added before or after a relu (or
+ * none). res may alias y. */
+typedef void (*kiln_conv_ct_store6_fn)(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                       const float* res, int res_first, int relu);
+
+/* Portable C (kiln_conv.c). */
+void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                 const float* res, int res_first, int relu);
+void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
+                                       const int64_t* off, const float* bias16,
+                                       const float* cin, float* out);
+void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
+                                    const int64_t* off, const float* bias6, const float* cin,
+                                    const kiln_conv_store_t* st);
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_CONV_HAVE_X86 1
+/* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
+void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                              const float* res, int res_first, int relu);
+void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
+                                    const int64_t* off, const float* bias16,
+                                    const float* cin, float* out);
+void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
+                                 const int64_t* off, const float* bias6, const float* cin,
+                                 const kiln_conv_store_t* st);
+#endif
+
+/* The microkernels for an ISA level (never NULL). */
+kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
+kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
+kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa);
+
+#endif /* KILN_CONV_INTERNAL_H */
