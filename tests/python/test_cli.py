@@ -72,7 +72,7 @@ def test_version_and_help():
 def test_info_lists_inputs_outputs_and_plan(artifact):
     path, _, _, _ = artifact
     out = cli("info", path).stdout
-    assert "format:     1." in out
+    assert "format:     2." in out
     assert "(5, 16) float32" in out     # the input
     assert "(5, 4) float32" in out      # the output
     assert "linear" in out
