@@ -754,3 +754,5 @@ def _getitem(ctx, n):
 
 def supported_targets():
     return set(TABLE)
+
+from kiln import optable_nn  # noqa: E402,F401  (training handlers: norms, CNN backward)
