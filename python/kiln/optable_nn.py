@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from kiln.optable import (Unsupported, _as_nchw, _axes_mask, _ints, _pool_params, _shape, _val,
-                          aten, reshape, register)
+from kiln.optable import (Unsupported, _as_nchw, _axes_mask, _dense_strides, _ints, _pool_params, _shape,
+                          _val, aten, register, reshape, strided_copy)
 
 F32 = torch.float32
 
@@ -277,3 +277,27 @@ def _adaptive_avg_pool2d_backward(ctx, n):
     params = _pool_params(k, k, 0, 1, False, True) + [h, w]
     dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], params, origin=ctx.origin(n))
     return reshape(ctx, dx, x_shape)
+
+
+# ---- repeat (InstanceNorm's weight and bias in training) ---------------------------
+
+
+@register(aten.repeat.default)
+def _repeat(ctx, n):
+    # x tiled reps[i] times along each dim: a strided copy over interleaved
+    # (repeat, size) dims, the repeat dims with stride 0, then a reshape.
+    x = ctx.value(n.args[0])
+    reps = [int(r) for r in n.args[1]]
+    shape = [1] * (len(reps) - len(ctx.shape(x))) + list(ctx.shape(x))
+    strides = _dense_strides(shape)
+    dims, steps = [], []
+    for r, s, st in zip(reps, shape, strides):
+        if r != 1:
+            dims.append(r)
+            steps.append(0)
+        dims.append(s)
+        steps.append(st)
+    if len(dims) > 8:
+        raise Unsupported(f"repeat {reps} of a rank-{len(shape)} tensor (more than 8 strided dims)")
+    y = strided_copy(ctx, x, dims, steps, 0, ctx.origin(n))
+    return reshape(ctx, y, _shape(n))

@@ -231,3 +231,10 @@ def test_adaptive_avg_pool2d_backward_uneven_is_unsupported():
     x, dy = torch.randn(1, 2, 7, 5), torch.randn(1, 2, 3, 2)
     with pytest.raises(kiln.UnsupportedOpError):
         kiln.trace(Call(lambda dy, x: aten._adaptive_avg_pool2d_backward.default(dy, x)), (dy, x), fallback=False)
+
+
+@pytest.mark.parametrize("shape,reps", [((3,), (4,)), ((2, 3), (2, 1, 3)), ((2, 1, 3), (1, 4, 2)), ((), (2, 3)),
+                                        ((2, 3), (1, 1))])
+def test_repeat(shape, reps):
+    x = torch.randn(shape)
+    check(lambda x: x.repeat(*reps), x)

@@ -101,3 +101,41 @@ def test_cnn_backward_graph_runs_in_kiln():
     for op in ("aten.convolution_backward.default", "aten.max_pool2d_with_indices_backward.default",
                "aten._native_batch_norm_legit_functional.default", "aten.max_pool2d_with_indices.default"):
         assert op in ops, (op, sorted(ops))
+
+
+class NormZoo(torch.nn.Module):
+    """GroupNorm, InstanceNorm (batch statistics, no running stats), a
+    grouped, dilated conv stack with average pooling: the other training
+    paths of optable_nn.py."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, dilation=1)
+        self.gn = torch.nn.GroupNorm(4, 8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=2)
+        self.inorm = torch.nn.InstanceNorm2d(8, affine=True)
+        self.fc = torch.nn.Linear(8 * 4 * 4, classes)
+
+    def forward(self, x):
+        x = torch.nn.functional.avg_pool2d(torch.relu(self.gn(self.conv1(x))), 3, 2, 1)
+        x = torch.relu(self.inorm(self.conv2(x)))
+        x = torch.nn.functional.adaptive_avg_pool2d(x, 4).flatten(1)
+        return self.fc(x)
+
+
+def test_group_and_instance_norm_training_matches_eager():
+    torch.manual_seed(1)
+    model = NormZoo().train()
+    ref = copy.deepcopy(model)
+    batches = [(torch.randn(4, 3, 16, 16), torch.randint(0, 5, (4,))) for _ in range(4)]
+    torch._dynamo.reset()
+    got, want = [], []
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        train(torch.compile(model, backend="kiln"), batches, got)
+    train(ref, batches, want)
+    warned = [str(x.message) for x in w if "kiln" in str(x.message)]
+    assert not warned, warned
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
