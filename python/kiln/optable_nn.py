@@ -301,3 +301,30 @@ def _repeat(ctx, n):
         raise Unsupported(f"repeat {reps} of a rank-{len(shape)} tensor (more than 8 strided dims)")
     y = strided_copy(ctx, x, dims, steps, 0, ctx.origin(n))
     return reshape(ctx, y, _shape(n))
+
+
+# ---- nearest upsampling ---------------------------------------------------------------
+
+
+@register(aten.upsample_nearest2d.vec)
+def _upsample_nearest2d(ctx, n):
+    # A gather along H, then along W, of source indices that torch itself
+    # computes (by upsampling a ramp of row / column numbers with the same
+    # arguments), so the rounding of the scale is torch's by construction.
+    x, output_size, scales = (list(n.args) + [None, None])[:3]
+    if output_size is None:
+        output_size = n.kwargs.get("output_size")
+    if scales is None:
+        scales = n.kwargs.get("scale_factors")
+    if _val(x).dtype != F32:
+        raise Unsupported(f"upsample_nearest2d of {_val(x).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    h, w = ctx.shape(xv)[2:]
+    rows = torch.arange(h, dtype=F32).view(1, 1, h, 1).expand(1, 1, h, w)
+    cols = torch.arange(w, dtype=F32).view(1, 1, 1, w).expand(1, 1, h, w)
+    src_h = aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]
+    src_w = aten.upsample_nearest2d.vec(cols.contiguous(), output_size, scales)[0, 0, 0, :]
+    origin = ctx.origin(n)
+    y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], [2], origin=origin)
+    y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], [3], origin=origin)
+    return reshape(ctx, y, _shape(n))

@@ -238,3 +238,11 @@ def test_adaptive_avg_pool2d_backward_uneven_is_unsupported():
 def test_repeat(shape, reps):
     x = torch.randn(shape)
     check(lambda x: x.repeat(*reps), x)
+
+
+@pytest.mark.parametrize("size,scale", [(None, 2.0), (None, (1.5, 0.75)), ((7, 5), None), ((3, 2), None),
+                                        (None, 1.0 / 3)])
+def test_upsample_nearest2d(size, scale):
+    x = torch.randn(2, 3, 6, 4)
+    x[0, 0, 0, 0] = float("inf")
+    check(lambda x: torch.nn.functional.interpolate(x, size=size, scale_factor=scale, mode="nearest"), x)
