@@ -264,18 +264,20 @@ def _avg_pool2d_backward(ctx, n):
 
 @register(aten._adaptive_avg_pool2d_backward.default)
 def _adaptive_avg_pool2d_backward(ctx, n):
-    # The cases the forward lowers (an even split into equal blocks) are an
-    # average pool with kernel = stride = the block, so is their gradient.
+    # An even split into equal blocks is an average pool with kernel =
+    # stride = the block, so is its gradient; other splits have their op.
     dy, x = n.args[:2]
     _require_f32(n, "adaptive_avg_pool2d backward")
     x_shape = _shape(x)
     h, w = x_shape[-2:]
     oh, ow = _shape(dy)[-2:]
-    if oh <= 0 or ow <= 0 or h % oh or w % ow:
-        raise Unsupported(f"adaptive_avg_pool2d backward from {oh}x{ow} to {h}x{w} (not an even split)")
+    dyv = _as_nchw(ctx, ctx.value(dy), 2)
+    if oh <= 0 or ow <= 0 or h % oh or w % ow:  # overlapping or uneven windows
+        dx = ctx.node("adaptive_avg_pool2d_grad", [dyv], [h, w], origin=ctx.origin(n))
+        return reshape(ctx, dx, x_shape)
     k = [h // oh, w // ow]
     params = _pool_params(k, k, 0, 1, False, True) + [h, w]
-    dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], params, origin=ctx.origin(n))
+    dx = ctx.node("avg_pool2d_grad", [dyv], params, origin=ctx.origin(n))
     return reshape(ctx, dx, x_shape)
 
 
@@ -327,4 +329,29 @@ def _upsample_nearest2d(ctx, n):
     origin = ctx.origin(n)
     y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], [2], origin=origin)
     y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], [3], origin=origin)
+    return reshape(ctx, y, _shape(n))
+
+
+# ---- adaptive average pooling (any split) --------------------------------------------
+
+
+def _adaptive_target(n, h, w):
+    oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
+    return int(oh), int(ow)
+
+
+@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d_any(ctx, n):
+    # An even split is a plain average pool (optable's handler, which the
+    # conv fusion and the pool kernels already know); any other split is
+    # kiln's ADAPTIVE_AVG_POOL2D with torch's overlapping windows.
+    from kiln import optable
+
+    _require_f32(n, "adaptive_avg_pool2d")
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    h, w = ctx.shape(xv)[2:]
+    oh, ow = _adaptive_target(n, h, w)
+    if oh > 0 and ow > 0 and h % oh == 0 and w % ow == 0:
+        return optable._adaptive_avg_pool2d(ctx, n)
+    y = ctx.node("adaptive_avg_pool2d", [xv], [oh, ow], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))

@@ -101,6 +101,13 @@
  *                                        each dy cell spread over its window
  *                                        by AVG_POOL2D's divisor; params:
  *                                        [0..9] as AVG_POOL2D, [10..11] H, W.
+ *   ADAPTIVE_AVG_POOL2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo):
+ *                                        cell (i, j) averages rows [floor(i H /
+ *                                        Ho), ceil((i + 1) H / Ho)) and the
+ *                                        columns likewise (torch's windows);
+ *                                        params: [0..1] Ho, Wo.
+ *   ADAPTIVE_AVG_POOL2D_GRAD (dy) -> dx  its gradient: dy (N, C, Ho, Wo) ->
+ *                                        dx (N, C, H, W); params: [0..1] H, W.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -167,7 +174,9 @@
   X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2, 2) \
   X(MAX_POOL2D_INDICES, "max_pool2d_indices", 1, 1) \
   X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2, 2) \
-  X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1)
+  X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1) \
+  X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1) \
+  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

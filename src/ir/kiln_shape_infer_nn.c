@@ -161,6 +161,19 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
       nn_set(out, KILN_F32, shape);
       return kiln_ok();
     }
+    case KILN_OP_ADAPTIVE_AVG_POOL2D:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD: {
+      /* Both spatial sizes (in and out) at most 2^31, so the window bounds'
+       * products (out index x in size) stay far from overflow. */
+      KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "height", x->shape[2]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "width", x->shape[3]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "target height", p[0]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "target width", p[1]));
+      int64_t shape[4] = {x->shape[0], x->shape[1], p[0], p[1]};
+      nn_set(out, KILN_F32, shape);
+      return kiln_ok();
+    }
     default:
       return kiln_status_make(KILN_INTERNAL, "no training shape rule for op %s", name);
   }

@@ -294,6 +294,64 @@ static void pool_test_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* Adaptive average pooling: against a double-precision brute force with
+ * torch's window rule written independently (floor / ceil in floating
+ * point), and the gradient by the adjoint identity with the forward. */
+static void adaptive_test_level(kiln_pool_t* pool, const char* where) {
+  /* h, w, ho, wo: shrinking unevenly, even, growing (overlapping windows), size 1 */
+  static const int64_t cases[][4] = {{7, 5, 3, 2}, {8, 6, 4, 3}, {3, 4, 5, 7}, {1, 1, 1, 1},
+                                     {10, 9, 1, 1}, {6, 11, 4, 5}};
+  for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); ++s) {
+    kiln_pool2d_grad_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = 2, a.c = 3, a.h = cases[s][0], a.w = cases[s][1], a.ho = cases[s][2], a.wo = cases[s][3];
+    size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.c * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    float* y = malloc((ny + GRAD_GUARD) * sizeof(float));
+    float* want = malloc((ny + GRAD_GUARD) * sizeof(float));
+    float* dy = malloc(ny * sizeof(float));
+    float* dx = malloc((nx + GRAD_GUARD) * sizeof(float));
+    kiln_test_fill_f32(x, nx, (unsigned)s + 21, -1.0f, 1.0f);
+    kiln_test_fill_f32(dy, ny, (unsigned)s + 22, -1.0f, 1.0f);
+    kiln_test_fill_f32(y, ny + GRAD_GUARD, 5, -9.0f, 9.0f);
+    memcpy(want, y, (ny + GRAD_GUARD) * sizeof(float));
+    for (int64_t pl = 0; pl < a.n * a.c; ++pl)
+      for (int64_t i = 0; i < a.ho; ++i)
+        for (int64_t j = 0; j < a.wo; ++j) {
+          int64_t h0 = (int64_t)floor((double)i * a.h / a.ho);
+          int64_t h1 = (int64_t)ceil((double)(i + 1) * a.h / a.ho);
+          int64_t w0 = (int64_t)floor((double)j * a.w / a.wo);
+          int64_t w1 = (int64_t)ceil((double)(j + 1) * a.w / a.wo);
+          double acc = 0.0;
+          for (int64_t u = h0; u < h1; ++u)
+            for (int64_t v = w0; v < w1; ++v) acc += x[(pl * a.h + u) * a.w + v];
+          want[(pl * a.ho + i) * a.wo + j] = (float)(acc / (double)((h1 - h0) * (w1 - w0)));
+        }
+    a.x = x, a.y = y;
+    kiln_adaptive_avg_pool2d_f32(&a, pool);
+    char what[128];
+    snprintf(what, sizeof what, "%s adaptive_avg_pool2d %lldx%lld -> %lldx%lld", where,
+             (long long)a.h, (long long)a.w, (long long)a.ho, (long long)a.wo);
+    /* Windows of at most 10x9 O(1) terms: fp32 sums within ~1e-6. */
+    kiln_test_compare_f32(what, y, want, ny + GRAD_GUARD, 1e-6f, 1e-5f);
+    for (size_t i = 0; i < GRAD_GUARD; ++i) dx[nx + i] = 42.0f;
+    a.dy = dy, a.dx = dx;
+    kiln_adaptive_avg_pool2d_grad_f32(&a, pool);
+    double m0, m1;
+    double lhs = grad_dot(y, dy, ny, &m0), rhs = grad_dot(x, dx, nx, &m1);
+    KILN_EXPECT(fabs(lhs - rhs) <= 1e-5 * (m0 + m1) + 1e-9, "%s grad: <y,dy> %.9g vs <x,dx> %.9g",
+                what, lhs, rhs);
+    int guard_ok = 1;
+    for (size_t i = 0; i < GRAD_GUARD; ++i) guard_ok &= dx[nx + i] == 42.0f;
+    KILN_EXPECT(guard_ok, "%s grad wrote past dx", what);
+    free(x);
+    free(y);
+    free(want);
+    free(dy);
+    free(dx);
+  }
+}
+
 /* The shape rules reject bad parameters with a status, never a crash. */
 static void grad_test_shape_rules(void) {
   kiln_graph_t* g = NULL;
@@ -375,5 +433,6 @@ void kiln_test_suite_conv_grad(void) {
   grad_test_adjoint();
   kiln_test_each_isa_and_pool(grad_test_level);
   kiln_test_each_isa_and_pool(pool_test_level);
+  kiln_test_each_isa_and_pool(adaptive_test_level);
   grad_test_shape_rules();
 }

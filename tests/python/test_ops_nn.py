@@ -227,10 +227,13 @@ def test_adaptive_avg_pool2d_backward(shape, out):
     check(lambda dy, x: aten._adaptive_avg_pool2d_backward.default(dy, x), dy, x)
 
 
-def test_adaptive_avg_pool2d_backward_uneven_is_unsupported():
-    x, dy = torch.randn(1, 2, 7, 5), torch.randn(1, 2, 3, 2)
-    with pytest.raises(kiln.UnsupportedOpError):
-        kiln.trace(Call(lambda dy, x: aten._adaptive_avg_pool2d_backward.default(dy, x)), (dy, x), fallback=False)
+@pytest.mark.parametrize("shape,out", [((1, 2, 7, 5), (3, 2)), ((2, 3, 4), (6, 5)), ((2, 2, 9, 9), (4, 9))])
+def test_adaptive_avg_pool2d_uneven_forward_and_backward(shape, out):
+    # Uneven and overlapping (growing) windows: kiln's ADAPTIVE_AVG_POOL2D ops.
+    torch.manual_seed(4)
+    x, dy = torch.randn(shape), torch.randn(shape[:-2] + out)
+    check(lambda dy, x: (aten._adaptive_avg_pool2d.default(x, list(out)),
+                         aten._adaptive_avg_pool2d_backward.default(dy, x)), dy, x)
 
 
 @pytest.mark.parametrize("shape,reps", [((3,), (4,)), ((2, 3), (2, 1, 3)), ((2, 1, 3), (1, 4, 2)), ((), (2, 3)),

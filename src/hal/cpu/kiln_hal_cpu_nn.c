@@ -88,6 +88,26 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
       kiln_avg_pool2d_grad_f32(&a, pool);
       return kiln_ok();
     }
+    case KILN_OP_ADAPTIVE_AVG_POOL2D:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD: {
+      /* x is the (H, W) side, y the (Ho, Wo) side, whichever way it runs. */
+      int fwd = n->op == KILN_OP_ADAPTIVE_AVG_POOL2D;
+      const kiln_value_t *x = fwd ? VAL(0) : out, *y = fwd ? out : VAL(0);
+      kiln_pool2d_grad_f32_args_t a;
+      memset(&a, 0, sizeof(a));
+      a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+      a.ho = y->shape[2], a.wo = y->shape[3];
+      if (fwd) {
+        a.x = BUF(0);
+        a.y = bufs[n->outputs[0]];
+        kiln_adaptive_avg_pool2d_f32(&a, pool);
+      } else {
+        a.dy = BUF(0);
+        a.dx = bufs[n->outputs[0]];
+        kiln_adaptive_avg_pool2d_grad_f32(&a, pool);
+      }
+      return kiln_ok();
+    }
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no training kernel for %s",
                               kiln_op_name(n->op));

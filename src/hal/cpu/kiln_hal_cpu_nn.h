@@ -7,7 +7,7 @@
 #include "ir/kiln_graph.h"
 
 /* CONV2D_GRAD_INPUT, CONV2D_GRAD_WEIGHT, MAX_POOL2D_INDICES, MAX_POOL2D_GRAD,
- * AVG_POOL2D_GRAD on a verified graph's node. */
+ * AVG_POOL2D_GRAD, ADAPTIVE_AVG_POOL2D(_GRAD) on a verified graph's node. */
 kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                                   kiln_pool_t* pool);
 

@@ -28,6 +28,10 @@
  *                written (the caller turns the count into an error).
  *   avg grad:    each dy cell spread evenly (divided by the forward's
  *                divisor) over its window's in-bounds taps.
+ *   adaptive average (forward and grad): output cell (i, j) averages rows
+ *                [floor(i H / Ho), ceil((i + 1) H / Ho)) and the columns
+ *                likewise (torch's adaptive windows: never empty, may
+ *                overlap); the grad spreads each dy cell over its window.
  *
  * Pointers are borrowed for the call; outputs are fully overwritten. The
  * IR's shape rules validated sizes and parameters before a plan was built.
@@ -67,6 +71,7 @@ typedef struct kiln_pool2d_grad_f32_args_s {
   const int64_t* indices; /* max: (N, C, Ho, Wo), flat within the plane */
   int64_t* out_indices;   /* max indices' output */
   float* dx;              /* grads' output (N, C, H, W) */
+  float* y;               /* adaptive average's output (N, C, Ho, Wo) */
 } kiln_pool2d_grad_f32_args_t;
 
 /* Parallel over (N, C) planes. */
@@ -74,5 +79,9 @@ void kiln_max_pool2d_indices_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_p
 /* Returns how many indices were out of range (0 when all were valid). */
 int64_t kiln_max_pool2d_grad_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
 void kiln_avg_pool2d_grad_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
+/* Adaptive average pooling: x (N, C, H, W) -> y (N, C, Ho, Wo), and its
+ * gradient dy -> dx. Only n, c, h, w, ho, wo and the pointers are read. */
+void kiln_adaptive_avg_pool2d_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
+void kiln_adaptive_avg_pool2d_grad_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
 
 #endif /* KILN_CONV_BACKWARD_H */
