@@ -355,3 +355,23 @@ def _adaptive_avg_pool2d_any(ctx, n):
         return optable._adaptive_avg_pool2d(ctx, n)
     y = ctx.node("adaptive_avg_pool2d", [xv], [oh, ow], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
+
+
+# ---- bilinear upsampling -----------------------------------------------------------------
+
+
+@register(aten.upsample_bilinear2d.vec)
+def _upsample_bilinear2d(ctx, n):
+    x, output_size, align_corners, scales = (list(n.args) + [None, None, None])[:4]
+    output_size = output_size if output_size is not None else n.kwargs.get("output_size")
+    align_corners = align_corners if align_corners is not None else n.kwargs.get("align_corners", False)
+    scales = scales if scales is not None else n.kwargs.get("scale_factors")
+    if _val(x).dtype != F32:
+        raise Unsupported(f"upsample_bilinear2d of {_val(x).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    ho, wo = _shape(n)[-2:]
+    # torch uses the caller's scale factors (not the size ratio) when given.
+    fparams = [float(s) for s in scales] if scales is not None and output_size is None else [0.0, 0.0]
+    y = ctx.node("upsample_bilinear2d", [xv], [ho, wo, int(bool(align_corners))], fparams,
+                 origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))

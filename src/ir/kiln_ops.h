@@ -108,6 +108,11 @@
  *                                        params: [0..1] Ho, Wo.
  *   ADAPTIVE_AVG_POOL2D_GRAD (dy) -> dx  its gradient: dy (N, C, Ho, Wo) ->
  *                                        dx (N, C, H, W); params: [0..1] H, W.
+ *   UPSAMPLE_BILINEAR2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo),
+ *                                        torch's bilinear rule; params: [0..1]
+ *                                        Ho, Wo, [2] align_corners; fparams:
+ *                                        [0..1] torch's scale factors h, w (0:
+ *                                        none, the sizes' ratio is used).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -176,7 +181,8 @@
   X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2, 2) \
   X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1) \
   X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1) \
-  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1)
+  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1) \
+  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -174,6 +174,20 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
       nn_set(out, KILN_F32, shape);
       return kiln_ok();
     }
+    case KILN_OP_UPSAMPLE_BILINEAR2D: {
+      KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "height", x->shape[2]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "width", x->shape[3]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "target height", p[0]));
+      KILN_RETURN_IF_ERROR(nn_check_size(name, "target width", p[1]));
+      if ((unsigned long long)p[2] > 1) FAIL("%s: align_corners is 0 or 1", name);
+      for (int i = 0; i < 2; ++i)  /* NaN fails both comparisons */
+        if (!(n->fparams[i] >= 0.0f && n->fparams[i] <= 1e30f))
+          FAIL("%s: scale factor %d must be finite and not negative", name, i);
+      int64_t shape[4] = {x->shape[0], x->shape[1], p[0], p[1]};
+      nn_set(out, KILN_F32, shape);
+      return kiln_ok();
+    }
     default:
       return kiln_status_make(KILN_INTERNAL, "no training shape rule for op %s", name);
   }

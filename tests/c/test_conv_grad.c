@@ -352,6 +352,46 @@ static void adaptive_test_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* Bilinear upsampling: the table-driven kernel against the per-element
+ * reference (same rule, double blend: within a few fp32 ulp of O(1)
+ * values), both ways of align_corners, shrinking and growing, a scale
+ * factor, size 1, and a NaN that must reach exactly the outputs reading it. */
+static void upsample_test_level(kiln_pool_t* pool, const char* where) {
+  /* h, w, ho, wo, align_corners, scale_h x 100, scale_w x 100 */
+  static const int64_t cases[][7] = {{6, 4, 7, 5, 0, 0, 0}, {6, 4, 7, 5, 1, 0, 0}, {6, 4, 3, 2, 0, 0, 0},
+                                     {6, 4, 12, 3, 0, 200, 75}, {1, 1, 3, 4, 0, 0, 0},
+                                     {5, 5, 1, 1, 1, 0, 0}, {4, 7, 9, 9, 1, 0, 0}};
+  for (size_t s = 0; s < sizeof(cases) / sizeof(cases[0]); ++s) {
+    kiln_upsample_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = 2, a.c = 2, a.h = cases[s][0], a.w = cases[s][1], a.ho = cases[s][2], a.wo = cases[s][3];
+    a.align_corners = (int)cases[s][4];
+    a.scale_h = (float)cases[s][5] / 100.0f, a.scale_w = (float)cases[s][6] / 100.0f;
+    size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.c * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    float* got = malloc((ny + GRAD_GUARD) * sizeof(float));
+    float* want = malloc((ny + GRAD_GUARD) * sizeof(float));
+    kiln_test_fill_f32(x, nx, (unsigned)s + 31, -1.0f, 1.0f);
+    if (s == 0) x[a.h * a.w - 1] = NAN; /* the first plane's last pixel */
+    kiln_test_fill_f32(got, ny + GRAD_GUARD, 6, -9.0f, 9.0f);
+    memcpy(want, got, (ny + GRAD_GUARD) * sizeof(float));
+    a.x = x, a.y = want;
+    kiln_upsample_bilinear2d_f32_reference(&a);
+    a.y = got;
+    kiln_upsample_bilinear2d_f32(&a, pool);
+    char what[128];
+    snprintf(what, sizeof what, "%s upsample_bilinear2d case %zu", where, s);
+    kiln_test_compare_f32(what, got, want, ny + GRAD_GUARD, 1e-6f, 1e-5f);
+    if (s == 0) {
+      KILN_EXPECT(isnan(got[a.ho * a.wo - 1]), "%s: the NaN corner reaches its output", what);
+      KILN_EXPECT(!isnan(got[0]), "%s: the NaN stays local", what);
+    }
+    free(x);
+    free(got);
+    free(want);
+  }
+}
+
 /* The shape rules reject bad parameters with a status, never a crash. */
 static void grad_test_shape_rules(void) {
   kiln_graph_t* g = NULL;
@@ -434,5 +474,6 @@ void kiln_test_suite_conv_grad(void) {
   kiln_test_each_isa_and_pool(grad_test_level);
   kiln_test_each_isa_and_pool(pool_test_level);
   kiln_test_each_isa_and_pool(adaptive_test_level);
+  kiln_test_each_isa_and_pool(upsample_test_level);
   grad_test_shape_rules();
 }

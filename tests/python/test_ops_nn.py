@@ -249,3 +249,13 @@ def test_upsample_nearest2d(size, scale):
     x = torch.randn(2, 3, 6, 4)
     x[0, 0, 0, 0] = float("inf")
     check(lambda x: torch.nn.functional.interpolate(x, size=size, scale_factor=scale, mode="nearest"), x)
+
+
+@pytest.mark.parametrize("size,scale", [((7, 5), None), ((3, 2), None), (None, 2.0), (None, (1.5, 0.75)),
+                                        ((1, 1), None), (None, 1.0 / 3)])
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_bilinear2d(size, scale, align):
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 6, 4)
+    check(lambda x: torch.nn.functional.interpolate(x, size=size, scale_factor=scale, mode="bilinear",
+                                                    align_corners=align), x)

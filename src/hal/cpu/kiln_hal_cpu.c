@@ -451,6 +451,7 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_AVG_POOL2D_GRAD:
     case KILN_OP_ADAPTIVE_AVG_POOL2D:
     case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
       return kiln_hal_cpu_run_nn(g, n, bufs, pool);
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",

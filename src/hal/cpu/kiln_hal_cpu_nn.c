@@ -108,6 +108,19 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
       }
       return kiln_ok();
     }
+    case KILN_OP_UPSAMPLE_BILINEAR2D: {
+      const kiln_value_t* x = VAL(0);
+      kiln_upsample_f32_args_t a;
+      memset(&a, 0, sizeof(a));
+      a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+      a.ho = out->shape[2], a.wo = out->shape[3];
+      a.align_corners = (int)n->params[2];
+      a.scale_h = n->fparams[0], a.scale_w = n->fparams[1];
+      a.x = BUF(0);
+      a.y = bufs[n->outputs[0]];
+      kiln_upsample_bilinear2d_f32(&a, pool);
+      return kiln_ok();
+    }
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no training kernel for %s",
                               kiln_op_name(n->op));

@@ -84,4 +84,21 @@ void kiln_avg_pool2d_grad_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool
 void kiln_adaptive_avg_pool2d_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
 void kiln_adaptive_avg_pool2d_grad_f32(const kiln_pool2d_grad_f32_args_t* args, kiln_pool_t* pool);
 
+/* Bilinear upsampling x (N, C, H, W) -> y (N, C, Ho, Wo) with torch's rule:
+ * source row of output i is s * i (align_corners) or max(s (i + 0.5) - 0.5,
+ * 0), s = (H - 1) / (Ho - 1) with align_corners (0 when Ho = 1), else
+ * 1 / scale_h when scale_h > 0 (the caller's scale factor), else H / Ho;
+ * y blends the two neighbouring rows (the last row with itself) and
+ * likewise columns, in float as torch does for fp32. */
+typedef struct kiln_upsample_f32_args_s {
+  int64_t n, c, h, w, ho, wo;
+  int align_corners;
+  float scale_h, scale_w; /* torch's scale_factors, or 0 */
+  const float* x;
+  float* y;
+} kiln_upsample_f32_args_t;
+
+void kiln_upsample_bilinear2d_f32(const kiln_upsample_f32_args_t* args, kiln_pool_t* pool);
+void kiln_upsample_bilinear2d_f32_reference(const kiln_upsample_f32_args_t* args);
+
 #endif /* KILN_CONV_BACKWARD_H */
