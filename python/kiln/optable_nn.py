@@ -5,7 +5,10 @@ Imported at the end of kiln.optable (it registers into the same TABLE). As
 there, handlers only choose kiln ops and their parameters: the statistics
 of the norms are composed from MEAN, SUB, MUL and RSQRT; the gradients of
 convolution and pooling are kiln's CONV2D_GRAD_INPUT / CONV2D_GRAD_WEIGHT,
-MAX_POOL2D_INDICES / MAX_POOL2D_GRAD and AVG_POOL2D_GRAD ops.
+MAX_POOL2D_INDICES / MAX_POOL2D_GRAD and AVG_POOL2D_GRAD ops. Also here:
+adaptive average pooling of any split (ADAPTIVE_AVG_POOL2D and its
+gradient), repeat (a strided copy), nearest upsampling (two gathers) and
+bilinear upsampling (UPSAMPLE_BILINEAR2D).
 
 The backward ops of the norms (native_layer_norm_backward,
 native_group_norm_backward, native_batch_norm_backward) never reach kiln:

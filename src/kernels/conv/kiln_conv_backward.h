@@ -1,5 +1,6 @@
 /* Gradients of 2-d convolution and pooling over NCHW float32 tensors: what
- * training a CNN needs from the backward pass.
+ * training a CNN needs from the backward pass (plus adaptive average
+ * pooling and bilinear upsampling, which share the pooling geometry).
  *
  * Convolution (the forward is in kiln_conv.h, same geometry and names):
  *   grad input:  dx[n][g*Cg + c][iy][ix] = sum over (o in group g, i, j, u, v)
