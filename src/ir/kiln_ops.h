@@ -100,6 +100,42 @@
  *                                        division by zero is an error at run
  *                                        time (eager raises
  *                                        ZeroDivisionError), never a trap.
+ *   CONV2D_GRAD_INPUT (dy, w) -> dx      the gradient of CONV2D with respect
+ *                                        to x: dy (N, O, Ho, Wo), w (O, C /
+ *                                        groups, kh, kw) float32; dx (N, C, H,
+ *                                        W); params: [0..6] as CONV2D, [7..8]
+ *                                        H, W (stride makes them ambiguous);
+ *                                        Ho, Wo must be what CONV2D gives.
+ *   CONV2D_GRAD_WEIGHT (dy, x) -> dw     the gradient with respect to w: dy
+ *                                        (N, O, Ho, Wo), x (N, C, H, W); dw
+ *                                        (O, C / groups, kh, kw); params:
+ *                                        [0..6] as CONV2D, [7..8] kh, kw.
+ *   MAX_POOL2D_INDICES (x) -> i          int64 (N, C, Ho, Wo): the flat index
+ *                                        (h * W + w) within x's (n, c) plane
+ *                                        of each window's maximum, torch's
+ *                                        choice on ties and NaN; params as
+ *                                        MAX_POOL2D.
+ *   MAX_POOL2D_GRAD (dy, i) -> dx        dy (N, C, Ho, Wo) float32, i int64 of
+ *                                        dy's shape; dx (N, C, H, W) with
+ *                                        dx[n][c].flat[i] += dy; params: [0..1]
+ *                                        H, W. An index outside the plane is
+ *                                        an error at run time, never a write.
+ *   AVG_POOL2D_GRAD (dy) -> dx           dy (N, C, Ho, Wo) -> dx (N, C, H, W),
+ *                                        each dy cell spread over its window
+ *                                        by AVG_POOL2D's divisor; params:
+ *                                        [0..9] as AVG_POOL2D, [10..11] H, W.
+ *   ADAPTIVE_AVG_POOL2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo):
+ *                                        cell (i, j) averages rows [floor(i H /
+ *                                        Ho), ceil((i + 1) H / Ho)) and the
+ *                                        columns likewise (torch's windows);
+ *                                        params: [0..1] Ho, Wo.
+ *   ADAPTIVE_AVG_POOL2D_GRAD (dy) -> dx  its gradient: dy (N, C, Ho, Wo) ->
+ *                                        dx (N, C, H, W); params: [0..1] H, W.
+ *   UPSAMPLE_BILINEAR2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo),
+ *                                        torch's bilinear rule; params: [0..1]
+ *                                        Ho, Wo, [2] align_corners; fparams:
+ *                                        [0..1] torch's scale factors h, w (0:
+ *                                        none, the sizes' ratio is used).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -187,7 +223,15 @@
   X(FMOD, "fmod", 2, 2)              \
   X(REMAINDER, "remainder", 2, 2)    \
   X(DIV_TRUNC, "div_trunc", 2, 2)    \
-  X(DIV_FLOOR, "div_floor", 2, 2)
+  X(DIV_FLOOR, "div_floor", 2, 2)    \
+  X(CONV2D_GRAD_INPUT, "conv2d_grad_input", 2, 2) \
+  X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2, 2) \
+  X(MAX_POOL2D_INDICES, "max_pool2d_indices", 1, 1) \
+  X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2, 2) \
+  X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1) \
+  X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1) \
+  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1) \
+  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

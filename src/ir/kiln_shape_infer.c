@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/kiln_graph.h"
+#include "ir/kiln_shape_infer_nn.h"
 #include "kernels/kiln_activation.h"
 
 static const struct {
@@ -323,6 +324,11 @@ static kiln_status_t window_out_size(const char* what, int64_t in, int64_t k, in
   return kiln_ok();
 }
 
+kiln_status_t kiln_shape_window_out_size(const char* what, int64_t in, int64_t k, int64_t s,
+                                         int64_t p, int64_t d, int ceil_mode, int64_t* out) {
+  return window_out_size(what, in, k, s, p, d, ceil_mode, out);
+}
+
 static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
@@ -523,6 +529,15 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D:
       return infer_pool2d(n, x, out);
+    case KILN_OP_CONV2D_GRAD_INPUT:
+    case KILN_OP_CONV2D_GRAD_WEIGHT:
+    case KILN_OP_MAX_POOL2D_INDICES:
+    case KILN_OP_MAX_POOL2D_GRAD:
+    case KILN_OP_AVG_POOL2D_GRAD:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
+      return kiln_shape_infer_nn(g, n, out);
     default:
       break;
   }

@@ -6,6 +6,7 @@
 
 #include "hal/kiln_hal.h"
 #include "hal/cpu/kiln_hal_cpu_math.h"
+#include "hal/cpu/kiln_hal_cpu_nn.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -471,6 +472,15 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_AVG_POOL2D:
       run_pool2d(g, n, bufs, pool);
       return kiln_ok();
+    case KILN_OP_CONV2D_GRAD_INPUT:
+    case KILN_OP_CONV2D_GRAD_WEIGHT:
+    case KILN_OP_MAX_POOL2D_INDICES:
+    case KILN_OP_MAX_POOL2D_GRAD:
+    case KILN_OP_AVG_POOL2D_GRAD:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D:
+    case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
+    case KILN_OP_UPSAMPLE_BILINEAR2D:
+      return kiln_hal_cpu_run_nn(g, n, bufs, pool);
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",
                               kiln_op_name(op));

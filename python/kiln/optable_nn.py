@@ -1,0 +1,380 @@
+"""Op-table handlers for training CNNs: batch and group norm with batch
+statistics, and the convolution and pooling backward ops.
+
+Imported at the end of kiln.optable (it registers into the same TABLE). As
+there, handlers only choose kiln ops and their parameters: the statistics
+of the norms are composed from MEAN, SUB, MUL and RSQRT; the gradients of
+convolution and pooling are kiln's CONV2D_GRAD_INPUT / CONV2D_GRAD_WEIGHT,
+MAX_POOL2D_INDICES / MAX_POOL2D_GRAD and AVG_POOL2D_GRAD ops. Also here:
+adaptive average pooling of any split (ADAPTIVE_AVG_POOL2D and its
+gradient), repeat (a strided copy), nearest upsampling (two gathers) and
+bilinear upsampling (UPSAMPLE_BILINEAR2D).
+
+The backward ops of the norms (native_layer_norm_backward,
+native_group_norm_backward, native_batch_norm_backward) never reach kiln:
+the Core ATen decompositions (capture.decomposition_table) rewrite them into
+elementwise ops and sums, which kiln has.
+"""
+
+import math
+
+import torch
+
+from kiln.optable import (Unsupported, _as_nchw, _axes_mask, _dense_strides, _ints, _pool_params, _shape,
+                          _val, aten, register, reshape, strided_copy)
+
+F32 = torch.float32
+
+
+def _out_shape(n, i):
+    return tuple(int(s) for s in n.meta["val"][i].shape)
+
+
+def _arg(n, i, name, default=None):
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _require_f32(n, what):
+    v = n.args[0]
+    dtype = _val(v).dtype if isinstance(v, torch.fx.Node) else None
+    if dtype != F32:
+        raise Unsupported(f"{what} of {dtype}")
+
+
+# ---- batch norm and group norm with batch statistics ----------------------------
+
+
+def _batch_stats(ctx, xv, eps):
+    """Per-channel (dim 1) mean and 1/sqrt(biased var + eps) of x, both kept
+    as (1, C, 1, ...), and x - mean."""
+    rank = len(ctx.shape(xv))
+    mask = _axes_mask([d for d in range(rank) if d != 1], rank)
+    mean = ctx.node("mean", [xv], [mask, 1])
+    centred = ctx.node("sub", [xv, mean])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], [mask, 1])
+    rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), F32)])])
+    return mean, var, rstd, centred
+
+
+def _affine(ctx, y, weight, bias, per_channel, origin):
+    if weight is not None:
+        y = ctx.node("mul", [y, reshape(ctx, ctx.value(weight), per_channel)], origin=origin)
+    if bias is not None:
+        y = ctx.node("add", [y, reshape(ctx, ctx.value(bias), per_channel)], origin=origin)
+    return y
+
+
+def _batch_norm_train(ctx, n, x, weight, bias, eps):
+    """(y, mean, rstd, biased var, element count per channel) with batch
+    statistics; mean and rstd are (C,) as torch saves them."""
+    xv = ctx.value(x)
+    shape = ctx.shape(xv)
+    if len(shape) < 2:
+        raise Unsupported("batch norm of a rank-1 input")
+    c = shape[1]
+    origin = ctx.origin(n)
+    mean, var, rstd, centred = _batch_stats(ctx, xv, eps)
+    y = ctx.node("mul", [centred, rstd], origin=origin)
+    y = _affine(ctx, y, weight, bias, [c] + [1] * (len(shape) - 2), origin)
+    count = math.prod(shape) // c if c else 0
+    return y, reshape(ctx, mean, [c]), reshape(ctx, rstd, [c]), reshape(ctx, var, [c]), count
+
+
+def _running_update(ctx, running, batch, momentum):
+    """(1 - momentum) * running + momentum * batch: torch's update."""
+    keep = ctx.node("mul", [ctx.value(running), ctx.scalar(1.0 - float(momentum), F32)])
+    return ctx.node("add", [keep, ctx.node("mul", [batch, ctx.scalar(float(momentum), F32)])])
+
+
+def _batch_norm_eval(ctx, n, x, weight, bias, running_mean, running_var, eps):
+    xv = ctx.value(x)
+    shape = ctx.shape(xv)
+    if len(shape) < 2:
+        raise Unsupported("batch norm of a rank-1 input")
+    per_channel = [shape[1]] + [1] * (len(shape) - 2)
+    origin = ctx.origin(n)
+    rstd = ctx.node("rsqrt", [ctx.node("add", [ctx.value(running_var), ctx.scalar(float(eps), F32)])])
+    y = ctx.node("sub", [xv, reshape(ctx, ctx.value(running_mean), per_channel)], origin=origin)
+    y = ctx.node("mul", [y, reshape(ctx, rstd, per_channel)], origin=origin)
+    return _affine(ctx, y, weight, bias, per_channel, origin)
+
+
+def _empty(ctx, n, i):
+    return ctx.constant(torch.empty(_out_shape(n, i), dtype=n.meta["val"][i].dtype))
+
+
+@register(aten._native_batch_norm_legit_functional.default)
+def _batch_norm_functional(ctx, n):
+    # What training graphs hold (AOTAutograd and export functionalise the
+    # in-place running-stat update): outputs y, save_mean, save_rstd and the
+    # new running_mean / running_var, which the caller copies back.
+    x, weight, bias, running_mean, running_var, training, momentum, eps = n.args[:8]
+    _require_f32(n, "batch norm")
+    if not training:
+        y = _batch_norm_eval(ctx, n, x, weight, bias, running_mean, running_var, eps)
+        return (y, _empty(ctx, n, 1), _empty(ctx, n, 2), ctx.value(running_mean), ctx.value(running_var))
+    y, mean, rstd, var, count = _batch_norm_train(ctx, n, x, weight, bias, eps)
+    # The running variance takes the unbiased estimate: var * n / (n - 1).
+    if count > 1:
+        unbiased = ctx.node("mul", [var, ctx.scalar(count / (count - 1), F32)])
+    else:  # torch divides by zero here
+        unbiased = ctx.node("mul", [var, ctx.scalar(float("inf"), F32)])
+    new_mean = _running_update(ctx, running_mean, mean, momentum)
+    new_var = _running_update(ctx, running_var, unbiased, momentum)
+    return (y, mean, rstd, new_mean, new_var)
+
+
+@register(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_no_stats(ctx, n):
+    x, weight, bias, training, momentum, eps = n.args[:6]
+    _require_f32(n, "batch norm")
+    if not training:
+        raise Unsupported("batch norm in eval mode without running statistics")
+    y, mean, rstd, _, _ = _batch_norm_train(ctx, n, x, weight, bias, eps)
+    return (y, mean, rstd)
+
+
+@register(aten._native_batch_norm_legit.default)
+def _batch_norm_legit(ctx, n):
+    # The in-place form: in training it writes the running statistics back
+    # into its inputs, which a kiln graph cannot do (functionalised graphs
+    # use _native_batch_norm_legit_functional instead).
+    x, weight, bias, running_mean, running_var, training, momentum, eps = n.args[:8]
+    _require_f32(n, "batch norm")
+    if training:
+        raise Unsupported("batch norm updating its running statistics in place")
+    y = _batch_norm_eval(ctx, n, x, weight, bias, running_mean, running_var, eps)
+    return (y, _empty(ctx, n, 1), _empty(ctx, n, 2))
+
+
+@register(aten.native_group_norm.default)
+def _group_norm(ctx, n):
+    # x (N, C, *) as (N, G, C / G * HxW): statistics over the last axis;
+    # mean and rstd come out (N, G) as torch saves them.
+    x, weight, bias, N, C, HxW, group, eps = n.args[:8]
+    _require_f32(n, "group norm")
+    xv = ctx.value(x)
+    shape = list(ctx.shape(xv))
+    if group <= 0 or C % group or N * C * HxW != math.prod(shape):
+        raise Unsupported(f"group norm of {shape} in {group} groups")
+    origin = ctx.origin(n)
+    xg = reshape(ctx, xv, [N, group, (C // group) * HxW])
+    mean = ctx.node("mean", [xg], [1 << 2, 1])
+    centred = ctx.node("sub", [xg, mean])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], [1 << 2, 1])
+    rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), F32)])])
+    y = reshape(ctx, ctx.node("mul", [centred, rstd], origin=origin), [N, C, HxW])
+    y = _affine(ctx, y, weight, bias, [C, 1], origin)
+    return (reshape(ctx, y, _out_shape(n, 0)), reshape(ctx, mean, [N, group]),
+            reshape(ctx, rstd, [N, group]))
+
+
+# ---- convolution backward ------------------------------------------------------
+
+
+@register(aten.convolution_backward.default)
+def _convolution_backward(ctx, n):
+    (dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+     mask) = n.args[:11]
+    if transposed:
+        raise Unsupported("the backward of a transposed convolution")
+    if _val(dy).dtype != F32:
+        raise Unsupported(f"convolution backward of {_val(dy).dtype}")
+    spatial = len(_val(w).shape) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-d convolution backward")
+    stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
+    x_shape = list(_shape(x))
+    w_shape = list(_shape(w))
+    if spatial == 1:  # (N, C, L) as (N, C, 1, L), as the forward lowers it
+        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
+        w4 = w_shape[:2] + [1] + w_shape[2:]
+    else:
+        w4 = w_shape
+    conv = stride + padding + dilation + [groups]
+    origin = ctx.origin(n)
+    dyv = _as_nchw(ctx, ctx.value(dy), spatial)
+    outs = [None, None, None]
+    if mask[0]:
+        x4 = _as_nchw(ctx, ctx.value(x), spatial)  # only its shape is used
+        h, wd = ctx.shape(x4)[2:]
+        wv = reshape(ctx, ctx.value(w), w4)
+        dx = ctx.node("conv2d_grad_input", [dyv, wv], conv + [h, wd], origin=origin)
+        outs[0] = reshape(ctx, dx, x_shape)
+    if mask[1]:
+        xv = _as_nchw(ctx, ctx.value(x), spatial)
+        dw = ctx.node("conv2d_grad_weight", [dyv, xv], conv + w4[2:], origin=origin)
+        outs[1] = reshape(ctx, dw, w_shape)
+    if mask[2]:
+        db = ctx.node("sum", [dyv], [_axes_mask([0, 2, 3], 4), 0], origin=origin)
+        outs[2] = reshape(ctx, db, _out_shape(n, 2))
+    return tuple(outs)
+
+
+# ---- pooling: indices and backward ------------------------------------------------
+
+
+def _max_pool_args(n):
+    args = list(n.args) + [None] * 6
+    kernel = args[1]
+    stride = args[2] or n.kwargs.get("stride")
+    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
+    dilation = args[4] if args[4] is not None else n.kwargs.get("dilation", 1)
+    ceil_mode = args[5] if args[5] is not None else n.kwargs.get("ceil_mode", False)
+    return _pool_params(kernel, stride, padding, dilation, ceil_mode, 0)
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(ctx, n):
+    _require_f32(n, "max_pool2d")
+    params = _max_pool_args(n)
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    origin = ctx.origin(n)
+    y = ctx.node("max_pool2d", [xv], params, origin=origin)
+    # Only training (the backward) and max_unpool read the indices; in
+    # inference dead-code elimination drops this node.
+    idx = ctx.node("max_pool2d_indices", [xv], params, origin=origin)
+    return (reshape(ctx, y, _out_shape(n, 0)), reshape(ctx, idx, _out_shape(n, 1)))
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(ctx, n):
+    dy, x = n.args[0], n.args[1]
+    indices = _arg(n, 7, "indices")
+    _require_f32(n, "max_pool2d backward")
+    x_shape = _shape(x)
+    h, w = x_shape[-2:]
+    dyv = _as_nchw(ctx, ctx.value(dy), 2)
+    iv = reshape(ctx, ctx.value(indices), list(ctx.shape(dyv)))
+    dx = ctx.node("max_pool2d_grad", [dyv, iv], [h, w], origin=ctx.origin(n))
+    return reshape(ctx, dx, x_shape)
+
+
+@register(aten.avg_pool2d_backward.default)
+def _avg_pool2d_backward(ctx, n):
+    dy, x, kernel, stride, padding, ceil_mode, include, divisor = (list(n.args) + [None] * 8)[:8]
+    if divisor is not None:
+        raise Unsupported("avg_pool2d backward with divisor_override")
+    _require_f32(n, "avg_pool2d backward")
+    x_shape = _shape(x)
+    h, w = x_shape[-2:]
+    params = _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [h, w]
+    dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], params, origin=ctx.origin(n))
+    return reshape(ctx, dx, x_shape)
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def _adaptive_avg_pool2d_backward(ctx, n):
+    # An even split into equal blocks is an average pool with kernel =
+    # stride = the block, so is its gradient; other splits have their op.
+    dy, x = n.args[:2]
+    _require_f32(n, "adaptive_avg_pool2d backward")
+    x_shape = _shape(x)
+    h, w = x_shape[-2:]
+    oh, ow = _shape(dy)[-2:]
+    dyv = _as_nchw(ctx, ctx.value(dy), 2)
+    if oh <= 0 or ow <= 0 or h % oh or w % ow:  # overlapping or uneven windows
+        dx = ctx.node("adaptive_avg_pool2d_grad", [dyv], [h, w], origin=ctx.origin(n))
+        return reshape(ctx, dx, x_shape)
+    k = [h // oh, w // ow]
+    params = _pool_params(k, k, 0, 1, False, True) + [h, w]
+    dx = ctx.node("avg_pool2d_grad", [dyv], params, origin=ctx.origin(n))
+    return reshape(ctx, dx, x_shape)
+
+
+# ---- repeat (InstanceNorm's weight and bias in training) ---------------------------
+
+
+@register(aten.repeat.default)
+def _repeat(ctx, n):
+    # x tiled reps[i] times along each dim: a strided copy over interleaved
+    # (repeat, size) dims, the repeat dims with stride 0, then a reshape.
+    x = ctx.value(n.args[0])
+    reps = [int(r) for r in n.args[1]]
+    shape = [1] * (len(reps) - len(ctx.shape(x))) + list(ctx.shape(x))
+    strides = _dense_strides(shape)
+    dims, steps = [], []
+    for r, s, st in zip(reps, shape, strides):
+        if r != 1:
+            dims.append(r)
+            steps.append(0)
+        dims.append(s)
+        steps.append(st)
+    if len(dims) > 8:
+        raise Unsupported(f"repeat {reps} of a rank-{len(shape)} tensor (more than 8 strided dims)")
+    y = strided_copy(ctx, x, dims, steps, 0, ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+# ---- nearest upsampling ---------------------------------------------------------------
+
+
+@register(aten.upsample_nearest2d.vec)
+def _upsample_nearest2d(ctx, n):
+    # A gather along H, then along W, of source indices that torch itself
+    # computes (by upsampling a ramp of row / column numbers with the same
+    # arguments), so the rounding of the scale is torch's by construction.
+    x, output_size, scales = (list(n.args) + [None, None])[:3]
+    if output_size is None:
+        output_size = n.kwargs.get("output_size")
+    if scales is None:
+        scales = n.kwargs.get("scale_factors")
+    if _val(x).dtype != F32:
+        raise Unsupported(f"upsample_nearest2d of {_val(x).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    h, w = ctx.shape(xv)[2:]
+    rows = torch.arange(h, dtype=F32).view(1, 1, h, 1).expand(1, 1, h, w)
+    cols = torch.arange(w, dtype=F32).view(1, 1, 1, w).expand(1, 1, h, w)
+    src_h = aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]
+    src_w = aten.upsample_nearest2d.vec(cols.contiguous(), output_size, scales)[0, 0, 0, :]
+    origin = ctx.origin(n)
+    y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], [2], origin=origin)
+    y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], [3], origin=origin)
+    return reshape(ctx, y, _shape(n))
+
+
+# ---- adaptive average pooling (any split) --------------------------------------------
+
+
+def _adaptive_target(n, h, w):
+    oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
+    return int(oh), int(ow)
+
+
+@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d_any(ctx, n):
+    # An even split is a plain average pool (optable's handler, which the
+    # conv fusion and the pool kernels already know); any other split is
+    # kiln's ADAPTIVE_AVG_POOL2D with torch's overlapping windows.
+    from kiln import optable
+
+    _require_f32(n, "adaptive_avg_pool2d")
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    h, w = ctx.shape(xv)[2:]
+    oh, ow = _adaptive_target(n, h, w)
+    if oh > 0 and ow > 0 and h % oh == 0 and w % ow == 0:
+        return optable._adaptive_avg_pool2d(ctx, n)
+    y = ctx.node("adaptive_avg_pool2d", [xv], [oh, ow], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+# ---- bilinear upsampling -----------------------------------------------------------------
+
+
+@register(aten.upsample_bilinear2d.vec)
+def _upsample_bilinear2d(ctx, n):
+    x, output_size, align_corners, scales = (list(n.args) + [None, None, None])[:4]
+    output_size = output_size if output_size is not None else n.kwargs.get("output_size")
+    align_corners = align_corners if align_corners is not None else n.kwargs.get("align_corners", False)
+    scales = scales if scales is not None else n.kwargs.get("scale_factors")
+    if _val(x).dtype != F32:
+        raise Unsupported(f"upsample_bilinear2d of {_val(x).dtype}")
+    xv = _as_nchw(ctx, ctx.value(x), 2)
+    ho, wo = _shape(n)[-2:]
+    # torch uses the caller's scale factors (not the size ratio) when given.
+    fparams = [float(s) for s in scales] if scales is not None and output_size is None else [0.0, 0.0]
+    y = ctx.node("upsample_bilinear2d", [xv], [ho, wo, int(bool(align_corners))], fparams,
+                 origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
