@@ -378,3 +378,35 @@ def _upsample_bilinear2d(ctx, n):
     y = ctx.node("upsample_bilinear2d", [xv], [ho, wo, int(bool(align_corners))], fparams,
                  origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
+
+
+# ---- 1-d pooling, as 2-d pooling over (N, C, 1, L) ------------------------------------
+
+
+@register(aten.avg_pool1d.default)
+def _avg_pool1d(ctx, n):
+    args = list(n.args) + [None] * 6
+    kernel = _ints(args[1], 1)
+    stride = _ints(args[2], 1) if args[2] else kernel
+    padding = _ints(args[3] if args[3] is not None else 0, 1)
+    ceil_mode = bool(args[4]) if args[4] is not None else False
+    include = bool(args[5]) if args[5] is not None else True
+    _require_f32(n, "avg_pool1d")
+    xv = _as_nchw(ctx, ctx.value(args[0]), 1)
+    y = ctx.node("avg_pool2d", [xv], _pool_params([1] + kernel, [1] + stride, [0] + padding, 1, ceil_mode, include),
+                 origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten.adaptive_avg_pool1d.default)
+def _adaptive_avg_pool1d(ctx, n):
+    _require_f32(n, "adaptive_avg_pool1d")
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 1)
+    (out,) = _ints(n.args[1], 1)
+    length = ctx.shape(xv)[3]
+    if out > 0 and length % out == 0:
+        k = length // out
+        y = ctx.node("avg_pool2d", [xv], _pool_params([1, k], [1, k], [0, 0], 1, False, True), origin=ctx.origin(n))
+    else:
+        y = ctx.node("adaptive_avg_pool2d", [xv], [1, out], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))

@@ -259,3 +259,16 @@ def test_upsample_bilinear2d(size, scale, align):
     x = torch.randn(2, 3, 6, 4)
     check(lambda x: torch.nn.functional.interpolate(x, size=size, scale_factor=scale, mode="bilinear",
                                                     align_corners=align), x)
+
+
+@pytest.mark.parametrize("kernel,stride,padding,ceil_mode,include", [
+    (3, 1, 0, False, True), (4, 2, 1, True, False), (2, None, 1, False, True)])
+def test_avg_pool1d(kernel, stride, padding, ceil_mode, include):
+    x = torch.randn(2, 3, 17)
+    check(lambda t: torch.nn.functional.avg_pool1d(t, kernel, stride, padding, ceil_mode, include), x)
+
+
+@pytest.mark.parametrize("out", [1, 5, 7, 17])
+def test_adaptive_avg_pool1d(out):
+    check(lambda t: torch.nn.functional.adaptive_avg_pool1d(t, out), torch.randn(2, 3, 17))
+    check(lambda t: torch.nn.functional.adaptive_avg_pool1d(t, out), torch.randn(3, 17))
