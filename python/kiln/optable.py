@@ -754,3 +754,6 @@ def _getitem(ctx, n):
 
 def supported_targets():
     return set(TABLE)
+
+
+from kiln import optable_movement  # noqa: E402,F401  (registers its handlers; last, so they win)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/kiln_graph.h"
+#include "ir/kiln_shape_infer_movement.h"
 #include "kernels/kiln_activation.h"
 
 static const struct {
@@ -492,6 +493,12 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D:
       return infer_pool2d(n, x, out);
+    case KILN_OP_PAD:
+    case KILN_OP_STRIDED_SCATTER:
+    case KILN_OP_SCATTER:
+    case KILN_OP_SCAN:
+    case KILN_OP_ARGSORT:
+      return kiln_graph_infer_movement(g, n, out);
     default:
       break;
   }

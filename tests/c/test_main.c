@@ -70,7 +70,8 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(nn)                     \
   X(artifact)               \
   X(gemm)                   \
-  X(conv)
+  X(conv)                   \
+  X(movement)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

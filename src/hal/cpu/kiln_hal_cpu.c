@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "hal/kiln_hal.h"
+#include "hal/cpu/kiln_hal_cpu_movement.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -443,6 +444,12 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_AVG_POOL2D:
       run_pool2d(g, n, bufs, pool);
       return kiln_ok();
+    case KILN_OP_PAD:
+    case KILN_OP_STRIDED_SCATTER:
+    case KILN_OP_SCATTER:
+    case KILN_OP_SCAN:
+    case KILN_OP_ARGSORT:
+      return kiln_hal_cpu_run_movement(g, n, bufs, pool);
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",
                               kiln_op_name(op));
