@@ -259,6 +259,7 @@ _SCATTER_REDUCE = {None: 0, "sum": 1, "add": 1, "prod": 2, "multiply": 2, "mean"
 
 
 def _scatter(ctx, n, x, dim, index, src, reduce, include_self=True):
+    """torch.scatter and friends: a negative index is out of range, as eager."""
     dtype = ctx.dtype(x)
     if ctx.dtype(index) not in _INDEX_DTYPES:
         raise Unsupported(f"a {ctx.dtype(index)} scatter index")
@@ -271,7 +272,7 @@ def _scatter(ctx, n, x, dim, index, src, reduce, include_self=True):
     else:
         dim = _norm_dim(dim, len(out_shape))
     y = ctx.node("scatter", [x, index, cast(ctx, src, dtype)],
-                 [dim, _SCATTER_REDUCE[reduce], int(bool(include_self))], origin=ctx.origin(n))
+                 [dim, _SCATTER_REDUCE[reduce], int(bool(include_self)), 0], origin=ctx.origin(n))
     return reshape(ctx, y, out_shape)
 
 
@@ -397,7 +398,8 @@ def _index_put(ctx, n):
     # SCATTER's index has src's shape: the linear index stretched over the other axes.
     lin = reshape(ctx, lin, [1] * axis + [nidx] + [1] * (len(vshape) - axis - 1))
     lin = _broadcast_to(ctx, lin, src_shape, ctx.origin(n))
-    y = ctx.node("scatter", [xv, lin, vals], [axis, 1 if accumulate else 0, 1], origin=ctx.origin(n))
+    y = ctx.node("scatter", [xv, lin, vals], [axis, 1 if accumulate else 0, 1, 1],
+                 origin=ctx.origin(n))
     if not permuted:
         return reshape(ctx, y, shape)
     order = axes + rest
@@ -428,7 +430,7 @@ def _embedding_dense_backward(ctx, n):
     zeros = _broadcast_to(ctx, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype),
                           [num_weights, dim], ctx.origin(n))
     y = ctx.node("scatter", [zeros, _broadcast_to(ctx, idx, [count, dim], ctx.origin(n)), g],
-                 [0, 1, 1], origin=ctx.origin(n))
+                 [0, 1, 1, 1], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 
 

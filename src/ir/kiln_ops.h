@@ -100,8 +100,11 @@
  *                                        assign, 1 sum, 2 prod, 3 mean, 4 amax,
  *                                        5 amin), [2] include_self (reductions:
  *                                        0 = targets start from the reduction's
- *                                        identity). Out-of-range indices are an
- *                                        error at run time, never a write.
+ *                                        identity), [3] 1: negative indices
+ *                                        count from the end (index_put), 0: they
+ *                                        are out of range (torch.scatter).
+ *                                        Out-of-range indices are an error at
+ *                                        run time, never a write.
  *   SCAN           (x) -> y              inclusive scan along params[0]; [1] 0 sum,
  *                                        1 product. float32 accumulates in double
  *                                        (as torch's CPU cumsum).

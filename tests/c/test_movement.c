@@ -194,7 +194,7 @@ static void scatter_test(void) {
             for (int c = 0; c < IC; ++c) uniq[r * IC + c] = axis == 0 ? (r + c) % R : (c + r) % C;
         memset(got, MV_GUARD_BYTE, sizeof got);
         int64_t bad = -1;
-        KILN_EXPECT_OK(kiln_scatter((kiln_scatter_reduce_t)reduce, self, KILN_F32, 2, xs, axis, x,
+        KILN_EXPECT_OK(kiln_scatter((kiln_scatter_reduce_t)reduce, self, 1, KILN_F32, 2, xs, axis, x,
                                     is, KILN_I64, uniq, ss, src, got, &bad));
         scatter_reference(reduce, self || reduce == KILN_SCATTER_ASSIGN, axis, x, xs, uniq, is,
                           src, ss, want);
@@ -212,26 +212,32 @@ static void scatter_test(void) {
   for (int i = 0; i < IR * IC; ++i) oob[i] = i % 4 == 0 ? (i % 8 ? R : -R - 1) : 0;
   int64_t bad = 0;
   memset(got, MV_GUARD_BYTE, sizeof got);
-  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_SUM, 1, KILN_F32, 2, xs, 0, x, is, KILN_I64, oob, ss,
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_SUM, 1, 1, KILN_F32, 2, xs, 0, x, is, KILN_I64, oob, ss,
                               src, got, &bad));
   KILN_EXPECT(bad == IR * IC / 4, "out-of-range count %lld, want %d", (long long)bad, IR * IC / 4);
+  /* Without wrapping, negative indices are out of range too (torch.scatter). */
+  for (int i = 0; i < IR * IC; ++i) oob[i] = i % 3 == 0 ? -1 : 0;
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_ASSIGN, 1, 0, KILN_F32, 2, xs, 0, x, is, KILN_I64, oob,
+                              ss, src, got, &bad));
+  KILN_EXPECT(bad == IR * IC / 3, "negative without wrap: %lld bad, want %d", (long long)bad,
+              IR * IC / 3);
   KILN_EXPECT(mv_guard_ok((unsigned char*)(got + R * C)), "out-of-range scatter wrote past y");
   /* NaN propagates through amax and amin; integer mean floors. */
   float nx[2] = {1, 2}, nsrc[2] = {NAN, 3}, ny[2];
   int64_t nidx[2] = {0, 0}, ns[2] = {1, 2};
-  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_AMAX, 1, KILN_F32, 1, ns + 1, 0, nx, ns + 1, KILN_I64,
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_AMAX, 1, 1, KILN_F32, 1, ns + 1, 0, nx, ns + 1, KILN_I64,
                               nidx, ns + 1, nsrc, ny, &bad));
   KILN_EXPECT(isnan(ny[0]) && ny[1] == 2, "amax with NaN: %g %g", ny[0], ny[1]);
   int64_t ix[1] = {-4}, isrc[2] = {1, 0}, iy[1], ione[1] = {1}, itwo[1] = {2};
-  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 1, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 1, 1, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
                               nidx, itwo, isrc, iy, &bad));
   KILN_EXPECT(iy[0] == -1, "integer mean floor(-3 / 3) = -1, got %lld", (long long)iy[0]);
   ix[0] = -5;
-  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 0, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 0, 1, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
                               nidx, itwo, isrc, iy, &bad));
   KILN_EXPECT(iy[0] == 0, "integer mean without self floor(1 / 2) = 0, got %lld", (long long)iy[0]);
   isrc[0] = -3;
-  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 0, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 0, 1, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
                               nidx, itwo, isrc, iy, &bad));
   KILN_EXPECT(iy[0] == -2, "integer mean floor(-3 / 2) = -2, got %lld", (long long)iy[0]);
 }
@@ -397,14 +403,14 @@ static void movement_test_shape_rules(void) {
                     KILN_INVALID_ARGUMENT);
   /* SCATTER: index (2, 4) into x (3, 4) with src x. */
   int32_t sc_in[3] = {x, idx, x};
-  int64_t sc_ok[3] = {0, 1, 1};
-  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_in, 3, sc_ok, 3, NULL, 0, "sc", &y));
-  int64_t sc_bad[][3] = {{2, 0, 1}, {0, 6, 1}, {0, 1, 2}};
-  for (size_t i = 0; i < 3; ++i)
-    KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_in, 3, sc_bad[i], 3, NULL, 0, "bad", &y),
+  int64_t sc_ok[4] = {0, 1, 1, 0};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_in, 3, sc_ok, 4, NULL, 0, "sc", &y));
+  int64_t sc_bad[][4] = {{2, 0, 1}, {0, 6, 1}, {0, 1, 2}, {0, 1, 1, 2}};
+  for (size_t i = 0; i < 4; ++i)
+    KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_in, 3, sc_bad[i], 4, NULL, 0, "bad", &y),
                       KILN_INVALID_ARGUMENT);
   int32_t sc_mixed[3] = {x, idx, xi}; /* src dtype differs */
-  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_mixed, 3, sc_ok, 3, NULL, 0, "bad", &y),
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_SCATTER, sc_mixed, 3, sc_ok, 4, NULL, 0, "bad", &y),
                     KILN_INVALID_ARGUMENT);
   int32_t x2;
   KILN_EXPECT_OK(kiln_graph_add_input(g, "x2", KILN_F32, 2, is, &x2));

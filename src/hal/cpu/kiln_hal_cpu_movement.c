@@ -53,7 +53,7 @@ kiln_status_t kiln_hal_cpu_run_movement(const kiln_graph_t* g, const kiln_node_t
     case KILN_OP_SCATTER: {
       const kiln_value_t *idx = MV_VAL(1), *src = MV_VAL(2);
       int64_t bad = 0;
-      KILN_RETURN_IF_ERROR(kiln_scatter((kiln_scatter_reduce_t)p[1], (int)p[2], x->dtype, x->rank,
+      KILN_RETURN_IF_ERROR(kiln_scatter((kiln_scatter_reduce_t)p[1], (int)p[2], (int)p[3], x->dtype, x->rank,
                                         x->shape, (int32_t)p[0], MV_BUF(0), idx->shape,
                                         idx->dtype, MV_BUF(1), src->shape, MV_BUF(2), out,
                                         &bad));

@@ -57,9 +57,11 @@ typedef enum kiln_scatter_reduce_e {
  * reduction's identity. Mean divides by the number of contributions (floor
  * division for integers, as torch). amax/amin propagate NaN. *out_bad gets
  * the number of indices outside [-size, size) (negative ones count from the
- * end): nothing is written for them and the caller reports an error.
+ * end) when wrap_negative, else outside [0, size): nothing is written for
+ * them and the caller reports an error.
  * Fails only when mean's count array cannot be allocated. */
-kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, kiln_dtype_t dtype,
+kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, int wrap_negative,
+                           kiln_dtype_t dtype,
                            int32_t rank, const int64_t* x_shape, int32_t axis, const void* x,
                            const int64_t* index_shape, kiln_dtype_t index_dtype,
                            const void* index, const int64_t* src_shape, const void* src, void* y,

@@ -81,7 +81,8 @@ static int64_t kiln_floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, kiln_dtype_t dtype,
+kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, int wrap_negative,
+                           kiln_dtype_t dtype,
                            int32_t rank, const int64_t* x_shape, int32_t axis, const void* x,
                            const int64_t* index_shape, kiln_dtype_t index_dtype,
                            const void* index, const int64_t* src_shape, const void* src, void* y,
@@ -117,7 +118,7 @@ kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, kiln_
     for (int64_t i = 0; i < n_index; ++i) {
       int64_t j = index_dtype == KILN_I64 ? ((const int64_t*)index)[i]
                                           : ((const int32_t*)index)[i];
-      if (j < 0) j += size;
+      if (j < 0 && wrap_negative) j += size;
       if (j < 0 || j >= size) {
         if (pass == 1) ++bad;
       } else {
