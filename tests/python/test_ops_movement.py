@@ -273,3 +273,33 @@ def test_sort_topk():
     m = Fn(lambda t: torch.topk(t, 4, 1)[0])
     t = ints(3, 8, lo=-2, hi=2)
     check(m, t)
+
+
+def test_embedding_training_has_no_fallback():
+    # torch.compile training: the backward graph's embedding_dense_backward
+    # (kept whole, see optable_movement.KEEP_WHOLE) runs in kiln, so kiln
+    # warns about no CPU fallback, and SGD steps match eager's.
+    import copy
+    import warnings
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 8, padding_idx=1), nn.Flatten(), nn.Linear(24, 5))
+    ref = copy.deepcopy(model)
+    batches = [(torch.randint(0, 20, (4, 3)), torch.randint(0, 5, (4,))) for _ in range(3)]
+
+    def train(m):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for x, y in batches:
+            opt.zero_grad()
+            F.cross_entropy(m(x), y).backward()
+            opt.step()
+
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(torch.compile(model, backend="kiln"))
+    train(ref)
+    fallbacks = [str(w.message) for w in caught if "fallback" in str(w.message)]
+    assert not fallbacks, fallbacks
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert_close(p, q, rtol=1e-5, atol=1e-6)
