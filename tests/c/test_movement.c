@@ -101,6 +101,8 @@ static void pad_test_level(kiln_pool_t* pool, const char* where) {
       {0, 4, {1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}},
       {1, 3, {4, 67, 129}, {0, 5, 7}, {0, 3, 128}}, /* many rows: split over threads */
       {2, 2, {300, 200}, {3, 1}, {2, 9}},
+      {2, 2, {4, 6}, {-1, 2}, {1, -3}},           /* replicate with crops */
+      {2, 3, {3, 1, 5}, {-2, 2, -1}, {1, 0, -1}},
   };
   static const size_t elems[] = {1, 4, 8};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i)
@@ -381,6 +383,7 @@ static void movement_test_shape_rules(void) {
   int64_t pad_bad[][18] = {
       {1, 3},                       /* reflect pad equal to the size */
       {1, -1},                      /* negative reflect pad */
+      {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, -5}, /* replicate cropped below zero */
       {3},                          /* unknown mode */
       {0, 0, 0, 1},                 /* pad of a dim past the rank */
       {0, -2, 0, 0, 0, 0, 0, 0, 0, -2}, /* cropped below zero */

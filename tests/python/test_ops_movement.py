@@ -92,6 +92,7 @@ def test_replicate_pad_int_and_size_one():
         return F.pad(x, (2, 3, 1, 1), mode="replicate"), F.pad(y, (2, 2, 2, 2), mode="replicate")
     check(fn, ints(1, 2, 3, 4).float(), randn(1, 1, 1, 1))
     check(lambda x: aten.replication_pad2d(x, [1, 2, 2, 1]), ints(2, 3, 4))
+    check(lambda x: F.pad(x, (-1, 2, 1, -2), mode="replicate"), randn(1, 3, 4))  # crops too
 
 
 # ---- flip, repeat, diagonal, as_strided, copy, empty_strided ---------------------------

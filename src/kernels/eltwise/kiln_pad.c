@@ -12,7 +12,8 @@
 
 /* The source coordinate of output coordinate o along a dim of `size` with
  * `before` elements in front, or -1 where constant padding fills. Reflect
- * needs before, after < size (the shape rule checks), so one fold suffices. */
+ * needs 0 <= before, after < size (the shape rule checks), so one fold
+ * suffices; replicate's clamp also crops when before or after is negative. */
 static int64_t kiln_pad_source(kiln_pad_mode_t mode, int64_t o, int64_t before, int64_t size) {
   int64_t c = o - before;
   if (c >= 0 && c < size) return c;
