@@ -83,8 +83,6 @@ def _pad(ctx, n, x, pad, mode, value=0):
             if value != int(value):
                 raise Unsupported(f"a non-integer fill {value!r} for a {dtype} tensor")
             fill_i = int(value)
-    elif mode == "reflect" and any(p < 0 for p in pad):
-        raise Unsupported(f"negative {mode} padding")
     return ctx.node("pad", [x], [_PAD_MODES[mode]] + before + after + [fill_i], [fill_f],
                     origin=ctx.origin(n))
 

@@ -80,8 +80,7 @@
  *   PAD            (x) -> y              params: [0] mode (0 constant, 1
  *                                        reflect, 2 replicate), [1..8] elements
  *                                        added before, [9..16] after, per dim of
- *                                        x (negative crops, constant and replicate
- *                                        modes; reflect: 0 <= pad < size;
+ *                                        x (negative crops; reflect: pad < size;
  *                                        replicate: size >= 1 where padded), [17]
  *                                        fill for integer and
  *                                        bool x; fparams: [0] fill for float x.

@@ -44,9 +44,8 @@ static kiln_status_t infer_pad(const kiln_node_t* n, const kiln_value_t* x, kiln
     int64_t size = x->shape[d];
     if (lo < -KILN_MV_LIM || lo > KILN_MV_LIM || hi < -KILN_MV_LIM || hi > KILN_MV_LIM)
       FAIL("pad of dimension %d out of range", d);
-    if (mode == 1 && (lo < 0 || hi < 0)) FAIL("negative pads are for constant and replicate modes");
     if (mode == 1 && (lo >= size || hi >= size) && (lo || hi))
-      FAIL("reflect pad (%lld, %lld) must be less than dimension %d's size %lld", (long long)lo,
+      FAIL("reflect pads (%lld, %lld) must be less than dimension %d's size %lld", (long long)lo,
            (long long)hi, d, (long long)size);
     if (mode == 2 && size == 0 && (lo || hi)) FAIL("replicate pad of an empty dimension %d", d);
     shape[d] = size + lo + hi;

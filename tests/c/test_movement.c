@@ -103,6 +103,8 @@ static void pad_test_level(kiln_pool_t* pool, const char* where) {
       {2, 2, {300, 200}, {3, 1}, {2, 9}},
       {2, 2, {4, 6}, {-1, 2}, {1, -3}},           /* replicate with crops */
       {2, 3, {3, 1, 5}, {-2, 2, -1}, {1, 0, -1}},
+      {1, 2, {4, 4}, {-1, -2}, {1, 1}},           /* reflect with crops (OpInfo's) */
+      {1, 2, {3, 5}, {-2, 2}, {2, -3}},
   };
   static const size_t elems[] = {1, 4, 8};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i)
@@ -382,7 +384,7 @@ static void movement_test_shape_rules(void) {
   KILN_EXPECT(g->values[y].shape[0] == 7 && g->values[y].shape[1] == 10, "pad shape");
   int64_t pad_bad[][18] = {
       {1, 3},                       /* reflect pad equal to the size */
-      {1, -1},                      /* negative reflect pad */
+      {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4}, /* reflect pad after equal to the size */
       {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, -5}, /* replicate cropped below zero */
       {3},                          /* unknown mode */
       {0, 0, 0, 1},                 /* pad of a dim past the rank */

@@ -85,6 +85,7 @@ def test_reflect_replicate_pad():
                 F.pad(x1, (4, 0), mode="replicate"), F.pad(x2, (2, 5, 1, 1), mode="replicate"),
                 F.pad(x3, (1, 2, 0, 3, 2, 1), mode="replicate"))
     check(fn, randn(2, 3, 5), randn(2, 3, 4, 6), randn(1, 2, 3, 4, 5))
+    check(lambda x: F.pad(x, (-1, 1, -2, 1), mode="reflect"), randn(1, 3, 4, 4))  # crops too
 
 
 def test_replicate_pad_int_and_size_one():

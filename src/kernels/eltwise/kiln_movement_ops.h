@@ -21,8 +21,8 @@ typedef enum kiln_pad_mode_e {
 } kiln_pad_mode_t;
 
 /* y (rank, y_shape) = x (rank, x_shape) with before[d] elements added in
- * front of dim d (negative: removed; constant and replicate modes) and
- * y_shape[d] - x_shape[d] - before[d] after. Constant mode writes the elem_size bytes at `fill`; reflect mirrors
+ * front of dim d (negative: removed) and y_shape[d] - x_shape[d] - before[d]
+ * after. Constant mode writes the elem_size bytes at `fill`; reflect mirrors
  * about the edge element (pad < size); replicate repeats the edge. Any
  * element size. kiln_pad works row by row (memcpy of the interior) over the
  * pool; kiln_pad_reference maps every element on its own. */

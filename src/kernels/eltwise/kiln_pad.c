@@ -12,8 +12,9 @@
 
 /* The source coordinate of output coordinate o along a dim of `size` with
  * `before` elements in front, or -1 where constant padding fills. Reflect
- * needs 0 <= before, after < size (the shape rule checks), so one fold
- * suffices; replicate's clamp also crops when before or after is negative. */
+ * needs before, after < size (the shape rule checks): then c lies in
+ * (-size, 2 size - 1) and one fold lands in [0, size). Negative pads crop in
+ * every mode: c = o - before just starts further in. */
 static int64_t kiln_pad_source(kiln_pad_mode_t mode, int64_t o, int64_t before, int64_t size) {
   int64_t c = o - before;
   if (c >= 0 && c < size) return c;
