@@ -378,7 +378,10 @@ def _index_put(ctx, n):
     shape = list(ctx.shape(x))
     if not any(t is not None for t in indices):
         raise Unsupported("index_put without an index tensor")
-    if accumulate and ctx.dtype(x) not in (torch.float32, torch.int64, torch.int32):
+    masks = [t for t in indices if t is not None and _val(t).dtype in (torch.bool, torch.uint8)]
+    if masks:
+        return _index_put_mask(ctx, n, x, indices, values, accumulate)
+    if accumulate and ctx.dtype(x) not in (torch.float32, torch.int64, torch.int32, torch.bool):
         raise Unsupported(f"index_put accumulate of a {ctx.dtype(x)} tensor")
     if not shape:
         raise Unsupported("index_put into a 0-d tensor")
@@ -406,6 +409,45 @@ def _index_put(ctx, n):
     inverse = [order.index(d) for d in range(len(shape))]
     src = _dense_strides(pshape)
     return strided_copy(ctx, y, shape, [src[i] for i in inverse], 0, ctx.origin(n))
+
+
+def _index_put_mask(ctx, n, x, indices, values, accumulate):
+    """x[mask] = values (or +=) with one boolean mask: the number of selected
+    elements depends on the mask's values, but the result's shape does not,
+    so when values do not depend on that count (their dim for it is absent
+    or 1) this is a WHERE over the mask: y = where(mask, values, x), or
+    x + where(mask, values, 0) when accumulating."""
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    if len(axes) != 1:
+        raise Unsupported("index_put with a boolean mask and other index tensors")
+    p = axes[0]
+    mask = cast(ctx, ctx.value(indices[p]), torch.bool)
+    shape = list(ctx.shape(x))
+    m = len(ctx.shape(mask))
+    if list(ctx.shape(mask)) != shape[p:p + m]:
+        raise Unsupported("a boolean mask whose shape differs from the dims it indexes")
+    post = shape[p + m:]
+    dtype = ctx.dtype(x)
+    v = cast(ctx, values, dtype)
+    vshape = list(ctx.shape(v))
+    if len(vshape) > len(post):  # v has the selected-count dim: it must be 1
+        k = len(vshape) - len(post) - 1
+        if vshape[k] != 1:
+            raise Unsupported("index_put values that depend on how many elements a mask selects")
+        v = reshape(ctx, v, vshape[:k] + [1] * m + vshape[k + 1:])
+    mask = reshape(ctx, mask, list(ctx.shape(mask)) + [1] * len(post))
+    o = ctx.origin(n)
+    if not accumulate:
+        y = ctx.node("where", [mask, v, x], origin=o)
+    else:
+        if dtype not in (torch.float32, torch.int64, torch.int32, torch.bool):
+            raise Unsupported(f"index_put accumulate of a {dtype} tensor")
+        zero = ctx.scalar(False if dtype == torch.bool else 0, dtype)
+        add = ctx.node("where", [mask, v, zero], origin=o)
+        y = ctx.node("logical_or" if dtype == torch.bool else "add", [x, add], origin=o)
+    if list(ctx.shape(y)) != shape:
+        raise Unsupported("index_put values larger than the indexed tensor")
+    return y
 
 
 @register(aten.embedding_dense_backward.default)

@@ -244,6 +244,12 @@ static void scatter_test(void) {
   KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_MEAN, 0, 1, KILN_I64, 1, ione, 0, ix, itwo, KILN_I64,
                               nidx, itwo, isrc, iy, &bad));
   KILN_EXPECT(iy[0] == -2, "integer mean floor(-3 / 2) = -2, got %lld", (long long)iy[0]);
+  /* bool sums are or (torch's saturating add). */
+  uint8_t bx[2] = {0, 1}, bsrc[3] = {1, 1, 0}, by[2];
+  int64_t bidx[3] = {0, 0, 1}, bthree[1] = {3};
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_SUM, 1, 1, KILN_BOOL, 1, itwo, 0, bx, bthree, KILN_I64,
+                              bidx, bthree, bsrc, by, &bad));
+  KILN_EXPECT(by[0] == 1 && by[1] == 1 && bad == 0, "bool scatter sum: %d %d", by[0], by[1]);
 }
 
 /* ---- SCAN ---------------------------------------------------------------------------- */

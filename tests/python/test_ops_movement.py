@@ -213,6 +213,19 @@ def test_index_put():
     check(fn, randn(3, 4, 5), i, j, torch.tensor([3, 1]), randn(3, 4, 5), randn(3, 1), ints(3, 4, 5), tol=RED)
 
 
+def test_index_put_mask_and_bool():
+    # A boolean mask: the result's shape does not depend on the mask's values.
+    def fn(x, m, m2, v, b, bi):
+        put = aten.index_put.default
+        return (put(x, [m], v), put(x, [m], v[:1], True), put(x, [None, m2], v[:1, :1]),
+                put(x, [m], torch.tensor(2.5)),
+                put(b, [bi], b[:2], True),                     # bool accumulate: or
+                put(b, [m[:3]], b[0]))
+    m = torch.tensor([True, False, True, True])
+    check(fn, randn(4, 5), m, torch.tensor([False, True, True, False, True]), randn(1, 5),
+          torch.rand(3, 5) > 0.5, torch.tensor([0, 0]), tol=RED)
+
+
 def test_index_put_out_of_range_is_an_error():
     m = Fn(lambda x, i, j, v: torch.index_put(x, (i, j), v, accumulate=True))
     x, v = randn(3, 4), randn(2)
