@@ -261,7 +261,8 @@ def _scatter(ctx, n, x, dim, index, src, reduce, include_self=True):
     dtype = ctx.dtype(x)
     if ctx.dtype(index) not in _INDEX_DTYPES:
         raise Unsupported(f"a {ctx.dtype(index)} scatter index")
-    if reduce and dtype not in (torch.float32, torch.int64, torch.int32):
+    if reduce and dtype not in (torch.float32, torch.int64, torch.int32) and not (
+            dtype == torch.bool and reduce != "mean"):
         raise Unsupported(f"scatter reduction {reduce!r} of a {dtype} tensor")
     out_shape = list(ctx.shape(x))
     if not out_shape:  # 0-d: as (1,)

@@ -98,7 +98,8 @@
  *                                        dims no larger than src's, nor than x's
  *                                        off the axis. params: [1] reduce (0
  *                                        assign, 1 sum, 2 prod, 3 mean, 4 amax,
- *                                        5 amin; sum of bool is or), [2]
+ *                                        5 amin; on bool sum, amax are or, prod,
+ *                                        amin are and; no bool mean), [2]
  *                                        include_self (reductions:
  *                                        0 = targets start from the reduction's
  *                                        identity), [3] 1: negative indices

@@ -108,8 +108,8 @@ static kiln_status_t infer_scatter(const kiln_node_t* n, const kiln_value_t* x,
   if (include_self < 0 || include_self > 1) FAIL("include_self is 0 or 1");
   if (n->params[3] < 0 || n->params[3] > 1) FAIL("negative-index mode (param 3) is 0 or 1");
   if (reduce && x->dtype != KILN_F32 && x->dtype != KILN_I64 && x->dtype != KILN_I32 &&
-      !(reduce == 1 && x->dtype == KILN_BOOL))
-    FAIL("scatter reductions take float32, int64 or int32 (sum also bool), not %s",
+      !(reduce != 3 && x->dtype == KILN_BOOL))
+    FAIL("scatter reductions take float32, int64 or int32 (all but mean also bool), not %s",
          kiln_dtype_name(x->dtype));
   for (int32_t d = 0; d < x->rank; ++d) {
     if (idx->shape[d] > src->shape[d])

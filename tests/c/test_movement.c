@@ -250,6 +250,12 @@ static void scatter_test(void) {
   KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_SUM, 1, 1, KILN_BOOL, 1, itwo, 0, bx, bthree, KILN_I64,
                               bidx, bthree, bsrc, by, &bad));
   KILN_EXPECT(by[0] == 1 && by[1] == 1 && bad == 0, "bool scatter sum: %d %d", by[0], by[1]);
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_AMIN, 1, 1, KILN_BOOL, 1, itwo, 0, bx, bthree, KILN_I64,
+                              bidx, bthree, bsrc, by, &bad));
+  KILN_EXPECT(by[0] == 0 && by[1] == 0, "bool scatter amin (and): %d %d", by[0], by[1]);
+  KILN_EXPECT_OK(kiln_scatter(KILN_SCATTER_PROD, 0, 1, KILN_BOOL, 1, itwo, 0, bx, bthree, KILN_I64,
+                              bidx, bthree, bsrc, by, &bad));
+  KILN_EXPECT(by[0] == 1 && by[1] == 0, "bool scatter prod without self: %d %d", by[0], by[1]);
 }
 
 /* ---- SCAN ---------------------------------------------------------------------------- */

@@ -53,7 +53,8 @@ typedef enum kiln_scatter_reduce_e {
 /* torch.scatter / scatter_reduce along `axis` of dense x, index and src of
  * one rank: y = x, then for each position p of index, y[p, p[axis] =
  * index[p]] (reduce)= src[p]. Reductions take float32, int64 and int32, and
- * sum also bool (as or, torch's saturating bool add); assignment any dtype; without include_self a target starts from the
+ * all but mean take bool (sum and amax are or, prod and amin and, as
+ * torch's); assignment any dtype; without include_self a target starts from the
  * reduction's identity. Mean divides by the number of contributions (floor
  * division for integers, as torch). amax/amin propagate NaN. *out_bad gets
  * the number of indices outside [-size, size) (negative ones count from the

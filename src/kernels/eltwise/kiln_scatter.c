@@ -67,8 +67,8 @@ static void kiln_scatter_identity(kiln_scatter_reduce_t r, kiln_dtype_t dtype, v
                        : r == KILN_SCATTER_AMAX ? INT64_MIN
                        : r == KILN_SCATTER_AMIN ? INT64_MAX : 0;
       break;
-    case KILN_BOOL:
-      *(uint8_t*)dst = 0;
+    case KILN_BOOL: /* or's identity, and's */
+      *(uint8_t*)dst = r == KILN_SCATTER_PROD || r == KILN_SCATTER_AMIN;
       break;
     case KILN_I32:
       *(int32_t*)dst = r == KILN_SCATTER_PROD ? 1
@@ -140,11 +140,13 @@ kiln_status_t kiln_scatter(kiln_scatter_reduce_t reduce, int include_self, int w
             case KILN_F32: kiln_scatter_step_kiln_f32_t(reduce, (float*)dst, *(const float*)v); break;
             case KILN_I64: kiln_scatter_step_int64_t(reduce, (int64_t*)dst, *(const int64_t*)v); break;
             case KILN_I32: kiln_scatter_step_int32_t(reduce, (int32_t*)dst, *(const int32_t*)v); break;
-            case KILN_BOOL: /* assignment, or a sum: or */
-              *(uint8_t*)dst = reduce == KILN_SCATTER_SUM
-                                   ? (uint8_t)((*(uint8_t*)dst | *(const uint8_t*)v) != 0)
-                                   : *(const uint8_t*)v;
+            case KILN_BOOL: {
+              uint8_t a = *(uint8_t*)dst != 0, b = *(const uint8_t*)v != 0;
+              *(uint8_t*)dst = reduce == KILN_SCATTER_SUM || reduce == KILN_SCATTER_AMAX ? (a | b)
+                               : reduce == KILN_SCATTER_PROD || reduce == KILN_SCATTER_AMIN ? (a & b)
+                               : b;
               break;
+            }
             default: memcpy(dst, v, elem); break; /* assignment of any dtype */
           }
         }
