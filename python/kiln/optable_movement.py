@@ -526,8 +526,12 @@ def _prod(ctx, n):
     dim = _norm_dim(dim, len(shape))
     if shape[dim] == 0:  # the empty product
         return ctx.constant(torch.ones(out_shape, dtype=out_dtype))
-    y = _scan(ctx, n, x, dim, 1, out_dtype)
-    return reshape(ctx, _last_along(ctx, n, y, dim, keep), out_shape)
+    # A bool product (all) as an int64 product of 0s and 1s: exact. torch
+    # converts to the requested dtype first (a float is true when non-zero).
+    if out_dtype == torch.bool:
+        x = cast(ctx, x, torch.bool)
+    y = _scan(ctx, n, x, dim, 1, torch.int64 if out_dtype == torch.bool else out_dtype)
+    return cast(ctx, reshape(ctx, _last_along(ctx, n, y, dim, keep), out_shape), out_dtype)
 
 
 # ---- variance ---------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def test_prod():
     def fn(x, i, b, e):
         return (torch.prod(x), torch.prod(x, 1), torch.prod(x, -1, keepdim=True), torch.prod(i),
                 torch.prod(i, 0), torch.prod(b, 1), torch.prod(e, 1), torch.prod(e),
-                torch.prod(x[0, 0]))
+                torch.prod(x[0, 0]), torch.prod(b, 0, dtype=torch.bool), torch.prod(x, 1, dtype=torch.bool))
     x = torch.rand(3, 4) + 0.5
     x[1, 2] = 0.0
     check(fn, x, ints(3, 4, lo=-3, hi=4), torch.rand(2, 3) > 0.3, torch.empty(2, 0), tol=SCAN)
