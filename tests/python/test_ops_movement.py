@@ -323,3 +323,16 @@ def test_embedding_training_has_no_fallback():
     assert not fallbacks, fallbacks
     for p, q in zip(model.parameters(), ref.parameters()):
         assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_new_ops_survive_save_and_load(tmp_path):
+    # PAD, STRIDED_SCATTER, SCATTER, SCAN and ARGSORT go through the .kiln
+    # file (their params re-validated by the reader's shape inference).
+    def fn(x, idx):
+        return (F.pad(x, (1, 2), mode="reflect"), torch.slice_scatter(x, x[:, :2] * 2, 1, 0, 2),
+                torch.scatter_add(x, 1, idx, x), torch.cumsum(x, 0), torch.sort(x, 1)[1])
+    x, idx = randn(3, 4), torch.tensor([[0, 0, 3, 1]] * 3)
+    compiled = kiln.trace(Fn(fn), (x, idx), fallback=False)
+    path = tmp_path / "movement.kiln"
+    kiln.save(compiled, path)
+    assert_close(kiln.load(path)(x, idx), fn(x, idx), **RED)
