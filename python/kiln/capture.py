@@ -14,12 +14,14 @@ import torch
 from kiln import _C
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
+from kiln import optable_movement
 
 aten = torch.ops.aten
 
 # Ops kiln runs better whole than decomposed.
 _KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, aten.silu.default,
                aten.rms_norm.default)
+_KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
 
 
 def decomposition_table():

@@ -136,6 +136,43 @@
  *                                        Ho, Wo, [2] align_corners; fparams:
  *                                        [0..1] torch's scale factors h, w (0:
  *                                        none, the sizes' ratio is used).
+ *   PAD            (x) -> y              params: [0] mode (0 constant, 1
+ *                                        reflect, 2 replicate), [1..8] elements
+ *                                        added before, [9..16] after, per dim of
+ *                                        x (negative crops; reflect: pad < size;
+ *                                        replicate: size >= 1 where padded), [17]
+ *                                        fill for integer and
+ *                                        bool x; fparams: [0] fill for float x.
+ *   STRIDED_SCATTER (base, src) -> y     y = base, then src written through the
+ *                                        view of y params [0] rank, [1..8] src's
+ *                                        dims, [9..16] y's element strides per src
+ *                                        dim, [17] element offset (STRIDED_COPY's
+ *                                        layout). Writes in row-major src order:
+ *                                        an overlapping view keeps the last.
+ *   SCATTER        (x, index, src) -> y  torch.scatter / scatter_reduce along
+ *                                        params[0]: y = x, then for each position
+ *                                        p of index, y[p with p[axis] =
+ *                                        index[p]] (op)= src[p]. index int64 or
+ *                                        int32, x, index, src of one rank; index's
+ *                                        dims no larger than src's, nor than x's
+ *                                        off the axis. params: [1] reduce (0
+ *                                        assign, 1 sum, 2 prod, 3 mean, 4 amax,
+ *                                        5 amin; on bool sum, amax are or, prod,
+ *                                        amin are and; no bool mean), [2]
+ *                                        include_self (reductions:
+ *                                        0 = targets start from the reduction's
+ *                                        identity), [3] 1: negative indices
+ *                                        count from the end (index_put), 0: they
+ *                                        are out of range (torch.scatter).
+ *                                        Out-of-range indices are an error at
+ *                                        run time, never a write.
+ *   SCAN           (x) -> y              inclusive scan along params[0]; [1] 0 sum,
+ *                                        1 product. float32 accumulates in double
+ *                                        (as torch's CPU cumsum).
+ *   ARGSORT        (x) -> y              int64 indices that stably sort x along
+ *                                        params[0]; [1] descending; [2] k: y keeps
+ *                                        the first k along the axis (topk). NaN
+ *                                        sorts as the largest value.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -231,7 +268,12 @@
   X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1) \
   X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1) \
   X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1) \
-  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1)
+  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1) \
+  X(PAD, "pad", 1, 1)                \
+  X(STRIDED_SCATTER, "strided_scatter", 2, 2) \
+  X(SCATTER, "scatter", 3, 3)        \
+  X(SCAN, "scan", 1, 1)              \
+  X(ARGSORT, "argsort", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

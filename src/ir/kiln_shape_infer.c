@@ -9,6 +9,7 @@
 
 #include "ir/kiln_graph.h"
 #include "ir/kiln_shape_infer_nn.h"
+#include "ir/kiln_shape_infer_movement.h"
 #include "kernels/kiln_activation.h"
 
 static const struct {
@@ -538,6 +539,12 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
     case KILN_OP_UPSAMPLE_BILINEAR2D:
       return kiln_shape_infer_nn(g, n, out);
+    case KILN_OP_PAD:
+    case KILN_OP_STRIDED_SCATTER:
+    case KILN_OP_SCATTER:
+    case KILN_OP_SCAN:
+    case KILN_OP_ARGSORT:
+      return kiln_graph_infer_movement(g, n, out);
     default:
       break;
   }

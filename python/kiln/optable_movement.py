@@ -1,0 +1,628 @@
+"""Op-table handlers for padding, flips and repeats, diagonals and strided
+views, scatters (select/slice/diagonal scatter, scatter, scatter_reduce,
+index_put, embedding's backward), scans (cumsum, cumprod, prod), variance,
+sort and topk, and indexing by several index tensors.
+
+Imported by kiln.optable (last line), so its registrations take precedence
+over any there. As everywhere in the op table, no numerics happen here: each
+handler picks kiln ops (PAD, STRIDED_COPY, STRIDED_SCATTER, SCATTER, SCAN,
+ARGSORT and the elementwise ones) and their params.
+
+Not handled, by design: ops whose output shape depends on values
+(nonzero, masked_select, masked_scatter's use of the mask count, boolean
+mask indexing): kiln graphs have static shapes.
+"""
+
+import math
+
+import torch
+
+from kiln.optable import (Unsupported, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
+                          _val, aten, cast, register, reshape, strided_copy)
+
+# Core ATen ops that torch.export's default decompositions would break up
+# but kiln runs whole (capture.decomposition_table keeps them): the pads
+# decompose to index arithmetic with clamp, select_scatter to a where over
+# an arange mask, and embedding's backward to a zeros constant of the whole
+# table's size plus index_put.
+KEEP_WHOLE = (aten.reflection_pad1d.default, aten.reflection_pad2d.default,
+              aten.reflection_pad3d.default, aten.replication_pad1d.default,
+              aten.replication_pad2d.default, aten.replication_pad3d.default,
+              aten.select_scatter.default, aten.embedding_dense_backward.default)
+
+_MAX_RANK = 8
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _arg(n, i, name, default=None):
+    """Argument i of n, given positionally or as the keyword `name`."""
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _view_params(shape, strides, offset):
+    shape, strides = list(shape), list(strides)
+    return [len(shape)] + shape + [0] * (8 - len(shape)) + strides + [0] * (8 - len(strides)) + [offset]
+
+
+def _broadcast_to(ctx, x, shape, origin=None):
+    """x (dense) broadcast to `shape` (trailing-aligned) and made dense."""
+    xs = list(ctx.shape(x))
+    shape = list(shape)
+    if xs == shape:
+        return x
+    src = _dense_strides(xs)
+    lead = len(shape) - len(xs)
+    strides = [0] * lead + [0 if xs[i] == 1 and shape[lead + i] != 1 else src[i] for i in range(len(xs))]
+    return strided_copy(ctx, x, shape, strides, 0, origin)
+
+
+# ---- padding ----------------------------------------------------------------------
+
+_PAD_MODES = {"constant": 0, "reflect": 1, "replicate": 2}
+
+
+def _pad(ctx, n, x, pad, mode, value=0):
+    """PAD with torch's pad list: (before, after) pairs from the last dim back."""
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        raise Unsupported(f"a pad list of {len(pad)} for a rank-{rank} tensor")
+    before, after = [0] * 8, [0] * 8
+    for i in range(len(pad) // 2):
+        before[rank - 1 - i], after[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    dtype = ctx.dtype(x)
+    fill_f, fill_i = 0.0, 0
+    if mode == "constant":
+        if dtype.is_floating_point:
+            fill_f = float(value)
+        elif dtype == torch.bool:
+            fill_i = int(bool(value))
+        else:
+            if value != int(value):
+                raise Unsupported(f"a non-integer fill {value!r} for a {dtype} tensor")
+            fill_i = int(value)
+    return ctx.node("pad", [x], [_PAD_MODES[mode]] + before + after + [fill_i], [fill_f],
+                    origin=ctx.origin(n))
+
+
+@register(aten.constant_pad_nd.default)
+def _constant_pad_nd(ctx, n):
+    return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "constant", _arg(n, 2, "value", 0))
+
+
+@register(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)
+def _reflection_pad(ctx, n):
+    return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "reflect")
+
+
+@register(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)
+def _replication_pad(ctx, n):
+    return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "replicate")
+
+
+# ---- views made dense: flip, repeat, diagonal, as_strided ------------------------------
+
+
+@register(aten.flip.default)
+def _flip(ctx, n):
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    rank = len(shape)
+    strides = _dense_strides(shape)
+    offset = 0
+    for d in {_norm_dim(d, max(rank, 1)) for d in n.args[1]}:
+        if rank == 0:
+            continue
+        if shape[d] > 1:  # read the dim backwards from its last element
+            offset += (shape[d] - 1) * strides[d]
+            strides[d] = -strides[d]
+    if offset == 0 or 0 in shape:
+        return x
+    return strided_copy(ctx, x, shape, strides, offset, ctx.origin(n))
+
+
+@register(aten.repeat.default)
+def _repeat(ctx, n):
+    # x.repeat(r) reads x through a view with a stride-0 dim of size r_d in
+    # front of each dim d: (r0, s0, r1, s1, ...), then reshapes.
+    x = ctx.value(n.args[0])
+    reps = [int(r) for r in n.args[1]]
+    shape = [1] * (len(reps) - len(ctx.shape(x))) + list(ctx.shape(x))
+    src = _dense_strides(shape)
+    dims, strides = [], []
+    for r, s, st in zip(reps, shape, src):
+        if r != 1:
+            dims.append(r)
+            strides.append(0)
+        if s != 1:
+            dims.append(s)
+            strides.append(st)
+    if len(dims) > _MAX_RANK:
+        raise Unsupported(f"repeat needing a rank-{len(dims)} view")
+    y = strided_copy(ctx, x, dims, strides, 0, ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+def _diagonal_view(shape, offset, d1, d2):
+    """(dims, strides, element offset) of torch.diagonal's view of a dense tensor."""
+    rank = len(shape)
+    d1, d2 = _norm_dim(d1, rank), _norm_dim(d2, rank)
+    src = _dense_strides(shape)
+    if offset >= 0:
+        length = max(0, min(shape[d1], shape[d2] - offset))
+        start = offset * src[d2]
+    else:
+        length = max(0, min(shape[d1] + offset, shape[d2]))
+        start = -offset * src[d1]
+    keep = [d for d in range(rank) if d not in (d1, d2)]
+    dims = [shape[d] for d in keep] + [length]
+    strides = [src[d] for d in keep] + [src[d1] + src[d2]]
+    return dims, strides, start if length else 0
+
+
+@register(aten.diagonal.default, aten.diagonal_copy.default)
+def _diagonal(ctx, n):
+    x = ctx.value(n.args[0])
+    dims, strides, start = _diagonal_view(list(ctx.shape(x)), _arg(n, 1, "offset", 0),
+                                          _arg(n, 2, "dim1", 0), _arg(n, 3, "dim2", 1))
+    return strided_copy(ctx, x, dims, strides, start, ctx.origin(n))
+
+
+@register(aten.as_strided.default, aten.as_strided_copy.default)
+def _as_strided(ctx, n):
+    # Strides are taken over x's dense elements: kiln values are dense, and
+    # a functional graph's as_strided reads its input's own storage.
+    x = ctx.value(n.args[0])
+    size, stride = list(n.args[1]), list(n.args[2])
+    offset = _arg(n, 3, "storage_offset", None) or 0
+    if len(size) > _MAX_RANK:
+        raise Unsupported(f"a rank-{len(size)} as_strided")
+    return strided_copy(ctx, x, size, stride, offset, ctx.origin(n))
+
+
+@register(aten.copy.default)
+def _copy(ctx, n):
+    x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
+    return cast(ctx, _broadcast_to(ctx, src, ctx.shape(x), ctx.origin(n)), ctx.dtype(x))
+
+
+@register(aten.empty_strided.default, aten.new_empty_strided.default)
+def _empty_strided(ctx, n):
+    # Values are undefined; zeros are a deterministic choice (dense layout:
+    # kiln values have no strides).
+    return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
+
+
+# ---- scatters through views --------------------------------------------------------
+
+
+def _strided_scatter(ctx, n, x, src, dims, strides, offset):
+    src = cast(ctx, src, ctx.dtype(x))
+    if 0 in dims:
+        return x
+    src = reshape(ctx, src, dims)
+    return ctx.node("strided_scatter", [x, src], _view_params(dims, strides, offset), origin=ctx.origin(n))
+
+
+@register(aten.select_scatter.default)
+def _select_scatter(ctx, n):
+    x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[2], len(shape))
+    index = n.args[3] + shape[dim] if n.args[3] < 0 else n.args[3]
+    st = _dense_strides(shape)
+    return _strided_scatter(ctx, n, x, src, shape[:dim] + shape[dim + 1:], st[:dim] + st[dim + 1:],
+                            index * st[dim])
+
+
+@register(aten.slice_scatter.default)
+def _slice_scatter(ctx, n):
+    x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(_arg(n, 2, "dim", 0), len(shape))
+    start = _arg(n, 3, "start", None)
+    step = _arg(n, 5, "step", 1)
+    size = shape[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    start = min(max(start, 0), size)
+    st = _dense_strides(shape)
+    strides = list(st)
+    strides[dim] = st[dim] * step
+    return _strided_scatter(ctx, n, x, src, list(ctx.shape(src)), strides, start * st[dim])
+
+
+@register(aten.diagonal_scatter.default)
+def _diagonal_scatter(ctx, n):
+    x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
+    dims, strides, start = _diagonal_view(list(ctx.shape(x)), _arg(n, 2, "offset", 0),
+                                          _arg(n, 3, "dim1", 0), _arg(n, 4, "dim2", 1))
+    return _strided_scatter(ctx, n, x, src, dims, strides, start)
+
+
+@register(aten.as_strided_scatter.default)
+def _as_strided_scatter(ctx, n):
+    x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
+    size, stride = list(n.args[2]), list(n.args[3])
+    offset = _arg(n, 4, "storage_offset", None) or 0
+    if len(size) > _MAX_RANK:
+        raise Unsupported(f"a rank-{len(size)} as_strided_scatter")
+    return _strided_scatter(ctx, n, x, src, size, stride, offset)
+
+
+# ---- scatter, scatter_reduce, index_put, embedding backward --------------------------
+
+_SCATTER_REDUCE = {None: 0, "sum": 1, "add": 1, "prod": 2, "multiply": 2, "mean": 3, "amax": 4, "amin": 5}
+
+
+def _scatter(ctx, n, x, dim, index, src, reduce, include_self=True):
+    """torch.scatter and friends: a negative index is out of range, as eager."""
+    dtype = ctx.dtype(x)
+    if ctx.dtype(index) not in _INDEX_DTYPES:
+        raise Unsupported(f"a {ctx.dtype(index)} scatter index")
+    if reduce and dtype not in (torch.float32, torch.int64, torch.int32) and not (
+            dtype == torch.bool and reduce != "mean"):
+        raise Unsupported(f"scatter reduction {reduce!r} of a {dtype} tensor")
+    out_shape = list(ctx.shape(x))
+    if not out_shape:  # 0-d: as (1,)
+        x, index, src = (reshape(ctx, v, [1]) for v in (x, index, src))
+        dim = 0
+    else:
+        dim = _norm_dim(dim, len(out_shape))
+    y = ctx.node("scatter", [x, index, cast(ctx, src, dtype)],
+                 [dim, _SCATTER_REDUCE[reduce], int(bool(include_self)), 0], origin=ctx.origin(n))
+    return reshape(ctx, y, out_shape)
+
+
+@register(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
+def _scatter_op(ctx, n):
+    x, dim, index = ctx.value(n.args[0]), n.args[1], ctx.value(n.args[2])
+    src = n.args[3]
+    if isinstance(src, torch.fx.Node):
+        src = ctx.value(src)
+    else:  # a scalar: broadcast over index's shape
+        src = _broadcast_to(ctx, ctx.scalar(src, ctx.dtype(x)), ctx.shape(index), ctx.origin(n))
+    reduce = _arg(n, 4, "reduce", None)
+    return _scatter(ctx, n, x, dim, index, src, reduce)
+
+
+@register(aten.scatter_add.default)
+def _scatter_add(ctx, n):
+    return _scatter(ctx, n, ctx.value(n.args[0]), n.args[1], ctx.value(n.args[2]),
+                    ctx.value(n.args[3]), "sum")
+
+
+@register(aten.scatter_reduce.two)
+def _scatter_reduce(ctx, n):
+    return _scatter(ctx, n, ctx.value(n.args[0]), n.args[1], ctx.value(n.args[2]),
+                    ctx.value(n.args[3]), n.args[4], _arg(n, 5, "include_self", True))
+
+
+def _linear_index(ctx, n, x_shape, axes, idxs):
+    """One index into the indexed axes of x flattened together, from the
+    index tensors (broadcast together): sum of idx_k * stride_k with each
+    idx_k's negative values counted from the end. An index out of range in
+    any axis makes the whole linear index -(L + 1), which GATHER and
+    SCATTER report as out of range (their run-time error) instead of it
+    aliasing a valid element. Returns (value, L)."""
+    sizes = [x_shape[a] for a in axes]
+    L = math.prod(sizes)
+    if len(idxs) == 1:  # GATHER / SCATTER check the range themselves
+        return cast(ctx, idxs[0], torch.int64), L
+    i64 = torch.int64
+    lin, bad = None, None
+    stride = 1
+    for size, idx in reversed(list(zip(sizes, idxs))):
+        idx = cast(ctx, idx, i64)
+        neg = ctx.node("lt", [idx, ctx.scalar(0, i64)])
+        idx = ctx.node("where", [neg, ctx.node("add", [idx, ctx.scalar(size, i64)]), idx])
+        out = ctx.node("logical_or", [ctx.node("lt", [idx, ctx.scalar(0, i64)]),
+                                      ctx.node("ge", [idx, ctx.scalar(size, i64)])])
+        term = idx if stride == 1 else ctx.node("mul", [idx, ctx.scalar(stride, i64)])
+        lin = term if lin is None else ctx.node("add", [lin, term])
+        bad = out if bad is None else ctx.node("logical_or", [bad, out])
+        stride *= size
+    lin = ctx.node("where", [bad, ctx.scalar(-(L + 1), i64), lin], origin=ctx.origin(n))
+    return lin, L
+
+
+def _index_plan(ctx, n, x, indices):
+    """How x[indices] (a tuple with None for whole axes) becomes one GATHER /
+    SCATTER axis: returns (x viewed with the indexed axes merged into one,
+    that axis, the linear index, broadcast index shape B, permuted) where
+    permuted says the indexed axes were moved to the front (they were not
+    adjacent: torch then puts B first)."""
+    shape = list(ctx.shape(x))
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    idxs = [ctx.value(indices[a]) for a in axes]
+    for v in idxs:
+        if ctx.dtype(v) not in _INDEX_DTYPES:
+            raise Unsupported(f"indexing with a {ctx.dtype(v)} index (a mask's result shape "
+                              "depends on its values)")
+    bshape = list(torch.broadcast_shapes(*(ctx.shape(v) for v in idxs)))
+    lin, L = _linear_index(ctx, n, shape, axes, idxs)
+    adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
+    rest = [d for d in range(len(shape)) if d not in axes]
+    if adjacent:
+        axis = axes[0]
+        merged = shape[:axis] + [L] + shape[axes[-1] + 1:]
+        xv = reshape(ctx, x, merged)
+    else:
+        order = axes + rest
+        src = _dense_strides(shape)
+        xv = strided_copy(ctx, x, [shape[d] for d in order], [src[d] for d in order], 0, ctx.origin(n))
+        axis = 0
+        xv = reshape(ctx, xv, [L] + [shape[d] for d in rest])
+    if len(ctx.shape(lin)) != len(bshape) or list(ctx.shape(lin)) != bshape:
+        lin = _broadcast_to(ctx, lin, bshape, ctx.origin(n))
+    return xv, axis, lin, bshape, not adjacent, axes, rest
+
+
+@register(aten.index.Tensor)
+def _index_multi(ctx, n):
+    indices = list(n.args[1])
+    if sum(t is not None for t in indices) <= 1:
+        return _index(ctx, n)
+    x = ctx.value(n.args[0])
+    xv, axis, lin, bshape, _, _, _ = _index_plan(ctx, n, x, indices)
+    y = ctx.node("gather", [xv, lin], [axis], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten.index_put.default, aten._unsafe_index_put.default)
+def _index_put(ctx, n):
+    x = ctx.value(n.args[0])
+    indices = list(n.args[1])
+    values = ctx.value(n.args[2])
+    accumulate = bool(_arg(n, 3, "accumulate", False))
+    shape = list(ctx.shape(x))
+    if not any(t is not None for t in indices):
+        raise Unsupported("index_put without an index tensor")
+    masks = [t for t in indices if t is not None and _val(t).dtype in (torch.bool, torch.uint8)]
+    if masks:
+        return _index_put_mask(ctx, n, x, indices, values, accumulate)
+    if accumulate and ctx.dtype(x) not in (torch.float32, torch.int64, torch.int32, torch.bool):
+        raise Unsupported(f"index_put accumulate of a {ctx.dtype(x)} tensor")
+    if not shape:
+        raise Unsupported("index_put into a 0-d tensor")
+    xv, axis, lin, bshape, permuted, axes, rest = _index_plan(ctx, n, x, indices)
+    vshape = list(ctx.shape(xv))
+    nidx = math.prod(bshape)
+    # The indexing result's shape: B in place of the indexed axes, or first.
+    if permuted:
+        res_shape = bshape + vshape[1:]
+    else:
+        res_shape = vshape[:axis] + bshape + vshape[axis + 1:]
+    vals = _broadcast_to(ctx, cast(ctx, values, ctx.dtype(x)), res_shape, ctx.origin(n))
+    src_shape = vshape[:axis] + [nidx] + vshape[axis + 1:]
+    vals = reshape(ctx, vals, src_shape)
+    # SCATTER's index has src's shape: the linear index stretched over the other axes.
+    lin = reshape(ctx, lin, [1] * axis + [nidx] + [1] * (len(vshape) - axis - 1))
+    lin = _broadcast_to(ctx, lin, src_shape, ctx.origin(n))
+    y = ctx.node("scatter", [xv, lin, vals], [axis, 1 if accumulate else 0, 1, 1],
+                 origin=ctx.origin(n))
+    if not permuted:
+        return reshape(ctx, y, shape)
+    order = axes + rest
+    pshape = [shape[d] for d in order]
+    y = reshape(ctx, y, pshape)
+    inverse = [order.index(d) for d in range(len(shape))]
+    src = _dense_strides(pshape)
+    return strided_copy(ctx, y, shape, [src[i] for i in inverse], 0, ctx.origin(n))
+
+
+def _index_put_mask(ctx, n, x, indices, values, accumulate):
+    """x[mask] = values (or +=) with one boolean mask: the number of selected
+    elements depends on the mask's values, but the result's shape does not,
+    so when values do not depend on that count (their dim for it is absent
+    or 1) this is a WHERE over the mask: y = where(mask, values, x), or
+    x + where(mask, values, 0) when accumulating."""
+    axes = [i for i, t in enumerate(indices) if t is not None]
+    if len(axes) != 1:
+        raise Unsupported("index_put with a boolean mask and other index tensors")
+    p = axes[0]
+    mask = cast(ctx, ctx.value(indices[p]), torch.bool)
+    shape = list(ctx.shape(x))
+    m = len(ctx.shape(mask))
+    if list(ctx.shape(mask)) != shape[p:p + m]:
+        raise Unsupported("a boolean mask whose shape differs from the dims it indexes")
+    post = shape[p + m:]
+    dtype = ctx.dtype(x)
+    v = cast(ctx, values, dtype)
+    vshape = list(ctx.shape(v))
+    if len(vshape) > len(post):  # v has the selected-count dim: it must be 1
+        k = len(vshape) - len(post) - 1
+        if vshape[k] != 1:
+            raise Unsupported("index_put values that depend on how many elements a mask selects")
+        v = reshape(ctx, v, vshape[:k] + [1] * m + vshape[k + 1:])
+    mask = reshape(ctx, mask, list(ctx.shape(mask)) + [1] * len(post))
+    o = ctx.origin(n)
+    if not accumulate:
+        y = ctx.node("where", [mask, v, x], origin=o)
+    else:
+        if dtype not in (torch.float32, torch.int64, torch.int32, torch.bool):
+            raise Unsupported(f"index_put accumulate of a {dtype} tensor")
+        zero = ctx.scalar(False if dtype == torch.bool else 0, dtype)
+        add = ctx.node("where", [mask, v, zero], origin=o)
+        y = ctx.node("logical_or" if dtype == torch.bool else "add", [x, add], origin=o)
+    if list(ctx.shape(y)) != shape:
+        raise Unsupported("index_put values larger than the indexed tensor")
+    return y
+
+
+@register(aten.embedding_dense_backward.default)
+def _embedding_dense_backward(ctx, n):
+    grad, indices, num_weights, padding_idx, scale_by_freq = n.args[:5]
+    if scale_by_freq:
+        raise Unsupported("embedding backward with scale_grad_by_freq")
+    g = ctx.value(grad)
+    idx = cast(ctx, ctx.value(indices), torch.int64)
+    dtype = ctx.dtype(g)
+    count = math.prod(ctx.shape(idx))
+    dim = ctx.shape(g)[-1] if len(ctx.shape(g)) > len(ctx.shape(idx)) else 1
+    g = reshape(ctx, g, [count, dim])
+    idx = reshape(ctx, idx, [count, 1])
+    if padding_idx is not None and padding_idx >= 0:  # that row gets no gradient
+        keep = ctx.node("ne", [idx, ctx.scalar(int(padding_idx), torch.int64)])
+        g = ctx.node("where", [keep, g, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype)])
+    # Zeros made at run time (a stride-0 view of one zero), not a
+    # num_weights x dim constant in the graph.
+    zeros = _broadcast_to(ctx, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype),
+                          [num_weights, dim], ctx.origin(n))
+    y = ctx.node("scatter", [zeros, _broadcast_to(ctx, idx, [count, dim], ctx.origin(n)), g],
+                 [0, 1, 1, 1], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
+# ---- scans and products ---------------------------------------------------------------
+
+_SCAN_DTYPES = (torch.float32, torch.int64, torch.int32)
+
+
+def _scan(ctx, n, x, dim, op, out_dtype):
+    if out_dtype not in _SCAN_DTYPES:
+        raise Unsupported(f"a scan giving {out_dtype}")
+    x = cast(ctx, x, out_dtype)
+    shape = list(ctx.shape(x))
+    if not shape:
+        return reshape(ctx, ctx.node("scan", [reshape(ctx, x, [1])], [0, op], origin=ctx.origin(n)), [])
+    return ctx.node("scan", [x], [_norm_dim(dim, len(shape)), op], origin=ctx.origin(n))
+
+
+@register(aten.cumsum.default, aten.cumprod.default)
+def _cumsum(ctx, n):
+    op = 0 if n.target == aten.cumsum.default else 1
+    return _scan(ctx, n, ctx.value(n.args[0]), n.args[1], op, _val(n).dtype)
+
+
+def _last_along(ctx, n, y, dim, keepdim):
+    """The last slice of y along dim (a product's total after a SCAN)."""
+    shape = list(ctx.shape(y))
+    src = _dense_strides(shape)
+    if keepdim:
+        out = shape[:dim] + [1] + shape[dim + 1:]
+        strides = src
+    else:
+        out, strides = shape[:dim] + shape[dim + 1:], src[:dim] + src[dim + 1:]
+    return strided_copy(ctx, y, out, strides, (shape[dim] - 1) * src[dim], ctx.origin(n))
+
+
+@register(aten.prod.default, aten.prod.dim_int)
+def _prod(ctx, n):
+    x = ctx.value(n.args[0])
+    out_dtype = _val(n).dtype
+    out_shape = _shape(n)
+    if n.target == aten.prod.default:
+        numel = math.prod(ctx.shape(x))
+        x = reshape(ctx, x, [numel])
+        dim, keep = 0, False
+    else:
+        dim = n.args[1]
+        keep = bool(_arg(n, 2, "keepdim", False))
+    shape = list(ctx.shape(x))
+    if not shape:
+        return cast(ctx, x, out_dtype)
+    dim = _norm_dim(dim, len(shape))
+    if shape[dim] == 0:  # the empty product
+        return ctx.constant(torch.ones(out_shape, dtype=out_dtype))
+    # A bool product (all) as an int64 product of 0s and 1s: exact. torch
+    # converts to the requested dtype first (a float is true when non-zero).
+    if out_dtype == torch.bool:
+        x = cast(ctx, x, torch.bool)
+    y = _scan(ctx, n, x, dim, 1, torch.int64 if out_dtype == torch.bool else out_dtype)
+    return cast(ctx, reshape(ctx, _last_along(ctx, n, y, dim, keep), out_shape), out_dtype)
+
+
+# ---- variance ---------------------------------------------------------------------------
+
+
+def _variance(ctx, n, x, dims, correction, keepdim):
+    """The corrected two-pass algorithm (Chan, Golub and LeVeque): d = x -
+    mean, var = (sum(d^2) - sum(d)^2 / N) / (N - correction). A float32 mean
+    of values with a large common offset carries a rounding error e, and
+    sum(d^2) alone would be off by N e^2; the sum(d) term removes it, so the
+    result is as accurate as eager's (which accumulates in double)."""
+    if ctx.dtype(x) != torch.float32:
+        raise Unsupported(f"variance of a {ctx.dtype(x)} tensor")
+    shape = list(ctx.shape(x))
+    rank = len(shape)
+    mask = _axes_mask(dims, rank)
+    count = math.prod(shape[d] for d in range(rank) if mask >> d & 1)
+    o = ctx.origin(n)
+    keep = 1  # the callers reshape to torch's keepdim shape
+    f32 = torch.float32
+    mean = ctx.node("mean", [x], [mask, 1], origin=o)
+    d = ctx.node("sub", [x, mean], origin=o)
+    s2 = ctx.node("sum", [ctx.node("mul", [d, d], origin=o)], [mask, keep], origin=o)
+    s1 = ctx.node("sum", [d], [mask, keep], origin=o)
+    fix = ctx.node("div", [ctx.node("mul", [s1, s1], origin=o), ctx.scalar(float(count), f32)], origin=o)
+    s = ctx.node("sub", [s2, fix], origin=o)
+    var = ctx.node("div", [s, ctx.scalar(float(max(count - correction, 0)), f32)], origin=o)
+    # The mean, corrected by the same term (var_mean returns it).
+    mean = ctx.node("add", [mean, ctx.node("div", [s1, ctx.scalar(float(count), f32)])], origin=o)
+    return var, mean
+
+
+def _var_args(n):
+    if n.target in (aten.var.correction, aten.var_mean.correction):
+        dims = _arg(n, 1, "dim", None)
+        correction = n.kwargs.get("correction", 1)
+        correction = 1 if correction is None else correction
+    else:  # var.dim: unbiased flag
+        dims = _arg(n, 1, "dim", None)
+        correction = 1 if _arg(n, 2, "unbiased", True) else 0
+    keepdim = bool(n.kwargs.get("keepdim", n.args[3] if len(n.args) > 3 else False))
+    return dims, correction, keepdim
+
+
+@register(aten.var.correction, aten.var.dim)
+def _var(ctx, n):
+    dims, correction, keepdim = _var_args(n)
+    var, _ = _variance(ctx, n, ctx.value(n.args[0]), dims, correction, keepdim)
+    return reshape(ctx, var, _shape(n))
+
+
+@register(aten.var_mean.correction)
+def _var_mean(ctx, n):
+    dims, correction, keepdim = _var_args(n)
+    var, mean = _variance(ctx, n, ctx.value(n.args[0]), dims, correction, keepdim)
+    out_shape = tuple(int(s) for s in _val(n)[1].shape)
+    return reshape(ctx, var, out_shape), reshape(ctx, mean, out_shape)
+
+
+# ---- sort and topk ------------------------------------------------------------------------
+
+_SORT_DTYPES = (torch.float32, torch.int64, torch.int32, torch.bool)
+
+
+def _sorted(ctx, n, x, dim, descending, k=None):
+    if ctx.dtype(x) not in _SORT_DTYPES:
+        raise Unsupported(f"sorting a {ctx.dtype(x)} tensor")
+    shape = list(ctx.shape(x))
+    if not shape:  # a 0-d tensor sorts to itself, index 0
+        return x, ctx.scalar(0, torch.int64)
+    dim = _norm_dim(dim, len(shape))
+    k = shape[dim] if k is None else k
+    idx = ctx.node("argsort", [x], [dim, int(bool(descending)), k], origin=ctx.origin(n))
+    values = ctx.node("gather_elements", [x, idx], [dim], origin=ctx.origin(n))
+    return values, idx
+
+
+@register(aten.sort.default)
+def _sort(ctx, n):
+    return _sorted(ctx, n, ctx.value(n.args[0]), _arg(n, 1, "dim", -1), _arg(n, 2, "descending", False))
+
+
+@register(aten.sort.stable)
+def _sort_stable(ctx, n):
+    # kiln's sort is always stable, which is also a valid unstable sort.
+    return _sorted(ctx, n, ctx.value(n.args[0]), n.kwargs.get("dim", -1),
+                   n.kwargs.get("descending", False))
+
+
+@register(aten.topk.default)
+def _topk(ctx, n):
+    x = ctx.value(n.args[0])
+    k = int(n.args[1])
+    return _sorted(ctx, n, x, _arg(n, 2, "dim", -1), _arg(n, 3, "largest", True), k)
