@@ -125,9 +125,7 @@ def load(path):
     raises KilnError saying what is wrong."""
     from kiln.module import KilnModule
 
-    with open(os.fspath(path), "rb") as f:
-        data = f.read()
-    return KilnModule.from_bytes(data)
+    return KilnModule.from_file(path)
 
 
 def explain(module):

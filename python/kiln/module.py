@@ -7,6 +7,7 @@ for torch_neuronx, through ``torch.jit.save``.
 """
 
 import json
+import os
 
 import torch
 from torch.utils import _pytree as pytree
@@ -109,10 +110,18 @@ class KilnModule(torch.nn.Module):
     def from_bytes(cls, data):
         """A KilnModule, or a PartitionedModule when the artifact was saved
         from a model with CPU fallback."""
+        return cls._load(bytes(data))
+
+    @classmethod
+    def from_file(cls, path):
+        """As from_bytes, reading the file straight into the model's buffer."""
+        return cls._load(os.fspath(path))
+
+    @classmethod
+    def _load(cls, source):
         from kiln.partition import PARTITION_META, PARTITION_TENSORS, PartitionedModule
 
-        data = bytes(data)
-        model, sections = _C.load(data, [FORMAT_META, PARTITION_META, PARTITION_TENSORS])
+        model, sections = _C.load(source, [FORMAT_META, PARTITION_META, PARTITION_TENSORS])
         first = cls._from_model(model, sections)
         if PARTITION_META not in sections:
             return first
@@ -120,7 +129,10 @@ class KilnModule(torch.nn.Module):
             n = int(json.loads(sections[PARTITION_META].decode())["n_pieces"])
         except Exception as e:
             raise KilnError(f"corrupt artifact: the {PARTITION_META} section is unreadable ({e})") from None
-        sections.update(_C.sections(data, [f"py.piece.{i}" for i in range(1, max(n, 1))]))
+        if isinstance(source, str):
+            with open(source, "rb") as f:
+                source = f.read()
+        sections.update(_C.sections(source, [f"py.piece.{i}" for i in range(1, max(n, 1))]))
         return PartitionedModule.from_sections(first, sections)
 
     @classmethod

@@ -573,18 +573,30 @@ static PyObject* kiln_py_sections(PyObject* mod, PyObject* args) {
   return sections;
 }
 
+/* load(bytes or path, section_names) -> (Model, sections). A path is read
+ * straight into the buffer the model keeps (its constants are used in
+ * place), so a large model is in memory once, not twice. */
 static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
   (void)mod;
-  Py_buffer view;
-  PyObject* names;
-  if (!PyArg_ParseTuple(args, "y*O", &view, &names)) return NULL;
-  /* Copy into a 64-byte-aligned buffer the model owns, so constants can be
-   * used in place. */
+  PyObject *source, *names;
+  if (!PyArg_ParseTuple(args, "OO", &source, &names)) return NULL;
   void* blob = NULL;
-  kiln_status_t s = kiln_allocator_malloc(kiln_allocator_system(), (size_t)view.len, &blob);
-  if (!s) memcpy(blob, view.buf, (size_t)view.len);
-  size_t size = (size_t)view.len;
-  PyBuffer_Release(&view);
+  size_t size = 0;
+  kiln_status_t s;
+  if (PyUnicode_Check(source)) {
+    const char* path = PyUnicode_AsUTF8(source);
+    if (!path) return NULL;
+    Py_BEGIN_ALLOW_THREADS s = kiln_artifact_load_file(path, &blob, &size);
+    Py_END_ALLOW_THREADS
+  } else {
+    /* Copy into a 64-byte-aligned buffer the model owns. */
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)) return NULL;
+    s = kiln_allocator_malloc(kiln_allocator_system(), (size_t)view.len, &blob);
+    if (!s) memcpy(blob, view.buf, (size_t)view.len);
+    size = (size_t)view.len;
+    PyBuffer_Release(&view);
+  }
   if (s) return kiln_py_raise(s);
   kiln_graph_t* g = NULL;
   kiln_model_t* model = NULL;
@@ -631,7 +643,7 @@ static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
 
 static PyMethodDef kiln_py_functions[] = {
     {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
-    {"load", kiln_py_load, METH_VARARGS, "load(bytes, section_names) -> (Model, sections)"},
+    {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},
     {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
