@@ -410,3 +410,81 @@ def _adaptive_avg_pool1d(ctx, n):
     else:
         y = ctx.node("adaptive_avg_pool2d", [xv], [1, out], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
+
+
+# ---- pairwise distances, composed from broadcast arithmetic and reductions ------------
+
+
+def _p_norm_last(ctx, d, p, origin):
+    """The p-norm of d over its last axis (as torch.cdist's p: 0 counts
+    non-zeros, inf takes the largest magnitude)."""
+    rank = len(ctx.shape(d))
+    last = [1 << (rank - 1), 0]
+    if p == 0:
+        nz = ctx.node("ne", [d, ctx.scalar(0.0, F32)], origin=origin)
+        return ctx.node("sum", [ctx.node("cast", [nz], [_dtype_id(F32)], origin=origin)], last, origin=origin)
+    a = ctx.node("abs", [d], origin=origin)
+    if math.isinf(p):
+        return ctx.node("max", [a], last, origin=origin)
+    if p == 1:
+        return ctx.node("sum", [a], last, origin=origin)
+    if p == 2:
+        return ctx.node("sqrt", [ctx.node("sum", [ctx.node("mul", [d, d], origin=origin)], last, origin=origin)],
+                        origin=origin)
+    s = ctx.node("sum", [ctx.node("pow", [a, ctx.scalar(float(p), F32)], origin=origin)], last, origin=origin)
+    return ctx.node("pow", [s, ctx.scalar(1.0 / p, F32)], origin=origin)
+
+
+def _dtype_id(dtype):
+    from kiln.optable import DTYPES
+
+    return DTYPES[dtype]
+
+
+@register(aten._cdist_forward.default)
+def _cdist(ctx, n):
+    x1, x2, p = n.args[0], n.args[1], float(n.args[2])
+    _require_f32(n, "cdist")
+    if p < 0:
+        raise Unsupported("cdist with p < 0")
+    a, b = ctx.value(x1), ctx.value(x2)
+    sa, sb = list(ctx.shape(a)), list(ctx.shape(b))
+    origin = ctx.origin(n)
+    # (..., P, 1, M) - (..., 1, R, M) -> (..., P, R, M), normed over M.
+    d = ctx.node("sub", [reshape(ctx, a, sa[:-1] + [1, sa[-1]]), reshape(ctx, b, sb[:-2] + [1] + sb[-2:])],
+                 origin=origin)
+    return reshape(ctx, _p_norm_last(ctx, d, p, origin), _shape(n))
+
+
+@register(aten._pdist_forward.default)
+def _pdist(ctx, n):
+    x, p = n.args[0], float(n.args[1]) if len(n.args) > 1 else 2.0
+    _require_f32(n, "pdist")
+    if p < 0:
+        raise Unsupported("pdist with p < 0")
+    xv = ctx.value(x)
+    rows, m = ctx.shape(xv)
+    origin = ctx.origin(n)
+    # Pairs i < j in row-major order, as torch lists them: gather both rows.
+    pairs = [(i, j) for i in range(rows) for j in range(i + 1, rows)]
+    if not pairs:
+        return ctx.constant(torch.zeros(0))
+    left = ctx.constant(torch.tensor([i for i, _ in pairs], dtype=torch.int64))
+    right = ctx.constant(torch.tensor([j for _, j in pairs], dtype=torch.int64))
+    d = ctx.node("sub", [ctx.node("gather", [xv, left], [0], origin=origin),
+                         ctx.node("gather", [xv, right], [0], origin=origin)], origin=origin)
+    return reshape(ctx, _p_norm_last(ctx, d, p, origin), _shape(n))
+
+
+@register(aten.native_dropout.default)
+def _native_dropout(ctx, n):
+    # Dropping nothing (eval, or p = 0) is exact; a random mask is not
+    # reproducible against eager's generator, so it stays in the fallback.
+    x, p = n.args[0], float(n.args[1])
+    train = n.args[2] if len(n.args) > 2 else n.kwargs.get("train")
+    if train is not False and p != 0.0:
+        raise Unsupported("dropout with a random mask (training, p > 0)")
+    xv = ctx.value(x)
+    shape = list(ctx.shape(xv))
+    keep = strided_copy(ctx, ctx.scalar(True, torch.bool), shape, [0] * len(shape), 0, ctx.origin(n))
+    return xv, keep

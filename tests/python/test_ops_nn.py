@@ -272,3 +272,18 @@ def test_avg_pool1d(kernel, stride, padding, ceil_mode, include):
 def test_adaptive_avg_pool1d(out):
     check(lambda t: torch.nn.functional.adaptive_avg_pool1d(t, out), torch.randn(2, 3, 17))
     check(lambda t: torch.nn.functional.adaptive_avg_pool1d(t, out), torch.randn(3, 17))
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.5, float("inf")])
+def test_cdist_and_pdist(p):
+    torch.manual_seed(0)
+    a, b = torch.randn(2, 5, 7), torch.randn(2, 4, 7)
+    check(lambda x, y: torch.cdist(x, y, p=p, compute_mode="donot_use_mm_for_euclid_dist"), a, b, rtol=1e-4)
+    check(lambda x: torch.nn.functional.pdist(x, p=p), torch.randn(6, 3), rtol=1e-4)
+
+
+def test_dropout_that_drops_nothing_is_native_and_random_dropout_is_not():
+    x = torch.randn(4, 5)
+    check(lambda t: torch.ops.aten.native_dropout(t, 0.0, True), x)
+    with pytest.raises(kiln.UnsupportedOpError, match="native_dropout"):
+        kiln.trace(Call(lambda t: torch.ops.aten.native_dropout(t, 0.3, True)), (x,), fallback=False)
