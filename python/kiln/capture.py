@@ -8,6 +8,7 @@ The same lowering serves torch.compile: it takes any FX graph of ATen ops.
 """
 
 import os
+import warnings
 
 import torch
 
@@ -40,7 +41,11 @@ def decomposition_table():
 def export_program(model, args, kwargs=None):
     """torch.export + Core ATen decomposition, with kiln's exceptions."""
     ep = torch.export.export(model, args, kwargs=kwargs or {})
-    return ep.run_decompositions(decomposition_table())
+    with warnings.catch_warnings():
+        # torch 2.13's run_decompositions deep-copies pytree specs and trips
+        # its own LeafSpec deprecation warning on every call: not the user's.
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        return ep.run_decompositions(decomposition_table())
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
