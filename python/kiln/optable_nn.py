@@ -488,3 +488,52 @@ def _native_dropout(ctx, n):
     shape = list(ctx.shape(xv))
     keep = strided_copy(ctx, ctx.scalar(True, torch.bool), shape, [0] * len(shape), 0, ctx.origin(n))
     return xv, keep
+
+
+# ---- 3-d average pooling: separable, as two 2-d poolings ------------------------------
+# An average over a (kd, kh, kw) box is the average over (kh, kw) and then
+# over kd; the divisors multiply per axis too (both count_include_pad modes,
+# ceil_mode windows included), exactly as torch computes them.
+
+
+def _as_ncdhw(ctx, n, x):
+    xv = ctx.value(x)
+    shape = list(ctx.shape(xv))
+    if len(shape) == 4:
+        shape = [1] + shape
+    if len(shape) != 5:
+        raise Unsupported(f"a rank-{len(ctx.shape(xv))} input to a 3-d pool")
+    return xv, shape
+
+
+@register(aten.avg_pool3d.default)
+def _avg_pool3d(ctx, n):
+    args = list(n.args) + [None] * 7
+    kernel = _ints(args[1], 3)
+    stride = _ints(args[2], 3) if args[2] else kernel
+    padding = _ints(args[3] if args[3] is not None else 0, 3)
+    ceil_mode = bool(args[4]) if args[4] is not None else False
+    include = bool(args[5]) if args[5] is not None else True
+    if args[6] is not None:
+        raise Unsupported("avg_pool3d with divisor_override")
+    _require_f32(n, "avg_pool3d")
+    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, args[0])
+    origin = ctx.origin(n)
+    hw = ctx.node("avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
+                  _pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include), origin=origin)
+    ho, wo = ctx.shape(hw)[2:]
+    y = ctx.node("avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])],
+                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], 1, ceil_mode, include), origin=origin)
+    return reshape(ctx, y, _shape(n))
+
+
+@register(aten._adaptive_avg_pool3d.default, aten.adaptive_avg_pool3d.default)
+def _adaptive_avg_pool3d(ctx, n):
+    _require_f32(n, "adaptive_avg_pool3d")
+    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
+    od, oh, ow = (int(o) if o is not None else s for o, s in zip(_ints(n.args[1], 3), (d, h, w)))
+    origin = ctx.origin(n)
+    hw = ctx.node("adaptive_avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])], [oh, ow], origin=origin)
+    # Along D only: the second axis's windows are single columns.
+    y = ctx.node("adaptive_avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, oh * ow])], [od, oh * ow], origin=origin)
+    return reshape(ctx, y, _shape(n))

@@ -287,3 +287,17 @@ def test_dropout_that_drops_nothing_is_native_and_random_dropout_is_not():
     check(lambda t: torch.ops.aten.native_dropout(t, 0.0, True), x)
     with pytest.raises(kiln.UnsupportedOpError, match="native_dropout"):
         kiln.trace(Call(lambda t: torch.ops.aten.native_dropout(t, 0.3, True)), (x,), fallback=False)
+
+
+@pytest.mark.parametrize("kernel,stride,padding,ceil_mode,include", [
+    ((2, 2, 2), None, 0, False, True), ((2, 3, 4), (1, 2, 2), (0, 1, 2), True, True),
+    ((3, 3, 2), (2, 1, 2), (1, 1, 1), True, False), (2, 1, 1, False, False)])
+def test_avg_pool3d_is_two_separable_2d_pools(kernel, stride, padding, ceil_mode, include):
+    x = torch.randn(2, 3, 5, 6, 7)
+    check(lambda t: torch.nn.functional.avg_pool3d(t, kernel, stride, padding, ceil_mode, include), x)
+
+
+@pytest.mark.parametrize("out", [(1, 1, 1), (2, 3, 4), (5, 6, 7), (3, None, 2)])
+def test_adaptive_avg_pool3d(out):
+    check(lambda t: torch.nn.functional.adaptive_avg_pool3d(t, out), torch.randn(2, 3, 5, 6, 7))
+    check(lambda t: torch.nn.functional.adaptive_avg_pool3d(t, out), torch.randn(3, 5, 6, 7))
