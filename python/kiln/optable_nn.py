@@ -537,3 +537,26 @@ def _adaptive_avg_pool3d(ctx, n):
     # Along D only: the second axis's windows are single columns.
     y = ctx.node("adaptive_avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, oh * ow])], [od, oh * ow], origin=origin)
     return reshape(ctx, y, _shape(n))
+
+
+@register(aten.max_pool3d_with_indices.default)
+def _max_pool3d_with_indices(ctx, n):
+    # The max over a box is the max over (kh, kw), then over kd (with -inf
+    # padding and ceil_mode windows per axis, as torch sizes them). The
+    # indices output (backward, max_unpool) is not composable this way.
+    args = list(n.args) + [None] * 6
+    kernel = _ints(args[1], 3)
+    stride = _ints(args[2], 3) if args[2] else kernel
+    padding = _ints(args[3] if args[3] is not None else 0, 3)
+    dilation = _ints(args[4] if args[4] is not None else 1, 3)
+    ceil_mode = bool(args[5]) if args[5] is not None else False
+    _require_f32(n, "max_pool3d")
+    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, args[0])
+    origin = ctx.origin(n)
+    hw = ctx.node("max_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
+                  _pool_params(kernel[1:], stride[1:], padding[1:], dilation[1:], ceil_mode, 0), origin=origin)
+    ho, wo = ctx.shape(hw)[2:]
+    y = ctx.node("max_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])],
+                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], [dilation[0], 1], ceil_mode, 0),
+                 origin=origin)
+    return (reshape(ctx, y, _out_shape(n, 0)), ctx.unsupported_value(n, "max_pool3d's indices output"))

@@ -301,3 +301,14 @@ def test_avg_pool3d_is_two_separable_2d_pools(kernel, stride, padding, ceil_mode
 def test_adaptive_avg_pool3d(out):
     check(lambda t: torch.nn.functional.adaptive_avg_pool3d(t, out), torch.randn(2, 3, 5, 6, 7))
     check(lambda t: torch.nn.functional.adaptive_avg_pool3d(t, out), torch.randn(3, 5, 6, 7))
+
+
+@pytest.mark.parametrize("kernel,stride,padding,dilation,ceil_mode", [
+    (2, None, 0, 1, False), ((3, 2, 3), (2, 1, 2), (1, 1, 0), 1, True), (3, 2, 1, (2, 1, 1), False)])
+def test_max_pool3d_values_are_two_separable_2d_pools(kernel, stride, padding, dilation, ceil_mode):
+    x = torch.randn(2, 3, 7, 6, 7)
+    x[0, 1, 2, 3, 4] = float("nan")
+    check(lambda t: torch.nn.functional.max_pool3d(t, kernel, stride, padding, dilation, ceil_mode), x)
+    with pytest.raises(kiln.UnsupportedOpError, match="indices"):
+        kiln.trace(Call(lambda t: torch.nn.functional.max_pool3d(t, kernel, stride, padding, dilation, ceil_mode,
+                                                                 return_indices=True)), (x,), fallback=False)
