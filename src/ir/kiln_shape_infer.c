@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ir/kiln_graph.h"
+#include "ir/kiln_shape_common.h"
 #include "ir/kiln_shape_infer_nn.h"
 #include "ir/kiln_shape_infer_movement.h"
 #include "kernels/kiln_activation.h"
@@ -93,15 +94,9 @@ static kiln_status_t check_rank_param(int64_t rank) {
   return kiln_ok();
 }
 
-static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t* x,
-                                        kiln_value_t* out) {
-  const int64_t* p = n->params;
-  KILN_RETURN_IF_ERROR(check_rank_param(p[0]));
-  int32_t r = (int32_t)p[0];
-  int64_t x_numel = kiln_value_numel(x), numel = 0;
-  KILN_RETURN_IF_ERROR(check_dims(p + 1, r, &numel));
-  /* Every element read must lie in x: offset + sum((dim-1)*stride) in range.
-   * With |stride|, |offset| <= 2^44 and dims <= 2^40 over 8 dims the sums
+kiln_status_t kiln_shape_view_extent(const int64_t* p, int32_t r, int64_t* out_lo,
+                                     int64_t* out_hi) {
+  /* With |stride|, |offset| <= 2^44 and dims <= 2^40 over 8 dims the sums
    * could overflow int64, so each step is bounded before it is added. */
   const int64_t lim = (int64_t)1 << 60;
   if (p[17] < 0 || p[17] > ((int64_t)1 << 44)) FAIL("offset out of range");
@@ -115,6 +110,21 @@ static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t
     else lo += (dim - 1) * stride;
     if (hi > lim || lo < -lim) FAIL("view out of range");
   }
+  *out_lo = lo;
+  *out_hi = hi;
+  return kiln_ok();
+}
+
+static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t* x,
+                                        kiln_value_t* out) {
+  const int64_t* p = n->params;
+  KILN_RETURN_IF_ERROR(check_rank_param(p[0]));
+  int32_t r = (int32_t)p[0];
+  int64_t x_numel = kiln_value_numel(x), numel = 0;
+  KILN_RETURN_IF_ERROR(check_dims(p + 1, r, &numel));
+  /* Every element read must lie in x. */
+  int64_t lo, hi;
+  KILN_RETURN_IF_ERROR(kiln_shape_view_extent(p, r, &lo, &hi));
   if (numel && (lo < 0 || hi >= x_numel))
     FAIL("view reads elements %lld..%lld of a tensor of %lld", (long long)lo, (long long)hi,
          (long long)x_numel);

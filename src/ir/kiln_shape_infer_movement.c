@@ -4,6 +4,8 @@
  * cannot make its kernel read or write outside its buffers. */
 #include "ir/kiln_shape_infer_movement.h"
 
+#include "ir/kiln_shape_common.h"
+
 #include <string.h>
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
@@ -75,18 +77,8 @@ static kiln_status_t infer_strided_scatter(const kiln_node_t* n, const kiln_valu
   }
   /* Every element written must lie in y (base's shape), bounded as in
    * STRIDED_COPY's rule. */
-  const int64_t lim = (int64_t)1 << 60;
-  if (p[17] < 0 || p[17] > ((int64_t)1 << 44)) FAIL("offset out of range");
-  int64_t lo = p[17], hi = p[17];
-  for (int32_t d = 0; d < r; ++d) {
-    int64_t dim = p[1 + d], stride = p[9 + d];
-    if (dim == 0) continue;
-    if (stride < -((int64_t)1 << 44) || stride > ((int64_t)1 << 44)) FAIL("stride out of range");
-    if (stride && (dim - 1) > lim / (stride < 0 ? -stride : stride)) FAIL("view out of range");
-    if (stride >= 0) hi += (dim - 1) * stride;
-    else lo += (dim - 1) * stride;
-    if (hi > lim || lo < -lim) FAIL("view out of range");
-  }
+  int64_t lo, hi;
+  KILN_RETURN_IF_ERROR(kiln_shape_view_extent(p, r, &lo, &hi));
   if (numel && (lo < 0 || hi >= kiln_value_numel(base)))
     FAIL("view writes elements %lld..%lld of a tensor of %lld", (long long)lo, (long long)hi,
          (long long)kiln_value_numel(base));

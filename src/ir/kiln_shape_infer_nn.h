@@ -5,10 +5,7 @@
 
 #include "ir/kiln_graph.h"
 
-/* One spatial output size of a window op with every parameter validated
- * (kiln_shape_infer.c's rule, shared). */
-kiln_status_t kiln_shape_window_out_size(const char* what, int64_t in, int64_t k, int64_t s,
-                                         int64_t p, int64_t d, int ceil_mode, int64_t* out);
+#include "ir/kiln_shape_common.h"
 
 /* CONV2D_GRAD_INPUT, CONV2D_GRAD_WEIGHT, MAX_POOL2D_INDICES, MAX_POOL2D_GRAD,
  * AVG_POOL2D_GRAD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_GRAD. */
