@@ -16,6 +16,7 @@ from kiln import _C
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 from kiln import optable_movement
+from kiln import optable_sample
 
 aten = torch.ops.aten
 
@@ -23,6 +24,7 @@ aten = torch.ops.aten
 _KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, aten.silu.default,
                aten.rms_norm.default)
 _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
+_KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
 
 
 def decomposition_table():

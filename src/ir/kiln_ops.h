@@ -173,6 +173,33 @@
  *                                        params[0]; [1] descending; [2] k: y keeps
  *                                        the first k along the axis (topk). NaN
  *                                        sorts as the largest value.
+ *   GRID_SAMPLER_2D (x, grid) -> y       torch's grid_sample: x (N, C, H, W),
+ *                                        grid (N, Ho, Wo, 2) float32 (x then y
+ *                                        in [-1, 1]); y (N, C, Ho, Wo); params:
+ *                                        [0] mode (0 bilinear, 1 nearest), [1]
+ *                                        padding (0 zeros, 1 border, 2
+ *                                        reflection), [2] align_corners.
+ *                                        Coordinates outside the image follow
+ *                                        the padding mode (zeros: read as 0).
+ *   COL2IM         (x) -> y              torch's fold: x (N, C kh kw, L) float32
+ *                                        -> y (N, C, H, W), each column added
+ *                                        back at its window; params: [0..1] H,
+ *                                        W, [2..3] kh, kw, [4..5] dilation,
+ *                                        [6..7] padding, [8..9] stride h, w; L
+ *                                        must be the number of windows.
+ *   EMBEDDING_BAG  (weight, indices, offsets, per_sample_weights?) -> y
+ *                                        weight (V, D) float32, indices and
+ *                                        offsets 1-d int64/int32; y (B, D), B =
+ *                                        len(offsets) - include_last_offset;
+ *                                        bag b reduces rows indices[offsets[b]
+ *                                        .. offsets[b + 1]); per_sample_weights
+ *                                        float32 like indices (sum only);
+ *                                        params: [0] mode (0 sum, 1 mean, 2
+ *                                        max), [1] include_last_offset, [2]
+ *                                        padding_idx (-1: none; those rows are
+ *                                        skipped). An empty bag is 0. Indices
+ *                                        out of range or bad offsets are an
+ *                                        error at run time, never a read.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -273,7 +300,10 @@
   X(STRIDED_SCATTER, "strided_scatter", 2, 2) \
   X(SCATTER, "scatter", 3, 3)        \
   X(SCAN, "scan", 1, 1)              \
-  X(ARGSORT, "argsort", 1, 1)
+  X(ARGSORT, "argsort", 1, 1)        \
+  X(GRID_SAMPLER_2D, "grid_sampler_2d", 2, 2) \
+  X(COL2IM, "col2im", 1, 1)          \
+  X(EMBEDDING_BAG, "embedding_bag", 3, 4)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
