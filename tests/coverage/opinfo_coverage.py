@@ -19,6 +19,12 @@ and an op (per dtype) is `fail` if any sample failed, else `unsupported` if
 any sample was, else `pass` if any sample ran, else `not-exportable` (or
 `skipped` when nothing was testable).
 
+Fallback: every `unsupported` sample is then traced again with
+kiln.trace(..., fallback=True) (the unsupported ops run in eager between
+kiln pieces) and compared with eager: `fallback-pass` or `fallback-fail`
+(a wrong result or any error: torch.export captured it, so it must run).
+These are extra columns; the native statuses above are unchanged.
+
 Speed: a trace costs ~0.3 s of fixed torch.export overhead, so all samples of
 one op go into one module (a ModuleList, one output tuple per sample) and are
 traced once; when that fails, the unsupported ops are attributed to samples
@@ -195,6 +201,52 @@ def compare(got, want, nondeterministic=False):
     return None
 
 
+def _trace_and_compare(module, args, wants, nondet, fallback):
+    """[reason or None per want] for module traced with kiln (raises on errors)."""
+    compiled = kiln.trace(module, tuple(args), fallback=fallback)
+    outs = compiled(*[t.clone() for t in args])
+    return [compare(got, want, nondet) for got, want in zip(outs, wants)]
+
+
+def run_fallback(prepared, nondet, deadline=math.inf):
+    """{sample index: (fallback-pass | fallback-fail, detail)}: the samples
+    kiln reported unsupported, traced again with fallback on."""
+    results = {}
+    if len(prepared) > 1:  # all at once, as run_batch
+        batch = Batch([p.call for p in prepared], [len(p.tensors) for p in prepared])
+        args = [t for p in prepared for t in p.tensors]
+        try:
+            whys = _trace_and_compare(batch, args, [p.want for p in prepared], nondet, True)
+        except Exception:
+            whys = None  # one by one below, to name the sample that breaks
+        if whys is not None:
+            for p, why in zip(prepared, whys):
+                results[p.index] = ("fallback-fail", why) if why else ("fallback-pass", "")
+            return results
+    for p in prepared:
+        if time.monotonic() > deadline:
+            results[p.index] = ("fallback-fail", "time budget")
+            continue
+        try:
+            why = _trace_and_compare(_Single(p.call), p.tensors, [p.want], nondet, True)[0]
+        except Exception as e:
+            why = _short(e)
+        results[p.index] = ("fallback-fail", why) if why else ("fallback-pass", "")
+    return results
+
+
+class _Single(torch.nn.Module):
+    """A sample's module with its output wrapped in a 1-tuple (one per sample,
+    as Batch gives)."""
+
+    def __init__(self, call):
+        super().__init__()
+        self.call = call
+
+    def forward(self, *tensors):
+        return (self.call(*tensors),)
+
+
 def run_one(p, nondet):
     """(status, detail) for one sample traced alone."""
     try:
@@ -293,8 +345,9 @@ def classify(statuses):
     return "skipped"
 
 
-def run_op(op, dtype, max_samples=None, op_seconds=None):
-    """The result row of one op at one dtype."""
+def run_op(op, dtype, max_samples=None, op_seconds=None, fallback=True):
+    """The result row of one op at one dtype (fallback: also re-run the
+    unsupported samples with kiln's fallback on)."""
     t0 = time.monotonic()
     deadline = t0 + op_seconds if op_seconds else math.inf
     nondet = is_nondeterministic(op)
@@ -318,6 +371,11 @@ def run_op(op, dtype, max_samples=None, op_seconds=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         samples.update(run_batch(prepared, nondet, deadline))
+        unsupported = [p for p in prepared if samples[p.index][0] == "unsupported"]
+        fb = run_fallback(unsupported, nondet, deadline + 60) if fallback else {}
+    fb_counts = {k: sum(1 for s, _ in fb.values() if s == "fallback-" + k) for k in ("pass", "fail")}
+    fb_details = [{"sample": i, "status": s, "detail": d} for i, (s, d) in sorted(fb.items())
+                  if s == "fallback-fail"]
     statuses = [s for s, _ in samples.values()]
     counts = {k: statuses.count(k) for k in ("pass", "fail", "unsupported", "not-exportable", "skipped")}
     unsupported_ops = sorted({o.strip() for s, d in samples.values() if s == "unsupported" for o in d.split(",")})
@@ -325,6 +383,7 @@ def run_op(op, dtype, max_samples=None, op_seconds=None):
                if s in ("fail", "not-exportable")]
     return {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": classify(statuses),
             "samples": counts, "unsupported_aten": unsupported_ops, "details": details[:5],
+            "fallback": fb_counts, "fallback_details": fb_details[:5],
             "seconds": round(time.monotonic() - t0, 2), "nondeterministic": nondet}
 
 
@@ -384,15 +443,31 @@ def summarise(rows):
     return totals
 
 
+def summarise_fallback(rows):
+    """Samples re-run with fallback on, over all rows, and the rows with a
+    fallback-fail."""
+    fb = {"fallback-pass": 0, "fallback-fail": 0}
+    for r in rows:
+        c = r.get("fallback") or {}
+        fb["fallback-pass"] += c.get("pass", 0)
+        fb["fallback-fail"] += c.get("fail", 0)
+    fb["rows with fallback-fail"] = sum(1 for r in rows if (r.get("fallback") or {}).get("fail"))
+    return fb
+
+
 def print_row(r, file=sys.stdout):
     c = r["samples"]
+    fb = r.get("fallback") or {"pass": 0, "fail": 0}
     extra = ""
     if r["status"] == "unsupported":
         extra = ", ".join(r["unsupported_aten"])[:90]
     elif r["details"]:
         extra = r["details"][0]["detail"][:90]
+    if r.get("fallback_details"):
+        extra += "  fallback-fail: " + r["fallback_details"][0]["detail"][:90]
     print(f"{r['op']:<40} {r['dtype']:<8} {r['status']:<15} "
           f"{c['pass']:>3}/{c['fail']:>2}/{c['unsupported']:>2}/{c['not-exportable']:>2}/{c['skipped']:>2} "
+          f"{fb['pass']:>3}/{fb['fail']:>2} "
           f"{r['seconds']:>6.1f}s  {extra}", file=file, flush=True)
 
 
@@ -405,6 +480,8 @@ def main(argv=None):
                     help="time budget per op and dtype (default: none, 20 with --quick)")
     ap.add_argument("--dtypes", default="float32,int64,bool")
     ap.add_argument("--out", default="coverage.json")
+    ap.add_argument("--no-fallback", action="store_true",
+                    help="do not re-run unsupported samples with fallback on")
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
@@ -415,24 +492,26 @@ def main(argv=None):
     op_seconds = args.op_seconds if args.op_seconds is not None else (20.0 if args.quick else None)
 
     rows, not_run = [], []
-    print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip")
+    print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip fallback pass/fail")
     for op in ops:
         for dtype in dtypes_for(op, wanted):
             if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
                 not_run.append(f"{op_id(op)}:{dtype}")
                 continue
             try:
-                row = run_op(op, dtype, max_samples, op_seconds)
+                row = run_op(op, dtype, max_samples, op_seconds, fallback=not args.no_fallback)
             except Exception as e:  # a harness bug must not lose the whole run
                 row = {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": "fail",
                        "samples": {"pass": 0, "fail": 1, "unsupported": 0, "not-exportable": 0, "skipped": 0},
                        "unsupported_aten": [], "details": [{"sample": -1, "status": "fail",
                                                             "detail": "harness: " + _short(e)}],
+                       "fallback": {"pass": 0, "fail": 0}, "fallback_details": [],
                        "seconds": 0.0, "nondeterministic": False}
             rows.append(row)
             print_row(row)
 
     totals = summarise(rows)
+    fallback_totals = summarise_fallback(rows)
     # An op counts once (over its dtypes): its worst status.
     order = ["fail", "unsupported", "pass", "not-exportable", "skipped"]
     per_op = {}
@@ -449,6 +528,8 @@ def main(argv=None):
     print()
     print("rows (op x dtype): " + ", ".join(f"{k} {v}" for k, v in totals.items()))
     print("ops (worst over dtypes): " + ", ".join(f"{k} {v}" for k, v in op_totals.items()))
+    print("unsupported samples re-run with fallback on: " +
+          ", ".join(f"{k} {v}" for k, v in fallback_totals.items()))
     if not_run:
         print(f"not run (time limit): {len(not_run)} op/dtype pairs")
     top = sorted(unsupported_freq.items(), key=lambda kv: -kv[1])[:15]
@@ -458,7 +539,7 @@ def main(argv=None):
     print(f"{time.monotonic() - t0:.0f} s")
 
     result = {"torch": torch.__version__, "kiln": kiln.__version__, "isa": kiln.isa(),
-              "totals": totals, "op_totals": op_totals, "rows": rows, "not_run": not_run,
+              "totals": totals, "op_totals": op_totals, "fallback_totals": fallback_totals, "rows": rows, "not_run": not_run,
               "core_aten": core, "unsupported_aten_frequency": unsupported_freq,
               "args": vars(args), "seconds": round(time.monotonic() - t0, 1)}
     with open(args.out, "w") as f:
