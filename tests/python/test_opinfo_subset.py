@@ -60,6 +60,16 @@ SUBSET = [
     ("bitwise_xor", (I64,)),
     ("clamp", (F32,)),
     ("nn.functional.elu", (F32,)),
+    # Ties: kiln's stable sort picks other (valid) indices than eager's on
+    # int64 and bool inputs; the harness accepts any valid choice.
+    ("sort", (I64, BOOL)),
+    ("topk", (I64,)),
+]
+
+# Ops with samples kiln does not run natively: each such sample must give
+# eager's result when traced with fallback on (the "done when").
+FALLBACK_SUBSET = [
+    ("kthvalue", (F32,)),
 ]
 
 
@@ -84,3 +94,27 @@ def test_core_aten_coverage_counts():
     assert 0 < core["handled"] <= core["total"]
     for op in ("aten.add.Tensor", "aten.mm.default", "aten.cat.default", "aten._softmax.default"):
         assert op in core["handled_ops"], op
+
+
+@pytest.mark.parametrize("name,dtypes", FALLBACK_SUBSET, ids=[s[0] for s in FALLBACK_SUBSET])
+def test_opinfo_unsupported_samples_pass_with_fallback(op_db, name, dtypes):
+    op = op_db[name]
+    for dtype in dtypes:
+        row = harness.run_op(op, dtype, max_samples=4)
+        unsupported = row["samples"]["unsupported"]
+        assert unsupported > 0, f"{name} {dtype}: expected samples kiln runs only with fallback: {row}"
+        assert row["fallback"] == {"pass": unsupported, "fail": 0}, row["fallback_details"]
+
+
+def test_tie_aware_index_check():
+    x = torch.tensor([[3, 1, 3, 2], [5, 5, 5, 0]])
+    want = torch.tensor([[1, 3, 0, 2], [3, 0, 1, 2]])  # eager's ascending argsort
+    ties = torch.tensor([[1, 3, 2, 0], [3, 2, 1, 0]])  # another order of the equal values
+    assert harness._valid_index_choice(x, ties, want)
+    wrong = torch.tensor([[1, 3, 0, 0], [3, 0, 1, 2]])  # picks the right values, index 0 twice
+    assert not harness._valid_index_choice(x, wrong, want)
+    swapped = torch.tensor([[3, 1, 0, 2], [3, 0, 1, 2]])  # values out of order
+    assert not harness._valid_index_choice(x, swapped, want)
+    # kthvalue: one index per row (the dim removed)
+    assert harness._valid_index_choice(x, torch.tensor([2, 1]), torch.tensor([0, 0]))
+    assert not harness._valid_index_choice(x, torch.tensor([1, 1]), torch.tensor([0, 0]))
