@@ -694,12 +694,11 @@ def _avg_pool2d(ctx, n):
     ceil_mode = args[4] if args[4] is not None else n.kwargs.get("ceil_mode", False)
     include = args[5] if args[5] is not None else n.kwargs.get("count_include_pad", True)
     divisor = args[6] if args[6] is not None else n.kwargs.get("divisor_override")
-    if divisor is not None:
-        raise Unsupported("avg_pool2d with divisor_override")
+    divisor = 0 if divisor is None else int(divisor)  # 0: none (eager rejects an override of 0)
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"avg_pool2d of {_val(n).dtype}")
     xv = _as_nchw(ctx, ctx.value(x), 2)
-    y = ctx.node("avg_pool2d", [xv], _pool_params(kernel, stride, padding, 1, ceil_mode, include),
+    y = ctx.node("avg_pool2d", [xv], _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [divisor],
                  origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 

@@ -255,12 +255,11 @@ def _max_pool2d_backward(ctx, n):
 @register(aten.avg_pool2d_backward.default)
 def _avg_pool2d_backward(ctx, n):
     dy, x, kernel, stride, padding, ceil_mode, include, divisor = (list(n.args) + [None] * 8)[:8]
-    if divisor is not None:
-        raise Unsupported("avg_pool2d backward with divisor_override")
+    divisor = 0 if divisor is None else int(divisor)  # 0: none
     _require_f32(n, "avg_pool2d backward")
     x_shape = _shape(x)
     h, w = x_shape[-2:]
-    params = _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [h, w]
+    params = _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [h, w, divisor]
     dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], params, origin=ctx.origin(n))
     return reshape(ctx, dx, x_shape)
 
@@ -514,16 +513,19 @@ def _avg_pool3d(ctx, n):
     padding = _ints(args[3] if args[3] is not None else 0, 3)
     ceil_mode = bool(args[4]) if args[4] is not None else False
     include = bool(args[5]) if args[5] is not None else True
-    if args[6] is not None:
-        raise Unsupported("avg_pool3d with divisor_override")
+    # divisor_override: the first pass only sums (divisor 1), the second
+    # divides the 3-d window's sum by the override.
+    divisor = 0 if args[6] is None else int(args[6])
     _require_f32(n, "avg_pool3d")
     xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, args[0])
     origin = ctx.origin(n)
     hw = ctx.node("avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
-                  _pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include), origin=origin)
+                  _pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include) + [1 if divisor else 0],
+                  origin=origin)
     ho, wo = ctx.shape(hw)[2:]
     y = ctx.node("avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])],
-                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], 1, ceil_mode, include), origin=origin)
+                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], 1, ceil_mode, include) + [divisor],
+                 origin=origin)
     return reshape(ctx, y, _shape(n))
 
 

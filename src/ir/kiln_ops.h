@@ -82,7 +82,9 @@
  *                                        (at most half the kernel), [6..7]
  *                                        dilation h, w (1 for avg), [8]
  *                                        ceil_mode, [9] count_include_pad
- *                                        (avg). Sizes as torch's pooling.
+ *                                        (avg), [10] divisor_override (avg;
+ *                                        0: none, else the divisor of every
+ *                                        window). Sizes as torch's pooling.
  *   ACOS..SIGN     (x) -> y              more unary math, in kiln_math_unary_t
  *                                        order: acos acosh asin asinh atan
  *                                        atanh cosh sinh tan expm1 log10 log1p
@@ -123,7 +125,8 @@
  *   AVG_POOL2D_GRAD (dy) -> dx           dy (N, C, Ho, Wo) -> dx (N, C, H, W),
  *                                        each dy cell spread over its window
  *                                        by AVG_POOL2D's divisor; params:
- *                                        [0..9] as AVG_POOL2D, [10..11] H, W.
+ *                                        [0..9] as AVG_POOL2D, [10..11] H, W,
+ *                                        [12] divisor_override (0: none).
  *   ADAPTIVE_AVG_POOL2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo):
  *                                        cell (i, j) averages rows [floor(i H /
  *                                        Ho), ceil((i + 1) H / Ho)) and the

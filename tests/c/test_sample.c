@@ -1,5 +1,5 @@
 /* Tests of the GRID_SAMPLER_2D, COL2IM and EMBEDDING_BAG kernels and shape
- * rules. The kernels are scalar (no optimized variant to compare with), so
+ * rules, and of AVG_POOL2D's divisor_override. The kernels are scalar (no optimized variant to compare with), so
  * they are checked against values worked out by hand and against
  * straightforward references written here, on 1- and 2-thread pools;
  * bit-for-bit agreement with eager is tested in Python
@@ -12,6 +12,8 @@
 
 #include "base/kiln_pool.h"
 #include "ir/kiln_graph.h"
+#include "kernels/conv/kiln_conv.h"
+#include "kernels/conv/kiln_conv_backward.h"
 #include "kernels/nn/kiln_sample.h"
 #include "kiln_test.h"
 
@@ -233,13 +235,71 @@ static void sample_test_shape_rules(void) {
   kiln_graph_release(g);
 }
 
+/* ---- AVG_POOL2D's divisor_override (param 10; AVG_POOL2D_GRAD's 12) ------------- */
+
+static void divisor_override_test_level(kiln_pool_t* pool, const char* where) {
+  /* A 3x3 plane of ones, kernel 2, stride 2, padding 1, without
+   * count_include_pad: windows hold 1, 2, 2 and 4 ones; the override 3
+   * divides every sum by 3 instead of the counts. */
+  float x[9], y[4 + 1], dx[9 + 1];
+  for (int i = 0; i < 9; ++i) x[i] = 1.0f;
+  y[4] = dx[9] = 12345.0f;
+  kiln_pool2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = a.c = 1, a.h = a.w = 3, a.ho = a.wo = 2, a.kh = a.kw = a.sh = a.sw = 2, a.ph = a.pw = 1;
+  a.dh = a.dw = 1, a.divisor_override = 3, a.x = x, a.y = y;
+  kiln_avg_pool2d_f32(&a, pool);
+  KILN_EXPECT(y[0] == 1.0f / 3 && y[1] == 2.0f / 3 && y[3] == 4.0f / 3 && y[4] == 12345.0f,
+              "%s avg_pool2d divisor_override %g %g %g", where, y[0], y[1], y[3]);
+  kiln_pool2d_grad_f32_args_t b;
+  memset(&b, 0, sizeof(b));
+  b.n = b.c = 1, b.h = b.w = 3, b.ho = b.wo = 2, b.kh = b.kw = b.sh = b.sw = 2, b.ph = b.pw = 1;
+  b.dh = b.dw = 1, b.divisor_override = 3, b.dy = x, b.dx = dx;
+  kiln_avg_pool2d_grad_f32(&b, pool);
+  /* Every pixel is in exactly one window: each gets 1/3. */
+  int bad = 0;
+  for (int i = 0; i < 9; ++i) bad += dx[i] != 1.0f / 3;
+  KILN_EXPECT(bad == 0 && dx[9] == 12345.0f, "%s avg_pool2d_grad divisor_override", where);
+}
+
+static void divisor_override_shape_rules(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t xs[4] = {1, 2, 5, 5};
+  int32_t x, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, xs, &x));
+  int64_t p[11] = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1, 7};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "avg", &y));
+  p[10] = -1;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "bad", &y),
+                    KILN_INVALID_ARGUMENT);
+  p[10] = INT64_MAX;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "bad", &y),
+                    KILN_INVALID_ARGUMENT);
+  p[10] = 3; /* max pooling has no divisor */
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &x, 1, p, 11, NULL, 0, "bad", &y),
+                    KILN_INVALID_ARGUMENT);
+  int64_t gp[13] = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1, 4, 4, -2};
+  int64_t dys[4] = {1, 2, 2, 2};
+  int32_t dy;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "dy", KILN_F32, 4, dys, &dy));
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D_GRAD, &dy, 1, gp, 13, NULL, 0, "bad", &y),
+                    KILN_INVALID_ARGUMENT);
+  gp[12] = 5;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D_GRAD, &dy, 1, gp, 13, NULL, 0, "grad", &y));
+  kiln_graph_release(g);
+}
+
 static void sample_test_level(kiln_pool_t* pool, const char* where) {
   grid_test_level(pool, where);
   col2im_test_level(pool, where);
+  divisor_override_test_level(pool, where);
 }
 
 void kiln_test_suite_sample(void) {
   kiln_test_each_isa_and_pool(sample_test_level);
   embedding_bag_test();
   sample_test_shape_rules();
+  divisor_override_shape_rules();
 }

@@ -149,3 +149,25 @@ def test_embedding_bag_bad_indices_are_errors():
         compiled(weight, indices, torch.tensor([0, 3, 2, 7]))
     with pytest.raises(ValueError, match="offsets"):
         compiled(weight, indices, torch.tensor([0, 3, 3, 12]))
+
+
+# ---- avg_pool2d / avg_pool3d with divisor_override (AVG_POOL2D param 10) ----------------
+# A window sum in kiln's order (3-d: two separable passes) divided by the
+# override: 1e-5 relative / 1e-6 absolute, as the other pooling tests.
+POOL = dict(rtol=1e-5, atol=1e-6)
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize("kernel,stride,padding,ceil,include,divisor", [
+    (3, 2, 1, False, True, 5), (2, 1, 0, True, False, 3), (3, 1, 1, True, True, 7), (2, 2, 0, False, True, 1)])
+def test_avg_pool_divisor_override(kernel, stride, padding, ceil, include, divisor):
+    x = torch.randn(2, 3, 7, 6)
+    x[0, 0, 0, 0] = float("inf")
+    x[1, 1, 2, 2] = float("nan")
+    check(lambda t: F.avg_pool2d(t, kernel, stride, padding, ceil, include, divisor_override=divisor), x, tol=POOL)
+    check(lambda t: F.avg_pool3d(t, kernel, stride, padding, ceil, include, divisor_override=divisor),
+          torch.randn(2, 3, 5, 7, 6), tol=POOL)
+    k2, s2, p2 = [kernel] * 2, [stride] * 2, [padding] * 2
+    dy = torch.randn(F.avg_pool2d(x, kernel, stride, padding, ceil, include).shape)
+    check(lambda dy, x: aten.avg_pool2d_backward.default(dy, x, k2, s2, p2, ceil, include, divisor),
+          dy, torch.randn(2, 3, 7, 6), tol=POOL)

@@ -331,6 +331,7 @@ static void run_pool2d(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   a.kh = p[0], a.kw = p[1], a.sh = p[2], a.sw = p[3], a.ph = p[4], a.pw = p[5];
   a.dh = p[6], a.dw = p[7];
   a.count_include_pad = (int)p[9];
+  a.divisor_override = p[10];
   a.x = BUF(0);
   a.y = bufs[n->outputs[0]];
   if (n->op == KILN_OP_MAX_POOL2D)

@@ -83,6 +83,7 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
     case KILN_OP_AVG_POOL2D_GRAD: {
       kiln_pool2d_grad_f32_args_t a;
       nn_pool_geometry(out, VAL(0), n->params, &a);
+      a.divisor_override = n->params[12];
       a.dy = BUF(0);
       a.dx = bufs[n->outputs[0]];
       kiln_avg_pool2d_grad_f32(&a, pool);

@@ -67,6 +67,7 @@ typedef struct kiln_pool2d_grad_f32_args_s {
   int64_t n, c, h, w, ho, wo;
   int64_t kh, kw, sh, sw, ph, pw, dh, dw; /* dh = dw = 1 for average */
   int count_include_pad;                 /* average only */
+  int64_t divisor_override;              /* average only: > 0 replaces the count */
   const float* x;         /* max indices: the forward input */
   const float* dy;        /* grads: (N, C, Ho, Wo) */
   const int64_t* indices; /* max: (N, C, Ho, Wo), flat within the plane */

@@ -106,6 +106,7 @@ static void kiln_avg_pool_plane(void* ctx, size_t task, int thread) {
       } else {
         count = (u1 - u0) * (v1 - v0);
       }
+      if (a->divisor_override > 0) count = a->divisor_override;
       y[i * a->wo + j] = count > 0 ? s / (float)count : 0.0f;
     }
   }

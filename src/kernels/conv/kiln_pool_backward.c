@@ -108,6 +108,7 @@ static void kiln_avg_pool_grad_plane(void* ctx, size_t task, int thread) {
       } else {
         count = (u1 - u0) * (v1 - v0);
       }
+      if (a->divisor_override > 0) count = a->divisor_override;
       if (count <= 0) continue;
       float g = dy[i * a->wo + j] / (float)count;
       for (int64_t u = u0; u < u1; ++u) {
