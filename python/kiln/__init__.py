@@ -66,6 +66,10 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         if isinstance(model, torch.nn.Module) and was_training:
             model.train()
     name = type(model).__name__
+    if fallback and _mutations(ep):
+        # In-place updates of inputs or buffers: the partitioned module
+        # writes the new values back after each call, as eager does.
+        return _trace_with_fallback(ep, name, weights_bf16)
     try:
         ctx, names, out_spec = lower_exported(ep)
     except UnsupportedOpError:
@@ -76,27 +80,50 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
 
 
+def _mutations(ep):
+    """The exported program's leading outputs that update state in place:
+    [(OutputKind name, target)] for buffer and user-input mutations."""
+    from torch.export.graph_signature import OutputKind
+
+    return [(s.kind.name, s.target) for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
+
+
 def _trace_with_fallback(ep, name, weights_bf16=False):
-    from torch.export.graph_signature import InputKind
+    from torch.export.graph_signature import InputKind, OutputKind
 
     from kiln.partition import PartitionedModule, partition, unsupported_ops
 
     state, consts = ep.state_dict, getattr(ep, "constants", {}) or {}
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    lifted, const_of = [], {}
+    specs = ep.graph_signature.output_specs
+    mutated = {s.target for s in specs if s.kind == OutputKind.BUFFER_MUTATION}
+    lifted, const_of, lifted_pos, user_pos = [], {}, {}, {}
     for spec, n in zip(ep.graph_signature.input_specs, phs):
         if spec.kind == InputKind.TOKEN:
             raise UnsupportedOpError("side effects (an effect token)", "",
                                      "the exported program orders side-effecting ops; run it in eager")
-        if spec.kind != InputKind.USER_INPUT:
+        if spec.kind == InputKind.USER_INPUT:
+            user_pos[spec.arg.name] = len(user_pos)
+        else:
             t = state[spec.target] if spec.target in state else consts[spec.target]
+            lifted_pos[spec.target] = len(lifted)
             lifted.append(t)
-            const_of[n.name] = t  # by name: partitioning copies the nodes
+            if spec.target not in mutated:  # a buffer updated per call is an input, not a constant
+                const_of[n.name] = t  # by name: partitioning copies the nodes
+    # Where each mutation output is written back: ("lifted" | "input", position).
+    writes = []
+    for s in specs:
+        if s.kind == OutputKind.BUFFER_MUTATION:
+            writes.append(("lifted", lifted_pos[s.target]))
+        elif s.kind == OutputKind.USER_INPUT_MUTATION:
+            writes.append(("input", user_pos[s.target]))
+        elif s.kind != OutputKind.USER_OUTPUT:
+            raise KilnError(f"the model mutates state kiln cannot write back ({s.kind.name.lower()} {s.target})")
     gm = ep.graph_module
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
     fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
                               what=name, weights_bf16=weights_bf16)
-    return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name)
+    return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes)
 
 
 def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):

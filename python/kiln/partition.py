@@ -126,9 +126,12 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
 class PartitionedModule(torch.nn.Module):
     """What kiln.trace returns when some ops fall back to eager PyTorch."""
 
-    def __init__(self, gm, lifted, n_pieces, out_spec, unsupported, source):
+    def __init__(self, gm, lifted, n_pieces, out_spec, unsupported, source, writes=()):
         super().__init__()
         self.gm = gm
+        # The graph's leading outputs are new values of buffers or inputs
+        # (in-place updates): each is copied into ("lifted" | "input", i).
+        self._writes = [(str(k), int(i)) for k, i in writes]
         self._lifted = lifted  # parameters/buffers fed to the graph ahead of user inputs
         self.n_pieces = n_pieces
         self._out_spec = out_spec
@@ -141,7 +144,10 @@ class PartitionedModule(torch.nn.Module):
         flat = pytree.tree_leaves(args)
         with torch.no_grad():
             outs = self.gm(*self._lifted, *flat)
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            for (kind, i), new in zip(self._writes, outs):
+                (self._lifted[i] if kind == "lifted" else flat[i]).copy_(new)
+        outs = outs[len(self._writes):]
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs[0]
 
     def explain(self):
@@ -187,12 +193,15 @@ class PartitionedModule(torch.nn.Module):
                 pieces.append(mod.module)
             nodes.append(entry)
         phs = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        # Parameters only kiln pieces read are embedded in them already.
-        lifted = [t if ph.name in eager_reads else None for ph, t in zip(phs, self._lifted)]
+        # Parameters only kiln pieces read are embedded in them already;
+        # buffers updated per call are inputs of the pieces, and kept.
+        written = {i for k, i in self._writes if k == "lifted"}
+        lifted = [t if ph.name in eager_reads or j in written else None
+                  for j, (ph, t) in enumerate(zip(phs, self._lifted))]
         buf = io.BytesIO()
         torch.save(lifted, buf)
         meta = {"format": 1, "nodes": nodes, "n_lifted": len(self._lifted), "unsupported": self.unsupported,
-                "source": self._source, "n_pieces": len(pieces),
+                "source": self._source, "n_pieces": len(pieces), "writes": self._writes,
                 "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None}
         if not pieces:
             raise KilnError("nothing of this model runs in kiln: there is no artifact to save")
@@ -242,7 +251,12 @@ class PartitionedModule(torch.nn.Module):
             raise
         except Exception as e:  # sections are the front end's: reject what does not parse
             raise KilnError(f"corrupt artifact: the fallback graph is unreadable ({type(e).__name__}: {e})") from None
-        return cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""))
+        writes = [(str(k), int(i)) for k, i in meta.get("writes", [])]
+        if any(k not in ("lifted", "input") or not 0 <= i < (len(lifted) if k == "lifted" else 1 << 20)
+               for k, i in writes):
+            raise KilnError("corrupt artifact: a state write-back names no buffer or input")
+        return cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""),
+                   writes)
 
     def save(self, f, _extra_files=None):
         raise KilnError("torch.jit.save of a model with CPU fallback is not supported: use kiln.save "
