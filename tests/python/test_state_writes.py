@@ -69,3 +69,27 @@ def test_input_updates_are_written_back_and_survive_save_load(tmp_path):
     got_x = x.clone()
     assert_close(loaded(got_x, y), AddToInput()(x.clone(), y), rtol=0, atol=0)
     assert_close(got_x, want_x, rtol=0, atol=0)
+
+
+class FunctionalBatchNorm(torch.nn.Module):
+    """Training-mode batch norm on running statistics the caller owns (a
+    module in train mode is traced in eval mode by kiln.trace; this is the
+    same op with its running-stat update)."""
+
+    def forward(self, x, running_mean, running_var):
+        return torch.nn.functional.batch_norm(x, running_mean, running_var, training=True, momentum=0.1)
+
+
+@pytest.mark.filterwarnings("ignore:kiln")
+def test_batch_norm_running_stats_follow_eager_over_calls():
+    torch.manual_seed(1)
+    x = torch.randn(4, 3, 5, 5)
+    compiled = kiln.trace(FunctionalBatchNorm(), (x, torch.zeros(3), torch.ones(3)))
+    got_m, got_v, want_m, want_v = torch.zeros(3), torch.ones(3), torch.zeros(3), torch.ones(3)
+    for _ in range(3):
+        x = torch.randn(4, 3, 5, 5) * 2 + 1
+        # Normalisation and statistics reduce in another order than eager's.
+        assert_close(compiled(x, got_m, got_v), FunctionalBatchNorm()(x, want_m, want_v), rtol=1e-5, atol=1e-5)
+        assert_close(got_m, want_m, rtol=1e-5, atol=1e-6)
+        assert_close(got_v, want_v, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got_m, torch.zeros(3))  # the statistics did move
