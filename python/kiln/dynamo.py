@@ -145,6 +145,9 @@ def kiln_backend(gm, example_inputs, **kwargs):
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from kiln.capture import decomposition_table
+    from kiln.optable_train import register_compile_prims
+
+    register_compile_prims()
 
     def fw(gm_, ex_):
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
