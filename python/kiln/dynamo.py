@@ -146,6 +146,7 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     from kiln.capture import decomposition_table
     from kiln.optable_train import register_compile_prims
+    from kiln.train_rewrite import stack_select_scatters
 
     register_compile_prims()
 
@@ -154,6 +155,7 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     def bw(gm_, ex_):
         # Backward graphs are plain ATen graphs too; ops kiln lacks fall back.
+        stack_select_scatters(gm_)
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
     training = _needs_grad(example_inputs)
