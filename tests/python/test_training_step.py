@@ -151,3 +151,31 @@ def test_resident_memory_flat_over_1000_steps(kiln_calls):
     assert torch.isfinite(loss)
     growth = rss[1000] - rss[100]
     assert growth < 8 << 20, f"resident set grew by {growth / 2**20:.1f} MiB from step 100 to 1000"
+
+
+def _select_scatter_sum(n_pieces, dim_size=3):
+    def f(*pieces):
+        z = torch.zeros(dim_size, 4, 5)
+        out = None
+        for i, p in enumerate(pieces[:n_pieces]):
+            s = torch.select_scatter(z, p, 0, 2 - i)
+            out = s if out is None else out + s
+        return out * 2
+    return f
+
+
+@pytest.mark.parametrize("n_pieces,rewritten", [(3, 1), (2, 0)])
+def test_select_scatter_sum_becomes_stack(n_pieces, rewritten):
+    """The rewrite fires only when the pieces cover the whole dimension
+    (with two of three, the zeros of the third index must stay)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kiln.train_rewrite import stack_select_scatters
+
+    f = _select_scatter_sum(n_pieces)
+    pieces = [torch.randn(4, 5) for _ in range(3)]
+    gm = make_fx(f, tracing_mode="fake")(*pieces)
+    assert stack_select_scatters(gm) == rewritten
+    ops = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert ("aten.select_scatter.default" in ops) == (not rewritten)
+    torch.testing.assert_close(gm(*pieces), f(*pieces), rtol=0, atol=0)
