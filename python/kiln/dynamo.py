@@ -31,21 +31,34 @@ def _compile_fx(gm, example_inputs):
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    # Backward graphs return None for inputs that need no gradient.
-    tensor_outs = [i for i, o in enumerate(flat) if o is not None]
-    ctx = lower_graph(gm, placeholders, [flat[i] for i in tensor_outs])
+    # Where each output comes from: ("none",) for backward graphs' None
+    # gradients; ("input", i) for an input returned as it is (AOTAutograd's
+    # forward returns the parameters it saves for backward): handed back
+    # without a copy; ("kiln", j) for kiln's j-th output, each distinct node
+    # computed and written once even when returned twice.
+    ph_pos = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    kiln_nodes, source = [], []
+    for o in flat:
+        if o is None:
+            source.append(("none", None))
+        elif isinstance(o, torch.fx.Node) and o in ph_pos and isinstance(example_inputs[ph_pos[o]], torch.Tensor):
+            source.append(("input", ph_pos[o]))
+        else:
+            if o not in kiln_nodes:
+                kiln_nodes.append(o)
+            source.append(("kiln", kiln_nodes.index(o)))
+    if not kiln_nodes:
+        return gm.forward  # nothing to compute: the graph only forwards its inputs
+    ctx = lower_graph(gm, placeholders, kiln_nodes)
     mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
     tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
-    n_out = len(flat)
+    direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
 
     def run(*args):
         got = mod.run_flat([args[i] for i in tensor_positions])
-        if len(tensor_outs) == n_out:
+        if direct:
             return got
-        result = [None] * n_out
-        for i, t in zip(tensor_outs, got):
-            result[i] = t
-        return result
+        return [None if kind == "none" else args[i] if kind == "input" else got[i] for kind, i in source]
 
     run._kiln_module = mod
     return run
@@ -74,21 +87,85 @@ def _kiln_fw_compile(gm, example_inputs):
         return gm.forward
 
 
+def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                       enable_gqa=False):
+    """scaled_dot_product_attention as torch's own math formulation
+    (matmuls and a softmax, CompositeImplicitAutograd): the backward
+    AOTAutograd derives from it is ops kiln compiles."""
+    if dropout_p:
+        # The math version would draw another random mask than eager.
+        return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+_SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+class _AttentionAsMath(torch.overrides.TorchFunctionMode):
+    """Active while AOTAutograd traces a training graph: attention becomes
+    _attention_as_math. Inference keeps attention whole for kiln's fused
+    attention; in training the fused CPU flash attention's backward has no
+    kiln kernel, and decomposing only its forward mismatches what it saves
+    for backward (see capture.decomposition_table).
+
+    Dynamo leaves torch.nn.functional.multi_head_attention_forward whole in
+    its graph and it calls attention inside, where a torch-function mode is
+    not active; so the module's global is swapped for the trace as well."""
+
+    def __enter__(self):
+        import torch.nn.functional as F
+
+        self._saved = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = _attention_as_math
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        import torch.nn.functional as F
+
+        F.scaled_dot_product_attention = self._saved
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _SDPA:
+            return _attention_as_math(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
+def _needs_grad(example_inputs):
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                           for x in example_inputs)
+
+
 def kiln_backend(gm, example_inputs, **kwargs):
     """The torch.compile backend entry point."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from kiln.capture import decomposition_table
+    from kiln.optable_train import register_compile_prims
+    from kiln.train_rewrite import stack_select_scatters
+
+    register_compile_prims()
 
     def fw(gm_, ex_):
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
     def bw(gm_, ex_):
         # Backward graphs are plain ATen graphs too; ops kiln lacks fall back.
+        stack_select_scatters(gm_)
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
-    # Attention stays whole (see capture.decomposition_table); in training
-    # its fused forward/backward ops run in eager through the fallback until
-    # kiln has an attention backward kernel.
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=decomposition_table())(gm, example_inputs)
+    training = _needs_grad(example_inputs)
+    # The min-cut partitioner (Inductor's) recomputes cheap ops in the
+    # backward instead of saving their results: the forward then saves W, not
+    # a materialised t(W), and the backward reads W through MATMUL's
+    # transpose flags.
+    compile_ = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
+                            decompositions=decomposition_table())
+    if not training:
+        return compile_(gm, example_inputs)
+    with _AttentionAsMath():
+        return compile_(gm, example_inputs)

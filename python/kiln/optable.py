@@ -759,3 +759,4 @@ from kiln import optable_math  # noqa: E402,F401  (registers the elementwise-mat
 from kiln import optable_nn  # noqa: E402,F401  (training handlers: norms, CNN backward)
 from kiln import optable_movement  # noqa: E402,F401  (registers its handlers; last, so they win)
 from kiln import optable_sample  # noqa: E402,F401  (grid_sampler_2d, col2im, _embedding_bag)
+from kiln import optable_train  # noqa: E402,F401  (compiled optimizer steps)
