@@ -173,6 +173,19 @@
  *                                        params[0]; [1] descending; [2] k: y keeps
  *                                        the first k along the axis (topk). NaN
  *                                        sorts as the largest value.
+ *   ELTWISE_FUSED  (x0..x7) -> y         a chain of float32 elementwise ops
+ *                                        as one kernel (the compiler makes
+ *                                        it): params [0] slot count (1..46),
+ *                                        [1..23] the program, two 32-bit
+ *                                        slots per param, low half first
+ *                                        (kernels/eltwise/kiln_eltwise_fused.h
+ *                                        gives the instruction set: loads of
+ *                                        input i broadcast or rotate_half'd,
+ *                                        float immediates, float unary and
+ *                                        binary ops over 16 registers); the
+ *                                        last instruction's register is y.
+ *                                        Inputs float32; y float32 of the
+ *                                        inputs' broadcast shape.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -273,7 +286,8 @@
   X(STRIDED_SCATTER, "strided_scatter", 2, 2) \
   X(SCATTER, "scatter", 3, 3)        \
   X(SCAN, "scan", 1, 1)              \
-  X(ARGSORT, "argsort", 1, 1)
+  X(ARGSORT, "argsort", 1, 1)        \
+  X(ELTWISE_FUSED, "eltwise_fused", 1, 8)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
