@@ -5,15 +5,16 @@
  *
  * Members: the float unary ops (NEG..COS, ACOS..SIGN), the float binary ops
  * ADD..MINIMUM and ATAN2..DIV_FLOOR, FMA_SCALAR (two immediates, a MUL and an
- * ADD), and transformers' rotate_half, cat(-x[..., h:], x[..., :h]) along
+ * ADD), WHERE whose condition is a float comparison (EQ..GE) made for it
+ * (clamp's lowering), and transformers' rotate_half, cat(-x[..., h:], x[..., :h]) along
  * the last dim (two slices, a NEG and a CAT, each used once), which becomes
  * one rotated load of x. Elementwise ops commute with broadcasting, so a
  * group is evaluated at its last node's shape with every input broadcast to
  * it, whatever the shapes of the intermediates.
  *
  * Groups grow from their last node (nodes are visited last to first)
- * towards the producers of its operands, taking a producer only when its
- * value has this one use. A group needs at least two nodes; one that would
+ * towards the producers of its operands, taking a producer only when every
+ * reader of its value is in the group and it is not a graph output. A group needs at least two nodes; one that would
  * exceed 8 inputs, 46 program slots or 16 registers stops growing there (or
  * is left unfused). The pass runs after the GEMM, conv and attention
  * fusions, so it only sees what their epilogues did not take. */
@@ -88,10 +89,26 @@ static int kiln_fe_member(const kiln_fe_t* f, int32_t ni, int32_t* ops, int* n_o
     *n_ops = 1;
     return 1;
   }
-  int arity = 0;
+  int arity = 0, compare = n->op >= KILN_OP_EQ && n->op <= KILN_OP_GE;
+  if (n->op == KILN_OP_WHERE) {
+    /* Only with a float comparison made for it as the condition: a bool
+     * tensor from elsewhere has no float register form. */
+    int32_t c = kiln_fe_producer(g, n->inputs[0]);
+    if (n->n_inputs != 3 || c < 0 || f->uses[n->inputs[0]] != 1 || !kiln_fe_f32(g, n->outputs[0]) ||
+        g->nodes[c].op < KILN_OP_EQ || g->nodes[c].op > KILN_OP_GE ||
+        !kiln_fe_f32(g, g->nodes[c].inputs[0]) || !kiln_fe_f32(g, n->inputs[1]) ||
+        !kiln_fe_f32(g, n->inputs[2]))
+      return 0;
+    memcpy(ops, n->inputs, 3 * sizeof(int32_t));
+    *n_ops = 3;
+    return 1;
+  }
   if (n->op == KILN_OP_FMA_SCALAR) arity = 1;
   else if (!kiln_fused_op_arity((int32_t)n->op, &arity)) return 0;
-  if (n->n_inputs != arity || !kiln_fe_f32(g, n->outputs[0])) return 0;
+  /* A comparison gives bool: a member only inside a group (its WHERE). */
+  if (n->n_inputs != arity ||
+      (compare ? g->values[n->outputs[0]].dtype != KILN_BOOL : !kiln_fe_f32(g, n->outputs[0])))
+    return 0;
   for (int i = 0; i < arity; ++i) {
     if (!kiln_fe_f32(g, n->inputs[i])) return 0;
     ops[i] = n->inputs[i];
@@ -164,7 +181,7 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
   const kiln_graph_t* g = f->g;
   memset(p, 0, sizeof(*p));
   p->free_regs = (1u << KILN_FUSED_MAX_REGS) - 1u;
-  int32_t ops[2];
+  int32_t ops[3];
   int n_ops;
   for (int32_t m = 0; m < n_members; ++m) {
     (void)kiln_fe_member(f, members[m], ops, &n_ops);
@@ -182,9 +199,10 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
       reg[out] = (int32_t)r;
       continue;
     }
-    uint32_t src[2] = {0, 0};
+    uint32_t src[3] = {0, 0, 0};
     for (int i = 0; i < n_ops; ++i) {
       if (reg[ops[i]] < 0) { /* an external input: load it on first use */
+        if (!kiln_fe_f32(g, ops[i])) p->failed = 1; /* a bool condition from outside */
         uint32_t r = kiln_fe_alloc(p);
         int32_t in = kiln_fe_input(p, ops[i]);
         kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_LOAD, r, (uint32_t)in, 0));
@@ -199,6 +217,17 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
         p->free_regs |= 1u << (uint32_t)reg[ops[i]];
         reg[ops[i]] = -1;
       }
+    if (n->op == KILN_OP_WHERE) {
+      /* SELECT overwrites the condition's register: it must be dead now. */
+      if (p->free_regs >> src[0] & 1u) {
+        p->free_regs &= ~(1u << src[0]);
+        kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_SELECT, src[0], src[1], src[2]));
+        reg[out] = (int32_t)src[0];
+      } else {
+        p->failed = 1;
+      }
+      continue;
+    }
     uint32_t dst = kiln_fe_alloc(p);
     if (n->op == KILN_OP_FMA_SCALAR) {
       /* dst = x * scale + shift: the src register may be dst itself. */
@@ -263,14 +292,33 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
   kiln_fe_group_t* groups = malloc(sizeof(kiln_fe_group_t) * (size_t)(nn + 1));
   int32_t* root_group = malloc(sizeof(int32_t) * (size_t)(nn + 1));
   int32_t n_groups = 0;
+  int64_t n_reads = 0;
+  for (int32_t ni = 0; ni < nn; ++ni) n_reads += g->nodes[ni].n_inputs;
+  int32_t* user_start = malloc(sizeof(int32_t) * (size_t)(nv + 2));
+  int32_t* users = malloc(sizeof(int32_t) * (size_t)(n_reads + 1));
+  int32_t* fill = calloc((size_t)nv + 1, sizeof(int32_t));
+  char* is_output = calloc((size_t)nv + 1, 1);
   kiln_rewriter_t rw;
   memset(&rw, 0, sizeof(rw));
   kiln_status_t s = (!f.uses || !f.rot_src || !f.group || !reg || !left || !rot_parts || !skip ||
-                     !groups || !root_group)
+                     !groups || !root_group ||
+                     !user_start || !users || !fill || !is_output)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "eltwise fusion")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done;
   kiln_graph_count_uses(g, f.uses);
+  /* Each value's reader nodes (CSR), and whether it is a graph output. */
+  for (int32_t v = 0; v <= nv; ++v) user_start[v] = 0;
+  for (int32_t ni = 0; ni < nn; ++ni)
+    for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
+      if (g->nodes[ni].inputs[i] >= 0) user_start[g->nodes[ni].inputs[i] + 1]++;
+  for (int32_t v = 0; v < nv; ++v) user_start[v + 1] += user_start[v];
+  for (int32_t ni = 0; ni < nn; ++ni)
+    for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i) {
+      int32_t v = g->nodes[ni].inputs[i];
+      if (v >= 0) users[user_start[v] + fill[v]++] = ni;
+    }
+  for (int32_t o = 0; o < g->n_outputs; ++o) is_output[g->outputs[o]] = 1;
   for (int32_t v = 0; v < nv; ++v) reg[v] = -1;
   for (int32_t ni = 0; ni < nn; ++ni) {
     f.group[ni] = -1;
@@ -288,23 +336,37 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
   }
 
   /* Grow groups from their last node; members[] of the group being built. */
-  int32_t members[KILN_FUSE_MAX_MEMBERS], ops[2];
+  int32_t members[KILN_FUSE_MAX_MEMBERS], ops[3];
   int n_ops;
   for (int32_t root = nn - 1; root >= 0; --root) {
     if (f.group[root] >= 0 || !kiln_fe_member(&f, root, ops, &n_ops)) continue;
     int32_t n_members = 1, weight = f.rot_src[root] >= 0 ? 4 : 1;
     members[0] = root;
     f.group[root] = root;
-    for (int32_t at = 0; at < n_members; ++at) {
-      (void)kiln_fe_member(&f, members[at], ops, &n_ops);
-      for (int i = 0; i < n_ops && n_members < KILN_FUSE_MAX_MEMBERS; ++i) {
-        int32_t p = kiln_fe_producer(g, ops[i]), pops[2];
-        int pn;
-        if (p < 0 || f.group[p] >= 0 || f.uses[ops[i]] != 1 || !kiln_fe_member(&f, p, pops, &pn))
-          continue;
-        f.group[p] = root;
-        members[n_members++] = p;
-        weight += f.rot_src[p] >= 0 ? 4 : 1;
+    if (!kiln_fe_f32(g, g->nodes[root].outputs[0])) {
+      f.group[root] = -1;
+      continue;
+    }
+    /* Until nothing joins: a value read twice inside the group (clamp's
+     * x in lt(x, c) and where(.., c, x)) joins once both readers are in. */
+    for (int changed = 1; changed;) {
+      changed = 0;
+      for (int32_t at = 0; at < n_members; ++at) {
+        (void)kiln_fe_member(&f, members[at], ops, &n_ops);
+        for (int i = 0; i < n_ops && n_members < KILN_FUSE_MAX_MEMBERS; ++i) {
+          int32_t p = kiln_fe_producer(g, ops[i]), pops[3];
+          int pn;
+          if (p < 0 || f.group[p] >= 0 || is_output[ops[i]] || !kiln_fe_member(&f, p, pops, &pn))
+            continue;
+          int all_in = 1;
+          for (int32_t u = user_start[ops[i]]; u < user_start[ops[i] + 1] && all_in; ++u)
+            all_in = f.group[users[u]] == root;
+          if (!all_in) continue;
+          f.group[p] = root;
+          members[n_members++] = p;
+          weight += f.rot_src[p] >= 0 ? 4 : 1;
+          changed = 1;
+        }
       }
     }
     /* Ascending node order is an order the program can run in. */
@@ -368,6 +430,10 @@ done:
   kiln_rewriter_deinitialize(&rw);
   free(groups);
   free(root_group);
+  free(user_start);
+  free(users);
+  free(fill);
+  free(is_output);
   free(f.uses);
   free(f.rot_src);
   free(f.group);

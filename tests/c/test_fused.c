@@ -52,13 +52,20 @@ static void kiln_test_fused_validate(void) {
   KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(unloaded, 2, 2, &rot), KILN_INVALID_ARGUMENT);
   uint32_t imm_end[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_IMM, 1, 0, 0)};
   KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(imm_end, 2, 1, &rot), KILN_INVALID_ARGUMENT);
-  uint32_t ops[] = {3, 7, KILN_FUSED_OP_BASE + KILN_OP_CAT, KILN_FUSED_OP_BASE + KILN_OP_EQ,
+  uint32_t ops[] = {4, 7, KILN_FUSED_OP_BASE + KILN_OP_CAT, KILN_FUSED_OP_BASE + KILN_OP_LOGICAL_AND,
                     KILN_FUSED_OP_BASE + KILN_OP_LOGICAL_NOT, KILN_FUSED_OP_BASE + KILN_OP_SUM,
                     255};
   for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); ++i) {
     uint32_t p[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(ops[i], 1, 0, 0)};
     KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(p, 2, 1, &rot), KILN_INVALID_ARGUMENT);
   }
+  /* SELECT reads its condition from dst: dst must be written before. */
+  uint32_t sel_ok[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(OP(LT), 1, 0, 0), W(KILN_FUSED_SELECT, 1, 0, 0)};
+  KILN_EXPECT_OK(kiln_eltwise_fused_validate(sel_ok, 3, 1, &rot));
+  uint32_t sel_bad[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_SELECT, 2, 0, 0)};
+  KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(sel_bad, 2, 1, &rot), KILN_INVALID_ARGUMENT);
+  uint32_t sel_far[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_SELECT, 0, 0, 99)};
+  KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(sel_far, 2, 1, &rot), KILN_INVALID_ARGUMENT);
   uint32_t unary_b[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(OP(EXP), 1, 0, 3)};
   KILN_EXPECT_ERROR(kiln_eltwise_fused_validate(unary_b, 2, 1, &rot), KILN_INVALID_ARGUMENT);
 
@@ -258,7 +265,7 @@ void kiln_test_suite_fused(void) {
   kiln_test_fused_validate();
   float half = 0.5f;
   uint32_t hb = kiln_test_fbits(half);
-  static kiln_test_fused_case_t cases[8];
+  static kiln_test_fused_case_t cases[10];
   int nc = 0;
   /* x * 0.5 + bias, then tanh, times a column: bias over the last dim, a
    * [.., 1] column, an immediate; last dim 37 leaves vector tails. */
@@ -294,6 +301,15 @@ void kiln_test_suite_fused(void) {
       {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(KILN_FUSED_IMM, 2, 0, 0), hb,
        W(OP(POW), 2, 1, 2), W(OP(MUL), 3, 0, 2), W(OP(SQRT), 0, 2, 0), W(OP(ADD), 0, 0, 3)},
       8};
+  /* clamp(x, -1, c) as torch lowers it: lt/where, gt/where, with NaN kept
+   * (x < -1 is false for NaN, so the where keeps x); c a column. */
+  uint32_t m1 = kiln_test_fbits(-1.0f);
+  cases[nc++] = (kiln_test_fused_case_t){
+      "clamp-where", 3, {2, 3, 45}, 2, {{2, 3, 45}, {2, 3, 1}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_IMM, 1, 0, 0), m1, W(OP(LT), 2, 0, 1),
+       W(KILN_FUSED_SELECT, 2, 1, 0), W(KILN_FUSED_LOAD, 3, 1, 0), W(OP(GT), 4, 2, 3),
+       W(OP(EQ), 5, 2, 3), W(OP(ADD), 4, 4, 5), W(KILN_FUSED_SELECT, 4, 3, 2)},
+      10};
   for (int i = 0; i < nc; ++i) {
     kiln_test_fused_cur = &cases[i];
     kiln_test_each_isa_and_pool(kiln_test_fused_run);

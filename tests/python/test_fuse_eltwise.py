@@ -1,5 +1,5 @@
 """Elementwise-chain fusion (ELTWISE_FUSED) on the graphs real models make:
-RoPE (transformers' rotate_half), embedding sums, clamps and scalar chains,
+RoPE (transformers' rotate_half), embedding sums, clamps, wheres and scalar chains,
 compared with eager; and the fusion's limits (a shared intermediate stays)."""
 import pytest
 import torch
@@ -99,9 +99,36 @@ def test_clamp_bias_and_column_chain():
     col = torch.randn(3, 5, 1)
     compiled = compile_and_check(Chain(), x, col)
     text = compiled.explain()
-    # y is read twice, so it is materialised: one group up to y, one after.
-    assert compiled.stats()["kernel_calls"] == 2, text
-    assert text.count("eltwise_fused") == 2, text
+    # y is read twice, both times inside the chain: still one loop.
+    assert compiled.stats()["kernel_calls"] == 1, text
+    assert text.count("eltwise_fused") == 1, text
+
+
+class Clamp(torch.nn.Module):
+    def forward(self, x, lo):
+        y = torch.clamp(x * 1.5 - 0.25, -2.0, 2.0)        # lt/where, gt/where
+        return torch.where(y > lo, y, lo * 2.0) + torch.clamp(x, min=0.5)
+
+
+def test_clamp_and_where_fuse():
+    x = torch.randn(3, 5, 40) * 3
+    x[0, 0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    lo = torch.randn(3, 5, 1)
+    compiled = compile_and_check(Clamp(), x, lo, equal_nan=True, rtol=1e-5, atol=1e-6)
+    text = compiled.explain()
+    assert compiled.stats()["kernel_calls"] == 1, text
+    assert "aten.clamp.default" in text and "aten.where.self" in text, text
+
+
+def test_where_on_an_input_mask_stays_unfused():
+    class M(torch.nn.Module):
+        def forward(self, x, mask):
+            return torch.where(mask, x.exp(), x * 2.0)
+
+    x = torch.randn(4, 9)
+    mask = torch.rand(4, 9) > 0.5
+    compiled = compile_and_check(M(), x, mask)
+    assert "where" in compiled.explain(), compiled.explain()
 
 
 def test_shared_intermediate_is_not_recomputed():

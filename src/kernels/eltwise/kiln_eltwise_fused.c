@@ -32,7 +32,7 @@ int kiln_fused_op_arity(int32_t op, int* arity) {
     *arity = 1;
     return 1;
   }
-  if ((o >= KILN_OP_ADD && o <= KILN_OP_MINIMUM) || o == KILN_OP_ATAN2 || o == KILN_OP_FMOD ||
+  if ((o >= KILN_OP_ADD && o <= KILN_OP_GE) || o == KILN_OP_ATAN2 || o == KILN_OP_FMOD ||
       o == KILN_OP_REMAINDER || o == KILN_OP_DIV_TRUNC || o == KILN_OP_DIV_FLOOR) {
     *arity = 2;
     return 1;
@@ -63,6 +63,11 @@ kiln_status_t kiln_eltwise_fused_validate(const uint32_t* code, int32_t n_code,
                                 "eltwise_fused: slot %d loads input %u of %d", k, a, n_inputs);
       loaded |= 1u << a;
       if (opc == KILN_FUSED_LOAD_ROTATE_HALF) *out_rotates |= 1u << a;
+    } else if (opc == KILN_FUSED_SELECT) {
+      if (!(defined >> dst & 1u) || a >= KILN_FUSED_MAX_REGS || !(defined >> a & 1u) ||
+          b >= KILN_FUSED_MAX_REGS || !(defined >> b & 1u))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "eltwise_fused: slot %d selects from a register not written before", k);
     } else if (opc == KILN_FUSED_IMM) {
       if (a != 0 || b != 0 || k + 1 >= n_code)
         return kiln_status_make(KILN_INVALID_ARGUMENT,
@@ -132,8 +137,32 @@ static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, int rotate, int6
   }
 }
 
+/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them). */
+static void kiln_fused_compare(int32_t op, int64_t n, float* out, const float* x, int sx,
+                               const float* y, int sy) {
+#define KILN_FUSED_CMP(expr)                                                 \
+  for (int64_t i = 0; i < n; ++i) {                                          \
+    float u = x[i * sx], v = y[i * sy];                                      \
+    out[i] = (expr) ? 1.0f : 0.0f;                                           \
+  }                                                                          \
+  break
+  switch (op) {
+    case KILN_OP_EQ: KILN_FUSED_CMP(u == v);
+    case KILN_OP_NE: KILN_FUSED_CMP(u != v);
+    case KILN_OP_LT: KILN_FUSED_CMP(u < v);
+    case KILN_OP_LE: KILN_FUSED_CMP(u <= v);
+    case KILN_OP_GT: KILN_FUSED_CMP(u > v);
+    default: KILN_FUSED_CMP(u >= v);
+  }
+#undef KILN_FUSED_CMP
+}
+
 static void kiln_fused_binary(int32_t op, int64_t n, float* out, const float* x, int sx,
                               const float* y, int sy) {
+  if (op >= KILN_OP_EQ && op <= KILN_OP_GE) {
+    kiln_fused_compare(op, n, out, x, sx, y, sy);
+    return;
+  }
   kiln_nd_t nd;
   memset(&nd, 0, sizeof(nd));
   nd.rank = 1;
@@ -196,6 +225,24 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       memcpy(&imm[dst], &bits, sizeof(float));
       val[dst] = &imm[dst];
       scal[dst] = 1;
+      continue;
+    }
+    if (opc == KILN_FUSED_SELECT) {
+      /* In place over the condition (element i is read before written). */
+      int so = scal[dst] && scal[ra] && scal[rb];
+      int64_t m = so ? 1 : n;
+      float* target = is_last && !so ? out : buf[dst];
+      const float *c = val[dst], *x = val[ra], *y = val[rb];
+      int64_t sc = scal[dst] ? 0 : 1, sx = scal[ra] ? 0 : 1, sy = scal[rb] ? 0 : 1;
+      if (target == x || target == y) target = scratch; /* never: distinct registers */
+      for (int64_t i = 0; i < m; ++i) target[i] = c[i * sc] != 0.0f ? x[i * sx] : y[i * sy];
+      if (target == scratch) {
+        scratch = buf[dst];
+        buf[dst] = target;
+      }
+      if (target == out) return;
+      val[dst] = buf[dst];
+      scal[dst] = so;
       continue;
     }
     int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
@@ -285,6 +332,12 @@ static float kiln_fused_ref_binary(int32_t op, float x, float y) {
     case KILN_OP_POW: return powf(x, y);
     case KILN_OP_MAXIMUM: return x != x ? x : y != y ? y : x > y ? x : y;
     case KILN_OP_MINIMUM: return x != x ? x : y != y ? y : x < y ? x : y;
+    case KILN_OP_EQ: return x == y ? 1.0f : 0.0f;
+    case KILN_OP_NE: return x != y ? 1.0f : 0.0f;
+    case KILN_OP_LT: return x < y ? 1.0f : 0.0f;
+    case KILN_OP_LE: return x <= y ? 1.0f : 0.0f;
+    case KILN_OP_GT: return x > y ? 1.0f : 0.0f;
+    case KILN_OP_GE: return x >= y ? 1.0f : 0.0f;
     default: return kiln_math_binary_f32_reference((kiln_math_binary_t)(op - KILN_OP_ATAN2), x, y);
   }
 }
@@ -313,6 +366,8 @@ void kiln_eltwise_fused_f32_reference(const kiln_eltwise_fused_args_t* a) {
       } else if (opc == KILN_FUSED_IMM) {
         uint32_t bits = a->code[++k];
         memcpy(&reg[dst], &bits, sizeof(float));
+      } else if (opc == KILN_FUSED_SELECT) {
+        reg[dst] = reg[dst] != 0.0f ? reg[ra] : reg[rb];
       } else {
         int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
         int arity = 1;

@@ -9,9 +9,12 @@
  *   LOAD_ROTATE_HALF  reg[dst] = transformers' rotate_half of input a along
  *                     the last dim (length 2h): cat(-x[..., h:], x[..., :h]);
  *   IMM               reg[dst] = the float in the next slot;
+ *   SELECT            reg[dst] = reg[dst] != 0 ? reg[a] : reg[b] (WHERE, its
+ *                     condition already in dst);
  *   OP_BASE + op      reg[dst] = op(reg[a]) or op(reg[a], reg[b]) for a kiln
  *                     float unary op (NEG..COS but LOGICAL_NOT, ACOS..SIGN) or
- *                     binary op (ADD..MINIMUM, ATAN2..DIV_FLOOR), float32.
+ *                     binary op (ADD..MINIMUM, ATAN2..DIV_FLOOR), float32, or
+ *                     a comparison (EQ..GE) giving 1.0 or 0.0.
  * The last instruction's register is the output. Registers are float32 tiles.
  * kiln_eltwise_fused_validate checks a program before anything runs it (it
  * may come from a file). */
@@ -33,6 +36,7 @@ enum {
   KILN_FUSED_LOAD = 0,
   KILN_FUSED_LOAD_ROTATE_HALF = 1,
   KILN_FUSED_IMM = 2,
+  KILN_FUSED_SELECT = 3,
   KILN_FUSED_OP_BASE = 8 /* + a kiln_op_t */
 };
 
