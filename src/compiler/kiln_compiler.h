@@ -48,8 +48,9 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                        int32_t* out_fused);
 
-/* Chains of float32 elementwise ops (and transformers' rotate_half) whose
- * intermediates have no other user become one ELTWISE_FUSED node each. */
+/* Chains of float32 elementwise ops (with comparisons feeding WHERE, and
+ * transformers' rotate_half) whose intermediates are read only inside the
+ * chain become one ELTWISE_FUSED node each. */
 kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                      int32_t* out_fused);
 

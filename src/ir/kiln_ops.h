@@ -182,7 +182,9 @@
  *                                        gives the instruction set: loads of
  *                                        input i broadcast or rotate_half'd,
  *                                        float immediates, float unary and
- *                                        binary ops over 16 registers); the
+ *                                        binary ops, comparisons giving 1.0 /
+ *                                        0.0 and selects, over 16
+ *                                        registers); the
  *                                        last instruction's register is y.
  *                                        Inputs float32; y float32 of the
  *                                        inputs' broadcast shape.
