@@ -79,6 +79,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
+    KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, &next, &a), "%d eltwise groups fused")
   }
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->weights_bf16, &next, &a), "%d weights packed")

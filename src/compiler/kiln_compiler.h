@@ -48,6 +48,12 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                        int32_t* out_fused);
 
+/* Chains of float32 elementwise ops (with comparisons feeding WHERE, and
+ * transformers' rotate_half) whose intermediates are read only inside the
+ * chain become one ELTWISE_FUSED node each. */
+kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                     int32_t* out_fused);
+
 /* Packs every LINEAR's dense weight for the GEMM microkernels, once per
  * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */
 kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool, int bf16,

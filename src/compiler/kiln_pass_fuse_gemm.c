@@ -24,6 +24,7 @@ typedef struct {
   int32_t bias, residual;
   int32_t reshaped; /* the value whose shape the LINEAR makes, or -1 */
   int64_t act;
+  int32_t x_reshape; /* a RESHAPE making x that the LINEAR looks through, or -1 */
 } kiln_fuse_chain_t;
 
 /* A constant holding N floats laid out along the last axis: (N), (1, N), ... */
@@ -32,6 +33,16 @@ static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
       v->rank < 1 || v->shape[v->rank - 1] != n)
     return 0;
   return kiln_value_numel(v) == n;
+}
+
+/* The RESHAPE node making x when x has no other user (so the LINEAR can view
+ * its source directly), else -1. */
+static int32_t kiln_fuse_gemm_reshape_source(const kiln_graph_t* g, const int32_t* uses,
+                                             int32_t x) {
+  const kiln_value_t* v = &g->values[x];
+  if (v->kind != KILN_VALUE_INTERMEDIATE || uses[x] != 1) return -1;
+  const kiln_node_t* p = &g->nodes[v->producer];
+  return p->op == KILN_OP_RESHAPE && p->inputs[0] >= 0 ? v->producer : -1;
 }
 
 kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_fused) {
@@ -64,7 +75,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
         (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
       continue;
     int64_t ncols = w->shape[1];
-    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE};
+    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1};
     int32_t cur = n->outputs[0], end = ni;
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
     while (stage < 3 && uses[cur] == 1 && user[cur] >= 0) {
@@ -95,6 +106,15 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       end = user[cur];
       cur = u->outputs[0];
     }
+    c.x_reshape = -1;
+    if (c.reshaped >= 0) {
+      /* Not when that reshape ends another chain (its LINEAR must stay). */
+      int32_t xp = kiln_fuse_gemm_reshape_source(g, uses, n->inputs[0]);
+      if (xp >= 0 && end_of[xp].matmul < 0 && !skip[xp]) {
+        skip[xp] = 1;
+        c.x_reshape = xp;
+      }
+    }
     end_of[end] = c;
     ++*out_fused;
   }
@@ -109,18 +129,27 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     }
     const kiln_node_t* mm = &g->nodes[c.matmul];
     int32_t ins[4];
-    s = kiln_rewriter_value(&rw, mm->inputs[0], &ins[0]);
+    /* x, or the source of the reshape making x when the chain looks
+     * through it (that reshape was skipped). */
+    s = kiln_rewriter_value(&rw, c.x_reshape >= 0 ? g->nodes[c.x_reshape].inputs[0] : mm->inputs[0],
+                            &ins[0]);
     if (!s) s = kiln_rewriter_value(&rw, mm->inputs[1], &ins[1]);
     if (!s) s = kiln_rewriter_value(&rw, c.bias, &ins[2]);
     if (!s) s = kiln_rewriter_value(&rw, c.residual, &ins[3]);
     if (!s && c.reshaped >= 0) {
-      /* x (..., K) viewed with the chain's final leading dims. */
+      /* x (..., K) viewed with the chain's final leading dims. When x is
+       * itself a reshape used only here, its source is viewed instead
+       * (ins[0] above), and when the shapes agree, no view at all: the
+       * listing then shows no reshape of a reshape. */
       const kiln_value_t* r = &g->values[c.reshaped];
       int64_t shape[1 + KILN_MAX_RANK] = {r->rank};
       memcpy(shape + 1, r->shape, sizeof(int64_t) * (size_t)r->rank);
       shape[r->rank] = g->values[mm->inputs[0]].shape[g->values[mm->inputs[0]].rank - 1];
-      s = kiln_graph_add_node(rw.dst, KILN_OP_RESHAPE, &ins[0], 1, shape, 1 + r->rank, NULL, 0,
-                              mm->origin, &ins[0]);
+      const kiln_value_t* xv = &rw.dst->values[ins[0]];
+      if (!s && (xv->rank != r->rank ||
+                 memcmp(xv->shape, shape + 1, sizeof(int64_t) * (size_t)r->rank) != 0))
+        s = kiln_graph_add_node(rw.dst, KILN_OP_RESHAPE, &ins[0], 1, shape, 1 + r->rank, NULL, 0,
+                                mm->origin, &ins[0]);
     }
     if (s) break;
     int32_t n_in = c.residual >= 0 ? 4 : c.bias >= 0 ? 3 : 2;

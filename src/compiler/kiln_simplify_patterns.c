@@ -7,6 +7,9 @@
  *   SiLU         x·sigmoid(x)
  *   RMSNorm      x·rsqrt(mean(x², -1, keepdim) + eps), then ·w   (Llama's,
  *                T5's hand-written norms); x / sqrt(…) too
+ *   LayerNorm    d = x - mean(x, -1, keepdim); d·rsqrt(mean(d², -1, keepdim)
+ *                + eps), or d / sqrt(…), then ·w, then +b   (BERT-era and
+ *                ConvNeXt-style hand-written norms)
  *
  * Matching is structural over canonical values, with ADD and MUL commutative
  * and scalar constants compared to a relative 1e-6 (the constants come from
@@ -174,6 +177,49 @@ static int kiln_pat_rms_core(const kiln_graph_t* g, kiln_node_t* nodes, const ki
   return 0;
 }
 
+/* mean(v, last axis, keepdim) of a rank-`rank` value: *arg set. */
+static int kiln_pat_mean_last(const kiln_graph_t* g, kiln_node_t* nodes, int32_t v, int32_t rank,
+                              int32_t* arg) {
+  const kiln_node_t* mean = kiln_pat_producer(g, nodes, v);
+  if (!mean || mean->op != KILN_OP_MEAN || rank < 1 ||
+      mean->params[0] != ((int64_t)1 << (rank - 1)) || mean->params[1] != 1)
+    return 0;
+  *arg = mean->inputs[0];
+  return 1;
+}
+
+/* The layer-norm core over the last dim: d·rsqrt(var + eps) or
+ * d / sqrt(var + eps), with d = x - mean(x) and var = mean(d²) (d² as
+ * pow(d, 2) or d·d). *x and *eps set. */
+static int kiln_pat_ln_core(const kiln_graph_t* g, kiln_node_t* nodes, const kiln_node_t* n,
+                            int32_t* x, double* eps) {
+  for (int side = 0; side < 2; ++side) {
+    if (n->op == KILN_OP_DIV && side) break;
+    int32_t d = n->inputs[side], r, ve, var, sq, b, mx;
+    if (n->op == KILN_OP_DIV ? !kiln_pat_unary(g, nodes, n->inputs[1], KILN_OP_SQRT, &ve)
+                             : !kiln_pat_unary(g, nodes, n->inputs[1 - side], KILN_OP_RSQRT, &ve))
+      continue;
+    const kiln_node_t* sub = kiln_pat_producer(g, nodes, d);
+    if (!sub || sub->op != KILN_OP_SUB) continue;
+    *x = sub->inputs[0];
+    int32_t rank = g->values[*x].rank;
+    if (!kiln_pat_mean_last(g, nodes, sub->inputs[1], rank, &mx) || mx != *x) continue;
+    const kiln_node_t* add = kiln_pat_producer(g, nodes, ve);
+    if (!add || add->op != KILN_OP_ADD) continue;
+    for (int s2 = 0; s2 < 2; ++s2) {
+      if (!kiln_simplify_scalar(g, add->inputs[1 - s2], eps) || !(*eps >= 0)) continue;
+      var = add->inputs[s2];
+      if (!kiln_pat_mean_last(g, nodes, var, rank, &sq)) continue;
+      const kiln_node_t* s = kiln_pat_producer(g, nodes, sq);
+      if ((kiln_pat_with_const(g, nodes, sq, KILN_OP_POW, 2.0, &b) && b == d) ||
+          (s && s->op == KILN_OP_MUL && s->inputs[0] == d && s->inputs[1] == d))
+        return 1;
+    }
+    (void)r;
+  }
+  return 0;
+}
+
 static void kiln_pat_set(kiln_node_t* n, kiln_op_t op, int32_t a, int32_t b) {
   n->op = op;
   n->inputs[0] = a;
@@ -207,6 +253,16 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
       }
     }
   }
+  /* Before RMSNorm: a layer norm is an RMSNorm of x - mean(x). */
+  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_ln_core(g, nodes, n, &x, &eps) &&
+      kiln_value_same_type(&g->values[x], y)) {
+    kiln_pat_set(n, KILN_OP_LAYER_NORM, x, -1);
+    memset(n->params, 0, sizeof(n->params));
+    memset(n->fparams, 0, sizeof(n->fparams));
+    n->params[0] = 1;
+    n->fparams[0] = (float)eps;
+    return 1;
+  }
   if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_rms_core(g, nodes, n, &x, &eps) &&
       kiln_value_same_type(&g->values[x], y)) {
     kiln_pat_set(n, KILN_OP_RMS_NORM, x, -1);
@@ -214,6 +270,33 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     memset(n->fparams, 0, sizeof(n->fparams));
     n->params[0] = 1;
     n->fparams[0] = (float)eps;
+    return 1;
+  }
+  /* layer_norm(x) · w, then layer_norm(x, w) + b, with w and b of the
+   * normalised dim's length: its gamma and beta. */
+  for (int side = 0; side < 2 && (n->op == KILN_OP_MUL || n->op == KILN_OP_ADD); ++side) {
+    const kiln_node_t* norm = kiln_pat_producer(g, nodes, n->inputs[1 - side]);
+    const kiln_value_t* w = &g->values[n->inputs[side]];
+    int want_inputs = n->op == KILN_OP_MUL ? 1 : 2;
+    if (!norm || norm->op != KILN_OP_LAYER_NORM || norm->n_inputs != want_inputs ||
+        norm->params[0] != 1 || (want_inputs == 2 && norm->inputs[1] < 0))
+      continue;
+    const kiln_value_t* nx = &g->values[norm->inputs[0]];
+    if (w->dtype != KILN_F32 || w->rank != 1 || nx->rank < 1 ||
+        w->shape[0] != nx->shape[nx->rank - 1] || !kiln_value_same_type(nx, y))
+      continue;
+    int32_t xin = norm->inputs[0], gamma = want_inputs == 2 ? norm->inputs[1] : n->inputs[side];
+    int32_t beta = want_inputs == 2 ? n->inputs[side] : -1;
+    float eps_f = norm->fparams[0];
+    kiln_pat_set(n, KILN_OP_LAYER_NORM, xin, gamma);
+    if (beta >= 0) {
+      n->inputs[2] = beta;
+      n->n_inputs = 3;
+    }
+    memset(n->params, 0, sizeof(n->params));
+    memset(n->fparams, 0, sizeof(n->fparams));
+    n->params[0] = 1;
+    n->fparams[0] = eps_f;
     return 1;
   }
   /* w · rms_norm(x) with w of the normalised dim's length: the norm's gamma. */

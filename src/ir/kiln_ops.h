@@ -203,6 +203,21 @@
  *                                        skipped). An empty bag is 0. Indices
  *                                        out of range or bad offsets are an
  *                                        error at run time, never a read.
+ *   ELTWISE_FUSED  (x0..x7) -> y         a chain of float32 elementwise ops
+ *                                        as one kernel (the compiler makes
+ *                                        it): params [0] slot count (1..46),
+ *                                        [1..23] the program, two 32-bit
+ *                                        slots per param, low half first
+ *                                        (kernels/eltwise/kiln_eltwise_fused.h
+ *                                        gives the instruction set: loads of
+ *                                        input i broadcast or rotate_half'd,
+ *                                        float immediates, float unary and
+ *                                        binary ops, comparisons giving 1.0 /
+ *                                        0.0 and selects, over 16
+ *                                        registers); the
+ *                                        last instruction's register is y.
+ *                                        Inputs float32; y float32 of the
+ *                                        inputs' broadcast shape.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -306,7 +321,8 @@
   X(ARGSORT, "argsort", 1, 1)        \
   X(GRID_SAMPLER_2D, "grid_sampler_2d", 2, 2) \
   X(COL2IM, "col2im", 1, 1)          \
-  X(EMBEDDING_BAG, "embedding_bag", 3, 4)
+  X(EMBEDDING_BAG, "embedding_bag", 3, 4) \
+  X(ELTWISE_FUSED, "eltwise_fused", 1, 8)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -12,6 +12,7 @@
 #include "ir/kiln_shape_infer_nn.h"
 #include "ir/kiln_shape_infer_movement.h"
 #include "ir/kiln_shape_infer_sample.h"
+#include "ir/kiln_shape_infer_fused.h"
 #include "kernels/kiln_activation.h"
 
 static const struct {
@@ -563,6 +564,8 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_COL2IM:
     case KILN_OP_EMBEDDING_BAG:
       return kiln_graph_infer_sample(g, n, out);
+    case KILN_OP_ELTWISE_FUSED:
+      return kiln_graph_infer_eltwise_fused(g, n, out);
     default:
       break;
   }

@@ -15,6 +15,7 @@
 #include "base/kiln_cpu.h"
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_artifact.h"
+#include "runtime/kiln_plan_io.h"
 #include "kernels/kiln_activation.h"
 #include "runtime/kiln_model.h"
 
@@ -400,10 +401,24 @@ static PyObject* kiln_py_model_save(kiln_py_model_t* self, PyObject* args) {
     secs[i].size = (size_t)len;
     ++i;
   }
+  /* The memory plan goes along, unless the caller wrote one. */
+  void* plan = NULL;
+  size_t plan_size = 0;
+  kiln_status_t s = kiln_ok();
+  if (!PyDict_GetItemString(dict, KILN_PLAN_SECTION)) {
+    s = kiln_plan_serialize(kiln_model_graph(self->model), kiln_model_plan(self->model), &plan,
+                            &plan_size);
+    secs[n].name = KILN_PLAN_SECTION;
+    secs[n].data = plan;
+    secs[n].size = plan_size;
+  }
   void* bytes = NULL;
   size_t size = 0;
-  kiln_status_t s = kiln_artifact_write(kiln_model_graph(self->model), secs, (int32_t)n, &bytes, &size);
+  if (!s)
+    s = kiln_artifact_write(kiln_model_graph(self->model), secs, (int32_t)(n + (plan != NULL)),
+                            &bytes, &size);
   free(secs);
+  free(plan);
   if (s) return kiln_py_raise(s);
   PyObject* out = PyBytes_FromStringAndSize(bytes, (Py_ssize_t)size);
   free(bytes);
@@ -611,7 +626,11 @@ static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
     kiln_allocator_free(kiln_allocator_system(), blob);
     return NULL;
   }
-  s = kiln_model_create(g, blob, NULL, &model);
+  /* The stored memory plan, when the file has one (checked before use). */
+  const void* plan = NULL;
+  size_t plan_size = 0;
+  kiln_status_free(kiln_artifact_find_section(blob, size, KILN_PLAN_SECTION, &plan, &plan_size));
+  s = kiln_model_create_with_plan(g, blob, NULL, plan, plan_size, &model);
   if (s) {
     Py_DECREF(sections);
     return kiln_py_raise(kiln_status_annotate(s, "loading the artifact"));

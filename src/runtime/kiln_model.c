@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "hal/kiln_hal.h"
+#include "runtime/kiln_plan_io.h"
 
 struct kiln_model_s {
   kiln_graph_t* graph;
@@ -26,6 +27,12 @@ struct kiln_model_s {
 
 kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                 kiln_model_t** out_model) {
+  return kiln_model_create_with_plan(graph, blob, pool, NULL, 0, out_model);
+}
+
+kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
+                                          const void* plan, size_t plan_size,
+                                          kiln_model_t** out_model) {
   *out_model = NULL;
   kiln_allocator_t sys = kiln_allocator_system();
   kiln_model_t* m = calloc(1, sizeof(*m));
@@ -44,7 +51,8 @@ kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* po
                                     graph->nodes[i].origin ? " from " : "",
                                     graph->nodes[i].origin ? graph->nodes[i].origin : "");
   }
-  if (!s) s = kiln_plan_build(graph, &m->plan);
+  /* A stored plan is used once it has passed every check (kiln_plan_io.c). */
+  if (!s) s = plan ? kiln_plan_load(graph, plan, plan_size, &m->plan) : kiln_plan_build(graph, &m->plan);
   if (!s) s = kiln_allocator_malloc(sys, m->plan.arena_size, &m->arena);
   if (!s) {
     m->bufs = calloc((size_t)graph->n_values + 1, sizeof(void*));

@@ -32,6 +32,12 @@ typedef struct kiln_tensor_s {
  * supports every node. pool may be NULL for the default pool. */
 kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                 kiln_model_t** out_model);
+/* As kiln_model_create, with the memory plan read from `plan` (an
+ * artifact's "plan" section, borrowed for the call) instead of built; a plan
+ * that fails its checks against the graph is KILN_CORRUPT_ARTIFACT. */
+kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
+                                          const void* plan, size_t plan_size,
+                                          kiln_model_t** out_model);
 void kiln_model_release(kiln_model_t* model);
 
 /* Borrowed views of the model's parts. */

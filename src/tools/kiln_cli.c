@@ -30,6 +30,7 @@
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_artifact.h"
 #include "ir/kiln_format.h"
+#include "runtime/kiln_plan_io.h"
 #include "runtime/kiln_model.h"
 #include "tools/kiln_cli.h"
 
@@ -277,7 +278,10 @@ static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
   }
   /* The model takes the graph and the buffer its constants borrow; it frees
    * the buffer with the system allocator, which is what load_file used. */
-  st = kiln_model_create(graph, bytes, s->pool, &s->model);
+  const void* plan = NULL;
+  size_t plan_size = 0;
+  kiln_status_free(kiln_artifact_find_section(bytes, size, KILN_PLAN_SECTION, &plan, &plan_size));
+  st = kiln_model_create_with_plan(graph, bytes, s->pool, plan, plan_size, &s->model);
   if (st) {
     kiln_cli_session_deinitialize(s);
     return kiln_status_annotate(st, "loading '%s'", path);

@@ -9,6 +9,7 @@
 #include "hal/cpu/kiln_hal_cpu_nn.h"
 #include "hal/cpu/kiln_hal_cpu_movement.h"
 #include "hal/cpu/kiln_hal_cpu_sample.h"
+#include "hal/cpu/kiln_hal_cpu_fused.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -494,6 +495,8 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_COL2IM:
     case KILN_OP_EMBEDDING_BAG:
       return kiln_hal_cpu_run_sample(g, n, bufs, pool);
+    case KILN_OP_ELTWISE_FUSED:
+      return kiln_hal_cpu_run_fused(g, n, bufs, pool);
     default:
       return kiln_status_make(KILN_INTERNAL, "the CPU target has no kernel for %s",
                               kiln_op_name(op));

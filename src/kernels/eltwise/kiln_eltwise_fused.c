@@ -1,0 +1,389 @@
+/* The ELTWISE_FUSED kernel: a register program (kiln_eltwise_fused.h) run
+ * over tiles of KILN_FUSED_TILE output elements. Each instruction calls the
+ * existing vectorised kernels on one tile (kiln_unary_f32, kiln_math_unary_f32,
+ * kiln_binary, kiln_math_binary, without a pool: the tile is the unit of
+ * threading here), so the chain costs one pass over memory and every
+ * intermediate stays in a stack buffer of 2 KiB.
+ *
+ * Registers are either a tile (`n` floats) or a scalar (one float, read with
+ * stride 0): IMM and loads of a single-element input stay scalars until an
+ * op combines them with a tile, so `x * 0.5` never fills a tile with 0.5.
+ * A load of an input whose strides are the output's dense strides points at
+ * the input itself (no copy); other loads gather row by row.
+ */
+#include "kernels/eltwise/kiln_eltwise_fused.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ir/kiln_ops.h"
+#include "kernels/eltwise/kiln_eltwise.h"
+#include "kernels/math/kiln_math.h"
+#include "kernels/nn/kiln_nn.h"
+
+/* 512 floats: 2 KiB per register; a 16-register program touches at most
+ * 34 KiB, and real chains keep three or four live (L1 is 32 KiB). */
+enum { KILN_FUSED_TILE = 512, KILN_FUSED_MIN_PARALLEL = 16384 };
+
+int kiln_fused_op_arity(int32_t op, int* arity) {
+  if (op < 0 || op >= KILN_OP_COUNT) return 0;
+  kiln_op_t o = (kiln_op_t)op;
+  if ((KILN_OP_IS_UNARY_MATH(o) && o != KILN_OP_LOGICAL_NOT) || KILN_OP_IS_UNARY_EXT(o)) {
+    *arity = 1;
+    return 1;
+  }
+  if ((o >= KILN_OP_ADD && o <= KILN_OP_GE) || o == KILN_OP_ATAN2 || o == KILN_OP_FMOD ||
+      o == KILN_OP_REMAINDER || o == KILN_OP_DIV_TRUNC || o == KILN_OP_DIV_FLOOR) {
+    *arity = 2;
+    return 1;
+  }
+  return 0;
+}
+
+kiln_status_t kiln_eltwise_fused_validate(const uint32_t* code, int32_t n_code,
+                                          int32_t n_inputs, uint32_t* out_rotates) {
+  *out_rotates = 0;
+  if (n_code < 1 || n_code > KILN_FUSED_MAX_SLOTS)
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: %lld slots, expected 1..%d",
+                            (long long)n_code, KILN_FUSED_MAX_SLOTS);
+  if (n_inputs < 0 || n_inputs > KILN_FUSED_MAX_INPUTS)
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: %d inputs", n_inputs);
+  uint32_t defined = 0, loaded = 0;
+  int32_t last = -1;
+  for (int32_t k = 0; k < n_code; ++k) {
+    uint32_t w = code[k], opc = w & 255u, dst = w >> 8 & 255u, a = w >> 16 & 255u,
+             b = w >> 24 & 255u;
+    last = k;
+    if (dst >= KILN_FUSED_MAX_REGS)
+      return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: slot %d writes register %u",
+                              k, dst);
+    if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
+      if (a >= (uint32_t)n_inputs || b != 0)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "eltwise_fused: slot %d loads input %u of %d", k, a, n_inputs);
+      loaded |= 1u << a;
+      if (opc == KILN_FUSED_LOAD_ROTATE_HALF) *out_rotates |= 1u << a;
+    } else if (opc == KILN_FUSED_SELECT) {
+      if (!(defined >> dst & 1u) || a >= KILN_FUSED_MAX_REGS || !(defined >> a & 1u) ||
+          b >= KILN_FUSED_MAX_REGS || !(defined >> b & 1u))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "eltwise_fused: slot %d selects from a register not written before", k);
+    } else if (opc == KILN_FUSED_IMM) {
+      if (a != 0 || b != 0 || k + 1 >= n_code)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "eltwise_fused: slot %d is an IMM without its value", k);
+      ++k; /* the data slot: any bits are a float */
+    } else {
+      int arity = 0;
+      if (opc < KILN_FUSED_OP_BASE || !kiln_fused_op_arity((int32_t)opc - KILN_FUSED_OP_BASE, &arity))
+        return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: slot %d has opcode %u", k,
+                                opc);
+      if (a >= KILN_FUSED_MAX_REGS || !(defined >> a & 1u) ||
+          (arity == 2 ? b >= KILN_FUSED_MAX_REGS || !(defined >> b & 1u) : b != 0))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "eltwise_fused: slot %d reads a register not written before", k);
+    }
+    defined |= 1u << dst;
+  }
+  (void)last;
+  if (n_inputs > 0 && loaded != (1u << n_inputs) - 1u)
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: an input is never loaded");
+  return kiln_ok();
+}
+
+/* ---- the tiled kernel ---- */
+
+typedef struct {
+  const kiln_eltwise_fused_args_t* a;
+  int64_t numel, last;       /* output elements; the last dim's length */
+  int32_t dense[KILN_FUSED_MAX_INPUTS];  /* input's strides are the output's dense ones */
+  int32_t scalar[KILN_FUSED_MAX_INPUTS]; /* input is read with stride 0 everywhere */
+  int64_t per_task;
+} kiln_fused_ctx_t;
+
+/* Input i's element offset at the start of output row `row`. */
+static int64_t kiln_fused_row_base(const kiln_eltwise_fused_args_t* a, int i, int64_t row) {
+  int64_t base = 0;
+  for (int32_t d = a->rank - 2; d >= 0; --d) {
+    int64_t len = a->shape[d];
+    base += (row % len) * a->strides[i][d];
+    row /= len;
+  }
+  return base;
+}
+
+/* Gathers input i over output elements [s, s + n) into buf. */
+static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, int rotate, int64_t s, int64_t n,
+                              float* buf) {
+  const kiln_eltwise_fused_args_t* a = c->a;
+  const float* x = a->inputs[i];
+  int64_t last = c->last, sl = a->rank ? a->strides[i][a->rank - 1] : 0, h = last / 2;
+  for (int64_t k = 0; k < n;) {
+    int64_t row = (s + k) / last, col = (s + k) % last;
+    int64_t cnt = last - col < n - k ? last - col : n - k;
+    const float* xr = x + kiln_fused_row_base(a, i, row);
+    float* o = buf + k;
+    if (rotate) {
+      for (int64_t j = 0; j < cnt; ++j) {
+        int64_t cc = col + j;
+        o[j] = cc < h ? -xr[(cc + h) * sl] : xr[(cc - h) * sl];
+      }
+    } else if (sl == 1) {
+      memcpy(o, xr + col, (size_t)cnt * sizeof(float));
+    } else {
+      for (int64_t j = 0; j < cnt; ++j) o[j] = xr[(col + j) * sl];
+    }
+    k += cnt;
+  }
+}
+
+/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them). */
+static void kiln_fused_compare(int32_t op, int64_t n, float* out, const float* x, int sx,
+                               const float* y, int sy) {
+#define KILN_FUSED_CMP(expr)                                                 \
+  for (int64_t i = 0; i < n; ++i) {                                          \
+    float u = x[i * sx], v = y[i * sy];                                      \
+    out[i] = (expr) ? 1.0f : 0.0f;                                           \
+  }                                                                          \
+  break
+  switch (op) {
+    case KILN_OP_EQ: KILN_FUSED_CMP(u == v);
+    case KILN_OP_NE: KILN_FUSED_CMP(u != v);
+    case KILN_OP_LT: KILN_FUSED_CMP(u < v);
+    case KILN_OP_LE: KILN_FUSED_CMP(u <= v);
+    case KILN_OP_GT: KILN_FUSED_CMP(u > v);
+    default: KILN_FUSED_CMP(u >= v);
+  }
+#undef KILN_FUSED_CMP
+}
+
+static void kiln_fused_binary(int32_t op, int64_t n, float* out, const float* x, int sx,
+                              const float* y, int sy) {
+  if (op >= KILN_OP_EQ && op <= KILN_OP_GE) {
+    kiln_fused_compare(op, n, out, x, sx, y, sy);
+    return;
+  }
+  kiln_nd_t nd;
+  memset(&nd, 0, sizeof(nd));
+  nd.rank = 1;
+  nd.shape[0] = n;
+  nd.strides[0][0] = 1;
+  nd.strides[1][0] = sx;
+  nd.strides[2][0] = sy;
+  if (op <= KILN_OP_MINIMUM)
+    kiln_binary((kiln_binary_t)(op - KILN_OP_ADD), KILN_F32, &nd, out, x, y, NULL);
+  else
+    (void)kiln_math_binary((kiln_math_binary_t)(op - KILN_OP_ATAN2), KILN_F32, &nd, out, x, y,
+                           NULL);
+}
+
+static void kiln_fused_unary(int32_t op, int64_t n, const float* x, float* y) {
+  if (op <= KILN_OP_COS)
+    kiln_unary_f32((kiln_unary_t)(op - KILN_OP_NEG), (size_t)n, x, y, NULL);
+  else
+    kiln_math_unary_f32((kiln_math_unary_t)(op - KILN_OP_ACOS), (size_t)n, x, y, NULL);
+}
+
+/* Runs the program over output elements [s, s + n), n <= KILN_FUSED_TILE. */
+static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
+  const kiln_eltwise_fused_args_t* a = c->a;
+  float storage[KILN_FUSED_MAX_REGS + 1][KILN_FUSED_TILE];
+  float imm[KILN_FUSED_MAX_REGS];
+  float* buf[KILN_FUSED_MAX_REGS];
+  float* scratch = storage[KILN_FUSED_MAX_REGS];
+  const float* val[KILN_FUSED_MAX_REGS];
+  int scal[KILN_FUSED_MAX_REGS];
+  for (int r = 0; r < KILN_FUSED_MAX_REGS; ++r) {
+    buf[r] = storage[r];
+    val[r] = buf[r];
+    scal[r] = 0;
+  }
+  float* out = a->out + s;
+  int32_t result = 0;
+  for (int32_t k = 0; k < a->n_code; ++k) {
+    uint32_t w = a->code[k], opc = w & 255u, dst = w >> 8 & 255u, ra = w >> 16 & 255u,
+             rb = w >> 24 & 255u;
+    result = (int32_t)dst;
+    int is_last = k == a->n_code - 1;
+    if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
+      int rot = opc == KILN_FUSED_LOAD_ROTATE_HALF;
+      if (!rot && c->scalar[ra]) {
+        val[dst] = a->inputs[ra];
+        scal[dst] = 1;
+      } else if (!rot && c->dense[ra]) {
+        val[dst] = a->inputs[ra] + s;
+        scal[dst] = 0;
+      } else {
+        kiln_fused_gather(c, (int)ra, rot, s, n, buf[dst]);
+        val[dst] = buf[dst];
+        scal[dst] = 0;
+      }
+      continue;
+    }
+    if (opc == KILN_FUSED_IMM) {
+      uint32_t bits = a->code[++k];
+      memcpy(&imm[dst], &bits, sizeof(float));
+      val[dst] = &imm[dst];
+      scal[dst] = 1;
+      continue;
+    }
+    if (opc == KILN_FUSED_SELECT) {
+      /* In place over the condition (element i is read before written). */
+      int so = scal[dst] && scal[ra] && scal[rb];
+      int64_t m = so ? 1 : n;
+      float* target = is_last && !so ? out : buf[dst];
+      const float *c = val[dst], *x = val[ra], *y = val[rb];
+      int64_t sc = scal[dst] ? 0 : 1, sx = scal[ra] ? 0 : 1, sy = scal[rb] ? 0 : 1;
+      if (target == x || target == y) target = scratch; /* never: distinct registers */
+      for (int64_t i = 0; i < m; ++i) target[i] = c[i * sc] != 0.0f ? x[i * sx] : y[i * sy];
+      if (target == scratch) {
+        scratch = buf[dst];
+        buf[dst] = target;
+      }
+      if (target == out) return;
+      val[dst] = buf[dst];
+      scal[dst] = so;
+      continue;
+    }
+    int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
+    int arity = 1;
+    (void)kiln_fused_op_arity(op, &arity);
+    int scalar_out = scal[ra] && (arity == 1 || scal[rb]);
+    int64_t m = scalar_out ? 1 : n;
+    /* Write into the register's own buffer, the output on the last step, or
+     * the scratch tile when an operand lives in dst's buffer. */
+    float* target = is_last && !scalar_out ? out : buf[dst];
+    int aliased = target == buf[dst] && (val[ra] == buf[dst] || (arity == 2 && val[rb] == buf[dst]));
+    if (aliased) target = scratch;
+    if (arity == 1)
+      kiln_fused_unary(op, m, val[ra], target);
+    else
+      kiln_fused_binary(op, m, target, val[ra], !scal[ra] && !scalar_out, val[rb],
+                        !scal[rb] && !scalar_out);
+    if (aliased) {
+      scratch = buf[dst];
+      buf[dst] = target;
+    }
+    if (target == out) return;
+    val[dst] = buf[dst];
+    scal[dst] = scalar_out;
+  }
+  /* The result is a load, an IMM or a scalar: copy or fill. */
+  if (scal[result]) {
+    float v = val[result][0];
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+  } else {
+    memcpy(out, val[result], (size_t)n * sizeof(float));
+  }
+}
+
+static void kiln_fused_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_fused_ctx_t* c = ctx;
+  int64_t lo = (int64_t)task * c->per_task;
+  int64_t hi = lo + c->per_task < c->numel ? lo + c->per_task : c->numel;
+  for (int64_t s = lo; s < hi; s += KILN_FUSED_TILE)
+    kiln_fused_tile(c, s, hi - s < KILN_FUSED_TILE ? hi - s : KILN_FUSED_TILE);
+}
+
+void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* a, kiln_pool_t* pool) {
+  kiln_fused_ctx_t c;
+  memset(&c, 0, sizeof(c));
+  c.a = a;
+  c.numel = 1;
+  for (int32_t d = 0; d < a->rank; ++d) c.numel *= a->shape[d];
+  c.last = a->rank ? a->shape[a->rank - 1] : 1;
+  if (c.numel == 0) return;
+  for (int i = 0; i < a->n_inputs; ++i) {
+    int dense = 1, scalar = 1;
+    int64_t want = 1;
+    for (int32_t d = a->rank - 1; d >= 0; --d) {
+      if (a->shape[d] != 1) {
+        if (a->strides[i][d] != want) dense = 0;
+        if (a->strides[i][d] != 0) scalar = 0;
+      }
+      want *= a->shape[d];
+    }
+    c.dense[i] = dense;
+    c.scalar[i] = scalar;
+  }
+  int threads = kiln_pool_size(pool);
+  size_t tasks = 1;
+  c.per_task = c.numel;
+  if (threads > 1 && c.numel >= KILN_FUSED_MIN_PARALLEL) {
+    int64_t want_tasks = (int64_t)threads * 4;
+    int64_t tiles = (c.numel + KILN_FUSED_TILE - 1) / KILN_FUSED_TILE;
+    if (want_tasks > tiles) want_tasks = tiles;
+    int64_t per_tiles = (tiles + want_tasks - 1) / want_tasks;
+    c.per_task = per_tiles * KILN_FUSED_TILE;
+    tasks = (size_t)((c.numel + c.per_task - 1) / c.per_task);
+  }
+  kiln_pool_parallel_for(tasks > 1 ? pool : NULL, tasks, kiln_fused_task, &c);
+}
+
+/* ---- the scalar reference ---- */
+
+static float kiln_fused_ref_binary(int32_t op, float x, float y) {
+  switch (op) {
+    case KILN_OP_ADD: return x + y;
+    case KILN_OP_SUB: return x - y;
+    case KILN_OP_MUL: return x * y;
+    case KILN_OP_DIV: return x / y;
+    case KILN_OP_POW: return powf(x, y);
+    case KILN_OP_MAXIMUM: return x != x ? x : y != y ? y : x > y ? x : y;
+    case KILN_OP_MINIMUM: return x != x ? x : y != y ? y : x < y ? x : y;
+    case KILN_OP_EQ: return x == y ? 1.0f : 0.0f;
+    case KILN_OP_NE: return x != y ? 1.0f : 0.0f;
+    case KILN_OP_LT: return x < y ? 1.0f : 0.0f;
+    case KILN_OP_LE: return x <= y ? 1.0f : 0.0f;
+    case KILN_OP_GT: return x > y ? 1.0f : 0.0f;
+    case KILN_OP_GE: return x >= y ? 1.0f : 0.0f;
+    default: return kiln_math_binary_f32_reference((kiln_math_binary_t)(op - KILN_OP_ATAN2), x, y);
+  }
+}
+
+void kiln_eltwise_fused_f32_reference(const kiln_eltwise_fused_args_t* a) {
+  int64_t numel = 1;
+  for (int32_t d = 0; d < a->rank; ++d) numel *= a->shape[d];
+  int64_t last = a->rank ? a->shape[a->rank - 1] : 1;
+  for (int64_t e = 0; e < numel; ++e) {
+    float reg[KILN_FUSED_MAX_REGS] = {0};
+    int32_t result = 0;
+    for (int32_t k = 0; k < a->n_code; ++k) {
+      uint32_t w = a->code[k], opc = w & 255u, dst = w >> 8 & 255u, ra = w >> 16 & 255u,
+               rb = w >> 24 & 255u;
+      result = (int32_t)dst;
+      if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
+        int64_t col = e % last, src = col;
+        float sign = 1.0f;
+        if (opc == KILN_FUSED_LOAD_ROTATE_HALF) {
+          src = col < last / 2 ? col + last / 2 : col - last / 2;
+          sign = col < last / 2 ? -1.0f : 1.0f;
+        }
+        int64_t off = kiln_fused_row_base(a, (int)ra, e / last);
+        if (a->rank) off += src * a->strides[ra][a->rank - 1];
+        reg[dst] = sign * a->inputs[ra][off];
+      } else if (opc == KILN_FUSED_IMM) {
+        uint32_t bits = a->code[++k];
+        memcpy(&reg[dst], &bits, sizeof(float));
+      } else if (opc == KILN_FUSED_SELECT) {
+        reg[dst] = reg[dst] != 0.0f ? reg[ra] : reg[rb];
+      } else {
+        int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
+        int arity = 1;
+        (void)kiln_fused_op_arity(op, &arity);
+        float x = reg[ra], y;
+        if (arity == 2) {
+          reg[dst] = kiln_fused_ref_binary(op, x, reg[rb]);
+        } else if (op <= KILN_OP_COS) {
+          kiln_unary_f32_reference((kiln_unary_t)(op - KILN_OP_NEG), 1, &x, &y);
+          reg[dst] = y;
+        } else {
+          kiln_math_unary_f32_reference((kiln_math_unary_t)(op - KILN_OP_ACOS), 1, &x, &y);
+          reg[dst] = y;
+        }
+      }
+    }
+    a->out[e] = reg[result];
+  }
+}
