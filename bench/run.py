@@ -287,11 +287,15 @@ def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
     return rows, info
 
 
-# Rough cost of a model's first pass on a fresh machine, seconds (from the
-# budget table); only used to decide whether QUICK has room for later
-# thread counts.
+# Rough cost of a model's first thread count in QUICK on a fresh, quiet
+# machine, seconds (from the budget table: start + imports ~4, build up to 7,
+# trace ~5-8, legacy ONNX export + session ~3-8, timing ~3, Inductor's cold
+# compile ~10 where QUICK runs it). Only used to decide whether QUICK has
+# room for a model's later thread counts; scaled by how the models so far
+# compared with their estimates (a loaded machine is slower throughout).
 def _estimate(spec) -> float:
-    return 30.0 if spec.heavy else 15.0
+    base = 25.0 if spec.heavy else 12.0
+    return base + (0.0 if spec.quick_skip_inductor else 10.0)
 
 
 BUDGET_COLS = ("startup", "imports", "build", "eager ref", "kiln", "ort", "ort export",
@@ -299,6 +303,14 @@ BUDGET_COLS = ("startup", "imports", "build", "eager ref", "kiln", "ort", "ort e
 BUDGET_SHORT = {"startup": "start", "imports": "import", "build": "build", "eager ref": "eager",
                 "kiln": "kiln", "ort": "ort", "ort export": "(export)", "inductor": "inductor",
                 "switch+check": "switch", "ort session later": "ort sess"}
+
+
+def phase_line(info) -> str:
+    """One worker's phases on one line (printed as the run goes)."""
+    ph = dict(info["phases"])
+    if info.get("exit_s"):
+        ph["exit"] = info["exit_s"]
+    return "  ".join(f"{k} {v:.1f}" for k, v in ph.items() if v >= 0.05)
 
 
 def budget_table(infos, total) -> str:
@@ -348,6 +360,7 @@ def driver(args) -> int:
     t_start = time.time()
     busy0, own0 = report.busy_cpu_seconds(), report.own_cpu_seconds()
     rows, infos = [], []
+    slow, est_sum, wall_sum = 1.0, 0.0, 0.0
     later = []   # training rows' later thread counts: their own processes, at the end
     for k, name in enumerate(names):
         spec = MODELS[name]
@@ -359,16 +372,23 @@ def driver(args) -> int:
         else:
             run_threads = threads
             # QUICK: later thread counts only if the models still to come fit.
-            rest = sum(_estimate(MODELS[m]) for m in names[k + 1:])
+            rest = slow * sum(_estimate(MODELS[m]) for m in names[k + 1:])
             deadline = t_start + QUICK_BUDGET_S - rest if quick else 0.0
         print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, run_threads))} thread(s) ...",
               end="", flush=True)
         got, info = run_one(name, run_threads, quick, skip, timeout, deadline)
         rows += got
         infos.append(info)
+        first_only = info["wall_s"] - sum(v for k, v in info["phases"].items()
+                                          if k in ("switch+check", "ort session later")
+                                          or (k.startswith("timing ") and k != f"timing {threads[0]}t"))
+        est_sum += _estimate(spec)
+        wall_sum += first_only
+        slow = max(0.8, wall_sum / est_sum)
         print(f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else "")
               + "".join(f"  [{r['threads']}t skipped: budget]" for r in got if r.get("skipped")),
               flush=True)
+        print("    " + phase_line(info), flush=True)
     first_wall = {i["model"]: i["wall_s"] for i in infos}
     for name, n in later:
         spec = MODELS[name]
@@ -383,6 +403,7 @@ def driver(args) -> int:
         rows += got
         infos.append(info)
         print(f" {info['wall_s']:.1f}s", flush=True)
+        print("    " + phase_line(info), flush=True)
     # The table lists every model at the first thread count, then the next.
     order = {n: k for k, n in enumerate(names)}
     rows.sort(key=lambda r: (threads.index(r["threads"]) if r["threads"] in threads else 99,
