@@ -361,7 +361,10 @@ def write_all(results: dict, out_dir: Path):
     print()
     print(text_table(results))
     (out_dir / "results.md").write_text(markdown(results))
-    update_readme(markdown(results))
+    # The README shows the project's own results only, not a run written
+    # elsewhere (--out-dir).
+    if out_dir.resolve() == Path(__file__).resolve().parent:
+        update_readme(markdown(results))
     try:
         plot(results, out_dir / "results.png")
     except Exception as e:
