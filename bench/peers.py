@@ -120,7 +120,8 @@ def _stats(times: list[float]) -> dict:
 # threads: torch's OpenMP, ORT's and kiln's pools all spin after a call;
 # evicted caches). Longer calls dwarf that.
 SETTLE_BELOW_MS = 20.0
-# Timed calls per block: about this many ms of them, at least 2.
+# Timed calls per block: about this many ms of them (at least 1, at most a
+# quarter of the runs).
 BLOCK_MS = 40.0
 
 
@@ -155,7 +156,8 @@ def time_rounds(calls: dict, warmup: int, runs: int, budget_s: float,
             if len(times[name]) >= runs:
                 continue
             call = live[name]
-            block = max(2, min(runs, int(BLOCK_MS / max(est[name], 1e-3))))
+            # At least 4 rounds: a block never takes more than a quarter of the runs.
+            block = max(1, min(-(-runs // 4), int(BLOCK_MS / max(est[name], 1e-3))))
             try:
                 if est[name] < SETTLE_BELOW_MS:
                     call()
