@@ -95,7 +95,8 @@ def compare(ref, out) -> dict:
 
 def time_call(call, warmup: int, runs: int, budget_s: float, min_runs: int = 3) -> dict:
     """Warm up, then time up to ``runs`` calls (at least ``min_runs``, fewer
-    than ``runs`` if ``budget_s`` seconds are used up); median in ms."""
+    than ``runs`` if ``budget_s`` seconds are used up); median in ms.
+    One system alone; the benchmark itself uses time_rounds."""
     for _ in range(warmup):
         call()
     times = []
@@ -106,69 +107,243 @@ def time_call(call, warmup: int, runs: int, budget_s: float, min_runs: int = 3) 
         times.append((time.perf_counter() - t0) * 1e3)
         if len(times) >= min_runs and time.perf_counter() - start > budget_s:
             break
+    return _stats(times)
+
+
+def _stats(times: list[float]) -> dict:
     return {"ms": statistics.median(times), "min_ms": min(times),
             "max_ms": max(times), "runs": len(times)}
+
+
+# A call shorter than this gets one untimed call at the start of each of its
+# blocks: it absorbs what the previous system left behind (its spinning
+# threads: torch's OpenMP, ORT's and kiln's pools all spin after a call;
+# evicted caches). Longer calls dwarf that.
+SETTLE_BELOW_MS = 20.0
+# Timed calls per block: about this many ms of them (at least 1, at most a
+# quarter of the runs).
+BLOCK_MS = 40.0
+
+
+def time_rounds(calls: dict, warmup: int, runs: int, budget_s: float,
+                min_runs: int = 3) -> dict:
+    """Times several systems interleaved: in rounds, each system runs a short
+    block of back-to-back calls, the order rotating every round, so that a
+    change in the machine's load (it is shared) or one system's leftover
+    threads fall on every system alike rather than on whichever ran next.
+    Stops when every system has ``runs`` timed calls, or after ``budget_s``
+    once every system has ``min_runs``.  Returns {system: stats}; a system
+    whose call raises gets {"na": reason} and drops out."""
+    res: dict = {}
+    live = {}
+    est = {}
+    for name, call in calls.items():
+        try:
+            for _ in range(max(warmup, 1)):
+                t0 = time.perf_counter()
+                call()
+                est[name] = (time.perf_counter() - t0) * 1e3
+            live[name] = call
+        except Exception as e:
+            res[name] = {"na": short(e)}
+    times = {n: [] for n in live}
+    order = list(live)
+    start = time.perf_counter()
+    r = 0
+    while order:
+        k = r % len(order)
+        for name in order[k:] + order[:k]:
+            if len(times[name]) >= runs:
+                continue
+            call = live[name]
+            # At least 4 rounds: a block never takes more than a quarter of the runs.
+            block = max(1, min(-(-runs // 4), int(BLOCK_MS / max(est[name], 1e-3))))
+            try:
+                if est[name] < SETTLE_BELOW_MS:
+                    call()
+                for _ in range(min(block, runs - len(times[name]))):
+                    t0 = time.perf_counter()
+                    call()
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+            except Exception as e:
+                res[name] = {"na": short(e)}
+                order.remove(name)
+                del times[name]
+                break
+        r += 1
+        if all(len(t) >= runs for t in times.values()):
+            break
+        if (time.perf_counter() - start > budget_s
+                and all(len(t) >= min_runs for t in times.values())):
+            break
+    for name, t in times.items():
+        res[name] = _stats(t) | {"rounds": r}
+    return res
 
 
 # --------------------------------------------------------------------------
 # Inference
 # --------------------------------------------------------------------------
 
+class Prepared:
+    """A system ready to run one model: ``at(n)`` sets its thread count and
+    returns the call (raises Unavailable when it cannot run at n threads);
+    ``prep`` is its compile/export time; ``phases`` where that time went."""
+
+    def __init__(self, call, prep, at=None, phases=None):
+        self.call = call
+        self.prep = prep
+        self._at = at
+        self.phases = phases or {}
+
+    def at(self, n):
+        torch.set_num_threads(n)
+        return self._at(n) if self._at else self.call
+
+
 def prepare_eager(model, inputs, threads):
     def call():
         with torch.inference_mode():
             return model(*inputs)
-    return call, 0.0
+    return Prepared(call, 0.0)
 
 
 def prepare_inductor(model, inputs, threads):
-    torch._dynamo.reset()
-    compiled = torch.compile(model)   # default backend: Inductor
+    state = {}
 
-    def call():
-        with torch.no_grad():
-            return compiled(*inputs)
+    def compile_at(n):
+        # Inductor's C++ code fixes its OpenMP thread count at compile time:
+        # another thread count needs its own compile.
+        torch.set_num_threads(n)
+        torch._dynamo.reset()
+        compiled = torch.compile(model)   # default backend: Inductor
+
+        def call():
+            with torch.no_grad():
+                return compiled(*inputs)
+        t0 = time.perf_counter()
+        call()   # the first call compiles
+        state.update(n=n, call=call, prep=time.perf_counter() - t0)
+        return call
+
+    def at(n):
+        return state["call"] if state.get("n") == n else compile_at(n)
+
+    call = compile_at(threads)
+    return Prepared(call, state["prep"], at, {"inductor compile": state["prep"]})
+
+
+# ONNX files are cached (bench/.cache, gitignored) keyed by the model, the
+# bench's model definitions and the exporter's versions: a repeat run skips
+# the export. KILN_BENCH_NO_CACHE=1 disables the cache (a fresh machine).
+CACHE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
+
+
+def _onnx_cache_key(name: str) -> str:
+    import hashlib
+    import importlib.metadata as md
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for f in ("models.py", "peers.py"):
+        with open(os.path.join(here, f), "rb") as fh:
+            h.update(fh.read())
+    for pkg in ("torch", "onnx", "onnxscript", "onnxruntime", "transformers"):
+        try:
+            h.update(f"{pkg}={md.version(pkg)};".encode())
+        except Exception:
+            h.update(f"{pkg}=?;".encode())
+    return f"{name}-{h.hexdigest()[:16]}"
+
+
+# Exporter per model: the legacy TorchScript exporter (dynamo=False) is ~10x
+# cheaper to run and ORT runs its graph as fast (measured; see
+# bench/README.md); where it fails, the dynamo exporter (with its optimizer;
+# optimize=False costs ORT ~40 % at run time).
+def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
+    """Returns (path of model.onnx, phases)."""
+    import logging
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    use_cache = bool(name) and os.environ.get("KILN_BENCH_NO_CACHE", "") in ("", "0")
+    if use_cache:
+        d = os.path.join(CACHE_DIR, "onnx", _onnx_cache_key(name))
+        path = os.path.join(d, "model.onnx")
+        if os.path.exists(os.path.join(d, "done")):
+            return path, {"ort export (cached)": 0.0}
+        os.makedirs(d, exist_ok=True)
+    else:
+        d = tempfile.mkdtemp(prefix="kiln-bench-onnx-")
+        path = os.path.join(d, "model.onnx")
     t0 = time.perf_counter()
-    call()   # the first call compiles
-    return call, time.perf_counter() - t0
+    errors = []
+    exporter = None
+    for dynamo in (False, True):
+        try:
+            with torch.no_grad():
+                if dynamo:
+                    torch.onnx.export(model, inputs, path, dynamo=True, external_data=True,
+                                      verbose=False)
+                else:
+                    torch.onnx.export(model, inputs, path, dynamo=False, verbose=False)
+            exporter = "dynamo" if dynamo else "legacy"
+            break
+        except Exception as e:
+            errors.append(short(e, 100))
+    phases = {"ort export": time.perf_counter() - t0}
+    if exporter is None:
+        raise Unavailable(f"torch.onnx.export failed: {errors[-1]}")
+    if use_cache:
+        with open(os.path.join(d, "done"), "w") as fh:
+            fh.write(exporter + "\n")
+    phases["exporter"] = exporter
+    return path, phases
 
 
-def prepare_onnxruntime(model, inputs, threads):
+def prepare_onnxruntime(model, inputs, threads, name=""):
     try:
         import onnxruntime as ort
     except Exception as e:
         raise Unavailable(f"onnxruntime not installed ({short(e, 60)})")
-    tmp = tempfile.mkdtemp(prefix="kiln-bench-onnx-")
-    path = os.path.join(tmp, "model.onnx")
     t0 = time.perf_counter()
-    try:
-        import logging
-        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-        with torch.no_grad():
-            torch.onnx.export(model, inputs, path, dynamo=True, external_data=True,
-                              verbose=False)
-    except Exception as e:
-        raise Unavailable(f"torch.onnx.export failed: {short(e, 100)}")
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    except Exception as e:
-        raise Unavailable(f"ORT session failed: {short(e, 100)}")
-    names = [i.name for i in sess.get_inputs()]
+    path, phases = export_onnx(model, inputs, name)
     arrays = [x.detach().numpy() for x in inputs]
-    if len(names) != len(arrays):
-        raise Unavailable(f"exported graph has {len(names)} inputs, model has {len(arrays)}")
-    feed = dict(zip(names, arrays))
-    prep = time.perf_counter() - t0
+    state = {}
 
-    def call():
-        return sess.run(None, feed)
-    return call, prep
+    def session_at(n):
+        state.clear()   # one session alive at a time
+        t1 = time.perf_counter()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = n
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        try:
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise Unavailable(f"ORT session failed: {short(e, 100)}")
+        names = [i.name for i in sess.get_inputs()]
+        if len(names) != len(arrays):
+            raise Unavailable(f"exported graph has {len(names)} inputs, model has {len(arrays)}")
+        feed = dict(zip(names, arrays))
+
+        def call():
+            return sess.run(None, feed)
+        phases["ort session"] = phases.get("ort session", 0.0) + time.perf_counter() - t1
+        state.update(n=n, call=call)
+        return call
+
+    def at(n):
+        return state["call"] if state.get("n") == n else session_at(n)
+
+    call = session_at(threads)
+    phases["first session"] = phases["ort session"]
+    return Prepared(call, time.perf_counter() - t0, at, phases)
+
+
+def _kiln_models(compiled):
+    """The C models inside a kiln.trace result (one, or one per piece when
+    some ops fall back to eager)."""
+    return [m._kiln_model for m in compiled.modules() if hasattr(m, "_kiln_model")]
 
 
 def prepare_kiln(model, inputs, threads):
@@ -189,7 +364,13 @@ def prepare_kiln(model, inputs, threads):
     def call():
         with torch.no_grad():
             return compiled(*inputs)
-    return call, prep
+
+    def at(n):
+        # The plan does not depend on the thread count: only the pool changes.
+        for m in _kiln_models(compiled):
+            m.set_threads(n)
+        return call
+    return Prepared(call, prep, at, {"kiln trace": prep})
 
 
 INFER = {"eager": prepare_eager, "inductor": prepare_inductor,

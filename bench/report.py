@@ -222,8 +222,9 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
         f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores), "
         f"{' and '.join(str(t) for t in m['threads'])} thread(s), {vs}"
         + (" (QUICK run: fewer timed runs)" if m.get("quick") else "") + ".",
-        "Each model runs in its own process; each system is warmed up, then the median of "
-        "several runs is shown in milliseconds. Before timing, kiln's output is checked "
+        "Each model runs in its own process, at every thread count; each system is warmed "
+        "up, then timed in interleaved rounds (bench/README.md), and the median of several "
+        "runs is shown in milliseconds. Before timing, kiln's output is checked "
         "against eager (largest absolute error shown; FAIL if it exceeds 1e-3 of the "
         "output's magnitude). `kiln/X` is X's time divided by kiln's (above 1: kiln is "
         "faster). Compile times: `kiln.trace` wall time and torch.compile's first call. "
@@ -360,7 +361,10 @@ def write_all(results: dict, out_dir: Path):
     print()
     print(text_table(results))
     (out_dir / "results.md").write_text(markdown(results))
-    update_readme(markdown(results))
+    # The README shows the project's own results only, not a run written
+    # elsewhere (--out-dir).
+    if out_dir.resolve() == Path(__file__).resolve().parent:
+        update_readme(markdown(results))
     try:
         plot(results, out_dir / "results.png")
     except Exception as e:

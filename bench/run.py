@@ -30,79 +30,122 @@ ROOT = HERE.parent
 
 QUICK_BUDGET_S = 285.0
 QUICK_SKIP = "skipped in QUICK: Inductor's compile does not fit the 5-minute budget"
+QUICK_SKIP_LATER = ("skipped in QUICK: Inductor compiles for one thread count; "
+                    "another costs a second compile")
 
 
 def timing_params(quick: bool, heavy: bool) -> dict:
+    """For time_rounds: the budget covers all systems of one thread count."""
     if quick:
-        return {"warmup": 1, "runs": 10, "budget_s": 1.0 if heavy else 0.5}
-    return {"warmup": 5, "runs": 50, "budget_s": 15.0 if heavy else 8.0}
+        return {"warmup": 1, "runs": 10, "budget_s": 3.0 if heavy else 1.5}
+    return {"warmup": 5, "runs": 50, "budget_s": 45.0 if heavy else 24.0}
 
 
 # --------------------------------------------------------------------------
-# Worker: one model, one thread count, one process.
+# Worker: one model, in one process, at every thread count.
+#
+# Inference rows prepare each system once (build, eager reference, kiln
+# trace, ONNX export, Inductor compile) and then, per thread count, switch
+# every system to it (torch.set_num_threads, kiln's Model.set_threads, an
+# ORT session per count) and time them interleaved (peers.time_rounds).
+# Training rows run one thread count per process: kiln's torch.compile
+# backend has no handle to switch its pool.
 # --------------------------------------------------------------------------
+
+# Where each system's preparation (import, trace/export/compile, first call,
+# output check) is counted.
+PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
+              "inductor": "inductor"}
+
+
+class Phases:
+    """Where a worker's wall time goes, in seconds."""
+
+    def __init__(self):
+        self.t = {}
+
+    def add(self, name, secs):
+        self.t[name] = self.t.get(name, 0.0) + secs
+
+    def merge(self, d):
+        for k, v in d.items():
+            if isinstance(v, (int, float)):
+                self.add(k, v)
+
 
 def worker(args) -> int:
-    threads = args.threads_one
+    t_enter = time.time()
+    threads = [int(t) for t in args.threads.split(",")]
     import warnings
     warnings.filterwarnings("ignore")
     import logging
     logging.disable(logging.WARNING)
     import torch
-    torch.set_num_threads(threads)
-    try:
-        import transformers
-        transformers.logging.set_verbosity_error()
-        transformers.logging.disable_progress_bar()
-    except Exception:
-        pass
+    torch.set_num_threads(threads[0])
     sys.path.insert(0, str(HERE))
     import peers
     from models import MODELS
 
     spec = MODELS[args.worker]
     tp = timing_params(args.quick, spec.heavy)
-    row = {"model": spec.name, "about": spec.about, "threads": threads,
-           "train": spec.train, "quick": args.quick, "timing": tp, "systems": {}}
+    ph = Phases()
+    ph.add("startup", t_enter - (args.spawned or t_enter))
+    ph.add("imports", time.time() - t_enter)
+    rows = {n: {"model": spec.name, "about": spec.about, "threads": n, "train": spec.train,
+                "quick": args.quick, "timing": tp, "systems": {}} for n in threads}
     out_path = Path(args.out)
+    extra = {}
 
     def save():
-        out_path.write_text(json.dumps(row, indent=1))
+        out_path.write_text(json.dumps({"rows": [rows[n] for n in threads],
+                                        "phases": ph.t, "saved_at": time.time()} | extra,
+                                       indent=1))
 
     t0 = time.perf_counter()
-    model, inputs = spec.build()
-    row["build_s"] = time.perf_counter() - t0
+    model, inputs = spec.build()   # imports transformers when the model needs it
+    if "transformers" in sys.modules:
+        import transformers
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    ph.add("build", time.perf_counter() - t0)
+    for r in rows.values():
+        r["build_s"] = ph.t["build"]
     save()
 
-    skip_inductor = args.skip_inductor
+    first = threads[0]
+    prepared = {}
+    ref = None
+    # Prepare every system at the first thread count; check its output.
     for system in peers.SYSTEMS:
-        cell: dict = {}
-        row["systems"][system] = cell
-        if system == "inductor" and skip_inductor:
-            cell["na"] = skip_inductor
-            save()
+        cell = rows[first]["systems"].setdefault(system, {})
+        if system == "inductor" and args.skip_inductor:
+            cell["na"] = args.skip_inductor
             continue
         t_sys = time.perf_counter()
         try:
             if spec.train:
-                call, prep, first = peers.prepare_train(system, model, inputs, threads)
-                if system == "eager":
-                    ref = first
-                else:
-                    cell.update(peers.compare(ref, first))
+                call, prep, out = peers.prepare_train(system, model, inputs, first)
+                p = peers.Prepared(call, prep)
             else:
-                prep_fn = peers.INFER[system]
-                call, prep = prep_fn(model, inputs, threads)
-                out = call()
-                if system == "eager":
-                    ref = out
+                if system == "onnxruntime":
+                    p = peers.prepare_onnxruntime(model, inputs, first, name=spec.name)
                 else:
-                    cell.update(peers.compare(ref, out))
-            cell["prep_s"] = prep
-            if system != "eager" and not cell.get("ok", True):
-                cell["fail"] = cell.get("why") or "wrong output"
+                    p = peers.INFER[system](model, inputs, first)
+                t_out = time.perf_counter()
+                out = p.call()
+                ph.add(f"{system} first call", time.perf_counter() - t_out)
+            if spec.train and system in ("kiln", "inductor"):
+                ph.add(PREP_PHASE[system] + " compile", p.prep)
+            if "exporter" in p.phases:
+                extra["exporter"] = p.phases["exporter"]
+            cell["prep_s"] = p.prep
+            if system == "eager":
+                ref = out
             else:
-                cell.update(peers.time_call(call, **tp))
+                cell.update(peers.compare(ref, out))
+                if not cell.get("ok", True):
+                    cell["fail"] = cell.get("why") or "wrong output"
+            prepared[system] = p
         except peers.Unavailable as e:
             cell["na"] = str(e)
         except Exception as e:   # a crash in one system must not lose the row
@@ -112,8 +155,67 @@ def worker(args) -> int:
                 save()
                 raise
         cell["wall_s"] = time.perf_counter() - t_sys
+        ph.add(PREP_PHASE[system], cell["wall_s"])
         save()
-    row["done"] = True
+
+    for n in threads:
+        row = rows[n]
+        if n != first:
+            if args.deadline and time.time() > args.deadline:
+                row["skipped"] = "skipped in QUICK (time budget)"
+                row["systems"] = {}
+                save()
+                continue
+            # Later thread counts: same prepared systems, switched over.
+            for system in peers.SYSTEMS:
+                src = rows[first]["systems"].get(system, {})
+                cell = row["systems"].setdefault(system, {})
+                if system not in prepared:
+                    cell.update({k: src[k] for k in ("na", "fail") if k in src})
+                    continue
+                if system == "inductor" and args.quick:
+                    cell["na"] = QUICK_SKIP_LATER
+                    continue
+                cell["prep_s"] = src.get("prep_s", 0.0)
+                if "fail" in src:
+                    cell["fail"] = src["fail"]
+        calls = {}
+        t_sw = time.perf_counter()
+        sess0 = sum(p.phases.get("ort session", 0.0) for p in prepared.values())
+        for system, p in prepared.items():
+            cell = row["systems"][system]
+            if any(k in cell for k in ("na", "fail")):
+                continue
+            try:
+                calls[system] = p.at(n)
+                if n != first and system != "eager" and not spec.train:
+                    # The output is checked again at this thread count.
+                    cell.update(peers.compare(ref, calls[system]()))
+                    if not cell.get("ok", True):
+                        cell["fail"] = cell.get("why") or "wrong output"
+                        del calls[system]
+            except peers.Unavailable as e:
+                cell["na"] = str(e)
+            except Exception as e:
+                cell["na"] = peers.short(e)
+        sess1 = sum(p.phases.get("ort session", 0.0) for p in prepared.values())
+        if n != first:   # the first count's switch is free; its check was above
+            ph.add("switch+check", time.perf_counter() - t_sw - (sess1 - sess0))
+        t_time = time.perf_counter()
+        # All systems now run at n threads (torch's count is process-wide and
+        # every Prepared.at set it to n).
+        timed = peers.time_rounds(calls, **tp)
+        ph.add(f"timing {n}t", time.perf_counter() - t_time)
+        for system, res in timed.items():
+            row["systems"][system].update(res)
+        save()
+    for p in prepared.values():
+        if "ort export" in p.phases:
+            ph.add("ort export", p.phases["ort export"])
+        if "ort session" in p.phases:   # the sessions after the first count's
+            ph.add("ort session later", p.phases["ort session"] - p.phases.get("first session", 0))
+    for r in rows.values():
+        r["done"] = True
     save()
     return 0
 
@@ -122,9 +224,11 @@ def worker(args) -> int:
 # Driver
 # --------------------------------------------------------------------------
 
-def run_one(name, threads, quick, skip_inductor, timeout):
+def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
+    """One worker process: model `name` at each of `threads` (a list);
+    returns (rows, info) where info has the phases and the wall time."""
     env = dict(os.environ)
-    n = str(threads)
+    n = str(max(threads))
     env.update({"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "KILN_NUM_THREADS": n,
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "TOKENIZERS_PARALLELISM": "false", "PYTHONWARNINGS": "ignore",
@@ -134,14 +238,18 @@ def run_one(name, threads, quick, skip_inductor, timeout):
     cache = tempfile.mkdtemp(prefix="kiln-bench-inductor-")
     env["TORCHINDUCTOR_CACHE_DIR"] = cache
     env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
-    fd, out = tempfile.mkstemp(prefix=f"kiln-bench-{name}-{n}-", suffix=".json")
+    tlist = ",".join(map(str, threads))
+    fd, out = tempfile.mkstemp(prefix=f"kiln-bench-{name}-{tlist.replace(',', '_')}-",
+                               suffix=".json")
     os.close(fd)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name,
-           "--threads", n, "--out", out]
+           "--threads", tlist, "--out", out, "--spawned", repr(time.time())]
     if quick:
         cmd.append("--quick")
     if skip_inductor:
         cmd += ["--skip-inductor", skip_inductor]
+    if deadline:
+        cmd += ["--deadline", repr(deadline)]
     t0 = time.perf_counter()
     err = ""
     try:
@@ -153,22 +261,86 @@ def run_one(name, threads, quick, skip_inductor, timeout):
     except subprocess.TimeoutExpired:
         err = f"timed out after {timeout:.0f}s"
     wall = time.perf_counter() - t0
+    t_end = time.time()
     try:
-        row = json.loads(Path(out).read_text())
+        got = json.loads(Path(out).read_text())
     except Exception:
-        row = {"model": name, "threads": threads, "systems": {}}
+        got = {}
     finally:
         os.unlink(out)
         shutil.rmtree(cache, ignore_errors=True)
-    row["wall_s"] = wall
-    if err:
-        row["error"] = err
-        # Systems the worker never reached say why.
-        for s in ("eager", "kiln", "onnxruntime", "inductor"):
-            c = row["systems"].setdefault(s, {})
-            if not any(k in c for k in ("ms", "na", "fail")):
-                c["na"] = f"not run: {err}"
-    return row
+    rows = got.get("rows") or [{"model": name, "threads": t, "systems": {}} for t in threads]
+    for row in rows:
+        if err:
+            row["error"] = err
+            # Systems the worker never reached say why.
+            for s in ("eager", "kiln", "onnxruntime", "inductor"):
+                c = row["systems"].setdefault(s, {})
+                if not row.get("skipped") and not any(k in c for k in ("ms", "na", "fail")):
+                    c["na"] = f"not run: {err}"
+    info = {"model": name, "threads": threads, "wall_s": wall,
+            "phases": got.get("phases", {}), "exporter": got.get("exporter")}
+    if got.get("saved_at"):   # the worker's exit (Inductor's compile workers stop then)
+        info["exit_s"] = max(0.0, t_end - got["saved_at"])
+    for row in rows:
+        row["wall_s"] = wall
+    return rows, info
+
+
+# Rough cost of a model's first thread count in QUICK on a fresh, quiet
+# machine, seconds (from the budget table: start + imports ~4, build up to 7,
+# trace ~5-8, legacy ONNX export + session ~3-8, timing ~3, Inductor's cold
+# compile ~10 where QUICK runs it). Only used to decide whether QUICK has
+# room for a model's later thread counts; scaled by how the models so far
+# compared with their estimates (a loaded machine is slower throughout).
+def _estimate(spec) -> float:
+    base = 25.0 if spec.heavy else 12.0
+    return base + (0.0 if spec.quick_skip_inductor else 10.0)
+
+
+BUDGET_COLS = ("startup", "imports", "build", "eager ref", "kiln", "ort", "ort export",
+               "inductor", "switch+check", "ort session later")
+BUDGET_SHORT = {"startup": "start", "imports": "import", "build": "build", "eager ref": "eager",
+                "kiln": "kiln", "ort": "ort", "ort export": "(export)", "inductor": "inductor",
+                "switch+check": "switch", "ort session later": "ort sess"}
+
+
+def phase_line(info) -> str:
+    """One worker's phases on one line (printed as the run goes)."""
+    ph = dict(info["phases"])
+    if info.get("exit_s"):
+        ph["exit"] = info["exit_s"]
+    return "  ".join(f"{k} {v:.1f}" for k, v in ph.items() if v >= 0.05)
+
+
+def budget_table(infos, total) -> str:
+    """Where the run's time went, per worker process (seconds). kiln, ort and
+    inductor: preparing that system (import, trace / export + session /
+    compile, first call, output check); (export) is the part of ort that
+    torch.onnx.export took; ort sess: sessions for later thread counts."""
+    tcols = sorted({k for i in infos for k in i["phases"] if k.startswith("timing ")},
+                   key=lambda k: -int(k.split()[1].rstrip("t")))
+    heads = (["model", "thr"] + [BUDGET_SHORT[c] for c in BUDGET_COLS] + tcols
+             + ["exit", "other", "wall"])
+    lines = []
+    sums = [0.0] * (len(heads) - 2)
+    for i in infos:
+        ph = i["phases"]
+        vals = [ph.get(c, 0.0) for c in BUDGET_COLS] + [ph.get(c, 0.0) for c in tcols]
+        counted = sum(vals) - ph.get("ort export", 0.0)   # export is inside ort
+        vals += [i.get("exit_s", 0.0)]
+        counted += i.get("exit_s", 0.0)
+        vals += [i["wall_s"] - counted, i["wall_s"]]
+        sums = [a + b for a, b in zip(sums, vals)]
+        lines.append([i["model"], ",".join(map(str, i["threads"]))] + [f"{v:.1f}" for v in vals])
+    lines.append(["sum", ""] + [f"{v:.1f}" for v in sums])
+    w = [max(len(h), *(len(l[k]) for l in lines)) for k, h in enumerate(heads)]
+    fmt = lambda cells: "  ".join(c.ljust(w[k]) if k < 2 else c.rjust(w[k])
+                                  for k, c in enumerate(cells))
+    out = [f"time budget, seconds (wall {total:.0f}; noisy when the machine is shared):",
+           fmt(heads)]
+    out += [fmt(l) for l in lines]
+    return "\n".join(out)
 
 
 def driver(args) -> int:
@@ -183,37 +355,59 @@ def driver(args) -> int:
         return 2
     threads = [int(t) for t in args.threads.split(",")]
     quick = args.quick
-    timeout = 240 if quick else 1800
+    timeout = 240 if quick else 3600
     start = time.perf_counter()
+    t_start = time.time()
     busy0, own0 = report.busy_cpu_seconds(), report.own_cpu_seconds()
-    rows = []
-    first_wall: dict = {}
-    for ti, n in enumerate(threads):
-        for name in names:
-            spec = MODELS[name]
-            skip = ""
-            if quick and spec.quick_skip_inductor:
-                skip = QUICK_SKIP
-            elapsed = time.perf_counter() - start
-            if quick and ti > 0:
-                # Later thread counts only while the five-minute budget holds.
-                est = 1.3 * first_wall.get(name, 30.0)
-                if elapsed + est > QUICK_BUDGET_S:
-                    rows.append({"model": name, "about": spec.about, "threads": n,
-                                 "train": spec.train, "skipped":
-                                 "skipped in QUICK (time budget)", "systems": {}})
-                    print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s): skipped (QUICK budget)",
-                          flush=True)
-                    continue
-                # Inductor's cold compile dominates; QUICK runs it at the
-                # first thread count only.
-                skip = skip or QUICK_SKIP
-            print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s) ...", end="", flush=True)
-            row = run_one(name, n, quick, skip, timeout)
-            first_wall.setdefault(name, row["wall_s"])
-            rows.append(row)
-            print(f" {row['wall_s']:.1f}s" + (f"  ({row['error']})" if row.get("error") else ""),
-                  flush=True)
+    rows, infos = [], []
+    slow, est_sum, wall_sum = 1.0, 0.0, 0.0
+    later = []   # training rows' later thread counts: their own processes, at the end
+    for k, name in enumerate(names):
+        spec = MODELS[name]
+        skip = QUICK_SKIP if quick and spec.quick_skip_inductor else ""
+        elapsed = time.perf_counter() - start
+        if spec.train:
+            run_threads, deadline = threads[:1], 0.0
+            later += [(name, n) for n in threads[1:]]
+        else:
+            run_threads = threads
+            # QUICK: later thread counts only if the models still to come fit.
+            rest = slow * sum(_estimate(MODELS[m]) for m in names[k + 1:])
+            deadline = t_start + QUICK_BUDGET_S - rest if quick else 0.0
+        print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, run_threads))} thread(s) ...",
+              end="", flush=True)
+        got, info = run_one(name, run_threads, quick, skip, timeout, deadline)
+        rows += got
+        infos.append(info)
+        first_only = info["wall_s"] - sum(v for k, v in info["phases"].items()
+                                          if k in ("switch+check", "ort session later")
+                                          or (k.startswith("timing ") and k != f"timing {threads[0]}t"))
+        est_sum += _estimate(spec)
+        wall_sum += first_only
+        slow = max(0.8, wall_sum / est_sum)
+        print(f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else "")
+              + "".join(f"  [{r['threads']}t skipped: budget]" for r in got if r.get("skipped")),
+              flush=True)
+        print("    " + phase_line(info), flush=True)
+    first_wall = {i["model"]: i["wall_s"] for i in infos}
+    for name, n in later:
+        spec = MODELS[name]
+        elapsed = time.perf_counter() - start
+        if quick and elapsed + 1.2 * first_wall.get(name, 30.0) > QUICK_BUDGET_S:
+            rows.append({"model": name, "about": spec.about, "threads": n, "train": spec.train,
+                         "skipped": "skipped in QUICK (time budget)", "systems": {}})
+            print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s): skipped (QUICK budget)", flush=True)
+            continue
+        print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s) ...", end="", flush=True)
+        got, info = run_one(name, [n], quick, QUICK_SKIP if quick else "", timeout)
+        rows += got
+        infos.append(info)
+        print(f" {info['wall_s']:.1f}s", flush=True)
+        print("    " + phase_line(info), flush=True)
+    # The table lists every model at the first thread count, then the next.
+    order = {n: k for k, n in enumerate(names)}
+    rows.sort(key=lambda r: (threads.index(r["threads"]) if r["threads"] in threads else 99,
+                             order.get(r["model"], 99)))
     total = time.perf_counter() - start
     busy1, own1 = report.busy_cpu_seconds(), report.own_cpu_seconds()
     other = None
@@ -221,9 +415,16 @@ def driver(args) -> int:
         # CPU that processes other than this benchmark used, in cores.
         other = round(max(0.0, (busy1 - busy0) - (own1 - own0)) / total, 2)
     meta = report.machine_meta(threads, quick, total, other)
+    meta["budget"] = [{"model": i["model"], "threads": i["threads"],
+                       "wall_s": round(i["wall_s"], 2), "exporter": i.get("exporter"),
+                       "exit_s": round(i.get("exit_s", 0.0), 2),
+                       "phases": {k: round(v, 2) for k, v in i["phases"].items()}}
+                      for i in infos]
     results = {"meta": meta, "rows": rows}
     out_dir = Path(args.out_dir)
     report.write_all(results, out_dir)
+    print()
+    print(budget_table(infos, total))
     print(f"\ntotal {total:.0f}s; wrote {out_dir}/results.json, results.png, results.md")
     return 0
 
@@ -240,6 +441,8 @@ def main():
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--skip-inductor", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--spawned", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.list:
         sys.path.insert(0, str(HERE))
@@ -248,8 +451,12 @@ def main():
             print(f"{s.name:18s} {s.about}")
         return 0
     if args.worker:
-        args.threads_one = int(args.threads)
-        return worker(args)
+        rc = worker(args)
+        # Everything is saved: skip interpreter teardown (torch's, ORT's and
+        # Inductor's compile workers' shutdown cost seconds per process).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     return driver(args)
 
 

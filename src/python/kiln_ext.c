@@ -490,6 +490,40 @@ static PyObject* kiln_py_model_profile(kiln_py_model_t* self, PyObject* args) {
   return Py_BuildValue("(NL)", list, (long long)runs);
 }
 
+/* Pools made for set_threads, one per thread count, kept for the process's
+ * life like the default pool: models share them and never own them. */
+#define KILN_PY_MAX_POOL_THREADS 256
+static kiln_pool_t* kiln_py_pools[KILN_PY_MAX_POOL_THREADS + 1];
+
+/* set_threads(n): later runs use a pool of n threads (0: the default pool,
+ * KILN_NUM_THREADS). Lets one process time one model at several thread counts. */
+static PyObject* kiln_py_model_set_threads(kiln_py_model_t* self, PyObject* args) {
+  int n;
+  if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+  if (n < 0 || n > KILN_PY_MAX_POOL_THREADS) {
+    PyErr_Format(PyExc_ValueError, "thread count %d is out of range [0, %d]", n,
+                 KILN_PY_MAX_POOL_THREADS);
+    return NULL;
+  }
+  kiln_pool_t* pool = NULL;
+  if (n > 0) {
+    /* The GIL serializes creation. */
+    if (!kiln_py_pools[n]) {
+      kiln_status_t s = kiln_pool_create(n, &kiln_py_pools[n]);
+      if (s) return kiln_py_raise(s);
+    }
+    pool = kiln_py_pools[n];
+  }
+  Py_BEGIN_ALLOW_THREADS kiln_model_set_pool(self->model, pool);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* threads() -> the thread count runs use */
+static PyObject* kiln_py_model_threads(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLong(kiln_pool_size(kiln_model_pool(self->model)));
+}
+
 static PyMethodDef kiln_py_model_methods[] = {
     {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,
      "run(inputs, outputs): each a sequence of (data_ptr, dtype, shape)"},
@@ -500,6 +534,9 @@ static PyMethodDef kiln_py_model_methods[] = {
     {"stats", (PyCFunction)kiln_py_model_stats, METH_NOARGS, "plan figures"},
     {"profile", (PyCFunction)kiln_py_model_profile, METH_VARARGS,
      "profile(on) starts/stops; profile() returns per-node times"},
+    {"set_threads", (PyCFunction)kiln_py_model_set_threads, METH_VARARGS,
+     "set_threads(n): run on n threads (0: the default pool)"},
+    {"threads", (PyCFunction)kiln_py_model_threads, METH_NOARGS, "threads runs use"},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject kiln_py_model_type = {

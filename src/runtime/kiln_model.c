@@ -166,6 +166,14 @@ kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32
 
 void kiln_model_set_profiling(kiln_model_t* m, int on) { m->profiling = on; }
 
+void kiln_model_set_pool(kiln_model_t* m, kiln_pool_t* pool) {
+  pthread_mutex_lock(&m->lock);
+  m->pool = pool ? pool : kiln_pool_default();
+  pthread_mutex_unlock(&m->lock);
+}
+
+kiln_pool_t* kiln_model_pool(const kiln_model_t* m) { return m->pool; }
+
 const uint64_t* kiln_model_profile(const kiln_model_t* m, int64_t* out_runs) {
   *out_runs = m->runs;
   return m->times_ns;

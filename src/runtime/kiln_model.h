@@ -40,6 +40,13 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
                                           kiln_model_t** out_model);
 void kiln_model_release(kiln_model_t* model);
 
+/* Runs later calls on `pool` (NULL: the default pool); the pool must outlive
+ * the model. The plan does not depend on the thread count, so this is how
+ * one process runs one compiled model at several thread counts (the model
+ * benchmark's 2- and 1-thread passes). Waits for a run in progress. */
+void kiln_model_set_pool(kiln_model_t* model, kiln_pool_t* pool);
+kiln_pool_t* kiln_model_pool(const kiln_model_t* model);
+
 /* Borrowed views of the model's parts. */
 const kiln_graph_t* kiln_model_graph(const kiln_model_t* model);
 const kiln_plan_t* kiln_model_plan(const kiln_model_t* model);
