@@ -22,36 +22,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "bench_timing.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/nn/kiln_nn.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BENCH_X86 1
-#endif
-
 static int bench_samples = 7;
-
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bench_cmp_double(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static double bench_median(double* v, int n) {
-  qsort(v, (size_t)n, sizeof(double), bench_cmp_double);
-  return v[n / 2];
-}
 
 /* Median seconds per call of fn(ctx): one warm-up call (caches, scratch,
  * page faults), then samples of enough calls for ~30 ms each. */
@@ -71,22 +50,11 @@ static double bench_time(void (*fn)(void*), void* ctx) {
   return bench_median(t, samples);
 }
 
-static volatile float bench_sink;
-
 /* ---- FMA peak: 12 independent FMA chains, no memory traffic ------------ */
 
 #define BENCH_FMA_ITERS 20000000L
 
 #ifdef BENCH_X86
-__attribute__((target("avx2,fma"))) static float bench_fma_avx2(long iters) {
-  __m256 acc[12], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps((float)i);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  return _mm256_cvtss_f32(s);
-}
 __attribute__((target("avx512f"))) static float bench_fma_avx512(long iters) {
   __m512 acc[12], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
   for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps((float)i);
