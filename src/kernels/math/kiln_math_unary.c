@@ -3,9 +3,10 @@
  * kiln_nn_math.h's tiled loop (KILN_NN_UNARY_LOOP) over a branch-free
  * function (kiln_math_vec.h) that GCC vectorises.
  *
- * tan stays on libm: an accurate vector tan needs a multi-part reduction by
- * pi/2 (Payne-Hanek for large arguments), and the op is rare in models (as
- * sin and cos, which kernels/nn leaves on libm too). ceil, floor, trunc and
+ * tan is vectorised below 2^28 (kiln_math_tan_mediumf, a reduction by pi/2
+ * in double); larger arguments need Payne-Hanek's multi-word reduction and
+ * go to libm, one by one, after the vector pass (so do inf and NaN, which
+ * give NaN). ceil, floor, trunc and
  * nearbyint (half to even in the default rounding mode) are single
  * instructions (vroundps) at AVX2.
  */
@@ -17,6 +18,19 @@
 
 /* One case: kiln_nn_math.h's tiled loop over this function's x and y. */
 #define KILN_MATH_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, tile, expr)
+
+/* tan over x into y: the vector path over a tile, then libm for the lanes
+ * it does not cover (read from x before y is written: they may alias). */
+static void kiln_math_tan_range(size_t n, const float* x, float* y, float* tile) {
+  for (size_t i = 0; i < n; i += KILN_NN_UNARY_TILE) {
+    size_t m = n - i < KILN_NN_UNARY_TILE ? n - i : KILN_NN_UNARY_TILE;
+    const float* xs = x + i;
+    for (size_t j = 0; j < m; ++j) tile[j] = kiln_math_tan_mediumf(xs[j]);
+    for (size_t j = 0; j < m; ++j)
+      if (!(fabsf(xs[j]) < KILN_MATH_TAN_MAX)) tile[j] = tanf(xs[j]);
+    memcpy(y + i, tile, m * sizeof(float));
+  }
+}
 
 void KILN_MATH_FN(kiln_math_unary_range)(kiln_math_unary_t op, size_t n, const float* x,
                                          float* y) {
@@ -30,7 +44,7 @@ void KILN_MATH_FN(kiln_math_unary_range)(kiln_math_unary_t op, size_t n, const f
     case KILN_MATH_ATANH: KILN_MATH_UNARY_CASE(kiln_math_atanhf(v));
     case KILN_MATH_COSH: KILN_MATH_UNARY_CASE(kiln_math_coshf(v));
     case KILN_MATH_SINH: KILN_MATH_UNARY_CASE(kiln_math_sinhf(v));
-    case KILN_MATH_TAN: KILN_MATH_UNARY_CASE(tanf(v));
+    case KILN_MATH_TAN: kiln_math_tan_range(n, x, y, tile); break;
     case KILN_MATH_EXPM1: KILN_MATH_UNARY_CASE(kiln_math_expm1f(v));
     case KILN_MATH_LOG10: KILN_MATH_UNARY_CASE(kiln_math_log10f(v));
     case KILN_MATH_LOG1P: KILN_MATH_UNARY_CASE(kiln_math_log1pf(v));
