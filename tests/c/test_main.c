@@ -74,7 +74,8 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \
-  X(movement)
+  X(movement)              \
+  X(conv_planes)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

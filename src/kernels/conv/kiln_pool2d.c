@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels/conv/kiln_conv.h"
+#include "kernels/conv/kiln_conv_planes.h"
 #include "kernels/conv/kiln_pool_window.h"
 
 /* max that keeps NaN (as torch): a when a is NaN, else the larger. Written
@@ -73,9 +74,8 @@ static void kiln_max_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t t
   }
 }
 
-static void kiln_avg_pool_plane(void* ctx, size_t task, int thread) {
-  (void)thread;
-  const kiln_pool2d_f32_args_t* a = ctx;
+/* The direct loop: the reference, and the path for very wide planes. */
+static void kiln_avg_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t task) {
   const float* x = a->x + (int64_t)task * a->h * a->w;
   float* y = a->y + (int64_t)task * a->ho * a->wo;
   kiln_pool_geom_t g = KILN_POOL_GEOM(a);
@@ -114,7 +114,27 @@ void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_max_pool_plane, (void*)a);
 }
 
+typedef struct {
+  const kiln_pool2d_f32_args_t* a;
+  kiln_avg_pool_plane_fn plane; /* NULL: the direct loop */
+} kiln_avg_pool_t;
+
+static void kiln_avg_pool_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_avg_pool_t* t = ctx;
+  if (t->plane) t->plane(t->a, (int64_t)task);
+  else kiln_avg_pool_plane_direct(t->a, task);
+}
+
+void kiln_avg_pool2d_f32_reference(const kiln_pool2d_f32_args_t* a) {
+  if (a->ho <= 0 || a->wo <= 0) return;
+  for (int64_t p = 0; p < a->n * a->c; ++p) kiln_avg_pool_plane_direct(a, (size_t)p);
+}
+
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->ho <= 0 || a->wo <= 0) return;
-  kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_avg_pool_plane, (void*)a);
+  kiln_avg_pool_t t = {a, NULL};
+  if (a->w <= KILN_CONV_PLANES_ROW_MAX && a->wo <= KILN_CONV_PLANES_ROW_MAX)
+    t.plane = kiln_avg_pool_plane_for(kiln_cpu_isa());
+  kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_avg_pool_task, &t);
 }
