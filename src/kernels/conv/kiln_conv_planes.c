@@ -26,7 +26,10 @@
 
 /* Each output row: the bias, then one pass over the row per window tap
  * (acc[j] += w * x[row][j * sw + off] over the columns whose tap is inside
- * the input; contiguous for stride 1), then the epilogue. */
+ * the input; contiguous for stride 1), then the epilogue. At stride 2 each
+ * input row is first split into its even and odd columns, which turns
+ * every tap's pass into a contiguous one: column j * 2 + off is
+ * half[off & 1][j + (off - (off & 1)) / 2]. */
 void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, int64_t plane,
                                              float* acc) {
   const int64_t ch = plane % a->c;
@@ -37,12 +40,21 @@ void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, in
   const int64_t ws = a->weight_packed ? a->weight_packed : 1;
   const float* w = a->weight + ch * a->kh * a->kw * ws;
   const float b = a->bias ? a->bias[ch] : 0.0f;
+  float half[2][KILN_CONV_PLANES_ROW_MAX / 2];
+  const int split = a->sw == 2 && W <= KILN_CONV_PLANES_ROW_MAX;
   for (int64_t i = 0; i < a->ho; ++i) {
     for (int64_t j = 0; j < Wo; ++j) acc[j] = b;
     for (int64_t u = 0; u < a->kh; ++u) {
       int64_t iy = i * a->sh - a->ph + u * a->dh;
       if (iy < 0 || iy >= H) continue;
       const float* row = x + iy * W;
+      if (split) {
+        for (int64_t c = 0; c < W / 2; ++c) {
+          half[0][c] = row[2 * c];
+          half[1][c] = row[2 * c + 1];
+        }
+        if (W & 1) half[0][W / 2] = row[W - 1];
+      }
       for (int64_t v = 0; v < a->kw; ++v) {
         /* Output columns whose tap lies inside the row: ix = j*sw + off. */
         const float wv = w[(u * a->kw + v) * ws];
@@ -53,6 +65,10 @@ void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, in
         if (a->sw == 1) {
           const float* src = row + off;
           for (int64_t j = j0; j < j1; ++j) acc[j] = KILN_CONV_PLANES_FMA(wv, src[j], acc[j]);
+        } else if (split) {
+          const float* h = half[off & 1];
+          const int64_t q = (off - (off & 1)) / 2; /* j + q >= 0 for j >= j0 */
+          for (int64_t j = j0; j < j1; ++j) acc[j] = KILN_CONV_PLANES_FMA(wv, h[j + q], acc[j]);
         } else {
           const int64_t sw = a->sw;
           for (int64_t j = j0; j < j1; ++j)
