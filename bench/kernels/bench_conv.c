@@ -10,65 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "bench_timing.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define BENCH_X86 1
-#endif
-
-static double bench_cpu_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static double bench_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int bench_cmp(const void* a, const void* b) {
-  double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static volatile float bench_sink;
-
-#ifdef BENCH_X86
-__attribute__((target("avx2,fma"))) static float bench_fma_avx2(long iters) {
-  __m256 acc[12], x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps((float)i);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  return _mm256_cvtss_f32(s);
-}
-#endif
-
 /* One thread's AVX2 FMA peak in GFLOP/s per CPU second (0 without AVX2). */
-static double bench_peak(void) {
-#ifdef BENCH_X86
-  if (kiln_cpu_isa() < KILN_ISA_AVX2) return 0;
-  double best = 0;
-  for (int r = 0; r < 5; ++r) {
-    long iters = 20000000L;
-    double c0 = bench_cpu_now();
-    bench_sink = bench_fma_avx2(iters);
-    double g = 12.0 * 16 * iters / (bench_cpu_now() - c0) * 1e-9;
-    best = g > best ? g : best;
-  }
-  return best;
-#else
-  return 0;
-#endif
-}
+static double bench_peak(void) { return bench_fma_peak_cpu(5, 20000000L); }
 
 typedef struct {
   const char* name;
@@ -139,9 +89,9 @@ int main(int argc, char** argv) {
       double c3 = threads > 1 ? bench_now() : bench_cpu_now();
       if (r >= 0) tc[r] = c1 - c0, tg[r] = c2 - c1, t16[r] = c3 - c2;
     }
-    qsort(tc, (size_t)reps, sizeof(double), bench_cmp);
-    qsort(tg, (size_t)reps, sizeof(double), bench_cmp);
-    qsort(t16, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tc, (size_t)reps, sizeof(double), bench_cmp_double);
+    qsort(tg, (size_t)reps, sizeof(double), bench_cmp_double);
+    qsort(t16, (size_t)reps, sizeof(double), bench_cmp_double);
     double flop = 2.0 * (double)L->o * (double)K * (double)N;
     double gc = flop / tc[0] * 1e-9, gg = flop / tg[0] * 1e-9;
     double g16 = flop / t16[0] * 1e-9;

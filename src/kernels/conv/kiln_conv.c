@@ -55,6 +55,7 @@
 #include "base/kiln_scratch.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/conv/kiln_conv_internal.h"
+#include "kernels/conv/kiln_conv_planes.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 #define KILN_CONV_CACHE_CAP ((size_t)64 << 20)
@@ -231,64 +232,17 @@ static void kiln_conv_pack_task(void* p, size_t task, int thread) {
   kiln_conv_pack_panels(t->a->o, t->k, t->a->groups, t->p, t->a->weight, p0, p1, t->out);
 }
 
-/* ---- depthwise: direct loop per (n, c) plane --------------------------- */
+/* ---- depthwise: one (n, c) plane per task (kiln_conv_planes.c) ---------- */
 
 typedef struct {
   const kiln_conv2d_f32_args_t* a;
+  kiln_conv_dw_plane_fn plane;
   float* tmp; /* one Wo row per thread */
 } kiln_conv_dw_t;
 
 static void kiln_conv_dw_task(void* p, size_t task, int thread) {
   const kiln_conv_dw_t* t = p;
-  const kiln_conv2d_f32_args_t* a = t->a;
-  const int64_t plane = (int64_t)task, ch = plane % a->c;
-  const int64_t H = a->h, W = a->w, Wo = a->wo;
-  const float* x = a->x + plane * H * W;
-  /* Packed weights of a depthwise conv are one panel per channel with only
-   * row 0 used (see kiln_conv.h). */
-  const int64_t ws = a->weight_packed ? a->weight_packed : 1;
-  const float* w = a->weight + ch * a->kh * a->kw * ws;
-  const float b = a->bias ? a->bias[ch] : 0.0f;
-  float* acc = t->tmp + (int64_t)thread * Wo;
-  for (int64_t i = 0; i < a->ho; ++i) {
-    for (int64_t j = 0; j < Wo; ++j) acc[j] = b;
-    for (int64_t u = 0; u < a->kh; ++u) {
-      int64_t iy = i * a->sh - a->ph + u * a->dh;
-      if (iy < 0 || iy >= H) continue;
-      const float* row = x + iy * W;
-      for (int64_t v = 0; v < a->kw; ++v) {
-        /* Output columns whose tap lies inside the row: ix = j*sw + off. */
-        const float wv = w[(u * a->kw + v) * ws];
-        int64_t off = v * a->dw - a->pw;
-        int64_t j0 = off >= 0 ? 0 : (-off + a->sw - 1) / a->sw;
-        int64_t j1 = W - 1 - off < 0 ? 0 : (W - 1 - off) / a->sw + 1;
-        if (j1 > Wo) j1 = Wo;
-        if (a->sw == 1) {
-          const float* src = row + off;
-          for (int64_t j = j0; j < j1; ++j) acc[j] += wv * src[j];
-        } else {
-          for (int64_t j = j0; j < j1; ++j) acc[j] += wv * row[j * a->sw + off];
-        }
-      }
-    }
-    /* acc is separate from y, so a residual aliasing y is read intact. */
-    float* y = a->y + (plane * a->ho + i) * Wo;
-    const float* r = a->residual ? a->residual + (plane * a->ho + i) * Wo : NULL;
-    if (r && a->residual_before_act) {
-      for (int64_t j = 0; j < Wo; ++j) acc[j] += r[j];
-      r = NULL;
-    }
-    if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) {
-      const int relu = a->act == KILN_ACT_RELU;
-      for (int64_t j = 0; j < Wo; ++j) {
-        float v = relu && acc[j] < 0.0f ? 0.0f : acc[j];
-        y[j] = r ? v + r[j] : v;
-      }
-    } else {
-      for (int64_t j = 0; j < Wo; ++j)
-        y[j] = kiln_activation_scalar(acc[j], a->act) + (r ? r[j] : 0.0f);
-    }
-  }
+  t->plane(t->a, (int64_t)task, t->tmp + (int64_t)thread * t->a->wo);
 }
 
 static void kiln_conv_depthwise(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
@@ -299,7 +253,7 @@ static void kiln_conv_depthwise(const kiln_conv2d_f32_args_t* a, kiln_pool_t* po
     kiln_conv2d_f32_reference(a);
     return;
   }
-  kiln_conv_dw_t t = {a, tmp};
+  kiln_conv_dw_t t = {a, kiln_conv_dw_plane_for(kiln_cpu_isa()), tmp};
   kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_conv_dw_task, &t);
   kiln_scratch_put(&kiln_conv_scratch_, blk);
 }

@@ -90,5 +90,7 @@ void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
 /* The direct window loop, for the tests (max is exact: results equal). */
 void kiln_max_pool2d_f32_reference(const kiln_pool2d_f32_args_t* args);
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+/* The direct window loop (the scalar reference of the vectorised planes). */
+void kiln_avg_pool2d_f32_reference(const kiln_pool2d_f32_args_t* args);
 
 #endif /* KILN_CONV_H */

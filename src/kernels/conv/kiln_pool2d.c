@@ -1,21 +1,14 @@
 /* Max and average pooling over NCHW planes, one task per (n, c) plane.
- * Max pooling is separable (rows, then columns); average pooling is a
- * direct loop. Windows are small (2x2, 3x3), so the loop over a window is
+ * Max pooling is separable (rows, then columns); average pooling runs
+ * kiln_conv_planes.c's per-ISA plane kernels, with the direct loop as its
+ * reference and the path for very wide planes. Windows are small (2x2, 3x3), so the loop over a window is
  * short; the inner loop runs over the window's in-bounds columns only, so
  * padding costs no branches inside it. */
 #include <math.h>
 
 #include "kernels/conv/kiln_conv.h"
-
-/* [lo, hi) of window taps t (position base + t * step) inside [0, size). */
-static void kiln_pool_tap_range(int64_t base, int64_t step, int64_t taps, int64_t size,
-                                int64_t* lo, int64_t* hi) {
-  int64_t l = 0, h = taps;
-  while (l < h && base + l * step < 0) ++l;
-  while (h > l && base + (h - 1) * step >= size) --h;
-  *lo = l;
-  *hi = h;
-}
+#include "kernels/conv/kiln_conv_planes.h"
+#include "kernels/conv/kiln_pool_window.h"
 
 /* max that keeps NaN (as torch): a when a is NaN, else the larger. Written
  * as a compare and a select, so loops over it vectorise. */
@@ -32,9 +25,10 @@ static void kiln_max_pool_plane_separable(const kiln_pool2d_f32_args_t* a, size_
   float* y = a->y + (int64_t)task * a->ho * a->wo;
   float rowmax[KILN_POOL_ROW_MAX];
   const int64_t W = a->w;
+  const kiln_pool_geom_t g = KILN_POOL_GEOM(a);
   for (int64_t i = 0; i < a->ho; ++i) {
-    int64_t y0 = i * a->sh - a->ph, u0, u1;
-    kiln_pool_tap_range(y0, a->dh, a->kh, a->h, &u0, &u1);
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
     if (u0 >= u1) { /* no row of the window is inside: torch's -inf */
       for (int64_t j = 0; j < a->wo; ++j) y[i * a->wo + j] = -INFINITY;
       continue;
@@ -46,8 +40,8 @@ static void kiln_max_pool_plane_separable(const kiln_pool2d_f32_args_t* a, size_
       for (int64_t c = 0; c < W; ++c) rowmax[c] = kiln_pool_max(r[c], rowmax[c]);
     }
     for (int64_t j = 0; j < a->wo; ++j) {
-      int64_t x0 = j * a->sw - a->pw, v0, v1;
-      kiln_pool_tap_range(x0, a->dw, a->kw, W, &v0, &v1);
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
       float m = -INFINITY;
       for (int64_t v = v0; v < v1; ++v) m = kiln_pool_max(rowmax[x0 + v * a->dw], m);
       y[i * a->wo + j] = m;
@@ -59,12 +53,13 @@ static void kiln_max_pool_plane_separable(const kiln_pool2d_f32_args_t* a, size_
 static void kiln_max_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t task) {
   const float* x = a->x + (int64_t)task * a->h * a->w;
   float* y = a->y + (int64_t)task * a->ho * a->wo;
+  const kiln_pool_geom_t g = KILN_POOL_GEOM(a);
   for (int64_t i = 0; i < a->ho; ++i) {
-    int64_t y0 = i * a->sh - a->ph, u0, u1;
-    kiln_pool_tap_range(y0, a->dh, a->kh, a->h, &u0, &u1);
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
     for (int64_t j = 0; j < a->wo; ++j) {
-      int64_t x0 = j * a->sw - a->pw, v0, v1;
-      kiln_pool_tap_range(x0, a->dw, a->kw, a->w, &v0, &v1);
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
       float m = -INFINITY;
       int nan = 0;
       for (int64_t u = u0; u < u1; ++u) {
@@ -80,33 +75,24 @@ static void kiln_max_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t t
   }
 }
 
-static void kiln_avg_pool_plane(void* ctx, size_t task, int thread) {
-  (void)thread;
-  const kiln_pool2d_f32_args_t* a = ctx;
+/* The direct loop: the reference, and the path for very wide planes. */
+static void kiln_avg_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t task) {
   const float* x = a->x + (int64_t)task * a->h * a->w;
   float* y = a->y + (int64_t)task * a->ho * a->wo;
+  kiln_pool_geom_t g = KILN_POOL_GEOM(a);
+  g.dh = g.dw = 1; /* average pooling has no dilation (its dh, dw are ignored) */
   for (int64_t i = 0; i < a->ho; ++i) {
-    int64_t y0 = i * a->sh - a->ph, u0, u1;
-    kiln_pool_tap_range(y0, 1, a->kh, a->h, &u0, &u1);
-    /* torch's divisor with count_include_pad: the window clipped to the
-     * padded input (ceil_mode windows can hang past it). */
-    int64_t pad_end_h = y0 + a->kh < a->h + a->ph ? y0 + a->kh : a->h + a->ph;
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
     for (int64_t j = 0; j < a->wo; ++j) {
-      int64_t x0 = j * a->sw - a->pw, v0, v1;
-      kiln_pool_tap_range(x0, 1, a->kw, a->w, &v0, &v1);
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
       float s = 0.0f;
       for (int64_t u = u0; u < u1; ++u) {
         const float* row = x + (y0 + u) * a->w + x0;
         for (int64_t v = v0; v < v1; ++v) s += row[v];
       }
-      int64_t count;
-      if (a->count_include_pad) {
-        int64_t pad_end_w = x0 + a->kw < a->w + a->pw ? x0 + a->kw : a->w + a->pw;
-        count = (pad_end_h - y0) * (pad_end_w - x0);
-      } else {
-        count = (u1 - u0) * (v1 - v0);
-      }
-      if (a->divisor_override > 0) count = a->divisor_override;
+      int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
       y[i * a->wo + j] = count > 0 ? s / (float)count : 0.0f;
     }
   }
@@ -129,7 +115,27 @@ void kiln_max_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_max_pool_plane, (void*)a);
 }
 
+typedef struct {
+  const kiln_pool2d_f32_args_t* a;
+  kiln_avg_pool_plane_fn plane; /* NULL: the direct loop */
+} kiln_avg_pool_t;
+
+static void kiln_avg_pool_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_avg_pool_t* t = ctx;
+  if (t->plane) t->plane(t->a, (int64_t)task);
+  else kiln_avg_pool_plane_direct(t->a, task);
+}
+
+void kiln_avg_pool2d_f32_reference(const kiln_pool2d_f32_args_t* a) {
+  if (a->ho <= 0 || a->wo <= 0) return;
+  for (int64_t p = 0; p < a->n * a->c; ++p) kiln_avg_pool_plane_direct(a, (size_t)p);
+}
+
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->ho <= 0 || a->wo <= 0) return;
-  kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_avg_pool_plane, (void*)a);
+  kiln_avg_pool_t t = {a, NULL};
+  if (a->w <= KILN_CONV_PLANES_ROW_MAX && a->wo <= KILN_CONV_PLANES_ROW_MAX)
+    t.plane = kiln_avg_pool_plane_for(kiln_cpu_isa());
+  kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_avg_pool_task, &t);
 }

@@ -6,28 +6,20 @@
 #include <string.h>
 
 #include "kernels/conv/kiln_conv_backward.h"
-
-/* [lo, hi) of window taps t (position base + t * step) inside [0, size). */
-static void kiln_pool_grad_taps(int64_t base, int64_t step, int64_t taps, int64_t size,
-                                int64_t* lo, int64_t* hi) {
-  int64_t l = 0, h = taps;
-  while (l < h && base + l * step < 0) ++l;
-  while (h > l && base + (h - 1) * step >= size) --h;
-  *lo = l;
-  *hi = h;
-}
+#include "kernels/conv/kiln_pool_window.h"
 
 static void kiln_max_pool_indices_plane(void* ctx, size_t task, int thread) {
   (void)thread;
   const kiln_pool2d_grad_f32_args_t* a = ctx;
   const float* x = a->x + (int64_t)task * a->h * a->w;
   int64_t* idx = a->out_indices + (int64_t)task * a->ho * a->wo;
+  const kiln_pool_geom_t g = KILN_POOL_GEOM(a);
   for (int64_t i = 0; i < a->ho; ++i) {
-    int64_t y0 = i * a->sh - a->ph, u0, u1;
-    kiln_pool_grad_taps(y0, a->dh, a->kh, a->h, &u0, &u1);
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
     for (int64_t j = 0; j < a->wo; ++j) {
-      int64_t x0 = j * a->sw - a->pw, v0, v1;
-      kiln_pool_grad_taps(x0, a->dw, a->kw, a->w, &v0, &v1);
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
       /* torch's rule: strictly greater wins (the first maximum stays), a
        * NaN always wins (the last NaN stays); start at the first tap. */
       float m = -INFINITY;
@@ -92,23 +84,16 @@ static void kiln_avg_pool_grad_plane(void* ctx, size_t task, int thread) {
   float* dx = a->dx + (int64_t)task * a->h * a->w;
   const float* dy = a->dy + (int64_t)task * a->ho * a->wo;
   memset(dx, 0, (size_t)(a->h * a->w) * sizeof(float));
+  kiln_pool_geom_t g = KILN_POOL_GEOM(a);
+  g.dh = g.dw = 1; /* average pooling has no dilation (its dh, dw are ignored) */
   for (int64_t i = 0; i < a->ho; ++i) {
-    int64_t y0 = i * a->sh - a->ph, u0, u1;
-    kiln_pool_grad_taps(y0, 1, a->kh, a->h, &u0, &u1);
-    /* The forward's divisor (kiln_pool2d.c): with count_include_pad the
-     * window clipped to the padded input. */
-    int64_t pad_end_h = y0 + a->kh < a->h + a->ph ? y0 + a->kh : a->h + a->ph;
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
     for (int64_t j = 0; j < a->wo; ++j) {
-      int64_t x0 = j * a->sw - a->pw, v0, v1;
-      kiln_pool_grad_taps(x0, 1, a->kw, a->w, &v0, &v1);
-      int64_t count;
-      if (a->count_include_pad) {
-        int64_t pad_end_w = x0 + a->kw < a->w + a->pw ? x0 + a->kw : a->w + a->pw;
-        count = (pad_end_h - y0) * (pad_end_w - x0);
-      } else {
-        count = (u1 - u0) * (v1 - v0);
-      }
-      if (a->divisor_override > 0) count = a->divisor_override;
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
+      /* The forward's divisor (kiln_pool_window.h). */
+      int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
       if (count <= 0) continue;
       float g = dy[i * a->wo + j] / (float)count;
       for (int64_t u = u0; u < u1; ++u) {

@@ -24,49 +24,21 @@
 
 #define KILN_MATH_FMA KILN_NN_FMA
 
-/* log x = kf ln2 + (returned) log m, m in [sqrt(1/2), sqrt 2): kiln_nn_logf's
- * reduction with the two parts kept apart (log2 and log10 weight them
- * differently). Valid for finite x > 0; the callers patch the edges. */
-static inline float kiln_math_log_parts(float x, float* kf) {
-  int sub = x < 1.17549435e-38f;
-  float xs = sub ? x * 8388608.0f : x;
-  uint32_t u = kiln_nn_bits(xs);
-  int32_t k = (int32_t)(u - 0x3F3504F3u) >> 23;
-  float m = kiln_nn_from_bits(u - ((uint32_t)k << 23));
-  *kf = (float)k - (sub ? 23.0f : 0.0f);
-  float f = m - 1.0f;
-  float s = f / (m + 1.0f);
-  float s2 = s * s;
-  float p = 2.329804599e-01f;
-  p = KILN_MATH_FMA(p, s2, 2.855239511e-01f);
-  p = KILN_MATH_FMA(p, s2, 4.000010192e-01f);
-  p = KILN_MATH_FMA(p, s2, 6.666666865e-01f);
-  return KILN_MATH_FMA(p * s2, s, 2.0f * s);
-}
-
-/* log's answers at the edges, over y computed for the finite positive case. */
-static inline float kiln_math_log_edges(float x, float y) {
-  y = x == INFINITY ? INFINITY : y;
-  y = x == 0.0f ? -INFINITY : y;
-  y = x < 0.0f ? NAN : y;
-  return x != x ? x : y;
-}
-
 static inline float kiln_math_log2f(float x) {
   float kf;
-  float lm = kiln_math_log_parts(x, &kf);
+  float lm = kiln_nn_log_parts(x, &kf);
   /* log2(e) as hi + lo; kf + lm log2(e) with lm's part carried by an FMA. */
   float y = KILN_MATH_FMA(lm, 1.44269502163f, KILN_MATH_FMA(lm, 1.925963033e-08f, kf));
-  return kiln_math_log_edges(x, y);
+  return kiln_nn_log_edges(x, y);
 }
 
 static inline float kiln_math_log10f(float x) {
   float kf;
-  float lm = kiln_math_log_parts(x, &kf);
+  float lm = kiln_nn_log_parts(x, &kf);
   /* log10(2) = 0.301025390625 (12 bits, so kf times it is exact) + lo. */
   float t = KILN_MATH_FMA(kf, 4.605038981e-06f, lm * 0.434294492f);
   float y = KILN_MATH_FMA(kf, 0.301025390625f, t);
-  return kiln_math_log_edges(x, y);
+  return kiln_nn_log_edges(x, y);
 }
 
 static inline float kiln_math_log1pf(float x) {
@@ -84,23 +56,9 @@ static inline float kiln_math_log1pf(float x) {
 static inline float kiln_math_exp_halff(float x) {
   x = x > 89.5f ? 89.5f : x;
   x = x < -104.0f ? -104.0f : x;
-  const float shifter = 12582912.0f;
-  float t = KILN_MATH_FMA(x, 1.44269504089f, shifter);
-  float n = t - shifter;
-  float r = KILN_MATH_FMA(n, -0.693359375f, x);
-  r = KILN_MATH_FMA(n, 2.12194440e-4f, r);
-  float p = 1.984951959e-04f;
-  p = KILN_MATH_FMA(p, r, 1.393358805e-03f);
-  p = KILN_MATH_FMA(p, r, 8.333372883e-03f);
-  p = KILN_MATH_FMA(p, r, 4.166646674e-02f);
-  p = KILN_MATH_FMA(p, r, 1.666666716e-01f);
-  p = KILN_MATH_FMA(p, r, 0.5f);
-  p = KILN_MATH_FMA(p * r, r, r) + 1.0f;
-  int32_t ni = (int32_t)(kiln_nn_bits(t) - 0x4B400000u) - 1;
-  int32_t n1 = ni / 2, n2 = ni - n1;
-  float s1 = kiln_nn_from_bits((uint32_t)(n1 + 127) << 23);
-  float s2 = kiln_nn_from_bits((uint32_t)(n2 + 127) << 23);
-  return p * s1 * s2;
+  float t;
+  float p = kiln_nn_exp_poly(kiln_nn_exp_reduce(x, &t));
+  return kiln_nn_exp_scale(p, (int32_t)(kiln_nn_bits(t) - 0x4B400000u) - 1);
 }
 
 /* expm1: x = n ln2 + r, |r| <= ln2/2 (kiln_nn_expf's reduction), and
@@ -111,11 +69,8 @@ static inline float kiln_math_exp_halff(float x) {
 static inline float kiln_math_expm1f(float x) {
   float xc = x > 20.0f ? 20.0f : x; /* NaN fails both tests and stays NaN */
   xc = xc < -18.0f ? -18.0f : xc;
-  const float shifter = 12582912.0f;
-  float t = KILN_MATH_FMA(xc, 1.44269504089f, shifter);
-  float n = t - shifter;
-  float r = KILN_MATH_FMA(n, -0.693359375f, xc);
-  r = KILN_MATH_FMA(n, 2.12194440e-4f, r);
+  float t;
+  float r = kiln_nn_exp_reduce(xc, &t);
   float p = 2.48015873e-05f; /* 1/8! */
   p = KILN_MATH_FMA(p, r, 1.98412698e-04f);
   p = KILN_MATH_FMA(p, r, 1.38888889e-03f);
@@ -222,6 +177,40 @@ static inline float kiln_math_acosf(float x) {
 /* As torch: (0 < x) - (x < 0), so sign(NaN) = 0 and sign(-0.0) = +0. */
 static inline float kiln_math_signf(float x) {
   return (float)((0.0f < x) - (x < 0.0f));
+}
+
+/* tan for |x| < KILN_MATH_TAN_MAX (the caller sends larger arguments, inf
+ * and NaN to libm): FreeBSD's tanf (e_rem_pio2f.c, k_tanf.c; Sun
+ * Microsystems, Bruce Evans) evaluated branch-free in double, so GCC
+ * vectorises it (four lanes of double per ymm). x = n pi/2 + r with pi/2
+ * carried as pio2_1 (25 significant bits, so n pio2_1 is exact for
+ * n < 2^28) + pio2_1t; then tan(r) by an odd polynomial on |r| <= pi/4 (its
+ * relative error is below 2^-25.5), and -1/tan(r) for odd n. The one
+ * rounding to float keeps the result within about 1 ulp. The sign of zero
+ * is kept: r = x - 0 for n = 0. */
+#define KILN_MATH_TAN_MAX 268435456.0f /* 2^28 */
+
+static inline float kiln_math_tan_mediumf(float x) {
+  const double invpio2 = 6.36619772367581382433e-01;
+  const double pio2_1 = 1.57079631090164184570e+00;  /* 0x3FF921FB50000000 */
+  const double pio2_1t = 1.58932547735281966916e-08; /* pi/2 - pio2_1 */
+  /* Adding 1.5 * 2^52 rounds to the nearest integer and leaves it in the
+   * low bits (|x| 2/pi < 2^28 here; larger lanes are replaced anyway). */
+  const double shifter = 6755399441055744.0;
+  double xd = x;
+  double t = xd * invpio2 + shifter;
+  double fn = t - shifter;
+  uint64_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  double r = (xd - fn * pio2_1) - fn * pio2_1t;
+  double z = r * r;
+  double pr = 0x185dadfcecf44e.0p-61 + z * 0x1362b9bf971bcd.0p-59;
+  double pt = 0x1b54c91d865afe.0p-57 + z * 0x191df3908c33ce.0p-58;
+  double w = z * z;
+  double s = z * r;
+  double u = 0x15554d3418c99f.0p-54 + z * 0x1112fd38999f72.0p-55;
+  double tr = (r + s * u) + (s * w) * (pt + w * pr);
+  return (float)((tb & 1) ? -1.0 / tr : tr);
 }
 
 #endif /* KILN_MATH_VEC_H */

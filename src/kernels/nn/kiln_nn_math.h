@@ -55,31 +55,47 @@ static inline float kiln_nn_two_prod(float a, float b, float* lo) {
   return hi;
 }
 
-/* e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2 so r is
- * exact), e^r by a degree-7 polynomial, then 2^n applied as two factors so
- * that results in the denormal range are rounded once and correctly. */
-static inline float kiln_nn_expf(float x) {
-  x = x > 88.8f ? 88.8f : x; /* NaN fails both tests and stays NaN */
-  x = x < -104.0f ? -104.0f : x;
-  /* Adding 1.5 * 2^23 rounds to an integer and leaves it in the low bits. */
+/* The exponential's range reduction, shared by every e^x variant here and
+ * in kernels/math/kiln_math_vec.h: x = n ln2 + r with |r| <= ln2/2
+ * (Cody-Waite split of ln2 so r is exact). Adding 1.5 * 2^23 rounds x log2 e
+ * to the integer n and leaves it in the low bits of *t, from which the
+ * callers build 2^n. */
+static inline float kiln_nn_exp_reduce(float x, float* t) {
   const float shifter = 12582912.0f;
-  float t = KILN_NN_FMA(x, 1.44269504089f, shifter);
-  float n = t - shifter;
+  *t = KILN_NN_FMA(x, 1.44269504089f, shifter);
+  float n = *t - shifter;
   float r = KILN_NN_FMA(n, -0.693359375f, x);
-  r = KILN_NN_FMA(n, 2.12194440e-4f, r);
+  return KILN_NN_FMA(n, 2.12194440e-4f, r);
+}
+
+/* e^r for |r| <= ln2/2: the degree-7 polynomial of expf. */
+static inline float kiln_nn_exp_poly(float r) {
   float p = 1.984951959e-04f;
   p = KILN_NN_FMA(p, r, 1.393358805e-03f);
   p = KILN_NN_FMA(p, r, 8.333372883e-03f);
   p = KILN_NN_FMA(p, r, 4.166646674e-02f);
   p = KILN_NN_FMA(p, r, 1.666666716e-01f);
   p = KILN_NN_FMA(p, r, 0.5f);
-  p = KILN_NN_FMA(p * r, r, r) + 1.0f;
-  /* Unsigned arithmetic: NaN inputs give garbage bits here but no overflow. */
-  int32_t ni = (int32_t)(kiln_nn_bits(t) - 0x4B400000u);
+  return KILN_NN_FMA(p * r, r, r) + 1.0f;
+}
+
+/* p 2^ni, with 2^ni applied as two factors so that results in the denormal
+ * range are rounded once and correctly. */
+static inline float kiln_nn_exp_scale(float p, int32_t ni) {
   int32_t n1 = ni / 2, n2 = ni - n1;
   float s1 = kiln_nn_from_bits((uint32_t)(n1 + 127) << 23);
   float s2 = kiln_nn_from_bits((uint32_t)(n2 + 127) << 23);
   return p * s1 * s2;
+}
+
+/* e^x: kiln_nn_exp_reduce, e^r by kiln_nn_exp_poly, then kiln_nn_exp_scale. */
+static inline float kiln_nn_expf(float x) {
+  x = x > 88.8f ? 88.8f : x; /* NaN fails both tests and stays NaN */
+  x = x < -104.0f ? -104.0f : x;
+  float t;
+  float p = kiln_nn_exp_poly(kiln_nn_exp_reduce(x, &t));
+  /* Unsigned arithmetic: NaN inputs give garbage bits here but no overflow. */
+  return kiln_nn_exp_scale(p, (int32_t)(kiln_nn_bits(t) - 0x4B400000u));
 }
 
 /* e^x for x <= 0 as the online softmax of attention needs it (arguments
@@ -89,11 +105,8 @@ static inline float kiln_nn_expf(float x) {
  * keeps e^-inf = 0 for masked keys. NaN propagates. */
 static inline float kiln_nn_exp_negf(float x) {
   float xc = x < -87.0f ? -87.0f : x;
-  const float shifter = 12582912.0f;
-  float t = KILN_NN_FMA(xc, 1.44269504089f, shifter);
-  float n = t - shifter;
-  float r = KILN_NN_FMA(n, -0.693359375f, xc);
-  r = KILN_NN_FMA(n, 2.12194440e-4f, r);
+  float t;
+  float r = kiln_nn_exp_reduce(xc, &t);
   float p = 1.389383222e-03f;
   p = KILN_NN_FMA(p, r, 8.363130502e-03f);
   p = KILN_NN_FMA(p, r, 4.166694358e-02f);
@@ -104,15 +117,18 @@ static inline float kiln_nn_exp_negf(float x) {
   return x < -87.0f ? 0.0f : p * s;
 }
 
-/* log x: x = 2^k m with m in [sqrt(1/2), sqrt 2), log m = 2 atanh(s) with
- * s = (m - 1) / (m + 1), |s| <= 0.172. Denormals are scaled up first. */
-static inline float kiln_nn_logf(float x) {
+/* log x = kf ln2 + (returned) log m: x = 2^k m with m in [sqrt(1/2),
+ * sqrt 2), log m = 2 atanh(s) with s = (m - 1) / (m + 1), |s| <= 0.172.
+ * Denormals are scaled up first. The two parts are kept apart for
+ * kernels/math's log2 and log10, which weight them differently. Valid for
+ * finite x > 0; kiln_nn_log_edges patches the rest. */
+static inline float kiln_nn_log_parts(float x, float* kf) {
   int sub = x < 1.17549435e-38f;
   float xs = sub ? x * 8388608.0f : x;
   uint32_t u = kiln_nn_bits(xs);
   int32_t k = (int32_t)(u - 0x3F3504F3u) >> 23;
   float m = kiln_nn_from_bits(u - ((uint32_t)k << 23));
-  float kf = (float)k - (sub ? 23.0f : 0.0f);
+  *kf = (float)k - (sub ? 23.0f : 0.0f);
   float f = m - 1.0f;
   float s = f / (m + 1.0f);
   float s2 = s * s;
@@ -120,12 +136,23 @@ static inline float kiln_nn_logf(float x) {
   p = KILN_NN_FMA(p, s2, 2.855239511e-01f);
   p = KILN_NN_FMA(p, s2, 4.000010192e-01f);
   p = KILN_NN_FMA(p, s2, 6.666666865e-01f);
-  float lm = KILN_NN_FMA(p * s2, s, 2.0f * s);
-  float y = KILN_NN_FMA(kf, 0.693359375f, KILN_NN_FMA(kf, -2.12194440e-4f, lm));
+  return KILN_NN_FMA(p * s2, s, 2.0f * s);
+}
+
+/* A logarithm's answers at the edges, over y computed for the finite
+ * positive case: log(inf) = inf, log(0) = -inf, log(x < 0) = NaN. */
+static inline float kiln_nn_log_edges(float x, float y) {
   y = x == INFINITY ? INFINITY : y;
   y = x == 0.0f ? -INFINITY : y;
   y = x < 0.0f ? NAN : y;
   return x != x ? x : y;
+}
+
+static inline float kiln_nn_logf(float x) {
+  float kf;
+  float lm = kiln_nn_log_parts(x, &kf);
+  float y = KILN_NN_FMA(kf, 0.693359375f, KILN_NN_FMA(kf, -2.12194440e-4f, lm));
+  return kiln_nn_log_edges(x, y);
 }
 
 /* tanh: odd polynomial below 0.625 (where 1 - 2/(e^2x + 1) cancels),
@@ -243,5 +270,27 @@ static inline float kiln_nn_gelu_tanhf(float x) {
 }
 
 static inline float kiln_nn_siluf(float x) { return x * kiln_nn_sigmoidf(x); }
+
+/* The loop that applies one of these functions over an array, shared by
+ * kernels/nn/kiln_unary.c and kernels/math/kiln_math_unary.c: y[i] =
+ * EXPR(v) with v = x[i] for i < n, inside a switch case (it ends with
+ * `break`). The input is processed in tiles written to the caller's stack
+ * buffer `tile` (KILN_NN_UNARY_TILE floats) and copied out, so the loop the
+ * vectoriser sees never has a possibly-aliasing store (x and y may be the
+ * same array, and GCC would otherwise fall back to scalar code when its
+ * run-time overlap check fails). */
+enum { KILN_NN_UNARY_TILE = 256 };
+
+#define KILN_NN_UNARY_LOOP(n, x, y, tile, expr)                         \
+  for (size_t i_ = 0; i_ < (n); i_ += KILN_NN_UNARY_TILE) {             \
+    size_t m_ = (n) - i_ < KILN_NN_UNARY_TILE ? (n) - i_ : KILN_NN_UNARY_TILE; \
+    const float* xs_ = (x) + i_;                                        \
+    for (size_t j_ = 0; j_ < m_; ++j_) {                                \
+      float v = xs_[j_];                                                \
+      (tile)[j_] = (expr);                                              \
+    }                                                                   \
+    memcpy((y) + i_, (tile), m_ * sizeof(float));                       \
+  }                                                                     \
+  break
 
 #endif /* KILN_NN_MATH_H */

@@ -1,0 +1,170 @@
+/* Depthwise convolution and average pooling, one plane per call, one
+ * variant per ISA build of this file (kiln_conv_planes.h). The loops run
+ * over whole rows so that GCC vectorises them; the project builds in ISO C
+ * mode, where GCC does not contract a * b + c, so KILN_CONV_PLANES_FMA asks
+ * for the fused form where the ISA has it. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/conv/kiln_conv_planes.h"
+#include "kernels/conv/kiln_pool_window.h"
+
+#ifndef KILN_CONV_PLANES_SUFFIX
+#define KILN_CONV_PLANES_SUFFIX _generic
+#endif
+#define KILN_CONV_PLANES_CAT2_(a, b) a##b
+#define KILN_CONV_PLANES_CAT_(a, b) KILN_CONV_PLANES_CAT2_(a, b)
+#define KILN_CONV_PLANES_FN(name) KILN_CONV_PLANES_CAT_(name, KILN_CONV_PLANES_SUFFIX)
+
+#if defined(__FMA__)
+#define KILN_CONV_PLANES_FMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define KILN_CONV_PLANES_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* ---- depthwise ------------------------------------------------------------ */
+
+/* Each output row: the bias, then one pass over the row per window tap
+ * (acc[j] += w * x[row][j * sw + off] over the columns whose tap is inside
+ * the input; contiguous for stride 1), then the epilogue. At stride 2 each
+ * input row is first split into its even and odd columns, which turns
+ * every tap's pass into a contiguous one: column j * 2 + off is
+ * half[off & 1][j + (off - (off & 1)) / 2]. */
+void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, int64_t plane,
+                                             float* acc) {
+  const int64_t ch = plane % a->c;
+  const int64_t H = a->h, W = a->w, Wo = a->wo;
+  const float* x = a->x + plane * H * W;
+  /* Packed weights of a depthwise conv are one panel per channel with only
+   * row 0 used (see kiln_conv.h). */
+  const int64_t ws = a->weight_packed ? a->weight_packed : 1;
+  const float* w = a->weight + ch * a->kh * a->kw * ws;
+  const float b = a->bias ? a->bias[ch] : 0.0f;
+  float half[2][KILN_CONV_PLANES_ROW_MAX / 2];
+  const int split = a->sw == 2 && W <= KILN_CONV_PLANES_ROW_MAX;
+  for (int64_t i = 0; i < a->ho; ++i) {
+    for (int64_t j = 0; j < Wo; ++j) acc[j] = b;
+    for (int64_t u = 0; u < a->kh; ++u) {
+      int64_t iy = i * a->sh - a->ph + u * a->dh;
+      if (iy < 0 || iy >= H) continue;
+      const float* row = x + iy * W;
+      if (split) {
+        for (int64_t c = 0; c < W / 2; ++c) {
+          half[0][c] = row[2 * c];
+          half[1][c] = row[2 * c + 1];
+        }
+        if (W & 1) half[0][W / 2] = row[W - 1];
+      }
+      for (int64_t v = 0; v < a->kw; ++v) {
+        /* Output columns whose tap lies inside the row: ix = j*sw + off. */
+        const float wv = w[(u * a->kw + v) * ws];
+        int64_t off = v * a->dw - a->pw;
+        int64_t j0 = off >= 0 ? 0 : (-off + a->sw - 1) / a->sw;
+        int64_t j1 = W - 1 - off < 0 ? 0 : (W - 1 - off) / a->sw + 1;
+        if (j1 > Wo) j1 = Wo;
+        if (a->sw == 1) {
+          const float* src = row + off;
+          for (int64_t j = j0; j < j1; ++j) acc[j] = KILN_CONV_PLANES_FMA(wv, src[j], acc[j]);
+        } else if (split) {
+          const float* h = half[off & 1];
+          const int64_t q = (off - (off & 1)) / 2; /* j + q >= 0 for j >= j0 */
+          for (int64_t j = j0; j < j1; ++j) acc[j] = KILN_CONV_PLANES_FMA(wv, h[j + q], acc[j]);
+        } else {
+          const int64_t sw = a->sw;
+          for (int64_t j = j0; j < j1; ++j)
+            acc[j] = KILN_CONV_PLANES_FMA(wv, row[j * sw + off], acc[j]);
+        }
+      }
+    }
+    /* acc is separate from y, so a residual aliasing y is read intact. */
+    float* y = a->y + (plane * a->ho + i) * Wo;
+    const float* r = a->residual ? a->residual + (plane * a->ho + i) * Wo : NULL;
+    if (r && a->residual_before_act) {
+      for (int64_t j = 0; j < Wo; ++j) acc[j] += r[j];
+      r = NULL;
+    }
+    if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) {
+      const int relu = a->act == KILN_ACT_RELU;
+      if (r) {
+        for (int64_t j = 0; j < Wo; ++j) {
+          float v = relu && acc[j] < 0.0f ? 0.0f : acc[j];
+          y[j] = v + r[j];
+        }
+      } else {
+        for (int64_t j = 0; j < Wo; ++j) y[j] = relu && acc[j] < 0.0f ? 0.0f : acc[j];
+      }
+    } else {
+      for (int64_t j = 0; j < Wo; ++j)
+        y[j] = kiln_activation_scalar(acc[j], a->act) + (r ? r[j] : 0.0f);
+    }
+  }
+}
+
+/* ---- average pooling ------------------------------------------------------ */
+
+/* Per output row: rowsum = the sum of the window's in-bounds input rows
+ * (whole rows, vectorised), then each output the sum of rowsum over its
+ * window's in-bounds columns, over torch's divisor. The columns whose
+ * window lies wholly inside the row share one divisor and are summed as
+ * kw passes over a row of outputs (vectorised for stride 1); the few at
+ * the edges take the general formula. */
+void KILN_CONV_PLANES_FN(kiln_avg_pool_plane)(const kiln_pool2d_f32_args_t* a, int64_t plane) {
+  float rowsum[KILN_CONV_PLANES_ROW_MAX];
+  float colsum[KILN_CONV_PLANES_ROW_MAX];
+  const int64_t W = a->w, Wo = a->wo, sw = a->sw, kw = a->kw;
+  const float* x = a->x + plane * a->h * W;
+  float* y = a->y + plane * a->ho * Wo;
+  kiln_pool_geom_t g = KILN_POOL_GEOM(a);
+  g.dh = g.dw = 1; /* average pooling has no dilation */
+  /* Interior columns: x0 = j sw - pw >= 0 and x0 + kw <= W. */
+  int64_t jlo = (a->pw + sw - 1) / sw;
+  int64_t jhi = W - kw + a->pw >= 0 ? (W - kw + a->pw) / sw + 1 : 0;
+  if (jhi > Wo) jhi = Wo;
+  if (jlo > jhi) jlo = jhi;
+  for (int64_t i = 0; i < a->ho; ++i) {
+    float* yr = y + i * Wo;
+    int64_t y0, u0, u1;
+    kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
+    if (u0 >= u1) { /* no row inside (ceil mode): the reference's 0 / count */
+      for (int64_t j = 0; j < Wo; ++j) yr[j] = 0.0f;
+      continue;
+    }
+    const float* r0 = x + (y0 + u0) * W;
+    for (int64_t c = 0; c < W; ++c) rowsum[c] = r0[c];
+    for (int64_t u = u0 + 1; u < u1; ++u) {
+      const float* r = x + (y0 + u) * W;
+      for (int64_t c = 0; c < W; ++c) rowsum[c] += r[c];
+    }
+    /* Interior: colsum[j] = sum over v of rowsum[j sw - pw + v]. */
+    if (jlo < jhi) {
+      const int64_t pw = a->pw;
+      if (sw == 1) {
+        for (int64_t j = jlo; j < jhi; ++j) colsum[j] = rowsum[j - pw];
+        for (int64_t v = 1; v < kw; ++v) {
+          const int64_t o = v - pw;
+          for (int64_t j = jlo; j < jhi; ++j) colsum[j] += rowsum[j + o];
+        }
+      } else {
+        for (int64_t j = jlo; j < jhi; ++j) colsum[j] = rowsum[j * sw - pw];
+        for (int64_t v = 1; v < kw; ++v) {
+          const int64_t o = v - pw;
+          for (int64_t j = jlo; j < jhi; ++j) colsum[j] += rowsum[j * sw + o];
+        }
+      }
+      int64_t x0 = jlo * sw - a->pw;
+      const float cnt = (float)kiln_pool_avg_count(&g, y0, u0, u1, x0, 0, kw);
+      for (int64_t j = jlo; j < jhi; ++j) yr[j] = colsum[j] / cnt;
+    }
+    /* Edges: windows that are clipped by the row's ends. */
+    for (int64_t j = 0; j < Wo; ++j) {
+      if (j == jlo) j = jhi;
+      if (j >= Wo) break;
+      int64_t x0, v0, v1;
+      kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
+      float s = 0.0f;
+      for (int64_t v = v0; v < v1; ++v) s += rowsum[x0 + v];
+      int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
+      yr[j] = count > 0 ? s / (float)count : 0.0f;
+    }
+  }
+}
