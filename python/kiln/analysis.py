@@ -31,6 +31,18 @@ def _stand_in(ctx, n):
     return ctx.unsupported_value(n, "a non-tensor result of an unsupported op")
 
 
+def _data_dependent(n):
+    """True when n reads or makes a tensor whose shape depends on the data
+    (an unbacked symbol, after nonzero or masked_select): handlers read
+    static sizes and would trip torch's guard on such a dim."""
+    vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes]
+    for v in vals:
+        for t in (v if isinstance(v, (tuple, list)) else [v]):
+            if isinstance(t, torch.Tensor) and any(not isinstance(s, int) for s in t.shape):
+                return True
+    return False
+
+
 def per_node_support(gm):
     """{node: reason or None} by lowering the graph node by node."""
     ctx = LoweringContext()
@@ -48,6 +60,10 @@ def per_node_support(gm):
         elif n.op == "call_function":
             if n.target not in TABLE:
                 status[n] = "no kiln lowering for this op"
+                ctx.env[n] = _stand_in(ctx, n)
+                continue
+            if _data_dependent(n):
+                status[n] = "a data-dependent shape (kiln compiles static shapes)"
                 ctx.env[n] = _stand_in(ctx, n)
                 continue
             try:

@@ -141,6 +141,9 @@ class LoweringContext:
     def input(self, name, tensor_meta):
         if tensor_meta.dtype not in DTYPES:
             raise KilnError(f"input {name!r} has dtype {tensor_meta.dtype}, which kiln does not support")
+        if any(not isinstance(s, int) for s in tensor_meta.shape):  # int() would guard on the data
+            raise KilnError(f"input {name!r} has a data-dependent shape {tuple(tensor_meta.shape)}; "
+                            "kiln compiles static shapes")
         shape = [int(s) for s in tensor_meta.shape]
         return self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
 

@@ -66,11 +66,9 @@ def _embedding_bag(ctx, n):
         raise Unsupported("embedding_bag indices or offsets that are not int64 or int32")
     if len(ctx.shape(indices)) != 1 or len(ctx.shape(offsets)) != 1:
         raise Unsupported("embedding_bag with indices or offsets that are not 1-d")
-    rows = ctx.shape(weight)[0]
-    if padding_idx < -1 or padding_idx >= rows:
-        padding_idx = padding_idx + rows if -rows <= padding_idx < 0 else padding_idx
-        if not -1 <= padding_idx < rows:
-            raise Unsupported(f"embedding_bag padding_idx {padding_idx}")
+    # F.embedding_bag hands the ATen op a padding_idx in [0, rows), or -1 for none.
+    if not -1 <= padding_idx < ctx.shape(weight)[0]:
+        raise Unsupported(f"embedding_bag padding_idx {padding_idx}")
     inputs = [weight, indices, offsets]
     if psw is not None:
         w = ctx.value(psw)

@@ -35,8 +35,13 @@ class _KilnSupport(OperatorSupportBase):
         if node.op != "call_function" or node.target not in TABLE or node in self.refused:
             return False
         val = node.meta.get("val")
-        vals = val if isinstance(val, (tuple, list)) else [val]
-        # Symbolic shapes and dtypes kiln lacks stay in eager.
+        vals = list(val) if isinstance(val, (tuple, list)) else [val]
+        # Symbolic shapes and dtypes kiln lacks stay in eager: of the outputs,
+        # and of the inputs too (a sum of masked_select's data-dependent
+        # result has a static shape, but a kiln piece cannot take its input).
+        for a in node.all_input_nodes:
+            v = a.meta.get("val")
+            vals += list(v) if isinstance(v, (tuple, list)) else [v]
         for v in vals:
             if isinstance(v, torch.Tensor):
                 if v.dtype not in DTYPES or any(not isinstance(s, int) for s in v.shape):
