@@ -322,11 +322,13 @@ static kiln_status_t infer_norm(const kiln_graph_t* g, const kiln_node_t* n, kil
  * the last window must start inside the input or its left padding. */
 static kiln_status_t window_out_size(const char* what, int64_t in, int64_t k, int64_t s,
                                      int64_t p, int64_t d, int ceil_mode, int64_t* out) {
-  const int64_t lim = (int64_t)1 << 40;
-  if (k < 1 || k > lim) FAIL("%s: kernel size %lld must be positive", what, (long long)k);
-  if (s < 1 || s > lim) FAIL("%s: stride %lld must be positive", what, (long long)s);
-  if (d < 1 || d > lim) FAIL("%s: dilation %lld must be positive", what, (long long)d);
-  if (p < 0 || p > lim) FAIL("%s: padding %lld must not be negative", what, (long long)p);
+  /* Kernel size and dilation are multiplied below: each is held to 2^31 so
+   * the span stays far inside int64 whatever a file says. */
+  const int64_t lim = (int64_t)1 << 40, klim = (int64_t)1 << 31;
+  if (k < 1 || k > klim) FAIL("%s: kernel size %lld is outside [1, 2^31]", what, (long long)k);
+  if (s < 1 || s > lim) FAIL("%s: stride %lld is outside [1, 2^40]", what, (long long)s);
+  if (d < 1 || d > klim) FAIL("%s: dilation %lld is outside [1, 2^31]", what, (long long)d);
+  if (p < 0 || p > lim) FAIL("%s: padding %lld is outside [0, 2^40]", what, (long long)p);
   int64_t span = d * (k - 1) + 1, room = in + 2 * p - span;
   if (room < 0)
     FAIL("%s: the window (%lld with dilation) is larger than the padded input (%lld)", what,

@@ -214,6 +214,7 @@ static void conv_test_shape_rules(void) {
       {0, 3, 2, 2, 0, 1, 1, 1, 0, 0}, /* zero kernel */
       {3, 3, 0, 2, 1, 1, 1, 1, 0, 0}, /* zero stride */
       {3, 3, 2, 2, 1, 1, 1, 1, 2, 0}, /* ceil_mode not 0/1 */
+      {(int64_t)1 << 40, 3, 2, 2, 0, 1, (int64_t)1 << 40, 1, 0, 0}, /* k x dilation past int64 */
   };
   for (size_t i = 0; i < sizeof(pool_bad) / sizeof(pool_bad[0]); ++i)
     KILN_EXPECT_ERROR(
