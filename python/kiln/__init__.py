@@ -12,6 +12,7 @@ compiled plan.
 
 import os
 import time
+import warnings
 
 import torch
 
@@ -46,6 +47,12 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     the eager model with bf16-rounded linear weights (other parameters,
     such as biases, norms and convolutions, stay fp32) within fp32
     tolerance. The choice is stored in a saved artifact.
+
+    kiln.trace compiles for inference, as if after model.eval(): dropout is
+    off and batch norm uses its running statistics. A model passed in
+    training mode is traced that way (and left in training mode), with a
+    warning when that changes what it computes; train with
+    torch.compile(model, backend="kiln").
     """
     from kiln.capture import export_program, lower_exported
     from kiln.module import KilnModule, compile_graph
@@ -58,6 +65,11 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     t0 = time.perf_counter()
     if isinstance(model, torch.nn.Module):
         was_training = model.training
+        if was_training and _mode_dependent(model):
+            warnings.warn(f"kiln.trace compiles for inference: {type(model).__name__} is in training mode "
+                          f"and is traced as after model.eval() ({', '.join(_mode_dependent(model))} "
+                          f"behave differently). Call model.eval() first to silence this; train with "
+                          f"torch.compile(model, backend=\"kiln\").", UserWarning, stacklevel=2)
         model.eval()
     try:
         with torch.no_grad():
@@ -78,6 +90,20 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         return _trace_with_fallback(ep, name, weights_bf16)
     compiled = compile_graph(ctx, weights_bf16)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
+
+
+def _mode_dependent(model):
+    """Sorted names of the module types in `model` that compute differently
+    in training mode: batch norm (batch statistics, running-stat updates)
+    and dropout with p > 0."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.nn.modules.dropout import _DropoutNd
+
+    kinds = set()
+    for m in model.modules():
+        if isinstance(m, _BatchNorm) or (isinstance(m, _DropoutNd) and m.p > 0):
+            kinds.add(type(m).__name__)
+    return sorted(kinds)
 
 
 def _mutations(ep):

@@ -52,3 +52,25 @@ def test_embedding_index_out_of_range_is_an_error_not_a_read():
     with pytest.raises(ValueError, match="out of range"):
         m(torch.tensor([1, 2, 99]))
     torch.testing.assert_close(m(torch.tensor([1, 2, -1])), emb(torch.tensor([1, 2, 9])))
+
+
+def test_training_mode_model_is_traced_for_inference_with_a_warning():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Dropout(0.5))
+    net[1].running_mean.uniform_(-1, 1)  # eval-mode output differs from train-mode's
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(UserWarning, match=r"compiles for inference.*BatchNorm2d, Dropout"):
+        m = kiln.trace(net, x)
+    assert net.training  # the user's module is left as it was
+    with torch.no_grad():
+        want = net.eval()(x)
+    torch.testing.assert_close(m(x), want)
+
+
+def test_eval_mode_model_traces_without_a_mode_warning():
+    import warnings
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        kiln.trace(net, torch.randn(2, 4))
