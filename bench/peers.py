@@ -115,11 +115,16 @@ def _stats(times: list[float]) -> dict:
             "max_ms": max(times), "runs": len(times)}
 
 
-# A call shorter than this gets one untimed call at the start of each of its
-# blocks: it absorbs what the previous system left behind (its spinning
-# threads: torch's OpenMP, ORT's and kiln's pools all spin after a call;
-# evicted caches). Longer calls dwarf that.
-SETTLE_BELOW_MS = 20.0
+# Every block starts with a pause (PAUSE_S); a call shorter than this also
+# gets one untimed call at the start of each of its blocks. They absorb what
+# the previous system left behind (its spinning threads: torch's OpenMP,
+# ORT's and kiln's pools all spin after a call; evicted caches). Longer calls
+# dwarf that.
+SETTLE_BELOW_MS = 100.0
+# Before each block: a pause, long enough for the other systems' threads
+# to stop spinning and park, so they do not compete with this block (the
+# settling call then pays this system's own wake-up).
+PAUSE_S = 0.02
 # Timed calls per block: about this many ms of them (at least 1, at most a
 # quarter of the runs).
 BLOCK_MS = 40.0
@@ -159,6 +164,7 @@ def time_rounds(calls: dict, warmup: int, runs: int, budget_s: float,
             # At least 4 rounds: a block never takes more than a quarter of the runs.
             block = max(1, min(-(-runs // 4), int(BLOCK_MS / max(est[name], 1e-3))))
             try:
+                time.sleep(PAUSE_S)
                 if est[name] < SETTLE_BELOW_MS:
                     call()
                 for _ in range(min(block, runs - len(times[name]))):
