@@ -265,7 +265,7 @@ def _onnx_cache_key(name: str) -> str:
 # cheaper to run and ORT runs its graph as fast (measured; see
 # bench/README.md); where it fails, the dynamo exporter (with its optimizer;
 # optimize=False costs ORT ~40 % at run time).
-def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
+def export_onnx(model, inputs, name: str, dynamo_first: bool = False) -> tuple[str, dict]:
     """Returns (path of model.onnx, phases)."""
     import logging
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -282,7 +282,7 @@ def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
     t0 = time.perf_counter()
     errors = []
     exporter = None
-    for dynamo in (False, True):
+    for dynamo in ((True, False) if dynamo_first else (False, True)):
         try:
             with torch.no_grad():
                 if dynamo:
@@ -304,13 +304,13 @@ def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
     return path, phases
 
 
-def prepare_onnxruntime(model, inputs, threads, name=""):
+def prepare_onnxruntime(model, inputs, threads, name="", dynamo_first=False):
     try:
         import onnxruntime as ort
     except Exception as e:
         raise Unavailable(f"onnxruntime not installed ({short(e, 60)})")
     t0 = time.perf_counter()
-    path, phases = export_onnx(model, inputs, name)
+    path, phases = export_onnx(model, inputs, name, dynamo_first)
     arrays = [x.detach().numpy() for x in inputs]
     state = {}
 
