@@ -7,7 +7,8 @@ Per model, in one process: the median wall time of a KilnModule call (the
 Python wrapper and the C call path: argument checks, output allocation, GIL
 release, pool wake-up), of the bare C call with prebuilt argument lists, of
 an empty-bodied Python call for scale, and the kernels' own time from kiln's
-profiler.  overhead = call - kernels.  Timings are medians of interleaved
+profiler, and the Python wrapper alone (the C run stubbed out: a figure
+that does not move with the machine's load).  overhead = call - kernels.  Timings are medians of interleaved
 rounds (the machine may be shared).
 """
 
@@ -87,10 +88,25 @@ def main():
                     f()
                 res[k].append(median_us(f, 20))
         med = {k: statistics.median(v) for k, v in res.items()}
+        # The Python wrapper alone: the C model's run() swapped for a no-op,
+        # so the figure does not move with kernel time (or machine load).
+        wrapper = None
+        if km[0] is compiled:
+            class _NoRun:
+                def run(self, ins, outs):
+                    pass
+            compiled._kiln_model = _NoRun()
+            try:
+                wrapper = statistics.median(median_us(full_nograd_outside, 200)
+                                            for _ in range(args.rounds))
+            finally:
+                compiled._kiln_model = cm
         print(f"{name} @ {args.threads}t: kernels {kern_us:.1f} us; "
               f"C run (prebuilt args) {med['bare']:.1f} us (+{med['bare'] - kern_us:.1f}); "
               f"module call {med['call']:.1f} us (+{med['call'] - kern_us:.1f}); "
-              f"with torch.no_grad() {med['full']:.1f} us", flush=True)
+              f"with torch.no_grad() {med['full']:.1f} us"
+              + (f"; Python wrapper alone (run stubbed) {wrapper:.1f} us" if wrapper else ""),
+              flush=True)
 
 
 if __name__ == "__main__":

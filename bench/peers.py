@@ -115,11 +115,16 @@ def _stats(times: list[float]) -> dict:
             "max_ms": max(times), "runs": len(times)}
 
 
-# A call shorter than this gets one untimed call at the start of each of its
-# blocks: it absorbs what the previous system left behind (its spinning
-# threads: torch's OpenMP, ORT's and kiln's pools all spin after a call;
-# evicted caches). Longer calls dwarf that.
-SETTLE_BELOW_MS = 20.0
+# Every block starts with a pause (PAUSE_S); a call shorter than this also
+# gets one untimed call at the start of each of its blocks. They absorb what
+# the previous system left behind (its spinning threads: torch's OpenMP,
+# ORT's and kiln's pools all spin after a call; evicted caches). Longer calls
+# dwarf that.
+SETTLE_BELOW_MS = 100.0
+# Before each block: a pause, long enough for the other systems' threads
+# to stop spinning and park, so they do not compete with this block (the
+# settling call then pays this system's own wake-up).
+PAUSE_S = 0.02
 # Timed calls per block: about this many ms of them (at least 1, at most a
 # quarter of the runs).
 BLOCK_MS = 40.0
@@ -159,6 +164,7 @@ def time_rounds(calls: dict, warmup: int, runs: int, budget_s: float,
             # At least 4 rounds: a block never takes more than a quarter of the runs.
             block = max(1, min(-(-runs // 4), int(BLOCK_MS / max(est[name], 1e-3))))
             try:
+                time.sleep(PAUSE_S)
                 if est[name] < SETTLE_BELOW_MS:
                     call()
                 for _ in range(min(block, runs - len(times[name]))):
@@ -259,7 +265,7 @@ def _onnx_cache_key(name: str) -> str:
 # cheaper to run and ORT runs its graph as fast (measured; see
 # bench/README.md); where it fails, the dynamo exporter (with its optimizer;
 # optimize=False costs ORT ~40 % at run time).
-def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
+def export_onnx(model, inputs, name: str, dynamo_first: bool = False) -> tuple[str, dict]:
     """Returns (path of model.onnx, phases)."""
     import logging
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -276,7 +282,7 @@ def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
     t0 = time.perf_counter()
     errors = []
     exporter = None
-    for dynamo in (False, True):
+    for dynamo in ((True, False) if dynamo_first else (False, True)):
         try:
             with torch.no_grad():
                 if dynamo:
@@ -298,13 +304,13 @@ def export_onnx(model, inputs, name: str) -> tuple[str, dict]:
     return path, phases
 
 
-def prepare_onnxruntime(model, inputs, threads, name=""):
+def prepare_onnxruntime(model, inputs, threads, name="", dynamo_first=False):
     try:
         import onnxruntime as ort
     except Exception as e:
         raise Unavailable(f"onnxruntime not installed ({short(e, 60)})")
     t0 = time.perf_counter()
-    path, phases = export_onnx(model, inputs, name)
+    path, phases = export_onnx(model, inputs, name, dynamo_first)
     arrays = [x.detach().numpy() for x in inputs]
     state = {}
 

@@ -128,7 +128,8 @@ def worker(args) -> int:
                 p = peers.Prepared(call, prep)
             else:
                 if system == "onnxruntime":
-                    p = peers.prepare_onnxruntime(model, inputs, first, name=spec.name)
+                    p = peers.prepare_onnxruntime(model, inputs, first, name=spec.name,
+                                                  dynamo_first=spec.onnx_dynamo_first)
                 else:
                     p = peers.INFER[system](model, inputs, first)
                 t_out = time.perf_counter()
