@@ -225,6 +225,32 @@ def worker(args) -> int:
 # Driver
 # --------------------------------------------------------------------------
 
+# Fork servers (bench/forkserver.py) by OMP_NUM_THREADS, which OpenMP reads
+# once at load: workers fork from a process that has torch and transformers
+# imported. KILN_BENCH_NO_FORK=1, or a server that cannot fork safely, falls
+# back to a fresh interpreter per worker.
+_SERVERS: dict = {}
+
+
+def _fork_server(env, n):
+    if os.environ.get("KILN_BENCH_NO_FORK") == "1":
+        return None
+    if n not in _SERVERS:
+        from forkserver import ForkServer
+        server = ForkServer(env)
+        if not server.ready:
+            print(f"(fork server unavailable: {server.why}; spawning workers)", flush=True)
+        _SERVERS[n] = server if server.ready else None
+    return _SERVERS[n]
+
+
+def _close_fork_servers():
+    for server in _SERVERS.values():
+        if server:
+            server.close()
+    _SERVERS.clear()
+
+
 def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
     """One worker process: model `name` at each of `threads` (a list);
     returns (rows, info) where info has the phases and the wall time."""
@@ -253,14 +279,27 @@ def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
         cmd += ["--deadline", repr(deadline)]
     t0 = time.perf_counter()
     err = ""
-    try:
-        p = subprocess.run(cmd, env=env, cwd=str(ROOT), timeout=timeout,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if p.returncode != 0:
-            tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-1:] or ["?"]
-            err = f"worker exited {p.returncode}: {tail[0][:150]}"
-    except subprocess.TimeoutExpired:
-        err = f"timed out after {timeout:.0f}s"
+    server = _fork_server(env, n)
+    if server:
+        fd, log = tempfile.mkstemp(prefix=f"kiln-bench-{name}-", suffix=".log")
+        os.close(fd)
+        rc, timed_out = server.run(cmd[1:], env, log, timeout)
+        text = Path(log).read_text(errors="replace")
+        os.unlink(log)
+        if timed_out:
+            err = f"timed out after {timeout:.0f}s"
+        elif rc != 0:
+            tail = [l for l in text.strip().splitlines() if l.strip()][-1:] or ["?"]
+            err = f"worker exited {rc}: {tail[0][:150]}"
+    else:
+        try:
+            p = subprocess.run(cmd, env=env, cwd=str(ROOT), timeout=timeout,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if p.returncode != 0:
+                tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-1:] or ["?"]
+                err = f"worker exited {p.returncode}: {tail[0][:150]}"
+        except subprocess.TimeoutExpired:
+            err = f"timed out after {timeout:.0f}s"
     wall = time.perf_counter() - t0
     t_end = time.time()
     try:
@@ -409,6 +448,9 @@ def driver(args) -> int:
     order = {n: k for k, n in enumerate(names)}
     rows.sort(key=lambda r: (threads.index(r["threads"]) if r["threads"] in threads else 99,
                              order.get(r["model"], 99)))
+    # Before the CPU accounting: a server's workers count as this run's
+    # once the server has been waited for.
+    _close_fork_servers()
     total = time.perf_counter() - start
     busy1, own1 = report.busy_cpu_seconds(), report.own_cpu_seconds()
     other = None
