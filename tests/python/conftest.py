@@ -18,3 +18,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+class Fn(torch.nn.Module):
+    """A module whose forward is `fn(*inputs)`: one op under test."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+def trace_checked(model, *x):
+    """kiln.trace without fallback, its output checked against eager's."""
+    import kiln
+
+    compiled = kiln.trace(model.eval(), x, fallback=False)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*x), model(*x), equal_nan=True, **FP32_TOL)
+    return compiled
+
+
+def plan_ops(compiled):
+    """Kiln ops of the compiled plan, one per line of kiln.explain."""
+    ops = []
+    for line in compiled.explain().splitlines():
+        if "= " in line and "(" in line:
+            ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
+    return ops

@@ -7,22 +7,7 @@ import torch
 from torch import nn
 
 import kiln
-from conftest import FP32_TOL
-
-
-def _compile(model, *x):
-    compiled = kiln.trace(model.eval(), x, fallback=False)
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(*x), model(*x), equal_nan=True, **FP32_TOL)
-    return compiled
-
-
-def _ops(compiled):
-    ops = []
-    for line in compiled.explain().splitlines():
-        if "= " in line and "(" in line:
-            ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
-    return ops
+from conftest import FP32_TOL, plan_ops, trace_checked
 
 
 class HandLayerNorm(nn.Module):
@@ -51,13 +36,13 @@ class HandLayerNorm(nn.Module):
 
 @pytest.mark.parametrize("form", ["pow-sqrt", "mul-rsqrt"])
 def test_hand_written_layer_norm_is_one_kernel(form):
-    c = _compile(HandLayerNorm(48, 1e-5, form), torch.randn(3, 7, 48) * 4 + 1)
-    assert _ops(c) == ["layer_norm"], c.explain()
+    c = trace_checked(HandLayerNorm(48, 1e-5, form), torch.randn(3, 7, 48) * 4 + 1)
+    assert plan_ops(c) == ["layer_norm"], c.explain()
 
 
 def test_hand_written_layer_norm_without_affine():
-    c = _compile(HandLayerNorm(33, 1e-6, affine=False), torch.randn(4, 33) * 2 - 1)
-    assert _ops(c) == ["layer_norm"], c.explain()
+    c = trace_checked(HandLayerNorm(33, 1e-6, affine=False), torch.randn(4, 33) * 2 - 1)
+    assert plan_ops(c) == ["layer_norm"], c.explain()
 
 
 def test_layer_norm_over_another_axis_is_left_alone():
@@ -67,8 +52,8 @@ def test_layer_norm_over_another_axis_is_left_alone():
             d = x - u
             return d / torch.sqrt(d.pow(2).mean(1, keepdim=True) + 1e-5)
 
-    c = _compile(Norm(), torch.randn(2, 5, 6))
-    assert "layer_norm" not in _ops(c), c.explain()
+    c = trace_checked(Norm(), torch.randn(2, 5, 6))
+    assert "layer_norm" not in plan_ops(c), c.explain()
 
 
 class Conv1D(nn.Module):
@@ -95,7 +80,7 @@ def test_gemm_look_through_leaves_no_reshape_of_reshape():
         def forward(self, x):
             return self.b(torch.relu(self.a(x)))
 
-    c = _compile(M(), torch.randn(1, 5, 32))
+    c = trace_checked(M(), torch.randn(1, 5, 32))
     lines = [l for l in c.explain().splitlines() if "= reshape" in l]
     ids = {l.split("=")[0].strip() for l in lines}
     for l in lines:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import kiln
+from conftest import Fn
 
 EXACT = dict(rtol=0.0, atol=0.0)
 EW = dict(rtol=1e-6, atol=1e-6)
@@ -51,17 +52,6 @@ GELU = dict(rtol=5e-7, atol=4e-7)
 
 def gemm(k):
     return dict(rtol=max(1e-6 * k, 1e-5), atol=max(1e-6 * k, 1e-5))
-
-
-class Fn(nn.Module):
-    """A module whose forward is `fn(*inputs)`."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def run(model, *inputs):

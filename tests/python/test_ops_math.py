@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import kiln
+from conftest import Fn
 
 EXACT = dict(rtol=0.0, atol=0.0)
 MATH = dict(rtol=6e-7, atol=1e-7)
@@ -33,15 +34,6 @@ ELU = dict(rtol=8e-7, atol=1e-7)
 
 NAN, INF = float("nan"), float("inf")
 I64_MIN, I64_MAX = -(2 ** 63), 2 ** 63 - 1
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def run(fn, *inputs):

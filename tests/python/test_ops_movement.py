@@ -20,20 +20,12 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import kiln
+from conftest import Fn
 
 EXACT = dict(rtol=0.0, atol=0.0)
 SCAN = dict(rtol=1e-6, atol=1e-6)
 RED = dict(rtol=1e-5, atol=1e-6)
 aten = torch.ops.aten
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def check(fn, *inputs, tol=EXACT, equal_nan=False):

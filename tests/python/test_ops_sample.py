@@ -25,19 +25,11 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 import kiln
+from conftest import Fn
 
 EXACT = dict(rtol=0.0, atol=0.0)
 GRID = dict(rtol=2e-6, atol=1e-6)
 BAG = dict(rtol=1e-6, atol=1e-6)
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 def check(fn, *inputs, tol=EXACT):

@@ -8,23 +8,7 @@ import torch
 from torch import nn
 
 import kiln
-from conftest import FP32_TOL
-
-
-def _compile(model, *x):
-    compiled = kiln.trace(model.eval(), x, fallback=False)
-    with torch.no_grad():
-        torch.testing.assert_close(compiled(*x), model(*x), equal_nan=True, **FP32_TOL)
-    return compiled
-
-
-def _ops(compiled):
-    """Kiln ops of the compiled plan, one per line of kiln.explain."""
-    ops = []
-    for line in compiled.explain().splitlines():
-        if "= " in line and "(" in line:
-            ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
-    return ops
+from conftest import FP32_TOL, plan_ops, trace_checked
 
 
 class NewGELU(nn.Module):
@@ -67,27 +51,27 @@ class MLPBlock(nn.Module):
 
 def test_hand_written_gelu_tanh_fuses_into_the_gemm():
     torch.manual_seed(0)
-    c = _compile(MLPBlock(NewGELU()), torch.randn(2, 5, 64) * 3)
+    c = trace_checked(MLPBlock(NewGELU()), torch.randn(2, 5, 64) * 3)
     assert "act=gelu_tanh" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
 
 
 def test_hand_written_erf_gelu_and_silu_fuse():
     torch.manual_seed(0)
-    c = _compile(MLPBlock(ErfGELU()), torch.randn(2, 5, 64) * 3)
+    c = trace_checked(MLPBlock(ErfGELU()), torch.randn(2, 5, 64) * 3)
     assert "act=gelu" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
 
     class Silu(nn.Module):
         def forward(self, x):
             return x * torch.sigmoid(x)
 
-    c = _compile(MLPBlock(Silu()), torch.randn(2, 5, 64))
+    c = trace_checked(MLPBlock(Silu()), torch.randn(2, 5, 64))
     assert "act=silu" in c.explain() and c.stats()["kernel_calls"] == 1, c.explain()
 
 
 def test_hand_written_rms_norm_is_one_kernel():
     torch.manual_seed(0)
-    c = _compile(RMSNorm(48), torch.randn(3, 7, 48) * 4 + 1)
-    assert _ops(c) == ["rms_norm"], c.explain()
+    c = trace_checked(RMSNorm(48), torch.randn(3, 7, 48) * 4 + 1)
+    assert plan_ops(c) == ["rms_norm"], c.explain()
 
 
 def test_rms_norm_without_weight_and_with_division():
@@ -95,8 +79,8 @@ def test_rms_norm_without_weight_and_with_division():
         def forward(self, x):
             return x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-5)
 
-    c = _compile(Norm(), torch.randn(4, 33))
-    assert _ops(c) == ["rms_norm"], c.explain()
+    c = trace_checked(Norm(), torch.randn(4, 33))
+    assert plan_ops(c) == ["rms_norm"], c.explain()
 
 
 def test_norm_over_another_axis_is_left_alone():
@@ -104,8 +88,8 @@ def test_norm_over_another_axis_is_left_alone():
         def forward(self, x):
             return x * torch.rsqrt(x.pow(2).mean(0, keepdim=True) + 1e-6)
 
-    c = _compile(Norm(), torch.randn(4, 33))
-    assert "rms_norm" not in _ops(c), c.explain()
+    c = trace_checked(Norm(), torch.randn(4, 33))
+    assert "rms_norm" not in plan_ops(c), c.explain()
 
 
 def test_a_partial_pattern_still_computes_its_shared_intermediates():
@@ -114,9 +98,9 @@ def test_a_partial_pattern_still_computes_its_shared_intermediates():
             s = torch.sigmoid(x)
             return x * s, s + 1  # s is read twice: silu fuses, s stays
 
-    c = _compile(Shared(), torch.randn(10))
+    c = trace_checked(Shared(), torch.randn(10))
     # sigmoid and the add then fuse into one loop (fuse_eltwise).
-    assert sorted(_ops(c)) == ["eltwise_fused", "silu"], c.explain()
+    assert sorted(plan_ops(c)) == ["eltwise_fused", "silu"], c.explain()
     assert "fused[aten.sigmoid.default aten.add.Tensor]" in c.explain(), c.explain()
 
 
@@ -125,10 +109,10 @@ def test_common_subexpressions_run_once():
         def forward(self, x):
             return torch.sin(x) * 2 + torch.sin(x) * 2
 
-    c = _compile(Twice(), torch.randn(5, 6))
+    c = trace_checked(Twice(), torch.randn(5, 6))
     # One sin·2, added to itself, all in one loop (fuse_eltwise): the fused
     # group lists each op it came from once.
-    assert _ops(c) == ["eltwise_fused"], c.explain()
+    assert plan_ops(c) == ["eltwise_fused"], c.explain()
     assert "fused[aten.sin.default aten.mul.Tensor aten.add.Tensor]" in c.explain(), c.explain()
 
 
@@ -139,8 +123,8 @@ def test_identities_disappear_and_keep_zero_signs():
 
     x = torch.tensor([-0.0, 0.0, 1.5, -2.0, float("nan"), float("inf")])
     i = torch.arange(6)
-    c = _compile(Ids(), x, i)
-    assert _ops(c) == ["add"], c.explain()  # only x + 0.0 (-0 + 0 is +0) stays
+    c = trace_checked(Ids(), x, i)
+    assert plan_ops(c) == ["add"], c.explain()  # only x + 0.0 (-0 + 0 is +0) stays
     out = c(x, i)
     assert torch.equal(out[2].signbit(), (x + 0.0).signbit())
 
@@ -152,6 +136,6 @@ def test_contiguous_slices_are_views_not_copies():
             return torch.stack(layers).sum(), layers[1]
 
     past, new = torch.randn(3, 2, 16, 8), torch.randn(2, 1, 8)
-    c = _compile(Cache(), past, new)
-    assert "strided_copy" not in _ops(c) or c.stats()["kernel_calls"] < len(_ops(c)), c.explain()
+    c = trace_checked(Cache(), past, new)
+    assert "strided_copy" not in plan_ops(c) or c.stats()["kernel_calls"] < len(plan_ops(c)), c.explain()
     assert c.stats()["kernel_calls"] == 3 + 1 + 1, c.explain()  # 3 cats, stack, sum
