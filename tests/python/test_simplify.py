@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import kiln
-from conftest import FP32_TOL, plan_ops, trace_checked
+from conftest import plan_ops, trace_checked
 
 
 class NewGELU(nn.Module):
