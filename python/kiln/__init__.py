@@ -84,7 +84,9 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         return _trace_with_fallback(ep, name, weights_bf16)
     try:
         ctx, names, out_spec = lower_exported(ep)
-    except UnsupportedOpError:
+    except (UnsupportedOpError, KilnError):
+        # KilnError too: a value kiln cannot hold (a float64 constant, say)
+        # is refused while lowering; the partitioner leaves it to eager.
         if not fallback:
             raise
         return _trace_with_fallback(ep, name, weights_bf16)

@@ -82,10 +82,18 @@ def reshape(ctx, x, shape, origin=None):
     return ctx.node("reshape", [x], [len(shape)] + shape, origin=origin)
 
 
+def dtype_id(dtype):
+    """kiln's id for a torch dtype; a dtype kiln lacks (float64, complex)
+    makes the op unsupported, so it can fall back."""
+    if dtype not in DTYPES:
+        raise Unsupported(f"dtype {dtype} (kiln has {', '.join(str(d).replace('torch.', '') for d in DTYPES)})")
+    return DTYPES[dtype]
+
+
 def cast(ctx, x, dtype):
     if ctx.dtype(x) == dtype:
         return x
-    return ctx.node("cast", [x], [DTYPES[dtype]])
+    return ctx.node("cast", [x], [dtype_id(dtype)])
 
 
 def operand(ctx, arg, dtype):

@@ -435,9 +435,9 @@ def _p_norm_last(ctx, d, p, origin):
 
 
 def _dtype_id(dtype):
-    from kiln.optable import DTYPES
+    from kiln.optable import dtype_id
 
-    return DTYPES[dtype]
+    return dtype_id(dtype)
 
 
 @register(aten._cdist_forward.default)

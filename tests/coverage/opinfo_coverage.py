@@ -59,8 +59,9 @@ from kiln.optable import DTYPES, TABLE
 DEFAULT_DTYPES = (torch.float32, torch.int64, torch.bool)
 
 # Ops whose values are random or undefined: only shape and dtype are compared.
+# (fractional_max_pool draws its pooling regions at random.)
 NONDETERMINISTIC_WORDS = ("rand", "normal", "uniform", "bernoulli", "multinomial", "cauchy", "exponential",
-                          "geometric", "dropout", "rrelu", "empty")
+                          "geometric", "dropout", "rrelu", "empty", "fractional_max_pool")
 
 # fp32 tolerance: OpInfo inputs are O(1..10) and kiln's kernels are within a
 # few ulp elementwise; reductions / GEMMs reorder sums. Loose enough for

@@ -105,3 +105,20 @@ def test_analyze_of_a_fully_supported_model():
     report = kiln.analyze(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()),
                           torch.randn(2, 4), verbose=False)
     assert report["supported_percent"] == 100.0 and report["unsupported"] == []
+
+
+class Float64Inside(torch.nn.Module):
+    """A float64 intermediate (logspace computes in double before the cast):
+    a dtype kiln lacks, inside an otherwise supported graph."""
+
+    def forward(self, a):
+        return torch.logspace(0, 3, 5, dtype=torch.int64) + a
+
+
+def test_a_float64_intermediate_falls_back_instead_of_failing():
+    a = torch.ones(5, dtype=torch.int64)
+    with pytest.warns(UserWarning, match="CPU fallback"):
+        m = kiln.trace(Float64Inside(), (a,))
+    assert torch.equal(m(a), Float64Inside()(a))
+    with pytest.raises(kiln.UnsupportedOpError, match="float64"):
+        kiln.trace(Float64Inside(), (a,), fallback=False)
