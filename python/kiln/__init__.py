@@ -128,8 +128,11 @@ def _trace_with_fallback(ep, name, weights_bf16=False):
     lifted, const_of, lifted_pos, user_pos = [], {}, {}, {}
     for spec, n in zip(ep.graph_signature.input_specs, phs):
         if spec.kind == InputKind.TOKEN:
-            raise UnsupportedOpError("side effects (an effect token)", "",
-                                     "the exported program orders side-effecting ops; run it in eager")
+            # Effect tokens order side-effecting ops (with_effects: linalg's
+            # error checks, prints), which stay in eager; a token is a
+            # placeholder value threaded through them.
+            lifted.append(torch.empty(0))
+            continue
         if spec.kind == InputKind.USER_INPUT:
             user_pos[spec.arg.name] = len(user_pos)
         else:
@@ -145,6 +148,8 @@ def _trace_with_fallback(ep, name, weights_bf16=False):
             writes.append(("lifted", lifted_pos[s.target]))
         elif s.kind == OutputKind.USER_INPUT_MUTATION:
             writes.append(("input", user_pos[s.target]))
+        elif s.kind == OutputKind.TOKEN:
+            writes.append(("token", 0))  # the final token: nothing to write
         elif s.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state kiln cannot write back ({s.kind.name.lower()} {s.target})")
     gm = ep.graph_module

@@ -134,8 +134,9 @@ class PartitionedModule(torch.nn.Module):
     def __init__(self, gm, lifted, n_pieces, out_spec, unsupported, source, writes=()):
         super().__init__()
         self.gm = gm
-        # The graph's leading outputs are new values of buffers or inputs
-        # (in-place updates): each is copied into ("lifted" | "input", i).
+        # The graph's leading outputs are effect tokens, dropped ("token"),
+        # and new values of buffers or inputs (in-place updates), each
+        # copied into ("lifted" | "input", i).
         self._writes = [(str(k), int(i)) for k, i in writes]
         self._lifted = lifted  # parameters/buffers fed to the graph ahead of user inputs
         self.n_pieces = n_pieces
@@ -151,7 +152,8 @@ class PartitionedModule(torch.nn.Module):
             outs = self.gm(*self._lifted, *flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             for (kind, i), new in zip(self._writes, outs):
-                (self._lifted[i] if kind == "lifted" else flat[i]).copy_(new)
+                if kind != "token":
+                    (self._lifted[i] if kind == "lifted" else flat[i]).copy_(new)
         outs = outs[len(self._writes):]
         return pytree.tree_unflatten(outs, self._out_spec) if self._out_spec is not None else outs[0]
 
@@ -257,7 +259,7 @@ class PartitionedModule(torch.nn.Module):
         except Exception as e:  # sections are the front end's: reject what does not parse
             raise KilnError(f"corrupt artifact: the fallback graph is unreadable ({type(e).__name__}: {e})") from None
         writes = [(str(k), int(i)) for k, i in meta.get("writes", [])]
-        if any(k not in ("lifted", "input") or not 0 <= i < (len(lifted) if k == "lifted" else 1 << 20)
+        if any(k not in ("lifted", "input", "token") or not 0 <= i < (len(lifted) if k == "lifted" else 1 << 20)
                for k, i in writes):
             raise KilnError("corrupt artifact: a state write-back names no buffer or input")
         return cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""),
@@ -277,12 +279,21 @@ def _target_name(target):
         return "operator.getitem"
     if isinstance(target, torch._ops.OpOverload):
         return f"torch.ops.{target.namespace}.{target._opname}.{target._overloadname}"
+    if target is torch.ops.higher_order.with_effects:
+        return WITH_EFFECTS
     raise KilnError(f"cannot save a model whose fallback calls {target!r}")
+
+
+# The one higher-order op a glue graph may call: with_effects, which runs a
+# side-effecting op in order (its op argument is saved as {"op": name}).
+WITH_EFFECTS = "torch.ops.higher_order.with_effects"
 
 
 def _resolve_target(name):
     if name == "operator.getitem":
         return operator.getitem
+    if name == WITH_EFFECTS:
+        return torch.ops.higher_order.with_effects
     parts = name.split(".")
     if len(parts) != 5 or parts[:2] != ["torch", "ops"]:
         raise ValueError(f"unknown target {name!r}")
@@ -298,6 +309,8 @@ def _encode(a):
         return {"dict": {k: _encode(v) for k, v in a.items()}}
     if isinstance(a, torch.dtype):
         return {"dtype": str(a).split(".")[-1]}
+    if isinstance(a, torch._ops.OpOverload):
+        return {"op": _target_name(a)}
     if isinstance(a, torch.device):
         return {"device": str(a)}
     if isinstance(a, torch.memory_format):
@@ -323,6 +336,11 @@ def _decode(e, env):
         if not isinstance(dt, torch.dtype):
             raise ValueError(f"unknown dtype {v!r}")
         return dt
+    if kind == "op":
+        op = _resolve_target(v)
+        if not isinstance(op, torch._ops.OpOverload):
+            raise ValueError(f"{v!r} is not an op")
+        return op
     if kind == "device":
         return torch.device(v)
     if kind == "memory_format":

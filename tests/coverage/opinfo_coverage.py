@@ -246,11 +246,29 @@ def _valid_index_choice(x, got, want):
     return False
 
 
+def _eager_is_random(p):
+    """Whether eager disagrees with itself on this sample under another RNG
+    seed (dropout inside multi_head_attention_forward, say): then, as for
+    NONDETERMINISTIC_WORDS, only shapes and dtypes can be compared."""
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(0x6B696C6E)
+        with torch.no_grad():
+            again = p.call(*[t.clone() for t in p.tensors])
+        return compare(again, p.want) is not None
+    except Exception:
+        return False
+    finally:
+        torch.set_rng_state(state)
+
+
 def check_sample(p, got, nondet):
     """compare() for a Prepared sample; for TIE_OPS, index outputs that
     differ from eager's are accepted when they are a valid choice among ties
     (values outputs must still equal eager's)."""
     why = compare(got, p.want, nondet)
+    if why is not None and not nondet and _eager_is_random(p):
+        return compare(got, p.want, True)
     if why is None or p.tie_input is None:
         return why
     got_l, want_l = pytree.tree_leaves(got), pytree.tree_leaves(p.want)

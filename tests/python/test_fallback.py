@@ -122,3 +122,21 @@ def test_a_float64_intermediate_falls_back_instead_of_failing():
     assert torch.equal(m(a), Float64Inside()(a))
     with pytest.raises(kiln.UnsupportedOpError, match="float64"):
         kiln.trace(Float64Inside(), (a,), fallback=False)
+
+
+class Inverse(torch.nn.Module):
+    """linalg.inv exports with an effect token (its error check is an
+    ordered side effect): the check runs in eager, the rest in kiln."""
+
+    def forward(self, a):
+        return torch.linalg.inv(a @ a.mT + torch.eye(3)) * 2 + 1
+
+
+def test_effect_tokens_run_in_eager_and_save(tmp_path):
+    a = torch.randn(3, 3)
+    with pytest.warns(UserWarning, match="CPU fallback"):
+        m = kiln.trace(Inverse(), (a,))
+    assert m.n_pieces >= 1
+    torch.testing.assert_close(m(a), Inverse()(a), **FP32_TOL)
+    kiln.save(m, tmp_path / "inv.kiln")
+    torch.testing.assert_close(kiln.load(tmp_path / "inv.kiln")(a), Inverse()(a), **FP32_TOL)
