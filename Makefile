@@ -63,4 +63,4 @@ bench-kernels: build
 # OpInfo coverage (issue 7): every op_db sample through kiln.trace, per-op
 # pass / fail / unsupported, totals and the Core ATen figure; coverage.json.
 coverage: build
-	$(PY) tests/coverage/opinfo_coverage.py $(if $(QUICK),--quick) --out coverage.json
+	$(PY) tests/coverage/opinfo_coverage.py $(if $(QUICK),--quick) $(if $(RESUME),--resume) --out coverage.json

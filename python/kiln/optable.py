@@ -48,6 +48,13 @@ class Unsupported(Exception):
     """Raised by a handler for a use of a supported op that kiln can't lower."""
 
 
+def _arg(n, i, name, default=None):
+    """Argument i of node n, given by position or as the keyword `name`."""
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
 def _val(node):
     return node.meta["val"]
 
@@ -675,37 +682,51 @@ def _pool_params(kernel, stride, padding, dilation, ceil_mode, count_include_pad
                                                                  int(bool(count_include_pad))]
 
 
-@register(aten.max_pool2d_with_indices.default, aten.max_pool2d.default)
-def _max_pool2d(ctx, n):
+def _pool_arg(args, n, i, name, default):
+    """Argument i of a pooling node (args: n.args padded with None), by
+    position or keyword; None reads as the default."""
+    return args[i] if args[i] is not None else n.kwargs.get(name, default)
+
+
+def _max_pool_args(n):
+    """kiln's pool params of an aten.max_pool2d / max_pool2d_with_indices node
+    (x, kernel_size, stride, padding, dilation, ceil_mode)."""
     args = list(n.args) + [None] * 6
-    x, kernel, stride = args[0], args[1], args[2] or n.kwargs.get("stride")
-    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
-    dilation = args[4] if args[4] is not None else n.kwargs.get("dilation", 1)
-    ceil_mode = args[5] if args[5] is not None else n.kwargs.get("ceil_mode", False)
+    return _pool_params(args[1], _pool_arg(args, n, 2, "stride", None), _pool_arg(args, n, 3, "padding", 0),
+                        _pool_arg(args, n, 4, "dilation", 1), _pool_arg(args, n, 5, "ceil_mode", False), 0)
+
+
+def _avg_pool_args(n, rank):
+    """(kernel, stride, padding, ceil_mode, count_include_pad, divisor) of an
+    aten.avg_pool{1,2,3}d node (x, kernel_size, stride, padding, ceil_mode,
+    count_include_pad, divisor_override), sizes as lists of `rank` ints;
+    divisor 0 when there is no override (eager rejects an override of 0)."""
+    args = list(n.args) + [None] * 7
+    kernel = _ints(args[1], rank)
+    stride = _pool_arg(args, n, 2, "stride", None)
+    stride = _ints(stride, rank) if stride else kernel  # [] means "the kernel size"
+    divisor = _pool_arg(args, n, 6, "divisor_override", None)
+    return (kernel, stride, _ints(_pool_arg(args, n, 3, "padding", 0), rank),
+            bool(_pool_arg(args, n, 4, "ceil_mode", False)), bool(_pool_arg(args, n, 5, "count_include_pad", True)),
+            0 if divisor is None else int(divisor))
+
+
+# max_pool2d_with_indices (the indices are a second output) is optable_nn's.
+@register(aten.max_pool2d.default)
+def _max_pool2d(ctx, n):
     if _val(n.args[0]).dtype != torch.float32:
         raise Unsupported(f"max_pool2d of {_val(n.args[0]).dtype}")
-    xv = _as_nchw(ctx, ctx.value(x), 2)
-    y = ctx.node("max_pool2d", [xv], _pool_params(kernel, stride, padding, dilation, ceil_mode, 0),
-                 origin=ctx.origin(n))
-    if n.target == aten.max_pool2d.default:
-        return reshape(ctx, y, _shape(n))
-    out_shape = tuple(int(s) for s in _val(n)[0].shape)
-    # The indices (output 1) only feed max_unpool and the backward pass.
-    return (reshape(ctx, y, out_shape), ctx.unsupported_value(n, "max_pool2d's indices output"))
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    y = ctx.node("max_pool2d", [xv], _max_pool_args(n), origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
 
 
 @register(aten.avg_pool2d.default)
 def _avg_pool2d(ctx, n):
-    args = list(n.args) + [None] * 7
-    x, kernel, stride = args[0], args[1], args[2] or n.kwargs.get("stride")
-    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
-    ceil_mode = args[4] if args[4] is not None else n.kwargs.get("ceil_mode", False)
-    include = args[5] if args[5] is not None else n.kwargs.get("count_include_pad", True)
-    divisor = args[6] if args[6] is not None else n.kwargs.get("divisor_override")
-    divisor = 0 if divisor is None else int(divisor)  # 0: none (eager rejects an override of 0)
+    kernel, stride, padding, ceil_mode, include, divisor = _avg_pool_args(n, 2)
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"avg_pool2d of {_val(n).dtype}")
-    xv = _as_nchw(ctx, ctx.value(x), 2)
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     y = ctx.node("avg_pool2d", [xv], _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [divisor],
                  origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))

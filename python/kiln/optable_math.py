@@ -13,19 +13,13 @@ Imported at the end of optable.py; entries register into its TABLE.
 
 import torch
 
-from kiln.optable import Unsupported, _shape, _val, cast, operand, register, reshape, strided_copy
+from kiln.optable import Unsupported, _arg, _shape, _val, cast, operand, register, reshape, strided_copy
 
 aten = torch.ops.aten
 
 F32 = torch.float32
 INTS = (torch.int64, torch.int32)
 
-
-def _arg(n, i, name, default=None):
-    """Argument i of n, by position or keyword."""
-    if len(n.args) > i:
-        return n.args[i]
-    return n.kwargs.get(name, default)
 
 
 # ---- unary float math ---------------------------------------------------------------

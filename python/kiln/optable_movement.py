@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from kiln.optable import (Unsupported, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
+from kiln.optable import (Unsupported, _arg, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
                           _val, aten, cast, register, reshape, strided_copy)
 
 # Core ATen ops that torch.export's default decompositions would break up
@@ -33,12 +33,6 @@ KEEP_WHOLE = (aten.reflection_pad1d.default, aten.reflection_pad2d.default,
 _MAX_RANK = 8
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
-
-def _arg(n, i, name, default=None):
-    """Argument i of n, given positionally or as the keyword `name`."""
-    if len(n.args) > i:
-        return n.args[i]
-    return n.kwargs.get(name, default)
 
 
 def _view_params(shape, strides, offset):

@@ -20,8 +20,8 @@ import math
 
 import torch
 
-from kiln.optable import (Unsupported, _as_nchw, _axes_mask, _dense_strides, _ints, _pool_params, _shape,
-                          _val, aten, register, reshape, strided_copy)
+from kiln.optable import (Unsupported, _arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
+                          _max_pool_args, _pool_params, _shape, _val, aten, register, reshape, strided_copy)
 
 F32 = torch.float32
 
@@ -29,11 +29,6 @@ F32 = torch.float32
 def _out_shape(n, i):
     return tuple(int(s) for s in n.meta["val"][i].shape)
 
-
-def _arg(n, i, name, default=None):
-    if len(n.args) > i:
-        return n.args[i]
-    return n.kwargs.get(name, default)
 
 
 def _require_f32(n, what):
@@ -216,16 +211,6 @@ def _convolution_backward(ctx, n):
 # ---- pooling: indices and backward ------------------------------------------------
 
 
-def _max_pool_args(n):
-    args = list(n.args) + [None] * 6
-    kernel = args[1]
-    stride = args[2] or n.kwargs.get("stride")
-    padding = args[3] if args[3] is not None else n.kwargs.get("padding", 0)
-    dilation = args[4] if args[4] is not None else n.kwargs.get("dilation", 1)
-    ceil_mode = args[5] if args[5] is not None else n.kwargs.get("ceil_mode", False)
-    return _pool_params(kernel, stride, padding, dilation, ceil_mode, 0)
-
-
 @register(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(ctx, n):
     _require_f32(n, "max_pool2d")
@@ -384,14 +369,9 @@ def _upsample_bilinear2d(ctx, n):
 
 @register(aten.avg_pool1d.default)
 def _avg_pool1d(ctx, n):
-    args = list(n.args) + [None] * 6
-    kernel = _ints(args[1], 1)
-    stride = _ints(args[2], 1) if args[2] else kernel
-    padding = _ints(args[3] if args[3] is not None else 0, 1)
-    ceil_mode = bool(args[4]) if args[4] is not None else False
-    include = bool(args[5]) if args[5] is not None else True
+    kernel, stride, padding, ceil_mode, include, _ = _avg_pool_args(n, 1)
     _require_f32(n, "avg_pool1d")
-    xv = _as_nchw(ctx, ctx.value(args[0]), 1)
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 1)
     y = ctx.node("avg_pool2d", [xv], _pool_params([1] + kernel, [1] + stride, [0] + padding, 1, ceil_mode, include),
                  origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
@@ -507,17 +487,11 @@ def _as_ncdhw(ctx, n, x):
 
 @register(aten.avg_pool3d.default)
 def _avg_pool3d(ctx, n):
-    args = list(n.args) + [None] * 7
-    kernel = _ints(args[1], 3)
-    stride = _ints(args[2], 3) if args[2] else kernel
-    padding = _ints(args[3] if args[3] is not None else 0, 3)
-    ceil_mode = bool(args[4]) if args[4] is not None else False
-    include = bool(args[5]) if args[5] is not None else True
     # divisor_override: the first pass only sums (divisor 1), the second
     # divides the 3-d window's sum by the override.
-    divisor = 0 if args[6] is None else int(args[6])
+    kernel, stride, padding, ceil_mode, include, divisor = _avg_pool_args(n, 3)
     _require_f32(n, "avg_pool3d")
-    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, args[0])
+    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
     origin = ctx.origin(n)
     hw = ctx.node("avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
                   _pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include) + [1 if divisor else 0],
@@ -553,7 +527,7 @@ def _max_pool3d_with_indices(ctx, n):
     dilation = _ints(args[4] if args[4] is not None else 1, 3)
     ceil_mode = bool(args[5]) if args[5] is not None else False
     _require_f32(n, "max_pool3d")
-    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, args[0])
+    xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
     origin = ctx.origin(n)
     hw = ctx.node("max_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
                   _pool_params(kernel[1:], stride[1:], padding[1:], dilation[1:], ceil_mode, 0), origin=origin)

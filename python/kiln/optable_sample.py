@@ -8,7 +8,7 @@ EMBEDDING_BAG) and its params; the C shape rules validate them.
 
 import torch
 
-from kiln.optable import Unsupported, _shape, aten, register, reshape
+from kiln.optable import Unsupported, _arg, _shape, aten, register, reshape
 
 # torch.export's default decompositions break col2im into index arithmetic
 # over a zeros constant; kiln runs it whole (capture.decomposition_table).
@@ -17,11 +17,6 @@ KEEP_WHOLE = (aten.col2im.default,)
 _F32 = torch.float32
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
-
-def _arg(n, i, name, default=None):
-    if len(n.args) > i:
-        return n.args[i]
-    return n.kwargs.get(name, default)
 
 
 @register(aten.grid_sampler_2d.default)

@@ -322,6 +322,15 @@ def _encode(a):
     raise KilnError(f"cannot save a fallback argument of type {type(a).__name__}")
 
 
+def _torch_attr(name, kind, what):
+    """torch.<name>, which a saved file claims is a `kind` (checked: the file
+    may be hostile, and getattr alone would hand back any torch attribute)."""
+    v = getattr(torch, name, None)
+    if not isinstance(v, kind):
+        raise ValueError(f"unknown {what} {name!r}")
+    return v
+
+
 def _decode(e, env):
     (kind, v), = e.items()
     if kind == "node":
@@ -332,10 +341,7 @@ def _decode(e, env):
     if kind == "dict":
         return {k: _decode(x, env) for k, x in v.items()}
     if kind == "dtype":
-        dt = getattr(torch, v)
-        if not isinstance(dt, torch.dtype):
-            raise ValueError(f"unknown dtype {v!r}")
-        return dt
+        return _torch_attr(v, torch.dtype, "dtype")
     if kind == "op":
         op = _resolve_target(v)
         if not isinstance(op, torch._ops.OpOverload):
@@ -344,10 +350,7 @@ def _decode(e, env):
     if kind == "device":
         return torch.device(v)
     if kind == "memory_format":
-        mf = getattr(torch, v)
-        if not isinstance(mf, torch.memory_format):
-            raise ValueError(f"unknown memory format {v!r}")
-        return mf
+        return _torch_attr(v, torch.memory_format, "memory format")
     if kind == "float":
         return float(v)
     if kind == "value":

@@ -84,7 +84,7 @@
  *                                        ceil_mode, [9] count_include_pad
  *                                        (avg), [10] divisor_override (avg;
  *                                        0: none, else the divisor of every
- *                                        window). Sizes as torch's pooling.
+ *                                        window, negative too, as eager). Sizes as torch's pooling.
  *   ACOS..SIGN     (x) -> y              more unary math, in kiln_math_unary_t
  *                                        order: acos acosh asin asinh atan
  *                                        atanh cosh sinh tan expm1 log10 log1p

@@ -391,8 +391,8 @@ static kiln_status_t infer_pool2d(const kiln_node_t* n, const kiln_value_t* x, k
     FAIL("avg_pool2d has no dilation (params 6 and 7 must be 1)");
   if ((unsigned long long)p[8] > 1 || (unsigned long long)p[9] > 1)
     FAIL("%s: ceil_mode and count_include_pad are 0 or 1", name);
-  if (p[10] < 0 || p[10] > ((int64_t)1 << 31) || (n->op != KILN_OP_AVG_POOL2D && p[10]))
-    FAIL("%s: divisor_override %lld is outside [0, 2^31] (0: none; average only)", name,
+  if (p[10] < -((int64_t)1 << 31) || p[10] > ((int64_t)1 << 31) || (n->op != KILN_OP_AVG_POOL2D && p[10]))
+    FAIL("%s: divisor_override %lld is outside [-2^31, 2^31] (0: none; average only)", name,
          (long long)p[10]);
   int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
   KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[2], p[0], p[2], p[4], p[6], (int)p[8],

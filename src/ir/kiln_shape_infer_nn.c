@@ -151,8 +151,8 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
       KILN_RETURN_IF_ERROR(nn_check_4d(name, "dy", x, KILN_F32));
       KILN_RETURN_IF_ERROR(nn_check_size(name, "input height", p[10]));
       KILN_RETURN_IF_ERROR(nn_check_size(name, "input width", p[11]));
-      if (p[12] < 0 || p[12] > KILN_GRAD_DIM_LIMIT)
-        FAIL("%s: divisor_override %lld is outside [0, 2^31] (0: none)", name, (long long)p[12]);
+      if (p[12] < -KILN_GRAD_DIM_LIMIT || p[12] > KILN_GRAD_DIM_LIMIT)
+        FAIL("%s: divisor_override %lld is outside [-2^31, 2^31] (0: none)", name, (long long)p[12]);
       int64_t ho = 0, wo = 0;
       KILN_RETURN_IF_ERROR(nn_pool_window(name, p, 1, p[10], p[11], &ho, &wo));
       if (ho != x->shape[2] || wo != x->shape[3])

@@ -260,6 +260,16 @@ static void divisor_override_test_level(kiln_pool_t* pool, const char* where) {
   int bad = 0;
   for (int i = 0; i < 9; ++i) bad += dx[i] != 1.0f / 3;
   KILN_EXPECT(bad == 0 && dx[9] == 12345.0f, "%s avg_pool2d_grad divisor_override", where);
+  /* A negative override divides too, as eager's does. */
+  a.divisor_override = -2;
+  kiln_avg_pool2d_f32(&a, pool);
+  KILN_EXPECT(y[0] == -0.5f && y[1] == -1.0f && y[3] == -2.0f && y[4] == 12345.0f,
+              "%s avg_pool2d divisor_override -2: %g %g %g", where, y[0], y[1], y[3]);
+  b.divisor_override = -2;
+  kiln_avg_pool2d_grad_f32(&b, pool);
+  bad = 0;
+  for (int i = 0; i < 9; ++i) bad += dx[i] != -0.5f;
+  KILN_EXPECT(bad == 0 && dx[9] == 12345.0f, "%s avg_pool2d_grad divisor_override -2", where);
 }
 
 static void divisor_override_shape_rules(void) {
@@ -271,7 +281,9 @@ static void divisor_override_shape_rules(void) {
   KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, xs, &x));
   int64_t p[11] = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1, 7};
   KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "avg", &y));
-  p[10] = -1;
+  p[10] = -1; /* eager divides by a negative override too */
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "neg", &y));
+  p[10] = INT64_MIN;
   KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_AVG_POOL2D, &x, 1, p, 11, NULL, 0, "bad", &y),
                     KILN_INVALID_ARGUMENT);
   p[10] = INT64_MAX;
@@ -280,7 +292,7 @@ static void divisor_override_shape_rules(void) {
   p[10] = 3; /* max pooling has no divisor */
   KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &x, 1, p, 11, NULL, 0, "bad", &y),
                     KILN_INVALID_ARGUMENT);
-  int64_t gp[13] = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1, 4, 4, -2};
+  int64_t gp[13] = {2, 2, 2, 2, 0, 0, 1, 1, 0, 1, 4, 4, -((int64_t)1 << 32)};
   int64_t dys[4] = {1, 2, 2, 2};
   int32_t dy;
   KILN_EXPECT_OK(kiln_graph_add_input(g, "dy", KILN_F32, 4, dys, &dy));

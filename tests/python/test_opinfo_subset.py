@@ -118,3 +118,35 @@ def test_tie_aware_index_check():
     # kthvalue: one index per row (the dim removed)
     assert harness._valid_index_choice(x, torch.tensor([2, 1]), torch.tensor([0, 0]))
     assert not harness._valid_index_choice(x, torch.tensor([1, 1]), torch.tensor([0, 0]))
+
+
+def test_accuracy_against_float64_reference():
+    # A long dot product whose result cancels to near zero: float32's
+    # summation error is then far above FLOAT_TOL, for eager and for any other
+    # summation order alike.
+    torch.manual_seed(0)
+    a, b = (torch.randn(4, 4096) * 8).double(), (torch.randn(4096, 3) * 8).double()
+    b[:, 0] -= (a[0] @ b[:, 0]) / (a[0] @ a[0]) * a[0]  # out[0, 0] ~ 0
+    a, b = a.float(), b.float()
+
+    class MatMul(torch.nn.Module):
+        def forward(self, x, y):
+            return x @ y
+
+    p = harness.Prepared(0, MatMul(), [a, b], a @ b)
+    # Another summation order: off from eager by more than FLOAT_TOL allows,
+    # about as far from float64 as eager is.
+    other = (a.unsqueeze(2) * b.unsqueeze(0)).sum(1)
+    assert harness.compare(other, p.want) is not None
+    assert harness._as_accurate_as_eager(p, other)
+    assert harness.check_sample(p, other, False) is None
+    # A wrong element is not.
+    wrong = p.want.clone()
+    wrong[1, 2] *= 1.01
+    assert harness.compare(wrong, p.want) is not None
+    assert not harness._as_accurate_as_eager(p, wrong)
+    assert harness.check_sample(p, wrong, False) is not None
+    # NaN where eager has a number is never accepted.
+    nan = p.want.clone()
+    nan[0, 0] = float("nan")
+    assert not harness._as_accurate_as_eager(p, nan)

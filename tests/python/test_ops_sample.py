@@ -151,7 +151,8 @@ aten = torch.ops.aten
 
 
 @pytest.mark.parametrize("kernel,stride,padding,ceil,include,divisor", [
-    (3, 2, 1, False, True, 5), (2, 1, 0, True, False, 3), (3, 1, 1, True, True, 7), (2, 2, 0, False, True, 1)])
+    (3, 2, 1, False, True, 5), (2, 1, 0, True, False, 3), (3, 1, 1, True, True, 7), (2, 2, 0, False, True, 1),
+    (2, 1, 1, True, False, -2)])  # eager divides by a negative override too
 def test_avg_pool_divisor_override(kernel, stride, padding, ceil, include, divisor):
     x = torch.randn(2, 3, 7, 6)
     x[0, 0, 0, 0] = float("inf")

@@ -164,7 +164,7 @@ void KILN_CONV_PLANES_FN(kiln_avg_pool_plane)(const kiln_pool2d_f32_args_t* a, i
       float s = 0.0f;
       for (int64_t v = v0; v < v1; ++v) s += rowsum[x0 + v];
       int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
-      yr[j] = count > 0 ? s / (float)count : 0.0f;
+      yr[j] = count != 0 ? s / (float)count : 0.0f;
     }
   }
 }

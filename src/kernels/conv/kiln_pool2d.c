@@ -93,7 +93,7 @@ static void kiln_avg_pool_plane_direct(const kiln_pool2d_f32_args_t* a, size_t t
         for (int64_t v = v0; v < v1; ++v) s += row[v];
       }
       int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
-      y[i * a->wo + j] = count > 0 ? s / (float)count : 0.0f;
+      y[i * a->wo + j] = count != 0 ? s / (float)count : 0.0f;
     }
   }
 }

@@ -94,7 +94,7 @@ static void kiln_avg_pool_grad_plane(void* ctx, size_t task, int thread) {
       kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
       /* The forward's divisor (kiln_pool_window.h). */
       int64_t count = kiln_pool_avg_count(&g, y0, u0, u1, x0, v0, v1);
-      if (count <= 0) continue;
+      if (count == 0) continue;
       float g = dy[i * a->wo + j] / (float)count;
       for (int64_t u = u0; u < u1; ++u) {
         float* row = dx + (y0 + u) * a->w + x0;

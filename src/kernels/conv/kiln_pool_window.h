@@ -12,7 +12,7 @@ typedef struct {
   int64_t h, w;                           /* input plane */
   int64_t kh, kw, sh, sw, ph, pw, dh, dw; /* window, stride, padding, dilation */
   int count_include_pad;                  /* average only */
-  int64_t divisor_override;               /* average only: > 0 replaces the count */
+  int64_t divisor_override;               /* average only: nonzero replaces the count */
 } kiln_pool_geom_t;
 
 #define KILN_POOL_GEOM(a)                                                               \
@@ -49,10 +49,10 @@ static inline void kiln_pool_window_cols(const kiln_pool_geom_t* g, int64_t j, i
  * [u0, u1) x [v0, v1) (dilation 1): torch's, which with count_include_pad
  * is the window clipped to the padded input (ceil_mode windows can hang
  * past it) and otherwise the in-bounds taps; divisor_override replaces
- * either. */
+ * either (any nonzero value: eager divides by a negative one too). */
 static inline int64_t kiln_pool_avg_count(const kiln_pool_geom_t* g, int64_t y0, int64_t u0,
                                           int64_t u1, int64_t x0, int64_t v0, int64_t v1) {
-  if (g->divisor_override > 0) return g->divisor_override;
+  if (g->divisor_override) return g->divisor_override;
   if (!g->count_include_pad) return (u1 - u0) * (v1 - v0);
   int64_t pad_end_h = y0 + g->kh < g->h + g->ph ? y0 + g->kh : g->h + g->ph;
   int64_t pad_end_w = x0 + g->kw < g->w + g->pw ? x0 + g->kw : g->w + g->pw;
