@@ -9,7 +9,7 @@ DEPS := $(VENV)/.deps-installed
 BUILD := build
 KILN_BUILT := $(BUILD)/.kiln-installed
 
-.PHONY: all build demo test test-c test-python bench bench-kernels coverage clean
+.PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean
 
 all: build
 
@@ -34,6 +34,21 @@ test-python: build
 	$(PY) -m pytest tests/python -q
 
 test: test-c test-python
+
+# The C tests under ASan + UBSan (any report fails the run), and under
+# valgrind's memcheck on the optimised build. Not part of `make test`
+# (minutes each); run them before landing C changes.
+SAN_BUILD := build-sanitize
+test-sanitize: $(DEPS)
+	test -d $(SAN_BUILD) || $(VENV)/bin/meson setup $(SAN_BUILD) -Dbuildtype=debugoptimized \
+	  -Db_sanitize=address,undefined -Db_lundef=false
+	$(VENV)/bin/ninja -C $(SAN_BUILD) tests/c/kiln_ctest
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  $(SAN_BUILD)/tests/c/kiln_ctest
+
+test-valgrind: build
+	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite -q \
+	  $(BUILD)/tests/c/kiln_ctest
 
 demo: build
 	$(PY) examples/demo.py
