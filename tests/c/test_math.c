@@ -93,14 +93,15 @@ static void kiln_test_math_unary(kiln_pool_t* pool, const char* where) {
     kiln_math_unary_f32_reference((kiln_math_unary_t)op, n, x, want);
     int exact = op >= KILN_MATH_CEIL;
     char what[96];
-    /* Sizes 1, a tail that is no multiple of the vector width, and all. */
-    size_t sizes[] = {1, 37, n};
+    /* Sizes 1, a tail that is no multiple of the vector width, and all
+     * that follows x + 100 (the specials). */
+    size_t sizes[] = {1, 37, n - 100};
     for (int s = 0; s < 3; ++s) {
       snprintf(what, sizeof(what), "%s %s n=%zu", kiln_test_math_names[op], where, sizes[s]);
       memset(got, 0, n * sizeof(float));
       kiln_math_unary_f32((kiln_math_unary_t)op, sizes[s], x + 100 - (s == 1), got, pool);
-      kiln_test_compare_ulps(what, x + 100 - (s == 1), got, want + 100 - (s == 1),
-                             sizes[s] < n ? sizes[s] : n - 100, exact ? 0 : 4);
+      kiln_test_compare_ulps(what, x + 100 - (s == 1), got, want + 100 - (s == 1), sizes[s],
+                             exact ? 0 : 4);
     }
     /* In place (x and y the same array). */
     memcpy(got, x, n * sizeof(float));
