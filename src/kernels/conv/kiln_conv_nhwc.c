@@ -1,12 +1,13 @@
 /* The channels-last convolution (kiln_conv_nhwc.h): the channel-vector
  * implicit GEMM of kiln_conv.c with x and y in NHWC.
  *
- * Source. With no padding x is read in place; otherwise each image is
- * first copied into a zero-bordered buffer of hp x wp pixels (the rows and
- * columns the windows reach), C floats per pixel. Either way the input
+ * Source. A 1x1 conv with no padding reads x in place (cp = C); other
+ * convs first copy each image into a zero-bordered buffer of hp x wp
+ * pixels (the rows and columns the windows reach), cp >= C floats per
+ * pixel (the pitch: see kiln_conv2d_f32_nhwc). Either way the input
  * under tap (c, u, v) of output pixel (oy, ox) in group g is
  *     src[vpos(oy, ox) + off(c, u, v)],
- *     vpos = (oy sh wp + ox sw) C + g Cg,  off = (u dh wp + v dw) C + c,
+ *     vpos = (oy sh wp + ox sw) cp + g Cg,  off = (u dh wp + v dw) cp + c,
  * so the channel-vector microkernel (kiln_conv_internal.h: 6 pixels, each
  * at its own base, x 16 output channels, a broadcast per tap) runs on it
  * unchanged, taps in the packed weights' (c, u, v) order. Consecutive taps
