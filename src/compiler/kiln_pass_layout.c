@@ -1,0 +1,309 @@
+/* Activation layout: runs chains of convolutions channels-last (NHWC) where
+ * that pays, with the layout conversions only at the chains' edges.
+ *
+ * Why: kiln_conv2d_f32_nhwc (kernels/conv/kiln_conv_nhwc.h) stores its
+ * 6-pixel x 16-channel tiles with no transpose, reads each tap's channels
+ * contiguously and runs 1x1 convs on x in place. Measured against the NCHW
+ * kernel on ResNet-18's conv shapes (bench/kernels/bench_conv_nhwc, one
+ * thread, minimum CPU time) it is 1.0-1.5x as fast, most on strided and
+ * 1x1 convs, about even on the stride-1 3x3 ones; a layout conversion costs
+ * one transposing copy of the tensor. So a lone conv is not worth its two
+ * conversions, a chain is.
+ *
+ * Regions. A candidate is a float32 CONV2D the NHWC kernel serves well: at
+ * least 16 output channels per group (its tile is 16 channels wide) and not
+ * depthwise (the NCHW path has a direct loop for it). Candidates are joined
+ * into a region when one's output is another's x or residual (the inputs a
+ * channels-last conv reads channels-last; after fuse_conv a ResNet block is
+ * two or three CONV2Ds joined this way, and its stages are one region).
+ * Cost rule: a region goes NHWC when it holds at least
+ * KILN_LAYOUT_MIN_GAINING convs that gain (groups 1, C >= 16 and O >= 16:
+ * the shapes measured; a 3-channel stem's taps fill no cache line), else
+ * it stays NCHW.
+ *
+ * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
+ * params. Its x or residual made outside the region is converted once per
+ * value (STRIDED_COPY (N, C, H, W) -> (N, H, W, C)), shared by every
+ * region conv reading it; its output, when anything else reads it (another
+ * op, a conv slot other than x / residual, a graph output), is converted
+ * back once, right after the conv. So every op outside the region and
+ * every graph output sees NCHW, and results are the NCHW ones up to the
+ * conv's own summation order. A constant dense weight is packed here in
+ * panels of 16 (the NHWC kernel's only packing; the pack pass handles
+ * CONV2D alone), once per weight, when packing is on.
+ *
+ * kiln_layout_summarize reads the decision back from any graph (also a
+ * loaded one), for kiln_graph_print. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "kernels/conv/kiln_conv.h"
+
+#ifndef KILN_LAYOUT_MIN_GAINING
+#define KILN_LAYOUT_MIN_GAINING 2
+#endif
+
+static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_CONV2D) return 0;
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  if (x->dtype != KILN_F32 || x->rank != 4 || w->rank != 4) return 0;
+  if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16) return 0;
+  const int64_t groups = n->params[6], C = x->shape[1], O = w->shape[0];
+  if (groups < 1 || (groups == C && groups == O)) return 0;
+  return O / groups >= 16;
+}
+
+static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
+  const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
+  return n->params[6] == 1 && C >= 16 && O >= 16;
+}
+
+static int32_t kiln_layout_find(int32_t* parent, int32_t i) {
+  while (parent[i] != i) {
+    parent[i] = parent[parent[i]];
+    i = parent[i];
+  }
+  return i;
+}
+
+static void kiln_layout_union(int32_t* parent, int32_t a, int32_t b) {
+  a = kiln_layout_find(parent, a), b = kiln_layout_find(parent, b);
+  if (a != b) parent[a < b ? b : a] = a < b ? a : b;
+}
+
+/* Slots of a conv read in its own layout: x and the residual. */
+static int kiln_layout_act_slot(int32_t i) { return i == 0 || i == 3; }
+
+/* A transposing STRIDED_COPY of 4-d src (dst id) to NHWC (to_nhwc) or back;
+ * s is src's shape in its own layout. */
+static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const int64_t s[4],
+                                         int to_nhwc, int32_t* out_id) {
+  int64_t p[KILN_MAX_PARAMS];
+  memset(p, 0, sizeof(p));
+  p[0] = 4;
+  if (to_nhwc) { /* src (N, C, H, W) -> (N, H, W, C) */
+    int64_t dims[4] = {s[0], s[2], s[3], s[1]};
+    int64_t st[4] = {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]};
+    memcpy(p + 1, dims, sizeof(dims));
+    memcpy(p + 9, st, sizeof(st));
+  } else { /* src (N, H, W, C) -> (N, C, H, W) */
+    int64_t dims[4] = {s[0], s[3], s[1], s[2]};
+    int64_t st[4] = {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]};
+    memcpy(p + 1, dims, sizeof(dims));
+    memcpy(p + 9, st, sizeof(st));
+  }
+  return kiln_graph_add_node(dst, KILN_OP_STRIDED_COPY, &src, 1, p, 18, NULL, 0,
+                             to_nhwc ? "kiln layout: NCHW -> NHWC" : "kiln layout: NHWC -> NCHW",
+                             out_id);
+}
+
+typedef struct {
+  const kiln_value_t* w;
+  float* out;
+  int64_t groups;
+} kiln_layout_pack_t;
+
+static void kiln_layout_pack_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_layout_pack_t* j = &((const kiln_layout_pack_t*)ctx)[task];
+  const kiln_value_t* w = j->w;
+  kiln_conv2d_f32_pack_weight(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3], j->groups,
+                              KILN_CONV_PANEL_WIDE, w->data, j->out);
+}
+
+/* The groups weight w was packed for (0: not packed). */
+static int64_t kiln_layout_packed_groups(const kiln_layout_pack_t* jobs, int32_t n_jobs,
+                                         const kiln_value_t* w) {
+  for (int32_t j = 0; j < n_jobs; ++j)
+    if (jobs[j].w == w) return jobs[j].groups;
+  return 0;
+}
+
+kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
+                               kiln_graph_t** out_graph, kiln_layout_stats_t* st) {
+  *out_graph = NULL;
+  memset(st, 0, sizeof(*st));
+  const int32_t nn = g->n_nodes, nv = g->n_values;
+  int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  int32_t* gaining = calloc((size_t)nn + 1, sizeof(int32_t));
+  int32_t* convs = calloc((size_t)nn + 1, sizeof(int32_t));
+  char* nhwc = calloc((size_t)nn + 1, 1);
+  char* need_nchw = calloc((size_t)nv + 1, 1);
+  int32_t* nhwc_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  kiln_layout_pack_t* jobs = malloc(sizeof(kiln_layout_pack_t) * (size_t)(nn + 1));
+  int32_t n_jobs = 0;
+  kiln_rewriter_t rw;
+  int rw_ready = 0;
+  kiln_status_t s = !parent || !gaining || !convs || !nhwc || !need_nchw || !nhwc_of ||
+                            !packed_of || !jobs
+                        ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
+                        : kiln_ok();
+  if (!s) {
+    s = kiln_rewriter_initialize(&rw, g);
+    rw_ready = !s;
+  }
+  if (s) goto done;
+
+  /* Regions: candidates joined through x / residual edges. */
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    parent[ni] = ni;
+    nhwc[ni] = (char)kiln_layout_candidate(g, &g->nodes[ni]);
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!nhwc[ni]) continue;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && nhwc[p]) kiln_layout_union(parent, ni, p);
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    convs[r]++;
+    gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    if (r == ni) {
+      if (gaining[r] >= KILN_LAYOUT_MIN_GAINING) {
+        st->regions++;
+        st->convs += convs[r];
+      } else {
+        st->regions_kept++;
+        st->convs_kept += convs[r];
+      }
+    }
+    nhwc[ni] = gaining[r] >= KILN_LAYOUT_MIN_GAINING;
+  }
+  /* Which NHWC outputs something reads as NCHW. */
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    for (int32_t i = 0; i < n->n_inputs; ++i)
+      if (n->inputs[i] >= 0 && !(nhwc[ni] && kiln_layout_act_slot(i))) need_nchw[n->inputs[i]] = 1;
+  }
+  for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
+  for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = packed_of[v] = -1;
+
+  /* Packed weights: allocated and added first, packed in parallel. */
+  for (int32_t ni = 0; ni < nn && !s && pack; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    int32_t wid = n->inputs[1];
+    const kiln_value_t* w = &g->values[wid];
+    /* A weight shared by convs of different groups is packed for the
+     * first; the others read it dense (packed per call). */
+    if (!nhwc[ni] || packed_of[wid] >= 0 || w->kind != KILN_VALUE_CONSTANT ||
+        w->layout != KILN_LAYOUT_DENSE || kiln_value_numel(w) == 0)
+      continue;
+    size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
+                                               n->params[6], KILN_CONV_PANEL_WIDE);
+    void* buf = NULL;
+    if (bytes == 0) continue;
+    s = kiln_allocator_malloc(g->allocator, bytes, &buf);
+    if (!s)
+      s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
+                                        KILN_LAYOUT_CONV2D_PACKED_16, buf, bytes, &packed_of[wid]);
+    if (s) break;
+    jobs[n_jobs].w = w, jobs[n_jobs].out = buf, jobs[n_jobs].groups = n->params[6];
+    n_jobs++;
+  }
+  if (!s && n_jobs) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_layout_pack_task, jobs);
+
+  for (int32_t ni = 0; ni < nn && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!nhwc[ni]) {
+      s = kiln_rewriter_copy_node(&rw, n);
+      continue;
+    }
+    int32_t ins[4] = {-1, -1, -1, -1};
+    for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
+      int32_t v = n->inputs[i];
+      if (v < 0) continue;
+      if (kiln_layout_act_slot(i)) {
+        if (nhwc_of[v] < 0) {
+          int32_t nchw;
+          s = kiln_rewriter_value(&rw, v, &nchw);
+          if (!s) s = kiln_layout_convert(rw.dst, nchw, g->values[v].shape, 1, &nhwc_of[v]);
+          if (!s) st->conversions++;
+        }
+        ins[i] = nhwc_of[v];
+      } else if (i == 1 && packed_of[v] >= 0 &&
+                 kiln_layout_packed_groups(jobs, n_jobs, &g->values[v]) == n->params[6]) {
+        ins[i] = packed_of[v];
+      } else {
+        s = kiln_rewriter_value(&rw, v, &ins[i]);
+      }
+    }
+    int32_t out = n->outputs[0];
+    if (!s)
+      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, n->params, 9, NULL,
+                              0, n->origin, &nhwc_of[out]);
+    if (!s && need_nchw[out]) {
+      s = kiln_layout_convert(rw.dst, nhwc_of[out], rw.dst->values[nhwc_of[out]].shape, 0,
+                              &rw.remap[out]);
+      if (!s) st->conversions++;
+    }
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+done:
+  if (rw_ready) kiln_rewriter_deinitialize(&rw);
+  free(parent);
+  free(gaining);
+  free(convs);
+  free(nhwc);
+  free(need_nchw);
+  free(nhwc_of);
+  free(packed_of);
+  free(jobs);
+  return s;
+}
+
+void kiln_layout_summarize(const kiln_graph_t* g, int32_t* out_regions, int32_t* out_convs,
+                           int32_t* out_conversions) {
+  *out_regions = *out_convs = *out_conversions = 0;
+  const int32_t nn = g->n_nodes;
+  int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  if (!parent) return;
+  for (int32_t ni = 0; ni < nn; ++ni) parent[ni] = ni;
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op == KILN_OP_STRIDED_COPY && n->n_inputs == 1 && n->inputs[0] >= 0) {
+      int32_t p = g->values[n->inputs[0]].producer;
+      if (p >= 0 && g->nodes[p].op == KILN_OP_CONV2D_NHWC) ++*out_conversions;
+    }
+    if (n->op != KILN_OP_CONV2D_NHWC) continue;
+    ++*out_convs;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && g->nodes[p].op == KILN_OP_CONV2D_NHWC) kiln_layout_union(parent, ni, p);
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op == KILN_OP_CONV2D_NHWC && kiln_layout_find(parent, ni) == ni) ++*out_regions;
+  }
+  /* Conversions into the layout: copies any CONV2D_NHWC reads as x or
+   * residual, each once. */
+  char* seen = calloc((size_t)nn + 1, 1);
+  for (int32_t ni = 0; seen && ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_CONV2D_NHWC) continue;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && g->nodes[p].op == KILN_OP_STRIDED_COPY && !seen[p]) {
+        seen[p] = 1;
+        ++*out_conversions;
+      }
+    }
+  }
+  free(seen);
+  free(parent);
+}
