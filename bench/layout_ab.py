@@ -43,7 +43,7 @@ def main():
     model, x = models.build_resnet18()
     on = trace(model, x, "auto")
     off = trace(model, x, "nchw")
-    layout_line = [ln for ln in on.explain().splitlines() if "layout:" in ln]
+    layout_line = [ln for ln in on.explain().splitlines() if ln.strip().startswith("layout:")]
     print("layout pass:", layout_line[0].strip() if layout_line else "no channels-last region")
     with torch.no_grad():
         want = model(*x)
@@ -53,18 +53,24 @@ def main():
     for n in [int(t) for t in args.threads.split(",")]:
         on._kiln_model.set_threads(n)
         off._kiln_model.set_threads(n)
-        t_on, t_off = [], []
+        # Wall time, and with one thread also the process's CPU time (time
+        # sliced away to other processes on a shared machine does not count).
+        t = {(k, c): [] for k in ("on", "off") for c in ("wall", "cpu")}
         for _ in range(5):
             on(*x), off(*x)
         for i in range(args.calls):
-            for which in ((on, t_on), (off, t_off)) if i % 2 == 0 else ((off, t_off), (on, t_on)):
-                t0 = time.perf_counter()
-                which[0](*x)
-                which[1].append(time.perf_counter() - t0)
-        m_on, m_off = statistics.median(t_on), statistics.median(t_off)
-        print("%d thread(s): layout on %.2f ms, off (nchw) %.2f ms median of %d; min %.2f / %.2f;"
-              " off/on %.2fx" % (n, m_on * 1e3, m_off * 1e3, args.calls, min(t_on) * 1e3,
-                                 min(t_off) * 1e3, m_off / m_on))
+            order = (("on", on), ("off", off)) if i % 2 == 0 else (("off", off), ("on", on))
+            for name, m in order:
+                c0, t0 = time.process_time(), time.perf_counter()
+                m(*x)
+                t[name, "wall"].append(time.perf_counter() - t0)
+                t[name, "cpu"].append(time.process_time() - c0)
+        for clock in ("wall", "cpu") if n == 1 else ("wall",):
+            m_on, m_off = statistics.median(t["on", clock]), statistics.median(t["off", clock])
+            print("%d thread(s), %s: layout on %.2f ms, off (KILN_LAYOUT=nchw) %.2f ms, median of"
+                  " %d calls (min %.2f / %.2f); off/on %.2fx" % (
+                      n, clock, m_on * 1e3, m_off * 1e3, args.calls, min(t["on", clock]) * 1e3,
+                      min(t["off", clock]) * 1e3, m_off / m_on))
 
 
 if __name__ == "__main__":

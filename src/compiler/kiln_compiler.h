@@ -59,14 +59,15 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_gra
  * converting layouts only at their edges (kiln_pass_layout.c); packs their
  * weights in panels of 16 when pack is set. */
 typedef struct kiln_layout_stats_s {
-  int32_t regions, convs;           /* made channels-last */
+  int32_t regions, convs, pools;    /* made channels-last */
   int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
   int32_t conversions;              /* layout copies placed */
 } kiln_layout_stats_t;
 kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_pool_t* pool, int pack,
                                kiln_graph_t** out_graph, kiln_layout_stats_t* out_stats);
-/* The layout decision as a graph holds it: CONV2D_NHWC regions (joined
- * through x / residual), their convs, and the copies into and out of them. */
+/* The layout decision as a graph holds it: regions of CONV2D_NHWC and
+ * MAX_POOL2D_NHWC (joined through x / residual), their convs, and the
+ * copies into and out of them. */
 void kiln_layout_summarize(const kiln_graph_t* graph, int32_t* out_regions, int32_t* out_convs,
                            int32_t* out_conversions);
 

@@ -47,6 +47,10 @@
 #endif
 
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
+    const kiln_value_t* x = &g->values[n->inputs[0]];
+    return x->dtype == KILN_F32 && x->rank == 4 && n->params[10] == 0;
+  }
   if (n->op != KILN_OP_CONV2D) return 0;
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
   if (x->dtype != KILN_F32 || x->rank != 4 || w->rank != 4) return 0;
@@ -57,6 +61,7 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
 }
 
 static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_CONV2D) return 0;
   const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
   return n->params[6] == 1 && C >= 16 && O >= 16;
 }
@@ -165,7 +170,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   for (int32_t ni = 0; ni < nn; ++ni) {
     if (!nhwc[ni]) continue;
     int32_t r = kiln_layout_find(parent, ni);
-    convs[r]++;
+    convs[r] += g->nodes[ni].op == KILN_OP_CONV2D;
     gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
@@ -181,6 +186,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
       }
     }
     nhwc[ni] = gaining[r] >= KILN_LAYOUT_MIN_GAINING;
+    if (nhwc[ni] && g->nodes[ni].op == KILN_OP_MAX_POOL2D) st->pools++;
   }
   /* Which NHWC outputs something reads as NCHW. */
   for (int32_t ni = 0; ni < nn; ++ni) {
@@ -194,6 +200,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   /* Packed weights: allocated and added first, packed in parallel. */
   for (int32_t ni = 0; ni < nn && !s && pack; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_CONV2D) continue;
     int32_t wid = n->inputs[1];
     const kiln_value_t* w = &g->values[wid];
     /* A weight shared by convs of different groups is packed for the
@@ -241,7 +248,10 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
       }
     }
     int32_t out = n->outputs[0];
-    if (!s)
+    if (!s && n->op == KILN_OP_MAX_POOL2D)
+      s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, 11, NULL, 0,
+                              n->origin, &nhwc_of[out]);
+    else if (!s)
       s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, n->params, 9, NULL,
                               0, n->origin, &nhwc_of[out]);
     if (!s && need_nchw[out]) {
@@ -264,6 +274,10 @@ done:
   return s;
 }
 
+static int kiln_layout_is_nhwc(kiln_op_t op) {
+  return op == KILN_OP_CONV2D_NHWC || op == KILN_OP_MAX_POOL2D_NHWC;
+}
+
 void kiln_layout_summarize(const kiln_graph_t* g, int32_t* out_regions, int32_t* out_convs,
                            int32_t* out_conversions) {
   *out_regions = *out_convs = *out_conversions = 0;
@@ -275,26 +289,26 @@ void kiln_layout_summarize(const kiln_graph_t* g, int32_t* out_regions, int32_t*
     const kiln_node_t* n = &g->nodes[ni];
     if (n->op == KILN_OP_STRIDED_COPY && n->n_inputs == 1 && n->inputs[0] >= 0) {
       int32_t p = g->values[n->inputs[0]].producer;
-      if (p >= 0 && g->nodes[p].op == KILN_OP_CONV2D_NHWC) ++*out_conversions;
+      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) ++*out_conversions;
     }
-    if (n->op != KILN_OP_CONV2D_NHWC) continue;
-    ++*out_convs;
+    if (!kiln_layout_is_nhwc(n->op)) continue;
+    *out_convs += n->op == KILN_OP_CONV2D_NHWC;
     for (int32_t i = 0; i < n->n_inputs; ++i) {
       if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
       int32_t p = g->values[n->inputs[i]].producer;
-      if (p >= 0 && g->nodes[p].op == KILN_OP_CONV2D_NHWC) kiln_layout_union(parent, ni, p);
+      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) kiln_layout_union(parent, ni, p);
     }
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op == KILN_OP_CONV2D_NHWC && kiln_layout_find(parent, ni) == ni) ++*out_regions;
+    if (kiln_layout_is_nhwc(n->op) && kiln_layout_find(parent, ni) == ni) ++*out_regions;
   }
   /* Conversions into the layout: copies any CONV2D_NHWC reads as x or
    * residual, each once. */
   char* seen = calloc((size_t)nn + 1, 1);
   for (int32_t ni = 0; seen && ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_CONV2D_NHWC) continue;
+    if (!kiln_layout_is_nhwc(n->op)) continue;
     for (int32_t i = 0; i < n->n_inputs; ++i) {
       if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
       int32_t p = g->values[n->inputs[i]].producer;

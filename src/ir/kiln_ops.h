@@ -229,6 +229,10 @@
  *                                        new op, not a CONV2D param, so that
  *                                        no pass or older reader can take its
  *                                        x for (N, C, H, W)).
+ *   MAX_POOL2D_NHWC (x) -> y             MAX_POOL2D with channels-last
+ *                                        activations: x (N, H, W, C) float32
+ *                                        -> (N, Ho, Wo, C); params as
+ *                                        MAX_POOL2D's (param 10 must be 0).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -334,7 +338,8 @@
   X(COL2IM, "col2im", 1, 1)          \
   X(EMBEDDING_BAG, "embedding_bag", 3, 4) \
   X(ELTWISE_FUSED, "eltwise_fused", 1, 8) \
-  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4)
+  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
+  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

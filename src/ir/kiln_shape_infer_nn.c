@@ -128,6 +128,15 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
     case KILN_OP_CONV2D_GRAD_INPUT:
     case KILN_OP_CONV2D_GRAD_WEIGHT:
       return infer_conv2d_grad(g, n, out);
+    case KILN_OP_MAX_POOL2D_NHWC: {
+      KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
+      if (p[10]) FAIL("%s: divisor_override (param 10) must be 0", name);
+      int64_t shape[4] = {x->shape[0], 0, 0, x->shape[3]};
+      KILN_RETURN_IF_ERROR(
+          nn_pool_window(name, p, 0, x->shape[1], x->shape[2], &shape[1], &shape[2]));
+      nn_set(out, KILN_F32, shape);
+      return kiln_ok();
+    }
     case KILN_OP_MAX_POOL2D_INDICES: {
       KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
       int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};

@@ -129,6 +129,21 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
       kiln_conv2d_f32_nhwc(&a, pool);
       return kiln_ok();
     }
+    case KILN_OP_MAX_POOL2D_NHWC: {
+      /* x (N, H, W, C) -> y (N, Ho, Wo, C); the geometry as MAX_POOL2D's. */
+      const kiln_value_t* x = VAL(0);
+      const int64_t* p = n->params;
+      kiln_pool2d_f32_args_t a;
+      memset(&a, 0, sizeof(a));
+      a.n = x->shape[0], a.h = x->shape[1], a.w = x->shape[2], a.c = x->shape[3];
+      a.ho = out->shape[1], a.wo = out->shape[2];
+      a.kh = p[0], a.kw = p[1], a.sh = p[2], a.sw = p[3], a.ph = p[4], a.pw = p[5];
+      a.dh = p[6], a.dw = p[7];
+      a.x = BUF(0);
+      a.y = bufs[n->outputs[0]];
+      kiln_max_pool2d_f32_nhwc(&a, pool);
+      return kiln_ok();
+    }
     case KILN_OP_UPSAMPLE_BILINEAR2D: {
       const kiln_value_t* x = VAL(0);
       kiln_upsample_f32_args_t a;

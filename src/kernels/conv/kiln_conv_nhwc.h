@@ -33,4 +33,11 @@ void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool)
  * dense or packed weights of either panel width). */
 void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* args);
 
+/* Max pooling channels-last (kiln_pool_nhwc.c): x (N, H, W, C) -> y
+ * (N, Ho, Wo, C), args as kiln_max_pool2d_f32's (n, c, h, w, ho, wo the
+ * sizes); the window, dilation and NaN rule as MAX_POOL2D. */
+void kiln_max_pool2d_f32_nhwc(const kiln_pool2d_f32_args_t* args, kiln_pool_t* pool);
+/* The direct window loop, for the tests (max is exact: results equal). */
+void kiln_max_pool2d_f32_nhwc_reference(const kiln_pool2d_f32_args_t* args);
+
 #endif /* KILN_CONV_NHWC_H */
