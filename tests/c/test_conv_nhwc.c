@@ -18,6 +18,7 @@
 
 #include "base/kiln_pool.h"
 #include "kernels/conv/kiln_conv.h"
+#include "ir/kiln_shape_common.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
 #include "kiln_test.h"
 
@@ -171,4 +172,55 @@ static void nhwc_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
-void kiln_test_suite_conv_nhwc(void) { kiln_test_each_isa_and_pool(nhwc_level); }
+/* Channels-last max pooling: the fast loop equals the direct one exactly
+ * (max is exact), and both equal the NCHW reference on permuted tensors;
+ * NaN and -Inf in x, ResNet's 3x3/2 pad 1, ceil mode windows hanging past
+ * the input, dilation, C = 1 and odd C, N = 2. */
+static void nhwc_pool_level(kiln_pool_t* pool, const char* where) {
+  /* n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, ceil */
+  static const int64_t cases[][13] = {
+      {1, 64, 14, 14, 3, 3, 2, 2, 1, 1, 1, 1, 0}, {2, 17, 9, 7, 2, 2, 2, 2, 0, 0, 1, 1, 1},
+      {1, 5, 11, 10, 3, 2, 1, 2, 1, 1, 2, 3, 0},  {1, 1, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, 0},
+      {2, 3, 8, 1, 3, 1, 3, 1, 1, 0, 1, 1, 1},    {1, 33, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+  };
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
+    const int64_t* p = cases[ci];
+    kiln_pool2d_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = p[0], a.c = p[1], a.h = p[2], a.w = p[3], a.kh = p[4], a.kw = p[5], a.sh = p[6];
+    a.sw = p[7], a.ph = p[8], a.pw = p[9], a.dh = p[10], a.dw = p[11];
+    KILN_EXPECT_OK(kiln_shape_window_out_size("h", a.h, a.kh, a.sh, a.ph, a.dh, (int)p[12], &a.ho));
+    KILN_EXPECT_OK(kiln_shape_window_out_size("w", a.w, a.kw, a.sw, a.pw, a.dw, (int)p[12], &a.wo));
+    size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.c * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    float* xt = malloc(nx * sizeof(float));
+    float* want_nchw = malloc(ny * sizeof(float));
+    float* want = malloc((ny + NHWC_GUARD) * sizeof(float));
+    float* got = malloc((ny + NHWC_GUARD) * sizeof(float));
+    float* back = malloc(ny * sizeof(float));
+    kiln_test_fill_f32(x, nx, (unsigned)(ci + 5), -1.0f, 1.0f);
+    x[nx / 3] = NAN;
+    x[nx / 2] = -INFINITY;
+    nhwc_permute(x, xt, a.n, a.c, a.h, a.w, 0);
+    a.x = x, a.y = want_nchw;
+    kiln_max_pool2d_f32_reference(&a);
+    kiln_test_fill_f32(want, ny + NHWC_GUARD, 3, -1.0f, 1.0f);
+    memcpy(got, want, (ny + NHWC_GUARD) * sizeof(float));
+    a.x = xt, a.y = want;
+    kiln_max_pool2d_f32_nhwc_reference(&a);
+    nhwc_permute(want, back, a.n, a.c, a.ho, a.wo, 1);
+    char what[160];
+    snprintf(what, sizeof what, "%s max pool nhwc case %zu: reference vs NCHW reference", where, ci);
+    kiln_test_compare_f32(what, back, want_nchw, ny, 0.0f, 0.0f);
+    a.y = got;
+    kiln_max_pool2d_f32_nhwc(&a, pool);
+    snprintf(what, sizeof what, "%s max pool nhwc case %zu", where, ci);
+    kiln_test_compare_f32(what, got, want, ny + NHWC_GUARD, 0.0f, 0.0f);
+    free(x), free(xt), free(want_nchw), free(want), free(got), free(back);
+  }
+}
+
+void kiln_test_suite_conv_nhwc(void) {
+  kiln_test_each_isa_and_pool(nhwc_level);
+  kiln_test_each_isa_and_pool(nhwc_pool_level);
+}

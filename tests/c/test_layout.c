@@ -2,7 +2,8 @@
  * graphs of convs, compiled with the pass on and off from the same graph:
  *  - a chain of convs goes channels-last with one conversion in and one
  *    out; a residual read inside the region needs none; an input read both
- *    as x and as a residual is converted once;
+ *    as x and as a residual is converted once; a max pool between convs
+ *    joins their region (MAX_POOL2D_NHWC);
  *  - a single conv, and a region whose convs do not gain (3-channel input,
  *    grouped), stay NCHW with no conversion;
  *  - graph outputs keep NCHW shapes, also an intermediate conv's output;
@@ -52,6 +53,14 @@ static kiln_graph_t* lt_build(const lt_case_t* tc, int64_t out_shapes[][4]) {
   for (int i = 0; i < tc->n_convs; ++i) {
     const lt_conv_t* cv = &tc->convs[i];
     const int64_t* in = cv->x == LT_INPUT ? xs : shapes[cv->x];
+    if (cv->k == 0) { /* a max pool, 3x3 stride 2 pad 1 (ResNet's) */
+      int64_t pp[11] = {3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0};
+      int32_t pin = cv->x == LT_INPUT ? x : ys[cv->x];
+      KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &pin, 1, pp, 11, NULL, 0, "pool",
+                                         &ys[i]));
+      memcpy(shapes[i], g->values[ys[i]].shape, sizeof(shapes[i]));
+      continue;
+    }
     int64_t ws[4] = {cv->o, in[1] / cv->groups, cv->k, cv->k}, K = ws[1] * cv->k * cv->k;
     size_t nw = (size_t)(cv->o * K);
     float* w = malloc(nw * sizeof(float));
@@ -123,14 +132,16 @@ static void lt_check(const lt_case_t* tc) {
     if (off) kiln_graph_release(off);
     return;
   }
-  int nhwc = 0, copies = 0, nchw_convs = 0, off_nhwc = 0, off_copies = 0;
+  int nhwc = 0, copies = 0, nchw_convs = 0, off_nhwc = 0, off_copies = 0, pools_nhwc = 0;
+  for (int32_t i = 0; i < on->n_nodes; ++i) pools_nhwc += on->nodes[i].op == KILN_OP_MAX_POOL2D_NHWC;
   for (int32_t i = 0; i < on->n_nodes; ++i) {
-    nhwc += on->nodes[i].op == KILN_OP_CONV2D_NHWC;
-    copies += on->nodes[i].op == KILN_OP_STRIDED_COPY;
-    nchw_convs += on->nodes[i].op == KILN_OP_CONV2D;
+    kiln_op_t op = on->nodes[i].op;
+    nhwc += op == KILN_OP_CONV2D_NHWC || op == KILN_OP_MAX_POOL2D_NHWC;
+    copies += op == KILN_OP_STRIDED_COPY;
+    nchw_convs += op == KILN_OP_CONV2D || op == KILN_OP_MAX_POOL2D;
   }
   for (int32_t i = 0; i < off->n_nodes; ++i) {
-    off_nhwc += off->nodes[i].op == KILN_OP_CONV2D_NHWC;
+    off_nhwc += off->nodes[i].op == KILN_OP_CONV2D_NHWC || off->nodes[i].op == KILN_OP_MAX_POOL2D_NHWC;
     off_copies += off->nodes[i].op == KILN_OP_STRIDED_COPY;
   }
   KILN_EXPECT(nhwc == tc->want_nhwc && copies == tc->want_copies &&
@@ -141,7 +152,8 @@ static void lt_check(const lt_case_t* tc) {
               tc->name, off_nhwc, off_copies);
   int32_t regions, convs, conversions;
   kiln_layout_summarize(on, &regions, &convs, &conversions);
-  KILN_EXPECT(convs == nhwc && conversions == copies && (nhwc == 0) == (regions == 0),
+  KILN_EXPECT(convs == nhwc - pools_nhwc && conversions == copies &&
+                  (nhwc == 0) == (regions == 0),
               "%s: summary %d regions, %d convs, %d conversions", tc->name, regions, convs,
               conversions);
   /* Graph outputs keep their NCHW shapes. */
@@ -214,6 +226,23 @@ static void lt_shape_rule(void) {
   KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, ins6, 2, ok, 9, NULL, 0, "p6", &y),
                     KILN_INVALID_ARGUMENT);
   free(w6);
+  /* MAX_POOL2D_NHWC: (N, H, W, C) -> (N, Ho, Wo, C); MAX_POOL2D's rules. */
+  int64_t pp[11] = {3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D_NHWC, &x, 1, pp, 11, NULL, 0, "mp", &y));
+  s = g->values[y].shape;
+  KILN_EXPECT(s[0] == 2 && s[1] == 5 && s[2] == 4 && s[3] == 16,
+              "max_pool2d_nhwc shape (%lld, %lld, %lld, %lld), want (2, 5, 4, 16)", (long long)s[0],
+              (long long)s[1], (long long)s[2], (long long)s[3]);
+  int64_t pbad[][11] = {
+      {3, 3, 2, 2, 2, 1, 1, 1, 0, 0, 0}, /* padding over half the kernel */
+      {3, 3, 0, 2, 1, 1, 1, 1, 0, 0, 0}, /* zero stride */
+      {3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 4}, /* a divisor on a max pool */
+      {10, 3, 1, 1, 0, 0, 1, 1, 0, 0, 0}, /* window past the input (H = 9) */
+  };
+  for (size_t i = 0; i < sizeof(pbad) / sizeof(pbad[0]); ++i)
+    KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D_NHWC, &x, 1, pbad[i], 11, NULL, 0,
+                                          "bad", &y),
+                      KILN_INVALID_ARGUMENT);
   kiln_graph_release(g);
 }
 
@@ -231,6 +260,12 @@ void kiln_test_suite_layout(void) {
        1, {1}, 0, 0},
       {"grouped pair", 32, 8, 2, {{LT_INPUT, LT_NONE, 32, 3, 1, 2}, {0, LT_NONE, 32, 3, 1, 2}},
        1, {1}, 0, 0},
+      {"max pool inside", 16, 12, 4,
+       {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_NONE, 0, 0, 0, 1}, {1, LT_NONE, 16, 3, 1, 1},
+        {2, 1, 16, 3, 1, 1}},
+       1, {3}, 4, 2},
+      {"max pool outside a lone conv", 16, 12, 2,
+       {{LT_INPUT, LT_NONE, 0, 0, 0, 1}, {0, LT_NONE, 32, 3, 1, 1}}, 1, {1}, 0, 0},
       {"outputs keep nchw", 16, 7, 3,
        {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_INPUT, 16, 3, 1, 1}, {1, LT_NONE, 24, 1, 1, 1}},
        3, {0, 1, 2}, 3, 4},

@@ -1,7 +1,7 @@
 """The compiler's layout pass (src/compiler/kiln_pass_layout.c) through
 kiln.trace: a small ResNet-like chain of blocks (built here: torchvision is
-not installed) runs its convs channels-last (CONV2D_NHWC) with one layout
-conversion in and one out, matches eager, saves and loads, and explain
+not installed) runs its convs and max pool channels-last (CONV2D_NHWC,
+MAX_POOL2D_NHWC) with one layout conversion in and one out, matches eager, saves and loads, and explain
 shows the decision; KILN_LAYOUT=nchw turns the pass off and gives the same
 outputs; a lone conv and graph outputs stay NCHW.
 
@@ -76,14 +76,15 @@ def test_resnet_blocks_channels_last(monkeypatch, tmp_path):
     model, x = _model(), torch.randn(2, 3, 24, 24)
     compiled = _trace(model, x, monkeypatch=monkeypatch)
     ops = plan_ops(compiled)
-    # Seven block convs (two per block, one downsample) run NHWC; the
-    # 3-channel stem alone does not pay and stays NCHW; one conversion
-    # after the max pool, one before the average pool.
-    assert ops.count("conv2d_nhwc") == 7, ops
-    assert ops.count("conv2d") == 1, ops
+    # The seven block convs (two per block, one downsample) gain from NHWC;
+    # the max pool and the 3-channel stem before it ride along in their
+    # region; one conversion of the input, one before the average pool.
+    assert ops.count("conv2d_nhwc") == 8, ops
+    assert ops.count("max_pool2d_nhwc") == 1, ops
+    assert "conv2d" not in ops and "max_pool2d" not in ops, ops
     assert ops.count("strided_copy") == 2, ops
     text = compiled.explain()
-    assert "layout: 1 channels-last region (7 convs), 2 layout conversions" in text, text
+    assert "layout: 1 channels-last region (8 convs), 2 layout conversions" in text, text
     with torch.no_grad():
         want = model(x)
     got = compiled(x)
@@ -93,7 +94,7 @@ def test_resnet_blocks_channels_last(monkeypatch, tmp_path):
     path = str(tmp_path / "tiny.kiln")
     kiln.save(compiled, path)
     loaded = kiln.load(path)
-    assert plan_ops(loaded).count("conv2d_nhwc") == 7
+    assert plan_ops(loaded).count("conv2d_nhwc") == 8
     assert "layout: 1 channels-last region" in loaded.explain()
     torch.testing.assert_close(loaded(x), got, rtol=0, atol=0)
 
@@ -101,6 +102,7 @@ def test_resnet_blocks_channels_last(monkeypatch, tmp_path):
     off = _trace(model, x, "nchw", monkeypatch)
     off_ops = plan_ops(off)
     assert "conv2d_nhwc" not in off_ops and "strided_copy" not in off_ops, off_ops
+    assert "max_pool2d_nhwc" not in off_ops, off_ops
     assert "layout:" not in off.explain()
     torch.testing.assert_close(off(x), got, **FP32_TOL)
 
@@ -110,8 +112,8 @@ def test_layout_logged(monkeypatch, capfd):
     model, x = _model(), torch.randn(1, 3, 16, 16)
     _trace(model, x, monkeypatch=monkeypatch)
     err = capfd.readouterr().err
-    assert "pass layout" in err and "1 regions NHWC (7 convs), 2 conversions" in err, err
-    assert "1 kept NCHW (1 convs)" in err, err
+    assert "pass layout" in err, err
+    assert "1 regions NHWC (8 convs, 1 pools), 2 conversions; 0 kept NCHW (0 convs)" in err, err
     _trace(model, x, "nchw", monkeypatch)
     assert "pass layout     off (KILN_LAYOUT=nchw)" in capfd.readouterr().err
 
