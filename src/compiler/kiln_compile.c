@@ -153,8 +153,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
   int32_t regions, convs, conversions;
   kiln_layout_summarize(g, &regions, &convs, &conversions);
   if (convs)
-    fprintf(out, "\n  layout: %d channels-last region%s (%d convs), %d layout conversions", regions,
-            regions == 1 ? "" : "s", convs, conversions);
+    fprintf(out, "\n  layout: %d channels-last region%s (%d convs), %d layout conversion%s",
+            regions, regions == 1 ? "" : "s", convs, conversions, conversions == 1 ? "" : "s");
   fprintf(out, "\n  %d nodes, %d values, constants %.2f MiB\n", g->n_nodes, g->n_values,
           (double)const_bytes / (1 << 20));
 }

@@ -21,10 +21,18 @@
  * the shapes measured; a 3-channel stem's taps fill no cache line), else
  * it stays NCHW.
  *
+ * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
+ * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC, several
+ * times faster than the NCHW planes), so the pool between ResNet's stem and
+ * its first block joins the blocks' region, and the stem with it.
+ *
  * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
- * params. Its x or residual made outside the region is converted once per
- * value (STRIDED_COPY (N, C, H, W) -> (N, H, W, C)), shared by every
- * region conv reading it; its output, when anything else reads it (another
+ * params, each max pool MAX_POOL2D_NHWC. A value made outside the region
+ * that the region reads only once, as a conv's x, is read NCHW by that
+ * conv (param 9: its bordered copy gathers it), with no conversion: the
+ * region's first conv, usually. Any other x or residual made outside the
+ * region is converted once per value (STRIDED_COPY (N, C, H, W) ->
+ * (N, H, W, C)), shared by every region node reading it; a node's output, when anything else reads it (another
  * op, a conv slot other than x / residual, a graph output), is converted
  * back once, right after the conv. So every op outside the region and
  * every graph output sees NCHW, and results are the NCHW ones up to the
@@ -137,6 +145,8 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   int32_t* convs = calloc((size_t)nn + 1, sizeof(int32_t));
   char* nhwc = calloc((size_t)nn + 1, 1);
   char* need_nchw = calloc((size_t)nv + 1, 1);
+  int32_t* region_uses = calloc((size_t)nv + 1, sizeof(int32_t));
+  int32_t* region_x_uses = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* nhwc_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   kiln_layout_pack_t* jobs = malloc(sizeof(kiln_layout_pack_t) * (size_t)(nn + 1));
@@ -144,7 +154,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   kiln_rewriter_t rw;
   int rw_ready = 0;
   kiln_status_t s = !parent || !gaining || !convs || !nhwc || !need_nchw || !nhwc_of ||
-                            !packed_of || !jobs
+                            !packed_of || !jobs || !region_uses || !region_x_uses
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
                         : kiln_ok();
   if (!s) {
@@ -191,8 +201,16 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   /* Which NHWC outputs something reads as NCHW. */
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    for (int32_t i = 0; i < n->n_inputs; ++i)
-      if (n->inputs[i] >= 0 && !(nhwc[ni] && kiln_layout_act_slot(i))) need_nchw[n->inputs[i]] = 1;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t v = n->inputs[i];
+      if (v < 0) continue;
+      if (!(nhwc[ni] && kiln_layout_act_slot(i))) {
+        need_nchw[v] = 1;
+        continue;
+      }
+      region_uses[v]++;
+      region_x_uses[v] += n->op == KILN_OP_CONV2D && i == 0;
+    }
   }
   for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
   for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = packed_of[v] = -1;
@@ -229,10 +247,16 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
       continue;
     }
     int32_t ins[4] = {-1, -1, -1, -1};
+    int x_nchw = 0;
     for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
       int32_t v = n->inputs[i];
       if (v < 0) continue;
-      if (kiln_layout_act_slot(i)) {
+      if (i == 0 && nhwc_of[v] < 0 && region_uses[v] == 1 && region_x_uses[v] == 1) {
+        /* The region's only read of an NCHW value, as a conv's x: the
+         * conv gathers it itself (param 9), no conversion. */
+        s = kiln_rewriter_value(&rw, v, &ins[0]);
+        x_nchw = 1;
+      } else if (kiln_layout_act_slot(i)) {
         if (nhwc_of[v] < 0) {
           int32_t nchw;
           s = kiln_rewriter_value(&rw, v, &nchw);
@@ -251,9 +275,13 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
     if (!s && n->op == KILN_OP_MAX_POOL2D)
       s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, 11, NULL, 0,
                               n->origin, &nhwc_of[out]);
-    else if (!s)
-      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, n->params, 9, NULL,
-                              0, n->origin, &nhwc_of[out]);
+    else if (!s) {
+      int64_t params[KILN_MAX_PARAMS];
+      memcpy(params, n->params, sizeof(params));
+      params[9] = x_nchw;
+      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, params, 10, NULL, 0,
+                              n->origin, &nhwc_of[out]);
+    }
     if (!s && need_nchw[out]) {
       s = kiln_layout_convert(rw.dst, nhwc_of[out], rw.dst->values[nhwc_of[out]].shape, 0,
                               &rw.remap[out]);
@@ -268,6 +296,8 @@ done:
   free(convs);
   free(nhwc);
   free(need_nchw);
+  free(region_uses);
+  free(region_x_uses);
   free(nhwc_of);
   free(packed_of);
   free(jobs);

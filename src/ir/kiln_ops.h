@@ -224,7 +224,10 @@
  *                                        residual (N, Ho, Wo, O); w as
  *                                        CONV2D's, dense or packed in panels
  *                                        of 16 (KILN_LAYOUT_CONV2D_PACKED_16);
- *                                        params [0..8] as CONV2D. The
+ *                                        params [0..8] as CONV2D, [9] 1: x is
+ *                                        (N, C, H, W) instead (gathered as it
+ *                                        is read: a region's first conv needs
+ *                                        no conversion of its input). The
  *                                        compiler's layout pass makes it (a
  *                                        new op, not a CONV2D param, so that
  *                                        no pass or older reader can take its

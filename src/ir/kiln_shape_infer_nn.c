@@ -205,9 +205,10 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
   }
 }
 
-/* CONV2D_NHWC: CONV2D's rule with x (N, H, W, C) and y, residual
- * (N, Ho, Wo, O); w dense or packed in panels of 16 (the only packing the
- * channels-last kernel reads). Every param as CONV2D validates it. */
+/* CONV2D_NHWC: CONV2D's rule with x (N, H, W, C) (or (N, C, H, W) when
+ * param 9 is 1) and y, residual (N, Ho, Wo, O); w dense or packed in panels
+ * of 16 (the only packing the channels-last kernel reads). Every param as
+ * CONV2D validates it. */
 kiln_status_t kiln_shape_infer_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n,
                                            kiln_value_t* out) {
   const kiln_value_t *x = nn_in(g, n, 0), *w = nn_in(g, n, 1);
@@ -218,7 +219,11 @@ kiln_status_t kiln_shape_infer_conv2d_nhwc(const kiln_graph_t* g, const kiln_nod
   if (x->rank != 4) FAIL("conv2d_nhwc's x must be (N, H, W, C), got rank %d", x->rank);
   if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16))
     FAIL("conv2d_nhwc's w must be dense or packed in 16s (O, C / groups, kh, kw)");
-  int64_t groups = p[6], C = x->shape[3], O = w->shape[0];
+  if ((unsigned long long)p[9] > 1) FAIL("conv2d_nhwc: x's layout (param 9) is 0 (NHWC) or 1 (NCHW)");
+  const int x_nchw = p[9] == 1;
+  int64_t groups = p[6], O = w->shape[0];
+  int64_t C = x_nchw ? x->shape[1] : x->shape[3], H = x_nchw ? x->shape[2] : x->shape[1];
+  int64_t W = x_nchw ? x->shape[3] : x->shape[2];
   if (groups < 1 || groups > ((int64_t)1 << 40))
     FAIL("conv2d_nhwc: groups %lld must be positive", (long long)groups);
   if (C < 1 || C % groups || w->shape[1] != C / groups)
@@ -230,10 +235,10 @@ kiln_status_t kiln_shape_infer_conv2d_nhwc(const kiln_graph_t* g, const kiln_nod
   if ((unsigned long long)p[7] >= KILN_ACT_COUNT) FAIL("conv2d_nhwc: unknown activation");
   if ((unsigned long long)p[8] > 1) FAIL("conv2d_nhwc: residual placement (param 8) is 0 or 1");
   int64_t shape[4] = {x->shape[0], 0, 0, O};
-  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc height", x->shape[1], w->shape[2],
-                                                  p[0], p[2], p[4], 0, &shape[1]));
-  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc width", x->shape[2], w->shape[3],
-                                                  p[1], p[3], p[5], 0, &shape[2]));
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc height", H, w->shape[2], p[0],
+                                                  p[2], p[4], 0, &shape[1]));
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc width", W, w->shape[3], p[1], p[3],
+                                                  p[5], 0, &shape[2]));
   nn_set(out, KILN_F32, shape);
   if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != O))
     FAIL("conv2d_nhwc: bias must be float32 with %lld elements", (long long)O);

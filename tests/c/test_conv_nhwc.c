@@ -7,8 +7,9 @@
  *    odd strides, padding (the bordered copy) and none (x read in place),
  *    groups, depthwise, dilation, N = 2, several K blocks, every
  *    activation, residuals before and after the activation (also aliasing
- *    y), NaN and Inf, with the weight dense and packed in 16s; y is
- *    compared with a guard region past its end, so a stray write shows.
+ *    y), NaN and Inf, with the weight dense and packed in 16s, and with x
+ *    given NCHW (kiln_conv2d_f32_nhwc_from_nchw); y is compared with a
+ *    guard region past its end, so a stray write shows.
  * Tolerance as test_conv.c: atol = 1e-5 sqrt(K) + 1e-6, rtol 1e-5 (fp32
  * sums of K products of values in [-1, 1] against a double reference). */
 #include <math.h>
@@ -115,6 +116,20 @@ static void nhwc_run(const nhwc_case_t* tc, kiln_pool_t* pool, const char* where
     snprintf(what2, sizeof what2, "%s weights %s", what, packed ? "packed 16" : "dense");
     kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 1e-5f * sqrtf((float)k) + 1e-6f,
                           1e-5f);
+    /* x given NCHW (CONV2D_NHWC's param 9): the same y. */
+    memcpy(got, rest, (ny + NHWC_GUARD) * sizeof(float));
+    a.x = x;
+    kiln_conv2d_f32_nhwc_from_nchw(&a, pool);
+    snprintf(what2, sizeof what2, "%s weights %s, x NCHW", what, packed ? "packed 16" : "dense");
+    kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 1e-5f * sqrtf((float)k) + 1e-6f,
+                          1e-5f);
+    if (!packed) { /* the reference's NCHW-x reading too */
+      memcpy(got, rest, (ny + NHWC_GUARD) * sizeof(float));
+      kiln_conv2d_f32_nhwc_reference_from_nchw(&a);
+      snprintf(what2, sizeof what2, "%s: reference from NCHW x", what);
+      kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 0.0f, 0.0f);
+    }
+    a.x = xt;
   }
   free(x), free(xt), free(w), free(bias), free(res), free(rest), free(want), free(want_nchw);
   free(got), free(wp);

@@ -1,8 +1,9 @@
 /* Tests of the layout pass (compiler/kiln_pass_layout.c) on small hand-built
  * graphs of convs, compiled with the pass on and off from the same graph:
- *  - a chain of convs goes channels-last with one conversion in and one
- *    out; a residual read inside the region needs none; an input read both
- *    as x and as a residual is converted once; a max pool between convs
+ *  - a chain of convs goes channels-last with one conversion, out (its
+ *    first conv reads the NCHW input itself); a residual read inside the
+ *    region needs none; an input read both as x and as a residual is
+ *    converted once; a max pool between convs
  *    joins their region (MAX_POOL2D_NHWC);
  *  - a single conv, and a region whose convs do not gain (3-channel input,
  *    grouped), stay NCHW with no conversion;
@@ -216,6 +217,22 @@ static void lt_shape_rule(void) {
     KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, ins, 4, bad[i], 9, NULL, 0,
                                           "bad", &y),
                       KILN_INVALID_ARGUMENT);
+  /* Param 9: x (N, C, H, W) gives the same y; only 0 and 1 are layouts. */
+  int64_t xs_nchw[4] = {2, 16, 9, 7};
+  int32_t xn;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "xn", KILN_F32, 4, xs_nchw, &xn));
+  int32_t insn[4] = {xn, w, -1, r};
+  int64_t from_nchw[10] = {2, 2, 1, 1, 1, 1, 2, KILN_ACT_RELU, 1, 1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, insn, 4, from_nchw, 10, NULL, 0,
+                                     "nchw x", &y));
+  s = g->values[y].shape;
+  KILN_EXPECT(s[0] == 2 && s[1] == 5 && s[2] == 4 && s[3] == 20,
+              "conv2d_nhwc from NCHW x: (%lld, %lld, %lld, %lld)", (long long)s[0], (long long)s[1],
+              (long long)s[2], (long long)s[3]);
+  from_nchw[9] = 2;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, insn, 4, from_nchw, 10, NULL, 0,
+                                        "bad layout", &y),
+                    KILN_INVALID_ARGUMENT);
   /* Panels of 6 are the NCHW pixel-vector kernel's: refused. */
   size_t b6 = kiln_conv2d_f32_packed_size(20, 8 * 9, 2, KILN_CONV_PANEL_O);
   float* w6 = calloc(1, b6);
@@ -250,7 +267,7 @@ void kiln_test_suite_layout(void) {
   static const lt_case_t cases[] = {
       {"chain", 16, 10, 3,
        {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_NONE, 16, 3, 1, 1}, {1, LT_NONE, 32, 3, 2, 1}},
-       1, {2}, 3, 2},
+       1, {2}, 3, 1},
       {"resnet block pair", 16, 9, 5,
        {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_INPUT, 16, 3, 1, 1}, {1, LT_NONE, 32, 3, 2, 1},
         {1, LT_NONE, 32, 1, 2, 1}, {2, 3, 32, 3, 1, 1}},
@@ -263,7 +280,7 @@ void kiln_test_suite_layout(void) {
       {"max pool inside", 16, 12, 4,
        {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_NONE, 0, 0, 0, 1}, {1, LT_NONE, 16, 3, 1, 1},
         {2, 1, 16, 3, 1, 1}},
-       1, {3}, 4, 2},
+       1, {3}, 4, 1},
       {"max pool outside a lone conv", 16, 12, 2,
        {{LT_INPUT, LT_NONE, 0, 0, 0, 1}, {0, LT_NONE, 32, 3, 1, 1}}, 1, {1}, 0, 0},
       {"outputs keep nchw", 16, 7, 3,

@@ -116,7 +116,9 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
       const int64_t* p = n->params;
       kiln_conv2d_f32_args_t a;
       memset(&a, 0, sizeof(a));
-      a.n = x->shape[0], a.h = x->shape[1], a.w = x->shape[2], a.c = x->shape[3];
+      const int x_nchw = p[9] == 1; /* x (N, C, H, W), gathered by the kernel */
+      a.n = x->shape[0];
+      a.h = x->shape[x_nchw ? 2 : 1], a.w = x->shape[x_nchw ? 3 : 2], a.c = x->shape[x_nchw ? 1 : 3];
       a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3];
       a.ho = out->shape[1], a.wo = out->shape[2];
       a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5];
@@ -126,7 +128,8 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
       a.bias = n->n_inputs > 2 ? BUF(2) : NULL;
       a.residual = n->n_inputs > 3 ? BUF(3) : NULL;
       a.y = bufs[n->outputs[0]];
-      kiln_conv2d_f32_nhwc(&a, pool);
+      if (x_nchw) kiln_conv2d_f32_nhwc_from_nchw(&a, pool);
+      else kiln_conv2d_f32_nhwc(&a, pool);
       return kiln_ok();
     }
     case KILN_OP_MAX_POOL2D_NHWC: {

@@ -56,6 +56,7 @@ typedef struct {
   float* part;           /* partial sums, part_fl floats per thread, or NULL */
   int64_t part_fl;
   float* pad;            /* the zero-bordered copy, or NULL (x read in place) */
+  int x_nchw;            /* x is (N, C, H, W): the copy gathers it */
   int64_t pad_rows_per;  /* padded rows per preparation task */
   /* The current (image, group): */
   const float* xn;  /* the image in x */
@@ -87,7 +88,14 @@ static void kiln_conv_nhwc_pad_task(void* p, size_t task, int thread) {
     }
     if (lo) memset(d, 0, (size_t)(lo * cp) * sizeof(float));
     const float* xr = t->xn + (row * a->w + lo - a->pw) * C;
-    if (cp == C) {
+    if (t->x_nchw) {
+      /* Plane by plane: contiguous reads along the row, writes cp apart
+       * within the one padded row (it stays in cache). */
+      for (int64_t c = 0; c < C; ++c) {
+        const float* xp = t->xn + (c * a->h + row) * a->w + lo - a->pw;
+        for (int64_t q = lo; q < hi; ++q) d[q * cp + c] = xp[q - lo];
+      }
+    } else if (cp == C) {
       memcpy(d + lo * C, xr, (size_t)((hi - lo) * C) * sizeof(float));
     } else {
       /* The pitch's spare floats are never read (taps read channels < C). */
@@ -174,10 +182,25 @@ static void kiln_conv_nhwc_pack_task(void* p, size_t task, int thread) {
   }
 }
 
+static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw,
+                                     kiln_pool_t* pool);
+
 void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
+  kiln_conv2d_f32_nhwc_run(a, 0, pool);
+}
+
+void kiln_conv2d_f32_nhwc_from_nchw(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
+  kiln_conv2d_f32_nhwc_run(a, 1, pool);
+}
+
+static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw,
+                                     kiln_pool_t* pool) {
   if (a->n <= 0 || a->o <= 0 || a->ho <= 0 || a->wo <= 0) return;
   if (a->weight_packed && a->weight_packed != KILN_CONV_PANEL_WIDE) {
-    kiln_conv2d_f32_nhwc_reference(a); /* panels of 6: not this kernel's layout */
+    /* Panels of 6: not this kernel's layout (shape inference refuses
+     * them on CONV2D_NHWC); stay correct through the reference. */
+    if (x_nchw) kiln_conv2d_f32_nhwc_reference_from_nchw(a);
+    else kiln_conv2d_f32_nhwc_reference(a);
     return;
   }
   const int64_t G = a->groups, W = KILN_CONV_PANEL_WIDE, C = a->c;
@@ -193,7 +216,8 @@ void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
    * pixel pitch is an odd number of 64-byte lines (C >= 16): with C a
    * multiple of 256 (ResNet's 256 and 512) the (c, u, v) taps of a tile,
    * 1 or 2 KiB apart, would otherwise all fall in two L1 sets. */
-  const int padded = a->ph > 0 || a->pw > 0 || a->kh > 1 || a->kw > 1;
+  const int padded = a->ph > 0 || a->pw > 0 || a->kh > 1 || a->kw > 1 || x_nchw;
+  t.x_nchw = x_nchw;
   t.cp = C;
   if (padded && C >= 16) {
     t.cp = (C + 15) & ~(int64_t)15;
@@ -230,7 +254,9 @@ void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   float* scratch = kiln_scratch_get(&kiln_conv_nhwc_scratch_,
                                     (size_t)(int_fl + w_fl + part_all + pad_fl) * sizeof(float), &blk);
   if (!scratch) {
-    kiln_conv2d_f32_nhwc_reference(a); /* no memory for the fast path: stay correct */
+    /* No memory for the fast path: stay correct, if slow. */
+    if (x_nchw) kiln_conv2d_f32_nhwc_reference_from_nchw(a);
+    else kiln_conv2d_f32_nhwc_reference(a);
     return;
   }
   int64_t* off = (int64_t*)(void*)scratch;

@@ -28,10 +28,16 @@
 #include "kernels/conv/kiln_conv.h"
 
 void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
+/* The same with x given NCHW (N, C, H, W) (y and residual still NHWC): the
+ * bordered copy gathers it, so the first conv of a channels-last region
+ * needs no separate layout conversion of its input. */
+void kiln_conv2d_f32_nhwc_from_nchw(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
 
 /* The scalar reference (seven plain loops, double accumulation; reads
  * dense or packed weights of either panel width). */
 void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* args);
+/* ... with x given NCHW. */
+void kiln_conv2d_f32_nhwc_reference_from_nchw(const kiln_conv2d_f32_args_t* args);
 
 /* Max pooling channels-last (kiln_pool_nhwc.c): x (N, H, W, C) -> y
  * (N, Ho, Wo, C), args as kiln_max_pool2d_f32's (n, c, h, w, ho, wo the

@@ -11,7 +11,7 @@ static float kiln_conv_nhwc_ref_weight(const kiln_conv2d_f32_args_t* a, int64_t 
   return a->weight[((g * nq + r / P) * k + p) * P + r % P];
 }
 
-void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* a) {
+static void kiln_conv_nhwc_ref(const kiln_conv2d_f32_args_t* a, int x_nchw) {
   const int64_t cg = a->c / a->groups, og = a->o / a->groups;
   for (int64_t n = 0; n < a->n; ++n)
     for (int64_t i = 0; i < a->ho; ++i)
@@ -26,8 +26,10 @@ void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* a) {
               for (int64_t v = 0; v < a->kw; ++v) {
                 int64_t ix = j * a->sw - a->pw + v * a->dw;
                 if (ix < 0 || ix >= a->w) continue;
+                int64_t ci = g * cg + c;
                 acc += (double)kiln_conv_nhwc_ref_weight(a, o, (c * a->kh + u) * a->kw + v) *
-                       a->x[((n * a->h + iy) * a->w + ix) * a->c + g * cg + c];
+                       a->x[x_nchw ? ((n * a->c + ci) * a->h + iy) * a->w + ix
+                                   : ((n * a->h + iy) * a->w + ix) * a->c + ci];
               }
             }
           int64_t at = ((n * a->ho + i) * a->wo + j) * a->o + o;
@@ -36,4 +38,10 @@ void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* a) {
           if (a->residual && !a->residual_before_act) r += a->residual[at];
           a->y[at] = r;
         }
+}
+
+void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* a) { kiln_conv_nhwc_ref(a, 0); }
+
+void kiln_conv2d_f32_nhwc_reference_from_nchw(const kiln_conv2d_f32_args_t* a) {
+  kiln_conv_nhwc_ref(a, 1);
 }
