@@ -16,10 +16,11 @@
  * into a region when one's output is another's x or residual (the inputs a
  * channels-last conv reads channels-last; after fuse_conv a ResNet block is
  * two or three CONV2Ds joined this way, and its stages are one region).
- * Cost rule: a region goes NHWC when it holds at least
- * KILN_LAYOUT_MIN_GAINING convs that gain (groups 1, C >= 16 and O >= 16:
- * the shapes measured; a 3-channel stem's taps fill no cache line), else
- * it stays NCHW.
+ * Cost rule (kiln_layout_pays): a region goes NHWC when it holds at
+ * least KILN_LAYOUT_MIN_GAINING convs that gain (groups 1, C >= 16 and
+ * O >= 16: the shapes measured; a 3-channel stem's taps fill no cache
+ * line) and at least two of them per layout conversion it would need;
+ * else it stays NCHW.
  *
  * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
  * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC, several
@@ -72,6 +73,17 @@ static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op != KILN_OP_CONV2D) return 0;
   const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
   return n->params[6] == 1 && C >= 16 && O >= 16;
+}
+
+/* The cost rule: a region pays when it has at least
+ * KILN_LAYOUT_MIN_GAINING gaining convs and at least two per conversion it
+ * needs. A conversion reads and writes the whole tensor with a transpose,
+ * about what the NHWC kernel saves on one or two convs of that tensor
+ * (bench_conv_nhwc: 5-40 % of a conv that itself moves the tensor a few
+ * times over), so a region whose every output leaves it (a training
+ * forward graph saving each activation) stays NCHW. */
+static int kiln_layout_pays(int32_t gaining, int32_t conversions) {
+  return gaining >= KILN_LAYOUT_MIN_GAINING && gaining >= 2 * conversions;
 }
 
 static int32_t kiln_layout_find(int32_t* parent, int32_t i) {
@@ -127,6 +139,28 @@ static void kiln_layout_pack_task(void* ctx, size_t task, int thread) {
                               KILN_CONV_PANEL_WIDE, w->data, j->out);
 }
 
+/* For the nodes marked in `nhwc`: which values something reads NCHW
+ * (another op, a slot other than x / residual, a graph output), and how
+ * often the marked nodes read each value in their layout (uses), as a
+ * conv's x among them (x_uses). The arrays start zeroed. */
+static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char* need_nchw,
+                                   int32_t* uses, int32_t* x_uses) {
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t v = n->inputs[i];
+      if (v < 0) continue;
+      if (!(nhwc[ni] && kiln_layout_act_slot(i))) {
+        need_nchw[v] = 1;
+        continue;
+      }
+      uses[v]++;
+      x_uses[v] += n->op == KILN_OP_CONV2D && i == 0;
+    }
+  }
+  for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
+}
+
 /* The groups weight w was packed for (0: not packed). */
 static int64_t kiln_layout_packed_groups(const kiln_layout_pack_t* jobs, int32_t n_jobs,
                                          const kiln_value_t* w) {
@@ -143,6 +177,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
   int32_t* gaining = calloc((size_t)nn + 1, sizeof(int32_t));
   int32_t* convs = calloc((size_t)nn + 1, sizeof(int32_t));
+  int32_t* need = calloc((size_t)nn + 1, sizeof(int32_t)); /* conversions, per region root */
   char* nhwc = calloc((size_t)nn + 1, 1);
   char* need_nchw = calloc((size_t)nv + 1, 1);
   int32_t* region_uses = calloc((size_t)nv + 1, sizeof(int32_t));
@@ -153,7 +188,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   int32_t n_jobs = 0;
   kiln_rewriter_t rw;
   int rw_ready = 0;
-  kiln_status_t s = !parent || !gaining || !convs || !nhwc || !need_nchw || !nhwc_of ||
+  kiln_status_t s = !parent || !gaining || !convs || !need || !nhwc || !need_nchw || !nhwc_of ||
                             !packed_of || !jobs || !region_uses || !region_x_uses
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
                         : kiln_ok();
@@ -183,11 +218,34 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
     convs[r] += g->nodes[ni].op == KILN_OP_CONV2D;
     gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
   }
+  /* The conversions each region would need (as the rewrite below places
+   * them): values from outside it read other than as the one x a conv
+   * gathers itself, once each, and its values something reads NCHW. */
+  kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
+  for (int32_t v = 0; v < nv; ++v) {
+    int32_t p = g->values[v].producer;
+    if (p >= 0 && nhwc[p]) {
+      need[kiln_layout_find(parent, p)] += need_nchw[v];
+    } else if (region_uses[v] && !(region_uses[v] == 1 && region_x_uses[v] == 1)) {
+      /* Charged to the region of v's first reader (a value two regions
+       * read is converted once, shared). */
+      for (int32_t ni = 0; ni < nn; ++ni) {
+        const kiln_node_t* n = &g->nodes[ni];
+        int hit = 0;
+        for (int32_t i = 0; i < n->n_inputs && nhwc[ni]; ++i)
+          hit |= n->inputs[i] == v && kiln_layout_act_slot(i);
+        if (hit) {
+          need[kiln_layout_find(parent, ni)]++;
+          break;
+        }
+      }
+    }
+  }
   for (int32_t ni = 0; ni < nn; ++ni) {
     if (!nhwc[ni]) continue;
     int32_t r = kiln_layout_find(parent, ni);
     if (r == ni) {
-      if (gaining[r] >= KILN_LAYOUT_MIN_GAINING) {
+      if (kiln_layout_pays(gaining[r], need[r])) {
         st->regions++;
         st->convs += convs[r];
       } else {
@@ -195,24 +253,18 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
         st->convs_kept += convs[r];
       }
     }
-    nhwc[ni] = gaining[r] >= KILN_LAYOUT_MIN_GAINING;
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    nhwc[ni] = (char)kiln_layout_pays(gaining[r], need[r]);
     if (nhwc[ni] && g->nodes[ni].op == KILN_OP_MAX_POOL2D) st->pools++;
   }
-  /* Which NHWC outputs something reads as NCHW. */
-  for (int32_t ni = 0; ni < nn; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    for (int32_t i = 0; i < n->n_inputs; ++i) {
-      int32_t v = n->inputs[i];
-      if (v < 0) continue;
-      if (!(nhwc[ni] && kiln_layout_act_slot(i))) {
-        need_nchw[v] = 1;
-        continue;
-      }
-      region_uses[v]++;
-      region_x_uses[v] += n->op == KILN_OP_CONV2D && i == 0;
-    }
-  }
-  for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
+  /* The same counts for the regions that go NHWC. */
+  memset(need_nchw, 0, (size_t)nv + 1);
+  memset(region_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
+  memset(region_x_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
+  kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
   for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = packed_of[v] = -1;
 
   /* Packed weights: allocated and added first, packed in parallel. */
@@ -294,6 +346,7 @@ done:
   free(parent);
   free(gaining);
   free(convs);
+  free(need);
   free(nhwc);
   free(need_nchw);
   free(region_uses);

@@ -5,8 +5,9 @@
  *    region needs none; an input read both as x and as a residual is
  *    converted once; a max pool between convs
  *    joins their region (MAX_POOL2D_NHWC);
- *  - a single conv, and a region whose convs do not gain (3-channel input,
- *    grouped), stay NCHW with no conversion;
+ *  - a single conv, a region whose convs do not gain (3-channel input,
+ *    grouped), and one needing a conversion per two gaining convs or more
+ *    (every output a graph output) stay NCHW with no conversion;
  *  - graph outputs keep NCHW shapes, also an intermediate conv's output;
  *  - the compiled model's outputs match the NCHW compile (the same
  *    arithmetic up to summation order: tolerance 1e-4 on outputs of order
@@ -283,9 +284,17 @@ void kiln_test_suite_layout(void) {
        1, {3}, 4, 1},
       {"max pool outside a lone conv", 16, 12, 2,
        {{LT_INPUT, LT_NONE, 0, 0, 0, 1}, {0, LT_NONE, 32, 3, 1, 1}}, 1, {1}, 0, 0},
-      {"outputs keep nchw", 16, 7, 3,
-       {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_INPUT, 16, 3, 1, 1}, {1, LT_NONE, 24, 1, 1, 1}},
-       3, {0, 1, 2}, 3, 4},
+      /* Six gaining convs, three conversions: the input (read as x and
+       * as a residual) and the two outputs. */
+      {"outputs keep nchw", 16, 7, 6,
+       {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_INPUT, 16, 3, 1, 1}, {1, LT_NONE, 24, 1, 1, 1},
+        {2, LT_NONE, 24, 3, 1, 1}, {3, 2, 24, 3, 1, 1}, {4, LT_NONE, 16, 1, 1, 1}},
+       2, {1, 5}, 6, 3},
+      /* Every conv's output is a graph output (a training forward graph
+       * saving activations): three conversions for three convs. */
+      {"every output leaves", 16, 7, 3,
+       {{LT_INPUT, LT_NONE, 16, 3, 1, 1}, {0, LT_NONE, 16, 3, 1, 1}, {1, LT_NONE, 24, 1, 1, 1}},
+       3, {0, 1, 2}, 0, 0},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) lt_check(&cases[i]);
   lt_shape_rule();

@@ -4,7 +4,8 @@ not installed) runs its convs and max pool channels-last (CONV2D_NHWC,
 MAX_POOL2D_NHWC), its first conv reading the NCHW input itself and one
 layout conversion out, matches eager, saves and loads, and explain
 shows the decision; KILN_LAYOUT=nchw turns the pass off and gives the same
-outputs; a lone conv and graph outputs stay NCHW.
+outputs; a lone conv, and a region needing a conversion per fewer than two
+convs, stay NCHW; graph outputs are NCHW either way.
 
 Tolerances: conftest.FP32_TOL (rtol/atol 1e-4). The blocks fold batch norm
 into the conv weights (a different rounding order from eager's separate
@@ -120,7 +121,7 @@ def test_layout_logged(monkeypatch, capfd):
     assert "pass layout     off (KILN_LAYOUT=nchw)" in capfd.readouterr().err
 
 
-def test_lone_conv_and_outputs_stay_nchw(monkeypatch):
+def test_lone_conv_costly_region_and_outputs_stay_nchw(monkeypatch):
     conv = nn.Conv2d(16, 32, 3, padding=1).eval()
     x = torch.randn(1, 16, 12, 12)
     compiled = _trace(conv, x, monkeypatch=monkeypatch)
@@ -128,24 +129,36 @@ def test_lone_conv_and_outputs_stay_nchw(monkeypatch):
     torch.testing.assert_close(compiled(x), conv(x).detach(), **FP32_TOL)
 
     class TwoOut(nn.Module):
-        """Three convs; the middle one's output is also returned."""
+        """Four convs; the second one's output is also returned."""
 
-        def __init__(self):
+        def __init__(self, last=True):
             super().__init__()
             self.a = nn.Conv2d(16, 16, 3, padding=1)
             self.b = nn.Conv2d(16, 24, 3, stride=2, padding=1)
             self.c = nn.Conv2d(24, 24, 1)
+            self.d = nn.Conv2d(24, 24, 3, padding=1) if last else None
 
         def forward(self, x):
             h = torch.relu(self.b(torch.relu(self.a(x))))
-            return h, self.c(h) + h
+            y = self.c(h)
+            return h, (self.d(y) if self.d is not None else y) + h
 
+    # Four gaining convs, two conversions (both outputs): channels-last.
     model = TwoOut().eval()
     compiled = _trace(model, x, monkeypatch=monkeypatch)
-    assert plan_ops(compiled).count("conv2d_nhwc") == 3
+    ops = plan_ops(compiled)
+    assert ops.count("conv2d_nhwc") == 4 and ops.count("strided_copy") == 2, ops
     got = compiled(x)
     with torch.no_grad():
         want = model(x)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.is_contiguous()
         torch.testing.assert_close(g, w, **FP32_TOL)
+
+    # Three convs and the same two conversions: not two convs per
+    # conversion, so the region stays NCHW.
+    model = TwoOut(last=False).eval()
+    compiled = _trace(model, x, monkeypatch=monkeypatch)
+    ops = plan_ops(compiled)
+    assert "conv2d_nhwc" not in ops and "strided_copy" not in ops, ops
+    torch.testing.assert_close(compiled(x)[1], model(x)[1].detach(), **FP32_TOL)
