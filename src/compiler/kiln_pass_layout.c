@@ -5,9 +5,10 @@
  * 6-pixel x 16-channel tiles with no transpose, reads each tap's channels
  * contiguously and runs 1x1 convs on x in place. Measured against the NCHW
  * kernel on ResNet-18's conv shapes (bench/kernels/bench_conv_nhwc, one
- * thread, minimum CPU time) it is 1.0-1.5x as fast, most on strided and
- * 1x1 convs, about even on the stride-1 3x3 ones; a layout conversion costs
- * one transposing copy of the tensor. So a lone conv is not worth its two
+ * thread, minimum CPU time, a shared machine: +-10 % noise) it is 1.15-1.4x
+ * as fast on the strided and 1x1 convs and about even (0.95-1.1x) on the
+ * stride-1 3x3 ones, whose inner loop is the same microkernel; a layout
+ * conversion costs one transposing copy of the tensor. So a lone conv is not worth its two
  * conversions, a chain is.
  *
  * Regions. A candidate is a float32 CONV2D the NHWC kernel serves well: at
@@ -23,8 +24,8 @@
  * else it stays NCHW.
  *
  * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
- * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC, several
- * times faster than the NCHW planes), so the pool between ResNet's stem and
+ * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC: ResNet-18's
+ * max pool took a fifth of the NCHW one's time in a profile), so the pool between ResNet's stem and
  * its first block joins the blocks' region, and the stem with it.
  *
  * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
@@ -33,9 +34,9 @@
  * conv (param 9: its bordered copy gathers it), with no conversion: the
  * region's first conv, usually. Any other x or residual made outside the
  * region is converted once per value (STRIDED_COPY (N, C, H, W) ->
- * (N, H, W, C)), shared by every region node reading it; a node's output, when anything else reads it (another
- * op, a conv slot other than x / residual, a graph output), is converted
- * back once, right after the conv. So every op outside the region and
+ * (N, H, W, C)), shared by every region node reading it. A region node's
+ * output that anything else reads (another op, a conv slot other than x /
+ * residual, a graph output) is converted back once, right after the node. So every op outside the region and
  * every graph output sees NCHW, and results are the NCHW ones up to the
  * conv's own summation order. A constant dense weight is packed here in
  * panels of 16 (the NHWC kernel's only packing; the pack pass handles
