@@ -1,6 +1,8 @@
 /* The compiler driver: runs the passes in order, verifies between them when
  * asked, and logs what each did. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "compiler/kiln_compiler.h"
@@ -16,6 +18,8 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->verify_each = 1;
 #endif
   o->log = NULL;
+  const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
+  o->layout = !(layout && strcmp(layout, "nchw") == 0);
 }
 
 static double kiln_ms_since(struct timespec t0) {
@@ -81,6 +85,20 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, &next, &a), "%d eltwise groups fused")
   }
+  if (o->fuse && o->layout && !s) {
+    kiln_layout_stats_t ls;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    s = kiln_pass_layout(g, kiln_pool_default(), o->pack_weights, &next, &ls);
+    kiln_graph_release(g);
+    g = next;
+    if (s) return kiln_status_annotate(s, "pass layout");
+    snprintf(what, sizeof what,
+             "%d regions NHWC (%d convs, %d pools), %d conversions; %d kept NCHW (%d convs)",
+             ls.regions, ls.convs, ls.pools, ls.conversions, ls.regions_kept, ls.convs_kept);
+    s = kiln_compile_after(o, "layout", g, t0, what);
+  } else if (o->log && !s) {
+    fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
+  }
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->weights_bf16, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
@@ -119,7 +137,9 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));
-    int64_t act = n->op == KILN_OP_LINEAR ? n->params[0] : n->op == KILN_OP_CONV2D ? n->params[7] : 0;
+    int64_t act = n->op == KILN_OP_LINEAR                                  ? n->params[0]
+                  : n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC ? n->params[7]
+                                                                          : 0;
     if (act) {
       static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
       if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
@@ -130,6 +150,11 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
   }
   fprintf(out, "  outputs:");
   for (int32_t o = 0; o < g->n_outputs; ++o) fprintf(out, " %%%d", g->outputs[o]);
+  int32_t regions, convs, conversions;
+  kiln_layout_summarize(g, &regions, &convs, &conversions);
+  if (convs)
+    fprintf(out, "\n  layout: %d channels-last region%s (%d convs), %d layout conversion%s",
+            regions, regions == 1 ? "" : "s", convs, conversions, conversions == 1 ? "" : "s");
   fprintf(out, "\n  %d nodes, %d values, constants %.2f MiB\n", g->n_nodes, g->n_values,
           (double)const_bytes / (1 << 20));
 }

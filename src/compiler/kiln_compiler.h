@@ -15,6 +15,7 @@ typedef struct kiln_compile_options_s {
   int pack_weights;   /* pre-pack GEMM weights */
   int weights_bf16;   /* ... as bf16 (rounded to nearest even): half the bytes */
   int verify_each;    /* run the verifier after every pass */
+  int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   FILE* log;          /* when set, each pass prints what it did */
 } kiln_compile_options_t;
 
@@ -53,6 +54,22 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_g
  * chain become one ELTWISE_FUSED node each. */
 kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                      int32_t* out_fused);
+
+/* Runs chains of convs channels-last where the cost rule says it pays,
+ * converting layouts only at their edges (kiln_pass_layout.c); packs their
+ * weights in panels of 16 when pack is set. */
+typedef struct kiln_layout_stats_s {
+  int32_t regions, convs, pools;    /* made channels-last */
+  int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
+  int32_t conversions;              /* layout copies placed */
+} kiln_layout_stats_t;
+kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_pool_t* pool, int pack,
+                               kiln_graph_t** out_graph, kiln_layout_stats_t* out_stats);
+/* The layout decision as a graph holds it: regions of CONV2D_NHWC and
+ * MAX_POOL2D_NHWC (joined through x / residual), their convs, and the
+ * copies into and out of them. */
+void kiln_layout_summarize(const kiln_graph_t* graph, int32_t* out_regions, int32_t* out_convs,
+                           int32_t* out_conversions);
 
 /* Packs every LINEAR's dense weight for the GEMM microkernels, once per
  * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */

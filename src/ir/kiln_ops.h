@@ -218,6 +218,24 @@
  *                                        last instruction's register is y.
  *                                        Inputs float32; y float32 of the
  *                                        inputs' broadcast shape.
+ *   CONV2D_NHWC    (x, w, bias?, residual?) -> y
+ *                                        CONV2D with channels-last
+ *                                        activations: x (N, H, W, C), y and
+ *                                        residual (N, Ho, Wo, O); w as
+ *                                        CONV2D's, dense or packed in panels
+ *                                        of 16 (KILN_LAYOUT_CONV2D_PACKED_16);
+ *                                        params [0..8] as CONV2D, [9] 1: x is
+ *                                        (N, C, H, W) instead (gathered as it
+ *                                        is read: a region's first conv needs
+ *                                        no conversion of its input). The
+ *                                        compiler's layout pass makes it (a
+ *                                        new op, not a CONV2D param, so that
+ *                                        no pass or older reader can take its
+ *                                        x for (N, C, H, W)).
+ *   MAX_POOL2D_NHWC (x) -> y             MAX_POOL2D with channels-last
+ *                                        activations: x (N, H, W, C) float32
+ *                                        -> (N, Ho, Wo, C); params as
+ *                                        MAX_POOL2D's (param 10 must be 0).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -322,7 +340,9 @@
   X(GRID_SAMPLER_2D, "grid_sampler_2d", 2, 2) \
   X(COL2IM, "col2im", 1, 1)          \
   X(EMBEDDING_BAG, "embedding_bag", 3, 4) \
-  X(ELTWISE_FUSED, "eltwise_fused", 1, 8)
+  X(ELTWISE_FUSED, "eltwise_fused", 1, 8) \
+  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
+  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -544,6 +544,8 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       return kiln_ok();
     case KILN_OP_CONV2D:
       return infer_conv2d(g, n, out);
+    case KILN_OP_CONV2D_NHWC:
+      return kiln_shape_infer_conv2d_nhwc(g, n, out);
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D:
       return infer_pool2d(n, x, out);
@@ -555,6 +557,7 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_ADAPTIVE_AVG_POOL2D:
     case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
     case KILN_OP_UPSAMPLE_BILINEAR2D:
+    case KILN_OP_MAX_POOL2D_NHWC:
       return kiln_shape_infer_nn(g, n, out);
     case KILN_OP_PAD:
     case KILN_OP_STRIDED_SCATTER:

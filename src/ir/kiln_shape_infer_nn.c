@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ir/kiln_shape_infer_nn.h"
+#include "kernels/kiln_activation.h"
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -127,6 +128,15 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
     case KILN_OP_CONV2D_GRAD_INPUT:
     case KILN_OP_CONV2D_GRAD_WEIGHT:
       return infer_conv2d_grad(g, n, out);
+    case KILN_OP_MAX_POOL2D_NHWC: {
+      KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
+      if (p[10]) FAIL("%s: divisor_override (param 10) must be 0", name);
+      int64_t shape[4] = {x->shape[0], 0, 0, x->shape[3]};
+      KILN_RETURN_IF_ERROR(
+          nn_pool_window(name, p, 0, x->shape[1], x->shape[2], &shape[1], &shape[2]));
+      nn_set(out, KILN_F32, shape);
+      return kiln_ok();
+    }
     case KILN_OP_MAX_POOL2D_INDICES: {
       KILN_RETURN_IF_ERROR(nn_check_4d(name, "x", x, KILN_F32));
       int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
@@ -193,4 +203,49 @@ kiln_status_t kiln_shape_infer_nn(const kiln_graph_t* g, const kiln_node_t* n, k
     default:
       return kiln_status_make(KILN_INTERNAL, "no training shape rule for op %s", name);
   }
+}
+
+/* CONV2D_NHWC: CONV2D's rule with x (N, H, W, C) (or (N, C, H, W) when
+ * param 9 is 1) and y, residual (N, Ho, Wo, O); w dense or packed in panels
+ * of 16 (the only packing the channels-last kernel reads). Every param as
+ * CONV2D validates it. */
+kiln_status_t kiln_shape_infer_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n,
+                                           kiln_value_t* out) {
+  const kiln_value_t *x = nn_in(g, n, 0), *w = nn_in(g, n, 1);
+  const kiln_value_t *bias = nn_in(g, n, 2), *res = nn_in(g, n, 3);
+  const int64_t* p = n->params;
+  if (!x || !w) FAIL("conv2d_nhwc: x and w are required");
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("conv2d_nhwc takes float32");
+  if (x->rank != 4) FAIL("conv2d_nhwc's x must be (N, H, W, C), got rank %d", x->rank);
+  if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16))
+    FAIL("conv2d_nhwc's w must be dense or packed in 16s (O, C / groups, kh, kw)");
+  if ((unsigned long long)p[9] > 1) FAIL("conv2d_nhwc: x's layout (param 9) is 0 (NHWC) or 1 (NCHW)");
+  const int x_nchw = p[9] == 1;
+  int64_t groups = p[6], O = w->shape[0];
+  int64_t C = x_nchw ? x->shape[1] : x->shape[3], H = x_nchw ? x->shape[2] : x->shape[1];
+  int64_t W = x_nchw ? x->shape[3] : x->shape[2];
+  if (groups < 1 || groups > ((int64_t)1 << 40))
+    FAIL("conv2d_nhwc: groups %lld must be positive", (long long)groups);
+  if (C < 1 || C % groups || w->shape[1] != C / groups)
+    FAIL("conv2d_nhwc: x has %lld channels; w expects %lld per group x %lld groups", (long long)C,
+         (long long)w->shape[1], (long long)groups);
+  if (O < 1 || O % groups)
+    FAIL("conv2d_nhwc: %lld output channels do not split into %lld groups", (long long)O,
+         (long long)groups);
+  if ((unsigned long long)p[7] >= KILN_ACT_COUNT) FAIL("conv2d_nhwc: unknown activation");
+  if ((unsigned long long)p[8] > 1) FAIL("conv2d_nhwc: residual placement (param 8) is 0 or 1");
+  int64_t shape[4] = {x->shape[0], 0, 0, O};
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc height", H, w->shape[2], p[0],
+                                                  p[2], p[4], 0, &shape[1]));
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("conv2d_nhwc width", W, w->shape[3], p[1], p[3],
+                                                  p[5], 0, &shape[2]));
+  nn_set(out, KILN_F32, shape);
+  if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != O))
+    FAIL("conv2d_nhwc: bias must be float32 with %lld elements", (long long)O);
+  if (res) {
+    if (res->dtype != KILN_F32 || res->rank != 4) FAIL("conv2d_nhwc: residual must match y");
+    for (int32_t d = 0; d < 4; ++d)
+      if (res->shape[d] != shape[d]) FAIL("conv2d_nhwc: residual must match y's shape");
+  }
+  return kiln_ok();
 }

@@ -197,8 +197,9 @@ def test_resnet18():
     model = _randomize_bn(ResNet18())
     compiled = check(model, torch.randn(1, 3, 64, 64), **NET_TOL)
     stats = compiled.stats()
-    # 20 convs (each with its bn/relu/residual), max pool, mean, fc, reshape.
-    assert stats["kernel_calls"] <= 24, compiled.explain()
+    # 20 convs (each with its bn/relu/residual), max pool, mean, fc, reshape,
+    # and the layout pass's two conversions around its channels-last convs.
+    assert stats["kernel_calls"] <= 26, compiled.explain()
 
 
 class _TwoKernels(nn.Module):

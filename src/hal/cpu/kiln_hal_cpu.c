@@ -43,6 +43,7 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
     }
     case KILN_OP_SDPA:
       return kiln_ok();
+    case KILN_OP_CONV2D_NHWC: /* the same weight checks (its layouts: shape inference) */
     case KILN_OP_CONV2D: {
       const kiln_value_t* w = VAL(1);
       int panel = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
@@ -484,6 +485,8 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_ADAPTIVE_AVG_POOL2D:
     case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
     case KILN_OP_UPSAMPLE_BILINEAR2D:
+    case KILN_OP_CONV2D_NHWC:
+    case KILN_OP_MAX_POOL2D_NHWC:
       return kiln_hal_cpu_run_nn(g, n, bufs, pool);
     case KILN_OP_PAD:
     case KILN_OP_STRIDED_SCATTER:

@@ -1,0 +1,407 @@
+/* Activation layout: runs chains of convolutions channels-last (NHWC) where
+ * that pays, with the layout conversions only at the chains' edges.
+ *
+ * Why: kiln_conv2d_f32_nhwc (kernels/conv/kiln_conv_nhwc.h) stores its
+ * 6-pixel x 16-channel tiles with no transpose, reads each tap's channels
+ * contiguously and runs 1x1 convs on x in place. Measured against the NCHW
+ * kernel on ResNet-18's conv shapes (bench/kernels/bench_conv_nhwc, one
+ * thread, minimum CPU time, a shared machine: +-10 % noise) it is 1.15-1.4x
+ * as fast on the strided and 1x1 convs and about even (0.95-1.1x) on the
+ * stride-1 3x3 ones, whose inner loop is the same microkernel; a layout
+ * conversion costs one transposing copy of the tensor. So a lone conv is not worth its two
+ * conversions, a chain is.
+ *
+ * Regions. A candidate is a float32 CONV2D the NHWC kernel serves well: at
+ * least 16 output channels per group (its tile is 16 channels wide) and not
+ * depthwise (the NCHW path has a direct loop for it). Candidates are joined
+ * into a region when one's output is another's x or residual (the inputs a
+ * channels-last conv reads channels-last; after fuse_conv a ResNet block is
+ * two or three CONV2Ds joined this way, and its stages are one region).
+ * Cost rule (kiln_layout_pays): a region goes NHWC when it holds at
+ * least KILN_LAYOUT_MIN_GAINING convs that gain (groups 1, C >= 16 and
+ * O >= 16: the shapes measured; a 3-channel stem's taps fill no cache
+ * line) and at least two of them per layout conversion it would need;
+ * else it stays NCHW.
+ *
+ * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
+ * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC: ResNet-18's
+ * max pool took a fifth of the NCHW one's time in a profile), so the pool between ResNet's stem and
+ * its first block joins the blocks' region, and the stem with it.
+ *
+ * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
+ * params, each max pool MAX_POOL2D_NHWC. A value made outside the region
+ * that the region reads only once, as a conv's x, is read NCHW by that
+ * conv (param 9: its bordered copy gathers it), with no conversion: the
+ * region's first conv, usually. Any other x or residual made outside the
+ * region is converted once per value (STRIDED_COPY (N, C, H, W) ->
+ * (N, H, W, C)), shared by every region node reading it. A region node's
+ * output that anything else reads (another op, a conv slot other than x /
+ * residual, a graph output) is converted back once, right after the node. So every op outside the region and
+ * every graph output sees NCHW, and results are the NCHW ones up to the
+ * conv's own summation order. A constant dense weight is packed here in
+ * panels of 16 (the NHWC kernel's only packing; the pack pass handles
+ * CONV2D alone), once per weight, when packing is on.
+ *
+ * kiln_layout_summarize reads the decision back from any graph (also a
+ * loaded one), for kiln_graph_print. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "compiler/kiln_rewrite.h"
+#include "kernels/conv/kiln_conv.h"
+
+#ifndef KILN_LAYOUT_MIN_GAINING
+#define KILN_LAYOUT_MIN_GAINING 2
+#endif
+
+static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
+    const kiln_value_t* x = &g->values[n->inputs[0]];
+    return x->dtype == KILN_F32 && x->rank == 4 && n->params[10] == 0;
+  }
+  if (n->op != KILN_OP_CONV2D) return 0;
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  if (x->dtype != KILN_F32 || x->rank != 4 || w->rank != 4) return 0;
+  if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16) return 0;
+  const int64_t groups = n->params[6], C = x->shape[1], O = w->shape[0];
+  if (groups < 1 || (groups == C && groups == O)) return 0;
+  return O / groups >= 16;
+}
+
+static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_CONV2D) return 0;
+  const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
+  return n->params[6] == 1 && C >= 16 && O >= 16;
+}
+
+/* The cost rule: a region pays when it has at least
+ * KILN_LAYOUT_MIN_GAINING gaining convs and at least two per conversion it
+ * needs. A conversion reads and writes the whole tensor with a transpose,
+ * about what the NHWC kernel saves on one or two convs of that tensor
+ * (bench_conv_nhwc: 5-40 % of a conv that itself moves the tensor a few
+ * times over), so a region whose every output leaves it (a training
+ * forward graph saving each activation) stays NCHW. */
+static int kiln_layout_pays(int32_t gaining, int32_t conversions) {
+  return gaining >= KILN_LAYOUT_MIN_GAINING && gaining >= 2 * conversions;
+}
+
+static int32_t kiln_layout_find(int32_t* parent, int32_t i) {
+  while (parent[i] != i) {
+    parent[i] = parent[parent[i]];
+    i = parent[i];
+  }
+  return i;
+}
+
+static void kiln_layout_union(int32_t* parent, int32_t a, int32_t b) {
+  a = kiln_layout_find(parent, a), b = kiln_layout_find(parent, b);
+  if (a != b) parent[a < b ? b : a] = a < b ? a : b;
+}
+
+/* Slots of a conv read in its own layout: x and the residual. */
+static int kiln_layout_act_slot(int32_t i) { return i == 0 || i == 3; }
+
+/* A transposing STRIDED_COPY of 4-d src (dst id) to NHWC (to_nhwc) or back;
+ * s is src's shape in its own layout. */
+static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const int64_t s[4],
+                                         int to_nhwc, int32_t* out_id) {
+  int64_t p[KILN_MAX_PARAMS];
+  memset(p, 0, sizeof(p));
+  p[0] = 4;
+  if (to_nhwc) { /* src (N, C, H, W) -> (N, H, W, C) */
+    int64_t dims[4] = {s[0], s[2], s[3], s[1]};
+    int64_t st[4] = {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]};
+    memcpy(p + 1, dims, sizeof(dims));
+    memcpy(p + 9, st, sizeof(st));
+  } else { /* src (N, H, W, C) -> (N, C, H, W) */
+    int64_t dims[4] = {s[0], s[3], s[1], s[2]};
+    int64_t st[4] = {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]};
+    memcpy(p + 1, dims, sizeof(dims));
+    memcpy(p + 9, st, sizeof(st));
+  }
+  return kiln_graph_add_node(dst, KILN_OP_STRIDED_COPY, &src, 1, p, 18, NULL, 0,
+                             to_nhwc ? "kiln layout: NCHW -> NHWC" : "kiln layout: NHWC -> NCHW",
+                             out_id);
+}
+
+typedef struct {
+  const kiln_value_t* w;
+  float* out;
+  int64_t groups;
+} kiln_layout_pack_t;
+
+static void kiln_layout_pack_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_layout_pack_t* j = &((const kiln_layout_pack_t*)ctx)[task];
+  const kiln_value_t* w = j->w;
+  kiln_conv2d_f32_pack_weight(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3], j->groups,
+                              KILN_CONV_PANEL_WIDE, w->data, j->out);
+}
+
+/* For the nodes marked in `nhwc`: which values something reads NCHW
+ * (another op, a slot other than x / residual, a graph output), and how
+ * often the marked nodes read each value in their layout (uses), as a
+ * conv's x among them (x_uses). The arrays start zeroed. */
+static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char* need_nchw,
+                                   int32_t* uses, int32_t* x_uses) {
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t v = n->inputs[i];
+      if (v < 0) continue;
+      if (!(nhwc[ni] && kiln_layout_act_slot(i))) {
+        need_nchw[v] = 1;
+        continue;
+      }
+      uses[v]++;
+      x_uses[v] += n->op == KILN_OP_CONV2D && i == 0;
+    }
+  }
+  for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
+}
+
+/* The groups weight w was packed for (0: not packed). */
+static int64_t kiln_layout_packed_groups(const kiln_layout_pack_t* jobs, int32_t n_jobs,
+                                         const kiln_value_t* w) {
+  for (int32_t j = 0; j < n_jobs; ++j)
+    if (jobs[j].w == w) return jobs[j].groups;
+  return 0;
+}
+
+kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
+                               kiln_graph_t** out_graph, kiln_layout_stats_t* st) {
+  *out_graph = NULL;
+  memset(st, 0, sizeof(*st));
+  const int32_t nn = g->n_nodes, nv = g->n_values;
+  int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  int32_t* gaining = calloc((size_t)nn + 1, sizeof(int32_t));
+  int32_t* convs = calloc((size_t)nn + 1, sizeof(int32_t));
+  int32_t* need = calloc((size_t)nn + 1, sizeof(int32_t)); /* conversions, per region root */
+  char* nhwc = calloc((size_t)nn + 1, 1);
+  char* need_nchw = calloc((size_t)nv + 1, 1);
+  int32_t* region_uses = calloc((size_t)nv + 1, sizeof(int32_t));
+  int32_t* region_x_uses = calloc((size_t)nv + 1, sizeof(int32_t));
+  int32_t* nhwc_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  kiln_layout_pack_t* jobs = malloc(sizeof(kiln_layout_pack_t) * (size_t)(nn + 1));
+  int32_t n_jobs = 0;
+  kiln_rewriter_t rw;
+  int rw_ready = 0;
+  kiln_status_t s = !parent || !gaining || !convs || !need || !nhwc || !need_nchw || !nhwc_of ||
+                            !packed_of || !jobs || !region_uses || !region_x_uses
+                        ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
+                        : kiln_ok();
+  if (!s) {
+    s = kiln_rewriter_initialize(&rw, g);
+    rw_ready = !s;
+  }
+  if (s) goto done;
+
+  /* Regions: candidates joined through x / residual edges. */
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    parent[ni] = ni;
+    nhwc[ni] = (char)kiln_layout_candidate(g, &g->nodes[ni]);
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!nhwc[ni]) continue;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && nhwc[p]) kiln_layout_union(parent, ni, p);
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    convs[r] += g->nodes[ni].op == KILN_OP_CONV2D;
+    gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
+  }
+  /* The conversions each region would need (as the rewrite below places
+   * them): values from outside it read other than as the one x a conv
+   * gathers itself, once each, and its values something reads NCHW. */
+  kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
+  for (int32_t v = 0; v < nv; ++v) {
+    int32_t p = g->values[v].producer;
+    if (p >= 0 && nhwc[p]) {
+      need[kiln_layout_find(parent, p)] += need_nchw[v];
+    } else if (region_uses[v] && !(region_uses[v] == 1 && region_x_uses[v] == 1)) {
+      /* Charged to the region of v's first reader (a value two regions
+       * read is converted once, shared). */
+      for (int32_t ni = 0; ni < nn; ++ni) {
+        const kiln_node_t* n = &g->nodes[ni];
+        int hit = 0;
+        for (int32_t i = 0; i < n->n_inputs && nhwc[ni]; ++i)
+          hit |= n->inputs[i] == v && kiln_layout_act_slot(i);
+        if (hit) {
+          need[kiln_layout_find(parent, ni)]++;
+          break;
+        }
+      }
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    if (r == ni) {
+      if (kiln_layout_pays(gaining[r], need[r])) {
+        st->regions++;
+        st->convs += convs[r];
+      } else {
+        st->regions_kept++;
+        st->convs_kept += convs[r];
+      }
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    if (!nhwc[ni]) continue;
+    int32_t r = kiln_layout_find(parent, ni);
+    nhwc[ni] = (char)kiln_layout_pays(gaining[r], need[r]);
+    if (nhwc[ni] && g->nodes[ni].op == KILN_OP_MAX_POOL2D) st->pools++;
+  }
+  /* The same counts for the regions that go NHWC. */
+  memset(need_nchw, 0, (size_t)nv + 1);
+  memset(region_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
+  memset(region_x_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
+  kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
+  for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = packed_of[v] = -1;
+
+  /* Packed weights: allocated and added first, packed in parallel. */
+  for (int32_t ni = 0; ni < nn && !s && pack; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_CONV2D) continue;
+    int32_t wid = n->inputs[1];
+    const kiln_value_t* w = &g->values[wid];
+    /* A weight shared by convs of different groups is packed for the
+     * first; the others read it dense (packed per call). */
+    if (!nhwc[ni] || packed_of[wid] >= 0 || w->kind != KILN_VALUE_CONSTANT ||
+        w->layout != KILN_LAYOUT_DENSE || kiln_value_numel(w) == 0)
+      continue;
+    size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
+                                               n->params[6], KILN_CONV_PANEL_WIDE);
+    void* buf = NULL;
+    if (bytes == 0) continue;
+    s = kiln_allocator_malloc(g->allocator, bytes, &buf);
+    if (!s)
+      s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
+                                        KILN_LAYOUT_CONV2D_PACKED_16, buf, bytes, &packed_of[wid]);
+    if (s) break;
+    jobs[n_jobs].w = w, jobs[n_jobs].out = buf, jobs[n_jobs].groups = n->params[6];
+    n_jobs++;
+  }
+  if (!s && n_jobs) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_layout_pack_task, jobs);
+
+  for (int32_t ni = 0; ni < nn && !s; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!nhwc[ni]) {
+      s = kiln_rewriter_copy_node(&rw, n);
+      continue;
+    }
+    int32_t ins[4] = {-1, -1, -1, -1};
+    int x_nchw = 0;
+    for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
+      int32_t v = n->inputs[i];
+      if (v < 0) continue;
+      if (i == 0 && nhwc_of[v] < 0 && region_uses[v] == 1 && region_x_uses[v] == 1) {
+        /* The region's only read of an NCHW value, as a conv's x: the
+         * conv gathers it itself (param 9), no conversion. */
+        s = kiln_rewriter_value(&rw, v, &ins[0]);
+        x_nchw = 1;
+      } else if (kiln_layout_act_slot(i)) {
+        if (nhwc_of[v] < 0) {
+          int32_t nchw;
+          s = kiln_rewriter_value(&rw, v, &nchw);
+          if (!s) s = kiln_layout_convert(rw.dst, nchw, g->values[v].shape, 1, &nhwc_of[v]);
+          if (!s) st->conversions++;
+        }
+        ins[i] = nhwc_of[v];
+      } else if (i == 1 && packed_of[v] >= 0 &&
+                 kiln_layout_packed_groups(jobs, n_jobs, &g->values[v]) == n->params[6]) {
+        ins[i] = packed_of[v];
+      } else {
+        s = kiln_rewriter_value(&rw, v, &ins[i]);
+      }
+    }
+    int32_t out = n->outputs[0];
+    if (!s && n->op == KILN_OP_MAX_POOL2D)
+      s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, 11, NULL, 0,
+                              n->origin, &nhwc_of[out]);
+    else if (!s) {
+      int64_t params[KILN_MAX_PARAMS];
+      memcpy(params, n->params, sizeof(params));
+      params[9] = x_nchw;
+      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, params, 10, NULL, 0,
+                              n->origin, &nhwc_of[out]);
+    }
+    if (!s && need_nchw[out]) {
+      s = kiln_layout_convert(rw.dst, nhwc_of[out], rw.dst->values[nhwc_of[out]].shape, 0,
+                              &rw.remap[out]);
+      if (!s) st->conversions++;
+    }
+  }
+  if (!s) s = kiln_rewriter_finish(&rw, out_graph);
+done:
+  if (rw_ready) kiln_rewriter_deinitialize(&rw);
+  free(parent);
+  free(gaining);
+  free(convs);
+  free(need);
+  free(nhwc);
+  free(need_nchw);
+  free(region_uses);
+  free(region_x_uses);
+  free(nhwc_of);
+  free(packed_of);
+  free(jobs);
+  return s;
+}
+
+static int kiln_layout_is_nhwc(kiln_op_t op) {
+  return op == KILN_OP_CONV2D_NHWC || op == KILN_OP_MAX_POOL2D_NHWC;
+}
+
+void kiln_layout_summarize(const kiln_graph_t* g, int32_t* out_regions, int32_t* out_convs,
+                           int32_t* out_conversions) {
+  *out_regions = *out_convs = *out_conversions = 0;
+  const int32_t nn = g->n_nodes;
+  int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  if (!parent) return;
+  for (int32_t ni = 0; ni < nn; ++ni) parent[ni] = ni;
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op == KILN_OP_STRIDED_COPY && n->n_inputs == 1 && n->inputs[0] >= 0) {
+      int32_t p = g->values[n->inputs[0]].producer;
+      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) ++*out_conversions;
+    }
+    if (!kiln_layout_is_nhwc(n->op)) continue;
+    *out_convs += n->op == KILN_OP_CONV2D_NHWC;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) kiln_layout_union(parent, ni, p);
+    }
+  }
+  for (int32_t ni = 0; ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (kiln_layout_is_nhwc(n->op) && kiln_layout_find(parent, ni) == ni) ++*out_regions;
+  }
+  /* Conversions into the layout: copies any CONV2D_NHWC reads as x or
+   * residual, each once. */
+  char* seen = calloc((size_t)nn + 1, 1);
+  for (int32_t ni = 0; seen && ni < nn; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (!kiln_layout_is_nhwc(n->op)) continue;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      int32_t p = g->values[n->inputs[i]].producer;
+      if (p >= 0 && g->nodes[p].op == KILN_OP_STRIDED_COPY && !seen[p]) {
+        seen[p] = 1;
+        ++*out_conversions;
+      }
+    }
+  }
+  free(seen);
+  free(parent);
+}

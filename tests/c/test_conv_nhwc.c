@@ -1,0 +1,241 @@
+/* Tests of the channels-last convolution (kernels/conv/kiln_conv_nhwc.h):
+ *  - its scalar reference against the NCHW reference on permuted tensors
+ *    (so the NHWC definition is the NCHW one, not a second opinion);
+ *  - kiln_conv2d_f32_nhwc against that reference at every ISA level the
+ *    machine has, on 1- and 2-thread pools, over edge shapes: size 1,
+ *    channel and pixel tails (O not a multiple of 16, pixels not of 6),
+ *    odd strides, padding (the bordered copy) and none (x read in place),
+ *    groups, depthwise, dilation, N = 2, several K blocks, every
+ *    activation, residuals before and after the activation (also aliasing
+ *    y), NaN and Inf, with the weight dense and packed in 16s, and with x
+ *    given NCHW (kiln_conv2d_f32_nhwc_from_nchw); y is compared with a
+ *    guard region past its end, so a stray write shows.
+ * Tolerance as test_conv.c: atol = 1e-5 sqrt(K) + 1e-6, rtol 1e-5 (fp32
+ * sums of K products of values in [-1, 1] against a double reference). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_pool.h"
+#include "kernels/conv/kiln_conv.h"
+#include "ir/kiln_shape_common.h"
+#include "kernels/conv/kiln_conv_nhwc.h"
+#include "kiln_test.h"
+
+typedef struct {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  int bias, residual, res_alias, res_first, special;
+  kiln_activation_t act;
+} nhwc_case_t;
+
+#define NHWC_GUARD 29
+
+static int64_t nhwc_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+/* (N, C, H, W) -> (N, H, W, C) and back (dir 1). */
+static void nhwc_permute(const float* src, float* dst, int64_t n, int64_t c, int64_t h, int64_t w,
+                         int back) {
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t i = 0; i < h * w; ++i) {
+        int64_t nchw = (b * c + ci) * h * w + i, nhwc = (b * h * w + i) * c + ci;
+        if (back) dst[nchw] = src[nhwc];
+        else dst[nhwc] = src[nchw];
+      }
+}
+
+static void nhwc_run(const nhwc_case_t* tc, kiln_pool_t* pool, const char* where) {
+  kiln_conv2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = tc->n, a.c = tc->c, a.h = tc->h, a.w = tc->w, a.o = tc->o, a.kh = tc->kh, a.kw = tc->kw;
+  a.sh = tc->sh, a.sw = tc->sw, a.ph = tc->ph, a.pw = tc->pw, a.dh = tc->dh, a.dw = tc->dw;
+  a.groups = tc->groups, a.act = tc->act, a.residual_before_act = tc->res_first;
+  a.ho = nhwc_out(a.h, a.kh, a.sh, a.ph, a.dh);
+  a.wo = nhwc_out(a.w, a.kw, a.sw, a.pw, a.dw);
+  const int64_t k = a.c / a.groups * a.kh * a.kw;
+  size_t nx = (size_t)(a.n * a.c * a.h * a.w), nw = (size_t)(a.o * k);
+  size_t ny = (size_t)(a.n * a.o * a.ho * a.wo);
+  float* x = malloc((nx + 1) * sizeof(float));
+  float* xt = malloc((nx + 1) * sizeof(float));
+  float* w = malloc((nw + 1) * sizeof(float));
+  float* bias = malloc((size_t)(a.o + 1) * sizeof(float));
+  float* res = malloc((ny + NHWC_GUARD) * sizeof(float));
+  float* rest = malloc((ny + NHWC_GUARD) * sizeof(float));
+  float* want = malloc((ny + NHWC_GUARD) * sizeof(float));
+  float* want_nchw = malloc((ny + NHWC_GUARD) * sizeof(float));
+  float* got = malloc((ny + NHWC_GUARD) * sizeof(float));
+  float* wp = malloc(kiln_conv2d_f32_packed_size(a.o, k, a.groups, KILN_CONV_PANEL_WIDE) + 4);
+  unsigned seed = (unsigned)(a.c * 131 + a.h * 17 + a.o * 7 + a.kh + a.groups * 1009 + a.sw);
+  kiln_test_fill_f32(x, nx, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(w, nw, seed + 1, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, (size_t)a.o, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, ny + NHWC_GUARD, seed + 3, -1.0f, 1.0f);
+  if (tc->special) {
+    x[1] = NAN;
+    x[nx / 2] = INFINITY;
+  }
+  nhwc_permute(x, xt, a.n, a.c, a.h, a.w, 0);
+  memcpy(rest, res, (ny + NHWC_GUARD) * sizeof(float));
+  nhwc_permute(res, rest, a.n, a.o, a.ho, a.wo, 0);
+
+  /* The NHWC reference is the NCHW one on permuted tensors. */
+  a.x = x, a.weight = w, a.bias = tc->bias ? bias : NULL;
+  a.residual = tc->residual ? res : NULL;
+  memcpy(want_nchw, res, (ny + NHWC_GUARD) * sizeof(float));
+  a.y = want_nchw;
+  kiln_conv2d_f32_reference(&a);
+  a.x = xt, a.residual = tc->residual ? rest : NULL;
+  memcpy(want, rest, (ny + NHWC_GUARD) * sizeof(float));
+  a.y = want;
+  kiln_conv2d_f32_nhwc_reference(&a);
+  nhwc_permute(want, got, a.n, a.o, a.ho, a.wo, 1);
+  char what[256];
+  snprintf(what, sizeof what,
+           "%s nhwc n%lld c%lld %lldx%lld o%lld k%lldx%lld s%lld,%lld p%lld,%lld d%lld,%lld g%lld "
+           "bias%d res%d%s%s act%d nan%d",
+           where, (long long)a.n, (long long)a.c, (long long)a.h, (long long)a.w, (long long)a.o,
+           (long long)a.kh, (long long)a.kw, (long long)a.sh, (long long)a.sw, (long long)a.ph,
+           (long long)a.pw, (long long)a.dh, (long long)a.dw, (long long)a.groups, tc->bias,
+           tc->residual, tc->res_alias ? "(alias)" : "", tc->res_first ? "(first)" : "",
+           (int)tc->act, tc->special);
+  char what2[300];
+  snprintf(what2, sizeof what2, "%s: reference vs NCHW reference", what);
+  kiln_test_compare_f32(what2, got, want_nchw, ny, 1e-6f, 1e-6f);
+
+  kiln_conv2d_f32_pack_weight(a.o, k, a.groups, KILN_CONV_PANEL_WIDE, w, wp);
+  for (int packed = 0; packed < 2; ++packed) {
+    memcpy(got, rest, (ny + NHWC_GUARD) * sizeof(float));
+    a.weight = packed ? wp : w;
+    a.weight_packed = packed ? KILN_CONV_PANEL_WIDE : 0;
+    a.residual = tc->residual ? (tc->res_alias ? got : rest) : NULL;
+    a.y = got;
+    kiln_conv2d_f32_nhwc(&a, pool);
+    snprintf(what2, sizeof what2, "%s weights %s", what, packed ? "packed 16" : "dense");
+    kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 1e-5f * sqrtf((float)k) + 1e-6f,
+                          1e-5f);
+    /* x given NCHW (CONV2D_NHWC's param 9): the same y. */
+    memcpy(got, rest, (ny + NHWC_GUARD) * sizeof(float));
+    a.x = x;
+    kiln_conv2d_f32_nhwc_from_nchw(&a, pool);
+    snprintf(what2, sizeof what2, "%s weights %s, x NCHW", what, packed ? "packed 16" : "dense");
+    kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 1e-5f * sqrtf((float)k) + 1e-6f,
+                          1e-5f);
+    if (!packed) { /* the reference's NCHW-x reading too */
+      memcpy(got, rest, (ny + NHWC_GUARD) * sizeof(float));
+      kiln_conv2d_f32_nhwc_reference_from_nchw(&a);
+      snprintf(what2, sizeof what2, "%s: reference from NCHW x", what);
+      kiln_test_compare_f32(what2, got, want, ny + NHWC_GUARD, 0.0f, 0.0f);
+    }
+    a.x = xt;
+  }
+  free(x), free(xt), free(w), free(bias), free(res), free(rest), free(want), free(want_nchw);
+  free(got), free(wp);
+}
+
+static void nhwc_level(kiln_pool_t* pool, const char* where) {
+  /* n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups */
+  static const int64_t shapes[][14] = {
+      {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},      /* size 1 */
+      {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},      /* 3x3 same, padded */
+      {2, 5, 11, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1},     /* stride 2, odd sizes, N = 2 */
+      {1, 4, 10, 13, 5, 3, 2, 3, 1, 2, 0, 2, 1, 1},    /* odd stride 3, dilation, mixed */
+      {1, 6, 11, 12, 17, 3, 3, 1, 3, 0, 1, 1, 2, 1},   /* stride 1x3, dilation 1x2 */
+      {2, 16, 7, 9, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1x1: GEMM on x in place */
+      {1, 16, 8, 8, 8, 1, 1, 2, 2, 0, 0, 1, 1, 1},     /* 1x1 stride 2, in place */
+      {1, 8, 9, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 4},     /* groups */
+      {2, 6, 8, 8, 6, 1, 1, 1, 1, 0, 0, 1, 1, 2},      /* grouped 1x1 */
+      {2, 7, 12, 10, 7, 3, 3, 1, 1, 1, 1, 1, 1, 7},    /* depthwise */
+      {1, 3, 23, 21, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1},   /* 7x7 stem */
+      {1, 1, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1},      /* window = input, 1x1 out */
+      {1, 2, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1},      /* stride > 1 with few pixels */
+      {1, 40, 7, 7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 7x7 out, O = 33 (tail 1) */
+  };
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int v = 0; v < 6; ++v) {
+      const int64_t* p = shapes[s];
+      nhwc_case_t tc = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
+                        p[11], p[12], p[13], 0, 0, 0, 0, 0, KILN_ACT_NONE};
+      tc.bias = v >= 1;
+      tc.act = v == 1 || v == 3 ? KILN_ACT_RELU : v == 2 ? KILN_ACT_SILU : KILN_ACT_NONE;
+      tc.residual = v >= 2 || (v == 0 && s % 2);
+      tc.res_alias = v == 3 || v == 5;
+      if (v >= 4) tc.residual = 1, tc.res_first = 1, tc.act = KILN_ACT_RELU, tc.bias = v == 4;
+      nhwc_run(&tc, pool, where);
+    }
+  for (int act = 0; act < KILN_ACT_COUNT; ++act) {
+    nhwc_case_t tc = {1, 3, 6, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0,
+                      (kiln_activation_t)act};
+    nhwc_run(&tc, pool, where);
+    tc.res_first = 1;
+    nhwc_run(&tc, pool, where);
+  }
+  /* Several K blocks (K = 64 * 9 = 576 taps) and tile blocks. */
+  nhwc_case_t big = {1, 64, 30, 30, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU};
+  nhwc_run(&big, pool, where);
+  nhwc_case_t big2 = {1, 96, 14, 14, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, KILN_ACT_RELU};
+  nhwc_run(&big2, pool, where);
+  for (int act = 0; act < 2; ++act) {
+    nhwc_case_t sp[] = {
+        {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
+        {1, 8, 20, 21, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, (kiln_activation_t)act},
+        {1, 16, 8, 8, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
+    };
+    for (size_t i = 0; i < sizeof(sp) / sizeof(sp[0]); ++i) nhwc_run(&sp[i], pool, where);
+  }
+}
+
+/* Channels-last max pooling: the fast loop equals the direct one exactly
+ * (max is exact), and both equal the NCHW reference on permuted tensors;
+ * NaN and -Inf in x, ResNet's 3x3/2 pad 1, ceil mode windows hanging past
+ * the input, dilation, C = 1 and odd C, N = 2. */
+static void nhwc_pool_level(kiln_pool_t* pool, const char* where) {
+  /* n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, ceil */
+  static const int64_t cases[][13] = {
+      {1, 64, 14, 14, 3, 3, 2, 2, 1, 1, 1, 1, 0}, {2, 17, 9, 7, 2, 2, 2, 2, 0, 0, 1, 1, 1},
+      {1, 5, 11, 10, 3, 2, 1, 2, 1, 1, 2, 3, 0},  {1, 1, 5, 5, 5, 5, 1, 1, 2, 2, 1, 1, 0},
+      {2, 3, 8, 1, 3, 1, 3, 1, 1, 0, 1, 1, 1},    {1, 33, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+  };
+  for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ++ci) {
+    const int64_t* p = cases[ci];
+    kiln_pool2d_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = p[0], a.c = p[1], a.h = p[2], a.w = p[3], a.kh = p[4], a.kw = p[5], a.sh = p[6];
+    a.sw = p[7], a.ph = p[8], a.pw = p[9], a.dh = p[10], a.dw = p[11];
+    KILN_EXPECT_OK(kiln_shape_window_out_size("h", a.h, a.kh, a.sh, a.ph, a.dh, (int)p[12], &a.ho));
+    KILN_EXPECT_OK(kiln_shape_window_out_size("w", a.w, a.kw, a.sw, a.pw, a.dw, (int)p[12], &a.wo));
+    size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.c * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    float* xt = malloc(nx * sizeof(float));
+    float* want_nchw = malloc(ny * sizeof(float));
+    float* want = malloc((ny + NHWC_GUARD) * sizeof(float));
+    float* got = malloc((ny + NHWC_GUARD) * sizeof(float));
+    float* back = malloc(ny * sizeof(float));
+    kiln_test_fill_f32(x, nx, (unsigned)(ci + 5), -1.0f, 1.0f);
+    x[nx / 3] = NAN;
+    x[nx / 2] = -INFINITY;
+    nhwc_permute(x, xt, a.n, a.c, a.h, a.w, 0);
+    a.x = x, a.y = want_nchw;
+    kiln_max_pool2d_f32_reference(&a);
+    kiln_test_fill_f32(want, ny + NHWC_GUARD, 3, -1.0f, 1.0f);
+    memcpy(got, want, (ny + NHWC_GUARD) * sizeof(float));
+    a.x = xt, a.y = want;
+    kiln_max_pool2d_f32_nhwc_reference(&a);
+    nhwc_permute(want, back, a.n, a.c, a.ho, a.wo, 1);
+    char what[160];
+    snprintf(what, sizeof what, "%s max pool nhwc case %zu: reference vs NCHW reference", where, ci);
+    kiln_test_compare_f32(what, back, want_nchw, ny, 0.0f, 0.0f);
+    a.y = got;
+    kiln_max_pool2d_f32_nhwc(&a, pool);
+    snprintf(what, sizeof what, "%s max pool nhwc case %zu", where, ci);
+    kiln_test_compare_f32(what, got, want, ny + NHWC_GUARD, 0.0f, 0.0f);
+    free(x), free(xt), free(want_nchw), free(want), free(got), free(back);
+  }
+}
+
+void kiln_test_suite_conv_nhwc(void) {
+  kiln_test_each_isa_and_pool(nhwc_level);
+  kiln_test_each_isa_and_pool(nhwc_pool_level);
+}
