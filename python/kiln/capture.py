@@ -27,10 +27,35 @@ _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding ba
 _KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
 
 
+def _linspace_as_eager(default):
+    """torch's linspace decomposition, except for integer dtypes: there
+    eager's kernel casts start and end to the dtype first and steps in
+    double, truncating each value, while torch's decomposition steps from
+    the uncast start in float32 (linspace(4.3, 0, 50, dtype=int64) differs in
+    7 places). This form computes as eager does; its float64 values are a
+    dtype kiln does not hold, so those ops fall back to eager."""
+
+    def decompose(start, end, steps, *, dtype=None, layout=torch.strided, device=None, pin_memory=False):
+        kw = dict(layout=layout, device=device, pin_memory=pin_memory)
+        if dtype is None or dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+            return default(start, end, steps, dtype=dtype, **kw)
+
+        def cast(v):
+            return v.to(dtype).to(torch.float64) if isinstance(v, torch.Tensor) else float(int(v))
+
+        return default(cast(start), cast(end), steps, dtype=torch.float64, **kw).to(dtype)
+
+    return decompose
+
+
 def decomposition_table():
     table = torch.export.default_decompositions()
     for op in _KEEP_WHOLE:
         table.pop(op, None)
+    for op in (aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
+               aten.linspace.Scalar_Tensor):
+        if op in table:
+            table[op] = _linspace_as_eager(table[op])
     # Every attention variant stays whole: decomposing the fused CPU flash
     # forward while its backward stays fused mismatches what forward saves
     # for backward, and training gets wrong gradients (torch 2.13).

@@ -124,6 +124,32 @@ def test_a_float64_intermediate_falls_back_instead_of_failing():
         kiln.trace(Float64Inside(), (a,), fallback=False)
 
 
+class Linspace(torch.nn.Module):
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        return torch.linspace(4.3, -2.7, 50, dtype=self.dtype) + x
+
+
+def test_integer_linspace_is_eager_s():
+    # Eager's integer linspace casts start and end first and steps in double;
+    # torch's own decomposition does neither (7 of these 50 values differ).
+    # kiln decomposes it as eager computes, in float64, which falls back.
+    x = torch.zeros(50, dtype=torch.int64)
+    with pytest.warns(UserWarning, match="CPU fallback"):
+        m = kiln.trace(Linspace(torch.int64), (x,))
+    assert torch.equal(m(x), Linspace(torch.int64)(x))
+    # float32 linspace stays native (torch's decomposition: within an ulp or
+    # two of eager's vectorised kernel).
+    xf = torch.zeros(50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mf = kiln.trace(Linspace(torch.float32), (xf,), fallback=False)
+    torch.testing.assert_close(mf(xf), Linspace(torch.float32)(xf), **FP32_TOL)
+
+
 class Inverse(torch.nn.Module):
     """linalg.inv exports with an effect token (its error check is an
     ordered side effect): the check runs in eager, the rest in kiln."""
