@@ -25,6 +25,7 @@ _KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, a
                aten.rms_norm.default)
 _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
 _KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
+_KEEP_WHOLE += (aten._safe_softmax.default,)  # one SOFTMAX with its safe flag (optable_train)
 
 
 def decomposition_table():
