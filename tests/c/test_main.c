@@ -78,7 +78,8 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(sample)                 \
   X(fused)                  \
   X(artifact_plan)          \
-  X(conv_planes)
+  X(conv_planes)            \
+  X(train_ops)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)
