@@ -17,6 +17,7 @@ from kiln.errors import KilnError, UnsupportedOpError
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 from kiln import optable_movement
 from kiln import optable_sample
+from kiln import fastpath
 
 aten = torch.ops.aten
 
@@ -32,6 +33,7 @@ def decomposition_table():
     table = torch.export.default_decompositions()
     for op in _KEEP_WHOLE:
         table.pop(op, None)
+    table[aten._transformer_encoder_layer_fwd.default] = fastpath.transformer_encoder_layer_fwd
     # Every attention variant stays whole: decomposing the fused CPU flash
     # forward while its backward stays fused mismatches what forward saves
     # for backward, and training gets wrong gradients (torch 2.13).
