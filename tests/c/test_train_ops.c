@@ -7,6 +7,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
+#include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/nn/kiln_nn.h"
 #include "kernels/nn/kiln_softmax_safe.h"
 #include "kiln_test.h"
@@ -149,7 +150,56 @@ static void test_compose_head_split(int split) {
   kiln_model_release(m);
 }
 
+/* Row sums and means (layer norm statistics, its backward's row sums)
+ * against the serial reference: every tail length around the lane count,
+ * one element, and rows holding NaN or +-Inf. Both sum in double; the lane
+ * order changes only double rounding. */
+static void test_sum_rows(void) {
+  static const size_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 256};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+    size_t cols = lens[li], rows = 5;
+    float x[5 * 256], got[5], want[5];
+    kiln_test_fill_f32(x, rows * cols, (unsigned)cols, -3.0f, 3.0f);
+    x[1 * cols + cols / 2] = NAN;
+    x[2 * cols] = INFINITY;
+    x[3 * cols + cols - 1] = -INFINITY;
+    for (int mean = 0; mean < 2; ++mean) {
+      kiln_reduce_sum_rows_f32(rows, cols, mean, x, got);
+      kiln_reduce_sum_rows_f32_reference(rows, cols, mean, x, want);
+      char what[64];
+      snprintf(what, sizeof what, "row %s, %zu long", mean ? "means" : "sums", cols);
+      kiln_test_compare_f32(what, got, want, rows, 1e-6f, 1e-6f);
+    }
+  }
+}
+
+/* Sums over leading axes (bias gradients: over the batch rows), four rows
+ * per sweep and the rest one by one: against a double reference. */
+static void test_sum_leading(void) {
+  static const int64_t reds[] = {1, 3, 4, 5, 9};
+  for (size_t k = 0; k < sizeof reds / sizeof reds[0]; ++k) {
+    int64_t shape[2] = {reds[k], 13};
+    float x[9 * 13], got[13], want[13];
+    kiln_test_fill_f32(x, (size_t)(reds[k] * 13), (unsigned)k, -2.0f, 2.0f);
+    if (reds[k] > 2) x[2 * 13 + 4] = NAN;
+    for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MEAN; ++op) {
+      kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, 1u, x, got);
+      for (int j = 0; j < 13; ++j) {
+        double a = 0.0;
+        for (int64_t r = 0; r < reds[k]; ++r) a += x[r * 13 + j];
+        want[j] = (float)(op == KILN_REDUCE_MEAN ? a / (double)reds[k] : a);
+      }
+      char what[64];
+      snprintf(what, sizeof what, "leading %s of %lld rows", op == KILN_REDUCE_MEAN ? "mean" : "sum",
+               (long long)reds[k]);
+      kiln_test_compare_f32(what, got, want, 13, 1e-5f, 1e-5f);
+    }
+  }
+}
+
 void kiln_test_suite_train_ops(void) {
+  test_sum_rows();
+  test_sum_leading();
   kiln_test_each_isa_and_pool(check_safe_softmax);
   test_safe_softmax_strided();
   test_safe_softmax_graph();
