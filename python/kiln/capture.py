@@ -17,6 +17,7 @@ from kiln.errors import KilnError, UnsupportedOpError
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 from kiln import optable_movement
 from kiln import optable_sample
+from kiln import fastpath
 
 aten = torch.ops.aten
 
@@ -25,6 +26,7 @@ _KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, a
                aten.rms_norm.default)
 _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
 _KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
+_KEEP_WHOLE += (aten._safe_softmax.default,)  # one SOFTMAX with its safe flag (optable_train)
 
 
 def _linspace_as_eager(default):
@@ -56,6 +58,7 @@ def decomposition_table():
                aten.linspace.Scalar_Tensor):
         if op in table:
             table[op] = _linspace_as_eager(table[op])
+    table[aten._transformer_encoder_layer_fwd.default] = fastpath.transformer_encoder_layer_fwd
     # Every attention variant stays whole: decomposing the fused CPU flash
     # forward while its backward stays fused mismatches what forward saves
     # for backward, and training gets wrong gradients (torch 2.13).

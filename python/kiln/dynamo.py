@@ -95,6 +95,13 @@ def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if dropout_p:
         # The math version would draw another random mask than eager.
         return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        # The public entry point turns a boolean mask (True = may attend)
+        # into an additive one before it reaches the math kernel, which
+        # would otherwise add the bools as 0/1. Traced into the graph: this
+        # builds ops, it computes nothing here.
+        attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
+            attn_mask.logical_not(), float("-inf"))
     return torch.ops.aten._scaled_dot_product_attention_math.default(
         query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
@@ -146,7 +153,7 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     from kiln.capture import decomposition_table
     from kiln.optable_train import register_compile_prims
-    from kiln.train_rewrite import stack_select_scatters
+    from kiln.train_rewrite import stack_select_scatters, unsave_transposes
 
     register_compile_prims()
 
@@ -163,7 +170,12 @@ def kiln_backend(gm, example_inputs, **kwargs):
     # backward instead of saving their results: the forward then saves W, not
     # a materialised t(W), and the backward reads W through MATMUL's
     # transpose flags.
-    compile_ = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
+    def partition(joint, joint_inputs, **kw):
+        fw_, bw_ = min_cut_rematerialization_partition(joint, joint_inputs, **kw)
+        unsave_transposes(fw_, bw_)
+        return fw_, bw_
+
+    compile_ = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition,
                             decompositions=decomposition_table())
     if not training:
         return compile_(gm, example_inputs)

@@ -1,4 +1,14 @@
-"""Op-table entries that compiled optimizer steps need.
+"""Op-table entries for training graphs.
+
+aten._safe_softmax: attention's math formulation (what a training graph's
+attention becomes, see dynamo._AttentionAsMath) takes this softmax, which
+gives zeros for a row of all -inf where softmax gives NaN. Decomposed, it is
+softmax plus eq(-inf), two logical_nots, an any and a where over the whole
+score tensor; kept whole (capture._KEEP_WHOLE) it is one SOFTMAX with its
+safe flag, which checks one element per row. Its backward is plain
+softmax's (_softmax_backward_data), so the backward graph is unchanged.
+
+Compiled optimizer steps:
 
 torch.compile of a function calling opt.step() traces torch's foreach
 optimizer code; the decompositions torch.compile applies to lerp and
@@ -8,9 +18,54 @@ registered when the torch.compile backend runs (torch.compile has imported
 it by then), not when kiln is imported.
 """
 
+import math
+import operator
+
 import torch
 
-from kiln.optable import TABLE, _val, operand
+from kiln.optable import TABLE, Unsupported, _norm_dim, _val, cast, operand, register, reshape
+
+aten = torch.ops.aten
+
+
+@register(aten._safe_softmax.default)
+def _safe_softmax(ctx, n):
+    x = ctx.value(n.args[0])
+    # dtype= is the type softmax computes and returns in (the input is cast
+    # to it first), as torch's own decomposition does.
+    x = cast(ctx, x, torch.float32)
+    rank = len(ctx.shape(x))
+    y = ctx.node("softmax", [x], [_norm_dim(n.args[1], max(rank, 1)), 1], origin=ctx.origin(n))
+    return cast(ctx, y, _val(n).dtype)
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def _flash_attention_cpu(ctx, n):
+    """What F.scaled_dot_product_attention becomes under torch.compile in
+    inference (AOTAutograd decomposes the public op to the CPU kernel it
+    would pick): kiln's SDPA. Its second output, the logsumexp a backward
+    needs, is not computed: a graph that reads it is refused (training
+    graphs take attention's math formulation instead, see dynamo.py)."""
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in n.users):
+        raise Unsupported("the CPU flash attention's logsumexp output")
+    q, k, v = (ctx.value(x) for x in n.args[:3])
+    dropout = n.args[3] if len(n.args) > 3 else n.kwargs.get("dropout_p", 0.0)
+    causal = n.args[4] if len(n.args) > 4 else n.kwargs.get("is_causal", False)
+    mask, scale = n.kwargs.get("attn_mask"), n.kwargs.get("scale")
+    if dropout:
+        raise Unsupported("attention dropout")
+    if len(ctx.shape(q)) != 4 or ctx.shape(k)[1] != ctx.shape(q)[1]:
+        raise Unsupported("CPU flash attention other than (B, H, S, D) with as many key heads")
+    if scale is None:
+        scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
+    inputs = [q, k, v]
+    if mask is not None:
+        m = ctx.value(mask)
+        if ctx.dtype(m) == torch.bool:  # keep where true: an additive 0 / -inf mask
+            m = ctx.node("where", [m, ctx.scalar(0.0, torch.float32), ctx.scalar(float("-inf"), torch.float32)])
+        inputs.append(cast(ctx, m, torch.float32))
+    y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
+    return (reshape(ctx, y, tuple(int(d) for d in n.meta["val"][0].shape)), None)
 
 
 def _fma(ctx, n):

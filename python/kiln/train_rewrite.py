@@ -99,3 +99,64 @@ def stack_select_scatters(gm):
         g.eliminate_dead_code()
         gm.recompile()
     return done
+
+
+def _last2_transpose_of(node):
+    """x when node is a transpose of x's last two dims (permute, transpose
+    or t), else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    x = node.args[0] if node.args else None
+    xv = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(xv, torch.Tensor) or xv.dim() < 2:
+        return None
+    r = xv.dim()
+    if node.target is aten.permute.default:
+        dims = [d % r for d in node.args[1]]
+        want = list(range(r - 2)) + [r - 1, r - 2]
+        return x if dims == want else None
+    if node.target is aten.transpose.int:
+        return x if sorted((node.args[1] % r, node.args[2] % r)) == [r - 2, r - 1] else None
+    if node.target is aten.t.default:
+        return x if r == 2 else None
+    return None
+
+
+def unsave_transposes(fw, bw):
+    """Saves x instead of x transposed for the backward.
+
+    AOTAutograd's partitioner saves some tensors for the backward as a
+    transpose of a forward value (attention's q, k and probabilities, which
+    the backward's matmuls read transposed). kiln's outputs are dense, so
+    each such saved transpose is a copy in the forward, while a transpose
+    inside the backward costs nothing: MATMUL reads its operand transposed
+    in place. So the forward returns x, and the backward transposes its
+    input back. Returns the number of saved values changed."""
+    out_node = next(n for n in fw.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    fw_by_name = {n.name: n for n in fw.graph.nodes}
+    placeholders = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    done = 0
+    for p in placeholders:
+        n = fw_by_name.get(p.name)
+        x = _last2_transpose_of(n)
+        if x is None or n not in outs:
+            continue
+        val = x.meta.get("val")
+        r = val.dim()
+        outs = [x if o is n else o for o in outs]
+        with bw.graph.inserting_after(placeholders[-1]):
+            t = bw.graph.call_function(aten.transpose.int, (p, r - 2, r - 1))
+        t.meta = dict(p.meta)
+        p.replace_all_uses_with(t, delete_user_cb=lambda u: u is not t)
+        p.meta = dict(p.meta)
+        p.meta["val"] = val
+        p.meta.pop("tensor_meta", None)
+        done += 1
+    if done:
+        out_node.args = (tuple(outs),) + tuple(out_node.args[1:])
+        fw.graph.eliminate_dead_code()
+        fw.recompile()
+        bw.graph.lint()
+        bw.recompile()
+    return done

@@ -4,7 +4,9 @@
  * Per node, in order:
  *   1. its inputs become their canonical values (what earlier rewrites
  *      replaced them by);
- *   2. a reshape of a reshape reads the first reshape's input;
+ *   2. a reshape of a reshape reads the first reshape's input, and chains
+ *      of strided copies and reshapes become one strided copy when the
+ *      views compose (kiln_simplify_views.c);
  *   3. identities make the node's output its input: a reshape or strided
  *      copy to the same shape, a cast to the same dtype, x·1, x/1, x−0,
  *      x+(−0), and x+0 for integers (x+0 in floating point is not folded:
@@ -133,13 +135,15 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
   int32_t* canon = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   char* live = calloc((size_t)nv + 1, 1);
   int32_t* table = malloc(sizeof(int32_t) * table_size); /* node index, or -1 */
+  int32_t* uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   kiln_rewriter_t rw;
-  kiln_status_t s = (!nodes || !canon || !live || !table)
+  kiln_status_t s = (!nodes || !canon || !live || !table || !uses)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "simplify pass")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done_early;
   if (nn) memcpy(nodes, g->nodes, sizeof(kiln_node_t) * (size_t)nn);
   for (int32_t v = 0; v < nv; ++v) canon[v] = v;
+  kiln_graph_count_uses(g, uses);
   for (size_t i = 0; i < table_size; ++i) table[i] = -1;
 
   for (int32_t ni = 0; ni < nn; ++ni) {
@@ -155,6 +159,10 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       }
     }
     kiln_simplify_constant_right(g, n);
+    /* Not when n would vanish anyway (an identity, or a transpose a matmul
+     * reads in place): composed, it might become a copy. */
+    if (!kiln_simplify_is_identity(g, n) && !kiln_simplify_is_last2_transpose(g, n))
+      *out_rewrites += kiln_simplify_compose_views(g, nodes, uses, n);
     const kiln_value_t* x0 = &g->values[n->inputs[0]];
     if (kiln_simplify_is_last2_transpose(g, n) && x0->kind == KILN_VALUE_INTERMEDIATE &&
         kiln_simplify_is_last2_transpose(g, &nodes[x0->producer]) &&
@@ -210,5 +218,6 @@ done_early:
   free(canon);
   free(live);
   free(table);
+  free(uses);
   return s;
 }

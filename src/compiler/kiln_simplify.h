@@ -13,4 +13,11 @@ int kiln_simplify_scalar(const kiln_graph_t* graph, int32_t v, double* out);
  * n one of them. Returns 1 when n changed. */
 int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes, kiln_node_t* n);
 
+/* Rewrites a STRIDED_COPY of a (reshaped) STRIDED_COPY of x into one
+ * STRIDED_COPY of x when the views compose, and a RESHAPE of a single-use
+ * (uses: per value of graph) STRIDED_COPY into a STRIDED_COPY when that
+ * removes a copy (kiln_simplify_views.c). Returns 1 when n changed. */
+int kiln_simplify_compose_views(const kiln_graph_t* graph, const kiln_node_t* nodes,
+                                const int32_t* uses, kiln_node_t* n);
+
 #endif /* KILN_SIMPLIFY_H */

@@ -27,7 +27,9 @@
  *   SUM..ANY       (x) -> y              params: [0] bitmask of reduced axes,
  *                                        [1] keepdim.
  *   ARGMAX         (x) -> y              params: [0] axis, [1] keepdim; y int64.
- *   SOFTMAX, LOG_SOFTMAX (x) -> y        params: [0] axis.
+ *   SOFTMAX, LOG_SOFTMAX (x) -> y        params: [0] axis; SOFTMAX [1] safe:
+ *                                        1 makes a row of all -inf zeros, not
+ *                                        NaN (aten._safe_softmax); 0 if absent.
  *   LAYER_NORM     (x, gamma?, beta?)    params: [0] number of trailing dims
  *                                        normalised; fparams: [0] eps.
  *   RMS_NORM       (x, gamma?)           as LAYER_NORM.

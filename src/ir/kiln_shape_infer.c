@@ -515,6 +515,8 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_LOG_SOFTMAX:
       if (x->dtype != KILN_F32) FAIL("softmax takes float32");
       KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
+      if (n->params[1] != 0 && (n->op != KILN_OP_SOFTMAX || n->params[1] != 1))
+        FAIL("softmax's safe flag is 0 or 1 (log_softmax has none)");
       set_shape(out, x->dtype, x->rank, x->shape);
       return kiln_ok();
     case KILN_OP_LAYER_NORM:

@@ -81,7 +81,8 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(conv_planes)            \
   X(patterns)               \
   X(conv_nhwc)              \
-  X(layout)
+  X(layout)                 \
+  X(train_ops)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

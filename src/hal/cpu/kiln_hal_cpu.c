@@ -14,6 +14,7 @@
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/nn/kiln_nn.h"
+#include "kernels/nn/kiln_softmax_safe.h"
 
 #define VAL(i) (&g->values[n->inputs[i]])
 #define BUF(i) (n->inputs[i] >= 0 ? bufs[n->inputs[i]] : NULL)
@@ -443,6 +444,9 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
         kiln_softmax_strided_f32(prod(x->shape, 0, axis), len, inner, BUF(0), out,
                                  op == KILN_OP_LOG_SOFTMAX);
       }
+      if (n->params[1])
+        kiln_softmax_zero_masked_f32((size_t)prod(x->shape, 0, axis), (size_t)len, (size_t)inner,
+                                     BUF(0), out);
       return kiln_ok();
     }
     case KILN_OP_LAYER_NORM:

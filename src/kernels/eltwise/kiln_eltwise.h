@@ -93,6 +93,11 @@ int64_t kiln_gather_elements(size_t elem_size, const void* x, int32_t rank, cons
                              int32_t axis, const void* index, kiln_dtype_t index_dtype,
                              const int64_t* index_shape, void* out);
 
+/* Sum (or mean when `mean`) of each of `rows` rows of `cols` floats, in
+ * double; the optimized form kiln_reduce uses and its serial reference. */
+void kiln_reduce_sum_rows_f32(size_t rows, size_t cols, int mean, const float* x, float* out);
+void kiln_reduce_sum_rows_f32_reference(size_t rows, size_t cols, int mean, const float* x,
+                                        float* out);
 /* Reduces the axes set in `mask` of a dense (rank, shape) tensor; out is
  * dense over the kept axes. */
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,

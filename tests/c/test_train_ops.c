@@ -1,0 +1,208 @@
+/* Training-graph support from C: safe softmax (aten._safe_softmax: a row of
+ * all -inf gives zeros) and the simplify pass composing chains of strided
+ * copies (attention's head split) into one copy. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
+#include "kernels/eltwise/kiln_eltwise.h"
+#include "kernels/nn/kiln_nn.h"
+#include "kernels/nn/kiln_softmax_safe.h"
+#include "kiln_test.h"
+#include "runtime/kiln_model.h"
+
+static kiln_graph_t* new_graph(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  return g;
+}
+
+/* Rows: ordinary; all -inf (zeros); -inf first but not all (softmax as
+ * usual); a NaN (NaN row, as torch); +inf first (NaN, as torch); one
+ * element per tail length. cols 1 and 19 cover size 1 and a vector tail. */
+static void check_safe_softmax(kiln_pool_t* pool, const char* where) {
+  for (size_t cols = 1; cols <= 19; cols += 18) {
+    enum { ROWS = 5 };
+    float x[ROWS * 19], got[ROWS * 19], want[ROWS * 19];
+    kiln_test_fill_f32(x, ROWS * cols, (unsigned)cols, -4.0f, 4.0f);
+    for (size_t i = 0; i < cols; ++i) x[cols + i] = -INFINITY;
+    x[2 * cols] = -INFINITY;
+    x[3 * cols + cols / 2] = NAN;
+    x[4 * cols] = INFINITY;
+    kiln_softmax_f32(ROWS, cols, x, got, 0, pool);
+    kiln_softmax_zero_masked_f32(ROWS, cols, 1, x, got);
+    kiln_softmax_f32_reference(ROWS, cols, x, want, 0);
+    for (size_t i = 0; i < cols; ++i) want[cols + i] = 0.0f;
+    if (cols == 1) want[2] = 0.0f; /* row 2 is all -inf when it is one long */
+    char what[96];
+    snprintf(what, sizeof what, "safe softmax cols %zu %s", cols, where);
+    kiln_test_compare_f32(what, got, want, ROWS * cols, 1e-6f, 1e-5f);
+  }
+}
+
+/* Along a middle axis (inner > 1): x (2, 3, 4), softmax over the 3; line
+ * (0, :, 1) all -inf becomes zeros, every other line is untouched. */
+static void test_safe_softmax_strided(void) {
+  float x[24], y[24], before[24];
+  kiln_test_fill_f32(x, 24, 7, -2.0f, 2.0f);
+  for (int k = 0; k < 3; ++k) x[k * 4 + 1] = -INFINITY;
+  x[12 + 2] = -INFINITY; /* a line that only starts with -inf */
+  for (int i = 0; i < 24; ++i) y[i] = before[i] = (float)i + 0.5f;
+  kiln_softmax_zero_masked_f32(2, 3, 4, x, y);
+  int bad = 0;
+  for (int o = 0; o < 2; ++o)
+    for (int k = 0; k < 3; ++k)
+      for (int i = 0; i < 4; ++i) {
+        int at = o * 12 + k * 4 + i;
+        float want = (o == 0 && i == 1) ? 0.0f : before[at];
+        bad += y[at] != want;
+      }
+  KILN_EXPECT(bad == 0, "strided safe softmax: %d wrong elements", bad);
+}
+
+/* The SOFTMAX safe flag through a graph, and its validation. */
+static void test_safe_softmax_graph(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[2] = {2, 3};
+  int32_t x, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, shape, &x));
+  int64_t bad[2] = {1, 2};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_SOFTMAX, &x, 1, bad, 2, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  int64_t log_safe[2] = {1, 1};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LOG_SOFTMAX, &x, 1, log_safe, 2, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  int64_t safe[2] = {1, 1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SOFTMAX, &x, 1, safe, 2, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
+  if (!compiled) return;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  float in[6] = {-INFINITY, -INFINITY, -INFINITY, 0.0f, 0.0f, -INFINITY}, out[6];
+  kiln_tensor_t ti = {in, KILN_F32, 2, shape}, to = {out, KILN_F32, 2, shape};
+  KILN_EXPECT_OK(kiln_model_run(m, &ti, 1, &to, 1));
+  float want[6] = {0.0f, 0.0f, 0.0f, 0.5f, 0.5f, 0.0f};
+  kiln_test_compare_f32("safe softmax graph", out, want, 6, 1e-6f, 1e-6f);
+  kiln_model_release(m);
+}
+
+static int count_op(const kiln_graph_t* g, kiln_op_t op) {
+  int c = 0;
+  for (int32_t i = 0; i < g->n_nodes; ++i) c += g->nodes[i].op == op;
+  return c;
+}
+
+/* nn.MultiheadAttention's head split for k: x (S, B, 3E) -> select k
+ * (S, B, E) -> reshape (S, B*H, D) -> permute (B*H, S, D) -> reshape
+ * (B, H, S, D) -> neg. Three copies in the graph; composed, one strided
+ * copy of x, and y[b, h, s, d] = -x[s, b, E + h*D + d]. With `split` 0 the
+ * last reshape is absent (the permute's (B*H) merge does not compose by
+ * itself), and the result must still be right. */
+static void test_compose_head_split(int split) {
+  enum { S = 3, B = 2, H = 2, D = 4, E = H * D };
+  kiln_graph_t* g = new_graph();
+  int64_t xs[3] = {S, B, 3 * E};
+  int32_t x, c0, r0, c1, r1, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, xs, &x));
+  int64_t sel[18] = {3, S, B, E, 0, 0, 0, 0, 0, B * 3 * E, 3 * E, 1};
+  sel[17] = E;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &x, 1, sel, 18, NULL, 0, NULL, &c0));
+  int64_t rs0[4] = {3, S, B * H, D};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &c0, 1, rs0, 4, NULL, 0, NULL, &r0));
+  int64_t perm[18] = {3, B * H, S, D, 0, 0, 0, 0, 0, D, B * H * D, 1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &r0, 1, perm, 18, NULL, 0, NULL, &c1));
+  r1 = c1;
+  if (split) {
+    int64_t rs1[5] = {4, B, H, S, D};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &c1, 1, rs1, 5, NULL, 0, NULL, &r1));
+  }
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_NEG, &r1, 1, NULL, 0, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.fuse = 0; /* count the copies themselves */
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  int copies = count_op(compiled, KILN_OP_STRIDED_COPY);
+  KILN_EXPECT(copies == (split ? 1 : 2), "head split (reshape after: %d): %d strided copies", split,
+              copies);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  float in[S * B * 3 * E], out[S * B * E], want[S * B * E];
+  kiln_test_fill_f32(in, S * B * 3 * E, 3, -1.0f, 1.0f);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int s = 0; s < S; ++s)
+        for (int d = 0; d < D; ++d)
+          want[((b * H + h) * S + s) * D + d] = -in[(s * B + b) * 3 * E + E + h * D + d];
+  int64_t ys4[4] = {B, H, S, D}, ys3[3] = {B * H, S, D};
+  kiln_tensor_t ti = {in, KILN_F32, 3, xs}, to = {out, KILN_F32, split ? 4 : 3, split ? ys4 : ys3};
+  KILN_EXPECT_OK(kiln_model_run(m, &ti, 1, &to, 1));
+  kiln_test_compare_f32(split ? "composed head split" : "uncomposed head split", out, want,
+                        S * B * E, 0.0f, 0.0f);
+  kiln_model_release(m);
+}
+
+/* Row sums and means (layer norm statistics, its backward's row sums)
+ * against the serial reference: every tail length around the lane count,
+ * one element, and rows holding NaN or +-Inf. Both sum in double; the lane
+ * order changes only double rounding. */
+static void test_sum_rows(void) {
+  static const size_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 256};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
+    size_t cols = lens[li], rows = 5;
+    float x[5 * 256], got[5], want[5];
+    kiln_test_fill_f32(x, rows * cols, (unsigned)cols, -3.0f, 3.0f);
+    x[1 * cols + cols / 2] = NAN;
+    x[2 * cols] = INFINITY;
+    x[3 * cols + cols - 1] = -INFINITY;
+    for (int mean = 0; mean < 2; ++mean) {
+      kiln_reduce_sum_rows_f32(rows, cols, mean, x, got);
+      kiln_reduce_sum_rows_f32_reference(rows, cols, mean, x, want);
+      char what[64];
+      snprintf(what, sizeof what, "row %s, %zu long", mean ? "means" : "sums", cols);
+      kiln_test_compare_f32(what, got, want, rows, 1e-6f, 1e-6f);
+    }
+  }
+}
+
+/* Sums over leading axes (bias gradients: over the batch rows), four rows
+ * per sweep and the rest one by one: against a double reference. */
+static void test_sum_leading(void) {
+  static const int64_t reds[] = {1, 3, 4, 5, 9};
+  for (size_t k = 0; k < sizeof reds / sizeof reds[0]; ++k) {
+    int64_t shape[2] = {reds[k], 13};
+    float x[9 * 13], got[13], want[13];
+    kiln_test_fill_f32(x, (size_t)(reds[k] * 13), (unsigned)k, -2.0f, 2.0f);
+    if (reds[k] > 2) x[2 * 13 + 4] = NAN;
+    for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MEAN; ++op) {
+      kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, 1u, x, got);
+      for (int j = 0; j < 13; ++j) {
+        double a = 0.0;
+        for (int64_t r = 0; r < reds[k]; ++r) a += x[r * 13 + j];
+        want[j] = (float)(op == KILN_REDUCE_MEAN ? a / (double)reds[k] : a);
+      }
+      char what[64];
+      snprintf(what, sizeof what, "leading %s of %lld rows", op == KILN_REDUCE_MEAN ? "mean" : "sum",
+               (long long)reds[k]);
+      kiln_test_compare_f32(what, got, want, 13, 1e-5f, 1e-5f);
+    }
+  }
+}
+
+void kiln_test_suite_train_ops(void) {
+  test_sum_rows();
+  test_sum_leading();
+  kiln_test_each_isa_and_pool(check_safe_softmax);
+  test_safe_softmax_strided();
+  test_safe_softmax_graph();
+  test_compose_head_split(1);
+  test_compose_head_split(0);
+}

@@ -1,0 +1,222 @@
+"""What a compiled training step runs, not only what it computes: the graphs
+kiln compiles for a transformer layer's forward and backward stay free of
+the patterns that cost time outside the GEMMs (issue 6).
+
+- attention's math formulation takes aten._safe_softmax: one SOFTMAX with
+  its safe flag, not eq(-inf) / logical_not / any / where over the scores;
+- nn.MultiheadAttention's head split (permute, select, reshape, permute,
+  transpose) is one strided copy per q, k and v, not three or four.
+
+Tolerances: gradients rtol 1e-4 / atol 1e-5, as the other training tests —
+the math formulation sums the softmax and the matmuls in another order than
+eager's fused flash attention; copies are exact.
+"""
+import copy
+import random
+import warnings
+
+import pytest
+import torch
+
+import kiln
+from kiln.module import KilnModule
+
+
+@pytest.fixture
+def compiled_plans(monkeypatch):
+    """The kiln.explain text of every KilnModule run, in first-run order."""
+    seen = {}
+    orig = KilnModule.run_flat
+
+    def run_flat(self, args):
+        if id(self) not in seen:
+            seen[id(self)] = self.explain()
+        return orig(self, args)
+
+    monkeypatch.setattr(KilnModule, "run_flat", run_flat)
+    return seen
+
+
+def _ops(plan):
+    ops = []
+    for line in plan.splitlines():
+        if "= " in line and "(" in line and not line.strip().startswith("input"):
+            ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
+    return ops
+
+
+class Encoder(torch.nn.Module):
+    """The bench's train_transformer model in small: pre-norm encoder layers
+    with GELU, batch first, and a regression head."""
+
+    def __init__(self, d=32, heads=4, layers=2, ff=64):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True,
+                                                 norm_first=True, activation="gelu")
+        self.enc = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d, d)
+
+    def forward(self, x, target, mask=None):
+        return torch.nn.functional.mse_loss(self.head(self.enc(x, mask=mask)), target)
+
+
+def _step(model, x, target, mask=None):
+    loss = model(x, target, mask)
+    loss.backward()
+    return loss.detach()
+
+
+def _compare_grads(model, ref, got, want):
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+def test_transformer_training_graphs_are_lean(compiled_plans):
+    torch.manual_seed(0)
+    layers = 2
+    model = Encoder(layers=layers)
+    ref = copy.deepcopy(model)
+    x, target = torch.randn(3, 10, 32), torch.randn(3, 10, 32)
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = _step(torch.compile(model, backend="kiln"), x, target)
+    assert not [str(m.message) for m in w if "kiln" in str(m.message)]
+    _compare_grads(model, ref, got, _step(ref, x, target))
+
+    plans = list(compiled_plans.values())
+    assert len(plans) == 2, "one forward and one backward graph"
+    fwd, bwd = (_ops(p) for p in plans)
+    # _safe_softmax's decomposition would leave these over the scores.
+    for op in ("any", "eq", "logical_not", "where"):
+        assert op not in fwd + bwd, f"{op} in the compiled training graphs"
+    assert fwd.count("softmax") == layers
+    # Per layer in the forward: the layer norm's output to (S, B, E), q, k
+    # and v, k transposed after its scale, the heads merged, and the output
+    # projection back to (B, S, E): 7 copies (14 before views composed).
+    assert fwd.count("strided_copy") <= 7 * layers, fwd.count("strided_copy")
+
+
+class MaskedAttention(torch.nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+
+    def forward(self, x, target, mask):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = self.out(a.transpose(1, 2).reshape(b, s, d))
+        return torch.nn.functional.mse_loss(y, target)
+
+
+@pytest.mark.parametrize("masked", ["row", "part"])
+def test_boolean_masked_attention_trains_like_eager(compiled_plans, masked):
+    """A boolean mask (True = may attend) in training, where attention runs
+    as its math formulation. "row": query 2 sees no key at all; eager gives
+    zeros (and zero gradients) there, and so must the safe softmax, not NaN.
+    "part": query 2 sees half the keys (the mask must be applied as -inf,
+    not added as 0/1)."""
+    torch.manual_seed(0)
+    model = MaskedAttention()
+    ref = copy.deepcopy(model)
+    x, target = torch.randn(2, 6, 32), torch.randn(2, 6, 32)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    if masked == "row":
+        mask[2] = False
+    else:
+        mask[2, :3] = False
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = _step(torch.compile(model, backend="kiln"), x, target, mask)
+    assert not [str(m.message) for m in w if "kiln" in str(m.message)]
+    want = _step(ref, x, target, mask)
+    assert torch.isfinite(got)
+    _compare_grads(model, ref, got, want)
+    plans = list(compiled_plans.values())
+    assert len(plans) == 2 and "softmax" in _ops(plans[0]), [_ops(p) for p in plans]
+
+
+# --------------------------------------------------------------------------
+# Composed views, checked exactly against eager on random chains of views.
+# --------------------------------------------------------------------------
+
+def _random_view_chain(rng, x):
+    """A chain of 2-5 random views of x (permute, select, narrow, expand,
+    transpose, reshape when torch can view), ending in a negation that
+    makes kiln materialise it."""
+    for _ in range(rng.randint(2, 5)):
+        r = x.dim()
+        kind = rng.choice(["permute", "select", "narrow", "expand", "transpose", "reshape"])
+        if kind == "permute" and r >= 2:
+            p = list(range(r))
+            rng.shuffle(p)
+            x = x.permute(p)
+        elif kind == "select" and r >= 2:
+            d = rng.randrange(r)
+            x = x.select(d, rng.randrange(x.shape[d]))
+        elif kind == "narrow":
+            d = rng.randrange(r)
+            n = x.shape[d]
+            if n > 1:
+                start = rng.randrange(n - 1)
+                x = x.narrow(d, start, rng.randint(1, n - start))
+        elif kind == "expand":
+            d = rng.randrange(r)
+            if x.shape[d] == 1:
+                shape = list(x.shape)
+                shape[d] = 3
+                x = x.expand(shape)
+            else:
+                x = x.unsqueeze(d).expand(*x.shape[:d], 2, *x.shape[d:])
+        elif kind == "transpose" and r >= 2:
+            x = x.transpose(rng.randrange(r), rng.randrange(r))
+        elif kind == "reshape":
+            # Split a dim in two, or merge two neighbours: a copy when the
+            # strides do not allow a view (kiln must get either right).
+            d = rng.randrange(r)
+            shape = list(x.shape)
+            if shape[d] % 2 == 0 and shape[d] > 2:
+                shape[d:d + 1] = [2, shape[d] // 2]
+            elif d + 1 < r:
+                shape[d:d + 2] = [shape[d] * shape[d + 1]]
+            x = x.reshape(shape)
+    return -x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_view_chains_match_eager(seed):
+    rng = random.Random(seed)
+    shape = [rng.choice([2, 3, 4, 6]) for _ in range(rng.randint(2, 4))]
+    x = torch.randn(*shape)
+
+    class Chain(torch.nn.Module):
+        def forward(self, t):
+            return _random_view_chain(random.Random(seed), t)
+
+    compiled = kiln.trace(Chain().eval(), (x,), fallback=False)
+    want = Chain()(x)
+    # Copies are exact: equal bit for bit.
+    torch.testing.assert_close(compiled(x), want, rtol=0, atol=0)
+
+
+def test_head_split_chain_is_one_copy():
+    """select -> reshape (S, B*H, D) -> permute -> reshape (B, H, S, D): the
+    (B*H) merge alone is not a view of x, the whole chain is."""
+    S, B, H, D = 5, 3, 2, 4
+
+    class Split(torch.nn.Module):
+        def forward(self, qkv):
+            k = qkv.unflatten(-1, (3, H * D)).permute(2, 0, 1, 3)[1]
+            return -(k.reshape(S, B * H, D).transpose(0, 1).reshape(B, H, S, D))
+
+    x = torch.randn(S, B, 3 * H * D)
+    compiled = kiln.trace(Split().eval(), (x,), fallback=False)
+    torch.testing.assert_close(compiled(x), Split()(x), rtol=0, atol=0)
+    ops = _ops(compiled.explain())
+    assert ops.count("strided_copy") + ops.count("eltwise_fused") <= 2, ops
+    assert ops.count("strided_copy") <= 1, ops
