@@ -32,18 +32,21 @@
 static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     "generic", 4, 16, 256, 128,
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
+    kiln_gemm_pack_b_block};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
+    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
+    kiln_gemm_pack_b_block_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     "avx512", 8, 32, 256, 144,
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
+    kiln_gemm_pack_b_block_avx2};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -87,6 +90,9 @@ typedef struct {
   int64_t bp_bs;
   const uint16_t* bp16; /* packed bf16 B (shared by every batch) instead of bp */
   float* bp_out; /* non-NULL: phase 1 packs B here */
+  /* Unpacked B packed by the compute tasks a kc x NR micro-panel at a time
+   * into L1 (bp NULL): see kiln_gemm_f32. */
+  int b_fly;
   int64_t nb_pack_b;
   /* A: packed panels (blocked) or contiguous rows (GEMV), at ap + bi * ap_bs;
    * NULL on the GEMV path when A is read in place. */
@@ -141,9 +147,14 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     int64_t panels = (g->n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
     int64_t q0 = grp * KILN_GEMM_B_GROUP;
     int64_t q1 = q0 + KILN_GEMM_B_GROUP < panels ? q0 + KILN_GEMM_B_GROUP : panels;
-    kiln_gemm_pack_b_panels(g->k, g->n, g->b + (ch->b0 + bi) * g->b_batch_stride,
-                            g->b_row_stride, g->b_col_stride, q0, q1,
-                            ch->bp_out + bi * ch->bp_bs);
+    const float* b = g->b + (ch->b0 + bi) * g->b_batch_stride;
+    float* out = ch->bp_out + bi * ch->bp_bs;
+    for (int64_t q = q0; q < q1; ++q) {
+      int64_t j0 = q * KILN_GEMM_PANEL;
+      int64_t w = g->n - j0 < KILN_GEMM_PANEL ? g->n - j0 : KILN_GEMM_PANEL;
+      ch->kn->pack_b_block(g->k, w, b + j0 * g->b_col_stride, g->b_row_stride, g->b_col_stride,
+                           out + q * g->k * KILN_GEMM_PANEL);
+    }
     return;
   }
   t -= ch->t_b;
@@ -199,12 +210,15 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   int64_t b = ch->b0 + bi;
   const float* A = ch->ap + bi * ch->ap_bs;
   const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
+  const float* Bsrc = ch->b_fly ? g->b + b * g->b_batch_stride : NULL;
+  const int64_t brs = g->b_row_stride, bcs = g->b_col_stride;
   float* C = g->c + b * g->c_batch_stride + ch->m0 * g->c_row_stride;
   const int64_t ldc = g->c_row_stride;
   const int has_epi = g->act != KILN_ACT_NONE || g->bias || g->residual;
   _Alignas(64) float tmp[8 * 32]; /* MR x NR for the largest kernel */
   /* bf16 B: each kc x NR micro-panel widened to fp32 once per strip (kc is
-   * at most 256, NR at most 32: 32 KiB), then reused by every row tile. */
+   * at most 256, NR at most 32: 32 KiB), then reused by every row tile;
+   * unpacked B on the b_fly path is packed here the same way. */
   _Alignas(64) float wide[256 * 32];
 
   for (int64_t pc = 0; pc < K; pc += ch->kc) {
@@ -218,6 +232,14 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
         kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
         bpan = wide;
         bnext = panels > 1 ? wide + kcur * P : wide;
+      } else if (Bsrc) {
+        int panels = nr > P ? 2 : 1;
+        for (int q = 0; q < panels; ++q) {
+          int64_t jq = j + q * P, w = N - jq < P ? N - jq : P;
+          kn->pack_b_block(kcur, w, Bsrc + pc * brs + jq * bcs, brs, bcs, wide + q * kcur * P);
+        }
+        bpan = wide;
+        bnext = panels > 1 ? wide + kcur * P : wide;
       } else {
         bpan = B + (j / P) * K * P + pc * P;
         /* A 32-wide kernel reads the next panel too; past the last one it
@@ -227,7 +249,7 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       /* While this strip's tiles run, pull the next strip's B micro-panel
        * (kcur x NR) into L2 a slice per tile, so the strip after does not
        * start on L3 misses. */
-      const char* pf = j + NR < j1 && !ch->bp16
+      const char* pf = j + NR < j1 && B
                            ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
       int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
       int64_t pf_step = pf_lines / ((i1 - i0 + MR - 1) / MR) + 1;
@@ -341,7 +363,17 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
 
   /* What one batch needs in scratch, in floats. */
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
-  const int pack_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
+  const int unpacked_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
+  /* Small M with an unpacked B (training: the weight is a graph input, not
+   * a constant): each packed B element is used by only M / MR row tiles, so
+   * a separate packing pass that writes all of B out and reads it back
+   * costs as much as the arithmetic. Instead every compute task packs its
+   * own kc x NR micro-panels into L1 right before the row tiles use them;
+   * with one M tile per batch no two tasks pack the same micro-panel (a B
+   * broadcast over several batches is still packed once, up front). */
+  const int b_fly = unpacked_b && !ch.gemv && M <= kn->mc_max &&
+                    (g->batch == 1 || g->b_batch_stride != 0);
+  const int pack_b = unpacked_b && !b_fly;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
   const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
@@ -389,7 +421,12 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       ch.mlen = mlen;
       /* Phase 1: pack. */
       ch.bp16 = g->b_packed_bf16;
-      if (!pack_b) {
+      ch.b_fly = b_fly;
+      if (b_fly) {
+        ch.bp = NULL;
+        ch.bp_bs = 0;
+        ch.bp_out = NULL;
+      } else if (!pack_b) {
         ch.bp = g->b_packed;
         ch.bp_bs = 0;
         ch.bp_out = NULL;
