@@ -120,8 +120,25 @@ void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t 
   }
   if (w == P && rs == 1) {
     /* Column j of the panel is b[j * cs + p], contiguous in p: eight
-     * columns by eight rows at a time through a register transpose. */
+     * columns by eight rows at a time through a register transpose. The
+     * columns are often a power of two apart (K = 1024), so all sixteen
+     * map to one L1 set: each column's whole 64-byte line (16 rows) is
+     * consumed as soon as it is loaded, before the set evicts it. */
     int64_t p = 0;
+    for (; p + 16 <= kc; p += 16)
+      for (int h = 0; h < 2; ++h) {
+        __m256 r[8], o[8], r2[8], o2[8];
+        for (int j = 0; j < 8; ++j) {
+          r[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p);
+          r2[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p + 8);
+        }
+        kiln_gemm_transpose8_avx2(r, o);
+        kiln_gemm_transpose8_avx2(r2, o2);
+        for (int i = 0; i < 8; ++i) {
+          _mm256_storeu_ps(out + (p + i) * P + 8 * h, o[i]);
+          _mm256_storeu_ps(out + (p + 8 + i) * P + 8 * h, o2[i]);
+        }
+      }
     for (; p + 8 <= kc; p += 8)
       for (int h = 0; h < 2; ++h) {
         __m256 r[8], o[8];
