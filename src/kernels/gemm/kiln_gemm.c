@@ -135,6 +135,51 @@ static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, con
   }
 }
 
+/* Software prefetch of the source of the next block a b_fly task packs,
+ * spread over the row tiles of the current block: at small M the packing
+ * is a fifth of the time and waits on memory (B is read once per call, so
+ * from L3 or DRAM) unless its lines are already on the way. Lines of a
+ * strided 2-D region: `outer` runs of `inner` lines, `stride` bytes apart. */
+typedef struct {
+  const char* base;
+  int64_t stride, inner, total, done;
+  int64_t at_inner; /* position within the current run (no division per line) */
+} kiln_gemm_pf_t;
+
+/* The source of the kc x [j0, j1) block of B at row pc (rows rs apart,
+ * columns cs apart): rows of contiguous columns or columns of contiguous
+ * rows; other layouts are not prefetched. */
+static void kiln_gemm_pf_init(kiln_gemm_pf_t* pf, const float* b, int64_t rs, int64_t cs,
+                              int64_t pc, int64_t kc, int64_t j0, int64_t j1) {
+  pf->done = 0;
+  pf->total = 0;
+  pf->at_inner = 0;
+  const int64_t F = (int64_t)sizeof(float);
+  if (cs == 1) {
+    pf->base = (const char*)(b + pc * rs + j0);
+    pf->stride = rs * F;
+    pf->inner = ((j1 - j0) * F + 63) / 64 + 1; /* + 1: a run may straddle */
+    pf->total = kc * pf->inner;
+  } else if (rs == 1) {
+    pf->base = (const char*)(b + pc + j0 * cs);
+    pf->stride = cs * F;
+    pf->inner = (kc * F + 63) / 64 + 1;
+    pf->total = (j1 - j0) * pf->inner;
+  }
+}
+
+/* Issues up to n more of the region's prefetches (into L2). A prefetch
+ * never faults, so the run's straddle line past the end is harmless. */
+static inline void kiln_gemm_pf_some(kiln_gemm_pf_t* pf, int64_t n) {
+  for (; n > 0 && pf->done < pf->total; --n, ++pf->done) {
+    __builtin_prefetch(pf->base + pf->at_inner * 64, 0, 2);
+    if (++pf->at_inner == pf->inner) {
+      pf->at_inner = 0;
+      pf->base += pf->stride;
+    }
+  }
+}
+
 #define KILN_GEMM_A_GROUP 8  /* MR panels per packing task */
 #define KILN_GEMM_B_GROUP 16 /* 16-wide panels per packing task */
 #define KILN_GEMM_R_GROUP 32 /* residual rows per snapshot task */
@@ -216,6 +261,8 @@ static void kiln_gemm_copy_tile(int64_t m, int64_t n, const float* src, int64_t 
   for (int64_t i = 0; i < m; ++i) memcpy(dst + i * ldd, src + i * lds, (size_t)n * sizeof(float));
 }
 
+static int64_t kiln_gemm_cdiv_(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   const kiln_gemm_chunk_t* ch = p;
   const kiln_gemm_f32_args_t* g = ch->g;
@@ -253,7 +300,23 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
     int first = pc == 0, last = pc + kcur == K;
     for (int64_t jb = j0; jb < j1; jb += jstep) {
     int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
-    if (fly) kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
+    kiln_gemm_pf_t fpf = {0};
+    int64_t fpf_step = 0;
+    if (fly) {
+      kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
+      /* The next block: the next columns, else the first of the next K block. */
+      if (jb1 < j1) {
+        int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
+        kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
+      } else if (pc + kcur < K) {
+        int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
+        int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
+        kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
+      }
+      int64_t tiles = kiln_gemm_cdiv_(jb1 - jb, NR) * (kiln_gemm_cdiv_(i1 - i0, MR) +
+                                                      kiln_gemm_cdiv_(i1 - i0, kn->mc_max));
+      fpf_step = fpf.total / tiles + 1;
+    }
     /* M blocks of at most mc_max rows (the A block stays in L2): a b_fly
      * task covers all of M, the others one block. */
     for (int64_t ib = i0; ib < i1; ib += kn->mc_max) {
@@ -284,6 +347,7 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       int64_t pf_step = pf_lines / ((ib1 - ib + MR - 1) / MR) + 1;
       for (int64_t i = ib; i < ib1; i += MR) {
         int64_t mr = ib1 - i < MR ? ib1 - i : MR;
+        kiln_gemm_pf_some(&fpf, fpf_step);
         if (pf) {
           for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
             __builtin_prefetch(pf + pf_done * 64, 0, 2);
