@@ -257,10 +257,11 @@ static void gemm_test_level(kiln_pool_t* pool, const char* where) {
    * 256-column block, of the 16-column panels and of the 8- and 16-row
    * transposes of a transposed B; transposed A (the weight gradient's
    * dY^T, with a small K), K = 1, epilogues, in-place residuals with
-   * several K blocks, and NaN/Inf on that path. */
+   * several K blocks, and NaN/Inf on that path; a tall A beside a narrow B
+   * (600 x 40) keeps the shared pre-pack. */
   static const int64_t tshape[][3] = {{64, 300, 520}, {150, 47, 64}, {145, 17, 300},
                                       {144, 33, 257}, {9, 529, 1},   {300, 260, 40},
-                                      {13, 1, 70},    {7, 280, 23}};
+                                      {13, 1, 70},    {7, 280, 23},  {600, 40, 300}};
   for (size_t s = 0; s < sizeof(tshape) / sizeof(tshape[0]); ++s)
     for (int v = 0; v < 4; ++v) {
       memset(&tc, 0, sizeof(tc));

@@ -467,9 +467,12 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
    * L2-resident buffer right before every M block's row tiles use it, so B
    * is read once and never written out. A B broadcast over several batches
    * is still packed once, up front, and so is B when N has too few strips
-   * to keep every thread busy without splitting M. */
+   * to keep every thread busy without splitting M, or when B is much
+   * narrower than A is tall (splitting N would have every task re-read an
+   * A many times the size of B). */
   const int b_fly = unpacked_b && !ch.gemv && (g->batch == 1 || g->b_batch_stride != 0) &&
-                    (M <= kn->mc_max || kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T);
+                    (M <= kn->mc_max ||
+                     (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M));
   const int pack_b = unpacked_b && !b_fly;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
   const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
