@@ -109,6 +109,9 @@ typedef struct {
   int64_t pm, n_m, pn, n_n;
 } kiln_gemm_chunk_t;
 
+static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
 /* Columns of B a compute task packs at a time on the b_fly path: with kc
  * 256, 256 KiB that stay in L2 beside the A block while the row tiles of
  * every strip use them. A multiple of every NR. */
@@ -138,8 +141,9 @@ static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, con
 /* Software prefetch of the source of the next block a b_fly task packs,
  * spread over the row tiles of the current block: at small M the packing
  * is a fifth of the time and waits on memory (B is read once per call, so
- * from L3 or DRAM) unless its lines are already on the way. Lines of a
- * strided 2-D region: `outer` runs of `inner` lines, `stride` bytes apart. */
+ * from L3 or DRAM) unless its lines are already on the way. The region is
+ * strided: runs of `inner` lines, `stride` bytes apart, `total` lines in
+ * all. */
 typedef struct {
   const char* base;
   int64_t stride, inner, total, done;
@@ -261,8 +265,6 @@ static void kiln_gemm_copy_tile(int64_t m, int64_t n, const float* src, int64_t 
   for (int64_t i = 0; i < m; ++i) memcpy(dst + i * ldd, src + i * lds, (size_t)n * sizeof(float));
 }
 
-static int64_t kiln_gemm_cdiv_(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   const kiln_gemm_chunk_t* ch = p;
   const kiln_gemm_f32_args_t* g = ch->g;
@@ -299,91 +301,93 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
     int64_t kcur = K - pc < ch->kc ? K - pc : ch->kc;
     int first = pc == 0, last = pc + kcur == K;
     for (int64_t jb = j0; jb < j1; jb += jstep) {
-    int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
-    kiln_gemm_pf_t fpf = {0};
-    int64_t fpf_step = 0;
-    if (fly) {
-      kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
-      /* The next block: the next columns, else the first of the next K block. */
-      if (jb1 < j1) {
-        int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
-        kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
-      } else if (pc + kcur < K) {
-        int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
-        int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
-        kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
-      }
-      int64_t tiles = kiln_gemm_cdiv_(jb1 - jb, NR) * (kiln_gemm_cdiv_(i1 - i0, MR) +
-                                                      kiln_gemm_cdiv_(i1 - i0, kn->mc_max));
-      fpf_step = fpf.total / tiles + 1;
-    }
-    /* M blocks of at most mc_max rows (the A block stays in L2): a b_fly
-     * task covers all of M, the others one block. */
-    for (int64_t ib = i0; ib < i1; ib += kn->mc_max) {
-    int64_t ib1 = i1 - ib < kn->mc_max ? i1 : ib + kn->mc_max;
-    for (int64_t j = jb; j < jb1; j += NR) {
-      int64_t nr = jb1 - j < NR ? jb1 - j : NR;
-      const float *bpan, *bnext;
-      if (ch->bp16) {
-        int panels = nr > P ? 2 : 1;
-        kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
-        bpan = wide;
-        bnext = panels > 1 ? wide + kcur * P : wide;
-      } else if (fly) {
-        bpan = fly + ((j - jb) / P) * kcur * P;
-        bnext = nr > P ? bpan + kcur * P : bpan;
-      } else {
-        bpan = B + (j / P) * K * P + pc * P;
-        /* A 32-wide kernel reads the next panel too; past the last one it
-         * re-reads this one (in bounds) and the extra columns are dropped. */
-        bnext = nr > P ? bpan + K * P : bpan;
-      }
-      /* While this strip's tiles run, pull the next strip's B micro-panel
-       * (kcur x NR) into L2 a slice per tile, so the strip after does not
-       * start on L3 misses. */
-      const char* pf = j + NR < j1 && B
-                           ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
-      int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
-      int64_t pf_step = pf_lines / ((ib1 - ib + MR - 1) / MR) + 1;
-      for (int64_t i = ib; i < ib1; i += MR) {
-        int64_t mr = ib1 - i < MR ? ib1 - i : MR;
-        kiln_gemm_pf_some(&fpf, fpf_step);
-        if (pf) {
-          for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
-            __builtin_prefetch(pf + pf_done * 64, 0, 2);
-            if (NR > P) __builtin_prefetch(pf + K * P * (int64_t)sizeof(float) + pf_done * 64, 0, 2);
-          }
+      int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
+      kiln_gemm_pf_t fpf = {0};
+      int64_t fpf_step = 0;
+      if (fly) {
+        kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
+        /* The next block: the next columns, else the first of the next K block. */
+        if (jb1 < j1) {
+          int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
+          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
+        } else if (pc + kcur < K) {
+          int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
+          int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
+          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
         }
-        const float* apan = A + (i / MR) * K * MR + pc * MR;
-        float* c = C + i * ldc + j;
-        int full = mr == MR && nr == NR;
-        if (full && (!last || !has_epi)) {
-          kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
-          continue;
-        }
-        const float* cin = NULL;
-        int64_t ldcin = NR;
-        if (!first) {
-          if (full) {
-            cin = c;
-            ldcin = ldc;
+        /* Row tiles in this block (each M block may end in a partial one). */
+        int64_t tiles = kiln_gemm_cdiv(jb1 - jb, NR) *
+                        (kiln_gemm_cdiv(i1 - i0, MR) + kiln_gemm_cdiv(i1 - i0, kn->mc_max));
+        fpf_step = fpf.total / tiles + 1;
+      }
+      /* M blocks of at most mc_max rows (the A block stays in L2): a b_fly
+       * task covers all of M, the others one block. */
+      for (int64_t ib = i0; ib < i1; ib += kn->mc_max) {
+        int64_t ib1 = i1 - ib < kn->mc_max ? i1 : ib + kn->mc_max;
+        for (int64_t j = jb; j < jb1; j += NR) {
+          int64_t nr = jb1 - j < NR ? jb1 - j : NR;
+          const float *bpan, *bnext;
+          if (ch->bp16) {
+            int panels = nr > P ? 2 : 1;
+            kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
+            bpan = wide;
+            bnext = panels > 1 ? wide + kcur * P : wide;
+          } else if (fly) {
+            bpan = fly + ((j - jb) / P) * kcur * P;
+            bnext = nr > P ? bpan + kcur * P : bpan;
           } else {
-            kiln_gemm_copy_tile(mr, nr, c, ldc, tmp, NR);
-            cin = tmp;
+            bpan = B + (j / P) * K * P + pc * P;
+            /* A 32-wide kernel reads the next panel too; past the last one it
+             * re-reads this one (in bounds) and the extra columns are dropped. */
+            bnext = nr > P ? bpan + K * P : bpan;
+          }
+          /* While this strip's tiles run, pull the next strip's B micro-panel
+           * (kcur x NR) into L2 a slice per tile, so the strip after does not
+           * start on L3 misses. */
+          const char* pf = j + NR < j1 && B
+                               ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
+          int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
+          int64_t pf_step = pf_lines / ((ib1 - ib + MR - 1) / MR) + 1;
+          for (int64_t i = ib; i < ib1; i += MR) {
+            int64_t mr = ib1 - i < MR ? ib1 - i : MR;
+            kiln_gemm_pf_some(&fpf, fpf_step);
+            if (pf) {
+              for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
+                __builtin_prefetch(pf + pf_done * 64, 0, 2);
+                if (NR > P)
+                  __builtin_prefetch(pf + K * P * (int64_t)sizeof(float) + pf_done * 64, 0, 2);
+              }
+            }
+            const float* apan = A + (i / MR) * K * MR + pc * MR;
+            float* c = C + i * ldc + j;
+            int full = mr == MR && nr == NR;
+            if (full && (!last || !has_epi)) {
+              kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
+              continue;
+            }
+            const float* cin = NULL;
+            int64_t ldcin = NR;
+            if (!first) {
+              if (full) {
+                cin = c;
+                ldcin = ldc;
+              } else {
+                kiln_gemm_copy_tile(mr, nr, c, ldc, tmp, NR);
+                cin = tmp;
+              }
+            }
+            kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
+            if (!last) {
+              kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
+            } else {
+              int64_t ldr;
+              const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
+              kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
+                           ldr, g->act);
+            }
           }
         }
-        kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
-        if (!last) {
-          kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
-        } else {
-          int64_t ldr;
-          const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
-          kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
-                       ldr, g->act);
-        }
       }
-    }
-    }
     }
   }
 }
@@ -436,8 +440,6 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
     }
 }
 
-static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
