@@ -14,8 +14,8 @@
  *   --json   one JSON document on stdout (bench/kernels/run.py reads it and
  *            adds torch's figures); otherwise a readable table.
  *   --quick  fewer samples (a smoke test of the tool itself).
- *   --only   comma-separated groups to run: gemm, gemv, attention, conv,
- *            rowops (default: all).
+ *   --only   comma-separated groups to run: gemm, train, gemv, attention,
+ *            conv, rowops (default: all).
  *   --min N  on a loaded machine: every figure the minimum over N single
  *            calls instead of a median of ~30 ms samples, in the calling
  *            thread's CPU time with one thread (time sliced away to other
@@ -390,6 +390,73 @@ static void bench_gemms(kiln_pool_t** pools, int max_t) {
   }
 }
 
+/* Training shapes: in a training graph the weights are graph inputs, so B
+ * comes unpacked on every call, often transposed, and the weight gradient
+ * reads A transposed with K = the batch (or token) count. The MLP row of
+ * the model bench (3x Linear 1024, batch 64) and the transformer's
+ * feed-forward (d 256, ff 1024, 8 x 128 tokens):
+ *   fwd  y = x W^T       B stored (N, K): transposed
+ *   dX   dX = dY W       B row-major
+ *   dW   dW = dY^T X     A stored (K, M): transposed */
+typedef struct {
+  bench_gemm_t base;
+  int ta, tb;
+} bench_gemm_train_t;
+
+enum { BLAS_TRANS = 112 };
+static void bench_blas_sgemm_train(void* p) {
+  bench_gemm_train_t* t = p;
+  bench_gemm_t* b = &t->base;
+  bench_blas.sgemm(BLAS_ROW_MAJOR, t->ta ? BLAS_TRANS : BLAS_NO_TRANS,
+                   t->tb ? BLAS_TRANS : BLAS_NO_TRANS, b->m, b->n, b->k, 1.0f, b->a,
+                   t->ta ? b->m : b->k, b->b, t->tb ? b->k : b->n, 0.0f, b->c, b->n);
+}
+
+static void bench_gemms_train(kiln_pool_t** pools, int max_t) {
+  static const struct {
+    int64_t m, n, k;
+    int ta, tb;
+    const char* what;
+  } shapes[] = {
+      {64, 1024, 1024, 0, 1, "mlp fwd"},   {64, 1024, 1024, 0, 0, "mlp dX"},
+      {1024, 1024, 64, 1, 0, "mlp dW"},    {1024, 1024, 256, 0, 1, "tf ff1 fwd"},
+      {1024, 256, 1024, 0, 1, "tf ff2 fwd"}, {1024, 256, 1024, 0, 0, "tf ff1 dX"},
+      {1024, 256, 1024, 1, 0, "tf ff1 dW"}, {256, 1024, 1024, 1, 0, "tf ff2 dW"},
+  };
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s) {
+    int64_t m = shapes[s].m, n = shapes[s].n, k = shapes[s].k;
+    int ta = shapes[s].ta, tb = shapes[s].tb;
+    float* a = bench_floats((size_t)(m * k), 1);
+    float* b = bench_floats((size_t)(k * n), 2);
+    float* c = bench_alloc((size_t)(m * n) * sizeof(float));
+    bench_gemm_train_t ctx = {.base = {.a = a, .b = b, .c = c, .m = (int)m, .n = (int)n,
+                                       .k = (int)k},
+                              .ta = ta, .tb = tb};
+    bench_gemm_args(&ctx.base.g, m, n, k, a, c);
+    ctx.base.g.a_row_stride = ta ? 1 : k; /* stored (K, M) when transposed */
+    ctx.base.g.a_col_stride = ta ? m : 1;
+    ctx.base.g.b = b;
+    ctx.base.g.b_row_stride = tb ? 1 : n; /* stored (N, K) when transposed */
+    ctx.base.g.b_col_stride = tb ? k : 1;
+    char shape[48], params[160];
+    snprintf(shape, sizeof(shape), "%lldx%lldx%lld %s%s", (long long)m, (long long)n,
+             (long long)k, ta ? "At" : "A", tb ? "Bt" : "B");
+    snprintf(params, sizeof(params),
+             "{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"ta\": %d, \"tb\": %d, \"what\": \"%s\"}",
+             (long long)m, (long long)n, (long long)k, ta, tb, shapes[s].what);
+    for (int t = 1; t <= max_t; ++t) {
+      bench_row_t* r = bench_row_add("gemm_train", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
+      ctx.base.pool = pools[t - 1];
+      r->kiln_s = bench_time(bench_kiln_gemm, &ctx.base);
+      if (bench_blas.lib) {
+        bench_blas_threads(t);
+        r->blas_s = bench_time(bench_blas_sgemm_train, &ctx);
+      }
+    }
+    free(a), free(b), free(c);
+  }
+}
+
 /* Decode: one token through a 14336 -> 4096 projection (235 MB of fp32
  * weights); figures are bytes of weights streamed per second. */
 static void bench_gemvs(kiln_pool_t** pools, int max_t) {
@@ -679,6 +746,7 @@ int main(int argc, char** argv) {
     free(buf);
   }
   if (bench_wanted(only, "gemm")) bench_gemms(pools, max_t);
+  if (bench_wanted(only, "train")) bench_gemms_train(pools, max_t);
   if (bench_wanted(only, "gemv")) bench_gemvs(pools, max_t);
   if (bench_wanted(only, "attention")) bench_attention(pools, max_t);
   if (bench_wanted(only, "conv")) bench_convs(pools, max_t);

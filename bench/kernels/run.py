@@ -71,6 +71,11 @@ def torch_op(row):
         dt = torch.bfloat16 if k == "gemm_bf16" else torch.float32
         a, b = rand(p["m"], p["k"], dtype=dt), rand(p["k"], p["n"], dtype=dt)
         return lambda: torch.matmul(a, b)
+    if k == "gemm_train":
+        # Transposed operands as views, as autograd hands them to mm.
+        a = rand(p["k"], p["m"]).t() if p["ta"] else rand(p["m"], p["k"])
+        b = rand(p["n"], p["k"]).t() if p["tb"] else rand(p["k"], p["n"])
+        return lambda: torch.matmul(a, b)
     if k in ("gemv_f32", "gemv_bf16w"):
         dt = torch.bfloat16 if k == "gemv_bf16w" else torch.float32
         x, w = rand(p["m"], p["k"], dtype=dt), rand(p["n"], p["k"], dtype=dt)

@@ -252,6 +252,36 @@ static void gemm_test_level(kiln_pool_t* pool, const char* where) {
       tc.nan_inf = 1, tc.packed = v, tc.bias = v, tc.act = v ? KILN_ACT_RELU : KILN_ACT_NONE;
       gemm_test_run(&tc, pool, where);
     }
+  /* Training layouts: unpacked B packed by the compute tasks themselves,
+   * at small M and across several M blocks (M > 144), with tails of the
+   * 256-column block, of the 16-column panels and of the 8- and 16-row
+   * transposes of a transposed B; transposed A (the weight gradient's
+   * dY^T, with a small K), K = 1, epilogues, in-place residuals with
+   * several K blocks, and NaN/Inf on that path; a tall A beside a narrow B
+   * (600 x 40) keeps the shared pre-pack. */
+  static const int64_t tshape[][3] = {{64, 300, 520}, {150, 47, 64}, {145, 17, 300},
+                                      {144, 33, 257}, {9, 529, 1},   {300, 260, 40},
+                                      {13, 1, 70},    {7, 280, 23},  {600, 40, 300}};
+  for (size_t s = 0; s < sizeof(tshape) / sizeof(tshape[0]); ++s)
+    for (int v = 0; v < 4; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = 1, tc.m = tshape[s][0], tc.n = tshape[s][1], tc.k = tshape[s][2];
+      tc.trans_a = v & 1, tc.trans_b = (v >> 1) & 1;
+      tc.bias = v == 3, tc.act = v == 3 ? KILN_ACT_GELU : KILN_ACT_NONE;
+      tc.residual = v == 1, tc.res_alias = v == 2;
+      gemm_test_run(&tc, pool, where);
+      if (v == 1 || v == 2) {
+        tc.nan_inf = 1;
+        gemm_test_run(&tc, pool, where);
+      }
+    }
+  /* Per-batch unpacked B (batched matmul) on the same path. */
+  for (int v = 0; v < 2; ++v) {
+    memset(&tc, 0, sizeof(tc));
+    tc.batch = 3, tc.m = v ? 150 : 20, tc.n = 40, tc.k = 300;
+    tc.trans_a = v, tc.trans_b = !v, tc.res_alias = 1, tc.bias = 1;
+    gemm_test_run(&tc, pool, where);
+  }
   /* bf16 weights: both paths (GEMV M <= 8, blocked), tails, K blocks,
    * epilogues, broadcast batches, NaN/Inf. */
   static const int64_t hs[][3] = {{1, 1, 1},    {1, 17, 7},   {3, 33, 257}, {5, 16, 300},

@@ -32,18 +32,21 @@
 static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     "generic", 4, 16, 256, 128,
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
+    kiln_gemm_pack_b_block};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
+    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
+    kiln_gemm_pack_b_block_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     "avx512", 8, 32, 256, 144,
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2};
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
+    kiln_gemm_pack_b_block_avx2};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -87,6 +90,12 @@ typedef struct {
   int64_t bp_bs;
   const uint16_t* bp16; /* packed bf16 B (shared by every batch) instead of bp */
   float* bp_out; /* non-NULL: phase 1 packs B here */
+  /* Unpacked B packed by the compute tasks themselves (bp NULL), a kc x
+   * KILN_GEMM_FLY_NB block at a time into a per-thread buffer of fly_slot
+   * floats at fly + thread * fly_slot: see kiln_gemm_f32. */
+  int b_fly;
+  float* fly;
+  int64_t fly_slot;
   int64_t nb_pack_b;
   /* A: packed panels (blocked) or contiguous rows (GEMV), at ap + bi * ap_bs;
    * NULL on the GEMV path when A is read in place. */
@@ -99,6 +108,81 @@ typedef struct {
   /* Phase 2 tiling. */
   int64_t pm, n_m, pn, n_n;
 } kiln_gemm_chunk_t;
+
+static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+/* Columns of B a compute task packs at a time on the b_fly path: with kc
+ * 256, 256 KiB that stay in L2 beside the A block while the row tiles of
+ * every strip use them. A multiple of every NR. */
+#define KILN_GEMM_FLY_NB 256
+
+/* Packs columns [j0, j1) (j0 a multiple of 16) of rows [0, kc) of an
+ * unpacked B (element (p, j) at b[p * rs + j * cs]) into panels
+ * `panel_stride` floats apart, the first at out. Row-major B goes a few
+ * rows at a time across all the panels, so that each source row is read as
+ * one contiguous run rather than 16 floats at a time a whole row apart
+ * (which the hardware prefetchers do not follow); transposed B goes panel
+ * by panel, each source column being contiguous already. */
+static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, const float* b,
+                                  int64_t rs, int64_t cs, int64_t j0, int64_t j1, int64_t n,
+                                  int64_t panel_stride, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  int64_t pstep = cs == 1 ? 8 : kc;
+  for (int64_t p0 = 0; p0 < kc; p0 += pstep) {
+    int64_t kb = kc - p0 < pstep ? kc - p0 : pstep;
+    for (int64_t jq = j0, q = 0; jq < j1; jq += P, ++q) {
+      int64_t w = n - jq < P ? n - jq : P;
+      kn->pack_b_block(kb, w, b + p0 * rs + jq * cs, rs, cs, out + q * panel_stride + p0 * P);
+    }
+  }
+}
+
+/* Software prefetch of the source of the next block a b_fly task packs,
+ * spread over the row tiles of the current block: at small M the packing
+ * is a fifth of the time and waits on memory (B is read once per call, so
+ * from L3 or DRAM) unless its lines are already on the way. The region is
+ * strided: runs of `inner` lines, `stride` bytes apart, `total` lines in
+ * all. */
+typedef struct {
+  const char* base;
+  int64_t stride, inner, total, done;
+  int64_t at_inner; /* position within the current run (no division per line) */
+} kiln_gemm_pf_t;
+
+/* The source of the kc x [j0, j1) block of B at row pc (rows rs apart,
+ * columns cs apart): rows of contiguous columns or columns of contiguous
+ * rows; other layouts are not prefetched. */
+static void kiln_gemm_pf_init(kiln_gemm_pf_t* pf, const float* b, int64_t rs, int64_t cs,
+                              int64_t pc, int64_t kc, int64_t j0, int64_t j1) {
+  pf->done = 0;
+  pf->total = 0;
+  pf->at_inner = 0;
+  const int64_t F = (int64_t)sizeof(float);
+  if (cs == 1) {
+    pf->base = (const char*)(b + pc * rs + j0);
+    pf->stride = rs * F;
+    pf->inner = ((j1 - j0) * F + 63) / 64 + 1; /* + 1: a run may straddle */
+    pf->total = kc * pf->inner;
+  } else if (rs == 1) {
+    pf->base = (const char*)(b + pc + j0 * cs);
+    pf->stride = cs * F;
+    pf->inner = (kc * F + 63) / 64 + 1;
+    pf->total = (j1 - j0) * pf->inner;
+  }
+}
+
+/* Issues up to n more of the region's prefetches (into L2). A prefetch
+ * never faults, so the run's straddle line past the end is harmless. */
+static inline void kiln_gemm_pf_some(kiln_gemm_pf_t* pf, int64_t n) {
+  for (; n > 0 && pf->done < pf->total; --n, ++pf->done) {
+    __builtin_prefetch(pf->base + pf->at_inner * 64, 0, 2);
+    if (++pf->at_inner == pf->inner) {
+      pf->at_inner = 0;
+      pf->base += pf->stride;
+    }
+  }
+}
 
 #define KILN_GEMM_A_GROUP 8  /* MR panels per packing task */
 #define KILN_GEMM_B_GROUP 16 /* 16-wide panels per packing task */
@@ -141,9 +225,11 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     int64_t panels = (g->n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
     int64_t q0 = grp * KILN_GEMM_B_GROUP;
     int64_t q1 = q0 + KILN_GEMM_B_GROUP < panels ? q0 + KILN_GEMM_B_GROUP : panels;
-    kiln_gemm_pack_b_panels(g->k, g->n, g->b + (ch->b0 + bi) * g->b_batch_stride,
-                            g->b_row_stride, g->b_col_stride, q0, q1,
-                            ch->bp_out + bi * ch->bp_bs);
+    int64_t j1 = q1 * KILN_GEMM_PANEL < g->n ? q1 * KILN_GEMM_PANEL : g->n;
+    kiln_gemm_pack_b_cols(ch->kn, g->k, g->b + (ch->b0 + bi) * g->b_batch_stride,
+                          g->b_row_stride, g->b_col_stride, q0 * KILN_GEMM_PANEL, j1, g->n,
+                          g->k * KILN_GEMM_PANEL,
+                          ch->bp_out + bi * ch->bp_bs + q0 * g->k * KILN_GEMM_PANEL);
     return;
   }
   t -= ch->t_b;
@@ -180,7 +266,6 @@ static void kiln_gemm_copy_tile(int64_t m, int64_t n, const float* src, int64_t 
 }
 
 static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
-  (void)thread;
   const kiln_gemm_chunk_t* ch = p;
   const kiln_gemm_f32_args_t* g = ch->g;
   const kiln_gemm_kernels_t* kn = ch->kn;
@@ -199,6 +284,11 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   int64_t b = ch->b0 + bi;
   const float* A = ch->ap + bi * ch->ap_bs;
   const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
+  const float* Bsrc = ch->b_fly ? g->b + b * g->b_batch_stride : NULL;
+  const int64_t brs = g->b_row_stride, bcs = g->b_col_stride;
+  float* fly = ch->b_fly ? ch->fly + (int64_t)thread * ch->fly_slot : NULL;
+  /* Column blocks: KILN_GEMM_FLY_NB wide when packing B here, else one. */
+  const int64_t jstep = fly ? KILN_GEMM_FLY_NB : j1 - j0;
   float* C = g->c + b * g->c_batch_stride + ch->m0 * g->c_row_stride;
   const int64_t ldc = g->c_row_stride;
   const int has_epi = g->act != KILN_ACT_NONE || g->bias || g->residual;
@@ -210,61 +300,92 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   for (int64_t pc = 0; pc < K; pc += ch->kc) {
     int64_t kcur = K - pc < ch->kc ? K - pc : ch->kc;
     int first = pc == 0, last = pc + kcur == K;
-    for (int64_t j = j0; j < j1; j += NR) {
-      int64_t nr = j1 - j < NR ? j1 - j : NR;
-      const float *bpan, *bnext;
-      if (ch->bp16) {
-        int panels = nr > P ? 2 : 1;
-        kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
-        bpan = wide;
-        bnext = panels > 1 ? wide + kcur * P : wide;
-      } else {
-        bpan = B + (j / P) * K * P + pc * P;
-        /* A 32-wide kernel reads the next panel too; past the last one it
-         * re-reads this one (in bounds) and the extra columns are dropped. */
-        bnext = nr > P ? bpan + K * P : bpan;
+    for (int64_t jb = j0; jb < j1; jb += jstep) {
+      int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
+      kiln_gemm_pf_t fpf = {0};
+      int64_t fpf_step = 0;
+      if (fly) {
+        kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
+        /* The next block: the next columns, else the first of the next K block. */
+        if (jb1 < j1) {
+          int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
+          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
+        } else if (pc + kcur < K) {
+          int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
+          int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
+          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
+        }
+        /* Row tiles in this block (each M block may end in a partial one). */
+        int64_t tiles = kiln_gemm_cdiv(jb1 - jb, NR) *
+                        (kiln_gemm_cdiv(i1 - i0, MR) + kiln_gemm_cdiv(i1 - i0, kn->mc_max));
+        fpf_step = fpf.total / tiles + 1;
       }
-      /* While this strip's tiles run, pull the next strip's B micro-panel
-       * (kcur x NR) into L2 a slice per tile, so the strip after does not
-       * start on L3 misses. */
-      const char* pf = j + NR < j1 && !ch->bp16
-                           ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
-      int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
-      int64_t pf_step = pf_lines / ((i1 - i0 + MR - 1) / MR) + 1;
-      for (int64_t i = i0; i < i1; i += MR) {
-        int64_t mr = i1 - i < MR ? i1 - i : MR;
-        if (pf) {
-          for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
-            __builtin_prefetch(pf + pf_done * 64, 0, 2);
-            if (NR > P) __builtin_prefetch(pf + K * P * (int64_t)sizeof(float) + pf_done * 64, 0, 2);
-          }
-        }
-        const float* apan = A + (i / MR) * K * MR + pc * MR;
-        float* c = C + i * ldc + j;
-        int full = mr == MR && nr == NR;
-        if (full && (!last || !has_epi)) {
-          kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
-          continue;
-        }
-        const float* cin = NULL;
-        int64_t ldcin = NR;
-        if (!first) {
-          if (full) {
-            cin = c;
-            ldcin = ldc;
+      /* M blocks of at most mc_max rows (the A block stays in L2): a b_fly
+       * task covers all of M, the others one block. */
+      for (int64_t ib = i0; ib < i1; ib += kn->mc_max) {
+        int64_t ib1 = i1 - ib < kn->mc_max ? i1 : ib + kn->mc_max;
+        for (int64_t j = jb; j < jb1; j += NR) {
+          int64_t nr = jb1 - j < NR ? jb1 - j : NR;
+          const float *bpan, *bnext;
+          if (ch->bp16) {
+            int panels = nr > P ? 2 : 1;
+            kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
+            bpan = wide;
+            bnext = panels > 1 ? wide + kcur * P : wide;
+          } else if (fly) {
+            bpan = fly + ((j - jb) / P) * kcur * P;
+            bnext = nr > P ? bpan + kcur * P : bpan;
           } else {
-            kiln_gemm_copy_tile(mr, nr, c, ldc, tmp, NR);
-            cin = tmp;
+            bpan = B + (j / P) * K * P + pc * P;
+            /* A 32-wide kernel reads the next panel too; past the last one it
+             * re-reads this one (in bounds) and the extra columns are dropped. */
+            bnext = nr > P ? bpan + K * P : bpan;
           }
-        }
-        kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
-        if (!last) {
-          kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
-        } else {
-          int64_t ldr;
-          const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
-          kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
-                       ldr, g->act);
+          /* While this strip's tiles run, pull the next strip's B micro-panel
+           * (kcur x NR) into L2 a slice per tile, so the strip after does not
+           * start on L3 misses. */
+          const char* pf = j + NR < j1 && B
+                               ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
+          int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
+          int64_t pf_step = pf_lines / ((ib1 - ib + MR - 1) / MR) + 1;
+          for (int64_t i = ib; i < ib1; i += MR) {
+            int64_t mr = ib1 - i < MR ? ib1 - i : MR;
+            kiln_gemm_pf_some(&fpf, fpf_step);
+            if (pf) {
+              for (int64_t l = 0; l < pf_step && pf_done < pf_lines; ++l, ++pf_done) {
+                __builtin_prefetch(pf + pf_done * 64, 0, 2);
+                if (NR > P)
+                  __builtin_prefetch(pf + K * P * (int64_t)sizeof(float) + pf_done * 64, 0, 2);
+              }
+            }
+            const float* apan = A + (i / MR) * K * MR + pc * MR;
+            float* c = C + i * ldc + j;
+            int full = mr == MR && nr == NR;
+            if (full && (!last || !has_epi)) {
+              kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
+              continue;
+            }
+            const float* cin = NULL;
+            int64_t ldcin = NR;
+            if (!first) {
+              if (full) {
+                cin = c;
+                ldcin = ldc;
+              } else {
+                kiln_gemm_copy_tile(mr, nr, c, ldc, tmp, NR);
+                cin = tmp;
+              }
+            }
+            kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
+            if (!last) {
+              kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
+            } else {
+              int64_t ldr;
+              const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
+              kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
+                           ldr, g->act);
+            }
+          }
         }
       }
     }
@@ -319,8 +440,6 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
     }
 }
 
-static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 
 void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
@@ -341,7 +460,22 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
 
   /* What one batch needs in scratch, in floats. */
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
-  const int pack_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
+  const int unpacked_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
+  /* Unpacked B (training: the weights are graph inputs, not constants): a
+   * separate packing pass writes all of B out and reads it back, which at
+   * small M (each packed element used by only M / MR row tiles) costs as
+   * much as the arithmetic. Instead tasks split N only, and each packs its
+   * own columns of B a kc x KILN_GEMM_FLY_NB block at a time into an
+   * L2-resident buffer right before every M block's row tiles use it, so B
+   * is read once and never written out. A B broadcast over several batches
+   * is still packed once, up front, and so is B when N has too few strips
+   * to keep every thread busy without splitting M, or when B is much
+   * narrower than A is tall (splitting N would have every task re-read an
+   * A many times the size of B). */
+  const int b_fly = unpacked_b && !ch.gemv && (g->batch == 1 || g->b_batch_stride != 0) &&
+                    (M <= kn->mc_max ||
+                     (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M));
+  const int pack_b = unpacked_b && !b_fly;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
   const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
@@ -367,6 +501,8 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   int64_t a_fl = kiln_gemm_align16((ch.gemv ? M : kiln_gemm_cdiv(mchunk, MR) * MR) * K);
   int64_t r_fl = snap ? kiln_gemm_align16(mchunk * N) : 0;
   int64_t b_fl = pack_b ? (b_per_batch ? nb : 1) * pfl : 0;
+  const int64_t fly_slot = b_fly ? ch.kc * KILN_GEMM_FLY_NB : 0;
+  b_fl += T * fly_slot;
   size_t total = (size_t)(b_fl + nb * ((a_copy ? a_fl : 0) + r_fl));
   void* blk = NULL;
   float* scratch = total ? kiln_gemm_scratch_get(total, &blk) : NULL;
@@ -389,7 +525,14 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       ch.mlen = mlen;
       /* Phase 1: pack. */
       ch.bp16 = g->b_packed_bf16;
-      if (!pack_b) {
+      ch.b_fly = b_fly;
+      ch.fly = fly_slot ? bp_region + b_fl - T * fly_slot : NULL;
+      ch.fly_slot = fly_slot;
+      if (b_fly) {
+        ch.bp = NULL;
+        ch.bp_bs = 0;
+        ch.bp_out = NULL;
+      } else if (!pack_b) {
         ch.bp = g->b_packed;
         ch.bp_bs = 0;
         ch.bp_out = NULL;
@@ -423,7 +566,8 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
         continue;
       }
       ch.pm = kiln_gemm_cdiv(mlen, MR);
-      ch.n_m = kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
+      /* b_fly: tasks split N only, so each packs its own columns of B once. */
+      ch.n_m = b_fly ? 1 : kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
       ch.pn = kiln_gemm_cdiv(N, kn->nr);
       /* Columns per task: bounded so a task's C block does not dwarf the
        * caches, then split further until the tasks divide evenly over the

@@ -71,6 +71,14 @@ typedef void (*kiln_gemm_widen_bf16_fn)(int64_t kc, int64_t k, int panels, const
 typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                                     int64_t row0, int64_t rows, int64_t m_total, float* out);
 
+/* Packs one panel's rows [0, kc) of an unpacked B (element (p, j) at
+ * b[p * rs + j * cs]) for its first w (1..16) columns: out[p * 16 + j] =
+ * b[p * rs + j * cs] for j < w, 0 for w <= j < 16. Used for whole panels
+ * (the shared pre-pack) and for kc x 16 micro-panels packed into L1 by the
+ * compute tasks themselves (small M, see kiln_gemm.c). */
+typedef void (*kiln_gemm_pack_b_block_fn)(int64_t kc, int64_t w, const float* b, int64_t rs,
+                                          int64_t cs, float* out);
+
 typedef struct kiln_gemm_kernels_s {
   const char* name;
   int mr, nr;     /* microkernel tile; nr is 16 or 32 */
@@ -81,6 +89,7 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_pack_a_fn pack_a;
   kiln_gemm_gemv_bf16_fn gemv_bf16;
   kiln_gemm_widen_bf16_fn widen_bf16;
+  kiln_gemm_pack_b_block_fn pack_b_block;
 } kiln_gemm_kernels_t;
 
 /* Portable kernels (kiln_gemm_ukernel_generic.c). */
@@ -112,6 +121,8 @@ void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                          const float* b_panel, int panels, float* out);
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
+void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                                 float* out);
 /* bf16 weights on AVX2 (kiln_gemm_bf16_avx2.c). */
 void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                               const uint16_t* b_panel, int panels, float* out);
@@ -131,6 +142,10 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
  * m_total are zero. out receives ceil(rows / mr) panels of K * mr floats. */
 void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs, int64_t row0,
                       int64_t rows, int64_t m_total, float* out);
+
+/* The portable kiln_gemm_pack_b_block_fn (kiln_gemm_pack.c). */
+void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                            float* out);
 
 /* kiln_gemm_pack_a for bf16 A, widening each element (kiln_gemm_bf16.c). */
 void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,

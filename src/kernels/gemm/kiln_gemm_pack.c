@@ -44,6 +44,28 @@ void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, i
   }
 }
 
+void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                            float* out) {
+  const int P = KILN_GEMM_PANEL;
+  if (cs == 1) {
+    for (int64_t p = 0; p < kc; ++p) {
+      memcpy(out + p * P, b + p * rs, (size_t)w * sizeof(float));
+      for (int64_t j = w; j < P; ++j) out[p * P + j] = 0.0f;
+    }
+    return;
+  }
+  /* Any other layout (the transposed W^T has rs == 1): column by column,
+   * each read contiguously when rs == 1. */
+  for (int64_t j = 0; j < P; ++j) {
+    if (j < w) {
+      const float* col = b + j * cs;
+      for (int64_t p = 0; p < kc; ++p) out[p * P + j] = col[p * rs];
+    } else {
+      for (int64_t p = 0; p < kc; ++p) out[p * P + j] = 0.0f;
+    }
+  }
+}
+
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out) {
   if (k <= 0 || n <= 0) return;

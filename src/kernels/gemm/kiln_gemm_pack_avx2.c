@@ -1,8 +1,12 @@
 /* AVX2 packing of A into 6-row panels (the 6x16 microkernel's layout),
  * for the common row-major A: eight columns at a time, six row loads are
  * transposed in registers into eight 6-float column groups. Scalar packing
- * of A cost ~3 % of a GEMM; this makes it a fraction of that. Other layouts
- * and partial panels fall back to the portable packer. */
+ * of A cost ~3 % of a GEMM; this makes it a fraction of that. A stored
+ * transposed (the weight gradient dY^T X reads dY that way) is copied six
+ * contiguous floats at a time, every panel of the task per source row so the
+ * source is read in order. B panels are packed with 8x8 register transposes
+ * when B is stored transposed (y = x W^T reads W (N, K) as B). Other layouts
+ * and partial panels fall back to the portable packers. */
 #include <immintrin.h>
 
 #include "kernels/gemm/kiln_gemm_internal.h"
@@ -47,8 +51,41 @@ static void kiln_gemm_pack_a6_avx2(int64_t k, const float* a, int64_t rs, float*
   }
 }
 
+/* Transposed A (rs == 1): `panels` full panels starting at row a[0];
+ * out[r * k * 6 + p * 6 + i] = a[p * cs + 6 r + i]. Row p of the source
+ * holds all the panels' columns p contiguously, so the outer loop walks the
+ * source in order and each panel's output advances sequentially. */
+static void kiln_gemm_pack_a6t_avx2(int64_t k, const float* a, int64_t cs, int64_t panels,
+                                    float* out) {
+  for (int64_t p = 0; p < k; ++p) {
+    const float* s = a + p * cs;
+    float* o = out + p * 6;
+    /* Source rows are M floats apart (often 4 KiB, a page): no hardware
+     * prefetcher follows that, so ask for this task's part of the row 8
+     * ahead (about a sixth less time packing at M = K = 1024). */
+    if (p + 8 < k) {
+      const char* ahead = (const char*)(s + 8 * cs);
+      for (int64_t l = 0; l < panels * 24; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      _mm_prefetch(ahead + panels * 24 - 1, _MM_HINT_T0);
+    }
+    for (int64_t r = 0; r < panels; ++r) {
+      _mm_storeu_ps(o + r * k * 6, _mm_loadu_ps(s + 6 * r));
+      _mm_store_sd((double*)(o + r * k * 6 + 4), _mm_load_sd((const double*)(s + 6 * r + 4)));
+    }
+  }
+}
+
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out) {
+  if (mr == 6 && rs == 1 && cs != 1) {
+    int64_t live = m_total - row0 < rows ? m_total - row0 : rows;
+    int64_t full = live > 0 ? live / 6 : 0;
+    if (full) kiln_gemm_pack_a6t_avx2(k, a + row0, cs, full, out);
+    if (full * 6 < rows)
+      kiln_gemm_pack_a(mr, k, a, rs, cs, row0 + full * 6, rows - full * 6, m_total,
+                       out + full * k * 6);
+    return;
+  }
   if (mr != 6 || cs != 1) {
     kiln_gemm_pack_a(mr, k, a, rs, cs, row0, rows, m_total, out);
     return;
@@ -57,4 +94,68 @@ void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_
   for (; i + 6 <= rows && row0 + i + 6 <= m_total; i += 6)
     kiln_gemm_pack_a6_avx2(k, a + (row0 + i) * rs, rs, out + (i / 6) * k * 6);
   if (i < rows) kiln_gemm_pack_a(mr, k, a, rs, cs, row0 + i, rows - i, m_total, out + (i / 6) * k * 6);
+}
+
+/* 8x8 transpose of r[0..7] into o[0..7] (o[i][j] = r[j][i]). */
+static inline void kiln_gemm_transpose8_avx2(const __m256 r[8], __m256 o[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  o[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  o[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  o[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  o[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                                 float* out) {
+  const int P = KILN_GEMM_PANEL;
+  if (w == P && cs == 1) {
+    for (int64_t p = 0; p < kc; ++p) {
+      _mm256_storeu_ps(out + p * P, _mm256_loadu_ps(b + p * rs));
+      _mm256_storeu_ps(out + p * P + 8, _mm256_loadu_ps(b + p * rs + 8));
+    }
+    return;
+  }
+  if (w == P && rs == 1) {
+    /* Column j of the panel is b[j * cs + p], contiguous in p: eight
+     * columns by eight rows at a time through a register transpose. The
+     * columns are often a power of two apart (K = 1024), so all sixteen
+     * map to one L1 set: each column's whole 64-byte line (16 rows) is
+     * consumed as soon as it is loaded, before the set evicts it. */
+    int64_t p = 0;
+    for (; p + 16 <= kc; p += 16)
+      for (int h = 0; h < 2; ++h) {
+        __m256 r[8], o[8], r2[8], o2[8];
+        for (int j = 0; j < 8; ++j) {
+          r[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p);
+          r2[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p + 8);
+        }
+        kiln_gemm_transpose8_avx2(r, o);
+        kiln_gemm_transpose8_avx2(r2, o2);
+        for (int i = 0; i < 8; ++i) {
+          _mm256_storeu_ps(out + (p + i) * P + 8 * h, o[i]);
+          _mm256_storeu_ps(out + (p + 8 + i) * P + 8 * h, o2[i]);
+        }
+      }
+    for (; p + 8 <= kc; p += 8)
+      for (int h = 0; h < 2; ++h) {
+        __m256 r[8], o[8];
+        for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p);
+        kiln_gemm_transpose8_avx2(r, o);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (p + i) * P + 8 * h, o[i]);
+      }
+    if (p < kc) kiln_gemm_pack_b_block(kc - p, w, b + p, rs, cs, out + p * P);
+    return;
+  }
+  kiln_gemm_pack_b_block(kc, w, b, rs, cs, out);
 }
