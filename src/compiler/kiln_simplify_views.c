@@ -44,8 +44,27 @@ static void kiln_view_from_params(const kiln_node_t* n, kiln_view_t* v) {
   v->input = n->inputs[0];
 }
 
+/* Whether every reader of value id is a view (STRIDED_COPY or RESHAPE) and
+ * it is no graph output: only then can composing its readers leave it dead.
+ * A copy that another op reads stays anyway, and its views are left as they
+ * are: composing them would save nothing, and would hide patterns that
+ * later passes match on the copy (RoPE's rotate_half: slices of the permuted
+ * q feeding the same elementwise chain as q). */
+static int kiln_view_read_only_by_views(const kiln_graph_t* g, const kiln_node_t* nodes, int32_t id) {
+  for (int32_t i = 0; i < g->n_outputs; ++i)
+    if (g->outputs[i] == id) return 0;
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    const kiln_node_t* u = &nodes[i];
+    if (u->op == KILN_OP_STRIDED_COPY || u->op == KILN_OP_RESHAPE) continue;
+    for (int32_t k = 0; k < u->n_inputs; ++k)
+      if (u->inputs[k] == id) return 0;
+  }
+  return 1;
+}
+
 /* One level: v reads the output of a STRIDED_COPY (directly or through a
- * RESHAPE); on success v reads that copy's input instead. */
+ * RESHAPE) that only views read; on success v reads that copy's input
+ * instead. */
 static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* nodes,
                                   kiln_view_t* v) {
   const kiln_value_t* mid = &g->values[v->input];
@@ -53,10 +72,11 @@ static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* node
   const kiln_node_t* q = &nodes[mid->producer];
   if (q->op == KILN_OP_RESHAPE) {
     const kiln_value_t* w = &g->values[q->inputs[0]];
-    if (w->kind != KILN_VALUE_INTERMEDIATE) return 0;
+    if (w->kind != KILN_VALUE_INTERMEDIATE || !kiln_view_read_only_by_views(g, nodes, v->input))
+      return 0;
     q = &nodes[w->producer];
   }
-  if (q->op != KILN_OP_STRIDED_COPY) return 0;
+  if (q->op != KILN_OP_STRIDED_COPY || !kiln_view_read_only_by_views(g, nodes, q->outputs[0])) return 0;
   int32_t rq = (int32_t)q->params[0];
   if (rq < 1 || rq > KILN_MAX_RANK || v->rank < 1 || v->rank > KILN_MAX_RANK) return 0;
   /* q's view coalesced: size-1 dims dropped, and a dim merged into the next

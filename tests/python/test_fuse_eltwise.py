@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kiln
-from conftest import FP32_TOL
+from conftest import FP32_TOL, plan_ops
 
 
 def rotate_half(x):
@@ -50,6 +50,31 @@ def test_rope_is_one_kernel_per_tensor(seq, dim):
     assert text.count("eltwise_fused") == 2, text
     # The fused group names the ATen ops it came from.
     assert "aten.cat.default" in text and "aten.neg.default" in text, text
+
+
+class ProjectedRope(torch.nn.Module):
+    """As Llama's attention: q comes out of a projection, is split into heads
+    and transposed (a copy), and then rotated. The slices of the transposed q
+    must stay slices of it (not be composed through the transpose into views
+    of the projection), or rotate_half no longer fuses."""
+
+    def __init__(self, seq, heads, dim):
+        super().__init__()
+        self.heads, self.dim = heads, dim
+        self.proj = torch.nn.Linear(heads * dim, heads * dim)
+        self.rope = Rope(seq, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.proj(x).view(b, s, self.heads, self.dim).transpose(1, 2)
+        return self.rope(q, q)[0]
+
+
+def test_rope_after_a_head_transpose_still_fuses():
+    compiled = compile_and_check(ProjectedRope(5, 4, 16), torch.randn(1, 5, 64))
+    ops = plan_ops(compiled)
+    assert "neg" not in ops and "cat" not in ops, compiled.explain()
+    assert ops.count("eltwise_fused") == 1, compiled.explain()
 
 
 def test_rope_with_nan_and_inf_matches_eager():
