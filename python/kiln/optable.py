@@ -598,6 +598,15 @@ def _linear(ctx, n):
     return reshape(ctx, y, _shape(n))
 
 
+def attention_mask(ctx, mask):
+    """SDPA's attn_mask as kiln's additive float32 mask: a bool mask keeps
+    where true (0) and masks where false (-inf)."""
+    m = ctx.value(mask)
+    if ctx.dtype(m) == torch.bool:
+        m = ctx.node("where", [m, ctx.scalar(0.0, torch.float32), ctx.scalar(float("-inf"), torch.float32)])
+    return cast(ctx, m, torch.float32)
+
+
 @register(aten.scaled_dot_product_attention.default)
 def _sdpa(ctx, n):
     q, k, v = (ctx.value(x) for x in n.args[:3])
@@ -619,10 +628,7 @@ def _sdpa(ctx, n):
         scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
     inputs = [q, k, v]
     if mask is not None:
-        m = ctx.value(mask)
-        if ctx.dtype(m) == torch.bool:  # keep where true: an additive 0 / -inf mask
-            m = ctx.node("where", [m, ctx.scalar(0.0, torch.float32), ctx.scalar(float("-inf"), torch.float32)])
-        m = cast(ctx, m, torch.float32)
+        m = attention_mask(ctx, mask)
         if rank == 3 and len(ctx.shape(m)) == 3:
             m = reshape(ctx, m, [ctx.shape(m)[0], 1] + list(ctx.shape(m)[1:]))
         inputs.append(m)

@@ -23,7 +23,8 @@ import operator
 
 import torch
 
-from kiln.optable import TABLE, Unsupported, _norm_dim, _val, cast, operand, register, reshape
+from kiln.optable import (TABLE, Unsupported, _norm_dim, _val, attention_mask, cast, operand, register,
+                          reshape)
 
 aten = torch.ops.aten
 
@@ -60,10 +61,7 @@ def _flash_attention_cpu(ctx, n):
         scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
     inputs = [q, k, v]
     if mask is not None:
-        m = ctx.value(mask)
-        if ctx.dtype(m) == torch.bool:  # keep where true: an additive 0 / -inf mask
-            m = ctx.node("where", [m, ctx.scalar(0.0, torch.float32), ctx.scalar(float("-inf"), torch.float32)])
-        inputs.append(cast(ctx, m, torch.float32))
+        inputs.append(attention_mask(ctx, mask))
     y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
     return (reshape(ctx, y, tuple(int(d) for d in n.meta["val"][0].shape)), None)
 
