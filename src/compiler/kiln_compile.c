@@ -145,6 +145,10 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
         fprintf(out, " act=%s", acts[act]);
     }
+    if (n->op == KILN_OP_MATMUL && (n->params[0] & (KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B)))
+      fprintf(out, " read=%s", (n->params[0] & KILN_MATMUL_TRANSPOSE_A)
+                                   ? ((n->params[0] & KILN_MATMUL_TRANSPOSE_B) ? "aT,bT" : "aT")
+                                   : "bT");
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);
   }

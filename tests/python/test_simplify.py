@@ -139,3 +139,16 @@ def test_contiguous_slices_are_views_not_copies():
     c = trace_checked(Cache(), past, new)
     assert "strided_copy" not in plan_ops(c) or c.stats()["kernel_calls"] < len(plan_ops(c)), c.explain()
     assert c.stats()["kernel_calls"] == 3 + 1 + 1, c.explain()  # 3 cats, stack, sum
+
+
+def test_transposed_matmul_operands_are_read_in_place_and_shown():
+    class Grads(nn.Module):
+        def forward(self, dy, x, w):
+            return dy.t() @ x, x @ w.t()
+
+    c = trace_checked(Grads(), torch.randn(8, 4), torch.randn(8, 5), torch.randn(3, 5))
+    # No copy for either transpose: each matmul reads its operand transposed,
+    # and explain says which.
+    assert plan_ops(c) == ["matmul", "matmul"], c.explain()
+    lines = [ln for ln in c.explain().splitlines() if "= matmul" in ln]
+    assert "read=aT" in lines[0] and "read=bT" in lines[1], c.explain()
