@@ -301,24 +301,11 @@ static void run_sdpa(const kiln_graph_t* g, const kiln_node_t* n, void* const* b
 /* CONV2D: x (N, C, H, W), w (O, C / groups, kh, kw) -> y (N, O, Ho, Wo). */
 static void run_conv2d(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                        kiln_pool_t* pool) {
-  const kiln_value_t *x = VAL(0), *w = VAL(1), *y = out_value(g, n);
-  const int64_t* p = n->params;
+  const kiln_value_t *x = VAL(0), *y = out_value(g, n);
   kiln_conv2d_f32_args_t a;
-  memset(&a, 0, sizeof(a));
+  kiln_hal_cpu_conv2d_args(g, n, bufs, &a);
   a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
-  a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3];
   a.ho = y->shape[2], a.wo = y->shape[3];
-  a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5], a.groups = p[6];
-  a.act = (kiln_activation_t)p[7];
-  a.residual_before_act = (int)p[8];
-  a.x = BUF(0);
-  a.weight = BUF(1);
-  a.weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
-                    : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
-                                                                : 0;
-  a.bias = n->n_inputs > 2 ? BUF(2) : NULL;
-  a.residual = n->n_inputs > 3 ? BUF(3) : NULL;
-  a.y = bufs[n->outputs[0]];
   kiln_conv2d_f32(&a, pool);
 }
 

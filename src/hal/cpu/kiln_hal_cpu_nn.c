@@ -43,6 +43,23 @@ static void nn_pool_geometry(const kiln_value_t* x, const kiln_value_t* y, const
   a->count_include_pad = (int)p[9];
 }
 
+void kiln_hal_cpu_conv2d_args(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                              kiln_conv2d_f32_args_t* a) {
+  const kiln_value_t* w = VAL(1);
+  const int64_t* p = n->params;
+  memset(a, 0, sizeof(*a));
+  a->o = w->shape[0], a->kh = w->shape[2], a->kw = w->shape[3];
+  a->sh = p[0], a->sw = p[1], a->ph = p[2], a->pw = p[3], a->dh = p[4], a->dw = p[5];
+  a->groups = p[6], a->act = (kiln_activation_t)p[7], a->residual_before_act = (int)p[8];
+  a->x = BUF(0), a->weight = BUF(1);
+  a->weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
+                     : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
+                                                                 : 0;
+  a->bias = n->n_inputs > 2 ? BUF(2) : NULL;
+  a->residual = n->n_inputs > 3 ? BUF(3) : NULL;
+  a->y = bufs[n->outputs[0]];
+}
+
 kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                                   kiln_pool_t* pool) {
   const kiln_value_t* out = &g->values[n->outputs[0]];
@@ -112,22 +129,14 @@ kiln_status_t kiln_hal_cpu_run_nn(const kiln_graph_t* g, const kiln_node_t* n, v
     }
     case KILN_OP_CONV2D_NHWC: {
       /* x (N, H, W, C), w (O, C / groups, kh, kw) -> y (N, Ho, Wo, O). */
-      const kiln_value_t *x = VAL(0), *w = VAL(1);
+      const kiln_value_t* x = VAL(0);
       const int64_t* p = n->params;
       kiln_conv2d_f32_args_t a;
-      memset(&a, 0, sizeof(a));
+      kiln_hal_cpu_conv2d_args(g, n, bufs, &a);
       const int x_nchw = p[9] == 1; /* x (N, C, H, W), gathered by the kernel */
       a.n = x->shape[0];
       a.h = x->shape[x_nchw ? 2 : 1], a.w = x->shape[x_nchw ? 3 : 2], a.c = x->shape[x_nchw ? 1 : 3];
-      a.o = w->shape[0], a.kh = w->shape[2], a.kw = w->shape[3];
       a.ho = out->shape[1], a.wo = out->shape[2];
-      a.sh = p[0], a.sw = p[1], a.ph = p[2], a.pw = p[3], a.dh = p[4], a.dw = p[5];
-      a.groups = p[6], a.act = (kiln_activation_t)p[7], a.residual_before_act = (int)p[8];
-      a.x = BUF(0), a.weight = BUF(1);
-      a.weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE : 0;
-      a.bias = n->n_inputs > 2 ? BUF(2) : NULL;
-      a.residual = n->n_inputs > 3 ? BUF(3) : NULL;
-      a.y = bufs[n->outputs[0]];
       if (x_nchw) kiln_conv2d_f32_nhwc_from_nchw(&a, pool);
       else kiln_conv2d_f32_nhwc(&a, pool);
       return kiln_ok();
