@@ -7,7 +7,8 @@
     torch.compile(model, backend="kiln")            # the one-line change
 
 Set KILN_LOG=1 to see each compiler pass; kiln.explain(compiled) prints the
-compiled plan.
+compiled plan. KILN_NUM_THREADS sets the thread count; kernels run on torch's
+OpenMP threads unless KILN_POOL=own.
 """
 
 import os
@@ -20,6 +21,11 @@ from kiln import _C
 from kiln.errors import KilnError, UnsupportedOpError
 
 __version__ = "0.1.0"
+
+# kiln's parallel kernels run in the OpenMP runtime torch's eager ops use, so
+# both share one team of threads instead of two sets competing for the same
+# cores (src/python/kiln_ext_host.c). KILN_POOL=own keeps kiln's own threads.
+HOST_THREADS = _C.host_threads(os.environ.get("KILN_POOL", "host") != "own")
 
 
 def _as_tuple(example_inputs):

@@ -27,6 +27,7 @@ _KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, a
 _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
 _KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
 _KEEP_WHOLE += (aten._safe_softmax.default,)  # one SOFTMAX with its safe flag (optable_train)
+_KEEP_WHOLE += (aten.gelu_backward.default,)  # one GELU_BACKWARD pass (optable_train)
 
 
 def _linspace_as_eager(default):

@@ -8,6 +8,11 @@ score tensor; kept whole (capture._KEEP_WHOLE) it is one SOFTMAX with its
 safe flag, which checks one element per row. Its backward is plain
 softmax's (_softmax_backward_data), so the backward graph is unchanged.
 
+aten.gelu_backward: decomposed, it is erf, exp and nine more elementwise
+ops; kept whole it is GELU_BACKWARD, one pass that shares one exponential
+between gelu's normal CDF and density (4.5 ms -> about 1 ms on the bench
+transformer's (8, 128, 1024) activations, two threads).
+
 Compiled optimizer steps:
 
 torch.compile of a function calling opt.step() traces torch's foreach
@@ -38,6 +43,18 @@ def _safe_softmax(ctx, n):
     rank = len(ctx.shape(x))
     y = ctx.node("softmax", [x], [_norm_dim(n.args[1], max(rank, 1)), 1], origin=ctx.origin(n))
     return cast(ctx, y, _val(n).dtype)
+
+
+@register(aten.gelu_backward.default)
+def _gelu_backward(ctx, n):
+    dy, x = (ctx.value(a) for a in n.args[:2])
+    approx = n.kwargs.get("approximate", n.args[2] if len(n.args) > 2 else "none")
+    if ctx.shape(dy) != ctx.shape(x):
+        raise Unsupported("gelu_backward with broadcast operands")
+    for v in (dy, x):
+        if ctx.dtype(v) != torch.float32:
+            raise Unsupported(f"gelu_backward in {ctx.dtype(v)}")
+    return ctx.node("gelu_backward", [dy, x], [1 if approx == "tanh" else 0], origin=ctx.origin(n))
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)

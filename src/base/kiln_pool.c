@@ -26,6 +26,7 @@ struct kiln_pool_s {
   int n_threads; /* including the caller */
   pthread_t* workers;
   pthread_mutex_t mutex;
+  pthread_mutex_t job; /* held by the caller of a parallel_for: one job at a time */
   pthread_cond_t wake;
   atomic_uint generation; /* bumped once per parallel_for */
   atomic_int stop;
@@ -110,6 +111,7 @@ kiln_status_t kiln_pool_create(int n_threads, kiln_pool_t** out_pool) {
   if (!pool) return kiln_status_make(KILN_OUT_OF_MEMORY, "thread pool");
   pool->n_threads = n_threads;
   pthread_mutex_init(&pool->mutex, NULL);
+  pthread_mutex_init(&pool->job, NULL);
   pthread_cond_init(&pool->wake, NULL);
   if (n_threads > 1) {
     pool->workers = calloc((size_t)n_threads - 1, sizeof(pthread_t));
@@ -144,11 +146,39 @@ void kiln_pool_release(kiln_pool_t* pool) {
   for (int i = 1; i < pool->n_threads; ++i) pthread_join(pool->workers[i - 1], NULL);
   free(pool->workers);
   pthread_cond_destroy(&pool->wake);
+  pthread_mutex_destroy(&pool->job);
   pthread_mutex_destroy(&pool->mutex);
   free(pool);
 }
 
 int kiln_pool_size(const kiln_pool_t* pool) { return pool ? pool->n_threads : 1; }
+
+static _Atomic(kiln_pool_host_parallel_fn) kiln_pool_host_;
+
+void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel) {
+  atomic_store(&kiln_pool_host_, parallel);
+}
+
+kiln_pool_host_parallel_fn kiln_pool_host_parallel(void) { return atomic_load(&kiln_pool_host_); }
+
+/* One parallel_for in the host's region: each thread of the team takes the
+ * next thread index, then claims tasks until none are left. */
+typedef struct {
+  kiln_pool_task_fn fn;
+  void* ctx;
+  size_t n_tasks;
+  int n_threads;
+  atomic_size_t next_task;
+  atomic_int next_thread;
+} kiln_pool_host_job_t;
+
+static void kiln_pool_host_body(void* p) {
+  kiln_pool_host_job_t* job = p;
+  int thread = atomic_fetch_add(&job->next_thread, 1);
+  if (thread >= job->n_threads) return; /* a team larger than asked: never, but stay in range */
+  for (size_t t; (t = atomic_fetch_add(&job->next_task, 1)) < job->n_tasks;)
+    job->fn(job->ctx, t, thread);
+}
 
 void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
                             void* ctx) {
@@ -157,6 +187,15 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
     for (size_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
+  kiln_pool_host_parallel_fn host = atomic_load_explicit(&kiln_pool_host_, memory_order_acquire);
+  if (host) {
+    kiln_pool_host_job_t job = {fn, ctx, n_tasks, pool->n_threads, 0, 0};
+    unsigned team = n_tasks < (size_t)pool->n_threads ? (unsigned)n_tasks : (unsigned)pool->n_threads;
+    host(kiln_pool_host_body, &job, team, 0);
+    return;
+  }
+  /* Two models sharing a pool may be run from two threads at once. */
+  pthread_mutex_lock(&pool->job);
   unsigned gen = atomic_load(&pool->generation) + 1;
   /* Close the previous job before rewriting its fields (see the struct). */
   atomic_store(&pool->claim, (uint64_t)(gen - 1) << 32 | KILN_POOL_CLOSED);
@@ -178,6 +217,7 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
     else
       kiln_pool_pause();
   }
+  pthread_mutex_unlock(&pool->job);
 }
 
 static kiln_pool_t* kiln_pool_default_;

@@ -4,8 +4,7 @@
  * thread, hands tasks out through an atomic counter (so uneven tasks balance)
  * and returns when all have run. Workers spin briefly before sleeping so that
  * back-to-back kernel calls in one model run do not pay a futex wake each.
- * One parallel_for runs at a time per pool: callers serialize (the runtime
- * runs one model call at a time per pool).
+ * One parallel_for runs at a time per pool: a second caller waits.
  */
 #ifndef KILN_POOL_H
 #define KILN_POOL_H
@@ -27,6 +26,23 @@ int kiln_pool_size(const kiln_pool_t* pool);
 /* pool may be NULL: runs inline on the caller. */
 void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
                             void* ctx);
+
+/* A host runtime's parallel region, with the signature of libgomp's
+ * GOMP_parallel: runs body(data) on up to n_threads threads (the caller
+ * among them) and returns when all have returned. */
+typedef void (*kiln_pool_host_parallel_fn)(void (*body)(void*), void* data, unsigned n_threads,
+                                           unsigned flags);
+
+/* Process-wide: every pool's parallel_for runs its tasks in the host's
+ * parallel regions instead of on the pool's own workers (NULL: back to
+ * them). Inside PyTorch this is the OpenMP runtime torch already runs, so
+ * eager ops and kiln kernels share one set of threads: torch's workers,
+ * still spinning after an eager op, pick up kiln's tasks instead of
+ * competing with kiln's workers for the same cores. The pool's size still
+ * sets the thread count; a team smaller than asked (a nested region) just
+ * runs more tasks per thread. */
+void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel);
+kiln_pool_host_parallel_fn kiln_pool_host_parallel(void);
 
 /* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
  * Created on first use; never released. NULL if it could not be created. */

@@ -238,6 +238,12 @@
  *                                        activations: x (N, H, W, C) float32
  *                                        -> (N, Ho, Wo, C); params as
  *                                        MAX_POOL2D's (param 10 must be 0).
+ *   GELU_BACKWARD  (dy, x) -> dx         dy * gelu'(x), float32, dy and x of
+ *                                        one shape; params [0] 0: gelu's
+ *                                        erf form, 1: its tanh approximation
+ *                                        (aten.gelu_backward's `approximate`).
+ *                                        One pass where the decomposition
+ *                                        took erf, exp and nine more ops.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -344,7 +350,8 @@
   X(EMBEDDING_BAG, "embedding_bag", 3, 4) \
   X(ELTWISE_FUSED, "eltwise_fused", 1, 8) \
   X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
-  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1)
+  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1) \
+  X(GELU_BACKWARD, "gelu_backward", 2, 2)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -540,6 +540,20 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       set_shape(out, x->dtype, idx->rank, idx->shape);
       return kiln_ok();
     }
+    case KILN_OP_GELU_BACKWARD: {
+      const kiln_value_t* dy = x;
+      const kiln_value_t* v = in_value(g, n, 1);
+      if (dy->dtype != KILN_F32 || v->dtype != KILN_F32)
+        FAIL("gelu_backward takes float32, got %s and %s", kiln_dtype_name(dy->dtype),
+             kiln_dtype_name(v->dtype));
+      if (dy->rank != v->rank || memcmp(dy->shape, v->shape, sizeof(int64_t) * (size_t)dy->rank))
+        FAIL("gelu_backward: the gradient and the input differ in shape");
+      if (n->params[0] != 0 && n->params[0] != 1)
+        FAIL("gelu_backward: approximate is 0 (none) or 1 (tanh), got %lld",
+             (long long)n->params[0]);
+      set_shape(out, KILN_F32, dy->rank, dy->shape);
+      return kiln_ok();
+    }
     case KILN_OP_FMA_SCALAR:
       if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
       set_shape(out, x->dtype, x->rank, x->shape);

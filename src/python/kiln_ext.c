@@ -17,6 +17,7 @@
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
 #include "kernels/kiln_activation.h"
+#include "kiln_ext_host.h"
 #include "runtime/kiln_model.h"
 
 static PyObject* kiln_py_error; /* kiln.KilnError */
@@ -437,9 +438,10 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
-  fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads\n",
+  fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads%s\n",
           (double)p->arena_size / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
-          kiln_pool_size(kiln_pool_default()));
+          kiln_pool_size(kiln_model_pool(self->model)),
+          kiln_pool_host_parallel() ? " (in the host's OpenMP regions)" : "");
   fclose(f);
   PyObject* s = PyUnicode_DecodeUTF8(text, (Py_ssize_t)len, "replace");
   free(text);
@@ -697,12 +699,25 @@ static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
   return PyLong_FromLong(kiln_pool_size(kiln_pool_default()));
 }
 
+/* host_threads(on) -> path of the host OpenMP runtime kiln now runs its
+ * parallel kernels in, or None (kiln's own threads). */
+static PyObject* kiln_py_host_threads_set(PyObject* mod, PyObject* args) {
+  (void)mod;
+  int on;
+  if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+  const char* path = kiln_py_host_threads(on);
+  if (!path) Py_RETURN_NONE;
+  return PyUnicode_DecodeFSDefault(path);
+}
+
 static PyMethodDef kiln_py_functions[] = {
     {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
     {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},
     {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
+    {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
+     "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kiln_py_module = {PyModuleDef_HEAD_INIT, "kiln._C",

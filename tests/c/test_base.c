@@ -1,4 +1,5 @@
 /* Tests of the base layer: status values and the thread pool. */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -24,9 +25,71 @@ typedef struct {
   atomic_int hits[1000];
 } pool_ctx_t;
 
+static atomic_int pool_max_thread;
+
 static void pool_task(void* ctx, size_t task, int thread) {
-  (void)thread;
+  int seen = atomic_load(&pool_max_thread);
+  while (thread > seen && !atomic_compare_exchange_weak(&pool_max_thread, &seen, thread)) {
+  }
   atomic_fetch_add(&((pool_ctx_t*)ctx)->hits[task], 1);
+}
+
+/* Stand-ins for a host runtime's parallel region (GOMP_parallel's
+ * signature): a full team of pthreads, and a team of one (what a nested
+ * region gets). */
+typedef struct {
+  void (*body)(void*);
+  void* data;
+} host_call_t;
+
+static void* host_thread_main(void* p) {
+  host_call_t* c = p;
+  c->body(c->data);
+  return NULL;
+}
+
+static void host_team(void (*body)(void*), void* data, unsigned n, unsigned flags) {
+  (void)flags;
+  pthread_t t[8];
+  host_call_t call = {body, data};
+  unsigned started = 0;
+  for (unsigned i = 1; i < n && i < 8; ++i)
+    started += pthread_create(&t[started], NULL, host_thread_main, &call) == 0;
+  body(data);
+  for (unsigned i = 0; i < started; ++i) pthread_join(t[i], NULL);
+}
+
+static void host_single(void (*body)(void*), void* data, unsigned n, unsigned flags) {
+  (void)n;
+  (void)flags;
+  body(data);
+}
+
+/* Every task runs once, with a thread index inside the pool, in the host's
+ * regions whatever size of team the host gives. */
+static void pool_check_host(kiln_pool_host_parallel_fn host, const char* name) {
+  kiln_pool_set_host_parallel(host);
+  KILN_EXPECT(kiln_pool_host_parallel() == host, "%s: host region set", name);
+  for (int threads = 2; threads <= 3; ++threads) {
+    kiln_pool_t* pool = NULL;
+    KILN_EXPECT_OK(kiln_pool_create(threads, &pool));
+    static pool_ctx_t ctx;
+    int bad_jobs = 0;
+    atomic_store(&pool_max_thread, 0);
+    for (int round = 0; pool && round < 200; ++round) {
+      memset(&ctx, 0, sizeof(ctx));
+      size_t n = (size_t)(round * 37 % 1000);
+      kiln_pool_parallel_for(pool, n, pool_task, &ctx);
+      int bad = 0;
+      for (size_t i = 0; i < 1000; ++i) bad += atomic_load(&ctx.hits[i]) != (i < n);
+      bad_jobs += bad != 0;
+    }
+    KILN_EXPECT(bad_jobs == 0, "%s, %d threads: %d jobs ran tasks wrongly", name, threads, bad_jobs);
+    KILN_EXPECT(atomic_load(&pool_max_thread) < threads, "%s: thread index %d in a pool of %d",
+                name, atomic_load(&pool_max_thread), threads);
+    kiln_pool_release(pool);
+  }
+  kiln_pool_set_host_parallel(NULL);
 }
 
 void kiln_test_suite_pool(void) {
@@ -66,6 +129,9 @@ void kiln_test_suite_pool(void) {
     KILN_EXPECT(bad_jobs == 0, "oversubscribed pool: %d of 5000 jobs ran tasks wrongly", bad_jobs);
     kiln_pool_release(busy);
   }
+  pool_check_host(host_team, "host team");
+  pool_check_host(host_single, "host team of one");
+  KILN_EXPECT(kiln_pool_host_parallel() == NULL, "own threads again");
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);
   KILN_EXPECT(pool == NULL, "no pool on failure");

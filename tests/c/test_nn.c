@@ -352,9 +352,71 @@ static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* gelu's gradient against the double reference. The result is a sum of two
+ * terms (the CDF and x times the density; the tanh form's (1 + T)/2 and its
+ * right term), so the error allowed is a few ulp of the terms' magnitudes
+ * times |dy|: relative where they do not cancel (the tails), absolute near
+ * the gradient's zero at x = -0.75. NaN where the reference is NaN. */
+static void kiln_test_nn_gelu_backward(kiln_pool_t* pool, const char* isa) {
+  enum { CAP = 70000 };
+  float* x = malloc(CAP * sizeof(float));
+  float* dy = malloc(CAP * sizeof(float));
+  float* y = malloc(CAP * sizeof(float));
+  float* w = malloc(CAP * sizeof(float));
+  if (!x || !dy || !y || !w) goto done;
+  size_t ns = kiln_test_nn_special(x, CAP);
+  kiln_test_fill_f32(dy, ns, 5u, -2.0f, 2.0f);
+  dy[0] = 1.0f;
+  for (int tanh_form = 0; tanh_form < 2; ++tanh_form) {
+    for (int pass = 0; pass < 3; ++pass) {
+      /* pass 0: the sweep; 1: dx over dy (in place); 2: a tail of every length */
+      size_t n = ns, off = 0;
+      if (pass == 2) {
+        off = ns;
+        n = 1 + (size_t)(tanh_form * 7 + 93);
+        kiln_test_fill_f32(x + off, n, 41u + (unsigned)tanh_form, -9.0f, 9.0f);
+        kiln_test_fill_f32(dy + off, n, 43u, -2.0f, 2.0f);
+      }
+      kiln_gelu_backward_f32_reference(tanh_form, n, dy + off, x + off, w);
+      float* out = y;
+      if (pass == 1) {
+        memcpy(y, dy, n * sizeof(float));
+        kiln_gelu_backward_f32(tanh_form, n, y, x, y, pool);
+      } else {
+        kiln_gelu_backward_f32(tanh_form, n, dy + off, x + off, out, pool);
+      }
+      int bad = 0;
+      size_t first = 0;
+      for (size_t i = 0; i < n; ++i) {
+        double v = x[off + i], g = dy[off + i], scale;
+        if (tanh_form) {
+          double t = tanh(0.7978845608028654 * (v + 0.044715 * v * v * v));
+          scale = 0.5 * (1.0 + fabs(t)) +
+                  fabs(0.5 * v * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 0.134145 * v * v));
+        } else {
+          scale = 0.5 * erfc(-fabs(v) / sqrt(2.0)) + fabs(v) * exp(-0.5 * v * v) * 0.3989422804014327;
+          if (v >= 0) scale = 1.0 + fabs(v) * exp(-0.5 * v * v) * 0.3989422804014327;
+        }
+        double tol = 6e-7 * fabs(g) * scale + 1e-40;
+        int ok = isnan(w[i]) ? isnan(out[i]) : fabs((double)out[i] - w[i]) <= tol;
+        if (!ok && !bad++) first = i;
+      }
+      KILN_EXPECT(bad == 0, "%s gelu_backward%s pass %d: %d of %zu wrong, first x=%g dy=%g got %g want %g",
+                  isa, tanh_form ? " (tanh)" : "", pass, bad, n, (double)x[off + first],
+                  (double)dy[off + first], (double)out[first], (double)w[first]);
+    }
+  }
+done:
+  free(x);
+  free(dy);
+  free(y);
+  free(w);
+}
+
 static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
   kiln_test_strided_copy(pool, where);
   kiln_test_nn_unary(pool, where);
+  kiln_test_nn_gelu_backward(pool, where);
   kiln_test_nn_softmax(pool, where);
   kiln_test_nn_norms(pool, where);
   kiln_test_nn_attention(pool, where);

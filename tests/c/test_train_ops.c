@@ -91,6 +91,45 @@ static void test_safe_softmax_graph(void) {
   kiln_model_release(m);
 }
 
+/* GELU_BACKWARD's shape rule, and the op through a compiled graph against
+ * the kernel's reference. */
+static void test_gelu_backward_graph(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[2] = {3, 5}, other[2] = {5, 3};
+  int32_t in[2], wrong, wi, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "dy", KILN_F32, 2, shape, &in[0]));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, shape, &in[1]));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "t", KILN_F32, 2, other, &wrong));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "i", KILN_I64, 2, shape, &wi));
+  int64_t approx = 0, bad = 2;
+  int32_t mismatched[2] = {in[0], wrong}, ints[2] = {in[0], wi};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_GELU_BACKWARD, mismatched, 2, &approx, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_GELU_BACKWARD, ints, 2, &approx, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_GELU_BACKWARD, in, 2, &bad, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  int64_t tanh_form = 1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GELU_BACKWARD, in, 2, &tanh_form, 1, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
+  if (!compiled) return;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  float dy[15], x[15], t[15] = {0}, iv[15 * 2] = {0}, out[15], want[15];
+  kiln_test_fill_f32(dy, 15, 11, -1.0f, 1.0f);
+  kiln_test_fill_f32(x, 15, 12, -4.0f, 4.0f);
+  kiln_tensor_t ti[4] = {{dy, KILN_F32, 2, shape}, {x, KILN_F32, 2, shape}, {t, KILN_F32, 2, other},
+                         {iv, KILN_I64, 2, shape}};
+  kiln_tensor_t to = {out, KILN_F32, 2, shape};
+  KILN_EXPECT_OK(kiln_model_run(m, ti, 4, &to, 1));
+  kiln_gelu_backward_f32_reference(1, 15, dy, x, want);
+  kiln_test_compare_f32("gelu_backward graph", out, want, 15, 1e-6f, 1e-5f);
+  kiln_model_release(m);
+}
+
 static int count_op(const kiln_graph_t* g, kiln_op_t op) {
   int c = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) c += g->nodes[i].op == op;
@@ -203,6 +242,7 @@ void kiln_test_suite_train_ops(void) {
   kiln_test_each_isa_and_pool(check_safe_softmax);
   test_safe_softmax_strided();
   test_safe_softmax_graph();
+  test_gelu_backward_graph();
   test_compose_head_split(1);
   test_compose_head_split(0);
 }

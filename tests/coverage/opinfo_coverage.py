@@ -39,6 +39,9 @@ samples through one at a time.
     python tests/coverage/opinfo_coverage.py --quick         # 2 samples/op
     python tests/coverage/opinfo_coverage.py --ops add,mul --out /tmp/c.json
     python tests/coverage/opinfo_coverage.py --resume        # go on where it stopped
+    python tests/coverage/opinfo_coverage.py --shard 0/2 --out c0.json &   # one process per core
+    python tests/coverage/opinfo_coverage.py --shard 1/2 --out c1.json
+    python tests/coverage/opinfo_coverage.py --merge c0.json c1.json --out coverage.json
 
 The JSON is rewritten after every row ("complete": false until the end), so
 a full run (hours on two cores) can stop and be resumed.
@@ -691,11 +694,20 @@ def main(argv=None):
                     help="do not re-run unsupported samples with fallback on")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out (a run that stopped part way) and run the rest")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="run only every N-th op starting at K (one process per core; join with --merge)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="join the rows of shard runs into --out (complete when every op/dtype is there)")
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
     op_db = load_op_db()
     ops = select_ops(op_db, args.ops)
+    if args.merge:
+        return merge_shards(args, ops, [getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()])
+    if args.shard:
+        k, n = (int(v) for v in args.shard.split("/"))
+        ops = ops[k::n]
     wanted = [getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()]
     max_samples = 2 if args.quick else None
     op_seconds = args.op_seconds if args.op_seconds is not None else (20.0 if args.quick else None)
@@ -727,21 +739,48 @@ def main(argv=None):
             _write_result(args.out, rows, not_run, args, earlier_seconds + time.monotonic() - t0, False)
 
     result = _write_result(args.out, rows, not_run, args, earlier_seconds + time.monotonic() - t0, True)
+    print_summary(result, not_run)
+    print(f"wrote {os.path.abspath(args.out)}")
+    return result
+
+
+def merge_shards(args, ops, wanted):
+    """Join shard runs' rows into args.out; "complete" only when every
+    op/dtype of the selection has its row."""
+    rows, seen = [], set()
+    for path in args.merge:
+        with open(path) as f:
+            part = json.load(f)
+        for r in part["rows"]:
+            if (r["op"], r["dtype"]) not in seen:
+                seen.add((r["op"], r["dtype"]))
+                rows.append(r)
+    missing = [f"{op_id(op)}:{d}" for op in ops for d in dtypes_for(op, wanted)
+               if (op_id(op), str(d).replace("torch.", "")) not in seen]
+    args.shard = None
+    seconds = sum(r["seconds"] for r in rows)  # the shards ran side by side: their op time, summed
+    result = _write_result(args.out, rows, missing, args, seconds, not missing)
+    print(f"merged {len(args.merge)} file(s): {len(rows)} rows, {len(missing)} op/dtype pairs missing")
+    print_summary(result, missing)
+    print(f"wrote {os.path.abspath(args.out)}")
+    return result
+
+
+def print_summary(result, not_run):
     print()
     print("rows (op x dtype): " + ", ".join(f"{k} {v}" for k, v in result["totals"].items()))
     print("ops (worst over dtypes): " + ", ".join(f"{k} {v}" for k, v in result["op_totals"].items()))
     print("unsupported samples re-run with fallback on: " +
           ", ".join(f"{k} {v}" for k, v in result["fallback_totals"].items()))
     if not_run:
-        print(f"not run (time limit): {len(not_run)} op/dtype pairs")
+        print(f"not run (time limit, or missing from the merged shards): {len(not_run)} op/dtype pairs")
     top = sorted(result["unsupported_aten_frequency"].items(), key=lambda kv: -kv[1])[:15]
     if top:
         print("most frequent unsupported ATen ops: " + ", ".join(f"{o} ({n})" for o, n in top))
     core = result["core_aten"]
-    print(f"core ATen ops handled: {core['handled']}/{core['total']}")
+    if core:
+        print(f"core ATen ops handled: {core['handled']}/{core['total']}")
     print(f"{result['seconds']:.0f} s")
-    print(f"wrote {os.path.abspath(args.out)}")
-    return result
 
 
 if __name__ == "__main__":

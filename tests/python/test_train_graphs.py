@@ -5,7 +5,8 @@ the patterns that cost time outside the GEMMs (issue 6).
 - attention's math formulation takes aten._safe_softmax: one SOFTMAX with
   its safe flag, not eq(-inf) / logical_not / any / where over the scores;
 - nn.MultiheadAttention's head split (permute, select, reshape, permute,
-  transpose) is one strided copy per q, k and v, not three or four.
+  transpose) is one strided copy per q, k and v, not three or four;
+- gelu's backward is one GELU_BACKWARD, not erf, exp and nine more ops.
 
 Tolerances: gradients rtol 1e-4 / atol 1e-5, as the other training tests —
 the math formulation sums the softmax and the matmuls in another order than
@@ -92,10 +93,39 @@ def test_transformer_training_graphs_are_lean(compiled_plans):
     for op in ("any", "eq", "logical_not", "where"):
         assert op not in fwd + bwd, f"{op} in the compiled training graphs"
     assert fwd.count("softmax") == layers
+    assert bwd.count("gelu_backward") == layers and "erf" not in bwd
     # Per layer in the forward: the layer norm's output to (S, B, E), q, k
     # and v, k transposed after its scale, the heads merged, and the output
     # projection back to (B, S, E): 7 copies (14 before views composed).
     assert fwd.count("strided_copy") <= 7 * layers, fwd.count("strided_copy")
+
+
+class GeluGrad(torch.nn.Module):
+    def __init__(self, approximate):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, dy, x):
+        return torch.ops.aten.gelu_backward(dy, x, approximate=self.approximate)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_backward_matches_eager(approximate):
+    """The kernel against eager's gelu_backward, with the special values:
+    NaN and +-inf give NaN (inf * 0 in eager's formula too), 0 and -0,
+    tails where the density underflows, and a tail length of every kind.
+    Tolerance: a few float32 ulp of the two terms the gradient sums (the
+    CDF, at most 1, and x times the density) times |dy|, so atol 2e-6 at
+    |dy| <= 3; rtol 2e-5 for the tails."""
+    torch.manual_seed(0)
+    x = torch.randn(7, 131) * 4
+    x[0, :9] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 12.0, -12.0,
+                             1e-30, -0.7517916])
+    dy = torch.randn(7, 131)
+    module = GeluGrad(approximate)
+    k = kiln.trace(module, (dy, x))
+    assert "gelu_backward" in k.explain()
+    torch.testing.assert_close(k(dy, x), module(dy, x), rtol=2e-5, atol=2e-6, equal_nan=True)
 
 
 class MaskedAttention(torch.nn.Module):

@@ -458,6 +458,9 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_SDPA:
       run_sdpa(g, n, bufs, pool);
       return kiln_ok();
+    case KILN_OP_GELU_BACKWARD:
+      kiln_gelu_backward_f32((int)n->params[0], numel, BUF(0), BUF(1), out, pool);
+      return kiln_ok();
     case KILN_OP_FMA_SCALAR:
       kiln_fma_scalar_f32(numel, BUF(0), n->fparams[0], n->fparams[1], out, pool);
       return kiln_ok();

@@ -75,6 +75,29 @@ void kiln_unary_f32(kiln_unary_t op, size_t n, const float* x, float* y, kiln_po
   kiln_pool_parallel_for(pool, tasks, kiln_nn_unary_task, &c);
 }
 
+typedef struct kiln_nn_gelu_backward_ctx_s {
+  kiln_nn_split_t sp;
+  int tanh_form;
+  const float* dy;
+  const float* x;
+  float* dx;
+} kiln_nn_gelu_backward_ctx_t;
+
+static void kiln_nn_gelu_backward_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_gelu_backward_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->gelu_backward(c->tanh_form, hi - lo, c->dy + lo, c->x + lo, c->dx + lo);
+}
+
+void kiln_gelu_backward_f32(int tanh_form, size_t n, const float* dy, const float* x, float* dx,
+                            kiln_pool_t* pool) {
+  kiln_nn_gelu_backward_ctx_t c = {.tanh_form = tanh_form, .dy = dy, .x = x, .dx = dx};
+  size_t tasks = kiln_nn_split_init(&c.sp, n, sizeof(float), 64, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_gelu_backward_task, &c);
+}
+
 void kiln_activation_f32(kiln_activation_t act, size_t n, float* x) {
   if ((unsigned)act >= KILN_ACT_COUNT) return;
   kiln_nn_kernels()->activation(act, n, x);

@@ -38,6 +38,14 @@ typedef enum kiln_unary_e {
 void kiln_unary_f32(kiln_unary_t op, size_t n, const float* x, float* y, kiln_pool_t* pool);
 void kiln_unary_f32_reference(kiln_unary_t op, size_t n, const float* x, float* y);
 
+/* dx[i] = dy[i] * gelu'(x[i]) for i < n: gelu's gradient, exact (erf) form
+ * or, with tanh_form, that of its tanh approximation (the op behind
+ * aten.gelu_backward). dx may alias dy or x exactly. */
+void kiln_gelu_backward_f32(int tanh_form, size_t n, const float* dy, const float* x, float* dx,
+                            kiln_pool_t* pool);
+void kiln_gelu_backward_f32_reference(int tanh_form, size_t n, const float* dy, const float* x,
+                                      float* dx);
+
 /* In-place activation over a contiguous span (used by GEMM epilogues too). */
 void kiln_activation_f32(kiln_activation_t act, size_t n, float* x);
 

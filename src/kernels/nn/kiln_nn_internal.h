@@ -38,6 +38,8 @@ typedef struct kiln_nn_kernels_s {
   /* y = f(x) over n elements; x and y may alias exactly. */
   void (*unary)(kiln_unary_t op, size_t n, const float* x, float* y);
   void (*activation)(kiln_activation_t act, size_t n, float* x);
+  /* dx = dy * gelu'(x) over n elements (tanh_form: gelu's tanh approximation). */
+  void (*gelu_backward)(int tanh_form, size_t n, const float* dy, const float* x, float* dx);
   /* Rows [r0, r1) of the row-wise kernels. */
   void (*softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x, float* y, int log);
   void (*layer_norm_rows)(size_t r0, size_t r1, size_t cols, const float* x,
@@ -54,6 +56,8 @@ typedef struct kiln_nn_kernels_s {
 #define KILN_NN_DECLARE_VARIANT(sfx)                                                       \
   void kiln_nn_unary##sfx(kiln_unary_t op, size_t n, const float* x, float* y);            \
   void kiln_nn_activation##sfx(kiln_activation_t act, size_t n, float* x);                 \
+  void kiln_nn_gelu_backward##sfx(int tanh_form, size_t n, const float* dy, const float* x,  \
+                                  float* dx);                                              \
   void kiln_nn_softmax_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,        \
                                  float* y, int log);                                       \
   void kiln_nn_layer_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,     \

@@ -180,12 +180,9 @@ static inline float kiln_nn_sigmoidf(float x) {
   return x >= 0.0f ? s : e * s;
 }
 
-/* erfc(t) for t >= 0, t given as th + tl (tl refines th; erfc's relative
- * condition number is 2t^2, so gelu passes x/sqrt(2) in two parts):
- * erfc(t) = e^(-t^2) (1 + 2t)^-1 P((t - 2)/(t + 2)), where P was fitted to
- * (1 + 2t) e^(t^2) erfc(t) over t in [0, 10.1]; e^(-t^2) is evaluated as
- * e^(-hi) (1 - lo) with t^2 = hi + lo exact to float-float precision. */
-static inline float kiln_nn_erfcf_pos(float th, float tl) {
+/* erfc(t) e^(t^2) for t >= 0: (1 + 2t)^-1 P((t - 2)/(t + 2)), where P was
+ * fitted to (1 + 2t) e^(t^2) erfc(t) over t in [0, 10.1]. */
+static inline float kiln_nn_erfc_scaledf(float th) {
   float u = (th - 2.0f) / (th + 2.0f);
   float p = 8.064725262e-05f;
   p = KILN_NN_FMA(p, u, 1.718902204e-04f);
@@ -199,7 +196,15 @@ static inline float kiln_nn_erfcf_pos(float th, float tl) {
   p = KILN_NN_FMA(p, u, -1.660305113e-01f);
   p = KILN_NN_FMA(p, u, -9.276381880e-02f);
   p = KILN_NN_FMA(p, u, 1.276978374e+00f);
-  float q = p / KILN_NN_FMA(2.0f, th, 1.0f);
+  return p / KILN_NN_FMA(2.0f, th, 1.0f);
+}
+
+/* erfc(t) for t >= 0, t given as th + tl (tl refines th; erfc's relative
+ * condition number is 2t^2, so gelu passes x/sqrt(2) in two parts):
+ * e^(-t^2) times kiln_nn_erfc_scaledf, with e^(-t^2) evaluated as
+ * e^(-hi) (1 - lo) where t^2 = hi + lo exact to float-float precision. */
+static inline float kiln_nn_erfcf_pos(float th, float tl) {
+  float q = kiln_nn_erfc_scaledf(th);
   float lo;
   float hi = kiln_nn_two_prod(th, th, &lo);
   lo = KILN_NN_FMA(2.0f * th, tl, lo);
@@ -243,6 +248,43 @@ static inline float kiln_nn_geluf(float x) {
   float hx = 0.5f * x;
   float pos = hx * (th < 0.875f ? one_plus_erf : 2.0f - e);
   return x >= 0.0f ? pos : hx * e;
+}
+
+/* d gelu(x)/dx = Phi(x) + x phi(x), with Phi(x) = erfc(-x/sqrt2)/2 and
+ * phi(x) = e^(-x^2/2)/sqrt(2 pi). For t = |x|/sqrt2 (float-float, as
+ * kiln_nn_geluf), one e^(-t^2) = e^(-x^2/2) serves both: erfc(t) is it times
+ * kiln_nn_erfc_scaledf. Phi is taken as kiln_nn_geluf takes it. At +-inf
+ * the result is NaN, as torch's (inf * 0); huge finite x gives 1 or 0. */
+static inline float kiln_nn_gelu_gradf(float x) {
+  float a = fabsf(x);
+  float tl;
+  float th = kiln_nn_two_prod(a, 0.707106769f, &tl);
+  tl = KILN_NN_FMA(a, 1.21016175e-08f, tl);
+  float lo;
+  float hi = kiln_nn_two_prod(th, th, &lo);
+  lo = KILN_NN_FMA(2.0f * th, tl, lo);
+  float e = kiln_nn_expf(-hi);
+  e = KILN_NN_FMA(-e, lo, e);
+  e = hi > 104.0f ? 0.0f : e; /* below the denormals; x = inf still gives inf * 0 = NaN */
+  float erfc = th > 10.5f ? 0.0f : e * kiln_nn_erfc_scaledf(th);
+  float one_plus_erf = KILN_NN_FMA(kiln_nn_erf_smallf(th), th, 1.0f);
+  float cdf_pos = 0.5f * (th < 0.875f ? one_plus_erf : 2.0f - erfc);
+  float cdf = x >= 0.0f ? cdf_pos : 0.5f * erfc;
+  return KILN_NN_FMA(x, e * 0.398942280f, cdf);
+}
+
+/* d gelu_tanh(x)/dx, in the order of torch's formula: with
+ * u = sqrt(2/pi) (x + 0.044715 x^3) and T = tanh(u),
+ * (1 + T)/2 + x/2 (1 - T^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2). */
+static inline float kiln_nn_gelu_tanh_gradf(float x) {
+  const float beta = 0.797884561f, kappa = 0.044715f;
+  float x2 = x * x;
+  float t = kiln_nn_tanhf(beta * (x + kappa * x2 * x));
+  float d = 1.0f - t * t;
+  /* Once tanh has saturated the term is 0, also where x^2 overflows
+   * (torch's float formula gives 0 * inf = NaN there); x = inf stays NaN. */
+  float right = d == 0.0f ? 0.0f * x : 0.5f * x * d * beta * (1.0f + 3.0f * kappa * x2);
+  return 0.5f * (1.0f + t) + right;
 }
 
 /* sigmoid(wh + wl), where wl refines wh: e^-|w| = e^-|wh| (1 -+ wl). Used

@@ -44,6 +44,23 @@ void kiln_unary_f32_reference(kiln_unary_t op, size_t n, const float* x, float* 
   for (size_t i = 0; i < n; ++i) y[i] = kiln_nn_ref_unary1(op, x[i]);
 }
 
+/* In double, by the formulas of gelu's derivative: erf form
+ * Phi(x) + x phi(x); tanh form (1 + T)/2 + x/2 (1 - T^2) sqrt(2/pi) (1 + 3k x^2). */
+void kiln_gelu_backward_f32_reference(int tanh_form, size_t n, const float* dy, const float* x,
+                                      float* dx) {
+  for (size_t i = 0; i < n; ++i) {
+    double v = x[i], d;
+    if (tanh_form) {
+      const double beta = 0.7978845608028654, kappa = 0.044715;
+      double t = tanh(beta * (v + kappa * v * v * v));
+      d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * v * v);
+    } else {
+      d = 0.5 * erfc(-v / sqrt(2.0)) + v * exp(-0.5 * v * v) * 0.3989422804014327;
+    }
+    dx[i] = (float)((double)dy[i] * d);
+  }
+}
+
 void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float* y,
                                 int log_softmax) {
   for (size_t r = 0; r < rows; ++r) {

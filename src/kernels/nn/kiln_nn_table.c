@@ -5,6 +5,7 @@
 const kiln_nn_kernels_t KILN_NN_FN(kiln_nn_kernels) = {
     .unary = KILN_NN_FN(kiln_nn_unary),
     .activation = KILN_NN_FN(kiln_nn_activation),
+    .gelu_backward = KILN_NN_FN(kiln_nn_gelu_backward),
     .softmax_rows = KILN_NN_FN(kiln_nn_softmax_rows),
     .layer_norm_rows = KILN_NN_FN(kiln_nn_layer_norm_rows),
     .rms_norm_rows = KILN_NN_FN(kiln_nn_rms_norm_rows),

@@ -41,6 +41,22 @@ void KILN_NN_FN(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float*
   }
 }
 
+/* As the unary loop, over two inputs: each tile is computed into the stack
+ * buffer before it is stored, so dx may alias dy or x. */
+void KILN_NN_FN(kiln_nn_gelu_backward)(int tanh_form, size_t n, const float* dy, const float* x,
+                                       float* dx) {
+  float tile[KILN_NN_UNARY_TILE];
+  for (size_t i = 0; i < n; i += KILN_NN_UNARY_TILE) {
+    size_t m = n - i < KILN_NN_UNARY_TILE ? n - i : KILN_NN_UNARY_TILE;
+    const float *g = dy + i, *v = x + i;
+    if (tanh_form)
+      for (size_t j = 0; j < m; ++j) tile[j] = g[j] * kiln_nn_gelu_tanh_gradf(v[j]);
+    else
+      for (size_t j = 0; j < m; ++j) tile[j] = g[j] * kiln_nn_gelu_gradf(v[j]);
+    memcpy(dx + i, tile, m * sizeof(float));
+  }
+}
+
 void KILN_NN_FN(kiln_nn_activation)(kiln_activation_t act, size_t n, float* x) {
   switch (act) {
     case KILN_ACT_NONE: break;

@@ -1,0 +1,79 @@
+"""kiln's kernels run in the OpenMP runtime torch loaded (one team of
+threads for eager ops and kiln kernels), or on kiln's own threads with
+KILN_POOL=own; both give the same results, from any calling thread."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import kiln
+from kiln import _C
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(256, 512)
+        self.fc2 = torch.nn.Linear(512, 256)
+
+    def forward(self, x):
+        return torch.softmax(self.fc2(torch.nn.functional.gelu(self.fc1(x))), -1) * x
+
+
+def _traced():
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(64, 256)
+    k = kiln.trace(model, (x,))
+    k._kiln_model.set_threads(2)  # parallel kernels even on a one-core machine
+    return model, k, x
+
+
+@pytest.mark.skipif(not torch.backends.openmp.is_available(), reason="torch built without OpenMP")
+def test_torch_openmp_runtime_is_used():
+    assert kiln.HOST_THREADS is not None and "libgomp" in os.path.basename(kiln.HOST_THREADS)
+    _, k, _ = _traced()
+    assert "in the host's OpenMP regions" in k.explain().splitlines()[-1]
+
+
+def test_host_and_own_threads_agree_bitwise():
+    model, k, x = _traced()
+    try:
+        _C.host_threads(False)
+        own = k(x)
+        assert "OpenMP" not in k.explain().splitlines()[-1]
+    finally:
+        _C.host_threads(os.environ.get("KILN_POOL", "host") != "own")
+    host = k(x)
+    # Same tasks over the same data: which thread ran a task cannot change a bit.
+    assert torch.equal(own, host)
+    with torch.no_grad():
+        torch.testing.assert_close(host, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_calls_from_other_threads():
+    """Each calling thread gets its own OpenMP team; results are unchanged."""
+    _, k, x = _traced()
+    want = k(x)
+    got = [None] * 3
+
+    def run(i):
+        got[i] = k(x)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for g in got:
+        assert torch.equal(g, want)
+
+
+def test_kiln_pool_own_switch():
+    code = "import kiln; print(kiln.HOST_THREADS)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "KILN_POOL": "own"}).stdout.strip()
+    assert out == "None"
