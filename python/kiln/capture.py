@@ -28,6 +28,7 @@ _KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding ba
 _KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
 _KEEP_WHOLE += (aten._safe_softmax.default,)  # one SOFTMAX with its safe flag (optable_train)
 _KEEP_WHOLE += (aten.gelu_backward.default,)  # one GELU_BACKWARD pass (optable_train)
+_KEEP_WHOLE += (aten.native_layer_norm_backward.default,)  # LAYER_NORM_BACKWARD (optable_nn)
 
 
 def _linspace_as_eager(default):

@@ -10,10 +10,12 @@ adaptive average pooling of any split (ADAPTIVE_AVG_POOL2D and its
 gradient), repeat (a strided copy), nearest upsampling (two gathers) and
 bilinear upsampling (UPSAMPLE_BILINEAR2D).
 
-The backward ops of the norms (native_layer_norm_backward,
-native_group_norm_backward, native_batch_norm_backward) never reach kiln:
-the Core ATen decompositions (capture.decomposition_table) rewrite them into
-elementwise ops and sums, which kiln has.
+native_layer_norm_backward is kept whole (capture._KEEP_WHOLE): its input
+gradient is one LAYER_NORM_BACKWARD pass (the decomposition took two
+multiplies, two row sums and a seven-op chain over the activations); the
+weight and bias gradients stay plain sums. The other norms' backward ops
+(native_group_norm_backward, native_batch_norm_backward) never reach kiln:
+the Core ATen decompositions rewrite them into elementwise ops and sums.
 """
 
 import math
@@ -167,6 +169,31 @@ def _group_norm(ctx, n):
 
 
 # ---- convolution backward ------------------------------------------------------
+
+
+@register(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(ctx, n):
+    dy, x, normalized_shape, mean, rstd, weight, bias, mask = n.args[:8]
+    for v in (dy, x, mean, rstd):
+        if _val(v).dtype != F32:
+            raise Unsupported(f"layer_norm backward of {_val(v).dtype}")
+    origin = ctx.origin(n)
+    k = len(normalized_shape)
+    dyv, xv, meanv, rstdv = (ctx.value(v) for v in (dy, x, mean, rstd))
+    rank = len(ctx.shape(xv))
+    outs = [None, None, None]
+    if mask[0]:
+        inputs = [dyv, xv, meanv, rstdv] + ([ctx.value(weight)] if weight is not None else [])
+        outs[0] = ctx.node("layer_norm_backward", inputs, [k], origin=origin)
+    leading = _axes_mask(list(range(rank - k)), rank) if rank > k else 0
+    if mask[1] and weight is not None:
+        xhat = ctx.node("mul", [ctx.node("sub", [xv, meanv]), rstdv], origin=origin)
+        dw = ctx.node("sum", [ctx.node("mul", [dyv, xhat], origin=origin)], [leading, 0], origin=origin)
+        outs[1] = reshape(ctx, dw, _out_shape(n, 1))
+    if mask[2] and bias is not None:
+        db = ctx.node("sum", [dyv], [leading, 0], origin=origin)
+        outs[2] = reshape(ctx, db, _out_shape(n, 2))
+    return tuple(outs)
 
 
 @register(aten.convolution_backward.default)

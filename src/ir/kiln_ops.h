@@ -244,6 +244,16 @@
  *                                        (aten.gelu_backward's `approximate`).
  *                                        One pass where the decomposition
  *                                        took erf, exp and nine more ops.
+ *   LAYER_NORM_BACKWARD (dy, x, mean, rstd, gamma?) -> dx
+ *                                        layer_norm's input gradient over
+ *                                        the last params[0] dims (cols):
+ *                                        dx = rstd (g - mean(g) - xh
+ *                                        mean(g xh)), g = dy gamma, xh =
+ *                                        (x - mean) rstd. float32; dy and x
+ *                                        of one shape; mean and rstd one
+ *                                        value per row (numel = rows, dense),
+ *                                        gamma cols values. The weight and
+ *                                        bias gradients stay plain sums.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -351,7 +361,8 @@
   X(ELTWISE_FUSED, "eltwise_fused", 1, 8) \
   X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
   X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1) \
-  X(GELU_BACKWARD, "gelu_backward", 2, 2)
+  X(GELU_BACKWARD, "gelu_backward", 2, 2) \
+  X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

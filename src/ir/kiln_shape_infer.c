@@ -540,6 +540,30 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       set_shape(out, x->dtype, idx->rank, idx->shape);
       return kiln_ok();
     }
+    case KILN_OP_LAYER_NORM_BACKWARD: {
+      const kiln_value_t* v = in_value(g, n, 1);
+      int64_t k = n->params[0];
+      if (x->dtype != KILN_F32 || v->dtype != KILN_F32)
+        FAIL("layer_norm_backward takes float32, got %s and %s", kiln_dtype_name(x->dtype),
+             kiln_dtype_name(v->dtype));
+      if (x->rank != v->rank || memcmp(x->shape, v->shape, sizeof(int64_t) * (size_t)x->rank))
+        FAIL("layer_norm_backward: the gradient and the input differ in shape");
+      if (k < 1 || k > x->rank)
+        FAIL("layer_norm_backward: cannot normalise %lld trailing dims of rank %d", (long long)k,
+             x->rank);
+      int64_t cols = 1;
+      for (int32_t d = x->rank - (int32_t)k; d < x->rank; ++d) cols *= x->shape[d];
+      int64_t rows = cols ? kiln_value_numel(x) / cols : 0;
+      for (int i = 2; i < n->n_inputs; ++i) {
+        const kiln_value_t* p = in_value(g, n, i);
+        int64_t want = i < 4 ? rows : cols;
+        if (p && (p->dtype != KILN_F32 || kiln_value_numel(p) != want))
+          FAIL("layer_norm_backward: input %d (%s) must have %lld float32 elements", i,
+               i == 2 ? "mean" : i == 3 ? "rstd" : "gamma", (long long)want);
+      }
+      set_shape(out, KILN_F32, x->rank, x->shape);
+      return kiln_ok();
+    }
     case KILN_OP_GELU_BACKWARD: {
       const kiln_value_t* dy = x;
       const kiln_value_t* v = in_value(g, n, 1);

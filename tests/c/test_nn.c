@@ -413,10 +413,64 @@ done:
   free(w);
 }
 
+/* layer_norm's input gradient against the double reference, with and
+ * without gamma, in place over dy, at row lengths with and without a lane
+ * tail, and a NaN that must stay in its row. The row sums run in float, so
+ * the tolerance is relative to the row's scale: atol 2e-5 for |dy| <= 1,
+ * rstd ~ 1 / 3. */
+static void kiln_test_nn_layer_norm_backward(kiln_pool_t* pool, const char* isa) {
+  static const size_t cols_list[] = {1, 7, 16, 17, 33, 256};
+  enum { ROWS = 9, MAXC = 256 };
+  float* x = malloc(ROWS * MAXC * sizeof(float));
+  float* dy = malloc(ROWS * MAXC * sizeof(float));
+  float* y = malloc(ROWS * MAXC * sizeof(float));
+  float* w = malloc(ROWS * MAXC * sizeof(float));
+  float gamma[MAXC], mean[ROWS], rstd[ROWS];
+  if (!x || !dy || !y || !w) goto done;
+  for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; ++c) {
+    size_t cols = cols_list[c];
+    kiln_test_fill_f32(x, ROWS * cols, (unsigned)cols, -4.0f, 6.0f);
+    kiln_test_fill_f32(dy, ROWS * cols, (unsigned)cols + 1u, -1.0f, 1.0f);
+    kiln_test_fill_f32(gamma, cols, (unsigned)cols + 2u, 0.5f, 1.5f);
+    for (size_t r = 0; r < ROWS; ++r) {
+      double m = 0.0, v = 0.0;
+      for (size_t i = 0; i < cols; ++i) m += x[r * cols + i];
+      m /= (double)cols;
+      for (size_t i = 0; i < cols; ++i) v += (x[r * cols + i] - m) * (x[r * cols + i] - m);
+      mean[r] = (float)m;
+      rstd[r] = (float)(1.0 / sqrt(v / (double)cols + 1e-5));
+    }
+    dy[3 * cols] = NAN; /* row 3 only */
+    for (int with_gamma = 0; with_gamma < 2; ++with_gamma) {
+      const float* gm = with_gamma ? gamma : NULL;
+      kiln_layer_norm_backward_f32_reference(ROWS, cols, dy, x, mean, rstd, gm, w);
+      kiln_layer_norm_backward_f32(ROWS, cols, dy, x, mean, rstd, gm, y, pool);
+      char what[96];
+      snprintf(what, sizeof what, "%s layer_norm_backward cols %zu gamma %d", isa, cols, with_gamma);
+      kiln_test_compare_f32(what, y, w, ROWS * cols, 2e-5f, 1e-4f);
+      memcpy(y, dy, ROWS * cols * sizeof(float));
+      kiln_layer_norm_backward_f32(ROWS, cols, y, x, mean, rstd, gm, y, pool);
+      snprintf(what, sizeof what, "%s layer_norm_backward in place cols %zu gamma %d", isa, cols,
+               with_gamma);
+      kiln_test_compare_f32(what, y, w, ROWS * cols, 2e-5f, 1e-4f);
+      int nan_rows = 0;
+      for (size_t r = 0; r < ROWS; ++r) nan_rows += isnan(y[r * cols + cols - 1]) != 0;
+      KILN_EXPECT(nan_rows == 1 && isnan(y[3 * cols + cols - 1]),
+                  "%s layer_norm_backward cols %zu: NaN reached %d rows", isa, cols, nan_rows);
+    }
+  }
+done:
+  free(x);
+  free(dy);
+  free(y);
+  free(w);
+}
+
 static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
   kiln_test_strided_copy(pool, where);
   kiln_test_nn_unary(pool, where);
   kiln_test_nn_gelu_backward(pool, where);
+  kiln_test_nn_layer_norm_backward(pool, where);
   kiln_test_nn_softmax(pool, where);
   kiln_test_nn_norms(pool, where);
   kiln_test_nn_attention(pool, where);

@@ -130,6 +130,36 @@ static void test_gelu_backward_graph(void) {
   kiln_model_release(m);
 }
 
+/* LAYER_NORM_BACKWARD's shape rule: one shape for dy and x, a value per
+ * row for mean and rstd, cols for gamma, a valid dim count. */
+static void test_layer_norm_backward_rule(void) {
+  kiln_graph_t* g = new_graph();
+  int64_t shape[3] = {2, 3, 4}, rows_shape[3] = {2, 3, 1}, cols_shape[1] = {4}, bad_rows[1] = {5};
+  int32_t dy, x, mean, rstd, gamma, wrong_rows, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "dy", KILN_F32, 3, shape, &dy));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, shape, &x));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "mean", KILN_F32, 3, rows_shape, &mean));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "rstd", KILN_F32, 3, rows_shape, &rstd));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "gamma", KILN_F32, 1, cols_shape, &gamma));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "r5", KILN_F32, 1, bad_rows, &wrong_rows));
+  int64_t one = 1, zero = 0, four = 4;
+  int32_t ok[5] = {dy, x, mean, rstd, gamma}, bad_stats[5] = {dy, x, wrong_rows, rstd, gamma},
+          bad_gamma[5] = {dy, x, mean, rstd, rstd}, bad_x[5] = {dy, mean, mean, rstd, gamma};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, bad_stats, 5, &one, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, bad_gamma, 5, &one, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, bad_x, 5, &one, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, ok, 5, &zero, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, ok, 5, &four, 1, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, ok, 4, &one, 1, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LAYER_NORM_BACKWARD, ok, 5, &one, 1, NULL, 0, NULL, &y));
+  kiln_graph_release(g);
+}
+
 static int count_op(const kiln_graph_t* g, kiln_op_t op) {
   int c = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) c += g->nodes[i].op == op;
@@ -243,6 +273,7 @@ void kiln_test_suite_train_ops(void) {
   test_safe_softmax_strided();
   test_safe_softmax_graph();
   test_gelu_backward_graph();
+  test_layer_norm_backward_rule();
   test_compose_head_split(1);
   test_compose_head_split(0);
 }

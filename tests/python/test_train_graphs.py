@@ -6,7 +6,8 @@ the patterns that cost time outside the GEMMs (issue 6).
   its safe flag, not eq(-inf) / logical_not / any / where over the scores;
 - nn.MultiheadAttention's head split (permute, select, reshape, permute,
   transpose) is one strided copy per q, k and v, not three or four;
-- gelu's backward is one GELU_BACKWARD, not erf, exp and nine more ops.
+- gelu's backward is one GELU_BACKWARD, not erf, exp and nine more ops;
+- layer_norm's input gradient is one LAYER_NORM_BACKWARD.
 
 Tolerances: gradients rtol 1e-4 / atol 1e-5, as the other training tests —
 the math formulation sums the softmax and the matmuls in another order than
@@ -94,6 +95,9 @@ def test_transformer_training_graphs_are_lean(compiled_plans):
         assert op not in fwd + bwd, f"{op} in the compiled training graphs"
     assert fwd.count("softmax") == layers
     assert bwd.count("gelu_backward") == layers and "erf" not in bwd
+    # Two norms per layer; the first layer's first needs no input gradient
+    # (x does not require grad), only its weight and bias gradients.
+    assert bwd.count("layer_norm_backward") == 2 * layers - 1
     # Per layer in the forward: the layer norm's output to (S, B, E), q, k
     # and v, k transposed after its scale, the heads merged, and the output
     # projection back to (B, S, E): 7 copies (14 before views composed).
@@ -126,6 +130,36 @@ def test_gelu_backward_matches_eager(approximate):
     k = kiln.trace(module, (dy, x))
     assert "gelu_backward" in k.explain()
     torch.testing.assert_close(k(dy, x), module(dy, x), rtol=2e-5, atol=2e-6, equal_nan=True)
+
+
+class LayerNormGrad(torch.nn.Module):
+    def __init__(self, mask, affine):
+        super().__init__()
+        self.mask, self.affine = mask, affine
+
+    def forward(self, dy, x, mean, rstd, weight, bias):
+        w, b = (weight, bias) if self.affine else (None, None)
+        return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b,
+                                                          self.mask)
+
+
+@pytest.mark.parametrize("mask,affine", [([True, True, True], True), ([True, True, False], True),
+                                         ([True, False, False], False)])
+def test_layer_norm_backward_matches_eager(mask, affine):
+    """The input gradient (kernel) and the weight and bias gradients (plain
+    sums) against eager, with a row-length tail (33) and rows far from zero
+    mean. Tolerance: float32 row sums of 33 terms, 1e-5."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, 33) * 3 + 1
+    dy, w, b = torch.randn(4, 7, 33), torch.randn(33), torch.randn(33)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [33], w, b, 1e-5)
+    module, args = LayerNormGrad(mask, affine), (dy, x, mean, rstd, w, b)
+    k = kiln.trace(module, args)
+    assert "layer_norm_backward" in k.explain()
+    for got, want in zip(k(*args), module(*args)):
+        assert (got is None) == (want is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 class MaskedAttention(torch.nn.Module):

@@ -458,6 +458,15 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_SDPA:
       run_sdpa(g, n, bufs, pool);
       return kiln_ok();
+    case KILN_OP_LAYER_NORM_BACKWARD: {
+      const kiln_value_t* x = VAL(1);
+      int64_t cols = prod(x->shape, x->rank - (int32_t)n->params[0], x->rank);
+      size_t rows = cols ? numel / (size_t)cols : 0;
+      kiln_layer_norm_backward_f32(rows, (size_t)cols, BUF(0), BUF(1), BUF(2), BUF(3),
+                                   n->n_inputs > 4 && n->inputs[4] >= 0 ? BUF(4) : NULL, out,
+                                   pool);
+      return kiln_ok();
+    }
     case KILN_OP_GELU_BACKWARD:
       kiln_gelu_backward_f32((int)n->params[0], numel, BUF(0), BUF(1), out, pool);
       return kiln_ok();

@@ -146,6 +146,32 @@ void kiln_layer_norm_f32(size_t rows, size_t cols, const float* x, const float* 
   kiln_pool_parallel_for(pool, tasks, kiln_nn_layer_norm_task, &c);
 }
 
+typedef struct kiln_nn_ln_backward_ctx_s {
+  kiln_nn_split_t sp;
+  size_t cols;
+  const float *dy, *x, *mean, *rstd, *gamma;
+  float* dx;
+} kiln_nn_ln_backward_ctx_t;
+
+static void kiln_nn_layer_norm_backward_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_nn_ln_backward_ctx_t* c = ctx;
+  size_t lo, hi;
+  kiln_nn_range(&c->sp, task, &lo, &hi);
+  c->sp.k->layer_norm_backward_rows(lo, hi, c->cols, c->dy, c->x, c->mean, c->rstd, c->gamma,
+                                    c->dx);
+}
+
+void kiln_layer_norm_backward_f32(size_t rows, size_t cols, const float* dy, const float* x,
+                                  const float* mean, const float* rstd, const float* gamma,
+                                  float* dx, kiln_pool_t* pool) {
+  if (cols == 0) return;
+  kiln_nn_ln_backward_ctx_t c = {.cols = cols, .dy = dy, .x = x, .mean = mean, .rstd = rstd,
+                                 .gamma = gamma, .dx = dx};
+  size_t tasks = kiln_nn_split_init(&c.sp, rows, 2 * cols * sizeof(float), 1, pool);
+  kiln_pool_parallel_for(pool, tasks, kiln_nn_layer_norm_backward_task, &c);
+}
+
 static void kiln_nn_rms_norm_task(void* ctx, size_t task, int thread) {
   (void)thread;
   kiln_nn_rows_ctx_t* c = ctx;

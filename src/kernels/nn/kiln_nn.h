@@ -61,6 +61,17 @@ void kiln_layer_norm_f32(size_t rows, size_t cols, const float* x, const float* 
 void kiln_layer_norm_f32_reference(size_t rows, size_t cols, const float* x,
                                    const float* gamma, const float* beta, float eps, float* y);
 
+/* layer_norm's input gradient along cols: with xh = (x - mean) * rstd and
+ * g = dy * gamma, dx = rstd * (g - mean(g) - xh * mean(g * xh)); mean and
+ * rstd hold one value per row (what the forward saved); gamma (cols) may be
+ * NULL. dx may alias dy or x exactly. */
+void kiln_layer_norm_backward_f32(size_t rows, size_t cols, const float* dy, const float* x,
+                                  const float* mean, const float* rstd, const float* gamma,
+                                  float* dx, kiln_pool_t* pool);
+void kiln_layer_norm_backward_f32_reference(size_t rows, size_t cols, const float* dy,
+                                            const float* x, const float* mean, const float* rstd,
+                                            const float* gamma, float* dx);
+
 /* y = x / sqrt(mean(x^2) + eps) * gamma; gamma may be NULL. */
 void kiln_rms_norm_f32(size_t rows, size_t cols, const float* x, const float* gamma,
                        float eps, float* y, kiln_pool_t* pool);

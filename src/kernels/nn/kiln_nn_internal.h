@@ -46,6 +46,9 @@ typedef struct kiln_nn_kernels_s {
                           const float* gamma, const float* beta, float eps, float* y);
   void (*rms_norm_rows)(size_t r0, size_t r1, size_t cols, const float* x,
                         const float* gamma, float eps, float* y);
+  void (*layer_norm_backward_rows)(size_t r0, size_t r1, size_t cols, const float* dy,
+                                   const float* x, const float* mean, const float* rstd,
+                                   const float* gamma, float* dx);
   /* Picks the query block for the shapes in args (fills plan). */
   void (*attention_plan)(const kiln_attention_args_t* args, int n_threads,
                          kiln_nn_attention_plan_t* plan);
@@ -65,6 +68,10 @@ typedef struct kiln_nn_kernels_s {
                                     float* y);                                             \
   void kiln_nn_rms_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,       \
                                   const float* gamma, float eps, float* y);                \
+  void kiln_nn_layer_norm_backward_rows##sfx(size_t r0, size_t r1, size_t cols,            \
+                                             const float* dy, const float* x,              \
+                                             const float* mean, const float* rstd,         \
+                                             const float* gamma, float* dx);               \
   void kiln_nn_attention_plan##sfx(const kiln_attention_args_t* args, int n_threads,      \
                                    kiln_nn_attention_plan_t* plan);                        \
   void kiln_nn_attention_task##sfx(const kiln_nn_attention_plan_t* plan, size_t task);     \

@@ -61,6 +61,25 @@ void kiln_gelu_backward_f32_reference(int tanh_form, size_t n, const float* dy, 
   }
 }
 
+void kiln_layer_norm_backward_f32_reference(size_t rows, size_t cols, const float* dy,
+                                            const float* x, const float* mean, const float* rstd,
+                                            const float* gamma, float* dx) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float *g = dy + r * cols, *xr = x + r * cols;
+    double s1 = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < cols; ++i) {
+      double gg = (double)g[i] * (gamma ? gamma[i] : 1.0f);
+      s1 += gg;
+      s2 += gg * (((double)xr[i] - mean[r]) * rstd[r]);
+    }
+    for (size_t i = 0; i < cols; ++i) {
+      double gg = (double)g[i] * (gamma ? gamma[i] : 1.0f);
+      double xh = ((double)xr[i] - mean[r]) * rstd[r];
+      dx[r * cols + i] = (float)(rstd[r] * (gg - s1 / (double)cols - xh * s2 / (double)cols));
+    }
+  }
+}
+
 void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float* y,
                                 int log_softmax) {
   for (size_t r = 0; r < rows; ++r) {

@@ -9,6 +9,7 @@ const kiln_nn_kernels_t KILN_NN_FN(kiln_nn_kernels) = {
     .softmax_rows = KILN_NN_FN(kiln_nn_softmax_rows),
     .layer_norm_rows = KILN_NN_FN(kiln_nn_layer_norm_rows),
     .rms_norm_rows = KILN_NN_FN(kiln_nn_rms_norm_rows),
+    .layer_norm_backward_rows = KILN_NN_FN(kiln_nn_layer_norm_backward_rows),
     .attention_plan = KILN_NN_FN(kiln_nn_attention_plan),
     .attention_task = KILN_NN_FN(kiln_nn_attention_task),
 };

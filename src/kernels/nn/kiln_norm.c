@@ -36,6 +36,51 @@ void KILN_NN_FN(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, const f
   }
 }
 
+/* One row of layer_norm's input gradient: with xh = (x - mean) rstd and
+ * g = dy gamma, dx = rstd (g - mean(g) - xh mean(g xh)). Two lane-summed
+ * reductions, then a pass that writes dx last in each iteration (dx may
+ * alias dy or x). has_gamma is a constant at each call, so each case is its
+ * own branch-free vector loop. */
+static inline void kiln_nn_layer_norm_backward_row(size_t n, const float* dy, const float* x,
+                                                   float mu, float rs, const float* gamma,
+                                                   int has_gamma, float* dx) {
+  float a1[KILN_NN_LANES] = {0}, a2[KILN_NN_LANES] = {0};
+  size_t i = 0;
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
+#pragma GCC unroll 1
+    for (int j = 0; j < KILN_NN_LANES; ++j) {
+      float g = has_gamma ? dy[i + j] * gamma[i + j] : dy[i + j];
+      a1[j] += g;
+      a2[j] += g * ((x[i + j] - mu) * rs);
+    }
+  }
+  for (size_t j = 0; i < n; ++i, ++j) {
+    float g = has_gamma ? dy[i] * gamma[i] : dy[i];
+    a1[j] += g;
+    a2[j] += g * ((x[i] - mu) * rs);
+  }
+  float m1 = kiln_nn_lanes_sum(a1) / (float)n, m2 = kiln_nn_lanes_sum(a2) / (float)n;
+  for (i = 0; i < n; ++i) {
+    float g = has_gamma ? dy[i] * gamma[i] : dy[i];
+    dx[i] = rs * (g - m1 - (x[i] - mu) * rs * m2);
+  }
+}
+
+void KILN_NN_FN(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, size_t n, const float* dy,
+                                                  const float* x, const float* mean,
+                                                  const float* rstd, const float* gamma,
+                                                  float* dx) {
+  if (n == 0) return;
+  for (size_t r = r0; r < r1; ++r) {
+    if (gamma)
+      kiln_nn_layer_norm_backward_row(n, dy + r * n, x + r * n, mean[r], rstd[r], gamma, 1,
+                                      dx + r * n);
+    else
+      kiln_nn_layer_norm_backward_row(n, dy + r * n, x + r * n, mean[r], rstd[r], NULL, 0,
+                                      dx + r * n);
+  }
+}
+
 void KILN_NN_FN(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t n, const float* x,
                                        const float* gamma, float eps, float* y) {
   if (n == 0) return;
