@@ -252,7 +252,7 @@ static void test_sum_leading(void) {
     kiln_test_fill_f32(x, (size_t)(reds[k] * 13), (unsigned)k, -2.0f, 2.0f);
     if (reds[k] > 2) x[2 * 13 + 4] = NAN;
     for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MEAN; ++op) {
-      kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, 1u, x, got);
+      kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, 1u, x, got, NULL);
       for (int j = 0; j < 13; ++j) {
         double a = 0.0;
         for (int64_t r = 0; r < reds[k]; ++r) a += x[r * 13 + j];
@@ -266,7 +266,40 @@ static void test_sum_leading(void) {
   }
 }
 
+/* Float reductions split over a pool (rows of a trailing reduction,
+ * column ranges of a leading one): bitwise equal to the serial run, for
+ * sums, means, maxima and minima, with ragged last tasks. */
+static void test_reduce_parallel(void) {
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(3, &pool));
+  if (!pool) return;
+  enum { R = 301, C = 517 };
+  float* x = malloc(R * C * sizeof(float));
+  float* a = malloc(R * C * sizeof(float));
+  float* b = malloc(R * C * sizeof(float));
+  if (x && a && b) {
+    kiln_test_fill_f32(x, R * C, 99u, -5.0f, 5.0f);
+    x[7 * C + 11] = NAN;
+    int64_t shape[2] = {R, C};
+    for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MIN; ++op) {
+      for (uint32_t mask = 1; mask <= 2; ++mask) {
+        size_t n = mask == 1 ? C : R;
+        kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, mask, x, a, NULL);
+        kiln_reduce((kiln_reduce_t)op, KILN_F32, 2, shape, mask, x, b, pool);
+        KILN_EXPECT(memcmp(a, b, n * sizeof(float)) == 0,
+                    "reduce op %d over axis %s: 3 threads differ from 1", op,
+                    mask == 1 ? "0 (leading)" : "1 (trailing)");
+      }
+    }
+  }
+  free(x);
+  free(a);
+  free(b);
+  kiln_pool_release(pool);
+}
+
 void kiln_test_suite_train_ops(void) {
+  test_reduce_parallel();
   test_sum_rows();
   test_sum_leading();
   kiln_test_each_isa_and_pool(check_safe_softmax);

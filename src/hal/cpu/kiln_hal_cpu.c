@@ -355,7 +355,7 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
   if (KILN_OP_IS_REDUCE(op)) {
     const kiln_value_t* x = VAL(0);
     kiln_reduce((kiln_reduce_t)(op - KILN_OP_SUM), x->dtype, x->rank, x->shape,
-                (uint32_t)n->params[0], BUF(0), out);
+                (uint32_t)n->params[0], BUF(0), out, pool);
     return kiln_ok();
   }
   switch (op) {

@@ -99,9 +99,11 @@ void kiln_reduce_sum_rows_f32(size_t rows, size_t cols, int mean, const float* x
 void kiln_reduce_sum_rows_f32_reference(size_t rows, size_t cols, int mean, const float* x,
                                         float* out);
 /* Reduces the axes set in `mask` of a dense (rank, shape) tensor; out is
- * dense over the kept axes. */
+ * dense over the kept axes. Float sums, means, maxima and minima over all
+ * trailing or all leading axes run on the pool (may be NULL); the result
+ * does not depend on the thread count. */
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,
-                 uint32_t mask, const void* x, void* out);
+                 uint32_t mask, const void* x, void* out, kiln_pool_t* pool);
 /* Index of the first maximum along axis (NaN counts as the maximum, as torch). */
 void kiln_argmax(kiln_dtype_t dtype, int32_t rank, const int64_t* shape, int32_t axis,
                  const void* x, int64_t* out);

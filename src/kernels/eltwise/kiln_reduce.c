@@ -53,22 +53,23 @@ static double kiln_reduce_step(kiln_reduce_t op, double acc, double v) {
   }
 }
 
-/* Reduced axes all before kept axes: (n_red, n_out) rows accumulate into
- * out row by row (vectorisable; torch also sums these in float). */
-static void kiln_reduce_leading_f32(kiln_reduce_t op, int64_t n_red, int64_t n_out, const float* x,
-                                    float* out) {
+/* Reduced axes all before kept axes: (n_red, n_out) rows, ld floats apart,
+ * accumulate into out row by row (vectorisable; torch also sums these in
+ * float). Columns are independent: tasks take column ranges. */
+static void kiln_reduce_leading_f32(kiln_reduce_t op, int64_t n_red, int64_t n_out, int64_t ld,
+                                    const float* x, float* out) {
   memcpy(out, x, (size_t)n_out * sizeof(float));
   int64_t r = 1;
   if (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN) {
     /* Four rows per sweep: a quarter of the loads and stores of out (the
      * sweep over out was the cost, not the rows' bytes). */
     for (; r + 4 <= n_red; r += 4) {
-      const float *a = x + r * n_out, *b = a + n_out, *c = b + n_out, *d = c + n_out;
+      const float *a = x + r * ld, *b = a + ld, *c = b + ld, *d = c + ld;
       for (int64_t j = 0; j < n_out; ++j) out[j] += (a[j] + b[j]) + (c[j] + d[j]);
     }
   }
   for (; r < n_red; ++r) {
-    const float* row = x + r * n_out;
+    const float* row = x + r * ld;
     switch (op) {
       case KILN_REDUCE_SUM:
       case KILN_REDUCE_MEAN:
@@ -121,8 +122,47 @@ void kiln_reduce_sum_rows_f32_reference(size_t rows, size_t cols, int mean, cons
   }
 }
 
+/* The two float fast paths split over the pool: rows of a trailing
+ * reduction, column ranges of a leading one. Each output is summed by one
+ * task in the serial order, so results do not depend on the split. */
+typedef struct {
+  kiln_reduce_t op;
+  int64_t n_red, n_out, per;
+  int leading;
+  const float* x;
+  float* out;
+} kiln_reduce_ctx_t;
+
+static void kiln_reduce_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_reduce_ctx_t* c = p;
+  int64_t o0 = (int64_t)task * c->per, o1 = o0 + c->per < c->n_out ? o0 + c->per : c->n_out;
+  if (c->leading)
+    kiln_reduce_leading_f32(c->op, c->n_red, o1 - o0, c->n_out, c->x + o0, c->out + o0);
+  else
+    kiln_reduce_sum_rows_f32((size_t)(o1 - o0), (size_t)c->n_red, c->op == KILN_REDUCE_MEAN,
+                             c->x + o0 * c->n_red, c->out + o0);
+}
+
+/* Outputs per task: at least 64 KiB of input each (smaller reductions run
+ * inline), a multiple of 16 outputs (a column range is whole cache lines),
+ * about four tasks per thread. */
+static void kiln_reduce_split(kiln_reduce_ctx_t* c, kiln_pool_t* pool) {
+  int threads = kiln_pool_size(pool);
+  int64_t total = c->n_red * c->n_out, tasks = 1;
+  if (threads > 1 && total >= 2 * 16384) {
+    tasks = (int64_t)threads * 4;
+    int64_t most = total / 16384;
+    if (tasks > most) tasks = most;
+  }
+  int64_t per = (c->n_out + tasks - 1) / tasks;
+  per = (per + 15) / 16 * 16;
+  c->per = per;
+  kiln_pool_parallel_for(pool, (size_t)((c->n_out + per - 1) / per), kiln_reduce_task, c);
+}
+
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,
-                 uint32_t mask, const void* x, void* out) {
+                 uint32_t mask, const void* x, void* out, kiln_pool_t* pool) {
   int64_t n_out = 1, n_red = 1;
   for (int32_t d = 0; d < rank; ++d) {
     if (mask & (1u << d)) n_red *= shape[d];
@@ -143,7 +183,8 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
   int trailing = last_kept < first_red;
   int leading = last_red < first_kept;
   if (trailing && dtype == KILN_F32 && op <= KILN_REDUCE_MEAN) {
-    kiln_reduce_sum_rows_f32((size_t)n_out, (size_t)n_red, op == KILN_REDUCE_MEAN, x, out);
+    kiln_reduce_ctx_t c = {op, n_red, n_out, 0, 0, x, out};
+    kiln_reduce_split(&c, pool);
     return;
   }
   if (trailing) {
@@ -162,7 +203,8 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
     return;
   }
   if (leading && dtype == KILN_F32 && op != KILN_REDUCE_ANY && n_red > 0) {
-    kiln_reduce_leading_f32(op, n_red, n_out, x, out);
+    kiln_reduce_ctx_t c = {op, n_red, n_out, 0, 1, x, out};
+    kiln_reduce_split(&c, pool);
     return;
   }
   /* Mixed: each output walks its reduced elements with an odometer over the
