@@ -8,6 +8,7 @@
  * when B is stored transposed (y = x W^T reads W (N, K) as B). Other layouts
  * and partial panels fall back to the portable packers. */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels/gemm/kiln_gemm_internal.h"
 
@@ -70,7 +71,9 @@ static void kiln_gemm_pack_a6t_avx2(int64_t k, const float* a, int64_t cs, int64
     }
     for (int64_t r = 0; r < panels; ++r) {
       _mm_storeu_ps(o + r * k * 6, _mm_loadu_ps(s + 6 * r));
-      _mm_store_sd((double*)(o + r * k * 6 + 4), _mm_load_sd((const double*)(s + 6 * r + 4)));
+      /* The last two floats: one 8-byte move (memcpy: the address is only
+       * 4-byte aligned, which _mm_load_sd's double* may not be). */
+      memcpy(o + r * k * 6 + 4, s + 6 * r + 4, 2 * sizeof(float));
     }
   }
 }
