@@ -265,7 +265,7 @@ void kiln_test_suite_fused(void) {
   kiln_test_fused_validate();
   float half = 0.5f;
   uint32_t hb = kiln_test_fbits(half);
-  static kiln_test_fused_case_t cases[10];
+  static kiln_test_fused_case_t cases[12];
   int nc = 0;
   /* x * 0.5 + bias, then tanh, times a column: bias over the last dim, a
    * [.., 1] column, an immediate; last dim 37 leaves vector tails. */
@@ -310,6 +310,21 @@ void kiln_test_suite_fused(void) {
        W(KILN_FUSED_SELECT, 2, 1, 0), W(KILN_FUSED_LOAD, 3, 1, 0), W(OP(GT), 4, 2, 3),
        W(OP(EQ), 5, 2, 3), W(OP(ADD), 4, 4, 5), W(KILN_FUSED_SELECT, 4, 3, 2)},
       10};
+  /* ReLU's backward as torch lowers it: where(y <= 0, 0, g), the condition
+   * and one arm broadcast scalars, over tiles and a tail (5 x 1031). */
+  uint32_t zero = kiln_test_fbits(0.0f);
+  cases[nc++] = (kiln_test_fused_case_t){
+      "relu-backward", 2, {5, 1031}, 2, {{5, 1031}, {5, 1031}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_IMM, 1, 0, 0), zero, W(OP(LE), 2, 0, 1),
+       W(KILN_FUSED_LOAD, 3, 1, 0), W(KILN_FUSED_SELECT, 2, 1, 3)},
+      6};
+  /* A select whose condition, arms and result are all scalars (a column
+   * input broadcast to the rows after the select). */
+  cases[nc++] = (kiln_test_fused_case_t){
+      "select-scalars", 2, {4, 600}, 2, {{4, 600}, {1, 1}},
+      {W(KILN_FUSED_LOAD, 0, 1, 0), W(KILN_FUSED_IMM, 1, 0, 0), zero, W(OP(GT), 2, 0, 1),
+       W(KILN_FUSED_SELECT, 2, 0, 1), W(KILN_FUSED_LOAD, 3, 0, 0), W(OP(ADD), 2, 2, 3)},
+      8};
   for (int i = 0; i < nc; ++i) {
     kiln_test_fused_cur = &cases[i];
     kiln_test_each_isa_and_pool(kiln_test_fused_run);
