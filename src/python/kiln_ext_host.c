@@ -11,17 +11,22 @@
  *
  * The runtime is found among the objects already loaded (dl_iterate_phdr),
  * never loaded by kiln: without torch (the C CLI, a process that never
- * imported it) kiln keeps its own pool. */
+ * imported it) kiln keeps its own pool. GNU libgomp is what the PyPI wheels
+ * ship; Intel's libiomp5 and LLVM's libomp (other builds of torch) export
+ * the same GOMP_parallel entry point for GNU-compiled code. Elsewhere than
+ * Linux (no dl_iterate_phdr) kiln keeps its own pool. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dlfcn.h>
-#include <link.h>
 #include <string.h>
 
 #include "kiln_ext_host.h"
 
 #include "base/kiln_pool.h"
+
+#if defined(__linux__)
+#include <dlfcn.h>
+#include <link.h>
 
 typedef struct {
   char path[4096];
@@ -34,11 +39,15 @@ static int kiln_py_host_visit(struct dl_phdr_info* info, size_t size, void* p) {
   if (!name || !*name) return 0;
   const char* base = strrchr(name, '/');
   base = base ? base + 1 : name;
-  if (strncmp(base, "libgomp", 7) != 0 || strlen(name) >= sizeof(f->path)) return 0;
+  int omp = !strncmp(base, "libgomp", 7) || !strncmp(base, "libiomp5", 8) ||
+            !strncmp(base, "libomp.", 7) || !strncmp(base, "libomp-", 7);
+  if (!omp || strlen(name) >= sizeof(f->path)) return 0;
   /* Prefer the copy PyTorch ships (torch/lib/libgomp*.so): it is the one its ops use. */
   if (!f->path[0] || strstr(name, "torch")) strcpy(f->path, name);
   return 0;
 }
+
+#endif
 
 const char* kiln_py_host_threads(int on) {
   static char found[4096];
@@ -46,6 +55,10 @@ const char* kiln_py_host_threads(int on) {
     kiln_pool_set_host_parallel(NULL);
     return NULL;
   }
+#if !defined(__linux__)
+  (void)found;
+  return NULL;
+#else
   kiln_py_host_find_t f;
   f.path[0] = 0;
   dl_iterate_phdr(kiln_py_host_visit, &f);
@@ -64,4 +77,5 @@ const char* kiln_py_host_threads(int on) {
   kiln_pool_set_host_parallel(fn);
   strcpy(found, f.path);
   return found;
+#endif
 }

@@ -34,7 +34,8 @@ def _traced():
 
 @pytest.mark.skipif(not torch.backends.openmp.is_available(), reason="torch built without OpenMP")
 def test_torch_openmp_runtime_is_used():
-    assert kiln.HOST_THREADS is not None and "libgomp" in os.path.basename(kiln.HOST_THREADS)
+    assert kiln.HOST_THREADS is not None
+    assert os.path.basename(kiln.HOST_THREADS).startswith(("libgomp", "libiomp5", "libomp"))
     _, k, _ = _traced()
     assert "in the host's OpenMP regions" in k.explain().splitlines()[-1]
 
