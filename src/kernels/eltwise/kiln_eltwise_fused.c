@@ -130,6 +130,9 @@ static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, int rotate, int6
       }
     } else if (sl == 1) {
       memcpy(o, xr + col, (size_t)cnt * sizeof(float));
+    } else if (sl == 0) { /* broadcast along the last dim (a per-row mean or rstd): a fill */
+      float v = xr[0];
+      for (int64_t j = 0; j < cnt; ++j) o[j] = v;
     } else {
       for (int64_t j = 0; j < cnt; ++j) o[j] = xr[(col + j) * sl];
     }
