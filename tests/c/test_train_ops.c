@@ -19,6 +19,18 @@ static kiln_graph_t* new_graph(void) {
   return g;
 }
 
+/* g with output y, compiled with the default options, as a model (NULL,
+ * with the failure reported, when a step fails). */
+static kiln_model_t* compile_model(kiln_graph_t* g, int32_t y) {
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
+  if (!compiled) return NULL;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  return m;
+}
+
 /* Rows: ordinary; all -inf (zeros); -inf first but not all (softmax as
  * usual); a NaN (NaN row, as torch); +inf first (NaN, as torch); one
  * element per tail length. cols 1 and 19 cover size 1 and a vector tail. */
@@ -76,12 +88,7 @@ static void test_safe_softmax_graph(void) {
                     KILN_INVALID_ARGUMENT);
   int64_t safe[2] = {1, 1};
   KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SOFTMAX, &x, 1, safe, 2, NULL, 0, NULL, &y));
-  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
-  kiln_graph_t* compiled = NULL;
-  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
-  if (!compiled) return;
-  kiln_model_t* m = NULL;
-  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  kiln_model_t* m = compile_model(g, y);
   if (!m) return;
   float in[6] = {-INFINITY, -INFINITY, -INFINITY, 0.0f, 0.0f, -INFINITY}, out[6];
   kiln_tensor_t ti = {in, KILN_F32, 2, shape}, to = {out, KILN_F32, 2, shape};
@@ -111,12 +118,7 @@ static void test_gelu_backward_graph(void) {
                     KILN_INVALID_ARGUMENT);
   int64_t tanh_form = 1;
   KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GELU_BACKWARD, in, 2, &tanh_form, 1, NULL, 0, NULL, &y));
-  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
-  kiln_graph_t* compiled = NULL;
-  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
-  if (!compiled) return;
-  kiln_model_t* m = NULL;
-  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  kiln_model_t* m = compile_model(g, y);
   if (!m) return;
   float dy[15], x[15], t[15] = {0}, iv[15 * 2] = {0}, out[15], want[15];
   kiln_test_fill_f32(dy, 15, 11, -1.0f, 1.0f);
