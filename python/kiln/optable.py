@@ -620,6 +620,11 @@ def _sdpa(ctx, n):
     rank = len(ctx.shape(q))
     if rank not in (3, 4):
         raise Unsupported(f"attention on rank-{rank} tensors")
+    if len(ctx.shape(k)) != rank or len(ctx.shape(v)) != rank or ctx.shape(k)[0] != ctx.shape(q)[0] \
+            or ctx.shape(v)[0] != ctx.shape(q)[0]:
+        # torch broadcasts the batch dims (a rank-3 q against rank-4 k and v);
+        # kiln's SDPA takes one batch for all three.
+        raise Unsupported("attention whose q, k and v broadcast their batch dimensions")
     if rank == 3:  # (B, S, D) is one head: (B, 1, S, D)
         q, k, v = (reshape(ctx, t, [ctx.shape(t)[0], 1] + list(ctx.shape(t)[1:])) for t in (q, k, v))
     if not gqa and ctx.shape(k)[1] != ctx.shape(q)[1]:

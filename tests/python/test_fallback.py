@@ -166,3 +166,23 @@ def test_effect_tokens_run_in_eager_and_save(tmp_path):
     torch.testing.assert_close(m(a), Inverse()(a), **FP32_TOL)
     kiln.save(m, tmp_path / "inv.kiln")
     torch.testing.assert_close(kiln.load(tmp_path / "inv.kiln")(a), Inverse()(a), **FP32_TOL)
+
+
+class BroadcastAttention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_with_broadcast_batch_dims_falls_back():
+    """A rank-3 q against rank-4 k and v (torch broadcasts the batch dims,
+    an OpInfo sample): kiln's SDPA takes one batch, so the op falls back
+    and gives eager's result; fallback=False names it."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(4, 3, 8), torch.randn(4, 4, 6, 8), torch.randn(4, 4, 6, 8)
+    model = BroadcastAttention()
+    with pytest.raises(kiln.UnsupportedOpError, match="scaled_dot_product_attention"):
+        kiln.trace(model, (q, k, v), fallback=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = kiln.trace(model, (q, k, v))
+    torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-5, atol=1e-6)
