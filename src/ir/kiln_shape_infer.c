@@ -411,6 +411,10 @@ static kiln_status_t infer_pool2d(const kiln_node_t* n, const kiln_value_t* x, k
   return kiln_ok();
 }
 
+static int same_shape(const kiln_value_t* a, const kiln_value_t* b) {
+  return a->rank == b->rank && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank);
+}
+
 /* ACOS..SIGN and ATAN2..DIV_FLOOR (kernels/math): elementwise, one dtype
  * in and out; which dtypes each takes is documented in kiln_ops.h. */
 static kiln_status_t infer_math_ext(const kiln_graph_t* g, const kiln_node_t* n,
@@ -541,13 +545,13 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       return kiln_ok();
     }
     case KILN_OP_LAYER_NORM_BACKWARD: {
+      /* (dy, x, ...): dy is `x` here, the input is input 1. */
       const kiln_value_t* v = in_value(g, n, 1);
       int64_t k = n->params[0];
       if (x->dtype != KILN_F32 || v->dtype != KILN_F32)
         FAIL("layer_norm_backward takes float32, got %s and %s", kiln_dtype_name(x->dtype),
              kiln_dtype_name(v->dtype));
-      if (x->rank != v->rank || memcmp(x->shape, v->shape, sizeof(int64_t) * (size_t)x->rank))
-        FAIL("layer_norm_backward: the gradient and the input differ in shape");
+      if (!same_shape(x, v)) FAIL("layer_norm_backward: the gradient and the input differ in shape");
       if (k < 1 || k > x->rank)
         FAIL("layer_norm_backward: cannot normalise %lld trailing dims of rank %d", (long long)k,
              x->rank);
@@ -570,8 +574,7 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
       if (dy->dtype != KILN_F32 || v->dtype != KILN_F32)
         FAIL("gelu_backward takes float32, got %s and %s", kiln_dtype_name(dy->dtype),
              kiln_dtype_name(v->dtype));
-      if (dy->rank != v->rank || memcmp(dy->shape, v->shape, sizeof(int64_t) * (size_t)dy->rank))
-        FAIL("gelu_backward: the gradient and the input differ in shape");
+      if (!same_shape(dy, v)) FAIL("gelu_backward: the gradient and the input differ in shape");
       if (n->params[0] != 0 && n->params[0] != 1)
         FAIL("gelu_backward: approximate is 0 (none) or 1 (tanh), got %lld",
              (long long)n->params[0]);

@@ -463,8 +463,7 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
       int64_t cols = prod(x->shape, x->rank - (int32_t)n->params[0], x->rank);
       size_t rows = cols ? numel / (size_t)cols : 0;
       kiln_layer_norm_backward_f32(rows, (size_t)cols, BUF(0), BUF(1), BUF(2), BUF(3),
-                                   n->n_inputs > 4 && n->inputs[4] >= 0 ? BUF(4) : NULL, out,
-                                   pool);
+                                   n->n_inputs > 4 ? BUF(4) : NULL, out, pool);
       return kiln_ok();
     }
     case KILN_OP_GELU_BACKWARD:

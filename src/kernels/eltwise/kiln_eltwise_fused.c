@@ -246,7 +246,8 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       continue;
     }
     if (opc == KILN_FUSED_SELECT) {
-      /* In place over the condition (element i is read before written). */
+      /* Into dst's own buffer (or the output), over the condition: the
+       * result is built in `sel` first, so any operand may share it. */
       int so = scal[dst] && scal[ra] && scal[rb];
       int64_t m = so ? 1 : n;
       float* target = is_last && !so ? out : buf[dst];
@@ -254,18 +255,14 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       const float* c = kiln_fused_dense(val[dst], !scal[dst], m, fc);
       const float* x = kiln_fused_dense(val[ra], !scal[ra], m, fx);
       const float* y = kiln_fused_dense(val[rb], !scal[rb], m, fy);
-      if (target == x || target == y) target = scratch; /* never: distinct registers */
-      /* Both arms loaded unconditionally, into a local array (target may
-       * be c's buffer: GCC's overlap check would send that to scalar code). */
+      /* Both arms loaded unconditionally, into a local array (writing the
+       * target directly, GCC's overlap check would send an operand that
+       * shares it to scalar code). */
       for (int64_t i = 0; i < m; ++i) {
         float xv = x[i], yv = y[i];
         sel[i] = c[i] != 0.0f ? xv : yv;
       }
       memcpy(target, sel, (size_t)m * sizeof(float));
-      if (target == scratch) {
-        scratch = buf[dst];
-        buf[dst] = target;
-      }
       if (target == out) return;
       val[dst] = buf[dst];
       scal[dst] = so;
