@@ -275,9 +275,16 @@ def _index_select(ctx, n):
 
 @register(aten.gather.default)
 def _gather_elements(ctx, n):
+    if _val(n).numel() == 0:  # torch accepts an empty index of any integer dtype and rank
+        return ctx.constant(torch.empty(_shape(n), dtype=_val(n).dtype))
     x = ctx.value(n.args[0])
-    dim = _norm_dim(n.args[1], max(len(ctx.shape(x)), 1))
-    return ctx.node("gather_elements", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+    idx = ctx.value(n.args[2])
+    if not ctx.shape(x):  # a 0-d tensor gathers like a (1,) one, with a 0-d or (1,) index
+        x = reshape(ctx, x, [1])
+        idx = reshape(ctx, idx, [1])
+    dim = _norm_dim(n.args[1], len(ctx.shape(x)))
+    y = ctx.node("gather_elements", [x, idx], [dim], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
 
 
 @register(aten.index.Tensor)

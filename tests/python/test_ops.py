@@ -560,6 +560,12 @@ ZERO = {
                                a.softmax(0), F.layer_norm(a, (4,))),
                     (randn(0, 4),)),
     "gemm_gather": (ZeroLinear(), (randn(0, 4), randn(2, 0), randn(0, 3), torch.zeros(2, 0, dtype=torch.long))),
+    # torch.gather takes an empty index of any integer dtype and rank, and a
+    # 0-d input with a 0-d or (1,) index (OpInfo gather samples 3-6).
+    "gather_edges": (lambda x, s, i1, i0: (torch.gather(x, 0, torch.zeros(2, 0, dtype=torch.uint8)),
+                                           torch.gather(s, 0, i1), torch.gather(s, 0, i0)),
+                     (randn(5), torch.tensor(1.5), torch.zeros(1, dtype=torch.long),
+                      torch.zeros((), dtype=torch.long))),
     "sdpa_q0": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
                 (randn(1, 2, 0, 8), randn(1, 2, 5, 8), randn(1, 2, 5, 8))),
 }
