@@ -207,9 +207,21 @@ def isa(level=None):
     return _C.isa(level)
 
 
+def output_cache(idle_cap_bytes=None):
+    """The cache large kiln outputs come from (see kiln.module): a dict of
+    idle_bytes, idle_blocks, hits and misses. With an argument, first sets
+    how many idle bytes it may keep (default 1 GiB); 0 frees them all."""
+    stats = _C.output_cache(-1 if idle_cap_bytes is None else int(idle_cap_bytes))
+    return dict(zip(("idle_bytes", "idle_blocks", "hits", "misses"), stats))
+
+
+def empty_cache():
+    """Frees the idle blocks of kiln's output cache, keeping its cap."""
+    _C.output_cache(-1, True)
+
 # Registers torch.ops.kiln.run so torch.jit.load works after `import kiln`.
 from kiln import jit as _jit  # noqa: E402,F401
 from kiln.module import KilnModule  # noqa: E402
 
-__all__ = ["trace", "analyze", "save", "load", "explain", "isa", "KilnModule", "KilnError",
-           "UnsupportedOpError"]
+__all__ = ["trace", "analyze", "save", "load", "explain", "isa", "output_cache", "empty_cache",
+           "KilnModule", "KilnError", "UnsupportedOpError"]

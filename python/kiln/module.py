@@ -1,9 +1,13 @@
 """The compiled module: a torch.nn.Module whose forward runs kiln's C runtime.
 
-Inputs cross to C as (data pointer, dtype, shape); outputs are allocated by
-torch (``torch.empty``) and written by C, so nothing returned points into
-kiln's arena. The module saves to a ``.kiln`` artifact and, for code written
-for torch_neuronx, through ``torch.jit.save``.
+Inputs cross to C as (data pointer, dtype, shape); outputs are new tensors
+every call, written by C, so nothing returned points into kiln's arena.
+Small outputs come from ``torch.empty``; large ones (activations saved for
+backward, gradients) from kiln's block cache through DLPack, so that their
+memory is reused step after step without page faults (see
+src/base/kiln_block_cache.h; ``KILN_OUTPUT_CACHE=0`` turns this off). The
+module saves to a ``.kiln`` artifact and, for code written for
+torch_neuronx, through ``torch.jit.save``.
 """
 
 import json
@@ -17,6 +21,33 @@ from kiln.errors import KilnError
 from kiln.optable import DTYPES, TORCH_DTYPES
 
 FORMAT_META = "py.meta"
+
+# Outputs of at least this many bytes come from kiln's block cache: below it
+# glibc's heap serves torch.empty without faults, and torch.empty is as fast.
+CACHED_OUTPUT_BYTES = 256 << 10
+# torch dtype -> (DLPack type code, bits)
+_DLPACK = {torch.float32: (2, 32), torch.float16: (2, 16), torch.bfloat16: (4, 16),
+           torch.int64: (0, 64), torch.int32: (0, 32), torch.int8: (0, 8), torch.uint8: (1, 8),
+           torch.bool: (6, 8)}
+
+
+def _output_maker(dtype, shape, cache):
+    """A zero-argument function that makes one new output tensor."""
+    code, bits = _DLPACK[dtype]
+    nbytes = bits // 8
+    for d in shape:
+        nbytes *= d
+    if cache and nbytes >= CACHED_OUTPUT_BYTES:
+        empty, from_dlpack = _C.empty, torch._C._from_dlpack
+        return lambda: from_dlpack(empty(shape, code, bits))
+    # torch.empty_like of an expanded 1-element template is about 3x cheaper
+    # than torch.empty(shape, dtype=...) and, when it is contiguous (checked:
+    # the C side writes dense row-major outputs), as good.
+    tmpl = torch.empty((1,) * len(shape), dtype=dtype).expand(shape)
+    probe = torch.empty_like(tmpl)
+    if probe.is_contiguous() and tuple(probe.shape) == shape:
+        return lambda: torch.empty_like(tmpl)
+    return lambda: torch.empty(shape, dtype=dtype)
 
 
 class KilnModule(torch.nn.Module):
@@ -38,19 +69,11 @@ class KilnModule(torch.nn.Module):
 
     def _prepare_fast_path(self):
         """Per-call work done once: what a well-formed input looks like (exact
-        torch dtype object, its kiln id) and one template per output that
-        torch.empty_like copies (about 3x cheaper than torch.empty(shape,
-        dtype=...)). A template is an expanded 1-element tensor, so it costs
-        no memory; empty_like of it is contiguous (checked here, since the C
-        side writes dense row-major outputs)."""
+        torch dtype object, its kiln id) and how each output is made."""
         self._fast_in = [(TORCH_DTYPES[dtype], dtype) for dtype, _ in self._in_specs]
-        self._out_templates = []
-        for (dtype, shape), (dtype_id, _) in zip(self._out_specs, self._out_ids):
-            tmpl = torch.empty((1,) * len(shape), dtype=dtype).expand(shape)
-            probe = torch.empty_like(tmpl)
-            if not probe.is_contiguous() or tuple(probe.shape) != shape:
-                tmpl = None   # fall back to torch.empty for this output
-            self._out_templates.append((tmpl, dtype, shape, dtype_id))
+        cache = os.environ.get("KILN_OUTPUT_CACHE", "1") != "0"
+        self._out_makers = [_output_maker(dtype, shape, cache) for dtype, shape in self._out_specs]
+        self._out_descs = [(dtype_id, shape) for dtype_id, shape in self._out_ids]
         # How forward packs the outputs: "one" tensor, a flat "tuple", else
         # through the pytree spec (tree_unflatten costs microseconds).
         spec = self._out_spec
@@ -104,9 +127,9 @@ class KilnModule(torch.nn.Module):
             ins = self._check_inputs(args)
             descs = [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins]
         # Outputs are new tensors every call: the caller owns them.
-        outs = [torch.empty_like(tmpl) if tmpl is not None else torch.empty(shape, dtype=dtype)
-                for tmpl, dtype, shape, _ in self._out_templates]
-        self._kiln_model.run(descs, [(o.data_ptr(), spec[3], spec[2]) for o, spec in zip(outs, self._out_templates)])
+        outs = [make() for make in self._out_makers]
+        self._kiln_model.run(descs, [(o.data_ptr(), dtype_id, shape)
+                                     for o, (dtype_id, shape) in zip(outs, self._out_descs)])
         return outs
 
     def forward(self, *args, **kwargs):

@@ -17,6 +17,7 @@
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
 #include "kernels/kiln_activation.h"
+#include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
 #include "runtime/kiln_model.h"
 
@@ -718,6 +719,10 @@ static PyMethodDef kiln_py_functions[] = {
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
     {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
      "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},
+    {"empty", kiln_py_empty, METH_VARARGS,
+     "empty(shape, dlpack_code, bits) -> DLPack capsule over kiln-managed memory"},
+    {"output_cache", kiln_py_output_cache, METH_VARARGS,
+     "output_cache([idle_cap_bytes[, trim]]) -> (idle_bytes, idle_blocks, hits, misses)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kiln_py_module = {PyModuleDef_HEAD_INIT, "kiln._C",

@@ -1,8 +1,11 @@
-/* Tests of the base layer: status values and the thread pool. */
+/* Tests of the base layer: status values, the thread pool and the block
+ * cache. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "base/kiln_block_cache.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
 #include "kiln_test.h"
@@ -135,4 +138,100 @@ void kiln_test_suite_pool(void) {
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);
   KILN_EXPECT(pool == NULL, "no pool on failure");
+}
+
+/* ---- block cache ---------------------------------------------------------- */
+
+typedef struct {
+  kiln_block_cache_t* cache;
+  atomic_int bad;
+} kiln_test_bc_ctx_t;
+
+/* Each task takes and gives back blocks of a few sizes, writing its mark
+ * into every page it holds and checking it is still there before the block
+ * goes back: two holders of one block would overwrite each other's mark. */
+static void kiln_test_bc_task(void* p, size_t task, int thread) {
+  (void)thread;
+  kiln_test_bc_ctx_t* c = p;
+  for (int r = 0; r < 200; ++r) {
+    size_t bytes = (size_t)(1 + (task + (size_t)r) % 3) * 10000;
+    void* b = NULL;
+    kiln_status_t s = kiln_block_cache_get(c->cache, bytes, &b);
+    if (s || !b) {
+      kiln_status_free(s);
+      atomic_fetch_add(&c->bad, 1);
+      continue;
+    }
+    unsigned char* u = b;
+    for (size_t i = 0; i < bytes; i += 4096) u[i] = (unsigned char)task;
+    for (size_t i = 0; i < bytes; i += 4096)
+      if (u[i] != (unsigned char)task) atomic_fetch_add(&c->bad, 1);
+    kiln_block_cache_put(c->cache, b, bytes);
+  }
+}
+
+void kiln_test_suite_block_cache(void) {
+  kiln_block_cache_t* c = kiln_block_cache_create((size_t)64 << 10);
+  KILN_EXPECT(c != NULL, "create");
+  if (!c) return;
+  void *a = NULL, *b = NULL, *d = NULL;
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 5000, &a));
+  KILN_EXPECT(a && (uintptr_t)a % 64 == 0, "aligned block");
+  memset(a, 1, 5000);
+  kiln_block_cache_put(c, a, 5000);
+  kiln_block_cache_stats_t st = kiln_block_cache_stats(c);
+  KILN_EXPECT(st.idle_blocks == 1 && st.idle_bytes == 8192, "one idle block of 2 pages: %zu %zu",
+              st.idle_blocks, st.idle_bytes);
+  /* Same page count: the same block comes back. Another size: a new one. */
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 8000, &b));
+  KILN_EXPECT(b == a, "reused");
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 5000, &d));
+  KILN_EXPECT(d && d != b, "a block out is not handed out twice");
+  st = kiln_block_cache_stats(c);
+  KILN_EXPECT(st.hits == 1 && st.misses == 2 && st.idle_blocks == 0, "hits %zu misses %zu",
+              st.hits, st.misses);
+  kiln_block_cache_put(c, b, 8000);
+  kiln_block_cache_put(c, d, 5000);
+  /* The cap (64 KiB) holds: a second 40 KiB block pushes the older ones
+   * out, a block over the cap is freed at once. */
+  void *e = NULL, *e2 = NULL, *f = NULL;
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 40 << 10, &e));
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 40 << 10, &e2));
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 100 << 10, &f));
+  kiln_block_cache_put(c, e, 40 << 10);
+  st = kiln_block_cache_stats(c);
+  KILN_EXPECT(st.idle_bytes == 57344 && st.idle_blocks == 3, "%zu bytes in %zu blocks",
+              st.idle_bytes, st.idle_blocks);
+  kiln_block_cache_put(c, e2, 40 << 10);
+  kiln_block_cache_put(c, f, 100 << 10);
+  st = kiln_block_cache_stats(c);
+  KILN_EXPECT(st.idle_bytes == (40 << 10) && st.idle_blocks == 1,
+              "capped: %zu bytes in %zu blocks", st.idle_bytes, st.idle_blocks);
+  void* h = NULL;
+  KILN_EXPECT_OK(kiln_block_cache_get(c, 40 << 10, &h));
+  KILN_EXPECT(h == e2, "the newest block stayed");
+  kiln_block_cache_put(c, h, 40 << 10);
+  kiln_block_cache_set_cap(c, 0);
+  st = kiln_block_cache_stats(c);
+  KILN_EXPECT(st.idle_bytes == 0 && st.idle_blocks == 0, "cap 0 frees everything");
+  /* A size no allocator can give fails cleanly. */
+  void* g = (void*)1;
+  KILN_EXPECT_ERROR(kiln_block_cache_get(c, (size_t)-1, &g), KILN_OUT_OF_MEMORY);
+  KILN_EXPECT(g == NULL, "no block on failure");
+  KILN_EXPECT_ERROR(kiln_block_cache_get(c, (size_t)1 << 62, &g), KILN_OUT_OF_MEMORY);
+
+  /* Concurrent use from two threads. */
+  kiln_block_cache_set_cap(c, (size_t)1 << 20);
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  if (pool) {
+    kiln_test_bc_ctx_t ctx = {c, 0};
+    kiln_pool_parallel_for(pool, 8, kiln_test_bc_task, &ctx);
+    KILN_EXPECT(atomic_load(&ctx.bad) == 0, "%d blocks shared or lost", atomic_load(&ctx.bad));
+    st = kiln_block_cache_stats(c);
+    KILN_EXPECT(st.hits > 0 && st.idle_bytes <= ((size_t)1 << 20), "hits %zu idle %zu", st.hits,
+                st.idle_bytes);
+    kiln_pool_release(pool);
+  }
+  kiln_block_cache_destroy(c);
 }

@@ -66,6 +66,7 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
 #define KILN_TEST_SUITES(X) \
   X(status)                 \
   X(pool)                   \
+  X(block_cache)            \
   X(ir)                   \
   X(nn)                     \
   X(artifact)               \
