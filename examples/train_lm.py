@@ -47,19 +47,25 @@ def batches(steps, batch, seq, vocab, seed=0):
         yield ids[:, :-1], ids[:, 1:]
 
 
-def train(name, model, steps, args):
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses, times = [], []
+def train(models, steps, args):
+    """Trains every (name, model) on the same batches. Their steps alternate,
+    so that both see the same machine load (a shared machine drifts by tens
+    of percent over a minute: back-to-back runs would time the drift)."""
+    opts = {name: torch.optim.AdamW(model.parameters(), lr=3e-3) for name, model in models}
+    losses = {name: [] for name, _ in models}
+    times = {name: [] for name, _ in models}
     for i, (x, y) in enumerate(batches(steps, args.batch, args.seq, args.vocab)):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1))
-        loss.backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
+        for name, model in models:
+            t0 = time.perf_counter()
+            opts[name].zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, args.vocab), y.reshape(-1))
+            loss.backward()
+            opts[name].step()
+            times[name].append(time.perf_counter() - t0)
+            losses[name].append(loss.item())
         done = (i + 1) / steps
-        sys.stdout.write(f"\r{name:6s} [{'#' * int(30 * done):30s}] {i + 1}/{steps} loss {loss.item():.3f}")
+        now = "  ".join(f"{name} {losses[name][-1]:.3f}" for name, _ in models)
+        sys.stdout.write(f"\r[{'#' * int(30 * done):30s}] {i + 1}/{steps} loss {now}")
         sys.stdout.flush()
     print()
     return losses, times
@@ -79,8 +85,10 @@ def main():
     eager_model = copy.deepcopy(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kiln_losses, kiln_times = train("kiln", torch.compile(model, backend="kiln"), args.steps, args)
-    eager_losses, eager_times = train("eager", eager_model, args.steps, args)
+        losses, times = train([("kiln", torch.compile(model, backend="kiln")), ("eager", eager_model)],
+                              args.steps, args)
+    kiln_losses, eager_losses = losses["kiln"], losses["eager"]
+    kiln_times, eager_times = times["kiln"], times["eager"]
     print(f"\n{'step':>6s} {'kiln loss':>10s} {'eager loss':>11s}")
     for i in list(range(0, args.steps, max(args.steps // 10, 1))) + [args.steps - 1]:
         print(f"{i:6d} {kiln_losses[i]:10.4f} {eager_losses[i]:11.4f}")
