@@ -313,14 +313,17 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
     kiln_test_nn_attention_case(&cases[i], pool, isa);
 }
 
-/* Strided copies that transpose (the tiled path) and that don't, for every
+/* Strided copies that transpose (the tiled paths) and that don't, for every
  * element size, against index arithmetic. */
 static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
   static const struct {
     int64_t a, b, c;
     int perm[3];
   } cases[] = {{2, 37, 45, {0, 2, 1}}, {1, 64, 8, {0, 2, 1}}, {3, 9, 70, {2, 0, 1}},
-               {4, 33, 7, {1, 0, 2}}, {2, 5, 40, {2, 1, 0}}, {1, 100, 100, {0, 2, 1}}};
+               {4, 33, 7, {1, 0, 2}}, {2, 5, 40, {2, 1, 0}}, {1, 100, 100, {0, 2, 1}},
+               /* the input's unit stride on the first output dim: attention's
+                * (b h, d, s) -> (s, b h, d), tiled once that dim moves */
+               {32, 64, 128, {2, 0, 1}}, {5, 11, 33, {2, 0, 1}}, {9, 40, 8, {2, 0, 1}}};
   static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_I64, KILN_BOOL, KILN_F16};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
     for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; ++di) {
