@@ -211,7 +211,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
         const kiln_value_t* w = &g->values[l->inputs[1]];
         ok = l->inputs[0] == l0->inputs[0] && l->params[0] == KILN_ACT_NONE &&
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
-             w->layout == g->values[l0->inputs[1]].layout &&
+             w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
              (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D) &&
              w->shape[0] == K && (l->n_inputs > 2 && l->inputs[2] >= 0) == (l0->n_inputs > 2 && l0->inputs[2] >= 0) &&
              (i == 0 || lin[i] != lin[i - 1]);

@@ -1,8 +1,9 @@
 /* GEMM epilogue fusion and weight packing.
  *
  * The pattern, as captured from nn.Linear (addmm, or matmul then add):
- *     y0 = MATMUL(x, W)           W a constant (K, N)
- *     y1 = ADD(y0, bias)          bias a constant of N elements   (optional)
+ *     y0 = MATMUL(x, W)           W a constant (K, N), or a 2-d graph value
+ *                                 read as (K, N) or transposed (training)
+ *     y1 = ADD(y0, bias)          bias N elements                 (optional)
  *     y2 = ACT(y1)                relu, gelu, silu, sigmoid, tanh (optional)
  *     y3 = ADD(y2, r)             r of y2's shape                 (optional)
  * becomes one LINEAR(x, W', bias, r) with the activation as a parameter,
@@ -11,7 +12,11 @@
  * reshaped instead (free: a view), so the LINEAR makes the final shape. Each step is absorbed only if the previous
  * value has exactly one user (and is not a graph output), so nothing else
  * sees the skipped intermediates. W stays dense here; kiln_pass_pack_weights
- * packs it once the other passes are done with it. */
+ * packs it once the other passes are done with it. A W that is not a
+ * constant (a training graph's weight) makes a LINEAR only when the chain
+ * absorbs something: the bias add after the forward GEMM, or the gradient
+ * sum after a backward one (dX = dY W + the other path's dX), each a pass
+ * over a cold (M, N) tensor otherwise. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,12 +30,13 @@ typedef struct {
   int32_t reshaped; /* the value whose shape the LINEAR makes, or -1 */
   int64_t act;
   int32_t x_reshape; /* a RESHAPE making x that the LINEAR looks through, or -1 */
+  int w_transposed;  /* W is a graph value stored (N, K) */
 } kiln_fuse_chain_t;
 
-/* A constant holding N floats laid out along the last axis: (N), (1, N), ... */
+/* N floats laid out along the last axis: (N), (1, N), ... */
 static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
-  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || v->layout != KILN_LAYOUT_DENSE ||
-      v->rank < 1 || v->shape[v->rank - 1] != n)
+  if (v->dtype != KILN_F32 || v->layout != KILN_LAYOUT_DENSE || v->rank < 1 ||
+      v->shape[v->rank - 1] != n)
     return 0;
   return kiln_value_numel(v) == n;
 }
@@ -69,14 +75,20 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
   /* Find chains. */
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_MATMUL || n->params[0] != 0) continue;
+    if (n->op != KILN_OP_MATMUL) continue;
     const kiln_value_t* w = &g->values[n->inputs[1]];
-    if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 ||
-        (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
+    int wconst = w->kind == KILN_VALUE_CONSTANT;
+    if (w->rank != 2 || (wconst ? n->params[0] != 0 ||
+                                      (w->layout != KILN_LAYOUT_DENSE &&
+                                       w->layout != KILN_LAYOUT_TRANSPOSED_2D)
+                                : (n->params[0] & ~(int64_t)KILN_MATMUL_TRANSPOSE_B) != 0 ||
+                                      w->layout != KILN_LAYOUT_DENSE))
       continue;
-    int64_t ncols = w->shape[1];
-    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1};
+    int wt = !wconst && (n->params[0] & KILN_MATMUL_TRANSPOSE_B) != 0;
+    int64_t ncols = w->shape[1 - wt];
+    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1, wt};
     int32_t cur = n->outputs[0], end = ni;
+    int32_t walked[16], n_walked = 0; /* nodes marked skip, to undo for nothing absorbed */
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
     while (stage < 3 && uses[cur] == 1 && user[cur] >= 0) {
       const kiln_node_t* u = &g->nodes[user[cur]];
@@ -102,9 +114,15 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       } else {
         break;
       }
+      if (n_walked == 16) break; /* a longer chain of views: stop here */
+      walked[n_walked++] = end;
       skip[end] = 1;
       end = user[cur];
       cur = u->outputs[0];
+    }
+    if (!wconst && c.bias < 0 && c.residual < 0 && c.act == KILN_ACT_NONE) {
+      while (n_walked) skip[walked[--n_walked]] = 0; /* stays a MATMUL */
+      continue;
     }
     c.x_reshape = -1;
     if (c.reshaped >= 0) {
@@ -153,9 +171,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     }
     if (s) break;
     int32_t n_in = c.residual >= 0 ? 4 : c.bias >= 0 ? 3 : 2;
-    int64_t params[KILN_MAX_PARAMS] = {c.act};
-    s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, 1, NULL, 0, mm->origin,
-                            &rw.remap[n->outputs[0]]);
+    int64_t params[KILN_MAX_PARAMS] = {c.act, c.w_transposed};
+    s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, c.w_transposed ? 2 : 1, NULL,
+                            0, mm->origin, &rw.remap[n->outputs[0]]);
   }
   if (!s) s = kiln_rewriter_finish(&rw, out_graph);
   kiln_rewriter_deinitialize(&rw);

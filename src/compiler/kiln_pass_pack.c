@@ -57,7 +57,7 @@ static int64_t kiln_pack_conv_groups(const kiln_graph_t* g, const kiln_node_t* n
 
 static int kiln_pack_wanted(const kiln_graph_t* g, const kiln_node_t* n) {
   if (kiln_pack_conv_groups(g, n) > 0) return 1;
-  if (n->op != KILN_OP_LINEAR) return 0;
+  if (n->op != KILN_OP_LINEAR || g->values[n->inputs[1]].kind != KILN_VALUE_CONSTANT) return 0;
   kiln_layout_t l = g->values[n->inputs[1]].layout;
   return l == KILN_LAYOUT_DENSE || l == KILN_LAYOUT_TRANSPOSED_2D;
 }

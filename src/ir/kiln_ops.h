@@ -42,10 +42,14 @@
  *                                        (..., N, K) (the compiler sets these
  *                                        to drop transpose copies).
  *   LINEAR         (x, w, bias?, residual?) -> y
- *                                        x (..., K); w a constant (K, N), packed
- *                                        for the GEMM when its layout says so;
+ *                                        x (..., K); w (K, N): a constant, packed
+ *                                        for the GEMM when its layout says so,
+ *                                        or a dense value (training: weights
+ *                                        are graph inputs);
  *                                        y = act(x·w + bias) + residual;
- *                                        params: [0] kiln_activation_t.
+ *                                        params: [0] kiln_activation_t,
+ *                                        [1] (optional) 1: w is a dense value
+ *                                        stored (N, K), read transposed.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
  *                                        float, broadcast to (B, H, Sq, Skv);

@@ -220,15 +220,21 @@ static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, k
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
   if (!x || !w) FAIL("x and w are required");
   if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("linear takes float32");
-  if (w->kind != KILN_VALUE_CONSTANT || w->rank != 2) FAIL("w must be a 2-d constant");
-  if (x->rank < 1 || x->shape[x->rank - 1] != w->shape[0])
-    FAIL("x's last dimension must equal w's K (%lld)", (long long)w->shape[0]);
+  if (w->rank != 2) FAIL("w must be 2-d");
+  int wt = n->params[1] != 0; /* a dense value stored (N, K) */
+  if (wt && (n->params[1] != 1 || w->kind == KILN_VALUE_CONSTANT))
+    FAIL("a transposed read is for a dense (N, K) value");
+  if (w->kind != KILN_VALUE_CONSTANT && w->layout != KILN_LAYOUT_DENSE)
+    FAIL("a weight that is not a constant must be dense");
+  int64_t k = w->shape[wt], ncols = w->shape[1 - wt];
+  if (x->rank < 1 || x->shape[x->rank - 1] != k)
+    FAIL("x's last dimension must equal w's K (%lld)", (long long)k);
   if ((unsigned long long)n->params[0] >= KILN_ACT_COUNT) FAIL("unknown activation");
   set_shape(out, KILN_F32, x->rank, x->shape);
-  out->shape[x->rank - 1] = w->shape[1];
-  if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != w->shape[1] ||
-               bias->rank < 1 || bias->shape[bias->rank - 1] != w->shape[1]))
-    FAIL("bias must be float32 with %lld elements", (long long)w->shape[1]);
+  out->shape[x->rank - 1] = ncols;
+  if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != ncols ||
+               bias->rank < 1 || bias->shape[bias->rank - 1] != ncols))
+    FAIL("bias must be float32 with %lld elements", (long long)ncols);
   if (res) {
     if (res->dtype != KILN_F32 || res->rank != out->rank) FAIL("residual must match y");
     for (int32_t d = 0; d < out->rank; ++d)

@@ -133,6 +133,88 @@ static void test_compile_and_run_fused_linear(void) {
   kiln_model_release(m);
 }
 
+/* Training: y = x @ W^T + b + r with W, b and r graph inputs (W stored
+ * (N, K), read transposed). One LINEAR with the bias and residual absorbed
+ * and W read in place; without a bias or residual to absorb, the MATMUL
+ * stays. The shape rules reject a transposed read of a constant. */
+static void test_compile_runtime_weight_linear(void) {
+  enum { M = 7, K = 9, N = 20 };
+  for (int with_epilogue = 0; with_epilogue < 2; ++with_epilogue) {
+    kiln_graph_t* g = new_graph();
+    float w[N * K], bias[N], x[M * K], r[M * N], want[M * N], got[M * N];
+    kiln_test_fill_f32(w, N * K, 1, -0.5f, 0.5f);
+    kiln_test_fill_f32(bias, N, 2, -0.5f, 0.5f);
+    kiln_test_fill_f32(x, M * K, 3, -1, 1);
+    kiln_test_fill_f32(r, M * N, 4, -1, 1);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double acc = with_epilogue ? bias[j] + (double)r[i * N + j] : 0.0;
+        for (int p = 0; p < K; ++p) acc += (double)x[i * K + p] * w[j * K + p];
+        want[i * N + j] = (float)acc;
+      }
+    int64_t sx[2] = {M, K}, sw[2] = {N, K}, sb[1] = {N}, sy[2] = {M, N};
+    int32_t vx, vw, vb, vr, mm, add, out;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "w", KILN_F32, 2, sw, &vw));
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "b", KILN_F32, 1, sb, &vb));
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "r", KILN_F32, 2, sy, &vr));
+    int32_t i1[2] = {vx, vw};
+    int64_t tb = KILN_MATMUL_TRANSPOSE_B;
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, &tb, 1, NULL, 0, NULL, &mm));
+    out = mm;
+    if (with_epilogue) {
+      int32_t i2[2] = {mm, vb};
+      KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &add));
+      int32_t i3[2] = {vr, add};
+      KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i3, 2, NULL, 0, NULL, 0, NULL, &out));
+    }
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    kiln_graph_t* compiled = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &compiled)); /* consumes g */
+    if (!compiled) return;
+    const kiln_node_t* n0 = &compiled->nodes[0];
+    if (with_epilogue)
+      KILN_EXPECT(compiled->n_nodes == 1 && n0->op == KILN_OP_LINEAR && n0->n_inputs == 4 &&
+                      n0->params[1] == 1 &&
+                      compiled->values[n0->inputs[1]].kind == KILN_VALUE_INPUT,
+                  "one LINEAR reading the input weight transposed, got %d nodes, op %s",
+                  compiled->n_nodes, kiln_op_name(n0->op));
+    else
+      KILN_EXPECT(compiled->n_nodes == 1 && n0->op == KILN_OP_MATMUL, "the bare MATMUL stays");
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+    if (m) {
+      kiln_tensor_t ins[4] = {{x, KILN_F32, 2, sx}, {w, KILN_F32, 2, sw}, {bias, KILN_F32, 1, sb},
+                              {r, KILN_F32, 2, sy}};
+      kiln_tensor_t outt = {got, KILN_F32, 2, sy};
+      KILN_EXPECT_OK(kiln_model_run(m, ins, 4, &outt, 1));
+      kiln_test_compare_f32("runtime-weight linear", got, want, M * N, 1e-5f, 1e-5f);
+      kiln_model_release(m); /* the model owns the compiled graph */
+    }
+  }
+  /* Shape rules: params[1] = 1 needs a dense (N, K) value that is not a
+   * constant; only 0 and 1 are defined. */
+  kiln_graph_t* g = new_graph();
+  float wc[6] = {0};
+  int64_t sx[2] = {2, 3}, sw[2] = {2, 3};
+  int32_t vx, vw, vc, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "w", KILN_F32, 2, sw, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "wc", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, wc, sizeof wc, &vc));
+  int64_t p1[2] = {KILN_ACT_NONE, 1}, p2[2] = {KILN_ACT_NONE, 2};
+  int32_t ok_in[2] = {vx, vw}, const_in[2] = {vx, vc};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, ok_in, 2, p1, 2, NULL, 0, NULL, &y));
+  KILN_EXPECT(g->values[y].shape[0] == 2 && g->values[y].shape[1] == 2, "(2, 3) x (2, 3)^T -> (2, 2)");
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LINEAR, const_in, 2, p1, 2, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LINEAR, ok_in, 2, p2, 2, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  kiln_graph_release(g);
+}
+
 /* A chain of 40 exp ops over 1 MiB values: liveness lets the planner reuse
  * memory, so the arena holds two values, not forty; and no two values live
  * at once overlap. */
@@ -283,5 +365,6 @@ void kiln_test_suite_ir(void) {
   test_shape_errors();
   test_verifier();
   test_compile_and_run_fused_linear();
+  test_compile_runtime_weight_linear();
   test_memory_plan();
 }

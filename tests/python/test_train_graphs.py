@@ -7,7 +7,8 @@ the patterns that cost time outside the GEMMs (issue 6).
 - nn.MultiheadAttention's head split (permute, select, reshape, permute,
   transpose) is one strided copy per q, k and v, not three or four;
 - gelu's backward is one GELU_BACKWARD, not erf, exp and nine more ops;
-- layer_norm's input gradient is one LAYER_NORM_BACKWARD.
+- layer_norm's input gradient is one LAYER_NORM_BACKWARD;
+- the forward's bias and residual adds run in the GEMMs' epilogues.
 
 Tolerances: gradients rtol 1e-4 / atol 1e-5, as the other training tests —
 the math formulation sums the softmax and the matmuls in another order than
@@ -102,6 +103,12 @@ def test_transformer_training_graphs_are_lean(compiled_plans):
     # and v, k transposed after its scale, the heads merged, and the output
     # projection back to (B, S, E): 7 copies (14 before views composed).
     assert fwd.count("strided_copy") <= 7 * layers, fwd.count("strided_copy")
+    # The weights are graph inputs, yet every Linear's bias add is in its
+    # GEMM's epilogue (and linear2's residual add too): q/k/v, out_proj,
+    # linear1 and linear2 per layer and the head are LINEARs, and only the
+    # attention residual adds remain.
+    assert fwd.count("linear") == 4 * layers + 1, fwd.count("linear")
+    assert fwd.count("add") <= layers, fwd.count("add")
 
 
 class GeluGrad(torch.nn.Module):

@@ -210,7 +210,10 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
 static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                        kiln_pool_t* pool) {
   const kiln_value_t *x = VAL(0), *w = VAL(1);
-  int64_t k = w->shape[0], nn = w->shape[1];
+  int wt = n->params[1] != 0; /* a runtime weight stored (N, K) */
+  int64_t k = w->shape[wt], nn = w->shape[1 - wt];
+  /* A constant's bytes, or the runtime value's buffer. */
+  const float* wdata = w->kind == KILN_VALUE_CONSTANT ? w->data : BUF(1);
   kiln_gemm_f32_args_t args;
   memset(&args, 0, sizeof(args));
   args.batch = 1;
@@ -225,12 +228,12 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.b_packed = w->data;
   } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16) {
     args.b_packed_bf16 = w->data;
-  } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D) {
-    args.b = w->data;
+  } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D || wt) {
+    args.b = wdata;
     args.b_row_stride = 1;
     args.b_col_stride = k;
   } else {
-    args.b = w->data;
+    args.b = wdata;
     args.b_row_stride = nn;
     args.b_col_stride = 1;
   }

@@ -291,8 +291,12 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   const int64_t jstep = fly ? KILN_GEMM_FLY_NB : j1 - j0;
   float* C = g->c + b * g->c_batch_stride + ch->m0 * g->c_row_stride;
   const int64_t ldc = g->c_row_stride;
-  const int has_epi = g->act != KILN_ACT_NONE || g->bias || g->residual;
+  /* The bias goes in with the first K block, as that block's C input with
+   * a row stride of 0 (every row adds the same bias row): a bias-only GEMM
+   * then stores straight from the kernel, without the epilogue's pass. */
+  const int has_epi = g->act != KILN_ACT_NONE || g->residual;
   _Alignas(64) float tmp[8 * 32]; /* MR x NR for the largest kernel */
+  _Alignas(64) float bias_tile[32];
   /* bf16 B: each kc x NR micro-panel widened to fp32 once per strip (kc is
    * at most 256, NR at most 32: 32 KiB), then reused by every row tile. */
   _Alignas(64) float wide[256 * 32];
@@ -361,12 +365,27 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
             const float* apan = A + (i / MR) * K * MR + pc * MR;
             float* c = C + i * ldc + j;
             int full = mr == MR && nr == NR;
+            /* The first block's C input: nothing, or the bias row (a partial
+             * strip's padded to NR in bias_tile so the kernel's full-width
+             * loads stay in bounds). */
+            const float* bias_row = NULL;
+            if (first && g->bias) {
+              bias_row = g->bias + j;
+              if (nr < NR) {
+                memset(bias_tile, 0, sizeof(bias_tile));
+                memcpy(bias_tile, g->bias + j, (size_t)nr * sizeof(float));
+                bias_row = bias_tile;
+              }
+            }
             if (full && (!last || !has_epi)) {
-              kn->ukernel(kcur, apan, bpan, bnext, first ? NULL : c, ldc, c, ldc);
+              if (first)
+                kn->ukernel(kcur, apan, bpan, bnext, bias_row, 0, c, ldc);
+              else
+                kn->ukernel(kcur, apan, bpan, bnext, c, ldc, c, ldc);
               continue;
             }
-            const float* cin = NULL;
-            int64_t ldcin = NR;
+            const float* cin = bias_row;
+            int64_t ldcin = first ? 0 : NR;
             if (!first) {
               if (full) {
                 cin = c;
@@ -376,14 +395,19 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
                 cin = tmp;
               }
             }
+            if (last) /* the kernel prefetches the rows it writes, here tmp: ask
+                       * for C's, which the epilogue stores, while it runs */
+              for (int64_t r = 0; r < mr; ++r) {
+                __builtin_prefetch(c + r * ldc, 1, 3);
+                __builtin_prefetch(c + r * ldc + nr - 1, 1, 3);
+              }
             kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
             if (!last) {
               kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
             } else {
               int64_t ldr;
               const float* r = kiln_gemm_res_row(ch, bi, i, &ldr);
-              kn->epilogue(mr, nr, tmp, NR, c, ldc, g->bias ? g->bias + j : NULL, r ? r + j : NULL,
-                           ldr, g->act);
+              kn->epilogue(mr, nr, tmp, NR, c, ldc, NULL, r ? r + j : NULL, ldr, g->act);
             }
           }
         }
