@@ -28,22 +28,31 @@ class Two(nn.Module):
         return y, y[:1, :128].sum(0)
 
 
+def _traced(seed):
+    """(the compiled Two, its input, eager's first output)."""
+    torch.manual_seed(seed)
+    m = Two().eval()
+    x = torch.randn(128, 256)
+    with torch.no_grad():
+        return kiln.trace(m, (x,)), x, m(x)[0]
+
+
 @pytest.fixture(scope="module")
 def compiled():
+    k, x, _ = _traced(0)
+    return k, x
+
+
+def test_results_and_reuse():
     torch.manual_seed(0)
     m = Two().eval()
     x = torch.randn(128, 256)
     with torch.no_grad():
-        return m, kiln.trace(m, (x,)), x
-
-
-def test_results_and_reuse(compiled):
-    m, k, x = compiled
+        k = kiln.trace(m, (x,))
+        ey, es = m(x)
     assert 128 * 1024 * 4 >= CACHED_OUTPUT_BYTES > 128 * 4
     before = kiln.output_cache()
     y, s = k(x)
-    with torch.no_grad():
-        ey, es = m(x)
     assert_close(y, ey, rtol=256e-6, atol=256e-6)
     assert_close(s, es, rtol=256e-6, atol=256e-6)
     assert y.is_contiguous() and y.dtype == torch.float32 and y.shape == (128, 1024)
@@ -58,7 +67,7 @@ def test_results_and_reuse(compiled):
 
 
 def test_live_outputs_never_share(compiled):
-    _, k, x = compiled
+    k, x = compiled
     ys = [k(x)[0] for _ in range(4)]
     assert len({y.data_ptr() for y in ys}) == 4
     ys[0].fill_(1.0)
@@ -74,12 +83,7 @@ def test_live_outputs_never_share(compiled):
 
 
 def test_output_outlives_module():
-    torch.manual_seed(1)
-    m = Two().eval()
-    x = torch.randn(128, 256)
-    with torch.no_grad():
-        k = kiln.trace(m, (x,))
-        want = m(x)[0]
+    k, x, want = _traced(1)
     y = k(x)[0]
     del k
     gc.collect()
@@ -87,7 +91,7 @@ def test_output_outlives_module():
 
 
 def test_freed_on_another_thread(compiled):
-    _, k, x = compiled
+    k, x = compiled
     kiln.empty_cache()
     assert kiln.output_cache()["idle_bytes"] == 0
     box = [k(x)[0]]
@@ -98,7 +102,7 @@ def test_freed_on_another_thread(compiled):
 
 
 def test_cap_and_empty_cache(compiled):
-    _, k, x = compiled
+    k, x = compiled
     try:
         kiln.output_cache(0)  # keep nothing: every output is a fresh block
         y = k(x)[0]
@@ -115,12 +119,7 @@ def test_cap_and_empty_cache(compiled):
 
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("KILN_OUTPUT_CACHE", "0")
-    torch.manual_seed(2)
-    m = Two().eval()
-    x = torch.randn(128, 256)
-    with torch.no_grad():
-        k = kiln.trace(m, (x,))
-        want = m(x)[0]
+    k, x, want = _traced(2)
     before = kiln.output_cache()
     y = k(x)[0]
     assert_close(y, want, rtol=256e-6, atol=256e-6)
