@@ -300,8 +300,37 @@ static void test_reduce_parallel(void) {
   kiln_pool_release(pool);
 }
 
+/* int64 reductions are exact: INT64_MAX (masked reductions' fill) and
+ * values past 2^53 survive min, max, sum and argmax, over trailing, leading
+ * and mixed axes; sums wrap as torch's. Through double they rounded, and
+ * INT64_MAX came back as INT64_MIN (OpInfo masked.amin, int64). */
+static void test_reduce_int64_exact(void) {
+  const int64_t big = (int64_t)1 << 53;
+  int64_t x[2][3] = {{INT64_MAX, big + 1, -5}, {INT64_MAX, big, INT64_MIN}};
+  int64_t shape[2] = {2, 3}, out[3];
+  kiln_reduce(KILN_REDUCE_MIN, KILN_I64, 2, shape, 1u, x, out, NULL); /* leading */
+  KILN_EXPECT(out[0] == INT64_MAX && out[1] == big && out[2] == INT64_MIN, "int64 min over rows: %lld %lld %lld",
+              (long long)out[0], (long long)out[1], (long long)out[2]);
+  kiln_reduce(KILN_REDUCE_MAX, KILN_I64, 2, shape, 1u, x, out, NULL);
+  KILN_EXPECT(out[0] == INT64_MAX && out[1] == big + 1 && out[2] == -5, "int64 max over rows");
+  kiln_reduce(KILN_REDUCE_MAX, KILN_I64, 2, shape, 2u, x, out, NULL); /* trailing */
+  KILN_EXPECT(out[0] == INT64_MAX && out[1] == INT64_MAX, "int64 max over columns");
+  kiln_reduce(KILN_REDUCE_SUM, KILN_I64, 2, shape, 2u, x, out, NULL);
+  KILN_EXPECT(out[0] == (int64_t)((uint64_t)INT64_MAX + (uint64_t)(big + 1) - 5u),
+              "int64 sum wraps as torch's");
+  int64_t y[2][2][2] = {{{big + 1, 1}, {big, 2}}, {{INT64_MAX, 3}, {0, 4}}}, s3[3] = {2, 2, 2}, o2[2];
+  kiln_reduce(KILN_REDUCE_MIN, KILN_I64, 3, s3, 5u, y, o2, NULL); /* axes 0 and 2: mixed */
+  KILN_EXPECT(o2[0] == 1 && o2[1] == 0, "int64 min over mixed axes");
+  kiln_reduce(KILN_REDUCE_MAX, KILN_I64, 3, s3, 5u, y, o2, NULL);
+  KILN_EXPECT(o2[0] == INT64_MAX && o2[1] == big, "int64 max over mixed axes");
+  int64_t idx[3];
+  kiln_argmax(KILN_I64, 2, shape, 0, x, idx);
+  KILN_EXPECT(idx[0] == 0 && idx[1] == 0 && idx[2] == 0, "argmax keeps big + 1 over big, first of ties");
+}
+
 void kiln_test_suite_train_ops(void) {
   test_reduce_parallel();
+  test_reduce_int64_exact();
   test_sum_rows();
   test_sum_leading();
   kiln_test_each_isa_and_pool(check_safe_softmax);

@@ -18,30 +18,6 @@ static double kiln_reduce_init(kiln_reduce_t op) {
   }
 }
 
-static double kiln_reduce_load(kiln_dtype_t t, const void* x, int64_t i) {
-  switch (t) {
-    case KILN_F32: return ((const float*)x)[i];
-    case KILN_I64: return (double)((const int64_t*)x)[i];
-    case KILN_I32: return ((const int32_t*)x)[i];
-    case KILN_I8: return ((const int8_t*)x)[i];
-    case KILN_U8:
-    case KILN_BOOL: return ((const uint8_t*)x)[i];
-    default: return 0;
-  }
-}
-
-static void kiln_reduce_store(kiln_dtype_t t, void* y, int64_t i, double v) {
-  switch (t) {
-    case KILN_F32: ((float*)y)[i] = (float)v; break;
-    case KILN_I64: ((int64_t*)y)[i] = (int64_t)v; break;
-    case KILN_I32: ((int32_t*)y)[i] = (int32_t)v; break;
-    case KILN_I8: ((int8_t*)y)[i] = (int8_t)v; break;
-    case KILN_U8: ((uint8_t*)y)[i] = (uint8_t)v; break;
-    case KILN_BOOL: ((uint8_t*)y)[i] = v != 0; break;
-    default: break;
-  }
-}
-
 static double kiln_reduce_step(kiln_reduce_t op, double acc, double v) {
   switch (op) {
     case KILN_REDUCE_SUM:
@@ -50,6 +26,66 @@ static double kiln_reduce_step(kiln_reduce_t op, double acc, double v) {
     case KILN_REDUCE_MIN: return v != v || acc != acc ? NAN : v < acc ? v : acc;
     case KILN_REDUCE_ANY: return acc != 0 || v != 0;
     default: return acc;
+  }
+}
+
+/* The accumulator of the generic loops: double for float32, int64 for the
+ * integer dtypes (through double, int64 values past 2^53 would round, and
+ * INT64_MAX, masked reductions' fill, would overflow converting back). */
+typedef struct {
+  double f;
+  int64_t i;
+} kiln_reduce_acc_t;
+
+static kiln_reduce_acc_t kiln_reduce_acc_init(kiln_reduce_t op) {
+  kiln_reduce_acc_t a = {kiln_reduce_init(op), 0};
+  if (op == KILN_REDUCE_MAX) a.i = INT64_MIN;
+  if (op == KILN_REDUCE_MIN) a.i = INT64_MAX;
+  return a;
+}
+
+static int64_t kiln_reduce_load_int(kiln_dtype_t t, const void* x, int64_t i) {
+  switch (t) {
+    case KILN_I64: return ((const int64_t*)x)[i];
+    case KILN_I32: return ((const int32_t*)x)[i];
+    case KILN_I8: return ((const int8_t*)x)[i];
+    case KILN_U8:
+    case KILN_BOOL: return ((const uint8_t*)x)[i];
+    default: return 0;
+  }
+}
+
+static void kiln_reduce_acc_step(kiln_reduce_t op, kiln_dtype_t t, kiln_reduce_acc_t* a,
+                                 const void* x, int64_t idx) {
+  if (t == KILN_F32) {
+    a->f = kiln_reduce_step(op, a->f, ((const float*)x)[idx]);
+    return;
+  }
+  int64_t v = kiln_reduce_load_int(t, x, idx);
+  switch (op) {
+    case KILN_REDUCE_SUM:
+    case KILN_REDUCE_MEAN: a->i = (int64_t)((uint64_t)a->i + (uint64_t)v); break; /* wraps, as torch */
+    case KILN_REDUCE_MAX: a->i = v > a->i ? v : a->i; break;
+    case KILN_REDUCE_MIN: a->i = v < a->i ? v : a->i; break;
+    case KILN_REDUCE_ANY: a->i = a->i != 0 || v != 0; break;
+    default: break;
+  }
+}
+
+static void kiln_reduce_acc_store(kiln_reduce_t op, kiln_dtype_t t, void* y, int64_t i,
+                                  kiln_reduce_acc_t a, int64_t n_red) {
+  if (t == KILN_F32) {
+    ((float*)y)[i] = (float)(op == KILN_REDUCE_MEAN ? a.f / (double)n_red : a.f);
+    return;
+  }
+  int64_t v = op == KILN_REDUCE_MEAN && n_red ? a.i / n_red : a.i;
+  switch (t) {
+    case KILN_I64: ((int64_t*)y)[i] = v; break;
+    case KILN_I32: ((int32_t*)y)[i] = (int32_t)v; break;
+    case KILN_I8: ((int8_t*)y)[i] = (int8_t)v; break;
+    case KILN_U8: ((uint8_t*)y)[i] = (uint8_t)v; break;
+    case KILN_BOOL: ((uint8_t*)y)[i] = v != 0; break;
+    default: break;
   }
 }
 
@@ -189,16 +225,9 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
   }
   if (trailing) {
     for (int64_t o = 0; o < n_out; ++o) {
-      double a = kiln_reduce_init(op);
-      if (dtype == KILN_F32 && op <= KILN_REDUCE_MEAN) {
-        const float* row = (const float*)x + o * n_red;
-        for (int64_t i = 0; i < n_red; ++i) a += row[i];
-      } else {
-        for (int64_t i = 0; i < n_red; ++i)
-          a = kiln_reduce_step(op, a, kiln_reduce_load(dtype, x, o * n_red + i));
-      }
-      if (op == KILN_REDUCE_MEAN) a /= (double)n_red;
-      kiln_reduce_store(dtype, out, o, a);
+      kiln_reduce_acc_t a = kiln_reduce_acc_init(op);
+      for (int64_t i = 0; i < n_red; ++i) kiln_reduce_acc_step(op, dtype, &a, x, o * n_red + i);
+      kiln_reduce_acc_store(op, dtype, out, o, a, n_red);
     }
     return;
   }
@@ -223,10 +252,10 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
   for (int64_t o = 0; o < n_out; ++o) {
     int64_t base = 0;
     for (int32_t i = 0; i < nk; ++i) base += kidx[i] * stride[kept[i]];
-    double a = kiln_reduce_init(op);
+    kiln_reduce_acc_t a = kiln_reduce_acc_init(op);
     int64_t ridx[KILN_ND_MAX_RANK] = {0}, off = base;
     for (int64_t r = 0; r < n_red; ++r) {
-      a = kiln_reduce_step(op, a, kiln_reduce_load(dtype, x, off));
+      kiln_reduce_acc_step(op, dtype, &a, x, off);
       for (int32_t i = nr - 1; i >= 0; --i) {
         off += stride[red[i]];
         if (++ridx[i] < shape[red[i]]) break;
@@ -234,8 +263,7 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
         ridx[i] = 0;
       }
     }
-    if (op == KILN_REDUCE_MEAN) a /= (double)n_red;
-    kiln_reduce_store(dtype, out, o, a);
+    kiln_reduce_acc_store(op, dtype, out, o, a, n_red);
     for (int32_t i = nk - 1; i >= 0; --i) {
       if (++kidx[i] < shape[kept[i]]) break;
       kidx[i] = 0;
@@ -251,12 +279,24 @@ void kiln_argmax(kiln_dtype_t dtype, int32_t rank, const int64_t* shape, int32_t
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < inner; ++j) {
       int64_t best = 0;
-      double bv = len ? kiln_reduce_load(dtype, x, o * len * inner + j) : 0;
-      for (int64_t i = 1; i < len && bv == bv; ++i) {
-        double v = kiln_reduce_load(dtype, x, (o * len + i) * inner + j);
-        if (v > bv || v != v) {
-          bv = v;
-          best = i;
+      if (dtype == KILN_F32) { /* the first NaN wins, as torch */
+        const float* f = x;
+        float bv = len ? f[o * len * inner + j] : 0.0f;
+        for (int64_t i = 1; i < len && bv == bv; ++i) {
+          float v = f[(o * len + i) * inner + j];
+          if (v > bv || v != v) {
+            bv = v;
+            best = i;
+          }
+        }
+      } else { /* in int64: doubles would tie int64 values past 2^53 */
+        int64_t bv = len ? kiln_reduce_load_int(dtype, x, o * len * inner + j) : 0;
+        for (int64_t i = 1; i < len; ++i) {
+          int64_t v = kiln_reduce_load_int(dtype, x, (o * len + i) * inner + j);
+          if (v > bv) {
+            bv = v;
+            best = i;
+          }
         }
       }
       out[o * inner + j] = best;
