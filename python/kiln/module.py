@@ -73,7 +73,6 @@ class KilnModule(torch.nn.Module):
         self._fast_in = [(TORCH_DTYPES[dtype], dtype) for dtype, _ in self._in_specs]
         cache = os.environ.get("KILN_OUTPUT_CACHE", "1") != "0"
         self._out_makers = [_output_maker(dtype, shape, cache) for dtype, shape in self._out_specs]
-        self._out_descs = [(dtype_id, shape) for dtype_id, shape in self._out_ids]
         # How forward packs the outputs: "one" tensor, a flat "tuple", else
         # through the pytree spec (tree_unflatten costs microseconds).
         spec = self._out_spec
@@ -129,7 +128,7 @@ class KilnModule(torch.nn.Module):
         # Outputs are new tensors every call: the caller owns them.
         outs = [make() for make in self._out_makers]
         self._kiln_model.run(descs, [(o.data_ptr(), dtype_id, shape)
-                                     for o, (dtype_id, shape) in zip(outs, self._out_descs)])
+                                     for o, (dtype_id, shape) in zip(outs, self._out_ids)])
         return outs
 
     def forward(self, *args, **kwargs):

@@ -90,7 +90,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     int32_t cur = n->outputs[0], end = ni;
     int32_t walked[16], n_walked = 0; /* nodes marked skip, to undo for nothing absorbed */
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
-    while (stage < 3 && uses[cur] == 1 && user[cur] >= 0) {
+    /* At most 16 steps (a longer run of views ends the chain), so that a
+     * chain that absorbs nothing can be undone. */
+    while (stage < 3 && uses[cur] == 1 && user[cur] >= 0 && n_walked < 16) {
       const kiln_node_t* u = &g->nodes[user[cur]];
       int32_t other = -1;
       if (u->op == KILN_OP_ADD) other = u->inputs[0] == cur ? u->inputs[1] : u->inputs[0];
@@ -114,7 +116,6 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       } else {
         break;
       }
-      if (n_walked == 16) break; /* a longer chain of views: stop here */
       walked[n_walked++] = end;
       skip[end] = 1;
       end = user[cur];

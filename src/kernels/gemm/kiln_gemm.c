@@ -330,6 +330,18 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
         int64_t ib1 = i1 - ib < kn->mc_max ? i1 : ib + kn->mc_max;
         for (int64_t j = jb; j < jb1; j += NR) {
           int64_t nr = jb1 - j < NR ? jb1 - j : NR;
+          /* The first K block's C input: nothing, or the strip's bias row
+           * (a partial strip's padded to NR in bias_tile so the kernel's
+           * full-width loads stay in bounds). */
+          const float* bias_row = NULL;
+          if (first && g->bias) {
+            bias_row = g->bias + j;
+            if (nr < NR) {
+              memset(bias_tile, 0, sizeof(bias_tile));
+              memcpy(bias_tile, g->bias + j, (size_t)nr * sizeof(float));
+              bias_row = bias_tile;
+            }
+          }
           const float *bpan, *bnext;
           if (ch->bp16) {
             int panels = nr > P ? 2 : 1;
@@ -365,18 +377,6 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
             const float* apan = A + (i / MR) * K * MR + pc * MR;
             float* c = C + i * ldc + j;
             int full = mr == MR && nr == NR;
-            /* The first block's C input: nothing, or the bias row (a partial
-             * strip's padded to NR in bias_tile so the kernel's full-width
-             * loads stay in bounds). */
-            const float* bias_row = NULL;
-            if (first && g->bias) {
-              bias_row = g->bias + j;
-              if (nr < NR) {
-                memset(bias_tile, 0, sizeof(bias_tile));
-                memcpy(bias_tile, g->bias + j, (size_t)nr * sizeof(float));
-                bias_row = bias_tile;
-              }
-            }
             if (full && (!last || !has_epi)) {
               if (first)
                 kn->ukernel(kcur, apan, bpan, bnext, bias_row, 0, c, ldc);
