@@ -7,15 +7,27 @@
  * conv2d at ResNet-18 shapes, layer_norm, softmax, gelu) and, beside them,
  * OpenBLAS's sgemm/sgemv on the same operands. OpenBLAS is loaded with
  * dlopen at run time, so kiln never depends on it; when it is missing its
- * column says so. Every figure is the median of several timed samples.
+ * column says so.
  *
- * Usage: bench_gemm [--json] [--threads N (1 or 2; default 2)] [--quick]
- *                   [--only GROUPS]
- *   --json   one JSON document on stdout (bench/kernels/run.py reads it and
- *            adds torch's figures); otherwise a readable table.
- *   --quick  fewer samples (a smoke test of the tool itself).
+ * Each row is timed in rounds: every round takes one ~30 ms sample of each
+ * contender (kiln, OpenBLAS, and a sample of the peak loop with the row's
+ * thread count and unit), in an order that rotates round to round, and
+ * each figure is the median of its samples. On a shared machine whose
+ * capacity drifts over seconds, the contenders and the peak a row is
+ * divided by then see the same machine.
+ *
+ * Usage: bench_gemm [--threads N (1 or 2; default 2)] [--quick]
+ *                   [--only GROUPS] [--min N] [--serve]
+ *   --quick  fewer rounds (a smoke test of the tool itself).
  *   --only   comma-separated groups to run: gemm, train, gemv, attention,
  *            conv, rowops (default: all).
+ *   --serve  for bench/kernels/run.py, which adds torch as a contender in
+ *            the same rounds: for each row, print one JSON line
+ *            {"row": {...}} and then answer commands on stdin, one per line,
+ *            until "d": "k N" / "b N" run kiln / OpenBLAS N times and print
+ *            the seconds taken; "p" runs one peak sample and prints its
+ *            GFLOP/s or GB/s. At the end, one line {"end": {...}} with the
+ *            machine's peaks measured at the start.
  *   --min N  on a loaded machine: every figure the minimum over N single
  *            calls instead of a median of ~30 ms samples, in the calling
  *            thread's CPU time with one thread (time sliced away to other
@@ -28,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
@@ -36,44 +49,49 @@
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/nn/kiln_nn.h"
 
-static int bench_samples = 7;
+/* Rounds per row (see the usage above). */
+static int bench_rounds = 7;
 /* --min N: N > 0 times each figure as a minimum (see the usage above). */
 static int bench_min_reps;
 /* Set by bench_row_add for the row being timed: CPU time of this thread. */
 static int bench_clock_cpu;
+/* --serve: run.py drives the rounds (see the usage above). */
+static int bench_serve;
 
-/* Median seconds per call of fn(ctx): one warm-up call (caches, scratch,
- * page faults), then samples of enough calls for ~30 ms each. With --min,
- * the fastest of bench_min_reps single calls instead. */
-static double bench_time(void (*fn)(void*), void* ctx) {
+typedef void (*bench_fn)(void*);
+
+/* --min: the fastest of bench_min_reps single calls after a warm-up. */
+static double bench_time_min(bench_fn fn, void* ctx) {
   fn(ctx);
-  if (bench_min_reps > 0) {
-    double best = 1e30;
-    for (int r = 0; r < bench_min_reps; ++r) {
-      double t0 = bench_clock_cpu ? bench_thread_cpu_now() : bench_now();
-      fn(ctx);
-      double d = (bench_clock_cpu ? bench_thread_cpu_now() : bench_now()) - t0;
-      best = d < best ? d : best;
-    }
-    return best;
+  double best = 1e30;
+  for (int r = 0; r < bench_min_reps; ++r) {
+    double t0 = bench_clock_cpu ? bench_thread_cpu_now() : bench_now();
+    fn(ctx);
+    double d = (bench_clock_cpu ? bench_thread_cpu_now() : bench_now()) - t0;
+    best = d < best ? d : best;
   }
+  return best;
+}
+
+/* Seconds for `calls` back-to-back calls of fn(ctx). */
+static double bench_time_calls(bench_fn fn, void* ctx, int calls) {
   double t0 = bench_now();
+  for (int c = 0; c < calls; ++c) fn(ctx);
+  return bench_now() - t0;
+}
+
+/* Calls in a ~30 ms sample, after a warm-up call (caches, scratch, page
+ * faults) and one timed call. */
+static int bench_calls_per_sample(bench_fn fn, void* ctx) {
   fn(ctx);
-  double one = bench_now() - t0;
-  int calls = one > 0.03 ? 1 : (int)(0.03 / (one > 1e-6 ? one : 1e-6)) + 1;
-  double t[32];
-  int samples = bench_samples > 32 ? 32 : bench_samples;
-  for (int s = 0; s < samples; ++s) {
-    t0 = bench_now();
-    for (int c = 0; c < calls; ++c) fn(ctx);
-    t[s] = (bench_now() - t0) / calls;
-  }
-  return bench_median(t, samples);
+  double one = bench_time_calls(fn, ctx, 1);
+  return one > 0.03 ? 1 : (int)(0.03 / (one > 1e-6 ? one : 1e-6)) + 1;
 }
 
 /* ---- FMA peak: 12 independent FMA chains, no memory traffic ------------ */
 
-#define BENCH_FMA_ITERS 20000000L
+/* Iterations of one peak sample: ~25 ms at 1 thread on a 3 GHz core. */
+#define BENCH_FMA_ITERS 12000000L
 
 #ifdef BENCH_X86
 __attribute__((target("avx512f"))) static float bench_fma_avx512(long iters) {
@@ -128,20 +146,25 @@ static void bench_fma_min_task(void* ctx, size_t task, int thread) {
   ((double*)ctx)[task] = bench_fma_peak_cpu(400, 100000L);
 }
 
-/* GFLOP/s of `threads` cores all running the FMA loop (one task each). */
+/* One sample: GFLOP/s of `threads` cores all running the FMA loop (one
+ * task each). */
+static double bench_fma_sample(kiln_pool_t* pool, int threads) {
+  double flop_per_iter[2] = {0, 0};
+  double t0 = bench_now();
+  kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_task, flop_per_iter);
+  return flop_per_iter[0] * BENCH_FMA_ITERS * threads / (bench_now() - t0) * 1e-9;
+}
+
+/* The FMA peak: the median of 5 samples. */
 static double bench_fma_peak(kiln_pool_t* pool, int threads) {
   if (bench_min_reps > 0 && threads <= 2) {
     double per[2] = {0, 0};
     kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_min_task, per);
     return per[0] + per[1];
   }
-  double t[5], flop_per_iter[2] = {0, 0};
-  for (int r = 0; r < 5; ++r) {
-    double t0 = bench_now();
-    kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_task, flop_per_iter);
-    t[r] = bench_now() - t0;
-  }
-  return flop_per_iter[0] * BENCH_FMA_ITERS * threads / bench_median(t, 5) * 1e-9;
+  double g[5];
+  for (int r = 0; r < 5; ++r) g[r] = bench_fma_sample(pool, threads);
+  return bench_median(g, 5);
 }
 
 /* ---- streaming read bandwidth: sum a buffer far beyond the L3 ----------- */
@@ -194,18 +217,28 @@ static void bench_read_task(void* ctx, size_t task, int thread) {
   r->sum[thread] += bench_read_generic(r->p + i0, per);
 }
 
-static double bench_read_bw(kiln_pool_t* pool, int threads, const float* p, size_t n) {
+/* The buffer the read loop sums: 256 MiB, far beyond the L3, kept for the
+ * per-row peak samples of the GB/s rows. */
+static float* bench_read_buf;
+static const size_t bench_read_n = (size_t)64 << 20;
+
+/* One sample: GB/s of `threads` cores reading the buffer once. */
+static double bench_read_sample(kiln_pool_t* pool, int threads) {
   bench_read_t r;
   memset(&r, 0, sizeof(r));
-  r.p = p, r.n = n, r.chunks = (size_t)threads;
-  double t[7];
-  for (int k = 0; k < 7; ++k) {
-    double t0 = bench_now();
-    kiln_pool_parallel_for(pool, r.chunks, bench_read_task, &r);
-    t[k] = bench_now() - t0;
-  }
+  r.p = bench_read_buf, r.n = bench_read_n, r.chunks = (size_t)threads;
+  double t0 = bench_now();
+  kiln_pool_parallel_for(pool, r.chunks, bench_read_task, &r);
+  double t = bench_now() - t0;
   bench_sink = r.sum[0];
-  return (double)n * sizeof(float) / bench_median(t, 7) * 1e-9;
+  return (double)bench_read_n * sizeof(float) / t * 1e-9;
+}
+
+/* The streaming read bandwidth: the median of 7 samples. */
+static double bench_read_bw(kiln_pool_t* pool, int threads) {
+  double g[7];
+  for (int k = 0; k < 7; ++k) g[k] = bench_read_sample(pool, threads);
+  return bench_median(g, 7);
 }
 
 /* ---- OpenBLAS through dlopen -------------------------------------------- */
@@ -278,6 +311,7 @@ typedef struct {
   double work; /* flop or bytes per call */
   int threads;
   double kiln_s, blas_s; /* median seconds per call; blas_s 0: not measured */
+  double peak;           /* median of the peak samples taken in its rounds (0: none) */
 } bench_row_t;
 
 static bench_row_t bench_rows[128];
@@ -342,6 +376,90 @@ static void bench_blas_threads(int t) {
   if (bench_blas.lib) bench_blas.set_threads(t);
 }
 
+/* One peak sample for a row: FMA GFLOP/s, or read GB/s for a GB/s row. */
+static double bench_peak_sample(const bench_row_t* r, kiln_pool_t* pool) {
+  return r->unit[1] == 'F' ? bench_fma_sample(pool, r->threads)
+                           : bench_read_sample(pool, r->threads);
+}
+
+/* OpenBLAS's pthreads spin for a while (about 2^28 cycles) after each
+ * call before they sleep: let them, so the next sample (kiln's, the
+ * peak's, torch's in the serving process) has the cores to itself. */
+static void bench_blas_settle(int threads) {
+  if (threads < 2) return;
+  struct timespec ts = {0, 150 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void bench_json_string(const char* s);
+
+/* --serve: announce the row, then run the samples run.py asks for until it
+ * says the row is done. */
+static void bench_serve_row(bench_row_t* r, kiln_pool_t* pool, bench_fn kf, void* kc,
+                            bench_fn bf, void* bc) {
+  printf("{\"row\": {\"kernel\": ");
+  bench_json_string(r->kernel);
+  printf(", \"shape\": ");
+  bench_json_string(r->shape);
+  printf(", \"unit\": ");
+  bench_json_string(r->unit);
+  printf(", \"work\": %.9g, \"threads\": %d, \"params\": %s, \"openblas\": %s}}\n",
+         r->work, r->threads, r->params, bf ? "true" : "false");
+  fflush(stdout);
+  char line[64];
+  while (fgets(line, sizeof(line), stdin)) {
+    if (line[0] == 'd') return;
+    if (line[0] == 'p') {
+      printf("%.9g\n", bench_peak_sample(r, pool));
+    } else if ((line[0] == 'k' || (line[0] == 'b' && bf)) && line[1] == ' ') {
+      int calls = atoi(line + 2);
+      if (calls < 1) calls = 1;
+      double t = line[0] == 'k' ? bench_time_calls(kf, kc, calls) : bench_time_calls(bf, bc, calls);
+      if (line[0] == 'b') bench_blas_settle(r->threads);
+      printf("%.9g\n", t);
+    } else {
+      printf("error\n");
+    }
+    fflush(stdout);
+  }
+  exit(1); /* the driver went away */
+}
+
+/* Times a row: kiln's fn(kc) and, when bf is not NULL, OpenBLAS's bf(bc),
+ * in rounds with peak samples (see the comment at the top). */
+static void bench_measure(bench_row_t* r, kiln_pool_t* pool, bench_fn kf, void* kc, bench_fn bf,
+                          void* bc) {
+  if (bf) bench_blas_threads(r->threads);
+  if (bench_serve) {
+    bench_serve_row(r, pool, kf, kc, bf, bc);
+    return;
+  }
+  if (bench_min_reps > 0) {
+    r->kiln_s = bench_time_min(kf, kc);
+    if (bf) r->blas_s = bench_time_min(bf, bc);
+    return;
+  }
+  int ck = bench_calls_per_sample(kf, kc), cb = bf ? bench_calls_per_sample(bf, bc) : 0;
+  if (bf) bench_blas_settle(r->threads);
+  double tk[32], tb[32], pk[32];
+  int n = bench_rounds > 32 ? 32 : bench_rounds;
+  for (int s = 0; s < n; ++s)
+    for (int j = 0; j < 3; ++j) {
+      int who = (s + j) % 3;
+      if (who == 0) {
+        pk[s] = bench_peak_sample(r, pool);
+      } else if (who == 1) {
+        tk[s] = bench_time_calls(kf, kc, ck) / ck;
+      } else if (bf) {
+        tb[s] = bench_time_calls(bf, bc, cb) / cb;
+        bench_blas_settle(r->threads);
+      }
+    }
+  r->kiln_s = bench_median(tk, n);
+  r->blas_s = bf ? bench_median(tb, n) : 0;
+  r->peak = bench_median(pk, n);
+}
+
 static void bench_gemms(kiln_pool_t** pools, int max_t) {
   static const int64_t shapes[][3] = {
       {1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768}, {512, 768, 3072}};
@@ -362,11 +480,8 @@ static void bench_gemms(kiln_pool_t** pools, int max_t) {
     for (int t = 1; t <= max_t; ++t) {
       bench_row_t* r = bench_row_add("gemm_f32", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
       ctx.pool = pools[t - 1];
-      r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
-      if (bench_blas.lib) {
-        bench_blas_threads(t);
-        r->blas_s = bench_time(bench_blas_sgemm, &ctx);
-      }
+      bench_measure(r, ctx.pool, bench_kiln_gemm, &ctx, bench_blas.lib ? bench_blas_sgemm : NULL,
+                    &ctx);
     }
     /* bf16 at 1024^3: bf16 activations and packed bf16 weights, fp32
      * accumulation and output. */
@@ -382,7 +497,7 @@ static void bench_gemms(kiln_pool_t** pools, int max_t) {
       for (int t = 1; t <= max_t; ++t) {
         bench_row_t* r = bench_row_add("gemm_bf16", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
         ctx.pool = pools[t - 1];
-        r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+        bench_measure(r, ctx.pool, bench_kiln_gemm, &ctx, NULL, NULL);
       }
       free(bp16), free(a16);
     }
@@ -447,11 +562,8 @@ static void bench_gemms_train(kiln_pool_t** pools, int max_t) {
     for (int t = 1; t <= max_t; ++t) {
       bench_row_t* r = bench_row_add("gemm_train", shape, "GFLOP/s", 2.0 * m * n * k, t, params);
       ctx.base.pool = pools[t - 1];
-      r->kiln_s = bench_time(bench_kiln_gemm, &ctx.base);
-      if (bench_blas.lib) {
-        bench_blas_threads(t);
-        r->blas_s = bench_time(bench_blas_sgemm_train, &ctx);
-      }
+      bench_measure(r, ctx.base.pool, bench_kiln_gemm, &ctx.base,
+                    bench_blas.lib ? bench_blas_sgemm_train : NULL, &ctx);
     }
     free(a), free(b), free(c);
   }
@@ -475,11 +587,8 @@ static void bench_gemvs(kiln_pool_t** pools, int max_t) {
   for (int t = 1; t <= max_t; ++t) {
     bench_row_t* r = bench_row_add("gemv_f32", shape, "GB/s", (double)pbytes, t, params);
     ctx.pool = pools[t - 1];
-    r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
-    if (bench_blas.lib) {
-      bench_blas_threads(t);
-      r->blas_s = bench_time(bench_blas_sgemv, &ctx);
-    }
+    bench_measure(r, ctx.pool, bench_kiln_gemm, &ctx, bench_blas.lib ? bench_blas_sgemv : NULL,
+                  &ctx);
   }
   free(bp);
   size_t pbytes16 = kiln_gemm_bf16_packed_size(k, n);
@@ -491,7 +600,7 @@ static void bench_gemvs(kiln_pool_t** pools, int max_t) {
   for (int t = 1; t <= max_t; ++t) {
     bench_row_t* r = bench_row_add("gemv_bf16w", shape, "GB/s", (double)pbytes16, t, params);
     ctx.pool = pools[t - 1];
-    r->kiln_s = bench_time(bench_kiln_gemm, &ctx);
+    bench_measure(r, ctx.pool, bench_kiln_gemm, &ctx, NULL, NULL);
   }
   free(bp16), free(x), free(y);
 }
@@ -528,7 +637,7 @@ static void bench_attention(kiln_pool_t** pools, int max_t) {
     bench_row_t* r = bench_row_add("attention", "B1 H12 S512 D64 causal", "GFLOP/s", flop, t,
                                    "{\"b\": 1, \"h\": 12, \"s\": 512, \"d\": 64, \"causal\": 1}");
     ctx.pool = pools[t - 1];
-    r->kiln_s = bench_time(bench_kiln_attn, &ctx);
+    bench_measure(r, ctx.pool, bench_kiln_attn, &ctx, NULL, NULL);
   }
   free(q), free(k), free(v), free(o);
 }
@@ -583,7 +692,7 @@ static void bench_convs(kiln_pool_t** pools, int max_t) {
     for (int t = 1; t <= max_t; ++t) {
       bench_row_t* r = bench_row_add("conv2d", shape, "GFLOP/s", flop, t, params);
       ctx.pool = pools[t - 1];
-      r->kiln_s = bench_time(bench_kiln_conv, &ctx);
+      bench_measure(r, ctx.pool, bench_kiln_conv, &ctx, NULL, NULL);
     }
     free(x), free(w), free(wp), free(bias), free(y);
   }
@@ -622,7 +731,7 @@ static void bench_rowops(kiln_pool_t** pools, int max_t) {
                                      2.0 * rows * cols * sizeof(float), t,
                                      "{\"rows\": 4096, \"cols\": 4096}");
       ctx.pool = pools[t - 1];
-      r->kiln_s = bench_time(bench_kiln_rowop, &ctx);
+      bench_measure(r, ctx.pool, bench_kiln_rowop, &ctx, NULL, NULL);
     }
   }
   free(x), free(gamma), free(beta), free(y);
@@ -639,14 +748,16 @@ static void bench_json_string(const char* s) {
   putchar('"');
 }
 
-static void bench_print_json(int max_t, const double* peak, const double* bw) {
-  printf("{\n  \"machine\": {\"isa\": \"%s\", \"threads\": [", kiln_cpu_isa_name(kiln_cpu_isa()));
+/* --serve's last line: the peaks measured at the start, and OpenBLAS. */
+static void bench_print_end(int max_t, const double* peak, const double* bw) {
+  printf("{\"end\": {\"machine\": {\"isa\": \"%s\", \"threads\": [",
+         kiln_cpu_isa_name(kiln_cpu_isa()));
   for (int t = 1; t <= max_t; ++t) printf("%s%d", t > 1 ? ", " : "", t);
   printf("], \"fma_peak_gflops\": [");
   for (int t = 1; t <= max_t; ++t) printf("%s%.3f", t > 1 ? ", " : "", peak[t - 1]);
   printf("], \"read_bw_gbs\": [");
   for (int t = 1; t <= max_t; ++t) printf("%s%.3f", t > 1 ? ", " : "", bw[t - 1]);
-  printf("]},\n  \"openblas\": ");
+  printf("]}, \"openblas\": ");
   if (bench_blas.lib) {
     printf("{\"library\": ");
     bench_json_string(bench_blas.path);
@@ -656,19 +767,8 @@ static void bench_print_json(int max_t, const double* peak, const double* bw) {
   } else {
     printf("null");
   }
-  printf(",\n  \"rows\": [\n");
-  for (int i = 0; i < bench_n_rows; ++i) {
-    const bench_row_t* r = &bench_rows[i];
-    printf("    {\"kernel\": \"%s\", \"shape\": \"%s\", \"unit\": \"%s\", \"work\": %.6g, "
-           "\"threads\": %d, \"params\": %s, \"kiln_s\": %.6g, \"openblas_s\": ",
-           r->kernel, r->shape, r->unit, r->work, r->threads, r->params, r->kiln_s);
-    if (r->blas_s > 0)
-      printf("%.6g}", r->blas_s);
-    else
-      printf("null}");
-    printf("%s\n", i + 1 < bench_n_rows ? "," : "");
-  }
-  printf("  ]\n}\n");
+  printf("}}\n");
+  fflush(stdout);
 }
 
 static void bench_print_table(int max_t, const double* peak, const double* bw) {
@@ -684,16 +784,19 @@ static void bench_print_table(int max_t, const double* peak, const double* bw) {
   for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", peak[t - 1]);
   printf(" GFLOP/s\nread bandwidth ");
   for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", bw[t - 1]);
-  printf(" GB/s\n\n%-12s %-24s %3s %10s %7s %10s %7s\n", "kernel", "shape", "thr", "kiln",
-         "% peak", "OpenBLAS", "unit");
+  printf(" GB/s\n\n%% peak: against the peak samples taken in the row's own rounds (their median"
+         " in the peak column)%s\n\n",
+         bench_min_reps > 0 ? "; with --min, against the peaks above" : "");
+  printf("%-12s %-24s %3s %10s %7s %10s %8s %7s\n", "kernel", "shape", "thr", "kiln", "% peak",
+         "OpenBLAS", "peak", "unit");
   for (int i = 0; i < bench_n_rows; ++i) {
     const bench_row_t* r = &bench_rows[i];
     double rate = r->work / r->kiln_s * 1e-9;
-    double pk = r->unit[1] == 'F' ? peak[r->threads - 1] : bw[r->threads - 1];
+    double pk = r->peak > 0 ? r->peak : r->unit[1] == 'F' ? peak[r->threads - 1] : bw[r->threads - 1];
     char blas[16] = "-";
     if (r->blas_s > 0) snprintf(blas, sizeof(blas), "%.1f", r->work / r->blas_s * 1e-9);
-    printf("%-12s %-24s %3d %10.1f %6.1f%% %10s %7s\n", r->kernel, r->shape, r->threads, rate,
-           pk > 0 ? 100.0 * rate / pk : 0.0, blas, r->unit);
+    printf("%-12s %-24s %3d %10.1f %6.1f%% %10s %8.1f %7s\n", r->kernel, r->shape, r->threads,
+           rate, pk > 0 ? 100.0 * rate / pk : 0.0, blas, pk, r->unit);
   }
 }
 
@@ -711,13 +814,13 @@ static int bench_wanted(const char* only, const char* group) {
 }
 
 int main(int argc, char** argv) {
-  int max_t = 2, json = 0;
+  int max_t = 2;
   const char* only = NULL;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json")) {
-      json = 1;
+    if (!strcmp(argv[i], "--serve")) {
+      bench_serve = 1;
     } else if (!strcmp(argv[i], "--quick")) {
-      bench_samples = 3;
+      bench_rounds = 3;
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -727,7 +830,7 @@ int main(int argc, char** argv) {
       if (bench_min_reps < 1 || bench_min_reps > 100000) bench_min_reps = 30;
     } else {
       fprintf(stderr,
-              "usage: bench_gemm [--json] [--quick] [--threads 1|2] [--only GROUPS] [--min N]\n");
+              "usage: bench_gemm [--quick] [--threads 1|2] [--only GROUPS] [--min N] [--serve]\n");
       return 2;
     }
   }
@@ -746,12 +849,8 @@ int main(int argc, char** argv) {
 
   double peak[2] = {0, 0}, bw[2] = {0, 0};
   for (int t = 1; t <= max_t; ++t) peak[t - 1] = bench_fma_peak(pools[t - 1], t);
-  {
-    size_t n = (size_t)64 << 20; /* 256 MiB: far beyond the L3 */
-    float* buf = bench_floats(n, 7);
-    for (int t = 1; t <= max_t; ++t) bw[t - 1] = bench_read_bw(pools[t - 1], t, buf, n);
-    free(buf);
-  }
+  bench_read_buf = bench_floats(bench_read_n, 7);
+  for (int t = 1; t <= max_t; ++t) bw[t - 1] = bench_read_bw(pools[t - 1], t);
   if (bench_wanted(only, "gemm")) bench_gemms(pools, max_t);
   if (bench_wanted(only, "train")) bench_gemms_train(pools, max_t);
   if (bench_wanted(only, "gemv")) bench_gemvs(pools, max_t);
@@ -759,10 +858,11 @@ int main(int argc, char** argv) {
   if (bench_wanted(only, "conv")) bench_convs(pools, max_t);
   if (bench_wanted(only, "rowops")) bench_rowops(pools, max_t);
 
-  if (json)
-    bench_print_json(max_t, peak, bw);
+  if (bench_serve)
+    bench_print_end(max_t, peak, bw);
   else
     bench_print_table(max_t, peak, bw);
+  free(bench_read_buf);
   for (int t = 0; t < max_t; ++t) kiln_pool_release(pools[t]);
   if (bench_blas.lib) dlclose(bench_blas.lib);
   return 0;

@@ -1,13 +1,18 @@
 """`make bench-kernels`: kiln's kernels beside torch and OpenBLAS, one run.
 
-Runs the C benchmark (build/bench/kernels/bench_gemm --json), which measures
-this machine's FMA peak and streaming read bandwidth per thread count and
-times kiln's kernels and OpenBLAS sgemm/sgemv; then times the same operations
-through torch with the same thread counts; merges the three, prints a table,
-writes bench/kernels/results.json and regenerates the table in
-docs/performance.md between its markers.
+Drives the C benchmark (build/bench/kernels/bench_gemm --serve), which
+measures this machine's FMA peak and streaming read bandwidth per thread
+count, then holds each row's operands while this script times the row in
+rounds: every round takes one ~30 ms sample of kiln (in the C process), of
+OpenBLAS sgemm/sgemv (also there), of the same operation through torch (here,
+same thread count) and of the peak loop, in an order that rotates round to
+round. A figure is the median of its samples, and "% of peak" divides kiln's
+by the median of the peak samples of the same rounds: on a shared machine
+whose capacity drifts, all of a row's figures then come from the same
+stretch of time. Prints a table, writes bench/kernels/results.json and
+regenerates the table in docs/performance.md between its markers.
 
-Usage: python bench/kernels/run.py [--quick] [--build build] [--no-docs]
+Usage: python bench/kernels/run.py [--quick] [--build build] [--no-docs] [--only GROUPS]
 """
 
 import argparse
@@ -40,23 +45,85 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def time_call(fn, samples):
-    """Median seconds per call: a warm-up call, then samples of ~30 ms."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    one = time.perf_counter() - t0
-    calls = 1 if one > 0.03 else int(0.03 / max(one, 1e-6)) + 1
-    if one > 0.5:
-        samples = min(samples, 3)
-    times = []
-    for _ in range(samples):
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2]
+
+
+class Server:
+    """The C benchmark in --serve mode: rows come as JSON lines; samples are
+    asked for one command at a time (see bench_gemm.c's usage)."""
+
+    def __init__(self, cmd):
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def next(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"bench_gemm exited (status {self.proc.wait()})")
+        return json.loads(line)
+
+    def ask(self, cmd):
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        if cmd == "d":
+            return None
+        reply = self.proc.stdout.readline().strip()
+        try:
+            return float(reply)
+        except ValueError:
+            raise RuntimeError(f"bench_gemm answered {reply!r} to {cmd!r}") from None
+
+
+def calls_per_sample(run):
+    """(calls in a ~30 ms sample, seconds of one call) for run(calls) ->
+    seconds, after a warm-up call."""
+    run(1)
+    one = run(1)
+    return (1 if one > 0.03 else int(0.03 / max(one, 1e-6)) + 1), one
+
+
+def measure_row(server, row, rounds):
+    """Times one served row in rounds; sets kiln_s, openblas_s, torch_s
+    (median seconds per call) and peak (median of the peak samples)."""
+    torch.set_num_threads(row["threads"])
+    fn = torch_op(row)
+
+    def torch_run(calls):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        times.append((time.perf_counter() - t0) / calls)
-    times.sort()
-    return times[len(times) // 2]
+        t = time.perf_counter() - t0
+        if row["threads"] > 1:
+            # torch's OpenMP workers spin for a few ms after a parallel
+            # region before they sleep: let them, so the next sample (kiln's,
+            # the peak's, OpenBLAS's, in the other process) has the cores.
+            time.sleep(0.02)
+        return t
+
+    runs = {"kiln_s": lambda n: server.ask(f"k {n}")}
+    if row.pop("openblas"):
+        runs["openblas_s"] = lambda n: server.ask(f"b {n}")
+    if fn is not None:
+        runs["torch_s"] = torch_run
+    calls, slow = {}, set()
+    for key, run in runs.items():
+        calls[key], one = calls_per_sample(run)
+        if one > 0.5:
+            slow.add(key)  # torch's bf16 GEMM (seconds a call): 3 rounds are enough
+    order = ["peak"] + list(runs)
+    samples = {key: [] for key in order}
+    for r in range(rounds):
+        for j in range(len(order)):
+            key = order[(r + j) % len(order)]
+            if key == "peak":
+                samples[key].append(server.ask("p"))
+            elif key not in slow or r < 3:
+                samples[key].append(runs[key](calls[key]) / calls[key])
+    server.ask("d")
+    row["peak"] = median(samples.pop("peak"))
+    for key in ("kiln_s", "openblas_s", "torch_s"):
+        row[key] = median(samples[key]) if key in samples else None
 
 
 def rand(*shape, dtype=torch.float32):
@@ -98,15 +165,6 @@ def torch_op(row):
     return None
 
 
-def run_torch(rows, samples):
-    with torch.inference_mode():
-        for row in rows:
-            torch.set_num_threads(row["threads"])
-            fn = torch_op(row)
-            row["torch_s"] = time_call(fn, samples) if fn else None
-            del fn
-
-
 def rate(row, key):
     s = row.get(key)
     return row["work"] / s * 1e-9 if s else None
@@ -121,18 +179,15 @@ def ratio(a, b):
 
 
 def table(res):
-    m = res["machine"]
     lines = [
-        "| kernel | shape | threads | unit | kiln | % of peak | torch | OpenBLAS | kiln / torch | kiln / OpenBLAS |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| kernel | shape | threads | unit | kiln | peak | % of peak | torch | OpenBLAS | kiln / torch | kiln / OpenBLAS |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in res["rows"]:
-        t = r["threads"]
-        peak = m["fma_peak_gflops"][t - 1] if r["unit"] == "GFLOP/s" else m["read_bw_gbs"][t - 1]
-        k, tr, br = r["kiln"], r["torch"], r["openblas"]
-        lines.append(f"| {r['kernel']} | {r['shape']} | {t} | {r['unit']} | {fmt(k)} | "
-                     f"{fmt(100 * k / peak if peak else None)} % | {fmt(tr)} | {fmt(br)} | "
-                     f"{ratio(k, tr)} | {ratio(k, br)} |")
+        k, tr, br, peak = r["kiln"], r["torch"], r["openblas"], r["peak"]
+        lines.append(f"| {r['kernel']} | {r['shape']} | {r['threads']} | {r['unit']} | {fmt(k)} | "
+                     f"{fmt(peak)} | {fmt(100 * k / peak if peak else None)} % | {fmt(tr)} | "
+                     f"{fmt(br)} | {ratio(k, tr)} | {ratio(k, br)} |")
     return "\n".join(lines)
 
 
@@ -159,7 +214,9 @@ def header(res):
                       for i, t in enumerate(m["threads"]))
     blas = res["openblas"]["library"] if res["openblas"] else "not installed (column empty)"
     return (f"Measured {res['date']} on {res['cpu']} (kiln ISA {m['isa']}, torch {res['torch']}, "
-            f"OpenBLAS {blas}).\n\nMeasured peaks: {peaks}.")
+            f"OpenBLAS {blas}).\n\nPeaks measured at the start: {peaks}. The peak column is the "
+            f"median of the peak samples taken in each row's own rounds (FMA GFLOP/s, or read GB/s "
+            f"for GB/s rows); % of peak divides by it.")
 
 
 def write_doc(res):
@@ -179,16 +236,29 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke test)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/performance.md")
+    ap.add_argument("--no-docs", action="store_true", help="print only: do not rewrite results.json and docs/performance.md")
+    ap.add_argument("--only", help="comma-separated groups (bench_gemm --only); implies --no-docs")
     args = ap.parse_args()
 
     exe = os.path.join(args.build, "bench", "kernels", "bench_gemm")
-    cmd = [exe, "--json"] + (["--quick"] if args.quick else [])
+    cmd = [exe, "--serve"] + (["--quick"] if args.quick else [])
+    if args.only:
+        cmd += ["--only", args.only]
     print("running", " ".join(cmd), file=sys.stderr)
-    res = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
-    rows = res["rows"]
-    print("timing torch", file=sys.stderr)
-    run_torch(rows, 3 if args.quick else 7)
+    server = Server(cmd)
+    rows = []
+    with torch.inference_mode():
+        while True:
+            msg = server.next()
+            if "end" in msg:
+                res = msg["end"]
+                break
+            row = msg["row"]
+            measure_row(server, row, 3 if args.quick else 7)
+            rows.append(row)
+            print(f"  {row['kernel']} {row['shape']} {row['threads']}t", file=sys.stderr)
+    server.proc.wait()
+    res["rows"] = rows
     for r in rows:
         r["kiln"], r["torch"], r["openblas"] = rate(r, "kiln_s"), rate(r, "torch_s"), rate(r, "openblas_s")
     res["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -201,12 +271,13 @@ def main():
     print(table(res))
     print()
     print(bf16_summary(res))
+    if args.no_docs or args.only:
+        return
     with open(RESULTS, "w") as f:
         json.dump(res, f, indent=1)
         f.write("\n")
-    if not args.no_docs:
-        write_doc(res)
-        print(f"\nwrote {os.path.relpath(RESULTS, ROOT)} and {os.path.relpath(DOC, ROOT)}", file=sys.stderr)
+    write_doc(res)
+    print(f"\nwrote {os.path.relpath(RESULTS, ROOT)} and {os.path.relpath(DOC, ROOT)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
