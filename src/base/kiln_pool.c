@@ -23,7 +23,8 @@
 #define KILN_POOL_CLOSED 0xFFFFFFFFu
 
 struct kiln_pool_s {
-  int n_threads; /* including the caller */
+  int n_threads;   /* including the caller */
+  int follow_host; /* the default pool: at most the host's thread count */
   pthread_t* workers;
   pthread_mutex_t mutex;
   pthread_mutex_t job; /* held by the caller of a parallel_for: one job at a time */
@@ -151,12 +152,28 @@ void kiln_pool_release(kiln_pool_t* pool) {
   free(pool);
 }
 
-int kiln_pool_size(const kiln_pool_t* pool) { return pool ? pool->n_threads : 1; }
-
 static _Atomic(kiln_pool_host_parallel_fn) kiln_pool_host_;
+static _Atomic(kiln_pool_host_threads_fn) kiln_pool_host_threads_;
 
-void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel) {
+void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
+                                 kiln_pool_host_threads_fn threads) {
+  atomic_store(&kiln_pool_host_threads_, parallel ? threads : NULL);
   atomic_store(&kiln_pool_host_, parallel);
+}
+
+/* The host's thread count is the calling thread's (OpenMP keeps it per
+ * thread), so it is read on every call rather than cached; kernels size
+ * per-thread scratch from kiln_pool_size and then call parallel_for from
+ * the same thread, so both see the same value. */
+int kiln_pool_size(const kiln_pool_t* pool) {
+  if (!pool) return 1;
+  int n = pool->n_threads;
+  if (pool->follow_host && atomic_load(&kiln_pool_host_)) {
+    kiln_pool_host_threads_fn threads = atomic_load(&kiln_pool_host_threads_);
+    int h = threads ? threads() : n;
+    if (h >= 1 && h < n) n = h;
+  }
+  return n;
 }
 
 kiln_pool_host_parallel_fn kiln_pool_host_parallel(void) { return atomic_load(&kiln_pool_host_); }
@@ -183,14 +200,15 @@ static void kiln_pool_host_body(void* p) {
 void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
                             void* ctx) {
   if (n_tasks == 0) return;
-  if (!pool || pool->n_threads == 1 || n_tasks == 1 || n_tasks > KILN_POOL_MAX_TASKS) {
+  int threads = kiln_pool_size(pool);
+  if (threads == 1 || n_tasks == 1 || n_tasks > KILN_POOL_MAX_TASKS) {
     for (size_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
   kiln_pool_host_parallel_fn host = atomic_load_explicit(&kiln_pool_host_, memory_order_acquire);
   if (host) {
-    kiln_pool_host_job_t job = {fn, ctx, n_tasks, pool->n_threads, 0, 0};
-    unsigned team = n_tasks < (size_t)pool->n_threads ? (unsigned)n_tasks : (unsigned)pool->n_threads;
+    kiln_pool_host_job_t job = {fn, ctx, n_tasks, threads, 0, 0};
+    unsigned team = n_tasks < (size_t)threads ? (unsigned)n_tasks : (unsigned)threads;
     host(kiln_pool_host_body, &job, team, 0);
     return;
   }
@@ -231,6 +249,7 @@ static void kiln_pool_default_init(void) {
   if (n <= 0) n = 1;
   kiln_status_t s = kiln_pool_create(n, &kiln_pool_default_);
   kiln_status_free(s);
+  if (kiln_pool_default_) kiln_pool_default_->follow_host = 1;
 }
 
 kiln_pool_t* kiln_pool_default(void) {

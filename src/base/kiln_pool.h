@@ -21,6 +21,7 @@ typedef void (*kiln_pool_task_fn)(void* ctx, size_t task, int thread);
 /* n_threads counts the caller: 1 makes a pool with no worker threads. */
 kiln_status_t kiln_pool_create(int n_threads, kiln_pool_t** out_pool);
 void kiln_pool_release(kiln_pool_t* pool);
+/* The threads a parallel_for called now from this thread would use. */
 int kiln_pool_size(const kiln_pool_t* pool);
 
 /* pool may be NULL: runs inline on the caller. */
@@ -33,19 +34,28 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
 typedef void (*kiln_pool_host_parallel_fn)(void (*body)(void*), void* data, unsigned n_threads,
                                            unsigned flags);
 
+/* The host runtime's thread count for the calling thread (the signature
+ * of omp_get_max_threads: what torch.set_num_threads sets). */
+typedef int (*kiln_pool_host_threads_fn)(void);
+
 /* Process-wide: every pool's parallel_for runs its tasks in the host's
  * parallel regions instead of on the pool's own workers (NULL: back to
  * them). Inside PyTorch this is the OpenMP runtime torch already runs, so
  * eager ops and kiln kernels share one set of threads: torch's workers,
  * still spinning after an eager op, pick up kiln's tasks instead of
  * competing with kiln's workers for the same cores. The pool's size still
- * sets the thread count; a team smaller than asked (a nested region) just
+ * sets the thread count, except that the default pool uses no more than
+ * `threads()` (when not NULL) says, so that torch.set_num_threads(n) limits
+ * kiln as it limits torch; a team smaller than asked (a nested region) just
  * runs more tasks per thread. */
-void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel);
+void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
+                                 kiln_pool_host_threads_fn threads);
 kiln_pool_host_parallel_fn kiln_pool_host_parallel(void);
 
 /* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
- * Created on first use; never released. NULL if it could not be created. */
+ * Created on first use; never released. NULL if it could not be created.
+ * In the host's regions it follows the host's thread count (see above):
+ * its size is then the smaller of the two, call by call. */
 kiln_pool_t* kiln_pool_default(void);
 
 #endif /* KILN_POOL_H */

@@ -52,7 +52,7 @@ static int kiln_py_host_visit(struct dl_phdr_info* info, size_t size, void* p) {
 const char* kiln_py_host_threads(int on) {
   static char found[4096];
   if (!on) {
-    kiln_pool_set_host_parallel(NULL);
+    kiln_pool_set_host_parallel(NULL, NULL);
     return NULL;
   }
 #if !defined(__linux__)
@@ -74,7 +74,12 @@ const char* kiln_py_host_threads(int on) {
   }
   kiln_pool_host_parallel_fn fn;
   memcpy(&fn, &sym, sizeof(fn)); /* object to function pointer, as POSIX allows */
-  kiln_pool_set_host_parallel(fn);
+  /* torch.set_num_threads(n) sets OpenMP's thread count: the default pool
+   * follows it (without the symbol, it keeps its own size). */
+  kiln_pool_host_threads_fn threads = NULL;
+  void* tsym = dlsym(lib, "omp_get_max_threads");
+  if (tsym) memcpy(&threads, &tsym, sizeof(threads));
+  kiln_pool_set_host_parallel(fn, threads);
   strcpy(found, f.path);
   return found;
 #endif

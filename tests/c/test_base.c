@@ -71,7 +71,7 @@ static void host_single(void (*body)(void*), void* data, unsigned n, unsigned fl
 /* Every task runs once, with a thread index inside the pool, in the host's
  * regions whatever size of team the host gives. */
 static void pool_check_host(kiln_pool_host_parallel_fn host, const char* name) {
-  kiln_pool_set_host_parallel(host);
+  kiln_pool_set_host_parallel(host, NULL);
   KILN_EXPECT(kiln_pool_host_parallel() == host, "%s: host region set", name);
   for (int threads = 2; threads <= 3; ++threads) {
     kiln_pool_t* pool = NULL;
@@ -92,7 +92,48 @@ static void pool_check_host(kiln_pool_host_parallel_fn host, const char* name) {
                 name, atomic_load(&pool_max_thread), threads);
     kiln_pool_release(pool);
   }
-  kiln_pool_set_host_parallel(NULL);
+  kiln_pool_set_host_parallel(NULL, NULL);
+}
+
+/* The host's thread count (torch.set_num_threads) limits the default pool
+ * in the host's regions, never an explicitly sized pool, and never raises
+ * the default pool past its own size. */
+static atomic_int host_threads_now;
+static int host_threads(void) { return atomic_load(&host_threads_now); }
+
+static void pool_check_host_threads(void) {
+  kiln_pool_t* def = kiln_pool_default();
+  kiln_pool_t* three = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(3, &three));
+  if (!def || !three) {
+    kiln_pool_release(three);
+    return;
+  }
+  int own = kiln_pool_size(def);
+  kiln_pool_set_host_parallel(host_team, host_threads);
+  static pool_ctx_t ctx;
+  for (int h = 1; h <= own + 1; ++h) {
+    atomic_store(&host_threads_now, h);
+    int want = h < own ? h : own;
+    KILN_EXPECT(kiln_pool_size(def) == want, "host at %d threads: default pool size %d, want %d",
+                h, kiln_pool_size(def), want);
+    KILN_EXPECT(kiln_pool_size(three) == 3, "an explicit pool keeps its size: %d",
+                kiln_pool_size(three));
+    memset(&ctx, 0, sizeof(ctx));
+    atomic_store(&pool_max_thread, 0);
+    kiln_pool_parallel_for(def, 100, pool_task, &ctx);
+    int bad = 0;
+    for (size_t i = 0; i < 1000; ++i) bad += atomic_load(&ctx.hits[i]) != (i < 100);
+    KILN_EXPECT(bad == 0, "host at %d threads: %d tasks ran wrongly", h, bad);
+    KILN_EXPECT(atomic_load(&pool_max_thread) < want, "host at %d threads: thread index %d", h,
+                atomic_load(&pool_max_thread));
+  }
+  atomic_store(&host_threads_now, 0); /* a nonsense count is ignored */
+  KILN_EXPECT(kiln_pool_size(def) == own, "host count 0: size %d", kiln_pool_size(def));
+  kiln_pool_set_host_parallel(NULL, NULL);
+  atomic_store(&host_threads_now, 1);
+  KILN_EXPECT(kiln_pool_size(def) == own, "own threads: the host's count does not apply");
+  kiln_pool_release(three);
 }
 
 void kiln_test_suite_pool(void) {
@@ -134,6 +175,7 @@ void kiln_test_suite_pool(void) {
   }
   pool_check_host(host_team, "host team");
   pool_check_host(host_single, "host team of one");
+  pool_check_host_threads();
   KILN_EXPECT(kiln_pool_host_parallel() == NULL, "own threads again");
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);

@@ -78,3 +78,29 @@ def test_kiln_pool_own_switch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "KILN_POOL": "own"}).stdout.strip()
     assert out == "None"
+
+
+@pytest.mark.skipif(not torch.backends.openmp.is_available(), reason="torch built without OpenMP")
+def test_torch_set_num_threads_limits_kiln():
+    """torch.set_num_threads(n) limits kiln's default pool as it limits torch
+    (never past kiln's own size); a model given set_threads keeps its count."""
+    own = _C.num_threads()
+    before = torch.get_num_threads()
+    model = Block().eval()
+    x = torch.randn(64, 256)
+    k = kiln.trace(model, (x,))
+    want = k(x)
+    try:
+        torch.set_num_threads(1)
+        assert _C.num_threads() == 1
+        assert k._kiln_model.threads() == 1
+        assert torch.equal(k(x), want)  # same tasks, one thread: the same bits
+        torch.set_num_threads(own + 1)
+        assert _C.num_threads() == own
+        k._kiln_model.set_threads(2)
+        torch.set_num_threads(1)
+        assert k._kiln_model.threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        k._kiln_model.set_threads(0)
+    assert _C.num_threads() == min(own, before)
