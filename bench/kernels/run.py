@@ -213,10 +213,12 @@ def header(res):
                       f"{m['read_bw_gbs'][i]:.1f} GB/s read"
                       for i, t in enumerate(m["threads"]))
     blas = res["openblas"]["library"] if res["openblas"] else "not installed (column empty)"
+    n = res.get("n_passes", 1)
+    passes = f"the median over {n} passes" if n > 1 else "one pass"
     return (f"Measured {res['date']} on {res['cpu']} (kiln ISA {m['isa']}, torch {res['torch']}, "
-            f"OpenBLAS {blas}).\n\nPeaks measured at the start: {peaks}. The peak column is the "
-            f"median of the peak samples taken in each row's own rounds (FMA GFLOP/s, or read GB/s "
-            f"for GB/s rows); % of peak divides by it.")
+            f"OpenBLAS {blas}); every figure is {passes}.\n\nPeaks measured at the start: {peaks}. "
+            f"The peak column is the median of the peak samples taken in each row's own rounds "
+            f"(FMA GFLOP/s, or read GB/s for GB/s rows); % of peak divides by it.")
 
 
 def write_doc(res):
@@ -232,21 +234,64 @@ def write_doc(res):
         f.write(text)
 
 
+def one_pass(cmd, rounds, i, passes):
+    """One pass of the C benchmark over every row: its "end" message (the
+    machine) with the timed rows."""
+    print(f"pass {i + 1} of {passes}: {' '.join(cmd)}", file=sys.stderr)
+    server = Server(cmd)
+    rows = []
+    with torch.inference_mode():
+        while True:
+            msg = server.next()
+            if "end" in msg:
+                res = msg["end"]
+                break
+            row = msg["row"]
+            measure_row(server, row, rounds)
+            rows.append(row)
+            print(f"  {row['kernel']} {row['shape']} {row['threads']}t", file=sys.stderr)
+    server.proc.wait()
+    res["rows"] = rows
+    return res
+
+
+def merge_passes(runs):
+    """Each row's times and peak: the median over the passes (the machine's
+    capacity drifts over minutes too, so one pass can land on a bad
+    stretch). The per-pass figures are kept under "passes"."""
+    res = dict(runs[0])
+    m = res["machine"] = dict(runs[0]["machine"])
+    for key in ("fma_peak_gflops", "read_bw_gbs"):
+        m[key] = [median([r["machine"][key][t] for r in runs]) for t in range(len(m[key]))]
+    rows = []
+    for i, row in enumerate(runs[0]["rows"]):
+        merged = dict(row)
+        per = [r["rows"][i] for r in runs]
+        merged["passes"] = [{k: p[k] for k in ("kiln_s", "openblas_s", "torch_s", "peak")} for p in per]
+        for k in ("kiln_s", "openblas_s", "torch_s", "peak"):
+            vals = [p[k] for p in per if p[k] is not None]
+            merged[k] = median(vals) if vals else None
+        rows.append(merged)
+    res["rows"] = rows
+    res["n_passes"] = len(runs)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples (smoke test)")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--no-docs", action="store_true", help="print only: do not rewrite results.json and docs/performance.md")
     ap.add_argument("--only", help="comma-separated groups (bench_gemm --only); implies --no-docs")
+    ap.add_argument("--passes", type=int, help="whole passes over the rows, each row's figures the "
+                    "median over the passes (default 3; 1 with --quick)")
     args = ap.parse_args()
+    passes = args.passes or (1 if args.quick else 3)
 
     exe = os.path.join(args.build, "bench", "kernels", "bench_gemm")
     cmd = [exe, "--serve"] + (["--quick"] if args.quick else [])
     if args.only:
         cmd += ["--only", args.only]
-    print("running", " ".join(cmd), file=sys.stderr)
-    server = Server(cmd)
-    rows = []
     # glibc serves a large allocation with mmap (page faults on every call
     # for a fresh buffer) until a large mmapped block has been freed, then
     # raises that threshold and serves such sizes from its heap. A
@@ -256,18 +301,9 @@ def main():
     # So free one first, as any real workload will have.
     warm = torch.ones(4 << 20)
     del warm
-    with torch.inference_mode():
-        while True:
-            msg = server.next()
-            if "end" in msg:
-                res = msg["end"]
-                break
-            row = msg["row"]
-            measure_row(server, row, 3 if args.quick else 7)
-            rows.append(row)
-            print(f"  {row['kernel']} {row['shape']} {row['threads']}t", file=sys.stderr)
-    server.proc.wait()
-    res["rows"] = rows
+    runs = [one_pass(cmd, 3 if args.quick else 7, i, passes) for i in range(passes)]
+    res = merge_passes(runs)
+    rows = res["rows"]
     for r in rows:
         r["kiln"], r["torch"], r["openblas"] = rate(r, "kiln_s"), rate(r, "torch_s"), rate(r, "openblas_s")
     res["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
