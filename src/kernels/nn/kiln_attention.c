@@ -35,7 +35,10 @@
 #define KILN_NN_ATTN_AVX2 1
 #endif
 
-enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16 };
+/* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
+ * are that long); the plan never makes a larger row block. */
+enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
+       KILN_NN_ATTN_MAX_ROWS = 48 };
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -56,7 +59,8 @@ void KILN_NN_FN(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_th
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
-      if (kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp) <= KILN_NN_ATTN_SCRATCH) {
+      if (tiles[t][0] <= KILN_NN_ATTN_MAX_ROWS &&
+          kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp) <= KILN_NN_ATTN_SCRATCH) {
         plan->q_block = tiles[t][0];
         plan->k_block = tiles[t][1];
         break;
@@ -227,9 +231,9 @@ static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t task,
 /* Large head dims: one row at a time, the output row as the accumulator. */
 static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size_t task) {
   const kiln_attention_args_t* a = plan->args;
-  kiln_nn_attn_row_t rows[64];
+  kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
   int64_t b, kvh, n_rows;
-  kiln_nn_attn_rows(plan, task, &b, &kvh, &n_rows, rows, 64);
+  kiln_nn_attn_rows(plan, task, &b, &kvh, &n_rows, rows, KILN_NN_ATTN_MAX_ROWS);
   const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
   const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
   int64_t dv = a->v_head_dim;
@@ -268,10 +272,10 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
     return;
   }
   const kiln_attention_args_t* a = plan->args;
-  kiln_nn_attn_row_t rows[64];
-  int64_t vis[64], lim[64 / KILN_NN_ATTN_MR + 1];
+  kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
+  int64_t vis[KILN_NN_ATTN_MAX_ROWS], lim[KILN_NN_ATTN_MAX_ROWS / KILN_NN_ATTN_MR + 1];
   int64_t b, kvh, nr;
-  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, 64);
+  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, KILN_NN_ATTN_MAX_ROWS);
   const int64_t d = a->head_dim, dv = a->v_head_dim;
   const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
   const int64_t nrp = kiln_nn_round_up(nr, KILN_NN_ATTN_MR);
