@@ -429,63 +429,37 @@ static void kiln_conv_ct_store(const kiln_conv_ctx_t* t, int64_t o0, int64_t row
   }
 }
 
-/* Channel-vector tasks: tile ti is output pixels [6 ti, 6 ti + 6) (the last
- * one padded by repeating its last pixel), a task a block of tiles x a
- * range of 16-channel panels. Panel outermost, then K blocks: the panel's
- * kc x 16 weights stay in L1 across the block's tiles (the GEMM's order,
- * the weights as its packed B); partial sums wait in part per tile. */
-static void kiln_conv_ct_task(void* p, size_t task, int thread) {
+/* Stores a finished channel-vector tile (kiln_conv_ct_loop_t's store):
+ * six pixels (consecutive in y, across rows too) with relu or no
+ * activation are transposed and stored in registers; the last tile and
+ * other activations go through the general scatter. */
+static void kiln_conv_ct_store_tile(const void* p, int64_t q, int64_t rows, int64_t ti,
+                                    int64_t np, float* tmp) {
   const kiln_conv_ctx_t* t = p;
   const kiln_conv2d_f32_args_t* a = t->a;
-  const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = t->k, howo = t->howo;
-  const int direct_act = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU;
+  const int64_t W = KILN_CONV_PANEL_WIDE, M = 6;
+  if (np == M && (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU)) {
+    int64_t at = q * W * t->howo + ti * M;
+    t->store6(tmp, t->y + at, t->howo, rows, t->res ? t->res + at : NULL,
+              a->residual_before_act, a->act == KILN_ACT_RELU);
+    return;
+  }
+  _Alignas(64) float rt[6 * KILN_CONV_PANEL_WIDE];
+  int64_t pos[6];
+  for (int64_t i = 0; i < np; ++i) pos[i] = ti * M + i;
+  kiln_conv_ct_store(t, q * W, rows, pos, np, tmp, rt);
+}
+
+/* Channel-vector tasks: a block of tiles x a range of 16-channel panels,
+ * through the loop the NHWC driver shares (kiln_conv_ct.c). */
+static void kiln_conv_ct_task(void* p, size_t task, int thread) {
+  const kiln_conv_ctx_t* t = p;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
-  int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc;
-  _Alignas(64) float tmp[6 * KILN_CONV_PANEL_WIDE];
-  _Alignas(64) float rt[6 * KILN_CONV_PANEL_WIDE];
-  float bias16[KILN_CONV_PANEL_WIDE];
-  float* part = t->part ? t->part + (int64_t)thread * t->part_fl : NULL;
-  for (int64_t q = q0; q < q1; ++q) {
-    const float* wp = t->wpk + (t->g * t->nq + q) * K * W;
-    int64_t rows = t->og - q * W < W ? t->og - q * W : W;
-    for (int64_t j = 0; j < W; ++j) bias16[j] = t->bias && j < rows ? t->bias[q * W + j] : 0.0f;
-    for (int64_t kb = 0; kb < K; kb += t->kc) {
-      int64_t kcur = K - kb < t->kc ? K - kb : t->kc;
-      int first = kb == 0, last = kb + kcur == K;
-      /* While the block's tiles run, pull the next K block's weights (the
-       * next kcur lines, on into the next panel: panels are contiguous)
-       * into L2 a slice per tile: the late layers' weights come from
-       * memory once, and without this the first tile of each block waits
-       * for them. */
-      const char* pf = q + 1 < q1 || !last ? (const char*)(wp + (kb + kcur) * W) : NULL;
-      int64_t pf_lines = kcur, pf_step = pf_lines / (t1 - t0) + 1, pf_done = 0;
-      for (int64_t ti = t0; ti < t1; ++ti) {
-        for (int64_t l = 0; pf && l < pf_step && pf_done < pf_lines; ++l, ++pf_done)
-          __builtin_prefetch(pf + pf_done * 64, 0, 2);
-        const float* px[6];
-        int64_t pos[6], np = howo - ti * M < M ? howo - ti * M : M;
-        for (int64_t i = 0; i < M; ++i) {
-          pos[i] = ti * M + (i < np ? i : np - 1);
-          px[i] = t->src + t->vpos[pos[i]];
-        }
-        float* acc = part ? part + (ti - t0) * M * W : NULL;
-        t->ukernel_ct(kcur, wp + kb * W, px, t->off + kb, bias16, first ? NULL : acc,
-                      last ? tmp : acc);
-        if (!last) continue;
-        /* Six pixels (consecutive in y, across rows too), relu or no
-         * activation: transposed and stored in registers; the last tile
-         * and other activations by the general scatter. */
-        if (np == M && direct_act) {
-          int64_t at = q * W * howo + pos[0];
-          t->store6(tmp, t->y + at, howo, rows, t->res ? t->res + at : NULL,
-                    a->residual_before_act, a->act == KILN_ACT_RELU);
-        } else {
-          kiln_conv_ct_store(t, q * W, rows, pos, np, tmp, rt);
-        }
-      }
-    }
-  }
+  kiln_conv_ct_loop_t l = {t->ukernel_ct, t->wpk + t->g * t->nq * t->k * KILN_CONV_PANEL_WIDE,
+                           t->bias, t->src, t->vpos, t->off, t->k, t->kc, t->og, t->howo,
+                           t->part, t->part_fl, kiln_conv_ct_store_tile, t};
+  kiln_conv_ct_run(&l, t0, t1, oc * t->nq / t->noc, (oc + 1) * t->nq / t->noc, thread);
 }
 
 /* Index of `val` in list[0, *n), appending it when absent. */

@@ -76,6 +76,33 @@ void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
                                  const kiln_conv_store_t* st);
 #endif
 
+/* One channel-vector computation over a block of tiles and a range of
+ * panels (kiln_conv_ct.c): panel q of the packed weights at w + q * k * 16
+ * (biases from bias + 16 q, or none), og real output channels; pixel p's
+ * input at src + vpos[p] for p < howo, tap p at off[p]; K blocks of kc,
+ * partial sums in part (part_fl floats per thread; NULL with one block).
+ * Each finished tile goes to store(store_ctx, q, rows, ti, np, tmp): panel
+ * q, its first `rows` channels real, tile ti's first np pixels, tmp 6 x 16
+ * pixel-major (the store may overwrite it). */
+typedef struct kiln_conv_ct_loop_s {
+  kiln_conv_ukernel_ct_fn ukernel;
+  const float* w;
+  const float* bias;
+  const float* src;
+  const int64_t* vpos;
+  const int64_t* off;
+  int64_t k, kc, og, howo;
+  float* part;
+  int64_t part_fl;
+  void (*store)(const void* store_ctx, int64_t q, int64_t rows, int64_t ti, int64_t np,
+                float* tmp);
+  const void* store_ctx;
+} kiln_conv_ct_loop_t;
+
+/* Tiles [t0, t1) x panels [q0, q1) on pool thread `thread`. */
+void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int64_t q0,
+                      int64_t q1, int thread);
+
 /* The microkernels for an ISA level (never NULL). */
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);

@@ -122,40 +122,24 @@ static void kiln_conv_nhwc_store(const kiln_conv_nhwc_ctx_t* t, float* tmp, int6
   t->epilogue(np, rows, tmp, W, t->y + at, O, NULL, r, O, a->act);
 }
 
+/* kiln_conv_ct_loop_t's store: tile ti's pixels are consecutive in y. */
+static void kiln_conv_nhwc_store_tile(const void* p, int64_t q, int64_t rows, int64_t ti,
+                                      int64_t np, float* tmp) {
+  const kiln_conv_nhwc_ctx_t* t = p;
+  kiln_conv_nhwc_store(t, tmp, np, rows, ti * 6 * t->a->o + q * KILN_CONV_PANEL_WIDE);
+}
+
+/* A block of tiles x a range of 16-channel panels, through the loop the
+ * NCHW driver shares (kiln_conv_ct.c). */
 static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
   const kiln_conv_nhwc_ctx_t* t = p;
-  const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = t->k, howo = t->howo, O = t->a->o;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
-  int64_t q0 = oc * t->nq / t->noc, q1 = (oc + 1) * t->nq / t->noc;
-  _Alignas(64) float tmp[6 * KILN_CONV_PANEL_WIDE];
-  float bias16[KILN_CONV_PANEL_WIDE];
-  float* part = t->part ? t->part + (int64_t)thread * t->part_fl : NULL;
-  for (int64_t q = q0; q < q1; ++q) {
-    const float* wp = t->wpk + q * K * W;
-    int64_t rows = t->og - q * W < W ? t->og - q * W : W;
-    for (int64_t j = 0; j < W; ++j) bias16[j] = t->bias && j < rows ? t->bias[q * W + j] : 0.0f;
-    for (int64_t kb = 0; kb < K; kb += t->kc) {
-      int64_t kcur = K - kb < t->kc ? K - kb : t->kc;
-      int first = kb == 0, last = kb + kcur == K;
-      /* Pull the next K block's weights into cache a slice per tile (as
-       * kiln_conv.c's channel-vector tasks). */
-      const char* pf = q + 1 < q1 || !last ? (const char*)(wp + (kb + kcur) * W) : NULL;
-      int64_t pf_lines = kcur, pf_step = pf_lines / (t1 - t0) + 1, pf_done = 0;
-      for (int64_t ti = t0; ti < t1; ++ti) {
-        for (int64_t l = 0; pf && l < pf_step && pf_done < pf_lines; ++l, ++pf_done)
-          __builtin_prefetch(pf + pf_done * 64, 0, 2);
-        const float* px[6];
-        int64_t np = howo - ti * M < M ? howo - ti * M : M;
-        /* The last tile repeats its last pixel: computed, never stored. */
-        for (int64_t i = 0; i < M; ++i) px[i] = t->src + t->vpos[ti * M + (i < np ? i : np - 1)];
-        float* acc = part ? part + (ti - t0) * M * W : NULL;
-        t->ukernel(kcur, wp + kb * W, px, t->off + kb, bias16, first ? NULL : acc,
-                   last ? tmp : acc);
-        if (last) kiln_conv_nhwc_store(t, tmp, np, rows, ti * M * O + q * W);
-      }
-    }
-  }
+  kiln_conv_ct_loop_t l = {t->ukernel, t->wpk,    t->bias, t->src,
+                           t->vpos,    t->off,    t->k,    t->kc,
+                           t->og,      t->howo,   t->part, t->part_fl,
+                           kiln_conv_nhwc_store_tile, t};
+  kiln_conv_ct_run(&l, t0, t1, oc * t->nq / t->noc, (oc + 1) * t->nq / t->noc, thread);
 }
 
 typedef struct {
