@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/conv/kiln_conv_internal.h"
+#include "kernels/kiln_transpose_avx2.h"
 
 #define KILN_CONV_A2_ROW(P, I, C0, C1)                     \
   "vbroadcastss 24*" #P "+4*" #I "(%[w]), %[t]\n\t"        \
@@ -216,30 +217,6 @@ void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* cons
   _mm256_storeu_ps(out + 88, c51);
 }
 
-/* Transposes 8 rows of 8 (in place): r[i] lane j becomes r[j] lane i. */
-static inline void kiln_conv_tr8_avx2(__m256 r[8]) {
-  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-  __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
-  __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
                               const float* res, int res_first, int relu) {
   const __m256i mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
@@ -248,10 +225,11 @@ void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t r
     __m256 r[8];
     for (int i = 0; i < 6; ++i) r[i] = _mm256_loadu_ps(tmp + i * 16 + h);
     r[6] = r[7] = zero;
-    kiln_conv_tr8_avx2(r);
+    __m256 c[8]; /* c[j]: channel h + j of the six pixels */
+    kiln_transpose8x8_avx2(r, c);
     int64_t n = rows - h < 8 ? rows - h : 8;
     for (int64_t j = 0; j < n; ++j) {
-      __m256 v = r[j];
+      __m256 v = c[j];
       float* d = y + (h + j) * ldy;
       __m256 rv = res ? _mm256_maskload_ps(res + (h + j) * ldy, mask) : zero;
       if (res_first) v = _mm256_add_ps(v, rv);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/kiln_transpose_avx2.h"
 
 /* One full panel: out[p * 6 + i] = a[i * rs + p]. */
 static void kiln_gemm_pack_a6_avx2(int64_t k, const float* a, int64_t rs, float* out) {
@@ -24,27 +25,13 @@ static void kiln_gemm_pack_a6_avx2(int64_t k, const float* a, int64_t rs, float*
     __m256 x0 = _mm256_loadu_ps(r0 + p), x1 = _mm256_loadu_ps(r1 + p);
     __m256 x2 = _mm256_loadu_ps(r2 + p), x3 = _mm256_loadu_ps(r3 + p);
     __m256 x4 = _mm256_loadu_ps(r4 + p), x5 = _mm256_loadu_ps(r5 + p);
+    /* Transposed as 8 rows, 6 and 7 zero: column c (8 floats, 2 of them
+     * padding) goes to o + 6 c. */
     __m256 z = _mm256_setzero_ps();
-    /* 8x8 transpose with rows 6 and 7 zero: 4x4 blocks via unpack/shuffle,
-     * then the 128-bit halves exchanged. */
-    __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
-    __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
-    __m256 t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, z, 0x44), u5 = _mm256_shuffle_ps(t4, z, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, z, 0x44), u7 = _mm256_shuffle_ps(t5, z, 0xEE);
-    /* Column c (c < 4) is low half of u(c) and low half of u(c+4) (rows 4-7);
-     * column c + 4 uses the high halves. */
+    __m256 r[8] = {x0, x1, x2, x3, x4, x5, z, z}, c[8];
+    kiln_transpose8x8_avx2(r, c);
     float* o = out + p * 6;
-    _mm256_storeu_ps(o + 0, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(o + 6, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(o + 12, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(o + 18, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(o + 24, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(o + 30, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(o + 36, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(o + 42, _mm256_permute2f128_ps(u3, u7, 0x31));
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(o + 6 * j, c[j]);
   }
   for (; p < k; ++p) {
     float* o = out + p * 6;
@@ -99,26 +86,6 @@ void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_
   if (i < rows) kiln_gemm_pack_a(mr, k, a, rs, cs, row0 + i, rows - i, m_total, out + (i / 6) * k * 6);
 }
 
-/* 8x8 transpose of r[0..7] into o[0..7] (o[i][j] = r[j][i]). */
-static inline void kiln_gemm_transpose8_avx2(const __m256 r[8], __m256 o[8]) {
-  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  o[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  o[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  o[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  o[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  o[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  o[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  o[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  o[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
                                  float* out) {
   const int P = KILN_GEMM_PANEL;
@@ -143,8 +110,8 @@ void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t 
           r[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p);
           r2[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p + 8);
         }
-        kiln_gemm_transpose8_avx2(r, o);
-        kiln_gemm_transpose8_avx2(r2, o2);
+        kiln_transpose8x8_avx2(r, o);
+        kiln_transpose8x8_avx2(r2, o2);
         for (int i = 0; i < 8; ++i) {
           _mm256_storeu_ps(out + (p + i) * P + 8 * h, o[i]);
           _mm256_storeu_ps(out + (p + 8 + i) * P + 8 * h, o2[i]);
@@ -154,7 +121,7 @@ void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t 
       for (int h = 0; h < 2; ++h) {
         __m256 r[8], o[8];
         for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(b + (8 * h + j) * cs + p);
-        kiln_gemm_transpose8_avx2(r, o);
+        kiln_transpose8x8_avx2(r, o);
         for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (p + i) * P + 8 * h, o[i]);
       }
     if (p < kc) kiln_gemm_pack_b_block(kc - p, w, b + p, rs, cs, out + p * P);
