@@ -9,10 +9,13 @@ same thread count) and of the peak loop, in an order that rotates round to
 round. A figure is the median of its samples, and "% of peak" divides kiln's
 by the median of the peak samples of the same rounds: on a shared machine
 whose capacity drifts, all of a row's figures then come from the same
-stretch of time. Prints a table, writes bench/kernels/results.json and
-regenerates the table in docs/performance.md between its markers.
+stretch of time. The whole set of rows runs in several passes (3; 1 with
+--quick) and each figure is the median over the passes. Prints a table,
+writes bench/kernels/results.json and regenerates the table in
+docs/performance.md between its markers.
 
 Usage: python bench/kernels/run.py [--quick] [--build build] [--no-docs] [--only GROUPS]
+                                   [--passes N]
 """
 
 import argparse
