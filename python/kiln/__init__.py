@@ -125,7 +125,7 @@ def _mutations(ep):
 def _trace_with_fallback(ep, name, weights_bf16=False):
     from torch.export.graph_signature import InputKind, OutputKind
 
-    from kiln.partition import PartitionedModule, partition, unsupported_ops
+    from kiln.partition import PartitionedModule, drop_size_range_asserts, partition, unsupported_ops
 
     state, consts = ep.state_dict, getattr(ep, "constants", {}) or {}
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
@@ -159,6 +159,7 @@ def _trace_with_fallback(ep, name, weights_bf16=False):
         elif s.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state kiln cannot write back ({s.kind.name.lower()} {s.target})")
     gm = ep.graph_module
+    drop_size_range_asserts(gm)
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
     fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
                               what=name, weights_bf16=weights_bf16)

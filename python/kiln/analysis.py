@@ -73,7 +73,21 @@ def per_node_support(gm):
                 reason = getattr(e, "reason", None) or str(e)
                 status[n] = reason
                 ctx.env[n] = _stand_in(ctx, n)
+                if getattr(e, "with_inputs", False):
+                    for a in _ancestors(n):
+                        if a.op == "call_function":
+                            status[a] = f"feeds {n.target}, which needs eager's own memory layout of it"
     return status
+
+
+def _ancestors(n):
+    seen, todo = set(), list(n.all_input_nodes)
+    while todo:
+        a = todo.pop()
+        if a not in seen:
+            seen.add(a)
+            todo.extend(a.all_input_nodes)
+    return seen
 
 
 def analyze_model(model, args, kwargs=None):

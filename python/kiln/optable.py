@@ -45,7 +45,16 @@ def register(*targets):
 
 
 class Unsupported(Exception):
-    """Raised by a handler for a use of a supported op that kiln can't lower."""
+    """Raised by a handler for a use of a supported op that kiln can't lower.
+
+    with_inputs: eager must compute the node's inputs too, not only the node
+    (its answer depends on how eager lays its input out in memory, which a
+    dense kiln value handed over from a kiln piece would not reproduce); the
+    fallback then runs every node the refused one depends on in eager."""
+
+    def __init__(self, message, with_inputs=False):
+        super().__init__(message)
+        self.with_inputs = with_inputs
 
 
 def _arg(n, i, name, default=None):

@@ -23,12 +23,14 @@ from kiln.optable import (Unsupported, _arg, _axes_mask, _dense_strides, _index,
 # Core ATen ops that torch.export's default decompositions would break up
 # but kiln runs whole (capture.decomposition_table keeps them): the pads
 # decompose to index arithmetic with clamp, select_scatter to a where over
-# an arange mask, and embedding's backward to a zeros constant of the whole
-# table's size plus index_put.
+# an arange mask, embedding's backward to a zeros constant of the whole
+# table's size plus index_put, and take to an index whose decomposition
+# guards on the data for a 0-d index (torch 2.13), failing where eager runs.
 KEEP_WHOLE = (aten.reflection_pad1d.default, aten.reflection_pad2d.default,
               aten.reflection_pad3d.default, aten.replication_pad1d.default,
               aten.replication_pad2d.default, aten.replication_pad3d.default,
-              aten.select_scatter.default, aten.embedding_dense_backward.default)
+              aten.select_scatter.default, aten.embedding_dense_backward.default,
+              aten.take.default)
 
 _MAX_RANK = 8
 _INDEX_DTYPES = (torch.int64, torch.int32)
@@ -164,16 +166,61 @@ def _diagonal(ctx, n):
     return strided_copy(ctx, x, dims, strides, start, ctx.origin(n))
 
 
+def _is_view_op(target):
+    """Does the op's output alias its first argument (slice, view, permute...)?"""
+    schema = getattr(target, "_schema", None)
+    ret = schema.returns[0].alias_info if schema is not None and schema.returns else None
+    return ret is not None and not ret.is_write
+
+
+def _storage_root(node):
+    """The node whose value owns the storage `node`'s value lives in: node
+    itself, or the first non-view op up its chain of views."""
+    while node.op == "call_function" and _is_view_op(node.target) and node.args:
+        node = node.args[0]
+    return node
+
+
+def _owns_dense_storage(t):
+    """Is t exactly its storage, row-major from element 0 (so an offset and
+    strides into the storage are offsets and strides into t's elements)?"""
+    return (isinstance(t, torch.Tensor) and t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+
+
 @register(aten.as_strided.default, aten.as_strided_copy.default)
 def _as_strided(ctx, n):
-    # Strides are taken over x's dense elements: kiln values are dense, and
-    # a functional graph's as_strided reads its input's own storage.
-    x = ctx.value(n.args[0])
+    # as_strided addresses its input's storage, not its elements: for
+    # x[1:] it reads from x's first element. kiln values are dense, so the
+    # size, strides and offset apply to the storage's owner (the first
+    # non-view node up the chain) when eager holds that owner dense from its
+    # first element, as a fresh result, a parameter or a contiguous input
+    # is. Otherwise the answer depends on eager's own memory layout:
+    # eager computes it, and everything it reads.
+    root = _storage_root(n.args[0])
+    rv = root.meta.get("val")
+    if not _owns_dense_storage(rv) or rv.dtype != _val(n).dtype:
+        raise Unsupported("as_strided of a tensor whose storage is laid out as eager holds it "
+                          "(non-contiguous, offset or reinterpreted)", with_inputs=True)
+    x = ctx.value(root)
     size, stride = list(n.args[1]), list(n.args[2])
-    offset = _arg(n, 3, "storage_offset", None) or 0
+    offset = _arg(n, 3, "storage_offset", None)
+    if offset is None:  # as_strided keeps the input view's own offset by default
+        offset = _val(n.args[0]).storage_offset()
     if len(size) > _MAX_RANK:
         raise Unsupported(f"a rank-{len(size)} as_strided")
     return strided_copy(ctx, x, size, stride, offset, ctx.origin(n))
+
+
+@register(aten.take.default)
+def _take(ctx, n):
+    # x.take(i) is x.flatten()[i]: a gather along the one axis of the
+    # flattened x (negative indices count from the end, as in eager).
+    x, idx = ctx.value(n.args[0]), ctx.value(n.args[1])
+    if ctx.dtype(idx) not in _INDEX_DTYPES:
+        raise Unsupported(f"take with a {ctx.dtype(idx)} index")
+    flat = reshape(ctx, x, [math.prod(ctx.shape(x))], ctx.origin(n))
+    return ctx.node("gather", [flat, idx], [0], origin=ctx.origin(n))
 
 
 @register(aten.copy.default)

@@ -76,6 +76,39 @@ def unsupported_ops(gm, refused=None):
                    if n.op == "call_function" and not support.is_node_supported({}, n)})
 
 
+def drop_size_range_asserts(gm):
+    """Removes the runtime asserts torch.export adds on the sizes of
+    data-dependent results (masked_select's u0 <= bound, say), in place.
+
+    Those are torch's own range facts from its meta functions, which eager
+    never checks, and one is wrong in torch 2.13: masked_select's bound is
+    the input's element count, ignoring a mask that broadcasts it larger, so
+    the exported program fails where eager runs. An assert on anything but
+    sizes (a torch._check on a value read with .item()) is kept. kiln pieces
+    check their own input shapes at every call, so nothing relies on the
+    dropped asserts."""
+    def on_sizes_only(node, seen):
+        if node in seen:
+            return True
+        seen.add(node)
+        if node.op == "call_function" and node.target is torch.ops.aten.sym_size.int:
+            return True
+        if node.op != "call_function" or getattr(node.target, "__module__", None) not in ("_operator", "operator"):
+            return False
+        return all(on_sizes_only(a, seen) for a in node.all_input_nodes)
+
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if (node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default
+                and isinstance(node.args[0], torch.fx.Node) and on_sizes_only(node.args[0], set())):
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return dropped
+
+
 def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False):
     """Returns (GraphModule running kiln pieces and eager ops, n_pieces).
 

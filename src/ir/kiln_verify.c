@@ -7,6 +7,28 @@
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
+/* Does input `i` of `op` read a value stored in `layout`? Every other reader
+ * addresses its inputs as dense row-major memory, so a packed or transposed
+ * constant reaching it would be read as the wrong numbers with no error:
+ * this table is the one place that says which kernels know which layouts. */
+static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t layout) {
+  if (layout == KILN_LAYOUT_DENSE) return 1;
+  if (i != 1) return 0;
+  switch (op) {
+    case KILN_OP_LINEAR:
+      return layout == KILN_LAYOUT_GEMM_PACKED_B || layout == KILN_LAYOUT_TRANSPOSED_2D ||
+             layout == KILN_LAYOUT_GEMM_PACKED_B_BF16;
+    case KILN_OP_MATMUL:
+      return layout == KILN_LAYOUT_TRANSPOSED_2D;
+    case KILN_OP_CONV2D:
+      return layout == KILN_LAYOUT_CONV2D_PACKED || layout == KILN_LAYOUT_CONV2D_PACKED_16;
+    case KILN_OP_CONV2D_NHWC:
+      return layout == KILN_LAYOUT_CONV2D_PACKED_16;
+    default:
+      return 0;
+  }
+}
+
 kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
   if (g->n_outputs < 1) FAIL("the graph has no outputs");
   for (int32_t i = 0; i < g->n_values; ++i) {
@@ -61,6 +83,9 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
       /* Topological order: an intermediate input was made by an earlier node. */
       if (v->kind == KILN_VALUE_INTERMEDIATE && v->producer >= ni)
         FAIL("node %d (%s) uses value %d before node %d makes it", ni, name, id, v->producer);
+      if (!kiln_verify_input_reads_layout(n->op, i, v->layout))
+        FAIL("node %d (%s): input %d is constant %d in layout %d, which it does not read", ni,
+             name, i, id, (int)v->layout);
     }
     int32_t out_id = n->outputs[0];
     if (out_id < 0 || out_id >= g->n_values || g->values[out_id].producer != ni)

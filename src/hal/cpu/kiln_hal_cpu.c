@@ -139,6 +139,9 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   int32_t br = y->rank - 2;
   int ta = (n->params[0] & KILN_MATMUL_TRANSPOSE_A) != 0;
   int tb = (n->params[0] & KILN_MATMUL_TRANSPOSE_B) != 0;
+  /* A (K, N) constant stored as its (N, K) transpose (the fold pass makes
+   * W.t() one) is b read transposed; with read=bT as well, the two cancel. */
+  if (b->layout == KILN_LAYOUT_TRANSPOSED_2D) tb = !tb;
   int64_t m = y->shape[br], nn = y->shape[br + 1], k = a->shape[a->rank - 1 - ta];
   kiln_nd_t nd; /* batch geometry: operand 0 = y, 1 = a, 2 = b (in matrices) */
   memset(&nd, 0, sizeof(nd));

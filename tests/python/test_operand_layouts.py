@@ -1,0 +1,155 @@
+"""Operands that reach a kernel through a layout or a view: each case once
+gave a silent wrong answer, or an error where eager runs.
+
+- nn.Linear on a transposed activation: the fold pass stores W.t() as a
+  transposed constant (KILN_LAYOUT_TRANSPOSED_2D) and the matmul that read
+  the activation transposed (read=aT) did not turn into a LINEAR, so it read
+  the constant as dense (K, N) memory (max error 2.6 on the issue's model).
+  The verifier now refuses any node that reads a layout its kernel does not
+  know (tests/c/test_ir.c), and MATMUL reads this one.
+- as_strided addresses its input's storage: as_strided(x[1:], ...) reads
+  from x's first element in eager.
+- take on a 0-d index and masked_select with a mask that broadcasts the
+  input: torch.export's decomposition or its own runtime asserts failed
+  where eager runs; with fallback they run.
+
+Tolerances: the GEMMs here have K <= 64 float32 products, so kiln's and
+eager's sums differ by a few ulps of the result: rtol 1e-5 / atol 1e-5.
+Views and gathers move values without arithmetic: compared exactly.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+import kiln
+
+GEMM_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+class LinearOnTransposed(torch.nn.Module):
+    def __init__(self, k, n, bias, how):
+        super().__init__()
+        self.l = torch.nn.Linear(k, n, bias=bias)
+        self.how = how
+
+    def forward(self, h):
+        if self.how == "transpose":
+            t = h.transpose(-1, -2)
+        elif self.how == "permute":
+            t = h.permute(0, 2, 1)
+        else:
+            t = h.transpose(-1, -2).contiguous()
+        return self.l(t)
+
+
+_SHAPES = [(2, 32, 8), (32, 8), (1, 32, 1), (3, 7, 5)]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape,how", [(s, h) for s in _SHAPES for h in ("transpose", "permute", "contiguous")
+                                       if h != "permute" or len(s) == 3])  # permute(0, 2, 1): 3-d
+def test_linear_on_transposed_activation(shape, bias, how):
+    torch.manual_seed(0)
+    m = LinearOnTransposed(shape[-2], 20, bias, how).eval()
+    x = torch.randn(*shape)
+    k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), **GEMM_TOL)
+
+
+def test_matmul_by_transposed_weight_on_transposed_activation():
+    # h.transpose(-1, -2) @ W.t() with a 2-d h: no LINEAR, a MATMUL with both
+    # reads transposed (one by flag, one by the constant's layout).
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.randn(20, 32))
+
+        def forward(self, h):
+            return h.transpose(-1, -2) @ self.w.t()
+
+    torch.manual_seed(1)
+    m = M().eval()
+    x = torch.randn(32, 8)
+    torch.testing.assert_close(kiln.trace(m, (x,))(x), m(x), **GEMM_TOL)
+
+
+class StateSpaceBlock(torch.nn.Module):
+    """A Mamba-style projection: (B, D, L) features projected along D after a
+    transpose, split into gates, mixed and projected back."""
+
+    def __init__(self, d=16, e=24):
+        super().__init__()
+        self.in_proj = torch.nn.Linear(d, 2 * e)
+        self.out_proj = torch.nn.Linear(e, d, bias=False)
+
+    def forward(self, x):  # x: (B, D, L)
+        u, z = self.in_proj(x.transpose(1, 2)).split(self.out_proj.in_features, dim=-1)
+        return self.out_proj(u * torch.sigmoid(z)).transpose(1, 2) + x
+
+
+def test_state_space_projection():
+    torch.manual_seed(2)
+    m = StateSpaceBlock().eval()
+    x = torch.randn(2, 16, 9)
+    torch.testing.assert_close(kiln.trace(m, (x,))(x), m(x), **GEMM_TOL)
+
+
+class AsStrided(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return self.f(x)
+
+
+@pytest.mark.parametrize("name,f", [
+    # The issue's case (OpInfo as_strided, partial_views): from the storage's start.
+    ("slice_offset0", lambda x: torch.as_strided(x[1:], (2, 2), (1, 2), 0)),
+    # storage_offset omitted: the view keeps its own offset (1).
+    ("slice_default_offset", lambda x: torch.as_strided(x[1:], (2, 2), (1, 2))),
+    # Through a fresh result and two views.
+    ("fresh_then_views", lambda x: torch.as_strided((x * 2).view(2, 5)[:, 1:], (3, 2), (2, 3), 1)),
+    # Eager keeps exp's output in its input's transposed layout: storage order
+    # is not row-major order, so eager computes it.
+    ("noncontiguous_result", lambda x: torch.as_strided(x.view(2, 5).t().exp(), (2, 2), (1, 2), 3)),
+])
+def test_as_strided_reads_storage(name, f):
+    m = AsStrided(f)
+    x = torch.arange(10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback warning for the last case
+        k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
+    # Another input: the answer follows the data, not the traced example.
+    y = torch.randn(10)
+    torch.testing.assert_close(k(y), m(y), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("xshape,ishape", [((), ()), ((1,), ()), ((3, 3), (3,)), ((3, 2), (2, 2))])
+def test_take(xshape, ishape):
+    torch.manual_seed(4)
+    x = torch.randn(xshape)
+    idx = torch.randint(-x.numel(), x.numel(), ishape)  # negative ones count from the end
+    m = AsStrided(lambda a: torch.take(a, idx))
+    k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("xshape,mshape", [((10,), (10, 10)), ((10, 1, 10), (10, 10)), ((4, 4), (4, 4))])
+def test_masked_select_broadcast_mask(xshape, mshape):
+    class M(torch.nn.Module):
+        def forward(self, x, mask):
+            return torch.masked_select(x * 2, mask)
+
+    torch.manual_seed(3)
+    x, mask = torch.randn(*xshape), torch.rand(*mshape) > 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # masked_select falls back
+        k = kiln.trace(M(), (x, mask))
+    torch.testing.assert_close(k(x, mask), M()(x, mask), rtol=0, atol=0)
+    # A mask with another count of True elements: eager's shape, not the example's.
+    mask2 = torch.rand(*mshape) > 0.2
+    torch.testing.assert_close(k(x, mask2), M()(x, mask2), rtol=0, atol=0)
