@@ -7,6 +7,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 static unsigned long long kiln_xgetbv0(void) {
   unsigned eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
@@ -17,7 +21,22 @@ static unsigned long long kiln_xgetbv0(void) {
 static kiln_cpu_features_t kiln_cpu_features_;
 static kiln_isa_t kiln_cpu_max_isa_ = KILN_ISA_GENERIC;
 static kiln_isa_t kiln_cpu_isa_ = KILN_ISA_GENERIC;
+static unsigned kiln_cpu_max_bf16_ = 0, kiln_cpu_bf16_ = 0;
 static pthread_once_t kiln_cpu_once_ = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__) || defined(__i386__)
+/* Linux (5.16+) keeps AMX's 8 KiB tile state off until a process asks for
+ * it; a tile instruction before that faults (SIGILL). The request covers
+ * every thread of the process, present and future. */
+static int kiln_cpu_amx_permit(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  const long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+  return 0;
+#endif
+}
+#endif
 
 static void kiln_cpu_detect(void) {
   kiln_cpu_features_t* f = &kiln_cpu_features_;
@@ -38,17 +57,45 @@ static void kiln_cpu_detect(void) {
       unsigned a1 = 0, b1, c1, d1;
       if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
         f->avx512_bf16 = f->avx512 && ((a1 >> 5) & 1);
+      /* AMX: cpuid 7.0 EDX bits 24 (tile), 22 (bf16), 25 (int8); XCR0 bits
+       * 17 (TILECFG) and 18 (TILEDATA) enabled by the OS; then permission. */
+      int tile_ok = (xcr0 & 0x60000ull) == 0x60000ull;
+      if (f->avx512 && tile_ok && ((d >> 24) & 1) && kiln_cpu_amx_permit()) {
+        f->amx_tile = 1;
+        f->amx_bf16 = (d >> 22) & 1;
+        f->amx_int8 = (d >> 25) & 1;
+      }
     }
   }
 #endif
   kiln_cpu_max_isa_ = f->avx512 ? KILN_ISA_AVX512 : f->avx2_fma ? KILN_ISA_AVX2 : KILN_ISA_GENERIC;
   kiln_cpu_isa_ = kiln_cpu_max_isa_;
+  kiln_cpu_max_bf16_ = (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u) |
+                       (f->amx_bf16 ? KILN_CPU_BF16_AMX : 0u);
+  kiln_cpu_bf16_ = kiln_cpu_max_bf16_;
   const char* env = getenv("KILN_ISA");
   if (env) {
     for (int i = 0; i < KILN_ISA_COUNT; ++i)
       if (!strcmp(env, kiln_cpu_isa_name((kiln_isa_t)i)) && i < (int)kiln_cpu_isa_)
         kiln_cpu_isa_ = (kiln_isa_t)i;
+    if (strcmp(env, "amx")) kiln_cpu_bf16_ &= ~KILN_CPU_BF16_AMX;
+    if (strcmp(env, "amx") && strcmp(env, "avx512_bf16")) kiln_cpu_bf16_ = 0;
   }
+}
+
+unsigned kiln_cpu_bf16(void) {
+  pthread_once(&kiln_cpu_once_, kiln_cpu_detect);
+  return kiln_cpu_isa_ >= KILN_ISA_AVX512 ? kiln_cpu_bf16_ : 0u;
+}
+
+unsigned kiln_cpu_bf16_set(unsigned mask) {
+  pthread_once(&kiln_cpu_once_, kiln_cpu_detect);
+  kiln_cpu_bf16_ = mask & kiln_cpu_max_bf16_;
+  return kiln_cpu_bf16_;
+}
+
+const char* kiln_cpu_bf16_name(unsigned mask) {
+  return (mask & KILN_CPU_BF16_AMX) ? "amx" : (mask & KILN_CPU_BF16_AVX512) ? "avx512_bf16" : "none";
 }
 
 const kiln_cpu_features_t* kiln_cpu_features(void) {

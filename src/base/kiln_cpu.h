@@ -3,6 +3,16 @@
  * Detected once per process (cpuid plus xgetbv, so that an OS that does not
  * save the wide registers rules the ISA out). KILN_ISA=generic|avx2|avx512
  * caps the level for testing; it can lower, never raise, what the CPU has.
+ *
+ * bf16 compute engines are a separate mask beside the level (they are not a
+ * step up in one ladder: Zen 4 has avx512_bf16 without AMX, and the fp32
+ * kernels never use them): KILN_CPU_BF16_AVX512 (VDPBF16PS) and
+ * KILN_CPU_BF16_AMX (AMX-BF16 tiles, only once Linux granted this process
+ * the tile state with arch_prctl(ARCH_REQ_XCOMP_PERM); refused: no AMX).
+ * kiln_cpu_bf16() is the mask in use: detected, capped by KILN_ISA, and 0
+ * whenever the level is below avx512. KILN_ISA accepts two more names:
+ * "avx512_bf16" (level avx512, no AMX) and "amx" (everything, the default);
+ * plain "avx512" turns both bf16 engines off.
  */
 #ifndef KILN_CPU_H
 #define KILN_CPU_H
@@ -19,7 +29,11 @@ typedef struct kiln_cpu_features_s {
   int avx512;      /* F, BW, DQ, VL */
   int avx512_bf16;
   int avx512_vnni;
+  int amx_tile, amx_bf16, amx_int8; /* cpuid, XCR0 bits 17/18, and the OS's permission */
 } kiln_cpu_features_t;
+
+#define KILN_CPU_BF16_AVX512 1u /* avx512_bf16: VDPBF16PS */
+#define KILN_CPU_BF16_AMX 2u    /* AMX-BF16: TDPBF16PS on tiles */
 
 const kiln_cpu_features_t* kiln_cpu_features(void);
 /* The level kernels use: the best the CPU has, capped by KILN_ISA. */
@@ -28,5 +42,13 @@ kiln_isa_t kiln_cpu_isa(void);
  * capped at what the CPU supports. */
 kiln_isa_t kiln_cpu_isa_set(kiln_isa_t isa);
 const char* kiln_cpu_isa_name(kiln_isa_t isa);
+
+/* The bf16 engines kernels may use (KILN_CPU_BF16_* bits). */
+unsigned kiln_cpu_bf16(void);
+/* Overrides the mask (tests); returns the mask actually set, which is
+ * capped at what the CPU (and OS) support. */
+unsigned kiln_cpu_bf16_set(unsigned mask);
+/* "amx", "avx512_bf16", or "none": the best engine in a mask. */
+const char* kiln_cpu_bf16_name(unsigned mask);
 
 #endif /* KILN_CPU_H */

@@ -72,6 +72,7 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   X(artifact)               \
   X(gemm)                   \
   X(gemm_bf16)              \
+  X(gemm_bf16_compute)      \
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \

@@ -20,6 +20,10 @@
  * and a kc x NR micro-panel at a time into an L1 buffer on the blocked
  * path, where every row tile of the strip reuses it; bf16 A is widened as
  * it is packed. Accumulation is fp32 throughout.
+ * bf16 compute (b_packed_bf16_vnni) goes to the bf16 engines
+ * (kiln_gemm_bf16_compute.c) when kiln_cpu_bf16() allows one; otherwise it
+ * runs here like bf16 weights, from the VNNI panels (widen_vnni, gemv_vnni),
+ * with A rounded to bf16 as it is packed.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -33,20 +37,20 @@ static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     "generic", 4, 16, 256, 128,
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
-    kiln_gemm_pack_b_block};
+    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2};
+    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     "avx512", 8, 32, 256, 144,
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2};
+    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -89,6 +93,7 @@ typedef struct {
   const float* bp;
   int64_t bp_bs;
   const uint16_t* bp16; /* packed bf16 B (shared by every batch) instead of bp */
+  int vnni;             /* bp16 is kiln_gemm_bf16_vnni_pack_b's (A rounded to bf16) */
   float* bp_out; /* non-NULL: phase 1 packs B here */
   /* Unpacked B packed by the compute tasks themselves (bp NULL), a kc x
    * KILN_GEMM_FLY_NB block at a time into a per-thread buffer of fly_slot
@@ -205,6 +210,7 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
           int64_t e = i * g->a_row_stride + q * g->a_col_stride;
           out[i * g->k + q] = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
         }
+      if (ch->vnni) kiln_gemm_round_bf16_f32(out, ch->mlen * g->k);
       return;
     }
     int mr = ch->kn->mr;
@@ -217,6 +223,8 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     else
       ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
+    if (ch->vnni)
+      kiln_gemm_round_bf16_f32(out + (row0 / mr) * g->k * mr, (rows + mr - 1) / mr * g->k * mr);
     return;
   }
   t -= ch->t_a;
@@ -345,7 +353,11 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
           const float *bpan, *bnext;
           if (ch->bp16) {
             int panels = nr > P ? 2 : 1;
-            kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
+            if (ch->vnni)
+              kn->widen_vnni(kcur, pc, K + (K & 1), panels, ch->bp16 + (j / P) * (K + (K & 1)) * P,
+                             wide);
+            else
+              kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
             bpan = wide;
             bnext = panels > 1 ? wide + kcur * P : wide;
           } else if (fly) {
@@ -440,7 +452,9 @@ static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
   _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
   for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
     int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
-    if (ch->bp16)
+    if (ch->vnni)
+      ch->kn->gemv_vnni(ch->mlen, g->k, a, lda, ch->bp16 + q * (g->k + (g->k & 1)) * P, np, tmp);
+    else if (ch->bp16)
       ch->kn->gemv_bf16(ch->mlen, g->k, a, lda, ch->bp16 + q * g->k * P, np, tmp);
     else
       ch->kn->gemv(ch->mlen, g->k, a, lda, B + q * g->k * P, np, tmp);
@@ -471,7 +485,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     kiln_gemm_k0(g);
     return;
   }
+  if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
+  if (g->b_packed_bf16_vnni) kiln_gemm_bf16_note_engine(kn->name);
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
   const int MR = kn->mr;
   kiln_gemm_chunk_t ch;
@@ -484,7 +500,8 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
 
   /* What one batch needs in scratch, in floats. */
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
-  const int unpacked_b = g->b_packed == NULL && g->b_packed_bf16 == NULL;
+  const int unpacked_b =
+      g->b_packed == NULL && g->b_packed_bf16 == NULL && g->b_packed_bf16_vnni == NULL;
   /* Unpacked B (training: the weights are graph inputs, not constants): a
    * separate packing pass writes all of B out and reads it back, which at
    * small M (each packed element used by only M / MR row tiles) costs as
@@ -501,7 +518,8 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
                      (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M));
   const int pack_b = unpacked_b && !b_fly;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
-  const int a_copy = ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL) : 1;
+  const int a_copy =
+      ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL || g->b_packed_bf16_vnni != NULL) : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
    * the epilogue needs a copy unless one K block does it all (the tile is
    * then read into the epilogue before C is written). */
@@ -548,7 +566,8 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       ch.m0 = m0;
       ch.mlen = mlen;
       /* Phase 1: pack. */
-      ch.bp16 = g->b_packed_bf16;
+      ch.bp16 = g->b_packed_bf16_vnni ? g->b_packed_bf16_vnni : g->b_packed_bf16;
+      ch.vnni = g->b_packed_bf16_vnni != NULL;
       ch.b_fly = b_fly;
       ch.fly = fly_slot ? bp_region + b_fl - T * fly_slot : NULL;
       ch.fly_slot = fly_slot;

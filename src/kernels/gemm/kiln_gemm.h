@@ -39,6 +39,12 @@ typedef struct kiln_gemm_f32_args_s {
    * Takes precedence over b_packed and b. Widened to fp32 in registers
    * (exact), accumulated in fp32. */
   const uint16_t* b_packed_bf16;
+  /* bf16 compute (kiln_gemm_bf16_vnni_pack_b; shared by every batch), or
+   * NULL. Takes precedence over every other B. A is rounded to bf16 (nearest
+   * even, as torch) and the products are summed in fp32: AMX tiles or
+   * VDPBF16PS where kiln_cpu_bf16() allows, else widened to fp32 in
+   * registers (the same numbers, fp32 FMAs). Batches and a_bf16 as above. */
+  const uint16_t* b_packed_bf16_vnni;
   /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
   float* c;
   int64_t c_batch_stride, c_row_stride;
@@ -70,6 +76,19 @@ void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stri
 size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n);
 void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                            int64_t col_stride, uint16_t* out);
+/* bf16 compute weights, in VNNI pairs (the layout both TDPBF16PS and
+ * VDPBF16PS read directly; ISA independent): with Kp = K rounded up to even,
+ * column panels of 16, panel q at out + q * Kp * 16, and inside a panel K
+ * rows two at a time, each pair of rows as 16 adjacent (row p, row p + 1)
+ * couples:  B[p][j] at out[(j / 16) * Kp * 16 + (p / 2) * 32 + (j % 16) * 2 + p % 2].
+ * Columns past N and the row past an odd K are zero. Elements are rounded
+ * to nearest even as kiln_gemm_bf16_pack_b's. */
+size_t kiln_gemm_bf16_vnni_packed_size(int64_t k, int64_t n);
+void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
+                                int64_t col_stride, uint16_t* out);
+/* Which engine the last bf16-compute GEMM of this thread ran: "amx",
+ * "avx512_bf16", or the fp32 kernels' ISA name (widened); for tests. */
+const char* kiln_gemm_bf16_last_engine(void);
 /* fp32 -> bf16, round to nearest even, as torch's .to(torch.bfloat16). */
 uint16_t kiln_gemm_bf16_from_f32(float x);
 float kiln_gemm_bf16_to_f32(uint16_t x);

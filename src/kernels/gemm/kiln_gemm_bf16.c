@@ -93,3 +93,65 @@ void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int
         dst[p * mr + i] = i < live ? kiln_gemm_bf16_to_f32(src[i * rs + p * cs]) : 0.0f;
   }
 }
+
+/* ---- bf16 compute: the VNNI-pair layout (kiln_gemm.h) ----------------- */
+
+static int64_t kiln_gemm_bf16_even(int64_t k) { return k + (k & 1); }
+
+size_t kiln_gemm_bf16_vnni_packed_size(int64_t k, int64_t n) {
+  if (k <= 0 || n <= 0) return 0;
+  return (size_t)((n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL) * KILN_GEMM_PANEL *
+         (size_t)kiln_gemm_bf16_even(k) * sizeof(uint16_t);
+}
+
+void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                                uint16_t* out) {
+  if (k <= 0 || n <= 0) return;
+  const int P = KILN_GEMM_PANEL;
+  const int64_t kp = kiln_gemm_bf16_even(k), panels = (n + P - 1) / P;
+  for (int64_t q = 0; q < panels; ++q) {
+    uint16_t* dst = out + q * kp * P;
+    int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
+    for (int64_t p0 = 0; p0 < kp; p0 += 64) { /* K blocks: see kiln_gemm_bf16_pack_b */
+      int64_t p1 = p0 + 64 < kp ? p0 + 64 : kp;
+      for (int64_t jj = 0; jj < P; ++jj)
+        for (int64_t p = p0; p < p1; ++p)
+          dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
+              jj < w && p < k ? kiln_gemm_bf16_from_f32(b[p * rs + (j0 + jj) * cs]) : 0;
+    }
+  }
+}
+
+void kiln_gemm_widen_vnni_generic(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                  const uint16_t* b, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int q = 0; q < panels; ++q)
+    for (int64_t p = 0; p < kc; ++p) {
+      const uint16_t* row = b + q * kp * P + ((pc + p) / 2) * 2 * P + ((pc + p) & 1);
+      for (int j = 0; j < P; ++j) out[q * kc * P + p * P + j] = kiln_gemm_bf16_to_f32(row[2 * j]);
+    }
+}
+
+void kiln_gemm_gemv_vnni_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, int panels, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  const int64_t kp = kiln_gemm_bf16_even(k);
+  for (int q = 0; q < panels; ++q) {
+    float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
+    const uint16_t* bq = b_panel + q * kp * P;
+    for (int64_t p = 0; p < k; ++p) {
+      float bp[KILN_GEMM_PANEL];
+      for (int j = 0; j < P; ++j) bp[j] = kiln_gemm_bf16_to_f32(bq[(p / 2) * 2 * P + j * 2 + (p & 1)]);
+      for (int64_t i = 0; i < m; ++i) {
+        float av = a[i * lda + p];
+        for (int j = 0; j < P; ++j) acc[i][j] += av * bp[j];
+      }
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int j = 0; j < P; ++j) out[q * m * P + i * P + j] = acc[i][j];
+  }
+}
+
+void kiln_gemm_round_bf16_f32(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x[i]));
+}

@@ -35,3 +35,138 @@ void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                               const uint16_t* b_panel, int panels, float* out) {
   kiln_gemv_avx2(1, m, k, a, lda, b_panel, panels, out);
 }
+
+/* ---- bf16 compute weights (VNNI pairs) on the fp32 kernels ------------ */
+
+/* A pair row of 8 columns (16 bf16: column j's rows p and p + 1 adjacent)
+ * as two fp32 vectors: row p (the low halves, shifted up) and row p + 1
+ * (the high halves, masked). Exact. */
+#define KILN_VNNI_EVEN(v) _mm256_castsi256_ps(_mm256_slli_epi32((v), 16))
+#define KILN_VNNI_ODD(v) _mm256_castsi256_ps(_mm256_and_si256((v), _mm256_set1_epi32((int)0xffff0000u)))
+
+void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
+                               const uint16_t* b, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int q = 0; q < panels; ++q) {
+    const uint16_t* src = b + q * kp * P;
+    float* dst = out + q * kc * P;
+    int64_t p = 0;
+    for (; p < kc; ++p) {
+      int64_t r = pc + p;
+      const uint16_t* row = src + (r / 2) * 2 * P;
+      __m256i v0 = _mm256_loadu_si256((const __m256i*)row);
+      __m256i v1 = _mm256_loadu_si256((const __m256i*)(row + 16));
+      if ((r & 1) == 0 && p + 1 < kc) { /* both rows of the pair */
+        _mm256_storeu_ps(dst + p * P, KILN_VNNI_EVEN(v0));
+        _mm256_storeu_ps(dst + p * P + 8, KILN_VNNI_EVEN(v1));
+        _mm256_storeu_ps(dst + (p + 1) * P, KILN_VNNI_ODD(v0));
+        _mm256_storeu_ps(dst + (p + 1) * P + 8, KILN_VNNI_ODD(v1));
+        ++p;
+      } else if ((r & 1) == 0) {
+        _mm256_storeu_ps(dst + p * P, KILN_VNNI_EVEN(v0));
+        _mm256_storeu_ps(dst + p * P + 8, KILN_VNNI_EVEN(v1));
+      } else {
+        _mm256_storeu_ps(dst + p * P, KILN_VNNI_ODD(v0));
+        _mm256_storeu_ps(dst + p * P + 8, KILN_VNNI_ODD(v1));
+      }
+    }
+  }
+}
+
+/* out[s](R, 16) = A(R, k) . panel s, for S panels pstride apart; acc_in adds
+ * to out. k here is a multiple of 2 except at the very end of K (odd K:
+ * the last pair's second row is padding and is skipped). */
+static inline __attribute__((always_inline)) void kiln_gemv_vnni_tile_avx2(
+    const int R, const int S, int64_t k, const float* a, int64_t lda, const uint16_t* b,
+    int64_t pstride, float* out, int64_t ostride, int acc_in) {
+  __m256 acc[4][4][2];
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i) {
+      if (acc_in) {
+        acc[s][i][0] = _mm256_loadu_ps(out + s * ostride + i * 16);
+        acc[s][i][1] = _mm256_loadu_ps(out + s * ostride + i * 16 + 8);
+      } else {
+        acc[s][i][0] = acc[s][i][1] = _mm256_setzero_ps();
+      }
+    }
+  int64_t p = 0;
+  for (; p + 2 <= k; p += 2) {
+    for (int s = 0; s < S; ++s) {
+      const uint16_t* row = b + s * pstride + p * 16;
+      _mm_prefetch((const char*)(row + 512), _MM_HINT_T0);
+      __m256i v0 = _mm256_loadu_si256((const __m256i*)row);
+      __m256i v1 = _mm256_loadu_si256((const __m256i*)(row + 16));
+      __m256 e0 = KILN_VNNI_EVEN(v0), e1 = KILN_VNNI_EVEN(v1);
+      __m256 o0 = KILN_VNNI_ODD(v0), o1 = KILN_VNNI_ODD(v1);
+      for (int i = 0; i < R; ++i) {
+        __m256 a0 = _mm256_broadcast_ss(a + i * lda + p);
+        __m256 a1 = _mm256_broadcast_ss(a + i * lda + p + 1);
+        acc[s][i][0] = _mm256_fmadd_ps(a0, e0, acc[s][i][0]);
+        acc[s][i][1] = _mm256_fmadd_ps(a0, e1, acc[s][i][1]);
+        acc[s][i][0] = _mm256_fmadd_ps(a1, o0, acc[s][i][0]);
+        acc[s][i][1] = _mm256_fmadd_ps(a1, o1, acc[s][i][1]);
+      }
+    }
+  }
+  if (p < k)
+    for (int s = 0; s < S; ++s) {
+      const uint16_t* row = b + s * pstride + p * 16;
+      __m256i v0 = _mm256_loadu_si256((const __m256i*)row);
+      __m256i v1 = _mm256_loadu_si256((const __m256i*)(row + 16));
+      for (int i = 0; i < R; ++i) {
+        __m256 a0 = _mm256_broadcast_ss(a + i * lda + p);
+        acc[s][i][0] = _mm256_fmadd_ps(a0, KILN_VNNI_EVEN(v0), acc[s][i][0]);
+        acc[s][i][1] = _mm256_fmadd_ps(a0, KILN_VNNI_EVEN(v1), acc[s][i][1]);
+      }
+    }
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i) {
+      _mm256_storeu_ps(out + s * ostride + i * 16, acc[s][i][0]);
+      _mm256_storeu_ps(out + s * ostride + i * 16 + 8, acc[s][i][1]);
+    }
+}
+
+/* R <= 4 rows over `panels` panels, S at a time (R * S <= 4: 8 accumulators,
+ * 4 B vectors, 2 A broadcasts). */
+static void kiln_gemv_vnni_rows_avx2(int64_t r, int panels, int64_t k, int64_t pstride,
+                                     const float* a, int64_t lda, const uint16_t* b, float* out,
+                                     int64_t ostride, int acc_in) {
+  const int s_max = r == 1 ? 4 : r == 2 ? 2 : 1;
+  for (int q = 0; q < panels;) {
+    int s = panels - q < s_max ? panels - q : s_max;
+    const uint16_t* bq = b + q * pstride;
+    float* oq = out + q * ostride;
+    switch (r * 8 + s) {
+      case 8 + 1: kiln_gemv_vnni_tile_avx2(1, 1, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 8 + 2: kiln_gemv_vnni_tile_avx2(1, 2, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 8 + 3: kiln_gemv_vnni_tile_avx2(1, 3, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 8 + 4: kiln_gemv_vnni_tile_avx2(1, 4, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 16 + 1: kiln_gemv_vnni_tile_avx2(2, 1, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 16 + 2: kiln_gemv_vnni_tile_avx2(2, 2, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      case 24 + 1: kiln_gemv_vnni_tile_avx2(3, 1, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+      default: kiln_gemv_vnni_tile_avx2(4, 1, k, a, lda, bq, pstride, oq, ostride, acc_in); break;
+    }
+    q += s;
+  }
+}
+
+void kiln_gemm_gemv_vnni_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const uint16_t* b_panel, int panels, float* out) {
+  const int64_t ostride = m * KILN_GEMM_PANEL, pstride = (k + (k & 1)) * KILN_GEMM_PANEL;
+  if (m <= 4) {
+    kiln_gemv_vnni_rows_avx2(m, panels, k, pstride, a, lda, b_panel, out, ostride, 0);
+    return;
+  }
+  /* 5..8 rows: rows 0-3 then the rest over K blocks of 256 (even, so pairs
+   * stay whole), the second pass finding the block of B in L1. */
+  for (int q = 0; q < panels; ++q) {
+    const uint16_t* bq = b_panel + q * pstride;
+    float* oq = out + q * ostride;
+    for (int64_t p0 = 0; p0 < k; p0 += 256) {
+      int64_t kb = k - p0 < 256 ? k - p0 : 256;
+      kiln_gemv_vnni_rows_avx2(4, 1, kb, pstride, a + p0, lda, bq + p0 * 16, oq, ostride, p0 > 0);
+      kiln_gemv_vnni_rows_avx2(m - 4, 1, kb, pstride, a + 4 * lda + p0, lda, bq + p0 * 16,
+                               oq + 4 * 16, ostride, p0 > 0);
+    }
+  }
+}

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
 #include "kernels/kiln_activation.h"
 
 #define KILN_GEMM_PANEL 16
@@ -67,6 +68,14 @@ typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int
 typedef void (*kiln_gemm_widen_bf16_fn)(int64_t kc, int64_t k, int panels, const uint16_t* b,
                                         float* out);
 
+/* bf16 compute weights (kiln_gemm_bf16_vnni_pack_b's layout) on the fp32
+ * kernels: widen rows [pc, pc + kc) of `panels` consecutive VNNI panels
+ * (each kp rows, the first at b) into fp32 panels of kc rows, as
+ * kiln_gemm_widen_bf16_fn; and the GEMV over VNNI panels (kp = k rounded
+ * up to even rows each), as kiln_gemm_gemv_bf16_fn. */
+typedef void (*kiln_gemm_widen_vnni_fn)(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                        const uint16_t* b, float* out);
+
 /* Packs A into MR-row panels (see kiln_gemm_pack_a below). */
 typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                                     int64_t row0, int64_t rows, int64_t m_total, float* out);
@@ -90,7 +99,37 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_gemv_bf16_fn gemv_bf16;
   kiln_gemm_widen_bf16_fn widen_bf16;
   kiln_gemm_pack_b_block_fn pack_b_block;
+  kiln_gemm_gemv_bf16_fn gemv_vnni;
+  kiln_gemm_widen_vnni_fn widen_vnni;
 } kiln_gemm_kernels_t;
+
+/* bf16 compute on bf16 engines (kiln_gemm_bf16_compute.c): one task's
+ * block. A is bf16, row-major, rows ka apart (ka: K rounded up to 32, the
+ * columns past K zero), rows padded with zeros to a multiple of 16; B is
+ * VNNI panels (kiln_gemm_bf16_vnni_pack_b), kp = K rounded up to even rows
+ * each. A block function computes rows [i0, i1) x columns [j0, j1) (i0 a
+ * multiple of 16, j0 of 32) over all of K and writes them through the
+ * epilogue: C = act(AB + bias) + res (res may alias C exactly). */
+typedef struct kiln_gemm_bf16_block_s {
+  int64_t k, kp, ka, n;
+  const uint16_t* a;
+  const uint16_t* b;
+  float* c;
+  int64_t ldc;
+  const float* bias;
+  const float* res;
+  int64_t ldr;
+  kiln_activation_t act;
+  kiln_gemm_epilogue_fn epilogue;
+} kiln_gemm_bf16_block_t;
+typedef void (*kiln_gemm_bf16_block_fn)(const kiln_gemm_bf16_block_t* t, int64_t i0,
+                                        int64_t i1, int64_t j0, int64_t j1);
+/* Rows [0, rows) of A (fp32, element (i, p) at a[i * rs + p], or bf16 a16
+ * when set) into bf16 rows ka apart, rounded to nearest even, zero past K
+ * and for rows [rows, rows_pad). */
+typedef void (*kiln_gemm_bf16_pack_a_fn)(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                         const float* a, const uint16_t* a16, int64_t rs,
+                                         uint16_t* out);
 
 /* Portable kernels (kiln_gemm_ukernel_generic.c). */
 void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
@@ -106,6 +145,19 @@ void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t l
                                  const uint16_t* b_panel, int panels, float* out);
 void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
                                   float* out);
+void kiln_gemm_widen_vnni_generic(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                  const uint16_t* b, float* out);
+void kiln_gemm_gemv_vnni_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                 const uint16_t* b_panel, int panels, float* out);
+/* x[i] = bf16-rounded x[i] (nearest even), in place. */
+void kiln_gemm_round_bf16_f32(float* x, int64_t n);
+/* The bf16-engine driver: runs g (b_packed_bf16_vnni set) on AMX or
+ * VDPBF16PS and returns 1, or returns 0 when kiln_cpu_bf16() allows
+ * neither (the fp32 driver then widens). */
+struct kiln_gemm_f32_args_s;
+int kiln_gemm_bf16_compute(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
+/* Records the engine a bf16-compute GEMM ran on (kiln_gemm_bf16_last_engine). */
+void kiln_gemm_bf16_note_engine(const char* name);
 
 #if defined(__x86_64__) || defined(__i386__)
 #define KILN_GEMM_HAVE_X86 1
@@ -128,6 +180,18 @@ void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                               const uint16_t* b_panel, int panels, float* out);
 void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
                                float* out);
+void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
+                               const uint16_t* b, float* out);
+void kiln_gemm_gemv_vnni_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const uint16_t* b_panel, int panels, float* out);
+/* bf16 engines: AMX tiles (kiln_gemm_bf16_ukernel_amx.c) and VDPBF16PS
+ * (kiln_gemm_bf16_ukernel_avx512bf16.c); the A packer is AVX-512F. */
+void kiln_gemm_bf16_block_amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
+                              int64_t j0, int64_t j1);
+void kiln_gemm_bf16_block_avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
+                                     int64_t j0, int64_t j1);
+void kiln_gemm_bf16_pack_a_avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                  const float* a, const uint16_t* a16, int64_t rs, uint16_t* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
 void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
                                    const float* b_next, const float* cin, int64_t ldcin,

@@ -1,7 +1,10 @@
 /* The scalar GEMM reference: the header's contract as a plain triple loop.
  * Tests hold every fast path to it. It accumulates in double so that it is
  * a better yardstick than any float summation order, and it computes the
- * epilogue per element with libm (erff, tanhf, expf) as torch does. */
+ * epilogue per element with libm (erff, tanhf, expf) as torch does.
+ * bf16 compute (b_packed_bf16_vnni) is the same loop over the bf16-rounded
+ * A and B: products of two bf16 are exact in double, so only the sum's
+ * order separates it from any kernel. */
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
@@ -16,7 +19,13 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         double acc = 0.0;
         for (int64_t p = 0; p < g->k; ++p) {
           float bv;
-          if (g->b_packed_bf16) {
+          if (g->b_packed_bf16_vnni) {
+            int64_t kp = g->k + (g->k & 1);
+            bv = kiln_gemm_bf16_to_f32(
+                g->b_packed_bf16_vnni[(j / KILN_GEMM_PANEL) * kp * KILN_GEMM_PANEL +
+                                      (p / 2) * 2 * KILN_GEMM_PANEL +
+                                      (j % KILN_GEMM_PANEL) * 2 + (p & 1)]);
+          } else if (g->b_packed_bf16) {
             bv = kiln_gemm_bf16_to_f32(
                 g->b_packed_bf16[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
                                  p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL]);
@@ -28,6 +37,8 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
           }
           int64_t e = i * g->a_row_stride + p * g->a_col_stride;
           float av = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
+          /* bf16 compute: A rounded to bf16 as the kernels do. */
+          if (g->b_packed_bf16_vnni) av = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(av));
           acc += (double)av * (double)bv;
         }
         float x = (float)acc;

@@ -1,0 +1,128 @@
+/* bf16 compute on AMX tiles (TDPBF16PS): C(fp32) += A(bf16) . B(bf16).
+ *
+ * Eight tile registers of 16 rows x 64 bytes, one fixed configuration:
+ * tmm0-3 hold a 32 x 32 fp32 C block (2 x 2 tiles of 16 x 16), tmm4-5 two
+ * 16-row A tiles (16 rows x 32 bf16 of K), tmm6-7 two B tiles (16 pair rows
+ * x 16 columns: one 32-K step of a VNNI panel, 1 KiB contiguous, exactly
+ * kiln_gemm_bf16_vnni_pack_b's layout). Each K step of 32 is 4 tile loads
+ * and 4 TDPBF16PS (16 x 16 x 32 multiply-adds each); C stays in the tiles
+ * over all of K and goes through the fp32 epilogue once.
+ *
+ * The tile configuration is a static const object: its 64 bytes are in
+ * .rodata from the start, so there is no store for a compiler to drop.
+ * (GCC 12's _tile_loadconfig passes its argument as an "m" operand of
+ * pointer size, so an on-stack config whose other 56 bytes look unused can
+ * lose its stores: llama.cpp's AMX code faults that way.) ldtilecfg is
+ * issued here through an asm whose memory operand is the whole object, at
+ * the start of every block (each task may run on any thread), and
+ * tilerelease at its end, so no thread keeps the 8 KiB tile state live
+ * between tasks.
+ *
+ * K tails: A rows are zero past K up to ka (a multiple of 32); B's last
+ * partial step (kp % 32 rows) is copied into a zeroed 1 KiB tile per panel
+ * once per column strip, so no tile load reads past the panel, and
+ * 0 x (whatever followed) cannot make a NaN. M and N tails use 1 of the 2
+ * A or B tiles; rows/columns past the block are computed on zero padding
+ * and dropped by the epilogue.
+ *
+ * Compiled only with the AMX flags (meson: isa_amx_args) and called only
+ * when kiln_cpu_bf16() has KILN_CPU_BF16_AMX (the OS granted the tile
+ * state). Executed and tested on a Sapphire Rapids Xeon. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+typedef struct kiln_gemm_amx_tilecfg_s {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} kiln_gemm_amx_tilecfg_t;
+
+static const _Alignas(64) kiln_gemm_amx_tilecfg_t kiln_gemm_amx_cfg_ = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+static inline void kiln_gemm_amx_config(void) {
+  __asm__ volatile("ldtilecfg %0" : : "m"(kiln_gemm_amx_cfg_));
+}
+
+#define KILN_AMX_AI static inline __attribute__((always_inline))
+
+/* One MT x NT (1..2 each) block of 16 x 16 tiles over `steps` full 32-K
+ * steps plus, when bt0 is set, one tail step from bt0/bt1. a: A row 0 at
+ * K 0, rows lda elements apart; b0/b1: the strip's two panels at K 0.
+ * Stores C into c (32 x 32, rows 32 floats apart). */
+KILN_AMX_AI void kiln_gemm_amx_tile(const int MT, const int NT, int64_t steps,
+                                    const uint16_t* a, int64_t lda, const uint16_t* b0,
+                                    const uint16_t* b1, const uint16_t* bt0,
+                                    const uint16_t* bt1, float* c) {
+  const int64_t sa = lda * 2; /* bytes between A rows */
+  const uint16_t* a1 = a + 16 * lda;
+  _tile_zero(0);
+  if (NT > 1) _tile_zero(1);
+  if (MT > 1) _tile_zero(2);
+  if (MT > 1 && NT > 1) _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    _tile_loadd(6, b0 + s * 512, 64);
+    _tile_loadd(4, a + s * 32, sa);
+    if (NT > 1) _tile_loadd(7, b1 + s * 512, 64);
+    if (MT > 1) _tile_loadd(5, a1 + s * 32, sa);
+    _tile_dpbf16ps(0, 4, 6);
+    if (NT > 1) _tile_dpbf16ps(1, 4, 7);
+    if (MT > 1) _tile_dpbf16ps(2, 5, 6);
+    if (MT > 1 && NT > 1) _tile_dpbf16ps(3, 5, 7);
+  }
+  if (bt0) {
+    _tile_loadd(6, bt0, 64);
+    _tile_loadd(4, a + steps * 32, sa);
+    if (NT > 1) _tile_loadd(7, bt1, 64);
+    if (MT > 1) _tile_loadd(5, a1 + steps * 32, sa);
+    _tile_dpbf16ps(0, 4, 6);
+    if (NT > 1) _tile_dpbf16ps(1, 4, 7);
+    if (MT > 1) _tile_dpbf16ps(2, 5, 6);
+    if (MT > 1 && NT > 1) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 128);
+  if (NT > 1) _tile_stored(1, c + 16, 128);
+  if (MT > 1) _tile_stored(2, c + 16 * 32, 128);
+  if (MT > 1 && NT > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+}
+
+void kiln_gemm_bf16_block_amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
+                              int64_t j0, int64_t j1) {
+  const int P = KILN_GEMM_PANEL;
+  const int64_t kp = t->kp, steps = kp / 32, rem = kp % 32; /* rem: even, rows of the tail */
+  _Alignas(64) float ctile[32 * 32];
+  _Alignas(64) uint16_t tail[2][512];
+  kiln_gemm_amx_config();
+  for (int64_t j = j0; j < j1; j += 32) {
+    int64_t nr = j1 - j < 32 ? j1 - j : 32;
+    int nt = nr > P ? 2 : 1;
+    const uint16_t* b0 = t->b + (j / P) * kp * P;
+    const uint16_t* b1 = nt > 1 ? b0 + kp * P : b0;
+    const uint16_t *bt0 = NULL, *bt1 = NULL;
+    if (rem) {
+      memset(tail, 0, sizeof(tail));
+      memcpy(tail[0], b0 + steps * 512, (size_t)rem * P * sizeof(uint16_t));
+      if (nt > 1) memcpy(tail[1], b1 + steps * 512, (size_t)rem * P * sizeof(uint16_t));
+      bt0 = tail[0];
+      bt1 = tail[1];
+    }
+    for (int64_t i = i0; i < i1; i += 32) {
+      int64_t mr = i1 - i < 32 ? i1 - i : 32;
+      int mt = mr > 16 ? 2 : 1;
+      const uint16_t* a = t->a + i * t->ka;
+      switch (mt * 2 + nt) {
+        case 2 + 1: kiln_gemm_amx_tile(1, 1, steps, a, t->ka, b0, b1, bt0, bt1, ctile); break;
+        case 2 + 2: kiln_gemm_amx_tile(1, 2, steps, a, t->ka, b0, b1, bt0, bt1, ctile); break;
+        case 4 + 1: kiln_gemm_amx_tile(2, 1, steps, a, t->ka, b0, b1, bt0, bt1, ctile); break;
+        default: kiln_gemm_amx_tile(2, 2, steps, a, t->ka, b0, b1, bt0, bt1, ctile); break;
+      }
+      t->epilogue(mr, nr, ctile, 32, t->c + i * t->ldc + j, t->ldc, t->bias ? t->bias + j : NULL,
+                  t->res ? t->res + i * t->ldr + j : NULL, t->ldr, t->act);
+    }
+  }
+  _tile_release();
+}

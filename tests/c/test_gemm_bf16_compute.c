@@ -1,0 +1,210 @@
+/* bf16 compute GEMM (kiln_gemm_bf16_vnni_pack_b weights): every path this
+ * machine has, each forced on in turn, against a direct double-precision
+ * product of the bf16-rounded A and B, on edge shapes (M 1, 2, 15, 16, 17,
+ * 33 around the 8- and 16/32-row tiles; N tails 1, 15, 17, 31, 33 around
+ * the 16/32-column strips; K 1, 2, odd K, tails around AMX's 32-K steps and
+ * the fp32 driver's 256-K blocks), with and without bias, activation and
+ * residual (also in place), NaN and Inf, strided A and C, a batch.
+ *
+ * Paths: "amx" (KILN_CPU_BF16_AMX only), "avx512_bf16" (KILN_CPU_BF16_AVX512
+ * only), and with both masked off the fp32 kernels at each ISA level
+ * ("avx512", "avx2", "generic") reading the same weights widened. A path
+ * the CPU (or the OS, for AMX) lacks is reported as skipped, not passed.
+ * Each run also checks, through kiln_gemm_bf16_last_engine, that the path
+ * asked for is the one that ran.
+ *
+ * Tolerance: products of two bf16 are exact in fp32, so the kernels differ
+ * from the double reference only by fp32 summation (order, and AMX's and
+ * VDPBF16PS's internal pairing): inputs in [-1, 1] give ~6e-8 sqrt(K)
+ * typical error; atol 1e-5 sqrt(K) + 1e-6, rtol 1e-5 keep a 10x margin. Not
+ * rounding A (or rounding it by truncation) moves each product by up to
+ * 2^-9 relative, ~1e-3 on these sums, and fails. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+
+typedef struct {
+  int64_t batch, m, n, k;
+  int bias, residual, res_alias, nan_inf, a16;
+  kiln_activation_t act;
+} bf16c_case_t;
+
+static float bf16c_round(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x)); }
+
+static void* bf16c_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 64) & ~(size_t)63); }
+
+static int bf16c_run(const bf16c_case_t* tc, kiln_pool_t* pool, const char* path) {
+  const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
+  const int64_t lda = K + 3, ldc = N + 2, ldr = N + 5; /* no stride equals a dimension */
+  size_t na = (size_t)(B * M * lda) + 1, nb = (size_t)(K * N) + 1;
+  size_t nc = (size_t)(B * M * ldc) + 1, nr = (size_t)(B * M * ldr) + 1;
+  float* a = bf16c_alloc(na * 4);
+  float* b = bf16c_alloc(nb * 4); /* nn.Linear's W (N, K): B = W^T */
+  float* bias = bf16c_alloc((size_t)N * 4 + 4);
+  float* res = bf16c_alloc(nr * 4);
+  float* c_got = bf16c_alloc(nc * 4);
+  float* c_want = bf16c_alloc(nc * 4);
+  float* c_ref = bf16c_alloc(nc * 4);
+  uint16_t* bp = bf16c_alloc(kiln_gemm_bf16_vnni_packed_size(K, N));
+  uint16_t* a16 = tc->a16 ? bf16c_alloc(na * 2) : NULL;
+  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B);
+  kiln_test_fill_f32(a, na, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(b, nb, seed + 1, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
+  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
+  if (tc->nan_inf) {
+    a[(M / 2) * lda + K / 3] = NAN;
+    b[(N - 1) * K + K / 3] = INFINITY;
+    if (N > 1) b[0 * K + (K - 1)] = -INFINITY;
+  }
+  memcpy(c_want, c_got, nc * 4);
+  memcpy(c_ref, c_got, nc * 4);
+  if (a16)
+    for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+  kiln_gemm_bf16_vnni_pack_b(K, N, b, 1, K, bp);
+
+  /* The contract, straight from the unpacked operands. */
+  for (int64_t bt = 0; bt < B; ++bt)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < K; ++p)
+          acc += (double)bf16c_round(a[bt * M * lda + i * lda + p]) * bf16c_round(b[j * K + p]);
+        float x = (float)acc;
+        if (tc->bias) x += bias[j];
+        x = kiln_activation_scalar(x, tc->act);
+        float* c = c_want + bt * M * ldc + i * ldc + j;
+        if (tc->res_alias) x += *c;
+        else if (tc->residual) x += res[bt * M * ldr + i * ldr + j];
+        *c = x;
+      }
+
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = B, g.m = M, g.n = N, g.k = K;
+  g.a = a16 ? NULL : a;
+  g.a_bf16 = a16;
+  g.a_batch_stride = M * lda, g.a_row_stride = lda, g.a_col_stride = 1;
+  g.b_packed_bf16_vnni = bp;
+  g.c = c_got, g.c_batch_stride = M * ldc, g.c_row_stride = ldc;
+  g.bias = tc->bias ? bias : NULL;
+  g.act = tc->act;
+  if (tc->res_alias) {
+    g.residual = c_got, g.r_batch_stride = M * ldc, g.r_row_stride = ldc;
+  } else if (tc->residual) {
+    g.residual = res, g.r_batch_stride = M * ldr, g.r_row_stride = ldr;
+  }
+  kiln_gemm_f32_args_t ref = g;
+  ref.c = c_ref;
+  if (tc->res_alias) ref.residual = c_ref;
+  kiln_gemm_f32_reference(&ref);
+  kiln_gemm_f32(&g, pool);
+
+  char what[256];
+  snprintf(what, sizeof(what),
+           "[%s, %d thr] b=%lld m=%lld n=%lld k=%lld bias=%d res=%d alias=%d act=%d naninf=%d "
+           "a16=%d",
+           path, kiln_pool_size(pool), (long long)B, (long long)M, (long long)N, (long long)K,
+           tc->bias, tc->residual, tc->res_alias, (int)tc->act, tc->nan_inf, tc->a16);
+  float atol = 1e-5f * sqrtf((float)K) + 1e-6f;
+  int bad = kiln_test_compare_f32(what, c_got, c_want, nc, atol, 1e-5f);
+  char what_ref[300];
+  snprintf(what_ref, sizeof(what_ref), "reference %s", what);
+  kiln_test_compare_f32(what_ref, c_ref, c_want, nc, atol, 1e-5f);
+  const char* ran = kiln_gemm_bf16_last_engine();
+  KILN_EXPECT(!strcmp(ran, path), "%s: ran %s", what, ran);
+  free(a), free(b), free(bias), free(res), free(c_got), free(c_want), free(c_ref), free(bp);
+  free(a16);
+  return bad;
+}
+
+static void bf16c_path(kiln_pool_t* pool, const char* path) {
+  static const int64_t ms[] = {1, 2, 15, 16, 17, 33};
+  static const int64_t ns[] = {1, 15, 17, 31, 33};
+  static const int64_t ks[] = {1, 2, 31, 33, 64, 67};
+  bf16c_case_t tc;
+  int n = 0;
+  for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im)
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in)
+      for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik, ++n) {
+        memset(&tc, 0, sizeof(tc));
+        tc.batch = 1, tc.m = ms[im], tc.n = ns[in], tc.k = ks[ik];
+        tc.bias = n % 2;
+        tc.act = n % 3 == 0 ? KILN_ACT_NONE : n % 3 == 1 ? KILN_ACT_RELU : KILN_ACT_GELU;
+        tc.residual = n % 5 == 1;
+        tc.res_alias = n % 5 == 3;
+        bf16c_run(&tc, pool, path);
+      }
+  /* Larger: several strips, M blocks and K blocks (the fp32 driver's 256),
+   * a batch, bf16 A, NaN/Inf, every epilogue piece at once. */
+  static const int64_t big[][4] = {{1, 300, 100, 333}, {2, 70, 65, 257}, {1, 129, 257, 96},
+                                   {1, 5, 70, 1000}};
+  for (size_t z = 0; z < sizeof(big) / sizeof(big[0]); ++z)
+    for (int v = 0; v < 3; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = big[z][0], tc.m = big[z][1], tc.n = big[z][2], tc.k = big[z][3];
+      tc.bias = 1;
+      tc.act = v == 1 ? KILN_ACT_SILU : KILN_ACT_NONE;
+      tc.residual = v == 1;
+      tc.res_alias = v == 2;
+      tc.nan_inf = v == 2;
+      tc.a16 = v == 1;
+      bf16c_run(&tc, pool, path);
+    }
+  /* NaN/Inf on small tiles too. */
+  memset(&tc, 0, sizeof(tc));
+  tc.batch = 1, tc.m = 17, tc.n = 33, tc.k = 67, tc.nan_inf = 1, tc.bias = 1;
+  bf16c_run(&tc, pool, path);
+}
+
+static void bf16c_each_pool(const char* path) {
+  for (int t = 1; t <= 2; ++t) {
+    kiln_pool_t* pool = NULL;
+    KILN_EXPECT_OK(kiln_pool_create(t, &pool));
+    if (!pool) continue;
+    bf16c_path(pool, path);
+    kiln_pool_release(pool);
+  }
+}
+
+void kiln_test_suite_gemm_bf16_compute(void) {
+  kiln_isa_t isa0 = kiln_cpu_isa();
+  unsigned bf0 = kiln_cpu_bf16();
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  /* The bf16 engines, each alone. */
+  static const struct { unsigned mask; const char* name; } engines[] = {
+      {KILN_CPU_BF16_AMX, "amx"}, {KILN_CPU_BF16_AVX512, "avx512_bf16"}};
+  for (int e = 0; e < 2; ++e) {
+    if (kiln_cpu_isa_set(KILN_ISA_AVX512) != KILN_ISA_AVX512 ||
+        kiln_cpu_bf16_set(engines[e].mask) != engines[e].mask) {
+      printf("  gemm_bf16_compute: path %s skipped (%s)\n", engines[e].name,
+             e == 0 ? (f->amx_tile ? "no AMX-BF16"
+                                   : "no AMX tiles, or the OS refused the tile state")
+                    : "no avx512_bf16");
+      continue;
+    }
+    printf("  gemm_bf16_compute: path %s ran\n", engines[e].name);
+    bf16c_each_pool(engines[e].name);
+  }
+  /* Both masked off: the fp32 kernels at every ISA level, widening. */
+  kiln_cpu_bf16_set(0);
+  for (int level = (int)KILN_ISA_AVX512; level >= (int)KILN_ISA_GENERIC; --level) {
+    const char* name = kiln_cpu_isa_name((kiln_isa_t)level);
+    if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) {
+      printf("  gemm_bf16_compute: path %s skipped (the CPU lacks it)\n", name);
+      continue;
+    }
+    printf("  gemm_bf16_compute: path %s ran\n", name);
+    bf16c_each_pool(name);
+  }
+  kiln_cpu_isa_set(isa0);
+  kiln_cpu_bf16_set(bf0);
+  KILN_EXPECT(kiln_cpu_bf16() == bf0, "bf16 mask restored");
+}
