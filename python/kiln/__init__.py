@@ -34,7 +34,8 @@ def _as_tuple(example_inputs):
     return tuple(example_inputs)
 
 
-def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_dtype=None):
+def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_dtype=None,
+          compute_dtype=None):
     """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
 
     Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
@@ -54,6 +55,21 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     such as biases, norms and convolutions, stay fp32) within fp32
     tolerance. The choice is stored in a saved artifact.
 
+    compute_dtype: None or torch.float32 (the default) computes in fp32.
+    torch.bfloat16 makes every linear layer (nn.Linear, and matmuls by a
+    constant matrix) compute in bf16: its weight is packed as bf16 (rounded
+    to nearest even) in the layout of the bf16 engines, its input is rounded
+    to bf16 the same way, and the products are summed in fp32, on AMX tiles
+    where the CPU has them (Intel Xeon, Sapphire Rapids and later), else
+    with AVX512_BF16 dot products, else (any other CPU) by the fp32 kernels
+    on the same rounded numbers. So a linear computes what eager computes for
+    linear(x.bfloat16(), W.bfloat16()) with an fp32 accumulator, but the
+    result is kept in fp32. Everything else stays fp32: the bias, the fused
+    activation and residual add, norms, softmax, attention, convolutions,
+    the residual stream between layers, and the outputs (fp32 tensors).
+    Implies bf16 weights (weights_dtype is then ignored). The choice is
+    stored in a saved artifact, which computes the same on any CPU.
+
     kiln.trace compiles for inference, as if after model.eval(): dropout is
     off and batch norm uses its running statistics. A model passed in
     training mode is traced that way (and left in training mode), with a
@@ -66,7 +82,11 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     if weights_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32 or torch.bfloat16, "
                          f"not {weights_dtype!r}")
+    if compute_dtype not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"kiln.trace: compute_dtype must be None, torch.float32 or torch.bfloat16, "
+                         f"not {compute_dtype!r}")
     weights_bf16 = weights_dtype == torch.bfloat16
+    compute_bf16 = compute_dtype == torch.bfloat16
     args = _as_tuple(example_inputs)
     t0 = time.perf_counter()
     if isinstance(model, torch.nn.Module):
@@ -87,7 +107,7 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     if fallback and _mutations(ep):
         # In-place updates of inputs or buffers: the partitioned module
         # writes the new values back after each call, as eager does.
-        return _trace_with_fallback(ep, name, weights_bf16)
+        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
     try:
         ctx, names, out_spec = lower_exported(ep)
     except (UnsupportedOpError, KilnError):
@@ -95,8 +115,8 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         # is refused while lowering; the partitioner leaves it to eager.
         if not fallback:
             raise
-        return _trace_with_fallback(ep, name, weights_bf16)
-    compiled = compile_graph(ctx, weights_bf16)
+        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
+    compiled = compile_graph(ctx, weights_bf16, compute_bf16)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
 
 
@@ -122,7 +142,7 @@ def _mutations(ep):
     return [(s.kind.name, s.target) for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
 
 
-def _trace_with_fallback(ep, name, weights_bf16=False):
+def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False):
     from torch.export.graph_signature import InputKind, OutputKind
 
     from kiln.partition import PartitionedModule, drop_size_range_asserts, partition, unsupported_ops
@@ -162,7 +182,7 @@ def _trace_with_fallback(ep, name, weights_bf16=False):
     drop_size_range_asserts(gm)
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
     fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
-                              what=name, weights_bf16=weights_bf16)
+                              what=name, weights_bf16=weights_bf16, compute_bf16=compute_bf16)
     return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes)
 
 

@@ -245,9 +245,10 @@ class KilnModule(torch.nn.Module):
         return self
 
 
-def compile_graph(ctx, weights_bf16=False):
+def compile_graph(ctx, weights_bf16=False, compute_bf16=False):
     """Compiles a LoweringContext's graph; logs passes when KILN_LOG=1.
-    weights_bf16: store linear weights packed as bf16 (see kiln.trace)."""
+    weights_bf16: store linear weights packed as bf16 (see kiln.trace).
+    compute_bf16: linear layers compute in bf16 (see kiln.trace's compute_dtype)."""
     from kiln.capture import log_enabled
 
-    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16))
+    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16))

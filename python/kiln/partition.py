@@ -109,7 +109,7 @@ def drop_size_range_asserts(gm):
     return dropped
 
 
-def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False):
+def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False, compute_bf16=False):
     """Returns (GraphModule running kiln pieces and eager ops, n_pieces).
 
     constant_of(node) -> tensor or None: values of placeholders that are
@@ -149,7 +149,7 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
             ctx = lower_graph(sub, placeholders, flat)
-            mod = KilnModule(compile_graph(ctx, weights_bf16), [placeholders[i][1] for i in runtime_positions], None, node.target)
+            mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), [placeholders[i][1] for i in runtime_positions], None, node.target)
         except (UnsupportedOpError, KilnError) as e:
             # A handler refused a particular use (a parameter kiln lacks):
             # this piece stays eager too.

@@ -12,6 +12,7 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->fuse = 1;
   o->pack_weights = 1;
   o->weights_bf16 = 0;
+  o->compute_bf16 = 0;
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -100,7 +101,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
   if (o->pack_weights)
-    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->weights_bf16, &next, &a), "%d weights packed")
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->compute_bf16 ? 2 : o->weights_bf16, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
   if (s) {
     kiln_graph_release(g);
@@ -129,6 +130,7 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       else if (g->values[id].kind == KILN_VALUE_CONSTANT)
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
                 g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "[bf16 compute]"
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
                         g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
                         g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16

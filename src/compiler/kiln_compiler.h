@@ -14,6 +14,8 @@ typedef struct kiln_compile_options_s {
   int fuse;           /* GEMM epilogue fusion (bias, activation, residual) */
   int pack_weights;   /* pre-pack GEMM weights */
   int weights_bf16;   /* ... as bf16 (rounded to nearest even): half the bytes */
+  int compute_bf16;   /* ... as bf16 for bf16 compute (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI):
+                       * LINEARs round their input to bf16 too and sum in fp32 */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   FILE* log;          /* when set, each pass prints what it did */
@@ -73,6 +75,8 @@ void kiln_layout_summarize(const kiln_graph_t* graph, int32_t* out_regions, int3
 
 /* Packs every LINEAR's dense weight for the GEMM microkernels, once per
  * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */
+/* bf16: 1 packs LINEAR weights as bf16 weights, 2 for bf16 compute
+ * (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI). */
 kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool, int bf16,
                                      kiln_graph_t** out_graph, int32_t* out_packed);
 

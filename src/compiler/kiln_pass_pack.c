@@ -6,7 +6,10 @@
  * ever packs a weight. A weight shared by several nodes is packed once.
  * With bf16, LINEAR weights are packed as bf16 instead
  * (kiln_gemm_bf16_pack_b): the model then computes with bf16-rounded
- * weights, in fp32. Packing is memory-bound and the weights are
+ * weights, in fp32. For bf16 compute (bf16 == 2) they are packed in VNNI
+ * pairs (kiln_gemm_bf16_vnni_pack_b, KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI),
+ * which also tells the CPU target to round the activations to bf16 and run
+ * the bf16 engines. Packing is memory-bound and the weights are
  * independent, so they are packed in parallel over the pool: it is most of
  * a large model's compile time. */
 #include <stdlib.h>
@@ -34,7 +37,10 @@ static void kiln_pack_task(void* ctx, size_t task, int thread) {
     return;
   }
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
-  if (job->bf16)
+  if (job->bf16 == 2)
+    kiln_gemm_bf16_vnni_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
+                               transposed ? w->shape[0] : 1, job->out);
+  else if (job->bf16)
     kiln_gemm_bf16_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
                           transposed ? w->shape[0] : 1, job->out);
   else
@@ -108,9 +114,10 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     const kiln_value_t* w = &g->values[wid];
     int64_t conv_groups = kiln_pack_conv_groups(g, n);
     int conv_panel = conv_groups > 0 ? kiln_pack_conv_panel(g, n) : 0;
-    int job_bf16 = bf16 && conv_groups == 0;
-    size_t bytes = job_bf16 ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
-                            : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    int job_bf16 = conv_groups == 0 ? bf16 : 0;
+    size_t bytes = job_bf16 == 2 ? kiln_gemm_bf16_vnni_packed_size(w->shape[0], w->shape[1])
+                   : job_bf16    ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
+                                 : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
     if (conv_groups > 0)
       bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
                                           conv_groups, conv_panel);
@@ -120,6 +127,7 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
                                       conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
                                       : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
+                                      : job_bf16 == 2 ? KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
                                       : job_bf16   ? KILN_LAYOUT_GEMM_PACKED_B_BF16
                                                    : KILN_LAYOUT_GEMM_PACKED_B,
                                       buf, bytes, &packed_of[wid]);

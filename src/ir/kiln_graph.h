@@ -47,6 +47,9 @@ typedef enum kiln_layout_e {
                                 * kiln_conv2d_f32_pack_weight lays it out for
                                 * its node's groups, panels of 6 channels */
   KILN_LAYOUT_CONV2D_PACKED_16, /* the same with panels of 16 channels */
+  KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI, /* kiln_gemm_bf16_vnni_pack_b of the (K, N) matrix:
+                                * bf16 compute (A rounded to bf16 too); the value
+                                * is f32 (K, N) whose elements are bf16-rounded */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

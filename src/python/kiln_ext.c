@@ -553,13 +553,15 @@ static PyTypeObject kiln_py_model_type = {
 
 /* ---- module functions --------------------------------------------------- */
 
-/* compile(graph, log=False, weights_bf16=False) -> Model. The graph is
- * consumed. weights_bf16: pack linear weights as bf16. */
+/* compile(graph, log=False, weights_bf16=False, compute_bf16=False) -> Model.
+ * The graph is consumed. weights_bf16: pack linear weights as bf16;
+ * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too). */
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
-  int log = 0, weights_bf16 = 0;
-  if (!PyArg_ParseTuple(args, "O!|pp", &kiln_py_graph_type, &gobj, &log, &weights_bf16))
+  int log = 0, weights_bf16 = 0, compute_bf16 = 0;
+  if (!PyArg_ParseTuple(args, "O!|ppp", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -568,6 +570,7 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   kiln_compile_options_initialize(&o);
   if (log) o.log = stderr;
   o.weights_bf16 = weights_bf16;
+  o.compute_bf16 = compute_bf16;
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;
@@ -694,6 +697,22 @@ static PyObject* kiln_py_isa(PyObject* mod, PyObject* args) {
   return PyUnicode_FromString(kiln_cpu_isa_name(kiln_cpu_isa()));
 }
 
+/* bf16_engine([name]) -> the bf16 engine bf16-compute GEMMs use: "amx",
+ * "avx512_bf16" or "none" (then the fp32 kernels widen); name caps it (to
+ * what the CPU has), for tests. */
+static PyObject* kiln_py_bf16_engine(PyObject* mod, PyObject* args) {
+  (void)mod;
+  const char* want = NULL;
+  if (!PyArg_ParseTuple(args, "|z", &want)) return NULL;
+  if (want) {
+    unsigned all = KILN_CPU_BF16_AMX | KILN_CPU_BF16_AVX512;
+    kiln_cpu_bf16_set(!strcmp(want, "amx")           ? all
+                      : !strcmp(want, "avx512_bf16") ? KILN_CPU_BF16_AVX512
+                                                     : 0u);
+  }
+  return PyUnicode_FromString(kiln_cpu_bf16_name(kiln_cpu_bf16()));
+}
+
 static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
   (void)mod;
   (void)unused;
@@ -716,6 +735,8 @@ static PyMethodDef kiln_py_functions[] = {
     {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},
     {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
+    {"bf16_engine", kiln_py_bf16_engine, METH_VARARGS,
+     "bf16_engine([name]) -> the bf16 engine bf16 compute uses (amx, avx512_bf16, none)"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
     {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
      "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},

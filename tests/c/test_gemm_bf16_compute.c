@@ -26,8 +26,11 @@
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
+#include "runtime/kiln_model.h"
 
 typedef struct {
   int64_t batch, m, n, k;
@@ -174,7 +177,74 @@ static void bf16c_each_pool(const char* path) {
   }
 }
 
+/* Through the compiler: compute_bf16 packs a LINEAR's weight as
+ * KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI and the model computes the bf16
+ * contract (y = round(x) round(W) + b, tolerance as above); a constant of
+ * that layout with the wrong byte count is refused by the CPU target. */
+static void bf16c_compile(void) {
+  enum { M = 5, K = 41, N = 23 };
+  static float w[K * N], bias[N], x[M * K], want[M * N], got[M * N];
+  kiln_test_fill_f32(w, K * N, 31, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, N, 32, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, M * K, 33, -1, 1);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int p = 0; p < K; ++p) acc += (double)bf16c_round(x[i * K + p]) * bf16c_round(w[p * N + j]);
+      want[i * N + j] = (float)acc + bias[j];
+    }
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t sx[2] = {M, K}, sw[2] = {K, N}, sb[1] = {N};
+  int32_t vx, vw, vb, mm, out;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias, sizeof bias, &vb));
+  int32_t i1[2] = {vx, vw};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &mm));
+  int32_t i2[2] = {mm, vb};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &out));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.compute_bf16 = 1;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
+  KILN_EXPECT(compiled->n_nodes == 1 && wv->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI &&
+                  wv->nbytes == kiln_gemm_bf16_vnni_packed_size(K, N),
+              "weight packed for bf16 compute (layout %d, %zu bytes)", (int)wv->layout, wv->nbytes);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (m) {
+    int64_t sy[2] = {M, N};
+    kiln_tensor_t in = {x, KILN_F32, 2, sx}, outt = {got, KILN_F32, 2, sy};
+    KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &outt, 1));
+    kiln_test_compare_f32("compiled bf16-compute linear", got, want, M * N, 1e-4f, 1e-5f);
+    kiln_model_release(m);
+  }
+  /* A hostile size. */
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  static uint16_t packed[(K + 1) * 32];
+  int32_t y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI,
+                                         packed, sizeof packed - 64, &vw));
+  int32_t in[2] = {vx, vw};
+  const int64_t p[1] = {KILN_ACT_NONE};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, in, 2, p, 1, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  m = NULL;
+  KILN_EXPECT_ERROR(kiln_model_create(g, NULL, NULL, &m), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT(m == NULL, "no model from a short bf16-compute weight");
+}
+
 void kiln_test_suite_gemm_bf16_compute(void) {
+  bf16c_compile();
   kiln_isa_t isa0 = kiln_cpu_isa();
   unsigned bf0 = kiln_cpu_bf16();
   const kiln_cpu_features_t* f = kiln_cpu_features();

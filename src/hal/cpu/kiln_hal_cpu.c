@@ -29,8 +29,14 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
     case KILN_OP_LINEAR: {
       const kiln_value_t* w = VAL(1);
       if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B &&
-          w->layout != KILN_LAYOUT_TRANSPOSED_2D && w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16)
+          w->layout != KILN_LAYOUT_TRANSPOSED_2D && w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16 &&
+          w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
         return kiln_status_make(KILN_UNSUPPORTED, "linear weight layout %d", (int)w->layout);
+      if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI &&
+          w->nbytes != kiln_gemm_bf16_vnni_packed_size(w->shape[0], w->shape[1]))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "bf16-compute weight has %zu bytes, expected %zu", w->nbytes,
+                                kiln_gemm_bf16_vnni_packed_size(w->shape[0], w->shape[1]));
       if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 &&
           w->nbytes != kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1]))
         return kiln_status_make(KILN_INVALID_ARGUMENT,
@@ -231,6 +237,8 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.b_packed = w->data;
   } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16) {
     args.b_packed_bf16 = w->data;
+  } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+    args.b_packed_bf16_vnni = w->data; /* bf16 compute: the layout says so */
   } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D || wt) {
     args.b = wdata;
     args.b_row_stride = 1;

@@ -1,0 +1,126 @@
+/* bf16-compute GEMM figures: C(M, N) = A(M, K) . B(K, N) for nn.Linear
+ * shapes, fp32 (packed fp32 weights) against bf16 compute on each engine
+ * this machine has (AMX, AVX512_BF16, and the fp32 kernels widening bf16),
+ * at 1 and 2 threads, beside this machine's zmm fp32 FMA peak.
+ *
+ * Each figure is the fastest of many calls: at 1 thread in the calling
+ * thread's CPU time (time lost to other processes on a shared machine does
+ * not count), at 2 threads in wall time (the fastest call is the one nobody
+ * interrupted). Usage: bench_gemm_bf16 [M N K ...] (default 1024^3 and the
+ * BERT-base linears 128x768x768, 128x3072x768, 128x768x3072). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_timing.h"
+#include "kernels/gemm/kiln_gemm.h"
+
+#ifdef BENCH_X86
+__attribute__((target("avx512f"))) static float bench_fma_zmm(long iters) {
+  __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+         a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < iters; ++i) {
+    a0 = _mm512_fmadd_ps(a0, m, c), a1 = _mm512_fmadd_ps(a1, m, c), a2 = _mm512_fmadd_ps(a2, m, c);
+    a3 = _mm512_fmadd_ps(a3, m, c), a4 = _mm512_fmadd_ps(a4, m, c), a5 = _mm512_fmadd_ps(a5, m, c);
+    a6 = _mm512_fmadd_ps(a6, m, c), a7 = _mm512_fmadd_ps(a7, m, c), a8 = _mm512_fmadd_ps(a8, m, c);
+    a9 = _mm512_fmadd_ps(a9, m, c), a10 = _mm512_fmadd_ps(a10, m, c),
+    a11 = _mm512_fmadd_ps(a11, m, c);
+  }
+  __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                           _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+  return _mm512_reduce_add_ps(s);
+}
+#endif
+
+typedef struct {
+  kiln_gemm_f32_args_t g;
+  kiln_pool_t* pool;
+} bench_job_t;
+
+/* Fastest of `reps` calls, in seconds. */
+static double bench_best(bench_job_t* j, int reps, int threads) {
+  double best = 1e30;
+  kiln_gemm_f32(&j->g, j->pool); /* warm: scratch, pages, caches */
+  for (int r = 0; r < reps; ++r) {
+    double t0 = threads == 1 ? bench_thread_cpu_now() : bench_now();
+    kiln_gemm_f32(&j->g, j->pool);
+    double t = (threads == 1 ? bench_thread_cpu_now() : bench_now()) - t0;
+    if (t < best) best = t;
+  }
+  return best;
+}
+
+int main(int argc, char** argv) {
+  int64_t shapes[16][3] = {{1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768}, {128, 768, 3072}};
+  int n_shapes = 4;
+  if (argc > 3) {
+    n_shapes = 0;
+    for (int i = 1; i + 2 < argc && n_shapes < 16; i += 3, ++n_shapes)
+      for (int d = 0; d < 3; ++d) shapes[n_shapes][d] = atoll(argv[i + d]);
+  }
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  unsigned bf_all = kiln_cpu_bf16();
+#ifdef BENCH_X86
+  if (f->avx512) {
+    double best = 1e30;
+    const long iters = 2000000;
+    for (int r = 0; r < 20; ++r) {
+      double t0 = bench_thread_cpu_now();
+      bench_sink = bench_fma_zmm(iters);
+      double t = bench_thread_cpu_now() - t0;
+      if (t < best) best = t;
+    }
+    printf("fp32 zmm FMA peak (1 core): %.1f GFLOP/s\n", 12.0 * 32 * iters / best * 1e-9);
+  }
+#endif
+  printf("isa %s, bf16 engines: %s%s\n", kiln_cpu_isa_name(kiln_cpu_isa()),
+         (bf_all & KILN_CPU_BF16_AMX) ? "amx " : "", (bf_all & KILN_CPU_BF16_AVX512) ? "avx512_bf16" : "");
+  printf("%-18s %3s %10s %10s %10s %10s | %6s %6s %6s\n", "M x N x K", "thr", "fp32", "bf16-amx",
+         "bf16-vdp", "bf16-wide", "amx/32", "vdp/32", "wid/32");
+  for (int s = 0; s < n_shapes; ++s) {
+    int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    float* a = aligned_alloc(64, (size_t)(M * K * 4 + 64) & ~(size_t)63);
+    float* w = aligned_alloc(64, (size_t)(N * K * 4 + 64) & ~(size_t)63);
+    float* c = aligned_alloc(64, (size_t)(M * N * 4 + 64) & ~(size_t)63);
+    float* bias = aligned_alloc(64, (size_t)(N * 4 + 64) & ~(size_t)63);
+    for (int64_t i = 0; i < M * K; ++i) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (int64_t i = 0; i < N * K; ++i) w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    for (int64_t i = 0; i < N; ++i) bias[i] = 0.1f;
+    float* bp = aligned_alloc(64, kiln_gemm_f32_packed_size(K, N) + 64);
+    uint16_t* bv = aligned_alloc(64, (kiln_gemm_bf16_vnni_packed_size(K, N) + 64) & ~(size_t)63);
+    kiln_gemm_f32_pack_b(K, N, w, 1, K, bp);
+    kiln_gemm_bf16_vnni_pack_b(K, N, w, 1, K, bv);
+    double flop = 2.0 * (double)M * (double)N * (double)K;
+    int reps = flop > 1e9 ? 30 : 200;
+    for (int threads = 1; threads <= 2; ++threads) {
+      bench_job_t j;
+      memset(&j, 0, sizeof(j));
+      if (kiln_pool_create(threads, &j.pool)) return 1;
+      j.g.batch = 1, j.g.m = M, j.g.n = N, j.g.k = K;
+      j.g.a = a, j.g.a_row_stride = K, j.g.a_col_stride = 1;
+      j.g.c = c, j.g.c_row_stride = N;
+      j.g.bias = bias;
+      double gf[4] = {0, 0, 0, 0};
+      j.g.b_packed = bp;
+      gf[0] = flop / bench_best(&j, reps, threads) * 1e-9;
+      j.g.b_packed = NULL;
+      j.g.b_packed_bf16_vnni = bv;
+      static const unsigned masks[3] = {KILN_CPU_BF16_AMX, KILN_CPU_BF16_AVX512, 0};
+      for (int e = 0; e < 3; ++e) {
+        if (kiln_cpu_bf16_set(masks[e]) != masks[e]) continue;
+        gf[1 + e] = flop / bench_best(&j, reps, threads) * 1e-9;
+      }
+      kiln_cpu_bf16_set(bf_all);
+      char name[64];
+      snprintf(name, sizeof(name), "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+      printf("%-18s %3d %10.1f %10.1f %10.1f %10.1f | %5.2fx %5.2fx %5.2fx\n", name, threads,
+             gf[0], gf[1], gf[2], gf[3], gf[1] / gf[0], gf[2] / gf[0], gf[3] / gf[0]);
+      fflush(stdout);
+      kiln_pool_release(j.pool);
+    }
+    free(a), free(w), free(c), free(bias), free(bp), free(bv);
+  }
+  return 0;
+}
