@@ -252,6 +252,11 @@ void kiln_test_suite_gemm_bf16_compute(void) {
   static const struct { unsigned mask; const char* name; } engines[] = {
       {KILN_CPU_BF16_AMX, "amx"}, {KILN_CPU_BF16_AVX512, "avx512_bf16"}};
   for (int e = 0; e < 2; ++e) {
+    if (f->avx512 && (isa0 < KILN_ISA_AVX512 || !(bf0 & engines[e].mask)) &&
+        (kiln_cpu_bf16_set(engines[e].mask) == engines[e].mask)) {
+      printf("  gemm_bf16_compute: path %s skipped (capped by KILN_ISA)\n", engines[e].name);
+      continue;
+    }
     if (kiln_cpu_isa_set(KILN_ISA_AVX512) != KILN_ISA_AVX512 ||
         kiln_cpu_bf16_set(engines[e].mask) != engines[e].mask) {
       printf("  gemm_bf16_compute: path %s skipped (%s)\n", engines[e].name,
@@ -267,6 +272,10 @@ void kiln_test_suite_gemm_bf16_compute(void) {
   kiln_cpu_bf16_set(0);
   for (int level = (int)KILN_ISA_AVX512; level >= (int)KILN_ISA_GENERIC; --level) {
     const char* name = kiln_cpu_isa_name((kiln_isa_t)level);
+    if (level > (int)isa0) {
+      printf("  gemm_bf16_compute: path %s skipped (above the ISA level in use)\n", name);
+      continue;
+    }
     if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) {
       printf("  gemm_bf16_compute: path %s skipped (the CPU lacks it)\n", name);
       continue;
