@@ -93,6 +93,10 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     /* At most 16 steps (a longer run of views ends the chain), so that a
      * chain that absorbs nothing can be undone. */
     while (stage < 3 && uses[cur] == 1 && user[cur] >= 0 && n_walked < 16) {
+      /* A node another chain absorbed (an add of two linears, q(x) + k(x),
+       * is a residual for both) belongs to that chain: this one ends here,
+       * so its LINEAR is emitted before the node that reads it. */
+      if (skip[user[cur]] || end_of[user[cur]].matmul >= 0) break;
       const kiln_node_t* u = &g->nodes[user[cur]];
       int32_t other = -1;
       if (u->op == KILN_OP_ADD) other = u->inputs[0] == cur ? u->inputs[1] : u->inputs[0];

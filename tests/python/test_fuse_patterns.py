@@ -87,3 +87,24 @@ def test_gemm_look_through_leaves_no_reshape_of_reshape():
         src = l.split("(", 1)[1].split(")", 1)[0].strip()
         assert src not in ids, c.explain()
     assert c.stats()["kernel_calls"] == 2, c.explain()
+
+
+class SummedProjections(nn.Module):
+    """x + o(q(x) + k(x) + v(x)): the add of two linears is a residual for
+    both chains. Both claimed it, and the second LINEAR read the first's
+    skipped bias add ("value used before it was emitted")."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        return x + self.o(self.q(x) + self.k(x) + self.v(x))
+
+
+def test_add_of_two_linears_fuses_into_one_of_them():
+    torch.manual_seed(5)
+    c = trace_checked(SummedProjections().eval(), torch.randn(2, 5, 16))
+    # Each linear a LINEAR; the q + k add is one of them's residual, and the
+    # outer x + o(...) o's.
+    assert plan_ops(c).count("linear") == 4, c.explain()
