@@ -3,14 +3,27 @@
 fp32 tolerances: kiln accumulates GEMMs in a different order from torch's
 (packed panels, FMA), so each output of a K-long dot product may differ by
 about K * eps * |terms|; rtol/atol 1e-4 covers K up to a few thousand at the
-magnitudes these tests use (inputs ~N(0, 1), weights ~U(-1/sqrt(K), 1/sqrt(K)))."""
+magnitudes these tests use (inputs ~N(0, 1), weights ~U(-1/sqrt(K), 1/sqrt(K))).
+
+Transcendental functions (exp, tanh, erf, gelu, log, sin, ...) are judged
+against float64, not against eager float32 (assert_close_f64 below): eager's
+float32 results depend on the CPU torch runs on (SLEEF, MKL VML or its own
+polynomials, picked by ISA), and some are far from the true value; on an
+AVX-512 Xeon torch's gelu(-6) is -0.0 where the true value is -5.9e-9, its
+relative error near x = -4 is 1e-3, and gelu(inf) is NaN. A test compared
+with that would fail on one CPU and pass on another, or hide a kiln error as
+large as eager's. The float64 result, rounded once to float32, is the
+correctly rounded answer to within 0.5 ulp on every CPU."""
 import os
 import sys
 
 import pytest
 import torch
+from torch.utils._pytree import tree_flatten
 
 FP32_TOL = dict(rtol=1e-4, atol=1e-4)
+F32_EPS = torch.finfo(torch.float32).eps  # 2^-23: one float32 ulp is at most this times |x|
+F32_TINY = torch.finfo(torch.float32).tiny  # 2^-126, the smallest normal float32
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -48,3 +61,134 @@ def plan_ops(compiled):
         if "= " in line and "(" in line:
             ops.append(line.split("= ", 1)[1].split("(", 1)[0].strip())
     return ops
+
+
+def ulps(n, atol=F32_TINY):
+    """A tolerance of n float32 ulps relative to the reference (rtol n * 2^-23)
+    plus an absolute floor. The default floor, the smallest normal float32,
+    accepts a subnormal result flushed to zero and nothing else."""
+    return dict(rtol=n * F32_EPS, atol=atol)
+
+
+def _as_f64(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+
+
+def f64_reference(fn, *inputs):
+    """fn evaluated in float64: on float64 copies of its float32 inputs
+    (other inputs as they are), with float64 the default dtype so integer
+    and bool inputs promote to it; a flat list of outputs, as tree_flatten
+    gives them."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        with torch.no_grad():
+            return tree_flatten(fn(*[_as_f64(x) for x in inputs]))[0]
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _close(got, ref, rtol, atol):
+    """Elementwise |got - ref| <= atol + rtol |ref|, in float64; equal values
+    (infinities of one sign) and NaN against NaN are close."""
+    g, r = got.double(), ref.double()
+    with torch.no_grad():
+        ok = (g - r).abs() <= atol + rtol * r.abs()
+        return ok | (g == r) | (g.isnan() & r.isnan())
+
+
+def assert_close_f64(got, fn, inputs, tol, *, zero_sign=False):
+    """Asserts kiln's outputs `got` of fn(*inputs) match the float64 truth.
+
+    Every output must have eager's dtype and shape. A float32 output is
+    compared with fn evaluated in float64 (f64_reference) and rounded to
+    float32 once (so what overflows float32 is inf, as it must be), within
+    `tol` (rtol/atol, see ulps()); NaN must match NaN. Other outputs (ints,
+    bools) must equal eager's exactly: their float64 evaluation is the same
+    computation. For IEEE-exact ops (+ - * / sqrt, min/max, casts) the
+    rounded float64 result is the float32 one bit for bit (53 >= 2 * 24 + 2:
+    double rounding is innocuous), so ulps(0, atol=0) holds them exactly.
+    zero_sign=True also checks the sign of every zero the float64 reference
+    rounds to (assert_close ignores it)."""
+    with torch.no_grad():
+        want = tree_flatten(fn(*inputs))[0]
+    ref = f64_reference(fn, *inputs)
+    got = tree_flatten(got)[0]
+    assert len(got) == len(want) == len(ref), (len(got), len(want), len(ref))
+    for i, (g, w, r) in enumerate(zip(got, want, ref)):
+        msg = f"output {i}"
+        assert isinstance(g, torch.Tensor), msg
+        assert g.dtype == w.dtype and g.shape == w.shape, \
+            f"{msg}: {g.dtype}{tuple(g.shape)} vs eager {w.dtype}{tuple(w.shape)}"
+        if not (w.dtype == torch.float32 and r.dtype == torch.float64):
+            torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{msg}: {m}")
+            continue
+        ok = _close(g, r.float(), **tol)
+        if not bool(ok.all()):
+            bad = (~ok).nonzero()[:6].tolist()
+            detail = "; ".join(f"at {tuple(j)}: kiln {g[tuple(j)].item()!r}, float64 {r[tuple(j)].item()!r}, "
+                               f"eager {w[tuple(j)].item()!r}" for j in bad)
+            raise AssertionError(f"{msg}: {int((~ok).sum())} of {ok.numel()} elements further from the float64 "
+                                 f"reference than rtol {tol['rtol']:.3g} + atol {tol['atol']:.3g}: {detail}")
+        if zero_sign:
+            z = r.float() == 0
+            assert torch.equal(g[z].signbit(), r[z].signbit()), f"{msg}: sign of zero"
+
+
+# ---- ISA levels ------------------------------------------------------------------------------
+# kiln picks each kernel's instruction set when it is called (kiln_cpu_isa(),
+# read by every dispatch in src/kernels), not when a model is compiled: the
+# packed weights and the plan are the same for every ISA, so kiln.isa(level)
+# changes what an already-compiled model runs on its next call. kiln.isa
+# caps at what the CPU has (asking for avx512 on an AVX2-only CPU gives
+# avx2), and it can raise the level back above a KILN_ISA cap set in the
+# environment, so tests start from and return to the level the session had.
+
+ISA_LEVELS = ("generic", "avx2", "avx512")
+
+
+def isa_levels():
+    """[(level, None or why it cannot run here)] for every ISA level, lowest
+    first. A level runs if the CPU has it and the level kiln started at
+    (the CPU's best, or lower under KILN_ISA) is not below it."""
+    import kiln
+
+    start = kiln.isa()
+    out = []
+    try:
+        for level in ISA_LEVELS:
+            got = kiln.isa(level)
+            if got != level:
+                why = f"this CPU lacks {level} (kiln's best level here is {got})"
+            elif ISA_LEVELS.index(level) > ISA_LEVELS.index(start):
+                why = f"KILN_ISA={os.environ.get('KILN_ISA')} caps kiln at {start}"
+            else:
+                why = None
+            out.append((level, why))
+    finally:
+        kiln.isa(start)
+    assert kiln.isa() == start
+    return out
+
+
+def isa_params():
+    """One pytest.param per ISA level for @pytest.mark.parametrize("isa_level",
+    ..., indirect=True): a level that cannot run here is skipped with the
+    reason, never counted as a pass."""
+    return [pytest.param(level, id=level, marks=[pytest.mark.skip(reason=why)] if why else [])
+            for level, why in isa_levels()]
+
+
+@pytest.fixture
+def isa_level(request):
+    """Caps kiln's kernels at request.param for the test, then restores the
+    level the test started at (also when the test fails)."""
+    import kiln
+
+    before = kiln.isa()
+    try:
+        assert kiln.isa(request.param) == request.param, f"kiln cannot run at {request.param} here"
+        yield request.param
+    finally:
+        kiln.isa(before)
+        assert kiln.isa() == before

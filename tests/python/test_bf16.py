@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import kiln
+from conftest import isa_params
 
 
 def round_linear_weights(model):
@@ -44,26 +45,12 @@ class MLP(nn.Module):
         return self.fc3(self.norm(h))
 
 
-def isa_levels():
-    """The ISA levels to run at: generic always, plus the best this CPU has."""
-    best = kiln.isa()
-    return ["generic"] + ([best] if best != "generic" else [])
-
-
-@pytest.fixture(params=isa_levels())
-def isa(request):
-    before = kiln.isa()
-    kiln.isa(request.param)
-    try:
-        yield request.param
-    finally:
-        kiln.isa("avx512")  # caps at what this CPU has
-        assert kiln.isa() == before
-
-
-# M = 1 and 5 take the small-M (GEMV) path, 3 x 17 = 51 rows the blocked one.
+# Every ISA level (conftest.isa_params: one this CPU or KILN_ISA rules out is
+# skipped, with the reason). M = 1 and 5 take the small-M (GEMV) path,
+# 3 x 17 = 51 rows the blocked one.
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
 @pytest.mark.parametrize("shape", [(1, 96), (5, 96), (3, 17, 96)])
-def test_mlp_matches_eager_with_rounded_weights(isa, shape):
+def test_mlp_matches_eager_with_rounded_weights(isa_level, shape):
     torch.manual_seed(0)
     model = MLP().eval()
     x = torch.randn(*shape)

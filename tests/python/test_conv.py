@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from conftest import FP32_TOL
+from conftest import FP32_TOL, isa_params
 
 NET_TOL = dict(rtol=1e-3, atol=1e-3)
 
@@ -217,31 +217,19 @@ class _TwoKernels(nn.Module):
         return self.b(torch.relu(self.pool(self.a(x))))
 
 
-def _isa_levels():
-    """The ISA levels this CPU has (kiln.isa caps at what it supports)."""
-    before = kiln.isa()
-    try:
-        return [lv for lv in ("generic", "avx2", "avx512") if kiln.isa(lv) == lv]
-    finally:
-        kiln.isa(before)
-
-
-@pytest.mark.parametrize("level", _isa_levels())
-def test_packed_conv_weights_every_isa_and_saved(tmp_path, level):
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+def test_packed_conv_weights_every_isa_and_saved(tmp_path, isa_level):
     # The weights are packed at compile time for the kernel each shape
     # picks; the artifact stores them packed and the loaded model gives the
-    # same bits. Each ISA level the CPU has runs both kernels.
-    before = kiln.isa()
-    kiln.isa(level)
-    try:
-        torch.manual_seed(0)
-        model = _TwoKernels().eval()
-        x = torch.randn(1, 3, 40, 40)
-        compiled = check(model, x, **FP32_TOL)
-        assert compiled.explain().count("[packed]") == 2, compiled.explain()
-        path = tmp_path / "two.kiln"
-        kiln.save(compiled, path)
-        loaded = kiln.load(path)
-        assert torch.equal(loaded(x), compiled(x))
-    finally:
-        kiln.isa(before)
+    # same bits. Each ISA level runs both kernels (conftest.isa_params: a
+    # level this CPU lacks is skipped with the reason; the isa_level fixture
+    # restores the cap).
+    torch.manual_seed(0)
+    model = _TwoKernels().eval()
+    x = torch.randn(1, 3, 40, 40)
+    compiled = check(model, x, **FP32_TOL)
+    assert compiled.explain().count("[packed]") == 2, compiled.explain()
+    path = tmp_path / "two.kiln"
+    kiln.save(compiled, path)
+    loaded = kiln.load(path)
+    assert torch.equal(loaded(x), compiled(x))
