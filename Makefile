@@ -9,7 +9,7 @@ DEPS := $(VENV)/.deps-installed
 BUILD := build
 KILN_BUILT := $(BUILD)/.kiln-installed
 
-.PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean
+.PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean fuzz
 
 all: build
 
@@ -82,3 +82,15 @@ bench-kernels: build
 # pass / fail / unsupported, totals and the Core ATen figure; coverage.json.
 coverage: build
 	$(PY) tests/coverage/opinfo_coverage.py $(if $(QUICK),--quick) $(if $(RESUME),--resume) --out coverage.json
+
+# The random-graph differential fuzzer (tests/fuzz, issue 16): N random graphs
+# of seed SEED through kiln against eager PyTorch (float32 and float64), each
+# failure shrunk to a script under build/fuzz/. A progress line on a
+# terminal, none otherwise; the last line is "P passed, F failed (...)".
+# JOBS worker processes (default 1: the machine is shared); TIME=SEC stops
+# starting graphs after SEC seconds.
+N ?= 100000
+SEED ?= 0
+JOBS ?= 1
+fuzz: build
+	$(PY) tests/fuzz/kiln_fuzz.py --seed $(SEED) --n $(N) --jobs $(JOBS) $(if $(TIME),--time-budget $(TIME))

@@ -20,10 +20,15 @@
  * NaN propagates through every activation (min/max operand order below is
  * chosen so that a NaN input is returned, not the clamp bound). */
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 static inline __m256 kiln_gemm_exp_avx2(__m256 x) {
+  /* Past ln(FLT_MAX) exp overflows to +inf, as libm's and torch's do: then
+   * sigmoid(-inf) is 0 and silu(-inf) = -inf * 0 is NaN, as in torch (with
+   * the clamp alone sigmoid(-inf) was 4e-39 and silu(-inf) -inf). */
+  __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(88.72283935546875f), _CMP_GT_OQ);
   /* Keep 2^n a normal float: n in [-126, 127]. min/max return their second
    * operand when one is NaN, so x goes second to carry a NaN through. */
   x = _mm256_min_ps(_mm256_set1_ps(88.37f), x);
@@ -42,7 +47,7 @@ static inline __m256 kiln_gemm_exp_avx2(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_blendv_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), _mm256_set1_ps(INFINITY), over);
 }
 
 static inline __m256 kiln_gemm_sigmoid_avx2(__m256 x) {

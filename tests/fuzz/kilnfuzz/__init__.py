@@ -1,0 +1,9 @@
+"""kilnfuzz: a random-graph differential fuzzer for kiln.
+
+It generates random well-typed programs of ATen ops (program.py, ops_*.py,
+generate.py), runs each through kiln and through eager PyTorch in float32 and
+float64 (paths.py), compares the results under a stated tolerance rule
+(check.py), and shrinks any failure to a minimal standalone reproducer
+(shrink.py, repro.py). runner.py is the loop and the command line
+(tests/fuzz/kiln_fuzz.py).
+"""

@@ -1,0 +1,196 @@
+"""Comparing kiln's results with eager PyTorch's: the tolerance rule.
+
+Three results per output: k (kiln, float32), e (eager float32, the same ATen
+calls) and r (the reference: the same program in float64, inputs and
+parameters cast exactly). Exact answers are unknowable, r is their stand-in:
+its own rounding (2^-53) is negligible next to float32's.
+
+For each output:
+  1. k's shape and dtype equal e's exactly.
+  2. bool and integer outputs equal e's exactly. (Comparisons close enough
+     to a tie that rounding could flip them are excluded by the audit below.)
+  3. float outputs: NaN positions equal e's, and so do +-inf positions and
+     signs. Overflow and invalid operations are part of what is checked.
+     Where e is NaN and r an infinity (torch's own float32 and float64
+     kernels disagree: float32 gelu(inf) is NaN), k may be either.
+  4. every finite element satisfies
+         |k_i - r_i| <= 4 * E  +  8 * eps * L * (|r_i| + S / 16)
+     eps = 2^-23 (float32's machine epsilon);
+     E   = max_i |e_i - r_i|, and the same for two runs of the float64
+           program with rounding noise (RoundingNoise: every op's result
+           scaled by 1 + u, u uniform in [-eps, eps], the model of float32
+           rounding behind Monte Carlo arithmetic): how far float32
+           rounding takes this program from the answer on this draw. It
+           measures the conditioning (cancellation, a steep exp or
+           rsqrt, a variance near zero in a norm); eager's own error
+           alone may be zero by luck where kiln's order of rounding is
+           not. kiln rounds differently (packed GEMM panels, FMA,
+           vectorised exp/tanh/erf), so its error may be a few times
+           these, not of another order: factor 4;
+     L   = the accumulation length along the output's path: the sum over
+           its ops of the terms each output element adds up (K for a
+           K-long dot product, n for an n-element reduction or softmax or
+           norm, 1 for an elementwise op). A sum of L rounded terms in any
+           order is within L * eps * sum|terms| of exact (Higham, 2002,
+           ch. 4); this term covers draws where eager's error is small by
+           luck, and the few-ulp error of each transcendental;
+     S   = max_i |r_i|, the output's scale: a value that is small because
+           of cancellation is still off by about eps * the size of its
+           terms, which S / 16 stands in for.
+Drawn data that make the comparison meaningless are "ill-conditioned" and
+redrawn (runner): float32 eager itself off by more than 1e-3 * S; e's NaN or
+infinity positions not r's (float32 overflow where double is finite); or a
+comparison, or the argument of log/sqrt/rsqrt/reciprocal, within 1e-4 of its
+threshold relative to its operands' scale (a rounding error could flip it);
+or attention over NaN or infinite scores (torch's CPU kernels give such a
+row zero weight where the math says NaN: no reference to hold kiln to).
+"""
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+EPS32 = 2.0 ** -23
+FACTOR_E = 4.0
+FACTOR_L = 8.0
+ILL_RELATIVE = 1e-3
+TIE_RELATIVE = 1e-4
+
+aten = torch.ops.aten
+_COMPARISONS = {aten.gt.Tensor, aten.gt.Scalar, aten.lt.Tensor, aten.lt.Scalar, aten.ge.Tensor, aten.ge.Scalar,
+                aten.le.Tensor, aten.le.Scalar}
+_DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten.reciprocal.default,
+                   aten.pow.Tensor_Scalar}
+
+
+def _near(a, b):
+    """True when some pair a_i, b_i differs, but by less than TIE_RELATIVE of
+    their scale: a flip from rounding is possible."""
+    a = a.double() if isinstance(a, torch.Tensor) else torch.tensor(float(a), dtype=torch.float64)
+    b = b.double() if isinstance(b, torch.Tensor) else torch.tensor(float(b), dtype=torch.float64)
+    with torch.no_grad():
+        d = (a - b).abs()
+        finite = torch.isfinite(d)
+        scale = max(_amax(a), _amax(b), 1e-30)
+        return bool(((d > 0) & (d < TIE_RELATIVE * scale) & finite).any())
+
+
+def _amax(t):
+    f = t[torch.isfinite(t)]
+    return float(f.abs().max()) if f.numel() else 0.0
+
+
+class Audit:
+    """Watches the float64 run for decisions close to a tie (see above)."""
+
+    def __init__(self):
+        self.reason = None
+
+    def __call__(self, op, args, kwargs, out):
+        if self.reason is not None:
+            return
+        if op is aten.scaled_dot_product_attention.default:
+            if not all(bool(torch.isfinite(t).all()) for t in args[:3]):
+                self.reason = "attention over non-finite values"
+            return
+        if op in _COMPARISONS and args[0].is_floating_point():
+            if _near(args[0], args[1]):
+                self.reason = f"{op} has operands within {TIE_RELATIVE} of a tie"
+        elif op in _DOMAIN_AT_ZERO and args[0].is_floating_point():
+            if op is aten.pow.Tensor_Scalar and float(args[1]) == int(args[1]) and args[1] >= 0:
+                return
+            if _near(args[0], 0.0):
+                self.reason = f"{op} has an argument within {TIE_RELATIVE} of zero"
+
+
+class RoundingNoise(TorchDispatchMode):
+    """Every float64 result of an op that computes (not views, not in-place
+    ops) comes out scaled by 1 + u, u ~ U[-EPS32, EPS32] per element: the
+    float64 program rounded as if in float32, with reproducible noise."""
+
+    def __init__(self, seed):
+        super().__init__()
+        self.rng = np.random.default_rng(seed)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.is_view or func._schema.is_mutable:
+            return out
+        return tree_map(self._noise, out)
+
+    def _noise(self, t):
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.numel():
+            return t * torch.from_numpy(np.asarray(1.0 + self.rng.uniform(-EPS32, EPS32, size=tuple(t.shape))))
+        return t
+
+
+def spread(e, r, noisy=()):
+    """E of the rule: the largest distance from r of e and the noisy runs,
+    over the elements where all are finite."""
+    fin = torch.isfinite(e) & torch.isfinite(r)
+    for p in noisy:
+        fin &= torch.isfinite(p)
+    if not fin.any():
+        return 0.0
+    rd = r.double()[fin]
+    return max(float((x.double()[fin] - rd).abs().max()) for x in (e, *noisy))
+
+
+def conditioning(e, r, noisy=()):
+    """Why (e, r) make a meaningless comparison, or None."""
+    if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
+        return None
+    ne, nr = ~torch.isfinite(e), ~torch.isfinite(r)
+    if not torch.equal(ne, nr):
+        return "float32 eager is non-finite where float64 is not (overflow), or the reverse"
+    fin = ~ne
+    if fin.any():
+        err = spread(e, r, noisy)
+        scale = float(r[fin].abs().max())
+        if err > ILL_RELATIVE * max(scale, 1e-30):
+            return f"float32 eager is {err:.3g} off float64 at scale {scale:.3g}"
+    return None
+
+
+def compare(k, e, r, acc, what="output", noisy=()):
+    """None if kiln's k passes against (e, r) by the rule above, else why not."""
+    if not isinstance(k, torch.Tensor):
+        return f"{what}: kiln returned {type(k).__name__}, not a tensor"
+    if tuple(k.shape) != tuple(e.shape):
+        return f"{what}: shape {tuple(k.shape)}, eager {tuple(e.shape)}"
+    if k.dtype != e.dtype:
+        return f"{what}: dtype {k.dtype}, eager {e.dtype}"
+    if not e.is_floating_point():
+        if not torch.equal(k, e):
+            bad = int((k != e).sum())
+            return f"{what}: {bad} of {e.numel()} elements differ from eager (exact dtype {e.dtype})"
+        return None
+    kn, en, rn = torch.isnan(k), torch.isnan(e), torch.isnan(r)
+    # Where eager's float32 and float64 kernels disagree between NaN and an
+    # infinity (float32 gelu(inf) is NaN, float64 inf), either is right.
+    amb = en != rn
+    bad = (kn != en) & ~amb
+    if bool(bad.any()):
+        return f"{what}: NaN at {int((bad & kn).sum())} places eager is not, missing at {int((bad & en).sum())}"
+    if bool((amb & ~(kn | (k.double() == r))).any()):
+        return f"{what}: neither eager's float32 NaN nor its float64 value where the two disagree"
+    ki, ei = torch.isinf(k) & ~amb, torch.isinf(e) & ~amb
+    if not torch.equal(ki, ei) or not torch.equal(k[ki], e[ei]):
+        return f"{what}: infinities differ from eager's ({int(ki.sum())} vs {int(ei.sum())})"
+    fin = torch.isfinite(e)
+    if not fin.any():
+        return None
+    kd, rd, ed = k.double()[fin], r.double()[fin], e.double()[fin]
+    err = (kd - rd).abs()
+    big_e = spread(e, r, noisy)
+    scale = float(rd.abs().max())
+    tol = FACTOR_E * big_e + FACTOR_L * EPS32 * max(acc, 1) * (rd.abs() + scale / 16)
+    bad = err > tol
+    if bool(bad.any()):
+        i = int((err - tol).argmax())
+        n = int(bad.sum())
+        return (f"{what}: {n} of {int(fin.sum())} elements off; worst kiln {float(kd[i]):.7g} vs float64 "
+                f"{float(rd[i]):.7g} (eager float32 {float(ed[i]):.7g}), error {float(err[i]):.3g} > tolerance "
+                f"{float(tol[i]):.3g} (E {big_e:.3g}, L {acc}, S {scale:.3g})")
+    return None

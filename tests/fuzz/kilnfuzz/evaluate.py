@@ -1,0 +1,104 @@
+"""One program, one path: resolve it, draw its references, run kiln, judge.
+
+An Outcome's status is one of
+  pass         kiln agreed with eager (check.py's rule)
+  fail         kiln disagreed, or raised something other than a clean
+               "unsupported" error (signature tells failures apart, so the
+               shrinker keeps the same one)
+  unsupported  kiln refused an op cleanly (UnsupportedOpError, or in the
+               trace path a fallback to eager for some ops): not a failure
+  ill          three data draws were all ill-conditioned (check.py)
+  known        the graph may trigger a known bug (known.py) and was skipped
+  skipped      eager itself cannot run the program this way (training an op
+               without a derivative)
+  invalid      the program does not resolve (only while shrinking)
+and, from runner.py's worker supervision, crash and hang.
+"""
+
+import re
+import warnings
+from dataclasses import dataclass
+
+from kilnfuzz.known import known_bug
+from kilnfuzz.ops import KINDS
+from kilnfuzz.paths import NotApplicable, compare_all, reference, run_compile, run_fast, run_trace
+from kilnfuzz.program import Invalid, resolve
+
+REDRAWS = 3
+_FALLBACK = re.compile(r"runs these ops in eager PyTorch \(CPU fallback\): (.*)")
+_EAGER_GRAPH = re.compile(r"kiln: (running this graph|a graph piece runs) in eager PyTorch: (.*)")
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str = ""
+    path: str = "fast"
+    unsupported: tuple = ()
+    signature: str = ""
+    program: object = None  # the program as run (its salt may have been redrawn)
+
+
+def _signature(e):
+    """A failure's class: the exception type and its message without numbers
+    (shapes change as the shrinker works; the kind of failure must not)."""
+    text = re.sub(r"\d+", "#", str(e).splitlines()[0] if str(e) else "")[:80]
+    return f"error:{type(e).__name__}:{text}"
+
+
+def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS):
+    ill = None
+    for _ in range(redraws):
+        try:
+            res = resolve(program, kinds)
+        except Invalid as e:
+            return Outcome("invalid", str(e), path, program=program)
+        known = known_bug(res, skip_known)
+        if known:
+            return Outcome("known", known, path, program=program)
+        ref = reference(res)
+        if not ref.ill:
+            break
+        program = program.copy(salt=program.salt + 1)
+    else:
+        return Outcome("ill", ref.ill, path, program=program)
+    return _run(res, path, ref, program)
+
+
+def _run(res, path, ref, program):
+    from kiln.errors import UnsupportedOpError
+
+    accs = [res.accs[r] for r in res.outputs]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if path == "fast":
+                why = compare_all(run_fast(res), ref, accs)
+            elif path == "trace":
+                why = compare_all(run_trace(res), ref, accs)
+            else:
+                why = run_compile(res, accs)
+        except NotApplicable as e:
+            return Outcome("skipped", str(e), path, program=program)
+        except UnsupportedOpError as e:
+            return Outcome("unsupported", str(e), path, (e.op,), program=program)
+        except Exception as e:  # noqa: BLE001 -- anything else kiln raises is a failure
+            return Outcome("fail", f"{type(e).__name__}: {e}", path, signature=_signature(e), program=program)
+    fallback, eager_graphs = [], []
+    for w in caught:
+        text = str(w.message)
+        m = _FALLBACK.search(text)
+        if m:
+            fallback += [op.strip() for op in m.group(1).split(",")]
+        m = _EAGER_GRAPH.search(text)
+        if m and "does not support" not in m.group(2):
+            eager_graphs.append(m.group(2))
+    if why:
+        return Outcome("fail", why, path, tuple(fallback), signature="mismatch", program=program)
+    if eager_graphs:  # kiln gave up on a graph with an error that is not "unsupported"
+        return Outcome("fail", f"kiln ran a graph in eager: {eager_graphs[0]}", path, tuple(fallback),
+                       signature="eager:" + re.sub(r"\d+", "#", eager_graphs[0])[:80], program=program)
+    if fallback:
+        return Outcome("unsupported", "fallback: " + ", ".join(sorted(set(fallback))), path, tuple(fallback),
+                       program=program)
+    return Outcome("pass", "", path, program=program)

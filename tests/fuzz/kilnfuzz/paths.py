@@ -1,0 +1,161 @@
+"""Running a resolved program through kiln, and the eager references.
+
+Three paths into kiln:
+  fast     the program's FX graph of Core ATen ops straight into
+           kiln.capture.lower_graph and kiln.module.compile_graph, as
+           kiln.dynamo does with AOTAutograd's graphs: about a millisecond
+           where torch.export + run_decompositions take 150.
+  trace    kiln.trace on an nn.Module whose forward makes the same ATen calls
+           (parameters as nn.Parameters): torch.export, decompositions,
+           fallback and the module's input handling, end to end.
+  compile  torch.compile(backend="kiln") in training: forward, a loss,
+           backward through AOTAutograd's graphs; outputs and gradients.
+"""
+
+import types
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kilnfuzz.check import Audit, RoundingNoise, compare, conditioning
+from kilnfuzz.program import Eager, interpret
+
+
+class NotApplicable(Exception):
+    """The program cannot take this path even in eager PyTorch."""
+
+
+class ProgramModule(torch.nn.Module):
+    """The program as a module: parameters are the param leaves, forward
+    takes the input leaves in order."""
+
+    def __init__(self, res, dtype=torch.float32, requires_grad=False):
+        super().__init__()
+        self._res, self._dtype = res, dtype
+        for leaf in res.leaves:
+            if leaf.role != "param":
+                continue
+            t = leaf.tensor.detach().clone()
+            if t.is_floating_point() and leaf.spec.trainable:
+                self.register_parameter(leaf.name, torch.nn.Parameter(t.to(dtype), requires_grad=requires_grad))
+            elif t.is_floating_point():
+                self.register_buffer(leaf.name, t.to(dtype))
+            else:
+                self.register_buffer(leaf.name, t)
+
+    def forward(self, *inputs):
+        it = iter(inputs)
+        handles = [getattr(self, leaf.name) if leaf.role == "param" else next(it) for leaf in self._res.leaves]
+        return tuple(interpret(self._res, Eager(self._dtype), handles))
+
+
+def as64(t):
+    return t.double() if t.is_floating_point() else t
+
+
+NOISY_RUNS = 2
+
+
+@dataclass
+class Reference:
+    e32: list  # float32 eager outputs
+    r64: list  # float64 outputs
+    noisy: list  # per output, its float64 values from each RoundingNoise run
+    ill: str = None  # why the draw is ill-conditioned, or None
+
+
+def reference(res):
+    """Eager float32, float64 and float64 with rounding noise (check.py)."""
+    e32 = [res.val(r) for r in res.outputs]
+    audit = Audit()
+    leaves64 = [as64(leaf.tensor) for leaf in res.leaves]
+    r64 = interpret(res, Eager(torch.float64, audit), leaves64)
+    runs = []
+    for k in range(NOISY_RUNS):
+        with RoundingNoise([res.program.salt, 11, k]):
+            runs.append(interpret(res, Eager(torch.float64), leaves64))
+    noisy = [[run[j] for run in runs] for j in range(len(e32))]
+    ill = audit.reason
+    for e, r, p in zip(e32, r64, noisy):
+        ill = ill or conditioning(e, r, p)
+    return Reference(e32, r64, noisy, ill)
+
+
+def compare_all(got, ref, accs, what="output"):
+    if len(got) != len(ref.e32):
+        return f"kiln returned {len(got)} outputs, eager {len(ref.e32)}"
+    for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
+        why = compare(k, e, r, accs[j], f"{what} {j}", p)
+        if why:
+            return why
+    return None
+
+
+def run_fast(res):
+    from kiln.capture import lower_graph
+    from kiln.module import KilnModule, compile_graph
+
+    placeholders = [("input", leaf.name) if leaf.role == "input" else ("constant", leaf.tensor)
+                    for leaf in res.leaves]
+    ctx = lower_graph(types.SimpleNamespace(graph=res.graph), placeholders, [res.nodes[r] for r in res.outputs])
+    mod = KilnModule(compile_graph(ctx), [leaf.name for leaf in res.inputs], None, "kiln-fuzz")
+    return mod.run_flat([leaf.tensor for leaf in res.inputs])
+
+
+def run_trace(res):
+    import kiln
+
+    model = ProgramModule(res).eval()
+    xs = tuple(leaf.tensor for leaf in res.inputs)
+    compiled = kiln.trace(model, xs)
+    return list(compiled(*xs))
+
+
+def _loss_weights(res, outs):
+    rng = np.random.default_rng([res.program.salt, 7, len(outs)])
+    return [torch.from_numpy(rng.standard_normal(size=tuple(o.shape)).astype(np.float32))
+            if o.is_floating_point() else None for o in outs]
+
+
+def _train(module, res, dtype, compiled):
+    """One forward and backward: (outputs, gradients) in leaf order."""
+    xs = []
+    for leaf in res.inputs:
+        t = leaf.tensor.detach().to(dtype) if leaf.tensor.is_floating_point() else leaf.tensor
+        xs.append(t.requires_grad_() if t.is_floating_point() else t)
+    fn = torch.compile(module, backend="kiln") if compiled else module
+    outs = fn(*xs)
+    weights = _loss_weights(res, outs)
+    loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
+    grads = []
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        loss.backward()
+        tensors = [p for _, p in module.named_parameters()] + [x for x in xs if x.is_floating_point()]
+        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in tensors]
+    return [o.detach() for o in outs], [g.detach() for g in grads]
+
+
+def run_compile(res, accs):
+    """torch.compile(backend="kiln") in training; None or why it fails."""
+    import torch._dynamo
+
+    try:
+        e_out, e_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, False)
+        r_out, r_grad = _train(ProgramModule(res, torch.float64, requires_grad=True), res, torch.float64, False)
+    except RuntimeError as e:  # eager cannot train this program (an op without a derivative)
+        raise NotApplicable(f"eager training fails: {e}") from None
+    torch._dynamo.reset()
+    k_out, k_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, True)
+    why = compare_all(k_out, Reference(e_out, r_out, [()] * len(e_out)), accs, "forward output")
+    if why or not all(torch.isfinite(o).all() for o in e_out if o.is_floating_point()):
+        return why  # NaN outputs make every gradient NaN: nothing more to learn
+    gacc = 2 * max(accs) + 1  # backward runs the forward's reductions again, transposed
+    for j, (k, e, r) in enumerate(zip(k_grad, e_grad, r_grad)):
+        if conditioning(e, r):
+            continue
+        why = compare(k, e, r, gacc, f"gradient {j}")
+        if why:
+            return why
+    return None
+

@@ -1,0 +1,154 @@
+"""Reproducer scripts: a failing program as a standalone Python file.
+
+The script holds an nn.Module whose forward makes the program's ATen calls,
+its parameters' and inputs' values (exactly, with the inputs' memory
+layouts), and a main that compiles it with kiln, runs eager in float32 and
+float64 and applies the fuzzer's tolerance rule (check.compare, copied in).
+It exits 1 when kiln fails. Only torch and kiln are needed to run it.
+
+How kiln compiles it: "trace" is kiln.trace; "export" lowers torch.export's
+graph without the Core ATen decompositions (the ATen calls as written, which
+is what the fuzzer's fast path gives kiln); "compile" is
+torch.compile(backend="kiln") with one training step, gradients compared.
+"""
+
+import inspect
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+from kilnfuzz import check, data
+from kilnfuzz.paths import _loss_weights
+from kilnfuzz.program import SourceBuilder, interpret
+
+_COMPILERS = {
+    "trace": '''\
+def kiln_compile(model, xs):
+    return kiln.trace(model, xs)
+''',
+    "export": '''\
+def kiln_compile(model, xs):
+    """The ATen calls as written, straight into kiln (no decompositions)."""
+    from kiln.capture import lower_exported
+    from kiln.module import KilnModule, compile_graph
+
+    ctx, names, spec = lower_exported(torch.export.export(model, xs))
+    return KilnModule(compile_graph(ctx), names, spec)
+''',
+}
+
+_MAIN_INFERENCE = '''\
+def main():
+    model = Repro().eval()
+    xs = inputs()
+    with torch.no_grad():
+        eager = model(*xs)
+        model64, xs64 = Repro().double(), [x.double() if x.is_floating_point() else x for x in xs]
+        ref = model64(*xs64)
+        noisy = []
+        for k in range(2):  # float64 with float32-sized rounding noise: the rule's E
+            with RoundingNoise([SALT, 11, k]):
+                noisy.append(model64(*xs64))
+        got = kiln_compile(model, xs)(*xs)
+    bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy]))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
+
+_MAIN_TRAINING = '''\
+def train(dtype, compiled):
+    model = Repro().to(dtype)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    xs = [x.detach().to(dtype).requires_grad_() if x.is_floating_point() else x for x in inputs()]
+    outs = (torch.compile(model, backend="kiln") if compiled else model)(*xs)
+    loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, LOSS_WEIGHTS) if w is not None)
+    loss.backward()
+    ts = list(model.parameters()) + [x for x in xs if x.is_floating_point()]
+    return [o.detach() for o in outs], [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
+
+
+def main():
+    (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
+    bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro)) if (why := compare(k, e, r, ACC[j], f"output {j}"))]
+    bad += [why for j, (k, e, r) in enumerate(zip(kg, eg, rg))
+            if (why := compare(k, e, r, 2 * max(ACC) + 1, f"gradient {j}"))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
+
+
+def _literal(t):
+    """torch.tensor(...) source for a contiguous tensor's exact values."""
+    vals = t.flatten().tolist()
+    if t.dtype == torch.bool:
+        body = ", ".join("1" if v else "0" for v in vals)
+    elif t.is_floating_point():
+        body = ", ".join(repr(v) if v == v and abs(v) != float("inf") else ("nan" if v != v else
+                         ("inf" if v > 0 else "-inf")) for v in vals)
+    else:
+        body = ", ".join(str(v) for v in vals)
+    body = "\n".join(textwrap.wrap(body, 100, initial_indent=" " * 8, subsequent_indent=" " * 8))
+    return f"torch.tensor([\n{body}], dtype={t.dtype}).reshape({tuple(t.shape)})"
+
+
+def _leaf_source(leaf):
+    src = _literal(leaf.values.contiguous())
+    if leaf.place is not None:
+        fn, args = leaf.place
+        src = f"{fn.__name__}({src}, {', '.join(map(repr, args))})"
+    return src
+
+
+def script(res, outcome, header, how):
+    sb = SourceBuilder()
+    handles = [sb.bind(f"self.{leaf.name}" if leaf.role == "param" else leaf.name, leaf.tensor)
+               for leaf in res.leaves]
+    outs = interpret(res, sb, handles)
+    init = []
+    for leaf in res.leaves:
+        if leaf.role != "param":
+            continue
+        if leaf.tensor.is_floating_point() and leaf.spec.trainable:
+            init.append(f"self.{leaf.name} = torch.nn.Parameter({_leaf_source(leaf)}, requires_grad=False)")
+        else:
+            init.append(f"self.register_buffer({leaf.name!r}, {_leaf_source(leaf)})")
+    inputs = [leaf for leaf in res.leaves if leaf.role == "input"]
+    lines = [f'"""{header}', "", textwrap.fill(f"What fails: {outcome.detail}", 100), '"""', "",
+             "import sys", "", "import numpy as np", "import torch",
+             "from torch.utils._python_dispatch import TorchDispatchMode", "from torch.utils._pytree import tree_map",
+             "", "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
+    lines += ["# The fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py).",
+              f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",
+              f"SALT = {res.program.salt}", ""]
+    lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.spread, check.compare)]
+    used = {leaf.place[0] for leaf in inputs if leaf.place is not None}
+    lines += [inspect.getsource(fn) + "\n" for fn in data.LAYOUT_FUNCTIONS if fn in used]
+    lines += ["class Repro(torch.nn.Module):", "    def __init__(self):", "        super().__init__()"]
+    lines += [textwrap.indent(s, " " * 8) for s in init] or []
+    lines += ["", f"    def forward(self{''.join(', ' + leaf.name for leaf in inputs)}):"]
+    lines += ["        " + ln for ln in sb.lines]
+    lines += [f"        return ({', '.join(outs)},)", "", "", "def inputs():"]
+    lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf)}", " " * 4) for leaf in inputs]
+    lines += [f"    return ({''.join(leaf.name + ', ' for leaf in inputs)})", ""]
+    lines += [f"ACC = {[res.accs[r] for r in res.outputs]!r}  # accumulation lengths (the tolerance's L)", ""]
+    if how == "compile":
+        weights = _loss_weights(res, [res.val(r) for r in res.outputs])
+        lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
+        lines += [_MAIN_TRAINING]
+    else:
+        lines += [_COMPILERS[how], "", _MAIN_INFERENCE]
+    lines += ["", 'if __name__ == "__main__":', "    sys.exit(main())", ""]
+    return "\n".join(lines)
+
+
+def reproduces(path, timeout=300):
+    """True when the script at `path` fails (non-zero exit) on its own."""
+    try:
+        p = subprocess.run([sys.executable, path], capture_output=True, timeout=timeout, text=True)
+    except subprocess.TimeoutExpired:
+        return True
+    return p.returncode != 0

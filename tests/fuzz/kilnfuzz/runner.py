@@ -1,0 +1,368 @@
+"""The fuzzing loop and its command line (tests/fuzz/kiln_fuzz.py).
+
+Graph i of run S is program_for(S, i): the same program on every machine,
+so `--seed S --only I` reruns one graph. Which path it takes is also a
+function of i: every `trace_every`-th graph goes through kiln.trace, every
+`compile_every`-th through torch.compile(backend="kiln") with a training
+step, the rest through the fast path; every tenth graph runs kiln with two
+threads, the others with one (kernels split work differently).
+
+Graphs run in worker processes (--jobs), so a crash or a hang in kiln's C
+code is caught, named and shrunk instead of ending the run. A failure is
+shrunk (shrink.py) and written as a standalone script (repro.py) under
+--out; the script is checked to fail on its own.
+"""
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kilnfuzz.known import ACTIVE, KNOWN
+
+CRASH_TIMEOUT = 120.0  # seconds one graph may take before it counts as a hang
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    trace_every: int = 20
+    compile_every: int = 200
+    skip_known: tuple = ACTIVE
+    shrink: bool = True
+    out: str = "build/fuzz"
+    verify: bool = True  # run each reproducer script to check it fails
+    shrink_seconds: float = 120.0  # per failure
+
+
+def path_for(index, cfg):
+    if cfg.compile_every and index % cfg.compile_every == cfg.compile_every - 1:
+        return "compile"
+    if cfg.trace_every and index % cfg.trace_every == cfg.trace_every // 2:
+        return "trace"
+    return "fast"
+
+
+def threads_for(index):
+    return 2 if index % 10 == 3 else 1
+
+
+@dataclass
+class Result:
+    index: int
+    status: str
+    path: str
+    detail: str = ""
+    unsupported: tuple = ()
+    repro: str = ""  # the reproducer's file
+    steps: int = 0
+
+
+def run_one(index, cfg, log=None):
+    """Evaluates graph `index`; on failure shrinks it and writes the script."""
+    import torch
+
+    from kilnfuzz.evaluate import evaluate
+    from kilnfuzz.generate import program_for
+    from kilnfuzz.ops import KINDS
+
+    torch.set_num_threads(threads_for(index))
+    program = program_for(cfg.seed, index, KINDS)
+    path = path_for(index, cfg)
+    out = evaluate(program, path, cfg.skip_known)
+    res = Result(index, out.status, path, out.detail, out.unsupported, steps=len(program.steps))
+    if out.status == "fail" and cfg.shrink:
+        res.repro, res.steps = report_failure(out, cfg, f"graph {index}", lambda p: evaluate(p, path, (), 1), log)
+    return res
+
+
+def report_failure(out, cfg, what, evaluate_one, log=None):
+    """Shrinks a failure and writes its reproducer; (file, steps)."""
+    from kilnfuzz.evaluate import Outcome
+    from kilnfuzz.shrink import shrink
+
+    sig = out.signature
+
+    def same(p):
+        o = evaluate_one(p)
+        return o.status == out.status and o.signature == sig
+
+    small, evals = shrink(out.program, same, seconds=cfg.shrink_seconds, log=log)
+    final = evaluate_one(small)
+    if final.status != out.status:  # cannot happen unless kiln is nondeterministic
+        small, final = out.program, out
+    return write_repro(small, final if isinstance(final, Outcome) else out, cfg, what, evals), len(small.steps)
+
+
+def write_repro(program, outcome, cfg, what, evals=0):
+    from kilnfuzz.ops import KINDS
+    from kilnfuzz.program import resolve
+    from kilnfuzz.repro import reproduces, script
+
+    os.makedirs(cfg.out, exist_ok=True)
+    res = resolve(program, KINDS)
+    hows = ["compile"] if outcome.path == "compile" else ["trace", "export"]
+    base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
+    header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
+              f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
+    for how in hows:
+        path = f"{base}.py"
+        with open(path, "w") as f:
+            f.write(script(res, outcome, header + f" Compiled with: {how}.", how))
+        if not cfg.verify or reproduces(path):
+            return path
+    with open(path, "a") as f:
+        f.write("# NOTE: this script did not reproduce the failure outside the fuzzer.\n")
+    return path
+
+
+# ---- worker processes ---------------------------------------------------------
+
+
+def _worker(conn, cfg):
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        kind, payload = msg
+        if kind == "graph":
+            conn.send(run_one(payload, cfg))
+        else:  # ("eval", (program, path)): one shrinking step of a crash
+            from kilnfuzz.evaluate import evaluate
+
+            o = evaluate(payload[0], payload[1], (), 1)
+            conn.send((o.status, o.signature))
+
+
+class Worker:
+    def __init__(self, ctx, cfg):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, cfg), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task, self.started = None, 0.0
+
+    def send(self, kind, payload):
+        self.task, self.started = (kind, payload), time.monotonic()
+        self.conn.send((kind, payload))
+
+    def stop(self, kill=False):
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def _crash_evaluator(ctx, cfg, path):
+    """evaluate_one for the shrinker that survives crashes: each program in
+    a worker; a dead worker means the program crashed it."""
+    from kilnfuzz.evaluate import Outcome
+
+    state = {"w": None}
+
+    def evaluate_one(program):
+        if state["w"] is None:
+            state["w"] = Worker(ctx, cfg)
+        w = state["w"]
+        w.send("eval", (program, path))
+        if w.conn.poll(CRASH_TIMEOUT):
+            try:
+                status, sig = w.conn.recv()
+                return Outcome(status, "", path, signature=sig, program=program)
+            except EOFError:
+                pass
+        w.stop(kill=True)
+        state["w"] = None
+        return Outcome("crash", "the process died", path, signature="crash", program=program)
+
+    return evaluate_one, lambda: state["w"] and state["w"].stop()
+
+
+def run_parallel(indices, cfg, jobs, budget, on_result):
+    ctx = mp.get_context("spawn")
+    todo = list(indices)[::-1]
+    workers = [Worker(ctx, cfg) for _ in range(jobs)]
+    start = time.monotonic()
+    try:
+        while True:
+            for i, w in enumerate(workers):
+                if w.task is None and todo and (budget is None or time.monotonic() - start < budget):
+                    w.send("graph", todo.pop())
+            busy = [w for w in workers if w.task is not None]
+            if not busy:
+                break
+            ready = mp.connection.wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=1.0)
+            for j, w in enumerate(workers):
+                if w.task is None:
+                    continue
+                index = w.task[1]
+                dead = w.proc.sentinel in ready and not w.conn.poll()
+                hung = time.monotonic() - w.started > CRASH_TIMEOUT * (4 if cfg.shrink else 1)
+                if w.conn in ready and w.conn.poll():
+                    try:
+                        on_result(w.conn.recv())
+                        w.task = None
+                        continue
+                    except EOFError:
+                        dead = True
+                if dead or hung:
+                    w.stop(kill=True)
+                    workers[j] = Worker(ctx, cfg)
+                    on_result(_crash_result(index, cfg, ctx, "hang" if hung else "crash"))
+    finally:
+        for w in workers:
+            w.stop()
+
+
+def _crash_result(index, cfg, ctx, status):
+    from kilnfuzz.evaluate import Outcome
+    from kilnfuzz.generate import program_for
+    from kilnfuzz.ops import KINDS
+
+    path = path_for(index, cfg)
+    res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'}")
+    if cfg.shrink and status == "crash":
+        evaluate_one, close = _crash_evaluator(ctx, cfg, path)
+        try:
+            program = program_for(cfg.seed, index, KINDS)
+            out = Outcome("crash", res.detail, path, signature="crash", program=program)
+            res.repro, res.steps = report_failure(out, cfg, f"graph {index}", evaluate_one)
+        finally:
+            close()
+    return res
+
+
+# ---- the command line -----------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    status: Counter = field(default_factory=Counter)
+    paths: Counter = field(default_factory=Counter)
+    unsupported: Counter = field(default_factory=Counter)
+    failures: list = field(default_factory=list)
+
+    def add(self, r):
+        self.status[r.status] += 1
+        self.paths[r.path] += 1
+        self.unsupported.update(r.unsupported)
+        if r.status in ("fail", "crash", "hang"):
+            self.failures.append(r)
+
+    @property
+    def n(self):
+        return sum(self.status.values())
+
+    @property
+    def failed(self):
+        return self.status["fail"] + self.status["crash"] + self.status["hang"]
+
+    def summary(self, seconds):
+        s = self.status
+        paths = ", ".join(f"{k} {v}" for k, v in sorted(self.paths.items()))
+        return (f"{s['pass']} passed, {self.failed} failed ({s['unsupported']} unsupported, "
+                f"{s['ill']} ill-conditioned, {s['known']} known-bug skipped, {s['skipped']} not applicable; {paths}; "
+                f"{self.n / max(seconds, 1e-9):.1f} graphs/s)")
+
+
+def describe(r):
+    text = f"FAIL graph {r.index} [{r.path}] {r.status}: {r.detail}"
+    if r.repro:
+        text += f"\n  reproducer ({r.steps} steps): {r.repro}"
+    return text
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="kiln's random-graph differential fuzzer")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n", type=int, default=1000, help="graphs to run")
+    ap.add_argument("--start", type=int, default=0, help="first graph index")
+    ap.add_argument("--only", type=int, default=None, help="run graph I alone, in this process")
+    ap.add_argument("--time-budget", type=float, default=None, help="stop starting graphs after SEC seconds")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (0: run in this process)")
+    ap.add_argument("--trace-every", type=int, default=20)
+    ap.add_argument("--compile-every", type=int, default=200)
+    ap.add_argument("--skip-known", default=",".join(ACTIVE),
+                    help=f"known bugs to skip, comma-separated (known: {', '.join(KNOWN) or 'none'})")
+    ap.add_argument("--no-shrink", action="store_true")
+    ap.add_argument("--no-verify", action="store_true", help="do not run reproducers to check them")
+    ap.add_argument("--out", default="build/fuzz", help="where reproducers are written")
+    ap.add_argument("--progress", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--show", action="store_true", help="with --only: print the reproducer script")
+    a = ap.parse_args(argv)
+    skip = tuple(s for s in a.skip_known.split(",") if s)
+    for s in skip:
+        if s not in KNOWN:
+            ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
+    cfg = Config(a.seed, a.trace_every, a.compile_every, skip, not a.no_shrink, a.out, not a.no_verify)
+    progress = a.progress == "on" or (a.progress == "auto" and sys.stderr.isatty())
+    if a.only is not None:
+        return _only(a.only, cfg, a.show)
+    tally, t0 = Tally(), time.monotonic()
+    last = [0.0]
+
+    def on_result(r):
+        tally.add(r)
+        if r.status in ("fail", "crash", "hang"):
+            if progress:
+                sys.stderr.write("\r\033[K")
+            print(describe(r), flush=True)
+        now = time.monotonic()
+        if progress and (now - last[0] > 0.5 or tally.n == a.n):
+            last[0] = now
+            sys.stderr.write(f"\r\033[K[{tally.n}/{a.n}] {tally.summary(now - t0)}")
+            sys.stderr.flush()
+
+    indices = range(a.start, a.start + a.n)
+    if a.jobs <= 0:
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        for i in indices:
+            if a.time_budget is not None and time.monotonic() - t0 > a.time_budget:
+                break
+            on_result(run_one(i, cfg))
+    else:
+        run_parallel(indices, cfg, a.jobs, a.time_budget, on_result)
+    if progress:
+        sys.stderr.write("\r\033[K")
+    if tally.unsupported:
+        print("unsupported ops: " + ", ".join(f"{k} x{v}" for k, v in tally.unsupported.most_common()))
+    print(tally.summary(time.monotonic() - t0))
+    return 1 if tally.failed else 0
+
+
+def _only(index, cfg, show):
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    r = run_one(index, cfg, log=print)
+    print(describe(r) if r.status in ("fail", "crash", "hang") else f"graph {index} [{r.path}]: {r.status} {r.detail}")
+    if show or r.repro:
+        from kilnfuzz.generate import program_for
+        from kilnfuzz.ops import KINDS
+        from kilnfuzz.program import resolve
+
+        if show and not r.repro:
+            from kilnfuzz.evaluate import Outcome
+            from kilnfuzz.repro import script
+
+            res = resolve(program_for(cfg.seed, index, KINDS), KINDS)
+            print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", "trace"))
+        elif r.repro:
+            print(open(r.repro).read())
+    return 1 if r.status in ("fail", "crash", "hang") else 0
