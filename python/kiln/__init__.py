@@ -222,9 +222,16 @@ def explain(module):
     return text
 
 
+if not _C.isa_env_known():
+    warnings.warn(f"kiln: KILN_ISA={os.environ.get('KILN_ISA')!r} is not one of generic, avx2, avx512, "
+                  "avx512_bf16, amx; it is ignored", RuntimeWarning)
+
+
 def isa(level=None):
     """The instruction set kiln's kernels use; pass 'generic', 'avx2' or
-    'avx512' to cap it (for testing)."""
+    'avx512' to set it (for testing). KILN_ISA is a hard cap: a level above
+    it (or above the CPU's) gives the highest allowed. An unknown name
+    raises ValueError."""
     return _C.isa(level)
 
 

@@ -69,18 +69,39 @@ static void kiln_cpu_detect(void) {
   }
 #endif
   kiln_cpu_max_isa_ = f->avx512 ? KILN_ISA_AVX512 : f->avx2_fma ? KILN_ISA_AVX2 : KILN_ISA_GENERIC;
-  kiln_cpu_isa_ = kiln_cpu_max_isa_;
   kiln_cpu_max_bf16_ = (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u) |
                        (f->amx_bf16 ? KILN_CPU_BF16_AMX : 0u);
-  kiln_cpu_bf16_ = kiln_cpu_max_bf16_;
+  /* KILN_ISA lowers the maxima themselves, so nothing set later (a test's
+   * kiln.isa("avx512")) can run past it. An unknown name caps nothing
+   * (kiln_cpu_isa_env_known says so; Python warns). */
+  int level;
   const char* env = getenv("KILN_ISA");
-  if (env) {
-    for (int i = 0; i < KILN_ISA_COUNT; ++i)
-      if (!strcmp(env, kiln_cpu_isa_name((kiln_isa_t)i)) && i < (int)kiln_cpu_isa_)
-        kiln_cpu_isa_ = (kiln_isa_t)i;
-    if (strcmp(env, "amx")) kiln_cpu_bf16_ &= ~KILN_CPU_BF16_AMX;
-    if (strcmp(env, "amx") && strcmp(env, "avx512_bf16")) kiln_cpu_bf16_ = 0;
+  if (env && kiln_cpu_isa_parse(env, &level)) {
+    kiln_isa_t cap = level < 0 ? KILN_ISA_AVX512 : (kiln_isa_t)level;
+    if (cap < kiln_cpu_max_isa_) kiln_cpu_max_isa_ = cap;
+    kiln_cpu_max_bf16_ &= level == -2 ? ~0u : level == -1 ? (unsigned)KILN_CPU_BF16_AVX512 : 0u;
   }
+  kiln_cpu_isa_ = kiln_cpu_max_isa_;
+  kiln_cpu_bf16_ = kiln_cpu_max_bf16_;
+}
+
+int kiln_cpu_isa_parse(const char* name, int* out_level) {
+  for (int i = 0; i < KILN_ISA_COUNT; ++i)
+    if (!strcmp(name, kiln_cpu_isa_name((kiln_isa_t)i))) {
+      *out_level = i;
+      return 1;
+    }
+  if (!strcmp(name, "avx512_bf16") || !strcmp(name, "amx")) {
+    *out_level = name[0] == 'a' && name[1] == 'm' ? -2 : -1;
+    return 1;
+  }
+  return 0;
+}
+
+int kiln_cpu_isa_env_known(void) {
+  const char* env = getenv("KILN_ISA");
+  int level;
+  return !env || !*env || kiln_cpu_isa_parse(env, &level);
 }
 
 unsigned kiln_cpu_bf16(void) {

@@ -2,7 +2,9 @@
  *
  * Detected once per process (cpuid plus xgetbv, so that an OS that does not
  * save the wide registers rules the ISA out). KILN_ISA=generic|avx2|avx512
- * caps the level for testing; it can lower, never raise, what the CPU has.
+ * caps the level for testing; it can lower, never raise, what the CPU has,
+ * and is a hard cap: kiln_cpu_isa_set and kiln_cpu_bf16_set cannot go past
+ * it. An unknown name caps nothing (kiln_cpu_isa_env_known() is then 0).
  *
  * bf16 compute engines are a separate mask beside the level (they are not a
  * step up in one ladder: Zen 4 has avx512_bf16 without AMX, and the fp32
@@ -39,16 +41,22 @@ const kiln_cpu_features_t* kiln_cpu_features(void);
 /* The level kernels use: the best the CPU has, capped by KILN_ISA. */
 kiln_isa_t kiln_cpu_isa(void);
 /* Overrides the level (tests); returns the level actually set, which is
- * capped at what the CPU supports. */
+ * capped at what the CPU supports and KILN_ISA allows. */
 kiln_isa_t kiln_cpu_isa_set(kiln_isa_t isa);
 const char* kiln_cpu_isa_name(kiln_isa_t isa);
 
 /* The bf16 engines kernels may use (KILN_CPU_BF16_* bits). */
 unsigned kiln_cpu_bf16(void);
 /* Overrides the mask (tests); returns the mask actually set, which is
- * capped at what the CPU (and OS) support. */
+ * capped at what the CPU (and OS) support and KILN_ISA allows. */
 unsigned kiln_cpu_bf16_set(unsigned mask);
 /* "amx", "avx512_bf16", or "none": the best engine in a mask. */
 const char* kiln_cpu_bf16_name(unsigned mask);
+
+/* Parses a KILN_ISA name: 1 and *out_level = the kiln_isa_t for a level's
+ * name, -1 for "avx512_bf16", -2 for "amx"; 0 for an unknown name. */
+int kiln_cpu_isa_parse(const char* name, int* out_level);
+/* 0 when KILN_ISA is set to a name kiln_cpu_isa_parse does not know. */
+int kiln_cpu_isa_env_known(void);
 
 #endif /* KILN_CPU_H */

@@ -690,11 +690,18 @@ static PyObject* kiln_py_isa(PyObject* mod, PyObject* args) {
   (void)mod;
   const char* want = NULL;
   if (!PyArg_ParseTuple(args, "|z", &want)) return NULL;
-  if (want) {
-    for (int i = 0; i < KILN_ISA_COUNT; ++i)
-      if (!strcmp(want, kiln_cpu_isa_name((kiln_isa_t)i))) kiln_cpu_isa_set((kiln_isa_t)i);
-  }
+  int level;
+  if (want && (!kiln_cpu_isa_parse(want, &level) || level < 0))
+    return PyErr_Format(PyExc_ValueError, "kiln.isa: %R is not an ISA level (generic, avx2, avx512)",
+                        PyTuple_GET_ITEM(args, 0));
+  if (want) kiln_cpu_isa_set((kiln_isa_t)level);
   return PyUnicode_FromString(kiln_cpu_isa_name(kiln_cpu_isa()));
+}
+
+static PyObject* kiln_py_isa_env_known(PyObject* mod, PyObject* unused) {
+  (void)mod;
+  (void)unused;
+  return PyBool_FromLong(kiln_cpu_isa_env_known());
 }
 
 /* bf16_engine([name]) -> the bf16 engine bf16-compute GEMMs use: "amx",
@@ -704,6 +711,9 @@ static PyObject* kiln_py_bf16_engine(PyObject* mod, PyObject* args) {
   (void)mod;
   const char* want = NULL;
   if (!PyArg_ParseTuple(args, "|z", &want)) return NULL;
+  if (want && strcmp(want, "amx") && strcmp(want, "avx512_bf16") && strcmp(want, "none"))
+    return PyErr_Format(PyExc_ValueError, "bf16_engine: %R is not amx, avx512_bf16 or none",
+                        PyTuple_GET_ITEM(args, 0));
   if (want) {
     unsigned all = KILN_CPU_BF16_AMX | KILN_CPU_BF16_AVX512;
     kiln_cpu_bf16_set(!strcmp(want, "amx")           ? all
@@ -735,6 +745,8 @@ static PyMethodDef kiln_py_functions[] = {
     {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},
     {"isa", kiln_py_isa, METH_VARARGS, "isa([name]) -> the ISA level kernels use"},
+    {"isa_env_known", kiln_py_isa_env_known, METH_NOARGS,
+     "isa_env_known() -> False when KILN_ISA names no level kiln knows"},
     {"bf16_engine", kiln_py_bf16_engine, METH_VARARGS,
      "bf16_engine([name]) -> the bf16 engine bf16 compute uses (amx, avx512_bf16, none)"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},

@@ -222,3 +222,28 @@ def test_kiln_isa_environment_sets_the_starting_level(isa_level):
     assert p.returncode == 0, p.stdout + p.stderr
     level, plan = p.stdout.strip().splitlines()[-1].split(" ", 1)
     assert level == isa_level and f"ISA {isa_level}," in plan, p.stdout
+
+
+def _kiln_isa_run(value, code):
+    env = {**os.environ, "KILN_ISA": value}
+    p = subprocess.run([sys.executable, "-c", "import kiln\n" + code], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def test_kiln_isa_is_a_hard_cap():
+    # Under KILN_ISA=generic nothing set later raises the level: not
+    # kiln.isa('avx512'), not the bf16 engines.
+    p = _kiln_isa_run("generic", "print(kiln.isa('avx512'), kiln.isa('avx2'), kiln._C.bf16_engine('amx'))")
+    assert p.stdout.split() == ["generic", "generic", "none"], p.stdout
+
+
+def test_unknown_isa_names_are_refused():
+    with pytest.raises(ValueError, match="not an ISA level"):
+        kiln.isa("AVX2")
+    with pytest.raises(ValueError, match="not amx"):
+        kiln._C.bf16_engine("tiles")
+    # In the environment: a warning at import, and no cap.
+    p = _kiln_isa_run("avx9", "print(kiln.isa())")
+    assert "KILN_ISA='avx9' is not one of" in p.stderr, p.stderr
