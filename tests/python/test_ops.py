@@ -562,6 +562,20 @@ def test_nan_inf_reductions():
           x, tol=RED, equal_nan=True)
 
 
+def test_sums_of_negative_zeros_are_positive_zero():
+    # torch's sums start from +0.0, so a sum of -0.0s is +0.0 over any axes;
+    # kiln's leading-axes sum started from the first row and kept -0.0 (the
+    # fuzzer saw it as atan2(mean(x, 0), y) = -pi against eager's pi).
+    x = torch.full((3, 4), -0.0)
+
+    def f(x):
+        return x.sum(0), x.mean(0), x.sum(1), x.sum(), x[:1].sum(0), torch.atan2(x.mean(0), -torch.ones(4))
+
+    got, want = run(f, x)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w) and torch.equal(torch.signbit(g), torch.signbit(w)), (g, w)
+
+
 def test_softmax_fully_masked_row():
     # A row of -inf: torch gives NaN for the whole row.
     x = torch.tensor([[float("-inf")] * 4, [0.0, float("-inf"), 1.0, 2.0]])

@@ -97,6 +97,9 @@ static void kiln_reduce_leading_f32(kiln_reduce_t op, int64_t n_red, int64_t n_o
   memcpy(out, x, (size_t)n_out * sizeof(float));
   int64_t r = 1;
   if (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN) {
+    /* Sums start from +0.0, as torch's: a column of -0.0 sums to +0.0
+     * (-0 + +0 is +0), which atan2 or 1/x downstream can tell apart. */
+    for (int64_t j = 0; j < n_out; ++j) out[j] += 0.0f;
     /* Four rows per sweep: a quarter of the loads and stores of out (the
      * sweep over out was the cost, not the rows' bytes). */
     for (; r + 4 <= n_red; r += 4) {
