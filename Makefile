@@ -9,7 +9,8 @@ DEPS := $(VENV)/.deps-installed
 BUILD := build
 KILN_BUILT := $(BUILD)/.kiln-installed
 
-.PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean fuzz
+.PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean fuzz \
+  test-arm64
 
 all: build
 
@@ -53,11 +54,18 @@ test-valgrind: build
 	valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite -q \
 	  $(BUILD)/tests/c/kiln_ctest
 
+# aarch64 (issue 21): cross-compiles the C core and C tests (cross/aarch64-linux-gnu.ini)
+# into build-arm64/ and runs them under qemu-aarch64 at each emulated CPU and
+# ISA level (cross/test-arm64.sh; installs gcc-aarch64-linux-gnu and
+# qemu-user with apt-get when missing). QUICK=1: the `-cpu max` run only.
+test-arm64: $(DEPS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sh cross/test-arm64.sh $(if $(QUICK),quick,full) meson
+
 demo: build
 	$(PY) examples/demo.py
 
 clean:
-	rm -rf $(BUILD) $(VENV)
+	rm -rf $(BUILD) $(VENV) build-arm64
 
 # The model benchmark (issue 5): kiln against eager, Inductor and ONNX Runtime.
 BENCH_DEPS := $(VENV)/.bench-deps-installed
