@@ -1,4 +1,5 @@
-/* cpuid/xgetbv probing (x86-64); other architectures report generic. */
+/* cpuid/xgetbv probing (x86-64), getauxval(AT_HWCAP/AT_HWCAP2) on aarch64
+ * Linux; other architectures report generic. */
 #include "base/kiln_cpu.h"
 
 #include <pthread.h>
@@ -16,6 +17,16 @@ static unsigned long long kiln_xgetbv0(void) {
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return ((unsigned long long)edx << 32) | eax;
 }
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+/* Linux's arch/arm64 hwcap bits (asm/hwcap.h), spelled out for older
+ * headers. */
+#define KILN_HWCAP_ASIMD (1ul << 1)
+#define KILN_HWCAP_ASIMDDP (1ul << 20)
+#define KILN_HWCAP_SVE (1ul << 22)
+#define KILN_HWCAP2_I8MM (1ul << 13)
+#define KILN_HWCAP2_BF16 (1ul << 14)
 #endif
 
 static kiln_cpu_features_t kiln_cpu_features_;
@@ -68,7 +79,20 @@ static void kiln_cpu_detect(void) {
     }
   }
 #endif
-  kiln_cpu_max_isa_ = f->avx512 ? KILN_ISA_AVX512 : f->avx2_fma ? KILN_ISA_AVX2 : KILN_ISA_GENERIC;
+#if defined(__aarch64__)
+#if defined(__linux__)
+  unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  f->neon = (hw & KILN_HWCAP_ASIMD) != 0;
+  f->neon_dotprod = f->neon && (hw & KILN_HWCAP_ASIMDDP);
+  f->sve = (hw & KILN_HWCAP_SVE) != 0;
+  f->neon_i8mm = f->neon && (hw2 & KILN_HWCAP2_I8MM);
+  f->neon_bf16 = f->neon && (hw2 & KILN_HWCAP2_BF16);
+#elif defined(__ARM_NEON)
+  f->neon = 1; /* the compiler's baseline */
+#endif
+#endif
+  kiln_cpu_max_isa_ = f->avx512 ? KILN_ISA_AVX512 : f->avx2_fma ? KILN_ISA_AVX2
+                    : f->neon ? KILN_ISA_NEON : KILN_ISA_GENERIC;
   kiln_cpu_max_bf16_ = (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u) |
                        (f->amx_bf16 ? KILN_CPU_BF16_AMX : 0u);
   /* KILN_ISA lowers the maxima themselves, so nothing set later (a test's
@@ -78,7 +102,8 @@ static void kiln_cpu_detect(void) {
   const char* env = getenv("KILN_ISA");
   if (env && kiln_cpu_isa_parse(env, &level)) {
     kiln_isa_t cap = level < 0 ? KILN_ISA_AVX512 : (kiln_isa_t)level;
-    if (cap < kiln_cpu_max_isa_) kiln_cpu_max_isa_ = cap;
+    if (kiln_cpu_isa_rank(cap) < 0) cap = KILN_ISA_GENERIC; /* another architecture's */
+    if (kiln_cpu_isa_rank(cap) < kiln_cpu_isa_rank(kiln_cpu_max_isa_)) kiln_cpu_max_isa_ = cap;
     kiln_cpu_max_bf16_ &= level == -2 ? ~0u : level == -1 ? (unsigned)KILN_CPU_BF16_AVX512 : 0u;
   }
   kiln_cpu_isa_ = kiln_cpu_max_isa_;
@@ -106,7 +131,7 @@ int kiln_cpu_isa_env_known(void) {
 
 unsigned kiln_cpu_bf16(void) {
   pthread_once(&kiln_cpu_once_, kiln_cpu_detect);
-  return kiln_cpu_isa_ >= KILN_ISA_AVX512 ? kiln_cpu_bf16_ : 0u;
+  return kiln_cpu_isa_ == KILN_ISA_AVX512 ? kiln_cpu_bf16_ : 0u;
 }
 
 unsigned kiln_cpu_bf16_set(unsigned mask) {
@@ -131,13 +156,27 @@ kiln_isa_t kiln_cpu_isa(void) {
 
 kiln_isa_t kiln_cpu_isa_set(kiln_isa_t isa) {
   pthread_once(&kiln_cpu_once_, kiln_cpu_detect);
-  if ((unsigned)isa >= KILN_ISA_COUNT) isa = KILN_ISA_GENERIC;
-  kiln_cpu_isa_ = isa < kiln_cpu_max_isa_ ? isa : kiln_cpu_max_isa_;
+  if ((unsigned)isa >= KILN_ISA_COUNT || kiln_cpu_isa_rank(isa) < 0) isa = KILN_ISA_GENERIC;
+  kiln_cpu_isa_ = kiln_cpu_isa_rank(isa) < kiln_cpu_isa_rank(kiln_cpu_max_isa_) ? isa
+                                                                                 : kiln_cpu_max_isa_;
   return kiln_cpu_isa_;
 }
 
 const char* kiln_cpu_isa_name(kiln_isa_t isa) {
-  static const char* const names[] = {"generic", "avx2", "avx512"};
+  static const char* const names[] = {"generic", "avx2", "avx512", "neon"};
   _Static_assert(sizeof(names) / sizeof(names[0]) == KILN_ISA_COUNT, "one name per ISA");
   return (unsigned)isa < KILN_ISA_COUNT ? names[isa] : "unknown";
+}
+
+int kiln_cpu_isa_rank(kiln_isa_t isa) {
+  switch (isa) {
+    case KILN_ISA_GENERIC: return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    case KILN_ISA_AVX2: return 1;
+    case KILN_ISA_AVX512: return 2;
+#elif defined(__aarch64__)
+    case KILN_ISA_NEON: return 1;
+#endif
+    default: return -1;
+  }
 }

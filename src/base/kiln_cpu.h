@@ -15,6 +15,15 @@
  * whenever the level is below avx512. KILN_ISA accepts two more names:
  * "avx512_bf16" (level avx512, no AMX) and "amx" (everything, the default);
  * plain "avx512" turns both bf16 engines off.
+ *
+ * Each architecture has its own ladder of levels: x86 generic < avx2 <
+ * avx512, aarch64 generic < neon (from getauxval(AT_HWCAP/AT_HWCAP2)). A
+ * level of the other architecture is never detected, kiln_cpu_isa_set
+ * refuses it (it sets generic), and as KILN_ISA it caps at generic; so an
+ * x86 dispatch (== KILN_ISA_AVX512, >= KILN_ISA_AVX2) can never see neon
+ * on x86, and aarch64 builds compile the x86 dispatches out (KILN_HAVE_X86).
+ * Compare levels with kiln_cpu_isa_rank, not their enum values, when both
+ * ladders matter.
  */
 #ifndef KILN_CPU_H
 #define KILN_CPU_H
@@ -23,6 +32,7 @@ typedef enum kiln_isa_e {
   KILN_ISA_GENERIC = 0, /* portable C */
   KILN_ISA_AVX2,        /* AVX2 + FMA + F16C */
   KILN_ISA_AVX512,      /* AVX-512 F/BW/DQ/VL */
+  KILN_ISA_NEON,        /* aarch64 ASIMD (Advanced SIMD, baseline on aarch64) */
   KILN_ISA_COUNT
 } kiln_isa_t;
 
@@ -32,6 +42,8 @@ typedef struct kiln_cpu_features_s {
   int avx512_bf16;
   int avx512_vnni;
   int amx_tile, amx_bf16, amx_int8; /* cpuid, XCR0 bits 17/18, and the OS's permission */
+  /* aarch64 (getauxval): ASIMD, SDOT/UDOT, BFDOT/BFMMLA, SMMLA/UMMLA, SVE. */
+  int neon, neon_dotprod, neon_bf16, neon_i8mm, sve;
 } kiln_cpu_features_t;
 
 #define KILN_CPU_BF16_AVX512 1u /* avx512_bf16: VDPBF16PS */
@@ -44,6 +56,10 @@ kiln_isa_t kiln_cpu_isa(void);
  * capped at what the CPU supports and KILN_ISA allows. */
 kiln_isa_t kiln_cpu_isa_set(kiln_isa_t isa);
 const char* kiln_cpu_isa_name(kiln_isa_t isa);
+/* The level's step in this architecture's ladder (generic 0, avx2 1,
+ * avx512 2 on x86; generic 0, neon 1 on aarch64), -1 for a level of
+ * another architecture. */
+int kiln_cpu_isa_rank(kiln_isa_t isa);
 
 /* The bf16 engines kernels may use (KILN_CPU_BF16_* bits). */
 unsigned kiln_cpu_bf16(void);

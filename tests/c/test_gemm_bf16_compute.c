@@ -270,9 +270,10 @@ void kiln_test_suite_gemm_bf16_compute(void) {
   }
   /* Both masked off: the fp32 kernels at every ISA level, widening. */
   kiln_cpu_bf16_set(0);
-  for (int level = (int)KILN_ISA_AVX512; level >= (int)KILN_ISA_GENERIC; --level) {
+  for (int level = (int)KILN_ISA_COUNT - 1; level >= (int)KILN_ISA_GENERIC; --level) {
     const char* name = kiln_cpu_isa_name((kiln_isa_t)level);
-    if (level > (int)isa0) {
+    if (kiln_cpu_isa_rank((kiln_isa_t)level) < 0) continue; /* another architecture's */
+    if (kiln_cpu_isa_rank((kiln_isa_t)level) > kiln_cpu_isa_rank(isa0)) {
       printf("  gemm_bf16_compute: path %s skipped (above the ISA level in use)\n", name);
       continue;
     }

@@ -48,7 +48,10 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   kiln_pool_t* pools[2] = {NULL, NULL};
   KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
   KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
-  for (int level = KILN_ISA_GENERIC; level <= (int)start; ++level) {
+  for (int level = KILN_ISA_GENERIC; level < KILN_ISA_COUNT; ++level) {
+    /* This architecture's levels up to the starting one (kiln_cpu.h). */
+    int rank = kiln_cpu_isa_rank((kiln_isa_t)level);
+    if (rank < 0 || rank > kiln_cpu_isa_rank(start)) continue;
     if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) continue;
     for (int p = 0; p < 2; ++p) {
       if (!pools[p]) continue;
@@ -63,8 +66,20 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   kiln_pool_release(pools[1]);
 }
 
+/* One line naming the ISA level the tests start at and the features found
+ * (make test-arm64 reports it per emulated CPU). */
+static void kiln_test_print_cpu(void) {
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  printf("cpu: isa %s;%s%s%s%s%s%s%s%s%s%s\n", kiln_cpu_isa_name(kiln_cpu_isa()),
+         f->avx2_fma ? " avx2" : "", f->avx512 ? " avx512" : "", f->avx512_bf16 ? " avx512_bf16" : "",
+         f->amx_bf16 ? " amx_bf16" : "", f->neon ? " asimd" : "", f->neon_dotprod ? " asimddp" : "",
+         f->neon_bf16 ? " bf16" : "", f->neon_i8mm ? " i8mm" : "", f->sve ? " sve" : "",
+         f->avx2_fma || f->neon ? "" : " (no SIMD features)");
+}
+
 #define KILN_TEST_SUITES(X) \
   X(status)                 \
+  X(cpu)                    \
   X(pool)                   \
   X(block_cache)            \
   X(ir)                   \
@@ -91,6 +106,7 @@ KILN_TEST_SUITES(KILN_TEST_DECLARE)
 
 int main(int argc, char** argv) {
   const char* filter = argc > 1 ? argv[1] : NULL;
+  kiln_test_print_cpu();
 #define KILN_TEST_RUN(name)                                      \
   if (!filter || strstr(#name, filter)) {                        \
     int before = kiln_test_failed;                               \

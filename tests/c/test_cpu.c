@@ -1,0 +1,56 @@
+/* ISA levels across architectures (base/kiln_cpu.h): each architecture's
+ * ladder, names that parse back to their level, a level of the other
+ * architecture refused by kiln_cpu_isa_set, and features that belong to the
+ * architecture the tests run on. */
+#include <stdlib.h>
+
+#include "base/kiln_cpu.h"
+#include "kiln_test.h"
+
+void kiln_test_suite_cpu(void) {
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  kiln_isa_t start = kiln_cpu_isa();
+  KILN_EXPECT(kiln_cpu_isa_rank(KILN_ISA_GENERIC) == 0, "generic is every ladder's first step");
+  KILN_EXPECT(kiln_cpu_isa_rank(start) >= 0, "the level in use (%s) is this architecture's",
+              kiln_cpu_isa_name(start));
+  for (int level = 0; level < KILN_ISA_COUNT; ++level) {
+    int got = -9;
+    KILN_EXPECT(kiln_cpu_isa_parse(kiln_cpu_isa_name((kiln_isa_t)level), &got) && got == level,
+                "%s parses back", kiln_cpu_isa_name((kiln_isa_t)level));
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  KILN_EXPECT(kiln_cpu_isa_rank(KILN_ISA_AVX2) == 1 && kiln_cpu_isa_rank(KILN_ISA_AVX512) == 2 &&
+                  kiln_cpu_isa_rank(KILN_ISA_NEON) == -1,
+              "x86 ladder: generic < avx2 < avx512; neon is not a step");
+  KILN_EXPECT(!f->neon && !f->neon_dotprod && !f->neon_bf16 && !f->neon_i8mm && !f->sve,
+              "no aarch64 features on x86");
+#elif defined(__aarch64__)
+  KILN_EXPECT(kiln_cpu_isa_rank(KILN_ISA_NEON) == 1 && kiln_cpu_isa_rank(KILN_ISA_AVX2) == -1 &&
+                  kiln_cpu_isa_rank(KILN_ISA_AVX512) == -1,
+              "aarch64 ladder: generic < neon; avx2 and avx512 are not steps");
+  KILN_EXPECT(!f->avx2_fma && !f->avx512 && !f->avx512_bf16 && !f->amx_tile,
+              "no x86 features on aarch64");
+  /* ASIMD is baseline on aarch64 Linux: without a KILN_ISA cap, neon. */
+  const char* env = getenv("KILN_ISA");
+  if (!env || !*env) KILN_EXPECT(f->neon && start == KILN_ISA_NEON, "neon detected and in use");
+  KILN_EXPECT(!f->neon_dotprod || f->neon, "dotprod implies asimd");
+#endif
+  for (int level = 0; level < KILN_ISA_COUNT; ++level) {
+    kiln_isa_t isa = (kiln_isa_t)level, got = kiln_cpu_isa_set(isa);
+    int rank = kiln_cpu_isa_rank(isa);
+    if (rank < 0)
+      KILN_EXPECT(got == KILN_ISA_GENERIC, "%s (another architecture's) sets generic, got %s",
+                  kiln_cpu_isa_name(isa), kiln_cpu_isa_name(got));
+    else if (rank <= kiln_cpu_isa_rank(start))
+      KILN_EXPECT(got == isa, "%s can be set, got %s", kiln_cpu_isa_name(isa),
+                  kiln_cpu_isa_name(got));
+    else
+      KILN_EXPECT(kiln_cpu_isa_rank(got) <= kiln_cpu_isa_rank(start) &&
+                      kiln_cpu_isa_rank(got) >= 0,
+                  "%s above the start is capped, got %s", kiln_cpu_isa_name(isa),
+                  kiln_cpu_isa_name(got));
+    KILN_EXPECT(got == KILN_ISA_AVX512 || kiln_cpu_bf16() == 0,
+                "bf16 engines only at avx512 (at %s)", kiln_cpu_isa_name(got));
+  }
+  KILN_EXPECT(kiln_cpu_isa_set(start) == start, "the starting level restores");
+}
