@@ -52,12 +52,25 @@ static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
     kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2};
 #endif
+#ifdef KILN_GEMM_HAVE_NEON
+/* NEON microkernel and GEMVs; packing, epilogue and the bf16 widening stay
+ * portable C (which GCC vectorises with ASIMD anyway). */
+static const kiln_gemm_kernels_t kiln_gemm_neon_ = {
+    "neon", 6, 16, 256, 144,
+    kiln_gemm_ukernel_6x16_neon, kiln_gemm_epilogue_generic, kiln_gemm_gemv_neon,
+    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_neon, kiln_gemm_widen_bf16_generic,
+    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic};
+#endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
 #ifdef KILN_GEMM_HAVE_X86
   if (isa == KILN_ISA_AVX512) return &kiln_gemm_avx512_;
   if (isa == KILN_ISA_AVX2) return &kiln_gemm_avx2_;
-#else
+#endif
+#ifdef KILN_GEMM_HAVE_NEON
+  if (isa == KILN_ISA_NEON) return &kiln_gemm_neon_;
+#endif
+#if !defined(KILN_GEMM_HAVE_X86) && !defined(KILN_GEMM_HAVE_NEON)
   (void)isa;
 #endif
   return &kiln_gemm_generic_;

@@ -198,6 +198,18 @@ void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
                                    float* out, int64_t ldout);
 #endif
 
+#if defined(__aarch64__)
+#define KILN_GEMM_HAVE_NEON 1
+/* aarch64 ASIMD (kiln_gemm_ukernel_neon.c). */
+void kiln_gemm_ukernel_6x16_neon(int64_t kc, const float* a, const float* b,
+                                 const float* b_next, const float* cin, int64_t ldcin,
+                                 float* out, int64_t ldout);
+void kiln_gemm_gemv_neon(int64_t m, int64_t k, const float* a, int64_t lda,
+                         const float* b_panel, int panels, float* out);
+void kiln_gemm_gemv_bf16_neon(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const uint16_t* b_panel, int panels, float* out);
+#endif
+
 /* The kernels for an ISA level (never NULL; falls back to generic). */
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
 
