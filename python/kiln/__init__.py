@@ -54,6 +54,17 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     the eager model with bf16-rounded linear weights (other parameters,
     such as biases, norms and convolutions, stay fp32) within fp32
     tolerance. The choice is stored in a saved artifact.
+    torch.int8 (or "int8") quantizes those weights to int8 per output
+    channel (symmetric: scale max|w| / 127, round half to even, clamp to
+    +-127); "int4" to int4 in groups of 32 along the input dimension
+    (llama.cpp q4_0's rule: d = the group's largest-magnitude element / -8,
+    q = clamp(round(w / d), -8, 7)), "int4:g128" in groups of 128 (any
+    multiple of 32 up to 4096), "int4:asym" (or "int4:g128:asym") with a
+    zero point per group (scale (max - min) / 15 over the group and 0). The
+    GEMM dequantizes in registers, so decode reads 4x / ~6-7x fewer weight
+    bytes; activations and sums stay fp32, and the result matches the eager
+    model with those linear weights replaced by their dequantized values
+    (docs: kiln_gemm.h) within fp32 tolerance.
 
     compute_dtype: None or torch.float32 (the default) computes in fp32.
     torch.bfloat16 makes every linear layer (nn.Linear, and matmuls by a
@@ -79,13 +90,19 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     from kiln.capture import export_program, lower_exported
     from kiln.module import KilnModule, compile_graph
 
-    if weights_dtype not in (None, torch.float32, torch.bfloat16):
-        raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32 or torch.bfloat16, "
-                         f"not {weights_dtype!r}")
+    quant = _weights_quant(weights_dtype)
+    if quant is None and weights_dtype not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32, torch.bfloat16, "
+                         f"torch.int8 (or 'int8') or 'int4[:g<group>][:asym]' (group a multiple of "
+                         f"32 up to 4096, default 32), not {weights_dtype!r}")
     if compute_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln.trace: compute_dtype must be None, torch.float32 or torch.bfloat16, "
                          f"not {compute_dtype!r}")
-    weights_bf16 = weights_dtype == torch.bfloat16
+    if quant is not None and compute_dtype == torch.bfloat16:
+        raise ValueError("kiln.trace: quantized weights_dtype and compute_dtype=torch.bfloat16 "
+                         "cannot be combined (quantized weights compute in fp32)")
+    # weights_bf16 carries the weights' choice on: True (bf16) or a quant tuple.
+    weights_bf16 = quant if quant is not None else weights_dtype == torch.bfloat16
     compute_bf16 = compute_dtype == torch.bfloat16
     args = _as_tuple(example_inputs)
     t0 = time.perf_counter()
@@ -118,6 +135,30 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
     compiled = compile_graph(ctx, weights_bf16, compute_bf16)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
+
+
+def _weights_quant(weights_dtype):
+    """(bits, group, asym) for a quantized weights_dtype, None for any other
+    value (torch.int8 / 'int8'; 'int4', 'int4:g128', 'int4:asym',
+    'int4:g128:asym', 'int4:sym'); ValueError for a malformed int4 spec."""
+    if weights_dtype is torch.int8 or weights_dtype == "int8":
+        return (8, 0, False)
+    if not isinstance(weights_dtype, str) or not weights_dtype.startswith("int4"):
+        return None
+    parts = weights_dtype.split(":")
+    group, asym = 32, False
+    ok = parts[0] == "int4"
+    for p in parts[1:]:
+        if p in ("asym", "sym"):
+            asym = p == "asym"
+        elif p.startswith("g") and p[1:].isdigit():
+            group = int(p[1:])
+        else:
+            ok = False
+    if not ok or group < 32 or group > 4096 or group % 32:
+        raise ValueError(f"kiln.trace: weights_dtype {weights_dtype!r}: expected 'int4[:g<group>][:asym]' "
+                         f"with the group a multiple of 32 up to 4096 (default 32)")
+    return (4, group, asym)
 
 
 def _mode_dependent(model):

@@ -251,4 +251,6 @@ def compile_graph(ctx, weights_bf16=False, compute_bf16=False):
     compute_bf16: linear layers compute in bf16 (see kiln.trace's compute_dtype)."""
     from kiln.capture import log_enabled
 
+    if isinstance(weights_bf16, tuple):  # (bits, group, asym): quantized weights (kiln.trace)
+        return _C.compile(ctx.graph, log_enabled(), False, bool(compute_bf16), *weights_bf16)
     return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16))

@@ -13,6 +13,9 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->pack_weights = 1;
   o->weights_bf16 = 0;
   o->compute_bf16 = 0;
+  o->weights_quant = 0;
+  o->weights_group = 32;
+  o->weights_asym = 0;
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -100,8 +103,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   } else if (o->log && !s) {
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
+  const int quant[3] = {o->weights_quant, o->weights_quant == 8 ? 0 : o->weights_group,
+                        o->weights_asym};
   if (o->pack_weights)
-    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->compute_bf16 ? 2 : o->weights_bf16, &next, &a), "%d weights packed")
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant ? quant : NULL, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
   if (s) {
     kiln_graph_release(g);
@@ -131,6 +136,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
                 g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "[bf16 compute]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? "[int8]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "[int4]"
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
                         g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
                         g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16

@@ -16,6 +16,11 @@ typedef struct kiln_compile_options_s {
   int weights_bf16;   /* ... as bf16 (rounded to nearest even): half the bytes */
   int compute_bf16;   /* ... as bf16 for bf16 compute (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI):
                        * LINEARs round their input to bf16 too and sum in fp32 */
+  int weights_quant;  /* ... quantized (weight-only): 8 int8 per output channel
+                       * (KILN_LAYOUT_GEMM_PACKED_B_Q8), 4 int4 in groups
+                       * (KILN_LAYOUT_GEMM_PACKED_B_Q4); 0 none. Wins over the two above */
+  int weights_group;  /* int4 group size along K (32 default, a multiple of 32) */
+  int weights_asym;   /* int4 with zero points */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   FILE* log;          /* when set, each pass prints what it did */
@@ -77,8 +82,11 @@ void kiln_layout_summarize(const kiln_graph_t* graph, int32_t* out_regions, int3
  * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */
 /* bf16: 1 packs LINEAR weights as bf16 weights, 2 for bf16 compute
  * (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI). */
+/* quant (an int[3], or NULL): bits (8, 4; 0 none), group and asym of
+ * kiln_gemm_quant_pack_b; set, it wins over bf16 for LINEAR weights. */
 kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool, int bf16,
-                                     kiln_graph_t** out_graph, int32_t* out_packed);
+                                     const int* quant, kiln_graph_t** out_graph,
+                                     int32_t* out_packed);
 
 /* Runs the passes. Consumes graph (released on failure too). */
 kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,

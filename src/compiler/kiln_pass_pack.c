@@ -9,7 +9,9 @@
  * weights, in fp32. For bf16 compute (bf16 == 2) they are packed in VNNI
  * pairs (kiln_gemm_bf16_vnni_pack_b, KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI),
  * which also tells the CPU target to round the activations to bf16 and run
- * the bf16 engines. Packing is memory-bound and the weights are
+ * the bf16 engines. With quant, LINEAR weights are quantized instead
+ * (kiln_gemm_quant_pack_b: int8 per output channel, KILN_LAYOUT_GEMM_PACKED_B_Q8,
+ * or int4 in groups along K, KILN_LAYOUT_GEMM_PACKED_B_Q4). Packing is memory-bound and the weights are
  * independent, so they are packed in parallel over the pool: it is most of
  * a large model's compile time. */
 #include <stdlib.h>
@@ -23,6 +25,7 @@ typedef struct {
   const kiln_value_t* w;
   void* out;
   int bf16;
+  const int* quant;    /* LINEAR quantized (bits, group, asym), or NULL */
   int64_t conv_groups; /* > 0: a CONV2D weight packed for this many groups */
   int conv_panel;      /* and in panels of this many channels */
 } kiln_pack_job_t;
@@ -37,7 +40,11 @@ static void kiln_pack_task(void* ctx, size_t task, int thread) {
     return;
   }
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
-  if (job->bf16 == 2)
+  if (job->quant)
+    kiln_gemm_quant_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
+                           transposed ? w->shape[0] : 1, job->quant[0], job->quant[1],
+                           job->quant[2], job->out);
+  else if (job->bf16 == 2)
     kiln_gemm_bf16_vnni_pack_b(w->shape[0], w->shape[1], w->data, transposed ? 1 : w->shape[1],
                                transposed ? w->shape[0] : 1, job->out);
   else if (job->bf16)
@@ -90,7 +97,8 @@ static int kiln_pack_job_fits(const kiln_pack_job_t* jobs, int32_t n_jobs, const
 }
 
 kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf16,
-                                     kiln_graph_t** out_graph, int32_t* out_packed) {
+                                     const int* quant, kiln_graph_t** out_graph,
+                                     int32_t* out_packed) {
   *out_graph = NULL;
   *out_packed = 0;
   int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(g->n_values + 1));
@@ -115,9 +123,20 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     int64_t conv_groups = kiln_pack_conv_groups(g, n);
     int conv_panel = conv_groups > 0 ? kiln_pack_conv_panel(g, n) : 0;
     int job_bf16 = conv_groups == 0 ? bf16 : 0;
+    const int* job_quant = conv_groups == 0 && quant && quant[0] ? quant : NULL;
     size_t bytes = job_bf16 == 2 ? kiln_gemm_bf16_vnni_packed_size(w->shape[0], w->shape[1])
                    : job_bf16    ? kiln_gemm_bf16_packed_size(w->shape[0], w->shape[1])
                                  : kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]);
+    if (job_quant) {
+      bytes = kiln_gemm_quant_packed_size(w->shape[0], w->shape[1], job_quant[0], job_quant[1],
+                                          job_quant[2]);
+      if (!bytes) {
+        s = kiln_status_make(KILN_INVALID_ARGUMENT, "weights: int%d with group %d%s is not a "
+                             "supported quantization", job_quant[0], job_quant[1],
+                             job_quant[2] ? " (asymmetric)" : "");
+        break;
+      }
+    }
     if (conv_groups > 0)
       bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
                                           conv_groups, conv_panel);
@@ -127,6 +146,8 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
                                       conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
                                       : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
+                                      : job_quant ? (job_quant[0] == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8
+                                                                       : KILN_LAYOUT_GEMM_PACKED_B_Q4)
                                       : job_bf16 == 2 ? KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
                                       : job_bf16   ? KILN_LAYOUT_GEMM_PACKED_B_BF16
                                                    : KILN_LAYOUT_GEMM_PACKED_B,
@@ -135,6 +156,7 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     jobs[n_jobs].w = w;
     jobs[n_jobs].out = buf;
     jobs[n_jobs].bf16 = job_bf16;
+    jobs[n_jobs].quant = job_quant;
     jobs[n_jobs].conv_groups = conv_groups;
     jobs[n_jobs].conv_panel = conv_panel;
     n_jobs++;

@@ -112,7 +112,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 5 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights */
+#define KILN_FORMAT_MINOR 6 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights */
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu

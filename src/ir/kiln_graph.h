@@ -50,6 +50,11 @@ typedef enum kiln_layout_e {
   KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI, /* kiln_gemm_bf16_vnni_pack_b of the (K, N) matrix:
                                 * bf16 compute (A rounded to bf16 too); the value
                                 * is f32 (K, N) whose elements are bf16-rounded */
+  KILN_LAYOUT_GEMM_PACKED_B_Q8, /* kiln_gemm_quant_pack_b of the (K, N) matrix, int8 per
+                                * column (header, scales, panels: kiln_gemm.h); the
+                                * value is f32 (K, N) whose elements are dequantized */
+  KILN_LAYOUT_GEMM_PACKED_B_Q4, /* the same in int4 with group-wise scales (the group
+                                * size and symmetry are in the blob's header) */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

@@ -18,7 +18,8 @@ static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t
     case KILN_OP_LINEAR:
       return layout == KILN_LAYOUT_GEMM_PACKED_B || layout == KILN_LAYOUT_TRANSPOSED_2D ||
              layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ||
-             layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI;
+             layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ||
+             layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || layout == KILN_LAYOUT_GEMM_PACKED_B_Q4;
     case KILN_OP_MATMUL:
       return layout == KILN_LAYOUT_TRANSPOSED_2D;
     case KILN_OP_CONV2D:

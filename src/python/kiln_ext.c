@@ -553,15 +553,17 @@ static PyTypeObject kiln_py_model_type = {
 
 /* ---- module functions --------------------------------------------------- */
 
-/* compile(graph, log=False, weights_bf16=False, compute_bf16=False) -> Model.
+/* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
+ * group=32, asym=False) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
- * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too). */
+ * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
+ * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group. */
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
-  int log = 0, weights_bf16 = 0, compute_bf16 = 0;
-  if (!PyArg_ParseTuple(args, "O!|ppp", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16))
+  int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0;
+  if (!PyArg_ParseTuple(args, "O!|pppiip", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -571,6 +573,9 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   if (log) o.log = stderr;
   o.weights_bf16 = weights_bf16;
   o.compute_bf16 = compute_bf16;
+  o.weights_quant = quant;
+  o.weights_group = group;
+  o.weights_asym = asym;
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;

@@ -88,6 +88,7 @@ static void kiln_test_print_cpu(void) {
   X(gemm)                   \
   X(gemm_bf16)              \
   X(gemm_bf16_compute)      \
+  X(gemm_quant)             \
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \

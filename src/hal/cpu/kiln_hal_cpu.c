@@ -30,8 +30,22 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
       const kiln_value_t* w = VAL(1);
       if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B &&
           w->layout != KILN_LAYOUT_TRANSPOSED_2D && w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16 &&
-          w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
+          w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && w->layout != KILN_LAYOUT_GEMM_PACKED_B_Q8 &&
+          w->layout != KILN_LAYOUT_GEMM_PACKED_B_Q4)
         return kiln_status_make(KILN_UNSUPPORTED, "linear weight layout %d", (int)w->layout);
+      if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) {
+        /* The header says bits and group: it must match the layout, the
+         * shape and the byte count before any run reads the blob. */
+        const unsigned char* h = w->data;
+        int bits = w->nbytes >= KILN_GEMM_QUANT_HEADER ? h[5] : 0;
+        if (kiln_gemm_quant_check(w->data, w->nbytes, w->shape[0], w->shape[1]) ||
+            bits != (w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4))
+          return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                  "quantized weight (%zu bytes) is not a well-formed (%lld, %lld) "
+                                  "int%d blob", w->nbytes, (long long)w->shape[0],
+                                  (long long)w->shape[1],
+                                  w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4);
+      }
       if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI &&
           w->nbytes != kiln_gemm_bf16_vnni_packed_size(w->shape[0], w->shape[1]))
         return kiln_status_make(KILN_INVALID_ARGUMENT,
@@ -239,6 +253,8 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.b_packed_bf16 = w->data;
   } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
     args.b_packed_bf16_vnni = w->data; /* bf16 compute: the layout says so */
+  } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) {
+    args.b_packed_q = w->data;
   } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D || wt) {
     args.b = wdata;
     args.b_row_stride = 1;

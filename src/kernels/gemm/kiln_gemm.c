@@ -498,6 +498,10 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     kiln_gemm_k0(g);
     return;
   }
+  if (g->b_packed_q) {
+    kiln_gemm_quant(g, pool);
+    return;
+  }
   if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   if (g->b_packed_bf16_vnni) kiln_gemm_bf16_note_engine(kn->name);

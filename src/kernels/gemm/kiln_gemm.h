@@ -45,6 +45,12 @@ typedef struct kiln_gemm_f32_args_s {
    * VDPBF16PS where kiln_cpu_bf16() allows, else widened to fp32 in
    * registers (the same numbers, fp32 FMAs). Batches and a_bf16 as above. */
   const uint16_t* b_packed_bf16_vnni;
+  /* Quantized weights (kiln_gemm_quant_pack_b: int8 per column or int4 in
+   * groups along K, scales inside the blob; shared by every batch), or
+   * NULL. Takes precedence over every other B. Dequantized in registers
+   * (GEMV, M <= 8) or a strip of panels at a time into fp32 panels for the
+   * fp32 kernels; accumulated in fp32. */
+  const void* b_packed_q;
   /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
   float* c;
   int64_t c_batch_stride, c_row_stride;
@@ -92,6 +98,53 @@ const char* kiln_gemm_bf16_last_engine(void);
 /* fp32 -> bf16, round to nearest even, as torch's .to(torch.bfloat16). */
 uint16_t kiln_gemm_bf16_from_f32(float x);
 float kiln_gemm_bf16_to_f32(uint16_t x);
+
+/* Quantized weights (weight-only; activations and sums stay fp32). A blob
+ * is a 64-byte header then the body, ISA independent (docs/format.md):
+ *   header: u32 magic KILN_GEMM_QUANT_MAGIC, u8 version (1), u8 bits (8 or
+ *   4), u8 flags (bit 0: asymmetric, int4 only), u8 0, u32 group (0 for
+ *   int8, else the int4 group size along K), u32 0, i64 K, i64 N, zeros.
+ * With Np = N rounded up to 16 (16-column panels as kiln_gemm_f32_pack_b):
+ *   int8: Np fp32 scales (column j's at j; 0 past N), then panel q at
+ *   Np * 4 + q * 16 * K bytes: K rows of 16 int8, B[p][j] = q8 * scale[j];
+ *   int4: Kg = ceil(K / G) groups; panel q at q * Kg * gb bytes, gb = 64 *
+ *   (1 + asym) + 8 * G: per group, 16 fp32 scales, (asym) 16 fp32 zero
+ *   points, then G / 2 row pairs of 16 bytes; byte l of pair t holds rows
+ *   2t + (l & 1) of the group: column l >> 1 in its low nibble and column
+ *   (l >> 1) + 8 in its high one. B[p][j] = (nibble - z) * scale, z = 8
+ *   (symmetric) or the stored zero point. Rows past K hold z (weight 0);
+ *   columns past N have scale 0.
+ * Quantization (kiln_gemm_quant_pack_b; tests/python/test_quant_weights.py
+ * repeats it in torch), all in fp32, rounding half to even:
+ *   int8 (per output column j): s = max_p |B[p][j]| / 127 (1 if 0),
+ *     q = clamp(round(w / s), -127, 127);
+ *   int4 symmetric (llama.cpp q4_0's rule, per group of G rows of one
+ *     column): m = the element of largest magnitude (the first such),
+ *     d = m / -8, q = clamp(round(w / d), -8, 7) (0 if d == 0), stored as
+ *     q + 8; weight q * d;
+ *   int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = (hi - lo)
+ *     / 15 (1 if 0), z = clamp(round(-lo / s), 0, 15), q = clamp(round(w /
+ *     s) + z, 0, 15); weight (q - z) * s.
+ * Weights are expected finite. */
+#define KILN_GEMM_QUANT_MAGIC 0x544e514bu /* "KQNT" */
+#define KILN_GEMM_QUANT_HEADER 64
+/* Bytes of the blob (0 for an unsupported choice: bits 8 with group 0 and
+ * no asym, or bits 4 with group a multiple of 32 in [32, 4096]). */
+size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, int asym);
+/* Quantizes B (as kiln_gemm_f32_pack_b reads it) into `out`
+ * (kiln_gemm_quant_packed_size bytes). */
+void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
+                            int64_t col_stride, int bits, int group, int asym, void* out);
+/* 0 when blob (nbytes) is a well-formed quantized (K, N) matrix. */
+int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n);
+/* The dequantized B[p][j] of a blob (the scalar rule; slow, for the
+ * reference and tests). */
+float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
+/* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
+ * "blocked-avx2", ...; for tests). */
+const char* kiln_gemm_quant_last_path(void);
+/* The quantized-weights GEMM (kiln_gemm_f32 calls it for b_packed_q). */
+void kiln_gemm_quant(const kiln_gemm_f32_args_t* args, kiln_pool_t* pool);
 
 /* Runs the GEMM over the pool (NULL: on the caller alone). Picks the ISA from
  * kiln_cpu_isa() and the small-M (GEMV) path when M is small. */

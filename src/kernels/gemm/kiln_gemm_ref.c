@@ -19,7 +19,9 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         double acc = 0.0;
         for (int64_t p = 0; p < g->k; ++p) {
           float bv;
-          if (g->b_packed_bf16_vnni) {
+          if (g->b_packed_q) {
+            bv = kiln_gemm_quant_weight(g->b_packed_q, p, j);
+          } else if (g->b_packed_bf16_vnni) {
             int64_t kp = g->k + (g->k & 1);
             bv = kiln_gemm_bf16_to_f32(
                 g->b_packed_bf16_vnni[(j / KILN_GEMM_PANEL) * kp * KILN_GEMM_PANEL +

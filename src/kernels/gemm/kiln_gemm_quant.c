@@ -1,0 +1,471 @@
+/* Quantized weights (weight-only int8 and int4): quantization and packing,
+ * the scalar rule, the portable kernels and the driver. The blob layout and
+ * the quantization rules are documented in kiln_gemm.h; the rules are the
+ * ones tests/python/test_quant_weights.py repeats in torch.
+ *
+ * Driver, per call:
+ *   M <= KILN_GEMM_GEMV_MAX_M (decode): the weights are the whole cost, so
+ *     they are read once, as int8 or nibbles, and dequantized in registers
+ *     by the GEMV kernels of the running ISA; A's rows are first copied
+ *     (widened from bf16, zero-padded to whole int4 groups) with their
+ *     per-group sums; tasks are contiguous runs of panels, as in the fp32
+ *     GEMV, and each panel goes through the fp32 epilogue.
+ *   larger M: the weights are reused M times, so they are dequantized a
+ *     strip of panels at a time (about 4 MiB of fp32) into
+ *     kiln_gemm_f32_pack_b's layout, and the fp32 GEMM runs on that strip
+ *     (its own blocking, threads, epilogue): the dequantization is O(K N)
+ *     against the GEMM's O(M K N).
+ * The dequantized values are exactly the scalar rule's; only the summation
+ * order (and, for int4, applying the zero point once per group) separates
+ * a kernel from the reference. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/kiln_scratch.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
+
+typedef struct {
+  uint32_t magic;
+  uint8_t version, bits, flags, pad0;
+  uint32_t group, pad1;
+  int64_t k, n;
+} kiln_gemm_quant_header_t;
+
+static int64_t kiln_q_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void kiln_q_header(const void* blob, kiln_gemm_quant_header_t* h) {
+  memcpy(h, blob, sizeof(*h));
+}
+
+static int kiln_q_valid_choice(int bits, int group, int asym) {
+  if (bits == 8) return group == 0 && !asym;
+  if (bits == 4) return group >= 32 && group <= 4096 && group % 32 == 0;
+  return 0;
+}
+
+size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
+  if (!kiln_q_valid_choice(bits, group, asym) || k < 0 || n < 0) return 0;
+  int64_t np = kiln_q_cdiv(n, KILN_GEMM_PANEL);
+  if (bits == 8) return KILN_GEMM_QUANT_HEADER + (size_t)(np * 16) * (4 + (size_t)k);
+  return KILN_GEMM_QUANT_HEADER +
+         (size_t)np * (size_t)kiln_q_cdiv(k, group) * (size_t)kiln_gemm_q4_group_bytes(group, asym);
+}
+
+int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n) {
+  if (!blob || nbytes < KILN_GEMM_QUANT_HEADER) return 1;
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  if (h.magic != KILN_GEMM_QUANT_MAGIC || h.version != 1 || h.k != k || h.n != n) return 1;
+  if ((h.flags & ~1u) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1)) return 1;
+  return nbytes != kiln_gemm_quant_packed_size(k, n, h.bits, (int)h.group, h.flags & 1);
+}
+
+static float kiln_q_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+/* Quantizes one column (k values, src[p * rs]) into an int8 panel column. */
+static void kiln_q8_column(int64_t k, const float* src, int64_t rs, int8_t* dst, float* scale) {
+  float amax = 0.0f;
+  for (int64_t p = 0; p < k; ++p) amax = fmaxf(amax, fabsf(src[p * rs]));
+  float s = amax / 127.0f;
+  if (s == 0.0f) s = 1.0f;
+  *scale = s;
+  for (int64_t p = 0; p < k; ++p)
+    dst[p * KILN_GEMM_PANEL] = (int8_t)kiln_q_clamp(nearbyintf(src[p * rs] / s), -127.0f, 127.0f);
+}
+
+/* Quantizes rows [p0, p0 + len) of one column into nibbles (index r within
+ * the group) plus its scale and zero point. */
+static void kiln_q4_group(int64_t len, int group, int asym, const float* src, int64_t rs,
+                          uint8_t* nib, float* scale, float* zero) {
+  float s, z;
+  if (asym) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t r = 0; r < len; ++r) {
+      lo = fminf(lo, src[r * rs]);
+      hi = fmaxf(hi, src[r * rs]);
+    }
+    s = (hi - lo) / 15.0f;
+    if (s == 0.0f) s = 1.0f;
+    z = kiln_q_clamp(nearbyintf(-lo / s), 0.0f, 15.0f);
+    for (int64_t r = 0; r < group; ++r)
+      nib[r] = r < len ? (uint8_t)kiln_q_clamp(nearbyintf(src[r * rs] / s) + z, 0.0f, 15.0f)
+                       : (uint8_t)z;
+  } else {
+    float m = 0.0f;
+    for (int64_t r = 0; r < len; ++r)
+      if (fabsf(src[r * rs]) > fabsf(m)) m = src[r * rs];
+    s = m / -8.0f;
+    z = 8.0f;
+    for (int64_t r = 0; r < group; ++r) {
+      float q = r < len && s != 0.0f ? kiln_q_clamp(nearbyintf(src[r * rs] / s), -8.0f, 7.0f) : 0.0f;
+      nib[r] = (uint8_t)(q + 8.0f);
+    }
+  }
+  *scale = s;
+  *zero = z;
+}
+
+/* Where row r (within a group) and column c (within a panel) sit in a
+ * group's nibble bytes, and in which half. */
+static inline int64_t kiln_q4_byte(int64_t r, int c) {
+  return (r / 2) * 16 + 2 * (c & 7) + (r & 1);
+}
+
+void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                            int bits, int group, int asym, void* out) {
+  size_t size = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
+  if (!size) return;
+  memset(out, 0, size);
+  kiln_gemm_quant_header_t h;
+  memset(&h, 0, sizeof(h));
+  h.magic = KILN_GEMM_QUANT_MAGIC;
+  h.version = 1;
+  h.bits = (uint8_t)bits;
+  h.flags = asym ? 1 : 0;
+  h.group = (uint32_t)group;
+  h.k = k;
+  h.n = n;
+  memcpy(out, &h, sizeof(h));
+  uint8_t* body = (uint8_t*)out + KILN_GEMM_QUANT_HEADER;
+  const int P = KILN_GEMM_PANEL;
+  int64_t np = kiln_q_cdiv(n, P);
+  if (bits == 8) {
+    float* scales = (float*)body;
+    int8_t* data = (int8_t*)(body + np * P * 4);
+    for (int64_t j = 0; j < n; ++j)
+      kiln_q8_column(k, b + j * cs, rs, data + (j / P) * P * k + j % P, &scales[j]);
+    return;
+  }
+  int64_t kg = kiln_q_cdiv(k, group), gb = kiln_gemm_q4_group_bytes(group, asym);
+  uint8_t nib[4096];
+  for (int64_t j = 0; j < np * P; ++j) {
+    int c = (int)(j % P);
+    for (int64_t g = 0; g < kg; ++g) {
+      uint8_t* blk = body + (j / P) * kg * gb + g * gb;
+      float* sc = (float*)blk;
+      float* zp = asym ? sc + P : NULL;
+      uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      int64_t p0 = g * group, len = k - p0 < group ? k - p0 : group;
+      float s = 0.0f, z = asym ? 0.0f : 8.0f;
+      if (j < n) {
+        kiln_q4_group(len, group, asym, b + p0 * rs + j * cs, rs, nib, &s, &z);
+      } else {
+        s = 0.0f;
+        for (int r = 0; r < group; ++r) nib[r] = (uint8_t)z;
+      }
+      sc[c] = s;
+      if (zp) zp[c] = z;
+      for (int64_t r = 0; r < group; ++r)
+        bytes[kiln_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
+    }
+  }
+}
+
+float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  const uint8_t* body = (const uint8_t*)blob + KILN_GEMM_QUANT_HEADER;
+  const int P = KILN_GEMM_PANEL;
+  int64_t np = kiln_q_cdiv(h.n, P);
+  if (h.bits == 8) {
+    const float* scales = (const float*)body;
+    const int8_t* data = (const int8_t*)(body + np * P * 4);
+    return (float)data[(j / P) * P * h.k + p * P + j % P] * scales[j];
+  }
+  int group = (int)h.group, asym = h.flags & 1;
+  int64_t kg = kiln_q_cdiv(h.k, group), gb = kiln_gemm_q4_group_bytes(group, asym);
+  const uint8_t* blk = body + (j / P) * kg * gb + (p / group) * gb;
+  const float* sc = (const float*)blk;
+  int c = (int)(j % P);
+  float z = asym ? sc[P + c] : 8.0f;
+  uint8_t byte = blk[64 * (1 + asym) + kiln_q4_byte(p % group, c)];
+  int q = c < 8 ? byte & 15 : byte >> 4;
+  return ((float)q - z) * sc[c];
+}
+
+/* ---- portable kernels --------------------------------------------------- */
+
+void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const int8_t* b, const float* scales, int panels, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int s = 0; s < panels; ++s) {
+    float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
+    const int8_t* bq = b + (int64_t)s * P * k;
+    for (int64_t p = 0; p < k; ++p) {
+      float w[KILN_GEMM_PANEL];
+      for (int j = 0; j < P; ++j) w[j] = (float)bq[p * P + j];
+      for (int64_t i = 0; i < m; ++i) {
+        float av = a[i * lda + p];
+        for (int j = 0; j < P; ++j) acc[i][j] += av * w[j];
+      }
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int j = 0; j < P; ++j) out[(s * m + i) * P + j] = acc[i][j] * scales[s * P + j];
+  }
+}
+
+void kiln_gemm_gemv_q4_generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+                               int64_t lda, const float* asum, const uint8_t* b, int panels,
+                               float* out) {
+  const int P = KILN_GEMM_PANEL;
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
+  for (int s = 0; s < panels; ++s) {
+    float o[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
+    for (int64_t g = 0; g < kg; ++g) {
+      const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
+      const float* sc = (const float*)blk;
+      const uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
+      for (int64_t r = 0; r < group; ++r) {
+        float w[KILN_GEMM_PANEL];
+        for (int c = 0; c < P; ++c) {
+          uint8_t byte = bytes[kiln_q4_byte(r, c)];
+          w[c] = (float)(c < 8 ? byte & 15 : byte >> 4);
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          float av = a[i * lda + g * group + r];
+          for (int c = 0; c < P; ++c) acc[i][c] += av * w[c];
+        }
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        float as = asum[i * kg * 2 + 2 * g] + asum[i * kg * 2 + 2 * g + 1];
+        for (int c = 0; c < P; ++c) {
+          float z = asym ? sc[P + c] : 8.0f;
+          o[i][c] += sc[c] * (acc[i][c] - z * as);
+        }
+      }
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int c = 0; c < P; ++c) out[(s * m + i) * P + c] = o[i][c];
+  }
+}
+
+void kiln_gemm_dequant_q8_generic(int64_t k, const int8_t* b, const float* scales, int panels,
+                                  float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int s = 0; s < panels; ++s)
+    for (int64_t p = 0; p < k; ++p)
+      for (int j = 0; j < P; ++j)
+        out[(s * k + p) * P + j] = (float)b[(s * k + p) * P + j] * scales[s * P + j];
+}
+
+void kiln_gemm_dequant_q4_generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                                  int panels, float* out) {
+  const int P = KILN_GEMM_PANEL;
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
+  for (int s = 0; s < panels; ++s)
+    for (int64_t g = 0; g < kg; ++g) {
+      const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
+      const float* sc = (const float*)blk;
+      const uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      for (int64_t r = 0; r < group && g * group + r < k; ++r)
+        for (int c = 0; c < P; ++c) {
+          uint8_t byte = bytes[kiln_q4_byte(r, c)];
+          float z = asym ? sc[P + c] : 8.0f;
+          out[(s * k + g * group + r) * P + c] =
+              ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
+        }
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_generic_ = {
+    "generic", kiln_gemm_gemv_q8_generic, kiln_gemm_gemv_q4_generic,
+    kiln_gemm_dequant_q8_generic, kiln_gemm_dequant_q4_generic};
+#ifdef KILN_GEMM_HAVE_X86
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_avx2_ = {
+    "avx2", kiln_gemm_gemv_q8_avx2, kiln_gemm_gemv_q4_avx2, kiln_gemm_dequant_q8_avx2,
+    kiln_gemm_dequant_q4_avx2};
+/* The dequantizers are store-bound: AVX2's serve AVX-512 too. */
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_avx512_ = {
+    "avx512", kiln_gemm_gemv_q8_avx512, kiln_gemm_gemv_q4_avx512, kiln_gemm_dequant_q8_avx2,
+    kiln_gemm_dequant_q4_avx2};
+#endif
+
+static const kiln_gemm_quant_kernels_t* kiln_gemm_quant_kernels_for(kiln_isa_t isa) {
+#ifdef KILN_GEMM_HAVE_X86
+  if (isa == KILN_ISA_AVX512) return &kiln_gemm_quant_avx512_;
+  if (isa == KILN_ISA_AVX2) return &kiln_gemm_quant_avx2_;
+#else
+  (void)isa;
+#endif
+  return &kiln_gemm_quant_generic_;
+}
+
+static _Thread_local char kiln_gemm_quant_path_[32] = "none";
+const char* kiln_gemm_quant_last_path(void) { return kiln_gemm_quant_path_; }
+
+static kiln_scratch_cache_t kiln_gemm_quant_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
+
+/* ---- the GEMV path -------------------------------------------------------- */
+
+typedef struct {
+  const kiln_gemm_f32_args_t* g;
+  const kiln_gemm_kernels_t* kn;
+  const kiln_gemm_quant_kernels_t* qk;
+  int bits, group, asym;
+  int64_t kg, kpad, gb, np;
+  const uint8_t* body;
+  const float* a; /* m rows, kpad apart */
+  const float* asum;
+  float* c;
+  const float* res;
+  int64_t n_tasks;
+} kiln_gemm_quant_gemv_t;
+
+static void kiln_gemm_quant_gemv_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_quant_gemv_t* t = p;
+  const kiln_gemm_f32_args_t* g = t->g;
+  const int P = KILN_GEMM_PANEL;
+  int64_t q0 = (int64_t)task * t->np / t->n_tasks, q1 = ((int64_t)task + 1) * t->np / t->n_tasks;
+  _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
+  for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
+    int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
+    if (t->bits == 8)
+      t->qk->gemv_q8(g->m, g->k, t->a, t->kpad,
+                     (const int8_t*)(t->body + t->np * P * 4) + q * P * g->k,
+                     (const float*)t->body + q * P, np, tmp);
+    else
+      t->qk->gemv_q4(g->m, t->kg, t->group, t->asym, t->a, t->kpad, t->asum,
+                     t->body + q * t->kg * t->gb, np, tmp);
+    for (int s = 0; s < np; ++s) {
+      int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
+      t->kn->epilogue(g->m, nr, tmp + s * g->m * P, P, t->c + j, g->c_row_stride,
+                      g->bias ? g->bias + j : NULL, t->res ? t->res + j : NULL, g->r_row_stride,
+                      g->act);
+    }
+  }
+}
+
+/* ---- the blocked path ----------------------------------------------------- */
+
+typedef struct {
+  const kiln_gemm_quant_kernels_t* qk;
+  int bits, group, asym;
+  int64_t k, kg, gb, np, q0, per_task, n_panels;
+  const uint8_t* body;
+  float* out;
+} kiln_gemm_quant_deq_t;
+
+static void kiln_gemm_quant_deq_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_quant_deq_t* t = p;
+  const int P = KILN_GEMM_PANEL;
+  int64_t s0 = (int64_t)task * t->per_task;
+  int64_t s1 = s0 + t->per_task < t->n_panels ? s0 + t->per_task : t->n_panels;
+  if (s0 >= s1) return;
+  int64_t q = t->q0 + s0;
+  float* out = t->out + s0 * t->k * P;
+  if (t->bits == 8)
+    t->qk->dequant_q8(t->k, (const int8_t*)(t->body + t->np * P * 4) + q * P * t->k,
+                      (const float*)t->body + q * P, (int)(s1 - s0), out);
+  else
+    t->qk->dequant_q4(t->k, t->kg, t->group, t->asym, t->body + q * t->kg * t->gb,
+                      (int)(s1 - s0), out);
+}
+
+void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(g->b_packed_q, &h);
+  const int P = KILN_GEMM_PANEL;
+  const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
+  const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
+  const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
+  const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
+  const int64_t np = kiln_q_cdiv(N, P);
+  const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
+  const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
+  const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
+  int gemv = M <= KILN_GEMM_GEMV_MAX_M;
+  snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "%s-%s",
+           gemv ? "gemv" : "blocked", qk->name);
+  void* blk = NULL;
+
+  if (gemv) {
+    const int64_t kpad = bits == 4 ? kg * group : K;
+    size_t floats = (size_t)(M * kpad + M * kg * 2);
+    float* scratch = kiln_scratch_get(&kiln_gemm_quant_scratch_, floats * sizeof(float), &blk);
+    if (!scratch) {
+      kiln_gemm_f32_reference(g);
+      return;
+    }
+    float* arow = scratch;
+    float* asum = scratch + M * kpad;
+    kiln_gemm_quant_gemv_t t;
+    memset(&t, 0, sizeof(t));
+    t.g = g, t.kn = kn, t.qk = qk, t.bits = bits, t.group = group, t.asym = asym;
+    t.kg = kg, t.kpad = kpad, t.gb = gb, t.np = np, t.body = body, t.a = arow, t.asum = asum;
+    t.n_tasks = T > 1 ? 4 * T : 1;
+    if (t.n_tasks > np) t.n_tasks = np;
+    for (int64_t bt = 0; bt < g->batch; ++bt) {
+      for (int64_t i = 0; i < M; ++i) {
+        int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
+        float* dst = arow + i * kpad;
+        if (g->a_bf16)
+          for (int64_t p = 0; p < K; ++p)
+            dst[p] = kiln_gemm_bf16_to_f32(g->a_bf16[base + p * g->a_col_stride]);
+        else if (g->a_col_stride == 1)
+          memcpy(dst, g->a + base, (size_t)K * sizeof(float));
+        else
+          for (int64_t p = 0; p < K; ++p) dst[p] = g->a[base + p * g->a_col_stride];
+        memset(dst + K, 0, (size_t)(kpad - K) * sizeof(float));
+        for (int64_t q = 0; q < kg; ++q) {
+          double se = 0.0, so = 0.0;
+          for (int64_t r = 0; r < group; r += 2) {
+            se += dst[q * group + r];
+            so += dst[q * group + r + 1];
+          }
+          asum[(i * kg + q) * 2] = (float)se;
+          asum[(i * kg + q) * 2 + 1] = (float)so;
+        }
+      }
+      t.c = g->c + bt * g->c_batch_stride;
+      t.res = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
+      kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_gemm_quant_gemv_task, &t);
+    }
+    kiln_scratch_put(&kiln_gemm_quant_scratch_, blk);
+    return;
+  }
+
+  /* Blocked: strips of about 1 Mi floats of dequantized panels (an even
+   * number, so a 32-wide kernel's panel pairs stay whole), at least 2. */
+  int64_t sp = ((int64_t)1 << 20) / (P * K);
+  sp &= ~(int64_t)1;
+  if (sp < 2) sp = 2;
+  if (sp > np) sp = np;
+  float* strip = kiln_scratch_get(&kiln_gemm_quant_scratch_, (size_t)(sp * P * K) * sizeof(float),
+                                  &blk);
+  if (!strip) {
+    kiln_gemm_f32_reference(g);
+    return;
+  }
+  kiln_gemm_quant_deq_t d;
+  memset(&d, 0, sizeof(d));
+  d.qk = qk, d.bits = bits, d.group = group, d.asym = asym;
+  d.k = K, d.kg = kg, d.gb = gb, d.np = np, d.body = body, d.out = strip;
+  for (int64_t q0 = 0; q0 < np; q0 += sp) {
+    int64_t ns = np - q0 < sp ? np - q0 : sp;
+    d.q0 = q0;
+    d.n_panels = ns;
+    d.per_task = kiln_q_cdiv(ns, 2 * T);
+    kiln_pool_parallel_for(pool, (size_t)kiln_q_cdiv(ns, d.per_task), kiln_gemm_quant_deq_task, &d);
+    kiln_gemm_f32_args_t sub = *g;
+    int64_t j0 = q0 * P;
+    sub.b_packed_q = NULL;
+    sub.b_packed_bf16 = NULL;
+    sub.b_packed_bf16_vnni = NULL;
+    sub.b = NULL;
+    sub.b_packed = strip;
+    sub.n = N - j0 < ns * P ? N - j0 : ns * P;
+    sub.c = g->c + j0;
+    sub.bias = g->bias ? g->bias + j0 : NULL;
+    sub.residual = g->residual ? g->residual + j0 : NULL;
+    kiln_gemm_f32(&sub, pool);
+  }
+  kiln_scratch_put(&kiln_gemm_quant_scratch_, blk);
+}

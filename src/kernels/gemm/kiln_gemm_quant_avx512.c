@@ -1,0 +1,176 @@
+/* Quantized weights on AVX-512: the small-M GEMVs. Compiled only with the
+ * AVX-512 flags and called only when kiln_cpu_isa() == KILN_ISA_AVX512.
+ * The same scheme as kiln_gemm_quant_avx2.c with one zmm per 16 weights:
+ * unlike the fp32 GEMV, these kernels spend several instructions per
+ * weight (widen, convert, FMA), so the wider vectors matter: at one row
+ * the int4 GEMV is bound by those instructions, not by memory.
+ *   int8: VPMOVSXBD zmm from 16 bytes (one panel row), VCVTDQ2PS, FMA.
+ *   int4: VPMOVZXBD zmm from a row pair's 16 bytes, AND / shift for the two
+ *   nibbles (columns 0-7 and 8-15, lanes (column, row parity)), A as a
+ *   VBROADCASTSD pair; per group, scale and zero point (expanded to the
+ *   lane order by VPERMPS) once; pairs folded by VPERMT2PS at the end.
+ * Registers: R rows x S panels x 2 accumulators <= 16 of the 32 zmm. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
+
+#define KILN_Q_AI static inline __attribute__((always_inline))
+
+/* ---- int8 ----------------------------------------------------------------- */
+
+KILN_Q_AI void kiln_q8_tile_avx512(const int R, const int S, int64_t k, const float* a,
+                                   int64_t lda, const int8_t* b, int64_t pstride,
+                                   const float* scales, float* out, int64_t ostride) {
+  __m512 acc[4][8];
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i) acc[s][i] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    if ((p & 3) == 0)
+      for (int s = 0; s < S; ++s) _mm_prefetch((const char*)(b + s * pstride + p * 16 + 1024), _MM_HINT_T0);
+    for (int s = 0; s < S; ++s) {
+      __m512 w = _mm512_cvtepi32_ps(
+          _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + s * pstride + p * 16))));
+      for (int i = 0; i < R; ++i)
+        acc[s][i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + p]), w, acc[s][i]);
+    }
+  }
+  for (int s = 0; s < S; ++s) {
+    __m512 sv = _mm512_loadu_ps(scales + s * 16);
+    for (int i = 0; i < R; ++i)
+      _mm512_storeu_ps(out + s * ostride + i * 16, _mm512_mul_ps(acc[s][i], sv));
+  }
+}
+
+#define KILN_Q8_CASE(R, S)                                                              \
+  case (R) * 8 + (S):                                                                   \
+    kiln_q8_tile_avx512((R), (S), k, a, lda, bq, pstride, sq, oq, ostride);             \
+    break;
+
+void kiln_gemm_gemv_q8_avx512(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const int8_t* b, const float* scales, int panels, float* out) {
+  const int64_t pstride = 16 * k, ostride = m * 16;
+  const int s_max = m <= 4 ? 4 : 2;
+  for (int q = 0; q < panels;) {
+    int s = panels - q < s_max ? panels - q : s_max;
+    const int8_t* bq = b + q * pstride;
+    const float* sq = scales + q * 16;
+    float* oq = out + q * ostride;
+    switch ((int)m * 8 + s) {
+      KILN_Q8_CASE(1, 1) KILN_Q8_CASE(1, 2) KILN_Q8_CASE(1, 3) KILN_Q8_CASE(1, 4)
+      KILN_Q8_CASE(2, 1) KILN_Q8_CASE(2, 2) KILN_Q8_CASE(2, 3) KILN_Q8_CASE(2, 4)
+      KILN_Q8_CASE(3, 1) KILN_Q8_CASE(3, 2) KILN_Q8_CASE(3, 3) KILN_Q8_CASE(3, 4)
+      KILN_Q8_CASE(4, 1) KILN_Q8_CASE(4, 2) KILN_Q8_CASE(4, 3) KILN_Q8_CASE(4, 4)
+      KILN_Q8_CASE(5, 1) KILN_Q8_CASE(5, 2) KILN_Q8_CASE(6, 1) KILN_Q8_CASE(6, 2)
+      KILN_Q8_CASE(7, 1) KILN_Q8_CASE(7, 2) KILN_Q8_CASE(8, 1) KILN_Q8_CASE(8, 2)
+      default: break;
+    }
+    q += s;
+  }
+}
+
+/* ---- int4 ----------------------------------------------------------------- */
+
+KILN_Q_AI __m512 kiln_q_pair_avx512(const float* p) {
+  double d;
+  memcpy(&d, p, sizeof d);
+  return _mm512_castpd_ps(_mm512_set1_pd(d));
+}
+
+KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int group, int asym,
+                                   const float* a, int64_t lda, const float* asum,
+                                   const uint8_t* b, int64_t pstride, float* out,
+                                   int64_t ostride) {
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const __m512i m4 = _mm512_set1_epi32(15);
+  const __m512i ilo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i ihi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  /* Per (panel, row): columns 0-7 and 8-15 as (column, parity) lanes. */
+  __m512 o[4][8][2];
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i) o[s][i][0] = o[s][i][1] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < kg; ++g) {
+    __m512 acc[4][8][2];
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < R; ++i) acc[s][i][0] = acc[s][i][1] = _mm512_setzero_ps();
+    const uint8_t* gbase = b + g * gb;
+    const float* ag = a + g * group;
+    for (int t = 0; t < group / 2; ++t) {
+      if ((t & 3) == 0)
+        for (int s = 0; s < S; ++s)
+          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + 1024), _MM_HINT_T0);
+      for (int s = 0; s < S; ++s) {
+        __m512i v = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128((const __m128i*)(gbase + s * pstride + hdr + t * 16)));
+        __m512 wl = _mm512_cvtepi32_ps(_mm512_and_si512(v, m4));
+        __m512 wh = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+        for (int i = 0; i < R; ++i) {
+          __m512 av = kiln_q_pair_avx512(ag + i * lda + 2 * t);
+          acc[s][i][0] = _mm512_fmadd_ps(av, wl, acc[s][i][0]);
+          acc[s][i][1] = _mm512_fmadd_ps(av, wh, acc[s][i][1]);
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s) {
+      const float* sc = (const float*)(gbase + s * pstride);
+      __m512 sv = _mm512_loadu_ps(sc);
+      __m512 sl = _mm512_permutexvar_ps(ilo, sv), sh = _mm512_permutexvar_ps(ihi, sv);
+      __m512 zl = _mm512_set1_ps(8.0f), zh = zl;
+      if (asym) {
+        __m512 zv = _mm512_loadu_ps(sc + 16);
+        zl = _mm512_permutexvar_ps(ilo, zv);
+        zh = _mm512_permutexvar_ps(ihi, zv);
+      }
+      for (int i = 0; i < R; ++i) {
+        __m512 as = kiln_q_pair_avx512(asum + (i * kg + g) * 2);
+        o[s][i][0] = _mm512_fmadd_ps(sl, _mm512_fnmadd_ps(zl, as, acc[s][i][0]), o[s][i][0]);
+        o[s][i][1] = _mm512_fmadd_ps(sh, _mm512_fnmadd_ps(zh, as, acc[s][i][1]), o[s][i][1]);
+      }
+    }
+  }
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i)
+      _mm512_storeu_ps(out + s * ostride + i * 16,
+                       _mm512_add_ps(_mm512_permutex2var_ps(o[s][i][0], ev, o[s][i][1]),
+                                     _mm512_permutex2var_ps(o[s][i][0], od, o[s][i][1])));
+}
+
+#define KILN_Q4_CASE(R, S)                                                                 \
+  case (R) * 8 + (S):                                                                      \
+    kiln_q4_tile_avx512((R), (S), kg, group, asym, a, lda, asum, bq, pstride, oq, ostride); \
+    break;
+
+void kiln_gemm_gemv_q4_avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+                              int64_t lda, const float* asum, const uint8_t* b, int panels,
+                              float* out) {
+  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
+  /* R * S <= 6: 2 group and 2 running accumulators each, within 32 zmm. */
+  const int s_max = m == 1 ? 4 : m <= 3 ? 2 : 1;
+  if (m > 6) {
+    /* 7..8 rows: rows 0-3 and then the rest, panel by panel (the second
+     * pass finds the panel in L2). */
+    for (int q = 0; q < panels; ++q) {
+      kiln_gemm_gemv_q4_avx512(4, kg, group, asym, a, lda, asum, b + q * pstride, 1,
+                               out + q * ostride);
+      _Alignas(64) float tmp[4 * 16];
+      kiln_gemm_gemv_q4_avx512(m - 4, kg, group, asym, a + 4 * lda, lda, asum + 4 * kg * 2,
+                               b + q * pstride, 1, tmp);
+      memcpy(out + q * ostride + 4 * 16, tmp, (size_t)(m - 4) * 16 * sizeof(float));
+    }
+    return;
+  }
+  for (int q = 0; q < panels;) {
+    int s = panels - q < s_max ? panels - q : s_max;
+    const uint8_t* bq = b + q * pstride;
+    float* oq = out + q * ostride;
+    switch ((int)m * 8 + s) {
+      KILN_Q4_CASE(1, 1) KILN_Q4_CASE(1, 2) KILN_Q4_CASE(1, 3) KILN_Q4_CASE(1, 4)
+      KILN_Q4_CASE(2, 1) KILN_Q4_CASE(2, 2) KILN_Q4_CASE(3, 1) KILN_Q4_CASE(3, 2)
+      KILN_Q4_CASE(4, 1) KILN_Q4_CASE(5, 1) KILN_Q4_CASE(6, 1)
+      default: break;
+    }
+    q += s;
+  }
+}

