@@ -14,6 +14,8 @@ typedef void (*kiln_math_unary_fn)(kiln_math_unary_t, size_t, const float*, floa
 static kiln_math_unary_fn kiln_math_unary_pick(void) {
 #if defined(KILN_HAVE_X86)
   if (kiln_cpu_isa() >= KILN_ISA_AVX2) return kiln_math_unary_range_avx2;
+#elif defined(__aarch64__)
+  if (kiln_cpu_isa() == KILN_ISA_NEON) return kiln_math_unary_range_neon;
 #endif
   return kiln_math_unary_range_generic;
 }
@@ -64,6 +66,9 @@ int64_t kiln_math_binary(kiln_math_binary_t op, kiln_dtype_t dtype, const kiln_n
 #if defined(KILN_HAVE_X86)
   if (kiln_cpu_isa() >= KILN_ISA_AVX2)
     return kiln_math_binary_avx2(op, dtype, nd, out, a, b, pool);
+#elif defined(__aarch64__)
+  if (kiln_cpu_isa() == KILN_ISA_NEON)
+    return kiln_math_binary_neon(op, dtype, nd, out, a, b, pool);
 #endif
   return kiln_math_binary_generic(op, dtype, nd, out, a, b, pool);
 }

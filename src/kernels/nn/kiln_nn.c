@@ -17,6 +17,8 @@ static const kiln_nn_kernels_t* kiln_nn_kernels(void) {
     case KILN_ISA_AVX2: return &kiln_nn_kernels_avx2;
     default: break;
   }
+#elif defined(__aarch64__)
+  if (kiln_cpu_isa() == KILN_ISA_NEON) return &kiln_nn_kernels_neon;
 #endif
   return &kiln_nn_kernels_generic;
 }

@@ -80,5 +80,6 @@ typedef struct kiln_nn_kernels_s {
 KILN_NN_DECLARE_VARIANT(_generic)
 KILN_NN_DECLARE_VARIANT(_avx2)
 KILN_NN_DECLARE_VARIANT(_avx512)
+KILN_NN_DECLARE_VARIANT(_neon)
 
 #endif /* KILN_NN_INTERNAL_H */

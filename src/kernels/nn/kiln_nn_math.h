@@ -21,7 +21,15 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__FMA__)
+/* x86: the AVX2 builds (-mfma). aarch64: the NEON build (meson's
+ * isa_neon_args define KILN_ISA_NEON_VARIANT; FMA is baseline there, and
+ * GCC inlines and vectorises fmaf as FMLA); the generic builds multiply and
+ * add on every architecture. */
+#if defined(__FMA__) || (defined(KILN_ISA_NEON_VARIANT) && defined(__ARM_FEATURE_FMA))
+#define KILN_NN_HAVE_FMA 1
+#endif
+
+#if defined(KILN_NN_HAVE_FMA)
 #define KILN_NN_FMA(a, b, c) fmaf((a), (b), (c))
 #else
 #define KILN_NN_FMA(a, b, c) ((a) * (b) + (c))
@@ -42,7 +50,7 @@ static inline float kiln_nn_from_bits(uint32_t u) {
 /* hi + lo = a * b exactly (lo is the rounding error of the product). */
 static inline float kiln_nn_two_prod(float a, float b, float* lo) {
   float hi = a * b;
-#if defined(__FMA__)
+#if defined(KILN_NN_HAVE_FMA)
   *lo = fmaf(a, b, -hi);
 #else
   /* Veltkamp split: each half has at most 12 significant bits, so the
