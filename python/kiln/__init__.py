@@ -276,6 +276,24 @@ def isa(level=None):
     return _C.isa(level)
 
 
+def machine(measure=False):
+    """The machine as kiln sees it: CPU model, cores, caches, ISA levels
+    present and in use, and peaks measured once by the C core and cached in
+    a user file (``kiln info`` prints the same; ``measure=True`` measures
+    again): fp32 FMA, bf16 and int8 dots where present (GFLOP/s, GOP/s) and
+    read bandwidth (GB/s), each for 1 thread (``_1``) and all threads."""
+    return _C.machine(bool(measure))
+
+
+def profile(module, *inputs, runs=10):
+    """Profiles a kiln-compiled module on ``inputs``: a report with, per
+    node, its op, origin, time and share, FLOPs and bytes, GFLOP/s and GB/s
+    against this machine's peaks (kiln.machine()), and whether it is compute-
+    or memory-bound; ``export_chrome_trace(path)``, ``plot_roofline(path)``."""
+    from kiln.profiler import profile as _profile
+    return _profile(module, *inputs, runs=runs)
+
+
 def output_cache(idle_cap_bytes=None):
     """The cache large kiln outputs come from (see kiln.module): a dict of
     idle_bytes, idle_blocks, hits and misses. With an argument, first sets
@@ -293,4 +311,5 @@ from kiln import jit as _jit  # noqa: E402,F401
 from kiln.module import KilnModule  # noqa: E402
 
 __all__ = ["trace", "analyze", "save", "load", "explain", "isa", "output_cache", "empty_cache",
+           "machine", "profile",
            "KilnModule", "KilnError", "UnsupportedOpError"]

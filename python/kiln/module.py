@@ -20,6 +20,8 @@ from kiln import _C
 from kiln.errors import KilnError
 from kiln.optable import DTYPES, TORCH_DTYPES
 
+_profiler_enabled = torch._C._autograd._profiler_enabled
+
 FORMAT_META = "py.meta"
 
 # Outputs of at least this many bytes come from kiln's block cache: below it
@@ -127,8 +129,12 @@ class KilnModule(torch.nn.Module):
             descs = [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins]
         # Outputs are new tensors every call: the caller owns them.
         outs = [make() for make in self._out_makers]
-        self._kiln_model.run(descs, [(o.data_ptr(), dtype_id, shape)
-                                     for o, (dtype_id, shape) in zip(outs, self._out_ids)])
+        out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
+        if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
+            from kiln.profiler import run_with_events
+            run_with_events(self, args, descs, out_descs)
+        else:
+            self._kiln_model.run(descs, out_descs)
         return outs
 
     def forward(self, *args, **kwargs):
@@ -153,17 +159,24 @@ class KilnModule(torch.nn.Module):
         return self._kiln_model.stats()
 
     def profile(self, *args, runs=10):
-        """Runs `runs` times with per-node timing; returns rows sorted by time."""
+        """Runs `runs` times with per-node timing (after one untimed call);
+        returns rows sorted by time. "ms" is the node's own time; "wait_ms"
+        the time it then waited at the host OpenMP team's closing barrier
+        for threads that ran none of its tasks (the scheduler's, not the
+        kernel's: kiln_pool_set_wait_counter)."""
+        self(*args)
         self._kiln_model.profile(True)
         try:
             for _ in range(runs):
                 self(*args)
             rows, n = self._kiln_model.profile()
+            waits = self._kiln_model.profile_wait()
         finally:
             self._kiln_model.profile(False)
         total = sum(r[2] for r in rows) or 1
-        out = [{"op": op, "origin": origin or "", "ms": ns / max(n, 1) / 1e6, "share": ns / total}
-               for op, origin, ns in rows]
+        out = [{"op": op, "origin": origin or "", "ms": ns / max(n, 1) / 1e6, "share": ns / total,
+                "wait_ms": w / max(n, 1) / 1e6}
+               for (op, origin, ns), w in zip(rows, waits)]
         return sorted(out, key=lambda r: -r["ms"])
 
     # ---- saving ---------------------------------------------------------------

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Task indices live in the low 32 bits of the claim word: at most this many
@@ -187,15 +188,35 @@ typedef struct {
   int n_threads;
   atomic_size_t next_task;
   atomic_int next_thread;
+  int timed;                 /* a wait counter is set: record when the last task ended */
+  _Atomic uint64_t last_end; /* ns, the latest end of any thread's last task */
 } kiln_pool_host_job_t;
+
+static uint64_t kiln_pool_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void kiln_pool_host_body(void* p) {
   kiln_pool_host_job_t* job = p;
   int thread = atomic_fetch_add(&job->next_thread, 1);
   if (thread >= job->n_threads) return; /* a team larger than asked: never, but stay in range */
-  for (size_t t; (t = atomic_fetch_add(&job->next_task, 1)) < job->n_tasks;)
+  int ran = 0;
+  for (size_t t; (t = atomic_fetch_add(&job->next_task, 1)) < job->n_tasks; ran = 1)
     job->fn(job->ctx, t, thread);
+  /* A thread that arrives after the work is done ran nothing: its arrival
+   * is what the caller waited for, not work. */
+  if (job->timed && ran) {
+    uint64_t now = kiln_pool_now_ns(), seen = atomic_load(&job->last_end);
+    while (now > seen && !atomic_compare_exchange_weak(&job->last_end, &seen, now)) {
+    }
+  }
 }
+
+static _Thread_local uint64_t* kiln_pool_wait_;
+
+void kiln_pool_set_wait_counter(uint64_t* wait_ns) { kiln_pool_wait_ = wait_ns; }
 
 void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn fn,
                             void* ctx) {
@@ -207,9 +228,14 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
   }
   kiln_pool_host_parallel_fn host = atomic_load_explicit(&kiln_pool_host_, memory_order_acquire);
   if (host) {
-    kiln_pool_host_job_t job = {fn, ctx, n_tasks, threads, 0, 0};
+    uint64_t* wait = kiln_pool_wait_;
+    kiln_pool_host_job_t job = {fn, ctx, n_tasks, threads, 0, 0, wait != NULL, 0};
     unsigned team = n_tasks < (size_t)threads ? (unsigned)n_tasks : (unsigned)threads;
     host(kiln_pool_host_body, &job, team, 0);
+    if (wait) {
+      uint64_t end = kiln_pool_now_ns(), last = atomic_load(&job.last_end);
+      if (last && end > last) *wait += end - last;
+    }
     return;
   }
   /* Two models sharing a pool may be run from two threads at once. */

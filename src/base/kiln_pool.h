@@ -10,6 +10,7 @@
 #define KILN_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/kiln_status.h"
 
@@ -51,6 +52,16 @@ typedef int (*kiln_pool_host_threads_fn)(void);
 void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
                                  kiln_pool_host_threads_fn threads);
 kiln_pool_host_parallel_fn kiln_pool_host_parallel(void);
+
+/* For the calling thread (NULL: off): each parallel_for it makes in the
+ * host's regions adds to *wait_ns the time from the end of the job's last
+ * task to the region's return, i.e. the wait at the host's closing barrier
+ * for team threads that ran nothing. An OpenMP region returns only when
+ * every thread of its team has arrived; on a shared machine a thread the OS
+ * has not scheduled yet can hold it for milliseconds after the work is
+ * done (kiln's own pool never waits for a thread that claimed no task).
+ * The per-node profiler reports this wait apart from the kernel's time. */
+void kiln_pool_set_wait_counter(uint64_t* wait_ns);
 
 /* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
  * Created on first use; never released. NULL if it could not be created.

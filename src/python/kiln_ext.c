@@ -19,6 +19,7 @@
 #include "kernels/kiln_activation.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
+#include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
 
 static PyObject* kiln_py_error; /* kiln.KilnError */
@@ -302,9 +303,31 @@ static int kiln_py_tensors(PyObject* seq, kiln_tensor_t* out, int64_t* shapes, i
   return 0;
 }
 
+/* run(..., hook): hook(node, end) is called with the GIL around each kernel
+ * node (torch.profiler events, module.py). An exception it raises is kept
+ * and raised after the run; later calls are skipped. */
+typedef struct {
+  PyObject* hook;
+  int failed;
+} kiln_py_hook_t;
+
+static void kiln_py_node_hook(void* ctx, int32_t node, int end) {
+  kiln_py_hook_t* h = ctx;
+  PyGILState_STATE gil = PyGILState_Ensure();
+  if (!h->failed) {
+    PyObject* r = PyObject_CallFunction(h->hook, "ii", (int)node, end);
+    if (r)
+      Py_DECREF(r);
+    else
+      h->failed = 1; /* the error stays set for the caller */
+  }
+  PyGILState_Release(gil);
+}
+
 static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
-  PyObject *in_obj, *out_obj;
-  if (!PyArg_ParseTuple(args, "OO", &in_obj, &out_obj)) return NULL;
+  PyObject *in_obj, *out_obj, *hook_obj = NULL;
+  if (!PyArg_ParseTuple(args, "OO|O", &in_obj, &out_obj, &hook_obj)) return NULL;
+  kiln_py_hook_t hook = {hook_obj != Py_None ? hook_obj : NULL, 0};
   const kiln_graph_t* g = kiln_model_graph(self->model);
   int32_t max = g->n_inputs > g->n_outputs ? g->n_inputs : g->n_outputs;
   kiln_tensor_t stack_t[16];
@@ -325,8 +348,12 @@ static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
   if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in) &&
       !kiln_py_tensors(out_obj, ts + max, shapes + max * KILN_MAX_RANK, max, &n_out)) {
     kiln_status_t s;
-    Py_BEGIN_ALLOW_THREADS s = kiln_model_run(self->model, ts, n_in, ts + max, n_out);
-    Py_END_ALLOW_THREADS if (s) {
+    Py_BEGIN_ALLOW_THREADS s = kiln_model_run_hooked(self->model, ts, n_in, ts + max, n_out,
+                                                     hook.hook ? kiln_py_node_hook : NULL, &hook);
+    Py_END_ALLOW_THREADS if (hook.failed) {
+      kiln_status_free(s);
+    }
+    else if (s) {
       if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
         PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
         kiln_status_free(s);
@@ -493,6 +520,78 @@ static PyObject* kiln_py_model_profile(kiln_py_model_t* self, PyObject* args) {
   return Py_BuildValue("(NL)", list, (long long)runs);
 }
 
+/* profile_wait() -> [ns] per node: time at the host team's closing barrier
+ * waiting for threads that ran none of the node's tasks (not in profile()). */
+static PyObject* kiln_py_model_profile_wait(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const uint64_t* w = kiln_model_profile_wait(self->model);
+  PyObject* list = PyList_New(g->n_nodes);
+  for (int32_t i = 0; list && i < g->n_nodes; ++i) {
+    PyObject* v = PyLong_FromUnsignedLongLong((unsigned long long)w[i]);
+    if (!v) {
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, v);
+  }
+  return list;
+}
+
+/* A value as (shape, dtype, nbytes, kind): what a node reads or writes. */
+static PyObject* kiln_py_value_info(const kiln_graph_t* g, int32_t id) {
+  if (id < 0) Py_RETURN_NONE;
+  const kiln_value_t* v = &g->values[id];
+  size_t bytes = v->kind == KILN_VALUE_CONSTANT ? v->nbytes : kiln_value_dense_bytes(v);
+  return Py_BuildValue("(Nini)", kiln_py_shape_tuple(v), (int)v->dtype, (Py_ssize_t)bytes,
+                       (int)v->kind);
+}
+
+/* nodes() -> [(op, origin, inputs, outputs, params, runs_kernel)], inputs
+ * and outputs as kiln_py_value_info; runs_kernel 0 for pure views. */
+static PyObject* kiln_py_model_nodes(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  PyObject* list = PyList_New(g->n_nodes);
+  for (int32_t i = 0; list && i < g->n_nodes; ++i) {
+    const kiln_node_t* n = &g->nodes[i];
+    PyObject* ins = PyTuple_New(n->n_inputs);
+    PyObject* outs = PyTuple_New(n->n_outputs);
+    PyObject* params = PyTuple_New(KILN_MAX_PARAMS);
+    int ok = ins && outs && params;
+    for (int32_t k = 0; ok && k < n->n_inputs; ++k) {
+      PyObject* v = kiln_py_value_info(g, n->inputs[k]);
+      ok = v != NULL;
+      if (ok) PyTuple_SET_ITEM(ins, k, v);
+    }
+    for (int32_t k = 0; ok && k < n->n_outputs; ++k) {
+      PyObject* v = kiln_py_value_info(g, n->outputs[k]);
+      ok = v != NULL;
+      if (ok) PyTuple_SET_ITEM(outs, k, v);
+    }
+    for (int32_t k = 0; ok && k < KILN_MAX_PARAMS; ++k) {
+      PyObject* v = PyLong_FromLongLong((long long)n->params[k]);
+      ok = v != NULL;
+      if (ok) PyTuple_SET_ITEM(params, k, v);
+    }
+    int64_t view_bytes;
+    PyObject* row = ok ? Py_BuildValue("(sNNNNi)", kiln_op_name(n->op), kiln_py_name(n->origin),
+                                       ins, outs, params, !kiln_node_is_view(g, n, &view_bytes))
+                       : NULL;
+    if (!row) {
+      if (!ok) {
+        Py_XDECREF(ins);
+        Py_XDECREF(outs);
+        Py_XDECREF(params);
+      }
+      Py_CLEAR(list);
+      break;
+    }
+    PyList_SET_ITEM(list, i, row);
+  }
+  return list;
+}
+
 /* Pools made for set_threads, one per thread count, kept for the process's
  * life like the default pool: models share them and never own them. */
 #define KILN_PY_MAX_POOL_THREADS 256
@@ -537,6 +636,10 @@ static PyMethodDef kiln_py_model_methods[] = {
     {"stats", (PyCFunction)kiln_py_model_stats, METH_NOARGS, "plan figures"},
     {"profile", (PyCFunction)kiln_py_model_profile, METH_VARARGS,
      "profile(on) starts/stops; profile() returns per-node times"},
+    {"profile_wait", (PyCFunction)kiln_py_model_profile_wait, METH_NOARGS,
+     "per-node ns waited at the host team's barrier (not in profile())"},
+    {"nodes", (PyCFunction)kiln_py_model_nodes, METH_NOARGS,
+     "[(op, origin, inputs, outputs, params, runs_kernel)]"},
     {"set_threads", (PyCFunction)kiln_py_model_set_threads, METH_VARARGS,
      "set_threads(n): run on n threads (0: the default pool)"},
     {"threads", (PyCFunction)kiln_py_model_threads, METH_NOARGS, "threads runs use"},
@@ -745,7 +848,33 @@ static PyObject* kiln_py_host_threads_set(PyObject* mod, PyObject* args) {
   return PyUnicode_DecodeFSDefault(path);
 }
 
+/* machine(measure=False) -> dict: the machine and its peaks (kiln_machine.h) */
+static PyObject* kiln_py_machine(PyObject* mod, PyObject* args) {
+  (void)mod;
+  int measure = 0;
+  if (!PyArg_ParseTuple(args, "|p", &measure)) return NULL;
+  kiln_machine_t m;
+  kiln_status_t s;
+  Py_BEGIN_ALLOW_THREADS s = kiln_machine_get(kiln_pool_default(), measure, &m);
+  Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
+  return Py_BuildValue(
+      "{s:s,s:i,s:i,s:l,s:l,s:l,s:{s:O,s:O,s:O,s:O,s:O,s:O},s:s,s:s,s:d,s:d,s:d,s:d,s:d,s:d,s:d,"
+      "s:d,s:O,s:L,s:s}",
+      "cpu_model", m.cpu_model, "cores", m.cores, "threads", m.threads, "l1d_bytes", m.l1d_bytes,
+      "l2_bytes", m.l2_bytes, "l3_bytes", m.l3_bytes, "features", "avx2",
+      m.avx2 ? Py_True : Py_False, "avx512", m.avx512 ? Py_True : Py_False, "avx512_bf16",
+      m.avx512_bf16 ? Py_True : Py_False, "avx512_vnni", m.avx512_vnni ? Py_True : Py_False,
+      "amx_bf16", m.amx_bf16 ? Py_True : Py_False, "amx_int8", m.amx_int8 ? Py_True : Py_False,
+      "isa", m.isa, "bf16_engine", m.bf16_engine, "fma_gflops_1", m.fma_gflops_1, "fma_gflops",
+      m.fma_gflops, "bf16_gflops_1", m.bf16_gflops_1, "bf16_gflops", m.bf16_gflops, "int8_gops_1",
+      m.int8_gops_1, "int8_gops", m.int8_gops, "bandwidth_gbs_1", m.bandwidth_gbs_1,
+      "bandwidth_gbs", m.bandwidth_gbs, "measured", m.measured ? Py_True : Py_False,
+      "measured_at", (long long)m.measured_at, "cache_path", m.cache_path);
+}
+
 static PyMethodDef kiln_py_functions[] = {
+    {"machine", kiln_py_machine, METH_VARARGS,
+     "machine(measure=False) -> the machine and its measured peaks (cached)"},
     {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
     {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},

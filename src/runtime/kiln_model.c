@@ -22,6 +22,7 @@ struct kiln_model_s {
   pthread_mutex_t lock;
   int profiling;
   uint64_t* times_ns;
+  uint64_t* wait_ns; /* per node: host-team barrier wait, not in times_ns */
   int64_t runs;
 };
 
@@ -57,7 +58,8 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
   if (!s) {
     m->bufs = calloc((size_t)graph->n_values + 1, sizeof(void*));
     m->times_ns = calloc((size_t)graph->n_nodes + 1, sizeof(uint64_t));
-    if (!m->bufs || !m->times_ns) s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
+    m->wait_ns = calloc((size_t)graph->n_nodes + 1, sizeof(uint64_t));
+    if (!m->bufs || !m->times_ns || !m->wait_ns) s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
   }
   if (s) {
     kiln_model_release(m);
@@ -84,6 +86,7 @@ void kiln_model_release(kiln_model_t* m) {
   kiln_allocator_free(sys, m->arena);
   free(m->bufs);
   free(m->times_ns);
+  free(m->wait_ns);
   pthread_mutex_destroy(&m->lock);
   free(m);
 }
@@ -118,6 +121,13 @@ static uint64_t kiln_now_ns(void) {
 
 kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32_t n_inputs,
                              const kiln_tensor_t* outputs, int32_t n_outputs) {
+  return kiln_model_run_hooked(m, inputs, n_inputs, outputs, n_outputs, NULL, NULL);
+}
+
+kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs,
+                                    int32_t n_inputs, const kiln_tensor_t* outputs,
+                                    int32_t n_outputs, kiln_model_node_hook_fn hook,
+                                    void* hook_ctx) {
   const kiln_graph_t* g = m->graph;
   KILN_CHECK_ARG(n_inputs == g->n_inputs, "the model takes %d inputs, got %d", g->n_inputs,
                  n_inputs);
@@ -149,9 +159,23 @@ kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32
     if (kiln_node_is_view(g, n, &view_bytes) &&
         bufs[n->outputs[0]] == (char*)bufs[n->inputs[0]] + view_bytes)
       continue;
-    uint64_t t0 = m->profiling ? kiln_now_ns() : 0;
-    s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
-    if (m->profiling) m->times_ns[ni] += kiln_now_ns() - t0;
+    if (hook) hook(hook_ctx, ni, 0);
+    if (m->profiling) {
+      /* The wait at the host team's closing barrier is the scheduler's, not
+       * the kernel's: counted apart (kiln_pool_set_wait_counter). */
+      uint64_t wait = 0;
+      kiln_pool_set_wait_counter(&wait);
+      uint64_t t0 = kiln_now_ns();
+      s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
+      uint64_t dt = kiln_now_ns() - t0;
+      kiln_pool_set_wait_counter(NULL);
+      if (wait > dt) wait = dt;
+      m->times_ns[ni] += dt - wait;
+      m->wait_ns[ni] += wait;
+    } else {
+      s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
+    }
+    if (hook) hook(hook_ctx, ni, 1);
   }
   for (int32_t o = 0; o < n_outputs && !s; ++o) {
     if (!p->output_copy[o]) continue;
@@ -179,7 +203,10 @@ const uint64_t* kiln_model_profile(const kiln_model_t* m, int64_t* out_runs) {
   return m->times_ns;
 }
 
+const uint64_t* kiln_model_profile_wait(const kiln_model_t* m) { return m->wait_ns; }
+
 void kiln_model_profile_reset(kiln_model_t* m) {
   memset(m->times_ns, 0, sizeof(uint64_t) * (size_t)(m->graph->n_nodes + 1));
+  memset(m->wait_ns, 0, sizeof(uint64_t) * (size_t)(m->graph->n_nodes + 1));
   m->runs = 0;
 }

@@ -57,10 +57,25 @@ const kiln_plan_t* kiln_model_plan(const kiln_model_t* model);
 kiln_status_t kiln_model_run(kiln_model_t* model, const kiln_tensor_t* inputs, int32_t n_inputs,
                              const kiln_tensor_t* outputs, int32_t n_outputs);
 
-/* Per-node profiling: when on, each run adds each node's wall time (ns)
- * into times_ns (length graph->n_nodes, owned by the model). */
+/* As kiln_model_run, calling hook(hook_ctx, node, 0) before and
+ * hook(hook_ctx, node, 1) after each node that runs a kernel (views the plan
+ * realised are skipped), on the calling thread, with the model's lock held
+ * (the hook must not run this model). hook may be NULL. This is how the
+ * Python module puts kiln's nodes on torch.profiler's timeline. */
+typedef void (*kiln_model_node_hook_fn)(void* ctx, int32_t node, int end);
+kiln_status_t kiln_model_run_hooked(kiln_model_t* model, const kiln_tensor_t* inputs,
+                                    int32_t n_inputs, const kiln_tensor_t* outputs,
+                                    int32_t n_outputs, kiln_model_node_hook_fn hook,
+                                    void* hook_ctx);
+
+/* Per-node profiling: when on, each run adds each node's time (ns) into
+ * times_ns (length graph->n_nodes, owned by the model). Time a node's
+ * kernel spent at the closing barrier of the host's parallel regions,
+ * waiting for team threads that ran none of its tasks (see
+ * kiln_pool_set_wait_counter), goes to kiln_model_profile_wait instead. */
 void kiln_model_set_profiling(kiln_model_t* model, int on);
 const uint64_t* kiln_model_profile(const kiln_model_t* model, int64_t* out_runs);
+const uint64_t* kiln_model_profile_wait(const kiln_model_t* model);
 void kiln_model_profile_reset(kiln_model_t* model);
 
 #endif /* KILN_MODEL_H */

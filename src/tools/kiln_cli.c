@@ -1,7 +1,7 @@
 /* The `kiln` command line: inspect, run, benchmark and profile a .kiln
  * artifact with the C runtime alone (no Python, no compiler passes).
  *
- *   kiln info FILE
+ *   kiln info [FILE] [--measure]   (no FILE: the machine and its peaks)
  *   kiln run FILE [--input NAME=PATH ...] [--output-dir DIR] [--threads N] [--seed S]
  *   kiln bench FILE [--runs N] [--warmup N] [--threads N]
  *   kiln profile FILE [--runs N] [--warmup N] [--threads N]
@@ -31,6 +31,7 @@
 #include "ir/kiln_artifact.h"
 #include "ir/kiln_format.h"
 #include "runtime/kiln_plan_io.h"
+#include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
 #include "tools/kiln_cli.h"
 
@@ -65,6 +66,7 @@ typedef struct kiln_cli_options_s {
   int runs;
   int warmup;
   uint64_t seed;
+  int measure; /* info without FILE: re-measure the peaks */
 } kiln_cli_options_t;
 
 /* A loaded model and the pool it runs on (the model borrows the pool, so the
@@ -90,6 +92,7 @@ static const char kiln_cli_usage_text[] =
     "Runs a .kiln artifact with the C runtime alone.\n"
     "\n"
     "commands:\n"
+    "  info             this machine: CPU, caches, ISA, measured peaks (--measure: again)\n"
     "  info FILE        format version, inputs and outputs, nodes by op, constants,\n"
     "                   arena size and the node listing\n"
     "  run FILE         runs once and summarises each output\n"
@@ -182,6 +185,8 @@ static int kiln_cli_parse(int argc, char** argv, kiln_cli_command_t command,
         return kiln_cli_usage_error("--threads wants a whole number from 1 to 4096, got '%s'",
                                     value ? value : "");
       o->threads = (int)n;
+    } else if (command == KILN_CLI_INFO && !strcmp(arg, "--measure")) {
+      o->measure = 1;
     } else if (command == KILN_CLI_RUN &&
                kiln_cli_match_option(argc, argv, &i, "--input", &value)) {
       if (!value || !*value) return kiln_cli_usage_error("--input wants NAME=PATH");
@@ -212,7 +217,8 @@ static int kiln_cli_parse(int argc, char** argv, kiln_cli_command_t command,
       return kiln_cli_usage_error("%s: unknown option '%s'", cmd, arg);
     }
   }
-  if (!o->file) return kiln_cli_usage_error("%s: no FILE given", cmd);
+  if (!o->file && command != KILN_CLI_INFO) return kiln_cli_usage_error("%s: no FILE given", cmd);
+  if (o->file && o->measure) return kiln_cli_usage_error("info: --measure is for the machine (no FILE)");
   return 0;
 }
 
@@ -645,6 +651,38 @@ static int kiln_cli_find_command(const char* name, kiln_cli_command_t* out) {
   return 0;
 }
 
+/* `kiln info` without FILE: the machine as kiln sees it (kiln_machine.h). */
+static int kiln_cli_machine(int measure, int threads) {
+  kiln_pool_t* pool = NULL;
+  kiln_status_t st = kiln_pool_create(threads, &pool);
+  kiln_machine_t m;
+  if (!st) st = kiln_machine_get(pool, measure, &m);
+  kiln_pool_release(pool);
+  if (st) {
+    fprintf(stderr, "kiln: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
+    return KILN_CLI_EXIT_ERROR;
+  }
+  printf("cpu:        %s\n", m.cpu_model);
+  printf("cores:      %d online, kiln uses %d threads\n", m.cores, m.threads);
+  printf("caches:     L1d %ld KiB, L2 %ld KiB, L3 %ld KiB\n", m.l1d_bytes >> 10, m.l2_bytes >> 10,
+         m.l3_bytes >> 10);
+  printf("isa:        present:%s%s%s%s%s%s; in use: %s, bf16 engine: %s\n", m.avx2 ? " avx2" : "",
+         m.avx512 ? " avx512" : "", m.avx512_bf16 ? " avx512_bf16" : "",
+         m.avx512_vnni ? " avx512_vnni" : "", m.amx_bf16 ? " amx_bf16" : "",
+         m.amx_int8 ? " amx_int8" : "", m.isa, m.bf16_engine);
+  printf("peaks:      (%s%s%s)\n", m.measured ? "measured now" : "cached in ",
+         m.measured ? "" : m.cache_path, m.measured ? "" : "; --measure to measure again");
+  printf("  fp32 FMA       %8.1f GFLOP/s 1 thread, %8.1f all\n", m.fma_gflops_1, m.fma_gflops);
+  if (m.bf16_gflops > 0)
+    printf("  bf16 dot       %8.1f GFLOP/s 1 thread, %8.1f all\n", m.bf16_gflops_1, m.bf16_gflops);
+  if (m.int8_gops > 0)
+    printf("  int8 dot       %8.1f GOP/s   1 thread, %8.1f all\n", m.int8_gops_1, m.int8_gops);
+  printf("  read bandwidth %8.1f GB/s    1 thread, %8.1f all (128 MiB buffer)\n",
+         m.bandwidth_gbs_1, m.bandwidth_gbs);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fputs(kiln_cli_usage_text, stderr);
@@ -677,6 +715,10 @@ int main(int argc, char** argv) {
     return rc < 0 ? 0 : rc;
   }
 
+  if (command == KILN_CLI_INFO && !o.file) {
+    free(o.input_specs);
+    return kiln_cli_machine(o.measure, o.threads ? o.threads : kiln_cli_default_threads());
+  }
   /* info never runs a node: one thread (no workers to start). */
   int threads = command == KILN_CLI_INFO ? 1 : o.threads ? o.threads : kiln_cli_default_threads();
   kiln_cli_session_t session;

@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/kiln_block_cache.h"
 #include "base/kiln_pool.h"
@@ -136,6 +137,52 @@ static void pool_check_host_threads(void) {
   kiln_pool_release(three);
 }
 
+/* A host team whose second thread arrives 50 ms late, when the caller has
+ * run every task: the region returns only then (an OpenMP closing barrier).
+ * The wait counter must see that wait; the profiler reports it apart from
+ * the kernel's time (Model.profile in host-OpenMP mode had put such waits
+ * into the node's time). */
+static void* host_late_main(void* p) {
+  struct timespec ts = {0, 50 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  return host_thread_main(p);
+}
+
+static void host_late(void (*body)(void*), void* data, unsigned n, unsigned flags) {
+  (void)flags;
+  pthread_t t;
+  host_call_t call = {body, data};
+  int started = n > 1 && pthread_create(&t, NULL, host_late_main, &call) == 0;
+  body(data);
+  if (started) pthread_join(t, NULL);
+}
+
+static void pool_check_host_wait(void) {
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  if (!pool) return;
+  static pool_ctx_t ctx;
+  memset(&ctx, 0, sizeof(ctx));
+  kiln_pool_set_host_parallel(host_late, NULL);
+  uint64_t wait = 0;
+  kiln_pool_set_wait_counter(&wait);
+  kiln_pool_parallel_for(pool, 4, pool_task, &ctx);
+  kiln_pool_set_wait_counter(NULL);
+  int bad = 0;
+  for (size_t i = 0; i < 8; ++i) bad += atomic_load(&ctx.hits[i]) != (i < 4);
+  KILN_EXPECT(bad == 0, "late host team: %d tasks ran wrongly", bad);
+  /* 50 ms of sleep; the tasks take microseconds: a bound of 25 ms leaves the
+   * caller 25 ms of being descheduled before this could fail. */
+  KILN_EXPECT(wait >= 25000000u && wait < 5000000000u, "late host team: wait %.3f ms, want ~50",
+              (double)wait / 1e6);
+  /* Off: nothing is counted. */
+  uint64_t before = wait;
+  kiln_pool_parallel_for(pool, 4, pool_task, &ctx);
+  KILN_EXPECT(wait == before, "no counter set: the wait is not counted");
+  kiln_pool_set_host_parallel(NULL, NULL);
+  kiln_pool_release(pool);
+}
+
 void kiln_test_suite_pool(void) {
   for (int threads = 1; threads <= 3; ++threads) {
     kiln_pool_t* pool = NULL;
@@ -176,6 +223,7 @@ void kiln_test_suite_pool(void) {
   pool_check_host(host_team, "host team");
   pool_check_host(host_single, "host team of one");
   pool_check_host_threads();
+  pool_check_host_wait();
   KILN_EXPECT(kiln_pool_host_parallel() == NULL, "own threads again");
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);

@@ -166,7 +166,8 @@ def test_unknown_input_name_is_rejected(artifact):
 @pytest.mark.parametrize("args", [
     [],
     ["frobnicate"],
-    ["info"],
+    ["run"],
+    ["info", "m.kiln", "--measure"],
     ["run", "m.kiln", "--threads", "0"],
     ["bench", "m.kiln", "--runs", "many"],
     ["run", "m.kiln", "--bogus"],

@@ -1,0 +1,46 @@
+/* The machine as kiln sees it, and its measured peaks (kiln_machine.c):
+ * what `kiln info` (no file) prints and kiln.machine() returns; the
+ * profiler (kiln.profile) reads its roofs from it.
+ *
+ * Peaks are measured once and cached in a user file: $KILN_MACHINE_CACHE,
+ * else $XDG_CACHE_HOME/kiln/machine.json, else ~/.cache/kiln/machine.json;
+ * the file is reused only for the same CPU model, ISA level and thread
+ * count. Rates are per second: GFLOP/s (a multiply-add is 2), GOP/s for
+ * int8, GB/s (1e9 bytes); `_1` fields are one thread, the others all of the
+ * pool's threads. A field is 0 where the CPU lacks the instruction. */
+#ifndef KILN_MACHINE_H
+#define KILN_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_pool.h"
+#include "base/kiln_status.h"
+
+typedef struct kiln_machine_s {
+  char cpu_model[128];
+  int cores;   /* online CPUs */
+  int threads; /* the pool's threads */
+  long l1d_bytes, l2_bytes, l3_bytes; /* per sysconf; 0 when unknown */
+  int avx2, avx512, avx512_bf16, avx512_vnni, amx_bf16, amx_int8; /* present */
+  char isa[32];         /* the level in use (KILN_ISA caps it) */
+  char bf16_engine[32]; /* the bf16 engine in use: amx, avx512_bf16 or none */
+  double fma_gflops_1, fma_gflops;
+  double bf16_gflops_1, bf16_gflops; /* VDPBF16PS */
+  double int8_gops_1, int8_gops;     /* VPDPBUSD */
+  double bandwidth_gbs_1, bandwidth_gbs; /* reading a 128 MiB buffer */
+  int measured;        /* 1: measured by this call; 0: read from the cache */
+  int64_t measured_at; /* Unix time of the measurement */
+  char cache_path[4096]; /* "" when there is no cache file */
+} kiln_machine_t;
+
+/* Measures now (about a second) on `pool`'s threads; does not touch the cache. */
+kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* out);
+/* The cached figures when they fit this machine, else (or when remeasure)
+ * measures and rewrites the cache (a cache that cannot be written is not an
+ * error). */
+kiln_status_t kiln_machine_get(kiln_pool_t* pool, int remeasure, kiln_machine_t* out);
+/* The cache file's path; 0 when there is none (no HOME). */
+int kiln_machine_cache_path(char* out, size_t size);
+
+#endif /* KILN_MACHINE_H */

@@ -1,0 +1,170 @@
+"""Seeing what kiln did (issue 20): kiln's nodes on torch.profiler's timeline,
+kiln.profile's report against the machine's peaks, kiln.machine() and
+`kiln info` without a file, and Module.profile's accounting.
+
+No assertion here compares two timings of different runs: figures are
+checked by structure (nesting, counts, exact FLOPs and bytes) and by
+identities that hold on any machine load (a node's time inside the run
+that contains it)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+import torch
+
+import kiln
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+KILN_BIN = REPO / "build" / "src" / "tools" / "kiln"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def machine_cache(tmp_path_factory):
+    """Peaks measured once into a test-private cache file, not the user's."""
+    path = tmp_path_factory.mktemp("machine") / "machine.json"
+    old = os.environ.get("KILN_MACHINE_CACHE")
+    os.environ["KILN_MACHINE_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("KILN_MACHINE_CACHE", None)
+    else:
+        os.environ["KILN_MACHINE_CACHE"] = old
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(64, 128)
+        self.b = torch.nn.Linear(128, 32)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.gelu(self.a(x))).softmax(-1)
+
+
+def _compiled():
+    torch.manual_seed(0)
+    x = torch.randn(16, 64)
+    return kiln.trace(MLP().eval(), x), x
+
+
+def test_torch_profiler_events_nested_in_the_call(tmp_path):
+    c, x = _compiled()
+    c(x)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        y0 = x * 2.0                     # eager before
+        y = c(y0)
+        z = y + 1.0                      # eager after
+    assert torch.equal(y, c(y0)) and z.shape == y.shape
+    names = {e.key for e in prof.key_averages()}
+    assert {"kiln::forward", "kiln::linear", "aten::mul", "aten::add"} <= names, names
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    ev = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    fwd = [e for e in ev if e["name"] == "kiln::forward"]
+    assert len(fwd) == 1
+    lo, hi = fwd[0]["ts"], fwd[0]["ts"] + fwd[0]["dur"]
+    kiln_ev = [e for e in ev if e["name"].startswith("kiln::") and e["name"] != "kiln::forward"]
+    # One event per kernel node: linear, linear, softmax (gelu fuses into the first).
+    assert [e["name"] for e in sorted(kiln_ev, key=lambda e: e["ts"])] == \
+        ["kiln::linear", "kiln::linear", "kiln::softmax"], [e["name"] for e in kiln_ev]
+    for e in kiln_ev:
+        assert lo <= e["ts"] and e["ts"] + e["dur"] <= hi + 1e-3, (e, fwd[0])
+        assert e["tid"] == fwd[0]["tid"]
+    first = min((e for e in kiln_ev if e["name"] == "kiln::linear"), key=lambda e: e["ts"])
+    assert first["args"]["Input Dims"][0] == [16, 64]
+    assert first["args"]["flops"] == 2 * 16 * 64 * 128
+    assert "Linear" in first["args"]["origin"] or "linear" in first["args"]["origin"]
+    # The eager ops around the call are on the same timeline, outside it.
+    mul = [e for e in ev if e["name"] == "aten::mul"]
+    add = [e for e in ev if e["name"] == "aten::add"]
+    assert mul and add and mul[0]["ts"] + mul[0]["dur"] <= lo + 1e-3 and add[-1]["ts"] >= hi - 1e-3
+
+
+def test_no_hook_outside_a_profiler(monkeypatch):
+    """Outside torch.profiler the C call takes no hook (its cost is one check)."""
+    c, x = _compiled()
+    calls = []
+    real = c._kiln_model
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def run(self, *args):
+            calls.append(len(args))
+            return real.run(*args)
+
+    monkeypatch.setattr(c, "_kiln_model", Spy())
+    c(x)
+    with torch.profiler.profile():
+        c(x)
+    assert calls == [2, 3]
+
+
+def test_module_profile_is_inside_the_run():
+    """Module.profile's node times are the kernel's own: their sum fits in
+    the wall time of the same runs, and the barrier wait is reported apart."""
+    c, x = _compiled()
+    m = c._kiln_model
+    c(x)
+    m.profile(True)
+    t0 = time.perf_counter_ns()
+    for _ in range(20):
+        c(x)
+    wall = time.perf_counter_ns() - t0
+    rows, n = m.profile()
+    waits = m.profile_wait()
+    m.profile(False)
+    assert n == 20 and len(waits) == len(rows)
+    assert sum(r[2] for r in rows) + sum(waits) <= wall
+    prof = c.profile(x, runs=5)
+    assert all("wait_ms" in r and r["wait_ms"] >= 0 for r in prof)
+
+
+def test_report_against_a_gemm_of_known_flops(tmp_path):
+    m_, k, n = 64, 256, 512
+    lin = torch.nn.Linear(k, n, bias=False).eval()
+    x = torch.randn(m_, k)
+    c = kiln.trace(lin, x)
+    rep = kiln.profile(c, x, runs=5)
+    (row,) = [r for r in rep.rows if r["op"] == "linear"]
+    assert row["flops"] == 2 * m_ * k * n
+    # x and y dense fp32, the weight as packed (at least its K x N floats).
+    assert row["bytes"] >= 4 * (m_ * k + m_ * n + k * n)
+    assert row["gflops"] == pytest.approx(row["flops"] / (row["ms"] * 1e-3) / 1e9, rel=1e-6)
+    assert row["input_shapes"][0] == (m_, k) and row["output_shapes"] == [(m_, n)]
+    assert row["bound"] in ("compute", "memory") and row["peak_fraction"] > 0
+    assert rep.totals["flops"] == row["flops"] and rep.totals["runs"] == 5
+    assert abs(sum(r["share"] for r in rep.rows) - 1) < 1e-6
+    assert "linear" in str(rep) and "GFLOP/s" in str(rep)
+    t = json.loads(pathlib.Path(rep.export_chrome_trace(tmp_path / "k.json")).read_text())
+    assert [e["name"] for e in t["traceEvents"]] == ["kiln::linear"]
+    png = rep.plot_roofline(tmp_path / "roof.png")
+    assert pathlib.Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_machine_is_measured_once_and_cached(machine_cache):
+    m = kiln.machine()
+    assert m["cores"] >= 1 and m["threads"] >= 1 and m["cpu_model"]
+    assert m["fma_gflops_1"] > 0 and m["fma_gflops"] > 0 and m["bandwidth_gbs_1"] > 0
+    assert m["isa"] == kiln.isa()
+    assert (m["bf16_gflops"] > 0) == m["features"]["avx512_bf16"]
+    again = kiln.machine()
+    assert again["measured"] is False and again["fma_gflops"] == pytest.approx(m["fma_gflops"], abs=1e-3)
+    assert json.loads(machine_cache.read_text())["fma_gflops"] == pytest.approx(m["fma_gflops"], abs=1e-3)
+
+
+@pytest.mark.skipif(not KILN_BIN.exists(), reason="kiln CLI not built")
+def test_cli_info_without_a_file(machine_cache):
+    kiln.machine()  # the cache the CLI reads (same thread count: KILN_NUM_THREADS unset here)
+    env = dict(os.environ, KILN_MACHINE_CACHE=str(machine_cache))
+    p = subprocess.run([str(KILN_BIN), "info"], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    for word in ("cpu:", "caches:", "isa:", "fp32 FMA", "read bandwidth"):
+        assert word in p.stdout, p.stdout
+    bad = subprocess.run([str(KILN_BIN), "run", "--measure"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2
