@@ -387,6 +387,10 @@ def _binary(ctx, n):
     if op == "pow" and not isinstance(b, torch.fx.Node) and b == 2:
         x = operand(ctx, a, dtype)  # x**2 as x*x: exact, like torch
         return ctx.node("mul", [x, x], origin=ctx.origin(n))
+    if op == "pow" and not isinstance(b, torch.fx.Node) and b in (0.5, -0.5):
+        # torch computes x**0.5 as sqrt(x) and x**-0.5 as rsqrt(x), which
+        # differ from powf at -inf and -0 (sqrt(-inf) is NaN, powf's inf).
+        return ctx.node("sqrt" if b == 0.5 else "rsqrt", [operand(ctx, a, dtype)], origin=ctx.origin(n))
     alpha = n.kwargs.get("alpha", 1)
     vb = operand(ctx, b, dtype)
     if alpha != 1:

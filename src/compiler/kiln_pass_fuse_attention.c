@@ -79,6 +79,14 @@ static int widen_view(int64_t* view, const int64_t* dims, int64_t n_i, int64_t n
   return 1;
 }
 
+/* SDPA's input views step forwards only: a view with a negative stride (a
+ * flip) stays a STRIDED_COPY of its own. */
+static int forward_strides(const int64_t* strides, int n) {
+  for (int d = 0; d < n; ++d)
+    if (strides[d] < 0) return 0;
+  return 1;
+}
+
 /* k or v = reshape(expand(x)) with x's (B, Hkv, 1, S, D) repeated G times
  * along a stride-0 dim into (B, Hkv * G, S, D): returns the expand node
  * (view[] into its input, *hkv set), or NULL. */
@@ -90,7 +98,9 @@ static const kiln_node_t* repeat_kv_behind(const kiln_graph_t* g, int32_t t, con
   const kiln_value_t* ev = &g->values[r->inputs[0]];
   if (r->op != KILN_OP_RESHAPE || ev->producer < 0 || uses[r->inputs[0]] != 1) return NULL;
   const kiln_node_t* e = &g->nodes[ev->producer];
-  if (e->op != KILN_OP_STRIDED_COPY || e->params[0] != 5 || e->params[11] != 0) return NULL;
+  if (e->op != KILN_OP_STRIDED_COPY || e->params[0] != 5 || e->params[11] != 0 ||
+      !forward_strides(e->params + 9, 5))
+    return NULL;
   const int64_t* d = e->params + 1;
   if (tv->shape[0] != d[0] || tv->shape[1] != d[1] * d[2] || tv->shape[2] != d[3] ||
       tv->shape[3] != d[4])
@@ -168,7 +178,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       }
       const kiln_value_t* tv = &g->values[t];
       const kiln_node_t* p = tv->producer >= 0 ? &g->nodes[tv->producer] : NULL;
-      if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1) {
+      if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1 &&
+          forward_strides(p->params + 9, 4)) {
         pl->src[i] = p->inputs[0];
         pl->view[i][0] = p->params[17];
         memcpy(&pl->view[i][1], p->params + 9, 4 * sizeof(int64_t));

@@ -42,3 +42,36 @@ def test_gemm_epilogue_activations_keep_torchs_special_values():
         assert "act=" in compiled.explain(), f"{name}: not fused into the GEMM epilogue"
         with torch.no_grad():
             _assert_same_specials(compiled(x), model(x))
+
+
+def test_attention_on_flipped_views():
+    """FINDINGS 3: the attention pass folded a flip (negative strides) into
+    SDPA's input views, which only step forwards, and compiling failed ("q
+    view stride 3 out of range")."""
+
+    class M(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q.flip(-1), k.flip(2), v.flip(0, 3))
+
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    model = M()
+    compiled = kiln.trace(model, (q, k, v), fallback=False)
+    torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_pow_half_is_sqrt_as_in_torch():
+    """FINDINGS 4: x ** 0.5 and x ** -0.5 went to powf, which gives inf and 0
+    at -inf (and +0, +inf at -0); torch computes them as sqrt and rsqrt
+    (NaN at -inf, -0 and -inf at -0)."""
+    x = torch.tensor(SPECIALS + [0.25, 4.0, 1e-30, 1e30])
+
+    class M(torch.nn.Module):
+        def forward(self, t):
+            return t ** 0.5, t ** -0.5, torch.pow(t.abs(), 0.5)
+
+    model = M()
+    got = kiln.trace(model, (x,), fallback=False)(x)
+    for g, w in zip(got, model(x)):
+        _assert_same_specials(g, w)
+        num = ~torch.isnan(w)  # sqrt(-0) = -0, rsqrt(-0) = -inf (a NaN's sign means nothing)
+        assert torch.equal(torch.signbit(g[num]), torch.signbit(w[num]))

@@ -97,7 +97,7 @@ class Audit:
         if op in _COMPARISONS and args[0].is_floating_point():
             if _near(args[0], args[1]):
                 self.reason = f"{op} has operands within {TIE_RELATIVE} of a tie"
-        elif op in _DOMAIN_AT_ZERO and args[0].is_floating_point():
+        if op in _DOMAIN_AT_ZERO and args[0].is_floating_point():
             if op is aten.pow.Tensor_Scalar and float(args[1]) == int(args[1]) and args[1] >= 0:
                 return
             if _near(args[0], 0.0):

@@ -21,7 +21,7 @@ class LeafSpec:
     role: str  # "input" (runtime) or "param" (a constant of the compiled graph)
     shape: tuple
     dtype: torch.dtype = torch.float32
-    init: str = "normal"  # normal | weight | positive | special | index | bool | mask
+    init: str = "normal"  # normal | weight | positive | special | index | bool | mask | tril
     high: int = 1  # index: values in [0, high); weight: the fan-in
     layout: str = "contig"  # see INPUT_LAYOUTS; params are always contiguous
     trainable: bool = True  # False: a buffer (batch norm's running statistics), never given a gradient
@@ -33,6 +33,8 @@ def _values(spec, rng):
         return torch.from_numpy(np.asarray(rng.integers(0, max(spec.high, 1), size=shape, dtype=np.int64)))
     if spec.init == "bool":
         return torch.from_numpy(np.asarray(rng.random(size=shape) < 0.5))
+    if spec.init == "tril":  # a causal mask buffer: query i sees keys 0..i
+        return torch.from_numpy(np.tril(np.ones(shape, dtype=bool)))
     if spec.init == "mask":  # an attention mask: each query row keeps at least its first key
         m = np.asarray(rng.random(size=shape) < 0.6)
         if len(shape) >= 1 and shape[-1] > 0:

@@ -46,8 +46,11 @@ def _signature(e):
     return f"error:{type(e).__name__}:{text}"
 
 
-def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS):
-    ill = None
+def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS, stage=None):
+    """stage(name), if given, is told when eager work ("eager") and kiln's
+    ("kiln") begin."""
+    stage = stage or (lambda name: None)
+    stage("eager")
     for _ in range(redraws):
         try:
             res = resolve(program, kinds)
@@ -62,6 +65,7 @@ def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS):
         program = program.copy(salt=program.salt + 1)
     else:
         return Outcome("ill", ref.ill, path, program=program)
+    stage("kiln")
     return _run(res, path, ref, program)
 
 

@@ -146,7 +146,7 @@ def _conv_out(size, k, s, p, d):
 
 
 class Conv2d(Kind):
-    name, weight, arg_preds, n_sizes = "conv2d", 1.5, (float_rank(4, 4),), 1
+    name, weight, arg_preds, n_sizes = "conv2d", 2.5, (float_rank(4, 4),), 1
 
     def plan(self, rng, m, sizes):
         x = m[0]
@@ -206,7 +206,7 @@ class Attention(Kind):
     or new K and V leaves of length S; causal, a bool mask (each row keeps
     one key) or an additive float mask; grouped-query heads; a scale."""
 
-    name, weight, arg_preds, n_sizes = "attention", 1.5, (float_rank(4, 4),), 2
+    name, weight, arg_preds, n_sizes = "attention", 2.5, (float_rank(4, 4),), 2
 
     def plan(self, rng, m, sizes):
         q = m[0]
@@ -226,12 +226,23 @@ class Attention(Kind):
             specs.append(leaf(rng, rng.choice(((ln, s), (bs, 1, ln, s))), init="mask", dtype=torch.bool))
         elif mask == "float":
             specs.append(leaf(rng, rng.choice(((ln, s), (1, 1, ln, s), (bs, h, ln, s)))))
-        return Plan({"form": form, "mask": mask, "scale": rng.choice((None, None, 0.3, 1.0)), "gqa": hk != h},
-                    specs, acc=s + e)
+        scale = rng.choice((None, None, 0.3, 1.0))
+        if hk == h and mask != "bool" and rng.random() < 0.35:
+            # Written out, as models without F.scaled_dot_product_attention do
+            # (kiln's attention pass fuses it back).
+            dims = {"bh": bs * h, "l": ln, "s": s, "e": e, "ev": ev, "b": bs, "h": h,
+                    "scale": scale if scale is not None else e ** -0.5}
+            if mask == "causal":  # a registered tril buffer, as GPT-2-style code has
+                specs.append(leaf(rng, (ln, s), role="param", init="tril", dtype=torch.bool))
+            return Plan({"form": form, "mask": mask, "written": True, **dims}, specs, acc=s + e)
+        return Plan({"form": form, "mask": mask, "scale": scale, "gqa": hk != h, "written": False}, specs,
+                    acc=s + e)
 
     def emit(self, b, xs, ls, a):
         q = xs[0]
         k, v = (q, q) if a["form"] == "self" else (ls[0], ls[1])
+        if a["written"]:
+            return self._written(b, q, k, v, ls[-1] if a["mask"] in ("float", "causal") else None, a)
         mask = ls[-1] if a["mask"] in ("bool", "float") else None
         kw = {}
         if a["scale"] is not None:
@@ -239,6 +250,29 @@ class Attention(Kind):
         if a["gqa"]:
             kw["enable_gqa"] = True
         return b.call(aten.scaled_dot_product_attention.default, q, k, v, mask, 0.0, a["mask"] == "causal", **kw)
+
+    @staticmethod
+    def _written(b, q, k, v, mask, a):
+        """softmax(q k^T * scale + mask) v through bmm, as torch.export has a
+        hand-written attention (matmul decomposed into expand, view, bmm)."""
+        bh, ln, s, e, ev = a["bh"], a["l"], a["s"], a["e"], a["ev"]
+        four = [a["b"], a["h"]]
+
+        def to3(t, rows, cols):
+            t = b.call(aten.expand.default, t, four + [rows, cols])
+            return b.call(aten.view.default, b.call(aten.clone.default, t, memory_format=torch.contiguous_format),
+                          [bh, rows, cols])
+
+        kt = b.call(aten.permute.default, k, [0, 1, 3, 2])
+        scores = b.call(aten.view.default, b.call(aten.bmm.default, to3(q, ln, e), to3(kt, e, s)), four + [ln, s])
+        scores = b.call(aten.mul.Tensor, scores, a["scale"])
+        if a["mask"] == "float":
+            scores = b.call(aten.add.Tensor, scores, mask)
+        elif a["mask"] == "causal":
+            scores = b.call(aten.where.self, mask, scores, b.call(aten.scalar_tensor.default, float("-inf")))
+        p = b.call(aten._softmax.default, scores, -1, False)
+        out = b.call(aten.bmm.default, to3(p, ln, s), to3(v, s, ev))
+        return b.call(aten.view.default, out, four + [ln, ev])
 
 
 REDUCE = ("sum", "mean", "amax", "amin", "var", "sum_all", "max_dim", "sum_nodims")

@@ -18,7 +18,7 @@ class Source(Kind):
         self.name, self.role, self.weight = name, role, weight
 
     def propose(self, g):
-        rank = g.rng.choice((0, 1, 2, 2, 3, 3, 3, 4, 4))
+        rank = g.rng.choice((0, 1, 2, 2, 3, 3, 3, 4, 4, 4))
         return [], [g.size() for _ in range(rank)]
 
     def plan(self, rng, metas, sizes):

@@ -50,8 +50,16 @@ class ProgramModule(torch.nn.Module):
         return tuple(interpret(self._res, Eager(self._dtype), handles))
 
 
-def as64(t):
-    return t.double() if t.is_floating_point() else t
+def leaf_as(leaf, dtype):
+    """The leaf's tensor in `dtype` (if float) with the very same strides:
+    .to() of a strided or expanded view is contiguous, and a plan may have
+    relied on the strides (a view that a reshape could take)."""
+    if not leaf.tensor.is_floating_point() or dtype == leaf.tensor.dtype:
+        return leaf.tensor
+    if leaf.place is None:
+        return leaf.tensor.to(dtype)
+    fn, args = leaf.place
+    return fn(leaf.values.to(dtype), *args)
 
 
 NOISY_RUNS = 2
@@ -69,7 +77,7 @@ def reference(res):
     """Eager float32, float64 and float64 with rounding noise (check.py)."""
     e32 = [res.val(r) for r in res.outputs]
     audit = Audit()
-    leaves64 = [as64(leaf.tensor) for leaf in res.leaves]
+    leaves64 = [leaf_as(leaf, torch.float64) for leaf in res.leaves]
     r64 = interpret(res, Eager(torch.float64, audit), leaves64)
     runs = []
     for k in range(NOISY_RUNS):
@@ -122,7 +130,7 @@ def _train(module, res, dtype, compiled):
     """One forward and backward: (outputs, gradients) in leaf order."""
     xs = []
     for leaf in res.inputs:
-        t = leaf.tensor.detach().to(dtype) if leaf.tensor.is_floating_point() else leaf.tensor
+        t = leaf_as(leaf, dtype).detach()
         xs.append(t.requires_grad_() if t.is_floating_point() else t)
     fn = torch.compile(module, backend="kiln") if compiled else module
     outs = fn(*xs)

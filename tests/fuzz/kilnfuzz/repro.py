@@ -45,7 +45,7 @@ def main():
     xs = inputs()
     with torch.no_grad():
         eager = model(*xs)
-        model64, xs64 = Repro().double(), [x.double() if x.is_floating_point() else x for x in xs]
+        model64, xs64 = Repro().double(), inputs(torch.float64)
         ref = model64(*xs64)
         noisy = []
         for k in range(2):  # float64 with float32-sized rounding noise: the rule's E
@@ -63,7 +63,7 @@ def train(dtype, compiled):
     model = Repro().to(dtype)
     for p in model.parameters():
         p.requires_grad_(True)
-    xs = [x.detach().to(dtype).requires_grad_() if x.is_floating_point() else x for x in inputs()]
+    xs = [x.requires_grad_() if x.is_floating_point() else x for x in inputs(dtype)]
     outs = (torch.compile(model, backend="kiln") if compiled else model)(*xs)
     loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, LOSS_WEIGHTS) if w is not None)
     loss.backward()
@@ -81,8 +81,9 @@ def main():
 '''
 
 
-def _literal(t):
-    """torch.tensor(...) source for a contiguous tensor's exact values."""
+def _literal(t, dtype_src=None):
+    """torch.tensor(...) source for a contiguous tensor's exact values
+    (dtype_src: the dtype argument's source, for float tensors)."""
     vals = t.flatten().tolist()
     if t.dtype == torch.bool:
         body = ", ".join("1" if v else "0" for v in vals)
@@ -92,11 +93,12 @@ def _literal(t):
     else:
         body = ", ".join(str(v) for v in vals)
     body = "\n".join(textwrap.wrap(body, 100, initial_indent=" " * 8, subsequent_indent=" " * 8))
-    return f"torch.tensor([\n{body}], dtype={t.dtype}).reshape({tuple(t.shape)})"
+    dtype = dtype_src if dtype_src and t.is_floating_point() else t.dtype
+    return f"torch.tensor([\n{body}], dtype={dtype}).reshape({tuple(t.shape)})"
 
 
-def _leaf_source(leaf):
-    src = _literal(leaf.values.contiguous())
+def _leaf_source(leaf, dtype_src=None):
+    src = _literal(leaf.values.contiguous(), dtype_src)
     if leaf.place is not None:
         fn, args = leaf.place
         src = f"{fn.__name__}({src}, {', '.join(map(repr, args))})"
@@ -131,8 +133,10 @@ def script(res, outcome, header, how):
     lines += [textwrap.indent(s, " " * 8) for s in init] or []
     lines += ["", f"    def forward(self{''.join(', ' + leaf.name for leaf in inputs)}):"]
     lines += ["        " + ln for ln in sb.lines]
-    lines += [f"        return ({', '.join(outs)},)", "", "", "def inputs():"]
-    lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf)}", " " * 4) for leaf in inputs]
+    lines += [f"        return ({', '.join(outs)},)", "", "",
+              "def inputs(dtype=torch.float32):",
+              '    """The inputs, float ones in `dtype`, with the fuzzer\'s memory layouts."""']
+    lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf, 'dtype')}", " " * 4) for leaf in inputs]
     lines += [f"    return ({''.join(leaf.name + ', ' for leaf in inputs)})", ""]
     lines += [f"ACC = {[res.accs[r] for r in res.outputs]!r}  # accumulation lengths (the tolerance's L)", ""]
     if how == "compile":

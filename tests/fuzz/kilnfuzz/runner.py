@@ -61,8 +61,10 @@ class Result:
     steps: int = 0
 
 
-def run_one(index, cfg, log=None):
-    """Evaluates graph `index`; on failure shrinks it and writes the script."""
+def run_one(index, cfg, log=None, stage=None):
+    """Evaluates graph `index`; on failure shrinks it and writes the script.
+    stage(name), if given, hears where the work is ("eager", "kiln",
+    "shrink"): a worker's last stage says whose code a crash was in."""
     import torch
 
     from kilnfuzz.evaluate import evaluate
@@ -70,11 +72,18 @@ def run_one(index, cfg, log=None):
     from kilnfuzz.ops import KINDS
 
     torch.set_num_threads(threads_for(index))
-    program = program_for(cfg.seed, index, KINDS)
     path = path_for(index, cfg)
-    out = evaluate(program, path, cfg.skip_known)
+    try:
+        program = program_for(cfg.seed, index, KINDS)
+        out = evaluate(program, path, cfg.skip_known, stage=stage)
+    except Exception:  # noqa: BLE001 -- a bug of the fuzzer's own, not kiln's: report it as one
+        import traceback
+
+        return Result(index, "fuzzer-error", path, traceback.format_exc(limit=-3))
     res = Result(index, out.status, path, out.detail, out.unsupported, steps=len(program.steps))
     if out.status == "fail" and cfg.shrink:
+        if stage:
+            stage("shrink")
         res.repro, res.steps = report_failure(out, cfg, f"graph {index}", lambda p: evaluate(p, path, (), 1), log)
     return res
 
@@ -127,13 +136,16 @@ def _worker(conn, cfg):
     import warnings
 
     warnings.filterwarnings("ignore")
+    import kiln  # noqa: F401 -- fail here, before "ready", if kiln does not import (a broken build)
+
+    conn.send(("stage", "ready"))
     while True:
         msg = conn.recv()
         if msg is None:
             return
         kind, payload = msg
         if kind == "graph":
-            conn.send(run_one(payload, cfg))
+            conn.send(run_one(payload, cfg, stage=lambda name: conn.send(("stage", name))))
         else:  # ("eval", (program, path)): one shrinking step of a crash
             from kilnfuzz.evaluate import evaluate
 
@@ -147,11 +159,28 @@ class Worker:
         self.proc = ctx.Process(target=_worker, args=(child, cfg), daemon=True)
         self.proc.start()
         child.close()
-        self.task, self.started = None, 0.0
+        self.task, self.started, self.stage, self.ready = None, 0.0, "", False
 
     def send(self, kind, payload):
-        self.task, self.started = (kind, payload), time.monotonic()
-        self.conn.send((kind, payload))
+        self.task, self.started, self.stage = (kind, payload), time.monotonic(), ""
+        try:
+            self.conn.send((kind, payload))
+        except OSError:  # it died: the supervision loop sees its sentinel
+            pass
+
+    def receive(self):
+        """The task's result, or None after a stage report (recorded)."""
+        try:
+            msg = self.conn.recv()
+        except OSError:
+            raise EOFError from None
+        if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "stage":
+            if msg[1] == "ready":
+                self.ready = True
+            else:
+                self.stage = msg[1]
+            return None
+        return msg
 
     def stop(self, kill=False):
         if kill:
@@ -179,12 +208,14 @@ def _crash_evaluator(ctx, cfg, path):
             state["w"] = Worker(ctx, cfg)
         w = state["w"]
         w.send("eval", (program, path))
-        if w.conn.poll(CRASH_TIMEOUT):
-            try:
-                status, sig = w.conn.recv()
-                return Outcome(status, "", path, signature=sig, program=program)
-            except EOFError:
-                pass
+        deadline = time.monotonic() + CRASH_TIMEOUT
+        try:
+            while w.conn.poll(max(deadline - time.monotonic(), 0)):
+                r = w.receive()
+                if r is not None:
+                    return Outcome(r[0], "", path, signature=r[1], program=program)
+        except EOFError:
+            pass
         w.stop(kill=True)
         state["w"] = None
         return Outcome("crash", "the process died", path, signature="crash", program=program)
@@ -214,28 +245,45 @@ def run_parallel(indices, cfg, jobs, budget, on_result):
                 hung = time.monotonic() - w.started > CRASH_TIMEOUT * (4 if cfg.shrink else 1)
                 if w.conn in ready and w.conn.poll():
                     try:
-                        on_result(w.conn.recv())
-                        w.task = None
+                        r = w.receive()
+                        while r is None and w.conn.poll():
+                            r = w.receive()
+                        if r is not None:
+                            on_result(r)
+                            w.task = None
                         continue
                     except EOFError:
                         dead = True
+                if dead and not w.ready:
+                    raise RuntimeError("a fuzzing worker died before it was ready (does `import kiln` work? "
+                                       "its error is above)")
                 if dead or hung:
+                    stage = w.stage
                     w.stop(kill=True)
                     workers[j] = Worker(ctx, cfg)
-                    on_result(_crash_result(index, cfg, ctx, "hang" if hung else "crash"))
+                    on_result(_crash_result(index, cfg, ctx, "hang" if hung else "crash", stage))
     finally:
         for w in workers:
             w.stop()
 
 
-def _crash_result(index, cfg, ctx, status):
+def _crash_result(index, cfg, ctx, status, stage):
+    """A worker died or hung on graph `index` during `stage`. A crash in kiln
+    is shrunk with each candidate in a worker of its own; one in eager
+    PyTorch or the generator ("eager") is the fuzzer's to avoid, and is not
+    replayed here: this process must survive it."""
     from kilnfuzz.evaluate import Outcome
     from kilnfuzz.generate import program_for
     from kilnfuzz.ops import KINDS
 
     path = path_for(index, cfg)
-    res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'}")
-    if cfg.shrink and status == "crash":
+    res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'} "
+                                      f"(stage: {stage or 'generating'})")
+    if stage in ("", "eager"):
+        res.status = "fuzzer-error"
+        res.detail += ": eager PyTorch or the generator, not kiln; rerun with --only to see it"
+        return res
+    if cfg.shrink and status == "crash" and stage == "kiln":
         evaluate_one, close = _crash_evaluator(ctx, cfg, path)
         try:
             program = program_for(cfg.seed, index, KINDS)
@@ -249,6 +297,11 @@ def _crash_result(index, cfg, ctx, status):
 # ---- the command line -----------------------------------------------------------
 
 
+# Statuses that count as failed: kiln's failures, and errors of the fuzzer
+# itself (which must not pass unnoticed either).
+FAILED = ("fail", "crash", "hang", "fuzzer-error")
+
+
 @dataclass
 class Tally:
     status: Counter = field(default_factory=Counter)
@@ -260,7 +313,7 @@ class Tally:
         self.status[r.status] += 1
         self.paths[r.path] += 1
         self.unsupported.update(r.unsupported)
-        if r.status in ("fail", "crash", "hang"):
+        if r.status in FAILED:
             self.failures.append(r)
 
     @property
@@ -269,7 +322,7 @@ class Tally:
 
     @property
     def failed(self):
-        return self.status["fail"] + self.status["crash"] + self.status["hang"]
+        return sum(self.status[s] for s in FAILED)
 
     def summary(self, seconds):
         s = self.status
@@ -317,7 +370,7 @@ def main(argv=None):
 
     def on_result(r):
         tally.add(r)
-        if r.status in ("fail", "crash", "hang"):
+        if r.status in FAILED:
             if progress:
                 sys.stderr.write("\r\033[K")
             print(describe(r), flush=True)
@@ -351,7 +404,7 @@ def _only(index, cfg, show):
 
     warnings.filterwarnings("ignore")
     r = run_one(index, cfg, log=print)
-    print(describe(r) if r.status in ("fail", "crash", "hang") else f"graph {index} [{r.path}]: {r.status} {r.detail}")
+    print(describe(r) if r.status in FAILED else f"graph {index} [{r.path}]: {r.status} {r.detail}")
     if show or r.repro:
         from kilnfuzz.generate import program_for
         from kilnfuzz.ops import KINDS
@@ -365,4 +418,4 @@ def _only(index, cfg, show):
             print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", "trace"))
         elif r.repro:
             print(open(r.repro).read())
-    return 1 if r.status in ("fail", "crash", "hang") else 0
+    return 1 if r.status in FAILED else 0
