@@ -9,8 +9,9 @@ An Outcome's status is one of
                trace path a fallback to eager for some ops): not a failure
   ill          three data draws were all ill-conditioned (check.py)
   known        the graph may trigger a known bug (known.py) and was skipped
-  skipped      eager itself cannot run the program this way (training an op
-               without a derivative)
+  skipped      torch itself cannot run the program this way (training an op
+               without a derivative; torch.export or AOTAutograd failing on it
+               without kiln)
   invalid      the program does not resolve (only while shrinking)
 and, from runner.py's worker supervision, crash and hang.
 """
@@ -73,13 +74,14 @@ def _run(res, path, ref, program):
     from kiln.errors import UnsupportedOpError
 
     accs = [res.accs[r] for r in res.outputs]
+    mags = [res.mags[r] for r in res.outputs]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             if path == "fast":
-                why = compare_all(run_fast(res), ref, accs)
+                why = compare_all(run_fast(res), ref, accs, mags=mags)
             elif path == "trace":
-                why = compare_all(run_trace(res), ref, accs)
+                why = compare_all(run_trace(res), ref, accs, mags=mags)
             else:
                 why = run_compile(res, accs)
         except NotApplicable as e:

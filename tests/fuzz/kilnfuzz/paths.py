@@ -90,11 +90,11 @@ def reference(res):
     return Reference(e32, r64, noisy, ill)
 
 
-def compare_all(got, ref, accs, what="output"):
+def compare_all(got, ref, accs, what="output", mags=None):
     if len(got) != len(ref.e32):
         return f"kiln returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0)
         if why:
             return why
     return None
@@ -116,8 +116,22 @@ def run_trace(res):
 
     model = ProgramModule(res).eval()
     xs = tuple(leaf.tensor for leaf in res.inputs)
-    compiled = kiln.trace(model, xs)
+    try:
+        compiled = kiln.trace(model, xs)
+    except Exception:
+        _torch_can(lambda: torch.export.export(model, xs), "torch.export")
+        raise
     return list(compiled(*xs))
+
+
+def _torch_can(fn, what):
+    """After kiln failed: raise NotApplicable if torch alone fails too (its
+    fake-tensor strides disagree with eager's, say), so that the failure is
+    torch's and not kiln's."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        raise NotApplicable(f"{what} itself fails: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _loss_weights(res, outs):
@@ -127,12 +141,13 @@ def _loss_weights(res, outs):
 
 
 def _train(module, res, dtype, compiled):
-    """One forward and backward: (outputs, gradients) in leaf order."""
+    """One forward and backward: (outputs, gradients) in leaf order.
+    compiled: False (eager), True (torch.compile with kiln) or a backend name."""
     xs = []
     for leaf in res.inputs:
         t = leaf_as(leaf, dtype).detach()
         xs.append(t.requires_grad_() if t.is_floating_point() else t)
-    fn = torch.compile(module, backend="kiln") if compiled else module
+    fn = torch.compile(module, backend=compiled if isinstance(compiled, str) else "kiln") if compiled else module
     outs = fn(*xs)
     weights = _loss_weights(res, outs)
     loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
@@ -154,8 +169,15 @@ def run_compile(res, accs):
     except RuntimeError as e:  # eager cannot train this program (an op without a derivative)
         raise NotApplicable(f"eager training fails: {e}") from None
     torch._dynamo.reset()
-    k_out, k_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, True)
-    why = compare_all(k_out, Reference(e_out, r_out, [()] * len(e_out)), accs, "forward output")
+    try:
+        k_out, k_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, True)
+    except Exception:
+        torch._dynamo.reset()
+        _torch_can(lambda: _train(ProgramModule(res, requires_grad=True), res, torch.float32, "aot_eager"),
+                   "torch.compile(backend='aot_eager')")
+        raise
+    why = compare_all(k_out, Reference(e_out, r_out, [()] * len(e_out)), accs, "forward output",
+                      [res.mags[r] for r in res.outputs])
     if why or not all(torch.isfinite(o).all() for o in e_out if o.is_floating_point()):
         return why  # NaN outputs make every gradient NaN: nothing more to learn
     gacc = 2 * max(accs) + 1  # backward runs the forward's reductions again, transposed

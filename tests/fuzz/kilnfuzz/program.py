@@ -244,6 +244,7 @@ class Resolved:
     nodes: dict  # ref -> fx node
     accs: dict  # ref -> accumulation length along the path to it
     outputs: list  # refs
+    mags: dict = None  # ref -> largest finite |value| it was computed from (itself included)
 
     def val(self, ref):
         return self.nodes[ref].meta["val"]
@@ -253,6 +254,15 @@ class Resolved:
         return [leaf for leaf in self.leaves if leaf.role == "input"]
 
 
+def _amax(t):
+    """The largest finite |element| of a float tensor (0 for others)."""
+    if not (isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()):
+        return 0.0
+    a = t.detach().abs()
+    a = a[torch.isfinite(a)]
+    return float(a.max()) if a.numel() else 0.0
+
+
 class Resolver:
     """Resolves a program step by step (the generator adds steps one at a
     time and keeps those that resolve)."""
@@ -260,7 +270,7 @@ class Resolver:
     def __init__(self, kinds, salt=0):
         self.kinds, self.salt = kinds, salt
         self.b = FxBuilder()
-        self.nodes, self.accs, self.steps, self.leaves = {}, {}, [], []
+        self.nodes, self.accs, self.mags, self.steps, self.leaves = {}, {}, {}, [], []
 
     def meta(self, ref):
         return Meta(self.nodes[ref].meta["val"])
@@ -296,9 +306,11 @@ class Resolver:
             if not isinstance(v, torch.Tensor) or v.numel() > MAX_NUMEL or v.numel() == 0:
                 raise Invalid(f"step {si} ({step.kind}) makes an empty or too large value")
         acc = max([self.accs[r] for r in step.args], default=0) + plan.acc
+        mag = max([self.mags[r] for r in step.args] + [_amax(leaf.tensor) for leaf in new_leaves] +
+                  [_amax(node.meta["val"]) for node in outs])
         refs = [(si, k) for k in range(len(outs))]
         for r, node in zip(refs, outs):
-            self.nodes[r], self.accs[r] = node, acc
+            self.nodes[r], self.accs[r], self.mags[r] = node, acc, mag
         self.leaves += new_leaves
         self.steps.append(RStep(kind, tuple(step.args), plan.attrs, idx, len(outs)))
         return refs
@@ -314,7 +326,7 @@ class Resolver:
             if r not in self.nodes or self.is_leaf(r):
                 raise Invalid(f"output {r} is not a computed value")
         self.b.graph.output(tuple(self.nodes[r] for r in outputs))
-        return Resolved(program, self.steps, self.leaves, self.b.graph, self.nodes, self.accs, outputs)
+        return Resolved(program, self.steps, self.leaves, self.b.graph, self.nodes, self.accs, outputs, self.mags)
 
 
 def resolve(program, kinds):

@@ -53,7 +53,7 @@ def main():
                 noisy.append(model64(*xs64))
         got = kiln_compile(model, xs)(*xs)
     bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
-           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy]))]
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j]))]
     print("\\n".join(bad) or "kiln agrees with eager")
     return 1 if bad else 0
 '''
@@ -73,7 +73,8 @@ def train(dtype, compiled):
 
 def main():
     (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
-    bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro)) if (why := compare(k, e, r, ACC[j], f"output {j}"))]
+    bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", (), MAG[j]))]
     bad += [why for j, (k, e, r) in enumerate(zip(kg, eg, rg))
             if (why := compare(k, e, r, 2 * max(ACC) + 1, f"gradient {j}"))]
     print("\\n".join(bad) or "kiln agrees with eager")
@@ -138,7 +139,8 @@ def script(res, outcome, header, how):
               '    """The inputs, float ones in `dtype`, with the fuzzer\'s memory layouts."""']
     lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf, 'dtype')}", " " * 4) for leaf in inputs]
     lines += [f"    return ({''.join(leaf.name + ', ' for leaf in inputs)})", ""]
-    lines += [f"ACC = {[res.accs[r] for r in res.outputs]!r}  # accumulation lengths (the tolerance's L)", ""]
+    lines += [f"ACC = {[res.accs[r] for r in res.outputs]!r}  # accumulation lengths (the tolerance's L)",
+              f"MAG = {[res.mags[r] for r in res.outputs]!r}  # largest values they come from (the rule's A)", ""]
     if how == "compile":
         weights = _loss_weights(res, [res.val(r) for r in res.outputs])
         lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
