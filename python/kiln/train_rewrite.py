@@ -136,15 +136,24 @@ def unsave_transposes(fw, bw):
     outs = list(out_node.args[0])
     fw_by_name = {n.name: n for n in fw.graph.nodes}
     placeholders = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    # The forward returns the user's outputs, then the values saved for the
+    # backward, in the order of the backward's leading placeholders (named
+    # as the forward's nodes). Only the saved positions change: the same
+    # node may also be a user output (a permute returned and saved), which
+    # must stay what it is.
+    saved = [p for p in placeholders if p.name in fw_by_name]
+    first_saved = len(outs) - len(saved)
+    if first_saved < 0 or any(outs[first_saved + i] is not fw_by_name[p.name] for i, p in enumerate(saved)):
+        return 0  # not the layout this rewrite knows: leave the graphs alone
     done = 0
-    for p in placeholders:
-        n = fw_by_name.get(p.name)
+    for i, p in enumerate(saved):
+        n = fw_by_name[p.name]
         x = _last2_transpose_of(n)
-        if x is None or n not in outs:
+        if x is None:
             continue
         val = x.meta.get("val")
         r = val.dim()
-        outs = [x if o is n else o for o in outs]
+        outs[first_saved + i] = x
         with bw.graph.inserting_after(placeholders[-1]):
             t = bw.graph.call_function(aten.transpose.int, (p, r - 2, r - 1))
         t.meta = dict(p.meta)

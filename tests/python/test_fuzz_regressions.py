@@ -75,3 +75,54 @@ def test_pow_half_is_sqrt_as_in_torch():
         _assert_same_specials(g, w)
         num = ~torch.isnan(w)  # sqrt(-0) = -0, rsqrt(-0) = -inf (a NaN's sign means nothing)
         assert torch.equal(torch.signbit(g[num]), torch.signbit(w[num]))
+
+
+def test_tanh_keeps_the_sign_of_zero():
+    """FINDINGS 6: tanh(-0.0) was +0.0 (x + x^3 p rounds -0 + +0 to +0) in
+    the unary kernel at every ISA level; atan2 of it then gave pi where eager
+    gives -pi. (The GEMM epilogue's tanh had the same form and was mended
+    too, but a GEMM's sum starts from +0.0, so no -0 reaches it there.)"""
+    x = torch.tensor([[-0.0, 0.0, -1e-30, 1e-30, -0.3, 0.3]])
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.atan2(torch.tanh(x), torch.full_like(x, -1.0))
+
+    start = kiln.isa()
+    try:
+        for level in ("generic", "avx2", "avx512"):
+            if kiln.isa(level) != level:
+                continue  # not on this CPU: the levels it has are checked
+            got = kiln.trace(M(), (x,), fallback=False)(x)
+            assert torch.equal(torch.signbit(got), torch.signbit(M()(x))), (level, got)
+    finally:
+        kiln.isa(start)
+
+
+def test_training_output_that_is_also_saved_transposed():
+    """FINDINGS 7: a forward output that the backward also saves as a
+    transpose (conv -> permute returned and fed to batch norm) came back as
+    the permute's input: unsave_transposes replaced the node in the user
+    outputs too, not only in the saved values; the output had the conv's
+    shape (1, 1, 3, 2) instead of (1, 1, 2, 3)."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(1, 1, (2, 3), padding=1, dilation=2)
+            self.bn = torch.nn.BatchNorm2d(1).eval()
+
+        def forward(self, x):
+            p = self.conv(x).permute(0, 1, 3, 2)
+            return p, self.bn(p)
+
+    torch.manual_seed(7)
+    torch._dynamo.reset()
+    model = M()
+    x = torch.randn(1, 1, 3, 4, requires_grad=True)
+    want = model(x)
+    got = torch.compile(model, backend="kiln")(x)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    sum((o * o).sum() for o in got).backward()

@@ -69,6 +69,8 @@ static inline __m256 kiln_gemm_tanh_avx2(__m256 x) {
   q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(2.0f / 15.0f));
   q = _mm256_fmadd_ps(q, x2, _mm256_set1_ps(-1.0f / 3.0f));
   __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(q, x2), x, x);
+  /* x's sign on it: -0 + +0 rounds to +0, and tanh(-0) is -0. */
+  small = _mm256_or_ps(_mm256_andnot_ps(sign, small), _mm256_and_ps(sign, x));
   /* Large |x|: (1 - e) / (1 + e), e = exp(-2|x|), sign put back. */
   __m256 one = _mm256_set1_ps(1.0f);
   __m256 e = kiln_gemm_exp_avx2(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));

@@ -174,7 +174,9 @@ static inline float kiln_nn_tanhf(float x) {
   p = KILN_NN_FMA(p, x2, -5.396023393e-02f);
   p = KILN_NN_FMA(p, x2, 1.333331019e-01f);
   p = KILN_NN_FMA(p, x2, -3.333333433e-01f);
-  float small = KILN_NN_FMA(p * x2, x, x);
+  /* x's sign on both forms: x + x^3 p rounds -0 + +0 to +0, and tanh(-0)
+   * is -0 (atan2 or 1/x downstream tell them apart). */
+  float small = copysignf(KILN_NN_FMA(p * x2, x, x), x);
   float e = kiln_nn_expf(2.0f * a);
   float big = copysignf(1.0f - 2.0f / (e + 1.0f), x);
   return a < 0.625f ? small : big;
