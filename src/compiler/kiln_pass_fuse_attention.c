@@ -178,8 +178,11 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       }
       const kiln_value_t* tv = &g->values[t];
       const kiln_node_t* p = tv->producer >= 0 ? &g->nodes[tv->producer] : NULL;
+      /* Not a copy an earlier SDPA already took as its output permute
+       * (sdpa -> permute -> sdpa): that SDPA writes the copy's value in
+       * place and never makes the copy's input, so it cannot be read. */
       if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1 &&
-          forward_strides(p->params + 9, 4)) {
+          forward_strides(p->params + 9, 4) && role[tv->producer] != 1) {
         pl->src[i] = p->inputs[0];
         pl->view[i][0] = p->params[17];
         memcpy(&pl->view[i][1], p->params + 9, 4 * sizeof(int64_t));

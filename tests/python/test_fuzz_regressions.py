@@ -126,3 +126,38 @@ def test_training_output_that_is_also_saved_transposed():
         assert g.shape == w.shape
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
     sum((o * o).sum() for o in got).backward()
+
+
+def test_log_softmax_of_a_row_of_one_negative_zero():
+    """FINDINGS 8: log_softmax computed x - (max + log(sum)), which for a row
+    holding only -0.0 is -0 - (+0) = -0; torch's (x - max) - log(sum) is +0
+    (atan2 of it flips between -pi and pi)."""
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.log_softmax(x, -1), torch.log_softmax(x.reshape(1, 4), -1)
+
+    x = torch.tensor([-0.0, 0.0, 1.5, -2.0]).reshape(4, 1)
+    for g, w in zip(kiln.trace(M(), (x,), fallback=False)(x), M()(x)):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-7)
+        assert torch.equal(torch.signbit(g), torch.signbit(w)), (g, w)
+
+
+def test_attention_reading_another_attentions_permuted_output():
+    """FINDINGS 9: sdpa -> permute(0, 2, 1, 3) -> sdpa: the first attention
+    took the permute as its output layout (it writes (B, S, H, D) in place),
+    the second folded the same permute into its q view and read the first's
+    raw output, which no node made any more ("value used before it was
+    emitted")."""
+
+    class M(torch.nn.Module):
+        def forward(self, q, k, v, k2, v2):
+            y = F.scaled_dot_product_attention(q, k, v).permute(0, 2, 1, 3)
+            return F.scaled_dot_product_attention(y, k2, v2)
+
+    torch.manual_seed(9)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 6, 4), torch.randn(2, 3, 6, 4)
+    k2, v2 = torch.randn(2, 5, 7, 4), torch.randn(2, 5, 7, 4)
+    model = M()
+    compiled = kiln.trace(model, (q, k, v, k2, v2), fallback=False)
+    torch.testing.assert_close(compiled(q, k, v, k2, v2), model(q, k, v, k2, v2), rtol=1e-4, atol=1e-5)

@@ -28,15 +28,17 @@ static void kiln_nn_softmax_row(size_t n, const float* x, float* y, int log_soft
       for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] += kiln_nn_expf(x[i + j] - m);
     }
     for (size_t j = 0; i < n; ++i, ++j) acc[j] += kiln_nn_expf(x[i] - m);
-    float c = m + logf(kiln_nn_lanes_sum(acc));
+    /* (x - m) - log(sum), in torch's order: x - (m + log(sum)) gave -0.0
+     * for x = m = -0.0 (a row of one), where torch's x - m is +0.0. */
+    float lse = logf(kiln_nn_lanes_sum(acc));
     for (i = 0; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
       float t[KILN_NN_LANES];
 #pragma GCC unroll 1
-      for (int j = 0; j < KILN_NN_LANES; ++j) t[j] = x[i + j] - c;
+      for (int j = 0; j < KILN_NN_LANES; ++j) t[j] = (x[i + j] - m) - lse;
 #pragma GCC unroll 1
       for (int j = 0; j < KILN_NN_LANES; ++j) y[i + j] = t[j];
     }
-    for (; i < n; ++i) y[i] = x[i] - c;
+    for (; i < n; ++i) y[i] = (x[i] - m) - lse;
     return;
   }
   for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
