@@ -69,6 +69,25 @@ _DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten
                    aten.pow.Tensor_Scalar}
 
 
+# Ops whose result flips with the sign of an exact zero: atan2(+-0, y < 0) is
+# +-pi, x / +-0 and 1 / +-0 are +-inf. The sign of a zero made by a sum is
+# not defined consistently by eager itself (its mm gives -0.0 for K = 1 and
+# +0.0 for K = 4; its conv gives -0.0 in the padding), so such a draw has no
+# reference to hold kiln to and is redrawn. Signs of zeros made elementwise
+# (tanh(-0), a sum of -0s) are still checked wherever no such op reads them.
+_SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default}
+
+
+def _zero_decides(op, args):
+    t = args[1] if op is aten.div.Tensor else args[0]
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return False
+    zero = t == 0
+    if op is aten.atan2.default and isinstance(args[1], torch.Tensor):
+        zero = zero & (args[1] <= 0)  # atan2(+-0, x > 0) is +-0: a zero's sign, still checked
+    return bool(zero.any())
+
+
 def _near(a, b):
     """True when some pair a_i, b_i differs, but by less than TIE_RELATIVE of
     their scale: a flip from rounding is possible."""
@@ -102,6 +121,9 @@ class Audit:
         if op in _COMPARISONS and args[0].is_floating_point():
             if _near(args[0], args[1]):
                 self.reason = f"{op} has operands within {TIE_RELATIVE} of a tie"
+        if op in _SIGN_OF_ZERO and _zero_decides(op, args):
+            self.reason = f"{op} meets an exact zero whose sign decides its result"
+            return
         if op in _DOMAIN_AT_ZERO and args[0].is_floating_point():
             if op is aten.pow.Tensor_Scalar and float(args[1]) == int(args[1]) and args[1] >= 0:
                 return
