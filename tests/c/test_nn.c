@@ -469,11 +469,61 @@ done:
   free(w);
 }
 
+/* FINDINGS 10 (tests/fuzz): a row whose mean dwarfs its spread (x = 100 +-
+ * 0.01, so |mean| / std ~ 2e4) with the float mean the forward saves. The
+ * exact dx of a row sums to zero (layer_norm is shift-invariant); centred
+ * on the rounded mean, every dx of the row was shifted by rstd^2 c
+ * mean(g xh), c = mean(x) - mu: 6e-4 of dx, and the sum of a row's dx was
+ * that much of sum |dx|. Now both are rounding of the spread: the sum
+ * within 1e-5 of sum |dx|, each dx within 2e-5 of the reference (which
+ * centres on the double mean). */
+static void kiln_test_nn_layer_norm_backward_offset(kiln_pool_t* pool, const char* isa) {
+  static const size_t cols_list[] = {2, 7, 16, 37, 256};
+  enum { ROWS = 9, MAXC = 256 };
+  static float x[ROWS * MAXC], dy[ROWS * MAXC], y[ROWS * MAXC], w[ROWS * MAXC], gamma[MAXC];
+  float mean[ROWS], rstd[ROWS];
+  for (size_t c = 0; c < sizeof cols_list / sizeof cols_list[0]; ++c) {
+    size_t cols = cols_list[c];
+    kiln_test_fill_f32(x, ROWS * cols, 71u + (unsigned)cols, 99.99f, 100.01f);
+    kiln_test_fill_f32(dy, ROWS * cols, 73u + (unsigned)cols, -1.0f, 1.0f);
+    kiln_test_fill_f32(gamma, cols, 79u + (unsigned)cols, 0.5f, 1.5f);
+    for (size_t r = 0; r < ROWS; ++r) {
+      double m = 0.0, v = 0.0;
+      for (size_t i = 0; i < cols; ++i) m += x[r * cols + i];
+      m /= (double)cols;
+      for (size_t i = 0; i < cols; ++i) v += (x[r * cols + i] - m) * (x[r * cols + i] - m);
+      mean[r] = (float)m;
+      rstd[r] = (float)(1.0 / sqrt(v / (double)cols + 1e-5));
+    }
+    for (int with_gamma = 0; with_gamma < 2; ++with_gamma) {
+      const float* gm = with_gamma ? gamma : NULL;
+      kiln_layer_norm_backward_f32_reference(ROWS, cols, dy, x, mean, rstd, gm, w);
+      kiln_layer_norm_backward_f32(ROWS, cols, dy, x, mean, rstd, gm, y, pool);
+      double worst_sum = 0.0, worst_err = 0.0;
+      for (size_t r = 0; r < ROWS; ++r) {
+        double sum = 0.0, mag = 0.0, err = 0.0;
+        for (size_t i = 0; i < cols; ++i) {
+          sum += y[r * cols + i];
+          mag += fabs((double)w[r * cols + i]);
+          err = fmax(err, fabs((double)y[r * cols + i] - w[r * cols + i]));
+        }
+        worst_sum = fmax(worst_sum, fabs(sum) / mag);
+        worst_err = fmax(worst_err, err / (mag / (double)cols));
+      }
+      KILN_EXPECT(worst_sum <= 1e-5 && worst_err <= 2e-5,
+                  "%s layer_norm_backward cols %zu gamma %d, mean 100 std 0.006: a row's dx sums to "
+                  "%.3g of its sum |dx|, error %.3g of its mean |dx|",
+                  isa, cols, with_gamma, worst_sum, worst_err);
+    }
+  }
+}
+
 static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
   kiln_test_strided_copy(pool, where);
   kiln_test_nn_unary(pool, where);
   kiln_test_nn_gelu_backward(pool, where);
   kiln_test_nn_layer_norm_backward(pool, where);
+  kiln_test_nn_layer_norm_backward_offset(pool, where);
   kiln_test_nn_softmax(pool, where);
   kiln_test_nn_norms(pool, where);
   kiln_test_nn_attention(pool, where);

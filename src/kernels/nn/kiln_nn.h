@@ -64,7 +64,9 @@ void kiln_layer_norm_f32_reference(size_t rows, size_t cols, const float* x,
 /* layer_norm's input gradient along cols: with xh = (x - mean) * rstd and
  * g = dy * gamma, dx = rstd * (g - mean(g) - xh * mean(g * xh)); mean and
  * rstd hold one value per row (what the forward saved); gamma (cols) may be
- * NULL. dx may alias dy or x exactly. */
+ * NULL. dx may alias dy or x exactly. xh is centred on the row's mean, not
+ * on the saved one (its float rounding): xh sums to zero and so does dx,
+ * however large |mean| / std is (kiln_norm.c). */
 void kiln_layer_norm_backward_f32(size_t rows, size_t cols, const float* dy, const float* x,
                                   const float* mean, const float* rstd, const float* gamma,
                                   float* dx, kiln_pool_t* pool);

@@ -66,15 +66,19 @@ void kiln_layer_norm_backward_f32_reference(size_t rows, size_t cols, const floa
                                             const float* gamma, float* dx) {
   for (size_t r = 0; r < rows; ++r) {
     const float *g = dy + r * cols, *xr = x + r * cols;
-    double s1 = 0.0, s2 = 0.0;
+    /* xh about the row's own mean: the saved float mean is its rounding,
+     * corrected here in double so that xh sums to zero (kiln_norm.c) */
+    double c = 0.0, s1 = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < cols; ++i) c += (double)xr[i] - mean[r];
+    double mu = mean[r] + c / (double)cols;
     for (size_t i = 0; i < cols; ++i) {
       double gg = (double)g[i] * (gamma ? gamma[i] : 1.0f);
       s1 += gg;
-      s2 += gg * (((double)xr[i] - mean[r]) * rstd[r]);
+      s2 += gg * (((double)xr[i] - mu) * rstd[r]);
     }
     for (size_t i = 0; i < cols; ++i) {
       double gg = (double)g[i] * (gamma ? gamma[i] : 1.0f);
-      double xh = ((double)xr[i] - mean[r]) * rstd[r];
+      double xh = ((double)xr[i] - mu) * rstd[r];
       dx[r * cols + i] = (float)(rstd[r] * (gg - s1 / (double)cols - xh * s2 / (double)cols));
     }
   }

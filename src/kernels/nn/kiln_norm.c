@@ -37,32 +37,51 @@ void KILN_NN_FN(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, const f
 }
 
 /* One row of layer_norm's input gradient: with xh = (x - mean) rstd and
- * g = dy gamma, dx = rstd (g - mean(g) - xh mean(g xh)). Two lane-summed
+ * g = dy gamma, dx = rstd (g - mean(g) - xh mean(g xh)). Three lane-summed
  * reductions, then a pass that writes dx last in each iteration (dx may
  * alias dy or x). has_gamma is a constant at each call, so each case is its
- * own branch-free vector loop. */
+ * own branch-free vector loop.
+ *
+ * The saved mean mu is the float32 rounding of the row's mean, off by up to
+ * an ulp of |mean|; the xh made from it do not sum to zero but to n c rstd,
+ * c = mean(x - mu), and the last term then shifts every dx of the row by
+ * rstd^2 c mean(g xh): an error of |mean| / std ulps of dx, where the exact
+ * gradient of a shift-invariant norm sums to zero (a consumer that adds
+ * near-equal multiples of the row's dx, such as the gradient of a value
+ * every element of the row depends on alike, sees only that shift). So the
+ * deviations are centred again, d = x - mu - c: their sum is then off by
+ * rounding relative to the row's spread, not to its mean (the corrected
+ * two-pass of Chan, Golub and LeVeque, 1983). With d0 = x - mu,
+ * mean(g d) = mean(g d0) - c mean(g), so the one reduction pass also
+ * gives c. */
 static inline void kiln_nn_layer_norm_backward_row(size_t n, const float* dy, const float* x,
                                                    float mu, float rs, const float* gamma,
                                                    int has_gamma, float* dx) {
-  float a1[KILN_NN_LANES] = {0}, a2[KILN_NN_LANES] = {0};
+  float a1[KILN_NN_LANES] = {0}, a2[KILN_NN_LANES] = {0}, a3[KILN_NN_LANES] = {0};
   size_t i = 0;
   for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
 #pragma GCC unroll 1
     for (int j = 0; j < KILN_NN_LANES; ++j) {
       float g = has_gamma ? dy[i + j] * gamma[i + j] : dy[i + j];
+      float d = x[i + j] - mu;
       a1[j] += g;
-      a2[j] += g * ((x[i + j] - mu) * rs);
+      a2[j] += g * d;
+      a3[j] += d;
     }
   }
   for (size_t j = 0; i < n; ++i, ++j) {
     float g = has_gamma ? dy[i] * gamma[i] : dy[i];
+    float d = x[i] - mu;
     a1[j] += g;
-    a2[j] += g * ((x[i] - mu) * rs);
+    a2[j] += g * d;
+    a3[j] += d;
   }
-  float m1 = kiln_nn_lanes_sum(a1) / (float)n, m2 = kiln_nn_lanes_sum(a2) / (float)n;
+  float m1 = kiln_nn_lanes_sum(a1) / (float)n, c = kiln_nn_lanes_sum(a3) / (float)n;
+  float m2 = (kiln_nn_lanes_sum(a2) / (float)n - c * m1) * rs; /* mean(g xh) */
+  /* (x - mu) - c, not x - (mu + c): mu + c would round c away. */
   for (i = 0; i < n; ++i) {
     float g = has_gamma ? dy[i] * gamma[i] : dy[i];
-    dx[i] = rs * (g - m1 - (x[i] - mu) * rs * m2);
+    dx[i] = rs * (g - m1 - ((x[i] - mu) - c) * rs * m2);
   }
 }
 
