@@ -48,7 +48,12 @@ infinity positions not r's (float32 overflow where double is finite); or a
 comparison, or the argument of log/sqrt/rsqrt/reciprocal, within 1e-4 of its
 threshold relative to its operands' scale (a rounding error could flip it);
 or attention over NaN or infinite scores (torch's CPU kernels give such a
-row zero weight where the math says NaN: no reference to hold kiln to).
+row zero weight where the math says NaN: no reference to hold kiln to); or
+an exact zero whose sign decides an op's result (_SIGN_OF_ZERO); or a
+comparison whose float operands are NaN at other places in float32 eager
+than in float64 (_NAN_AT_COMPARISON: float32 gelu(inf) is NaN, float64's
+inf; rule 3 accepts either for a float output, but a comparison makes of
+them two different exact bools, and kiln may give either).
 """
 
 import numpy as np
@@ -88,6 +93,45 @@ def _zero_decides(op, args):
     return bool(zero.any())
 
 
+# A NaN/inf ambiguity reaching a comparison: where torch's float32 and
+# float64 kernels disagree between NaN and a number or an infinity (float32
+# gelu(inf) is NaN, float64 gives inf; kiln gives inf too), rule 3 accepts
+# either in a float output; through a comparison the two become different
+# exact bools (NaN > p is False, inf > p True), with no reference to hold
+# kiln to: the draw is redrawn. Found as the NaN positions of every
+# comparison's float operands, in call order, in the float32 and float64
+# runs (ComparedNaNs).
+_NAN_AT_COMPARISON = "a comparison's operand is NaN in float32 eager where float64 is not, or the reverse"
+
+
+def _nan_positions(args):
+    return tuple(torch.isnan(a) if isinstance(a, torch.Tensor) else torch.tensor(a != a)
+                 for a in args[:2] if not isinstance(a, torch.Tensor) or a.is_floating_point())
+
+
+class ComparedNaNs:
+    """Records the NaN positions of the float operands of each comparison one
+    run makes (an Eager audit)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, op, args, kwargs, out):
+        if op in _COMPARISONS and args[0].is_floating_point():
+            self.seen.append(_nan_positions(args))
+
+
+def nan_at_comparison(run32, run64):
+    """_NAN_AT_COMPARISON if two ComparedNaNs (float32 and float64 runs of
+    one program) disagree, else None."""
+    if len(run32.seen) != len(run64.seen):
+        return _NAN_AT_COMPARISON
+    for a, b in zip(run32.seen, run64.seen):
+        if len(a) != len(b) or not all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b)):
+            return _NAN_AT_COMPARISON
+    return None
+
+
 def _near(a, b):
     """True when some pair a_i, b_i differs, but by less than TIE_RELATIVE of
     their scale: a flip from rounding is possible."""
@@ -110,8 +154,10 @@ class Audit:
 
     def __init__(self):
         self.reason = None
+        self.compared = ComparedNaNs()
 
     def __call__(self, op, args, kwargs, out):
+        self.compared(op, args, kwargs, out)
         if self.reason is not None:
             return
         if op is aten.scaled_dot_product_attention.default:
@@ -184,10 +230,11 @@ def conditioning(e, r, noisy=()):
     return None
 
 
-def compare(k, e, r, acc, what="output", noisy=(), mag=0.0):
-    """None if kiln's k passes against (e, r) by the rule above, else why not."""
+def compare(k, e, r, acc, what="output", noisy=(), mag=0.0, who="kiln"):
+    """None if kiln's k (or who's) passes against (e, r) by the rule above,
+    else why not."""
     if not isinstance(k, torch.Tensor):
-        return f"{what}: kiln returned {type(k).__name__}, not a tensor"
+        return f"{what}: {who} returned {type(k).__name__}, not a tensor"
     if tuple(k.shape) != tuple(e.shape):
         return f"{what}: shape {tuple(k.shape)}, eager {tuple(e.shape)}"
     if k.dtype != e.dtype:
@@ -221,7 +268,7 @@ def compare(k, e, r, acc, what="output", noisy=(), mag=0.0):
     if bool(bad.any()):
         i = int((err - tol).argmax())
         n = int(bad.sum())
-        return (f"{what}: {n} of {int(fin.sum())} elements off; worst kiln {float(kd[i]):.7g} vs float64 "
+        return (f"{what}: {n} of {int(fin.sum())} elements off; worst {who} {float(kd[i]):.7g} vs float64 "
                 f"{float(rd[i]):.7g} (eager float32 {float(ed[i]):.7g}), error {float(err[i]):.3g} > tolerance "
                 f"{float(tol[i]):.3g} (E {big_e:.3g}, L {acc}, S {scale:.3g})")
     return None

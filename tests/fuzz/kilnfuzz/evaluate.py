@@ -11,7 +11,9 @@ An Outcome's status is one of
   known        the graph may trigger a known bug (known.py) and was skipped
   skipped      torch itself cannot run the program this way (training an op
                without a derivative; torch.export or AOTAutograd failing on it
-               without kiln)
+               without kiln), or torch disagrees with itself where kiln
+               failed the rule (torch.compile(backend="aot_eager") fails it
+               at the same output: paths.run_compile)
   invalid      the program does not resolve (only while shrinking)
 and, from runner.py's worker supervision, crash and hang.
 """

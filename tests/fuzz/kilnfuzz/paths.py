@@ -9,7 +9,8 @@ Three paths into kiln:
            (parameters as nn.Parameters): torch.export, decompositions,
            fallback and the module's input handling, end to end.
   compile  torch.compile(backend="kiln") in training: forward, a loss,
-           backward through AOTAutograd's graphs; outputs and gradients.
+           backward through AOTAutograd's graphs; outputs and gradients
+           (where kiln's fail, torch's own aot_eager backend is judged too).
 """
 
 import types
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kilnfuzz.check import Audit, RoundingNoise, compare, conditioning
+from kilnfuzz.check import Audit, ComparedNaNs, RoundingNoise, compare, conditioning, nan_at_comparison
 from kilnfuzz.program import Eager, interpret
 
 
@@ -85,16 +86,20 @@ def reference(res):
             runs.append(interpret(res, Eager(torch.float64), leaves64))
     noisy = [[run[j] for run in runs] for j in range(len(e32))]
     ill = audit.reason
+    if not ill and audit.compared.seen:  # a comparison: its operands' NaNs in float32 too
+        run32 = ComparedNaNs()
+        interpret(res, Eager(torch.float32, run32), [leaf.tensor for leaf in res.leaves])
+        ill = nan_at_comparison(run32, audit.compared)
     for e, r, p in zip(e32, r64, noisy):
         ill = ill or conditioning(e, r, p)
     return Reference(e32, r64, noisy, ill)
 
 
-def compare_all(got, ref, accs, what="output", mags=None):
+def compare_all(got, ref, accs, what="output", mags=None, who="kiln"):
     if len(got) != len(ref.e32):
-        return f"kiln returned {len(got)} outputs, eager {len(ref.e32)}"
+        return f"{who} returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who)
         if why:
             return why
     return None
@@ -160,7 +165,14 @@ def _train(module, res, dtype, compiled):
 
 
 def run_compile(res, accs):
-    """torch.compile(backend="kiln") in training; None or why it fails."""
+    """torch.compile(backend="kiln") in training; None or why it fails.
+
+    When kiln's results fail the rule, torch's own compile stack is judged
+    the same way: torch.compile(backend="aot_eager") (AOTAutograd's graphs
+    run by eager ATen, no kiln). If it fails on the same output or gradient,
+    the difference is torch's (AOTAutograd's backward of an overlapping
+    as_strided differs from eager's), kiln inherits it from the graphs it is
+    given, and the graph is not applicable."""
     import torch._dynamo
 
     try:
@@ -168,24 +180,55 @@ def run_compile(res, accs):
         r_out, r_grad = _train(ProgramModule(res, torch.float64, requires_grad=True), res, torch.float64, False)
     except RuntimeError as e:  # eager cannot train this program (an op without a derivative)
         raise NotApplicable(f"eager training fails: {e}") from None
+
+    def train_with(backend):
+        return _train(ProgramModule(res, requires_grad=True), res, torch.float32, backend)
+
     torch._dynamo.reset()
     try:
-        k_out, k_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, True)
+        k_out, k_grad = train_with("kiln")
     except Exception:
         torch._dynamo.reset()
-        _torch_can(lambda: _train(ProgramModule(res, requires_grad=True), res, torch.float32, "aot_eager"),
-                   "torch.compile(backend='aot_eager')")
+        _torch_can(lambda: train_with("aot_eager"), "torch.compile(backend='aot_eager')")
         raise
-    why = compare_all(k_out, Reference(e_out, r_out, [()] * len(e_out)), accs, "forward output",
-                      [res.mags[r] for r in res.outputs])
-    if why or not all(torch.isfinite(o).all() for o in e_out if o.is_floating_point()):
-        return why  # NaN outputs make every gradient NaN: nothing more to learn
-    gacc = 2 * max(accs) + 1  # backward runs the forward's reductions again, transposed
-    for j, (k, e, r) in enumerate(zip(k_grad, e_grad, r_grad)):
-        if conditioning(e, r):
-            continue
-        why = compare(k, e, r, gacc, f"gradient {j}")
-        if why:
-            return why
-    return None
+    judge = _TrainingJudge(res, accs, e_out, e_grad, r_out, r_grad)
+    where, why = judge(k_out, k_grad)
+    if why is None:
+        return None
+    torch._dynamo.reset()
+    try:
+        a_out, a_grad = train_with("aot_eager")
+    except Exception as e:  # noqa: BLE001 -- torch's stack cannot run it: kiln's result stands judged
+        return why + f" (torch.compile(backend='aot_eager') raises {type(e).__name__})"
+    finally:
+        torch._dynamo.reset()
+    a_where, a_why = judge(a_out, a_grad, "aot_eager")
+    if a_where == where:
+        raise NotApplicable(f"torch.compile(backend='aot_eager') alone disagrees with eager: {a_why}")
+    return why
 
+
+class _TrainingJudge:
+    """(where, why) for one training run's outputs and gradients against
+    eager and float64: where names the first output or gradient that fails
+    the rule (None if all pass)."""
+
+    def __init__(self, res, accs, e_out, e_grad, r_out, r_grad):
+        self.accs, self.mags = accs, [res.mags[r] for r in res.outputs]
+        self.e_out, self.e_grad, self.r_out, self.r_grad = e_out, e_grad, r_out, r_grad
+
+    def __call__(self, outs, grads, who="kiln"):
+        why = compare_all(outs, Reference(self.e_out, self.r_out, [()] * len(self.e_out)), self.accs,
+                          "forward output", self.mags, who)
+        if why:
+            return why.split(":")[0], why
+        if not all(torch.isfinite(o).all() for o in self.e_out if o.is_floating_point()):
+            return None, None  # NaN outputs make every gradient NaN: nothing more to learn
+        gacc = 2 * max(self.accs) + 1  # backward runs the forward's reductions again, transposed
+        for j, (k, e, r) in enumerate(zip(grads, self.e_grad, self.r_grad)):
+            if conditioning(e, r):
+                continue
+            why = compare(k, e, r, gacc, f"gradient {j}", who=who)
+            if why:
+                return f"gradient {j}", why
+        return None, None
