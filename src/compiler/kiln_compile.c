@@ -124,7 +124,7 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
   for (int32_t i = 0; i < g->n_inputs; ++i) {
     const kiln_value_t* v = &g->values[g->inputs[i]];
     fprintf(out, "  input  %%%d %s %s\n", g->inputs[i], v->name ? v->name : "",
-            kiln_value_describe(v, buf, sizeof buf));
+            kiln_graph_describe_value(g, v, buf, sizeof buf));
   }
   for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
@@ -145,7 +145,7 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
                     : "");
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
-    fprintf(out, ") -> %s", kiln_value_describe(&g->values[n->outputs[0]], buf, sizeof buf));
+    fprintf(out, ") -> %s", kiln_graph_describe_value(g, &g->values[n->outputs[0]], buf, sizeof buf));
     int64_t act = n->op == KILN_OP_LINEAR                                  ? n->params[0]
                   : n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC ? n->params[7]
                                                                           : 0;

@@ -81,7 +81,9 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
       ++*out_dead;
       continue;
     }
-    int all_const = fold;
+    /* A node with symbolic sizes (an expand of a constant to the sequence
+     * length) runs per call: its result has no one size to keep. */
+    int all_const = fold && !kiln_node_is_symbolic(g, n);
     for (int32_t i = 0; i < n->n_inputs; ++i)
       if (n->inputs[i] >= 0 && !data[n->inputs[i]]) all_const = 0;
     if (all_const && kiln_fold_is_weight_transpose(g, n, uses, mm_uses)) {

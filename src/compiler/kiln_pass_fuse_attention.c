@@ -36,12 +36,12 @@ typedef struct {
   int32_t linears[3];   /* the three LINEARs merged (node indices) */
 } kiln_attn_plan_t;
 
-static void dense_strides(const kiln_value_t* v, int64_t* view) {
+static void dense_strides(const kiln_graph_t* g, const kiln_value_t* v, int64_t* view) {
   int64_t s = 1;
   view[0] = 0;
   for (int d = 3; d >= 0; --d) {
     view[1 + d] = s;
-    s *= v->shape[d];
+    s = kiln_graph_dim_mul(g, s, v->shape[d]);
   }
 }
 
@@ -102,7 +102,7 @@ static const kiln_node_t* repeat_kv_behind(const kiln_graph_t* g, int32_t t, con
       !forward_strides(e->params + 9, 5))
     return NULL;
   const int64_t* d = e->params + 1;
-  if (tv->shape[0] != d[0] || tv->shape[1] != d[1] * d[2] || tv->shape[2] != d[3] ||
+  if (tv->shape[0] != d[0] || tv->shape[1] != kiln_graph_dim_mul(g, d[1], d[2]) || tv->shape[2] != d[3] ||
       tv->shape[3] != d[4])
     return NULL;
   view[0] = e->params[17];
@@ -163,7 +163,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     int64_t kv_view[2][5], hkv[2];
     const kiln_node_t* rep[2] = {repeat_kv_behind(g, n->inputs[1], uses, kv_view[0], &hkv[0]),
                                  repeat_kv_behind(g, n->inputs[2], uses, kv_view[1], &hkv[1])};
-    int grouped = rep[0] && rep[1] && hkv[0] == hkv[1] && hkv[0] > 0 && dims[1] % hkv[0] == 0;
+    int grouped = rep[0] && rep[1] && hkv[0] == hkv[1] && !kiln_dim_is_sym(dims[1]) &&
+                  !kiln_dim_is_sym(hkv[0]) && hkv[0] > 0 && dims[1] % hkv[0] == 0;
     if (grouped) pl->dims[2] = hkv[0];
     /* 1. Input views. */
     for (int i = 0; i < 3; ++i) {
@@ -189,7 +190,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
         role[tv->producer] = 1;
       } else {
         pl->src[i] = t;
-        dense_strides(tv, pl->view[i]);
+        dense_strides(g, tv, pl->view[i]);
       }
     }
     /* 2. Output permute (0, 2, 1, 3) of a contiguous (B, H, S, Dv). */
@@ -197,7 +198,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     if (uses[y] == 1 && user[y] >= 0 && g->nodes[user[y]].op == KILN_OP_STRIDED_COPY) {
       const kiln_node_t* c = &g->nodes[user[y]];
       int64_t B = dims[0], H = dims[1], S = dims[3], Dv = dims[6];
-      const int64_t want[9] = {4, B, S, H, Dv, H * S * Dv, Dv, S * Dv, 1};
+      const int64_t SDv = kiln_graph_dim_mul(g, S, Dv);
+      const int64_t want[9] = {4, B, S, H, Dv, kiln_graph_dim_mul(g, H, SDv), Dv, SDv, 1};
       int ok = c->params[17] == 0;
       for (int j = 0; j < 4 && ok; ++j)
         ok = c->params[1 + j] == want[1 + j] &&
@@ -236,6 +238,11 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       const int64_t vd[3][4] = {{pl->dims[0], pl->dims[1], pl->dims[3], pl->dims[5]},
                                 {pl->dims[0], pl->dims[2], pl->dims[4], pl->dims[5]},
                                 {pl->dims[0], pl->dims[2], pl->dims[4], pl->dims[6]}};
+      /* Widening divides offsets and strides: numbers only. */
+      for (int i = 0; i < 3 && ok; ++i)
+        for (int j = 0; j < 5 && ok; ++j) ok = !kiln_dim_is_sym(views[i][j]);
+      for (int i = 0; i < 3 && ok; ++i)
+        for (int j = 0; j < 4 && ok; ++j) ok = !kiln_dim_is_sym(vd[i][j]);
       for (int i = 0; i < 3 && ok; ++i) {
         int64_t n_i = g->values[g->nodes[lin[i]].inputs[1]].shape[1];
         ok = widen_view(views[i], vd[i], n_i, n_total, col);

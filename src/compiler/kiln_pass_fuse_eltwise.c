@@ -48,12 +48,13 @@ static int kiln_fe_is_half(const kiln_graph_t* g, int32_t ni, int32_t x, int64_t
   const kiln_value_t* xv = &g->values[x];
   if (n->op != KILN_OP_STRIDED_COPY || n->inputs[0] != x || n->params[0] != xv->rank) return 0;
   int32_t r = xv->rank;
+  if (r < 1 || kiln_dim_is_sym(xv->shape[r - 1])) return 0;
   int64_t stride = 1;
   for (int32_t d = r - 1; d >= 0; --d) {
     int64_t want = d == r - 1 ? xv->shape[d] / 2 : xv->shape[d];
     if (n->params[1 + d] != want) return 0;
-    if (n->params[1 + d] > 1 && n->params[9 + d] != stride) return 0;
-    stride *= xv->shape[d];
+    if (n->params[1 + d] != 1 && n->params[9 + d] != stride) return 0;
+    stride = kiln_graph_dim_mul(g, stride, xv->shape[d]);
   }
   return n->params[17] == off;
 }
@@ -65,7 +66,8 @@ static int32_t kiln_fe_match_rotate(const kiln_fe_t* f, int32_t ni) {
   const kiln_node_t* n = &g->nodes[ni];
   const kiln_value_t* y = &g->values[n->outputs[0]];
   if (n->op != KILN_OP_CAT || n->n_inputs != 2 || y->dtype != KILN_F32 || y->rank < 1 ||
-      n->params[0] != y->rank - 1 || y->shape[y->rank - 1] % 2)
+      n->params[0] != y->rank - 1 || kiln_dim_is_sym(y->shape[y->rank - 1]) ||
+      y->shape[y->rank - 1] % 2)
     return -1;
   int32_t neg = kiln_fe_producer(g, n->inputs[0]), lo = kiln_fe_producer(g, n->inputs[1]);
   if (neg < 0 || lo < 0 || f->uses[n->inputs[0]] != 1 || f->uses[n->inputs[1]] != 1 ||

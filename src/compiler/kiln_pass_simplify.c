@@ -77,7 +77,7 @@ static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_no
   int64_t strides[KILN_MAX_RANK], s = 1;
   for (int32_t d = r - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= x->shape[d];
+    s = kiln_graph_dim_mul(g, s, x->shape[d]);
   }
   for (int32_t d = 0; d < r; ++d) {
     int32_t src = d == r - 1 ? r - 2 : d == r - 2 ? r - 1 : d;

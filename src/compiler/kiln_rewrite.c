@@ -13,6 +13,7 @@ kiln_status_t kiln_rewriter_initialize(kiln_rewriter_t* rw, kiln_graph_t* src) {
   if (!rw->remap) return kiln_status_make(KILN_OUT_OF_MEMORY, "rewriter");
   for (int32_t v = 0; v < src->n_values; ++v) rw->remap[v] = -1;
   kiln_status_t s = kiln_graph_create(src->allocator, &rw->dst);
+  if (!s) rw->dst->syms = kiln_sym_table_retain(src->syms);
   for (int32_t i = 0; !s && i < src->n_inputs; ++i) {
     const kiln_value_t* v = &src->values[src->inputs[i]];
     s = kiln_graph_add_input(rw->dst, v->name, v->dtype, v->rank, v->shape,

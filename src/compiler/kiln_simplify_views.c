@@ -77,6 +77,11 @@ static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* node
     q = &nodes[w->producer];
   }
   if (q->op != KILN_OP_STRIDED_COPY || !kiln_view_read_only_by_views(g, nodes, q->outputs[0])) return 0;
+  /* Composing divides offsets and strides: numbers only. */
+  if (kiln_node_is_symbolic(g, q)) return 0;
+  for (int32_t d = 0; d < v->rank && d < KILN_MAX_RANK; ++d)
+    if (kiln_dim_is_sym(v->dims[d]) || kiln_dim_is_sym(v->strides[d])) return 0;
+  if (kiln_dim_is_sym(v->offset)) return 0;
   int32_t rq = (int32_t)q->params[0];
   if (rq < 1 || rq > KILN_MAX_RANK || v->rank < 1 || v->rank > KILN_MAX_RANK) return 0;
   /* q's view coalesced: size-1 dims dropped, and a dim merged into the next
@@ -154,7 +159,7 @@ int kiln_simplify_compose_views(const kiln_graph_t* g, const kiln_node_t* nodes,
     if (composed) kiln_view_to_node(&v, n);
     return composed;
   }
-  if (n->op != KILN_OP_RESHAPE) return 0;
+  if (n->op != KILN_OP_RESHAPE || kiln_node_is_symbolic(g, n)) return 0;
   const kiln_value_t* x = &g->values[n->inputs[0]];
   const kiln_value_t* y = &g->values[n->outputs[0]];
   if (x->kind != KILN_VALUE_INTERMEDIATE || nodes[x->producer].op != KILN_OP_STRIDED_COPY ||

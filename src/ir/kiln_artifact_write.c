@@ -149,6 +149,12 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   *out_bytes = NULL;
   *out_size = 0;
   KILN_CHECK_ARG(g, "no graph");
+  for (int32_t v = 0; v < g->n_values; ++v)
+    KILN_CHECK_ARG(!kiln_value_is_symbolic(&g->values[v]),
+                   "the format has no symbolic sizes yet (value %d)", v);
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni)
+    KILN_CHECK_ARG(!kiln_node_is_symbolic(g, &g->nodes[ni]),
+                   "the format has no symbolic sizes yet (node %d)", ni);
   KILN_CHECK_ARG(n_extra >= 0 && n_extra <= KILN_FORMAT_MAX_SECTIONS - 2 && (extra || !n_extra),
                  "bad extra sections (%d)", (int)n_extra);
   for (int32_t i = 0; i < n_extra; ++i) {

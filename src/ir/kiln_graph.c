@@ -17,11 +17,14 @@ kiln_status_t kiln_graph_create(kiln_allocator_t allocator, kiln_graph_t** out_g
 
 void kiln_graph_release(kiln_graph_t* g) {
   if (!g) return;
-  for (int32_t i = 0; i < g->n_values; ++i) {
-    kiln_allocator_free(g->allocator, g->values[i].owned_data);
-    free(g->values[i].name);
+  if (!g->borrowed) {
+    for (int32_t i = 0; i < g->n_values; ++i) {
+      kiln_allocator_free(g->allocator, g->values[i].owned_data);
+      free(g->values[i].name);
+    }
+    for (int32_t i = 0; i < g->n_nodes; ++i) free(g->nodes[i].origin);
   }
-  for (int32_t i = 0; i < g->n_nodes; ++i) free(g->nodes[i].origin);
+  kiln_sym_table_release(g->syms);
   free(g->values);
   free(g->nodes);
   free(g->inputs);
@@ -31,8 +34,53 @@ void kiln_graph_release(kiln_graph_t* g) {
 
 int64_t kiln_value_numel(const kiln_value_t* v) {
   int64_t n = 1;
-  for (int32_t d = 0; d < v->rank; ++d) n *= v->shape[d];
+  for (int32_t d = 0; d < v->rank; ++d) {
+    if (kiln_dim_is_sym(v->shape[d])) return -1;
+    n *= v->shape[d];
+  }
   return n;
+}
+
+int kiln_value_is_symbolic(const kiln_value_t* v) {
+  for (int32_t d = 0; d < v->rank; ++d)
+    if (kiln_dim_is_sym(v->shape[d])) return 1;
+  return 0;
+}
+
+int kiln_node_is_symbolic(const kiln_graph_t* g, const kiln_node_t* n) {
+  for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
+    if (kiln_dim_is_sym(n->params[i])) return 1;
+  for (int32_t i = 0; i < n->n_inputs; ++i)
+    if (n->inputs[i] >= 0 && n->inputs[i] < g->n_values &&
+        kiln_value_is_symbolic(&g->values[n->inputs[i]]))
+      return 1;
+  return 0;
+}
+
+static int64_t kiln_graph_dim_op(const kiln_graph_t* g, kiln_sym_kind_t kind, int64_t a,
+                                 int64_t b) {
+  if (a == KILN_DIM_INVALID || b == KILN_DIM_INVALID) return KILN_DIM_INVALID;
+  if ((kiln_dim_is_sym(a) || kiln_dim_is_sym(b)) && !g->syms) return KILN_DIM_INVALID;
+  int64_t out;
+  kiln_status_t s = kiln_dim_op(g->syms, kind, a, b, &out);
+  if (s) {
+    kiln_status_free(s);
+    return KILN_DIM_INVALID;
+  }
+  return out;
+}
+
+int64_t kiln_graph_dim_mul(const kiln_graph_t* g, int64_t a, int64_t b) {
+  return kiln_graph_dim_op(g, KILN_SYM_MUL, a, b);
+}
+int64_t kiln_graph_dim_add(const kiln_graph_t* g, int64_t a, int64_t b) {
+  return kiln_graph_dim_op(g, KILN_SYM_ADD, a, b);
+}
+
+kiln_status_t kiln_graph_syms(kiln_graph_t* g, kiln_sym_table_t** out) {
+  if (!g->syms) KILN_RETURN_IF_ERROR(kiln_sym_table_create(&g->syms));
+  *out = g->syms;
+  return kiln_ok();
 }
 
 int kiln_value_same_type(const kiln_value_t* a, const kiln_value_t* b) {
@@ -62,13 +110,25 @@ size_t kiln_value_dense_bytes(const kiln_value_t* v) {
   return (size_t)kiln_value_numel(v) * kiln_dtype_size(v->dtype);
 }
 
-const char* kiln_value_describe(const kiln_value_t* v, char* buf, size_t size) {
+const char* kiln_graph_describe_value(const kiln_graph_t* g, const kiln_value_t* v, char* buf,
+                                      size_t size) {
   size_t at = 0;
   at += (size_t)snprintf(buf + at, size - at, "(");
-  for (int32_t d = 0; d < v->rank && at < size; ++d)
-    at += (size_t)snprintf(buf + at, size - at, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+  for (int32_t d = 0; d < v->rank && at < size; ++d) {
+    char e[96];
+    if (kiln_dim_is_sym(v->shape[d]))
+      at += (size_t)snprintf(buf + at, size - at, d ? ", %s" : "%s",
+                             g && g->syms ? kiln_sym_describe(g->syms, v->shape[d], e, sizeof e)
+                                          : "?");
+    else
+      at += (size_t)snprintf(buf + at, size - at, d ? ", %lld" : "%lld", (long long)v->shape[d]);
+  }
   if (at < size) snprintf(buf + at, size - at, ") %s", kiln_dtype_name(v->dtype));
   return buf;
+}
+
+const char* kiln_value_describe(const kiln_value_t* v, char* buf, size_t size) {
+  return kiln_graph_describe_value(NULL, v, buf, size);
 }
 
 static char* kiln_strdup_or_null(const char* s) {
@@ -93,13 +153,21 @@ static kiln_status_t kiln_grow(void** items, int32_t* cap, int32_t need, size_t 
   return kiln_ok();
 }
 
-static kiln_status_t kiln_check_shape(kiln_dtype_t dtype, int32_t rank, const int64_t* shape) {
+static kiln_status_t kiln_check_shape(const kiln_graph_t* g, kiln_dtype_t dtype, int32_t rank,
+                                      const int64_t* shape) {
   KILN_CHECK_ARG((unsigned)dtype < KILN_DTYPE_COUNT, "unknown dtype %d", (int)dtype);
   KILN_CHECK_ARG(rank >= 0 && rank <= KILN_MAX_RANK, "rank %d is outside 0..%d", rank,
                  KILN_MAX_RANK);
-  /* Cap every tensor well below what overflows size computations. */
+  /* Cap every tensor well below what overflows size computations (a
+   * symbolic size is checked when an instance gives it a value). */
   int64_t numel = 1;
   for (int32_t d = 0; d < rank; ++d) {
+    if (kiln_dim_is_sym(shape[d])) {
+      KILN_CHECK_ARG(kiln_sym_dim_valid(g->syms, shape[d]),
+                     "dimension %d names symbolic size %d, which the graph does not have", d,
+                     kiln_dim_sym_id(shape[d]));
+      continue;
+    }
     KILN_CHECK_ARG(shape[d] >= 0 && shape[d] <= ((int64_t)1 << 40),
                    "dimension %d has size %lld", d, (long long)shape[d]);
     if (shape[d] && numel > ((int64_t)1 << 44) / shape[d])
@@ -112,7 +180,7 @@ static kiln_status_t kiln_check_shape(kiln_dtype_t dtype, int32_t rank, const in
 static kiln_status_t kiln_graph_new_value(kiln_graph_t* g, const char* name, kiln_dtype_t dtype,
                                           int32_t rank, const int64_t* shape,
                                           kiln_value_kind_t kind, int32_t* out_id) {
-  KILN_RETURN_IF_ERROR(kiln_check_shape(dtype, rank, shape));
+  KILN_RETURN_IF_ERROR(kiln_check_shape(g, dtype, rank, shape));
   KILN_RETURN_IF_ERROR(
       kiln_grow((void**)&g->values, &g->cap_values, g->n_values + 1, sizeof(kiln_value_t)));
   kiln_value_t* v = &g->values[g->n_values];

@@ -21,6 +21,7 @@
 #include "base/kiln_status.h"
 #include "ir/kiln_dtype.h"
 #include "ir/kiln_ops.h"
+#include "ir/kiln_sym.h"
 
 #define KILN_MAX_RANK 8
 #define KILN_MAX_NODE_INPUTS 8
@@ -97,13 +98,44 @@ typedef struct kiln_graph_s {
   int32_t n_inputs, cap_inputs;
   int32_t* outputs; /* value ids, in return order (may repeat) */
   int32_t n_outputs;
+  /* Symbolic sizes (kiln_sym.h): NULL for a concrete graph. Shared with the
+   * graphs passes derive from this one. */
+  kiln_sym_table_t* syms;
+  /* An instance (kiln_graph_instantiate): names, origins and constants'
+   * bytes belong to the graph it was made from. */
+  int borrowed;
 } kiln_graph_t;
 
 kiln_status_t kiln_graph_create(kiln_allocator_t allocator, kiln_graph_t** out_graph);
 void kiln_graph_release(kiln_graph_t* graph);
 
-/* Number of elements of a value (product of its shape). */
+/* Number of elements of a value (product of its shape); -1 when a
+ * dimension is symbolic. */
 int64_t kiln_value_numel(const kiln_value_t* value);
+/* 1 when some dimension of the value is symbolic. */
+int kiln_value_is_symbolic(const kiln_value_t* value);
+/* 1 when some input dimension or param of the node is symbolic. */
+int kiln_node_is_symbolic(const kiln_graph_t* graph, const kiln_node_t* node);
+
+/* a*b and a+b for sizes that may be symbolic (through the graph's table):
+ * what passes use where they compute a size or a stride. Overflow, or a
+ * symbol in a graph without a table, gives KILN_DIM_INVALID, which equals
+ * no size or param (so a pattern using it does not match). */
+#define KILN_DIM_INVALID INT64_MIN
+int64_t kiln_graph_dim_mul(const kiln_graph_t* graph, int64_t a, int64_t b);
+int64_t kiln_graph_dim_add(const kiln_graph_t* graph, int64_t a, int64_t b);
+
+/* The graph's symbol table, created on first use. */
+kiln_status_t kiln_graph_syms(kiln_graph_t* graph, kiln_sym_table_t** out);
+
+/* A concrete copy of a symbolic graph for one binding of its symbols
+ * (values[i]: expression i's value, from kiln_sym_eval_all): every shape and
+ * param substituted, every node's shape rule re-run on the concrete sizes
+ * and checked against the substituted ones (a mismatch is an error naming
+ * the node). The copy borrows names, origins and constants' bytes from
+ * `graph`, which must outlive it. */
+kiln_status_t kiln_graph_instantiate(const kiln_graph_t* graph, const int64_t* values,
+                                     kiln_graph_t** out_graph);
 /* Dense byte size of a value (numel × dtype size). */
 size_t kiln_value_dense_bytes(const kiln_value_t* value);
 /* Same dtype, rank and shape. */
@@ -158,7 +190,10 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* graph);
  * the run's byte offset into the input. */
 int kiln_node_is_view(const kiln_graph_t* graph, const kiln_node_t* n, int64_t* out_bytes);
 
-/* "(1, 128, 768) float32" into buf; returns buf. */
+/* "(1, 128, 768) float32" into buf; returns buf. A symbolic dimension
+ * prints as "?"; kiln_graph_describe_value prints its expression. */
 const char* kiln_value_describe(const kiln_value_t* value, char* buf, size_t size);
+const char* kiln_graph_describe_value(const kiln_graph_t* graph, const kiln_value_t* value,
+                                      char* buf, size_t size);
 
 #endif /* KILN_GRAPH_H */

@@ -258,6 +258,13 @@
  *                                        value per row (numel = rows, dense),
  *                                        gamma cols values. The weight and
  *                                        bias gradients stay plain sums.
+ *   IOTA           () -> y               y[i] = params[1] + i * params[2] for
+ *                                        i < params[0], a 1-d tensor of
+ *                                        dtype params[3] (int64, int32 or
+ *                                        float32): torch.arange whose length
+ *                                        or start is a symbolic size (a
+ *                                        concrete one is folded to a
+ *                                        constant).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -366,7 +373,8 @@
   X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
   X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1) \
   X(GELU_BACKWARD, "gelu_backward", 2, 2) \
-  X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5)
+  X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5) \
+  X(IOTA, "iota", 0, 0)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -15,4 +15,10 @@ kiln_status_t kiln_shape_window_out_size(const char* what, int64_t in, int64_t k
  * before it is added, so untrusted params cannot overflow int64. */
 kiln_status_t kiln_shape_view_extent(const int64_t* p, int32_t r, int64_t* lo, int64_t* hi);
 
+/* The shape rules on concrete sizes (kiln_shape_infer.c);
+ * kiln_graph_infer_node runs them directly for a concrete node, at two probe
+ * bindings for a symbolic one (kiln_shape_infer_sym.c). */
+kiln_status_t kiln_shape_infer_concrete(const kiln_graph_t* graph, const kiln_node_t* node,
+                                        kiln_value_t* out);
+
 #endif /* KILN_SHAPE_COMMON_H */

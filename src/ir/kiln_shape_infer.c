@@ -446,8 +446,8 @@ static kiln_status_t infer_math_ext(const kiln_graph_t* g, const kiln_node_t* n,
   return kiln_ok();
 }
 
-kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
-                                    kiln_value_t* out) {
+kiln_status_t kiln_shape_infer_concrete(const kiln_graph_t* g, const kiln_node_t* n,
+                                        kiln_value_t* out) {
   memset(out, 0, sizeof(*out));
   out->producer = -1;
   for (int32_t i = 0; i < n->n_inputs; ++i) {
@@ -585,6 +585,20 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
         FAIL("gelu_backward: approximate is 0 (none) or 1 (tanh), got %lld",
              (long long)n->params[0]);
       set_shape(out, KILN_F32, dy->rank, dy->shape);
+      return kiln_ok();
+    }
+    case KILN_OP_IOTA: {
+      const int64_t* p = n->params;
+      const int64_t lim = (int64_t)1 << 44;
+      if (p[0] < 0 || p[0] > ((int64_t)1 << 40)) FAIL("iota of %lld elements", (long long)p[0]);
+      if (p[1] < -lim || p[1] > lim || p[2] < -lim || p[2] > lim)
+        FAIL("iota's start and step must lie in [-2^44, 2^44]");
+      int64_t mag = p[2] < 0 ? -p[2] : p[2];
+      if (mag && p[0] > 1 && p[0] - 1 > (((int64_t)1 << 60) / mag))
+        FAIL("iota's last value is out of range");
+      if (p[3] != KILN_I64 && p[3] != KILN_I32 && p[3] != KILN_F32)
+        FAIL("iota makes int64, int32 or float32");
+      set_shape(out, (kiln_dtype_t)p[3], 1, p);
       return kiln_ok();
     }
     case KILN_OP_FMA_SCALAR:

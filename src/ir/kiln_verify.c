@@ -38,8 +38,14 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
     if ((unsigned)v->kind >= KILN_VALUE_KIND_COUNT) FAIL("value %d: unknown kind", i);
     if ((unsigned)v->dtype >= KILN_DTYPE_COUNT) FAIL("value %d: unknown dtype", i);
     if (v->rank < 0 || v->rank > KILN_MAX_RANK) FAIL("value %d: rank %d", i, v->rank);
-    for (int32_t d = 0; d < v->rank; ++d)
-      if (v->shape[d] < 0) FAIL("value %d: negative dimension", i);
+    for (int32_t d = 0; d < v->rank; ++d) {
+      if (kiln_dim_is_sym(v->shape[d]) ? !kiln_sym_dim_valid(g->syms, v->shape[d])
+                                       : v->shape[d] < 0)
+        FAIL("value %d: dimension %d is %s", i, d,
+             kiln_dim_is_sym(v->shape[d]) ? "an unknown symbolic size" : "negative");
+      if (kiln_dim_is_sym(v->shape[d]) && v->kind == KILN_VALUE_CONSTANT)
+        FAIL("constant %d has a symbolic size", i);
+    }
     if (v->kind == KILN_VALUE_CONSTANT) {
       if (!v->data && v->nbytes) FAIL("constant %d has no data", i);
       if ((unsigned)v->layout >= KILN_LAYOUT_COUNT) FAIL("constant %d: unknown layout", i);
@@ -98,8 +104,8 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
     if (!kiln_value_same_type(&want, &g->values[out_id])) {
       char a[96], b[96];
       FAIL("node %d (%s): output is %s, its inputs give %s", ni, name,
-           kiln_value_describe(&g->values[out_id], a, sizeof a),
-           kiln_value_describe(&want, b, sizeof b));
+           kiln_graph_describe_value(g, &g->values[out_id], a, sizeof a),
+           kiln_graph_describe_value(g, &want, b, sizeof b));
     }
   }
   return kiln_ok();

@@ -226,7 +226,55 @@ static PyObject* kiln_py_graph_value(kiln_py_graph_t* self, PyObject* args) {
   return Py_BuildValue("(iN)", (int)g->values[id].dtype, kiln_py_shape_tuple(&g->values[id]));
 }
 
+/* sym(name, lo, hi) -> an encoded symbolic size (kiln_sym.h) */
+static PyObject* kiln_py_graph_sym(kiln_py_graph_t* self, PyObject* args) {
+  const char* name;
+  long long lo, hi;
+  if (!PyArg_ParseTuple(args, "zLL", &name, &lo, &hi)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  kiln_sym_table_t* t;
+  int64_t d;
+  kiln_status_t s = kiln_graph_syms(g, &t);
+  if (!s) s = kiln_sym_var(t, name, lo, hi, &d);
+  return s ? kiln_py_raise(s) : PyLong_FromLongLong(d);
+}
+
+/* dim_op(kind, a, b) -> a kind b for sizes that may be symbolic; kind is
+ * "add", "mul", "floordiv", "mod", "max" or "min". */
+static PyObject* kiln_py_graph_dim_op(kiln_py_graph_t* self, PyObject* args) {
+  const char* kind;
+  long long a, b;
+  if (!PyArg_ParseTuple(args, "sLL", &kind, &a, &b)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  static const char* const kinds[] = {"", "add", "mul", "floordiv", "mod", "max", "min"};
+  int k = 0;
+  for (int i = 1; i < KILN_SYM_KIND_COUNT; ++i)
+    if (!strcmp(kind, kinds[i])) k = i;
+  if (!k) return PyErr_Format(PyExc_ValueError, "unknown size op %s", kind);
+  kiln_sym_table_t* t;
+  int64_t d;
+  kiln_status_t s = kiln_graph_syms(g, &t);
+  if (!s) s = kiln_dim_op(t, (kiln_sym_kind_t)k, a, b, &d);
+  return s ? kiln_py_raise(s) : PyLong_FromLongLong(d);
+}
+
+/* describe_dim(d) -> "s0*2 + 1" */
+static PyObject* kiln_py_graph_describe_dim(kiln_py_graph_t* self, PyObject* args) {
+  long long d;
+  if (!PyArg_ParseTuple(args, "L", &d)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  char buf[256];
+  return PyUnicode_FromString(kiln_sym_describe(g->syms, d, buf, sizeof buf));
+}
+
 static PyMethodDef kiln_py_graph_methods[] = {
+    {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi) -> size"},
+    {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},
+    {"describe_dim", (PyCFunction)kiln_py_graph_describe_dim, METH_VARARGS,
+     "describe_dim(size) -> str"},
     {"add_input", (PyCFunction)kiln_py_graph_add_input, METH_VARARGS,
      "add_input(name, dtype, shape) -> value id"},
     {"add_constant", (PyCFunction)kiln_py_graph_add_constant, METH_VARARGS,
@@ -434,6 +482,12 @@ static PyObject* kiln_py_model_save(kiln_py_model_t* self, PyObject* args) {
   void* plan = NULL;
   size_t plan_size = 0;
   kiln_status_t s = kiln_ok();
+  if (kiln_model_is_symbolic(self->model)) {
+    free(secs);
+    PyErr_SetString(kiln_py_error, "saving a model with symbolic sizes as a .kiln file is not "
+                                   "supported yet: trace it with static shapes to save it");
+    return NULL;
+  }
   if (!PyDict_GetItemString(dict, KILN_PLAN_SECTION)) {
     s = kiln_plan_serialize(kiln_model_graph(self->model), kiln_model_plan(self->model), &plan,
                             &plan_size);
@@ -460,14 +514,14 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   size_t len = 0;
   FILE* f = open_memstream(&text, &len);
   if (!f) return PyErr_NoMemory();
-  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_graph_t* g = kiln_model_last_graph(self->model);
   const kiln_plan_t* p = kiln_model_plan(self->model);
   kiln_graph_print(g, f);
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads%s\n",
-          (double)p->arena_size / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
+          (double)(p ? p->arena_size : 0) / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
           kiln_pool_size(kiln_model_pool(self->model)),
           kiln_pool_host_parallel() ? " (in the host's OpenMP regions)" : "");
   fclose(f);
@@ -479,7 +533,7 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
 /* stats() -> dict of plan figures */
 static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
   (void)unused;
-  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_graph_t* g = kiln_model_last_graph(self->model);
   const kiln_plan_t* p = kiln_model_plan(self->model);
   size_t const_bytes = 0;
   int32_t calls = 0;
@@ -487,7 +541,7 @@ static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
   for (int32_t v = 0; v < g->n_values; ++v)
     if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
-  return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d}", "arena_bytes", (Py_ssize_t)p->arena_size,
+  return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d}", "arena_bytes", (Py_ssize_t)(p ? p->arena_size : 0),
                        "constant_bytes", (Py_ssize_t)const_bytes, "kernel_calls", calls, "nodes",
                        g->n_nodes, "compile_ms", self->compile_ms);
 }
@@ -626,7 +680,58 @@ static PyObject* kiln_py_model_threads(kiln_py_model_t* self, PyObject* unused) 
   return PyLong_FromLong(kiln_pool_size(kiln_model_pool(self->model)));
 }
 
+/* output_shapes(inputs) -> [shape] for these inputs (a symbolic model's
+ * outputs depend on the call's sizes). */
+static PyObject* kiln_py_model_output_shapes(kiln_py_model_t* self, PyObject* args) {
+  PyObject* in_obj;
+  if (!PyArg_ParseTuple(args, "O", &in_obj)) return NULL;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  int32_t max = g->n_inputs > g->n_outputs ? g->n_inputs : g->n_outputs;
+  kiln_tensor_t* ts = malloc(sizeof(kiln_tensor_t) * (size_t)(max + 1));
+  int64_t* shapes = malloc(sizeof(int64_t) * KILN_MAX_RANK * (size_t)(max + 1));
+  int32_t* ranks = malloc(sizeof(int32_t) * (size_t)(max + 1));
+  PyObject* result = NULL;
+  int32_t n_in = 0;
+  if (!ts || !shapes || !ranks) {
+    PyErr_NoMemory();
+  } else if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in)) {
+    int64_t* out_shapes = malloc(sizeof(int64_t) * KILN_MAX_RANK * (size_t)(g->n_outputs + 1));
+    kiln_status_t s = out_shapes ? kiln_model_output_shapes(self->model, ts, n_in, out_shapes, ranks)
+                                 : kiln_status_make(KILN_OUT_OF_MEMORY, "shapes");
+    if (s) {
+      if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
+        PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
+        kiln_status_free(s);
+      } else {
+        kiln_py_raise(s);
+      }
+    } else {
+      result = PyList_New(g->n_outputs);
+      for (int32_t o = 0; result && o < g->n_outputs; ++o) {
+        PyObject* t = PyTuple_New(ranks[o]);
+        for (int32_t d = 0; t && d < ranks[o]; ++d)
+          PyTuple_SET_ITEM(t, d, PyLong_FromLongLong(out_shapes[o * KILN_MAX_RANK + d]));
+        PyList_SET_ITEM(result, o, t);
+      }
+    }
+    free(out_shapes);
+  }
+  free(ts);
+  free(shapes);
+  free(ranks);
+  return result;
+}
+
+static PyObject* kiln_py_model_symbolic(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  return PyBool_FromLong(kiln_model_is_symbolic(self->model));
+}
+
 static PyMethodDef kiln_py_model_methods[] = {
+    {"output_shapes", (PyCFunction)kiln_py_model_output_shapes, METH_VARARGS,
+     "output_shapes(inputs) -> [shape] for these inputs' sizes"},
+    {"symbolic", (PyCFunction)kiln_py_model_symbolic, METH_NOARGS,
+     "True when sizes are symbolic (planned per call's sizes)"},
     {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,
      "run(inputs, outputs): each a sequence of (data_ptr, dtype, shape)"},
     {"inputs", (PyCFunction)kiln_py_model_inputs, METH_NOARGS, "[(name, dtype, shape)]"},

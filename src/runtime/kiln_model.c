@@ -12,13 +12,32 @@
 #include "hal/kiln_hal.h"
 #include "runtime/kiln_plan_io.h"
 
+/* What runs one concrete graph: its plan and buffer table. A concrete
+ * model has one, over its own graph; a symbolic model keeps a few, one per
+ * binding of its symbols (the instance graph is the exec's). */
+typedef struct kiln_model_exec_s {
+  kiln_graph_t* graph; /* owned when it is an instance */
+  kiln_plan_t plan;
+  void** bufs;         /* per value, rebound each call */
+  void* bound_arena;   /* the arena bufs were bound to */
+  int64_t key[KILN_SYM_MAX_VARS];
+  uint64_t last_use;
+  int used;
+} kiln_model_exec_t;
+
+#define KILN_MODEL_EXECS 4
+
 struct kiln_model_s {
-  kiln_graph_t* graph;
+  kiln_graph_t* graph; /* concrete, or the symbolic template */
   void* blob;
   kiln_pool_t* pool;
-  kiln_plan_t plan;
-  void* arena;
-  void** bufs; /* per value, rebound each call */
+  int symbolic;
+  kiln_model_exec_t execs[KILN_MODEL_EXECS];
+  int32_t current; /* the exec of the latest call */
+  uint64_t clock;
+  int64_t* sym_values; /* per expression, for the latest binding */
+  void* arena;         /* shared by the execs: one call runs at a time */
+  size_t arena_size;
   pthread_mutex_t lock;
   int profiling;
   uint64_t* times_ns;
@@ -26,9 +45,73 @@ struct kiln_model_s {
   int64_t runs;
 };
 
+static void kiln_model_exec_clear(kiln_model_t* m, kiln_model_exec_t* e) {
+  if (e->graph != m->graph) kiln_graph_release(e->graph);
+  kiln_plan_deinitialize(&e->plan);
+  free(e->bufs);
+  memset(e, 0, sizeof(*e));
+}
+
+/* Checks the target supports every node, plans (or loads a stored plan),
+ * grows the shared arena to fit. Takes ownership of an instance graph. */
+static kiln_status_t kiln_model_exec_init(kiln_model_t* m, kiln_model_exec_t* e, kiln_graph_t* g,
+                                          const void* plan, size_t plan_size) {
+  memset(e, 0, sizeof(*e));
+  e->graph = g;
+  kiln_status_t s = kiln_ok();
+  for (int32_t i = 0; !s && i < g->n_nodes; ++i) {
+    s = kiln_hal_cpu_supports(g, &g->nodes[i]);
+    if (s) s = kiln_status_annotate(s, "node %d (%s%s%s)", i, kiln_op_name(g->nodes[i].op),
+                                    g->nodes[i].origin ? " from " : "",
+                                    g->nodes[i].origin ? g->nodes[i].origin : "");
+  }
+  /* A stored plan is used once it has passed every check (kiln_plan_io.c). */
+  if (!s) s = plan ? kiln_plan_load(g, plan, plan_size, &e->plan) : kiln_plan_build(g, &e->plan);
+  if (!s && !(e->bufs = calloc((size_t)g->n_values + 1, sizeof(void*))))
+    s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
+  if (!s && e->plan.arena_size > m->arena_size) {
+    kiln_allocator_t sys = kiln_allocator_system();
+    kiln_allocator_free(sys, m->arena);
+    m->arena = NULL;
+    m->arena_size = 0;
+    s = kiln_allocator_malloc(sys, e->plan.arena_size, &m->arena);
+    if (!s) m->arena_size = e->plan.arena_size;
+  }
+  if (s) {
+    kiln_model_exec_clear(m, e);
+    return s;
+  }
+  e->used = 1;
+  return kiln_ok();
+}
+
+/* Constants and arena values never move within an arena: bound once per
+ * arena. */
+static void kiln_model_exec_bind_fixed(kiln_model_t* m, kiln_model_exec_t* e) {
+  if (e->bound_arena == m->arena && e->bound_arena) return;
+  const kiln_graph_t* g = e->graph;
+  for (int32_t v = 0; v < g->n_values; ++v) {
+    const kiln_value_t* root = &g->values[e->plan.root[v]];
+    if (root->kind == KILN_VALUE_CONSTANT)
+      e->bufs[v] = (char*)root->data + e->plan.view_offset[v];
+    else if (e->plan.offset[v] >= 0) e->bufs[v] = (char*)m->arena + e->plan.offset[v];
+  }
+  e->bound_arena = m->arena;
+}
+
 kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                 kiln_model_t** out_model) {
   return kiln_model_create_with_plan(graph, blob, pool, NULL, 0, out_model);
+}
+
+static int kiln_graph_has_symbols(const kiln_graph_t* g) {
+  if (!g->syms) return 0;
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (kiln_value_is_symbolic(&g->values[v])) return 1;
+  for (int32_t n = 0; n < g->n_nodes; ++n)
+    for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
+      if (kiln_dim_is_sym(g->nodes[n].params[i])) return 1;
+  return 0;
 }
 
 kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
@@ -44,35 +127,30 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
   }
   m->graph = graph;
   m->blob = blob;
+  m->current = -1;
   pthread_mutex_init(&m->lock, NULL);
   kiln_status_t s = kiln_graph_verify(graph);
-  for (int32_t i = 0; !s && i < graph->n_nodes; ++i) {
-    s = kiln_hal_cpu_supports(graph, &graph->nodes[i]);
-    if (s) s = kiln_status_annotate(s, "node %d (%s%s%s)", i, kiln_op_name(graph->nodes[i].op),
-                                    graph->nodes[i].origin ? " from " : "",
-                                    graph->nodes[i].origin ? graph->nodes[i].origin : "");
+  m->symbolic = !s && kiln_graph_has_symbols(graph);
+  if (!s && m->symbolic && plan)
+    s = kiln_status_make(KILN_CORRUPT_ARTIFACT, "a stored plan for a graph with symbolic sizes");
+  if (!s && m->symbolic &&
+      !(m->sym_values = calloc((size_t)graph->syms->n_exprs + 1, sizeof(int64_t))))
+    s = kiln_status_make(KILN_OUT_OF_MEMORY, "model");
+  /* A concrete model plans now; a symbolic one per binding, at its first call. */
+  if (!s && !m->symbolic) {
+    s = kiln_model_exec_init(m, &m->execs[0], graph, plan, plan_size);
+    if (!s) m->current = 0;
   }
-  /* A stored plan is used once it has passed every check (kiln_plan_io.c). */
-  if (!s) s = plan ? kiln_plan_load(graph, plan, plan_size, &m->plan) : kiln_plan_build(graph, &m->plan);
-  if (!s) s = kiln_allocator_malloc(sys, m->plan.arena_size, &m->arena);
   if (!s) {
-    m->bufs = calloc((size_t)graph->n_values + 1, sizeof(void*));
     m->times_ns = calloc((size_t)graph->n_nodes + 1, sizeof(uint64_t));
     m->wait_ns = calloc((size_t)graph->n_nodes + 1, sizeof(uint64_t));
-    if (!m->bufs || !m->times_ns || !m->wait_ns) s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
+    if (!m->times_ns || !m->wait_ns) s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
   }
   if (s) {
     kiln_model_release(m);
     return s;
   }
   m->pool = pool ? pool : kiln_pool_default();
-  /* Constants and arena values never move: bind them once. */
-  for (int32_t v = 0; v < graph->n_values; ++v) {
-    const kiln_value_t* root = &graph->values[m->plan.root[v]];
-    if (root->kind == KILN_VALUE_CONSTANT)
-      m->bufs[v] = (char*)root->data + m->plan.view_offset[v];
-    else if (m->plan.offset[v] >= 0) m->bufs[v] = (char*)m->arena + m->plan.offset[v];
-  }
   *out_model = m;
   return kiln_ok();
 }
@@ -80,11 +158,11 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
 void kiln_model_release(kiln_model_t* m) {
   if (!m) return;
   kiln_allocator_t sys = kiln_allocator_system();
+  for (int i = 0; i < KILN_MODEL_EXECS; ++i) kiln_model_exec_clear(m, &m->execs[i]);
   kiln_graph_release(m->graph);
   kiln_allocator_free(sys, m->blob);
-  kiln_plan_deinitialize(&m->plan);
   kiln_allocator_free(sys, m->arena);
-  free(m->bufs);
+  free(m->sym_values);
   free(m->times_ns);
   free(m->wait_ns);
   pthread_mutex_destroy(&m->lock);
@@ -92,7 +170,14 @@ void kiln_model_release(kiln_model_t* m) {
 }
 
 const kiln_graph_t* kiln_model_graph(const kiln_model_t* m) { return m->graph; }
-const kiln_plan_t* kiln_model_plan(const kiln_model_t* m) { return &m->plan; }
+int kiln_model_is_symbolic(const kiln_model_t* m) { return m->symbolic; }
+
+const kiln_graph_t* kiln_model_last_graph(const kiln_model_t* m) {
+  return m->current >= 0 ? m->execs[m->current].graph : m->graph;
+}
+const kiln_plan_t* kiln_model_plan(const kiln_model_t* m) {
+  return m->current >= 0 ? &m->execs[m->current].plan : NULL;
+}
 
 static kiln_status_t kiln_model_check(const char* what, int32_t index,
                                       const kiln_value_t* want, const kiln_tensor_t* got) {
@@ -113,6 +198,150 @@ static kiln_status_t kiln_model_check(const char* what, int32_t index,
                           got->data ? "" : " (no data)");
 }
 
+/* The symbols' values from the inputs' sizes: a dimension that is a bare
+ * symbol defines it (the first one) or must agree with it; every other
+ * dimension must equal its expression's value. Errors name the input, the
+ * dimension, the symbol and its range. */
+static kiln_status_t kiln_model_bind(kiln_model_t* m, const kiln_tensor_t* inputs,
+                                     int64_t* vars) {
+  const kiln_graph_t* g = m->graph;
+  const kiln_sym_table_t* t = g->syms;
+  int32_t from[KILN_SYM_MAX_VARS];
+  for (int32_t i = 0; i < t->n_vars; ++i) vars[i] = -1, from[i] = -1;
+  char e[96];
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* want = &g->values[g->inputs[i]];
+    const kiln_tensor_t* got = &inputs[i];
+    if (got->dtype != want->dtype || got->rank != want->rank || (!got->data && got->rank < 0)) {
+      char wbuf[128];
+      return kiln_status_make(KILN_INVALID_ARGUMENT, "input %d%s%s%s: expected %s, got rank %d %s",
+                              i, want->name ? " ('" : "", want->name ? want->name : "",
+                              want->name ? "')" : "",
+                              kiln_graph_describe_value(g, want, wbuf, sizeof wbuf), got->rank,
+                              kiln_dtype_name(got->dtype));
+    }
+    for (int32_t d = 0; d < want->rank; ++d) {
+      int64_t w = want->shape[d], have = got->shape[d];
+      if (!kiln_dim_is_sym(w)) continue;
+      const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(w)];
+      if (x->kind != KILN_SYM_VAR) continue;
+      const kiln_sym_var_t* var = &t->vars[x->a];
+      if (have < var->lo || have > var->hi)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "input %d%s%s%s: dimension %d (%s) is %lld, expected %lld..%lld", i,
+                                want->name ? " ('" : "", want->name ? want->name : "",
+                                want->name ? "')" : "", d, var->name, (long long)have,
+                                (long long)var->lo, (long long)var->hi);
+      if (vars[x->a] < 0) {
+        vars[x->a] = have;
+        from[x->a] = i;
+      }
+    }
+  }
+  /* A symbol no size gives bare, from a size k*s or s + c. */
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* want = &g->values[g->inputs[i]];
+    for (int32_t d = 0; d < want->rank; ++d) {
+      int64_t w = want->shape[d], have = inputs[i].shape[d];
+      if (!kiln_dim_is_sym(w)) continue;
+      const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(w)];
+      if ((x->kind != KILN_SYM_ADD && x->kind != KILN_SYM_MUL) || kiln_dim_is_sym(x->b) ||
+          !kiln_dim_is_sym(x->a))
+        continue;
+      const kiln_sym_expr_t* v = &t->exprs[kiln_dim_sym_id(x->a)];
+      if (v->kind != KILN_SYM_VAR || vars[v->a] >= 0) continue;
+      if (x->kind == KILN_SYM_ADD) vars[v->a] = have - x->b;
+      else if (x->b > 0 && have % x->b == 0) vars[v->a] = have / x->b;
+      from[v->a] = i;
+    }
+  }
+  for (int32_t i = 0; i < t->n_vars; ++i) {
+    /* A symbol no input size gives: its lowest value (the checks below and
+     * the instance's then decide whether the sizes fit). */
+    if (vars[i] < 0) vars[i] = t->vars[i].lo;
+    if (vars[i] < t->vars[i].lo || vars[i] > t->vars[i].hi)
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "input %d: the sizes give %s = %lld, expected %lld..%lld", from[i],
+                              t->vars[i].name, (long long)vars[i], (long long)t->vars[i].lo,
+                              (long long)t->vars[i].hi);
+  }
+  KILN_RETURN_IF_ERROR(kiln_sym_eval_all(t, vars, m->sym_values));
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* want = &g->values[g->inputs[i]];
+    for (int32_t d = 0; d < want->rank; ++d) {
+      int64_t w = kiln_sym_value(m->sym_values, want->shape[d]), have = inputs[i].shape[d];
+      if (w == have) continue;
+      int64_t sd = want->shape[d];
+      const kiln_sym_expr_t* x = kiln_dim_is_sym(sd) ? &t->exprs[kiln_dim_sym_id(sd)] : NULL;
+      if (x && x->kind == KILN_SYM_VAR)
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "input %d%s%s%s: dimension %d (%s) is %lld, but input %d gave %s = %lld",
+                                i, want->name ? " ('" : "", want->name ? want->name : "",
+                                want->name ? "')" : "", d, t->vars[x->a].name, (long long)have,
+                                from[x->a], t->vars[x->a].name, (long long)w);
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "input %d%s%s%s: dimension %d is %lld, expected %s = %lld", i,
+                              want->name ? " ('" : "", want->name ? want->name : "",
+                              want->name ? "')" : "", d, (long long)have,
+                              kiln_sym_describe(t, sd, e, sizeof e), (long long)w);
+    }
+  }
+  return kiln_ok();
+}
+
+/* The exec for the inputs' sizes: the concrete model's one, or a cached
+ * instance of the symbolic graph (made on a miss, replacing the least
+ * recently used). Called with the lock held. */
+static kiln_status_t kiln_model_select(kiln_model_t* m, const kiln_tensor_t* inputs,
+                                       kiln_model_exec_t** out) {
+  *out = NULL;
+  if (!m->symbolic) {
+    *out = &m->execs[0];
+    return kiln_ok();
+  }
+  int64_t vars[KILN_SYM_MAX_VARS];
+  KILN_RETURN_IF_ERROR(kiln_model_bind(m, inputs, vars));
+  int32_t nv = m->graph->syms->n_vars, victim = 0;
+  for (int32_t i = 0; i < KILN_MODEL_EXECS; ++i) {
+    kiln_model_exec_t* e = &m->execs[i];
+    if (e->used && !memcmp(e->key, vars, sizeof(int64_t) * (size_t)nv)) {
+      e->last_use = ++m->clock;
+      m->current = i;
+      *out = e;
+      return kiln_ok();
+    }
+    if (!e->used || (m->execs[victim].used && e->last_use < m->execs[victim].last_use)) victim = i;
+  }
+  kiln_model_exec_t* e = &m->execs[victim];
+  kiln_model_exec_clear(m, e);
+  if (m->current == victim) m->current = -1;
+  kiln_graph_t* inst = NULL;
+  KILN_RETURN_IF_ERROR(kiln_graph_instantiate(m->graph, m->sym_values, &inst));
+  KILN_RETURN_IF_ERROR(kiln_model_exec_init(m, e, inst, NULL, 0));
+  memcpy(e->key, vars, sizeof(int64_t) * (size_t)nv);
+  e->last_use = ++m->clock;
+  m->current = victim;
+  *out = e;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_model_output_shapes(kiln_model_t* m, const kiln_tensor_t* inputs,
+                                       int32_t n_inputs, int64_t* shapes, int32_t* ranks) {
+  const kiln_graph_t* g = m->graph;
+  KILN_CHECK_ARG(n_inputs == g->n_inputs, "the model takes %d inputs, got %d", g->n_inputs,
+                 n_inputs);
+  pthread_mutex_lock(&m->lock);
+  kiln_model_exec_t* e;
+  kiln_status_t s = kiln_model_select(m, inputs, &e);
+  for (int32_t o = 0; !s && o < g->n_outputs; ++o) {
+    const kiln_value_t* v = &e->graph->values[e->graph->outputs[o]];
+    ranks[o] = v->rank;
+    memcpy(shapes + (size_t)o * KILN_MAX_RANK, v->shape, sizeof(int64_t) * (size_t)v->rank);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return s;
+}
+
 static uint64_t kiln_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -128,21 +357,25 @@ kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs
                                     int32_t n_inputs, const kiln_tensor_t* outputs,
                                     int32_t n_outputs, kiln_model_node_hook_fn hook,
                                     void* hook_ctx) {
-  const kiln_graph_t* g = m->graph;
-  KILN_CHECK_ARG(n_inputs == g->n_inputs, "the model takes %d inputs, got %d", g->n_inputs,
-                 n_inputs);
-  KILN_CHECK_ARG(n_outputs == g->n_outputs, "the model has %d outputs, got %d buffers",
-                 g->n_outputs, n_outputs);
-  for (int32_t i = 0; i < n_inputs; ++i)
-    KILN_RETURN_IF_ERROR(
-        kiln_model_check("input", i, &g->values[g->inputs[i]], &inputs[i]));
-  for (int32_t o = 0; o < n_outputs; ++o)
-    KILN_RETURN_IF_ERROR(
-        kiln_model_check("output", o, &g->values[g->outputs[o]], &outputs[o]));
-
+  KILN_CHECK_ARG(n_inputs == m->graph->n_inputs, "the model takes %d inputs, got %d",
+                 m->graph->n_inputs, n_inputs);
+  KILN_CHECK_ARG(n_outputs == m->graph->n_outputs, "the model has %d outputs, got %d buffers",
+                 m->graph->n_outputs, n_outputs);
   pthread_mutex_lock(&m->lock);
-  const kiln_plan_t* p = &m->plan;
-  void** bufs = m->bufs;
+  kiln_model_exec_t* e;
+  kiln_status_t s = kiln_model_select(m, inputs, &e);
+  const kiln_graph_t* g = e ? e->graph : m->graph;
+  for (int32_t i = 0; !s && i < n_inputs; ++i)
+    s = kiln_model_check("input", i, &g->values[g->inputs[i]], &inputs[i]);
+  for (int32_t o = 0; !s && o < n_outputs; ++o)
+    s = kiln_model_check("output", o, &g->values[g->outputs[o]], &outputs[o]);
+  if (s) {
+    pthread_mutex_unlock(&m->lock);
+    return s;
+  }
+  kiln_model_exec_bind_fixed(m, e);
+  const kiln_plan_t* p = &e->plan;
+  void** bufs = e->bufs;
   for (int32_t i = 0; i < n_inputs; ++i) bufs[g->inputs[i]] = inputs[i].data;
   for (int32_t v = 0; v < g->n_values; ++v) {
     int32_t r = p->root[v];
@@ -151,7 +384,6 @@ kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs
     else if (g->values[r].kind == KILN_VALUE_INPUT)
       bufs[v] = (char*)bufs[r] + p->view_offset[v];
   }
-  kiln_status_t s = kiln_ok();
   for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
     /* A view the plan realised needs no kernel. */

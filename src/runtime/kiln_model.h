@@ -47,9 +47,22 @@ void kiln_model_release(kiln_model_t* model);
 void kiln_model_set_pool(kiln_model_t* model, kiln_pool_t* pool);
 kiln_pool_t* kiln_model_pool(const kiln_model_t* model);
 
-/* Borrowed views of the model's parts. */
+/* Borrowed views of the model's parts. kiln_model_graph is the graph the
+ * model was made from (symbolic sizes and all). A symbolic model plans per
+ * binding of its symbols at the call that first needs it (a few are kept);
+ * kiln_model_last_graph and kiln_model_plan are the concrete graph and plan
+ * of the latest call (the model's graph, and NULL, before the first call of
+ * a symbolic model). */
 const kiln_graph_t* kiln_model_graph(const kiln_model_t* model);
+const kiln_graph_t* kiln_model_last_graph(const kiln_model_t* model);
 const kiln_plan_t* kiln_model_plan(const kiln_model_t* model);
+int kiln_model_is_symbolic(const kiln_model_t* model);
+
+/* The outputs' shapes for these inputs (shapes: n_outputs x KILN_MAX_RANK,
+ * ranks: n_outputs), binding the symbols as a run would (errors alike):
+ * how a caller sizes the output buffers of a symbolic model. */
+kiln_status_t kiln_model_output_shapes(kiln_model_t* model, const kiln_tensor_t* inputs,
+                                       int32_t n_inputs, int64_t* shapes, int32_t* ranks);
 
 /* Checks inputs against the graph's inputs (count, dtype, shape; the error
  * names the input, what was expected and what came) and outputs likewise,

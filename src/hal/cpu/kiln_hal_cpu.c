@@ -499,6 +499,19 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_GELU_BACKWARD:
       kiln_gelu_backward_f32((int)n->params[0], numel, BUF(0), BUF(1), out, pool);
       return kiln_ok();
+    case KILN_OP_IOTA: {
+      /* The shape rule bounds |start| + (len - 1) |step| by 2^61: exact
+       * in int64 (float32 rounds as torch.arange's float path does for
+       * integral steps). */
+      const int64_t len = n->params[0], start = n->params[1], step = n->params[2];
+      for (int64_t i = 0; i < len; ++i) {
+        int64_t v = start + i * step;
+        if (y->dtype == KILN_I64) ((int64_t*)out)[i] = v;
+        else if (y->dtype == KILN_I32) ((int32_t*)out)[i] = (int32_t)v;
+        else ((float*)out)[i] = (float)v;
+      }
+      return kiln_ok();
+    }
     case KILN_OP_FMA_SCALAR:
       kiln_fma_scalar_f32(numel, BUF(0), n->fparams[0], n->fparams[1], out, pool);
       return kiln_ok();

@@ -1,0 +1,116 @@
+/* Symbolic sizes (issue 17): a dimension or a size-like node param may be an
+ * expression of named symbols with ranges (batch, sequence, cache length)
+ * instead of a number.
+ *
+ * Encoding: a size is an int64_t as everywhere else. Values at or above
+ * KILN_SYM_BASE + KILN_SYM_MAX_EXPRS are numbers (every real size and param
+ * is far above: shape rules cap them at +-2^44); values in
+ * [KILN_SYM_BASE, KILN_SYM_BASE + KILN_SYM_MAX_EXPRS) name entry
+ * (value - KILN_SYM_BASE) of the graph's expression table. The table is
+ * hash-consed and every expression is built in a canonical form (constants
+ * folded, sums collected into sorted terms, products into sorted factors
+ * times one constant), so equal expressions are equal ids and passes that
+ * compare dims with == keep working.
+ *
+ * Each expression also holds its value at two probe bindings of the
+ * symbols: shape inference runs the concrete shape rules at both probes and
+ * maps each output size back to the expression whose probe values it has
+ * (kiln_shape_infer_sym.c), so the rules need no symbolic variant.
+ *
+ * A table is shared (reference-counted) by a graph and the graphs the
+ * compiler's passes derive from it; it only grows. */
+#ifndef KILN_SYM_H
+#define KILN_SYM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_status.h"
+
+#define KILN_SYM_BASE (-(INT64_C(1) << 62))
+#define KILN_SYM_MAX_EXPRS (1 << 20)
+#define KILN_SYM_MAX_VARS 64
+/* The largest value a symbol's range may reach (shape rules cap dims at 2^40). */
+#define KILN_SYM_RANGE_MAX (INT64_C(1) << 40)
+
+static inline int kiln_dim_is_sym(int64_t d) {
+  return d >= KILN_SYM_BASE && d < KILN_SYM_BASE + KILN_SYM_MAX_EXPRS;
+}
+static inline int32_t kiln_dim_sym_id(int64_t d) { return (int32_t)(d - KILN_SYM_BASE); }
+static inline int64_t kiln_dim_of_sym(int32_t id) { return KILN_SYM_BASE + id; }
+
+typedef enum kiln_sym_kind_e {
+  KILN_SYM_VAR = 0, /* a: the symbol's index */
+  KILN_SYM_ADD,     /* a + b */
+  KILN_SYM_MUL,     /* a * b */
+  KILN_SYM_FLOORDIV, /* floor(a / b), b > 0 */
+  KILN_SYM_MOD,     /* a mod b (Python's: the sign of b), b > 0 */
+  KILN_SYM_MAX,
+  KILN_SYM_MIN,
+  KILN_SYM_KIND_COUNT
+} kiln_sym_kind_t;
+
+typedef struct kiln_sym_expr_s {
+  int32_t kind;
+  int64_t a, b;       /* operands: numbers or encoded expressions of lower id */
+  int64_t probe[2];   /* the value at each probe binding */
+} kiln_sym_expr_t;
+
+typedef struct kiln_sym_var_s {
+  char* name; /* owned: "s0", or the name torch gave */
+  int64_t lo, hi;
+  int64_t dim; /* the VAR expression, encoded */
+} kiln_sym_var_t;
+
+typedef struct kiln_sym_table_s {
+  int32_t refs;
+  kiln_sym_expr_t* exprs;
+  int32_t n_exprs, cap_exprs;
+  kiln_sym_var_t vars[KILN_SYM_MAX_VARS];
+  int32_t n_vars;
+  int32_t* slots; /* open-addressed hash of expression ids, -1 empty */
+  int32_t n_slots;
+} kiln_sym_table_t;
+
+kiln_status_t kiln_sym_table_create(kiln_sym_table_t** out);
+kiln_sym_table_t* kiln_sym_table_retain(kiln_sym_table_t* t);
+void kiln_sym_table_release(kiln_sym_table_t* t);
+
+/* A new symbol with range [lo, hi] (1 <= hi <= KILN_SYM_RANGE_MAX), named
+ * `name` (copied; NULL gives "s<index>"). */
+kiln_status_t kiln_sym_var(kiln_sym_table_t* t, const char* name, int64_t lo, int64_t hi,
+                           int64_t* out_dim);
+
+/* Canonical constructors. Operands are numbers or encoded expressions of t;
+ * with number operands they compute the number (an overflow is an error),
+ * so concrete sizes never touch the table. */
+kiln_status_t kiln_dim_add(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_sub(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_mul(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_floordiv(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_mod(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_max(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+kiln_status_t kiln_dim_min(kiln_sym_table_t* t, int64_t a, int64_t b, int64_t* out);
+/* One constructor by kind (the artifact reader and the Python binding). */
+kiln_status_t kiln_dim_op(kiln_sym_table_t* t, kiln_sym_kind_t kind, int64_t a, int64_t b,
+                          int64_t* out);
+
+/* 1 when d is a number or an expression of t. */
+int kiln_sym_dim_valid(const kiln_sym_table_t* t, int64_t d);
+/* d's value at probe binding p (0 or 1); numbers are themselves. */
+int64_t kiln_sym_probe(const kiln_sym_table_t* t, int64_t d, int p);
+
+/* Every expression's value for symbol values vars[0..n_vars) into
+ * values[0..n_exprs) (an overflow, or a division by a non-positive value, is
+ * an error naming the expression). */
+kiln_status_t kiln_sym_eval_all(const kiln_sym_table_t* t, const int64_t* vars,
+                                int64_t* values);
+/* d's value given kiln_sym_eval_all's values; numbers are themselves. */
+static inline int64_t kiln_sym_value(const int64_t* values, int64_t d) {
+  return kiln_dim_is_sym(d) ? values[kiln_dim_sym_id(d)] : d;
+}
+
+/* "s0*768 + 1", "L + T" into buf; returns buf. */
+const char* kiln_sym_describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t size);
+
+#endif /* KILN_SYM_H */

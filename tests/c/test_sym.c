@@ -1,0 +1,230 @@
+/* Symbolic sizes: the expression table's canonical forms, shape inference
+ * over symbols, and a symbolic model run at several bindings against the
+ * same graph built concretely at each. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
+#include "ir/kiln_sym.h"
+#include "kiln_test.h"
+#include "runtime/kiln_model.h"
+
+static void test_sym_canonical(void) {
+  kiln_sym_table_t* t = NULL;
+  KILN_EXPECT_OK(kiln_sym_table_create(&t));
+  if (!t) return;
+  int64_t s, u, a, b, c;
+  KILN_EXPECT_OK(kiln_sym_var(t, "s", 1, 4096, &s));
+  KILN_EXPECT_OK(kiln_sym_var(t, "u", 1, 64, &u));
+  KILN_EXPECT(kiln_dim_is_sym(s) && kiln_dim_is_sym(u) && s != u, "two symbols");
+  /* (s*12)*64 == s*768 == 768*s */
+  KILN_EXPECT_OK(kiln_dim_mul(t, s, 12, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, a, 64, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, 768, s, &b));
+  KILN_EXPECT(a == b, "products of constants fold");
+  /* u*(s*3) == (3*u)*s */
+  KILN_EXPECT_OK(kiln_dim_mul(t, s, 3, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, u, a, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, u, 3, &b));
+  KILN_EXPECT_OK(kiln_dim_mul(t, b, s, &b));
+  KILN_EXPECT(a == b, "factors sorted");
+  /* s + s == 2*s; (s + 1)*2 == 2*s + 2; (2*s + 2)//2 == s + 1; s - s == 0 */
+  KILN_EXPECT_OK(kiln_dim_add(t, s, s, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, s, 2, &b));
+  KILN_EXPECT(a == b, "like terms collect");
+  KILN_EXPECT_OK(kiln_dim_add(t, s, 1, &a));
+  KILN_EXPECT_OK(kiln_dim_mul(t, a, 2, &a));
+  KILN_EXPECT_OK(kiln_dim_add(t, b, 2, &c));
+  KILN_EXPECT(a == c, "a number times a sum distributes");
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, c, 2, &a));
+  KILN_EXPECT_OK(kiln_dim_add(t, 1, s, &b));
+  KILN_EXPECT(a == b, "exact division of a sum");
+  KILN_EXPECT_OK(kiln_dim_sub(t, s, s, &a));
+  KILN_EXPECT(a == 0, "s - s is 0, got %lld", (long long)a);
+  KILN_EXPECT_OK(kiln_dim_mod(t, c, 2, &a));
+  KILN_EXPECT(a == 0, "(2s+2) mod 2 is 0");
+  KILN_EXPECT_OK(kiln_dim_add(t, 3, 4, &a));
+  KILN_EXPECT(a == 7, "numbers stay numbers");
+  /* u + s + 1 == 1 + (s + u) */
+  KILN_EXPECT_OK(kiln_dim_add(t, u, s, &a));
+  KILN_EXPECT_OK(kiln_dim_add(t, a, 1, &a));
+  KILN_EXPECT_OK(kiln_dim_add(t, s, u, &b));
+  KILN_EXPECT_OK(kiln_dim_add(t, 1, b, &b));
+  KILN_EXPECT(a == b, "terms sorted");
+  char buf[64];
+  KILN_EXPECT(strcmp(kiln_sym_describe(t, c, buf, sizeof buf), "s*2 + 2") == 0, "describe: %s", buf);
+  /* Evaluation: s = 10, u = 3. */
+  int64_t vars[2] = {10, 3};
+  int64_t* values = calloc((size_t)t->n_exprs, sizeof(int64_t));
+  KILN_EXPECT_OK(kiln_sym_eval_all(t, vars, values));
+  KILN_EXPECT(kiln_sym_value(values, c) == 22 && kiln_sym_value(values, a) == 14, "evaluated");
+  free(values);
+  /* Bad ranges and unknown operands are errors. */
+  KILN_EXPECT_ERROR(kiln_sym_var(t, "bad", 5, 2, &a), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_dim_op(t, KILN_SYM_ADD, kiln_dim_of_sym(9999), 1, &a), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_dim_floordiv(t, s, 0, &a), KILN_INVALID_ARGUMENT);
+  kiln_sym_table_release(t);
+}
+
+/* x (B, T, 16), x2 (B, T2, 8) -> [softmax over dim 1 of cat(gelu(x W + b)
+ * as (B, T, 8), x2), the same cat without its first row]: reshapes to
+ * expressions, a GEMM the compiler fuses, a concatenation and a strided
+ * view whose strides are expressions. */
+static kiln_graph_t* build(kiln_sym_table_t** syms, int64_t B, int64_t T, int64_t T2) {
+  static float w[16 * 8], bias[8];
+  kiln_test_fill_f32(w, 16 * 8, 3, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, 8, 4, -0.5f, 0.5f);
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  kiln_sym_table_t* t = NULL;
+  if (syms) {
+    KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+    KILN_EXPECT_OK(kiln_sym_var(t, "B", 1, 8, &B));
+    KILN_EXPECT_OK(kiln_sym_var(t, "T", 1, 512, &T));
+    KILN_EXPECT_OK(kiln_sym_var(t, "T2", 1, 512, &T2));
+    *syms = t;
+  }
+  int32_t x, x2, vw, vb, y, z, r, c, sm, sl;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, (int64_t[]){B, T, 16}, &x));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x2", KILN_F32, 3, (int64_t[]){B, T2, 8}, &x2));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, (int64_t[]){16, 8}, KILN_LAYOUT_DENSE,
+                                         w, sizeof w, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, (int64_t[]){8}, KILN_LAYOUT_DENSE,
+                                         bias, sizeof bias, &vb));
+  int64_t BT, TT, TT1, st0;
+  KILN_EXPECT_OK(kiln_dim_mul(t, B, T, &BT));
+  KILN_EXPECT_OK(kiln_dim_add(t, T, T2, &TT));
+  KILN_EXPECT_OK(kiln_dim_sub(t, TT, 1, &TT1));
+  KILN_EXPECT_OK(kiln_dim_mul(t, TT, 8, &st0));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &x, 1, (int64_t[]){2, BT, 16}, 3, NULL, 0,
+                                     "flatten", &y));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, (int32_t[]){y, vw}, 2, NULL, 0, NULL, 0,
+                                     "mm", &z));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, (int32_t[]){z, vb}, 2, NULL, 0, NULL, 0,
+                                     "bias", &z));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GELU, &z, 1, NULL, 0, NULL, 0, "gelu", &z));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &z, 1, (int64_t[]){3, B, T, 8}, 4, NULL,
+                                     0, "unflatten", &r));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAT, (int32_t[]){r, x2}, 2, (int64_t[]){1}, 1, NULL,
+                                     0, "cat", &c));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SOFTMAX, &c, 1, (int64_t[]){1, 0}, 2, NULL, 0,
+                                     "softmax", &sm));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[0] = 3, p[1] = B, p[2] = TT1, p[3] = 8, p[9] = st0, p[10] = 8, p[11] = 1, p[17] = 8;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &c, 1, p, 18, NULL, 0, "slice", &sl));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, (int32_t[]){sm, sl}, 2));
+  return g;
+}
+
+static kiln_model_t* compiled(kiln_graph_t* g) {
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  kiln_graph_t* c = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &c));
+  if (!c) return NULL;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m));
+  return m;
+}
+
+static void test_sym_model(void) {
+  kiln_sym_table_t* t = NULL;
+  kiln_graph_t* g = build(&t, 0, 0, 0);
+  if (!g) return;
+  const kiln_value_t* out = &g->values[g->outputs[1]];
+  char buf[128];
+  KILN_EXPECT(strcmp(kiln_graph_describe_value(g, out, buf, sizeof buf),
+                     "(B, T + T2 - 1, 8) float32") == 0,
+              "the slice's shape is derived: %s", buf);
+  kiln_model_t* m = compiled(g);
+  if (!m) return;
+  KILN_EXPECT(kiln_model_is_symbolic(m), "symbolic model");
+  const int64_t sizes[][3] = {{2, 5, 3}, {1, 7, 1}, {3, 1, 4}, {2, 5, 3}, {1, 9, 2}, {2, 2, 2}};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+    int64_t B = sizes[k][0], T = sizes[k][1], T2 = sizes[k][2];
+    size_t nx = (size_t)(B * T * 16), nx2 = (size_t)(B * T2 * 8), ny = (size_t)(B * (T + T2) * 8),
+           nz = (size_t)(B * (T + T2 - 1) * 8);
+    float *x = malloc(nx * 4), *x2 = malloc(nx2 * 4), *got = malloc(ny * 4), *want = malloc(ny * 4),
+          *got2 = malloc(nz * 4), *want2 = malloc(nz * 4);
+    kiln_test_fill_f32(x, nx, 10 + (unsigned)k, -2, 2);
+    kiln_test_fill_f32(x2, nx2, 20 + (unsigned)k, -2, 2);
+    int64_t sx[3] = {B, T, 16}, sx2[3] = {B, T2, 8}, sy[3] = {B, T + T2, 8}, sz[3] = {B, T + T2 - 1, 8};
+    kiln_tensor_t in[2] = {{x, KILN_F32, 3, sx}, {x2, KILN_F32, 3, sx2}};
+    int64_t shapes[2 * KILN_MAX_RANK];
+    int32_t ranks[2];
+    KILN_EXPECT_OK(kiln_model_output_shapes(m, in, 2, shapes, ranks));
+    KILN_EXPECT(ranks[0] == 3 && shapes[1] == T + T2 && ranks[1] == 3 &&
+                    shapes[KILN_MAX_RANK + 1] == T + T2 - 1,
+                "output shapes at binding %zu", k);
+    kiln_tensor_t outs[2] = {{got, KILN_F32, 3, sy}, {got2, KILN_F32, 3, sz}};
+    KILN_EXPECT_OK(kiln_model_run(m, in, 2, outs, 2));
+    kiln_model_t* ref = compiled(build(NULL, B, T, T2));
+    kiln_tensor_t routs[2] = {{want, KILN_F32, 3, sy}, {want2, KILN_F32, 3, sz}};
+    if (ref) KILN_EXPECT_OK(kiln_model_run(ref, in, 2, routs, 2));
+    snprintf(buf, sizeof buf, "symbolic softmax at B=%lld T=%lld T2=%lld", (long long)B,
+             (long long)T, (long long)T2);
+    kiln_test_compare_f32(buf, got, want, ny, 0, 0);
+    kiln_test_compare_f32("symbolic slice", got2, want2, nz, 0, 0);
+    kiln_model_release(ref);
+    free(x), free(x2), free(got), free(want), free(got2), free(want2);
+  }
+  /* Inputs that disagree about a symbol, or leave its range, name it. */
+  float x[64 * 16], x2[64 * 8], y[64 * 8];
+  memset(x, 0, sizeof x), memset(x2, 0, sizeof x2);
+  int64_t sx[3] = {2, 3, 16}, sx2[3] = {1, 3, 8}, sy[3] = {2, 6, 8};
+  kiln_tensor_t in[2] = {{x, KILN_F32, 3, sx}, {x2, KILN_F32, 3, sx2}};
+  kiln_tensor_t outs[2] = {{y, KILN_F32, 3, sy}, {y, KILN_F32, 3, sy}};
+  kiln_status_t s = kiln_model_run(m, in, 2, outs, 2);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "input 1 ('x2'): dimension 0 (B) is 1, but input 0 gave B = 2"),
+              "message: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  int64_t big[3] = {9, 1, 16};
+  in[0].shape = big;
+  s = kiln_model_run(m, in, 2, outs, 2);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "dimension 0 (B) is 9, expected 1..8"),
+              "message: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  kiln_model_release(m);
+}
+
+/* A reshape whose element count differs only at some bindings is refused
+ * at the call, never run: (s) -> (s // 2, 2) holds for even s only. */
+static void test_sym_guard(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, H;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 1, 100, &S));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, S, 2, &H));
+  int32_t x, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, (int64_t[]){S}, &x));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &x, 1, (int64_t[]){2, H, 2}, 3, NULL, 0,
+                                     "split", &y));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_EXP, &y, 1, NULL, 0, NULL, 0, "exp", &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_model_t* m = compiled(g);
+  if (!m) return;
+  float xs[8] = {0, 1, 2, 3, 4, 5, 6, 7}, ys[8];
+  int64_t s8[1] = {8}, s7[1] = {7}, o8[2] = {4, 2}, o7[2] = {3, 2};
+  kiln_tensor_t in = {xs, KILN_F32, 1, s8}, out = {ys, KILN_F32, 2, o8};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+  KILN_EXPECT(ys[7] == expf(7.0f), "ran at S=8");
+  in.shape = s7;
+  out.shape = o7;
+  kiln_status_t s = kiln_model_run(m, &in, 1, &out, 1);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "reshape") &&
+                  strstr(kiln_status_message(s), "split"),
+              "an odd length is refused naming the node: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  kiln_model_release(m);
+}
+
+void kiln_test_suite_sym(void) {
+  test_sym_canonical();
+  test_sym_model();
+  test_sym_guard();
+}
