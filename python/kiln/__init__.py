@@ -35,12 +35,19 @@ def _as_tuple(example_inputs):
 
 
 def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_dtype=None,
-          compute_dtype=None):
+          compute_dtype=None, dynamic_shapes=None):
     """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
 
     Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
-    the example's; a call with other shapes or dtypes raises ValueError
-    naming the input. When the model uses ops kiln does not support, kiln
+    the example's unless dynamic_shapes says otherwise; a call with other
+    shapes or dtypes raises ValueError naming the input.
+
+    dynamic_shapes: torch.export's argument, unchanged (torch.export.Dim
+    objects per input dimension, e.g. {"x": {0: Dim("batch", max=64), 1:
+    Dim("seq", max=512)}}): one compile serves every size in range; each
+    call binds the sizes, checks their ranges (an error names the input, the
+    dimension and the range) and runs a plan made for them (kept for the
+    last few sizes). When the model uses ops kiln does not support, kiln
     compiles the rest and runs those ops in eager PyTorch between the
     compiled pieces (a warning names them once); with fallback=False it
     raises UnsupportedOpError naming the op and the source line instead.
@@ -116,7 +123,7 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         model.eval()
     try:
         with torch.no_grad():
-            ep = export_program(model, args, example_kwargs)
+            ep = export_program(model, args, example_kwargs, dynamic_shapes)
     finally:
         if isinstance(model, torch.nn.Module) and was_training:
             model.train()

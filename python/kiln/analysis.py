@@ -11,8 +11,9 @@ import collections
 
 import torch
 
-from kiln.capture import LoweringContext, describe_node, export_program, source_location
+from kiln.capture import LoweringContext, describe_node, export_program, graph_attribute, source_location
 from kiln.errors import KilnError, UnsupportedOpError
+from kiln import symbolic
 from kiln.optable import TABLE, Unsupported
 
 
@@ -35,17 +36,24 @@ def _data_dependent(n):
     """True when n reads or makes a tensor whose shape depends on the data
     (an unbacked symbol, after nonzero or masked_select): handlers read
     static sizes and would trip torch's guard on such a dim."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
     vals = [n.meta.get("val")] + [a.meta.get("val") for a in n.all_input_nodes]
     for v in vals:
         for t in (v if isinstance(v, (tuple, list)) else [v]):
-            if isinstance(t, torch.Tensor) and any(not isinstance(s, int) for s in t.shape):
+            # Backed symbols (dynamic shapes) are sizes kiln holds; unbacked
+            # ones (u0: a count nonzero found) are not.
+            if isinstance(t, torch.Tensor) and free_unbacked_symbols(t.shape):
                 return True
     return False
 
 
 def per_node_support(gm):
     """{node: reason or None} by lowering the graph node by node."""
-    ctx = LoweringContext()
+    return symbolic.lowering(LoweringContext, lambda ctx: _per_node_support(ctx, gm))
+
+
+def _per_node_support(ctx, gm):
     status = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -55,8 +63,15 @@ def per_node_support(gm):
                     ctx.env[n] = ctx.input(n.name, val)
                 except KilnError as e:
                     ctx.env[n] = ctx.unsupported_value(n, str(e))
+            elif isinstance(val, torch.SymInt):
+                try:
+                    ctx.env[n] = symbolic.size(val)
+                except Unsupported as e:
+                    ctx.env[n] = ctx.unsupported_value(n, str(e))
             else:
                 ctx.env[n] = val
+        elif n.op == "get_attr":
+            ctx.env[n] = graph_attribute(ctx, gm, n)
         elif n.op == "call_function":
             if n.target not in TABLE:
                 status[n] = "no kiln lowering for this op"

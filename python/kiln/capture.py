@@ -18,6 +18,7 @@ from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 from kiln import optable_movement
 from kiln import optable_sample
 from kiln import fastpath
+from kiln import symbolic
 
 aten = torch.ops.aten
 
@@ -70,9 +71,9 @@ def decomposition_table():
     return table
 
 
-def export_program(model, args, kwargs=None):
+def export_program(model, args, kwargs=None, dynamic_shapes=None):
     """torch.export + Core ATen decomposition, with kiln's exceptions."""
-    ep = torch.export.export(model, args, kwargs=kwargs or {})
+    ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes)
     with warnings.catch_warnings():
         # torch 2.13's run_decompositions deep-copies pytree specs and trips
         # its own LeafSpec deprecation warning on every call: not the user's.
@@ -140,14 +141,15 @@ class LoweringContext:
 
     def __init__(self):
         self.graph = _C.Graph()
-        self.env = {}  # fx node -> kiln value id | python value | tuple
+        self.symbols = symbolic.Symbols(self.graph)
+        self.env = {}  # fx node -> kiln value id | python value | size | tuple
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
 
     # value bookkeeping ------------------------------------------------------
     def _record(self, vid):
         dtype, shape = self.graph.value(vid)
-        self._meta[vid] = (TORCH_DTYPES[dtype], tuple(shape))
+        self._meta[vid] = (TORCH_DTYPES[dtype], tuple(symbolic.wrap(self.graph, d) for d in shape))
         return vid
 
     def value(self, arg):
@@ -171,10 +173,10 @@ class LoweringContext:
     def input(self, name, tensor_meta):
         if tensor_meta.dtype not in DTYPES:
             raise KilnError(f"input {name!r} has dtype {tensor_meta.dtype}, which kiln does not support")
-        if any(not isinstance(s, int) for s in tensor_meta.shape):  # int() would guard on the data
-            raise KilnError(f"input {name!r} has a data-dependent shape {tuple(tensor_meta.shape)}; "
-                            "kiln compiles static shapes")
-        shape = [int(s) for s in tensor_meta.shape]
+        try:
+            shape = [symbolic.encode(symbolic.size(s)) for s in tensor_meta.shape]
+        except Unsupported as e:
+            raise KilnError(f"input {name!r} has a shape kiln cannot hold {tuple(tensor_meta.shape)}: {e}") from None
         return self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
 
     def constant(self, tensor, name=None):
@@ -192,7 +194,12 @@ class LoweringContext:
         return self._scalars[key]
 
     def node(self, op, inputs, params=(), fparams=(), origin=None):
-        return self._record(self.graph.add_node(OPS[op], list(inputs), list(params), list(fparams), origin))
+        params = [symbolic.encode(p) for p in params]
+        try:
+            return self._record(self.graph.add_node(OPS[op], list(inputs), params, list(fparams), origin))
+        except KilnError:
+            self.symbols.unify_after_failure(op, [self.shape(i) for i in inputs if i >= 0])
+            raise
 
     def origin(self, node):
         return describe_node(node)
@@ -217,6 +224,25 @@ def _raise_unsupported(missing):
     raise err
 
 
+def graph_attribute(ctx, gm, n):
+    """The value of a get_attr node: a tensor the graph module holds.
+
+    Dynamo lifts a tensor a model makes from Python data inside forward
+    (torch.tensor([]) in transformers' DynamicCache, which starts each
+    layer's keys and values empty) into an attribute of the graph module,
+    read by get_attr and copied by lift_fresh_copy. It is a constant of the
+    kiln graph; one kiln cannot hold (its dtype) poisons what reads it."""
+    obj = gm
+    for part in str(n.target).split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, torch.Tensor):
+        return obj
+    try:
+        return ctx.constant(obj, str(n.target))
+    except KilnError as e:
+        return ctx.unsupported_value(n, str(e))
+
+
 def lower_graph(gm, placeholders, outputs):
     """Builds a kiln graph from an FX graph of ATen ops.
 
@@ -228,16 +254,24 @@ def lower_graph(gm, placeholders, outputs):
     missing = find_unsupported(gm)
     if missing:
         _raise_unsupported(missing)
-    ctx = LoweringContext()
+    return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs))
+
+
+def _lower_graph_into(ctx, gm, placeholders, outputs):
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, (kind, what) in zip(phs, placeholders):
         if kind == "input":
             ctx.env[n] = ctx.input(what, n.meta["val"])
         elif kind == "constant":
             ctx.env[n] = ctx.constant(what, n.name)
+        elif isinstance(what, torch.SymInt):
+            ctx.env[n] = symbolic.size(what)  # a size Dynamo passes as an argument
         else:
             ctx.env[n] = what
     for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            ctx.env[n] = graph_attribute(ctx, gm, n)
+            continue
         if n.op != "call_function":
             continue
         try:

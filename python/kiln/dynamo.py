@@ -3,8 +3,18 @@
 Registered through the ``torch_dynamo_backends`` entry point, so installing
 kiln is enough. Dynamo hands over an FX graph of torch ops; AOTAutograd
 lowers it to Core ATen (the same decompositions kiln.trace uses) and splits
-forward from backward when training; kiln compiles both. Graphs kiln cannot compile (an unsupported op,
-symbolic shapes) run in eager PyTorch instead, with a warning naming why.
+forward from backward when training; kiln compiles both, symbolic sizes
+included. Graphs kiln cannot compile run in eager PyTorch instead, with a
+warning naming why.
+
+What happened to each graph is counted in torch's own counters (as
+Inductor does), torch._dynamo.utils.counters:
+  counters["kiln"]["graphs"]       graphs handed to kiln (forward and backward)
+  counters["kiln"]["whole"]        compiled whole: every op runs in kiln
+  counters["kiln"]["partitioned"]  kiln pieces with some ops in eager between them
+  counters["kiln"]["eager"]        the whole graph runs in eager PyTorch
+  counters["kiln_fallback"][what]  each op (or reason) that ran in eager, once per graph
+Clear them with counters.clear() before a run to see what it compiled.
 """
 
 import warnings
@@ -22,8 +32,8 @@ def _compile_fx(gm, example_inputs):
     names = []
     for i, (n, ex) in enumerate(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs)):
         if isinstance(ex, torch.Tensor):
-            if any(not isinstance(s, int) for s in ex.shape):
-                raise KilnError("symbolic shapes are not supported yet")
+            # Symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic)
+            # compile once: the C model binds them per call (kiln/symbolic.py).
             placeholders.append(("input", n.name))
             names.append(n.name)
         else:
@@ -73,17 +83,27 @@ def kiln_fw_compiler(gm, example_inputs):
 
 
 def _kiln_fw_compile(gm, example_inputs):
+    from torch._dynamo.utils import counters
+
     from kiln.errors import UnsupportedOpError
     from kiln.partition import partition
 
+    counters["kiln"]["graphs"] += 1
     try:
-        return _compile_fx(gm, example_inputs)
+        fn = _compile_fx(gm, example_inputs)
+        counters["kiln"]["whole"] += 1
+        return fn
     except UnsupportedOpError:
         # Compile what kiln can; the rest runs eagerly between the pieces.
         fused, _ = partition(gm, what="torch.compile graph")
+        counters["kiln"]["partitioned"] += 1
+        for what in fused.kiln_eager:
+            counters["kiln_fallback"][what] += 1
         return fused.forward
     except KilnError as e:
         warnings.warn(f"kiln: running this graph in eager PyTorch: {e}", stacklevel=2)
+        counters["kiln"]["eager"] += 1
+        counters["kiln_fallback"][str(e)] += 1
         return gm.forward
 
 

@@ -74,7 +74,11 @@ class KilnModule(torch.nn.Module):
         torch dtype object, its kiln id) and how each output is made."""
         self._fast_in = [(TORCH_DTYPES[dtype], dtype) for dtype, _ in self._in_specs]
         cache = os.environ.get("KILN_OUTPUT_CACHE", "1") != "0"
-        self._out_makers = [_output_maker(dtype, shape, cache) for dtype, shape in self._out_specs]
+        # A symbolic model's output shapes depend on each call's sizes
+        # (kiln_model_output_shapes): its outputs are made per call.
+        self._symbolic = self._kiln_model.symbolic()
+        self._out_makers = None if self._symbolic else [
+            _output_maker(dtype, shape, cache) for dtype, shape in self._out_specs]
         # How forward packs the outputs: "one" tensor, a flat "tuple", else
         # through the pytree spec (tree_unflatten costs microseconds).
         spec = self._out_spec
@@ -128,8 +132,13 @@ class KilnModule(torch.nn.Module):
             ins = self._check_inputs(args)
             descs = [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins]
         # Outputs are new tensors every call: the caller owns them.
-        outs = [make() for make in self._out_makers]
-        out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
+        if self._symbolic:
+            shapes = self._kiln_model.output_shapes(descs)
+            outs = [torch.empty(shape, dtype=dtype) for shape, (dtype, _) in zip(shapes, self._out_specs)]
+            out_descs = [(o.data_ptr(), dtype_id, shape) for o, shape, (dtype_id, _) in zip(outs, shapes, self._out_ids)]
+        else:
+            outs = [make() for make in self._out_makers]
+            out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
             from kiln.profiler import run_with_events
             run_with_events(self, args, descs, out_descs)

@@ -15,6 +15,7 @@ import operator
 import torch
 
 from kiln import _C
+from kiln import symbolic
 
 OPS = _C.OPS
 aten = torch.ops.aten
@@ -69,7 +70,8 @@ def _val(node):
 
 
 def _shape(node):
-    return tuple(int(s) for s in _val(node).shape)
+    # Sizes as kiln holds them: ints, or SymDims for symbolic sizes.
+    return symbolic.shape(_val(node))
 
 
 def _dense_strides(shape):
@@ -112,11 +114,20 @@ def cast(ctx, x, dtype):
     return ctx.node("cast", [x], [dtype_id(dtype)])
 
 
+def sym_scalar(ctx, d, dtype):
+    """A 0-d tensor holding the value of symbolic size d (computed per call)."""
+    y = ctx.node("iota", [], [1, d, 0, dtype_id(torch.int64)])
+    return cast(ctx, reshape(ctx, y, []), dtype)
+
+
 def operand(ctx, arg, dtype):
     """A tensor argument as a kiln value of `dtype` (Python scalars become 0-d constants)."""
-    if isinstance(arg, torch.fx.Node):
+    if isinstance(arg, torch.fx.Node) and not isinstance(ctx.env.get(arg), symbolic.SymDim):
         return cast(ctx, ctx.value(arg), dtype)
-    return ctx.scalar(arg, dtype)
+    d = symbolic.size(arg) if isinstance(arg, (torch.fx.Node, torch.SymInt)) else arg
+    if isinstance(d, symbolic.SymDim):
+        return sym_scalar(ctx, d, dtype)
+    return ctx.scalar(d, dtype)
 
 
 # ---- views and data movement -------------------------------------------------
@@ -197,9 +208,15 @@ def _slice(ctx, n):
     start = n.args[2] if len(n.args) > 2 and n.args[2] is not None else 0
     step = n.args[4] if len(n.args) > 4 else 1
     size = shape[dim]
-    if start < 0:
-        start += size
-    start = min(max(start, 0), size)
+    start = symbolic.size(start)
+    if isinstance(start, symbolic.SymDim) or isinstance(size, symbolic.SymDim):
+        # torch has checked the bounds symbolically: start is in [0, size].
+        if isinstance(start, int) and start < 0:
+            start = start + size
+    else:
+        if start < 0:
+            start += size
+        start = min(max(start, 0), size)
     out = list(_shape(n))
     if out == shape:
         return x
@@ -327,7 +344,12 @@ def _where(ctx, n):
           aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default)
 def _constant_op(ctx, n):
     # Ops with static shapes and no tensor data inputs are constants of the
-    # graph: their value is fixed at capture, like a parameter.
+    # graph: their value is fixed at capture, like a parameter. With a
+    # symbolic size they are computed per call.
+    if symbolic.is_symbolic(_shape(n)) or any(
+            isinstance(symbolic.size(a), symbolic.SymDim) for a in n.args
+            if isinstance(a, (torch.fx.Node, torch.SymInt))):
+        return _symbolic_constant_op(ctx, n)
     if n.target in (aten.empty.memory_format, aten.empty_like.default):
         return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
     args = [a for a in n.args]
@@ -340,6 +362,44 @@ def _constant_op(ctx, n):
     elif n.target in (aten.new_zeros.default, aten.new_ones.default):
         args[0] = torch.empty(0, dtype=_val(n.args[0]).dtype)
     return ctx.constant(n.target(*args, **kwargs))
+
+
+def _symbolic_constant_op(ctx, n):
+    dtype = _val(n).dtype
+    out = _shape(n)
+    if n.target in (aten.arange.default, aten.arange.start, aten.arange.start_step):
+        args = [symbolic.size(a) if isinstance(a, (torch.fx.Node, torch.SymInt)) else a for a in n.args]
+        start, step = (args[0], args[2] if len(args) > 2 else 1) if len(args) > 1 else (0, 1)
+        if not isinstance(step, int) or isinstance(start, float) or isinstance(step, float):
+            raise Unsupported("arange with a symbolic length and a non-integer start or step")
+        if dtype not in (torch.int64, torch.int32, torch.float32):
+            raise Unsupported(f"arange of {dtype} with a symbolic length")
+        return ctx.node("iota", [], [out[0], start, step, dtype_id(dtype)], origin=ctx.origin(n))
+    if n.target in (aten.full.default, aten.full_like.default, aten.scalar_tensor.default):
+        value = n.args[1] if len(n.args) > 1 else n.args[0]
+    elif n.target in (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
+                      aten.empty.memory_format, aten.empty_like.default):
+        value = 0
+    else:
+        value = 1
+    v = operand(ctx, value, dtype)
+    # A stride-0 view of the 0-d value: every element reads it.
+    return strided_copy(ctx, v, list(out), [0] * len(out), 0, ctx.origin(n))
+
+
+@register(operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
+          torch.sym_max, torch.sym_min)
+def _size_arith(ctx, n):
+    # Arithmetic on sizes (Dynamo's s0 * s1 before a view): a size, not a tensor.
+    args = [symbolic.size(a) for a in n.args]
+    if n.target is torch.sym_max or n.target is torch.sym_min:
+        return symbolic.minmax("max" if n.target is torch.sym_max else "min", *args)
+    return n.target(*args)
+
+
+@register(aten.sym_size.int)
+def _sym_size(ctx, n):
+    return ctx.shape(ctx.value(n.args[0]))[_norm_dim(n.args[1], len(ctx.shape(ctx.value(n.args[0]))))]
 
 
 # ---- elementwise ------------------------------------------------------------------
@@ -558,7 +618,7 @@ def _layer_norm(ctx, n):
 
 
 def _shape_of_output(n, i):
-    return tuple(int(s) for s in n.meta["val"][i].shape)
+    return symbolic.shape(n.meta["val"][i])
 
 
 @register(aten.rms_norm.default)

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from kiln import symbolic
 from kiln.optable import (Unsupported, _arg, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
                           _val, aten, cast, register, reshape, strided_copy)
 
@@ -628,7 +629,7 @@ def _var(ctx, n):
 def _var_mean(ctx, n):
     dims, correction, keepdim = _var_args(n)
     var, mean = _variance(ctx, n, ctx.value(n.args[0]), dims, correction, keepdim)
-    out_shape = tuple(int(s) for s in _val(n)[1].shape)
+    out_shape = symbolic.shape(_val(n)[1])
     return reshape(ctx, var, out_shape), reshape(ctx, mean, out_shape)
 
 

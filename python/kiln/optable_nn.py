@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from kiln import symbolic
 from kiln.optable import (Unsupported, _arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
                           _max_pool_args, _pool_params, _shape, _val, aten, register, reshape, strided_copy)
 
@@ -29,7 +30,7 @@ F32 = torch.float32
 
 
 def _out_shape(n, i):
-    return tuple(int(s) for s in n.meta["val"][i].shape)
+    return symbolic.shape(n.meta["val"][i])
 
 
 

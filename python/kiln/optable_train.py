@@ -28,6 +28,7 @@ import operator
 
 import torch
 
+from kiln import symbolic
 from kiln.optable import (TABLE, Unsupported, _norm_dim, _val, attention_mask, cast, operand, register,
                           reshape)
 
@@ -63,7 +64,13 @@ def _flash_attention_cpu(ctx, n):
     inference (AOTAutograd decomposes the public op to the CPU kernel it
     would pick): kiln's SDPA. Its second output, the logsumexp a backward
     needs, is not computed: a graph that reads it is refused (training
-    graphs take attention's math formulation instead, see dynamo.py)."""
+    graphs take attention's math formulation instead, see dynamo.py).
+
+    Grouped-query attention (transformers' Llama and Qwen2 with fewer key
+    heads) arrives with k and v of Hkv heads: the CPU kernel maps query head
+    h to key head h // (H / Hkv), as kiln's SDPA does. A decode step is
+    q (B, H, 1, D) against the whole cache; is_causal is top-left aligned in
+    both (query i sees keys j <= i)."""
     if any(u.target is not operator.getitem or u.args[1] != 0 for u in n.users):
         raise Unsupported("the CPU flash attention's logsumexp output")
     q, k, v = (ctx.value(x) for x in n.args[:3])
@@ -72,15 +79,17 @@ def _flash_attention_cpu(ctx, n):
     mask, scale = n.kwargs.get("attn_mask"), n.kwargs.get("scale")
     if dropout:
         raise Unsupported("attention dropout")
-    if len(ctx.shape(q)) != 4 or ctx.shape(k)[1] != ctx.shape(q)[1]:
-        raise Unsupported("CPU flash attention other than (B, H, S, D) with as many key heads")
+    if any(len(ctx.shape(t)) != 4 for t in (q, k, v)):
+        raise Unsupported("CPU flash attention other than (B, H, S, D)")
+    if ctx.shape(k)[1] != ctx.shape(v)[1] or ctx.shape(q)[1] % ctx.shape(k)[1]:
+        raise Unsupported("CPU flash attention whose query heads are no multiple of its key heads")
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
     inputs = [q, k, v]
     if mask is not None:
         inputs.append(attention_mask(ctx, mask))
     y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
-    return (reshape(ctx, y, tuple(int(d) for d in n.meta["val"][0].shape)), None)
+    return (reshape(ctx, y, symbolic.shape(n.meta["val"][0])), None)
 
 
 def _fma(ctx, n):

@@ -36,15 +36,19 @@ class _KilnSupport(OperatorSupportBase):
             return False
         val = node.meta.get("val")
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
-        # Symbolic shapes and dtypes kiln lacks stay in eager: of the outputs,
+        # Data-dependent shapes and dtypes kiln lacks stay in eager: of the outputs,
         # and of the inputs too (a sum of masked_select's data-dependent
         # result has a static shape, but a kiln piece cannot take its input).
         for a in node.all_input_nodes:
             v = a.meta.get("val")
             vals += list(v) if isinstance(v, (tuple, list)) else [v]
+        if not isinstance(val, (torch.Tensor, tuple, list)):
+            return False  # size arithmetic runs in the glue; pieces read sizes as symbols
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
         for v in vals:
             if isinstance(v, torch.Tensor):
-                if v.dtype not in DTYPES or any(not isinstance(s, int) for s in v.shape):
+                if v.dtype not in DTYPES or free_unbacked_symbols(v.shape):
                     return False
         return True
 
@@ -129,6 +133,9 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
                           f"{', '.join(missing)}", stacklevel=3)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    # What runs in eager PyTorch: the ops kiln refused, and pieces that then
+    # failed to compile (kiln.dynamo counts them, see fallback counters).
+    fused.kiln_eager = list(missing)
     n_pieces = 0
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
@@ -143,6 +150,11 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             else:
                 if "val" not in ph.meta and isinstance(arg, torch.fx.Node):
                     ph.meta["val"] = arg.meta.get("val")
+                if isinstance(ph.meta.get("val"), torch.SymInt):
+                    # A size the piece reads (symbolic): bound per call from
+                    # its tensors' sizes, not passed.
+                    placeholders.append(("python", ph.meta["val"]))
+                    continue
                 placeholders.append(("input", ph.name))
                 runtime_positions.append(i)
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
@@ -154,6 +166,7 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             # A handler refused a particular use (a parameter kiln lacks):
             # this piece stays eager too.
             warnings.warn(f"kiln: a graph piece runs in eager PyTorch: {e}", stacklevel=3)
+            fused.kiln_eager.append(f"a piece: {e}")
             continue
         setattr(fused, node.target, _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list))))
         n_pieces += 1

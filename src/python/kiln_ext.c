@@ -270,7 +270,34 @@ static PyObject* kiln_py_graph_describe_dim(kiln_py_graph_t* self, PyObject* arg
   return PyUnicode_FromString(kiln_sym_describe(g->syms, d, buf, sizeof buf));
 }
 
+static void kiln_py_sym_collect(const kiln_sym_table_t* t, int64_t d, PyObject* set) {
+  if (!kiln_dim_is_sym(d) || !t || kiln_dim_sym_id(d) >= t->n_exprs) return;
+  const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(d)];
+  if (x->kind == KILN_SYM_VAR) {
+    PyObject* name = PyUnicode_FromString(t->vars[x->a].name);
+    if (name) {
+      PySet_Add(set, name);
+      Py_DECREF(name);
+    }
+    return;
+  }
+  kiln_py_sym_collect(t, x->a, set);
+  kiln_py_sym_collect(t, x->b, set);
+}
+
+/* sym_vars(d) -> the set of symbol names size d depends on */
+static PyObject* kiln_py_graph_sym_vars(kiln_py_graph_t* self, PyObject* args) {
+  long long d;
+  if (!PyArg_ParseTuple(args, "L", &d)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  PyObject* set = PySet_New(NULL);
+  if (set) kiln_py_sym_collect(g->syms, d, set);
+  return set;
+}
+
 static PyMethodDef kiln_py_graph_methods[] = {
+    {"sym_vars", (PyCFunction)kiln_py_graph_sym_vars, METH_VARARGS, "sym_vars(size) -> {name}"},
     {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi) -> size"},
     {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},
     {"describe_dim", (PyCFunction)kiln_py_graph_describe_dim, METH_VARARGS,

@@ -1,0 +1,285 @@
+"""Symbolic sizes on the Python side of lowering (issue 17).
+
+torch.export with Dim objects and Dynamo with dynamic shapes give FX graphs
+whose sizes are SymInts (sympy expressions over symbols such as s27). kiln's
+C graph holds such a size as an encoded int64 naming an entry of the graph's
+expression table (src/ir/kiln_sym.h); here a size is a plain int or a
+SymDim, which wraps that encoding and does arithmetic through the C table
+(so equal expressions are equal SymDims, as they are equal ids in C).
+
+A SymDim refuses to be used as a number (int(), comparisons): a handler
+that needs a concrete size raises Unsupported and the node falls back,
+rather than kiln guessing a value.
+"""
+
+import contextvars
+
+import torch
+
+SYM_BASE = -(1 << 62)
+SYM_MAX_EXPRS = 1 << 20
+RANGE_MAX = 1 << 40
+
+_current = contextvars.ContextVar("kiln_lowering_context", default=None)
+
+
+def is_encoded(d):
+    return isinstance(d, int) and SYM_BASE <= d < SYM_BASE + SYM_MAX_EXPRS
+
+
+class SymDim:
+    """A symbolic size of the graph being built."""
+
+    __slots__ = ("graph", "d")
+
+    def __init__(self, graph, d):
+        self.graph, self.d = graph, d
+
+    def _op(self, kind, a, b):
+        from kiln.optable import Unsupported
+
+        if not isinstance(a, (int, SymDim)) or not isinstance(b, (int, SymDim)) or isinstance(a, bool) or isinstance(b, bool):
+            raise Unsupported(f"size arithmetic with {a!r} and {b!r}")
+        return wrap(self.graph, self.graph.dim_op(kind, encode(a), encode(b)))
+
+    def __add__(self, o):
+        return self._op("add", self, o)
+
+    __radd__ = __add__
+
+    def __sub__(self, o):
+        return self._op("add", self, -o if isinstance(o, int) else self._op("mul", o, -1))
+
+    def __rsub__(self, o):
+        return self._op("add", o, self._op("mul", self, -1))
+
+    def __mul__(self, o):
+        return self._op("mul", self, o)
+
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self._op("mul", self, -1)
+
+    def __floordiv__(self, o):
+        return self._op("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return self._op("floordiv", o, self)
+
+    def __mod__(self, o):
+        return self._op("mod", self, o)
+
+    def __eq__(self, o):
+        return isinstance(o, SymDim) and o.d == self.d
+
+    def __ne__(self, o):
+        return not self.__eq__(o)
+
+    def __hash__(self):
+        return hash(self.d)
+
+    def _number(self, *_):
+        from kiln.optable import Unsupported
+
+        raise Unsupported(f"a symbolic size ({self}) where kiln needs a number")
+
+    __int__ = __index__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _number
+
+    def __repr__(self):
+        return self.graph.describe_dim(self.d)
+
+
+def minmax(kind, a, b):
+    """max or min of two sizes."""
+    if isinstance(a, SymDim):
+        return a._op(kind, a, b)
+    if isinstance(b, SymDim):
+        return b._op(kind, a, b)
+    return max(a, b) if kind == "max" else min(a, b)
+
+
+def wrap(graph, d):
+    return SymDim(graph, d) if is_encoded(d) else d
+
+
+def encode(x):
+    return x.d if isinstance(x, SymDim) else x
+
+
+class Unify(Exception):
+    """Lower the graph again with symbol b taken as symbol a."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{b} is {a}")
+        self.a, self.b = a, b
+
+
+class Symbols:
+    """The symbols of one lowering: sympy symbol name -> C symbol, with the
+    range the ShapeEnv knows for it.
+
+    Dynamo gives every input dimension its own symbol unless tracing proved
+    two equal; an op may need equal what tracing never compared (attention
+    over a DynamicCache's keys and values, each with its own length). When
+    an op fails on two different bare symbols where it needs one size,
+    unify_after_failure raises Unify and the lowering starts over with one
+    symbol for both (aliases); the model then checks at each call that the
+    inputs agree, naming both."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.vars = {}
+        self.aliases = {}
+        self._names = {}  # encoded var -> name
+
+    def _resolve(self, name):
+        seen = set()
+        while name in self.aliases and name not in seen:
+            seen.add(name)
+            name = self.aliases[name]
+        return name
+
+    def unify_after_failure(self, op, shapes):
+        """Raises Unify for the first pair of different bare symbols at one
+        position (right-aligned) of the inputs' shapes; for attention also
+        the keys' length against the values' and the mask's last dim."""
+        pairs = []
+        for i in range(len(shapes)):
+            for j in range(i + 1, len(shapes)):
+                a, b = shapes[i], shapes[j]
+                for k in range(1, min(len(a), len(b)) + 1):
+                    pairs.append((a[-k], b[-k]))
+        if op == "sdpa" and len(shapes) >= 3 and len(shapes[1]) == 4:
+            lk = shapes[1][2]
+            pairs += [(lk, shapes[2][2])] + ([(lk, shapes[3][-1])] if len(shapes) > 3 and shapes[3] else [])
+        for a, b in pairs:
+            if not (isinstance(a, SymDim) and isinstance(b, SymDim)) or a == b:
+                continue
+            # s1 + t against s2 + t: the one symbol each has that the other lacks.
+            va, vb = self.graph.sym_vars(a.d), self.graph.sym_vars(b.d)
+            only_a, only_b = va - vb, vb - va
+            if len(only_a) == 1 and len(only_b) == 1:
+                import os
+                import sys
+
+                if os.environ.get("KILN_LOG", "") not in ("", "0"):
+                    print(f"kiln: {op} needs {a} and {b} equal: lowering again with one symbol for both",
+                          file=sys.stderr)
+                raise Unify(next(iter(only_a)), next(iter(only_b)))
+
+    def var(self, sym, shape_env=None):
+        name = self._resolve(str(sym))
+        if name not in self.vars:
+            lo, hi = 0, RANGE_MAX
+            vr = getattr(shape_env, "var_to_range", {}).get(sym) if shape_env is not None else None
+            if vr is not None:
+                try:
+                    lo = max(lo, int(vr.lower))
+                except Exception:  # int_oo and other unbounded ends
+                    pass
+                try:
+                    hi = min(hi, int(vr.upper))
+                except Exception:  # int_oo and other unbounded ends
+                    pass
+            hi = max(hi, 1, lo)
+            self.vars[name] = SymDim(self.graph, self.graph.sym(name, lo, hi))
+            self._names[self.vars[name].d] = name
+        return self.vars[name]
+
+    def of_expr(self, expr, shape_env=None):
+        """A sympy expression of sizes as an int or a SymDim."""
+        import sympy
+
+        from kiln.optable import Unsupported
+        from torch.utils._sympy import functions as F
+
+        if isinstance(expr, (int,)) or getattr(expr, "is_Integer", False):
+            return int(expr)
+        if isinstance(expr, sympy.Symbol):
+            return self.var(expr, shape_env)
+        args = [self.of_expr(a, shape_env) for a in expr.args]
+        if isinstance(expr, sympy.Add):
+            out = 0
+            for a in args:
+                out = out + a
+            return out
+        if isinstance(expr, sympy.Mul):
+            out = 1
+            for a in args:
+                out = a * out
+            return out
+        if isinstance(expr, F.FloorDiv):
+            return args[0] // args[1]
+        if isinstance(expr, (F.PythonMod, F.Mod, sympy.Mod)):
+            return args[0] % args[1]
+        if isinstance(expr, (sympy.Max, F.Max, sympy.Min, F.Min)) and len(args) >= 2:
+            kind = "max" if isinstance(expr, (sympy.Max, F.Max)) else "min"
+            out = args[0]
+            for a in args[1:]:
+                out = minmax(kind, out, a)
+            return out
+        raise Unsupported(f"the symbolic size {expr} ({type(expr).__name__})")
+
+
+def lowering(make_ctx, fn):
+    """fn(ctx) with ctx the current lowering context, started over with one
+    symbol for two whenever an op needs them equal (Symbols.unify_after_failure)."""
+    aliases = {}
+    for _ in range(SYM_MAX_UNIFY):
+        ctx = make_ctx()
+        ctx.symbols.aliases = aliases
+        token = _current.set(ctx)
+        try:
+            return fn(ctx)
+        except Unify as u:
+            aliases[u.b] = u.a
+        finally:
+            _current.reset(token)
+    from kiln.errors import KilnError
+
+    raise KilnError(f"more than {SYM_MAX_UNIFY} symbolic sizes taken as equal")
+
+
+SYM_MAX_UNIFY = 256
+
+
+def current():
+    return _current.get()
+
+
+def size(x):
+    """A size as kiln holds it: int, or SymDim for a SymInt of the graph
+    being lowered (an FX node resolves through the lowering's values)."""
+    if isinstance(x, SymDim) or (isinstance(x, int) and not isinstance(x, bool)):
+        return x
+    ctx = current()
+    if isinstance(x, torch.fx.Node) and ctx is not None:
+        v = ctx.env.get(x)
+        if isinstance(v, (SymDim, int)) and not isinstance(v, bool):
+            return v
+        from kiln.optable import Unsupported
+
+        raise Unsupported(f"a size computed by {x.target} that kiln does not hold as a size")
+    if isinstance(x, torch.SymInt):
+        node = x.node
+        if node.is_constant() if hasattr(node, "is_constant") else False:
+            return int(node.constant)
+        expr = node.expr
+        if getattr(expr, "is_Integer", False):
+            return int(expr)
+        if ctx is None:
+            from kiln.optable import Unsupported
+
+            raise Unsupported(f"a symbolic size {expr} outside a lowering")
+        return ctx.symbols.of_expr(expr, node.shape_env)
+    return x
+
+
+def shape(t):
+    """A tensor's (or FakeTensor's) shape as kiln sizes."""
+    return tuple(size(s) for s in t.shape)
+
+
+def is_symbolic(shape_):
+    return any(isinstance(s, SymDim) for s in shape_)
