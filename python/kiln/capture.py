@@ -179,6 +179,17 @@ class LoweringContext:
             raise KilnError(f"input {name!r} has a shape kiln cannot hold {tuple(tensor_meta.shape)}: {e}") from None
         return self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
 
+    def size_input(self, name, value):
+        """A size passed per call (Dynamo's SymInt arguments): a symbolic one
+        becomes an input whose only dimension is that size (its bytes are
+        never read), so the model binds the size from it; a concrete one is
+        a number."""
+        d = symbolic.size(value)
+        if not isinstance(d, symbolic.SymDim):
+            return d
+        self._record(self.graph.add_input(name, DTYPES[torch.int8], [symbolic.encode(d)]))
+        return d
+
     def constant(self, tensor, name=None):
         t = tensor.detach()
         if t.dtype not in DTYPES:
@@ -260,7 +271,9 @@ def lower_graph(gm, placeholders, outputs):
 def _lower_graph_into(ctx, gm, placeholders, outputs):
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, (kind, what) in zip(phs, placeholders):
-        if kind == "input":
+        if kind == "input" and isinstance(n.meta.get("val"), (torch.SymInt, int)):
+            ctx.env[n] = ctx.size_input(what, n.meta["val"])
+        elif kind == "input":
             ctx.env[n] = ctx.input(what, n.meta["val"])
         elif kind == "constant":
             ctx.env[n] = ctx.constant(what, n.name)

@@ -36,6 +36,11 @@ def _compile_fx(gm, example_inputs):
             # compile once: the C model binds them per call (kiln/symbolic.py).
             placeholders.append(("input", n.name))
             names.append(n.name)
+        elif isinstance(ex, torch.SymInt):
+            # A symbolic size passed as an argument: an input of the kiln
+            # model that carries the size (kiln/symbolic.py).
+            placeholders.append(("input", n.name))
+            names.append(n.name)
         else:
             placeholders.append(("python", ex))
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -61,7 +66,7 @@ def _compile_fx(gm, example_inputs):
         return gm.forward  # nothing to compute: the graph only forwards its inputs
     ctx = lower_graph(gm, placeholders, kiln_nodes)
     mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
-    tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+    tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, (torch.Tensor, torch.SymInt))]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
 
     def run(*args):

@@ -52,6 +52,9 @@ def _output_maker(dtype, shape, cache):
     return lambda: torch.empty(shape, dtype=dtype)
 
 
+_SIZE_DTYPE = DTYPES[torch.int8]
+
+
 class KilnModule(torch.nn.Module):
     """A model compiled by kiln. Call it like the original module."""
 
@@ -100,6 +103,9 @@ class KilnModule(torch.nn.Module):
             raise ValueError(f"this kiln module takes {len(self._in_specs)} tensor inputs ({names}), got {len(args)}")
         prepared = []
         for i, (t, (dtype, shape)) in enumerate(zip(args, self._in_specs)):
+            if isinstance(t, int) and not isinstance(t, bool) and dtype == _SIZE_DTYPE and len(shape) == 1:
+                prepared.append(t)  # a symbolic size passed by value
+                continue
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"input {i} ('{self._input_names[i]}'): expected a tensor, got {type(t).__name__}")
             if t.device.type != "cpu":
@@ -130,7 +136,10 @@ class KilnModule(torch.nn.Module):
                 descs.append((t.data_ptr(), dtype_id, t.shape))
         if descs is None:
             ins = self._check_inputs(args)
-            descs = [(t.data_ptr(), DTYPES[t.dtype], t.shape) for t in ins]
+            # A size argument is an input whose one dimension is the size;
+            # its bytes are never read (1: a pointer no kernel dereferences).
+            descs = [(1, _SIZE_DTYPE, (t,)) if isinstance(t, int) else (t.data_ptr(), DTYPES[t.dtype], t.shape)
+                     for t in ins]
         # Outputs are new tensors every call: the caller owns them.
         if self._symbolic:
             shapes = self._kiln_model.output_shapes(descs)

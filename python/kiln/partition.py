@@ -76,8 +76,10 @@ def refused_nodes(gm):
 
 def unsupported_ops(gm, refused=None):
     support = _KilnSupport(refused_nodes(gm) if refused is None else refused)
+    # Size arithmetic (a SymInt result) is the glue's by design, not a fallback.
     return sorted({str(n.target) for n in gm.graph.nodes
-                   if n.op == "call_function" and not support.is_node_supported({}, n)})
+                   if n.op == "call_function" and not support.is_node_supported({}, n)
+                   and not isinstance(n.meta.get("val"), (torch.SymInt, int, float, bool))})
 
 
 def drop_size_range_asserts(gm):
@@ -150,12 +152,7 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             else:
                 if "val" not in ph.meta and isinstance(arg, torch.fx.Node):
                     ph.meta["val"] = arg.meta.get("val")
-                if isinstance(ph.meta.get("val"), torch.SymInt):
-                    # A size the piece reads (symbolic): bound per call from
-                    # its tensors' sizes, not passed.
-                    placeholders.append(("python", ph.meta["val"]))
-                    continue
-                placeholders.append(("input", ph.name))
+                placeholders.append(("input", ph.name))  # a tensor, or a size (kiln/symbolic.py)
                 runtime_positions.append(i)
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         flat = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -256,9 +256,11 @@ static kiln_status_t kiln_model_bind(kiln_model_t* m, const kiln_tensor_t* input
     }
   }
   for (int32_t i = 0; i < t->n_vars; ++i) {
-    /* A symbol no input size gives: its lowest value (the checks below and
-     * the instance's then decide whether the sizes fit). */
-    if (vars[i] < 0) vars[i] = t->vars[i].lo;
+    /* A symbol no input size gives is an error: guessing it could size a
+     * result wrongly with no check to catch it. */
+    if (vars[i] < 0)
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "symbolic size %s is not given by any input's size", t->vars[i].name);
     if (vars[i] < t->vars[i].lo || vars[i] > t->vars[i].hi)
       return kiln_status_make(KILN_INVALID_ARGUMENT,
                               "input %d: the sizes give %s = %lld, expected %lld..%lld", from[i],

@@ -111,3 +111,23 @@ def test_trace_dynamic_shapes_one_artifact():
             torch.testing.assert_close(k(x), m(x), atol=1e-4, rtol=1e-5)
     with pytest.raises(ValueError, match=r"input 0 \('x'\): dimension 1 \(\w+\) is 600, expected 2\.\.512"):
         k(torch.randn(2, 600, 16))
+
+
+def test_generate_padded_batch_sizes_as_arguments(counters):
+    """Batch 2 with left padding: the mask's length reaches a partition as a
+    size argument (Dynamo's SymInt), which the kiln piece must be given, not
+    guess (a guessed length once made a 3-long mask of a 12-long cache)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=256)).eval()
+    ids = torch.randint(0, 256, (2, 10))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        ref = m.generate(ids, attention_mask=mask, max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+        m.forward = torch.compile(m.forward, backend="kiln")
+        out = m.generate(ids, attention_mask=mask, max_new_tokens=24, min_new_tokens=24, do_sample=False, pad_token_id=0)
+    assert torch.equal(out, ref)
+    assert counters["kiln"]["eager"] == 0
+    assert counters["kiln"]["graphs"] <= 3, dict(counters["kiln"])
