@@ -17,21 +17,77 @@ Inductor does), torch._dynamo.utils.counters:
 Clear them with counters.clear() before a run to see what it compiled.
 """
 
+import contextvars
 import warnings
 
 import torch
 
 from kiln.errors import KilnError
 
+# The real tensors Dynamo handed the backend, while AOTAutograd compiles
+# them (kiln_backend): where an inference graph's parameters come from.
+_REAL_INPUTS = contextvars.ContextVar("kiln_real_inputs", default=None)
 
-def _compile_fx(gm, example_inputs):
+
+def _frozen_parameters(example_inputs):
+    """{input index: real tensor} for an inference graph's parameters and
+    buffers that it does not mutate (AOTAutograd's static inputs): kiln
+    compiles them as constants, packed once, as Inductor's freezing does.
+    Empty when training or when the inputs cannot be matched."""
+    if torch.is_grad_enabled():
+        return {}
+    real = _REAL_INPUTS.get()
+    tc = torch._guards.TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    if real is None or meta is None or len(real) != len(example_inputs):
+        return {}
+    mutated = {i for i, info in enumerate(meta.input_info) if getattr(info, "mutates_data", False)
+               or getattr(info, "mutates_metadata", False)}
+    aliased = {o.base_idx for o in meta.output_info if getattr(o, "base_idx", None) is not None}
+    frozen = {}
+    for i in meta.static_input_indices:
+        t, ex = real[i], example_inputs[i]
+        if i in mutated or i in aliased or not isinstance(t, torch.Tensor) or not isinstance(ex, torch.Tensor):
+            continue
+        if t.dtype != ex.dtype or tuple(t.shape) != tuple(ex.shape) or t.requires_grad and torch.is_grad_enabled():
+            continue
+        frozen[i] = t
+    return frozen
+
+
+def _guard_frozen(frozen, build):
+    """fn(*args) that runs build(frozen)'s function, compiled again with the
+    new values when a frozen parameter is another tensor or was written in
+    place since (load_state_dict, an optimizer step): never stale weights."""
+    seen = {i: (t, t._version) for i, t in frozen.items()}
+    state = {"fn": build(frozen)}
+
+    def run(*args):
+        for i, (t, v) in seen.items():
+            a = args[i]
+            if a is not t or a._version != v:
+                new = {j: args[j] for j in seen}
+                seen.clear()
+                seen.update({j: (x, x._version) for j, x in new.items()})
+                state["fn"] = build(new)
+                break
+        return state["fn"](*args)
+
+    run._kiln_state = state
+    return run
+
+
+def _compile_fx(gm, example_inputs, frozen=None):
     from kiln.capture import lower_graph
     from kiln.module import KilnModule, compile_graph
 
+    frozen = frozen or {}
     placeholders = []
     names = []
     for i, (n, ex) in enumerate(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs)):
-        if isinstance(ex, torch.Tensor):
+        if i in frozen:
+            placeholders.append(("constant", frozen[i].detach()))
+        elif isinstance(ex, torch.Tensor):
             # Symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic)
             # compile once: the C model binds them per call (kiln/symbolic.py).
             placeholders.append(("input", n.name))
@@ -66,7 +122,8 @@ def _compile_fx(gm, example_inputs):
         return gm.forward  # nothing to compute: the graph only forwards its inputs
     ctx = lower_graph(gm, placeholders, kiln_nodes)
     mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
-    tensor_positions = [i for i, ex in enumerate(example_inputs) if isinstance(ex, (torch.Tensor, torch.SymInt))]
+    tensor_positions = [i for i, ex in enumerate(example_inputs)
+                        if isinstance(ex, (torch.Tensor, torch.SymInt)) and i not in frozen]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
 
     def run(*args):
@@ -94,17 +151,31 @@ def _kiln_fw_compile(gm, example_inputs):
     from kiln.partition import partition
 
     counters["kiln"]["graphs"] += 1
+    frozen = _frozen_parameters(example_inputs)
     try:
-        fn = _compile_fx(gm, example_inputs)
+        if not frozen:
+            fn = _compile_fx(gm, example_inputs)
+        else:
+            fn = _guard_frozen(frozen, lambda values: _compile_fx(gm, example_inputs, values))
+            fn._kiln_module = getattr(fn._kiln_state["fn"], "_kiln_module", None)
         counters["kiln"]["whole"] += 1
         return fn
     except UnsupportedOpError:
         # Compile what kiln can; the rest runs eagerly between the pieces.
-        fused, _ = partition(gm, what="torch.compile graph")
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+        def build(values):
+            pos = {phs[i]: t for i, t in values.items()}
+            fused, _ = partition(gm, constant_of=lambda node: pos.get(node), what="torch.compile graph")
+            build.fused = fused
+            return fused.forward
+
+        fn = _guard_frozen(frozen, build) if frozen else build({})
+        fused = build.fused
         counters["kiln"]["partitioned"] += 1
         for what in fused.kiln_eager:
             counters["kiln_fallback"][what] += 1
-        return fused.forward
+        return fn
     except KilnError as e:
         warnings.warn(f"kiln: running this graph in eager PyTorch: {e}", stacklevel=2)
         counters["kiln"]["eager"] += 1
@@ -182,6 +253,8 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     register_compile_prims()
 
+    real_token = _REAL_INPUTS.set(list(example_inputs))
+
     def fw(gm_, ex_):
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
 
@@ -202,7 +275,10 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     compile_ = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition,
                             decompositions=decomposition_table())
-    if not training:
-        return compile_(gm, example_inputs)
-    with _AttentionAsMath():
-        return compile_(gm, example_inputs)
+    try:
+        if not training:
+            return compile_(gm, example_inputs)
+        with _AttentionAsMath():
+            return compile_(gm, example_inputs)
+    finally:
+        _REAL_INPUTS.reset(real_token)

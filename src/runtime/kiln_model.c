@@ -43,6 +43,8 @@ struct kiln_model_s {
   uint64_t* times_ns;
   uint64_t* wait_ns; /* per node: host-team barrier wait, not in times_ns */
   int64_t runs;
+  int64_t instances;      /* symbolic: instances made (a binding not cached) */
+  uint64_t instance_ns;   /* and the time they took: bind to planned */
 };
 
 static void kiln_model_exec_clear(kiln_model_t* m, kiln_model_exec_t* e) {
@@ -198,6 +200,12 @@ static kiln_status_t kiln_model_check(const char* what, int32_t index,
                           got->data ? "" : " (no data)");
 }
 
+static uint64_t kiln_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* The symbols' values from the inputs' sizes: a dimension that is a bare
  * symbol defines it (the first one) or must agree with it; every other
  * dimension must equal its expression's value. Errors name the input, the
@@ -317,9 +325,12 @@ static kiln_status_t kiln_model_select(kiln_model_t* m, const kiln_tensor_t* inp
   kiln_model_exec_t* e = &m->execs[victim];
   kiln_model_exec_clear(m, e);
   if (m->current == victim) m->current = -1;
+  uint64_t t0 = kiln_now_ns();
   kiln_graph_t* inst = NULL;
   KILN_RETURN_IF_ERROR(kiln_graph_instantiate(m->graph, m->sym_values, &inst));
   KILN_RETURN_IF_ERROR(kiln_model_exec_init(m, e, inst, NULL, 0));
+  m->instances++;
+  m->instance_ns += kiln_now_ns() - t0;
   memcpy(e->key, vars, sizeof(int64_t) * (size_t)nv);
   e->last_use = ++m->clock;
   m->current = victim;
@@ -344,11 +355,6 @@ kiln_status_t kiln_model_output_shapes(kiln_model_t* m, const kiln_tensor_t* inp
   return s;
 }
 
-static uint64_t kiln_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 kiln_status_t kiln_model_run(kiln_model_t* m, const kiln_tensor_t* inputs, int32_t n_inputs,
                              const kiln_tensor_t* outputs, int32_t n_outputs) {
@@ -423,6 +429,11 @@ kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs
 }
 
 void kiln_model_set_profiling(kiln_model_t* m, int on) { m->profiling = on; }
+
+int64_t kiln_model_instances(const kiln_model_t* m, uint64_t* out_ns) {
+  if (out_ns) *out_ns = m->instance_ns;
+  return m->instances;
+}
 
 void kiln_model_set_pool(kiln_model_t* m, kiln_pool_t* pool) {
   pthread_mutex_lock(&m->lock);

@@ -58,6 +58,11 @@ const kiln_graph_t* kiln_model_last_graph(const kiln_model_t* model);
 const kiln_plan_t* kiln_model_plan(const kiln_model_t* model);
 int kiln_model_is_symbolic(const kiln_model_t* model);
 
+/* A symbolic model's instances made so far (each a binding of its symbols
+ * no cached plan had) and, in *out_ns, the time they took from binding to a
+ * ready plan: what a new shape costs. 0 for a concrete model. */
+int64_t kiln_model_instances(const kiln_model_t* model, uint64_t* out_ns);
+
 /* The outputs' shapes for these inputs (shapes: n_outputs x KILN_MAX_RANK,
  * ranks: n_outputs), binding the symbols as a run would (errors alike):
  * how a caller sizes the output buffers of a symbolic model. */

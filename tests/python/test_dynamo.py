@@ -46,3 +46,22 @@ def test_unsupported_graph_falls_back_to_eager_with_a_warning():
         out = torch.compile(f, backend="kiln")(torch.ones(4))
     torch.testing.assert_close(out, torch.special.bessel_j0(torch.ones(4)) * 2)
     assert any("bessel_j0" in str(x.message) for x in w)
+
+
+def test_inference_parameters_are_constants_and_never_stale():
+    """Under no_grad the graph's parameters are kiln constants (packed once,
+    as Inductor's freezing); a parameter written in place or replaced later
+    (load_state_dict, an optimizer step) recompiles, never runs stale."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        f = torch.compile(m, backend="kiln")
+        torch.testing.assert_close(f(x), m(x))
+        m[0].weight.mul_(2)
+        torch.testing.assert_close(f(x), m(x))
+        m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()})
+        torch.testing.assert_close(f(x), m(x))
