@@ -282,6 +282,28 @@ static void gemm_test_level(kiln_pool_t* pool, const char* where) {
     tc.trans_a = v, tc.trans_b = !v, tc.res_alias = 1, tc.bias = 1;
     gemm_test_run(&tc, pool, where);
   }
+  /* The small-M GEMV over an unpacked B stored transposed (a weight W(N, K)
+   * given at run time, read in place as dot products): rows around the
+   * 2-row tiles, columns around the 4-column tiles and 16-column blocks, K
+   * around the 8- and 16-float steps, epilogues, in-place residuals,
+   * per-batch and broadcast B, NaN/Inf, bf16 A. */
+  static const int64_t nts[][3] = {{1, 1, 1},   {1, 3, 7},    {1, 4, 8},    {1, 5, 15},
+                                   {1, 17, 16}, {2, 33, 17},  {3, 100, 31}, {4, 7, 24},
+                                   {7, 16, 257}, {8, 47, 1030}, {5, 1, 40},  {6, 130, 33}};
+  for (size_t s = 0; s < sizeof(nts) / sizeof(nts[0]); ++s)
+    for (int v = 0; v < 4; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = v >= 2 ? 2 : 1, tc.b_bcast = v == 3;
+      tc.m = nts[s][0], tc.n = nts[s][1], tc.k = nts[s][2];
+      tc.trans_b = 1, tc.trans_a = v == 2;
+      tc.bias = v & 1, tc.residual = v == 1, tc.res_alias = v == 3;
+      tc.act = v == 3 ? KILN_ACT_GELU : KILN_ACT_NONE;
+      gemm_test_run(&tc, pool, where);
+      tc.nan_inf = 1;
+      gemm_test_run(&tc, pool, where);
+      tc.nan_inf = 0, tc.a16 = 1;
+      gemm_test_run(&tc, pool, where);
+    }
   /* bf16 weights: both paths (GEMV M <= 8, blocked), tails, K blocks,
    * epilogues, broadcast batches, NaN/Inf. */
   static const int64_t hs[][3] = {{1, 1, 1},    {1, 17, 7},   {3, 33, 257}, {5, 16, 300},

@@ -15,7 +15,9 @@
  *      block each tile goes through the epilogue while it is in L1.
  * M <= 8 takes the GEMV path instead: B is the whole cost there, so each
  * task streams a contiguous run of B panels once, all rows of A at a time,
- * several panels per kernel call (parallel streams).
+ * several panels per kernel call (parallel streams). An unpacked B stored
+ * transposed (a weight given at run time, as torch.compile does) is read
+ * in place there, as dot products along its contiguous columns.
  * bf16 B (b_packed_bf16) is widened to fp32 in registers on the GEMV path
  * and a kc x NR micro-panel at a time into an L1 buffer on the blocked
  * path, where every row tile of the strip reuses it; bf16 A is widened as
@@ -37,20 +39,23 @@ static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     "generic", 4, 16, 256, 128,
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
-    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic};
+    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
+    kiln_gemm_gemv_nt_generic};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2};
+    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
+    kiln_gemm_gemv_nt_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     "avx512", 8, 32, 256, 144,
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2};
+    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
+    kiln_gemm_gemv_nt_avx2};
 #endif
 #ifdef KILN_GEMM_HAVE_NEON
 /* NEON microkernel and GEMVs; packing, epilogue and the bf16 widening stay
@@ -59,7 +64,8 @@ static const kiln_gemm_kernels_t kiln_gemm_neon_ = {
     "neon", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_neon, kiln_gemm_epilogue_generic, kiln_gemm_gemv_neon,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_neon, kiln_gemm_widen_bf16_generic,
-    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic};
+    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
+    kiln_gemm_gemv_nt_generic};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -100,6 +106,7 @@ typedef struct {
   const kiln_gemm_f32_args_t* g;
   const kiln_gemm_kernels_t* kn;
   int gemv;
+  int gemv_nt; /* GEMV reading an unpacked B's contiguous columns in place */
   int64_t b0, nb, m0, mlen; /* batches [b0, b0 + nb), rows [m0, m0 + mlen) */
   int64_t kc;
   /* Packed B for batch b0 + bi at bp + bi * bp_bs (bp_bs 0: shared). */
@@ -463,6 +470,16 @@ static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
   int64_t ldr;
   const float* r = kiln_gemm_res_row(ch, bi, 0, &ldr);
   _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
+  if (ch->gemv_nt) { /* 16 columns of C at a time, B read where it lies */
+    const float* bt = g->b + b * g->b_batch_stride;
+    for (int64_t j = q0 * P; j < q1 * P && j < g->n; j += P) {
+      int64_t nr = g->n - j < P ? g->n - j : P;
+      ch->kn->gemv_nt(ch->mlen, nr, g->k, a, lda, bt + j * g->b_col_stride, g->b_col_stride, tmp);
+      ch->kn->epilogue(ch->mlen, nr, tmp, P, C + j, g->c_row_stride, g->bias ? g->bias + j : NULL,
+                       r ? r + j : NULL, ldr, g->act);
+    }
+    return;
+  }
   for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
     int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
     if (ch->vnni)
@@ -533,7 +550,12 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int b_fly = unpacked_b && !ch.gemv && (g->batch == 1 || g->b_batch_stride != 0) &&
                     (M <= kn->mc_max ||
                      (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M));
-  const int pack_b = unpacked_b && !b_fly;
+  /* At small M an unpacked B whose columns are contiguous (a weight W(N, K)
+   * read as W^T) needs no packing at all: the GEMV takes dot products of
+   * A's rows with W's rows where they lie, so B is read once. */
+  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1;
+  ch.gemv_nt = gemv_nt;
+  const int pack_b = unpacked_b && !b_fly && !gemv_nt;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
   const int a_copy =
       ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL || g->b_packed_bf16_vnni != NULL) : 1;

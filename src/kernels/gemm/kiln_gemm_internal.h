@@ -56,6 +56,16 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
 typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
                                   const float* b_panel, int panels, float* out);
 
+/* The small-M GEMV over an unpacked B whose columns are contiguous runs of
+ * K floats: the (N, K) weight of nn.Linear read transposed where it lies
+ * (torch.compile hands weights over as graph inputs, so nothing packed them
+ * at compile time; packing all of B per call would read it, write it and
+ * read it again). out[i * 16 + j] = sum_p a[i * lda + p] * bt[j * ldb + p]
+ * for i < m (<= KILN_GEMM_GEMV_MAX_M) and j < n (1..16): a block of up to
+ * 16 dot products per row of A, each column one sequential stream. */
+typedef void (*kiln_gemm_gemv_nt_fn)(int64_t m, int64_t n, int64_t k, const float* a,
+                                     int64_t lda, const float* bt, int64_t ldb, float* out);
+
 /* The same over a bf16 panel (kiln_gemm_bf16_pack_b's layout). */
 typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
                                        const uint16_t* b_panel, int panels, float* out);
@@ -101,6 +111,7 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_pack_b_block_fn pack_b_block;
   kiln_gemm_gemv_bf16_fn gemv_vnni;
   kiln_gemm_widen_vnni_fn widen_vnni;
+  kiln_gemm_gemv_nt_fn gemv_nt;
 } kiln_gemm_kernels_t;
 
 /* bf16 compute on bf16 engines (kiln_gemm_bf16_compute.c): one task's
@@ -140,6 +151,8 @@ void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t 
                                 kiln_activation_t act);
 void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
                             const float* b_panel, int panels, float* out);
+void kiln_gemm_gemv_nt_generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                               const float* bt, int64_t ldb, float* out);
 /* Portable bf16 kernels (kiln_gemm_bf16.c). */
 void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
                                  const uint16_t* b_panel, int panels, float* out);
@@ -171,6 +184,8 @@ void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds
                              kiln_activation_t act);
 void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                          const float* b_panel, int panels, float* out);
+void kiln_gemm_gemv_nt_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                            const float* bt, int64_t ldb, float* out);
 void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
 void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,

@@ -101,3 +101,77 @@ void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                          const float* b_panel, int panels, float* out) {
   kiln_gemv_avx2(0, m, k, a, lda, b_panel, panels, out);
 }
+
+/* ---- small-M GEMV over B stored transposed (kiln_gemm_gemv_nt_fn) ------
+ * R rows of A against S columns of B (each a contiguous run of K floats) at
+ * a time: R * S ymm accumulators of 8 partial sums each, reduced across
+ * lanes once at the end. Per 8 k steps: S loads of B, R of A, R * S FMAs;
+ * B is what streams from memory (each column once per R rows; with R = 2
+ * at most, the second pair of rows finds the columns in L1/L2), so S = 4
+ * columns keep four sequential streams in flight, each prefetched 1 KiB
+ * ahead. One row alone (decode at batch 1) uses two accumulators per
+ * column so that eight independent FMA chains hide the latency. */
+static inline __attribute__((always_inline)) float kiln_gemv_nt_hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+static inline __attribute__((always_inline)) void kiln_gemv_nt_tile(
+    const int R, const int S, int64_t k, const float* a, int64_t lda, const float* bt,
+    int64_t ldb, float* out) {
+  __m256 acc[2][2][4]; /* [unroll half (R == 1 only)][row][column] */
+  for (int u = 0; u < 2; ++u)
+    for (int i = 0; i < R; ++i)
+      for (int s = 0; s < S; ++s) acc[u][i][s] = _mm256_setzero_ps();
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    for (int s = 0; s < S; ++s) _mm_prefetch((const char*)(bt + s * ldb + p + 256), _MM_HINT_T0);
+    for (int u = 0; u < 2; ++u) {
+      const int h = R == 1 ? u : 0;
+      __m256 bv[4];
+      for (int s = 0; s < S; ++s) bv[s] = _mm256_loadu_ps(bt + s * ldb + p + 8 * u);
+      for (int i = 0; i < R; ++i) {
+        __m256 av = _mm256_loadu_ps(a + i * lda + p + 8 * u);
+        for (int s = 0; s < S; ++s) acc[h][i][s] = _mm256_fmadd_ps(av, bv[s], acc[h][i][s]);
+      }
+    }
+  }
+  for (; p + 8 <= k; p += 8)
+    for (int i = 0; i < R; ++i) {
+      __m256 av = _mm256_loadu_ps(a + i * lda + p);
+      for (int s = 0; s < S; ++s)
+        acc[0][i][s] = _mm256_fmadd_ps(av, _mm256_loadu_ps(bt + s * ldb + p), acc[0][i][s]);
+    }
+  for (int i = 0; i < R; ++i)
+    for (int s = 0; s < S; ++s) {
+      __m256 v = R == 1 ? _mm256_add_ps(acc[0][i][s], acc[1][i][s]) : acc[0][i][s];
+      float sum = kiln_gemv_nt_hsum(v);
+      for (int64_t q = p; q < k; ++q) sum += a[i * lda + q] * bt[s * ldb + q];
+      out[i * KILN_GEMM_PANEL + s] = sum;
+    }
+}
+
+void kiln_gemm_gemv_nt_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                            const float* bt, int64_t ldb, float* out) {
+  for (int64_t j = 0; j < n; j += 4) {
+    int s = n - j < 4 ? (int)(n - j) : 4;
+    const float* b = bt + j * ldb;
+    for (int64_t i = 0; i < m; i += 2) {
+      int r = m - i < 2 ? 1 : 2;
+      const float* ai = a + i * lda;
+      float* o = out + i * KILN_GEMM_PANEL + j;
+      switch (r * 8 + s) {
+        case 8 + 1: kiln_gemv_nt_tile(1, 1, k, ai, lda, b, ldb, o); break;
+        case 8 + 2: kiln_gemv_nt_tile(1, 2, k, ai, lda, b, ldb, o); break;
+        case 8 + 3: kiln_gemv_nt_tile(1, 3, k, ai, lda, b, ldb, o); break;
+        case 8 + 4: kiln_gemv_nt_tile(1, 4, k, ai, lda, b, ldb, o); break;
+        case 16 + 1: kiln_gemv_nt_tile(2, 1, k, ai, lda, b, ldb, o); break;
+        case 16 + 2: kiln_gemv_nt_tile(2, 2, k, ai, lda, b, ldb, o); break;
+        case 16 + 3: kiln_gemv_nt_tile(2, 3, k, ai, lda, b, ldb, o); break;
+        default: kiln_gemv_nt_tile(2, 4, k, ai, lda, b, ldb, o); break;
+      }
+    }
+  }
+}

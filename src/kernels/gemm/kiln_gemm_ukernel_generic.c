@@ -46,6 +46,26 @@ void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
                              out + q * m * KILN_GEMM_G_NR);
 }
 
+/* Dot products over columns of B stored as contiguous rows (see
+ * kiln_gemm_gemv_nt_fn): eight partial sums per dot product, so the
+ * compiler can vectorise the inner loop without reassociating a sum. */
+void kiln_gemm_gemv_nt_generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                               const float* bt, int64_t ldb, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* b = bt + j * ldb;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* ai = a + i * lda;
+      float acc[8] = {0};
+      int64_t p = 0;
+      for (; p + 8 <= k; p += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += ai[p + l] * b[p + l];
+      float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; p < k; ++p) sum += ai[p] * b[p];
+      out[i * KILN_GEMM_G_NR + j] = sum;
+    }
+  }
+}
+
 void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
                                 int64_t ldd, const float* bias, const float* res, int64_t ldr,
                                 kiln_activation_t act) {
