@@ -18,6 +18,7 @@ Clear them with counters.clear() before a run to see what it compiled.
 """
 
 import contextvars
+import sys
 import warnings
 
 import torch
@@ -78,7 +79,7 @@ def _guard_frozen(frozen, build):
 
 
 def _compile_fx(gm, example_inputs, frozen=None):
-    from kiln.capture import lower_graph
+    from kiln.capture import log_enabled, lower_graph
     from kiln.module import KilnModule, compile_graph
 
     frozen = frozen or {}
@@ -102,6 +103,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    writes = _input_writes(gm)
     # Where each output comes from: ("none",) for backward graphs' None
     # gradients; ("input", i) for an input returned as it is (AOTAutograd's
     # forward returns the parameters it saves for backward): handed back
@@ -118,22 +120,68 @@ def _compile_fx(gm, example_inputs, frozen=None):
             if o not in kiln_nodes:
                 kiln_nodes.append(o)
             source.append(("kiln", kiln_nodes.index(o)))
-    if not kiln_nodes:
+    if not kiln_nodes and not writes:
         return gm.forward  # nothing to compute: the graph only forwards its inputs
+    n_user = len(kiln_nodes)
+    kiln_nodes = kiln_nodes + [src for _, src, _ in writes]
     ctx = lower_graph(gm, placeholders, kiln_nodes)
     mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
     tensor_positions = [i for i, ex in enumerate(example_inputs)
                         if isinstance(ex, (torch.Tensor, torch.SymInt)) and i not in frozen]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
 
+    # An input the graph writes (a StaticCache's keys and values): its new
+    # value is a kiln output written straight into the input's memory when
+    # nothing reads the old value after the write (scatters then update only
+    # the new rows); otherwise copied into it after the run.
+    in_place = {n_user + k: pos for k, (pos, _, safe) in enumerate(writes) if safe}
+    copied = [(n_user + k, pos) for k, (pos, _, safe) in enumerate(writes) if not safe]
+    if writes and log_enabled():
+        print(f"kiln: the graph writes {len(writes)} of its inputs: {len(in_place)} in place "
+              f"(their memory is the output's), {len(copied)} copied after the run", file=sys.stderr)
+
     def run(*args):
-        got = mod.run_flat([args[i] for i in tensor_positions])
+        ins = [args[i] for i in tensor_positions]
+        got = mod.run_flat(ins, {k: args[pos] for k, pos in in_place.items()}) if in_place else mod.run_flat(ins)
+        for k, pos in copied:
+            args[pos].copy_(got[k])
+        if writes:
+            got = got[:n_user]
         if direct:
             return got
         return [None if kind == "none" else args[i] if kind == "input" else got[i] for kind, i in source]
 
     run._kiln_module = mod
     return run
+
+
+def _input_writes(gm):
+    """[(placeholder position, new value node, safe)] for each copy_ into a
+    graph input (an inference graph's mutated input, kept in the graph by
+    keep_inference_input_mutations). safe: every other reader of the input
+    is computed before the new value (it is an ancestor of it), so writing
+    the new value into the input's memory cannot change what they read."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    pos = {n: i for i, n in enumerate(phs)}
+    writes = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not torch.ops.aten.copy_.default:
+            continue
+        dst, src = n.args[0], n.args[1]
+        if dst not in pos or not isinstance(src, torch.fx.Node):
+            raise KilnError("an in-place copy into a value that is not a graph input")
+        before, todo = set(), [src]
+        while todo:
+            a = todo.pop()
+            if a not in before:
+                before.add(a)
+                todo.extend(a.all_input_nodes)
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
+        same = (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype
+                and tuple(dv.shape) == tuple(sv.shape) and dv.is_contiguous())
+        safe = same and all(u is n or u in before for u in dst.users)
+        writes.append((pos[dst], src, safe))
+    return writes
 
 
 def kiln_fw_compiler(gm, example_inputs):
@@ -253,7 +301,6 @@ def kiln_backend(gm, example_inputs, **kwargs):
 
     register_compile_prims()
 
-    real_token = _REAL_INPUTS.set(list(example_inputs))
 
     def fw(gm_, ex_):
         return make_boxed_func(kiln_fw_compiler(gm_, ex_))
@@ -273,8 +320,15 @@ def kiln_backend(gm, example_inputs, **kwargs):
         unsave_transposes(fw_, bw_)
         return fw_, bw_
 
+    # keep_inference_input_mutations: an inference graph's writes into its
+    # inputs stay in it (copy_), so kiln writes a StaticCache's new keys and
+    # values into the cache's own memory rather than AOTAutograd copying
+    # the whole cache back after each step (_input_writes).
     compile_ = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition,
-                            decompositions=decomposition_table())
+                            decompositions=decomposition_table(), keep_inference_input_mutations=True)
+    # Inference graphs freeze their parameters (_frozen_parameters); training
+    # graphs keep them as inputs (an optimizer changes them every step).
+    real_token = _REAL_INPUTS.set(None if training else list(example_inputs))
     try:
         if not training:
             return compile_(gm, example_inputs)

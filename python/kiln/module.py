@@ -119,8 +119,12 @@ class KilnModule(torch.nn.Module):
             prepared.append(t)
         return prepared
 
-    def run_flat(self, args):
-        """Runs on a flat list of tensors; returns the flat list of outputs."""
+    def run_flat(self, args, given=None):
+        """Runs on a flat list of tensors; returns the flat list of outputs.
+
+        given: {output index: tensor} to write those outputs into (a dense
+        tensor of the output's shape and dtype, possibly an input's own
+        memory: how kiln.dynamo updates a KV cache in place)."""
         # Fast path, for inputs that are plain contiguous CPU tensors of the
         # expected dtype: no per-call lists beyond the two the C call takes.
         # Shapes are checked in C (kiln_model_run), which names the input,
@@ -148,6 +152,14 @@ class KilnModule(torch.nn.Module):
         else:
             outs = [make() for make in self._out_makers]
             out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
+        if given:
+            for k, t in given.items():
+                shape = out_descs[k][2]
+                if t.dtype != outs[k].dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
+                    raise KilnError(f"output {k}: the tensor to write into is {tuple(t.shape)} {t.dtype}, "
+                                    f"the model makes {tuple(shape)} {outs[k].dtype}")
+                outs[k] = t
+                out_descs[k] = (t.data_ptr(), out_descs[k][1], shape)
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
             from kiln.profiler import run_with_events
             run_with_events(self, args, descs, out_descs)
@@ -250,8 +262,10 @@ class KilnModule(torch.nn.Module):
         return cls(model, names, out_spec, meta.get("source", ""))
 
     def example_inputs(self):
-        """Zero tensors of the input shapes (used to trace the jit wrapper)."""
-        return tuple(torch.zeros(shape, dtype=TORCH_DTYPES[dtype]) for dtype, shape in self._in_specs)
+        """Zero tensors of the input shapes (used to trace the jit wrapper); a
+        symbolic model's at sizes inside every symbol's range."""
+        shapes = self._kiln_model.example_shapes() if self._symbolic else [s for _, s in self._in_specs]
+        return tuple(torch.zeros(shape, dtype=TORCH_DTYPES[dtype]) for (dtype, _), shape in zip(self._in_specs, shapes))
 
     def save(self, f, _extra_files=None):
         """torch.jit.save(module, f) support: writes a TorchScript archive whose

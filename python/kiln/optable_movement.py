@@ -224,8 +224,11 @@ def _take(ctx, n):
     return ctx.node("gather", [flat, idx], [0], origin=ctx.origin(n))
 
 
-@register(aten.copy.default)
+@register(aten.copy.default, aten.copy_.default)
 def _copy(ctx, n):
+    # copy_ (an inference graph's write-back of a mutated input, kept in the
+    # graph by keep_inference_input_mutations) is the new value; the write
+    # itself is the caller's (kiln.dynamo binds it to the input's memory).
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
     return cast(ctx, _broadcast_to(ctx, src, ctx.shape(x), ctx.origin(n)), ctx.dtype(x))
 

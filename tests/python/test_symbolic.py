@@ -131,3 +131,32 @@ def test_generate_padded_batch_sizes_as_arguments(counters):
     assert torch.equal(out, ref)
     assert counters["kiln"]["eager"] == 0
     assert counters["kiln"]["graphs"] <= 3, dict(counters["kiln"])
+
+
+def test_generate_static_cache_written_in_place(counters, monkeypatch):
+    """cache_implementation="static": the decode graph's index_put into the
+    cache is written straight into the cache's memory (an output kiln writes
+    into the input), not a new cache copied back by AOTAutograd. Tokens equal
+    eager's; prefill and decode compile once each."""
+    from kiln.module import KilnModule
+
+    written = []
+    orig = KilnModule.run_flat
+
+    def spy(self, args, given=None):
+        if given:
+            written.append(len(given))
+        return orig(self, args, given)
+
+    monkeypatch.setattr(KilnModule, "run_flat", spy)
+    m = _tiny_llama()
+    ids = torch.randint(0, 256, (2, 7))
+    with torch.no_grad():
+        ref = m.generate(ids, max_new_tokens=40, min_new_tokens=40, do_sample=False, cache_implementation="static")
+        m.forward = torch.compile(m.forward, backend="kiln")
+        out = m.generate(ids, max_new_tokens=40, min_new_tokens=40, do_sample=False, cache_implementation="static")
+    assert torch.equal(out, ref)
+    assert counters["kiln"]["eager"] == 0 and counters["kiln"]["partitioned"] == 0, dict(counters["kiln_fallback"])
+    assert counters["kiln"]["graphs"] <= 2, dict(counters["kiln"])
+    # Every decode step writes each layer's keys and values in place.
+    assert len(written) >= 39 and min(written) >= 2 * 2, written[:5]

@@ -23,9 +23,9 @@ def kiln_calls(monkeypatch):
     calls = [0]
     orig = KilnModule.run_flat
 
-    def counted(self, args):
+    def counted(self, args, *rest):
         calls[0] += 1
-        return orig(self, args)
+        return orig(self, args, *rest)
 
     monkeypatch.setattr(KilnModule, "run_flat", counted)
     return calls
