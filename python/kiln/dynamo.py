@@ -28,6 +28,34 @@ from kiln.errors import KilnError
 # The real tensors Dynamo handed the backend, while AOTAutograd compiles
 # them (kiln_backend): where an inference graph's parameters come from.
 _REAL_INPUTS = contextvars.ContextVar("kiln_real_inputs", default=None)
+# torch.compile(..., options={...}) of this compile: (weights_bf16, compute_bf16)
+# as compile_graph takes them (kiln.trace's weights_dtype and compute_dtype).
+_PRECISION = contextvars.ContextVar("kiln_precision", default=(False, False))
+
+OPTIONS = ("weights_dtype", "compute_dtype")
+
+
+def _precision_of(options):
+    """(weights_bf16, compute_bf16) for torch.compile's options dict, checked
+    as kiln.trace checks its arguments."""
+    from kiln import _weights_quant
+
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"kiln: unknown torch.compile option(s) {', '.join(map(repr, unknown))}; "
+                         f"kiln takes {', '.join(OPTIONS)}")
+    weights, compute = options.get("weights_dtype"), options.get("compute_dtype")
+    quant = _weights_quant(weights)
+    if quant is None and weights not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"kiln: options['weights_dtype'] must be None, torch.float32, torch.bfloat16, "
+                         f"torch.int8 (or 'int8') or 'int4[:g<group>][:asym]', not {weights!r}")
+    if compute not in (None, torch.float32, torch.bfloat16):
+        raise ValueError(f"kiln: options['compute_dtype'] must be None, torch.float32 or torch.bfloat16, "
+                         f"not {compute!r}")
+    if quant is not None and compute == torch.bfloat16:
+        raise ValueError("kiln: a quantized weights_dtype and compute_dtype=torch.bfloat16 cannot be combined")
+    return (quant if quant is not None else weights == torch.bfloat16, compute == torch.bfloat16)
 
 
 def _frozen_parameters(example_inputs):
@@ -125,7 +153,9 @@ def _compile_fx(gm, example_inputs, frozen=None):
     n_user = len(kiln_nodes)
     kiln_nodes = kiln_nodes + [src for _, src, _ in writes]
     ctx = lower_graph(gm, placeholders, kiln_nodes)
-    mod = KilnModule(compile_graph(ctx), names, None, "torch.compile")
+    # Low-precision weights apply where they are constants: frozen (inference) graphs.
+    weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
+    mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
     tensor_positions = [i for i, ex in enumerate(example_inputs)
                         if isinstance(ex, (torch.Tensor, torch.SymInt)) and i not in frozen]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
@@ -214,7 +244,9 @@ def _kiln_fw_compile(gm, example_inputs):
 
         def build(values):
             pos = {phs[i]: t for i, t in values.items()}
-            fused, _ = partition(gm, constant_of=lambda node: pos.get(node), what="torch.compile graph")
+            wb, cb = _PRECISION.get() if values else (False, False)
+            fused, _ = partition(gm, constant_of=lambda node: pos.get(node), what="torch.compile graph",
+                                 weights_bf16=wb, compute_bf16=cb)
             build.fused = fused
             return fused.forward
 
@@ -289,8 +321,16 @@ def _needs_grad(example_inputs):
                                            for x in example_inputs)
 
 
-def kiln_backend(gm, example_inputs, **kwargs):
-    """The torch.compile backend entry point."""
+def kiln_backend(gm, example_inputs, options=None, **kwargs):
+    """The torch.compile backend entry point.
+
+    options (torch.compile(model, backend="kiln", options={...})):
+      weights_dtype: as kiln.trace's: torch.bfloat16, torch.int8 / "int8",
+        "int4[:g<group>][:asym]" stores the linear layers' weights packed so
+        (decode reads 2x / 4x / ~7x fewer bytes); compute_dtype=torch.bfloat16
+        computes them in bf16 (AMX / AVX512_BF16). Inference graphs only
+        (under no_grad, where the weights are frozen constants); training
+        graphs stay fp32."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -328,7 +368,12 @@ def kiln_backend(gm, example_inputs, **kwargs):
                             decompositions=decomposition_table(), keep_inference_input_mutations=True)
     # Inference graphs freeze their parameters (_frozen_parameters); training
     # graphs keep them as inputs (an optimizer changes them every step).
+    precision = _precision_of(options)
+    if training and precision != (False, False):
+        warnings.warn("kiln: torch.compile options weights_dtype/compute_dtype apply to inference "
+                      "(no_grad) graphs; this training graph computes in fp32", stacklevel=2)
     real_token = _REAL_INPUTS.set(None if training else list(example_inputs))
+    precision_token = _PRECISION.set(precision)
     try:
         if not training:
             return compile_(gm, example_inputs)
@@ -336,3 +381,4 @@ def kiln_backend(gm, example_inputs, **kwargs):
             return compile_(gm, example_inputs)
     finally:
         _REAL_INPUTS.reset(real_token)
+        _PRECISION.reset(precision_token)

@@ -175,3 +175,34 @@ def test_minilm_real_weights_cosine():
     assert cos["int8"][0] >= 0.99 and cos["int8"][1] >= 0.98
     for kind in ("int4", "int4:g128", "int4:asym"):
         assert cos[kind][0] >= 0.9, (kind, cos[kind])
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "int4:g64:asym"])
+def test_torch_compile_options_weights_dtype(kind):
+    """torch.compile(backend="kiln", options={"weights_dtype": ...}) packs the
+    frozen linear weights of an inference graph as kiln.trace does: the
+    result is eager's with the dequantized weights."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(3, 200)
+    with torch.no_grad():
+        f = torch.compile(model, backend="kiln", options={"weights_dtype": torch.int8 if kind == "int8" else kind})
+        got = f(x)
+        want = with_dequantized_linears(model, kind)(x)
+        fp32 = model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (got - fp32).abs().max() > 1e-3
+    torch._dynamo.reset()
+
+
+def test_torch_compile_unknown_option_is_named():
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown torch.compile option.*'weight_dtype'.*weights_dtype"):
+        with torch.no_grad():
+            torch.compile(Block().eval(), backend="kiln", options={"weight_dtype": "int4"})(torch.randn(2, 200))
+    torch._dynamo.reset()
