@@ -33,6 +33,8 @@ typedef struct kiln_artifact_layout_s {
   uint16_t major, minor;
   size_t graph_off, graph_size;
   size_t consts_off, consts_size;
+  int have_syms, have_plan; /* "syms": minor >= KILN_FORMAT_MINOR_SYMS only */
+  size_t syms_off, syms_size;
 } kiln_artifact_layout_t;
 
 /* Re-codes a failure from the graph API (which says INVALID_ARGUMENT: for
@@ -162,6 +164,13 @@ static kiln_status_t kiln_artifact_parse_layout(const void* bytes, size_t size,
       have_consts = 1;
       out->consts_off = (size_t)off;
       out->consts_size = (size_t)sz;
+    } else if (!strcmp((const char*)name, KILN_FORMAT_SECTION_SYMS) &&
+               out->minor >= KILN_FORMAT_MINOR_SYMS) {
+      out->have_syms = 1;
+      out->syms_off = (size_t)off;
+      out->syms_size = (size_t)sz;
+    } else if (!strcmp((const char*)name, KILN_FORMAT_SECTION_PLAN)) {
+      out->have_plan = 1;
     }
   }
   if (!have_graph) CORRUPT("section table: no '%s' section", KILN_FORMAT_SECTION_GRAPH);
@@ -200,6 +209,7 @@ typedef struct kiln_artifact_graph_s {
   uint32_t n_values, n_nodes, n_inputs, n_outputs;
   const uint8_t* consts;
   size_t consts_size;
+  const kiln_sym_table_t* syms; /* rebuilt from "syms" before the values; NULL if none */
 } kiln_artifact_graph_t;
 
 /* A value record, decoded and range-checked. */
@@ -310,6 +320,20 @@ static kiln_status_t kiln_artifact_decode_value(const kiln_artifact_graph_t* G, 
                        v->rank);
       continue;
     }
+    if (kiln_dim_is_sym(dim)) {
+      /* An expression of the rebuilt table; its size is checked when an
+       * instance gives it a value. Constants have real sizes. */
+      if (!G->syms)
+        CORRUPT("graph section: value %u: dimension %d is symbolic size %d, but the file has "
+                "no syms section", i, d, kiln_dim_sym_id(dim));
+      if (!kiln_sym_dim_valid(G->syms, dim))
+        CORRUPT("graph section: value %u: dimension %d names symbolic size %d, which the "
+                "syms section (%d expressions) does not have", i, d, kiln_dim_sym_id(dim),
+                G->syms->n_exprs);
+      if (v->kind == KILN_VALUE_CONSTANT)
+        CORRUPT("graph section: value %u is a constant with a symbolic dimension %d", i, d);
+      continue;
+    }
     if (dim < 0 || dim > KILN_FORMAT_MAX_DIM)
       CORRUPT("graph section: value %u: dimension %d has size %" PRId64, i, d, dim);
     if (dim && numel > KILN_FORMAT_MAX_NUMEL / dim)
@@ -395,8 +419,13 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
   node->outputs[0] = out;
   if (!kiln_artifact_all_zero(r + KILN_FORMAT_N_RESERVED, 4))
     CORRUPT("graph section: node %u (%s): reserved bytes are not zero", k, name);
-  for (int32_t j = 0; j < KILN_FORMAT_PARAMS; ++j)
+  for (int32_t j = 0; j < KILN_FORMAT_PARAMS; ++j) {
     node->params[j] = kiln_artifact_i64(kiln_format_get_u64(r + KILN_FORMAT_N_PARAMS + 8 * j));
+    if (kiln_dim_is_sym(node->params[j]) && !kiln_sym_dim_valid(G->syms, node->params[j]))
+      CORRUPT("graph section: node %u (%s): param %d names symbolic size %d, which the file "
+              "does not define (%d expressions)", k, name, j, kiln_dim_sym_id(node->params[j]),
+              G->syms ? G->syms->n_exprs : 0);
+  }
   for (int32_t j = 0; j < KILN_FORMAT_FPARAMS; ++j) {
     uint32_t bits = kiln_format_get_u32(r + KILN_FORMAT_N_FPARAMS + 4 * j);
     memcpy(&node->fparams[j], &bits, 4);
@@ -410,7 +439,8 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
  * so hostile dims or strides never reach overflowing arithmetic. Valid
  * graphs always pass: these params are the output shape by definition, and
  * a view term beyond 2^56 could never stay inside a 2^44-element input. */
-static kiln_status_t kiln_artifact_check_shape_params(uint32_t k, const kiln_node_t* n,
+static kiln_status_t kiln_artifact_check_shape_params(const kiln_artifact_graph_t* G, uint32_t k,
+                                                      const kiln_node_t* n,
                                                       const kiln_artifact_value_t* out) {
   if (n->op != KILN_OP_RESHAPE && n->op != KILN_OP_STRIDED_COPY) return kiln_ok();
   const int64_t* p = n->params;
@@ -422,19 +452,169 @@ static kiln_status_t kiln_artifact_check_shape_params(uint32_t k, const kiln_nod
     if (p[1 + d] != out->shape[d])
       CORRUPT("graph section: node %u (%s): params give dimension %d as %" PRId64
               ", its output has %" PRId64, k, name, d, p[1 + d], out->shape[d]);
-  if (n->op == KILN_OP_STRIDED_COPY) {
+  /* Symbolic sizes are checked at both probe bindings, where shape
+   * inference evaluates them (an instance's real sizes are checked by the
+   * concrete rules again). Params were checked to name expressions. */
+  for (int probe = 0; n->op == KILN_OP_STRIDED_COPY && probe < 1 + (G->syms != NULL); ++probe) {
     const int64_t lim = (int64_t)1 << 56;
-    if (p[17] < -lim || p[17] > lim)
+    int64_t off = G->syms ? kiln_sym_probe(G->syms, p[17], probe) : p[17];
+    if (off < -lim || off > lim)
       CORRUPT("graph section: node %u (%s): element offset %" PRId64 " is out of range", k,
-              name, p[17]);
+              name, off);
     for (int32_t d = 0; d < out->rank; ++d) {
-      int64_t dim = out->shape[d], stride = p[9 + d];
+      int64_t dim = G->syms ? kiln_sym_probe(G->syms, out->shape[d], probe) : out->shape[d];
+      int64_t stride = G->syms ? kiln_sym_probe(G->syms, p[9 + d], probe) : p[9 + d];
       if (dim > 1 && (stride > lim / (dim - 1) || stride < -(lim / (dim - 1))))
         CORRUPT("graph section: node %u (%s): stride %" PRId64 " of dimension %d is out of "
                 "range", k, name, stride, d);
     }
   }
   return kiln_ok();
+}
+
+/* ---- syms section ------------------------------------------------------ */
+
+static const char* const kiln_artifact_sym_kinds[] = {"symbol", "add", "mul", "floordiv",
+                                                       "mod", "max", "min"};
+_Static_assert(sizeof(kiln_artifact_sym_kinds) / sizeof(kiln_artifact_sym_kinds[0]) ==
+                   KILN_SYM_KIND_COUNT, "one name per kind");
+
+/* "kind(a, b)" with operands as "e<id>" or numbers, for messages. */
+static const char* kiln_artifact_expr_text(int32_t kind, int64_t a, int64_t b, char* buf,
+                                           size_t size) {
+  if (kind == KILN_SYM_VAR) {
+    snprintf(buf, size, "symbol %" PRId64, a);
+    return buf;
+  }
+  char sa[32], sb[32];
+  if (kiln_dim_is_sym(a)) snprintf(sa, sizeof sa, "e%d", kiln_dim_sym_id(a));
+  else snprintf(sa, sizeof sa, "%" PRId64, a);
+  if (kiln_dim_is_sym(b)) snprintf(sb, sizeof sb, "e%d", kiln_dim_sym_id(b));
+  else snprintf(sb, sizeof sb, "%" PRId64, b);
+  snprintf(buf, size, "%s(%s, %s)", kiln_artifact_sym_kinds[kind], sa, sb);
+  return buf;
+}
+
+/* Rebuilds the graph's expression table from the "syms" section: every
+ * count bounded by the section's size first, then each entry re-created
+ * through the table's own constructors, which must give back exactly the
+ * stored id as a new entry (so the table is canonical and hash-consed as
+ * one built in memory, and every later lookup of an id is in range). */
+static kiln_status_t kiln_artifact_read_syms(const kiln_artifact_layout_t* L, kiln_graph_t* g) {
+  const uint8_t* p = L->base + L->syms_off;
+  size_t size = L->syms_size;
+  if (size < KILN_FORMAT_SYMS_HEADER_SIZE)
+    CORRUPT("syms section: %zu bytes, fewer than its %d-byte header", size,
+            KILN_FORMAT_SYMS_HEADER_SIZE);
+  uint32_t n_exprs = kiln_format_get_u32(p + KILN_FORMAT_SH_N_EXPRS);
+  uint32_t n_vars = kiln_format_get_u32(p + KILN_FORMAT_SH_N_VARS);
+  uint64_t strings_size = kiln_format_get_u64(p + KILN_FORMAT_SH_STRINGS_SIZE);
+  size_t need = KILN_FORMAT_SYMS_HEADER_SIZE, part;
+  int ok = kiln_size_mul(n_vars, KILN_FORMAT_SYM_VAR_SIZE, &part) &&
+           kiln_size_add(need, part, &need) &&
+           kiln_size_mul(n_exprs, KILN_FORMAT_SYM_EXPR_SIZE, &part) &&
+           kiln_size_add(need, part, &need);
+  if (!ok || need > size || strings_size != (uint64_t)(size - need))
+    CORRUPT("syms section: %u symbols, %u expressions and %" PRIu64
+            " bytes of strings do not add up to the section's %zu bytes", n_vars, n_exprs,
+            strings_size, size);
+  if (n_vars < 1 || n_vars > KILN_SYM_MAX_VARS)
+    CORRUPT("syms section: %u symbols, expected 1..%d", n_vars, KILN_SYM_MAX_VARS);
+  if (n_exprs < n_vars || n_exprs > KILN_SYM_MAX_EXPRS)
+    CORRUPT("syms section: %u expressions for %u symbols (at most %d)", n_exprs, n_vars,
+            KILN_SYM_MAX_EXPRS);
+  const uint8_t* vars = p + KILN_FORMAT_SYMS_HEADER_SIZE;
+  const uint8_t* exprs = vars + (size_t)n_vars * KILN_FORMAT_SYM_VAR_SIZE;
+  const char* strings = (const char*)(exprs + (size_t)n_exprs * KILN_FORMAT_SYM_EXPR_SIZE);
+  kiln_sym_table_t* t;
+  KILN_RETURN_IF_ERROR(kiln_graph_syms(g, &t));
+  /* Bounded by the section's size, like every count above. */
+  uint16_t* depth = malloc(sizeof(uint16_t) * n_exprs);
+  if (!depth) return kiln_status_make(KILN_OUT_OF_MEMORY, "syms section");
+  kiln_status_t s = kiln_ok();
+  uint32_t next_var = 0;
+#define SYMS_FAIL(...)                                                \
+  do {                                                                \
+    s = kiln_status_make(KILN_CORRUPT_ARTIFACT, __VA_ARGS__);         \
+    goto done;                                                        \
+  } while (0)
+  for (uint32_t e = 0; e < n_exprs; ++e) {
+    const uint8_t* r = exprs + (size_t)e * KILN_FORMAT_SYM_EXPR_SIZE;
+    uint32_t kind = kiln_format_get_u32(r + KILN_FORMAT_SE_KIND);
+    int64_t a = kiln_artifact_i64(kiln_format_get_u64(r + KILN_FORMAT_SE_A));
+    int64_t b = kiln_artifact_i64(kiln_format_get_u64(r + KILN_FORMAT_SE_B));
+    if (kind >= KILN_SYM_KIND_COUNT)
+      SYMS_FAIL("syms section: expression %u: kind %u is unknown to this reader (format %d.%d)",
+                e, kind, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR);
+    if (!kiln_artifact_all_zero(r + KILN_FORMAT_SE_RESERVED, 4))
+      SYMS_FAIL("syms section: expression %u: reserved bytes are not zero", e);
+    int64_t made;
+    int d = 1;
+    if (kind == KILN_SYM_VAR) {
+      if (a != (int64_t)next_var || b != 0 || next_var >= n_vars)
+        SYMS_FAIL("syms section: expression %u is symbol %" PRId64 " (b %" PRId64
+                  "), expected symbol %u of %u: symbols come in order, once each, with b 0",
+                  e, a, b, next_var, n_vars);
+      const uint8_t* v = vars + (size_t)next_var * KILN_FORMAT_SYM_VAR_SIZE;
+      uint32_t ref = kiln_format_get_u32(v + KILN_FORMAT_SV_NAME);
+      int64_t lo = kiln_artifact_i64(kiln_format_get_u64(v + KILN_FORMAT_SV_LO));
+      int64_t hi = kiln_artifact_i64(kiln_format_get_u64(v + KILN_FORMAT_SV_HI));
+      if (!kiln_artifact_all_zero(v + KILN_FORMAT_SV_RESERVED, 4))
+        SYMS_FAIL("syms section: symbol %u: reserved bytes are not zero", next_var);
+      if (ref >= strings_size || !memchr(strings + ref, 0, (size_t)strings_size - ref))
+        SYMS_FAIL("syms section: symbol %u's name at %u is not a NUL-terminated string of the "
+                  "%" PRIu64 "-byte string table", next_var, ref, strings_size);
+      s = kiln_artifact_recode(kiln_sym_var(t, strings + ref, lo, hi, &made), "syms section");
+      if (s) goto done;
+      ++next_var;
+    } else {
+      for (int k = 0; k < 2; ++k) {
+        int64_t op = k ? b : a;
+        if (kiln_dim_is_sym(op)) {
+          if ((uint32_t)kiln_dim_sym_id(op) >= e)
+            SYMS_FAIL("syms section: expression %u (%s): operand %c names expression %d, not "
+                      "an earlier one", e, kiln_artifact_sym_kinds[kind], k ? 'b' : 'a',
+                      kiln_dim_sym_id(op));
+          if (depth[kiln_dim_sym_id(op)] + 1 > d) d = depth[kiln_dim_sym_id(op)] + 1;
+        } else if (op <= KILN_SYM_BASE) {
+          SYMS_FAIL("syms section: expression %u (%s): operand %c is %" PRId64
+                    ", neither a number nor an expression", e, kiln_artifact_sym_kinds[kind],
+                    k ? 'b' : 'a', op);
+        }
+      }
+      if (d > KILN_FORMAT_SYM_MAX_DEPTH)
+        SYMS_FAIL("syms section: expression %u (%s) nests more than %d deep", e,
+                  kiln_artifact_sym_kinds[kind], KILN_FORMAT_SYM_MAX_DEPTH);
+      s = kiln_artifact_recode(kiln_dim_op(t, (kiln_sym_kind_t)kind, a, b, &made),
+                               "syms section: expression %u (%s)", e,
+                               kiln_artifact_sym_kinds[kind]);
+      if (s) goto done;
+    }
+    /* The constructors must have appended exactly the stored entry. */
+    const kiln_sym_expr_t* x = kiln_dim_is_sym(made) ? &t->exprs[kiln_dim_sym_id(made)] : NULL;
+    if (made != kiln_dim_of_sym((int32_t)e) || (uint32_t)t->n_exprs != e + 1 ||
+        x->kind != (int32_t)kind || x->a != a || x->b != b) {
+      char have[96], want[96];
+      kiln_artifact_expr_text((int32_t)kind, a, b, have, sizeof have);
+      if (!x)
+        SYMS_FAIL("syms section: expression %u, %s, is not canonical: it is the number %" PRId64,
+                  e, have, made);
+      if ((uint32_t)kiln_dim_sym_id(made) < e && x->kind == (int32_t)kind && x->a == a &&
+          x->b == b)
+        SYMS_FAIL("syms section: expression %u, %s, duplicates expression %d", e, have,
+                  kiln_dim_sym_id(made));
+      SYMS_FAIL("syms section: expression %u, %s, is not in the canonical form kiln builds "
+                "(that is expression %d, %s)", e, have, kiln_dim_sym_id(made),
+                kiln_artifact_expr_text(x->kind, x->a, x->b, want, sizeof want));
+    }
+    depth[e] = (uint16_t)d;
+  }
+  if (next_var != n_vars)
+    SYMS_FAIL("syms section: %u symbols, but only %u symbol expressions", n_vars, next_var);
+#undef SYMS_FAIL
+done:
+  free(depth);
+  return s;
 }
 
 static int kiln_artifact_same_type(const kiln_value_t* a, const kiln_artifact_value_t* b) {
@@ -486,7 +666,7 @@ static kiln_status_t kiln_artifact_replay(const kiln_artifact_graph_t* G, kiln_g
       kiln_node_t node;
       const char* origin;
       KILN_RETURN_IF_ERROR(kiln_artifact_decode_node(G, k, i, &node, &origin));
-      KILN_RETURN_IF_ERROR(kiln_artifact_check_shape_params(k, &node, &v));
+      KILN_RETURN_IF_ERROR(kiln_artifact_check_shape_params(G, k, &node, &v));
       KILN_RETURN_IF_ERROR(kiln_artifact_recode(
           kiln_graph_add_node(g, node.op, node.inputs, node.n_inputs, node.params,
                               KILN_FORMAT_PARAMS, node.fparams, KILN_FORMAT_FPARAMS, origin,
@@ -544,9 +724,15 @@ kiln_status_t kiln_artifact_read(const void* bytes, size_t size, kiln_allocator_
   KILN_RETURN_IF_ERROR(kiln_artifact_parse_layout(bytes, size, &L));
   kiln_artifact_graph_t G;
   KILN_RETURN_IF_ERROR(kiln_artifact_parse_graph(&L, &G));
+  if (L.have_syms && L.have_plan)
+    CORRUPT("section table: a '%s' section in a file with symbolic sizes (plans are made per "
+            "binding of the symbols)", KILN_FORMAT_SECTION_PLAN);
   kiln_graph_t* g;
   KILN_RETURN_IF_ERROR(kiln_graph_create(allocator, &g));
-  kiln_status_t s = kiln_artifact_replay(&G, g);
+  /* The symbols first: value dims and params may name their expressions. */
+  kiln_status_t s = L.have_syms ? kiln_artifact_read_syms(&L, g) : kiln_ok();
+  G.syms = g->syms;
+  if (!s) s = kiln_artifact_replay(&G, g);
   if (s) {
     kiln_graph_release(g);
     return s;

@@ -1,6 +1,7 @@
 /* The .kiln writer: lays a graph and the caller's sections out as
  * ir/kiln_format.h describes (header, section table, "graph", caller
- * sections, then the 64-byte-aligned "consts" blob) into one zero-filled
+ * sections, then the 64-byte-aligned "consts" blob; a graph with symbolic
+ * sizes also "syms" after "graph") into one zero-filled
  * buffer, field by field with explicit little-endian stores, plus the file
  * helper that saves a buffer. It refuses graphs the reader could not replay
  * exactly, so that whatever it writes reads back. */
@@ -24,7 +25,8 @@ static kiln_status_t kiln_artifact_check_name(const char* name, int32_t index) {
   for (size_t i = 0; i < n; ++i)
     if (name[i] < 0x21 || name[i] > 0x7e)
       BAD_ARG("extra section %d: name has a non-printable character at %zu", index, i);
-  if (!strcmp(name, KILN_FORMAT_SECTION_GRAPH) || !strcmp(name, KILN_FORMAT_SECTION_CONSTS))
+  if (!strcmp(name, KILN_FORMAT_SECTION_GRAPH) || !strcmp(name, KILN_FORMAT_SECTION_CONSTS) ||
+      !strcmp(name, KILN_FORMAT_SECTION_SYMS))
     BAD_ARG("extra section %d: the name '%s' is reserved", index, name);
   return kiln_ok();
 }
@@ -64,6 +66,85 @@ static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* ou
   *out_strings = strings;
   *out_consts = consts;
   return kiln_ok();
+}
+
+/* 1 when some value dimension or node param is symbolic: the graph needs a
+ * "syms" section. */
+static int kiln_artifact_uses_syms(const kiln_graph_t* g) {
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (kiln_value_is_symbolic(&g->values[v])) return 1;
+  for (int32_t n = 0; n < g->n_nodes; ++n)
+    for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
+      if (kiln_dim_is_sym(g->nodes[n].params[i])) return 1;
+  return 0;
+}
+
+/* The "syms" section's size, checking what the reader will: every symbol
+ * named, operands of lower id, nesting within KILN_FORMAT_SYM_MAX_DEPTH. */
+static kiln_status_t kiln_artifact_check_syms(const kiln_sym_table_t* t, size_t* out_size) {
+  if (!t || t->n_vars < 1 || t->n_exprs < t->n_vars)
+    BAD_ARG("the graph has symbolic sizes but no symbols");
+  size_t strings = 0;
+  for (int32_t i = 0; i < t->n_vars; ++i) {
+    if (!t->vars[i].name) BAD_ARG("symbol %d has no name", i);
+    strings += strlen(t->vars[i].name) + 1;
+  }
+  if (strings >= KILN_FORMAT_NO_STRING) BAD_ARG("symbol names exceed 4 GiB");
+  uint16_t* depth = malloc(sizeof(uint16_t) * (size_t)t->n_exprs);
+  if (!depth) return kiln_status_make(KILN_OUT_OF_MEMORY, "expression depths");
+  for (int32_t e = 0; e < t->n_exprs; ++e) {
+    const kiln_sym_expr_t* x = &t->exprs[e];
+    int32_t d = 1;
+    if (x->kind != KILN_SYM_VAR)
+      for (int k = 0; k < 2; ++k) {
+        int64_t op = k ? x->b : x->a;
+        if (!kiln_dim_is_sym(op)) continue;
+        if (kiln_dim_sym_id(op) >= e) {
+          free(depth);
+          BAD_ARG("symbolic expression %d uses expression %d, not an earlier one", e,
+                  kiln_dim_sym_id(op));
+        }
+        if (depth[kiln_dim_sym_id(op)] + 1 > d) d = depth[kiln_dim_sym_id(op)] + 1;
+      }
+    if (d > KILN_FORMAT_SYM_MAX_DEPTH) {
+      free(depth);
+      BAD_ARG("symbolic expression %d nests %d deep, more than the format's %d", e, d,
+              KILN_FORMAT_SYM_MAX_DEPTH);
+    }
+    depth[e] = (uint16_t)d;
+  }
+  free(depth);
+  *out_size = KILN_FORMAT_SYMS_HEADER_SIZE + (size_t)t->n_vars * KILN_FORMAT_SYM_VAR_SIZE +
+              (size_t)t->n_exprs * KILN_FORMAT_SYM_EXPR_SIZE + strings;
+  return kiln_ok();
+}
+
+/* Writes the "syms" section at `p` (zero-filled, as sized above). */
+static void kiln_artifact_put_syms(const kiln_sym_table_t* t, uint8_t* p) {
+  uint8_t* vars = p + KILN_FORMAT_SYMS_HEADER_SIZE;
+  uint8_t* exprs = vars + (size_t)t->n_vars * KILN_FORMAT_SYM_VAR_SIZE;
+  uint8_t* strings = exprs + (size_t)t->n_exprs * KILN_FORMAT_SYM_EXPR_SIZE;
+  size_t at = 0;
+  for (int32_t i = 0; i < t->n_vars; ++i) {
+    const kiln_sym_var_t* v = &t->vars[i];
+    uint8_t* r = vars + (size_t)i * KILN_FORMAT_SYM_VAR_SIZE;
+    size_t n = strlen(v->name) + 1;
+    kiln_format_put_u32(r + KILN_FORMAT_SV_NAME, (uint32_t)at);
+    memcpy(strings + at, v->name, n);
+    at += n;
+    kiln_format_put_u64(r + KILN_FORMAT_SV_LO, (uint64_t)v->lo);
+    kiln_format_put_u64(r + KILN_FORMAT_SV_HI, (uint64_t)v->hi);
+  }
+  for (int32_t e = 0; e < t->n_exprs; ++e) {
+    const kiln_sym_expr_t* x = &t->exprs[e];
+    uint8_t* r = exprs + (size_t)e * KILN_FORMAT_SYM_EXPR_SIZE;
+    kiln_format_put_u32(r + KILN_FORMAT_SE_KIND, (uint32_t)x->kind);
+    kiln_format_put_u64(r + KILN_FORMAT_SE_A, (uint64_t)x->a);
+    kiln_format_put_u64(r + KILN_FORMAT_SE_B, (uint64_t)x->b);
+  }
+  kiln_format_put_u32(p + KILN_FORMAT_SH_N_EXPRS, (uint32_t)t->n_exprs);
+  kiln_format_put_u32(p + KILN_FORMAT_SH_N_VARS, (uint32_t)t->n_vars);
+  kiln_format_put_u64(p + KILN_FORMAT_SH_STRINGS_SIZE, at);
 }
 
 /* Appends a NUL-terminated string to the table; returns its offset. */
@@ -149,18 +230,22 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   *out_bytes = NULL;
   *out_size = 0;
   KILN_CHECK_ARG(g, "no graph");
-  for (int32_t v = 0; v < g->n_values; ++v)
-    KILN_CHECK_ARG(!kiln_value_is_symbolic(&g->values[v]),
-                   "the format has no symbolic sizes yet (value %d)", v);
-  for (int32_t ni = 0; ni < g->n_nodes; ++ni)
-    KILN_CHECK_ARG(!kiln_node_is_symbolic(g, &g->nodes[ni]),
-                   "the format has no symbolic sizes yet (node %d)", ni);
-  KILN_CHECK_ARG(n_extra >= 0 && n_extra <= KILN_FORMAT_MAX_SECTIONS - 2 && (extra || !n_extra),
+  /* Symbolic sizes go in a "syms" section; a graph without them is written
+   * exactly as before (no section, minor version 6). */
+  int symbolic = kiln_artifact_uses_syms(g);
+  size_t syms_size = 0;
+  if (symbolic) KILN_RETURN_IF_ERROR(kiln_artifact_check_syms(g->syms, &syms_size));
+  int32_t n_own = 2 + symbolic;
+  KILN_CHECK_ARG(n_extra >= 0 && n_extra <= KILN_FORMAT_MAX_SECTIONS - n_own &&
+                     (extra || !n_extra),
                  "bad extra sections (%d)", (int)n_extra);
   for (int32_t i = 0; i < n_extra; ++i) {
     KILN_RETURN_IF_ERROR(kiln_artifact_check_name(extra[i].name, i));
     KILN_CHECK_ARG(extra[i].data || !extra[i].size, "extra section '%s' has no data",
                    extra[i].name);
+    KILN_CHECK_ARG(!symbolic || strcmp(extra[i].name, KILN_FORMAT_SECTION_PLAN),
+                   "a graph with symbolic sizes has no stored '%s' section (plans are made "
+                   "per binding of its symbols)", KILN_FORMAT_SECTION_PLAN);
     for (int32_t j = 0; j < i; ++j)
       KILN_CHECK_ARG(strcmp(extra[i].name, extra[j].name), "two extra sections named '%s'",
                      extra[i].name);
@@ -172,7 +257,7 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
    * 64-aligned. Sizes from the graph are bounded by what already sits in
    * memory, but add with overflow checks anyway (extra sizes are the
    * caller's). */
-  int32_t n_sections = 2 + n_extra;
+  int32_t n_sections = n_own + n_extra;
   size_t at = KILN_FORMAT_HEADER_SIZE + (size_t)n_sections * KILN_FORMAT_ENTRY_SIZE;
   size_t graph_size = KILN_FORMAT_GRAPH_HEADER_SIZE +
                       (size_t)g->n_values * KILN_FORMAT_VALUE_SIZE +
@@ -181,6 +266,12 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   int ok = kiln_size_add(graph_size, strings_size, &graph_size);
   size_t graph_off = kiln_align_up(at, KILN_FORMAT_ALIGN);
   ok = ok && kiln_size_add(graph_off, graph_size, &at);
+  size_t syms_off = 0;
+  if (symbolic) {
+    ok = ok && kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
+    syms_off = at & ~(size_t)(KILN_FORMAT_ALIGN - 1);
+    ok = ok && kiln_size_add(syms_off, syms_size, &at);
+  }
   size_t extra_off[KILN_FORMAT_MAX_SECTIONS];
   for (int32_t i = 0; i < n_extra && ok; ++i) {
     ok = kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
@@ -198,7 +289,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR);
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR,
+                      symbolic ? KILN_FORMAT_MINOR : KILN_FORMAT_MINOR_CONCRETE);
   kiln_format_put_u32(b + KILN_FORMAT_HDR_FLAGS, 0);
   kiln_format_put_u32(b + KILN_FORMAT_HDR_HEADER_SIZE, KILN_FORMAT_HEADER_SIZE);
   kiln_format_put_u64(b + KILN_FORMAT_HDR_FILE_SIZE, total);
@@ -209,12 +301,17 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   /* Table entries in offset order, as the reader requires. */
   uint8_t* table = b + KILN_FORMAT_HEADER_SIZE;
   kiln_artifact_put_section(table, KILN_FORMAT_SECTION_GRAPH, graph_off, graph_size);
+  if (symbolic) {
+    kiln_artifact_put_section(table + KILN_FORMAT_ENTRY_SIZE, KILN_FORMAT_SECTION_SYMS, syms_off,
+                              syms_size);
+    kiln_artifact_put_syms(g->syms, b + syms_off);
+  }
   for (int32_t i = 0; i < n_extra; ++i) {
-    kiln_artifact_put_section(table + (size_t)(1 + i) * KILN_FORMAT_ENTRY_SIZE, extra[i].name,
-                              extra_off[i], extra[i].size);
+    kiln_artifact_put_section(table + (size_t)(n_own - 1 + i) * KILN_FORMAT_ENTRY_SIZE,
+                              extra[i].name, extra_off[i], extra[i].size);
     if (extra[i].size) memcpy(b + extra_off[i], extra[i].data, extra[i].size);
   }
-  kiln_artifact_put_section(table + (size_t)(1 + n_extra) * KILN_FORMAT_ENTRY_SIZE,
+  kiln_artifact_put_section(table + (size_t)(n_own - 1 + n_extra) * KILN_FORMAT_ENTRY_SIZE,
                             KILN_FORMAT_SECTION_CONSTS, consts_off, consts_size);
   kiln_artifact_put_graph(g, b + graph_off, strings_size, b + consts_off);
   *out_bytes = buf;

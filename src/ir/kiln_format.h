@@ -14,7 +14,8 @@
  *     other, the header or the table. Bytes between sections are padding
  *     (written as zero, not read).
  *   - Required sections: "graph" (the IR) and "consts" (the constant blob),
- *     each exactly once. Any other name is a caller section (the runtime's
+ *     each exactly once; "syms" (symbolic sizes, 2.7) is the reader's too,
+ *     when present. Any other name is a caller section (the runtime's
  *     memory plan, the Python front end's JSON metadata, ...), opaque to the
  *     reader; unknown sections are skipped, never an error.
  *   - Fields marked "reserved" or "unused slot" are written as zero and a 1.x
@@ -99,6 +100,48 @@
  *   starts 64-aligned in the file and every offset is a multiple of 64, a
  *   file loaded or mapped at a 64-aligned address can be used in place.
  *
+ * "syms" section (2.7): the graph's symbolic sizes (ir/kiln_sym.h)
+ *   Present, once, exactly when a value dimension or a node param is
+ *   symbolic: a value in [KILN_SYM_BASE, KILN_SYM_BASE + KILN_SYM_MAX_EXPRS)
+ *   stored as the i64 it is, naming expression (value - KILN_SYM_BASE) of
+ *   this table. A graph without symbolic sizes writes no such section and
+ *   stamps minor version 6 (KILN_FORMAT_MINOR_CONCRETE), so its file is
+ *   byte for byte what a 2.6 writer made; a file with one stamps 7. A reader
+ *   interprets "syms" only in files of minor version >= 7 (in older files
+ *   the name was a caller section's) and rebuilds the table before the
+ *   graph's values, so a symbolic dim or param must name an expression the
+ *   table has. A file with a "syms" section has no "plan" section (plans are
+ *   made per binding of the symbols).
+ *   header (16 bytes)
+ *     off size type meaning
+ *       0    4 u32  E: number of expressions (Y..KILN_SYM_MAX_EXPRS)
+ *       4    4 u32  Y: number of symbols (1..KILN_SYM_MAX_VARS)
+ *       8    8 u64  S: size of the section's string table in bytes
+ *   then Y symbol records, E expression records and the S-byte string
+ *   table (as the graph's: NUL-terminated strings, a reference is a first
+ *   byte's offset); the section's size is exactly 16 + 24 Y + 24 E + S.
+ *   symbol record (24 bytes), symbol k
+ *     off size type meaning
+ *       0    4 u32  name: string table offset (required)
+ *       4    4      reserved
+ *       8    8 i64  lo: smallest value, 0 <= lo <= hi
+ *      16    8 i64  hi: largest value, 1 <= hi <= 2^40
+ *   expression record (24 bytes), in id order (record k is expression k)
+ *     off size type meaning
+ *       0    4 u32  kind (kiln_sym_kind_t: 0 symbol, 1 a + b, 2 a * b,
+ *                   3 a // b, 4 a mod b, 5 max, 6 min)
+ *       4    4      reserved
+ *       8    8 i64  a: for a symbol, its index; else an operand
+ *      16    8 i64  b: for a symbol, 0; else an operand
+ *   An operand is a number (>= KILN_SYM_BASE + KILN_SYM_MAX_EXPRS) or an
+ *   encoded expression of lower id. The k-th symbol expression (in id
+ *   order) is symbol k, and every symbol has one. Entries are the
+ *   canonical forms kiln_sym.c builds: the reader re-creates each through
+ *   the table's constructors (kiln_sym_var, kiln_dim_op), which must give
+ *   back exactly its id as a new entry (a duplicate, or a form the
+ *   constructors would simplify, is refused). Operands nest at most
+ *   KILN_FORMAT_SYM_MAX_DEPTH deep.
+ *
  * Enum numberings (ops, dtypes, layouts, value kinds) are part of the
  * format: they are only ever appended to (kiln_ops.h, kiln_dtype.h).
  */
@@ -112,7 +155,12 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 6 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights */
+#define KILN_FORMAT_MINOR 7 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes) */
+/* The minor version a file without symbolic sizes is stamped with: such a
+ * file is exactly what a 2.6 writer made. */
+#define KILN_FORMAT_MINOR_CONCRETE 6
+/* The first minor version whose files may have a "syms" section. */
+#define KILN_FORMAT_MINOR_SYMS 7
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu
@@ -139,6 +187,10 @@
 
 #define KILN_FORMAT_SECTION_GRAPH "graph"
 #define KILN_FORMAT_SECTION_CONSTS "consts"
+#define KILN_FORMAT_SECTION_SYMS "syms"
+/* The runtime's memory plan (runtime/kiln_plan_io.h's KILN_PLAN_SECTION):
+ * named here because a file with symbolic sizes must not have one. */
+#define KILN_FORMAT_SECTION_PLAN "plan"
 
 /* Graph section header fields. */
 #define KILN_FORMAT_GRAPH_HEADER_SIZE 32
@@ -173,6 +225,26 @@
 #define KILN_FORMAT_N_PARAMS 56
 #define KILN_FORMAT_N_FPARAMS 248
 
+/* "syms" section fields. */
+#define KILN_FORMAT_SYMS_HEADER_SIZE 16
+#define KILN_FORMAT_SH_N_EXPRS 0
+#define KILN_FORMAT_SH_N_VARS 4
+#define KILN_FORMAT_SH_STRINGS_SIZE 8
+#define KILN_FORMAT_SYM_VAR_SIZE 24
+#define KILN_FORMAT_SV_NAME 0
+#define KILN_FORMAT_SV_RESERVED 4
+#define KILN_FORMAT_SV_LO 8
+#define KILN_FORMAT_SV_HI 16
+#define KILN_FORMAT_SYM_EXPR_SIZE 24
+#define KILN_FORMAT_SE_KIND 0
+#define KILN_FORMAT_SE_RESERVED 4
+#define KILN_FORMAT_SE_A 8
+#define KILN_FORMAT_SE_B 16
+/* How deep operands may nest (an expression of symbols is depth 1 more than
+ * its deepest operand; a symbol is 1): code that walks expressions
+ * recursively (kiln_sym_describe) stays shallow on any file. */
+#define KILN_FORMAT_SYM_MAX_DEPTH 256
+
 /* Record capacities fixed by format 1.x. */
 #define KILN_FORMAT_RANK 8
 #define KILN_FORMAT_NODE_INPUTS 8
@@ -203,6 +275,9 @@ _Static_assert(KILN_FORMAT_N_FPARAMS + 4 * KILN_FORMAT_FPARAMS == KILN_FORMAT_NO
 _Static_assert(KILN_FORMAT_HDR_RESERVED + 24 == KILN_FORMAT_HEADER_SIZE, "header size");
 _Static_assert(KILN_FORMAT_ENTRY_SIZE_FIELD + 8 == KILN_FORMAT_ENTRY_SIZE, "entry size");
 _Static_assert(sizeof(float) == 4, "fparams are binary32");
+_Static_assert(KILN_FORMAT_SV_HI + 8 == KILN_FORMAT_SYM_VAR_SIZE, "symbol record size");
+_Static_assert(KILN_FORMAT_SE_B + 8 == KILN_FORMAT_SYM_EXPR_SIZE, "expression record size");
+_Static_assert(KILN_FORMAT_SH_STRINGS_SIZE + 8 == KILN_FORMAT_SYMS_HEADER_SIZE, "syms header size");
 
 /* Little-endian field access by shifts, so the code is the same on any host
  * and never performs an unaligned load. */

@@ -394,8 +394,17 @@ kiln_status_t kiln_sym_eval_all(const kiln_sym_table_t* t, const int64_t* vars, 
   return kiln_ok();
 }
 
-static size_t describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t size, int paren) {
-  if (size == 0) return 0;
+/* Stops at a full buffer or past KILN_SYM_DESCRIBE_DEPTH levels, so that a
+ * deep or heavily shared expression (from a hostile file, say) costs no more
+ * than the text it prints. */
+#define KILN_SYM_DESCRIBE_DEPTH 64
+static size_t describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t size, int paren,
+                       int depth) {
+  if (size <= 1) return 0;
+  if (depth > KILN_SYM_DESCRIBE_DEPTH) {
+    int n = snprintf(buf, size, "...");
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+  }
   const kiln_sym_expr_t* x = expr_of(t, d);
   if (!x || !t || kiln_dim_sym_id(d) >= t->n_exprs) {
     int n = snprintf(buf, size, "%lld", (long long)d);
@@ -411,26 +420,26 @@ static size_t describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t s
     case KILN_SYM_VAR: PUT("%s", t->vars[x->a].name); break;
     case KILN_SYM_ADD:
       if (paren) PUT("(");
-      at += describe(t, x->a, buf + at, size - at, 0);
+      at += describe(t, x->a, buf + at, size - at, 0, depth + 1);
       if (!kiln_dim_is_sym(x->b) && x->b < 0) PUT(" - %lld", -(long long)x->b);
       else {
         PUT(" + ");
-        at += describe(t, x->b, buf + at, size - at, 0);
+        at += describe(t, x->b, buf + at, size - at, 0, depth + 1);
       }
       if (paren) PUT(")");
       break;
     case KILN_SYM_MUL:
     case KILN_SYM_FLOORDIV:
     case KILN_SYM_MOD:
-      at += describe(t, x->a, buf + at, size - at, 1);
+      at += describe(t, x->a, buf + at, size - at, 1, depth + 1);
       PUT("%s", x->kind == KILN_SYM_MUL ? "*" : x->kind == KILN_SYM_FLOORDIV ? "//" : "%");
-      at += describe(t, x->b, buf + at, size - at, 1);
+      at += describe(t, x->b, buf + at, size - at, 1, depth + 1);
       break;
     default:
       PUT("%s(", x->kind == KILN_SYM_MAX ? "max" : "min");
-      at += describe(t, x->a, buf + at, size - at, 0);
+      at += describe(t, x->a, buf + at, size - at, 0, depth + 1);
       PUT(", ");
-      at += describe(t, x->b, buf + at, size - at, 0);
+      at += describe(t, x->b, buf + at, size - at, 0, depth + 1);
       PUT(")");
   }
 #undef PUT
@@ -439,6 +448,6 @@ static size_t describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t s
 
 const char* kiln_sym_describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t size) {
   if (size) buf[0] = 0;
-  describe(t, d, buf, size, 0);
+  describe(t, d, buf, size, 0, 0);
   return buf;
 }

@@ -505,17 +505,13 @@ static PyObject* kiln_py_model_save(kiln_py_model_t* self, PyObject* args) {
     secs[i].size = (size_t)len;
     ++i;
   }
-  /* The memory plan goes along, unless the caller wrote one. */
+  /* The memory plan goes along, unless the caller wrote one. A symbolic
+   * model has none to store: it plans per binding of its symbols (the
+   * file's "syms" section carries them). */
   void* plan = NULL;
   size_t plan_size = 0;
   kiln_status_t s = kiln_ok();
-  if (kiln_model_is_symbolic(self->model)) {
-    free(secs);
-    PyErr_SetString(kiln_py_error, "saving a model with symbolic sizes as a .kiln file is not "
-                                   "supported yet: trace it with static shapes to save it");
-    return NULL;
-  }
-  if (!PyDict_GetItemString(dict, KILN_PLAN_SECTION)) {
+  if (!kiln_model_is_symbolic(self->model) && !PyDict_GetItemString(dict, KILN_PLAN_SECTION)) {
     s = kiln_plan_serialize(kiln_model_graph(self->model), kiln_model_plan(self->model), &plan,
                             &plan_size);
     secs[n].name = KILN_PLAN_SECTION;
@@ -760,9 +756,32 @@ static PyObject* kiln_py_model_symbolic(kiln_py_model_t* self, PyObject* unused)
   return PyBool_FromLong(kiln_model_is_symbolic(self->model));
 }
 
+/* example_shapes() -> [shape] of the inputs, symbolic sizes at the table's
+ * first probe binding (moderate values in every range, the ones shape
+ * inference checked): sizes to trace or try a symbolic model at. */
+static PyObject* kiln_py_model_example_shapes(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  PyObject* list = PyList_New(g->n_inputs);
+  for (int32_t i = 0; list && i < g->n_inputs; ++i) {
+    kiln_value_t v = g->values[g->inputs[i]];
+    for (int32_t d = 0; d < v.rank; ++d)
+      if (kiln_dim_is_sym(v.shape[d]) && g->syms) v.shape[d] = kiln_sym_probe(g->syms, v.shape[d], 0);
+    PyObject* shape = kiln_py_shape_tuple(&v);
+    if (!shape) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, shape);
+  }
+  return list;
+}
+
 static PyMethodDef kiln_py_model_methods[] = {
     {"output_shapes", (PyCFunction)kiln_py_model_output_shapes, METH_VARARGS,
      "output_shapes(inputs) -> [shape] for these inputs' sizes"},
+    {"example_shapes", (PyCFunction)kiln_py_model_example_shapes, METH_NOARGS,
+     "[shape] of the inputs, symbolic sizes at a probe binding"},
     {"symbolic", (PyCFunction)kiln_py_model_symbolic, METH_NOARGS,
      "True when sizes are symbolic (planned per call's sizes)"},
     {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,

@@ -2,9 +2,13 @@
  * artifact with the C runtime alone (no Python, no compiler passes).
  *
  *   kiln info [FILE] [--measure]   (no FILE: the machine and its peaks)
- *   kiln run FILE [--input NAME=PATH ...] [--output-dir DIR] [--threads N] [--seed S]
- *   kiln bench FILE [--runs N] [--warmup N] [--threads N]
- *   kiln profile FILE [--runs N] [--warmup N] [--threads N]
+ *   kiln run FILE [--input NAME=PATH ...] [--shape NAME=DIMS ...] [--output-dir DIR]
+ *                 [--threads N] [--seed S]
+ *   kiln bench FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
+ *   kiln profile FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
+ *
+ * An artifact with symbolic sizes (format 2.7) runs at the shapes --shape
+ * gives ("--shape x=2x40": input x's symbolic dims take those values).
  *   kiln --version | help [COMMAND]
  *
  * Errors print "kiln: <message>" on stderr; the exit code is 2 for a bad
@@ -61,6 +65,8 @@ typedef struct kiln_cli_options_s {
   const char* file;
   const char** input_specs; /* "NAME=PATH", borrowed from argv */
   int n_input_specs;
+  const char** shape_specs; /* "NAME=DIMS", borrowed from argv */
+  int n_shape_specs;
   const char* output_dir;
   int threads; /* 0: KILN_NUM_THREADS, else one per online CPU */
   int runs;
@@ -78,9 +84,11 @@ typedef struct kiln_cli_session_s {
   size_t file_size;
 } kiln_cli_session_t;
 
-/* Caller-owned tensors for one side (inputs or outputs) of a run. */
+/* Caller-owned tensors for one side (inputs or outputs) of a run, with the
+ * concrete shapes they have (a symbolic model's per --shape). */
 typedef struct kiln_cli_tensors_s {
   kiln_tensor_t* t;
+  int64_t* shapes; /* n x KILN_MAX_RANK */
   int32_t n;
 } kiln_cli_tensors_t;
 
@@ -106,6 +114,10 @@ static const char kiln_cli_usage_text[] =
     "      --runs N (default 50)  --warmup N (default 5)\n"
     "  profile FILE     per-node time table, slowest first\n"
     "      --runs N (default 20)  --warmup N (default 2)\n"
+    "  run, bench and profile take --shape NAME=DIMS (DIMS like 2x40x16): the\n"
+    "                   shape input NAME (its name, or its index) runs at; a model\n"
+    "                   with symbolic sizes needs one per input whose shape has\n"
+    "                   symbols ('kiln info FILE' shows them and their ranges)\n"
     "  help [COMMAND]   this text\n"
     "  --version        kiln and .kiln format versions, CPU ISA\n"
     "\n"
@@ -191,6 +203,10 @@ static int kiln_cli_parse(int argc, char** argv, kiln_cli_command_t command,
                kiln_cli_match_option(argc, argv, &i, "--input", &value)) {
       if (!value || !*value) return kiln_cli_usage_error("--input wants NAME=PATH");
       o->input_specs[o->n_input_specs++] = value;
+    } else if (command != KILN_CLI_INFO &&
+               kiln_cli_match_option(argc, argv, &i, "--shape", &value)) {
+      if (!value || !*value) return kiln_cli_usage_error("--shape wants NAME=DIMS (like x=2x40)");
+      o->shape_specs[o->n_shape_specs++] = value;
     } else if (command == KILN_CLI_RUN &&
                kiln_cli_match_option(argc, argv, &i, "--output-dir", &value)) {
       if (!value || !*value) return kiln_cli_usage_error("--output-dir wants a directory");
@@ -301,19 +317,41 @@ static void kiln_cli_tensors_deinitialize(kiln_cli_tensors_t* ts) {
   for (int32_t i = 0; ts->t && i < ts->n; ++i)
     kiln_allocator_free(kiln_allocator_system(), ts->t[i].data);
   free(ts->t);
+  free(ts->shapes);
   ts->t = NULL;
+  ts->shapes = NULL;
   ts->n = 0;
 }
 
-/* One dense, 64-byte-aligned buffer per value id in ids[0..n). */
+/* The value `v` at a concrete shape (its name and dtype kept). */
+static kiln_value_t kiln_cli_value_at(const kiln_value_t* v, int32_t rank, const int64_t* shape) {
+  kiln_value_t c = *v;
+  c.rank = rank;
+  memcpy(c.shape, shape, sizeof(int64_t) * (size_t)rank);
+  return c;
+}
+
+/* One dense, 64-byte-aligned buffer per value id in ids[0..n), of shape
+ * shapes[i] (n x KILN_MAX_RANK) with ranks[i] dims (NULL: the values' own,
+ * which must be concrete). */
 static kiln_status_t kiln_cli_tensors_initialize(const kiln_graph_t* g, const int32_t* ids,
-                                                 int32_t n, kiln_cli_tensors_t* ts) {
+                                                 int32_t n, const int64_t* shapes,
+                                                 const int32_t* ranks, kiln_cli_tensors_t* ts) {
   ts->n = 0;
   ts->t = calloc((size_t)n + 1, sizeof(kiln_tensor_t));
-  if (!ts->t) return kiln_status_make(KILN_OUT_OF_MEMORY, "tensor table");
+  ts->shapes = calloc((size_t)n * KILN_MAX_RANK + 1, sizeof(int64_t));
+  if (!ts->t || !ts->shapes) {
+    kiln_cli_tensors_deinitialize(ts);
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "tensor table");
+  }
   for (int32_t i = 0; i < n; ++i) {
     const kiln_value_t* v = &g->values[ids[i]];
-    kiln_status_t s = kiln_allocator_calloc(kiln_allocator_system(), kiln_value_dense_bytes(v),
+    int64_t* shape = ts->shapes + (size_t)i * KILN_MAX_RANK;
+    int32_t rank = ranks ? ranks[i] : v->rank;
+    memcpy(shape, shapes ? shapes + (size_t)i * KILN_MAX_RANK : v->shape,
+           sizeof(int64_t) * (size_t)rank);
+    kiln_value_t at = kiln_cli_value_at(v, rank, shape);
+    kiln_status_t s = kiln_allocator_calloc(kiln_allocator_system(), kiln_value_dense_bytes(&at),
                                             &ts->t[i].data);
     if (s) {
       kiln_cli_tensors_deinitialize(ts);
@@ -321,8 +359,8 @@ static kiln_status_t kiln_cli_tensors_initialize(const kiln_graph_t* g, const in
     }
     ts->n = i + 1;
     ts->t[i].dtype = v->dtype;
-    ts->t[i].rank = v->rank;
-    ts->t[i].shape = v->shape;
+    ts->t[i].rank = rank;
+    ts->t[i].shape = shape;
   }
   return kiln_ok();
 }
@@ -336,9 +374,10 @@ static const char* kiln_cli_input_label(const kiln_graph_t* g, int32_t i, char* 
   return buf;
 }
 
-/* Which graph input a --input NAME refers to: its name, else its index. */
-static kiln_status_t kiln_cli_find_input(const kiln_graph_t* g, const char* name, size_t len,
-                                         int32_t* out_index) {
+/* Which graph input a --input (or --shape) NAME refers to: its name, else
+ * its index. */
+static kiln_status_t kiln_cli_find_input(const kiln_graph_t* g, const char* option,
+                                         const char* name, size_t len, int32_t* out_index) {
   for (int32_t i = 0; i < g->n_inputs; ++i) {
     const char* n = g->values[g->inputs[i]].name;
     if (n && strlen(n) == len && !strncmp(n, name, len)) {
@@ -366,7 +405,7 @@ static kiln_status_t kiln_cli_find_input(const kiln_graph_t* g, const char* name
                            n ? "=" : "", n ? n : "");
   }
   return kiln_status_make(KILN_INVALID_ARGUMENT,
-                          "--input: the model has no input '%.*s' (its inputs: %s)", (int)len,
+                          "%s: the model has no input '%.*s' (its inputs: %s)", option, (int)len,
                           name, g->n_inputs ? names : "none");
 }
 
@@ -391,7 +430,7 @@ static kiln_status_t kiln_cli_bind_inputs(const kiln_graph_t* g, const kiln_cli_
       else given[0] = spec;
       continue;
     }
-    s = kiln_cli_find_input(g, spec, (size_t)(eq - spec), &idx);
+    s = kiln_cli_find_input(g, "--input", spec, (size_t)(eq - spec), &idx);
     if (s) break;
     if (given[idx])
       s = kiln_status_make(KILN_INVALID_ARGUMENT, "--input: %s given twice",
@@ -399,7 +438,9 @@ static kiln_status_t kiln_cli_bind_inputs(const kiln_graph_t* g, const kiln_cli_
     else given[idx] = eq + 1;
   }
   for (int32_t i = 0; i < g->n_inputs && !s; ++i) {
-    const kiln_value_t* v = &g->values[g->inputs[i]];
+    const kiln_value_t at = kiln_cli_value_at(&g->values[g->inputs[i]], ins->t[i].rank,
+                                              ins->t[i].shape);
+    const kiln_value_t* v = &at;
     char desc[160];
     kiln_cli_input_label(g, i, label, sizeof label);
     kiln_value_describe(v, desc, sizeof desc);
@@ -421,6 +462,204 @@ static kiln_status_t kiln_cli_bind_inputs(const kiln_graph_t* g, const kiln_cli_
   }
   free(given);
   return s;
+}
+
+/* ---- shapes ----------------------------------------------------------------- */
+
+/* "B in 1..16" for a dim that is a symbol, "B + 1" for an expression, into buf. */
+static const char* kiln_cli_sym_dim_text(const kiln_graph_t* g, int64_t d, char* buf,
+                                         size_t size) {
+  char e[96];
+  const kiln_sym_table_t* t = g->syms;
+  const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(d)];
+  if (x->kind == KILN_SYM_VAR)
+    snprintf(buf, size, "%s in %lld..%lld", t->vars[x->a].name, (long long)t->vars[x->a].lo,
+             (long long)t->vars[x->a].hi);
+  else
+    snprintf(buf, size, "%s", kiln_sym_describe(t, d, e, sizeof e));
+  return buf;
+}
+
+/* Parses DIMS ("2x40x16"; "" is a 0-d shape) into shape; returns the rank
+ * or -1 (with *bad pointing at the bad part, *bad_len its length). */
+static int32_t kiln_cli_parse_dims(const char* text, int64_t* shape, const char** bad,
+                                   size_t* bad_len) {
+  int32_t rank = 0;
+  if (!*text) return 0;
+  for (const char* p = text;;) {
+    const char* end = strchr(p, 'x');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char digits[24];
+    long long v;
+    *bad = p;
+    *bad_len = len;
+    if (rank == KILN_MAX_RANK || len == 0 || len >= sizeof digits) return -1;
+    memcpy(digits, p, len);
+    digits[len] = '\0';
+    if (!kiln_cli_parse_int(digits, 0, KILN_SYM_RANGE_MAX, &v)) return -1;
+    shape[rank++] = v;
+    if (!end) return rank;
+    p = end + 1;
+  }
+}
+
+/* The inputs' shapes (n_inputs x KILN_MAX_RANK): each input's own, its
+ * symbolic dims given by --shape. Errors name the input and say what to
+ * pass; a symbolic dim that is an expression is left to the model's
+ * binding (which checks it against the symbols the other dims give). */
+static kiln_status_t kiln_cli_input_shapes(const kiln_graph_t* g, const kiln_cli_options_t* o,
+                                           int64_t* shapes) {
+  char label[160], desc[200], text[160];
+  int* given = calloc((size_t)g->n_inputs + 1, sizeof(int));
+  if (!given) return kiln_status_make(KILN_OUT_OF_MEMORY, "shape table");
+  kiln_status_t s = kiln_ok();
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    memcpy(shapes + (size_t)i * KILN_MAX_RANK, v->shape, sizeof(int64_t) * (size_t)v->rank);
+  }
+  for (int k = 0; k < o->n_shape_specs && !s; ++k) {
+    const char* spec = o->shape_specs[k];
+    const char* eq = strchr(spec, '=');
+    const char* dims = eq ? eq + 1 : spec;
+    int32_t idx = 0;
+    if (!eq && g->n_inputs != 1)
+      s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                           "--shape '%s': the model has %d inputs, say which (NAME=DIMS)", spec,
+                           g->n_inputs);
+    if (!s && eq) s = kiln_cli_find_input(g, "--shape", spec, (size_t)(eq - spec), &idx);
+    if (s) break;
+    const kiln_value_t* v = &g->values[g->inputs[idx]];
+    kiln_cli_input_label(g, idx, label, sizeof label);
+    kiln_graph_describe_value(g, v, desc, sizeof desc);
+    if (given[idx]) {
+      s = kiln_status_make(KILN_INVALID_ARGUMENT, "--shape: %s given twice", label);
+      break;
+    }
+    given[idx] = 1;
+    int64_t shape[KILN_MAX_RANK];
+    const char* bad = dims;
+    size_t bad_len = 0;
+    int32_t rank = kiln_cli_parse_dims(dims, shape, &bad, &bad_len);
+    if (rank < 0) {
+      s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                           "--shape '%s': '%.*s' is not a size (DIMS is sizes 0..2^40 joined by "
+                           "'x', at most %d, like 2x40x16)", spec, (int)bad_len, bad,
+                           KILN_MAX_RANK);
+      break;
+    }
+    if (rank != v->rank) {
+      s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                           "--shape '%s': %s is %s, %d dimension%s; '%s' gives %d", spec, label,
+                           desc, v->rank, v->rank == 1 ? "" : "s", dims, rank);
+      break;
+    }
+    int64_t numel = 1;
+    for (int32_t d = 0; d < rank && !s; ++d) {
+      int64_t want = v->shape[d];
+      if (!kiln_dim_is_sym(want)) {
+        if (shape[d] != want)
+          s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                               "--shape '%s': %s is %s: dimension %d is fixed at %lld, not %lld",
+                               spec, label, desc, d, (long long)want, (long long)shape[d]);
+      } else {
+        const kiln_sym_expr_t* x = &g->syms->exprs[kiln_dim_sym_id(want)];
+        const kiln_sym_var_t* var = x->kind == KILN_SYM_VAR ? &g->syms->vars[x->a] : NULL;
+        if (var && (shape[d] < var->lo || shape[d] > var->hi))
+          s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                               "--shape '%s': %s is %s: dimension %d (%s) is %lld, outside its "
+                               "range %lld..%lld", spec, label, desc, d, var->name,
+                               (long long)shape[d], (long long)var->lo, (long long)var->hi);
+      }
+      if (!s && shape[d] && numel > ((int64_t)1 << 44) / shape[d])
+        s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                             "--shape '%s': more than 2^44 elements", spec);
+      numel *= shape[d];
+    }
+    if (!s) memcpy(shapes + (size_t)idx * KILN_MAX_RANK, shape, sizeof(int64_t) * (size_t)rank);
+  }
+  /* Every symbolic input needs its shape. */
+  for (int32_t i = 0; i < g->n_inputs && !s; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    if (given[i] || !kiln_value_is_symbolic(v)) continue;
+    kiln_cli_input_label(g, i, label, sizeof label);
+    kiln_graph_describe_value(g, v, desc, sizeof desc);
+    char dims_text[512], example[160];
+    size_t at = 0, ex = 0;
+    dims_text[0] = example[0] = '\0';
+    for (int32_t d = 0; d < v->rank; ++d) {
+      int64_t w = v->shape[d];
+      /* The example: each symbol at its first probe value (in range). */
+      int64_t probe = kiln_sym_probe(g->syms, w, 0);
+      ex += (size_t)snprintf(example + ex, ex < sizeof example ? sizeof example - ex : 0,
+                             "%s%lld", d ? "x" : "", (long long)probe);
+      if (ex >= sizeof example) ex = sizeof example - 1;
+      if (!kiln_dim_is_sym(w)) continue;
+      at += (size_t)snprintf(dims_text + at, at < sizeof dims_text ? sizeof dims_text - at : 0,
+                             "%sdimension %d is %s", at ? ", " : "", d,
+                             kiln_cli_sym_dim_text(g, w, text, sizeof text));
+      if (at >= sizeof dims_text) at = sizeof dims_text - 1;
+    }
+    const char* name = v->name ? v->name : NULL;
+    char pass[64];
+    if (name) snprintf(pass, sizeof pass, "%s", name);
+    else snprintf(pass, sizeof pass, "%d", i);
+    s = kiln_status_make(KILN_INVALID_ARGUMENT,
+                         "%s is %s with symbolic sizes (%s): pass its shape with --shape "
+                         "%s=DIMS, for example --shape %s=%s", label, desc, dims_text, pass, pass,
+                         example);
+  }
+  free(given);
+  return s;
+}
+
+/* The input tensors at their shapes (kiln_cli_input_shapes) and output
+ * buffers of the shapes the model gives for them. */
+static kiln_status_t kiln_cli_make_tensors(const kiln_cli_options_t* o, kiln_cli_session_t* s,
+                                           kiln_cli_tensors_t* ins, kiln_cli_tensors_t* outs) {
+  const kiln_graph_t* g = kiln_model_graph(s->model);
+  int64_t* shapes = calloc((size_t)(g->n_inputs + g->n_outputs) * KILN_MAX_RANK + 1,
+                           sizeof(int64_t));
+  int32_t* ranks = calloc((size_t)(g->n_inputs + g->n_outputs) + 1, sizeof(int32_t));
+  kiln_status_t st = shapes && ranks ? kiln_ok()
+                                     : kiln_status_make(KILN_OUT_OF_MEMORY, "shape table");
+  if (!st) st = kiln_cli_input_shapes(g, o, shapes);
+  for (int32_t i = 0; !st && i < g->n_inputs; ++i) ranks[i] = g->values[g->inputs[i]].rank;
+  if (!st) st = kiln_cli_tensors_initialize(g, g->inputs, g->n_inputs, shapes, ranks, ins);
+  int64_t* out_shapes = shapes ? shapes + (size_t)g->n_inputs * KILN_MAX_RANK : NULL;
+  int32_t* out_ranks = ranks ? ranks + g->n_inputs : NULL;
+  /* A symbolic model's outputs are sized by binding its symbols, which
+   * checks the inputs' sizes against each other (errors name them). */
+  if (!st && kiln_model_is_symbolic(s->model))
+    st = kiln_model_output_shapes(s->model, ins->t, ins->n, out_shapes, out_ranks);
+  if (!st)
+    st = kiln_cli_tensors_initialize(g, g->outputs, g->n_outputs,
+                                     kiln_model_is_symbolic(s->model) ? out_shapes : NULL,
+                                     kiln_model_is_symbolic(s->model) ? out_ranks : NULL, outs);
+  free(shapes);
+  free(ranks);
+  return st;
+}
+
+/* "symbols: batch = 2, seq = 40" for a symbolic model: the values the
+ * inputs' bare-symbol dims give. */
+static void kiln_cli_print_binding(const kiln_graph_t* g, const kiln_cli_tensors_t* ins) {
+  const kiln_sym_table_t* t = g->syms;
+  int64_t vals[KILN_SYM_MAX_VARS];
+  for (int32_t k = 0; k < t->n_vars; ++k) vals[k] = -1;
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    for (int32_t d = 0; d < v->rank; ++d) {
+      if (!kiln_dim_is_sym(v->shape[d])) continue;
+      const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(v->shape[d])];
+      if (x->kind == KILN_SYM_VAR && vals[x->a] < 0) vals[x->a] = ins->t[i].shape[d];
+    }
+  }
+  printf("symbols:");
+  for (int32_t k = 0; k < t->n_vars; ++k) {
+    if (vals[k] >= 0) printf("%s %s = %lld", k ? "," : "", t->vars[k].name, (long long)vals[k]);
+    else printf("%s %s (from the inputs' sizes)", k ? "," : "", t->vars[k].name);
+  }
+  printf("\n");
 }
 
 /* ---- timing ----------------------------------------------------------------- */
@@ -454,12 +693,23 @@ static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session
   printf("inputs:     %d\n", g->n_inputs);
   for (int32_t i = 0; i < g->n_inputs; ++i) {
     const kiln_value_t* v = &g->values[g->inputs[i]];
-    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-", kiln_value_describe(v, buf, sizeof buf));
+    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-",
+           kiln_graph_describe_value(g, v, buf, sizeof buf));
   }
   printf("outputs:    %d\n", g->n_outputs);
   for (int32_t i = 0; i < g->n_outputs; ++i) {
     const kiln_value_t* v = &g->values[g->outputs[i]];
-    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-", kiln_value_describe(v, buf, sizeof buf));
+    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-",
+           kiln_graph_describe_value(g, v, buf, sizeof buf));
+  }
+  if (kiln_model_is_symbolic(s->model)) {
+    /* The symbols and their ranges; --shape gives them values. */
+    const kiln_sym_table_t* t = g->syms;
+    printf("symbols:    %d (run, bench and profile take the inputs' shapes with --shape)\n",
+           t->n_vars);
+    for (int32_t k = 0; k < t->n_vars; ++k)
+      printf("  %-18s %lld..%lld\n", t->vars[k].name, (long long)t->vars[k].lo,
+             (long long)t->vars[k].hi);
   }
   int32_t by_op[KILN_OP_COUNT];
   memset(by_op, 0, sizeof by_op);
@@ -478,21 +728,30 @@ static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session
   printf("constants:  %d tensors, ", n_const);
   kiln_cli_print_bytes(stdout, const_bytes);
   printf("\narena:      ");
-  kiln_cli_print_bytes(stdout, plan->arena_size);
-  printf(" (static memory plan)\nlisting:\n");
+  if (plan) {
+    kiln_cli_print_bytes(stdout, plan->arena_size);
+    printf(" (static memory plan)\nlisting:\n");
+  } else {
+    printf("planned per shape at run time (symbolic sizes)\nlisting:\n");
+  }
   fflush(stdout);
   kiln_graph_print(g, stdout);
   return kiln_ok();
 }
 
 static void kiln_cli_print_output(const kiln_graph_t* g, int32_t k, const kiln_tensor_t* t) {
-  const kiln_value_t* v = &g->values[g->outputs[k]];
-  char desc[160];
+  const kiln_value_t* sym = &g->values[g->outputs[k]];
+  const kiln_value_t at = kiln_cli_value_at(sym, t->rank, t->shape);
+  const kiln_value_t* v = &at;
+  char desc[160], sym_desc[200];
   size_t numel = (size_t)kiln_value_numel(v);
   kiln_cli_stats_t st;
   kiln_cli_stats_compute(v->dtype, t->data, numel, &st);
-  printf("output %d%s%s%s %s\n", k, v->name ? " ('" : "", v->name ? v->name : "",
+  printf("output %d%s%s%s %s", k, v->name ? " ('" : "", v->name ? v->name : "",
          v->name ? "')" : "", kiln_value_describe(v, desc, sizeof desc));
+  if (kiln_value_is_symbolic(sym))
+    printf(" = %s", kiln_graph_describe_value(g, sym, sym_desc, sizeof sym_desc));
+  printf("\n");
   if (numel == 0) {
     printf("  (empty)\n");
     return;
@@ -508,10 +767,10 @@ static void kiln_cli_print_output(const kiln_graph_t* g, int32_t k, const kiln_t
 static kiln_status_t kiln_cli_run(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
   const kiln_graph_t* g = kiln_model_graph(s->model);
   kiln_cli_tensors_t ins = {0}, outs = {0};
-  kiln_status_t st = kiln_cli_tensors_initialize(g, g->inputs, g->n_inputs, &ins);
-  if (!st) st = kiln_cli_tensors_initialize(g, g->outputs, g->n_outputs, &outs);
+  kiln_status_t st = kiln_cli_make_tensors(o, s, &ins, &outs);
   /* Check the output directory before running, not after a long run. */
   if (!st && o->output_dir) st = kiln_cli_ensure_dir(o->output_dir);
+  if (!st && kiln_model_is_symbolic(s->model)) kiln_cli_print_binding(g, &ins);
   if (!st) st = kiln_cli_bind_inputs(g, o, &ins, 1);
   double t0 = kiln_cli_now_ms();
   if (!st) st = kiln_model_run(s->model, ins.t, ins.n, outs.t, outs.n);
@@ -529,8 +788,9 @@ static kiln_status_t kiln_cli_run(const kiln_cli_options_t* o, kiln_cli_session_
       break;
     }
     snprintf(path, len, "%s/output%d.bin", o->output_dir, k);
-    st = kiln_cli_write_file(path, outs.t[k].data,
-                             kiln_value_dense_bytes(&g->values[g->outputs[k]]));
+    const kiln_value_t at = kiln_cli_value_at(&g->values[g->outputs[k]], outs.t[k].rank,
+                                              outs.t[k].shape);
+    st = kiln_cli_write_file(path, outs.t[k].data, kiln_value_dense_bytes(&at));
     if (!st) printf("wrote %s\n", path);
     free(path);
   }
@@ -544,8 +804,7 @@ static kiln_status_t kiln_cli_run(const kiln_cli_options_t* o, kiln_cli_session_
 static kiln_status_t kiln_cli_prepare(const kiln_cli_options_t* o, kiln_cli_session_t* s,
                                       kiln_cli_tensors_t* ins, kiln_cli_tensors_t* outs) {
   const kiln_graph_t* g = kiln_model_graph(s->model);
-  KILN_RETURN_IF_ERROR(kiln_cli_tensors_initialize(g, g->inputs, g->n_inputs, ins));
-  kiln_status_t st = kiln_cli_tensors_initialize(g, g->outputs, g->n_outputs, outs);
+  kiln_status_t st = kiln_cli_make_tensors(o, s, ins, outs);
   if (!st) st = kiln_cli_bind_inputs(g, o, ins, 0);
   for (int i = 0; i < o->warmup && !st; ++i)
     st = kiln_model_run(s->model, ins->t, ins->n, outs->t, outs->n);
@@ -705,18 +964,23 @@ int main(int argc, char** argv) {
   kiln_cli_options_t o;
   memset(&o, 0, sizeof o);
   o.input_specs = calloc((size_t)argc, sizeof(char*));
-  if (!o.input_specs) {
+  o.shape_specs = calloc((size_t)argc, sizeof(char*));
+  if (!o.input_specs || !o.shape_specs) {
+    free(o.input_specs);
+    free(o.shape_specs);
     fputs("kiln: out of memory\n", stderr);
     return KILN_CLI_EXIT_ERROR;
   }
   int rc = kiln_cli_parse(argc, argv, command, &o);
   if (rc) {
     free(o.input_specs);
+    free(o.shape_specs);
     return rc < 0 ? 0 : rc;
   }
 
   if (command == KILN_CLI_INFO && !o.file) {
     free(o.input_specs);
+    free(o.shape_specs);
     return kiln_cli_machine(o.measure, o.threads ? o.threads : kiln_cli_default_threads());
   }
   /* info never runs a node: one thread (no workers to start). */
@@ -734,6 +998,7 @@ int main(int argc, char** argv) {
     kiln_cli_session_deinitialize(&session);
   }
   free(o.input_specs);
+  free(o.shape_specs);
   fflush(stdout);
   if (st) {
     fprintf(stderr, "kiln: %s\n", kiln_status_message(st));

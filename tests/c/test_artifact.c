@@ -5,7 +5,11 @@
  * then the hostile-input suite: every truncation, every single-byte flip,
  * random multi-byte damage, and targeted corruptions of versions, counts,
  * offsets and alignment. Damaged buffers are copied into heap blocks of their
- * exact length so that ASan/valgrind catch any read past the end. */
+ * exact length so that ASan/valgrind catch any read past the end.
+ * Suite artifact_sym does the same for a graph with symbolic sizes (the
+ * "syms" section, 2.7): the table's round trip, a compiled symbolic model
+ * read back and run at two bindings, targeted corruptions of the section,
+ * and the whole hostile-input suite over its file. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -587,4 +591,476 @@ void kiln_test_suite_artifact(void) {
   }
   free(bytes);
   kiln_graph_release(g);
+}
+
+/* ---- symbolic sizes (the "syms" section, 2.7) ----------------------------- */
+
+#include "compiler/kiln_compiler.h"
+#include "runtime/kiln_model.h"
+
+/* x (B, T, 16), x2 (B, T2, 8) -> [softmax over dim 1 of cat(gelu(x W + b)
+ * as (B, T, 8), x2), that cat without its first row (a view whose strides
+ * and sizes are expressions)]. With syms NULL the same graph at fixed sizes.
+ * The table also holds expressions of every kind the graph does not use. */
+static kiln_graph_t* make_sym_graph(int symbolic, int64_t B, int64_t T, int64_t T2) {
+  static float w[16 * 8], bias[8];
+  kiln_test_fill_f32(w, 16 * 8, 3, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, 8, 4, -0.5f, 0.5f);
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  kiln_sym_table_t* t = NULL;
+  kiln_status_t s = kiln_ok();
+#define SSTEP(call) \
+  if (!s) s = (call)
+  if (symbolic) {
+    int64_t junk;
+    SSTEP(kiln_graph_syms(g, &t));
+    SSTEP(kiln_sym_var(t, "batch", 1, 8, &B));
+    SSTEP(kiln_sym_var(t, "seq", 2, 512, &T));
+    SSTEP(kiln_sym_var(t, "T2", 1, 512, &T2));
+    SSTEP(kiln_dim_floordiv(t, T, 2, &junk));
+    SSTEP(kiln_dim_mod(t, T, 3, &junk));
+    SSTEP(kiln_dim_max(t, T, T2, &junk));
+    SSTEP(kiln_dim_min(t, junk, 64, &junk));
+    SSTEP(kiln_dim_floordiv(t, B, T2, &junk));
+  }
+  int32_t x = -1, x2 = -1, vw = -1, vb = -1, y = -1, z = -1, r = -1, c = -1, sm = -1, sl = -1;
+  int64_t BT = 0, TT = 0, TT1 = 0, st0 = 0;
+  SSTEP(kiln_graph_add_input(g, "x", KILN_F32, 3, (int64_t[]){B, T, 16}, &x));
+  SSTEP(kiln_graph_add_input(g, "x2", KILN_F32, 3, (int64_t[]){B, T2, 8}, &x2));
+  SSTEP(kiln_graph_add_constant(g, "w", KILN_F32, 2, (int64_t[]){16, 8}, KILN_LAYOUT_DENSE, w,
+                                sizeof w, &vw));
+  SSTEP(kiln_graph_add_constant(g, "b", KILN_F32, 1, (int64_t[]){8}, KILN_LAYOUT_DENSE, bias,
+                                sizeof bias, &vb));
+  SSTEP(kiln_dim_mul(t, B, T, &BT));
+  SSTEP(kiln_dim_add(t, T, T2, &TT));
+  SSTEP(kiln_dim_sub(t, TT, 1, &TT1));
+  SSTEP(kiln_dim_mul(t, TT, 8, &st0));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_RESHAPE, &x, 1, (int64_t[]){2, BT, 16}, 3, NULL, 0,
+                            "flatten", &y));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_MATMUL, (int32_t[]){y, vw}, 2, NULL, 0, NULL, 0, "mm", &z));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_ADD, (int32_t[]){z, vb}, 2, NULL, 0, NULL, 0, "bias", &z));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_GELU, &z, 1, NULL, 0, NULL, 0, "gelu", &z));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_RESHAPE, &z, 1, (int64_t[]){3, B, T, 8}, 4, NULL, 0,
+                            "unflatten", &r));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_CAT, (int32_t[]){r, x2}, 2, (int64_t[]){1}, 1, NULL, 0,
+                            "cat", &c));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_SOFTMAX, &c, 1, (int64_t[]){1, 0}, 2, NULL, 0, "softmax",
+                            &sm));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[0] = 3, p[1] = B, p[2] = TT1, p[3] = 8, p[9] = st0, p[10] = 8, p[11] = 1, p[17] = 8;
+  SSTEP(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &c, 1, p, 18, NULL, 0, "slice", &sl));
+  SSTEP(kiln_graph_set_outputs(g, (int32_t[]){sm, sl}, 2));
+#undef SSTEP
+  if (s) {
+    KILN_EXPECT_OK(s);
+    kiln_graph_release(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* NULL when the two tables hold the same symbols and expressions. */
+static const char* syms_diff(const kiln_sym_table_t* a, const kiln_sym_table_t* b, char* buf,
+                             size_t size) {
+  if (!a || !b) return snprintf(buf, size, "a table is missing"), buf;
+  if (a->n_vars != b->n_vars || a->n_exprs != b->n_exprs)
+    return snprintf(buf, size, "%d/%d symbols, %d/%d expressions", a->n_vars, b->n_vars,
+                    a->n_exprs, b->n_exprs), buf;
+  for (int32_t i = 0; i < a->n_vars; ++i)
+    if (strcmp(a->vars[i].name, b->vars[i].name) || a->vars[i].lo != b->vars[i].lo ||
+        a->vars[i].hi != b->vars[i].hi || a->vars[i].dim != b->vars[i].dim)
+      return snprintf(buf, size, "symbol %d differs", i), buf;
+  for (int32_t e = 0; e < a->n_exprs; ++e) {
+    const kiln_sym_expr_t *x = &a->exprs[e], *y = &b->exprs[e];
+    if (x->kind != y->kind || x->a != y->a || x->b != y->b || x->probe[0] != y->probe[0] ||
+        x->probe[1] != y->probe[1])
+      return snprintf(buf, size, "expression %d differs", e), buf;
+  }
+  return NULL;
+}
+
+/* Runs m at one binding against the graph built at those sizes. */
+static void run_sym_binding(kiln_model_t* m, int64_t B, int64_t T, int64_t T2) {
+  size_t nx = (size_t)(B * T * 16), nx2 = (size_t)(B * T2 * 8), ny = (size_t)(B * (T + T2) * 8),
+         nz = (size_t)(B * (T + T2 - 1) * 8);
+  float *x = malloc(nx * 4), *x2 = malloc(nx2 * 4), *got = malloc(ny * 4), *want = malloc(ny * 4),
+        *got2 = malloc(nz * 4), *want2 = malloc(nz * 4);
+  kiln_test_fill_f32(x, nx, (unsigned)(B * 7 + T), -2, 2);
+  kiln_test_fill_f32(x2, nx2, (unsigned)(T2 * 5 + 1), -2, 2);
+  int64_t sx[3] = {B, T, 16}, sx2[3] = {B, T2, 8}, sy[3] = {B, T + T2, 8}, sz[3] = {B, T + T2 - 1, 8};
+  kiln_tensor_t in[2] = {{x, KILN_F32, 3, sx}, {x2, KILN_F32, 3, sx2}};
+  kiln_tensor_t outs[2] = {{got, KILN_F32, 3, sy}, {got2, KILN_F32, 3, sz}};
+  KILN_EXPECT_OK(kiln_model_run(m, in, 2, outs, 2));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  kiln_graph_t* c = NULL;
+  kiln_graph_t* ref_graph = make_sym_graph(0, B, T, T2);
+  if (ref_graph) KILN_EXPECT_OK(kiln_compile(ref_graph, &o, &c));
+  kiln_model_t* ref = NULL;
+  if (c) KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &ref));
+  kiln_tensor_t routs[2] = {{want, KILN_F32, 3, sy}, {want2, KILN_F32, 3, sz}};
+  if (ref) KILN_EXPECT_OK(kiln_model_run(ref, in, 2, routs, 2));
+  char what[96];
+  snprintf(what, sizeof what, "loaded symbolic model at batch=%lld seq=%lld T2=%lld",
+           (long long)B, (long long)T, (long long)T2);
+  kiln_test_compare_f32(what, got, want, ny, 0, 0);
+  kiln_test_compare_f32(what, got2, want2, nz, 0, 0);
+  kiln_model_release(ref);
+  free(x), free(x2), free(got), free(want), free(got2), free(want2);
+}
+
+/* A compiled symbolic graph written, read back (every field and the whole
+ * table equal) and run at two bindings. */
+static void test_sym_round_trip(void) {
+  kiln_graph_t* g = make_sym_graph(1, 0, 0, 0);
+  if (!g) return;
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  kiln_graph_t* c = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &c));
+  if (!c) return;
+  void* bytes = NULL;
+  size_t size = 0;
+  const kiln_artifact_section_t meta[] = {{"meta.json", kMeta, strlen(kMeta)}};
+  KILN_EXPECT_OK(kiln_artifact_write(c, meta, 1, &bytes, &size));
+  if (bytes) {
+    KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) == 7,
+                "a file with symbolic sizes is version 2.7");
+    const uint8_t* table = (const uint8_t*)bytes + KILN_FORMAT_HEADER_SIZE;
+    KILN_EXPECT(!strcmp((const char*)table + KILN_FORMAT_ENTRY_SIZE, "syms"),
+                "syms comes right after graph");
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &h));
+    if (h) {
+      char diff[160];
+      const char* d = graph_diff(c, h, diff, sizeof diff);
+      KILN_EXPECT(!d, "symbolic round trip: %s", d);
+      d = syms_diff(c->syms, h->syms, diff, sizeof diff);
+      KILN_EXPECT(!d, "symbol table round trip: %s", d);
+      char buf[128];
+      KILN_EXPECT(!strcmp(kiln_graph_describe_value(h, &h->values[h->outputs[1]], buf, sizeof buf),
+                          "(batch, seq + T2 - 1, 8) float32"),
+                  "a read symbolic dim describes by name: %s", buf);
+      /* Writing the read graph gives the same bytes. */
+      void* again = NULL;
+      size_t again_size = 0;
+      KILN_EXPECT_OK(kiln_artifact_write(h, meta, 1, &again, &again_size));
+      KILN_EXPECT(again && again_size == size && !memcmp(again, bytes, size),
+                  "a read symbolic graph writes the same bytes");
+      free(again);
+      kiln_model_t* m = NULL;
+      KILN_EXPECT_OK(kiln_model_create(h, NULL, NULL, &m));
+      if (m) {
+        KILN_EXPECT(kiln_model_is_symbolic(m), "the loaded model is symbolic");
+        run_sym_binding(m, 2, 5, 3);
+        run_sym_binding(m, 3, 40, 1);
+        /* Out of range: the binding names the input, dimension and symbol. */
+        float dummy[64] = {0};
+        int64_t sx[3] = {9, 5, 16}, sx2[3] = {9, 3, 8}, sy[3] = {9, 8, 8}, sz[3] = {9, 7, 8};
+        kiln_tensor_t in[2] = {{dummy, KILN_F32, 3, sx}, {dummy, KILN_F32, 3, sx2}};
+        kiln_tensor_t outs[2] = {{dummy, KILN_F32, 3, sy}, {dummy, KILN_F32, 3, sz}};
+        kiln_status_t s = kiln_model_run(m, in, 2, outs, 2);
+        KILN_EXPECT(s && strstr(kiln_status_message(s), "input 0 ('x'): dimension 0 (batch) is 9, "
+                                                         "expected 1..8"),
+                    "out of range: %s", kiln_status_message(s));
+        kiln_status_free(s);
+        kiln_model_release(m);
+      }
+    }
+  }
+  /* A stored plan is for one binding: the writer refuses one for a
+   * symbolic graph, the reader a file that has both. */
+  void* out = NULL;
+  size_t n = 0;
+  const kiln_artifact_section_t plan[] = {{"plan", kPlan, sizeof kPlan}};
+  kiln_status_t s = kiln_artifact_write(c, plan, 1, &out, &n);
+  KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT && strstr(kiln_status_message(s), "plan"),
+              "writer refuses a plan for a symbolic graph: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  const kiln_artifact_section_t syms[] = {{"syms", kPlan, sizeof kPlan}};
+  KILN_EXPECT_ERROR(kiln_artifact_write(c, syms, 1, &out, &n), KILN_INVALID_ARGUMENT);
+  if (bytes) {
+    /* Rename the caller section "meta.json" to "plan". */
+    uint8_t* b = exact_copy(bytes, size);
+    uint8_t* entry = b + KILN_FORMAT_HEADER_SIZE + 2 * KILN_FORMAT_ENTRY_SIZE;
+    KILN_EXPECT(!strcmp((const char*)entry, "meta.json"), "meta is the third section");
+    memset(entry, 0, KILN_FORMAT_NAME_SIZE);
+    memcpy(entry, "plan", 4);
+    expect_corrupt(b, size, "a plan in a symbolic file", "'plan' section in a file with symbolic");
+    free(b);
+  }
+  free(bytes);
+  kiln_graph_release(c);
+}
+
+/* A graph without symbols writes exactly the 2.6 layout: no syms section,
+ * minor version 6 (so its bytes are those of the writer before 2.7). */
+static void test_sym_concrete_unchanged(const uint8_t* bytes, size_t size) {
+  KILN_EXPECT(kiln_format_get_u16(bytes + KILN_FORMAT_HDR_MINOR) == KILN_FORMAT_MINOR_CONCRETE,
+              "a concrete graph's file says minor 6");
+  KILN_EXPECT(section_offset(bytes, size, "syms") == 0, "no syms section without symbols");
+  kiln_graph_t* g = make_sym_graph(0, 2, 5, 3);
+  if (!g) return;
+  /* A table the graph does not use is not written either. */
+  kiln_sym_table_t* t;
+  int64_t unused;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "unused", 1, 9, &unused));
+  void* out = NULL;
+  size_t n = 0;
+  KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &out, &n));
+  if (out) {
+    KILN_EXPECT(section_offset(out, n, "syms") == 0 &&
+                    kiln_format_get_u16((uint8_t*)out + KILN_FORMAT_HDR_MINOR) == 6,
+                "an unused table writes nothing");
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(out, n, kiln_allocator_system(), &h));
+    KILN_EXPECT(h && !h->syms, "and reads back without one");
+    kiln_graph_release(h);
+  }
+  free(out);
+  kiln_graph_release(g);
+}
+
+/* Where the syms section's records are. */
+static uint8_t* sym_expr_record(uint8_t* b, size_t syms, uint32_t e) {
+  uint32_t nv = kiln_format_get_u32(b + syms + KILN_FORMAT_SH_N_VARS);
+  return b + syms + KILN_FORMAT_SYMS_HEADER_SIZE + (size_t)nv * KILN_FORMAT_SYM_VAR_SIZE +
+         (size_t)e * KILN_FORMAT_SYM_EXPR_SIZE;
+}
+static uint8_t* sym_var_record(uint8_t* b, size_t syms, uint32_t i) {
+  return b + syms + KILN_FORMAT_SYMS_HEADER_SIZE + (size_t)i * KILN_FORMAT_SYM_VAR_SIZE;
+}
+static void put_i64(uint8_t* p, int64_t v) { kiln_format_put_u64(p, (uint64_t)v); }
+
+static void test_sym_corrupt(const kiln_graph_t* g, const uint8_t* bytes, size_t size) {
+  uint8_t* b = exact_copy(bytes, size);
+  if (!b) return;
+  size_t graph = section_offset(bytes, size, "graph");
+  size_t syms = section_offset(bytes, size, "syms");
+  KILN_EXPECT(graph && syms, "a symbolic file has graph and syms");
+  if (!syms) {
+    free(b);
+    return;
+  }
+  size_t syms_entry = KILN_FORMAT_HEADER_SIZE + KILN_FORMAT_ENTRY_SIZE;
+  uint64_t syms_size = kiln_format_get_u64(bytes + syms_entry + KILN_FORMAT_ENTRY_SIZE_FIELD);
+  const kiln_sym_table_t* t = g->syms;
+  /* Expressions 0..2 are the symbols batch, seq, T2; 3 is seq//2, 4 seq mod 3. */
+#define RESET() memcpy(b, bytes, size)
+  RESET();
+  kiln_format_put_u64(b + syms_entry + KILN_FORMAT_ENTRY_SIZE_FIELD, syms_size - 1);
+  expect_corrupt(b, size, "syms truncated by one byte", "do not add up");
+  RESET();
+  kiln_format_put_u64(b + syms_entry + KILN_FORMAT_ENTRY_SIZE_FIELD, 8);
+  expect_corrupt(b, size, "syms shorter than its header", "header");
+  RESET();
+  kiln_format_put_u32(b + syms + KILN_FORMAT_SH_N_EXPRS, 0xffffffffu);
+  expect_corrupt(b, size, "huge expression count", "do not add up");
+  RESET();
+  kiln_format_put_u32(b + syms + KILN_FORMAT_SH_N_VARS, 0x40000000u);
+  expect_corrupt(b, size, "huge symbol count", "do not add up");
+  RESET();
+  kiln_format_put_u64(b + syms + KILN_FORMAT_SH_STRINGS_SIZE, UINT64_MAX);
+  expect_corrupt(b, size, "huge syms string table", "do not add up");
+  RESET();
+  kiln_format_put_u32(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_KIND, 7);
+  expect_corrupt(b, size, "bad expression kind", "expression 3: kind 7 is unknown");
+  RESET();
+  kiln_format_put_u32(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_KIND, 0xffffffffu);
+  expect_corrupt(b, size, "huge expression kind", "is unknown");
+  RESET();
+  sym_expr_record(b, syms, 3)[KILN_FORMAT_SE_RESERVED] = 1;
+  expect_corrupt(b, size, "expression reserved bytes", "reserved");
+  RESET();
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_A, kiln_dim_of_sym(3));
+  expect_corrupt(b, size, "expression naming itself", "not an earlier one");
+  RESET();
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_A, kiln_dim_of_sym(9));
+  expect_corrupt(b, size, "forward reference", "expression 3 (floordiv): operand a names expression 9, not an earlier one");
+  RESET();
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_A, KILN_SYM_BASE - 5);
+  expect_corrupt(b, size, "operand below the symbolic range", "neither a number");
+  RESET();
+  /* seq mod 3 stored as seq // 2: the table makes that as expression 3. */
+  memcpy(sym_expr_record(b, syms, 4), sym_expr_record(b, syms, 3), KILN_FORMAT_SYM_EXPR_SIZE);
+  expect_corrupt(b, size, "duplicate expression", "expression 4, floordiv(e1, 2), duplicates expression 3");
+  RESET();
+  /* seq // 1 is seq: not canonical. */
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_B, 1);
+  expect_corrupt(b, size, "non-canonical expression", "expression 3, floordiv(e1, 1), is not in the canonical form kiln builds (that is expression 1, symbol 1)");
+  RESET();
+  /* max(T2, seq): kiln orders max's operands, so it would build max(seq, T2). */
+  put_i64(sym_expr_record(b, syms, 5) + KILN_FORMAT_SE_A, kiln_dim_of_sym(2));
+  put_i64(sym_expr_record(b, syms, 5) + KILN_FORMAT_SE_B, kiln_dim_of_sym(1));
+  expect_corrupt(b, size, "max with swapped operands", "is not in the canonical form");
+  RESET();
+  /* (2*x) stored as a product of two numbers: folds to a number. */
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_A, 6);
+  expect_corrupt(b, size, "an expression of numbers", "is the number 3");
+  RESET();
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_B, 0);
+  expect_corrupt(b, size, "division by zero", "divide");
+  RESET();
+  /* A symbol expression out of order, or a symbol expression too many. */
+  put_i64(sym_expr_record(b, syms, 1) + KILN_FORMAT_SE_A, 2);
+  expect_corrupt(b, size, "symbols out of order", "expected symbol 1 of 3");
+  RESET();
+  kiln_format_put_u32(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_KIND, KILN_SYM_VAR);
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_A, 3);
+  put_i64(sym_expr_record(b, syms, 3) + KILN_FORMAT_SE_B, 0);
+  expect_corrupt(b, size, "a fourth symbol expression", "expected symbol 3 of 3");
+  RESET();
+  kiln_format_put_u32(sym_expr_record(b, syms, 2) + KILN_FORMAT_SE_KIND, KILN_SYM_ADD);
+  put_i64(sym_expr_record(b, syms, 2) + KILN_FORMAT_SE_A, kiln_dim_of_sym(1));
+  put_i64(sym_expr_record(b, syms, 2) + KILN_FORMAT_SE_B, 1);
+  expect_corrupt(b, size, "a symbol without its expression", "syms section: expression");
+  RESET();
+  /* Ranges: kiln_sym_var's rules. */
+  put_i64(sym_var_record(b, syms, 1) + KILN_FORMAT_SV_LO, 600);
+  expect_corrupt(b, size, "lo above hi", "syms section: symbol seq: range [600, 512]");
+  RESET();
+  put_i64(sym_var_record(b, syms, 1) + KILN_FORMAT_SV_LO, -1);
+  expect_corrupt(b, size, "negative lo", "range");
+  RESET();
+  put_i64(sym_var_record(b, syms, 1) + KILN_FORMAT_SV_HI, ((int64_t)1 << 40) + 1);
+  expect_corrupt(b, size, "hi above 2^40", "range");
+  RESET();
+  put_i64(sym_var_record(b, syms, 1) + KILN_FORMAT_SV_HI, 0);
+  expect_corrupt(b, size, "hi 0", "range");
+  RESET();
+  kiln_format_put_u32(sym_var_record(b, syms, 0) + KILN_FORMAT_SV_NAME, 0xffffffffu);
+  expect_corrupt(b, size, "symbol without a name", "name");
+  RESET();
+  sym_var_record(b, syms, 0)[KILN_FORMAT_SV_RESERVED] = 1;
+  expect_corrupt(b, size, "symbol reserved bytes", "reserved");
+  RESET();
+  /* The string table's last NUL gone. */
+  b[syms + syms_size - 1] = 'x';
+  expect_corrupt(b, size, "name without its NUL", "NUL-terminated");
+  /* Value dims and params naming expressions the table does not have. */
+  RESET();
+  put_i64(value_record(b, graph, 0) + KILN_FORMAT_V_SHAPE, kiln_dim_of_sym(t->n_exprs));
+  expect_corrupt(b, size, "dim naming a missing expression",
+                 "value 0: dimension 0 names symbolic size");
+  RESET();
+  put_i64(value_record(b, graph, 0) + KILN_FORMAT_V_SHAPE, kiln_dim_of_sym(KILN_SYM_MAX_EXPRS - 1));
+  expect_corrupt(b, size, "dim naming the last id", "does not have");
+  RESET();
+  put_i64(value_record(b, graph, 2) + KILN_FORMAT_V_SHAPE, kiln_dim_of_sym(1));
+  expect_corrupt(b, size, "a constant with a symbolic dim", "constant with a symbolic dimension");
+  RESET();
+  put_i64(node_record(b, graph, 0) + KILN_FORMAT_N_PARAMS + 8 * 1, kiln_dim_of_sym(t->n_exprs + 3));
+  expect_corrupt(b, size, "param naming a missing expression", "param 1 names symbolic size");
+  RESET();
+  /* A symbolic dim that names another expression than inference gives. */
+  put_i64(value_record(b, graph, 0) + KILN_FORMAT_V_SHAPE + 8, kiln_dim_of_sym(2));
+  expect_corrupt(b, size, "dim naming another expression", NULL);
+  RESET();
+  /* Without its syms section (renamed), or in a file of minor version 6
+   * (where "syms" was a caller section), the dims name nothing. */
+  memcpy(b + syms_entry, "symz", 4);
+  expect_corrupt(b, size, "syms section renamed", "no syms section");
+  RESET();
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, 6);
+  expect_corrupt(b, size, "symbolic file stamped 2.6", "no syms section");
+  RESET();
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, 12);
+  {
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(b, size, kiln_allocator_system(), &h));
+    char diff[160];
+    const char* d = h ? syms_diff(t, h->syms, diff, sizeof diff) : "no graph";
+    KILN_EXPECT(!d, "a newer minor version reads its syms: %s", d);
+    kiln_graph_release(h);
+  }
+#undef RESET
+  free(b);
+}
+
+/* A table nesting deeper than the format allows: the writer refuses it;
+ * the reader refuses a file patched to nest one level too deep. */
+static void test_sym_depth(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, d, m;
+  int32_t x = -1;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 1, 100, &S));
+  d = S;
+  for (int i = 1; i < KILN_FORMAT_SYM_MAX_DEPTH; ++i) KILN_EXPECT_OK(kiln_dim_floordiv(t, d, 2, &d));
+  KILN_EXPECT_OK(kiln_dim_max(t, S, 5, &m)); /* the last expression: max(S, 5) */
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, (int64_t[]){S}, &x));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &x, 1));
+  void* bytes = NULL;
+  size_t size = 0;
+  KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+  if (bytes) {
+    size_t syms = section_offset(bytes, size, "syms");
+    uint8_t* b = exact_copy(bytes, size);
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(b, size, kiln_allocator_system(), &h));
+    if (h) {
+      char buf[96];
+      kiln_sym_describe(h->syms, d, buf, sizeof buf);
+      KILN_EXPECT(strlen(buf) < sizeof buf, "a deep expression describes within its buffer");
+    }
+    kiln_graph_release(h);
+    uint8_t* r = sym_expr_record(b, syms, (uint32_t)kiln_dim_sym_id(m));
+    KILN_EXPECT(kiln_format_get_u32(r) == KILN_SYM_MAX, "max is last");
+    put_i64(r + KILN_FORMAT_SE_A, d); /* max(S//2//2..., 5): one level deeper */
+    expect_corrupt(b, size, "expressions nested too deep", "nests more than 256 deep");
+    free(b);
+  }
+  free(bytes);
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, d, 2, &d));
+  int32_t y = -1;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "y", KILN_F32, 1, (int64_t[]){d}, &y));
+  kiln_status_t s = kiln_artifact_write(g, NULL, 0, &bytes, &size);
+  KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT && strstr(kiln_status_message(s), "deep"),
+              "the writer refuses a table nesting too deep: %s", kiln_status_message(s));
+  kiln_status_free(s);
+  kiln_graph_release(g);
+}
+
+void kiln_test_suite_artifact_sym(void) {
+  test_sym_round_trip();
+  {
+    /* The concrete test graph's file (as kiln_test_suite_artifact writes it). */
+    kiln_graph_t* g = make_graph();
+    void* bytes = NULL;
+    size_t size = 0;
+    if (g) KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+    if (bytes) test_sym_concrete_unchanged(bytes, size);
+    free(bytes);
+    kiln_graph_release(g);
+  }
+  kiln_graph_t* g = make_sym_graph(1, 0, 0, 0);
+  if (!g) return;
+  void* bytes = NULL;
+  size_t size = 0;
+  const kiln_artifact_section_t extra[] = {{"meta.json", kMeta, strlen(kMeta)}};
+  KILN_EXPECT_OK(kiln_artifact_write(g, extra, 1, &bytes, &size));
+  if (bytes) {
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &h));
+    char diff[160];
+    const char* d = h ? graph_diff(g, h, diff, sizeof diff) : "no graph";
+    KILN_EXPECT(!d, "uncompiled symbolic round trip: %s", d);
+    d = h ? syms_diff(g->syms, h->syms, diff, sizeof diff) : "no graph";
+    KILN_EXPECT(!d, "uncompiled symbol table: %s", d);
+    kiln_graph_release(h);
+    test_sym_corrupt(g, bytes, size);
+    /* The hostile-file suite over the symbolic file too. */
+    test_truncation(bytes, size);
+    test_flips(bytes, size);
+    test_random_damage(bytes, size);
+  }
+  free(bytes);
+  kiln_graph_release(g);
+  test_sym_depth();
 }

@@ -85,6 +85,7 @@ static void kiln_test_print_cpu(void) {
   X(ir)                   \
   X(nn)                     \
   X(artifact)               \
+  X(artifact_sym)           \
   X(gemm)                   \
   X(gemm_bf16)              \
   X(gemm_bf16_compute)      \

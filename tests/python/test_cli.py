@@ -181,3 +181,130 @@ def test_usage_errors_exit_2(args):
 def test_missing_file_exits_1(tmp_path):
     p = cli("info", tmp_path / "nope.kiln", check=False)
     assert p.returncode == 1 and "kiln: " in p.stderr and "nope.kiln" in p.stderr
+
+
+# ---- symbolic artifacts (format 2.7): run at a shape given by --shape ----
+
+
+class CatNet(torch.nn.Module):
+    """x (B, T, 16), y (B, U, 8) -> cat(linear(x), y) along dim 1: (B, T + U, 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 8)
+
+    def forward(self, x, y):
+        return torch.cat([self.lin(x), y], dim=1)
+
+
+@pytest.fixture(scope="module")
+def sym_artifact(tmp_path_factory):
+    """(path to a symbolic .kiln, the eager model)."""
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    model = CatNet().eval()
+    b = Dim("b", max=8)
+    compiled = kiln.trace(model, (torch.randn(2, 5, 16), torch.randn(2, 3, 8)),
+                          dynamic_shapes={"x": {0: b, 1: Dim("t", max=128)}, "y": {0: b, 1: Dim("u", max=32)}})
+    path = tmp_path_factory.mktemp("cli_sym") / "sym.kiln"
+    kiln.save(compiled, path)
+    return path, model
+
+
+def _bins(tmp_path, *tensors):
+    paths = []
+    for i, t in enumerate(tensors):
+        p = tmp_path / f"in{i}.bin"
+        t.numpy().astype("<f4").tofile(p)
+        paths.append(p)
+    return paths
+
+
+def test_info_names_symbolic_dims_and_ranges(sym_artifact):
+    path, _ = sym_artifact
+    out = cli("info", path).stdout
+    assert "format:     2.7" in out
+    assert "symbols:    3" in out
+    for rng in ("2..8", "2..128", "2..32"):
+        assert rng in out, out
+    # The inputs and the output print their symbolic dims by name.
+    assert " + " in out and ", 16) float32" in out and "?" not in out
+    assert "planned per shape" in out
+
+
+@pytest.mark.parametrize("b,t,u", [(2, 40, 3), (3, 7, 32)])
+def test_run_symbolic_at_given_shapes_matches_eager(sym_artifact, tmp_path, b, t, u):
+    path, model = sym_artifact
+    x, y = torch.randn(b, t, 16), torch.randn(b, u, 8)
+    xbin, ybin = _bins(tmp_path, x, y)
+    p = cli("run", path, "--shape", f"x={b}x{t}x16", "--shape", f"y={b}x{u}x8",
+            "--input", f"x={xbin}", "--input", f"y={ybin}", "--output-dir", tmp_path / "out")
+    assert f"({b}, {t + u}, 8) float32" in p.stdout, p.stdout
+    assert f"= {b}" in p.stdout  # the symbols' values
+    got = np.fromfile(tmp_path / "out" / "output0.bin", dtype="<f4").reshape(b, t + u, 8)
+    with torch.no_grad():
+        assert_close(torch.from_numpy(got), model(x, y), rtol=1e-5, atol=1e-5)
+
+
+def test_bench_and_profile_symbolic(sym_artifact):
+    path, _ = sym_artifact
+    shapes = ["--shape", "x=4x64x16", "--shape", "1=4x2x8"]
+    assert "median" in cli("bench", path, *shapes, "--runs", 3, "--warmup", 1).stdout
+    assert "linear" in cli("profile", path, *shapes, "--runs", 2).stdout
+
+
+def test_symbolic_without_shape_says_what_to_pass(sym_artifact):
+    path, _ = sym_artifact
+    for cmd in ("run", "bench", "profile"):
+        p = cli(cmd, path, check=False)
+        assert p.returncode == 1, p.stderr
+        err = p.stderr
+        assert err.startswith("kiln: input 0 ('x')") and "symbolic sizes" in err, err
+        assert "dimension 0 is" in err and "in 2..8" in err and "in 2..128" in err, err
+        assert "--shape x=" in err, err
+    # x given, y not: the message is about y.
+    p = cli("run", path, "--shape", "x=2x4x16", check=False)
+    assert p.returncode == 1 and "input 1 ('y')" in p.stderr and "--shape y=" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("shapes,needle", [
+    (["x=2x4"], "3 dimensions; '2x4' gives 2"),
+    (["x=2x4x15", "y=2x3x8"], "dimension 2 is fixed at 16, not 15"),
+    (["x=2x200x16", "y=2x3x8"], "is 200, outside its range 2..128"),
+    (["x=9x4x16", "y=9x3x8"], "is 9, outside its range 2..8"),
+    (["x=2x4x16", "y=3x3x8"], "but input 0 gave"),
+    (["x=2x4x16", "x=2x4x16"], "given twice"),
+    (["z=2x4x16"], "no input 'z'"),
+    (["x=2x-4x16"], "'-4' is not a size"),
+    (["2x4x16"], "say which (NAME=DIMS)"),
+])
+def test_bad_shapes_are_clear_errors(sym_artifact, shapes, needle):
+    path, _ = sym_artifact
+    args = [a for s in shapes for a in ("--shape", s)]
+    p = cli("run", path, *args, check=False)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("kiln: ") and needle in p.stderr, p.stderr
+
+
+def test_shape_on_a_concrete_artifact(artifact):
+    path, _, _, _ = artifact
+    assert "(5, 4) float32" in cli("run", path, "--shape", "x=5x16").stdout
+    p = cli("run", path, "--shape", "x=6x16", check=False)
+    assert p.returncode == 1 and "fixed at 5, not 6" in p.stderr, p.stderr
+
+
+def test_corrupted_symbolic_artifact_never_crashes(sym_artifact, tmp_path):
+    path, _ = sym_artifact
+    data = bytearray(path.read_bytes())
+    rng = np.random.default_rng(1)
+    for trial in range(20):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad) // 2, size=3):
+            bad[pos] ^= 0xFF
+        f = tmp_path / f"flip{trial}.kiln"
+        f.write_bytes(bytes(bad))
+        p = cli("info", f, check=False)
+        assert p.returncode in (0, 1), p.stderr
+        if p.returncode:
+            assert p.stderr.startswith("kiln: ")

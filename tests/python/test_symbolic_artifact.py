@@ -1,0 +1,116 @@
+"""Symbolic models in .kiln files (issue 17, format 2.7): kiln.save of a
+model traced with dynamic_shapes and kiln.load give back a symbolic model
+that runs at every size in range (against eager), with the same clear error
+out of range; the file carries a "syms" section and no stored plan; the
+TorchScript wrapper (KilnModule.save) runs at other sizes too."""
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.export import Dim
+
+import kiln
+from kiln import _C
+from kiln.errors import KilnError
+from kiln.module import KilnModule
+
+
+class _Block(nn.Module):
+    """Sizes through views (B*T), a permute's strides, attention, an iota over
+    the length, a concatenation along the length, a norm."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x, prefix):
+        B, T, _ = x.shape
+        q = self.lin(x).view(B, T, 2, 8).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        pos = torch.arange(T, dtype=torch.float32)
+        y = self.norm(a.transpose(1, 2).reshape(B, T, 16)) + pos[None, :, None]
+        return torch.cat([prefix, y], dim=1), y.sum(dim=1)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    torch.manual_seed(0)
+    m = _Block().eval()
+    batch, seq, pre = Dim("batch", max=16), Dim("seq", max=512), Dim("pre", max=64)
+    k = kiln.trace(m, (torch.randn(2, 5, 16), torch.randn(2, 3, 16)),
+                   dynamic_shapes={"x": {0: batch, 1: seq}, "prefix": {0: batch, 1: pre}})
+    assert k._kiln_model.symbolic()
+    return m, k
+
+
+SHAPES = [(2, 5, 3), (3, 40, 2), (16, 2, 64), (2, 512, 7), (5, 17, 2), (2, 5, 3)]
+
+
+def _check(model, ref, b, t, p):
+    x, prefix = torch.randn(b, t, 16), torch.randn(b, p, 16)
+    with torch.no_grad():
+        got, want = model(x, prefix), ref(x, prefix)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-5)
+
+
+def test_save_load_round_trip_runs_every_shape(traced, tmp_path):
+    m, k = traced
+    path = tmp_path / "block.kiln"
+    kiln.save(k, path)
+    data = path.read_bytes()
+    secs = _C.sections(data, ["syms", "plan", "py.meta"])
+    assert "syms" in secs and "py.meta" in secs and "plan" not in secs
+    assert data[6] == 7 and data[7] == 0  # format minor version 7
+    loaded = kiln.load(path)
+    assert loaded._kiln_model.symbolic()
+    for b, t, p in SHAPES:
+        _check(loaded, m, b, t, p)
+    # An instance per binding, not per call: a repeated shape reuses its plan.
+    n = loaded.stats()["instances"]
+    _check(loaded, m, *SHAPES[-1])
+    assert loaded.stats()["instances"] == n
+    # Saving what was loaded gives the same bytes; from_bytes works alike.
+    assert loaded.to_bytes() == data
+    again = KilnModule.from_bytes(data)
+    _check(again, m, 4, 9, 2)
+
+
+def test_loaded_model_out_of_range_is_a_clear_error(traced, tmp_path):
+    m, k = traced
+    path = tmp_path / "block.kiln"
+    kiln.save(k, path)
+    loaded = kiln.load(path)
+    pattern = r"input 0 \('x'\): dimension 1 \(\w+\) is 600, expected 2\.\.512"
+    with pytest.raises(ValueError, match=pattern):
+        k(torch.randn(2, 600, 16), torch.randn(2, 3, 16))
+    with pytest.raises(ValueError, match=pattern):
+        loaded(torch.randn(2, 600, 16), torch.randn(2, 3, 16))
+    # Inputs that disagree about a symbol name both.
+    with pytest.raises(ValueError, match=r"input 1 \('prefix'\): dimension 0 \(\w+\) is 3, but input 0 gave"):
+        loaded(torch.randn(2, 5, 16), torch.randn(3, 3, 16))
+
+
+def test_corrupt_syms_section_is_refused(traced):
+    _, k = traced
+    data = bytearray(k.to_bytes())
+    # The section table's second entry is "syms"; its first expression's kind.
+    entry = 64 + 48
+    assert bytes(data[entry:entry + 5]) == b"syms\0"
+    off = int.from_bytes(data[entry + 32:entry + 40], "little")
+    n_vars = int.from_bytes(data[off + 4:off + 8], "little")
+    kind = off + 16 + 24 * n_vars
+    data[kind] = 9
+    with pytest.raises(KilnError, match="syms section: expression 0: kind 9 is unknown"):
+        KilnModule.from_bytes(bytes(data))
+
+
+def test_torchscript_wrapper_runs_other_shapes(traced, tmp_path):
+    m, k = traced
+    path = tmp_path / "block.pt"
+    torch.jit.save(k, str(path))
+    j = torch.jit.load(str(path))
+    for b, t, p in [(2, 5, 3), (4, 33, 2)]:
+        _check(lambda x, pre: j(x, pre), m, b, t, p)
