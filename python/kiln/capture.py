@@ -143,6 +143,7 @@ class LoweringContext:
         self.graph = _C.Graph()
         self.symbols = symbolic.Symbols(self.graph)
         self.env = {}  # fx node -> kiln value id | python value | size | tuple
+        self.kept = []  # tensors whose bytes the graph borrows (frozen_constant)
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
 
@@ -197,6 +198,19 @@ class LoweringContext:
         t = t.contiguous()
         return self._record(self.graph.add_constant(
             name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size()))
+
+    def frozen_constant(self, tensor, name=None):
+        """A frozen parameter (kiln/dynamo.py): its bytes are borrowed, not
+        copied, and keyed by the tensor's identity and version, so every
+        graph compiled from this parameter shares one packed form of it.
+        Whoever runs the graph keeps `self.kept` alive with it."""
+        t = tensor.detach()
+        if t.dtype not in DTYPES or not t.is_contiguous():
+            return self.constant(t, name)
+        key = (f"torch:{id(tensor)}:{tensor._version}:{t.data_ptr()}:{t.dtype}:{tuple(t.shape)}")
+        self.kept.append(tensor)
+        return self._record(self.graph.add_constant(
+            name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), key))
 
     def scalar(self, x, dtype):
         key = (repr(x), dtype)  # repr keeps -0.0, nan and inf distinct
@@ -277,6 +291,8 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
             ctx.env[n] = ctx.input(what, n.meta["val"])
         elif kind == "constant":
             ctx.env[n] = ctx.constant(what, n.name)
+        elif kind == "frozen":
+            ctx.env[n] = ctx.frozen_constant(what, n.name)
         elif isinstance(what, torch.SymInt):
             ctx.env[n] = symbolic.size(what)  # a size Dynamo passes as an argument
         else:

@@ -115,7 +115,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
     names = []
     for i, (n, ex) in enumerate(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs)):
         if i in frozen:
-            placeholders.append(("constant", frozen[i].detach()))
+            placeholders.append(("frozen", frozen[i]))
         elif isinstance(ex, torch.Tensor):
             # Symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic)
             # compile once: the C model binds them per call (kiln/symbolic.py).
@@ -156,6 +156,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
     # Low-precision weights apply where they are constants: frozen (inference) graphs.
     weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
     mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
+    mod._kiln_keep = ctx.kept  # the frozen parameters the model's constants borrow
     tensor_positions = [i for i, ex in enumerate(example_inputs)
                         if isinstance(ex, (torch.Tensor, torch.SymInt)) and i not in frozen]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)

@@ -11,6 +11,7 @@
  * W^T) is not copied at all: it becomes the same bytes tagged
  * KILN_LAYOUT_TRANSPOSED_2D, which the GEMM packer reads through strides.
  * Moving 400 MB of BERT weights twice was most of the compile time. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,8 +90,20 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
     if (all_const && kiln_fold_is_weight_transpose(g, n, uses, mm_uses)) {
       kiln_value_t *x = &g->values[n->inputs[0]], *yv = &g->values[y];
       void* bytes = x->owned_data;
+      int y_owns = 1;
       if (bytes && uses[n->inputs[0]] == 1) {
         x->owned_data = NULL; /* moved: x has no other reader */
+      } else if (!bytes) {
+        y_owns = 0;
+        /* Borrowed bytes (a frozen parameter, a shared entry) outlive the
+         * graph: the transpose is the same bytes read another way. */
+        bytes = (void*)x->data;
+        yv->shared = kiln_shared_retain(x->shared);
+        if (x->key) {
+          size_t len = strlen(x->key) + 3;
+          yv->key = malloc(len);
+          if (yv->key) snprintf(yv->key, len, "%s|T", x->key);
+        }
       } else {
         s = kiln_allocator_malloc(g->allocator, x->nbytes, &bytes);
         if (s) break;
@@ -100,7 +113,7 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
       yv->producer = -1;
       yv->layout = KILN_LAYOUT_TRANSPOSED_2D;
       yv->data = bytes;
-      yv->owned_data = bytes;
+      yv->owned_data = y_owns ? bytes : NULL;
       yv->nbytes = x->nbytes;
       data[y] = bytes;
       ++*out_folded;

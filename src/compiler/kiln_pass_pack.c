@@ -14,7 +14,9 @@
  * or int4 in groups along K, KILN_LAYOUT_GEMM_PACKED_B_Q4). Packing is memory-bound and the weights are
  * independent, so they are packed in parallel over the pool: it is most of
  * a large model's compile time. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
@@ -23,6 +25,8 @@
 
 typedef struct {
   const kiln_value_t* w;
+  int32_t packed;      /* the packed constant's id in the new graph */
+  char key[320];       /* the packed form's shared key, or "" */
   void* out;
   int bf16;
   const int* quant;    /* LINEAR quantized (bits, group, asym), or NULL */
@@ -140,19 +144,37 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     if (conv_groups > 0)
       bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
                                           conv_groups, conv_panel);
+    kiln_layout_t layout = conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
+                           : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
+                           : job_quant ? (job_quant[0] == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8
+                                                            : KILN_LAYOUT_GEMM_PACKED_B_Q4)
+                           : job_bf16 == 2 ? KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
+                           : job_bf16   ? KILN_LAYOUT_GEMM_PACKED_B_BF16
+                                        : KILN_LAYOUT_GEMM_PACKED_B;
+    /* A weight whose contents have a key (a frozen parameter) is packed
+     * once per form for every graph made from it. */
+    char key[320] = "";
+    if (w->key && conv_groups == 0) /* (a conv weight's fit is checked per job below) */
+      snprintf(key, sizeof key, "%s|pack:%d:%lld:%d:%d:%d:%d", w->key, (int)layout,
+               (long long)conv_groups, conv_panel, job_quant ? job_quant[0] : 0,
+               job_quant ? job_quant[1] : 0, job_quant ? job_quant[2] : 0);
+    kiln_shared_t* have = key[0] ? kiln_shared_lookup(key) : NULL;
+    if (have) {
+      s = kiln_graph_add_constant_shared(rw.dst, w->name, KILN_F32, w->rank, w->shape, layout,
+                                         have, &packed_of[wid]);
+      kiln_shared_release(have);
+      if (!s) s = kiln_graph_set_constant_key(rw.dst, packed_of[wid], key);
+      if (s) break;
+      continue;
+    }
     void* buf;
     s = kiln_allocator_malloc(g->allocator, bytes, &buf);
     if (s) break;
-    s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
-                                      conv_panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
-                                      : conv_panel ? KILN_LAYOUT_CONV2D_PACKED
-                                      : job_quant ? (job_quant[0] == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8
-                                                                       : KILN_LAYOUT_GEMM_PACKED_B_Q4)
-                                      : job_bf16 == 2 ? KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
-                                      : job_bf16   ? KILN_LAYOUT_GEMM_PACKED_B_BF16
-                                                   : KILN_LAYOUT_GEMM_PACKED_B,
-                                      buf, bytes, &packed_of[wid]);
+    s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape, layout, buf,
+                                      bytes, &packed_of[wid]);
     if (s) break;
+    jobs[n_jobs].packed = packed_of[wid];
+    memcpy(jobs[n_jobs].key, key, sizeof key);
     jobs[n_jobs].w = w;
     jobs[n_jobs].out = buf;
     jobs[n_jobs].bf16 = job_bf16;
@@ -162,6 +184,23 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool, int bf1
     n_jobs++;
   }
   if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);
+  /* Publish the keyed forms once packed (another compile may have done so
+   * meanwhile: then its bytes are used and ours freed). */
+  for (int32_t j = 0; j < n_jobs && !s; ++j) {
+    if (!jobs[j].key[0]) continue;
+    kiln_value_t* pv = &rw.dst->values[jobs[j].packed];
+    kiln_shared_t* entry;
+    pv->owned_data = NULL; /* the entry owns the bytes now */
+    s = kiln_shared_publish(jobs[j].key, g->allocator, jobs[j].out, pv->nbytes, &entry);
+    if (s) {
+      pv->data = NULL;
+      pv->nbytes = 0;
+      break;
+    }
+    pv->data = kiln_shared_data(entry);
+    pv->shared = entry;
+    s = kiln_graph_set_constant_key(rw.dst, jobs[j].packed, jobs[j].key);
+  }
   *out_packed = n_jobs;
   for (int32_t ni = 0; ni < g->n_nodes && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];

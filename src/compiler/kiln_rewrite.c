@@ -49,7 +49,13 @@ kiln_status_t kiln_rewriter_value(kiln_rewriter_t* rw, int32_t v, int32_t* out_i
   } else {
     s = kiln_graph_add_constant_borrowed(rw->dst, val->name, val->dtype, val->rank, val->shape,
                                          val->layout, val->data, val->nbytes, &rw->remap[v]);
+    /* A shared entry's reference moves with the bytes, as owned bytes do. */
+    if (!s) {
+      rw->dst->values[rw->remap[v]].shared = val->shared;
+      val->shared = NULL;
+    }
   }
+  if (!s && val->key) s = kiln_graph_set_constant_key(rw->dst, rw->remap[v], val->key);
   *out_id = rw->remap[v];
   return s;
 }

@@ -21,6 +21,8 @@ void kiln_graph_release(kiln_graph_t* g) {
     for (int32_t i = 0; i < g->n_values; ++i) {
       kiln_allocator_free(g->allocator, g->values[i].owned_data);
       free(g->values[i].name);
+      free(g->values[i].key);
+      kiln_shared_release(g->values[i].shared);
     }
     for (int32_t i = 0; i < g->n_nodes; ++i) free(g->nodes[i].origin);
   }
@@ -283,6 +285,27 @@ kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* g, const char* name,
                                             void* data, size_t nbytes, int32_t* out_id) {
   return kiln_graph_add_constant_mode(g, name, dtype, rank, shape, layout, data, nbytes, 2,
                                       out_id);
+}
+
+kiln_status_t kiln_graph_set_constant_key(kiln_graph_t* g, int32_t id, const char* key) {
+  KILN_CHECK_ARG(id >= 0 && id < g->n_values && g->values[id].kind == KILN_VALUE_CONSTANT,
+                 "value %d is not a constant", id);
+  char* k = key ? kiln_strdup_or_null(key) : NULL;
+  if (key && !k) return kiln_status_make(KILN_OUT_OF_MEMORY, "constant key");
+  free(g->values[id].key);
+  g->values[id].key = k;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_graph_add_constant_shared(kiln_graph_t* g, const char* name, kiln_dtype_t dtype,
+                                             int32_t rank, const int64_t* shape,
+                                             kiln_layout_t layout, kiln_shared_t* entry,
+                                             int32_t* out_id) {
+  KILN_RETURN_IF_ERROR(kiln_graph_add_constant_borrowed(g, name, dtype, rank, shape, layout,
+                                                        kiln_shared_data(entry),
+                                                        kiln_shared_size(entry), out_id));
+  g->values[*out_id].shared = kiln_shared_retain(entry);
+  return kiln_ok();
 }
 
 kiln_status_t kiln_graph_add_node(kiln_graph_t* g, kiln_op_t op, const int32_t* inputs,

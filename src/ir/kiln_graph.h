@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "base/kiln_alloc.h"
+#include "base/kiln_shared.h"
 #include "base/kiln_status.h"
 #include "ir/kiln_dtype.h"
 #include "ir/kiln_ops.h"
@@ -75,6 +76,12 @@ typedef struct kiln_value_s {
   size_t nbytes;
   void* owned_data; /* freed with the graph when set */
   char* name;       /* owned, may be NULL */
+  /* Constants: a key naming the bytes' contents exactly (owned, may be
+   * NULL: kiln_graph_set_constant_key), so graphs derived from the same
+   * weights share their packed forms; and the shared entry this value's
+   * data lives in (a reference, released with the graph), or NULL. */
+  char* key;
+  kiln_shared_t* shared;
 } kiln_value_t;
 
 typedef struct kiln_node_s {
@@ -162,6 +169,15 @@ kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* graph, const char* nam
                                             kiln_dtype_t dtype, int32_t rank,
                                             const int64_t* shape, kiln_layout_t layout,
                                             void* data, size_t nbytes, int32_t* out_id);
+
+/* Names constant id's contents (kiln_value_t.key): key is copied. */
+kiln_status_t kiln_graph_set_constant_key(kiln_graph_t* graph, int32_t id, const char* key);
+/* Adds a constant whose bytes are those of a shared entry: the value holds
+ * its own reference to it. */
+kiln_status_t kiln_graph_add_constant_shared(kiln_graph_t* graph, const char* name,
+                                             kiln_dtype_t dtype, int32_t rank,
+                                             const int64_t* shape, kiln_layout_t layout,
+                                             kiln_shared_t* entry, int32_t* out_id);
 
 /* Appends a node; infers its output's dtype and shape (an error names the op,
  * the origin and what is wrong). params may be NULL (all zero); n_params and

@@ -119,7 +119,9 @@ static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* arg
   PyObject* shape_obj;
   unsigned long long ptr;
   Py_ssize_t nbytes;
-  if (!PyArg_ParseTuple(args, "ziOKn", &name, &dtype, &shape_obj, &ptr, &nbytes)) return NULL;
+  const char* key = NULL;
+  if (!PyArg_ParseTuple(args, "ziOKn|z", &name, &dtype, &shape_obj, &ptr, &nbytes, &key))
+    return NULL;
   kiln_graph_t* g = kiln_py_graph_get(self);
   int32_t rank, id;
   int64_t shape[KILN_MAX_RANK];
@@ -128,9 +130,16 @@ static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* arg
     PyErr_SetString(PyExc_ValueError, "constant data pointer is NULL");
     return NULL;
   }
-  kiln_status_t s = kiln_graph_add_constant(g, name, (kiln_dtype_t)dtype, rank, shape,
-                                            KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
-                                            (size_t)nbytes, &id);
+  /* With a key the bytes are borrowed, not copied: the caller keeps them
+   * alive and unchanged while any model made from this graph lives (the
+   * key names them: kiln/dynamo.py's frozen parameters). */
+  kiln_status_t s =
+      key ? kiln_graph_add_constant_borrowed(g, name, (kiln_dtype_t)dtype, rank, shape,
+                                             KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
+                                             (size_t)nbytes, &id)
+          : kiln_graph_add_constant(g, name, (kiln_dtype_t)dtype, rank, shape, KILN_LAYOUT_DENSE,
+                                    (const void*)(uintptr_t)ptr, (size_t)nbytes, &id);
+  if (!s && key) s = kiln_graph_set_constant_key(g, id, key);
   return s ? kiln_py_raise(s) : PyLong_FromLong(id);
 }
 
@@ -988,6 +997,13 @@ static PyObject* kiln_py_bf16_engine(PyObject* mod, PyObject* args) {
   return PyUnicode_FromString(kiln_cpu_bf16_name(kiln_cpu_bf16()));
 }
 
+/* shared_constants() -> packed weights shared between graphs, alive now */
+static PyObject* kiln_py_shared_constants(PyObject* mod, PyObject* unused) {
+  (void)mod;
+  (void)unused;
+  return PyLong_FromLong(kiln_shared_count());
+}
+
 static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
   (void)mod;
   (void)unused;
@@ -1041,6 +1057,8 @@ static PyMethodDef kiln_py_functions[] = {
     {"bf16_engine", kiln_py_bf16_engine, METH_VARARGS,
      "bf16_engine([name]) -> the bf16 engine bf16 compute uses (amx, avx512_bf16, none)"},
     {"num_threads", kiln_py_num_threads, METH_NOARGS, "threads in kiln's pool"},
+    {"shared_constants", kiln_py_shared_constants, METH_NOARGS,
+     "packed weights alive that graphs share (frozen torch.compile parameters)"},
     {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
      "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},
     {"empty", kiln_py_empty, METH_VARARGS,

@@ -65,3 +65,31 @@ def test_inference_parameters_are_constants_and_never_stale():
         torch.testing.assert_close(f(x), m(x))
         m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()})
         torch.testing.assert_close(f(x), m(x))
+
+
+def test_graphs_of_one_model_share_packed_weights():
+    """Prefill and decode graphs (or any graphs compiled from the same frozen
+    parameters) hold one packed copy of each weight, freed with the last."""
+    import gc
+
+    import torch._dynamo
+    from kiln import _C
+
+    torch._dynamo.reset()
+    gc.collect()
+    before = _C.shared_constants()
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).eval()
+    with torch.no_grad():
+        f = torch.compile(m, backend="kiln", dynamic=False)
+        for n in (3, 5, 7):  # three static graphs
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(f(x), m(x))
+        assert _C.shared_constants() - before == 2  # one packed form per weight, not per graph
+        m[0].weight.add_(1.0)  # a new version: packed again, never the stale form
+        x = torch.randn(3, 64)
+        torch.testing.assert_close(f(x), m(x))
+    del f
+    torch._dynamo.reset()
+    gc.collect()
+    assert _C.shared_constants() == before
