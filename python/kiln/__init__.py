@@ -316,7 +316,8 @@ def empty_cache():
 # Registers torch.ops.kiln.run so torch.jit.load works after `import kiln`.
 from kiln import jit as _jit  # noqa: E402,F401
 from kiln.module import KilnModule  # noqa: E402
+from kiln.compare import compare  # noqa: E402
 
 __all__ = ["trace", "analyze", "save", "load", "explain", "isa", "output_cache", "empty_cache",
-           "machine", "profile",
+           "machine", "profile", "compare",
            "KilnModule", "KilnError", "UnsupportedOpError"]

@@ -321,8 +321,10 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
     return ctx
 
 
-def lower_exported(ep):
-    """Lowers an ExportedProgram; returns (ctx, input names, out_spec)."""
+def lower_exported(ep, extra_outputs=()):
+    """Lowers an ExportedProgram; returns (ctx, input names, out_spec).
+    extra_outputs: FX nodes also made graph outputs, after the program's own
+    (kiln.compare reads every intermediate so)."""
     from torch.export.graph_signature import InputKind, OutputKind
 
     sig = ep.graph_signature
@@ -353,7 +355,7 @@ def lower_exported(ep):
         if spec.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
                             "kiln.trace compiles inference graphs: call model.eval() first")
-    ctx = lower_graph(ep.graph_module, placeholders, flat_out)
+    ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs))
     return ctx, names, ep.call_spec.out_spec
 
 
