@@ -37,7 +37,7 @@ def _worker(rank, world, port, out_path):
 
     compiled_graphs = []  # counts graphs kiln compiled in this process
     compile_graph = kiln.module.compile_graph
-    kiln.module.compile_graph = lambda ctx: compiled_graphs.append(1) or compile_graph(ctx)
+    kiln.module.compile_graph = lambda ctx, *a: compiled_graphs.append(1) or compile_graph(ctx, *a)
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
