@@ -37,6 +37,16 @@ class Spec:
     # The legacy ONNX exporter fails on this model: go straight to dynamo
     # (peers.export_onnx falls back either way; this saves the failed try).
     onnx_dynamo_first: bool = False
+    # "infer" and "train" rows time one call (the table's rows); "generate"
+    # rows time model.generate() and "shapes" rows one symbolic artifact at
+    # many shapes (bench/generation.py, their own tables).
+    kind: str = ""
+    # For "generate" / "shapes": batches, prompt and new tokens / shapes.
+    params: dict | None = None
+
+    def __post_init__(self):
+        if not self.kind:
+            self.kind = "train" if self.train else "infer"
 
 
 def _seeded():
@@ -291,6 +301,67 @@ def build_llama_decode(past=512):
 
 
 # --------------------------------------------------------------------------
+# Generation through model.generate() (bench/generation.py): causal LMs from
+# transformers configs, random weights, fp32. build() returns (model, None).
+# --------------------------------------------------------------------------
+
+def _tiny():
+    """KILN_BENCH_TINY=1 (developing the bench only): 2 layers, hidden 64."""
+    return os.environ.get("KILN_BENCH_TINY") == "1"
+
+
+def build_gen_gpt2():
+    from transformers import GPT2LMHeadModel
+    _seeded()
+    cfg = _gpt2_cfg()
+    if _tiny():
+        cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.vocab_size = 64, 2, 4, 512
+    return GPT2LMHeadModel(cfg).eval(), None
+
+
+def build_gen_llama():
+    from transformers import LlamaForCausalLM
+    _seeded()
+    cfg = _llama_cfg()
+    if _tiny():
+        cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = 64, 128, 2
+        cfg.num_attention_heads, cfg.num_key_value_heads, cfg.vocab_size = 4, 2, 512
+        cfg.head_dim = 16
+    return LlamaForCausalLM(cfg).eval(), None
+
+
+def _qwen2_cfg():
+    """Qwen2-style at the Llama model's size: q/k/v biases, GQA 16/2 and
+    tied input/output embeddings (as Qwen2-0.5B), vocab 32000."""
+    from transformers import Qwen2Config
+    if _tiny():
+        return Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                           tie_word_embeddings=True, attn_implementation=ATTN)
+    return Qwen2Config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                       num_attention_heads=16, num_key_value_heads=2, vocab_size=32000,
+                       max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                       tie_word_embeddings=True, attn_implementation=ATTN)
+
+
+def build_gen_qwen2():
+    from transformers import Qwen2ForCausalLM
+    _seeded()
+    return Qwen2ForCausalLM(_qwen2_cfg()).eval(), None
+
+
+GEN_PARAMS = {"prompt": 128, "new_tokens": 64, "batches": (1, 4)}
+
+
+def build_minilm_shapes():
+    m, _ = _minilm(1, 16)()
+    return m, None
+
+
+SHAPES = [(b, L) for b in (1, 8) for L in (16, 64, 128, 384)]
+
+
+# --------------------------------------------------------------------------
 # Training rows: the module returns the loss, so one call is the forward and
 # peers.train_step adds backward and the SGD step.
 # --------------------------------------------------------------------------
@@ -348,6 +419,19 @@ MODELS: dict[str, Spec] = {s.name: s for s in [
     Spec("llama_decode", build_llama_decode,
          "Llama-style 8 layers, hidden 1024, GQA 16/4 (random), 1 token, 512 KV",
          heavy=True, quick_skip_inductor=True),
+    Spec("gen_gpt2", build_gen_gpt2,
+         "GPT-2 small (124M, random) through generate(): prompt 128, 64 new tokens",
+         kind="generate", heavy=True, params=GEN_PARAMS),
+    Spec("gen_llama", build_gen_llama,
+         "Llama-style 8 layers, hidden 1024, GQA 16/4, vocab 32000 (random) through generate()",
+         kind="generate", heavy=True, params=GEN_PARAMS),
+    Spec("gen_qwen2", build_gen_qwen2,
+         "Qwen2-style 8 layers, hidden 1024, GQA 16/2, qkv bias, tied embeddings (random) "
+         "through generate()", kind="generate", heavy=True, params=GEN_PARAMS),
+    Spec("minilm_shapes", build_minilm_shapes,
+         "all-MiniLM-L6-v2 (real weights): one kiln.trace(dynamic_shapes) artifact at "
+         "batch 1, 8 x length 16, 64, 128, 384", kind="shapes",
+         params={"shapes": SHAPES, "example": (2, 64), "max_batch": 64, "max_seq": 512}),
     Spec("resnet18", build_resnet18, "ResNet-18 (random), batch 1, 3x224x224",
          quick_skip_inductor=True),
     Spec("train_mlp", build_train_mlp, "MLP training step (fwd+bwd+SGD), batch 64",

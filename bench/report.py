@@ -94,13 +94,19 @@ def fmt_ms(v):
 class Notes:
     """Long reasons become numbered footnotes; cells keep a short form."""
 
-    def __init__(self):
+    def __init__(self, prefix: str = ""):
         self.items: list[str] = []
+        self.prefix = prefix
 
     def ref(self, text: str) -> str:
         if text not in self.items:
             self.items.append(text)
-        return f"[{self.items.index(text) + 1}]"
+        return f"[{self.prefix}{self.items.index(text) + 1}]"
+
+    def lines(self, md: bool = False) -> list[str]:
+        end = "  " if md else ""
+        return [f"[{self.prefix}{i + 1}] " + (t.replace("|", "/") if md else t) + end
+                for i, t in enumerate(self.items)]
 
 
 def short_reason(text: str) -> str:
@@ -164,9 +170,15 @@ HEADER = ["model", "thr", "kiln check (max err)", "eager ms", "inductor ms", "on
           "kiln compile s", "inductor compile s"]
 
 
+def main_rows(results: dict) -> list[dict]:
+    """The rows of the main table: one call of a model (inference or a
+    training step); generation and varying-shape rows have their own."""
+    return [r for r in results["rows"] if r.get("kind", "infer") in ("infer", "train")]
+
+
 def table_rows(results: dict, notes: Notes) -> list[list[str]]:
     out = []
-    for row in results["rows"]:
+    for row in main_rows(results):
         if row.get("skipped"):
             out.append([row["model"], str(row["threads"]), row["skipped"]] +
                        ["-"] * (len(HEADER) - 3))
@@ -189,6 +201,11 @@ def text_table(results: dict) -> str:
                                    for i, (c, w) in enumerate(zip(cells, widths)))
     lines = [line(HEADER), line(["-" * w for w in widths])]
     lines += [line(r) for r in rows]
+    for title, head, body, gnotes, foot in extra_tables(results):
+        lines += ["", title, ""]
+        lines += _text_grid(head, body)
+        lines += ([""] + foot) if foot else []
+        lines += gnotes.lines()
     m = results["meta"]
     lines.append("")
     lines.append(f"{m['date']}; {m['cpu']} ({m['cores']} cores); threads "
@@ -240,6 +257,7 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
     if notes.items:
         md.append("")
         md += [f"[{i + 1}] {t.replace('|', '/')}  " for i, t in enumerate(notes.items)]
+    md += gen_markdown(results, notes_start=len(notes.items))
     md += ["", "Models:", ""]
     seen = set()
     for row in results["rows"]:
@@ -248,6 +266,231 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
             md.append(f"- `{row['model']}`: {row['about']}")
     md += ["", f"![kiln benchmark](bench/{png_name})", ""]
     return "\n".join(md)
+
+
+# --------------------------------------------------------------------------
+# Generation and varying-shape tables (bench/generation.py)
+# --------------------------------------------------------------------------
+
+GEN_HEADER = ["model", "batch", "thr", "kiln tokens", "kiln graphs (recompiles)",
+              "kiln replans/call (us each)",
+              "eager TTFT ms", "inductor TTFT ms", "kiln TTFT ms", "TTFT kiln/eager",
+              "eager tok/s", "inductor tok/s", "kiln tok/s", "kiln static tok/s",
+              "roofline tok/s", "decode kiln/eager", "kiln % roofline", "eager % roofline"]
+
+SHAPE_HEADER = ["model", "batch x len", "thr", "kiln check (max err)", "eager ms",
+                "inductor ms", "kiln ms", "kiln/eager", "kiln/inductor",
+                "kiln replan us", "kiln new-shape extra ms"]
+
+
+def _gen_na(c: dict, notes: Notes) -> str:
+    if not c:
+        return "-"
+    if "na" in c:
+        return short_reason(c["na"]) + " " + notes.ref(c["na"])
+    return "-"
+
+
+def _tps(c):
+    return c.get("decode_tps") if isinstance(c, dict) else None
+
+
+def _ttft(c):
+    return c.get("ttft_ms") if isinstance(c, dict) else None
+
+
+def eager_best(s: dict) -> tuple:
+    """(decode tok/s, which cache, TTFT ms, which cache): eager's better of
+    the default DynamicCache and the static cache, each figure on its own."""
+    d, st = s.get("eager", {}), s.get("eager_static", {})
+    tps = [(v, k) for v, k in ((_tps(d), "dyn"), (_tps(st), "static")) if v is not None]
+    tt = [(v, k) for v, k in ((_ttft(d), "dyn"), (_ttft(st), "static")) if v is not None]
+    bt = max(tps) if tps else (None, "")
+    bf = min(tt) if tt else (None, "")
+    return bt[0], bt[1], bf[0], bf[1]
+
+
+def _fmt_tps(v):
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def gen_table_rows(results: dict, notes: Notes) -> list[list[str]]:
+    out = []
+    for row in results["rows"]:
+        if row.get("kind") != "generate":
+            continue
+        head = [row["model"], str(row.get("batch", "-")), str(row["threads"])]
+        if row.get("skipped"):
+            out.append(head + [row["skipped"] if "QUICK" not in row["skipped"]
+                               else "skipped (QUICK) " + notes.ref(row["skipped"])]
+                       + ["-"] * (len(GEN_HEADER) - 4))
+            continue
+        s = row["systems"]
+        k, ks, ind = s.get("kiln", {}), s.get("kiln_static", {}), s.get("inductor", {})
+        toks = []
+        for name, c in (("", k), ("static ", ks)):
+            if "tokens" in c:
+                toks.append(name + ("ok" if c.get("tokens_ok") else "MISMATCH ")
+                            + ("" if c.get("tokens_ok") else notes.ref(f"{row['model']} batch "
+                               f"{row.get('batch')}, kiln {name}cache: tokens {c['tokens']}")))
+        graphs = "-"
+        if "graphs" in k:
+            how = k.get("graphs_how", {})
+            extra = "".join(f", {v} {h}" for h, v in how.items() if h != "whole")
+            graphs = f"{k['graphs']}{extra} ({k.get('recompiles', '-')})"
+            if "graphs" in ks:
+                graphs += f"; static {ks['graphs']} ({ks.get('recompiles', '-')})"
+        replans = "-"
+        if "replans_per_call" in k:
+            replans = f"{k['replans_per_call']:.0f} ({k.get('replan_us_mean', 0):.0f})"
+        e_tps, e_cache, e_ttft, e_tcache = eager_best(s)
+        cell_t = lambda c: fmt_ms(_ttft(c)) if _ttft(c) is not None else _gen_na(c, notes)
+        cell_d = lambda c: _fmt_tps(_tps(c)) if _tps(c) is not None else _gen_na(c, notes)
+        roof = row.get("roofline_tps")
+        pct = lambda v: f"{100 * v / roof:.0f} %" if v is not None and roof else "-"
+        r = head + [", ".join(toks) or "-", graphs, replans,
+                    f"{fmt_ms(e_ttft)} ({e_tcache})" if e_ttft is not None else "-",
+                    cell_t(ind), cell_t(k),
+                    f"{e_ttft / _ttft(k):.2f}x" if e_ttft and _ttft(k) else "-",
+                    f"{_fmt_tps(e_tps)} ({e_cache})" if e_tps is not None else "-",
+                    cell_d(ind), cell_d(k), cell_d(ks),
+                    _fmt_tps(roof) if roof else "-",
+                    f"{_tps(k) / e_tps:.2f}x" if e_tps and _tps(k) else "-",
+                    pct(_tps(k)), pct(e_tps)]
+        out.append(r)
+    return out
+
+
+def shape_table_rows(results: dict, notes: Notes) -> list[list[str]]:
+    out = []
+    for row in results["rows"]:
+        if row.get("kind") != "shapes":
+            continue
+        shape = row.get("shape") or ["?", "?"]
+        head = [row["model"], f"{shape[0]} x {shape[1]}", str(row["threads"])]
+        if row.get("skipped"):
+            out.append(head + ["skipped (QUICK) " + notes.ref(row["skipped"])
+                               if "QUICK" in row["skipped"] else row["skipped"]]
+                       + ["-"] * (len(SHAPE_HEADER) - 4))
+            continue
+        s = row["systems"]
+        k = s.get("kiln", {})
+        r = head + [check_cell(row, notes)]
+        r += [time_cell(s.get(x, {}), notes) for x in ("eager", "inductor", "kiln")]
+        r += [speedup_cell(row, "eager"), speedup_cell(row, "inductor")]
+        r += [f"{k['replan_us']:.0f}" if "replan_us" in k else "-",
+              f"{k['new_shape_extra_ms']:.2f}" if "new_shape_extra_ms" in k else "-"]
+        out.append(r)
+    return out
+
+
+def _gen_foot(results: dict) -> list[str]:
+    rows = [r for r in results["rows"] if r.get("kind") == "generate"]
+    if not rows:
+        return []
+    foot = []
+    wb = {r["model"]: r.get("weight_bytes") for r in rows if r.get("weight_bytes")}
+    bw = sorted({(r["threads"], round(r["bandwidth_gbs"], 1)) for r in rows
+                 if r.get("bandwidth_gbs")}, reverse=True)
+    foot.append("Weights read per decode step: " + ", ".join(
+        f"{m} {v / 1e6:.0f} MB" for m, v in wb.items())
+        + "; measured read bandwidth (kiln.machine()): "
+        + ", ".join(f"{t} thr {g} GB/s" for t, g in bw) + ".")
+    agree = [r for r in rows if r.get("eager_caches_agree", {}).get("tokens_ok") is False]
+    if agree:
+        foot.append("Eager's tokens with the static cache differ from the dynamic cache's in: "
+                    + ", ".join(f"{r['model']} b{r['batch']} {r['threads']}t "
+                                f"({r['eager_caches_agree']['tokens']})" for r in agree) + ".")
+    return foot
+
+
+def _shape_foot(results: dict) -> list[str]:
+    rows = [r for r in results["rows"] if r.get("kind") == "shapes" and r.get("artifact")]
+    foot = []
+    seen = set()
+    for r in rows:
+        a = r["artifact"]
+        if r["model"] in seen or not a:
+            continue
+        seen.add(r["model"])
+        bits = []
+        if "kiln_compile_s" in a:
+            bits.append(f"one kiln.trace(dynamic_shapes=...) artifact, compiled in "
+                        f"{a['kiln_compile_s']:.1f} s ({a.get('kiln_pieces', 1)} piece(s), "
+                        f"{'symbolic' if a.get('kiln_symbolic') else 'NOT symbolic'})")
+        if a.get("inductor_compile_s"):
+            bits.append("Inductor dynamic=True: first call " + ", ".join(
+                f"{t} thr {v:.1f} s" for t, v in a["inductor_compile_s"].items())
+                + ("; graphs " + ", ".join(f"{t} thr {v}" for t, v in
+                                            a.get("inductor_graphs", {}).items())
+                   if a.get("inductor_graphs") else ""))
+        if bits:
+            foot.append(f"{r['model']}: " + "; ".join(bits) + ".")
+    return foot
+
+
+def extra_tables(results: dict):
+    """(title, header, rows, notes, footer lines) for the generation and the
+    varying-shape tables that have rows."""
+    out = []
+    gn = Notes("g")
+    g = gen_table_rows(results, gn)
+    if g:
+        out.append(("Generation through model.generate() (fp32, greedy, prompt 128, "
+                    "64 decode tokens timed; tok/s of the whole batch)", GEN_HEADER, g, gn,
+                    _gen_foot(results)))
+    sn = Notes("s")
+    sh = shape_table_rows(results, sn)
+    if sh:
+        out.append(("Varying shapes from one artifact (median ms per call)", SHAPE_HEADER, sh,
+                    sn, _shape_foot(results)))
+    return out
+
+
+def _text_grid(head: list[str], body: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(head)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 3 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return [line(head), line(["-" * w for w in widths])] + [line(r) for r in body]
+
+
+GEN_ABOUT = (
+    "Generation rows call `model.generate()` as users do (greedy, min_new_tokens = "
+    "max_new_tokens = 65, a 128-token prompt, all-ones attention mask); a streamer stamps each "
+    "token: TTFT is from the call to the first new token, tok/s counts the 64 decode steps after "
+    "it (times the batch). eager: the better of the default DynamicCache (dyn) and "
+    "`cache_implementation=\"static\"`; kiln: `model.forward = torch.compile(model.forward, "
+    "backend=\"kiln\")` with the default cache (kiln static: the static cache); inductor: the "
+    "static cache with `torch.compile(model.forward, mode=\"reduce-overhead\", fullgraph=True)`. "
+    "kiln tokens: greedy tokens compared with eager's under the same cache before timing. "
+    "kiln graphs: graphs kiln compiled during the first generate() at that batch (in "
+    "parentheses: during the timed calls). Replans: plans the symbolic graphs made for new "
+    "sizes per generate() call, and the C runtime's time for each. Roofline: batch x measured "
+    "read bandwidth / weight bytes per step (bench/README.md).")
+
+SHAPE_ABOUT = (
+    "Varying-shape rows run one `kiln.trace(model, ex, dynamic_shapes=...)` artifact (batch and "
+    "length symbolic) at every shape, beside eager and `torch.compile(model, dynamic=True)` "
+    "(Inductor); outputs are checked at every shape. kiln replan us: the C runtime's time to "
+    "bind a new shape's sizes and plan it; new-shape extra ms: a call at a shape the runtime has "
+    "no plan for (4 calls at other shapes evicted it: it keeps 4) minus the repeat call right "
+    "after it, median of 3.")
+
+
+def gen_markdown(results: dict, notes_start: int = 0) -> list[str]:
+    md = []
+    for title, head, body, notes, foot in extra_tables(results):
+        about = GEN_ABOUT if head is GEN_HEADER else SHAPE_ABOUT
+        md += ["", f"**{title}.** {about}", "",
+               "| " + " | ".join(head) + " |",
+               "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
+        md += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in body]
+        if foot or notes.items:
+            md.append("")
+        md += [f + "  " for f in foot]
+        md += notes.lines(md=True)
+    return md
 
 
 # --------------------------------------------------------------------------
@@ -264,11 +507,13 @@ def plot(results: dict, path: Path):
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    rows = results["rows"]
+    rows = main_rows(results)
     models = []
     for r in rows:
         if r["model"] not in models:
             models.append(r["model"])
+    if not models:
+        return
     # Thread counts where every row was skipped (QUICK) get no bar group.
     threads = [t for t in results["meta"]["threads"]
                if any(r["threads"] == t and not r.get("skipped") for r in rows)]

@@ -11,6 +11,11 @@ bench/results.json, bench/results.png and bench/results.md (see report.py).
 
 --quick: fewer timed runs, and the 1-thread pass only while the whole run
 stays inside a five-minute budget (rows that do not fit say so).
+
+Generation rows (model.generate(): time to first token, decode tokens/s,
+the weight-streaming roofline) and varying-shape rows (one symbolic kiln
+artifact at many shapes) have their own workers and tables: see
+bench/generation.py.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 QUICK_BUDGET_S = 285.0
+# In QUICK, generation and varying-shape rows run after every other row, each
+# only if its estimated cost (seconds: build, eager references, kiln's
+# compile, a few calls; batch 1 at the first thread count) still fits.
+QUICK_OPTIONAL = {"generate": 45.0, "shapes": 30.0}
 QUICK_SKIP = "skipped in QUICK: Inductor's compile does not fit the 5-minute budget"
 QUICK_SKIP_LATER = ("skipped in QUICK: Inductor compiles for one thread count; "
                     "another costs a second compile")
@@ -91,6 +100,8 @@ def worker(args) -> int:
     ph = Phases()
     ph.add("startup", t_enter - (args.spawned or t_enter))
     ph.add("imports", time.time() - t_enter)
+    if spec.kind in ("generate", "shapes"):
+        return generation_worker(spec, args, threads, ph)
     rows = {n: {"model": spec.name, "about": spec.about, "threads": n, "train": spec.train,
                 "quick": args.quick, "timing": tp, "systems": {}} for n in threads}
     out_path = Path(args.out)
@@ -221,6 +232,27 @@ def worker(args) -> int:
     return 0
 
 
+def generation_worker(spec, args, threads, ph) -> int:
+    """Generation and varying-shape rows (bench/generation.py): one process
+    per model, every batch or shape and thread count in it."""
+    import generation
+    if "transformers" in sys.modules or spec.kind == "generate":
+        import transformers
+        transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
+    rows = []
+    out_path = Path(args.out)
+
+    def save():
+        out_path.write_text(json.dumps({"rows": rows, "phases": ph.t, "saved_at": time.time()},
+                                       indent=1))
+
+    run = generation.gen_worker if spec.kind == "generate" else generation.shapes_worker
+    rc = run(spec, args, threads, rows, ph, save)
+    save()
+    return rc
+
+
 # --------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------
@@ -309,14 +341,15 @@ def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
     finally:
         os.unlink(out)
         shutil.rmtree(cache, ignore_errors=True)
-    rows = got.get("rows") or [{"model": name, "threads": t, "systems": {}} for t in threads]
+    rows = got.get("rows") or _placeholder_rows(name, threads)
     for row in rows:
         if err:
             row["error"] = err
             # Systems the worker never reached say why.
-            for s in ("eager", "kiln", "onnxruntime", "inductor"):
+            for s in row.get("system_names", ("eager", "kiln", "onnxruntime", "inductor")):
                 c = row["systems"].setdefault(s, {})
-                if not row.get("skipped") and not any(k in c for k in ("ms", "na", "fail")):
+                if not row.get("skipped") and not any(k in c for k in ("ms", "decode_tps", "na",
+                                                                       "fail")):
                     c["na"] = f"not run: {err}"
     info = {"model": name, "threads": threads, "wall_s": wall,
             "phases": got.get("phases", {}), "exporter": got.get("exporter")}
@@ -327,6 +360,24 @@ def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
     return rows, info
 
 
+def _placeholder_rows(name, threads, skipped=""):
+    """The rows a worker would have written, for one that wrote none (it
+    failed early, or QUICK skipped it)."""
+    sys.path.insert(0, str(HERE))
+    from models import MODELS
+    spec = MODELS[name]
+    base = {"model": name, "about": spec.about, "train": spec.train, "systems": {}}
+    if skipped:
+        base["skipped"] = skipped
+    if spec.kind == "generate":
+        return [dict(base, kind="generate", threads=t, batch=b, systems={})
+                for t in threads for b in spec.params["batches"]]
+    if spec.kind == "shapes":
+        return [dict(base, kind="shapes", threads=t, shape=list(s), systems={})
+                for t in threads for s in spec.params["shapes"]]
+    return [dict(base, threads=t, systems={}) for t in threads]
+
+
 # Rough cost of a model's first thread count in QUICK on a fresh, quiet
 # machine, seconds (from the budget table: start + imports ~4, build up to 7,
 # trace ~5-8, legacy ONNX export + session ~3-8, timing ~3, Inductor's cold
@@ -334,6 +385,8 @@ def run_one(name, threads, quick, skip_inductor, timeout, deadline=0.0):
 # room for a model's later thread counts; scaled by how the models so far
 # compared with their estimates (a loaded machine is slower throughout).
 def _estimate(spec) -> float:
+    if spec.kind in QUICK_OPTIONAL:
+        return QUICK_OPTIONAL[spec.kind]
     base = 25.0 if spec.heavy else 12.0
     return base + (0.0 if spec.quick_skip_inductor else 10.0)
 
@@ -402,7 +455,9 @@ def driver(args) -> int:
     rows, infos = [], []
     slow, est_sum, wall_sum = 1.0, 0.0, 0.0
     later = []   # training rows' later thread counts: their own processes, at the end
-    for k, name in enumerate(names):
+    optional = [m for m in names if MODELS[m].kind in QUICK_OPTIONAL] if quick else []
+    names_now = [m for m in names if m not in optional]
+    for k, name in enumerate(names_now):
         spec = MODELS[name]
         skip = QUICK_SKIP if quick and spec.quick_skip_inductor else ""
         elapsed = time.perf_counter() - start
@@ -412,7 +467,7 @@ def driver(args) -> int:
         else:
             run_threads = threads
             # QUICK: later thread counts only if the models still to come fit.
-            rest = slow * sum(_estimate(MODELS[m]) for m in names[k + 1:])
+            rest = slow * sum(_estimate(MODELS[m]) for m in names_now[k + 1:])
             deadline = t_start + QUICK_BUDGET_S - rest if quick else 0.0
         print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, run_threads))} thread(s) ...",
               end="", flush=True)
@@ -444,10 +499,28 @@ def driver(args) -> int:
         infos.append(info)
         print(f" {info['wall_s']:.1f}s", flush=True)
         print("    " + phase_line(info), flush=True)
+    for name in optional:   # QUICK: what still fits
+        spec = MODELS[name]
+        elapsed = time.perf_counter() - start
+        if elapsed + slow * _estimate(spec) > QUICK_BUDGET_S:
+            rows += _placeholder_rows(name, threads, "skipped in QUICK (time budget)")
+            print(f"[{elapsed:6.1f}s] {name}: skipped (QUICK budget)", flush=True)
+            continue
+        print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, threads))} thread(s) ...",
+              end="", flush=True)
+        # Cut off at the budget's end (what it saved by then is kept).
+        left = max(30.0, QUICK_BUDGET_S - elapsed + 10)
+        got, info = run_one(name, threads, quick, "", left, t_start + QUICK_BUDGET_S - 10)
+        rows += got
+        infos.append(info)
+        print(f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else ""),
+              flush=True)
+        print("    " + phase_line(info), flush=True)
     # The table lists every model at the first thread count, then the next.
     order = {n: k for k, n in enumerate(names)}
     rows.sort(key=lambda r: (threads.index(r["threads"]) if r["threads"] in threads else 99,
-                             order.get(r["model"], 99)))
+                             order.get(r["model"], 99), r.get("batch", 0),
+                             tuple(r.get("shape", ()))))
     # Before the CPU accounting: a server's workers count as this run's
     # once the server has been waited for.
     _close_fork_servers()
