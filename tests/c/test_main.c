@@ -102,7 +102,8 @@ static void kiln_test_print_cpu(void) {
   X(conv_nhwc)              \
   X(layout)                 \
   X(train_ops)              \
-  X(sym)
+  X(sym)                    \
+  X(api)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)
