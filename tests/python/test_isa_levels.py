@@ -178,9 +178,9 @@ def test_training_steps_at_isa_level(isa_level, monkeypatch):
     calls = [0]
     run_flat = KilnModule.run_flat
 
-    def counted(self, args):
+    def counted(self, args, *rest):
         calls[0] += 1
-        return run_flat(self, args)
+        return run_flat(self, args, *rest)
 
     monkeypatch.setattr(KilnModule, "run_flat", counted)
     torch.manual_seed(0)
