@@ -75,12 +75,12 @@ _DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten
 
 
 # Ops whose result flips with the sign of an exact zero: atan2(+-0, y < 0) is
-# +-pi, x / +-0 and 1 / +-0 are +-inf. The sign of a zero made by a sum is
+# +-pi, x / +-0, 1 / +-0 and rsqrt(+-0) are +-inf. The sign of a zero made by a sum is
 # not defined consistently by eager itself (its mm gives -0.0 for K = 1 and
 # +0.0 for K = 4; its conv gives -0.0 in the padding), so such a draw has no
 # reference to hold kiln to and is redrawn. Signs of zeros made elementwise
 # (tanh(-0), a sum of -0s) are still checked wherever no such op reads them.
-_SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default}
+_SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default, aten.rsqrt.default}
 
 
 def _zero_decides(op, args):
