@@ -68,16 +68,6 @@ static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* ou
   return kiln_ok();
 }
 
-/* 1 when some value dimension or node param is symbolic: the graph needs a
- * "syms" section. */
-static int kiln_artifact_uses_syms(const kiln_graph_t* g) {
-  for (int32_t v = 0; v < g->n_values; ++v)
-    if (kiln_value_is_symbolic(&g->values[v])) return 1;
-  for (int32_t n = 0; n < g->n_nodes; ++n)
-    for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
-      if (kiln_dim_is_sym(g->nodes[n].params[i])) return 1;
-  return 0;
-}
 
 /* The "syms" section's size, checking what the reader will: every symbol
  * named, operands of lower id, nesting within KILN_FORMAT_SYM_MAX_DEPTH. */
@@ -232,7 +222,7 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   KILN_CHECK_ARG(g, "no graph");
   /* Symbolic sizes go in a "syms" section; a graph without them is written
    * exactly as before (no section, minor version 6). */
-  int symbolic = kiln_artifact_uses_syms(g);
+  int symbolic = kiln_graph_is_symbolic(g);
   size_t syms_size = 0;
   if (symbolic) KILN_RETURN_IF_ERROR(kiln_artifact_check_syms(g->syms, &syms_size));
   int32_t n_own = 2 + symbolic;

@@ -49,6 +49,15 @@ int kiln_value_is_symbolic(const kiln_value_t* v) {
   return 0;
 }
 
+int kiln_graph_is_symbolic(const kiln_graph_t* g) {
+  for (int32_t v = 0; v < g->n_values; ++v)
+    if (kiln_value_is_symbolic(&g->values[v])) return 1;
+  for (int32_t n = 0; n < g->n_nodes; ++n)
+    for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
+      if (kiln_dim_is_sym(g->nodes[n].params[i])) return 1;
+  return 0;
+}
+
 int kiln_node_is_symbolic(const kiln_graph_t* g, const kiln_node_t* n) {
   for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
     if (kiln_dim_is_sym(n->params[i])) return 1;

@@ -121,6 +121,9 @@ void kiln_graph_release(kiln_graph_t* graph);
 int64_t kiln_value_numel(const kiln_value_t* value);
 /* 1 when some dimension of the value is symbolic. */
 int kiln_value_is_symbolic(const kiln_value_t* value);
+/* 1 when some value dimension or node param of the graph is symbolic (the
+ * runtime then plans per binding; a file needs a "syms" section). */
+int kiln_graph_is_symbolic(const kiln_graph_t* graph);
 /* 1 when some input dimension or param of the node is symbolic. */
 int kiln_node_is_symbolic(const kiln_graph_t* graph, const kiln_node_t* node);
 

@@ -106,15 +106,6 @@ kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* po
   return kiln_model_create_with_plan(graph, blob, pool, NULL, 0, out_model);
 }
 
-static int kiln_graph_has_symbols(const kiln_graph_t* g) {
-  if (!g->syms) return 0;
-  for (int32_t v = 0; v < g->n_values; ++v)
-    if (kiln_value_is_symbolic(&g->values[v])) return 1;
-  for (int32_t n = 0; n < g->n_nodes; ++n)
-    for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
-      if (kiln_dim_is_sym(g->nodes[n].params[i])) return 1;
-  return 0;
-}
 
 kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                           const void* plan, size_t plan_size,
@@ -132,7 +123,7 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
   m->current = -1;
   pthread_mutex_init(&m->lock, NULL);
   kiln_status_t s = kiln_graph_verify(graph);
-  m->symbolic = !s && kiln_graph_has_symbols(graph);
+  m->symbolic = !s && kiln_graph_is_symbolic(graph);
   if (!s && m->symbolic && plan)
     s = kiln_status_make(KILN_CORRUPT_ARTIFACT, "a stored plan for a graph with symbolic sizes");
   if (!s && m->symbolic &&
