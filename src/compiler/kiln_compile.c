@@ -92,7 +92,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    s = kiln_pass_layout(g, kiln_pool_default(), o->pack_weights, &next, &ls);
+    s = kiln_pass_layout(g, &next, &ls);
     kiln_graph_release(g);
     g = next;
     if (s) return kiln_status_annotate(s, "pass layout");
@@ -103,10 +103,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   } else if (o->log && !s) {
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
-  const int quant[3] = {o->weights_quant, o->weights_quant == 8 ? 0 : o->weights_group,
-                        o->weights_asym};
+  const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
+                                       o->weights_group, o->weights_asym};
   if (o->pack_weights)
-    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant ? quant : NULL, &next, &a), "%d weights packed")
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
   if (s) {
     kiln_graph_release(g);
@@ -114,60 +114,4 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   *out_graph = g;
   return kiln_ok();
-}
-
-void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
-  char buf[160];
-  size_t const_bytes = 0;
-  for (int32_t v = 0; v < g->n_values; ++v)
-    if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
-  for (int32_t i = 0; i < g->n_inputs; ++i) {
-    const kiln_value_t* v = &g->values[g->inputs[i]];
-    fprintf(out, "  input  %%%d %s %s\n", g->inputs[i], v->name ? v->name : "",
-            kiln_graph_describe_value(g, v, buf, sizeof buf));
-  }
-  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    fprintf(out, "  %%%-4d = %-12s(", n->outputs[0], kiln_op_name(n->op));
-    for (int32_t i = 0; i < n->n_inputs; ++i) {
-      int32_t id = n->inputs[i];
-      if (id < 0) fprintf(out, "%s-", i ? ", " : "");
-      else if (g->values[id].kind == KILN_VALUE_CONSTANT)
-        fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
-                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "[bf16 compute]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? "[int8]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "[int4]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
-                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
-                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16
-                    ? "[packed]"
-                    : "");
-      else fprintf(out, "%s%%%d", i ? ", " : "", id);
-    }
-    fprintf(out, ") -> %s", kiln_graph_describe_value(g, &g->values[n->outputs[0]], buf, sizeof buf));
-    int64_t act = n->op == KILN_OP_LINEAR                                  ? n->params[0]
-                  : n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC ? n->params[7]
-                                                                          : 0;
-    if (act) {
-      static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
-      if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
-        fprintf(out, " act=%s", acts[act]);
-    }
-    if (n->op == KILN_OP_MATMUL && (n->params[0] & (KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B)))
-      fprintf(out, " read=%s", (n->params[0] & KILN_MATMUL_TRANSPOSE_A)
-                                   ? ((n->params[0] & KILN_MATMUL_TRANSPOSE_B) ? "aT,bT" : "aT")
-                                   : "bT");
-    if (n->origin) fprintf(out, "   # %s", n->origin);
-    fputc('\n', out);
-  }
-  fprintf(out, "  outputs:");
-  for (int32_t o = 0; o < g->n_outputs; ++o) fprintf(out, " %%%d", g->outputs[o]);
-  int32_t regions, convs, conversions;
-  kiln_layout_summarize(g, &regions, &convs, &conversions);
-  if (convs)
-    fprintf(out, "\n  layout: %d channels-last region%s (%d convs), %d layout conversion%s",
-            regions, regions == 1 ? "" : "s", convs, conversions, conversions == 1 ? "" : "s");
-  fprintf(out, "\n  %d nodes, %d values, constants %.2f MiB\n", g->n_nodes, g->n_values,
-          (double)const_bytes / (1 << 20));
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "base/kiln_pool.h"
+#include "hal/kiln_hal.h"
 #include "ir/kiln_graph.h"
 
 typedef struct kiln_compile_options_s {
@@ -63,37 +64,25 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_gra
                                      int32_t* out_fused);
 
 /* Runs chains of convs channels-last where the cost rule says it pays,
- * converting layouts only at their edges (kiln_pass_layout.c); packs their
- * weights in panels of 16 when pack is set. */
+ * converting layouts only at their edges (kiln_pass_layout.c). */
 typedef struct kiln_layout_stats_s {
   int32_t regions, convs, pools;    /* made channels-last */
   int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
   int32_t conversions;              /* layout copies placed */
 } kiln_layout_stats_t;
-kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_pool_t* pool, int pack,
-                               kiln_graph_t** out_graph, kiln_layout_stats_t* out_stats);
-/* The layout decision as a graph holds it: regions of CONV2D_NHWC and
- * MAX_POOL2D_NHWC (joined through x / residual), their convs, and the
- * copies into and out of them. */
-void kiln_layout_summarize(const kiln_graph_t* graph, int32_t* out_regions, int32_t* out_convs,
-                           int32_t* out_conversions);
+kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                               kiln_layout_stats_t* out_stats);
 
-/* Packs every LINEAR's dense weight for the GEMM microkernels, once per
- * distinct weight; with bf16 set, as bf16 (KILN_LAYOUT_GEMM_PACKED_B_BF16). */
-/* bf16: 1 packs LINEAR weights as bf16 weights, 2 for bf16 compute
- * (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI). */
-/* quant (an int[3], or NULL): bits (8, 4; 0 none), group and asym of
- * kiln_gemm_quant_pack_b; set, it wins over bf16 for LINEAR weights. */
-kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool, int bf16,
-                                     const int* quant, kiln_graph_t** out_graph,
+/* Puts each constant a node reads in the form the target wants for that
+ * node (kiln_hal_cpu_constant_form: GEMM panels for LINEAR weights, in fp32,
+ * bf16 or int8 / int4 as `weights` says, conv panels), once per distinct
+ * (constant, form). *out_packed: the constants packed. */
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool,
+                                     const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
                                      int32_t* out_packed);
 
 /* Runs the passes. Consumes graph (released on failure too). */
 kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,
                            kiln_graph_t** out_graph);
-
-/* Writes a readable listing of the graph: one line per node with shapes and
- * origin, then totals. */
-void kiln_graph_print(const kiln_graph_t* graph, FILE* out);
 
 #endif /* KILN_COMPILER_H */

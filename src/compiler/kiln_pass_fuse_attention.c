@@ -24,7 +24,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef struct {
   int32_t src[3];       /* the values q, k, v are read from */

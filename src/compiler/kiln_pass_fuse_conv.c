@@ -20,7 +20,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef struct {
   int32_t conv; /* node index of the CONV2D starting the chain, or -1 */

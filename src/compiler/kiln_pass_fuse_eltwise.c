@@ -1,6 +1,6 @@
 /* Elementwise-chain fusion: a connected group of float32 elementwise nodes
  * whose intermediates have no other user becomes one ELTWISE_FUSED node, a
- * register program (kernels/eltwise/kiln_eltwise_fused.h) that reads the
+ * register program (base/kiln_fused_program.h) that reads the
  * group's inputs once and writes its result once.
  *
  * Members: the float unary ops (NEG..COS, ACOS..SIGN), the float binary ops
@@ -23,9 +23,30 @@
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/eltwise/kiln_eltwise_fused.h"
+#include "base/kiln_fused_program.h"
 
 enum { KILN_FUSE_MAX_MEMBERS = 24 };
+
+/* A program's opcode for each op it can apply keeps the value .kiln files
+ * hold, 8 + the op's number. */
+#define KILN_FE_SAME_NUMBER(name, arity, code) \
+  _Static_assert((code) == 8 + KILN_OP_##name, "fused opcode of " #name " (.kiln format)");
+KILN_FUSED_OP_LIST(KILN_FE_SAME_NUMBER)
+#undef KILN_FE_SAME_NUMBER
+
+/* The opcode of an op a program can apply, with its arity; 0 for others. */
+static uint32_t kiln_fe_opcode(kiln_op_t op, int* arity) {
+  switch (op) {
+#define KILN_FE_OPCODE_CASE(name, n, code) \
+  case KILN_OP_##name:                     \
+    *arity = n;                            \
+    return KILN_FUSED_##name;
+    KILN_FUSED_OP_LIST(KILN_FE_OPCODE_CASE)
+#undef KILN_FE_OPCODE_CASE
+    default:
+      return 0;
+  }
+}
 
 typedef struct {
   const kiln_graph_t* g;
@@ -106,7 +127,7 @@ static int kiln_fe_member(const kiln_fe_t* f, int32_t ni, int32_t* ops, int* n_o
     return 1;
   }
   if (n->op == KILN_OP_FMA_SCALAR) arity = 1;
-  else if (!kiln_fused_op_arity((int32_t)n->op, &arity)) return 0;
+  else if (!kiln_fe_opcode(n->op, &arity)) return 0;
   /* A comparison gives bool: a member only inside a group (its WHERE). */
   if (n->n_inputs != arity ||
       (compare ? g->values[n->outputs[0]].dtype != KILN_BOOL : !kiln_fe_f32(g, n->outputs[0])))
@@ -235,12 +256,13 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
       /* dst = x * scale + shift: the src register may be dst itself. */
       uint32_t t = kiln_fe_alloc(p);
       kiln_fe_imm(p, t, n->fparams[0]);
-      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_OP_BASE + KILN_OP_MUL, dst, src[0], t));
+      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_MUL, dst, src[0], t));
       kiln_fe_imm(p, t, n->fparams[1]);
-      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_OP_BASE + KILN_OP_ADD, dst, dst, t));
+      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_ADD, dst, dst, t));
       p->free_regs |= 1u << t;
     } else {
-      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_OP_BASE + (uint32_t)n->op, dst, src[0],
+      int arity;
+      kiln_fe_emit(p, kiln_fused_word(kiln_fe_opcode(n->op, &arity), dst, src[0],
                                       n_ops == 2 ? src[1] : 0));
     }
     reg[out] = (int32_t)dst;

@@ -22,7 +22,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef struct {
   int32_t matmul; /* node index of the MATMUL starting the chain, or -1 */

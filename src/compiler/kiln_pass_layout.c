@@ -38,19 +38,18 @@
  * output that anything else reads (another op, a conv slot other than x /
  * residual, a graph output) is converted back once, right after the node. So every op outside the region and
  * every graph output sees NCHW, and results are the NCHW ones up to the
- * conv's own summation order. A constant dense weight is packed here in
- * panels of 16 (the NHWC kernel's only packing; the pack pass handles
- * CONV2D alone), once per weight, when packing is on.
+ * conv's own summation order. The pack pass later packs a constant weight
+ * in the form the target wants for CONV2D_NHWC (on the CPU, panels of 16).
  *
- * kiln_layout_summarize reads the decision back from any graph (also a
- * loaded one), for kiln_graph_print. */
+ * kiln_graph_summarize_layout (ir/kiln_graph_print.h) reads the decision
+ * back from any graph, also a loaded one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compiler/kiln_compiler.h"
+#include "base/kiln_union_find.h"
 #include "compiler/kiln_rewrite.h"
-#include "kernels/conv/kiln_conv.h"
 
 #ifndef KILN_LAYOUT_MIN_GAINING
 #define KILN_LAYOUT_MIN_GAINING 2
@@ -87,19 +86,6 @@ static int kiln_layout_pays(int32_t gaining, int32_t conversions) {
   return gaining >= KILN_LAYOUT_MIN_GAINING && gaining >= 2 * conversions;
 }
 
-static int32_t kiln_layout_find(int32_t* parent, int32_t i) {
-  while (parent[i] != i) {
-    parent[i] = parent[parent[i]];
-    i = parent[i];
-  }
-  return i;
-}
-
-static void kiln_layout_union(int32_t* parent, int32_t a, int32_t b) {
-  a = kiln_layout_find(parent, a), b = kiln_layout_find(parent, b);
-  if (a != b) parent[a < b ? b : a] = a < b ? a : b;
-}
-
 /* Slots of a conv read in its own layout: x and the residual. */
 static int kiln_layout_act_slot(int32_t i) { return i == 0 || i == 3; }
 
@@ -126,20 +112,6 @@ static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const i
                              out_id);
 }
 
-typedef struct {
-  const kiln_value_t* w;
-  float* out;
-  int64_t groups;
-} kiln_layout_pack_t;
-
-static void kiln_layout_pack_task(void* ctx, size_t task, int thread) {
-  (void)thread;
-  const kiln_layout_pack_t* j = &((const kiln_layout_pack_t*)ctx)[task];
-  const kiln_value_t* w = j->w;
-  kiln_conv2d_f32_pack_weight(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3], j->groups,
-                              KILN_CONV_PANEL_WIDE, w->data, j->out);
-}
-
 /* For the nodes marked in `nhwc`: which values something reads NCHW
  * (another op, a slot other than x / residual, a graph output), and how
  * often the marked nodes read each value in their layout (uses), as a
@@ -162,16 +134,8 @@ static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char
   for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
 }
 
-/* The groups weight w was packed for (0: not packed). */
-static int64_t kiln_layout_packed_groups(const kiln_layout_pack_t* jobs, int32_t n_jobs,
-                                         const kiln_value_t* w) {
-  for (int32_t j = 0; j < n_jobs; ++j)
-    if (jobs[j].w == w) return jobs[j].groups;
-  return 0;
-}
-
-kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
-                               kiln_graph_t** out_graph, kiln_layout_stats_t* st) {
+kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_graph_t** out_graph,
+                               kiln_layout_stats_t* st) {
   *out_graph = NULL;
   memset(st, 0, sizeof(*st));
   const int32_t nn = g->n_nodes, nv = g->n_values;
@@ -184,13 +148,10 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   int32_t* region_uses = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* region_x_uses = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* nhwc_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
-  int32_t* packed_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
-  kiln_layout_pack_t* jobs = malloc(sizeof(kiln_layout_pack_t) * (size_t)(nn + 1));
-  int32_t n_jobs = 0;
   kiln_rewriter_t rw;
   int rw_ready = 0;
   kiln_status_t s = !parent || !gaining || !convs || !need || !nhwc || !need_nchw || !nhwc_of ||
-                            !packed_of || !jobs || !region_uses || !region_x_uses
+                            !region_uses || !region_x_uses
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
                         : kiln_ok();
   if (!s) {
@@ -210,12 +171,12 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
     for (int32_t i = 0; i < n->n_inputs; ++i) {
       if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
       int32_t p = g->values[n->inputs[i]].producer;
-      if (p >= 0 && nhwc[p]) kiln_layout_union(parent, ni, p);
+      if (p >= 0 && nhwc[p]) kiln_union_find_join(parent, ni, p);
     }
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
     if (!nhwc[ni]) continue;
-    int32_t r = kiln_layout_find(parent, ni);
+    int32_t r = kiln_union_find_root(parent, ni);
     convs[r] += g->nodes[ni].op == KILN_OP_CONV2D;
     gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
   }
@@ -226,7 +187,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   for (int32_t v = 0; v < nv; ++v) {
     int32_t p = g->values[v].producer;
     if (p >= 0 && nhwc[p]) {
-      need[kiln_layout_find(parent, p)] += need_nchw[v];
+      need[kiln_union_find_root(parent, p)] += need_nchw[v];
     } else if (region_uses[v] && !(region_uses[v] == 1 && region_x_uses[v] == 1)) {
       /* Charged to the region of v's first reader (a value two regions
        * read is converted once, shared). */
@@ -236,7 +197,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
         for (int32_t i = 0; i < n->n_inputs && nhwc[ni]; ++i)
           hit |= n->inputs[i] == v && kiln_layout_act_slot(i);
         if (hit) {
-          need[kiln_layout_find(parent, ni)]++;
+          need[kiln_union_find_root(parent, ni)]++;
           break;
         }
       }
@@ -244,7 +205,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
     if (!nhwc[ni]) continue;
-    int32_t r = kiln_layout_find(parent, ni);
+    int32_t r = kiln_union_find_root(parent, ni);
     if (r == ni) {
       if (kiln_layout_pays(gaining[r], need[r])) {
         st->regions++;
@@ -257,7 +218,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
     if (!nhwc[ni]) continue;
-    int32_t r = kiln_layout_find(parent, ni);
+    int32_t r = kiln_union_find_root(parent, ni);
     nhwc[ni] = (char)kiln_layout_pays(gaining[r], need[r]);
     if (nhwc[ni] && g->nodes[ni].op == KILN_OP_MAX_POOL2D) st->pools++;
   }
@@ -266,32 +227,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
   memset(region_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
   memset(region_x_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
   kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
-  for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = packed_of[v] = -1;
-
-  /* Packed weights: allocated and added first, packed in parallel. */
-  for (int32_t ni = 0; ni < nn && !s && pack; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_CONV2D) continue;
-    int32_t wid = n->inputs[1];
-    const kiln_value_t* w = &g->values[wid];
-    /* A weight shared by convs of different groups is packed for the
-     * first; the others read it dense (packed per call). */
-    if (!nhwc[ni] || packed_of[wid] >= 0 || w->kind != KILN_VALUE_CONSTANT ||
-        w->layout != KILN_LAYOUT_DENSE || kiln_value_numel(w) == 0)
-      continue;
-    size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], w->shape[1] * w->shape[2] * w->shape[3],
-                                               n->params[6], KILN_CONV_PANEL_WIDE);
-    void* buf = NULL;
-    if (bytes == 0) continue;
-    s = kiln_allocator_malloc(g->allocator, bytes, &buf);
-    if (!s)
-      s = kiln_graph_add_constant_owned(rw.dst, w->name, KILN_F32, w->rank, w->shape,
-                                        KILN_LAYOUT_CONV2D_PACKED_16, buf, bytes, &packed_of[wid]);
-    if (s) break;
-    jobs[n_jobs].w = w, jobs[n_jobs].out = buf, jobs[n_jobs].groups = n->params[6];
-    n_jobs++;
-  }
-  if (!s && n_jobs) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_layout_pack_task, jobs);
+  for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = -1;
 
   for (int32_t ni = 0; ni < nn && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
@@ -317,9 +253,6 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_pool_t* pool, int pack,
           if (!s) st->conversions++;
         }
         ins[i] = nhwc_of[v];
-      } else if (i == 1 && packed_of[v] >= 0 &&
-                 kiln_layout_packed_groups(jobs, n_jobs, &g->values[v]) == n->params[6]) {
-        ins[i] = packed_of[v];
       } else {
         s = kiln_rewriter_value(&rw, v, &ins[i]);
       }
@@ -353,55 +286,5 @@ done:
   free(region_uses);
   free(region_x_uses);
   free(nhwc_of);
-  free(packed_of);
-  free(jobs);
   return s;
-}
-
-static int kiln_layout_is_nhwc(kiln_op_t op) {
-  return op == KILN_OP_CONV2D_NHWC || op == KILN_OP_MAX_POOL2D_NHWC;
-}
-
-void kiln_layout_summarize(const kiln_graph_t* g, int32_t* out_regions, int32_t* out_convs,
-                           int32_t* out_conversions) {
-  *out_regions = *out_convs = *out_conversions = 0;
-  const int32_t nn = g->n_nodes;
-  int32_t* parent = malloc(sizeof(int32_t) * (size_t)(nn + 1));
-  if (!parent) return;
-  for (int32_t ni = 0; ni < nn; ++ni) parent[ni] = ni;
-  for (int32_t ni = 0; ni < nn; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    if (n->op == KILN_OP_STRIDED_COPY && n->n_inputs == 1 && n->inputs[0] >= 0) {
-      int32_t p = g->values[n->inputs[0]].producer;
-      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) ++*out_conversions;
-    }
-    if (!kiln_layout_is_nhwc(n->op)) continue;
-    *out_convs += n->op == KILN_OP_CONV2D_NHWC;
-    for (int32_t i = 0; i < n->n_inputs; ++i) {
-      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
-      int32_t p = g->values[n->inputs[i]].producer;
-      if (p >= 0 && kiln_layout_is_nhwc(g->nodes[p].op)) kiln_layout_union(parent, ni, p);
-    }
-  }
-  for (int32_t ni = 0; ni < nn; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    if (kiln_layout_is_nhwc(n->op) && kiln_layout_find(parent, ni) == ni) ++*out_regions;
-  }
-  /* Conversions into the layout: copies any CONV2D_NHWC reads as x or
-   * residual, each once. */
-  char* seen = calloc((size_t)nn + 1, 1);
-  for (int32_t ni = 0; seen && ni < nn; ++ni) {
-    const kiln_node_t* n = &g->nodes[ni];
-    if (!kiln_layout_is_nhwc(n->op)) continue;
-    for (int32_t i = 0; i < n->n_inputs; ++i) {
-      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
-      int32_t p = g->values[n->inputs[i]].producer;
-      if (p >= 0 && g->nodes[p].op == KILN_OP_STRIDED_COPY && !seen[p]) {
-        seen[p] = 1;
-        ++*out_conversions;
-      }
-    }
-  }
-  free(seen);
-  free(parent);
 }

@@ -1,7 +1,7 @@
 /* The rewriter shared by every compiler pass. */
 #include "compiler/kiln_rewrite.h"
 
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 #include <stdlib.h>
 #include <string.h>

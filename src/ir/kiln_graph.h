@@ -20,7 +20,7 @@
 #include "base/kiln_alloc.h"
 #include "base/kiln_shared.h"
 #include "base/kiln_status.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 #include "ir/kiln_ops.h"
 #include "ir/kiln_sym.h"
 

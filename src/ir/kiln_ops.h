@@ -214,7 +214,7 @@
  *                                        it): params [0] slot count (1..46),
  *                                        [1..23] the program, two 32-bit
  *                                        slots per param, low half first
- *                                        (kernels/eltwise/kiln_eltwise_fused.h
+ *                                        (base/kiln_fused_program.h
  *                                        gives the instruction set: loads of
  *                                        input i broadcast or rotate_half'd,
  *                                        float immediates, float unary and

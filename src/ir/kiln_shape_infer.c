@@ -13,7 +13,7 @@
 #include "ir/kiln_shape_infer_movement.h"
 #include "ir/kiln_shape_infer_sample.h"
 #include "ir/kiln_shape_infer_fused.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 static const struct {
   const char* name;

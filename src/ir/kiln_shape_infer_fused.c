@@ -1,6 +1,6 @@
 /* Shape rule of ELTWISE_FUSED: every input float32 and present, the output
  * their broadcast shape, and the program (which may come from a hostile
- * file) validated slot by slot by kiln_eltwise_fused_validate before any
+ * file) validated slot by slot by kiln_fused_program_validate before any
  * kernel sees it. A rotate_half load needs an even last dim that is the
  * output's own (never broadcast), so the kernel's column arithmetic stays
  * inside the row. */
@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "kernels/eltwise/kiln_eltwise_fused.h"
+#include "base/kiln_fused_program.h"
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -42,7 +42,7 @@ kiln_status_t kiln_graph_infer_eltwise_fused(const kiln_graph_t* g, const kiln_n
   uint32_t code[KILN_FUSED_MAX_SLOTS];
   for (int32_t k = 0; k < (int32_t)n_code; ++k) code[k] = kiln_fused_slot(n->params, k);
   uint32_t rotates = 0;
-  KILN_RETURN_IF_ERROR(kiln_eltwise_fused_validate(code, (int32_t)n_code, n->n_inputs, &rotates));
+  KILN_RETURN_IF_ERROR(kiln_fused_program_validate(code, (int32_t)n_code, n->n_inputs, &rotates));
   for (int32_t i = 0; i < n->n_inputs; ++i) {
     if (!(rotates >> i & 1u)) continue;
     const kiln_value_t* x = &g->values[n->inputs[i]];

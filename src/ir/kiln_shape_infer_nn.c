@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "ir/kiln_shape_infer_nn.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 

@@ -12,11 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_activation.h"
 #include "base/kiln_cpu.h"
 #include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
-#include "kernels/kiln_activation.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
 #include "runtime/kiln_machine.h"

@@ -31,7 +31,7 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
-#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
 #include "ir/kiln_format.h"
 #include "runtime/kiln_plan_io.h"

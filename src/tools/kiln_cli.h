@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "base/kiln_status.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 
 /* Element i of a dense buffer of `dtype`, widened to double (f16 and bf16
  * are decoded; bool is 0 or 1). */

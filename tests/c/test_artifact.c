@@ -17,7 +17,7 @@
 
 #include "ir/kiln_artifact.h"
 #include "ir/kiln_format.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 #include "kiln_test.h"
 
 static const char kPlan[] = "memory plan: 37 bytes of opaque data!";

@@ -6,7 +6,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
 #include "runtime/kiln_plan.h"

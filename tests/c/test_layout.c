@@ -21,6 +21,7 @@
 
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
+#include "ir/kiln_graph_print.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
@@ -153,7 +154,7 @@ static void lt_check(const lt_case_t* tc) {
   KILN_EXPECT(off_nhwc == 0 && off_copies == 0, "%s: layout off still made %d nhwc, %d copies",
               tc->name, off_nhwc, off_copies);
   int32_t regions, convs, conversions;
-  kiln_layout_summarize(on, &regions, &convs, &conversions);
+  kiln_graph_summarize_layout(on, &regions, &convs, &conversions);
   KILN_EXPECT(convs == nhwc - pools_nhwc && conversions == copies &&
                   (nhwc == 0) == (regions == 0),
               "%s: summary %d regions, %d convs, %d conversions", tc->name, regions, convs,

@@ -51,10 +51,11 @@ void kiln_hal_cpu_conv2d_args(const kiln_graph_t* g, const kiln_node_t* n, void*
   a->o = w->shape[0], a->kh = w->shape[2], a->kw = w->shape[3];
   a->sh = p[0], a->sw = p[1], a->ph = p[2], a->pw = p[3], a->dh = p[4], a->dw = p[5];
   a->groups = p[6], a->act = (kiln_activation_t)p[7], a->residual_before_act = (int)p[8];
-  a->x = BUF(0), a->weight = BUF(1);
   a->weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
                      : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
                                                                  : 0;
+  if (!bufs) return; /* the geometry only */
+  a->x = BUF(0), a->weight = BUF(1);
   a->bias = n->n_inputs > 2 ? BUF(2) : NULL;
   a->residual = n->n_inputs > 3 ? BUF(3) : NULL;
   a->y = bufs[n->outputs[0]];

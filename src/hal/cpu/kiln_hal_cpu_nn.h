@@ -11,7 +11,8 @@
  * AVG_POOL2D_GRAD, ADAPTIVE_AVG_POOL2D(_GRAD) on a verified graph's node. */
 /* CONV2D / CONV2D_NHWC: the convolution kernel's arguments that do not
  * depend on the activation layout (weight geometry, params, packing,
- * buffers); the caller sets n, c, h, w, ho and wo from x's and y's layout. */
+ * buffers; bufs NULL: no buffers); the caller sets n, c, h, w, ho and wo
+ * from x's and y's layout. */
 void kiln_hal_cpu_conv2d_args(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
                               kiln_conv2d_f32_args_t* a);
 

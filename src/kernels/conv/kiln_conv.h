@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef struct kiln_conv2d_f32_args_s {
   int64_t n, c, h, w;       /* x (N, C, H, W) */

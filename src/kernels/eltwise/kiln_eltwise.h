@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 
 #define KILN_ND_MAX_RANK 8
 #define KILN_ND_MAX_OPERANDS 4

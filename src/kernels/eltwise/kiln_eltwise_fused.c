@@ -16,7 +16,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "ir/kiln_ops.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/math/kiln_math.h"
 #include "kernels/nn/kiln_nn.h"
@@ -25,71 +24,20 @@
  * 34 KiB, and real chains keep three or four live (L1 is 32 KiB). */
 enum { KILN_FUSED_TILE = 512, KILN_FUSED_MIN_PARALLEL = 16384 };
 
-int kiln_fused_op_arity(int32_t op, int* arity) {
-  if (op < 0 || op >= KILN_OP_COUNT) return 0;
-  kiln_op_t o = (kiln_op_t)op;
-  if ((KILN_OP_IS_UNARY_MATH(o) && o != KILN_OP_LOGICAL_NOT) || KILN_OP_IS_UNARY_EXT(o)) {
-    *arity = 1;
-    return 1;
-  }
-  if ((o >= KILN_OP_ADD && o <= KILN_OP_GE) || o == KILN_OP_ATAN2 || o == KILN_OP_FMOD ||
-      o == KILN_OP_REMAINDER || o == KILN_OP_DIV_TRUNC || o == KILN_OP_DIV_FLOOR) {
-    *arity = 2;
-    return 1;
-  }
-  return 0;
-}
-
-kiln_status_t kiln_eltwise_fused_validate(const uint32_t* code, int32_t n_code,
-                                          int32_t n_inputs, uint32_t* out_rotates) {
-  *out_rotates = 0;
-  if (n_code < 1 || n_code > KILN_FUSED_MAX_SLOTS)
-    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: %lld slots, expected 1..%d",
-                            (long long)n_code, KILN_FUSED_MAX_SLOTS);
-  if (n_inputs < 0 || n_inputs > KILN_FUSED_MAX_INPUTS)
-    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: %d inputs", n_inputs);
-  uint32_t defined = 0, loaded = 0;
-  int32_t last = -1;
-  for (int32_t k = 0; k < n_code; ++k) {
-    uint32_t w = code[k], opc = w & 255u, dst = w >> 8 & 255u, a = w >> 16 & 255u,
-             b = w >> 24 & 255u;
-    last = k;
-    if (dst >= KILN_FUSED_MAX_REGS)
-      return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: slot %d writes register %u",
-                              k, dst);
-    if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
-      if (a >= (uint32_t)n_inputs || b != 0)
-        return kiln_status_make(KILN_INVALID_ARGUMENT,
-                                "eltwise_fused: slot %d loads input %u of %d", k, a, n_inputs);
-      loaded |= 1u << a;
-      if (opc == KILN_FUSED_LOAD_ROTATE_HALF) *out_rotates |= 1u << a;
-    } else if (opc == KILN_FUSED_SELECT) {
-      if (!(defined >> dst & 1u) || a >= KILN_FUSED_MAX_REGS || !(defined >> a & 1u) ||
-          b >= KILN_FUSED_MAX_REGS || !(defined >> b & 1u))
-        return kiln_status_make(KILN_INVALID_ARGUMENT,
-                                "eltwise_fused: slot %d selects from a register not written before", k);
-    } else if (opc == KILN_FUSED_IMM) {
-      if (a != 0 || b != 0 || k + 1 >= n_code)
-        return kiln_status_make(KILN_INVALID_ARGUMENT,
-                                "eltwise_fused: slot %d is an IMM without its value", k);
-      ++k; /* the data slot: any bits are a float */
-    } else {
-      int arity = 0;
-      if (opc < KILN_FUSED_OP_BASE || !kiln_fused_op_arity((int32_t)opc - KILN_FUSED_OP_BASE, &arity))
-        return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: slot %d has opcode %u", k,
-                                opc);
-      if (a >= KILN_FUSED_MAX_REGS || !(defined >> a & 1u) ||
-          (arity == 2 ? b >= KILN_FUSED_MAX_REGS || !(defined >> b & 1u) : b != 0))
-        return kiln_status_make(KILN_INVALID_ARGUMENT,
-                                "eltwise_fused: slot %d reads a register not written before", k);
-    }
-    defined |= 1u << dst;
-  }
-  (void)last;
-  if (n_inputs > 0 && loaded != (1u << n_inputs) - 1u)
-    return kiln_status_make(KILN_INVALID_ARGUMENT, "eltwise_fused: an input is never loaded");
-  return kiln_ok();
-}
+/* Each run of consecutive opcodes maps onto a kernel enum by subtraction. */
+_Static_assert(KILN_FUSED_MINIMUM - KILN_FUSED_ADD == KILN_BINARY_MINIMUM - KILN_BINARY_ADD &&
+                   KILN_FUSED_GE - KILN_FUSED_ADD == KILN_BINARY_GE - KILN_BINARY_ADD,
+               "ADD..GE in kiln_binary_t order");
+_Static_assert(KILN_FUSED_COS - KILN_FUSED_NEG == KILN_UNARY_COS - KILN_UNARY_NEG &&
+                   KILN_UNARY_NEG == 0,
+               "NEG..COS in kiln_unary_t order");
+_Static_assert(KILN_FUSED_SIGN - KILN_FUSED_ACOS == KILN_MATH_SIGN - KILN_MATH_ACOS &&
+                   KILN_MATH_ACOS == 0,
+               "ACOS..SIGN in kiln_math_unary_t order");
+_Static_assert(KILN_FUSED_FMOD - KILN_FUSED_ATAN2 == KILN_MATH_FMOD - KILN_MATH_ATAN2 &&
+                   KILN_FUSED_DIV_FLOOR - KILN_FUSED_ATAN2 == KILN_MATH_DIV_FLOOR - KILN_MATH_ATAN2 &&
+                   KILN_MATH_ATAN2 == 0,
+               "ATAN2..DIV_FLOOR in kiln_math_binary_t order");
 
 /* ---- the tiled kernel ---- */
 
@@ -153,7 +101,7 @@ static const float* kiln_fused_dense(const float* v, int stride, int64_t n, floa
 }
 
 /* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them). */
-static void kiln_fused_compare(int32_t op, int64_t n, float* out, const float* xs, int sx,
+static void kiln_fused_compare(uint32_t op, int64_t n, float* out, const float* xs, int sx,
                                const float* ys, int sy) {
   float fx[KILN_FUSED_TILE], fy[KILN_FUSED_TILE];
   const float* x = kiln_fused_dense(xs, sx, n, fx);
@@ -165,19 +113,19 @@ static void kiln_fused_compare(int32_t op, int64_t n, float* out, const float* x
   }                                                                          \
   break
   switch (op) {
-    case KILN_OP_EQ: KILN_FUSED_CMP(u == v);
-    case KILN_OP_NE: KILN_FUSED_CMP(u != v);
-    case KILN_OP_LT: KILN_FUSED_CMP(u < v);
-    case KILN_OP_LE: KILN_FUSED_CMP(u <= v);
-    case KILN_OP_GT: KILN_FUSED_CMP(u > v);
+    case KILN_FUSED_EQ: KILN_FUSED_CMP(u == v);
+    case KILN_FUSED_NE: KILN_FUSED_CMP(u != v);
+    case KILN_FUSED_LT: KILN_FUSED_CMP(u < v);
+    case KILN_FUSED_LE: KILN_FUSED_CMP(u <= v);
+    case KILN_FUSED_GT: KILN_FUSED_CMP(u > v);
     default: KILN_FUSED_CMP(u >= v);
   }
 #undef KILN_FUSED_CMP
 }
 
-static void kiln_fused_binary(int32_t op, int64_t n, float* out, const float* x, int sx,
+static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x, int sx,
                               const float* y, int sy) {
-  if (op >= KILN_OP_EQ && op <= KILN_OP_GE) {
+  if (op >= KILN_FUSED_EQ && op <= KILN_FUSED_GE) {
     kiln_fused_compare(op, n, out, x, sx, y, sy);
     return;
   }
@@ -188,18 +136,18 @@ static void kiln_fused_binary(int32_t op, int64_t n, float* out, const float* x,
   nd.strides[0][0] = 1;
   nd.strides[1][0] = sx;
   nd.strides[2][0] = sy;
-  if (op <= KILN_OP_MINIMUM)
-    kiln_binary((kiln_binary_t)(op - KILN_OP_ADD), KILN_F32, &nd, out, x, y, NULL);
+  if (op <= KILN_FUSED_MINIMUM)
+    kiln_binary((kiln_binary_t)(op - KILN_FUSED_ADD), KILN_F32, &nd, out, x, y, NULL);
   else
-    (void)kiln_math_binary((kiln_math_binary_t)(op - KILN_OP_ATAN2), KILN_F32, &nd, out, x, y,
+    (void)kiln_math_binary((kiln_math_binary_t)(op - KILN_FUSED_ATAN2), KILN_F32, &nd, out, x, y,
                            NULL);
 }
 
-static void kiln_fused_unary(int32_t op, int64_t n, const float* x, float* y) {
-  if (op <= KILN_OP_COS)
-    kiln_unary_f32((kiln_unary_t)(op - KILN_OP_NEG), (size_t)n, x, y, NULL);
+static void kiln_fused_unary(uint32_t op, int64_t n, const float* x, float* y) {
+  if (op <= KILN_FUSED_COS)
+    kiln_unary_f32((kiln_unary_t)(op - KILN_FUSED_NEG), (size_t)n, x, y, NULL);
   else
-    kiln_math_unary_f32((kiln_math_unary_t)(op - KILN_OP_ACOS), (size_t)n, x, y, NULL);
+    kiln_math_unary_f32((kiln_math_unary_t)(op - KILN_FUSED_ACOS), (size_t)n, x, y, NULL);
 }
 
 /* Runs the program over output elements [s, s + n), n <= KILN_FUSED_TILE. */
@@ -268,9 +216,8 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       scal[dst] = so;
       continue;
     }
-    int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
-    int arity = 1;
-    (void)kiln_fused_op_arity(op, &arity);
+    uint32_t op = opc;
+    int arity = kiln_fused_op_arity(op);
     int scalar_out = scal[ra] && (arity == 1 || scal[rb]);
     int64_t m = scalar_out ? 1 : n;
     /* Write into the register's own buffer, the output on the last step, or
@@ -346,22 +293,22 @@ void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* a, kiln_pool_t* poo
 
 /* ---- the scalar reference ---- */
 
-static float kiln_fused_ref_binary(int32_t op, float x, float y) {
+static float kiln_fused_ref_binary(uint32_t op, float x, float y) {
   switch (op) {
-    case KILN_OP_ADD: return x + y;
-    case KILN_OP_SUB: return x - y;
-    case KILN_OP_MUL: return x * y;
-    case KILN_OP_DIV: return x / y;
-    case KILN_OP_POW: return powf(x, y);
-    case KILN_OP_MAXIMUM: return x != x ? x : y != y ? y : x > y ? x : y;
-    case KILN_OP_MINIMUM: return x != x ? x : y != y ? y : x < y ? x : y;
-    case KILN_OP_EQ: return x == y ? 1.0f : 0.0f;
-    case KILN_OP_NE: return x != y ? 1.0f : 0.0f;
-    case KILN_OP_LT: return x < y ? 1.0f : 0.0f;
-    case KILN_OP_LE: return x <= y ? 1.0f : 0.0f;
-    case KILN_OP_GT: return x > y ? 1.0f : 0.0f;
-    case KILN_OP_GE: return x >= y ? 1.0f : 0.0f;
-    default: return kiln_math_binary_f32_reference((kiln_math_binary_t)(op - KILN_OP_ATAN2), x, y);
+    case KILN_FUSED_ADD: return x + y;
+    case KILN_FUSED_SUB: return x - y;
+    case KILN_FUSED_MUL: return x * y;
+    case KILN_FUSED_DIV: return x / y;
+    case KILN_FUSED_POW: return powf(x, y);
+    case KILN_FUSED_MAXIMUM: return x != x ? x : y != y ? y : x > y ? x : y;
+    case KILN_FUSED_MINIMUM: return x != x ? x : y != y ? y : x < y ? x : y;
+    case KILN_FUSED_EQ: return x == y ? 1.0f : 0.0f;
+    case KILN_FUSED_NE: return x != y ? 1.0f : 0.0f;
+    case KILN_FUSED_LT: return x < y ? 1.0f : 0.0f;
+    case KILN_FUSED_LE: return x <= y ? 1.0f : 0.0f;
+    case KILN_FUSED_GT: return x > y ? 1.0f : 0.0f;
+    case KILN_FUSED_GE: return x >= y ? 1.0f : 0.0f;
+    default: return kiln_math_binary_f32_reference((kiln_math_binary_t)(op - KILN_FUSED_ATAN2), x, y);
   }
 }
 
@@ -392,17 +339,14 @@ void kiln_eltwise_fused_f32_reference(const kiln_eltwise_fused_args_t* a) {
       } else if (opc == KILN_FUSED_SELECT) {
         reg[dst] = reg[dst] != 0.0f ? reg[ra] : reg[rb];
       } else {
-        int32_t op = (int32_t)opc - KILN_FUSED_OP_BASE;
-        int arity = 1;
-        (void)kiln_fused_op_arity(op, &arity);
         float x = reg[ra], y;
-        if (arity == 2) {
-          reg[dst] = kiln_fused_ref_binary(op, x, reg[rb]);
-        } else if (op <= KILN_OP_COS) {
-          kiln_unary_f32_reference((kiln_unary_t)(op - KILN_OP_NEG), 1, &x, &y);
+        if (kiln_fused_op_arity(opc) == 2) {
+          reg[dst] = kiln_fused_ref_binary(opc, x, reg[rb]);
+        } else if (opc <= KILN_FUSED_COS) {
+          kiln_unary_f32_reference((kiln_unary_t)(opc - KILN_FUSED_NEG), 1, &x, &y);
           reg[dst] = y;
         } else {
-          kiln_math_unary_f32_reference((kiln_math_unary_t)(op - KILN_OP_ACOS), 1, &x, &y);
+          kiln_math_unary_f32_reference((kiln_math_unary_t)(opc - KILN_FUSED_ACOS), 1, &x, &y);
           reg[dst] = y;
         }
       }

@@ -11,7 +11,7 @@
 
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 
 typedef enum kiln_pad_mode_e {
   KILN_PAD_CONSTANT = 0,

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef struct kiln_gemm_f32_args_s {
   int64_t batch, m, n, k;

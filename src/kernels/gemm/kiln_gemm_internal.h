@@ -25,7 +25,7 @@
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 #define KILN_GEMM_PANEL 16
 /* The GEMV kernels handle at most this many rows of A. */

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 
 /* Same order as the IR's ACOS..SIGN. */

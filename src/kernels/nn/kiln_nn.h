@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
-#include "kernels/kiln_activation.h"
+#include "base/kiln_activation.h"
 
 typedef enum kiln_unary_e {
   KILN_UNARY_NEG = 0,

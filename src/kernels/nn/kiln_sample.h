@@ -10,7 +10,7 @@
 
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 
 typedef enum { KILN_GRID_BILINEAR = 0, KILN_GRID_NEAREST = 1 } kiln_grid_mode_t;
 typedef enum { KILN_GRID_ZEROS = 0, KILN_GRID_BORDER = 1, KILN_GRID_REFLECTION = 2 } kiln_grid_padding_t;

@@ -1,5 +1,7 @@
 /* Activation functions a kernel can apply in its epilogue. Shared by the
- * GEMM epilogue, the unary kernels and the IR (LINEAR's activation param). */
+ * GEMM epilogue, the unary kernels and the IR (LINEAR's and CONV2D's
+ * activation param): in base, so that neither of those layers includes the
+ * other. */
 #ifndef KILN_ACTIVATION_H
 #define KILN_ACTIVATION_H
 

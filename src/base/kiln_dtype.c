@@ -1,5 +1,5 @@
 /* Element type sizes and names. */
-#include "ir/kiln_dtype.h"
+#include "base/kiln_dtype.h"
 
 static const struct {
   const char* name;

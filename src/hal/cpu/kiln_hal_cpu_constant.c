@@ -1,0 +1,120 @@
+/* The CPU target's constant forms: which constants it packs ahead of time
+ * and how. A LINEAR's dense (K, N) weight (or its (N, K) transpose,
+ * KILN_LAYOUT_TRANSPOSED_2D) becomes the GEMM's packed panels (fp32, bf16
+ * weights, bf16-compute VNNI pairs, or int8 / int4 quantized, as the weight
+ * options say); a CONV2D's dense float32 weight (not depthwise, whose direct
+ * loop reads it dense) becomes the panels the conv kernel picks for that
+ * node's shape; a CONV2D_NHWC's, panels of 16 (the NHWC kernel's only
+ * packing). Everything else is kept as it is. The compiler's pack pass
+ * asks here and packs what it is told, so that no run packs a weight. */
+#include "hal/kiln_hal.h"
+
+#include <string.h>
+
+#include "hal/cpu/kiln_hal_cpu_nn.h"
+#include "kernels/conv/kiln_conv.h"
+#include "kernels/gemm/kiln_gemm.h"
+
+enum { KILN_CPU_DETAIL_GROUPS = 0, KILN_CPU_DETAIL_PANEL = 1 };
+enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1 };
+
+static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
+  return w->shape[1] * w->shape[2] * w->shape[3];
+}
+
+/* CONV2D / CONV2D_NHWC: panels for the node's groups, or the dense form. */
+static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
+                               kiln_hal_constant_form_t* f) {
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  int64_t groups = n->params[6];
+  if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
+  int panel;
+  if (n->op == KILN_OP_CONV2D_NHWC) {
+    panel = KILN_CONV_PANEL_WIDE;
+  } else {
+    if (groups == x->shape[1] && groups == w->shape[0]) return; /* depthwise */
+    kiln_conv2d_f32_args_t a;
+    kiln_hal_cpu_conv2d_args(g, n, NULL, &a);
+    a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+    a.ho = y->shape[2], a.wo = y->shape[3];
+    panel = kiln_conv2d_f32_panel_for(&a);
+  }
+  size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], kiln_cpu_conv_k(w), groups, panel);
+  if (!bytes) return;
+  f->layout = panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
+                                            : KILN_LAYOUT_CONV2D_PACKED;
+  f->nbytes = bytes;
+  f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
+  f->detail[KILN_CPU_DETAIL_PANEL] = panel;
+}
+
+kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
+                                         int32_t slot, const kiln_hal_weights_t* o,
+                                         kiln_hal_constant_form_t* f) {
+  const kiln_value_t* w = &g->values[n->inputs[slot]];
+  memset(f, 0, sizeof(*f));
+  f->layout = w->layout;
+  f->nbytes = w->nbytes;
+  if (slot != 1 || w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
+  if (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) {
+    kiln_cpu_conv_form(g, n, f);
+    return kiln_ok();
+  }
+  if (n->op != KILN_OP_LINEAR ||
+      (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
+    return kiln_ok();
+  int64_t k = w->shape[0], nn = w->shape[1];
+  if (o->quant_bits) {
+    int group = o->quant_bits == 8 ? 0 : o->quant_group;
+    f->nbytes = kiln_gemm_quant_packed_size(k, nn, o->quant_bits, group, o->quant_asym);
+    if (!f->nbytes)
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "weights: int%d with group %d%s is not a supported quantization",
+                              o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "");
+    f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+    f->detail[KILN_CPU_DETAIL_QGROUP] = group;
+    f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
+  } else if (o->bf16 == 2) {
+    f->layout = KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI;
+    f->nbytes = kiln_gemm_bf16_vnni_packed_size(k, nn);
+  } else if (o->bf16) {
+    f->layout = KILN_LAYOUT_GEMM_PACKED_B_BF16;
+    f->nbytes = kiln_gemm_bf16_packed_size(k, nn);
+  } else {
+    f->layout = KILN_LAYOUT_GEMM_PACKED_B;
+    f->nbytes = kiln_gemm_f32_packed_size(k, nn);
+  }
+  return kiln_ok();
+}
+
+void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
+                                void* out) {
+  if (f->layout == KILN_LAYOUT_CONV2D_PACKED || f->layout == KILN_LAYOUT_CONV2D_PACKED_16) {
+    kiln_conv2d_f32_pack_weight(w->shape[0], kiln_cpu_conv_k(w), f->detail[KILN_CPU_DETAIL_GROUPS],
+                                (int)f->detail[KILN_CPU_DETAIL_PANEL], w->data, out);
+    return;
+  }
+  /* A LINEAR weight: (K, N) read row-major, or its stored transpose. */
+  int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
+  int64_t k = w->shape[0], nn = w->shape[1];
+  int64_t row_stride = transposed ? 1 : nn, col_stride = transposed ? k : 1;
+  switch (f->layout) {
+    case KILN_LAYOUT_GEMM_PACKED_B_Q8:
+    case KILN_LAYOUT_GEMM_PACKED_B_Q4:
+      kiln_gemm_quant_pack_b(k, nn, w->data, row_stride, col_stride,
+                             f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
+                             (int)f->detail[KILN_CPU_DETAIL_QGROUP],
+                             (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+      break;
+    case KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI:
+      kiln_gemm_bf16_vnni_pack_b(k, nn, w->data, row_stride, col_stride, out);
+      break;
+    case KILN_LAYOUT_GEMM_PACKED_B_BF16:
+      kiln_gemm_bf16_pack_b(k, nn, w->data, row_stride, col_stride, out);
+      break;
+    default:
+      kiln_gemm_f32_pack_b(k, nn, w->data, row_stride, col_stride, out);
+      break;
+  }
+}
