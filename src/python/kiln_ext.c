@@ -20,6 +20,7 @@
 #include "runtime/kiln_plan_io.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
+#include "kiln_ext_profile.h"
 #include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
 
@@ -641,10 +642,12 @@ static PyObject* kiln_py_value_info(const kiln_graph_t* g, int32_t id) {
 }
 
 /* nodes() -> [(op, origin, inputs, outputs, params, runs_kernel)], inputs
- * and outputs as kiln_py_value_info; runs_kernel 0 for pure views. */
+ * and outputs as kiln_py_value_info; runs_kernel 0 for pure views. Of the
+ * graph the last call ran: a symbolic model's concrete instance (its
+ * symbolic graph, with symbolic dims, before the first call). */
 static PyObject* kiln_py_model_nodes(kiln_py_model_t* self, PyObject* unused) {
   (void)unused;
-  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_graph_t* g = kiln_model_last_graph(self->model);
   PyObject* list = PyList_New(g->n_nodes);
   for (int32_t i = 0; list && i < g->n_nodes; ++i) {
     const kiln_node_t* n = &g->nodes[i];
@@ -683,6 +686,23 @@ static PyObject* kiln_py_model_nodes(kiln_py_model_t* self, PyObject* unused) {
     PyList_SET_ITEM(list, i, row);
   }
   return list;
+}
+
+/* node_costs() -> [(flops, bytes)] per node (kiln_cost.h), of the graph the
+ * last call ran (a symbolic model's instance). */
+static PyObject* kiln_py_model_node_costs(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  return kiln_py_node_costs(self->model);
+}
+
+/* profile_report(wall_ms) -> (rows, totals, header, footer): the profile
+ * counters as kiln_profile.h's report (kiln_ext_profile.h). */
+static PyObject* kiln_py_model_profile_report(kiln_py_model_t* self, PyObject* args) {
+  double wall_ms;
+  if (!PyArg_ParseTuple(args, "d", &wall_ms)) return NULL;
+  kiln_status_t s;
+  PyObject* r = kiln_py_profile_report(self->model, wall_ms, &s);
+  return s ? kiln_py_raise(s) : r;
 }
 
 /* Pools made for set_threads, one per thread count, kept for the process's
@@ -807,6 +827,10 @@ static PyMethodDef kiln_py_model_methods[] = {
      "per-node ns waited at the host team's barrier (not in profile())"},
     {"nodes", (PyCFunction)kiln_py_model_nodes, METH_NOARGS,
      "[(op, origin, inputs, outputs, params, runs_kernel)]"},
+    {"node_costs", (PyCFunction)kiln_py_model_node_costs, METH_NOARGS,
+     "[(flops, bytes)] per node (kiln_cost.h)"},
+    {"profile_report", (PyCFunction)kiln_py_model_profile_report, METH_VARARGS,
+     "profile_report(wall_ms) -> (rows, totals, header, footer) against the machine's peaks"},
     {"set_threads", (PyCFunction)kiln_py_model_set_threads, METH_VARARGS,
      "set_threads(n): run on n threads (0: the default pool)"},
     {"threads", (PyCFunction)kiln_py_model_threads, METH_NOARGS, "threads runs use"},

@@ -20,19 +20,7 @@ import kiln
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KILN_BIN = REPO / "build" / "src" / "tools" / "kiln"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def machine_cache(tmp_path_factory):
-    """Peaks measured once into a test-private cache file, not the user's."""
-    path = tmp_path_factory.mktemp("machine") / "machine.json"
-    old = os.environ.get("KILN_MACHINE_CACHE")
-    os.environ["KILN_MACHINE_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("KILN_MACHINE_CACHE", None)
-    else:
-        os.environ["KILN_MACHINE_CACHE"] = old
+pytestmark = pytest.mark.usefixtures("machine_cache")
 
 
 class MLP(torch.nn.Module):
@@ -140,11 +128,31 @@ def test_report_against_a_gemm_of_known_flops(tmp_path):
     assert row["bound"] in ("compute", "memory") and row["peak_fraction"] > 0
     assert rep.totals["flops"] == row["flops"] and rep.totals["runs"] == 5
     assert abs(sum(r["share"] for r in rep.rows) - 1) < 1e-6
-    assert "linear" in str(rep) and "GFLOP/s" in str(rep)
+    assert "linear" in str(rep) and "GFLOP/s" in str(rep) and row["line"] in str(rep)
     t = json.loads(pathlib.Path(rep.export_chrome_trace(tmp_path / "k.json")).read_text())
     assert [e["name"] for e in t["traceEvents"]] == ["kiln::linear"]
     png = rep.plot_roofline(tmp_path / "roof.png")
     assert pathlib.Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_symbolic_model_profiled_at_the_call_sizes():
+    """A model with symbolic sizes: its torch.profiler events and its report
+    count the FLOPs of the sizes each call ran (its dims were symbolic ids,
+    which made torch.profiler fail)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 32).eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    c = kiln.trace(lin, torch.randn(4, 16), dynamic_shapes={"input": {0: batch}})
+    for rows in (8, 3):
+        x = torch.randn(rows, 16)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            y = c(x)
+        assert y.shape == (rows, 32)
+        (ev,) = [e for e in prof.events() if e.name == "kiln::linear"]
+        assert ev.input_shapes[0] == [rows, 16]
+        rep = kiln.profile(c, x, runs=2)
+        (row,) = [r for r in rep.rows if r["op"] == "linear"]
+        assert row["flops"] == 2 * rows * 16 * 32 and row["input_shapes"][0] == (rows, 16)
 
 
 def test_machine_is_measured_once_and_cached(machine_cache):
