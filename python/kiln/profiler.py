@@ -95,7 +95,11 @@ class ProfileReport:
     """What kiln.profile measured: ``rows`` (one dict per kernel node, slowest
     first: node, op, origin, ms, wait_ms, share, flops, bytes, gflops, gbs,
     intensity, bound, peak_fraction, input_shapes, output_shapes),
-    ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge),
+    ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge; and
+    the weights: weight_bytes one call reads, weight_rows (M of the largest
+    linear), weight_bound (their FLOPs per byte are below the ridge: a decode
+    step) and then the ceilings calls_per_s = bandwidth / weight_bytes and
+    tokens_per_s = calls_per_s * weight_rows, else 0),
     ``machine`` (kiln.machine()), ``str(report)`` the table (the lines
     ``kiln profile FILE`` prints, made by the same C code),
     ``export_chrome_trace(path)`` and ``plot_roofline(path)``."""

@@ -71,12 +71,20 @@ static PyObject* kiln_py_report_row(const kiln_profile_report_t* r, const kiln_g
 }
 
 static PyObject* kiln_py_report_totals(const kiln_profile_report_t* r) {
-  return Py_BuildValue("{s:L,s:i,s:d,s:d,s:d,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:s}", "runs",
-                       (long long)r->runs, "threads", r->threads, "ms", r->ms, "wait_ms",
-                       r->wait_ms, "wall_ms", r->wall_ms, "flops", (long long)r->flops, "bytes",
-                       (long long)r->bytes, "gflops", r->gflops, "gbs", r->gbs, "peak_gflops",
-                       r->peak_gflops, "bandwidth_gbs", r->bandwidth_gbs, "ridge", r->ridge, "isa",
-                       r->isa);
+  PyObject* t = Py_BuildValue("{s:L,s:i,s:d,s:d,s:d,s:L,s:L,s:d,s:d,s:d,s:d,s:d,s:s}", "runs",
+                              (long long)r->runs, "threads", r->threads, "ms", r->ms, "wait_ms",
+                              r->wait_ms, "wall_ms", r->wall_ms, "flops", (long long)r->flops,
+                              "bytes", (long long)r->bytes, "gflops", r->gflops, "gbs", r->gbs,
+                              "peak_gflops", r->peak_gflops, "bandwidth_gbs", r->bandwidth_gbs,
+                              "ridge", r->ridge, "isa", r->isa);
+  PyObject* w = t ? Py_BuildValue("{s:L,s:L,s:O,s:d,s:d}", "weight_bytes", (long long)r->weight_bytes,
+                                  "weight_rows", (long long)r->weight_rows, "weight_bound",
+                                  r->weight_bound ? Py_True : Py_False, "calls_per_s",
+                                  r->calls_per_s, "tokens_per_s", r->tokens_per_s)
+                  : NULL;
+  if (!w || PyDict_Update(t, w)) Py_CLEAR(t);
+  Py_XDECREF(w);
+  return t;
 }
 
 PyObject* kiln_py_profile_report(const kiln_model_t* model, double wall_ms,

@@ -3,6 +3,8 @@
  * them to each op's shapes and params. */
 #include "runtime/kiln_cost.h"
 
+#include <stdlib.h>
+
 
 #include "base/kiln_fused_program.h"
 
@@ -16,6 +18,22 @@ static int64_t kiln_cost_value_bytes(const kiln_graph_t* g, int32_t id) {
   const kiln_value_t* v = &g->values[id];
   if (v->kind == KILN_VALUE_CONSTANT) return (int64_t)v->nbytes;
   return kiln_value_numel(v) > 0 ? (int64_t)kiln_value_dense_bytes(v) : 0;
+}
+
+/* Bytes node n reads of its input i: all of it, except where the node picks
+ * parts of a table (gathers, embedding bags, slices and other strided
+ * copies): at most what it writes (an embedding reads a token's row, not
+ * the vocabulary). */
+static int64_t kiln_cost_input_bytes(const kiln_graph_t* g, const kiln_node_t* n, int32_t i) {
+  int64_t b = kiln_cost_value_bytes(g, n->inputs[i]);
+  int64_t picked = -1;
+  if (i == 0 && (n->op == KILN_OP_GATHER || n->op == KILN_OP_GATHER_ELEMENTS ||
+                 n->op == KILN_OP_STRIDED_COPY))
+    picked = kiln_cost_value_bytes(g, n->outputs[0]);
+  else if (i == 0 && n->op == KILN_OP_EMBEDDING_BAG && g->values[n->inputs[0]].rank == 2)
+    picked = kiln_cost_numel(g, n->inputs[1]) * g->values[n->inputs[0]].shape[1] *
+             (int64_t)kiln_dtype_size(g->values[n->inputs[0]].dtype);
+  return picked >= 0 && picked < b ? picked : b;
 }
 
 /* Operations per element of an ELTWISE_FUSED program: its arithmetic
@@ -110,7 +128,7 @@ void kiln_node_cost(const kiln_graph_t* g, const kiln_node_t* n, kiln_node_cost_
     if (id < 0) continue;
     for (int32_t j = 0; j < i; ++j) seen |= n->inputs[j] == id;
     if (seen) continue; /* attention reading q, k and v through views of one value */
-    int64_t b = kiln_cost_value_bytes(g, id);
+    int64_t b = kiln_cost_input_bytes(g, n, i);
     out->bytes += b;
     if (g->values[id].kind == KILN_VALUE_CONSTANT) out->constant_bytes += b;
   }
@@ -118,4 +136,36 @@ void kiln_node_cost(const kiln_graph_t* g, const kiln_node_t* n, kiln_node_cost_
   int64_t view_bytes;
   if (kiln_node_is_view(g, n, &view_bytes)) return; /* a copy at most: no arithmetic */
   out->flops = kiln_cost_flops(g, n);
+}
+
+int64_t kiln_graph_weight_bytes(const kiln_graph_t* g, int64_t* out_rows, int64_t* out_flops) {
+  int64_t total = 0, rows = 0, flops = 0, largest = -1;
+  /* Per constant, the most any one node reads of it. */
+  int64_t* read = calloc((size_t)g->n_values + 1, sizeof(int64_t));
+  if (!read) return -1;
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    int64_t view_bytes;
+    if (kiln_node_is_view(g, n, &view_bytes)) continue;
+    int reads = 0;
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      int32_t id = n->inputs[i];
+      if (id < 0 || g->values[id].kind != KILN_VALUE_CONSTANT) continue;
+      reads = 1;
+      int64_t b = kiln_cost_input_bytes(g, n, i);
+      if (b > read[id]) read[id] = b;
+      if (n->op == KILN_OP_LINEAR && i == 1 && b > largest) {
+        const kiln_value_t* x = &g->values[n->inputs[0]];
+        int64_t k = x->rank ? x->shape[x->rank - 1] : 0;
+        largest = b;
+        rows = k > 0 ? kiln_cost_numel(g, n->inputs[0]) / k : 0;
+      }
+    }
+    if (reads) flops += kiln_cost_flops(g, n);
+  }
+  for (int32_t v = 0; v < g->n_values; ++v) total += read[v];
+  free(read);
+  if (out_rows) *out_rows = rows;
+  if (out_flops) *out_flops = flops;
+  return total;
 }

@@ -11,7 +11,9 @@
  * (about what their kernels do); every other op one per output element
  * (reductions: per input element). Bytes: each distinct input value and the
  * output once, constants at their stored size (packed, bf16 or quantized
- * weights as stored), others dense: a lower bound (nothing read twice). A
+ * weights as stored), others dense, except that a gather, embedding bag or
+ * strided copy reads at most what it writes of its table (a token's row,
+ * not the vocabulary): a lower bound (nothing read twice). A
  * view node costs nothing. Symbolic sizes cost 0: pass a concrete graph (a
  * symbolic model's kiln_model_last_graph after a call). */
 #ifndef KILN_COST_H
@@ -28,5 +30,15 @@ typedef struct kiln_node_cost_s {
 } kiln_node_cost_t;
 
 void kiln_node_cost(const kiln_graph_t* graph, const kiln_node_t* node, kiln_node_cost_t* out);
+
+/* What a call streams from the weights: the bytes of every constant a
+ * non-view node reads, each constant once, at the most one node reads of it
+ * (an embedding table: the rows gathered). The least a call can move, so
+ * bandwidth / these bytes bounds calls per second from above; -1 when out
+ * of memory. *out_rows: the rows (M) of the LINEAR with the largest weight,
+ * the tokens one call computes in a decode step (0 without a LINEAR reading
+ * a constant weight); *out_flops: the FLOPs of the nodes that read
+ * constants. */
+int64_t kiln_graph_weight_bytes(const kiln_graph_t* graph, int64_t* out_rows, int64_t* out_flops);
 
 #endif /* KILN_COST_H */

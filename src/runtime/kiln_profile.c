@@ -32,6 +32,7 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
   r->peak_gflops = threads == 1 && m->fma_gflops_1 > 0 ? m->fma_gflops_1 : m->fma_gflops;
   r->bandwidth_gbs = threads == 1 && m->bandwidth_gbs_1 > 0 ? m->bandwidth_gbs_1 : m->bandwidth_gbs;
   r->ridge = r->bandwidth_gbs > 0 ? r->peak_gflops / r->bandwidth_gbs : 0;
+  r->l3_bytes = m->l3_bytes > 0 ? m->l3_bytes : 0;
   snprintf(r->isa, sizeof r->isa, "%s", m->isa[0] ? m->isa : kiln_cpu_isa_name(kiln_cpu_isa()));
   uint64_t total_ns = 0, total_wait = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
@@ -67,6 +68,18 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
   r->wait_ms = (double)total_wait * per * 1e-6;
   r->gflops = total_s > 0 ? (double)r->flops / total_s * 1e-9 : 0;
   r->gbs = total_s > 0 ? (double)r->bytes / total_s * 1e-9 : 0;
+  int64_t weight_flops = 0;
+  r->weight_bytes = kiln_graph_weight_bytes(g, &r->weight_rows, &weight_flops);
+  if (r->weight_bytes < 0) {
+    kiln_profile_report_deinitialize(r);
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "profile report weights");
+  }
+  r->weight_bound = r->weight_bytes > 0 && r->weight_rows > 0 &&
+                    (double)weight_flops < r->ridge * (double)r->weight_bytes;
+  if (r->weight_bound && r->bandwidth_gbs > 0) {
+    r->calls_per_s = r->bandwidth_gbs * 1e9 / (double)r->weight_bytes;
+    r->tokens_per_s = r->calls_per_s * (double)r->weight_rows;
+  }
   return kiln_ok();
 }
 
@@ -111,6 +124,18 @@ void kiln_profile_report_print_footer(const kiln_profile_report_t* r, FILE* out)
   fprintf(out, "%5s  %-18s%10.4f%6.1f%%%11.3f%10.1f%9.1f%7.1f\n", "", "total", r->ms,
           r->n_rows ? 100.0 : 0.0, (double)r->flops * 1e-6, (double)r->bytes / 1024, r->gflops,
           r->gbs);
+  fprintf(out, "weights: %.2f MiB of constants read per call", (double)r->weight_bytes / 1048576.0);
+  if (r->weight_bound && r->calls_per_s > 0)
+    fprintf(out,
+            "; they bound the call (decode-shaped, %lld row%s per call): at %.1f GB/s read, at "
+            "most %.1f calls/s, %.1f tokens/s%s\n",
+            (long long)r->weight_rows, r->weight_rows == 1 ? "" : "s", r->bandwidth_gbs,
+            r->calls_per_s, r->tokens_per_s,
+            r->weight_bytes <= r->l3_bytes ? " (the L3 holds them: a run may beat this memory "
+                                             "ceiling)"
+                                           : "");
+  else
+    fputs("\n", out);
 }
 
 void kiln_profile_report_print(const kiln_profile_report_t* r, const kiln_graph_t* g,

@@ -2,7 +2,9 @@
  * share, FLOPs and bytes (kiln_cost.h), achieved GFLOP/s and GB/s, whether
  * it is compute- or memory-bound on this machine (its arithmetic intensity
  * against the ridge of the measured peaks, kiln_machine.h) and the fraction
- * of that roof it reached; and totals.
+ * of that roof it reached; totals; and, for a model whose weights bound the
+ * call (a decode step), the calls/s and tokens/s ceiling: the measured read
+ * bandwidth over the weight bytes one call must stream.
  *
  * `kiln profile FILE` prints it; kiln.profile (Python) reads the same rows
  * and lines through the extension, so both show one table. The report is
@@ -40,6 +42,16 @@ typedef struct kiln_profile_report_s {
    * else all threads'. ridge = peak_gflops / bandwidth_gbs (FLOP/byte). */
   double peak_gflops, bandwidth_gbs, ridge;
   char isa[32];
+  /* The weights: bytes of constants one call reads (kiln_graph_weight_bytes),
+   * the rows per call (M of the largest linear) and whether the weights bound
+   * the call: the FLOPs of the nodes reading them per weight byte are below
+   * the ridge, so streaming the weights takes longer than their arithmetic
+   * (a decode step). Then calls_per_s = bandwidth / weight_bytes and
+   * tokens_per_s = calls_per_s * weight_rows are the ceilings, else 0. */
+  int64_t weight_bytes, weight_rows;
+  int weight_bound;
+  double calls_per_s, tokens_per_s;
+  int64_t l3_bytes; /* the machine's L3 (0: unknown): weights it holds may beat the ceiling */
 } kiln_profile_report_t;
 
 /* From per-node totals over `runs` runs (times_ns and wait_ns: graph->n_nodes
@@ -57,7 +69,7 @@ void kiln_profile_report_deinitialize(kiln_profile_report_t* report);
 
 /* The table: header lines, one line per row (row index r, in the report's
  * order; the origin, the PyTorch op and source line, comes last in full),
- * then the footer (the totals). kiln_profile_report_print writes all
+ * then the footer (the totals and the weights line). kiln_profile_report_print writes all
  * three, at most `limit` rows (< 0: all) and a line counting the others. */
 void kiln_profile_report_print_header(const kiln_profile_report_t* report, FILE* out);
 void kiln_profile_report_print_row(const kiln_profile_report_t* report, const kiln_graph_t* graph,

@@ -121,7 +121,70 @@ static void test_profile_report(void) {
   kiln_graph_release(g);
 }
 
+/* A decode step: a token's embedding row gathered from a (V, K) table,
+ * then two linears by the same (K, K) weight (read twice, streamed once)
+ * and one by a (K, N) weight, on R rows. */
+static kiln_graph_t* test_profile_decode_graph(int64_t rows) {
+  enum { V = 1000, K = 128, N = 256 };
+  static float table[V * K], wkk[K * K], wkn[K * N];
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t si[1] = {rows}, st[2] = {V, K}, s1[2] = {K, K}, s2[2] = {K, N};
+  int32_t ids, t, w1, w2, e, h1, h2, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "ids", KILN_I64, 1, si, &ids));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "table", KILN_F32, 2, st, KILN_LAYOUT_DENSE, table,
+                                         sizeof table, &t));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w1", KILN_F32, 2, s1, KILN_LAYOUT_DENSE, wkk, sizeof wkk, &w1));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w2", KILN_F32, 2, s2, KILN_LAYOUT_DENSE, wkn, sizeof wkn, &w2));
+  int32_t gi[2] = {t, ids};
+  int64_t axis = 0;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GATHER, gi, 2, &axis, 1, NULL, 0, NULL, &e));
+  int32_t l1[2] = {e, w1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, l1, 2, NULL, 0, NULL, 0, NULL, &h1));
+  int32_t l2[2] = {h1, w1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, l2, 2, NULL, 0, NULL, 0, NULL, &h2));
+  int32_t l3[2] = {h2, w2};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_LINEAR, l3, 2, NULL, 0, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
+static void test_profile_decode_ceiling(void) {
+  kiln_machine_t m;
+  memset(&m, 0, sizeof m);
+  m.fma_gflops_1 = m.fma_gflops = 100, m.bandwidth_gbs_1 = m.bandwidth_gbs = 10; /* ridge 10 */
+  uint64_t times[4] = {1000, 1000, 1000, 1000};
+  /* 2 rows: weights 4 (K K + K N) bytes and the 2 rows gathered, K floats each. */
+  kiln_graph_t* g = test_profile_decode_graph(2);
+  if (!g) return;
+  int64_t rows = -1, flops = -1;
+  const int64_t wb = 4 * (128 * 128 + 128 * 256) + 2 * 128 * 4;
+  KILN_EXPECT(kiln_graph_weight_bytes(g, &rows, &flops) == wb && rows == 2,
+              "weight bytes %lld (want %lld), rows %lld",
+              (long long)kiln_graph_weight_bytes(g, NULL, NULL), (long long)wb, (long long)rows);
+  KILN_EXPECT(flops == 2 * (2LL * 2 * 128 * 128) + 2LL * 2 * 128 * 256, "flops %lld", (long long)flops);
+  kiln_profile_report_t r;
+  KILN_EXPECT_OK(kiln_profile_report_make(g, times, NULL, 1, 1, 0.01, &m, &r));
+  KILN_EXPECT(r.weight_bytes == wb && r.weight_bound && r.weight_rows == 2 &&
+                  fabs(r.calls_per_s - 10e9 / (double)wb) < 1e-6 &&
+                  fabs(r.tokens_per_s - 2 * r.calls_per_s) < 1e-6,
+              "decode: %lld bytes, bound %d, %g calls/s, %g tokens/s", (long long)r.weight_bytes,
+              r.weight_bound, r.calls_per_s, r.tokens_per_s);
+  kiln_profile_report_deinitialize(&r);
+  kiln_graph_release(g);
+  /* 64 rows: 32 FLOP per weight byte, above the ridge: no ceiling. */
+  g = test_profile_decode_graph(64);
+  if (!g) return;
+  KILN_EXPECT_OK(kiln_profile_report_make(g, times, NULL, 1, 1, 0.01, &m, &r));
+  KILN_EXPECT(!r.weight_bound && r.weight_rows == 64 && r.calls_per_s == 0 && r.tokens_per_s == 0,
+              "prefill: bound %d rows %lld", r.weight_bound, (long long)r.weight_rows);
+  kiln_profile_report_deinitialize(&r);
+  kiln_graph_release(g);
+}
+
 void kiln_test_suite_profile(void) {
   test_profile_costs();
   test_profile_report();
+  test_profile_decode_ceiling();
 }

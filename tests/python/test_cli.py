@@ -347,3 +347,24 @@ def test_corrupted_symbolic_artifact_never_crashes(sym_artifact, tmp_path):
         assert p.returncode in (0, 1), p.stderr
         if p.returncode:
             assert p.stderr.startswith("kiln: ")
+
+
+def test_profile_states_the_decode_ceiling(tmp_path):
+    """`kiln profile` of a decode step (one token through a 256 -> 1024
+    linear) prints the weights it streams per call and the tokens/s
+    ceiling, the same figures as kiln.profile."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 256)
+    c = kiln.trace(torch.nn.Linear(256, 1024, bias=False).eval(), x)
+    path = tmp_path / "decode.kiln"
+    kiln.save(c, path)
+    out = cli("profile", path, "--runs", 2, "--warmup", 1).stdout
+    line = [l for l in out.splitlines() if l.startswith("weights:")]
+    assert line and "1.00 MiB of constants read per call" in line[0], out
+    assert "decode-shaped, 1 row per call" in line[0] and "tokens/s" in line[0]
+    # The ceiling is the read bandwidth (1 thread: KILN_NUM_THREADS=1) over
+    # 1 MiB; the roofs line rounds the bandwidth to 0.05 GB/s.
+    roofs = [l for l in out.splitlines() if l.startswith("roofs:")][0]
+    gbs = float(roofs.split("GFLOP/s fp32 FMA, ")[1].split(" GB/s")[0])
+    calls = float(line[0].split("at most ")[1].split(" calls/s")[0])
+    assert abs(calls - gbs * 1e9 / 2**20) <= 0.05e9 / 2**20 + 0.1, (calls, gbs)

@@ -155,6 +155,41 @@ def test_symbolic_model_profiled_at_the_call_sizes():
         assert row["flops"] == 2 * rows * 16 * 32 and row["input_shapes"][0] == (rows, 16)
 
 
+class Decoder(torch.nn.Module):
+    """A decode step's shape: an embedding row, then two linears."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 256)
+        self.a = torch.nn.Linear(256, 512, bias=False)
+        self.b = torch.nn.Linear(512, 256, bias=False)
+
+    def forward(self, ids):
+        return self.b(torch.relu(self.a(self.emb(ids))))
+
+
+def test_decode_ceiling_from_known_weight_bytes():
+    """A decode-shaped call (2 tokens, one row each) streams its weights:
+    2 x 256 x 512 fp32 linear weights and the 2 embedding rows it gathers
+    (not the 1000-row table). The report states bandwidth / those bytes as
+    the calls/s ceiling, times 2 rows as tokens/s; a prefill-shaped call of
+    the same model is compute-bound on its weights and states none."""
+    torch.manual_seed(0)
+    m = Decoder().eval()
+    ids = torch.tensor([[7], [11]])
+    rep = kiln.profile(kiln.trace(m, ids), ids, runs=2)
+    t = rep.totals
+    assert t["weight_bytes"] == 4 * (2 * 256 * 512) + 2 * 256 * 4
+    assert t["weight_rows"] == 2 and t["weight_bound"] is True
+    assert t["calls_per_s"] == pytest.approx(t["bandwidth_gbs"] * 1e9 / t["weight_bytes"], rel=1e-12)
+    assert t["tokens_per_s"] == pytest.approx(2 * t["calls_per_s"], rel=1e-12)
+    assert f"{t['tokens_per_s']:.1f} tokens/s" in str(rep) and "decode-shaped, 2 rows" in str(rep)
+    prefill = torch.randint(0, 1000, (1, 256))
+    rep = kiln.profile(kiln.trace(m, prefill), prefill, runs=1)
+    assert rep.totals["weight_rows"] == 256 and rep.totals["weight_bound"] is False
+    assert rep.totals["tokens_per_s"] == 0 and "tokens/s" not in str(rep)
+
+
 def test_machine_is_measured_once_and_cached(machine_cache):
     m = kiln.machine()
     assert m["cores"] >= 1 and m["threads"] >= 1 and m["cpu_model"]
