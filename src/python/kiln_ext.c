@@ -848,16 +848,29 @@ static PyTypeObject kiln_py_model_type = {
 /* ---- module functions --------------------------------------------------- */
 
 /* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
- * group=32, asym=False) -> Model.
+ * group=32, asym=False, progress=None) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
- * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group. */
+ * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group.
+ * progress: None, or a callable given each pass's name as it starts. */
+/* The compiler's on_pass: calls the front end's progress callable with the
+ * pass's name (compiles run with the GIL released: taken back here). A
+ * progress bar never fails a compile: its errors are dropped. */
+static void kiln_py_on_pass(void* ctx, const char* pass) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* r = PyObject_CallFunction((PyObject*)ctx, "s", pass);
+  if (!r) PyErr_Clear();
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+}
+
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
   int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0;
-  if (!PyArg_ParseTuple(args, "O!|pppiip", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16, &quant, &group, &asym))
+  PyObject* progress = Py_None;
+  if (!PyArg_ParseTuple(args, "O!|pppiipO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym, &progress))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -870,12 +883,17 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   o.weights_quant = quant;
   o.weights_group = group;
   o.weights_asym = asym;
+  if (progress != Py_None) {
+    o.on_pass = kiln_py_on_pass;
+    o.on_pass_ctx = progress;
+  }
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Py_BEGIN_ALLOW_THREADS s = kiln_compile(g, &o, &compiled);
+  if (!s && o.on_pass) o.on_pass(o.on_pass_ctx, "plan");
   if (!s) s = kiln_model_create(compiled, NULL, NULL, &model);
   Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
   clock_gettime(CLOCK_MONOTONIC, &t1);
