@@ -183,7 +183,25 @@ static void test_profile_decode_ceiling(void) {
   kiln_graph_release(g);
 }
 
+/* One sample of each of kiln info's probes (what bench_gemm takes beside
+ * each row): a positive rate; bad arguments are errors. */
+static void test_profile_machine_sample(void) {
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  double v = 0;
+  KILN_EXPECT_OK(kiln_machine_sample(NULL, 1, KILN_MACHINE_PROBE_FMA, &v));
+  KILN_EXPECT(v > 0, "fma sample %g", v);
+  v = 0;
+  KILN_EXPECT_OK(kiln_machine_sample(pool, 2, KILN_MACHINE_PROBE_READ, &v));
+  KILN_EXPECT(v > 0, "read sample %g", v);
+  KILN_EXPECT_ERROR(kiln_machine_sample(NULL, 2, KILN_MACHINE_PROBE_FMA, &v), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_machine_sample(pool, 0, KILN_MACHINE_PROBE_FMA, &v), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_machine_sample(pool, 1, (kiln_machine_probe_t)7, &v), KILN_INVALID_ARGUMENT);
+  kiln_pool_release(pool);
+}
+
 void kiln_test_suite_profile(void) {
+  test_profile_machine_sample();
   test_profile_costs();
   test_profile_report();
   test_profile_decode_ceiling();
