@@ -161,7 +161,7 @@ class ProfileReport:
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (FLOP / byte)")
         ax.set_ylabel("GFLOP/s")
-        ax.set_title(title or "kiln nodes against this machine's roofs (size: share of time)")
+        ax.set_title(title or "kiln nodes against this machine's roofs (size: share of time)", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         fig.savefig(path)
