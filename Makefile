@@ -88,12 +88,14 @@ bench-kernels: build
 
 # OpInfo coverage (issue 7): every op_db sample through kiln.trace, per-op
 # pass / fail / unsupported, totals and the Core ATen figure; coverage.json.
+# coverage, bench and fuzz draw a progress bar on a terminal (kiln/progress.py;
+# none when stderr is not one; KILN_PROGRESS=0/1 forces it off/on).
 coverage: build
 	$(PY) tests/coverage/opinfo_coverage.py $(if $(QUICK),--quick) $(if $(RESUME),--resume) --out coverage.json
 
 # The random-graph differential fuzzer (tests/fuzz, issue 16): N random graphs
 # of seed SEED through kiln against eager PyTorch (float32 and float64), each
-# failure shrunk to a script under build/fuzz/. A progress line on a
+# failure shrunk to a script under build/fuzz/. A progress bar on a
 # terminal, none otherwise; the last line is "P passed, F failed (...)".
 # JOBS worker processes (default 1: the machine is shared); TIME=SEC stops
 # starting graphs after SEC seconds.

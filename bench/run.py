@@ -441,6 +441,8 @@ def driver(args) -> int:
     from models import MODELS
     import report
 
+    from kiln.progress import Progress
+
     names = list(MODELS) if not args.models else [m.strip() for m in args.models.split(",")]
     bad = [m for m in names if m not in MODELS]
     if bad:
@@ -457,65 +459,73 @@ def driver(args) -> int:
     later = []   # training rows' later thread counts: their own processes, at the end
     optional = [m for m in names if MODELS[m].kind in QUICK_OPTIONAL] if quick else []
     names_now = [m for m in names if m not in optional]
-    for k, name in enumerate(names_now):
-        spec = MODELS[name]
-        skip = QUICK_SKIP if quick and spec.quick_skip_inductor else ""
-        elapsed = time.perf_counter() - start
-        if spec.train:
-            run_threads, deadline = threads[:1], 0.0
-            later += [(name, n) for n in threads[1:]]
-        else:
-            run_threads = threads
-            # QUICK: later thread counts only if the models still to come fit.
-            rest = slow * sum(_estimate(MODELS[m]) for m in names_now[k + 1:])
-            deadline = t_start + QUICK_BUDGET_S - rest if quick else 0.0
-        print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, run_threads))} thread(s) ...",
-              end="", flush=True)
-        got, info = run_one(name, run_threads, quick, skip, timeout, deadline)
-        rows += got
-        infos.append(info)
-        first_only = info["wall_s"] - sum(v for k, v in info["phases"].items()
-                                          if k in ("switch+check", "ort session later")
-                                          or (k.startswith("timing ") and k != f"timing {threads[0]}t"))
-        est_sum += _estimate(spec)
-        wall_sum += first_only
-        slow = max(0.8, wall_sum / est_sum)
-        print(f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else "")
-              + "".join(f"  [{r['threads']}t skipped: budget]" for r in got if r.get("skipped")),
-              flush=True)
-        print("    " + phase_line(info), flush=True)
-    first_wall = {i["model"]: i["wall_s"] for i in infos}
-    for name, n in later:
-        spec = MODELS[name]
-        elapsed = time.perf_counter() - start
-        if quick and elapsed + 1.2 * first_wall.get(name, 30.0) > QUICK_BUDGET_S:
-            rows.append({"model": name, "about": spec.about, "threads": n, "train": spec.train,
-                         "skipped": "skipped in QUICK (time budget)", "systems": {}})
-            print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s): skipped (QUICK budget)", flush=True)
-            continue
-        print(f"[{elapsed:6.1f}s] {name} @ {n} thread(s) ...", end="", flush=True)
-        got, info = run_one(name, [n], quick, QUICK_SKIP if quick else "", timeout)
-        rows += got
-        infos.append(info)
-        print(f" {info['wall_s']:.1f}s", flush=True)
-        print("    " + phase_line(info), flush=True)
-    for name in optional:   # QUICK: what still fits
-        spec = MODELS[name]
-        elapsed = time.perf_counter() - start
-        if elapsed + slow * _estimate(spec) > QUICK_BUDGET_S:
-            rows += _placeholder_rows(name, threads, "skipped in QUICK (time budget)")
-            print(f"[{elapsed:6.1f}s] {name}: skipped (QUICK budget)", flush=True)
-            continue
-        print(f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, threads))} thread(s) ...",
-              end="", flush=True)
-        # Cut off at the budget's end (what it saved by then is kept).
-        left = max(30.0, QUICK_BUDGET_S - elapsed + 10)
-        got, info = run_one(name, threads, quick, "", left, t_start + QUICK_BUDGET_S - 10)
-        rows += got
-        infos.append(info)
-        print(f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else ""),
-              flush=True)
-        print("    " + phase_line(info), flush=True)
+    steps = len(names_now) + len(optional) + sum(len(threads) - 1 for m in names_now if MODELS[m].train)
+    bar = Progress(steps, "bench", ticker=True, interval=0.5)
+    try:
+        for k, name in enumerate(names_now):
+            spec = MODELS[name]
+            skip = QUICK_SKIP if quick and spec.quick_skip_inductor else ""
+            elapsed = time.perf_counter() - start
+            if spec.train:
+                run_threads, deadline = threads[:1], 0.0
+                later += [(name, n) for n in threads[1:]]
+            else:
+                run_threads = threads
+                # QUICK: later thread counts only if the models still to come fit.
+                rest = slow * sum(_estimate(MODELS[m]) for m in names_now[k + 1:])
+                deadline = t_start + QUICK_BUDGET_S - rest if quick else 0.0
+            head = f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, run_threads))} thread(s) ..."
+            bar.stage(f"{name} @ {','.join(map(str, run_threads))}t")
+            got, info = run_one(name, run_threads, quick, skip, timeout, deadline)
+            rows += got
+            infos.append(info)
+            first_only = info["wall_s"] - sum(v for k, v in info["phases"].items()
+                                              if k in ("switch+check", "ort session later")
+                                              or (k.startswith("timing ") and k != f"timing {threads[0]}t"))
+            est_sum += _estimate(spec)
+            wall_sum += first_only
+            slow = max(0.8, wall_sum / est_sum)
+            bar.write(head + f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else "")
+                      + "".join(f"  [{r['threads']}t skipped: budget]" for r in got if r.get("skipped")))
+            bar.write("    " + phase_line(info))
+            bar.update()
+        first_wall = {i["model"]: i["wall_s"] for i in infos}
+        for name, n in later:
+            spec = MODELS[name]
+            elapsed = time.perf_counter() - start
+            if quick and elapsed + 1.2 * first_wall.get(name, 30.0) > QUICK_BUDGET_S:
+                rows.append({"model": name, "about": spec.about, "threads": n, "train": spec.train,
+                             "skipped": "skipped in QUICK (time budget)", "systems": {}})
+                bar.write(f"[{elapsed:6.1f}s] {name} @ {n} thread(s): skipped (QUICK budget)")
+                bar.update()
+                continue
+            bar.stage(f"{name} @ {n}t")
+            got, info = run_one(name, [n], quick, QUICK_SKIP if quick else "", timeout)
+            rows += got
+            infos.append(info)
+            bar.write(f"[{elapsed:6.1f}s] {name} @ {n} thread(s) ... {info['wall_s']:.1f}s")
+            bar.write("    " + phase_line(info))
+            bar.update()
+        for name in optional:   # QUICK: what still fits
+            spec = MODELS[name]
+            elapsed = time.perf_counter() - start
+            if elapsed + slow * _estimate(spec) > QUICK_BUDGET_S:
+                rows += _placeholder_rows(name, threads, "skipped in QUICK (time budget)")
+                bar.write(f"[{elapsed:6.1f}s] {name}: skipped (QUICK budget)")
+                bar.update()
+                continue
+            head = f"[{elapsed:6.1f}s] {name} @ {','.join(map(str, threads))} thread(s) ..."
+            bar.stage(f"{name} @ {','.join(map(str, threads))}t")
+            # Cut off at the budget's end (what it saved by then is kept).
+            left = max(30.0, QUICK_BUDGET_S - elapsed + 10)
+            got, info = run_one(name, threads, quick, "", left, t_start + QUICK_BUDGET_S - 10)
+            rows += got
+            infos.append(info)
+            bar.write(head + f" {info['wall_s']:.1f}s" + (f"  ({got[0]['error']})" if got[0].get("error") else ""))
+            bar.write("    " + phase_line(info))
+            bar.update()
+    finally:
+        bar.close()
     # The table lists every model at the first thread count, then the next.
     order = {n: k for k, n in enumerate(names)}
     rows.sort(key=lambda r: (threads.index(r["threads"]) if r["threads"] in threads else 99,

@@ -17,7 +17,10 @@
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 
-/* One thread's AVX2 FMA peak in GFLOP/s per CPU second (0 without AVX2). */
+/* One thread's AVX2 FMA peak in GFLOP/s per CPU second (0 without AVX2):
+ * measured here, not read from kiln info, because this tool times each call
+ * as a CPU-time minimum and divides by a peak taken the same way (kiln
+ * info's peaks are wall-time rates). */
 static double bench_peak(void) { return bench_fma_peak_cpu(5, 20000000L); }
 
 typedef struct {

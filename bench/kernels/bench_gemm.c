@@ -1,8 +1,9 @@
 /* Kernel benchmark (the C half of `make bench-kernels`).
  *
- * First measures what this machine can do, per thread count: the FMA peak
- * of a register-only loop and the streaming read bandwidth of a loop summing
- * a buffer far larger than the caches. Then times kiln's kernels (fp32 GEMM
+ * Reads what this machine can do from kiln info (runtime/kiln_machine.h:
+ * the FMA peak of a register-only loop and the streaming read bandwidth of
+ * a loop summing a buffer far larger than the caches, per thread count;
+ * cached, or measured now). Then times kiln's kernels (fp32 GEMM
  * with B packed, the M=1 decode GEMV, bf16-weight GEMM and GEMV, attention,
  * conv2d at ResNet-18 shapes, layer_norm, softmax, gelu) and, beside them,
  * OpenBLAS's sgemm/sgemv on the same operands. OpenBLAS is loaded with
@@ -27,7 +28,7 @@
  *            until "d": "k N" / "b N" run kiln / OpenBLAS N times and print
  *            the seconds taken; "p" runs one peak sample and prints its
  *            GFLOP/s or GB/s. At the end, one line {"end": {...}} with the
- *            machine's peaks measured at the start.
+ *            machine's peaks (kiln info's) and where they came from.
  *   --min N  on a loaded machine: every figure the minimum over N single
  *            calls instead of a median of ~30 ms samples, in the calling
  *            thread's CPU time with one thread (time sliced away to other
@@ -45,6 +46,7 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "bench_timing.h"
+#include "runtime/kiln_machine.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/nn/kiln_nn.h"
@@ -57,6 +59,8 @@ static int bench_min_reps;
 static int bench_clock_cpu;
 /* --serve: run.py drives the rounds (see the usage above). */
 static int bench_serve;
+/* Where the machine's peaks came from (kiln info's cache or a measurement). */
+static char bench_peaks_from[96];
 
 typedef void (*bench_fn)(void*);
 
@@ -88,56 +92,13 @@ static int bench_calls_per_sample(bench_fn fn, void* ctx) {
   return one > 0.03 ? 1 : (int)(0.03 / (one > 1e-6 ? one : 1e-6)) + 1;
 }
 
-/* ---- FMA peak: 12 independent FMA chains, no memory traffic ------------ */
+/* ---- peaks -------------------------------------------------------------------- */
 
-/* Iterations of one peak sample: ~25 ms at 1 thread on a 3 GHz core. */
-#define BENCH_FMA_ITERS 12000000L
-
-#ifdef BENCH_X86
-__attribute__((target("avx512f"))) static float bench_fma_avx512(long iters) {
-  __m512 acc[12], x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps((float)i);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-  __m512 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
-}
-#endif
-
-static float bench_fma_generic(long iters) {
-  float acc[12][8], x = 0.999f, y = 1e-7f;
-  for (int i = 0; i < 12; ++i)
-    for (int j = 0; j < 8; ++j) acc[i][j] = (float)(i + j);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i)
-      for (int j = 0; j < 8; ++j) acc[i][j] = acc[i][j] * x + y;
-  float s = 0;
-  for (int i = 0; i < 12; ++i)
-    for (int j = 0; j < 8; ++j) s += acc[i][j];
-  return s;
-}
-
-/* FLOP per iteration of the loop that ran. */
-static double bench_fma_run(long iters) {
-#ifdef BENCH_X86
-  if (kiln_cpu_isa() >= KILN_ISA_AVX512) {
-    bench_sink = bench_fma_avx512(iters);
-    return 12.0 * 16 * 2;
-  }
-  if (kiln_cpu_isa() >= KILN_ISA_AVX2) {
-    bench_sink = bench_fma_avx2(iters);
-    return 12.0 * 8 * 2;
-  }
-#endif
-  bench_sink = bench_fma_generic(iters);
-  return 12.0 * 8 * 2;
-}
-
-static void bench_fma_task(void* ctx, size_t task, int thread) {
-  (void)thread;
-  ((double*)ctx)[task] = bench_fma_run(BENCH_FMA_ITERS);
-}
+/* The machine's peaks and the per-round peak samples come from kiln's own
+ * probes (runtime/kiln_machine.h: the FMA loop, and four interleaved read
+ * streams per thread over a 128 MiB buffer), the figures `kiln info` and
+ * kiln.machine() give. --min alone keeps a CPU-time FMA peak of its own
+ * (bench_timing.h): its timings are CPU-time minima too. */
 
 /* --min: each thread's fastest of many short runs of the FMA loop, in its
  * own CPU time (GFLOP/s per thread, summed by the caller). */
@@ -146,99 +107,24 @@ static void bench_fma_min_task(void* ctx, size_t task, int thread) {
   ((double*)ctx)[task] = bench_fma_peak_cpu(400, 100000L);
 }
 
-/* One sample: GFLOP/s of `threads` cores all running the FMA loop (one
- * task each). */
-static double bench_fma_sample(kiln_pool_t* pool, int threads) {
-  double flop_per_iter[2] = {0, 0};
-  double t0 = bench_now();
-  kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_task, flop_per_iter);
-  return flop_per_iter[0] * BENCH_FMA_ITERS * threads / (bench_now() - t0) * 1e-9;
+/* One sample of kiln's peak probe: FMA GFLOP/s or read GB/s. */
+static double bench_probe_sample(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe) {
+  double v = 0;
+  kiln_status_t s = kiln_machine_sample(pool, threads, probe, &v);
+  if (s) {
+    fprintf(stderr, "bench_gemm: peak sample: %s\n", kiln_status_message(s));
+    kiln_status_free(s);
+    exit(1);
+  }
+  return v;
 }
 
-/* The FMA peak: the median of 5 samples. */
-static double bench_fma_peak(kiln_pool_t* pool, int threads) {
-  if (bench_min_reps > 0 && threads <= 2) {
-    double per[2] = {0, 0};
-    kiln_pool_parallel_for(pool, (size_t)threads, bench_fma_min_task, per);
-    return per[0] + per[1];
-  }
+/* The median of 5 samples: the peak of a thread count kiln info does not
+ * cache (it keeps 1 thread and all of the default pool's). */
+static double bench_probe_median(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe) {
   double g[5];
-  for (int r = 0; r < 5; ++r) g[r] = bench_fma_sample(pool, threads);
+  for (int r = 0; r < 5; ++r) g[r] = bench_probe_sample(pool, threads, probe);
   return bench_median(g, 5);
-}
-
-/* ---- streaming read bandwidth: sum a buffer far beyond the L3 ----------- */
-
-typedef struct {
-  const float* p;
-  size_t n, chunks;
-  float sum[64];
-} bench_read_t;
-
-/* Each thread reads its slice as four interleaved sequential streams: on
- * this kind of machine several streams draw more bandwidth than one (the
- * hardware prefetchers run ahead of each stream by a bounded distance), and
- * the peak should be the most a read loop gets, not what one stream gets.
- * Eight independent sums: the add latency never limits the loads. */
-#ifdef BENCH_X86
-__attribute__((target("avx2"))) static float bench_read_avx2(const float* p, size_t n) {
-  __m256 s[8];
-  for (int j = 0; j < 8; ++j) s[j] = _mm256_setzero_ps();
-  size_t q = n / 4 / 16 * 16;
-  for (size_t i = 0; i < q; i += 16)
-    for (int j = 0; j < 4; ++j) {
-      s[2 * j] = _mm256_add_ps(s[2 * j], _mm256_load_ps(p + j * q + i));
-      s[2 * j + 1] = _mm256_add_ps(s[2 * j + 1], _mm256_load_ps(p + j * q + i + 8));
-    }
-  for (int j = 1; j < 8; ++j) s[0] = _mm256_add_ps(s[0], s[j]);
-  return _mm256_cvtss_f32(s[0]);
-}
-#endif
-
-static float bench_read_generic(const float* p, size_t n) {
-  float s[4][8] = {{0}};
-  size_t q = n / 4 / 8 * 8;
-  for (size_t i = 0; i < q; i += 8)
-    for (int j = 0; j < 4; ++j)
-      for (int l = 0; l < 8; ++l) s[j][l] += p[j * q + i + l];
-  return s[0][0] + s[3][7];
-}
-
-/* Contiguous slices, one per thread, as the GEMV splits its weights. */
-static void bench_read_task(void* ctx, size_t task, int thread) {
-  bench_read_t* r = ctx;
-  size_t per = r->n / r->chunks / 64 * 64, i0 = task * per;
-#ifdef BENCH_X86
-  if (kiln_cpu_isa() >= KILN_ISA_AVX2) {
-    r->sum[thread] += bench_read_avx2(r->p + i0, per);
-    return;
-  }
-#endif
-  r->sum[thread] += bench_read_generic(r->p + i0, per);
-}
-
-/* The buffer the read loop sums: 256 MiB, far beyond the L3, kept for the
- * per-row peak samples of the GB/s rows. */
-static float* bench_read_buf;
-static const size_t bench_read_n = (size_t)64 << 20;
-
-/* One sample: GB/s of `threads` cores reading the buffer once. */
-static double bench_read_sample(kiln_pool_t* pool, int threads) {
-  bench_read_t r;
-  memset(&r, 0, sizeof(r));
-  r.p = bench_read_buf, r.n = bench_read_n, r.chunks = (size_t)threads;
-  double t0 = bench_now();
-  kiln_pool_parallel_for(pool, r.chunks, bench_read_task, &r);
-  double t = bench_now() - t0;
-  bench_sink = r.sum[0];
-  return (double)bench_read_n * sizeof(float) / t * 1e-9;
-}
-
-/* The streaming read bandwidth: the median of 7 samples. */
-static double bench_read_bw(kiln_pool_t* pool, int threads) {
-  double g[7];
-  for (int k = 0; k < 7; ++k) g[k] = bench_read_sample(pool, threads);
-  return bench_median(g, 7);
 }
 
 /* ---- OpenBLAS through dlopen -------------------------------------------- */
@@ -376,10 +262,11 @@ static void bench_blas_threads(int t) {
   if (bench_blas.lib) bench_blas.set_threads(t);
 }
 
-/* One peak sample for a row: FMA GFLOP/s, or read GB/s for a GB/s row. */
+/* One peak sample for a row, taken in its rounds: FMA GFLOP/s, or read GB/s
+ * for a GB/s row. */
 static double bench_peak_sample(const bench_row_t* r, kiln_pool_t* pool) {
-  return r->unit[1] == 'F' ? bench_fma_sample(pool, r->threads)
-                           : bench_read_sample(pool, r->threads);
+  return bench_probe_sample(pool, r->threads,
+                            r->unit[1] == 'F' ? KILN_MACHINE_PROBE_FMA : KILN_MACHINE_PROBE_READ);
 }
 
 /* OpenBLAS's pthreads spin for a while (about 2^28 cycles) after each
@@ -748,10 +635,12 @@ static void bench_json_string(const char* s) {
   putchar('"');
 }
 
-/* --serve's last line: the peaks measured at the start, and OpenBLAS. */
+/* --serve's last line: the machine's peaks, and OpenBLAS. */
 static void bench_print_end(int max_t, const double* peak, const double* bw) {
-  printf("{\"end\": {\"machine\": {\"isa\": \"%s\", \"threads\": [",
+  printf("{\"end\": {\"machine\": {\"isa\": \"%s\", \"peaks_from\": ",
          kiln_cpu_isa_name(kiln_cpu_isa()));
+  bench_json_string(bench_peaks_from);
+  printf(", \"threads\": [");
   for (int t = 1; t <= max_t; ++t) printf("%s%d", t > 1 ? ", " : "", t);
   printf("], \"fma_peak_gflops\": [");
   for (int t = 1; t <= max_t; ++t) printf("%s%.3f", t > 1 ? ", " : "", peak[t - 1]);
@@ -780,15 +669,15 @@ static void bench_print_table(int max_t, const double* peak, const double* bw) {
   printf("\n");
   printf("machine        ");
   for (int t = 1; t <= max_t; ++t) printf("%d thread%s  ", t, t > 1 ? "s" : " ");
-  printf("\nFMA peak       ");
+  printf("  (%s)\nFMA peak       ", bench_peaks_from);
   for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", peak[t - 1]);
   printf(" GFLOP/s\nread bandwidth ");
   for (int t = 1; t <= max_t; ++t) printf("%9.1f  ", bw[t - 1]);
   printf(" GB/s\n\n%% peak: against the peak samples taken in the row's own rounds (their median"
-         " in the peak column)%s\n\n",
+         " in the \"row peak\" column)%s\n\n",
          bench_min_reps > 0 ? "; with --min, against the peaks above" : "");
   printf("%-12s %-24s %3s %10s %7s %10s %8s %7s\n", "kernel", "shape", "thr", "kiln", "% peak",
-         "OpenBLAS", "peak", "unit");
+         "OpenBLAS", "row peak", "unit");
   for (int i = 0; i < bench_n_rows; ++i) {
     const bench_row_t* r = &bench_rows[i];
     double rate = r->work / r->kiln_s * 1e-9;
@@ -847,10 +736,38 @@ int main(int argc, char** argv) {
   }
   bench_blas_open();
 
+  /* The machine's peaks: kiln info's (cached, or measured now). */
+  kiln_machine_t machine;
+  kiln_pool_t* all = kiln_pool_default();
+  kiln_status_t ms = all ? kiln_machine_get(all, 0, &machine)
+                         : kiln_status_make(KILN_OUT_OF_MEMORY, "the default pool");
+  if (ms) {
+    fprintf(stderr, "bench_gemm: kiln info's peaks: %s\n", kiln_status_message(ms));
+    kiln_status_free(ms);
+    return 1;
+  }
   double peak[2] = {0, 0}, bw[2] = {0, 0};
-  for (int t = 1; t <= max_t; ++t) peak[t - 1] = bench_fma_peak(pools[t - 1], t);
-  bench_read_buf = bench_floats(bench_read_n, 7);
-  for (int t = 1; t <= max_t; ++t) bw[t - 1] = bench_read_bw(pools[t - 1], t);
+  for (int t = 1; t <= max_t; ++t) {
+    if (t == 1) {
+      peak[0] = machine.fma_gflops_1, bw[0] = machine.bandwidth_gbs_1;
+    } else if (t == machine.threads) {
+      peak[t - 1] = machine.fma_gflops, bw[t - 1] = machine.bandwidth_gbs;
+    } else {
+      peak[t - 1] = bench_probe_median(pools[t - 1], t, KILN_MACHINE_PROBE_FMA);
+      bw[t - 1] = bench_probe_median(pools[t - 1], t, KILN_MACHINE_PROBE_READ);
+    }
+    if (bench_min_reps > 0 && t <= 2) { /* CPU-time peaks for CPU-time timings */
+      double per[2] = {0, 0};
+      kiln_pool_parallel_for(pools[t - 1], (size_t)t, bench_fma_min_task, per);
+      peak[t - 1] = per[0] + per[1];
+    }
+  }
+  char when[32] = "?";
+  time_t at = (time_t)machine.measured_at;
+  struct tm tm_at;
+  if (gmtime_r(&at, &tm_at)) strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm_at);
+  snprintf(bench_peaks_from, sizeof bench_peaks_from, "kiln info, %s %s",
+           machine.measured ? "measured now," : "cached, measured", when);
   if (bench_wanted(only, "gemm")) bench_gemms(pools, max_t);
   if (bench_wanted(only, "train")) bench_gemms_train(pools, max_t);
   if (bench_wanted(only, "gemv")) bench_gemvs(pools, max_t);
@@ -862,7 +779,6 @@ int main(int argc, char** argv) {
     bench_print_end(max_t, peak, bw);
   else
     bench_print_table(max_t, peak, bw);
-  free(bench_read_buf);
   for (int t = 0; t < max_t; ++t) kiln_pool_release(pools[t]);
   if (bench_blas.lib) dlclose(bench_blas.lib);
   return 0;

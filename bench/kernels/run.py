@@ -1,8 +1,9 @@
 """`make bench-kernels`: kiln's kernels beside torch and OpenBLAS, one run.
 
 Drives the C benchmark (build/bench/kernels/bench_gemm --serve), which
-measures this machine's FMA peak and streaming read bandwidth per thread
-count, then holds each row's operands while this script times the row in
+reads this machine's FMA peak and streaming read bandwidth per thread count
+from kiln info (kiln.machine(): cached, or measured then), then holds each
+row's operands while this script times the row in
 rounds: every round takes one ~30 ms sample of kiln (in the C process), of
 OpenBLAS sgemm/sgemv (also there), of the same operation through torch (here,
 same thread count) and of the peak loop, in an order that rotates round to
@@ -183,7 +184,7 @@ def ratio(a, b):
 
 def table(res):
     lines = [
-        "| kernel | shape | threads | unit | kiln | peak | % of peak | torch | OpenBLAS | kiln / torch | kiln / OpenBLAS |",
+        "| kernel | shape | threads | unit | kiln | row peak | % of peak | torch | OpenBLAS | kiln / torch | kiln / OpenBLAS |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in res["rows"]:
@@ -218,10 +219,12 @@ def header(res):
     blas = res["openblas"]["library"] if res["openblas"] else "not installed (column empty)"
     n = res.get("n_passes", 1)
     passes = f"the median over {n} passes" if n > 1 else "one pass"
+    source = m.get("peaks_from", "measured at the start")
     return (f"Measured {res['date']} on {res['cpu']} (kiln ISA {m['isa']}, torch {res['torch']}, "
-            f"OpenBLAS {blas}); every figure is {passes}.\n\nPeaks measured at the start: {peaks}. "
-            f"The peak column is the median of the peak samples taken in each row's own rounds "
-            f"(FMA GFLOP/s, or read GB/s for GB/s rows); % of peak divides by it.")
+            f"OpenBLAS {blas}); every figure is {passes}.\n\nThe machine's peaks ({source}): {peaks}. "
+            f"The row peak column is the median of the peak samples (the same probes) taken in "
+            f"each row's own rounds (FMA GFLOP/s, or read GB/s for GB/s rows); % of peak divides "
+            f"by it.")
 
 
 def write_doc(res):

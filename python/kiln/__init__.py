@@ -94,8 +94,7 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     warning when that changes what it computes; train with
     torch.compile(model, backend="kiln").
     """
-    from kiln.capture import export_program, lower_exported
-    from kiln.module import KilnModule, compile_graph
+    from kiln.progress import compile_progress
 
     quant = _weights_quant(weights_dtype)
     if quant is None and weights_dtype not in (None, torch.float32, torch.bfloat16):
@@ -113,14 +112,27 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     compute_bf16 = compute_dtype == torch.bfloat16
     args = _as_tuple(example_inputs)
     t0 = time.perf_counter()
+    with compile_progress(type(model).__name__):
+        return _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16,
+                      dynamic_shapes, t0)
+
+
+def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dynamic_shapes, t0):
+    """kiln.trace's work, its arguments checked, under a compile progress bar."""
+    from kiln.capture import export_program, lower_exported
+    from kiln.module import KilnModule, compile_graph
+    from kiln.progress import compile_stage
+
     if isinstance(model, torch.nn.Module):
         was_training = model.training
         if was_training and _mode_dependent(model):
             warnings.warn(f"kiln.trace compiles for inference: {type(model).__name__} is in training mode "
                           f"and is traced as after model.eval() ({', '.join(_mode_dependent(model))} "
                           f"behave differently). Call model.eval() first to silence this; train with "
-                          f"torch.compile(model, backend=\"kiln\").", UserWarning, stacklevel=2)
+                          f"torch.compile(model, backend=\"kiln\").", UserWarning,
+                          stacklevel=3)  # kiln.trace's caller (through trace and _trace)
         model.eval()
+    compile_stage("export")
     try:
         with torch.no_grad():
             ep = export_program(model, args, example_kwargs, dynamic_shapes)
@@ -132,6 +144,7 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
         # In-place updates of inputs or buffers: the partitioned module
         # writes the new values back after each call, as eager does.
         return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
+    compile_stage("lowering")
     try:
         ctx, names, out_spec = lower_exported(ep)
     except (UnsupportedOpError, KilnError):
@@ -194,7 +207,9 @@ def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False):
     from torch.export.graph_signature import InputKind, OutputKind
 
     from kiln.partition import PartitionedModule, drop_size_range_asserts, partition, unsupported_ops
+    from kiln.progress import compile_stage
 
+    compile_stage("partitioning (eager fallback)")
     state, consts = ep.state_dict, getattr(ep, "constants", {}) or {}
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
     specs = ep.graph_signature.output_specs

@@ -15,6 +15,12 @@ up to that node, not what the node alone adds). Keeping every intermediate
 limits what the compiler can fuse, so this checks each op's numbers, not
 the fused kernels of the model kiln.trace makes (their outputs are compared
 by the last rows).
+
+A model with ops kiln lacks runs as kiln.trace's fallback runs it: kiln's
+pieces, each with every intermediate kept, and the missing ops in eager
+PyTorch between them (on kiln's values). Their rows say "eager" and are
+never the off node: an eager op only carries the error it was handed. The
+report names the pieces and the eager ops.
 """
 
 import math
@@ -63,12 +69,17 @@ def _eager_values(ep, args, dtype):
 
 class CompareReport:
     """rows: one per compared node, in program order: dict(node, op, where,
-    shape, max_abs, max_rel, eager_abs, off). first_off: the first off row or
-    None. str(report) is a table around it."""
+    module, shape, max_abs, max_rel, eager_abs, off, engine). engine is
+    "kiln", or "eager" for an op kiln lacks that ran in eager PyTorch between
+    kiln's pieces (never off: it shows the error it was handed). first_off:
+    the first off row or None. pieces and eager_ops: for a model that
+    partitions, its kiln pieces and the ops between them (0 and [] when kiln
+    compiles it whole). str(report) is a table around first_off."""
 
-    def __init__(self, rows, reference):
+    def __init__(self, rows, reference, pieces=0, eager_ops=()):
         self.rows = rows
         self.reference = reference
+        self.pieces, self.eager_ops = pieces, list(eager_ops)
         self.first_off = next((r for r in rows if r["off"]), None)
 
     @property
@@ -80,14 +91,19 @@ class CompareReport:
                 + ("all within tolerance" if self.ok else
                    f"first off: {self.first_off['node']} ({self.first_off['op']})"
                    + (f" at {self.first_off['where']}" if self.first_off['where'] else "")))
-        lines = [head, f"{'node':28s} {'op':34s} {'shape':18s} {'kiln err':>10s} {'eager err':>10s}"]
+        lines = [head]
+        if self.eager_ops:
+            lines.append(f"partitioned: {self.pieces} kiln piece{'s' if self.pieces != 1 else ''}; "
+                         f"in eager between them: {', '.join(self.eager_ops)}")
+        lines.append(f"{'node':28s} {'op':34s} {'shape':18s} {'kiln err':>10s} {'eager err':>10s}")
         show = self.rows
         if not self.ok:
             i = self.rows.index(self.first_off)
             show = self.rows[max(0, i - 3):i + 4]
         for r in show[:40]:
             lines.append(f"{r['node'][:28]:28s} {r['op'][:34]:34s} {str(r['shape'])[:18]:18s} "
-                         f"{r['max_abs']:10.3g} {r['eager_abs']:10.3g}" + ("  <- off" if r["off"] else ""))
+                         f"{r['max_abs']:10.3g} {r['eager_abs']:10.3g}" + ("  <- off" if r["off"] else "")
+                         + ("  (ran in eager)" if r["engine"] == "eager" else ""))
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -96,9 +112,12 @@ class CompareReport:
 def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, compute_dtype=None,
             example_kwargs=None):
     """Compares kiln with eager node by node on example_inputs; returns a
-    CompareReport (print it; .first_off names the first off node)."""
+    CompareReport (print it; .first_off names the first off node). A model
+    with ops kiln lacks is compared as kiln.trace runs it: kiln's pieces
+    with every intermediate kept, the missing ops in eager between them."""
     from kiln import _as_tuple, _weights_quant
-    from kiln.capture import export_program, lower_exported, source_location, module_path
+    from kiln.capture import export_program, lower_exported
+    from kiln.errors import KilnError, UnsupportedOpError
     from kiln.module import KilnModule, compile_graph
 
     args = _as_tuple(example_inputs)
@@ -115,34 +134,78 @@ def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, 
         reference = "float64 eager"
     except Exception:  # an op without a float64 kernel: eager float32 is the reference
         ref, reference = eager, "float32 eager"
-    ctx, names, _ = lower_exported(ep, nodes)
     quant = _weights_quant(weights_dtype)
     weights = quant if quant is not None else weights_dtype == torch.bfloat16
-    mod = KilnModule(compile_graph(ctx, weights, compute_dtype == torch.bfloat16), names, None, "compare")
-    flat_user = [a for a in args if isinstance(a, torch.Tensor)]
-    outs = mod.run_flat(flat_user)
-    n_user = len(outs) - len(nodes)
-    rows = []
-    for n, got in zip(nodes, outs[n_user:]):
-        want, e32 = ref[n], eager[n]
-        if not isinstance(want, torch.Tensor) or tuple(got.shape) != tuple(want.shape):
-            continue
-        w = want.double()
-        d = (got.double() - w).abs()
-        de = (e32.double() - w).abs() if isinstance(e32, torch.Tensor) else torch.zeros_like(d)
-        finite = torch.isfinite(w)
-        bound = atol + rtol * w.abs()
-        bad_elem = (d > bound) & (d > 4 * de) & finite
-        bad_elem |= ~finite & ~((got.double() == w) | (torch.isnan(got.double()) & torch.isnan(w)))
-        max_abs = float(d[finite].max()) if finite.any() else 0.0
-        scale = float(w[finite].abs().max()) if finite.any() else 0.0
-        op = (f"{n.args[0].target}[{n.args[1]}]" if n.target is operator.getitem
-              and isinstance(n.args[0], torch.fx.Node) else str(n.target))
-        rows.append({
-            "node": n.name, "op": op, "where": source_location(n), "module": module_path(n),
-            "shape": tuple(got.shape), "max_abs": max_abs,
-            "max_rel": max_abs / scale if scale else (0.0 if max_abs == 0 else math.inf),
-            "eager_abs": float(de[finite].max()) if finite.any() else 0.0,
-            "off": bool(bad_elem.any()),
-        })
-    return CompareReport(rows, reference)
+    compute_bf16 = compute_dtype == torch.bfloat16
+    try:
+        ctx, names, _ = lower_exported(ep, nodes)
+    except (UnsupportedOpError, KilnError):
+        got, engines, pieces, missing = _run_partitioned(ep, args, nodes, weights, compute_bf16)
+    else:
+        mod = KilnModule(compile_graph(ctx, weights, compute_bf16), names, None, "compare")
+        outs = mod.run_flat([a for a in args if isinstance(a, torch.Tensor)])
+        got, engines, pieces, missing = outs[len(outs) - len(nodes):], {}, 0, []
+    rows = [_row(n, g, ref[n], eager[n], rtol, atol, engines.get(n.name, "kiln"))
+            for n, g in zip(nodes, got)]
+    return CompareReport([r for r in rows if r is not None], reference, pieces, missing)
+
+
+def _run_partitioned(ep, args, nodes, weights, compute_bf16):
+    """Runs the program as kiln.trace's fallback would, with every compared
+    node an output of the piece that computes it. Returns (values of nodes,
+    {node name: "kiln" | "eager"}, kiln pieces, ops run in eager)."""
+    from torch.export.graph_signature import InputKind
+
+    from kiln.partition import _KilnPiece, drop_size_range_asserts, partition, unsupported_ops
+
+    gm = ep.graph_module  # exported by compare() for itself: rewritten in place
+    values = _values_of_placeholders(ep, args)
+    # Parameters and buffers are constants of the pieces (packed, quantized).
+    consts = {ph.name: v for spec, ph, v in zip(ep.graph_signature.input_specs,
+                                                [n for n in gm.graph.nodes if n.op == "placeholder"], values)
+              if spec.kind != InputKind.USER_INPUT}
+    # Each compared node becomes a graph output, so the partitioner makes it
+    # an output of its piece.
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    kept = list(out.args[0]) if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+    out.args = (tuple(kept + list(nodes)),)
+    gm.recompile()
+    drop_size_range_asserts(gm)
+    missing = unsupported_ops(gm)
+    fused, pieces = partition(gm, lambda n: consts.get(n.name) if n.op == "placeholder" else None,
+                              warn=False, what="kiln.compare", weights_bf16=weights, compute_bf16=compute_bf16)
+    in_kiln = set()  # nodes of the pieces kiln compiled (a piece it refused ran in eager)
+    for child in fused.children():
+        if isinstance(child, _KilnPiece):
+            in_kiln |= child.node_names
+    with torch.no_grad():
+        outs = fused(*values)
+    engines = {n.name: ("kiln" if n.name in in_kiln else "eager") for n in nodes}
+    return list(outs)[len(kept):], engines, pieces, missing
+
+
+def _row(n, got, want, e32, rtol, atol, engine):
+    """One compared node's row, or None when the values cannot be compared."""
+    from kiln.capture import module_path, source_location
+
+    if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) \
+            or tuple(got.shape) != tuple(want.shape):
+        return None
+    w = want.double()
+    d = (got.double() - w).abs()
+    de = (e32.double() - w).abs() if isinstance(e32, torch.Tensor) else torch.zeros_like(d)
+    finite = torch.isfinite(w)
+    bound = atol + rtol * w.abs()
+    bad_elem = (d > bound) & (d > 4 * de) & finite
+    bad_elem |= ~finite & ~((got.double() == w) | (torch.isnan(got.double()) & torch.isnan(w)))
+    max_abs = float(d[finite].max()) if finite.any() else 0.0
+    scale = float(w[finite].abs().max()) if finite.any() else 0.0
+    op = (f"{n.args[0].target}[{n.args[1]}]" if n.target is operator.getitem
+          and isinstance(n.args[0], torch.fx.Node) else str(n.target))
+    return {
+        "node": n.name, "op": op, "where": source_location(n), "module": module_path(n),
+        "shape": tuple(got.shape), "max_abs": max_abs,
+        "max_rel": max_abs / scale if scale else (0.0 if max_abs == 0 else math.inf),
+        "eager_abs": float(de[finite].max()) if finite.any() else 0.0,
+        "off": engine == "kiln" and bool(bad_elem.any()), "engine": engine,
+    }

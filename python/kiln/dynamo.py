@@ -109,6 +109,7 @@ def _guard_frozen(frozen, build):
 def _compile_fx(gm, example_inputs, frozen=None):
     from kiln.capture import log_enabled, lower_graph
     from kiln.module import KilnModule, compile_graph
+    from kiln.progress import compile_stage
 
     frozen = frozen or {}
     placeholders = []
@@ -152,6 +153,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
         return gm.forward  # nothing to compute: the graph only forwards its inputs
     n_user = len(kiln_nodes)
     kiln_nodes = kiln_nodes + [src for _, src, _ in writes]
+    compile_stage("lowering")
     ctx = lower_graph(gm, placeholders, kiln_nodes)
     # Low-precision weights apply where they are constants: frozen (inference) graphs.
     weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
@@ -375,11 +377,15 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
                       "(no_grad) graphs; this training graph computes in fp32", stacklevel=2)
     real_token = _REAL_INPUTS.set(None if training else list(example_inputs))
     precision_token = _PRECISION.set(precision)
+    from kiln.progress import compile_progress, compile_stage
+
     try:
-        if not training:
-            return compile_(gm, example_inputs)
-        with _AttentionAsMath():
-            return compile_(gm, example_inputs)
+        with compile_progress("a torch.compile graph"):
+            compile_stage("AOTAutograd")
+            if not training:
+                return compile_(gm, example_inputs)
+            with _AttentionAsMath():
+                return compile_(gm, example_inputs)
     finally:
         _REAL_INPUTS.reset(real_token)
         _PRECISION.reset(precision_token)

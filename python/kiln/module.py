@@ -295,7 +295,11 @@ def compile_graph(ctx, weights_bf16=False, compute_bf16=False):
     weights_bf16: store linear weights packed as bf16 (see kiln.trace).
     compute_bf16: linear layers compute in bf16 (see kiln.trace's compute_dtype)."""
     from kiln.capture import log_enabled
+    from kiln.progress import compile_pass_callback, compile_stage
 
+    compile_stage("compile")
+    quant = (0, 32, False)
     if isinstance(weights_bf16, tuple):  # (bits, group, asym): quantized weights (kiln.trace)
-        return _C.compile(ctx.graph, log_enabled(), False, bool(compute_bf16), *weights_bf16)
-    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16))
+        weights_bf16, quant = False, weights_bf16
+    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16), *quant,
+                      compile_pass_callback())

@@ -167,7 +167,9 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             warnings.warn(f"kiln: a graph piece runs in eager PyTorch: {e}", stacklevel=3)
             fused.kiln_eager.append(f"a piece: {e}")
             continue
-        setattr(fused, node.target, _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list))))
+        piece = _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list)))
+        piece.node_names = {n.name for n in sub.graph.nodes if n.op == "call_function"}  # kiln.compare
+        setattr(fused, node.target, piece)
         n_pieces += 1
     fused.recompile()
     return fused, n_pieces

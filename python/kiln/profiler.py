@@ -11,20 +11,18 @@ opened and closed by the C runtime's per-node hook, so they sit on the same
 clock and thread as the eager ops around them. Outside a profiler the module
 pays one check per call (``torch._C._autograd._profiler_enabled()``).
 
-The cost model (``node_cost``): linear, matmul, conv2d and attention count
-2 FLOPs per multiply-add; other ops count one per output element (norms and
-softmax a few more); bytes moved are every input's and output's bytes, read
-or written once (a lower bound: no cache misses counted twice).
+FLOPs, bytes and the report's figures come from the C core (kiln_cost.h,
+kiln_profile.h), the same code ``kiln profile FILE`` prints with: linear,
+matmul, conv2d and attention count 2 FLOPs per multiply-add, copies 0, other
+ops about one per element; bytes are every distinct input and the output
+read or written once (a lower bound: no cache misses counted twice).
 """
 
 from __future__ import annotations
 
 import json
-import math
 
 import torch
-
-from kiln import _C
 
 try:
     from torch._C._profiler import _RecordFunctionFast
@@ -33,64 +31,39 @@ except ImportError:  # an older torch: no events, the module still runs
 
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-# Ops whose cost is a few arithmetic operations per element (measured
-# kernels do about this much work per element); everything else counts one.
-_PER_ELEMENT = {"layer_norm": 5, "rms_norm": 4, "softmax": 5, "log_softmax": 5, "gelu": 8,
-                "silu": 4, "layer_norm_backward": 8, "gelu_backward": 10}
-
-
-def node_cost(op, inputs, outputs, params):
-    """(flops, bytes) of one node from its op, its inputs' and outputs'
-    (shape, dtype, nbytes, kind) and its params (see nodes())."""
-    ins = [v for v in inputs if v is not None]
-    nbytes = sum(v[2] for v in ins) + sum(v[2] for v in outputs)
-    y = outputs[0][0] if outputs else ()
-    if op == "linear" and ins and y:
-        k = ins[0][0][-1] if ins[0][0] else 1
-        flops = 2 * _numel(y) * k
-    elif op == "matmul" and len(ins) >= 2 and y:
-        a = ins[0][0]
-        k = (a[-2] if params[0] & 1 else a[-1]) if a else 1
-        flops = 2 * _numel(y) * k
-    elif op in ("conv2d", "conv2d_nhwc") and len(ins) >= 2 and ins[1][0]:
-        w = ins[1][0]
-        flops = 2 * _numel(y) * (_numel(w) // max(w[0], 1))
-    elif op == "sdpa" and len(ins) >= 3:
-        if params[1] & 1:  # KILN_SDPA_VIEWS: B, H, Hkv, Sq, Skv, D, Dv in params[2..8]
-            b, h, _, sq, skv, d, dv = params[2:9]
-        else:
-            b, h, sq, d = ins[0][0][-4:] if len(ins[0][0]) >= 4 else (1, 1, 1, 1)
-            skv, dv = ins[1][0][-2], ins[2][0][-1]
-        flops = 2 * b * h * sq * skv * (d + dv)
-    else:
-        flops = _PER_ELEMENT.get(op, 1) * max((_numel(o[0]) for o in outputs), default=0)
-    return int(flops), int(nbytes)
-
 
 class _Nodes:
-    """Per-model facts the profiler needs, built once per compiled model."""
+    """Per-model facts the profiler needs, built once per compiled model (a
+    symbolic model: once per binding of its sizes)."""
 
     def __init__(self, model):
         self.rows = model.nodes()
         self.events = []
-        for op, origin, ins, outs, params, kernel in self.rows:
-            flops, nbytes = node_cost(op, ins, outs, params)
+        for (op, origin, ins, outs, params, kernel), (flops, nbytes) in zip(self.rows, model.node_costs()):
             meta = [torch.empty(v[0], device="meta") if v is not None else None for v in ins]
             self.events.append((f"kiln::{op}", [m for m in meta if m is not None],
                                 {"flops": flops, "bytes": nbytes, "origin": origin or ""}))
 
 
-def _nodes(module):
-    n = module.__dict__.get("_kiln_nodes")
+def _nodes(module, descs=None):
+    """The module's _Nodes; for a symbolic model those of the instance its
+    inputs' sizes select (descs: the call's input descriptors; the C model
+    binds them, as the call will)."""
+    model = module._kiln_model
+    if not module._symbolic:
+        n = module.__dict__.get("_kiln_nodes")
+        if n is None:
+            n = module.__dict__["_kiln_nodes"] = _Nodes(model)
+        return n
+    cache = module.__dict__.setdefault("_kiln_nodes_by_shape", {})
+    key = tuple(tuple(d[2]) for d in descs) if descs is not None else None
+    n = cache.get(key)
     if n is None:
-        n = module.__dict__["_kiln_nodes"] = _Nodes(module._kiln_model)
+        if descs is not None:
+            model.output_shapes(descs)  # selects the instance these sizes run
+        if len(cache) >= 8:
+            cache.clear()
+        n = cache[key] = _Nodes(model)
     return n
 
 
@@ -100,7 +73,7 @@ def run_with_events(module, args, descs, out_descs):
     if _RecordFunctionFast is None:
         module._kiln_model.run(descs, out_descs)
         return
-    events = _nodes(module).events
+    events = _nodes(module, descs).events
     stack = []
 
     def hook(node, end):
@@ -118,19 +91,23 @@ def run_with_events(module, args, descs, out_descs):
 
 # ---- kiln.profile ----------------------------------------------------------
 
-def _machine():
-    from kiln import machine
-    return machine()
-
-
 class ProfileReport:
     """What kiln.profile measured: ``rows`` (one dict per kernel node, slowest
-    first), ``totals``, ``machine`` (the peaks used), ``str(report)`` the
-    table, ``export_chrome_trace(path)`` and ``plot_roofline(path)``."""
+    first: node, op, origin, ms, wait_ms, share, flops, bytes, gflops, gbs,
+    intensity, bound, peak_fraction, input_shapes, output_shapes),
+    ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge; and
+    the weights: weight_bytes one call reads, weight_rows (M of the largest
+    linear), weight_bound (their FLOPs per byte are below the ridge: a decode
+    step) and then the ceilings calls_per_s = bandwidth / weight_bytes and
+    tokens_per_s = calls_per_s * weight_rows, else 0),
+    ``machine`` (kiln.machine()), ``str(report)`` the table (the lines
+    ``kiln profile FILE`` prints, made by the same C code),
+    ``export_chrome_trace(path)`` and ``plot_roofline(path)``."""
 
-    def __init__(self, rows, totals, machine, trace_events):
+    def __init__(self, rows, totals, machine, trace_events, header, footer):
         self.rows, self.totals, self.machine = rows, totals, machine
         self._trace = trace_events
+        self._header, self._footer = header, footer
 
     def __repr__(self):
         return self.table()
@@ -138,27 +115,16 @@ class ProfileReport:
     __str__ = __repr__
 
     def table(self, limit=30):
-        t = self.totals
-        m = self.machine
-        lines = [f"kiln profile: {t['runs']} runs, {t['threads']} threads, {m.get('isa', '?')}; "
-                 f"per run {t['ms']:.4f} ms in nodes ({t['wait_ms']:.4f} ms more waiting for the "
-                 f"host team), wall {t['wall_ms']:.4f} ms; {t['gflops']:.1f} GFLOP/s, {t['gbs']:.1f} GB/s",
-                 f"peaks: {m['fma_gflops']:.0f} GFLOP/s fp32 FMA, {m['bandwidth_gbs']:.1f} GB/s read "
-                 f"(ridge {self.ridge:.1f} FLOP/byte)",
-                 f"{'node':>4}  {'op':<18}{'ms':>9}{'share':>7}{'MFLOP':>10}{'KiB':>9}"
-                 f"{'GFLOP/s':>9}{'GB/s':>7}{'%peak':>6}  bound   origin"]
-        for r in self.rows[:limit]:
-            lines.append(f"{r['node']:>4}  {r['op']:<18}{r['ms']:>9.4f}{100 * r['share']:>6.1f}%"
-                         f"{r['flops'] / 1e6:>10.2f}{r['bytes'] / 1024:>9.1f}{r['gflops']:>9.1f}"
-                         f"{r['gbs']:>7.1f}{100 * r['peak_fraction']:>5.0f}%  {r['bound']:<7} "
-                         f"{r['origin'][:90]}")
+        lines = ["kiln profile: " + self._header]
+        lines += [r["line"] for r in self.rows[:limit]]
         if len(self.rows) > limit:
             lines.append(f"  ... {len(self.rows) - limit} more nodes")
+        lines.append(self._footer)
         return "\n".join(lines)
 
     @property
     def ridge(self):
-        return self.machine["fma_gflops"] / max(self.machine["bandwidth_gbs"], 1e-9)
+        return self.totals["ridge"]
 
     def export_chrome_trace(self, path):
         """One run's nodes as a Chrome trace (chrome://tracing, Perfetto)."""
@@ -166,14 +132,14 @@ class ProfileReport:
             json.dump({"traceEvents": self._trace, "displayTimeUnit": "ms"}, f)
         return path
 
-    def plot_roofline(self, path):
+    def plot_roofline(self, path, title=None):
         """A PNG: every node as a point (arithmetic intensity, GFLOP/s) under
         the machine's roofs (FMA peak, read bandwidth)."""
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        peak, bw = self.machine["fma_gflops"], self.machine["bandwidth_gbs"]
+        peak, bw = self.totals["peak_gflops"], self.totals["bandwidth_gbs"]
         pts = [r for r in self.rows if r["bytes"] > 0 and r["flops"] > 0 and r["ms"] > 0]
         lo = min([r["intensity"] for r in pts] + [0.01]) / 2
         hi = max([r["intensity"] for r in pts] + [self.ridge * 8]) * 2
@@ -181,8 +147,9 @@ class ProfileReport:
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
         ax.plot(xs, [min(peak, bw * x) for x in xs], color="black", lw=1.5,
                 label=f"roof: {peak:.0f} GFLOP/s, {bw:.1f} GB/s")
+        one = self.totals["threads"] == 1
         for key in ("bf16_gflops", "int8_gops"):
-            v = self.machine.get(key)
+            v = self.machine.get(key + "_1" if one else key)
             if v:
                 ax.plot(xs, [min(v, bw * x) for x in xs], ls="--", lw=1, label=f"{key}: {v:.0f}")
         ops = sorted({r["op"] for r in pts})
@@ -194,7 +161,7 @@ class ProfileReport:
         ax.set_yscale("log")
         ax.set_xlabel("arithmetic intensity (FLOP / byte)")
         ax.set_ylabel("GFLOP/s")
-        ax.set_title("kiln nodes against this machine's roofs (size: share of time)")
+        ax.set_title(title or "kiln nodes against this machine's roofs (size: share of time)", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
         fig.savefig(path)
@@ -229,39 +196,14 @@ def profile(module, *inputs, runs=10, warmup=2):
         inner.profile(True)  # resets: the traced run is not in the figures
         for _ in range(runs):
             module(*inputs)
-        times, n = inner.profile()
-        waits = inner.profile_wait()
+        rows, totals, header, footer = inner.profile_report(wall_ms)
     finally:
         inner.profile(False)
-    nodes = _nodes(module)
-    mach = _machine()
-    peak, bw = mach["fma_gflops"], mach["bandwidth_gbs"]
-    total_ns = sum(t[2] for t in times) or 1
-    rows = []
-    for i, ((op, origin, ins, outs, params, kernel), (_, _, ns), wait) in enumerate(
-            zip(nodes.rows, times, waits)):
-        if not kernel and ns == 0:
-            continue
-        flops, nbytes = node_cost(op, ins, outs, params)
-        s = ns / max(n, 1) / 1e9
-        gflops = flops / s / 1e9 if s > 0 else 0.0
-        gbs = nbytes / s / 1e9 if s > 0 else 0.0
-        intensity = flops / nbytes if nbytes else math.inf
-        bound = "compute" if intensity >= peak / bw else "memory"
-        frac = gflops / peak if bound == "compute" else gbs / bw
-        rows.append({"node": i, "op": op, "origin": origin or "", "ms": s * 1e3,
-                     "wait_ms": wait / max(n, 1) / 1e6, "share": ns / total_ns, "flops": flops,
-                     "bytes": nbytes, "gflops": gflops, "gbs": gbs, "intensity": intensity,
-                     "bound": bound, "peak_fraction": frac,
-                     "input_shapes": [v[0] for v in ins if v is not None],
-                     "output_shapes": [v[0] for v in outs]})
-    rows.sort(key=lambda r: -r["ms"])
-    tot_s = total_ns / max(n, 1) / 1e9
-    tf = sum(r["flops"] for r in rows)
-    tb = sum(r["bytes"] for r in rows)
-    totals = {"runs": n, "threads": inner.threads(), "ms": tot_s * 1e3,
-              "wait_ms": sum(waits) / max(n, 1) / 1e6, "wall_ms": wall_ms, "flops": tf, "bytes": tb,
-              "gflops": tf / tot_s / 1e9 if tot_s else 0.0, "gbs": tb / tot_s / 1e9 if tot_s else 0.0}
+    nodes = _Nodes(inner)  # of the graph these runs ran (a symbolic model's instance)
+    for r in rows:
+        op, origin, ins, outs, _, _ = nodes.rows[r["node"]]
+        r.update(op=op, origin=origin or "", input_shapes=[v[0] for v in ins if v is not None],
+                 output_shapes=[v[0] for v in outs])
     trace = []
     base = spans[0][2] if spans else 0
     opened = {}
@@ -274,14 +216,21 @@ def profile(module, *inputs, runs=10, warmup=2):
         trace.append({"name": name, "ph": "X", "pid": 0, "tid": 0, "cat": "kiln",
                       "ts": (start - base) / 1e3, "dur": (t - start) / 1e3,
                       "args": dict(kw, node=node)})
-    return ProfileReport(rows, totals, mach, trace)
+    return ProfileReport(rows, totals, _machine(), trace, header, footer)
+
+
+def _machine():
+    from kiln import machine
+    return machine()
 
 
 def run_once_with_hook(module, inputs, hook):
     """One call of a KilnModule with a per-node hook(node, end)."""
     flat = [t.contiguous() for t in inputs]
     descs = [(t.data_ptr(), dt, t.shape) for t, (_, dt) in zip(flat, module._fast_in)]
-    outs = [make() for make in module._out_makers]
-    module._kiln_model.run(descs, [(o.data_ptr(), dtype_id, shape)
-                                   for o, (dtype_id, shape) in zip(outs, module._out_ids)], hook)
+    model = module._kiln_model
+    shapes = model.output_shapes(descs) if module._symbolic else [s for _, s in module._out_ids]
+    outs = [torch.empty(s, dtype=dt) for s, (dt, _) in zip(shapes, module._out_specs)]
+    model.run(descs, [(o.data_ptr(), dtype_id, s)
+                      for o, s, (dtype_id, _) in zip(outs, shapes, module._out_ids)], hook)
     return outs

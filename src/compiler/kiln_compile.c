@@ -22,6 +22,8 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->verify_each = 1;
 #endif
   o->log = NULL;
+  o->on_pass = NULL;
+  o->on_pass_ctx = NULL;
   const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
   o->layout = !(layout && strcmp(layout, "nchw") == 0);
 }
@@ -30,6 +32,10 @@ static double kiln_ms_since(struct timespec t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
   return (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+}
+
+static void kiln_compile_before(const kiln_compile_options_t* o, const char* pass) {
+  if (o->on_pass) o->on_pass(o->on_pass_ctx, pass);
 }
 
 static kiln_status_t kiln_compile_after(const kiln_compile_options_t* o, const char* pass,
@@ -62,6 +68,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
 
   kiln_graph_t* next = NULL;
   int32_t a = 0, b = 0;
+  kiln_compile_before(o, "fold");
   clock_gettime(CLOCK_MONOTONIC, &t0);
   s = kiln_pass_fold(g, kiln_pool_default(), o->fold_constants, &next, &a, &b);
   kiln_graph_release(g);
@@ -73,6 +80,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   /* Each pass consumes g and yields the next graph. */
 #define KILN_RUN_PASS(name, call, fmt)                              \
   if (!s) {                                                         \
+    kiln_compile_before(o, name);                                   \
     clock_gettime(CLOCK_MONOTONIC, &t0);                            \
     a = 0;                                                          \
     s = (call);                                                     \
@@ -91,6 +99,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
+    kiln_compile_before(o, "layout");
     clock_gettime(CLOCK_MONOTONIC, &t0);
     s = kiln_pass_layout(g, &next, &ls);
     kiln_graph_release(g);

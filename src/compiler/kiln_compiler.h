@@ -25,6 +25,10 @@ typedef struct kiln_compile_options_s {
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   FILE* log;          /* when set, each pass prints what it did */
+  /* When set, called with each pass's name as it starts, on the compiling
+   * thread (a front end's progress bar); on_pass_ctx is passed back. */
+  void (*on_pass)(void* ctx, const char* pass);
+  void* on_pass_ctx;
 } kiln_compile_options_t;
 
 void kiln_compile_options_initialize(kiln_compile_options_t* options);

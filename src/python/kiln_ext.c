@@ -20,6 +20,7 @@
 #include "runtime/kiln_plan_io.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
+#include "kiln_ext_profile.h"
 #include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
 
@@ -641,10 +642,12 @@ static PyObject* kiln_py_value_info(const kiln_graph_t* g, int32_t id) {
 }
 
 /* nodes() -> [(op, origin, inputs, outputs, params, runs_kernel)], inputs
- * and outputs as kiln_py_value_info; runs_kernel 0 for pure views. */
+ * and outputs as kiln_py_value_info; runs_kernel 0 for pure views. Of the
+ * graph the last call ran: a symbolic model's concrete instance (its
+ * symbolic graph, with symbolic dims, before the first call). */
 static PyObject* kiln_py_model_nodes(kiln_py_model_t* self, PyObject* unused) {
   (void)unused;
-  const kiln_graph_t* g = kiln_model_graph(self->model);
+  const kiln_graph_t* g = kiln_model_last_graph(self->model);
   PyObject* list = PyList_New(g->n_nodes);
   for (int32_t i = 0; list && i < g->n_nodes; ++i) {
     const kiln_node_t* n = &g->nodes[i];
@@ -683,6 +686,23 @@ static PyObject* kiln_py_model_nodes(kiln_py_model_t* self, PyObject* unused) {
     PyList_SET_ITEM(list, i, row);
   }
   return list;
+}
+
+/* node_costs() -> [(flops, bytes)] per node (kiln_cost.h), of the graph the
+ * last call ran (a symbolic model's instance). */
+static PyObject* kiln_py_model_node_costs(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  return kiln_py_node_costs(self->model);
+}
+
+/* profile_report(wall_ms) -> (rows, totals, header, footer): the profile
+ * counters as kiln_profile.h's report (kiln_ext_profile.h). */
+static PyObject* kiln_py_model_profile_report(kiln_py_model_t* self, PyObject* args) {
+  double wall_ms;
+  if (!PyArg_ParseTuple(args, "d", &wall_ms)) return NULL;
+  kiln_status_t s;
+  PyObject* r = kiln_py_profile_report(self->model, wall_ms, &s);
+  return s ? kiln_py_raise(s) : r;
 }
 
 /* Pools made for set_threads, one per thread count, kept for the process's
@@ -807,6 +827,10 @@ static PyMethodDef kiln_py_model_methods[] = {
      "per-node ns waited at the host team's barrier (not in profile())"},
     {"nodes", (PyCFunction)kiln_py_model_nodes, METH_NOARGS,
      "[(op, origin, inputs, outputs, params, runs_kernel)]"},
+    {"node_costs", (PyCFunction)kiln_py_model_node_costs, METH_NOARGS,
+     "[(flops, bytes)] per node (kiln_cost.h)"},
+    {"profile_report", (PyCFunction)kiln_py_model_profile_report, METH_VARARGS,
+     "profile_report(wall_ms) -> (rows, totals, header, footer) against the machine's peaks"},
     {"set_threads", (PyCFunction)kiln_py_model_set_threads, METH_VARARGS,
      "set_threads(n): run on n threads (0: the default pool)"},
     {"threads", (PyCFunction)kiln_py_model_threads, METH_NOARGS, "threads runs use"},
@@ -824,16 +848,29 @@ static PyTypeObject kiln_py_model_type = {
 /* ---- module functions --------------------------------------------------- */
 
 /* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
- * group=32, asym=False) -> Model.
+ * group=32, asym=False, progress=None) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
- * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group. */
+ * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group.
+ * progress: None, or a callable given each pass's name as it starts. */
+/* The compiler's on_pass: calls the front end's progress callable with the
+ * pass's name (compiles run with the GIL released: taken back here). A
+ * progress bar never fails a compile: its errors are dropped. */
+static void kiln_py_on_pass(void* ctx, const char* pass) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* r = PyObject_CallFunction((PyObject*)ctx, "s", pass);
+  if (!r) PyErr_Clear();
+  Py_XDECREF(r);
+  PyGILState_Release(gil);
+}
+
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
   int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0;
-  if (!PyArg_ParseTuple(args, "O!|pppiip", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16, &quant, &group, &asym))
+  PyObject* progress = Py_None;
+  if (!PyArg_ParseTuple(args, "O!|pppiipO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym, &progress))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -846,12 +883,17 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   o.weights_quant = quant;
   o.weights_group = group;
   o.weights_asym = asym;
+  if (progress != Py_None) {
+    o.on_pass = kiln_py_on_pass;
+    o.on_pass_ctx = progress;
+  }
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Py_BEGIN_ALLOW_THREADS s = kiln_compile(g, &o, &compiled);
+  if (!s && o.on_pass) o.on_pass(o.on_pass_ctx, "plan");
   if (!s) s = kiln_model_create(compiled, NULL, NULL, &model);
   Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
   clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -10,10 +10,13 @@
  * target attributes and called only when kiln_cpu_features() has the ISA:
  * they are measurement probes, not kernels, and none is on a model's path.
  * The bandwidth probe sums a 128 MiB buffer (larger than any per-core cache;
- * a server's shared L3 may still hold part of it). The whole measurement
- * takes well under two seconds. */
+ * a server's shared L3 may still hold part of it), each thread its slice as
+ * four interleaved streams. The whole measurement takes well under two
+ * seconds. kiln_machine_sample runs one sample of the same probes for
+ * benchmarks that divide by a peak taken beside each measurement. */
 #include "runtime/kiln_machine.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,9 @@
 #if defined(KILN_HAVE_X86)
 #include <immintrin.h>
 #endif
+
+/* The bandwidth probe's buffer: 128 MiB of floats, beyond any per-core cache. */
+#define KILN_MACHINE_READ_FLOATS ((size_t)32 << 20)
 
 static double kiln_machine_now(void) {
   struct timespec ts;
@@ -123,18 +129,23 @@ __attribute__((target("avx512f,avx512vnni"))) static double kiln_machine_int8(in
   return (double)iters * 12 * 16 * 4 * 2;
 }
 
+/* A thread's slice is read as four interleaved sequential streams (its
+ * quarters, in lockstep): several streams draw more bandwidth than one (the
+ * hardware prefetchers run ahead of each stream by a bounded distance), and
+ * the roof should be the most a read loop gets, not what one stream gets.
+ * Eight independent sums: the add latency never limits the loads. */
 __attribute__((target("avx2"))) static double kiln_machine_read_avx2(const float* p, size_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
-    s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
-    s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
-    s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+  __m256 s[8];
+  for (int j = 0; j < 8; ++j) s[j] = _mm256_setzero_ps();
+  size_t q = n / 4 / 16 * 16;
+  for (size_t i = 0; i < q; i += 16)
+    for (int j = 0; j < 4; ++j) {
+      s[2 * j] = _mm256_add_ps(s[2 * j], _mm256_load_ps(p + j * q + i));
+      s[2 * j + 1] = _mm256_add_ps(s[2 * j + 1], _mm256_load_ps(p + j * q + i + 8));
+    }
+  for (int j = 1; j < 8; ++j) s[0] = _mm256_add_ps(s[0], s[j]);
   float out[8];
-  _mm256_storeu_ps(out, s);
+  _mm256_storeu_ps(out, s[0]);
   double t = 0;
   for (int k = 0; k < 8; ++k) t += out[k];
   return t;
@@ -142,11 +153,14 @@ __attribute__((target("avx2"))) static double kiln_machine_read_avx2(const float
 #endif
 
 static double kiln_machine_read_generic(const float* p, size_t n) {
-  float s[8] = {0};
-  for (size_t i = 0; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) s[k] += p[i + k];
+  float s[4][8] = {{0}};
+  size_t q = n / 4 / 16 * 16; /* as the AVX2 loop: (n / 64) * 64 floats read */
+  for (size_t i = 0; i < q; i += 8)
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 8; ++k) s[j][k] += p[j * q + i + k];
   double t = 0;
-  for (int k = 0; k < 8; ++k) t += s[k];
+  for (int j = 0; j < 4; ++j)
+    for (int k = 0; k < 8; ++k) t += s[j][k];
   return t;
 }
 
@@ -164,22 +178,24 @@ static void kiln_machine_probe_task(void* ctx, size_t task, int thread) {
   j->ops[task] = j->fn(j->iters);
 }
 
+/* Iterations of fn that take about 30 ms on one thread. */
+static int64_t kiln_machine_calibrate(kiln_machine_probe_fn fn) {
+  int64_t iters = 1000;
+  for (;;) {
+    double t0 = kiln_machine_now();
+    fn(iters);
+    double dt = kiln_machine_now() - t0;
+    if (dt > 0.01 || iters > ((int64_t)1 << 40))
+      return (int64_t)((double)iters * 0.03 / (dt > 0 ? dt : 1e-9)) + 1;
+    iters *= 4;
+  }
+}
+
 /* Operations per second, best of 3 repetitions of about 30 ms. */
 static double kiln_machine_rate(kiln_pool_t* pool, int threads, kiln_machine_probe_fn fn) {
   kiln_machine_job_t j;
   j.fn = fn;
-  j.iters = 1000;
-  /* Calibrate on one thread to about 30 ms. */
-  for (;;) {
-    double t0 = kiln_machine_now();
-    fn(j.iters);
-    double dt = kiln_machine_now() - t0;
-    if (dt > 0.01 || j.iters > ((int64_t)1 << 40)) {
-      j.iters = (int64_t)((double)j.iters * 0.03 / (dt > 0 ? dt : 1e-9)) + 1;
-      break;
-    }
-    j.iters *= 4;
-  }
+  j.iters = kiln_machine_calibrate(fn);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     double t0 = kiln_machine_now();
@@ -214,26 +230,86 @@ static void kiln_machine_read_task(void* ctx, size_t task, int thread) {
   r->sum[task] = kiln_machine_read_generic(r->p + lo, hi - lo);
 }
 
-static double kiln_machine_bandwidth(kiln_pool_t* pool, int threads, const float* p, size_t n) {
+/* One pass of `threads` threads over p[0, n), each a contiguous slice:
+ * bytes per second (0 when the clock did not move). */
+static double kiln_machine_read_once(kiln_pool_t* pool, int threads, const float* p, size_t n) {
   kiln_machine_read_t r;
   r.p = p;
   r.n = n;
   r.avx2 = kiln_cpu_features()->avx2_fma;
+  double t0 = kiln_machine_now();
+  if (threads > 1) {
+    r.chunk = (n / (size_t)threads + 63) & ~(size_t)63;
+    kiln_pool_parallel_for(pool, (size_t)threads, kiln_machine_read_task, &r);
+  } else {
+    r.chunk = n;
+    kiln_machine_read_task(&r, 0, 0);
+  }
+  double dt = kiln_machine_now() - t0;
+  kiln_machine_sink_ = (float)r.sum[0];
+  /* Each slice reads (its length / 64) * 64 floats (four streams of a
+   * multiple of 16). */
+  size_t floats = 0;
+  for (size_t lo = 0; lo < n; lo += r.chunk) floats += ((lo + r.chunk > n ? n - lo : r.chunk) / 64) * 64;
+  return dt > 0 ? (double)floats * 4 / dt : 0;
+}
+
+static double kiln_machine_bandwidth(kiln_pool_t* pool, int threads, const float* p, size_t n) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
-    double t0 = kiln_machine_now();
-    if (threads > 1) {
-      r.chunk = (n / (size_t)threads + 31) & ~(size_t)31;
-      kiln_pool_parallel_for(pool, (size_t)threads, kiln_machine_read_task, &r);
-    } else {
-      r.chunk = n;
-      kiln_machine_read_task(&r, 0, 0);
-    }
-    double dt = kiln_machine_now() - t0;
-    if (dt > 0 && (double)n * 4 / dt > best) best = (double)n * 4 / dt;
+    double b = kiln_machine_read_once(pool, threads, p, n);
+    if (b > best) best = b;
   }
-  kiln_machine_sink_ = (float)r.sum[0];
   return best;
+}
+
+/* The fp32 FMA probe for this CPU: the widest vectors it has. */
+static kiln_machine_probe_fn kiln_machine_fma_probe(void) {
+#if defined(KILN_HAVE_X86) && defined(__GNUC__)
+  const kiln_cpu_features_t* c = kiln_cpu_features();
+  if (c->avx512) return kiln_machine_fma_avx512;
+  if (c->avx2_fma) return kiln_machine_fma_avx2;
+#endif
+  return kiln_machine_fma_generic;
+}
+
+/* ---- samples for benchmarks -------------------------------------------- */
+
+/* The bandwidth buffer of kiln_machine_sample: made on first use, kept. */
+static float* kiln_machine_sample_buf;
+static pthread_once_t kiln_machine_sample_once = PTHREAD_ONCE_INIT;
+
+static void kiln_machine_sample_init(void) {
+  float* buf = NULL;
+  if (posix_memalign((void**)&buf, 64, KILN_MACHINE_READ_FLOATS * sizeof(float)) || !buf) return;
+  for (size_t i = 0; i < KILN_MACHINE_READ_FLOATS; ++i) buf[i] = 1.0f;
+  kiln_machine_sample_buf = buf;
+}
+
+kiln_status_t kiln_machine_sample(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe,
+                                  double* out) {
+  *out = 0;
+  KILN_CHECK_ARG(threads >= 1 && threads <= 256 && (threads == 1 || pool),
+                 "kiln_machine_sample: %d threads (1..256, a pool for more than 1)", threads);
+  if (probe == KILN_MACHINE_PROBE_READ) {
+    pthread_once(&kiln_machine_sample_once, kiln_machine_sample_init);
+    if (!kiln_machine_sample_buf) return kiln_status_make(KILN_OUT_OF_MEMORY, "bandwidth buffer");
+    *out = kiln_machine_read_once(pool, threads, kiln_machine_sample_buf, KILN_MACHINE_READ_FLOATS) / 1e9;
+    return kiln_ok();
+  }
+  KILN_CHECK_ARG(probe == KILN_MACHINE_PROBE_FMA, "kiln_machine_sample: unknown probe %d", (int)probe);
+  kiln_machine_job_t j;
+  j.fn = kiln_machine_fma_probe();
+  j.iters = kiln_machine_calibrate(j.fn);
+  double t0 = kiln_machine_now(), ops = 0;
+  if (threads > 1)
+    kiln_pool_parallel_for(pool, (size_t)threads, kiln_machine_probe_task, &j);
+  else
+    kiln_machine_probe_task(&j, 0, 0);
+  double dt = kiln_machine_now() - t0;
+  for (int t = 0; t < threads; ++t) ops += j.ops[t];
+  *out = dt > 0 ? ops / dt / 1e9 : 0;
+  return kiln_ok();
 }
 
 /* ---- static facts ---------------------------------------------------------- */
@@ -277,12 +353,8 @@ kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* m) {
   kiln_machine_static(pool, m);
   int all = m->threads > 256 ? 256 : m->threads;
   const kiln_cpu_features_t* c = kiln_cpu_features();
-  kiln_machine_probe_fn fma = kiln_machine_fma_generic;
+  kiln_machine_probe_fn fma = kiln_machine_fma_probe();
 #if defined(KILN_HAVE_X86) && defined(__GNUC__)
-  if (c->avx512)
-    fma = kiln_machine_fma_avx512;
-  else if (c->avx2_fma)
-    fma = kiln_machine_fma_avx2;
   if (c->avx512 && c->avx512_bf16) {
     m->bf16_gflops_1 = kiln_machine_rate(pool, 1, kiln_machine_bf16) / 1e9;
     m->bf16_gflops = kiln_machine_rate(pool, all, kiln_machine_bf16) / 1e9;
@@ -296,7 +368,7 @@ kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* m) {
 #endif
   m->fma_gflops_1 = kiln_machine_rate(pool, 1, fma) / 1e9;
   m->fma_gflops = kiln_machine_rate(pool, all, fma) / 1e9;
-  size_t n = (size_t)32 << 20; /* 128 MiB of floats */
+  size_t n = KILN_MACHINE_READ_FLOATS;
   float* buf = NULL;
   if (posix_memalign((void**)&buf, 64, n * sizeof(float)) || !buf)
     return kiln_status_make(KILN_OUT_OF_MEMORY, "bandwidth buffer");

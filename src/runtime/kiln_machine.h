@@ -40,6 +40,18 @@ kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* out);
  * measures and rewrites the cache (a cache that cannot be written is not an
  * error). */
 kiln_status_t kiln_machine_get(kiln_pool_t* pool, int remeasure, kiln_machine_t* out);
+/* One sample of a peak probe on `threads` of `pool`'s threads (pool may be
+ * NULL for 1): the fp32 FMA loop for about 30 ms (GFLOP/s in *out), or one
+ * read of a 128 MiB buffer (GB/s; the buffer is made on the first such call
+ * and kept for the process). The same loops as the cached peaks: what a
+ * benchmark samples beside each of its rows, so that a row and the roof it
+ * is divided by see the same stretch of a shared machine (bench/kernels). */
+typedef enum kiln_machine_probe_e {
+  KILN_MACHINE_PROBE_FMA = 0,
+  KILN_MACHINE_PROBE_READ = 1
+} kiln_machine_probe_t;
+kiln_status_t kiln_machine_sample(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe,
+                                  double* out);
 /* The cache file's path; 0 when there is none (no HOME). */
 int kiln_machine_cache_path(char* out, size_t size);
 

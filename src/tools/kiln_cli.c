@@ -37,6 +37,7 @@
 #include "runtime/kiln_plan_io.h"
 #include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
+#include "runtime/kiln_profile.h"
 #include "tools/kiln_cli.h"
 
 #ifndef KILN_VERSION
@@ -112,7 +113,7 @@ static const char kiln_cli_usage_text[] =
     "      --seed S           seed of the pseudo-random inputs (default 0)\n"
     "  bench FILE       latency over repeated runs: median, min, p90\n"
     "      --runs N (default 50)  --warmup N (default 5)\n"
-    "  profile FILE     per-node time table, slowest first\n"
+    "  profile FILE     per-node roofline table (time, FLOPs, bytes, % of peak), slowest first\n"
     "      --runs N (default 20)  --warmup N (default 2)\n"
     "  run, bench and profile take --shape NAME=DIMS (DIMS like 2x40x16): the\n"
     "                   shape input NAME (its name, or its index) runs at; a model\n"
@@ -843,22 +844,17 @@ static kiln_status_t kiln_cli_bench(const kiln_cli_options_t* o, kiln_cli_sessio
   return st;
 }
 
-/* C11 qsort takes no context pointer: the times being sorted by go here
- * (the CLI is single-threaded). */
-static const uint64_t* kiln_cli_sort_times_;
-static int kiln_cli_cmp_node_time(const void* a, const void* b) {
-  uint64_t x = kiln_cli_sort_times_[*(const int32_t*)a];
-  uint64_t y = kiln_cli_sort_times_[*(const int32_t*)b];
-  if (x != y) return x < y ? 1 : -1; /* slowest first */
-  return *(const int32_t*)a - *(const int32_t*)b;
-}
-
+/* The roofline table (kiln_profile.h): the same lines kiln.profile prints,
+ * against the peaks `kiln info` measured (measured now when not cached),
+ * which are cached for the default thread count: a --threads 1 run reads
+ * their one-thread figures. */
 static kiln_status_t kiln_cli_profile(const kiln_cli_options_t* o, kiln_cli_session_t* s) {
-  const kiln_graph_t* g = kiln_model_graph(s->model);
   kiln_cli_tensors_t ins = {0}, outs = {0};
-  int32_t* order = calloc((size_t)g->n_nodes + 1, sizeof(int32_t));
-  if (!order) return kiln_status_make(KILN_OUT_OF_MEMORY, "profile table");
-  kiln_status_t st = kiln_cli_prepare(o, s, &ins, &outs);
+  kiln_machine_t machine;
+  kiln_pool_t* all = kiln_pool_default();
+  kiln_status_t st = all ? kiln_machine_get(all, 0, &machine)
+                         : kiln_status_make(KILN_OUT_OF_MEMORY, "the default thread pool");
+  if (!st) st = kiln_cli_prepare(o, s, &ins, &outs);
   double wall = 0;
   if (!st) {
     kiln_model_profile_reset(s->model);
@@ -869,31 +865,14 @@ static kiln_status_t kiln_cli_profile(const kiln_cli_options_t* o, kiln_cli_sess
     wall = kiln_cli_now_ms() - t0;
     kiln_model_set_profiling(s->model, 0);
   }
+  kiln_profile_report_t report;
+  if (!st) st = kiln_profile_report_of_model(s->model, wall / (o->runs > 0 ? o->runs : 1), &machine,
+                                             &report);
   if (!st) {
-    int64_t runs = 0;
-    const uint64_t* t = kiln_model_profile(s->model, &runs);
-    if (runs < 1) runs = 1;
-    uint64_t total = 0;
-    for (int32_t i = 0; i < g->n_nodes; ++i) {
-      order[i] = i;
-      total += t[i];
-    }
-    kiln_cli_sort_times_ = t;
-    qsort(order, (size_t)g->n_nodes, sizeof(int32_t), kiln_cli_cmp_node_time);
-    printf("%s: %lld runs, %d thread%s, %s; per run: nodes %.4f ms, wall %.4f ms\n", o->file,
-           (long long)runs, kiln_pool_size(s->pool), kiln_pool_size(s->pool) == 1 ? "" : "s",
-           kiln_cpu_isa_name(kiln_cpu_isa()), (double)total / (double)runs * 1e-6,
-           wall / (double)runs);
-    printf("%5s  %-16s %11s %7s  %s\n", "node", "op", "ms", "share", "origin");
-    for (int32_t r = 0; r < g->n_nodes; ++r) {
-      const kiln_node_t* n = &g->nodes[order[r]];
-      double node_ms = (double)t[order[r]] / (double)runs * 1e-6;
-      double share = total ? 100.0 * (double)t[order[r]] / (double)total : 0.0;
-      printf("%5d  %-16s %11.5f %6.1f%%  %s\n", order[r], kiln_op_name(n->op), node_ms, share,
-             n->origin ? n->origin : "-");
-    }
+    printf("%s: ", o->file);
+    kiln_profile_report_print(&report, kiln_model_last_graph(s->model), -1, stdout);
+    kiln_profile_report_deinitialize(&report);
   }
-  free(order);
   kiln_cli_tensors_deinitialize(&ins);
   kiln_cli_tensors_deinitialize(&outs);
   return st;

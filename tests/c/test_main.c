@@ -103,7 +103,8 @@ static void kiln_test_print_cpu(void) {
   X(layout)                 \
   X(train_ops)              \
   X(sym)                    \
-  X(api)
+  X(api)                    \
+  X(profile)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

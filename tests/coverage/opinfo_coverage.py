@@ -51,6 +51,7 @@ handles. The logic is importable (tests/python/test_opinfo_subset.py).
 """
 
 import argparse
+import io
 import json
 import math
 import os
@@ -64,6 +65,7 @@ from torch.utils import _pytree as pytree
 
 import kiln
 from kiln.optable import DTYPES, TABLE
+from kiln.progress import Progress
 
 DEFAULT_DTYPES = (torch.float32, torch.int64, torch.bool)
 
@@ -758,30 +760,44 @@ def main(argv=None):
         print(f"resuming: {len(rows)} rows from {args.out}")
     not_run = []
     print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip fallback pass/fail")
-    for op in ops:
-        for dtype in dtypes_for(op, wanted):
-            if (op_id(op), str(dtype).replace("torch.", "")) in done:
-                continue
-            if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
-                not_run.append(f"{op_id(op)}:{dtype}")
-                continue
-            try:
-                row = run_op(op, dtype, max_samples, op_seconds, fallback=not args.no_fallback)
-            except Exception as e:  # a harness bug must not lose the whole run
-                row = {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": "fail",
-                       "samples": {"pass": 0, "fail": 1, "unsupported": 0, "not-exportable": 0, "skipped": 0},
-                       "unsupported_aten": [], "details": [{"sample": -1, "status": "fail",
-                                                            "detail": "harness: " + _short(e)}],
-                       "fallback": {"pass": 0, "fail": 0, "not-exportable": 0}, "fallback_details": [],
-                       "seconds": 0.0, "nondeterministic": False}
-            rows.append(row)
-            print_row(row)
-            _write_result(args.out, rows, not_run, args, earlier_seconds + time.monotonic() - t0, False)
+    todo = [(op, dtype) for op in ops for dtype in dtypes_for(op, wanted)
+            if (op_id(op), str(dtype).replace("torch.", "")) not in done]
+    bar = Progress(len(todo), "coverage", ticker=True, interval=0.5)
+    try:
+        _run_rows(todo, rows, not_run, args, t0, earlier_seconds, max_samples, op_seconds, bar)
+    finally:
+        bar.close()
 
     result = _write_result(args.out, rows, not_run, args, earlier_seconds + time.monotonic() - t0, True)
     print_summary(result, not_run)
     print(f"wrote {os.path.abspath(args.out)}")
     return result
+
+
+def _run_rows(todo, rows, not_run, args, t0, earlier_seconds, max_samples, op_seconds, bar):
+    """Runs each (op, dtype) of todo into rows, printing each row above the
+    progress bar and rewriting --out after each."""
+    for op, dtype in todo:
+        bar.stage(f"{op_id(op)} {str(dtype).replace('torch.', '')}")
+        if args.limit_seconds is not None and time.monotonic() - t0 > args.limit_seconds:
+            not_run.append(f"{op_id(op)}:{dtype}")
+            bar.update()
+            continue
+        try:
+            row = run_op(op, dtype, max_samples, op_seconds, fallback=not args.no_fallback)
+        except Exception as e:  # a harness bug must not lose the whole run
+            row = {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": "fail",
+                   "samples": {"pass": 0, "fail": 1, "unsupported": 0, "not-exportable": 0, "skipped": 0},
+                   "unsupported_aten": [], "details": [{"sample": -1, "status": "fail",
+                                                        "detail": "harness: " + _short(e)}],
+                   "fallback": {"pass": 0, "fail": 0, "not-exportable": 0}, "fallback_details": [],
+                   "seconds": 0.0, "nondeterministic": False}
+        rows.append(row)
+        with io.StringIO() as line:
+            print_row(row, file=line)
+            bar.write(line.getvalue().rstrip("\n"))
+        bar.update()
+        _write_result(args.out, rows, not_run, args, earlier_seconds + time.monotonic() - t0, False)
 
 
 def merge_shards(args, ops, wanted):

@@ -223,3 +223,18 @@ def minilm_encoder_and_batch(batch=2, seq=64):
     ids = torch.randint(1000, 30000, (batch, seq))
     ids[:, 0], ids[:, -1] = 101, 102
     return model, ids, torch.ones(batch, seq, dtype=torch.long)
+
+
+@pytest.fixture(scope="module")
+def machine_cache(tmp_path_factory):
+    """The machine's peaks (kiln.machine(), `kiln info`, what kiln.profile and
+    `kiln profile` divide by) measured once per test module into a private
+    cache file, not the user's: KILN_MACHINE_CACHE while the module runs."""
+    path = tmp_path_factory.mktemp("machine") / "machine.json"
+    old = os.environ.get("KILN_MACHINE_CACHE")
+    os.environ["KILN_MACHINE_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("KILN_MACHINE_CACHE", None)
+    else:
+        os.environ["KILN_MACHINE_CACHE"] = old

@@ -20,8 +20,9 @@ import kiln
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KILN_BIN = REPO / "build" / "src" / "tools" / "kiln"
 
-pytestmark = pytest.mark.skipif(
-    not KILN_BIN.exists(), reason=f"kiln CLI not built at {KILN_BIN} (run `make build`)")
+pytestmark = [pytest.mark.skipif(
+    not KILN_BIN.exists(), reason=f"kiln CLI not built at {KILN_BIN} (run `make build`)"),
+    pytest.mark.usefixtures("machine_cache")]  # `kiln profile` reads the machine's peaks
 
 
 class MLP(torch.nn.Module):
@@ -116,6 +117,44 @@ def test_profile_lists_linear(artifact):
     path, _, _, _ = artifact
     out = cli("profile", path, "--runs", 3).stdout
     assert "linear" in out and "share" in out
+
+
+def _table_row(text, op):
+    """The columns of the first table line of `op`: node, op, ms, share,
+    MFLOP, KiB, GFLOP/s, GB/s, %peak, bound (then the origin)."""
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 10 and cols[1] == op and cols[0].isdigit():
+            return cols
+    raise AssertionError(f"no {op} row in:\n{text}")
+
+
+def test_profile_table_of_a_gemm_of_known_flops(tmp_path):
+    """`kiln profile` prints kiln.profile's table: a (64, 256) x (256, 512)
+    linear's row shows its 2 M K N FLOPs and the bytes Python reports, the
+    figures per second follow from the row's own time, the bound and the
+    roofs from the machine's peaks, and totals close the table."""
+    m_, k, n = 64, 256, 512
+    torch.manual_seed(0)
+    c = kiln.trace(torch.nn.Linear(k, n, bias=False).eval(), torch.randn(m_, k))
+    path = tmp_path / "gemm.kiln"
+    kiln.save(c, path)
+    out = cli("profile", path, "--runs", 3, "--warmup", 1).stdout
+    cols = _table_row(out, "linear")
+    flops = 2 * m_ * k * n
+    assert cols[4] == f"{flops / 1e6:.3f}", out
+    ms, mflop, kib, gflops, gbs = (float(cols[i]) for i in (2, 4, 5, 6, 7))
+    assert gflops == pytest.approx(mflop / ms, rel=0.02, abs=0.1)
+    assert gbs == pytest.approx(kib * 1024 / 1e6 / ms, rel=0.02, abs=0.1)
+    assert kib * 1024 >= 4 * (m_ * k + k * n + m_ * n) - 512
+    assert cols[9] in ("compute", "memory") and cols[8].endswith("%")
+    assert "roofs:" in out and "ridge" in out and "total" in out
+    # Python's report: the same C lines, the same FLOPs and bytes.
+    rep = kiln.profile(kiln.load(path), torch.randn(m_, k), runs=2)
+    (row,) = [r for r in rep.rows if r["op"] == "linear"]
+    assert row["flops"] == flops and f"{row['bytes'] / 1024:.1f}" == cols[5]
+    py = _table_row(str(rep), "linear")
+    assert py[4:6] == cols[4:6] and py[9] == cols[9]
 
 
 def test_truncated_artifact_is_rejected(artifact, tmp_path):
@@ -308,3 +347,24 @@ def test_corrupted_symbolic_artifact_never_crashes(sym_artifact, tmp_path):
         assert p.returncode in (0, 1), p.stderr
         if p.returncode:
             assert p.stderr.startswith("kiln: ")
+
+
+def test_profile_states_the_decode_ceiling(tmp_path):
+    """`kiln profile` of a decode step (one token through a 256 -> 1024
+    linear) prints the weights it streams per call and the tokens/s
+    ceiling, the same figures as kiln.profile."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 256)
+    c = kiln.trace(torch.nn.Linear(256, 1024, bias=False).eval(), x)
+    path = tmp_path / "decode.kiln"
+    kiln.save(c, path)
+    out = cli("profile", path, "--runs", 2, "--warmup", 1).stdout
+    line = [l for l in out.splitlines() if l.startswith("weights:")]
+    assert line and "1.00 MiB of constants read per call" in line[0], out
+    assert "decode-shaped, 1 row per call" in line[0] and "tokens/s" in line[0]
+    # The ceiling is the read bandwidth (1 thread: KILN_NUM_THREADS=1) over
+    # 1 MiB; the roofs line rounds the bandwidth to 0.05 GB/s.
+    roofs = [l for l in out.splitlines() if l.startswith("roofs:")][0]
+    gbs = float(roofs.split("GFLOP/s fp32 FMA, ")[1].split(" GB/s")[0])
+    calls = float(line[0].split("at most ")[1].split(" calls/s")[0])
+    assert abs(calls - gbs * 1e9 / 2**20) <= 0.05e9 / 2**20 + 0.1, (calls, gbs)

@@ -20,19 +20,7 @@ import kiln
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 KILN_BIN = REPO / "build" / "src" / "tools" / "kiln"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def machine_cache(tmp_path_factory):
-    """Peaks measured once into a test-private cache file, not the user's."""
-    path = tmp_path_factory.mktemp("machine") / "machine.json"
-    old = os.environ.get("KILN_MACHINE_CACHE")
-    os.environ["KILN_MACHINE_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("KILN_MACHINE_CACHE", None)
-    else:
-        os.environ["KILN_MACHINE_CACHE"] = old
+pytestmark = pytest.mark.usefixtures("machine_cache")
 
 
 class MLP(torch.nn.Module):
@@ -140,11 +128,66 @@ def test_report_against_a_gemm_of_known_flops(tmp_path):
     assert row["bound"] in ("compute", "memory") and row["peak_fraction"] > 0
     assert rep.totals["flops"] == row["flops"] and rep.totals["runs"] == 5
     assert abs(sum(r["share"] for r in rep.rows) - 1) < 1e-6
-    assert "linear" in str(rep) and "GFLOP/s" in str(rep)
+    assert "linear" in str(rep) and "GFLOP/s" in str(rep) and row["line"] in str(rep)
     t = json.loads(pathlib.Path(rep.export_chrome_trace(tmp_path / "k.json")).read_text())
     assert [e["name"] for e in t["traceEvents"]] == ["kiln::linear"]
     png = rep.plot_roofline(tmp_path / "roof.png")
     assert pathlib.Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_symbolic_model_profiled_at_the_call_sizes():
+    """A model with symbolic sizes: its torch.profiler events and its report
+    count the FLOPs of the sizes each call ran (its dims were symbolic ids,
+    which made torch.profiler fail)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 32).eval()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    c = kiln.trace(lin, torch.randn(4, 16), dynamic_shapes={"input": {0: batch}})
+    for rows in (8, 3):
+        x = torch.randn(rows, 16)
+        with torch.profiler.profile(record_shapes=True) as prof:
+            y = c(x)
+        assert y.shape == (rows, 32)
+        (ev,) = [e for e in prof.events() if e.name == "kiln::linear"]
+        assert ev.input_shapes[0] == [rows, 16]
+        rep = kiln.profile(c, x, runs=2)
+        (row,) = [r for r in rep.rows if r["op"] == "linear"]
+        assert row["flops"] == 2 * rows * 16 * 32 and row["input_shapes"][0] == (rows, 16)
+
+
+class Decoder(torch.nn.Module):
+    """A decode step's shape: an embedding row, then two linears."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(1000, 256)
+        self.a = torch.nn.Linear(256, 512, bias=False)
+        self.b = torch.nn.Linear(512, 256, bias=False)
+
+    def forward(self, ids):
+        return self.b(torch.relu(self.a(self.emb(ids))))
+
+
+def test_decode_ceiling_from_known_weight_bytes():
+    """A decode-shaped call (2 tokens, one row each) streams its weights:
+    2 x 256 x 512 fp32 linear weights and the 2 embedding rows it gathers
+    (not the 1000-row table). The report states bandwidth / those bytes as
+    the calls/s ceiling, times 2 rows as tokens/s; a prefill-shaped call of
+    the same model is compute-bound on its weights and states none."""
+    torch.manual_seed(0)
+    m = Decoder().eval()
+    ids = torch.tensor([[7], [11]])
+    rep = kiln.profile(kiln.trace(m, ids), ids, runs=2)
+    t = rep.totals
+    assert t["weight_bytes"] == 4 * (2 * 256 * 512) + 2 * 256 * 4
+    assert t["weight_rows"] == 2 and t["weight_bound"] is True
+    assert t["calls_per_s"] == pytest.approx(t["bandwidth_gbs"] * 1e9 / t["weight_bytes"], rel=1e-12)
+    assert t["tokens_per_s"] == pytest.approx(2 * t["calls_per_s"], rel=1e-12)
+    assert f"{t['tokens_per_s']:.1f} tokens/s" in str(rep) and "decode-shaped, 2 rows" in str(rep)
+    prefill = torch.randint(0, 1000, (1, 256))
+    rep = kiln.profile(kiln.trace(m, prefill), prefill, runs=1)
+    assert rep.totals["weight_rows"] == 256 and rep.totals["weight_bound"] is False
+    assert rep.totals["tokens_per_s"] == 0 and "tokens/s" not in str(rep)
 
 
 def test_machine_is_measured_once_and_cached(machine_cache):

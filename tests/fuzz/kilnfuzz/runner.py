@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from kilnfuzz.known import ACTIVE, KNOWN
 
+from kiln.progress import Progress
+
 CRASH_TIMEOUT = 120.0  # seconds one graph may take before it counts as a hang
 
 
@@ -362,37 +364,31 @@ def main(argv=None):
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
     cfg = Config(a.seed, a.trace_every, a.compile_every, skip, not a.no_shrink, a.out, not a.no_verify)
-    progress = a.progress == "on" or (a.progress == "auto" and sys.stderr.isatty())
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()
-    last = [0.0]
+    bar = Progress(a.n, "fuzz", enabled={"on": True, "off": False}.get(a.progress), interval=0.5)
 
     def on_result(r):
         tally.add(r)
         if r.status in FAILED:
-            if progress:
-                sys.stderr.write("\r\033[K")
-            print(describe(r), flush=True)
-        now = time.monotonic()
-        if progress and (now - last[0] > 0.5 or tally.n == a.n):
-            last[0] = now
-            sys.stderr.write(f"\r\033[K[{tally.n}/{a.n}] {tally.summary(now - t0)}")
-            sys.stderr.flush()
+            bar.write(describe(r))
+        bar.update(status=tally.summary(time.monotonic() - t0))
 
     indices = range(a.start, a.start + a.n)
-    if a.jobs <= 0:
-        import warnings
+    try:
+        if a.jobs <= 0:
+            import warnings
 
-        warnings.filterwarnings("ignore")
-        for i in indices:
-            if a.time_budget is not None and time.monotonic() - t0 > a.time_budget:
-                break
-            on_result(run_one(i, cfg))
-    else:
-        run_parallel(indices, cfg, a.jobs, a.time_budget, on_result)
-    if progress:
-        sys.stderr.write("\r\033[K")
+            warnings.filterwarnings("ignore")
+            for i in indices:
+                if a.time_budget is not None and time.monotonic() - t0 > a.time_budget:
+                    break
+                on_result(run_one(i, cfg))
+        else:
+            run_parallel(indices, cfg, a.jobs, a.time_budget, on_result)
+    finally:
+        bar.close()
     if tally.unsupported:
         print("unsupported ops: " + ", ".join(f"{k} x{v}" for k, v in tally.unsupported.most_common()))
     print(tally.summary(time.monotonic() - t0))
