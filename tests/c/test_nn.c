@@ -207,11 +207,16 @@ typedef struct kiln_test_attn_case_s {
   const char* name;
   int64_t b, h, hkv, sq, skv, d, dv;
   int layout;      /* 0: (B,H,S,D); 1: q, k as (B,S,H,D), v as (B,H,D,S) */
-  int mask;        /* 0 none; 1 (Sq,Skv) broadcast; 2 (B,1,1,Skv) key padding */
+  int mask;        /* 0 none; 1 (Sq,Skv) broadcast; 2 (B,1,1,Skv) key padding;
+                    * 3 (B,1,1,Skv) a valid prefix per batch (a static KV cache);
+                    * 4 (B,1,Sq,Skv) a window of keys per row, some rows empty */
   int causal;
   int64_t offset;
   int nan_q;       /* poison one q element */
   int out_bshd;    /* out written as (B, Sq, H, Dv) through out_strides */
+  int64_t poison;  /* > 0: NaN in k and v at keys >= poison, which the mask hides
+                    * from every row: they must not be read (the reference
+                    * sees only the keys before) */
 } kiln_test_attn_case_t;
 
 static void kiln_test_attn_strides(int64_t b, int64_t h, int64_t s, int64_t d, int perm,
@@ -237,7 +242,9 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   kiln_test_attn_strides(c->b, c->hkv, c->skv, c->dv, c->layout ? 2 : 0, a.v_strides);
   size_t nq = (size_t)(c->b * c->h * c->sq * c->d), nk = (size_t)(c->b * c->hkv * c->skv * c->d);
   size_t nv = (size_t)(c->b * c->hkv * c->skv * c->dv), no = (size_t)(c->b * c->h * c->sq * c->dv);
-  size_t nm = c->mask == 1 ? (size_t)(c->sq * c->skv) : (size_t)(c->b * c->skv);
+  size_t nm = c->mask == 1   ? (size_t)(c->sq * c->skv)
+              : c->mask == 4 ? (size_t)(c->b * c->sq * c->skv)
+                             : (size_t)(c->b * c->skv);
   float* q = malloc((nq + 1) * sizeof(float));
   float* k = malloc((nk + 1) * sizeof(float));
   float* v = malloc((nv + 1) * sizeof(float));
@@ -262,6 +269,34 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
     a.mask = m, a.mask_strides[0] = c->skv, a.mask_strides[3] = 1;
     for (int64_t j = c->skv - 3; j < c->skv; ++j)
       if (j >= 0) m[j] = -INFINITY;
+  } else if (c->mask == 3) {
+    /* (B, 1, 1, Skv): batch b sees its first 100 - 63 b keys, as decode
+     * over a static cache sees the valid prefix. */
+    a.mask = m, a.mask_strides[0] = c->skv, a.mask_strides[3] = 1;
+    for (int64_t b = 0; b < c->b; ++b)
+      for (int64_t j = 0; j < c->skv; ++j)
+        if (j >= 100 - 63 * b) m[b * c->skv + j] = -INFINITY;
+  } else if (c->mask == 4) {
+    /* (B, 1, Sq, Skv): row i of batch b sees one window of keys (lo, hi);
+     * every seventh row sees none. */
+    a.mask = m, a.mask_strides[0] = c->sq * c->skv, a.mask_strides[2] = c->skv,
+    a.mask_strides[3] = 1;
+    for (int64_t b = 0; b < c->b; ++b)
+      for (int64_t i = 0; i < c->sq; ++i) {
+        int64_t lo = (b * 67 + i * 29) % (c->skv / 2 + 1), hi = lo + 1 + (i * 53) % 90;
+        for (int64_t j = 0; j < c->skv; ++j)
+          if (j < lo || j >= hi || i % 7 == 3) m[(b * c->sq + i) * c->skv + j] = -INFINITY;
+      }
+  }
+  if (c->poison > 0) {
+    for (int64_t b = 0; b < c->b; ++b)
+      for (int64_t h = 0; h < c->hkv; ++h)
+        for (int64_t j = c->poison; j < c->skv; ++j) {
+          for (int64_t e = 0; e < c->d; ++e)
+            k[b * a.k_strides[0] + h * a.k_strides[1] + j * a.k_strides[2] + e * a.k_strides[3]] = NAN;
+          for (int64_t e = 0; e < c->dv; ++e)
+            v[b * a.v_strides[0] + h * a.v_strides[1] + j * a.v_strides[2] + e * a.v_strides[3]] = NAN;
+        }
   }
   a.q = q, a.k = k, a.v = v, a.out = y;
   a.scale = c->d ? 1.0f / sqrtf((float)c->d) : 1.0f;
@@ -274,6 +309,7 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   for (size_t i = 0; i < no; ++i) y[i] = 12345.0f; /* every element must be written */
   kiln_attention_f32(&a, pool);
   a.out = w;
+  if (c->poison > 0) a.kv_len = c->poison;
   kiln_attention_f32_reference(&a);
   char what[128];
   snprintf(what, sizeof what, "%s attention %s", isa, c->name);
@@ -289,25 +325,32 @@ done:
 
 static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
   static const kiln_test_attn_case_t cases[] = {
-      {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0, 0},
-      {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0, 0},
-      {"causal offset kv-q", 1, 2, 1, 37, 45, 64, 64, 0, 0, 1, 8, 0, 0},
-      {"causal offset -3 (empty rows)", 1, 2, 2, 20, 20, 32, 32, 0, 0, 1, -3, 0, 0},
-      {"causal sq>skv", 1, 2, 2, 50, 20, 16, 16, 0, 0, 1, 0, 0, 0},
-      {"mask broadcast (Sq,Skv)", 2, 3, 3, 17, 70, 64, 64, 0, 1, 0, 0, 0, 0},
-      {"mask key padding + causal", 2, 4, 1, 9, 33, 32, 48, 0, 2, 1, 24, 0, 0},
-      {"permuted strides", 2, 4, 2, 23, 71, 64, 64, 1, 0, 0, 0, 0, 0},
-      {"permuted + mask + causal", 1, 6, 3, 40, 40, 40, 24, 1, 1, 1, 0, 0, 0},
-      {"decode sq=1", 2, 8, 2, 1, 100, 64, 64, 0, 0, 1, 99, 0, 0},
-      {"decode mqa sq=1", 1, 16, 1, 1, 257, 128, 128, 1, 0, 0, 0, 0, 0},
-      {"odd dims d7 dv5", 2, 3, 1, 11, 13, 7, 5, 0, 0, 0, 0, 0, 0},
-      {"d1", 1, 1, 1, 5, 3, 1, 1, 0, 0, 0, 0, 0, 0},
-      {"d256 dv256", 1, 2, 1, 21, 50, 256, 256, 1, 0, 1, 29, 0, 0},
-      {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0, 0},
-      {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0, 0},
-      {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0, 0},
-      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1, 0},
-      {"out (B,Sq,H,Dv) + gqa causal", 2, 4, 2, 13, 29, 32, 40, 1, 1, 1, 16, 0, 1},
+      {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0, 0, 0},
+      {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0, 0, 0},
+      {"causal offset kv-q", 1, 2, 1, 37, 45, 64, 64, 0, 0, 1, 8, 0, 0, 0},
+      {"causal offset -3 (empty rows)", 1, 2, 2, 20, 20, 32, 32, 0, 0, 1, -3, 0, 0, 0},
+      {"causal sq>skv", 1, 2, 2, 50, 20, 16, 16, 0, 0, 1, 0, 0, 0, 0},
+      {"mask broadcast (Sq,Skv)", 2, 3, 3, 17, 70, 64, 64, 0, 1, 0, 0, 0, 0, 0},
+      {"mask key padding + causal", 2, 4, 1, 9, 33, 32, 48, 0, 2, 1, 24, 0, 0, 0},
+      {"permuted strides", 2, 4, 2, 23, 71, 64, 64, 1, 0, 0, 0, 0, 0, 0},
+      {"permuted + mask + causal", 1, 6, 3, 40, 40, 40, 24, 1, 1, 1, 0, 0, 0, 0},
+      {"decode sq=1", 2, 8, 2, 1, 100, 64, 64, 0, 0, 1, 99, 0, 0, 0},
+      {"decode mqa sq=1", 1, 16, 1, 1, 257, 128, 128, 1, 0, 0, 0, 0, 0, 0},
+      {"odd dims d7 dv5", 2, 3, 1, 11, 13, 7, 5, 0, 0, 0, 0, 0, 0, 0},
+      {"d1", 1, 1, 1, 5, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0},
+      {"d256 dv256", 1, 2, 1, 21, 50, 256, 256, 1, 0, 1, 29, 0, 0, 0},
+      {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0, 0, 0},
+      {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0, 0, 0},
+      {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0, 0, 0},
+      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1, 0, 0},
+      {"out (B,Sq,H,Dv) + gqa causal", 2, 4, 2, 13, 29, 32, 40, 1, 1, 1, 16, 0, 1, 0},
+      /* Hidden key tiles are skipped: NaN past the valid prefix never read. */
+      {"static cache decode gqa", 2, 8, 2, 1, 700, 64, 64, 0, 3, 0, 0, 0, 0, 512},
+      {"static cache decode permuted", 2, 4, 4, 1, 300, 32, 32, 1, 3, 0, 0, 0, 1, 256},
+      {"static cache chunk causal", 2, 4, 2, 5, 400, 64, 64, 0, 3, 1, 95, 0, 0, 320},
+      {"static cache untiled d300", 2, 2, 1, 1, 300, 300, 260, 0, 3, 0, 0, 0, 0, 160},
+      {"windows per row", 2, 4, 2, 23, 333, 64, 64, 0, 4, 0, 0, 0, 0, 0},
+      {"windows per row + causal", 1, 6, 3, 30, 200, 32, 48, 1, 4, 1, 170, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     kiln_test_nn_attention_case(&cases[i], pool, isa);

@@ -16,6 +16,16 @@
  * KILN_ATTENTION_MAX_HEAD_DIM take an untiled row-at-a-time path that needs
  * no scratch (the output row is the accumulator): correct, slower.
  *
+ * Hidden keys are not read: a key tile that no row of the task may see
+ * (past every row's causal limit, or -inf in every row's mask over the
+ * tile) is skipped whole: no packing, no products. So decode over a static
+ * cache (one query, the mask -inf past the valid length) costs what the
+ * valid keys cost, not the cache size. Skipping changes no finite result
+ * (such a tile adds e^-inf = 0 to every row); NaN or Inf in k or v at keys
+ * so hidden does not reach the output, where torch's kernel, which reads
+ * every key the mask hides, gives NaN (torch's causal path skips as kiln
+ * does). A tile with any visible key is computed whole, as torch does.
+ *
  * Masked rows: a row that no key may see (all -inf mask, or causal with
  * i + offset < 0) outputs zeros. That is what torch 2.13's CPU
  * F.scaled_dot_product_attention returns for a fully -inf float mask (its
@@ -212,6 +222,13 @@ static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t task,
   }
 }
 
+/* 1 when every one of the first n mask values (stride ms) is -inf. */
+static int kiln_nn_attn_all_hidden(const float* mask, int64_t ms, int64_t n) {
+  for (int64_t c = 0; c < n; ++c)
+    if (mask[c * ms] != -INFINITY) return 0;
+  return 1;
+}
+
 /* Large head dims: one row at a time, the output row as the accumulator. */
 static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size_t task) {
   const kiln_attention_args_t* a = plan->args;
@@ -227,6 +244,8 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
     float m = -INFINITY, l = 0.0f;
     int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
     for (int64_t j = 0; j < end; ++j) {
+      /* A key the mask hides is not read (see the file's comment). */
+      if (rows[r].mask && rows[r].mask[j * a->mask_strides[3]] == -INFINITY) continue;
       const float* kj = kb + j * a->k_strides[2];
       float s = 0.0f;
       for (int64_t e = 0; e < a->head_dim; ++e)
@@ -291,6 +310,25 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
   for (int64_t j0 = 0; j0 < kv_end; j0 += bk) {
     int64_t nk = kv_end - j0 < bk ? kv_end - j0 : bk;
     int64_t nkp = kiln_nn_round_up(nk, KILN_NN_ATTN_NR);
+    /* Keys of the tile each row may see: past the causal limit, and the
+     * padding, are hidden; lim is the most any row of a group of 6 sees. */
+    int hidden = 1;
+    const float* checked = NULL; /* rows of a GQA group often share one mask row */
+    int64_t checked_vis = 0;
+    for (int64_t r = 0; r < nrp; ++r) {
+      int64_t lk = r < nr ? rows[r].last_key : -1; /* INT64_MAX when not causal */
+      vis[r] = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
+      if (r % KILN_NN_ATTN_MR == 0) lim[r / KILN_NN_ATTN_MR] = 0;
+      if (vis[r] > lim[r / KILN_NN_ATTN_MR]) lim[r / KILN_NN_ATTN_MR] = vis[r];
+      if (!hidden || vis[r] == 0) continue;
+      const float* mr = rows[r].mask ? rows[r].mask + j0 * a->mask_strides[3] : NULL;
+      if (mr && mr == checked && vis[r] <= checked_vis) continue;
+      hidden = mr && kiln_nn_attn_all_hidden(mr, a->mask_strides[3], vis[r]);
+      checked = mr;
+      checked_vis = vis[r];
+    }
+    /* No row may see a key of the tile: it would add e^-inf = 0 to each. */
+    if (hidden) continue;
     /* Pack K transposed and V, zero-filling the padding so 0 · pad = 0.
      * Full tiles of a contiguous V with Dv % 16 == 0 are read in place. */
     kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk, nkp,
@@ -307,14 +345,6 @@ void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, si
           for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
         for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
       }
-    }
-    /* Keys of the tile each row may see: past the causal limit, and the
-     * padding, are hidden; lim is the most any row of a group of 6 sees. */
-    for (int64_t r = 0; r < nrp; ++r) {
-      int64_t lk = r < nr ? rows[r].last_key : -1; /* INT64_MAX when not causal */
-      vis[r] = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
-      if (r % KILN_NN_ATTN_MR == 0) lim[r / KILN_NN_ATTN_MR] = 0;
-      if (vis[r] > lim[r / KILN_NN_ATTN_MR]) lim[r / KILN_NN_ATTN_MR] = vis[r];
     }
     kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
 

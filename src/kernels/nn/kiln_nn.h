@@ -86,7 +86,9 @@ void kiln_rms_norm_f32_reference(size_t rows, size_t cols, const float* x,
  *   out: (B, H, Sq, Dv) contiguous. Element strides let permuted q/k/v be read
  *   in place. mask, if set, is added to the scores (float, -inf to drop) and
  *   broadcast through its strides (stride 0 on broadcast dims). With causal,
- *   query i sees key j only when j <= i + causal_offset. */
+ *   query i sees key j only when j <= i + causal_offset. Keys hidden from
+ *   every row of a key tile (-inf or causal) are not read, so NaN or Inf in
+ *   k or v there does not reach the output (kiln_attention.c). */
 typedef struct kiln_attention_args_s {
   int64_t batch, heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
   const float* q;
