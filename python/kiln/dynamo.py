@@ -117,16 +117,20 @@ def _compile_fx(gm, example_inputs, frozen=None):
     for i, (n, ex) in enumerate(zip([n for n in gm.graph.nodes if n.op == "placeholder"], example_inputs)):
         if i in frozen:
             placeholders.append(("frozen", frozen[i]))
+        elif not n.users:  # read by nothing (a float64 scalar the prelude took over)
+            placeholders.append(("python", None))
         elif isinstance(ex, torch.Tensor):
             # Symbolic sizes (dynamic=True, mark_dynamic, automatic dynamic)
             # compile once: the C model binds them per call (kiln/symbolic.py).
             placeholders.append(("input", n.name))
             names.append(n.name)
-        elif isinstance(ex, torch.SymInt):
+        elif isinstance(ex, torch.SymInt) and not ex.node.expr.is_number:
             # A symbolic size passed as an argument: an input of the kiln
             # model that carries the size (kiln/symbolic.py).
             placeholders.append(("input", n.name))
             names.append(n.name)
+        elif isinstance(ex, torch.SymInt):  # a size Dynamo specialized (Sym(1))
+            placeholders.append(("python", int(ex.node.expr)))
         else:
             placeholders.append(("python", ex))
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -159,8 +163,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
     weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
     mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
     mod._kiln_keep = ctx.kept  # the frozen parameters the model's constants borrow
-    tensor_positions = [i for i, ex in enumerate(example_inputs)
-                        if isinstance(ex, (torch.Tensor, torch.SymInt)) and i not in frozen]
+    tensor_positions = [i for i, (kind, _) in enumerate(placeholders) if kind == "input"]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)
 
     # An input the graph writes (a StaticCache's keys and values): its new
@@ -217,6 +220,63 @@ def _input_writes(gm):
     return writes
 
 
+def _is_f64_scalar(node):
+    v = node.meta.get("val")
+    return isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.dim() == 0
+
+
+def _split_float_scalars(gm, example_inputs):
+    """Moves the graph's float64 scalar arithmetic into a prelude run in
+    eager PyTorch before the kiln model: returns (prelude, new inputs) or
+    None when the graph has none, rewriting gm in place.
+
+    torch.compile(dynamic=True) passes a module's Python floats (an RMSNorm's
+    eps, RoPE's attention scaling, even math.pi in GPT-2's GELU) as 0-d
+    float64 tensors; the graph computes with them in float64 (sqrt(2 / pi))
+    and rounds the result to float32 before it meets a tensor. kiln holds no
+    float64: the 0-d float64 nodes (the part that would have been constant
+    folded had Dynamo specialized the floats) are computed by the prelude,
+    and each rounding to float32 becomes a new float32 input of the graph,
+    appended after the others. Nothing is refused silently: a float64 value
+    used any other way is left in the graph (and falls back)."""
+    scalar = set()
+    for n in gm.graph.nodes:
+        if not _is_f64_scalar(n):
+            continue
+        if n.op == "placeholder" or (n.op == "call_function" and all(a in scalar for a in n.all_input_nodes)):
+            scalar.add(n)
+    rounded = [u for u in gm.graph.nodes if u.op == "call_function" and u not in scalar
+               and u.target in (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+               and len(u.args) >= 1 and u.args[0] in scalar and isinstance(u.meta.get("val"), torch.Tensor)
+               and u.meta["val"].dtype == torch.float32 and u.meta["val"].dim() == 0]
+    if not rounded or any(u not in scalar and u not in rounded for n in scalar for u in n.users):
+        return None
+    # The prelude: gm's placeholders, the scalar nodes, the roundings as outputs.
+    pg = torch.fx.Graph()
+    env = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = pg.placeholder(n.name)
+        elif n in scalar or n in rounded:
+            env[n] = pg.node_copy(n, lambda a: env[a])
+    pg.output(tuple(env[u] for u in rounded))
+    prelude = torch.fx.GraphModule(gm, pg)
+    last = gm.graph.find_nodes(op="placeholder")[-1]
+    new_inputs = []
+    for k, u in enumerate(rounded):
+        with gm.graph.inserting_after(last):
+            ph = gm.graph.placeholder(f"kiln_scalar{k}")
+        ph.meta["val"] = torch.empty((), dtype=torch.float32)
+        u.replace_all_uses_with(ph)
+        last = ph
+        new_inputs.append(ph.meta["val"])
+    for n in reversed(list(gm.graph.nodes)):
+        if n in rounded or (n in scalar and n.op != "placeholder"):
+            gm.graph.erase_node(n)
+    gm.recompile()
+    return prelude, new_inputs
+
+
 def kiln_fw_compiler(gm, example_inputs):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -228,11 +288,27 @@ def kiln_fw_compiler(gm, example_inputs):
 def _kiln_fw_compile(gm, example_inputs):
     from torch._dynamo.utils import counters
 
+    counters["kiln"]["graphs"] += 1
+    frozen = _frozen_parameters(example_inputs)
+    split = _split_float_scalars(gm, example_inputs)
+    if split is not None:
+        prelude, extra = split
+        fn = _compile_or_partition(gm, list(example_inputs) + extra, frozen)
+
+        def run(*args):
+            return fn(*args, *prelude(*args))
+
+        run._kiln_module = getattr(fn, "_kiln_module", None)
+        return run
+    return _compile_or_partition(gm, example_inputs, frozen)
+
+
+def _compile_or_partition(gm, example_inputs, frozen):
+    from torch._dynamo.utils import counters
+
     from kiln.errors import UnsupportedOpError
     from kiln.partition import partition
 
-    counters["kiln"]["graphs"] += 1
-    frozen = _frozen_parameters(example_inputs)
     try:
         if not frozen:
             fn = _compile_fx(gm, example_inputs)

@@ -341,7 +341,7 @@ def _where(ctx, n):
 @register(aten.full.default, aten.zeros.default, aten.ones.default, aten.full_like.default,
           aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
           aten.arange.default, aten.arange.start, aten.arange.start_step, aten.empty.memory_format,
-          aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default)
+          aten.empty_permuted.default, aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default)
 def _constant_op(ctx, n):
     # Ops with static shapes and no tensor data inputs are constants of the
     # graph: their value is fixed at capture, like a parameter. With a
@@ -350,7 +350,9 @@ def _constant_op(ctx, n):
             isinstance(symbolic.size(a), symbolic.SymDim) for a in n.args
             if isinstance(a, (torch.fx.Node, torch.SymInt))):
         return _symbolic_constant_op(ctx, n)
-    if n.target in (aten.empty.memory_format, aten.empty_like.default):
+    if n.target in (aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default):
+        # Uninitialised memory (empty_permuted's physical order only changes
+        # its strides, and kiln's values are dense): zeros are one reading.
         return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
     args = [a for a in n.args]
     kwargs = dict(n.kwargs)
@@ -378,7 +380,7 @@ def _symbolic_constant_op(ctx, n):
     if n.target in (aten.full.default, aten.full_like.default, aten.scalar_tensor.default):
         value = n.args[1] if len(n.args) > 1 else n.args[0]
     elif n.target in (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
-                      aten.empty.memory_format, aten.empty_like.default):
+                      aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default):
         value = 0
     else:
         value = 1
@@ -388,9 +390,11 @@ def _symbolic_constant_op(ctx, n):
 
 
 @register(operator.add, operator.sub, operator.mul, operator.floordiv, operator.mod, operator.neg,
-          torch.sym_max, torch.sym_min)
+          torch.sym_max, torch.sym_min, torch.sym_sum)
 def _size_arith(ctx, n):
     # Arithmetic on sizes (Dynamo's s0 * s1 before a view): a size, not a tensor.
+    if n.target is torch.sym_sum:  # sym_sum((1, s0)): Dynamo's sum of a list of sizes
+        return sum((symbolic.size(a) for a in n.args[0]), 0)
     args = [symbolic.size(a) for a in n.args]
     if n.target is torch.sym_max or n.target is torch.sym_min:
         return symbolic.minmax("max" if n.target is torch.sym_max else "min", *args)
@@ -880,3 +884,4 @@ from kiln import optable_nn  # noqa: E402,F401  (training handlers: norms, CNN b
 from kiln import optable_movement  # noqa: E402,F401  (registers its handlers; last, so they win)
 from kiln import optable_sample  # noqa: E402,F401  (grid_sampler_2d, col2im, _embedding_bag)
 from kiln import optable_train  # noqa: E402,F401  (compiled optimizer steps)
+from kiln import optable_moe  # noqa: E402,F401  (histc of expert ids)

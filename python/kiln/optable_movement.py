@@ -19,7 +19,7 @@ import torch
 
 from kiln import symbolic
 from kiln.optable import (Unsupported, _arg, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
-                          _val, aten, cast, register, reshape, strided_copy)
+                          _val, aten, cast, operand, register, reshape, strided_copy)
 
 # Core ATen ops that torch.export's default decompositions would break up
 # but kiln runs whole (capture.decomposition_table keeps them): the pads
@@ -360,15 +360,16 @@ def _linear_index(ctx, n, x_shape, axes, idxs):
     stride = 1
     for size, idx in reversed(list(zip(sizes, idxs))):
         idx = cast(ctx, idx, i64)
+        size_v = operand(ctx, size, i64)  # a symbolic size is computed per call
         neg = ctx.node("lt", [idx, ctx.scalar(0, i64)])
-        idx = ctx.node("where", [neg, ctx.node("add", [idx, ctx.scalar(size, i64)]), idx])
+        idx = ctx.node("where", [neg, ctx.node("add", [idx, size_v]), idx])
         out = ctx.node("logical_or", [ctx.node("lt", [idx, ctx.scalar(0, i64)]),
-                                      ctx.node("ge", [idx, ctx.scalar(size, i64)])])
-        term = idx if stride == 1 else ctx.node("mul", [idx, ctx.scalar(stride, i64)])
+                                      ctx.node("ge", [idx, size_v])])
+        term = idx if isinstance(stride, int) and stride == 1 else ctx.node("mul", [idx, operand(ctx, stride, i64)])
         lin = term if lin is None else ctx.node("add", [lin, term])
         bad = out if bad is None else ctx.node("logical_or", [bad, out])
         stride *= size
-    lin = ctx.node("where", [bad, ctx.scalar(-(L + 1), i64), lin], origin=ctx.origin(n))
+    lin = ctx.node("where", [bad, operand(ctx, -(L + 1), i64), lin], origin=ctx.origin(n))
     return lin, L
 
 
@@ -385,7 +386,7 @@ def _index_plan(ctx, n, x, indices):
         if ctx.dtype(v) not in _INDEX_DTYPES:
             raise Unsupported(f"indexing with a {ctx.dtype(v)} index (a mask's result shape "
                               "depends on its values)")
-    bshape = list(torch.broadcast_shapes(*(ctx.shape(v) for v in idxs)))
+    bshape = symbolic.broadcast_shapes(*(ctx.shape(v) for v in idxs))
     lin, L = _linear_index(ctx, n, shape, axes, idxs)
     adjacent = axes == list(range(axes[0], axes[0] + len(axes)))
     rest = [d for d in range(len(shape)) if d not in axes]

@@ -99,6 +99,25 @@ def minmax(kind, a, b):
     return max(a, b) if kind == "max" else min(a, b)
 
 
+def broadcast_shapes(*shapes):
+    """torch.broadcast_shapes for kiln sizes: a SymDim counts as not 1 (a
+    symbol whose range holds 1 broadcasts only where tracing proved it
+    equal to the other size). Two different sizes, neither 1, are refused."""
+    from kiln.optable import Unsupported
+
+    rank = max((len(s) for s in shapes), default=0)
+    out = [1] * rank
+    for s in shapes:
+        for i, d in enumerate(s, rank - len(s)):
+            if isinstance(d, int) and d == 1:
+                continue
+            if isinstance(out[i], int) and out[i] == 1:
+                out[i] = d
+            elif out[i] != d:
+                raise Unsupported(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast")
+    return out
+
+
 def wrap(graph, d):
     return SymDim(graph, d) if is_encoded(d) else d
 

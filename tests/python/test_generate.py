@@ -9,16 +9,14 @@ may fall back to eager PyTorch: kiln counts what it did with each graph in
 torch._dynamo.utils.counters (see kiln/dynamo.py), which
 assert_all_in_kiln reads; test_a_fallback_is_seen checks that it can fail.
 
-Shapes are concrete here: torch._dynamo.config.automatic_dynamic_shapes
-is off, so Dynamo compiles one graph per shape instead of handing kiln a
-symbolic one after the first recompile (tests/python/test_symbolic.py covers
-that path). With the default DynamicCache every decode step is then a new
-shape and a new compile (about a second each, mostly Dynamo's trace), so
-those tests generate few tokens. TODO(symbolic shapes, issue 17): once the
-symbolic graphs of these cases run whole in kiln (the padded batch's
-aten.index.Tensor still falls back there), drop the automatic_dynamic_shapes
-patch, generate 64 tokens with the dynamic cache too and assert one prefill
-and one decode compile.
+Sizes are Dynamo's: by default (automatic dynamic) a size becomes symbolic
+the first time it changes, so the DynamicCache, whose length grows every
+token, compiles prefill, the first decode step at its length, then one
+symbolic decode graph for every later length; torch.compile(dynamic=True)
+makes sizes symbolic from the start: one prefill graph for every prompt
+length and batch size (> 1, which Dynamo specializes), one decode graph.
+Tests count Dynamo's compiles (counters["stats"]["unique_graphs"]) and
+kiln's graphs, and assert no compile per token, prompt length or batch.
 """
 
 import pytest
@@ -30,7 +28,6 @@ from torch._dynamo.utils import counters
 import kiln  # noqa: F401  (registers the backend)
 
 VOCAB = 256
-DYNAMIC_CACHE_TOKENS = 4  # TODO(symbolic shapes): 64, once decode compiles once for all lengths
 
 
 def _model(kind):
@@ -57,13 +54,16 @@ def _prompt(batch, length=9):
 
 
 @pytest.fixture(autouse=True)
-def _concrete_dynamo():
-    # TODO(symbolic shapes): remove automatic_dynamic_shapes=False.
+def _fresh_dynamo():
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(automatic_dynamic_shapes=False, cache_size_limit=256):
-        counters.clear()
-        yield
+    counters.clear()
+    yield
     torch._dynamo.reset()
+
+
+def compiles():
+    """Frames Dynamo compiled (each recompile is one more)."""
+    return counters["stats"]["unique_graphs"]
 
 
 def assert_all_in_kiln():
@@ -78,13 +78,18 @@ def assert_all_in_kiln():
     assert not counters["graph_break"], dict(counters["graph_break"])
 
 
-def _generate_both(model, ids, mask, **kw):
-    kw = dict(attention_mask=mask, do_sample=False, pad_token_id=0, **kw)
+def _generate(model, ids, mask, seed=None, **kw):
+    kw = dict(attention_mask=mask, do_sample=seed is not None, pad_token_id=0, **kw)
+    if seed is not None:  # sampling: the same draws in eager and in kiln
+        torch.manual_seed(seed)
     with torch.no_grad():
-        ref = model.generate(ids, **kw)
-        model.forward = torch.compile(model.forward, backend="kiln")
-        got = model.generate(ids, **kw)
-    return ref, got
+        return model.generate(ids, **kw)
+
+
+def _generate_both(model, ids, mask, **kw):
+    ref = _generate(model, ids, mask, **kw)
+    model.forward = torch.compile(model.forward, backend="kiln")
+    return ref, _generate(model, ids, mask, **kw)
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "qwen2"])
@@ -103,16 +108,51 @@ def test_generate_static_cache_padded_batch(kind):
 
 @pytest.mark.parametrize("kind,batch", [("gpt2", 1), ("llama", 2), ("qwen2", 1)])
 def test_generate_dynamic_cache(kind, batch):
-    """The default DynamicCache: keys and values start as empty tensors that
-    Dynamo lifts into the graph (get_attr constants) and grow by cat. At
-    batch 1 there is no mask and Llama/Qwen2 attention takes enable_gqa (k
-    and v with 2 heads for 4 query heads); with a mask transformers repeats
-    k and v to 4 heads itself."""
+    """The default DynamicCache under Dynamo's automatic dynamic, 64 greedy
+    tokens then 64 sampled ones (fixed seed): keys and values start as
+    empty tensors that Dynamo lifts into the graph (get_attr constants) and
+    grow by cat. At batch 1 there is no mask and Llama/Qwen2 attention takes
+    enable_gqa (k and v with 2 heads for 4 query heads); batch 2 is left
+    padded, its mask indexed by batch and position (aten.index.Tensor with
+    symbolic sizes). Three compiles, the last a symbolic decode graph that
+    serves every later length: none for the sampled run."""
     model = _model(kind)
     ids, mask = _prompt(batch)
-    ref, got = _generate_both(model, ids, mask, max_new_tokens=DYNAMIC_CACHE_TOKENS)
-    assert got.shape == (batch, 9 + DYNAMIC_CACHE_TOKENS)
+    n = dict(max_new_tokens=64, min_new_tokens=64)
+    ref, ref_sampled = _generate(model, ids, mask, **n), _generate(model, ids, mask, seed=7, **n)
+    model.forward = torch.compile(model.forward, backend="kiln")
+    got = _generate(model, ids, mask, **n)
+    assert got.shape == (batch, 9 + 64)
     assert torch.equal(got, ref)
+    assert compiles() == 3 and counters["kiln"]["graphs"] == 3, (compiles(), dict(counters["kiln"]))
+    assert torch.equal(_generate(model, ids, mask, seed=7, **n), ref_sampled)
+    assert compiles() == 3, compiles()  # the same frames: nothing compiled again
+    assert_all_in_kiln()
+
+
+def test_generate_dynamic_shapes_compile_once():
+    """torch.compile(dynamic=True): one prefill and one decode graph serve
+    every prompt length, every cache length and every batch size in range
+    (3 and 5 here, left padded), greedy and sampled. (Dynamo specializes a
+    size of 1, and its duck sizing gives a batch equal to the key heads
+    (2) their symbol, which the concatenation then pins to 2: sizes that
+    collide with none of the model's are what Dynamo keeps dynamic.)
+    The graphs' Python floats (RMSNorm's eps, RoPE's scaling) reach kiln as
+    float64 0-d inputs that the graph rounds to float32: a prelude does
+    that, and every tensor op runs in kiln."""
+    model = _model("llama")
+    ids, mask = _prompt(3)
+    ids5, mask5 = _prompt(5, length=12)
+    mask5[4, :5] = 0
+    n, short = dict(max_new_tokens=64, min_new_tokens=64), dict(max_new_tokens=16, min_new_tokens=16)
+    eager = [_generate(model, ids, mask, **n), _generate(model, ids, mask, seed=3, **short),
+             _generate(model, ids5, mask5, **short)]
+    model.forward = torch.compile(model.forward, backend="kiln", dynamic=True)
+    assert torch.equal(_generate(model, ids, mask, **n), eager[0])
+    assert compiles() == 2 and counters["kiln"]["graphs"] == 2, (compiles(), dict(counters["kiln"]))
+    assert torch.equal(_generate(model, ids, mask, seed=3, **short), eager[1])
+    assert torch.equal(_generate(model, ids5, mask5, **short), eager[2])
+    assert compiles() == 2, compiles()  # another batch size and prompt length: no recompile
     assert_all_in_kiln()
 
 

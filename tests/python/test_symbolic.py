@@ -160,3 +160,71 @@ def test_generate_static_cache_written_in_place(counters, monkeypatch):
     assert counters["kiln"]["graphs"] <= 2, dict(counters["kiln"])
     # Every decode step writes each layer's keys and values in place.
     assert len(written) >= 39 and min(written) >= 2 * 2, written[:5]
+
+
+def test_index_with_symbolic_sizes(counters):
+    """A padded batch's mask indexed by batch and position, both symbolic
+    (transformers' padding mask): aten.index.Tensor with two index tensors
+    whose linear index uses the symbolic sizes, one graph for all sizes,
+    and an index out of range is still an error, never a read."""
+    def f(mask, n):
+        b = torch.arange(mask.shape[0])[:, None, None, None]
+        kv = torch.arange(n.shape[0])[None, None, None, :]
+        return mask[b, kv].float() * 2
+
+    g = torch.compile(f, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for B, L, N in [(2, 7, 5), (3, 12, 12), (5, 20, 9)]:
+            mask = torch.randint(0, 2, (B, L), dtype=torch.bool)
+            n = torch.empty(N)
+            torch.testing.assert_close(g(mask, n), f(mask, n), rtol=0, atol=0)
+    assert counters["kiln"]["graphs"] == 1 and counters["kiln"]["whole"] == 1, dict(counters["kiln"])
+    with pytest.raises(Exception, match="out of range"):
+        g(torch.ones(2, 4, dtype=torch.bool), torch.empty(6))
+
+
+class _Scaled(nn.Module):
+    """Python floats a dynamic=True graph receives as float64 0-d inputs:
+    an attribute, math.pi, arithmetic on both before the tensor sees it."""
+
+    def __init__(self):
+        super().__init__()
+        self.eps = 1e-5
+        self.scale = 0.7
+
+    def forward(self, x):
+        import math
+
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return y * math.sqrt(2.0 / math.pi) * self.scale
+
+
+def test_float_scalars_run_in_a_prelude(counters):
+    m = _Scaled().eval()
+    g = torch.compile(m, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for shape in [(2, 5, 8), (3, 7, 8)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(g(x), m(x), rtol=1e-6, atol=1e-6)
+    assert counters["kiln"]["whole"] == counters["kiln"]["graphs"] == 1, dict(counters["kiln"])
+    assert not counters["kiln_fallback"], dict(counters["kiln_fallback"])
+
+
+def test_histc_counts_integer_ids(counters):
+    """transformers' tokens per expert: histc of integer ids cast to float,
+    one bin per id. Counted in kiln; ids outside the range are not counted.
+    A histc kiln cannot prove exact (of float data) stays in eager."""
+    def per_expert(ids):
+        return torch.histc(torch.sort(ids.reshape(-1)).values.float(), bins=4, min=0, max=3)
+
+    g = torch.compile(per_expert, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for shape in [(3, 2), (9, 2), (1, 7)]:
+            ids = torch.randint(-1, 6, shape)
+            torch.testing.assert_close(g(ids), per_expert(ids), rtol=0, atol=0)
+    assert counters["kiln"]["whole"] == counters["kiln"]["graphs"], dict(counters["kiln"])
+    counters.clear()
+    h = torch.compile(lambda x: torch.histc(x, bins=4, min=0, max=3), backend="kiln")
+    x = torch.rand(10) * 3
+    torch.testing.assert_close(h(x), torch.histc(x, bins=4, min=0, max=3))
+    assert "aten.histc.default" in counters["kiln_fallback"], dict(counters["kiln_fallback"])

@@ -1,0 +1,60 @@
+"""Op-table handlers for what a mixture-of-experts layer adds to a graph as
+transformers writes it (integrations/moe.py, Mixtral and its kin): the
+count of tokens per expert (aten.histc of the sorted expert ids).
+
+Imported by kiln.optable. No numerics here: each handler picks kiln ops.
+"""
+
+import torch
+
+from kiln.optable import Unsupported, _arg, _shape, _val, aten, cast, dtype_id, register, reshape
+
+# Integers of at most this magnitude are exact in float32.
+_F32_EXACT = 1 << 24
+
+
+def _integer_source(node):
+    """The integer tensor node a float32 conversion reads, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    if node.target not in (aten._to_copy.default, torch.ops.prims.convert_element_type.default):
+        return None
+    src = node.args[0]
+    v = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if isinstance(v, torch.Tensor) and not v.dtype.is_floating_point and v.dtype != torch.bool:
+        return src
+    return None
+
+
+@register(aten.histc.default)
+def _histc(ctx, n):
+    """histc(ids.float(), bins=E, min=a, max=b) with b - a + 1 == E: how many
+    ids equal each integer a..b (transformers' tokens per expert).
+
+    Only this case: torch's histc places a value by interpolating between
+    bin edges computed in floating point, which kiln does not mirror in
+    general; for integer values with one bin per integer the bin is exactly
+    the value minus a (the edges j * (E-1)/E lie strictly between integers
+    until the last, whose bin also takes b). Values outside a..b are not
+    counted, as in torch; integers rounded by the cast to float32 stay
+    outside a..b when |a|, |b| < 2**24."""
+    x_node = n.args[0]
+    bins = int(_arg(n, 1, "bins", 100))
+    lo, hi = _arg(n, 2, "min", 0), _arg(n, 3, "max", 0)
+    if _integer_source(x_node) is None or _val(n).dtype != torch.float32:
+        raise Unsupported("histc of values not known to be integers (only integer ids are counted)")
+    if lo != int(lo) or hi != int(hi) or int(hi) - int(lo) + 1 != bins:
+        raise Unsupported(f"histc with {bins} bins over [{lo}, {hi}] (only one bin per integer)")
+    lo, hi = int(lo), int(hi)
+    if not (-_F32_EXACT < lo and hi < _F32_EXACT):
+        raise Unsupported("histc over integers float32 does not hold exactly")
+    x = ctx.value(x_node)
+    count = 1
+    for d in ctx.shape(x):
+        count = count * d
+    x = reshape(ctx, x, [count, 1])
+    levels = ctx.node("iota", [], [bins, lo, 1, dtype_id(torch.float32)])
+    hits = ctx.node("eq", [x, reshape(ctx, levels, [1, bins])], origin=ctx.origin(n))
+    y = ctx.node("sum", [cast(ctx, hits, torch.float32)], [1, 0], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
