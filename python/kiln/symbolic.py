@@ -150,7 +150,7 @@ class Symbols:
         self.graph = graph
         self.vars = {}
         self.aliases = {}
-        self._names = {}  # encoded var -> name
+        self._keys = {}  # the C table's name of a symbol -> its sympy name
 
     def _resolve(self, name):
         seen = set()
@@ -176,7 +176,8 @@ class Symbols:
             if not (isinstance(a, SymDim) and isinstance(b, SymDim)) or a == b:
                 continue
             # s1 + t against s2 + t: the one symbol each has that the other lacks.
-            va, vb = self.graph.sym_vars(a.d), self.graph.sym_vars(b.d)
+            va = {self._keys.get(v, v) for v in self.graph.sym_vars(a.d)}
+            vb = {self._keys.get(v, v) for v in self.graph.sym_vars(b.d)}
             only_a, only_b = va - vb, vb - va
             if len(only_a) == 1 and len(only_b) == 1:
                 import os
@@ -202,8 +203,11 @@ class Symbols:
                 except Exception:  # int_oo and other unbounded ends
                     pass
             hi = max(hi, 1, lo)
-            self.vars[name] = SymDim(self.graph, self.graph.sym(name, lo, hi))
-            self._names[self.vars[name].d] = name
+            shown = display_name(sym, shape_env)
+            if shown in self._keys:  # two symbols, one name: keep them apart
+                shown = f"{shown} ({name})"
+            self._keys[shown] = name
+            self.vars[name] = SymDim(self.graph, self.graph.sym(shown, lo, hi))
         return self.vars[name]
 
     def of_expr(self, expr, shape_env=None):
@@ -239,6 +243,29 @@ class Symbols:
                 out = minmax(kind, out, a)
             return out
         raise Unsupported(f"the symbolic size {expr} ({type(expr).__name__})")
+
+
+def display_name(sym, shape_env=None):
+    """The name a user knows a symbol by: the torch.export Dim's ("seq"),
+    else where Dynamo took the size from, shortened
+    (L['kwargs']['input_ids'].size()[1] -> input_ids.size()[1]), else
+    torch's own (s27). kiln's errors, kiln.explain and .kiln files show it."""
+    import re
+
+    sources = list(getattr(shape_env, "var_to_sources", {}).get(sym, ())) if shape_env is not None else []
+    if not sources:
+        return str(sym)
+    source = sources[0].name
+    source = source() if callable(source) else source
+    dim_name = getattr(shape_env, "source_name_to_debug_name", {}).get(source)
+    if dim_name:
+        return str(dim_name)
+    short = re.sub(r"\['([A-Za-z_]\w*)'\]", r".\1", source)
+    for prefix in ("L.kwargs.", "L.args.", "L."):
+        if short.startswith(prefix):
+            short = short[len(prefix):]
+            break
+    return short or str(sym)
 
 
 def lowering(make_ctx, fn):

@@ -548,14 +548,20 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   size_t len = 0;
   FILE* f = open_memstream(&text, &len);
   if (!f) return PyErr_NoMemory();
-  const kiln_graph_t* g = kiln_model_last_graph(self->model);
+  /* A symbolic model shows its graph with the symbols' names (the shapes
+   * of the latest call are one instance of it); its arena is per shape. */
+  int symbolic = kiln_model_is_symbolic(self->model);
+  const kiln_graph_t* g = symbolic ? kiln_model_graph(self->model) : kiln_model_last_graph(self->model);
   const kiln_plan_t* p = kiln_model_plan(self->model);
   kiln_graph_print(g, f);
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
-  fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads%s\n",
-          (double)(p ? p->arena_size : 0) / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
+  if (symbolic) fprintf(f, "  arena planned per shape at run time (latest: ");
+  else fprintf(f, "  arena ");
+  fprintf(f, "%.2f MiB%s, %d kernel calls per run, ISA %s, %d threads%s\n",
+          (double)(p ? p->arena_size : 0) / (1 << 20), symbolic ? ")" : "", calls,
+          kiln_cpu_isa_name(kiln_cpu_isa()),
           kiln_pool_size(kiln_model_pool(self->model)),
           kiln_pool_host_parallel() ? " (in the host's OpenMP regions)" : "");
   fclose(f);
