@@ -33,13 +33,49 @@ DTYPES = {
 }
 TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
 
-TABLE = {}
+class _Table(dict):
+    """target -> handler. Ops another library defines (transformers' custom
+    ops) exist only once it is imported, after kiln may have been: they are
+    registered by name (register_by_name) and found when first looked up."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_name = {}
+
+    def _by_name(self, key):
+        return self.by_name.get(str(key)) if isinstance(key, torch._ops.OpOverload) else None
+
+    def __missing__(self, key):
+        fn = self._by_name(key)
+        if fn is None:
+            raise KeyError(key)
+        self[key] = fn
+        return fn
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or self._by_name(key) is not None
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+TABLE = _Table()
 
 
 def register(*targets):
     def wrap(fn):
         for t in targets:
             TABLE[t] = fn
+        return fn
+
+    return wrap
+
+
+def register_by_name(*names):
+    """As register, for ops named "namespace.op.overload" that may not exist yet."""
+    def wrap(fn):
+        for name in names:
+            TABLE.by_name[name] = fn
         return fn
 
     return wrap
@@ -884,4 +920,4 @@ from kiln import optable_nn  # noqa: E402,F401  (training handlers: norms, CNN b
 from kiln import optable_movement  # noqa: E402,F401  (registers its handlers; last, so they win)
 from kiln import optable_sample  # noqa: E402,F401  (grid_sampler_2d, col2im, _embedding_bag)
 from kiln import optable_train  # noqa: E402,F401  (compiled optimizer steps)
-from kiln import optable_moe  # noqa: E402,F401  (histc of expert ids)
+from kiln import optable_moe  # noqa: E402,F401  (histc of expert ids, grouped matmuls)

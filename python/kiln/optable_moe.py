@@ -1,13 +1,16 @@
 """Op-table handlers for what a mixture-of-experts layer adds to a graph as
 transformers writes it (integrations/moe.py, Mixtral and its kin): the
-count of tokens per expert (aten.histc of the sorted expert ids).
+count of tokens per expert (aten.histc of the sorted expert ids) and the
+experts' matmuls over the sorted rows (transformers::grouped_mm_fallback,
+kiln's GROUPED_MM).
 
 Imported by kiln.optable. No numerics here: each handler picks kiln ops.
 """
 
 import torch
 
-from kiln.optable import Unsupported, _arg, _shape, _val, aten, cast, dtype_id, register, reshape
+from kiln.optable import (Unsupported, _arg, _shape, _val, aten, cast, dtype_id, register, register_by_name,
+                          reshape)
 
 # Integers of at most this magnitude are exact in float32.
 _F32_EXACT = 1 << 24
@@ -58,3 +61,36 @@ def _histc(ctx, n):
     y = ctx.node("sum", [cast(ctx, hits, torch.float32)], [1, 0], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 
+
+
+def _transposed_source(node):
+    """The (E, N, K) tensor a (E, K, N) weight is the transpose of (a
+    parameter transformers hands over as weight.transpose(-2, -1)), else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor) or v.dim() != 3:
+        return None
+    if node.target is aten.permute.default and list(node.args[1]) in ([0, 2, 1], [0, -1, -2]):
+        return node.args[0]
+    if node.target is aten.transpose.int and sorted(d % 3 for d in node.args[1:3]) == [1, 2]:
+        return node.args[0]
+    return None
+
+
+@register_by_name("transformers.grouped_mm_fallback.default")
+def _grouped_mm(ctx, n):
+    """transformers' grouped_mm_fallback(x (S, K), w (E, K, N), offs (E)):
+    the rows of each expert's segment times its weight (GROUPED_MM follows
+    its loop exactly, any offsets included). A transposed parameter is read
+    where it lies (no copy of every expert's weights)."""
+    x_node, w_node = n.args[0], n.args[1]
+    offs_node = _arg(n, 2, "offs")
+    src = _transposed_source(w_node)
+    w = ctx.value(src if src is not None else w_node)
+    x, offs = ctx.value(x_node), ctx.value(offs_node)
+    if ctx.dtype(x) != torch.float32 or ctx.dtype(w) != torch.float32:
+        raise Unsupported(f"grouped_mm of {ctx.dtype(x)} by {ctx.dtype(w)} (kiln's is float32)")
+    if ctx.dtype(offs) not in (torch.int64, torch.int32):
+        raise Unsupported(f"grouped_mm with {ctx.dtype(offs)} offsets")
+    return ctx.node("grouped_mm", [x, w, offs], [1 if src is not None else 0], origin=ctx.origin(n))

@@ -279,8 +279,11 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR,
-                      symbolic ? KILN_FORMAT_MINOR : KILN_FORMAT_MINOR_CONCRETE);
+  int grouped = 0;
+  for (int32_t i = 0; i < g->n_nodes; ++i) grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, grouped    ? KILN_FORMAT_MINOR_GROUPED_MM
+                                                 : symbolic ? KILN_FORMAT_MINOR_SYMS
+                                                            : KILN_FORMAT_MINOR_CONCRETE);
   kiln_format_put_u32(b + KILN_FORMAT_HDR_FLAGS, 0);
   kiln_format_put_u32(b + KILN_FORMAT_HDR_HEADER_SIZE, KILN_FORMAT_HEADER_SIZE);
   kiln_format_put_u64(b + KILN_FORMAT_HDR_FILE_SIZE, total);

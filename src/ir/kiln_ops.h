@@ -265,6 +265,20 @@
  *                                        or start is a symbolic size (a
  *                                        concrete one is folded to a
  *                                        constant).
+ *   GROUPED_MM     (x, w, offs) -> y     a mixture of experts' expert layer
+ *                                        (transformers' grouped_mm_fallback):
+ *                                        x (S, K), w (E, K, N) float32, offs
+ *                                        (E) int64/int32 cumulative row ends;
+ *                                        y (S, N) float32 starts at 0, then for
+ *                                        e = 0..E-1 with start the previous end
+ *                                        (0 first), if offs[e] != start, rows
+ *                                        x[start:offs[e]] (Python slicing:
+ *                                        negative ends count from S, ends clamp
+ *                                        to [0, S], an empty slice writes
+ *                                        nothing) · w[e] overwrite those rows
+ *                                        of y and start = offs[e]. params: [0]
+ *                                        1: w is stored (E, N, K), read
+ *                                        transposed (a permuted parameter).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -374,7 +388,8 @@
   X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1) \
   X(GELU_BACKWARD, "gelu_backward", 2, 2) \
   X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5) \
-  X(IOTA, "iota", 0, 0)
+  X(IOTA, "iota", 0, 0)              \
+  X(GROUPED_MM, "grouped_mm", 3, 3)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,

@@ -215,6 +215,32 @@ static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, 
   return kiln_ok();
 }
 
+/* GROUPED_MM: x (S, K) and w (E, K, N) (stored (E, N, K) with params[0] 1)
+ * float32, offs (E) int64/int32 -> (S, N). offs's values are read at run
+ * time by the kernel, which never reads past S rows or E experts. */
+static kiln_status_t infer_grouped_mm(const kiln_graph_t* g, const kiln_node_t* n,
+                                      kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1), *offs = in_value(g, n, 2);
+  if (!x || !w || !offs) FAIL("grouped_mm takes x, w and offs");
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("grouped_mm takes float32 x and w");
+  if (offs->dtype != KILN_I64 && offs->dtype != KILN_I32) FAIL("grouped_mm's offs must be int64 or int32");
+  if (x->rank != 2 || w->rank != 3 || offs->rank != 1)
+    FAIL("grouped_mm takes x (S, K), w (E, K, N) and offs (E), got ranks %d, %d, %d", x->rank,
+         w->rank, offs->rank);
+  if (n->params[0] != 0 && n->params[0] != 1) FAIL("grouped_mm's flag is 0 or 1 (w transposed)");
+  int wt = n->params[0] == 1;
+  int64_t k = w->shape[1 + wt], ncols = w->shape[2 - wt];
+  if (x->shape[1] != k)
+    FAIL("grouped_mm: x has %lld columns, w's experts take %lld", (long long)x->shape[1],
+         (long long)k);
+  if (offs->shape[0] != w->shape[0])
+    FAIL("grouped_mm: %lld offsets for %lld experts", (long long)offs->shape[0],
+         (long long)w->shape[0]);
+  int64_t shape[2] = {x->shape[0], ncols};
+  set_shape(out, KILN_F32, 2, shape);
+  return kiln_ok();
+}
+
 static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
@@ -601,6 +627,8 @@ kiln_status_t kiln_shape_infer_concrete(const kiln_graph_t* g, const kiln_node_t
       set_shape(out, (kiln_dtype_t)p[3], 1, p);
       return kiln_ok();
     }
+    case KILN_OP_GROUPED_MM:
+      return infer_grouped_mm(g, n, out);
     case KILN_OP_FMA_SCALAR:
       if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
       set_shape(out, x->dtype, x->rank, x->shape);

@@ -104,7 +104,8 @@ static void kiln_test_print_cpu(void) {
   X(train_ops)              \
   X(sym)                    \
   X(api)                    \
-  X(profile)
+  X(profile)                \
+  X(gemm_grouped)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

@@ -13,6 +13,7 @@
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_grouped.h"
 #include "kernels/nn/kiln_nn.h"
 #include "kernels/nn/kiln_softmax_safe.h"
 
@@ -510,6 +511,14 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
         else if (y->dtype == KILN_I32) ((int32_t*)out)[i] = (int32_t)v;
         else ((float*)out)[i] = (float)v;
       }
+      return kiln_ok();
+    }
+    case KILN_OP_GROUPED_MM: {
+      const kiln_value_t *x = VAL(0), *w = VAL(1), *offs = VAL(2);
+      kiln_gemm_grouped_f32_args_t a = {x->shape[0], x->shape[1], y->shape[1], w->shape[0],
+                                        BUF(0), BUF(1), n->params[0] == 1, BUF(2),
+                                        offs->dtype == KILN_I64, out};
+      kiln_gemm_grouped_f32(&a, pool);
       return kiln_ok();
     }
     case KILN_OP_FMA_SCALAR:
