@@ -7,6 +7,7 @@ graph built in C. Parameters and buffers become constants of the graph.
 The same lowering serves torch.compile: it takes any FX graph of ATen ops.
 """
 
+import functools
 import os
 import warnings
 
@@ -54,6 +55,14 @@ def _linspace_as_eager(default):
 
 
 def decomposition_table():
+    """A copy of kiln's decomposition table (built once per process: torch
+    builds its default table from the registry in about 0.2 s, once per
+    torch.compile graph before)."""
+    return dict(_decomposition_table())
+
+
+@functools.lru_cache(maxsize=None)
+def _decomposition_table():
     table = torch.export.default_decompositions()
     for op in _KEEP_WHOLE:
         table.pop(op, None)
@@ -89,7 +98,12 @@ def source_location(node):
 
     The innermost frame outside torch's own package is the user's line (the
     innermost frame overall is usually inside torch.nn)."""
-    trace = node.meta.get("stack_trace") or ""
+    return _source_location(node.meta.get("stack_trace") or "")
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_location(trace):
+    # Nodes of one source line share their trace: parsed once.
     lines = trace.strip().splitlines()
     frames = []
     for i, ln in enumerate(lines):

@@ -176,6 +176,8 @@ def _compile_fx(gm, example_inputs, frozen=None):
         print(f"kiln: the graph writes {len(writes)} of its inputs: {len(in_place)} in place "
               f"(their memory is the output's), {len(copied)} copied after the run", file=sys.stderr)
 
+    grown = _grown_outputs(flat, source)
+
     def run(*args):
         ins = [args[i] for i in tensor_positions]
         got = mod.run_flat(ins, {k: args[pos] for k, pos in in_place.items()}) if in_place else mod.run_flat(ins)
@@ -183,12 +185,47 @@ def _compile_fx(gm, example_inputs, frozen=None):
             args[pos].copy_(got[k])
         if writes:
             got = got[:n_user]
+        for k, dims in grown:
+            _mark_propagated_dynamic(got[k], dims)
         if direct:
             return got
         return [None if kind == "none" else args[i] if kind == "input" else got[i] for kind, i in source]
 
     run._kiln_module = mod
     return run
+
+
+def _grown_outputs(flat, source):
+    """[(kiln output index, {dim})] for outputs that concatenate something
+    the graph was given (an input, or a constant it lifted) with what it
+    computed: a buffer carried from call to call and grown along that dim,
+    as a DynamicCache's keys and values are by torch.cat every token."""
+    aten = torch.ops.aten
+    grown = []
+    for o, (kind, k) in zip(flat, source):
+        if kind != "kiln" or not isinstance(o, torch.fx.Node) or o.target is not aten.cat.default:
+            continue
+        parts = o.args[0]
+        carried = any(isinstance(p, torch.fx.Node) and (
+            p.op in ("placeholder", "get_attr") or p.target is aten.lift_fresh_copy.default) for p in parts)
+        val = o.meta.get("val")
+        if carried and isinstance(val, torch.Tensor) and val.dim():
+            dim = o.args[1] if len(o.args) > 1 else o.kwargs.get("dim", 0)
+            grown.append((k, {dim % val.dim()}))
+    return grown
+
+
+def _mark_propagated_dynamic(t, dims):
+    """Tells Dynamo that t's dims vary from call to call when t comes back
+    as an input (the grown cache of the next decode step): the next graph
+    is traced with those sizes symbolic at once, instead of specialized to
+    the first length and traced again at the second. This is AOTAutograd's
+    own guardless hint for outputs it knows are dynamic
+    (_dynamo_propagated_dynamic_indices): it changes which sizes Dynamo
+    makes symbolic, never what is computed (Dynamo still guards what it
+    relies on)."""
+    old = getattr(t, "_dynamo_propagated_dynamic_indices", None)
+    t._dynamo_propagated_dynamic_indices = (old | dims) if old else set(dims)
 
 
 def _input_writes(gm):

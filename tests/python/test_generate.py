@@ -10,13 +10,15 @@ torch._dynamo.utils.counters (see kiln/dynamo.py), which
 assert_all_in_kiln reads; test_a_fallback_is_seen checks that it can fail.
 
 Sizes are Dynamo's: by default (automatic dynamic) a size becomes symbolic
-the first time it changes, so the DynamicCache, whose length grows every
-token, compiles prefill, the first decode step at its length, then one
-symbolic decode graph for every later length; torch.compile(dynamic=True)
-makes sizes symbolic from the start: one prefill graph for every prompt
-length and batch size (> 1, which Dynamo specializes), one decode graph.
-Tests count Dynamo's compiles (counters["stats"]["unique_graphs"]) and
-kiln's graphs, and assert no compile per token, prompt length or batch.
+once it has changed, but kiln marks the outputs that a graph grows by
+concatenating something it was given (the DynamicCache's keys and values)
+as varying along that dim, so the first decode step is already traced
+with a symbolic cache length: prefill and one decode graph for every
+length. A new prompt length compiles prefill once more, symbolic; none
+after. torch.compile(dynamic=True) makes sizes symbolic from the start:
+one prefill graph for every prompt length and batch size (> 1, which
+Dynamo specializes), one decode graph. Tests count Dynamo's compiles
+(counters["stats"]["unique_graphs"]) and kiln's graphs.
 """
 
 import pytest
@@ -114,19 +116,27 @@ def test_generate_dynamic_cache(kind, batch):
     grow by cat. At batch 1 there is no mask and Llama/Qwen2 attention takes
     enable_gqa (k and v with 2 heads for 4 query heads); batch 2 is left
     padded, its mask indexed by batch and position (aten.index.Tensor with
-    symbolic sizes). Three compiles, the last a symbolic decode graph that
-    serves every later length: none for the sampled run."""
+    symbolic sizes). Two compiles, prefill and a decode graph symbolic in
+    the cache length from its first step, serve all 64 lengths; none for
+    the sampled run. Llama: another prompt length compiles prefill once
+    more (now symbolic), a third none."""
     model = _model(kind)
     ids, mask = _prompt(batch)
     n = dict(max_new_tokens=64, min_new_tokens=64)
     ref, ref_sampled = _generate(model, ids, mask, **n), _generate(model, ids, mask, seed=7, **n)
+    longer, shorter = _prompt(batch, length=12), _prompt(batch, length=5)
+    short = dict(max_new_tokens=8, min_new_tokens=8)
+    ref_other = [_generate(model, *p, **short) for p in (longer, shorter)] if kind == "llama" else []
     model.forward = torch.compile(model.forward, backend="kiln")
     got = _generate(model, ids, mask, **n)
     assert got.shape == (batch, 9 + 64)
     assert torch.equal(got, ref)
-    assert compiles() == 3 and counters["kiln"]["graphs"] == 3, (compiles(), dict(counters["kiln"]))
+    assert compiles() == 2 and counters["kiln"]["graphs"] == 2, (compiles(), dict(counters["kiln"]))
     assert torch.equal(_generate(model, ids, mask, seed=7, **n), ref_sampled)
-    assert compiles() == 3, compiles()  # the same frames: nothing compiled again
+    assert compiles() == 2, compiles()  # the same frames: nothing compiled again
+    for p, want, total in zip((longer, shorter), ref_other, (3, 3)):
+        assert torch.equal(_generate(model, *p, **short), want)
+        assert compiles() == total, compiles()
     assert_all_in_kiln()
 
 
