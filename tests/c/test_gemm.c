@@ -384,8 +384,42 @@ static void gemm_test_bf16_semantics(void) {
   free(bp16);
 }
 
+/* A weight packs to the same bytes at every ISA level (the layout is part
+ * of the .kiln format; each level packs with its own block packer): B
+ * row-major and stored transposed (nn.Linear's W), partial last panels,
+ * K tails around the 8- and 16-row register transposes. */
+static void gemm_test_pack_same_bytes(kiln_pool_t* pool, const char* where) {
+  (void)pool;
+  static const int64_t shapes[][2] = {{1, 1}, {7, 16}, {16, 33}, {31, 17}, {64, 48}, {1000, 40}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i)
+    for (int transposed = 0; transposed < 2; ++transposed) {
+      int64_t k = shapes[i][0], n = shapes[i][1];
+      size_t bytes = kiln_gemm_f32_packed_size(k, n);
+      float* b = gemm_test_alloc((size_t)(k * n));
+      float* got = gemm_test_alloc(bytes / sizeof(float));
+      float* want = gemm_test_alloc(bytes / sizeof(float));
+      if (!b || !got || !want) goto next;
+      kiln_test_fill_f32(b, (size_t)(k * n), (unsigned)(k + n), -1.0f, 1.0f);
+      int64_t rs = transposed ? 1 : n, cs = transposed ? k : 1;
+      memset(got, 0xAB, bytes);
+      kiln_gemm_f32_pack_b(k, n, b, rs, cs, got);
+      kiln_isa_t level = kiln_cpu_isa();
+      kiln_cpu_isa_set(KILN_ISA_GENERIC);
+      memset(want, 0xCD, bytes);
+      kiln_gemm_f32_pack_b(k, n, b, rs, cs, want);
+      kiln_cpu_isa_set(level);
+      KILN_EXPECT(!memcmp(got, want, bytes), "%s pack_b %lldx%lld%s: bytes differ from generic's",
+                  where, (long long)k, (long long)n, transposed ? " transposed" : "");
+    next:
+      free(b);
+      free(got);
+      free(want);
+    }
+}
+
 void kiln_test_suite_gemm(void) {
   kiln_test_each_isa_and_pool(gemm_test_level);
+  kiln_test_each_isa_and_pool(gemm_test_pack_same_bytes);
   gemm_test_bf16_semantics();
   /* The packed size: whole 16-column panels. */
   KILN_EXPECT(kiln_gemm_f32_packed_size(3, 17) == 3 * 32 * sizeof(float), "packed size");

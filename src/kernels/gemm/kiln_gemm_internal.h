@@ -242,9 +242,4 @@ void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, i
 void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);
 
-/* Packs panels [q0, q1) of B(K, N) into `out` laid out as the whole packed
- * matrix (so tasks can fill disjoint panel ranges in parallel). */
-void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
-                             int64_t q0, int64_t q1, float* out);
-
 #endif /* KILN_GEMM_INTERNAL_H */

@@ -4,6 +4,8 @@
  * so the microkernels only ever see unit-stride panels. */
 #include <string.h>
 
+#include "base/kiln_cpu.h"
+
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
@@ -11,37 +13,6 @@ size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n) {
   if (k <= 0 || n <= 0) return 0;
   int64_t panels = (n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
   return (size_t)panels * (size_t)k * KILN_GEMM_PANEL * sizeof(float);
-}
-
-void kiln_gemm_pack_b_panels(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
-                             int64_t q0, int64_t q1, float* out) {
-  const int P = KILN_GEMM_PANEL;
-  for (int64_t q = q0; q < q1; ++q) {
-    float* dst = out + q * k * P;
-    int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
-    if (cs == 1 && w == P) {
-      /* Row-major B: each panel row is 16 contiguous floats. */
-      for (int64_t p = 0; p < k; ++p) memcpy(dst + p * P, b + p * rs + j0, P * sizeof(float));
-    } else if (rs == 1) {
-      /* Column-major B (nn.Linear's W^T): walk each column contiguously,
-       * in K blocks so the panel's written lines stay in L1. */
-      for (int64_t p0 = 0; p0 < k; p0 += 64) {
-        int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
-        for (int64_t jj = 0; jj < P; ++jj) {
-          if (jj < w) {
-            const float* col = b + (j0 + jj) * cs;
-            for (int64_t p = p0; p < p1; ++p) dst[p * P + jj] = col[p];
-          } else {
-            for (int64_t p = p0; p < p1; ++p) dst[p * P + jj] = 0.0f;
-          }
-        }
-      }
-    } else {
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t jj = 0; jj < P; ++jj)
-          dst[p * P + jj] = jj < w ? b[p * rs + (j0 + jj) * cs] : 0.0f;
-    }
-  }
 }
 
 void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
@@ -66,11 +37,18 @@ void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, i
   }
 }
 
+/* A weight is packed with the block packer a GEMM uses for activations
+ * (the ISA's: AVX2 transposes 8 x 8 in registers, where the portable one
+ * moves a float at a time), each panel as one block of all K rows; the
+ * layout does not depend on which one ran. */
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out) {
   if (k <= 0 || n <= 0) return;
-  kiln_gemm_pack_b_panels(k, n, b, row_stride, col_stride, 0,
-                          (n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL, out);
+  const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
+  const int P = KILN_GEMM_PANEL;
+  for (int64_t j0 = 0; j0 < n; j0 += P)
+    kn->pack_b_block(k, n - j0 < P ? n - j0 : P, b + j0 * col_stride, row_stride, col_stride,
+                     out + j0 * k);
 }
 
 /* One panel of MR rows; MR is a compile-time constant in each caller below
