@@ -33,6 +33,19 @@ def _seed():
     yield
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches reset and torch's compile counters cleared around a
+    test that counts what torch.compile(backend="kiln") compiled."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield counters
+    torch._dynamo.reset()
+
+
 class Fn(torch.nn.Module):
     """A module whose forward is `fn(*inputs)`: one op under test."""
 

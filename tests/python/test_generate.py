@@ -23,7 +23,6 @@ Dynamo specializes), one decode graph. Tests count Dynamo's compiles
 
 import pytest
 import torch
-import torch._dynamo
 import transformers
 from torch._dynamo.utils import counters
 
@@ -55,12 +54,7 @@ def _prompt(batch, length=9):
     return ids, mask
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def compiles():

@@ -14,12 +14,7 @@ import kiln  # noqa: F401  (registers the backend)
 from transformers.integrations import moe  # noqa: F401  (defines the custom op)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 class _Experts(torch.nn.Module):
