@@ -264,3 +264,28 @@ def test_histc_counts_integer_ids(counters):
     x = torch.rand(10) * 3
     torch.testing.assert_close(h(x), torch.histc(x, bins=4, min=0, max=3))
     assert "aten.histc.default" in counters["kiln_fallback"], dict(counters["kiln_fallback"])
+
+
+def test_a_grown_output_comes_back_symbolic(counters):
+    """A graph that concatenates what it was given with what it computes
+    (a DynamicCache's keys) marks that dim of its output as varying, so the
+    next graph the output enters is traced symbolic in it at once: one
+    compile of `step` for every length instead of one at the first length
+    and another at the second."""
+    def prefill(x, empty):
+        return torch.cat([empty, x.tanh()], dim=1)
+
+    def step(cache, x):
+        return torch.cat([cache, x * 2], dim=1)
+
+    p = torch.compile(prefill, backend="kiln")
+    s = torch.compile(step, backend="kiln")
+    with torch.no_grad():
+        cache = p(torch.randn(2, 5, 4), torch.zeros(2, 0, 4))
+        for _ in range(4):
+            x = torch.randn(2, 1, 4)
+            new = s(cache, x)
+            torch.testing.assert_close(new, torch.cat([cache, x * 2], dim=1))
+            cache = new
+    assert cache.shape == (2, 9, 4)
+    assert counters["kiln"]["graphs"] == 2, dict(counters["kiln"])  # prefill, one step
