@@ -62,7 +62,6 @@ def _histc(ctx, n):
     return reshape(ctx, y, _shape(n))
 
 
-
 def _transposed_source(node):
     """The (E, N, K) tensor a (E, K, N) weight is the transpose of (a
     parameter transformers hands over as weight.transpose(-2, -1)), else None."""
@@ -71,7 +70,7 @@ def _transposed_source(node):
     v = node.meta.get("val")
     if not isinstance(v, torch.Tensor) or v.dim() != 3:
         return None
-    if node.target is aten.permute.default and list(node.args[1]) in ([0, 2, 1], [0, -1, -2]):
+    if node.target is aten.permute.default and [d % 3 for d in node.args[1]] == [0, 2, 1]:
         return node.args[0]
     if node.target is aten.transpose.int and sorted(d % 3 for d in node.args[1:3]) == [1, 2]:
         return node.args[0]
