@@ -214,7 +214,10 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.m = m;
     args.n = nn;
     args.k = k;
-    args.a = (const float*)BUF(0) + oa * m * k;
+    if (a->dtype == KILN_BF16) /* a bf16 model's operand: widened as it is packed */
+      args.a_bf16 = (const uint16_t*)BUF(0) + oa * m * k;
+    else
+      args.a = (const float*)BUF(0) + oa * m * k;
     args.a_batch_stride = sa * m * k;
     args.a_row_stride = ta ? 1 : k; /* stored (K, M) when transposed */
     args.a_col_stride = ta ? m : 1;
@@ -244,7 +247,10 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   if (!k) args.m = prod(x->shape, 0, x->rank - 1);
   args.n = nn;
   args.k = k;
-  args.a = BUF(0);
+  if (x->dtype == KILN_BF16)
+    args.a_bf16 = BUF(0);
+  else
+    args.a = BUF(0);
   args.a_row_stride = k;
   args.a_col_stride = 1;
   if (w->layout == KILN_LAYOUT_GEMM_PACKED_B) {
@@ -440,7 +446,7 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
       kiln_where(y->dtype, &nd, out, BUF(0), BUF(1), BUF(2), pool);
       return kiln_ok();
     case KILN_OP_CAST:
-      kiln_cast(VAL(0)->dtype, y->dtype, numel, BUF(0), out);
+      kiln_cast_parallel(VAL(0)->dtype, y->dtype, (size_t)numel, BUF(0), out, pool);
       return kiln_ok();
     case KILN_OP_LOGICAL_NOT:
       kiln_logical_not(numel, BUF(0), out);

@@ -5,7 +5,12 @@
  * options say); a CONV2D's dense float32 weight (not depthwise, whose direct
  * loop reads it dense) becomes the panels the conv kernel picks for that
  * node's shape; a CONV2D_NHWC's, panels of 16 (the NHWC kernel's only
- * packing). Everything else is kept as it is. The compiler's pack pass
+ * packing). A LINEAR whose x is bf16 (a bf16 model's linear layer, see
+ * python/kiln/lowp.py) and whose weight holds only bf16 values (a bf16
+ * parameter widened) gets the VNNI form unasked: rounding A and W to bf16
+ * changes neither, so the bf16 engines compute exactly the products eager
+ * does and the weight takes half the bytes; the same weight read by a
+ * float32 x gets its own fp32 form. Everything else is kept as it is. The compiler's pack pass
  * asks here and packs what it is told, so that no run packs a weight. */
 #include "hal/kiln_hal.h"
 
@@ -49,6 +54,17 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
   f->detail[KILN_CPU_DETAIL_PANEL] = panel;
 }
 
+/* 1 when every element of a dense f32 constant is a bf16 value (its low 16
+ * bits zero): packing it as bf16 loses nothing. */
+static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
+  if (w->dtype != KILN_F32 || !w->data) return 0;
+  const uint32_t* bits = w->data;
+  size_t n = w->nbytes / sizeof(uint32_t);
+  uint32_t any = 0;
+  for (size_t i = 0; i < n; ++i) any |= bits[i] & 0xffffu;
+  return any == 0;
+}
+
 kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
                                          int32_t slot, const kiln_hal_weights_t* o,
                                          kiln_hal_constant_form_t* f) {
@@ -75,7 +91,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
     f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
     f->detail[KILN_CPU_DETAIL_QGROUP] = group;
     f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
-  } else if (o->bf16 == 2) {
+  } else if (o->bf16 == 2 || (g->values[n->inputs[0]].dtype == KILN_BF16 && kiln_cpu_is_bf16_exact(w))) {
     f->layout = KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI;
     f->nbytes = kiln_gemm_bf16_vnni_packed_size(k, nn);
   } else if (o->bf16) {
