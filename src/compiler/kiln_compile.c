@@ -117,6 +117,12 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
+  if (!s && o->log)
+    for (int32_t i = 0; i < g->n_values; ++i)
+      if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+        fprintf(o->log, "kiln: bf16 compute: %s\n", kiln_hal_cpu_bf16_compute_describe());
+        break;
+      }
   if (s) {
     kiln_graph_release(g);
     return s;

@@ -52,6 +52,9 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* graph, const kiln_n
 /* Writes constant's bytes in `form` (one kiln_hal_cpu_constant_form gave
  * for it) into out (form->nbytes bytes). Thread-safe: constants are packed
  * in parallel. */
+/* What the CPU target runs bf16 compute (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
+ * weights) on now, in words, for KILN_LOG and kiln.explain. */
+const char* kiln_hal_cpu_bf16_compute_describe(void);
 void kiln_hal_cpu_constant_pack(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
                                 void* out);
 

@@ -18,6 +18,7 @@
 #include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
+#include "kernels/gemm/kiln_gemm.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
 #include "kiln_ext_profile.h"
@@ -554,6 +555,11 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
+  for (int32_t i = 0; i < g->n_values; ++i)
+    if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+      fprintf(f, "  bf16 compute: %s\n", kiln_gemm_bf16_compute_describe());
+      break;
+    }
   fprintf(f, "  arena %.2f MiB, %d kernel calls per run, ISA %s, %d threads%s\n",
           (double)(p ? p->arena_size : 0) / (1 << 20), calls, kiln_cpu_isa_name(kiln_cpu_isa()),
           kiln_pool_size(kiln_model_pool(self->model)),

@@ -134,3 +134,5 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
       break;
   }
 }
+
+const char* kiln_hal_cpu_bf16_compute_describe(void) { return kiln_gemm_bf16_compute_describe(); }
