@@ -16,6 +16,7 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->weights_quant = 0;
   o->weights_group = 32;
   o->weights_asym = 0;
+  o->weights_a8 = 0;
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -113,7 +114,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
   const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
-                                       o->weights_group, o->weights_asym};
+                                       o->weights_group, o->weights_asym, o->weights_a8};
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS

@@ -854,10 +854,11 @@ static PyTypeObject kiln_py_model_type = {
 /* ---- module functions --------------------------------------------------- */
 
 /* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
- * group=32, asym=False, progress=None) -> Model.
+ * group=32, asym=False, a8=False, progress=None) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
- * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group.
+ * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group;
+ * a8: int8 with int8 activations for more than 8 rows.
  * progress: None, or a callable given each pass's name as it starts. */
 /* The compiler's on_pass: calls the front end's progress callable with the
  * pass's name (compiles run with the GIL released: taken back here). A
@@ -873,10 +874,10 @@ static void kiln_py_on_pass(void* ctx, const char* pass) {
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
-  int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0;
+  int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0, a8 = 0;
   PyObject* progress = Py_None;
-  if (!PyArg_ParseTuple(args, "O!|pppiipO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16, &quant, &group, &asym, &progress))
+  if (!PyArg_ParseTuple(args, "O!|pppiippO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym, &a8, &progress))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -889,6 +890,7 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   o.weights_quant = quant;
   o.weights_group = group;
   o.weights_asym = asym;
+  o.weights_a8 = a8;
   if (progress != Py_None) {
     o.on_pass = kiln_py_on_pass;
     o.on_pass_ctx = progress;

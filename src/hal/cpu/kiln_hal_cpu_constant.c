@@ -21,7 +21,7 @@
 #include "kernels/gemm/kiln_gemm.h"
 
 enum { KILN_CPU_DETAIL_GROUPS = 0, KILN_CPU_DETAIL_PANEL = 1 };
-enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1 };
+enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1, KILN_CPU_DETAIL_QA8 = 2 };
 
 static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
   return w->shape[1] * w->shape[2] * w->shape[3];
@@ -84,13 +84,15 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   if (o->quant_bits) {
     int group = o->quant_bits == 8 ? 0 : o->quant_group;
     f->nbytes = kiln_gemm_quant_packed_size(k, nn, o->quant_bits, group, o->quant_asym);
-    if (!f->nbytes)
+    if (!f->nbytes || (o->quant_a8 && o->quant_bits != 8))
       return kiln_status_make(KILN_INVALID_ARGUMENT,
-                              "weights: int%d with group %d%s is not a supported quantization",
-                              o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "");
+                              "weights: int%d with group %d%s%s is not a supported quantization",
+                              o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "",
+                              o->quant_a8 ? " and int8 activations" : "");
     f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
     f->detail[KILN_CPU_DETAIL_QGROUP] = group;
     f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
+    f->detail[KILN_CPU_DETAIL_QA8] = o->quant_a8;
   } else if (o->bf16 == 2 || (g->values[n->inputs[0]].dtype == KILN_BF16 && kiln_cpu_is_bf16_exact(w))) {
     f->layout = KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI;
     f->nbytes = kiln_gemm_bf16_vnni_packed_size(k, nn);
@@ -122,6 +124,7 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                              f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
                              (int)f->detail[KILN_CPU_DETAIL_QGROUP],
                              (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+      if (f->detail[KILN_CPU_DETAIL_QA8]) kiln_gemm_quant_set_a8(out);
       break;
     case KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI:
       kiln_gemm_bf16_vnni_pack_b(k, nn, w->data, row_stride, col_stride, out);

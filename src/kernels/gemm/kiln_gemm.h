@@ -145,6 +145,31 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
 /* The dequantized B[p][j] of a blob (the scalar rule; slow, for the
  * reference and tests). */
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
+/* int8 weights with int8 activations (header flags bit 1, int8 only; set
+ * by kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int8:a8")): for M
+ * >= KILN_GEMM_Q8A8_MIN_M rows (prefill: every M the weight-only path would
+ * run blocked; measured faster there at every M from 9 to 512 on Zen 3) the
+ * activations are quantized per row at run time and the products summed
+ * in integers (kiln_gemm_q8a8.c); smaller M (decode) keeps the weight-only
+ * GEMV, which is bound by reading the weights either way. The
+ * rule, for row i of A and column j, all in fp32:
+ *   s_i = max_p |A[i][p]| / 127 (1 if 0), q_ip = clamp(round(A[i][p] / s_i),
+ *   -127, 127) (half to even), acc = sum_p q_ip * w_pj exactly (int32),
+ *   C[i][j] = act((float)acc * s_i * scale_j + bias_j) + residual
+ * (left to right). A row holding a NaN or an infinity gives NaN
+ * throughout (its scale is NaN). The threshold is fixed, not measured, so
+ * a model's numbers do not depend on the machine. */
+#define KILN_GEMM_QUANT_A8 2u
+#define KILN_GEMM_Q8A8_MIN_M 9
+/* Flags an int8 blob for int8 activations (no-op for int4). */
+void kiln_gemm_quant_set_a8(void* blob);
+/* The int8 x int8 path: returns 1 when it ran g (an a8 blob, M >=
+ * KILN_GEMM_Q8A8_MIN_M is the caller's choice), 0 when it could not (no
+ * scratch memory, K too large for exact int32 sums). */
+int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+/* Its scalar reference (same contract). */
+void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
+
 /* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
  * "blocked-avx2", ...; for tests). */
 const char* kiln_gemm_quant_last_path(void);

@@ -59,7 +59,9 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
   kiln_gemm_quant_header_t h;
   kiln_q_header(blob, &h);
   if (h.magic != KILN_GEMM_QUANT_MAGIC || h.version != 1 || h.k != k || h.n != n) return 1;
-  if ((h.flags & ~1u) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1)) return 1;
+  if ((h.flags & ~(1u | KILN_GEMM_QUANT_A8)) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1))
+    return 1;
+  if ((h.flags & KILN_GEMM_QUANT_A8) && h.bits != 8) return 1;
   return nbytes != kiln_gemm_quant_packed_size(k, n, h.bits, (int)h.group, h.flags & 1);
 }
 
@@ -162,6 +164,14 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
         bytes[kiln_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
     }
   }
+}
+
+void kiln_gemm_quant_set_a8(void* blob) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  if (h.bits != 8) return;
+  h.flags |= KILN_GEMM_QUANT_A8;
+  memcpy(blob, &h, sizeof(h));
 }
 
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
@@ -297,6 +307,11 @@ static const kiln_gemm_quant_kernels_t* kiln_gemm_quant_kernels_for(kiln_isa_t i
 }
 
 static _Thread_local char kiln_gemm_quant_path_[32] = "none";
+#ifdef KILN_GEMM_HAVE_X86
+#define KILN_GEMM_Q8A8_X86 1
+#else
+#define KILN_GEMM_Q8A8_X86 0
+#endif
 const char* kiln_gemm_quant_last_path(void) { return kiln_gemm_quant_path_; }
 
 static kiln_scratch_cache_t kiln_gemm_quant_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -377,6 +392,11 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
+  if ((h.flags & KILN_GEMM_QUANT_A8) && M >= KILN_GEMM_Q8A8_MIN_M && kiln_gemm_q8a8(g, pool)) {
+    snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
+             kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
+    return;
+  }
   const int64_t np = kiln_q_cdiv(N, P);
   const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
   const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
