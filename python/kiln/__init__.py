@@ -61,8 +61,9 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     the eager model with bf16-rounded linear weights (other parameters,
     such as biases, norms and convolutions, stay fp32) within fp32
     tolerance. The choice is stored in a saved artifact.
-    torch.int8 (or "int8") quantizes those weights to int8 per output
-    channel (symmetric: scale max|w| / 127, round half to even, clamp to
+    torch.int8 (or "int8") quantizes those weights (and embedding tables:
+    a gather of a constant table, each row as an output channel) to int8
+    per output channel (symmetric: scale max|w| / 127, round half to even, clamp to
     +-127); "int4" to int4 in groups of 32 along the input dimension
     (llama.cpp q4_0's rule: d = the group's largest-magnitude element / -8,
     q = clamp(round(w / d), -8, 7)), "int4:g128" in groups of 128 (any

@@ -79,13 +79,17 @@ def dequantized(w, kind):
 
 
 def with_dequantized_linears(model, kind):
-    """A copy of model whose nn.Linear weights are their dequantized values."""
+    """A copy of model whose nn.Linear and nn.Embedding weights are their
+    dequantized values (an embedding table's rows are quantized as a linear
+    weight's output channels: the same rule; a tied weight once)."""
     import copy
 
     ref = copy.deepcopy(model)
+    done = set()
     with torch.no_grad():
         for mod in ref.modules():
-            if isinstance(mod, nn.Linear):
+            if isinstance(mod, (nn.Linear, nn.Embedding)) and id(mod.weight) not in done:
+                done.add(id(mod.weight))
                 mod.weight.copy_(dequantized(mod.weight.detach().float(), kind))
     return ref
 
@@ -193,6 +197,43 @@ def test_int8_a8_block_and_nan_row():
     bad[4, 17] = float("nan")
     out = kiln.trace(model, bad, weights_dtype="int8:a8")(bad)
     assert out[4].isnan().all() and not out[torch.arange(33) != 4].isnan().any()
+
+
+class Embedder(nn.Module):
+    """Token embedding, a linear layer and an output head, tied to the
+    embedding or not (D = 96: int4 groups of 32 and, for g128, one group
+    padded)."""
+
+    def __init__(self, tied):
+        super().__init__()
+        self.emb = nn.Embedding(300, 96)
+        self.fc = nn.Linear(96, 96)
+        self.head = nn.Linear(96, 300, bias=False)
+        if tied:
+            self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(torch.relu(self.fc(self.emb(ids))))
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym"])
+def test_quantized_embeddings(kind, tied):
+    """weights_dtype quantizes embedding tables too (a gather of a constant
+    table: its rows by the linear weights' rule): the result is eager's with
+    the dequantized table, and the table is stored quantized."""
+    torch.manual_seed(11)
+    model = Embedder(tied).eval()
+    ids = torch.randint(0, 300, (2, 9))
+    compiled = kiln.trace(model, ids, weights_dtype=kind)
+    with torch.no_grad():
+        want = with_dequantized_linears(model, kind)(ids)
+    torch.testing.assert_close(compiled(ids), want, rtol=1e-4, atol=1e-4)
+    tag = "int8" if kind == "int8" else "int4"
+    assert any(l.strip().split("=", 1)[-1].lstrip().startswith("gather") and f"[{tag}]" in l
+               for l in kiln.explain(compiled).splitlines())
+    f32_bytes = kiln.trace(model, ids).stats()["constant_bytes"]
+    assert compiled.stats()["constant_bytes"] < f32_bytes / (3 if kind == "int8" else 5)
 
 
 def test_int8_string_and_dtype_are_the_same():

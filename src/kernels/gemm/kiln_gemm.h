@@ -170,6 +170,15 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
 /* Its scalar reference (same contract). */
 void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
 
+/* Quantized embeddings: a (N, K) table packed as the blob of B = table^T
+ * (column j of B is row j of the table, so a token's row is dequantized
+ * with the per-column rules above: int8 one scale per row, int4 groups
+ * along the row). out[i * K + p] = B[p][index[i]] (the scalar rule's
+ * values), index int64 (index_i64) or int32, negative counting from N.
+ * Returns how many indices were out of range (their rows are zeros). */
+int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i64, int64_t n_index,
+                               float* out);
+
 /* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
  * "blocked-avx2", ...; for tests). */
 const char* kiln_gemm_quant_last_path(void);

@@ -196,6 +196,49 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
   return ((float)q - z) * sc[c];
 }
 
+/* ---- embeddings: rows of a table packed as B = table^T -------------------- */
+
+int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i64, int64_t n_index,
+                               float* out) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  const uint8_t* body = (const uint8_t*)blob + KILN_GEMM_QUANT_HEADER;
+  const int P = KILN_GEMM_PANEL;
+  const int64_t K = h.k, N = h.n, np = kiln_q_cdiv(N, P);
+  const int group = (int)h.group, asym = h.flags & 1;
+  const int64_t kg = h.bits == 4 ? kiln_q_cdiv(K, group) : 0;
+  const int64_t gb = h.bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n_index; ++i) {
+    int64_t j = index_i64 ? ((const int64_t*)index)[i] : ((const int32_t*)index)[i];
+    if (j < 0) j += N;
+    float* row = out + i * K;
+    if (j < 0 || j >= N) {
+      memset(row, 0, (size_t)K * sizeof(float));
+      ++bad;
+      continue;
+    }
+    const int c = (int)(j % P);
+    if (h.bits == 8) { /* column j of B: one byte every 16, times its scale */
+      const float s = ((const float*)body)[j];
+      const int8_t* col = (const int8_t*)(body + np * P * 4) + (j / P) * P * K + c;
+      for (int64_t p = 0; p < K; ++p) row[p] = (float)col[p * P] * s;
+      continue;
+    }
+    for (int64_t g = 0; g < kg; ++g) {
+      const uint8_t* blk = body + (j / P) * kg * gb + g * gb;
+      const float* sc = (const float*)blk;
+      const float z = asym ? sc[P + c] : 8.0f;
+      const uint8_t* bytes = blk + 64 * (1 + asym);
+      for (int64_t r = 0; r < group && g * group + r < K; ++r) {
+        uint8_t byte = bytes[kiln_q4_byte(r, c)];
+        row[g * group + r] = ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
+      }
+    }
+  }
+  return bad;
+}
+
 /* ---- portable kernels --------------------------------------------------- */
 
 void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda,
