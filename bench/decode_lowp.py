@@ -39,33 +39,7 @@ def main():
     cache = "static" if "--static" in args else None
     torch.set_num_threads(threads)
     import kiln  # noqa: F401  (registers the backend)
-    from generation import GenSystem, _own_code, _tokens_check, weight_bytes
-
-    class Clock:  # wall and process CPU time of each token
-        def __init__(self):
-            self.t = []
-
-        def put(self, value):
-            self.t.append((time.perf_counter(), time.process_time()))
-
-        def end(self):
-            pass
-
-    def _generate(model, s, ids, mask, new):
-        if s.forward is None:
-            model.__dict__.pop("forward", None)
-        else:
-            model.forward = s.forward
-        kw = {"cache_implementation": s.cache} if s.cache else {}
-        clock = Clock()
-        try:
-            out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new + 1,
-                                 min_new_tokens=new + 1, pad_token_id=0, streamer=clock, **kw)
-        finally:
-            model.__dict__.pop("forward", None)
-        (w0, c0), (w1, c1) = clock.t[1], clock.t[-1]
-        steps = len(clock.t) - 2
-        return out, {"decode_tps": steps / (w1 - w0), "decode_tps_cpu": steps / max(c1 - c0, 1e-9)}
+    from generation import GenSystem, _generate, _own_code, _tokens_check, weight_bytes
     from models import build_gen_llama
 
     torch._dynamo.config.recompile_limit = 64

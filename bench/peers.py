@@ -392,7 +392,9 @@ def _kiln_models(compiled):
     return [m._kiln_model for m in compiled.modules() if hasattr(m, "_kiln_model")]
 
 
-def prepare_kiln(model, inputs, threads):
+def prepare_kiln(model, inputs, threads, **trace_kw):
+    """kiln.trace(model, inputs, **trace_kw): the fp32 system, or with a low-
+    precision option (KILN_LOWP) one of the low-precision ones."""
     try:
         import kiln
     except Exception as e:
@@ -402,7 +404,7 @@ def prepare_kiln(model, inputs, threads):
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
-            compiled = kiln.trace(model, tuple(inputs))
+            compiled = kiln.trace(model, tuple(inputs), **trace_kw)
     except Exception as e:
         raise Unavailable(f"kiln.trace failed: {short(e, 120)}")
     prep = time.perf_counter() - t0
@@ -473,34 +475,12 @@ def prepare_openvino(model, inputs, threads, default_precision=False):
     return Prepared(call, time.perf_counter() - t0, at, phases)
 
 
-def prepare_kiln_lowp(system):
-    def prepare(model, inputs, threads):
-        import kiln
-        t0 = time.perf_counter()
-        try:
-            with torch.no_grad():
-                compiled = kiln.trace(model, tuple(inputs), **KILN_LOWP[system])
-        except Exception as e:
-            raise Unavailable(f"kiln.trace failed: {short(e, 120)}")
-        prep = time.perf_counter() - t0
-
-        def call():
-            with torch.no_grad():
-                return compiled(*inputs)
-
-        def at(n):
-            for m in _kiln_models(compiled):
-                m.set_threads(n)
-            return call
-        return Prepared(call, prep, at, {"kiln trace": prep})
-    return prepare
-
-
 INFER = {"eager": prepare_eager, "inductor": prepare_inductor,
          "onnxruntime": prepare_onnxruntime, "kiln": prepare_kiln,
          "openvino": prepare_openvino,
          "openvino_default": lambda m, i, t: prepare_openvino(m, i, t, default_precision=True)}
-INFER.update({s: prepare_kiln_lowp(s) for s in KILN_LOWP})
+INFER.update({s: (lambda kw: lambda m, i, t: prepare_kiln(m, i, t, **kw))(kw)
+              for s, kw in KILN_LOWP.items()})
 
 
 # --------------------------------------------------------------------------
