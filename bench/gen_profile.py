@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/gen_profile.py [--model gen_llama] [--batch 1] [--threads 2]
                                           [--cache dynamic|static] [--tokens 65]
+                                          [--weights int8|int4|...]
 
 Builds a generation model of bench/models.py, compiles its forward with kiln
 as users do (model.forward = torch.compile(model.forward, backend="kiln")),
@@ -41,6 +42,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=65, help="max_new_tokens (decode steps + 1)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--no-eager", action="store_true", help="skip eager's torch.profiler table")
+    ap.add_argument("--weights", default=None,
+                    help="kiln's weights_dtype option (int8, int8:a8, int4, int4:g128, bf16)")
     args = ap.parse_args()
 
     import warnings
@@ -63,7 +66,9 @@ def main():
     new = args.tokens - 1
     cache = "static" if args.cache == "static" else None
     eager = generation.GenSystem("eager", None, cache, None)
-    fwd = torch.compile(model.forward, backend="kiln")
+    wd = {"bf16": torch.bfloat16, "int8": torch.int8}.get(args.weights, args.weights)
+    fwd = torch.compile(model.forward, backend="kiln",
+                        options={"weights_dtype": wd} if wd is not None else None)
     ksys = generation.GenSystem("kiln", fwd, cache, "eager")
 
     ref, em = generation._generate(model, eager, ids, mask, new)

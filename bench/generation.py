@@ -79,13 +79,15 @@ def _now():
 class Clock:
     """A transformers streamer that keeps the time each put() arrives: the
     prompt first, then one put per generated token (a batch's tokens
-    together)."""
+    together); cpu: the process's CPU time at each (bench/decode_lowp.py)."""
 
     def __init__(self):
         self.t = []
+        self.cpu = []
 
     def put(self, value):
         self.t.append(_now())
+        self.cpu.append(time.process_time())
 
     def end(self):
         pass
@@ -183,6 +185,7 @@ def _generate(model, system, ids, mask, new):
     gaps = [b - a for a, b in zip(ts[1:], ts[2:])]
     return out, {"total_ms": (t1 - t0) * 1e3, "ttft_ms": (ts[1] - t0) * 1e3,
                  "decode_tps": ids.shape[0] * steps / (ts[-1] - ts[1]), "steps": steps,
+                 "decode_tps_cpu": ids.shape[0] * steps / max(clock.cpu[-1] - clock.cpu[1], 1e-9),
                  "step_median_ms": statistics.median(gaps) * 1e3}
 
 

@@ -1,5 +1,9 @@
 """The systems compared: PyTorch eager, torch.compile (Inductor), ONNX Runtime
-CPU (model exported by torch.onnx.export) and kiln.
+CPU (model exported by torch.onnx.export), OpenVINO CPU (openvino.convert_model
+of the same module, compiled at f32 and at its default precision: bf16 on
+CPUs with AMX or AVX512_BF16, f32 elsewhere) and kiln, also with bf16 compute
+and int8 / int4 weights (the low-precision systems, LOWP: checked by cosine
+similarity and relative error against eager fp32 instead of fp32's tolerance).
 
 Each ``prepare_*`` function takes (model, inputs, threads) and returns
 ``(call, prep_seconds)`` where ``call()`` runs the model once on the example
@@ -26,7 +30,16 @@ class Unavailable(Exception):
 # The order they run in, in each model's process: eager first (the reference),
 # kiln next (its output is checked before anything else), Inductor last (its
 # compile workers stay alive after it).
-SYSTEMS = ("eager", "kiln", "onnxruntime", "inductor")
+SYSTEMS = ("eager", "kiln", "kiln_bf16", "kiln_int8", "kiln_int4", "onnxruntime", "openvino",
+           "openvino_default", "inductor")
+# kiln's options for its low-precision systems (kiln.trace keywords).
+KILN_LOWP = {"kiln_bf16": {"compute_dtype": torch.bfloat16},
+             "kiln_int8": {"weights_dtype": "int8:a8"},
+             "kiln_int4": {"weights_dtype": "int4"}}
+LOWP = tuple(KILN_LOWP) + ("openvino_default",)
+# A low-precision output fails its check below this cosine to eager fp32 (a
+# gross error, not a precision target: the cosine is reported either way).
+LOWP_MIN_COSINE = 0.9
 
 
 def short(e: BaseException, n: int = 160) -> str:
@@ -87,6 +100,33 @@ def compare(ref, out) -> dict:
             ok = False
             why = f"output {i}: max abs err {err:.3g} > tol {tol:.3g}"
     return {"err": worst, "ok": ok, "why": why}
+
+
+def compare_lowp(ref, out) -> dict:
+    """For a low-precision system: cosine similarity of all outputs (as one
+    vector, float64) to eager fp32's and the largest error relative to each
+    output's magnitude; ok when every value is finite and the cosine is at
+    least LOWP_MIN_COSINE."""
+    r, o = flatten(ref), flatten(out)
+    if len(r) != len(o):
+        return {"err": None, "ok": False, "why": f"{len(o)} outputs, eager has {len(r)}"}
+    rel, num, na, nb = 0.0, 0.0, 0.0, 0.0
+    for i, (a, b) in enumerate(zip(r, o)):
+        a, b = a.double(), b.double()
+        if tuple(a.shape) != tuple(b.shape):
+            return {"err": None, "ok": False,
+                    "why": f"output {i} shape {tuple(b.shape)}, eager {tuple(a.shape)}"}
+        if not torch.isfinite(b).all():
+            return {"err": float("inf"), "ok": False, "why": f"output {i} not finite"}
+        if a.numel():
+            rel = max(rel, float((a - b).abs().max() / a.abs().max().clamp_min(1e-30)))
+            num += float((a * b).sum())
+            na += float((a * a).sum())
+            nb += float((b * b).sum())
+    cos = num / max((na * nb) ** 0.5, 1e-300)
+    ok = cos >= LOWP_MIN_COSINE
+    return {"err": rel, "cos": cos, "ok": ok,
+            "why": "" if ok else f"cosine {cos:.4f} to eager fp32 < {LOWP_MIN_COSINE}"}
 
 
 # --------------------------------------------------------------------------
@@ -352,7 +392,9 @@ def _kiln_models(compiled):
     return [m._kiln_model for m in compiled.modules() if hasattr(m, "_kiln_model")]
 
 
-def prepare_kiln(model, inputs, threads):
+def prepare_kiln(model, inputs, threads, **trace_kw):
+    """kiln.trace(model, inputs, **trace_kw): the fp32 system, or with a low-
+    precision option (KILN_LOWP) one of the low-precision ones."""
     try:
         import kiln
     except Exception as e:
@@ -362,7 +404,7 @@ def prepare_kiln(model, inputs, threads):
     t0 = time.perf_counter()
     try:
         with torch.no_grad():
-            compiled = kiln.trace(model, tuple(inputs))
+            compiled = kiln.trace(model, tuple(inputs), **trace_kw)
     except Exception as e:
         raise Unavailable(f"kiln.trace failed: {short(e, 120)}")
     prep = time.perf_counter() - t0
@@ -379,8 +421,66 @@ def prepare_kiln(model, inputs, threads):
     return Prepared(call, prep, at, {"kiln trace": prep})
 
 
+_OV_CONVERTED: dict = {}
+
+
+def prepare_openvino(model, inputs, threads, default_precision=False):
+    """openvino.convert_model of the module (once per model, shared by both
+    OpenVINO systems), compiled for the CPU at `threads` threads, one stream,
+    latency mode; at f32 (INFERENCE_PRECISION_HINT) or, default_precision,
+    at whatever OpenVINO picks for this CPU (recorded in phases)."""
+    try:
+        import openvino as ov
+    except Exception as e:
+        raise Unavailable(f"openvino not installed ({short(e, 60)})")
+    t0 = time.perf_counter()
+    phases = {}
+    key = id(model)
+    if key not in _OV_CONVERTED:
+        try:
+            with torch.no_grad():
+                _OV_CONVERTED[key] = ov.convert_model(model, example_input=tuple(inputs))
+        except Exception as e:
+            _OV_CONVERTED[key] = Unavailable(f"openvino.convert_model failed: {short(e, 100)}")
+        phases["ov convert"] = time.perf_counter() - t0
+    converted = _OV_CONVERTED[key]
+    if isinstance(converted, Unavailable):
+        raise converted
+    core = ov.Core()
+    arrays = [x.detach().numpy() for x in inputs]
+    state = {}
+
+    def compile_at(n):
+        state.clear()
+        cfg = {"INFERENCE_NUM_THREADS": n, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+        if not default_precision:
+            cfg["INFERENCE_PRECISION_HINT"] = "f32"
+        try:
+            compiled = core.compile_model(converted, "CPU", cfg)
+        except Exception as e:
+            raise Unavailable(f"openvino compile failed: {short(e, 100)}")
+        prec = compiled.get_property("INFERENCE_PRECISION_HINT")
+        phases["precision"] = prec.get_type_name() if hasattr(prec, "get_type_name") else str(prec)
+        req = compiled.create_infer_request()
+
+        def call():
+            return [v for v in req.infer(arrays).values()]
+        state.update(n=n, call=call)
+        return call
+
+    def at(n):
+        return state["call"] if state.get("n") == n else compile_at(n)
+
+    call = compile_at(threads)
+    return Prepared(call, time.perf_counter() - t0, at, phases)
+
+
 INFER = {"eager": prepare_eager, "inductor": prepare_inductor,
-         "onnxruntime": prepare_onnxruntime, "kiln": prepare_kiln}
+         "onnxruntime": prepare_onnxruntime, "kiln": prepare_kiln,
+         "openvino": prepare_openvino,
+         "openvino_default": lambda m, i, t: prepare_openvino(m, i, t, default_precision=True)}
+INFER.update({s: (lambda kw: lambda m, i, t: prepare_kiln(m, i, t, **kw))(kw)
+              for s, kw in KILN_LOWP.items()})
 
 
 # --------------------------------------------------------------------------
@@ -428,6 +528,10 @@ def prepare_train(system, model, inputs, threads):
         return (lambda: step(inputs)), time.perf_counter() - t0, outs
     if system == "onnxruntime":
         raise Unavailable("n/a: ONNX Runtime CPU runs inference only")
+    if system in ("openvino", "openvino_default"):
+        raise Unavailable("n/a: OpenVINO runs inference only")
+    if system in KILN_LOWP:
+        raise Unavailable("n/a: the low-precision columns are for inference")
     if system == "kiln":
         try:
             import kiln  # noqa: F401  (registers the "kiln" torch.compile backend)

@@ -15,11 +15,12 @@ import platform
 import sys
 from pathlib import Path
 
-SYSTEMS = ("eager", "inductor", "onnxruntime", "kiln")
-PEERS = ("eager", "inductor", "onnxruntime")
-LABEL = {"eager": "eager", "inductor": "inductor", "onnxruntime": "onnxrt", "kiln": "kiln"}
+SYSTEMS = ("eager", "inductor", "onnxruntime", "openvino", "kiln")
+PEERS = ("eager", "inductor", "onnxruntime", "openvino")
+LABEL = {"eager": "eager", "inductor": "inductor", "onnxruntime": "onnxrt", "openvino": "openvino",
+         "kiln": "kiln"}
 LONG = {"eager": "PyTorch eager", "inductor": "torch.compile (Inductor)",
-        "onnxruntime": "ONNX Runtime CPU", "kiln": "kiln"}
+        "onnxruntime": "ONNX Runtime CPU", "openvino": "OpenVINO CPU (f32)", "kiln": "kiln"}
 
 
 # --------------------------------------------------------------------------
@@ -127,6 +128,10 @@ def short_reason(text: str) -> str:
         return "export failed"
     if "ort session failed" in t:
         return "ORT load failed"
+    if "convert_model failed" in t:
+        return "convert failed"
+    if "openvino not installed" in t:
+        return "not installed"
     return "n/a"
 
 
@@ -166,7 +171,7 @@ def compile_cell(c: dict) -> str:
 
 
 HEADER = ["model", "thr", "kiln check (max err)", "eager ms", "inductor ms", "onnxrt ms",
-          "kiln ms", "kiln/eager", "kiln/inductor", "kiln/onnxrt",
+          "openvino ms", "kiln ms", "kiln/eager", "kiln/inductor", "kiln/onnxrt", "kiln/openvino",
           "kiln compile s", "inductor compile s"]
 
 
@@ -243,7 +248,10 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
         "up, then timed in interleaved rounds (bench/README.md), and the median of several "
         "runs is shown in milliseconds. Before timing, kiln's output is checked "
         "against eager (largest absolute error shown; FAIL if it exceeds 1e-3 of the "
-        "output's magnitude). `kiln/X` is X's time divided by kiln's (above 1: kiln is "
+        "output's magnitude). OpenVINO: `openvino.convert_model` of the same module, compiled "
+        "for the CPU at f32 (`INFERENCE_PRECISION_HINT`), one stream, the same thread count; "
+        "its default precision and kiln's bf16/int8/int4 modes are in the low-precision table. "
+        "`kiln/X` is X's time divided by kiln's (above 1: kiln is "
         "faster). Compile times: `kiln.trace` wall time and torch.compile's first call. "
         "Produced by `make bench` (bench/run.py).",
         "",
@@ -429,10 +437,60 @@ def _shape_foot(results: dict) -> list[str]:
     return foot
 
 
-def extra_tables(results: dict):
-    """(title, header, rows, notes, footer lines) for the generation and the
-    varying-shape tables that have rows."""
+LOWP_HEADER = ["model", "thr", "kiln fp32 ms", "kiln bf16 ms", "kiln int8 ms", "kiln int4 ms",
+               "openvino f32 ms", "openvino default ms", "bf16/fp32", "int8/fp32", "int4/fp32",
+               "kiln bf16 vs ov default"]
+
+LOWP_ABOUT = (
+    "kiln with `compute_dtype=torch.bfloat16` (linear layers in bf16, fp32 sums), "
+    "`weights_dtype=\"int8:a8\"` (int8 weights; more than 8 rows also quantize the activations "
+    "per row) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
+    "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
+    "or AVX512_BF16). In parentheses after a kiln time: the cosine similarity of its outputs to "
+    "eager fp32's (a cell fails below 0.9, a gross error; the cosine is the accuracy figure). "
+    "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs ov "
+    "default: OpenVINO's default-precision time over kiln bf16's.")
+
+
+def _lowp_cell(c: dict, notes: Notes, extra: str = "") -> str:
+    t = time_cell(c, notes)
+    if "ms" in c and extra:
+        return f"{t} ({extra})"
+    return t
+
+
+def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
     out = []
+    for row in main_rows(results):
+        s = row["systems"]
+        if row.get("skipped") or row.get("train") or not any(
+                k in s for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "openvino_default")):
+            continue
+        r = [row["model"], str(row["threads"]), time_cell(s.get("kiln", {}), notes)]
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
+            c = s.get(k, {})
+            r.append(_lowp_cell(c, notes, f"{c['cos']:.5f}" if "cos" in c else ""))
+        r.append(time_cell(s.get("openvino", {}), notes))
+        d = s.get("openvino_default", {})
+        r.append(_lowp_cell(d, notes, d.get("precision", "")))
+        base = _ms(s.get("kiln"))
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
+            v = _ms(s.get(k))
+            r.append(f"{base / v:.2f}x" if base and v else "-")
+        b, o = _ms(s.get("kiln_bf16")), _ms(d)
+        r.append(f"{o / b:.2f}x" if b and o else "-")
+        out.append(r)
+    return out
+
+
+def extra_tables(results: dict):
+    """(title, header, rows, notes, footer lines) for the low-precision, the
+    generation and the varying-shape tables that have rows."""
+    out = []
+    ln = Notes("p")
+    lp = lowp_table_rows(results, ln)
+    if lp:
+        out.append(("Low precision (median ms per call)", LOWP_HEADER, lp, ln, []))
     gn = Notes("g")
     g = gen_table_rows(results, gn)
     if g:
@@ -481,7 +539,7 @@ SHAPE_ABOUT = (
 def gen_markdown(results: dict, notes_start: int = 0) -> list[str]:
     md = []
     for title, head, body, notes, foot in extra_tables(results):
-        about = GEN_ABOUT if head is GEN_HEADER else SHAPE_ABOUT
+        about = GEN_ABOUT if head is GEN_HEADER else LOWP_ABOUT if head is LOWP_HEADER else SHAPE_ABOUT
         md += ["", f"**{title}.** {about}", "",
                "| " + " | ".join(head) + " |",
                "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
@@ -498,7 +556,7 @@ def gen_markdown(results: dict, notes_start: int = 0) -> list[str]:
 # --------------------------------------------------------------------------
 
 COLORS = {"eager": "#7f7f7f", "inductor": "#1f77b4", "onnxruntime": "#2ca02c",
-          "kiln": "#d62728"}
+          "openvino": "#9467bd", "kiln": "#d62728"}
 
 
 def plot(results: dict, path: Path):

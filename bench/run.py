@@ -64,7 +64,16 @@ def timing_params(quick: bool, heavy: bool) -> dict:
 # Where each system's preparation (import, trace/export/compile, first call,
 # output check) is counted.
 PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
-              "inductor": "inductor"}
+              "inductor": "inductor", "kiln_bf16": "kiln low precision",
+              "kiln_int8": "kiln low precision", "kiln_int4": "kiln low precision",
+              "openvino": "openvino", "openvino_default": "openvino"}
+
+
+def check(system, ref, out) -> dict:
+    """The output check of one system: fp32's tolerance, or for a
+    low-precision system its cosine and relative error (peers.compare_lowp)."""
+    import peers
+    return peers.compare_lowp(ref, out) if system in peers.LOWP else peers.compare(ref, out)
 
 
 class Phases:
@@ -151,10 +160,12 @@ def worker(args) -> int:
             if "exporter" in p.phases:
                 extra["exporter"] = p.phases["exporter"]
             cell["prep_s"] = p.prep
+            if "precision" in p.phases:
+                cell["precision"] = p.phases["precision"]
             if system == "eager":
                 ref = out
             else:
-                cell.update(peers.compare(ref, out))
+                cell.update(check(system, ref, out))
                 if not cell.get("ok", True):
                     cell["fail"] = cell.get("why") or "wrong output"
             prepared[system] = p
@@ -189,6 +200,8 @@ def worker(args) -> int:
                     cell["na"] = QUICK_SKIP_LATER
                     continue
                 cell["prep_s"] = src.get("prep_s", 0.0)
+                if "precision" in src:
+                    cell["precision"] = src["precision"]
                 if "fail" in src:
                     cell["fail"] = src["fail"]
         calls = {}
@@ -202,7 +215,7 @@ def worker(args) -> int:
                 calls[system] = p.at(n)
                 if n != first and system != "eager" and not spec.train:
                     # The output is checked again at this thread count.
-                    cell.update(peers.compare(ref, calls[system]()))
+                    cell.update(check(system, ref, calls[system]()))
                     if not cell.get("ok", True):
                         cell["fail"] = cell.get("why") or "wrong output"
                         del calls[system]

@@ -19,6 +19,7 @@ from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
 from kiln import optable_movement
 from kiln import optable_sample
 from kiln import fastpath
+from kiln import lowp
 from kiln import symbolic
 
 aten = torch.ops.aten
@@ -318,7 +319,7 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
         if n.op != "call_function":
             continue
         try:
-            ctx.env[n] = TABLE[n.target](ctx, n)
+            ctx.env[n] = lowp.lower_node(ctx, n, TABLE[n.target])
         except Unsupported as e:
             raise UnsupportedOpError(str(n.target), source_location(n), str(e)) from None
         except UnsupportedOpError:

@@ -298,8 +298,8 @@ def compile_graph(ctx, weights_bf16=False, compute_bf16=False):
     from kiln.progress import compile_pass_callback, compile_stage
 
     compile_stage("compile")
-    quant = (0, 32, False)
-    if isinstance(weights_bf16, tuple):  # (bits, group, asym): quantized weights (kiln.trace)
+    quant = (0, 32, False, False)
+    if isinstance(weights_bf16, tuple):  # (bits, group, asym, a8): quantized weights (kiln.trace)
         weights_bf16, quant = False, weights_bf16
     return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16), *quant,
                       compile_pass_callback())

@@ -16,6 +16,7 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->weights_quant = 0;
   o->weights_group = 32;
   o->weights_asym = 0;
+  o->weights_a8 = 0;
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -113,10 +114,16 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
   const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
-                                       o->weights_group, o->weights_asym};
+                                       o->weights_group, o->weights_asym, o->weights_a8};
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
+  if (!s && o->log)
+    for (int32_t i = 0; i < g->n_values; ++i)
+      if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+        fprintf(o->log, "kiln: bf16 compute: %s\n", kiln_hal_cpu_bf16_compute_describe());
+        break;
+      }
   if (s) {
     kiln_graph_release(g);
     return s;

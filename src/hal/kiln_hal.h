@@ -31,6 +31,7 @@ typedef struct kiln_hal_weights_s {
                     * Wins over bf16 */
   int quant_group; /* int4 group size along K */
   int quant_asym;  /* int4 with zero points */
+  int quant_a8;    /* int8 with int8 activations for M > 8 (KILN_GEMM_QUANT_A8) */
 } kiln_hal_weights_t;
 
 /* The form a target keeps one constant in for a node that reads it. Two
@@ -52,6 +53,9 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* graph, const kiln_n
 /* Writes constant's bytes in `form` (one kiln_hal_cpu_constant_form gave
  * for it) into out (form->nbytes bytes). Thread-safe: constants are packed
  * in parallel. */
+/* What the CPU target runs bf16 compute (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
+ * weights) on now, in words, for KILN_LOG and kiln.explain. */
+const char* kiln_hal_cpu_bf16_compute_describe(void);
 void kiln_hal_cpu_constant_pack(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
                                 void* out);
 

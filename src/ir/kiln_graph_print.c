@@ -78,7 +78,11 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
         fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
                 g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "[bf16 compute]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? "[int8]"
+                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q8
+                    /* header flags bit 1: int8 activations (docs/format.md) */
+                    ? (g->values[id].nbytes > 6 && (((const unsigned char*)g->values[id].data)[6] & 2)
+                           ? "[int8, int8 activations]"
+                           : "[int8]")
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "[int4]"
                 : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
                         g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||

@@ -34,7 +34,9 @@
  *                                        normalised; fparams: [0] eps.
  *   RMS_NORM       (x, gamma?)           as LAYER_NORM.
  *   MATMUL         (a, b) -> y           a (..., M, K), b (..., K, N), batch
- *                                        dims broadcast; y (..., M, N);
+ *                                        dims broadcast; y (..., M, N) float32;
+ *                                        a float32 or bfloat16 (widened,
+ *                                        exact), b float32;
  *                                        params: [0] flags:
  *                                        KILN_MATMUL_TRANSPOSE_A: a is stored
  *                                        (..., K, M) and read transposed;
@@ -42,7 +44,8 @@
  *                                        (..., N, K) (the compiler sets these
  *                                        to drop transpose copies).
  *   LINEAR         (x, w, bias?, residual?) -> y
- *                                        x (..., K); w (K, N): a constant, packed
+ *                                        x (..., K) float32 or bfloat16 (widened,
+ *                                        exact); w (K, N): a constant, packed
  *                                        for the GEMM when its layout says so,
  *                                        or a dense value (training: weights
  *                                        are graph inputs);

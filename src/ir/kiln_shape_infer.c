@@ -194,7 +194,9 @@ static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, 
                                   kiln_value_t* out) {
   char ba[96], bb[96];
   if (a->rank < 2 || b->rank < 2) FAIL("matmul needs rank >= 2 operands");
-  if (a->dtype != KILN_F32 || b->dtype != KILN_F32) FAIL("matmul takes float32");
+  /* a may be bf16 (a bf16 model's product, read widened: exact). */
+  if ((a->dtype != KILN_F32 && a->dtype != KILN_BF16) || b->dtype != KILN_F32)
+    FAIL("matmul takes a float32 or bfloat16 a and a float32 b");
   if (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B))
     FAIL("unknown matmul flags %lld", (long long)flags);
   int ta = (flags & KILN_MATMUL_TRANSPOSE_A) != 0, tb = (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
@@ -245,7 +247,8 @@ static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, k
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
   if (!x || !w) FAIL("x and w are required");
-  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("linear takes float32");
+  if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || w->dtype != KILN_F32)
+    FAIL("linear takes a float32 or bfloat16 x and a float32 w");
   if (w->rank != 2) FAIL("w must be 2-d");
   int wt = n->params[1] != 0; /* a dense value stored (N, K) */
   if (wt && (n->params[1] != 1 || w->kind == KILN_VALUE_CONSTANT))

@@ -13,6 +13,8 @@
  * this table is the one place that says which kernels know which layouts. */
 static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t layout) {
   if (layout == KILN_LAYOUT_DENSE) return 1;
+  if (op == KILN_OP_GATHER) /* a quantized embedding table */
+    return i == 0 && (layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || layout == KILN_LAYOUT_GEMM_PACKED_B_Q4);
   if (i != 1) return 0;
   switch (op) {
     case KILN_OP_LINEAR:

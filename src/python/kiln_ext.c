@@ -18,6 +18,7 @@
 #include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
+#include "kernels/gemm/kiln_gemm.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
 #include "kiln_ext_profile.h"
@@ -557,6 +558,11 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
+  for (int32_t i = 0; i < g->n_values; ++i)
+    if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+      fprintf(f, "  bf16 compute: %s\n", kiln_gemm_bf16_compute_describe());
+      break;
+    }
   if (symbolic) fprintf(f, "  arena planned per shape at run time (latest: ");
   else fprintf(f, "  arena ");
   fprintf(f, "%.2f MiB%s, %d kernel calls per run, ISA %s, %d threads%s\n",
@@ -854,10 +860,11 @@ static PyTypeObject kiln_py_model_type = {
 /* ---- module functions --------------------------------------------------- */
 
 /* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
- * group=32, asym=False, progress=None) -> Model.
+ * group=32, asym=False, a8=False, progress=None) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
- * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group.
+ * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group;
+ * a8: int8 with int8 activations for more than 8 rows.
  * progress: None, or a callable given each pass's name as it starts. */
 /* The compiler's on_pass: calls the front end's progress callable with the
  * pass's name (compiles run with the GIL released: taken back here). A
@@ -873,10 +880,10 @@ static void kiln_py_on_pass(void* ctx, const char* pass) {
 static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   (void)mod;
   kiln_py_graph_t* gobj;
-  int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0;
+  int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0, a8 = 0;
   PyObject* progress = Py_None;
-  if (!PyArg_ParseTuple(args, "O!|pppiipO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16, &quant, &group, &asym, &progress))
+  if (!PyArg_ParseTuple(args, "O!|pppiippO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym, &a8, &progress))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
@@ -889,6 +896,7 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   o.weights_quant = quant;
   o.weights_group = group;
   o.weights_asym = asym;
+  o.weights_a8 = a8;
   if (progress != Py_None) {
     o.on_pass = kiln_py_on_pass;
     o.on_pass_ctx = progress;

@@ -243,8 +243,86 @@ static void bf16c_compile(void) {
   KILN_EXPECT(m == NULL, "no model from a short bf16-compute weight");
 }
 
+/* A bf16 model's linear layer: x is bf16 and the weight holds bf16 values,
+ * so the CPU target asks for the VNNI form unasked (the products do not
+ * change), but only for a LINEAR with a bf16 x and a weight whose every
+ * element is a bf16 value; the results are the exact products summed in
+ * fp32 either way. Cases: 0 one bf16-x reader; 1 the same weight read by a
+ * float32 x too (that LINEAR gets its own fp32 panels); 2 a weight with one
+ * element that is not a bf16 value. */
+static void bf16c_compile_bf16_x(int which) {
+  enum { M = 4, K = 37, N = 21 };
+  static float w[K * N], x[M * K], x2[M * K], want[M * N], want2[M * N], got[M * N], got2[M * N];
+  static uint16_t xb[M * K];
+  kiln_test_fill_f32(w, K * N, 41, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, M * K, 42, -1, 1);
+  kiln_test_fill_f32(x2, M * K, 43, -1, 1);
+  for (int i = 0; i < K * N; ++i) w[i] = bf16c_round(w[i]);
+  if (which == 2) w[7] = 0.1f; /* not a bf16 value */
+  for (int i = 0; i < M * K; ++i) {
+    xb[i] = kiln_gemm_bf16_from_f32(x[i]);
+    x[i] = kiln_gemm_bf16_to_f32(xb[i]);
+  }
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0, acc2 = 0;
+      for (int p = 0; p < K; ++p) {
+        acc += (double)x[i * K + p] * w[p * N + j];
+        acc2 += (double)x2[i * K + p] * w[p * N + j];
+      }
+      want[i * N + j] = (float)acc;
+      want2[i * N + j] = (float)acc2;
+    }
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t sx[2] = {M, K}, sw[2] = {K, N};
+  int32_t vx, vx2, vw, outs[2];
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_BF16, 2, sx, &vx));
+  if (which == 1) KILN_EXPECT_OK(kiln_graph_add_input(g, "x2", KILN_F32, 2, sx, &vx2));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  int32_t i1[2] = {vx, vw};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &outs[0]));
+  if (which == 1) {
+    int32_t i2[2] = {vx2, vw};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i2, 2, NULL, 0, NULL, 0, NULL, &outs[1]));
+  }
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, outs, which == 1 ? 2 : 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  for (int32_t ni = 0; ni < compiled->n_nodes; ++ni) {
+    const kiln_node_t* nd = &compiled->nodes[ni];
+    const kiln_value_t* wv = &compiled->values[nd->inputs[1]];
+    int bf16_x = compiled->values[nd->inputs[0]].dtype == KILN_BF16;
+    kiln_layout_t want_layout = bf16_x && which != 2 ? KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
+                                                     : KILN_LAYOUT_GEMM_PACKED_B;
+    KILN_EXPECT(nd->op == KILN_OP_LINEAR && wv->layout == want_layout,
+                "case %d, node %d: weight layout %d, want %d", which, ni, (int)wv->layout,
+                (int)want_layout);
+  }
+  KILN_EXPECT(compiled->n_nodes == (which == 1 ? 2 : 1), "case %d: %d nodes", which, compiled->n_nodes);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (m) {
+    int64_t sy[2] = {M, N};
+    kiln_tensor_t in[2] = {{xb, KILN_BF16, 2, sx}, {x2, KILN_F32, 2, sx}};
+    kiln_tensor_t out[2] = {{got, KILN_F32, 2, sy}, {got2, KILN_F32, 2, sy}};
+    int n = which == 1 ? 2 : 1;
+    KILN_EXPECT_OK(kiln_model_run(m, in, n, out, n));
+    /* K = 37 products of magnitude <= 0.5 summed in fp32. */
+    kiln_test_compare_f32("bf16-x linear", got, want, M * N, 1e-5f, 1e-6f);
+    if (which == 1) kiln_test_compare_f32("float32-x linear, same weight", got2, want2, M * N, 1e-5f, 1e-6f);
+    kiln_model_release(m);
+  }
+}
+
 void kiln_test_suite_gemm_bf16_compute(void) {
   bf16c_compile();
+  for (int which = 0; which < 3; ++which) bf16c_compile_bf16_x(which);
   kiln_isa_t isa0 = kiln_cpu_isa();
   unsigned bf0 = kiln_cpu_bf16();
   const kiln_cpu_features_t* f = kiln_cpu_features();

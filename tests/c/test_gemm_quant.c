@@ -290,8 +290,86 @@ static void quant_compile(void) {
   }
 }
 
+/* Quantized embeddings: a GATHER along axis 0 of a constant (V, D) table
+ * with weights_quant gets the table packed as B = table^T, and each row it
+ * gathers is exactly the scalar rule's dequantized column (int8: a scale
+ * per row; int4: groups along the row, D = 70 not a multiple of 32);
+ * indices out of range are an error, negative ones count from the end.
+ * Without weights_quant the table stays dense. */
+static void quant_gather(void) {
+  enum { V = 37, D = 70, T = 5 };
+  static float table[V * D], got[T * D];
+  static int64_t ids[T] = {0, 5, -1, 36, 17};
+  kiln_test_fill_f32(table, V * D, 51, -1.0f, 1.0f);
+  for (int q = 0; q < N_KINDS + 1; ++q) {
+    const quant_kind_t* qk = q < N_KINDS ? &quant_kinds[q] : NULL; /* last: no quantization */
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int64_t st[2] = {V, D}, si[1] = {T};
+    int32_t vt, vi, y;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "ids", KILN_I64, 1, si, &vi));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "table", KILN_F32, 2, st, KILN_LAYOUT_DENSE, table,
+                                           sizeof table, &vt));
+    int32_t in[2] = {vt, vi};
+    const int64_t axis[1] = {0};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_GATHER, in, 2, axis, 1, NULL, 0, NULL, &y));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    if (qk) {
+      o.weights_quant = qk->bits;
+      o.weights_group = qk->group ? qk->group : 32;
+      o.weights_asym = qk->asym;
+    }
+    kiln_graph_t* compiled = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+    if (!compiled) return;
+    const kiln_value_t* tv = &compiled->values[compiled->nodes[0].inputs[0]];
+    kiln_layout_t want_layout = !qk ? KILN_LAYOUT_DENSE
+                                : qk->bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8
+                                                : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+    KILN_EXPECT(tv->layout == want_layout, "kind %d: table layout %d, want %d", q, (int)tv->layout,
+                (int)want_layout);
+    if (qk)
+      KILN_EXPECT(tv->nbytes == kiln_gemm_quant_packed_size(D, V, qk->bits, qk->group, qk->asym),
+                  "kind %d: %zu bytes", q, tv->nbytes);
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+    if (!m) return;
+    int64_t sy[2] = {T, D};
+    kiln_tensor_t tin = {ids, KILN_I64, 1, si}, tout = {got, KILN_F32, 2, sy};
+    KILN_EXPECT_OK(kiln_model_run(m, &tin, 1, &tout, 1));
+    int bad = 0;
+    for (int i = 0; i < T; ++i) {
+      int64_t j = ids[i] < 0 ? ids[i] + V : ids[i];
+      for (int p = 0; p < D; ++p) {
+        float want = qk ? kiln_gemm_quant_weight(tv->data, p, j) : table[j * D + p];
+        bad += got[i * D + p] != want;
+      }
+    }
+    KILN_EXPECT(bad == 0, "kind %d: %d gathered elements differ from the rule", q, bad);
+    /* The rule really quantized: int8 within half a step of the table. */
+    if (qk && qk->bits == 8)
+      for (int i = 0; i < T; ++i) {
+        int64_t j = ids[i] < 0 ? ids[i] + V : ids[i];
+        float amax = 0.0f;
+        for (int p = 0; p < D; ++p) amax = fmaxf(amax, fabsf(table[j * D + p]));
+        for (int p = 0; p < D; ++p)
+          KILN_EXPECT(fabsf(got[i * D + p] - table[j * D + p]) <= amax / 254.0f * 1.001f,
+                      "int8 row %lld within half a step", (long long)j);
+      }
+    int64_t outside[T] = {0, 1, V, 2, -V - 1};
+    tin.data = outside;
+    KILN_EXPECT_ERROR(kiln_model_run(m, &tin, 1, &tout, 1), KILN_INVALID_ARGUMENT);
+    kiln_model_release(m);
+  }
+}
+
 void kiln_test_suite_gemm_quant(void) {
   quant_rules();
   kiln_test_each_isa_and_pool(quant_level);
   quant_compile();
+  quant_gather();
 }

@@ -90,6 +90,7 @@ static void kiln_test_print_cpu(void) {
   X(gemm_bf16)              \
   X(gemm_bf16_compute)      \
   X(gemm_quant)             \
+  X(gemm_q8a8)              \
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \

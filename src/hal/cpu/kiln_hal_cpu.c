@@ -63,6 +63,25 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
                                 w->nbytes, kiln_gemm_f32_packed_size(w->shape[0], w->shape[1]));
       return kiln_ok();
     }
+    case KILN_OP_GATHER: {
+      /* A quantized table (an embedding packed by the pack pass): rows
+       * along axis 0 of a 2-d (N, K) table, its blob B = table^T checked
+       * against the shape before any run reads it. */
+      if (x->layout != KILN_LAYOUT_GEMM_PACKED_B_Q8 && x->layout != KILN_LAYOUT_GEMM_PACKED_B_Q4)
+        return kiln_ok();
+      const unsigned char* h = x->data;
+      int bits = x->nbytes >= KILN_GEMM_QUANT_HEADER ? h[5] : 0;
+      if (x->rank != 2 || n->params[0] != 0 ||
+          kiln_gemm_quant_check(x->data, x->nbytes, x->shape[1], x->shape[0]) ||
+          bits != (x->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "quantized gather table (%zu bytes) is not a well-formed (%lld, "
+                                "%lld) int%d blob read along axis 0", x->nbytes,
+                                (long long)(x->rank == 2 ? x->shape[0] : -1),
+                                (long long)(x->rank == 2 ? x->shape[1] : -1),
+                                x->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4);
+      return kiln_ok();
+    }
     case KILN_OP_SDPA:
       return kiln_ok();
     case KILN_OP_CONV2D_NHWC: /* the same weight checks (its layouts: shape inference) */
@@ -215,7 +234,10 @@ static void run_matmul(const kiln_graph_t* g, const kiln_node_t* n, void* const*
     args.m = m;
     args.n = nn;
     args.k = k;
-    args.a = (const float*)BUF(0) + oa * m * k;
+    if (a->dtype == KILN_BF16) /* a bf16 model's operand: widened as it is packed */
+      args.a_bf16 = (const uint16_t*)BUF(0) + oa * m * k;
+    else
+      args.a = (const float*)BUF(0) + oa * m * k;
     args.a_batch_stride = sa * m * k;
     args.a_row_stride = ta ? 1 : k; /* stored (K, M) when transposed */
     args.a_col_stride = ta ? m : 1;
@@ -245,7 +267,10 @@ static void run_linear(const kiln_graph_t* g, const kiln_node_t* n, void* const*
   if (!k) args.m = prod(x->shape, 0, x->rank - 1);
   args.n = nn;
   args.k = k;
-  args.a = BUF(0);
+  if (x->dtype == KILN_BF16)
+    args.a_bf16 = BUF(0);
+  else
+    args.a = BUF(0);
   args.a_row_stride = k;
   args.a_col_stride = 1;
   if (w->layout == KILN_LAYOUT_GEMM_PACKED_B) {
@@ -414,7 +439,9 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
     case KILN_OP_GATHER: {
       const kiln_value_t *t = VAL(0), *idx = VAL(1);
       int32_t axis = (int32_t)n->params[0];
-      int64_t bad = kiln_gather(kiln_dtype_size(t->dtype), BUF(0), prod(t->shape, 0, axis),
+      int64_t bad = t->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || t->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4
+          ? kiln_gemm_quant_gather(t->data, BUF(1), idx->dtype == KILN_I64, kiln_value_numel(idx), out)
+          : kiln_gather(kiln_dtype_size(t->dtype), BUF(0), prod(t->shape, 0, axis),
                                 t->shape[axis], prod(t->shape, axis + 1, t->rank), BUF(1),
                                 idx->dtype, kiln_value_numel(idx), out, pool);
       if (bad)
@@ -441,7 +468,7 @@ kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* g, const kiln_node_t* n,
       kiln_where(y->dtype, &nd, out, BUF(0), BUF(1), BUF(2), pool);
       return kiln_ok();
     case KILN_OP_CAST:
-      kiln_cast(VAL(0)->dtype, y->dtype, numel, BUF(0), out);
+      kiln_cast_parallel(VAL(0)->dtype, y->dtype, (size_t)numel, BUF(0), out, pool);
       return kiln_ok();
     case KILN_OP_LOGICAL_NOT:
       kiln_logical_not(numel, BUF(0), out);

@@ -5,7 +5,17 @@
  * options say); a CONV2D's dense float32 weight (not depthwise, whose direct
  * loop reads it dense) becomes the panels the conv kernel picks for that
  * node's shape; a CONV2D_NHWC's, panels of 16 (the NHWC kernel's only
- * packing). Everything else is kept as it is. The compiler's pack pass
+ * packing). A LINEAR whose x is bf16 (a bf16 model's linear layer, see
+ * python/kiln/lowp.py) and whose weight holds only bf16 values (a bf16
+ * parameter widened) gets the VNNI form unasked: rounding A and W to bf16
+ * changes neither, so the bf16 engines compute exactly the products eager
+ * does and the weight takes half the bytes; the same weight read by a
+ * float32 x gets its own fp32 form. With quantized weights, the table of a
+ * GATHER along axis 0 of a 2-d float32 constant (an embedding) is
+ * quantized too, packed as the blob of B = table^T so that each row is
+ * quantized as a linear weight's output channel; the target dequantizes
+ * the rows it gathers (kiln_gemm_quant_gather). Everything else is kept as
+ * it is. The compiler's pack pass
  * asks here and packs what it is told, so that no run packs a weight. */
 #include "hal/kiln_hal.h"
 
@@ -16,7 +26,10 @@
 #include "kernels/gemm/kiln_gemm.h"
 
 enum { KILN_CPU_DETAIL_GROUPS = 0, KILN_CPU_DETAIL_PANEL = 1 };
-enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1 };
+enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1, KILN_CPU_DETAIL_QFLAGS = 2 };
+/* QFLAGS bits: int8 activations (a LINEAR's, KILN_GEMM_QUANT_A8); an
+ * embedding table (a GATHER's, packed as its transpose). */
+enum { KILN_CPU_QFLAG_A8 = 1, KILN_CPU_QFLAG_TABLE = 2 };
 
 static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
   return w->shape[1] * w->shape[2] * w->shape[3];
@@ -49,6 +62,17 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
   f->detail[KILN_CPU_DETAIL_PANEL] = panel;
 }
 
+/* 1 when every element of a dense f32 constant is a bf16 value (its low 16
+ * bits zero): packing it as bf16 loses nothing. */
+static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
+  if (w->dtype != KILN_F32 || !w->data) return 0;
+  const uint32_t* bits = w->data;
+  size_t n = w->nbytes / sizeof(uint32_t);
+  uint32_t any = 0;
+  for (size_t i = 0; i < n; ++i) any |= bits[i] & 0xffffu;
+  return any == 0;
+}
+
 kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
                                          int32_t slot, const kiln_hal_weights_t* o,
                                          kiln_hal_constant_form_t* f) {
@@ -56,7 +80,23 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   memset(f, 0, sizeof(*f));
   f->layout = w->layout;
   f->nbytes = w->nbytes;
-  if (slot != 1 || w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
+  if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
+  if (n->op == KILN_OP_GATHER && slot == 0) {
+    if (!o->quant_bits || n->params[0] != 0 || w->layout != KILN_LAYOUT_DENSE ||
+        w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
+      return kiln_ok();
+    int group = o->quant_bits == 8 ? 0 : o->quant_group;
+    size_t bytes = kiln_gemm_quant_packed_size(w->shape[1], w->shape[0], o->quant_bits, group,
+                                               o->quant_asym);
+    if (!bytes) return kiln_ok(); /* the LINEAR weights' form reports the bad choice */
+    f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+    f->nbytes = bytes;
+    f->detail[KILN_CPU_DETAIL_QGROUP] = group;
+    f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
+    f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_TABLE;
+    return kiln_ok();
+  }
+  if (slot != 1) return kiln_ok();
   if (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) {
     kiln_cpu_conv_form(g, n, f);
     return kiln_ok();
@@ -68,14 +108,16 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   if (o->quant_bits) {
     int group = o->quant_bits == 8 ? 0 : o->quant_group;
     f->nbytes = kiln_gemm_quant_packed_size(k, nn, o->quant_bits, group, o->quant_asym);
-    if (!f->nbytes)
+    if (!f->nbytes || (o->quant_a8 && o->quant_bits != 8))
       return kiln_status_make(KILN_INVALID_ARGUMENT,
-                              "weights: int%d with group %d%s is not a supported quantization",
-                              o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "");
+                              "weights: int%d with group %d%s%s is not a supported quantization",
+                              o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "",
+                              o->quant_a8 ? " and int8 activations" : "");
     f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
     f->detail[KILN_CPU_DETAIL_QGROUP] = group;
     f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
-  } else if (o->bf16 == 2) {
+    f->detail[KILN_CPU_DETAIL_QFLAGS] = o->quant_a8 ? KILN_CPU_QFLAG_A8 : 0;
+  } else if (o->bf16 == 2 || (g->values[n->inputs[0]].dtype == KILN_BF16 && kiln_cpu_is_bf16_exact(w))) {
     f->layout = KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI;
     f->nbytes = kiln_gemm_bf16_vnni_packed_size(k, nn);
   } else if (o->bf16) {
@@ -95,6 +137,14 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                                 (int)f->detail[KILN_CPU_DETAIL_PANEL], w->data, out);
     return;
   }
+  if ((f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) &&
+      (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_TABLE)) { /* (N, K) table as B = table^T */
+    kiln_gemm_quant_pack_b(w->shape[1], w->shape[0], w->data, 1, w->shape[1],
+                           f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
+                           (int)f->detail[KILN_CPU_DETAIL_QGROUP],
+                           (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+    return;
+  }
   /* A LINEAR weight: (K, N) read row-major, or its stored transpose. */
   int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
   int64_t k = w->shape[0], nn = w->shape[1];
@@ -106,6 +156,7 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                              f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
                              (int)f->detail[KILN_CPU_DETAIL_QGROUP],
                              (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+      if (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_A8) kiln_gemm_quant_set_a8(out);
       break;
     case KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI:
       kiln_gemm_bf16_vnni_pack_b(k, nn, w->data, row_stride, col_stride, out);
@@ -118,3 +169,5 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
       break;
   }
 }
+
+const char* kiln_hal_cpu_bf16_compute_describe(void) { return kiln_gemm_bf16_compute_describe(); }

@@ -77,6 +77,9 @@ void kiln_where(kiln_dtype_t dtype, const kiln_nd_t* nd, void* out, const uint8_
 
 /* Element-for-element conversion of n dense elements. */
 void kiln_cast(kiln_dtype_t from, kiln_dtype_t to, size_t n, const void* x, void* y);
+/* The same over the pool (NULL: the caller alone) in chunks of 32 Ki elements. */
+void kiln_cast_parallel(kiln_dtype_t from, kiln_dtype_t to, size_t n, const void* x, void* y,
+                        kiln_pool_t* pool);
 
 /* Rows of table (outer, axis_len, inner) picked by index: out (outer, n_index,
  * inner). Returns the number of indices out of [-axis_len, axis_len) (then

@@ -40,14 +40,14 @@ static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
     kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
     kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
-    kiln_gemm_gemv_nt_generic};
+    kiln_gemm_gemv_nt_generic, NULL, kiln_gemm_round_bf16_f32};
 #ifdef KILN_GEMM_HAVE_X86
 static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
     "avx2", 6, 16, 256, 144,
     kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
     kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
-    kiln_gemm_gemv_nt_avx2};
+    kiln_gemm_gemv_nt_avx2, kiln_gemm_ukernel_vnni_6x16_avx2, kiln_gemm_round_bf16_avx2};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
 static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
@@ -55,7 +55,7 @@ static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
     kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
     kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
-    kiln_gemm_gemv_nt_avx2};
+    kiln_gemm_gemv_nt_avx2, NULL, kiln_gemm_round_bf16_avx2};
 #endif
 #ifdef KILN_GEMM_HAVE_NEON
 /* NEON microkernel and GEMVs; packing, epilogue and the bf16 widening stay
@@ -65,7 +65,7 @@ static const kiln_gemm_kernels_t kiln_gemm_neon_ = {
     kiln_gemm_ukernel_6x16_neon, kiln_gemm_epilogue_generic, kiln_gemm_gemv_neon,
     kiln_gemm_pack_a, kiln_gemm_gemv_bf16_neon, kiln_gemm_widen_bf16_generic,
     kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
-    kiln_gemm_gemv_nt_generic};
+    kiln_gemm_gemv_nt_generic, NULL, kiln_gemm_round_bf16_f32};
 #endif
 
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
@@ -80,6 +80,18 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
   (void)isa;
 #endif
   return &kiln_gemm_generic_;
+}
+
+const char* kiln_gemm_bf16_compute_describe(void) {
+  unsigned eng = kiln_cpu_bf16();
+  if (eng & KILN_CPU_BF16_AMX) return "AMX tiles (TDPBF16PS)";
+  if (eng & KILN_CPU_BF16_AVX512) return "AVX512_BF16 dot products (VDPBF16PS)";
+  const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
+  if (kn->ukernel_vnni)
+    return kn == kiln_gemm_kernels_for(KILN_ISA_AVX2)
+               ? "no bf16 engine: the avx2 fp32 kernels, bf16 pairs widened in registers"
+               : "no bf16 engine: the fp32 kernels, bf16 pairs widened in registers";
+  return "no bf16 engine: the fp32 kernels on widened copies of the bf16 weights";
 }
 
 /* ---- scratch: one cached block, reused call to call ------------------- */
@@ -230,7 +242,7 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
           int64_t e = i * g->a_row_stride + q * g->a_col_stride;
           out[i * g->k + q] = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
         }
-      if (ch->vnni) kiln_gemm_round_bf16_f32(out, ch->mlen * g->k);
+      if (ch->vnni) ch->kn->round_bf16(out, ch->mlen * g->k);
       return;
     }
     int mr = ch->kn->mr;
@@ -244,7 +256,7 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
       ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
     if (ch->vnni)
-      kiln_gemm_round_bf16_f32(out + (row0 / mr) * g->k * mr, (rows + mr - 1) / mr * g->k * mr);
+      ch->kn->round_bf16(out + (row0 / mr) * g->k * mr, (rows + mr - 1) / mr * g->k * mr);
     return;
   }
   t -= ch->t_a;
@@ -371,7 +383,12 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
             }
           }
           const float *bpan, *bnext;
-          if (ch->bp16) {
+          /* VNNI panels at an even row: the kernel reads them in place. */
+          const uint16_t* bvnni = NULL;
+          if (ch->vnni && kn->ukernel_vnni && (pc & 1) == 0) {
+            bvnni = ch->bp16 + (j / P) * (K + (K & 1)) * P + pc * P;
+            bpan = bnext = NULL;
+          } else if (ch->bp16) {
             int panels = nr > P ? 2 : 1;
             if (ch->vnni)
               kn->widen_vnni(kcur, pc, K + (K & 1), panels, ch->bp16 + (j / P) * (K + (K & 1)) * P,
@@ -395,6 +412,10 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
           const char* pf = j + NR < j1 && B
                                ? (const char*)(B + ((j + NR) / P) * K * P + pc * P) : NULL;
           int64_t pf_lines = kcur * P * (int64_t)sizeof(float) / 64, pf_done = 0;
+          if (bvnni && j + NR < j1) { /* the next strip's VNNI micro-panel, half the lines */
+            pf = (const char*)(bvnni + (K + (K & 1)) * P);
+            pf_lines = kcur * P * (int64_t)sizeof(uint16_t) / 64;
+          }
           int64_t pf_step = pf_lines / ((ib1 - ib + MR - 1) / MR) + 1;
           for (int64_t i = ib; i < ib1; i += MR) {
             int64_t mr = ib1 - i < MR ? ib1 - i : MR;
@@ -410,7 +431,9 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
             float* c = C + i * ldc + j;
             int full = mr == MR && nr == NR;
             if (full && (!last || !has_epi)) {
-              if (first)
+              if (bvnni)
+                kn->ukernel_vnni(kcur, apan, bvnni, first ? bias_row : c, first ? 0 : ldc, c, ldc);
+              else if (first)
                 kn->ukernel(kcur, apan, bpan, bnext, bias_row, 0, c, ldc);
               else
                 kn->ukernel(kcur, apan, bpan, bnext, c, ldc, c, ldc);
@@ -433,7 +456,10 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
                 __builtin_prefetch(c + r * ldc, 1, 3);
                 __builtin_prefetch(c + r * ldc + nr - 1, 1, 3);
               }
-            kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
+            if (bvnni)
+              kn->ukernel_vnni(kcur, apan, bvnni, cin, ldcin, tmp, NR);
+            else
+              kn->ukernel(kcur, apan, bpan, bnext, cin, ldcin, tmp, NR);
             if (!last) {
               kiln_gemm_copy_tile(mr, nr, tmp, NR, c, ldc);
             } else {

@@ -95,6 +95,11 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t ro
 /* Which engine the last bf16-compute GEMM of this thread ran: "amx",
  * "avx512_bf16", or the fp32 kernels' ISA name (widened); for tests. */
 const char* kiln_gemm_bf16_last_engine(void);
+/* What a bf16-compute GEMM of M > 8 rows runs on now, in words, for
+ * KILN_LOG and kiln.explain: AMX tiles, AVX512_BF16 dot products, or (no
+ * bf16 engine) the fp32 kernels of the ISA level in use, reading the bf16
+ * pairs in registers (AVX2) or from widened copies (other levels). */
+const char* kiln_gemm_bf16_compute_describe(void);
 /* fp32 -> bf16, round to nearest even, as torch's .to(torch.bfloat16). */
 uint16_t kiln_gemm_bf16_from_f32(float x);
 float kiln_gemm_bf16_to_f32(uint16_t x);
@@ -140,6 +145,40 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
 /* The dequantized B[p][j] of a blob (the scalar rule; slow, for the
  * reference and tests). */
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
+/* int8 weights with int8 activations (header flags bit 1, int8 only; set
+ * by kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int8:a8")): for M
+ * >= KILN_GEMM_Q8A8_MIN_M rows (prefill: every M the weight-only path would
+ * run blocked; measured faster there at every M from 9 to 512 on Zen 3) the
+ * activations are quantized per row at run time and the products summed
+ * in integers (kiln_gemm_q8a8.c); smaller M (decode) keeps the weight-only
+ * GEMV, which is bound by reading the weights either way. The
+ * rule, for row i of A and column j, all in fp32:
+ *   s_i = max_p |A[i][p]| / 127 (1 if 0), q_ip = clamp(round(A[i][p] / s_i),
+ *   -127, 127) (half to even), acc = sum_p q_ip * w_pj exactly (int32),
+ *   C[i][j] = act((float)acc * s_i * scale_j + bias_j) + residual
+ * (left to right). A row holding a NaN or an infinity gives NaN
+ * throughout (its scale is NaN). The threshold is fixed, not measured, so
+ * a model's numbers do not depend on the machine. */
+#define KILN_GEMM_QUANT_A8 2u
+#define KILN_GEMM_Q8A8_MIN_M 9
+/* Flags an int8 blob for int8 activations (no-op for int4). */
+void kiln_gemm_quant_set_a8(void* blob);
+/* The int8 x int8 path: returns 1 when it ran g (an a8 blob, M >=
+ * KILN_GEMM_Q8A8_MIN_M is the caller's choice), 0 when it could not (no
+ * scratch memory, K too large for exact int32 sums). */
+int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+/* Its scalar reference (same contract). */
+void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
+
+/* Quantized embeddings: a (N, K) table packed as the blob of B = table^T
+ * (column j of B is row j of the table, so a token's row is dequantized
+ * with the per-column rules above: int8 one scale per row, int4 groups
+ * along the row). out[i * K + p] = B[p][index[i]] (the scalar rule's
+ * values), index int64 (index_i64) or int32, negative counting from N.
+ * Returns how many indices were out of range (their rows are zeros). */
+int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i64, int64_t n_index,
+                               float* out);
+
 /* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
  * "blocked-avx2", ...; for tests). */
 const char* kiln_gemm_quant_last_path(void);

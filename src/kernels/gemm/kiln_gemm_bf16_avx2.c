@@ -73,6 +73,118 @@ void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
   }
 }
 
+/* The 6x16 microkernel over a VNNI panel itself (kiln_gemm_ukernel_6x16_avx2
+ * with B in bf16 pairs): no widened copy of the micro-panel is written and
+ * read back, and B occupies half the cache. b is the panel at an even row
+ * pc, so pair t (rows pc + 2t, pc + 2t + 1 of 16 columns, 64 bytes) is at
+ * b + 32 t. Per pair: a load and a shift (row pc + 2t: the low halves moved
+ * up; VEX has no shift of a memory operand) and an and with the memory
+ * operand (row pc + 2t + 1: the high halves) make the two fp32 B rows in the
+ * registers the fp32 kernel loads them into, so the
+ * register budget is the same (12 accumulators, 2 B, 1 broadcast) plus the
+ * mask: all 16. An odd kc ends with the even row of its last pair alone.
+ * Exact: the same fp32 values the widened copy holds, the same FMAs in the
+ * same order. */
+#define KILN_VNNI_A2_ROW(Q, I, C0, C1)                     \
+  "vbroadcastss 24*" #Q "+4*" #I "(%[a]), %[t]\n\t"        \
+  "vfmadd231ps %[b0], %[t], %[" #C0 "]\n\t"                \
+  "vfmadd231ps %[b1], %[t], %[" #C1 "]\n\t"
+#define KILN_VNNI_A2_ROWS(Q)                                \
+  KILN_VNNI_A2_ROW(Q, 0, c00, c01)                         \
+  KILN_VNNI_A2_ROW(Q, 1, c10, c11)                         \
+  KILN_VNNI_A2_ROW(Q, 2, c20, c21)                         \
+  KILN_VNNI_A2_ROW(Q, 3, c30, c31)                         \
+  KILN_VNNI_A2_ROW(Q, 4, c40, c41)                         \
+  KILN_VNNI_A2_ROW(Q, 5, c50, c51)
+#define KILN_VNNI_A2_EVEN(T)                               \
+  "vmovdqu 64*" #T "(%[b]), %[b0]\n\t"                     \
+  "vmovdqu 64*" #T "+32(%[b]), %[b1]\n\t"                  \
+  "vpslld $16, %[b0], %[b0]\n\t"                           \
+  "vpslld $16, %[b1], %[b1]\n\t"
+#define KILN_VNNI_A2_ODD(T)                                \
+  "vpand 64*" #T "(%[b]), %[m], %[b0]\n\t"                 \
+  "vpand 64*" #T "+32(%[b]), %[m], %[b1]\n\t"
+
+void kiln_gemm_ukernel_vnni_6x16_avx2(int64_t kc, const float* a, const uint16_t* b,
+                                      const float* cin, int64_t ldcin, float* out,
+                                      int64_t ldout) {
+  __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
+  __m256i m = _mm256_set1_epi32((int)0xffff0000u);
+  for (int i = 0; i < 6; ++i) {
+    _mm_prefetch((const char*)(out + i * ldout), _MM_HINT_T0);
+    _mm_prefetch((const char*)(out + i * ldout + 15), _MM_HINT_T0);
+  }
+  int64_t n2 = kc / 4, n1 = (kc % 4) / 2, odd = kc & 1;
+  __asm__ volatile(
+      "vxorps %[c00], %[c00], %[c00]\n\t"
+      "vxorps %[c01], %[c01], %[c01]\n\t"
+      "vxorps %[c10], %[c10], %[c10]\n\t"
+      "vxorps %[c11], %[c11], %[c11]\n\t"
+      "vxorps %[c20], %[c20], %[c20]\n\t"
+      "vxorps %[c21], %[c21], %[c21]\n\t"
+      "vxorps %[c30], %[c30], %[c30]\n\t"
+      "vxorps %[c31], %[c31], %[c31]\n\t"
+      "vxorps %[c40], %[c40], %[c40]\n\t"
+      "vxorps %[c41], %[c41], %[c41]\n\t"
+      "vxorps %[c50], %[c50], %[c50]\n\t"
+      "vxorps %[c51], %[c51], %[c51]\n\t"
+      "test %[n2], %[n2]\n\t"
+      "jz 2f\n\t"
+      "1:\n\t"
+      "prefetcht0 384(%[a])\n\t"
+      KILN_VNNI_A2_EVEN(0) KILN_VNNI_A2_ROWS(0) KILN_VNNI_A2_ODD(0) KILN_VNNI_A2_ROWS(1)
+      KILN_VNNI_A2_EVEN(1) KILN_VNNI_A2_ROWS(2) KILN_VNNI_A2_ODD(1) KILN_VNNI_A2_ROWS(3)
+      "add $96, %[a]\n\t"
+      "add $128, %[b]\n\t"
+      "dec %[n2]\n\t"
+      "jnz 1b\n\t"
+      "2:\n\t"
+      "test %[n1], %[n1]\n\t"
+      "jz 3f\n\t"
+      KILN_VNNI_A2_EVEN(0) KILN_VNNI_A2_ROWS(0) KILN_VNNI_A2_ODD(0) KILN_VNNI_A2_ROWS(1)
+      "add $48, %[a]\n\t"
+      "add $64, %[b]\n\t"
+      "3:\n\t"
+      "test %[odd], %[odd]\n\t"
+      "jz 4f\n\t"
+      KILN_VNNI_A2_EVEN(0) KILN_VNNI_A2_ROWS(0)
+      "4:\n\t"
+      : [c00] "=&x"(c00), [c01] "=&x"(c01), [c10] "=&x"(c10), [c11] "=&x"(c11),
+        [c20] "=&x"(c20), [c21] "=&x"(c21), [c30] "=&x"(c30), [c31] "=&x"(c31),
+        [c40] "=&x"(c40), [c41] "=&x"(c41), [c50] "=&x"(c50), [c51] "=&x"(c51),
+        [b0] "=&x"(b0), [b1] "=&x"(b1), [t] "=&x"(t), [a] "+r"(a), [b] "+r"(b),
+        [n2] "+r"(n2), [n1] "+r"(n1), [odd] "+r"(odd)
+      : [m] "x"(m)
+      : "cc", "memory");
+  __m256 acc[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};
+  for (int i = 0; i < 6; ++i) {
+    __m256 lo = acc[2 * i], hi = acc[2 * i + 1];
+    if (cin) {
+      lo = _mm256_add_ps(lo, _mm256_loadu_ps(cin + i * ldcin));
+      hi = _mm256_add_ps(hi, _mm256_loadu_ps(cin + i * ldcin + 8));
+    }
+    _mm256_storeu_ps(out + i * ldout, lo);
+    _mm256_storeu_ps(out + i * ldout + 8, hi);
+  }
+}
+
+/* x[i] = x[i] rounded to bf16 (nearest even; a NaN stays NaN, quiet), as
+ * kiln_gemm_round_bf16_f32: 8 at a time, the tail by the scalar rule. */
+void kiln_gemm_round_bf16_avx2(float* x, int64_t n) {
+  const __m256i lsb = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), abs = _mm256_set1_epi32(0x7fffffff);
+  const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x400000);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_loadu_si256((const __m256i*)(x + i));
+    __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(v, 16), lsb)));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
+    r = _mm256_blendv_epi8(r, _mm256_or_si256(v, quiet), nan);
+    _mm256_storeu_si256((__m256i*)(x + i), _mm256_and_si256(r, hi));
+  }
+  kiln_gemm_round_bf16_f32(x + i, n - i);
+}
+
 /* out[s](R, 16) = A(R, k) . panel s, for S panels pstride apart; acc_in adds
  * to out. k here is a multiple of 2 except at the very end of K (odd K:
  * the last pair's second row is padding and is skipped). */

@@ -86,6 +86,17 @@ typedef void (*kiln_gemm_widen_bf16_fn)(int64_t kc, int64_t k, int panels, const
 typedef void (*kiln_gemm_widen_vnni_fn)(int64_t kc, int64_t pc, int64_t kp, int panels,
                                         const uint16_t* b, float* out);
 
+/* The microkernel over a VNNI panel at an even row (out = cin + A . B as
+ * kiln_gemm_ukernel_fn, B read as kiln_gemm_bf16_vnni_pack_b lays it out:
+ * pair t of the micro-panel at b + 32 t), NR = 16; NULL where the level
+ * widens micro-panels instead. */
+typedef void (*kiln_gemm_ukernel_vnni_fn)(int64_t kc, const float* a, const uint16_t* b,
+                                          const float* cin, int64_t ldcin, float* out,
+                                          int64_t ldout);
+
+/* x[i] = x[i] rounded to bf16, nearest even (bf16 compute's A). */
+typedef void (*kiln_gemm_round_bf16_fn)(float* x, int64_t n);
+
 /* Packs A into MR-row panels (see kiln_gemm_pack_a below). */
 typedef void (*kiln_gemm_pack_a_fn)(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                                     int64_t row0, int64_t rows, int64_t m_total, float* out);
@@ -112,6 +123,8 @@ typedef struct kiln_gemm_kernels_s {
   kiln_gemm_gemv_bf16_fn gemv_vnni;
   kiln_gemm_widen_vnni_fn widen_vnni;
   kiln_gemm_gemv_nt_fn gemv_nt;
+  kiln_gemm_ukernel_vnni_fn ukernel_vnni;
+  kiln_gemm_round_bf16_fn round_bf16;
 } kiln_gemm_kernels_t;
 
 /* bf16 compute on bf16 engines (kiln_gemm_bf16_compute.c): one task's
@@ -199,6 +212,10 @@ void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
                                const uint16_t* b, float* out);
 void kiln_gemm_gemv_vnni_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
                               const uint16_t* b_panel, int panels, float* out);
+void kiln_gemm_ukernel_vnni_6x16_avx2(int64_t kc, const float* a, const uint16_t* b,
+                                      const float* cin, int64_t ldcin, float* out,
+                                      int64_t ldout);
+void kiln_gemm_round_bf16_avx2(float* x, int64_t n);
 /* bf16 engines: AMX tiles (kiln_gemm_bf16_ukernel_amx.c) and VDPBF16PS
  * (kiln_gemm_bf16_ukernel_avx512bf16.c); the A packer is AVX-512F. */
 void kiln_gemm_bf16_block_amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,

@@ -59,7 +59,9 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
   kiln_gemm_quant_header_t h;
   kiln_q_header(blob, &h);
   if (h.magic != KILN_GEMM_QUANT_MAGIC || h.version != 1 || h.k != k || h.n != n) return 1;
-  if ((h.flags & ~1u) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1)) return 1;
+  if ((h.flags & ~(1u | KILN_GEMM_QUANT_A8)) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1))
+    return 1;
+  if ((h.flags & KILN_GEMM_QUANT_A8) && h.bits != 8) return 1;
   return nbytes != kiln_gemm_quant_packed_size(k, n, h.bits, (int)h.group, h.flags & 1);
 }
 
@@ -164,6 +166,14 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
   }
 }
 
+void kiln_gemm_quant_set_a8(void* blob) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  if (h.bits != 8) return;
+  h.flags |= KILN_GEMM_QUANT_A8;
+  memcpy(blob, &h, sizeof(h));
+}
+
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
   kiln_gemm_quant_header_t h;
   kiln_q_header(blob, &h);
@@ -184,6 +194,49 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
   uint8_t byte = blk[64 * (1 + asym) + kiln_q4_byte(p % group, c)];
   int q = c < 8 ? byte & 15 : byte >> 4;
   return ((float)q - z) * sc[c];
+}
+
+/* ---- embeddings: rows of a table packed as B = table^T -------------------- */
+
+int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i64, int64_t n_index,
+                               float* out) {
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(blob, &h);
+  const uint8_t* body = (const uint8_t*)blob + KILN_GEMM_QUANT_HEADER;
+  const int P = KILN_GEMM_PANEL;
+  const int64_t K = h.k, N = h.n, np = kiln_q_cdiv(N, P);
+  const int group = (int)h.group, asym = h.flags & 1;
+  const int64_t kg = h.bits == 4 ? kiln_q_cdiv(K, group) : 0;
+  const int64_t gb = h.bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n_index; ++i) {
+    int64_t j = index_i64 ? ((const int64_t*)index)[i] : ((const int32_t*)index)[i];
+    if (j < 0) j += N;
+    float* row = out + i * K;
+    if (j < 0 || j >= N) {
+      memset(row, 0, (size_t)K * sizeof(float));
+      ++bad;
+      continue;
+    }
+    const int c = (int)(j % P);
+    if (h.bits == 8) { /* column j of B: one byte every 16, times its scale */
+      const float s = ((const float*)body)[j];
+      const int8_t* col = (const int8_t*)(body + np * P * 4) + (j / P) * P * K + c;
+      for (int64_t p = 0; p < K; ++p) row[p] = (float)col[p * P] * s;
+      continue;
+    }
+    for (int64_t g = 0; g < kg; ++g) {
+      const uint8_t* blk = body + (j / P) * kg * gb + g * gb;
+      const float* sc = (const float*)blk;
+      const float z = asym ? sc[P + c] : 8.0f;
+      const uint8_t* bytes = blk + 64 * (1 + asym);
+      for (int64_t r = 0; r < group && g * group + r < K; ++r) {
+        uint8_t byte = bytes[kiln_q4_byte(r, c)];
+        row[g * group + r] = ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
+      }
+    }
+  }
+  return bad;
 }
 
 /* ---- portable kernels --------------------------------------------------- */
@@ -297,6 +350,11 @@ static const kiln_gemm_quant_kernels_t* kiln_gemm_quant_kernels_for(kiln_isa_t i
 }
 
 static _Thread_local char kiln_gemm_quant_path_[32] = "none";
+#ifdef KILN_GEMM_HAVE_X86
+#define KILN_GEMM_Q8A8_X86 1
+#else
+#define KILN_GEMM_Q8A8_X86 0
+#endif
 const char* kiln_gemm_quant_last_path(void) { return kiln_gemm_quant_path_; }
 
 static kiln_scratch_cache_t kiln_gemm_quant_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -377,6 +435,11 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
+  if ((h.flags & KILN_GEMM_QUANT_A8) && M >= KILN_GEMM_Q8A8_MIN_M && kiln_gemm_q8a8(g, pool)) {
+    snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
+             kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
+    return;
+  }
   const int64_t np = kiln_q_cdiv(N, P);
   const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
   const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;

@@ -42,6 +42,38 @@ typedef struct {
   kiln_gemm_dequant_q4_fn dequant_q4;
 } kiln_gemm_quant_kernels_t;
 
+/* int8 x int8 (kiln_gemm_q8a8.c). Packed A: rows in panels of 6, each
+ * panel kp = K rounded up to even columns as kp / 2 pairs of 6 rows x 2
+ * int16: element (i, p) of a panel at (p / 2) * 12 + 2 i + p % 2 (zero
+ * past K and in rows past M), so one 32-bit load is a row's pair. The
+ * microkernel sums, over all K, out[i * 16 + j] = sum_p A(i, p) * B(p, j)
+ * for a 6-row panel a and one 16-column int8 panel b (K rows of 16, the
+ * blob's layout) exactly in int32. The packer quantizes rows [0, rows) of A
+ * (element (i, p) at a[i * rs + p * cs], or a16) by the rule in kiln_gemm.h
+ * into rows_pad rows (a multiple of 6, zero past rows) and their scales. */
+typedef void (*kiln_gemm_q8a8_ukernel_fn)(int64_t k, const int16_t* a, const int8_t* b,
+                                          int32_t* out);
+typedef void (*kiln_gemm_q8a8_pack_a_fn)(int64_t rows, int64_t rows_pad, int64_t k,
+                                         const float* a, const uint16_t* a16, int64_t rs,
+                                         int64_t cs, int16_t* out, float* scales);
+/* The rule's pieces: a row's scale (NaN when the row holds a non-finite
+ * element) and one element's quantized value. */
+float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, int64_t cs);
+int16_t kiln_gemm_q8a8_quantize(float x, float s);
+void kiln_gemm_q8a8_ukernel_6x16_generic(int64_t k, const int16_t* a, const int8_t* b,
+                                         int32_t* out);
+void kiln_gemm_q8a8_pack_a_generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                   const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
+                                   float* scales);
+#ifdef KILN_GEMM_HAVE_X86
+/* kiln_gemm_q8a8_avx2.c (AVX2 flags): VPMADDWD on int16 pairs. */
+void kiln_gemm_q8a8_ukernel_6x16_avx2(int64_t k, const int16_t* a, const int8_t* b,
+                                      int32_t* out);
+void kiln_gemm_q8a8_pack_a_avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
+                                float* scales);
+#endif
+
 /* Bytes of one int4 group block (scales, zero points, nibbles). */
 static inline int64_t kiln_gemm_q4_group_bytes(int group, int asym) {
   return 64 * (1 + (asym != 0)) + 8 * (int64_t)group;

@@ -1,0 +1,99 @@
+"""Decode tokens/s through model.generate() with quantized weights (issue
+18): the bench's 8-layer Llama (bench/models.py gen_llama: hidden 1024, GQA
+16/4, vocab 32000, 594 MiB of fp32 weights read per token) as users run it,
+``model.forward = torch.compile(model.forward, backend="kiln",
+options={"weights_dtype": ...})``, for kiln fp32, int8 and int4 (groups of
+32; also "int4:g128" with --g128) beside eager (the default DynamicCache).
+
+Each call is bench/generation.py's: greedy, a 128-token prompt, 65 new
+tokens, a streamer stamping each token; decode tok/s counts the 64 steps
+after the first token, in wall time and in the process's CPU time (at 1
+thread the CPU time leaves out what other processes on a shared machine
+took: the load-robust figure; at 2 threads it counts both threads, spinning
+included, so only the wall figure is shown). Systems run in interleaved rounds (one generate()
+each per round, the order rotating, a 20 ms pause before each), after a
+first call per system that compiles and whose tokens are compared with
+eager's (quantized weights change the logits: the report gives how many of
+the 64 greedy tokens agree before the first difference). Reported per
+system: fastest and median decode tok/s over the rounds, and the ratio to
+kiln fp32's; the load average before and after, since on a shared machine
+the figures move with it.
+
+Usage: python bench/decode_lowp.py [rounds] [--threads N] [--g128] [--static]
+"""
+import os
+import sys
+import time
+
+import torch
+import torch._dynamo
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    args = sys.argv[1:]
+    nums = [a for a in args if a.isdigit()]
+    rounds = int(nums[0]) if nums else 5
+    threads = int(args[args.index("--threads") + 1]) if "--threads" in args else 2
+    cache = "static" if "--static" in args else None
+    torch.set_num_threads(threads)
+    import kiln  # noqa: F401  (registers the backend)
+    from generation import GenSystem, _generate, _own_code, _tokens_check, weight_bytes
+    from models import build_gen_llama
+
+    torch._dynamo.config.recompile_limit = 64
+    model = build_gen_llama()[0]
+    vocab, prompt, new = model.config.vocab_size, 128, 64
+    g = torch.Generator().manual_seed(1001)
+    ids = torch.randint(3, vocab, (1, prompt), generator=g)
+    mask = torch.ones_like(ids)
+    kinds = [("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4")]
+    if "--g128" in args:
+        kinds.append(("kiln int4:g128", "int4:g128"))
+    fwd = model.forward
+    systems = [GenSystem("eager", None, cache, None)]
+    for name, wd in kinds:
+        opts = {"weights_dtype": wd} if wd is not None else {}
+        f = torch.compile(_own_code(fwd, name.replace(" ", "_").replace(":", "_")), backend="kiln",
+                          options=opts)
+        systems.append(GenSystem(name, f, cache, "eager"))
+    load0 = os.getloadavg()
+    print(f"gen_llama, {weight_bytes(model) / 2**20:.0f} MiB of fp32 weights per token, "
+          f"{threads} threads, cache {cache or 'dynamic'}, load average {load0[0]:.1f} "
+          f"{load0[1]:.1f} {load0[2]:.1f}", flush=True)
+    ref = None
+    for s in systems:
+        t0 = time.perf_counter()
+        out, m = _generate(model, s, ids, mask, new)
+        if s.compare_with is None:
+            ref = out
+            check = ""
+        else:
+            check = _tokens_check(ref, out, prompt).get("tokens", "")
+        print(f"  first call {s.name:15s} {time.perf_counter() - t0:6.1f} s  "
+              f"{m['decode_tps']:6.1f} tok/s  tokens vs eager: {check or '-'}", flush=True)
+    figs = ("decode_tps", "decode_tps_cpu") if threads == 1 else ("decode_tps",)
+    tps = {f: {s.name: [] for s in systems} for f in figs}
+    for r in range(rounds):
+        k = r % len(systems)
+        for s in systems[k:] + systems[:k]:
+            time.sleep(0.02)
+            _, m = _generate(model, s, ids, mask, new)
+            for f in figs:
+                tps[f][s.name].append(m[f])
+    load1 = os.getloadavg()
+    for f in figs:
+        base = sorted(tps[f]["kiln fp32"])
+        print(f"decode tok/s ({'CPU' if f.endswith('cpu') else 'wall'} time) over {rounds} interleaved "
+              f"rounds (load average after: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f})")
+        print(f"  {'system':15s} {'fastest':>8s} {'median':>8s} | {'vs kiln fp32: fastest':>22s} {'median':>8s}")
+        for name, v in tps[f].items():
+            v = sorted(v)
+            med = v[len(v) // 2]
+            print(f"  {name:15s} {v[-1]:8.1f} {med:8.1f} | {v[-1] / base[-1]:21.2f}x "
+                  f"{med / base[len(base) // 2]:7.2f}x")
+
+
+if __name__ == "__main__":
+    main()

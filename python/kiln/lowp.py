@@ -1,0 +1,133 @@
+"""Models in bf16 or fp16 (``model.to(torch.bfloat16)``, bf16 inputs, or a
+graph traced under ``torch.autocast``) on kiln's fp32 kernels.
+
+Eager runs each op of a bf16 tensor in fp32 internally and rounds its result
+to bf16. kiln lowers such an op (a "promoted" op) as its fp32 form: its
+low-precision inputs are widened (exact) and its result is kept in fp32 for
+the ops that read it, as Inductor does inside its fused kernels. Next to
+that fp32 ("wide") value the lowering makes the bf16 value eager has (a
+cast, rounding to nearest even); readers that need the bf16 tensor itself
+get that one: graph outputs, explicit casts (``.float()``, autocast's
+``_to_copy``), and ops kiln runs in bf16 natively. Casts nobody reads are
+removed by dead-code elimination. So:
+
+- norms, softmax, reductions, elementwise math, attention and convolutions
+  compute in fp32 and their intermediates stay fp32 (kiln is at least as
+  accurate as eager: it skips eager's rounding of each op's output);
+- a matrix product (linear, mm, bmm, matmul, addmm) reads its first operand
+  as the bf16 tensor eager reads (rounded: a bf16 value), and its second
+  widened, and sums in fp32. A bf16 weight is a bf16 value in fp32, so the
+  weight packer stores it as bf16 for the bf16 engines (AMX, AVX512_BF16;
+  widened in registers on other CPUs) without changing a product;
+- data movement (views, permutes, slices, cat, gathers) runs on the bf16
+  bytes, unless its input is already wide (then on the fp32 ones).
+
+The rule the tests hold kiln to: its error against a float64 evaluation of
+the same model (bf16 weights and inputs) is at most eager bf16's own error
+plus one bf16 rounding of each output (kiln rounds where eager rounds, or
+not at all).
+"""
+
+import operator
+
+import torch
+
+from kiln.optable import cast
+
+aten = torch.ops.aten
+
+LOW = (torch.bfloat16, torch.float16)
+
+# Ops that only move elements: exact in any dtype, so they run on the bf16
+# bytes when no input is wide.
+_MOVEMENT = {
+    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.view_copy.default,
+    aten.flatten.using_ints, aten.clone.default, aten.alias.default, aten.contiguous.default,
+    aten.lift_fresh_copy.default, aten.detach.default, aten.permute.default, aten.transpose.int,
+    aten.t.default, aten.expand.default, aten.slice.Tensor, aten.select.int,
+    aten.split_with_sizes.default, aten.split.Tensor, aten.split_with_sizes_copy.default,
+    aten.unbind.int, aten.cat.default, aten.embedding.default, aten.index_select.default,
+    aten.gather.default, aten.index.Tensor,
+}
+
+# Ops that are never promoted: explicit casts (eager's rounding is the
+# point of them) and checks.
+_NATIVE = {aten._to_copy.default, aten.to.dtype, aten._assert_tensor_metadata.default}
+
+# Matrix products: the operand index read as a bf16 tensor (the A of the GEMM).
+_PRODUCT_A = {aten.mm.default: 0, aten.bmm.default: 0, aten.matmul.default: 0,
+              aten.linear.default: 0, aten.addmm.default: 1}
+
+
+def _low_dtype(v):
+    return v.dtype if isinstance(v, torch.Tensor) and v.dtype in LOW else None
+
+
+def _widened(v):
+    """A node's meta value as eager would hold it in fp32."""
+    if isinstance(v, torch.Tensor):
+        return v.to(torch.float32) if v.dtype in LOW else v
+    if isinstance(v, (tuple, list)):
+        return type(v)(_widened(x) for x in v)
+    return v
+
+
+def _tensor_value(ctx, node):
+    return isinstance(ctx.env.get(node), int) and not isinstance(ctx.env.get(node), bool)
+
+
+def lower_node(ctx, n, handler):
+    """ctx.env's value for FX node n, lowered by handler (the op table's),
+    promoted to fp32 when it computes on bf16/fp16 tensors."""
+    wide = ctx.__dict__.setdefault("wide", {})
+    if n.target is operator.getitem:
+        out = handler(ctx, n)
+        w = wide.get(n.args[0])
+        if isinstance(w, tuple) and w[n.args[1]] is not None:
+            wide[n] = w[n.args[1]]
+        return out
+    if n.target in _NATIVE:
+        return handler(ctx, n)
+    low_in = [a for a in n.all_input_nodes if _tensor_value(ctx, a) and _low_dtype(a.meta.get("val"))]
+    outs = n.meta.get("val")
+    low_out = [_low_dtype(v) for v in outs] if isinstance(outs, (tuple, list)) else [_low_dtype(outs)]
+    if not low_in and not any(low_out):
+        return handler(ctx, n)
+    if n.target in _MOVEMENT and not any(a in wide for a in low_in):
+        return handler(ctx, n)  # on the bf16 bytes
+    return _promoted(ctx, n, handler, low_in, low_out, wide)
+
+
+def _promoted(ctx, n, handler, low_in, low_out, wide):
+    a_index = _PRODUCT_A.get(n.target)
+    a_node = n.args[a_index] if a_index is not None and len(n.args) > a_index else None
+    saved = []
+    try:
+        for a in low_in:
+            saved.append((a, ctx.env[a], a.meta["val"]))
+            if a is a_node and a.meta["val"].dtype == torch.bfloat16:
+                continue  # the product's A: the bf16 tensor, widened by the GEMM
+            ctx.env[a] = wide[a] if a in wide else cast(ctx, ctx.env[a], torch.float32)
+            a.meta["val"] = _widened(a.meta["val"])
+        saved.append((n, None, n.meta["val"]))
+        n.meta["val"] = _widened(n.meta["val"])
+        result = handler(ctx, n)
+    finally:
+        for node, env, val in reversed(saved):
+            if env is not None:
+                ctx.env[node] = env
+            node.meta["val"] = val
+    single = not isinstance(result, tuple)
+    results = (result,) if single else result
+    real, wides = [], []
+    for r, dtype in zip(results, low_out + [None] * (len(results) - len(low_out))):
+        if dtype is None or not isinstance(r, int) or isinstance(r, bool) or ctx.dtype(r) != torch.float32:
+            real.append(r)  # not low, or already made in its own dtype
+            wides.append(None)
+            continue
+        real.append(cast(ctx, r, dtype))
+        wides.append(r)
+    if any(w is not None for w in wides):
+        wide[n] = wides[0] if single else tuple(wides)
+    return real[0] if single else tuple(real)

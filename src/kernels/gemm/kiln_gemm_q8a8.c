@@ -1,0 +1,230 @@
+/* int8 x int8 GEMM for prefill: the activations of an int8-weight LINEAR
+ * quantized per row (token) at run time, integer products summed exactly
+ * in int32, then scaled. Used for blobs flagged a8 (KILN_GEMM_QUANT_A8,
+ * kiln.trace(weights_dtype="int8:a8")) when M >= KILN_GEMM_Q8A8_MIN_M;
+ * the contract (the rule every kernel and the tests follow) is in
+ * kiln_gemm.h beside the flag.
+ *
+ * Driver, per batch: (1) A is quantized into packed panels of 6 rows in
+ * int16 pairs (row i, columns 2t and 2t + 1 adjacent: what VPMADDWD reads
+ * as one 32-bit broadcast), with one fp32 scale per row; (2) tasks of (a
+ * block of rows, a run of 16-column strips) run the microkernel over all
+ * of K per 6 x 16 tile (an exact int32 sum: no K blocking, so no partial
+ * sums to store), convert and scale the tile in fp32 in a fixed order and
+ * hand it to the fp32 epilogue (bias, activation, residual). The row block
+ * keeps its A panels in L2 (about 256 KiB) while the strips' int8 B
+ * panels stream past; each strip's B (K x 16 bytes) is reused by every
+ * tile of the block.
+ *
+ * Which kernel: AVX2's (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512
+ * levels, else the portable one here. Integer sums are exact, so every
+ * kernel gives the same bits as the scalar reference. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_scratch.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
+
+/* ---- the rule ------------------------------------------------------------ */
+
+float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, int64_t cs) {
+  float amax = 0.0f;
+  int finite = 1;
+  for (int64_t p = 0; p < k; ++p) {
+    float x = a16 ? kiln_gemm_bf16_to_f32(a16[p * cs]) : a[p * cs];
+    finite &= isfinite(x) != 0;
+    amax = fmaxf(amax, fabsf(x));
+  }
+  if (!finite) return NAN;
+  float s = amax / 127.0f;
+  return s == 0.0f ? 1.0f : s;
+}
+
+int16_t kiln_gemm_q8a8_quantize(float x, float s) {
+  if (!(s == s)) return 0; /* a row with a non-finite element: its outputs are NaN */
+  float r = nearbyintf(x / s);
+  return (int16_t)(r < -127.0f ? -127.0f : r > 127.0f ? 127.0f : r);
+}
+
+void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g) {
+  const int64_t K = g->k;
+  const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
+  const int64_t np = (g->n + 15) / 16;
+  const float* sw = (const float*)body;
+  const int8_t* w = (const int8_t*)(body + np * 16 * 4);
+  int16_t* q = malloc((size_t)(K > 0 ? K : 1) * sizeof(int16_t));
+  if (!q) return;
+  for (int64_t bt = 0; bt < g->batch; ++bt)
+    for (int64_t i = 0; i < g->m; ++i) {
+      int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
+      const float* a = g->a_bf16 ? NULL : g->a + base;
+      const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + base : NULL;
+      float sa = kiln_gemm_q8a8_row_scale(K, a, a16, g->a_col_stride);
+      for (int64_t p = 0; p < K; ++p)
+        q[p] = kiln_gemm_q8a8_quantize(
+            a16 ? kiln_gemm_bf16_to_f32(a16[p * g->a_col_stride]) : a[p * g->a_col_stride], sa);
+      float* c = g->c + bt * g->c_batch_stride + i * g->c_row_stride;
+      const float* r =
+          g->residual ? g->residual + bt * g->r_batch_stride + i * g->r_row_stride : NULL;
+      for (int64_t j = 0; j < g->n; ++j) {
+        int64_t acc = 0;
+        for (int64_t p = 0; p < K; ++p) acc += (int64_t)q[p] * w[(j / 16) * 16 * K + p * 16 + j % 16];
+        float x = (float)(int32_t)acc * sa * sw[j];
+        if (g->bias) x += g->bias[j];
+        x = kiln_activation_scalar(x, g->act);
+        c[j] = r ? x + r[j] : x;
+      }
+    }
+  free(q);
+}
+
+/* ---- the portable kernel -------------------------------------------------- */
+
+void kiln_gemm_q8a8_ukernel_6x16_generic(int64_t k, const int16_t* a, const int8_t* b,
+                                         int32_t* out) {
+  int32_t acc[6][16] = {{0}};
+  for (int64_t p = 0; p < k; ++p) {
+    const int16_t* ap = a + (p / 2) * 12 + (p & 1);
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 16; ++j) acc[i][j] += (int32_t)ap[2 * i] * b[p * 16 + j];
+  }
+  memcpy(out, acc, sizeof(acc));
+}
+
+void kiln_gemm_q8a8_pack_a_generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                   const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
+                                   float* scales) {
+  const int64_t kp = k + (k & 1);
+  for (int64_t i = 0; i < rows_pad; ++i) {
+    int16_t* panel = out + (i / 6) * kp * 6 + (i % 6) * 2;
+    if (i >= rows) {
+      for (int64_t t = 0; t < kp / 2; ++t) panel[t * 12] = panel[t * 12 + 1] = 0;
+      continue;
+    }
+    const float* ar = a ? a + i * rs : NULL;
+    const uint16_t* a16r = a16 ? a16 + i * rs : NULL;
+    float s = kiln_gemm_q8a8_row_scale(k, ar, a16r, cs);
+    scales[i] = s;
+    for (int64_t p = 0; p < k; ++p)
+      panel[(p / 2) * 12 + (p & 1)] =
+          kiln_gemm_q8a8_quantize(a16r ? kiln_gemm_bf16_to_f32(a16r[p * cs]) : ar[p * cs], s);
+    if (k & 1) panel[(k / 2) * 12 + 1] = 0;
+  }
+}
+
+/* ---- the driver ------------------------------------------------------------ */
+
+#define KILN_Q8A8_PACK_ROWS 48 /* rows per quantizing task (a multiple of 6) */
+
+typedef struct {
+  const kiln_gemm_f32_args_t* g;
+  kiln_gemm_epilogue_fn epilogue;
+  kiln_gemm_q8a8_ukernel_fn ukernel;
+  kiln_gemm_q8a8_pack_a_fn pack_a;
+  int64_t kp, m_pad, mc, n_m, strips, n_n;
+  const int8_t* w;
+  const float* sw;
+  const float* a;
+  const uint16_t* a16;
+  int16_t* ap;
+  float* sa;
+  float* c;
+  const float* res;
+} kiln_q8a8_t;
+
+static int64_t kiln_q8a8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static void kiln_q8a8_pack_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_q8a8_t* t = p;
+  const kiln_gemm_f32_args_t* g = t->g;
+  int64_t r0 = (int64_t)task * KILN_Q8A8_PACK_ROWS;
+  int64_t r1 = r0 + KILN_Q8A8_PACK_ROWS < t->m_pad ? r0 + KILN_Q8A8_PACK_ROWS : t->m_pad;
+  int64_t live = g->m - r0 < 0 ? 0 : g->m - r0 < r1 - r0 ? g->m - r0 : r1 - r0;
+  int64_t off = r0 * g->a_row_stride;
+  t->pack_a(live, r1 - r0, g->k, t->a ? t->a + off : NULL, t->a16 ? t->a16 + off : NULL,
+            g->a_row_stride, g->a_col_stride, t->ap + r0 * t->kp, t->sa + r0);
+}
+
+static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_q8a8_t* t = p;
+  const kiln_gemm_f32_args_t* g = t->g;
+  const int64_t K = g->k, N = g->n;
+  int64_t im = (int64_t)task / t->n_n, jn = (int64_t)task % t->n_n;
+  int64_t i0 = im * t->mc, i1 = i0 + t->mc < g->m ? i0 + t->mc : g->m;
+  int64_t s0 = jn * t->strips / t->n_n, s1 = (jn + 1) * t->strips / t->n_n;
+  _Alignas(64) int32_t acc[6 * 16];
+  _Alignas(64) float tile[6 * 16];
+  for (int64_t s = s0; s < s1; ++s) {
+    int64_t j = s * 16, nr = N - j < 16 ? N - j : 16;
+    const int8_t* b = t->w + s * 16 * K;
+    const float* sw = t->sw + j;
+    for (int64_t i = i0; i < i1; i += 6) {
+      int64_t mr = i1 - i < 6 ? i1 - i : 6;
+      t->ukernel(K, t->ap + (i / 6) * t->kp * 6, b, acc);
+      /* The rule's order: ((float)sum * row scale) * column scale. */
+      for (int64_t r = 0; r < mr; ++r)
+        for (int c = 0; c < 16; ++c) tile[r * 16 + c] = (float)acc[r * 16 + c] * t->sa[i + r] * sw[c];
+      t->epilogue(mr, nr, tile, 16, t->c + i * g->c_row_stride + j, g->c_row_stride,
+                  g->bias ? g->bias + j : NULL,
+                  t->res ? t->res + i * g->r_row_stride + j : NULL, g->r_row_stride, g->act);
+    }
+  }
+}
+
+static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
+
+int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
+  /* Exact int32 sums need K * 127 * 127 < 2^31. */
+  if (K > 131072) return 0;
+  kiln_q8a8_t t;
+  memset(&t, 0, sizeof(t));
+  kiln_isa_t isa = kiln_cpu_isa();
+  t.g = g;
+  t.epilogue = kiln_gemm_kernels_for(isa)->epilogue;
+#ifdef KILN_GEMM_HAVE_X86
+  int x86 = isa >= KILN_ISA_AVX2;
+  t.ukernel = x86 ? kiln_gemm_q8a8_ukernel_6x16_avx2 : kiln_gemm_q8a8_ukernel_6x16_generic;
+  t.pack_a = x86 ? kiln_gemm_q8a8_pack_a_avx2 : kiln_gemm_q8a8_pack_a_generic;
+#else
+  t.ukernel = kiln_gemm_q8a8_ukernel_6x16_generic;
+  t.pack_a = kiln_gemm_q8a8_pack_a_generic;
+#endif
+  const int64_t np = kiln_q8a8_cdiv(N, 16);
+  const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
+  t.sw = (const float*)body;
+  t.w = (const int8_t*)(body + np * 16 * 4);
+  t.kp = K + (K & 1);
+  t.m_pad = kiln_q8a8_cdiv(M, 6) * 6;
+  /* Row blocks whose A panels fit about 256 KiB of L2, whole 6-row tiles. */
+  int64_t mc = ((int64_t)256 << 10) / (t.kp * 2) / 6 * 6;
+  t.mc = mc < 6 ? 6 : mc > 240 ? 240 : mc;
+  t.n_m = kiln_q8a8_cdiv(M, t.mc);
+  t.strips = np;
+  /* Strip runs: at most 64 strips, then more until every thread has two. */
+  t.n_n = kiln_q8a8_cdiv(np, 64);
+  while (t.n_m * t.n_n < 2 * T && t.n_n < t.strips) t.n_n++;
+  void* blk = NULL;
+  size_t bytes = (size_t)(t.m_pad * t.kp) * sizeof(int16_t) + (size_t)t.m_pad * sizeof(float) + 64;
+  char* scratch = kiln_scratch_get(&kiln_q8a8_scratch_, bytes, &blk);
+  if (!scratch) return 0;
+  t.ap = (int16_t*)scratch;
+  t.sa = (float*)(scratch + (((size_t)(t.m_pad * t.kp) * sizeof(int16_t) + 63) & ~(size_t)63));
+  for (int64_t bt = 0; bt < g->batch; ++bt) {
+    int64_t a_off = bt * g->a_batch_stride;
+    t.a = g->a_bf16 ? NULL : g->a + a_off;
+    t.a16 = g->a_bf16 ? g->a_bf16 + a_off : NULL;
+    t.c = g->c + bt * g->c_batch_stride;
+    t.res = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
+    kiln_pool_parallel_for(pool, (size_t)kiln_q8a8_cdiv(t.m_pad, KILN_Q8A8_PACK_ROWS),
+                           kiln_q8a8_pack_task, &t);
+    kiln_pool_parallel_for(pool, (size_t)(t.n_m * t.n_n), kiln_q8a8_compute_task, &t);
+  }
+  kiln_scratch_put(&kiln_q8a8_scratch_, blk);
+  return 1;
+}

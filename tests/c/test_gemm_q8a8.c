@@ -1,0 +1,203 @@
+/* int8 x int8 (int8 weights flagged a8, activations quantized per row at
+ * run time; the rule is in kiln_gemm.h): at every ISA level this machine
+ * has, 1 and 2 threads, the GEMM against kiln_gemm_q8a8_reference, on edge
+ * shapes: M 9 (the threshold), 13, 32, 37, 70 around the 6-row tiles and the
+ * row blocks; N 1, 15, 16, 17, 33 around the 16-column panels; K 1, 2, 3,
+ * 31, 64, 67, 300 (odd K: the last row alone), with bias, activation and
+ * residual (also in place), bf16 and strided A, a batch, and a row with a
+ * NaN (its outputs NaN, the other rows unaffected).
+ *
+ * Tolerance: the integer sums are exact and every kernel scales them in the
+ * rule's order, so without an activation the result equals the reference
+ * bit for bit; GELU/SiLU come from the ISA's epilogue, a few ulps apart:
+ * rtol 1e-6, atol 1e-6 there. The reference is itself checked against the
+ * rule written out here in double (the same quantized values, a double
+ * sum: 1e-6 relative), and M = 8 is checked to take the weight-only GEMV. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+
+typedef struct {
+  int64_t batch, m, n, k;
+  int bias, residual, res_alias, a16, a_strided, nan_row;
+  kiln_activation_t act;
+} q8a8_case_t;
+
+static void* q8a8_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 64) & ~(size_t)63); }
+
+/* The rule, written out independently of the library: C for one row. */
+static void q8a8_rule_row(int64_t k, int64_t n, const float* a, int64_t cs, const void* blob,
+                          double* out) {
+  float amax = 0.0f;
+  for (int64_t p = 0; p < k; ++p) amax = fmaxf(amax, fabsf(a[p * cs]));
+  float s = amax / 127.0f;
+  if (s == 0.0f) s = 1.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    double acc = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      float q = nearbyintf(a[p * cs] / s);
+      q = q < -127 ? -127 : q > 127 ? 127 : q;
+      acc += (double)q * s * kiln_gemm_quant_weight(blob, p, j);
+    }
+    out[j] = acc;
+  }
+}
+
+static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where) {
+  const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
+  const int64_t acs = tc->a_strided ? 2 : 1;
+  const int64_t lda = K * acs + 3, ldc = N + 2, ldr = N + 5;
+  size_t na = (size_t)(B * M * lda) + 1, nb = (size_t)(K * N) + 1;
+  size_t nc = (size_t)(B * M * ldc) + 1, nr = (size_t)(B * M * ldr) + 1;
+  float* a = q8a8_alloc(na * 4);
+  float* w = q8a8_alloc(nb * 4);
+  float* bias = q8a8_alloc((size_t)N * 4 + 4);
+  float* res = q8a8_alloc(nr * 4);
+  float* c_got = q8a8_alloc(nc * 4);
+  float* c_want = q8a8_alloc(nc * 4);
+  uint16_t* a16 = tc->a16 ? q8a8_alloc(na * 2) : NULL;
+  void* blob = q8a8_alloc(kiln_gemm_quant_packed_size(K, N, 8, 0, 0));
+  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B);
+  kiln_test_fill_f32(a, na, seed, -2.0f, 2.0f);
+  kiln_test_fill_f32(w, nb, seed + 1, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
+  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
+  if (tc->nan_row) a[(M / 2) * lda + (K - 1) * acs] = NAN;
+  if (a16)
+    for (size_t i = 0; i < na; ++i) {
+      a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+      a[i] = kiln_gemm_bf16_to_f32(a16[i]);
+    }
+  memcpy(c_want, c_got, nc * 4);
+  kiln_gemm_quant_pack_b(K, N, w, 1, K, 8, 0, 0, blob);
+  kiln_gemm_quant_set_a8(blob);
+
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = B, g.m = M, g.n = N, g.k = K;
+  g.a = a16 ? NULL : a;
+  g.a_bf16 = a16;
+  g.a_batch_stride = M * lda, g.a_row_stride = lda, g.a_col_stride = acs;
+  g.b_packed_q = blob;
+  g.c = c_got, g.c_batch_stride = M * ldc, g.c_row_stride = ldc;
+  g.bias = tc->bias ? bias : NULL;
+  g.act = tc->act;
+  if (tc->res_alias) {
+    g.residual = c_got, g.r_batch_stride = M * ldc, g.r_row_stride = ldc;
+  } else if (tc->residual) {
+    g.residual = res, g.r_batch_stride = M * ldr, g.r_row_stride = ldr;
+  }
+  kiln_gemm_f32_args_t ref = g;
+  ref.c = c_want;
+  if (tc->res_alias) ref.residual = c_want;
+  kiln_gemm_q8a8_reference(&ref);
+  kiln_gemm_f32(&g, pool);
+
+  char what[256];
+  snprintf(what, sizeof(what),
+           "[%s] b=%lld m=%lld n=%lld k=%lld bias=%d res=%d alias=%d act=%d a16=%d stride=%d nan=%d",
+           where, (long long)B, (long long)M, (long long)N, (long long)K, tc->bias, tc->residual,
+           tc->res_alias, (int)tc->act, tc->a16, tc->a_strided, tc->nan_row);
+  float tol = tc->act == KILN_ACT_NONE ? 0.0f : 1e-6f;
+  kiln_test_compare_f32(what, c_got, c_want, nc, tol, tol);
+  const char* path = kiln_gemm_quant_last_path();
+  KILN_EXPECT(!strncmp(path, "q8a8-", 5), "%s: ran %s", what, path);
+  if (tc->nan_row)
+    for (int64_t j = 0; j < N; ++j)
+      KILN_EXPECT(isnan(c_got[(M / 2) * ldc + j]), "%s: column %lld of the NaN row is %g", what,
+                  (long long)j, c_got[(M / 2) * ldc + j]);
+  /* The reference against the rule written out above (no epilogue). */
+  if (!tc->bias && !tc->residual && !tc->res_alias && tc->act == KILN_ACT_NONE && !tc->nan_row) {
+    double* row = malloc((size_t)N * sizeof(double));
+    for (int64_t bt = 0; bt < B; ++bt)
+      for (int64_t i = 0; i < M; i += 7) {
+        q8a8_rule_row(K, N, a + bt * M * lda + i * lda, acs, blob, row);
+        for (int64_t j = 0; j < N; ++j) {
+          double got = c_want[bt * M * ldc + i * ldc + j];
+          KILN_EXPECT(fabs(got - row[j]) <= 1e-6 * fabs(row[j]) + 1e-6, "%s: reference (%lld, %lld) %g, rule %g",
+                      what, (long long)i, (long long)j, got, row[j]);
+        }
+      }
+    free(row);
+  }
+  free(a), free(w), free(bias), free(res), free(c_got), free(c_want), free(a16), free(blob);
+}
+
+static void q8a8_level(kiln_pool_t* pool, const char* where) {
+  static const int64_t ms[] = {9, 13, 32, 37, 70};
+  static const int64_t ns[] = {1, 15, 16, 17, 33};
+  static const int64_t ks[] = {1, 2, 3, 31, 64, 67, 300};
+  q8a8_case_t tc;
+  int n = 0;
+  for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im)
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in)
+      for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik, ++n) {
+        memset(&tc, 0, sizeof(tc));
+        tc.batch = 1, tc.m = ms[im], tc.n = ns[in], tc.k = ks[ik];
+        tc.bias = n % 2;
+        tc.act = n % 3 == 0 ? KILN_ACT_NONE : n % 3 == 1 ? KILN_ACT_RELU : KILN_ACT_GELU;
+        tc.residual = n % 5 == 1;
+        tc.res_alias = n % 5 == 3;
+        q8a8_run(&tc, pool, where);
+      }
+  /* Larger, with every variation: several row blocks (K 1000: 126 rows per
+   * block) and strip runs, a batch, bf16 and strided A, a NaN row. */
+  static const int64_t big[][4] = {{1, 300, 100, 1000}, {2, 40, 65, 257}, {1, 129, 260, 96}};
+  for (size_t z = 0; z < sizeof(big) / sizeof(big[0]); ++z)
+    for (int v = 0; v < 4; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = big[z][0], tc.m = big[z][1], tc.n = big[z][2], tc.k = big[z][3];
+      tc.bias = v != 0;
+      tc.act = v == 1 ? KILN_ACT_SILU : KILN_ACT_NONE;
+      tc.residual = v == 1;
+      tc.res_alias = v == 2;
+      tc.a16 = v == 1;
+      tc.a_strided = v == 2;
+      tc.nan_row = v == 3;
+      q8a8_run(&tc, pool, where);
+    }
+}
+
+/* Below the threshold an a8 blob keeps the weight-only GEMV (the fp32
+ * reference with the dequantized weights). */
+static void q8a8_threshold(void) {
+  enum { M = KILN_GEMM_Q8A8_MIN_M - 1, N = 20, K = 50 };
+  static float a[M * K], w[N * K], got[M * N], want[M * N];
+  kiln_test_fill_f32(a, M * K, 5, -1, 1);
+  kiln_test_fill_f32(w, N * K, 6, -1, 1);
+  void* blob = q8a8_alloc(kiln_gemm_quant_packed_size(K, N, 8, 0, 0));
+  kiln_gemm_quant_pack_b(K, N, w, 1, K, 8, 0, 0, blob);
+  kiln_gemm_quant_set_a8(blob);
+  KILN_EXPECT(kiln_gemm_quant_check(blob, kiln_gemm_quant_packed_size(K, N, 8, 0, 0), K, N) == 0,
+              "an a8 int8 blob is well formed");
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = 1, g.m = M, g.n = N, g.k = K, g.a = a, g.a_row_stride = K, g.a_col_stride = 1;
+  g.b_packed_q = blob, g.c = got, g.c_row_stride = N;
+  kiln_gemm_f32(&g, NULL);
+  KILN_EXPECT(!strncmp(kiln_gemm_quant_last_path(), "gemv-", 5), "M %d ran %s", M,
+              kiln_gemm_quant_last_path());
+  g.c = want;
+  kiln_gemm_f32_reference(&g);
+  kiln_test_compare_f32("a8 blob below the threshold", got, want, M * N, 1e-5f, 1e-5f);
+  free(blob);
+  /* The flag is for int8 only: an int4 blob carrying it is refused. */
+  size_t n4 = kiln_gemm_quant_packed_size(K, N, 4, 32, 0);
+  unsigned char* b4 = q8a8_alloc(n4);
+  kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 0, b4);
+  b4[6] |= KILN_GEMM_QUANT_A8;
+  KILN_EXPECT(kiln_gemm_quant_check(b4, n4, K, N) != 0, "an int4 blob flagged a8 is refused");
+  free(b4);
+}
+
+void kiln_test_suite_gemm_q8a8(void) {
+  q8a8_threshold();
+  kiln_test_each_isa_and_pool(q8a8_level);
+}

@@ -1,0 +1,233 @@
+"""Models already in bf16 (or fp16): model.to(torch.bfloat16) with bf16
+inputs through kiln.trace and torch.compile, and models traced or compiled
+under torch.autocast("cpu", dtype=torch.bfloat16), run natively (no eager
+fallback; kiln/lowp.py says how).
+
+The reference is float64: the same module with the same (bf16-valued)
+parameters and inputs, evaluated in float64. Eager bf16 rounds every op's
+output to bf16; kiln keeps intermediates in fp32 and rounds where a bf16
+tensor is read (outputs, a matrix product's first operand, explicit casts).
+So kiln's error is eager's kind of error or smaller, and the rule is
+
+    max |kiln - ref| <= max |eager - ref| + u * max |ref|
+
+per output, with u the unit roundoff of the dtype (2^-8 for bf16, 2^-11
+for fp16): kiln may round an output one way where eager, from its own
+rounded intermediates, went the other. A kiln that computed an op wrongly,
+lost a rounding's worth on every op, or ran the wrong weights would exceed
+it (the planted check below shows the bound has room for nothing more).
+Under autocast the reference is the fp32 model in float64 (autocast decides
+which ops see bf16), with the same rule against eager's autocast result.
+"""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import kiln
+from conftest import cosine, minilm_encoder_and_batch
+
+U = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def check_rule(got, eager, ref, dtype):
+    assert got.dtype == eager.dtype and got.shape == eager.shape
+    err_k = (got.double() - ref).abs().max().item()
+    err_e = (eager.double() - ref).abs().max().item()
+    bound = err_e + U[dtype] * ref.abs().max().item()
+    assert err_k <= bound, f"kiln error {err_k:.3g} > eager's {err_e:.3g} + one rounding ({bound:.3g})"
+    return err_k, err_e
+
+
+def as_tuple(y):
+    return y if isinstance(y, tuple) else (y,)
+
+
+class Mlp(nn.Module):
+    """Linear + bias + gelu + residual, layer norm, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = nn.Linear(64, 160), nn.Linear(160, 64)
+        self.ln = nn.LayerNorm(64)
+        self.head = nn.Linear(64, 24, bias=False)
+
+    def forward(self, x):
+        h = self.ln(x + self.down(nn.functional.gelu(self.up(x))))
+        return torch.softmax(self.head(h), -1), h.mean(-1)
+
+
+class Attention(nn.Module):
+    """Decomposed attention (bmm, scale, softmax, bmm), fused SDPA, rms_norm,
+    a reduction, silu."""
+
+    def forward(self, q, k, v):
+        a = torch.softmax(q @ k.transpose(-1, -2) / 8, -1) @ v
+        s = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a + s, nn.functional.silu(a).sum(-1), nn.functional.rms_norm(s, (64,), eps=1e-6)
+
+
+class Cnn(nn.Module):
+    """conv + batch norm + relu, max pool, strided conv, global mean, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn, self.c2 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.Conv2d(16, 8, 3, stride=2)
+        self.fc = nn.Linear(8, 10)
+        self.bn.running_mean.uniform_(-0.2, 0.2)
+        self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        h = nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
+        return self.fc(self.c2(h).mean((2, 3)))
+
+
+class Embed(nn.Module):
+    """Embedding (a gather of bf16 rows), position add, layer norm, tied head."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(100, 48), nn.Parameter(torch.randn(16, 48) * 0.1)
+        self.ln = nn.LayerNorm(48)
+
+    def forward(self, ids):
+        h = self.ln(self.tok(ids) + self.pos)
+        return h @ self.tok.weight.T
+
+
+def cases():
+    torch.manual_seed(0)
+    return {
+        "mlp": (Mlp, lambda: (torch.randn(3, 10, 64),)),
+        "attention": (lambda: Attention(), lambda: tuple(torch.randn(2, 4, 16, 64) for _ in range(3))),
+        "cnn": (Cnn, lambda: (torch.randn(2, 3, 20, 20),)),
+        "embed": (Embed, lambda: (torch.randint(0, 100, (2, 16)),)),
+    }
+
+
+def build(name, dtype):
+    make_model, make_inputs = cases()[name]
+    torch.manual_seed(1)
+    model = make_model().eval().to(dtype)
+    inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in make_inputs())
+    ref_model = make_model().eval()
+    ref_model.load_state_dict(model.state_dict())
+    ref_model = ref_model.double()
+    with torch.no_grad():
+        eager = as_tuple(model(*inputs))
+        ref = as_tuple(ref_model(*(x.double() if x.is_floating_point() else x for x in inputs)))
+    return model, inputs, eager, ref
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "embed"])
+def test_trace_low_precision_model(name, dtype):
+    model, inputs, eager, ref = build(name, dtype)
+    compiled = kiln.trace(model, inputs, fallback=False)  # every op native
+    got = as_tuple(compiled(*inputs))
+    for g, e, r in zip(got, eager, ref):
+        check_rule(g, e, r, dtype)
+
+
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn"])
+def test_torch_compile_bf16_model(name):
+    model, inputs, eager, ref = build(name, torch.bfloat16)
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="kiln")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # kiln warns when an op falls back to eager
+        got = as_tuple(fn(*inputs))
+    for g, e, r in zip(got, eager, ref):
+        check_rule(g, e, r, torch.bfloat16)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_autocast(name):
+    make_model, make_inputs = cases()[name]
+    torch.manual_seed(1)
+    model = make_model().eval()
+    inputs = make_inputs()
+    with torch.no_grad():
+        ref = as_tuple(model.double()(*(x.double() for x in inputs)))
+        model.float()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            eager = as_tuple(model(*inputs))
+            traced = as_tuple(kiln.trace(model, inputs, fallback=False)(*inputs))
+            torch._dynamo.reset()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                compiled = as_tuple(torch.compile(model, backend="kiln")(*inputs))
+    for got in (traced, compiled):
+        for g, e, r in zip(got, eager, ref):
+            check_rule(g, e, r, torch.bfloat16)
+
+
+def test_rule_has_no_room_for_a_wrong_op():
+    """The bound catches one wrong rounding step per output: a result
+    perturbed by 2 bf16 ulps fails it where kiln's passes."""
+    model, inputs, eager, ref = build("mlp", torch.bfloat16)
+    got = as_tuple(kiln.trace(model, inputs)(*inputs))
+    check_rule(got[0], eager[0], ref[0], torch.bfloat16)
+    bad = (got[0].double() * (1 + 4 * U[torch.bfloat16])).to(torch.bfloat16)
+    with pytest.raises(AssertionError):
+        check_rule(bad, eager[0], ref[0], torch.bfloat16)
+
+
+def test_bf16_weights_packed_for_bf16_engines():
+    """A bf16 model's linear weights are packed for the bf16 engines (its
+    inputs and weights are bf16 values already); an fp32 model whose weights
+    happen to be bf16 values is not: its activations stay unrounded, so it
+    stays within fp32 error of eager."""
+    model, inputs, _, _ = build("mlp", torch.bfloat16)
+    assert "[bf16 compute]" in kiln.explain(kiln.trace(model, inputs))
+    f32 = Mlp().eval()
+    f32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    x = torch.randn(3, 10, 64)
+    compiled = kiln.trace(f32, (x,))
+    assert "[bf16 compute]" not in kiln.explain(compiled)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x)[0], f32(x)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_outputs_and_inputs_keep_their_dtypes():
+    """bf16 in and fp32 out (an explicit .float()), fp32 in and bf16 out."""
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(32, 32).to(torch.bfloat16)
+
+        def forward(self, a, b):
+            return self.fc(a).float() + b, (b * 2).to(torch.bfloat16)
+
+    m = Mixed().eval()
+    a, b = torch.randn(4, 32).to(torch.bfloat16), torch.randn(4, 32)
+    got = kiln.trace(m, (a, b), fallback=False)(a, b)
+    want = m(a, b)
+    assert [t.dtype for t in got] == [torch.float32, torch.bfloat16]
+    # .float() of the bf16 linear output: eager rounds it first, so does kiln.
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=2 ** -8 * want[0].abs().max().item())
+    assert torch.equal(got[1], want[1])
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return minilm_encoder_and_batch()
+
+
+def test_minilm_bf16_trace(minilm):
+    """all-MiniLM-L6-v2 (real weights) as model.to(torch.bfloat16): cosine
+    >= 0.999 to its fp32 output (issue 18's bf16 target), every op native."""
+    model, ids, mask = minilm
+    with torch.no_grad():
+        ref = model(ids, mask)
+        mb = model.to(torch.bfloat16)
+        try:
+            got = kiln.trace(mb, (ids, mask), fallback=False)(ids, mask)
+        finally:
+            model.float()
+    assert got.dtype == torch.bfloat16
+    assert cosine(got, ref) >= 0.999
+
