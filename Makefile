@@ -98,9 +98,11 @@ coverage: build
 # failure shrunk to a script under build/fuzz/. A progress bar on a
 # terminal, none otherwise; the last line is "P passed, F failed (...)".
 # JOBS worker processes (default 1: the machine is shared); TIME=SEC stops
-# starting graphs after SEC seconds.
+# starting graphs after SEC seconds; REF=K runs one graph in K on kiln's
+# reference target too (the scalar reference kernels, src/hal/reference).
 N ?= 100000
 SEED ?= 0
 JOBS ?= 1
 fuzz: build
-	$(PY) tests/fuzz/kiln_fuzz.py --seed $(SEED) --n $(N) --jobs $(JOBS) $(if $(TIME),--time-budget $(TIME))
+	$(PY) tests/fuzz/kiln_fuzz.py --seed $(SEED) --n $(N) --jobs $(JOBS) $(if $(TIME),--time-budget $(TIME)) \
+	  $(if $(REF),--reference-every $(REF))

@@ -17,6 +17,10 @@ import warnings
 
 import torch
 
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.dropout import _DropoutNd
+
 from kiln import _C
 from kiln.errors import KilnError, UnsupportedOpError
 
@@ -27,15 +31,21 @@ __version__ = "0.1.0"
 # cores (src/python/kiln_ext_host.c). KILN_POOL=own keeps kiln's own threads.
 HOST_THREADS = _C.host_threads(os.environ.get("KILN_POOL", "host") != "own")
 
-
-def _as_tuple(example_inputs):
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,)
-    return tuple(example_inputs)
+from kiln import jit as _jit  # noqa: E402,F401  (registers torch.ops.kiln.run: torch.jit.load works after `import kiln`)
+from kiln.analysis import analyze_model  # noqa: E402
+from kiln.capture import export_program, lower_exported  # noqa: E402
+from kiln.compare import compare  # noqa: E402
+from kiln.module import KilnModule, compile_graph  # noqa: E402
+from kiln.options import as_tuple, weights_quant  # noqa: E402
+from kiln import partition as _partition  # noqa: E402  (kiln.partition stays the module)
+from kiln.profiler import profile as _profile  # noqa: E402
+from kiln.progress import compile_progress, compile_stage  # noqa: E402
+from kiln.support import unsupported_ops  # noqa: E402
+from kiln.targets import compare_targets  # noqa: E402
 
 
 def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_dtype=None,
-          compute_dtype=None, dynamic_shapes=None):
+          compute_dtype=None, dynamic_shapes=None, target=None):
     """Compiles `model` ahead of time for inputs shaped like `example_inputs`.
 
     Returns a kiln.KilnModule: call it like the model. Shapes are fixed to
@@ -95,15 +105,17 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     Implies bf16 weights (weights_dtype is then ignored). The choice is
     stored in a saved artifact, which computes the same on any CPU.
 
+    target: the target the model runs on: "cpu" (the fast kernels) or
+    "reference" (the scalar reference kernels beside them, one thread: a
+    yardstick, see kiln.compare_targets). None: $KILN_TARGET, else "cpu".
+
     kiln.trace compiles for inference, as if after model.eval(): dropout is
     off and batch norm uses its running statistics. A model passed in
     training mode is traced that way (and left in training mode), with a
     warning when that changes what it computes; train with
     torch.compile(model, backend="kiln").
     """
-    from kiln.progress import compile_progress
-
-    quant = _weights_quant(weights_dtype)
+    quant = weights_quant(weights_dtype)
     if quant is None and weights_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32, torch.bfloat16, "
                          f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym]' (group a multiple of "
@@ -117,19 +129,16 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     # weights_bf16 carries the weights' choice on: True (bf16) or a quant tuple.
     weights_bf16 = quant if quant is not None else weights_dtype == torch.bfloat16
     compute_bf16 = compute_dtype == torch.bfloat16
-    args = _as_tuple(example_inputs)
+    args = as_tuple(example_inputs)
     t0 = time.perf_counter()
     with compile_progress(type(model).__name__):
         return _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16,
-                      dynamic_shapes, t0)
+                      dynamic_shapes, t0, target)
 
 
-def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dynamic_shapes, t0):
+def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dynamic_shapes, t0,
+           target):
     """kiln.trace's work, its arguments checked, under a compile progress bar."""
-    from kiln.capture import export_program, lower_exported
-    from kiln.module import KilnModule, compile_graph
-    from kiln.progress import compile_stage
-
     if isinstance(model, torch.nn.Module):
         was_training = model.training
         if was_training and _mode_dependent(model):
@@ -150,7 +159,7 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
     if fallback and _mutations(ep):
         # In-place updates of inputs or buffers: the partitioned module
         # writes the new values back after each call, as eager does.
-        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
+        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16, target)
     compile_stage("lowering")
     try:
         ctx, names, out_spec = lower_exported(ep)
@@ -159,45 +168,15 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
         # is refused while lowering; the partitioner leaves it to eager.
         if not fallback:
             raise
-        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16)
-    compiled = compile_graph(ctx, weights_bf16, compute_bf16)
+        return _trace_with_fallback(ep, name, weights_bf16, compute_bf16, target)
+    compiled = compile_graph(ctx, weights_bf16, compute_bf16, target)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
-
-
-def _weights_quant(weights_dtype):
-    """(bits, group, asym, a8) for a quantized weights_dtype, None for any
-    other value (torch.int8 / 'int8'; 'int8:a8'; 'int4', 'int4:g128',
-    'int4:asym', 'int4:g128:asym', 'int4:sym'); ValueError for a malformed
-    int4 spec."""
-    if weights_dtype is torch.int8 or weights_dtype == "int8":
-        return (8, 0, False, False)
-    if weights_dtype == "int8:a8":
-        return (8, 0, False, True)
-    if not isinstance(weights_dtype, str) or not weights_dtype.startswith("int4"):
-        return None
-    parts = weights_dtype.split(":")
-    group, asym = 32, False
-    ok = parts[0] == "int4"
-    for p in parts[1:]:
-        if p in ("asym", "sym"):
-            asym = p == "asym"
-        elif p.startswith("g") and p[1:].isdigit():
-            group = int(p[1:])
-        else:
-            ok = False
-    if not ok or group < 32 or group > 4096 or group % 32:
-        raise ValueError(f"kiln.trace: weights_dtype {weights_dtype!r}: expected 'int4[:g<group>][:asym]' "
-                         f"with the group a multiple of 32 up to 4096 (default 32)")
-    return (4, group, asym, False)
 
 
 def _mode_dependent(model):
     """Sorted names of the module types in `model` that compute differently
     in training mode: batch norm (batch statistics, running-stat updates)
     and dropout with p > 0."""
-    from torch.nn.modules.batchnorm import _BatchNorm
-    from torch.nn.modules.dropout import _DropoutNd
-
     kinds = set()
     for m in model.modules():
         if isinstance(m, _BatchNorm) or (isinstance(m, _DropoutNd) and m.p > 0):
@@ -208,17 +187,10 @@ def _mode_dependent(model):
 def _mutations(ep):
     """The exported program's leading outputs that update state in place:
     [(OutputKind name, target)] for buffer and user-input mutations."""
-    from torch.export.graph_signature import OutputKind
-
     return [(s.kind.name, s.target) for s in ep.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT]
 
 
-def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False):
-    from torch.export.graph_signature import InputKind, OutputKind
-
-    from kiln.partition import PartitionedModule, drop_size_range_asserts, partition, unsupported_ops
-    from kiln.progress import compile_stage
-
+def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False, target=None):
     compile_stage("partitioning (eager fallback)")
     state, consts = ep.state_dict, getattr(ep, "constants", {}) or {}
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
@@ -252,11 +224,12 @@ def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False):
         elif s.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state kiln cannot write back ({s.kind.name.lower()} {s.target})")
     gm = ep.graph_module
-    drop_size_range_asserts(gm)
+    _partition.drop_size_range_asserts(gm)
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
-    fused, pieces = partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
-                              what=name, weights_bf16=weights_bf16, compute_bf16=compute_bf16)
-    return PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes)
+    fused, pieces = _partition.partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
+                              what=name, weights_bf16=weights_bf16, compute_bf16=compute_bf16,
+                              target=target)
+    return _partition.PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes)
 
 
 def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):
@@ -265,9 +238,7 @@ def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):
     unsupported op with its reason and source line, and what CPU fallback
     would cost (the number of kiln pieces). Returns the report as a dict
     and prints it unless verbose=False."""
-    from kiln.analysis import analyze_model
-
-    report = analyze_model(model, _as_tuple(example_inputs), example_kwargs)
+    report = analyze_model(model, as_tuple(example_inputs), example_kwargs)
     if verbose:
         print(report["text"])
     return report
@@ -280,12 +251,11 @@ def save(module, path):
         f.write(data)
 
 
-def load(path):
-    """Loads a .kiln artifact into a KilnModule. A corrupt or truncated file
-    raises KilnError saying what is wrong."""
-    from kiln.module import KilnModule
-
-    return KilnModule.from_file(path)
+def load(path, target=None):
+    """Loads a .kiln artifact into a KilnModule (on target: "cpu",
+    "reference"; None: $KILN_TARGET, else "cpu"). A corrupt or truncated
+    file raises KilnError saying what is wrong."""
+    return KilnModule.from_file(path, target)
 
 
 def explain(module):
@@ -322,7 +292,6 @@ def profile(module, *inputs, runs=10):
     node, its op, origin, time and share, FLOPs and bytes, GFLOP/s and GB/s
     against this machine's peaks (kiln.machine()), and whether it is compute-
     or memory-bound; ``export_chrome_trace(path)``, ``plot_roofline(path)``."""
-    from kiln.profiler import profile as _profile
     return _profile(module, *inputs, runs=runs)
 
 
@@ -338,11 +307,6 @@ def empty_cache():
     """Frees the idle blocks of kiln's output cache, keeping its cap."""
     _C.output_cache(-1, True)
 
-# Registers torch.ops.kiln.run so torch.jit.load works after `import kiln`.
-from kiln import jit as _jit  # noqa: E402,F401
-from kiln.module import KilnModule  # noqa: E402
-from kiln.compare import compare  # noqa: E402
-
 __all__ = ["trace", "analyze", "save", "load", "explain", "isa", "output_cache", "empty_cache",
-           "machine", "profile", "compare",
+           "machine", "profile", "compare", "compare_targets",
            "KilnModule", "KilnError", "UnsupportedOpError"]

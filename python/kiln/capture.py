@@ -12,26 +12,16 @@ import os
 import warnings
 
 import torch
+from torch.export.graph_signature import InputKind, OutputKind
 
 from kiln import _C
-from kiln.errors import KilnError, UnsupportedOpError
-from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, Unsupported
-from kiln import optable_movement
-from kiln import optable_sample
+from kiln.errors import KilnError, Unsupported, UnsupportedOpError
+from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
 from kiln import lowp
 from kiln import symbolic
 
 aten = torch.ops.aten
-
-# Ops kiln runs better whole than decomposed.
-_KEEP_WHOLE = (aten.scaled_dot_product_attention.default, aten.linear.default, aten.silu.default,
-               aten.rms_norm.default)
-_KEEP_WHOLE += optable_movement.KEEP_WHOLE  # pads, select_scatter, embedding backward
-_KEEP_WHOLE += optable_sample.KEEP_WHOLE  # col2im
-_KEEP_WHOLE += (aten._safe_softmax.default,)  # one SOFTMAX with its safe flag (optable_train)
-_KEEP_WHOLE += (aten.gelu_backward.default,)  # one GELU_BACKWARD pass (optable_train)
-_KEEP_WHOLE += (aten.native_layer_norm_backward.default,)  # LAYER_NORM_BACKWARD (optable_nn)
 
 
 def _linspace_as_eager(default):
@@ -65,7 +55,8 @@ def decomposition_table():
 @functools.lru_cache(maxsize=None)
 def _decomposition_table():
     table = torch.export.default_decompositions()
-    for op in _KEEP_WHOLE:
+    # Ops whose handlers lower them whole (registered keep_whole).
+    for op in keep_whole_targets():
         table.pop(op, None)
     for op in (aten.linspace.default, aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
                aten.linspace.Scalar_Tensor):
@@ -151,6 +142,34 @@ class _Poison:
         self.node, self.why = node, why
 
 
+# op name -> ({field: (index, count)}, {float field: (index, count)}, n, n_float)
+_LAYOUTS = {}
+for _op, _fields in _C.PARAMS.items():
+    _ints = {f: (i, c) for f, i, c, fl in _fields if not fl}
+    _floats = {f: (i, c) for f, i, c, fl in _fields if fl}
+    _LAYOUTS[_op] = (_ints, _floats, max((i + c for i, c in _ints.values()), default=0),
+                     max((i + c for i, c in _floats.values()), default=0))
+
+
+def _named_params(op, fields):
+    """(params, fparams) lists of op's layouts with the named fields set."""
+    ints, floats, n, nf = _LAYOUTS[op]
+    params, fparams = [0] * n, [0.0] * nf
+    for name, v in fields.items():
+        where, out = (ints, params) if name in ints else (floats, fparams) if name in floats else (None, None)
+        if where is None:
+            raise TypeError(f"kiln op {op} has no parameter {name!r} (it has {', '.join(list(ints) + list(floats)) or 'none'})")
+        i, c = where[name]
+        if c == 1:
+            out[i] = v
+        else:
+            v = list(v)
+            if len(v) > c:
+                raise ValueError(f"kiln op {op}: {name} takes at most {c} values, got {len(v)}")
+            out[i:i + len(v)] = v
+    return params, fparams
+
+
 class LoweringContext:
     """What op-table handlers see: the graph being built and value helpers."""
 
@@ -233,7 +252,12 @@ class LoweringContext:
             self._scalars[key] = self.constant(torch.tensor(x, dtype=dtype))
         return self._scalars[key]
 
-    def node(self, op, inputs, params=(), fparams=(), origin=None):
+    def node(self, op, inputs, origin=None, **fields):
+        """Adds a kiln node of op (a name of _C.OPS) on inputs (value ids, -1
+        for an absent optional one); its parameters by name (lower case, as
+        _C.PARAMS lists them for op: stride_h=2, dims=[...]), each a size
+        (int or SymDim) or float, or a sequence for a field of several."""
+        params, fparams = _named_params(op, fields)
         params = [symbolic.encode(p) for p in params]
         try:
             return self._record(self.graph.add_node(OPS[op], list(inputs), params, list(fparams), origin))
@@ -340,8 +364,6 @@ def lower_exported(ep, extra_outputs=()):
     """Lowers an ExportedProgram; returns (ctx, input names, out_spec).
     extra_outputs: FX nodes also made graph outputs, after the program's own
     (kiln.compare reads every intermediate so)."""
-    from torch.export.graph_signature import InputKind, OutputKind
-
     sig = ep.graph_signature
     state = ep.state_dict
     consts = getattr(ep, "constants", {}) or {}

@@ -27,13 +27,19 @@ import math
 import operator
 
 import torch
+from torch.export.graph_signature import InputKind
+
+from kiln.capture import export_program, lower_exported, module_path, source_location
+from kiln.errors import KilnError, UnsupportedOpError
+from kiln.module import KilnModule, compile_graph
+from kiln.options import as_tuple, weights_quant
+from kiln.partition import _KilnPiece, drop_size_range_asserts, partition
+from kiln.support import unsupported_ops
 
 __all__ = ["compare", "CompareReport"]
 
 
 def _values_of_placeholders(ep, args):
-    from torch.export.graph_signature import InputKind
-
     state = ep.state_dict
     consts = getattr(ep, "constants", {}) or {}
     user = iter(args)
@@ -115,12 +121,7 @@ def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, 
     CompareReport (print it; .first_off names the first off node). A model
     with ops kiln lacks is compared as kiln.trace runs it: kiln's pieces
     with every intermediate kept, the missing ops in eager between them."""
-    from kiln import _as_tuple, _weights_quant
-    from kiln.capture import export_program, lower_exported
-    from kiln.errors import KilnError, UnsupportedOpError
-    from kiln.module import KilnModule, compile_graph
-
-    args = _as_tuple(example_inputs)
+    args = as_tuple(example_inputs)
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
@@ -134,7 +135,7 @@ def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, 
         reference = "float64 eager"
     except Exception:  # an op without a float64 kernel: eager float32 is the reference
         ref, reference = eager, "float32 eager"
-    quant = _weights_quant(weights_dtype)
+    quant = weights_quant(weights_dtype)
     weights = quant if quant is not None else weights_dtype == torch.bfloat16
     compute_bf16 = compute_dtype == torch.bfloat16
     try:
@@ -154,10 +155,6 @@ def _run_partitioned(ep, args, nodes, weights, compute_bf16):
     """Runs the program as kiln.trace's fallback would, with every compared
     node an output of the piece that computes it. Returns (values of nodes,
     {node name: "kiln" | "eager"}, kiln pieces, ops run in eager)."""
-    from torch.export.graph_signature import InputKind
-
-    from kiln.partition import _KilnPiece, drop_size_range_asserts, partition, unsupported_ops
-
     gm = ep.graph_module  # exported by compare() for itself: rewritten in place
     values = _values_of_placeholders(ep, args)
     # Parameters and buffers are constants of the pieces (packed, quantized).
@@ -186,8 +183,6 @@ def _run_partitioned(ep, args, nodes, weights, compute_bf16):
 
 def _row(n, got, want, e32, rtol, atol, engine):
     """One compared node's row, or None when the values cannot be compared."""
-    from kiln.capture import module_path, source_location
-
     if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) \
             or tuple(got.shape) != tuple(want.shape):
         return None

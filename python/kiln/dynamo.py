@@ -22,8 +22,16 @@ import sys
 import warnings
 
 import torch
+import torch.nn.functional as F
 
-from kiln.errors import KilnError
+from kiln.capture import decomposition_table, log_enabled, lower_graph
+from kiln.errors import KilnError, UnsupportedOpError
+from kiln.module import KilnModule, compile_graph
+from kiln.optable.train import register_compile_prims
+from kiln.options import weights_quant
+from kiln.partition import partition
+from kiln.progress import compile_progress, compile_stage
+from kiln.train_rewrite import stack_select_scatters, unsave_transposes
 
 # The real tensors Dynamo handed the backend, while AOTAutograd compiles
 # them (kiln_backend): where an inference graph's parameters come from.
@@ -38,15 +46,13 @@ OPTIONS = ("weights_dtype", "compute_dtype")
 def _precision_of(options):
     """(weights_bf16, compute_bf16) for torch.compile's options dict, checked
     as kiln.trace checks its arguments."""
-    from kiln import _weights_quant
-
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(f"kiln: unknown torch.compile option(s) {', '.join(map(repr, unknown))}; "
                          f"kiln takes {', '.join(OPTIONS)}")
     weights, compute = options.get("weights_dtype"), options.get("compute_dtype")
-    quant = _weights_quant(weights)
+    quant = weights_quant(weights)
     if quant is None and weights not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln: options['weights_dtype'] must be None, torch.float32, torch.bfloat16, "
                          f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym]', not {weights!r}")
@@ -107,10 +113,6 @@ def _guard_frozen(frozen, build):
 
 
 def _compile_fx(gm, example_inputs, frozen=None):
-    from kiln.capture import log_enabled, lower_graph
-    from kiln.module import KilnModule, compile_graph
-    from kiln.progress import compile_stage
-
     frozen = frozen or {}
     placeholders = []
     names = []
@@ -343,9 +345,6 @@ def _kiln_fw_compile(gm, example_inputs):
 def _compile_or_partition(gm, example_inputs, frozen):
     from torch._dynamo.utils import counters
 
-    from kiln.errors import UnsupportedOpError
-    from kiln.partition import partition
-
     try:
         if not frozen:
             fn = _compile_fx(gm, example_inputs)
@@ -413,15 +412,11 @@ class _AttentionAsMath(torch.overrides.TorchFunctionMode):
     not active; so the module's global is swapped for the trace as well."""
 
     def __enter__(self):
-        import torch.nn.functional as F
-
         self._saved = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = _attention_as_math
         return super().__enter__()
 
     def __exit__(self, *exc):
-        import torch.nn.functional as F
-
         F.scaled_dot_product_attention = self._saved
         return super().__exit__(*exc)
 
@@ -450,10 +445,6 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
-
-    from kiln.capture import decomposition_table
-    from kiln.optable_train import register_compile_prims
-    from kiln.train_rewrite import stack_select_scatters, unsave_transposes
 
     register_compile_prims()
 
@@ -490,8 +481,6 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
                       "(no_grad) graphs; this training graph computes in fp32", stacklevel=2)
     real_token = _REAL_INPUTS.set(None if training else list(example_inputs))
     precision_token = _PRECISION.set(precision)
-    from kiln.progress import compile_progress, compile_stage
-
     try:
         with compile_progress("a torch.compile graph"):
             compile_stage("AOTAutograd")

@@ -1,4 +1,6 @@
-"""Exceptions kiln raises. KilnError comes from the C core (kiln._C)."""
+"""Exceptions kiln raises. KilnError comes from the C core (kiln._C).
+Unsupported is the op table's refusal of one use of an op, caught by the
+capture (which names the op and line) and by the fallback analysis."""
 
 from kiln._C import KilnError
 
@@ -21,4 +23,17 @@ class UnsupportedOpError(KilnError):
         super().__init__(msg)
 
 
-__all__ = ["KilnError", "UnsupportedOpError"]
+class Unsupported(Exception):
+    """Raised by a handler for a use of a supported op that kiln can't lower.
+
+    with_inputs: eager must compute the node's inputs too, not only the node
+    (its answer depends on how eager lays its input out in memory, which a
+    dense kiln value handed over from a kiln piece would not reproduce); the
+    fallback then runs every node the refused one depends on in eager."""
+
+    def __init__(self, message, with_inputs=False):
+        super().__init__(message)
+        self.with_inputs = with_inputs
+
+
+__all__ = ["KilnError", "UnsupportedOpError", "Unsupported"]

@@ -4,12 +4,14 @@
 that holds the .kiln artifact as a uint8 buffer and whose forward calls the
 custom op ``torch.ops.kiln.run``. The op is registered when kiln is imported,
 so ``torch.jit.load`` works in any process that has done ``import kiln``.
+The wrapper module itself is written by KilnModule.save (kiln/module.py).
 """
 
 import weakref
 
 import torch
-from torch.utils import _pytree as pytree
+
+from kiln.module import KilnModule
 
 _LIB = torch.library.Library("kiln", "DEF")
 _LIB.define("run(Tensor artifact, Tensor[] inputs) -> Tensor[]")
@@ -21,8 +23,6 @@ _CACHE = {}
 
 
 def _module_for(artifact):
-    from kiln.module import KilnModule
-
     key = id(artifact)
     hit = _CACHE.get(key)
     if hit is not None and hit[0]() is artifact and hit[1] == artifact.data_ptr():
@@ -45,25 +45,3 @@ def _run_meta(artifact, inputs):
 
 
 _LIB.impl("run", _run_meta, "Meta")
-
-
-class _KilnJitWrapper(torch.nn.Module):
-    def __init__(self, artifact, out_spec):
-        super().__init__()
-        self.register_buffer("kiln_artifact", artifact)
-        self._out_spec = out_spec
-
-    def forward(self, *inputs):
-        outs = torch.ops.kiln.run(self.kiln_artifact, list(inputs))
-        if self._out_spec is None:
-            return outs[0] if len(outs) == 1 else tuple(outs)
-        return pytree.tree_unflatten(list(outs), self._out_spec)
-
-
-def script_module(kiln_module):
-    """A torch.jit.ScriptModule running the kiln module's artifact."""
-    data = kiln_module.to_bytes()
-    artifact = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    wrapper = _KilnJitWrapper(artifact, kiln_module._out_spec)
-    with torch.no_grad():
-        return torch.jit.trace(wrapper, kiln_module.example_inputs(), check_trace=False)

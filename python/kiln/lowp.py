@@ -32,7 +32,7 @@ import operator
 
 import torch
 
-from kiln.optable import cast
+from kiln.optable.core import cast
 
 aten = torch.ops.aten
 

@@ -17,12 +17,24 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln import _C
+from kiln.capture import log_enabled
 from kiln.errors import KilnError
 from kiln.optable import DTYPES, TORCH_DTYPES
+from kiln.profiler import run_with_events
+from kiln.progress import compile_pass_callback, compile_stage
 
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 FORMAT_META = "py.meta"
+
+# Artifacts that hold more than one kiln graph (CPU fallback's pieces): the
+# front-end section that marks them -> load(first_piece, sections, source)
+# giving the whole module. kiln.partition registers its kind.
+_ARTIFACT_KINDS = {}
+
+
+def register_artifact_kind(section, load):
+    _ARTIFACT_KINDS[section] = load
 
 # Outputs of at least this many bytes come from kiln's block cache: below it
 # glibc's heap serves torch.empty without faults, and torch.empty is as fast.
@@ -161,11 +173,39 @@ class KilnModule(torch.nn.Module):
                 outs[k] = t
                 out_descs[k] = (t.data_ptr(), out_descs[k][1], shape)
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
-            from kiln.profiler import run_with_events
             run_with_events(self, args, descs, out_descs)
         else:
             self._kiln_model.run(descs, out_descs)
         return outs
+
+    def run_nodes(self, *args):
+        """Runs on args keeping every node's output: (outputs, {node index:
+        tensor}) for each node that ran a kernel, in the order they ran (a
+        copy of each, as the node left it). How two targets are compared
+        node by node (kiln.compare_targets)."""
+        kept = {}
+        km = self._kiln_model
+
+        def hook(node, end):
+            if end:
+                out = km.node_output(node)
+                if out is not None:
+                    data, dtype, shape = out
+                    t = torch.frombuffer(bytearray(data), dtype=TORCH_DTYPES[dtype]) if data else \
+                        torch.empty(0, dtype=TORCH_DTYPES[dtype])
+                    kept[node] = t.reshape(shape)
+
+        ins = self._check_inputs(list(args))
+        descs = [(1, _SIZE_DTYPE, (t,)) if isinstance(t, int) else (t.data_ptr(), DTYPES[t.dtype], t.shape)
+                 for t in ins]
+        if self._symbolic:
+            shapes = km.output_shapes(descs)
+        else:
+            shapes = [shape for _, shape in self._out_ids]
+        outs = [torch.empty(shape, dtype=dtype) for shape, (dtype, _) in zip(shapes, self._out_specs)]
+        km.run(descs, [(o.data_ptr(), dtype_id, shape) for o, shape, (dtype_id, _)
+                       in zip(outs, shapes, self._out_ids)], hook)
+        return outs, kept
 
     def forward(self, *args, **kwargs):
         if kwargs:
@@ -219,33 +259,30 @@ class KilnModule(torch.nn.Module):
         return self._kiln_model.save({FORMAT_META: json.dumps(self._meta()).encode()})
 
     @classmethod
-    def from_bytes(cls, data):
+    def from_bytes(cls, data, target=None):
         """A KilnModule, or a PartitionedModule when the artifact was saved
-        from a model with CPU fallback."""
-        return cls._load(bytes(data))
+        from a model with CPU fallback; on target ("cpu", "reference"; None:
+        $KILN_TARGET, else the CPU)."""
+        return cls._load(bytes(data), target)
 
     @classmethod
-    def from_file(cls, path):
+    def from_file(cls, path, target=None):
         """As from_bytes, reading the file straight into the model's buffer."""
-        return cls._load(os.fspath(path))
+        return cls._load(os.fspath(path), target)
+
+    @property
+    def target(self):
+        """The target the model runs on: "cpu" or "reference"."""
+        return self._kiln_model.target()
 
     @classmethod
-    def _load(cls, source):
-        from kiln.partition import PARTITION_META, PARTITION_TENSORS, PartitionedModule
-
-        model, sections = _C.load(source, [FORMAT_META, PARTITION_META, PARTITION_TENSORS])
+    def _load(cls, source, target=None):
+        model, sections = _C.load(source, [FORMAT_META, *_ARTIFACT_KINDS], target)
         first = cls._from_model(model, sections)
-        if PARTITION_META not in sections:
-            return first
-        try:
-            n = int(json.loads(sections[PARTITION_META].decode())["n_pieces"])
-        except Exception as e:
-            raise KilnError(f"corrupt artifact: the {PARTITION_META} section is unreadable ({e})") from None
-        if isinstance(source, str):
-            with open(source, "rb") as f:
-                source = f.read()
-        sections.update(_C.sections(source, [f"py.piece.{i}" for i in range(1, max(n, 1))]))
-        return PartitionedModule.from_sections(first, sections)
+        for section, load in _ARTIFACT_KINDS.items():
+            if section in sections:
+                return load(first, sections, source)
+        return first
 
     @classmethod
     def _from_model(cls, model, sections):
@@ -271,14 +308,10 @@ class KilnModule(torch.nn.Module):
         """torch.jit.save(module, f) support: writes a TorchScript archive whose
         forward calls torch.ops.kiln.run on the embedded .kiln artifact.
         Load it with torch.jit.load after `import kiln`."""
-        from kiln.jit import script_module
-
-        script_module(self).save(f, _extra_files=_extra_files or {})
+        _script_module(self).save(f, _extra_files=_extra_files or {})
 
     def save_to_buffer(self, _extra_files=None):
-        from kiln.jit import script_module
-
-        return script_module(self).save_to_buffer(_extra_files=_extra_files or {})
+        return _script_module(self).save_to_buffer(_extra_files=_extra_files or {})
 
     def __repr__(self):
         s = self.stats()
@@ -290,16 +323,38 @@ class KilnModule(torch.nn.Module):
         return self
 
 
-def compile_graph(ctx, weights_bf16=False, compute_bf16=False):
+def compile_graph(ctx, weights_bf16=False, compute_bf16=False, target=None):
     """Compiles a LoweringContext's graph; logs passes when KILN_LOG=1.
     weights_bf16: store linear weights packed as bf16 (see kiln.trace).
-    compute_bf16: linear layers compute in bf16 (see kiln.trace's compute_dtype)."""
-    from kiln.capture import log_enabled
-    from kiln.progress import compile_pass_callback, compile_stage
-
+    compute_bf16: linear layers compute in bf16 (see kiln.trace's compute_dtype).
+    target: "cpu" or "reference" (None: $KILN_TARGET, else the CPU)."""
     compile_stage("compile")
-    quant = (0, 32, False, False)
-    if isinstance(weights_bf16, tuple):  # (bits, group, asym, a8): quantized weights (kiln.trace)
-        weights_bf16, quant = False, weights_bf16
-    return _C.compile(ctx.graph, log_enabled(), bool(weights_bf16), bool(compute_bf16), *quant,
-                      compile_pass_callback())
+    quant = weights_bf16 if isinstance(weights_bf16, tuple) else (0, 32, False, False)  # (bits, group, asym, a8)
+    bf16 = not isinstance(weights_bf16, tuple) and bool(weights_bf16)
+    return _C.compile(ctx.graph, log_enabled(), bf16, bool(compute_bf16), *quant, compile_pass_callback(),
+                      target)
+
+
+class _KilnJitWrapper(torch.nn.Module):
+    """What torch.jit.save writes: the artifact as a uint8 buffer and a
+    forward calling torch.ops.kiln.run on it (kiln/jit.py defines the op)."""
+
+    def __init__(self, artifact, out_spec):
+        super().__init__()
+        self.register_buffer("kiln_artifact", artifact)
+        self._out_spec = out_spec
+
+    def forward(self, *inputs):
+        outs = torch.ops.kiln.run(self.kiln_artifact, list(inputs))
+        if self._out_spec is None:
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return pytree.tree_unflatten(list(outs), self._out_spec)
+
+
+def _script_module(kiln_module):
+    """A torch.jit.ScriptModule running the kiln module's artifact."""
+    data = kiln_module.to_bytes()
+    artifact = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    wrapper = _KilnJitWrapper(artifact, kiln_module._out_spec)
+    with torch.no_grad():
+        return torch.jit.trace(wrapper, kiln_module.example_inputs(), check_trace=False)

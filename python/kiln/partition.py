@@ -15,44 +15,15 @@ import warnings
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.utils import _pytree as pytree
 
+from kiln import _C
+from kiln.capture import lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
-from kiln.optable import DTYPES, TABLE
+from kiln.module import FORMAT_META, KilnModule, compile_graph, register_artifact_kind
+from kiln.support import KilnSupport, refused_nodes, unsupported_ops
 
 _warned = set()
-
-
-class _KilnSupport(OperatorSupportBase):
-    """Ops kiln lowers. `refused` holds nodes whose handler declined this
-    particular use (an op kiln has, with arguments it lacks)."""
-
-    def __init__(self, refused=()):
-        super().__init__()
-        self.refused = set(refused)
-
-    def is_node_supported(self, submodules, node):
-        if node.op != "call_function" or node.target not in TABLE or node in self.refused:
-            return False
-        if node.target is torch.ops.aten.copy_.default:
-            return False  # a write into an input: the glue does it, in place
-        val = node.meta.get("val")
-        vals = list(val) if isinstance(val, (tuple, list)) else [val]
-        # Data-dependent shapes and dtypes kiln lacks stay in eager: of the outputs,
-        # and of the inputs too (a sum of masked_select's data-dependent
-        # result has a static shape, but a kiln piece cannot take its input).
-        for a in node.all_input_nodes:
-            v = a.meta.get("val")
-            vals += list(v) if isinstance(v, (tuple, list)) else [v]
-        if not isinstance(val, (torch.Tensor, tuple, list)):
-            return False  # size arithmetic runs in the glue; pieces read sizes as symbols
-        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-
-        for v in vals:
-            if isinstance(v, torch.Tensor):
-                if v.dtype not in DTYPES or free_unbacked_symbols(v.shape):
-                    return False
-        return True
 
 
 class _KilnPiece(torch.nn.Module):
@@ -67,21 +38,6 @@ class _KilnPiece(torch.nn.Module):
     def forward(self, *args):
         outs = self.module.run_flat([args[i] for i in self.runtime_positions])
         return tuple(outs) if self.tuple_output else outs[0]
-
-
-def refused_nodes(gm):
-    """Nodes kiln's op table would refuse, found by lowering node by node."""
-    from kiln.analysis import per_node_support
-
-    return {n for n, why in per_node_support(gm).items() if why}
-
-
-def unsupported_ops(gm, refused=None):
-    support = _KilnSupport(refused_nodes(gm) if refused is None else refused)
-    # Size arithmetic (a SymInt result) is the glue's by design, not a fallback.
-    return sorted({str(n.target) for n in gm.graph.nodes
-                   if n.op == "call_function" and not support.is_node_supported({}, n)
-                   and not isinstance(n.meta.get("val"), (torch.SymInt, int, float, bool))})
 
 
 def drop_size_range_asserts(gm):
@@ -117,17 +73,15 @@ def drop_size_range_asserts(gm):
     return dropped
 
 
-def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False, compute_bf16=False):
+def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False, compute_bf16=False,
+              target=None):
     """Returns (GraphModule running kiln pieces and eager ops, n_pieces).
 
     constant_of(node) -> tensor or None: values of placeholders that are
     parameters, embedded in the pieces as constants (so kiln packs them).
     weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace)."""
-    from kiln.capture import lower_graph
-    from kiln.module import KilnModule, compile_graph
-
     refused = refused_nodes(gm)
-    support = _KilnSupport(refused)
+    support = KilnSupport(refused)
     missing = unsupported_ops(gm, refused)
     if warn and missing:
         key = tuple(missing)
@@ -160,7 +114,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
             ctx = lower_graph(sub, placeholders, flat)
-            mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), [placeholders[i][1] for i in runtime_positions], None, node.target)
+            mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
+                             [placeholders[i][1] for i in runtime_positions], None, node.target)
         except (UnsupportedOpError, KilnError) as e:
             # A handler refused a particular use (a parameter kiln lacks):
             # this piece stays eager too.
@@ -192,8 +147,6 @@ class PartitionedModule(torch.nn.Module):
         self._source = source
 
     def forward(self, *args):
-        from torch.utils import _pytree as pytree
-
         flat = pytree.tree_leaves(args)
         with torch.no_grad():
             outs = self.gm(*self._lifted, *flat)
@@ -224,10 +177,6 @@ class PartitionedModule(torch.nn.Module):
     # among torch.ops and operator.getitem only.
 
     def to_bytes(self):
-        from torch.utils import _pytree as pytree
-
-        from kiln.module import FORMAT_META
-
         pieces, nodes, names = [], [], {}
         eager_reads = set()
         for node in self.gm.graph.nodes:
@@ -268,10 +217,6 @@ class PartitionedModule(torch.nn.Module):
     @classmethod
     def from_sections(cls, first, sections):
         """Rebuilds from a loaded first piece and the file's sections."""
-        from torch.utils import _pytree as pytree
-
-        from kiln.module import KilnModule
-
         try:
             meta = json.loads(sections[PARTITION_META].decode())
             lifted = torch.load(io.BytesIO(sections[PARTITION_TENSORS]), weights_only=True)
@@ -319,6 +264,24 @@ class PartitionedModule(torch.nn.Module):
 
 PARTITION_META = "py.partition"
 PARTITION_TENSORS = "py.partition.tensors"
+
+
+def _load_partitioned(first, sections, source):
+    """KilnModule.from_bytes / from_file of a partitioned artifact: the
+    first piece is loaded; the glue graph, the eager ops' tensors and the
+    other pieces are in sections."""
+    try:
+        n = int(json.loads(sections[PARTITION_META].decode())["n_pieces"])
+    except Exception as e:
+        raise KilnError(f"corrupt artifact: the {PARTITION_META} section is unreadable ({e})") from None
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            source = f.read()
+    sections.update(_C.sections(source, [PARTITION_TENSORS] + [f"py.piece.{i}" for i in range(1, max(n, 1))]))
+    return PartitionedModule.from_sections(first, sections)
+
+
+register_artifact_kind(PARTITION_META, _load_partitioned)
 
 
 def _target_name(target):

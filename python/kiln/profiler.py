@@ -21,8 +21,11 @@ read or written once (a lower bound: no cache misses counted twice).
 from __future__ import annotations
 
 import json
+import time
 
 import torch
+
+from kiln import _C
 
 try:
     from torch._C._profiler import _RecordFunctionFast
@@ -172,8 +175,6 @@ class ProfileReport:
 def profile(module, *inputs, runs=10, warmup=2):
     """Runs ``module`` (a KilnModule) on ``inputs`` ``runs`` times with the
     per-node timer on and returns a ProfileReport."""
-    import time
-
     inner = getattr(module, "_kiln_model", None)
     if inner is None:
         raise TypeError("kiln.profile takes a module made by kiln.trace (a KilnModule)")
@@ -220,8 +221,7 @@ def profile(module, *inputs, runs=10, warmup=2):
 
 
 def _machine():
-    from kiln import machine
-    return machine()
+    return _C.machine(False)  # kiln.machine(): measured once, then cached
 
 
 def run_once_with_hook(module, inputs, hook):

@@ -41,6 +41,8 @@ import sys
 import threading
 import time
 
+from kiln.capture import log_enabled
+
 __all__ = ["Progress", "compile_progress", "compile_stage", "enabled_for"]
 
 
@@ -201,8 +203,6 @@ def compile_progress(what):
     if outer is not None:
         yield outer
         return
-    from kiln.capture import log_enabled
-
     p = Progress(desc=f"kiln: compiling {what}", delay=1.0, interval=0.25, ticker=True,
                  enabled=False if log_enabled() else None)
     token = _current.set(p)

@@ -13,8 +13,14 @@ rather than kiln guessing a value.
 """
 
 import contextvars
+import os
+import sys
 
+import sympy
 import torch
+from torch.utils._sympy import functions as F
+
+from kiln.errors import KilnError, Unsupported
 
 SYM_BASE = -(1 << 62)
 SYM_MAX_EXPRS = 1 << 20
@@ -36,8 +42,6 @@ class SymDim:
         self.graph, self.d = graph, d
 
     def _op(self, kind, a, b):
-        from kiln.optable import Unsupported
-
         if not isinstance(a, (int, SymDim)) or not isinstance(b, (int, SymDim)) or isinstance(a, bool) or isinstance(b, bool):
             raise Unsupported(f"size arithmetic with {a!r} and {b!r}")
         return wrap(self.graph, self.graph.dim_op(kind, encode(a), encode(b)))
@@ -80,8 +84,6 @@ class SymDim:
         return hash(self.d)
 
     def _number(self, *_):
-        from kiln.optable import Unsupported
-
         raise Unsupported(f"a symbolic size ({self}) where kiln needs a number")
 
     __int__ = __index__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _number
@@ -103,8 +105,6 @@ def broadcast_shapes(*shapes):
     """torch.broadcast_shapes for kiln sizes: a SymDim counts as not 1 (a
     symbol whose range holds 1 broadcasts only where tracing proved it
     equal to the other size). Two different sizes, neither 1, are refused."""
-    from kiln.optable import Unsupported
-
     rank = max((len(s) for s in shapes), default=0)
     out = [1] * rank
     for s in shapes:
@@ -180,9 +180,6 @@ class Symbols:
             vb = {self._keys.get(v, v) for v in self.graph.sym_vars(b.d)}
             only_a, only_b = va - vb, vb - va
             if len(only_a) == 1 and len(only_b) == 1:
-                import os
-                import sys
-
                 if os.environ.get("KILN_LOG", "") not in ("", "0"):
                     print(f"kiln: {op} needs {a} and {b} equal: lowering again with one symbol for both",
                           file=sys.stderr)
@@ -212,11 +209,6 @@ class Symbols:
 
     def of_expr(self, expr, shape_env=None):
         """A sympy expression of sizes as an int or a SymDim."""
-        import sympy
-
-        from kiln.optable import Unsupported
-        from torch.utils._sympy import functions as F
-
         if isinstance(expr, (int,)) or getattr(expr, "is_Integer", False):
             return int(expr)
         if isinstance(expr, sympy.Symbol):
@@ -282,8 +274,6 @@ def lowering(make_ctx, fn):
             aliases[u.b] = u.a
         finally:
             _current.reset(token)
-    from kiln.errors import KilnError
-
     raise KilnError(f"more than {SYM_MAX_UNIFY} symbolic sizes taken as equal")
 
 
@@ -304,8 +294,6 @@ def size(x):
         v = ctx.env.get(x)
         if isinstance(v, (SymDim, int)) and not isinstance(v, bool):
             return v
-        from kiln.optable import Unsupported
-
         raise Unsupported(f"a size computed by {x.target} that kiln does not hold as a size")
     if isinstance(x, torch.SymInt):
         node = x.node
@@ -315,9 +303,7 @@ def size(x):
         if getattr(expr, "is_Integer", False):
             return int(expr)
         if ctx is None:
-            from kiln.optable import Unsupported
-
-            raise Unsupported(f"a symbolic size {expr} outside a lowering")
+                raise Unsupported(f"a symbolic size {expr} outside a lowering")
         return ctx.symbols.of_expr(expr, node.shape_env)
     return x
 

@@ -27,6 +27,7 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->on_pass_ctx = NULL;
   const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
   o->layout = !(layout && strcmp(layout, "nchw") == 0);
+  o->target = NULL;
 }
 
 static double kiln_ms_since(struct timespec t0) {
@@ -67,11 +68,17 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   if (o->log) fprintf(o->log, "kiln: input graph: %d nodes, %d values\n", g->n_nodes, g->n_values);
 
+  const kiln_hal_target_t* target = kiln_hal_target_find(o->target);
+  if (!target) {
+    kiln_graph_release(g);
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "no target %s (cpu, reference)",
+                            o->target ? o->target : getenv("KILN_TARGET"));
+  }
   kiln_graph_t* next = NULL;
   int32_t a = 0, b = 0;
   kiln_compile_before(o, "fold");
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  s = kiln_pass_fold(g, kiln_pool_default(), o->fold_constants, &next, &a, &b);
+  s = kiln_pass_fold(g, target, kiln_pool_default(), o->fold_constants, &next, &a, &b);
   kiln_graph_release(g);
   if (s) return kiln_status_annotate(s, "constant folding");
   g = next;
@@ -116,12 +123,12 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
                                        o->weights_group, o->weights_asym, o->weights_a8};
   if (o->pack_weights)
-    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
+    KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, target, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
-  if (!s && o->log)
+  if (!s && o->log && target->layout_describe)
     for (int32_t i = 0; i < g->n_values; ++i)
       if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
-        fprintf(o->log, "kiln: bf16 compute: %s\n", kiln_hal_cpu_bf16_compute_describe());
+        fprintf(o->log, "kiln: bf16 compute: %s\n", target->layout_describe(g->values[i].layout));
         break;
       }
   if (s) {

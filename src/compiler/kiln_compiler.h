@@ -25,6 +25,8 @@ typedef struct kiln_compile_options_s {
   int weights_a8;     /* int8 with int8 activations for M > 8 (KILN_GEMM_QUANT_A8) */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
+  const char* target; /* the target whose constant forms and kernels to use
+                       * (kiln_hal_target_find; NULL: the default) */
   FILE* log;          /* when set, each pass prints what it did */
   /* When set, called with each pass's name as it starts, on the compiling
    * thread (a front end's progress bar); on_pass_ctx is passed back. */
@@ -34,9 +36,10 @@ typedef struct kiln_compile_options_s {
 
 void kiln_compile_options_initialize(kiln_compile_options_t* options);
 
-/* Dead-code elimination and constant folding (through the CPU target). */
-kiln_status_t kiln_pass_fold(kiln_graph_t* graph, kiln_pool_t* pool, int fold,
-                             kiln_graph_t** out_graph, int32_t* out_folded, int32_t* out_dead);
+/* Dead-code elimination and constant folding (on target, through the HAL). */
+kiln_status_t kiln_pass_fold(kiln_graph_t* graph, const kiln_hal_target_t* target, kiln_pool_t* pool,
+                             int fold, kiln_graph_t** out_graph, int32_t* out_folded,
+                             int32_t* out_dead);
 
 /* Local rewrites in one sweep: identities (no-op reshapes, copies and
  * casts, x*1, x/1, x-0), reshape chains, decomposed GELU / SiLU / RMSNorm
@@ -78,13 +81,13 @@ typedef struct kiln_layout_stats_s {
 kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                kiln_layout_stats_t* out_stats);
 
-/* Puts each constant a node reads in the form the target wants for that
- * node (kiln_hal_cpu_constant_form: GEMM panels for LINEAR weights, in fp32,
+/* Puts each constant a node reads in the form target wants for that node
+ * (its constant_form; on the CPU GEMM panels for LINEAR weights, in fp32,
  * bf16 or int8 / int4 as `weights` says, conv panels), once per distinct
  * (constant, form). *out_packed: the constants packed. */
-kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, kiln_pool_t* pool,
-                                     const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
-                                     int32_t* out_packed);
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, const kiln_hal_target_t* target,
+                                     kiln_pool_t* pool, const kiln_hal_weights_t* weights,
+                                     kiln_graph_t** out_graph, int32_t* out_packed);
 
 /* Runs the passes. Consumes graph (released on failure too). */
 kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,

@@ -31,20 +31,25 @@ static int kiln_fold_worth_it(const kiln_graph_t* g, const kiln_node_t* n) {
  * feeds matmuls as the right operand? */
 static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_t* n,
                                          const int32_t* uses, const int32_t* mm_uses) {
-  if (n->op != KILN_OP_STRIDED_COPY || n->params[0] != 2 || n->params[17] != 0) return 0;
+  const int64_t* dims = n->params + KILN_P(VIEW, DIMS);
+  const int64_t* strides = n->params + KILN_P(VIEW, STRIDES);
+  if (n->op != KILN_OP_STRIDED_COPY || n->params[KILN_P(VIEW, RANK)] != 2 || n->params[KILN_P(VIEW, OFFSET)] != 0) return 0;
   const kiln_value_t* x = &g->values[n->inputs[0]];
   if (x->kind != KILN_VALUE_CONSTANT || x->layout != KILN_LAYOUT_DENSE || x->rank != 2) return 0;
   /* y (x1, x0) with strides (1, x1): y[i][j] = x[j][i]. */
-  if (n->params[1] != x->shape[1] || n->params[2] != x->shape[0] || n->params[9] != 1 ||
-      n->params[10] != x->shape[1])
+  if (dims[0] != x->shape[1] || dims[1] != x->shape[0] || strides[0] != 1 || strides[1] != x->shape[1])
     return 0;
   int32_t y = n->outputs[0];
   return uses[y] > 0 && uses[y] == mm_uses[y];
 }
 
-kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
-                             kiln_graph_t** out_graph, int32_t* out_folded, int32_t* out_dead) {
+kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, kiln_pool_t* pool,
+                             int fold, kiln_graph_t** out_graph, int32_t* out_folded,
+                             int32_t* out_dead) {
   *out_graph = NULL;
+  /* Folding computes host bytes: on the target when its memory is the
+   * host's, else on the host target. */
+  if (!target->host_memory) target = kiln_hal_target_host();
   *out_folded = *out_dead = 0;
   int32_t nv = g->n_values;
   char* live = calloc((size_t)nv + 1, 1);
@@ -120,7 +125,7 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
       continue;
     }
     if (all_const && kiln_fold_worth_it(g, n)) {
-      kiln_status_t unsupported = kiln_hal_cpu_supports(g, n);
+      kiln_status_t unsupported = kiln_hal_supports(target, g, n);
       all_const = unsupported == NULL;
       kiln_status_free(unsupported);
     }
@@ -130,7 +135,7 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, kiln_pool_t* pool, int fold,
       s = kiln_allocator_malloc(g->allocator, kiln_value_dense_bytes(yv), &bytes);
       if (s) break;
       data[y] = bytes;
-      s = kiln_hal_cpu_run_node(g, n, data, pool);
+      s = kiln_hal_run_node_once(target, g, n, data, pool);
       if (s) {
         kiln_allocator_free(g->allocator, bytes);
         data[y] = NULL;

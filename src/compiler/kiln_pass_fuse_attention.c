@@ -98,18 +98,18 @@ static const kiln_node_t* repeat_kv_behind(const kiln_graph_t* g, int32_t t, con
   const kiln_value_t* ev = &g->values[r->inputs[0]];
   if (r->op != KILN_OP_RESHAPE || ev->producer < 0 || uses[r->inputs[0]] != 1) return NULL;
   const kiln_node_t* e = &g->nodes[ev->producer];
-  if (e->op != KILN_OP_STRIDED_COPY || e->params[0] != 5 || e->params[11] != 0 ||
-      !forward_strides(e->params + 9, 5))
+  const int64_t* st = e->params + KILN_P(VIEW, STRIDES);
+  if (e->op != KILN_OP_STRIDED_COPY || e->params[KILN_P(VIEW, RANK)] != 5 || st[2] != 0 || !forward_strides(st, 5))
     return NULL;
-  const int64_t* d = e->params + 1;
+  const int64_t* d = e->params + KILN_P(VIEW, DIMS);
   if (tv->shape[0] != d[0] || tv->shape[1] != kiln_graph_dim_mul(g, d[1], d[2]) || tv->shape[2] != d[3] ||
       tv->shape[3] != d[4])
     return NULL;
-  view[0] = e->params[17];
-  view[1] = e->params[9];
-  view[2] = e->params[10];
-  view[3] = e->params[12];
-  view[4] = e->params[13];
+  view[0] = e->params[KILN_P(VIEW, OFFSET)];
+  view[1] = st[0];
+  view[2] = st[1];
+  view[3] = st[3];
+  view[4] = st[4];
   *hkv = d[1];
   return e;
 }
@@ -150,7 +150,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
 
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_SDPA || n->params[1] != 0) continue;
+    if (n->op != KILN_OP_SDPA || n->params[KILN_P(SDPA, FLAGS)] != 0) continue;
     kiln_attn_plan_t* pl = &plan[ni];
     const kiln_value_t *q = &g->values[n->inputs[0]], *k = &g->values[n->inputs[1]],
                        *v = &g->values[n->inputs[2]];
@@ -182,11 +182,11 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       /* Not a copy an earlier SDPA already took as its output permute
        * (sdpa -> permute -> sdpa): that SDPA writes the copy's value in
        * place and never makes the copy's input, so it cannot be read. */
-      if (p && p->op == KILN_OP_STRIDED_COPY && p->params[0] == 4 && uses[t] == 1 &&
-          forward_strides(p->params + 9, 4) && role[tv->producer] != 1) {
+      if (p && p->op == KILN_OP_STRIDED_COPY && p->params[KILN_P(VIEW, RANK)] == 4 && uses[t] == 1 &&
+          forward_strides(p->params + KILN_P(VIEW, STRIDES), 4) && role[tv->producer] != 1) {
         pl->src[i] = p->inputs[0];
-        pl->view[i][0] = p->params[17];
-        memcpy(&pl->view[i][1], p->params + 9, 4 * sizeof(int64_t));
+        pl->view[i][0] = p->params[KILN_P(VIEW, OFFSET)];
+        memcpy(&pl->view[i][1], p->params + KILN_P(VIEW, STRIDES), 4 * sizeof(int64_t));
         role[tv->producer] = 1;
       } else {
         pl->src[i] = t;
@@ -200,11 +200,11 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       int64_t B = dims[0], H = dims[1], S = dims[3], Dv = dims[6];
       const int64_t SDv = kiln_graph_dim_mul(g, S, Dv);
       const int64_t want[9] = {4, B, S, H, Dv, kiln_graph_dim_mul(g, H, SDv), Dv, SDv, 1};
-      int ok = c->params[17] == 0;
+      int ok = c->params[KILN_P(VIEW, OFFSET)] == 0;
       for (int j = 0; j < 4 && ok; ++j)
-        ok = c->params[1 + j] == want[1 + j] &&
-             (want[1 + j] == 1 || c->params[9 + j] == want[5 + j]);
-      if (ok && c->params[0] == 4) {
+        ok = c->params[KILN_P(VIEW, DIMS) + j] == want[1 + j] &&
+             (want[1 + j] == 1 || c->params[KILN_P(VIEW, STRIDES) + j] == want[5 + j]);
+      if (ok && c->params[KILN_P(VIEW, RANK)] == 4) {
         pl->out_copy = user[y];
         role[user[y]] = 1;
       }
@@ -225,7 +225,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       for (int i = 0; i < 3 && ok; ++i) {
         const kiln_node_t* l = &g->nodes[lin[i]];
         const kiln_value_t* w = &g->values[l->inputs[1]];
-        ok = l->inputs[0] == l0->inputs[0] && l->params[0] == KILN_ACT_NONE &&
+        ok = l->inputs[0] == l0->inputs[0] && l->params[KILN_P(LINEAR, ACT)] == KILN_ACT_NONE &&
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
              w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
              (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D) &&
@@ -327,10 +327,17 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     }
     if (role[ni] == 2) {
       const kiln_attn_plan_t* pl = &plan[ni];
-      int64_t params[KILN_MAX_PARAMS] = {n->params[0], KILN_SDPA_VIEWS};
-      if (pl->out_copy >= 0) params[1] |= KILN_SDPA_OUT_BSHD;
-      memcpy(params + 2, pl->dims, sizeof(pl->dims));
-      for (int i = 0; i < 3; ++i) memcpy(params + 9 + 5 * i, pl->view[i], 5 * sizeof(int64_t));
+      int64_t params[KILN_MAX_PARAMS] = {0};
+      params[KILN_P(SDPA, CAUSAL)] = n->params[KILN_P(SDPA, CAUSAL)];
+      params[KILN_P(SDPA, FLAGS)] = KILN_SDPA_VIEWS | (pl->out_copy >= 0 ? KILN_SDPA_OUT_BSHD : 0);
+      /* dims: BATCH..V_HEAD_DIM in order; each view: its OFFSET, then STRIDES. */
+      _Static_assert(KILN_P(SDPA, V_HEAD_DIM) - KILN_P(SDPA, BATCH) == 6 &&
+                         KILN_P(SDPA, K_OFFSET) == KILN_P(SDPA, Q_OFFSET) + 5 &&
+                         KILN_P(SDPA, V_OFFSET) == KILN_P(SDPA, Q_OFFSET) + 10,
+                     "sdpa's view fields");
+      memcpy(params + KILN_P(SDPA, BATCH), pl->dims, sizeof(pl->dims));
+      for (int i = 0; i < 3; ++i)
+        memcpy(params + KILN_P(SDPA, Q_OFFSET) + 5 * i, pl->view[i], 5 * sizeof(int64_t));
       int32_t ins[4] = {pl->src[0], pl->src[1], pl->src[2], n->n_inputs > 3 ? n->inputs[3] : -1};
       int32_t n_in = (n->n_inputs > 3 && n->inputs[3] >= 0 && !pl->drop_mask) ? 4 : 3;
       int32_t result = pl->out_copy >= 0 ? g->nodes[pl->out_copy].outputs[0] : n->outputs[0];

@@ -25,7 +25,7 @@
 typedef struct {
   int32_t conv; /* node index of the CONV2D starting the chain, or -1 */
   int32_t residual;
-  int64_t act, residual_first; /* residual_first: CONV2D's params[8] */
+  int64_t act, residual_first; /* residual_first: CONV2D's residual_before_act */
   float* scale; /* (O) or NULL: no MUL/ADD absorbed */
   float* shift;
 } kiln_conv_chain_t;
@@ -74,7 +74,7 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, kiln_graph_t** out_graph, int
   /* Find chains. */
   for (int32_t ni = 0; ni < nn && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    if (n->op != KILN_OP_CONV2D || n->params[7] != KILN_ACT_NONE) continue;
+    if (n->op != KILN_OP_CONV2D || n->params[KILN_P(CONV2D, ACT)] != KILN_ACT_NONE) continue;
     if (n->n_inputs > 3 && n->inputs[3] >= 0) continue; /* already has a residual */
     const kiln_value_t* w = &g->values[n->inputs[1]];
     const kiln_value_t* b = n->n_inputs > 2 && n->inputs[2] >= 0 ? &g->values[n->inputs[2]] : NULL;
@@ -189,9 +189,9 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, kiln_graph_t** out_graph, int
     int32_t n_in = ins[3] >= 0 ? 4 : ins[2] >= 0 ? 3 : 2;
     int64_t params[KILN_MAX_PARAMS];
     memcpy(params, cv->params, sizeof(params));
-    params[7] = c->act;
-    params[8] = c->residual_first;
-    s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D, ins, n_in, params, 9, NULL, 0, cv->origin,
+    params[KILN_P(CONV2D, ACT)] = c->act;
+    params[KILN_P(CONV2D, RESIDUAL_BEFORE_ACT)] = c->residual_first;
+    s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D, ins, n_in, params, KILN_P_COUNT(CONV2D), NULL, 0, cv->origin,
                             &rw.remap[n->outputs[0]]);
   }
   if (!s) s = kiln_rewriter_finish(&rw, out_graph);

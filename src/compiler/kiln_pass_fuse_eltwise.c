@@ -67,17 +67,18 @@ static int32_t kiln_fe_producer(const kiln_graph_t* g, int32_t v) {
 static int kiln_fe_is_half(const kiln_graph_t* g, int32_t ni, int32_t x, int64_t off) {
   const kiln_node_t* n = &g->nodes[ni];
   const kiln_value_t* xv = &g->values[x];
-  if (n->op != KILN_OP_STRIDED_COPY || n->inputs[0] != x || n->params[0] != xv->rank) return 0;
+  if (n->op != KILN_OP_STRIDED_COPY || n->inputs[0] != x || n->params[KILN_P(VIEW, RANK)] != xv->rank) return 0;
+  const int64_t *dims = n->params + KILN_P(VIEW, DIMS), *strides = n->params + KILN_P(VIEW, STRIDES);
   int32_t r = xv->rank;
   if (r < 1 || kiln_dim_is_sym(xv->shape[r - 1])) return 0;
   int64_t stride = 1;
   for (int32_t d = r - 1; d >= 0; --d) {
     int64_t want = d == r - 1 ? xv->shape[d] / 2 : xv->shape[d];
-    if (n->params[1 + d] != want) return 0;
-    if (n->params[1 + d] != 1 && n->params[9 + d] != stride) return 0;
+    if (dims[d] != want) return 0;
+    if (dims[d] != 1 && strides[d] != stride) return 0;
     stride = kiln_graph_dim_mul(g, stride, xv->shape[d]);
   }
-  return n->params[17] == off;
+  return n->params[KILN_P(VIEW, OFFSET)] == off;
 }
 
 /* rotate_half: CAT(NEG(slice_hi(x)), slice_lo(x)) along the last dim, each
@@ -87,7 +88,7 @@ static int32_t kiln_fe_match_rotate(const kiln_fe_t* f, int32_t ni) {
   const kiln_node_t* n = &g->nodes[ni];
   const kiln_value_t* y = &g->values[n->outputs[0]];
   if (n->op != KILN_OP_CAT || n->n_inputs != 2 || y->dtype != KILN_F32 || y->rank < 1 ||
-      n->params[0] != y->rank - 1 || kiln_dim_is_sym(y->shape[y->rank - 1]) ||
+      n->params[KILN_P(AXIS, AXIS)] != y->rank - 1 || kiln_dim_is_sym(y->shape[y->rank - 1]) ||
       y->shape[y->rank - 1] % 2)
     return -1;
   int32_t neg = kiln_fe_producer(g, n->inputs[0]), lo = kiln_fe_producer(g, n->inputs[1]);
@@ -255,9 +256,9 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
     if (n->op == KILN_OP_FMA_SCALAR) {
       /* dst = x * scale + shift: the src register may be dst itself. */
       uint32_t t = kiln_fe_alloc(p);
-      kiln_fe_imm(p, t, n->fparams[0]);
+      kiln_fe_imm(p, t, n->fparams[KILN_FP(FMA, SCALE)]);
       kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_MUL, dst, src[0], t));
-      kiln_fe_imm(p, t, n->fparams[1]);
+      kiln_fe_imm(p, t, n->fparams[KILN_FP(FMA, SHIFT)]);
       kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_ADD, dst, dst, t));
       p->free_regs |= 1u << t;
     } else {
@@ -417,10 +418,10 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
     kiln_fe_group_t* gr = &groups[n_groups];
     root_group[root] = n_groups++;
     memset(gr->params, 0, sizeof(gr->params));
-    gr->params[0] = prog.n_code;
+    gr->params[KILN_P(FUSED, N_SLOTS)] = prog.n_code;
+    int64_t* program = gr->params + KILN_P(FUSED, PROGRAM); /* two slots per param */
     for (int32_t k = 0; k < prog.n_code; ++k)
-      gr->params[1 + k / 2] = (int64_t)((uint64_t)gr->params[1 + k / 2] |
-                                        (uint64_t)prog.code[k] << (32 * (k % 2)));
+      program[k / 2] = (int64_t)((uint64_t)program[k / 2] | (uint64_t)prog.code[k] << (32 * (k % 2)));
     memcpy(gr->ins, prog.ins, sizeof(prog.ins));
     gr->n_ins = prog.n_ins;
     int32_t mparts[3 * KILN_FUSE_MAX_MEMBERS];

@@ -78,13 +78,14 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     if (n->op != KILN_OP_MATMUL) continue;
     const kiln_value_t* w = &g->values[n->inputs[1]];
     int wconst = w->kind == KILN_VALUE_CONSTANT;
-    if (w->rank != 2 || (wconst ? n->params[0] != 0 ||
+    const int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
+    if (w->rank != 2 || (wconst ? flags != 0 ||
                                       (w->layout != KILN_LAYOUT_DENSE &&
                                        w->layout != KILN_LAYOUT_TRANSPOSED_2D)
-                                : (n->params[0] & ~(int64_t)KILN_MATMUL_TRANSPOSE_B) != 0 ||
+                                : (flags & ~(int64_t)KILN_MATMUL_TRANSPOSE_B) != 0 ||
                                       w->layout != KILN_LAYOUT_DENSE))
       continue;
-    int wt = !wconst && (n->params[0] & KILN_MATMUL_TRANSPOSE_B) != 0;
+    int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
     int64_t ncols = w->shape[1 - wt];
     kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1, wt};
     int32_t cur = n->outputs[0], end = ni;

@@ -58,13 +58,13 @@
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
     const kiln_value_t* x = &g->values[n->inputs[0]];
-    return x->dtype == KILN_F32 && x->rank == 4 && n->params[10] == 0;
+    return x->dtype == KILN_F32 && x->rank == 4 && n->params[KILN_P(POOL2D, DIVISOR_OVERRIDE)] == 0;
   }
   if (n->op != KILN_OP_CONV2D) return 0;
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
   if (x->dtype != KILN_F32 || x->rank != 4 || w->rank != 4) return 0;
   if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16) return 0;
-  const int64_t groups = n->params[6], C = x->shape[1], O = w->shape[0];
+  const int64_t groups = n->params[KILN_P(CONV2D, GROUPS)], C = x->shape[1], O = w->shape[0];
   if (groups < 1 || (groups == C && groups == O)) return 0;
   return O / groups >= 16;
 }
@@ -72,7 +72,7 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
 static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op != KILN_OP_CONV2D) return 0;
   const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
-  return n->params[6] == 1 && C >= 16 && O >= 16;
+  return n->params[KILN_P(CONV2D, GROUPS)] == 1 && C >= 16 && O >= 16;
 }
 
 /* The cost rule: a region pays when it has at least
@@ -95,19 +95,19 @@ static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const i
                                          int to_nhwc, int32_t* out_id) {
   int64_t p[KILN_MAX_PARAMS];
   memset(p, 0, sizeof(p));
-  p[0] = 4;
+  p[KILN_P(VIEW, RANK)] = 4;
   if (to_nhwc) { /* src (N, C, H, W) -> (N, H, W, C) */
     int64_t dims[4] = {s[0], s[2], s[3], s[1]};
     int64_t st[4] = {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]};
-    memcpy(p + 1, dims, sizeof(dims));
-    memcpy(p + 9, st, sizeof(st));
+    memcpy(p + KILN_P(VIEW, DIMS), dims, sizeof(dims));
+    memcpy(p + KILN_P(VIEW, STRIDES), st, sizeof(st));
   } else { /* src (N, H, W, C) -> (N, C, H, W) */
     int64_t dims[4] = {s[0], s[3], s[1], s[2]};
     int64_t st[4] = {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]};
-    memcpy(p + 1, dims, sizeof(dims));
-    memcpy(p + 9, st, sizeof(st));
+    memcpy(p + KILN_P(VIEW, DIMS), dims, sizeof(dims));
+    memcpy(p + KILN_P(VIEW, STRIDES), st, sizeof(st));
   }
-  return kiln_graph_add_node(dst, KILN_OP_STRIDED_COPY, &src, 1, p, 18, NULL, 0,
+  return kiln_graph_add_node(dst, KILN_OP_STRIDED_COPY, &src, 1, p, KILN_P_COUNT(VIEW), NULL, 0,
                              to_nhwc ? "kiln layout: NCHW -> NHWC" : "kiln layout: NHWC -> NCHW",
                              out_id);
 }
@@ -259,13 +259,13 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_graph_t** out_graph,
     }
     int32_t out = n->outputs[0];
     if (!s && n->op == KILN_OP_MAX_POOL2D)
-      s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, 11, NULL, 0,
+      s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, KILN_P_COUNT(POOL2D), NULL, 0,
                               n->origin, &nhwc_of[out]);
     else if (!s) {
       int64_t params[KILN_MAX_PARAMS];
       memcpy(params, n->params, sizeof(params));
-      params[9] = x_nchw;
-      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, params, 10, NULL, 0,
+      params[KILN_P(CONV2D_NHWC, X_NCHW)] = x_nchw;
+      s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, params, KILN_P_COUNT(CONV2D_NHWC), NULL, 0,
                               n->origin, &nhwc_of[out]);
     }
     if (!s && need_nchw[out]) {

@@ -1,5 +1,5 @@
 /* Weight packing: every constant a node reads is put in the form the
- * target wants for that node (kiln_hal_cpu_constant_form: on the CPU, a
+ * target wants for that node (its constant_form: on the CPU, a
  * LINEAR's weight becomes the GEMM's packed panels, in fp32, bf16 or
  * int8 / int4 as the weight options say, and a convolution's its panels),
  * computed once here so that no run ever packs a weight. The pass knows no
@@ -27,10 +27,16 @@ typedef struct {
   void* out;
 } kiln_pack_job_t;
 
+typedef struct {
+  const kiln_hal_target_t* target;
+  const kiln_pack_job_t* jobs;
+} kiln_pack_ctx_t;
+
 static void kiln_pack_task(void* ctx, size_t task, int thread) {
   (void)thread;
-  const kiln_pack_job_t* job = &((const kiln_pack_job_t*)ctx)[task];
-  if (job->fresh) kiln_hal_cpu_constant_pack(job->w, &job->form, job->out);
+  const kiln_pack_ctx_t* c = ctx;
+  const kiln_pack_job_t* job = &c->jobs[task];
+  if (job->fresh) c->target->constant_pack(job->w, &job->form, job->out);
 }
 
 static int kiln_pack_same_form(const kiln_hal_constant_form_t* a,
@@ -84,9 +90,9 @@ static kiln_status_t kiln_pack_publish(kiln_rewriter_t* rw, const kiln_graph_t* 
   return kiln_graph_set_constant_key(rw->dst, j->packed, j->key);
 }
 
-kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool,
-                                     const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
-                                     int32_t* out_packed) {
+kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, const kiln_hal_target_t* target,
+                                     kiln_pool_t* pool, const kiln_hal_weights_t* weights,
+                                     kiln_graph_t** out_graph, int32_t* out_packed) {
   *out_graph = NULL;
   *out_packed = 0;
   const size_t slots = (size_t)g->n_nodes * KILN_MAX_NODE_INPUTS + 1;
@@ -114,7 +120,7 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool,
       *slot = -1;
       if (v < 0 || g->values[v].kind != KILN_VALUE_CONSTANT) continue;
       kiln_hal_constant_form_t form;
-      s = kiln_hal_cpu_constant_form(g, n, i, weights, &form);
+      s = target->constant_form(g, n, i, weights, &form);
       if (s || form.layout == g->values[v].layout) continue;
       int32_t j = first_job[v];
       while (j >= 0 && !kiln_pack_same_form(&jobs[j].form, &form)) j = jobs[j].next;
@@ -140,7 +146,8 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, kiln_pool_t* pool,
       *slot = j;
     }
   }
-  if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, jobs);
+  kiln_pack_ctx_t ctx = {target, jobs};
+  if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, &ctx);
   for (int32_t j = 0; j < n_jobs && !s; ++j)
     if (jobs[j].key[0]) s = kiln_pack_publish(&rw, g, &jobs[j]);
   *out_packed = n_fresh;

@@ -49,7 +49,8 @@ static int kiln_simplify_is_identity(const kiln_graph_t* g, const kiln_node_t* n
       return kiln_simplify_scalar(g, n->inputs[1], &c) && c == 0.0 &&
              (!kiln_dtype_is_float(y->dtype) || signbit(c));
     case KILN_OP_FMA_SCALAR:
-      return n->fparams[0] == 1.0f && n->fparams[1] == 0.0f && signbit(n->fparams[1]);
+      return n->fparams[KILN_FP(FMA, SCALE)] == 1.0f && n->fparams[KILN_FP(FMA, SHIFT)] == 0.0f &&
+             signbit(n->fparams[KILN_FP(FMA, SHIFT)]);
     default:
       return 0;
   }
@@ -69,7 +70,7 @@ static void kiln_simplify_constant_right(const kiln_graph_t* g, kiln_node_t* n) 
 
 /* y = x.transpose(-1, -2) for a dense x, nothing else moved. */
 static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_node_t* n) {
-  if (n->op != KILN_OP_STRIDED_COPY || n->params[17] != 0) return 0;
+  if (n->op != KILN_OP_STRIDED_COPY || n->params[KILN_P(VIEW, OFFSET)] != 0) return 0;
   const kiln_value_t* x = &g->values[n->inputs[0]];
   const kiln_value_t* y = &g->values[n->outputs[0]];
   int32_t r = y->rank;
@@ -82,7 +83,7 @@ static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_no
   for (int32_t d = 0; d < r; ++d) {
     int32_t src = d == r - 1 ? r - 2 : d == r - 2 ? r - 1 : d;
     if (y->shape[d] != x->shape[src]) return 0;
-    if (y->shape[d] != 1 && n->params[9 + d] != strides[src]) return 0;
+    if (y->shape[d] != 1 && n->params[KILN_P(VIEW, STRIDES) + d] != strides[src]) return 0;
   }
   return 1;
 }
@@ -96,7 +97,7 @@ static int kiln_simplify_matmul_transposes(const kiln_graph_t* g, const kiln_nod
     const kiln_node_t* t = &nodes[v->producer];
     if (!kiln_simplify_is_last2_transpose(g, t)) continue;
     n->inputs[i] = t->inputs[0];
-    n->params[0] ^= i == 0 ? KILN_MATMUL_TRANSPOSE_A : KILN_MATMUL_TRANSPOSE_B;
+    n->params[KILN_P(MATMUL, FLAGS)] ^= i == 0 ? KILN_MATMUL_TRANSPOSE_A : KILN_MATMUL_TRANSPOSE_B;
     changed = 1;
   }
   return changed;

@@ -147,7 +147,8 @@ static int kiln_pat_mean_square_plus_eps(const kiln_graph_t* g, kiln_node_t* nod
     const kiln_node_t* mean = kiln_pat_producer(g, nodes, m);
     int32_t rank = g->values[x].rank;
     if (!mean || mean->op != KILN_OP_MEAN || rank < 1 ||
-        mean->params[0] != ((int64_t)1 << (rank - 1)) || mean->params[1] != 1)
+        mean->params[KILN_P(REDUCE, AXES)] != ((int64_t)1 << (rank - 1)) ||
+        mean->params[KILN_P(REDUCE, KEEPDIM)] != 1)
       continue;
     sq = mean->inputs[0];
     int32_t b;
@@ -182,7 +183,8 @@ static int kiln_pat_mean_last(const kiln_graph_t* g, kiln_node_t* nodes, int32_t
                               int32_t* arg) {
   const kiln_node_t* mean = kiln_pat_producer(g, nodes, v);
   if (!mean || mean->op != KILN_OP_MEAN || rank < 1 ||
-      mean->params[0] != ((int64_t)1 << (rank - 1)) || mean->params[1] != 1)
+      mean->params[KILN_P(REDUCE, AXES)] != ((int64_t)1 << (rank - 1)) ||
+      mean->params[KILN_P(REDUCE, KEEPDIM)] != 1)
     return 0;
   *arg = mean->inputs[0];
   return 1;
@@ -259,8 +261,8 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     kiln_pat_set(n, KILN_OP_LAYER_NORM, x, -1);
     memset(n->params, 0, sizeof(n->params));
     memset(n->fparams, 0, sizeof(n->fparams));
-    n->params[0] = 1;
-    n->fparams[0] = (float)eps;
+    n->params[KILN_P(NORM, DIMS)] = 1;
+    n->fparams[KILN_FP(NORM, EPS)] = (float)eps;
     return 1;
   }
   if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_rms_core(g, nodes, n, &x, &eps) &&
@@ -268,8 +270,8 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     kiln_pat_set(n, KILN_OP_RMS_NORM, x, -1);
     memset(n->params, 0, sizeof(n->params));
     memset(n->fparams, 0, sizeof(n->fparams));
-    n->params[0] = 1;
-    n->fparams[0] = (float)eps;
+    n->params[KILN_P(NORM, DIMS)] = 1;
+    n->fparams[KILN_FP(NORM, EPS)] = (float)eps;
     return 1;
   }
   /* layer_norm(x) · w, then layer_norm(x, w) + b, with w and b of the
@@ -279,7 +281,7 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     const kiln_value_t* w = &g->values[n->inputs[side]];
     int want_inputs = n->op == KILN_OP_MUL ? 1 : 2;
     if (!norm || norm->op != KILN_OP_LAYER_NORM || norm->n_inputs != want_inputs ||
-        norm->params[0] != 1 || (want_inputs == 2 && norm->inputs[1] < 0))
+        norm->params[KILN_P(NORM, DIMS)] != 1 || (want_inputs == 2 && norm->inputs[1] < 0))
       continue;
     const kiln_value_t* nx = &g->values[norm->inputs[0]];
     if (w->dtype != KILN_F32 || w->rank != 1 || nx->rank < 1 ||
@@ -287,7 +289,7 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
       continue;
     int32_t xin = norm->inputs[0], gamma = want_inputs == 2 ? norm->inputs[1] : n->inputs[side];
     int32_t beta = want_inputs == 2 ? n->inputs[side] : -1;
-    float eps_f = norm->fparams[0];
+    float eps_f = norm->fparams[KILN_FP(NORM, EPS)];
     kiln_pat_set(n, KILN_OP_LAYER_NORM, xin, gamma);
     if (beta >= 0) {
       n->inputs[2] = beta;
@@ -295,8 +297,8 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     }
     memset(n->params, 0, sizeof(n->params));
     memset(n->fparams, 0, sizeof(n->fparams));
-    n->params[0] = 1;
-    n->fparams[0] = eps_f;
+    n->params[KILN_P(NORM, DIMS)] = 1;
+    n->fparams[KILN_FP(NORM, EPS)] = eps_f;
     return 1;
   }
   /* w · rms_norm(x) with w of the normalised dim's length: the norm's gamma. */
@@ -304,7 +306,8 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     for (int side = 0; side < 2; ++side) {
       const kiln_node_t* norm = kiln_pat_producer(g, nodes, n->inputs[1 - side]);
       const kiln_value_t* w = &g->values[n->inputs[side]];
-      if (!norm || norm->op != KILN_OP_RMS_NORM || norm->n_inputs != 1 || norm->params[0] != 1)
+      if (!norm || norm->op != KILN_OP_RMS_NORM || norm->n_inputs != 1 ||
+          norm->params[KILN_P(NORM, DIMS)] != 1)
         continue;
       const kiln_value_t* nx = &g->values[norm->inputs[0]];
       if (w->dtype != KILN_F32 || w->rank != 1 || w->shape[0] != nx->shape[nx->rank - 1] ||

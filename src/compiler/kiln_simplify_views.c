@@ -37,10 +37,10 @@ typedef struct {
 } kiln_view_t;
 
 static void kiln_view_from_params(const kiln_node_t* n, kiln_view_t* v) {
-  v->rank = (int32_t)n->params[0];
-  memcpy(v->dims, n->params + 1, sizeof(int64_t) * KILN_MAX_RANK);
-  memcpy(v->strides, n->params + 9, sizeof(int64_t) * KILN_MAX_RANK);
-  v->offset = n->params[17];
+  v->rank = (int32_t)n->params[KILN_P(VIEW, RANK)];
+  memcpy(v->dims, n->params + KILN_P(VIEW, DIMS), sizeof(int64_t) * KILN_MAX_RANK);
+  memcpy(v->strides, n->params + KILN_P(VIEW, STRIDES), sizeof(int64_t) * KILN_MAX_RANK);
+  v->offset = n->params[KILN_P(VIEW, OFFSET)];
   v->input = n->inputs[0];
 }
 
@@ -82,7 +82,7 @@ static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* node
   for (int32_t d = 0; d < v->rank && d < KILN_MAX_RANK; ++d)
     if (kiln_dim_is_sym(v->dims[d]) || kiln_dim_is_sym(v->strides[d])) return 0;
   if (kiln_dim_is_sym(v->offset)) return 0;
-  int32_t rq = (int32_t)q->params[0];
+  int32_t rq = (int32_t)q->params[KILN_P(VIEW, RANK)];
   if (rq < 1 || rq > KILN_MAX_RANK || v->rank < 1 || v->rank > KILN_MAX_RANK) return 0;
   /* q's view coalesced: size-1 dims dropped, and a dim merged into the next
    * finer one where the two are contiguous in x (same flat-to-x map, and a
@@ -90,7 +90,7 @@ static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* node
   int64_t d1[KILN_MAX_RANK], s1[KILN_MAX_RANK];
   int32_t r1 = 0;
   for (int32_t k = 0; k < rq; ++k) {
-    int64_t dk = q->params[1 + k], sk = q->params[9 + k];
+    int64_t dk = q->params[KILN_P(VIEW, DIMS) + k], sk = q->params[KILN_P(VIEW, STRIDES) + k];
     if (dk == 1) continue;
     if (r1 && s1[r1 - 1] == dk * sk) {
       d1[r1 - 1] *= dk;
@@ -113,7 +113,7 @@ static int kiln_view_compose_once(const kiln_graph_t* g, const kiln_node_t* node
     total *= d1[k];
   }
   if (v->offset < 0 || v->offset >= total) return 0;
-  int64_t strides[KILN_MAX_RANK], offset = q->params[17];
+  int64_t strides[KILN_MAX_RANK], offset = q->params[KILN_P(VIEW, OFFSET)];
   for (int32_t k = 0; k < r1; ++k) offset += digit[k] * s1[k];
   for (int32_t d = 0; d < v->rank; ++d) {
     int64_t size = v->dims[d], step = v->strides[d];
@@ -141,10 +141,10 @@ static void kiln_view_to_node(const kiln_view_t* v, kiln_node_t* n) {
   n->op = KILN_OP_STRIDED_COPY;
   n->inputs[0] = v->input;
   memset(n->params, 0, sizeof(n->params));
-  n->params[0] = v->rank;
-  memcpy(n->params + 1, v->dims, sizeof(int64_t) * (size_t)v->rank);
-  memcpy(n->params + 9, v->strides, sizeof(int64_t) * (size_t)v->rank);
-  n->params[17] = v->offset;
+  n->params[KILN_P(VIEW, RANK)] = v->rank;
+  memcpy(n->params + KILN_P(VIEW, DIMS), v->dims, sizeof(int64_t) * (size_t)v->rank);
+  memcpy(n->params + KILN_P(VIEW, STRIDES), v->strides, sizeof(int64_t) * (size_t)v->rank);
+  n->params[KILN_P(VIEW, OFFSET)] = v->offset;
 }
 
 int kiln_simplify_compose_views(const kiln_graph_t* g, const kiln_node_t* nodes,

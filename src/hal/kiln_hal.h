@@ -1,10 +1,28 @@
-/* The device boundary. A target answers questions about a node of a
- * verified graph: can you run it (supports), in which form do you keep a
- * constant it reads (constant_form, then constant_pack writes that form),
- * and run it on these buffers. The runtime and the compiler (constant
- * folding, weight packing) only talk to targets through this.
- * Buffers: bufs[value id] points at each value's bytes (dense, row-major,
- * or the constant's packed layout), bound by the runtime for the call.
+/* The device boundary. A target is a table of functions: which nodes it
+ * runs (supports), in which form it keeps a constant a node reads
+ * (constant_form, then constant_pack writes that form), what a run of a
+ * node needs beyond its buffers (an entry's prepare, once per concrete
+ * graph), the run itself, and its memory (alloc, free, copy, synchronize).
+ * The runtime and the compiler (constant folding, weight packing) reach a
+ * target only through this table; nothing outside src/hal names one.
+ *
+ * Kernel entries. Every op names one (ir/kiln_ops.h); a target implements
+ * the entries it has. prepare works out what a run needs beyond its
+ * buffers (the kernel's arguments: geometry, strides, the constants'
+ * packed bytes) into prep_size bytes, when a model is made and for each
+ * symbolic instance (sizes are concrete there: a symbolic model prepares
+ * per binding of its symbols), so that a call only binds buffers; run runs
+ * it on bufs[value id] (each value's bytes: dense, row-major, or a
+ * constant's packed layout). An entry the target lacks (run NULL) makes the
+ * op unsupported: the model is refused when it is made, naming the op.
+ *
+ * Memory. A target whose memory the host addresses (host_memory 1: the CPU,
+ * the reference) runs on the caller's tensors in place. A device with its
+ * own memory (host_memory 0) gets its arena from alloc, the caller's inputs
+ * copied in and outputs copied out through copy, and may queue its runs:
+ * the runtime calls synchronize before it hands results back. Constants
+ * stay host bytes in the graph; such a target copies them into its memory
+ * in its prepare (the prepared arguments are its own).
  */
 #ifndef KILN_HAL_H
 #define KILN_HAL_H
@@ -14,14 +32,22 @@
 #include "base/kiln_pool.h"
 #include "ir/kiln_graph.h"
 
-/* OK when the CPU target has a kernel for this node's op, dtypes and
- * parameters; otherwise KILN_UNSUPPORTED with the reason. */
-kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* graph, const kiln_node_t* node);
-
-/* Runs one node. Fails only on data-dependent errors (an index out of
- * range); shapes were checked when the graph was verified. */
-kiln_status_t kiln_hal_cpu_run_node(const kiln_graph_t* graph, const kiln_node_t* node,
-                                    void* const* bufs, kiln_pool_t* pool);
+/* prep: prep_size bytes, 64-byte aligned. run fails only on data-dependent
+ * errors (an index out of range); shapes were checked when the graph was
+ * verified. */
+typedef kiln_status_t (*kiln_hal_prepare_fn)(const kiln_graph_t* graph, const kiln_node_t* node,
+                                             void* prep);
+typedef kiln_status_t (*kiln_hal_run_fn)(const kiln_graph_t* graph, const kiln_node_t* node,
+                                         const void* prep, void* const* bufs, kiln_pool_t* pool);
+typedef struct kiln_hal_entry_s {
+  kiln_hal_prepare_fn prepare; /* NULL: nothing to prepare (prep_size 0) */
+  kiln_hal_run_fn run;         /* NULL: the target lacks this entry */
+  size_t prep_size;
+  /* run with the scalar reference kernels that sit beside the fast ones,
+   * from the same prepared arguments; NULL when run's kernels are plain C
+   * already. The reference target runs it. */
+  kiln_hal_run_fn reference;
+} kiln_hal_entry_t;
 
 /* What the model asks of its weights (the compile options a target reads
  * when it chooses a constant's form). */
@@ -44,19 +70,73 @@ typedef struct kiln_hal_constant_form_s {
                          * int4 group and zero points) */
 } kiln_hal_constant_form_t;
 
-/* The form the CPU target wants for input `slot` of node (a constant), given
- * the weight options. Fails when the options ask for a form the target
- * cannot make (an unsupported quantization). */
-kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* graph, const kiln_node_t* node,
-                                         int32_t slot, const kiln_hal_weights_t* weights,
-                                         kiln_hal_constant_form_t* out_form);
-/* Writes constant's bytes in `form` (one kiln_hal_cpu_constant_form gave
- * for it) into out (form->nbytes bytes). Thread-safe: constants are packed
- * in parallel. */
-/* What the CPU target runs bf16 compute (KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
- * weights) on now, in words, for KILN_LOG and kiln.explain. */
-const char* kiln_hal_cpu_bf16_compute_describe(void);
-void kiln_hal_cpu_constant_pack(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
-                                void* out);
+typedef enum kiln_hal_copy_e {
+  KILN_HAL_COPY_TO_DEVICE = 0, /* host bytes into the target's memory */
+  KILN_HAL_COPY_TO_HOST,       /* the target's memory into host bytes */
+  KILN_HAL_COPY_ON_DEVICE,     /* within the target's memory */
+} kiln_hal_copy_t;
+
+typedef struct kiln_hal_target_s kiln_hal_target_t;
+struct kiln_hal_target_s {
+  const char* name;
+  /* [KILN_ENTRY_COUNT]: the kernel entries (run NULL where it has none). */
+  const kiln_hal_entry_t* entries;
+  /* OK when the target takes this node's dtypes and constant layouts (it
+   * has the node's entry: checked before); else KILN_UNSUPPORTED, or
+   * KILN_INVALID_ARGUMENT for a constant whose bytes do not match its
+   * layout (a loaded file may say anything). */
+  kiln_status_t (*supports)(const kiln_graph_t* graph, const kiln_node_t* node);
+  /* The form the target wants for input `slot` of node (a constant), given
+   * the weight options; fails when they ask for a form it cannot make (an
+   * unsupported quantization). */
+  kiln_status_t (*constant_form)(const kiln_graph_t* graph, const kiln_node_t* node, int32_t slot,
+                                 const kiln_hal_weights_t* weights,
+                                 kiln_hal_constant_form_t* out_form);
+  /* Writes constant's bytes in form (constant_form gave it) into out
+   * (form->nbytes host bytes). Thread-safe: constants pack in parallel. */
+  void (*constant_pack)(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
+                        void* out);
+  /* In words, what the target runs the nodes reading a constant of this
+   * layout on, when that depends on the machine (the CPU: bf16 compute's
+   * engine), for KILN_LOG and kiln.explain; NULL when there is nothing to
+   * say. May be NULL. */
+  const char* (*layout_describe)(kiln_layout_t layout);
+  /* 1: buffers are host pointers (the caller's tensors are bound in place). */
+  int host_memory;
+  /* 1: runs take no pool (the target's kernels run on the calling thread). */
+  int single_thread;
+  kiln_status_t (*alloc)(size_t bytes, void** out_ptr);
+  void (*free)(void* ptr);
+  kiln_status_t (*copy)(void* dst, const void* src, size_t bytes, kiln_hal_copy_t kind);
+  /* Waits for every run and copy queued so far. */
+  kiln_status_t (*synchronize)(void);
+};
+
+/* The targets: "cpu" (the fast kernels, at the ISA level kiln_cpu_isa()
+ * allows, threaded over the pool) and "reference" (the scalar reference
+ * kernels beside them, on the calling thread: the yardstick any model can
+ * be compared with, node by node). */
+const kiln_hal_target_t* kiln_hal_target_cpu(void);
+const kiln_hal_target_t* kiln_hal_target_reference(void);
+/* By name; NULL or "" is the default: $KILN_TARGET when set, else "cpu".
+ * NULL for an unknown name. */
+const kiln_hal_target_t* kiln_hal_target_find(const char* name);
+/* A target whose memory is the host's, for work that must make host bytes
+ * (constant folding) whatever the model's target. */
+const kiln_hal_target_t* kiln_hal_target_host(void);
+
+/* The node's entry on target t, or NULL for an op out of range. */
+const kiln_hal_entry_t* kiln_hal_entry(const kiln_hal_target_t* t, const kiln_node_t* node);
+
+/* OK when t has the node's entry and takes its dtypes and layouts; else
+ * KILN_UNSUPPORTED naming the op and the target. */
+kiln_status_t kiln_hal_supports(const kiln_hal_target_t* t, const kiln_graph_t* graph,
+                                const kiln_node_t* node);
+
+/* Prepares and runs one node once, on host buffers (the constant folder's
+ * way; a model prepares each node when it is made, then runs it per call). */
+kiln_status_t kiln_hal_run_node_once(const kiln_hal_target_t* t, const kiln_graph_t* graph,
+                                     const kiln_node_t* node, void* const* bufs,
+                                     kiln_pool_t* pool);
 
 #endif /* KILN_HAL_H */

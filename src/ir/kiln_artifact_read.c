@@ -443,27 +443,34 @@ static kiln_status_t kiln_artifact_check_shape_params(const kiln_artifact_graph_
                                                       const kiln_node_t* n,
                                                       const kiln_artifact_value_t* out) {
   if (n->op != KILN_OP_RESHAPE && n->op != KILN_OP_STRIDED_COPY) return kiln_ok();
+  /* RESHAPE's layout is VIEW's head: RANK then DIMS. */
+  _Static_assert(KILN_P(RESHAPE, RANK) == KILN_P(VIEW, RANK) &&
+                     KILN_P(RESHAPE, DIMS) == KILN_P(VIEW, DIMS),
+                 "reshape and view layouts share rank and dims");
   const int64_t* p = n->params;
+  const int64_t* dims = p + KILN_P(VIEW, DIMS);
   const char* name = kiln_op_name(n->op);
-  if (p[0] != out->rank)
+  if (p[KILN_P(VIEW, RANK)] != out->rank)
     CORRUPT("graph section: node %u (%s): params give rank %" PRId64 ", its output has %d", k,
-            name, p[0], out->rank);
+            name, p[KILN_P(VIEW, RANK)], out->rank);
   for (int32_t d = 0; d < out->rank; ++d)
-    if (p[1 + d] != out->shape[d])
+    if (dims[d] != out->shape[d])
       CORRUPT("graph section: node %u (%s): params give dimension %d as %" PRId64
-              ", its output has %" PRId64, k, name, d, p[1 + d], out->shape[d]);
+              ", its output has %" PRId64, k, name, d, dims[d], out->shape[d]);
   /* Symbolic sizes are checked at both probe bindings, where shape
    * inference evaluates them (an instance's real sizes are checked by the
    * concrete rules again). Params were checked to name expressions. */
   for (int probe = 0; n->op == KILN_OP_STRIDED_COPY && probe < 1 + (G->syms != NULL); ++probe) {
     const int64_t lim = (int64_t)1 << 56;
-    int64_t off = G->syms ? kiln_sym_probe(G->syms, p[17], probe) : p[17];
+    const int64_t offset = p[KILN_P(VIEW, OFFSET)];
+    int64_t off = G->syms ? kiln_sym_probe(G->syms, offset, probe) : offset;
     if (off < -lim || off > lim)
       CORRUPT("graph section: node %u (%s): element offset %" PRId64 " is out of range", k,
               name, off);
     for (int32_t d = 0; d < out->rank; ++d) {
       int64_t dim = G->syms ? kiln_sym_probe(G->syms, out->shape[d], probe) : out->shape[d];
-      int64_t stride = G->syms ? kiln_sym_probe(G->syms, p[9 + d], probe) : p[9 + d];
+      const int64_t st = p[KILN_P(VIEW, STRIDES) + d];
+      int64_t stride = G->syms ? kiln_sym_probe(G->syms, st, probe) : st;
       if (dim > 1 && (stride > lim / (dim - 1) || stride < -(lim / (dim - 1))))
         CORRUPT("graph section: node %u (%s): stride %" PRId64 " of dimension %d is out of "
                 "range", k, name, stride, d);

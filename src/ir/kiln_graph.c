@@ -110,10 +110,10 @@ int kiln_node_is_view(const kiln_graph_t* g, const kiln_node_t* n, int64_t* out_
   if (kiln_value_numel(y) == 0) return 0;
   int64_t dense = 1;
   for (int32_t d = y->rank - 1; d >= 0; --d) {
-    if (y->shape[d] != 1 && n->params[9 + d] != dense) return 0;
+    if (y->shape[d] != 1 && n->params[KILN_P(VIEW, STRIDES) + d] != dense) return 0;
     dense *= y->shape[d];
   }
-  *out_bytes = n->params[17] * (int64_t)kiln_dtype_size(y->dtype);
+  *out_bytes = n->params[KILN_P(VIEW, OFFSET)] * (int64_t)kiln_dtype_size(y->dtype);
   return 1;
 }
 

@@ -92,17 +92,20 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_graph_describe_value(g, &g->values[n->outputs[0]], buf, sizeof buf));
-    int64_t act = n->op == KILN_OP_LINEAR                                  ? n->params[0]
-                  : n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC ? n->params[7]
-                                                                          : 0;
+    _Static_assert(KILN_P(CONV2D, ACT) == KILN_P(CONV2D_NHWC, ACT), "conv layouts");
+    int64_t act = n->op == KILN_OP_LINEAR ? n->params[KILN_P(LINEAR, ACT)]
+                  : n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC
+                      ? n->params[KILN_P(CONV2D, ACT)]
+                      : 0;
     if (act) {
       static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
       if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
         fprintf(out, " act=%s", acts[act]);
     }
-    if (n->op == KILN_OP_MATMUL && (n->params[0] & (KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B)))
-      fprintf(out, " read=%s", (n->params[0] & KILN_MATMUL_TRANSPOSE_A)
-                                   ? ((n->params[0] & KILN_MATMUL_TRANSPOSE_B) ? "aT,bT" : "aT")
+    const int64_t mm = n->op == KILN_OP_MATMUL ? n->params[KILN_P(MATMUL, FLAGS)] : 0;
+    if (mm & (KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B))
+      fprintf(out, " read=%s", (mm & KILN_MATMUL_TRANSPOSE_A)
+                                   ? ((mm & KILN_MATMUL_TRANSPOSE_B) ? "aT,bT" : "aT")
                                    : "bT");
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);

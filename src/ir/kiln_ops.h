@@ -1,48 +1,57 @@
-/* The kiln operator set: one X-macro list from which the op enum, the name
- * table, the Python op table (kiln._C.OPS) and the shape-inference dispatch
- * all follow. The numbering is part of the .kiln format: append new ops at
- * the end of the list, never reorder.
+/* The kiln operator set: one record per op, from which the op enum, the
+ * name table, the Python op table's names (kiln._C.OPS and kiln._C.PARAMS),
+ * the shape-inference dispatch, the verifier's parameter checks and each
+ * target's kernel table all follow. The numbering is part of the .kiln
+ * format: append new ops at the end of the list, never reorder.
+ *
+ * A record: X(ENUM, "name", min_inputs, max_inputs, family, params,
+ * fparams, shape, entry):
+ *   family  a kiln_op_family_t (KILN_FAMILY_<family>);
+ *   params  its int64 parameter layout, fparams its float one (the
+ *           layouts below: KILN_P(params, NAME) indexes n->params);
+ *   shape   its shape rule, kiln_shape_<shape>(graph, node, out)
+ *           (ir/kiln_shape_rules.h);
+ *   entry   its kernel entry, KILN_ENTRY_<entry> (KILN_OP_ENTRIES below):
+ *           what a target (hal/kiln_hal.h) implements to run it; ops of
+ *           one entry share a kernel.
+ * docs/adding-an-op.md walks a new op through every file it touches.
  *
  * Conventions for every op: outputs are dense and row-major; broadcasting
  * follows NumPy/PyTorch (trailing-aligned, size-1 dims stretch); parameters
- * live in the node's params (int64) and fparams (float) as documented here.
+ * are named in their layout (the names below are layout fields).
  *
- *   RESHAPE        (x) -> y              params: [0] rank, [1..] dims. Same
- *                                        element count; y aliases x.
- *   STRIDED_COPY   (x) -> y              params: [0] rank, [1..8] y's dims,
- *                                        [9..16] x's element strides per y dim,
- *                                        [17] element offset into x. Covers
- *                                        permute, expand, slice, select.
- *   CAT            (x0..x7) -> y         params: [0] axis.
- *   GATHER         (table, index) -> y   params: [0] axis. y = table.shape[:axis]
+ *   RESHAPE        (x) -> y              RANK, DIMS: y's; same element count;
+ *                                        y aliases x.
+ *   STRIDED_COPY   (x) -> y              VIEW: y (RANK, DIMS) read from x at
+ *                                        STRIDES and OFFSET. Covers permute,
+ *                                        expand, slice, select.
+ *   CAT            (x0..x7) -> y         AXIS.
+ *   GATHER         (table, index) -> y   AXIS. y = table.shape[:axis]
  *                                        + index.shape + table.shape[axis+1:].
  *                                        Index int64/int32; out of range is an
  *                                        error at run time, never a read.
  *   WHERE          (cond, a, b) -> y     broadcast; cond bool.
- *   CAST           (x) -> y              params: [0] target dtype.
+ *   CAST           (x) -> y              DTYPE: the target dtype.
  *   ADD..LOGICAL_OR (a, b) -> y          broadcast, a and b of one dtype;
  *                                        comparisons and logical ops give bool.
  *   NEG..COS       (x) -> y              float unary math, in kiln_unary_t order.
  *   LOGICAL_NOT    (x) -> y              bool.
- *   SUM..ANY       (x) -> y              params: [0] bitmask of reduced axes,
- *                                        [1] keepdim.
- *   ARGMAX         (x) -> y              params: [0] axis, [1] keepdim; y int64.
- *   SOFTMAX, LOG_SOFTMAX (x) -> y        params: [0] axis; SOFTMAX [1] safe:
- *                                        1 makes a row of all -inf zeros, not
- *                                        NaN (aten._safe_softmax); 0 if absent.
- *   LAYER_NORM     (x, gamma?, beta?)    params: [0] number of trailing dims
- *                                        normalised; fparams: [0] eps.
+ *   SUM..ANY       (x) -> y              AXES: bitmask of reduced axes, KEEPDIM.
+ *   ARGMAX         (x) -> y              AXIS, KEEPDIM; y int64.
+ *   SOFTMAX, LOG_SOFTMAX (x) -> y        AXIS; SOFTMAX's SAFE: 1 makes a row of
+ *                                        all -inf zeros, not NaN
+ *                                        (aten._safe_softmax).
+ *   LAYER_NORM     (x, gamma?, beta?)    DIMS: trailing dims normalised; EPS.
  *   RMS_NORM       (x, gamma?)           as LAYER_NORM.
  *   MATMUL         (a, b) -> y           a (..., M, K), b (..., K, N), batch
  *                                        dims broadcast; y (..., M, N) float32;
  *                                        a float32 or bfloat16 (widened,
  *                                        exact), b float32;
- *                                        params: [0] flags:
- *                                        KILN_MATMUL_TRANSPOSE_A: a is stored
- *                                        (..., K, M) and read transposed;
- *                                        KILN_MATMUL_TRANSPOSE_B: b is stored
- *                                        (..., N, K) (the compiler sets these
- *                                        to drop transpose copies).
+ *                                        FLAGS: KILN_MATMUL_TRANSPOSE_A: a is
+ *                                        stored (..., K, M) and read
+ *                                        transposed; KILN_MATMUL_TRANSPOSE_B:
+ *                                        b is stored (..., N, K) (the compiler
+ *                                        sets these to drop transpose copies).
  *   LINEAR         (x, w, bias?, residual?) -> y
  *                                        x (..., K) float32 or bfloat16 (widened,
  *                                        exact); w (K, N): a constant, packed
@@ -50,50 +59,44 @@
  *                                        or a dense value (training: weights
  *                                        are graph inputs);
  *                                        y = act(x·w + bias) + residual;
- *                                        params: [0] kiln_activation_t,
- *                                        [1] (optional) 1: w is a dense value
+ *                                        ACT: a kiln_activation_t;
+ *                                        W_TRANSPOSED 1: w is a dense value
  *                                        stored (N, K), read transposed.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
  *                                        float, broadcast to (B, H, Sq, Skv);
- *                                        y (B, H, Sq, Dv); fparams: [0] scale;
- *                                        params: [0] causal, [1] flags:
- *                                        KILN_SDPA_VIEWS: q, k, v are read
- *                                        through views of any dense inputs:
- *                                        [2..8] B, H, Hkv, Sq, Skv, D, Dv,
- *                                        [9..13] q's element offset and
- *                                        strides (b, h, s, d), [14..18] k's,
- *                                        [19..23] v's (the compiler sets
- *                                        these to drop permute copies);
- *                                        KILN_SDPA_OUT_BSHD: y is (B, Sq, H, Dv).
- *   FMA_SCALAR     (x) -> y              y = x * fparams[0] + fparams[1] (float).
+ *                                        y (B, H, Sq, Dv); SCALE; CAUSAL;
+ *                                        FLAGS: KILN_SDPA_VIEWS: q, k, v are
+ *                                        read through views of any dense
+ *                                        inputs, of BATCH..V_HEAD_DIM and each
+ *                                        one's OFFSET and STRIDES (b, h, s, d)
+ *                                        (the compiler sets these to drop
+ *                                        permute copies); KILN_SDPA_OUT_BSHD:
+ *                                        y is (B, Sq, H, Dv).
+ *   FMA_SCALAR     (x) -> y              y = x * SCALE + SHIFT (float).
  *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;
  *                                        y[..i..] = x[..index[..i..]..] along
- *                                        params[0]; other dims of index no
- *                                        larger than x's.
+ *                                        AXIS; other dims of index no larger
+ *                                        than x's.
  *   CONV2D         (x, w, bias?, residual?) -> y
  *                                        x (N, C, H, W) float32; w dense
  *                                        (O, C / groups, kh, kw), usually a
- *                                        constant;
- *                                        bias (O); residual of y's shape;
- *                                        y (N, O, Ho, Wo) =
+ *                                        constant; bias (O); residual of y's
+ *                                        shape; y (N, O, Ho, Wo) =
  *                                        act(conv(x, w) + bias) + residual;
- *                                        params: [0..1] stride h, w,
- *                                        [2..3] padding h, w, [4..5] dilation
- *                                        h, w, [6] groups, [7] kiln_activation_t,
- *                                        [8] 1: the residual is added before
- *                                        the activation, y = act(conv(x, w) +
- *                                        bias + residual) (ResNet's blocks).
+ *                                        STRIDE_H/W, PAD_H/W, DILATION_H/W,
+ *                                        GROUPS, ACT, RESIDUAL_BEFORE_ACT 1:
+ *                                        y = act(conv(x, w) + bias + residual)
+ *                                        (ResNet's blocks).
  *                                        Ho = (H + 2 ph - dh (kh - 1) - 1) / sh + 1.
  *   MAX_POOL2D, AVG_POOL2D (x) -> y      x (N, C, H, W) float32 -> (N, C, Ho, Wo);
- *                                        params: [0..1] kernel h, w, [2..3]
- *                                        stride h, w, [4..5] padding h, w
- *                                        (at most half the kernel), [6..7]
- *                                        dilation h, w (1 for avg), [8]
- *                                        ceil_mode, [9] count_include_pad
- *                                        (avg), [10] divisor_override (avg;
- *                                        0: none, else the divisor of every
- *                                        window, negative too, as eager). Sizes as torch's pooling.
+ *                                        KERNEL, STRIDE, PAD (at most half the
+ *                                        kernel), DILATION (1 for avg),
+ *                                        CEIL_MODE, COUNT_INCLUDE_PAD (avg),
+ *                                        DIVISOR_OVERRIDE (avg; 0: none, else
+ *                                        the divisor of every window, negative
+ *                                        too, as eager). Sizes as torch's
+ *                                        pooling.
  *   ACOS..SIGN     (x) -> y              more unary math, in kiln_math_unary_t
  *                                        order: acos acosh asin asinh atan
  *                                        atanh cosh sinh tan expm1 log10 log1p
@@ -114,13 +117,13 @@
  *   CONV2D_GRAD_INPUT (dy, w) -> dx      the gradient of CONV2D with respect
  *                                        to x: dy (N, O, Ho, Wo), w (O, C /
  *                                        groups, kh, kw) float32; dx (N, C, H,
- *                                        W); params: [0..6] as CONV2D, [7..8]
- *                                        H, W (stride makes them ambiguous);
- *                                        Ho, Wo must be what CONV2D gives.
+ *                                        W); CONV2D's STRIDE..GROUPS, then H, W
+ *                                        (stride makes them ambiguous); Ho, Wo
+ *                                        must be what CONV2D gives.
  *   CONV2D_GRAD_WEIGHT (dy, x) -> dw     the gradient with respect to w: dy
  *                                        (N, O, Ho, Wo), x (N, C, H, W); dw
- *                                        (O, C / groups, kh, kw); params:
- *                                        [0..6] as CONV2D, [7..8] kh, kw.
+ *                                        (O, C / groups, kh, kw); CONV2D's
+ *                                        STRIDE..GROUPS, then KERNEL_H, KERNEL_W.
  *   MAX_POOL2D_INDICES (x) -> i          int64 (N, C, Ho, Wo): the flat index
  *                                        (h * W + w) within x's (n, c) plane
  *                                        of each window's maximum, torch's
@@ -128,115 +131,111 @@
  *                                        MAX_POOL2D.
  *   MAX_POOL2D_GRAD (dy, i) -> dx        dy (N, C, Ho, Wo) float32, i int64 of
  *                                        dy's shape; dx (N, C, H, W) with
- *                                        dx[n][c].flat[i] += dy; params: [0..1]
- *                                        H, W. An index outside the plane is
- *                                        an error at run time, never a write.
+ *                                        dx[n][c].flat[i] += dy; H, W. An
+ *                                        index outside the plane is an error at
+ *                                        run time, never a write.
  *   AVG_POOL2D_GRAD (dy) -> dx           dy (N, C, Ho, Wo) -> dx (N, C, H, W),
  *                                        each dy cell spread over its window
- *                                        by AVG_POOL2D's divisor; params:
- *                                        [0..9] as AVG_POOL2D, [10..11] H, W,
- *                                        [12] divisor_override (0: none).
+ *                                        by AVG_POOL2D's divisor; AVG_POOL2D's
+ *                                        KERNEL..COUNT_INCLUDE_PAD, then H, W,
+ *                                        DIVISOR_OVERRIDE (0: none).
  *   ADAPTIVE_AVG_POOL2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo):
  *                                        cell (i, j) averages rows [floor(i H /
  *                                        Ho), ceil((i + 1) H / Ho)) and the
  *                                        columns likewise (torch's windows);
- *                                        params: [0..1] Ho, Wo.
+ *                                        H, W: Ho, Wo.
  *   ADAPTIVE_AVG_POOL2D_GRAD (dy) -> dx  its gradient: dy (N, C, Ho, Wo) ->
- *                                        dx (N, C, H, W); params: [0..1] H, W.
+ *                                        dx (N, C, H, W); H, W.
  *   UPSAMPLE_BILINEAR2D (x) -> y         x (N, C, H, W) float32 -> (N, C, Ho, Wo),
- *                                        torch's bilinear rule; params: [0..1]
- *                                        Ho, Wo, [2] align_corners; fparams:
- *                                        [0..1] torch's scale factors h, w (0:
- *                                        none, the sizes' ratio is used).
- *   PAD            (x) -> y              params: [0] mode (0 constant, 1
- *                                        reflect, 2 replicate), [1..8] elements
- *                                        added before, [9..16] after, per dim of
- *                                        x (negative crops; reflect: pad < size;
- *                                        replicate: size >= 1 where padded), [17]
- *                                        fill for integer and
- *                                        bool x; fparams: [0] fill for float x.
+ *                                        torch's bilinear rule; OUT_H, OUT_W,
+ *                                        ALIGN_CORNERS; SCALE_H, SCALE_W:
+ *                                        torch's scale factors (0: none, the
+ *                                        sizes' ratio is used).
+ *   PAD            (x) -> y              MODE (0 constant, 1 reflect, 2
+ *                                        replicate), BEFORE and AFTER: the
+ *                                        elements added per dim of x (negative
+ *                                        crops; reflect: pad < size; replicate:
+ *                                        size >= 1 where padded); INT_FILL
+ *                                        for integer and bool x, FILL (float)
+ *                                        for float x.
  *   STRIDED_SCATTER (base, src) -> y     y = base, then src written through the
- *                                        view of y params [0] rank, [1..8] src's
- *                                        dims, [9..16] y's element strides per src
- *                                        dim, [17] element offset (STRIDED_COPY's
- *                                        layout). Writes in row-major src order:
- *                                        an overlapping view keeps the last.
+ *                                        VIEW of y (STRIDED_COPY's layout; DIMS
+ *                                        are src's). Writes in row-major src
+ *                                        order: an overlapping view keeps the
+ *                                        last.
  *   SCATTER        (x, index, src) -> y  torch.scatter / scatter_reduce along
- *                                        params[0]: y = x, then for each position
+ *                                        AXIS: y = x, then for each position
  *                                        p of index, y[p with p[axis] =
  *                                        index[p]] (op)= src[p]. index int64 or
  *                                        int32, x, index, src of one rank; index's
  *                                        dims no larger than src's, nor than x's
- *                                        off the axis. params: [1] reduce (0
- *                                        assign, 1 sum, 2 prod, 3 mean, 4 amax,
- *                                        5 amin; on bool sum, amax are or, prod,
- *                                        amin are and; no bool mean), [2]
- *                                        include_self (reductions:
- *                                        0 = targets start from the reduction's
- *                                        identity), [3] 1: negative indices
- *                                        count from the end (index_put), 0: they
- *                                        are out of range (torch.scatter).
+ *                                        off the axis. REDUCE (0 assign, 1 sum,
+ *                                        2 prod, 3 mean, 4 amax, 5 amin; on
+ *                                        bool sum, amax are or, prod, amin are
+ *                                        and; no bool mean), INCLUDE_SELF
+ *                                        (reductions: 0 = targets start from
+ *                                        the reduction's identity),
+ *                                        WRAP_NEGATIVE 1: negative indices
+ *                                        count from the end (index_put), 0:
+ *                                        they are out of range (torch.scatter).
  *                                        Out-of-range indices are an error at
  *                                        run time, never a write.
- *   SCAN           (x) -> y              inclusive scan along params[0]; [1] 0 sum,
- *                                        1 product. float32 accumulates in double
- *                                        (as torch's CPU cumsum).
+ *   SCAN           (x) -> y              inclusive scan along AXIS; KIND 0 sum,
+ *                                        1 product. float32 accumulates in
+ *                                        double (as torch's CPU cumsum).
  *   ARGSORT        (x) -> y              int64 indices that stably sort x along
- *                                        params[0]; [1] descending; [2] k: y keeps
- *                                        the first k along the axis (topk). NaN
- *                                        sorts as the largest value.
+ *                                        AXIS; DESCENDING; K: y keeps the first
+ *                                        k along the axis (topk). NaN sorts as
+ *                                        the largest value.
  *   GRID_SAMPLER_2D (x, grid) -> y       torch's grid_sample: x (N, C, H, W),
  *                                        grid (N, Ho, Wo, 2) float32 (x then y
- *                                        in [-1, 1]); y (N, C, Ho, Wo); params:
- *                                        [0] mode (0 bilinear, 1 nearest), [1]
- *                                        padding (0 zeros, 1 border, 2
- *                                        reflection), [2] align_corners.
- *                                        Coordinates outside the image follow
- *                                        the padding mode (zeros: read as 0).
+ *                                        in [-1, 1]); y (N, C, Ho, Wo); MODE
+ *                                        (0 bilinear, 1 nearest), PADDING (0
+ *                                        zeros, 1 border, 2 reflection),
+ *                                        ALIGN_CORNERS. Coordinates outside the
+ *                                        image follow the padding mode (zeros:
+ *                                        read as 0).
  *   COL2IM         (x) -> y              torch's fold: x (N, C kh kw, L) float32
  *                                        -> y (N, C, H, W), each column added
- *                                        back at its window; params: [0..1] H,
- *                                        W, [2..3] kh, kw, [4..5] dilation,
- *                                        [6..7] padding, [8..9] stride h, w; L
- *                                        must be the number of windows.
+ *                                        back at its window; H, W, KERNEL,
+ *                                        DILATION, PAD, STRIDE; L must be the
+ *                                        number of windows.
  *   EMBEDDING_BAG  (weight, indices, offsets, per_sample_weights?) -> y
  *                                        weight (V, D) float32, indices and
  *                                        offsets 1-d int64/int32; y (B, D), B =
  *                                        len(offsets) - include_last_offset;
  *                                        bag b reduces rows indices[offsets[b]
  *                                        .. offsets[b + 1]); per_sample_weights
- *                                        float32 like indices (sum only);
- *                                        params: [0] mode (0 sum, 1 mean, 2
- *                                        max), [1] include_last_offset, [2]
- *                                        padding_idx (-1: none; those rows are
- *                                        skipped). An empty bag is 0. Indices
- *                                        out of range or bad offsets are an
- *                                        error at run time, never a read.
+ *                                        float32 like indices (sum only); MODE
+ *                                        (0 sum, 1 mean, 2 max),
+ *                                        INCLUDE_LAST_OFFSET, PADDING_IDX (-1:
+ *                                        none; those rows are skipped). An
+ *                                        empty bag is 0. Indices out of range
+ *                                        or bad offsets are an error at run
+ *                                        time, never a read.
  *   ELTWISE_FUSED  (x0..x7) -> y         a chain of float32 elementwise ops
  *                                        as one kernel (the compiler makes
- *                                        it): params [0] slot count (1..46),
- *                                        [1..23] the program, two 32-bit
- *                                        slots per param, low half first
- *                                        (base/kiln_fused_program.h
- *                                        gives the instruction set: loads of
- *                                        input i broadcast or rotate_half'd,
- *                                        float immediates, float unary and
- *                                        binary ops, comparisons giving 1.0 /
- *                                        0.0 and selects, over 16
- *                                        registers); the
- *                                        last instruction's register is y.
- *                                        Inputs float32; y float32 of the
- *                                        inputs' broadcast shape.
+ *                                        it): N_SLOTS (1..46), PROGRAM: two
+ *                                        32-bit slots per param, low half first
+ *                                        (base/kiln_fused_program.h gives the
+ *                                        instruction set: loads of input i
+ *                                        broadcast or rotate_half'd, float
+ *                                        immediates, float unary and binary
+ *                                        ops, comparisons giving 1.0 / 0.0 and
+ *                                        selects, over 16 registers); the last
+ *                                        instruction's register is y. Inputs
+ *                                        float32; y float32 of the inputs'
+ *                                        broadcast shape.
  *   CONV2D_NHWC    (x, w, bias?, residual?) -> y
  *                                        CONV2D with channels-last
  *                                        activations: x (N, H, W, C), y and
  *                                        residual (N, Ho, Wo, O); w as
  *                                        CONV2D's, dense or packed in panels
  *                                        of 16 (KILN_LAYOUT_CONV2D_PACKED_16);
- *                                        params [0..8] as CONV2D, [9] 1: x is
- *                                        (N, C, H, W) instead (gathered as it
- *                                        is read: a region's first conv needs
- *                                        no conversion of its input). The
+ *                                        CONV2D's params, X_NCHW 1: x is (N, C,
+ *                                        H, W) instead (gathered as it is
+ *                                        read: a region's first conv needs no
+ *                                        conversion of its input). The
  *                                        compiler's layout pass makes it (a
  *                                        new op, not a CONV2D param, so that
  *                                        no pass or older reader can take its
@@ -244,16 +243,16 @@
  *   MAX_POOL2D_NHWC (x) -> y             MAX_POOL2D with channels-last
  *                                        activations: x (N, H, W, C) float32
  *                                        -> (N, Ho, Wo, C); params as
- *                                        MAX_POOL2D's (param 10 must be 0).
+ *                                        MAX_POOL2D's (DIVISOR_OVERRIDE 0).
  *   GELU_BACKWARD  (dy, x) -> dx         dy * gelu'(x), float32, dy and x of
- *                                        one shape; params [0] 0: gelu's
+ *                                        one shape; APPROXIMATE 0: gelu's
  *                                        erf form, 1: its tanh approximation
  *                                        (aten.gelu_backward's `approximate`).
  *                                        One pass where the decomposition
  *                                        took erf, exp and nine more ops.
  *   LAYER_NORM_BACKWARD (dy, x, mean, rstd, gamma?) -> dx
  *                                        layer_norm's input gradient over
- *                                        the last params[0] dims (cols):
+ *                                        the last DIMS dims (cols):
  *                                        dx = rstd (g - mean(g) - xh
  *                                        mean(g xh)), g = dy gamma, xh =
  *                                        (x - mean) rstd. float32; dy and x
@@ -261,13 +260,11 @@
  *                                        value per row (numel = rows, dense),
  *                                        gamma cols values. The weight and
  *                                        bias gradients stay plain sums.
- *   IOTA           () -> y               y[i] = params[1] + i * params[2] for
- *                                        i < params[0], a 1-d tensor of
- *                                        dtype params[3] (int64, int32 or
- *                                        float32): torch.arange whose length
- *                                        or start is a symbolic size (a
- *                                        concrete one is folded to a
- *                                        constant).
+ *   IOTA           () -> y               y[i] = START + i * STEP for i <
+ *                                        LENGTH, a 1-d tensor of DTYPE (int64,
+ *                                        int32 or float32): torch.arange whose
+ *                                        length or start is a symbolic size (a
+ *                                        concrete one is folded to a constant).
  *   GROUPED_MM     (x, w, offs) -> y     a mixture of experts' expert layer
  *                                        (transformers' grouped_mm_fallback):
  *                                        x (S, K), w (E, K, N) float32, offs
@@ -279,129 +276,307 @@
  *                                        negative ends count from S, ends clamp
  *                                        to [0, S], an empty slice writes
  *                                        nothing) · w[e] overwrite those rows
- *                                        of y and start = offs[e]. params: [0]
- *                                        1: w is stored (E, N, K), read
- *                                        transposed (a permuted parameter).
+ *                                        of y and start = offs[e].
+ *                                        W_TRANSPOSED 1: w is stored (E, N, K),
+ *                                        read transposed (a permuted parameter).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
 
-/* X(ENUM_SUFFIX, "name", min_inputs, max_inputs) */
-#define KILN_OP_LIST(X)              \
-  X(RESHAPE, "reshape", 1, 1)        \
-  X(STRIDED_COPY, "strided_copy", 1, 1) \
-  X(CAT, "cat", 1, 8)                \
-  X(GATHER, "gather", 2, 2)          \
-  X(WHERE, "where", 3, 3)            \
-  X(CAST, "cast", 1, 1)              \
-  X(ADD, "add", 2, 2)                \
-  X(SUB, "sub", 2, 2)                \
-  X(MUL, "mul", 2, 2)                \
-  X(DIV, "div", 2, 2)                \
-  X(POW, "pow", 2, 2)                \
-  X(MAXIMUM, "maximum", 2, 2)        \
-  X(MINIMUM, "minimum", 2, 2)        \
-  X(EQ, "eq", 2, 2)                  \
-  X(NE, "ne", 2, 2)                  \
-  X(LT, "lt", 2, 2)                  \
-  X(LE, "le", 2, 2)                  \
-  X(GT, "gt", 2, 2)                  \
-  X(GE, "ge", 2, 2)                  \
-  X(LOGICAL_AND, "logical_and", 2, 2) \
-  X(LOGICAL_OR, "logical_or", 2, 2)  \
-  X(NEG, "neg", 1, 1)                \
-  X(ABS, "abs", 1, 1)                \
-  X(EXP, "exp", 1, 1)                \
-  X(LOG, "log", 1, 1)                \
-  X(SQRT, "sqrt", 1, 1)              \
-  X(RSQRT, "rsqrt", 1, 1)            \
-  X(RECIPROCAL, "reciprocal", 1, 1)  \
-  X(TANH, "tanh", 1, 1)              \
-  X(SIGMOID, "sigmoid", 1, 1)        \
-  X(RELU, "relu", 1, 1)              \
-  X(GELU, "gelu", 1, 1)              \
-  X(GELU_TANH, "gelu_tanh", 1, 1)    \
-  X(SILU, "silu", 1, 1)              \
-  X(ERF, "erf", 1, 1)                \
-  X(SIN, "sin", 1, 1)                \
-  X(COS, "cos", 1, 1)                \
-  X(LOGICAL_NOT, "logical_not", 1, 1) \
-  X(SUM, "sum", 1, 1)                \
-  X(MEAN, "mean", 1, 1)              \
-  X(MAX, "max", 1, 1)                \
-  X(MIN, "min", 1, 1)                \
-  X(ANY, "any", 1, 1)                \
-  X(ARGMAX, "argmax", 1, 1)          \
-  X(SOFTMAX, "softmax", 1, 1)        \
-  X(LOG_SOFTMAX, "log_softmax", 1, 1) \
-  X(LAYER_NORM, "layer_norm", 1, 3)  \
-  X(RMS_NORM, "rms_norm", 1, 2)      \
-  X(MATMUL, "matmul", 2, 2)          \
-  X(LINEAR, "linear", 2, 4)          \
-  X(SDPA, "sdpa", 3, 4)              \
-  X(FMA_SCALAR, "fma_scalar", 1, 1)  \
-  X(GATHER_ELEMENTS, "gather_elements", 2, 2) \
-  X(CONV2D, "conv2d", 2, 4)          \
-  X(MAX_POOL2D, "max_pool2d", 1, 1)  \
-  X(AVG_POOL2D, "avg_pool2d", 1, 1)  \
-  X(ACOS, "acos", 1, 1)              \
-  X(ACOSH, "acosh", 1, 1)            \
-  X(ASIN, "asin", 1, 1)              \
-  X(ASINH, "asinh", 1, 1)            \
-  X(ATAN, "atan", 1, 1)              \
-  X(ATANH, "atanh", 1, 1)            \
-  X(COSH, "cosh", 1, 1)              \
-  X(SINH, "sinh", 1, 1)              \
-  X(TAN, "tan", 1, 1)                \
-  X(EXPM1, "expm1", 1, 1)            \
-  X(LOG10, "log10", 1, 1)            \
-  X(LOG1P, "log1p", 1, 1)            \
-  X(LOG2, "log2", 1, 1)              \
-  X(CEIL, "ceil", 1, 1)              \
-  X(FLOOR, "floor", 1, 1)            \
-  X(ROUND, "round", 1, 1)            \
-  X(TRUNC, "trunc", 1, 1)            \
-  X(SIGN, "sign", 1, 1)              \
-  X(ATAN2, "atan2", 2, 2)            \
-  X(BITWISE_AND, "bitwise_and", 2, 2) \
-  X(BITWISE_OR, "bitwise_or", 2, 2)  \
-  X(BITWISE_XOR, "bitwise_xor", 2, 2) \
-  X(FMOD, "fmod", 2, 2)              \
-  X(REMAINDER, "remainder", 2, 2)    \
-  X(DIV_TRUNC, "div_trunc", 2, 2)    \
-  X(DIV_FLOOR, "div_floor", 2, 2)    \
-  X(CONV2D_GRAD_INPUT, "conv2d_grad_input", 2, 2) \
-  X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2, 2) \
-  X(MAX_POOL2D_INDICES, "max_pool2d_indices", 1, 1) \
-  X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2, 2) \
-  X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1) \
-  X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1) \
-  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1) \
-  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1) \
-  X(PAD, "pad", 1, 1)                \
-  X(STRIDED_SCATTER, "strided_scatter", 2, 2) \
-  X(SCATTER, "scatter", 3, 3)        \
-  X(SCAN, "scan", 1, 1)              \
-  X(ARGSORT, "argsort", 1, 1)        \
-  X(GRID_SAMPLER_2D, "grid_sampler_2d", 2, 2) \
-  X(COL2IM, "col2im", 1, 1)          \
-  X(EMBEDDING_BAG, "embedding_bag", 3, 4) \
-  X(ELTWISE_FUSED, "eltwise_fused", 1, 8) \
-  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4) \
-  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1) \
-  X(GELU_BACKWARD, "gelu_backward", 2, 2) \
-  X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5) \
-  X(IOTA, "iota", 0, 0)              \
-  X(GROUPED_MM, "grouped_mm", 3, 3)
+/* ---- Parameter layouts ----
+ * Each op's int64 params and float fparams follow one layout, named in its
+ * record: a list of P(NAME, count) fields, packed in order from index 0.
+ * KILN_P(L, NAME) is field NAME's index in layout L (ir/kiln_op_params.h),
+ * so C reads n->params[KILN_P(CONV2D, GROUPS)]; the Python op table reads
+ * the same names from kiln._C.PARAMS. The indices are part of the .kiln
+ * format: append fields, never reorder. Fields past an op's layout must be
+ * zero (shape inference checks). */
+
+#define KILN_PARAMS_NONE(P)
+
+/* RESHAPE: the result's rank and dims. */
+#define KILN_PARAMS_RESHAPE(P) P(RANK, 1) P(DIMS, 8)
+
+/* STRIDED_COPY, STRIDED_SCATTER: a strided view of a dense tensor: the
+ * view's rank and dims, the element stride of each view dim in the
+ * tensor, and the element offset of the view's first element. */
+#define KILN_PARAMS_VIEW(P) P(RANK, 1) P(DIMS, 8) P(STRIDES, 8) P(OFFSET, 1)
+
+/* CAT, GATHER, GATHER_ELEMENTS: the axis. */
+#define KILN_PARAMS_AXIS(P) P(AXIS, 1)
+
+/* CAST: the target kiln_dtype_t. */
+#define KILN_PARAMS_CAST(P) P(DTYPE, 1)
+
+/* SUM..ANY: a bitmask of the reduced axes; keep them as size 1. */
+#define KILN_PARAMS_REDUCE(P) P(AXES, 1) P(KEEPDIM, 1)
+
+/* ARGMAX: one axis. */
+#define KILN_PARAMS_ARGMAX(P) P(AXIS, 1) P(KEEPDIM, 1)
+
+/* SOFTMAX, LOG_SOFTMAX: the axis; SAFE (SOFTMAX only): a row of all -inf
+ * gives zeros, not NaN (aten._safe_softmax). */
+#define KILN_PARAMS_SOFTMAX(P) P(AXIS, 1) P(SAFE, 1)
+
+/* LAYER_NORM, RMS_NORM, LAYER_NORM_BACKWARD: how many trailing dims are
+ * normalised. */
+#define KILN_PARAMS_NORM(P) P(DIMS, 1)
+
+/* MATMUL: KILN_MATMUL_TRANSPOSE_A / _B flags. */
+#define KILN_PARAMS_MATMUL(P) P(FLAGS, 1)
+
+/* LINEAR: the kiln_activation_t of the epilogue; W_TRANSPOSED 1: w is a
+ * dense value stored (N, K), read transposed. */
+#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1)
+
+/* SDPA: causal (top-left aligned); KILN_SDPA_VIEWS / _OUT_BSHD flags; with
+ * KILN_SDPA_VIEWS, the sizes and each of q, k, v's element offset and
+ * strides (b, h, s, d) in its input. */
+#define KILN_PARAMS_SDPA(P)                                                            \
+  P(CAUSAL, 1) P(FLAGS, 1) P(BATCH, 1) P(HEADS, 1) P(KV_HEADS, 1) P(Q_LEN, 1)          \
+  P(KV_LEN, 1) P(HEAD_DIM, 1) P(V_HEAD_DIM, 1) P(Q_OFFSET, 1) P(Q_STRIDES, 4)          \
+  P(K_OFFSET, 1) P(K_STRIDES, 4) P(V_OFFSET, 1) P(V_STRIDES, 4)
+
+/* CONV2D: stride, padding, dilation, groups, the activation, and 1 when the
+ * residual is added before the activation (ResNet's blocks). */
+#define KILN_PARAMS_CONV2D_COMMON(P)                                                   \
+  P(STRIDE_H, 1) P(STRIDE_W, 1) P(PAD_H, 1) P(PAD_W, 1) P(DILATION_H, 1)               \
+  P(DILATION_W, 1) P(GROUPS, 1)
+#define KILN_PARAMS_CONV2D(P) KILN_PARAMS_CONV2D_COMMON(P) P(ACT, 1) P(RESIDUAL_BEFORE_ACT, 1)
+/* CONV2D_NHWC: as CONV2D; X_NCHW 1: x is (N, C, H, W), gathered as read. */
+#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P) P(X_NCHW, 1)
+/* CONV2D_GRAD_INPUT: as CONV2D's first seven, then the input's H and W. */
+#define KILN_PARAMS_CONV2D_GRAD_INPUT(P) KILN_PARAMS_CONV2D_COMMON(P) P(H, 1) P(W, 1)
+/* CONV2D_GRAD_WEIGHT: as CONV2D's first seven, then the kernel's size. */
+#define KILN_PARAMS_CONV2D_GRAD_WEIGHT(P) KILN_PARAMS_CONV2D_COMMON(P) P(KERNEL_H, 1) P(KERNEL_W, 1)
+
+/* MAX_POOL2D, AVG_POOL2D, MAX_POOL2D_INDICES, MAX_POOL2D_NHWC: kernel,
+ * stride, padding (at most half the kernel), dilation (1 for avg),
+ * ceil_mode, count_include_pad (avg), divisor_override (avg; 0: none). */
+#define KILN_PARAMS_POOL2D_COMMON(P)                                                   \
+  P(KERNEL_H, 1) P(KERNEL_W, 1) P(STRIDE_H, 1) P(STRIDE_W, 1) P(PAD_H, 1) P(PAD_W, 1)  \
+  P(DILATION_H, 1) P(DILATION_W, 1) P(CEIL_MODE, 1) P(COUNT_INCLUDE_PAD, 1)
+#define KILN_PARAMS_POOL2D(P) KILN_PARAMS_POOL2D_COMMON(P) P(DIVISOR_OVERRIDE, 1)
+/* AVG_POOL2D_GRAD: AVG_POOL2D's first ten, the input's H and W, then
+ * divisor_override. */
+#define KILN_PARAMS_AVG_POOL2D_GRAD(P) KILN_PARAMS_POOL2D_COMMON(P) P(H, 1) P(W, 1) P(DIVISOR_OVERRIDE, 1)
+
+/* MAX_POOL2D_GRAD, ADAPTIVE_AVG_POOL2D_GRAD: the input's H and W;
+ * ADAPTIVE_AVG_POOL2D: the output's. */
+#define KILN_PARAMS_SIZE2D(P) P(H, 1) P(W, 1)
+
+/* UPSAMPLE_BILINEAR2D: the output's size and align_corners. */
+#define KILN_PARAMS_UPSAMPLE(P) P(OUT_H, 1) P(OUT_W, 1) P(ALIGN_CORNERS, 1)
+
+/* PAD: mode (0 constant, 1 reflect, 2 replicate), the elements added
+ * before and after each dim of x, the fill of integer and bool x (the
+ * float FILL for float x). */
+#define KILN_PARAMS_PAD(P) P(MODE, 1) P(BEFORE, 8) P(AFTER, 8) P(INT_FILL, 1)
+
+/* SCATTER: axis; reduce (0 assign, 1 sum, 2 prod, 3 mean, 4 amax, 5 amin);
+ * include_self; 1: negative indices count from the end (index_put). */
+#define KILN_PARAMS_SCATTER(P) P(AXIS, 1) P(REDUCE, 1) P(INCLUDE_SELF, 1) P(WRAP_NEGATIVE, 1)
+
+/* SCAN: axis; 0 sum, 1 product. */
+#define KILN_PARAMS_SCAN(P) P(AXIS, 1) P(KIND, 1)
+
+/* ARGSORT: axis, descending, how many to keep (topk). */
+#define KILN_PARAMS_ARGSORT(P) P(AXIS, 1) P(DESCENDING, 1) P(K, 1)
+
+/* GRID_SAMPLER_2D: mode (0 bilinear, 1 nearest), padding (0 zeros, 1
+ * border, 2 reflection), align_corners. */
+#define KILN_PARAMS_GRID_SAMPLER(P) P(MODE, 1) P(PADDING, 1) P(ALIGN_CORNERS, 1)
+
+/* COL2IM: the output's H and W, kernel, dilation, padding, stride. */
+#define KILN_PARAMS_COL2IM(P)                                                          \
+  P(H, 1) P(W, 1) P(KERNEL_H, 1) P(KERNEL_W, 1) P(DILATION_H, 1) P(DILATION_W, 1)      \
+  P(PAD_H, 1) P(PAD_W, 1) P(STRIDE_H, 1) P(STRIDE_W, 1)
+
+/* EMBEDDING_BAG: mode (0 sum, 1 mean, 2 max), include_last_offset,
+ * padding_idx (-1: none). */
+#define KILN_PARAMS_EMBEDDING_BAG(P) P(MODE, 1) P(INCLUDE_LAST_OFFSET, 1) P(PADDING_IDX, 1)
+
+/* ELTWISE_FUSED: the program's slot count, then two 32-bit slots per param
+ * (base/kiln_fused_program.h). */
+#define KILN_PARAMS_FUSED(P) P(N_SLOTS, 1) P(PROGRAM, 23)
+
+/* GELU_BACKWARD: 0 gelu's erf form, 1 its tanh approximation. */
+#define KILN_PARAMS_GELU_BACKWARD(P) P(APPROXIMATE, 1)
+
+/* IOTA: y[i] = start + i * step for i < length, of dtype. */
+#define KILN_PARAMS_IOTA(P) P(LENGTH, 1) P(START, 1) P(STEP, 1) P(DTYPE, 1)
+
+/* GROUPED_MM: W_TRANSPOSED 1: w is stored (E, N, K), read transposed. */
+#define KILN_PARAMS_GROUPED_MM(P) P(W_TRANSPOSED, 1)
+
+/* ---- float layouts (fparams) ---- */
+
+#define KILN_FPARAMS_NONE(P)
+#define KILN_FPARAMS_NORM(P) P(EPS, 1)
+#define KILN_FPARAMS_SDPA(P) P(SCALE, 1)
+#define KILN_FPARAMS_FMA(P) P(SCALE, 1) P(SHIFT, 1)
+/* torch's scale factors (0: none, the sizes' ratio is used). */
+#define KILN_FPARAMS_UPSAMPLE(P) P(SCALE_H, 1) P(SCALE_W, 1)
+#define KILN_FPARAMS_PAD(P) P(FILL, 1)
+
+/* Every int64 layout, then every float one: X(LAYOUT). */
+#define KILN_PARAM_LAYOUTS(X)                                                          \
+  X(NONE) X(RESHAPE) X(VIEW) X(AXIS) X(CAST) X(REDUCE) X(ARGMAX) X(SOFTMAX) X(NORM)    \
+  X(MATMUL) X(LINEAR) X(SDPA) X(CONV2D) X(CONV2D_NHWC) X(CONV2D_GRAD_INPUT)            \
+  X(CONV2D_GRAD_WEIGHT) X(POOL2D) X(AVG_POOL2D_GRAD) X(SIZE2D) X(UPSAMPLE) X(PAD)      \
+  X(SCATTER) X(SCAN) X(ARGSORT) X(GRID_SAMPLER) X(COL2IM) X(EMBEDDING_BAG) X(FUSED)    \
+  X(GELU_BACKWARD) X(IOTA) X(GROUPED_MM)
+#define KILN_FPARAM_LAYOUTS(X) X(NONE) X(NORM) X(SDPA) X(FMA) X(UPSAMPLE) X(PAD)
+
+#include "ir/kiln_op_params.h"
+
+/* ---- The op records ---- */
+
+
+#define KILN_OP_LIST(X) \
+  X(RESHAPE, "reshape", 1, 1, MOVEMENT, RESHAPE, NONE, reshape, reshape) \
+  X(STRIDED_COPY, "strided_copy", 1, 1, MOVEMENT, VIEW, NONE, strided_copy, strided_copy) \
+  X(CAT, "cat", 1, 8, MOVEMENT, AXIS, NONE, cat, cat) \
+  X(GATHER, "gather", 2, 2, MOVEMENT, AXIS, NONE, gather, gather) \
+  X(WHERE, "where", 3, 3, ELTWISE, NONE, NONE, where, where) \
+  X(CAST, "cast", 1, 1, ELTWISE, CAST, NONE, cast, cast) \
+  X(ADD, "add", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(SUB, "sub", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(MUL, "mul", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(DIV, "div", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(POW, "pow", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(MAXIMUM, "maximum", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(MINIMUM, "minimum", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(EQ, "eq", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(NE, "ne", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(LT, "lt", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(LE, "le", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(GT, "gt", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(GE, "ge", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(LOGICAL_AND, "logical_and", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(LOGICAL_OR, "logical_or", 2, 2, ELTWISE, NONE, NONE, binary, binary) \
+  X(NEG, "neg", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(ABS, "abs", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(EXP, "exp", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(LOG, "log", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(SQRT, "sqrt", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(RSQRT, "rsqrt", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(RECIPROCAL, "reciprocal", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(TANH, "tanh", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(SIGMOID, "sigmoid", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(RELU, "relu", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(GELU, "gelu", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(GELU_TANH, "gelu_tanh", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(SILU, "silu", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(ERF, "erf", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(SIN, "sin", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(COS, "cos", 1, 1, ELTWISE, NONE, NONE, unary, unary) \
+  X(LOGICAL_NOT, "logical_not", 1, 1, ELTWISE, NONE, NONE, logical_not, logical_not) \
+  X(SUM, "sum", 1, 1, REDUCE, REDUCE, NONE, reduce, reduce) \
+  X(MEAN, "mean", 1, 1, REDUCE, REDUCE, NONE, reduce, reduce) \
+  X(MAX, "max", 1, 1, REDUCE, REDUCE, NONE, reduce, reduce) \
+  X(MIN, "min", 1, 1, REDUCE, REDUCE, NONE, reduce, reduce) \
+  X(ANY, "any", 1, 1, REDUCE, REDUCE, NONE, reduce, reduce) \
+  X(ARGMAX, "argmax", 1, 1, REDUCE, ARGMAX, NONE, argmax, argmax) \
+  X(SOFTMAX, "softmax", 1, 1, NORM, SOFTMAX, NONE, softmax, softmax) \
+  X(LOG_SOFTMAX, "log_softmax", 1, 1, NORM, SOFTMAX, NONE, softmax, softmax) \
+  X(LAYER_NORM, "layer_norm", 1, 3, NORM, NORM, NORM, norm, norm) \
+  X(RMS_NORM, "rms_norm", 1, 2, NORM, NORM, NORM, norm, norm) \
+  X(MATMUL, "matmul", 2, 2, GEMM, MATMUL, NONE, matmul, matmul) \
+  X(LINEAR, "linear", 2, 4, GEMM, LINEAR, NONE, linear, linear) \
+  X(SDPA, "sdpa", 3, 4, ATTENTION, SDPA, SDPA, sdpa, sdpa) \
+  X(FMA_SCALAR, "fma_scalar", 1, 1, ELTWISE, NONE, FMA, fma_scalar, fma_scalar) \
+  X(GATHER_ELEMENTS, "gather_elements", 2, 2, MOVEMENT, AXIS, NONE, gather_elements, gather_elements) \
+  X(CONV2D, "conv2d", 2, 4, CONV, CONV2D, NONE, conv2d, conv2d) \
+  X(MAX_POOL2D, "max_pool2d", 1, 1, POOL, POOL2D, NONE, pool2d, pool2d) \
+  X(AVG_POOL2D, "avg_pool2d", 1, 1, POOL, POOL2D, NONE, pool2d, pool2d) \
+  X(ACOS, "acos", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ACOSH, "acosh", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ASIN, "asin", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ASINH, "asinh", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ATAN, "atan", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ATANH, "atanh", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(COSH, "cosh", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(SINH, "sinh", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(TAN, "tan", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(EXPM1, "expm1", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(LOG10, "log10", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(LOG1P, "log1p", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(LOG2, "log2", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(CEIL, "ceil", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(FLOOR, "floor", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ROUND, "round", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(TRUNC, "trunc", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(SIGN, "sign", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
+  X(ATAN2, "atan2", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(BITWISE_AND, "bitwise_and", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(BITWISE_OR, "bitwise_or", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(BITWISE_XOR, "bitwise_xor", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(FMOD, "fmod", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(REMAINDER, "remainder", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(DIV_TRUNC, "div_trunc", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(DIV_FLOOR, "div_floor", 2, 2, ELTWISE, NONE, NONE, math_binary, math) \
+  X(CONV2D_GRAD_INPUT, "conv2d_grad_input", 2, 2, CONV, CONV2D_GRAD_INPUT, NONE, conv2d_grad, conv2d_grad) \
+  X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2, 2, CONV, CONV2D_GRAD_WEIGHT, NONE, conv2d_grad, conv2d_grad) \
+  X(MAX_POOL2D_INDICES, "max_pool2d_indices", 1, 1, POOL, POOL2D, NONE, max_pool2d_indices, max_pool2d_indices) \
+  X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2, 2, POOL, SIZE2D, NONE, max_pool2d_grad, max_pool2d_grad) \
+  X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1, 1, POOL, AVG_POOL2D_GRAD, NONE, avg_pool2d_grad, avg_pool2d_grad) \
+  X(ADAPTIVE_AVG_POOL2D, "adaptive_avg_pool2d", 1, 1, POOL, SIZE2D, NONE, adaptive_pool2d, adaptive_avg_pool2d) \
+  X(ADAPTIVE_AVG_POOL2D_GRAD, "adaptive_avg_pool2d_grad", 1, 1, POOL, SIZE2D, NONE, adaptive_pool2d, adaptive_avg_pool2d_grad) \
+  X(UPSAMPLE_BILINEAR2D, "upsample_bilinear2d", 1, 1, SAMPLE, UPSAMPLE, UPSAMPLE, upsample_bilinear2d, upsample_bilinear2d) \
+  X(PAD, "pad", 1, 1, MOVEMENT, PAD, PAD, pad, pad) \
+  X(STRIDED_SCATTER, "strided_scatter", 2, 2, MOVEMENT, VIEW, NONE, strided_scatter, strided_scatter) \
+  X(SCATTER, "scatter", 3, 3, MOVEMENT, SCATTER, NONE, scatter, scatter) \
+  X(SCAN, "scan", 1, 1, REDUCE, SCAN, NONE, scan, scan) \
+  X(ARGSORT, "argsort", 1, 1, MOVEMENT, ARGSORT, NONE, argsort, argsort) \
+  X(GRID_SAMPLER_2D, "grid_sampler_2d", 2, 2, SAMPLE, GRID_SAMPLER, NONE, grid_sampler, grid_sampler) \
+  X(COL2IM, "col2im", 1, 1, CONV, COL2IM, NONE, col2im, col2im) \
+  X(EMBEDDING_BAG, "embedding_bag", 3, 4, SAMPLE, EMBEDDING_BAG, NONE, embedding_bag, embedding_bag) \
+  X(ELTWISE_FUSED, "eltwise_fused", 1, 8, ELTWISE, FUSED, NONE, eltwise_fused, eltwise_fused) \
+  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4, CONV, CONV2D_NHWC, NONE, conv2d_nhwc, conv2d_nhwc) \
+  X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1, POOL, POOL2D, NONE, max_pool2d_nhwc, max_pool2d_nhwc) \
+  X(GELU_BACKWARD, "gelu_backward", 2, 2, ELTWISE, GELU_BACKWARD, NONE, gelu_backward, gelu_backward) \
+  X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5, NORM, NORM, NONE, layer_norm_backward, layer_norm_backward) \
+  X(IOTA, "iota", 0, 0, MOVEMENT, IOTA, NONE, iota, iota) \
+  X(GROUPED_MM, "grouped_mm", 3, 3, GEMM, GROUPED_MM, NONE, grouped_mm, grouped_mm)
 
 typedef enum kiln_op_e {
-#define KILN_OP_ENUM(e, name, lo, hi) KILN_OP_##e,
+#define KILN_OP_ENUM(e, ...) KILN_OP_##e,
   KILN_OP_LIST(KILN_OP_ENUM)
 #undef KILN_OP_ENUM
   KILN_OP_COUNT
 } kiln_op_t;
 
-/* Op categories: contiguous enum ranges the kernels and passes test for. */
+/* Op families: what kind of work an op is (profiles and docs group by it). */
+#define KILN_OP_FAMILIES(F) \
+  F(MOVEMENT) F(ELTWISE) F(REDUCE) F(NORM) F(GEMM) F(ATTENTION) F(CONV) F(POOL) F(SAMPLE)
+typedef enum kiln_op_family_e {
+#define KILN_OP_FAMILY_ENUM(f) KILN_FAMILY_##f,
+  KILN_OP_FAMILIES(KILN_OP_FAMILY_ENUM)
+#undef KILN_OP_FAMILY_ENUM
+  KILN_FAMILY_COUNT
+} kiln_op_family_t;
+
+/* Kernel entries: what a target implements (hal/kiln_hal.h); each op names
+ * one. */
+#define KILN_OP_ENTRIES(E)                                                              \
+  E(reshape) E(strided_copy) E(cat) E(gather) E(where) E(cast) E(binary) E(unary)      \
+  E(logical_not) E(reduce) E(argmax) E(softmax) E(norm) E(matmul) E(linear) E(sdpa)    \
+  E(fma_scalar) E(gather_elements) E(conv2d) E(pool2d) E(math) E(conv2d_grad)          \
+  E(max_pool2d_indices) E(max_pool2d_grad) E(avg_pool2d_grad) E(adaptive_avg_pool2d)   \
+  E(adaptive_avg_pool2d_grad) E(upsample_bilinear2d) E(pad) E(strided_scatter)         \
+  E(scatter) E(scan) E(argsort) E(grid_sampler) E(col2im) E(embedding_bag)             \
+  E(eltwise_fused) E(conv2d_nhwc) E(max_pool2d_nhwc) E(gelu_backward)                 \
+  E(layer_norm_backward) E(iota) E(grouped_mm)
+typedef enum kiln_op_entry_e {
+#define KILN_OP_ENTRY_ENUM(e) KILN_ENTRY_##e,
+  KILN_OP_ENTRIES(KILN_OP_ENTRY_ENUM)
+#undef KILN_OP_ENTRY_ENUM
+  KILN_ENTRY_COUNT
+} kiln_op_entry_t;
+
+/* Op categories: contiguous enum ranges the kernels and passes test for
+ * (kiln_ops.c checks each against its records). */
 #define KILN_OP_IS_BINARY(op) ((op) >= KILN_OP_ADD && (op) <= KILN_OP_LOGICAL_OR)
 #define KILN_OP_IS_COMPARE(op) ((op) >= KILN_OP_EQ && (op) <= KILN_OP_LOGICAL_OR)
 #define KILN_OP_IS_UNARY_MATH(op) ((op) >= KILN_OP_NEG && (op) <= KILN_OP_COS)
@@ -411,11 +586,11 @@ typedef enum kiln_op_e {
 #define KILN_OP_IS_BINARY_EXT(op) ((op) >= KILN_OP_ATAN2 && (op) <= KILN_OP_DIV_FLOOR)
 #define KILN_OP_IS_REDUCE(op) ((op) >= KILN_OP_SUM && (op) <= KILN_OP_ANY)
 
-/* MATMUL flags (params[0]). */
+/* MATMUL flags (KILN_P(MATMUL, FLAGS)). */
 #define KILN_MATMUL_TRANSPOSE_A 1
 #define KILN_MATMUL_TRANSPOSE_B 2
 
-/* SDPA flags (params[1]). */
+/* SDPA flags (KILN_P(SDPA, FLAGS)). */
 #define KILN_SDPA_VIEWS 1
 #define KILN_SDPA_OUT_BSHD 2
 
@@ -423,5 +598,21 @@ typedef enum kiln_op_e {
 const char* kiln_op_name(kiln_op_t op);
 int kiln_op_min_inputs(kiln_op_t op);
 int kiln_op_max_inputs(kiln_op_t op);
+kiln_op_family_t kiln_op_family(kiln_op_t op);
+const char* kiln_op_family_name(kiln_op_family_t family);
+kiln_op_entry_t kiln_op_entry(kiln_op_t op);
+const char* kiln_op_entry_name(kiln_op_entry_t entry);
+/* The lengths of the op's params and fparams layouts. */
+int kiln_op_n_params(kiln_op_t op);
+int kiln_op_n_fparams(kiln_op_t op);
+
+/* One field of an op's parameter layouts, for the Python op table
+ * (kiln._C.PARAMS) and error messages: the i-th of op's int64 fields
+ * (float: 0) or float fields (float: 1); 0 past the last. */
+typedef struct kiln_op_param_s {
+  const char* name; /* "stride_h" */
+  int index, count;
+} kiln_op_param_t;
+int kiln_op_param(kiln_op_t op, int is_float, int i, kiln_op_param_t* out);
 
 #endif /* KILN_OPS_H */

@@ -1,4 +1,5 @@
-/* Shape and dtype inference for every op, and the op name table.
+/* Shape and dtype inference: the rules of the core ops, and the dispatch
+ * from each op to its rule (generated from the op records, kiln_ops.h).
  *
  * Each rule checks what the op's kernel will rely on (ranks, matching dims,
  * dtypes, parameter ranges) so that a plan built from a verified graph
@@ -9,32 +10,8 @@
 
 #include "ir/kiln_graph.h"
 #include "ir/kiln_shape_common.h"
-#include "ir/kiln_shape_infer_nn.h"
-#include "ir/kiln_shape_infer_movement.h"
-#include "ir/kiln_shape_infer_sample.h"
-#include "ir/kiln_shape_infer_fused.h"
+#include "ir/kiln_shape_rules.h"
 #include "base/kiln_activation.h"
-
-static const struct {
-  const char* name;
-  int min_inputs, max_inputs;
-} kiln_op_table_[] = {
-#define KILN_OP_ROW(e, name, lo, hi) {name, lo, hi},
-    KILN_OP_LIST(KILN_OP_ROW)
-#undef KILN_OP_ROW
-};
-_Static_assert(sizeof(kiln_op_table_) / sizeof(kiln_op_table_[0]) == KILN_OP_COUNT,
-               "one row per op");
-
-const char* kiln_op_name(kiln_op_t op) {
-  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].name : "?";
-}
-int kiln_op_min_inputs(kiln_op_t op) {
-  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].min_inputs : 0;
-}
-int kiln_op_max_inputs(kiln_op_t op) {
-  return (unsigned)op < KILN_OP_COUNT ? kiln_op_table_[op].max_inputs : 0;
-}
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -100,11 +77,11 @@ kiln_status_t kiln_shape_view_extent(const int64_t* p, int32_t r, int64_t* out_l
                                      int64_t* out_hi) {
   /* With |stride|, |offset| <= 2^44 and dims <= 2^40 over 8 dims the sums
    * could overflow int64, so each step is bounded before it is added. */
-  const int64_t lim = (int64_t)1 << 60;
-  if (p[17] < 0 || p[17] > ((int64_t)1 << 44)) FAIL("offset out of range");
-  int64_t lo = p[17], hi = p[17];
+  const int64_t lim = (int64_t)1 << 60, offset = p[KILN_P(VIEW, OFFSET)];
+  if (offset < 0 || offset > ((int64_t)1 << 44)) FAIL("offset out of range");
+  int64_t lo = offset, hi = offset;
   for (int32_t d = 0; d < r; ++d) {
-    int64_t dim = p[1 + d], stride = p[9 + d];
+    int64_t dim = p[KILN_P(VIEW, DIMS) + d], stride = p[KILN_P(VIEW, STRIDES) + d];
     if (dim == 0) continue;
     if (stride < -((int64_t)1 << 44) || stride > ((int64_t)1 << 44)) FAIL("stride out of range");
     if (stride && (dim - 1) > lim / (stride < 0 ? -stride : stride)) FAIL("view out of range");
@@ -117,26 +94,27 @@ kiln_status_t kiln_shape_view_extent(const int64_t* p, int32_t r, int64_t* out_l
   return kiln_ok();
 }
 
-static kiln_status_t infer_strided_copy(const kiln_node_t* n, const kiln_value_t* x,
-                                        kiln_value_t* out) {
+kiln_status_t kiln_shape_strided_copy(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
   const int64_t* p = n->params;
-  KILN_RETURN_IF_ERROR(check_rank_param(p[0]));
-  int32_t r = (int32_t)p[0];
+  const int64_t* dims = p + KILN_P(VIEW, DIMS);
+  KILN_RETURN_IF_ERROR(check_rank_param(p[KILN_P(VIEW, RANK)]));
+  int32_t r = (int32_t)p[KILN_P(VIEW, RANK)];
   int64_t x_numel = kiln_value_numel(x), numel = 0;
-  KILN_RETURN_IF_ERROR(check_dims(p + 1, r, &numel));
+  KILN_RETURN_IF_ERROR(check_dims(dims, r, &numel));
   /* Every element read must lie in x. */
   int64_t lo, hi;
   KILN_RETURN_IF_ERROR(kiln_shape_view_extent(p, r, &lo, &hi));
   if (numel && (lo < 0 || hi >= x_numel))
     FAIL("view reads elements %lld..%lld of a tensor of %lld", (long long)lo, (long long)hi,
          (long long)x_numel);
-  set_shape(out, x->dtype, r, p + 1);
+  set_shape(out, x->dtype, r, dims);
   return kiln_ok();
 }
 
-static kiln_status_t infer_cat(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_cat(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t* x0 = in_value(g, n, 0);
-  int64_t axis = n->params[0];
+  int64_t axis = n->params[KILN_P(AXIS, AXIS)];
   KILN_RETURN_IF_ERROR(check_axis(axis, x0->rank));
   if (x0->rank == 0) FAIL("cat of 0-d tensors");
   int64_t total = 0;
@@ -155,8 +133,9 @@ static kiln_status_t infer_cat(const kiln_graph_t* g, const kiln_node_t* n, kiln
   return kiln_ok();
 }
 
-static kiln_status_t infer_gather(const kiln_value_t* t, const kiln_value_t* idx, int64_t axis,
-                                  kiln_value_t* out) {
+kiln_status_t kiln_shape_gather(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *t = in_value(g, n, 0), *idx = in_value(g, n, 1);
+  int64_t axis = n->params[KILN_P(AXIS, AXIS)];
   if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
   KILN_RETURN_IF_ERROR(check_axis(axis, t->rank));
   if (t->rank == 0) FAIL("gather from a 0-d tensor");
@@ -171,8 +150,9 @@ static kiln_status_t infer_gather(const kiln_value_t* t, const kiln_value_t* idx
   return kiln_ok();
 }
 
-static kiln_status_t infer_reduce(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
-  int64_t mask = n->params[0], keep = n->params[1];
+/* The reduction of x over the axes in mask (keep: as size 1). */
+static kiln_status_t reduce_shape(const kiln_node_t* n, const kiln_value_t* x, int64_t mask,
+                                  int64_t keep, kiln_value_t* out) {
   if (mask < 0 || mask >= ((int64_t)1 << (x->rank ? x->rank : 1)))
     FAIL("reduced axes 0x%llx do not fit a rank-%d tensor", (long long)mask, x->rank);
   if (n->op == KILN_OP_ANY && x->dtype != KILN_BOOL) FAIL("any takes bool");
@@ -190,8 +170,9 @@ static kiln_status_t infer_reduce(const kiln_node_t* n, const kiln_value_t* x, k
   return kiln_ok();
 }
 
-static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, int64_t flags,
-                                  kiln_value_t* out) {
+kiln_status_t kiln_shape_matmul(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *a = in_value(g, n, 0), *b = in_value(g, n, 1);
+  int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
   char ba[96], bb[96];
   if (a->rank < 2 || b->rank < 2) FAIL("matmul needs rank >= 2 operands");
   /* a may be bf16 (a bf16 model's product, read widened: exact). */
@@ -217,48 +198,24 @@ static kiln_status_t infer_matmul(const kiln_value_t* a, const kiln_value_t* b, 
   return kiln_ok();
 }
 
-/* GROUPED_MM: x (S, K) and w (E, K, N) (stored (E, N, K) with params[0] 1)
- * float32, offs (E) int64/int32 -> (S, N). offs's values are read at run
- * time by the kernel, which never reads past S rows or E experts. */
-static kiln_status_t infer_grouped_mm(const kiln_graph_t* g, const kiln_node_t* n,
-                                      kiln_value_t* out) {
-  const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1), *offs = in_value(g, n, 2);
-  if (!x || !w || !offs) FAIL("grouped_mm takes x, w and offs");
-  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("grouped_mm takes float32 x and w");
-  if (offs->dtype != KILN_I64 && offs->dtype != KILN_I32) FAIL("grouped_mm's offs must be int64 or int32");
-  if (x->rank != 2 || w->rank != 3 || offs->rank != 1)
-    FAIL("grouped_mm takes x (S, K), w (E, K, N) and offs (E), got ranks %d, %d, %d", x->rank,
-         w->rank, offs->rank);
-  if (n->params[0] != 0 && n->params[0] != 1) FAIL("grouped_mm's flag is 0 or 1 (w transposed)");
-  int wt = n->params[0] == 1;
-  int64_t k = w->shape[1 + wt], ncols = w->shape[2 - wt];
-  if (x->shape[1] != k)
-    FAIL("grouped_mm: x has %lld columns, w's experts take %lld", (long long)x->shape[1],
-         (long long)k);
-  if (offs->shape[0] != w->shape[0])
-    FAIL("grouped_mm: %lld offsets for %lld experts", (long long)offs->shape[0],
-         (long long)w->shape[0]);
-  int64_t shape[2] = {x->shape[0], ncols};
-  set_shape(out, KILN_F32, 2, shape);
-  return kiln_ok();
-}
-
-static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_linear(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
   if (!x || !w) FAIL("x and w are required");
   if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || w->dtype != KILN_F32)
     FAIL("linear takes a float32 or bfloat16 x and a float32 w");
   if (w->rank != 2) FAIL("w must be 2-d");
-  int wt = n->params[1] != 0; /* a dense value stored (N, K) */
-  if (wt && (n->params[1] != 1 || w->kind == KILN_VALUE_CONSTANT))
+  const int64_t w_transposed = n->params[KILN_P(LINEAR, W_TRANSPOSED)];
+  int wt = w_transposed != 0; /* a dense value stored (N, K) */
+  if (wt && (w_transposed != 1 || w->kind == KILN_VALUE_CONSTANT))
     FAIL("a transposed read is for a dense (N, K) value");
   if (w->kind != KILN_VALUE_CONSTANT && w->layout != KILN_LAYOUT_DENSE)
     FAIL("a weight that is not a constant must be dense");
   int64_t k = w->shape[wt], ncols = w->shape[1 - wt];
   if (x->rank < 1 || x->shape[x->rank - 1] != k)
     FAIL("x's last dimension must equal w's K (%lld)", (long long)k);
-  if ((unsigned long long)n->params[0] >= KILN_ACT_COUNT) FAIL("unknown activation");
+  if ((unsigned long long)n->params[KILN_P(LINEAR, ACT)] >= KILN_ACT_COUNT)
+    FAIL("unknown activation");
   set_shape(out, KILN_F32, x->rank, x->shape);
   out->shape[x->rank - 1] = ncols;
   if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != ncols ||
@@ -269,6 +226,32 @@ static kiln_status_t infer_linear(const kiln_graph_t* g, const kiln_node_t* n, k
     for (int32_t d = 0; d < out->rank; ++d)
       if (res->shape[d] != out->shape[d]) FAIL("residual must match y's shape");
   }
+  return kiln_ok();
+}
+
+/* GROUPED_MM: x (S, K) and w (E, K, N) (stored (E, N, K) with
+ * W_TRANSPOSED) float32, offs (E) int64/int32 -> (S, N). offs's values are
+ * read at run time by the kernel, which never reads past S rows or E
+ * experts. */
+kiln_status_t kiln_shape_grouped_mm(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1), *offs = in_value(g, n, 2);
+  const int64_t w_transposed = n->params[KILN_P(GROUPED_MM, W_TRANSPOSED)];
+  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("grouped_mm takes float32 x and w");
+  if (offs->dtype != KILN_I64 && offs->dtype != KILN_I32) FAIL("grouped_mm's offs must be int64 or int32");
+  if (x->rank != 2 || w->rank != 3 || offs->rank != 1)
+    FAIL("grouped_mm takes x (S, K), w (E, K, N) and offs (E), got ranks %d, %d, %d", x->rank,
+         w->rank, offs->rank);
+  if (w_transposed != 0 && w_transposed != 1) FAIL("grouped_mm's W_TRANSPOSED is 0 or 1");
+  int wt = w_transposed == 1;
+  int64_t k = w->shape[1 + wt], ncols = w->shape[2 - wt];
+  if (x->shape[1] != k)
+    FAIL("grouped_mm: x has %lld columns, w's experts take %lld", (long long)x->shape[1],
+         (long long)k);
+  if (offs->shape[0] != w->shape[0])
+    FAIL("grouped_mm: %lld offsets for %lld experts", (long long)offs->shape[0],
+         (long long)w->shape[0]);
+  int64_t shape[2] = {x->shape[0], ncols};
+  set_shape(out, KILN_F32, 2, shape);
   return kiln_ok();
 }
 
@@ -294,21 +277,29 @@ static kiln_status_t check_view(const char* what, const kiln_value_t* src, const
   return kiln_ok();
 }
 
-static kiln_status_t infer_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *q = in_value(g, n, 0), *k = in_value(g, n, 1), *v = in_value(g, n, 2);
   const kiln_value_t* mask = in_value(g, n, 3);
   const int64_t* p = n->params;
+  const int64_t flags = p[KILN_P(SDPA, FLAGS)];
   if (!q || !k || !v) FAIL("q, k and v are required");
   if (q->dtype != KILN_F32 || k->dtype != KILN_F32 || v->dtype != KILN_F32)
     FAIL("sdpa takes float32");
-  if ((unsigned long long)p[1] > (KILN_SDPA_VIEWS | KILN_SDPA_OUT_BSHD)) FAIL("unknown flags");
+  if ((unsigned long long)flags > (KILN_SDPA_VIEWS | KILN_SDPA_OUT_BSHD)) FAIL("unknown flags");
   int64_t B, H, Hkv, Sq, Skv, D, Dv;
-  if (p[1] & KILN_SDPA_VIEWS) {
-    B = p[2], H = p[3], Hkv = p[4], Sq = p[5], Skv = p[6], D = p[7], Dv = p[8];
+  if (flags & KILN_SDPA_VIEWS) {
+    B = p[KILN_P(SDPA, BATCH)], H = p[KILN_P(SDPA, HEADS)], Hkv = p[KILN_P(SDPA, KV_HEADS)];
+    Sq = p[KILN_P(SDPA, Q_LEN)], Skv = p[KILN_P(SDPA, KV_LEN)], D = p[KILN_P(SDPA, HEAD_DIM)];
+    Dv = p[KILN_P(SDPA, V_HEAD_DIM)];
     const int64_t qd[4] = {B, H, Sq, D}, kd[4] = {B, Hkv, Skv, D}, vd[4] = {B, Hkv, Skv, Dv};
-    KILN_RETURN_IF_ERROR(check_view("q", q, qd, p + 9));
-    KILN_RETURN_IF_ERROR(check_view("k", k, kd, p + 14));
-    KILN_RETURN_IF_ERROR(check_view("v", v, vd, p + 19));
+    /* Each view is its OFFSET then its four STRIDES. */
+    _Static_assert(KILN_P(SDPA, Q_STRIDES) == KILN_P(SDPA, Q_OFFSET) + 1 &&
+                       KILN_P(SDPA, K_STRIDES) == KILN_P(SDPA, K_OFFSET) + 1 &&
+                       KILN_P(SDPA, V_STRIDES) == KILN_P(SDPA, V_OFFSET) + 1,
+                   "sdpa views");
+    KILN_RETURN_IF_ERROR(check_view("q", q, qd, p + KILN_P(SDPA, Q_OFFSET)));
+    KILN_RETURN_IF_ERROR(check_view("k", k, kd, p + KILN_P(SDPA, K_OFFSET)));
+    KILN_RETURN_IF_ERROR(check_view("v", v, vd, p + KILN_P(SDPA, V_OFFSET)));
   } else {
     if (q->rank != 4 || k->rank != 4 || v->rank != 4) FAIL("q, k, v must be (B, H, S, D)");
     B = q->shape[0], H = q->shape[1], Hkv = k->shape[1], Sq = q->shape[2], Skv = k->shape[2];
@@ -331,13 +322,13 @@ static kiln_status_t infer_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kil
     }
   }
   int64_t bhsd[4] = {B, H, Sq, Dv}, bshd[4] = {B, Sq, H, Dv};
-  set_shape(out, KILN_F32, 4, (p[1] & KILN_SDPA_OUT_BSHD) ? bshd : bhsd);
+  set_shape(out, KILN_F32, 4, (flags & KILN_SDPA_OUT_BSHD) ? bshd : bhsd);
   return kiln_ok();
 }
 
-static kiln_status_t infer_norm(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_norm(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t* x = in_value(g, n, 0);
-  int64_t k = n->params[0];
+  int64_t k = n->params[KILN_P(NORM, DIMS)];
   if (x->dtype != KILN_F32) FAIL("norms take float32");
   if (k < 1 || k > x->rank) FAIL("cannot normalise %lld trailing dims of rank %d", (long long)k,
                                  x->rank);
@@ -379,7 +370,7 @@ kiln_status_t kiln_shape_window_out_size(const char* what, int64_t in, int64_t k
   return window_out_size(what, in, k, s, p, d, ceil_mode, out);
 }
 
-static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
   const int64_t* p = n->params;
@@ -391,7 +382,7 @@ static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, k
   if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED &&
                        w->layout != KILN_LAYOUT_CONV2D_PACKED_16))
     FAIL("conv2d's w must be dense or packed (O, C / groups, kh, kw), got rank %d", w->rank);
-  int64_t groups = p[6], C = x->shape[1], O = w->shape[0];
+  int64_t groups = p[KILN_P(CONV2D, GROUPS)], C = x->shape[1], O = w->shape[0];
   if (groups < 1 || groups > ((int64_t)1 << 40))
     FAIL("conv2d: groups %lld must be positive", (long long)groups);
   if (C < 1 || C % groups || w->shape[1] != C / groups)
@@ -399,13 +390,17 @@ static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, k
          (long long)w->shape[1], (long long)groups);
   if (O < 1 || O % groups) FAIL("conv2d: %lld output channels do not split into %lld groups",
                                 (long long)O, (long long)groups);
-  if ((unsigned long long)p[7] >= KILN_ACT_COUNT) FAIL("conv2d: unknown activation");
-  if ((unsigned long long)p[8] > 1) FAIL("conv2d: residual placement (param 8) is 0 or 1");
+  if ((unsigned long long)p[KILN_P(CONV2D, ACT)] >= KILN_ACT_COUNT)
+    FAIL("conv2d: unknown activation");
+  if ((unsigned long long)p[KILN_P(CONV2D, RESIDUAL_BEFORE_ACT)] > 1)
+    FAIL("conv2d: residual placement (residual_before_act) is 0 or 1");
   int64_t shape[4] = {x->shape[0], O, 0, 0};
   KILN_RETURN_IF_ERROR(
-      window_out_size("conv2d height", x->shape[2], w->shape[2], p[0], p[2], p[4], 0, &shape[2]));
+      window_out_size("conv2d height", x->shape[2], w->shape[2], p[KILN_P(CONV2D, STRIDE_H)],
+                      p[KILN_P(CONV2D, PAD_H)], p[KILN_P(CONV2D, DILATION_H)], 0, &shape[2]));
   KILN_RETURN_IF_ERROR(
-      window_out_size("conv2d width", x->shape[3], w->shape[3], p[1], p[3], p[5], 0, &shape[3]));
+      window_out_size("conv2d width", x->shape[3], w->shape[3], p[KILN_P(CONV2D, STRIDE_W)],
+                      p[KILN_P(CONV2D, PAD_W)], p[KILN_P(CONV2D, DILATION_W)], 0, &shape[3]));
   set_shape(out, KILN_F32, 4, shape);
   if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != O))
     FAIL("conv2d: bias must be float32 with %lld elements", (long long)O);
@@ -417,29 +412,34 @@ static kiln_status_t infer_conv2d(const kiln_graph_t* g, const kiln_node_t* n, k
   return kiln_ok();
 }
 
-static kiln_status_t infer_pool2d(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
+kiln_status_t kiln_shape_pool2d(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
   const int64_t* p = n->params;
   const char* name = kiln_op_name(n->op);
   if (x->dtype != KILN_F32) FAIL("%s takes float32", name);
   if (x->rank != 4) FAIL("%s's x must be (N, C, H, W), got rank %d", name, x->rank);
-  if (n->op == KILN_OP_AVG_POOL2D && (p[6] != 1 || p[7] != 1))
-    FAIL("avg_pool2d has no dilation (params 6 and 7 must be 1)");
-  if ((unsigned long long)p[8] > 1 || (unsigned long long)p[9] > 1)
+  enum { KH = KILN_P(POOL2D, KERNEL_H), SH = KILN_P(POOL2D, STRIDE_H), PH = KILN_P(POOL2D, PAD_H),
+         DH = KILN_P(POOL2D, DILATION_H), CEIL = KILN_P(POOL2D, CEIL_MODE),
+         INCL = KILN_P(POOL2D, COUNT_INCLUDE_PAD), DIV = KILN_P(POOL2D, DIVISOR_OVERRIDE) };
+  if (n->op == KILN_OP_AVG_POOL2D && (p[DH] != 1 || p[DH + 1] != 1))
+    FAIL("avg_pool2d has no dilation (dilation must be 1)");
+  if ((unsigned long long)p[CEIL] > 1 || (unsigned long long)p[INCL] > 1)
     FAIL("%s: ceil_mode and count_include_pad are 0 or 1", name);
-  if (p[10] < -((int64_t)1 << 31) || p[10] > ((int64_t)1 << 31) || (n->op != KILN_OP_AVG_POOL2D && p[10]))
+  if (p[DIV] < -((int64_t)1 << 31) || p[DIV] > ((int64_t)1 << 31) || (n->op != KILN_OP_AVG_POOL2D && p[DIV]))
     FAIL("%s: divisor_override %lld is outside [-2^31, 2^31] (0: none; average only)", name,
-         (long long)p[10]);
+         (long long)p[DIV]);
   int64_t shape[4] = {x->shape[0], x->shape[1], 0, 0};
-  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[2], p[0], p[2], p[4], p[6], (int)p[8],
+  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[2], p[KH], p[SH], p[PH], p[DH], (int)p[CEIL],
                                        &shape[2]));
-  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[3], p[1], p[3], p[5], p[7], (int)p[8],
-                                       &shape[3]));
+  KILN_RETURN_IF_ERROR(window_out_size(name, x->shape[3], p[KH + 1], p[SH + 1], p[PH + 1],
+                                       p[DH + 1], (int)p[CEIL], &shape[3]));
   for (int i = 0; i < 2; ++i) {
     /* As torch: padding at most half the (dilated) kernel, so no window lies
-     * wholly in the padding (max would be -inf, avg a division by zero). */
-    int64_t span = (p[i] - 1) * p[6 + i] + 1;
-    if (p[4 + i] > span / 2)
-      FAIL("%s: padding %lld is more than half the kernel (%lld)", name, (long long)p[4 + i],
+     * wholly in the padding (max would be -inf, avg a division by zero).
+     * (H and W fields are adjacent: kiln_shape_infer_nn.c checks.) */
+    int64_t span = (p[KH + i] - 1) * p[DH + i] + 1;
+    if (p[PH + i] > span / 2)
+      FAIL("%s: padding %lld is more than half the kernel (%lld)", name, (long long)p[PH + i],
            (long long)span);
   }
   set_shape(out, KILN_F32, 4, shape);
@@ -452,18 +452,20 @@ static int same_shape(const kiln_value_t* a, const kiln_value_t* b) {
 
 /* ACOS..SIGN and ATAN2..DIV_FLOOR (kernels/math): elementwise, one dtype
  * in and out; which dtypes each takes is documented in kiln_ops.h. */
-static kiln_status_t infer_math_ext(const kiln_graph_t* g, const kiln_node_t* n,
-                                    const kiln_value_t* x, kiln_value_t* out) {
+kiln_status_t kiln_shape_math_unary(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  kiln_dtype_t t = x->dtype;
+  if (t != KILN_F32 && !(n->op == KILN_OP_SIGN && (t == KILN_I64 || t == KILN_I32)))
+    FAIL("%s does not take %s", kiln_op_name(n->op), kiln_dtype_name(t));
+  set_shape(out, t, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_math_binary(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *b = in_value(g, n, 1);
   kiln_op_t op = n->op;
   kiln_dtype_t t = x->dtype;
   int is_int = t == KILN_I64 || t == KILN_I32;
-  if (KILN_OP_IS_UNARY_EXT(op)) {
-    if (t != KILN_F32 && !(op == KILN_OP_SIGN && is_int))
-      FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(t));
-    set_shape(out, t, x->rank, x->shape);
-    return kiln_ok();
-  }
-  const kiln_value_t* b = in_value(g, n, 1);
   if (t != b->dtype)
     FAIL("operand dtypes differ: %s and %s", kiln_dtype_name(t), kiln_dtype_name(b->dtype));
   int ok = op == KILN_OP_ATAN2 ? t == KILN_F32
@@ -475,198 +477,199 @@ static kiln_status_t infer_math_ext(const kiln_graph_t* g, const kiln_node_t* n,
   return kiln_ok();
 }
 
+kiln_status_t kiln_shape_binary(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *b = in_value(g, n, 1);
+  kiln_op_t op = n->op;
+  if (x->dtype != b->dtype)
+    FAIL("operand dtypes differ: %s and %s", kiln_dtype_name(x->dtype), kiln_dtype_name(b->dtype));
+  if ((op == KILN_OP_LOGICAL_AND || op == KILN_OP_LOGICAL_OR) && x->dtype != KILN_BOOL)
+    FAIL("logical ops take bool");
+  if (op == KILN_OP_POW && !kiln_dtype_is_float(x->dtype)) FAIL("pow takes floats");
+  KILN_RETURN_IF_ERROR(broadcast(x, b, out));
+  out->dtype = KILN_OP_IS_COMPARE(op) ? KILN_BOOL : x->dtype;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_unary(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  kiln_op_t op = n->op;
+  int int_ok = op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU;
+  if (x->dtype != KILN_F32 && !(int_ok && (x->dtype == KILN_I64 || x->dtype == KILN_I32)))
+    FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(x->dtype));
+  set_shape(out, x->dtype, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_reduce(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  return reduce_shape(n, in_value(g, n, 0), n->params[KILN_P(REDUCE, AXES)],
+                      n->params[KILN_P(REDUCE, KEEPDIM)], out);
+}
+
+kiln_status_t kiln_shape_reshape(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  const int64_t rank = n->params[KILN_P(RESHAPE, RANK)];
+  const int64_t* dims = n->params + KILN_P(RESHAPE, DIMS);
+  KILN_RETURN_IF_ERROR(check_rank_param(rank));
+  int64_t numel = 0;
+  KILN_RETURN_IF_ERROR(check_dims(dims, (int32_t)rank, &numel));
+  set_shape(out, x->dtype, (int32_t)rank, dims);
+  if (numel != kiln_value_numel(x))
+    FAIL("reshape changes the element count from %lld to %lld", (long long)kiln_value_numel(x),
+         (long long)kiln_value_numel(out));
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_where(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *a = in_value(g, n, 1), *b = in_value(g, n, 2);
+  if (x->dtype != KILN_BOOL) FAIL("where's condition must be bool");
+  if (a->dtype != b->dtype) FAIL("where's branches differ in dtype");
+  kiln_value_t ab;
+  KILN_RETURN_IF_ERROR(broadcast(a, b, &ab));
+  KILN_RETURN_IF_ERROR(broadcast(x, &ab, out));
+  out->dtype = a->dtype;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_cast(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  int64_t dtype = n->params[KILN_P(CAST, DTYPE)];
+  if ((unsigned long long)dtype >= KILN_DTYPE_COUNT) FAIL("unknown target dtype");
+  set_shape(out, (kiln_dtype_t)dtype, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_logical_not(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  if (x->dtype != KILN_BOOL) FAIL("logical_not takes bool");
+  set_shape(out, KILN_BOOL, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_argmax(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  int64_t axis = n->params[KILN_P(ARGMAX, AXIS)];
+  KILN_RETURN_IF_ERROR(check_axis(axis, x->rank));
+  KILN_RETURN_IF_ERROR(reduce_shape(n, x, x->rank ? (int64_t)1 << axis : 0,
+                                    n->params[KILN_P(ARGMAX, KEEPDIM)], out));
+  out->dtype = KILN_I64;
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_softmax(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  int64_t safe = n->params[KILN_P(SOFTMAX, SAFE)];
+  if (x->dtype != KILN_F32) FAIL("softmax takes float32");
+  KILN_RETURN_IF_ERROR(check_axis(n->params[KILN_P(SOFTMAX, AXIS)], x->rank));
+  if (safe != 0 && (n->op != KILN_OP_SOFTMAX || safe != 1))
+    FAIL("softmax's safe flag is 0 or 1 (log_softmax has none)");
+  set_shape(out, x->dtype, x->rank, x->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_gather_elements(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = in_value(g, n, 0), *idx = in_value(g, n, 1);
+  int64_t axis = n->params[KILN_P(AXIS, AXIS)];
+  if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
+  if (idx->rank != x->rank) FAIL("index rank %d differs from input rank %d", idx->rank, x->rank);
+  KILN_RETURN_IF_ERROR(check_axis(axis, x->rank));
+  for (int32_t d = 0; d < x->rank; ++d)
+    if (d != axis && idx->shape[d] > x->shape[d])
+      FAIL("index dimension %d (%lld) is larger than the input's (%lld)", d,
+           (long long)idx->shape[d], (long long)x->shape[d]);
+  set_shape(out, x->dtype, idx->rank, idx->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_layer_norm_backward(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  /* (dy, x, mean, rstd, gamma?) */
+  const kiln_value_t *dy = in_value(g, n, 0), *x = in_value(g, n, 1);
+  int64_t k = n->params[KILN_P(NORM, DIMS)];
+  if (dy->dtype != KILN_F32 || x->dtype != KILN_F32)
+    FAIL("layer_norm_backward takes float32, got %s and %s", kiln_dtype_name(dy->dtype),
+         kiln_dtype_name(x->dtype));
+  if (!same_shape(dy, x)) FAIL("layer_norm_backward: the gradient and the input differ in shape");
+  if (k < 1 || k > dy->rank)
+    FAIL("layer_norm_backward: cannot normalise %lld trailing dims of rank %d", (long long)k,
+         dy->rank);
+  int64_t cols = 1;
+  for (int32_t d = dy->rank - (int32_t)k; d < dy->rank; ++d) cols *= dy->shape[d];
+  int64_t rows = cols ? kiln_value_numel(dy) / cols : 0;
+  for (int i = 2; i < n->n_inputs; ++i) {
+    const kiln_value_t* p = in_value(g, n, i);
+    int64_t want = i < 4 ? rows : cols;
+    if (p && (p->dtype != KILN_F32 || kiln_value_numel(p) != want))
+      FAIL("layer_norm_backward: input %d (%s) must have %lld float32 elements", i,
+           i == 2 ? "mean" : i == 3 ? "rstd" : "gamma", (long long)want);
+  }
+  set_shape(out, KILN_F32, dy->rank, dy->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_gelu_backward(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *dy = in_value(g, n, 0), *v = in_value(g, n, 1);
+  int64_t approximate = n->params[KILN_P(GELU_BACKWARD, APPROXIMATE)];
+  if (dy->dtype != KILN_F32 || v->dtype != KILN_F32)
+    FAIL("gelu_backward takes float32, got %s and %s", kiln_dtype_name(dy->dtype),
+         kiln_dtype_name(v->dtype));
+  if (!same_shape(dy, v)) FAIL("gelu_backward: the gradient and the input differ in shape");
+  if (approximate != 0 && approximate != 1)
+    FAIL("gelu_backward: approximate is 0 (none) or 1 (tanh), got %lld", (long long)approximate);
+  set_shape(out, KILN_F32, dy->rank, dy->shape);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_iota(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  (void)g;
+  const int64_t len = n->params[KILN_P(IOTA, LENGTH)], start = n->params[KILN_P(IOTA, START)];
+  const int64_t step = n->params[KILN_P(IOTA, STEP)], dtype = n->params[KILN_P(IOTA, DTYPE)];
+  const int64_t lim = (int64_t)1 << 44;
+  if (len < 0 || len > ((int64_t)1 << 40)) FAIL("iota of %lld elements", (long long)len);
+  if (start < -lim || start > lim || step < -lim || step > lim)
+    FAIL("iota's start and step must lie in [-2^44, 2^44]");
+  int64_t mag = step < 0 ? -step : step;
+  if (mag && len > 1 && len - 1 > (((int64_t)1 << 60) / mag))
+    FAIL("iota's last value is out of range");
+  if (dtype != KILN_I64 && dtype != KILN_I32 && dtype != KILN_F32)
+    FAIL("iota makes int64, int32 or float32");
+  set_shape(out, (kiln_dtype_t)dtype, 1, &len);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_fma_scalar(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = in_value(g, n, 0);
+  if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
+  set_shape(out, x->dtype, x->rank, x->shape);
+  return kiln_ok();
+}
+
 kiln_status_t kiln_shape_infer_concrete(const kiln_graph_t* g, const kiln_node_t* n,
                                         kiln_value_t* out) {
   memset(out, 0, sizeof(*out));
   out->producer = -1;
+  /* What the op's record fixes: its arity, and zeros past its layouts. */
+  if ((unsigned)n->op >= KILN_OP_COUNT) FAIL("unknown op %d", (int)n->op);
+  if (n->n_inputs < kiln_op_min_inputs(n->op) || n->n_inputs > kiln_op_max_inputs(n->op))
+    FAIL("%s takes %d to %d inputs, got %d", kiln_op_name(n->op), kiln_op_min_inputs(n->op),
+         kiln_op_max_inputs(n->op), n->n_inputs);
+  for (int32_t i = kiln_op_n_params(n->op); i < KILN_MAX_PARAMS; ++i)
+    if (n->params[i]) FAIL("%s has %d params, param %d is set", kiln_op_name(n->op),
+                           kiln_op_n_params(n->op), i);
+  for (int32_t i = kiln_op_n_fparams(n->op); i < KILN_MAX_FPARAMS; ++i)
+    if (n->fparams[i] != 0.0f) FAIL("%s has %d float params, float param %d is set",
+                                    kiln_op_name(n->op), kiln_op_n_fparams(n->op), i);
   for (int32_t i = 0; i < n->n_inputs; ++i) {
     if (n->inputs[i] < -1 || n->inputs[i] >= g->n_values) FAIL("input %d does not exist", i);
     /* Only trailing optional inputs may be absent. */
     if (n->inputs[i] == -1 && i < kiln_op_min_inputs(n->op)) FAIL("input %d is required", i);
   }
-  const kiln_value_t* x = in_value(g, n, 0);
-  kiln_op_t op = n->op;
-  if (KILN_OP_IS_BINARY(op)) {
-    const kiln_value_t* b = in_value(g, n, 1);
-    if (x->dtype != b->dtype)
-      FAIL("operand dtypes differ: %s and %s", kiln_dtype_name(x->dtype),
-           kiln_dtype_name(b->dtype));
-    if ((op == KILN_OP_LOGICAL_AND || op == KILN_OP_LOGICAL_OR) && x->dtype != KILN_BOOL)
-      FAIL("logical ops take bool");
-    if (op == KILN_OP_POW && !kiln_dtype_is_float(x->dtype)) FAIL("pow takes floats");
-    KILN_RETURN_IF_ERROR(broadcast(x, b, out));
-    out->dtype = KILN_OP_IS_COMPARE(op) ? KILN_BOOL : x->dtype;
-    return kiln_ok();
-  }
-  if (KILN_OP_IS_UNARY_MATH(op)) {
-    int int_ok = op == KILN_OP_NEG || op == KILN_OP_ABS || op == KILN_OP_RELU;
-    if (x->dtype != KILN_F32 && !(int_ok && (x->dtype == KILN_I64 || x->dtype == KILN_I32)))
-      FAIL("%s does not take %s", kiln_op_name(op), kiln_dtype_name(x->dtype));
-    set_shape(out, x->dtype, x->rank, x->shape);
-    return kiln_ok();
-  }
-  if (KILN_OP_IS_UNARY_EXT(op) || KILN_OP_IS_BINARY_EXT(op)) return infer_math_ext(g, n, x, out);
-  if (KILN_OP_IS_REDUCE(op)) return infer_reduce(n, x, out);
-  switch (op) {
-    case KILN_OP_RESHAPE: {
-      KILN_RETURN_IF_ERROR(check_rank_param(n->params[0]));
-      int64_t numel = 0;
-      KILN_RETURN_IF_ERROR(check_dims(n->params + 1, (int32_t)n->params[0], &numel));
-      set_shape(out, x->dtype, (int32_t)n->params[0], n->params + 1);
-      if (numel != kiln_value_numel(x))
-        FAIL("reshape changes the element count from %lld to %lld",
-             (long long)kiln_value_numel(x), (long long)kiln_value_numel(out));
-      return kiln_ok();
-    }
-    case KILN_OP_STRIDED_COPY:
-      return infer_strided_copy(n, x, out);
-    case KILN_OP_CAT:
-      return infer_cat(g, n, out);
-    case KILN_OP_GATHER:
-      return infer_gather(x, in_value(g, n, 1), n->params[0], out);
-    case KILN_OP_WHERE: {
-      const kiln_value_t *a = in_value(g, n, 1), *b = in_value(g, n, 2);
-      if (x->dtype != KILN_BOOL) FAIL("where's condition must be bool");
-      if (a->dtype != b->dtype) FAIL("where's branches differ in dtype");
-      kiln_value_t ab;
-      KILN_RETURN_IF_ERROR(broadcast(a, b, &ab));
-      KILN_RETURN_IF_ERROR(broadcast(x, &ab, out));
-      out->dtype = a->dtype;
-      return kiln_ok();
-    }
-    case KILN_OP_CAST:
-      if ((unsigned long long)n->params[0] >= KILN_DTYPE_COUNT) FAIL("unknown target dtype");
-      set_shape(out, (kiln_dtype_t)n->params[0], x->rank, x->shape);
-      return kiln_ok();
-    case KILN_OP_LOGICAL_NOT:
-      if (x->dtype != KILN_BOOL) FAIL("logical_not takes bool");
-      set_shape(out, KILN_BOOL, x->rank, x->shape);
-      return kiln_ok();
-    case KILN_OP_ARGMAX: {
-      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
-      kiln_node_t r = *n;
-      r.params[0] = x->rank ? (int64_t)1 << n->params[0] : 0;
-      KILN_RETURN_IF_ERROR(infer_reduce(&r, x, out));
-      out->dtype = KILN_I64;
-      return kiln_ok();
-    }
-    case KILN_OP_SOFTMAX:
-    case KILN_OP_LOG_SOFTMAX:
-      if (x->dtype != KILN_F32) FAIL("softmax takes float32");
-      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
-      if (n->params[1] != 0 && (n->op != KILN_OP_SOFTMAX || n->params[1] != 1))
-        FAIL("softmax's safe flag is 0 or 1 (log_softmax has none)");
-      set_shape(out, x->dtype, x->rank, x->shape);
-      return kiln_ok();
-    case KILN_OP_LAYER_NORM:
-    case KILN_OP_RMS_NORM:
-      return infer_norm(g, n, out);
-    case KILN_OP_MATMUL:
-      return infer_matmul(x, in_value(g, n, 1), n->params[0], out);
-    case KILN_OP_LINEAR:
-      return infer_linear(g, n, out);
-    case KILN_OP_SDPA:
-      return infer_sdpa(g, n, out);
-    case KILN_OP_GATHER_ELEMENTS: {
-      const kiln_value_t* idx = in_value(g, n, 1);
-      if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
-      if (idx->rank != x->rank) FAIL("index rank %d differs from input rank %d", idx->rank, x->rank);
-      KILN_RETURN_IF_ERROR(check_axis(n->params[0], x->rank));
-      for (int32_t d = 0; d < x->rank; ++d)
-        if (d != n->params[0] && idx->shape[d] > x->shape[d])
-          FAIL("index dimension %d (%lld) is larger than the input's (%lld)", d,
-               (long long)idx->shape[d], (long long)x->shape[d]);
-      set_shape(out, x->dtype, idx->rank, idx->shape);
-      return kiln_ok();
-    }
-    case KILN_OP_LAYER_NORM_BACKWARD: {
-      /* (dy, x, ...): dy is `x` here, the input is input 1. */
-      const kiln_value_t* v = in_value(g, n, 1);
-      int64_t k = n->params[0];
-      if (x->dtype != KILN_F32 || v->dtype != KILN_F32)
-        FAIL("layer_norm_backward takes float32, got %s and %s", kiln_dtype_name(x->dtype),
-             kiln_dtype_name(v->dtype));
-      if (!same_shape(x, v)) FAIL("layer_norm_backward: the gradient and the input differ in shape");
-      if (k < 1 || k > x->rank)
-        FAIL("layer_norm_backward: cannot normalise %lld trailing dims of rank %d", (long long)k,
-             x->rank);
-      int64_t cols = 1;
-      for (int32_t d = x->rank - (int32_t)k; d < x->rank; ++d) cols *= x->shape[d];
-      int64_t rows = cols ? kiln_value_numel(x) / cols : 0;
-      for (int i = 2; i < n->n_inputs; ++i) {
-        const kiln_value_t* p = in_value(g, n, i);
-        int64_t want = i < 4 ? rows : cols;
-        if (p && (p->dtype != KILN_F32 || kiln_value_numel(p) != want))
-          FAIL("layer_norm_backward: input %d (%s) must have %lld float32 elements", i,
-               i == 2 ? "mean" : i == 3 ? "rstd" : "gamma", (long long)want);
-      }
-      set_shape(out, KILN_F32, x->rank, x->shape);
-      return kiln_ok();
-    }
-    case KILN_OP_GELU_BACKWARD: {
-      const kiln_value_t* dy = x;
-      const kiln_value_t* v = in_value(g, n, 1);
-      if (dy->dtype != KILN_F32 || v->dtype != KILN_F32)
-        FAIL("gelu_backward takes float32, got %s and %s", kiln_dtype_name(dy->dtype),
-             kiln_dtype_name(v->dtype));
-      if (!same_shape(dy, v)) FAIL("gelu_backward: the gradient and the input differ in shape");
-      if (n->params[0] != 0 && n->params[0] != 1)
-        FAIL("gelu_backward: approximate is 0 (none) or 1 (tanh), got %lld",
-             (long long)n->params[0]);
-      set_shape(out, KILN_F32, dy->rank, dy->shape);
-      return kiln_ok();
-    }
-    case KILN_OP_IOTA: {
-      const int64_t* p = n->params;
-      const int64_t lim = (int64_t)1 << 44;
-      if (p[0] < 0 || p[0] > ((int64_t)1 << 40)) FAIL("iota of %lld elements", (long long)p[0]);
-      if (p[1] < -lim || p[1] > lim || p[2] < -lim || p[2] > lim)
-        FAIL("iota's start and step must lie in [-2^44, 2^44]");
-      int64_t mag = p[2] < 0 ? -p[2] : p[2];
-      if (mag && p[0] > 1 && p[0] - 1 > (((int64_t)1 << 60) / mag))
-        FAIL("iota's last value is out of range");
-      if (p[3] != KILN_I64 && p[3] != KILN_I32 && p[3] != KILN_F32)
-        FAIL("iota makes int64, int32 or float32");
-      set_shape(out, (kiln_dtype_t)p[3], 1, p);
-      return kiln_ok();
-    }
-    case KILN_OP_GROUPED_MM:
-      return infer_grouped_mm(g, n, out);
-    case KILN_OP_FMA_SCALAR:
-      if (x->dtype != KILN_F32) FAIL("fma_scalar takes float32");
-      set_shape(out, x->dtype, x->rank, x->shape);
-      return kiln_ok();
-    case KILN_OP_CONV2D:
-      return infer_conv2d(g, n, out);
-    case KILN_OP_CONV2D_NHWC:
-      return kiln_shape_infer_conv2d_nhwc(g, n, out);
-    case KILN_OP_MAX_POOL2D:
-    case KILN_OP_AVG_POOL2D:
-      return infer_pool2d(n, x, out);
-    case KILN_OP_CONV2D_GRAD_INPUT:
-    case KILN_OP_CONV2D_GRAD_WEIGHT:
-    case KILN_OP_MAX_POOL2D_INDICES:
-    case KILN_OP_MAX_POOL2D_GRAD:
-    case KILN_OP_AVG_POOL2D_GRAD:
-    case KILN_OP_ADAPTIVE_AVG_POOL2D:
-    case KILN_OP_ADAPTIVE_AVG_POOL2D_GRAD:
-    case KILN_OP_UPSAMPLE_BILINEAR2D:
-    case KILN_OP_MAX_POOL2D_NHWC:
-      return kiln_shape_infer_nn(g, n, out);
-    case KILN_OP_PAD:
-    case KILN_OP_STRIDED_SCATTER:
-    case KILN_OP_SCATTER:
-    case KILN_OP_SCAN:
-    case KILN_OP_ARGSORT:
-      return kiln_graph_infer_movement(g, n, out);
-    case KILN_OP_GRID_SAMPLER_2D:
-    case KILN_OP_COL2IM:
-    case KILN_OP_EMBEDDING_BAG:
-      return kiln_graph_infer_sample(g, n, out);
-    case KILN_OP_ELTWISE_FUSED:
-      return kiln_graph_infer_eltwise_fused(g, n, out);
+  switch (n->op) {
+#define KILN_SHAPE_CASE(e, name, lo, hi, family, P, FP, shape, entry) \
+  case KILN_OP_##e:                                                   \
+    return kiln_shape_##shape(g, n, out);
+    KILN_OP_LIST(KILN_SHAPE_CASE)
+#undef KILN_SHAPE_CASE
     default:
       break;
   }
-  return kiln_status_make(KILN_INTERNAL, "no shape rule for op %s", kiln_op_name(op));
+  return kiln_status_make(KILN_INTERNAL, "no shape rule for op %d", (int)n->op);
 }

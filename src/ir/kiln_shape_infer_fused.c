@@ -4,16 +4,20 @@
  * kernel sees it. A rotate_half load needs an even last dim that is the
  * output's own (never broadcast), so the kernel's column arithmetic stays
  * inside the row. */
-#include "ir/kiln_shape_infer_fused.h"
+#include "ir/kiln_shape_rules.h"
 
 #include <string.h>
 
 #include "base/kiln_fused_program.h"
 
+/* kiln_fused_slot reads the program after the slot count. */
+_Static_assert(KILN_P(FUSED, N_SLOTS) == 0 && KILN_P(FUSED, PROGRAM) == 1,
+               "the fused program's layout as base/kiln_fused_program.h reads it");
+
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
-kiln_status_t kiln_graph_infer_eltwise_fused(const kiln_graph_t* g, const kiln_node_t* n,
-                                             kiln_value_t* out) {
+kiln_status_t kiln_shape_eltwise_fused(const kiln_graph_t* g, const kiln_node_t* n,
+                                       kiln_value_t* out) {
   if (n->n_inputs < 1 || n->n_inputs > KILN_FUSED_MAX_INPUTS) FAIL("eltwise_fused: %d inputs", n->n_inputs);
   int32_t rank = 0;
   int64_t shape[KILN_MAX_RANK];
@@ -36,7 +40,7 @@ kiln_status_t kiln_graph_infer_eltwise_fused(const kiln_graph_t* g, const kiln_n
     rank = r;
     memcpy(shape, next, sizeof(int64_t) * (size_t)r);
   }
-  int64_t n_code = n->params[0];
+  int64_t n_code = n->params[KILN_P(FUSED, N_SLOTS)];
   if (n_code < 1 || n_code > KILN_FUSED_MAX_SLOTS)
     FAIL("eltwise_fused: %lld slots, expected 1..%d", (long long)n_code, KILN_FUSED_MAX_SLOTS);
   uint32_t code[KILN_FUSED_MAX_SLOTS];

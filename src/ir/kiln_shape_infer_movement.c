@@ -2,9 +2,8 @@
  * kiln_shape_infer.c, every param is untrusted (it may come from a file) and
  * is bounded without overflow before the kernels rely on it: a verified node
  * cannot make its kernel read or write outside its buffers. */
-#include "ir/kiln_shape_infer_movement.h"
-
 #include "ir/kiln_shape_common.h"
+#include "ir/kiln_shape_rules.h"
 
 #include <string.h>
 
@@ -31,14 +30,16 @@ static kiln_status_t mv_check_axis(int64_t axis, int32_t rank) {
   return kiln_ok();
 }
 
-static kiln_status_t infer_pad(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
-  const int64_t* p = n->params;
-  int64_t mode = p[0];
+kiln_status_t kiln_shape_pad(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = mv_input(g, n, 0);
+  const int64_t* before = n->params + KILN_P(PAD, BEFORE);
+  const int64_t* after = n->params + KILN_P(PAD, AFTER);
+  int64_t mode = n->params[KILN_P(PAD, MODE)];
   if (mode < 0 || mode > 2) FAIL("pad mode %lld is not 0 (constant), 1 (reflect), 2 (replicate)",
                                  (long long)mode);
   int64_t shape[KILN_MAX_RANK], numel = 1;
   for (int32_t d = 0; d < KILN_MAX_RANK; ++d) {
-    int64_t lo = p[1 + d], hi = p[9 + d];
+    int64_t lo = before[d], hi = after[d];
     if (d >= x->rank) {
       if (lo || hi) FAIL("pad of dimension %d of a rank-%d tensor", d, x->rank);
       continue;
@@ -60,20 +61,22 @@ static kiln_status_t infer_pad(const kiln_node_t* n, const kiln_value_t* x, kiln
   return kiln_ok();
 }
 
-static kiln_status_t infer_strided_scatter(const kiln_node_t* n, const kiln_value_t* base,
-                                           const kiln_value_t* src, kiln_value_t* out) {
+kiln_status_t kiln_shape_strided_scatter(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *base = mv_input(g, n, 0), *src = mv_input(g, n, 1);
   const int64_t* p = n->params;
-  if (p[0] < 0 || p[0] > KILN_MAX_RANK) FAIL("rank %lld is outside 0..%d", (long long)p[0],
+  const int64_t* dims = p + KILN_P(VIEW, DIMS);
+  const int64_t rank = p[KILN_P(VIEW, RANK)];
+  if (rank < 0 || rank > KILN_MAX_RANK) FAIL("rank %lld is outside 0..%d", (long long)rank,
                                              KILN_MAX_RANK);
-  int32_t r = (int32_t)p[0];
+  int32_t r = (int32_t)rank;
   if (src->dtype != base->dtype) FAIL("src's dtype differs from base's");
   if (src->rank != r) FAIL("src has rank %d, the view %d", src->rank, r);
   int64_t numel = 1;
   for (int32_t d = 0; d < r; ++d) {
-    if (p[1 + d] != src->shape[d])
+    if (dims[d] != src->shape[d])
       FAIL("src has size %lld in dimension %d, the view %lld", (long long)src->shape[d], d,
-           (long long)p[1 + d]);
-    numel *= p[1 + d]; /* src's shape was itself validated */
+           (long long)dims[d]);
+    numel *= dims[d]; /* src's shape was itself validated */
   }
   /* Every element written must lie in y (base's shape), bounded as in
    * STRIDED_COPY's rule. */
@@ -86,10 +89,11 @@ static kiln_status_t infer_strided_scatter(const kiln_node_t* n, const kiln_valu
   return kiln_ok();
 }
 
-static kiln_status_t infer_scatter(const kiln_node_t* n, const kiln_value_t* x,
-                                   const kiln_value_t* idx, const kiln_value_t* src,
-                                   kiln_value_t* out) {
-  int64_t axis = n->params[0], reduce = n->params[1], include_self = n->params[2];
+kiln_status_t kiln_shape_scatter(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t *x = mv_input(g, n, 0), *idx = mv_input(g, n, 1), *src = mv_input(g, n, 2);
+  int64_t axis = n->params[KILN_P(SCATTER, AXIS)], reduce = n->params[KILN_P(SCATTER, REDUCE)];
+  int64_t include_self = n->params[KILN_P(SCATTER, INCLUDE_SELF)];
+  int64_t wrap = n->params[KILN_P(SCATTER, WRAP_NEGATIVE)];
   if (idx->dtype != KILN_I64 && idx->dtype != KILN_I32) FAIL("index must be int64 or int32");
   if (x->rank == 0) FAIL("scatter into a 0-d tensor");
   KILN_RETURN_IF_ERROR(mv_check_axis(axis, x->rank));
@@ -98,7 +102,7 @@ static kiln_status_t infer_scatter(const kiln_node_t* n, const kiln_value_t* x,
   if (src->dtype != x->dtype) FAIL("src's dtype differs from x's");
   if (reduce < 0 || reduce > 5) FAIL("unknown scatter reduction %lld", (long long)reduce);
   if (include_self < 0 || include_self > 1) FAIL("include_self is 0 or 1");
-  if (n->params[3] < 0 || n->params[3] > 1) FAIL("negative-index mode (param 3) is 0 or 1");
+  if (wrap < 0 || wrap > 1) FAIL("negative-index mode (wrap_negative) is 0 or 1");
   if (reduce && x->dtype != KILN_F32 && x->dtype != KILN_I64 && x->dtype != KILN_I32 &&
       !(reduce != 3 && x->dtype == KILN_BOOL))
     FAIL("scatter reductions take float32, int64 or int32 (all but mean also bool), not %s",
@@ -115,21 +119,23 @@ static kiln_status_t infer_scatter(const kiln_node_t* n, const kiln_value_t* x,
   return kiln_ok();
 }
 
-static kiln_status_t infer_scan(const kiln_node_t* n, const kiln_value_t* x, kiln_value_t* out) {
-  KILN_RETURN_IF_ERROR(mv_check_axis(n->params[0], x->rank));
-  if (n->params[1] < 0 || n->params[1] > 1) FAIL("scan op %lld is not 0 (sum) or 1 (product)",
-                                                 (long long)n->params[1]);
+kiln_status_t kiln_shape_scan(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = mv_input(g, n, 0);
+  int64_t kind = n->params[KILN_P(SCAN, KIND)];
+  KILN_RETURN_IF_ERROR(mv_check_axis(n->params[KILN_P(SCAN, AXIS)], x->rank));
+  if (kind < 0 || kind > 1) FAIL("scan op %lld is not 0 (sum) or 1 (product)", (long long)kind);
   if (x->dtype != KILN_F32 && x->dtype != KILN_I64 && x->dtype != KILN_I32)
     FAIL("scan takes float32, int64 or int32, not %s", kiln_dtype_name(x->dtype));
   mv_set(out, x->dtype, x->rank, x->shape);
   return kiln_ok();
 }
 
-static kiln_status_t infer_argsort(const kiln_node_t* n, const kiln_value_t* x,
-                                   kiln_value_t* out) {
-  int64_t axis = n->params[0], k = n->params[2];
+kiln_status_t kiln_shape_argsort(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* x = mv_input(g, n, 0);
+  int64_t axis = n->params[KILN_P(ARGSORT, AXIS)], k = n->params[KILN_P(ARGSORT, K)];
+  int64_t descending = n->params[KILN_P(ARGSORT, DESCENDING)];
   KILN_RETURN_IF_ERROR(mv_check_axis(axis, x->rank));
-  if (n->params[1] < 0 || n->params[1] > 1) FAIL("descending is 0 or 1");
+  if (descending < 0 || descending > 1) FAIL("descending is 0 or 1");
   if (x->dtype != KILN_F32 && x->dtype != KILN_I64 && x->dtype != KILN_I32 &&
       x->dtype != KILN_BOOL)
     FAIL("argsort takes float32, int64, int32 or bool, not %s", kiln_dtype_name(x->dtype));
@@ -138,30 +144,4 @@ static kiln_status_t infer_argsort(const kiln_node_t* n, const kiln_value_t* x,
   mv_set(out, KILN_I64, x->rank, x->shape);
   if (x->rank) out->shape[axis] = k;
   return kiln_ok();
-}
-
-kiln_status_t kiln_graph_infer_movement(const kiln_graph_t* g, const kiln_node_t* n,
-                                        kiln_value_t* out) {
-  const kiln_value_t* x = mv_input(g, n, 0);
-  if (!x) FAIL("input 0 is missing");
-  switch (n->op) {
-    case KILN_OP_PAD:
-      return infer_pad(n, x, out);
-    case KILN_OP_STRIDED_SCATTER: {
-      const kiln_value_t* src = mv_input(g, n, 1);
-      if (!src) FAIL("src is missing");
-      return infer_strided_scatter(n, x, src, out);
-    }
-    case KILN_OP_SCATTER: {
-      const kiln_value_t *idx = mv_input(g, n, 1), *src = mv_input(g, n, 2);
-      if (!idx || !src) FAIL("index and src are required");
-      return infer_scatter(n, x, idx, src, out);
-    }
-    case KILN_OP_SCAN:
-      return infer_scan(n, x, out);
-    case KILN_OP_ARGSORT:
-      return infer_argsort(n, x, out);
-    default:
-      return kiln_status_make(KILN_INTERNAL, "no movement shape rule for %s", kiln_op_name(n->op));
-  }
 }

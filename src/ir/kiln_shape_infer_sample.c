@@ -2,7 +2,7 @@
  * untrusted (it may come from a .kiln file): each is bounded before it is
  * used in arithmetic, so no product overflows int64 and a verified node
  * cannot make its kernel index outside its buffers. */
-#include "ir/kiln_shape_infer_sample.h"
+#include "ir/kiln_shape_rules.h"
 
 #include <string.h>
 
@@ -46,16 +46,18 @@ static kiln_status_t sp_check_range(const char* name, const char* what, int64_t 
   return kiln_ok();
 }
 
-static kiln_status_t infer_grid_sampler(const kiln_graph_t* g, const kiln_node_t* n,
-                                        kiln_value_t* out) {
+kiln_status_t kiln_shape_grid_sampler(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const char* name = "grid_sampler_2d";
   const int64_t* p = n->params;
   const kiln_value_t *x = sp_input(g, n, 0), *grid = sp_input(g, n, 1);
   KILN_RETURN_IF_ERROR(sp_check(name, "x", x, 4, 1));
   KILN_RETURN_IF_ERROR(sp_check(name, "grid", grid, 4, 1));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "mode (0 bilinear, 1 nearest)", p[0], 0, 1));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "padding (0 zeros, 1 border, 2 reflection)", p[1], 0, 2));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "align_corners", p[2], 0, 1));
+  KILN_RETURN_IF_ERROR(sp_check_range(name, "mode (0 bilinear, 1 nearest)",
+                                      p[KILN_P(GRID_SAMPLER, MODE)], 0, 1));
+  KILN_RETURN_IF_ERROR(sp_check_range(name, "padding (0 zeros, 1 border, 2 reflection)",
+                                      p[KILN_P(GRID_SAMPLER, PADDING)], 0, 2));
+  KILN_RETURN_IF_ERROR(
+      sp_check_range(name, "align_corners", p[KILN_P(GRID_SAMPLER, ALIGN_CORNERS)], 0, 1));
   if (grid->shape[0] != x->shape[0] || grid->shape[3] != 2)
     FAIL("%s: grid must be (N, Ho, Wo, 2) with x's N = %lld, got (%lld, %lld, %lld, %lld)", name,
          (long long)x->shape[0], (long long)grid->shape[0], (long long)grid->shape[1],
@@ -68,70 +70,67 @@ static kiln_status_t infer_grid_sampler(const kiln_graph_t* g, const kiln_node_t
   return kiln_ok();
 }
 
-static kiln_status_t infer_col2im(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+kiln_status_t kiln_shape_col2im(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const char* name = "col2im";
   const int64_t* p = n->params;
   const kiln_value_t* x = sp_input(g, n, 0);
   KILN_RETURN_IF_ERROR(sp_check(name, "x", x, 3, 1));
+  /* The ten fields in layout order: H, W, kernel, dilation, padding, stride. */
   static const char* what[10] = {"height", "width", "kernel height", "kernel width",
                                  "dilation h", "dilation w", "padding h", "padding w",
                                  "stride h", "stride w"};
+  _Static_assert(KILN_P_COUNT(COL2IM) == 10 && KILN_P(COL2IM, PAD_H) == 6 &&
+                     KILN_P(COL2IM, PAD_W) == 7,
+                 "col2im's fields as named here");
   for (int i = 0; i < 10; ++i)
-    KILN_RETURN_IF_ERROR(sp_check_range(name, what[i], p[i], (i == 6 || i == 7) ? 0 : 1,
+    KILN_RETURN_IF_ERROR(sp_check_range(name, what[i], p[i],
+                                        (i == KILN_P(COL2IM, PAD_H) || i == KILN_P(COL2IM, PAD_W)) ? 0 : 1,
                                         KILN_SAMPLE_LIM));
-  const int64_t kk = p[2] * p[3]; /* <= 2^62 */
+  const int64_t h = p[KILN_P(COL2IM, H)], w = p[KILN_P(COL2IM, W)];
+  const int64_t kh = p[KILN_P(COL2IM, KERNEL_H)], kw = p[KILN_P(COL2IM, KERNEL_W)];
+  const int64_t kk = kh * kw; /* <= 2^62 */
   if (x->shape[1] < 1 || x->shape[1] % kk)
     FAIL("%s: x's %lld rows are not a multiple of the kernel's %lld elements", name,
          (long long)x->shape[1], (long long)kk);
   int64_t lh = 0, lw = 0;
-  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("col2im height", p[0], p[2], p[8], p[6], p[4], 0, &lh));
-  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size("col2im width", p[1], p[3], p[9], p[7], p[5], 0, &lw));
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size(
+      "col2im height", h, kh, p[KILN_P(COL2IM, STRIDE_H)], p[KILN_P(COL2IM, PAD_H)],
+      p[KILN_P(COL2IM, DILATION_H)], 0, &lh));
+  KILN_RETURN_IF_ERROR(kiln_shape_window_out_size(
+      "col2im width", w, kw, p[KILN_P(COL2IM, STRIDE_W)], p[KILN_P(COL2IM, PAD_W)],
+      p[KILN_P(COL2IM, DILATION_W)], 0, &lw));
   /* lh, lw >= 1; lh * lw compared without forming a product that overflows. */
   if (lh > x->shape[2] / lw || lh * lw != x->shape[2])
     FAIL("%s: x has %lld columns but the windows number %lld x %lld", name,
          (long long)x->shape[2], (long long)lh, (long long)lw);
-  int64_t shape[4] = {x->shape[0], x->shape[1] / kk, p[0], p[1]};
+  int64_t shape[4] = {x->shape[0], x->shape[1] / kk, h, w};
   sp_set(out, KILN_F32, 4, shape);
   return kiln_ok();
 }
 
-static kiln_status_t infer_embedding_bag(const kiln_graph_t* g, const kiln_node_t* n,
-                                         kiln_value_t* out) {
+kiln_status_t kiln_shape_embedding_bag(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const char* name = "embedding_bag";
-  const int64_t* p = n->params;
+  const int64_t mode = n->params[KILN_P(EMBEDDING_BAG, MODE)];
+  const int64_t last = n->params[KILN_P(EMBEDDING_BAG, INCLUDE_LAST_OFFSET)];
+  const int64_t padding_idx = n->params[KILN_P(EMBEDDING_BAG, PADDING_IDX)];
   const kiln_value_t *w = sp_input(g, n, 0), *idx = sp_input(g, n, 1), *off = sp_input(g, n, 2);
   const kiln_value_t* psw = sp_input(g, n, 3);
   KILN_RETURN_IF_ERROR(sp_check(name, "weight", w, 2, 1));
   KILN_RETURN_IF_ERROR(sp_check(name, "indices", idx, 1, 0));
   KILN_RETURN_IF_ERROR(sp_check(name, "offsets", off, 1, 0));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "mode (0 sum, 1 mean, 2 max)", p[0], 0, 2));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "include_last_offset", p[1], 0, 1));
-  KILN_RETURN_IF_ERROR(sp_check_range(name, "padding_idx", p[2], -1, w->shape[0] - 1));
+  KILN_RETURN_IF_ERROR(sp_check_range(name, "mode (0 sum, 1 mean, 2 max)", mode, 0, 2));
+  KILN_RETURN_IF_ERROR(sp_check_range(name, "include_last_offset", last, 0, 1));
+  KILN_RETURN_IF_ERROR(sp_check_range(name, "padding_idx", padding_idx, -1, w->shape[0] - 1));
   if (psw) {
     KILN_RETURN_IF_ERROR(sp_check(name, "per_sample_weights", psw, 1, 1));
-    if (p[0] != 0) FAIL("%s: per_sample_weights need mode 0 (sum)", name);
+    if (mode != 0) FAIL("%s: per_sample_weights need mode 0 (sum)", name);
     if (psw->shape[0] != idx->shape[0])
       FAIL("%s: %lld per_sample_weights for %lld indices", name, (long long)psw->shape[0],
            (long long)idx->shape[0]);
   }
-  int64_t bags = off->shape[0] - p[1];
+  int64_t bags = off->shape[0] - last;
   if (bags < 0) FAIL("%s: include_last_offset needs at least one offset", name);
   int64_t shape[2] = {bags, w->shape[1]};
   sp_set(out, KILN_F32, 2, shape);
   return kiln_ok();
-}
-
-kiln_status_t kiln_graph_infer_sample(const kiln_graph_t* g, const kiln_node_t* n,
-                                      kiln_value_t* out) {
-  switch (n->op) {
-    case KILN_OP_GRID_SAMPLER_2D:
-      return infer_grid_sampler(g, n, out);
-    case KILN_OP_COL2IM:
-      return infer_col2im(g, n, out);
-    case KILN_OP_EMBEDDING_BAG:
-      return infer_embedding_bag(g, n, out);
-    default:
-      return kiln_status_make(KILN_INTERNAL, "no sampling shape rule for op %s",
-                              kiln_op_name(n->op));
-  }
 }

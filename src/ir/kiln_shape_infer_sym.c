@@ -32,7 +32,7 @@ static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int
       if (matches(t, x->shape[k], v)) return (*out = x->shape[k]), kiln_ok();
   }
   if (n->op == KILN_OP_CAT) {
-    int64_t axis = n->params[0], sum = 0;
+    int64_t axis = n->params[KILN_P(AXIS, AXIS)], sum = 0;
     for (int32_t i = 0; i < n->n_inputs; ++i)
       KILN_RETURN_IF_ERROR(kiln_dim_add(t, sum, g->values[n->inputs[i]].shape[axis], &sum));
     if (matches(t, sum, v)) return (*out = sum), kiln_ok();

@@ -8,6 +8,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,6 @@
 #include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
 #include "runtime/kiln_plan_io.h"
-#include "kernels/gemm/kiln_gemm.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
 #include "kiln_ext_profile.h"
@@ -558,9 +559,11 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int32_t calls = 0;
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
+  const kiln_hal_target_t* target = kiln_hal_target_find(kiln_model_target_name(self->model));
   for (int32_t i = 0; i < g->n_values; ++i)
-    if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
-      fprintf(f, "  bf16 compute: %s\n", kiln_gemm_bf16_compute_describe());
+    if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && target &&
+        target->layout_describe) {
+      fprintf(f, "  bf16 compute: %s\n", target->layout_describe(g->values[i].layout));
       break;
     }
   if (symbolic) fprintf(f, "  arena planned per shape at run time (latest: ");
@@ -651,6 +654,27 @@ static PyObject* kiln_py_value_info(const kiln_graph_t* g, int32_t id) {
   size_t bytes = v->kind == KILN_VALUE_CONSTANT ? v->nbytes : kiln_value_dense_bytes(v);
   return Py_BuildValue("(Nini)", kiln_py_shape_tuple(v), (int)v->dtype, (Py_ssize_t)bytes,
                        (int)v->kind);
+}
+
+static PyObject* kiln_py_model_target(kiln_py_model_t* self, PyObject* unused) {
+  (void)unused;
+  return PyUnicode_FromString(kiln_model_target_name(self->model));
+}
+
+/* node_output(i) -> (bytes, dtype id, shape): from a run's node hook at
+ * node i's end (the model's lock is held, the output as the node left it),
+ * a copy of its output in the run's concrete graph; None out of reach (no
+ * such node, or a target whose memory the host does not address). */
+static PyObject* kiln_py_model_node_output(kiln_py_model_t* self, PyObject* args) {
+  int i;
+  if (!PyArg_ParseTuple(args, "i", &i)) return NULL;
+  const kiln_graph_t* g = kiln_model_last_graph(self->model);
+  if (i < 0 || i >= g->n_nodes) Py_RETURN_NONE;
+  const kiln_value_t* y = &g->values[g->nodes[i].outputs[0]];
+  const void* data = kiln_model_value_data(self->model, g->nodes[i].outputs[0]);
+  if (!data) Py_RETURN_NONE;
+  return Py_BuildValue("(y#iN)", (const char*)data, (Py_ssize_t)kiln_value_dense_bytes(y),
+                       (int)y->dtype, kiln_py_shape_tuple(y));
 }
 
 /* nodes() -> [(op, origin, inputs, outputs, params, runs_kernel)], inputs
@@ -837,6 +861,9 @@ static PyMethodDef kiln_py_model_methods[] = {
      "profile(on) starts/stops; profile() returns per-node times"},
     {"profile_wait", (PyCFunction)kiln_py_model_profile_wait, METH_NOARGS,
      "per-node ns waited at the host team's barrier (not in profile())"},
+    {"target", (PyCFunction)kiln_py_model_target, METH_NOARGS, "the target it runs on"},
+    {"node_output", (PyCFunction)kiln_py_model_node_output, METH_VARARGS,
+     "node_output(i): inside a run's hook at node i's end, (bytes, dtype, shape)"},
     {"nodes", (PyCFunction)kiln_py_model_nodes, METH_NOARGS,
      "[(op, origin, inputs, outputs, params, runs_kernel)]"},
     {"node_costs", (PyCFunction)kiln_py_model_node_costs, METH_NOARGS,
@@ -859,13 +886,24 @@ static PyTypeObject kiln_py_model_type = {
 
 /* ---- module functions --------------------------------------------------- */
 
+/* The target named (None: the default, $KILN_TARGET or the CPU); NULL with
+ * ValueError set for an unknown name. */
+static const kiln_hal_target_t* kiln_py_target(const char* name) {
+  const kiln_hal_target_t* t = kiln_hal_target_find(name);
+  if (!t)
+    PyErr_Format(PyExc_ValueError, "kiln: no target %s (cpu, reference)",
+                 name ? name : getenv("KILN_TARGET"));
+  return t;
+}
+
 /* compile(graph, log=False, weights_bf16=False, compute_bf16=False, quant=0,
- * group=32, asym=False, a8=False, progress=None) -> Model.
+ * group=32, asym=False, a8=False, progress=None, target=None) -> Model.
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
  * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group;
- * a8: int8 with int8 activations for more than 8 rows.
- * progress: None, or a callable given each pass's name as it starts. */
+ * a8: int8 with int8 activations for more than 8 rows;
+ * progress: None, or a callable given each pass's name as it starts;
+ * target: "cpu", "reference" (None: $KILN_TARGET, else the CPU). */
 /* The compiler's on_pass: calls the front end's progress callable with the
  * pass's name (compiles run with the GIL released: taken back here). A
  * progress bar never fails a compile: its errors are dropped. */
@@ -882,9 +920,12 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   kiln_py_graph_t* gobj;
   int log = 0, weights_bf16 = 0, compute_bf16 = 0, quant = 0, group = 32, asym = 0, a8 = 0;
   PyObject* progress = Py_None;
-  if (!PyArg_ParseTuple(args, "O!|pppiippO", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
-                        &compute_bf16, &quant, &group, &asym, &a8, &progress))
+  const char* target_name = NULL;
+  if (!PyArg_ParseTuple(args, "O!|pppiippOz", &kiln_py_graph_type, &gobj, &log, &weights_bf16,
+                        &compute_bf16, &quant, &group, &asym, &a8, &progress, &target_name))
     return NULL;
+  const kiln_hal_target_t* target = kiln_py_target(target_name);
+  if (!target) return NULL;
   kiln_graph_t* g = kiln_py_graph_get(gobj);
   if (!g) return NULL;
   gobj->graph = NULL;
@@ -901,6 +942,7 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
     o.on_pass = kiln_py_on_pass;
     o.on_pass_ctx = progress;
   }
+  o.target = target->name;
   kiln_graph_t* compiled = NULL;
   kiln_model_t* model = NULL;
   kiln_status_t s;
@@ -908,7 +950,7 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Py_BEGIN_ALLOW_THREADS s = kiln_compile(g, &o, &compiled);
   if (!s && o.on_pass) o.on_pass(o.on_pass_ctx, "plan");
-  if (!s) s = kiln_model_create(compiled, NULL, NULL, &model);
+  if (!s) s = kiln_model_create_on(compiled, NULL, NULL, NULL, 0, target, &model);
   Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   PyObject* m = kiln_py_model_wrap(model);
@@ -962,13 +1004,16 @@ static PyObject* kiln_py_sections(PyObject* mod, PyObject* args) {
   return sections;
 }
 
-/* load(bytes or path, section_names) -> (Model, sections). A path is read
- * straight into the buffer the model keeps (its constants are used in
- * place), so a large model is in memory once, not twice. */
+/* load(bytes or path, section_names, target=None) -> (Model, sections). A
+ * path is read straight into the buffer the model keeps (its constants are
+ * used in place), so a large model is in memory once, not twice. */
 static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
   (void)mod;
   PyObject *source, *names;
-  if (!PyArg_ParseTuple(args, "OO", &source, &names)) return NULL;
+  const char* target_name = NULL;
+  if (!PyArg_ParseTuple(args, "OO|z", &source, &names, &target_name)) return NULL;
+  const kiln_hal_target_t* target = kiln_py_target(target_name);
+  if (!target) return NULL;
   void* blob = NULL;
   size_t size = 0;
   kiln_status_t s;
@@ -1004,7 +1049,7 @@ static PyObject* kiln_py_load(PyObject* mod, PyObject* args) {
   const void* plan = NULL;
   size_t plan_size = 0;
   kiln_status_free(kiln_artifact_find_section(blob, size, KILN_PLAN_SECTION, &plan, &plan_size));
-  s = kiln_model_create_with_plan(g, blob, NULL, plan, plan_size, &model);
+  s = kiln_model_create_on(g, blob, NULL, plan, plan_size, target, &model);
   if (s) {
     Py_DECREF(sections);
     return kiln_py_raise(kiln_status_annotate(s, "loading the artifact"));
@@ -1148,6 +1193,28 @@ PyMODINIT_FUNC PyInit__C(void) {
     PyDict_SetItemString(dtypes, kiln_dtype_name((kiln_dtype_t)i), v);
     Py_DECREF(v);
   }
+  /* PARAMS: op name -> [(field name, index, count, is_float)], the named
+   * parameter layouts of ir/kiln_op_params.h (lower case), from which the
+   * op table builds params by name (capture.LoweringContext.node). */
+  PyObject* params = PyDict_New();
+  for (int i = 0; params && i < KILN_OP_COUNT; ++i) {
+    PyObject* fields = PyList_New(0);
+    for (int fl = 0; fields && fl < 2; ++fl) {
+      kiln_op_param_t f;
+      for (int k = 0; kiln_op_param((kiln_op_t)i, fl, k, &f); ++k) {
+        char lower[64];
+        size_t len = strlen(f.name);
+        if (len >= sizeof lower) len = sizeof lower - 1;
+        for (size_t c = 0; c < len; ++c) lower[c] = (char)tolower((unsigned char)f.name[c]);
+        lower[len] = '\0';
+        PyObject* t = Py_BuildValue("(siii)", lower, f.index, f.count, fl);
+        if (t) PyList_Append(fields, t);
+        Py_XDECREF(t);
+      }
+    }
+    if (fields) PyDict_SetItemString(params, kiln_op_name((kiln_op_t)i), fields);
+    Py_XDECREF(fields);
+  }
   static const char* const act_names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
   _Static_assert(sizeof(act_names) / sizeof(act_names[0]) == KILN_ACT_COUNT, "one per activation");
   for (int i = 0; i < KILN_ACT_COUNT; ++i) {
@@ -1161,6 +1228,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   PyModule_AddObject(m, "Model", (PyObject*)&kiln_py_model_type);
   PyModule_AddObject(m, "KilnError", kiln_py_error);
   PyModule_AddObject(m, "OPS", ops);
+  PyModule_AddObject(m, "PARAMS", params);
   PyModule_AddObject(m, "DTYPES", dtypes);
   PyModule_AddObject(m, "ACTIVATIONS", acts);
   PyModule_AddIntConstant(m, "MAX_RANK", KILN_MAX_RANK);

@@ -39,7 +39,7 @@ static int64_t kiln_cost_input_bytes(const kiln_graph_t* g, const kiln_node_t* n
 /* Operations per element of an ELTWISE_FUSED program: its arithmetic
  * instructions (loads and immediates are not arithmetic). */
 static int64_t kiln_cost_fused_ops(const kiln_node_t* n) {
-  int32_t slots = (int32_t)n->params[0], ops = 0;
+  int32_t slots = (int32_t)n->params[KILN_P(FUSED, N_SLOTS)], ops = 0;
   if (slots < 1 || slots > KILN_FUSED_MAX_SLOTS) return 1;
   for (int32_t k = 0; k < slots; ++k) {
     uint32_t code = kiln_fused_slot(n->params, k) & 255u;
@@ -58,7 +58,7 @@ static int64_t kiln_cost_flops(const kiln_graph_t* g, const kiln_node_t* n) {
       return x && x->rank ? 2 * y * x->shape[x->rank - 1] : 0;
     case KILN_OP_MATMUL: /* a (..., M, K), or (..., K, M) read transposed */
       if (!x || x->rank < 1) return 0;
-      if (n->params[0] & KILN_MATMUL_TRANSPOSE_A) return x->rank >= 2 ? 2 * y * x->shape[x->rank - 2] : 0;
+      if (n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_TRANSPOSE_A) return x->rank >= 2 ? 2 * y * x->shape[x->rank - 2] : 0;
       return 2 * y * x->shape[x->rank - 1];
     case KILN_OP_CONV2D:
     case KILN_OP_CONV2D_NHWC:
@@ -75,9 +75,10 @@ static int64_t kiln_cost_flops(const kiln_graph_t* g, const kiln_node_t* n) {
     }
     case KILN_OP_SDPA: {
       int64_t b, h, sq, skv, d, dv;
-      if (n->params[1] & KILN_SDPA_VIEWS) {
-        b = n->params[2], h = n->params[3], sq = n->params[5], skv = n->params[6];
-        d = n->params[7], dv = n->params[8];
+      const int64_t* p = n->params;
+      if (p[KILN_P(SDPA, FLAGS)] & KILN_SDPA_VIEWS) {
+        b = p[KILN_P(SDPA, BATCH)], h = p[KILN_P(SDPA, HEADS)], sq = p[KILN_P(SDPA, Q_LEN)];
+        skv = p[KILN_P(SDPA, KV_LEN)], d = p[KILN_P(SDPA, HEAD_DIM)], dv = p[KILN_P(SDPA, V_HEAD_DIM)];
       } else {
         const kiln_value_t* k = &g->values[in[1]];
         const kiln_value_t* v = &g->values[in[2]];
@@ -97,12 +98,12 @@ static int64_t kiln_cost_flops(const kiln_graph_t* g, const kiln_node_t* n) {
     case KILN_OP_STRIDED_SCATTER:
       return 0;
     case KILN_OP_SCATTER: /* assignment moves data; a reduction adds per source element */
-      return n->params[1] ? kiln_cost_numel(g, in[2]) : 0;
+      return n->params[KILN_P(SCATTER, REDUCE)] ? kiln_cost_numel(g, in[2]) : 0;
     case KILN_OP_MAX_POOL2D:
     case KILN_OP_AVG_POOL2D:
     case KILN_OP_MAX_POOL2D_NHWC:
     case KILN_OP_MAX_POOL2D_INDICES:
-      return y * n->params[0] * n->params[1];
+      return y * n->params[KILN_P(POOL2D, KERNEL_H)] * n->params[KILN_P(POOL2D, KERNEL_W)];
     case KILN_OP_ELTWISE_FUSED: return y * kiln_cost_fused_ops(n);
     case KILN_OP_LAYER_NORM: return 5 * y;
     case KILN_OP_RMS_NORM: return 4 * y;

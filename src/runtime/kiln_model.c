@@ -1,6 +1,11 @@
-/* Model execution: bind buffers (constants, caller inputs and outputs, the
- * arena), run the nodes in order through the CPU target, copy the outputs
- * that could not be written in place. Nothing is allocated per call. */
+/* Model execution on a target (hal/kiln_hal.h): bind buffers (constants,
+ * caller inputs and outputs, the arena), run the nodes in order through
+ * the target's kernel entries (each node prepared once, when its graph is
+ * planned), copy the outputs that could not be written in place. A target
+ * with its own memory gets the arena, the constants and buffers for the
+ * inputs and outputs in its memory (made once per plan), the inputs copied
+ * in and the outputs copied out per call, and is synchronized before the
+ * call returns. Nothing is allocated per call. */
 #include "runtime/kiln_model.h"
 
 #include <pthread.h>
@@ -20,6 +25,14 @@ typedef struct kiln_model_exec_s {
   kiln_plan_t plan;
   void** bufs;         /* per value, rebound each call */
   void* bound_arena;   /* the arena bufs were bound to */
+  const kiln_hal_entry_t** entry; /* per node: its kernel entry */
+  unsigned char* prep;            /* every node's prepared arguments */
+  size_t* prep_off;               /* per node: its offset in prep */
+  /* A target with its own memory: per value root, its device copy (the
+   * constants), and per input / output, its device buffer. */
+  void** dev_const;
+  void** dev_in;
+  void** dev_out;
   int64_t key[KILN_SYM_MAX_VARS];
   uint64_t last_use;
   int used;
@@ -28,6 +41,7 @@ typedef struct kiln_model_exec_s {
 #define KILN_MODEL_EXECS 4
 
 struct kiln_model_s {
+  const kiln_hal_target_t* target;
   kiln_graph_t* graph; /* concrete, or the symbolic template */
   void* blob;
   kiln_pool_t* pool;
@@ -47,11 +61,78 @@ struct kiln_model_s {
   uint64_t instance_ns;   /* and the time they took: bind to planned */
 };
 
+/* Frees n target buffers (NULL entries skipped) and the array. */
+static void kiln_model_free_device(const kiln_hal_target_t* t, void** bufs, int32_t n) {
+  for (int32_t i = 0; bufs && i < n; ++i)
+    if (bufs[i]) t->free(bufs[i]);
+  free(bufs);
+}
+
 static void kiln_model_exec_clear(kiln_model_t* m, kiln_model_exec_t* e) {
+  if (e->graph) {
+    kiln_model_free_device(m->target, e->dev_const, e->graph->n_values);
+    kiln_model_free_device(m->target, e->dev_in, e->graph->n_inputs);
+    kiln_model_free_device(m->target, e->dev_out, e->graph->n_outputs);
+  }
   if (e->graph != m->graph) kiln_graph_release(e->graph);
   kiln_plan_deinitialize(&e->plan);
   free(e->bufs);
+  free(e->entry);
+  free(e->prep);
+  free(e->prep_off);
   memset(e, 0, sizeof(*e));
+}
+
+/* Each node's kernel entry and its prepared arguments (64-byte aligned
+ * slots in one block): what a call needs beyond its buffers, worked out
+ * once per concrete graph. */
+static kiln_status_t kiln_model_exec_prepare(const kiln_model_t* m, kiln_model_exec_t* e) {
+  const kiln_graph_t* g = e->graph;
+  size_t total = 0;
+  e->entry = calloc((size_t)g->n_nodes + 1, sizeof(*e->entry));
+  e->prep_off = calloc((size_t)g->n_nodes + 1, sizeof(size_t));
+  if (!e->entry || !e->prep_off) return kiln_status_make(KILN_OUT_OF_MEMORY, "model nodes");
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    e->entry[i] = kiln_hal_entry(m->target, &g->nodes[i]);
+    e->prep_off[i] = total;
+    total += (e->entry[i]->prep_size + 63) & ~(size_t)63;
+  }
+  if (total && !(e->prep = aligned_alloc(64, total)))
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "model: %zu bytes of prepared arguments", total);
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    const kiln_node_t* n = &g->nodes[i];
+    if (!e->entry[i]->prepare) continue;
+    kiln_status_t s = e->entry[i]->prepare(g, n, e->prep + e->prep_off[i]);
+    if (s) return kiln_status_annotate(s, "node %d (%s)", i, kiln_op_name(n->op));
+  }
+  return kiln_ok();
+}
+
+/* A target with its own memory: the constants copied in (each root once),
+ * and a buffer per input and output, all made when the graph is planned. */
+static kiln_status_t kiln_model_exec_device(const kiln_model_t* m, kiln_model_exec_t* e) {
+  const kiln_hal_target_t* t = m->target;
+  const kiln_graph_t* g = e->graph;
+  e->dev_const = calloc((size_t)g->n_values + 1, sizeof(void*));
+  e->dev_in = calloc((size_t)g->n_inputs + 1, sizeof(void*));
+  e->dev_out = calloc((size_t)g->n_outputs + 1, sizeof(void*));
+  if (!e->dev_const || !e->dev_in || !e->dev_out)
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "model: device buffers");
+  for (int32_t v = 0; v < g->n_values; ++v) {
+    const kiln_value_t* c = &g->values[v];
+    if (c->kind != KILN_VALUE_CONSTANT || e->plan.root[v] != v || !c->nbytes) continue;
+    KILN_RETURN_IF_ERROR(t->alloc(c->nbytes, &e->dev_const[v]));
+    KILN_RETURN_IF_ERROR(t->copy(e->dev_const[v], c->data, c->nbytes, KILN_HAL_COPY_TO_DEVICE));
+  }
+  for (int32_t i = 0; i < g->n_inputs; ++i) {
+    size_t bytes = kiln_value_dense_bytes(&g->values[g->inputs[i]]);
+    if (bytes) KILN_RETURN_IF_ERROR(t->alloc(bytes, &e->dev_in[i]));
+  }
+  for (int32_t o = 0; o < g->n_outputs; ++o) {
+    size_t bytes = kiln_value_dense_bytes(&g->values[g->outputs[o]]);
+    if (bytes) KILN_RETURN_IF_ERROR(t->alloc(bytes, &e->dev_out[o]));
+  }
+  return kiln_ok();
 }
 
 /* Checks the target supports every node, plans (or loads a stored plan),
@@ -62,23 +143,24 @@ static kiln_status_t kiln_model_exec_init(kiln_model_t* m, kiln_model_exec_t* e,
   e->graph = g;
   kiln_status_t s = kiln_ok();
   for (int32_t i = 0; !s && i < g->n_nodes; ++i) {
-    s = kiln_hal_cpu_supports(g, &g->nodes[i]);
+    s = kiln_hal_supports(m->target, g, &g->nodes[i]);
     if (s) s = kiln_status_annotate(s, "node %d (%s%s%s)", i, kiln_op_name(g->nodes[i].op),
                                     g->nodes[i].origin ? " from " : "",
                                     g->nodes[i].origin ? g->nodes[i].origin : "");
   }
+  if (!s) s = kiln_model_exec_prepare(m, e);
   /* A stored plan is used once it has passed every check (kiln_plan_io.c). */
   if (!s) s = plan ? kiln_plan_load(g, plan, plan_size, &e->plan) : kiln_plan_build(g, &e->plan);
   if (!s && !(e->bufs = calloc((size_t)g->n_values + 1, sizeof(void*))))
     s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
   if (!s && e->plan.arena_size > m->arena_size) {
-    kiln_allocator_t sys = kiln_allocator_system();
-    kiln_allocator_free(sys, m->arena);
+    if (m->arena) m->target->free(m->arena);
     m->arena = NULL;
     m->arena_size = 0;
-    s = kiln_allocator_malloc(sys, e->plan.arena_size, &m->arena);
+    s = m->target->alloc(e->plan.arena_size, &m->arena);
     if (!s) m->arena_size = e->plan.arena_size;
   }
+  if (!s && !m->target->host_memory) s = kiln_model_exec_device(m, e);
   if (s) {
     kiln_model_exec_clear(m, e);
     return s;
@@ -93,9 +175,10 @@ static void kiln_model_exec_bind_fixed(kiln_model_t* m, kiln_model_exec_t* e) {
   if (e->bound_arena == m->arena && e->bound_arena) return;
   const kiln_graph_t* g = e->graph;
   for (int32_t v = 0; v < g->n_values; ++v) {
-    const kiln_value_t* root = &g->values[e->plan.root[v]];
+    const int32_t r = e->plan.root[v];
+    const kiln_value_t* root = &g->values[r];
     if (root->kind == KILN_VALUE_CONSTANT)
-      e->bufs[v] = (char*)root->data + e->plan.view_offset[v];
+      e->bufs[v] = (char*)(e->dev_const ? e->dev_const[r] : root->data) + e->plan.view_offset[v];
     else if (e->plan.offset[v] >= 0) e->bufs[v] = (char*)m->arena + e->plan.offset[v];
   }
   e->bound_arena = m->arena;
@@ -110,6 +193,12 @@ kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* po
 kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                           const void* plan, size_t plan_size,
                                           kiln_model_t** out_model) {
+  return kiln_model_create_on(graph, blob, pool, plan, plan_size, NULL, out_model);
+}
+
+kiln_status_t kiln_model_create_on(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
+                                   const void* plan, size_t plan_size,
+                                   const kiln_hal_target_t* target, kiln_model_t** out_model) {
   *out_model = NULL;
   kiln_allocator_t sys = kiln_allocator_system();
   kiln_model_t* m = calloc(1, sizeof(*m));
@@ -118,10 +207,16 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
     kiln_allocator_free(sys, blob);
     return kiln_status_make(KILN_OUT_OF_MEMORY, "model");
   }
+  m->target = target ? target : kiln_hal_target_find(NULL);
   m->graph = graph;
   m->blob = blob;
   m->current = -1;
   pthread_mutex_init(&m->lock, NULL);
+  if (!m->target) {
+    kiln_model_release(m);
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "KILN_TARGET=%s is not a target (cpu, reference)",
+                            getenv("KILN_TARGET"));
+  }
   kiln_status_t s = kiln_graph_verify(graph);
   m->symbolic = !s && kiln_graph_is_symbolic(graph);
   if (!s && m->symbolic && plan)
@@ -151,10 +246,10 @@ kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_
 void kiln_model_release(kiln_model_t* m) {
   if (!m) return;
   kiln_allocator_t sys = kiln_allocator_system();
-  for (int i = 0; i < KILN_MODEL_EXECS; ++i) kiln_model_exec_clear(m, &m->execs[i]);
+  for (int i = 0; m->target && i < KILN_MODEL_EXECS; ++i) kiln_model_exec_clear(m, &m->execs[i]);
   kiln_graph_release(m->graph);
   kiln_allocator_free(sys, m->blob);
-  kiln_allocator_free(sys, m->arena);
+  if (m->arena) m->target->free(m->arena);
   free(m->sym_values);
   free(m->times_ns);
   free(m->wait_ns);
@@ -163,6 +258,13 @@ void kiln_model_release(kiln_model_t* m) {
 }
 
 const kiln_graph_t* kiln_model_graph(const kiln_model_t* m) { return m->graph; }
+const char* kiln_model_target_name(const kiln_model_t* m) { return m->target->name; }
+
+const void* kiln_model_value_data(const kiln_model_t* m, int32_t value) {
+  if (!m->target->host_memory || m->current < 0) return NULL;
+  const kiln_model_exec_t* e = &m->execs[m->current];
+  return value >= 0 && value < e->graph->n_values ? e->bufs[value] : NULL;
+}
 int kiln_model_is_symbolic(const kiln_model_t* m) { return m->symbolic; }
 
 const kiln_graph_t* kiln_model_last_graph(const kiln_model_t* m) {
@@ -373,13 +475,23 @@ kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs
     return s;
   }
   kiln_model_exec_bind_fixed(m, e);
+  const kiln_hal_target_t* t = m->target;
   const kiln_plan_t* p = &e->plan;
   void** bufs = e->bufs;
-  for (int32_t i = 0; i < n_inputs; ++i) bufs[g->inputs[i]] = inputs[i].data;
+  kiln_pool_t* pool = t->single_thread ? NULL : m->pool;
+  for (int32_t i = 0; i < n_inputs; ++i) {
+    if (!e->dev_in) {
+      bufs[g->inputs[i]] = inputs[i].data;
+      continue;
+    }
+    bufs[g->inputs[i]] = e->dev_in[i];
+    size_t bytes = kiln_value_dense_bytes(&g->values[g->inputs[i]]);
+    if (!s && bytes) s = t->copy(e->dev_in[i], inputs[i].data, bytes, KILN_HAL_COPY_TO_DEVICE);
+  }
   for (int32_t v = 0; v < g->n_values; ++v) {
-    int32_t r = p->root[v];
-    if (p->bound_output[r] >= 0)
-      bufs[v] = (char*)outputs[p->bound_output[r]].data + p->view_offset[v];
+    int32_t r = p->root[v], o = p->bound_output[r];
+    if (o >= 0)
+      bufs[v] = (char*)(e->dev_out ? e->dev_out[o] : outputs[o].data) + p->view_offset[v];
     else if (g->values[r].kind == KILN_VALUE_INPUT)
       bufs[v] = (char*)bufs[r] + p->view_offset[v];
   }
@@ -397,22 +509,31 @@ kiln_status_t kiln_model_run_hooked(kiln_model_t* m, const kiln_tensor_t* inputs
       uint64_t wait = 0;
       kiln_pool_set_wait_counter(&wait);
       uint64_t t0 = kiln_now_ns();
-      s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
+      s = e->entry[ni]->run(g, n, e->prep + e->prep_off[ni], bufs, pool);
       uint64_t dt = kiln_now_ns() - t0;
       kiln_pool_set_wait_counter(NULL);
       if (wait > dt) wait = dt;
       m->times_ns[ni] += dt - wait;
       m->wait_ns[ni] += wait;
     } else {
-      s = kiln_hal_cpu_run_node(g, n, bufs, m->pool);
+      s = e->entry[ni]->run(g, n, e->prep + e->prep_off[ni], bufs, pool);
     }
     if (hook) hook(hook_ctx, ni, 1);
   }
   for (int32_t o = 0; o < n_outputs && !s; ++o) {
-    if (!p->output_copy[o]) continue;
     size_t bytes = kiln_value_dense_bytes(&g->values[g->outputs[o]]);
+    if (e->dev_out) { /* every output comes back from the target's memory */
+      if (bytes) s = t->copy(outputs[o].data, bufs[g->outputs[o]], bytes, KILN_HAL_COPY_TO_HOST);
+      continue;
+    }
+    if (!p->output_copy[o]) continue;
     if (bytes && outputs[o].data != bufs[g->outputs[o]])
       memmove(outputs[o].data, bufs[g->outputs[o]], bytes);
+  }
+  if (!t->host_memory) {
+    kiln_status_t w = t->synchronize();
+    if (!s) s = w;
+    else kiln_status_free(w);
   }
   if (m->profiling) m->runs++;
   pthread_mutex_unlock(&m->lock);

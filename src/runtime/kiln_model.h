@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
+#include "hal/kiln_hal.h"
 #include "ir/kiln_graph.h"
 #include "runtime/kiln_plan.h"
 
@@ -28,8 +29,10 @@ typedef struct kiln_tensor_s {
 
 /* Takes ownership of graph (released on failure too) and of `blob` (the
  * artifact buffer the graph's constants may borrow from; may be NULL; freed
- * with the system allocator). Verifies the graph and checks the CPU target
- * supports every node. pool may be NULL for the default pool. */
+ * with the system allocator). Verifies the graph, checks the default target
+ * (kiln_hal_target_find(NULL): $KILN_TARGET, else the CPU) supports every
+ * node (KILN_UNSUPPORTED naming the first op it lacks) and prepares each.
+ * pool may be NULL for the default pool. */
 kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                 kiln_model_t** out_model);
 /* As kiln_model_create, with the memory plan read from `plan` (an
@@ -38,7 +41,14 @@ kiln_status_t kiln_model_create(kiln_graph_t* graph, void* blob, kiln_pool_t* po
 kiln_status_t kiln_model_create_with_plan(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
                                           const void* plan, size_t plan_size,
                                           kiln_model_t** out_model);
+/* As kiln_model_create_with_plan (plan may be NULL), on target (NULL: the
+ * default target). */
+kiln_status_t kiln_model_create_on(kiln_graph_t* graph, void* blob, kiln_pool_t* pool,
+                                   const void* plan, size_t plan_size,
+                                   const kiln_hal_target_t* target, kiln_model_t** out_model);
 void kiln_model_release(kiln_model_t* model);
+/* "cpu", "reference", ... */
+const char* kiln_model_target_name(const kiln_model_t* model);
 
 /* Runs later calls on `pool` (NULL: the default pool); the pool must outlive
  * the model. The plan does not depend on the thread count, so this is how
@@ -81,6 +91,11 @@ kiln_status_t kiln_model_run(kiln_model_t* model, const kiln_tensor_t* inputs, i
  * (the hook must not run this model). hook may be NULL. This is how the
  * Python module puts kiln's nodes on torch.profiler's timeline. */
 typedef void (*kiln_model_node_hook_fn)(void* ctx, int32_t node, int end);
+/* Inside a hooked run on a target with host memory: value's bytes (of
+ * kiln_model_last_graph's value; a node's output is complete at its end
+ * hook), borrowed until the hook returns. NULL otherwise. This is how two
+ * targets are compared node by node. */
+const void* kiln_model_value_data(const kiln_model_t* model, int32_t value);
 kiln_status_t kiln_model_run_hooked(kiln_model_t* model, const kiln_tensor_t* inputs,
                                     int32_t n_inputs, const kiln_tensor_t* outputs,
                                     int32_t n_outputs, kiln_model_node_hook_fn hook,

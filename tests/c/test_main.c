@@ -83,6 +83,8 @@ static void kiln_test_print_cpu(void) {
   X(pool)                   \
   X(block_cache)            \
   X(ir)                   \
+  X(ops)                    \
+  X(targets)                \
   X(nn)                     \
   X(artifact)               \
   X(artifact_sym)           \

@@ -4,8 +4,10 @@ N random programs of ATen ops (views and layouts, GEMMs with constant and
 runtime weights, conv, attention, norms, reductions, elementwise ops,
 indexing), each compiled by kiln and compared with eager PyTorch in float32
 and float64 under the fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py);
-one graph in 20 goes through kiln.trace end to end and one in 200 through
-torch.compile(backend="kiln") with a training step. Deterministic: graph i of
+one graph in 20 goes through kiln.trace end to end, one in 200 through
+torch.compile(backend="kiln") with a training step, and one in 10 runs on
+kiln's reference target (the scalar reference kernels, src/hal/reference)
+under the same rule. Deterministic: graph i of
 SEED is the same program, with the same data and path, on every machine (no
 time budget, nothing drawn from the ISA, the thread count or the clock).
 
@@ -40,7 +42,7 @@ def test_fuzz_seeded_run():
     # the thread count its index gives): the run's wall time halves on two
     # cores, and a crash or hang in kiln is reported as that graph's result.
     cfg = Config(seed=SEED, skip_known=ACTIVE, out=os.path.join(REPO, "build", "fuzz"), verify=False,
-                 shrink_seconds=60.0)
+                 shrink_seconds=60.0, reference_every=10)
     tally = Tally()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -50,7 +52,7 @@ def test_fuzz_seeded_run():
         describe(r) for r in tally.failures)
     # The run tested something: most graphs ran and passed, every path was taken.
     assert tally.status["pass"] >= 0.9 * N, tally.summary(1.0)
-    assert set(tally.paths) == {"fast", "trace", "compile"}, tally.paths
+    assert set(tally.paths) == {"fast", "trace", "compile", "reference"}, tally.paths
 
 
 def test_fuzz_rules_for_torchs_own_disagreements():

@@ -1,4 +1,4 @@
-"""The elementwise math of python/kiln/optable_math.py (kernels/math) against
+"""The elementwise math of python/kiln/optable/elementwise.py (kernels/math) against
 eager PyTorch: inverse trig and hyperbolics, expm1/log1p/log2/log10,
 rounding, sign, isnan/isinf, atan2, bitwise ops, fmod/remainder, division
 with a rounding mode, pow with a scalar base, logical_xor, clamps,

@@ -289,7 +289,7 @@ def test_sort_topk():
 
 def test_embedding_training_has_no_fallback():
     # torch.compile training: the backward graph's embedding_dense_backward
-    # (kept whole, see optable_movement.KEEP_WHOLE) runs in kiln, so kiln
+    # (kept whole, registered keep_whole in optable/movement.py) runs in kiln, so kiln
     # warns about no CPU fallback, and SGD steps match eager's.
     import copy
     import warnings

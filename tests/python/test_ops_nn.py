@@ -1,4 +1,4 @@
-"""Op-level tests of the training ops (kiln/optable_nn.py) against eager:
+"""Op-level tests of the training ops (kiln/optable/nn.py) against eager:
 batch norm with batch statistics (and its running-stat update), group norm
 with its saved mean / rstd, convolution_backward, max pooling's indices and
 the max / average / adaptive-average pooling backward ops. Each module calls

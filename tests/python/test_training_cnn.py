@@ -106,7 +106,7 @@ def test_cnn_backward_graph_runs_in_kiln():
 class NormZoo(torch.nn.Module):
     """GroupNorm, InstanceNorm (batch statistics, no running stats), a
     grouped, dilated conv stack with average pooling: the other training
-    paths of optable_nn.py."""
+    paths of optable/nn.py."""
 
     def __init__(self, classes=5):
         super().__init__()

@@ -17,11 +17,9 @@
  * the rows it gathers (kiln_gemm_quant_gather). Everything else is kept as
  * it is. The compiler's pack pass
  * asks here and packs what it is told, so that no run packs a weight. */
-#include "hal/kiln_hal.h"
-
 #include <string.h>
 
-#include "hal/cpu/kiln_hal_cpu_nn.h"
+#include "hal/cpu/kiln_hal_cpu.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 
@@ -40,7 +38,7 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
                                kiln_hal_constant_form_t* f) {
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
   const kiln_value_t* y = &g->values[n->outputs[0]];
-  int64_t groups = n->params[6];
+  int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
   if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
   int panel;
   if (n->op == KILN_OP_CONV2D_NHWC) {
@@ -82,7 +80,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   f->nbytes = w->nbytes;
   if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
   if (n->op == KILN_OP_GATHER && slot == 0) {
-    if (!o->quant_bits || n->params[0] != 0 || w->layout != KILN_LAYOUT_DENSE ||
+    if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
         w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
       return kiln_ok();
     int group = o->quant_bits == 8 ? 0 : o->quant_group;
@@ -169,5 +167,3 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
       break;
   }
 }
-
-const char* kiln_hal_cpu_bf16_compute_describe(void) { return kiln_gemm_bf16_compute_describe(); }

@@ -1,27 +1,25 @@
 /* Geometry of PAD, STRIDED_SCATTER, SCATTER, SCAN and ARGSORT for their
  * kernels (kernels/eltwise/kiln_movement_ops.h). Shapes and params were
  * validated by kiln_shape_infer_movement.c when the node was added. */
-#include "hal/cpu/kiln_hal_cpu_movement.h"
-
 #include <string.h>
+
+#include "hal/cpu/kiln_hal_cpu.h"
 
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/eltwise/kiln_movement_ops.h"
 
+#define VAL(i) (&g->values[n->inputs[i]])
+#define BUF(i) (n->inputs[i] >= 0 ? bufs[n->inputs[i]] : NULL)
+#define OUT (bufs[n->outputs[0]])
+
 #define MV_VAL(i) (&g->values[n->inputs[i]])
 #define MV_BUF(i) (bufs[n->inputs[i]])
 
-static int64_t mv_prod(const int64_t* shape, int32_t from, int32_t to) {
-  int64_t p = 1;
-  for (int32_t d = from; d < to; ++d) p *= shape[d];
-  return p;
-}
-
-/* PAD's fill as x's dtype: fparams[0] for floats, params[17] otherwise. */
-static void mv_pad_fill(const kiln_node_t* n, kiln_dtype_t dtype, unsigned char fill[8]) {
+/* PAD's fill as x's dtype: the float FILL for floats, the int64 one otherwise. */
+void kiln_hal_cpu_pad_fill(const kiln_node_t* n, kiln_dtype_t dtype, unsigned char fill[8]) {
   memset(fill, 0, 8);
-  int64_t v = n->params[17];
-  float f = n->fparams[0];
+  int64_t v = n->params[KILN_P(PAD, INT_FILL)];
+  float f = n->fparams[KILN_FP(PAD, FILL)];
   switch (dtype) {
     case KILN_F32: memcpy(fill, &f, 4); break;
     case KILN_F16:
@@ -33,50 +31,78 @@ static void mv_pad_fill(const kiln_node_t* n, kiln_dtype_t dtype, unsigned char 
   }
 }
 
-kiln_status_t kiln_hal_cpu_run_movement(const kiln_graph_t* g, const kiln_node_t* n,
-                                        void* const* bufs, kiln_pool_t* pool) {
+#define MV_RUN(e)                                                                       \
+  kiln_status_t kiln_hal_cpu_run_##e(const kiln_graph_t* g, const kiln_node_t* n,          \
+                                     const void* prep, void* const* bufs, kiln_pool_t* pool)
+
+MV_RUN(pad) {
+  (void)prep;
   const kiln_value_t *x = MV_VAL(0), *y = &g->values[n->outputs[0]];
-  void* out = bufs[n->outputs[0]];
+  unsigned char fill[8];
+  kiln_hal_cpu_pad_fill(n, x->dtype, fill);
+  _Static_assert(KILN_P(PAD, AFTER) == KILN_P(PAD, BEFORE) + 8, "kiln_pad reads before then after");
+  kiln_pad((kiln_pad_mode_t)n->params[KILN_P(PAD, MODE)], kiln_dtype_size(x->dtype), x->rank,
+           x->shape, y->shape, n->params + KILN_P(PAD, BEFORE), fill, MV_BUF(0),
+           bufs[n->outputs[0]], pool);
+  return kiln_ok();
+}
+
+MV_RUN(strided_scatter) {
+  (void)prep, (void)pool;
+  const kiln_value_t* y = &g->values[n->outputs[0]];
   const int64_t* p = n->params;
-  switch (n->op) {
-    case KILN_OP_PAD: {
-      unsigned char fill[8];
-      mv_pad_fill(n, x->dtype, fill);
-      kiln_pad((kiln_pad_mode_t)p[0], kiln_dtype_size(x->dtype), x->rank, x->shape, y->shape,
-               p + 1, fill, MV_BUF(0), out, pool);
-      return kiln_ok();
-    }
-    case KILN_OP_STRIDED_SCATTER:
-      kiln_strided_scatter(kiln_dtype_size(y->dtype), kiln_value_numel(y), MV_BUF(0),
-                           (int32_t)p[0], p + 1, p + 9, p[17], MV_BUF(1), out);
-      return kiln_ok();
-    case KILN_OP_SCATTER: {
-      const kiln_value_t *idx = MV_VAL(1), *src = MV_VAL(2);
-      int64_t bad = 0;
-      KILN_RETURN_IF_ERROR(kiln_scatter((kiln_scatter_reduce_t)p[1], (int)p[2], (int)p[3], x->dtype, x->rank,
-                                        x->shape, (int32_t)p[0], MV_BUF(0), idx->shape,
-                                        idx->dtype, MV_BUF(1), src->shape, MV_BUF(2), out,
-                                        &bad));
-      if (bad)
-        return kiln_status_make(KILN_INVALID_ARGUMENT,
-                                "%s: %lld indices are out of range for a dimension of size %lld",
-                                n->origin ? n->origin : "scatter", (long long)bad,
-                                (long long)x->shape[p[0]]);
-      return kiln_ok();
-    }
-    case KILN_OP_SCAN:
-    case KILN_OP_ARGSORT: {
-      int32_t axis = (int32_t)p[0];
-      int64_t outer = x->rank ? mv_prod(x->shape, 0, axis) : 1;
-      int64_t len = x->rank ? x->shape[axis] : 1;
-      int64_t inner = x->rank ? mv_prod(x->shape, axis + 1, x->rank) : 1;
-      if (n->op == KILN_OP_SCAN) {
-        kiln_scan((int)p[1], x->dtype, outer, len, inner, MV_BUF(0), out, pool);
-        return kiln_ok();
-      }
-      return kiln_argsort(x->dtype, outer, len, inner, (int)p[1], p[2], MV_BUF(0), out, pool);
-    }
-    default:
-      return kiln_status_make(KILN_INTERNAL, "no movement kernel for %s", kiln_op_name(n->op));
-  }
+  kiln_strided_scatter(kiln_dtype_size(y->dtype), kiln_value_numel(y), MV_BUF(0),
+                       (int32_t)p[KILN_P(VIEW, RANK)], p + KILN_P(VIEW, DIMS),
+                       p + KILN_P(VIEW, STRIDES), p[KILN_P(VIEW, OFFSET)], MV_BUF(1),
+                       bufs[n->outputs[0]]);
+  return kiln_ok();
+}
+
+MV_RUN(scatter) {
+  (void)prep, (void)pool;
+  const kiln_value_t *x = MV_VAL(0), *idx = MV_VAL(1), *src = MV_VAL(2);
+  const int64_t* p = n->params;
+  const int32_t axis = (int32_t)p[KILN_P(SCATTER, AXIS)];
+  int64_t bad = 0;
+  KILN_RETURN_IF_ERROR(kiln_scatter((kiln_scatter_reduce_t)p[KILN_P(SCATTER, REDUCE)],
+                                    (int)p[KILN_P(SCATTER, INCLUDE_SELF)],
+                                    (int)p[KILN_P(SCATTER, WRAP_NEGATIVE)], x->dtype, x->rank,
+                                    x->shape, axis, MV_BUF(0), idx->shape, idx->dtype, MV_BUF(1),
+                                    src->shape, MV_BUF(2), bufs[n->outputs[0]], &bad));
+  if (bad)
+    return kiln_status_make(KILN_INVALID_ARGUMENT,
+                            "%s: %lld indices are out of range for a dimension of size %lld",
+                            n->origin ? n->origin : "scatter", (long long)bad,
+                            (long long)x->shape[axis]);
+  return kiln_ok();
+}
+
+MV_RUN(scan) {
+  (void)prep;
+  const kiln_value_t* x = MV_VAL(0);
+  int64_t outer, len, inner;
+  kiln_hal_cpu_axis_split(x, (int32_t)n->params[KILN_P(SCAN, AXIS)], &outer, &len, &inner);
+  kiln_scan((int)n->params[KILN_P(SCAN, KIND)], x->dtype, outer, len, inner, MV_BUF(0),
+            bufs[n->outputs[0]], pool);
+  return kiln_ok();
+}
+
+MV_RUN(argsort) {
+  (void)prep;
+  const kiln_value_t* x = MV_VAL(0);
+  int64_t outer, len, inner;
+  kiln_hal_cpu_axis_split(x, (int32_t)n->params[KILN_P(ARGSORT, AXIS)], &outer, &len, &inner);
+  return kiln_argsort(x->dtype, outer, len, inner, (int)n->params[KILN_P(ARGSORT, DESCENDING)],
+                      n->params[KILN_P(ARGSORT, K)], MV_BUF(0), bufs[n->outputs[0]], pool);
+}
+
+KILN_HAL_CPU_REF_RUN(pad) {
+  (void)prep, (void)pool;
+  const kiln_value_t *x = VAL(0), *y = &g->values[n->outputs[0]];
+  unsigned char fill[8];
+  kiln_hal_cpu_pad_fill(n, x->dtype, fill);
+  kiln_pad_reference((kiln_pad_mode_t)n->params[KILN_P(PAD, MODE)], kiln_dtype_size(x->dtype),
+                     x->rank, x->shape, y->shape, n->params + KILN_P(PAD, BEFORE), fill, BUF(0),
+                     OUT);
+  return kiln_ok();
 }

@@ -143,4 +143,9 @@ void kiln_binary(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void
 #endif
   kiln_binary_generic(op, dtype, nd, out, a, b, pool);
 }
+
+void kiln_binary_reference(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void* out,
+                           const void* a, const void* b) {
+  kiln_binary_generic(op, dtype, nd, out, a, b, NULL);
+}
 #endif

@@ -65,6 +65,11 @@ void kiln_nd_set_dense_output(kiln_nd_t* nd);
  * type; comparisons write bool. */
 void kiln_binary(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void* out,
                  const void* a, const void* b, kiln_pool_t* pool);
+/* The reference: the generic C build of the same loops (no ISA-specific
+ * code; elementwise IEEE arithmetic, so any vectorisation the compiler does
+ * gives the same numbers), on the calling thread. */
+void kiln_binary_reference(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void* out,
+                           const void* a, const void* b);
 
 /* out = x read through operand 1's strides (plus an element offset already
  * applied to x). Any dtype. */

@@ -161,6 +161,8 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
  * a model's numbers do not depend on the machine. */
 #define KILN_GEMM_QUANT_A8 2u
 #define KILN_GEMM_Q8A8_MIN_M 9
+/* Exact int32 sums need K * 127 * 127 < 2^31. */
+#define KILN_GEMM_Q8A8_MAX_K 131072
 /* Flags an int8 blob for int8 activations (no-op for int4). */
 void kiln_gemm_quant_set_a8(void* blob);
 /* The int8 x int8 path: returns 1 when it ran g (an a8 blob, M >=
@@ -169,6 +171,10 @@ void kiln_gemm_quant_set_a8(void* blob);
 int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
 /* Its scalar reference (same contract). */
 void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
+/* 1 when kiln_gemm_f32 takes the int8 x int8 path for g (an a8 blob, M >=
+ * KILN_GEMM_Q8A8_MIN_M, K small enough for exact int32 sums); the scalar
+ * reference follows the same choice. */
+int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g);
 
 /* Quantized embeddings: a (N, K) table packed as the blob of B = table^T
  * (column j of B is row j of the table, so a token's row is dequantized

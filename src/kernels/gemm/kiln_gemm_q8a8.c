@@ -180,8 +180,7 @@ static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t
 
 int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
-  /* Exact int32 sums need K * 127 * 127 < 2^31. */
-  if (K > 131072) return 0;
+  if (K > KILN_GEMM_Q8A8_MAX_K) return 0;
   kiln_q8a8_t t;
   memset(&t, 0, sizeof(t));
   kiln_isa_t isa = kiln_cpu_isa();

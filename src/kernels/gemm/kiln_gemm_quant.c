@@ -427,6 +427,13 @@ static void kiln_gemm_quant_deq_task(void* p, size_t task, int thread) {
                       (int)(s1 - s0), out);
 }
 
+int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
+  if (!g->b_packed_q || g->m < KILN_GEMM_Q8A8_MIN_M || g->k > KILN_GEMM_Q8A8_MAX_K) return 0;
+  kiln_gemm_quant_header_t h;
+  kiln_q_header(g->b_packed_q, &h);
+  return (h.flags & KILN_GEMM_QUANT_A8) != 0;
+}
+
 void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_gemm_quant_header_t h;
   kiln_q_header(g->b_packed_q, &h);
@@ -435,7 +442,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
-  if ((h.flags & KILN_GEMM_QUANT_A8) && M >= KILN_GEMM_Q8A8_MIN_M && kiln_gemm_q8a8(g, pool)) {
+  if (kiln_gemm_q8a8_applies(g) && kiln_gemm_q8a8(g, pool)) {
     snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
              kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
     return;

@@ -4,11 +4,17 @@
  * epilogue per element with libm (erff, tanhf, expf) as torch does.
  * bf16 compute (b_packed_bf16_vnni) is the same loop over the bf16-rounded
  * A and B: products of two bf16 are exact in double, so only the sum's
- * order separates it from any kernel. */
+ * order separates it from any kernel. An int8 blob flagged for int8
+ * activations follows kiln_gemm_f32's choice (kiln_gemm_q8a8_applies):
+ * the int8 x int8 rule's reference, else the weight-only loop. */
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
+  if (kiln_gemm_q8a8_applies(g)) {
+    kiln_gemm_q8a8_reference(g);
+    return;
+  }
   for (int64_t bt = 0; bt < g->batch; ++bt) {
     const float* a = g->a_bf16 ? NULL : g->a + bt * g->a_batch_stride;
     const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + bt * g->a_batch_stride : NULL;

@@ -82,6 +82,8 @@ def _run(res, path, ref, program):
         try:
             if path == "fast":
                 why = compare_all(run_fast(res), ref, accs, mags=mags)
+            elif path == "reference":
+                why = compare_all(run_fast(res, "reference"), ref, accs, mags=mags, who="kiln (reference target)")
             elif path == "trace":
                 why = compare_all(run_trace(res), ref, accs, mags=mags)
             else:

@@ -1,10 +1,13 @@
 """Running a resolved program through kiln, and the eager references.
 
-Three paths into kiln:
+Four paths into kiln:
   fast     the program's FX graph of Core ATen ops straight into
            kiln.capture.lower_graph and kiln.module.compile_graph, as
            kiln.dynamo does with AOTAutograd's graphs: about a millisecond
            where torch.export + run_decompositions take 150.
+  reference  the fast path on kiln's reference target (the scalar reference
+           kernels beside the fast ones, src/hal/reference), held to the
+           same rule: a second comparison for every kernel's reference.
   trace    kiln.trace on an nn.Module whose forward makes the same ATen calls
            (parameters as nn.Parameters): torch.export, decompositions,
            fallback and the module's input handling, end to end.
@@ -105,14 +108,14 @@ def compare_all(got, ref, accs, what="output", mags=None, who="kiln"):
     return None
 
 
-def run_fast(res):
+def run_fast(res, target=None):
     from kiln.capture import lower_graph
     from kiln.module import KilnModule, compile_graph
 
     placeholders = [("input", leaf.name) if leaf.role == "input" else ("constant", leaf.tensor)
                     for leaf in res.leaves]
     ctx = lower_graph(types.SimpleNamespace(graph=res.graph), placeholders, [res.nodes[r] for r in res.outputs])
-    mod = KilnModule(compile_graph(ctx), [leaf.name for leaf in res.inputs], None, "kiln-fuzz")
+    mod = KilnModule(compile_graph(ctx, target=target), [leaf.name for leaf in res.inputs], None, "kiln-fuzz")
     return mod.run_flat([leaf.tensor for leaf in res.inputs])
 
 

@@ -8,8 +8,9 @@ It exits 1 when kiln fails. Only torch and kiln are needed to run it.
 
 How kiln compiles it: "trace" is kiln.trace; "export" lowers torch.export's
 graph without the Core ATen decompositions (the ATen calls as written, which
-is what the fuzzer's fast path gives kiln); "compile" is
-torch.compile(backend="kiln") with one training step, gradients compared.
+is what the fuzzer's fast path gives kiln); "reference" is "export" on the
+reference target; "compile" is torch.compile(backend="kiln") with one
+training step, gradients compared.
 """
 
 import inspect
@@ -36,6 +37,15 @@ def kiln_compile(model, xs):
 
     ctx, names, spec = lower_exported(torch.export.export(model, xs))
     return KilnModule(compile_graph(ctx), names, spec)
+''',
+    "reference": '''\
+def kiln_compile(model, xs):
+    """The ATen calls as written, into kiln on its reference target."""
+    from kiln.capture import lower_exported
+    from kiln.module import KilnModule, compile_graph
+
+    ctx, names, spec = lower_exported(torch.export.export(model, xs))
+    return KilnModule(compile_graph(ctx, target="reference"), names, spec)
 ''',
 }
 

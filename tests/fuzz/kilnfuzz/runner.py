@@ -33,6 +33,7 @@ class Config:
     seed: int = 0
     trace_every: int = 20
     compile_every: int = 200
+    reference_every: int = 0  # graphs on the reference target too (0: none)
     skip_known: tuple = ACTIVE
     shrink: bool = True
     out: str = "build/fuzz"
@@ -45,6 +46,8 @@ def path_for(index, cfg):
         return "compile"
     if cfg.trace_every and index % cfg.trace_every == cfg.trace_every // 2:
         return "trace"
+    if cfg.reference_every and index % cfg.reference_every == cfg.reference_every // 3:
+        return "reference"
     return "fast"
 
 
@@ -115,7 +118,7 @@ def write_repro(program, outcome, cfg, what, evals=0):
 
     os.makedirs(cfg.out, exist_ok=True)
     res = resolve(program, KINDS)
-    hows = ["compile"] if outcome.path == "compile" else ["trace", "export"]
+    hows = {"compile": ["compile"], "reference": ["reference"]}.get(outcome.path, ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
@@ -351,6 +354,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (0: run in this process)")
     ap.add_argument("--trace-every", type=int, default=20)
     ap.add_argument("--compile-every", type=int, default=200)
+    ap.add_argument("--reference-every", type=int, default=0,
+                    help="run 1 graph in K on kiln's reference target (the scalar reference kernels)")
     ap.add_argument("--skip-known", default=",".join(ACTIVE),
                     help=f"known bugs to skip, comma-separated (known: {', '.join(KNOWN) or 'none'})")
     ap.add_argument("--no-shrink", action="store_true")
@@ -363,7 +368,8 @@ def main(argv=None):
     for s in skip:
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
-    cfg = Config(a.seed, a.trace_every, a.compile_every, skip, not a.no_shrink, a.out, not a.no_verify)
+    cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, skip, not a.no_shrink, a.out,
+                 not a.no_verify)
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()

@@ -3,8 +3,7 @@ views, scatters (select/slice/diagonal scatter, scatter, scatter_reduce,
 index_put, embedding's backward), scans (cumsum, cumprod, prod), variance,
 sort and topk, and indexing by several index tensors.
 
-Imported by kiln.optable (last line), so its registrations take precedence
-over any there. As everywhere in the op table, no numerics happen here: each
+As everywhere in the op table, no numerics happen here: each
 handler picks kiln ops (PAD, STRIDED_COPY, STRIDED_SCATTER, SCATTER, SCAN,
 ARGSORT and the elementwise ones) and their params.
 
@@ -18,41 +17,22 @@ import math
 import torch
 
 from kiln import symbolic
-from kiln.optable import (Unsupported, _arg, _axes_mask, _dense_strides, _index, _norm_dim, _shape,
-                          _val, aten, cast, operand, register, reshape, strided_copy)
+from kiln.errors import Unsupported
+from kiln.optable.core import (_arg, _axes_mask, _dense_strides, _norm_dim, _shape, _val, aten,
+                               broadcast_to, cast, index_single, operand, reshape, strided_copy)
+from kiln.optable.registry import register
 
-# Core ATen ops that torch.export's default decompositions would break up
-# but kiln runs whole (capture.decomposition_table keeps them): the pads
-# decompose to index arithmetic with clamp, select_scatter to a where over
-# an arange mask, embedding's backward to a zeros constant of the whole
-# table's size plus index_put, and take to an index whose decomposition
-# guards on the data for a 0-d index (torch 2.13), failing where eager runs.
-KEEP_WHOLE = (aten.reflection_pad1d.default, aten.reflection_pad2d.default,
-              aten.reflection_pad3d.default, aten.replication_pad1d.default,
-              aten.replication_pad2d.default, aten.replication_pad3d.default,
-              aten.select_scatter.default, aten.embedding_dense_backward.default,
-              aten.take.default)
+# Kept whole (register(..., keep_whole=True)): Core ATen ops that
+# torch.export's default decompositions would break up but kiln runs whole:
+# the pads decompose to index arithmetic with clamp, select_scatter to a
+# where over an arange mask, embedding's backward to a zeros constant of the
+# whole table's size plus index_put, and take to an index whose
+# decomposition guards on the data for a 0-d index (torch 2.13), failing
+# where eager runs.
 
 _MAX_RANK = 8
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
-
-
-def _view_params(shape, strides, offset):
-    shape, strides = list(shape), list(strides)
-    return [len(shape)] + shape + [0] * (8 - len(shape)) + strides + [0] * (8 - len(strides)) + [offset]
-
-
-def _broadcast_to(ctx, x, shape, origin=None):
-    """x (dense) broadcast to `shape` (trailing-aligned) and made dense."""
-    xs = list(ctx.shape(x))
-    shape = list(shape)
-    if xs == shape:
-        return x
-    src = _dense_strides(xs)
-    lead = len(shape) - len(xs)
-    strides = [0] * lead + [0 if xs[i] == 1 and shape[lead + i] != 1 else src[i] for i in range(len(xs))]
-    return strided_copy(ctx, x, shape, strides, 0, origin)
 
 
 # ---- padding ----------------------------------------------------------------------
@@ -80,8 +60,8 @@ def _pad(ctx, n, x, pad, mode, value=0):
             if value != int(value):
                 raise Unsupported(f"a non-integer fill {value!r} for a {dtype} tensor")
             fill_i = int(value)
-    return ctx.node("pad", [x], [_PAD_MODES[mode]] + before + after + [fill_i], [fill_f],
-                    origin=ctx.origin(n))
+    return ctx.node("pad", [x], origin=ctx.origin(n), mode=_PAD_MODES[mode], before=before, after=after,
+                    int_fill=fill_i, fill=fill_f)
 
 
 @register(aten.constant_pad_nd.default)
@@ -89,12 +69,14 @@ def _constant_pad_nd(ctx, n):
     return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "constant", _arg(n, 2, "value", 0))
 
 
-@register(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)
+@register(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
+          keep_whole=True)
 def _reflection_pad(ctx, n):
     return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "reflect")
 
 
-@register(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)
+@register(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default,
+          keep_whole=True)
 def _replication_pad(ctx, n):
     return _pad(ctx, n, ctx.value(n.args[0]), list(n.args[1]), "replicate")
 
@@ -213,7 +195,7 @@ def _as_strided(ctx, n):
     return strided_copy(ctx, x, size, stride, offset, ctx.origin(n))
 
 
-@register(aten.take.default)
+@register(aten.take.default, keep_whole=True)
 def _take(ctx, n):
     # x.take(i) is x.flatten()[i]: a gather along the one axis of the
     # flattened x (negative indices count from the end, as in eager).
@@ -221,7 +203,7 @@ def _take(ctx, n):
     if ctx.dtype(idx) not in _INDEX_DTYPES:
         raise Unsupported(f"take with a {ctx.dtype(idx)} index")
     flat = reshape(ctx, x, [math.prod(ctx.shape(x))], ctx.origin(n))
-    return ctx.node("gather", [flat, idx], [0], origin=ctx.origin(n))
+    return ctx.node("gather", [flat, idx], origin=ctx.origin(n), axis=0)
 
 
 @register(aten.copy.default, aten.copy_.default)
@@ -229,8 +211,10 @@ def _copy(ctx, n):
     # copy_ (an inference graph's write-back of a mutated input, kept in the
     # graph by keep_inference_input_mutations) is the new value; the write
     # itself is the caller's (kiln.dynamo binds it to the input's memory).
+    # The source is cast before it is broadcast: the cast touches the
+    # smaller tensor.
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
-    return cast(ctx, _broadcast_to(ctx, src, ctx.shape(x), ctx.origin(n)), ctx.dtype(x))
+    return broadcast_to(ctx, cast(ctx, src, ctx.dtype(x)), ctx.shape(x), ctx.origin(n))
 
 
 @register(aten.empty_strided.default, aten.new_empty_strided.default)
@@ -248,10 +232,11 @@ def _strided_scatter(ctx, n, x, src, dims, strides, offset):
     if 0 in dims:
         return x
     src = reshape(ctx, src, dims)
-    return ctx.node("strided_scatter", [x, src], _view_params(dims, strides, offset), origin=ctx.origin(n))
+    return ctx.node("strided_scatter", [x, src], origin=ctx.origin(n), rank=len(dims), dims=list(dims),
+                    strides=list(strides), offset=offset)
 
 
-@register(aten.select_scatter.default)
+@register(aten.select_scatter.default, keep_whole=True)
 def _select_scatter(ctx, n):
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
     shape = list(ctx.shape(x))
@@ -315,8 +300,8 @@ def _scatter(ctx, n, x, dim, index, src, reduce, include_self=True):
         dim = 0
     else:
         dim = _norm_dim(dim, len(out_shape))
-    y = ctx.node("scatter", [x, index, cast(ctx, src, dtype)],
-                 [dim, _SCATTER_REDUCE[reduce], int(bool(include_self)), 0], origin=ctx.origin(n))
+    y = ctx.node("scatter", [x, index, cast(ctx, src, dtype)], origin=ctx.origin(n), axis=dim,
+                 reduce=_SCATTER_REDUCE[reduce], include_self=int(bool(include_self)))
     return reshape(ctx, y, out_shape)
 
 
@@ -327,7 +312,7 @@ def _scatter_op(ctx, n):
     if isinstance(src, torch.fx.Node):
         src = ctx.value(src)
     else:  # a scalar: broadcast over index's shape
-        src = _broadcast_to(ctx, ctx.scalar(src, ctx.dtype(x)), ctx.shape(index), ctx.origin(n))
+        src = broadcast_to(ctx, ctx.scalar(src, ctx.dtype(x)), ctx.shape(index), ctx.origin(n))
     reduce = _arg(n, 4, "reduce", None)
     return _scatter(ctx, n, x, dim, index, src, reduce)
 
@@ -401,7 +386,7 @@ def _index_plan(ctx, n, x, indices):
         axis = 0
         xv = reshape(ctx, xv, [L] + [shape[d] for d in rest])
     if len(ctx.shape(lin)) != len(bshape) or list(ctx.shape(lin)) != bshape:
-        lin = _broadcast_to(ctx, lin, bshape, ctx.origin(n))
+        lin = broadcast_to(ctx, lin, bshape, ctx.origin(n))
     return xv, axis, lin, bshape, not adjacent, axes, rest
 
 
@@ -409,10 +394,10 @@ def _index_plan(ctx, n, x, indices):
 def _index_multi(ctx, n):
     indices = list(n.args[1])
     if sum(t is not None for t in indices) <= 1:
-        return _index(ctx, n)
+        return index_single(ctx, n)
     x = ctx.value(n.args[0])
     xv, axis, lin, bshape, _, _, _ = _index_plan(ctx, n, x, indices)
-    y = ctx.node("gather", [xv, lin], [axis], origin=ctx.origin(n))
+    y = ctx.node("gather", [xv, lin], origin=ctx.origin(n), axis=axis)
     return reshape(ctx, y, _shape(n))
 
 
@@ -440,14 +425,14 @@ def _index_put(ctx, n):
         res_shape = bshape + vshape[1:]
     else:
         res_shape = vshape[:axis] + bshape + vshape[axis + 1:]
-    vals = _broadcast_to(ctx, cast(ctx, values, ctx.dtype(x)), res_shape, ctx.origin(n))
+    vals = broadcast_to(ctx, cast(ctx, values, ctx.dtype(x)), res_shape, ctx.origin(n))
     src_shape = vshape[:axis] + [nidx] + vshape[axis + 1:]
     vals = reshape(ctx, vals, src_shape)
     # SCATTER's index has src's shape: the linear index stretched over the other axes.
     lin = reshape(ctx, lin, [1] * axis + [nidx] + [1] * (len(vshape) - axis - 1))
-    lin = _broadcast_to(ctx, lin, src_shape, ctx.origin(n))
-    y = ctx.node("scatter", [xv, lin, vals], [axis, 1 if accumulate else 0, 1, 1],
-                 origin=ctx.origin(n))
+    lin = broadcast_to(ctx, lin, src_shape, ctx.origin(n))
+    y = ctx.node("scatter", [xv, lin, vals], origin=ctx.origin(n), axis=axis, reduce=1 if accumulate else 0,
+                 include_self=1, wrap_negative=1)
     if not permuted:
         return reshape(ctx, y, shape)
     order = axes + rest
@@ -497,7 +482,7 @@ def _index_put_mask(ctx, n, x, indices, values, accumulate):
     return y
 
 
-@register(aten.embedding_dense_backward.default)
+@register(aten.embedding_dense_backward.default, keep_whole=True)
 def _embedding_dense_backward(ctx, n):
     grad, indices, num_weights, padding_idx, scale_by_freq = n.args[:5]
     if scale_by_freq:
@@ -514,10 +499,10 @@ def _embedding_dense_backward(ctx, n):
         g = ctx.node("where", [keep, g, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype)])
     # Zeros made at run time (a stride-0 view of one zero), not a
     # num_weights x dim constant in the graph.
-    zeros = _broadcast_to(ctx, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype),
+    zeros = broadcast_to(ctx, ctx.scalar(0.0 if dtype.is_floating_point else 0, dtype),
                           [num_weights, dim], ctx.origin(n))
-    y = ctx.node("scatter", [zeros, _broadcast_to(ctx, idx, [count, dim], ctx.origin(n)), g],
-                 [0, 1, 1, 1], origin=ctx.origin(n))
+    y = ctx.node("scatter", [zeros, broadcast_to(ctx, idx, [count, dim], ctx.origin(n)), g],
+                 origin=ctx.origin(n), axis=0, reduce=1, include_self=1, wrap_negative=1)
     return reshape(ctx, y, _shape(n))
 
 
@@ -532,8 +517,8 @@ def _scan(ctx, n, x, dim, op, out_dtype):
     x = cast(ctx, x, out_dtype)
     shape = list(ctx.shape(x))
     if not shape:
-        return reshape(ctx, ctx.node("scan", [reshape(ctx, x, [1])], [0, op], origin=ctx.origin(n)), [])
-    return ctx.node("scan", [x], [_norm_dim(dim, len(shape)), op], origin=ctx.origin(n))
+        return reshape(ctx, ctx.node("scan", [reshape(ctx, x, [1])], origin=ctx.origin(n), axis=0, kind=op), [])
+    return ctx.node("scan", [x], origin=ctx.origin(n), axis=_norm_dim(dim, len(shape)), kind=op)
 
 
 @register(aten.cumsum.default, aten.cumprod.default)
@@ -598,10 +583,10 @@ def _variance(ctx, n, x, dims, correction, keepdim):
     o = ctx.origin(n)
     keep = 1  # the callers reshape to torch's keepdim shape
     f32 = torch.float32
-    mean = ctx.node("mean", [x], [mask, 1], origin=o)
+    mean = ctx.node("mean", [x], origin=o, axes=mask, keepdim=1)
     d = ctx.node("sub", [x, mean], origin=o)
-    s2 = ctx.node("sum", [ctx.node("mul", [d, d], origin=o)], [mask, keep], origin=o)
-    s1 = ctx.node("sum", [d], [mask, keep], origin=o)
+    s2 = ctx.node("sum", [ctx.node("mul", [d, d], origin=o)], origin=o, axes=mask, keepdim=keep)
+    s1 = ctx.node("sum", [d], origin=o, axes=mask, keepdim=keep)
     fix = ctx.node("div", [ctx.node("mul", [s1, s1], origin=o), ctx.scalar(float(count), f32)], origin=o)
     s = ctx.node("sub", [s2, fix], origin=o)
     var = ctx.node("div", [s, ctx.scalar(float(max(count - correction, 0)), f32)], origin=o)
@@ -650,8 +635,8 @@ def _sorted(ctx, n, x, dim, descending, k=None):
         return x, ctx.scalar(0, torch.int64)
     dim = _norm_dim(dim, len(shape))
     k = shape[dim] if k is None else k
-    idx = ctx.node("argsort", [x], [dim, int(bool(descending)), k], origin=ctx.origin(n))
-    values = ctx.node("gather_elements", [x, idx], [dim], origin=ctx.origin(n))
+    idx = ctx.node("argsort", [x], origin=ctx.origin(n), axis=dim, descending=int(bool(descending)), k=k)
+    values = ctx.node("gather_elements", [x, idx], origin=ctx.origin(n), axis=dim)
     return values, idx
 
 

@@ -1,18 +1,15 @@
 """Op-table handlers for grid sampling (aten.grid_sampler_2d), fold
 (aten.col2im) and embedding bags (aten._embedding_bag).
 
-Imported by kiln.optable. As everywhere in the op table, no numerics happen
-here: each handler picks one kiln op (GRID_SAMPLER_2D, COL2IM,
+As everywhere in the op table, no numerics happen here: each handler picks one kiln op (GRID_SAMPLER_2D, COL2IM,
 EMBEDDING_BAG) and its params; the C shape rules validate them.
 """
 
 import torch
 
-from kiln.optable import Unsupported, _arg, _shape, aten, register, reshape
-
-# torch.export's default decompositions break col2im into index arithmetic
-# over a zeros constant; kiln runs it whole (capture.decomposition_table).
-KEEP_WHOLE = (aten.col2im.default,)
+from kiln.errors import Unsupported
+from kiln.optable.core import _arg, _shape, aten, reshape
+from kiln.optable.registry import register
 
 _F32 = torch.float32
 _INDEX_DTYPES = (torch.int64, torch.int32)
@@ -29,10 +26,13 @@ def _grid_sampler_2d(ctx, n):
         raise Unsupported(f"grid sampling of {ctx.dtype(x)} with a {ctx.dtype(grid)} grid")
     if 0 in ctx.shape(x)[2:]:
         raise Unsupported("grid sampling an empty image")
-    return ctx.node("grid_sampler_2d", [x, grid], [mode, padding, int(align)], origin=ctx.origin(n))
+    return ctx.node("grid_sampler_2d", [x, grid], origin=ctx.origin(n), mode=mode, padding=padding,
+                    align_corners=int(align))
 
 
-@register(aten.col2im.default)
+# Kept whole: torch.export's default decompositions break col2im into index
+# arithmetic over a zeros constant.
+@register(aten.col2im.default, keep_whole=True)
 def _col2im(ctx, n):
     x = ctx.value(n.args[0])
     if ctx.dtype(x) != _F32:
@@ -41,8 +41,10 @@ def _col2im(ctx, n):
     shape = list(ctx.shape(x))
     if len(shape) == 2:  # unbatched
         x = reshape(ctx, x, [1] + shape)
-    params = [int(v) for v in size + kernel + dilation + padding + stride]
-    y = ctx.node("col2im", [x], params, origin=ctx.origin(n))
+    size, kernel, dilation, padding, stride = ([int(v) for v in p] for p in (size, kernel, dilation, padding, stride))
+    y = ctx.node("col2im", [x], origin=ctx.origin(n), h=size[0], w=size[1], kernel_h=kernel[0],
+                 kernel_w=kernel[1], dilation_h=dilation[0], dilation_w=dilation[1], pad_h=padding[0],
+                 pad_w=padding[1], stride_h=stride[0], stride_w=stride[1])
     return reshape(ctx, y, _shape(n))
 
 
@@ -70,6 +72,7 @@ def _embedding_bag(ctx, n):
         if ctx.dtype(w) != _F32:
             raise Unsupported(f"{ctx.dtype(w)} per_sample_weights")
         inputs.append(w)
-    y = ctx.node("embedding_bag", inputs, [mode, int(last), padding_idx], origin=ctx.origin(n))
+    y = ctx.node("embedding_bag", inputs, origin=ctx.origin(n), mode=mode, include_last_offset=int(last),
+                    padding_idx=padding_idx)
     why = "embedding_bag's offset2bag, bag_size and max_indices outputs"
     return (y,) + tuple(ctx.unsupported_value(n, why) for _ in range(3))

@@ -1,16 +1,15 @@
 """Op-table handlers for training CNNs: batch and group norm with batch
 statistics, and the convolution and pooling backward ops.
 
-Imported at the end of kiln.optable (it registers into the same TABLE). As
-there, handlers only choose kiln ops and their parameters: the statistics
+As everywhere in the op table, handlers only choose kiln ops and their parameters: the statistics
 of the norms are composed from MEAN, SUB, MUL and RSQRT; the gradients of
 convolution and pooling are kiln's CONV2D_GRAD_INPUT / CONV2D_GRAD_WEIGHT,
 MAX_POOL2D_INDICES / MAX_POOL2D_GRAD and AVG_POOL2D_GRAD ops. Also here:
 adaptive average pooling of any split (ADAPTIVE_AVG_POOL2D and its
-gradient), repeat (a strided copy), nearest upsampling (two gathers) and
-bilinear upsampling (UPSAMPLE_BILINEAR2D).
+gradient), nearest upsampling (two gathers) and bilinear upsampling
+(UPSAMPLE_BILINEAR2D).
 
-native_layer_norm_backward is kept whole (capture._KEEP_WHOLE): its input
+native_layer_norm_backward is kept whole (registered keep_whole): its input
 gradient is one LAYER_NORM_BACKWARD pass (the decomposition took two
 multiplies, two row sums and a seven-op chain over the activations); the
 weight and bias gradients stay plain sums. The other norms' backward ops
@@ -23,8 +22,11 @@ import math
 import torch
 
 from kiln import symbolic
-from kiln.optable import (Unsupported, _arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
-                          _max_pool_args, _pool_params, _shape, _val, aten, register, reshape, strided_copy)
+from kiln.errors import Unsupported
+from kiln.optable.core import (_arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
+                               _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, aten,
+                               dtype_id, reshape, strided_copy)
+from kiln.optable.registry import register
 
 F32 = torch.float32
 
@@ -49,9 +51,9 @@ def _batch_stats(ctx, xv, eps):
     as (1, C, 1, ...), and x - mean."""
     rank = len(ctx.shape(xv))
     mask = _axes_mask([d for d in range(rank) if d != 1], rank)
-    mean = ctx.node("mean", [xv], [mask, 1])
+    mean = ctx.node("mean", [xv], axes=mask, keepdim=1)
     centred = ctx.node("sub", [xv, mean])
-    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], [mask, 1])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], axes=mask, keepdim=1)
     rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), F32)])])
     return mean, var, rstd, centred
 
@@ -159,9 +161,9 @@ def _group_norm(ctx, n):
         raise Unsupported(f"group norm of {shape} in {group} groups")
     origin = ctx.origin(n)
     xg = reshape(ctx, xv, [N, group, (C // group) * HxW])
-    mean = ctx.node("mean", [xg], [1 << 2, 1])
+    mean = ctx.node("mean", [xg], axes=1 << 2, keepdim=1)
     centred = ctx.node("sub", [xg, mean])
-    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], [1 << 2, 1])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], axes=1 << 2, keepdim=1)
     rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), F32)])])
     y = reshape(ctx, ctx.node("mul", [centred, rstd], origin=origin), [N, C, HxW])
     y = _affine(ctx, y, weight, bias, [C, 1], origin)
@@ -172,7 +174,7 @@ def _group_norm(ctx, n):
 # ---- convolution backward ------------------------------------------------------
 
 
-@register(aten.native_layer_norm_backward.default)
+@register(aten.native_layer_norm_backward.default, keep_whole=True)
 def _layer_norm_backward(ctx, n):
     dy, x, normalized_shape, mean, rstd, weight, bias, mask = n.args[:8]
     for v in (dy, x, mean, rstd):
@@ -185,14 +187,14 @@ def _layer_norm_backward(ctx, n):
     outs = [None, None, None]
     if mask[0]:
         inputs = [dyv, xv, meanv, rstdv] + ([ctx.value(weight)] if weight is not None else [])
-        outs[0] = ctx.node("layer_norm_backward", inputs, [k], origin=origin)
+        outs[0] = ctx.node("layer_norm_backward", inputs, origin=origin, dims=k)
     leading = _axes_mask(list(range(rank - k)), rank) if rank > k else 0
     if mask[1] and weight is not None:
         xhat = ctx.node("mul", [ctx.node("sub", [xv, meanv]), rstdv], origin=origin)
-        dw = ctx.node("sum", [ctx.node("mul", [dyv, xhat], origin=origin)], [leading, 0], origin=origin)
+        dw = ctx.node("sum", [ctx.node("mul", [dyv, xhat], origin=origin)], origin=origin, axes=leading)
         outs[1] = reshape(ctx, dw, _out_shape(n, 1))
     if mask[2] and bias is not None:
-        db = ctx.node("sum", [dyv], [leading, 0], origin=origin)
+        db = ctx.node("sum", [dyv], origin=origin, axes=leading)
         outs[2] = reshape(ctx, db, _out_shape(n, 2))
     return tuple(outs)
 
@@ -216,7 +218,8 @@ def _convolution_backward(ctx, n):
         w4 = w_shape[:2] + [1] + w_shape[2:]
     else:
         w4 = w_shape
-    conv = stride + padding + dilation + [groups]
+    conv = dict(stride_h=stride[0], stride_w=stride[1], pad_h=padding[0], pad_w=padding[1],
+                dilation_h=dilation[0], dilation_w=dilation[1], groups=groups)
     origin = ctx.origin(n)
     dyv = _as_nchw(ctx, ctx.value(dy), spatial)
     outs = [None, None, None]
@@ -224,14 +227,14 @@ def _convolution_backward(ctx, n):
         x4 = _as_nchw(ctx, ctx.value(x), spatial)  # only its shape is used
         h, wd = ctx.shape(x4)[2:]
         wv = reshape(ctx, ctx.value(w), w4)
-        dx = ctx.node("conv2d_grad_input", [dyv, wv], conv + [h, wd], origin=origin)
+        dx = ctx.node("conv2d_grad_input", [dyv, wv], origin=origin, h=h, w=wd, **conv)
         outs[0] = reshape(ctx, dx, x_shape)
     if mask[1]:
         xv = _as_nchw(ctx, ctx.value(x), spatial)
-        dw = ctx.node("conv2d_grad_weight", [dyv, xv], conv + w4[2:], origin=origin)
+        dw = ctx.node("conv2d_grad_weight", [dyv, xv], origin=origin, kernel_h=w4[2], kernel_w=w4[3], **conv)
         outs[1] = reshape(ctx, dw, w_shape)
     if mask[2]:
-        db = ctx.node("sum", [dyv], [_axes_mask([0, 2, 3], 4), 0], origin=origin)
+        db = ctx.node("sum", [dyv], origin=origin, axes=_axes_mask([0, 2, 3], 4))
         outs[2] = reshape(ctx, db, _out_shape(n, 2))
     return tuple(outs)
 
@@ -245,10 +248,10 @@ def _max_pool2d_with_indices(ctx, n):
     params = _max_pool_args(n)
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     origin = ctx.origin(n)
-    y = ctx.node("max_pool2d", [xv], params, origin=origin)
+    y = ctx.node("max_pool2d", [xv], origin=origin, **params)
     # Only training (the backward) and max_unpool read the indices; in
     # inference dead-code elimination drops this node.
-    idx = ctx.node("max_pool2d_indices", [xv], params, origin=origin)
+    idx = ctx.node("max_pool2d_indices", [xv], origin=origin, **params)
     return (reshape(ctx, y, _out_shape(n, 0)), reshape(ctx, idx, _out_shape(n, 1)))
 
 
@@ -261,7 +264,7 @@ def _max_pool2d_backward(ctx, n):
     h, w = x_shape[-2:]
     dyv = _as_nchw(ctx, ctx.value(dy), 2)
     iv = reshape(ctx, ctx.value(indices), list(ctx.shape(dyv)))
-    dx = ctx.node("max_pool2d_grad", [dyv, iv], [h, w], origin=ctx.origin(n))
+    dx = ctx.node("max_pool2d_grad", [dyv, iv], origin=ctx.origin(n), h=h, w=w)
     return reshape(ctx, dx, x_shape)
 
 
@@ -272,8 +275,8 @@ def _avg_pool2d_backward(ctx, n):
     _require_f32(n, "avg_pool2d backward")
     x_shape = _shape(x)
     h, w = x_shape[-2:]
-    params = _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [h, w, divisor]
-    dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], params, origin=ctx.origin(n))
+    dx = ctx.node("avg_pool2d_grad", [_as_nchw(ctx, ctx.value(dy), 2)], origin=ctx.origin(n), h=h, w=w,
+                  divisor_override=divisor, **_pool_params(kernel, stride, padding, 1, ceil_mode, include))
     return reshape(ctx, dx, x_shape)
 
 
@@ -288,36 +291,11 @@ def _adaptive_avg_pool2d_backward(ctx, n):
     oh, ow = _shape(dy)[-2:]
     dyv = _as_nchw(ctx, ctx.value(dy), 2)
     if oh <= 0 or ow <= 0 or h % oh or w % ow:  # overlapping or uneven windows
-        dx = ctx.node("adaptive_avg_pool2d_grad", [dyv], [h, w], origin=ctx.origin(n))
+        dx = ctx.node("adaptive_avg_pool2d_grad", [dyv], origin=ctx.origin(n), h=h, w=w)
         return reshape(ctx, dx, x_shape)
     k = [h // oh, w // ow]
-    params = _pool_params(k, k, 0, 1, False, True) + [h, w]
-    dx = ctx.node("avg_pool2d_grad", [dyv], params, origin=ctx.origin(n))
+    dx = ctx.node("avg_pool2d_grad", [dyv], origin=ctx.origin(n), h=h, w=w, **_pool_params(k, k, 0, 1, False, True))
     return reshape(ctx, dx, x_shape)
-
-
-# ---- repeat (InstanceNorm's weight and bias in training) ---------------------------
-
-
-@register(aten.repeat.default)
-def _repeat(ctx, n):
-    # x tiled reps[i] times along each dim: a strided copy over interleaved
-    # (repeat, size) dims, the repeat dims with stride 0, then a reshape.
-    x = ctx.value(n.args[0])
-    reps = [int(r) for r in n.args[1]]
-    shape = [1] * (len(reps) - len(ctx.shape(x))) + list(ctx.shape(x))
-    strides = _dense_strides(shape)
-    dims, steps = [], []
-    for r, s, st in zip(reps, shape, strides):
-        if r != 1:
-            dims.append(r)
-            steps.append(0)
-        dims.append(s)
-        steps.append(st)
-    if len(dims) > 8:
-        raise Unsupported(f"repeat {reps} of a rank-{len(shape)} tensor (more than 8 strided dims)")
-    y = strided_copy(ctx, x, dims, steps, 0, ctx.origin(n))
-    return reshape(ctx, y, _shape(n))
 
 
 # ---- nearest upsampling ---------------------------------------------------------------
@@ -342,8 +320,8 @@ def _upsample_nearest2d(ctx, n):
     src_h = aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]
     src_w = aten.upsample_nearest2d.vec(cols.contiguous(), output_size, scales)[0, 0, 0, :]
     origin = ctx.origin(n)
-    y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], [2], origin=origin)
-    y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], [3], origin=origin)
+    y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], origin=origin, axis=2)
+    y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], origin=origin, axis=3)
     return reshape(ctx, y, _shape(n))
 
 
@@ -357,18 +335,16 @@ def _adaptive_target(n, h, w):
 
 @register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d_any(ctx, n):
-    # An even split is a plain average pool (optable's handler, which the
-    # conv fusion and the pool kernels already know); any other split is
-    # kiln's ADAPTIVE_AVG_POOL2D with torch's overlapping windows.
-    from kiln import optable
-
+    # An even split is a plain average pool (which the conv fusion and the
+    # pool kernels already know); any other split is kiln's
+    # ADAPTIVE_AVG_POOL2D with torch's overlapping windows.
     _require_f32(n, "adaptive_avg_pool2d")
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     h, w = ctx.shape(xv)[2:]
     oh, ow = _adaptive_target(n, h, w)
     if oh > 0 and ow > 0 and h % oh == 0 and w % ow == 0:
-        return optable._adaptive_avg_pool2d(ctx, n)
-    y = ctx.node("adaptive_avg_pool2d", [xv], [oh, ow], origin=ctx.origin(n))
+        return adaptive_avg_pool2d_even(ctx, n)
+    y = ctx.node("adaptive_avg_pool2d", [xv], origin=ctx.origin(n), h=oh, w=ow)
     return reshape(ctx, y, _shape(n))
 
 
@@ -386,9 +362,9 @@ def _upsample_bilinear2d(ctx, n):
     xv = _as_nchw(ctx, ctx.value(x), 2)
     ho, wo = _shape(n)[-2:]
     # torch uses the caller's scale factors (not the size ratio) when given.
-    fparams = [float(s) for s in scales] if scales is not None and output_size is None else [0.0, 0.0]
-    y = ctx.node("upsample_bilinear2d", [xv], [ho, wo, int(bool(align_corners))], fparams,
-                 origin=ctx.origin(n))
+    scale_h, scale_w = [float(s) for s in scales] if scales is not None and output_size is None else [0.0, 0.0]
+    y = ctx.node("upsample_bilinear2d", [xv], origin=ctx.origin(n), out_h=ho, out_w=wo,
+                 align_corners=int(bool(align_corners)), scale_h=scale_h, scale_w=scale_w)
     return reshape(ctx, y, _shape(n))
 
 
@@ -400,8 +376,8 @@ def _avg_pool1d(ctx, n):
     kernel, stride, padding, ceil_mode, include, _ = _avg_pool_args(n, 1)
     _require_f32(n, "avg_pool1d")
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 1)
-    y = ctx.node("avg_pool2d", [xv], _pool_params([1] + kernel, [1] + stride, [0] + padding, 1, ceil_mode, include),
-                 origin=ctx.origin(n))
+    y = ctx.node("avg_pool2d", [xv], origin=ctx.origin(n),
+                 **_pool_params([1] + kernel, [1] + stride, [0] + padding, 1, ceil_mode, include))
     return reshape(ctx, y, _shape(n))
 
 
@@ -413,9 +389,9 @@ def _adaptive_avg_pool1d(ctx, n):
     length = ctx.shape(xv)[3]
     if out > 0 and length % out == 0:
         k = length // out
-        y = ctx.node("avg_pool2d", [xv], _pool_params([1, k], [1, k], [0, 0], 1, False, True), origin=ctx.origin(n))
+        y = ctx.node("avg_pool2d", [xv], origin=ctx.origin(n), **_pool_params([1, k], [1, k], [0, 0], 1, False, True))
     else:
-        y = ctx.node("adaptive_avg_pool2d", [xv], [1, out], origin=ctx.origin(n))
+        y = ctx.node("adaptive_avg_pool2d", [xv], origin=ctx.origin(n), h=1, w=out)
     return reshape(ctx, y, _shape(n))
 
 
@@ -426,26 +402,20 @@ def _p_norm_last(ctx, d, p, origin):
     """The p-norm of d over its last axis (as torch.cdist's p: 0 counts
     non-zeros, inf takes the largest magnitude)."""
     rank = len(ctx.shape(d))
-    last = [1 << (rank - 1), 0]
+    last = 1 << (rank - 1)
     if p == 0:
         nz = ctx.node("ne", [d, ctx.scalar(0.0, F32)], origin=origin)
-        return ctx.node("sum", [ctx.node("cast", [nz], [_dtype_id(F32)], origin=origin)], last, origin=origin)
+        return ctx.node("sum", [ctx.node("cast", [nz], origin=origin, dtype=dtype_id(F32))], origin=origin, axes=last)
     a = ctx.node("abs", [d], origin=origin)
     if math.isinf(p):
-        return ctx.node("max", [a], last, origin=origin)
+        return ctx.node("max", [a], origin=origin, axes=last)
     if p == 1:
-        return ctx.node("sum", [a], last, origin=origin)
+        return ctx.node("sum", [a], origin=origin, axes=last)
     if p == 2:
-        return ctx.node("sqrt", [ctx.node("sum", [ctx.node("mul", [d, d], origin=origin)], last, origin=origin)],
+        return ctx.node("sqrt", [ctx.node("sum", [ctx.node("mul", [d, d], origin=origin)], origin=origin, axes=last)],
                         origin=origin)
-    s = ctx.node("sum", [ctx.node("pow", [a, ctx.scalar(float(p), F32)], origin=origin)], last, origin=origin)
+    s = ctx.node("sum", [ctx.node("pow", [a, ctx.scalar(float(p), F32)], origin=origin)], origin=origin, axes=last)
     return ctx.node("pow", [s, ctx.scalar(1.0 / p, F32)], origin=origin)
-
-
-def _dtype_id(dtype):
-    from kiln.optable import dtype_id
-
-    return dtype_id(dtype)
 
 
 @register(aten._cdist_forward.default)
@@ -478,8 +448,8 @@ def _pdist(ctx, n):
         return ctx.constant(torch.zeros(0))
     left = ctx.constant(torch.tensor([i for i, _ in pairs], dtype=torch.int64))
     right = ctx.constant(torch.tensor([j for _, j in pairs], dtype=torch.int64))
-    d = ctx.node("sub", [ctx.node("gather", [xv, left], [0], origin=origin),
-                         ctx.node("gather", [xv, right], [0], origin=origin)], origin=origin)
+    d = ctx.node("sub", [ctx.node("gather", [xv, left], origin=origin, axis=0),
+                         ctx.node("gather", [xv, right], origin=origin, axis=0)], origin=origin)
     return reshape(ctx, _p_norm_last(ctx, d, p, origin), _shape(n))
 
 
@@ -521,13 +491,12 @@ def _avg_pool3d(ctx, n):
     _require_f32(n, "avg_pool3d")
     xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
     origin = ctx.origin(n)
-    hw = ctx.node("avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
-                  _pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include) + [1 if divisor else 0],
-                  origin=origin)
+    hw = ctx.node("avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])], origin=origin,
+                  divisor_override=1 if divisor else 0,
+                  **_pool_params(kernel[1:], stride[1:], padding[1:], 1, ceil_mode, include))
     ho, wo = ctx.shape(hw)[2:]
-    y = ctx.node("avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])],
-                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], 1, ceil_mode, include) + [divisor],
-                 origin=origin)
+    y = ctx.node("avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])], origin=origin, divisor_override=divisor,
+                 **_pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], 1, ceil_mode, include))
     return reshape(ctx, y, _shape(n))
 
 
@@ -537,9 +506,9 @@ def _adaptive_avg_pool3d(ctx, n):
     xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
     od, oh, ow = (int(o) if o is not None else s for o, s in zip(_ints(n.args[1], 3), (d, h, w)))
     origin = ctx.origin(n)
-    hw = ctx.node("adaptive_avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])], [oh, ow], origin=origin)
+    hw = ctx.node("adaptive_avg_pool2d", [reshape(ctx, xv, [b, c * d, h, w])], origin=origin, h=oh, w=ow)
     # Along D only: the second axis's windows are single columns.
-    y = ctx.node("adaptive_avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, oh * ow])], [od, oh * ow], origin=origin)
+    y = ctx.node("adaptive_avg_pool2d", [reshape(ctx, hw, [b * c, 1, d, oh * ow])], origin=origin, h=od, w=oh * ow)
     return reshape(ctx, y, _shape(n))
 
 
@@ -557,10 +526,9 @@ def _max_pool3d_with_indices(ctx, n):
     _require_f32(n, "max_pool3d")
     xv, (b, c, d, h, w) = _as_ncdhw(ctx, n, n.args[0])
     origin = ctx.origin(n)
-    hw = ctx.node("max_pool2d", [reshape(ctx, xv, [b, c * d, h, w])],
-                  _pool_params(kernel[1:], stride[1:], padding[1:], dilation[1:], ceil_mode, 0), origin=origin)
+    hw = ctx.node("max_pool2d", [reshape(ctx, xv, [b, c * d, h, w])], origin=origin,
+                  **_pool_params(kernel[1:], stride[1:], padding[1:], dilation[1:], ceil_mode, 0))
     ho, wo = ctx.shape(hw)[2:]
-    y = ctx.node("max_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])],
-                 _pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], [dilation[0], 1], ceil_mode, 0),
-                 origin=origin)
+    y = ctx.node("max_pool2d", [reshape(ctx, hw, [b * c, 1, d, ho * wo])], origin=origin,
+                 **_pool_params([kernel[0], 1], [stride[0], 1], [padding[0], 0], [dilation[0], 1], ceil_mode, 0))
     return (reshape(ctx, y, _out_shape(n, 0)), ctx.unsupported_value(n, "max_pool3d's indices output"))

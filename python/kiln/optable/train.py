@@ -4,7 +4,7 @@ aten._safe_softmax: attention's math formulation (what a training graph's
 attention becomes, see dynamo._AttentionAsMath) takes this softmax, which
 gives zeros for a row of all -inf where softmax gives NaN. Decomposed, it is
 softmax plus eq(-inf), two logical_nots, an any and a where over the whole
-score tensor; kept whole (capture._KEEP_WHOLE) it is one SOFTMAX with its
+score tensor; kept whole (registered keep_whole) it is one SOFTMAX with its
 safe flag, which checks one element per row. Its backward is plain
 softmax's (_softmax_backward_data), so the backward graph is unchanged.
 
@@ -29,24 +29,25 @@ import operator
 import torch
 
 from kiln import symbolic
-from kiln.optable import (TABLE, Unsupported, _norm_dim, _val, attention_mask, cast, operand, register,
-                          reshape)
+from kiln.errors import Unsupported
+from kiln.optable.core import _norm_dim, _val, attention_mask, cast, operand, reshape
+from kiln.optable.registry import TABLE, register
 
 aten = torch.ops.aten
 
 
-@register(aten._safe_softmax.default)
+@register(aten._safe_softmax.default, keep_whole=True)
 def _safe_softmax(ctx, n):
     x = ctx.value(n.args[0])
     # dtype= is the type softmax computes and returns in (the input is cast
     # to it first), as torch's own decomposition does.
     x = cast(ctx, x, torch.float32)
     rank = len(ctx.shape(x))
-    y = ctx.node("softmax", [x], [_norm_dim(n.args[1], max(rank, 1)), 1], origin=ctx.origin(n))
+    y = ctx.node("softmax", [x], origin=ctx.origin(n), axis=_norm_dim(n.args[1], max(rank, 1)), safe=1)
     return cast(ctx, y, _val(n).dtype)
 
 
-@register(aten.gelu_backward.default)
+@register(aten.gelu_backward.default, keep_whole=True)
 def _gelu_backward(ctx, n):
     dy, x = (ctx.value(a) for a in n.args[:2])
     approx = n.kwargs.get("approximate", n.args[2] if len(n.args) > 2 else "none")
@@ -55,7 +56,7 @@ def _gelu_backward(ctx, n):
     for v in (dy, x):
         if ctx.dtype(v) != torch.float32:
             raise Unsupported(f"gelu_backward in {ctx.dtype(v)}")
-    return ctx.node("gelu_backward", [dy, x], [1 if approx == "tanh" else 0], origin=ctx.origin(n))
+    return ctx.node("gelu_backward", [dy, x], origin=ctx.origin(n), approximate=1 if approx == "tanh" else 0)
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)
@@ -88,7 +89,7 @@ def _flash_attention_cpu(ctx, n):
     inputs = [q, k, v]
     if mask is not None:
         inputs.append(attention_mask(ctx, mask))
-    y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
+    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), scale=scale)
     return (reshape(ctx, y, symbolic.shape(n.meta["val"][0])), None)
 
 
@@ -101,6 +102,7 @@ def _fma(ctx, n):
 
 
 def register_compile_prims():
-    """Registers the prims that exist once torch.compile's modules are loaded."""
-    if hasattr(torch.ops.prims, "fma"):
-        TABLE.setdefault(torch.ops.prims.fma.default, _fma)
+    """Registers the prims that exist once torch.compile's modules are
+    loaded (once: later calls find them registered)."""
+    if hasattr(torch.ops.prims, "fma") and torch.ops.prims.fma.default not in TABLE:
+        register(torch.ops.prims.fma.default)(_fma)

@@ -9,8 +9,9 @@ Imported by kiln.optable. No numerics here: each handler picks kiln ops.
 
 import torch
 
-from kiln.optable import (Unsupported, _arg, _shape, _val, aten, cast, dtype_id, register, register_by_name,
-                          reshape)
+from kiln.errors import Unsupported
+from kiln.optable.core import _arg, _shape, _val, aten, cast, dtype_id, reshape
+from kiln.optable.registry import register, register_by_name
 
 # Integers of at most this magnitude are exact in float32.
 _F32_EXACT = 1 << 24
@@ -56,9 +57,9 @@ def _histc(ctx, n):
     for d in ctx.shape(x):
         count = count * d
     x = reshape(ctx, x, [count, 1])
-    levels = ctx.node("iota", [], [bins, lo, 1, dtype_id(torch.float32)])
+    levels = ctx.node("iota", [], length=bins, start=lo, step=1, dtype=dtype_id(torch.float32))
     hits = ctx.node("eq", [x, reshape(ctx, levels, [1, bins])], origin=ctx.origin(n))
-    y = ctx.node("sum", [cast(ctx, hits, torch.float32)], [1, 0], origin=ctx.origin(n))
+    y = ctx.node("sum", [cast(ctx, hits, torch.float32)], origin=ctx.origin(n), axes=1 << 0, keepdim=0)
     return reshape(ctx, y, _shape(n))
 
 
@@ -92,4 +93,4 @@ def _grouped_mm(ctx, n):
         raise Unsupported(f"grouped_mm of {ctx.dtype(x)} by {ctx.dtype(w)} (kiln's is float32)")
     if ctx.dtype(offs) not in (torch.int64, torch.int32):
         raise Unsupported(f"grouped_mm with {ctx.dtype(offs)} offsets")
-    return ctx.node("grouped_mm", [x, w, offs], [1 if src is not None else 0], origin=ctx.origin(n))
+    return ctx.node("grouped_mm", [x, w, offs], origin=ctx.origin(n), w_transposed=int(src is not None))

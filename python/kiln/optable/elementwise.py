@@ -7,13 +7,14 @@ activations, and fill.
 Most map one-to-one onto kiln ops of kernels/math (ACOS..SIGN,
 ATAN2..DIV_FLOOR); the rest are compositions of kiln ops that give eager's
 exact answer (clamp = maximum then minimum, isnan = x != x, ...). As in
-optable.py, no numerics happen here: handlers only choose ops and params.
-Imported at the end of optable.py; entries register into its TABLE.
+core.py, no numerics happen here: handlers only choose ops and params.
 """
 
 import torch
 
-from kiln.optable import Unsupported, _arg, _shape, _val, cast, operand, register, reshape, strided_copy
+from kiln.errors import Unsupported
+from kiln.optable.core import _arg, _shape, _val, broadcast_to, cast, operand, reshape, strided_copy
+from kiln.optable.registry import register
 
 aten = torch.ops.aten
 
@@ -127,9 +128,8 @@ def _binary_ext_node(ctx, n, op, a, b):
     return ctx.node(op, [operand(ctx, a, dtype), operand(ctx, b, dtype)], origin=ctx.origin(n))
 
 
-# bitwise_and/or.Tensor are registered here too, superseding optable.py's
-# bool-only mapping onto logical_and/or: the bitwise kernels take bool and
-# the integer types alike.
+# bitwise_and/or.Tensor are these bitwise ops for bool too (the kernels take
+# bool and the integer types alike), not logical_and/or.
 @register(*_BINARY_EXT)
 def _binary_ext(ctx, n):
     return _binary_ext_node(ctx, n, _BINARY_EXT[n.target], n.args[0], n.args[1])
@@ -254,27 +254,12 @@ def _leaky_relu(ctx, n):
 # ---- fill -------------------------------------------------------------------------------
 
 
-def _broadcast_to(ctx, v, shape, origin):
-    """Dense v broadcast (trailing-aligned) to shape by a stride-0 copy."""
-    src = list(ctx.shape(v))
-    if src == list(shape):
-        return v
-    strides, stride = [], 1
-    for d in range(len(shape) - 1, -1, -1):
-        sd = d - (len(shape) - len(src))
-        strides.insert(0, stride if sd >= 0 and src[sd] != 1 else 0)
-        stride *= src[sd] if sd >= 0 else 1
-    if not shape:  # a 0-d result of a 0-d or one-element value
-        return ctx.node("strided_copy", [v], [0] + [0] * 17, origin=origin)
-    return strided_copy(ctx, v, list(shape), strides, 0, origin)
-
-
 # torch.export's default decompositions turn fill.Scalar into full_like (a
-# constant, optable.py) and fill.Tensor into copy; fill itself reaches the
-# table from torch.compile graphs.
-@register(aten.fill.Scalar, aten.fill.Tensor, aten.copy.default)
+# constant, core.py) and fill.Tensor into copy (movement.py); fill itself
+# reaches the table from torch.compile graphs.
+@register(aten.fill.Scalar, aten.fill.Tensor)
 def _fill(ctx, n):
     # The value (a scalar, or a tensor broadcastable to the input, in the
     # input's dtype) over the input's shape: no constant of the full size.
     dtype = _val(n).dtype
-    return _broadcast_to(ctx, operand(ctx, n.args[1], dtype), _shape(n), ctx.origin(n))
+    return broadcast_to(ctx, operand(ctx, n.args[1], dtype), _shape(n), ctx.origin(n))

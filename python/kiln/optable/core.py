@@ -1,5 +1,6 @@
-"""The op table: each ATen op of the Core ATen opset that kiln supports, and
-how it lowers to kiln IR.
+"""The op table's core handlers: views and data movement, elementwise
+arithmetic, reductions and normalisation, matmul, linear and attention,
+convolution and pooling, and the helpers the other handler modules share.
 
 A handler receives the lowering context and the FX node and returns the kiln
 value id of the node's result (or a tuple for multi-output ops). Shapes and
@@ -16,6 +17,8 @@ import torch
 
 from kiln import _C
 from kiln import symbolic
+from kiln.errors import Unsupported
+from kiln.optable.registry import register
 
 OPS = _C.OPS
 aten = torch.ops.aten
@@ -32,66 +35,6 @@ DTYPES = {
     torch.bool: _C.DTYPES["bool"],
 }
 TORCH_DTYPES = {v: k for k, v in DTYPES.items()}
-
-class _Table(dict):
-    """target -> handler. Ops another library defines (transformers' custom
-    ops) exist only once it is imported, after kiln may have been: they are
-    registered by name (register_by_name) and found when first looked up."""
-
-    def __init__(self):
-        super().__init__()
-        self.by_name = {}
-
-    def _by_name(self, key):
-        return self.by_name.get(str(key)) if isinstance(key, torch._ops.OpOverload) else None
-
-    def __missing__(self, key):
-        fn = self._by_name(key)
-        if fn is None:
-            raise KeyError(key)
-        self[key] = fn
-        return fn
-
-    def __contains__(self, key):
-        return dict.__contains__(self, key) or self._by_name(key) is not None
-
-    def get(self, key, default=None):
-        return self[key] if key in self else default
-
-
-TABLE = _Table()
-
-
-def register(*targets):
-    def wrap(fn):
-        for t in targets:
-            TABLE[t] = fn
-        return fn
-
-    return wrap
-
-
-def register_by_name(*names):
-    """As register, for ops named "namespace.op.overload" that may not exist yet."""
-    def wrap(fn):
-        for name in names:
-            TABLE.by_name[name] = fn
-        return fn
-
-    return wrap
-
-
-class Unsupported(Exception):
-    """Raised by a handler for a use of a supported op that kiln can't lower.
-
-    with_inputs: eager must compute the node's inputs too, not only the node
-    (its answer depends on how eager lays its input out in memory, which a
-    dense kiln value handed over from a kiln piece would not reproduce); the
-    fallback then runs every node the refused one depends on in eager."""
-
-    def __init__(self, message, with_inputs=False):
-        super().__init__(message)
-        self.with_inputs = with_inputs
 
 
 def _arg(n, i, name, default=None):
@@ -125,15 +68,30 @@ def _norm_dim(dim, rank):
 def strided_copy(ctx, x, out_shape, strides, offset, origin):
     """A view of dense x (by element strides over out_shape) made dense."""
     shape = list(out_shape)
-    params = [len(shape)] + shape + [0] * (8 - len(shape)) + list(strides) + [0] * (8 - len(strides)) + [offset]
-    return ctx.node("strided_copy", [x], params, origin=origin)
+    return ctx.node("strided_copy", [x], origin=origin, rank=len(shape), dims=shape, strides=list(strides),
+                    offset=offset)
 
 
 def reshape(ctx, x, shape, origin=None):
     shape = list(shape)
     if list(ctx.shape(x)) == shape:
         return x
-    return ctx.node("reshape", [x], [len(shape)] + shape, origin=origin)
+    return ctx.node("reshape", [x], origin=origin, rank=len(shape), dims=shape)
+
+
+def broadcast_to(ctx, v, shape, origin=None):
+    """Dense v broadcast (trailing-aligned) to shape by a stride-0 copy."""
+    src = list(ctx.shape(v))
+    if src == list(shape):
+        return v
+    strides, stride = [], 1
+    for d in range(len(shape) - 1, -1, -1):
+        sd = d - (len(shape) - len(src))
+        strides.insert(0, stride if sd >= 0 and src[sd] != 1 else 0)
+        stride *= src[sd] if sd >= 0 else 1
+    if not shape:  # a 0-d result of a 0-d or one-element value
+        return ctx.node("strided_copy", [v], origin=origin)
+    return strided_copy(ctx, v, list(shape), strides, 0, origin)
 
 
 def dtype_id(dtype):
@@ -147,12 +105,12 @@ def dtype_id(dtype):
 def cast(ctx, x, dtype):
     if ctx.dtype(x) == dtype:
         return x
-    return ctx.node("cast", [x], [dtype_id(dtype)])
+    return ctx.node("cast", [x], dtype=dtype_id(dtype))
 
 
 def sym_scalar(ctx, d, dtype):
     """A 0-d tensor holding the value of symbolic size d (computed per call)."""
-    y = ctx.node("iota", [], [1, d, 0, dtype_id(torch.int64)])
+    y = ctx.node("iota", [], length=1, start=d, step=0, dtype=dtype_id(torch.int64))
     return cast(ctx, reshape(ctx, y, []), dtype)
 
 
@@ -313,16 +271,16 @@ def _cat(ctx, n):
     rank = len(_shape(n))
     dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, rank)
     while len(xs) > 8:  # the IR takes up to 8 inputs per cat
-        xs = [ctx.node("cat", xs[i:i + 8], [dim]) if len(xs[i:i + 8]) > 1 else xs[i]
+        xs = [ctx.node("cat", xs[i:i + 8], axis=dim) if len(xs[i:i + 8]) > 1 else xs[i]
               for i in range(0, len(xs), 8)]
     if len(xs) == 1:
         return xs[0]
-    return ctx.node("cat", xs, [dim], origin=ctx.origin(n))
+    return ctx.node("cat", xs, origin=ctx.origin(n), axis=dim)
 
 
 @register(aten.embedding.default)
 def _embedding(ctx, n):
-    return ctx.node("gather", [ctx.value(n.args[0]), ctx.value(n.args[1])], [0], origin=ctx.origin(n))
+    return ctx.node("gather", [ctx.value(n.args[0]), ctx.value(n.args[1])], origin=ctx.origin(n), axis=0)
 
 
 @register(aten.index_select.default)
@@ -331,7 +289,7 @@ def _index_select(ctx, n):
     if not ctx.shape(x):  # a 0-d tensor indexes like a (1,) one
         x = reshape(ctx, x, [1])
     dim = _norm_dim(n.args[1], len(ctx.shape(x)))
-    y = ctx.node("gather", [x, ctx.value(n.args[2])], [dim], origin=ctx.origin(n))
+    y = ctx.node("gather", [x, ctx.value(n.args[2])], origin=ctx.origin(n), axis=dim)
     return reshape(ctx, y, _shape(n))
 
 
@@ -345,14 +303,14 @@ def _gather_elements(ctx, n):
         x = reshape(ctx, x, [1])
         idx = reshape(ctx, idx, [1])
     dim = _norm_dim(n.args[1], len(ctx.shape(x)))
-    y = ctx.node("gather_elements", [x, idx], [dim], origin=ctx.origin(n))
+    y = ctx.node("gather_elements", [x, idx], origin=ctx.origin(n), axis=dim)
     return reshape(ctx, y, _shape(n))
 
 
-@register(aten.index.Tensor)
-def _index(ctx, n):
-    # x[idx] with one integer index tensor (at any position, the others None)
-    # is a gather along that axis.
+def index_single(ctx, n):
+    """x[idx] with one integer index tensor (at any position, the others
+    None): a gather along that axis (aten.index.Tensor's handler,
+    movement.py, takes this path for one index tensor)."""
     x = ctx.value(n.args[0])
     axes = [i for i, t in enumerate(n.args[1]) if t is not None]
     if len(axes) != 1:
@@ -360,7 +318,7 @@ def _index(ctx, n):
     idx = ctx.value(n.args[1][axes[0]])
     if ctx.dtype(idx) not in (torch.int64, torch.int32):
         raise Unsupported(f"indexing with a {ctx.dtype(idx)} index")
-    return ctx.node("gather", [x, idx], [axes[0]], origin=ctx.origin(n))
+    return ctx.node("gather", [x, idx], origin=ctx.origin(n), axis=axes[0])
 
 
 @register(aten.where.self)
@@ -412,7 +370,8 @@ def _symbolic_constant_op(ctx, n):
             raise Unsupported("arange with a symbolic length and a non-integer start or step")
         if dtype not in (torch.int64, torch.int32, torch.float32):
             raise Unsupported(f"arange of {dtype} with a symbolic length")
-        return ctx.node("iota", [], [out[0], start, step, dtype_id(dtype)], origin=ctx.origin(n))
+        return ctx.node("iota", [], origin=ctx.origin(n), length=out[0], start=start, step=step,
+                        dtype=dtype_id(dtype))
     if n.target in (aten.full.default, aten.full_like.default, aten.scalar_tensor.default):
         value = n.args[1] if len(n.args) > 1 else n.args[0]
     elif n.target in (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
@@ -455,8 +414,7 @@ _BINARY = {
     aten.lt.Tensor: "lt", aten.lt.Scalar: "lt", aten.le.Tensor: "le", aten.le.Scalar: "le",
     aten.gt.Tensor: "gt", aten.gt.Scalar: "gt", aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",
     aten.logical_and.default: "logical_and", aten.logical_or.default: "logical_or",
-    aten.bitwise_and.Tensor: "logical_and", aten.bitwise_or.Tensor: "logical_or",
-}
+}  # bitwise_and/or are elementwise.py's (the bitwise kernels take bool and integers)
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"}
 
 
@@ -477,8 +435,6 @@ def _binary(ctx, n):
     out_dtype = _val(n).dtype
     dtype = _compute_dtype(n, a, b) if op in _COMPARE else out_dtype
     if op in ("logical_and", "logical_or"):
-        if n.target in (aten.bitwise_and.Tensor, aten.bitwise_or.Tensor) and out_dtype != torch.bool:
-            raise Unsupported(f"{n.target} of {out_dtype} tensors")  # bitwise, not logical
         dtype = torch.bool
     if n.target in (aten.div.Tensor, aten.div.Scalar) and n.kwargs.get("rounding_mode"):
         raise Unsupported(f"rounding_mode={n.kwargs['rounding_mode']!r}")
@@ -518,7 +474,9 @@ _UNARY = {
 }
 
 
-@register(*_UNARY)
+# silu is kept whole: decomposed it is x * sigmoid(x), two ops for one.
+@register(*(t for t in _UNARY if t is not aten.silu.default))
+@register(aten.silu.default, keep_whole=True)
 def _unary(ctx, n):
     op = _UNARY[n.target]
     x = ctx.value(n.args[0])
@@ -563,7 +521,7 @@ def _reduce(op):
             x = cast(ctx, x, torch.bool)
         elif op in ("sum", "mean") and ctx.dtype(x) != _val(n).dtype:
             x = cast(ctx, x, _val(n).dtype)
-        y = ctx.node(op, [x], [_axes_mask(dims, rank), int(bool(keep))], origin=ctx.origin(n))
+        y = ctx.node(op, [x], origin=ctx.origin(n), axes=_axes_mask(dims, rank), keepdim=int(bool(keep)))
         return reshape(ctx, y, _shape(n))
     return handler
 
@@ -580,14 +538,14 @@ def _reduce_all(ctx, n):
     x = ctx.value(n.args[0])
     op = "sum" if n.target == aten.sum.default else "mean"
     x = cast(ctx, x, _val(n).dtype)
-    return ctx.node(op, [x], [_axes_mask(None, len(ctx.shape(x))), 0], origin=ctx.origin(n))
+    return ctx.node(op, [x], origin=ctx.origin(n), axes=_axes_mask(None, len(ctx.shape(x))))
 
 
 @register(aten.max.default, aten.min.default)
 def _max_all(ctx, n):
     x = ctx.value(n.args[0])
     op = "max" if n.target == aten.max.default else "min"
-    return ctx.node(op, [x], [_axes_mask(None, len(ctx.shape(x))), 0], origin=ctx.origin(n))
+    return ctx.node(op, [x], origin=ctx.origin(n), axes=_axes_mask(None, len(ctx.shape(x))))
 
 
 def _argmin_input(ctx, n, x):
@@ -606,9 +564,9 @@ def _max_dim(ctx, n):
     dim = _norm_dim(n.args[1], rank)
     keep = int(bool(n.args[2] if len(n.args) > 2 else n.kwargs.get("keepdim", False)))
     is_max = n.target == aten.max.dim
-    values = ctx.node("max" if is_max else "min", [x], [1 << dim, keep], origin=ctx.origin(n))
+    values = ctx.node("max" if is_max else "min", [x], origin=ctx.origin(n), axes=1 << dim, keepdim=keep)
     src = x if is_max else _argmin_input(ctx, n, x)
-    return values, ctx.node("argmax", [src], [dim, keep], origin=ctx.origin(n))
+    return values, ctx.node("argmax", [src], origin=ctx.origin(n), axis=dim, keepdim=keep)
 
 
 @register(aten.argmax.default, aten.argmin.default)
@@ -621,8 +579,8 @@ def _argmax(ctx, n):
         dim = 0
     if n.target == aten.argmin.default:
         x = _argmin_input(ctx, n, x)
-    y = ctx.node("argmax", [x], [_norm_dim(dim, max(len(ctx.shape(x)), 1)), int(bool(keep))],
-                 origin=ctx.origin(n))
+    y = ctx.node("argmax", [x], origin=ctx.origin(n), axis=_norm_dim(dim, max(len(ctx.shape(x)), 1)),
+                 keepdim=int(bool(keep)))
     return reshape(ctx, y, _shape(n))
 
 
@@ -631,8 +589,8 @@ def _softmax(ctx, n):
     x = cast(ctx, ctx.value(n.args[0]), torch.float32)
     rank = len(ctx.shape(x))
     log = n.target in (aten._log_softmax.default, aten.log_softmax.int)
-    y = ctx.node("log_softmax" if log else "softmax", [x], [_norm_dim(n.args[1], max(rank, 1))],
-                 origin=ctx.origin(n))
+    y = ctx.node("log_softmax" if log else "softmax", [x], origin=ctx.origin(n),
+                 axis=_norm_dim(n.args[1], max(rank, 1)))
     return cast(ctx, y, _val(n).dtype)
 
 
@@ -645,14 +603,14 @@ def _layer_norm(ctx, n):
     inputs.append(ctx.value(bias) if bias is not None else -1)
     while inputs[-1] == -1:
         inputs.pop()
-    y = ctx.node("layer_norm", inputs, [len(normalized_shape)], [eps], origin=ctx.origin(n))
+    y = ctx.node("layer_norm", inputs, origin=ctx.origin(n), dims=len(normalized_shape), eps=eps)
     # mean and rstd (outputs 1 and 2) are what training saves for backward.
     # Built from plain ops; dead-code elimination drops them in inference.
     rank = len(ctx.shape(xv))
     mask = _axes_mask(list(range(rank - len(normalized_shape), rank)), rank)
-    mean = ctx.node("mean", [xv], [mask, 1])
+    mean = ctx.node("mean", [xv], axes=mask, keepdim=1)
     centred = ctx.node("sub", [xv, mean])
-    var = ctx.node("mean", [ctx.node("mul", [centred, centred]), ], [mask, 1])
+    var = ctx.node("mean", [ctx.node("mul", [centred, centred])], axes=mask, keepdim=1)
     rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), torch.float32)])])
     return (y, reshape(ctx, mean, _shape_of_output(n, 1)), reshape(ctx, rstd, _shape_of_output(n, 2)))
 
@@ -661,7 +619,7 @@ def _shape_of_output(n, i):
     return symbolic.shape(n.meta["val"][i])
 
 
-@register(aten.rms_norm.default)
+@register(aten.rms_norm.default, keep_whole=True)
 def _rms_norm(ctx, n):
     x, normalized_shape = n.args[:2]
     weight = n.args[2] if len(n.args) > 2 else n.kwargs.get("weight")
@@ -669,7 +627,7 @@ def _rms_norm(ctx, n):
     if eps is None:
         eps = torch.finfo(_val(n).dtype).eps
     inputs = [ctx.value(x)] + ([ctx.value(weight)] if weight is not None else [])
-    return ctx.node("rms_norm", inputs, [len(normalized_shape)], [eps], origin=ctx.origin(n))
+    return ctx.node("rms_norm", inputs, origin=ctx.origin(n), dims=len(normalized_shape), eps=eps)
 
 
 # ---- matrix products -----------------------------------------------------------------
@@ -700,7 +658,7 @@ def _addmm(ctx, n):
     return ctx.node("add", [y, bias], origin=ctx.origin(n))
 
 
-@register(aten.linear.default)
+@register(aten.linear.default, keep_whole=True)
 def _linear(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"linear of {_val(n).dtype}")
@@ -727,7 +685,7 @@ def attention_mask(ctx, mask):
     return cast(ctx, m, torch.float32)
 
 
-@register(aten.scaled_dot_product_attention.default)
+@register(aten.scaled_dot_product_attention.default, keep_whole=True)
 def _sdpa(ctx, n):
     q, k, v = (ctx.value(x) for x in n.args[:3])
     mask = n.args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask")
@@ -757,7 +715,7 @@ def _sdpa(ctx, n):
         if rank == 3 and len(ctx.shape(m)) == 3:
             m = reshape(ctx, m, [ctx.shape(m)[0], 1] + list(ctx.shape(m)[1:]))
         inputs.append(m)
-    y = ctx.node("sdpa", inputs, [int(bool(causal))], [scale], origin=ctx.origin(n))
+    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), scale=scale)
     return reshape(ctx, y, _shape(n))
 
 
@@ -802,15 +760,20 @@ def _convolution(ctx, n):
     inputs = [_as_nchw(ctx, ctx.value(x), spatial), wv]
     if bias is not None:
         inputs.append(ctx.value(bias))
-    y = ctx.node("conv2d", inputs, stride + padding + dilation + [groups, 0], origin=ctx.origin(n))
+    y = ctx.node("conv2d", inputs, origin=ctx.origin(n), stride_h=stride[0], stride_w=stride[1],
+                 pad_h=padding[0], pad_w=padding[1], dilation_h=dilation[0], dilation_w=dilation[1],
+                 groups=groups)
     return reshape(ctx, y, _shape(n))
 
 
 def _pool_params(kernel, stride, padding, dilation, ceil_mode, count_include_pad):
+    """A pooling window's named params (kiln's pool layouts share them)."""
     kernel = _ints(kernel)
     stride = _ints(stride) if stride else kernel  # [] means "the kernel size"
-    return kernel + stride + _ints(padding) + _ints(dilation) + [int(bool(ceil_mode)),
-                                                                 int(bool(count_include_pad))]
+    padding, dilation = _ints(padding), _ints(dilation)
+    return dict(kernel_h=kernel[0], kernel_w=kernel[1], stride_h=stride[0], stride_w=stride[1],
+                pad_h=padding[0], pad_w=padding[1], dilation_h=dilation[0], dilation_w=dilation[1],
+                ceil_mode=int(bool(ceil_mode)), count_include_pad=int(bool(count_include_pad)))
 
 
 def _pool_arg(args, n, i, name, default):
@@ -842,13 +805,13 @@ def _avg_pool_args(n, rank):
             0 if divisor is None else int(divisor))
 
 
-# max_pool2d_with_indices (the indices are a second output) is optable_nn's.
+# max_pool2d_with_indices (the indices are a second output) is nn.py's.
 @register(aten.max_pool2d.default)
 def _max_pool2d(ctx, n):
     if _val(n.args[0]).dtype != torch.float32:
         raise Unsupported(f"max_pool2d of {_val(n.args[0]).dtype}")
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
-    y = ctx.node("max_pool2d", [xv], _max_pool_args(n), origin=ctx.origin(n))
+    y = ctx.node("max_pool2d", [xv], origin=ctx.origin(n), **_max_pool_args(n))
     return reshape(ctx, y, _shape(n))
 
 
@@ -858,22 +821,22 @@ def _avg_pool2d(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"avg_pool2d of {_val(n).dtype}")
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
-    y = ctx.node("avg_pool2d", [xv], _pool_params(kernel, stride, padding, 1, ceil_mode, include) + [divisor],
-                 origin=ctx.origin(n))
+    y = ctx.node("avg_pool2d", [xv], origin=ctx.origin(n), divisor_override=divisor,
+                 **_pool_params(kernel, stride, padding, 1, ceil_mode, include))
     return reshape(ctx, y, _shape(n))
 
 
-@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
-def _adaptive_avg_pool2d(ctx, n):
-    # Only the cases that are a plain average pool: each output cell averages
-    # an equal, non-overlapping block (this includes the global mean).
+def adaptive_avg_pool2d_even(ctx, n):
+    """adaptive_avg_pool2d when it is a plain average pool: each output cell
+    averages an equal, non-overlapping block (this includes the global
+    mean). The op's handler (nn.py) takes this path for an even split."""
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     h, w = ctx.shape(xv)[2:]
     oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
     if _val(n).dtype != torch.float32 or oh <= 0 or ow <= 0 or h % oh or w % ow:
         raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (not an even split)")
     k = [h // oh, w // ow]
-    y = ctx.node("avg_pool2d", [xv], _pool_params(k, k, 0, 1, False, True), origin=ctx.origin(n))
+    y = ctx.node("avg_pool2d", [xv], origin=ctx.origin(n), **_pool_params(k, k, 0, 1, False, True))
     return reshape(ctx, y, _shape(n))
 
 
@@ -909,15 +872,3 @@ def _batch_norm_eval(ctx, n):
 @register(operator.getitem)
 def _getitem(ctx, n):
     return ctx.env[n.args[0]][n.args[1]]
-
-
-def supported_targets():
-    return set(TABLE)
-
-
-from kiln import optable_math  # noqa: E402,F401  (registers the elementwise-math entries)
-from kiln import optable_nn  # noqa: E402,F401  (training handlers: norms, CNN backward)
-from kiln import optable_movement  # noqa: E402,F401  (registers its handlers; last, so they win)
-from kiln import optable_sample  # noqa: E402,F401  (grid_sampler_2d, col2im, _embedding_bag)
-from kiln import optable_train  # noqa: E402,F401  (compiled optimizer steps)
-from kiln import optable_moe  # noqa: E402,F401  (histc of expert ids, grouped matmuls)
