@@ -17,6 +17,19 @@
 #include "kernels/nn/kiln_nn.h"
 #include "kernels/nn/kiln_softmax_safe.h"
 
+/* Ops map onto the kernels' own enums by subtraction: each IR range is in
+ * its kernel enum's order (kiln_ops.h), checked here. */
+_Static_assert(KILN_OP_LOGICAL_OR - KILN_OP_ADD == KILN_BINARY_LOGICAL_OR - KILN_BINARY_ADD &&
+                   KILN_OP_EQ - KILN_OP_ADD == KILN_BINARY_EQ - KILN_BINARY_ADD &&
+                   KILN_BINARY_ADD == 0 && KILN_OP_LOGICAL_OR - KILN_OP_ADD + 1 == KILN_BINARY_COUNT,
+               "ADD..LOGICAL_OR in kiln_binary_t order");
+_Static_assert(KILN_OP_COS - KILN_OP_NEG + 1 == KILN_UNARY_COUNT && KILN_UNARY_NEG == 0 &&
+                   KILN_OP_GELU - KILN_OP_NEG == KILN_UNARY_GELU,
+               "NEG..COS in kiln_unary_t order");
+_Static_assert(KILN_OP_ANY - KILN_OP_SUM + 1 == KILN_REDUCE_COUNT && KILN_REDUCE_SUM == 0 &&
+                   KILN_OP_MAX - KILN_OP_SUM == KILN_REDUCE_MAX,
+               "SUM..ANY in kiln_reduce_t order");
+
 #define VAL(i) (&g->values[n->inputs[i]])
 #define BUF(i) (n->inputs[i] >= 0 ? bufs[n->inputs[i]] : NULL)
 #define OUT (bufs[n->outputs[0]])

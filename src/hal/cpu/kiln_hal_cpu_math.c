@@ -6,6 +6,13 @@
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "kernels/math/kiln_math.h"
 
+_Static_assert(KILN_OP_SIGN - KILN_OP_ACOS + 1 == KILN_MATH_UNARY_COUNT && KILN_MATH_ACOS == 0 &&
+                   KILN_OP_LOG1P - KILN_OP_ACOS == KILN_MATH_LOG1P,
+               "ACOS..SIGN in kiln_math_unary_t order");
+_Static_assert(KILN_OP_DIV_FLOOR - KILN_OP_ATAN2 + 1 == KILN_MATH_BINARY_COUNT &&
+                   KILN_MATH_ATAN2 == 0 && KILN_OP_FMOD - KILN_OP_ATAN2 == KILN_MATH_FMOD,
+               "ATAN2..DIV_FLOOR in kiln_math_binary_t order");
+
 #define VAL(i) (&g->values[n->inputs[i]])
 #define BUF(i) (n->inputs[i] >= 0 ? bufs[n->inputs[i]] : NULL)
 #define OUT (bufs[n->outputs[0]])

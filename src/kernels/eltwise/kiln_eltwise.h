@@ -26,7 +26,7 @@ typedef struct kiln_nd_s {
   int64_t strides[KILN_ND_MAX_OPERANDS][KILN_ND_MAX_RANK];
 } kiln_nd_t;
 
-/* Same order as the IR's ADD..LOGICAL_OR. */
+/* Same order as the IR's ADD..LOGICAL_OR (checked in src/hal/cpu/kiln_hal_cpu.c). */
 typedef enum kiln_binary_e {
   KILN_BINARY_ADD = 0,
   KILN_BINARY_SUB,

@@ -21,7 +21,7 @@
 #include "base/kiln_dtype.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 
-/* Same order as the IR's ACOS..SIGN. */
+/* Same order as the IR's ACOS..SIGN (checked in src/hal/cpu/kiln_hal_cpu_math.c). */
 typedef enum kiln_math_unary_e {
   KILN_MATH_ACOS = 0,
   KILN_MATH_ACOSH,
@@ -44,7 +44,7 @@ typedef enum kiln_math_unary_e {
   KILN_MATH_UNARY_COUNT
 } kiln_math_unary_t;
 
-/* Same order as the IR's ATAN2..DIV_FLOOR. */
+/* Same order as the IR's ATAN2..DIV_FLOOR (checked in src/hal/cpu/kiln_hal_cpu_math.c). */
 typedef enum kiln_math_binary_e {
   KILN_MATH_ATAN2 = 0,
   KILN_MATH_BITWISE_AND,
