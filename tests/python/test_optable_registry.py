@@ -13,7 +13,8 @@ import torch
 
 import kiln
 from kiln import capture
-from kiln.optable import TABLE, keep_whole_targets, register
+from kiln.optable import TABLE, keep_whole_targets, register, register_by_name
+from transformers.integrations import moe  # noqa: F401  (defines transformers::grouped_mm_fallback)
 
 from conftest import FP32_TOL
 
@@ -34,6 +35,21 @@ def test_a_second_registration_is_refused():
         assert TABLE[aten.repeat.default] is before
     finally:
         TABLE.pop(target, None)
+
+
+def test_a_second_registration_by_name_is_refused():
+    # transformers' grouped matmul is registered by name (it exists only once
+    # transformers is imported): a second handler, by name or as the op, is
+    # refused, and the first one still lowers it.
+    name = "transformers.grouped_mm_fallback.default"
+    op = torch.ops.transformers.grouped_mm_fallback.default
+    before = TABLE[op]
+    assert before.__module__ == "kiln.optable.moe"
+    with pytest.raises(RuntimeError, match="grouped_mm_fallback.default is registered twice"):
+        register_by_name(name)(lambda ctx, n: None)
+    with pytest.raises(RuntimeError, match="registered twice"):
+        register(op)(lambda ctx, n: None)
+    assert TABLE[op] is before and TABLE.by_name[name] is before
 
 
 def test_keep_whole_is_the_registry_flag():

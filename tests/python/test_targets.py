@@ -3,7 +3,10 @@ the scalar reference kernels beside them. The same compiled model runs on
 both and agrees node by node (kiln.compare_targets) on a few models that
 cover the kernel families (GEMM with fused epilogues, attention, layer
 norm, convolutions with fused batch norm and residuals, channels-last
-regions, pooling, fused elementwise chains, softmax, reductions, gathers);
+regions, pooling, fused elementwise chains, softmax, reductions, gathers),
+and on what issues 17 and 18 added (a bf16 model's products read from bf16,
+int8 weights with int8 activations, int4 weights and quantized embedding
+tables, the experts' grouped matmul);
 kiln.trace(target="reference") and KILN_TARGET match eager; an unknown
 target is refused with its name; and the comparison can fail (it is not
 vacuous: with no tolerance, GEMM sums in another order differ)."""
@@ -16,6 +19,7 @@ import pytest
 import torch
 
 import kiln
+from transformers.integrations import moe  # noqa: F401  (defines transformers::grouped_mm_fallback)
 from conftest import FP32_TOL
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -133,3 +137,72 @@ def test_kiln_target_environment_variable():
     assert p.returncode == 0, p.stderr
     target, err = p.stdout.split()
     assert target == "reference" and float(err) < 1e-5
+
+
+class _Lm(torch.nn.Module):
+    """Embedding, two linears and a head: int8/int4 quantize the table too."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(40, 64)
+        self.l1 = torch.nn.Linear(64, 96)
+        self.l2 = torch.nn.Linear(96, 64)
+        self.head = torch.nn.Linear(64, 40)
+
+    def forward(self, ids):
+        return self.head(self.l2(torch.nn.functional.gelu(self.l1(self.emb(ids)))))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int8:a8", "int4", "int4:g64:asym"])
+def test_quantized_weights_agree_on_both_targets(kind):
+    # 2 x 7 = 14 rows: more than 8, so int8:a8 takes the int8 x int8 path
+    # on the CPU and its reference on the reference target.
+    torch.manual_seed(0)
+    model, ids = _Lm().eval(), torch.randint(-40, 40, (2, 7))
+    with torch.no_grad():
+        compiled = kiln.trace(model, ids, weights_dtype=kind, fallback=False)
+        report = kiln.compare_targets(compiled, ids)
+        ref = kiln.trace(model, ids, weights_dtype=kind, fallback=False, target="reference")
+        torch.testing.assert_close(ref(ids), compiled(ids), **FP32_TOL)
+    ops = [r["op"] for r in report.rows]
+    assert "gather" in ops and "linear" in ops, report
+    assert report.ok, f"{kind}:\n{report}"
+
+
+def test_bf16_model_agrees_on_both_targets():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.LayerNorm(48),
+                                torch.nn.Linear(48, 16)).eval().to(torch.bfloat16)
+    x = torch.randn(10, 32).to(torch.bfloat16)
+    with torch.no_grad():
+        compiled = kiln.trace(model, x, fallback=False)
+        report = kiln.compare_targets(compiled, x)
+        ref = kiln.trace(model, x, fallback=False, target="reference")
+        got, want = ref(x), compiled(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    # Both round one fp32 result to bf16: at most one bf16 step apart.
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=1e-3)
+    assert report.ok, report
+
+
+class _Experts(torch.nn.Module):
+    def __init__(self, e=4, k=24, n=40):
+        super().__init__()
+        self.w_t = torch.nn.Parameter(torch.randn(e, n, k))
+        self.w = torch.nn.Parameter(torch.randn(e, n, k))
+
+    def forward(self, x, offs):
+        gm = torch.ops.transformers.grouped_mm_fallback
+        return gm(gm(x, self.w_t.transpose(-2, -1), offs=offs), self.w, offs=offs)
+
+
+def test_grouped_mm_agrees_on_both_targets():
+    torch.manual_seed(0)
+    model, x, offs = _Experts().eval(), torch.randn(12, 24), torch.tensor([3, 3, 8, 12], dtype=torch.int32)
+    with torch.no_grad():
+        compiled = kiln.trace(model, (x, offs), fallback=False)
+        report = kiln.compare_targets(compiled, x, offs)
+        ref = kiln.trace(model, (x, offs), fallback=False, target="reference")
+        torch.testing.assert_close(ref(x, offs), model(x, offs), rtol=1e-5, atol=1e-4)
+    assert [r["op"] for r in report.rows].count("grouped_mm") == 2, report
+    assert report.ok, report
