@@ -54,7 +54,8 @@ static int64_t kiln_cost_flops(const kiln_graph_t* g, const kiln_node_t* n) {
   int64_t y = kiln_cost_numel(g, n->outputs[0]);
   const kiln_value_t* x = in[0] >= 0 && n->n_inputs > 0 ? &g->values[in[0]] : NULL;
   switch (n->op) {
-    case KILN_OP_LINEAR: /* x (..., K) */
+    case KILN_OP_LINEAR:     /* x (..., K) */
+    case KILN_OP_GROUPED_MM: /* x (S, K): each row by one expert, at most */
       return x && x->rank ? 2 * y * x->shape[x->rank - 1] : 0;
     case KILN_OP_MATMUL: /* a (..., M, K), or (..., K, M) read transposed */
       if (!x || x->rank < 1) return 0;

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import kiln
-from transformers.integrations import moe  # noqa: F401  (defines transformers::grouped_mm_fallback)
 from conftest import FP32_TOL
+from test_moe import _Experts  # both weight layouts of transformers' grouped_mm_fallback
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -183,17 +183,6 @@ def test_bf16_model_agrees_on_both_targets():
     # Both round one fp32 result to bf16: at most one bf16 step apart.
     torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=1e-3)
     assert report.ok, report
-
-
-class _Experts(torch.nn.Module):
-    def __init__(self, e=4, k=24, n=40):
-        super().__init__()
-        self.w_t = torch.nn.Parameter(torch.randn(e, n, k))
-        self.w = torch.nn.Parameter(torch.randn(e, n, k))
-
-    def forward(self, x, offs):
-        gm = torch.ops.transformers.grouped_mm_fallback
-        return gm(gm(x, self.w_t.transpose(-2, -1), offs=offs), self.w, offs=offs)
 
 
 def test_grouped_mm_agrees_on_both_targets():
