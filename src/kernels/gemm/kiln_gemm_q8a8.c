@@ -55,30 +55,30 @@ void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g) {
   const int64_t np = (g->n + 15) / 16;
   const float* sw = (const float*)body;
   const int8_t* w = (const int8_t*)(body + np * 16 * 4);
-  int16_t* q = malloc((size_t)(K > 0 ? K : 1) * sizeof(int16_t));
-  if (!q) return;
+  /* Each activation is quantized where it is used (no buffer): the reference
+     is also the fast path's fallback when its scratch cannot be had, so it
+     must not need memory of its own to give the same answer. */
   for (int64_t bt = 0; bt < g->batch; ++bt)
     for (int64_t i = 0; i < g->m; ++i) {
       int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
       const float* a = g->a_bf16 ? NULL : g->a + base;
       const uint16_t* a16 = g->a_bf16 ? g->a_bf16 + base : NULL;
       float sa = kiln_gemm_q8a8_row_scale(K, a, a16, g->a_col_stride);
-      for (int64_t p = 0; p < K; ++p)
-        q[p] = kiln_gemm_q8a8_quantize(
-            a16 ? kiln_gemm_bf16_to_f32(a16[p * g->a_col_stride]) : a[p * g->a_col_stride], sa);
       float* c = g->c + bt * g->c_batch_stride + i * g->c_row_stride;
       const float* r =
           g->residual ? g->residual + bt * g->r_batch_stride + i * g->r_row_stride : NULL;
       for (int64_t j = 0; j < g->n; ++j) {
         int64_t acc = 0;
-        for (int64_t p = 0; p < K; ++p) acc += (int64_t)q[p] * w[(j / 16) * 16 * K + p * 16 + j % 16];
+        for (int64_t p = 0; p < K; ++p) {
+          float v = a16 ? kiln_gemm_bf16_to_f32(a16[p * g->a_col_stride]) : a[p * g->a_col_stride];
+          acc += (int64_t)kiln_gemm_q8a8_quantize(v, sa) * w[(j / 16) * 16 * K + p * 16 + j % 16];
+        }
         float x = (float)(int32_t)acc * sa * sw[j];
         if (g->bias) x += g->bias[j];
         x = kiln_activation_scalar(x, g->act);
         c[j] = r ? x + r[j] : x;
       }
     }
-  free(q);
 }
 
 /* ---- the portable kernel -------------------------------------------------- */

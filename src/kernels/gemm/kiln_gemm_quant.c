@@ -442,9 +442,16 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
-  if (kiln_gemm_q8a8_applies(g) && kiln_gemm_q8a8(g, pool)) {
-    snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
-             kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
+  if (kiln_gemm_q8a8_applies(g)) {
+    /* Without its scratch the fast kernel gives way to the scalar rule, never
+       to the weight-only loop below: that would be another answer. */
+    if (kiln_gemm_q8a8(g, pool))
+      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
+               kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
+    else {
+      kiln_gemm_q8a8_reference(g);
+      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-reference");
+    }
     return;
   }
   const int64_t np = kiln_q_cdiv(N, P);
