@@ -307,18 +307,20 @@ def graph_attribute(ctx, gm, n):
         return ctx.unsupported_value(n, str(e))
 
 
-def lower_graph(gm, placeholders, outputs):
+def lower_graph(gm, placeholders, outputs, ranges=None):
     """Builds a kiln graph from an FX graph of ATen ops.
 
     placeholders: for each placeholder node, in order, either ("input", name)
     or ("constant", tensor) or ("python", value).
     outputs: the FX nodes (or values) to return, flat.
+    ranges: an ExportedProgram's range_constraints (the sizes it is valid for).
     Returns the LoweringContext (its .graph is ready to compile).
     """
     missing = find_unsupported(gm)
     if missing:
         _raise_unsupported(missing)
-    return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs))
+    return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs),
+                             ranges)
 
 
 def _lower_graph_into(ctx, gm, placeholders, outputs):
@@ -392,7 +394,7 @@ def lower_exported(ep, extra_outputs=()):
         if spec.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
                             "kiln.trace compiles inference graphs: call model.eval() first")
-    ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs))
+    ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints)
     return ctx, names, ep.call_spec.out_spec
 
 

@@ -151,6 +151,12 @@ class Symbols:
         self.vars = {}
         self.aliases = {}
         self._keys = {}  # the C table's name of a symbol -> its sympy name
+        # torch.export's range_constraints (sympy name -> ValueRanges), where
+        # the graph came from an ExportedProgram: the range the program is
+        # valid for. The ShapeEnv's own range starts backed sizes at 2 (its
+        # 0/1 specialization) even for Dim(min=1), whose program runs at 1.
+        # Size 0 stays refused (below).
+        self.ranges = {}
 
     def _resolve(self, name):
         seen = set()
@@ -189,7 +195,11 @@ class Symbols:
         name = self._resolve(str(sym))
         if name not in self.vars:
             lo, hi = 0, RANGE_MAX
-            vr = getattr(shape_env, "var_to_range", {}).get(sym) if shape_env is not None else None
+            vr = self.ranges.get(str(sym))
+            if vr is not None:
+                lo = 1  # kiln's symbolic graphs do not take empty tensors: size 0 is refused
+            elif shape_env is not None:
+                vr = getattr(shape_env, "var_to_range", {}).get(sym)
             if vr is not None:
                 try:
                     lo = max(lo, int(vr.lower))
@@ -260,13 +270,15 @@ def display_name(sym, shape_env=None):
     return short or str(sym)
 
 
-def lowering(make_ctx, fn):
+def lowering(make_ctx, fn, ranges=None):
     """fn(ctx) with ctx the current lowering context, started over with one
-    symbol for two whenever an op needs them equal (Symbols.unify_after_failure)."""
+    symbol for two whenever an op needs them equal (Symbols.unify_after_failure).
+    ranges: torch.export's range_constraints, when lowering an ExportedProgram."""
     aliases = {}
     for _ in range(SYM_MAX_UNIFY):
         ctx = make_ctx()
         ctx.symbols.aliases = aliases
+        ctx.symbols.ranges = {str(k): v for k, v in (ranges or {}).items()}
         token = _current.set(ctx)
         try:
             return fn(ctx)

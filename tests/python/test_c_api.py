@@ -178,13 +178,13 @@ def test_symbolic_model_at_given_shapes(sym_path, tmp_path, b, t, u):
     # The declared shapes name the symbols and their ranges; the output's
     # size along dim 1 is an expression of two of them.
     # (torch names them s<N> in the exported program, which kiln keeps.)
-    m = re.search(r"input 0 'x': \((\w+) in 2\.\.8, (\w+) in 2\.\.128, 16\) float32", p.stdout)
+    m = re.search(r"input 0 'x': \((\w+) in 1\.\.8, (\w+) in 1\.\.128, 16\) float32", p.stdout)
     assert m, p.stdout
     bsym, tsym = m.groups()
-    m = re.search(r"input 1 'y': \((\w+) in 2\.\.8, (\w+) in 2\.\.32, 8\) float32", p.stdout)
+    m = re.search(r"input 1 'y': \((\w+) in 1\.\.8, (\w+) in 1\.\.32, 8\) float32", p.stdout)
     assert m and m.group(1) == bsym, p.stdout
     usym = m.group(2)
-    assert f"output 0: ({bsym} in 2..8, {tsym} + {usym} in 4..160, 8) float32" in p.stdout, \
+    assert f"output 0: ({bsym} in 1..8, {tsym} + {usym} in 2..160, 8) float32" in p.stdout, \
         p.stdout
     assert f"output 0 ({b}, {t + u}, 8) float32:" in p.stdout, p.stdout
     with torch.no_grad():
@@ -195,10 +195,10 @@ def test_symbolic_errors_name_the_input_and_symbol(sym_path):
     path, _ = sym_path
     p = run_model(path, check=False)
     assert p.returncode == 1 and re.search(
-        r"input 0 has symbolic sizes \(dimension 0 is \w+ in 2\.\.8\)", p.stderr), p.stderr
+        r"input 0 has symbolic sizes \(dimension 0 is \w+ in 1\.\.8\)", p.stderr), p.stderr
     p = run_model(path, "--shape", "x=9x4x16", "--shape", "y=9x3x8", check=False)
     assert p.returncode == 1 and re.search(
-        r"input 0 \('x'\): dimension 0 \(\w+\) is 9, expected 2\.\.8", p.stderr), p.stderr
+        r"input 0 \('x'\): dimension 0 \(\w+\) is 9, expected 1\.\.8", p.stderr), p.stderr
     p = run_model(path, "--shape", "x=2x4x16", "--shape", "y=3x3x8", check=False)
     assert p.returncode == 1 and re.search(r"but input 0 gave \w+ = 2", p.stderr), p.stderr
 

@@ -265,7 +265,7 @@ def test_info_names_symbolic_dims_and_ranges(sym_artifact):
     out = cli("info", path).stdout
     assert "format:     2.7" in out
     assert "symbols:    3" in out
-    for rng in ("2..8", "2..128", "2..32"):
+    for rng in ("1..8", "1..128", "1..32"):
         assert rng in out, out
     # The inputs and the output print their symbolic dims by name.
     assert " + " in out and ", 16) float32" in out and "?" not in out
@@ -300,7 +300,7 @@ def test_symbolic_without_shape_says_what_to_pass(sym_artifact):
         assert p.returncode == 1, p.stderr
         err = p.stderr
         assert err.startswith("kiln: input 0 ('x')") and "symbolic sizes" in err, err
-        assert "dimension 0 is" in err and "in 2..8" in err and "in 2..128" in err, err
+        assert "dimension 0 is" in err and "in 1..8" in err and "in 1..128" in err, err
         assert "--shape x=" in err, err
     # x given, y not: the message is about y.
     p = cli("run", path, "--shape", "x=2x4x16", check=False)
@@ -310,8 +310,8 @@ def test_symbolic_without_shape_says_what_to_pass(sym_artifact):
 @pytest.mark.parametrize("shapes,needle", [
     (["x=2x4"], "3 dimensions; '2x4' gives 2"),
     (["x=2x4x15", "y=2x3x8"], "dimension 2 is fixed at 16, not 15"),
-    (["x=2x200x16", "y=2x3x8"], "is 200, outside its range 2..128"),
-    (["x=9x4x16", "y=9x3x8"], "is 9, outside its range 2..8"),
+    (["x=2x200x16", "y=2x3x8"], "is 200, outside its range 1..128"),
+    (["x=9x4x16", "y=9x3x8"], "is 9, outside its range 1..8"),
     (["x=2x4x16", "y=3x3x8"], "but input 0 gave"),
     (["x=2x4x16", "x=2x4x16"], "given twice"),
     (["z=2x4x16"], "no input 'z'"),

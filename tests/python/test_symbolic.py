@@ -99,7 +99,9 @@ def test_generate_dynamic_cache_without_recompiles(counters):
 
 def test_trace_dynamic_shapes_one_artifact():
     """kiln.trace takes torch.export's dynamic_shapes unchanged: one compile
-    for every batch and length in range; out of range is a clear error."""
+    for every batch and length in range, size 1 included (torch.export's
+    range_constraints, not its ShapeEnv's, which starts at 2); out of range,
+    and size 0, is a clear error."""
     from torch.export import Dim
 
     torch.manual_seed(0)
@@ -107,11 +109,13 @@ def test_trace_dynamic_shapes_one_artifact():
     k = kiln.trace(m, (torch.randn(2, 5, 16),),
                    dynamic_shapes={"x": {0: Dim("batch", max=16), 1: Dim("seq", max=512)}})
     with torch.no_grad():
-        for b, t in [(2, 5), (2, 40), (4, 32), (3, 384), (8, 2), (2, 5)]:
+        for b, t in [(2, 5), (2, 40), (4, 32), (3, 384), (8, 2), (1, 7), (1, 1), (5, 1), (2, 5)]:
             x = torch.randn(b, t, 16)
             torch.testing.assert_close(k(x), m(x), atol=1e-4, rtol=1e-5)
-    with pytest.raises(ValueError, match=r"input 0 \('x'\): dimension 1 \(seq\) is 600, expected 2\.\.512"):
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): dimension 1 \(seq\) is 600, expected 1\.\.512"):
         k(torch.randn(2, 600, 16))
+    with pytest.raises(ValueError, match=r"dimension 0 \(batch\) is 0, expected 1\.\.16"):
+        k(torch.randn(0, 5, 16))
 
 
 def test_symbols_carry_the_users_names(tmp_path, counters):
@@ -126,7 +130,7 @@ def test_symbols_carry_the_users_names(tmp_path, counters):
     kiln.save(k, tmp_path / "m.kiln")
     loaded = kiln.load(tmp_path / "m.kiln")
     assert "(batch, seq, 16)" in loaded.explain()
-    with pytest.raises(ValueError, match=r"dimension 0 \(batch\) is 17, expected 2\.\.16"):
+    with pytest.raises(ValueError, match=r"dimension 0 \(batch\) is 17, expected 1\.\.16"):
         loaded(torch.randn(17, 5, 16))
 
     from kiln.module import KilnModule

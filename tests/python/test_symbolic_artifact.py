@@ -83,7 +83,7 @@ def test_loaded_model_out_of_range_is_a_clear_error(traced, tmp_path):
     path = tmp_path / "block.kiln"
     kiln.save(k, path)
     loaded = kiln.load(path)
-    pattern = r"input 0 \('x'\): dimension 1 \(\w+\) is 600, expected 2\.\.512"
+    pattern = r"input 0 \('x'\): dimension 1 \(\w+\) is 600, expected 1\.\.512"
     with pytest.raises(ValueError, match=pattern):
         k(torch.randn(2, 600, 16), torch.randn(2, 3, 16))
     with pytest.raises(ValueError, match=pattern):
