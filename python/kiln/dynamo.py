@@ -18,6 +18,7 @@ Clear them with counters.clear() before a run to see what it compiled.
 """
 
 import contextvars
+import operator
 import sys
 import warnings
 
@@ -147,8 +148,11 @@ def _compile_fx(gm, example_inputs, frozen=None):
     ph_pos = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     kiln_nodes, source = [], []
     for o in flat:
+        size = _size_output(o, ph_pos)
         if o is None:
             source.append(("none", None))
+        elif size is not None:
+            source.append(("size", size))
         elif isinstance(o, torch.fx.Node) and o in ph_pos and isinstance(example_inputs[ph_pos[o]], torch.Tensor):
             source.append(("input", ph_pos[o]))
         else:
@@ -191,10 +195,50 @@ def _compile_fx(gm, example_inputs, frozen=None):
             _mark_propagated_dynamic(got[k], dims)
         if direct:
             return got
-        return [None if kind == "none" else args[i] if kind == "input" else got[i] for kind, i in source]
+        return [None if kind == "none" else args[i] if kind == "input" else i(args) if kind == "size" else got[i]
+                for kind, i in source]
 
     run._kiln_module = mod
     return run
+
+
+_SIZE_OPS = {
+    operator.add: operator.add, operator.sub: operator.sub, operator.mul: operator.mul,
+    operator.floordiv: operator.floordiv, operator.mod: operator.mod, operator.neg: operator.neg,
+    torch.sym_max: max, torch.sym_min: min,
+}
+
+
+def _size_output(o, ph_pos):
+    """For an output that is a size (a Python int, or a SymInt node computed
+    from the inputs' sizes alone: a StaticCache's generate() returns the batch
+    Dynamo made symbolic), a function of the call's arguments giving it; None
+    for anything else. kiln's graphs return tensors, so such outputs are
+    worked out here, from the same arguments, at each call."""
+    if isinstance(o, int) and not isinstance(o, bool):
+        return lambda args: o
+    if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.SymInt):
+        return None
+
+    def build(n):
+        if not isinstance(n, torch.fx.Node):
+            return (lambda args: n) if isinstance(n, int) and not isinstance(n, bool) else None
+        if n.op == "placeholder" and n in ph_pos:
+            i = ph_pos[n]
+            return lambda args: int(args[i])
+        if n.op != "call_function":
+            return None
+        if n.target is torch.ops.aten.sym_size.int and isinstance(n.args[0], torch.fx.Node) \
+                and n.args[0].op == "placeholder" and n.args[0] in ph_pos:
+            i, d = ph_pos[n.args[0]], n.args[1]
+            return lambda args: int(args[i].shape[d])
+        fn = _SIZE_OPS.get(n.target)
+        parts = [build(a) for a in n.args] if fn is not None and not n.kwargs else [None]
+        if any(p is None for p in parts):
+            return None
+        return lambda args: fn(*(p(args) for p in parts))
+
+    return build(o)
 
 
 def _grown_outputs(flat, source):

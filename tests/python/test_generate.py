@@ -102,6 +102,27 @@ def test_generate_static_cache_padded_batch(kind):
     assert counters["kiln"]["graphs"] == 2  # prefill and decode
 
 
+def test_generate_static_cache_new_batch_size():
+    """StaticCache at batch 1, then 4, then 3 in one process: at the second
+    batch Dynamo makes the batch symbolic and the graph returns it (a size
+    output, worked out from the arguments at each call: kiln's graphs return
+    tensors). It failed with "a non-tensor argument input_ids.size()[0]"
+    (found by make bench's gen_llama batch-4 row). Tokens equal eager's; the
+    third batch compiles nothing new."""
+    model = _model("llama")
+    prompts = [_prompt(b) for b in (1, 4, 3)]
+    kw = dict(max_new_tokens=16, min_new_tokens=16, cache_implementation="static")
+    refs = [_generate(model, *p, **kw) for p in prompts]
+    model.forward = torch.compile(model.forward, backend="kiln")
+    got = [_generate(model, *p, **kw) for p in prompts[:2]]
+    graphs = counters["kiln"]["graphs"]
+    got.append(_generate(model, *prompts[2], **kw))
+    for g, r in zip(got, refs):
+        assert torch.equal(g, r)
+    assert_all_in_kiln()
+    assert counters["kiln"]["graphs"] == graphs, dict(counters["kiln"])
+
+
 @pytest.mark.parametrize("kind,batch", [("gpt2", 1), ("llama", 2), ("qwen2", 1)])
 def test_generate_dynamic_cache(kind, batch):
     """The default DynamicCache under Dynamo's automatic dynamic, 64 greedy
