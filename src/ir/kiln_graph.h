@@ -146,6 +146,14 @@ kiln_status_t kiln_graph_syms(kiln_graph_t* graph, kiln_sym_table_t** out);
  * `graph`, which must outlive it. */
 kiln_status_t kiln_graph_instantiate(const kiln_graph_t* graph, const int64_t* values,
                                      kiln_graph_t** out_graph);
+/* Binds an instance of `graph` (made by kiln_graph_instantiate) to other
+ * values of its symbols, in place: the sizes and parameters that are
+ * symbolic in `graph` are substituted again and their nodes' rules checked
+ * again. symbolic_node: per node, nonzero when kiln_node_is_symbolic in
+ * `graph`; only those are redone (NULL: every value and node). On an error
+ * the instance is left half bound and must not be run. */
+kiln_status_t kiln_graph_instance_bind(const kiln_graph_t* graph, const int64_t* values,
+                                       const unsigned char* symbolic_node, kiln_graph_t* instance);
 /* Dense byte size of a value (numel × dtype size). */
 size_t kiln_value_dense_bytes(const kiln_value_t* value);
 /* Same dtype, rank and shape. */

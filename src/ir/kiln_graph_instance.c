@@ -18,6 +18,47 @@ static kiln_status_t substitute(const kiln_sym_table_t* t, const int64_t* values
   return kiln_ok();
 }
 
+kiln_status_t kiln_graph_instance_bind(const kiln_graph_t* g, const int64_t* values,
+                                       const unsigned char* symbolic_node, kiln_graph_t* c) {
+  kiln_status_t s = kiln_ok();
+  for (int32_t v = 0; !s && v < c->n_values; ++v) {
+    const kiln_value_t* from = &g->values[v];
+    if (symbolic_node && !kiln_value_is_symbolic(from)) continue;
+    kiln_value_t* x = &c->values[v];
+    memcpy(x->shape, from->shape, sizeof(x->shape));
+    s = substitute(g->syms, values, x->shape, x->rank);
+    for (int32_t d = 0; !s && d < x->rank; ++d)
+      if (x->shape[d] < 0 || x->shape[d] > ((int64_t)1 << 40))
+        s = kiln_status_make(KILN_INVALID_ARGUMENT, "value %d: dimension %d is %lld", v, d,
+                             (long long)x->shape[d]);
+  }
+  for (int32_t ni = 0; !s && ni < c->n_nodes; ++ni) {
+    if (symbolic_node && !symbolic_node[ni]) continue;
+    memcpy(c->nodes[ni].params, g->nodes[ni].params, sizeof(c->nodes[ni].params));
+    s = substitute(g->syms, values, c->nodes[ni].params, KILN_MAX_PARAMS);
+  }
+  /* Every rule again on the real sizes: the checks a kernel relies on, and
+   * the sizes the symbolic graph derived at the probes. A node with no
+   * symbolic size gives the same answer for every binding: checked once. */
+  for (int32_t ni = 0; !s && ni < c->n_nodes; ++ni) {
+    if (symbolic_node && !symbolic_node[ni]) continue;
+    const kiln_node_t* n = &c->nodes[ni];
+    kiln_value_t want;
+    s = kiln_shape_infer_concrete(c, n, &want);
+    const kiln_value_t* got = &c->values[n->outputs[0]];
+    if (!s && !kiln_value_same_type(&want, got)) {
+      char a[128], b[128];
+      s = kiln_status_make(KILN_INVALID_ARGUMENT, "the call's sizes give %s where the graph has %s",
+                           kiln_value_describe(&want, a, sizeof a),
+                           kiln_graph_describe_value(g, &g->values[n->outputs[0]], b, sizeof b));
+    }
+    if (s)
+      s = kiln_status_annotate(s, "node %d (%s%s%s)", ni, kiln_op_name(n->op),
+                               n->origin ? " from " : "", n->origin ? n->origin : "");
+  }
+  return s;
+}
+
 kiln_status_t kiln_graph_instantiate(const kiln_graph_t* g, const int64_t* values,
                                      kiln_graph_t** out_graph) {
   *out_graph = NULL;
@@ -41,34 +82,7 @@ kiln_status_t kiln_graph_instantiate(const kiln_graph_t* g, const int64_t* value
   c->n_nodes = c->cap_nodes = g->n_nodes;
   c->n_inputs = c->cap_inputs = g->n_inputs;
   c->n_outputs = g->n_outputs;
-  kiln_status_t s = kiln_ok();
-  for (int32_t v = 0; !s && v < c->n_values; ++v) {
-    kiln_value_t* x = &c->values[v];
-    s = substitute(g->syms, values, x->shape, x->rank);
-    for (int32_t d = 0; !s && d < x->rank; ++d)
-      if (x->shape[d] < 0 || x->shape[d] > ((int64_t)1 << 40))
-        s = kiln_status_make(KILN_INVALID_ARGUMENT, "value %d: dimension %d is %lld", v, d,
-                             (long long)x->shape[d]);
-  }
-  for (int32_t ni = 0; !s && ni < c->n_nodes; ++ni)
-    s = substitute(g->syms, values, c->nodes[ni].params, KILN_MAX_PARAMS);
-  /* Every rule again on the real sizes: the checks a kernel relies on, and
-   * the sizes the symbolic graph derived at the probes. */
-  for (int32_t ni = 0; !s && ni < c->n_nodes; ++ni) {
-    const kiln_node_t* n = &c->nodes[ni];
-    kiln_value_t want;
-    s = kiln_shape_infer_concrete(c, n, &want);
-    const kiln_value_t* got = &c->values[n->outputs[0]];
-    if (!s && !kiln_value_same_type(&want, got)) {
-      char a[128], b[128];
-      s = kiln_status_make(KILN_INVALID_ARGUMENT, "the call's sizes give %s where the graph has %s",
-                           kiln_value_describe(&want, a, sizeof a),
-                           kiln_graph_describe_value(g, &g->values[n->outputs[0]], b, sizeof b));
-    }
-    if (s)
-      s = kiln_status_annotate(s, "node %d (%s%s%s)", ni, kiln_op_name(n->op),
-                               n->origin ? " from " : "", n->origin ? n->origin : "");
-  }
+  kiln_status_t s = kiln_graph_instance_bind(g, values, NULL, c);
   if (s) {
     kiln_graph_release(c);
     return s;

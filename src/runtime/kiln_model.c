@@ -40,6 +40,13 @@ typedef struct kiln_model_exec_s {
 
 #define KILN_MODEL_EXECS 4
 
+/* A symbolic model's arena items get this many percent more bytes than the
+ * binding that placed them needs: a decode step's cache grows by one
+ * position, and the items that grow with it then fit for the next ~25 % of
+ * growth with the same offsets (kiln_plan_build_from) instead of being
+ * placed again every step. */
+#define KILN_MODEL_PLAN_HEADROOM 25
+
 struct kiln_model_s {
   const kiln_hal_target_t* target;
   kiln_graph_t* graph; /* concrete, or the symbolic template */
@@ -50,6 +57,7 @@ struct kiln_model_s {
   int32_t current; /* the exec of the latest call */
   uint64_t clock;
   int64_t* sym_values; /* per expression, for the latest binding */
+  unsigned char* sym_node; /* per node: kiln_node_is_symbolic in the template */
   void* arena;         /* shared by the execs: one call runs at a time */
   size_t arena_size;
   pthread_mutex_t lock;
@@ -135,6 +143,17 @@ static kiln_status_t kiln_model_exec_device(const kiln_model_t* m, kiln_model_ex
   return kiln_ok();
 }
 
+/* Grows the arena the execs share to hold `size` bytes. */
+static kiln_status_t kiln_model_arena_fit(kiln_model_t* m, size_t size) {
+  if (size <= m->arena_size) return kiln_ok();
+  if (m->arena) m->target->free(m->arena);
+  m->arena = NULL;
+  m->arena_size = 0;
+  KILN_RETURN_IF_ERROR(m->target->alloc(size, &m->arena));
+  m->arena_size = size;
+  return kiln_ok();
+}
+
 /* Checks the target supports every node, plans (or loads a stored plan),
  * grows the shared arena to fit. Takes ownership of an instance graph. */
 static kiln_status_t kiln_model_exec_init(kiln_model_t* m, kiln_model_exec_t* e, kiln_graph_t* g,
@@ -150,16 +169,12 @@ static kiln_status_t kiln_model_exec_init(kiln_model_t* m, kiln_model_exec_t* e,
   }
   if (!s) s = kiln_model_exec_prepare(m, e);
   /* A stored plan is used once it has passed every check (kiln_plan_io.c). */
-  if (!s) s = plan ? kiln_plan_load(g, plan, plan_size, &e->plan) : kiln_plan_build(g, &e->plan);
+  if (!s)
+    s = plan ? kiln_plan_load(g, plan, plan_size, &e->plan)
+             : kiln_plan_build_from(g, NULL, m->symbolic ? KILN_MODEL_PLAN_HEADROOM : 0, &e->plan);
   if (!s && !(e->bufs = calloc((size_t)g->n_values + 1, sizeof(void*))))
     s = kiln_status_make(KILN_OUT_OF_MEMORY, "model buffers");
-  if (!s && e->plan.arena_size > m->arena_size) {
-    if (m->arena) m->target->free(m->arena);
-    m->arena = NULL;
-    m->arena_size = 0;
-    s = m->target->alloc(e->plan.arena_size, &m->arena);
-    if (!s) m->arena_size = e->plan.arena_size;
-  }
+  if (!s) s = kiln_model_arena_fit(m, e->plan.arena_size);
   if (!s && !m->target->host_memory) s = kiln_model_exec_device(m, e);
   if (s) {
     kiln_model_exec_clear(m, e);
@@ -222,8 +237,11 @@ kiln_status_t kiln_model_create_on(kiln_graph_t* graph, void* blob, kiln_pool_t*
   if (!s && m->symbolic && plan)
     s = kiln_status_make(KILN_CORRUPT_ARTIFACT, "a stored plan for a graph with symbolic sizes");
   if (!s && m->symbolic &&
-      !(m->sym_values = calloc((size_t)graph->syms->n_exprs + 1, sizeof(int64_t))))
+      (!(m->sym_values = calloc((size_t)graph->syms->n_exprs + 1, sizeof(int64_t))) ||
+       !(m->sym_node = calloc((size_t)graph->n_nodes + 1, 1))))
     s = kiln_status_make(KILN_OUT_OF_MEMORY, "model");
+  for (int32_t i = 0; !s && m->symbolic && i < graph->n_nodes; ++i)
+    m->sym_node[i] = (unsigned char)kiln_node_is_symbolic(graph, &graph->nodes[i]);
   /* A concrete model plans now; a symbolic one per binding, at its first call. */
   if (!s && !m->symbolic) {
     s = kiln_model_exec_init(m, &m->execs[0], graph, plan, plan_size);
@@ -251,6 +269,7 @@ void kiln_model_release(kiln_model_t* m) {
   kiln_allocator_free(sys, m->blob);
   if (m->arena) m->target->free(m->arena);
   free(m->sym_values);
+  free(m->sym_node);
   free(m->times_ns);
   free(m->wait_ns);
   pthread_mutex_destroy(&m->lock);
@@ -392,6 +411,34 @@ static kiln_status_t kiln_model_bind(kiln_model_t* m, const kiln_tensor_t* input
   return kiln_ok();
 }
 
+/* Rebinds an instance exec of a symbolic model to the latest binding
+ * (m->sym_values) in place: only what depends on the symbols is redone (the
+ * symbolic nodes' sizes, checks and prepared arguments; the plan, whose
+ * offsets stay when the items still fit). Cheaper than a new instance by
+ * the copies, the checks of the nodes that cannot change and the placing.
+ * Only for a target in host memory (a device's buffers are sized per
+ * instance). On an error the exec is cleared. */
+static kiln_status_t kiln_model_exec_rebind(kiln_model_t* m, kiln_model_exec_t* e) {
+  kiln_graph_t* g = e->graph;
+  kiln_status_t s = kiln_graph_instance_bind(m->graph, m->sym_values, m->sym_node, g);
+  for (int32_t i = 0; !s && i < g->n_nodes; ++i) {
+    if (!m->sym_node[i]) continue;
+    const kiln_node_t* n = &g->nodes[i];
+    s = kiln_hal_supports(m->target, g, n);
+    if (!s && e->entry[i]->prepare) s = e->entry[i]->prepare(g, n, e->prep + e->prep_off[i]);
+  }
+  kiln_plan_t plan;
+  if (!s) s = kiln_plan_build_from(g, &e->plan, KILN_MODEL_PLAN_HEADROOM, &plan);
+  if (!s) {
+    kiln_plan_deinitialize(&e->plan);
+    e->plan = plan;
+    e->bound_arena = NULL; /* offsets may have moved: bind again */
+    s = kiln_model_arena_fit(m, plan.arena_size);
+  }
+  if (s) kiln_model_exec_clear(m, e);
+  return s;
+}
+
 /* The exec for the inputs' sizes: the concrete model's one, or a cached
  * instance of the symbolic graph (made on a miss, replacing the least
  * recently used). Called with the lock held. */
@@ -416,12 +463,23 @@ static kiln_status_t kiln_model_select(kiln_model_t* m, const kiln_tensor_t* inp
     if (!e->used || (m->execs[victim].used && e->last_use < m->execs[victim].last_use)) victim = i;
   }
   kiln_model_exec_t* e = &m->execs[victim];
-  kiln_model_exec_clear(m, e);
   if (m->current == victim) m->current = -1;
   uint64_t t0 = kiln_now_ns();
-  kiln_graph_t* inst = NULL;
-  KILN_RETURN_IF_ERROR(kiln_graph_instantiate(m->graph, m->sym_values, &inst));
-  KILN_RETURN_IF_ERROR(kiln_model_exec_init(m, e, inst, NULL, 0));
+  /* The least recently used instance, bound again to these sizes; when
+   * that fails (or there is none), a new instance, whose errors name what
+   * is wrong. */
+  int rebound = 0;
+  if (e->used && m->target->host_memory) {
+    kiln_status_t s = kiln_model_exec_rebind(m, e);
+    rebound = !s;
+    kiln_status_free(s);
+  }
+  if (!rebound) {
+    kiln_model_exec_clear(m, e);
+    kiln_graph_t* inst = NULL;
+    KILN_RETURN_IF_ERROR(kiln_graph_instantiate(m->graph, m->sym_values, &inst));
+    KILN_RETURN_IF_ERROR(kiln_model_exec_init(m, e, inst, NULL, 0));
+  }
   m->instances++;
   m->instance_ns += kiln_now_ns() - t0;
   memcpy(e->key, vars, sizeof(int64_t) * (size_t)nv);

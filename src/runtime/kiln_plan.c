@@ -8,16 +8,48 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  int32_t value;
-  int32_t first, last;
-  size_t size;
-} kiln_plan_item_t;
-
-static int kiln_plan_item_cmp(const void* a, const void* b) {
-  const kiln_plan_item_t *x = a, *y = b;
-  if (x->size != y->size) return x->size < y->size ? 1 : -1;
+static int kiln_plan_slot_cmp(const void* a, const void* b) {
+  const kiln_plan_slot_t *x = a, *y = b;
+  if (x->reserved != y->reserved) return x->reserved < y->reserved ? 1 : -1;
   return x->value - y->value; /* deterministic */
+}
+
+/* prev's offsets serve slots when they are the same items and each fits. */
+static int kiln_plan_slots_fit(const kiln_plan_t* prev, const kiln_plan_slot_t* slots,
+                               int32_t n_slots, int32_t n_values) {
+  if (!prev || !prev->slots || prev->n_slots != n_slots || prev->n_values != n_values) return 0;
+  for (int32_t i = 0; i < n_slots; ++i) {
+    const kiln_plan_slot_t *a = &prev->slots[i], *b = &slots[i];
+    if (a->value != b->value || a->first != b->first || a->last != b->last ||
+        b->reserved > a->reserved)
+      return 0;
+  }
+  return 1;
+}
+
+/* Greedy best fit, largest first: for each item, the lowest offset that
+ * clears every placed item whose range overlaps. Placed overlapping items
+ * are scanned in offset order by repeated passes (n is small: hundreds). */
+static size_t kiln_plan_place(kiln_plan_slot_t* items, int32_t n_items, int64_t* offset) {
+  qsort(items, (size_t)n_items, sizeof(items[0]), kiln_plan_slot_cmp);
+  size_t arena = 0;
+  for (int32_t i = 0; i < n_items; ++i) {
+    size_t off = 0;
+    for (int moved = 1; moved;) {
+      moved = 0;
+      for (int32_t j = 0; j < i; ++j) {
+        if (items[j].last < items[i].first || items[i].last < items[j].first) continue;
+        size_t jo = (size_t)offset[items[j].value];
+        if (off < jo + items[j].reserved && jo < off + items[i].reserved) {
+          off = jo + items[j].reserved;
+          moved = 1;
+        }
+      }
+    }
+    offset[items[i].value] = (int64_t)off;
+    if (off + items[i].reserved > arena) arena = off + items[i].reserved;
+  }
+  return arena;
 }
 
 void kiln_plan_deinitialize(kiln_plan_t* p) {
@@ -26,10 +58,16 @@ void kiln_plan_deinitialize(kiln_plan_t* p) {
   free(p->offset);
   free(p->bound_output);
   free(p->output_copy);
+  free(p->slots);
   memset(p, 0, sizeof(*p));
 }
 
 kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
+  return kiln_plan_build_from(g, NULL, 0, p);
+}
+
+kiln_status_t kiln_plan_build_from(const kiln_graph_t* g, const kiln_plan_t* prev,
+                                   int headroom_pct, kiln_plan_t* p) {
   memset(p, 0, sizeof(*p));
   int32_t nv = g->n_values;
   p->n_values = nv;
@@ -39,8 +77,10 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
   p->bound_output = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
   p->output_copy = calloc((size_t)g->n_outputs + 1, sizeof(int32_t));
   int32_t* last_use = malloc(sizeof(int32_t) * (size_t)(nv ? nv : 1));
-  kiln_plan_item_t* items = malloc(sizeof(kiln_plan_item_t) * (size_t)(nv ? nv : 1));
-  if (!p->root || !p->offset || !p->view_offset || !p->bound_output || !p->output_copy || !last_use || !items) {
+  kiln_plan_slot_t* items = malloc(sizeof(kiln_plan_slot_t) * (size_t)(nv ? nv : 1));
+  p->slots = malloc(sizeof(kiln_plan_slot_t) * (size_t)(nv ? nv : 1));
+  if (!p->root || !p->offset || !p->view_offset || !p->bound_output || !p->output_copy || !last_use ||
+      !items || !p->slots) {
     free(last_use);
     free(items);
     kiln_plan_deinitialize(p);
@@ -89,31 +129,23 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* g, kiln_plan_t* p) {
     const kiln_value_t* val = &g->values[v];
     if (val->kind != KILN_VALUE_INTERMEDIATE || p->root[v] != v || p->bound_output[v] >= 0)
       continue;
-    kiln_plan_item_t it = {v, val->producer, last_use[v] < 0 ? val->producer : last_use[v],
-                           kiln_align_up(kiln_value_dense_bytes(val), KILN_ALIGNMENT)};
+    size_t need = kiln_align_up(kiln_value_dense_bytes(val), KILN_ALIGNMENT);
+    kiln_plan_slot_t it = {v, val->producer, last_use[v] < 0 ? val->producer : last_use[v], need};
     items[n_items++] = it;
   }
-  qsort(items, (size_t)n_items, sizeof(items[0]), kiln_plan_item_cmp);
-  /* Greedy: for each item, the lowest offset that clears every placed item
-   * whose range overlaps. Placed overlapping items are scanned in offset
-   * order by repeated passes (n is small: hundreds). */
-  size_t arena = 0;
-  for (int32_t i = 0; i < n_items; ++i) {
-    size_t off = 0;
-    for (int moved = 1; moved;) {
-      moved = 0;
-      for (int32_t j = 0; j < i; ++j) {
-        if (items[j].last < items[i].first || items[i].last < items[j].first) continue;
-        size_t jo = (size_t)p->offset[items[j].value];
-        if (off < jo + items[j].size && jo < off + items[i].size) {
-          off = jo + items[j].size;
-          moved = 1;
-        }
-      }
-    }
-    p->offset[items[i].value] = (int64_t)off;
-    if (off + items[i].size > arena) arena = off + items[i].size;
+  size_t arena;
+  if (kiln_plan_slots_fit(prev, items, n_items, nv)) {
+    for (int32_t i = 0; i < n_items; ++i) p->offset[items[i].value] = prev->offset[items[i].value];
+    memcpy(p->slots, prev->slots, sizeof(items[0]) * (size_t)n_items);
+    arena = prev->arena_size;
+  } else {
+    for (int32_t i = 0; i < n_items; ++i)
+      items[i].reserved = kiln_align_up(items[i].reserved + items[i].reserved / 100 * (size_t)headroom_pct,
+                                        KILN_ALIGNMENT);
+    memcpy(p->slots, items, sizeof(items[0]) * (size_t)n_items);
+    arena = kiln_plan_place(items, n_items, p->offset);
   }
+  p->n_slots = n_items;
   /* Views inherit their root's offset. */
   for (int32_t v = 0; v < nv; ++v)
     if (p->offset[p->root[v]] >= 0) p->offset[v] = p->offset[p->root[v]] + p->view_offset[v];

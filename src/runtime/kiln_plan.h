@@ -14,6 +14,14 @@
 
 #include "ir/kiln_graph.h"
 
+/* An arena item: an intermediate root with its live range (node indices)
+ * and the bytes reserved for it at its offset. */
+typedef struct kiln_plan_slot_s {
+  int32_t value;
+  int32_t first, last;
+  size_t reserved;
+} kiln_plan_slot_t;
+
 typedef struct kiln_plan_s {
   int32_t n_values;
   int32_t* root;        /* per value: the value whose bytes it uses */
@@ -22,9 +30,20 @@ typedef struct kiln_plan_s {
   int32_t* bound_output; /* per value: graph output index written in place, or -1 */
   int32_t* output_copy; /* per graph output: 1 when it must be copied after the run */
   size_t arena_size;
+  int32_t n_slots;
+  kiln_plan_slot_t* slots; /* the arena items, in value order */
 } kiln_plan_t;
 
 kiln_status_t kiln_plan_build(const kiln_graph_t* graph, kiln_plan_t* out_plan);
+/* Plans graph as kiln_plan_build does, but keeps prev's arena offsets when
+ * graph's arena items are prev's (the same values with the same live
+ * ranges: another binding of the same symbolic graph) and each fits in what
+ * prev reserved for it; otherwise places them anew, reserving headroom_pct
+ * percent more than each needs, so that the next sizes of a growing symbol
+ * (a decode step's cache length) usually fit without placing again. prev
+ * may be NULL; it is only read. */
+kiln_status_t kiln_plan_build_from(const kiln_graph_t* graph, const kiln_plan_t* prev,
+                                   int headroom_pct, kiln_plan_t* out_plan);
 void kiln_plan_deinitialize(kiln_plan_t* plan);
 
 #endif /* KILN_PLAN_H */

@@ -263,6 +263,28 @@ static void test_memory_plan(void) {
     overlap += p.offset[ids[i]] < p.offset[ids[1]] + (int64_t)one &&
                p.offset[ids[1]] < p.offset[ids[i]] + (int64_t)one;
   KILN_EXPECT(overlap == 0, "%d values overlap a live one", overlap);
+  /* Planning again from p: the same items fit, so p's offsets stay; with
+   * headroom, each item gets that much more room (no overlap still). */
+  kiln_plan_t same, roomy, again;
+  KILN_EXPECT_OK(kiln_plan_build_from(g, &p, 25, &same));
+  int kept = same.arena_size == p.arena_size;
+  for (int32_t v = 0; v < g->n_values; ++v) kept &= same.offset[v] == p.offset[v];
+  KILN_EXPECT(kept, "a plan whose items fit keeps the previous offsets");
+  KILN_EXPECT_OK(kiln_plan_build_from(g, NULL, 25, &roomy));
+  KILN_EXPECT(roomy.arena_size >= p.arena_size + p.arena_size / 5,
+              "headroom: arena %zu for %zu", roomy.arena_size, p.arena_size);
+  overlap = 0;
+  for (int i = 2; i < 40; ++i)
+    overlap += roomy.offset[ids[i]] < roomy.offset[ids[1]] + (int64_t)(one + one / 4) &&
+               roomy.offset[ids[1]] < roomy.offset[ids[i]] + (int64_t)(one + one / 4);
+  KILN_EXPECT(overlap == 0, "%d values overlap a live one's reserved bytes", overlap);
+  /* p itself reserved exactly what each needs: a graph needing more is
+   * placed anew from roomy's sizes, not p's offsets. */
+  KILN_EXPECT_OK(kiln_plan_build_from(g, &roomy, 0, &again));
+  KILN_EXPECT(again.arena_size == roomy.arena_size, "roomy's offsets serve the same sizes");
+  kiln_plan_deinitialize(&same);
+  kiln_plan_deinitialize(&roomy);
+  kiln_plan_deinitialize(&again);
   kiln_plan_deinitialize(&p);
   /* And the model computes the right thing through the reused memory. */
   kiln_model_t* m = NULL;

@@ -141,7 +141,13 @@ static void test_sym_model(void) {
   kiln_model_t* m = compiled(g);
   if (!m) return;
   KILN_EXPECT(kiln_model_is_symbolic(m), "symbolic model");
-  const int64_t sizes[][3] = {{2, 5, 3}, {1, 7, 1}, {3, 1, 4}, {2, 5, 3}, {1, 9, 2}, {2, 2, 2}};
+  /* More bindings than the model keeps instances (4): the later ones bind
+   * an old instance again in place; T growing by one (a decode step's
+   * cache) mostly keeps its arena offsets, and a jump past the headroom
+   * places the items anew. */
+  const int64_t sizes[][3] = {{2, 5, 3}, {1, 7, 1}, {3, 1, 4}, {2, 5, 3}, {1, 9, 2}, {2, 2, 2},
+                              {2, 20, 3}, {2, 21, 3}, {2, 22, 3}, {2, 23, 3}, {2, 24, 3},
+                              {2, 25, 3}, {2, 90, 3}, {2, 3, 3}, {8, 512, 512}, {1, 1, 1}};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
     int64_t B = sizes[k][0], T = sizes[k][1], T2 = sizes[k][2];
     size_t nx = (size_t)(B * T * 16), nx2 = (size_t)(B * T2 * 8), ny = (size_t)(B * (T + T2) * 8),
@@ -170,6 +176,8 @@ static void test_sym_model(void) {
     kiln_model_release(ref);
     free(x), free(x2), free(got), free(want), free(got2), free(want2);
   }
+  uint64_t ns = 0;
+  KILN_EXPECT(kiln_model_instances(m, &ns) == 15, "instances: %lld", (long long)kiln_model_instances(m, NULL));
   /* Inputs that disagree about a symbol, or leave its range, name it. */
   float x[64 * 16], x2[64 * 8], y[64 * 8];
   memset(x, 0, sizeof x), memset(x2, 0, sizeof x2);
