@@ -1,10 +1,12 @@
 /* ISA levels across architectures (base/kiln_cpu.h): each architecture's
  * ladder, names that parse back to their level, a level of the other
  * architecture refused by kiln_cpu_isa_set, and features that belong to the
- * architecture the tests run on. */
+ * architecture the tests run on. Also the kernel families' variant lists
+ * (kernels/kiln_isa_variant.h) and the rule that picks from them. */
 #include <stdlib.h>
 
 #include "base/kiln_cpu.h"
+#include "kernels/kiln_isa_variant.h"
 #include "kiln_test.h"
 
 void kiln_test_suite_cpu(void) {
@@ -53,4 +55,34 @@ void kiln_test_suite_cpu(void) {
                 "bf16 engines only at avx512 (at %s)", kiln_cpu_isa_name(got));
   }
   KILN_EXPECT(kiln_cpu_isa_set(start) == start, "the starting level restores");
+
+  /* Every family has a generic variant and only this architecture's
+   * levels; each level runs the family's highest variant at or below it. */
+  const unsigned arch = KILN_ISA_VARIANT_MASK(KILN_ISA_LEVELS);
+  const struct {
+    const char* name;
+    unsigned mask;
+  } families[] = {
+#define KILN_TEST_FAMILY_(LIST) {#LIST, KILN_ISA_VARIANT_MASK(LIST)},
+      KILN_TEST_FAMILY_(KILN_NN_ISAS) KILN_TEST_FAMILY_(KILN_MATH_ISAS)
+          KILN_TEST_FAMILY_(KILN_CONV_ISAS) KILN_TEST_FAMILY_(KILN_ELTWISE_ISAS)};
+  for (size_t fi = 0; fi < sizeof families / sizeof families[0]; ++fi) {
+    unsigned m = families[fi].mask;
+    KILN_EXPECT((m & 1u) && (m & ~arch) == 0, "%s: generic and this architecture's levels only",
+                families[fi].name);
+    for (int level = 0; level < KILN_ISA_COUNT; ++level) {
+      if (!(arch >> level & 1u)) continue;
+      kiln_isa_t got = kiln_isa_variant_level(m, (kiln_isa_t)level);
+      int best = 0;
+      for (int l = 0; l <= level; ++l)
+        if (m >> l & 1u) best = l;
+      KILN_EXPECT((int)got == best, "%s at %s runs %s", families[fi].name,
+                  kiln_cpu_isa_name((kiln_isa_t)level), kiln_cpu_isa_name(got));
+    }
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  KILN_EXPECT(kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_MATH_ISAS), KILN_ISA_AVX512) ==
+                  KILN_ISA_AVX2,
+              "a family without avx512 runs its avx2 variant at avx512");
+#endif
 }

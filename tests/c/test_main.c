@@ -9,6 +9,7 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
+#include "kernels/kiln_isa_variant.h"
 #include "kiln_test.h"
 
 int kiln_test_passed, kiln_test_failed;
@@ -48,15 +49,18 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
   kiln_pool_t* pools[2] = {NULL, NULL};
   KILN_EXPECT_OK(kiln_pool_create(1, &pools[0]));
   KILN_EXPECT_OK(kiln_pool_create(2, &pools[1]));
-  for (int level = KILN_ISA_GENERIC; level < KILN_ISA_COUNT; ++level) {
-    /* This architecture's levels up to the starting one (kiln_cpu.h). */
-    int rank = kiln_cpu_isa_rank((kiln_isa_t)level);
-    if (rank < 0 || rank > kiln_cpu_isa_rank(start)) continue;
-    if (kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) continue;
+  /* This architecture's levels (the list the kernel families' variants
+   * come from, kernels/kiln_isa_variant.h) up to the starting one. */
+#define KILN_TEST_LEVEL_(isa, LEVEL, unused) KILN_ISA_##LEVEL,
+  static const kiln_isa_t levels[] = {KILN_ISA_LEVELS(KILN_TEST_LEVEL_, ~)};
+  for (size_t li = 0; li < sizeof levels / sizeof levels[0]; ++li) {
+    kiln_isa_t level = levels[li];
+    if (kiln_cpu_isa_rank(level) > kiln_cpu_isa_rank(start)) continue;
+    if (kiln_cpu_isa_set(level) != level) continue;
     for (int p = 0; p < 2; ++p) {
       if (!pools[p]) continue;
       char where[64];
-      snprintf(where, sizeof(where), "[%s, %d thread%s]", kiln_cpu_isa_name((kiln_isa_t)level),
+      snprintf(where, sizeof(where), "[%s, %d thread%s]", kiln_cpu_isa_name(level),
                p + 1, p ? "s" : "");
       fn(pools[p], where);
     }

@@ -97,9 +97,9 @@ static kiln_scratch_cache_t kiln_conv_scratch_ = KILN_SCRATCH_CACHE_INIT(KILN_CO
 
 /* ---- kernels ----------------------------------------------------------------- */
 
-void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
-                                    const int64_t* off, const float* bias6, const float* cin,
-                                    const kiln_conv_store_t* st) {
+void kiln_f32_conv_ukernel_6x16__generic(int64_t k, const float* w, const float* src,
+                                         const int64_t* off, const float* bias6, const float* cin,
+                                         const kiln_conv_store_t* st) {
   float acc[KILN_CONV_PANEL_O][KILN_CONV_TILE_W];
   for (int i = 0; i < KILN_CONV_PANEL_O; ++i)
     for (int l = 0; l < KILN_CONV_TILE_W; ++l)
@@ -124,9 +124,9 @@ void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
   }
 }
 
-void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
-                                       const int64_t* off, const float* bias16,
-                                       const float* cin, float* out) {
+void kiln_f32_conv_ct_ukernel_6x16__generic(int64_t k, const float* w, const float* const* px,
+                                            const int64_t* off, const float* bias16,
+                                            const float* cin, float* out) {
   float acc[6][KILN_CONV_PANEL_WIDE];
   for (int i = 0; i < 6; ++i)
     for (int j = 0; j < KILN_CONV_PANEL_WIDE; ++j)
@@ -141,8 +141,8 @@ void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* c
   memcpy(out, acc, sizeof(acc));
 }
 
-void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
-                                 const float* res, int res_first, int relu) {
+void kiln_f32_conv_ct_store6__generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                      const float* res, int res_first, int relu) {
   for (int64_t j = 0; j < rows; ++j) {
     float* d = y + j * ldy;
     const float* r = res ? res + j * ldy : NULL;
@@ -156,31 +156,26 @@ void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_
   }
 }
 
+static kiln_isa_t kiln_conv_level(kiln_isa_t isa) {
+  return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_CONV_ISAS), isa);
+}
+
 kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa) {
-#ifdef KILN_CONV_HAVE_X86
-  if (isa >= KILN_ISA_AVX2) return kiln_conv_ct_store6_avx2;
-#else
-  (void)isa;
-#endif
-  return kiln_conv_ct_store6_generic;
+  static const kiln_conv_ct_store6_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_ct_store6);
+  return v[kiln_conv_level(isa)];
 }
 
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa) {
-#ifdef KILN_CONV_HAVE_X86
-  if (isa >= KILN_ISA_AVX2) return kiln_conv_ukernel_ct_6x16_avx2;
-#else
-  (void)isa;
-#endif
-  return kiln_conv_ukernel_ct_6x16_generic;
+  static const kiln_conv_ukernel_ct_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_ct_ukernel_6x16);
+  return v[kiln_conv_level(isa)];
 }
 
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa) {
-#ifdef KILN_CONV_HAVE_X86
-  if (isa >= KILN_ISA_AVX2) return kiln_conv_ukernel_6x16_avx2;
-#else
-  (void)isa;
-#endif
-  return kiln_conv_ukernel_6x16_generic;
+  static const kiln_conv_ukernel_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_ukernel_6x16);
+  return v[kiln_conv_level(isa)];
 }
 
 /* ---- weight packing ---------------------------------------------------------- */

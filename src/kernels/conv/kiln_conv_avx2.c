@@ -84,9 +84,9 @@
     _mm256_storeu_ps(d + 8, v1);                                             \
   } while (0)
 
-void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
-                                 const int64_t* off, const float* bias6, const float* cin,
-                                 const kiln_conv_store_t* st) {
+void kiln_f32_conv_ukernel_6x16__avx2(int64_t k, const float* w, const float* src,
+                                      const int64_t* off, const float* bias6, const float* cin,
+                                      const kiln_conv_store_t* st) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   int64_t n4 = k / 4, n1 = k % 4, o;
   const float* init = cin ? cin : bias6;
@@ -175,9 +175,9 @@ void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
     [s4] "r"(px[4]), [s5] "r"(px[5]), [init] "r"(init)                            \
   : "cc", "memory"
 
-void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
-                                    const int64_t* off, const float* bias16, const float* cin,
-                                    float* out) {
+void kiln_f32_conv_ct_ukernel_6x16__avx2(int64_t k, const float* w, const float* const* px,
+                                         const int64_t* off, const float* bias16, const float* cin,
+                                         float* out) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   int64_t o;
   const float* init = bias16;
@@ -217,8 +217,8 @@ void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* cons
   _mm256_storeu_ps(out + 88, c51);
 }
 
-void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
-                              const float* res, int res_first, int relu) {
+void kiln_f32_conv_ct_store6__avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
+                                   const float* res, int res_first, int relu) {
   const __m256i mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t h = 0; h < rows; h += 8) {

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "base/kiln_cpu.h"
+#include "kernels/kiln_isa_variant.h"
 
 #define KILN_CONV_TILE_W 16
 
@@ -54,27 +55,20 @@ typedef void (*kiln_conv_ukernel_ct_fn)(int64_t k, const float* w, const float* 
 typedef void (*kiln_conv_ct_store6_fn)(const float* tmp, float* y, int64_t ldy, int64_t rows,
                                        const float* res, int res_first, int relu);
 
-/* Portable C (kiln_conv.c). */
-void kiln_conv_ct_store6_generic(const float* tmp, float* y, int64_t ldy, int64_t rows,
-                                 const float* res, int res_first, int relu);
-void kiln_conv_ukernel_ct_6x16_generic(int64_t k, const float* w, const float* const* px,
-                                       const int64_t* off, const float* bias16,
-                                       const float* cin, float* out);
-void kiln_conv_ukernel_6x16_generic(int64_t k, const float* w, const float* src,
-                                    const int64_t* off, const float* bias6, const float* cin,
-                                    const kiln_conv_store_t* st);
-#if defined(__x86_64__) || defined(__i386__)
-#define KILN_CONV_HAVE_X86 1
-/* AVX2 + FMA (kiln_conv_avx2.c), also used at the AVX-512 level. */
-void kiln_conv_ct_store6_avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,
-                              const float* res, int res_first, int relu);
-void kiln_conv_ukernel_ct_6x16_avx2(int64_t k, const float* w, const float* const* px,
-                                    const int64_t* off, const float* bias16,
-                                    const float* cin, float* out);
-void kiln_conv_ukernel_6x16_avx2(int64_t k, const float* w, const float* src,
-                                 const int64_t* off, const float* bias6, const float* cin,
-                                 const kiln_conv_store_t* st);
-#endif
+/* Each variant of the list (KILN_CONV_ISAS, kernels/kiln_isa_variant.h):
+ * generic is portable C (kiln_conv.c), avx2 is AVX2 + FMA
+ * (kiln_conv_avx2.c), also used at the AVX-512 level. */
+#define KILN_CONV_DECLARE_(isa, LEVEL, unused)                                                \
+  void kiln_f32_conv_ct_store6__##isa(const float* tmp, float* y, int64_t ldy, int64_t rows, \
+                                      const float* res, int res_first, int relu);           \
+  void kiln_f32_conv_ct_ukernel_6x16__##isa(int64_t k, const float* w,                      \
+                                            const float* const* px, const int64_t* off,     \
+                                            const float* bias16, const float* cin,          \
+                                            float* out);                                    \
+  void kiln_f32_conv_ukernel_6x16__##isa(int64_t k, const float* w, const float* src,       \
+                                         const int64_t* off, const float* bias6,            \
+                                         const float* cin, const kiln_conv_store_t* st);
+KILN_CONV_ISAS(KILN_CONV_DECLARE_, ~)
 
 /* One channel-vector computation over a block of tiles and a range of
  * panels (kiln_conv_ct.c): panel q of the packed weights at w + q * k * 16

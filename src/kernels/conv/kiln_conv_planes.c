@@ -9,13 +9,6 @@
 #include "kernels/conv/kiln_conv_planes.h"
 #include "kernels/conv/kiln_pool_window.h"
 
-#ifndef KILN_CONV_PLANES_SUFFIX
-#define KILN_CONV_PLANES_SUFFIX _generic
-#endif
-#define KILN_CONV_PLANES_CAT2_(a, b) a##b
-#define KILN_CONV_PLANES_CAT_(a, b) KILN_CONV_PLANES_CAT2_(a, b)
-#define KILN_CONV_PLANES_FN(name) KILN_CONV_PLANES_CAT_(name, KILN_CONV_PLANES_SUFFIX)
-
 #if defined(__FMA__)
 #define KILN_CONV_PLANES_FMA(a, b, c) fmaf((a), (b), (c))
 #else
@@ -30,8 +23,8 @@
  * input row is first split into its even and odd columns, which turns
  * every tap's pass into a contiguous one: column j * 2 + off is
  * half[off & 1][j + (off - (off & 1)) / 2]. */
-void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, int64_t plane,
-                                             float* acc) {
+void KILN_ISA_VARIANT(kiln_f32_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, int64_t plane,
+                                              float* acc) {
   const int64_t ch = plane % a->c;
   const int64_t H = a->h, W = a->w, Wo = a->wo;
   const float* x = a->x + plane * H * W;
@@ -108,7 +101,7 @@ void KILN_CONV_PLANES_FN(kiln_conv_dw_plane)(const kiln_conv2d_f32_args_t* a, in
  * window lies wholly inside the row share one divisor and are summed as
  * kw passes over a row of outputs (vectorised for stride 1); the few at
  * the edges take the general formula. */
-void KILN_CONV_PLANES_FN(kiln_avg_pool_plane)(const kiln_pool2d_f32_args_t* a, int64_t plane) {
+void KILN_ISA_VARIANT(kiln_f32_avg_pool_plane)(const kiln_pool2d_f32_args_t* a, int64_t plane) {
   float rowsum[KILN_CONV_PLANES_ROW_MAX];
   float colsum[KILN_CONV_PLANES_ROW_MAX];
   const int64_t W = a->w, Wo = a->wo, sw = a->sw, kw = a->kw;

@@ -1,6 +1,6 @@
 /* Per-plane kernels of depthwise convolution and average pooling, compiled
- * once per ISA from kiln_conv_planes.c (KILN_CONV_PLANES_SUFFIX names the
- * variant, as kernels/nn and kernels/math do): plain C loops that GCC
+ * once per ISA of the conv family's list from kiln_conv_planes.c
+ * (KILN_CONV_ISAS, kernels/kiln_isa_variant.h): plain C loops that GCC
  * vectorises at the width of the flags the file is built with, FMA
  * included at AVX2. The drivers (kiln_conv.c, kiln_pool2d.c) pick a variant
  * from kiln_cpu_isa() once per call; the scalar references are
@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "base/kiln_cpu.h"
+#include "kernels/kiln_isa_variant.h"
 #include "kernels/conv/kiln_conv.h"
 
 /* Widest input row (and output row) the separable average pooling takes;
@@ -28,31 +29,24 @@ typedef void (*kiln_conv_dw_plane_fn)(const kiln_conv2d_f32_args_t* a, int64_t p
  * Needs a->w and a->wo at most KILN_CONV_PLANES_ROW_MAX. */
 typedef void (*kiln_avg_pool_plane_fn)(const kiln_pool2d_f32_args_t* a, int64_t plane);
 
-#define KILN_CONV_PLANES_DECLARE(sfx)                                                    \
-  void kiln_conv_dw_plane##sfx(const kiln_conv2d_f32_args_t* a, int64_t plane, float* acc); \
-  void kiln_avg_pool_plane##sfx(const kiln_pool2d_f32_args_t* a, int64_t plane);
-
-KILN_CONV_PLANES_DECLARE(_generic)
-#if defined(__x86_64__) || defined(__i386__)
-KILN_CONV_PLANES_DECLARE(_avx2)
-#endif
+#define KILN_CONV_PLANES_DECLARE_(isa, LEVEL, unused)                                      \
+  void kiln_f32_conv_dw_plane__##isa(const kiln_conv2d_f32_args_t* a, int64_t plane,       \
+                                     float* acc);                                          \
+  void kiln_f32_avg_pool_plane__##isa(const kiln_pool2d_f32_args_t* a, int64_t plane);
+KILN_CONV_ISAS(KILN_CONV_PLANES_DECLARE_, ~)
 
 /* The variants for an ISA level (never NULL); AVX-512 CPUs run the AVX2
- * one. */
+ * one (the list has no avx512). */
 static inline kiln_conv_dw_plane_fn kiln_conv_dw_plane_for(kiln_isa_t isa) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (isa >= KILN_ISA_AVX2) return kiln_conv_dw_plane_avx2;
-#endif
-  (void)isa;
-  return kiln_conv_dw_plane_generic;
+  static const kiln_conv_dw_plane_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_dw_plane);
+  return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_CONV_ISAS), isa)];
 }
 
 static inline kiln_avg_pool_plane_fn kiln_avg_pool_plane_for(kiln_isa_t isa) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (isa >= KILN_ISA_AVX2) return kiln_avg_pool_plane_avx2;
-#endif
-  (void)isa;
-  return kiln_avg_pool_plane_generic;
+  static const kiln_avg_pool_plane_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_avg_pool_plane);
+  return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_CONV_ISAS), isa)];
 }
 
 #endif /* KILN_CONV_PLANES_H */

@@ -1,20 +1,14 @@
 /* Broadcast binary ops for every dtype. The inner row loop is specialised
  * for the three stride patterns that matter (both dense, one side a
  * broadcast scalar) so the compiler vectorises them; anything else takes the
- * strided loop. Compiled generically and again with AVX2 flags (see
- * meson.build); kiln_binary picks by kiln_cpu_isa(). */
+ * strided loop. Compiled once per ISA of the eltwise family's list
+ * (KILN_ELTWISE_ISAS, kernels/kiln_isa_variant.h); kiln_binary
+ * (kiln_binary_dispatch.c) picks by kiln_cpu_isa(). */
 #include <math.h>
 #include <string.h>
 
-#include "base/kiln_cpu.h"
+#include "kernels/eltwise/kiln_binary_variants.h"
 #include "kernels/eltwise/kiln_nd.h"
-
-#ifndef KILN_ELTWISE_SUFFIX
-#define KILN_ELTWISE_SUFFIX _generic
-#endif
-#define KILN_CAT_(a, b) a##b
-#define KILN_CAT(a, b) KILN_CAT_(a, b)
-#define KILN_ISA_FN(name) KILN_CAT(name, KILN_ELTWISE_SUFFIX)
 
 typedef struct {
   char* out;
@@ -114,8 +108,9 @@ static void kiln_binary_row(void* p, int64_t n, const int64_t* off, const int64_
          c->b + off[2] * (int64_t)c->in_size, st[2]);
 }
 
-void KILN_ISA_FN(kiln_binary)(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd_in,
-                              void* out, const void* a, const void* b, kiln_pool_t* pool) {
+void KILN_ISA_VARIANT(kiln_binary)(kiln_binary_t op, kiln_dtype_t dtype,
+                                   const kiln_nd_t* nd_in, void* out, const void* a,
+                                   const void* b, kiln_pool_t* pool) {
   kiln_binary_ctx_t c;
   c.row = kiln_binary_row_pick(op, dtype);
   if (!c.row) return; /* the plan rejected this combination already */
@@ -128,24 +123,3 @@ void KILN_ISA_FN(kiln_binary)(kiln_binary_t op, kiln_dtype_t dtype, const kiln_n
   kiln_nd_collapse(&nd, 3);
   kiln_nd_for_rows(&nd, 3, kiln_binary_row, &c, pool);
 }
-
-#ifndef KILN_ELTWISE_ISA_VARIANT
-void kiln_binary_avx2(kiln_binary_t, kiln_dtype_t, const kiln_nd_t*, void*, const void*,
-                      const void*, kiln_pool_t*);
-
-void kiln_binary(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void* out,
-                 const void* a, const void* b, kiln_pool_t* pool) {
-#if defined(KILN_HAVE_X86)
-  if (kiln_cpu_isa() >= KILN_ISA_AVX2) {
-    kiln_binary_avx2(op, dtype, nd, out, a, b, pool);
-    return;
-  }
-#endif
-  kiln_binary_generic(op, dtype, nd, out, a, b, pool);
-}
-
-void kiln_binary_reference(kiln_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd, void* out,
-                           const void* a, const void* b) {
-  kiln_binary_generic(op, dtype, nd, out, a, b, NULL);
-}
-#endif

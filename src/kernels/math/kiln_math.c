@@ -1,7 +1,7 @@
 /* The public entry points of kernels/math: pick the ISA variant from
  * kiln_cpu_isa() on every call (so kiln_cpu_isa_set in tests takes effect at
- * once) and share unary work out over the pool. The AVX2 build also serves
- * AVX-512 machines. */
+ * once) and share unary work out over the pool. The family has no avx512
+ * variant: the avx2 one serves AVX-512 machines (kiln_isa_variant_level). */
 #include "base/kiln_cpu.h"
 #include "kernels/math/kiln_math_internal.h"
 
@@ -11,13 +11,20 @@ enum { KILN_MATH_MIN_TASK = 16384 };
 
 typedef void (*kiln_math_unary_fn)(kiln_math_unary_t, size_t, const float*, float*);
 
+typedef int64_t (*kiln_math_binary_fn)(kiln_math_binary_t, kiln_dtype_t, const kiln_nd_t*,
+                                        void*, const void*, const void*, kiln_pool_t*);
+
+static const kiln_math_unary_fn kiln_math_unary_variants[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_MATH_ISAS, kiln_math_unary_range);
+static const kiln_math_binary_fn kiln_math_binary_variants[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_MATH_ISAS, kiln_math_binary);
+
+static kiln_isa_t kiln_math_level(void) {
+  return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_MATH_ISAS), kiln_cpu_isa());
+}
+
 static kiln_math_unary_fn kiln_math_unary_pick(void) {
-#if defined(KILN_HAVE_X86)
-  if (kiln_cpu_isa() >= KILN_ISA_AVX2) return kiln_math_unary_range_avx2;
-#elif defined(__aarch64__)
-  if (kiln_cpu_isa() == KILN_ISA_NEON) return kiln_math_unary_range_neon;
-#endif
-  return kiln_math_unary_range_generic;
+  return kiln_math_unary_variants[kiln_math_level()];
 }
 
 typedef struct {
@@ -63,12 +70,5 @@ void kiln_math_sign_int(kiln_dtype_t dtype, size_t n, const void* x, void* y) {
 
 int64_t kiln_math_binary(kiln_math_binary_t op, kiln_dtype_t dtype, const kiln_nd_t* nd,
                          void* out, const void* a, const void* b, kiln_pool_t* pool) {
-#if defined(KILN_HAVE_X86)
-  if (kiln_cpu_isa() >= KILN_ISA_AVX2)
-    return kiln_math_binary_avx2(op, dtype, nd, out, a, b, pool);
-#elif defined(__aarch64__)
-  if (kiln_cpu_isa() == KILN_ISA_NEON)
-    return kiln_math_binary_neon(op, dtype, nd, out, a, b, pool);
-#endif
-  return kiln_math_binary_generic(op, dtype, nd, out, a, b, pool);
+  return kiln_math_binary_variants[kiln_math_level()](op, dtype, nd, out, a, b, pool);
 }

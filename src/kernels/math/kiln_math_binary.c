@@ -151,9 +151,9 @@ static void kiln_math_binary_row(void* p, int64_t n, const int64_t* off, const i
   if (z) atomic_fetch_add_explicit(&c->zeros, (long long)z, memory_order_relaxed);
 }
 
-int64_t KILN_MATH_FN(kiln_math_binary)(kiln_math_binary_t op, kiln_dtype_t dtype,
-                                       const kiln_nd_t* nd_in, void* out, const void* a,
-                                       const void* b, kiln_pool_t* pool) {
+int64_t KILN_ISA_VARIANT(kiln_math_binary)(kiln_math_binary_t op, kiln_dtype_t dtype,
+                                           const kiln_nd_t* nd_in, void* out, const void* a,
+                                           const void* b, kiln_pool_t* pool) {
   kiln_math_binary_ctx_t c;
   c.row = kiln_math_row_pick(op, dtype);
   if (!c.row) return 0; /* the shape rules rejected this combination already */

@@ -32,8 +32,8 @@ static void kiln_math_tan_range(size_t n, const float* x, float* y, float* tile)
   }
 }
 
-void KILN_MATH_FN(kiln_math_unary_range)(kiln_math_unary_t op, size_t n, const float* x,
-                                         float* y) {
+void KILN_ISA_VARIANT(kiln_math_unary_range)(kiln_math_unary_t op, size_t n, const float* x,
+                                             float* y) {
   float tile[KILN_NN_UNARY_TILE];
   switch (op) {
     case KILN_MATH_ACOS: KILN_MATH_UNARY_CASE(kiln_math_acosf(v));

@@ -57,8 +57,8 @@ static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp)
   return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq;
 }
 
-void KILN_NN_FN(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
-                                        kiln_nn_attention_plan_t* plan) {
+void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
+                                              kiln_nn_attention_plan_t* plan) {
   plan->args = a;
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
   int64_t rows = plan->group * a->q_len;
@@ -269,7 +269,7 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
   }
 }
 
-void KILN_NN_FN(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task) {
+void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task) {
   if (plan->k_block == 0) {
     kiln_nn_attn_task_untiled(plan, task);
     return;

@@ -10,17 +10,12 @@
 /* Below this many elements a call is not worth splitting. */
 enum { KILN_NN_MIN_PARALLEL = 32768, KILN_NN_TASKS_PER_THREAD = 4 };
 
+static const kiln_nn_kernels_t* const kiln_nn_variants[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_NN_ISAS, &kiln_nn_kernels);
+
 static const kiln_nn_kernels_t* kiln_nn_kernels(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  switch (kiln_cpu_isa()) {
-    case KILN_ISA_AVX512: return &kiln_nn_kernels_avx512;
-    case KILN_ISA_AVX2: return &kiln_nn_kernels_avx2;
-    default: break;
-  }
-#elif defined(__aarch64__)
-  if (kiln_cpu_isa() == KILN_ISA_NEON) return &kiln_nn_kernels_neon;
-#endif
-  return &kiln_nn_kernels_generic;
+  return kiln_nn_variants[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_NN_ISAS),
+                                                 kiln_cpu_isa())];
 }
 
 /* Splits [0, count) into tasks of `per_task` items. */

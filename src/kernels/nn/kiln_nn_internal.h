@@ -1,11 +1,11 @@
-/* Private to the nn family: the per-ISA kernel table and its naming.
+/* Private to the nn family: the per-ISA kernel table.
  *
  * kiln_unary.c, kiln_softmax.c, kiln_norm.c, kiln_attention.c and
- * kiln_nn_table.c are compiled once per ISA (generic, and with the AVX2 and
- * AVX-512 flags in their own static libraries) with KILN_NN_SUFFIX naming the
- * variant, so the same portable C is auto-vectorised for each target. The
- * single-threaded "range" kernels live there; kiln_nn.c (generic build only)
- * splits the work over the pool and picks a table from kiln_cpu_isa().
+ * kiln_nn_table.c are compiled once per ISA of the family's list
+ * (KILN_NN_ISAS, kernels/kiln_isa_variant.h), so the same portable C is
+ * auto-vectorised for each target. The single-threaded "range" kernels live
+ * there; kiln_nn.c (core build) splits the work over the pool and picks a
+ * table from kiln_cpu_isa().
  */
 #ifndef KILN_NN_INTERNAL_H
 #define KILN_NN_INTERNAL_H
@@ -13,14 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kiln_isa_variant.h"
 #include "kernels/nn/kiln_nn.h"
-
-#ifndef KILN_NN_SUFFIX
-#define KILN_NN_SUFFIX _generic
-#endif
-#define KILN_NN_CAT2_(a, b) a##b
-#define KILN_NN_CAT_(a, b) KILN_NN_CAT2_(a, b)
-#define KILN_NN_FN(name) KILN_NN_CAT_(name, KILN_NN_SUFFIX)
 
 /* Attention work is cut into tasks of (batch, kv head, block of rows),
  * where the rows of a kv head are its group's query heads times the
@@ -56,30 +50,30 @@ typedef struct kiln_nn_kernels_s {
   void (*attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
 } kiln_nn_kernels_t;
 
-#define KILN_NN_DECLARE_VARIANT(sfx)                                                       \
-  void kiln_nn_unary##sfx(kiln_unary_t op, size_t n, const float* x, float* y);            \
-  void kiln_nn_activation##sfx(kiln_activation_t act, size_t n, float* x);                 \
-  void kiln_nn_gelu_backward##sfx(int tanh_form, size_t n, const float* dy, const float* x,  \
-                                  float* dx);                                              \
-  void kiln_nn_softmax_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,        \
-                                 float* y, int log);                                       \
-  void kiln_nn_layer_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,     \
-                                    const float* gamma, const float* beta, float eps,      \
-                                    float* y);                                             \
-  void kiln_nn_rms_norm_rows##sfx(size_t r0, size_t r1, size_t cols, const float* x,       \
-                                  const float* gamma, float eps, float* y);                \
-  void kiln_nn_layer_norm_backward_rows##sfx(size_t r0, size_t r1, size_t cols,            \
-                                             const float* dy, const float* x,              \
-                                             const float* mean, const float* rstd,         \
-                                             const float* gamma, float* dx);               \
-  void kiln_nn_attention_plan##sfx(const kiln_attention_args_t* args, int n_threads,      \
-                                   kiln_nn_attention_plan_t* plan);                        \
-  void kiln_nn_attention_task##sfx(const kiln_nn_attention_plan_t* plan, size_t task);     \
-  extern const kiln_nn_kernels_t kiln_nn_kernels##sfx;
+/* This build's kernels (kiln_nn_table.c lists them). */
+#ifdef KILN_ISA_SUFFIX
+void KILN_ISA_VARIANT(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float* y);
+void KILN_ISA_VARIANT(kiln_nn_activation)(kiln_activation_t act, size_t n, float* x);
+void KILN_ISA_VARIANT(kiln_nn_gelu_backward)(int tanh_form, size_t n, const float* dy,
+                                             const float* x, float* dx);
+void KILN_ISA_VARIANT(kiln_nn_softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                                            float* y, int log);
+void KILN_ISA_VARIANT(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t cols,
+                                               const float* x, const float* gamma,
+                                               const float* beta, float eps, float* y);
+void KILN_ISA_VARIANT(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                                             const float* gamma, float eps, float* y);
+void KILN_ISA_VARIANT(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, size_t cols,
+                                                        const float* dy, const float* x,
+                                                        const float* mean, const float* rstd,
+                                                        const float* gamma, float* dx);
+void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* args, int n_threads,
+                                              kiln_nn_attention_plan_t* plan);
+void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
+#endif
 
-KILN_NN_DECLARE_VARIANT(_generic)
-KILN_NN_DECLARE_VARIANT(_avx2)
-KILN_NN_DECLARE_VARIANT(_avx512)
-KILN_NN_DECLARE_VARIANT(_neon)
+/* Every variant's table: kiln_nn_kernels__generic, __avx2, ... */
+#define KILN_NN_DECLARE_(isa, LEVEL, unused) extern const kiln_nn_kernels_t kiln_nn_kernels__##isa;
+KILN_NN_ISAS(KILN_NN_DECLARE_, ~)
 
 #endif /* KILN_NN_INTERNAL_H */

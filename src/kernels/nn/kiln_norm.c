@@ -12,9 +12,9 @@
 #include "kernels/nn/kiln_nn_internal.h"
 #include "kernels/nn/kiln_nn_row.h"
 
-void KILN_NN_FN(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, const float* x,
-                                         const float* gamma, const float* beta, float eps,
-                                         float* y) {
+void KILN_ISA_VARIANT(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, const float* x,
+                                               const float* gamma, const float* beta, float eps,
+                                               float* y) {
   if (n == 0) return;
   for (size_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
@@ -85,10 +85,10 @@ static inline void kiln_nn_layer_norm_backward_row(size_t n, const float* dy, co
   }
 }
 
-void KILN_NN_FN(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, size_t n, const float* dy,
-                                                  const float* x, const float* mean,
-                                                  const float* rstd, const float* gamma,
-                                                  float* dx) {
+void KILN_ISA_VARIANT(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, size_t n,
+                                                        const float* dy, const float* x,
+                                                        const float* mean, const float* rstd,
+                                                        const float* gamma, float* dx) {
   if (n == 0) return;
   for (size_t r = r0; r < r1; ++r) {
     if (gamma)
@@ -100,8 +100,8 @@ void KILN_NN_FN(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, size_t n
   }
 }
 
-void KILN_NN_FN(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t n, const float* x,
-                                       const float* gamma, float eps, float* y) {
+void KILN_ISA_VARIANT(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t n, const float* x,
+                                             const float* gamma, float eps, float* y) {
   if (n == 0) return;
   for (size_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;

@@ -60,8 +60,8 @@ static void kiln_nn_softmax_row(size_t n, const float* x, float* y, int log_soft
   for (i = 0; i < n; ++i) y[i] *= r;
 }
 
-void KILN_NN_FN(kiln_nn_softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x,
-                                      float* y, int log_softmax) {
+void KILN_ISA_VARIANT(kiln_nn_softmax_rows)(size_t r0, size_t r1, size_t cols, const float* x,
+                                            float* y, int log_softmax) {
   for (size_t r = r0; r < r1; ++r)
     kiln_nn_softmax_row(cols, x + r * cols, y + r * cols, log_softmax,
                         r + 1 < r1 ? x + (r + 1) * cols : NULL);

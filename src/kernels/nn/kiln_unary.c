@@ -14,7 +14,7 @@
 /* One case: the tiled loop of kiln_nn_math.h over this function's x and y. */
 #define KILN_NN_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, tile, expr)
 
-void KILN_NN_FN(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float* y) {
+void KILN_ISA_VARIANT(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float* y) {
   float tile[KILN_NN_UNARY_TILE];
   switch (op) {
     case KILN_UNARY_NEG: KILN_NN_UNARY_CASE(-v);
@@ -43,8 +43,8 @@ void KILN_NN_FN(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float*
 
 /* As the unary loop, over two inputs: each tile is computed into the stack
  * buffer before it is stored, so dx may alias dy or x. */
-void KILN_NN_FN(kiln_nn_gelu_backward)(int tanh_form, size_t n, const float* dy, const float* x,
-                                       float* dx) {
+void KILN_ISA_VARIANT(kiln_nn_gelu_backward)(int tanh_form, size_t n, const float* dy,
+                                             const float* x, float* dx) {
   float tile[KILN_NN_UNARY_TILE];
   for (size_t i = 0; i < n; i += KILN_NN_UNARY_TILE) {
     size_t m = n - i < KILN_NN_UNARY_TILE ? n - i : KILN_NN_UNARY_TILE;
@@ -57,15 +57,15 @@ void KILN_NN_FN(kiln_nn_gelu_backward)(int tanh_form, size_t n, const float* dy,
   }
 }
 
-void KILN_NN_FN(kiln_nn_activation)(kiln_activation_t act, size_t n, float* x) {
+void KILN_ISA_VARIANT(kiln_nn_activation)(kiln_activation_t act, size_t n, float* x) {
   switch (act) {
     case KILN_ACT_NONE: break;
-    case KILN_ACT_RELU: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_RELU, n, x, x); break;
-    case KILN_ACT_GELU: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_GELU, n, x, x); break;
-    case KILN_ACT_GELU_TANH: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_GELU_TANH, n, x, x); break;
-    case KILN_ACT_SILU: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_SILU, n, x, x); break;
-    case KILN_ACT_SIGMOID: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_SIGMOID, n, x, x); break;
-    case KILN_ACT_TANH: KILN_NN_FN(kiln_nn_unary)(KILN_UNARY_TANH, n, x, x); break;
+    case KILN_ACT_RELU: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_RELU, n, x, x); break;
+    case KILN_ACT_GELU: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_GELU, n, x, x); break;
+    case KILN_ACT_GELU_TANH: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_GELU_TANH, n, x, x); break;
+    case KILN_ACT_SILU: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_SILU, n, x, x); break;
+    case KILN_ACT_SIGMOID: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_SIGMOID, n, x, x); break;
+    case KILN_ACT_TANH: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_TANH, n, x, x); break;
     case KILN_ACT_COUNT: break;
   }
 }
