@@ -50,6 +50,9 @@
  * architecture's levels ascend in enum order (kiln_cpu.h), so "below" is a
  * comparison of enum values here. */
 static inline kiln_isa_t kiln_isa_variant_level(unsigned mask, kiln_isa_t level) {
+  /* Another architecture's level (a caller naming one explicitly, as the
+   * bf16 engines' driver names avx512) has no variant here. */
+  if (!(KILN_ISA_VARIANT_MASK(KILN_ISA_LEVELS) >> level & 1u)) return KILN_ISA_GENERIC;
   unsigned m = mask & ((2u << level) - 1u);
   int l = 0;
   while (m >>= 1) ++l;

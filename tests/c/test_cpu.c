@@ -65,7 +65,9 @@ void kiln_test_suite_cpu(void) {
   } families[] = {
 #define KILN_TEST_FAMILY_(LIST) {#LIST, KILN_ISA_VARIANT_MASK(LIST)},
       KILN_TEST_FAMILY_(KILN_NN_ISAS) KILN_TEST_FAMILY_(KILN_MATH_ISAS)
-          KILN_TEST_FAMILY_(KILN_CONV_ISAS) KILN_TEST_FAMILY_(KILN_ELTWISE_ISAS)};
+          KILN_TEST_FAMILY_(KILN_CONV_ISAS) KILN_TEST_FAMILY_(KILN_ELTWISE_ISAS)
+              KILN_TEST_FAMILY_(KILN_GEMM_ISAS) KILN_TEST_FAMILY_(KILN_GEMM_QUANT_ISAS)
+                  KILN_TEST_FAMILY_(KILN_GEMM_Q8A8_ISAS)};
   for (size_t fi = 0; fi < sizeof families / sizeof families[0]; ++fi) {
     unsigned m = families[fi].mask;
     KILN_EXPECT((m & 1u) && (m & ~arch) == 0, "%s: generic and this architecture's levels only",

@@ -35,51 +35,82 @@
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
-static const kiln_gemm_kernels_t kiln_gemm_generic_ = {
-    "generic", 4, 16, 256, 128,
-    kiln_gemm_ukernel_4x16_generic, kiln_gemm_epilogue_generic, kiln_gemm_gemv_generic,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_generic, kiln_gemm_widen_bf16_generic,
-    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
-    kiln_gemm_gemv_nt_generic, NULL, kiln_gemm_round_bf16_f32};
+/* One table per ISA level of the family's list (KILN_GEMM_ISAS,
+ * kernels/kiln_isa_variant.h). */
+static const kiln_gemm_kernels_t kiln_gemm_kernels__generic = {
+    .name = "generic", .mr = 4, .nr = 16, .kc = 256, .mc_max = 128,
+    .ukernel = kiln_f32_gemm_ukernel_4x16__generic,
+    .epilogue = kiln_f32_gemm_epilogue__generic,
+    .gemv = kiln_f32_gemv__generic,
+    .pack_a = kiln_gemm_pack_a,
+    .gemv_bf16 = kiln_f32_bf16w_gemv__generic,
+    .widen_bf16 = kiln_bf16w_gemm_widen__generic,
+    .pack_b_block = kiln_gemm_pack_b_block,
+    .gemv_vnni = kiln_f32_bf16vnni_gemv__generic,
+    .widen_vnni = kiln_bf16vnni_gemm_widen__generic,
+    .gemv_nt = kiln_f32_gemv_nt__generic,
+    .ukernel_vnni = NULL,
+    .round_bf16 = kiln_gemm_round_bf16_f32,
+};
 #ifdef KILN_GEMM_HAVE_X86
-static const kiln_gemm_kernels_t kiln_gemm_avx2_ = {
-    "avx2", 6, 16, 256, 144,
-    kiln_gemm_ukernel_6x16_avx2, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a_avx2, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
-    kiln_gemm_gemv_nt_avx2, kiln_gemm_ukernel_vnni_6x16_avx2, kiln_gemm_round_bf16_avx2};
+static const kiln_gemm_kernels_t kiln_gemm_kernels__avx2 = {
+    .name = "avx2", .mr = 6, .nr = 16, .kc = 256, .mc_max = 144,
+    .ukernel = kiln_f32_gemm_ukernel_6x16__avx2,
+    .epilogue = kiln_f32_gemm_epilogue__avx2,
+    .gemv = kiln_f32_gemv__avx2,
+    .pack_a = kiln_f32_gemm_pack_a__avx2,
+    .gemv_bf16 = kiln_f32_bf16w_gemv__avx2,
+    .widen_bf16 = kiln_bf16w_gemm_widen__avx2,
+    .pack_b_block = kiln_f32_gemm_pack_b_block__avx2,
+    .gemv_vnni = kiln_f32_bf16vnni_gemv__avx2,
+    .widen_vnni = kiln_bf16vnni_gemm_widen__avx2,
+    .gemv_nt = kiln_f32_gemv_nt__avx2,
+    .ukernel_vnni = kiln_f32_bf16vnni_gemm_ukernel_6x16__avx2,
+    .round_bf16 = kiln_f32_round_bf16__avx2,
+};
 /* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
  * the AVX2 ones, which any AVX-512 CPU runs. */
-static const kiln_gemm_kernels_t kiln_gemm_avx512_ = {
-    "avx512", 8, 32, 256, 144,
-    kiln_gemm_ukernel_8x32_avx512, kiln_gemm_epilogue_avx2, kiln_gemm_gemv_avx2,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_avx2, kiln_gemm_widen_bf16_avx2,
-    kiln_gemm_pack_b_block_avx2, kiln_gemm_gemv_vnni_avx2, kiln_gemm_widen_vnni_avx2,
-    kiln_gemm_gemv_nt_avx2, NULL, kiln_gemm_round_bf16_avx2};
+static const kiln_gemm_kernels_t kiln_gemm_kernels__avx512 = {
+    .name = "avx512", .mr = 8, .nr = 32, .kc = 256, .mc_max = 144,
+    .ukernel = kiln_f32_gemm_ukernel_8x32__avx512,
+    .epilogue = kiln_f32_gemm_epilogue__avx2,
+    .gemv = kiln_f32_gemv__avx2,
+    .pack_a = kiln_gemm_pack_a,
+    .gemv_bf16 = kiln_f32_bf16w_gemv__avx2,
+    .widen_bf16 = kiln_bf16w_gemm_widen__avx2,
+    .pack_b_block = kiln_f32_gemm_pack_b_block__avx2,
+    .gemv_vnni = kiln_f32_bf16vnni_gemv__avx2,
+    .widen_vnni = kiln_bf16vnni_gemm_widen__avx2,
+    .gemv_nt = kiln_f32_gemv_nt__avx2,
+    .ukernel_vnni = NULL,
+    .round_bf16 = kiln_f32_round_bf16__avx2,
+};
 #endif
 #ifdef KILN_GEMM_HAVE_NEON
 /* NEON microkernel and GEMVs; packing, epilogue and the bf16 widening stay
  * portable C (which GCC vectorises with ASIMD anyway). */
-static const kiln_gemm_kernels_t kiln_gemm_neon_ = {
-    "neon", 6, 16, 256, 144,
-    kiln_gemm_ukernel_6x16_neon, kiln_gemm_epilogue_generic, kiln_gemm_gemv_neon,
-    kiln_gemm_pack_a, kiln_gemm_gemv_bf16_neon, kiln_gemm_widen_bf16_generic,
-    kiln_gemm_pack_b_block, kiln_gemm_gemv_vnni_generic, kiln_gemm_widen_vnni_generic,
-    kiln_gemm_gemv_nt_generic, NULL, kiln_gemm_round_bf16_f32};
+static const kiln_gemm_kernels_t kiln_gemm_kernels__neon = {
+    .name = "neon", .mr = 6, .nr = 16, .kc = 256, .mc_max = 144,
+    .ukernel = kiln_f32_gemm_ukernel_6x16__neon,
+    .epilogue = kiln_f32_gemm_epilogue__generic,
+    .gemv = kiln_f32_gemv__neon,
+    .pack_a = kiln_gemm_pack_a,
+    .gemv_bf16 = kiln_f32_bf16w_gemv__neon,
+    .widen_bf16 = kiln_bf16w_gemm_widen__generic,
+    .pack_b_block = kiln_gemm_pack_b_block,
+    .gemv_vnni = kiln_f32_bf16vnni_gemv__generic,
+    .widen_vnni = kiln_bf16vnni_gemm_widen__generic,
+    .gemv_nt = kiln_f32_gemv_nt__generic,
+    .ukernel_vnni = NULL,
+    .round_bf16 = kiln_gemm_round_bf16_f32,
+};
 #endif
 
+static const kiln_gemm_kernels_t* const kiln_gemm_variants[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_GEMM_ISAS, &kiln_gemm_kernels);
+
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
-#ifdef KILN_GEMM_HAVE_X86
-  if (isa == KILN_ISA_AVX512) return &kiln_gemm_avx512_;
-  if (isa == KILN_ISA_AVX2) return &kiln_gemm_avx2_;
-#endif
-#ifdef KILN_GEMM_HAVE_NEON
-  if (isa == KILN_ISA_NEON) return &kiln_gemm_neon_;
-#endif
-#if !defined(KILN_GEMM_HAVE_X86) && !defined(KILN_GEMM_HAVE_NEON)
-  (void)isa;
-#endif
-  return &kiln_gemm_generic_;
+  return kiln_gemm_variants[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_ISAS), isa)];
 }
 
 const char* kiln_gemm_bf16_compute_describe(void) {

@@ -49,8 +49,8 @@ void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int
   }
 }
 
-void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
-                                  float* out) {
+void kiln_bf16w_gemm_widen__generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                    float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int q = 0; q < panels; ++q)
     for (int64_t i = 0; i < kc * P; ++i)
@@ -73,8 +73,8 @@ static void kiln_gemm_gemv_bf16_generic_1(int64_t m, int64_t k, const float* a, 
     for (int j = 0; j < P; ++j) out[i * P + j] = acc[i][j];
 }
 
-void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, int panels, float* out) {
+void kiln_f32_bf16w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                  const uint16_t* b_panel, int panels, float* out) {
   for (int q = 0; q < panels; ++q)
     kiln_gemm_gemv_bf16_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_PANEL,
                                   out + q * m * KILN_GEMM_PANEL);
@@ -122,8 +122,8 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs
   }
 }
 
-void kiln_gemm_widen_vnni_generic(int64_t kc, int64_t pc, int64_t kp, int panels,
-                                  const uint16_t* b, float* out) {
+void kiln_bf16vnni_gemm_widen__generic(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                       const uint16_t* b, float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int q = 0; q < panels; ++q)
     for (int64_t p = 0; p < kc; ++p) {
@@ -132,8 +132,8 @@ void kiln_gemm_widen_vnni_generic(int64_t kc, int64_t pc, int64_t kp, int panels
     }
 }
 
-void kiln_gemm_gemv_vnni_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, int panels, float* out) {
+void kiln_f32_bf16vnni_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                     const uint16_t* b_panel, int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
   const int64_t kp = kiln_gemm_bf16_even(k);
   for (int q = 0; q < panels; ++q) {

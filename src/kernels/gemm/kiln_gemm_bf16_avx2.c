@@ -17,8 +17,7 @@ static inline __attribute__((always_inline)) __m256 kiln_gemm_bf16x8_avx2(const 
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
-void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
-                               float* out) {
+void kiln_bf16w_gemm_widen__avx2(int64_t kc, int64_t k, int panels, const uint16_t* b, float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int q = 0; q < panels; ++q) {
     const uint16_t* src = b + q * k * P;
@@ -31,8 +30,8 @@ void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t
 }
 
 /* The small-M GEMV: kiln_gemm_gemv_avx2.h's template over bf16 panels. */
-void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out) {
+void kiln_f32_bf16w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const uint16_t* b_panel, int panels, float* out) {
   kiln_gemv_avx2(1, m, k, a, lda, b_panel, panels, out);
 }
 
@@ -44,8 +43,8 @@ void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
 #define KILN_VNNI_EVEN(v) _mm256_castsi256_ps(_mm256_slli_epi32((v), 16))
 #define KILN_VNNI_ODD(v) _mm256_castsi256_ps(_mm256_and_si256((v), _mm256_set1_epi32((int)0xffff0000u)))
 
-void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
-                               const uint16_t* b, float* out) {
+void kiln_bf16vnni_gemm_widen__avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                    const uint16_t* b, float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int q = 0; q < panels; ++q) {
     const uint16_t* src = b + q * kp * P;
@@ -73,7 +72,7 @@ void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
   }
 }
 
-/* The 6x16 microkernel over a VNNI panel itself (kiln_gemm_ukernel_6x16_avx2
+/* The 6x16 microkernel over a VNNI panel itself (kiln_f32_gemm_ukernel_6x16__avx2
  * with B in bf16 pairs): no widened copy of the micro-panel is written and
  * read back, and B occupies half the cache. b is the panel at an even row
  * pc, so pair t (rows pc + 2t, pc + 2t + 1 of 16 columns, 64 bytes) is at
@@ -105,9 +104,9 @@ void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
   "vpand 64*" #T "(%[b]), %[m], %[b0]\n\t"                 \
   "vpand 64*" #T "+32(%[b]), %[m], %[b1]\n\t"
 
-void kiln_gemm_ukernel_vnni_6x16_avx2(int64_t kc, const float* a, const uint16_t* b,
-                                      const float* cin, int64_t ldcin, float* out,
-                                      int64_t ldout) {
+void kiln_f32_bf16vnni_gemm_ukernel_6x16__avx2(int64_t kc, const float* a, const uint16_t* b,
+                                               const float* cin, int64_t ldcin, float* out,
+                                               int64_t ldout) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   __m256i m = _mm256_set1_epi32((int)0xffff0000u);
   for (int i = 0; i < 6; ++i) {
@@ -170,7 +169,7 @@ void kiln_gemm_ukernel_vnni_6x16_avx2(int64_t kc, const float* a, const uint16_t
 
 /* x[i] = x[i] rounded to bf16 (nearest even; a NaN stays NaN, quiet), as
  * kiln_gemm_round_bf16_f32: 8 at a time, the tail by the scalar rule. */
-void kiln_gemm_round_bf16_avx2(float* x, int64_t n) {
+void kiln_f32_round_bf16__avx2(float* x, int64_t n) {
   const __m256i lsb = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
   const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), abs = _mm256_set1_epi32(0x7fffffff);
   const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x400000);
@@ -262,8 +261,8 @@ static void kiln_gemv_vnni_rows_avx2(int64_t r, int panels, int64_t k, int64_t p
   }
 }
 
-void kiln_gemm_gemv_vnni_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out) {
+void kiln_f32_bf16vnni_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                                  const uint16_t* b_panel, int panels, float* out) {
   const int64_t ostride = m * KILN_GEMM_PANEL, pstride = (k + (k & 1)) * KILN_GEMM_PANEL;
   if (m <= 4) {
     kiln_gemv_vnni_rows_avx2(m, panels, k, pstride, a, lda, b_panel, out, ostride, 0);

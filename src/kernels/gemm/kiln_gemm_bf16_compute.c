@@ -51,7 +51,7 @@ static void kiln_gemm_bf16_pack_task(void* p, size_t task, int thread) {
   int64_t r0 = (int64_t)task * KILN_GEMM_BF16_A_ROWS;
   int64_t r1 = r0 + KILN_GEMM_BF16_A_ROWS < ch->m_pad ? r0 + KILN_GEMM_BF16_A_ROWS : ch->m_pad;
   int64_t live = ch->m - r0 < 0 ? 0 : ch->m - r0 < r1 - r0 ? ch->m - r0 : r1 - r0;
-  kiln_gemm_bf16_pack_a_avx512(live, r1 - r0, ch->blk.k, ch->blk.ka,
+  kiln_bf16_gemm_pack_a__avx512(live, r1 - r0, ch->blk.k, ch->blk.ka,
                                ch->a ? ch->a + r0 * ch->a_rs : NULL,
                                ch->a16 ? ch->a16 + r0 * ch->a_rs : NULL, ch->a_rs,
                                ch->a_out + r0 * ch->blk.ka);
@@ -77,7 +77,7 @@ int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   int amx = (eng & KILN_CPU_BF16_AMX) != 0;
   kiln_gemm_bf16_chunk_t ch;
   memset(&ch, 0, sizeof(ch));
-  ch.block = amx ? kiln_gemm_bf16_block_amx : kiln_gemm_bf16_block_avx512bf16;
+  ch.block = amx ? kiln_bf16_gemm_block__amx : kiln_bf16_gemm_block__avx512bf16;
   ch.blk.k = K;
   ch.blk.kp = K + (K & 1);
   ch.blk.ka = (K + 31) & ~(int64_t)31;

@@ -19,8 +19,8 @@ static inline __m256i kiln_gemm_bf16x16_round_avx512(__m512 x) {
   return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 
-void kiln_gemm_bf16_pack_a_avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
-                                  const float* a, const uint16_t* a16, int64_t rs, uint16_t* out) {
+void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                   const float* a, const uint16_t* a16, int64_t rs, uint16_t* out) {
   for (int64_t i = 0; i < rows_pad; ++i) {
     uint16_t* dst = out + i * ka;
     int64_t p = 0;

@@ -108,8 +108,8 @@ KILN_AMX_AI void kiln_gemm_amx_tile(const int MT, const int NT, int first, int64
 /* Rows per call at most (the driver's M block): the C block in cbuf. */
 #define KILN_AMX_MAX_ROWS 256
 
-void kiln_gemm_bf16_block_amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
-                              int64_t j0, int64_t j1) {
+void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1, int64_t j0,
+                               int64_t j1) {
   const int P = KILN_GEMM_PANEL;
   const int64_t kp = t->kp, steps = kp / 32, rem = kp % 32; /* rem: even, rows of the tail */
   _Alignas(64) float cbuf[KILN_AMX_MAX_ROWS * 32];

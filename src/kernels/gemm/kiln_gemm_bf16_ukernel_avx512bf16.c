@@ -40,8 +40,8 @@ KILN_DP_AI void kiln_gemm_dp_tile(const int MR, int64_t pairs, const uint16_t* a
   }
 }
 
-void kiln_gemm_bf16_block_avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
-                                     int64_t j0, int64_t j1) {
+void kiln_bf16_gemm_block__avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
+                                      int64_t j0, int64_t j1) {
   const int P = KILN_GEMM_PANEL;
   const int64_t kp = t->kp, pairs = kp / 2;
   _Alignas(64) float ctile[8 * 32];

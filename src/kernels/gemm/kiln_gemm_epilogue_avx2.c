@@ -129,9 +129,9 @@ static inline __m256i kiln_gemm_tail_mask_avx2(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
-                             int64_t ldd, const float* bias, const float* res, int64_t ldr,
-                             kiln_activation_t act) {
+void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                  int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                                  kiln_activation_t act) {
   for (int64_t i = 0; i < m; ++i) {
     const float* s = src + i * lds;
     float* d = dst + i * ldd;

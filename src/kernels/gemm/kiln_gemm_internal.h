@@ -26,6 +26,7 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_activation.h"
+#include "kernels/kiln_isa_variant.h"
 
 #define KILN_GEMM_PANEL 16
 /* The GEMV kernels handle at most this many rows of A. */
@@ -155,26 +156,33 @@ typedef void (*kiln_gemm_bf16_pack_a_fn)(int64_t rows, int64_t rows_pad, int64_t
                                          const float* a, const uint16_t* a16, int64_t rs,
                                          uint16_t* out);
 
-/* Portable kernels (kiln_gemm_ukernel_generic.c). */
-void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
-                                    const float* b_next, const float* cin, int64_t ldcin,
-                                    float* out, int64_t ldout);
-void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
-                                int64_t ldd, const float* bias, const float* res, int64_t ldr,
-                                kiln_activation_t act);
-void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                            const float* b_panel, int panels, float* out);
-void kiln_gemm_gemv_nt_generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+/* Kernels are named kiln_<dtype>_<op>[_<tile>]__<isa> (XNNPACK's manner,
+ * kernels/kiln_isa_variant.h): dtype f32, bf16 (bf16 A and B: the bf16
+ * engines), f32_bf16w (fp32 A, bf16 weights panels), f32_bf16vnni (fp32 A,
+ * bf16 weights in VNNI pairs); tile MR x NR for microkernels. The tables in
+ * kiln_gemm.c name them field by field, one table per level of the
+ * family's list (KILN_GEMM_ISAS); a table may reuse a lower ISA's kernel.
+ *
+ * Portable kernels (kiln_gemm_ukernel_generic.c). */
+void kiln_f32_gemm_ukernel_4x16__generic(int64_t kc, const float* a, const float* b,
+                                         const float* b_next, const float* cin, int64_t ldcin,
+                                         float* out, int64_t ldout);
+void kiln_f32_gemm_epilogue__generic(int64_t m, int64_t n, const float* src, int64_t lds,
+                                     float* dst, int64_t ldd, const float* bias, const float* res,
+                                     int64_t ldr, kiln_activation_t act);
+void kiln_f32_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                            int panels, float* out);
+void kiln_f32_gemv_nt__generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                const float* bt, int64_t ldb, float* out);
 /* Portable bf16 kernels (kiln_gemm_bf16.c). */
-void kiln_gemm_gemv_bf16_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, int panels, float* out);
-void kiln_gemm_widen_bf16_generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
-                                  float* out);
-void kiln_gemm_widen_vnni_generic(int64_t kc, int64_t pc, int64_t kp, int panels,
-                                  const uint16_t* b, float* out);
-void kiln_gemm_gemv_vnni_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                                 const uint16_t* b_panel, int panels, float* out);
+void kiln_f32_bf16w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                  const uint16_t* b_panel, int panels, float* out);
+void kiln_bf16w_gemm_widen__generic(int64_t kc, int64_t k, int panels, const uint16_t* b,
+                                    float* out);
+void kiln_bf16vnni_gemm_widen__generic(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                       const uint16_t* b, float* out);
+void kiln_f32_bf16vnni_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda,
+                                     const uint16_t* b_panel, int panels, float* out);
 /* x[i] = bf16-rounded x[i] (nearest even), in place. */
 void kiln_gemm_round_bf16_f32(float* x, int64_t n);
 /* The bf16-engine driver: runs g (b_packed_bf16_vnni set) on AMX or
@@ -189,57 +197,56 @@ void kiln_gemm_bf16_note_engine(const char* name);
 #define KILN_GEMM_HAVE_X86 1
 /* AVX2 + FMA (kiln_gemm_ukernel_avx2.c, kiln_gemm_epilogue_avx2.c,
  * kiln_gemm_pack_avx2.c). */
-void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
-                                 const float* b_next, const float* cin, int64_t ldcin,
-                                 float* out, int64_t ldout);
-void kiln_gemm_epilogue_avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
-                             int64_t ldd, const float* bias, const float* res, int64_t ldr,
-                             kiln_activation_t act);
-void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, int panels, float* out);
-void kiln_gemm_gemv_nt_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+void kiln_f32_gemm_ukernel_6x16__avx2(int64_t kc, const float* a, const float* b,
+                                      const float* b_next, const float* cin, int64_t ldcin,
+                                      float* out, int64_t ldout);
+void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                  int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                                  kiln_activation_t act);
+void kiln_f32_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                         int panels, float* out);
+void kiln_f32_gemv_nt__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                             const float* bt, int64_t ldb, float* out);
-void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
-                           int64_t row0, int64_t rows, int64_t m_total, float* out);
-void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
-                                 float* out);
+void kiln_f32_gemm_pack_a__avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
+                                int64_t row0, int64_t rows, int64_t m_total, float* out);
+void kiln_f32_gemm_pack_b_block__avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                                      float* out);
 /* bf16 weights on AVX2 (kiln_gemm_bf16_avx2.c). */
-void kiln_gemm_gemv_bf16_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out);
-void kiln_gemm_widen_bf16_avx2(int64_t kc, int64_t k, int panels, const uint16_t* b,
-                               float* out);
-void kiln_gemm_widen_vnni_avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
-                               const uint16_t* b, float* out);
-void kiln_gemm_gemv_vnni_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out);
-void kiln_gemm_ukernel_vnni_6x16_avx2(int64_t kc, const float* a, const uint16_t* b,
-                                      const float* cin, int64_t ldcin, float* out,
-                                      int64_t ldout);
-void kiln_gemm_round_bf16_avx2(float* x, int64_t n);
+void kiln_f32_bf16w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const uint16_t* b_panel, int panels, float* out);
+void kiln_bf16w_gemm_widen__avx2(int64_t kc, int64_t k, int panels, const uint16_t* b, float* out);
+void kiln_bf16vnni_gemm_widen__avx2(int64_t kc, int64_t pc, int64_t kp, int panels,
+                                    const uint16_t* b, float* out);
+void kiln_f32_bf16vnni_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda,
+                                  const uint16_t* b_panel, int panels, float* out);
+void kiln_f32_bf16vnni_gemm_ukernel_6x16__avx2(int64_t kc, const float* a, const uint16_t* b,
+                                               const float* cin, int64_t ldcin, float* out,
+                                               int64_t ldout);
+void kiln_f32_round_bf16__avx2(float* x, int64_t n);
 /* bf16 engines: AMX tiles (kiln_gemm_bf16_ukernel_amx.c) and VDPBF16PS
  * (kiln_gemm_bf16_ukernel_avx512bf16.c); the A packer is AVX-512F. */
-void kiln_gemm_bf16_block_amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
-                              int64_t j0, int64_t j1);
-void kiln_gemm_bf16_block_avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
-                                     int64_t j0, int64_t j1);
-void kiln_gemm_bf16_pack_a_avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
-                                  const float* a, const uint16_t* a16, int64_t rs, uint16_t* out);
+void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1, int64_t j0,
+                               int64_t j1);
+void kiln_bf16_gemm_block__avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
+                                      int64_t j0, int64_t j1);
+void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                   const float* a, const uint16_t* a16, int64_t rs, uint16_t* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
-void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
-                                   const float* b_next, const float* cin, int64_t ldcin,
-                                   float* out, int64_t ldout);
+void kiln_f32_gemm_ukernel_8x32__avx512(int64_t kc, const float* a, const float* b,
+                                        const float* b_next, const float* cin, int64_t ldcin,
+                                        float* out, int64_t ldout);
 #endif
 
 #if defined(__aarch64__)
 #define KILN_GEMM_HAVE_NEON 1
 /* aarch64 ASIMD (kiln_gemm_ukernel_neon.c). */
-void kiln_gemm_ukernel_6x16_neon(int64_t kc, const float* a, const float* b,
-                                 const float* b_next, const float* cin, int64_t ldcin,
-                                 float* out, int64_t ldout);
-void kiln_gemm_gemv_neon(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, int panels, float* out);
-void kiln_gemm_gemv_bf16_neon(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out);
+void kiln_f32_gemm_ukernel_6x16__neon(int64_t kc, const float* a, const float* b,
+                                      const float* b_next, const float* cin, int64_t ldcin,
+                                      float* out, int64_t ldout);
+void kiln_f32_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                         int panels, float* out);
+void kiln_f32_bf16w_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const uint16_t* b_panel, int panels, float* out);
 #endif
 
 /* The kernels for an ISA level (never NULL; falls back to generic). */

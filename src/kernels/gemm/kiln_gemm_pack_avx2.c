@@ -65,8 +65,8 @@ static void kiln_gemm_pack_a6t_avx2(int64_t k, const float* a, int64_t cs, int64
   }
 }
 
-void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
-                           int64_t row0, int64_t rows, int64_t m_total, float* out) {
+void kiln_f32_gemm_pack_a__avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
+                                int64_t row0, int64_t rows, int64_t m_total, float* out) {
   if (mr == 6 && rs == 1 && cs != 1) {
     int64_t live = m_total - row0 < rows ? m_total - row0 : rows;
     int64_t full = live > 0 ? live / 6 : 0;
@@ -86,8 +86,8 @@ void kiln_gemm_pack_a_avx2(int mr, int64_t k, const float* a, int64_t rs, int64_
   if (i < rows) kiln_gemm_pack_a(mr, k, a, rs, cs, row0 + i, rows - i, m_total, out + (i / 6) * k * 6);
 }
 
-void kiln_gemm_pack_b_block_avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
-                                 float* out) {
+void kiln_f32_gemm_pack_b_block__avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
+                                      float* out) {
   const int P = KILN_GEMM_PANEL;
   if (w == P && cs == 1) {
     for (int64_t p = 0; p < kc; ++p) {

@@ -16,8 +16,9 @@
  * panels stream past; each strip's B (K x 16 bytes) is reused by every
  * tile of the block.
  *
- * Which kernel: AVX2's (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512
- * levels, else the portable one here. Integer sums are exact, so every
+ * Which kernel: the family's list (kiln_gemm_q8a8_level): AVX2's
+ * (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512 levels, else the portable
+ * one here. Integer sums are exact, so every
  * kernel gives the same bits as the scalar reference. */
 #include <math.h>
 #include <stdlib.h>
@@ -83,8 +84,8 @@ void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g) {
 
 /* ---- the portable kernel -------------------------------------------------- */
 
-void kiln_gemm_q8a8_ukernel_6x16_generic(int64_t k, const int16_t* a, const int8_t* b,
-                                         int32_t* out) {
+void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
+                                              int32_t* out) {
   int32_t acc[6][16] = {{0}};
   for (int64_t p = 0; p < k; ++p) {
     const int16_t* ap = a + (p / 2) * 12 + (p & 1);
@@ -94,7 +95,7 @@ void kiln_gemm_q8a8_ukernel_6x16_generic(int64_t k, const int16_t* a, const int8
   memcpy(out, acc, sizeof(acc));
 }
 
-void kiln_gemm_q8a8_pack_a_generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                    const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                    float* scales) {
   const int64_t kp = k + (k & 1);
@@ -176,6 +177,17 @@ static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
   }
 }
 
+/* The variants of the family's list (KILN_GEMM_Q8A8_ISAS,
+ * kernels/kiln_isa_variant.h); the avx2 one also runs at avx512. */
+static const kiln_gemm_q8a8_ukernel_fn kiln_gemm_q8a8_ukernels[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_GEMM_Q8A8_ISAS, kiln_qd8_qc8w_gemm_ukernel_6x16);
+static const kiln_gemm_q8a8_pack_a_fn kiln_gemm_q8a8_pack_as[KILN_ISA_COUNT] =
+    KILN_ISA_VARIANT_TABLE(KILN_GEMM_Q8A8_ISAS, kiln_qd8_gemm_pack_a);
+
+kiln_isa_t kiln_gemm_q8a8_level(void) {
+  return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q8A8_ISAS), kiln_cpu_isa());
+}
+
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
 
 int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
@@ -186,14 +198,8 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_isa_t isa = kiln_cpu_isa();
   t.g = g;
   t.epilogue = kiln_gemm_kernels_for(isa)->epilogue;
-#ifdef KILN_GEMM_HAVE_X86
-  int x86 = isa >= KILN_ISA_AVX2;
-  t.ukernel = x86 ? kiln_gemm_q8a8_ukernel_6x16_avx2 : kiln_gemm_q8a8_ukernel_6x16_generic;
-  t.pack_a = x86 ? kiln_gemm_q8a8_pack_a_avx2 : kiln_gemm_q8a8_pack_a_generic;
-#else
-  t.ukernel = kiln_gemm_q8a8_ukernel_6x16_generic;
-  t.pack_a = kiln_gemm_q8a8_pack_a_generic;
-#endif
+  t.ukernel = kiln_gemm_q8a8_ukernels[kiln_gemm_q8a8_level()];
+  t.pack_a = kiln_gemm_q8a8_pack_as[kiln_gemm_q8a8_level()];
   const int64_t np = kiln_q8a8_cdiv(N, 16);
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   t.sw = (const float*)body;

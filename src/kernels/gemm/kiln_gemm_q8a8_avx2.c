@@ -49,8 +49,8 @@
   "vpmovsxbw %x[b0], %[b0]\n\t"                            \
   "vpmovsxbw %x[b1], %[b1]\n\t"
 
-void kiln_gemm_q8a8_ukernel_6x16_avx2(int64_t k, const int16_t* a, const int8_t* b,
-                                      int32_t* out) {
+void kiln_qd8_qc8w_gemm_ukernel_6x16__avx2(int64_t k, const int16_t* a, const int8_t* b,
+                                           int32_t* out) {
   __m256i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t, p;
   int64_t n2 = k / 4, n1 = (k % 4) / 2, odd = k & 1;
   __asm__ volatile(
@@ -108,12 +108,12 @@ void kiln_gemm_q8a8_ukernel_6x16_avx2(int64_t k, const int16_t* a, const int8_t*
  * |x| and a finiteness check), then 8 elements at a time x / s (IEEE
  * division, as the rule), rounded half to even, clamped, stored as int16
  * into the row's pair slots. A strided or bf16 row takes the scalar rule. */
-void kiln_gemm_q8a8_pack_a_avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+void kiln_qd8_gemm_pack_a__avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                 const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                 float* scales) {
   const int64_t kp = k + (k & 1);
   if (a16 || cs != 1) {
-    kiln_gemm_q8a8_pack_a_generic(rows, rows_pad, k, a, a16, rs, cs, out, scales);
+    kiln_qd8_gemm_pack_a__generic(rows, rows_pad, k, a, a16, rs, cs, out, scales);
     return;
   }
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

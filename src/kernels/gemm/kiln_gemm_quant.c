@@ -241,8 +241,8 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
 
 /* ---- portable kernels --------------------------------------------------- */
 
-void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                               const int8_t* b, const float* scales, int panels, float* out) {
+void kiln_f32_qc8w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                 const float* scales, int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int s = 0; s < panels; ++s) {
     float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
@@ -260,9 +260,9 @@ void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda
   }
 }
 
-void kiln_gemm_gemv_q4_generic(int64_t m, int64_t kg, int group, int asym, const float* a,
-                               int64_t lda, const float* asum, const uint8_t* b, int panels,
-                               float* out) {
+void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
+                                 float* out) {
   const int P = KILN_GEMM_PANEL;
   const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
   for (int s = 0; s < panels; ++s) {
@@ -296,8 +296,8 @@ void kiln_gemm_gemv_q4_generic(int64_t m, int64_t kg, int group, int asym, const
   }
 }
 
-void kiln_gemm_dequant_q8_generic(int64_t k, const int8_t* b, const float* scales, int panels,
-                                  float* out) {
+void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales, int panels,
+                                float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int s = 0; s < panels; ++s)
     for (int64_t p = 0; p < k; ++p)
@@ -305,8 +305,8 @@ void kiln_gemm_dequant_q8_generic(int64_t k, const int8_t* b, const float* scale
         out[(s * k + p) * P + j] = (float)b[(s * k + p) * P + j] * scales[s * P + j];
 }
 
-void kiln_gemm_dequant_q4_generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
-                                  int panels, float* out) {
+void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                                int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
   const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
   for (int s = 0; s < panels; ++s)
@@ -326,35 +326,40 @@ void kiln_gemm_dequant_q4_generic(int64_t k, int64_t kg, int group, int asym, co
 
 /* ---- dispatch ------------------------------------------------------------ */
 
-static const kiln_gemm_quant_kernels_t kiln_gemm_quant_generic_ = {
-    "generic", kiln_gemm_gemv_q8_generic, kiln_gemm_gemv_q4_generic,
-    kiln_gemm_dequant_q8_generic, kiln_gemm_dequant_q4_generic};
+/* One table per ISA level of the family's list (KILN_GEMM_QUANT_ISAS,
+ * kernels/kiln_isa_variant.h). */
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_kernels__generic = {
+    .name = "generic",
+    .gemv_q8 = kiln_f32_qc8w_gemv__generic,
+    .gemv_q4 = kiln_f32_qb4w_gemv__generic,
+    .dequant_q8 = kiln_qc8w_dequant__generic,
+    .dequant_q4 = kiln_qb4w_dequant__generic,
+};
 #ifdef KILN_GEMM_HAVE_X86
-static const kiln_gemm_quant_kernels_t kiln_gemm_quant_avx2_ = {
-    "avx2", kiln_gemm_gemv_q8_avx2, kiln_gemm_gemv_q4_avx2, kiln_gemm_dequant_q8_avx2,
-    kiln_gemm_dequant_q4_avx2};
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_kernels__avx2 = {
+    .name = "avx2",
+    .gemv_q8 = kiln_f32_qc8w_gemv__avx2,
+    .gemv_q4 = kiln_f32_qb4w_gemv__avx2,
+    .dequant_q8 = kiln_qc8w_dequant__avx2,
+    .dequant_q4 = kiln_qb4w_dequant__avx2,
+};
 /* The dequantizers are store-bound: AVX2's serve AVX-512 too. */
-static const kiln_gemm_quant_kernels_t kiln_gemm_quant_avx512_ = {
-    "avx512", kiln_gemm_gemv_q8_avx512, kiln_gemm_gemv_q4_avx512, kiln_gemm_dequant_q8_avx2,
-    kiln_gemm_dequant_q4_avx2};
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_kernels__avx512 = {
+    .name = "avx512",
+    .gemv_q8 = kiln_f32_qc8w_gemv__avx512,
+    .gemv_q4 = kiln_f32_qb4w_gemv__avx512,
+    .dequant_q8 = kiln_qc8w_dequant__avx2,
+    .dequant_q4 = kiln_qb4w_dequant__avx2,
+};
 #endif
 
 static const kiln_gemm_quant_kernels_t* kiln_gemm_quant_kernels_for(kiln_isa_t isa) {
-#ifdef KILN_GEMM_HAVE_X86
-  if (isa == KILN_ISA_AVX512) return &kiln_gemm_quant_avx512_;
-  if (isa == KILN_ISA_AVX2) return &kiln_gemm_quant_avx2_;
-#else
-  (void)isa;
-#endif
-  return &kiln_gemm_quant_generic_;
+  static const kiln_gemm_quant_kernels_t* const v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_GEMM_QUANT_ISAS, &kiln_gemm_quant_kernels);
+  return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_QUANT_ISAS), isa)];
 }
 
 static _Thread_local char kiln_gemm_quant_path_[32] = "none";
-#ifdef KILN_GEMM_HAVE_X86
-#define KILN_GEMM_Q8A8_X86 1
-#else
-#define KILN_GEMM_Q8A8_X86 0
-#endif
 const char* kiln_gemm_quant_last_path(void) { return kiln_gemm_quant_path_; }
 
 static kiln_scratch_cache_t kiln_gemm_quant_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -447,7 +452,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
        to the weight-only loop below: that would be another answer. */
     if (kiln_gemm_q8a8(g, pool))
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
-               kiln_cpu_isa() >= KILN_ISA_AVX2 && KILN_GEMM_Q8A8_X86 ? "avx2" : "generic");
+               kiln_cpu_isa_name(kiln_gemm_q8a8_level()));
     else {
       kiln_gemm_q8a8_reference(g);
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-reference");

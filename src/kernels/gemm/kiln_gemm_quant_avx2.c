@@ -80,8 +80,8 @@ static void kiln_q8_rows_avx2(int64_t r, int panels, int64_t k, const float* a, 
   }
 }
 
-void kiln_gemm_gemv_q8_avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
-                            const float* scales, int panels, float* out) {
+void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                              const float* scales, int panels, float* out) {
   const int64_t ostride = m * 16;
   if (m <= 4) {
     kiln_q8_rows_avx2(m, panels, k, a, lda, b, scales, out, ostride);
@@ -174,9 +174,9 @@ KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, int64_t kg, int group
     for (int i = 0; i < R; ++i) kiln_q4_fold_avx2(o[s][i], out + s * ostride + i * 16);
 }
 
-void kiln_gemm_gemv_q4_avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
-                            int64_t lda, const float* asum, const uint8_t* b, int panels,
-                            float* out) {
+void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
+                              int64_t lda, const float* asum, const uint8_t* b, int panels,
+                              float* out) {
   const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
   if (m == 1) {
     int q = 0;
@@ -203,8 +203,8 @@ void kiln_gemm_gemv_q4_avx2(int64_t m, int64_t kg, int group, int asym, const fl
 
 /* ---- dequantizers --------------------------------------------------------- */
 
-void kiln_gemm_dequant_q8_avx2(int64_t k, const int8_t* b, const float* scales, int panels,
-                               float* out) {
+void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, int panels,
+                             float* out) {
   for (int s = 0; s < panels; ++s) {
     __m256 s0 = _mm256_loadu_ps(scales + s * 16), s1 = _mm256_loadu_ps(scales + s * 16 + 8);
     const int8_t* bs = b + (int64_t)s * 16 * k;
@@ -216,8 +216,8 @@ void kiln_gemm_dequant_q8_avx2(int64_t k, const int8_t* b, const float* scales, 
   }
 }
 
-void kiln_gemm_dequant_q4_avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
-                               int panels, float* out) {
+void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                             int panels, float* out) {
   const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
   const __m128i m4 = _mm_set1_epi8(15);
   /* Bytes (column c, parity r) at 2c + r -> even rows' columns, then odd's. */

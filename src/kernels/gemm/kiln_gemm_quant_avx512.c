@@ -47,8 +47,8 @@ KILN_Q_AI void kiln_q8_tile_avx512(const int R, const int S, int64_t k, const fl
     kiln_q8_tile_avx512((R), (S), k, a, lda, bq, pstride, sq, oq, ostride);             \
     break;
 
-void kiln_gemm_gemv_q8_avx512(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const int8_t* b, const float* scales, int panels, float* out) {
+void kiln_f32_qc8w_gemv__avx512(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                const float* scales, int panels, float* out) {
   const int64_t pstride = 16 * k, ostride = m * 16;
   const int s_max = m <= 4 ? 4 : 2;
   for (int q = 0; q < panels;) {
@@ -142,9 +142,9 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
     kiln_q4_tile_avx512((R), (S), kg, group, asym, a, lda, asum, bq, pstride, oq, ostride); \
     break;
 
-void kiln_gemm_gemv_q4_avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
-                              int64_t lda, const float* asum, const uint8_t* b, int panels,
-                              float* out) {
+void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+                                int64_t lda, const float* asum, const uint8_t* b, int panels,
+                                float* out) {
   const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
   /* R * S <= 6: 2 group and 2 running accumulators each, within 32 zmm. */
   const int s_max = m == 1 ? 4 : m <= 3 ? 2 : 1;
@@ -152,10 +152,10 @@ void kiln_gemm_gemv_q4_avx512(int64_t m, int64_t kg, int group, int asym, const 
     /* 7..8 rows: rows 0-3 and then the rest, panel by panel (the second
      * pass finds the panel in L2). */
     for (int q = 0; q < panels; ++q) {
-      kiln_gemm_gemv_q4_avx512(4, kg, group, asym, a, lda, asum, b + q * pstride, 1,
+      kiln_f32_qb4w_gemv__avx512(4, kg, group, asym, a, lda, asum, b + q * pstride, 1,
                                out + q * ostride);
       _Alignas(64) float tmp[4 * 16];
-      kiln_gemm_gemv_q4_avx512(m - 4, kg, group, asym, a + 4 * lda, lda, asum + 4 * kg * 2,
+      kiln_f32_qb4w_gemv__avx512(m - 4, kg, group, asym, a + 4 * lda, lda, asum + 4 * kg * 2,
                                b + q * pstride, 1, tmp);
       memcpy(out + q * ostride + 4 * 16, tmp, (size_t)(m - 4) * 16 * sizeof(float));
     }

@@ -34,6 +34,11 @@ typedef void (*kiln_gemm_dequant_q8_fn)(int64_t k, const int8_t* b, const float*
 typedef void (*kiln_gemm_dequant_q4_fn)(int64_t k, int64_t kg, int group, int asym,
                                         const uint8_t* b, int panels, float* out);
 
+/* Named as kiln_gemm_internal.h says: dtype f32_qc8w (fp32 A, int8 weights
+ * with per-column scales), f32_qb4w (fp32 A, int4 weights in groups: block
+ * scales), qd8_qc8w (int8 A quantized per row at run time, int8 weights);
+ * one table per level of KILN_GEMM_QUANT_ISAS (kiln_gemm_quant.c) and the
+ * q8a8 kernels per level of KILN_GEMM_Q8A8_ISAS (kiln_gemm_q8a8.c). */
 typedef struct {
   const char* name;
   kiln_gemm_gemv_q8_fn gemv_q8;
@@ -60,16 +65,18 @@ typedef void (*kiln_gemm_q8a8_pack_a_fn)(int64_t rows, int64_t rows_pad, int64_t
  * element) and one element's quantized value. */
 float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, int64_t cs);
 int16_t kiln_gemm_q8a8_quantize(float x, float s);
-void kiln_gemm_q8a8_ukernel_6x16_generic(int64_t k, const int16_t* a, const int8_t* b,
-                                         int32_t* out);
-void kiln_gemm_q8a8_pack_a_generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+/* The level whose q8a8 kernels run now (kiln_cpu_isa(), the family's list). */
+kiln_isa_t kiln_gemm_q8a8_level(void);
+void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
+                                              int32_t* out);
+void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                    const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                    float* scales);
 #ifdef KILN_GEMM_HAVE_X86
 /* kiln_gemm_q8a8_avx2.c (AVX2 flags): VPMADDWD on int16 pairs. */
-void kiln_gemm_q8a8_ukernel_6x16_avx2(int64_t k, const int16_t* a, const int8_t* b,
-                                      int32_t* out);
-void kiln_gemm_q8a8_pack_a_avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+void kiln_qd8_qc8w_gemm_ukernel_6x16__avx2(int64_t k, const int16_t* a, const int8_t* b,
+                                           int32_t* out);
+void kiln_qd8_gemm_pack_a__avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                 const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                 float* scales);
 #endif
@@ -79,32 +86,32 @@ static inline int64_t kiln_gemm_q4_group_bytes(int group, int asym) {
   return 64 * (1 + (asym != 0)) + 8 * (int64_t)group;
 }
 
-void kiln_gemm_gemv_q8_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                               const int8_t* b, const float* scales, int panels, float* out);
-void kiln_gemm_gemv_q4_generic(int64_t m, int64_t kg, int group, int asym, const float* a,
-                               int64_t lda, const float* asum, const uint8_t* b, int panels,
-                               float* out);
-void kiln_gemm_dequant_q8_generic(int64_t k, const int8_t* b, const float* scales, int panels,
-                                  float* out);
-void kiln_gemm_dequant_q4_generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
-                                  int panels, float* out);
+void kiln_f32_qc8w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                 const float* scales, int panels, float* out);
+void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
+                                 float* out);
+void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales, int panels,
+                                float* out);
+void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                                int panels, float* out);
 #ifdef KILN_GEMM_HAVE_X86
 /* kiln_gemm_quant_avx2.c (AVX2 + FMA flags). */
-void kiln_gemm_gemv_q8_avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
-                            const float* scales, int panels, float* out);
-void kiln_gemm_gemv_q4_avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
-                            int64_t lda, const float* asum, const uint8_t* b, int panels,
-                            float* out);
-void kiln_gemm_dequant_q8_avx2(int64_t k, const int8_t* b, const float* scales, int panels,
-                               float* out);
-void kiln_gemm_dequant_q4_avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
-                               int panels, float* out);
-/* kiln_gemm_quant_avx512.c (AVX-512 flags). */
-void kiln_gemm_gemv_q8_avx512(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const int8_t* b, const float* scales, int panels, float* out);
-void kiln_gemm_gemv_q4_avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                              const float* scales, int panels, float* out);
+void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
                               int64_t lda, const float* asum, const uint8_t* b, int panels,
                               float* out);
+void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, int panels,
+                             float* out);
+void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+                             int panels, float* out);
+/* kiln_gemm_quant_avx512.c (AVX-512 flags). */
+void kiln_f32_qc8w_gemv__avx512(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                                const float* scales, int panels, float* out);
+void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+                                int64_t lda, const float* asum, const uint8_t* b, int panels,
+                                float* out);
 #endif
 
 #endif /* KILN_GEMM_QUANT_INTERNAL_H */

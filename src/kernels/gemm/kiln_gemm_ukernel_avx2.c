@@ -33,9 +33,9 @@
   KILN_GEMM_A2_ROW(P, 4, c40, c41)                         \
   KILN_GEMM_A2_ROW(P, 5, c50, c51)
 
-void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
-                                 const float* b_next, const float* cin, int64_t ldcin,
-                                 float* out, int64_t ldout) {
+void kiln_f32_gemm_ukernel_6x16__avx2(int64_t kc, const float* a, const float* b,
+                                      const float* b_next, const float* cin, int64_t ldcin,
+                                      float* out, int64_t ldout) {
   (void)b_next;
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   /* The output rows are written right after the loop: ask for their lines
@@ -97,8 +97,8 @@ void kiln_gemm_ukernel_6x16_avx2(int64_t kc, const float* a, const float* b,
 }
 
 /* The small-M GEMV: kiln_gemm_gemv_avx2.h's template over fp32 panels. */
-void kiln_gemm_gemv_avx2(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, int panels, float* out) {
+void kiln_f32_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                         int panels, float* out) {
   kiln_gemv_avx2(0, m, k, a, lda, b_panel, panels, out);
 }
 
@@ -153,7 +153,7 @@ static inline __attribute__((always_inline)) void kiln_gemv_nt_tile(
     }
 }
 
-void kiln_gemm_gemv_nt_avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+void kiln_f32_gemv_nt__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                             const float* bt, int64_t ldb, float* out) {
   for (int64_t j = 0; j < n; j += 4) {
     int s = n - j < 4 ? (int)(n - j) : 4;

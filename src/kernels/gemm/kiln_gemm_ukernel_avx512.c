@@ -34,9 +34,9 @@
     KILN_GEMM_A5_ROW(7, c70, c71);                            \
   } while (0)
 
-void kiln_gemm_ukernel_8x32_avx512(int64_t kc, const float* a, const float* b,
-                                   const float* b_next, const float* cin, int64_t ldcin,
-                                   float* out, int64_t ldout) {
+void kiln_f32_gemm_ukernel_8x32__avx512(int64_t kc, const float* a, const float* b,
+                                        const float* b_next, const float* cin, int64_t ldcin,
+                                        float* out, int64_t ldout) {
   const float* bn = b_next;
   __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;

@@ -8,9 +8,9 @@
 #define KILN_GEMM_G_MR 4
 #define KILN_GEMM_G_NR 16
 
-void kiln_gemm_ukernel_4x16_generic(int64_t kc, const float* a, const float* b,
-                                    const float* b_next, const float* cin, int64_t ldcin,
-                                    float* out, int64_t ldout) {
+void kiln_f32_gemm_ukernel_4x16__generic(int64_t kc, const float* a, const float* b,
+                                         const float* b_next, const float* cin, int64_t ldcin,
+                                         float* out, int64_t ldout) {
   (void)b_next;
   float acc[KILN_GEMM_G_MR][KILN_GEMM_G_NR] = {{0}};
   for (int64_t p = 0; p < kc; ++p) {
@@ -39,8 +39,8 @@ static void kiln_gemm_gemv_generic_1(int64_t m, int64_t k, const float* a, int64
     for (int j = 0; j < KILN_GEMM_G_NR; ++j) out[i * KILN_GEMM_G_NR + j] = acc[i][j];
 }
 
-void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
-                            const float* b_panel, int panels, float* out) {
+void kiln_f32_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                            int panels, float* out) {
   for (int q = 0; q < panels; ++q)
     kiln_gemm_gemv_generic_1(m, k, a, lda, b_panel + q * k * KILN_GEMM_G_NR,
                              out + q * m * KILN_GEMM_G_NR);
@@ -49,7 +49,7 @@ void kiln_gemm_gemv_generic(int64_t m, int64_t k, const float* a, int64_t lda,
 /* Dot products over columns of B stored as contiguous rows (see
  * kiln_gemm_gemv_nt_fn): eight partial sums per dot product, so the
  * compiler can vectorise the inner loop without reassociating a sum. */
-void kiln_gemm_gemv_nt_generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+void kiln_f32_gemv_nt__generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                const float* bt, int64_t ldb, float* out) {
   for (int64_t j = 0; j < n; ++j) {
     const float* b = bt + j * ldb;
@@ -66,9 +66,9 @@ void kiln_gemm_gemv_nt_generic(int64_t m, int64_t n, int64_t k, const float* a, 
   }
 }
 
-void kiln_gemm_epilogue_generic(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
-                                int64_t ldd, const float* bias, const float* res, int64_t ldr,
-                                kiln_activation_t act) {
+void kiln_f32_gemm_epilogue__generic(int64_t m, int64_t n, const float* src, int64_t lds,
+                                     float* dst, int64_t ldd, const float* bias, const float* res,
+                                     int64_t ldr, kiln_activation_t act) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float x = src[i * lds + j];

@@ -55,9 +55,9 @@ static inline void kiln_gemm_n_store(float* o, const float* ci, float32x4_t x0, 
   vst1q_f32(o + 12, x3);
 }
 
-void kiln_gemm_ukernel_6x16_neon(int64_t kc, const float* a, const float* b,
-                                 const float* b_next, const float* cin, int64_t ldcin,
-                                 float* out, int64_t ldout) {
+void kiln_f32_gemm_ukernel_6x16__neon(int64_t kc, const float* a, const float* b,
+                                      const float* b_next, const float* cin, int64_t ldcin,
+                                      float* out, int64_t ldout) {
   (void)b_next;
   const float32x4_t z = vdupq_n_f32(0.0f);
   float32x4_t c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z;
@@ -174,12 +174,12 @@ KILN_GEMV_NAI void kiln_gemv_neon(const int bf16, int64_t m, int64_t k, const fl
   }
 }
 
-void kiln_gemm_gemv_neon(int64_t m, int64_t k, const float* a, int64_t lda,
-                         const float* b_panel, int panels, float* out) {
+void kiln_f32_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
+                         int panels, float* out) {
   kiln_gemv_neon(0, m, k, a, lda, b_panel, panels, out);
 }
 
-void kiln_gemm_gemv_bf16_neon(int64_t m, int64_t k, const float* a, int64_t lda,
-                              const uint16_t* b_panel, int panels, float* out) {
+void kiln_f32_bf16w_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda,
+                               const uint16_t* b_panel, int panels, float* out) {
   kiln_gemv_neon(1, m, k, a, lda, b_panel, panels, out);
 }
