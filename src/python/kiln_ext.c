@@ -19,6 +19,7 @@
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph_print.h"
 #include "ir/kiln_artifact.h"
+#include "kernels/kiln_isa_variant.h"
 #include "runtime/kiln_plan_io.h"
 #include "kiln_ext_dlpack.h"
 #include "kiln_ext_host.h"
@@ -1222,6 +1223,36 @@ PyMODINIT_FUNC PyInit__C(void) {
     PyDict_SetItemString(acts, act_names[i], v);
     Py_DECREF(v);
   }
+  /* ISA_FAMILIES: kernel family -> its ISA levels, lowest first; ISA_LEVELS:
+   * this architecture's levels. Expanded from the build's lists
+   * (kernels/kiln_isa_lists.h), so the kernel bench's per-ISA rows follow
+   * the lists the kernels were built from. */
+  static const struct { const char* name; unsigned mask; } families[] = {
+#define KILN_PY_FAMILY_(family, LIST) {#family, KILN_ISA_VARIANT_MASK(LIST)},
+      KILN_ISA_FAMILIES(KILN_PY_FAMILY_)
+#undef KILN_PY_FAMILY_
+      {"levels", KILN_ISA_VARIANT_MASK(KILN_ISA_LEVELS)}};
+  size_t n_families = sizeof families / sizeof families[0];
+  PyObject* isa_families = PyDict_New();
+  PyObject* isa_levels = NULL;
+  for (size_t f = 0; isa_families && f < n_families; ++f) {
+    PyObject* levels = PyList_New(0);
+    for (int l = 0; levels && l < KILN_ISA_COUNT; ++l) /* enum order: ascending per architecture */
+      if (families[f].mask >> l & 1u) {
+        PyObject* name = PyUnicode_FromString(kiln_cpu_isa_name((kiln_isa_t)l));
+        if (!name || PyList_Append(levels, name)) Py_CLEAR(levels);
+        Py_XDECREF(name);
+      }
+    if (!levels) return NULL;
+    if (f + 1 == n_families) {
+      isa_levels = levels;
+      break;
+    }
+    int bad = PyDict_SetItemString(isa_families, families[f].name, levels);
+    Py_DECREF(levels);
+    if (bad) return NULL;
+  }
+  if (!isa_families || !isa_levels) return NULL;
   Py_INCREF(&kiln_py_graph_type);
   PyModule_AddObject(m, "Graph", (PyObject*)&kiln_py_graph_type);
   Py_INCREF(&kiln_py_model_type);
@@ -1231,6 +1262,8 @@ PyMODINIT_FUNC PyInit__C(void) {
   PyModule_AddObject(m, "PARAMS", params);
   PyModule_AddObject(m, "DTYPES", dtypes);
   PyModule_AddObject(m, "ACTIVATIONS", acts);
+  PyModule_AddObject(m, "ISA_FAMILIES", isa_families);
+  PyModule_AddObject(m, "ISA_LEVELS", isa_levels);
   PyModule_AddIntConstant(m, "MAX_RANK", KILN_MAX_RANK);
   return m;
 }
