@@ -18,10 +18,15 @@
  * divided by then see the same machine.
  *
  * Usage: bench_gemm [--threads N (1 or 2; default 2)] [--quick]
- *                   [--only GROUPS] [--min N] [--serve]
+ *                   [--only GROUPS] [--isa LEVEL] [--min N] [--serve]
  *   --quick  fewer rounds (a smoke test of the tool itself).
  *   --only   comma-separated groups to run: gemm, train, gemv, attention,
  *            conv, rowops (default: all).
+ *   --isa    run the kernels at this ISA level (kiln.isa's names), the
+ *            variants of it in each family's list (run.py --isa-variants).
+ *            Set after the machine's peaks are read: KILN_ISA would change
+ *            kiln info's cache key, and so remeasure them at every level.
+ *            Fails when this CPU (or KILN_ISA) cannot run the level.
  *   --serve  for bench/kernels/run.py, which adds torch as a contender in
  *            the same rounds: for each row, print one JSON line
  *            {"row": {...}} and then answer commands on stdin, one per line,
@@ -705,6 +710,7 @@ static int bench_wanted(const char* only, const char* group) {
 int main(int argc, char** argv) {
   int max_t = 2;
   const char* only = NULL;
+  const char* isa = NULL;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--serve")) {
       bench_serve = 1;
@@ -712,6 +718,8 @@ int main(int argc, char** argv) {
       bench_rounds = 3;
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       only = argv[++i];
+    } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+      isa = argv[++i];
     } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       max_t = atoi(argv[++i]);
     } else if (!strcmp(argv[i], "--min") && i + 1 < argc) {
@@ -719,7 +727,8 @@ int main(int argc, char** argv) {
       if (bench_min_reps < 1 || bench_min_reps > 100000) bench_min_reps = 30;
     } else {
       fprintf(stderr,
-              "usage: bench_gemm [--quick] [--threads 1|2] [--only GROUPS] [--min N] [--serve]\n");
+              "usage: bench_gemm [--quick] [--threads 1|2] [--only GROUPS] [--isa LEVEL] [--min N]"
+              " [--serve]\n");
       return 2;
     }
   }
@@ -768,6 +777,14 @@ int main(int argc, char** argv) {
   if (gmtime_r(&at, &tm_at)) strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm_at);
   snprintf(bench_peaks_from, sizeof bench_peaks_from, "kiln info, %s %s",
            machine.measured ? "measured now," : "cached, measured", when);
+  if (isa) {
+    int level;
+    if (!kiln_cpu_isa_parse(isa, &level) || level < 0 ||
+        kiln_cpu_isa_set((kiln_isa_t)level) != (kiln_isa_t)level) {
+      fprintf(stderr, "bench_gemm: --isa %s: not a level this CPU (or KILN_ISA) runs\n", isa);
+      return 2;
+    }
+  }
   if (bench_wanted(only, "gemm")) bench_gemms(pools, max_t);
   if (bench_wanted(only, "train")) bench_gemms_train(pools, max_t);
   if (bench_wanted(only, "gemv")) bench_gemvs(pools, max_t);
