@@ -10,9 +10,9 @@
  *   int4: A's rows are zero-padded to kg * group columns; asum holds, per
  *     row i and group g, the sums of A over the group's even and odd rows
  *     at asum[i * kg * 2 + 2 g + {0, 1}]; per group the kernel sums A times
- *     the raw nibbles (0..15) in lanes that pair a column's even and odd
- *     rows, then adds scale * (sum - z * asum): the zero point (8 when
- *     symmetric) is applied once per group, not per weight.
+ *     the raw nibbles (0..15; AVX2 keeps each at a power of 2, which factors
+ *     out exactly), then adds scale * (sum - z * asum): the zero point (8
+ *     when symmetric) is applied once per group, not per weight.
  * Dequantizers (the blocked path, M > 8) write fp32 panels in
  * kiln_gemm_f32_pack_b's layout: out[s * k * 16 + p * 16 + j] =
  * B[p][16 s + j] for p < k, exactly the scalar rule's values. */
