@@ -87,8 +87,9 @@ def main():
 
     clock = _Clock()
     clock.wrap(kiln.dynamo, "kiln_backend", "backend")
-    clock.wrap(kiln.capture, "lower_graph", "kiln lowering")
-    clock.wrap(kiln.module, "compile_graph", "kiln compile")
+    # kiln.dynamo imports these by name: wrap the names it calls.
+    clock.wrap(kiln.dynamo, "lower_graph", "kiln lowering")
+    clock.wrap(kiln.dynamo, "compile_graph", "kiln compile")
     clock.wrap(kiln.module.KilnModule, "run_flat", "runs")
 
     model = MODELS[args.model].build()[0]
