@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 from kiln import _C
 from kiln.capture import lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
-from kiln.module import FORMAT_META, KilnModule, compile_graph, register_artifact_kind
+from kiln.module import DTYPES, FORMAT_META, KilnModule, compile_graph, register_artifact_kind
 from kiln.support import KilnSupport, refused_nodes, unsupported_ops
 
 _warned = set()
@@ -116,6 +116,7 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             ctx = lower_graph(sub, placeholders, flat)
             mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
                              [placeholders[i][1] for i in runtime_positions], None, node.target)
+            _check_sizes_bind(mod)
         except (UnsupportedOpError, KilnError) as e:
             # A handler refused a particular use (a parameter kiln lacks):
             # this piece stays eager too.
@@ -128,6 +129,21 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         n_pieces += 1
     fused.recompile()
     return fused, n_pieces
+
+
+def _check_sizes_bind(mod):
+    """Raises KilnError when a symbolic piece cannot learn its sizes from its
+    inputs: every symbol must be some input's size, and a piece cut where its
+    inputs carry only products of symbols (s0*s1 after a flatten, the
+    factors used inside) could not bind them at any call. Such a piece runs
+    in eager (found by the fuzzer's dynamic path, seed 12 graph 105)."""
+    if not mod._symbolic:
+        return
+    shapes = [(1, DTYPES[t.dtype], t.shape) for t in mod.example_inputs()]
+    try:
+        mod._kiln_model.output_shapes(shapes)
+    except ValueError as e:
+        raise KilnError(f"kiln does not support a piece whose sizes its inputs do not give ({e})") from None
 
 
 class PartitionedModule(torch.nn.Module):

@@ -157,6 +157,10 @@ class Symbols:
         # 0/1 specialization) even for Dim(min=1), whose program runs at 1.
         # Size 0 stays refused (below).
         self.ranges = {}
+        # The example's value of each symbol (the ShapeEnv's hint), where
+        # known: two symbols the example gives different sizes are never
+        # unified (the artifact would refuse the inputs it was traced with).
+        self.hints = {}
 
     def _resolve(self, name):
         seen = set()
@@ -186,6 +190,13 @@ class Symbols:
             vb = {self._keys.get(v, v) for v in self.graph.sym_vars(b.d)}
             only_a, only_b = va - vb, vb - va
             if len(only_a) == 1 and len(only_b) == 1:
+                ha, hb = self.hints.get(next(iter(only_a))), self.hints.get(next(iter(only_b)))
+                if ha is not None and hb is not None and ha != hb:
+                    # Not an equality the op needs (the example differs): a
+                    # rule that failed at the probe sizes on an inequality
+                    # (gather's index no larger than its input). The op
+                    # stays refused rather than the artifact over-constrained.
+                    continue
                 if os.environ.get("KILN_LOG", "") not in ("", "0"):
                     print(f"kiln: {op} needs {a} and {b} equal: lowering again with one symbol for both",
                           file=sys.stderr)
@@ -215,6 +226,14 @@ class Symbols:
                 shown = f"{shown} ({name})"
             self._keys[shown] = name
             self.vars[name] = SymDim(self.graph, self.graph.sym(shown, lo, hi))
+            hints = getattr(shape_env, "backed_var_to_val", None) if shape_env is not None else None
+            if hints is None and shape_env is not None:  # before torch renamed it
+                hints = getattr(shape_env, "var_to_val", None)
+            hint = hints.get(sym) if hints else None
+            try:
+                self.hints[name] = int(hint) if hint is not None else None
+            except (TypeError, ValueError):  # a hint that is not a number
+                self.hints[name] = None
         return self.vars[name]
 
     def of_expr(self, expr, shape_env=None):

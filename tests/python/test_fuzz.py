@@ -42,7 +42,7 @@ def test_fuzz_seeded_run():
     # the thread count its index gives): the run's wall time halves on two
     # cores, and a crash or hang in kiln is reported as that graph's result.
     cfg = Config(seed=SEED, skip_known=ACTIVE, out=os.path.join(REPO, "build", "fuzz"), verify=False,
-                 shrink_seconds=60.0, reference_every=10)
+                 shrink_seconds=60.0, reference_every=10, dynamic_every=100)
     tally = Tally()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -52,7 +52,7 @@ def test_fuzz_seeded_run():
         describe(r) for r in tally.failures)
     # The run tested something: most graphs ran and passed, every path was taken.
     assert tally.status["pass"] >= 0.9 * N, tally.summary(1.0)
-    assert set(tally.paths) == {"fast", "trace", "compile", "reference"}, tally.paths
+    assert set(tally.paths) == {"fast", "trace", "compile", "reference", "dynamic"}, tally.paths
 
 
 def test_fuzz_rules_for_torchs_own_disagreements():
@@ -107,3 +107,25 @@ def test_fuzz_rule_for_partial_sums_behind_a_cancellation():
     for j, (e, r) in enumerate(zip(ref.e32, ref.r64)):
         planted = 1e-2 if j == 3 else 1e-4
         assert compare(e * (1 + planted), e, r, 8, f"output {j}", ref.noisy[j]) is not None, j
+
+
+def test_fuzz_dynamic_path_findings():
+    """Graphs where the dynamic path (kiln.trace with Dim.AUTO, run at new
+    sizes) found kiln bugs (tests/fuzz/FINDINGS.md, 3 to 5): a gather whose
+    index sizes were unified with its input's, so the artifact refused its
+    own example (seed 11 graph 1065); nearest upsampling over symbolic sizes
+    crashing the lowering in torch.arange (seed 11 graph 2185); a CPU
+    fallback piece whose inputs carry only products of symbols, which no
+    call could bind (seed 12 graph 105). Each now passes, the refused
+    pieces running in eager."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = [run_one(i, Config(seed=s, skip_known=ACTIVE, shrink=False, verify=False))
+                       for s, i in ((11, 1065), (11, 2185), (12, 105))]
+    finally:
+        torch.set_num_threads(threads)
+    for r in results:
+        assert r.path == "dynamic", describe(r)
+        assert r.status in ("pass", "unsupported"), describe(r)

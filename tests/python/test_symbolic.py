@@ -293,3 +293,47 @@ def test_a_grown_output_comes_back_symbolic(counters):
             cache = new
     assert cache.shape == (2, 9, 4)
     assert counters["kiln"]["graphs"] == 2, dict(counters["kiln"])  # prefill, one step
+
+
+def test_gather_with_its_own_index_sizes():
+    """torch.gather's index may be smaller than its input (and any size along
+    the gathered dim). Symbolic shape inference checks the rule at probe
+    sizes where that inequality may not hold; the lowering used to answer by
+    unifying the index's symbols with the input's, and the artifact then
+    refused the very inputs it was traced with (found by the fuzzer's
+    dynamic path, seed 11 graph 1065). Symbols the example gives different
+    sizes are never unified: every size in range runs, against eager."""
+    from torch.export import Dim
+
+    class Gather(nn.Module):
+        def forward(self, x, idx):
+            return torch.gather(x, 1, idx).sum(0) * 2.0
+
+    m = Gather().eval()
+    x, idx = torch.randn(3, 5, 5), torch.randint(0, 5, (3, 17, 4))
+    spec = {"x": {0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO}, "idx": {0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO}}
+    k = kiln.trace(m, (x, idx), dynamic_shapes=spec)
+    with torch.no_grad():
+        for (b, n, c), (l, ci) in [((3, 5, 5), (17, 4)), ((4, 6, 6), (18, 5)), ((4, 9, 3), (2, 3))]:
+            x, idx = torch.randn(b, n, c), torch.randint(0, n, (b, l, ci))
+            torch.testing.assert_close(k(x, idx), m(x, idx), atol=1e-5, rtol=1e-5)
+
+
+def test_upsample_with_symbolic_spatial_sizes_runs_in_eager():
+    """Nearest upsampling computes its source indices as constants, so its
+    sizes must be numbers: with symbolic H and W the op is refused cleanly
+    (CPU fallback) instead of kiln.trace raising a TypeError from
+    torch.arange (found by the fuzzer's dynamic path, seed 11 graph 2185)."""
+    from torch.export import Dim
+
+    class Up(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + 1.0
+
+    m = Up().eval()
+    with pytest.warns(UserWarning, match="upsample_nearest2d"):
+        k = kiln.trace(m, (torch.randn(1, 2, 5, 6),), dynamic_shapes={"x": {2: Dim.AUTO, 3: Dim.AUTO}})
+    with torch.no_grad():
+        for h, w in [(5, 6), (7, 3), (9, 9)]:
+            x = torch.randn(1, 2, h, w)
+            torch.testing.assert_close(k(x), m(x))

@@ -314,7 +314,9 @@ def _upsample_nearest2d(ctx, n):
     if _val(x).dtype != F32:
         raise Unsupported(f"upsample_nearest2d of {_val(x).dtype}")
     xv = _as_nchw(ctx, ctx.value(x), 2)
-    h, w = ctx.shape(xv)[2:]
+    # The source indices are constants computed here: the sizes must be numbers
+    # (int() of a symbolic size refuses the op, which then runs in eager).
+    h, w = (int(d) for d in ctx.shape(xv)[2:])
     rows = torch.arange(h, dtype=F32).view(1, 1, h, 1).expand(1, 1, h, w)
     cols = torch.arange(w, dtype=F32).view(1, 1, 1, w).expand(1, 1, h, w)
     src_h = aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]

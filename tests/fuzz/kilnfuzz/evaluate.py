@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from kilnfuzz.known import known_bug
 from kilnfuzz.ops import KINDS
-from kilnfuzz.paths import NotApplicable, compare_all, reference, run_compile, run_fast, run_trace
+from kilnfuzz.paths import NotApplicable, compare_all, reference, run_compile, run_dynamic, run_fast, run_trace
 from kilnfuzz.program import Invalid, resolve
 
 REDRAWS = 3
@@ -86,6 +86,8 @@ def _run(res, path, ref, program):
                 why = compare_all(run_fast(res, "reference"), ref, accs, mags=mags, who="kiln (reference target)")
             elif path == "trace":
                 why = compare_all(run_trace(res), ref, accs, mags=mags)
+            elif path == "dynamic":
+                why = run_dynamic(res, accs, mags)
             else:
                 why = run_compile(res, accs)
         except NotApplicable as e:

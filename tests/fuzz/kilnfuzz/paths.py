@@ -14,8 +14,12 @@ Four paths into kiln:
   compile  torch.compile(backend="kiln") in training: forward, a loss,
            backward through AOTAutograd's graphs; outputs and gradients
            (where kiln's fail, torch's own aot_eager backend is judged too).
+  dynamic  kiln.trace with every input dimension torch.export.Dim.AUTO: the
+           sizes export keeps symbolic make one symbolic artifact, run at a
+           sequence of new sizes (run_dynamic) against eager at each.
 """
 
+import dataclasses
 import types
 from dataclasses import dataclass
 
@@ -23,6 +27,7 @@ import numpy as np
 import torch
 
 from kilnfuzz.check import Audit, ComparedNaNs, RoundingNoise, compare, conditioning, nan_at_comparison
+from kilnfuzz.data import make_leaf
 from kilnfuzz.program import Eager, interpret
 
 
@@ -130,6 +135,117 @@ def run_trace(res):
         _torch_can(lambda: torch.export.export(model, xs), "torch.export")
         raise
     return list(compiled(*xs))
+
+
+# The dynamic path's sizes, as steps from the example's size of each symbol
+# (clamped to the symbol's range): growing by one and by a few (an instance
+# rebound in place, its plan reused), shrinking, a jump past the plan's
+# headroom (placed again), a size seen before (a cached binding) and the
+# example's own size last, after all of them.
+DYNAMIC_STEPS = (1, 3, -1, 17, 1, 0)
+
+
+def _symbolic_dims(ep):
+    """{(input position, dim): sympy expression} for the user inputs' sizes
+    torch.export kept symbolic."""
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    dims = {}
+    for i, name in enumerate(ep.graph_signature.user_inputs):
+        val = placeholders[name].meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for d, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    dims[(i, d)] = size.node.expr
+    return dims
+
+
+def run_dynamic(res, accs, mags):
+    """kiln.trace(model, xs, dynamic_shapes=Dim.AUTO everywhere), then the one
+    artifact at each size of DYNAMIC_STEPS, judged against eager float32 and
+    float64 at that size by the rule (check.compare; no rounding-noise runs,
+    as the training path). None, or why it fails.
+
+    New inputs are drawn from the same specs at the new shape; a size where
+    eager itself fails (an index now out of range) is left out. The
+    tolerance's accumulation length is scaled by the sizes' growth (a
+    symbolic dimension may be a reduction's)."""
+    import kiln
+    from torch.export import Dim
+
+    model = ProgramModule(res).eval()
+    xs = tuple(leaf.tensor for leaf in res.inputs)
+    if not xs:
+        raise NotApplicable("no inputs: nothing can be symbolic")
+    # forward(*inputs): one var-positional argument, a tuple of tensors.
+    spec = (tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs),)
+    try:
+        ep = torch.export.export(model, xs, dynamic_shapes=spec)
+    except Exception as e:  # noqa: BLE001
+        raise NotApplicable(f"torch.export with Dim.AUTO fails: {type(e).__name__}: {str(e)[:200]}") from None
+    dims = _symbolic_dims(ep)
+    symbols = {}
+    for (i, d), expr in dims.items():
+        if expr.is_Symbol:
+            symbols.setdefault(expr, xs[i].shape[d])
+    if not symbols:
+        raise NotApplicable("torch.export keeps no size symbolic")
+    try:
+        compiled = kiln.trace(model, xs, dynamic_shapes=spec)
+    except Exception:
+        _torch_can(lambda: torch.export.export(model, xs, dynamic_shapes=spec).run_decompositions(),
+                   "torch.export(Dim.AUTO) + run_decompositions")
+        raise
+    model64 = ProgramModule(res, torch.float64).eval()
+    ran = 0
+    for step, off in enumerate(DYNAMIC_STEPS):
+        binding = {}
+        for sym, v in symbols.items():
+            r = ep.range_constraints.get(sym)
+            lo, hi = 2, v + 64
+            if r is not None:
+                lo = int(r.lower)
+                try:
+                    hi = min(hi, int(r.upper))
+                except (TypeError, ValueError, AttributeError, OverflowError):  # no upper bound
+                    pass
+            binding[sym] = min(max(v + off, lo), hi)
+        new = []
+        for i, (leaf, x) in enumerate(zip(res.inputs, xs)):
+            shape = [int(dims[(i, d)].subs(binding)) if (i, d) in dims else x.shape[d] for d in range(x.dim())]
+            if tuple(shape) == tuple(x.shape):
+                new.append(x)
+            else:
+                spec_i = dataclasses.replace(leaf.spec, shape=tuple(shape))
+                new.append(make_leaf(spec_i, (res.program.salt, 9000 + step, i)))
+        with torch.no_grad():
+            try:
+                e32 = list(model(*new))
+                r64 = list(model64(*[t.double() if t.is_floating_point() else t for t in new]))
+            except Exception:  # noqa: BLE001 -- eager cannot run these sizes (an index out of range)
+                continue
+            sizes = ", ".join(f"{s}={v}" for s, v in binding.items())
+            try:
+                got = list(compiled(*new))
+            except Exception as e:  # noqa: BLE001
+                return f"at {sizes}: kiln raised {type(e).__name__}: {str(e)[:300]}"
+        growth = 1.0
+        for sym, v in symbols.items():
+            growth *= max(1.0, binding[sym] / v)
+        if len(got) != len(e32):
+            return f"at {sizes}: kiln returned {len(got)} outputs, eager {len(e32)}"
+        for j, (k, e, r) in enumerate(zip(got, e32, r64)):
+            # Drawn at a new size without the reference's audit: outputs where
+            # float32 and float64 eager disagree (an ill-conditioned draw, a
+            # comparison that rounding flips) are not judged.
+            if conditioning(e, r) if e.is_floating_point() else not torch.equal(e, r.to(e.dtype)):
+                continue
+            why = compare(k, e, r, int(accs[j] * growth) + 1, f"output {j} at {sizes}", (), mags[j])
+            if why:
+                return why
+        ran += 1
+    if not ran:
+        raise NotApplicable("eager runs none of the new sizes")
+    return None
 
 
 def _torch_can(fn, what):

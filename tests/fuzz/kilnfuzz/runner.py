@@ -4,7 +4,8 @@ Graph i of run S is program_for(S, i): the same program on every machine,
 so `--seed S --only I` reruns one graph. Which path it takes is also a
 function of i: every `trace_every`-th graph goes through kiln.trace, every
 `compile_every`-th through torch.compile(backend="kiln") with a training
-step, the rest through the fast path; every tenth graph runs kiln with two
+step, every `dynamic_every`-th through kiln.trace with symbolic sizes (run
+at several sizes), the rest through the fast path; every tenth graph runs kiln with two
 threads, the others with one (kernels split work differently).
 
 Graphs run in worker processes (--jobs), so a crash or a hang in kiln's C
@@ -34,6 +35,7 @@ class Config:
     trace_every: int = 20
     compile_every: int = 200
     reference_every: int = 0  # graphs on the reference target too (0: none)
+    dynamic_every: int = 40  # graphs through kiln.trace with symbolic sizes (0: none)
     skip_known: tuple = ACTIVE
     shrink: bool = True
     out: str = "build/fuzz"
@@ -46,6 +48,8 @@ def path_for(index, cfg):
         return "compile"
     if cfg.trace_every and index % cfg.trace_every == cfg.trace_every // 2:
         return "trace"
+    if cfg.dynamic_every and index % cfg.dynamic_every == cfg.dynamic_every * 5 // 8:
+        return "dynamic"
     if cfg.reference_every and index % cfg.reference_every == cfg.reference_every // 3:
         return "reference"
     return "fast"
@@ -118,7 +122,10 @@ def write_repro(program, outcome, cfg, what, evals=0):
 
     os.makedirs(cfg.out, exist_ok=True)
     res = resolve(program, KINDS)
-    hows = {"compile": ["compile"], "reference": ["reference"]}.get(outcome.path, ["trace", "export"])
+    # A dynamic-path failure is at sizes the fuzzer drew: its script (a
+    # trace at the example's) may not reproduce it; --only reruns the graph.
+    hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"]}.get(outcome.path,
+                                                                                      ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
@@ -354,6 +361,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (0: run in this process)")
     ap.add_argument("--trace-every", type=int, default=20)
     ap.add_argument("--compile-every", type=int, default=200)
+    ap.add_argument("--dynamic-every", type=int, default=40,
+                    help="every N-th graph through kiln.trace with symbolic sizes, run at several (0: none)")
     ap.add_argument("--reference-every", type=int, default=0,
                     help="run 1 graph in K on kiln's reference target (the scalar reference kernels)")
     ap.add_argument("--skip-known", default=",".join(ACTIVE),
@@ -368,8 +377,8 @@ def main(argv=None):
     for s in skip:
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
-    cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, skip, not a.no_shrink, a.out,
-                 not a.no_verify)
+    cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, a.dynamic_every, skip,
+                 not a.no_shrink, a.out, not a.no_verify)
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()
