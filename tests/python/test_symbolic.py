@@ -331,8 +331,10 @@ def test_upsample_with_symbolic_spatial_sizes_runs_in_eager():
             return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="nearest") + 1.0
 
     m = Up().eval()
-    with pytest.warns(UserWarning, match="upsample_nearest2d"):
-        k = kiln.trace(m, (torch.randn(1, 2, 5, 6),), dynamic_shapes={"x": {2: Dim.AUTO, 3: Dim.AUTO}})
+    # The fallback warning is given once per process for a set of ops, so the
+    # test reads the module's record of them instead.
+    k = kiln.trace(m, (torch.randn(1, 2, 5, 6),), dynamic_shapes={"x": {2: Dim.AUTO, 3: Dim.AUTO}})
+    assert any("upsample_nearest2d" in op for op in k.unsupported), k.unsupported
     with torch.no_grad():
         for h, w in [(5, 6), (7, 3), (9, 9)]:
             x = torch.randn(1, 2, h, w)
