@@ -9,6 +9,8 @@ int kiln_fused_op_arity(uint32_t opcode) {
     return arity;
     KILN_FUSED_OP_LIST(KILN_FUSED_ARITY_CASE)
 #undef KILN_FUSED_ARITY_CASE
+    case KILN_FUSED_ROUND_BF16:
+      return 1;
     default:
       return 0;
   }

@@ -13,6 +13,9 @@
  *   IMM               reg[dst] = the float in the next slot;
  *   SELECT            reg[dst] = reg[dst] != 0 ? reg[a] : reg[b] (WHERE, its
  *                     condition already in dst);
+ *   ROUND_BF16        reg[dst] = reg[a] rounded to bf16 (nearest even, a NaN
+ *                     quiet: the CAST kernel's rule) and widened back, what a
+ *                     float32 -> bf16 -> float32 cast pair gives;
  *   an op of KILN_FUSED_OP_LIST
  *                     reg[dst] = op(reg[a]) or op(reg[a], reg[b]), float32;
  *                     a comparison gives 1.0 or 0.0.
@@ -56,6 +59,7 @@ typedef enum kiln_fused_opcode_e {
   KILN_FUSED_LOAD_ROTATE_HALF = 1,
   KILN_FUSED_IMM = 2,
   KILN_FUSED_SELECT = 3,
+  KILN_FUSED_ROUND_BF16 = 4, /* unary, outside the op list: no IR op of its own */
 #define KILN_FUSED_OPCODE_ENUM(name, arity, code) KILN_FUSED_##name = code,
   KILN_FUSED_OP_LIST(KILN_FUSED_OPCODE_ENUM)
 #undef KILN_FUSED_OPCODE_ENUM
@@ -71,8 +75,8 @@ static inline uint32_t kiln_fused_slot(const int64_t* params, int32_t k) {
   return (uint32_t)((uint64_t)params[1 + k / 2] >> (32 * (k % 2)));
 }
 
-/* The arity (1 or 2) of an op opcode of KILN_FUSED_OP_LIST; 0 for any other
- * byte (LOAD, IMM, SELECT and unknown opcodes). */
+/* The arity (1 or 2) of an op opcode of KILN_FUSED_OP_LIST or ROUND_BF16;
+ * 0 for any other byte (LOAD, IMM, SELECT and unknown opcodes). */
 int kiln_fused_op_arity(uint32_t opcode);
 
 /* Checks a program: slot count in [1, KILN_FUSED_MAX_SLOTS], known opcodes,

@@ -25,6 +25,7 @@ typedef struct kiln_compile_options_s {
   int weights_a8;     /* int8 with int8 activations for M > 8 (KILN_GEMM_QUANT_A8) */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
+  int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs; 0 with KILN_CASTS=keep */
   const char* target; /* the target whose constant forms and kernels to use
                        * (kiln_hal_target_find; NULL: the default) */
   FILE* log;          /* when set, each pass prints what it did */
@@ -40,6 +41,11 @@ void kiln_compile_options_initialize(kiln_compile_options_t* options);
 kiln_status_t kiln_pass_fold(kiln_graph_t* graph, const kiln_hal_target_t* target, kiln_pool_t* pool,
                              int fold, kiln_graph_t** out_graph, int32_t* out_folded,
                              int32_t* out_dead);
+
+/* Folds bf16 casts into the GEMMs that read them and turns float32 ->
+ * bf16 -> float32 round trips into adjacent pairs, views moved after them
+ * (kiln_pass_casts.c). Exact. *out_folded: the casts folded. */
+kiln_status_t kiln_pass_casts(kiln_graph_t* graph, kiln_graph_t** out_graph, int32_t* out_folded);
 
 /* Local rewrites in one sweep: identities (no-op reshapes, copies and
  * casts, x*1, x/1, x-0), reshape chains, decomposed GELU / SiLU / RMSNorm
@@ -65,10 +71,11 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                        int32_t* out_fused);
 
-/* Chains of float32 elementwise ops (with comparisons feeding WHERE, and
- * transformers' rotate_half) whose intermediates are read only inside the
- * chain become one ELTWISE_FUSED node each. */
-kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, kiln_graph_t** out_graph,
+/* Chains of float32 elementwise ops (with comparisons feeding WHERE,
+ * transformers' rotate_half and, with rounds set, float32 -> bf16 -> float32
+ * cast pairs) whose intermediates are read only inside the chain become one
+ * ELTWISE_FUSED node each. */
+kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, int rounds, kiln_graph_t** out_graph,
                                      int32_t* out_fused);
 
 /* Runs chains of convs channels-last where the cost rule says it pays,

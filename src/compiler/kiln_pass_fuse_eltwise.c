@@ -8,7 +8,10 @@
  * ADD), WHERE whose condition is a float comparison (EQ..GE) made for it
  * (clamp's lowering), and transformers' rotate_half, cat(-x[..., h:], x[..., :h]) along
  * the last dim (two slices, a NEG and a CAT, each used once), which becomes
- * one rotated load of x. Elementwise ops commute with broadcasting, so a
+ * one rotated load of x, and (with rounds set) a float32 -> bf16 -> float32
+ * CAST pair whose bf16 value is read once, which becomes one ROUND_BF16 of
+ * its float32 source (the pairs kiln_pass_casts leaves: autocast's rounding
+ * of an op's result, read back in float32 by the next op). Elementwise ops commute with broadcasting, so a
  * group is evaluated at its last node's shape with every input broadcast to
  * it, whatever the shapes of the intermediates.
  *
@@ -52,6 +55,7 @@ typedef struct {
   const kiln_graph_t* g;
   int32_t* uses;
   int32_t* rot_src; /* per node: a CAT that is rotate_half(x): x, else -1 */
+  int32_t* rnd_src; /* per node: the outer CAST of a rounding pair: its float32 source, else -1 */
   int32_t* group;   /* per node: the group's root node, or -1 */
 } kiln_fe_t;
 
@@ -104,10 +108,28 @@ static int32_t kiln_fe_match_rotate(const kiln_fe_t* f, int32_t ni) {
   return x;
 }
 
+/* A CAST to float32 of a CAST of a float32 x to bf16 read only by it:
+ * returns x, or -1. */
+static int32_t kiln_fe_match_round(const kiln_fe_t* f, int32_t ni) {
+  const kiln_graph_t* g = f->g;
+  const kiln_node_t* n = &g->nodes[ni];
+  if (n->op != KILN_OP_CAST || !kiln_fe_f32(g, n->outputs[0]) ||
+      g->values[n->inputs[0]].dtype != KILN_BF16 || f->uses[n->inputs[0]] != 1)
+    return -1;
+  int32_t p = kiln_fe_producer(g, n->inputs[0]);
+  if (p < 0 || g->nodes[p].op != KILN_OP_CAST || !kiln_fe_f32(g, g->nodes[p].inputs[0])) return -1;
+  return g->nodes[p].inputs[0];
+}
+
 /* 1 when node ni can be a member; *n_ops its operand values. */
 static int kiln_fe_member(const kiln_fe_t* f, int32_t ni, int32_t* ops, int* n_ops) {
   const kiln_graph_t* g = f->g;
   const kiln_node_t* n = &g->nodes[ni];
+  if (f->rnd_src[ni] >= 0) {
+    ops[0] = f->rnd_src[ni];
+    *n_ops = 1;
+    return 1;
+  }
   if (f->rot_src[ni] >= 0) {
     ops[0] = f->rot_src[ni];
     *n_ops = 1;
@@ -261,6 +283,8 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
       kiln_fe_imm(p, t, n->fparams[KILN_FP(FMA, SHIFT)]);
       kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_ADD, dst, dst, t));
       p->free_regs |= 1u << t;
+    } else if (f->rnd_src[members[m]] >= 0) {
+      kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_ROUND_BF16, dst, src[0], 0));
     } else {
       int arity;
       kiln_fe_emit(p, kiln_fused_word(kiln_fe_opcode(n->op, &arity), dst, src[0],
@@ -302,12 +326,13 @@ static void kiln_fe_origin(const kiln_graph_t* g, const int32_t* members, int32_
   snprintf(buf + at, size - at, "]%s", rest ? rest : "");
 }
 
-kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
+kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t** out_graph,
                                      int32_t* out_fused) {
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
   kiln_fe_t f = {g, malloc(sizeof(int32_t) * (size_t)(nv + 1)),
+                 malloc(sizeof(int32_t) * (size_t)(nn + 1)),
                  malloc(sizeof(int32_t) * (size_t)(nn + 1)),
                  malloc(sizeof(int32_t) * (size_t)(nn + 1))};
   int32_t* reg = malloc(sizeof(int32_t) * (size_t)(nv + 1));
@@ -325,7 +350,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
   char* is_output = calloc((size_t)nv + 1, 1);
   kiln_rewriter_t rw;
   memset(&rw, 0, sizeof(rw));
-  kiln_status_t s = (!f.uses || !f.rot_src || !f.group || !reg || !left || !rot_parts || !skip ||
+  kiln_status_t s = (!f.uses || !f.rot_src || !f.rnd_src || !f.group || !reg || !left || !rot_parts || !skip ||
                      !groups || !root_group ||
                      !user_start || !users || !fill || !is_output)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "eltwise fusion")
@@ -348,9 +373,16 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
   for (int32_t ni = 0; ni < nn; ++ni) {
     f.group[ni] = -1;
     f.rot_src[ni] = -1;
+    f.rnd_src[ni] = -1;
     root_group[ni] = -1;
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
+    f.rnd_src[ni] = rounds ? kiln_fe_match_round(&f, ni) : -1;
+    if (f.rnd_src[ni] >= 0) { /* the inner CAST goes with it */
+      rot_parts[3 * ni + 0] = g->values[g->nodes[ni].inputs[0]].producer;
+      rot_parts[3 * ni + 1] = rot_parts[3 * ni + 2] = -1;
+      continue;
+    }
     f.rot_src[ni] = kiln_fe_match_rotate(&f, ni);
     if (f.rot_src[ni] < 0) continue;
     const kiln_node_t* n = &g->nodes[ni];
@@ -365,13 +397,15 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
   int n_ops;
   for (int32_t root = nn - 1; root >= 0; --root) {
     if (f.group[root] >= 0 || !kiln_fe_member(&f, root, ops, &n_ops)) continue;
-    int32_t n_members = 1, weight = f.rot_src[root] >= 0 ? 4 : 1;
+    int32_t n_members = 1, weight = f.rot_src[root] >= 0 ? 4 : f.rnd_src[root] >= 0 ? 2 : 1;
     members[0] = root;
     f.group[root] = root;
     if (!kiln_fe_f32(g, g->nodes[root].outputs[0])) {
       f.group[root] = -1;
       continue;
     }
+    /* A pair's inner CAST reads its source for the group: x's producer may join. */
+    if (f.rnd_src[root] >= 0) f.group[rot_parts[3 * root]] = root;
     /* Until nothing joins: a value read twice inside the group (clamp's
      * x in lt(x, c) and where(.., c, x)) joins once both readers are in. */
     for (int changed = 1; changed;) {
@@ -388,8 +422,9 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
             all_in = f.group[users[u]] == root;
           if (!all_in) continue;
           f.group[p] = root;
+          if (f.rnd_src[p] >= 0) f.group[rot_parts[3 * p]] = root;
           members[n_members++] = p;
-          weight += f.rot_src[p] >= 0 ? 4 : 1;
+          weight += f.rot_src[p] >= 0 ? 4 : f.rnd_src[p] >= 0 ? 2 : 1;
           changed = 1;
         }
       }
@@ -412,8 +447,9 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
     /* Record the group: the emit walk below builds its node at the root. */
     for (int32_t m = 0; m < n_members; ++m) {
       if (members[m] != root) skip[members[m]] = 1;
-      if (f.rot_src[members[m]] >= 0)
-        for (int k = 0; k < 3; ++k) skip[rot_parts[3 * members[m] + k]] = 1;
+      if (f.rot_src[members[m]] >= 0 || f.rnd_src[members[m]] >= 0)
+        for (int k = 0; k < 3; ++k)
+          if (rot_parts[3 * members[m] + k] >= 0) skip[rot_parts[3 * members[m] + k]] = 1;
     }
     kiln_fe_group_t* gr = &groups[n_groups];
     root_group[root] = n_groups++;
@@ -427,7 +463,9 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, kiln_graph_t** out_graph,
     int32_t mparts[3 * KILN_FUSE_MAX_MEMBERS];
     for (int32_t m = 0; m < n_members; ++m)
       for (int k = 0; k < 3; ++k)
-        mparts[3 * m + k] = f.rot_src[members[m]] >= 0 ? rot_parts[3 * members[m] + k] : -1;
+        mparts[3 * m + k] = f.rot_src[members[m]] >= 0 || f.rnd_src[members[m]] >= 0
+                                ? rot_parts[3 * members[m] + k]
+                                : -1;
     kiln_fe_origin(g, members, n_members, mparts, gr->origin, sizeof gr->origin);
     ++*out_fused;
   }
@@ -461,6 +499,7 @@ done:
   free(is_output);
   free(f.uses);
   free(f.rot_src);
+  free(f.rnd_src);
   free(f.group);
   free(reg);
   free(left);

@@ -82,7 +82,8 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     if (w->rank != 2 || (wconst ? flags != 0 ||
                                       (w->layout != KILN_LAYOUT_DENSE &&
                                        w->layout != KILN_LAYOUT_TRANSPOSED_2D)
-                                : (flags & ~(int64_t)KILN_MATMUL_TRANSPOSE_B) != 0 ||
+                                : (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B |
+                                                      KILN_MATMUL_ROUND_A_BF16)) != 0 ||
                                       w->layout != KILN_LAYOUT_DENSE))
       continue;
     int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
@@ -177,9 +178,12 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     }
     if (s) break;
     int32_t n_in = c.residual >= 0 ? 4 : c.bias >= 0 ? 3 : 2;
-    int64_t params[KILN_MAX_PARAMS] = {c.act, c.w_transposed};
-    s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, c.w_transposed ? 2 : 1, NULL,
-                            0, mm->origin, &rw.remap[n->outputs[0]]);
+    int64_t params[KILN_MAX_PARAMS] = {0};
+    params[KILN_P(LINEAR, ACT)] = c.act;
+    params[KILN_P(LINEAR, W_TRANSPOSED)] = c.w_transposed;
+    params[KILN_P(LINEAR, ROUND_A)] = (mm->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_A_BF16) != 0;
+    s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, KILN_MAX_PARAMS, NULL, 0,
+                            mm->origin, &rw.remap[n->outputs[0]]);
   }
   if (!s) s = kiln_rewriter_finish(&rw, out_graph);
   kiln_rewriter_deinitialize(&rw);

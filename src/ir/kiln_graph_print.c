@@ -107,6 +107,9 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       fprintf(out, " read=%s", (mm & KILN_MATMUL_TRANSPOSE_A)
                                    ? ((mm & KILN_MATMUL_TRANSPOSE_B) ? "aT,bT" : "aT")
                                    : "bT");
+    if ((n->op == KILN_OP_MATMUL && (mm & KILN_MATMUL_ROUND_A_BF16)) ||
+        (n->op == KILN_OP_LINEAR && n->params[KILN_P(LINEAR, ROUND_A)]))
+      fprintf(out, " a=bf16");
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);
   }

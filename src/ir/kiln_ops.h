@@ -51,7 +51,10 @@
  *                                        stored (..., K, M) and read
  *                                        transposed; KILN_MATMUL_TRANSPOSE_B:
  *                                        b is stored (..., N, K) (the compiler
- *                                        sets these to drop transpose copies).
+ *                                        sets these to drop transpose copies);
+ *                                        KILN_MATMUL_ROUND_A_BF16: a (float32)
+ *                                        is read rounded to bf16, as a CAST to
+ *                                        bf16 would give it.
  *   LINEAR         (x, w, bias?, residual?) -> y
  *                                        x (..., K) float32 or bfloat16 (widened,
  *                                        exact); w (K, N): a constant, packed
@@ -61,7 +64,9 @@
  *                                        y = act(x·w + bias) + residual;
  *                                        ACT: a kiln_activation_t;
  *                                        W_TRANSPOSED 1: w is a dense value
- *                                        stored (N, K), read transposed.
+ *                                        stored (N, K), read transposed;
+ *                                        ROUND_A 1: x (float32) is read
+ *                                        rounded to bf16, as MATMUL's flag.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
  *                                        float, broadcast to (B, H, Sq, Skv);
@@ -327,7 +332,7 @@
 
 /* LINEAR: the kiln_activation_t of the epilogue; W_TRANSPOSED 1: w is a
  * dense value stored (N, K), read transposed. */
-#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1)
+#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1) P(ROUND_A, 1)
 
 /* SDPA: causal (top-left aligned); KILN_SDPA_VIEWS / _OUT_BSHD flags; with
  * KILN_SDPA_VIEWS, the sizes and each of q, k, v's element offset and
@@ -589,6 +594,10 @@ typedef enum kiln_op_entry_e {
 /* MATMUL flags (KILN_P(MATMUL, FLAGS)). */
 #define KILN_MATMUL_TRANSPOSE_A 1
 #define KILN_MATMUL_TRANSPOSE_B 2
+/* a is float32 and read rounded to bf16 (nearest even), as if through a
+ * CAST to bf16: the compiler folds such casts into the GEMM's packing
+ * (kiln_pass_casts.c); LINEAR's ROUND_A 1 is the same. */
+#define KILN_MATMUL_ROUND_A_BF16 4
 
 /* SDPA flags (KILN_P(SDPA, FLAGS)). */
 #define KILN_SDPA_VIEWS 1

@@ -382,6 +382,7 @@ static kiln_status_t prepare_matmul(const kiln_graph_t* g, const kiln_node_t* n,
   args->c_row_stride = nn;
   args->act = KILN_ACT_NONE;
   mm->a_bf16 = a->dtype == KILN_BF16;
+  args->a_round_bf16 = (flags & KILN_MATMUL_ROUND_A_BF16) != 0;
   return kiln_ok();
 }
 
@@ -447,6 +448,7 @@ static kiln_status_t prepare_linear(const kiln_graph_t* g, const kiln_node_t* n,
   args->c_row_stride = nn;
   if (n->n_inputs > 3 && n->inputs[3] >= 0) args->r_row_stride = nn;
   args->act = (kiln_activation_t)n->params[KILN_P(LINEAR, ACT)];
+  args->a_round_bf16 = n->params[KILN_P(LINEAR, ROUND_A)] != 0;
   return kiln_ok();
 }
 

@@ -143,8 +143,23 @@ static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x
                            NULL);
 }
 
+/* y = x rounded to bf16 and widened: the CAST kernel's rule (nearest even,
+ * a NaN made quiet), kept in float32; an integer loop GCC vectorises. */
+static void kiln_fused_round_bf16(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    memcpy(&bits, &x[i], 4);
+    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    uint32_t quiet = (bits | 0x400000u) & 0xffff0000u;
+    bits = (bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    memcpy(&y[i], &bits, 4);
+  }
+}
+
 static void kiln_fused_unary(uint32_t op, int64_t n, const float* x, float* y) {
-  if (op <= KILN_FUSED_COS)
+  if (op == KILN_FUSED_ROUND_BF16)
+    kiln_fused_round_bf16(n, x, y);
+  else if (op <= KILN_FUSED_COS)
     kiln_unary_f32((kiln_unary_t)(op - KILN_FUSED_NEG), (size_t)n, x, y, NULL);
   else
     kiln_math_unary_f32((kiln_math_unary_t)(op - KILN_FUSED_ACOS), (size_t)n, x, y, NULL);
@@ -342,6 +357,8 @@ void kiln_eltwise_fused_f32_reference(const kiln_eltwise_fused_args_t* a) {
         float x = reg[ra], y;
         if (kiln_fused_op_arity(opc) == 2) {
           reg[dst] = kiln_fused_ref_binary(opc, x, reg[rb]);
+        } else if (opc == KILN_FUSED_ROUND_BF16) {
+          kiln_fused_round_bf16(1, &x, &reg[dst]);
         } else if (opc <= KILN_FUSED_COS) {
           kiln_unary_f32_reference((kiln_unary_t)(opc - KILN_FUSED_NEG), 1, &x, &y);
           reg[dst] = y;

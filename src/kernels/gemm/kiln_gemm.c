@@ -273,7 +273,7 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
           int64_t e = i * g->a_row_stride + q * g->a_col_stride;
           out[i * g->k + q] = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
         }
-      if (ch->vnni) ch->kn->round_bf16(out, ch->mlen * g->k);
+      if (ch->vnni || g->a_round_bf16) ch->kn->round_bf16(out, ch->mlen * g->k);
       return;
     }
     int mr = ch->kn->mr;
@@ -286,7 +286,7 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     else
       ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
-    if (ch->vnni)
+    if (ch->vnni || g->a_round_bf16)
       ch->kn->round_bf16(out + (row0 / mr) * g->k * mr, (rows + mr - 1) / mr * g->k * mr);
     return;
   }
@@ -615,7 +615,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int pack_b = unpacked_b && !b_fly && !gemv_nt;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;
   const int a_copy =
-      ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL || g->b_packed_bf16_vnni != NULL) : 1;
+      ch.gemv ? (g->a_col_stride != 1 || g->a_bf16 != NULL || g->a_round_bf16 ||
+                 g->b_packed_bf16_vnni != NULL)
+              : 1;
   /* In-place residual: the first K block overwrites C with partial sums, so
    * the epilogue needs a copy unless one K block does it all (the tile is
    * then read into the epilogue before C is written). */

@@ -29,6 +29,12 @@ typedef struct kiln_gemm_f32_args_s {
   /* A in bf16 instead (same element strides), or NULL: used in place of a
    * when set, widened exactly to fp32 as it is packed (bf16 activations). */
   const uint16_t* a_bf16;
+  /* 1: A (fp32 a) is rounded to bf16 (nearest even, as kiln_gemm_bf16_from_f32
+   * and the CAST kernel) as it is packed: the GEMM reads what a cast to bf16
+   * would have written, without that pass over memory (the compiler folds
+   * such casts, kiln_pass_casts.c). The packed values, hence C, are the
+   * bits the a_bf16 path gives for the cast's output. */
+  int a_round_bf16;
   /* Unpacked B: B[b][p][j] = b[b*b_batch_stride + p*b_row_stride + j*b_col_stride].
    * Ignored when b_packed is set. */
   const float* b;

@@ -45,8 +45,8 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
           }
           int64_t e = i * g->a_row_stride + p * g->a_col_stride;
           float av = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
-          /* bf16 compute: A rounded to bf16 as the kernels do. */
-          if (g->b_packed_bf16_vnni) av = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(av));
+          /* bf16 compute or a folded cast: A rounded to bf16 as the kernels do. */
+          if (g->b_packed_bf16_vnni || g->a_round_bf16) av = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(av));
           acc += (double)av * (double)bv;
         }
         float x = (float)acc;
