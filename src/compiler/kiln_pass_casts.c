@@ -76,6 +76,32 @@ static kiln_status_t kiln_casts_replay(kiln_rewriter_t* rw, const kiln_casts_pen
   return kiln_ok();
 }
 
+/* Emits pending value v as it was (its CAST, then its views on bf16
+ * bytes), once. */
+static kiln_status_t kiln_casts_materialize(kiln_rewriter_t* rw, const kiln_graph_t* g,
+                                            const kiln_casts_pending_t* pend,
+                                            const int32_t* cast_of, int32_t v) {
+  if (v < 0 || !pend[v].pending || rw->remap[v] >= 0) return kiln_ok();
+  int32_t d;
+  kiln_status_t s = kiln_casts_replay(rw, &pend[v], &g->nodes[cast_of[v]], 0, &d);
+  for (int32_t k = 0; k < pend[v].n_views && !s; ++k)
+    s = kiln_casts_view(rw, &g->nodes[pend[v].views[k]], &d);
+  if (!s) rw->remap[v] = d;
+  return s;
+}
+
+/* 1 when value v is read once, through views each read once, as a MATMUL's
+ * b. reader[v]: the node reading v when it has one reader, else -1. */
+static int kiln_casts_feeds_b(const kiln_graph_t* g, const int32_t* reader, int32_t v) {
+  for (int hops = 0; hops <= KILN_CASTS_MAX_VIEWS && reader[v] >= 0; ++hops) {
+    const kiln_node_t* r = &g->nodes[reader[v]];
+    if (r->op == KILN_OP_MATMUL) return r->inputs[1] == v && r->inputs[0] != v;
+    if ((r->op != KILN_OP_RESHAPE && r->op != KILN_OP_STRIDED_COPY) || r->n_inputs != 1) return 0;
+    v = r->outputs[0];
+  }
+  return 0;
+}
+
 kiln_status_t kiln_pass_casts(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_folded) {
   *out_graph = NULL;
   *out_folded = 0;
@@ -84,9 +110,10 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t
   char* is_output = calloc((size_t)nv + 1, 1);
   kiln_casts_pending_t* pend = malloc(sizeof(kiln_casts_pending_t) * (size_t)(nv + 1));
   int32_t* cast_of = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* the narrowing CAST node */
+  int32_t* reader = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   kiln_rewriter_t rw;
   memset(&rw, 0, sizeof(rw));
-  kiln_status_t s = (!uses || !is_output || !pend || !cast_of)
+  kiln_status_t s = (!uses || !is_output || !pend || !cast_of || !reader)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "cast folding")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done;
@@ -95,7 +122,13 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t
   for (int32_t v = 0; v < nv; ++v) {
     pend[v].src = -1;
     pend[v].pending = 0;
+    reader[v] = -1;
   }
+  for (int32_t ni = 0; ni < nn; ++ni)
+    for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i) {
+      int32_t v = g->nodes[ni].inputs[i];
+      if (v >= 0 && uses[v] == 1 && !is_output[v]) reader[v] = ni;
+    }
 
   for (int32_t ni = 0; ni < nn && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
@@ -119,6 +152,15 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t
       pend[y].views[pend[y].n_views++] = ni;
       cast_of[y] = cast_of[x];
       if (pend[y].pending) continue;
+    }
+    /* A widening CAST read only as a MATMUL's b (through views): the GEMM
+     * reads the bf16 value and widens it as it packs B; the views, now on
+     * bf16 bytes, move half the bytes or become a transposed read. */
+    if (kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) && kiln_casts_feeds_b(g, reader, y)) {
+      s = kiln_casts_materialize(&rw, g, pend, cast_of, x);
+      if (!s) s = kiln_rewriter_value(&rw, x, &rw.remap[y]);
+      ++*out_folded;
+      continue;
     }
     /* A reader of a pending value. */
     if (x >= 0 && pend[x].pending && kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32)) {
@@ -153,15 +195,8 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t
       continue;
     }
     /* Anything else: the cast and its views where they were. */
-    for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
-      int32_t v = n->inputs[i];
-      if (v < 0 || !pend[v].pending || rw.remap[v] >= 0) continue;
-      int32_t d;
-      s = kiln_casts_replay(&rw, &pend[v], &g->nodes[cast_of[v]], 0, &d);
-      for (int32_t k = 0; k < pend[v].n_views && !s; ++k)
-        s = kiln_casts_view(&rw, &g->nodes[pend[v].views[k]], &d);
-      rw.remap[v] = d;
-    }
+    for (int32_t i = 0; i < n->n_inputs && !s; ++i)
+      s = kiln_casts_materialize(&rw, g, pend, cast_of, n->inputs[i]);
     if (!s) s = kiln_rewriter_copy_node(&rw, n);
   }
   if (!s) s = kiln_rewriter_finish(&rw, out_graph);
@@ -171,5 +206,6 @@ done:
   free(is_output);
   free(pend);
   free(cast_of);
+  free(reader);
   return s;
 }

@@ -175,9 +175,11 @@ kiln_status_t kiln_shape_matmul(const kiln_graph_t* g, const kiln_node_t* n, kil
   int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
   char ba[96], bb[96];
   if (a->rank < 2 || b->rank < 2) FAIL("matmul needs rank >= 2 operands");
-  /* a may be bf16 (a bf16 model's product, read widened: exact). */
-  if ((a->dtype != KILN_F32 && a->dtype != KILN_BF16) || b->dtype != KILN_F32)
-    FAIL("matmul takes a float32 or bfloat16 a and a float32 b");
+  /* a and b may be bf16 (a bf16 model's product, read widened: exact); a
+   * bf16 b is a graph value (constants are packed from float32). */
+  if ((a->dtype != KILN_F32 && a->dtype != KILN_BF16) ||
+      (b->dtype != KILN_F32 && (b->dtype != KILN_BF16 || b->kind == KILN_VALUE_CONSTANT)))
+    FAIL("matmul takes a float32 or bfloat16 a and a float32 b (or a bfloat16 b that is not a constant)");
   if (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B | KILN_MATMUL_ROUND_A_BF16))
     FAIL("unknown matmul flags %lld", (long long)flags);
   if ((flags & KILN_MATMUL_ROUND_A_BF16) && a->dtype != KILN_F32)
@@ -204,8 +206,9 @@ kiln_status_t kiln_shape_linear(const kiln_graph_t* g, const kiln_node_t* n, kil
   const kiln_value_t *x = in_value(g, n, 0), *w = in_value(g, n, 1);
   const kiln_value_t *bias = in_value(g, n, 2), *res = in_value(g, n, 3);
   if (!x || !w) FAIL("x and w are required");
-  if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || w->dtype != KILN_F32)
-    FAIL("linear takes a float32 or bfloat16 x and a float32 w");
+  if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) ||
+      (w->dtype != KILN_F32 && (w->dtype != KILN_BF16 || w->kind == KILN_VALUE_CONSTANT)))
+    FAIL("linear takes a float32 or bfloat16 x and a float32 w (or a bfloat16 w that is not a constant)");
   if (w->rank != 2) FAIL("w must be 2-d");
   const int64_t w_transposed = n->params[KILN_P(LINEAR, W_TRANSPOSED)];
   int wt = w_transposed != 0; /* a dense value stored (N, K) */

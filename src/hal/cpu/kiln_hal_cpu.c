@@ -318,6 +318,7 @@ static kiln_status_t run_layer_norm_backward(const kiln_graph_t* g, const kiln_n
 typedef struct {
   kiln_gemm_f32_args_t args; /* without pointers */
   int a_bf16;                /* a is a bf16 model's operand: widened as it is packed */
+  int b_bf16;                /* so is b */
   int32_t n_outer;
   int64_t outer_shape[KILN_MAX_RANK], outer_sa[KILN_MAX_RANK], outer_sb[KILN_MAX_RANK],
       outer_sy[KILN_MAX_RANK];
@@ -382,6 +383,7 @@ static kiln_status_t prepare_matmul(const kiln_graph_t* g, const kiln_node_t* n,
   args->c_row_stride = nn;
   args->act = KILN_ACT_NONE;
   mm->a_bf16 = a->dtype == KILN_BF16;
+  mm->b_bf16 = b->dtype == KILN_BF16;
   args->a_round_bf16 = (flags & KILN_MATMUL_ROUND_A_BF16) != 0;
   return kiln_ok();
 }
@@ -404,7 +406,10 @@ kiln_status_t kiln_hal_cpu_matmul_with(const kiln_node_t* n, const void* prep, v
       args.a_bf16 = (const uint16_t*)BUF(0) + oa;
     else
       args.a = (const float*)BUF(0) + oa;
-    args.b = (const float*)BUF(1) + ob;
+    if (mm->b_bf16)
+      args.b_bf16 = (const uint16_t*)BUF(1) + ob;
+    else
+      args.b = (const float*)BUF(1) + ob;
     args.c = (float*)OUT + oy;
     gemm(&args, pool);
   }
@@ -460,7 +465,9 @@ void kiln_hal_cpu_linear_bind(const kiln_graph_t* g, const kiln_node_t* n, const
     args->a_bf16 = BUF(0);
   else
     args->a = BUF(0);
-  if (!args->b_packed && !args->b_packed_bf16 && !args->b_packed_bf16_vnni && !args->b_packed_q)
+  if (w->dtype == KILN_BF16) /* a graph value (the shape rule says so): widened as packed */
+    args->b_bf16 = BUF(1);
+  else if (!args->b_packed && !args->b_packed_bf16 && !args->b_packed_bf16_vnni && !args->b_packed_q)
     args->b = w->kind == KILN_VALUE_CONSTANT ? w->data : BUF(1);
   args->c = OUT;
   args->bias = n->n_inputs > 2 ? BUF(2) : NULL;

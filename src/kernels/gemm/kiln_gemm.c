@@ -193,15 +193,19 @@ static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
  * (which the hardware prefetchers do not follow); transposed B goes panel
  * by panel, each source column being contiguous already. */
 static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, const float* b,
-                                  int64_t rs, int64_t cs, int64_t j0, int64_t j1, int64_t n,
-                                  int64_t panel_stride, float* out) {
+                                  const uint16_t* b16, int64_t rs, int64_t cs, int64_t j0,
+                                  int64_t j1, int64_t n, int64_t panel_stride, float* out) {
   const int P = KILN_GEMM_PANEL;
   int64_t pstep = cs == 1 ? 8 : kc;
   for (int64_t p0 = 0; p0 < kc; p0 += pstep) {
     int64_t kb = kc - p0 < pstep ? kc - p0 : pstep;
     for (int64_t jq = j0, q = 0; jq < j1; jq += P, ++q) {
       int64_t w = n - jq < P ? n - jq : P;
-      kn->pack_b_block(kb, w, b + p0 * rs + jq * cs, rs, cs, out + q * panel_stride + p0 * P);
+      if (b16) /* a bf16 B (b_bf16): widened as it is packed */
+        kiln_gemm_pack_b_block_bf16(kb, w, b16 + p0 * rs + jq * cs, rs, cs,
+                                    out + q * panel_stride + p0 * P);
+      else
+        kn->pack_b_block(kb, w, b + p0 * rs + jq * cs, rs, cs, out + q * panel_stride + p0 * P);
     }
   }
 }
@@ -297,8 +301,9 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     int64_t q0 = grp * KILN_GEMM_B_GROUP;
     int64_t q1 = q0 + KILN_GEMM_B_GROUP < panels ? q0 + KILN_GEMM_B_GROUP : panels;
     int64_t j1 = q1 * KILN_GEMM_PANEL < g->n ? q1 * KILN_GEMM_PANEL : g->n;
-    kiln_gemm_pack_b_cols(ch->kn, g->k, g->b + (ch->b0 + bi) * g->b_batch_stride,
-                          g->b_row_stride, g->b_col_stride, q0 * KILN_GEMM_PANEL, j1, g->n,
+    int64_t b_off = (ch->b0 + bi) * g->b_batch_stride;
+    kiln_gemm_pack_b_cols(ch->kn, g->k, g->b_bf16 ? NULL : g->b + b_off,
+                          g->b_bf16 ? g->b_bf16 + b_off : NULL, g->b_row_stride, g->b_col_stride, q0 * KILN_GEMM_PANEL, j1, g->n,
                           g->k * KILN_GEMM_PANEL,
                           ch->bp_out + bi * ch->bp_bs + q0 * g->k * KILN_GEMM_PANEL);
     return;
@@ -355,7 +360,8 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   int64_t b = ch->b0 + bi;
   const float* A = ch->ap + bi * ch->ap_bs;
   const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
-  const float* Bsrc = ch->b_fly ? g->b + b * g->b_batch_stride : NULL;
+  const float* Bsrc = ch->b_fly && !g->b_bf16 ? g->b + b * g->b_batch_stride : NULL;
+  const uint16_t* Bsrc16 = ch->b_fly && g->b_bf16 ? g->b_bf16 + b * g->b_batch_stride : NULL;
   const int64_t brs = g->b_row_stride, bcs = g->b_col_stride;
   float* fly = ch->b_fly ? ch->fly + (int64_t)thread * ch->fly_slot : NULL;
   /* Column blocks: KILN_GEMM_FLY_NB wide when packing B here, else one. */
@@ -380,12 +386,15 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       kiln_gemm_pf_t fpf = {0};
       int64_t fpf_step = 0;
       if (fly) {
-        kiln_gemm_pack_b_cols(kn, kcur, Bsrc + pc * brs, brs, bcs, jb, jb1, N, kcur * P, fly);
-        /* The next block: the next columns, else the first of the next K block. */
-        if (jb1 < j1) {
+        kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
+                              Bsrc16 ? Bsrc16 + pc * brs : NULL, brs, bcs, jb, jb1, N, kcur * P,
+                              fly);
+        /* The next block: the next columns, else the first of the next K
+         * block (fp32 sources: the prefetcher counts 4-byte elements). */
+        if (Bsrc && jb1 < j1) {
           int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
           kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
-        } else if (pc + kcur < K) {
+        } else if (Bsrc && pc + kcur < K) {
           int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
           int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
           kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
@@ -610,7 +619,7 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   /* At small M an unpacked B whose columns are contiguous (a weight W(N, K)
    * read as W^T) needs no packing at all: the GEMV takes dot products of
    * A's rows with W's rows where they lie, so B is read once. */
-  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1;
+  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1 && !g->b_bf16;
   ch.gemv_nt = gemv_nt;
   const int pack_b = unpacked_b && !b_fly && !gemv_nt;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;

@@ -39,6 +39,11 @@ typedef struct kiln_gemm_f32_args_s {
    * Ignored when b_packed is set. */
   const float* b;
   int64_t b_batch_stride, b_row_stride, b_col_stride;
+  /* Unpacked B in bf16 instead (same element strides), or NULL: used in
+   * place of b when set, widened exactly to fp32 as it is packed (a bf16
+   * graph value, e.g. autocast's bf16 copy of a weight or a saved
+   * activation, read without a widening pass over memory). */
+  const uint16_t* b_bf16;
   /* Packed B (one matrix shared by every batch), or NULL. */
   const float* b_packed;
   /* Packed bf16 B (kiln_gemm_bf16_pack_b; shared by every batch), or NULL.

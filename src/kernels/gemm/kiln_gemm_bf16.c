@@ -80,6 +80,14 @@ void kiln_f32_bf16w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t 
                                   out + q * m * KILN_GEMM_PANEL);
 }
 
+void kiln_gemm_pack_b_block_bf16(int64_t kc, int64_t w, const uint16_t* b, int64_t rs, int64_t cs,
+                                 float* out) {
+  const int P = KILN_GEMM_PANEL;
+  for (int64_t p = 0; p < kc; ++p) /* rows of 16: GCC vectorises the widening */
+    for (int64_t j = 0; j < P; ++j)
+      out[p * P + j] = j < w ? kiln_gemm_bf16_to_f32(b[p * rs + j * cs]) : 0.0f;
+}
+
 void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out) {
   for (int64_t i0 = 0; i0 < rows; i0 += mr) {

@@ -262,6 +262,11 @@ void kiln_gemm_pack_a(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
 void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
                             float* out);
 
+/* kiln_gemm_pack_b_block for an unpacked bf16 B, widening each element
+ * (kiln_gemm_bf16.c). */
+void kiln_gemm_pack_b_block_bf16(int64_t kc, int64_t w, const uint16_t* b, int64_t rs, int64_t cs,
+                                 float* out);
+
 /* kiln_gemm_pack_a for bf16 A, widening each element (kiln_gemm_bf16.c). */
 void kiln_gemm_pack_a_bf16(int mr, int64_t k, const uint16_t* a, int64_t rs, int64_t cs,
                            int64_t row0, int64_t rows, int64_t m_total, float* out);

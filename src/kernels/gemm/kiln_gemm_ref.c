@@ -40,6 +40,9 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
           } else if (g->b_packed) {
             bv = g->b_packed[(j / KILN_GEMM_PANEL) * g->k * KILN_GEMM_PANEL +
                              p * KILN_GEMM_PANEL + j % KILN_GEMM_PANEL];
+          } else if (g->b_bf16) {
+            bv = kiln_gemm_bf16_to_f32(
+                g->b_bf16[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride]);
           } else {
             bv = g->b[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride];
           }
