@@ -95,6 +95,7 @@ static void kiln_test_print_cpu(void) {
   X(gemm)                   \
   X(gemm_bf16)              \
   X(gemm_bf16_compute)      \
+  X(casts)                  \
   X(gemm_quant)             \
   X(gemm_q8a8)              \
   X(conv)                   \

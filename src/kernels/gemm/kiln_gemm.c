@@ -575,6 +575,34 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
 }
 
 
+/* A bf16 B at small M with contiguous columns: the fp32 path reads such a
+ * B in place (gemv_nt: dot products of A's rows with B's columns), another
+ * summation order than the packed kernels'. To give the bits the same GEMM
+ * gives on the widened fp32 B (the graph before kiln_pass_casts folded the
+ * widening cast), B is widened into scratch and that path runs. Returns 0
+ * without scratch memory. */
+static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  const int64_t nb = g->b_batch_stride ? g->batch : 1, K = g->k, N = g->n;
+  void* blk = NULL;
+  float* w = kiln_gemm_scratch_get((size_t)(nb * N * K), &blk);
+  if (!w) return 0;
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t j = 0; j < N; ++j) {
+      const uint16_t* col = g->b_bf16 + b * g->b_batch_stride + j * g->b_col_stride;
+      float* dst = w + (b * N + j) * K;
+      for (int64_t p = 0; p < K; ++p) dst[p] = kiln_gemm_bf16_to_f32(col[p]); /* b_row_stride 1 */
+    }
+  kiln_gemm_f32_args_t f = *g;
+  f.b_bf16 = NULL;
+  f.b = w;
+  f.b_row_stride = 1;
+  f.b_col_stride = K;
+  f.b_batch_stride = g->b_batch_stride ? N * K : 0;
+  kiln_gemm_f32(&f, pool);
+  kiln_gemm_scratch_put(blk);
+  return 1;
+}
+
 void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
   if (g->k <= 0) {
@@ -586,6 +614,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     return;
   }
   if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
+  if (g->b_bf16 && g->m <= KILN_GEMM_GEMV_MAX_M && g->b_row_stride == 1 &&
+      kiln_gemm_b_bf16_widened(g, pool))
+    return;
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   if (g->b_packed_bf16_vnni) kiln_gemm_bf16_note_engine(kn->name);
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
