@@ -22,6 +22,11 @@ removed by dead-code elimination. So:
 - data movement (views, permutes, slices, cat, gathers) runs on the bf16
   bytes, unless its input is already wide (then on the fp32 ones).
 
+The compiler then folds the casts this places, exactly
+(src/compiler/kiln_pass_casts.c): a GEMM reads an fp32 A rounding it as it
+packs and a bf16 B widening it as it packs, and a round trip fp32 -> bf16 ->
+fp32 becomes one fused rounding (KILN_CASTS=keep turns that off).
+
 The rule the tests hold kiln to: its error against a float64 evaluation of
 the same model (bf16 weights and inputs) is at most eager bf16's own error
 plus one bf16 rounding of each output (kiln rounds where eager rounds, or

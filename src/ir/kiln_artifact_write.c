@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ir/kiln_artifact.h"
+#include "base/kiln_fused_program.h"
 #include "ir/kiln_format.h"
 
 #define BAD_ARG(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
@@ -215,6 +216,20 @@ static void kiln_artifact_put_graph(const kiln_graph_t* g, uint8_t* p, size_t st
     kiln_format_put_u32(outputs + 4 * (size_t)i, (uint32_t)g->outputs[i]);
 }
 
+/* 1 when node n uses what kiln_pass_casts makes (format 2.9): a GEMM
+ * rounding its a, a bf16 b or w, the fused ROUND_BF16 instruction. */
+static int kiln_artifact_uses_folded_casts(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op == KILN_OP_MATMUL)
+    return (n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_A_BF16) ||
+           g->values[n->inputs[1]].dtype == KILN_BF16;
+  if (n->op == KILN_OP_LINEAR)
+    return n->params[KILN_P(LINEAR, ROUND_A)] || g->values[n->inputs[1]].dtype == KILN_BF16;
+  if (n->op == KILN_OP_ELTWISE_FUSED)
+    for (int32_t k = 0; k < n->params[KILN_P(FUSED, N_SLOTS)] && k < KILN_FUSED_MAX_SLOTS; ++k)
+      if ((kiln_fused_slot(n->params, k) & 255u) == KILN_FUSED_ROUND_BF16) return 1;
+  return 0;
+}
+
 kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_section_t* extra,
                                   int32_t n_extra, void** out_bytes, size_t* out_size) {
   *out_bytes = NULL;
@@ -279,9 +294,13 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0;
-  for (int32_t i = 0; i < g->n_nodes; ++i) grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, grouped    ? KILN_FORMAT_MINOR_GROUPED_MM
+  int grouped = 0, casts = 0;
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
+    casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
+  }
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, casts      ? KILN_FORMAT_MINOR_CASTS
+                                                 : grouped  ? KILN_FORMAT_MINOR_GROUPED_MM
                                                  : symbolic ? KILN_FORMAT_MINOR_SYMS
                                                             : KILN_FORMAT_MINOR_CONCRETE);
   kiln_format_put_u32(b + KILN_FORMAT_HDR_FLAGS, 0);

@@ -155,7 +155,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 8 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op */
+#define KILN_FORMAT_MINOR 9 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts */
 /* The minor version a file without symbolic sizes is stamped with: such a
  * file is exactly what a 2.6 writer made. */
 #define KILN_FORMAT_MINOR_CONCRETE 6
@@ -164,6 +164,12 @@
 /* The minor version a file using GROUPED_MM is stamped with (others are
  * stamped as before: 7 with symbolic sizes, else 6). */
 #define KILN_FORMAT_MINOR_GROUPED_MM 8
+/* The minor version a file using folded bf16 casts is stamped with
+ * (kiln_pass_casts: MATMUL's KILN_MATMUL_ROUND_A_BF16, LINEAR's ROUND_A, a
+ * bf16 MATMUL b or LINEAR w, the fused ROUND_BF16 opcode 4). A 2.8 reader
+ * refuses each: an unknown matmul flag, a LINEAR param past its layout, a
+ * bf16 b or w, an unknown fused opcode. */
+#define KILN_FORMAT_MINOR_CASTS 9
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu

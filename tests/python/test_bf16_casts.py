@@ -149,3 +149,44 @@ def test_non_finite_values_round_the_same(monkeypatch):
     x[2, 0, 0] = -float("inf")
     x[2, 3] = 3.0e38  # rounds up to infinity in bf16
     _check_exact(model, (x,), monkeypatch)
+
+
+class Attention(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / 4.0, -1)
+        return self.out(att @ v)
+
+
+def test_folded_casts_saved_and_loaded(tmp_path, monkeypatch):
+    """An inference graph traced under autocast keeps its folds through a
+    .kiln file (format 2.9: a 2.8 reader refuses what it cannot run), with
+    the bits the unfolded graph gives."""
+    torch.manual_seed(5)
+    model = Attention().eval()
+    x = torch.randn(2, 6, 32)
+    got = {}
+    for keep in (True, False):
+        if keep:
+            monkeypatch.setenv("KILN_CASTS", "keep")
+        else:
+            monkeypatch.delenv("KILN_CASTS", raising=False)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            got[keep] = kiln.trace(model, (x,), fallback=False)
+    folded = got[False]
+    assert "a=bf16" in folded.explain() and "a=bf16" not in got[True].explain()
+    path = tmp_path / "attention.kiln"
+    kiln.save(folded, str(path))
+    data = path.read_bytes()
+    assert data[:4] == b"KILN" and int.from_bytes(data[4:6], "little") == 2
+    assert int.from_bytes(data[6:8], "little") == 9
+    loaded = kiln.load(str(path))
+    with torch.no_grad():
+        want = got[True](x)
+        assert torch.equal(_bits(folded(x)), _bits(want))
+        assert torch.equal(_bits(loaded(x)), _bits(want))
