@@ -31,6 +31,50 @@ import torch._dynamo
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
+KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4"))
+
+
+def kiln_systems(model, kinds, cache=None):
+    """One GenSystem per (name, weights_dtype): the model's forward through
+    torch.compile(backend="kiln") with that option, each on its own code
+    object (generation._own_code), compared with eager's tokens."""
+    from generation import GenSystem, _own_code
+    fwd = model.forward
+    systems = []
+    for name, wd in kinds:
+        opts = {"weights_dtype": wd} if wd is not None else {}
+        f = torch.compile(_own_code(fwd, name.replace(" ", "_").replace(":", "_")), backend="kiln",
+                          options=opts)
+        systems.append(GenSystem(name, f, cache, "eager"))
+    return systems
+
+
+def first_calls(model, systems, ids, mask, new, prompt, log=print):
+    """Each system's first generate() (the compiles), its tokens compared
+    with the first system's (eager): {name: (seconds, metrics, check)}, or
+    {name: the error} for a system that failed."""
+    from generation import _generate, _tokens_check
+    from peers import short
+    ref, out_ = None, {}
+    for s in systems:
+        t0 = time.perf_counter()
+        try:
+            out, m = _generate(model, s, ids, mask, new)
+        except Exception as e:
+            out_[s.name] = short(e)
+            log(f"  first call {s.name:15s} failed: {out_[s.name]}")
+            continue
+        if s.compare_with is None:
+            ref = out
+            check = ""
+        else:
+            check = _tokens_check(ref, out, prompt).get("tokens", "")
+        out_[s.name] = (time.perf_counter() - t0, m, check)
+        log(f"  first call {s.name:15s} {out_[s.name][0]:6.1f} s  "
+            f"{m['decode_tps']:6.1f} tok/s  tokens vs eager: {check or '-'}")
+    return out_
+
+
 def main():
     args = sys.argv[1:]
     nums = [a for a in args if a.isdigit()]
@@ -39,7 +83,7 @@ def main():
     cache = "static" if "--static" in args else None
     torch.set_num_threads(threads)
     import kiln  # noqa: F401  (registers the backend)
-    from generation import GenSystem, _generate, _own_code, _tokens_check, weight_bytes
+    from generation import GenSystem, _generate, weight_bytes
     from models import build_gen_llama
 
     torch._dynamo.config.recompile_limit = 64
@@ -48,31 +92,16 @@ def main():
     g = torch.Generator().manual_seed(1001)
     ids = torch.randint(3, vocab, (1, prompt), generator=g)
     mask = torch.ones_like(ids)
-    kinds = [("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4")]
+    kinds = list(KINDS)
     if "--g128" in args:
         kinds.append(("kiln int4:g128", "int4:g128"))
-    fwd = model.forward
-    systems = [GenSystem("eager", None, cache, None)]
-    for name, wd in kinds:
-        opts = {"weights_dtype": wd} if wd is not None else {}
-        f = torch.compile(_own_code(fwd, name.replace(" ", "_").replace(":", "_")), backend="kiln",
-                          options=opts)
-        systems.append(GenSystem(name, f, cache, "eager"))
+    systems = [GenSystem("eager", None, cache, None)] + kiln_systems(model, kinds, cache)
     load0 = os.getloadavg()
     print(f"gen_llama, {weight_bytes(model) / 2**20:.0f} MiB of fp32 weights per token, "
           f"{threads} threads, cache {cache or 'dynamic'}, load average {load0[0]:.1f} "
           f"{load0[1]:.1f} {load0[2]:.1f}", flush=True)
-    ref = None
-    for s in systems:
-        t0 = time.perf_counter()
-        out, m = _generate(model, s, ids, mask, new)
-        if s.compare_with is None:
-            ref = out
-            check = ""
-        else:
-            check = _tokens_check(ref, out, prompt).get("tokens", "")
-        print(f"  first call {s.name:15s} {time.perf_counter() - t0:6.1f} s  "
-              f"{m['decode_tps']:6.1f} tok/s  tokens vs eager: {check or '-'}", flush=True)
+    first = first_calls(model, systems, ids, mask, new, prompt, log=lambda s: print(s, flush=True))
+    systems = [s for s in systems if not isinstance(first[s.name], str)]
     figs = ("decode_tps", "decode_tps_cpu") if threads == 1 else ("decode_tps",)
     tps = {f: {s.name: [] for s in systems} for f in figs}
     for r in range(rounds):

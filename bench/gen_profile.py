@@ -33,6 +33,39 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
+def profiled_generate(model, system, ids, mask, new):
+    """One generate() of a compiled system with kiln's per-node profiler on
+    in every live kiln graph: (its metrics, [(module, rows, runs, stats, new
+    plans)] of the graphs it ran, the most-called first: the decode graph,
+    run once per step)."""
+    import generation
+    mods = generation._kiln_modules()
+    inst0 = {id(m): m.stats().get("instances", 0) for m in mods}
+    for m in mods:
+        m._kiln_model.profile(True)
+    try:
+        _, km = generation._generate(model, system, ids, mask, new)
+    finally:
+        graphs = []
+        for m in mods:
+            rows, runs = m._kiln_model.profile()
+            m._kiln_model.profile(False)
+            st = m.stats()
+            graphs.append((m, rows, runs, st, st.get("instances", 0) - inst0[id(m)]))
+    graphs = [g_ for g_ in graphs if g_[2] > 0]
+    graphs.sort(key=lambda g_: -g_[2])
+    return km, graphs
+
+
+def decode_kernel_ms(graphs):
+    """The time kiln's kernels took per decode step: the decode graph's
+    profiled node times over its calls (None when no graph ran)."""
+    if not graphs:
+        return None
+    _, rows, runs, _, _ = graphs[0]
+    return sum(r[2] for r in rows) / 1e6 / runs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gen_llama")
@@ -79,25 +112,13 @@ def main():
     _, km = generation._generate(model, ksys, ids, mask, new)   # warm
     _, em = generation._generate(model, eager, ids, mask, new)
 
-    mods = generation._kiln_modules()
-    inst0 = {id(m): m.stats().get("instances", 0) for m in mods}
-    for m in mods:
-        m._kiln_model.profile(True)
-    _, km = generation._generate(model, ksys, ids, mask, new)
+    km, graphs = profiled_generate(model, ksys, ids, mask, new)
     steps = km["steps"]
     per_step_wall = 1e3 * args.batch / km["decode_tps"]
     print(f"\n{args.model} batch {args.batch}, {args.threads} thread(s), {args.cache} cache: "
           f"eager {em['decode_tps']:.1f} tok/s, kiln {km['decode_tps']:.1f} tok/s "
           f"({per_step_wall:.2f} ms per decode step; TTFT eager {em['ttft_ms']:.0f} ms, "
           f"kiln {km['ttft_ms']:.0f} ms)")
-    graphs = []
-    for m in mods:
-        rows, runs = m._kiln_model.profile()
-        m._kiln_model.profile(False)
-        st = m.stats()
-        graphs.append((m, rows, runs, st, st.get("instances", 0) - inst0[id(m)]))
-    graphs = [g_ for g_ in graphs if g_[2] > 0]
-    graphs.sort(key=lambda g_: -g_[2])
     total_kernel_decode = 0.0
     for m, rows, runs, st, new_inst in graphs:
         tot = sum(r[2] for r in rows) / 1e6
@@ -107,7 +128,7 @@ def main():
     if not graphs:
         return
     m, rows, runs, st, new_inst = graphs[0]   # the decode graph: called once per step
-    kern = sum(r[2] for r in rows) / 1e6 / runs
+    kern = decode_kernel_ms(graphs)
     total_kernel_decode = kern
     print(f"\ndecode step: wall {per_step_wall:.2f} ms, kiln kernels {kern:.2f} ms "
           f"({100 * kern / per_step_wall:.0f} %), replanning "
