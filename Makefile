@@ -10,7 +10,7 @@ BUILD := build
 KILN_BUILT := $(BUILD)/.kiln-installed
 
 .PHONY: all build demo test test-c test-python test-sanitize test-valgrind bench bench-kernels coverage clean fuzz \
-  test-arm64
+  test-arm64 bench-llamacpp
 
 all: build
 
@@ -85,6 +85,20 @@ bench-kernels: build
 	@/sbin/ldconfig -p | grep -q 'libopenblas\.so\.0' || apt-get install -y libopenblas0-pthread \
 	  || echo "bench-kernels: OpenBLAS could not be installed; its column will be empty"
 	$(PY) bench/kernels/run.py $(if $(QUICK),--quick)
+
+# llama.cpp as an optional generation peer (issue 18; not part of bench or
+# test: its build takes minutes). bench/llamacpp.py builds llama-bench and
+# llama-quantize once from the llama-cpp-python sdist into ~/.cache/kiln/peers,
+# converts the bench's gen_llama to GGUF f32 / q8_0 / q4_0 and times them in
+# interleaved rounds with kiln's decode of the same model;
+# bench/llamacpp_results.json and a Markdown table. ROUNDS=N, THREADS=2,1.
+LLAMACPP_DEPS := $(VENV)/.llamacpp-deps-installed
+$(LLAMACPP_DEPS): bench/requirements-llamacpp.txt $(DEPS)
+	$(PY) -m pip install --quiet -r bench/requirements-llamacpp.txt
+	touch $@
+
+bench-llamacpp: build $(LLAMACPP_DEPS)
+	$(PY) bench/llamacpp.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(THREADS),--threads $(THREADS))
 
 # OpInfo coverage (issue 7): every op_db sample through kiln.trace, per-op
 # pass / fail / unsupported, totals and the Core ATen figure; coverage.json.
