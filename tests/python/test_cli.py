@@ -154,7 +154,10 @@ def test_profile_table_of_a_gemm_of_known_flops(tmp_path):
     (row,) = [r for r in rep.rows if r["op"] == "linear"]
     assert row["flops"] == flops and f"{row['bytes'] / 1024:.1f}" == cols[5]
     py = _table_row(str(rep), "linear")
-    assert py[4:6] == cols[4:6] and py[9] == cols[9]
+    # The bound column compares the row with the machine's measured peaks,
+    # which each process may measure anew (a loaded machine moves them): only
+    # its vocabulary is checked, not that two processes agree.
+    assert py[4:6] == cols[4:6] and py[9] in ("compute", "memory")
 
 
 def test_truncated_artifact_is_rejected(artifact, tmp_path):
