@@ -98,6 +98,7 @@ static void kiln_test_print_cpu(void) {
   X(casts)                  \
   X(gemm_quant)             \
   X(gemm_q8a8)              \
+  X(gemm_q4a8)              \
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \

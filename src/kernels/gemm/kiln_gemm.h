@@ -60,7 +60,9 @@ typedef struct kiln_gemm_f32_args_s {
    * groups along K, scales inside the blob; shared by every batch), or
    * NULL. Takes precedence over every other B. Dequantized in registers
    * (GEMV, M <= 8) or a strip of panels at a time into fp32 panels for the
-   * fp32 kernels; accumulated in fp32. */
+   * fp32 kernels; accumulated in fp32. A blob flagged for int8
+   * activations (kiln_gemm_quant_set_a8) sums integers instead where its
+   * rule below applies (int8: M > 8; int4: M <= 8). */
   const void* b_packed_q;
   /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
   float* c;
@@ -118,7 +120,8 @@ float kiln_gemm_bf16_to_f32(uint16_t x);
 /* Quantized weights (weight-only; activations and sums stay fp32). A blob
  * is a 64-byte header then the body, ISA independent (docs/format.md):
  *   header: u32 magic KILN_GEMM_QUANT_MAGIC, u8 version (1), u8 bits (8 or
- *   4), u8 flags (bit 0: asymmetric, int4 only), u8 0, u32 group (0 for
+ *   4), u8 flags (bit 0: asymmetric, int4 only; bit 1: int8 activations,
+ *   KILN_GEMM_QUANT_A8), u8 0, u32 group (0 for
  *   int8, else the int4 group size along K), u32 0, i64 K, i64 N, zeros.
  * With Np = N rounded up to 16 (16-column panels as kiln_gemm_f32_pack_b):
  *   int8: Np fp32 scales (column j's at j; 0 past N), then panel q at
@@ -156,7 +159,7 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
 /* The dequantized B[p][j] of a blob (the scalar rule; slow, for the
  * reference and tests). */
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
-/* int8 weights with int8 activations (header flags bit 1, int8 only; set
+/* int8 weights with int8 activations (header flags bit 1 on an int8 blob; set
  * by kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int8:a8")): for M
  * >= KILN_GEMM_Q8A8_MIN_M rows (prefill: every M the weight-only path would
  * run blocked; measured faster there at every M from 9 to 512 on Zen 3) the
@@ -174,7 +177,7 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
 #define KILN_GEMM_Q8A8_MIN_M 9
 /* Exact int32 sums need K * 127 * 127 < 2^31. */
 #define KILN_GEMM_Q8A8_MAX_K 131072
-/* Flags an int8 blob for int8 activations (no-op for int4). */
+/* Flags a blob (int8 or int4) for int8 activations. */
 void kiln_gemm_quant_set_a8(void* blob);
 /* The int8 x int8 path: returns 1 when it ran g (an a8 blob, M >=
  * KILN_GEMM_Q8A8_MIN_M is the caller's choice), 0 when it could not (no
@@ -187,6 +190,34 @@ void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
  * reference follows the same choice. */
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g);
 
+/* int4 weights with int8 activations (header flags bit 1 on an int4 blob;
+ * kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int4:a8")): for M <=
+ * KILN_GEMM_GEMV_MAX_M (decode) each row of A is quantized per group of G
+ * along K (the blob's group) at run time and the nibble x int8 products are
+ * summed exactly in int32 (kiln_gemm_q4a8.c): about 3x fewer instructions
+ * per weight than dequantizing to fp32, so the GEMV is bound by reading the
+ * weights. Larger M keeps the weight-only blocked path (fp32 numbers with
+ * the dequantized weights). The rule, for row i, group g (rows p in [g G,
+ * min(g G + G, K))) and column j, every step in fp32:
+ *   d_ig = max_p |A[i][p]| / 127 (1 if 0), q_ip = clamp(round(A[i][p] /
+ *   d_ig), -127, 127) (half to even), s_ig = sum_p q_ip,
+ *   acc_igj = sum_p nib_pj * q_ip - z_gj * s_ig   (exact: an integer of
+ *     magnitude <= 15 * 127 * G < 2^24, so also exact as a float),
+ *   o_ij = 0; for g = 0, 1, ... in order: o_ij = fma(scale_gj * d_ig,
+ *     acc_igj, o_ij)   (the product rounded, then one fused multiply-add),
+ *   C[i][j] = act(o_ij + bias_j) + residual
+ * with nib the stored nibble (0..15), z_gj 8 (symmetric) or the stored zero
+ * point, scale_gj the group's scale. Every kernel follows that order, so
+ * all of them give the scalar reference's bits (up to the ISA's activation
+ * function). A group holding a NaN or an infinity makes its d NaN and the
+ * row's outputs NaN. |C - C_weight-only| <= sum_p |B[p][j]| d_ig(p) / 2
+ * (plus fp32 rounding): each q_ip d_ig is within d_ig / 2 of A[i][p]. */
+/* 1 when kiln_gemm_f32 takes the int4 x int8 path for g (an int4 a8 blob,
+ * M <= KILN_GEMM_GEMV_MAX_M); the scalar reference follows the same choice. */
+int kiln_gemm_q4a8_applies(const kiln_gemm_f32_args_t* g);
+/* Its scalar reference (the rule above, written out; no scratch memory). */
+void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g);
+
 /* Quantized embeddings: a (N, K) table packed as the blob of B = table^T
  * (column j of B is row j of the table, so a token's row is dequantized
  * with the per-column rules above: int8 one scale per row, int4 groups
@@ -197,7 +228,7 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
                                float* out);
 
 /* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
- * "blocked-avx2", ...; for tests). */
+ * "blocked-avx2", "q8a8-avx2", "q4a8-generic", ...; for tests). */
 const char* kiln_gemm_quant_last_path(void);
 /* The quantized-weights GEMM (kiln_gemm_f32 calls it for b_packed_q). */
 void kiln_gemm_quant(const kiln_gemm_f32_args_t* args, kiln_pool_t* pool);

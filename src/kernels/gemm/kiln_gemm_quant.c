@@ -1,4 +1,6 @@
-/* Quantized weights (weight-only int8 and int4): quantization and packing,
+/* Quantized weights (weight-only int8 and int4; blobs flagged for int8
+ * activations go to kiln_gemm_q8a8.c / kiln_gemm_q4a8.c where their rules
+ * apply): quantization and packing,
  * the scalar rule, the portable kernels and the driver. The blob layout and
  * the quantization rules are documented in kiln_gemm.h; the rules are the
  * ones tests/python/test_quant_weights.py repeats in torch.
@@ -27,17 +29,10 @@
 #include "kernels/gemm/kiln_gemm_internal.h"
 #include "kernels/gemm/kiln_gemm_quant_internal.h"
 
-typedef struct {
-  uint32_t magic;
-  uint8_t version, bits, flags, pad0;
-  uint32_t group, pad1;
-  int64_t k, n;
-} kiln_gemm_quant_header_t;
-
 static int64_t kiln_q_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static void kiln_q_header(const void* blob, kiln_gemm_quant_header_t* h) {
-  memcpy(h, blob, sizeof(*h));
+  kiln_gemm_quant_header_read(blob, h);
 }
 
 static int kiln_q_valid_choice(int bits, int group, int asym) {
@@ -61,7 +56,6 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
   if (h.magic != KILN_GEMM_QUANT_MAGIC || h.version != 1 || h.k != k || h.n != n) return 1;
   if ((h.flags & ~(1u | KILN_GEMM_QUANT_A8)) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1))
     return 1;
-  if ((h.flags & KILN_GEMM_QUANT_A8) && h.bits != 8) return 1;
   return nbytes != kiln_gemm_quant_packed_size(k, n, h.bits, (int)h.group, h.flags & 1);
 }
 
@@ -110,12 +104,6 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
   *zero = z;
 }
 
-/* Where row r (within a group) and column c (within a panel) sit in a
- * group's nibble bytes, and in which half. */
-static inline int64_t kiln_q4_byte(int64_t r, int c) {
-  return (r / 2) * 16 + 2 * (c & 7) + (r & 1);
-}
-
 void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                             int bits, int group, int asym, void* out) {
   size_t size = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
@@ -161,7 +149,7 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
       sc[c] = s;
       if (zp) zp[c] = z;
       for (int64_t r = 0; r < group; ++r)
-        bytes[kiln_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
+        bytes[kiln_gemm_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
     }
   }
 }
@@ -169,7 +157,6 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
 void kiln_gemm_quant_set_a8(void* blob) {
   kiln_gemm_quant_header_t h;
   kiln_q_header(blob, &h);
-  if (h.bits != 8) return;
   h.flags |= KILN_GEMM_QUANT_A8;
   memcpy(blob, &h, sizeof(h));
 }
@@ -191,7 +178,7 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
   const float* sc = (const float*)blk;
   int c = (int)(j % P);
   float z = asym ? sc[P + c] : 8.0f;
-  uint8_t byte = blk[64 * (1 + asym) + kiln_q4_byte(p % group, c)];
+  uint8_t byte = blk[64 * (1 + asym) + kiln_gemm_q4_byte(p % group, c)];
   int q = c < 8 ? byte & 15 : byte >> 4;
   return ((float)q - z) * sc[c];
 }
@@ -231,7 +218,7 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
       const float z = asym ? sc[P + c] : 8.0f;
       const uint8_t* bytes = blk + 64 * (1 + asym);
       for (int64_t r = 0; r < group && g * group + r < K; ++r) {
-        uint8_t byte = bytes[kiln_q4_byte(r, c)];
+        uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
         row[g * group + r] = ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
       }
     }
@@ -275,7 +262,7 @@ void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, con
       for (int64_t r = 0; r < group; ++r) {
         float w[KILN_GEMM_PANEL];
         for (int c = 0; c < P; ++c) {
-          uint8_t byte = bytes[kiln_q4_byte(r, c)];
+          uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
           w[c] = (float)(c < 8 ? byte & 15 : byte >> 4);
         }
         for (int64_t i = 0; i < m; ++i) {
@@ -316,7 +303,7 @@ void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int asym, cons
       const uint8_t* bytes = blk + 64 * (1 + (asym != 0));
       for (int64_t r = 0; r < group && g * group + r < k; ++r)
         for (int c = 0; c < P; ++c) {
-          uint8_t byte = bytes[kiln_q4_byte(r, c)];
+          uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
           float z = asym ? sc[P + c] : 8.0f;
           out[(s * k + g * group + r) * P + c] =
               ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
@@ -436,7 +423,7 @@ int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
   if (!g->b_packed_q || g->m < KILN_GEMM_Q8A8_MIN_M || g->k > KILN_GEMM_Q8A8_MAX_K) return 0;
   kiln_gemm_quant_header_t h;
   kiln_q_header(g->b_packed_q, &h);
-  return (h.flags & KILN_GEMM_QUANT_A8) != 0;
+  return h.bits == 8 && (h.flags & KILN_GEMM_QUANT_A8) != 0;
 }
 
 void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
@@ -447,6 +434,17 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
+  if (kiln_gemm_q4a8_applies(g)) {
+    /* As below: without scratch, the same rule's reference. */
+    if (kiln_gemm_q4a8(g, pool))
+      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q4a8-%s",
+               kiln_cpu_isa_name(kiln_gemm_q4a8_level()));
+    else {
+      kiln_gemm_q4a8_reference(g);
+      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q4a8-reference");
+    }
+    return;
+  }
   if (kiln_gemm_q8a8_applies(g)) {
     /* Without its scratch the fast kernel gives way to the scalar rule, never
        to the weight-only loop below: that would be another answer. */

@@ -20,7 +20,9 @@
 #define KILN_GEMM_QUANT_INTERNAL_H
 
 #include <stdint.h>
+#include <string.h>
 
+#include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 typedef void (*kiln_gemm_gemv_q8_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
@@ -79,6 +81,56 @@ void kiln_qd8_qc8w_gemm_ukernel_6x16__avx2(int64_t k, const int16_t* a, const in
 void kiln_qd8_gemm_pack_a__avx2(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                 const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                 float* scales);
+#endif
+
+/* The blob's header (kiln_gemm.h), as it lies in the first bytes. */
+typedef struct {
+  uint32_t magic;
+  uint8_t version, bits, flags, pad0;
+  uint32_t group, pad1;
+  int64_t k, n;
+} kiln_gemm_quant_header_t;
+
+static inline void kiln_gemm_quant_header_read(const void* blob, kiln_gemm_quant_header_t* h) {
+  memcpy(h, blob, sizeof(*h));
+}
+
+/* Where row r (within a group) and column c (within a panel) sit in a
+ * group's nibble bytes; c < 8 in the low nibble, else the high one. */
+static inline int64_t kiln_gemm_q4_byte(int64_t r, int c) {
+  return (r / 2) * 16 + 2 * (c & 7) + (r & 1);
+}
+
+/* int4 x int8 (kiln_gemm_q4a8.c; the rule is in kiln_gemm.h). The
+ * quantizer takes one contiguous fp32 row of A (k elements) and writes its
+ * kg * group int8 values (zero past k), and per group g its scale d[g]
+ * (NaN when the group holds a non-finite element; its values are then 0)
+ * and the sum of its values s[g]. The GEMV kernel computes, for `panels`
+ * consecutive 16-column panels of an int4 blob's body (b: panel s at b + s
+ * * kg * group bytes), out[s * m * 16 + i * 16 + c] = o_ic of the rule
+ * (before bias), for m <= KILN_GEMM_GEMV_MAX_M rows of int8 A (lda apart,
+ * padded to kg * group) with d and s of row i at ad / as + i * kg. */
+typedef void (*kiln_gemm_q4a8_gemv_fn)(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+                                       int64_t lda, const float* ad, const int32_t* as,
+                                       const uint8_t* b, int panels, float* out);
+typedef void (*kiln_gemm_q4a8_quantize_fn)(int64_t k, int64_t kg, int group, const float* a,
+                                           int8_t* q, float* d, int32_t* s);
+/* The level whose q4a8 kernels run now (kiln_cpu_isa(), the family's list). */
+kiln_isa_t kiln_gemm_q4a8_level(void);
+/* The int4 x int8 GEMV driver: 1 when it ran g, 0 when it had no scratch. */
+int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+                                 int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
+                                 int panels, float* out);
+void kiln_qd8_quantize_groups__generic(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
+                                       float* d, int32_t* s);
+#ifdef KILN_GEMM_HAVE_X86
+/* kiln_gemm_q4a8_avx2.c (AVX2 + FMA flags): VPMADDUBSW on nibble pairs. */
+void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+                              int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
+                              int panels, float* out);
+void kiln_qd8_quantize_groups__avx2(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
+                                    float* d, int32_t* s);
 #endif
 
 /* Bytes of one int4 group block (scales, zero points, nibbles). */
