@@ -88,7 +88,15 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     half to even) and sums the integer products exactly (1.2-2.4x faster
     than int8 weight-only on an AVX2 core); the result is then eager's
     linear on the quantized input and the dequantized weight; 8 rows or
-    fewer (decode) stay weight-only.
+    fewer (decode) stay weight-only. "int4:a8" (also with ":g<group>" and
+    ":asym") is int4 with int8 activations for decode, the other way
+    round: a linear layer given at most 8 rows quantizes its input per row
+    and per weight group of G at run time (scale max|x| / 127 over the
+    group, round half to even) and sums nibble x int8 products exactly,
+    so the GEMV is bound by reading the weights rather than by arithmetic;
+    the result is eager's linear on the quantized input and the dequantized
+    weight (each input within half a step, scale / 2, of its value); more
+    than 8 rows (prefill) stay weight-only.
 
     compute_dtype: None or torch.float32 (the default) computes in fp32.
     torch.bfloat16 makes every linear layer (nn.Linear, and matmuls by a
@@ -118,7 +126,7 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     quant = weights_quant(weights_dtype)
     if quant is None and weights_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln.trace: weights_dtype must be None, torch.float32, torch.bfloat16, "
-                         f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym]' (group a multiple of "
+                         f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym][:a8]' (group a multiple of "
                          f"32 up to 4096, default 32), not {weights_dtype!r}")
     if compute_dtype not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln.trace: compute_dtype must be None, torch.float32 or torch.bfloat16, "

@@ -56,7 +56,7 @@ def _precision_of(options):
     quant = weights_quant(weights)
     if quant is None and weights not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln: options['weights_dtype'] must be None, torch.float32, torch.bfloat16, "
-                         f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym]', not {weights!r}")
+                         f"torch.int8 (or 'int8', 'int8:a8') or 'int4[:g<group>][:asym][:a8]', not {weights!r}")
     if compute not in (None, torch.float32, torch.bfloat16):
         raise ValueError(f"kiln: options['compute_dtype'] must be None, torch.float32 or torch.bfloat16, "
                          f"not {compute!r}")
@@ -481,7 +481,7 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
 
     options (torch.compile(model, backend="kiln", options={...})):
       weights_dtype: as kiln.trace's: torch.bfloat16, torch.int8 / "int8",
-        "int8:a8", "int4[:g<group>][:asym]" stores the linear layers' weights packed so
+        "int8:a8", "int4[:g<group>][:asym][:a8]" stores the linear layers' weights packed so
         (decode reads 2x / 4x / ~7x fewer bytes); compute_dtype=torch.bfloat16
         computes them in bf16 (AMX / AVX512_BF16). Inference graphs only
         (under no_grad, where the weights are frozen constants); training

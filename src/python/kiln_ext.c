@@ -902,7 +902,7 @@ static const kiln_hal_target_t* kiln_py_target(const char* name) {
  * The graph is consumed. weights_bf16: pack linear weights as bf16;
  * compute_bf16: pack them for bf16 compute (inputs rounded to bf16 too);
  * quant 8 / 4: quantize them to int8 per channel / int4 in groups of group;
- * a8: int8 with int8 activations for more than 8 rows;
+ * a8: int8 activations (int8: more than 8 rows; int4: at most 8);
  * progress: None, or a callable given each pass's name as it starts;
  * target: "cpu", "reference" (None: $KILN_TARGET, else the CPU). */
 /* The compiler's on_pass: calls the front end's progress callable with the

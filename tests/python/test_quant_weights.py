@@ -25,7 +25,9 @@ more than that, and the fp32 model (no quantization) is checked to differ.
 MiniLM (all-MiniLM-L6-v2, real weights): int8 (and int8 with int8
 activations, "int8:a8") must stay at cosine >= 0.99 of fp32 (issue 18's
 target); int4's cosine is printed and held to a loose floor, the point being
-to report it.
+to report it. int4 with int8 activations ("int4:a8", decode: at most 8
+rows) is held within 0.005 of int4's own cosine on 8 tokens (int4 itself
+is below 0.99 there).
 """
 
 import math
@@ -199,6 +201,79 @@ def test_int8_a8_block_and_nan_row():
     assert out[4].isnan().all() and not out[torch.arange(33) != 4].isnan().any()
 
 
+def quantize_rows_groups_int8(x, group):
+    """The int4:a8 activation rule (kiln_gemm.h), per row and group of
+    `group` along the last dimension (the last group partial when K is not a
+    multiple: padding with zeros changes no maximum), in fp32: d = max|x| /
+    127 (1 if 0), q = clamp(round(x / d), -127, 127); returns q * d."""
+    *lead, k = x.shape
+    kp = math.ceil(k / group) * group
+    xp = torch.zeros(*lead, kp, dtype=torch.float32)
+    xp[..., :k] = x
+    g = xp.view(*lead, kp // group, group)
+    d = g.abs().amax(-1, keepdim=True) / 127
+    d = torch.where(d == 0, torch.ones_like(d), d)
+    q = torch.round(g / d).clamp(-127, 127)
+    return (q * d).view(*lead, kp)[..., :k]
+
+
+A8_KINDS = ["int4:a8", "int4:g128:asym:a8"]
+
+
+def group_of(kind):
+    return next((int(p[1:]) for p in kind.split(":")[1:] if p.startswith("g")), 32)
+
+
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+@pytest.mark.parametrize("rows", [1, 5, 8, 9])
+@pytest.mark.parametrize("kind", A8_KINDS)
+def test_int4_a8_matches_eager_with_quantized_activations(isa_level, rows, kind):
+    """weights_dtype="int4:a8": a linear layer given at most 8 rows (decode)
+    quantizes its input per row and weight group at run time and sums
+    integers; the reference is eager's linear on the quantized input and
+    the dequantized weight, so only fp32 summation separates the two
+    (tolerance as above). At 9 rows the layer stays weight-only."""
+    torch.manual_seed(rows)
+    model = OneLinear().eval()
+    x = torch.randn(rows, 200)
+    got = kiln.trace(model, x, weights_dtype=kind)(x)
+    base = kind.replace(":a8", "")
+    with torch.no_grad():
+        w = dequantized(model.fc.weight.detach(), base)
+        xin = quantize_rows_groups_int8(x, group_of(kind)) if rows <= 8 else x
+        want = torch.nn.functional.gelu(torch.nn.functional.linear(xin, w, model.fc.bias)) + x[:, :70]
+        weight_only = with_dequantized_linears(model, base)(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    if rows <= 8:  # the activations really were quantized
+        assert (got - weight_only).abs().max() > 1e-4
+    else:
+        torch.testing.assert_close(got, weight_only, rtol=1e-4, atol=1e-4)
+
+
+def test_int4_a8_block_and_nan_row():
+    """Through a chain of layers (each input quantized from kiln's own fp32
+    output of the layer before, which eager's can straddle a rounding of:
+    one step of one activation, d max|w|, is the tolerance), and a row with
+    a NaN gives NaN in its outputs only."""
+    torch.manual_seed(7)
+    model = Block().eval()
+    x = torch.randn(6, 200)
+    got = kiln.trace(model, x, weights_dtype="int4:a8")(x)
+    with torch.no_grad():
+        def lin(t, layer):
+            w = dequantized(layer.weight, "int4")
+            return (torch.nn.functional.linear(quantize_rows_groups_int8(t, 32), w, layer.bias),
+                    float(t.abs().max()) / 127 * float(w.abs().max()))
+        a, s1 = lin(x, model.fc1)
+        b, s2 = lin(torch.nn.functional.gelu(a), model.fc2)
+        want, s3 = lin(b + x, model.head)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=2 * max(s1, s2, s3))
+    bad = x.clone()
+    bad[4, 17] = float("nan")
+    out = kiln.trace(model, bad, weights_dtype="int4:a8")(bad)
+    assert out[4].isnan().all() and not out[torch.arange(6) != 4].isnan().any()
+
+
 class Embedder(nn.Module):
     """Token embedding, a linear layer and an output head, tied to the
     embedding or not (D = 96: int4 groups of 32 and, for g128, one group
@@ -249,7 +324,7 @@ def test_explain_and_saved_artifact(tmp_path):
     torch.manual_seed(1)
     model = Block().eval()
     x = torch.randn(3, 200)
-    for kind, tag in (("int8", "int8"), ("int4:g128:asym", "int4")):
+    for kind, tag in (("int8", "int8"), ("int4:g128:asym", "int4"), ("int4:a8", "int4")):
         compiled = kiln.trace(model, x, weights_dtype=kind)
         text = kiln.explain(compiled)
         assert f"[{tag}]" in text, text
@@ -257,6 +332,9 @@ def test_explain_and_saved_artifact(tmp_path):
         kiln.save(compiled, str(path))
         loaded = kiln.load(str(path))
         assert torch.equal(loaded(x), compiled(x))
+        if kind == "int4:a8":  # the flag was saved: not the weight-only numbers
+            weight_only = kiln.trace(model, x, weights_dtype="int4")(x)
+            assert (loaded(x) - weight_only).abs().max() > 1e-4
     # int4 stores fewer bytes than int8, and int8 fewer than fp32.
     sizes = {k: kiln.trace(model, x, weights_dtype=k).stats()["constant_bytes"]
              for k in (None, "int8", "int4")}
@@ -264,7 +342,7 @@ def test_explain_and_saved_artifact(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [torch.float16, torch.uint8, "int3", "int4:g48", "int4:g16",
-                                 "int4:foo", "int8:g32", "int4:a8", "int8:a4", "fp8", 8])
+                                 "int4:foo", "int8:g32", "int4:a4", "int4:g16:a8", "int8:a4", "fp8", 8])
 def test_bad_weights_dtype_is_refused(bad):
     with pytest.raises(ValueError, match="weights_dtype"):
         kiln.trace(Block().eval(), torch.randn(2, 200), weights_dtype=bad)
@@ -292,6 +370,29 @@ def test_minilm_real_weights_cosine():
         assert cos[kind][0] >= 0.9, (kind, cos[kind])
 
 
+def test_weights_dtype_int4_a8_spellings():
+    from kiln.options import weights_quant
+
+    assert weights_quant("int4:a8") == (4, 32, False, True)
+    assert weights_quant("int4:g128:asym:a8") == (4, 128, True, True)
+    assert weights_quant("int4:a8:g64") == (4, 64, False, True)
+    assert weights_quant("int4:g64") == (4, 64, False, False)
+
+
+def test_minilm_real_weights_int4_a8_cosine():
+    """8 tokens (one sequence), so every linear layer takes the a8 GEMV."""
+    model, ids, mask = minilm_encoder_and_batch(batch=1, seq=8)
+    with torch.no_grad():
+        want = model(ids, mask)
+    cos = {}
+    for kind in ("int4", "int4:a8", "int4:g128", "int4:g128:a8"):
+        got = kiln.trace(model, (ids, mask), weights_dtype=kind)(ids, mask)
+        cos[kind] = cosine(got, want)
+        print(f"MiniLM (8 tokens) {kind} weights vs fp32: cosine {cos[kind]:.6f}")
+    for kind in ("int4", "int4:g128"):
+        assert cos[kind + ":a8"] >= cos[kind] - 0.005, cos
+
+
 @pytest.mark.parametrize("kind", ["int8", "int4", "int4:g64:asym"])
 def test_torch_compile_options_weights_dtype(kind):
     """torch.compile(backend="kiln", options={"weights_dtype": ...}) packs the
@@ -310,6 +411,24 @@ def test_torch_compile_options_weights_dtype(kind):
         fp32 = model(x)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert (got - fp32).abs().max() > 1e-3
+    torch._dynamo.reset()
+
+
+def test_torch_compile_options_int4_a8():
+    """options={"weights_dtype": "int4:a8"} quantizes the activations of a
+    decode-sized inference graph as kiln.trace does."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = OneLinear().eval()
+    x = torch.randn(3, 200)
+    with torch.no_grad():
+        got = torch.compile(model, backend="kiln", options={"weights_dtype": "int4:a8"})(x)
+        w = dequantized(model.fc.weight, "int4")
+        want = torch.nn.functional.gelu(
+            torch.nn.functional.linear(quantize_rows_groups_int8(x, 32), w, model.fc.bias)) + x[:, :70]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     torch._dynamo.reset()
 
 

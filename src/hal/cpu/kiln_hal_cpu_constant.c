@@ -106,7 +106,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   if (o->quant_bits) {
     int group = o->quant_bits == 8 ? 0 : o->quant_group;
     f->nbytes = kiln_gemm_quant_packed_size(k, nn, o->quant_bits, group, o->quant_asym);
-    if (!f->nbytes || (o->quant_a8 && o->quant_bits != 8))
+    if (!f->nbytes)
       return kiln_status_make(KILN_INVALID_ARGUMENT,
                               "weights: int%d with group %d%s%s is not a supported quantization",
                               o->quant_bits, group, o->quant_asym ? " (asymmetric)" : "",
