@@ -14,7 +14,7 @@
  *       d_ig(p) / 2 (each q d is within d / 2 of its activation, the
  *       division's own rounding adds 127 ulp of d at most: 1e-5 relative
  *       slack) plus (2)'s rounding;
- * on K 32, 50, 200, 300 (K not a multiple of G: the last group partial),
+ * on K 7, 32, 50, 200, 300 (K not a multiple of G: the last group partial),
  * N 1, 15, 16, 17, 33, 70 (not multiples of 16), groups 32 and 128,
  * symmetric and asymmetric, with bias, activation and residual (also in
  * place), bf16 and strided A, a batch, and a row with a NaN (its outputs
@@ -186,7 +186,7 @@ static void q4a8_run(const q4a8_case_t* tc, kiln_pool_t* pool, const char* where
 
 static void q4a8_level(kiln_pool_t* pool, const char* where) {
   static const int64_t ns[] = {1, 15, 16, 17, 33, 70};
-  static const int64_t ks[] = {32, 50, 200, 300};
+  static const int64_t ks[] = {7, 32, 50, 200, 300};
   q4a8_case_t tc;
   int n = 0;
   for (int64_t m = 1; m <= 8; ++m)

@@ -191,18 +191,18 @@ void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g);
 
 /* int4 weights with int8 activations (header flags bit 1 on an int4 blob;
- * kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int4:a8")): for M <=
- * KILN_GEMM_GEMV_MAX_M (decode) each row of A is quantized per group of G
+ * kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int4:a8")): for M <= 8
+ * (KILN_GEMM_GEMV_MAX_M: decode) each row of A is quantized per group of G
  * along K (the blob's group) at run time and the nibble x int8 products are
- * summed exactly in int32 (kiln_gemm_q4a8.c): about 3x fewer instructions
- * per weight than dequantizing to fp32, so the GEMV is bound by reading the
- * weights. Larger M keeps the weight-only blocked path (fp32 numbers with
- * the dequantized weights). The rule, for row i, group g (rows p in [g G,
+ * summed exactly in int32 (kiln_gemm_q4a8.c): 3x fewer instructions per
+ * weight than dequantizing to fp32 (AVX2), so the GEMV comes near the
+ * speed of reading the weights. Larger M keeps the weight-only blocked
+ * path (fp32 numbers with the dequantized weights). The rule, for row i, group g (rows p in [g G,
  * min(g G + G, K))) and column j, every step in fp32:
  *   d_ig = max_p |A[i][p]| / 127 (1 if 0), q_ip = clamp(round(A[i][p] /
  *   d_ig), -127, 127) (half to even), s_ig = sum_p q_ip,
  *   acc_igj = sum_p nib_pj * q_ip - z_gj * s_ig   (exact: an integer of
- *     magnitude <= 15 * 127 * G < 2^24, so also exact as a float),
+ *     magnitude <= 15 * 127 * G < 2^24 for G <= 4096, so exact as a float),
  *   o_ij = 0; for g = 0, 1, ... in order: o_ij = fma(scale_gj * d_ig,
  *     acc_igj, o_ij)   (the product rounded, then one fused multiply-add),
  *   C[i][j] = act(o_ij + bias_j) + residual
