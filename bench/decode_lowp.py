@@ -2,8 +2,10 @@
 18): the bench's 8-layer Llama (bench/models.py gen_llama: hidden 1024, GQA
 16/4, vocab 32000, 594 MiB of fp32 weights read per token) as users run it,
 ``model.forward = torch.compile(model.forward, backend="kiln",
-options={"weights_dtype": ...})``, for kiln fp32, int8 and int4 (groups of
-32; also "int4:g128" with --g128) beside eager (the default DynamicCache).
+options={"weights_dtype": ...})``, for kiln fp32, int8, int4 (groups of
+32) and int4:a8 (int4 with int8 activations: decode's linear layers
+quantize their input per group and sum integers; also "int4:g128" and
+"int4:g128:a8" with --g128) beside eager (the default DynamicCache).
 
 Each call is bench/generation.py's: greedy, a 128-token prompt, 65 new
 tokens, a streamer stamping each token; decode tok/s counts the 64 steps
@@ -31,7 +33,7 @@ import torch._dynamo
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4"))
+KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"))
 
 
 def kiln_systems(model, kinds, cache=None):
@@ -94,7 +96,7 @@ def main():
     mask = torch.ones_like(ids)
     kinds = list(KINDS)
     if "--g128" in args:
-        kinds.append(("kiln int4:g128", "int4:g128"))
+        kinds += [("kiln int4:g128", "int4:g128"), ("kiln int4:g128:a8", "int4:g128:a8")]
     systems = [GenSystem("eager", None, cache, None)] + kiln_systems(model, kinds, cache)
     load0 = os.getloadavg()
     print(f"gen_llama, {weight_bytes(model) / 2**20:.0f} MiB of fp32 weights per token, "

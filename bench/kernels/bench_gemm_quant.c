@@ -1,6 +1,7 @@
 /* Quantized-weight GEMV / GEMM figures: C(M, N) = A(M, K) . B(K, N) with B
- * packed as fp32, bf16, int8 (per column) and int4 (groups of 32 and 128),
- * at 1 and 2 threads, against this machine's read bandwidth (a streaming
+ * packed as fp32, bf16, int8 (per column) and int4 (groups of 32 and 128;
+ * weight-only, then with int8 activations: "a8", kiln_gemm_q4a8 for M <=
+ * 8), at 1 and 2 threads (BENCH_THREADS=1: 1 only), against this machine's read bandwidth (a streaming
  * sum over a buffer far larger than the caches, measured here).
  *
  * Each figure is the fastest of many calls: at 1 thread in the calling
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     for (int i = 1; i + 2 < argc && n_shapes < 16; i += 3, ++n_shapes)
       for (int d = 0; d < 3; ++d) shapes[n_shapes][d] = atoll(argv[i + d]);
   }
+  /* BENCH_THREADS=1: the 1-thread rows only (a shared machine). */
+  const char* bt = getenv("BENCH_THREADS");
+  int max_threads = bt && atoi(bt) == 1 ? 1 : 2;
   printf("isa %s\n", kiln_cpu_isa_name(kiln_cpu_isa()));
   kiln_pool_t* pools[2] = {NULL, NULL};
   if (kiln_pool_create(1, &pools[0]) || kiln_pool_create(2, &pools[1])) return 1;
@@ -122,13 +126,16 @@ int main(int argc, char** argv) {
     float* c = aligned_alloc(64, (size_t)(M * N * 4 + 64) & ~(size_t)63);
     for (int64_t i = 0; i < M * K; ++i) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (int64_t i = 0; i < N * K; ++i) w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    bench_kind_t kinds[5] = {
+    enum { KINDS = 7 };
+    bench_kind_t kinds[KINDS] = {
         {"fp32", kiln_gemm_f32_packed_size(K, N), 0, NULL},
         {"bf16", kiln_gemm_bf16_packed_size(K, N), 0, NULL},
         {"int8", kiln_gemm_quant_packed_size(K, N, 8, 0, 0), 0, NULL},
         {"int4 g32", kiln_gemm_quant_packed_size(K, N, 4, 32, 0), 0, NULL},
-        {"int4 g128", kiln_gemm_quant_packed_size(K, N, 4, 128, 0), 0, NULL}};
-    for (int k = 0; k < 5; ++k) {
+        {"int4 g128", kiln_gemm_quant_packed_size(K, N, 4, 128, 0), 0, NULL},
+        {"int4 g32 a8", kiln_gemm_quant_packed_size(K, N, 4, 32, 0), 0, NULL},
+        {"int4 g128 a8", kiln_gemm_quant_packed_size(K, N, 4, 128, 0), 0, NULL}};
+    for (int k = 0; k < KINDS; ++k) {
       bench_kind_t* kd = &kinds[k];
       kd->copies = (int)(BENCH_COPIES_BYTES / kd->bytes);
       if (kd->copies < 2) kd->copies = 2;
@@ -139,20 +146,22 @@ int main(int argc, char** argv) {
       if (k == 1) kiln_gemm_bf16_pack_b(K, N, w, 1, K, kd->w[0]);
       if (k == 2) kiln_gemm_quant_pack_b(K, N, w, 1, K, 8, 0, 0, kd->w[0]);
       if (k == 3) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 0, kd->w[0]);
-      if (k == 4) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 128, 0, kd->w[0]);
+      if (k == 4 || k == 6) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 128, 0, kd->w[0]);
+      if (k == 5) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 0, kd->w[0]);
+      if (k >= 5) kiln_gemm_quant_set_a8(kd->w[0]);
       for (int cp = 1; cp < kd->copies; ++cp) {
         kd->w[cp] = aligned_alloc(64, (kd->bytes + 63) & ~(size_t)63);
         memcpy(kd->w[cp], kd->w[0], kd->bytes);
       }
     }
-    for (int threads = 1; threads <= 2; ++threads) {
+    for (int threads = 1; threads <= max_threads; ++threads) {
       kiln_gemm_f32_args_t g;
       memset(&g, 0, sizeof(g));
       g.batch = 1, g.m = M, g.n = N, g.k = K;
       g.a = a, g.a_row_stride = K, g.a_col_stride = 1;
       g.c = c, g.c_row_stride = N;
       double t32 = 0;
-      for (int k = 0; k < 5; ++k) {
+      for (int k = 0; k < KINDS; ++k) {
         int reps = M >= 64 ? 10 : 60;
         double t = bench_best(&g, &kinds[k], k, reps, threads, pools[threads - 1]);
         if (k == 0) t32 = t;
@@ -164,7 +173,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
     }
-    for (int k = 0; k < 5; ++k) {
+    for (int k = 0; k < KINDS; ++k) {
       for (int cp = 0; cp < kinds[k].copies; ++cp) free(kinds[k].w[cp]);
       free(kinds[k].w);
     }
