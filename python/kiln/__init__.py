@@ -89,14 +89,14 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     than int8 weight-only on an AVX2 core); the result is then eager's
     linear on the quantized input and the dequantized weight; 8 rows or
     fewer (decode) stay weight-only. "int4:a8" (also with ":g<group>" and
-    ":asym") is int4 with int8 activations for decode, the other way
-    round: a linear layer given at most 8 rows quantizes its input per row
-    and per weight group of G at run time (scale max|x| / 127 over the
-    group, round half to even) and sums nibble x int8 products exactly,
-    so the GEMV is bound by reading the weights rather than by arithmetic;
+    ":asym") is int4 with int8 activations: a linear layer quantizes its
+    input per row and per weight group of G at run time (scale max|x| /
+    127 over the group, round half to even) and sums nibble x int8
+    products exactly, so the decode GEMV is bound by reading the weights
+    rather than by arithmetic, and prefill runs 1.1-1.3x int4 weight-only;
     the result is eager's linear on the quantized input and the dequantized
-    weight (each input within half a step, scale / 2, of its value); more
-    than 8 rows (prefill) stay weight-only.
+    weight (each input within half a step, scale / 2, of its value), each
+    row's the same whatever the row count.
 
     compute_dtype: None or torch.float32 (the default) computes in fp32.
     torch.bfloat16 makes every linear layer (nn.Linear, and matmuls by a

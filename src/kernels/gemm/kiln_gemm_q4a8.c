@@ -1,4 +1,4 @@
-/* int4 weights with int8 activations for decode (M <= 8): each row of A is
+/* int4 weights with int8 activations, decode and prefill: each row of A is
  * quantized per group of the blob's G at run time and the nibble x int8
  * products are summed exactly in int32 (llama.cpp's q4_0 x q8_0 idea),
  * then scaled per group in fp32. Used for int4 blobs flagged a8
@@ -7,12 +7,17 @@
  * sum are in kiln_gemm.h beside kiln_gemm_q4a8_applies.
  *
  * This file holds the rule's pieces (the group quantizer), the scalar
- * reference, the portable kernels and the driver. Driver, per batch: the
- * calling thread quantizes the M rows of A (widened from bf16 or gathered
- * from strides first) into int8 rows padded to whole groups with their
- * per-group scales and sums; then tasks of contiguous panel runs (as the
- * weight-only GEMV: kiln_gemm_quant.c) run the GEMV kernel of the level and
- * hand each 16-column panel to the fp32 epilogue. Every kernel computes
+ * reference, the portable kernels and the driver. Driver, per batch and
+ * chunk of at most KILN_Q4A8_CHUNK_M rows: the calling thread quantizes the
+ * rows of A (widened from bf16 or gathered from strides first) into int8
+ * rows padded to whole groups with their per-group scales and sums; then
+ * tasks of contiguous panel runs (as the weight-only GEMV:
+ * kiln_gemm_quant.c) run the GEMV kernel of the level on each slab of up to
+ * KILN_GEMM_GEMV_MAX_M rows in turn, the slab loop inside the panel loop so
+ * that a few panels' nibbles (tens of KiB) stay in L1/L2 while every slab
+ * reads them (prefill: the weights come from memory once per chunk), and
+ * hand each 16-column panel to the fp32 epilogue. Each row's result depends
+ * on that row alone, so a prompt's rows give the bits decode gives them. Every kernel computes
  * the rule's float operations in the rule's order, so each gives the
  * reference's bits before the epilogue. */
 #include <math.h>
@@ -25,8 +30,13 @@
 
 static int64_t kiln_q4a8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Rows quantized per pass: bounds the scratch (rows x K bytes) whatever the
+ * prompt length, and a pass's int8 rows (256 KiB at K = 1024) stay in L2
+ * while the slabs read them. */
+#define KILN_Q4A8_CHUNK_M 256
+
 int kiln_gemm_q4a8_applies(const kiln_gemm_f32_args_t* g) {
-  if (!g->b_packed_q || g->m > KILN_GEMM_GEMV_MAX_M) return 0;
+  if (!g->b_packed_q) return 0;
   kiln_gemm_quant_header_t h;
   kiln_gemm_quant_header_read(g->b_packed_q, &h);
   return h.bits == 4 && (h.flags & KILN_GEMM_QUANT_A8) != 0;
@@ -137,7 +147,7 @@ typedef struct {
   kiln_gemm_epilogue_fn epilogue;
   kiln_gemm_q4a8_gemv_fn gemv;
   int group, asym;
-  int64_t kg, kpad, gb, np, n_tasks;
+  int64_t m, kg, kpad, gb, np, n_tasks; /* m: rows of this pass */
   const uint8_t* body;
   const int8_t* aq;
   const float* ad;
@@ -155,13 +165,16 @@ static void kiln_q4a8_task(void* p, size_t task, int thread) {
   _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
   for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
     int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
-    t->gemv(g->m, t->kg, t->group, t->asym, t->aq, t->kpad, t->ad, t->as,
-            t->body + q * t->kg * t->gb, np, tmp);
-    for (int s = 0; s < np; ++s) {
-      int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
-      t->epilogue(g->m, nr, tmp + s * g->m * P, P, t->c + j, g->c_row_stride,
-                  g->bias ? g->bias + j : NULL, t->res ? t->res + j : NULL, g->r_row_stride,
-                  g->act);
+    for (int64_t i0 = 0; i0 < t->m; i0 += KILN_GEMM_GEMV_MAX_M) {
+      int64_t m = t->m - i0 < KILN_GEMM_GEMV_MAX_M ? t->m - i0 : KILN_GEMM_GEMV_MAX_M;
+      t->gemv(m, t->kg, t->group, t->asym, t->aq + i0 * t->kpad, t->kpad, t->ad + i0 * t->kg,
+              t->as + i0 * t->kg, t->body + q * t->kg * t->gb, np, tmp);
+      for (int s = 0; s < np; ++s) {
+        int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
+        t->epilogue(m, nr, tmp + s * m * P, P, t->c + i0 * g->c_row_stride + j, g->c_row_stride,
+                    g->bias ? g->bias + j : NULL,
+                    t->res ? t->res + i0 * g->r_row_stride + j : NULL, g->r_row_stride, g->act);
+      }
     }
   }
 }
@@ -197,11 +210,12 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   t.body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   t.n_tasks = T > 1 ? 4 * T : 1;
   if (t.n_tasks > t.np) t.n_tasks = t.np;
-  /* Scratch: one fp32 row (A widened or gathered), the int8 rows, then per
-   * (row, group) the scales and sums. */
+  /* Scratch: one fp32 row (A widened or gathered), the int8 rows of a pass,
+   * then per (row, group) the scales and sums. */
+  const int64_t rows = M < KILN_Q4A8_CHUNK_M ? M : KILN_Q4A8_CHUNK_M;
   size_t row_bytes = ((size_t)K * sizeof(float) + 63) & ~(size_t)63;
-  size_t q_bytes = ((size_t)(M * t.kpad) + 63) & ~(size_t)63;
-  size_t g_bytes = (size_t)(M * t.kg) * 4;
+  size_t q_bytes = ((size_t)(rows * t.kpad) + 63) & ~(size_t)63;
+  size_t g_bytes = (size_t)(rows * t.kg) * 4;
   void* blk = NULL;
   char* scratch = kiln_scratch_get(&kiln_q4a8_scratch_, row_bytes + q_bytes + 2 * g_bytes, &blk);
   if (!scratch) return 0;
@@ -211,20 +225,23 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   int32_t* as = (int32_t*)(scratch + row_bytes + q_bytes + g_bytes);
   t.aq = aq, t.ad = ad, t.as = as;
   for (int64_t bt = 0; bt < g->batch; ++bt) {
-    for (int64_t i = 0; i < M; ++i) {
-      int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
-      const float* src = g->a_bf16 ? NULL : g->a + base;
-      if (g->a_bf16 || g->a_col_stride != 1) {
-        for (int64_t p = 0; p < K; ++p)
-          row[p] = g->a_bf16 ? kiln_gemm_bf16_to_f32(g->a_bf16[base + p * g->a_col_stride])
-                             : g->a[base + p * g->a_col_stride];
-        src = row;
+    for (int64_t r0 = 0; r0 < M; r0 += rows) {
+      t.m = M - r0 < rows ? M - r0 : rows;
+      for (int64_t i = 0; i < t.m; ++i) {
+        int64_t base = bt * g->a_batch_stride + (r0 + i) * g->a_row_stride;
+        const float* src = g->a_bf16 ? NULL : g->a + base;
+        if (g->a_bf16 || g->a_col_stride != 1) {
+          for (int64_t p = 0; p < K; ++p)
+            row[p] = g->a_bf16 ? kiln_gemm_bf16_to_f32(g->a_bf16[base + p * g->a_col_stride])
+                               : g->a[base + p * g->a_col_stride];
+          src = row;
+        }
+        quantize(K, t.kg, t.group, src, aq + i * t.kpad, ad + i * t.kg, as + i * t.kg);
       }
-      quantize(K, t.kg, t.group, src, aq + i * t.kpad, ad + i * t.kg, as + i * t.kg);
+      t.c = g->c + bt * g->c_batch_stride + r0 * g->c_row_stride;
+      t.res = g->residual ? g->residual + bt * g->r_batch_stride + r0 * g->r_row_stride : NULL;
+      kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_q4a8_task, &t);
     }
-    t.c = g->c + bt * g->c_batch_stride;
-    t.res = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
-    kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_q4a8_task, &t);
   }
   kiln_scratch_put(&kiln_q4a8_scratch_, blk);
   return 1;
