@@ -95,7 +95,8 @@ def main():
     model = MODELS[args.model].build()[0]
     vocab = model.config.get_text_config().vocab_size
     ids = torch.randint(0, vocab, (1, args.prompt), generator=torch.Generator().manual_seed(1))
-    kw = dict(max_new_tokens=args.tokens, min_new_tokens=args.tokens, do_sample=False)
+    # An end-of-sequence id no token has: every call decodes args.tokens (generation._never_generated).
+    kw = dict(max_new_tokens=args.tokens, eos_token_id=vocab, do_sample=False)
 
     def timed_generate():
         c, w = time.process_time(), time.perf_counter()

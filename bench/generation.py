@@ -6,8 +6,8 @@ their own processes like every other model.
 Generation (one worker per model, every batch and thread count in it):
 
   * every call is ``model.generate(ids, attention_mask=mask, do_sample=False,
-    max_new_tokens=N + 1, min_new_tokens=N + 1)`` (greedy; min = max, so the
-    length is fixed) on a 128-token prompt of seeded random ids, with a
+    max_new_tokens=N + 1, eos_token_id=<one past the vocabulary>)`` (greedy;
+    no token can end the sequence, so the length is fixed) on a 128-token prompt of seeded random ids, with a
     streamer (``Clock``) that stamps the time each new token reaches it. One
     call gives both figures: time to first token = from calling generate()
     to the first new token (the prefill and generate()'s own setup), decode
@@ -164,6 +164,16 @@ class GenSystem:
         self.compare_with = compare_with
 
 
+def _never_generated(model):
+    """An end-of-sequence id no token can have (one past the vocabulary), so
+    that every call decodes exactly the tokens asked for while generate()
+    still checks for the end of a sequence each step, as it does for a real
+    one. (min_new_tokens would also fix the length, but it adds two logits
+    processors that build and search a vocabulary-wide mask every step,
+    ~1 ms here, which a user's generate() does not run.)"""
+    return model.config.get_text_config().vocab_size
+
+
 def _generate(model, system, ids, mask, new):
     if system.forward is None:
         model.__dict__.pop("forward", None)
@@ -174,7 +184,8 @@ def _generate(model, system, ids, mask, new):
     t0 = _now()
     try:
         out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=new + 1,
-                             min_new_tokens=new + 1, pad_token_id=0, streamer=clock, **kw)
+                             eos_token_id=_never_generated(model), pad_token_id=0, streamer=clock,
+                             **kw)
     finally:
         model.__dict__.pop("forward", None)
     t1 = _now()

@@ -514,8 +514,8 @@ def _text_grid(head: list[str], body: list[list[str]]) -> list[str]:
 
 
 GEN_ABOUT = (
-    "Generation rows call `model.generate()` as users do (greedy, min_new_tokens = "
-    "max_new_tokens = 65, a 128-token prompt, all-ones attention mask); a streamer stamps each "
+    "Generation rows call `model.generate()` as users do (greedy, max_new_tokens = 65 with an "
+    "end-of-sequence id no token has, so every call decodes 65, a 128-token prompt, all-ones attention mask); a streamer stamps each "
     "token: TTFT is from the call to the first new token, tok/s counts the 64 decode steps after "
     "it (times the batch). eager: the better of the default DynamicCache (dyn) and "
     "`cache_implementation=\"static\"`; kiln: `model.forward = torch.compile(model.forward, "
