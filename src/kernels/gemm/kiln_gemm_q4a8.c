@@ -11,12 +11,13 @@
  * chunk of at most KILN_Q4A8_CHUNK_M rows: the calling thread quantizes the
  * rows of A (widened from bf16 or gathered from strides first) into int8
  * rows padded to whole groups with their per-group scales and sums; then
- * tasks of contiguous panel runs (as the weight-only GEMV:
- * kiln_gemm_quant.c) run the GEMV kernel of the level on each slab of up to
- * KILN_GEMM_GEMV_MAX_M rows in turn, the slab loop inside the panel loop so
- * that a few panels' nibbles (tens of KiB) stay in L1/L2 while every slab
- * reads them (prefill: the weights come from memory once per chunk), and
- * hand each 16-column panel to the fp32 epilogue. Each row's result depends
+ * kiln_gemm_gemv_panels_run (the task loop of every GEMV driver:
+ * kiln_gemm_quant.c) runs the GEMV kernel of the level over contiguous
+ * panel runs on each slab of up to KILN_GEMM_GEMV_MAX_M rows in turn, the
+ * slab loop inside the panel loop so that a few panels' nibbles (tens of
+ * KiB) stay in L1/L2 while every slab reads them (prefill: the weights come
+ * from memory once per chunk), and hands each 16-column panel to the fp32
+ * epilogue. Each row's result depends
  * on that row alone, so a prompt's rows give the bits decode gives them. Every kernel computes
  * the rule's float operations in the rule's order, so each gives the
  * reference's bits before the epilogue. */
@@ -143,40 +144,19 @@ void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, con
 /* ---- the driver ------------------------------------------------------------ */
 
 typedef struct {
-  const kiln_gemm_f32_args_t* g;
-  kiln_gemm_epilogue_fn epilogue;
   kiln_gemm_q4a8_gemv_fn gemv;
   int group, asym;
-  int64_t m, kg, kpad, gb, np, n_tasks; /* m: rows of this pass */
+  int64_t kg, kpad, gb;
   const uint8_t* body;
   const int8_t* aq;
   const float* ad;
   const int32_t* as;
-  float* c;
-  const float* res;
 } kiln_q4a8_t;
 
-static void kiln_q4a8_task(void* p, size_t task, int thread) {
-  (void)thread;
+static void kiln_q4a8_panels(const void* p, int64_t i0, int64_t m, int64_t q, int np, float* out) {
   const kiln_q4a8_t* t = p;
-  const kiln_gemm_f32_args_t* g = t->g;
-  const int P = KILN_GEMM_PANEL;
-  int64_t q0 = (int64_t)task * t->np / t->n_tasks, q1 = ((int64_t)task + 1) * t->np / t->n_tasks;
-  _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
-  for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
-    int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
-    for (int64_t i0 = 0; i0 < t->m; i0 += KILN_GEMM_GEMV_MAX_M) {
-      int64_t m = t->m - i0 < KILN_GEMM_GEMV_MAX_M ? t->m - i0 : KILN_GEMM_GEMV_MAX_M;
-      t->gemv(m, t->kg, t->group, t->asym, t->aq + i0 * t->kpad, t->kpad, t->ad + i0 * t->kg,
-              t->as + i0 * t->kg, t->body + q * t->kg * t->gb, np, tmp);
-      for (int s = 0; s < np; ++s) {
-        int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
-        t->epilogue(m, nr, tmp + s * m * P, P, t->c + i0 * g->c_row_stride + j, g->c_row_stride,
-                    g->bias ? g->bias + j : NULL,
-                    t->res ? t->res + i0 * g->r_row_stride + j : NULL, g->r_row_stride, g->act);
-      }
-    }
-  }
+  t->gemv(m, t->kg, t->group, t->asym, t->aq + i0 * t->kpad, t->kpad, t->ad + i0 * t->kg,
+          t->as + i0 * t->kg, t->body + q * t->kg * t->gb, np, out);
 }
 
 /* The variants of the family's list (KILN_GEMM_Q4A8_ISAS,
@@ -195,21 +175,15 @@ static kiln_scratch_cache_t kiln_q4a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t
 int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_gemm_quant_header_t h;
   kiln_gemm_quant_header_read(g->b_packed_q, &h);
-  const int P = KILN_GEMM_PANEL;
-  const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
+  const int64_t M = g->m, K = g->k;
   kiln_q4a8_t t;
   memset(&t, 0, sizeof(t));
-  t.g = g;
-  t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.gemv = kiln_gemm_q4a8_gemvs[kiln_gemm_q4a8_level()];
   kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizers[kiln_gemm_q4a8_level()];
   t.group = (int)h.group, t.asym = h.flags & 1;
   t.kg = kiln_q4a8_cdiv(K, t.group), t.kpad = t.kg * t.group;
   t.gb = kiln_gemm_q4_group_bytes(t.group, t.asym);
-  t.np = kiln_q4a8_cdiv(N, P);
   t.body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
-  t.n_tasks = T > 1 ? 4 * T : 1;
-  if (t.n_tasks > t.np) t.n_tasks = t.np;
   /* Scratch: one fp32 row (A widened or gathered), the int8 rows of a pass,
    * then per (row, group) the scales and sums. */
   const int64_t rows = M < KILN_Q4A8_CHUNK_M ? M : KILN_Q4A8_CHUNK_M;
@@ -226,21 +200,14 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   t.aq = aq, t.ad = ad, t.as = as;
   for (int64_t bt = 0; bt < g->batch; ++bt) {
     for (int64_t r0 = 0; r0 < M; r0 += rows) {
-      t.m = M - r0 < rows ? M - r0 : rows;
-      for (int64_t i = 0; i < t.m; ++i) {
-        int64_t base = bt * g->a_batch_stride + (r0 + i) * g->a_row_stride;
-        const float* src = g->a_bf16 ? NULL : g->a + base;
-        if (g->a_bf16 || g->a_col_stride != 1) {
-          for (int64_t p = 0; p < K; ++p)
-            row[p] = g->a_bf16 ? kiln_gemm_bf16_to_f32(g->a_bf16[base + p * g->a_col_stride])
-                               : g->a[base + p * g->a_col_stride];
-          src = row;
-        }
-        quantize(K, t.kg, t.group, src, aq + i * t.kpad, ad + i * t.kg, as + i * t.kg);
-      }
-      t.c = g->c + bt * g->c_batch_stride + r0 * g->c_row_stride;
-      t.res = g->residual ? g->residual + bt * g->r_batch_stride + r0 * g->r_row_stride : NULL;
-      kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_q4a8_task, &t);
+      const int64_t m = M - r0 < rows ? M - r0 : rows;
+      for (int64_t i = 0; i < m; ++i)
+        quantize(K, t.kg, t.group, kiln_gemm_quant_a_row(g, bt, r0 + i, row), aq + i * t.kpad,
+                 ad + i * t.kg, as + i * t.kg);
+      kiln_gemm_gemv_panels_run(
+          g, m, g->c + bt * g->c_batch_stride + r0 * g->c_row_stride,
+          g->residual ? g->residual + bt * g->r_batch_stride + r0 * g->r_row_stride : NULL, pool,
+          kiln_q4a8_panels, &t);
     }
   }
   kiln_scratch_put(&kiln_q4a8_scratch_, blk);

@@ -1,7 +1,8 @@
 /* Quantized weights (weight-only int8 and int4; blobs flagged for int8
  * activations go to kiln_gemm_q8a8.c / kiln_gemm_q4a8.c where their rules
- * apply): quantization and packing,
- * the scalar rule, the portable kernels and the driver. The blob layout and
+ * apply): quantization and packing, the scalar rule, the portable kernels,
+ * the driver, and the task loop that the GEMV drivers share
+ * (kiln_gemm_gemv_panels_run). The blob layout and
  * the quantization rules are documented in kiln_gemm.h; the rules are the
  * ones tests/python/test_quant_weights.py repeats in torch.
  *
@@ -355,41 +356,83 @@ static kiln_scratch_cache_t kiln_gemm_quant_scratch_ = KILN_SCRATCH_CACHE_INIT((
 
 typedef struct {
   const kiln_gemm_f32_args_t* g;
-  const kiln_gemm_kernels_t* kn;
-  const kiln_gemm_quant_kernels_t* qk;
-  int bits, group, asym;
-  int64_t kg, kpad, gb, np;
-  const uint8_t* body;
-  const float* a; /* m rows, kpad apart */
-  const float* asum;
+  kiln_gemm_gemv_panels_fn fn;
+  const void* ctx;
+  int64_t m;
   float* c;
   const float* res;
-  int64_t n_tasks;
-} kiln_gemm_quant_gemv_t;
+  kiln_gemm_epilogue_fn epilogue;
+  int64_t np, n_tasks;
+} kiln_gemm_gemv_run_t;
 
-static void kiln_gemm_quant_gemv_task(void* p, size_t task, int thread) {
+static void kiln_gemm_gemv_run_task(void* p, size_t task, int thread) {
   (void)thread;
-  const kiln_gemm_quant_gemv_t* t = p;
+  const kiln_gemm_gemv_run_t* t = p;
   const kiln_gemm_f32_args_t* g = t->g;
   const int P = KILN_GEMM_PANEL;
   int64_t q0 = (int64_t)task * t->np / t->n_tasks, q1 = ((int64_t)task + 1) * t->np / t->n_tasks;
   _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
   for (int64_t q = q0; q < q1; q += KILN_GEMM_GEMV_PANELS) {
     int np = q1 - q < KILN_GEMM_GEMV_PANELS ? (int)(q1 - q) : KILN_GEMM_GEMV_PANELS;
-    if (t->bits == 8)
-      t->qk->gemv_q8(g->m, g->k, t->a, t->kpad,
-                     (const int8_t*)(t->body + t->np * P * 4) + q * P * g->k,
-                     (const float*)t->body + q * P, np, tmp);
-    else
-      t->qk->gemv_q4(g->m, t->kg, t->group, t->asym, t->a, t->kpad, t->asum,
-                     t->body + q * t->kg * t->gb, np, tmp);
-    for (int s = 0; s < np; ++s) {
-      int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
-      t->kn->epilogue(g->m, nr, tmp + s * g->m * P, P, t->c + j, g->c_row_stride,
-                      g->bias ? g->bias + j : NULL, t->res ? t->res + j : NULL, g->r_row_stride,
-                      g->act);
+    for (int64_t i0 = 0; i0 < t->m; i0 += KILN_GEMM_GEMV_MAX_M) {
+      int64_t m = t->m - i0 < KILN_GEMM_GEMV_MAX_M ? t->m - i0 : KILN_GEMM_GEMV_MAX_M;
+      t->fn(t->ctx, i0, m, q, np, tmp);
+      for (int s = 0; s < np; ++s) {
+        int64_t j = (q + s) * P, nr = g->n - j < P ? g->n - j : P;
+        t->epilogue(m, nr, tmp + s * m * P, P, t->c + i0 * g->c_row_stride + j, g->c_row_stride,
+                    g->bias ? g->bias + j : NULL,
+                    t->res ? t->res + i0 * g->r_row_stride + j : NULL, g->r_row_stride, g->act);
+      }
     }
   }
+}
+
+void kiln_gemm_gemv_panels_run(const kiln_gemm_f32_args_t* g, int64_t m, float* c,
+                               const float* res, kiln_pool_t* pool, kiln_gemm_gemv_panels_fn fn,
+                               const void* ctx) {
+  const int64_t T = kiln_pool_size(pool);
+  kiln_gemm_gemv_run_t t;
+  t.g = g, t.fn = fn, t.ctx = ctx, t.m = m, t.c = c, t.res = res;
+  t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
+  t.np = kiln_q_cdiv(g->n, KILN_GEMM_PANEL);
+  t.n_tasks = T > 1 ? 4 * T : 1;
+  if (t.n_tasks > t.np) t.n_tasks = t.np;
+  if (t.n_tasks < 1) return;
+  kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_gemm_gemv_run_task, &t);
+}
+
+const float* kiln_gemm_quant_a_row(const kiln_gemm_f32_args_t* g, int64_t bt, int64_t i,
+                                   float* row) {
+  const int64_t base = bt * g->a_batch_stride + i * g->a_row_stride, cs = g->a_col_stride;
+  if (!g->a_bf16 && cs == 1) return g->a + base;
+  for (int64_t p = 0; p < g->k; ++p)
+    row[p] = g->a_bf16 ? kiln_gemm_bf16_to_f32(g->a_bf16[base + p * cs]) : g->a[base + p * cs];
+  return row;
+}
+
+typedef struct {
+  const kiln_gemm_f32_args_t* g;
+  const kiln_gemm_quant_kernels_t* qk;
+  int bits, group, asym;
+  int64_t kg, kpad, gb, np;
+  const uint8_t* body;
+  const float* a; /* m rows, kpad apart */
+  const float* asum;
+} kiln_gemm_quant_gemv_t;
+
+static void kiln_gemm_quant_gemv_panels(const void* p, int64_t i0, int64_t m, int64_t q, int np,
+                                        float* out) {
+  (void)i0; /* one slab: M <= KILN_GEMM_GEMV_MAX_M */
+  const kiln_gemm_quant_gemv_t* t = p;
+  const kiln_gemm_f32_args_t* g = t->g;
+  const int P = KILN_GEMM_PANEL;
+  if (t->bits == 8)
+    t->qk->gemv_q8(m, g->k, t->a, t->kpad,
+                   (const int8_t*)(t->body + t->np * P * 4) + q * P * g->k,
+                   (const float*)t->body + q * P, np, out);
+  else
+    t->qk->gemv_q4(m, t->kg, t->group, t->asym, t->a, t->kpad, t->asum,
+                   t->body + q * t->kg * t->gb, np, out);
 }
 
 /* ---- the blocked path ----------------------------------------------------- */
@@ -431,7 +474,6 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_q_header(g->b_packed_q, &h);
   const int P = KILN_GEMM_PANEL;
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
-  const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
   if (kiln_gemm_q4a8_applies(g)) {
@@ -478,10 +520,8 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     float* asum = scratch + M * kpad;
     kiln_gemm_quant_gemv_t t;
     memset(&t, 0, sizeof(t));
-    t.g = g, t.kn = kn, t.qk = qk, t.bits = bits, t.group = group, t.asym = asym;
+    t.g = g, t.qk = qk, t.bits = bits, t.group = group, t.asym = asym;
     t.kg = kg, t.kpad = kpad, t.gb = gb, t.np = np, t.body = body, t.a = arow, t.asum = asum;
-    t.n_tasks = T > 1 ? 4 * T : 1;
-    if (t.n_tasks > np) t.n_tasks = np;
     for (int64_t bt = 0; bt < g->batch; ++bt) {
       for (int64_t i = 0; i < M; ++i) {
         int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
@@ -504,9 +544,9 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
           asum[(i * kg + q) * 2 + 1] = (float)so;
         }
       }
-      t.c = g->c + bt * g->c_batch_stride;
-      t.res = g->residual ? g->residual + bt * g->r_batch_stride : NULL;
-      kiln_pool_parallel_for(pool, (size_t)t.n_tasks, kiln_gemm_quant_gemv_task, &t);
+      kiln_gemm_gemv_panels_run(g, M, g->c + bt * g->c_batch_stride,
+                                g->residual ? g->residual + bt * g->r_batch_stride : NULL, pool,
+                                kiln_gemm_quant_gemv_panels, &t);
     }
     kiln_scratch_put(&kiln_gemm_quant_scratch_, blk);
     return;

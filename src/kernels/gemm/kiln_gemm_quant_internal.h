@@ -83,6 +83,27 @@ void kiln_qd8_gemm_pack_a__avx2(int64_t rows, int64_t rows_pad, int64_t k, const
                                 float* scales);
 #endif
 
+/* The GEMV drivers' one task loop (weight-only int8 / int4, q4a8):
+ * fn computes, for the slab of m <= KILN_GEMM_GEMV_MAX_M rows starting at
+ * row i0 of the pass, `np` (<= KILN_GEMM_GEMV_PANELS) consecutive 16-column
+ * panels starting at panel q into out (panel s at out + s * m * 16, m x 16
+ * each, before bias). kiln_gemm_gemv_panels_run splits the panels into
+ * contiguous runs over the pool (4 tasks per thread, for balance), runs the
+ * slabs of the pass's m rows inside each run of panels (the panels' weights
+ * stay in L1/L2 while every slab reads them), and hands each panel to the
+ * fp32 epilogue: C and the residual of the pass's first row at c and res
+ * (g's row strides; res may be NULL). */
+typedef void (*kiln_gemm_gemv_panels_fn)(const void* ctx, int64_t i0, int64_t m, int64_t q,
+                                         int np, float* out);
+void kiln_gemm_gemv_panels_run(const kiln_gemm_f32_args_t* g, int64_t m, float* c,
+                               const float* res, kiln_pool_t* pool, kiln_gemm_gemv_panels_fn fn,
+                               const void* ctx);
+
+/* Row i of batch bt of A as contiguous fp32: in place when it is fp32 with
+ * unit column stride, else widened (bf16) or gathered into row (K floats). */
+const float* kiln_gemm_quant_a_row(const kiln_gemm_f32_args_t* g, int64_t bt, int64_t i,
+                                   float* row);
+
 /* The blob's header (kiln_gemm.h), as it lies in the first bytes. */
 typedef struct {
   uint32_t magic;
