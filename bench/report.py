@@ -443,8 +443,8 @@ LOWP_HEADER = ["model", "thr", "kiln fp32 ms", "kiln bf16 ms", "kiln int8 ms", "
 
 LOWP_ABOUT = (
     "kiln with `compute_dtype=torch.bfloat16` (linear layers in bf16, fp32 sums), "
-    "`weights_dtype=\"int8:a8\"` (int8 weights; more than 8 rows also quantize the activations "
-    "per row) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
+    "`weights_dtype=\"int8:a8\"` (int8 weights and activations quantized per row at run "
+    "time) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
     "or AVX512_BF16). In parentheses after a kiln time: the cosine similarity of its outputs to "
     "eager fp32's (a cell fails below 0.9, a gross error; the cosine is the accuracy figure). "

@@ -83,17 +83,18 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     bytes; activations and sums stay fp32, and the result matches the eager
     model with those linear weights replaced by their dequantized values
     (docs: kiln_gemm.h) within fp32 tolerance. "int8:a8" is int8 with int8
-    activations for prefill: a linear layer given more than 8 rows also
-    quantizes its input per row at run time (scale max|x| / 127, round
-    half to even) and sums the integer products exactly (1.2-2.4x faster
-    than int8 weight-only on an AVX2 core); the result is then eager's
-    linear on the quantized input and the dequantized weight; 8 rows or
-    fewer (decode) stay weight-only. "int4:a8" (also with ":g<group>" and
-    ":asym") is int4 with int8 activations: a linear layer quantizes its
-    input per row and per weight group of G at run time (scale max|x| /
-    127 over the group, round half to even) and sums nibble x int8
-    products exactly, so the decode GEMV is bound by reading the weights
-    rather than by arithmetic, and prefill runs 1.1-1.3x int4 weight-only;
+    activations: every linear layer also quantizes its input per row at run
+    time (scale max|x| / 127, round half to even) and sums the integer
+    products exactly, by one rule for prefill (more than 8 rows: 1.2-2.4x
+    faster than int8 weight-only on an AVX2 core) and decode (a GEMV with
+    about half the weight-only one's instructions); the result is eager's
+    linear on the quantized input and the dequantized weight. "int4:a8"
+    (also with ":g<group>" and ":asym") is int4 with int8 activations: a
+    linear layer quantizes its input per row and per weight group of G at
+    run time (scale max|x| / 127 over the group, round half to even) and
+    sums nibble x int8 products exactly, so the decode GEMV is bound by
+    reading the weights rather than by arithmetic, and prefill runs
+    1.1-1.3x int4 weight-only;
     the result is eager's linear on the quantized input and the dequantized
     weight (each input within half a step, scale / 2, of its value), each
     row's the same whatever the row count.

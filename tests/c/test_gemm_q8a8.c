@@ -1,18 +1,22 @@
 /* int8 x int8 (int8 weights flagged a8, activations quantized per row at
  * run time; the rule is in kiln_gemm.h): at every ISA level this machine
- * has, 1 and 2 threads, the GEMM against kiln_gemm_q8a8_reference, on edge
- * shapes: M 9 (the threshold), 13, 32, 37, 70 around the 6-row tiles and the
- * row blocks; N 1, 15, 16, 17, 33 around the 16-column panels; K 1, 2, 3,
- * 31, 64, 67, 300 (odd K: the last row alone), with bias, activation and
- * residual (also in place), bf16 and strided A, a batch, and a row with a
- * NaN (its outputs NaN, the other rows unaffected).
+ * has, 1 and 2 threads, kiln_gemm_f32 against kiln_gemm_q8a8_reference, on
+ * edge shapes:
+ *   prefill (the blocked kernel): M 9, 13, 32, 37, 70 around the 6-row
+ *   tiles and the row blocks; N 1, 15, 16, 17, 33 around the 16-column
+ *   panels; K 1, 2, 3, 31, 64, 67, 300 (odd K: the last row alone);
+ *   decode (the GEMV, M 1..8): N 1, 15, 16, 17, 33, 70; K 1, 3, 7 (a
+ *   partial quad of rows alone), 8, 50, 64, 301, and 4096, 4099;
+ * with bias, activation and residual (also in place), bf16 and strided A, a
+ * batch, and a row with a NaN or an infinity (its outputs NaN, the other
+ * rows unaffected); kiln_gemm_quant_last_path says which kernel ran.
  *
  * Tolerance: the integer sums are exact and every kernel scales them in the
  * rule's order, so without an activation the result equals the reference
  * bit for bit; GELU/SiLU come from the ISA's epilogue, a few ulps apart:
  * rtol 1e-6, atol 1e-6 there. The reference is itself checked against the
  * rule written out here in double (the same quantized values, a double
- * sum: 1e-6 relative), and M = 8 is checked to take the weight-only GEMV. */
+ * sum: 1e-6 relative), at M = 8 too. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +26,9 @@
 #include "base/kiln_pool.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
+
+/* KILN_GEMM_GEMV_MAX_M (kiln_gemm_internal.h): the most rows the GEMV takes. */
+enum { Q8A8_GEMV_MAX_M = 8 };
 
 typedef struct {
   int64_t batch, m, n, k;
@@ -69,7 +76,7 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
   kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
   kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
   kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
-  if (tc->nan_row) a[(M / 2) * lda + (K - 1) * acs] = NAN;
+  if (tc->nan_row) a[(M / 2) * lda + (K - 1) * acs] = tc->nan_row == 2 ? -INFINITY : NAN;
   if (a16)
     for (size_t i = 0; i < na; ++i) {
       a16[i] = kiln_gemm_bf16_from_f32(a[i]);
@@ -107,12 +114,19 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
            tc->res_alias, (int)tc->act, tc->a16, tc->a_strided, tc->nan_row);
   float tol = tc->act == KILN_ACT_NONE ? 0.0f : 1e-6f;
   kiln_test_compare_f32(what, c_got, c_want, nc, tol, tol);
+  /* M <= 8: the GEMV (never the reference, its fallback without scratch). */
   const char* path = kiln_gemm_quant_last_path();
-  KILN_EXPECT(!strncmp(path, "q8a8-", 5), "%s: ran %s", what, path);
+  const int gemv = M <= Q8A8_GEMV_MAX_M;
+  KILN_EXPECT(!strncmp(path, gemv ? "q8a8-gemv-" : "q8a8-", gemv ? 10 : 5) &&
+                  (gemv || strncmp(path, "q8a8-gemv-", 10)) && !strstr(path, "reference"),
+              "%s: ran %s", what, path);
   if (tc->nan_row)
-    for (int64_t j = 0; j < N; ++j)
-      KILN_EXPECT(isnan(c_got[(M / 2) * ldc + j]), "%s: column %lld of the NaN row is %g", what,
-                  (long long)j, c_got[(M / 2) * ldc + j]);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float v = c_got[i * ldc + j];
+        KILN_EXPECT(i == M / 2 ? isnan(v) : !isnan(v), "%s: (%lld, %lld) is %g", what,
+                    (long long)i, (long long)j, v);
+      }
   /* The reference against the rule written out above (no epilogue). */
   if (!tc->bias && !tc->residual && !tc->res_alias && tc->act == KILN_ACT_NONE && !tc->nan_row) {
     double* row = malloc((size_t)N * sizeof(double));
@@ -128,6 +142,26 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
     free(row);
   }
   free(a), free(w), free(bias), free(res), free(c_got), free(c_want), free(a16), free(blob);
+}
+
+/* Each (batch, M, N, K) of big with every variation: plain, bias + SiLU +
+ * residual + bf16 A, in-place residual + strided A, a NaN row, a -inf row. */
+static void q8a8_variations(const int64_t (*big)[4], size_t n, kiln_pool_t* pool,
+                            const char* where) {
+  q8a8_case_t tc;
+  for (size_t z = 0; z < n; ++z)
+    for (int v = 0; v < 5; ++v) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = big[z][0], tc.m = big[z][1], tc.n = big[z][2], tc.k = big[z][3];
+      tc.bias = v != 0;
+      tc.act = v == 1 ? KILN_ACT_SILU : KILN_ACT_NONE;
+      tc.residual = v == 1;
+      tc.res_alias = v == 2;
+      tc.a16 = v == 1;
+      tc.a_strided = v == 2;
+      tc.nan_row = v == 3 ? 1 : v == 4 ? 2 : 0;
+      q8a8_run(&tc, pool, where);
+    }
 }
 
 static void q8a8_level(kiln_pool_t* pool, const char* where) {
@@ -147,28 +181,45 @@ static void q8a8_level(kiln_pool_t* pool, const char* where) {
         tc.res_alias = n % 5 == 3;
         q8a8_run(&tc, pool, where);
       }
-  /* Larger, with every variation: several row blocks (K 1000: 126 rows per
-   * block) and strip runs, a batch, bf16 and strided A, a NaN row. */
+  /* Larger: several row blocks (K 1000: 126 rows per block) and strip
+   * runs. */
   static const int64_t big[][4] = {{1, 300, 100, 1000}, {2, 40, 65, 257}, {1, 129, 260, 96}};
-  for (size_t z = 0; z < sizeof(big) / sizeof(big[0]); ++z)
-    for (int v = 0; v < 4; ++v) {
-      memset(&tc, 0, sizeof(tc));
-      tc.batch = big[z][0], tc.m = big[z][1], tc.n = big[z][2], tc.k = big[z][3];
-      tc.bias = v != 0;
-      tc.act = v == 1 ? KILN_ACT_SILU : KILN_ACT_NONE;
-      tc.residual = v == 1;
-      tc.res_alias = v == 2;
-      tc.a16 = v == 1;
-      tc.a_strided = v == 2;
-      tc.nan_row = v == 3;
-      q8a8_run(&tc, pool, where);
-    }
+  q8a8_variations(big, sizeof(big) / sizeof(big[0]), pool, where);
 }
 
-/* Below the threshold an a8 blob keeps the weight-only GEMV (the fp32
- * reference with the dequantized weights). */
+/* The decode GEMV (M <= 8): M = 1..8 on N 1, 15, 16, 17, 33, 70 (ragged
+ * panels, and enough panels for 4-panel tiles and several tasks) and K 1,
+ * 3, 7 (a partial quad of rows alone), 8, 50, 64, 301, with bias,
+ * activations, residuals, some bf16 and strided A; then K 4099 (a large
+ * odd K) and 4096 with every variation. */
+static void q8a8_gemv_level(kiln_pool_t* pool, const char* where) {
+  static const int64_t ns[] = {1, 15, 16, 17, 33, 70};
+  static const int64_t ks[] = {1, 3, 7, 8, 50, 64, 301};
+  q8a8_case_t tc;
+  int n = 0;
+  for (int64_t m = 1; m <= Q8A8_GEMV_MAX_M; ++m)
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in)
+      for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik, ++n) {
+        memset(&tc, 0, sizeof(tc));
+        tc.batch = 1, tc.m = m, tc.n = ns[in], tc.k = ks[ik];
+        tc.bias = n % 2;
+        tc.act = n % 3 == 0 ? KILN_ACT_NONE : n % 3 == 1 ? KILN_ACT_RELU : KILN_ACT_GELU;
+        tc.residual = n % 5 == 1;
+        tc.res_alias = n % 5 == 3;
+        tc.a16 = n % 11 == 4;
+        tc.a_strided = n % 13 == 6;
+        q8a8_run(&tc, pool, where);
+      }
+  static const int64_t big[][4] = {{1, 1, 100, 4099}, {2, 3, 65, 257}, {1, 8, 260, 96},
+                                   {1, 5, 33, 4096}};
+  q8a8_variations(big, sizeof(big) / sizeof(big[0]), pool, where);
+}
+
+/* An a8 blob takes the int8 x int8 rule at every M: the GEMV up to
+ * KILN_GEMM_GEMV_MAX_M rows, the blocked kernel above, the scalar reference
+ * choosing the same rule (here checked against the rule written out). */
 static void q8a8_threshold(void) {
-  enum { M = KILN_GEMM_Q8A8_MIN_M - 1, N = 20, K = 50 };
+  enum { M = Q8A8_GEMV_MAX_M, N = 20, K = 50 };
   static float a[M * K], w[N * K], got[M * N], want[M * N];
   kiln_test_fill_f32(a, M * K, 5, -1, 1);
   kiln_test_fill_f32(w, N * K, 6, -1, 1);
@@ -181,16 +232,36 @@ static void q8a8_threshold(void) {
   memset(&g, 0, sizeof(g));
   g.batch = 1, g.m = M, g.n = N, g.k = K, g.a = a, g.a_row_stride = K, g.a_col_stride = 1;
   g.b_packed_q = blob, g.c = got, g.c_row_stride = N;
+  KILN_EXPECT(kiln_gemm_q8a8_applies(&g), "M %d is the a8 rule", M);
   kiln_gemm_f32(&g, NULL);
-  KILN_EXPECT(!strncmp(kiln_gemm_quant_last_path(), "gemv-", 5), "M %d ran %s", M,
+  KILN_EXPECT(!strncmp(kiln_gemm_quant_last_path(), "q8a8-gemv-", 10), "M %d ran %s", M,
               kiln_gemm_quant_last_path());
   g.c = want;
   kiln_gemm_f32_reference(&g);
-  kiln_test_compare_f32("a8 blob below the threshold", got, want, M * N, 1e-5f, 1e-5f);
+  kiln_test_compare_f32("a8 blob at M 8: the reference", got, want, M * N, 0.0f, 0.0f);
+  double row[N];
+  for (int i = 0; i < M; ++i) {
+    q8a8_rule_row(K, N, a + i * K, 1, blob, row);
+    for (int j = 0; j < N; ++j)
+      KILN_EXPECT(fabs(got[i * N + j] - row[j]) <= 1e-6 * fabs(row[j]) + 1e-6,
+                  "M 8 (%d, %d): %g, the rule %g", i, j, got[i * N + j], row[j]);
+  }
+  /* One rule, one answer per row: the same 8 rows as the first of 9 (the
+   * blocked kernel) give the GEMV's bits. */
+  static float a9[(M + 1) * K], got9[(M + 1) * N];
+  memcpy(a9, a, sizeof(a));
+  kiln_test_fill_f32(a9 + M * K, K, 7, -1, 1);
+  g.a = a9, g.m = M + 1, g.c = got9;
+  kiln_gemm_f32(&g, NULL);
+  KILN_EXPECT(!strncmp(kiln_gemm_quant_last_path(), "q8a8-", 5) &&
+                  strncmp(kiln_gemm_quant_last_path(), "q8a8-gemv-", 10),
+              "M 9 ran %s", kiln_gemm_quant_last_path());
+  kiln_test_compare_f32("rows 0-7 at M 9 and at M 8", got9, got, M * N, 0.0f, 0.0f);
   free(blob);
 }
 
 void kiln_test_suite_gemm_q8a8(void) {
   q8a8_threshold();
   kiln_test_each_isa_and_pool(q8a8_level);
+  kiln_test_each_isa_and_pool(q8a8_gemv_level);
 }

@@ -155,8 +155,8 @@ class _Lm(torch.nn.Module):
 
 @pytest.mark.parametrize("kind", ["int8", "int8:a8", "int4", "int4:g64:asym"])
 def test_quantized_weights_agree_on_both_targets(kind):
-    # 2 x 7 = 14 rows: more than 8, so int8:a8 takes the int8 x int8 path
-    # on the CPU and its reference on the reference target.
+    # 2 x 7 = 14 rows: int8:a8 takes the blocked int8 x int8 path on the CPU
+    # (the GEMV at 8 rows or fewer) and its reference on the reference target.
     torch.manual_seed(0)
     model, ids = _Lm().eval(), torch.randint(-40, 40, (2, 7))
     with torch.no_grad():

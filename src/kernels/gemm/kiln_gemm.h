@@ -62,7 +62,7 @@ typedef struct kiln_gemm_f32_args_s {
    * (GEMV, M <= 8) or a strip of panels at a time into fp32 panels for the
    * fp32 kernels; accumulated in fp32. A blob flagged for int8
    * activations (kiln_gemm_quant_set_a8) sums integers instead where its
-   * rule below applies (int8: M > 8; int4: every M). */
+   * rule below applies (int8 and int4: every M). */
   const void* b_packed_q;
   /* C[b][i][j] = c[b*c_batch_stride + i*c_row_stride + j]  (unit column stride) */
   float* c;
@@ -160,34 +160,37 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
  * reference and tests). */
 float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
 /* int8 weights with int8 activations (header flags bit 1 on an int8 blob; set
- * by kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int8:a8")): for M
- * >= KILN_GEMM_Q8A8_MIN_M rows (prefill: every M the weight-only path would
- * run blocked; measured faster there at every M from 9 to 512 on Zen 3) the
- * activations are quantized per row at run time and the products summed
- * in integers (kiln_gemm_q8a8.c); smaller M (decode) keeps the weight-only
- * GEMV, which is bound by reading the weights either way. The
- * rule, for row i of A and column j, all in fp32:
+ * by kiln_gemm_quant_set_a8, kiln.trace(weights_dtype="int8:a8")): at every
+ * M the activations are quantized per row at run time and the products
+ * summed in integers, by one rule for prefill and decode: M >
+ * KILN_GEMM_GEMV_MAX_M (8) runs the blocked kernel (kiln_gemm_q8a8.c;
+ * faster than weight-only at every M from 9 to 512 on Zen 3), M <= 8 the
+ * GEMV (kiln_gemm_q8a8_gemv.c). The weight-only GEMV is not bound by
+ * reading the weights on an AVX2 core when they come from the caches: it
+ * widens and converts each weight to fp32; the integer GEMV runs about
+ * half the instructions (callgrind, 1x2816x1024: 0.87 M against 1.67 M)
+ * and takes 0.63x the time with the weights in L3 (Zen 3); from DRAM both
+ * run at the read bandwidth. The rule, for row i of A and column j, all
+ * in fp32:
  *   s_i = max_p |A[i][p]| / 127 (1 if 0), q_ip = clamp(round(A[i][p] / s_i),
  *   -127, 127) (half to even), acc = sum_p q_ip * w_pj exactly (int32),
  *   C[i][j] = act((float)acc * s_i * scale_j + bias_j) + residual
  * (left to right). A row holding a NaN or an infinity gives NaN
- * throughout (its scale is NaN). The threshold is fixed, not measured, so
- * a model's numbers do not depend on the machine. */
+ * throughout (its scale is NaN). */
 #define KILN_GEMM_QUANT_A8 2u
-#define KILN_GEMM_Q8A8_MIN_M 9
 /* Exact int32 sums need K * 127 * 127 < 2^31. */
 #define KILN_GEMM_Q8A8_MAX_K 131072
 /* Flags a blob (int8 or int4) for int8 activations. */
 void kiln_gemm_quant_set_a8(void* blob);
-/* The int8 x int8 path: returns 1 when it ran g (an a8 blob, M >=
- * KILN_GEMM_Q8A8_MIN_M is the caller's choice), 0 when it could not (no
- * scratch memory, K too large for exact int32 sums). */
+/* The blocked int8 x int8 path (M > 8 is the caller's choice): returns 1
+ * when it ran g (an a8 blob), 0 when it could not (no scratch memory, K too
+ * large for exact int32 sums). */
 int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
-/* Its scalar reference (same contract). */
+/* Its scalar reference (the rule at any M; same contract). */
 void kiln_gemm_q8a8_reference(const kiln_gemm_f32_args_t* g);
-/* 1 when kiln_gemm_f32 takes the int8 x int8 path for g (an a8 blob, M >=
- * KILN_GEMM_Q8A8_MIN_M, K small enough for exact int32 sums); the scalar
- * reference follows the same choice. */
+/* 1 when kiln_gemm_f32 takes the int8 x int8 rule for g (an int8 a8 blob, K
+ * small enough for exact int32 sums); the scalar reference follows the
+ * same choice. */
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g);
 
 /* int4 weights with int8 activations (header flags bit 1 on an int4 blob;

@@ -170,6 +170,10 @@ kiln_isa_t kiln_gemm_q4a8_level(void) {
   return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q4A8_ISAS), kiln_cpu_isa());
 }
 
+kiln_gemm_q4a8_quantize_fn kiln_gemm_q4a8_quantizer(void) {
+  return kiln_gemm_q4a8_quantizers[kiln_gemm_q4a8_level()];
+}
+
 static kiln_scratch_cache_t kiln_q4a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)16 << 20);
 
 int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
@@ -179,7 +183,7 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_q4a8_t t;
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q4a8_gemvs[kiln_gemm_q4a8_level()];
-  kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizers[kiln_gemm_q4a8_level()];
+  kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizer();
   t.group = (int)h.group, t.asym = h.flags & 1;
   t.kg = kiln_q4a8_cdiv(K, t.group), t.kpad = t.kg * t.group;
   t.gb = kiln_gemm_q4_group_bytes(t.group, t.asym);

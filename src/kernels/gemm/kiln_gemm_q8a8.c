@@ -1,9 +1,11 @@
 /* int8 x int8 GEMM for prefill: the activations of an int8-weight LINEAR
  * quantized per row (token) at run time, integer products summed exactly
  * in int32, then scaled. Used for blobs flagged a8 (KILN_GEMM_QUANT_A8,
- * kiln.trace(weights_dtype="int8:a8")) when M >= KILN_GEMM_Q8A8_MIN_M;
- * the contract (the rule every kernel and the tests follow) is in
- * kiln_gemm.h beside the flag.
+ * kiln.trace(weights_dtype="int8:a8")) when M > KILN_GEMM_GEMV_MAX_M (the
+ * GEMV, kiln_gemm_q8a8_gemv.c, takes fewer rows by the same rule); the
+ * contract (the rule every kernel and the tests follow) is in kiln_gemm.h
+ * beside the flag. This file also holds the rule's pieces and its scalar
+ * reference.
  *
  * Driver, per batch: (1) A is quantized into packed panels of 6 rows in
  * int16 pairs (row i, columns 2t and 2t + 1 adjacent: what VPMADDWD reads

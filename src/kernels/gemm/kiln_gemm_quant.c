@@ -1,8 +1,8 @@
 /* Quantized weights (weight-only int8 and int4; blobs flagged for int8
- * activations go to kiln_gemm_q8a8.c / kiln_gemm_q4a8.c where their rules
- * apply): quantization and packing, the scalar rule, the portable kernels,
- * the driver, and the task loop that the GEMV drivers share
- * (kiln_gemm_gemv_panels_run). The blob layout and
+ * activations go to kiln_gemm_q8a8.c, kiln_gemm_q8a8_gemv.c and
+ * kiln_gemm_q4a8.c where their rules apply): quantization and packing, the
+ * scalar rule, the portable kernels, the driver, and the task loop that
+ * every GEMV driver shares (kiln_gemm_gemv_panels_run). The blob layout and
  * the quantization rules are documented in kiln_gemm.h; the rules are the
  * ones tests/python/test_quant_weights.py repeats in torch.
  *
@@ -463,7 +463,7 @@ static void kiln_gemm_quant_deq_task(void* p, size_t task, int thread) {
 }
 
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
-  if (!g->b_packed_q || g->m < KILN_GEMM_Q8A8_MIN_M || g->k > KILN_GEMM_Q8A8_MAX_K) return 0;
+  if (!g->b_packed_q || g->k > KILN_GEMM_Q8A8_MAX_K) return 0;
   kiln_gemm_quant_header_t h;
   kiln_q_header(g->b_packed_q, &h);
   return h.bits == 8 && (h.flags & KILN_GEMM_QUANT_A8) != 0;
@@ -488,11 +488,13 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     return;
   }
   if (kiln_gemm_q8a8_applies(g)) {
-    /* Without its scratch the fast kernel gives way to the scalar rule, never
-       to the weight-only loop below: that would be another answer. */
-    if (kiln_gemm_q8a8(g, pool))
-      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s",
-               kiln_cpu_isa_name(kiln_gemm_q8a8_level()));
+    /* The GEMV (decode) or the blocked kernel, one rule. Without its scratch
+       the fast kernel gives way to the scalar rule, never to the weight-only
+       loop below: that would be another answer. */
+    int gemv = M <= KILN_GEMM_GEMV_MAX_M;
+    if (gemv ? kiln_gemm_q8a8_gemv(g, pool) : kiln_gemm_q8a8(g, pool))
+      snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s%s",
+               gemv ? "gemv-" : "", kiln_cpu_isa_name(kiln_gemm_q8a8_level()));
     else {
       kiln_gemm_q8a8_reference(g);
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-reference");

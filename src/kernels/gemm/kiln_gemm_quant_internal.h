@@ -83,7 +83,7 @@ void kiln_qd8_gemm_pack_a__avx2(int64_t rows, int64_t rows_pad, int64_t k, const
                                 float* scales);
 #endif
 
-/* The GEMV drivers' one task loop (weight-only int8 / int4, q4a8):
+/* The GEMV drivers' one task loop (weight-only int8 / int4, q4a8, q8a8):
  * fn computes, for the slab of m <= KILN_GEMM_GEMV_MAX_M rows starting at
  * row i0 of the pass, `np` (<= KILN_GEMM_GEMV_PANELS) consecutive 16-column
  * panels starting at panel q into out (panel s at out + s * m * 16, m x 16
@@ -152,6 +152,32 @@ void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const 
                               int panels, float* out);
 void kiln_qd8_quantize_groups__avx2(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
                                     float* d, int32_t* s);
+#endif
+
+/* The level's group quantizer of the q4a8 family; the q8a8 GEMV uses it
+ * with one group (of K rounded up to 8) per row: the int8 row rule. */
+kiln_gemm_q4a8_quantize_fn kiln_gemm_q4a8_quantizer(void);
+
+/* int8 x int8 decode GEMV (kiln_gemm_q8a8_gemv.c; the rule is kiln_gemm.h's
+ * int8:a8 rule, the same as the blocked q8a8 path's). For `panels`
+ * consecutive 16-column panels of an int8 blob's body (panel s at b + s *
+ * 16 * k: k rows of 16 int8) and m <= KILN_GEMM_GEMV_MAX_M rows of int8 A
+ * (row i at a + i * lda, zero-padded to k rounded up to 8) with row scales
+ * sa: out[s * m * 16 + i * 16 + c] = ((float)acc_ic * sa[i]) * scales[16 s
+ * + c], acc the exact int32 sum over the k rows (before bias). */
+typedef void (*kiln_gemm_q8a8_gemv_fn)(int64_t m, int64_t k, const int8_t* a, int64_t lda,
+                                       const float* sa, const int8_t* b, const float* scales,
+                                       int panels, float* out);
+/* The decode driver: 1 when it ran g (M <= KILN_GEMM_GEMV_MAX_M), 0 when
+ * it had no scratch. */
+int kiln_gemm_q8a8_gemv(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+void kiln_qd8_qc8w_gemv__generic(int64_t m, int64_t k, const int8_t* a, int64_t lda,
+                                 const float* sa, const int8_t* b, const float* scales, int panels,
+                                 float* out);
+#ifdef KILN_GEMM_HAVE_X86
+/* kiln_gemm_q8a8_gemv_avx2.c (AVX2 flags): VPMADDUBSW with the sign trick. */
+void kiln_qd8_qc8w_gemv__avx2(int64_t m, int64_t k, const int8_t* a, int64_t lda, const float* sa,
+                              const int8_t* b, const float* scales, int panels, float* out);
 #endif
 
 /* Bytes of one int4 group block (scales, zero points, nibbles). */

@@ -6,8 +6,8 @@
  * A and B: products of two bf16 are exact in double, so only the sum's
  * order separates it from any kernel. An int8 blob flagged for int8
  * activations follows kiln_gemm_f32's choice (kiln_gemm_q8a8_applies):
- * the int8 x int8 rule's reference, else the weight-only loop; an int4
- * blob so flagged likewise (kiln_gemm_q4a8_applies: every M). */
+ * the int8 x int8 rule's reference (at any M), else the weight-only loop;
+ * an int4 blob so flagged likewise (kiln_gemm_q4a8_applies: every M). */
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
