@@ -2,10 +2,12 @@
 18): the bench's 8-layer Llama (bench/models.py gen_llama: hidden 1024, GQA
 16/4, vocab 32000, 594 MiB of fp32 weights read per token) as users run it,
 ``model.forward = torch.compile(model.forward, backend="kiln",
-options={"weights_dtype": ...})``, for kiln fp32, int8, int4 (groups of
-32) and int4:a8 (int4 with int8 activations: decode's linear layers
-quantize their input per group and sum integers; also "int4:g128" and
-"int4:g128:a8" with --g128) beside eager (the default DynamicCache).
+options={"weights_dtype": ...})``, for kiln fp32, int8, int8:a8 (int8
+with int8 activations: every linear layer quantizes its input per row and
+sums integers), int4 (groups of 32) and int4:a8 (int4 with int8
+activations: decode's linear layers quantize their input per group and sum
+integers; also "int4:g128" and "int4:g128:a8" with --g128) beside eager
+(the default DynamicCache).
 
 Each call is bench/generation.py's: greedy, a 128-token prompt, 65 new
 tokens, a streamer stamping each token; decode tok/s counts the 64 steps
@@ -33,7 +35,8 @@ import torch._dynamo
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"))
+KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int8:a8", "int8:a8"), ("kiln int4", "int4"),
+         ("kiln int4:a8", "int4:a8"))
 
 
 def kiln_systems(model, kinds, cache=None):
