@@ -22,7 +22,7 @@ typedef struct kiln_compile_options_s {
                        * (KILN_LAYOUT_GEMM_PACKED_B_Q4); 0 none. Wins over the two above */
   int weights_group;  /* int4 group size along K (32 default, a multiple of 32) */
   int weights_asym;   /* int4 with zero points */
-  int weights_a8;     /* int8 activations (KILN_GEMM_QUANT_A8): int8 M > 8, int4 every M */
+  int weights_a8;     /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs; 0 with KILN_CASTS=keep */

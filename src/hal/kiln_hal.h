@@ -57,7 +57,7 @@ typedef struct kiln_hal_weights_s {
                     * Wins over bf16 */
   int quant_group; /* int4 group size along K */
   int quant_asym;  /* int4 with zero points */
-  int quant_a8;    /* int8 activations (KILN_GEMM_QUANT_A8): int8 M > 8, int4 every M */
+  int quant_a8;    /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
 } kiln_hal_weights_t;
 
 /* The form a target keeps one constant in for a node that reads it. Two
