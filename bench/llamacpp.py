@@ -67,14 +67,14 @@ sys.path.insert(0, str(HERE))
 LLAMA_CPP_PYTHON = "0.3.36"          # the sdist whose vendored llama.cpp is built
 GGUF_TYPES = ("f32", "q8_0", "q4_0")
 TARGETS = ("llama-bench", "llama-quantize")
-# kiln's systems: (name, torch.compile options' weights_dtype); int4:a8 is
-# run only where kiln.options.weights_quant accepts it.
-KILN_KINDS = (("kiln fp32", None), ("kiln int8", "int8"), ("kiln int4", "int4"),
-              ("kiln int4:a8", "int4:a8"))
+# kiln's systems: (name, torch.compile options' weights_dtype); the ":a8"
+# ones are run only where kiln.options.weights_quant accepts them.
+KILN_KINDS = (("kiln fp32", None), ("kiln int8", "int8"), ("kiln int8:a8", "int8:a8"),
+              ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"))
 # Which llama.cpp row each kiln row is held against (issue 18's targets:
 # int8 >= q8_0, int4 >= q4_0; issue 17: TTFT against f32 prefill).
-PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int4": "llama.cpp q4_0",
-         "kiln int4:a8": "llama.cpp q4_0"}
+PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int8:a8": "llama.cpp q8_0",
+         "kiln int4": "llama.cpp q4_0", "kiln int4:a8": "llama.cpp q4_0"}
 
 
 class Unavailable(Exception):
