@@ -97,21 +97,28 @@ def generation(new_tokens=32):
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.randint(0, cfg.vocab_size, (1, 64))
 
-    def generate():
-        t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        return out, new_tokens / (time.perf_counter() - t0)
+    def generate(calls=1):
+        # An end-of-sequence id no token has: every call makes new_tokens
+        # tokens (min_new_tokens would add vocabulary-wide masking per step).
+        best = None
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            out = model.generate(ids, max_new_tokens=new_tokens, eos_token_id=cfg.vocab_size,
+                                 pad_token_id=0, do_sample=False)
+            tps = new_tokens / (time.perf_counter() - t0)
+            best = tps if best is None else max(best, tps)
+        return out, best
 
     print(f"\nGeneration: Llama-style, 4 layers, hidden 512, GQA 8/2, prompt 64, {new_tokens} new tokens (greedy)")
     with torch.no_grad():
         generate()
-        want, eager_tps = generate()
+        want, eager_tps = generate(3)
         eager_forward = model.forward
         model.forward = torch.compile(model.forward, backend="kiln")   # the one line
         t0 = time.perf_counter()
         generate()
         compile_s = time.perf_counter() - t0
-        got, kiln_tps = generate()
+        got, kiln_tps = generate(3)
         model.forward = eager_forward
     same = torch.equal(got, want)
     print(f"  eager {eager_tps:6.1f} tokens/s | kiln {kiln_tps:6.1f} tokens/s ({kiln_tps / eager_tps:.2f}x) | "

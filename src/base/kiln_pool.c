@@ -7,7 +7,22 @@
  * never holds up a job it has not claimed a task of; the caller simply runs
  * the remaining tasks itself. A worker that wakes late may see a later job's
  * fields; the generation tag in the claim counter makes it claim nothing
- * then (see kiln_pool_claim). */
+ * then (see kiln_pool_claim).
+ *
+ * Busy machines: a job still waits for a task a descheduled thread has
+ * claimed (own pool), or for every team thread to arrive (the host's
+ * OpenMP region), and the OS may not run that thread for a timeslice
+ * (milliseconds). A model run is a hundred short jobs in a row, so on a
+ * machine with more runnable threads than cores each job can pay that: a
+ * decode step measured 30x slower at 2 threads than at 1 beside one busy
+ * process. So the caller times its own part of each job: when it waits
+ * longer than it worked and longer than KILN_POOL_STALL_NS, twice within
+ * KILN_POOL_STRIKE_WINDOW_NS, the pool runs its jobs on the caller alone
+ * for KILN_POOL_SERIAL_NS, then tries its threads again; a spell that
+ * follows the last one within a second lasts twice as long (up to 16x), as
+ * the machine is still busy. Tasks and their
+ * count do not change (kiln_pool_size still says the pool's size), so the
+ * results are the parallel run's. */
 #include "base/kiln_pool.h"
 
 #include <pthread.h>
@@ -40,12 +55,59 @@ struct kiln_pool_s {
   atomic_size_t n_tasks;
   _Atomic uint64_t claim; /* generation << 32 | next task index */
   atomic_size_t done;     /* tasks of the current job finished */
+  /* Contention (see the top): jobs run on the caller until serial_until
+   * (ns, CLOCK_MONOTONIC); strikes counted since first_strike. */
+  _Atomic uint64_t serial_until, first_strike;
+  atomic_int strikes, serial_level;
+  _Atomic int64_t serial_spells;
 };
+
+/* A wait that only a descheduled thread explains (a kernel task is tens of
+ * microseconds to a few milliseconds, and the caller waited longer than it
+ * worked), twice within the window, makes the pool serial for a while. */
+#define KILN_POOL_STALL_NS 2000000ull
+#define KILN_POOL_STRIKE_WINDOW_NS 100000000ull
+#define KILN_POOL_SERIAL_NS 100000000ull
 
 typedef struct {
   kiln_pool_t* pool;
   int index;
 } kiln_pool_worker_arg_t;
+
+static uint64_t kiln_pool_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The caller worked `busy` ns on a job and then waited `wait` ns for the
+ * other threads. */
+static void kiln_pool_note_wait(kiln_pool_t* pool, uint64_t busy, uint64_t wait, uint64_t now) {
+  if (wait < KILN_POOL_STALL_NS || wait < busy) return;
+  if (now - atomic_load(&pool->first_strike) > KILN_POOL_STRIKE_WINDOW_NS) {
+    atomic_store(&pool->first_strike, now);
+    atomic_store(&pool->strikes, 1);
+    return;
+  }
+  if (atomic_fetch_add(&pool->strikes, 1) + 1 >= 2) {
+    atomic_store(&pool->strikes, 0);
+    atomic_store(&pool->first_strike, 0);
+    uint64_t last = atomic_load(&pool->serial_until);
+    int level = atomic_load(&pool->serial_level);
+    level = last && now - last < 1000000000ull ? (level < 4 ? level + 1 : 4) : 0;
+    atomic_store(&pool->serial_level, level);
+    atomic_store(&pool->serial_until, now + (KILN_POOL_SERIAL_NS << level));
+    atomic_fetch_add(&pool->serial_spells, 1);
+  }
+}
+
+int64_t kiln_pool_serial_spells(const kiln_pool_t* pool) {
+  return pool ? atomic_load(&((kiln_pool_t*)pool)->serial_spells) : 0;
+}
+
+int kiln_pool_is_serial(const kiln_pool_t* pool) {
+  return pool && kiln_pool_now_ns() < atomic_load(&((kiln_pool_t*)pool)->serial_until);
+}
 
 static inline void kiln_pool_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -190,13 +252,9 @@ typedef struct {
   atomic_int next_thread;
   int timed;                 /* a wait counter is set: record when the last task ended */
   _Atomic uint64_t last_end; /* ns, the latest end of any thread's last task */
+  pthread_t caller;
+  uint64_t caller_end; /* ns, when the calling thread ran out of tasks */
 } kiln_pool_host_job_t;
-
-static uint64_t kiln_pool_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void kiln_pool_host_body(void* p) {
   kiln_pool_host_job_t* job = p;
@@ -207,6 +265,7 @@ static void kiln_pool_host_body(void* p) {
     job->fn(job->ctx, t, thread);
   /* A thread that arrives after the work is done ran nothing: its arrival
    * is what the caller waited for, not work. */
+  if (pthread_equal(pthread_self(), job->caller)) job->caller_end = kiln_pool_now_ns();
   if (job->timed && ran) {
     uint64_t now = kiln_pool_now_ns(), seen = atomic_load(&job->last_end);
     while (now > seen && !atomic_compare_exchange_weak(&job->last_end, &seen, now)) {
@@ -222,20 +281,25 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
                             void* ctx) {
   if (n_tasks == 0) return;
   int threads = kiln_pool_size(pool);
-  if (threads == 1 || n_tasks == 1 || n_tasks > KILN_POOL_MAX_TASKS) {
+  uint64_t start = threads > 1 ? kiln_pool_now_ns() : 0;
+  if (threads == 1 || n_tasks == 1 || n_tasks > KILN_POOL_MAX_TASKS ||
+      start < atomic_load_explicit(&pool->serial_until, memory_order_relaxed)) {
     for (size_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
     return;
   }
   kiln_pool_host_parallel_fn host = atomic_load_explicit(&kiln_pool_host_, memory_order_acquire);
   if (host) {
     uint64_t* wait = kiln_pool_wait_;
-    kiln_pool_host_job_t job = {fn, ctx, n_tasks, threads, 0, 0, wait != NULL, 0};
+    kiln_pool_host_job_t job = {fn, ctx, n_tasks, threads, 0, 0, wait != NULL, 0, pthread_self(), 0};
     unsigned team = n_tasks < (size_t)threads ? (unsigned)n_tasks : (unsigned)threads;
     host(kiln_pool_host_body, &job, team, 0);
+    uint64_t end = kiln_pool_now_ns();
     if (wait) {
-      uint64_t end = kiln_pool_now_ns(), last = atomic_load(&job.last_end);
+      uint64_t last = atomic_load(&job.last_end);
       if (last && end > last) *wait += end - last;
     }
+    if (job.caller_end >= start && end > job.caller_end)
+      kiln_pool_note_wait(pool, job.caller_end - start, end - job.caller_end, end);
     return;
   }
   /* Two models sharing a pool may be run from two threads at once. */
@@ -255,11 +319,17 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
   kiln_pool_run_tasks(pool, gen, 0);
   /* Wait only for tasks other threads claimed and are still running; yield
    * now and then in case the thread running one shares this core. */
+  uint64_t mine = 0;
   for (unsigned spin = 1; atomic_load_explicit(&pool->done, memory_order_acquire) < n_tasks; ++spin) {
+    if (!mine) mine = kiln_pool_now_ns();
     if (spin % 4096 == 0)
       sched_yield();
     else
       kiln_pool_pause();
+  }
+  if (mine) {
+    uint64_t end = kiln_pool_now_ns();
+    kiln_pool_note_wait(pool, mine - start, end - mine, end);
   }
   pthread_mutex_unlock(&pool->job);
 }

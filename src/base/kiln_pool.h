@@ -63,6 +63,12 @@ kiln_pool_host_parallel_fn kiln_pool_host_parallel(void);
  * The per-node profiler reports this wait apart from the kernel's time. */
 void kiln_pool_set_wait_counter(uint64_t* wait_ns);
 
+/* Busy machines (kiln_pool.c): after two jobs whose caller waited for a
+ * descheduled thread, a pool runs its jobs on the caller alone for a
+ * while (same tasks, same results). How many such spells it has had, and
+ * whether it is in one now. */
+int64_t kiln_pool_serial_spells(const kiln_pool_t* pool);
+int kiln_pool_is_serial(const kiln_pool_t* pool);
 /* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
  * Created on first use; never released. NULL if it could not be created.
  * In the host's regions it follows the host's thread count (see above):

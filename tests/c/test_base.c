@@ -183,6 +183,71 @@ static void pool_check_host_wait(void) {
   kiln_pool_release(pool);
 }
 
+/* A busy machine: a thread that holds its task for milliseconds while the
+ * caller waits (as a descheduled worker does) makes the pool run its jobs
+ * on the caller alone for a while, every task still run once; later it
+ * uses its threads again. Own threads and a host team alike. */
+static pthread_t stall_main;
+
+static void spin_task(void* ctx, size_t task, int thread) {
+  volatile unsigned x = 0;
+  for (unsigned i = 0; i < 100000; ++i) x += i;
+  pool_task(ctx, task, thread);
+}
+
+/* The caller's tasks are short work (so another thread has time to claim
+ * some), the others' sleep 5 ms. */
+static void stall_task(void* ctx, size_t task, int thread) {
+  if (!pthread_equal(pthread_self(), stall_main)) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+    pool_task(ctx, task, thread);
+  } else {
+    spin_task(ctx, task, thread);
+  }
+}
+
+static void pool_check_stall(kiln_pool_host_parallel_fn host, const char* name) {
+  kiln_pool_set_host_parallel(host, NULL);
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  if (!pool) return;
+  stall_main = pthread_self();
+  static pool_ctx_t ctx;
+  int bad = 0, jobs = 0;
+  for (; jobs < 200 && !kiln_pool_is_serial(pool); ++jobs) {
+    memset(&ctx, 0, sizeof(ctx));
+    kiln_pool_parallel_for(pool, 8, stall_task, &ctx);
+    for (size_t i = 0; i < 8; ++i) bad += atomic_load(&ctx.hits[i]) != 1;
+  }
+  KILN_EXPECT(kiln_pool_is_serial(pool) && kiln_pool_serial_spells(pool) == 1,
+              "%s: serial after %d stalled jobs (spells %lld)", name, jobs,
+              (long long)kiln_pool_serial_spells(pool));
+  /* In the spell: every task on the caller, thread index 0. */
+  atomic_store(&pool_max_thread, 0);
+  memset(&ctx, 0, sizeof(ctx));
+  kiln_pool_parallel_for(pool, 64, spin_task, &ctx);
+  for (size_t i = 0; i < 64; ++i) bad += atomic_load(&ctx.hits[i]) != 1;
+  KILN_EXPECT(atomic_load(&pool_max_thread) == 0, "%s: a serial spell ran on thread %d", name,
+              atomic_load(&pool_max_thread));
+  /* After it (100 ms for a first spell): the threads work again. */
+  struct timespec ts = {0, 150000000};
+  nanosleep(&ts, NULL);
+  KILN_EXPECT(!kiln_pool_is_serial(pool), "%s: the spell ended", name);
+  int used = 0;
+  for (int j = 0; j < 200 && !used; ++j) {
+    atomic_store(&pool_max_thread, 0);
+    memset(&ctx, 0, sizeof(ctx));
+    kiln_pool_parallel_for(pool, 64, spin_task, &ctx);
+    for (size_t i = 0; i < 64; ++i) bad += atomic_load(&ctx.hits[i]) != 1;
+    used = atomic_load(&pool_max_thread) > 0;
+  }
+  KILN_EXPECT(used, "%s: threads used again after the spell", name);
+  KILN_EXPECT(bad == 0, "%s: %d tasks ran a wrong number of times", name, bad);
+  kiln_pool_release(pool);
+  kiln_pool_set_host_parallel(NULL, NULL);
+}
+
 void kiln_test_suite_pool(void) {
   for (int threads = 1; threads <= 3; ++threads) {
     kiln_pool_t* pool = NULL;
@@ -224,6 +289,8 @@ void kiln_test_suite_pool(void) {
   pool_check_host(host_single, "host team of one");
   pool_check_host_threads();
   pool_check_host_wait();
+  pool_check_stall(NULL, "own threads");
+  pool_check_stall(host_team, "host team");
   KILN_EXPECT(kiln_pool_host_parallel() == NULL, "own threads again");
   kiln_pool_t* pool = NULL;
   KILN_EXPECT_ERROR(kiln_pool_create(0, &pool), KILN_INVALID_ARGUMENT);
