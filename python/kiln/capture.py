@@ -261,7 +261,11 @@ class LoweringContext:
         params = [symbolic.encode(p) for p in params]
         try:
             return self._record(self.graph.add_node(OPS[op], list(inputs), params, list(fparams), origin))
-        except KilnError:
+        except KilnError as e:
+            if symbolic.EXAMPLE_MISMATCH in str(e):
+                # Sizes the probes derived wrong at the example (kiln_shape_infer_sym.c):
+                # the op runs in eager; no symbols are taken as equal for it.
+                raise Unsupported(str(e)) from None
             self.symbols.unify_after_failure(op, [self.shape(i) for i in inputs if i >= 0])
             raise
 
@@ -346,6 +350,7 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
             continue
         try:
             ctx.env[n] = lowp.lower_node(ctx, n, TABLE[n.target])
+            symbolic.check_at_example(ctx, n, ctx.env[n])
         except Unsupported as e:
             raise UnsupportedOpError(str(n.target), source_location(n), str(e)) from None
         except UnsupportedOpError:

@@ -11,6 +11,7 @@ non-contiguous tensor needs.
 import io
 import json
 import operator
+import sys
 import warnings
 
 import torch
@@ -18,10 +19,10 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.utils import _pytree as pytree
 
 from kiln import _C
-from kiln.capture import lower_graph
+from kiln.capture import log_enabled, lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.module import DTYPES, FORMAT_META, KilnModule, compile_graph, register_artifact_kind
-from kiln.support import KilnSupport, refused_nodes, unsupported_ops
+from kiln.support import KilnSupport, per_node_support, unsupported_ops
 
 _warned = set()
 
@@ -80,7 +81,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
     constant_of(node) -> tensor or None: values of placeholders that are
     parameters, embedded in the pieces as constants (so kiln packs them).
     weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace)."""
-    refused = refused_nodes(gm)
+    status = per_node_support(gm)
+    refused = {n for n, why in status.items() if why}
     support = KilnSupport(refused)
     missing = unsupported_ops(gm, refused)
     if warn and missing:
@@ -94,6 +96,11 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
     # What runs in eager PyTorch: the ops kiln refused, and pieces that then
     # failed to compile (kiln.dynamo counts them, see fallback counters).
     fused.kiln_eager = list(missing)
+    # Why each refused node runs in eager (kiln.explain, KILN_LOG).
+    fused.kiln_why = [f"{n.target} ({n.name}): {why}" for n, why in status.items() if why and n.op == "call_function"]
+    if log_enabled():
+        for line in fused.kiln_why:
+            print(f"kiln: runs in eager: {line}", file=sys.stderr)
     n_pieces = 0
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not node.target.startswith("fused_"):
@@ -161,6 +168,7 @@ class PartitionedModule(torch.nn.Module):
         self._out_spec = out_spec
         self.unsupported = unsupported
         self._source = source
+        self.why = list(getattr(gm, "kiln_why", []))
 
     def forward(self, *args):
         flat = pytree.tree_leaves(args)
@@ -175,6 +183,7 @@ class PartitionedModule(torch.nn.Module):
 
     def explain(self):
         lines = [f"{self._source}: {self.n_pieces} kiln pieces; eager ops between them: {', '.join(self.unsupported)}"]
+        lines += [f"  eager: {why}" for why in self.why]
         for name, mod in self.gm.named_children():
             if isinstance(mod, _KilnPiece):
                 lines.append(f"[{name}]")
@@ -220,7 +229,7 @@ class PartitionedModule(torch.nn.Module):
         buf = io.BytesIO()
         torch.save(lifted, buf)
         meta = {"format": 1, "nodes": nodes, "n_lifted": len(self._lifted), "unsupported": self.unsupported,
-                "source": self._source, "n_pieces": len(pieces), "writes": self._writes,
+                "source": self._source, "n_pieces": len(pieces), "writes": self._writes, "why": self.why,
                 "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None}
         if not pieces:
             raise KilnError("nothing of this model runs in kiln: there is no artifact to save")
@@ -270,8 +279,10 @@ class PartitionedModule(torch.nn.Module):
         if any(k not in ("lifted", "input", "token") or not 0 <= i < (len(lifted) if k == "lifted" else 1 << 20)
                for k, i in writes):
             raise KilnError("corrupt artifact: a state write-back names no buffer or input")
-        return cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""),
-                   writes)
+        module = cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""),
+                     writes)
+        module.why = [str(w) for w in meta.get("why", [])]
+        return module
 
     def save(self, f, _extra_files=None):
         raise KilnError("torch.jit.save of a model with CPU fallback is not supported: use kiln.save "

@@ -112,6 +112,7 @@ def _per_node_support(ctx, gm):
                 continue
             try:
                 ctx.env[n] = TABLE[n.target](ctx, n)
+                symbolic.check_at_example(ctx, n, ctx.env[n])
                 status[n] = None
             except (Unsupported, UnsupportedOpError, KilnError) as e:
                 reason = getattr(e, "reason", None) or str(e)

@@ -23,6 +23,9 @@ from torch.utils._sympy import functions as F
 from kiln.errors import KilnError, Unsupported
 
 SYM_BASE = -(1 << 62)
+# In the C core's error for a size the probes derived wrong at the example
+# (src/ir/kiln_shape_infer_sym.c, check_example): the op is refused.
+EXAMPLE_MISMATCH = "at the example's sizes"
 SYM_MAX_EXPRS = 1 << 20
 RANGE_MAX = 1 << 40
 
@@ -225,7 +228,6 @@ class Symbols:
             if shown in self._keys:  # two symbols, one name: keep them apart
                 shown = f"{shown} ({name})"
             self._keys[shown] = name
-            self.vars[name] = SymDim(self.graph, self.graph.sym(shown, lo, hi))
             hints = getattr(shape_env, "backed_var_to_val", None) if shape_env is not None else None
             if hints is None and shape_env is not None:  # before torch renamed it
                 hints = getattr(shape_env, "var_to_val", None)
@@ -234,6 +236,10 @@ class Symbols:
                 self.hints[name] = int(hint) if hint is not None else None
             except (TypeError, ValueError):  # a hint that is not a number
                 self.hints[name] = None
+            # The example's value checks every size derived over the symbol
+            # (kiln_sym.h); one outside kiln's range is left out.
+            example = self.hints[name] if self.hints[name] is not None and lo <= self.hints[name] <= hi else -1
+            self.vars[name] = SymDim(self.graph, self.graph.sym(shown, lo, hi, example))
         return self.vars[name]
 
     def of_expr(self, expr, shape_env=None):
@@ -264,6 +270,53 @@ class Symbols:
                 out = minmax(kind, out, a)
             return out
         raise Unsupported(f"the symbolic size {expr} ({type(expr).__name__})")
+
+
+def check_at_example(ctx, node, result):
+    """Raises Unsupported when a kiln value lowered for FX node `node` has,
+    at the example's symbol values, other sizes than torch's for the node.
+
+    kiln derives a symbolic size from two probe bindings of the symbols
+    (src/ir/kiln_shape_infer_sym.c), which may agree on a number an
+    expression is not, or map back to the wrong expression (fuzzer finding
+    14: a slice [-10:33:2] of s in [33, 40] is 2 at both probes, 5 at 33).
+    Such a node would refuse every call, the example's too; refused here it
+    runs in eager (CPU fallback). Checked at the example, which satisfies
+    every guard, rather than against torch's expression: that may be
+    symbolic yet constant under the guards, and kiln's number then right."""
+    if not ctx.symbols.vars:
+        return  # nothing symbolic in this lowering
+    val = node.meta.get("val")
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    outs = list(result) if isinstance(result, tuple) else [result]
+    if len(vals) != len(outs):
+        return
+    for v, vid in zip(vals, outs):
+        if not isinstance(v, torch.Tensor) or not isinstance(vid, int) or isinstance(vid, bool):
+            continue
+        if vid not in ctx._meta:
+            continue
+        ours = ctx.shape(vid)
+        if not is_symbolic(ours) and not any(isinstance(d, torch.SymInt) for d in v.shape):
+            continue
+        theirs = _example_sizes(v.shape)
+        mine = ctx.graph.example_dims([encode(d) for d in ours])
+        if theirs is None:
+            continue  # a size without an example value (unbacked): not checked
+        if len(theirs) != len(mine) or any(a is not None and a != b for a, b in zip(mine, theirs)):
+            why = (f"kiln's sizes {tuple(ours)} for its result are {tuple(mine)} at the example, torch's "
+                   f"{tuple(theirs)}: kiln cannot express this size over symbolic dimensions yet")
+            raise Unsupported(why)  # the partition's reasons show it (kiln.explain, KILN_LOG)
+
+
+def _example_sizes(torch_shape):
+    """torch's sizes at the example (each SymInt's hint), or None."""
+    from torch.fx.experimental.symbolic_shapes import guarding_hint_or_throw
+
+    try:
+        return [int(guarding_hint_or_throw(d)) for d in torch_shape]
+    except Exception:  # noqa: BLE001 -- an unbacked size has no example value
+        return None
 
 
 def display_name(sym, shape_env=None):

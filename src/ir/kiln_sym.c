@@ -103,11 +103,20 @@ static kiln_status_t raw(kiln_sym_table_t* t, kiln_sym_kind_t kind, int64_t a, i
     }
   }
   if (t->n_exprs >= KILN_SYM_MAX_EXPRS) FAIL("more than %d symbolic expressions", KILN_SYM_MAX_EXPRS);
-  kiln_sym_expr_t x = {(int32_t)kind, a, b, {0, 0}};
-  if (kind != KILN_SYM_VAR)
+  kiln_sym_expr_t x = {(int32_t)kind, a, b, {0, 0}, KILN_SYM_NO_EXAMPLE};
+  if (kind != KILN_SYM_VAR) {
     for (int p = 0; p < 2; ++p)
       KILN_RETURN_IF_ERROR(apply(kind, kiln_sym_probe(t, a, p), kiln_sym_probe(t, b, p),
                                  &x.probe[p]));
+    const int64_t ea = kiln_sym_example(t, a), eb = kiln_sym_example(t, b);
+    if (ea != KILN_SYM_NO_EXAMPLE && eb != KILN_SYM_NO_EXAMPLE) {
+      kiln_status_t s = apply(kind, ea, eb, &x.example);
+      if (s) { /* invalid at the example: unchecked there, as if unknown */
+        kiln_status_free(s);
+        x.example = KILN_SYM_NO_EXAMPLE;
+      }
+    }
+  }
   if (t->n_exprs == t->cap_exprs) {
     int32_t cap = t->cap_exprs ? t->cap_exprs * 2 : 64;
     kiln_sym_expr_t* e = realloc(t->exprs, sizeof(*e) * (size_t)cap);
@@ -152,14 +161,42 @@ kiln_status_t kiln_sym_var(kiln_sym_table_t* t, const char* name, int64_t lo, in
   }
   /* Probes: moderate multiples of 8 (a reshape into heads or an even split
    * holds at them), distinct per symbol so that a size maps back to the one
-   * symbol it came from. */
+   * symbol it came from, the second 8 above the first. Where the range
+   * clamps both, they stay up to 8 apart, in the same order (a sum of two
+   * clamped symbols must not cancel), and off size 1 (it broadcasts):
+   * adjacent probes agree on most floor divisions ((-s)//2 + 22 is 2 at
+   * both 40 and 39, fuzzer finding 14), and a size the probes agree on is
+   * taken for a number. */
   kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(v->dim)];
   x->probe[0] = clamp(64 + 16 * (int64_t)i, lo, hi);
   x->probe[1] = clamp(72 + 16 * (int64_t)i, lo, hi);
-  if (x->probe[0] == x->probe[1] && lo < hi) x->probe[1] = x->probe[0] == hi ? hi - 1 : x->probe[0] + 1;
+  if (x->probe[0] == x->probe[1] && lo < hi) {
+    const int64_t floor = lo < 2 ? 2 : lo;
+    if (x->probe[1] == hi) x->probe[0] = clamp(hi - 8, floor, hi);
+    else x->probe[1] = clamp(lo + 8, lo, hi);
+    if (x->probe[0] == x->probe[1]) x->probe[0] = lo;
+  }
   t->n_vars++;
   *out_dim = v->dim;
   return kiln_ok();
+}
+
+kiln_status_t kiln_sym_set_example(kiln_sym_table_t* t, int64_t var, int64_t value) {
+  if (!kiln_dim_is_sym(var) || kiln_dim_sym_id(var) >= t->n_exprs) FAIL("not a symbol");
+  kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(var)];
+  if (x->kind != KILN_SYM_VAR) FAIL("not a symbol");
+  if (kiln_dim_sym_id(var) != t->n_exprs - 1)
+    FAIL("symbol %s: an example value after expressions read it", t->vars[x->a].name);
+  const kiln_sym_var_t* v = &t->vars[x->a];
+  if (value < v->lo || value > v->hi)
+    FAIL("symbol %s: example value %lld is outside its range [%lld, %lld]", v->name,
+         (long long)value, (long long)v->lo, (long long)v->hi);
+  x->example = value;
+  return kiln_ok();
+}
+
+int64_t kiln_sym_example(const kiln_sym_table_t* t, int64_t d) {
+  return kiln_dim_is_sym(d) ? t->exprs[kiln_dim_sym_id(d)].example : d;
 }
 
 static const kiln_sym_expr_t* expr_of(const kiln_sym_table_t* t, int64_t d) {

@@ -15,7 +15,11 @@
  * Each expression also holds its value at two probe bindings of the
  * symbols: shape inference runs the concrete shape rules at both probes and
  * maps each output size back to the expression whose probe values it has
- * (kiln_shape_infer_sym.c), so the rules need no symbolic variant.
+ * (kiln_shape_infer_sym.c), so the rules need no symbolic variant. Where
+ * the symbols have example values (the sizes a graph was traced at, which
+ * satisfy every guard), each expression holds its value there too, and
+ * shape inference checks what it derived against the concrete rule at the
+ * example (the probes may agree on a number an expression is not).
  *
  * A table is shared (reference-counted) by a graph and the graphs the
  * compiler's passes derive from it; it only grows. */
@@ -54,7 +58,12 @@ typedef struct kiln_sym_expr_s {
   int32_t kind;
   int64_t a, b;       /* operands: numbers or encoded expressions of lower id */
   int64_t probe[2];   /* the value at each probe binding */
+  int64_t example;    /* the value at the example binding, or KILN_SYM_NO_EXAMPLE */
 } kiln_sym_expr_t;
+
+/* An expression's example value where a symbol it reads has none (or the
+ * example makes it invalid: a division by a non-positive value). */
+#define KILN_SYM_NO_EXAMPLE INT64_MIN
 
 typedef struct kiln_sym_var_s {
   char* name; /* owned: "s0", or the name torch gave */
@@ -80,6 +89,14 @@ void kiln_sym_table_release(kiln_sym_table_t* t);
  * `name` (copied; NULL gives "s<index>"). */
 kiln_status_t kiln_sym_var(kiln_sym_table_t* t, const char* name, int64_t lo, int64_t hi,
                            int64_t* out_dim);
+
+/* Gives symbol `var` (kiln_sym_var's out_dim) its example value, a size in
+ * its range that the graph was traced at (a check only: probes still derive
+ * every size). Only while no expression reads the symbol yet: expressions
+ * take their example values when they are built. */
+kiln_status_t kiln_sym_set_example(kiln_sym_table_t* t, int64_t var, int64_t value);
+/* d's example value: numbers are themselves; KILN_SYM_NO_EXAMPLE if none. */
+int64_t kiln_sym_example(const kiln_sym_table_t* t, int64_t d);
 
 /* Canonical constructors. Operands are numbers or encoded expressions of t;
  * with number operands they compute the number (an overflow is an error),

@@ -243,14 +243,15 @@ static PyObject* kiln_py_graph_value(kiln_py_graph_t* self, PyObject* args) {
 /* sym(name, lo, hi) -> an encoded symbolic size (kiln_sym.h) */
 static PyObject* kiln_py_graph_sym(kiln_py_graph_t* self, PyObject* args) {
   const char* name;
-  long long lo, hi;
-  if (!PyArg_ParseTuple(args, "zLL", &name, &lo, &hi)) return NULL;
+  long long lo, hi, example = -1;
+  if (!PyArg_ParseTuple(args, "zLL|L", &name, &lo, &hi, &example)) return NULL;
   kiln_graph_t* g = kiln_py_graph_get(self);
   if (!g) return NULL;
   kiln_sym_table_t* t;
   int64_t d;
   kiln_status_t s = kiln_graph_syms(g, &t);
   if (!s) s = kiln_sym_var(t, name, lo, hi, &d);
+  if (!s && example >= 0) s = kiln_sym_set_example(t, d, example);
   return s ? kiln_py_raise(s) : PyLong_FromLongLong(d);
 }
 
@@ -310,9 +311,38 @@ static PyObject* kiln_py_graph_sym_vars(kiln_py_graph_t* self, PyObject* args) {
   return set;
 }
 
+/* example_dims(dims) -> [int or None]: each size at the example binding
+ * (graph.sym's example values), None where a symbol it reads has none. */
+static PyObject* kiln_py_graph_example_dims(kiln_py_graph_t* self, PyObject* dims) {
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  PyObject* seq = PySequence_Fast(dims, "example_dims: dims must be a sequence");
+  if (!seq) return NULL;
+  Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+  PyObject* out = PyList_New(k);
+  for (Py_ssize_t i = 0; out && i < k; ++i) {
+    long long d = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+    PyObject* item = NULL;
+    if (!(d == -1 && PyErr_Occurred())) {
+      int64_t e = kiln_sym_dim_valid(g->syms, d) ? (g->syms ? kiln_sym_example(g->syms, d) : d)
+                                                 : KILN_SYM_NO_EXAMPLE;
+      item = e == KILN_SYM_NO_EXAMPLE ? Py_NewRef(Py_None) : PyLong_FromLongLong(e);
+    }
+    if (!item) {
+      Py_CLEAR(out);
+      break;
+    }
+    PyList_SET_ITEM(out, i, item);
+  }
+  Py_DECREF(seq);
+  return out;
+}
+
 static PyMethodDef kiln_py_graph_methods[] = {
     {"sym_vars", (PyCFunction)kiln_py_graph_sym_vars, METH_VARARGS, "sym_vars(size) -> {name}"},
-    {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi) -> size"},
+    {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi, example=-1) -> size"},
+    {"example_dims", (PyCFunction)kiln_py_graph_example_dims, METH_O,
+     "example_dims(sizes) -> [int or None] (each at the symbols' example values)"},
     {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},
     {"describe_dim", (PyCFunction)kiln_py_graph_describe_dim, METH_VARARGS,
      "describe_dim(size) -> str"},

@@ -231,8 +231,59 @@ static void test_sym_guard(void) {
   kiln_model_release(m);
 }
 
+/* Probes that the range clamps stay apart, and example values check what
+ * the probes derive (fuzzer finding 14): a view's size is its param as it
+ * stands; a size both probes agree on but the example does not is refused. */
+static void test_sym_example(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, U, E;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 33, 40, &S));
+  KILN_EXPECT_ERROR(kiln_sym_set_example(t, S, 41), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_OK(kiln_sym_set_example(t, S, 33));
+  KILN_EXPECT(kiln_sym_probe(t, S, 0) == 33 && kiln_sym_probe(t, S, 1) == 40,
+              "probes of [33, 40]: %lld, %lld", (long long)kiln_sym_probe(t, S, 0),
+              (long long)kiln_sym_probe(t, S, 1));
+  /* (-S)//2 + 22: the length of [-10:33:2] over S. */
+  KILN_EXPECT_OK(kiln_dim_mul(t, S, -1, &E));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, E, 2, &E));
+  KILN_EXPECT_OK(kiln_dim_add(t, E, 22, &E));
+  KILN_EXPECT(kiln_sym_example(t, E) == 5, "example of (-S)//2 + 22: %lld",
+              (long long)kiln_sym_example(t, E));
+  KILN_EXPECT_ERROR(kiln_sym_set_example(t, S, 34), KILN_INVALID_ARGUMENT); /* E reads S */
+  KILN_EXPECT_OK(kiln_sym_var(t, "U", 26, 50, &U));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, U, 33));
+  int32_t x, y, u, pool;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, (int64_t[]){3, S}, &x));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  int64_t start;
+  KILN_EXPECT_OK(kiln_dim_sub(t, S, 10, &start));
+  p[KILN_P(VIEW, RANK)] = 2, p[KILN_P(VIEW, DIMS)] = 3, p[KILN_P(VIEW, DIMS) + 1] = E;
+  p[KILN_P(VIEW, STRIDES)] = S, p[KILN_P(VIEW, STRIDES) + 1] = 2, p[KILN_P(VIEW, OFFSET)] = start;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &x, 1, p, KILN_P(VIEW, OFFSET) + 1,
+                                     NULL, 0, "slice", &y));
+  KILN_EXPECT(g->values[y].shape[1] == E, "a slice's size is its param");
+  /* max_pool by 13 of U: (U - 13)//13 + 1 is 3 at both probes (42, 50), 2
+   * at the example's 33. */
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "u", KILN_F32, 4, (int64_t[]){1, 1, 1, U}, &u));
+  int64_t q[KILN_MAX_PARAMS] = {0};
+  q[KILN_P(POOL2D, KERNEL_H)] = 1, q[KILN_P(POOL2D, KERNEL_W)] = 13;
+  q[KILN_P(POOL2D, STRIDE_H)] = 1, q[KILN_P(POOL2D, STRIDE_W)] = 13;
+  q[KILN_P(POOL2D, DILATION_H)] = 1, q[KILN_P(POOL2D, DILATION_W)] = 1;
+  kiln_status_t s = kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &u, 1, q,
+                                        KILN_P(POOL2D, DIVISOR_OVERRIDE) + 1, NULL, 0, "pool", &pool);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "at the example's sizes"),
+              "a size wrong at the example is refused: %s", s ? kiln_status_message(s) : "ok");
+  kiln_status_free(s);
+  kiln_graph_release(g);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_canonical();
   test_sym_model();
   test_sym_guard();
+  test_sym_example();
 }

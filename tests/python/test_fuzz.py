@@ -111,19 +111,21 @@ def test_fuzz_rule_for_partial_sums_behind_a_cancellation():
 
 def test_fuzz_dynamic_path_findings():
     """Graphs where the dynamic path (kiln.trace with Dim.AUTO, run at new
-    sizes) found kiln bugs (tests/fuzz/FINDINGS.md, 3 to 5): a gather whose
+    sizes) found kiln bugs (tests/fuzz/FINDINGS.md, 11 to 14): a gather whose
     index sizes were unified with its input's, so the artifact refused its
     own example (seed 11 graph 1065); nearest upsampling over symbolic sizes
     crashing the lowering in torch.arange (seed 11 graph 2185); a CPU
     fallback piece whose inputs carry only products of symbols, which no
-    call could bind (seed 12 graph 105). Each now passes, the refused
-    pieces running in eager."""
+    call could bind (seed 12 graph 105); a slice with a negative start
+    given a fixed size both probes agreed on, wrong at the example, so every
+    call was refused (seed 12 graph 2945, finding 14). Each now passes, the
+    refused pieces running in eager."""
     threads = torch.get_num_threads()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             results = [run_one(i, Config(seed=s, skip_known=ACTIVE, shrink=False, verify=False))
-                       for s, i in ((11, 1065), (11, 2185), (12, 105))]
+                       for s, i in ((11, 1065), (11, 2185), (12, 105), (12, 2945))]
     finally:
         torch.set_num_threads(threads)
     for r in results:

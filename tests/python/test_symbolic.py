@@ -339,3 +339,76 @@ def test_upsample_with_symbolic_spatial_sizes_runs_in_eager():
         for h, w in [(5, 6), (7, 3), (9, 9)]:
             x = torch.randn(1, 2, h, w)
             torch.testing.assert_close(k(x), m(x))
+
+
+def test_slice_with_a_negative_start_keeps_its_symbolic_size():
+    """x[..., -10:33:2] over a symbolic s has (-s)//2 + 22 elements (torch's
+    expression, valid for the s in [33, 43] torch guards). Over s in [33, 40]
+    both of kiln's probe sizes (40 and 39) give 2, so the probes took the
+    size for the number 2, and every call, the example's 5 too, was refused
+    (fuzzer finding 14, seed 12 graph 2945). A view's sizes are now its
+    params, as they stand: the slice runs in kiln at every size in range."""
+    from torch.export import Dim
+
+    class Slice(nn.Module):
+        def forward(self, x):
+            return x[..., -10:33:2] * 2.0
+
+    m = Slice().eval()
+    k = kiln.trace(m, (torch.randn(2, 33),), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim("s", min=33, max=40)}})
+    assert not getattr(k, "unsupported", None), k.unsupported
+    with torch.no_grad():
+        for b, s in [(2, 33), (3, 34), (2, 39), (4, 40)]:
+            x = torch.randn(b, s)
+            got = k(x)
+            assert got.shape == m(x).shape
+            torch.testing.assert_close(got, m(x))
+        with pytest.raises(ValueError, match=r"is 12, expected 33\.\.40"):
+            k(torch.randn(2, 12))  # outside the range torch.export was given
+
+
+def test_slice_with_a_negative_start_under_dim_auto():
+    """The same slice under Dim.AUTO (torch guards s in [33, 43]), beside an
+    op that falls back, so that the slice is lowered in a piece, whose
+    symbols take the ShapeEnv's narrower range [33, 40] (finding 14 as the
+    fuzzer met it). Every size torch's guards accept runs, against eager;
+    12 is outside them (torch.export specialized the program to s >= 33)."""
+    from torch.export import Dim
+
+    class SliceThenFallback(nn.Module):
+        def forward(self, x):
+            y = x[..., -10:33:2]
+            return y * 2.0, torch.nn.functional.interpolate(x[None], scale_factor=2.0, mode="nearest")
+
+    m = SliceThenFallback().eval()
+    k = kiln.trace(m, (torch.randn(2, 3, 33),), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO}})
+    with torch.no_grad():
+        for s in (33, 34, 40):
+            x = torch.randn(2, 3, s)
+            for got, want in zip(k(x), m(x)):
+                torch.testing.assert_close(got, want)
+        with pytest.raises(ValueError, match="is 12, expected 33"):
+            k(torch.randn(2, 3, 12))
+
+
+def test_a_size_the_probes_get_wrong_at_the_example_runs_in_eager():
+    """max_pool by 13 of s in [26, 50]: (s - 13)//13 + 1 is 3 at both of
+    kiln's probe sizes (50, 42) and 2 at the example's 33. kiln cannot
+    express it from the pool's input dims or params, and took the number 3:
+    every call, the example's too, was refused. Each derived size is now
+    checked against the op's own rule at the example (and against torch's
+    size there): the pool runs in eager, correct at every size."""
+    from torch.export import Dim
+
+    class Pool(nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.max_pool2d(x, (1, 13), (1, 13)) + 1.0
+
+    m = Pool().eval()
+    k = kiln.trace(m, (torch.randn(1, 2, 4, 33),), dynamic_shapes={"x": {3: Dim("s", min=26, max=50)}})
+    assert any("max_pool2d" in op for op in k.unsupported), k.unsupported
+    assert "is 2 at the example's sizes, where both probes gave 3" in k.explain(), k.explain()
+    with torch.no_grad():
+        for s in (33, 26, 41, 50):
+            x = torch.randn(1, 2, 4, s)
+            torch.testing.assert_close(k(x), m(x))
