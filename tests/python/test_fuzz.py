@@ -131,3 +131,23 @@ def test_fuzz_dynamic_path_findings():
     for r in results:
         assert r.path == "dynamic", describe(r)
         assert r.status in ("pass", "unsupported"), describe(r)
+
+
+def test_fuzz_dynamic_rule_for_torchs_own_guards():
+    """Seed 31 graph 134: view(v, [-1, 1, 40]) of x1 (s0, 1, s1, s2), which
+    torch.export traces as (s0, 1, s1*s2) under a guard s1*s2 == 40 that no
+    symbol's range holds. At new sizes that break it, eager (the module's
+    code) gives (s0*s1*s2/40, 1, 40), torch's own exported program refuses
+    them, and kiln answered for the traced program: (s0, 1, s1*s2)
+    (FINDINGS.md, 15, open). The dynamic path leaves out sizes the exported
+    program's guards refuse, as it does sizes eager cannot run."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = run_one(134, Config(seed=31, trace_every=0, compile_every=0, dynamic_every=1, skip_known=ACTIVE,
+                                    shrink=False, verify=False))
+    finally:
+        torch.set_num_threads(threads)
+    assert r.path == "dynamic", describe(r)
+    assert r.status in ("pass", "unsupported"), describe(r)
