@@ -16,8 +16,11 @@
  * machine with more runnable threads than cores each job can pay that: a
  * decode step measured 30x slower at 2 threads than at 1 beside one busy
  * process. So the caller times its own part of each job: when it waits
- * longer than it worked and longer than KILN_POOL_STALL_NS, twice within
- * KILN_POOL_STRIKE_WINDOW_NS, the pool runs its jobs on the caller alone
+ * longer than it worked and longer than KILN_POOL_STALL_NS while the
+ * machine has more runnable threads than cores (a job's tasks can also be
+ * uneven: a long wait on an idle machine is that, not a descheduled
+ * thread), twice within KILN_POOL_STRIKE_WINDOW_NS, the pool runs its jobs
+ * on the caller alone
  * for KILN_POOL_SERIAL_NS, then tries its threads again; a spell that
  * follows the last one within a second lasts twice as long (up to 16x), as
  * the machine is still busy. Tasks and their
@@ -29,6 +32,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +63,7 @@ struct kiln_pool_s {
    * (ns, CLOCK_MONOTONIC); strikes counted since first_strike. */
   _Atomic uint64_t serial_until, first_strike;
   atomic_int strikes, serial_level;
+  atomic_int assume_busy; /* tests: count long waits as the machine's */
   _Atomic int64_t serial_spells;
 };
 
@@ -80,10 +85,26 @@ static uint64_t kiln_pool_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* 1 when the machine has more runnable threads than online CPUs now
+ * (Linux: /proc/loadavg's fourth field, "running/total"); read only after
+ * a long wait, so its cost (a few microseconds) is rare. Where it cannot be
+ * read, 1: the wait alone decides. */
+static int kiln_pool_machine_oversubscribed(void) {
+  FILE* f = fopen("/proc/loadavg", "r");
+  if (!f) return 1;
+  double a1, a5, a15;
+  long running = 0, total = 0;
+  int got = fscanf(f, "%lf %lf %lf %ld/%ld", &a1, &a5, &a15, &running, &total);
+  fclose(f);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return got != 5 || cpus < 1 || running > cpus;
+}
+
 /* The caller worked `busy` ns on a job and then waited `wait` ns for the
  * other threads. */
 static void kiln_pool_note_wait(kiln_pool_t* pool, uint64_t busy, uint64_t wait, uint64_t now) {
   if (wait < KILN_POOL_STALL_NS || wait < busy) return;
+  if (!atomic_load(&pool->assume_busy) && !kiln_pool_machine_oversubscribed()) return;
   if (now - atomic_load(&pool->first_strike) > KILN_POOL_STRIKE_WINDOW_NS) {
     atomic_store(&pool->first_strike, now);
     atomic_store(&pool->strikes, 1);
@@ -103,6 +124,10 @@ static void kiln_pool_note_wait(kiln_pool_t* pool, uint64_t busy, uint64_t wait,
 
 int64_t kiln_pool_serial_spells(const kiln_pool_t* pool) {
   return pool ? atomic_load(&((kiln_pool_t*)pool)->serial_spells) : 0;
+}
+
+void kiln_pool_assume_busy_machine(kiln_pool_t* pool, int on) {
+  if (pool) atomic_store(&pool->assume_busy, on);
 }
 
 int kiln_pool_is_serial(const kiln_pool_t* pool) {

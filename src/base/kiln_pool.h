@@ -69,6 +69,9 @@ void kiln_pool_set_wait_counter(uint64_t* wait_ns);
  * whether it is in one now. */
 int64_t kiln_pool_serial_spells(const kiln_pool_t* pool);
 int kiln_pool_is_serial(const kiln_pool_t* pool);
+/* Tests: take every long wait as a busy machine's (no /proc check), so the
+ * rule can be exercised on an idle one. */
+void kiln_pool_assume_busy_machine(kiln_pool_t* pool, int on);
 /* The process-wide pool: KILN_NUM_THREADS threads, else one per online CPU.
  * Created on first use; never released. NULL if it could not be created.
  * In the host's regions it follows the host's thread count (see above):
