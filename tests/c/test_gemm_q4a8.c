@@ -30,6 +30,7 @@
 #include "base/kiln_pool.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
+#include "kiln_test_qgemm.h"
 
 typedef struct {
   int64_t batch, m, n, k;
@@ -106,55 +107,19 @@ static void q4a8_check_rule(const char* what, int64_t i, int64_t k, int64_t n, i
 
 static void q4a8_run(const q4a8_case_t* tc, kiln_pool_t* pool, const char* where) {
   const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
-  const int64_t acs = tc->a_strided ? 2 : 1;
-  const int64_t lda = K * acs + 3, ldc = N + 2, ldr = N + 5;
-  size_t na = (size_t)(B * M * lda) + 1, nb = (size_t)(K * N) + 1;
-  size_t nc = (size_t)(B * M * ldc) + 1, nr = (size_t)(B * M * ldr) + 1;
-  size_t qbytes = kiln_gemm_quant_packed_size(K, N, 4, tc->group, tc->asym);
-  float* a = q4a8_alloc(na * 4);
-  float* w = q4a8_alloc(nb * 4);
-  float* bias = q4a8_alloc((size_t)N * 4 + 4);
-  float* res = q4a8_alloc(nr * 4);
-  float* c_got = q4a8_alloc(nc * 4);
-  float* c_want = q4a8_alloc(nc * 4);
-  uint16_t* a16 = tc->a16 ? q4a8_alloc(na * 2) : NULL;
-  void* blob = q4a8_alloc(qbytes);
-  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B + tc->group + tc->asym);
-  kiln_test_fill_f32(a, na, seed, -2.0f, 2.0f);
-  /* Some activations far from the rest: groups with different scales. */
-  for (size_t e = 0; e < na; e += 37) a[e] *= 8.0f;
-  kiln_test_fill_f32(w, nb, seed + 1, -0.5f, 0.5f);
-  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
-  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
-  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
-  if (tc->nan_row) a[(M / 2) * lda + (K - 1) * acs] = NAN;
-  if (a16)
-    for (size_t i = 0; i < na; ++i) {
-      a16[i] = kiln_gemm_bf16_from_f32(a[i]);
-      a[i] = kiln_gemm_bf16_to_f32(a16[i]);
-    }
-  memcpy(c_want, c_got, nc * 4);
-  kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, tc->group, tc->asym, blob);
-  kiln_gemm_quant_set_a8(blob);
-
-  kiln_gemm_f32_args_t g;
-  memset(&g, 0, sizeof(g));
-  g.batch = B, g.m = M, g.n = N, g.k = K;
-  g.a = a16 ? NULL : a;
-  g.a_bf16 = a16;
-  g.a_batch_stride = M * lda, g.a_row_stride = lda, g.a_col_stride = acs;
-  g.b_packed_q = blob;
-  g.c = c_got, g.c_batch_stride = M * ldc, g.c_row_stride = ldc;
-  g.bias = tc->bias ? bias : NULL;
-  g.act = tc->act;
-  if (tc->res_alias) {
-    g.residual = c_got, g.r_batch_stride = M * ldc, g.r_row_stride = ldc;
-  } else if (tc->residual) {
-    g.residual = res, g.r_batch_stride = M * ldr, g.r_row_stride = ldr;
-  }
-  kiln_gemm_f32_args_t ref = g;
-  ref.c = c_want;
-  if (tc->res_alias) ref.residual = c_want;
+  /* Some activations far from the rest (every 37th times 8): groups with
+   * different scales. */
+  kiln_test_qgemm_t t;
+  kiln_test_qgemm_init(&t, B, M, N, K, tc->a_strided, tc->a16, tc->nan_row, 37,
+                       (unsigned)(M * 7919 + N * 104729 + K * 31 + B + tc->group + tc->asym),
+                       kiln_gemm_quant_packed_size(K, N, 4, tc->group, tc->asym));
+  kiln_gemm_quant_pack_b(K, N, t.w, 1, K, 4, tc->group, tc->asym, t.blob);
+  kiln_gemm_quant_set_a8(t.blob);
+  const float* a = t.a;
+  const float* c_got = t.c_got;
+  const int64_t acs = t.acs, lda = t.lda, ldc = t.ldc;
+  kiln_gemm_f32_args_t g, ref;
+  kiln_test_qgemm_args(&t, tc->bias, tc->residual, tc->res_alias, tc->act, &g, &ref);
   kiln_gemm_f32_reference(&ref);
   kiln_gemm_f32(&g, pool);
 
@@ -165,7 +130,7 @@ static void q4a8_run(const q4a8_case_t* tc, kiln_pool_t* pool, const char* where
            where, (long long)B, (long long)M, (long long)N, (long long)K, tc->group, tc->asym,
            tc->bias, tc->residual, tc->res_alias, (int)tc->act, tc->a16, tc->a_strided, tc->nan_row);
   float tol = tc->act == KILN_ACT_NONE ? 0.0f : 1e-6f;
-  kiln_test_compare_f32(what, c_got, c_want, nc, tol, tol);
+  kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, tol, tol);
   const char* path = kiln_gemm_quant_last_path();
   KILN_EXPECT(!strncmp(path, "q4a8-", 5) && strcmp(path, "q4a8-reference"), "%s: ran %s", what,
               path);
@@ -181,9 +146,9 @@ static void q4a8_run(const q4a8_case_t* tc, kiln_pool_t* pool, const char* where
   if (!tc->bias && !tc->residual && !tc->res_alias && tc->act == KILN_ACT_NONE && !tc->nan_row)
     for (int64_t bt = 0; bt < B; ++bt)
       for (int64_t i = 0; i < M; ++i)
-        q4a8_check_rule(what, i, K, N, tc->group, tc->asym, a + bt * M * lda + i * lda, acs, blob,
+        q4a8_check_rule(what, i, K, N, tc->group, tc->asym, a + bt * M * lda + i * lda, acs, t.blob,
                         c_got + bt * M * ldc + i * ldc);
-  free(a), free(w), free(bias), free(res), free(c_got), free(c_want), free(a16), free(blob);
+  kiln_test_qgemm_free(&t);
 }
 
 static void q4a8_level(kiln_pool_t* pool, const char* where) {

@@ -26,6 +26,7 @@
 #include "base/kiln_pool.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
+#include "kiln_test_qgemm.h"
 
 /* KILN_GEMM_GEMV_MAX_M (kiln_gemm_internal.h): the most rows the GEMV takes. */
 enum { Q8A8_GEMV_MAX_M = 8 };
@@ -58,52 +59,19 @@ static void q8a8_rule_row(int64_t k, int64_t n, const float* a, int64_t cs, cons
 
 static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where) {
   const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
-  const int64_t acs = tc->a_strided ? 2 : 1;
-  const int64_t lda = K * acs + 3, ldc = N + 2, ldr = N + 5;
-  size_t na = (size_t)(B * M * lda) + 1, nb = (size_t)(K * N) + 1;
-  size_t nc = (size_t)(B * M * ldc) + 1, nr = (size_t)(B * M * ldr) + 1;
-  float* a = q8a8_alloc(na * 4);
-  float* w = q8a8_alloc(nb * 4);
-  float* bias = q8a8_alloc((size_t)N * 4 + 4);
-  float* res = q8a8_alloc(nr * 4);
-  float* c_got = q8a8_alloc(nc * 4);
-  float* c_want = q8a8_alloc(nc * 4);
-  uint16_t* a16 = tc->a16 ? q8a8_alloc(na * 2) : NULL;
-  void* blob = q8a8_alloc(kiln_gemm_quant_packed_size(K, N, 8, 0, 0));
-  unsigned seed = (unsigned)(M * 7919 + N * 104729 + K * 31 + B);
-  kiln_test_fill_f32(a, na, seed, -2.0f, 2.0f);
-  kiln_test_fill_f32(w, nb, seed + 1, -0.5f, 0.5f);
-  kiln_test_fill_f32(bias, (size_t)N + 1, seed + 2, -1.0f, 1.0f);
-  kiln_test_fill_f32(res, nr, seed + 3, -1.0f, 1.0f);
-  kiln_test_fill_f32(c_got, nc, seed + 4, -1.0f, 1.0f);
-  if (tc->nan_row) a[(M / 2) * lda + (K - 1) * acs] = tc->nan_row == 2 ? -INFINITY : NAN;
-  if (a16)
-    for (size_t i = 0; i < na; ++i) {
-      a16[i] = kiln_gemm_bf16_from_f32(a[i]);
-      a[i] = kiln_gemm_bf16_to_f32(a16[i]);
-    }
-  memcpy(c_want, c_got, nc * 4);
-  kiln_gemm_quant_pack_b(K, N, w, 1, K, 8, 0, 0, blob);
-  kiln_gemm_quant_set_a8(blob);
-
-  kiln_gemm_f32_args_t g;
-  memset(&g, 0, sizeof(g));
-  g.batch = B, g.m = M, g.n = N, g.k = K;
-  g.a = a16 ? NULL : a;
-  g.a_bf16 = a16;
-  g.a_batch_stride = M * lda, g.a_row_stride = lda, g.a_col_stride = acs;
-  g.b_packed_q = blob;
-  g.c = c_got, g.c_batch_stride = M * ldc, g.c_row_stride = ldc;
-  g.bias = tc->bias ? bias : NULL;
-  g.act = tc->act;
-  if (tc->res_alias) {
-    g.residual = c_got, g.r_batch_stride = M * ldc, g.r_row_stride = ldc;
-  } else if (tc->residual) {
-    g.residual = res, g.r_batch_stride = M * ldr, g.r_row_stride = ldr;
-  }
-  kiln_gemm_f32_args_t ref = g;
-  ref.c = c_want;
-  if (tc->res_alias) ref.residual = c_want;
+  kiln_test_qgemm_t t;
+  kiln_test_qgemm_init(&t, B, M, N, K, tc->a_strided, tc->a16, tc->nan_row, 0,
+                       (unsigned)(M * 7919 + N * 104729 + K * 31 + B),
+                       kiln_gemm_quant_packed_size(K, N, 8, 0, 0));
+  kiln_gemm_quant_pack_b(K, N, t.w, 1, K, 8, 0, 0, t.blob);
+  kiln_gemm_quant_set_a8(t.blob);
+  const float* a = t.a;
+  const float* c_got = t.c_got;
+  const float* c_want = t.c_want;
+  const void* blob = t.blob;
+  const int64_t acs = t.acs, lda = t.lda, ldc = t.ldc;
+  kiln_gemm_f32_args_t g, ref;
+  kiln_test_qgemm_args(&t, tc->bias, tc->residual, tc->res_alias, tc->act, &g, &ref);
   kiln_gemm_q8a8_reference(&ref);
   kiln_gemm_f32(&g, pool);
 
@@ -113,7 +81,7 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
            where, (long long)B, (long long)M, (long long)N, (long long)K, tc->bias, tc->residual,
            tc->res_alias, (int)tc->act, tc->a16, tc->a_strided, tc->nan_row);
   float tol = tc->act == KILN_ACT_NONE ? 0.0f : 1e-6f;
-  kiln_test_compare_f32(what, c_got, c_want, nc, tol, tol);
+  kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, tol, tol);
   /* M <= 8: the GEMV (never the reference, its fallback without scratch). */
   const char* path = kiln_gemm_quant_last_path();
   const int gemv = M <= Q8A8_GEMV_MAX_M;
@@ -141,7 +109,7 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
       }
     free(row);
   }
-  free(a), free(w), free(bias), free(res), free(c_got), free(c_want), free(a16), free(blob);
+  kiln_test_qgemm_free(&t);
 }
 
 /* Each (batch, M, N, K) of big with every variation: plain, bias + SiLU +
