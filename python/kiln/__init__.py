@@ -34,6 +34,7 @@ HOST_THREADS = _C.host_threads(os.environ.get("KILN_POOL", "host") != "own")
 from kiln import jit as _jit  # noqa: E402,F401  (registers torch.ops.kiln.run: torch.jit.load works after `import kiln`)
 from kiln.analysis import analyze_model  # noqa: E402
 from kiln.capture import export_program, lower_exported  # noqa: E402
+from kiln.guards import SizeGuards  # noqa: E402
 from kiln.compare import compare  # noqa: E402
 from kiln.module import KilnModule, compile_graph  # noqa: E402
 from kiln.options import as_tuple, weights_quant  # noqa: E402
@@ -238,7 +239,10 @@ def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False, targe
     fused, pieces = _partition.partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
                               what=name, weights_bf16=weights_bf16, compute_bf16=compute_bf16,
                               target=target)
-    return _partition.PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes)
+    guards = SizeGuards.of_exported(ep, [n for spec, n in zip(ep.graph_signature.input_specs, phs)
+                                         if spec.kind == InputKind.USER_INPUT])
+    return _partition.PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes,
+                                        guards)
 
 
 def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):

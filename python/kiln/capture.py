@@ -18,6 +18,7 @@ from kiln import _C
 from kiln.errors import KilnError, Unsupported, UnsupportedOpError
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
+from kiln.guards import of_exported as exported_guards
 from kiln import lowp
 from kiln import symbolic
 
@@ -400,6 +401,7 @@ def lower_exported(ep, extra_outputs=()):
             raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
                             "kiln.trace compiles inference graphs: call model.eval() first")
     ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints)
+    symbolic.add_guards(ctx, exported_guards(ep))
     return ctx, names, ep.call_spec.out_spec
 
 

@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 from kiln import _C
 from kiln.capture import log_enabled, lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
+from kiln.guards import SizeGuards
 from kiln.module import DTYPES, FORMAT_META, KilnModule, compile_graph, register_artifact_kind
 from kiln.support import KilnSupport, per_node_support, unsupported_ops
 
@@ -156,9 +157,12 @@ def _check_sizes_bind(mod):
 class PartitionedModule(torch.nn.Module):
     """What kiln.trace returns when some ops fall back to eager PyTorch."""
 
-    def __init__(self, gm, lifted, n_pieces, out_spec, unsupported, source, writes=()):
+    def __init__(self, gm, lifted, n_pieces, out_spec, unsupported, source, writes=(), guards=None):
         super().__init__()
         self.gm = gm
+        # torch.export's guards (kiln.guards.SizeGuards), checked on the
+        # inputs' sizes before any piece or eager op runs.
+        self._guards = guards
         # The graph's leading outputs are effect tokens, dropped ("token"),
         # and new values of buffers or inputs (in-place updates), each
         # copied into ("lifted" | "input", i).
@@ -172,6 +176,8 @@ class PartitionedModule(torch.nn.Module):
 
     def forward(self, *args):
         flat = pytree.tree_leaves(args)
+        if self._guards is not None:
+            self._guards.check(flat)
         with torch.no_grad():
             outs = self.gm(*self._lifted, *flat)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -230,6 +236,7 @@ class PartitionedModule(torch.nn.Module):
         torch.save(lifted, buf)
         meta = {"format": 1, "nodes": nodes, "n_lifted": len(self._lifted), "unsupported": self.unsupported,
                 "source": self._source, "n_pieces": len(pieces), "writes": self._writes, "why": self.why,
+                "guards": self._guards.to_json() if self._guards is not None else None,
                 "out_spec": pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None}
         if not pieces:
             raise KilnError("nothing of this model runs in kiln: there is no artifact to save")
@@ -271,6 +278,7 @@ class PartitionedModule(torch.nn.Module):
             lifted = [t if t is not None else torch.empty(0) for t in lifted]
             if len(lifted) != meta["n_lifted"]:
                 raise ValueError("the parameter count differs from the graph's")
+            guards = SizeGuards.from_json(meta.get("guards"))
         except KilnError:
             raise
         except Exception as e:  # sections are the front end's: reject what does not parse
@@ -280,7 +288,7 @@ class PartitionedModule(torch.nn.Module):
                for k, i in writes):
             raise KilnError("corrupt artifact: a state write-back names no buffer or input")
         module = cls(gm, lifted, len(pieces), out_spec, list(meta.get("unsupported", [])), meta.get("source", ""),
-                     writes)
+                     writes, guards)
         module.why = [str(w) for w in meta.get("why", [])]
         return module
 

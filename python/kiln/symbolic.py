@@ -77,6 +77,9 @@ class SymDim:
     def __mod__(self, o):
         return self._op("mod", self, o)
 
+    def __rmod__(self, o):
+        return self._op("mod", o, self)
+
     def __eq__(self, o):
         return isinstance(o, SymDim) and o.d == self.d
 
@@ -270,6 +273,90 @@ class Symbols:
                 out = minmax(kind, out, a)
             return out
         raise Unsupported(f"the symbolic size {expr} ({type(expr).__name__})")
+
+
+_RELATIONS = (
+    (sympy.Eq, "==", False), (sympy.Ne, "!=", False),
+    (sympy.StrictLessThan, "<", False), (sympy.LessThan, "<=", False),
+    (sympy.StrictGreaterThan, "<", True), (sympy.GreaterThan, "<=", True),
+)
+
+
+def add_guards(ctx, guards):
+    """Puts torch.export's guards (kiln.guards.of_exported) in the graph's
+    table: the model checks them in C at every bind (kiln_sym_guards_check),
+    so an artifact run from the CLI refuses a call that breaks one, as the
+    exported program does. A guard kiln cannot express is an error, never
+    dropped."""
+    known = set(ctx.symbols.vars)
+    for expr in guards:
+        if {ctx.symbols._resolve(str(v)) for v in expr.free_symbols} <= known:
+            _add_relation(ctx, expr, expr)
+        # else a size the graph never reads (an input kiln took as a
+        # constant): nothing of kiln's program depends on it.
+
+
+def _add_relation(ctx, expr, shown):
+    if expr is sympy.true or expr is True:
+        return
+    if isinstance(expr, sympy.And):
+        for a in expr.args:
+            _add_relation(ctx, a, shown)
+        return
+    if isinstance(expr, (sympy.Or, sympy.Not)):
+        # One relation 0 <= E, E built with max (or) and min (and): a
+        # convolution's "some output dim is positive" guard, say.
+        try:
+            e = encode(_nonnegative(ctx, expr))
+        except (Unsupported, KilnError, ValueError, TypeError):
+            e = None
+        if e is not None:
+            try:
+                ctx.graph.sym_guard("<=", 0, e)
+            except Exception as err:  # the C table's message: broken at the example, never holds
+                raise KilnError(f"torch.export's guard {shown}: {err}") from None
+            return
+    for kind, rel, swap in _RELATIONS:
+        if isinstance(expr, kind):
+            try:
+                a, b = (encode(ctx.symbols.of_expr(x)) for x in expr.args)
+            except (Unsupported, KilnError, ValueError, TypeError):
+                break  # a form the C table cannot build: refused below
+            if swap:
+                a, b = b, a
+            try:
+                ctx.graph.sym_guard(rel, a, b)
+            except Exception as e:  # the C table's message: broken at the example, never holds
+                raise KilnError(f"torch.export's guard {shown}: {e}") from None
+            return
+    # KilnError: kiln.trace then runs the program partitioned, whose Python
+    # side checks every guard (kiln.guards.SizeGuards).
+    raise KilnError(f"torch.export traced the program under the condition {shown}, which kiln's "
+                    "C runtime cannot check")
+
+
+def _nonnegative(ctx, expr):
+    """A size E (int or SymDim) with expr true exactly where 0 <= E (sizes
+    are integers: a < b is a + 1 <= b)."""
+    if isinstance(expr, (sympy.Or, sympy.And)):
+        parts = [_nonnegative(ctx, a) for a in expr.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = minmax("max" if isinstance(expr, sympy.Or) else "min", out, p)
+        return out
+    if isinstance(expr, sympy.Not):
+        return -_nonnegative(ctx, expr.args[0]) - 1
+    for kind, rel, swap in _RELATIONS:
+        if isinstance(expr, kind):
+            a, b = (ctx.symbols.of_expr(x) for x in expr.args)
+            if swap:
+                a, b = b, a
+            if rel == "==":
+                return minmax("min", a - b, b - a)
+            if rel == "!=":
+                return minmax("max", a - b, b - a) - 1
+            return b - a - (1 if rel == "<" else 0)
+    raise Unsupported(f"the condition {expr}")
 
 
 def check_at_example(ctx, node, result):

@@ -35,6 +35,8 @@ typedef struct kiln_artifact_layout_s {
   size_t consts_off, consts_size;
   int have_syms, have_plan; /* "syms": minor >= KILN_FORMAT_MINOR_SYMS only */
   size_t syms_off, syms_size;
+  int have_guards; /* minor >= KILN_FORMAT_MINOR_GUARDS only */
+  size_t guards_off, guards_size;
 } kiln_artifact_layout_t;
 
 /* Re-codes a failure from the graph API (which says INVALID_ARGUMENT: for
@@ -169,6 +171,11 @@ static kiln_status_t kiln_artifact_parse_layout(const void* bytes, size_t size,
       out->have_syms = 1;
       out->syms_off = (size_t)off;
       out->syms_size = (size_t)sz;
+    } else if (!strcmp((const char*)name, KILN_FORMAT_SECTION_GUARDS) &&
+               out->minor >= KILN_FORMAT_MINOR_GUARDS) {
+      out->have_guards = 1;
+      out->guards_off = (size_t)off;
+      out->guards_size = (size_t)sz;
     } else if (!strcmp((const char*)name, KILN_FORMAT_SECTION_PLAN)) {
       out->have_plan = 1;
     }
@@ -624,6 +631,44 @@ done:
   return s;
 }
 
+/* Adds the "guards" section's guards to the table read from "syms": the
+ * count bounded by the section's size, each record's relation known and its
+ * two sizes numbers or expressions of the table (so checking them at a bind
+ * reads only the table). */
+static kiln_status_t kiln_artifact_read_guards(const kiln_artifact_layout_t* L, kiln_graph_t* g) {
+  const uint8_t* p = L->base + L->guards_off;
+  size_t size = L->guards_size;
+  if (size < KILN_FORMAT_GUARDS_HEADER_SIZE)
+    CORRUPT("guards section: %zu bytes, fewer than its %d-byte header", size,
+            KILN_FORMAT_GUARDS_HEADER_SIZE);
+  uint32_t n = kiln_format_get_u32(p + KILN_FORMAT_GDH_N_GUARDS);
+  if (!kiln_artifact_all_zero(p + KILN_FORMAT_GDH_RESERVED, 4))
+    CORRUPT("guards section: reserved bytes are not zero");
+  if (n > KILN_SYM_MAX_GUARDS ||
+      (size - KILN_FORMAT_GUARDS_HEADER_SIZE) / KILN_FORMAT_GUARD_SIZE != n ||
+      (size - KILN_FORMAT_GUARDS_HEADER_SIZE) % KILN_FORMAT_GUARD_SIZE)
+    CORRUPT("guards section: %u guards (at most %d) do not fill its %zu bytes", n,
+            KILN_SYM_MAX_GUARDS, size);
+  if (!g->syms) CORRUPT("guards section in a file without a syms section");
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint8_t* r = p + KILN_FORMAT_GUARDS_HEADER_SIZE + (size_t)i * KILN_FORMAT_GUARD_SIZE;
+    uint32_t rel = kiln_format_get_u32(r + KILN_FORMAT_G_REL);
+    int64_t a = kiln_artifact_i64(kiln_format_get_u64(r + KILN_FORMAT_G_A));
+    int64_t b = kiln_artifact_i64(kiln_format_get_u64(r + KILN_FORMAT_G_B));
+    if (rel >= KILN_SYM_REL_COUNT)
+      CORRUPT("guards section: guard %u: relation %u is unknown to this reader (format %d.%d)", i,
+              rel, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR);
+    if (!kiln_artifact_all_zero(r + KILN_FORMAT_G_RESERVED, 4))
+      CORRUPT("guards section: guard %u: reserved bytes are not zero", i);
+    if (!kiln_sym_dim_valid(g->syms, a) || !kiln_sym_dim_valid(g->syms, b))
+      CORRUPT("guards section: guard %u: a side is neither a number nor one of the syms "
+              "section's %d expressions", i, g->syms->n_exprs);
+    KILN_RETURN_IF_ERROR(kiln_artifact_recode(
+        kiln_sym_guard_add(g->syms, (kiln_sym_rel_t)rel, a, b), "guards section: guard %u", i));
+  }
+  return kiln_ok();
+}
+
 static int kiln_artifact_same_type(const kiln_value_t* a, const kiln_artifact_value_t* b) {
   if ((uint32_t)a->dtype != b->dtype || a->rank != b->rank) return 0;
   for (int32_t d = 0; d < a->rank; ++d)
@@ -738,6 +783,7 @@ kiln_status_t kiln_artifact_read(const void* bytes, size_t size, kiln_allocator_
   KILN_RETURN_IF_ERROR(kiln_graph_create(allocator, &g));
   /* The symbols first: value dims and params may name their expressions. */
   kiln_status_t s = L.have_syms ? kiln_artifact_read_syms(&L, g) : kiln_ok();
+  if (!s && L.have_guards) s = kiln_artifact_read_guards(&L, g);
   G.syms = g->syms;
   if (!s) s = kiln_artifact_replay(&G, g);
   if (s) {

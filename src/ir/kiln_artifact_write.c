@@ -27,7 +27,7 @@ static kiln_status_t kiln_artifact_check_name(const char* name, int32_t index) {
     if (name[i] < 0x21 || name[i] > 0x7e)
       BAD_ARG("extra section %d: name has a non-printable character at %zu", index, i);
   if (!strcmp(name, KILN_FORMAT_SECTION_GRAPH) || !strcmp(name, KILN_FORMAT_SECTION_CONSTS) ||
-      !strcmp(name, KILN_FORMAT_SECTION_SYMS))
+      !strcmp(name, KILN_FORMAT_SECTION_SYMS) || !strcmp(name, KILN_FORMAT_SECTION_GUARDS))
     BAD_ARG("extra section %d: the name '%s' is reserved", index, name);
   return kiln_ok();
 }
@@ -108,6 +108,18 @@ static kiln_status_t kiln_artifact_check_syms(const kiln_sym_table_t* t, size_t*
   *out_size = KILN_FORMAT_SYMS_HEADER_SIZE + (size_t)t->n_vars * KILN_FORMAT_SYM_VAR_SIZE +
               (size_t)t->n_exprs * KILN_FORMAT_SYM_EXPR_SIZE + strings;
   return kiln_ok();
+}
+
+/* Writes the "guards" section at `p` (zero-filled, KILN_FORMAT_GUARDS_HEADER_SIZE +
+ * n_guards * KILN_FORMAT_GUARD_SIZE bytes). */
+static void kiln_artifact_put_guards(const kiln_sym_table_t* t, uint8_t* p) {
+  kiln_format_put_u32(p + KILN_FORMAT_GDH_N_GUARDS, (uint32_t)t->n_guards);
+  for (int32_t i = 0; i < t->n_guards; ++i) {
+    uint8_t* r = p + KILN_FORMAT_GUARDS_HEADER_SIZE + (size_t)i * KILN_FORMAT_GUARD_SIZE;
+    kiln_format_put_u32(r + KILN_FORMAT_G_REL, (uint32_t)t->guards[i].rel);
+    kiln_format_put_u64(r + KILN_FORMAT_G_A, (uint64_t)t->guards[i].a);
+    kiln_format_put_u64(r + KILN_FORMAT_G_B, (uint64_t)t->guards[i].b);
+  }
 }
 
 /* Writes the "syms" section at `p` (zero-filled, as sized above). */
@@ -240,7 +252,11 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   int symbolic = kiln_graph_is_symbolic(g);
   size_t syms_size = 0;
   if (symbolic) KILN_RETURN_IF_ERROR(kiln_artifact_check_syms(g->syms, &syms_size));
-  int32_t n_own = 2 + symbolic;
+  /* Guards go in their own section, after "syms" (a 2.9 reader skips it). */
+  int guarded = symbolic && g->syms->n_guards > 0;
+  size_t guards_size = KILN_FORMAT_GUARDS_HEADER_SIZE +
+                       (size_t)(guarded ? g->syms->n_guards : 0) * KILN_FORMAT_GUARD_SIZE;
+  int32_t n_own = 2 + symbolic + guarded;
   KILN_CHECK_ARG(n_extra >= 0 && n_extra <= KILN_FORMAT_MAX_SECTIONS - n_own &&
                      (extra || !n_extra),
                  "bad extra sections (%d)", (int)n_extra);
@@ -277,6 +293,12 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     syms_off = at & ~(size_t)(KILN_FORMAT_ALIGN - 1);
     ok = ok && kiln_size_add(syms_off, syms_size, &at);
   }
+  size_t guards_off = 0;
+  if (guarded) {
+    ok = ok && kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
+    guards_off = at & ~(size_t)(KILN_FORMAT_ALIGN - 1);
+    ok = ok && kiln_size_add(guards_off, guards_size, &at);
+  }
   size_t extra_off[KILN_FORMAT_MAX_SECTIONS];
   for (int32_t i = 0; i < n_extra && ok; ++i) {
     ok = kiln_size_add(at, KILN_FORMAT_ALIGN - 1, &at);
@@ -299,7 +321,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
     casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, casts      ? KILN_FORMAT_MINOR_CASTS
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, guarded    ? KILN_FORMAT_MINOR_GUARDS
+                                                 : casts    ? KILN_FORMAT_MINOR_CASTS
                                                  : grouped  ? KILN_FORMAT_MINOR_GROUPED_MM
                                                  : symbolic ? KILN_FORMAT_MINOR_SYMS
                                                             : KILN_FORMAT_MINOR_CONCRETE);
@@ -317,6 +340,11 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     kiln_artifact_put_section(table + KILN_FORMAT_ENTRY_SIZE, KILN_FORMAT_SECTION_SYMS, syms_off,
                               syms_size);
     kiln_artifact_put_syms(g->syms, b + syms_off);
+  }
+  if (guarded) {
+    kiln_artifact_put_section(table + 2 * KILN_FORMAT_ENTRY_SIZE, KILN_FORMAT_SECTION_GUARDS,
+                              guards_off, guards_size);
+    kiln_artifact_put_guards(g->syms, b + guards_off);
   }
   for (int32_t i = 0; i < n_extra; ++i) {
     kiln_artifact_put_section(table + (size_t)(n_own - 1 + i) * KILN_FORMAT_ENTRY_SIZE,

@@ -155,7 +155,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 9 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts */
+#define KILN_FORMAT_MINOR 10 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section */
 /* The minor version a file without symbolic sizes is stamped with: such a
  * file is exactly what a 2.6 writer made. */
 #define KILN_FORMAT_MINOR_CONCRETE 6
@@ -170,6 +170,10 @@
  * refuses each: an unknown matmul flag, a LINEAR param past its layout, a
  * bf16 b or w, an unknown fused opcode. */
 #define KILN_FORMAT_MINOR_CASTS 9
+/* The minor version a file with a "guards" section is stamped with (a
+ * symbolic graph whose table holds guards, kiln_sym_guard_add). A 2.9 reader
+ * skips the section it does not know and runs without the checks. */
+#define KILN_FORMAT_MINOR_GUARDS 10
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu
@@ -197,6 +201,7 @@
 #define KILN_FORMAT_SECTION_GRAPH "graph"
 #define KILN_FORMAT_SECTION_CONSTS "consts"
 #define KILN_FORMAT_SECTION_SYMS "syms"
+#define KILN_FORMAT_SECTION_GUARDS "guards"
 /* The runtime's memory plan (runtime/kiln_plan_io.h's KILN_PLAN_SECTION):
  * named here because a file with symbolic sizes must not have one. */
 #define KILN_FORMAT_SECTION_PLAN "plan"
@@ -249,6 +254,15 @@
 #define KILN_FORMAT_SE_RESERVED 4
 #define KILN_FORMAT_SE_A 8
 #define KILN_FORMAT_SE_B 16
+/* "guards" section fields: a header, then one record per guard. */
+#define KILN_FORMAT_GUARDS_HEADER_SIZE 8
+#define KILN_FORMAT_GDH_N_GUARDS 0
+#define KILN_FORMAT_GDH_RESERVED 4
+#define KILN_FORMAT_GUARD_SIZE 24
+#define KILN_FORMAT_G_REL 0
+#define KILN_FORMAT_G_RESERVED 4
+#define KILN_FORMAT_G_A 8
+#define KILN_FORMAT_G_B 16
 /* How deep operands may nest (an expression of symbols is depth 1 more than
  * its deepest operand; a symbol is 1): code that walks expressions
  * recursively (kiln_sym_describe) stays shallow on any file. */
@@ -287,6 +301,8 @@ _Static_assert(sizeof(float) == 4, "fparams are binary32");
 _Static_assert(KILN_FORMAT_SV_HI + 8 == KILN_FORMAT_SYM_VAR_SIZE, "symbol record size");
 _Static_assert(KILN_FORMAT_SE_B + 8 == KILN_FORMAT_SYM_EXPR_SIZE, "expression record size");
 _Static_assert(KILN_FORMAT_SH_STRINGS_SIZE + 8 == KILN_FORMAT_SYMS_HEADER_SIZE, "syms header size");
+_Static_assert(KILN_FORMAT_G_B + 8 == KILN_FORMAT_GUARD_SIZE, "guard record size");
+_Static_assert(KILN_FORMAT_GDH_RESERVED + 4 == KILN_FORMAT_GUARDS_HEADER_SIZE, "guards header size");
 
 /* Little-endian field access by shifts, so the code is the same on any host
  * and never performs an unaligned load. */

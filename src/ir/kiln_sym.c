@@ -26,6 +26,7 @@ void kiln_sym_table_release(kiln_sym_table_t* t) {
   for (int32_t i = 0; i < t->n_vars; ++i) free(t->vars[i].name);
   free(t->exprs);
   free(t->slots);
+  free(t->guards);
   free(t);
 }
 

@@ -71,6 +71,26 @@ typedef struct kiln_sym_var_s {
   int64_t dim; /* the VAR expression, encoded */
 } kiln_sym_var_t;
 
+/* A relation of two sizes the symbols must satisfy beyond their ranges: one
+ * of the guards torch.export's ShapeEnv traced the program under (a view to
+ * 40 columns of an (s0, s1, s2) input holds only where s1*s2 == 40; a
+ * broadcast traced with s != 1 is another program at s == 1). The exported
+ * program refuses a call that breaks one; so does a kiln model, at bind. */
+typedef enum kiln_sym_rel_e {
+  KILN_SYM_EQ = 0, /* a == b */
+  KILN_SYM_NE,     /* a != b */
+  KILN_SYM_LT,     /* a < b */
+  KILN_SYM_LE,     /* a <= b */
+  KILN_SYM_REL_COUNT
+} kiln_sym_rel_t;
+
+typedef struct kiln_sym_guard_s {
+  int32_t rel;
+  int64_t a, b; /* numbers or encoded expressions of the table */
+} kiln_sym_guard_t;
+
+#define KILN_SYM_MAX_GUARDS 4096
+
 typedef struct kiln_sym_table_s {
   int32_t refs;
   kiln_sym_expr_t* exprs;
@@ -79,6 +99,8 @@ typedef struct kiln_sym_table_s {
   int32_t n_vars;
   int32_t* slots; /* open-addressed hash of expression ids, -1 empty */
   int32_t n_slots;
+  kiln_sym_guard_t* guards; /* in the order added; see kiln_sym_guard_add */
+  int32_t n_guards, cap_guards;
 } kiln_sym_table_t;
 
 kiln_status_t kiln_sym_table_create(kiln_sym_table_t** out);
@@ -126,6 +148,19 @@ kiln_status_t kiln_sym_eval_all(const kiln_sym_table_t* t, const int64_t* vars,
 static inline int64_t kiln_sym_value(const int64_t* values, int64_t d) {
   return kiln_dim_is_sym(d) ? values[kiln_dim_sym_id(d)] : d;
 }
+
+/* Adds the guard `a rel b` (kiln_sym_rel_t). One that holds for every
+ * binding as written (two equal sizes, two numbers that satisfy it) or
+ * repeats one already there adds nothing; two numbers that break it, or a
+ * guard the symbols' example values break, are an error (the program was
+ * traced where every guard held). */
+kiln_status_t kiln_sym_guard_add(kiln_sym_table_t* t, kiln_sym_rel_t rel, int64_t a, int64_t b);
+/* OK when every guard holds for kiln_sym_eval_all's values; else an error
+ * naming the first guard broken, its two sides' values and the symbols'. */
+kiln_status_t kiln_sym_guards_check(const kiln_sym_table_t* t, const int64_t* values);
+/* "s1*s2 == 40" into buf; returns buf. */
+const char* kiln_sym_guard_describe(const kiln_sym_table_t* t, const kiln_sym_guard_t* g,
+                                    char* buf, size_t size);
 
 /* "s0*768 + 1", "L + T" into buf; returns buf. */
 const char* kiln_sym_describe(const kiln_sym_table_t* t, int64_t d, char* buf, size_t size);

@@ -255,6 +255,26 @@ static PyObject* kiln_py_graph_sym(kiln_py_graph_t* self, PyObject* args) {
   return s ? kiln_py_raise(s) : PyLong_FromLongLong(d);
 }
 
+/* sym_guard(rel, a, b): the graph's sizes must satisfy `a rel b` at every
+ * call (rel "==", "!=", "<" or "<="; kiln_sym_guard_add). */
+static PyObject* kiln_py_graph_sym_guard(kiln_py_graph_t* self, PyObject* args) {
+  const char* rel;
+  long long a, b;
+  if (!PyArg_ParseTuple(args, "sLL", &rel, &a, &b)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  static const char* const rels[KILN_SYM_REL_COUNT] = {"==", "!=", "<", "<="};
+  int r = -1;
+  for (int i = 0; i < KILN_SYM_REL_COUNT; ++i)
+    if (!strcmp(rel, rels[i])) r = i;
+  if (r < 0) return PyErr_Format(PyExc_ValueError, "unknown guard relation '%s'", rel);
+  kiln_sym_table_t* t;
+  kiln_status_t s = kiln_graph_syms(g, &t);
+  if (!s) s = kiln_sym_guard_add(t, (kiln_sym_rel_t)r, a, b);
+  if (s) return kiln_py_raise(s);
+  Py_RETURN_NONE;
+}
+
 /* dim_op(kind, a, b) -> a kind b for sizes that may be symbolic; kind is
  * "add", "mul", "floordiv", "mod", "max" or "min". */
 static PyObject* kiln_py_graph_dim_op(kiln_py_graph_t* self, PyObject* args) {
@@ -341,6 +361,8 @@ static PyObject* kiln_py_graph_example_dims(kiln_py_graph_t* self, PyObject* dim
 static PyMethodDef kiln_py_graph_methods[] = {
     {"sym_vars", (PyCFunction)kiln_py_graph_sym_vars, METH_VARARGS, "sym_vars(size) -> {name}"},
     {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi, example=-1) -> size"},
+    {"sym_guard", (PyCFunction)kiln_py_graph_sym_guard, METH_VARARGS,
+     "sym_guard(rel, a, b): sizes a and b must satisfy a rel b at every call"},
     {"example_dims", (PyCFunction)kiln_py_graph_example_dims, METH_O,
      "example_dims(sizes) -> [int or None] (each at the symbols' example values)"},
     {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},

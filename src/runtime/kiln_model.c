@@ -408,7 +408,8 @@ static kiln_status_t kiln_model_bind(kiln_model_t* m, const kiln_tensor_t* input
                               kiln_sym_describe(t, sd, e, sizeof e), (long long)w);
     }
   }
-  return kiln_ok();
+  /* Last: a dimension the inputs disagree on is named above, more precisely. */
+  return kiln_sym_guards_check(t, m->sym_values);
 }
 
 /* Rebinds an instance exec of a symbolic model to the latest binding

@@ -710,15 +710,21 @@ static void run_sym_binding(kiln_model_t* m, int64_t B, int64_t T, int64_t T2) {
   free(x), free(x2), free(got), free(want), free(got2), free(want2);
 }
 
-/* A compiled symbolic graph written, read back (every field and the whole
- * table equal) and run at two bindings. */
-static void test_sym_round_trip(void) {
+/* make_sym_graph's symbolic graph, compiled (NULL on a failure, reported). */
+static kiln_graph_t* compiled_sym_graph(void) {
   kiln_graph_t* g = make_sym_graph(1, 0, 0, 0);
-  if (!g) return;
+  if (!g) return NULL;
   kiln_compile_options_t o;
   kiln_compile_options_initialize(&o);
   kiln_graph_t* c = NULL;
   KILN_EXPECT_OK(kiln_compile(g, &o, &c));
+  return c;
+}
+
+/* A compiled symbolic graph written, read back (every field and the whole
+ * table equal) and run at two bindings. */
+static void test_sym_round_trip(void) {
+  kiln_graph_t* c = compiled_sym_graph();
   if (!c) return;
   void* bytes = NULL;
   size_t size = 0;
@@ -790,6 +796,74 @@ static void test_sym_round_trip(void) {
     expect_corrupt(b, size, "a plan in a symbolic file", "'plan' section in a file with symbolic");
     free(b);
   }
+  free(bytes);
+  kiln_graph_release(c);
+}
+
+/* Guards travel in a "guards" section after "syms" (2.10): read back equal,
+ * checked by the loaded model; a hostile section is refused by name. */
+static void test_sym_guards_round_trip(void) {
+  kiln_graph_t* c = compiled_sym_graph();
+  if (!c) return;
+  /* batch != 7; seq < 64*T2 (the table is the compiled graph's). */
+  int64_t B = c->syms->vars[0].dim, T = c->syms->vars[1].dim, T2 = c->syms->vars[2].dim, T64;
+  KILN_EXPECT_OK(kiln_dim_mul(c->syms, T2, 64, &T64));
+  KILN_EXPECT_OK(kiln_sym_guard_add(c->syms, KILN_SYM_NE, B, 7));
+  KILN_EXPECT_OK(kiln_sym_guard_add(c->syms, KILN_SYM_LT, T, T64));
+  void* bytes = NULL;
+  size_t size = 0;
+  KILN_EXPECT_OK(kiln_artifact_write(c, NULL, 0, &bytes, &size));
+  if (!bytes) {
+    kiln_graph_release(c);
+    return;
+  }
+  KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) == KILN_FORMAT_MINOR_GUARDS,
+              "a file with guards is version 2.10");
+  const uint8_t* entry = (const uint8_t*)bytes + KILN_FORMAT_HEADER_SIZE + 2 * KILN_FORMAT_ENTRY_SIZE;
+  KILN_EXPECT(!strcmp((const char*)entry, "guards"), "guards comes right after syms");
+  size_t off = (size_t)kiln_format_get_u64(entry + KILN_FORMAT_ENTRY_OFFSET);
+  kiln_graph_t* h = NULL;
+  KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &h));
+  if (h) {
+    int same = h->syms->n_guards == 2;
+    for (int32_t i = 0; same && i < 2; ++i)
+      same = h->syms->guards[i].rel == c->syms->guards[i].rel &&
+             h->syms->guards[i].a == c->syms->guards[i].a &&
+             h->syms->guards[i].b == c->syms->guards[i].b;
+    KILN_EXPECT(same, "guards read back equal (%d)", h->syms->n_guards);
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(h, NULL, NULL, &m)); /* takes h */
+    if (m) {
+      run_sym_binding(m, 2, 5, 3);
+      float dummy[7 * 8 * 16] = {0};
+      int64_t sx[3] = {7, 5, 16}, sx2[3] = {7, 3, 8}, sy[3] = {7, 8, 8}, sz[3] = {7, 7, 8};
+      kiln_tensor_t in[2] = {{dummy, KILN_F32, 3, sx}, {dummy, KILN_F32, 3, sx2}};
+      kiln_tensor_t outs[2] = {{dummy, KILN_F32, 3, sy}, {dummy, KILN_F32, 3, sz}};
+      kiln_status_t s = kiln_model_run(m, in, 2, outs, 2);
+      KILN_EXPECT(s && strstr(kiln_status_message(s), "batch != 7 (here 7 != 7"),
+                  "the loaded model checks the guards: %s", s ? kiln_status_message(s) : "ok");
+      kiln_status_free(s);
+      kiln_model_release(m);
+    }
+  }
+  uint8_t* b = exact_copy(bytes, size);
+  uint8_t* rec = b + off + KILN_FORMAT_GUARDS_HEADER_SIZE;
+  kiln_format_put_u32(rec + KILN_FORMAT_G_REL, 99);
+  expect_corrupt(b, size, "an unknown guard relation", "relation 99 is unknown");
+  memcpy(b, bytes, size);
+  kiln_format_put_u32(rec + KILN_FORMAT_G_RESERVED, 1);
+  expect_corrupt(b, size, "guard reserved bytes", "reserved bytes are not zero");
+  memcpy(b, bytes, size);
+  kiln_format_put_u64(rec + KILN_FORMAT_G_A, (uint64_t)kiln_dim_of_sym(1 << 19));
+  expect_corrupt(b, size, "a guard naming no expression", "neither a number nor one of");
+  memcpy(b, bytes, size);
+  kiln_format_put_u32(b + off + KILN_FORMAT_GDH_N_GUARDS, 3);
+  expect_corrupt(b, size, "a guard count past the section", "do not fill");
+  memcpy(b, bytes, size);
+  kiln_format_put_u32(rec + KILN_FORMAT_G_REL, KILN_SYM_NE);
+  kiln_format_put_u64(rec + KILN_FORMAT_G_B, kiln_format_get_u64(rec + KILN_FORMAT_G_A));
+  expect_corrupt(b, size, "a guard that never holds", "can never hold");
+  free(b);
   free(bytes);
   kiln_graph_release(c);
 }
@@ -1028,6 +1102,7 @@ static void test_sym_depth(void) {
 
 void kiln_test_suite_artifact_sym(void) {
   test_sym_round_trip();
+  test_sym_guards_round_trip();
   {
     /* The concrete test graph's file (as kiln_test_suite_artifact writes it). */
     kiln_graph_t* g = make_graph();

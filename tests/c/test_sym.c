@@ -281,7 +281,78 @@ static void test_sym_example(void) {
   kiln_graph_release(g);
 }
 
+/* torch.export's guards beyond the ranges (fuzzer finding 15): a view to 40
+ * columns of (S, U) holds only where S*U == 40, so a binding that breaks it
+ * is refused at the call, naming the guard, instead of running the traced
+ * program (a wrong shape). */
+static void test_sym_export_guards(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, U, SU, R;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 1, 1000, &S));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, S, 5));
+  KILN_EXPECT_OK(kiln_sym_var(t, "U", 1, 1000, &U));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, U, 8));
+  KILN_EXPECT_OK(kiln_dim_mul(t, S, U, &SU));
+  KILN_EXPECT_OK(kiln_dim_mod(t, SU, 40, &R));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, SU, 40));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, R, 0));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, S, 1));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LT, S, U));
+  /* Repeats and guards true as written add nothing. */
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, SU, 40));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LE, S, S));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LT, 3, 4));
+  KILN_EXPECT(t->n_guards == 4, "4 guards kept, got %d", t->n_guards);
+  /* Never true, broken at the example, or an unknown relation: errors. */
+  KILN_EXPECT_ERROR(kiln_sym_guard_add(t, KILN_SYM_NE, S, S), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_sym_guard_add(t, KILN_SYM_EQ, 3, 4), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_sym_guard_add(t, KILN_SYM_LT, U, S), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_sym_guard_add(t, KILN_SYM_REL_COUNT, S, U), KILN_INVALID_ARGUMENT);
+  KILN_EXPECT_ERROR(kiln_sym_guard_add(t, KILN_SYM_EQ, kiln_dim_of_sym(t->n_exprs + 5), 1),
+                    KILN_INVALID_ARGUMENT);
+  char buf[128];
+  KILN_EXPECT(!strcmp(kiln_sym_guard_describe(t, &t->guards[0], buf, sizeof buf), "S*U == 40"),
+              "describe: %s", buf);
+  int32_t x, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, (int64_t[]){S, U}, &x));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_EXP, &x, 1, NULL, 0, NULL, 0, "exp", &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_model_t* m = compiled(g);
+  if (!m) return;
+  float xs[44], ys[44];
+  for (int i = 0; i < 44; ++i) xs[i] = 0.01f * (float)i;
+  const int64_t ok[][2] = {{5, 8}, {2, 20}, {4, 10}};
+  for (size_t k = 0; k < sizeof ok / sizeof ok[0]; ++k) {
+    int64_t shape[2] = {ok[k][0], ok[k][1]};
+    kiln_tensor_t in = {xs, KILN_F32, 2, shape}, out = {ys, KILN_F32, 2, shape};
+    KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+    KILN_EXPECT(fabsf(ys[39] - expf(0.39f)) < 1e-6f, "ran at S=%lld U=%lld", (long long)shape[0],
+                (long long)shape[1]);
+  }
+  /* (4, 11): S*U is 44; (1, 40): S is 1; (8, 5): S > U. Each refused by its guard. */
+  const int64_t bad[][2] = {{4, 11}, {1, 40}, {8, 5}};
+  const char* want[] = {"S*U == 40 (here 44 == 40, with S = 4, U = 11)",
+                        "S != 1 (here 1 != 1, with S = 1, U = 40)",
+                        "S < U (here 8 < 5, with S = 8, U = 5)"};
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; ++k) {
+    int64_t shape[2] = {bad[k][0], bad[k][1]};
+    kiln_tensor_t in = {xs, KILN_F32, 2, shape}, out = {ys, KILN_F32, 2, shape};
+    kiln_status_t s = kiln_model_run(m, &in, 1, &out, 1);
+    KILN_EXPECT(kiln_status_code(s) == KILN_INVALID_ARGUMENT &&
+                    strstr(kiln_status_message(s), "a condition the program was traced under") &&
+                    strstr(kiln_status_message(s), want[k]),
+                "binding %zu refused by its guard: %s", k, s ? kiln_status_message(s) : "ok");
+    kiln_status_free(s);
+  }
+  kiln_model_release(m);
+}
+
 void kiln_test_suite_sym(void) {
+  test_sym_export_guards();
   test_sym_canonical();
   test_sym_model();
   test_sym_guard();

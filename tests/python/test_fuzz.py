@@ -139,8 +139,9 @@ def test_fuzz_dynamic_rule_for_torchs_own_guards():
     symbol's range holds. At new sizes that break it, eager (the module's
     code) gives (s0*s1*s2/40, 1, 40), torch's own exported program refuses
     them, and kiln answered for the traced program: (s0, 1, s1*s2)
-    (FINDINGS.md, 15, open). The dynamic path leaves out sizes the exported
-    program's guards refuse, as it does sizes eager cannot run."""
+    (FINDINGS.md, 15, fixed). kiln now checks the exported program's guards
+    at every call, and the dynamic path requires it to refuse every size
+    torch's program refuses."""
     threads = torch.get_num_threads()
     try:
         with warnings.catch_warnings():

@@ -334,6 +334,20 @@ def test_layer_rms_norm(norm_shape):
     check(Norms(norm_shape), randn(2, 3, 48) * 3 + 1, tol=RED)
 
 
+def test_layer_norm_of_equal_values_is_its_bias():
+    """A row of equal values has no variance: torch's Welford mean is exact
+    for it and layer_norm gives beta exactly, where a mean off by its
+    rounding gave noise times 1/sqrt(eps) (~300x the rounding; fuzzer
+    finding 16). Rows of 3 to 100 values, at magnitudes whose sums round."""
+    for n in (3, 7, 17, 100):
+        x = (torch.randn(64, 1) * 10 ** torch.randint(-3, 4, (64, 1))).expand(64, n).contiguous()
+        norm = nn.LayerNorm(n)
+        with torch.no_grad():
+            norm.weight.normal_(), norm.bias.normal_()
+        got = kiln.trace(norm.eval(), (x,))(x)
+        torch.testing.assert_close(got, norm.bias.detach().expand(64, n), rtol=0, atol=0)
+
+
 # ---- views and data movement ---------------------------------------------------------
 
 

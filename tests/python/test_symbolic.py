@@ -387,7 +387,7 @@ def test_slice_with_a_negative_start_under_dim_auto():
             x = torch.randn(2, 3, s)
             for got, want in zip(k(x), m(x)):
                 torch.testing.assert_close(got, want)
-        with pytest.raises(ValueError, match="is 12, expected 33"):
+        with pytest.raises(ValueError, match=r"x.shape\[2\] >= 33 \(with x.shape\[2\] = 12"):
             k(torch.randn(2, 3, 12))
 
 
@@ -412,3 +412,72 @@ def test_a_size_the_probes_get_wrong_at_the_example_runs_in_eager():
         for s in (33, 26, 41, 50):
             x = torch.randn(1, 2, 4, s)
             torch.testing.assert_close(k(x), m(x))
+
+
+class _ViewTo40(nn.Module):
+    """view(-1, 1, 40) of (s0, 1, s1, s2): torch.export traces it as
+    (s0, 1, s1*s2) under guards s1*s2 == 40 (FINDINGS.md 15)."""
+
+    def __init__(self, eager_op=False):
+        super().__init__()
+        self.eager_op = eager_op
+
+    def forward(self, x):
+        y = x.view(-1, 1, 40) * 2 + 1
+        if self.eager_op:  # an op kiln runs in eager: the partitioned path
+            y = torch.ops.aten.cummax(y, 2)[0]
+        return y
+
+
+_GUARD_DIMS = {"x": {0: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO, 3: torch.export.Dim.AUTO}}
+
+
+@pytest.mark.parametrize("eager_op", [False, True], ids=["one-graph", "partitioned"])
+def test_torch_export_guards_are_checked_at_every_call(tmp_path, eager_op):
+    """At sizes that break a guard, torch's exported program refuses the call
+    and eager's module gives another shape; kiln ran the traced program and
+    returned (36, 1, 220) where eager gives (198, 1, 40). Now it refuses them
+    naming the guard and the sizes, after a save and load as well (the C
+    runtime checks them from the file's guards section; a partitioned model
+    from its glue's), and still runs every size the guards hold for."""
+    import warnings
+    model = _ViewTo40(eager_op).eval()
+    x = torch.randn(3, 1, 5, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = kiln.trace(model, (x,), dynamic_shapes=_GUARD_DIMS)
+        kiln.save(traced, tmp_path / "g.kiln")
+        loaded = kiln.load(tmp_path / "g.kiln")
+    assert (type(traced).__name__ == "PartitionedModule") == eager_op
+    exported = torch.export.export(model, (x,), dynamic_shapes=_GUARD_DIMS).module()
+    for m in (traced, loaded):
+        for shape in [(3, 1, 5, 8), (2, 1, 4, 10), (7, 1, 2, 20)]:
+            xs = torch.randn(*shape)
+            torch.testing.assert_close(m(xs), model(xs), rtol=0, atol=0)
+        for shape in [(36, 1, 20, 11), (2, 1, 4, 11)]:
+            xs = torch.randn(*shape)
+            with pytest.raises(Exception, match="Guard failed"):
+                exported(xs)  # torch's own program refuses them too
+            with pytest.raises(ValueError, match="a condition the program was traced under") as e:
+                m(xs)
+            # The guard (its 40) and the sizes given (3 = 11).
+            assert "40" in str(e.value) and "= 11" in str(e.value), str(e.value)
+
+
+def test_partitioned_guards_from_a_hostile_file_are_refused():
+    """The partitioned model's guards are stored as expression trees of
+    whitelisted operators, never code: anything else is a corrupt artifact."""
+    from kiln.errors import KilnError
+    from kiln.guards import SizeGuards
+    ok = SizeGuards.from_json({"sizes": [[0, 1]], "guards": [[["lt", ["sym", 0], ["int", 9]], "x < 9"]]})
+    ok.check([torch.zeros(2, 3)])
+    with pytest.raises(ValueError, match="x < 9"):
+        ok.check([torch.zeros(2, 9)])
+    for bad in ({"sizes": [[0, 1]], "guards": [[["__import__", ["int", 1]], "x"]]},
+                {"sizes": [[0, 1]], "guards": [[["sym", 3], "x"]]},
+                {"sizes": [[0, 1]], "guards": [[["int", "os.system('x')"], "x"]]},
+                {"sizes": [[0, 1]], "guards": [[["int", True], "x"]]},
+                {"sizes": "x", "guards": []},
+                {"sizes": [[0, 1]], "guards": [[["add"] * 100000, "x"]]}):
+        with pytest.raises(KilnError, match="corrupt artifact"):
+            SizeGuards.from_json(bad)

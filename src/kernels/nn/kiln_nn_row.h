@@ -74,4 +74,28 @@ static inline float kiln_nn_row_sum_sq(size_t n, const float* x, float c, const 
   return kiln_nn_lanes_sum(acc);
 }
 
+/* Sums of (x - c) and of (x - c)^2 in one pass (prefetching next as
+ * kiln_nn_row_sum_sq does): the corrected two-pass moments. */
+static inline void kiln_nn_row_dev_moments(size_t n, const float* x, float c, const float* next,
+                                           float* out_s1, float* out_s2) {
+  float a1[KILN_NN_LANES] = {0}, a2[KILN_NN_LANES] = {0};
+  size_t i = 0;
+  for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
+    if (next) __builtin_prefetch(next + i);
+#pragma GCC unroll 1
+    for (int j = 0; j < KILN_NN_LANES; ++j) {
+      float d = x[i + j] - c;
+      a1[j] += d;
+      a2[j] += d * d;
+    }
+  }
+  for (size_t j = 0; i < n; ++i, ++j) {
+    float d = x[i] - c;
+    a1[j] += d;
+    a2[j] += d * d;
+  }
+  *out_s1 = kiln_nn_lanes_sum(a1);
+  *out_s2 = kiln_nn_lanes_sum(a2);
+}
+
 #endif /* KILN_NN_ROW_H */

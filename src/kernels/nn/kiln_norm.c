@@ -1,10 +1,11 @@
 /* LayerNorm and RMSNorm over rows, one ISA variant per build of this file.
  *
- * Statistics are fp32 and two-pass: the mean, then the sum of squared
- * deviations about it, both over a row that the first pass left in cache.
- * Two passes avoid the cancellation of E[x^2] - E[x]^2 when |mean| >> std
- * at the price of one extra read from L1/L2, which is free next to the DRAM
- * traffic of the row itself. Lane accumulators (kiln_nn_row.h) keep the sum
+ * Statistics are fp32 and two-pass: the mean, then the sums of deviations
+ * and of squared deviations about it (the corrected two-pass algorithm),
+ * both over a row that the first pass left in cache. Two passes avoid the
+ * cancellation of E[x^2] - E[x]^2 when |mean| >> std at the price of one
+ * extra read from L1/L2, which is free next to the DRAM traffic of the row
+ * itself. Lane accumulators (kiln_nn_row.h) keep the sum
  * order fixed and vectorised.
  */
 #include <math.h>
@@ -19,9 +20,18 @@ void KILN_ISA_VARIANT(kiln_nn_layer_norm_rows)(size_t r0, size_t r1, size_t n, c
   for (size_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
-    float mean = kiln_nn_row_sum(n, xr) / (float)n;
+    float mean0 = kiln_nn_row_sum(n, xr) / (float)n;
     const float* next = r + 1 < r1 ? xr + n : NULL;
-    float var = kiln_nn_row_sum_sq(n, xr, mean, next) / (float)n;
+    float s1, s2;
+    kiln_nn_row_dev_moments(n, xr, mean0, next, &s1, &s2);
+    /* The first mean is off by its rounding, d; the deviations about it
+     * sum to n*d, which corrects both moments. A row of equal values then
+     * has its exact mean and no variance, so it normalises to 0 (beta), as
+     * torch's Welford mean gives, not to rounding noise times 1/sqrt(eps)
+     * (fuzzer finding 16). */
+    float mean = mean0 + s1 / (float)n;
+    float var = (s2 - s1 * (s1 / (float)n)) / (float)n;
+    if (!(var > 0.0f)) var = var == var ? 0.0f : var; /* rounding below 0; NaN stays NaN */
     float rstd = 1.0f / sqrtf(var + eps);
     /* One loop per case keeps each branch-free and vectorised; writes go
      * last in each iteration so y may alias x. */
