@@ -247,6 +247,12 @@ class LoweringContext:
         return self._record(self.graph.add_constant(
             name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), key))
 
+    def quant_constant(self, q, scales, zeros, group, name=None):
+        """A float32 constant held as a checkpoint's integers: q, scales and
+        zeros (-1: none) are constants' value ids (kiln_graph_add_constant_quant;
+        KilnError when they are not such constants)."""
+        return self._record(self.graph.add_quant_constant(name, q, scales, zeros, int(group)))
+
     def scalar(self, x, dtype):
         key = (repr(x), dtype)  # repr keeps -0.0, nan and inf distinct
         if key not in self._scalars:

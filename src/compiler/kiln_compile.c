@@ -134,6 +134,12 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, target, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS
+  /* Why a constant has its form, where the target said (a checkpoint's
+   * quantized weight run on its own integers, or dequantized and why). */
+  for (int32_t i = 0; !s && o->log && i < g->n_values; ++i)
+    if (g->values[i].note)
+      fprintf(o->log, "kiln: constant %%%d %s: %s\n", i, g->values[i].name ? g->values[i].name : "",
+              g->values[i].note);
   if (!s && o->log && target->layout_describe)
     for (int32_t i = 0; i < g->n_values; ++i)
       if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {

@@ -10,7 +10,10 @@
  * A weight's transpose read only as a matmul's right operand (nn.Linear's
  * W^T) is not copied at all: it becomes the same bytes tagged
  * KILN_LAYOUT_TRANSPOSED_2D, which the GEMM packer reads through strides.
- * Moving 400 MB of BERT weights twice was most of the compile time. */
+ * Moving 400 MB of BERT weights twice was most of the compile time. A
+ * checkpoint's quantized weight (KILN_LAYOUT_QUANT_ROWS) is transposed the
+ * same way, into KILN_LAYOUT_QUANT_ROWS_T; nothing else reading one is
+ * folded (the target refuses it until the pack pass). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +38,9 @@ static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_
   const int64_t* strides = n->params + KILN_P(VIEW, STRIDES);
   if (n->op != KILN_OP_STRIDED_COPY || n->params[KILN_P(VIEW, RANK)] != 2 || n->params[KILN_P(VIEW, OFFSET)] != 0) return 0;
   const kiln_value_t* x = &g->values[n->inputs[0]];
-  if (x->kind != KILN_VALUE_CONSTANT || x->layout != KILN_LAYOUT_DENSE || x->rank != 2) return 0;
+  if (x->kind != KILN_VALUE_CONSTANT || x->rank != 2 ||
+      (x->layout != KILN_LAYOUT_DENSE && x->layout != KILN_LAYOUT_QUANT_ROWS))
+    return 0;
   /* y (x1, x0) with strides (1, x1): y[i][j] = x[j][i]. */
   if (dims[0] != x->shape[1] || dims[1] != x->shape[0] || strides[0] != 1 || strides[1] != x->shape[1])
     return 0;
@@ -116,7 +121,9 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, k
       }
       yv->kind = KILN_VALUE_CONSTANT;
       yv->producer = -1;
-      yv->layout = KILN_LAYOUT_TRANSPOSED_2D;
+      /* A checkpoint's quantized rows stay its integers, read transposed. */
+      yv->layout = x->layout == KILN_LAYOUT_QUANT_ROWS ? KILN_LAYOUT_QUANT_ROWS_T
+                                                       : KILN_LAYOUT_TRANSPOSED_2D;
       yv->data = bytes;
       yv->owned_data = y_owns ? bytes : NULL;
       yv->nbytes = x->nbytes;

@@ -81,7 +81,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     const int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
     if (w->rank != 2 || (wconst ? flags != 0 ||
                                       (w->layout != KILN_LAYOUT_DENSE &&
-                                       w->layout != KILN_LAYOUT_TRANSPOSED_2D)
+                                       w->layout != KILN_LAYOUT_TRANSPOSED_2D &&
+                                       w->layout != KILN_LAYOUT_QUANT_ROWS &&
+                                       w->layout != KILN_LAYOUT_QUANT_ROWS_T)
                                 : (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B |
                                                       KILN_MATMUL_ROUND_A_BF16)) != 0 ||
                                       w->layout != KILN_LAYOUT_DENSE))

@@ -45,6 +45,9 @@ static int kiln_pack_same_form(const kiln_hal_constant_form_t* a,
          a->detail[1] == b->detail[1] && a->detail[2] == b->detail[2];
 }
 
+static kiln_status_t kiln_pack_add_value(kiln_rewriter_t* rw, const kiln_graph_t* g,
+                                         kiln_pack_job_t* j);
+
 /* Adds the packed constant of job j to the new graph: found under its key
  * in the shared registry, or a new buffer to pack into. */
 static kiln_status_t kiln_pack_add(kiln_rewriter_t* rw, const kiln_graph_t* g,
@@ -55,6 +58,14 @@ static kiln_status_t kiln_pack_add(kiln_rewriter_t* rw, const kiln_graph_t* g,
     snprintf(j->key, sizeof j->key, "%s|pack:%d:%zu:%lld:%lld:%lld", w->key, (int)j->form.layout,
              j->form.nbytes, (long long)j->form.detail[0], (long long)j->form.detail[1],
              (long long)j->form.detail[2]);
+  kiln_status_t s = kiln_pack_add_value(rw, g, j);
+  if (!s) rw->dst->values[j->packed].note = j->form.note;
+  return s;
+}
+
+static kiln_status_t kiln_pack_add_value(kiln_rewriter_t* rw, const kiln_graph_t* g,
+                                         kiln_pack_job_t* j) {
+  const kiln_value_t* w = j->w;
   kiln_shared_t* have = j->key[0] ? kiln_shared_lookup(j->key) : NULL;
   if (have) {
     kiln_status_t s = kiln_graph_add_constant_shared(rw->dst, w->name, w->dtype, w->rank,

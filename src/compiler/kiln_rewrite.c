@@ -55,6 +55,7 @@ kiln_status_t kiln_rewriter_value(kiln_rewriter_t* rw, int32_t v, int32_t* out_i
       val->shared = NULL;
     }
   }
+  if (!s) rw->dst->values[rw->remap[v]].note = val->note;
   if (!s && val->key) s = kiln_graph_set_constant_key(rw->dst, rw->remap[v], val->key);
   *out_id = rw->remap[v];
   return s;

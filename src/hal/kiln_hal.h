@@ -68,6 +68,9 @@ typedef struct kiln_hal_constant_form_s {
   size_t nbytes;        /* of the prepared form */
   int64_t detail[3];    /* the target's own (the CPU: conv groups and panel,
                          * int4 group and zero points) */
+  const char* note;     /* a static string saying why this form, when that is
+                         * worth telling the user (a checkpoint's quantized
+                         * weight its kernels cannot take as it is), or NULL */
 } kiln_hal_constant_form_t;
 
 typedef enum kiln_hal_copy_e {

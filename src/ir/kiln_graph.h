@@ -57,6 +57,15 @@ typedef enum kiln_layout_e {
                                 * value is f32 (K, N) whose elements are dequantized */
   KILN_LAYOUT_GEMM_PACKED_B_Q4, /* the same in int4 with group-wise scales (the group
                                 * size and symmetry are in the blob's header) */
+  KILN_LAYOUT_QUANT_ROWS,      /* a checkpoint's integers, scales and zero points,
+                                * one scale (group) per row of dim 0: a float32
+                                * value stored as kiln_quant_const.h says; made
+                                * by kiln_graph_add_constant_quant, turned into
+                                * its readers' forms by the pack pass, never
+                                * read by a kernel nor written to a file */
+  KILN_LAYOUT_QUANT_ROWS_T,    /* the same rows read as their 2-d transpose (a
+                                * (K, N) value whose N rows are stored: a
+                                * quantized nn.Linear weight, W^T) */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 
@@ -82,6 +91,10 @@ typedef struct kiln_value_s {
    * data lives in (a reference, released with the graph), or NULL. */
   char* key;
   kiln_shared_t* shared;
+  /* Constants: why the pack pass gave this one its form, when that is
+   * worth saying (a static string from the target, printed by
+   * kiln_graph_print and KILN_LOG), or NULL. Not written to files. */
+  const char* note;
 } kiln_value_t;
 
 typedef struct kiln_node_s {
@@ -180,6 +193,21 @@ kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* graph, const char* nam
                                             kiln_dtype_t dtype, int32_t rank,
                                             const int64_t* shape, kiln_layout_t layout,
                                             void* data, size_t nbytes, int32_t* out_id);
+
+/* Adds a float32 constant held as a checkpoint's integers (layout
+ * KILN_LAYOUT_QUANT_ROWS, kiln_quant_const.h): the value torch's
+ * dequantize gives, ((float)q - zero) * scale per element, of the existing
+ * constants q (int8 or uint8, rank >= 1, dense: its rows are dim 0),
+ * scales (float32: one element for the whole tensor, one per row, or with
+ * group > 0 one per `group` consecutive elements of a row, q then 2-d)
+ * and zeros (-1 for none; else as many elements as scales, of an integer
+ * dtype or float32, each a whole number of magnitude at most 2^24 when
+ * integer). The bytes are copied; q, scales and zeros are left as they
+ * are (dead-code elimination drops them). The value has q's shape. An
+ * input that is not such a constant is KILN_UNSUPPORTED, naming it. */
+kiln_status_t kiln_graph_add_constant_quant(kiln_graph_t* graph, const char* name, int32_t q,
+                                            int32_t scales, int32_t zeros, int64_t group,
+                                            int32_t* out_id);
 
 /* Names constant id's contents (kiln_value_t.key): key is copied. */
 kiln_status_t kiln_graph_set_constant_key(kiln_graph_t* graph, int32_t id, const char* key);

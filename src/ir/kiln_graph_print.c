@@ -74,21 +74,30 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
     for (int32_t i = 0; i < n->n_inputs; ++i) {
       int32_t id = n->inputs[i];
       if (id < 0) fprintf(out, "%s-", i ? ", " : "");
-      else if (g->values[id].kind == KILN_VALUE_CONSTANT)
-        fprintf(out, "%sconst%%%d%s", i ? ", " : "", id,
-                g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "[packed bf16]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "[bf16 compute]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q8
-                    /* header flags bit 1: int8 activations (docs/format.md) */
-                    ? (g->values[id].nbytes > 6 && (((const unsigned char*)g->values[id].data)[6] & 2)
-                           ? "[int8, int8 activations]"
-                           : "[int8]")
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "[int4]"
-                : g->values[id].layout == KILN_LAYOUT_GEMM_PACKED_B ||
-                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED ||
-                        g->values[id].layout == KILN_LAYOUT_CONV2D_PACKED_16
-                    ? "[packed]"
-                    : "");
+      else if (g->values[id].kind == KILN_VALUE_CONSTANT) {
+        const kiln_value_t* c = &g->values[id];
+        const char* tag =
+            c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "packed bf16"
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "bf16 compute"
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8
+                /* header flags bit 1: int8 activations (docs/format.md) */
+                ? (c->nbytes > 6 && (((const unsigned char*)c->data)[6] & 2)
+                       ? "int8, int8 activations"
+                       : "int8")
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "int4"
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B || c->layout == KILN_LAYOUT_CONV2D_PACKED ||
+                    c->layout == KILN_LAYOUT_CONV2D_PACKED_16
+                ? "packed"
+            : c->layout == KILN_LAYOUT_QUANT_ROWS || c->layout == KILN_LAYOUT_QUANT_ROWS_T
+                ? "checkpoint-quantized"
+                : "";
+        /* The pack pass's note says why the constant has its form (a
+         * checkpoint's quantized weight: its own integers, or fp32 and why). */
+        if (c->note)
+          fprintf(out, "%sconst%%%d[%s: %s]", i ? ", " : "", id, *tag ? tag : "fp32", c->note);
+        else
+          fprintf(out, "%sconst%%%d%s%s%s", i ? ", " : "", id, *tag ? "[" : "", tag, *tag ? "]" : "");
+      }
       else fprintf(out, "%s%%%d", i ? ", " : "", id);
     }
     fprintf(out, ") -> %s", kiln_graph_describe_value(g, &g->values[n->outputs[0]], buf, sizeof buf));

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ir/kiln_graph.h"
+#include "ir/kiln_quant_const.h"
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
@@ -13,6 +14,11 @@
  * this table is the one place that says which kernels know which layouts. */
 static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t layout) {
   if (layout == KILN_LAYOUT_DENSE) return 1;
+  /* A checkpoint's quantized constant stands for its float32 value until
+   * the pack pass gives each reader its own form; no kernel reads it
+   * (the targets refuse it), so a file holding one fails when a model is
+   * made of it, by name. */
+  if (kiln_layout_is_quant_const(layout)) return 1;
   if (op == KILN_OP_GATHER) /* a quantized embedding table */
     return i == 0 && (layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || layout == KILN_LAYOUT_GEMM_PACKED_B_Q4);
   if (i != 1) return 0;
@@ -53,6 +59,10 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
       if ((unsigned)v->layout >= KILN_LAYOUT_COUNT) FAIL("constant %d: unknown layout", i);
       if (v->layout == KILN_LAYOUT_TRANSPOSED_2D && v->rank != 2)
         FAIL("constant %d: a transposed constant must be 2-d", i);
+      kiln_quant_const_view_t qv;
+      if (kiln_layout_is_quant_const(v->layout) && kiln_quant_const_view(v, &qv))
+        FAIL("constant %d: not a well-formed quantized constant of its shape (%zu bytes)", i,
+             v->nbytes);
       if (kiln_layout_is_dense_sized(v->layout) && v->nbytes != kiln_value_dense_bytes(v))
         FAIL("constant %d holds %zu bytes, its shape needs %zu", i, v->nbytes,
              kiln_value_dense_bytes(v));

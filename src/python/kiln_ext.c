@@ -148,6 +148,21 @@ static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* arg
   return s ? kiln_py_raise(s) : PyLong_FromLong(id);
 }
 
+/* add_quant_constant(name, q, scales, zeros, group): a float32 constant held
+ * as a checkpoint's integers (kiln_graph_add_constant_quant); q, scales and
+ * zeros (-1: none) are constants' value ids. */
+static PyObject* kiln_py_graph_add_quant_constant(kiln_py_graph_t* self, PyObject* args) {
+  const char* name;
+  int q, scales, zeros;
+  long long group;
+  if (!PyArg_ParseTuple(args, "ziiiL", &name, &q, &scales, &zeros, &group)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  int32_t id;
+  kiln_status_t s = kiln_graph_add_constant_quant(g, name, q, scales, zeros, group, &id);
+  return s ? kiln_py_raise(s) : PyLong_FromLong(id);
+}
+
 static int kiln_py_int_list(PyObject* seq, int64_t* out, int32_t max, int32_t* n) {
   PyObject* fast = PySequence_Fast(seq, "expected a sequence of ints");
   if (!fast) return -1;
@@ -372,6 +387,8 @@ static PyMethodDef kiln_py_graph_methods[] = {
      "add_input(name, dtype, shape) -> value id"},
     {"add_constant", (PyCFunction)kiln_py_graph_add_constant, METH_VARARGS,
      "add_constant(name, dtype, shape, data_ptr, nbytes) -> value id (bytes copied)"},
+    {"add_quant_constant", (PyCFunction)kiln_py_graph_add_quant_constant, METH_VARARGS,
+     "add_quant_constant(name, q, scales, zeros, group) -> value id (a checkpoint's integers)"},
     {"add_node", (PyCFunction)kiln_py_graph_add_node, METH_VARARGS,
      "add_node(op, inputs, params, fparams, origin) -> output value id"},
     {"set_outputs", (PyCFunction)kiln_py_graph_set_outputs, METH_VARARGS, "set_outputs(ids)"},

@@ -14,20 +14,83 @@
  * GATHER along axis 0 of a 2-d float32 constant (an embedding) is
  * quantized too, packed as the blob of B = table^T so that each row is
  * quantized as a linear weight's output channel; the target dequantizes
- * the rows it gathers (kiln_gemm_quant_gather). Everything else is kept as
- * it is. The compiler's pack pass
+ * the rows it gathers (kiln_gemm_quant_gather). A checkpoint's quantized
+ * constant (kiln_quant_const.h) gets the blob of its own integers where
+ * one fits them exactly, else its dequantized values
+ * (kiln_cpu_quant_const_form). Everything else is kept as it is. The compiler's pack pass
  * asks here and packs what it is told, so that no run packs a weight. */
 #include <string.h>
 
 #include "hal/cpu/kiln_hal_cpu.h"
+#include "ir/kiln_quant_const.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
 
 enum { KILN_CPU_DETAIL_GROUPS = 0, KILN_CPU_DETAIL_PANEL = 1 };
 enum { KILN_CPU_DETAIL_QGROUP = 0, KILN_CPU_DETAIL_QASYM = 1, KILN_CPU_DETAIL_QFLAGS = 2 };
 /* QFLAGS bits: int8 activations (a LINEAR's, KILN_GEMM_QUANT_A8); an
- * embedding table (a GATHER's, packed as its transpose). */
-enum { KILN_CPU_QFLAG_A8 = 1, KILN_CPU_QFLAG_TABLE = 2 };
+ * embedding table (a GATHER's, packed as its transpose); a checkpoint's
+ * integers (a KILN_LAYOUT_QUANT_ROWS(_T) constant's, packed as they are). */
+enum { KILN_CPU_QFLAG_A8 = 1, KILN_CPU_QFLAG_TABLE = 2, KILN_CPU_QFLAG_CHECKPOINT = 4 };
+
+static kiln_gemm_quant_ints_t kiln_cpu_ints(const kiln_quant_const_view_t* v) {
+  kiln_gemm_quant_ints_t src = {v->q, v->q_unsigned, v->scales, v->zeros, v->group};
+  return src;
+}
+
+/* A checkpoint's quantized constant (kiln_quant_const.h): a LINEAR weight
+ * whose rows are its output channels (QUANT_ROWS_T, nn.Linear's W^T) or an
+ * embedding table read along axis 0 takes the int8 / int4 blob holding the
+ * checkpoint's integers, when one holds them exactly; every other reader,
+ * and those when none does, gets the dequantized float32 values (dense, or
+ * the stored rows as a transposed 2-d constant), with a note saying why. */
+static kiln_status_t kiln_cpu_quant_const_form(const kiln_graph_t* g, const kiln_node_t* n,
+                                               int32_t slot, const kiln_value_t* w,
+                                               kiln_hal_constant_form_t* f) {
+  (void)g;
+  kiln_quant_const_view_t v;
+  if (kiln_quant_const_view(w, &v))
+    return kiln_status_make(KILN_INVALID_ARGUMENT,
+                            "constant '%s' (%zu bytes) is not a well-formed quantized constant",
+                            w->name ? w->name : "?", w->nbytes);
+  f->layout = w->layout == KILN_LAYOUT_QUANT_ROWS_T ? KILN_LAYOUT_TRANSPOSED_2D : KILN_LAYOUT_DENSE;
+  f->nbytes = kiln_value_dense_bytes(w);
+  int weight = n->op == KILN_OP_LINEAR && slot == 1;
+  int table = n->op == KILN_OP_GATHER && slot == 0 && n->params[KILN_P(AXIS, AXIS)] == 0 &&
+              w->rank == 2 && w->layout == KILN_LAYOUT_QUANT_ROWS;
+  if (weight && w->layout != KILN_LAYOUT_QUANT_ROWS_T) {
+    f->note = "dequantized to fp32: the checkpoint's scales run along the input channels";
+    return kiln_ok();
+  }
+  if (!weight && !table) return kiln_ok();
+  kiln_gemm_quant_ints_t src = kiln_cpu_ints(&v);
+  int bits, group, asym;
+  const char* why;
+  if (!kiln_gemm_quant_ints_form(v.cols, v.rows, &src, &bits, &group, &asym, &why)) {
+    f->note = why;
+    return kiln_ok();
+  }
+  f->layout = bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+  f->nbytes = kiln_gemm_quant_packed_size(v.cols, v.rows, bits, group, asym);
+  f->detail[KILN_CPU_DETAIL_QGROUP] = group;
+  f->detail[KILN_CPU_DETAIL_QASYM] = asym;
+  f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_CHECKPOINT | (table ? KILN_CPU_QFLAG_TABLE : 0);
+  f->note = "the checkpoint's integers and scales";
+  return kiln_ok();
+}
+
+static void kiln_cpu_quant_const_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
+                                      void* out) {
+  kiln_quant_const_view_t v;
+  if (kiln_quant_const_view(w, &v)) return; /* the form refused it */
+  kiln_gemm_quant_ints_t src = kiln_cpu_ints(&v);
+  if (f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4)
+    kiln_gemm_quant_pack_b_ints(v.cols, v.rows, &src, f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
+                                (int)f->detail[KILN_CPU_DETAIL_QGROUP],
+                                (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+  else /* the stored rows, dense: the value (QUANT_ROWS) or its transpose (_T) */
+    kiln_gemm_quant_ints_dequantize(v.cols, v.rows, &src, out);
+}
 
 static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
   return w->shape[1] * w->shape[2] * w->shape[3];
@@ -79,6 +142,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   f->layout = w->layout;
   f->nbytes = w->nbytes;
   if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
+  if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, f);
   if (n->op == KILN_OP_GATHER && slot == 0) {
     if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
         w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
@@ -130,6 +194,10 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
 
 void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
                                 void* out) {
+  if (kiln_layout_is_quant_const(w->layout)) {
+    kiln_cpu_quant_const_pack(w, f, out);
+    return;
+  }
   if (f->layout == KILN_LAYOUT_CONV2D_PACKED || f->layout == KILN_LAYOUT_CONV2D_PACKED_16) {
     kiln_conv2d_f32_pack_weight(w->shape[0], kiln_cpu_conv_k(w), f->detail[KILN_CPU_DETAIL_GROUPS],
                                 (int)f->detail[KILN_CPU_DETAIL_PANEL], w->data, out);

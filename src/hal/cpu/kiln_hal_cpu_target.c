@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hal/cpu/kiln_hal_cpu.h"
+#include "ir/kiln_quant_const.h"
 
 #define VAL(i) (&g->values[n->inputs[i]])
 
@@ -13,6 +14,12 @@
  * layouts (whose byte counts a loaded file could get wrong). */
 kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n) {
   const kiln_value_t* x = n->n_inputs ? VAL(0) : NULL;
+  for (int32_t i = 0; i < n->n_inputs; ++i)
+    if (n->inputs[i] >= 0 && kiln_layout_is_quant_const(VAL(i)->layout))
+      return kiln_status_make(KILN_UNSUPPORTED,
+                              "%s reads a checkpoint's quantized constant (layout %d) that the "
+                              "pack pass has not given a form", kiln_op_name(n->op),
+                              (int)VAL(i)->layout);
   switch (n->op) {
     case KILN_OP_LINEAR: {
       const kiln_value_t* w = VAL(1);

@@ -231,6 +231,42 @@ void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g);
 int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i64, int64_t n_index,
                                float* out);
 
+/* A checkpoint quantized the PyTorch way (torch's dequantize_per_channel
+ * with axis 0, _per_channel_group or _per_tensor of an nn.Linear weight
+ * W (N, K) = B^T): n rows of k int8 or uint8 integers q, float32 scales
+ * s and optional float32 zero points z, one per row (group 0) or one per
+ * `group` consecutive elements of a row; B[p][j] = ((float)q[j][p] - z) *
+ * s, torch's values exactly. The blobs above hold such a B exactly, with
+ * the checkpoint's integers and scales (no quantization again), when:
+ *   int8: one scale per row (or one group per row), zero points whole
+ *     numbers and every q - z in [-128, 127] (stored as q - z);
+ *   int4 symmetric: groups of G (a multiple of 32 up to 4096), every
+ *     q - z in [-8, 7] (stored as q - z + 8);
+ *   int4 asymmetric: the same groups, zero points whole numbers and each
+ *     group's integers spanning at most 16 values (stored as q - m with m
+ *     the group's least, zero point z - m).
+ * Rows whose integers fit int8 take int8 (not int4 even when they would
+ * fit: a per-channel checkpoint keeps its one scale per row). */
+typedef struct {
+  const void* q;        /* n x k integers, row j = column j of B */
+  int q_unsigned;       /* uint8 (else int8) */
+  const float* scales;  /* n x ng (ng = group ? k / group : 1) */
+  const float* zeros;   /* n x ng, or NULL (0) */
+  int64_t group;        /* 0 or a divisor of k */
+} kiln_gemm_quant_ints_t;
+/* 1 and the blob's bits, group and asym when one holds src exactly; else
+ * 0 and *why, a static phrase saying what does not fit. */
+int kiln_gemm_quant_ints_form(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src, int* bits,
+                              int* group, int* asym, const char** why);
+/* Packs src into `out` (kiln_gemm_quant_packed_size(k, n, bits, group,
+ * asym) bytes) with the form kiln_gemm_quant_ints_form gave. */
+void kiln_gemm_quant_pack_b_ints(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src,
+                                 int bits, int group, int asym, void* out);
+/* src's rows dequantized by torch's rule into out, row-major (n, k): W,
+ * i.e. B stored transposed. */
+void kiln_gemm_quant_ints_dequantize(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src,
+                                     float* out);
+
 /* Which path the last quantized GEMM of this thread ran ("gemv-avx512",
  * "blocked-avx2", "q8a8-avx2", "q4a8-generic", ...; for tests). */
 const char* kiln_gemm_quant_last_path(void);

@@ -105,10 +105,9 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
   *zero = z;
 }
 
-void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
-                            int bits, int group, int asym, void* out) {
+int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int asym, void* out) {
   size_t size = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
-  if (!size) return;
+  if (!size) return 0;
   memset(out, 0, size);
   kiln_gemm_quant_header_t h;
   memset(&h, 0, sizeof(h));
@@ -120,6 +119,12 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
   h.k = k;
   h.n = n;
   memcpy(out, &h, sizeof(h));
+  return 1;
+}
+
+void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                            int bits, int group, int asym, void* out) {
+  if (!kiln_gemm_quant_blob_start(k, n, bits, group, asym, out)) return;
   uint8_t* body = (uint8_t*)out + KILN_GEMM_QUANT_HEADER;
   const int P = KILN_GEMM_PANEL;
   int64_t np = kiln_q_cdiv(n, P);

@@ -112,6 +112,10 @@ typedef struct {
   int64_t k, n;
 } kiln_gemm_quant_header_t;
 
+/* Zeroes blob `out` (kiln_gemm_quant_packed_size bytes) and writes its
+ * header; 0 (nothing written) for an unsupported choice. */
+int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int asym, void* out);
+
 static inline void kiln_gemm_quant_header_read(const void* blob, kiln_gemm_quant_header_t* h) {
   memcpy(h, blob, sizeof(*h));
 }
