@@ -99,6 +99,7 @@ static void kiln_test_print_cpu(void) {
   X(gemm_quant)             \
   X(gemm_q8a8)              \
   X(gemm_q4a8)              \
+  X(gemm_quant_import)      \
   X(conv)                   \
   X(math)                   \
   X(conv_grad)              \

@@ -1,0 +1,184 @@
+/* A checkpoint's quantized weights into kiln's blobs
+ * (kiln_gemm_quant_ints_form, kiln_gemm_quant_pack_b_ints,
+ * kiln_gemm_quant_ints_dequantize; src/kernels/gemm/kiln_gemm_quant_import.c):
+ *
+ * - the form chosen for each kind of checkpoint: int8 per channel (with
+ *   -128, uint8 with zero point 128, zero points shifting within int8),
+ *   int4-range groups of 32 and 128 (symmetric: q - z in [-8, 7];
+ *   asymmetric: each group spanning 16 values), and the refusals with
+ *   their reasons (q - z out of int8's range, groups of 16, int8-range
+ *   integers with group scales, fractional zero points);
+ * - exactness: every weight of the packed blob (kiln_gemm_quant_weight, the
+ *   scalar rule the kernels follow) equals torch's ((float)q - z) * s bit
+ *   for bit, as does the dense dequantization;
+ * - the GEMM on the blob at every ISA level and 1 and 2 threads, M 1, 3, 8
+ *   (GEMV) and 9, 20 (blocked), N tails, against the fp32 GEMM reference on
+ *   the dequantized weights (kiln_gemm_f32_reference, double sums): only
+ *   fp32 summation order differs (int4's GEMV also applies the zero point
+ *   once per group), so atol 2e-5 sqrt(K) + 1e-5, rtol 1e-4, as
+ *   test_gemm_quant.c; one integer off by one moves an output by a scale
+ *   (>= 4e-3) times an input (~1), far beyond that. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_pool.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+#include "kiln_test_qgemm.h"
+
+typedef struct {
+  const char* name;
+  int64_t group;   /* the checkpoint's (0: per channel) */
+  int q_unsigned;  /* uint8 */
+  int qlo, qhi;    /* the integers' range */
+  int zeros;       /* 0 none; 1 zero points in [zlo, zhi]; */
+  int zlo, zhi;
+  int want_bits, want_asym; /* 0 bits: refused */
+} ckpt_kind_t;
+
+static const ckpt_kind_t ckpt_kinds[] = {
+    {"int8 sym (-128)", 0, 0, -128, 127, 0, 0, 0, 8, 0},
+    {"int8 zp 0", 0, 0, -128, 127, 1, 0, 0, 8, 0},
+    {"uint8 zp 128", 0, 1, 0, 255, 1, 128, 128, 8, 0},
+    {"int8 zp shifting in range", 0, 0, -100, 100, 1, -20, 20, 8, 0},
+    {"int4-range per channel", 0, 0, -8, 7, 0, 0, 0, 8, 0},
+    {"int4 g32 sym", 32, 0, -8, 7, 0, 0, 0, 4, 0},
+    {"int4 g128 sym zp 0", 128, 0, -8, 7, 1, 0, 0, 4, 0},
+    {"uint4 g32 asym", 32, 1, 0, 15, 1, 3, 12, 4, 1},
+    {"uint4 g128 zp 8 (sym)", 128, 1, 0, 15, 1, 8, 8, 4, 0},
+    {"int4 g64 asym shifted", 64, 0, -3, 12, 1, -2, 2, 4, 1},
+    {"int8 zp out of range", 0, 0, -128, 127, 1, 10, 10, 0, 0},
+    {"int4 g16", 16, 0, -8, 7, 0, 0, 0, 0, 0},
+    {"int8 range g32", 32, 0, -128, 127, 0, 0, 0, 0, 0},
+};
+#define N_CKPT ((int)(sizeof(ckpt_kinds) / sizeof(ckpt_kinds[0])))
+
+typedef struct {
+  int64_t n, k;
+  uint8_t* q;
+  float *s, *z;
+  kiln_gemm_quant_ints_t src;
+} ckpt_t;
+
+static unsigned ckpt_rand(unsigned* st) {
+  *st = *st * 1664525u + 1013904223u;
+  return *st >> 8;
+}
+
+static void ckpt_make(ckpt_t* c, const ckpt_kind_t* kind, int64_t n, int64_t k, unsigned seed) {
+  int64_t ng = kind->group ? k / kind->group : 1;
+  c->n = n, c->k = k;
+  c->q = malloc((size_t)(n * k));
+  c->s = malloc(sizeof(float) * (size_t)(n * ng));
+  c->z = kind->zeros ? malloc(sizeof(float) * (size_t)(n * ng)) : NULL;
+  unsigned st = seed;
+  for (int64_t i = 0; i < n * k; ++i) {
+    int v = kind->qlo + (int)(ckpt_rand(&st) % (unsigned)(kind->qhi - kind->qlo + 1));
+    if (i % 97 == 0) v = kind->qlo; /* the range's ends occur */
+    if (i % 89 == 0) v = kind->qhi;
+    c->q[i] = kind->q_unsigned ? (uint8_t)v : (uint8_t)(int8_t)v;
+  }
+  for (int64_t i = 0; i < n * ng; ++i) {
+    c->s[i] = 0.004f + (float)(ckpt_rand(&st) % 1000) * 1e-5f;
+    if (c->z) c->z[i] = (float)(kind->zlo + (int)(ckpt_rand(&st) % (unsigned)(kind->zhi - kind->zlo + 1)));
+  }
+  kiln_gemm_quant_ints_t src = {c->q, kind->q_unsigned, c->s, c->z, kind->group};
+  c->src = src;
+}
+
+static void ckpt_free(ckpt_t* c) { free(c->q), free(c->s), free(c->z); }
+
+/* torch's value of row j, element p. */
+static float ckpt_value(const ckpt_t* c, int64_t j, int64_t p) {
+  int64_t G = c->src.group ? c->src.group : c->k, ng = c->k / G, g = p / G;
+  int q = c->src.q_unsigned ? c->q[j * c->k + p] : (int8_t)c->q[j * c->k + p];
+  return ((float)q - (c->z ? c->z[j * ng + g] : 0.0f)) * c->s[j * ng + g];
+}
+
+static void ckpt_forms(void) {
+  for (int i = 0; i < N_CKPT; ++i) {
+    const ckpt_kind_t* kind = &ckpt_kinds[i];
+    const int64_t n = 37, k = 256;
+    ckpt_t c;
+    ckpt_make(&c, kind, n, k, 11u + (unsigned)i);
+    int bits, group, asym;
+    const char* why;
+    int ok = kiln_gemm_quant_ints_form(k, n, &c.src, &bits, &group, &asym, &why);
+    KILN_EXPECT(ok == (kind->want_bits != 0) && (!ok || (bits == kind->want_bits && asym == kind->want_asym)),
+                "%s: form %d bits %d asym %d (%s)", kind->name, ok, bits, asym, why ? why : "");
+    KILN_EXPECT(ok || (why && *why), "%s: a refusal says why", kind->name);
+    /* The dense dequantization is torch's rule, exactly. */
+    float* dense = malloc(sizeof(float) * (size_t)(n * k));
+    kiln_gemm_quant_ints_dequantize(k, n, &c.src, dense);
+    int64_t bad = 0;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t p = 0; p < k; ++p) bad += dense[j * k + p] != ckpt_value(&c, j, p);
+    KILN_EXPECT(bad == 0, "%s: %lld dequantized weights differ", kind->name, (long long)bad);
+    if (ok) { /* the blob holds torch's weights bit for bit */
+      size_t bytes = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
+      void* blob = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+      kiln_gemm_quant_pack_b_ints(k, n, &c.src, bits, group, asym, blob);
+      KILN_EXPECT(kiln_gemm_quant_check(blob, bytes, k, n) == 0, "%s: blob checks", kind->name);
+      bad = 0;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < k; ++p) bad += kiln_gemm_quant_weight(blob, p, j) != ckpt_value(&c, j, p);
+      KILN_EXPECT(bad == 0, "%s: %lld packed weights differ from the checkpoint's", kind->name,
+                  (long long)bad);
+      free(blob);
+    }
+    free(dense);
+    ckpt_free(&c);
+  }
+  /* Fractional zero points: refused (q - z would not be a whole number). */
+  ckpt_t c;
+  ckpt_make(&c, &ckpt_kinds[1], 5, 64, 3);
+  c.z[2] = 0.5f;
+  int bits, group, asym;
+  const char* why;
+  KILN_EXPECT(!kiln_gemm_quant_ints_form(64, 5, &c.src, &bits, &group, &asym, &why) && why &&
+                  strstr(why, "whole"),
+              "fractional zero points refused: %s", why ? why : "");
+  ckpt_free(&c);
+}
+
+static void ckpt_gemm_level(kiln_pool_t* pool, const char* where) {
+  static const int64_t ms[] = {1, 3, 8, 9, 20};
+  static const int64_t ns[] = {1, 17, 40};
+  for (int i = 0; i < N_CKPT; ++i) {
+    const ckpt_kind_t* kind = &ckpt_kinds[i];
+    if (!kind->want_bits) continue;
+    for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im)
+      for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); ++in) {
+        const int64_t M = ms[im], N = ns[in], K = 256;
+        ckpt_t c;
+        ckpt_make(&c, kind, N, K, 101u * (unsigned)i + (unsigned)(M + N));
+        int bits, group, asym;
+        const char* why;
+        kiln_gemm_quant_ints_form(K, N, &c.src, &bits, &group, &asym, &why);
+        kiln_test_qgemm_t t;
+        kiln_test_qgemm_init(&t, 1, M, N, K, (int)(im % 2), 0, 0, 0, 7u + (unsigned)i,
+                             kiln_gemm_quant_packed_size(K, N, bits, group, asym));
+        kiln_gemm_quant_pack_b_ints(K, N, &c.src, bits, group, asym, t.blob);
+        kiln_gemm_quant_ints_dequantize(K, N, &c.src, t.w); /* W (N, K): B = W^T */
+        kiln_gemm_f32_args_t g, ref;
+        kiln_test_qgemm_args(&t, (int)(in % 2), 0, 0, in == 1 ? KILN_ACT_RELU : KILN_ACT_NONE, &g, &ref);
+        ref.b_packed_q = NULL; /* the fp32 reference on torch's dequantized weights */
+        ref.b = t.w, ref.b_row_stride = 1, ref.b_col_stride = K;
+        kiln_gemm_f32_reference(&ref);
+        kiln_gemm_f32(&g, pool);
+        char what[160];
+        snprintf(what, sizeof what, "[%s] %s m=%lld n=%lld", where, kind->name, (long long)M,
+                 (long long)N);
+        kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, 2e-5f * sqrtf((float)K) + 1e-5f, 1e-4f);
+        kiln_test_qgemm_free(&t);
+        ckpt_free(&c);
+      }
+  }
+}
+
+void kiln_test_suite_gemm_quant_import(void) {
+  ckpt_forms();
+  kiln_test_each_isa_and_pool(ckpt_gemm_level);
+}
