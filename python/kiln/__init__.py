@@ -99,6 +99,13 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     the result is eager's linear on the quantized input and the dequantized
     weight (each input within half a step, scale / 2, of its value), each
     row's the same whatever the row count.
+    A model whose weights are already quantized the PyTorch way (stored as
+    integers, dequantized in forward by quantized_decomposed's
+    dequantize_per_channel, _per_channel_group or _per_tensor) needs no
+    weights_dtype: its linear layers run on the checkpoint's own integers
+    and scales where kiln's int8 / int4 layouts hold them exactly (see
+    python/kiln/optable/quant.py and kiln.explain), whatever weights_dtype
+    says.
 
     compute_dtype: None or torch.float32 (the default) computes in fp32.
     torch.bfloat16 makes every linear layer (nn.Linear, and matmuls by a

@@ -15,6 +15,13 @@ an nn.Linear or embedding weight), or to a dtype other than float32.
 
 The ops exist only once torch.ao.quantization.fx._decomposed is imported,
 so they are registered by name.
+
+torchao (0.18 with torch 2.13) quantizes through tensor subclasses, not
+these ops: Int8WeightOnlyConfig exports as mm(x, int8_weight.t().float())
+* scale + bias, which kiln runs correctly with the integer-valued weight
+folded to fp32 (not yet on the int8 kernels: that needs the cast of an
+integer constant read as a matmul's weight held as a quantized constant
+with unit scales).
 """
 
 import torch
