@@ -13,7 +13,9 @@
  * Moving 400 MB of BERT weights twice was most of the compile time. A
  * checkpoint's quantized weight (KILN_LAYOUT_QUANT_ROWS) is transposed the
  * same way, into KILN_LAYOUT_QUANT_ROWS_T; nothing else reading one is
- * folded (the target refuses it until the pack pass). */
+ * folded (the target refuses it until the pack pass). So is the int8
+ * weight torchao's int8 weight-only linear casts to float32
+ * (kiln_fold_is_int_weight_cast). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
 #include "hal/kiln_hal.h"
+#include "ir/kiln_quant_const.h"
 
 static int kiln_fold_worth_it(const kiln_graph_t* g, const kiln_node_t* n) {
   size_t in_bytes = 0;
@@ -30,8 +33,24 @@ static int kiln_fold_worth_it(const kiln_graph_t* g, const kiln_node_t* n) {
   return out_bytes <= (1u << 20) || out_bytes <= 2 * in_bytes;
 }
 
+/* Is node n a CAST to float32 of an int8 / uint8 weight transposed by
+ * kiln_fold_is_weight_transpose, whose result only feeds matmuls as the
+ * right operand? torchao's int8 weight-only linear (0.18, a tensor
+ * subclass) exports as mm(x, q.t().to(float32)) * scale: the cast becomes
+ * a checkpoint-quantized constant with unit scales (exactly the cast's
+ * values), which the target runs on its int8 kernels; the scale stays the
+ * multiply after the matmul, as in eager. */
+static int kiln_fold_is_int_weight_cast(const kiln_graph_t* g, const kiln_node_t* n,
+                                        const int32_t* uses, const int32_t* mm_uses) {
+  if (n->op != KILN_OP_CAST) return 0;
+  const kiln_value_t *x = &g->values[n->inputs[0]], *y = &g->values[n->outputs[0]];
+  return (x->dtype == KILN_I8 || x->dtype == KILN_U8) && x->rank == 2 && y->dtype == KILN_F32 &&
+         uses[n->outputs[0]] > 0 && uses[n->outputs[0]] == mm_uses[n->outputs[0]];
+}
+
 /* Is node n a plain 2-d transpose of a dense constant whose result only
- * feeds matmuls as the right operand? */
+ * feeds matmuls as the right operand (or, for int8 / uint8 integers, only
+ * a CAST that kiln_fold_is_int_weight_cast takes)? */
 static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_t* n,
                                          const int32_t* uses, const int32_t* mm_uses) {
   const int64_t* dims = n->params + KILN_P(VIEW, DIMS);
@@ -45,7 +64,12 @@ static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_
   if (dims[0] != x->shape[1] || dims[1] != x->shape[0] || strides[0] != 1 || strides[1] != x->shape[1])
     return 0;
   int32_t y = n->outputs[0];
-  return uses[y] > 0 && uses[y] == mm_uses[y];
+  if (uses[y] > 0 && uses[y] == mm_uses[y]) return 1;
+  if ((x->dtype != KILN_I8 && x->dtype != KILN_U8) || x->layout != KILN_LAYOUT_DENSE || uses[y] != 1)
+    return 0;
+  for (const kiln_node_t* u = n + 1; u < g->nodes + g->n_nodes; ++u)
+    if (u->n_inputs > 0 && u->inputs[0] == y) return kiln_fold_is_int_weight_cast(g, u, uses, mm_uses);
+  return 0;
 }
 
 kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, kiln_pool_t* pool,
@@ -127,6 +151,27 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, k
       yv->data = bytes;
       yv->owned_data = y_owns ? bytes : NULL;
       yv->nbytes = x->nbytes;
+      data[y] = bytes;
+      ++*out_folded;
+      continue;
+    }
+    if (all_const && kiln_fold_is_int_weight_cast(g, n, uses, mm_uses) &&
+        g->values[n->inputs[0]].layout == KILN_LAYOUT_TRANSPOSED_2D) {
+      /* The transposed integers (stored (N, K)) as N rows of K with scale 1. */
+      const kiln_value_t* x = &g->values[n->inputs[0]];
+      kiln_value_t* yv = &g->values[y];
+      const float one = 1.0f;
+      void* bytes;
+      size_t size;
+      s = kiln_quant_const_make(g->allocator, x, x->shape[1], x->shape[0], 0, &one, 1, NULL,
+                                x->name ? x->name : "an integer weight", &bytes, &size);
+      if (s) break;
+      yv->kind = KILN_VALUE_CONSTANT;
+      yv->producer = -1;
+      yv->layout = KILN_LAYOUT_QUANT_ROWS_T;
+      yv->data = bytes;
+      yv->owned_data = bytes;
+      yv->nbytes = size;
       data[y] = bytes;
       ++*out_folded;
       continue;

@@ -32,6 +32,44 @@ static int kiln_quant_zero(const kiln_value_t* z, int64_t i, float* out) {
   return 0;
 }
 
+kiln_status_t kiln_quant_const_make(kiln_allocator_t allocator, const kiln_value_t* q,
+                                    int64_t rows, int64_t cols, int64_t group,
+                                    const float* scales, int64_t n_scales, const kiln_value_t* z,
+                                    const char* what, void** out_bytes, size_t* out_size) {
+  *out_bytes = NULL;
+  *out_size = 0;
+  int64_t ng = group ? cols / group : 1;
+  size_t size = kiln_quant_const_size(rows, cols, group, z != NULL);
+  if (!size) return kiln_status_make(KILN_UNSUPPORTED, "%s: too large", what);
+  void* bytes;
+  KILN_RETURN_IF_ERROR(kiln_allocator_malloc(allocator, size, &bytes));
+  unsigned char* b = bytes;
+  memset(b, 0, size);
+  uint32_t magic = KILN_QUANT_CONST_MAGIC;
+  int64_t hdr[3] = {rows, cols, group};
+  memcpy(b, &magic, 4);
+  b[4] = (unsigned char)q->dtype;
+  b[5] = z ? 1 : 0;
+  memcpy(b + 8, hdr, sizeof hdr);
+  memcpy(b + KILN_QUANT_CONST_HEADER, q->data, (size_t)(rows * cols));
+  size_t qbytes = ((size_t)(rows * cols) + 3) & ~(size_t)3;
+  float* sc = (float*)(void*)(b + KILN_QUANT_CONST_HEADER + qbytes);
+  float* zp = sc + rows * ng;
+  /* One scale for the tensor (per tensor) is every row's. */
+  for (int64_t i = 0; i < rows * ng; ++i) sc[i] = scales[n_scales == 1 ? 0 : i];
+  for (int64_t i = 0; z && i < rows * ng; ++i)
+    if (kiln_quant_zero(z, n_scales == 1 ? 0 : i, &zp[i])) {
+      kiln_allocator_free(allocator, bytes);
+      return kiln_status_make(KILN_UNSUPPORTED,
+                              "%s: zero point %lld is not a finite float32 or an integer of "
+                              "magnitude up to 2^24 (%s)", what, (long long)i,
+                              kiln_dtype_name(z->dtype));
+    }
+  *out_bytes = bytes;
+  *out_size = size;
+  return kiln_ok();
+}
+
 kiln_status_t kiln_graph_add_constant_quant(kiln_graph_t* g, const char* name, int32_t q_id,
                                             int32_t s_id, int32_t z_id, int64_t group,
                                             int32_t* out_id) {
@@ -64,32 +102,10 @@ kiln_status_t kiln_graph_add_constant_quant(kiln_graph_t* g, const char* name, i
   if (z && kiln_value_numel(z) != ns)
     return kiln_status_make(KILN_UNSUPPORTED, "%s: %lld zero points for %lld scales", what,
                             (long long)kiln_value_numel(z), (long long)ns);
-  size_t size = kiln_quant_const_size(rows, cols, group, z != NULL);
-  if (!size) return kiln_status_make(KILN_UNSUPPORTED, "%s: too large", what);
   void* bytes;
-  KILN_RETURN_IF_ERROR(kiln_allocator_malloc(g->allocator, size, &bytes));
-  unsigned char* b = bytes;
-  memset(b, 0, size);
-  uint32_t magic = KILN_QUANT_CONST_MAGIC;
-  int64_t hdr[3] = {rows, cols, group};
-  memcpy(b, &magic, 4);
-  b[4] = (unsigned char)q->dtype;
-  b[5] = z ? 1 : 0;
-  memcpy(b + 8, hdr, sizeof hdr);
-  memcpy(b + KILN_QUANT_CONST_HEADER, q->data, (size_t)numel);
-  size_t qbytes = ((size_t)numel + 3) & ~(size_t)3;
-  float* sc = (float*)(void*)(b + KILN_QUANT_CONST_HEADER + qbytes);
-  float* zp = sc + rows * ng;
-  /* One scale for the tensor (per tensor) is every row's. */
-  for (int64_t i = 0; i < rows * ng; ++i) sc[i] = ((const float*)s->data)[ns == 1 ? 0 : i];
-  for (int64_t i = 0; z && i < rows * ng; ++i)
-    if (kiln_quant_zero(z, ns == 1 ? 0 : i, &zp[i])) {
-      kiln_allocator_free(g->allocator, bytes);
-      return kiln_status_make(KILN_UNSUPPORTED,
-                              "%s: zero point %lld is not a finite float32 or an integer of "
-                              "magnitude up to 2^24 (%s)", what, (long long)i,
-                              kiln_dtype_name(z->dtype));
-    }
+  size_t size;
+  KILN_RETURN_IF_ERROR(kiln_quant_const_make(g->allocator, q, rows, cols, group, s->data, ns, z,
+                                             what, &bytes, &size));
   return kiln_graph_add_constant_owned(g, name, KILN_F32, q->rank, q->shape,
                                        KILN_LAYOUT_QUANT_ROWS, bytes, size, out_id);
 }

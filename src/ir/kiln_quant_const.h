@@ -92,4 +92,14 @@ static inline int kiln_quant_const_view(const kiln_value_t* v, kiln_quant_const_
   return 0;
 }
 
+/* The bytes of such a constant (allocated with allocator) from q's
+ * integers (int8 or uint8; rows x cols of them, row-major, from q->data),
+ * float32 scales (n_scales: 1 for every row, or rows x ng) and zero points
+ * z (NULL, or n_scales elements of an integer dtype or float32, checked
+ * exact); KILN_UNSUPPORTED naming `what` otherwise. */
+kiln_status_t kiln_quant_const_make(kiln_allocator_t allocator, const kiln_value_t* q,
+                                    int64_t rows, int64_t cols, int64_t group,
+                                    const float* scales, int64_t n_scales, const kiln_value_t* z,
+                                    const char* what, void** out_bytes, size_t* out_size);
+
 #endif /* KILN_QUANT_CONST_H */

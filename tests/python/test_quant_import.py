@@ -309,3 +309,50 @@ def test_torch_compile_runs_native(monkeypatch, capfd):
     err = capfd.readouterr().err
     assert err.count(": the checkpoint's integers and scales") == 2, err
     torch._dynamo.reset()
+
+
+class TorchaoStyleLinear(nn.Module):
+    """What torchao's Int8WeightOnlyConfig (0.18, a tensor subclass) exports
+    to: mm(x, q.t().to(float32)) * scale + bias, scale per output channel
+    applied after the matmul."""
+
+    def __init__(self, q, s, bias):
+        super().__init__()
+        self.register_buffer("wq", q)
+        self.register_buffer("scale", s)
+        self.bias = nn.Parameter(bias)
+
+    def forward(self, x):
+        return (x @ self.wq.t().to(torch.float32)) * self.scale + self.bias
+
+
+@pytest.mark.parametrize("rows", [1, 12])
+def test_int8_weight_cast_then_scale_runs_native(rows):
+    """The cast of a transposed int8 weight read only by a matmul is held as
+    its integers with unit scales (kiln_pass_fold.c): the linear runs on the
+    int8 kernels and the scale stays the multiply after it, as in eager."""
+    g = torch.Generator().manual_seed(rows)
+    q, s, _ = int8_checkpoint(torch.randn(96, 256, generator=g))
+    model = TwoLayers(TorchaoStyleLinear(q, s, torch.randn(96, generator=g)),
+                      TorchaoStyleLinear(*int8_checkpoint(torch.randn(40, 96, generator=g))[:2],
+                                         torch.randn(40, generator=g))).eval()
+    x = torch.randn(rows, 256)
+    compiled = kiln.trace(model, x)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(compiled(x), want, **TOL)
+    assert compiled.explain().count(NATIVE8) == 2, compiled.explain()
+
+
+def test_torchao_int8_weight_only_runs_native():
+    """torchao itself, where installed (not a kiln dependency)."""
+    torchao_quant = pytest.importorskip("torchao.quantization")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 96), nn.ReLU(), nn.Linear(96, 40)).eval()
+    torchao_quant.quantize_(model, torchao_quant.Int8WeightOnlyConfig())
+    x = torch.randn(1, 256)
+    compiled = kiln.trace(model, x)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(compiled(x), want, **TOL)
+    assert compiled.explain().count(NATIVE8) == 2, compiled.explain()

@@ -18,10 +18,9 @@ so they are registered by name.
 
 torchao (0.18 with torch 2.13) quantizes through tensor subclasses, not
 these ops: Int8WeightOnlyConfig exports as mm(x, int8_weight.t().float())
-* scale + bias, which kiln runs correctly with the integer-valued weight
-folded to fp32 (not yet on the int8 kernels: that needs the cast of an
-integer constant read as a matmul's weight held as a quantized constant
-with unit scales).
+* scale + bias, which the compiler's constant folding maps in C
+(kiln_fold_is_int_weight_cast in src/compiler/kiln_pass_fold.c: the cast
+weight held as its integers with unit scales, on the int8 kernels).
 """
 
 import torch
