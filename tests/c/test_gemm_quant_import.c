@@ -17,16 +17,24 @@
  *   fp32 summation order differs (int4's GEMV also applies the zero point
  *   once per group), so atol 2e-5 sqrt(K) + 1e-5, rtol 1e-4, as
  *   test_gemm_quant.c; one integer off by one moves an output by a scale
- *   (>= 4e-3) times an input (~1), far beyond that. */
+ *   (>= 4e-3) times an input (~1), far beyond that;
+ * - through the IR and compiler: kiln_graph_add_constant_quant's checks,
+ *   x @ W^T of such a constant compiled to one LINEAR on the int8 blob
+ *   (the pack pass's note saying so), and a graph whose kernel would read
+ *   the constant itself refused when a model is made (as a file holding one
+ *   would be). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/kiln_pool.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_graph.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
 #include "kiln_test_qgemm.h"
+#include "runtime/kiln_model.h"
 
 typedef struct {
   const char* name;
@@ -178,7 +186,78 @@ static void ckpt_gemm_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* x (M, K) @ W^T, W = dequantize(q (N, K) int8, per-row scales). */
+static kiln_graph_t* ckpt_graph(const int8_t* q, const float* s, int64_t M, int64_t N, int64_t K,
+                                int transpose) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t sx[2] = {M, K}, sq[2] = {N, K}, ss[1] = {N};
+  int32_t vx, vq, vs, vw, vt, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "q", KILN_I8, 2, sq, KILN_LAYOUT_DENSE, q, (size_t)(N * K), &vq));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "s", KILN_F32, 1, ss, KILN_LAYOUT_DENSE, s, sizeof(float) * (size_t)N, &vs));
+  /* Refusals: integers that are not a constant, scales of the wrong count. */
+  KILN_EXPECT_ERROR(kiln_graph_add_constant_quant(g, "w", vx, vs, -1, 0, &vw), KILN_UNSUPPORTED);
+  KILN_EXPECT_ERROR(kiln_graph_add_constant_quant(g, "w", vq, vs, -1, K / 2 + 1, &vw), KILN_UNSUPPORTED);
+  KILN_EXPECT_ERROR(kiln_graph_add_constant_quant(g, "w", vq, vq, -1, 0, &vw), KILN_UNSUPPORTED);
+  KILN_EXPECT_OK(kiln_graph_add_constant_quant(g, "w", vq, vs, -1, 0, &vw));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[KILN_P(VIEW, RANK)] = 2;
+  p[KILN_P(VIEW, DIMS)] = transpose ? K : N, p[KILN_P(VIEW, DIMS) + 1] = transpose ? N : K;
+  p[KILN_P(VIEW, STRIDES)] = transpose ? 1 : K, p[KILN_P(VIEW, STRIDES) + 1] = transpose ? K : 1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &vw, 1, p, KILN_MAX_PARAMS, NULL, 0, NULL, &vt));
+  int32_t in[2] = {vx, vt};
+  if (transpose) KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
+  else y = vt;
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
+static void ckpt_compile(void) {
+  enum { M = 2, N = 19, K = 64 };
+  static int8_t q[N * K];
+  static float s[N], x[M * K], got[M * N], want[M * N];
+  for (int i = 0; i < N * K; ++i) q[i] = (int8_t)((i * 37 + 11) % 256 - 128);
+  for (int j = 0; j < N; ++j) s[j] = 0.01f + 0.001f * (float)j;
+  kiln_test_fill_f32(x, M * K, 5, -1.0f, 1.0f);
+  kiln_graph_t* g = ckpt_graph(q, s, M, N, K, 1);
+  if (!g) return;
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
+  KILN_EXPECT(compiled->n_nodes == 1 && compiled->nodes[0].op == KILN_OP_LINEAR &&
+                  wv->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 && wv->note && strstr(wv->note, "checkpoint"),
+              "one LINEAR on the checkpoint's int8 (layout %d, note %s)", (int)wv->layout,
+              wv->note ? wv->note : "none");
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int p = 0; p < K; ++p) acc += (double)x[i * K + p] * (double)((float)q[j * K + p] * s[j]);
+      want[i * N + j] = (float)acc;
+    }
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  int64_t shx[2] = {M, K}, shy[2] = {M, N};
+  kiln_tensor_t in = {x, KILN_F32, 2, shx}, out = {got, KILN_F32, 2, shy};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+  kiln_test_compare_f32("x @ dequantize(q)^T", got, want, M * N, 2e-5f * 8 + 1e-5f, 1e-4f);
+  kiln_model_release(m);
+  /* Uncompiled, the STRIDED_COPY would read the quantized bytes: refused. */
+  g = ckpt_graph(q, s, M, N, K, 0);
+  if (!g) return;
+  m = NULL;
+  KILN_EXPECT_ERROR(kiln_model_create(g, NULL, NULL, &m), KILN_UNSUPPORTED);
+  KILN_EXPECT(m == NULL, "no model whose kernel reads a checkpoint-quantized constant");
+}
+
 void kiln_test_suite_gemm_quant_import(void) {
+  ckpt_compile();
   ckpt_forms();
   kiln_test_each_isa_and_pool(ckpt_gemm_level);
 }
