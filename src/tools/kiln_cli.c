@@ -711,6 +711,10 @@ static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session
     for (int32_t k = 0; k < t->n_vars; ++k)
       printf("  %-18s %lld..%lld\n", t->vars[k].name, (long long)t->vars[k].lo,
              (long long)t->vars[k].hi);
+    /* Conditions beyond the ranges, checked at every call (kiln_sym_guard_add). */
+    if (t->n_guards) printf("guards:     %d (a call that breaks one is refused)\n", t->n_guards);
+    for (int32_t k = 0; k < t->n_guards; ++k)
+      printf("  %s\n", kiln_sym_guard_describe(t, &t->guards[k], buf, sizeof buf));
   }
   int32_t by_op[KILN_OP_COUNT];
   memset(by_op, 0, sizeof by_op);

@@ -371,3 +371,25 @@ def test_profile_states_the_decode_ceiling(tmp_path):
     gbs = float(roofs.split("GFLOP/s fp32 FMA, ")[1].split(" GB/s")[0])
     calls = float(line[0].split("at most ")[1].split(" calls/s")[0])
     assert abs(calls - gbs * 1e9 / 2**20) <= 0.05e9 / 2**20 + 0.1, (calls, gbs)
+
+
+def test_guards_listed_and_checked(tmp_path):
+    """torch.export's guards beyond the ranges travel in the artifact
+    (format 2.10): `kiln info` lists them and `kiln run` refuses a shape that
+    breaks one (view(-1, 1, 40) traced as (s0, 1, s2*s3) needs s2*s3 == 40),
+    naming it, instead of running the traced program at a wrong shape."""
+    from torch.export import Dim
+
+    class ViewTo40(torch.nn.Module):
+        def forward(self, x):
+            return x.view(-1, 1, 40) * 2
+
+    path = tmp_path / "v.kiln"
+    kiln.save(kiln.trace(ViewTo40().eval(), (torch.randn(3, 1, 5, 8),),
+                         dynamic_shapes={"x": {0: Dim.AUTO, 2: Dim.AUTO, 3: Dim.AUTO}}), path)
+    info = cli("info", path).stdout
+    assert "format:     2.10" in info and "guards:" in info and "== 40" in info, info
+    assert cli("run", path, "--shape", "x=2x1x4x10").returncode == 0
+    p = cli("run", path, "--shape", "x=36x1x20x11", check=False)
+    assert p.returncode == 1, p.stderr
+    assert "a condition the program was traced under" in p.stderr and "198 == 36" in p.stderr, p.stderr
