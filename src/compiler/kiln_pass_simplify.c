@@ -177,7 +177,7 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       ++*out_rewrites;
       continue;
     }
-    *out_rewrites += kiln_simplify_match_pattern(g, nodes, n);
+    *out_rewrites += kiln_simplify_match_pattern(g, nodes, uses, n);
     *out_rewrites += kiln_simplify_matmul_transposes(g, nodes, n);
     uint64_t h = kiln_simplify_hash(n);
     for (size_t slot = h & (table_size - 1);; slot = (slot + 1) & (table_size - 1)) {

@@ -10,8 +10,10 @@ int kiln_simplify_scalar(const kiln_graph_t* graph, int32_t v, double* out);
 /* Rewrites node n in place into the fused op it computes when it is the root
  * of a recognised decomposed form (GELU, GELU-tanh, SiLU, RMSNorm). nodes is
  * the pass's working copy of the graph's nodes (inputs already canonical),
- * n one of them. Returns 1 when n changed. */
-int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes, kiln_node_t* n);
+ * n one of them; uses: the readers of each value (kiln_graph_count_uses).
+ * Returns 1 when n changed. */
+int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes,
+                                const int32_t* uses, kiln_node_t* n);
 
 /* Rewrites a STRIDED_COPY of a (reshaped) STRIDED_COPY of x into one
  * STRIDED_COPY of x when the views compose, and a RESHAPE of a single-use

@@ -14,8 +14,13 @@
  * Matching is structural over canonical values, with ADD and MUL commutative
  * and scalar constants compared to a relative 1e-6 (the constants come from
  * Python floats rounded to float32). Only the root node is rewritten: the
- * intermediates become dead unless something else reads them, in which
- * case they are still computed and the result is still right. */
+ * intermediates become dead unless something else reads them. A norm
+ * whose rstd (or x - mean) something else reads is left decomposed: its
+ * kernel would compute its own statistics, rounded otherwise than the
+ * graph's, and a training graph saves that rstd for its backward, which
+ * recomputes x·rstd·w from it and compares the result with the forward's
+ * (amax's backward: x == max): with the kernel's numbers no element equals
+ * the max and the gradient is 0/0 (fuzzer seed 4041 graph 4199). */
 #include <math.h>
 #include <string.h>
 
@@ -161,17 +166,18 @@ static int kiln_pat_mean_square_plus_eps(const kiln_graph_t* g, kiln_node_t* nod
 }
 
 /* x·rsqrt(ms + eps) or x / sqrt(ms + eps). */
-static int kiln_pat_rms_core(const kiln_graph_t* g, kiln_node_t* nodes, const kiln_node_t* n,
-                             int32_t* x, double* eps) {
+static int kiln_pat_rms_core(const kiln_graph_t* g, kiln_node_t* nodes, const int32_t* uses,
+                             const kiln_node_t* n, int32_t* x, double* eps) {
   int32_t r;
   if (n->op == KILN_OP_DIV) {
     *x = n->inputs[0];
-    return kiln_pat_unary(g, nodes, n->inputs[1], KILN_OP_SQRT, &r) &&
+    return uses[n->inputs[1]] == 1 && kiln_pat_unary(g, nodes, n->inputs[1], KILN_OP_SQRT, &r) &&
            kiln_pat_mean_square_plus_eps(g, nodes, r, *x, eps);
   }
   for (int side = 0; side < 2; ++side) {
     *x = n->inputs[side];
-    if (kiln_pat_unary(g, nodes, n->inputs[1 - side], KILN_OP_RSQRT, &r) &&
+    if (uses[n->inputs[1 - side]] == 1 &&
+        kiln_pat_unary(g, nodes, n->inputs[1 - side], KILN_OP_RSQRT, &r) &&
         kiln_pat_mean_square_plus_eps(g, nodes, r, *x, eps))
       return 1;
   }
@@ -193,11 +199,12 @@ static int kiln_pat_mean_last(const kiln_graph_t* g, kiln_node_t* nodes, int32_t
 /* The layer-norm core over the last dim: d·rsqrt(var + eps) or
  * d / sqrt(var + eps), with d = x - mean(x) and var = mean(d²) (d² as
  * pow(d, 2) or d·d). *x and *eps set. */
-static int kiln_pat_ln_core(const kiln_graph_t* g, kiln_node_t* nodes, const kiln_node_t* n,
-                            int32_t* x, double* eps) {
+static int kiln_pat_ln_core(const kiln_graph_t* g, kiln_node_t* nodes, const int32_t* uses,
+                            const kiln_node_t* n, int32_t* x, double* eps) {
   for (int side = 0; side < 2; ++side) {
     if (n->op == KILN_OP_DIV && side) break;
     int32_t d = n->inputs[side], r, ve, var, sq, b, mx;
+    if (uses[n->inputs[n->op == KILN_OP_DIV ? 1 : 1 - side]] != 1) continue; /* the rstd */
     if (n->op == KILN_OP_DIV ? !kiln_pat_unary(g, nodes, n->inputs[1], KILN_OP_SQRT, &ve)
                              : !kiln_pat_unary(g, nodes, n->inputs[1 - side], KILN_OP_RSQRT, &ve))
       continue;
@@ -213,8 +220,9 @@ static int kiln_pat_ln_core(const kiln_graph_t* g, kiln_node_t* nodes, const kil
       var = add->inputs[s2];
       if (!kiln_pat_mean_last(g, nodes, var, rank, &sq)) continue;
       const kiln_node_t* s = kiln_pat_producer(g, nodes, sq);
-      if ((kiln_pat_with_const(g, nodes, sq, KILN_OP_POW, 2.0, &b) && b == d) ||
-          (s && s->op == KILN_OP_MUL && s->inputs[0] == d && s->inputs[1] == d))
+      /* d read by n and its square only (d·d reads it twice). */
+      if ((kiln_pat_with_const(g, nodes, sq, KILN_OP_POW, 2.0, &b) && b == d && uses[d] == 2) ||
+          (s && s->op == KILN_OP_MUL && s->inputs[0] == d && s->inputs[1] == d && uses[d] == 3))
         return 1;
     }
     (void)r;
@@ -230,7 +238,8 @@ static void kiln_pat_set(kiln_node_t* n, kiln_op_t op, int32_t a, int32_t b) {
   for (int32_t i = 2; i < KILN_MAX_NODE_INPUTS; ++i) n->inputs[i] = -1;
 }
 
-int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_node_t* n) {
+int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, const int32_t* uses,
+                                kiln_node_t* n) {
   const kiln_value_t* y = &g->values[n->outputs[0]];
   if (y->dtype != KILN_F32 || n->n_inputs != 2) return 0;
   int32_t x;
@@ -256,7 +265,7 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     }
   }
   /* Before RMSNorm: a layer norm is an RMSNorm of x - mean(x). */
-  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_ln_core(g, nodes, n, &x, &eps) &&
+  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_ln_core(g, nodes, uses, n, &x, &eps) &&
       kiln_value_same_type(&g->values[x], y)) {
     kiln_pat_set(n, KILN_OP_LAYER_NORM, x, -1);
     memset(n->params, 0, sizeof(n->params));
@@ -265,7 +274,7 @@ int kiln_simplify_match_pattern(const kiln_graph_t* g, kiln_node_t* nodes, kiln_
     n->fparams[KILN_FP(NORM, EPS)] = (float)eps;
     return 1;
   }
-  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_rms_core(g, nodes, n, &x, &eps) &&
+  if ((n->op == KILN_OP_MUL || n->op == KILN_OP_DIV) && kiln_pat_rms_core(g, nodes, uses, n, &x, &eps) &&
       kiln_value_same_type(&g->values[x], y)) {
     kiln_pat_set(n, KILN_OP_RMS_NORM, x, -1);
     memset(n->params, 0, sizeof(n->params));

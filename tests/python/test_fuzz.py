@@ -152,3 +152,22 @@ def test_fuzz_dynamic_rule_for_torchs_own_guards():
         torch.set_num_threads(threads)
     assert r.path == "dynamic", describe(r)
     assert r.status in ("pass", "unsupported"), describe(r)
+
+
+def test_fuzz_norm_kept_decomposed_where_its_rstd_is_saved():
+    """Seed 4041 graph 4199 (compile path): amax(w * x * rsqrt(mean(x^2) + eps))
+    trained. The forward saved rsqrt(...) for the backward, which recomputes
+    w * x * rstd and takes amax's gradient where it equals the saved max;
+    kiln's forward had fused the norm into its RMS kernel (its own rstd,
+    rounded otherwise), so no element equalled the max and every gradient
+    was 0/0 = NaN. A norm whose rstd something else reads stays decomposed
+    (kiln_simplify_patterns.c)."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = run_one(4199, Config(seed=4041, skip_known=ACTIVE, shrink=False, verify=False))
+    finally:
+        torch.set_num_threads(threads)
+    assert r.path == "compile", describe(r)
+    assert r.status in ("pass", "unsupported"), describe(r)
