@@ -159,14 +159,35 @@ kiln_status_t kiln_graph_syms(kiln_graph_t* graph, kiln_sym_table_t** out);
  * `graph`, which must outlive it. */
 kiln_status_t kiln_graph_instantiate(const kiln_graph_t* graph, const int64_t* values,
                                      kiln_graph_t** out_graph);
+/* Where a symbolic graph's sizes are: each value dimension and node param
+ * that is symbolic, as (value or node id, dim or param index, expression
+ * id); the values with a symbolic dimension and the nodes whose rule reads
+ * one (kiln_node_is_symbolic), ids in increasing order. Everything else is
+ * the same at every binding. What binding an instance again redoes. */
+typedef struct kiln_graph_sym_site_s {
+  int32_t item, index, expr;
+} kiln_graph_sym_site_t;
+typedef struct kiln_graph_sym_sites_s {
+  kiln_graph_sym_site_t* dims;
+  int32_t n_dims;
+  kiln_graph_sym_site_t* params;
+  int32_t n_params;
+  int32_t* values;
+  int32_t n_values;
+  int32_t* nodes;
+  int32_t n_nodes;
+} kiln_graph_sym_sites_t;
+/* An expression id the graph's table lacks is KILN_INVALID_ARGUMENT. */
+kiln_status_t kiln_graph_sym_sites(const kiln_graph_t* graph, kiln_graph_sym_sites_t* out_sites);
+void kiln_graph_sym_sites_free(kiln_graph_sym_sites_t* sites);
 /* Binds an instance of `graph` (made by kiln_graph_instantiate) to other
- * values of its symbols, in place: the sizes and parameters that are
- * symbolic in `graph` are substituted again and their nodes' rules checked
- * again. symbolic_node: per node, nonzero when kiln_node_is_symbolic in
- * `graph`; only those are redone (NULL: every value and node). On an error
- * the instance is left half bound and must not be run. */
+ * values of its symbols, in place: the sizes and parameters at `sites`
+ * (kiln_graph_sym_sites of `graph`) are substituted again and the rules of
+ * its nodes checked again (NULL sites: every value and node, from `graph`).
+ * On an error the instance is left half bound and must not be run. */
 kiln_status_t kiln_graph_instance_bind(const kiln_graph_t* graph, const int64_t* values,
-                                       const unsigned char* symbolic_node, kiln_graph_t* instance);
+                                       const kiln_graph_sym_sites_t* sites,
+                                       kiln_graph_t* instance);
 /* Dense byte size of a value (numel × dtype size). */
 size_t kiln_value_dense_bytes(const kiln_value_t* value);
 /* Same dtype, rank and shape. */

@@ -57,7 +57,7 @@ struct kiln_model_s {
   int32_t current; /* the exec of the latest call */
   uint64_t clock;
   int64_t* sym_values; /* per expression, for the latest binding */
-  unsigned char* sym_node; /* per node: kiln_node_is_symbolic in the template */
+  kiln_graph_sym_sites_t sites; /* where the template's sizes are symbolic */
   void* arena;         /* shared by the execs: one call runs at a time */
   size_t arena_size;
   pthread_mutex_t lock;
@@ -67,6 +67,8 @@ struct kiln_model_s {
   int64_t runs;
   int64_t instances;      /* symbolic: instances made (a binding not cached) */
   uint64_t instance_ns;   /* and the time they took: bind to planned */
+  int64_t rebinds;        /* of those, an old instance bound again in place */
+  int64_t plans_kept;     /* of those, with its plan kept (kiln_plan_fits) */
 };
 
 /* Frees n target buffers (NULL entries skipped) and the array. */
@@ -237,11 +239,9 @@ kiln_status_t kiln_model_create_on(kiln_graph_t* graph, void* blob, kiln_pool_t*
   if (!s && m->symbolic && plan)
     s = kiln_status_make(KILN_CORRUPT_ARTIFACT, "a stored plan for a graph with symbolic sizes");
   if (!s && m->symbolic &&
-      (!(m->sym_values = calloc((size_t)graph->syms->n_exprs + 1, sizeof(int64_t))) ||
-       !(m->sym_node = calloc((size_t)graph->n_nodes + 1, 1))))
+      !(m->sym_values = calloc((size_t)graph->syms->n_exprs + 1, sizeof(int64_t))))
     s = kiln_status_make(KILN_OUT_OF_MEMORY, "model");
-  for (int32_t i = 0; !s && m->symbolic && i < graph->n_nodes; ++i)
-    m->sym_node[i] = (unsigned char)kiln_node_is_symbolic(graph, &graph->nodes[i]);
+  if (!s && m->symbolic) s = kiln_graph_sym_sites(graph, &m->sites);
   /* A concrete model plans now; a symbolic one per binding, at its first call. */
   if (!s && !m->symbolic) {
     s = kiln_model_exec_init(m, &m->execs[0], graph, plan, plan_size);
@@ -269,7 +269,7 @@ void kiln_model_release(kiln_model_t* m) {
   kiln_allocator_free(sys, m->blob);
   if (m->arena) m->target->free(m->arena);
   free(m->sym_values);
-  free(m->sym_node);
+  kiln_graph_sym_sites_free(&m->sites);
   free(m->times_ns);
   free(m->wait_ns);
   pthread_mutex_destroy(&m->lock);
@@ -414,19 +414,28 @@ static kiln_status_t kiln_model_bind(kiln_model_t* m, const kiln_tensor_t* input
 
 /* Rebinds an instance exec of a symbolic model to the latest binding
  * (m->sym_values) in place: only what depends on the symbols is redone (the
- * symbolic nodes' sizes, checks and prepared arguments; the plan, whose
- * offsets stay when the items still fit). Cheaper than a new instance by
- * the copies, the checks of the nodes that cannot change and the placing.
- * Only for a target in host memory (a device's buffers are sized per
- * instance). On an error the exec is cleared. */
+ * symbolic sizes, their nodes' checks and prepared arguments). The plan
+ * stays as it is when it still fits (kiln_plan_fits: the arena items fit
+ * what was reserved, views and bound outputs unchanged), and the buffers
+ * bound to the arena with it; otherwise it is made again from the old one,
+ * whose offsets stay when the items still fit. Cheaper than a new instance
+ * by the copies, the checks of the nodes that cannot change and the
+ * placing. Only for a target in host memory (a device's buffers are sized
+ * per instance). On an error the exec is cleared. */
 static kiln_status_t kiln_model_exec_rebind(kiln_model_t* m, kiln_model_exec_t* e) {
   kiln_graph_t* g = e->graph;
-  kiln_status_t s = kiln_graph_instance_bind(m->graph, m->sym_values, m->sym_node, g);
-  for (int32_t i = 0; !s && i < g->n_nodes; ++i) {
-    if (!m->sym_node[i]) continue;
-    const kiln_node_t* n = &g->nodes[i];
+  const kiln_graph_sym_sites_t* sites = &m->sites;
+  kiln_status_t s = kiln_graph_instance_bind(m->graph, m->sym_values, sites, g);
+  for (int32_t i = 0; !s && i < sites->n_nodes; ++i) {
+    const int32_t ni = sites->nodes[i];
+    const kiln_node_t* n = &g->nodes[ni];
     s = kiln_hal_supports(m->target, g, n);
-    if (!s && e->entry[i]->prepare) s = e->entry[i]->prepare(g, n, e->prep + e->prep_off[i]);
+    if (!s && e->entry[ni]->prepare) s = e->entry[ni]->prepare(g, n, e->prep + e->prep_off[ni]);
+  }
+  if (!s && kiln_plan_fits(g, &e->plan, sites->nodes, sites->n_nodes, sites->values,
+                           sites->n_values)) {
+    m->plans_kept++;
+    return kiln_ok();
   }
   kiln_plan_t plan;
   if (!s) s = kiln_plan_build_from(g, &e->plan, KILN_MODEL_PLAN_HEADROOM, &plan);
@@ -473,6 +482,7 @@ static kiln_status_t kiln_model_select(kiln_model_t* m, const kiln_tensor_t* inp
   if (e->used && m->target->host_memory) {
     kiln_status_t s = kiln_model_exec_rebind(m, e);
     rebound = !s;
+    m->rebinds += rebound;
     kiln_status_free(s);
   }
   if (!rebound) {
@@ -604,6 +614,12 @@ void kiln_model_set_profiling(kiln_model_t* m, int on) { m->profiling = on; }
 int64_t kiln_model_instances(const kiln_model_t* m, uint64_t* out_ns) {
   if (out_ns) *out_ns = m->instance_ns;
   return m->instances;
+}
+
+void kiln_model_instance_counts(const kiln_model_t* m, int64_t* out_rebinds,
+                                int64_t* out_plans_kept) {
+  *out_rebinds = m->rebinds;
+  *out_plans_kept = m->plans_kept;
 }
 
 void kiln_model_set_pool(kiln_model_t* m, kiln_pool_t* pool) {

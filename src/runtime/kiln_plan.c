@@ -52,6 +52,43 @@ static size_t kiln_plan_place(kiln_plan_slot_t* items, int32_t n_items, int64_t*
   return arena;
 }
 
+/* The rules below (kiln_plan_build_from) checked against p instead of
+ * applied: view roots in node order (a node outside `nodes` is as it was
+ * when p was built, so by induction each root p holds is the one planning
+ * would give), outputs bound in order, then the items' sizes. */
+int kiln_plan_fits(const kiln_graph_t* g, const kiln_plan_t* p, const int32_t* nodes,
+                   int32_t n_nodes, const int32_t* values, int32_t n_values) {
+  if (!p->slots || p->n_values != g->n_values) return 0;
+  for (int32_t i = 0; i < n_nodes; ++i) {
+    const kiln_node_t* n = &g->nodes[nodes[i]];
+    int32_t y = n->outputs[0], x = n->inputs[0];
+    int64_t bytes;
+    if (kiln_node_is_view(g, n, &bytes)) {
+      if (p->root[y] != p->root[x] || p->view_offset[y] != p->view_offset[x] + bytes) return 0;
+    } else if (p->root[y] != y) {
+      return 0;
+    }
+  }
+  for (int32_t o = 0; o < g->n_outputs; ++o) {
+    int32_t v = g->outputs[o], r = p->root[v], claimed = p->bound_output[r];
+    int bound = g->values[r].kind == KILN_VALUE_INTERMEDIATE && !(claimed >= 0 && claimed < o) &&
+                g->values[v].dtype == g->values[r].dtype && p->view_offset[v] == 0 &&
+                kiln_value_dense_bytes(&g->values[v]) == kiln_value_dense_bytes(&g->values[r]);
+    if (bound ? claimed != o || p->output_copy[o] : !p->output_copy[o]) return 0;
+  }
+  /* Slots are in value order, as are values: one walk. */
+  int32_t s = 0;
+  for (int32_t i = 0; i < n_values; ++i) {
+    int32_t v = values[i];
+    while (s < p->n_slots && p->slots[s].value < v) ++s;
+    if (s == p->n_slots) break;
+    if (p->slots[s].value != v) continue;
+    if (kiln_align_up(kiln_value_dense_bytes(&g->values[v]), KILN_ALIGNMENT) > p->slots[s].reserved)
+      return 0;
+  }
+  return 1;
+}
+
 void kiln_plan_deinitialize(kiln_plan_t* p) {
   free(p->root);
   free(p->view_offset);

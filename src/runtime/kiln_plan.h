@@ -44,6 +44,18 @@ kiln_status_t kiln_plan_build(const kiln_graph_t* graph, kiln_plan_t* out_plan);
  * may be NULL; it is only read. */
 kiln_status_t kiln_plan_build_from(const kiln_graph_t* graph, const kiln_plan_t* prev,
                                    int headroom_pct, kiln_plan_t* out_plan);
+/* 1 when `plan`, built (kiln_plan_build_from) for another binding of the
+ * symbolic graph `graph` is an instance of, is right as it stands for
+ * graph's sizes now: planning again would give the same roots, view
+ * offsets and bound outputs, and each arena item fits the bytes the plan
+ * reserved for it (so its offsets serve). nodes and values (ascending ids)
+ * are the nodes and values whose sizes the binding can change
+ * (kiln_graph_sym_sites); every other node is a view or not, at the same
+ * offset, at every binding. Reads only those, the outputs and the plan's
+ * slots: how a decode step whose cache grew by one keeps its plan without
+ * planning. A plan without slots (loaded from a file) is never kept. */
+int kiln_plan_fits(const kiln_graph_t* graph, const kiln_plan_t* plan, const int32_t* nodes,
+                   int32_t n_nodes, const int32_t* values, int32_t n_values);
 void kiln_plan_deinitialize(kiln_plan_t* plan);
 
 #endif /* KILN_PLAN_H */

@@ -9,6 +9,7 @@
 #include "ir/kiln_sym.h"
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
+#include "runtime/kiln_plan.h"
 
 static void test_sym_canonical(void) {
   kiln_sym_table_t* t = NULL;
@@ -351,10 +352,172 @@ static void test_sym_export_guards(void) {
   kiln_model_release(m);
 }
 
+/* x (S, 4), z (K, 4) -> [|x|[:K] (a view of |x|: bound in place as the
+ * output when K == S, copied out otherwise), -(|x|[:, 1]) (the column a
+ * view only when S == 1), -z]: bindings that change which nodes are views and
+ * which outputs are bound, beside ones that only grow the arena items. */
+static kiln_graph_t* build_fits(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  kiln_sym_table_t* t;
+  int64_t K, S;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  /* K first: at the probes (K 64, 72; S 80, 88) the slice of K rows fits. */
+  KILN_EXPECT_OK(kiln_sym_var(t, "K", 1, 128, &K));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 1, 128, &S));
+  int32_t x, z, a, v1, c, d, e;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, (int64_t[]){S, 4}, &x));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "z", KILN_F32, 2, (int64_t[]){K, 4}, &z));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ABS, &x, 1, NULL, 0, NULL, 0, "abs", &a));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[KILN_P(VIEW, RANK)] = 2, p[KILN_P(VIEW, DIMS)] = K, p[KILN_P(VIEW, DIMS) + 1] = 4;
+  p[KILN_P(VIEW, STRIDES)] = 4, p[KILN_P(VIEW, STRIDES) + 1] = 1, p[KILN_P(VIEW, OFFSET)] = 0;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &a, 1, p, KILN_P(VIEW, OFFSET) + 1,
+                                     NULL, 0, "rows", &v1));
+  p[KILN_P(VIEW, DIMS)] = S, p[KILN_P(VIEW, DIMS) + 1] = 1, p[KILN_P(VIEW, OFFSET)] = 1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &a, 1, p, KILN_P(VIEW, OFFSET) + 1,
+                                     NULL, 0, "column", &c));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_NEG, &c, 1, NULL, 0, NULL, 0, "neg", &d));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_NEG, &z, 1, NULL, 0, NULL, 0, "negz", &e));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, (int32_t[]){v1, d, e}, 3));
+  return g;
+}
+
+static int plans_equal(const kiln_plan_t* a, const kiln_plan_t* b, int32_t n_outputs) {
+  size_t n = (size_t)a->n_values;
+  return a->n_values == b->n_values && a->arena_size == b->arena_size &&
+         a->n_slots == b->n_slots && !memcmp(a->root, b->root, n * sizeof(int32_t)) &&
+         !memcmp(a->view_offset, b->view_offset, n * sizeof(int64_t)) &&
+         !memcmp(a->offset, b->offset, n * sizeof(int64_t)) &&
+         !memcmp(a->bound_output, b->bound_output, n * sizeof(int32_t)) &&
+         !memcmp(a->output_copy, b->output_copy, (size_t)n_outputs * sizeof(int32_t)) &&
+         !memcmp(a->slots, b->slots, (size_t)a->n_slots * sizeof(a->slots[0]));
+}
+
+/* kiln_plan_fits keeps a plan exactly when planning again from it would
+ * give it back: scripted bindings (a node turning into a view, an output
+ * turning bound, an item outgrowing its headroom), then random ones, each
+ * checked against kiln_plan_build_from. */
+static void test_sym_plan_fits(void) {
+  kiln_graph_t* g = build_fits();
+  if (!g) return;
+  const kiln_sym_table_t* t = g->syms;
+  kiln_graph_sym_sites_t sites;
+  KILN_EXPECT_OK(kiln_graph_sym_sites(g, &sites));
+  KILN_EXPECT(sites.n_nodes == 5 && sites.n_values == 7 && sites.n_params == 2,
+              "sites: %d nodes, %d values, %d params", sites.n_nodes, sites.n_values,
+              sites.n_params);
+  int64_t* values = calloc((size_t)t->n_exprs + 1, sizeof(int64_t));
+  kiln_graph_t* inst = NULL;
+  KILN_EXPECT_OK(kiln_sym_eval_all(t, (int64_t[]){1, 1}, values));
+  KILN_EXPECT_OK(kiln_graph_instantiate(g, values, &inst));
+  if (!inst) return;
+  kiln_plan_t plan, next;
+  KILN_EXPECT_OK(kiln_plan_build_from(inst, NULL, 25, &plan));
+  /* {K, S, fits}: from (1, 1) both outputs' bytes are the view's. */
+  const int64_t steps[][3] = {{1, 2, 0},  /* the column stops being a view; rows is copied */
+                              {4, 8, 0},  /* |x| outgrows its 64 bytes */
+                              {4, 9, 1},  /* 144 bytes in the 192 reserved for 128 */
+                              {4, 11, 1}, /* 176 (aligned 192) still fits */
+                              {4, 13, 0}, /* 208 does not */
+                              {13, 13, 0}, /* rows is |x| whole: bound as the output */
+                              {14, 14, 1}, /* still, and neg's 56 bytes fit its 64 */
+                              {2, 14, 0},  /* copied again */
+                              {1, 1, 0}};  /* the column a view again */
+  for (size_t k = 0; k < sizeof steps / sizeof steps[0]; ++k) {
+    KILN_EXPECT_OK(kiln_sym_eval_all(t, steps[k], values));
+    KILN_EXPECT_OK(kiln_graph_instance_bind(g, values, &sites, inst));
+    int fits = kiln_plan_fits(inst, &plan, sites.nodes, sites.n_nodes, sites.values, sites.n_values);
+    KILN_EXPECT(fits == steps[k][2], "K=%lld S=%lld: fits %d", (long long)steps[k][0],
+                (long long)steps[k][1], fits);
+    KILN_EXPECT_OK(kiln_plan_build_from(inst, &plan, 25, &next));
+    KILN_EXPECT(!fits || plans_equal(&plan, &next, inst->n_outputs),
+                "a plan kept at K=%lld S=%lld is the plan made again", (long long)steps[k][0],
+                (long long)steps[k][1]);
+    kiln_plan_deinitialize(&plan);
+    plan = next;
+  }
+  /* Random walks: a kept plan is always the one planning again gives. */
+  unsigned seed = 12345;
+  int kept = 0, checked = 0;
+  for (int i = 0; i < 400; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    int64_t S = 1 + (seed >> 16) % 40;
+    seed = seed * 1103515245u + 12345u;
+    int64_t K = (seed >> 16) % 3 == 0 ? S : 1 + (int64_t)((seed >> 18) % (uint64_t)S);
+    KILN_EXPECT_OK(kiln_sym_eval_all(t, (int64_t[]){K, S}, values));
+    KILN_EXPECT_OK(kiln_graph_instance_bind(g, values, &sites, inst));
+    int fits = kiln_plan_fits(inst, &plan, sites.nodes, sites.n_nodes, sites.values, sites.n_values);
+    KILN_EXPECT_OK(kiln_plan_build_from(inst, &plan, 25, &next));
+    checked += !fits || plans_equal(&plan, &next, inst->n_outputs);
+    kept += fits;
+    kiln_plan_deinitialize(&plan);
+    plan = next;
+  }
+  KILN_EXPECT(checked == 400 && kept > 50 && kept < 350, "%d of 400 kept plans equal; %d kept",
+              checked, kept);
+  /* Sizes a node's rule refuses (K rows of S < K) are an error naming it. */
+  KILN_EXPECT_OK(kiln_sym_eval_all(t, (int64_t[]){5, 4}, values));
+  kiln_status_t s = kiln_graph_instance_bind(g, values, &sites, inst);
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "rows"), "K > S refused: %s",
+              s ? kiln_status_message(s) : "ok");
+  kiln_status_free(s);
+  kiln_plan_deinitialize(&plan);
+  kiln_graph_release(inst);
+  kiln_graph_sym_sites_free(&sites);
+  free(values);
+  kiln_graph_release(g);
+}
+
+/* The same graph as a model, through more bindings than it keeps instances:
+ * each call's outputs against the arithmetic, and the counts saying which
+ * calls rebound an instance and which of those kept its plan. */
+static void test_sym_model_rebind(void) {
+  kiln_graph_t* g = build_fits();
+  if (!g) return;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
+  if (!m) return;
+  /* Four new instances, then S growing by one (rebinds keeping the plan,
+   * re-placing past the headroom), a column that becomes a view, a bound
+   * output, a shrink, and a binding cached as is. */
+  const int64_t sizes[][2] = {{1, 1}, {2, 3}, {3, 5}, {4, 7}, {4, 20}, {4, 21}, {4, 22},
+                              {4, 23}, {4, 24}, {4, 25}, {4, 26}, {4, 60},  {1, 1},
+                              {9, 9},  {10, 10}, {2, 3}, {2, 3}, {7, 40}};
+  const size_t n_sizes = sizeof sizes / sizeof sizes[0];
+  for (size_t k = 0; k < n_sizes; ++k) {
+    int64_t K = sizes[k][0], S = sizes[k][1];
+    float *x = malloc((size_t)S * 16), *z = malloc((size_t)K * 16), *rows = malloc((size_t)K * 16),
+          *col = malloc((size_t)S * 4), *nz = malloc((size_t)K * 16);
+    kiln_test_fill_f32(x, (size_t)S * 4, 30 + (unsigned)k, -2, 2);
+    kiln_test_fill_f32(z, (size_t)K * 4, 40 + (unsigned)k, -2, 2);
+    int64_t sx[2] = {S, 4}, sz[2] = {K, 4}, sc[2] = {S, 1};
+    kiln_tensor_t in[2] = {{x, KILN_F32, 2, sx}, {z, KILN_F32, 2, sz}};
+    kiln_tensor_t out[3] = {{rows, KILN_F32, 2, sz}, {col, KILN_F32, 2, sc}, {nz, KILN_F32, 2, sz}};
+    KILN_EXPECT_OK(kiln_model_run(m, in, 2, out, 3));
+    int bad = 0;
+    for (int64_t i = 0; i < K * 4; ++i) bad += rows[i] != fabsf(x[i]) || nz[i] != -z[i];
+    for (int64_t i = 0; i < S; ++i) bad += col[i] != -fabsf(x[4 * i + 1]);
+    KILN_EXPECT(bad == 0, "K=%lld S=%lld: %d wrong elements", (long long)K, (long long)S, bad);
+    free(x), free(z), free(rows), free(col), free(nz);
+  }
+  int64_t rebinds = -1, kept = -1;
+  KILN_EXPECT(kiln_model_instances(m, NULL) == (int64_t)n_sizes - 1, "instances: %lld",
+              (long long)kiln_model_instances(m, NULL));
+  kiln_model_instance_counts(m, &rebinds, &kept);
+  KILN_EXPECT(rebinds == (int64_t)n_sizes - 5, "rebinds: %lld", (long long)rebinds);
+  KILN_EXPECT(kept >= 3 && kept <= rebinds - 4, "plans kept: %lld of %lld", (long long)kept,
+              (long long)rebinds);
+  kiln_model_release(m);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_export_guards();
   test_sym_canonical();
   test_sym_model();
   test_sym_guard();
   test_sym_example();
+  test_sym_plan_fits();
+  test_sym_model_rebind();
 }

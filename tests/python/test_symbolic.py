@@ -95,6 +95,17 @@ def test_generate_dynamic_cache_without_recompiles(counters):
     # token, none on a rerun.
     assert graphs == 2, dict(counters["kiln"])
     assert counters["kiln"]["graphs"] == graphs
+    # Each new cache length rebound an old instance in place and, mostly,
+    # kept its memory plan (the decode graph's arena items do not grow
+    # with the cache: it is an input and an output).
+    import gc
+    from kiln.module import KilnModule
+    decode = [o.stats() for o in gc.get_objects() if issubclass(type(o), KilnModule)]
+    decode = [st for st in decode if st["symbolic"] and st["instances"] >= 100]
+    assert len(decode) == 1, decode
+    st = decode[0]
+    assert st["instance_rebinds"] == st["instances"] - 4, st
+    assert st["instance_plans_kept"] >= st["instance_rebinds"] // 2, st
 
 
 def test_trace_dynamic_shapes_one_artifact():
@@ -481,3 +492,68 @@ def test_partitioned_guards_from_a_hostile_file_are_refused():
                 {"sizes": [[0, 1]], "guards": [[["add"] * 100000, "x"]]}):
         with pytest.raises(KilnError, match="corrupt artifact"):
             SizeGuards.from_json(bad)
+
+
+class _DecodeStep(nn.Module):
+    """One decode step of attention over a cache that grows by one row a
+    call: the cache's sizes, the scores' and a cache-sized intermediate all
+    follow its length L."""
+
+    def forward(self, q, kc, vc, kn, vn):
+        k = torch.cat([kc, kn], 2)
+        v = torch.cat([vc, vn], 2)
+        att = torch.softmax(q @ k.transpose(-1, -2) * 0.25, -1)
+        return att @ v + torch.tanh(k).mean(2, keepdim=True), k, v
+
+
+def test_new_lengths_reuse_the_plan():
+    """A new cache length binds an old instance again in place and keeps its
+    memory plan while every arena item fits what the plan reserved (25 %
+    headroom): L growing by one mostly keeps it; a jump past the headroom
+    plans again (the fallback), and a shorter length fits a larger plan.
+    Every step equals eager."""
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    m = _DecodeStep().eval()
+    H, D = 2, 16
+    L = Dim("L", min=1, max=1024)
+
+    def args(n):
+        g = torch.Generator().manual_seed(n)
+        return (torch.randn(1, H, 1, D, generator=g), torch.randn(1, H, n, D, generator=g),
+                torch.randn(1, H, n, D, generator=g), torch.randn(1, H, 1, D, generator=g),
+                torch.randn(1, H, 1, D, generator=g))
+
+    k = kiln.trace(m, args(8), dynamic_shapes=({}, {2: L}, {2: L}, {}, {}))
+    assert k.stats()["symbolic"]
+
+    def step(n):
+        a = args(n)
+        with torch.no_grad():
+            got, want = k(*a), m(*a)
+        for x, y in zip(got, want):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+        return k.stats()
+
+    for n in range(100, 104):  # four instances made anew (the model keeps four)
+        st = step(n)
+    assert st["instances"] == 4 and st["instance_rebinds"] == 0
+    for n in range(104, 164):  # every later length rebinds the oldest instance
+        st = step(n)
+    assert st["instances"] == 64 and st["instance_rebinds"] == 60
+    grown = st["instance_plans_kept"]
+    # Growing by one: most steps keep the plan; each instance outgrows its
+    # headroom once or twice between 100 and 163.
+    assert 40 <= grown < 60, st
+    st = step(900)  # far past every plan's headroom: planned again
+    assert st["instance_rebinds"] == 61 and st["instance_plans_kept"] == grown, st
+    for n in (899, 898, 897):  # rebinding the instances planned at 161..163: planned again
+        st = step(n)
+    assert st["instance_rebinds"] == 64 and st["instance_plans_kept"] == grown, st
+    st = step(896)  # the instance planned at 900: its plan serves 896
+    assert st["instance_rebinds"] == 65 and st["instance_plans_kept"] == grown + 1, st
+    st = step(30)  # as 899's serves 30
+    assert st["instance_rebinds"] == 66 and st["instance_plans_kept"] == grown + 2, st
+    st = step(30)  # a cached binding: no new instance
+    assert st["instances"] == 70, st
