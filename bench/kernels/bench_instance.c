@@ -1,11 +1,14 @@
 /* What a new binding of a symbolic model's sizes costs, piece by piece.
  *
  *   bench_instance FILE.kiln [--reps N] [--fix SYM=V ...] [--from L0] [--step S]
- *                  [--flush MB]
+ *                  [--lengths L1,L2,...] [--flush MB]
  *
  * Every symbol not fixed takes the same value L (a decode graph's per-layer
  * cache lengths; an encoder's sequence length), L = L0, L0 + S, ... one per
- * call, so every call is a binding the model has not seen. Prints, per
+ * call, so every call is a binding the model has not seen; or, with
+ * --lengths, L cycles through the list (more than the model's 4 cached
+ * instances: every call a new binding, as an encoder serving mixed
+ * lengths). Prints, per
  * piece, the best and median time per binding over N bindings (thread CPU
  * time, 1 thread: the model's selection runs on the calling thread).
  * --flush MB reads that many MB before each piece, as a decode step's
@@ -89,11 +92,16 @@ int main(int argc, char** argv) {
   int64_t fix_val[KILN_SYM_MAX_VARS];
   int n_fix = 0;
   size_t flush_mb = 0;
+  int64_t lengths[64];
+  int n_lengths = 0;
   for (int i = 2; i < argc; ++i) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--from") && i + 1 < argc) l0 = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--step") && i + 1 < argc) step = atoll(argv[++i]);
     else if (!strcmp(argv[i], "--flush") && i + 1 < argc) flush_mb = (size_t)atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--lengths") && i + 1 < argc) {
+      for (char* a = argv[++i]; *a && n_lengths < 64; a += *a == ',') lengths[n_lengths++] = strtoll(a, &a, 10);
+    }
     else if (!strcmp(argv[i], "--fix") && i + 1 < argc && n_fix < KILN_SYM_MAX_VARS) {
       char* a = argv[++i];
       char* eq = strchr(a, '=');
@@ -147,7 +155,7 @@ int main(int argc, char** argv) {
     for (size_t k = 0; flush && k < (flush_mb << 20); k += 64) flush_sum += flush[k]; \
   } while (0)
   for (int r = -1; r < reps; ++r) {
-    int64_t L = l0 + step * (r + 1);
+    int64_t L = n_lengths ? lengths[(r + 1) % n_lengths] : l0 + step * (r + 1);
     for (int32_t v = 0; v < t->n_vars; ++v) {
       vars[v] = L;
       for (int f = 0; f < n_fix; ++f)
@@ -200,9 +208,10 @@ int main(int argc, char** argv) {
   printf("L = %lld.. step %lld, %d bindings; model: %lld instances, mean %.1f us (wall)\n",
          (long long)l0, (long long)step, reps, (long long)n_inst,
          n_inst ? (double)ns / 1e3 / (double)n_inst : 0.0);
-  int64_t m_rebinds, m_kept;
-  kiln_model_instance_counts(model, &m_rebinds, &m_kept);
-  printf("model: %lld rebinds, %lld kept their plan\n", (long long)m_rebinds, (long long)m_kept);
+  int64_t m_rebinds, m_kept, m_shared;
+  kiln_model_instance_counts(model, &m_rebinds, &m_kept, &m_shared);
+  printf("model: %lld rebinds, %lld kept their plan, %lld took another's\n", (long long)m_rebinds,
+         (long long)m_kept, (long long)m_shared);
   printf("plan_from moved offsets in %lld of %d bindings; plan_fits kept %lld\n",
          (long long)replaced, reps, (long long)kept);
   printf("%-10s %9s %9s   (us, thread CPU time)\n", "piece", "best", "median");

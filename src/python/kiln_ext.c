@@ -661,9 +661,9 @@ static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
     if (g->values[v].kind == KILN_VALUE_CONSTANT) const_bytes += g->values[v].nbytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   uint64_t inst_ns = 0;
-  int64_t instances = kiln_model_instances(self->model, &inst_ns), rebinds, plans_kept;
-  kiln_model_instance_counts(self->model, &rebinds, &plans_kept);
-  return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d,s:O,s:L,s:d,s:L,s:L}", "arena_bytes",
+  int64_t instances = kiln_model_instances(self->model, &inst_ns), rebinds, kept, shared;
+  kiln_model_instance_counts(self->model, &rebinds, &kept, &shared);
+  return Py_BuildValue("{s:n,s:n,s:i,s:i,s:d,s:O,s:L,s:d,s:L,s:L,s:L}", "arena_bytes",
                        (Py_ssize_t)(p ? p->arena_size : 0), "constant_bytes",
                        (Py_ssize_t)const_bytes, "kernel_calls", calls, "nodes", g->n_nodes,
                        "compile_ms", self->compile_ms, "symbolic",
@@ -671,7 +671,7 @@ static PyObject* kiln_py_model_stats(kiln_py_model_t* self, PyObject* unused) {
                        (long long)instances, "instance_us_mean",
                        instances ? (double)inst_ns / 1e3 / (double)instances : 0.0,
                        "instance_rebinds", (long long)rebinds, "instance_plans_kept",
-                       (long long)plans_kept);
+                       (long long)kept, "instance_plans_shared", (long long)shared);
 }
 
 /* profile(on) -> None; profile() -> [(op, origin, total_ns)], runs */

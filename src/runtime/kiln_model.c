@@ -69,6 +69,7 @@ struct kiln_model_s {
   uint64_t instance_ns;   /* and the time they took: bind to planned */
   int64_t rebinds;        /* of those, an old instance bound again in place */
   int64_t plans_kept;     /* of those, with its plan kept (kiln_plan_fits) */
+  int64_t plans_shared;   /* or with another instance's plan, which fit */
 };
 
 /* Frees n target buffers (NULL entries skipped) and the array. */
@@ -437,8 +438,24 @@ static kiln_status_t kiln_model_exec_rebind(kiln_model_t* m, kiln_model_exec_t* 
     m->plans_kept++;
     return kiln_ok();
   }
+  /* Another instance's plan, made for other sizes of the same graph, may
+   * fit (one placed for a longer cache than this one's): copying it is
+   * cheaper than placing, and lets the instances share one placement per
+   * headroom's growth instead of each placing its own. */
+  const kiln_plan_t* other = NULL;
+  for (int32_t i = 0; !s && !other && i < KILN_MODEL_EXECS; ++i) {
+    const kiln_model_exec_t* x = &m->execs[i];
+    if (x != e && x->used && kiln_plan_fits(g, &x->plan, sites->nodes, sites->n_nodes,
+                                            sites->values, sites->n_values))
+      other = &x->plan;
+  }
   kiln_plan_t plan;
-  if (!s) s = kiln_plan_build_from(g, &e->plan, KILN_MODEL_PLAN_HEADROOM, &plan);
+  if (!s && other) {
+    s = kiln_plan_copy(other, g->n_outputs, &plan);
+    m->plans_shared += !s;
+  } else if (!s) {
+    s = kiln_plan_build_from(g, &e->plan, KILN_MODEL_PLAN_HEADROOM, &plan);
+  }
   if (!s) {
     kiln_plan_deinitialize(&e->plan);
     e->plan = plan;
@@ -617,9 +634,10 @@ int64_t kiln_model_instances(const kiln_model_t* m, uint64_t* out_ns) {
 }
 
 void kiln_model_instance_counts(const kiln_model_t* m, int64_t* out_rebinds,
-                                int64_t* out_plans_kept) {
+                                int64_t* out_plans_kept, int64_t* out_plans_shared) {
   *out_rebinds = m->rebinds;
   *out_plans_kept = m->plans_kept;
+  *out_plans_shared = m->plans_shared;
 }
 
 void kiln_model_set_pool(kiln_model_t* m, kiln_pool_t* pool) {

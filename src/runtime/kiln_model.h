@@ -73,11 +73,12 @@ int kiln_model_is_symbolic(const kiln_model_t* model);
  * ready plan: what a new shape costs. 0 for a concrete model. */
 int64_t kiln_model_instances(const kiln_model_t* model, uint64_t* out_ns);
 /* Of those instances, how many were an older instance bound again to the
- * new sizes in place (the rest were made anew), and of the rebinds, how
- * many kept the instance's memory plan as it was (every arena item fit,
- * kiln_plan_fits) instead of planning again. */
+ * new sizes in place (the rest were made anew); of the rebinds, how many
+ * kept the instance's memory plan as it was (every arena item fit,
+ * kiln_plan_fits), and how many took a copy of another instance's plan
+ * that fit, instead of planning again. */
 void kiln_model_instance_counts(const kiln_model_t* model, int64_t* out_rebinds,
-                                int64_t* out_plans_kept);
+                                int64_t* out_plans_kept, int64_t* out_plans_shared);
 
 /* The outputs' shapes for these inputs (shapes: n_outputs x KILN_MAX_RANK,
  * ranks: n_outputs), binding the symbols as a run would (errors alike):

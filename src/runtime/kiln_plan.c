@@ -89,6 +89,33 @@ int kiln_plan_fits(const kiln_graph_t* g, const kiln_plan_t* p, const int32_t* n
   return 1;
 }
 
+kiln_status_t kiln_plan_copy(const kiln_plan_t* src, int32_t n_outputs, kiln_plan_t* p) {
+  memset(p, 0, sizeof(*p));
+  size_t nv = (size_t)(src->n_values ? src->n_values : 1);
+  p->n_values = src->n_values;
+  p->arena_size = src->arena_size;
+  p->n_slots = src->n_slots;
+  p->root = malloc(sizeof(int32_t) * nv);
+  p->view_offset = malloc(sizeof(int64_t) * nv);
+  p->offset = malloc(sizeof(int64_t) * nv);
+  p->bound_output = malloc(sizeof(int32_t) * nv);
+  p->output_copy = malloc(sizeof(int32_t) * ((size_t)n_outputs + 1));
+  p->slots = malloc(sizeof(kiln_plan_slot_t) * nv);
+  if (!p->root || !p->view_offset || !p->offset || !p->bound_output || !p->output_copy ||
+      !p->slots) {
+    kiln_plan_deinitialize(p);
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "memory plan");
+  }
+  memcpy(p->root, src->root, sizeof(int32_t) * (size_t)src->n_values);
+  memcpy(p->view_offset, src->view_offset, sizeof(int64_t) * (size_t)src->n_values);
+  memcpy(p->offset, src->offset, sizeof(int64_t) * (size_t)src->n_values);
+  memcpy(p->bound_output, src->bound_output, sizeof(int32_t) * (size_t)src->n_values);
+  memcpy(p->output_copy, src->output_copy, sizeof(int32_t) * (size_t)n_outputs);
+  if (src->slots) memcpy(p->slots, src->slots, sizeof(kiln_plan_slot_t) * (size_t)src->n_slots);
+  else free(p->slots), p->slots = NULL;
+  return kiln_ok();
+}
+
 void kiln_plan_deinitialize(kiln_plan_t* p) {
   free(p->root);
   free(p->view_offset);

@@ -56,6 +56,8 @@ kiln_status_t kiln_plan_build_from(const kiln_graph_t* graph, const kiln_plan_t*
  * planning. A plan without slots (loaded from a file) is never kept. */
 int kiln_plan_fits(const kiln_graph_t* graph, const kiln_plan_t* plan, const int32_t* nodes,
                    int32_t n_nodes, const int32_t* values, int32_t n_values);
+/* A copy of src (which stays as it is) into *out_plan. */
+kiln_status_t kiln_plan_copy(const kiln_plan_t* src, int32_t n_outputs, kiln_plan_t* out_plan);
 void kiln_plan_deinitialize(kiln_plan_t* plan);
 
 #endif /* KILN_PLAN_H */

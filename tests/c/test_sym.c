@@ -472,7 +472,8 @@ static void test_sym_plan_fits(void) {
 
 /* The same graph as a model, through more bindings than it keeps instances:
  * each call's outputs against the arithmetic, and the counts saying which
- * calls rebound an instance and which of those kept its plan. */
+ * calls rebound an instance and which of those kept its plan or took
+ * another instance's. */
 static void test_sym_model_rebind(void) {
   kiln_graph_t* g = build_fits();
   if (!g) return;
@@ -502,13 +503,16 @@ static void test_sym_model_rebind(void) {
     KILN_EXPECT(bad == 0, "K=%lld S=%lld: %d wrong elements", (long long)K, (long long)S, bad);
     free(x), free(z), free(rows), free(col), free(nz);
   }
-  int64_t rebinds = -1, kept = -1;
+  int64_t rebinds = -1, kept = -1, shared = -1;
   KILN_EXPECT(kiln_model_instances(m, NULL) == (int64_t)n_sizes - 1, "instances: %lld",
               (long long)kiln_model_instances(m, NULL));
-  kiln_model_instance_counts(m, &rebinds, &kept);
+  kiln_model_instance_counts(m, &rebinds, &kept, &shared);
   KILN_EXPECT(rebinds == (int64_t)n_sizes - 5, "rebinds: %lld", (long long)rebinds);
-  KILN_EXPECT(kept >= 3 && kept <= rebinds - 4, "plans kept: %lld of %lld", (long long)kept,
-              (long long)rebinds);
+  /* Placed anew: past the headroom (S 20, 60), the column a view (S 1),
+   * rows bound (K = S = 9); the others keep their plan or take another's. */
+  KILN_EXPECT(kept >= 3 && shared >= 3 && rebinds - kept - shared >= 4,
+              "of %lld rebinds: %lld kept their plan, %lld took another's", (long long)rebinds,
+              (long long)kept, (long long)shared);
   kiln_model_release(m);
 }
 
