@@ -77,13 +77,13 @@ int kiln_plan_fits(const kiln_graph_t* g, const kiln_plan_t* p, const int32_t* n
     if (bound ? claimed != o || p->output_copy[o] : !p->output_copy[o]) return 0;
   }
   /* Slots are in value order, as are values: one walk. */
-  int32_t s = 0;
+  int32_t k = 0;
   for (int32_t i = 0; i < n_values; ++i) {
     int32_t v = values[i];
-    while (s < p->n_slots && p->slots[s].value < v) ++s;
-    if (s == p->n_slots) break;
-    if (p->slots[s].value != v) continue;
-    if (kiln_align_up(kiln_value_dense_bytes(&g->values[v]), KILN_ALIGNMENT) > p->slots[s].reserved)
+    while (k < p->n_slots && p->slots[k].value < v) ++k;
+    if (k == p->n_slots) break;
+    if (p->slots[k].value != v) continue;
+    if (kiln_align_up(kiln_value_dense_bytes(&g->values[v]), KILN_ALIGNMENT) > p->slots[k].reserved)
       return 0;
   }
   return 1;
@@ -111,8 +111,12 @@ kiln_status_t kiln_plan_copy(const kiln_plan_t* src, int32_t n_outputs, kiln_pla
   memcpy(p->offset, src->offset, sizeof(int64_t) * (size_t)src->n_values);
   memcpy(p->bound_output, src->bound_output, sizeof(int32_t) * (size_t)src->n_values);
   memcpy(p->output_copy, src->output_copy, sizeof(int32_t) * (size_t)n_outputs);
-  if (src->slots) memcpy(p->slots, src->slots, sizeof(kiln_plan_slot_t) * (size_t)src->n_slots);
-  else free(p->slots), p->slots = NULL;
+  if (src->slots) {
+    memcpy(p->slots, src->slots, sizeof(kiln_plan_slot_t) * (size_t)src->n_slots);
+  } else { /* a loaded plan has none, and its copy must say so */
+    free(p->slots);
+    p->slots = NULL;
+  }
   return kiln_ok();
 }
 
