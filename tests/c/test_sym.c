@@ -386,13 +386,17 @@ static kiln_graph_t* build_fits(void) {
 
 static int plans_equal(const kiln_plan_t* a, const kiln_plan_t* b, int32_t n_outputs) {
   size_t n = (size_t)a->n_values;
-  return a->n_values == b->n_values && a->arena_size == b->arena_size &&
-         a->n_slots == b->n_slots && !memcmp(a->root, b->root, n * sizeof(int32_t)) &&
-         !memcmp(a->view_offset, b->view_offset, n * sizeof(int64_t)) &&
-         !memcmp(a->offset, b->offset, n * sizeof(int64_t)) &&
-         !memcmp(a->bound_output, b->bound_output, n * sizeof(int32_t)) &&
-         !memcmp(a->output_copy, b->output_copy, (size_t)n_outputs * sizeof(int32_t)) &&
-         !memcmp(a->slots, b->slots, (size_t)a->n_slots * sizeof(a->slots[0]));
+  int same = a->n_values == b->n_values && a->arena_size == b->arena_size &&
+             a->n_slots == b->n_slots && !memcmp(a->root, b->root, n * sizeof(int32_t)) &&
+             !memcmp(a->view_offset, b->view_offset, n * sizeof(int64_t)) &&
+             !memcmp(a->offset, b->offset, n * sizeof(int64_t)) &&
+             !memcmp(a->bound_output, b->bound_output, n * sizeof(int32_t)) &&
+             !memcmp(a->output_copy, b->output_copy, (size_t)n_outputs * sizeof(int32_t));
+  /* Field by field: a slot's padding is not part of it. */
+  for (int32_t i = 0; same && i < a->n_slots; ++i)
+    same = a->slots[i].value == b->slots[i].value && a->slots[i].first == b->slots[i].first &&
+           a->slots[i].last == b->slots[i].last && a->slots[i].reserved == b->slots[i].reserved;
+  return same;
 }
 
 /* kiln_plan_fits keeps a plan exactly when planning again from it would
