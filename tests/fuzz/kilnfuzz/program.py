@@ -286,7 +286,10 @@ class Resolver:
         if any(r not in self.nodes for r in step.args):
             raise Invalid(f"step {si} refers to a value that does not exist")
         metas = [self.meta(r) for r in step.args]
-        plan = kind.plan(random.Random(step.seed), metas, list(step.sizes))
+        try:
+            plan = kind.plan(random.Random(step.seed), metas, list(step.sizes))
+        except ValueError as e:  # an argument the shrinker changed (rank 0: randrange(0))
+            raise Invalid(f"step {si} ({step.kind}) cannot plan for {[m.shape for m in metas]}: {e}") from None
         if plan is None:
             raise Invalid(f"step {si} ({step.kind}) refuses its arguments {[m.shape for m in metas]}")
         handles, idx, new_leaves = [], [], []
