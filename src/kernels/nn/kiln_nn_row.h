@@ -52,25 +52,19 @@ static inline float kiln_nn_row_sum(size_t n, const float* x) {
   return kiln_nn_lanes_sum(acc);
 }
 
-/* Sum of (x - c)^2. If next is set (the row the caller reads after this
- * one), its lines are prefetched along the way, one per chunk: a pass over
- * a row already in cache is the time to fetch the next, and the jump from
- * row to row outruns the hardware prefetcher. */
-static inline float kiln_nn_row_sum_sq(size_t n, const float* x, float c, const float* next) {
+/* Sum of x^2. If next is set (the row the caller reads after this one),
+ * its lines are prefetched along the way, one per chunk: a pass over a row
+ * already in cache is the time to fetch the next, and the jump from row to
+ * row outruns the hardware prefetcher. */
+static inline float kiln_nn_row_sum_sq(size_t n, const float* x, const float* next) {
   float acc[KILN_NN_LANES] = {0};
   size_t i = 0;
   for (; i + KILN_NN_LANES <= n; i += KILN_NN_LANES) {
     if (next) __builtin_prefetch(next + i);
 #pragma GCC unroll 1
-    for (int j = 0; j < KILN_NN_LANES; ++j) {
-      float d = x[i + j] - c;
-      acc[j] += d * d;
-    }
+    for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] += x[i + j] * x[i + j];
   }
-  for (size_t j = 0; i < n; ++i, ++j) {
-    float d = x[i] - c;
-    acc[j] += d * d;
-  }
+  for (size_t j = 0; i < n; ++i, ++j) acc[j] += x[i] * x[i];
   return kiln_nn_lanes_sum(acc);
 }
 

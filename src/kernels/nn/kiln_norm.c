@@ -117,7 +117,7 @@ void KILN_ISA_VARIANT(kiln_nn_rms_norm_rows)(size_t r0, size_t r1, size_t n, con
     const float* xr = x + r * n;
     float* yr = y + r * n;
     const float* next = r + 1 < r1 ? xr + n : NULL;
-    float rstd = 1.0f / sqrtf(kiln_nn_row_sum_sq(n, xr, 0.0f, next) / (float)n + eps);
+    float rstd = 1.0f / sqrtf(kiln_nn_row_sum_sq(n, xr, next) / (float)n + eps);
     if (gamma)
       for (size_t i = 0; i < n; ++i) yr[i] = xr[i] * rstd * gamma[i];
     else
