@@ -904,8 +904,15 @@ static PyObject* kiln_py_model_example_shapes(kiln_py_model_t* self, PyObject* u
   PyObject* list = PyList_New(g->n_inputs);
   for (int32_t i = 0; list && i < g->n_inputs; ++i) {
     kiln_value_t v = g->values[g->inputs[i]];
-    for (int32_t d = 0; d < v.rank; ++d)
-      if (kiln_dim_is_sym(v.shape[d]) && g->syms) v.shape[d] = kiln_sym_probe(g->syms, v.shape[d], 0);
+    /* The sizes it was traced at where the table knows them (they satisfy
+     * every guard); else a probe's, which an expression of the symbols (a
+     * slice's length) may take below 0 at: then the other probe, or 0. */
+    for (int32_t d = 0; d < v.rank; ++d) {
+      if (!kiln_dim_is_sym(v.shape[d]) || !g->syms) continue;
+      int64_t e = kiln_sym_example(g->syms, v.shape[d]);
+      int64_t p0 = kiln_sym_probe(g->syms, v.shape[d], 0), p1 = kiln_sym_probe(g->syms, v.shape[d], 1);
+      v.shape[d] = e != KILN_SYM_NO_EXAMPLE && e >= 0 ? e : p0 >= 0 ? p0 : p1 >= 0 ? p1 : 0;
+    }
     PyObject* shape = kiln_py_shape_tuple(&v);
     if (!shape) {
       Py_DECREF(list);
@@ -920,7 +927,7 @@ static PyMethodDef kiln_py_model_methods[] = {
     {"output_shapes", (PyCFunction)kiln_py_model_output_shapes, METH_VARARGS,
      "output_shapes(inputs) -> [shape] for these inputs' sizes"},
     {"example_shapes", (PyCFunction)kiln_py_model_example_shapes, METH_NOARGS,
-     "[shape] of the inputs, symbolic sizes at a probe binding"},
+     "[shape] of the inputs, symbolic sizes at the example's (else a probe's) binding"},
     {"symbolic", (PyCFunction)kiln_py_model_symbolic, METH_NOARGS,
      "True when sizes are symbolic (planned per call's sizes)"},
     {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,

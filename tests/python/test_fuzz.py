@@ -171,3 +171,21 @@ def test_fuzz_norm_kept_decomposed_where_its_rstd_is_saved():
         torch.set_num_threads(threads)
     assert r.path == "compile", describe(r)
     assert r.status in ("pass", "unsupported"), describe(r)
+
+
+def test_fuzz_dynamic_piece_checked_at_its_example_sizes():
+    """Seed 5150 graph 586 (dynamic path): a piece cut after x[-182:280] of a
+    symbolic length takes that slice's length as an input size, an
+    expression that is negative at the probe sizes kiln checked a piece's
+    binding at, so kiln.trace failed in torch.zeros. The piece is now
+    checked at the sizes it was traced at (example_shapes)."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = run_one(586, Config(seed=5150, compile_every=20, dynamic_every=10, skip_known=ACTIVE,
+                                    shrink=False, verify=False))
+    finally:
+        torch.set_num_threads(threads)
+    assert r.path == "dynamic", describe(r)
+    assert r.status in ("pass", "unsupported"), describe(r)
