@@ -172,6 +172,18 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       ++*out_rewrites;
       continue;
     }
+    /* A bf16 or fp16 value widened to fp32 and cast back is itself: the
+     * widening is exact and the narrowing of a value it holds exactly
+     * rounds to that value (autocast's graphs round a tensor, widen it for
+     * one reader and narrow it again for another). */
+    if (n->op == KILN_OP_CAST && x0->kind == KILN_VALUE_INTERMEDIATE &&
+        nodes[x0->producer].op == KILN_OP_CAST && x0->dtype == KILN_F32 &&
+        (g->values[y].dtype == KILN_BF16 || g->values[y].dtype == KILN_F16) &&
+        kiln_value_same_type(&g->values[nodes[x0->producer].inputs[0]], &g->values[y])) {
+      canon[y] = nodes[x0->producer].inputs[0];
+      ++*out_rewrites;
+      continue;
+    }
     if (kiln_simplify_is_identity(g, n)) {
       canon[y] = n->inputs[0];
       ++*out_rewrites;

@@ -152,3 +152,24 @@ def test_transposed_matmul_operands_are_read_in_place_and_shown():
     assert plan_ops(c) == ["matmul", "matmul"], c.explain()
     lines = [ln for ln in c.explain().splitlines() if "= matmul" in ln]
     assert "read=aT" in lines[0] and "read=bT" in lines[1], c.explain()
+
+
+def test_a_bf16_value_widened_and_narrowed_again_is_itself():
+    """bf16 -> fp32 is exact and fp32 -> bf16 of a value bf16 holds rounds to
+    it, so casting back is the bf16 value (autocast's graphs widen a rounded
+    tensor for one reader and narrow it again for another): the narrowing
+    and the widening stay, the third cast goes, and the results are eager's bit for bit, NaN, infinities and -0 included."""
+    class Round(nn.Module):
+        def forward(self, x):
+            h = x.to(torch.bfloat16)
+            w = h.float()
+            return w * 2.0, w.to(torch.bfloat16)
+
+    x = torch.tensor([1.0 + 2 ** -10, -0.0, float("nan"), float("inf"), -3.3e38, 1e-40, 0.1] * 3)
+    c = kiln.trace(Round().eval(), (x,), fallback=False)
+    got, want = c(x), Round()(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan())
+        assert torch.equal(g[~w.isnan()].view(torch.int16 if g.dtype == torch.bfloat16 else torch.int32),
+                           w[~w.isnan()].view(torch.int16 if w.dtype == torch.bfloat16 else torch.int32))
+    assert plan_ops(c).count("cast") == 2, c.explain()
