@@ -14,14 +14,20 @@
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* A candidate matches when it has the output size's value at both probes. */
-static int matches(const kiln_sym_table_t* t, int64_t cand, const int64_t v[2]) {
-  return kiln_dim_is_sym(cand) && kiln_sym_probe(t, cand, 0) == v[0] &&
-         kiln_sym_probe(t, cand, 1) == v[1];
+/* A candidate matches when it has the output size's value at both probes
+ * and, where both are known, at the example (v[2]): two symbols whose
+ * ranges clamp their probes alike are told apart there (seed 6161 graph
+ * 2666: a matmul's (s0, s1, 3) from two index dims with equal probes). */
+static int matches(const kiln_sym_table_t* t, int64_t cand, const int64_t v[3]) {
+  if (!kiln_dim_is_sym(cand) || kiln_sym_probe(t, cand, 0) != v[0] ||
+      kiln_sym_probe(t, cand, 1) != v[1])
+    return 0;
+  int64_t e = kiln_sym_example(t, cand);
+  return v[2] == KILN_SYM_NO_EXAMPLE || e == KILN_SYM_NO_EXAMPLE || e == v[2];
 }
 
 static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int32_t d,
-                                const int64_t v[2], int64_t* out) {
+                                const int64_t v[3], int64_t* out) {
   kiln_sym_table_t* t = g->syms;
   for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
     if (matches(t, n->params[i], v)) return (*out = n->params[i]), kiln_ok();
@@ -127,8 +133,17 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     _Static_assert(KILN_P(RESHAPE, DIMS) == KILN_P(VIEW, DIMS), "reshape and view share dims");
     for (int32_t d = 0; d < out->rank; ++d) out->shape[d] = n->params[KILN_P(VIEW, DIMS) + d];
   } else {
+    /* The example's sizes, where every size has one and the rule runs
+     * there (else check_example reports it): they pick between candidates
+     * the probes cannot tell apart. */
+    kiln_value_t ex;
+    int missing = 1;
+    kiln_status_t es = infer_at(g, n, 2, &ex, &missing);
+    int have_ex = !es && !missing && ex.rank == out->rank;
+    kiln_status_free(es);
     for (int32_t d = 0; d < out->rank; ++d) {
-      const int64_t v[2] = {probe_out[0].shape[d], probe_out[1].shape[d]};
+      const int64_t v[3] = {probe_out[0].shape[d], probe_out[1].shape[d],
+                            have_ex ? ex.shape[d] : KILN_SYM_NO_EXAMPLE};
       if (v[0] == v[1]) continue; /* a number */
       KILN_RETURN_IF_ERROR(derive_dim(g, n, d, v, &out->shape[d]));
     }

@@ -189,3 +189,21 @@ def test_fuzz_dynamic_piece_checked_at_its_example_sizes():
         torch.set_num_threads(threads)
     assert r.path == "dynamic", describe(r)
     assert r.status in ("pass", "unsupported"), describe(r)
+
+
+def test_fuzz_dynamic_sizes_the_probes_cannot_tell_apart():
+    """Seed 6161 graph 2666 (dynamic path): matmul(gather(p0, -1, x1), p2)
+    with x1's two leading sizes in ranges that clamp both symbols' probes to
+    the same values, so the fused LINEAR's output dims mapped back to the
+    wrong symbol and the whole graph ran in eager. The example's sizes now
+    pick between candidates the probes cannot tell apart."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = run_one(2666, Config(seed=6161, compile_every=20, dynamic_every=4, skip_known=ACTIVE,
+                                     shrink=False, verify=False))
+    finally:
+        torch.set_num_threads(threads)
+    assert r.path == "dynamic", describe(r)
+    assert r.status in ("pass", "unsupported"), describe(r)
