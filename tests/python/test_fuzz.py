@@ -55,6 +55,25 @@ def test_fuzz_seeded_run():
     assert set(tally.paths) == {"fast", "trace", "compile", "reference", "dynamic"}, tally.paths
 
 
+def _run(*graphs, **config):
+    """run_one for each (seed, index) in graphs, as the fuzzer runs it (no
+    shrinking, no reproducer check, known bugs skipped), keeping the
+    caller's thread count and silencing the graphs' warnings."""
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [run_one(i, Config(seed=s, skip_known=ACTIVE, shrink=False, verify=False, **config))
+                    for s, i in graphs]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _expect_pass(r, path):
+    assert r.path == path, describe(r)
+    assert r.status in ("pass", "unsupported"), describe(r)
+
+
 def test_fuzz_rules_for_torchs_own_disagreements():
     """Two draws of seed 8128 where torch disagrees with itself, not kiln
     with torch (tests/fuzz/FINDINGS.md, "Not kiln bugs"): graph 46990, float32
@@ -67,14 +86,7 @@ def test_fuzz_rules_for_torchs_own_disagreements():
         # torch's AVX-512 gelu (not every CPU's): the draw that met it is redrawn for it
         nan_draw = program_for(8128, 46990, KINDS)
         assert reference(resolve(nan_draw.copy(salt=nan_draw.salt + 1), KINDS)).ill == _NAN_AT_COMPARISON
-    cfg = Config(seed=8128, skip_known=ACTIVE, shrink=False, verify=False)
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = [run_one(i, cfg) for i in (46990, 60399)]
-    finally:
-        torch.set_num_threads(threads)
+    results = _run((8128, 46990), (8128, 60399))
     assert results[0].status in ("pass", "ill"), describe(results[0])
     assert results[1].status in ("pass", "skipped"), describe(results[1])
     if results[1].status == "skipped":
@@ -90,14 +102,7 @@ def test_fuzz_rule_for_partial_sums_behind_a_cancellation():
     GEMMs, convolutions and sums the error of their partial sums
     (eps * sum|terms|), and the graph passes, while a planted error still fails
     the rule."""
-    cfg = Config(seed=1201, skip_known=ACTIVE, shrink=False, verify=False)
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = run_one(30991, cfg)
-    finally:
-        torch.set_num_threads(threads)
+    result, = _run((1201, 30991))
     assert result.status == "pass", describe(result)
 
     ref = reference(resolve(program_for(1201, 30991, KINDS), KINDS))
@@ -120,17 +125,8 @@ def test_fuzz_dynamic_path_findings():
     given a fixed size both probes agreed on, wrong at the example, so every
     call was refused (seed 12 graph 2945, finding 14). Each now passes, the
     refused pieces running in eager."""
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            results = [run_one(i, Config(seed=s, skip_known=ACTIVE, shrink=False, verify=False))
-                       for s, i in ((11, 1065), (11, 2185), (12, 105), (12, 2945))]
-    finally:
-        torch.set_num_threads(threads)
-    for r in results:
-        assert r.path == "dynamic", describe(r)
-        assert r.status in ("pass", "unsupported"), describe(r)
+    for r in _run((11, 1065), (11, 2185), (12, 105), (12, 2945)):
+        _expect_pass(r, "dynamic")
 
 
 def test_fuzz_dynamic_rule_for_torchs_own_guards():
@@ -142,16 +138,7 @@ def test_fuzz_dynamic_rule_for_torchs_own_guards():
     (FINDINGS.md, 15, fixed). kiln now checks the exported program's guards
     at every call, and the dynamic path requires it to refuse every size
     torch's program refuses."""
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = run_one(134, Config(seed=31, trace_every=0, compile_every=0, dynamic_every=1, skip_known=ACTIVE,
-                                    shrink=False, verify=False))
-    finally:
-        torch.set_num_threads(threads)
-    assert r.path == "dynamic", describe(r)
-    assert r.status in ("pass", "unsupported"), describe(r)
+    _expect_pass(*_run((31, 134), trace_every=0, compile_every=0, dynamic_every=1), "dynamic")
 
 
 def test_fuzz_norm_kept_decomposed_where_its_rstd_is_saved():
@@ -162,15 +149,7 @@ def test_fuzz_norm_kept_decomposed_where_its_rstd_is_saved():
     rounded otherwise), so no element equalled the max and every gradient
     was 0/0 = NaN. A norm whose rstd something else reads stays decomposed
     (kiln_simplify_patterns.c)."""
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = run_one(4199, Config(seed=4041, skip_known=ACTIVE, shrink=False, verify=False))
-    finally:
-        torch.set_num_threads(threads)
-    assert r.path == "compile", describe(r)
-    assert r.status in ("pass", "unsupported"), describe(r)
+    _expect_pass(*_run((4041, 4199)), "compile")
 
 
 def test_fuzz_dynamic_piece_checked_at_its_example_sizes():
@@ -179,16 +158,7 @@ def test_fuzz_dynamic_piece_checked_at_its_example_sizes():
     expression that is negative at the probe sizes kiln checked a piece's
     binding at, so kiln.trace failed in torch.zeros. The piece is now
     checked at the sizes it was traced at (example_shapes)."""
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = run_one(586, Config(seed=5150, compile_every=20, dynamic_every=10, skip_known=ACTIVE,
-                                    shrink=False, verify=False))
-    finally:
-        torch.set_num_threads(threads)
-    assert r.path == "dynamic", describe(r)
-    assert r.status in ("pass", "unsupported"), describe(r)
+    _expect_pass(*_run((5150, 586), compile_every=20, dynamic_every=10), "dynamic")
 
 
 def test_fuzz_dynamic_sizes_the_probes_cannot_tell_apart():
@@ -197,13 +167,4 @@ def test_fuzz_dynamic_sizes_the_probes_cannot_tell_apart():
     the same values, so the fused LINEAR's output dims mapped back to the
     wrong symbol and the whole graph ran in eager. The example's sizes now
     pick between candidates the probes cannot tell apart."""
-    threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = run_one(2666, Config(seed=6161, compile_every=20, dynamic_every=4, skip_known=ACTIVE,
-                                     shrink=False, verify=False))
-    finally:
-        torch.set_num_threads(threads)
-    assert r.path == "dynamic", describe(r)
-    assert r.status in ("pass", "unsupported"), describe(r)
+    _expect_pass(*_run((6161, 2666), compile_every=20, dynamic_every=4), "dynamic")
