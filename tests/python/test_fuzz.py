@@ -152,6 +152,17 @@ def test_fuzz_norm_kept_decomposed_where_its_rstd_is_saved():
     _expect_pass(*_run((4041, 4199)), "compile")
 
 
+def test_fuzz_gradient_that_cancels_exactly_gets_its_terms_rounding():
+    """Seed 5150 graph 5679 (compile path, finding 18): a repeat's gradient is
+    the sum of two layer-norm input gradients that are negatives of each
+    other, exactly 0 in float64; eager float32 gave 0 and kiln 2.9e-11
+    (other loss weights swap which side is 0), and the rule gave a tolerance
+    of 0. Gradients are now judged with float64 training runs under
+    RoundingNoise too, as outputs are, so such a gradient's tolerance is its
+    terms' rounding."""
+    _expect_pass(*_run((5150, 5679), compile_every=20, dynamic_every=10), "compile")
+
+
 def test_fuzz_dynamic_piece_checked_at_its_example_sizes():
     """Seed 5150 graph 586 (dynamic path): a piece cut after x[-182:280] of a
     symbolic length takes that slice's length as an input size, an
