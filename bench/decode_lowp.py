@@ -23,7 +23,13 @@ system: fastest and median decode tok/s over the rounds, and the ratio to
 kiln fp32's; the load average before and after, since on a shared machine
 the figures move with it.
 
-Usage: python bench/decode_lowp.py [rounds] [--threads N] [--g128] [--static]
+After the timed rounds, the accuracy of each mode against eager fp32 on a
+text (issue 18 item 4): the prompt and eager's greedy continuation fed whole
+(teacher forcing) to each system: top-1 next-token agreement, the text's
+perplexity and its change, cosine and max relative error of the logits
+(--no-accuracy skips it; it compiles one more graph per system).
+
+Usage: python bench/decode_lowp.py [rounds] [--threads N] [--g128] [--static] [--no-accuracy]
 """
 import os
 import sys
@@ -56,7 +62,7 @@ def kiln_systems(model, kinds, cache=None):
 
 def first_calls(model, systems, ids, mask, new, prompt, log=print):
     """Each system's first generate() (the compiles), its tokens compared
-    with the first system's (eager): {name: (seconds, metrics, check)}, or
+    with the first system's (eager): {name: (seconds, metrics, check, tokens)}, or
     {name: the error} for a system that failed."""
     from generation import _generate, _tokens_check
     from peers import short
@@ -74,10 +80,43 @@ def first_calls(model, systems, ids, mask, new, prompt, log=print):
             check = ""
         else:
             check = _tokens_check(ref, out, prompt).get("tokens", "")
-        out_[s.name] = (time.perf_counter() - t0, m, check)
+        out_[s.name] = (time.perf_counter() - t0, m, check, out)
         log(f"  first call {s.name:15s} {out_[s.name][0]:6.1f} s  "
             f"{m['decode_tps']:6.1f} tok/s  tokens vs eager: {check or '-'}")
     return out_
+
+
+def lm_accuracy(model, systems, text):
+    """Each system's next-token predictions over one token sequence (the
+    text, fed whole: teacher forcing, no cache) against eager fp32's:
+    {name: (top-1 agreement, perplexity, cosine, max relative error)}.
+    top-1 agreement: the share of positions whose most likely next token is
+    fp32's; perplexity: exp of the mean negative log-likelihood of the
+    text's next tokens under the system; cosine and max relative error
+    (max |d| / max |fp32|) over all logits."""
+    out = {}
+    ref = None
+    for s in systems:
+        if s.forward is None:
+            model.__dict__.pop("forward", None)
+        else:
+            model.forward = s.forward
+        try:
+            with torch.no_grad():
+                logits = model(text, attention_mask=torch.ones_like(text), use_cache=False).logits[0].float()
+        except Exception as e:  # noqa: BLE001 -- the row says why
+            out[s.name] = str(e).splitlines()[0][:80]
+            continue
+        finally:
+            model.__dict__.pop("forward", None)
+        nll = torch.nn.functional.cross_entropy(logits[:-1].double(), text[0, 1:])
+        if ref is None:
+            ref = logits
+        agree = float((logits[:-1].argmax(-1) == ref[:-1].argmax(-1)).double().mean())
+        cos = float(torch.nn.functional.cosine_similarity(logits.flatten().double(), ref.flatten().double(), dim=0))
+        rel = float((logits - ref).abs().max() / ref.abs().max())
+        out[s.name] = (agree, float(torch.exp(nll)), cos, rel)
+    return out
 
 
 def main():
@@ -117,6 +156,25 @@ def main():
             for f in figs:
                 tps[f][s.name].append(m[f])
     load1 = os.getloadavg()
+    # Accuracy on a text: the prompt and eager's greedy continuation (first
+    # calls), fed whole to each system. The weights are random (nothing is
+    # downloaded), so fp32's distributions are flat and a small change can
+    # flip a top-1 choice: read the figures as quantization noise against
+    # fp32 on this model, not as a real checkpoint's quality.
+    text = first["eager"][3] if len(first["eager"]) > 3 else None
+    if text is not None and "--no-accuracy" not in args:
+        acc = lm_accuracy(model, [s for s in systems if s.cache is None or s.name == "eager"], text)
+        print(f"accuracy against eager fp32 on a text of {text.shape[1]} tokens (the prompt and eager's greedy "
+              f"continuation, teacher-forced, no cache)")
+        print(f"  {'system':15s} {'top-1 agree':>11s} {'perplexity':>11s} {'change':>8s} {'cosine':>9s} "
+              f"{'max rel err':>11s}")
+        base_ppl = acc["eager"][1] if isinstance(acc.get("eager"), tuple) else float("nan")
+        for name, a in acc.items():
+            if isinstance(a, str):
+                print(f"  {name:15s} failed: {a}")
+                continue
+            print(f"  {name:15s} {a[0]:11.4f} {a[1]:11.1f} {100 * (a[1] / base_ppl - 1):7.2f}% {a[2]:9.6f} "
+                  f"{a[3]:11.2e}")
     for f in figs:
         base = sorted(tps[f]["kiln fp32"])
         print(f"decode tok/s ({'CPU' if f.endswith('cpu') else 'wall'} time) over {rounds} interleaved "
