@@ -3,7 +3,7 @@
  * symbol given a value, every expression evaluated) and each output size is
  * mapped back to the expression that has its two probe values: one of the
  * node's input dims or params (a reshape's target, a view's sizes), or for
- * a concatenation the sum along its axis. A size equal at both probes is a
+ * a concatenation the sum along its axis (a pad: the size plus its pads). A size equal at both probes is a
  * number. Whatever this derives is checked again, on real sizes, by the
  * instance each call runs (kiln_graph_instantiate), so a mapping the probes
  * got wrong is an error there, never a wrong result. */
@@ -42,6 +42,15 @@ static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int
     for (int32_t i = 0; i < n->n_inputs; ++i)
       KILN_RETURN_IF_ERROR(kiln_dim_add(t, sum, g->values[n->inputs[i]].shape[axis], &sum));
     if (matches(t, sum, v)) return (*out = sum), kiln_ok();
+  }
+  if (n->op == KILN_OP_PAD && n->n_inputs >= 1 && n->inputs[0] >= 0 &&
+      d < g->values[n->inputs[0]].rank) {
+    /* the size plus its symbolic pads (a mask padded to the cache's length) */
+    int64_t size = 0;
+    KILN_RETURN_IF_ERROR(kiln_dim_add(t, g->values[n->inputs[0]].shape[d],
+                                      n->params[KILN_P(PAD, BEFORE) + d], &size));
+    KILN_RETURN_IF_ERROR(kiln_dim_add(t, size, n->params[KILN_P(PAD, AFTER) + d], &size));
+    if (matches(t, size, v)) return (*out = size), kiln_ok();
   }
   FAIL("%s: output dimension %d depends on symbolic sizes in a way kiln cannot express yet",
        kiln_op_name(n->op), d);

@@ -234,6 +234,25 @@ def test_index_with_symbolic_sizes(counters):
         g(torch.ones(2, 4, dtype=torch.bool), torch.empty(6))
 
 
+def test_pad_by_a_symbolic_length(counters):
+    """transformers pads an attention mask to the cache's length
+    (masking_utils: F.pad(mask, (0, kv_length - mask_length))) when a caller
+    passes a mask shorter than the keys: a pad whose amount is an expression
+    of two symbols. One kiln graph for every pair of lengths, no eager."""
+    def f(mask, keys):
+        m = torch.nn.functional.pad(mask, (0, keys.shape[1] - mask.shape[1]), value=1.0)
+        return keys * m[:, :, None]
+
+    g = torch.compile(f, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for B, L, N in [(2, 5, 9), (3, 12, 15), (4, 7, 20)]:
+            mask = torch.randint(0, 2, (B, L)).float()
+            keys = torch.randn(B, N, 4)
+            torch.testing.assert_close(g(mask, keys), f(mask, keys), rtol=0, atol=0)
+    assert counters["kiln"]["eager"] == 0 and counters["kiln"]["partitioned"] == 0, dict(counters["kiln_fallback"])
+    assert counters["kiln"]["graphs"] == 1, dict(counters["kiln"])
+
+
 class _Scaled(nn.Module):
     """Python floats a dynamic=True graph receives as float64 0-d inputs:
     an attribute, math.pi, arithmetic on both before the tensor sees it."""

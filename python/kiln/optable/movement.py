@@ -48,7 +48,7 @@ def _pad(ctx, n, x, pad, mode, value=0):
         raise Unsupported(f"a pad list of {len(pad)} for a rank-{rank} tensor")
     before, after = [0] * 8, [0] * 8
     for i in range(len(pad) // 2):
-        before[rank - 1 - i], after[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+        before[rank - 1 - i], after[rank - 1 - i] = symbolic.size(pad[2 * i]), symbolic.size(pad[2 * i + 1])
     dtype = ctx.dtype(x)
     fill_f, fill_i = 0.0, 0
     if mode == "constant":
