@@ -4,7 +4,8 @@
  *
  * - the form chosen for each kind of checkpoint: int8 per channel (with
  *   -128, uint8 with zero point 128, zero points shifting within int8),
- *   int4-range groups of 32 and 128 (symmetric: q - z in [-8, 7];
+ *   int4-range integers per channel (int4, the row one group), int4-range
+ *   groups of 32 and 128 (symmetric: q - z in [-8, 7];
  *   asymmetric: each group spanning 16 values), and the refusals with
  *   their reasons (q - z out of int8's range, groups of 16, int8-range
  *   integers with group scales, fractional zero points);
@@ -51,7 +52,8 @@ static const ckpt_kind_t ckpt_kinds[] = {
     {"int8 zp 0", 0, 0, -128, 127, 1, 0, 0, 8, 0},
     {"uint8 zp 128", 0, 1, 0, 255, 1, 128, 128, 8, 0},
     {"int8 zp shifting in range", 0, 0, -100, 100, 1, -20, 20, 8, 0},
-    {"int4-range per channel", 0, 0, -8, 7, 0, 0, 0, 8, 0},
+    {"int4-range per channel", 0, 0, -8, 7, 0, 0, 0, 4, 0},
+    {"uint4 per channel zp", 0, 1, 0, 15, 1, 2, 13, 4, 1},
     {"int4 g32 sym", 32, 0, -8, 7, 0, 0, 0, 4, 0},
     {"int4 g128 sym zp 0", 128, 0, -8, 7, 1, 0, 0, 4, 0},
     {"uint4 g32 asym", 32, 1, 0, 15, 1, 3, 12, 4, 1},

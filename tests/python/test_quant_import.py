@@ -168,6 +168,30 @@ def test_int4_group_checkpoint_runs_native(rows, group, asym):
     assert text.count(NATIVE4) == (2 if group <= 96 else 1), text
 
 
+@pytest.mark.parametrize("rows", [1, 9])
+def test_int4_range_per_channel_checkpoint_runs_on_int4(rows):
+    """PT2E's 4-bit per-channel weights (dequantize_per_channel with
+    quant_min -8, quant_max 7: one scale per row, int4-range integers) are
+    held as int4 with the row as its one group, half int8's bytes, torch's
+    values exactly; a K that is no multiple of 32 (the second layer's 96 is,
+    so the first has K 200 here) stays int8."""
+    g = torch.Generator().manual_seed(rows)
+    layers = []
+    for din, dout in ((200, 96), (96, 40)):
+        w, b = torch.randn(dout, din, generator=g), torch.randn(dout, generator=g)
+        s = w.abs().amax(1) / 7
+        q = torch.round(w / s[:, None]).clamp(-8, 7).to(torch.int8)
+        layers.append(QLinear(q, s, None, b, -8, 7))
+    model = TwoLayers(*layers).eval()
+    x = torch.randn(rows, 200)
+    compiled = kiln.trace(model, x)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(compiled(x), want, **TOL)
+    text = explained(compiled)
+    assert text.count(NATIVE4) == 1 and text.count(NATIVE8) == 1, text
+
+
 def test_packed_integers_are_the_checkpoints():
     """Through the reference target (the scalar rule reading each packed
     weight), a one-hot input row picks one column of W: kiln's weight must

@@ -245,8 +245,10 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
  *   int4 asymmetric: the same groups, zero points whole numbers and each
  *     group's integers spanning at most 16 values (stored as q - m with m
  *     the group's least, zero point z - m).
- * Rows whose integers fit int8 take int8 (not int4 even when they would
- * fit: a per-channel checkpoint keeps its one scale per row). */
+ * One scale per row (per channel or per tensor) takes int4 with the row
+ * as its one group when the integers fit int4 as above and k is a multiple
+ * of 32 up to 4096 (PT2E's 4-bit per-channel weights: half int8's bytes,
+ * the same values), else int8. */
 typedef struct {
   const void* q;        /* n x k integers, row j = column j of B */
   int q_unsigned;       /* uint8 (else int8) */

@@ -59,6 +59,12 @@ int kiln_gemm_quant_ints_form(int64_t k, int64_t n, const kiln_gemm_quant_ints_t
       fits4 &= lo >= -8.0f && hi <= 7.0f;
       spans16 &= hi - lo <= 15.0f;
     }
+  /* One scale per row whose integers fit int4 (PT2E's 4-bit per-channel
+   * weights): int4 with the row as its one group, half int8's bytes. */
+  if (ng == 1 && (fits4 || spans16) && G % 32 == 0 && G >= 32 && G <= 4096) {
+    *bits = 4, *group = (int)G, *asym = !fits4;
+    return 1;
+  }
   if (ng == 1) { /* one scale per row: int8's */
     if (fits8) {
       *bits = 8;
