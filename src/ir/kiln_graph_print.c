@@ -84,7 +84,10 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
                 ? (c->nbytes > 6 && (((const unsigned char*)c->data)[6] & 2)
                        ? "int8, int8 activations"
                        : "int8")
-            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 ? "int4"
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4
+                ? (c->nbytes > 6 && (((const unsigned char*)c->data)[6] & 2)
+                       ? "int4, int8 activations"
+                       : "int4")
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B || c->layout == KILN_LAYOUT_CONV2D_PACKED ||
                     c->layout == KILN_LAYOUT_CONV2D_PACKED_16
                 ? "packed"

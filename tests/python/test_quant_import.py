@@ -192,6 +192,42 @@ def test_int4_range_per_channel_checkpoint_runs_on_int4(rows):
     assert text.count(NATIVE4) == 1 and text.count(NATIVE8) == 1, text
 
 
+@pytest.mark.parametrize("rows", [1, 5, 9, 40])
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_checkpoint_weights_take_int8_activations(rows, kind):
+    """weights_dtype="int8:a8" / "int4:a8" on a checkpoint's weights: the
+    checkpoint's own integers (not quantized again) and int8 activations by
+    the a8 rule of kiln_gemm.h, per row (an int8 blob) or per row and group
+    (an int4 blob's, here 32), at decode's and a prompt's row counts. The
+    reference is eager's linear on the quantized input and torch's
+    dequantized weight: only fp32 summation order separates them."""
+    from test_quant_weights import quantize_rows_groups_int8, quantize_rows_int8
+
+    torch.manual_seed(rows)
+    if kind == "int8":
+        g = torch.Generator().manual_seed(3)
+        w, b = torch.randn(40, 256, generator=g), torch.randn(40, generator=g)
+        layer = QLinear(*int8_checkpoint(w), b).eval()
+    else:
+        layer = int4_model(group=32).first
+    x = torch.randn(rows, 256)
+    compiled = kiln.trace(layer, x, weights_dtype=f"{kind}:a8")
+    got = compiled(x)
+    with torch.no_grad():
+        wd = layer.forward.__self__  # the layer's own dequantize, torch's values
+        if kind == "int8":
+            xin = quantize_rows_int8(x)
+            xin = xin[0] * xin[1]
+        else:
+            xin = quantize_rows_groups_int8(x, 32)
+        want = wd(xin)
+        weight_only = wd(x)
+    torch.testing.assert_close(got, want, **TOL)
+    assert (got - weight_only).abs().max() > 1e-4  # the activations really were quantized
+    text = explained(compiled)
+    assert f"[{kind}, int8 activations: the checkpoint's integers and scales]" in text, text
+
+
 def test_packed_integers_are_the_checkpoints():
     """Through the reference target (the scalar rule reading each packed
     weight), a one-hot input row picks one column of W: kiln's weight must

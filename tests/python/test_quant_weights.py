@@ -317,11 +317,12 @@ def test_explain_and_saved_artifact(tmp_path):
     torch.manual_seed(1)
     model = Block().eval()
     x = torch.randn(3, 200)
-    for kind, tag in (("int8", "int8"), ("int4:g128:asym", "int4"), ("int4:a8", "int4")):
+    for kind, tag in (("int8", "int8"), ("int4:g128:asym", "int4"), ("int4:a8", "int4, int8 activations"),
+                      ("int8:a8", "int8, int8 activations")):
         compiled = kiln.trace(model, x, weights_dtype=kind)
         text = kiln.explain(compiled)
         assert f"[{tag}]" in text, text
-        path = tmp_path / f"m_{tag}.kiln"
+        path = tmp_path / f"m_{kind.replace(':', '_')}.kiln"
         kiln.save(compiled, str(path))
         loaded = kiln.load(str(path))
         assert torch.equal(loaded(x), compiled(x))

@@ -46,6 +46,7 @@ static kiln_gemm_quant_ints_t kiln_cpu_ints(const kiln_quant_const_view_t* v) {
  * the stored rows as a transposed 2-d constant), with a note saying why. */
 static kiln_status_t kiln_cpu_quant_const_form(const kiln_graph_t* g, const kiln_node_t* n,
                                                int32_t slot, const kiln_value_t* w,
+                                               const kiln_hal_weights_t* o,
                                                kiln_hal_constant_form_t* f) {
   (void)g;
   kiln_quant_const_view_t v;
@@ -74,7 +75,11 @@ static kiln_status_t kiln_cpu_quant_const_form(const kiln_graph_t* g, const kiln
   f->nbytes = kiln_gemm_quant_packed_size(v.cols, v.rows, bits, group, asym);
   f->detail[KILN_CPU_DETAIL_QGROUP] = group;
   f->detail[KILN_CPU_DETAIL_QASYM] = asym;
-  f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_CHECKPOINT | (table ? KILN_CPU_QFLAG_TABLE : 0);
+  /* weights_dtype "...:a8" asks linear layers for int8 activations: a
+   * checkpoint's blob takes them too, on its own integers. */
+  int a8 = weight && o->quant_a8;
+  f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_CHECKPOINT | (table ? KILN_CPU_QFLAG_TABLE : 0) |
+                                      (a8 ? KILN_CPU_QFLAG_A8 : 0);
   f->note = "the checkpoint's integers and scales";
   return kiln_ok();
 }
@@ -84,11 +89,12 @@ static void kiln_cpu_quant_const_pack(const kiln_value_t* w, const kiln_hal_cons
   kiln_quant_const_view_t v;
   if (kiln_quant_const_view(w, &v)) return; /* the form refused it */
   kiln_gemm_quant_ints_t src = kiln_cpu_ints(&v);
-  if (f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4)
+  if (f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) {
     kiln_gemm_quant_pack_b_ints(v.cols, v.rows, &src, f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
                                 (int)f->detail[KILN_CPU_DETAIL_QGROUP],
                                 (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
-  else /* the stored rows, dense: the value (QUANT_ROWS) or its transpose (_T) */
+    if (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_A8) kiln_gemm_quant_set_a8(out);
+  } else /* the stored rows, dense: the value (QUANT_ROWS) or its transpose (_T) */
     kiln_gemm_quant_ints_dequantize(v.cols, v.rows, &src, out);
 }
 
@@ -142,7 +148,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   f->layout = w->layout;
   f->nbytes = w->nbytes;
   if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
-  if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, f);
+  if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, o, f);
   if (n->op == KILN_OP_GATHER && slot == 0) {
     if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
         w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
