@@ -316,12 +316,19 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0, casts = 0;
+  int grouped = 0, casts = 0, bf16_scales = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
     grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
     casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, guarded    ? KILN_FORMAT_MINOR_GUARDS
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    const kiln_value_t* v = &g->values[i];
+    /* an int4 blob's header flags (byte 6) bit 2: bf16 scales (kiln_gemm.h) */
+    bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
+                   v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
+  }
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES
+                                                 : guarded  ? KILN_FORMAT_MINOR_GUARDS
                                                  : casts    ? KILN_FORMAT_MINOR_CASTS
                                                  : grouped  ? KILN_FORMAT_MINOR_GROUPED_MM
                                                  : symbolic ? KILN_FORMAT_MINOR_SYMS

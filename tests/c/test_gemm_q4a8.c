@@ -43,19 +43,33 @@ static void* q4a8_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 64) & 
 
 /* The blob's raw nibble, scale and zero point of (p, j), read from the
  * documented layout (kiln_gemm.h) independently of the library. */
+/* Entry i of a group block's header: e bytes each (2: bf16, 4: fp32). */
+static float q4a8_entry(const uint8_t* blk, int e, int i) {
+  uint32_t bits = 0;
+  if (e == 2) {
+    uint16_t h;
+    memcpy(&h, blk + 2 * i, 2);
+    bits = (uint32_t)h << 16;
+  } else {
+    memcpy(&bits, blk + 4 * i, 4);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
 static int q4a8_raw(const void* blob, int64_t k, int group, int asym, int64_t p, int64_t j,
                     float* scale, float* zero) {
   const uint8_t* body = (const uint8_t*)blob + KILN_GEMM_QUANT_HEADER;
-  int64_t kg = (k + group - 1) / group, gb = 64 * (1 + asym) + 8 * (int64_t)group;
+  /* Header flags bit 2: scales and zero points in bf16 (2 bytes), else fp32. */
+  const int e = (((const uint8_t*)blob)[6] & KILN_GEMM_QUANT_BF16_SCALES) ? 2 : 4;
+  int64_t kg = (k + group - 1) / group, hdr = 16 * e * (1 + asym), gb = hdr + 8 * (int64_t)group;
   const uint8_t* blk = body + ((j / 16) * kg + p / group) * gb;
   int c = (int)(j % 16);
   int64_t r = p % group;
-  memcpy(scale, blk + 4 * c, 4);
-  if (asym)
-    memcpy(zero, blk + 64 + 4 * c, 4);
-  else
-    *zero = 8.0f;
-  uint8_t byte = blk[64 * (1 + asym) + (r / 2) * 16 + 2 * (c & 7) + (r & 1)];
+  *scale = q4a8_entry(blk, e, c);
+  *zero = asym ? q4a8_entry(blk, e, 16 + c) : 8.0f;
+  uint8_t byte = blk[hdr + (r / 2) * 16 + 2 * (c & 7) + (r & 1)];
   return c < 8 ? byte & 15 : byte >> 4;
 }
 
@@ -202,7 +216,7 @@ static void q4a8_flag(void) {
   unsigned char* blob = q4a8_alloc(n4);
   kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 1, blob);
   kiln_gemm_quant_set_a8(blob);
-  KILN_EXPECT(blob[6] == (1 | KILN_GEMM_QUANT_A8), "flags %d", blob[6]);
+  KILN_EXPECT(blob[6] == (1 | KILN_GEMM_QUANT_A8 | KILN_GEMM_QUANT_BF16_SCALES), "flags %d", blob[6]);
   KILN_EXPECT(kiln_gemm_quant_check(blob, n4, K, N) == 0, "an a8 int4 blob is well formed");
   kiln_gemm_f32_args_t g;
   memset(&g, 0, sizeof(g));

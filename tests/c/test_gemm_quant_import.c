@@ -127,7 +127,7 @@ static void ckpt_forms(void) {
       for (int64_t p = 0; p < k; ++p) bad += dense[j * k + p] != ckpt_value(&c, j, p);
     KILN_EXPECT(bad == 0, "%s: %lld dequantized weights differ", kind->name, (long long)bad);
     if (ok) { /* the blob holds torch's weights bit for bit */
-      size_t bytes = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
+      size_t bytes = kiln_gemm_quant_ints_packed_size(k, n, bits, group, asym);
       void* blob = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
       kiln_gemm_quant_pack_b_ints(k, n, &c.src, bits, group, asym, blob);
       KILN_EXPECT(kiln_gemm_quant_check(blob, bytes, k, n) == 0, "%s: blob checks", kind->name);
@@ -169,7 +169,7 @@ static void ckpt_gemm_level(kiln_pool_t* pool, const char* where) {
         kiln_gemm_quant_ints_form(K, N, &c.src, &bits, &group, &asym, &why);
         kiln_test_qgemm_t t;
         kiln_test_qgemm_init(&t, 1, M, N, K, (int)(im % 2), 0, 0, 0, 7u + (unsigned)i,
-                             kiln_gemm_quant_packed_size(K, N, bits, group, asym));
+                             kiln_gemm_quant_ints_packed_size(K, N, bits, group, asym));
         kiln_gemm_quant_pack_b_ints(K, N, &c.src, bits, group, asym, t.blob);
         kiln_gemm_quant_ints_dequantize(K, N, &c.src, t.w); /* W (N, K): B = W^T */
         kiln_gemm_f32_args_t g, ref;
@@ -182,6 +182,18 @@ static void ckpt_gemm_level(kiln_pool_t* pool, const char* where) {
         snprintf(what, sizeof what, "[%s] %s m=%lld n=%lld", where, kind->name, (long long)M,
                  (long long)N);
         kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, 2e-5f * sqrtf((float)K) + 1e-5f, 1e-4f);
+        if (bits == 4) {
+          /* int8 activations on the checkpoint's fp32-scale blob: the level's
+           * q4a8 kernel against the rule's scalar reference. */
+          kiln_gemm_quant_set_a8(t.blob);
+          kiln_gemm_f32_args_t ra = g;
+          ra.c = t.c_want;
+          kiln_gemm_q4a8_reference(&ra);
+          kiln_gemm_f32(&g, pool);
+          snprintf(what, sizeof what, "[%s] %s a8 m=%lld n=%lld", where, kind->name, (long long)M,
+                   (long long)N);
+          kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, 2e-5f * sqrtf((float)K) + 1e-5f, 1e-4f);
+        }
         kiln_test_qgemm_free(&t);
         ckpt_free(&c);
       }

@@ -7,11 +7,13 @@ nn.Linear weight replaced by its dequantized values, computed here in torch
 from the documented rules, independently of kiln:
   int8: per output channel, s = max|w| / 127 (1 if 0), q = clamp(round(w / s), -127, 127);
   int4 symmetric (llama.cpp q4_0's rule), per group of G input columns of
-    one output row: m = the largest-magnitude element, d = m / -8,
+    one output row: m = the largest-magnitude element, d = bf16(m / -8),
     q = clamp(round(w / d), -8, 7) (0 if d == 0), weight q d;
-  int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = (hi - lo) / 15
+  int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = bf16((hi - lo) / 15)
     (1 if 0), z = clamp(round(-lo / s), 0, 15), q = clamp(round(w / s) + z, 0, 15),
-    weight (q - z) s.
+    weight (q - z) s;
+  bf16() rounds to the nearest bfloat16 (ties to even), as .to(torch.bfloat16):
+    int4 blobs keep their scales in 16 bits.
 round() is half to even and every step is fp32, as in kiln's packer, so the
 weights are the same bit for bit; a K that is not a multiple of G pads the
 last group with zeros (which changes neither max nor min).
@@ -58,14 +60,14 @@ def quantize_int4(w, group, asym):
     if asym:
         lo = g.amin(-1, keepdim=True).clamp(max=0)
         hi = g.amax(-1, keepdim=True).clamp(min=0)
-        s = (hi - lo) / 15
+        s = ((hi - lo) / 15).to(torch.bfloat16).float()
         s = torch.where(s == 0, torch.ones_like(s), s)
         z = torch.round(-lo / s).clamp(0, 15)
         q = (torch.round(g / s) + z).clamp(0, 15)
         d = (q - z) * s
     else:
         m = g.gather(-1, g.abs().argmax(-1, keepdim=True))
-        step = m / -8
+        step = (m / -8).to(torch.bfloat16).float()
         safe = torch.where(step == 0, torch.ones_like(step), step)
         q = torch.where(step == 0, torch.zeros_like(g), torch.round(g / safe)).clamp(-8, 7)
         d = q * step
@@ -326,6 +328,9 @@ def test_explain_and_saved_artifact(tmp_path):
         kiln.save(compiled, str(path))
         loaded = kiln.load(str(path))
         assert torch.equal(loaded(x), compiled(x))
+        # int4 blobs keep bf16 scales: such a file says format 2.11 (docs/format.md)
+        minor = int.from_bytes(path.read_bytes()[6:8], "little")
+        assert minor == (11 if tag.startswith("int4") else 6), (kind, minor)
         if kind == "int4:a8":  # the flag was saved: not the weight-only numbers
             weight_only = kiln.trace(model, x, weights_dtype="int4")(x)
             assert (loaded(x) - weight_only).abs().max() > 1e-4

@@ -72,7 +72,7 @@ static kiln_status_t kiln_cpu_quant_const_form(const kiln_graph_t* g, const kiln
     return kiln_ok();
   }
   f->layout = bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
-  f->nbytes = kiln_gemm_quant_packed_size(v.cols, v.rows, bits, group, asym);
+  f->nbytes = kiln_gemm_quant_ints_packed_size(v.cols, v.rows, bits, group, asym);
   f->detail[KILN_CPU_DETAIL_QGROUP] = group;
   f->detail[KILN_CPU_DETAIL_QASYM] = asym;
   /* weights_dtype "...:a8" asks linear layers for int8 activations: a

@@ -121,14 +121,15 @@ float kiln_gemm_bf16_to_f32(uint16_t x);
  * is a 64-byte header then the body, ISA independent (docs/format.md):
  *   header: u32 magic KILN_GEMM_QUANT_MAGIC, u8 version (1), u8 bits (8 or
  *   4), u8 flags (bit 0: asymmetric, int4 only; bit 1: int8 activations,
- *   KILN_GEMM_QUANT_A8), u8 0, u32 group (0 for
+ *   KILN_GEMM_QUANT_A8; bit 2: bf16 scales and zero points, int4 only,
+ *   KILN_GEMM_QUANT_BF16_SCALES), u8 0, u32 group (0 for
  *   int8, else the int4 group size along K), u32 0, i64 K, i64 N, zeros.
  * With Np = N rounded up to 16 (16-column panels as kiln_gemm_f32_pack_b):
  *   int8: Np fp32 scales (column j's at j; 0 past N), then panel q at
  *   Np * 4 + q * 16 * K bytes: K rows of 16 int8, B[p][j] = q8 * scale[j];
- *   int4: Kg = ceil(K / G) groups; panel q at q * Kg * gb bytes, gb = 64 *
- *   (1 + asym) + 8 * G: per group, 16 fp32 scales, (asym) 16 fp32 zero
- *   points, then G / 2 row pairs of 16 bytes; byte l of pair t holds rows
+ *   int4: Kg = ceil(K / G) groups; panel q at q * Kg * gb bytes, gb = e *
+ *   16 * (1 + asym) + 8 * G, e = 2 (bf16) or 4 (fp32): per group, 16
+ *   scales, (asym) 16 zero points, then G / 2 row pairs of 16 bytes; byte l of pair t holds rows
  *   2t + (l & 1) of the group: column l >> 1 in its low nibble and column
  *   (l >> 1) + 8 in its high one. B[p][j] = (nibble - z) * scale, z = 8
  *   (symmetric) or the stored zero point. Rows past K hold z (weight 0);
@@ -138,12 +139,17 @@ float kiln_gemm_bf16_to_f32(uint16_t x);
  *   int8 (per output column j): s = max_p |B[p][j]| / 127 (1 if 0),
  *     q = clamp(round(w / s), -127, 127);
  *   int4 symmetric (llama.cpp q4_0's rule, per group of G rows of one
- *     column): m = the element of largest magnitude (the first such),
- *     d = m / -8, q = clamp(round(w / d), -8, 7) (0 if d == 0), stored as
- *     q + 8; weight q * d;
- *   int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = (hi - lo)
- *     / 15 (1 if 0), z = clamp(round(-lo / s), 0, 15), q = clamp(round(w /
- *     s) + z, 0, 15); weight (q - z) * s.
+ *     column, its scale kept in 16 bits as q4_0's): m = the element of
+ *     largest magnitude (the first such), d = bf16(m / -8), q =
+ *     clamp(round(w / d), -8, 7) (0 if d == 0), stored as q + 8; weight q
+ *     * d;
+ *   int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s =
+ *     bf16((hi - lo) / 15) (1 if 0), z = clamp(round(-lo / s), 0, 15), q =
+ *     clamp(round(w / s) + z, 0, 15); weight (q - z) * s.
+ *   bf16() rounds to the nearest bf16 (even on ties): 32 bytes of scales
+ *   per 512 weights instead of 64 (0.5625 bytes per weight at G = 32, as
+ *   q4_0, against 0.625), for a scale within 2^-8 of the fp32 one,
+ *   relatively (a weight's own rounding is up to half a step).
  * Weights are expected finite. */
 #define KILN_GEMM_QUANT_MAGIC 0x544e514bu /* "KQNT" */
 #define KILN_GEMM_QUANT_HEADER 64
@@ -178,6 +184,10 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j);
  * (left to right). A row holding a NaN or an infinity gives NaN
  * throughout (its scale is NaN). */
 #define KILN_GEMM_QUANT_A8 2u
+/* Header flags bit 2 (int4): scales and zero points stored as bf16 (what
+ * kiln_gemm_quant_pack_b writes); without it fp32 (a checkpoint's exact
+ * scales, kiln_gemm_quant_pack_b_ints, and blobs written before 2.11). */
+#define KILN_GEMM_QUANT_BF16_SCALES 4u
 /* Exact int32 sums need K * 127 * 127 < 2^31. */
 #define KILN_GEMM_Q8A8_MAX_K 131072
 /* Flags a blob (int8 or int4) for int8 activations. */
@@ -260,8 +270,11 @@ typedef struct {
  * 0 and *why, a static phrase saying what does not fit. */
 int kiln_gemm_quant_ints_form(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src, int* bits,
                               int* group, int* asym, const char** why);
-/* Packs src into `out` (kiln_gemm_quant_packed_size(k, n, bits, group,
- * asym) bytes) with the form kiln_gemm_quant_ints_form gave. */
+/* Bytes of a checkpoint's blob: as kiln_gemm_quant_packed_size, with fp32
+ * scales (the checkpoint's, exactly). */
+size_t kiln_gemm_quant_ints_packed_size(int64_t k, int64_t n, int bits, int group, int asym);
+/* Packs src into `out` (kiln_gemm_quant_ints_packed_size(k, n, bits,
+ * group, asym) bytes) with the form kiln_gemm_quant_ints_form gave. */
 void kiln_gemm_quant_pack_b_ints(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src,
                                  int bits, int group, int asym, void* out);
 /* src's rows dequantized by torch's rule into out, row-major (n, k): W,

@@ -66,9 +66,9 @@ void kiln_qd8_quantize_groups__generic(int64_t k, int64_t kg, int group, const f
 void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g) {
   kiln_gemm_quant_header_t h;
   kiln_gemm_quant_header_read(g->b_packed_q, &h);
-  const int P = KILN_GEMM_PANEL, group = (int)h.group, asym = h.flags & 1;
+  const int P = KILN_GEMM_PANEL, group = (int)h.group, form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   const int64_t K = g->k, kg = kiln_q4a8_cdiv(K, group);
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + asym);
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   const int64_t cs = g->a_col_stride;
   /* Activations are quantized where they are used (no buffer): this is also
@@ -89,8 +89,7 @@ void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g) {
           float d = kiln_gemm_q8a8_row_scale(len, a ? a + p0 * cs : NULL, a16 ? a16 + p0 * cs : NULL,
                                              cs);
           const uint8_t* blk = body + ((j / P) * kg + q) * gb;
-          const float* sc = (const float*)blk;
-          const float z = asym ? sc[P + col] : 8.0f;
+          const float z = kiln_gemm_q4_zero(blk, form, col);
           int32_t dot = 0, sum = 0;
           for (int64_t t = 0; t < len; ++t) {
             int64_t e = (p0 + t) * cs;
@@ -101,7 +100,7 @@ void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g) {
           }
           /* dot - z * sum: an integer below 2^24 in magnitude, exact in fp32. */
           float acc = (float)(dot - (int32_t)z * sum);
-          o = fmaf(sc[col] * d, acc, o);
+          o = fmaf(kiln_gemm_q4_scale(blk, form, col) * d, acc, o);
         }
         float x = o;
         if (g->bias) x += g->bias[j];
@@ -113,16 +112,15 @@ void kiln_gemm_q4a8_reference(const kiln_gemm_f32_args_t* g) {
 
 /* ---- the portable kernel -------------------------------------------------- */
 
-void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                                  int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
                                  int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
   for (int s = 0; s < panels; ++s) {
     float o[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
     for (int64_t g = 0; g < kg; ++g) {
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
-      const float* sc = (const float*)blk;
       int32_t dot[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
       for (int64_t r = 0; r < group; ++r)
         for (int c = 0; c < P; ++c) {
@@ -132,9 +130,9 @@ void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, con
         }
       for (int64_t i = 0; i < m; ++i)
         for (int c = 0; c < P; ++c) {
-          int32_t z = asym ? (int32_t)sc[P + c] : 8;
+          int32_t z = (int32_t)kiln_gemm_q4_zero(blk, form, c);
           float acc = (float)(dot[i][c] - z * as[i * kg + g]);
-          o[i][c] = fmaf(sc[c] * ad[i * kg + g], acc, o[i][c]);
+          o[i][c] = fmaf(kiln_gemm_q4_scale(blk, form, c) * ad[i * kg + g], acc, o[i][c]);
         }
     }
     for (int64_t i = 0; i < m; ++i) memcpy(out + (s * m + i) * P, o[i], sizeof(o[i]));
@@ -145,7 +143,7 @@ void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, con
 
 typedef struct {
   kiln_gemm_q4a8_gemv_fn gemv;
-  int group, asym;
+  int group, form; /* form: kiln_gemm_q4_* */
   int64_t kg, kpad, gb;
   const uint8_t* body;
   const int8_t* aq;
@@ -155,7 +153,7 @@ typedef struct {
 
 static void kiln_q4a8_panels(const void* p, int64_t i0, int64_t m, int64_t q, int np, float* out) {
   const kiln_q4a8_t* t = p;
-  t->gemv(m, t->kg, t->group, t->asym, t->aq + i0 * t->kpad, t->kpad, t->ad + i0 * t->kg,
+  t->gemv(m, t->kg, t->group, t->form, t->aq + i0 * t->kpad, t->kpad, t->ad + i0 * t->kg,
           t->as + i0 * t->kg, t->body + q * t->kg * t->gb, np, out);
 }
 
@@ -184,9 +182,9 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q4a8_gemvs[kiln_gemm_q4a8_level()];
   kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizer();
-  t.group = (int)h.group, t.asym = h.flags & 1;
+  t.group = (int)h.group, t.form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   t.kg = kiln_q4a8_cdiv(K, t.group), t.kpad = t.kg * t.group;
-  t.gb = kiln_gemm_q4_group_bytes(t.group, t.asym);
+  t.gb = kiln_gemm_q4_group_bytes(t.group, t.form);
   t.body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   /* Scratch: one fp32 row (A widened or gathered), the int8 rows of a pass,
    * then per (row, group) the scales and sums. */

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_gemv_avx2.h"
 #include "kernels/gemm/kiln_gemm_quant_internal.h"
 
 #define KILN_Q4A8_AI static inline __attribute__((always_inline))
@@ -45,12 +46,13 @@
  * 0 and (q[2t + 2], q[2t + 3]) in lane 1. The two lanes of an int16
  * accumulator are added when it is widened. */
 KILN_Q4A8_AI void kiln_q4a8_tile_avx2(const int R, const int S, const int ONE, int64_t kg,
-                                      int group, int asym,
+                                      int group, int form,
                                       const int8_t* restrict a, int64_t lda,
                                       const float* restrict ad, const int32_t* restrict as,
                                       const uint8_t* restrict b, int64_t pstride,
                                       float* restrict out, int64_t ostride) {
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
+  const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m256i m4 = _mm256_set1_epi8(15);
   /* Lane 0: bytes 0, 1 of the dword repeated; lane 1: bytes 2, 3. */
   const __m256i pairs = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3,
@@ -109,10 +111,10 @@ KILN_Q4A8_AI void kiln_q4a8_tile_avx2(const int R, const int S, const int ONE, i
       sumv[i] = _mm256_set1_ps((float)as[i * kg + g]);
     }
     for (int s = 0; s < S; ++s) {
-      const float* sc = (const float*)(gbase + s * pstride);
+      const uint8_t* sc = gbase + s * pstride; /* fp32 or bf16 scales, zero points */
       for (int h = 0; h < 2; ++h) {
-        const __m256 sv = _mm256_loadu_ps(sc + 8 * h);
-        const __m256 zv = asym ? _mm256_loadu_ps(sc + 16 + 8 * h) : _mm256_set1_ps(8.0f);
+        const __m256 sv = kiln_gemv_load8_avx2(sc, 8 * h, bf16);
+        const __m256 zv = asym ? kiln_gemv_load8_avx2(sc, 16 + 8 * h, bf16) : _mm256_set1_ps(8.0f);
         for (int i = 0; i < R; ++i) {
           const __m256 acc = _mm256_fnmadd_ps(zv, sumv[i], _mm256_cvtepi32_ps(acc32[s][i][h]));
           o[s][i][h] = _mm256_fmadd_ps(_mm256_mul_ps(sv, dv[i]), acc, o[s][i][h]);
@@ -132,10 +134,10 @@ KILN_Q4A8_AI void kiln_q4a8_tile_avx2(const int R, const int S, const int ONE, i
   (group == 4 * KILN_Q4A8_CHUNK ? kiln_q4a8_tile_avx2(R, S, 1, __VA_ARGS__) \
                                 : kiln_q4a8_tile_avx2(R, S, 0, __VA_ARGS__))
 
-void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                               int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
                               int panels, float* out) {
-  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
+  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, form);
   /* Two panels by up to two rows at a time (more spill the 16 ymm; rows
    * past 2 find the panels in L1 / L2). Counted by callgrind at M = 4
    * (4x2816x1024, g32): 2.21 M instructions per call, against 2.31 M for
@@ -149,13 +151,13 @@ void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const 
       const int32_t* si = as + i * kg;
       float* oi = out + q * ostride + i * 16;
       if (m - i >= 2 && two)
-        KILN_Q4A8_TILE(2, 2, kg, group, asym, ai, lda, di, si, bq, pstride, oi, ostride);
+        KILN_Q4A8_TILE(2, 2, kg, group, form, ai, lda, di, si, bq, pstride, oi, ostride);
       else if (m - i >= 2)
-        KILN_Q4A8_TILE(2, 1, kg, group, asym, ai, lda, di, si, bq, pstride, oi, ostride);
+        KILN_Q4A8_TILE(2, 1, kg, group, form, ai, lda, di, si, bq, pstride, oi, ostride);
       else if (two)
-        KILN_Q4A8_TILE(1, 2, kg, group, asym, ai, lda, di, si, bq, pstride, oi, ostride);
+        KILN_Q4A8_TILE(1, 2, kg, group, form, ai, lda, di, si, bq, pstride, oi, ostride);
       else
-        KILN_Q4A8_TILE(1, 1, kg, group, asym, ai, lda, di, si, bq, pstride, oi, ostride);
+        KILN_Q4A8_TILE(1, 1, kg, group, form, ai, lda, di, si, bq, pstride, oi, ostride);
     }
   }
 }

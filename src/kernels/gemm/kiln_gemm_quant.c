@@ -42,12 +42,27 @@ static int kiln_q_valid_choice(int bits, int group, int asym) {
   return 0;
 }
 
-size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
-  if (!kiln_q_valid_choice(bits, group, asym) || k < 0 || n < 0) return 0;
+/* form: asym (bit 0) and, for int4, KILN_GEMM_QUANT_BF16_SCALES. */
+static size_t kiln_q_size(int64_t k, int64_t n, int bits, int group, int form) {
+  if (!kiln_q_valid_choice(bits, group, form & 1) || k < 0 || n < 0) return 0;
   int64_t np = kiln_q_cdiv(n, KILN_GEMM_PANEL);
   if (bits == 8) return KILN_GEMM_QUANT_HEADER + (size_t)(np * 16) * (4 + (size_t)k);
   return KILN_GEMM_QUANT_HEADER +
-         (size_t)np * (size_t)kiln_q_cdiv(k, group) * (size_t)kiln_gemm_q4_group_bytes(group, asym);
+         (size_t)np * (size_t)kiln_q_cdiv(k, group) * (size_t)kiln_gemm_q4_group_bytes(group, form);
+}
+
+/* kiln's own int4 blobs keep bf16 scales (kiln_gemm.h); a checkpoint's
+ * keep its fp32 ones. */
+static int kiln_q_own_form(int bits, int asym) {
+  return (asym ? 1 : 0) | (bits == 4 ? (int)KILN_GEMM_QUANT_BF16_SCALES : 0);
+}
+
+size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
+  return kiln_q_size(k, n, bits, group, kiln_q_own_form(bits, asym));
+}
+
+size_t kiln_gemm_quant_ints_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
+  return kiln_q_size(k, n, bits, group, asym ? 1 : 0);
 }
 
 int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n) {
@@ -55,9 +70,11 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
   kiln_gemm_quant_header_t h;
   kiln_q_header(blob, &h);
   if (h.magic != KILN_GEMM_QUANT_MAGIC || h.version != 1 || h.k != k || h.n != n) return 1;
-  if ((h.flags & ~(1u | KILN_GEMM_QUANT_A8)) || !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1))
+  if ((h.flags & ~(1u | KILN_GEMM_QUANT_A8 | KILN_GEMM_QUANT_BF16_SCALES)) ||
+      !kiln_q_valid_choice(h.bits, (int)h.group, h.flags & 1) ||
+      ((h.flags & KILN_GEMM_QUANT_BF16_SCALES) && h.bits != 4))
     return 1;
-  return nbytes != kiln_gemm_quant_packed_size(k, n, h.bits, (int)h.group, h.flags & 1);
+  return nbytes != kiln_q_size(k, n, h.bits, (int)h.group, h.flags & KILN_GEMM_Q4_FORM_MASK);
 }
 
 static float kiln_q_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
@@ -73,8 +90,12 @@ static void kiln_q8_column(int64_t k, const float* src, int64_t rs, int8_t* dst,
     dst[p * KILN_GEMM_PANEL] = (int8_t)kiln_q_clamp(nearbyintf(src[p * rs] / s), -127.0f, 127.0f);
 }
 
+/* x rounded to bf16 (to nearest even): the scales int4 blobs store. */
+static float kiln_q_bf16(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x)); }
+
 /* Quantizes rows [p0, p0 + len) of one column into nibbles (index r within
- * the group) plus its scale and zero point. */
+ * the group) plus its scale (a bf16 value: the rule quantizes with the
+ * scale it stores) and zero point. */
 static void kiln_q4_group(int64_t len, int group, int asym, const float* src, int64_t rs,
                           uint8_t* nib, float* scale, float* zero) {
   float s, z;
@@ -84,7 +105,7 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
       lo = fminf(lo, src[r * rs]);
       hi = fmaxf(hi, src[r * rs]);
     }
-    s = (hi - lo) / 15.0f;
+    s = kiln_q_bf16((hi - lo) / 15.0f);
     if (s == 0.0f) s = 1.0f;
     z = kiln_q_clamp(nearbyintf(-lo / s), 0.0f, 15.0f);
     for (int64_t r = 0; r < group; ++r)
@@ -94,7 +115,7 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
     float m = 0.0f;
     for (int64_t r = 0; r < len; ++r)
       if (fabsf(src[r * rs]) > fabsf(m)) m = src[r * rs];
-    s = m / -8.0f;
+    s = kiln_q_bf16(m / -8.0f);
     z = 8.0f;
     for (int64_t r = 0; r < group; ++r) {
       float q = r < len && s != 0.0f ? kiln_q_clamp(nearbyintf(src[r * rs] / s), -8.0f, 7.0f) : 0.0f;
@@ -105,8 +126,8 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
   *zero = z;
 }
 
-int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int asym, void* out) {
-  size_t size = kiln_gemm_quant_packed_size(k, n, bits, group, asym);
+int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int form, void* out) {
+  size_t size = kiln_q_size(k, n, bits, group, form);
   if (!size) return 0;
   memset(out, 0, size);
   kiln_gemm_quant_header_t h;
@@ -114,7 +135,7 @@ int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int as
   h.magic = KILN_GEMM_QUANT_MAGIC;
   h.version = 1;
   h.bits = (uint8_t)bits;
-  h.flags = asym ? 1 : 0;
+  h.flags = (uint8_t)(form & KILN_GEMM_Q4_FORM_MASK);
   h.group = (uint32_t)group;
   h.k = k;
   h.n = n;
@@ -124,7 +145,8 @@ int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int as
 
 void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                             int bits, int group, int asym, void* out) {
-  if (!kiln_gemm_quant_blob_start(k, n, bits, group, asym, out)) return;
+  const int form = kiln_q_own_form(bits, asym);
+  if (!kiln_gemm_quant_blob_start(k, n, bits, group, form, out)) return;
   uint8_t* body = (uint8_t*)out + KILN_GEMM_QUANT_HEADER;
   const int P = KILN_GEMM_PANEL;
   int64_t np = kiln_q_cdiv(n, P);
@@ -135,15 +157,14 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
       kiln_q8_column(k, b + j * cs, rs, data + (j / P) * P * k + j % P, &scales[j]);
     return;
   }
-  int64_t kg = kiln_q_cdiv(k, group), gb = kiln_gemm_q4_group_bytes(group, asym);
+  int64_t kg = kiln_q_cdiv(k, group), gb = kiln_gemm_q4_group_bytes(group, form);
   uint8_t nib[4096];
   for (int64_t j = 0; j < np * P; ++j) {
     int c = (int)(j % P);
     for (int64_t g = 0; g < kg; ++g) {
       uint8_t* blk = body + (j / P) * kg * gb + g * gb;
-      float* sc = (float*)blk;
-      float* zp = asym ? sc + P : NULL;
-      uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      uint16_t* sc = (uint16_t*)blk; /* bf16 scales, then (asym) zero points */
+      uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
       int64_t p0 = g * group, len = k - p0 < group ? k - p0 : group;
       float s = 0.0f, z = asym ? 0.0f : 8.0f;
       if (j < n) {
@@ -152,8 +173,8 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
         s = 0.0f;
         for (int r = 0; r < group; ++r) nib[r] = (uint8_t)z;
       }
-      sc[c] = s;
-      if (zp) zp[c] = z;
+      sc[c] = kiln_gemm_bf16_from_f32(s); /* exact: s is a bf16 value */
+      if (asym) sc[P + c] = kiln_gemm_bf16_from_f32(z); /* 0..15: exact */
       for (int64_t r = 0; r < group; ++r)
         bytes[kiln_gemm_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
     }
@@ -178,15 +199,13 @@ float kiln_gemm_quant_weight(const void* blob, int64_t p, int64_t j) {
     const int8_t* data = (const int8_t*)(body + np * P * 4);
     return (float)data[(j / P) * P * h.k + p * P + j % P] * scales[j];
   }
-  int group = (int)h.group, asym = h.flags & 1;
-  int64_t kg = kiln_q_cdiv(h.k, group), gb = kiln_gemm_q4_group_bytes(group, asym);
+  int group = (int)h.group, form = h.flags & KILN_GEMM_Q4_FORM_MASK;
+  int64_t kg = kiln_q_cdiv(h.k, group), gb = kiln_gemm_q4_group_bytes(group, form);
   const uint8_t* blk = body + (j / P) * kg * gb + (p / group) * gb;
-  const float* sc = (const float*)blk;
   int c = (int)(j % P);
-  float z = asym ? sc[P + c] : 8.0f;
-  uint8_t byte = blk[64 * (1 + asym) + kiln_gemm_q4_byte(p % group, c)];
+  uint8_t byte = blk[kiln_gemm_q4_header_bytes(form) + kiln_gemm_q4_byte(p % group, c)];
   int q = c < 8 ? byte & 15 : byte >> 4;
-  return ((float)q - z) * sc[c];
+  return ((float)q - kiln_gemm_q4_zero(blk, form, c)) * kiln_gemm_q4_scale(blk, form, c);
 }
 
 /* ---- embeddings: rows of a table packed as B = table^T -------------------- */
@@ -198,9 +217,9 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
   const uint8_t* body = (const uint8_t*)blob + KILN_GEMM_QUANT_HEADER;
   const int P = KILN_GEMM_PANEL;
   const int64_t K = h.k, N = h.n, np = kiln_q_cdiv(N, P);
-  const int group = (int)h.group, asym = h.flags & 1;
+  const int group = (int)h.group, form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   const int64_t kg = h.bits == 4 ? kiln_q_cdiv(K, group) : 0;
-  const int64_t gb = h.bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
+  const int64_t gb = h.bits == 4 ? kiln_gemm_q4_group_bytes(group, form) : 0;
   int64_t bad = 0;
   for (int64_t i = 0; i < n_index; ++i) {
     int64_t j = index_i64 ? ((const int64_t*)index)[i] : ((const int32_t*)index)[i];
@@ -220,12 +239,11 @@ int64_t kiln_gemm_quant_gather(const void* blob, const void* index, int index_i6
     }
     for (int64_t g = 0; g < kg; ++g) {
       const uint8_t* blk = body + (j / P) * kg * gb + g * gb;
-      const float* sc = (const float*)blk;
-      const float z = asym ? sc[P + c] : 8.0f;
-      const uint8_t* bytes = blk + 64 * (1 + asym);
+      const float z = kiln_gemm_q4_zero(blk, form, c), sc = kiln_gemm_q4_scale(blk, form, c);
+      const uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
       for (int64_t r = 0; r < group && g * group + r < K; ++r) {
         uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
-        row[g * group + r] = ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
+        row[g * group + r] = ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc;
       }
     }
   }
@@ -253,17 +271,16 @@ void kiln_f32_qc8w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t l
   }
 }
 
-void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const float* a,
                                  int64_t lda, const float* asum, const uint8_t* b, int panels,
                                  float* out) {
   const int P = KILN_GEMM_PANEL;
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form);
   for (int s = 0; s < panels; ++s) {
     float o[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
     for (int64_t g = 0; g < kg; ++g) {
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
-      const float* sc = (const float*)blk;
-      const uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      const uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
       float acc[KILN_GEMM_GEMV_MAX_M][KILN_GEMM_PANEL] = {{0}};
       for (int64_t r = 0; r < group; ++r) {
         float w[KILN_GEMM_PANEL];
@@ -279,8 +296,8 @@ void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, con
       for (int64_t i = 0; i < m; ++i) {
         float as = asum[i * kg * 2 + 2 * g] + asum[i * kg * 2 + 2 * g + 1];
         for (int c = 0; c < P; ++c) {
-          float z = asym ? sc[P + c] : 8.0f;
-          o[i][c] += sc[c] * (acc[i][c] - z * as);
+          float z = kiln_gemm_q4_zero(blk, form, c);
+          o[i][c] += kiln_gemm_q4_scale(blk, form, c) * (acc[i][c] - z * as);
         }
       }
     }
@@ -298,21 +315,20 @@ void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales,
         out[(s * k + p) * P + j] = (float)b[(s * k + p) * P + j] * scales[s * P + j];
 }
 
-void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
                                 int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form);
   for (int s = 0; s < panels; ++s)
     for (int64_t g = 0; g < kg; ++g) {
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
-      const float* sc = (const float*)blk;
-      const uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      const uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
       for (int64_t r = 0; r < group && g * group + r < k; ++r)
         for (int c = 0; c < P; ++c) {
           uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
-          float z = asym ? sc[P + c] : 8.0f;
+          float z = kiln_gemm_q4_zero(blk, form, c);
           out[(s * k + g * group + r) * P + c] =
-              ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * sc[c];
+              ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * kiln_gemm_q4_scale(blk, form, c);
         }
     }
 }
@@ -418,7 +434,7 @@ const float* kiln_gemm_quant_a_row(const kiln_gemm_f32_args_t* g, int64_t bt, in
 typedef struct {
   const kiln_gemm_f32_args_t* g;
   const kiln_gemm_quant_kernels_t* qk;
-  int bits, group, asym;
+  int bits, group, form; /* form: kiln_gemm_q4_* */
   int64_t kg, kpad, gb, np;
   const uint8_t* body;
   const float* a; /* m rows, kpad apart */
@@ -436,7 +452,7 @@ static void kiln_gemm_quant_gemv_panels(const void* p, int64_t i0, int64_t m, in
                    (const int8_t*)(t->body + t->np * P * 4) + q * P * g->k,
                    (const float*)t->body + q * P, np, out);
   else
-    t->qk->gemv_q4(m, t->kg, t->group, t->asym, t->a, t->kpad, t->asum,
+    t->qk->gemv_q4(m, t->kg, t->group, t->form, t->a, t->kpad, t->asum,
                    t->body + q * t->kg * t->gb, np, out);
 }
 
@@ -444,7 +460,7 @@ static void kiln_gemm_quant_gemv_panels(const void* p, int64_t i0, int64_t m, in
 
 typedef struct {
   const kiln_gemm_quant_kernels_t* qk;
-  int bits, group, asym;
+  int bits, group, form; /* form: kiln_gemm_q4_* */
   int64_t k, kg, gb, np, q0, per_task, n_panels;
   const uint8_t* body;
   float* out;
@@ -463,7 +479,7 @@ static void kiln_gemm_quant_deq_task(void* p, size_t task, int thread) {
     t->qk->dequant_q8(t->k, (const int8_t*)(t->body + t->np * P * 4) + q * P * t->k,
                       (const float*)t->body + q * P, (int)(s1 - s0), out);
   else
-    t->qk->dequant_q4(t->k, t->kg, t->group, t->asym, t->body + q * t->kg * t->gb,
+    t->qk->dequant_q4(t->k, t->kg, t->group, t->form, t->body + q * t->kg * t->gb,
                       (int)(s1 - s0), out);
 }
 
@@ -480,7 +496,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int P = KILN_GEMM_PANEL;
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
-  const int bits = h.bits, group = (int)h.group, asym = h.flags & 1;
+  const int bits = h.bits, group = (int)h.group, form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   if (kiln_gemm_q4a8_applies(g)) {
     /* As below: without scratch, the same rule's reference. */
     if (kiln_gemm_q4a8(g, pool))
@@ -508,7 +524,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   }
   const int64_t np = kiln_q_cdiv(N, P);
   const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
-  const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, asym) : 0;
+  const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, form) : 0;
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   int gemv = M <= KILN_GEMM_GEMV_MAX_M;
   snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "%s-%s",
@@ -527,7 +543,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     float* asum = scratch + M * kpad;
     kiln_gemm_quant_gemv_t t;
     memset(&t, 0, sizeof(t));
-    t.g = g, t.qk = qk, t.bits = bits, t.group = group, t.asym = asym;
+    t.g = g, t.qk = qk, t.bits = bits, t.group = group, t.form = form;
     t.kg = kg, t.kpad = kpad, t.gb = gb, t.np = np, t.body = body, t.a = arow, t.asum = asum;
     for (int64_t bt = 0; bt < g->batch; ++bt) {
       for (int64_t i = 0; i < M; ++i) {
@@ -573,7 +589,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   }
   kiln_gemm_quant_deq_t d;
   memset(&d, 0, sizeof(d));
-  d.qk = qk, d.bits = bits, d.group = group, d.asym = asym;
+  d.qk = qk, d.bits = bits, d.group = group, d.form = form;
   d.k = K, d.kg = kg, d.gb = gb, d.np = np, d.body = body, d.out = strip;
   for (int64_t q0 = 0; q0 < np; q0 += sp) {
     int64_t ns = np - q0 < sp ? np - q0 : sp;

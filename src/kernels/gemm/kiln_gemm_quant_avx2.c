@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/gemm/kiln_gemm_gemv_avx2.h"
 #include "kernels/gemm/kiln_gemm_quant_internal.h"
 
 #define KILN_Q_AI static inline __attribute__((always_inline))
@@ -130,9 +131,10 @@ KILN_Q_AI __m256 kiln_q4_factor_avx2(int hi, int inverse) {
 /* R rows x S panels; P = 2 keeps even and odd rows in separate
  * accumulators (more independent FMA chains when R * S is small). */
 KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, const int P, int64_t kg, int group,
-                                 int asym, const float* a, int64_t lda, const float* asum,
+                                 int form, const float* a, int64_t lda, const float* asum,
                                  const uint8_t* b, int64_t pstride, float* out, int64_t ostride) {
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
+  const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m256i m0 = kiln_q4_mask_avx2(0), m1 = kiln_q4_mask_avx2(1);
   /* Lane l of a weight vector holds column cols[l] (of its half). */
   const __m256i cols = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
@@ -174,11 +176,11 @@ KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, const int P, int64_t 
      * zero point is scaled by the lane factors, the result unscaled at the
      * end. */
     for (int s = 0; s < S; ++s) {
-      const float* sc = (const float*)(gbase + s * pstride);
+      const uint8_t* sc = gbase + s * pstride; /* fp32 or bf16 scales, zero points */
       for (int h = 0; h < 2; ++h) {
-        const __m256 sv = _mm256_permutevar8x32_ps(_mm256_loadu_ps(sc + 8 * h), cols);
+        const __m256 sv = _mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 8 * h, bf16), cols);
         const __m256 zv =
-            asym ? _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(sc + 16 + 8 * h), cols),
+            asym ? _mm256_mul_ps(_mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 16 + 8 * h, bf16), cols),
                                  kiln_q4_factor_avx2(h, 0))
                  : _mm256_mul_ps(_mm256_set1_ps(8.0f), kiln_q4_factor_avx2(h, 0));
         for (int i = 0; i < R; ++i) {
@@ -200,17 +202,17 @@ KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, const int P, int64_t 
                              _mm256_mul_ps(o[s][i][h], kiln_q4_factor_avx2(h, 1)), back));
 }
 
-void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const float* a,
                               int64_t lda, const float* asum, const uint8_t* b, int panels,
                               float* out) {
-  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
+  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, form);
   if (m == 1) {
     int q = 0;
     for (; q + 2 <= panels; q += 2)
-      kiln_q4_tile_avx2(1, 2, 2, kg, group, asym, a, lda, asum, b + q * pstride, pstride,
+      kiln_q4_tile_avx2(1, 2, 2, kg, group, form, a, lda, asum, b + q * pstride, pstride,
                         out + q * ostride, ostride);
     if (q < panels)
-      kiln_q4_tile_avx2(1, 1, 2, kg, group, asym, a, lda, asum, b + q * pstride, pstride,
+      kiln_q4_tile_avx2(1, 1, 2, kg, group, form, a, lda, asum, b + q * pstride, pstride,
                         out + q * ostride, ostride);
     return;
   }
@@ -223,10 +225,10 @@ void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const 
       const uint8_t* bq = b + q * pstride;
       float* oi = out + q * ostride + i * 16;
       switch (m - i >= 4 ? 4 : (int)(m - i)) {
-        case 1: kiln_q4_tile_avx2(1, 1, 2, kg, group, asym, ai, lda, si, bq, pstride, oi, ostride); break;
-        case 2: kiln_q4_tile_avx2(2, 1, 2, kg, group, asym, ai, lda, si, bq, pstride, oi, ostride); break;
-        case 3: kiln_q4_tile_avx2(3, 1, 1, kg, group, asym, ai, lda, si, bq, pstride, oi, ostride); break;
-        default: kiln_q4_tile_avx2(4, 1, 1, kg, group, asym, ai, lda, si, bq, pstride, oi, ostride); break;
+        case 1: kiln_q4_tile_avx2(1, 1, 2, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
+        case 2: kiln_q4_tile_avx2(2, 1, 2, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
+        case 3: kiln_q4_tile_avx2(3, 1, 1, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
+        default: kiln_q4_tile_avx2(4, 1, 1, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
       }
     }
 }
@@ -246,19 +248,19 @@ void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, in
   }
 }
 
-void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
                              int panels, float* out) {
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
+  const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m128i m4 = _mm_set1_epi8(15);
   /* Bytes (column c, parity r) at 2c + r -> even rows' columns, then odd's. */
   const __m128i deint = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int s = 0; s < panels; ++s)
     for (int64_t g = 0; g < kg; ++g) {
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
-      const float* sc = (const float*)blk;
-      __m256 s0 = _mm256_loadu_ps(sc), s1 = _mm256_loadu_ps(sc + 8);
-      __m256 z0 = asym ? _mm256_loadu_ps(sc + 16) : _mm256_set1_ps(8.0f);
-      __m256 z1 = asym ? _mm256_loadu_ps(sc + 24) : _mm256_set1_ps(8.0f);
+      __m256 s0 = kiln_gemv_load8_avx2(blk, 0, bf16), s1 = kiln_gemv_load8_avx2(blk, 8, bf16);
+      __m256 z0 = asym ? kiln_gemv_load8_avx2(blk, 16, bf16) : _mm256_set1_ps(8.0f);
+      __m256 z1 = asym ? kiln_gemv_load8_avx2(blk, 24, bf16) : _mm256_set1_ps(8.0f);
       float* og = out + ((int64_t)s * k + g * group) * 16;
       int64_t rows = k - g * group < group ? k - g * group : group;
       for (int64_t t = 0; 2 * t < rows; ++t) {

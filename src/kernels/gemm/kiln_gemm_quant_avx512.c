@@ -77,11 +77,21 @@ KILN_Q_AI __m512 kiln_q_pair_avx512(const float* p) {
   return _mm512_castpd_ps(_mm512_set1_pd(d));
 }
 
-KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int group, int asym,
+/* 16 consecutive entries of a group block's header (scales at 0, zero
+ * points at 16) as fp32: fp32 as stored, or bf16 widened (exact). */
+KILN_Q_AI __m512 kiln_q4_header16_avx512(const uint8_t* blk, int e, int bf16) {
+  if (bf16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(blk + 2 * e))), 16));
+  return _mm512_loadu_ps((const float*)blk + e);
+}
+
+KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int group, int form,
                                    const float* a, int64_t lda, const float* asum,
                                    const uint8_t* b, int64_t pstride, float* out,
                                    int64_t ostride) {
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym), hdr = 64 * (1 + (asym != 0));
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
+  const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m512i m4 = _mm512_set1_epi32(15);
   const __m512i ilo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   const __m512i ihi = _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
@@ -112,12 +122,12 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
       }
     }
     for (int s = 0; s < S; ++s) {
-      const float* sc = (const float*)(gbase + s * pstride);
-      __m512 sv = _mm512_loadu_ps(sc);
+      const uint8_t* sc = gbase + s * pstride; /* fp32 or bf16 scales, zero points */
+      __m512 sv = kiln_q4_header16_avx512(sc, 0, bf16);
       __m512 sl = _mm512_permutexvar_ps(ilo, sv), sh = _mm512_permutexvar_ps(ihi, sv);
       __m512 zl = _mm512_set1_ps(8.0f), zh = zl;
       if (asym) {
-        __m512 zv = _mm512_loadu_ps(sc + 16);
+        __m512 zv = kiln_q4_header16_avx512(sc, 16, bf16);
         zl = _mm512_permutexvar_ps(ilo, zv);
         zh = _mm512_permutexvar_ps(ihi, zv);
       }
@@ -139,23 +149,23 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
 
 #define KILN_Q4_CASE(R, S)                                                                 \
   case (R) * 8 + (S):                                                                      \
-    kiln_q4_tile_avx512((R), (S), kg, group, asym, a, lda, asum, bq, pstride, oq, ostride); \
+    kiln_q4_tile_avx512((R), (S), kg, group, form, a, lda, asum, bq, pstride, oq, ostride); \
     break;
 
-void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, const float* a,
                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
                                 float* out) {
-  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, asym);
+  const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, form);
   /* R * S <= 6: 2 group and 2 running accumulators each, within 32 zmm. */
   const int s_max = m == 1 ? 4 : m <= 3 ? 2 : 1;
   if (m > 6) {
     /* 7..8 rows: rows 0-3 and then the rest, panel by panel (the second
      * pass finds the panel in L2). */
     for (int q = 0; q < panels; ++q) {
-      kiln_f32_qb4w_gemv__avx512(4, kg, group, asym, a, lda, asum, b + q * pstride, 1,
+      kiln_f32_qb4w_gemv__avx512(4, kg, group, form, a, lda, asum, b + q * pstride, 1,
                                out + q * ostride);
       _Alignas(64) float tmp[4 * 16];
-      kiln_f32_qb4w_gemv__avx512(m - 4, kg, group, asym, a + 4 * lda, lda, asum + 4 * kg * 2,
+      kiln_f32_qb4w_gemv__avx512(m - 4, kg, group, form, a + 4 * lda, lda, asum + 4 * kg * 2,
                                b + q * pstride, 1, tmp);
       memcpy(out + q * ostride + 4 * 16, tmp, (size_t)(m - 4) * 16 * sizeof(float));
     }

@@ -88,7 +88,9 @@ int kiln_gemm_quant_ints_form(int64_t k, int64_t n, const kiln_gemm_quant_ints_t
 
 void kiln_gemm_quant_pack_b_ints(int64_t k, int64_t n, const kiln_gemm_quant_ints_t* src,
                                  int bits, int group, int asym, void* out) {
-  if (!kiln_gemm_quant_blob_start(k, n, bits, group, asym, out)) return;
+  /* fp32 scales and zero points: the checkpoint's own, exactly (form bit 0:
+   * asym; no KILN_GEMM_QUANT_BF16_SCALES). */
+  if (!kiln_gemm_quant_blob_start(k, n, bits, group, asym ? 1 : 0, out)) return;
   uint8_t* body = (uint8_t*)out + KILN_GEMM_QUANT_HEADER;
   const int P = KILN_GEMM_PANEL;
   const int64_t np = (n + P - 1) / P, ng = kiln_qi_groups(src, k);
@@ -105,13 +107,14 @@ void kiln_gemm_quant_pack_b_ints(int64_t k, int64_t n, const kiln_gemm_quant_int
     return;
   }
   /* int4: the checkpoint's groups are the blob's (group == src->group). */
-  const int64_t gb = kiln_gemm_q4_group_bytes(group, asym);
+  const int form = asym ? 1 : 0;
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form);
   for (int64_t j = 0; j < np * P; ++j) {
     const int c = (int)(j % P);
     for (int64_t g = 0; g < ng; ++g) {
       uint8_t* blk = body + (j / P) * ng * gb + g * gb;
       float* sc = (float*)blk;
-      uint8_t* bytes = blk + 64 * (1 + (asym != 0));
+      uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
       float z = asym ? 0.0f : 8.0f, shift = 0.0f; /* the nibble is q - shift */
       if (j < n) {
         float zq = kiln_qi_zero(src, k, j, g), lo, hi;

@@ -28,12 +28,12 @@
 typedef void (*kiln_gemm_gemv_q8_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
                                      const int8_t* b, const float* scales, int panels,
                                      float* out);
-typedef void (*kiln_gemm_gemv_q4_fn)(int64_t m, int64_t kg, int group, int asym, const float* a,
+typedef void (*kiln_gemm_gemv_q4_fn)(int64_t m, int64_t kg, int group, int form, const float* a,
                                      int64_t lda, const float* asum, const uint8_t* b,
                                      int panels, float* out);
 typedef void (*kiln_gemm_dequant_q8_fn)(int64_t k, const int8_t* b, const float* scales,
                                         int panels, float* out);
-typedef void (*kiln_gemm_dequant_q4_fn)(int64_t k, int64_t kg, int group, int asym,
+typedef void (*kiln_gemm_dequant_q4_fn)(int64_t k, int64_t kg, int group, int form,
                                         const uint8_t* b, int panels, float* out);
 
 /* Named as kiln_gemm_internal.h says: dtype f32_qc8w (fp32 A, int8 weights
@@ -114,7 +114,7 @@ typedef struct {
 
 /* Zeroes blob `out` (kiln_gemm_quant_packed_size bytes) and writes its
  * header; 0 (nothing written) for an unsupported choice. */
-int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int asym, void* out);
+int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int form, void* out);
 
 static inline void kiln_gemm_quant_header_read(const void* blob, kiln_gemm_quant_header_t* h) {
   memcpy(h, blob, sizeof(*h));
@@ -135,7 +135,7 @@ static inline int64_t kiln_gemm_q4_byte(int64_t r, int c) {
  * * kg * group bytes), out[s * m * 16 + i * 16 + c] = o_ic of the rule
  * (before bias), for m <= KILN_GEMM_GEMV_MAX_M rows of int8 A (lda apart,
  * padded to kg * group) with d and s of row i at ad / as + i * kg. */
-typedef void (*kiln_gemm_q4a8_gemv_fn)(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+typedef void (*kiln_gemm_q4a8_gemv_fn)(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                                        int64_t lda, const float* ad, const int32_t* as,
                                        const uint8_t* b, int panels, float* out);
 typedef void (*kiln_gemm_q4a8_quantize_fn)(int64_t k, int64_t kg, int group, const float* a,
@@ -144,14 +144,14 @@ typedef void (*kiln_gemm_q4a8_quantize_fn)(int64_t k, int64_t kg, int group, con
 kiln_isa_t kiln_gemm_q4a8_level(void);
 /* The int4 x int8 GEMV driver: 1 when it ran g, 0 when it had no scratch. */
 int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
-void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                                  int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
                                  int panels, float* out);
 void kiln_qd8_quantize_groups__generic(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
                                        float* d, int32_t* s);
 #ifdef KILN_GEMM_HAVE_X86
 /* kiln_gemm_q4a8_avx2.c (AVX2 + FMA flags): VPMADDUBSW on nibble pairs. */
-void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const int8_t* a,
+void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                               int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
                               int panels, float* out);
 void kiln_qd8_quantize_groups__avx2(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
@@ -184,35 +184,70 @@ void kiln_qd8_qc8w_gemv__avx2(int64_t m, int64_t k, const int8_t* a, int64_t lda
                               const int8_t* b, const float* scales, int panels, float* out);
 #endif
 
+/* An int4 blob's form, as the kernels take it: the header's flags bits 0
+ * (asymmetric: zero points stored) and 2 (scales and zero points stored as
+ * bf16, KILN_GEMM_QUANT_BF16_SCALES; else fp32). */
+#define KILN_GEMM_Q4_FORM_MASK (1u | KILN_GEMM_QUANT_BF16_SCALES)
+static inline int kiln_gemm_q4_asym(int form) { return form & 1; }
+
+/* Bytes of one int4 group block's header: 16 scales, then (asym) 16 zero
+ * points, fp32 or bf16. */
+static inline int64_t kiln_gemm_q4_header_bytes(int form) {
+  return ((form & KILN_GEMM_QUANT_BF16_SCALES) ? 32 : 64) * (1 + kiln_gemm_q4_asym(form));
+}
+
 /* Bytes of one int4 group block (scales, zero points, nibbles). */
-static inline int64_t kiln_gemm_q4_group_bytes(int group, int asym) {
-  return 64 * (1 + (asym != 0)) + 8 * (int64_t)group;
+static inline int64_t kiln_gemm_q4_group_bytes(int group, int form) {
+  return kiln_gemm_q4_header_bytes(form) + 8 * (int64_t)group;
+}
+
+/* Entry i of a group block's header (0..15 scales, 16..31 zero points). */
+static inline float kiln_gemm_q4_header_at(const uint8_t* blk, int form, int i) {
+  if (form & KILN_GEMM_QUANT_BF16_SCALES) {
+    uint16_t h;
+    memcpy(&h, blk + 2 * i, sizeof h);
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+  float f;
+  memcpy(&f, blk + 4 * i, sizeof f);
+  return f;
+}
+
+/* Column c's scale and zero point (8 when symmetric) in a group block. */
+static inline float kiln_gemm_q4_scale(const uint8_t* blk, int form, int c) {
+  return kiln_gemm_q4_header_at(blk, form, c);
+}
+static inline float kiln_gemm_q4_zero(const uint8_t* blk, int form, int c) {
+  return kiln_gemm_q4_asym(form) ? kiln_gemm_q4_header_at(blk, form, 16 + c) : 8.0f;
 }
 
 void kiln_f32_qc8w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
                                  const float* scales, int panels, float* out);
-void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const float* a,
                                  int64_t lda, const float* asum, const uint8_t* b, int panels,
                                  float* out);
 void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales, int panels,
                                 float* out);
-void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
                                 int panels, float* out);
 #ifdef KILN_GEMM_HAVE_X86
 /* kiln_gemm_quant_avx2.c (AVX2 + FMA flags). */
 void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
                               const float* scales, int panels, float* out);
-void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const float* a,
                               int64_t lda, const float* asum, const uint8_t* b, int panels,
                               float* out);
 void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, int panels,
                              float* out);
-void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int asym, const uint8_t* b,
+void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
                              int panels, float* out);
 /* kiln_gemm_quant_avx512.c (AVX-512 flags). */
 void kiln_f32_qc8w_gemv__avx512(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
                                 const float* scales, int panels, float* out);
-void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int asym, const float* a,
+void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, const float* a,
                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
                                 float* out);
 #endif
