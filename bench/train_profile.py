@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/train_profile.py [--models train_mlp,train_transformer]
                                             [--threads 2,1] [--steps 30]
+    .venv/bin/python bench/train_profile.py --autocast [--models train_transformer]
+                                            [--variants fp32,autocast,autocast@KILN_CASTS=keep]
 
 Runs the bench's training rows (bench/models.py, the step of
 bench/peers.prepare_train: zero_grad, forward, backward, SGD) with eager and
@@ -16,6 +18,16 @@ times). For kiln it splits the step into
   other     everything else: Dynamo guards, AOTAutograd's runtime wrappers,
             the autograd engine, the optimizer step,
 and lists the slowest kiln nodes (Model.profile).
+
+--autocast compares kiln with kiln instead: the same step compiled in fp32
+and with its forward (and loss) under torch.autocast("cpu", bfloat16), each
+variant its own copy of the model, interleaved step by step (the order
+rotates), fastest and median step of each. A variant "NAME@VAR=VALUE" is
+compiled with that one environment variable set (the compiler reads KILN_CASTS
+and friends when a graph is compiled), so a pass can be A/B'd in one run.
+Then, per variant, where the time goes by node kind (one profiled step) and
+how many cast nodes each compiled graph has, standalone or inside fused
+groups.
 """
 
 import argparse
@@ -171,23 +183,165 @@ def worker(models, threads, steps, warmup):
         torch._dynamo.reset()
 
 
+def _autocast_step(fwd, model, autocast):
+    import torch
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step(inputs):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = fwd(*inputs)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def _cast_counts(explain):
+    """(standalone cast nodes, casts inside fused groups) of one plan."""
+    alone = fused = 0
+    for line in explain.splitlines():
+        if "= cast " in line:
+            alone += 1
+        elif "fused[" in line:
+            fused += line.split("fused[", 1)[1].split("]", 1)[0].split().count("cast")
+    return alone, fused
+
+
+def _node_kind(op, origin):
+    return "cast" if op == "cast" else ("gemm" if op in ("matmul", "linear") else op)
+
+
+def _own_code(model, i):
+    """model wrapped in a module whose forward is a code object of its own.
+    Dynamo caches compiled graphs per code object and, inlining nn.Modules,
+    guards on the parameters' properties rather than on the module, so
+    copies of one model would share the first copy's graphs (compiled under
+    its environment)."""
+    import types
+    from torch import nn
+
+    def forward(self, *args):
+        return self.inner(*args)
+
+    code = forward.__code__.replace(co_name=f"forward_variant_{i}")
+    cls = type(f"Variant{i}", (nn.Module,), {"forward": types.FunctionType(code, globals(), code.co_name)})
+    w = cls()
+    w.inner = model
+    return w
+
+
+def worker_autocast(models, threads, steps, warmup, variants):
+    import copy
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch
+    torch.set_num_threads(threads)
+    sys.path.insert(0, str(HERE))
+    import models as bench_models
+    import kiln  # noqa: F401
+    import kiln.module as km
+
+    for name in models:
+        model, inputs = bench_models.MODELS[name].build()
+        torch._dynamo.reset()
+        runs = []
+        for i, v in enumerate(variants):
+            label, _, env = v.partition("@")
+            m = copy.deepcopy(model)
+            step = _autocast_step(torch.compile(_own_code(m, i), backend="kiln"), m, label != "fp32")
+            plans = []
+            init = km.KilnModule.__init__
+
+            def record(self, *a, _plans=plans, **k):
+                init(self, *a, **k)
+                _plans.append(self)
+
+            km.KilnModule.__init__ = record
+            saved = {}
+            if env:
+                key, _, val = env.partition("=")
+                saved[key] = os.environ.get(key)
+                os.environ[key] = val
+            try:
+                loss = step(inputs)  # compiles the forward and backward graphs
+            finally:
+                km.KilnModule.__init__ = init
+                for key, val in saved.items():
+                    if val is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = val
+            runs.append((v, step, plans, float(loss)))
+        for _ in range(warmup):
+            for _, step, _, _ in runs:
+                step(inputs)
+        times = [[] for _ in runs]
+        for i in range(steps):
+            k = i % len(runs)  # rotate the order so no variant always runs first
+            for j in list(range(k, len(runs))) + list(range(k)):
+                t0 = time.perf_counter()
+                runs[j][1](inputs)
+                times[j].append(time.perf_counter() - t0)
+        load = os.getloadavg()
+        print(f"\n== {name} @ {threads} thread(s): {steps} interleaved steps per variant; "
+              f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        base = min(times[0])
+        for (v, _, plans, loss), ts in zip(runs, times):
+            casts = [_cast_counts(p.explain()) for p in plans]
+            print(f"   {v:32s} fastest {min(ts) * 1e3:8.2f} ms  median {_median(ts) * 1e3:8.2f} ms  "
+                  f"fastest/first's {min(ts) / base:5.3f}  first loss {loss:.6g}  "
+                  f"casts (alone+fused) per graph: {', '.join(f'{a}+{f}' for a, f in casts)}")
+        # Where each variant's time goes, by node kind (one profiled step).
+        kinds = []
+        for v, step, plans, _ in runs:
+            for p in plans:
+                p._kiln_model.profile(True)
+            step(inputs)
+            rows = defaultdict(float)
+            for p in plans:
+                got, n = p._kiln_model.profile()
+                p._kiln_model.profile(False)
+                for op, origin, ns in got:
+                    rows[_node_kind(op, origin)] += ns / max(n, 1)
+            kinds.append(rows)
+        names = sorted(set().union(*kinds), key=lambda k: -max(r.get(k, 0) for r in kinds))
+        print("   kiln node time by kind, ms (one profiled step): " + " | ".join(v for v, *_ in runs))
+        for k in names[:10]:
+            print(f"     {k:22s} " + "  ".join(f"{r.get(k, 0) / 1e6:8.2f}" for r in kinds))
+        print(f"     {'total':22s} " + "  ".join(f"{sum(r.values()) / 1e6:8.2f}" for r in kinds))
+        torch._dynamo.reset()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="train_mlp,train_transformer")
     ap.add_argument("--threads", default="2,1")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--autocast", action="store_true",
+                    help="kiln fp32 vs kiln under torch.autocast bf16 (see --variants)")
+    ap.add_argument("--variants", default="fp32,autocast",
+                    help="with --autocast: comma-separated fp32 or autocast, each optionally @VAR=VALUE")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
+    if args.autocast and args.models == ap.get_default("models"):
+        args.models = "train_transformer"
     models = args.models.split(",")
     if args.worker:
-        worker(models, int(args.threads), args.steps, args.warmup)
+        if args.autocast:
+            worker_autocast(models, int(args.threads), args.steps, args.warmup,
+                            args.variants.split(","))
+        else:
+            worker(models, int(args.threads), args.steps, args.warmup)
         return
     for n in args.threads.split(","):
         env = dict(os.environ, OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, KILN_NUM_THREADS=n,
                    PYTHONWARNINGS="ignore")
+        extra = ["--autocast", "--variants", args.variants] if args.autocast else []
         subprocess.run([sys.executable, __file__, "--worker", "--models", args.models, "--threads", n,
-                        "--steps", str(args.steps), "--warmup", str(args.warmup)], env=env, check=True)
+                        "--steps", str(args.steps), "--warmup", str(args.warmup)] + extra,
+                       env=env, check=True)
 
 
 if __name__ == "__main__":
