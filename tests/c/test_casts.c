@@ -7,12 +7,16 @@
  *     reading the widened fp32 B, row-major and transposed, at the small-M
  *     (GEMV) and blocked sizes and both B packers (up front and on the fly);
  *   - the fused ROUND_BF16 instruction gives the bits of the float32 ->
- *     bf16 -> float32 CAST kernels, on ties, subnormals, infinities and NaNs.
+ *     bf16 -> float32 CAST kernels, on ties, subnormals, infinities and NaNs;
+ *   - the float32 -> bf16 CAST (its ISA variants, kiln_cast_bf16.c) gives
+ *     the bits of the scalar rule written out here, at every length of a
+ *     vector body and tail and at unaligned starts.
  * At every ISA level this CPU has, with 1 and 2 threads. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/kiln_pool.h"
+#include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/eltwise/kiln_eltwise_fused.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -38,6 +42,51 @@ static void casts_round(const float* x, float* y, size_t n) {
   kiln_cast(KILN_F32, KILN_BF16, n, x, h);
   kiln_cast(KILN_BF16, KILN_F32, n, h, y);
   free(h);
+}
+
+/* The rule, one element at a time: nearest even, a NaN made quiet. */
+static uint16_t casts_bf16_rule(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
+  return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+static void casts_test_cast_kernel(kiln_pool_t* pool, const char* where) {
+  enum { N = 70000 }; /* above kiln_cast_parallel's chunk: split across the pool */
+  float* x = malloc(N * sizeof(float));
+  uint16_t* h = malloc((N + 1) * sizeof(uint16_t));
+  float* r = malloc(N * sizeof(float));
+  casts_fill_edges(x, N, 9);
+  for (size_t i = 200; i < N; i += 97) memcpy(&x[i], &(uint32_t){0x7f800001u + (uint32_t)i}, 4);
+  /* Every length 0..40 (vector bodies of 8 and 16 and every tail), from an
+   * unaligned start, then the whole buffer through the parallel entry. */
+  for (size_t n = 0; n <= 40; ++n)
+    for (size_t off = 0; off < 3; ++off) {
+      h[n] = 0xabcd; /* the element after the end stays untouched */
+      kiln_cast(KILN_F32, KILN_BF16, n, x + off, h);
+      for (size_t i = 0; i < n; ++i)
+        KILN_EXPECT(h[i] == casts_bf16_rule(x[off + i]), "%s: cast n %zu offset %zu element %zu: %04x, want %04x",
+                    where, n, off, i, h[i], casts_bf16_rule(x[off + i]));
+      KILN_EXPECT(h[n] == 0xabcd, "%s: cast n %zu wrote past the end", where, n);
+    }
+  kiln_cast_parallel(KILN_F32, KILN_BF16, N, x, h, pool);
+  size_t bad = 0;
+  for (size_t i = 0; i < N; ++i) bad += h[i] != casts_bf16_rule(x[i]);
+  KILN_EXPECT(bad == 0, "%s: %zu of %d cast elements differ from the rule", where, bad, N);
+  /* The fused rounding's vector form, in place as a fused program may run it. */
+  memcpy(r, x, N * sizeof(float));
+  kiln_round_bf16_f32(N, r, r);
+  bad = 0;
+  for (size_t i = 0; i < N; ++i) {
+    uint32_t want = (uint32_t)casts_bf16_rule(x[i]) << 16, got;
+    memcpy(&got, &r[i], 4);
+    bad += got != want;
+  }
+  KILN_EXPECT(bad == 0, "%s: %zu of %d in-place roundings differ from the rule", where, bad, N);
+  free(x);
+  free(h);
+  free(r);
 }
 
 static void casts_test_fused_round(kiln_pool_t* pool, const char* where) {
@@ -159,6 +208,7 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
 }
 
 static void casts_test_level(kiln_pool_t* pool, const char* where) {
+  casts_test_cast_kernel(pool, where);
   casts_test_fused_round(pool, where);
   casts_test_gemm(pool, where);
 }

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/math/kiln_math.h"
 #include "kernels/nn/kiln_nn.h"
@@ -144,7 +145,9 @@ static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x
 }
 
 /* y = x rounded to bf16 and widened: the CAST kernel's rule (nearest even,
- * a NaN made quiet), kept in float32; an integer loop GCC vectorises. */
+ * a NaN made quiet), kept in float32. The scalar form is the reference
+ * (kiln_fused_ref's); tiles run kiln_round_bf16_f32, the running ISA's
+ * variant of the same integer arithmetic (kiln_cast_bf16.c). */
 static void kiln_fused_round_bf16(int64_t n, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
@@ -158,7 +161,7 @@ static void kiln_fused_round_bf16(int64_t n, const float* x, float* y) {
 
 static void kiln_fused_unary(uint32_t op, int64_t n, const float* x, float* y) {
   if (op == KILN_FUSED_ROUND_BF16)
-    kiln_fused_round_bf16(n, x, y);
+    kiln_round_bf16_f32((size_t)n, x, y);
   else if (op <= KILN_FUSED_COS)
     kiln_unary_f32((kiln_unary_t)(op - KILN_FUSED_NEG), (size_t)n, x, y, NULL);
   else

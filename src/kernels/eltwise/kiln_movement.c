@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_nd.h"
 
 typedef struct {
@@ -226,18 +227,26 @@ static uint16_t kiln_f32_to_f16(float f) {
   return (uint16_t)(sign | h);
 }
 
-/* float32 <-> bfloat16, the casts around every op of a bf16 model: plain
- * integer loops GCC vectorises (the same rounding as kiln_f32_to_bf16). */
-static void kiln_cast_f32_to_bf16(size_t n, const float* x, uint16_t* y) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    memcpy(&bits, &x[i], 4);
-    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    uint32_t quiet = (bits >> 16) | 0x40u;
-    y[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-  }
+/* float32 -> bfloat16: the variant of kiln_cast_bf16.c for the running
+ * ISA level (checked on every call, as kiln_binary's); the avx2 one also
+ * serves AVX-512 machines. */
+void kiln_cast_f32_to_bf16(size_t n, const float* x, uint16_t* y) {
+  static void (*const variants[KILN_ISA_COUNT])(size_t, const float*,
+                                                uint16_t*) =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_cast_f32_to_bf16);
+  variants[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](n, x,
+                                                                                          y);
 }
 
+void kiln_round_bf16_f32(size_t n, const float* x, float* y) {
+  static void (*const variants[KILN_ISA_COUNT])(size_t, const float*,
+                                                float*) =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_round_bf16_f32);
+  variants[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](n, x,
+                                                                                          y);
+}
+
+/* bfloat16 -> float32: a shift, which GCC vectorises in the core. */
 static void kiln_cast_bf16_to_f32(size_t n, const uint16_t* x, float* y) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits = (uint32_t)x[i] << 16;
