@@ -4,9 +4,9 @@
  * The rule is kiln_f32_to_bf16's (kiln_movement.c): nearest even, a NaN
  * made quiet. The generic build is the plain integer loop (the reference);
  * the AVX2 build does the same integer arithmetic 8 lanes at a time with
- * intrinsics: GCC's vectorisation of the loop ran at half the speed of a
- * copy of the same bytes (it widened the NaN test to an unsigned compare
- * and packed twice), and in the baseline build element by element. Every
+ * intrinsics: GCC's vectorisation of the loop (SSE2 in the core, or AVX2)
+ * ran at a third to a half of the speed of a copy of the same bytes (it
+ * emulates an unsigned compare for the NaN test and packs twice). Every
  * lane computes what the scalar loop does, so every variant gives the same
  * bits. */
 #include "kernels/eltwise/kiln_cast_bf16_variants.h"
