@@ -27,8 +27,10 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->on_pass_ctx = NULL;
   const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
   o->layout = !(layout && strcmp(layout, "nchw") == 0);
-  const char* casts = getenv("KILN_CASTS"); /* "keep": no cast folding (A/B runs, exactness tests) */
-  o->fold_casts = !(casts && strcmp(casts, "keep") == 0);
+  /* "keep": no cast folding (A/B runs, exactness tests); "chains": only casts
+   * read once along a chain go (kiln_pass_casts.c, for A/B runs). */
+  const char* casts = getenv("KILN_CASTS");
+  o->fold_casts = casts && strcmp(casts, "keep") == 0 ? 0 : casts && strcmp(casts, "chains") == 0 ? 1 : 2;
   o->target = NULL;
 }
 
@@ -105,7 +107,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
    * before it again: the views the casts pass moves next to the GEMMs become
    * transposed reads there. */
   if (o->fuse && o->fold_casts) {
-    KILN_RUN_PASS("casts", kiln_pass_casts(g, &next, &a), "%d casts folded")
+    KILN_RUN_PASS("casts", kiln_pass_casts(g, o->fold_casts, &next, &a), "%d casts folded")
     KILN_RUN_PASS("simplify", kiln_pass_simplify(g, &next, &a), "%d rewrites")
   }
   if (o->fuse) {

@@ -25,7 +25,9 @@ typedef struct kiln_compile_options_s {
   int weights_a8;     /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
-  int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs; 0 with KILN_CASTS=keep */
+  int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs: 2 per value (the
+                       * default), 1 chains read once only (KILN_CASTS=chains), 0 off
+                       * (KILN_CASTS=keep) */
   const char* target; /* the target whose constant forms and kernels to use
                        * (kiln_hal_target_find; NULL: the default) */
   FILE* log;          /* when set, each pass prints what it did */
@@ -44,8 +46,10 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* graph, const kiln_hal_target_t* targe
 
 /* Folds bf16 casts into the GEMMs that read them and turns float32 ->
  * bf16 -> float32 round trips into adjacent pairs, views moved after them
- * (kiln_pass_casts.c). Exact. *out_folded: the casts folded. */
-kiln_status_t kiln_pass_casts(kiln_graph_t* graph, kiln_graph_t** out_graph, int32_t* out_folded);
+ * (kiln_pass_casts.c). Exact. mode: options' fold_casts (1 or 2).
+ * *out_folded: the casts' readers folded. */
+kiln_status_t kiln_pass_casts(kiln_graph_t* graph, int mode, kiln_graph_t** out_graph,
+                              int32_t* out_folded);
 
 /* Local rewrites in one sweep: identities (no-op reshapes, copies and
  * casts, x*1, x/1, x-0), reshape chains, decomposed GELU / SiLU / RMSNorm
