@@ -5,7 +5,9 @@
  *     reference with the rounded A;
  *   - a GEMM reading a bf16 B (b_bf16) gives the bits of the same GEMM
  *     reading the widened fp32 B, row-major and transposed, at the small-M
- *     (GEMV) and blocked sizes and both B packers (up front and on the fly);
+ *     (GEMV) and blocked sizes and both B packers (up front and on the fly),
+ *     with A row-major and transposed (a bf16 A, a_bf16, is widened into a
+ *     block and packed by the float32 packer: the same panels);
  *   - the fused ROUND_BF16 instruction gives the bits of the float32 ->
  *     bf16 -> float32 CAST kernels, on ties, subnormals, infinities and NaNs;
  *   - the float32 -> bf16 CAST (its ISA variants, kiln_cast_bf16.c) gives
@@ -136,7 +138,8 @@ static void casts_test_fused_round(kiln_pool_t* pool, const char* where) {
 static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
   static const int64_t sizes[][3] = {{1, 37, 21}, {5, 64, 48}, {37, 70, 33}, {130, 96, 260}};
   for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); ++c)
-    for (int bt = 0; bt < 2; ++bt) {
+    for (int bt = 0; bt < 4; ++bt) {
+      const int at = bt >> 1; /* A stored (K, M): the widening packer's transposed path */
       const int64_t M = sizes[c][0], K = sizes[c][1], N = sizes[c][2], B = 2;
       float* a = malloc(sizeof(float) * (size_t)(B * M * K));
       float* ar = malloc(sizeof(float) * (size_t)(B * M * K));
@@ -160,11 +163,11 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
       g.n = N;
       g.k = K;
       g.a_batch_stride = M * K;
-      g.a_row_stride = K;
-      g.a_col_stride = 1;
+      g.a_row_stride = at ? 1 : K;
+      g.a_col_stride = at ? M : 1;
       g.b_batch_stride = K * N;
-      g.b_row_stride = bt ? 1 : N; /* stored (N, K) when transposed */
-      g.b_col_stride = bt ? K : 1;
+      g.b_row_stride = bt & 1 ? 1 : N; /* stored (N, K) when transposed */
+      g.b_col_stride = bt & 1 ? K : 1;
       g.c_batch_stride = M * N;
       g.c_row_stride = N;
       g.act = KILN_ACT_NONE;
@@ -182,8 +185,8 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
       f.c = c2;
       kiln_gemm_f32(&f, pool);
       KILN_EXPECT(casts_same_bits(c1, c2, (size_t)(B * M * N)),
-                  "%s: M %lld K %lld N %lld bT %d: folded GEMM differs from the casts", where,
-                  (long long)M, (long long)K, (long long)N, bt);
+                  "%s: M %lld K %lld N %lld aT %d bT %d: folded GEMM differs from the casts", where,
+                  (long long)M, (long long)K, (long long)N, at, bt & 1);
       /* The reference with the same flags, against the rounded operands. */
       f.c = c3;
       kiln_gemm_f32_reference(&f);

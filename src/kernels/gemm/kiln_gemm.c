@@ -185,6 +185,53 @@ static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
  * every strip use them. A multiple of every NR. */
 #define KILN_GEMM_FLY_NB 256
 
+/* bf16 operands (a_bf16, b_bf16: autocast's saved activations, weights
+ * and gradients) on the float32 engines. A transposed one was widened
+ * element by element as it was packed (kiln_gemm_bf16.c's packers: a
+ * gather per element), the GEMM's whole packing cost over again. Here a
+ * block is first widened in the source's own order, runs of contiguous
+ * elements (a shift GCC vectorises), then packed by the ISA's float32
+ * packer (transposes in registers). Widening is exact: the panels hold the
+ * bits the element-by-element packers write. KILN_GEMM_WIDEN_K rows of K
+ * at a time keep the block in L1. */
+enum { KILN_GEMM_WIDEN_K = 128, KILN_GEMM_WIDEN_ROWS = 64 };
+
+static void kiln_gemm_widen_run(const uint16_t* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    memcpy(&y[i], &u, sizeof(u));
+  }
+}
+
+/* As kiln_gemm_pack_a_bf16 (rows [row0, row0 + rows) of A, element (i, p)
+ * at a[i * rs + p * cs], into MR-row panels k * mr floats apart). */
+static void kiln_gemm_pack_a_widened(const kiln_gemm_kernels_t* kn, int64_t k, const uint16_t* a,
+                                     int64_t rs, int64_t cs, int64_t row0, int64_t rows,
+                                     int64_t m_total, float* out) {
+  const int mr = kn->mr;
+  int64_t live = m_total - row0 < rows ? m_total - row0 : rows; /* rows that exist */
+  if ((rs != 1 && cs != 1) || rows > KILN_GEMM_WIDEN_ROWS || live <= 0) {
+    kiln_gemm_pack_a_bf16(mr, k, a, rs, cs, row0, rows, m_total, out);
+    return;
+  }
+  float tmp[KILN_GEMM_WIDEN_ROWS * KILN_GEMM_WIDEN_K];
+  const uint16_t* src = a + row0 * rs;
+  for (int64_t p0 = 0; p0 < k; p0 += KILN_GEMM_WIDEN_K) {
+    int64_t kb = k - p0 < KILN_GEMM_WIDEN_K ? k - p0 : KILN_GEMM_WIDEN_K;
+    if (rs == 1) /* stored (K, M): tmp[p][i], live rows per p */
+      for (int64_t p = 0; p < kb; ++p) kiln_gemm_widen_run(src + (p0 + p) * cs, live, tmp + p * live);
+    else /* row-major: tmp[i][p] */
+      for (int64_t i = 0; i < live; ++i) kiln_gemm_widen_run(src + i * rs + p0, kb, tmp + i * kb);
+    for (int64_t i0 = 0; i0 < rows; i0 += mr) {
+      const float* blk = rs == 1 ? tmp + i0 : tmp + i0 * kb;
+      int64_t panel_rows = rows - i0 < mr ? rows - i0 : mr;
+      /* live - i0 <= 0: a panel of padding, zeros. */
+      kn->pack_a(mr, kb, blk, rs == 1 ? 1 : kb, rs == 1 ? live : 1, 0, panel_rows, live - i0,
+                 out + (i0 / mr) * k * mr + p0 * mr);
+    }
+  }
+}
+
 /* Packs columns [j0, j1) (j0 a multiple of 16) of rows [0, kc) of an
  * unpacked B (element (p, j) at b[p * rs + j * cs]) into panels
  * `panel_stride` floats apart, the first at out. Row-major B goes a few
@@ -196,6 +243,20 @@ static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, con
                                   const uint16_t* b16, int64_t rs, int64_t cs, int64_t j0,
                                   int64_t j1, int64_t n, int64_t panel_stride, float* out) {
   const int P = KILN_GEMM_PANEL;
+  if (b16 && rs == 1 && cs != 1) {
+    /* A transposed bf16 B: each column widened (contiguous in p), then the
+     * float32 packer's register transposes (see kiln_gemm_pack_a_widened). */
+    float tmp[KILN_GEMM_PANEL * KILN_GEMM_WIDEN_K];
+    for (int64_t jq = j0, q = 0; jq < j1; jq += P, ++q) {
+      int64_t w = n - jq < P ? n - jq : P;
+      for (int64_t p0 = 0; p0 < kc; p0 += KILN_GEMM_WIDEN_K) {
+        int64_t kb = kc - p0 < KILN_GEMM_WIDEN_K ? kc - p0 : KILN_GEMM_WIDEN_K;
+        for (int64_t j = 0; j < w; ++j) kiln_gemm_widen_run(b16 + (jq + j) * cs + p0, kb, tmp + j * kb);
+        kn->pack_b_block(kb, w, tmp, 1, kb, out + q * panel_stride + p0 * P);
+      }
+    }
+    return;
+  }
   int64_t pstep = cs == 1 ? 8 : kc;
   for (int64_t p0 = 0; p0 < kc; p0 += pstep) {
     int64_t kb = kc - p0 < pstep ? kc - p0 : pstep;
@@ -285,8 +346,8 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     int64_t rows = ch->mlen - row0 < KILN_GEMM_A_GROUP * mr ? ch->mlen - row0
                                                             : KILN_GEMM_A_GROUP * mr;
     if (a16)
-      kiln_gemm_pack_a_bf16(mr, g->k, a16, g->a_row_stride, g->a_col_stride, row0, rows,
-                            ch->mlen, out + (row0 / mr) * g->k * mr);
+      kiln_gemm_pack_a_widened(ch->kn, g->k, a16, g->a_row_stride, g->a_col_stride, row0, rows,
+                               ch->mlen, out + (row0 / mr) * g->k * mr);
     else
       ch->kn->pack_a(mr, g->k, a, g->a_row_stride, g->a_col_stride, row0, rows, ch->mlen,
                      out + (row0 / mr) * g->k * mr);
