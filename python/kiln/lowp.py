@@ -25,7 +25,9 @@ removed by dead-code elimination. So:
 The compiler then folds the casts this places, exactly
 (src/compiler/kiln_pass_casts.c): a GEMM reads an fp32 A rounding it as it
 packs and a bf16 B widening it as it packs, and a round trip fp32 -> bf16 ->
-fp32 becomes one fused rounding (KILN_CASTS=keep turns that off).
+fp32 becomes one fused rounding; a cast whose bf16 bytes nobody reads (a
+backward's gradient read by two GEMMs and a bias sum) goes, each of its
+readers served from the fp32 value (KILN_CASTS=keep turns that off).
 
 The rule the tests hold kiln to: its error against a float64 evaluation of
 the same model (bf16 weights and inputs) is at most eager bf16's own error
