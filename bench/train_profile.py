@@ -22,7 +22,10 @@ and lists the slowest kiln nodes (Model.profile).
 --autocast compares kiln with kiln instead: the same step compiled in fp32
 and with its forward (and loss) under torch.autocast("cpu", bfloat16), each
 variant its own copy of the model, interleaved step by step (the order
-rotates), fastest and median step of each. A variant "NAME@VAR=VALUE" is
+rotates), fastest and median step of each, in wall time and in the
+process's CPU time (on a shared machine the other processes' work stretches
+the wall time, not the CPU time; at 1 thread the two agree on a quiet
+machine). A variant "NAME@VAR=VALUE" is
 compiled with that one environment variable set (the compiler reads KILN_CASTS
 and friends when a graph is compiled), so a pass can be A/B'd in one run.
 Then, per variant, where the time goes by node kind (each node's fastest of
@@ -278,20 +281,24 @@ def worker_autocast(models, threads, steps, warmup, variants):
             for _, step, _, _ in runs:
                 step(inputs)
         times = [[] for _ in runs]
+        cpu = [[] for _ in runs]  # the process's CPU time: what a busy machine's other work does not add
         for i in range(steps):
             k = i % len(runs)  # rotate the order so no variant always runs first
             for j in list(range(k, len(runs))) + list(range(k)):
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 runs[j][1](inputs)
                 times[j].append(time.perf_counter() - t0)
+                cpu[j].append(time.process_time() - c0)
         load = os.getloadavg()
         print(f"\n== {name} @ {threads} thread(s): {steps} interleaved steps per variant; "
               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         base = min(times[0])
-        for (v, _, plans, loss), ts in zip(runs, times):
+        cbase = min(cpu[0])
+        for (v, _, plans, loss), ts, cs in zip(runs, times, cpu):
             casts = [_cast_counts(p.explain()) for p in plans]
-            print(f"   {v:32s} fastest {min(ts) * 1e3:8.2f} ms  median {_median(ts) * 1e3:8.2f} ms  "
-                  f"fastest/first's {min(ts) / base:5.3f}  first loss {loss:.6g}  "
+            print(f"   {v:28s} wall fastest {min(ts) * 1e3:7.2f} median {_median(ts) * 1e3:7.2f} ms "
+                  f"({min(ts) / base:5.3f}x first's); cpu fastest {min(cs) * 1e3:7.2f} median "
+                  f"{_median(cs) * 1e3:7.2f} ms ({min(cs) / cbase:5.3f}x); first loss {loss:.6g}; "
                   f"casts (alone+fused) per graph: {', '.join(f'{a}+{f}' for a, f in casts)}")
         # Where each variant's time goes, by node kind: each node's fastest
         # of 5 profiled steps (the machine is shared).
