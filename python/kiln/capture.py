@@ -318,23 +318,27 @@ def graph_attribute(ctx, gm, n):
         return ctx.unsupported_value(n, str(e))
 
 
-def lower_graph(gm, placeholders, outputs, ranges=None):
+def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None):
     """Builds a kiln graph from an FX graph of ATen ops.
 
     placeholders: for each placeholder node, in order, either ("input", name)
-    or ("constant", tensor) or ("python", value).
-    outputs: the FX nodes (or values) to return, flat.
+    or ("constant", tensor) or ("python", value), or ("custom", fn): fn(ctx, node)
+    gives the node's value (kiln/cache_append.py's cache inputs).
+    outputs: the FX nodes (or values) to return, flat; or functions of the
+    lowering context giving a value id (a value no FX node has).
+    overrides: {FX node: fn(ctx)} lowered by fn instead of the op table.
     ranges: an ExportedProgram's range_constraints (the sizes it is valid for).
     Returns the LoweringContext (its .graph is ready to compile).
     """
     missing = find_unsupported(gm)
     if missing:
         _raise_unsupported(missing)
-    return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs),
+    return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs,
+                                                                               overrides or {}),
                              ranges)
 
 
-def _lower_graph_into(ctx, gm, placeholders, outputs):
+def _lower_graph_into(ctx, gm, placeholders, outputs, overrides):
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, (kind, what) in zip(phs, placeholders):
         if kind == "input" and isinstance(n.meta.get("val"), (torch.SymInt, int)):
@@ -345,6 +349,8 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
             ctx.env[n] = ctx.constant(what, n.name)
         elif kind == "frozen":
             ctx.env[n] = ctx.frozen_constant(what, n.name)
+        elif kind == "custom":
+            ctx.env[n] = what(ctx, n)
         elif isinstance(what, torch.SymInt):
             ctx.env[n] = symbolic.size(what)  # a size Dynamo passes as an argument
         else:
@@ -354,6 +360,9 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
             ctx.env[n] = graph_attribute(ctx, gm, n)
             continue
         if n.op != "call_function":
+            continue
+        if n in overrides:
+            ctx.env[n] = overrides[n](ctx)
             continue
         try:
             ctx.env[n] = lowp.lower_node(ctx, n, TABLE[n.target])
@@ -367,6 +376,9 @@ def _lower_graph_into(ctx, gm, placeholders, outputs):
             raise KilnError(f"while lowering {n.target}{' at ' + where if where else ''}: {e}") from None
     out_ids = []
     for o in outputs:
+        if callable(o) and not isinstance(o, torch.fx.Node):
+            out_ids.append(o(ctx))
+            continue
         if not isinstance(o, torch.fx.Node):
             raise KilnError(f"the model returns a non-tensor value {o!r}; kiln returns tensors only")
         out_ids.append(ctx.value(o))

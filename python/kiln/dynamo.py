@@ -19,12 +19,14 @@ Clear them with counters.clear() before a run to see what it compiled.
 
 import contextvars
 import operator
+import os
 import sys
 import warnings
 
 import torch
 import torch.nn.functional as F
 
+from kiln import cache_append
 from kiln.capture import decomposition_table, log_enabled, lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.module import KilnModule, compile_graph
@@ -39,6 +41,9 @@ from kiln.train_rewrite import stack_select_scatters, unsave_transposes
 _REAL_INPUTS = contextvars.ContextVar("kiln_real_inputs", default=None)
 # torch.compile(..., options={...}) of this compile: (weights_bf16, compute_bf16)
 # as compile_graph takes them (kiln.trace's weights_dtype and compute_dtype).
+# KILN_CACHE_APPEND=0: a DynamicCache's cat copies the past every step, as
+# eager's (for comparison; kiln/cache_append.py).
+_CACHE_APPEND = os.environ.get("KILN_CACHE_APPEND", "1") != "0"
 _PRECISION = contextvars.ContextVar("kiln_precision", default=(False, False))
 
 OPTIONS = ("weights_dtype", "compute_dtype")
@@ -140,11 +145,20 @@ def _compile_fx(gm, example_inputs, frozen=None):
     outs = out_node.args[0]
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     writes = _input_writes(gm)
+    # A DynamicCache's cat([past, new]) returned by the graph: appended in
+    # place into a buffer with room (kiln/cache_append.py).
+    appends = cache_append.find(gm, example_inputs, placeholders, flat) if _CACHE_APPEND else []
+    by_cat = {a.cat: a for a in appends}
+    lowering = cache_append.Lowering(appends)
+    for a in appends:
+        if a.pos is not None:
+            placeholders[a.pos] = ("custom", lowering.past(a))
     # Where each output comes from: ("none",) for backward graphs' None
     # gradients; ("input", i) for an input returned as it is (AOTAutograd's
     # forward returns the parameters it saves for backward): handed back
     # without a copy; ("kiln", j) for kiln's j-th output, each distinct node
-    # computed and written once even when returned twice.
+    # computed and written once even when returned twice; ("append", j) for
+    # the view of the j-th append's buffer.
     ph_pos = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     kiln_nodes, source = [], []
     for o in flat:
@@ -155,16 +169,37 @@ def _compile_fx(gm, example_inputs, frozen=None):
             source.append(("size", size))
         elif isinstance(o, torch.fx.Node) and o in ph_pos and isinstance(example_inputs[ph_pos[o]], torch.Tensor):
             source.append(("input", ph_pos[o]))
+        elif o in by_cat:
+            source.append(("append", by_cat[o].index))
         else:
             if o not in kiln_nodes:
                 kiln_nodes.append(o)
             source.append(("kiln", kiln_nodes.index(o)))
-    if not kiln_nodes and not writes:
+    if not kiln_nodes and not writes and not appends:
         return gm.forward  # nothing to compute: the graph only forwards its inputs
     n_user = len(kiln_nodes)
-    kiln_nodes = kiln_nodes + [src for _, src, _ in writes]
+    n_writes = len(writes)
+    kiln_nodes = kiln_nodes + [src for _, src, _ in writes] + [lowering.output(a) for a in appends]
     compile_stage("lowering")
-    ctx = lower_graph(gm, placeholders, kiln_nodes)
+    ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends})
+    # The model's inputs, in the order lowering added them: each tensor (or
+    # symbolic size) argument; an append's past gives its length (when
+    # symbolic) and its buffer comes after all of them.
+    roles = []
+    if appends:
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        names = []
+        for i, (kind, what) in enumerate(placeholders):
+            a = next((a for a in appends if a.pos == i), None)
+            if kind == "input":
+                roles.append(("arg", i))
+                names.append(what)
+            elif a is not None and a.sized:
+                roles.append(("rows", a.index))
+                names.append(f"{phs[i].name}.rows")
+        for j in ctx._kiln_buffers:
+            roles.append(("buffer", j))
+            names.append(f"{appends[j].cat.name}.buffer")
     # Low-precision weights apply where they are constants: frozen (inference) graphs.
     weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
     mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
@@ -181,22 +216,43 @@ def _compile_fx(gm, example_inputs, frozen=None):
     if writes and log_enabled():
         print(f"kiln: the graph writes {len(writes)} of its inputs: {len(in_place)} in place "
               f"(their memory is the output's), {len(copied)} copied after the run", file=sys.stderr)
+    if appends and log_enabled():
+        print(f"kiln: {len(appends)} cache appends in place (a buffer with room per cache tensor)", file=sys.stderr)
 
     grown = _grown_outputs(flat, source)
 
+    def run_appending(args):
+        bufs = cache_append.buffers(appends, args)
+        ins = []
+        for kind, i in roles:
+            if kind == "arg":
+                ins.append(args[i])
+            elif kind == "rows":
+                ins.append(bufs[i][1])
+            else:
+                ins.append(bufs[i][0])
+        given = {k: args[pos] for k, pos in in_place.items()}
+        for a, (buf, _, _) in zip(appends, bufs):
+            given[n_user + n_writes + a.index] = buf
+        got = mod.run_flat(ins, given)
+        return got, [cache_append.commit(a, buf, length) for a, (buf, _, length) in zip(appends, bufs)]
+
     def run(*args):
-        ins = [args[i] for i in tensor_positions]
-        got = mod.run_flat(ins, {k: args[pos] for k, pos in in_place.items()}) if in_place else mod.run_flat(ins)
+        if appends:
+            got, views = run_appending(args)
+        else:
+            ins = [args[i] for i in tensor_positions]
+            got = mod.run_flat(ins, {k: args[pos] for k, pos in in_place.items()}) if in_place else mod.run_flat(ins)
         for k, pos in copied:
             args[pos].copy_(got[k])
-        if writes:
+        if writes or appends:
             got = got[:n_user]
         for k, dims in grown:
             _mark_propagated_dynamic(got[k], dims)
         if direct:
             return got
-        return [None if kind == "none" else args[i] if kind == "input" else i(args) if kind == "size" else got[i]
-                for kind, i in source]
+        return [None if kind == "none" else args[i] if kind == "input" else i(args) if kind == "size"
+                else views[i] if kind == "append" else got[i] for kind, i in source]
 
     run._kiln_module = mod
     return run

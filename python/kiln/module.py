@@ -146,6 +146,9 @@ class KilnModule(torch.nn.Module):
         if len(args) == len(self._fast_in):
             descs = []
             for t, (tdtype, dtype_id) in zip(args, self._fast_in):
+                if type(t) is int and dtype_id == _SIZE_DTYPE:  # a symbolic size passed by value
+                    descs.append((1, _SIZE_DTYPE, (t,)))
+                    continue
                 if type(t) is not torch.Tensor or t.dtype is not tdtype or not t.is_cpu or not t.is_contiguous():
                     descs = None
                     break

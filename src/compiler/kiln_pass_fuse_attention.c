@@ -80,10 +80,20 @@ static int widen_view(int64_t* view, const int64_t* dims, int64_t n_i, int64_t n
 }
 
 /* SDPA's input views step forwards only: a view with a negative stride (a
- * flip) stays a STRIDED_COPY of its own. */
-static int forward_strides(const int64_t* strides, int n) {
-  for (int d = 0; d < n; ++d)
-    if (strides[d] < 0) return 0;
+ * flip) stays a STRIDED_COPY of its own. A symbolic stride (a view of a
+ * DynamicCache's buffer, whose rows are its capacity) counts as forward
+ * when it is at both probe bindings: SDPA's shape rule checks every view
+ * again with each call's sizes, so a binding that made it negative would be
+ * refused, never read out of bounds. */
+static int forward_strides(const kiln_graph_t* g, const int64_t* strides, int n) {
+  for (int d = 0; d < n; ++d) {
+    if (!kiln_dim_is_sym(strides[d])) {
+      if (strides[d] < 0) return 0;
+    } else if (!g->syms || !kiln_sym_dim_valid(g->syms, strides[d]) ||
+               kiln_sym_probe(g->syms, strides[d], 0) < 0 || kiln_sym_probe(g->syms, strides[d], 1) < 0) {
+      return 0;
+    }
+  }
   return 1;
 }
 
@@ -99,7 +109,7 @@ static const kiln_node_t* repeat_kv_behind(const kiln_graph_t* g, int32_t t, con
   if (r->op != KILN_OP_RESHAPE || ev->producer < 0 || uses[r->inputs[0]] != 1) return NULL;
   const kiln_node_t* e = &g->nodes[ev->producer];
   const int64_t* st = e->params + KILN_P(VIEW, STRIDES);
-  if (e->op != KILN_OP_STRIDED_COPY || e->params[KILN_P(VIEW, RANK)] != 5 || st[2] != 0 || !forward_strides(st, 5))
+  if (e->op != KILN_OP_STRIDED_COPY || e->params[KILN_P(VIEW, RANK)] != 5 || st[2] != 0 || !forward_strides(g, st, 5))
     return NULL;
   const int64_t* d = e->params + KILN_P(VIEW, DIMS);
   if (tv->shape[0] != d[0] || tv->shape[1] != kiln_graph_dim_mul(g, d[1], d[2]) || tv->shape[2] != d[3] ||
@@ -183,7 +193,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
        * (sdpa -> permute -> sdpa): that SDPA writes the copy's value in
        * place and never makes the copy's input, so it cannot be read. */
       if (p && p->op == KILN_OP_STRIDED_COPY && p->params[KILN_P(VIEW, RANK)] == 4 && uses[t] == 1 &&
-          forward_strides(p->params + KILN_P(VIEW, STRIDES), 4) && role[tv->producer] != 1) {
+          forward_strides(g, p->params + KILN_P(VIEW, STRIDES), 4) && role[tv->producer] != 1) {
         pl->src[i] = p->inputs[0];
         pl->view[i][0] = p->params[KILN_P(VIEW, OFFSET)];
         memcpy(&pl->view[i][1], p->params + KILN_P(VIEW, STRIDES), 4 * sizeof(int64_t));

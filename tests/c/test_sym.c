@@ -1,6 +1,7 @@
 /* Symbolic sizes: the expression table's canonical forms, shape inference
  * over symbols, and a symbolic model run at several bindings against the
  * same graph built concretely at each. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -520,6 +521,133 @@ static void test_sym_model_rebind(void) {
   kiln_model_release(m);
 }
 
+/* One append: STRIDED_SCATTER of new (1, 2, 1, 4) at row S of buf (1, 2, C,
+ * 4), then the view of its first S + 1 rows (strides st: expressions of C). */
+static void cache_append_nodes(kiln_graph_t* g, int32_t buf, int32_t nw, const int64_t* st,
+                               int64_t S4, int64_t S1, int32_t* scattered, int32_t* view) {
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[KILN_P(VIEW, RANK)] = 4;
+  memcpy(p + KILN_P(VIEW, DIMS), (int64_t[]){1, 2, 1, 4}, 4 * sizeof(int64_t));
+  memcpy(p + KILN_P(VIEW, STRIDES), st, 4 * sizeof(int64_t));
+  p[KILN_P(VIEW, OFFSET)] = S4;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_SCATTER, (int32_t[]){buf, nw}, 2, p,
+                                     KILN_P(VIEW, OFFSET) + 1, NULL, 0, "append", scattered));
+  memcpy(p + KILN_P(VIEW, DIMS), (int64_t[]){1, 2, S1, 4}, 4 * sizeof(int64_t));
+  p[KILN_P(VIEW, OFFSET)] = 0;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, scattered, 1, p,
+                                     KILN_P(VIEW, OFFSET) + 1, NULL, 0, "past and new", view));
+}
+
+/* A DynamicCache's append in place (python/kiln/cache_append.py): each whole
+ * buffer (1, 2, C, 4), keys' and values', is an input and an output given
+ * its own memory, the new row is scattered at row S, and attention reads the
+ * first S + 1 rows through views whose strides are expressions of the
+ * capacity C. The attention pass folds the views into SDPA's strides (no
+ * copy of the past); rows other than S are left as they were; a binding
+ * whose capacity is too small is refused with an error, never written out
+ * of bounds. */
+static void test_sym_cache_append(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  kiln_sym_table_t* t = NULL;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  int64_t S, C, C4, C8, S4, S1;
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 1, 4096, &S));
+  KILN_EXPECT_OK(kiln_sym_var(t, "C", 1, 4096, &C));
+  KILN_EXPECT_OK(kiln_dim_mul(t, C, 4, &C4));
+  KILN_EXPECT_OK(kiln_dim_mul(t, C, 8, &C8));
+  KILN_EXPECT_OK(kiln_dim_mul(t, S, 4, &S4));
+  KILN_EXPECT_OK(kiln_dim_add(t, S, 1, &S1));
+  const int64_t st[4] = {C8, C4, 4, 1};
+  int32_t rows, kb, vb, kn, vn, q, ks, vs, kv, vv, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "rows", KILN_I8, 1, (int64_t[]){S}, &rows));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "keys", KILN_F32, 4, (int64_t[]){1, 2, C, 4}, &kb));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "values", KILN_F32, 4, (int64_t[]){1, 2, C, 4}, &vb));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "k", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &kn));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "v", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &vn));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "q", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &q));
+  cache_append_nodes(g, kb, kn, st, S4, S1, &ks, &kv);
+  cache_append_nodes(g, vb, vn, st, S4, S1, &vs, &vv);
+  int64_t pa[KILN_MAX_PARAMS] = {0};
+  const float scale = 0.5f;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SDPA, (int32_t[]){q, kv, vv}, 3, pa,
+                                     KILN_P(SDPA, CAUSAL) + 1, &scale, 1, "attention", &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, (int32_t[]){ks, vs, y}, 3));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  kiln_graph_t* c = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &c)); /* consumes g */
+  if (!c) return;
+  int copies = 0;
+  for (int32_t i = 0; i < c->n_nodes; ++i) copies += c->nodes[i].op == KILN_OP_STRIDED_COPY;
+  KILN_EXPECT(copies == 0, "the views of the buffers are folded into SDPA: %d copies left", copies);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m));
+  if (!m) return;
+  const int64_t bind[][2] = {{3, 8}, {7, 8}, {8, 16}, {1, 16}, {15, 16}};
+  for (size_t k = 0; k < sizeof bind / sizeof bind[0]; ++k) {
+    int64_t s = bind[k][0], cap = bind[k][1];
+    size_t n = (size_t)(2 * cap * 4);
+    float *kbuf = malloc(n * 4), *vbuf = malloc(n * 4), *kold = malloc(n * 4), *vold = malloc(n * 4);
+    float kn_[8], vn_[8], qv[8], out[8], want[8];
+    kiln_test_fill_f32(kbuf, n, 50 + (unsigned)k, -1, 1);
+    kiln_test_fill_f32(vbuf, n, 55 + (unsigned)k, -1, 1);
+    kiln_test_fill_f32(kn_, 8, 60 + (unsigned)k, -1, 1);
+    kiln_test_fill_f32(vn_, 8, 65 + (unsigned)k, -1, 1);
+    kiln_test_fill_f32(qv, 8, 70 + (unsigned)k, -1, 1);
+    memcpy(kold, kbuf, n * 4), memcpy(vold, vbuf, n * 4);
+    int64_t sr[1] = {s}, sb[4] = {1, 2, cap, 4}, s1[4] = {1, 2, 1, 4};
+    kiln_tensor_t in[6] = {{(void*)1, KILN_I8, 1, sr}, {kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb},
+                           {kn_, KILN_F32, 4, s1},      {vn_, KILN_F32, 4, s1},  {qv, KILN_F32, 4, s1}};
+    kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, s1}};
+    KILN_EXPECT_OK(kiln_model_run(m, in, 6, outs, 3));
+    int bad = 0;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t r = 0; r < cap; ++r)
+        for (int64_t d = 0; d < 4; ++d) {
+          size_t i = (size_t)((h * cap + r) * 4 + d);
+          bad += kbuf[i] != (r == s ? kn_[h * 4 + d] : kold[i]);
+          bad += vbuf[i] != (r == s ? vn_[h * 4 + d] : vold[i]);
+        }
+    KILN_EXPECT(bad == 0, "S=%lld C=%lld: %d elements of the buffers wrong", (long long)s,
+                (long long)cap, bad);
+    /* Each head's query over rows 0..S of the buffers, in double. */
+    for (int64_t h = 0; h < 2; ++h) {
+      double w[64], mx = -1e30, sum = 0;
+      for (int64_t r = 0; r <= s; ++r) {
+        double dot = 0;
+        for (int64_t d = 0; d < 4; ++d) dot += (double)qv[h * 4 + d] * kbuf[(h * cap + r) * 4 + d];
+        w[r] = dot * scale;
+        if (w[r] > mx) mx = w[r];
+      }
+      for (int64_t r = 0; r <= s; ++r) sum += (w[r] = exp(w[r] - mx));
+      for (int64_t d = 0; d < 4; ++d) {
+        double acc = 0;
+        for (int64_t r = 0; r <= s; ++r) acc += w[r] / sum * vbuf[(h * cap + r) * 4 + d];
+        want[h * 4 + d] = (float)acc;
+      }
+    }
+    kiln_test_compare_f32("attention over the appended buffers", out, want, 8, 1e-5f, 1e-5f);
+    free(kbuf), free(vbuf), free(kold), free(vold);
+  }
+  /* No room for row S: refused (the scatter's bounds), the buffers untouched. */
+  float kbuf[64], vbuf[64], kold[64], vold[64], zero[8] = {0}, out[8];
+  kiln_test_fill_f32(kbuf, 64, 80, -1, 1);
+  kiln_test_fill_f32(vbuf, 64, 81, -1, 1);
+  memcpy(kold, kbuf, sizeof kbuf), memcpy(vold, vbuf, sizeof vbuf);
+  int64_t sr[1] = {8}, sb[4] = {1, 2, 8, 4}, s1[4] = {1, 2, 1, 4};
+  kiln_tensor_t in[6] = {{(void*)1, KILN_I8, 1, sr}, {kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb},
+                         {zero, KILN_F32, 4, s1},     {zero, KILN_F32, 4, s1}, {zero, KILN_F32, 4, s1}};
+  kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, s1}};
+  kiln_status_t err = kiln_model_run(m, in, 6, outs, 3);
+  KILN_EXPECT(err != NULL, "a capacity without room for the new row is refused");
+  KILN_EXPECT(memcmp(kbuf, kold, sizeof kbuf) == 0 && memcmp(vbuf, vold, sizeof vbuf) == 0,
+              "the refused call wrote nothing");
+  kiln_status_free(err);
+  kiln_model_release(m);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_export_guards();
   test_sym_canonical();
@@ -528,4 +656,5 @@ void kiln_test_suite_sym(void) {
   test_sym_example();
   test_sym_plan_fits();
   test_sym_model_rebind();
+  test_sym_cache_append();
 }
