@@ -29,7 +29,12 @@ text (issue 18 item 4): the prompt and eager's greedy continuation fed whole
 perplexity and its change, cosine and max relative error of the logits
 (--no-accuracy skips it; it compiles one more graph per system).
 
-Usage: python bench/decode_lowp.py [rounds] [--threads N] [--g128] [--static] [--no-accuracy]
+With --cat, the systems are kiln fp32 and int4:a8 each twice: appending
+to the DynamicCache in place (kiln's default) and with the copying cat
+("... cat", compiled with kiln.dynamo._CACHE_APPEND off: each step's cat
+copies the past, as eager's), interleaved in one process.
+
+Usage: python bench/decode_lowp.py [rounds] [--threads N] [--g128] [--static] [--no-accuracy] [--cat]
 """
 import os
 import sys
@@ -48,7 +53,8 @@ KINDS = (("kiln fp32", None), ("kiln int8", torch.int8), ("kiln int8:a8", "int8:
 def kiln_systems(model, kinds, cache=None):
     """One GenSystem per (name, weights_dtype): the model's forward through
     torch.compile(backend="kiln") with that option, each on its own code
-    object (generation._own_code), compared with eager's tokens."""
+    object (generation._own_code), compared with eager's tokens. A name
+    ending in " cat" compiles with the copying cat (see --cat)."""
     from generation import GenSystem, _own_code
     fwd = model.forward
     systems = []
@@ -56,8 +62,23 @@ def kiln_systems(model, kinds, cache=None):
         opts = {"weights_dtype": wd} if wd is not None else {}
         f = torch.compile(_own_code(fwd, name.replace(" ", "_").replace(":", "_")), backend="kiln",
                           options=opts)
+        if name.endswith(" cat"):
+            f = _copying_cat(f)
         systems.append(GenSystem(name, f, cache, "eager"))
     return systems
+
+
+def _copying_cat(f):
+    """f compiling its graphs with kiln's cache appends off."""
+    import kiln.dynamo
+
+    def forward(*args, **kwargs):
+        kiln.dynamo._CACHE_APPEND = False
+        try:
+            return f(*args, **kwargs)
+        finally:
+            kiln.dynamo._CACHE_APPEND = True
+    return forward
 
 
 def first_calls(model, systems, ids, mask, new, prompt, log=print):
@@ -137,6 +158,9 @@ def main():
     ids = torch.randint(3, vocab, (1, prompt), generator=g)
     mask = torch.ones_like(ids)
     kinds = list(KINDS)
+    if "--cat" in args:
+        kinds = [("kiln fp32", None), ("kiln fp32 cat", None), ("kiln int4:a8", "int4:a8"),
+                 ("kiln int4:a8 cat", "int4:a8")]
     if "--g128" in args:
         kinds += [("kiln int4:g128", "int4:g128"), ("kiln int4:g128:a8", "int4:g128:a8")]
     systems = [GenSystem("eager", None, cache, None)] + kiln_systems(model, kinds, cache)
@@ -179,11 +203,11 @@ def main():
         base = sorted(tps[f]["kiln fp32"])
         print(f"decode tok/s ({'CPU' if f.endswith('cpu') else 'wall'} time) over {rounds} interleaved "
               f"rounds (load average after: {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f})")
-        print(f"  {'system':15s} {'fastest':>8s} {'median':>8s} | {'vs kiln fp32: fastest':>22s} {'median':>8s}")
+        print(f"  {'system':17s} {'fastest':>8s} {'median':>8s} | {'vs kiln fp32: fastest':>22s} {'median':>8s}")
         for name, v in tps[f].items():
             v = sorted(v)
             med = v[len(v) // 2]
-            print(f"  {name:15s} {v[-1]:8.1f} {med:8.1f} | {v[-1] / base[-1]:21.2f}x "
+            print(f"  {name:17s} {v[-1]:8.1f} {med:8.1f} | {v[-1] / base[-1]:21.2f}x "
                   f"{med / base[len(base) // 2]:7.2f}x")
 
 

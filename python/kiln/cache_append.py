@@ -58,7 +58,6 @@ class Append:
         self.shape = shape  # [(placeholder index, dim) or int, or (pos, dim, plus)] for each dim of the result
         self.sized = False  # whether the past's length is a model input (a symbolic size)
         self.scatter = None  # the kiln value written into the buffer
-        self.dims = {dim}  # the view's dim that grows (_mark_propagated_dynamic)
 
 
 def _is_empty_constant(node):
@@ -259,5 +258,5 @@ def commit(a, buf, length):
     buf._kiln_version = buf._version
     view = buf.narrow(a.dim, 0, length)
     view._kiln_buffer = buf
-    view._dynamo_propagated_dynamic_indices = a.dims
+    view._dynamo_propagated_dynamic_indices = {a.dim}
     return view

@@ -361,10 +361,10 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides):
             continue
         if n.op != "call_function":
             continue
-        if n in overrides:
-            ctx.env[n] = overrides[n](ctx)
-            continue
         try:
+            if n in overrides:
+                ctx.env[n] = overrides[n](ctx)
+                continue
             ctx.env[n] = lowp.lower_node(ctx, n, TABLE[n.target])
             symbolic.check_at_example(ctx, n, ctx.env[n])
         except Unsupported as e:

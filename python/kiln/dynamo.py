@@ -118,7 +118,7 @@ def _guard_frozen(frozen, build):
     return run
 
 
-def _compile_fx(gm, example_inputs, frozen=None):
+def _compile_fx(gm, example_inputs, frozen=None, appending=True):
     frozen = frozen or {}
     placeholders = []
     names = []
@@ -147,7 +147,7 @@ def _compile_fx(gm, example_inputs, frozen=None):
     writes = _input_writes(gm)
     # A DynamicCache's cat([past, new]) returned by the graph: appended in
     # place into a buffer with room (kiln/cache_append.py).
-    appends = cache_append.find(gm, example_inputs, placeholders, flat) if _CACHE_APPEND else []
+    appends = cache_append.find(gm, example_inputs, placeholders, flat) if _CACHE_APPEND and appending else []
     by_cat = {a.cat: a for a in appends}
     lowering = cache_append.Lowering(appends)
     for a in appends:
@@ -181,7 +181,16 @@ def _compile_fx(gm, example_inputs, frozen=None):
     n_writes = len(writes)
     kiln_nodes = kiln_nodes + [src for _, src, _ in writes] + [lowering.output(a) for a in appends]
     compile_stage("lowering")
-    ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends})
+    try:
+        ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends})
+    except KilnError as e:
+        if not appends:
+            raise
+        # What kiln cannot lower with its appends it compiles with the
+        # copying cat, as before.
+        if log_enabled():
+            print(f"kiln: cache appends not in place in this graph: {e}", file=sys.stderr)
+        return _compile_fx(gm, example_inputs, frozen, appending=False)
     # The model's inputs, in the order lowering added them: each tensor (or
     # symbolic size) argument; an append's past gives its length (when
     # symbolic) and its buffer comes after all of them.
@@ -202,7 +211,14 @@ def _compile_fx(gm, example_inputs, frozen=None):
             names.append(f"{appends[j].cat.name}.buffer")
     # Low-precision weights apply where they are constants: frozen (inference) graphs.
     weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
-    mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
+    try:
+        mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
+    except KilnError as e:
+        if not appends:
+            raise
+        if log_enabled():
+            print(f"kiln: cache appends not in place in this graph: {e}", file=sys.stderr)
+        return _compile_fx(gm, example_inputs, frozen, appending=False)
     mod._kiln_keep = ctx.kept  # the frozen parameters the model's constants borrow
     tensor_positions = [i for i, (kind, _) in enumerate(placeholders) if kind == "input"]
     direct = all(kind == "kiln" for kind, _ in source) and len(kiln_nodes) == len(flat)

@@ -149,3 +149,24 @@ def test_the_same_past_twice():
     assert cache_append.latest_buffer(latest, 2) is not None
     latest.mul_(1.0)
     assert cache_append.latest_buffer(latest, 2) is None
+
+
+def test_append_kiln_cannot_lower_copies(monkeypatch):
+    """A graph whose appends kiln cannot lower in place (here: made to
+    fail) compiles with the copying cat, whole in kiln, tokens unchanged."""
+    from kiln.errors import Unsupported
+
+    def refuse(self, a):
+        def lower(ctx):
+            raise Unsupported("no room today")
+        return lower
+
+    monkeypatch.setattr(cache_append.Lowering, "cat", refuse)
+    model = _model("llama")
+    ids, mask = _prompt(1)
+    n = dict(max_new_tokens=8, min_new_tokens=8)
+    ref = _generate(model, ids, mask, **n)
+    model.forward = torch.compile(model.forward, backend="kiln")
+    assert torch.equal(_generate(model, ids, mask, **n), ref)
+    assert_all_in_kiln()
+    assert not counters["kiln_cache"], dict(counters["kiln_cache"])
