@@ -97,6 +97,49 @@ static int forward_strides(const kiln_graph_t* g, const int64_t* strides, int n)
   return 1;
 }
 
+/* When the expand reads x (B, Hkv, S, D) whole and in order (offset 0, x's
+ * dense strides, the group dim of stride 0; through repeat_kv's unsqueeze
+ * to (B, Hkv, 1, S, D), a RESHAPE) and x is itself a rank-4 STRIDED_COPY
+ * used only there (a DynamicCache's keys as a view of their buffer:
+ * python/kiln/cache_append.py), the view composed into that copy's input:
+ * *src and view[] replaced, *copy the folded copy and *unsqueeze the
+ * RESHAPE or NULL; else unchanged. */
+static void compose_view_behind(const kiln_graph_t* g, const kiln_node_t* e, const int32_t* uses,
+                                const char* role, int32_t* src, int64_t* view,
+                                const kiln_node_t** copy, const kiln_node_t** unsqueeze) {
+  int32_t x = e->inputs[0];
+  const kiln_value_t* xv = &g->values[x];
+  const kiln_node_t* u = NULL;
+  if (xv->producer >= 0 && uses[x] == 1 && xv->rank == 5 && xv->shape[2] == 1 &&
+      g->nodes[xv->producer].op == KILN_OP_RESHAPE && role[xv->producer] != 1) {
+    u = &g->nodes[xv->producer];
+    const kiln_value_t* x4 = &g->values[u->inputs[0]];
+    if (x4->rank != 4 || x4->shape[0] != xv->shape[0] || x4->shape[1] != xv->shape[1] ||
+        x4->shape[2] != xv->shape[3] || x4->shape[3] != xv->shape[4])
+      return;
+    x = u->inputs[0];
+    xv = x4;
+  }
+  if (xv->producer < 0 || uses[x] != 1 || xv->rank != 4 || role[xv->producer] == 1) return;
+  const kiln_node_t* p = &g->nodes[xv->producer];
+  const int64_t* pst = p->params + KILN_P(VIEW, STRIDES);
+  if (p->op != KILN_OP_STRIDED_COPY || p->params[KILN_P(VIEW, RANK)] != 4 || !forward_strides(g, pst, 4))
+    return;
+  const int64_t* d = e->params + KILN_P(VIEW, DIMS);
+  if (d[0] != xv->shape[0] || d[1] != xv->shape[1] || d[3] != xv->shape[2] || d[4] != xv->shape[3])
+    return;
+  int64_t dense[5];
+  dense_strides(g, xv, dense);
+  if (view[0] != 0 || view[1] != dense[1] || view[2] != dense[2] || view[3] != dense[3] ||
+      view[4] != dense[4])
+    return;
+  *src = p->inputs[0];
+  view[0] = p->params[KILN_P(VIEW, OFFSET)];
+  memcpy(&view[1], pst, 4 * sizeof(int64_t));
+  *copy = p;
+  *unsqueeze = u;
+}
+
 /* k or v = reshape(expand(x)) with x's (B, Hkv, 1, S, D) repeated G times
  * along a stride-0 dim into (B, Hkv * G, S, D): returns the expand node
  * (view[] into its input, *hkv set), or NULL. */
@@ -180,9 +223,12 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     for (int i = 0; i < 3; ++i) {
       int32_t t = n->inputs[i];
       if (grouped && i > 0) {
-        const kiln_node_t* e = rep[i - 1];
+        const kiln_node_t *e = rep[i - 1], *copy = NULL, *unsqueeze = NULL;
         pl->src[i] = e->inputs[0];
         memcpy(pl->view[i], kv_view[i - 1], sizeof(kv_view[0]));
+        compose_view_behind(g, e, uses, role, &pl->src[i], pl->view[i], &copy, &unsqueeze);
+        if (copy) role[copy - g->nodes] = 1;
+        if (unsqueeze) role[unsqueeze - g->nodes] = 1;
         role[g->values[t].producer] = 1;
         role[g->values[e->outputs[0]].producer] = 1;
         continue;

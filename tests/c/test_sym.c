@@ -538,6 +538,27 @@ static void cache_append_nodes(kiln_graph_t* g, int32_t buf, int32_t nw, const i
                                      KILN_P(VIEW, OFFSET) + 1, NULL, 0, "past and new", view));
 }
 
+/* transformers' repeat_kv of a (1, 2, S + 1, 4) view: unsqueeze to (1, 2, 1,
+ * S + 1, 4), expand to (1, 2, 2, S + 1, 4) by a stride-0 group dim, reshape
+ * to 4 heads. */
+static int32_t repeat_kv_nodes(kiln_graph_t* g, kiln_sym_table_t* t, int32_t view, int64_t S1) {
+  int64_t S4, S8;
+  KILN_EXPECT_OK(kiln_dim_mul(t, S1, 4, &S4));
+  KILN_EXPECT_OK(kiln_dim_mul(t, S1, 8, &S8));
+  int32_t u, e, r;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &view, 1, (int64_t[]){5, 1, 2, 1, S1, 4}, 6,
+                                     NULL, 0, "repeat_kv unsqueeze", &u));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[KILN_P(VIEW, RANK)] = 5;
+  memcpy(p + KILN_P(VIEW, DIMS), (int64_t[]){1, 2, 2, S1, 4}, 5 * sizeof(int64_t));
+  memcpy(p + KILN_P(VIEW, STRIDES), (int64_t[]){S8, S4, 0, 4, 1}, 5 * sizeof(int64_t));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &u, 1, p, KILN_P(VIEW, OFFSET) + 1,
+                                     NULL, 0, "repeat_kv expand", &e));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &e, 1, (int64_t[]){4, 1, 4, S1, 4}, 5, NULL,
+                                     0, "repeat_kv reshape", &r));
+  return r;
+}
+
 /* A DynamicCache's append in place (python/kiln/cache_append.py): each whole
  * buffer (1, 2, C, 4), keys' and values', is an input and an output given
  * its own memory, the new row is scattered at row S, and attention reads the
@@ -545,8 +566,11 @@ static void cache_append_nodes(kiln_graph_t* g, int32_t buf, int32_t nw, const i
  * capacity C. The attention pass folds the views into SDPA's strides (no
  * copy of the past); rows other than S are left as they were; a binding
  * whose capacity is too small is refused with an error, never written out
- * of bounds. */
-static void test_sym_cache_append(void) {
+ * of bounds. grouped: 4 query heads reading k and v through transformers'
+ * repeat_kv (expand, reshape), which the pass folds as well (the padded
+ * batch path, where attention has a mask and no enable_gqa). */
+static void test_sym_cache_append(int grouped) {
+  const int64_t HQ = grouped ? 4 : 2; /* query heads over the 2 key/value heads */
   kiln_graph_t* g = NULL;
   KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
   kiln_sym_table_t* t = NULL;
@@ -565,9 +589,10 @@ static void test_sym_cache_append(void) {
   KILN_EXPECT_OK(kiln_graph_add_input(g, "values", KILN_F32, 4, (int64_t[]){1, 2, C, 4}, &vb));
   KILN_EXPECT_OK(kiln_graph_add_input(g, "k", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &kn));
   KILN_EXPECT_OK(kiln_graph_add_input(g, "v", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &vn));
-  KILN_EXPECT_OK(kiln_graph_add_input(g, "q", KILN_F32, 4, (int64_t[]){1, 2, 1, 4}, &q));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "q", KILN_F32, 4, (int64_t[]){1, HQ, 1, 4}, &q));
   cache_append_nodes(g, kb, kn, st, S4, S1, &ks, &kv);
   cache_append_nodes(g, vb, vn, st, S4, S1, &vs, &vv);
+  if (grouped) kv = repeat_kv_nodes(g, t, kv, S1), vv = repeat_kv_nodes(g, t, vv, S1);
   int64_t pa[KILN_MAX_PARAMS] = {0};
   const float scale = 0.5f;
   KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SDPA, (int32_t[]){q, kv, vv}, 3, pa,
@@ -581,7 +606,8 @@ static void test_sym_cache_append(void) {
   if (!c) return;
   int copies = 0;
   for (int32_t i = 0; i < c->n_nodes; ++i) copies += c->nodes[i].op == KILN_OP_STRIDED_COPY;
-  KILN_EXPECT(copies == 0, "the views of the buffers are folded into SDPA: %d copies left", copies);
+  KILN_EXPECT(copies == 0, "the views of the buffers are folded into SDPA (grouped %d): %d copies left",
+              grouped, copies);
   kiln_model_t* m = NULL;
   KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m));
   if (!m) return;
@@ -590,17 +616,17 @@ static void test_sym_cache_append(void) {
     int64_t s = bind[k][0], cap = bind[k][1];
     size_t n = (size_t)(2 * cap * 4);
     float *kbuf = malloc(n * 4), *vbuf = malloc(n * 4), *kold = malloc(n * 4), *vold = malloc(n * 4);
-    float kn_[8], vn_[8], qv[8], out[8], want[8];
+    float kn_[8], vn_[8], qv[16], out[16], want[16];
     kiln_test_fill_f32(kbuf, n, 50 + (unsigned)k, -1, 1);
     kiln_test_fill_f32(vbuf, n, 55 + (unsigned)k, -1, 1);
     kiln_test_fill_f32(kn_, 8, 60 + (unsigned)k, -1, 1);
     kiln_test_fill_f32(vn_, 8, 65 + (unsigned)k, -1, 1);
-    kiln_test_fill_f32(qv, 8, 70 + (unsigned)k, -1, 1);
+    kiln_test_fill_f32(qv, (size_t)(HQ * 4), 70 + (unsigned)k, -1, 1);
     memcpy(kold, kbuf, n * 4), memcpy(vold, vbuf, n * 4);
-    int64_t sr[1] = {s}, sb[4] = {1, 2, cap, 4}, s1[4] = {1, 2, 1, 4};
+    int64_t sr[1] = {s}, sb[4] = {1, 2, cap, 4}, s1[4] = {1, 2, 1, 4}, sq[4] = {1, HQ, 1, 4};
     kiln_tensor_t in[6] = {{(void*)1, KILN_I8, 1, sr}, {kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb},
-                           {kn_, KILN_F32, 4, s1},      {vn_, KILN_F32, 4, s1},  {qv, KILN_F32, 4, s1}};
-    kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, s1}};
+                           {kn_, KILN_F32, 4, s1},      {vn_, KILN_F32, 4, s1},  {qv, KILN_F32, 4, sq}};
+    kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, sq}};
     KILN_EXPECT_OK(kiln_model_run(m, in, 6, outs, 3));
     int bad = 0;
     for (int64_t h = 0; h < 2; ++h)
@@ -612,34 +638,35 @@ static void test_sym_cache_append(void) {
         }
     KILN_EXPECT(bad == 0, "S=%lld C=%lld: %d elements of the buffers wrong", (long long)s,
                 (long long)cap, bad);
-    /* Each head's query over rows 0..S of the buffers, in double. */
-    for (int64_t h = 0; h < 2; ++h) {
+    /* Each head's query over rows 0..S of its key/value head's buffers, in double. */
+    for (int64_t h = 0; h < HQ; ++h) {
+      const int64_t hk = h / (HQ / 2);
       double w[64], mx = -1e30, sum = 0;
       for (int64_t r = 0; r <= s; ++r) {
         double dot = 0;
-        for (int64_t d = 0; d < 4; ++d) dot += (double)qv[h * 4 + d] * kbuf[(h * cap + r) * 4 + d];
+        for (int64_t d = 0; d < 4; ++d) dot += (double)qv[h * 4 + d] * kbuf[(hk * cap + r) * 4 + d];
         w[r] = dot * scale;
         if (w[r] > mx) mx = w[r];
       }
       for (int64_t r = 0; r <= s; ++r) sum += (w[r] = exp(w[r] - mx));
       for (int64_t d = 0; d < 4; ++d) {
         double acc = 0;
-        for (int64_t r = 0; r <= s; ++r) acc += w[r] / sum * vbuf[(h * cap + r) * 4 + d];
+        for (int64_t r = 0; r <= s; ++r) acc += w[r] / sum * vbuf[(hk * cap + r) * 4 + d];
         want[h * 4 + d] = (float)acc;
       }
     }
-    kiln_test_compare_f32("attention over the appended buffers", out, want, 8, 1e-5f, 1e-5f);
+    kiln_test_compare_f32("attention over the appended buffers", out, want, (size_t)(HQ * 4), 1e-5f, 1e-5f);
     free(kbuf), free(vbuf), free(kold), free(vold);
   }
   /* No room for row S: refused (the scatter's bounds), the buffers untouched. */
-  float kbuf[64], vbuf[64], kold[64], vold[64], zero[8] = {0}, out[8];
+  float kbuf[64], vbuf[64], kold[64], vold[64], zero[16] = {0}, out[16];
   kiln_test_fill_f32(kbuf, 64, 80, -1, 1);
   kiln_test_fill_f32(vbuf, 64, 81, -1, 1);
   memcpy(kold, kbuf, sizeof kbuf), memcpy(vold, vbuf, sizeof vbuf);
-  int64_t sr[1] = {8}, sb[4] = {1, 2, 8, 4}, s1[4] = {1, 2, 1, 4};
+  int64_t sr[1] = {8}, sb[4] = {1, 2, 8, 4}, s1[4] = {1, 2, 1, 4}, sq[4] = {1, HQ, 1, 4};
   kiln_tensor_t in[6] = {{(void*)1, KILN_I8, 1, sr}, {kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb},
-                         {zero, KILN_F32, 4, s1},     {zero, KILN_F32, 4, s1}, {zero, KILN_F32, 4, s1}};
-  kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, s1}};
+                         {zero, KILN_F32, 4, s1},     {zero, KILN_F32, 4, s1}, {zero, KILN_F32, 4, sq}};
+  kiln_tensor_t outs[3] = {{kbuf, KILN_F32, 4, sb}, {vbuf, KILN_F32, 4, sb}, {out, KILN_F32, 4, sq}};
   kiln_status_t err = kiln_model_run(m, in, 6, outs, 3);
   KILN_EXPECT(err != NULL, "a capacity without room for the new row is refused");
   KILN_EXPECT(memcmp(kbuf, kold, sizeof kbuf) == 0 && memcmp(vbuf, vold, sizeof vbuf) == 0,
@@ -656,5 +683,6 @@ void kiln_test_suite_sym(void) {
   test_sym_example();
   test_sym_plan_fits();
   test_sym_model_rebind();
-  test_sym_cache_append();
+  test_sym_cache_append(0);
+  test_sym_cache_append(1); /* through repeat_kv (grouped-query attention) */
 }
