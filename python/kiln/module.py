@@ -162,19 +162,26 @@ class KilnModule(torch.nn.Module):
         # Outputs are new tensors every call: the caller owns them.
         if self._symbolic:
             shapes = self._kiln_model.output_shapes(descs)
-            outs = [torch.empty(shape, dtype=dtype) for shape, (dtype, _) in zip(shapes, self._out_specs)]
-            out_descs = [(o.data_ptr(), dtype_id, shape) for o, shape, (dtype_id, _) in zip(outs, shapes, self._out_ids)]
+            # A given output is not made (a cache's whole buffer: an
+            # allocation of its size per call for nothing).
+            outs = [None if given and i in given else torch.empty(shape, dtype=dtype)
+                    for i, (shape, (dtype, _)) in enumerate(zip(shapes, self._out_specs))]
+            out_descs = [None if o is None else (o.data_ptr(), dtype_id, shape)
+                         for o, shape, (dtype_id, _) in zip(outs, shapes, self._out_ids)]
         else:
+            shapes = None
             outs = [make() for make in self._out_makers]
             out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
         if given:
             for k, t in given.items():
-                shape = out_descs[k][2]
-                if t.dtype != outs[k].dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
+                dtype, (dtype_id, shape) = self._out_specs[k][0], self._out_ids[k]
+                if shapes is not None:
+                    shape = shapes[k]
+                if t.dtype != dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
                     raise KilnError(f"output {k}: the tensor to write into is {tuple(t.shape)} {t.dtype}, "
-                                    f"the model makes {tuple(shape)} {outs[k].dtype}")
+                                    f"the model makes {tuple(shape)} {dtype}")
                 outs[k] = t
-                out_descs[k] = (t.data_ptr(), out_descs[k][1], shape)
+                out_descs[k] = (t.data_ptr(), dtype_id, shape)
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
             run_with_events(self, args, descs, out_descs)
         else:
