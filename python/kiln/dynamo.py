@@ -183,39 +183,32 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
     compile_stage("lowering")
     try:
         ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends})
-    except KilnError as e:
-        if not appends:
-            raise
-        # What kiln cannot lower with its appends it compiles with the
-        # copying cat, as before.
-        if log_enabled():
-            print(f"kiln: cache appends not in place in this graph: {e}", file=sys.stderr)
-        return _compile_fx(gm, example_inputs, frozen, appending=False)
-    # The model's inputs, in the order lowering added them: each tensor (or
-    # symbolic size) argument; an append's past gives its length (when
-    # symbolic) and its buffer comes after all of them.
-    roles = []
-    if appends:
-        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        names = []
-        for i, (kind, what) in enumerate(placeholders):
-            a = next((a for a in appends if a.pos == i), None)
-            if kind == "input":
-                roles.append(("arg", i))
-                names.append(what)
-            elif a is not None and a.sized:
-                roles.append(("rows", a.index))
-                names.append(f"{phs[i].name}.rows")
-        for j in ctx._kiln_buffers:
-            roles.append(("buffer", j))
-            names.append(f"{appends[j].cat.name}.buffer")
-    # Low-precision weights apply where they are constants: frozen (inference) graphs.
-    weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
-    try:
+        # The model's inputs, in the order lowering added them: each tensor (or
+        # symbolic size) argument; an append's past gives its length (when
+        # symbolic) and its buffer comes after all of them.
+        roles = []
+        if appends:
+            phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            names = []
+            for i, (kind, what) in enumerate(placeholders):
+                a = next((a for a in appends if a.pos == i), None)
+                if kind == "input":
+                    roles.append(("arg", i))
+                    names.append(what)
+                elif a is not None and a.sized:
+                    roles.append(("rows", a.index))
+                    names.append(f"{phs[i].name}.rows")
+            for j in ctx._kiln_buffers:
+                roles.append(("buffer", j))
+                names.append(f"{appends[j].cat.name}.buffer")
+        # Low-precision weights apply where they are constants: frozen (inference) graphs.
+        weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
         mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
     except KilnError as e:
         if not appends:
             raise
+        # What kiln cannot lower or compile with its appends it compiles
+        # with the copying cat, as before.
         if log_enabled():
             print(f"kiln: cache appends not in place in this graph: {e}", file=sys.stderr)
         return _compile_fx(gm, example_inputs, frozen, appending=False)

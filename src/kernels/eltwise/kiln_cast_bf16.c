@@ -21,9 +21,7 @@ static void kiln_cast_f32_to_bf16_scalar(size_t n, const float* x, uint16_t* y) 
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     memcpy(&bits, &x[i], 4);
-    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    uint32_t quiet = (bits >> 16) | 0x40u;
-    y[i] = (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    y[i] = kiln_bf16_round_bits(bits);
   }
 }
 
@@ -31,9 +29,7 @@ static void kiln_round_bf16_f32_scalar(size_t n, const float* x, float* y) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     memcpy(&bits, &x[i], 4);
-    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-    uint32_t quiet = (bits | 0x400000u) & 0xffff0000u;
-    bits = (bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    bits = (uint32_t)kiln_bf16_round_bits(bits) << 16;
     memcpy(&y[i], &bits, 4);
   }
 }

@@ -152,9 +152,7 @@ static void kiln_fused_round_bf16(int64_t n, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t bits;
     memcpy(&bits, &x[i], 4);
-    uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-    uint32_t quiet = (bits | 0x400000u) & 0xffff0000u;
-    bits = (bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+    bits = (uint32_t)kiln_bf16_round_bits(bits) << 16;
     memcpy(&y[i], &bits, 4);
   }
 }
