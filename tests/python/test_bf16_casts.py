@@ -250,19 +250,16 @@ def test_one_cast_per_value(monkeypatch, isa_level):
         assert readers and not all(re.search(r"= cast +\(", r) for r in readers), c
 
 
-class TrainBlock(nn.Module):
-    """bench/models.py's training transformer, small: pre-norm encoder
-    layers with GELU, a head, an MSE loss inside the module."""
+def _train_block():
+    """bench/models.py's training transformer (pre-norm encoder layers with
+    GELU, a head, an MSE loss inside the module), small."""
+    import sys
+    from pathlib import Path
 
-    def __init__(self, d=32, heads=4, ff=64, layers=2):
-        super().__init__()
-        layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True,
-                                           norm_first=True, activation="gelu")
-        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, d)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from models import TrainTransformer
 
-    def forward(self, x, target):
-        return nn.functional.mse_loss(self.head(self.enc(x)), target)
+    return TrainTransformer(d=32, heads=4, layers=2, ff=64)
 
 
 def _loss_and_grads(model, inputs, autocast):
@@ -286,7 +283,7 @@ def test_autocast_training_matches_eager():
     matrix-product roundings among them) has is the bit-for-bit checks
     above."""
     torch.manual_seed(0)
-    model = TrainBlock().train()
+    model = _train_block().train()
     eager_model, ref_model = copy.deepcopy(model), copy.deepcopy(model).double()
     x, target = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     torch._dynamo.reset()
