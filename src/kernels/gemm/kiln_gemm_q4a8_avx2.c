@@ -35,6 +35,10 @@
 
 #define KILN_Q4A8_AI static inline __attribute__((always_inline))
 
+/* Pins v in a register at this point of the sequence (an empty asm the
+ * compiler cannot see through, so it cannot regroup the sums around it). */
+KILN_Q4A8_AI void kiln_q4a8_keep(__m256i* v) { __asm__("" : "+x"(*v)); }
+
 /* Pairs per lane of an int16 accumulator (see the bound above). */
 #define KILN_Q4A8_CHUNK 8
 
@@ -93,6 +97,12 @@ KILN_Q4A8_AI void kiln_q4a8_tile_avx2(const int R, const int S, const int ONE, i
           for (int i = 0; i < R; ++i) {
             acc16[s][i][0] = _mm256_add_epi16(acc16[s][i][0], _mm256_maddubs_epi16(w0, av[i]));
             acc16[s][i][1] = _mm256_add_epi16(acc16[s][i][1], _mm256_maddubs_epi16(w1, av[i]));
+            /* An empty asm the accumulators pass through: without it GCC
+             * reassociates the fully unrolled int16 sums into a tree
+             * (integer adds may be regrouped) and spills the products
+             * to the stack, ~12 % more instructions per call (callgrind,
+             * 1x2816x1024 g32: 0.68 M -> 0.60 M). The sums are the same. */
+            kiln_q4a8_keep(&acc16[s][i][0]), kiln_q4a8_keep(&acc16[s][i][1]);
           }
         }
       }
