@@ -117,7 +117,9 @@ def find(gm, example_inputs, placeholders, flat):
             continue
         dim = (o.args[1] if len(o.args) > 1 else o.kwargs.get("dim", 0)) % val.dim()
         past, new = parts
-        if not isinstance(past, torch.fx.Node) or not isinstance(new, torch.fx.Node):
+        # cat([x, x]) is no append: the past is lowered as its length alone,
+        # so the new rows cannot be the past itself (fuzzer finding 20).
+        if not isinstance(past, torch.fx.Node) or not isinstance(new, torch.fx.Node) or new is past:
             continue
         nv = new.meta.get("val")
         if not isinstance(nv, torch.Tensor) or nv.dtype != val.dtype or nv.dim() != val.dim():

@@ -170,3 +170,23 @@ def test_append_kiln_cannot_lower_copies(monkeypatch):
     assert torch.equal(_generate(model, ids, mask, **n), ref)
     assert_all_in_kiln()
     assert not counters["kiln_cache"], dict(counters["kiln_cache"])
+
+
+def test_a_cat_of_an_input_with_itself_is_no_append():
+    """cat([x, x]) of a graph input looks like an append of x to x, but the
+    past is lowered as its length alone: kiln must compute it as a cat (it
+    raised KeyError before; fuzzer finding 20), forward and backward."""
+    def f(x):  # the forward saves the cat for gelu's backward: a graph output
+        y = torch.nn.functional.gelu(torch.cat([x, x], -4), approximate="tanh").clamp(-1.0, 2.0)
+        return y, y.sum()
+
+    x = torch.randn(33, 1, 5, 17)
+    xe, xk = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ref = f(xe)
+    got = torch.compile(f, backend="kiln")(xk)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r)
+    (ref[0].sum() + ref[1]).backward()
+    (got[0].sum() + got[1]).backward()
+    torch.testing.assert_close(xk.grad, xe.grad)
+    assert not counters["kiln_cache"], dict(counters["kiln_cache"])
