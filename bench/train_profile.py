@@ -21,7 +21,8 @@ and lists the slowest kiln nodes (Model.profile).
 
 --autocast compares kiln with kiln instead: the same step compiled in fp32
 and with its forward (and loss) under torch.autocast("cpu", bfloat16), each
-variant its own copy of the model, interleaved step by step (the order
+variant its own copy of the model (eager-fp32 and eager-autocast: the same
+step in eager PyTorch, for scale), interleaved step by step (the order
 rotates), fastest and median step of each, in wall time and in the
 process's CPU time (on a shared machine the other processes' work stretches
 the wall time, not the CPU time; at 1 thread the two agree on a quiet
@@ -253,6 +254,10 @@ def worker_autocast(models, threads, steps, warmup, variants):
         for i, v in enumerate(variants):
             label, _, env = v.partition("@")
             m = copy.deepcopy(model)
+            if label.startswith("eager"):  # eager PyTorch, for scale: no plans to profile
+                step = _autocast_step(m, m, label != "eager-fp32")
+                runs.append((v, step, [], float(step(inputs))))
+                continue
             step = _autocast_step(torch.compile(_own_code(m, i), backend="kiln"), m, label != "fp32")
             plans = []
             init = km.KilnModule.__init__
@@ -304,6 +309,9 @@ def worker_autocast(models, threads, steps, warmup, variants):
         # of 5 profiled steps (the machine is shared).
         kinds = []
         for v, step, plans, _ in runs:
+            if not plans:
+                kinds.append({})
+                continue
             best = {}
             for _ in range(5):
                 for p in plans:
@@ -321,9 +329,11 @@ def worker_autocast(models, threads, steps, warmup, variants):
             for kind, t in best.values():
                 rows[kind] += t
             kinds.append(rows)
+        kiln_runs = [r for r, k in zip(runs, kinds) if k]
+        kinds = [k for k in kinds if k]
         names = sorted(set().union(*kinds), key=lambda k: -max(r.get(k, 0) for r in kinds))
         print("   kiln node time by kind, ms (each node's fastest of 5 profiled steps): "
-              + " | ".join(v for v, *_ in runs))
+              + " | ".join(v for v, *_ in kiln_runs))
         for k in names[:14]:
             print(f"     {k:22s} " + "  ".join(f"{r.get(k, 0) / 1e6:8.2f}" for r in kinds))
         print(f"     {'total':22s} " + "  ".join(f"{sum(r.values()) / 1e6:8.2f}" for r in kinds))
@@ -339,7 +349,8 @@ def main():
     ap.add_argument("--autocast", action="store_true",
                     help="kiln fp32 vs kiln under torch.autocast bf16 (see --variants)")
     ap.add_argument("--variants", default="fp32,autocast",
-                    help="with --autocast: comma-separated fp32 or autocast, each optionally @VAR=VALUE")
+                    help="with --autocast: comma-separated fp32 or autocast (kiln), each optionally "
+                         "@VAR=VALUE, or eager-fp32 / eager-autocast (eager PyTorch)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args()
     if args.autocast and args.models == ap.get_default("models"):

@@ -34,7 +34,7 @@ from kiln.optable.train import register_compile_prims
 from kiln.options import weights_quant
 from kiln.partition import partition
 from kiln.progress import compile_progress, compile_stage
-from kiln.train_rewrite import stack_select_scatters, unsave_transposes
+from kiln.train_rewrite import saved_slots, stack_select_scatters, unsave_casts, unsave_transposes
 
 # The real tensors Dynamo handed the backend, while AOTAutograd compiles
 # them (kiln_backend): where an inference graph's parameters come from.
@@ -570,10 +570,15 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
     # The min-cut partitioner (Inductor's) recomputes cheap ops in the
     # backward instead of saving their results: the forward then saves W, not
     # a materialised t(W), and the backward reads W through MATMUL's
-    # transpose flags.
+    # transpose flags. Under autocast, a saved bf16 cast of a value the
+    # forward keeps anyway (a weight) is made again in the backward, where
+    # kiln folds it into the GEMM's packing (unsave_casts).
     def partition(joint, joint_inputs, **kw):
         fw_, bw_ = min_cut_rematerialization_partition(joint, joint_inputs, **kw)
-        unsave_transposes(fw_, bw_)
+        slots = saved_slots(fw_, bw_)
+        if slots is not None:
+            unsave_transposes(fw_, bw_, slots)
+            unsave_casts(fw_, bw_, slots)
         return fw_, bw_
 
     # keep_inference_input_mutations: an inference graph's writes into its

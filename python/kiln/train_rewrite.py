@@ -122,7 +122,28 @@ def _last2_transpose_of(node):
     return None
 
 
-def unsave_transposes(fw, bw):
+def saved_slots(fw, bw):
+    """[(forward output index, backward placeholder)] of the values the
+    forward saves for the backward, or None when the graphs are not laid out
+    as this module knows.
+
+    AOTAutograd's forward returns the user's outputs, then the saved values,
+    in the order of the backward's leading placeholders (named as the
+    forward's nodes). Only the saved positions may change: the same node may
+    also be a user output (a permute returned and saved), which must stay
+    what it is. Taken once, before any rewrite renames what a slot holds."""
+    out_node = next(n for n in fw.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    fw_by_name = {n.name: n for n in fw.graph.nodes}
+    placeholders = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    saved = [p for p in placeholders if p.name in fw_by_name]
+    first_saved = len(outs) - len(saved)
+    if first_saved < 0 or any(outs[first_saved + i] is not fw_by_name[p.name] for i, p in enumerate(saved)):
+        return None
+    return [(first_saved + i, p) for i, p in enumerate(saved)]
+
+
+def unsave_transposes(fw, bw, slots=None):
     """Saves x instead of x transposed for the backward.
 
     AOTAutograd's partitioner saves some tensors for the backward as a
@@ -132,34 +153,156 @@ def unsave_transposes(fw, bw):
     inside the backward costs nothing: MATMUL reads its operand transposed
     in place. So the forward returns x, and the backward transposes its
     input back. Returns the number of saved values changed."""
+    slots = saved_slots(fw, bw) if slots is None else slots
+    if slots is None:
+        return 0  # not the layout this rewrite knows: leave the graphs alone
     out_node = next(n for n in fw.graph.nodes if n.op == "output")
     outs = list(out_node.args[0])
-    fw_by_name = {n.name: n for n in fw.graph.nodes}
     placeholders = [n for n in bw.graph.nodes if n.op == "placeholder"]
-    # The forward returns the user's outputs, then the values saved for the
-    # backward, in the order of the backward's leading placeholders (named
-    # as the forward's nodes). Only the saved positions change: the same
-    # node may also be a user output (a permute returned and saved), which
-    # must stay what it is.
-    saved = [p for p in placeholders if p.name in fw_by_name]
-    first_saved = len(outs) - len(saved)
-    if first_saved < 0 or any(outs[first_saved + i] is not fw_by_name[p.name] for i, p in enumerate(saved)):
-        return 0  # not the layout this rewrite knows: leave the graphs alone
     done = 0
-    for i, p in enumerate(saved):
-        n = fw_by_name[p.name]
-        x = _last2_transpose_of(n)
+    for pos, p in slots:
+        x = _last2_transpose_of(outs[pos])
         if x is None:
             continue
         val = x.meta.get("val")
         r = val.dim()
-        outs[first_saved + i] = x
+        outs[pos] = x
         with bw.graph.inserting_after(placeholders[-1]):
             t = bw.graph.call_function(aten.transpose.int, (p, r - 2, r - 1))
         t.meta = dict(p.meta)
         p.replace_all_uses_with(t, delete_user_cb=lambda u: u is not t)
         p.meta = dict(p.meta)
         p.meta["val"] = val
+        p.meta.pop("tensor_meta", None)
+        done += 1
+    if done:
+        out_node.args = (tuple(outs),) + tuple(out_node.args[1:])
+        fw.graph.eliminate_dead_code()
+        fw.recompile()
+        bw.graph.lint()
+        bw.recompile()
+    return done
+
+
+# Ops that give the same values in another shape or layout (or a copy of
+# them): a saved value reached from a cast through these is that cast's
+# values, and the backward can make it again from the cast's source.
+_VIEW_OPS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.permute.default,
+             aten.transpose.int, aten.t.default, aten.expand.default, aten.unsqueeze.default,
+             aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default,
+             aten.clone.default, aten.select.int, aten.slice.Tensor}
+_NARROW = (torch.bfloat16, torch.float16)
+
+
+def _narrowing_cast_of(node):
+    """x when node casts a float32 x to bf16 or fp16 (nothing else), else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or not node.args:
+        return None
+    x = node.args[0]
+    if node.target is aten._to_copy.default:
+        if set(node.kwargs) - {"dtype", "layout", "device"} or len(node.args) != 1:
+            return None
+    elif node.target is not torch.ops.prims.convert_element_type.default:
+        return None
+    xv, v = (x.meta.get("val") if isinstance(x, torch.fx.Node) else None), node.meta.get("val")
+    if not isinstance(xv, torch.Tensor) or not isinstance(v, torch.Tensor):
+        return None
+    return x if xv.dtype == torch.float32 and v.dtype in _NARROW and xv.device == v.device else None
+
+
+def _view_step(node):
+    """node's source when node is one of _VIEW_OPS of one tensor (its other
+    arguments plain values: a symbolic size is a forward node the backward
+    does not have), else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" or node.target not in _VIEW_OPS:
+        return None
+    src = node.args[0] if node.args else None
+    if not isinstance(src, torch.fx.Node) or node.all_input_nodes != [src]:
+        return None
+    return src
+
+
+def _cast_chain(node):
+    """(base, chain) when node is a narrowing cast of a float32 value, seen
+    through views on either side: chain lists the nodes from node back to
+    the cast's source's base (views, the cast, views), base is the first
+    node that is none of them. None otherwise."""
+    chain = []
+    while _narrowing_cast_of(node) is None:
+        src = _view_step(node)
+        if src is None:
+            return None
+        chain.append(node)
+        node = src
+    chain.append(node)
+    if node.all_input_nodes != [node.args[0]]:
+        return None
+    base = node.args[0]
+    while (src := _view_step(base)) is not None:
+        chain.append(base)
+        base = src
+    return base, chain
+
+
+def save_casts_mode():
+    """KILN_SAVE_CASTS: "free" (the default: the source when keeping it
+    costs no memory), "all" (every cast's source) or "keep" (the casts,
+    as AOTAutograd chose), read when a graph is compiled (A/B runs)."""
+    import os
+
+    mode = os.environ.get("KILN_SAVE_CASTS", "free")
+    if mode not in ("free", "all", "keep"):
+        raise ValueError(f"KILN_SAVE_CASTS must be free, all or keep, not {mode!r}")
+    return mode
+
+
+def unsave_casts(fw, bw, slots=None, mode=None):
+    """Saves x instead of a bf16 (or fp16) cast of x for the backward, and
+    casts again in the backward.
+
+    Under torch.autocast the forward saves bf16 copies of float32 values:
+    the weights (cast for each matrix product), the normalised activations.
+    kiln folds a cast its readers can take from the float32 source (a GEMM
+    rounds as it packs: kiln_pass_casts.c), but a saved cast is a graph
+    output, so the forward writes it as a separate pass over the source.
+    Made again in the backward, the cast has GEMM readers only and folds
+    there too; the bits are the same (the same cast of the same value).
+
+    Which saves change (mode, save_casts_mode()): "free" when x costs
+    nothing more to keep: a graph input (a parameter, alive anyway; the
+    bf16 copy it no longer keeps is memory saved) or a value the forward
+    returns or saves already; "all" for every such cast (an activation x
+    kept in float32 is twice the bytes of its bf16 copy). Returns the
+    number of saved values changed."""
+    mode = save_casts_mode() if mode is None else mode
+    slots = saved_slots(fw, bw) if slots is None else slots
+    if slots is None or mode == "keep":
+        return 0
+    out_node = next(n for n in fw.graph.nodes if n.op == "output")
+    outs = list(out_node.args[0])
+    placeholders = [n for n in bw.graph.nodes if n.op == "placeholder"]
+    done = 0
+    for pos, p in slots:
+        found = _cast_chain(outs[pos])
+        if found is None:
+            continue
+        base, chain = found
+        if mode == "free" and base.op != "placeholder" and base not in outs:
+            continue
+        outs[pos] = base
+        # The chain again in the backward, from p (now base's value) up.
+        env, made = {base: p}, []
+        anchor = placeholders[-1]
+        for node in reversed(chain):
+            with bw.graph.inserting_after(anchor):
+                new = bw.graph.node_copy(node, lambda a: env[a])
+            env[node] = anchor = new
+            made.append(new)
+        last = made[-1]
+        keep = set(made)
+        p.replace_all_uses_with(last, delete_user_cb=lambda u: u not in keep)
+        p.meta = dict(p.meta)
+        p.meta["val"] = base.meta["val"]
         p.meta.pop("tensor_meta", None)
         done += 1
     if done:

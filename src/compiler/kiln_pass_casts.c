@@ -150,6 +150,20 @@ static int kiln_casts_rounds_a(const kiln_graph_t* g, const kiln_node_t* n) {
          !(n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_A_BF16);
 }
 
+/* Likewise its b (never a constant: a tree value is a CAST's or a view's
+ * output, and its float32 source is no constant either after folding). */
+static int kiln_casts_rounds_b(const kiln_graph_t* g, const kiln_node_t* n) {
+  (void)g;
+  return n->op == KILN_OP_MATMUL && n->inputs[0] != n->inputs[1] &&
+         !(n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_B_BF16);
+}
+
+/* Node n reads its input i, a tree value, in float32 rounding it (a
+ * MATMUL's a or b). */
+static int kiln_casts_rounds(const kiln_graph_t* g, const kiln_node_t* n, int32_t i) {
+  return i == 0 ? kiln_casts_rounds_a(g, n) : i == 1 && kiln_casts_rounds_b(g, n);
+}
+
 kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_graph,
                               int32_t* out_folded) {
   *out_graph = NULL;
@@ -163,9 +177,13 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_grap
   char* needs_bytes = calloc((size_t)nv + 1, 1);
   char* wants_plain = calloc((size_t)nv + 1, 1);
   char* bytes_read = calloc((size_t)nv + 1, 1); /* the value's own bytes are read */
+  /* A float32 value (a folded widening CAST's, and views of it) that the
+   * MATMUL reading it as b is to round to bf16 as it packs. */
+  char* round_b = calloc((size_t)nv + 1, 1);
   kiln_rewriter_t rw;
   memset(&rw, 0, sizeof(rw));
-  kiln_status_t s = (!uses || !t || !reader || !memo || !needs_bytes || !wants_plain || !bytes_read)
+  kiln_status_t s = (!uses || !t || !reader || !memo || !needs_bytes || !wants_plain || !bytes_read ||
+                     !round_b)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "cast folding")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done;
@@ -206,8 +224,8 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_grap
       if (v < 0 || t[v].src < 0) continue;
       int32_t y = n->outputs[0];
       int served = (t[y].src >= 0 && t[y].parent == v) ||
-                   (kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) && !kiln_casts_feeds_b(g, reader, y)) ||
-                   (i == 0 && kiln_casts_rounds_a(g, n));
+                   kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) ||
+                   kiln_casts_rounds(g, n, i);
       if (!served || (mode == 1 && uses[v] != 1)) needs_bytes[t[v].root] = 1;
     }
   }
@@ -220,7 +238,8 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_grap
       int32_t v = n->inputs[i], y = n->outputs[0];
       if (v < 0 || t[v].src < 0 || (t[y].src >= 0 && t[y].parent == v)) continue;
       int lazy = !needs_bytes[t[v].root];
-      if (i == 0 && (lazy || t[v].reshapes_only) && kiln_casts_rounds_a(g, n))
+      if (((lazy || t[v].reshapes_only) && kiln_casts_rounds(g, n, i)) ||
+          (lazy && kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) && kiln_casts_feeds_b(g, reader, y)))
         for (int32_t p = v; p >= 0 && !wants_plain[p]; p = t[p].parent) wants_plain[p] = 1;
       else if (!(lazy && kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32)))
         bytes_read[v] = 1;
@@ -240,6 +259,17 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_grap
       continue;
     }
     int lazy = x >= 0 && t[x].src >= 0 && !needs_bytes[t[x].root];
+    if (lazy && kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) && kiln_casts_feeds_b(g, reader, y) &&
+        g->values[t[x].src].kind != KILN_VALUE_CONSTANT) {
+      /* A widening CAST read only as a MATMUL's b, of a value whose bytes
+       * nobody reads: the float32 source through the tree's views; the views
+       * after the CAST stay on float32 (as in the graph) and the MATMUL
+       * rounds b as it packs (KILN_MATMUL_ROUND_B_BF16). The cast goes. */
+      s = kiln_casts_form(&c, x, 2, &rw.remap[y]);
+      round_b[y] = 1;
+      ++*out_folded;
+      continue;
+    }
     if (kiln_casts_is_cast(g, n, KILN_BF16, KILN_F32) && kiln_casts_feeds_b(g, reader, y)) {
       /* A widening CAST read only as a MATMUL's b (through views): the GEMM
        * reads the bf16 value and widens it as it packs B; the views, now on
@@ -255,17 +285,28 @@ kiln_status_t kiln_pass_casts(kiln_graph_t* g, int mode, kiln_graph_t** out_grap
       ++*out_folded;
       continue;
     }
-    if (x >= 0 && t[x].src >= 0 && (lazy || t[x].reshapes_only) && kiln_casts_rounds_a(g, n)) {
-      /* A MATMUL's a: the float32 source through the views, rounded by the
-       * GEMM. */
+    if (kiln_casts_is_view(n) && round_b[x]) round_b[y] = 1; /* on the way to the MATMUL's b */
+    int round[2] = {0, 0};
+    for (int32_t i = 0; i < 2 && n->op == KILN_OP_MATMUL; ++i) {
+      int32_t v = n->inputs[i];
+      round[i] = t[v].src >= 0 && (!needs_bytes[t[v].root] || t[v].reshapes_only) &&
+                 kiln_casts_rounds(g, n, i);
+    }
+    if (n->op == KILN_OP_MATMUL && round_b[n->inputs[1]]) round[1] = 2; /* b is float32 already */
+    if (round[0] || round[1]) {
+      /* A MATMUL's a or b (or both): the float32 source through the views,
+       * rounded by the GEMM as it packs. */
       int32_t ins[2] = {-1, -1};
-      s = kiln_casts_form(&c, x, 2, &ins[0]);
-      if (!s && t[n->inputs[1]].src >= 0) s = kiln_casts_form(&c, n->inputs[1], 0, &ins[1]);
-      if (!s) s = kiln_rewriter_value(&rw, n->inputs[1], &ins[1]);
+      for (int32_t i = 0; i < 2 && !s; ++i) {
+        int32_t v = n->inputs[i];
+        if (t[v].src >= 0) s = kiln_casts_form(&c, v, round[i] == 1 ? 2 : 0, &ins[i]);
+        else s = kiln_rewriter_value(&rw, v, &ins[i]);
+      }
       if (s) break;
       int64_t params[KILN_MAX_PARAMS];
       memcpy(params, n->params, sizeof(params));
-      params[KILN_P(MATMUL, FLAGS)] |= KILN_MATMUL_ROUND_A_BF16;
+      if (round[0]) params[KILN_P(MATMUL, FLAGS)] |= KILN_MATMUL_ROUND_A_BF16;
+      if (round[1]) params[KILN_P(MATMUL, FLAGS)] |= KILN_MATMUL_ROUND_B_BF16;
       s = kiln_graph_add_node(rw.dst, n->op, ins, 2, params, KILN_MAX_PARAMS, n->fparams,
                               KILN_MAX_FPARAMS, n->origin, &rw.remap[y]);
       ++*out_folded;
@@ -289,5 +330,6 @@ done:
   free(needs_bytes);
   free(wants_plain);
   free(bytes_read);
+  free(round_b);
   return s;
 }

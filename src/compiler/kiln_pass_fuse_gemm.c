@@ -85,7 +85,8 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
                                        w->layout != KILN_LAYOUT_QUANT_ROWS &&
                                        w->layout != KILN_LAYOUT_QUANT_ROWS_T)
                                 : (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B |
-                                                      KILN_MATMUL_ROUND_A_BF16)) != 0 ||
+                                                      KILN_MATMUL_ROUND_A_BF16 |
+                                                      KILN_MATMUL_ROUND_B_BF16)) != 0 ||
                                       w->layout != KILN_LAYOUT_DENSE))
       continue;
     int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
@@ -184,6 +185,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     params[KILN_P(LINEAR, ACT)] = c.act;
     params[KILN_P(LINEAR, W_TRANSPOSED)] = c.w_transposed;
     params[KILN_P(LINEAR, ROUND_A)] = (mm->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_A_BF16) != 0;
+    params[KILN_P(LINEAR, ROUND_B)] = (mm->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_B_BF16) != 0;
     s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, KILN_MAX_PARAMS, NULL, 0,
                             mm->origin, &rw.remap[n->outputs[0]]);
   }

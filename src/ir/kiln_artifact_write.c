@@ -228,6 +228,12 @@ static void kiln_artifact_put_graph(const kiln_graph_t* g, uint8_t* p, size_t st
     kiln_format_put_u32(outputs + 4 * (size_t)i, (uint32_t)g->outputs[i]);
 }
 
+/* 1 when node n rounds its b (format 2.12). */
+static int kiln_artifact_rounds_b(const kiln_node_t* n) {
+  return (n->op == KILN_OP_MATMUL && (n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_B_BF16)) ||
+         (n->op == KILN_OP_LINEAR && n->params[KILN_P(LINEAR, ROUND_B)]);
+}
+
 /* 1 when node n uses what kiln_pass_casts makes (format 2.9): a GEMM
  * rounding its a, a bf16 b or w, the fused ROUND_BF16 instruction. */
 static int kiln_artifact_uses_folded_casts(const kiln_graph_t* g, const kiln_node_t* n) {
@@ -316,10 +322,11 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0, casts = 0, bf16_scales = 0;
+  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
     grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
     casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
+    round_b |= kiln_artifact_rounds_b(&g->nodes[i]);
   }
   for (int32_t i = 0; i < g->n_values; ++i) {
     const kiln_value_t* v = &g->values[i];
@@ -327,7 +334,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, round_b     ? KILN_FORMAT_MINOR_ROUND_B
+                                                 : bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES
                                                  : guarded  ? KILN_FORMAT_MINOR_GUARDS
                                                  : casts    ? KILN_FORMAT_MINOR_CASTS
                                                  : grouped  ? KILN_FORMAT_MINOR_GROUPED_MM

@@ -155,7 +155,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 11 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales */
+#define KILN_FORMAT_MINOR 12 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales; 2.12: GEMMs that round b */
 /* The minor version a file without symbolic sizes is stamped with: such a
  * file is exactly what a 2.6 writer made. */
 #define KILN_FORMAT_MINOR_CONCRETE 6
@@ -179,6 +179,11 @@
  * KILN_GEMM_QUANT_BF16_SCALES). A 2.10 reader refuses the constant when it
  * makes a model of the file (an unknown blob flag). */
 #define KILN_FORMAT_MINOR_BF16_SCALES 11
+/* The minor version a file with a GEMM that rounds its b to bf16 is stamped
+ * with (kiln_pass_casts: MATMUL's KILN_MATMUL_ROUND_B_BF16, LINEAR's
+ * ROUND_B). A 2.11 reader refuses each: an unknown matmul flag, a LINEAR
+ * param past its layout. */
+#define KILN_FORMAT_MINOR_ROUND_B 12
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu

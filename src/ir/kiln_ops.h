@@ -54,7 +54,9 @@
  *                                        sets these to drop transpose copies);
  *                                        KILN_MATMUL_ROUND_A_BF16: a (float32)
  *                                        is read rounded to bf16, as a CAST to
- *                                        bf16 would give it.
+ *                                        bf16 would give it;
+ *                                        KILN_MATMUL_ROUND_B_BF16: b (float32,
+ *                                        not a constant) likewise.
  *   LINEAR         (x, w, bias?, residual?) -> y
  *                                        x (..., K) float32 or bfloat16 (widened,
  *                                        exact); w (K, N): a constant, packed
@@ -66,7 +68,9 @@
  *                                        W_TRANSPOSED 1: w is a dense value
  *                                        stored (N, K), read transposed;
  *                                        ROUND_A 1: x (float32) is read
- *                                        rounded to bf16, as MATMUL's flag.
+ *                                        rounded to bf16, as MATMUL's flag;
+ *                                        ROUND_B 1: w (float32, not a
+ *                                        constant) likewise.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
  *                                        float, broadcast to (B, H, Sq, Skv);
@@ -332,7 +336,7 @@
 
 /* LINEAR: the kiln_activation_t of the epilogue; W_TRANSPOSED 1: w is a
  * dense value stored (N, K), read transposed. */
-#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1) P(ROUND_A, 1)
+#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1) P(ROUND_A, 1) P(ROUND_B, 1)
 
 /* SDPA: causal (top-left aligned); KILN_SDPA_VIEWS / _OUT_BSHD flags; with
  * KILN_SDPA_VIEWS, the sizes and each of q, k, v's element offset and
@@ -598,6 +602,9 @@ typedef enum kiln_op_entry_e {
  * CAST to bf16: the compiler folds such casts into the GEMM's packing
  * (kiln_pass_casts.c); LINEAR's ROUND_A 1 is the same. */
 #define KILN_MATMUL_ROUND_A_BF16 4
+/* b likewise (a float32 graph value, never a constant: those are packed
+ * once); LINEAR's ROUND_B 1 is the same (format 2.12). */
+#define KILN_MATMUL_ROUND_B_BF16 8
 
 /* SDPA flags (KILN_P(SDPA, FLAGS)). */
 #define KILN_SDPA_VIEWS 1

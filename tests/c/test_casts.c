@@ -1,8 +1,9 @@
 /* The kernels kiln_pass_casts folds casts into, held to the casts they
  * replace bit for bit (the fold's contract: same bits as the unfused graph):
- *   - a GEMM rounding its fp32 A to bf16 as it packs (a_round_bf16) gives the
- *     bits of the same GEMM reading a_bf16 = cast(A), and matches the scalar
- *     reference with the rounded A;
+ *   - a GEMM rounding its fp32 A (a_round_bf16) or B (b_round_bf16) to bf16
+ *     as it packs gives the bits of the same GEMM reading a_bf16 = cast(A)
+ *     and the widened cast(B), and matches the scalar reference with the
+ *     rounded operands;
  *   - a GEMM reading a bf16 B (b_bf16) gives the bits of the same GEMM
  *     reading the widened fp32 B, row-major and transposed, at the small-M
  *     (GEMV) and blocked sizes and both B packers (up front and on the fly),
@@ -177,27 +178,36 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
       u.b = bw;
       u.c = c1;
       kiln_gemm_f32(&u, pool);
-      /* Folded: A rounded as packed, B read as bf16. */
-      kiln_gemm_f32_args_t f = g;
-      f.a = a;
-      f.a_round_bf16 = 1;
-      f.b_bf16 = b16;
-      f.c = c2;
-      kiln_gemm_f32(&f, pool);
-      KILN_EXPECT(casts_same_bits(c1, c2, (size_t)(B * M * N)),
-                  "%s: M %lld K %lld N %lld aT %d bT %d: folded GEMM differs from the casts", where,
-                  (long long)M, (long long)K, (long long)N, at, bt & 1);
-      /* The reference with the same flags, against the rounded operands. */
-      f.c = c3;
-      kiln_gemm_f32_reference(&f);
-      kiln_gemm_f32_args_t r = g;
-      r.a = ar;
-      r.b = bw;
-      r.c = c2;
-      kiln_gemm_f32_reference(&r);
-      KILN_EXPECT(casts_same_bits(c2, c3, (size_t)(B * M * N)), "%s: reference with flags", where);
-      KILN_EXPECT(kiln_test_compare_f32(where, c1, c2, (size_t)(B * M * N), 1e-5f, 1e-5f) == 0,
-                  "folded GEMM against the reference");
+      /* Folded: A rounded as packed, B read as bf16 (fb 0) or B float32
+       * rounded as packed (fb 1, b_round_bf16: at small M with a transposed
+       * B, rounded into scratch for the path bw takes). */
+      for (int fb = 0; fb < 2; ++fb) {
+        kiln_gemm_f32_args_t f = g;
+        f.a = a;
+        f.a_round_bf16 = 1;
+        if (fb)
+          f.b = b, f.b_round_bf16 = 1;
+        else
+          f.b_bf16 = b16;
+        f.c = c2;
+        kiln_gemm_f32(&f, pool);
+        KILN_EXPECT(casts_same_bits(c1, c2, (size_t)(B * M * N)),
+                    "%s: M %lld K %lld N %lld aT %d bT %d b %s: folded GEMM differs from the casts",
+                    where, (long long)M, (long long)K, (long long)N, at, bt & 1,
+                    fb ? "rounded" : "bf16");
+        /* The reference with the same flags, against the rounded operands. */
+        f.c = c3;
+        kiln_gemm_f32_reference(&f);
+        kiln_gemm_f32_args_t r = g;
+        r.a = ar;
+        r.b = bw;
+        r.c = c2;
+        kiln_gemm_f32_reference(&r);
+        KILN_EXPECT(casts_same_bits(c2, c3, (size_t)(B * M * N)), "%s: reference with flags (b %s)",
+                    where, fb ? "rounded" : "bf16");
+        KILN_EXPECT(kiln_test_compare_f32(where, c1, c2, (size_t)(B * M * N), 1e-5f, 1e-5f) == 0,
+                    "folded GEMM against the reference");
+      }
       free(a);
       free(ar);
       free(a16);

@@ -310,3 +310,39 @@ def test_autocast_training_matches_eager():
             assert err_k <= bound, (f"step {step} {name}: kiln error {err_k:.3g} > eager's {err_e:.3g} "
                                     f"+ one rounding ({bound:.3g})")
         opt.step()
+
+
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+def test_saved_weight_casts_made_in_backward(monkeypatch, isa_level):
+    """Under autocast AOTAutograd saves each weight's bf16 copy for the
+    backward (a cast, made by the forward as a separate pass because it is a
+    graph output). kiln.train_rewrite.unsave_casts saves the float32
+    parameter instead (alive anyway: no memory added, the copy's freed) and
+    casts it again in the backward, where, as in the forward, the GEMM
+    rounds it as it packs B (KILN_MATMUL_ROUND_B_BF16). Same loss and
+    gradients, bit for bit, as with the casts saved (KILN_SAVE_CASTS=keep)
+    and as with no cast folded at all (KILN_CASTS=keep); at each ISA level."""
+    torch.manual_seed(1)
+    model = _train_block().train()
+    x, target = torch.randn(2, 8, 32), torch.randn(2, 8, 32)
+
+    def run(save, casts):
+        monkeypatch.setenv("KILN_SAVE_CASTS", save)
+        return _step(model, (x, target), casts, monkeypatch)
+
+    runs = {"keep": run("keep", False), "free": run("free", False), "unfolded": run("free", True)}
+    loss0, grads0, _ = runs["keep"]
+    for name in ("free", "unfolded"):
+        loss, grads, _ = runs[name]
+        assert torch.equal(_bits(loss), _bits(loss0)), name
+        for i, (g0, g) in enumerate(zip(grads0, grads)):
+            assert torch.equal(_bits(g0), _bits(g)), f"{name}: gradient {i} differs"
+    keep, free = runs["keep"][2], runs["free"][2]
+    # Two layers of four linears and the head: nine weights, whose casts the
+    # forward no longer makes; both graphs' GEMMs round them as they pack.
+    assert len(_cast_nodes(free[0])) == len(_cast_nodes(keep[0])) - 9, (
+        len(_cast_nodes(free[0])), len(_cast_nodes(keep[0])))
+    assert all("b=bf16" in p for p in free)
+    monkeypatch.setenv("KILN_SAVE_CASTS", "sometimes")
+    with pytest.raises(Exception, match="KILN_SAVE_CASTS"):
+        _step(model, (x, target), False, monkeypatch)

@@ -385,6 +385,7 @@ static kiln_status_t prepare_matmul(const kiln_graph_t* g, const kiln_node_t* n,
   mm->a_bf16 = a->dtype == KILN_BF16;
   mm->b_bf16 = b->dtype == KILN_BF16;
   args->a_round_bf16 = (flags & KILN_MATMUL_ROUND_A_BF16) != 0;
+  args->b_round_bf16 = (flags & KILN_MATMUL_ROUND_B_BF16) != 0;
   return kiln_ok();
 }
 
@@ -454,6 +455,7 @@ static kiln_status_t prepare_linear(const kiln_graph_t* g, const kiln_node_t* n,
   if (n->n_inputs > 3 && n->inputs[3] >= 0) args->r_row_stride = nn;
   args->act = (kiln_activation_t)n->params[KILN_P(LINEAR, ACT)];
   args->a_round_bf16 = n->params[KILN_P(LINEAR, ROUND_A)] != 0;
+  args->b_round_bf16 = n->params[KILN_P(LINEAR, ROUND_B)] != 0;
   return kiln_ok();
 }
 

@@ -240,8 +240,9 @@ static void kiln_gemm_pack_a_widened(const kiln_gemm_kernels_t* kn, int64_t k, c
  * (which the hardware prefetchers do not follow); transposed B goes panel
  * by panel, each source column being contiguous already. */
 static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, const float* b,
-                                  const uint16_t* b16, int64_t rs, int64_t cs, int64_t j0,
-                                  int64_t j1, int64_t n, int64_t panel_stride, float* out) {
+                                  const uint16_t* b16, int round, int64_t rs, int64_t cs,
+                                  int64_t j0, int64_t j1, int64_t n, int64_t panel_stride,
+                                  float* out) {
   const int P = KILN_GEMM_PANEL;
   if (b16 && rs == 1 && cs != 1) {
     /* A transposed bf16 B: each column widened (contiguous in p), then the
@@ -265,8 +266,13 @@ static void kiln_gemm_pack_b_cols(const kiln_gemm_kernels_t* kn, int64_t kc, con
       if (b16) /* a bf16 B (b_bf16): widened as it is packed */
         kiln_gemm_pack_b_block_bf16(kb, w, b16 + p0 * rs + jq * cs, rs, cs,
                                     out + q * panel_stride + p0 * P);
-      else
-        kn->pack_b_block(kb, w, b + p0 * rs + jq * cs, rs, cs, out + q * panel_stride + p0 * P);
+      else {
+        float* dst = out + q * panel_stride + p0 * P;
+        kn->pack_b_block(kb, w, b + p0 * rs + jq * cs, rs, cs, dst);
+        /* b_round_bf16: rounded where it was just written (in L1), as A is
+         * after pack_a; padding zeros stay zeros. */
+        if (round) kn->round_bf16(dst, kb * P);
+      }
     }
   }
 }
@@ -364,7 +370,8 @@ static void kiln_gemm_pack_task(void* p, size_t task, int thread) {
     int64_t j1 = q1 * KILN_GEMM_PANEL < g->n ? q1 * KILN_GEMM_PANEL : g->n;
     int64_t b_off = (ch->b0 + bi) * g->b_batch_stride;
     kiln_gemm_pack_b_cols(ch->kn, g->k, g->b_bf16 ? NULL : g->b + b_off,
-                          g->b_bf16 ? g->b_bf16 + b_off : NULL, g->b_row_stride, g->b_col_stride, q0 * KILN_GEMM_PANEL, j1, g->n,
+                          g->b_bf16 ? g->b_bf16 + b_off : NULL, g->b_round_bf16, g->b_row_stride,
+                          g->b_col_stride, q0 * KILN_GEMM_PANEL, j1, g->n,
                           g->k * KILN_GEMM_PANEL,
                           ch->bp_out + bi * ch->bp_bs + q0 * g->k * KILN_GEMM_PANEL);
     return;
@@ -448,8 +455,8 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       int64_t fpf_step = 0;
       if (fly) {
         kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
-                              Bsrc16 ? Bsrc16 + pc * brs : NULL, brs, bcs, jb, jb1, N, kcur * P,
-                              fly);
+                              Bsrc16 ? Bsrc16 + pc * brs : NULL, g->b_round_bf16, brs, bcs, jb,
+                              jb1, N, kcur * P, fly);
         /* The next block: the next columns, else the first of the next K
          * block (fp32 sources: the prefetcher counts 4-byte elements). */
         if (Bsrc && jb1 < j1) {
@@ -640,7 +647,9 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
  * B in place (gemv_nt: dot products of A's rows with B's columns), another
  * summation order than the packed kernels'. To give the bits the same GEMM
  * gives on the widened fp32 B (the graph before kiln_pass_casts folded the
- * widening cast), B is widened into scratch and that path runs. Returns 0
+ * widening cast), B is widened into scratch and that path runs. A float32
+ * B read rounded (b_round_bf16) is rounded into scratch the same way, so
+ * that it takes the path its cast's bf16 output would have. Returns 0
  * without scratch memory. */
 static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t nb = g->b_batch_stride ? g->batch : 1, K = g->k, N = g->n;
@@ -649,12 +658,17 @@ static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* 
   if (!w) return 0;
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t j = 0; j < N; ++j) {
-      const uint16_t* col = g->b_bf16 + b * g->b_batch_stride + j * g->b_col_stride;
       float* dst = w + (b * N + j) * K;
-      for (int64_t p = 0; p < K; ++p) dst[p] = kiln_gemm_bf16_to_f32(col[p]); /* b_row_stride 1 */
+      int64_t at = b * g->b_batch_stride + j * g->b_col_stride; /* b_row_stride 1 */
+      if (g->b_bf16)
+        for (int64_t p = 0; p < K; ++p) dst[p] = kiln_gemm_bf16_to_f32(g->b_bf16[at + p]);
+      else
+        for (int64_t p = 0; p < K; ++p)
+          dst[p] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(g->b[at + p]));
     }
   kiln_gemm_f32_args_t f = *g;
   f.b_bf16 = NULL;
+  f.b_round_bf16 = 0;
   f.b = w;
   f.b_row_stride = 1;
   f.b_col_stride = K;
@@ -675,8 +689,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     return;
   }
   if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
-  if (g->b_bf16 && g->m <= KILN_GEMM_GEMV_MAX_M && g->b_row_stride == 1 &&
-      kiln_gemm_b_bf16_widened(g, pool))
+  const int b_unpacked_f32 = g->b && !g->b_packed && !g->b_packed_bf16 && !g->b_bf16;
+  if ((g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32)) && g->m <= KILN_GEMM_GEMV_MAX_M &&
+      g->b_row_stride == 1 && kiln_gemm_b_bf16_widened(g, pool))
     return;
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   if (g->b_packed_bf16_vnni) kiln_gemm_bf16_note_engine(kn->name);
@@ -711,7 +726,7 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   /* At small M an unpacked B whose columns are contiguous (a weight W(N, K)
    * read as W^T) needs no packing at all: the GEMV takes dot products of
    * A's rows with W's rows where they lie, so B is read once. */
-  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1 && !g->b_bf16;
+  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1 && !g->b_bf16 && !g->b_round_bf16;
   ch.gemv_nt = gemv_nt;
   const int pack_b = unpacked_b && !b_fly && !gemv_nt;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;

@@ -44,6 +44,13 @@ typedef struct kiln_gemm_f32_args_s {
    * graph value, e.g. autocast's bf16 copy of a weight or a saved
    * activation, read without a widening pass over memory). */
   const uint16_t* b_bf16;
+  /* 1: the unpacked float32 b is rounded to bf16 as it is packed, as
+   * a_round_bf16 does for A (a folded cast of a graph value read as B:
+   * autocast's weights and saved activations in the backward). The panels
+   * hold the bits b_bf16 would give for the cast's output, and every path
+   * that would read such a B in place widens (here: rounds) it first, so C
+   * is the same bit for bit. Ignored with any packed B. */
+  int b_round_bf16;
   /* Packed B (one matrix shared by every batch), or NULL. */
   const float* b_packed;
   /* Packed bf16 B (kiln_gemm_bf16_pack_b; shared by every batch), or NULL.

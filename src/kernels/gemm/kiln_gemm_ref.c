@@ -50,6 +50,8 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
                 g->b_bf16[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride]);
           } else {
             bv = g->b[bt * g->b_batch_stride + p * g->b_row_stride + j * g->b_col_stride];
+            /* a folded cast: B rounded to bf16 as the packers do */
+            if (g->b_round_bf16) bv = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(bv));
           }
           int64_t e = i * g->a_row_stride + p * g->a_col_stride;
           float av = a16 ? kiln_gemm_bf16_to_f32(a16[e]) : a[e];
