@@ -272,8 +272,16 @@ def unsave_casts(fw, bw, slots=None, mode=None):
     nothing more to keep: a graph input (a parameter, alive anyway; the
     bf16 copy it no longer keeps is memory saved) or a value the forward
     returns or saves already; "all" for every such cast (an activation x
-    kept in float32 is twice the bytes of its bf16 copy). Returns the
-    number of saved values changed."""
+    kept in float32 is twice the bytes of its bf16 copy). Measured on
+    bench/models.py's training transformer: "free" saves 40.1 MiB of
+    activations where "keep" saved 46.2 (the weights' bf16 copies go),
+    "all" 50.6 for no measurable gain in step time; hence the default.
+
+    One difference from eager autocast: a parameter written in place
+    between the forward and the backward now fails the backward with
+    PyTorch's "modified by an inplace operation" error, as it does without
+    autocast, where eager autocast's saved copy hides the write.
+    Returns the number of saved values changed."""
     mode = save_casts_mode() if mode is None else mode
     slots = saved_slots(fw, bw) if slots is None else slots
     if slots is None or mode == "keep":
