@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "kernels/kiln_isa_variant.h"
 #include "runtime/kiln_plan_io.h"
 #include "kiln_ext_dlpack.h"
+#include "kiln_ext_guard.h"
 #include "kiln_ext_host.h"
 #include "kiln_ext_profile.h"
 #include "runtime/kiln_machine.h"
@@ -431,10 +433,39 @@ static PyObject* kiln_py_model_wrap(kiln_model_t* model) {
   return (PyObject*)m;
 }
 
+/* One (data_ptr, dtype, shape) descriptor. An exact 3-tuple (what
+ * kiln.module builds, dozens per call) is read directly; anything else
+ * through PyArg_ParseTuple, whose errors say what is wrong. */
+static int kiln_py_tensor(PyObject* item, kiln_tensor_t* t, int64_t* shape) {
+  unsigned long long ptr;
+  int dtype;
+  PyObject* shape_obj;
+  if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 3 &&
+      PyLong_CheckExact(PyTuple_GET_ITEM(item, 0)) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1))) {
+    ptr = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(item, 0)); /* as "K" does */
+    long d = PyLong_AsLong(PyTuple_GET_ITEM(item, 1));
+    if ((ptr == (unsigned long long)-1 || d == -1) && PyErr_Occurred()) return -1;
+    if (d < INT_MIN || d > INT_MAX) {
+      PyErr_SetString(PyExc_OverflowError, "dtype id out of range");
+      return -1;
+    }
+    dtype = (int)d;
+    shape_obj = PyTuple_GET_ITEM(item, 2);
+  } else if (!PyArg_ParseTuple(item, "KiO", &ptr, &dtype, &shape_obj)) {
+    return -1;
+  }
+  if (kiln_py_shape(shape_obj, &t->rank, shape)) return -1;
+  t->data = (void*)(uintptr_t)ptr;
+  t->dtype = (kiln_dtype_t)dtype;
+  t->shape = shape;
+  return 0;
+}
+
 /* Parses a sequence of (data_ptr, dtype, shape) into tensors; shapes are
- * stored in `shapes` (n × KILN_MAX_RANK). */
+ * stored in `shapes` (n × KILN_MAX_RANK). With `missing`, an item may be
+ * None (missing[i] = 1: an output the caller has not made yet). */
 static int kiln_py_tensors(PyObject* seq, kiln_tensor_t* out, int64_t* shapes, int32_t max,
-                           int32_t* n) {
+                           int32_t* n, unsigned char* missing) {
   PyObject* fast = PySequence_Fast(seq, "expected a sequence of (ptr, dtype, shape)");
   if (!fast) return -1;
   Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
@@ -444,21 +475,76 @@ static int kiln_py_tensors(PyObject* seq, kiln_tensor_t* out, int64_t* shapes, i
     return -1;
   }
   for (Py_ssize_t i = 0; i < len; ++i) {
-    unsigned long long ptr;
-    int dtype;
-    PyObject* shape_obj;
-    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "KiO", &ptr, &dtype, &shape_obj) ||
-        kiln_py_shape(shape_obj, &out[i].rank, shapes + i * KILN_MAX_RANK)) {
+    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+    if (missing) missing[i] = item == Py_None;
+    if (missing && missing[i]) continue;
+    if (kiln_py_tensor(item, &out[i], shapes + i * KILN_MAX_RANK)) {
       Py_DECREF(fast);
       return -1;
     }
-    out[i].data = (void*)(uintptr_t)ptr;
-    out[i].dtype = (kiln_dtype_t)dtype;
-    out[i].shape = shapes + i * KILN_MAX_RANK;
   }
   *n = (int32_t)len;
   Py_DECREF(fast);
   return 0;
+}
+
+/* Outputs the caller left None (run's `make`): made by make(k, shape) once
+ * the inputs' sizes give their shapes (one binding of a symbolic model's
+ * sizes for the shapes and the run: kiln_model_select finds it again),
+ * stored into outs[k], described by their data_ptr(). */
+static int kiln_py_make_outputs(kiln_py_model_t* self, const kiln_tensor_t* ins, int32_t n_in,
+                                kiln_tensor_t* outs, int64_t* shapes, int32_t n_out,
+                                const unsigned char* missing, PyObject* outs_list,
+                                PyObject* make) {
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  int32_t* ranks = malloc(sizeof(int32_t) * (size_t)(g->n_outputs + 1));
+  int64_t* all = malloc(sizeof(int64_t) * KILN_MAX_RANK * (size_t)(g->n_outputs + 1));
+  int rc = -1;
+  kiln_status_t s = !ranks || !all ? kiln_status_make(KILN_OUT_OF_MEMORY, "shapes")
+                    : n_out != g->n_outputs
+                        ? kiln_status_make(KILN_INVALID_ARGUMENT, "the model has %d outputs, got %d",
+                                           g->n_outputs, n_out)
+                        : kiln_model_output_shapes(self->model, ins, n_in, all, ranks);
+  if (s) {
+    if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
+      PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
+      kiln_status_free(s);
+    } else {
+      kiln_py_raise(s);
+    }
+    goto done;
+  }
+  for (int32_t o = 0; o < n_out; ++o) {
+    if (!missing[o]) continue;
+    int64_t* shape = shapes + (size_t)o * KILN_MAX_RANK;
+    memcpy(shape, all + (size_t)o * KILN_MAX_RANK, sizeof(int64_t) * (size_t)ranks[o]);
+    PyObject* dims = PyTuple_New(ranks[o]);
+    for (int32_t d = 0; dims && d < ranks[o]; ++d) {
+      PyObject* v = PyLong_FromLongLong(shape[d]);
+      if (!v) Py_CLEAR(dims);
+      else PyTuple_SET_ITEM(dims, d, v);
+    }
+    PyObject* t = dims ? PyObject_CallFunction(make, "iO", (int)o, dims) : NULL;
+    Py_XDECREF(dims);
+    PyObject* ptr = t ? PyObject_CallMethod(t, "data_ptr", NULL) : NULL;
+    unsigned long long p = ptr ? PyLong_AsUnsignedLongLongMask(ptr) : 0;
+    int bad = !ptr || PyErr_Occurred();
+    Py_XDECREF(ptr);
+    if (bad) {
+      Py_XDECREF(t);
+      goto done;
+    }
+    if (PyList_SetItem(outs_list, o, t)) goto done; /* steals t, also on failure */
+    outs[o].data = (void*)(uintptr_t)p;
+    outs[o].dtype = g->values[g->outputs[o]].dtype;
+    outs[o].rank = ranks[o];
+    outs[o].shape = shape;
+  }
+  rc = 0;
+done:
+  free(ranks);
+  free(all);
+  return rc;
 }
 
 /* run(..., hook): hook(node, end) is called with the GIL around each kernel
@@ -483,8 +569,14 @@ static void kiln_py_node_hook(void* ctx, int32_t node, int end) {
 }
 
 static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
-  PyObject *in_obj, *out_obj, *hook_obj = NULL;
-  if (!PyArg_ParseTuple(args, "OO|O", &in_obj, &out_obj, &hook_obj)) return NULL;
+  PyObject *in_obj, *out_obj, *hook_obj = NULL, *outs_list = NULL, *make = NULL;
+  if (!PyArg_ParseTuple(args, "OO|OO!O", &in_obj, &out_obj, &hook_obj, &PyList_Type, &outs_list,
+                        &make))
+    return NULL;
+  if (make && (!outs_list || hook_obj != Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "run(inputs, outputs, None, outs, make): make needs outs and no hook");
+    return NULL;
+  }
   kiln_py_hook_t hook = {hook_obj != Py_None ? hook_obj : NULL, 0};
   const kiln_graph_t* g = kiln_model_graph(self->model);
   int32_t max = g->n_inputs > g->n_outputs ? g->n_inputs : g->n_outputs;
@@ -503,8 +595,24 @@ static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
   }
   int32_t n_in = 0, n_out = 0;
   PyObject* result = NULL;
-  if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in) &&
-      !kiln_py_tensors(out_obj, ts + max, shapes + max * KILN_MAX_RANK, max, &n_out)) {
+  unsigned char* missing = make ? calloc((size_t)max + 1, 1) : NULL;
+  int any_missing = 0;
+  if (make && !missing) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in, NULL) &&
+      !kiln_py_tensors(out_obj, ts + max, shapes + max * KILN_MAX_RANK, max, &n_out,
+                       make ? missing : NULL)) {
+    for (int32_t o = 0; make && o < n_out; ++o) any_missing |= missing[o];
+    if (make && PyList_GET_SIZE(outs_list) != n_out) {
+      PyErr_SetString(PyExc_ValueError, "run: outs must list every output");
+      goto done;
+    }
+    if (any_missing && kiln_py_make_outputs(self, ts, n_in, ts + max,
+                                            shapes + max * KILN_MAX_RANK, n_out, missing,
+                                            outs_list, make))
+      goto done;
     kiln_status_t s;
     Py_BEGIN_ALLOW_THREADS s = kiln_model_run_hooked(self->model, ts, n_in, ts + max, n_out,
                                                      hook.hook ? kiln_py_node_hook : NULL, &hook);
@@ -524,6 +632,8 @@ static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
       Py_INCREF(result);
     }
   }
+done:
+  free(missing);
   if (ts != stack_t) {
     free(ts);
     free(shapes);
@@ -862,7 +972,7 @@ static PyObject* kiln_py_model_output_shapes(kiln_py_model_t* self, PyObject* ar
   int32_t n_in = 0;
   if (!ts || !shapes || !ranks) {
     PyErr_NoMemory();
-  } else if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in)) {
+  } else if (!kiln_py_tensors(in_obj, ts, shapes, max, &n_in, NULL)) {
     int64_t* out_shapes = malloc(sizeof(int64_t) * KILN_MAX_RANK * (size_t)(g->n_outputs + 1));
     kiln_status_t s = out_shapes ? kiln_model_output_shapes(self->model, ts, n_in, out_shapes, ranks)
                                  : kiln_status_make(KILN_OUT_OF_MEMORY, "shapes");
@@ -1243,6 +1353,9 @@ static PyMethodDef kiln_py_functions[] = {
      "packed weights alive that graphs share (frozen torch.compile parameters)"},
     {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
      "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},
+    {"frozen_unchanged", (PyCFunction)(void (*)(void))kiln_py_frozen_unchanged, METH_FASTCALL,
+     "frozen_unchanged(args, positions, tensors, versions) -> each args[positions[k]] is "
+     "tensors[k] at version versions[k]"},
     {"empty", kiln_py_empty, METH_VARARGS,
      "empty(shape, dlpack_code, bits) -> DLPack capsule over kiln-managed memory"},
     {"output_cache", kiln_py_output_cache, METH_VARARGS,
