@@ -11,7 +11,8 @@ write: nothing else is copied) and reads the view (attention folds it into
 its strides). The cat's result returned to the caller is that view.
 
 Aliasing rule: a buffer records the length of the latest view kiln handed
-out (``_kiln_rows``) and its version counter then. A past is appended to in
+out and its version counter then (a Buffer, which the view carries as
+``_kiln_buffer``). A past is appended to in
 place only when it is exactly that view (the buffer's base pointer and
 strides, that length, the version unchanged: nobody wrote it through torch)
 and the new length fits. Anything else (a cache kept and generated from
@@ -32,6 +33,7 @@ from torch._dynamo.utils import counters
 
 from kiln import symbolic
 from kiln.errors import KilnError
+from kiln.optable import DTYPES
 from kiln.optable.core import _dense_strides, strided_copy
 from kiln.optable.movement import _strided_scatter
 
@@ -56,6 +58,7 @@ class Append:
     def __init__(self, index, cat, past, pos, new, dim, shape):
         self.index, self.cat, self.past, self.pos, self.new, self.dim = index, cat, past, pos, new, dim
         self.shape = shape  # [(placeholder index, dim) or int, or (pos, dim, plus)] for each dim of the result
+        self.length = shape[dim]  # the result's length along dim: the rows after this call
         self.sized = False  # whether the past's length is a model input (a symbolic size)
         self.scatter = None  # the kiln value written into the buffer
 
@@ -201,19 +204,39 @@ def _size(spec, args):
     return (int(a) if dim is None else a.shape[dim]) + plus
 
 
+class Buffer:
+    """A buffer kiln appends into, and what it last handed out of it: the
+    latest view's length (rows) and the buffer's version counter then. What
+    never changes is kept, so that a call reads from torch only what can:
+    the descriptor kiln's C call takes (data pointer, dtype id, shape), the
+    pointer and strides every view of it has."""
+
+    __slots__ = ("tensor", "dim", "cap", "desc", "ptr", "strides", "view_shape", "rows", "version")
+
+    def __init__(self, tensor, dim):
+        self.tensor, self.dim, self.cap = tensor, dim, tensor.shape[dim]
+        self.ptr, self.strides = tensor.data_ptr(), tensor.stride()
+        self.desc = (self.ptr, DTYPES[tensor.dtype], tuple(tensor.shape))
+        self.view_shape = list(tensor.shape)  # the latest view's, once commit set its length
+        self.rows = self.version = -1  # no view handed out yet
+
+
 def latest_buffer(past, dim):
-    """The buffer past is the latest view of (kiln may append after it in
-    place), or None. The view kiln handed out carries its buffer
-    (_kiln_buffer); a tensor derived from it (a crop, a reorder) does not."""
-    buf = past.__dict__.get("_kiln_buffer")
-    if buf is None or past.shape[dim] != buf._kiln_rows or buf._version != buf._kiln_version \
-            or past.data_ptr() != buf.data_ptr() or past.stride() != buf.stride():
+    """The Buffer past is the latest view of (kiln may append after it in
+    place), or None. The view kiln handed out carries its Buffer
+    (_kiln_buffer); a tensor derived from it (a crop, a reorder) does not.
+    A view's metadata changed in place (t_, as_strided_, resize_, set_)
+    moves the version counter it shares with the buffer; `.data =` moves
+    its pointer or strides."""
+    b = past.__dict__.get("_kiln_buffer")
+    if b is None or past.shape[dim] != b.rows or b.tensor._version != b.version \
+            or past.data_ptr() != b.ptr or past.stride() != b.strides:
         return None
-    return buf
+    return b
 
 
 def _new_buffer(a, args, shape, cap):
-    """A buffer of capacity cap holding the past's rows (copied)."""
+    """A Buffer of capacity cap holding the past's rows (copied)."""
     bshape = list(shape)
     bshape[a.dim] = cap
     buf = torch.empty(bshape, dtype=a.cat.meta["val"].dtype)
@@ -224,41 +247,47 @@ def _new_buffer(a, args, shape, cap):
                             f"{tuple(shape)} in every dim but {a.dim}")
         if past.shape[a.dim]:
             buf.narrow(a.dim, 0, past.shape[a.dim]).copy_(past)
-    return buf
+    return Buffer(buf, a.dim)
 
 
 def buffers(appends, args):
-    """For one call: [(buffer, past rows, new length)] per append, the
+    """For one call: [(Buffer, past rows, new length)] per append, the
     buffers all of one capacity; a past that is not its buffer's latest view,
     or that does not fit, is copied into a new buffer."""
-    lengths = [_size(a.shape[a.dim], args) for a in appends]
+    lengths = [_size(a.length, args) for a in appends]
     need = max(lengths)
     latest = [latest_buffer(args[a.pos], a.dim) if a.pos is not None else None for a in appends]
-    caps = {b.shape[a.dim] for a, b in zip(appends, latest) if b is not None}
+    caps = {b.cap for b in latest if b is not None}
     cap = next(iter(caps)) if len(caps) == 1 and need < next(iter(caps)) else capacity_for(need)
-    out, used, copied = [], set(), 0
-    for a, n, buf in zip(appends, lengths, latest):
-        rows = args[a.pos].shape[a.dim] if a.pos is not None else 0
-        if buf is None or buf.shape[a.dim] != cap or id(buf) in used:
-            buf = _new_buffer(a, args, [_size(s, args) for s in a.shape], cap)
+    out, used, in_place, copied = [], set(), 0, 0
+    for a, n, b in zip(appends, lengths, latest):
+        if b is not None and b.cap == cap and b not in used:
+            rows = b.rows
+            in_place += 1
+        else:
+            rows = args[a.pos].shape[a.dim] if a.pos is not None else 0
+            b = _new_buffer(a, args, [_size(s, args) for s in a.shape], cap)
             copied += a.pos is not None
-        used.add(id(buf))
-        out.append((buf, rows, n))
+        used.add(b)
+        out.append((b, rows, n))
     # What each append to a past did, counted beside kiln's other counters
     # (torch._dynamo.utils.counters["kiln_cache"]): "in_place" after the
     # past's rows in its buffer, or "copied" into a new buffer (a
     # reallocation, or a past that was not its buffer's latest view).
     done = counters["kiln_cache"]
-    done["in_place"] += sum(a.pos is not None for a in appends) - copied
+    done["in_place"] += in_place
     done["copied"] += copied
     return out
 
 
-def commit(a, buf, length):
-    """The view of buf's first `length` rows, recorded as its latest."""
-    buf._kiln_rows = length
-    buf._kiln_version = buf._version
-    view = buf.narrow(a.dim, 0, length)
-    view._kiln_buffer = buf
-    view._dynamo_propagated_dynamic_indices = {a.dim}
+def commit(b, length):
+    """The view of the Buffer's first `length` rows, recorded as its latest.
+    as_strided, not narrow: the same view (a view of the buffer, sharing its
+    version counter) at half narrow's cost, which is per cache tensor per
+    token."""
+    b.view_shape[b.dim] = length
+    view = b.tensor.as_strided(b.view_shape, b.strides)
+    b.rows, b.version = length, b.tensor._version
+    view._kiln_buffer = b
+    view._dynamo_propagated_dynamic_indices = {b.dim}
     return view

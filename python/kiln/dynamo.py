@@ -26,10 +26,10 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from kiln import cache_append
+from kiln import _C, cache_append
 from kiln.capture import decomposition_table, log_enabled, lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
-from kiln.module import KilnModule, compile_graph
+from kiln.module import _SIZE_DTYPE, KilnModule, compile_graph
 from kiln.optable.train import register_compile_prims
 from kiln.options import weights_quant
 from kiln.partition import partition
@@ -99,19 +99,23 @@ def _frozen_parameters(example_inputs):
 def _guard_frozen(frozen, build):
     """fn(*args) that runs build(frozen)'s function, compiled again with the
     new values when a frozen parameter is another tensor or was written in
-    place since (load_state_dict, an optimizer step): never stale weights."""
-    seen = {i: (t, t._version) for i, t in frozen.items()}
+    place since (load_state_dict, an optimizer step): never stale weights.
+    The check (identity and version counter of each, every call) is C's
+    frozen_unchanged: one pass over the ~75 weights of a decode step."""
+    positions = tuple(frozen)
     state = {"fn": build(frozen)}
 
+    def see(values):
+        state["tensors"] = tuple(values[i] for i in positions)
+        state["versions"] = tuple(t._version for t in state["tensors"])
+
+    see(frozen)
+
     def run(*args):
-        for i, (t, v) in seen.items():
-            a = args[i]
-            if a is not t or a._version != v:
-                new = {j: args[j] for j in seen}
-                seen.clear()
-                seen.update({j: (x, x._version) for j, x in new.items()})
-                state["fn"] = build(new)
-                break
+        if not _C.frozen_unchanged(args, positions, state["tensors"], state["versions"]):
+            new = {j: args[j] for j in positions}
+            see(new)
+            state["fn"] = build(new)
         return state["fn"](*args)
 
     run._kiln_state = state
@@ -230,23 +234,34 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
 
     grown = _grown_outputs(flat, source)
 
+    # Per call, the appending path builds the model's arguments from a plan
+    # fixed here: (model input, role, what) in the model's input order.
+    # Kiln's own buffers need no checks (kiln made them: their descriptors
+    # are kept with them); the graph's arguments go through describe's.
+    plan = [(j, kind, i) for j, (kind, i) in enumerate(roles)]
+    append_outs = [n_user + n_writes + a.index for a in appends]
+    n_outs = n_user + n_writes + len(appends)
+
     def run_appending(args):
         bufs = cache_append.buffers(appends, args)
-        ins = []
-        for kind, i in roles:
-            if kind == "arg":
-                ins.append(args[i])
-            elif kind == "rows":
-                ins.append(bufs[i][1])
-            else:
-                ins.append(bufs[i][0])
-        given = {k: args[pos] for k, pos in in_place.items()}
-        for a, (buf, _, _) in zip(appends, bufs):
-            given[n_user + n_writes + a.index] = buf
-        got = mod.run_flat(ins, given)
-        return got, [cache_append.commit(a, buf, length) for a, (buf, _, length) in zip(appends, bufs)]
+        keep = []
+        descs = [mod.describe(j, args[i], keep) if kind == "arg" else (1, _SIZE_DTYPE, (bufs[i][1],))
+                 if kind == "rows" else bufs[i][0].desc for j, kind, i in plan]
+        outs, out_descs = [None] * n_outs, [None] * n_outs
+        for k, pos in in_place.items():
+            mod.give(k, args[pos], outs, out_descs)
+        for k, (b, _, _) in zip(append_outs, bufs):
+            outs[k], out_descs[k] = b.tensor, b.desc
+        got = mod.run_described(descs, outs, out_descs, args)
+        return got, [cache_append.commit(b, n) for b, _, n in bufs]
+
+    # Outputs that are all kiln's or appends' views (a decode step's logits
+    # and cache) are picked from got + views by one itemgetter call.
+    picks = [i if kind == "kiln" else n_user + i for kind, i in source if kind in ("kiln", "append")]
+    pick = operator.itemgetter(*picks) if len(picks) == len(source) > 1 else None
 
     def run(*args):
+        views = []
         if appends:
             got, views = run_appending(args)
         else:
@@ -260,6 +275,8 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
             _mark_propagated_dynamic(got[k], dims)
         if direct:
             return got
+        if pick is not None:
+            return list(pick(got + views))
         return [None if kind == "none" else args[i] if kind == "input" else i(args) if kind == "size"
                 else views[i] if kind == "append" else got[i] for kind, i in source]
 

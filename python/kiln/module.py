@@ -109,27 +109,46 @@ class KilnModule(torch.nn.Module):
             self._out_kind = "tree"
 
     # ---- running -----------------------------------------------------------
+    def _check_input(self, i, t):
+        """Input i as the C side takes it (made contiguous), or an error
+        naming it and saying what is wrong."""
+        dtype, shape = self._in_specs[i]
+        if isinstance(t, int) and not isinstance(t, bool) and dtype == _SIZE_DTYPE and len(shape) == 1:
+            return t  # a symbolic size passed by value
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"input {i} ('{self._input_names[i]}'): expected a tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(f"input {i} ('{self._input_names[i]}'): kiln runs on the CPU, got a tensor on {t.device}")
+        if t.dtype not in DTYPES:
+            want = f"({', '.join(map(str, shape))}) {str(TORCH_DTYPES[dtype]).replace('torch.', '')}"
+            got = f"({', '.join(map(str, t.shape))}) {str(t.dtype).replace('torch.', '')}"
+            raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
+        return t if t.is_contiguous() else t.contiguous()
+
     def _check_inputs(self, args):
         if len(args) != len(self._in_specs):
             names = ", ".join(self._input_names)
             raise ValueError(f"this kiln module takes {len(self._in_specs)} tensor inputs ({names}), got {len(args)}")
-        prepared = []
-        for i, (t, (dtype, shape)) in enumerate(zip(args, self._in_specs)):
-            if isinstance(t, int) and not isinstance(t, bool) and dtype == _SIZE_DTYPE and len(shape) == 1:
-                prepared.append(t)  # a symbolic size passed by value
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"input {i} ('{self._input_names[i]}'): expected a tensor, got {type(t).__name__}")
-            if t.device.type != "cpu":
-                raise ValueError(f"input {i} ('{self._input_names[i]}'): kiln runs on the CPU, got a tensor on {t.device}")
-            if t.dtype not in DTYPES:
-                want = f"({', '.join(map(str, shape))}) {str(TORCH_DTYPES[dtype]).replace('torch.', '')}"
-                got = f"({', '.join(map(str, t.shape))}) {str(t.dtype).replace('torch.', '')}"
-                raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
-            if not t.is_contiguous():
-                t = t.contiguous()
-            prepared.append(t)
-        return prepared
+        return [self._check_input(i, t) for i, t in enumerate(args)]
+
+    def describe(self, i, t, keep):
+        """Input i's descriptor for the C call: (data pointer, dtype id,
+        shape). Fast for a plain contiguous CPU tensor of the expected dtype;
+        anything else goes through _check_input, which explains what is wrong
+        or makes a contiguous copy (appended to keep: the pointer must stay
+        valid until the C call returns). Shapes are checked in C
+        (kiln_model_run), which names the input, what it expected and what
+        it got."""
+        tdtype, dtype_id = self._fast_in[i]
+        if type(t) is torch.Tensor and t.dtype is tdtype and t.is_cpu and t.is_contiguous():
+            return (t.data_ptr(), dtype_id, t.shape)
+        if type(t) is int and dtype_id == _SIZE_DTYPE:
+            return (1, _SIZE_DTYPE, (t,))
+        t = self._check_input(i, t)
+        if isinstance(t, int):  # a size argument: its bytes are never read (1: a pointer no kernel dereferences)
+            return (1, _SIZE_DTYPE, (t,))
+        keep.append(t)
+        return (t.data_ptr(), DTYPES[t.dtype], t.shape)
 
     def run_flat(self, args, given=None):
         """Runs on a flat list of tensors; returns the flat list of outputs.
@@ -137,54 +156,60 @@ class KilnModule(torch.nn.Module):
         given: {output index: tensor} to write those outputs into (a dense
         tensor of the output's shape and dtype, possibly an input's own
         memory: how kiln.dynamo updates a KV cache in place)."""
-        # Fast path, for inputs that are plain contiguous CPU tensors of the
-        # expected dtype: no per-call lists beyond the two the C call takes.
-        # Shapes are checked in C (kiln_model_run), which names the input,
-        # what it expected and what it got. Anything else goes through
-        # _check_inputs, which explains what is wrong or makes it contiguous.
-        descs = None
-        if len(args) == len(self._fast_in):
-            descs = []
-            for t, (tdtype, dtype_id) in zip(args, self._fast_in):
-                if type(t) is int and dtype_id == _SIZE_DTYPE:  # a symbolic size passed by value
-                    descs.append((1, _SIZE_DTYPE, (t,)))
-                    continue
-                if type(t) is not torch.Tensor or t.dtype is not tdtype or not t.is_cpu or not t.is_contiguous():
-                    descs = None
-                    break
-                descs.append((t.data_ptr(), dtype_id, t.shape))
-        if descs is None:
-            ins = self._check_inputs(args)
-            # A size argument is an input whose one dimension is the size;
-            # its bytes are never read (1: a pointer no kernel dereferences).
-            descs = [(1, _SIZE_DTYPE, (t,)) if isinstance(t, int) else (t.data_ptr(), DTYPES[t.dtype], t.shape)
-                     for t in ins]
-        # Outputs are new tensors every call: the caller owns them.
-        if self._symbolic:
-            shapes = self._kiln_model.output_shapes(descs)
-            # A given output is not made (a cache's whole buffer: an
-            # allocation of its size per call for nothing).
-            outs = [None if given and i in given else torch.empty(shape, dtype=dtype)
-                    for i, (shape, (dtype, _)) in enumerate(zip(shapes, self._out_specs))]
-            out_descs = [None if o is None else (o.data_ptr(), dtype_id, shape)
-                         for o, shape, (dtype_id, _) in zip(outs, shapes, self._out_ids)]
-        else:
-            shapes = None
-            outs = [make() for make in self._out_makers]
-            out_descs = [(o.data_ptr(), dtype_id, shape) for o, (dtype_id, shape) in zip(outs, self._out_ids)]
-        if given:
-            for k, t in given.items():
-                dtype, (dtype_id, shape) = self._out_specs[k][0], self._out_ids[k]
-                if shapes is not None:
-                    shape = shapes[k]
-                if t.dtype != dtype or tuple(t.shape) != tuple(shape) or not t.is_contiguous():
-                    raise KilnError(f"output {k}: the tensor to write into is {tuple(t.shape)} {t.dtype}, "
-                                    f"the model makes {tuple(shape)} {dtype}")
-                outs[k] = t
-                out_descs[k] = (t.data_ptr(), dtype_id, shape)
+        if len(args) != len(self._fast_in):
+            self._check_inputs(args)  # raises: the count is wrong
+        keep, descs = [], []
+        for i, (t, (tdtype, dtype_id)) in enumerate(zip(args, self._fast_in)):
+            if type(t) is torch.Tensor and t.dtype is tdtype and t.is_cpu and t.is_contiguous():
+                descs.append((t.data_ptr(), dtype_id, t.shape))  # describe's fast case, inline
+            else:
+                descs.append(self.describe(i, t, keep))
+        n = len(self._out_ids)
+        outs, out_descs = [None] * n, [None] * n
+        for k, t in (given or {}).items():
+            self.give(k, t, outs, out_descs)
+        return self.run_described(descs, outs, out_descs, args)
+
+    def give(self, k, t, outs, out_descs):
+        """Makes tensor t output k (written into, not made). Only what C
+        cannot see is checked here: the descriptor carries the model's dtype
+        id, and C writes dense rows. The shape goes as t has it: C checks it
+        (kiln_model_run names the output, what it expected and what came)."""
+        dtype = self._out_specs[k][0]
+        if t.dtype != dtype or not t.is_contiguous():
+            raise KilnError(f"output {k}: the tensor to write into is a {'' if t.is_contiguous() else 'non-'}"
+                            f"contiguous {tuple(t.shape)} {t.dtype}, the model makes dense {dtype}")
+        outs[k] = t
+        out_descs[k] = (t.data_ptr(), self._out_ids[k][0], t.shape)
+
+    def _make(self, k, shape):
+        return torch.empty(shape, dtype=self._out_specs[k][0])
+
+    def _make_outputs(self, descs, outs, out_descs):
+        """Makes the outputs out_descs leaves None, as run's make would."""
+        if None not in out_descs:
+            return
+        shapes = self._kiln_model.output_shapes(descs) if self._symbolic else None
+        for k, d in enumerate(out_descs):
+            if d is None:
+                outs[k] = o = self._make(k, shapes[k]) if shapes else self._out_makers[k]()
+                out_descs[k] = (o.data_ptr(), self._out_ids[k][0], shapes[k] if shapes else self._out_ids[k][1])
+
+    def run_described(self, descs, outs, out_descs, args=()):
+        """The C call on input descriptors (describe's) and outputs: outs and
+        out_descs list every output, None where this makes it (a new tensor
+        every call: the caller owns it); the given ones are dense tensors of
+        the output's dtype and shape (C checks the shapes). Returns outs.
+        args: the inputs, shown in torch.profiler's kiln::forward event."""
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
+            self._make_outputs(descs, outs, out_descs)
             run_with_events(self, args, descs, out_descs)
+        elif self._symbolic:
+            # C makes the missing outputs (self._make) once the sizes give
+            # their shapes: one binding, one parse of the descriptors.
+            self._kiln_model.run(descs, out_descs, None, outs, self._make)
         else:
+            self._make_outputs(descs, outs, out_descs)
             self._kiln_model.run(descs, out_descs)
         return outs
 

@@ -190,3 +190,49 @@ def test_a_cat_of_an_input_with_itself_is_no_append():
     (got[0].sum() + got[1]).backward()
     torch.testing.assert_close(xk.grad, xe.grad)
     assert not counters["kiln_cache"], dict(counters["kiln_cache"])
+
+
+def test_latest_view_changed_behind_kilns_back_is_copied():
+    """What the append-in-place check relies on, shown: every in-place
+    change of the latest view's metadata moves the version counter it
+    shares with its buffer (unsqueeze_, transpose_, as_strided_, resize_),
+    and `.data =` (which moves no counter) moves its pointer; either way the
+    view is no longer trusted as the latest."""
+    from kiln.cache_append import Buffer, commit, latest_buffer
+
+    changes = [lambda v: v.unsqueeze_(0), lambda v: v.transpose_(0, 1), lambda v: v.as_strided_(v.shape, v.stride()),
+               lambda v: v.resize_(1, 2, 3, 4), lambda v: v.mul_(1.0),
+               lambda v: setattr(v, "data", torch.zeros_like(v))]
+    for change in changes:
+        b = Buffer(torch.zeros(1, 2, 16, 4), 2)
+        v = commit(b, 5)
+        assert latest_buffer(v, 2) is b and v._base is b.tensor and v.shape == (1, 2, 5, 4)
+        change(v)
+        assert latest_buffer(v, 2) is None
+    # An older view of the buffer is not the latest once a newer one is out.
+    b = Buffer(torch.zeros(1, 2, 16, 4), 2)
+    old = commit(b, 5)
+    new = commit(b, 6)
+    assert latest_buffer(old, 2) is None and latest_buffer(new, 2) is b
+
+
+def test_decode_fallbacks_give_eagers_answer():
+    """The appending call path's checked cases: a non-contiguous token
+    tensor (made contiguous for the C call, kept alive through it) and a
+    weight written in place mid-generation (the graph is compiled again with
+    the new value, never run stale) both give eager's logits."""
+    torch.manual_seed(0)
+    model = _tiny_llama()
+    ids, _ = _prompt(2)
+    f = torch.compile(model.forward, backend="kiln")
+    eager, kiln_ = transformers.DynamicCache(), transformers.DynamicCache()
+    torch.testing.assert_close(_step(f, kiln_, ids), _step(model.forward, eager, ids), atol=1e-5, rtol=1e-5)
+    for k in range(4):
+        tok = torch.tensor([[3 + k, 0], [7 + k, 0]])[:, :1]  # (2, 1) with strides (2, 1)
+        assert not tok.is_contiguous()
+        if k == 2:
+            with torch.no_grad():
+                model.model.layers[0].mlp.up_proj.weight.mul_(1.5)
+        torch.testing.assert_close(_step(f, kiln_, tok), _step(model.forward, eager, tok.contiguous()),
+                                   atol=1e-5, rtol=1e-5)
+    assert counters["kiln_cache"]["in_place"] > 0, dict(counters["kiln_cache"])

@@ -104,3 +104,52 @@ def test_set_threads_switches_the_pool_and_keeps_results():
             cm.set_threads(bad)
         assert str(bad) in str(info.value)
     assert cm.threads() == default
+
+
+def test_given_outputs_are_checked():
+    """run_flat's given outputs (how kiln.dynamo writes a cache in place):
+    written into when well formed; a wrong dtype or a non-contiguous tensor
+    is refused in Python (the descriptor carries the model's dtype, C writes
+    dense rows), a wrong shape by C, naming the output, expected and got."""
+    from kiln.errors import KilnError
+
+    model, k, x, y = _traced()
+    with torch.no_grad():
+        want = model(x, y)
+    into = torch.empty(16, 32)
+    got = k.run_flat([x, y], {1: into})
+    assert got[1] is into
+    torch.testing.assert_close(into, want[1], **FP32_TOL)
+    with pytest.raises(KilnError, match="output 1.*float64"):
+        k.run_flat([x, y], {1: torch.empty(16, 32, dtype=torch.float64)})
+    with pytest.raises(KilnError, match="output 1.*non-contiguous"):
+        k.run_flat([x, y], {1: torch.empty(32, 16).t()})
+    with pytest.raises(ValueError) as info:
+        k.run_flat([x, y], {1: torch.empty(16, 31)})
+    msg = str(info.value)
+    assert "output 1" in msg and "(16, 32) float32" in msg and "(16, 31) float32" in msg
+
+
+def test_symbolic_outputs_made_by_the_run():
+    """A symbolic model's outputs are made inside the C call once the sizes
+    give their shapes (Model.run's make): right shapes and values at two
+    sizes, a given output beside a made one, and a wrong size named."""
+    from torch.export import Dim
+
+    model = TwoOut().eval()
+    x, y = torch.randn(16, 64), torch.randn(16, 32)
+    k = kiln.trace(model, (x, y), dynamic_shapes={"x": {0: Dim("batch", max=64)}, "y": {0: Dim("batch", max=64)}})
+    assert k._symbolic
+    for n in (5, 33):
+        xs, ys = torch.randn(n, 64), torch.randn(n, 32)
+        with torch.no_grad():
+            want = model(xs, ys)
+        for g, w in zip(k(xs, ys), want):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g, w, **FP32_TOL)
+        into = torch.empty(n, 32)
+        got = k.run_flat([xs, ys], {1: into})
+        assert got[1] is into and got[0].shape == (n, 32)
+        torch.testing.assert_close(into, want[1], **FP32_TOL)
+    with pytest.raises(ValueError, match="input 1"):
+        k(torch.randn(5, 64), torch.randn(6, 32))

@@ -1,6 +1,7 @@
 """torch.compile(model, backend="kiln")."""
 import importlib.metadata
 
+import pytest
 import torch
 
 import kiln
@@ -93,3 +94,21 @@ def test_graphs_of_one_model_share_packed_weights():
     torch._dynamo.reset()
     gc.collect()
     assert _C.shared_constants() == before
+
+
+def test_frozen_unchanged_checks_identity_and_version():
+    """_C.frozen_unchanged, the per-call check of frozen parameters
+    (_guard_frozen): the same objects at the same versions, else False."""
+    from kiln import _C
+
+    a, b, x = torch.zeros(3), torch.ones(2), torch.zeros(1)
+    args = (x, a, x, b)
+    seen = (a, b), (a._version, b._version)
+    assert _C.frozen_unchanged(args, (1, 3), *seen)
+    assert _C.frozen_unchanged(list(args), (1, 3), *seen)
+    assert not _C.frozen_unchanged((x, a.clone(), x, b), (1, 3), *seen)  # another tensor
+    assert not _C.frozen_unchanged((x, a), (1, 3), *seen)  # fewer arguments
+    b.add_(1)
+    assert not _C.frozen_unchanged(args, (1, 3), *seen)  # written in place
+    with pytest.raises(TypeError, match="tuples of one length"):
+        _C.frozen_unchanged(args, (1,), *seen)
