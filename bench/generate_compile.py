@@ -90,7 +90,7 @@ def main():
     # kiln.dynamo imports these by name: wrap the names it calls.
     clock.wrap(kiln.dynamo, "lower_graph", "kiln lowering")
     clock.wrap(kiln.dynamo, "compile_graph", "kiln compile")
-    clock.wrap(kiln.module.KilnModule, "run_flat", "runs")
+    clock.wrap(kiln.module.KilnModule, "run_described", "runs")  # every run goes through it
 
     model = MODELS[args.model].build()[0]
     vocab = model.config.get_text_config().vocab_size
