@@ -122,6 +122,16 @@ def _last2_transpose_of(node):
     return None
 
 
+def _recompile_pair(fw, bw, out_node, outs):
+    """After saved values changed: the forward returns `outs`, drops what
+    nothing reads any more, and both graphs are made again."""
+    out_node.args = (tuple(outs),) + tuple(out_node.args[1:])
+    fw.graph.eliminate_dead_code()
+    fw.recompile()
+    bw.graph.lint()
+    bw.recompile()
+
+
 def saved_slots(fw, bw):
     """[(forward output index, backward placeholder)] of the values the
     forward saves for the backward, or None when the graphs are not laid out
@@ -176,11 +186,7 @@ def unsave_transposes(fw, bw, slots=None):
         p.meta.pop("tensor_meta", None)
         done += 1
     if done:
-        out_node.args = (tuple(outs),) + tuple(out_node.args[1:])
-        fw.graph.eliminate_dead_code()
-        fw.recompile()
-        bw.graph.lint()
-        bw.recompile()
+        _recompile_pair(fw, bw, out_node, outs)
     return done
 
 
@@ -314,9 +320,5 @@ def unsave_casts(fw, bw, slots=None, mode=None):
         p.meta.pop("tensor_meta", None)
         done += 1
     if done:
-        out_node.args = (tuple(outs),) + tuple(out_node.args[1:])
-        fw.graph.eliminate_dead_code()
-        fw.recompile()
-        bw.graph.lint()
-        bw.recompile()
+        _recompile_pair(fw, bw, out_node, outs)
     return done

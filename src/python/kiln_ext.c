@@ -40,6 +40,15 @@ static PyObject* kiln_py_raise(kiln_status_t s) {
   return NULL;
 }
 
+/* As kiln_py_raise, but a caller's bad argument (a wrong size, a wrong
+ * number of inputs) is a ValueError, as Python code expects. */
+static PyObject* kiln_py_raise_call(kiln_status_t s) {
+  if (kiln_status_code(s) != KILN_INVALID_ARGUMENT) return kiln_py_raise(s);
+  PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
+  kiln_status_free(s);
+  return NULL;
+}
+
 /* ---- shapes ------------------------------------------------------------- */
 
 static int kiln_py_shape(PyObject* seq, int32_t* rank, int64_t* shape) {
@@ -506,12 +515,7 @@ static int kiln_py_make_outputs(kiln_py_model_t* self, const kiln_tensor_t* ins,
                                            g->n_outputs, n_out)
                         : kiln_model_output_shapes(self->model, ins, n_in, all, ranks);
   if (s) {
-    if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
-      PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
-      kiln_status_free(s);
-    } else {
-      kiln_py_raise(s);
-    }
+    kiln_py_raise_call(s);
     goto done;
   }
   for (int32_t o = 0; o < n_out; ++o) {
@@ -620,12 +624,7 @@ static PyObject* kiln_py_model_run(kiln_py_model_t* self, PyObject* args) {
       kiln_status_free(s);
     }
     else if (s) {
-      if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
-        PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
-        kiln_status_free(s);
-      } else {
-        kiln_py_raise(s);
-      }
+      kiln_py_raise_call(s);
     }
     else {
       result = Py_None;
@@ -977,12 +976,7 @@ static PyObject* kiln_py_model_output_shapes(kiln_py_model_t* self, PyObject* ar
     kiln_status_t s = out_shapes ? kiln_model_output_shapes(self->model, ts, n_in, out_shapes, ranks)
                                  : kiln_status_make(KILN_OUT_OF_MEMORY, "shapes");
     if (s) {
-      if (kiln_status_code(s) == KILN_INVALID_ARGUMENT) {
-        PyErr_SetString(PyExc_ValueError, kiln_status_message(s));
-        kiln_status_free(s);
-      } else {
-        kiln_py_raise(s);
-      }
+      kiln_py_raise_call(s);
     } else {
       result = PyList_New(g->n_outputs);
       for (int32_t o = 0; result && o < g->n_outputs; ++o) {
