@@ -69,12 +69,14 @@ GGUF_TYPES = ("f32", "q8_0", "q4_0")
 TARGETS = ("llama-bench", "llama-quantize")
 # kiln's systems: (name, torch.compile options' weights_dtype); the ":a8"
 # ones are run only where kiln.options.weights_quant accepts them.
+# int4:g128:a8: groups of 128 (torchao's and NNCF's default), 4.25 bits a
+# weight against q4_0's 4.5; held against q4_0, the nearest llama.cpp row.
 KILN_KINDS = (("kiln fp32", None), ("kiln int8", "int8"), ("kiln int8:a8", "int8:a8"),
-              ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"))
+              ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"), ("kiln int4:g128:a8", "int4:g128:a8"))
 # Which llama.cpp row each kiln row is held against (issue 18's targets:
 # int8 >= q8_0, int4 >= q4_0; issue 17: TTFT against f32 prefill).
 PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int8:a8": "llama.cpp q8_0",
-         "kiln int4": "llama.cpp q4_0", "kiln int4:a8": "llama.cpp q4_0"}
+         "kiln int4": "llama.cpp q4_0", "kiln int4:a8": "llama.cpp q4_0", "kiln int4:g128:a8": "llama.cpp q4_0"}
 
 
 class Unavailable(Exception):

@@ -318,7 +318,7 @@ def graph_attribute(ctx, gm, n):
         return ctx.unsupported_value(n, str(e))
 
 
-def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None):
+def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(), guards_checked=False):
     """Builds a kiln graph from an FX graph of ATen ops.
 
     placeholders: for each placeholder node, in order, either ("input", name)
@@ -328,17 +328,22 @@ def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None):
     lowering context giving a value id (a value no FX node has).
     overrides: {FX node: fn(ctx)} lowered by fn instead of the op table.
     ranges: an ExportedProgram's range_constraints (the sizes it is valid for).
+    guards: its ShapeEnv's guards (kiln.guards.of_exported): put in the graph
+    once the inputs are, before any node, so the probes the shape rules run at
+    satisfy them (kiln_sym_probes_fit). guards_checked: torch checks them
+    before every call (Dynamo's): one kiln cannot express is left out.
     Returns the LoweringContext (its .graph is ready to compile).
     """
     missing = find_unsupported(gm)
     if missing:
         _raise_unsupported(missing)
     return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs,
-                                                                               overrides or {}),
+                                                                               overrides or {}, guards,
+                                                                               guards_checked),
                              ranges)
 
 
-def _lower_graph_into(ctx, gm, placeholders, outputs, overrides):
+def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_checked):
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n, (kind, what) in zip(phs, placeholders):
         if kind == "input" and isinstance(n.meta.get("val"), (torch.SymInt, int)):
@@ -355,6 +360,12 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides):
             ctx.env[n] = symbolic.size(what)  # a size Dynamo passes as an argument
         else:
             ctx.env[n] = what
+    if guards:
+        # A view to (s0*s1)//3 rows holds only where 3 divides s0*s1: the
+        # probes must be such sizes, or its rule fails there (fuzzer seed
+        # 9494, graph 1028).
+        symbolic.add_guards(ctx, guards, strict=not guards_checked)
+        ctx.graph.sym_fit_probes()
     for n in gm.graph.nodes:
         if n.op == "get_attr":
             ctx.env[n] = graph_attribute(ctx, gm, n)
@@ -418,8 +429,8 @@ def lower_exported(ep, extra_outputs=()):
         if spec.kind != OutputKind.USER_OUTPUT:
             raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
                             "kiln.trace compiles inference graphs: call model.eval() first")
-    ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints)
-    symbolic.add_guards(ctx, exported_guards(ep))
+    ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints,
+                      guards=exported_guards(ep))
     return ctx, names, ep.call_spec.out_spec
 
 

@@ -32,7 +32,11 @@ def of_exported(ep):
     """The program's guards as sympy relations over the symbols of its
     inputs' sizes (replacements applied; those that are always true, or
     read sizes no input gives, left out), in the order torch recorded them."""
-    shape_env = _get_shape_env(ep.graph_module)
+    return of_shape_env(_get_shape_env(ep.graph_module))
+
+
+def of_shape_env(shape_env):
+    """of_exported's guards, of any ShapeEnv (Dynamo's, for torch.compile)."""
     if shape_env is None:
         return []
     # Symbols of the inputs' sizes. Guards on strides or storage offsets

@@ -282,16 +282,22 @@ _RELATIONS = (
 )
 
 
-def add_guards(ctx, guards):
+def add_guards(ctx, guards, strict=True):
     """Puts torch.export's guards (kiln.guards.of_exported) in the graph's
     table: the model checks them in C at every bind (kiln_sym_guards_check),
     so an artifact run from the CLI refuses a call that breaks one, as the
     exported program does. A guard kiln cannot express is an error, never
-    dropped."""
+    dropped; unless strict is False: Dynamo's guards, which Dynamo checks
+    before every call, are there for the probes (kiln_sym_probes_fit), and
+    one kiln cannot express is left to Dynamo."""
     known = set(ctx.symbols.vars)
     for expr in guards:
         if {ctx.symbols._resolve(str(v)) for v in expr.free_symbols} <= known:
-            _add_relation(ctx, expr, expr)
+            try:
+                _add_relation(ctx, expr, expr)
+            except KilnError:
+                if strict:
+                    raise
         # else a size the graph never reads (an input kiln took as a
         # constant): nothing of kiln's program depends on it.
 

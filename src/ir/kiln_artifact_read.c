@@ -784,6 +784,9 @@ kiln_status_t kiln_artifact_read(const void* bytes, size_t size, kiln_allocator_
   /* The symbols first: value dims and params may name their expressions. */
   kiln_status_t s = L.have_syms ? kiln_artifact_read_syms(&L, g) : kiln_ok();
   if (!s && L.have_guards) s = kiln_artifact_read_guards(&L, g);
+  /* As the front end did before it lowered the nodes: the same table and
+   * guards give the same probes. */
+  if (!s && L.have_guards) kiln_sym_probes_fit(g->syms);
   G.syms = g->syms;
   if (!s) s = kiln_artifact_replay(&G, g);
   if (s) {

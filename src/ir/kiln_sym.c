@@ -415,8 +415,14 @@ kiln_status_t kiln_dim_op(kiln_sym_table_t* t, kiln_sym_kind_t kind, int64_t a, 
 }
 
 kiln_status_t kiln_sym_eval_all(const kiln_sym_table_t* t, const int64_t* vars, int64_t* values) {
+  return kiln_sym_eval_some(t, vars, NULL, values);
+}
+
+kiln_status_t kiln_sym_eval_some(const kiln_sym_table_t* t, const int64_t* vars,
+                                 const unsigned char* need, int64_t* values) {
   for (int32_t e = 0; e < t->n_exprs; ++e) {
     const kiln_sym_expr_t* x = &t->exprs[e];
+    if (need && !need[e]) continue;
     if (x->kind == KILN_SYM_VAR) {
       values[e] = vars[x->a];
       continue;

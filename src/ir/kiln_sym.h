@@ -144,6 +144,10 @@ int64_t kiln_sym_probe(const kiln_sym_table_t* t, int64_t d, int p);
  * an error naming the expression). */
 kiln_status_t kiln_sym_eval_all(const kiln_sym_table_t* t, const int64_t* vars,
                                 int64_t* values);
+/* kiln_sym_eval_all for the expressions with need[id] set alone (NULL:
+ * all); need must hold every operand of a needed expression. */
+kiln_status_t kiln_sym_eval_some(const kiln_sym_table_t* t, const int64_t* vars,
+                                 const unsigned char* need, int64_t* values);
 /* d's value given kiln_sym_eval_all's values; numbers are themselves. */
 static inline int64_t kiln_sym_value(const int64_t* values, int64_t d) {
   return kiln_dim_is_sym(d) ? values[kiln_dim_sym_id(d)] : d;
@@ -158,6 +162,17 @@ kiln_status_t kiln_sym_guard_add(kiln_sym_table_t* t, kiln_sym_rel_t rel, int64_
 /* OK when every guard holds for kiln_sym_eval_all's values; else an error
  * naming the first guard broken, its two sides' values and the symbols'. */
 kiln_status_t kiln_sym_guards_check(const kiln_sym_table_t* t, const int64_t* values);
+/* Moves the probe bindings, where a guard breaks at one, to sizes where
+ * every guard holds (a view to (s0*s1)//3 rows checks its element count
+ * only where 3 divides s0*s1), and re-evaluates every expression's probes
+ * there: nearby sizes, or for guards that pin one or two symbols, the
+ * smallest sizes that satisfy them. Call it once the guards are in and
+ * before any shape is derived at the probes (the front end before lowering
+ * nodes, the artifact reader after its guards section): it reads only what
+ * the guards read, so both find the same probes. A probe nothing found
+ * fits, within a fixed budget of work, stays as it was: a rule that fails
+ * there refuses its node, as before. */
+void kiln_sym_probes_fit(kiln_sym_table_t* t);
 /* "s1*s2 == 40" into buf; returns buf. */
 const char* kiln_sym_guard_describe(const kiln_sym_table_t* t, const kiln_sym_guard_t* g,
                                     char* buf, size_t size);

@@ -83,3 +83,189 @@ kiln_status_t kiln_sym_guards_check(const kiln_sym_table_t* t, const int64_t* va
   }
   return kiln_ok();
 }
+
+/* ---- probes that satisfy the guards ------------------------------------ */
+
+/* The work kiln_sym_probes_fit may do, in expression evaluations: a few
+ * milliseconds, whatever a (possibly hostile) table holds. */
+#define KILN_SYM_FIT_BUDGET (INT64_C(1) << 24)
+/* How far a probe moves a symbol per step, and the steps it takes: less
+ * than the 16 that separates two symbols' probes, so they stay apart. */
+#define KILN_SYM_FIT_REACH 7
+#define KILN_SYM_FIT_ROUNDS 16
+/* The scan of small sizes for guards that pin one or two symbols. */
+#define KILN_SYM_FIT_SCAN_1 256
+#define KILN_SYM_FIT_SCAN_2 64
+
+/* The search's state. It reads only the expressions the guards read
+ * (need), so it takes the same path on a table with more expressions: the
+ * front end fits before lowering any node, the artifact reader after
+ * reading them all, and both must find the same probes. */
+typedef struct {
+  const kiln_sym_table_t* t;
+  const unsigned char* need;
+  int64_t* values;
+  int64_t budget;
+  int p;
+} kiln_sym_fit_t;
+
+/* Guards broken where the symbols are vars; -1 where an expression they
+ * read is invalid there, or the budget is spent. */
+static int32_t kiln_sym_fit_broken(kiln_sym_fit_t* f, const int64_t* vars) {
+  const kiln_sym_table_t* t = f->t;
+  if (f->budget <= 0) return -1;
+  f->budget -= t->n_exprs / 8 + t->n_guards + 1;
+  kiln_status_t s = kiln_sym_eval_some(t, vars, f->need, f->values);
+  if (s) {
+    kiln_status_free(s);
+    return -1;
+  }
+  int32_t n = 0;
+  for (int32_t i = 0; i < t->n_guards; ++i) {
+    const kiln_sym_guard_t* g = &t->guards[i];
+    n += !kiln_sym_rel_holds((kiln_sym_rel_t)g->rel, kiln_sym_value(f->values, g->a),
+                             kiln_sym_value(f->values, g->b));
+  }
+  return n;
+}
+
+/* May symbol v take value x at the probe? In its range, off size 1 (it
+ * broadcasts) where the range allows, apart from every other symbol's value
+ * there (a size maps back to the one symbol it came from) and, if apart,
+ * from its own other probe (two probes that agree make a size a number). */
+static int kiln_sym_fit_allowed(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v,
+                                int64_t x, int apart) {
+  const kiln_sym_var_t* s = &f->t->vars[v];
+  if (x < s->lo || x > s->hi || (x < 2 && s->hi >= 2)) return 0;
+  if (apart && x == kiln_sym_probe(f->t, s->dim, 1 - f->p)) return 0;
+  for (int32_t w = 0; w < f->t->n_vars; ++w)
+    if (w != v && vars[w] == x) return 0;
+  return 1;
+}
+
+/* Steps of one symbol by up to KILN_SYM_FIT_REACH, each taken while it
+ * breaks fewer guards. The guards still broken. */
+static int32_t kiln_sym_fit_steps(kiln_sym_fit_t* f, int64_t* vars) {
+  const kiln_sym_table_t* t = f->t;
+  int32_t broken = kiln_sym_fit_broken(f, vars);
+  for (int round = 0; broken > 0 && round < KILN_SYM_FIT_ROUNDS; ++round) {
+    int32_t best = broken, best_v = -1;
+    int64_t best_x = 0;
+    for (int32_t v = 0; v < t->n_vars; ++v) {
+      if (t->vars[v].lo == t->vars[v].hi) continue;
+      const int64_t was = vars[v];
+      for (int step = 1; step <= 2 * KILN_SYM_FIT_REACH; ++step) {
+        /* +1, -1, +2, -2, ...: the nearest values first. */
+        const int64_t x = was + (step % 2 ? (step + 1) / 2 : -(step / 2));
+        if (!kiln_sym_fit_allowed(f, vars, v, x, 1)) continue;
+        vars[v] = x;
+        int32_t b = kiln_sym_fit_broken(f, vars);
+        vars[v] = was;
+        if (b >= 0 && b < best) best = b, best_v = v, best_x = x;
+      }
+    }
+    if (best_v < 0) break;
+    vars[best_v] = best_x;
+    broken = best;
+  }
+  return broken;
+}
+
+/* The symbols the broken guards read, at most two, into vs; their count,
+ * or -1 for more. */
+static int kiln_sym_fit_pinned(kiln_sym_fit_t* f, const int64_t* vars, int32_t* vs) {
+  const kiln_sym_table_t* t = f->t;
+  if (kiln_sym_fit_broken(f, vars) < 0) return -1;
+  unsigned char* reads = calloc((size_t)t->n_exprs + 1, 1);
+  if (!reads) return -1;
+  for (int32_t i = 0; i < t->n_guards; ++i) {
+    const kiln_sym_guard_t* g = &t->guards[i];
+    if (kiln_sym_rel_holds((kiln_sym_rel_t)g->rel, kiln_sym_value(f->values, g->a),
+                           kiln_sym_value(f->values, g->b)))
+      continue;
+    if (kiln_dim_is_sym(g->a)) reads[kiln_dim_sym_id(g->a)] = 1;
+    if (kiln_dim_is_sym(g->b)) reads[kiln_dim_sym_id(g->b)] = 1;
+  }
+  int n = 0;
+  for (int32_t e = t->n_exprs - 1; e >= 0 && n >= 0; --e) {
+    if (!reads[e]) continue;
+    const kiln_sym_expr_t* x = &t->exprs[e];
+    if (x->kind == KILN_SYM_VAR) {
+      if (n == 2) n = -1;
+      else vs[n++] = (int32_t)x->a;
+      continue;
+    }
+    if (kiln_dim_is_sym(x->a)) reads[kiln_dim_sym_id(x->a)] = 1;
+    if (kiln_dim_is_sym(x->b)) reads[kiln_dim_sym_id(x->b)] = 1;
+  }
+  free(reads);
+  return n;
+}
+
+/* Guards that pin one or two symbols far from the probes (s0*s6 == 21
+ * with 3 not dividing s6: (3, 7) alone) are out of reach of steps: scan
+ * their small sizes, in order, for the first where every guard holds;
+ * apart from the other probe if any is, else the same (the sizes those
+ * symbols give are then taken for numbers: right while the guards pin
+ * them, and checked at every bind). 1 when found (vars hold it). */
+static int kiln_sym_fit_scan(kiln_sym_fit_t* f, int64_t* vars) {
+  int32_t vs[2];
+  const int n = kiln_sym_fit_pinned(f, vars, vs);
+  if (n <= 0) return 0;
+  const int64_t reach = n == 1 ? KILN_SYM_FIT_SCAN_1 : KILN_SYM_FIT_SCAN_2;
+  const int64_t was[2] = {vars[vs[0]], n == 2 ? vars[vs[1]] : 0};
+  for (int apart = 1; apart >= 0; --apart) {
+    const kiln_sym_var_t* a = &f->t->vars[vs[0]];
+    const kiln_sym_var_t* b = n == 2 ? &f->t->vars[vs[1]] : NULL;
+    for (int64_t i = 0; i < reach && a->lo + i <= a->hi; ++i) {
+      vars[vs[0]] = a->lo + i;
+      for (int64_t j = 0; j < (b ? reach : 1) && (!b || b->lo + j <= b->hi); ++j) {
+        if (b) vars[vs[1]] = b->lo + j;
+        if (!kiln_sym_fit_allowed(f, vars, vs[0], vars[vs[0]], apart)) continue;
+        if (b && !kiln_sym_fit_allowed(f, vars, vs[1], vars[vs[1]], apart)) continue;
+        const int32_t broken = kiln_sym_fit_broken(f, vars);
+        if (broken == 0) return 1;
+        if (broken < 0 && f->budget <= 0) goto out;
+      }
+    }
+  }
+out:
+  vars[vs[0]] = was[0];
+  if (n == 2) vars[vs[1]] = was[1];
+  return 0;
+}
+
+void kiln_sym_probes_fit(kiln_sym_table_t* t) {
+  if (!t || !t->n_guards || !t->n_vars) return;
+  unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
+  int64_t* values = malloc(sizeof(int64_t) * ((size_t)t->n_exprs + 1));
+  kiln_sym_fit_t f = {t, need, values, KILN_SYM_FIT_BUDGET, 0};
+  if (!need || !values) goto done; /* the probes stay: a refusal at worst, never a wrong size */
+  for (int32_t i = 0; i < t->n_guards; ++i) {
+    if (kiln_dim_is_sym(t->guards[i].a)) need[kiln_dim_sym_id(t->guards[i].a)] = 1;
+    if (kiln_dim_is_sym(t->guards[i].b)) need[kiln_dim_sym_id(t->guards[i].b)] = 1;
+  }
+  for (int32_t e = t->n_exprs - 1; e >= 0; --e) {
+    const kiln_sym_expr_t* x = &t->exprs[e];
+    if (!need[e] || x->kind == KILN_SYM_VAR) continue;
+    if (kiln_dim_is_sym(x->a)) need[kiln_dim_sym_id(x->a)] = 1;
+    if (kiln_dim_is_sym(x->b)) need[kiln_dim_sym_id(x->b)] = 1;
+  }
+  for (int p = 0; p < 2; ++p) {
+    int64_t vars[KILN_SYM_MAX_VARS];
+    f.p = p;
+    for (int32_t v = 0; v < t->n_vars; ++v) vars[v] = kiln_sym_probe(t, t->vars[v].dim, p);
+    if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars)) continue;
+    /* Every expression at the new probe; the nodes' were built at it (the
+     * front end) or will be checked against it (the reader). */
+    kiln_status_t s = kiln_sym_eval_some(t, vars, NULL, values);
+    if (s) {
+      kiln_status_free(s);
+      continue;
+    }
+    for (int32_t e = 0; e < t->n_exprs; ++e) t->exprs[e].probe[p] = values[e];
+  }
+done:
+  free(need);
+  free(values);
+}

@@ -301,6 +301,19 @@ static PyObject* kiln_py_graph_sym_guard(kiln_py_graph_t* self, PyObject* args) 
   Py_RETURN_NONE;
 }
 
+/* sym_fit_probes(): the probes moved where every guard holds
+ * (kiln_sym_probes_fit); once the guards are in, before the nodes. */
+static PyObject* kiln_py_graph_sym_fit_probes(kiln_py_graph_t* self, PyObject* unused) {
+  (void)unused;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  if (!g) return NULL;
+  kiln_sym_table_t* t;
+  kiln_status_t s = kiln_graph_syms(g, &t);
+  if (s) return kiln_py_raise(s);
+  kiln_sym_probes_fit(t);
+  Py_RETURN_NONE;
+}
+
 /* dim_op(kind, a, b) -> a kind b for sizes that may be symbolic; kind is
  * "add", "mul", "floordiv", "mod", "max" or "min". */
 static PyObject* kiln_py_graph_dim_op(kiln_py_graph_t* self, PyObject* args) {
@@ -389,6 +402,8 @@ static PyMethodDef kiln_py_graph_methods[] = {
     {"sym", (PyCFunction)kiln_py_graph_sym, METH_VARARGS, "sym(name, lo, hi, example=-1) -> size"},
     {"sym_guard", (PyCFunction)kiln_py_graph_sym_guard, METH_VARARGS,
      "sym_guard(rel, a, b): sizes a and b must satisfy a rel b at every call"},
+    {"sym_fit_probes", (PyCFunction)kiln_py_graph_sym_fit_probes, METH_NOARGS,
+     "sym_fit_probes(): move the probe bindings where every guard holds"},
     {"example_dims", (PyCFunction)kiln_py_graph_example_dims, METH_O,
      "example_dims(sizes) -> [int or None] (each at the symbols' example values)"},
     {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},

@@ -675,7 +675,98 @@ static void test_sym_cache_append(int grouped) {
   kiln_model_release(m);
 }
 
+/* The probes move where the guards hold (fuzzer seed 9494, graph 1028): a
+ * view of (S, U) to ((S*U)//3, 3) holds only where 3 divides S*U, which the
+ * default probes (multiples of 8 and 16) break, so its element count failed
+ * there and the node was refused. Fitted: every guard holds at both probes,
+ * the probes stay distinct, the view infers, and every expression's probes
+ * are re-evaluated. A guard no nearby sizes satisfy leaves the probes as
+ * they were. */
+static void test_sym_probes_fit(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, U, SU, R, M3;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 2, 1000, &S));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, S, 6));
+  KILN_EXPECT_OK(kiln_sym_var(t, "U", 2, 1000, &U));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, U, 4));
+  KILN_EXPECT_OK(kiln_dim_mul(t, S, U, &SU));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, SU, 3, &R));
+  KILN_EXPECT_OK(kiln_dim_mod(t, SU, 3, &M3));
+  int32_t x, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, (int64_t[]){S, U}, &x));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, M3, 0));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, R, S));
+  KILN_EXPECT(kiln_sym_probe(t, M3, 0) != 0, "the default probe 0 breaks the guard");
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t s = kiln_sym_probe(t, S, p), u = kiln_sym_probe(t, U, p);
+    KILN_EXPECT(kiln_sym_probe(t, M3, p) == 0 && (s * u) % 3 == 0,
+                "probe %d: 3 divides S*U = %lld*%lld", p, (long long)s, (long long)u);
+    KILN_EXPECT(kiln_sym_probe(t, SU, p) == s * u && kiln_sym_probe(t, R, p) == s * u / 3,
+                "probe %d: the expressions re-evaluated", p);
+    KILN_EXPECT(kiln_sym_probe(t, R, p) != s, "probe %d: the second guard holds", p);
+    KILN_EXPECT(s != u, "probe %d: the symbols stay apart", p);
+  }
+  KILN_EXPECT(kiln_sym_probe(t, S, 0) != kiln_sym_probe(t, S, 1) &&
+                  kiln_sym_probe(t, U, 0) != kiln_sym_probe(t, U, 1),
+              "each symbol's two probes stay apart");
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_RESHAPE, &x, 1, (int64_t[]){2, R, 3}, 3, NULL, 0,
+                                     "rows of three", &y));
+  KILN_EXPECT(y >= 0 && g->values[y].shape[0] == R && g->values[y].shape[1] == 3,
+              "the view infers at the fitted probes");
+  /* Out of reach of single steps from the probes: from the example (S = 6,
+   * U = 4), moved off it where the guards allow. */
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LE, S, 20));
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t s = kiln_sym_probe(t, S, p), u = kiln_sym_probe(t, U, p);
+    KILN_EXPECT(s <= 20 && (s * u) % 3 == 0 && s * u / 3 != s && s != u,
+                "probe %d: (%lld, %lld) holds every guard", p, (long long)s, (long long)u);
+  }
+  KILN_EXPECT(kiln_sym_probe(t, S, 0) != kiln_sym_probe(t, S, 1) &&
+                  kiln_sym_probe(t, U, 0) != kiln_sym_probe(t, U, 1),
+              "each symbol's two probes stay apart");
+  kiln_graph_release(g);
+
+  /* Guards that pin the symbols (A*B == 21, B != 3: only (3, 7) in range),
+   * out of reach of steps: the scan of small sizes finds them, the same at
+   * both probes. Then C <= 20 (one symbol far from its probes): scanned,
+   * apart at the two probes and from A and B. */
+  kiln_sym_table_t* u;
+  int64_t A, B, AB, C;
+  KILN_EXPECT_OK(kiln_sym_table_create(&u));
+  if (!u) return;
+  KILN_EXPECT_OK(kiln_sym_var(u, "A", 2, 1000, &A));
+  KILN_EXPECT_OK(kiln_sym_var(u, "B", 2, 1000, &B));
+  KILN_EXPECT_OK(kiln_sym_var(u, "C", 2, 1000, &C));
+  KILN_EXPECT_OK(kiln_dim_mul(u, A, B, &AB));
+  KILN_EXPECT_OK(kiln_sym_guard_add(u, KILN_SYM_EQ, AB, 21));
+  KILN_EXPECT_OK(kiln_sym_guard_add(u, KILN_SYM_NE, B, 3));
+  kiln_sym_probes_fit(u);
+  for (int p = 0; p < 2; ++p)
+    KILN_EXPECT(kiln_sym_probe(u, A, p) == 3 && kiln_sym_probe(u, B, p) == 7 &&
+                    kiln_sym_probe(u, AB, p) == 21,
+                "probe %d: the pinned symbols where the guards hold", p);
+  KILN_EXPECT_OK(kiln_sym_guard_add(u, KILN_SYM_LE, C, 20));
+  kiln_sym_probes_fit(u);
+  const int64_t c0 = kiln_sym_probe(u, C, 0), c1 = kiln_sym_probe(u, C, 1);
+  KILN_EXPECT(c0 <= 20 && c1 <= 20 && c0 != c1 && c0 != 3 && c0 != 7 && c1 != 3 && c1 != 7 &&
+                  kiln_sym_probe(u, A, 0) == 3,
+              "C scanned to %lld and %lld", (long long)c0, (long long)c1);
+  /* Guards nothing satisfies (999 <= C <= 20): the probes stay. */
+  KILN_EXPECT_OK(kiln_sym_guard_add(u, KILN_SYM_LE, 999, C));
+  kiln_sym_probes_fit(u);
+  KILN_EXPECT(kiln_sym_probe(u, C, 0) == c0 && kiln_sym_probe(u, C, 1) == c1,
+              "probes nothing fits stay");
+  kiln_sym_table_release(u);
+}
+
 void kiln_test_suite_sym(void) {
+  test_sym_probes_fit();
   test_sym_export_guards();
   test_sym_canonical();
   test_sym_model();

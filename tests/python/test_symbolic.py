@@ -494,6 +494,50 @@ def test_torch_export_guards_are_checked_at_every_call(tmp_path, eager_op):
             assert "40" in str(e.value) and "= 11" in str(e.value), str(e.value)
 
 
+class _RowsOfThree(nn.Module):
+    """reshape(-1, 3) of (s0, s1): torch.export writes the rows as
+    (s0*s1)//3 under its guard that 3 divides s0*s1."""
+
+    def forward(self, x):
+        return (x.reshape(-1, 3) * 2).sum(1)
+
+
+def test_a_view_valid_only_under_a_divisibility_guard_compiles(tmp_path):
+    """kiln checked the view's element count at probe sizes where 3 does not
+    divide s0*s1 (5120 against 5118) and ran the whole program in eager
+    (fuzzer seed 9494, graph 1028). The probes now satisfy the guards: one
+    kiln graph, after a save and load as well (the reader fits the probes
+    the same way), every size the guards hold for against eager, and a size
+    that breaks them refused naming the condition."""
+    model = _RowsOfThree().eval()
+    x = torch.randn(6, 4)
+    dims = {"x": (torch.export.Dim.AUTO, torch.export.Dim.AUTO)}
+    traced = kiln.trace(model, (x,), dynamic_shapes=dims)
+    assert type(traced).__name__ == "KilnModule", kiln.explain(traced)
+    kiln.save(traced, tmp_path / "rows.kiln")
+    loaded = kiln.load(tmp_path / "rows.kiln")
+    for m in (traced, loaded):
+        for shape in [(6, 4), (9, 5), (3, 2), (7, 12)]:
+            xs = torch.randn(*shape)
+            torch.testing.assert_close(m(xs), model(xs))
+        with pytest.raises(ValueError, match="a condition the program was traced under"):
+            m(torch.randn(5, 5))
+
+
+def test_dynamo_view_valid_only_under_a_divisibility_guard_runs_in_kiln():
+    """The same view through torch.compile(dynamic=True): Dynamo's guards
+    fit the probes as torch.export's do; it ran the whole graph in eager
+    ("reshape changes the element count from 5120 to 5118")."""
+    import warnings
+    model = _RowsOfThree()
+    compiled = torch.compile(model, backend="kiln", dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kiln warns when a graph runs in eager
+        for shape in [(6, 4), (9, 5), (3, 2), (7, 12)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), model(x))
+
+
 def test_partitioned_guards_from_a_hostile_file_are_refused():
     """The partitioned model's guards are stored as expression trees of
     whitelisted operators, never code: anything else is a corrupt artifact."""
