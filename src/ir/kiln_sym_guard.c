@@ -104,6 +104,7 @@ kiln_status_t kiln_sym_guards_check(const kiln_sym_table_t* t, const int64_t* va
 typedef struct {
   const kiln_sym_table_t* t;
   const unsigned char* need;
+  int64_t n_need; /* expressions one evaluation computes */
   int64_t* values;
   int64_t budget;
   int p;
@@ -114,7 +115,7 @@ typedef struct {
 static int32_t kiln_sym_fit_broken(kiln_sym_fit_t* f, const int64_t* vars) {
   const kiln_sym_table_t* t = f->t;
   if (f->budget <= 0) return -1;
-  f->budget -= t->n_exprs / 8 + t->n_guards + 1;
+  f->budget -= f->n_need + t->n_guards + 1;
   kiln_status_t s = kiln_sym_eval_some(t, vars, f->need, f->values);
   if (s) {
     kiln_status_free(s);
@@ -239,7 +240,7 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
   if (!t || !t->n_guards || !t->n_vars) return;
   unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
   int64_t* values = malloc(sizeof(int64_t) * ((size_t)t->n_exprs + 1));
-  kiln_sym_fit_t f = {t, need, values, KILN_SYM_FIT_BUDGET, 0};
+  kiln_sym_fit_t f = {t, need, 0, values, KILN_SYM_FIT_BUDGET, 0};
   if (!need || !values) goto done; /* the probes stay: a refusal at worst, never a wrong size */
   for (int32_t i = 0; i < t->n_guards; ++i) {
     if (kiln_dim_is_sym(t->guards[i].a)) need[kiln_dim_sym_id(t->guards[i].a)] = 1;
@@ -251,6 +252,7 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
     if (kiln_dim_is_sym(x->a)) need[kiln_dim_sym_id(x->a)] = 1;
     if (kiln_dim_is_sym(x->b)) need[kiln_dim_sym_id(x->b)] = 1;
   }
+  for (int32_t e = 0; e < t->n_exprs; ++e) f.n_need += need[e];
   for (int p = 0; p < 2; ++p) {
     int64_t vars[KILN_SYM_MAX_VARS];
     f.p = p;
