@@ -66,6 +66,23 @@ def decode_kernel_ms(graphs):
     return sum(r[2] for r in rows) / 1e6 / runs
 
 
+def print_by_op(rows, runs, total_ms, top, unit):
+    """A graph's profiled nodes grouped by op (ms per call, share, nodes),
+    then its top nodes."""
+    by_op = defaultdict(lambda: [0.0, 0])
+    for op, origin, ns in rows:
+        by_op[op][0] += ns / 1e6 / runs
+        by_op[op][1] += 1
+    print(f"\n{'op':28s} {unit:>8s} {'share':>6s} {'nodes':>6s}")
+    for op, (ms, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
+        if ms < 0.005:
+            continue
+        print(f"{op:28s} {ms:8.3f} {100 * ms / total_ms:5.1f}% {n:6d}")
+    print(f"\ntop {top} nodes:")
+    for op, origin, ns in sorted(rows, key=lambda r: -r[2])[:top]:
+        print(f"  {ns / 1e6 / runs:7.3f} ms  {op:22s} {origin[:90] if origin else ''}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gen_llama")
@@ -75,6 +92,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=65, help="max_new_tokens (decode steps + 1)")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--no-eager", action="store_true", help="skip eager's torch.profiler table")
+    ap.add_argument("--prefill", action="store_true", help="also the prefill graph's nodes by op")
     ap.add_argument("--weights", default=None,
                     help="kiln's weights_dtype option (int8, int8:a8, int4, int4:g128, bf16)")
     args = ap.parse_args()
@@ -135,18 +153,12 @@ def main():
           f"{new_inst * st.get('instance_us_mean', 0) / 1e3 / max(steps, 1):.2f} ms, "
           f"the rest (Python, Dynamo, generate(), runtime per call) "
           f"{per_step_wall - kern - new_inst * st.get('instance_us_mean', 0) / 1e3 / max(steps, 1):.2f} ms")
-    by_op = defaultdict(lambda: [0.0, 0])
-    for op, origin, ns in rows:
-        by_op[op][0] += ns / 1e6 / runs
-        by_op[op][1] += 1
-    print(f"\n{'op':28s} {'ms/step':>8s} {'share':>6s} {'nodes':>6s}")
-    for op, (ms, n) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
-        if ms < 0.005:
-            continue
-        print(f"{op:28s} {ms:8.3f} {100 * ms / kern:5.1f}% {n:6d}")
-    print(f"\ntop {args.top} nodes:")
-    for op, origin, ns in sorted(rows, key=lambda r: -r[2])[:args.top]:
-        print(f"  {ns / 1e6 / runs:7.3f} ms  {op:22s} {origin[:90] if origin else ''}")
+    print_by_op(rows, runs, kern, args.top, "ms/step")
+    if args.prefill and len(graphs) > 1:
+        _, prows, pruns, _, _ = graphs[1]
+        ptot = sum(r[2] for r in prows) / 1e6 / pruns
+        print(f"\nprefill graph: kernels {ptot:.2f} ms per call")
+        print_by_op(prows, pruns, ptot, args.top, "ms/call")
 
     if args.no_eager:
         return
