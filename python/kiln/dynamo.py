@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from kiln import _C, cache_append
 from kiln.capture import decomposition_table, log_enabled, lower_graph
-from kiln.guards import of_shape_env as guards_of_shape_env
+from kiln.guards import of_values as guards_of_values
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.module import _SIZE_DTYPE, KilnModule, compile_graph
 from kiln.optable.train import register_compile_prims
@@ -123,18 +123,6 @@ def _guard_frozen(frozen, build):
     return run
 
 
-def _dynamo_guards(example_inputs):
-    """The guards of the ShapeEnv a symbolic graph's inputs come from (none
-    for a static graph): the probes kiln checks shape rules at must satisfy
-    them (a reshape(-1, 3) holds only where 3 divides the element count)."""
-    if not any(isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
-               for x in example_inputs):
-        return []
-    from torch._guards import detect_fake_mode
-    fake = detect_fake_mode(example_inputs)
-    return guards_of_shape_env(getattr(fake, "shape_env", None))
-
-
 def _compile_fx(gm, example_inputs, frozen=None, appending=True):
     frozen = frozen or {}
     placeholders = []
@@ -200,7 +188,7 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
     compile_stage("lowering")
     try:
         ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends},
-                          guards=_dynamo_guards(example_inputs), guards_checked=True)
+                          guards=guards_of_values(example_inputs), guards_checked=True)
         # The model's inputs, in the order lowering added them: each tensor (or
         # symbolic size) argument; an append's past gives its length (when
         # symbolic) and its buffer comes after all of them.

@@ -35,6 +35,20 @@ def of_exported(ep):
     return of_shape_env(_get_shape_env(ep.graph_module))
 
 
+def of_values(values):
+    """of_exported's guards, of the ShapeEnv symbolic fake values come from
+    (a torch.compile graph's example inputs, a partitioned piece's
+    placeholders); none when no value has a symbolic size. For the probes
+    kiln checks shape rules at: a reshape(-1, 3) holds only where 3 divides
+    the element count (kiln_sym_probes_fit)."""
+    import torch
+    if not any(isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
+               for x in values):
+        return []
+    from torch._guards import detect_fake_mode
+    return of_shape_env(getattr(detect_fake_mode(list(values)), "shape_env", None))
+
+
 def of_shape_env(shape_env):
     """of_exported's guards, of any ShapeEnv (Dynamo's, for torch.compile)."""
     if shape_env is None:

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from kiln import _C
 from kiln.capture import log_enabled, lower_graph
 from kiln.errors import KilnError, UnsupportedOpError
-from kiln.guards import SizeGuards
+from kiln.guards import SizeGuards, of_values as guards_of_values
 from kiln.module import DTYPES, FORMAT_META, KilnModule, compile_graph, register_artifact_kind
 from kiln.support import KilnSupport, per_node_support, unsupported_ops
 
@@ -121,7 +121,9 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         out = next(n for n in sub.graph.nodes if n.op == "output").args[0]
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
-            ctx = lower_graph(sub, placeholders, flat)
+            # The guards fit the probes; SizeGuards or Dynamo check them per call.
+            ctx = lower_graph(sub, placeholders, flat, guards=guards_of_values([ph.meta.get("val") for ph in phs]),
+                              guards_checked=True)
             mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
                              [placeholders[i][1] for i in runtime_positions], None, node.target)
             _check_sizes_bind(mod)
@@ -130,6 +132,7 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             # this piece stays eager too.
             warnings.warn(f"kiln: a graph piece runs in eager PyTorch: {e}", stacklevel=3)
             fused.kiln_eager.append(f"a piece: {e}")
+            _inline_piece(fused, node, sub)
             continue
         piece = _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list)))
         piece.node_names = {n.name for n in sub.graph.nodes if n.op == "call_function"}  # kiln.compare
@@ -137,6 +140,28 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         n_pieces += 1
     fused.recompile()
     return fused, n_pieces
+
+
+def _inline_piece(fused, node, sub):
+    """Puts the ops of a piece kiln could not compile back into the outer
+    graph, where they run in eager as the ops kiln lacks do: every
+    call_module of a partitioned model is then a kiln piece, which is what
+    kiln.save stores (the eager ops as their targets' names, never code)."""
+    val_map = dict(zip([n for n in sub.graph.nodes if n.op == "placeholder"], node.args))
+    for n in sub.graph.nodes:
+        if n.op == "get_attr" and not hasattr(fused, n.target):
+            setattr(fused, n.target, getattr(sub, n.target))
+    with fused.graph.inserting_before(node):
+        out = fused.graph.graph_copy(sub.graph, val_map)
+    if isinstance(out, (tuple, list)):
+        for user in list(node.users):
+            # A tuple-returning piece is read by getitem nodes only.
+            user.replace_all_uses_with(out[user.args[1]])
+            fused.graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(out)
+    fused.graph.erase_node(node)
+    delattr(fused, node.target)
 
 
 def _check_sizes_bind(mod):

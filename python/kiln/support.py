@@ -15,6 +15,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from kiln import symbolic
 from kiln.capture import LoweringContext, graph_attribute
 from kiln.errors import KilnError, Unsupported, UnsupportedOpError
+from kiln.guards import of_values as guards_of_values
 from kiln.optable import DTYPES, TABLE
 
 
@@ -84,7 +85,15 @@ def per_node_support(gm):
 
 def _per_node_support(ctx, gm):
     status = {}
+    fitted = False
     for n in gm.graph.nodes:
+        if n.op != "placeholder" and not fitted:
+            # The probes where the program's guards hold, as lower_graph fits
+            # them (a reshape(-1, 3) checks its element count there).
+            fitted = True
+            vals = [p.meta.get("val") for p in gm.graph.nodes if p.op == "placeholder"]
+            symbolic.add_guards(ctx, guards_of_values(vals), strict=False)
+            ctx.graph.sym_fit_probes()
         if n.op == "placeholder":
             val = n.meta.get("val")
             if isinstance(val, torch.Tensor):
