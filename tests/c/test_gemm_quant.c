@@ -30,6 +30,7 @@
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
 
@@ -155,6 +156,79 @@ static void quant_level(kiln_pool_t* pool, const char* where) {
       tc.res_alias = z == 2 || z == 3;
       quant_run(&tc, &quant_kinds[q], pool, where);
     }
+}
+
+/* The blocked path (M > 8) is the fp32 driver with B dequantized a K block
+ * by kiln_gemm_f32_fly's blocks at a time: K blocks (kc = K over
+ * ceil(K / 256) blocks) that start inside int4 groups and on odd rows (K
+ * 257: kc 129; 513: 171; 1000: 250 across groups of 128), several
+ * 256-column blocks per task (N 300), M blocks past mc_max (M 150, 300),
+ * M split across tasks because N has one or two strips (N 17 at M 300),
+ * batches sharing the weights, and the epilogues. */
+static void quant_fly_level(kiln_pool_t* pool, const char* where) {
+  static const int64_t cases[][4] = {{1, 9, 33, 257},  {2, 20, 17, 513},  {1, 150, 300, 257},
+                                     {3, 12, 45, 1000}, {1, 300, 17, 130}, {1, 64, 257, 513},
+                                     {2, 37, 300, 130}};
+  quant_case_t tc;
+  for (int q = 0; q < N_KINDS; ++q)
+    for (size_t z = 0; z < sizeof(cases) / sizeof(cases[0]); ++z) {
+      memset(&tc, 0, sizeof(tc));
+      tc.batch = cases[z][0], tc.m = cases[z][1], tc.n = cases[z][2], tc.k = cases[z][3];
+      tc.bias = (int)((z + (size_t)q) % 2);
+      tc.act = z % 3 == 0 ? KILN_ACT_NONE : z % 3 == 1 ? KILN_ACT_RELU : KILN_ACT_GELU;
+      tc.residual = z % 4 == 1;
+      tc.res_alias = z % 4 == 3;
+      tc.a16 = z == 5;
+      tc.a_strided = z == 2;
+      quant_run(&tc, &quant_kinds[q], pool, where);
+    }
+}
+
+/* The dequantizers of the running level write exactly the scalar rule's
+ * values for any row range [p0, p0 + kc): ranges starting and ending
+ * inside groups, on odd rows, a single row, the last row, all of K. */
+static void quant_dequant_level(kiln_pool_t* pool, const char* where) {
+  (void)pool;
+  enum { K = 300, N = 37 };
+  static const int64_t ranges[][2] = {{0, 300}, {0, 150}, {150, 150}, {1, 31}, {33, 96},
+                                      {127, 3}, {31, 130}, {299, 1},   {100, 129}};
+  static float w[N * K], out[3 * 16 * K];
+  kiln_test_fill_f32(w, N * K, 17, -1.0f, 1.0f);
+  kiln_gemm_dequant_q8_fn q8 = kiln_qc8w_dequant__generic;
+  kiln_gemm_dequant_q4_fn q4 = kiln_qb4w_dequant__generic;
+#ifdef KILN_GEMM_HAVE_X86
+  if (kiln_cpu_isa() == KILN_ISA_AVX2 || kiln_cpu_isa() == KILN_ISA_AVX512) {
+    q8 = kiln_qc8w_dequant__avx2;
+    q4 = kiln_qb4w_dequant__avx2;
+  }
+#endif
+  for (int q = 0; q < N_KINDS; ++q) {
+    const quant_kind_t* qk = &quant_kinds[q];
+    size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+    uint8_t* blob = quant_alloc(bytes);
+    kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, blob);
+    const uint8_t* body = blob + KILN_GEMM_QUANT_HEADER;
+    const int64_t np = (N + 15) / 16, kg = qk->group ? (K + qk->group - 1) / qk->group : 0;
+    const int form = qk->bits == 4 ? (int)KILN_GEMM_QUANT_BF16_SCALES | qk->asym : 0;
+    for (size_t r = 0; r < sizeof(ranges) / sizeof(ranges[0]); ++r) {
+      const int64_t p0 = ranges[r][0], kc = ranges[r][1];
+      if (qk->bits == 8)
+        q8(K, p0, kc, (const int8_t*)(body + np * 16 * 4), (const float*)body, (int)np, out);
+      else
+        q4(kg, qk->group, form, p0, kc, body, (int)np, out);
+      int bad = 0;
+      for (int64_t j = 0; j < np * 16; ++j)
+        for (int64_t p = 0; p < kc; ++p) {
+          float got = out[(j / 16) * kc * 16 + p * 16 + j % 16];
+          float want = j < N ? kiln_gemm_quant_weight(blob, p0 + p, j) : 0.0f;
+          bad += memcmp(&got, &want, sizeof got) != 0 && !(want == 0.0f && got == 0.0f);
+        }
+      KILN_EXPECT(bad == 0, "%s int%d g%d%s rows [%lld, %lld): %d values differ from the rule",
+                  where, qk->bits, qk->group, qk->asym ? " asym" : "", (long long)p0,
+                  (long long)(p0 + kc), bad);
+    }
+    free(blob);
+  }
 }
 
 /* The rules: within half a step of the original (int8: s = max|w| / 127;
@@ -374,6 +448,8 @@ static void quant_gather(void) {
 void kiln_test_suite_gemm_quant(void) {
   quant_rules();
   kiln_test_each_isa_and_pool(quant_level);
+  kiln_test_each_isa_and_pool(quant_fly_level);
+  kiln_test_each_isa_and_pool(quant_dequant_level);
   quant_compile();
   quant_gather();
 }

@@ -160,8 +160,10 @@ typedef struct {
   float* bp_out; /* non-NULL: phase 1 packs B here */
   /* Unpacked B packed by the compute tasks themselves (bp NULL), a kc x
    * KILN_GEMM_FLY_NB block at a time into a per-thread buffer of fly_slot
-   * floats at fly + thread * fly_slot: see kiln_gemm_f32. */
+   * floats at fly + thread * fly_slot: see kiln_gemm_f32. src: B made
+   * by the caller's packer (kiln_gemm_f32_fly) instead of read from g. */
   int b_fly;
+  const kiln_gemm_fly_src_t* src;
   float* fly;
   int64_t fly_slot;
   int64_t nb_pack_b;
@@ -179,11 +181,6 @@ typedef struct {
 
 static int64_t kiln_gemm_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t kiln_gemm_align16(int64_t n) { return (n + 15) & ~(int64_t)15; }
-
-/* Columns of B a compute task packs at a time on the b_fly path: with kc
- * 256, 256 KiB that stay in L2 beside the A block while the row tiles of
- * every strip use them. A multiple of every NR. */
-#define KILN_GEMM_FLY_NB 256
 
 /* bf16 operands (a_bf16, b_bf16: autocast's saved activations, weights
  * and gradients) on the float32 engines. A transposed one was widened
@@ -428,8 +425,9 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   int64_t b = ch->b0 + bi;
   const float* A = ch->ap + bi * ch->ap_bs;
   const float* B = ch->bp ? ch->bp + bi * ch->bp_bs : NULL;
-  const float* Bsrc = ch->b_fly && !g->b_bf16 ? g->b + b * g->b_batch_stride : NULL;
-  const uint16_t* Bsrc16 = ch->b_fly && g->b_bf16 ? g->b_bf16 + b * g->b_batch_stride : NULL;
+  const int from_g = ch->b_fly && !ch->src;
+  const float* Bsrc = from_g && !g->b_bf16 ? g->b + b * g->b_batch_stride : NULL;
+  const uint16_t* Bsrc16 = from_g && g->b_bf16 ? g->b_bf16 + b * g->b_batch_stride : NULL;
   const int64_t brs = g->b_row_stride, bcs = g->b_col_stride;
   float* fly = ch->b_fly ? ch->fly + (int64_t)thread * ch->fly_slot : NULL;
   /* Column blocks: KILN_GEMM_FLY_NB wide when packing B here, else one. */
@@ -453,7 +451,9 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
       kiln_gemm_pf_t fpf = {0};
       int64_t fpf_step = 0;
-      if (fly) {
+      if (fly && ch->src) {
+        ch->src->pack(ch->src->ctx, pc, kcur, jb, jb1, fly);
+      } else if (fly) {
         kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
                               Bsrc16 ? Bsrc16 + pc * brs : NULL, g->b_round_bf16, brs, bcs, jb,
                               jb1, N, kcur * P, fly);
@@ -678,6 +678,9 @@ static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* 
   return 1;
 }
 
+static void kiln_gemm_f32_run(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
+                              const kiln_gemm_fly_src_t* src);
+
 void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
   if (g->k <= 0) {
@@ -693,6 +696,22 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if ((g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32)) && g->m <= KILN_GEMM_GEMV_MAX_M &&
       g->b_row_stride == 1 && kiln_gemm_b_bf16_widened(g, pool))
     return;
+  kiln_gemm_f32_run(g, pool, NULL);
+}
+
+void kiln_gemm_f32_fly(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
+                       const kiln_gemm_fly_src_t* src) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+  if (g->k <= 0) {
+    kiln_gemm_k0(g);
+    return;
+  }
+  kiln_gemm_f32_run(g, pool, src);
+}
+
+/* The blocked and GEMV driver proper; src: B from the caller's packer. */
+static void kiln_gemm_f32_run(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
+                              const kiln_gemm_fly_src_t* src) {
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   if (g->b_packed_bf16_vnni) kiln_gemm_bf16_note_engine(kn->name);
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
@@ -701,14 +720,15 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   memset(&ch, 0, sizeof(ch));
   ch.g = g;
   ch.kn = kn;
-  ch.gemv = M <= KILN_GEMM_GEMV_MAX_M;
+  ch.gemv = M <= KILN_GEMM_GEMV_MAX_M && !src;
+  ch.src = src;
   /* Even K blocks of at most kc: 768 -> 3 x 256, 1000 -> 4 x 250. */
   ch.kc = kiln_gemm_cdiv(K, kiln_gemm_cdiv(K, kn->kc));
 
   /* What one batch needs in scratch, in floats. */
   const int64_t pfl = kiln_gemm_cdiv(N, KILN_GEMM_PANEL) * K * KILN_GEMM_PANEL;
-  const int unpacked_b =
-      g->b_packed == NULL && g->b_packed_bf16 == NULL && g->b_packed_bf16_vnni == NULL;
+  const int unpacked_b = !src && g->b_packed == NULL && g->b_packed_bf16 == NULL &&
+                         g->b_packed_bf16_vnni == NULL;
   /* Unpacked B (training: the weights are graph inputs, not constants): a
    * separate packing pass writes all of B out and reads it back, which at
    * small M (each packed element used by only M / MR row tiles) costs as
@@ -720,9 +740,9 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
    * to keep every thread busy without splitting M, or when B is much
    * narrower than A is tall (splitting N would have every task re-read an
    * A many times the size of B). */
-  const int b_fly = unpacked_b && !ch.gemv && (g->batch == 1 || g->b_batch_stride != 0) &&
-                    (M <= kn->mc_max ||
-                     (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M));
+  const int b_fly = src || (unpacked_b && !ch.gemv && (g->batch == 1 || g->b_batch_stride != 0) &&
+                           (M <= kn->mc_max ||
+                            (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M)));
   /* At small M an unpacked B whose columns are contiguous (a weight W(N, K)
    * read as W^T) needs no packing at all: the GEMV takes dot products of
    * A's rows with W's rows where they lie, so B is read once. */
@@ -823,8 +843,12 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
         continue;
       }
       ch.pm = kiln_gemm_cdiv(mlen, MR);
-      /* b_fly: tasks split N only, so each packs its own columns of B once. */
-      ch.n_m = b_fly ? 1 : kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
+      /* b_fly: tasks split N only, so each packs its own columns of B once;
+       * a B from src (always b_fly) splits M too when N has too few strips
+       * for the threads: a block is then made once per M block, which for
+       * quantized weights (a few KiB read per block) costs little. */
+      ch.n_m = kiln_gemm_cdiv(ch.pm, kn->mc_max / MR);
+      if (b_fly && !(src && kiln_gemm_cdiv(N, kn->nr) * nbc < 2 * T)) ch.n_m = 1;
       ch.pn = kiln_gemm_cdiv(N, kn->nr);
       /* Columns per task: bounded so a task's C block does not dwarf the
        * caches, then split further until the tasks divide evenly over the

@@ -249,6 +249,33 @@ void kiln_f32_bf16w_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda
                                const uint16_t* b_panel, int panels, float* out);
 #endif
 
+/* Columns of B a compute task of the blocked driver packs at a time when B
+ * is packed on the fly (kiln_gemm.c's b_fly): with kc 256, 256 KiB that
+ * stay in L2 beside the A block while the row tiles of every strip use
+ * them. A multiple of every NR. */
+#define KILN_GEMM_FLY_NB 256
+
+/* A B that the blocked driver's compute tasks make themselves, a block at
+ * a time, instead of reading packed panels (the quantized weights: each
+ * block dequantized into L2 right before its row tiles use it). pack
+ * writes rows [p0, p0 + kc) of columns [j0, j1) (j0 a multiple of 16, j1 -
+ * j0 <= KILN_GEMM_FLY_NB) as whole fp32 panels kc * 16 floats apart at
+ * out (kiln_gemm_f32_pack_b's layout cut to the block; columns past N
+ * finite: the kernels compute them and the driver drops them). Called by
+ * several threads at once. */
+typedef void (*kiln_gemm_fly_fn)(const void* ctx, int64_t p0, int64_t kc, int64_t j0, int64_t j1,
+                                 float* out);
+typedef struct {
+  kiln_gemm_fly_fn pack;
+  const void* ctx;
+} kiln_gemm_fly_src_t;
+/* Runs g on the blocked path (never the GEMV: M > KILN_GEMM_GEMV_MAX_M is
+ * the caller's choice) with B from src, the same for every batch: the fp32
+ * GEMM's blocking, threads and epilogue. g's own B is read only by the
+ * scalar reference the driver falls back to without scratch memory. */
+void kiln_gemm_f32_fly(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool,
+                       const kiln_gemm_fly_src_t* src);
+
 /* The kernels for an ISA level (never NULL; falls back to generic). */
 const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa);
 

@@ -13,11 +13,12 @@
  *     (widened from bf16, zero-padded to whole int4 groups) with their
  *     per-group sums; tasks are contiguous runs of panels, as in the fp32
  *     GEMV, and each panel goes through the fp32 epilogue.
- *   larger M: the weights are reused M times, so they are dequantized a
- *     strip of panels at a time (about 4 MiB of fp32) into
- *     kiln_gemm_f32_pack_b's layout, and the fp32 GEMM runs on that strip
- *     (its own blocking, threads, epilogue): the dequantization is O(K N)
- *     against the GEMM's O(M K N).
+ *   larger M: the weights are reused M times, so the fp32 GEMM runs (its
+ *     own blocking, threads, epilogue) with B made by its compute tasks as
+ *     they go (kiln_gemm_f32_fly): each dequantizes the kc x 256 block its
+ *     row tiles use next straight into its L2 buffer, so no fp32 copy of
+ *     the weights is written out and read back; the dequantization is
+ *     O(K N) (per M block at most) against the GEMM's O(M K N).
  * The dequantized values are exactly the scalar rule's; only the summation
  * order (and, for int4, applying the zero point once per group) separates
  * a kernel from the reference. */
@@ -306,30 +307,30 @@ void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, con
   }
 }
 
-void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales, int panels,
-                                float* out) {
+void kiln_qc8w_dequant__generic(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                                const float* scales, int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
   for (int s = 0; s < panels; ++s)
-    for (int64_t p = 0; p < k; ++p)
+    for (int64_t p = 0; p < kc; ++p)
       for (int j = 0; j < P; ++j)
-        out[(s * k + p) * P + j] = (float)b[(s * k + p) * P + j] * scales[s * P + j];
+        out[(s * kc + p) * P + j] = (float)b[(s * k + p0 + p) * P + j] * scales[s * P + j];
 }
 
-void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
-                                int panels, float* out) {
+void kiln_qb4w_dequant__generic(int64_t kg, int group, int form, int64_t p0, int64_t kc,
+                                const uint8_t* b, int panels, float* out) {
   const int P = KILN_GEMM_PANEL;
   const int64_t gb = kiln_gemm_q4_group_bytes(group, form);
   for (int s = 0; s < panels; ++s)
-    for (int64_t g = 0; g < kg; ++g) {
+    for (int64_t p = p0; p < p0 + kc; ++p) {
+      const int64_t g = p / group, r = p % group;
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
       const uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
-      for (int64_t r = 0; r < group && g * group + r < k; ++r)
-        for (int c = 0; c < P; ++c) {
-          uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
-          float z = kiln_gemm_q4_zero(blk, form, c);
-          out[(s * k + g * group + r) * P + c] =
-              ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * kiln_gemm_q4_scale(blk, form, c);
-        }
+      for (int c = 0; c < P; ++c) {
+        uint8_t byte = bytes[kiln_gemm_q4_byte(r, c)];
+        float z = kiln_gemm_q4_zero(blk, form, c);
+        out[(s * kc + p - p0) * P + c] =
+            ((float)(c < 8 ? byte & 15 : byte >> 4) - z) * kiln_gemm_q4_scale(blk, form, c);
+      }
     }
 }
 
@@ -458,29 +459,27 @@ static void kiln_gemm_quant_gemv_panels(const void* p, int64_t i0, int64_t m, in
 
 /* ---- the blocked path ----------------------------------------------------- */
 
+/* The fp32 driver's B source (kiln_gemm_f32_fly): each compute task
+ * dequantizes the kc x KILN_GEMM_FLY_NB block its row tiles are about to
+ * use into its L2 buffer, reading a few KiB of the blob. */
 typedef struct {
   const kiln_gemm_quant_kernels_t* qk;
   int bits, group, form; /* form: kiln_gemm_q4_* */
-  int64_t k, kg, gb, np, q0, per_task, n_panels;
+  int64_t k, kg, gb, np;
   const uint8_t* body;
-  float* out;
-} kiln_gemm_quant_deq_t;
+} kiln_gemm_quant_fly_t;
 
-static void kiln_gemm_quant_deq_task(void* p, size_t task, int thread) {
-  (void)thread;
-  const kiln_gemm_quant_deq_t* t = p;
+static void kiln_gemm_quant_fly_pack(const void* p, int64_t p0, int64_t kc, int64_t j0, int64_t j1,
+                                     float* out) {
+  const kiln_gemm_quant_fly_t* t = p;
   const int P = KILN_GEMM_PANEL;
-  int64_t s0 = (int64_t)task * t->per_task;
-  int64_t s1 = s0 + t->per_task < t->n_panels ? s0 + t->per_task : t->n_panels;
-  if (s0 >= s1) return;
-  int64_t q = t->q0 + s0;
-  float* out = t->out + s0 * t->k * P;
+  const int64_t q = j0 / P;
+  const int panels = (int)kiln_q_cdiv(j1 - j0, P);
   if (t->bits == 8)
-    t->qk->dequant_q8(t->k, (const int8_t*)(t->body + t->np * P * 4) + q * P * t->k,
-                      (const float*)t->body + q * P, (int)(s1 - s0), out);
+    t->qk->dequant_q8(t->k, p0, kc, (const int8_t*)(t->body + t->np * P * 4) + q * P * t->k,
+                      (const float*)t->body + q * P, panels, out);
   else
-    t->qk->dequant_q4(t->k, t->kg, t->group, t->form, t->body + q * t->kg * t->gb,
-                      (int)(s1 - s0), out);
+    t->qk->dequant_q4(t->kg, t->group, t->form, p0, kc, t->body + q * t->kg * t->gb, panels, out);
 }
 
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
@@ -494,7 +493,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_gemm_quant_header_t h;
   kiln_q_header(g->b_packed_q, &h);
   const int P = KILN_GEMM_PANEL;
-  const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
+  const int64_t M = g->m, N = g->n, K = g->k;
   const kiln_gemm_quant_kernels_t* qk = kiln_gemm_quant_kernels_for(kiln_cpu_isa());
   const int bits = h.bits, group = (int)h.group, form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   if (kiln_gemm_q4a8_applies(g)) {
@@ -575,40 +574,12 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     return;
   }
 
-  /* Blocked: strips of about 1 Mi floats of dequantized panels (an even
-   * number, so a 32-wide kernel's panel pairs stay whole), at least 2. */
-  int64_t sp = ((int64_t)1 << 20) / (P * K);
-  sp &= ~(int64_t)1;
-  if (sp < 2) sp = 2;
-  if (sp > np) sp = np;
-  float* strip = kiln_scratch_get(&kiln_gemm_quant_scratch_, (size_t)(sp * P * K) * sizeof(float),
-                                  &blk);
-  if (!strip) {
-    kiln_gemm_f32_reference(g);
-    return;
-  }
-  kiln_gemm_quant_deq_t d;
-  memset(&d, 0, sizeof(d));
-  d.qk = qk, d.bits = bits, d.group = group, d.form = form;
-  d.k = K, d.kg = kg, d.gb = gb, d.np = np, d.body = body, d.out = strip;
-  for (int64_t q0 = 0; q0 < np; q0 += sp) {
-    int64_t ns = np - q0 < sp ? np - q0 : sp;
-    d.q0 = q0;
-    d.n_panels = ns;
-    d.per_task = kiln_q_cdiv(ns, 2 * T);
-    kiln_pool_parallel_for(pool, (size_t)kiln_q_cdiv(ns, d.per_task), kiln_gemm_quant_deq_task, &d);
-    kiln_gemm_f32_args_t sub = *g;
-    int64_t j0 = q0 * P;
-    sub.b_packed_q = NULL;
-    sub.b_packed_bf16 = NULL;
-    sub.b_packed_bf16_vnni = NULL;
-    sub.b = NULL;
-    sub.b_packed = strip;
-    sub.n = N - j0 < ns * P ? N - j0 : ns * P;
-    sub.c = g->c + j0;
-    sub.bias = g->bias ? g->bias + j0 : NULL;
-    sub.residual = g->residual ? g->residual + j0 : NULL;
-    kiln_gemm_f32(&sub, pool);
-  }
-  kiln_scratch_put(&kiln_gemm_quant_scratch_, blk);
+  /* Blocked: the fp32 GEMM (its blocking, threads and epilogue), whose
+   * compute tasks dequantize B block by block as they go (the fly path). */
+  kiln_gemm_quant_fly_t f;
+  memset(&f, 0, sizeof(f));
+  f.qk = qk, f.bits = bits, f.group = group, f.form = form;
+  f.k = K, f.kg = kg, f.gb = gb, f.np = np, f.body = body;
+  const kiln_gemm_fly_src_t src = {kiln_gemm_quant_fly_pack, &f};
+  kiln_gemm_f32_fly(g, pool, &src);
 }

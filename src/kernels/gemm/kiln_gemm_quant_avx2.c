@@ -235,44 +235,52 @@ void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const 
 
 /* ---- dequantizers --------------------------------------------------------- */
 
-void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, int panels,
-                             float* out) {
+void kiln_qc8w_dequant__avx2(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                             const float* scales, int panels, float* out) {
   for (int s = 0; s < panels; ++s) {
     __m256 s0 = _mm256_loadu_ps(scales + s * 16), s1 = _mm256_loadu_ps(scales + s * 16 + 8);
-    const int8_t* bs = b + (int64_t)s * 16 * k;
-    float* os = out + (int64_t)s * 16 * k;
-    for (int64_t p = 0; p < k; ++p) {
+    const int8_t* bs = b + ((int64_t)s * k + p0) * 16;
+    float* os = out + (int64_t)s * 16 * kc;
+    for (int64_t p = 0; p < kc; ++p) {
       _mm256_storeu_ps(os + p * 16, _mm256_mul_ps(kiln_q8x8_avx2(bs + p * 16), s0));
       _mm256_storeu_ps(os + p * 16 + 8, _mm256_mul_ps(kiln_q8x8_avx2(bs + p * 16 + 8), s1));
     }
   }
 }
 
-void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
-                             int panels, float* out) {
+/* Rows [p0, p0 + kc) may start and end inside a group and on an odd row:
+ * the groups at the ends are walked by whole row pairs (one 16-byte load
+ * each) and the rows outside the range skipped. */
+void kiln_qb4w_dequant__avx2(int64_t kg, int group, int form, int64_t p0, int64_t kc,
+                             const uint8_t* b, int panels, float* out) {
   const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
   const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m128i m4 = _mm_set1_epi8(15);
   /* Bytes (column c, parity r) at 2c + r -> even rows' columns, then odd's. */
   const __m128i deint = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const int64_t p1 = p0 + kc;
   for (int s = 0; s < panels; ++s)
-    for (int64_t g = 0; g < kg; ++g) {
+    for (int64_t g = p0 / group; g * group < p1; ++g) {
       const uint8_t* blk = b + ((int64_t)s * kg + g) * gb;
       __m256 s0 = kiln_gemv_load8_avx2(blk, 0, bf16), s1 = kiln_gemv_load8_avx2(blk, 8, bf16);
       __m256 z0 = asym ? kiln_gemv_load8_avx2(blk, 16, bf16) : _mm256_set1_ps(8.0f);
       __m256 z1 = asym ? kiln_gemv_load8_avx2(blk, 24, bf16) : _mm256_set1_ps(8.0f);
-      float* og = out + ((int64_t)s * k + g * group) * 16;
-      int64_t rows = k - g * group < group ? k - g * group : group;
-      for (int64_t t = 0; 2 * t < rows; ++t) {
+      /* Rows [lo, hi) of this group, written at og + (row - lo) * 16. */
+      const int64_t base = g * group;
+      const int64_t lo = p0 > base ? p0 - base : 0, hi = p1 - base < group ? p1 - base : group;
+      float* og = out + ((int64_t)s * kc + base + lo - p0) * 16;
+      for (int64_t t = lo / 2; 2 * t < hi; ++t) {
         __m128i x = _mm_loadu_si128((const __m128i*)(blk + hdr + t * 16));
-        __m128i lo = _mm_shuffle_epi8(_mm_and_si128(x, m4), deint);
-        __m128i hi = _mm_shuffle_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), deint);
-        for (int r = 0; r < 2 && 2 * t + r < rows; ++r) {
-          __m128i l8 = r ? _mm_srli_si128(lo, 8) : lo, h8 = r ? _mm_srli_si128(hi, 8) : hi;
+        __m128i l = _mm_shuffle_epi8(_mm_and_si128(x, m4), deint);
+        __m128i h = _mm_shuffle_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), m4), deint);
+        for (int r = 0; r < 2; ++r) {
+          const int64_t row = 2 * t + r;
+          if (row < lo || row >= hi) continue;
+          __m128i l8 = r ? _mm_srli_si128(l, 8) : l, h8 = r ? _mm_srli_si128(h, 8) : h;
           __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(l8));
           __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h8));
-          _mm256_storeu_ps(og + (2 * t + r) * 16, _mm256_mul_ps(_mm256_sub_ps(f0, z0), s0));
-          _mm256_storeu_ps(og + (2 * t + r) * 16 + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z1), s1));
+          _mm256_storeu_ps(og + (row - lo) * 16, _mm256_mul_ps(_mm256_sub_ps(f0, z0), s0));
+          _mm256_storeu_ps(og + (row - lo) * 16 + 8, _mm256_mul_ps(_mm256_sub_ps(f1, z1), s1));
         }
       }
     }

@@ -13,9 +13,14 @@
  *     the raw nibbles (0..15; AVX2 keeps each at a power of 2, which factors
  *     out exactly), then adds scale * (sum - z * asum): the zero point (8
  *     when symmetric) is applied once per group, not per weight.
- * Dequantizers (the blocked path, M > 8) write fp32 panels in
- * kiln_gemm_f32_pack_b's layout: out[s * k * 16 + p * 16 + j] =
- * B[p][16 s + j] for p < k, exactly the scalar rule's values. */
+ * Dequantizers (the blocked path, M > 8) write rows [p0, p0 + kc) of
+ * `panels` consecutive panels (the first at b: int8 panel s at b + s * 16
+ * * k with its scales at scales + 16 s; int4 at b + s * kg * group bytes)
+ * as fp32 panels of kc rows, kiln_gemm_f32_pack_b's layout cut to the K
+ * block: out[s * kc * 16 + (p - p0) * 16 + j] = B[p][16 s + j], exactly
+ * the scalar rule's values. p0 and kc need not line up with int4 groups
+ * (nor be even). The fp32 driver calls them through kiln_gemm_f32_fly for
+ * each kc x KILN_GEMM_FLY_NB block a compute task packs. */
 #ifndef KILN_GEMM_QUANT_INTERNAL_H
 #define KILN_GEMM_QUANT_INTERNAL_H
 
@@ -31,10 +36,10 @@ typedef void (*kiln_gemm_gemv_q8_fn)(int64_t m, int64_t k, const float* a, int64
 typedef void (*kiln_gemm_gemv_q4_fn)(int64_t m, int64_t kg, int group, int form, const float* a,
                                      int64_t lda, const float* asum, const uint8_t* b,
                                      int panels, float* out);
-typedef void (*kiln_gemm_dequant_q8_fn)(int64_t k, const int8_t* b, const float* scales,
-                                        int panels, float* out);
-typedef void (*kiln_gemm_dequant_q4_fn)(int64_t k, int64_t kg, int group, int form,
-                                        const uint8_t* b, int panels, float* out);
+typedef void (*kiln_gemm_dequant_q8_fn)(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                                        const float* scales, int panels, float* out);
+typedef void (*kiln_gemm_dequant_q4_fn)(int64_t kg, int group, int form, int64_t p0,
+                                        int64_t kc, const uint8_t* b, int panels, float* out);
 
 /* Named as kiln_gemm_internal.h says: dtype f32_qc8w (fp32 A, int8 weights
  * with per-column scales), f32_qb4w (fp32 A, int4 weights in groups: block
@@ -229,10 +234,10 @@ void kiln_f32_qc8w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t l
 void kiln_f32_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const float* a,
                                  int64_t lda, const float* asum, const uint8_t* b, int panels,
                                  float* out);
-void kiln_qc8w_dequant__generic(int64_t k, const int8_t* b, const float* scales, int panels,
-                                float* out);
-void kiln_qb4w_dequant__generic(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
-                                int panels, float* out);
+void kiln_qc8w_dequant__generic(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                                const float* scales, int panels, float* out);
+void kiln_qb4w_dequant__generic(int64_t kg, int group, int form, int64_t p0, int64_t kc,
+                                const uint8_t* b, int panels, float* out);
 #ifdef KILN_GEMM_HAVE_X86
 /* kiln_gemm_quant_avx2.c (AVX2 + FMA flags). */
 void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
@@ -240,10 +245,10 @@ void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda,
 void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const float* a,
                               int64_t lda, const float* asum, const uint8_t* b, int panels,
                               float* out);
-void kiln_qc8w_dequant__avx2(int64_t k, const int8_t* b, const float* scales, int panels,
-                             float* out);
-void kiln_qb4w_dequant__avx2(int64_t k, int64_t kg, int group, int form, const uint8_t* b,
-                             int panels, float* out);
+void kiln_qc8w_dequant__avx2(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                             const float* scales, int panels, float* out);
+void kiln_qb4w_dequant__avx2(int64_t kg, int group, int form, int64_t p0, int64_t kc,
+                             const uint8_t* b, int panels, float* out);
 /* kiln_gemm_quant_avx512.c (AVX-512 flags). */
 void kiln_f32_qc8w_gemv__avx512(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
                                 const float* scales, int panels, float* out);
