@@ -1,7 +1,7 @@
 /* Quantized-weight GEMV / GEMM figures: C(M, N) = A(M, K) . B(K, N) with B
  * packed as fp32, bf16, int8 (per column) and int4 (groups of 32 and 128;
  * weight-only, then with int8 activations: "a8", kiln_gemm_q8a8 /
- * kiln_gemm_q4a8 for M <= 8), at 1 and 2 threads (BENCH_THREADS=1: 1 only), against this machine's read bandwidth (a streaming
+ * kiln_gemm_q4a8 for M <= 8; last weight-only asymmetric int4), at 1 and 2 threads (BENCH_THREADS=1: 1 only), against this machine's read bandwidth (a streaming
  * sum over a buffer far larger than the caches, measured here).
  *
  * Each figure is the fastest of many calls: at 1 thread in the calling
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     float* c = aligned_alloc(64, (size_t)(M * N * 4 + 64) & ~(size_t)63);
     for (int64_t i = 0; i < M * K; ++i) a[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     for (int64_t i = 0; i < N * K; ++i) w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
-    enum { KINDS = 8 };
+    enum { KINDS = 9 };
     bench_kind_t kinds[KINDS] = {
         {"fp32", kiln_gemm_f32_packed_size(K, N), 0, NULL},
         {"bf16", kiln_gemm_bf16_packed_size(K, N), 0, NULL},
@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
         {"int4 g128", kiln_gemm_quant_packed_size(K, N, 4, 128, 0), 0, NULL},
         {"int4 g32 a8", kiln_gemm_quant_packed_size(K, N, 4, 32, 0), 0, NULL},
         {"int4 g128 a8", kiln_gemm_quant_packed_size(K, N, 4, 128, 0), 0, NULL},
-        {"int8 a8", kiln_gemm_quant_packed_size(K, N, 8, 0, 0), 0, NULL}};
+        {"int8 a8", kiln_gemm_quant_packed_size(K, N, 8, 0, 0), 0, NULL},
+        {"int4 g32 asym", kiln_gemm_quant_packed_size(K, N, 4, 32, 1), 0, NULL}};
     for (int k = 0; k < KINDS; ++k) {
       bench_kind_t* kd = &kinds[k];
       kd->copies = (int)(BENCH_COPIES_BYTES / kd->bytes);
@@ -149,7 +150,8 @@ int main(int argc, char** argv) {
       if (k == 3) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 0, kd->w[0]);
       if (k == 4 || k == 6) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 128, 0, kd->w[0]);
       if (k == 5) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 0, kd->w[0]);
-      if (k >= 5) kiln_gemm_quant_set_a8(kd->w[0]);
+      if (k == 8) kiln_gemm_quant_pack_b(K, N, w, 1, K, 4, 32, 1, kd->w[0]);
+      if (k >= 5 && k <= 7) kiln_gemm_quant_set_a8(kd->w[0]);
       for (int cp = 1; cp < kd->copies; ++cp) {
         kd->w[cp] = aligned_alloc(64, (kd->bytes + 63) & ~(size_t)63);
         memcpy(kd->w[cp], kd->w[0], kd->bytes);

@@ -308,6 +308,17 @@ static void kiln_gemm_pf_init(kiln_gemm_pf_t* pf, const float* b, int64_t rs, in
   }
 }
 
+/* A region of `runs` runs of `bytes` bytes, `stride` bytes apart. */
+static void kiln_gemm_pf_region(kiln_gemm_pf_t* pf, const void* base, int64_t stride,
+                                int64_t bytes, int64_t runs) {
+  pf->done = 0;
+  pf->at_inner = 0;
+  pf->base = (const char*)base;
+  pf->stride = stride;
+  pf->inner = (bytes + 63) / 64 + 1; /* + 1: a run may straddle */
+  pf->total = runs * pf->inner;
+}
+
 /* Issues up to n more of the region's prefetches (into L2). A prefetch
  * never faults, so the run's straddle line past the end is harmless. */
 static inline void kiln_gemm_pf_some(kiln_gemm_pf_t* pf, int64_t n) {
@@ -451,21 +462,31 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       int64_t jb1 = j1 - jb < jstep ? j1 : jb + jstep;
       kiln_gemm_pf_t fpf = {0};
       int64_t fpf_step = 0;
-      if (fly && ch->src) {
-        ch->src->pack(ch->src->ctx, pc, kcur, jb, jb1, fly);
-      } else if (fly) {
-        kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
-                              Bsrc16 ? Bsrc16 + pc * brs : NULL, g->b_round_bf16, brs, bcs, jb,
-                              jb1, N, kcur * P, fly);
-        /* The next block: the next columns, else the first of the next K
-         * block (fp32 sources: the prefetcher counts 4-byte elements). */
-        if (Bsrc && jb1 < j1) {
-          int64_t nb1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
-          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc, kcur, jb1, nb1);
-        } else if (Bsrc && pc + kcur < K) {
-          int64_t nk = K - pc - kcur < ch->kc ? K - pc - kcur : ch->kc;
-          int64_t nb1 = j1 - j0 < jstep ? j1 : j0 + jstep;
-          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, pc + kcur, nk, j0, nb1);
+      if (fly) {
+        if (ch->src)
+          ch->src->pack(ch->src->ctx, pc, kcur, jb, jb1, fly);
+        else
+          kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
+                                Bsrc16 ? Bsrc16 + pc * brs : NULL, g->b_round_bf16, brs, bcs, jb,
+                                jb1, N, kcur * P, fly);
+        /* The next block, rows [npc, npc + nk) of columns [nj0, nj1): the
+         * next columns, else the first of the next K block. Its source is
+         * prefetched while this block's tiles run (fp32 sources: the
+         * prefetcher counts 4-byte elements; a src says where its bytes
+         * lie). */
+        int64_t npc = -1, nk = 0, nj0 = 0, nj1 = 0;
+        if (jb1 < j1) {
+          npc = pc, nk = kcur, nj0 = jb1, nj1 = j1 - jb1 < jstep ? j1 : jb1 + jstep;
+        } else if (pc + kcur < K) {
+          npc = pc + kcur, nk = K - npc < ch->kc ? K - npc : ch->kc;
+          nj0 = j0, nj1 = j1 - j0 < jstep ? j1 : j0 + jstep;
+        }
+        if (npc >= 0 && ch->src) {
+          kiln_gemm_fly_region_t r;
+          ch->src->where(ch->src->ctx, npc, nk, nj0, nj1, &r);
+          kiln_gemm_pf_region(&fpf, r.base, r.stride, r.bytes, r.runs);
+        } else if (npc >= 0 && Bsrc) {
+          kiln_gemm_pf_init(&fpf, Bsrc, brs, bcs, npc, nk, nj0, nj1);
         }
         /* Row tiles in this block (each M block may end in a partial one). */
         int64_t tiles = kiln_gemm_cdiv(jb1 - jb, NR) *

@@ -482,6 +482,27 @@ static void kiln_gemm_quant_fly_pack(const void* p, int64_t p0, int64_t kc, int6
     t->qk->dequant_q4(t->kg, t->group, t->form, p0, kc, t->body + q * t->kg * t->gb, panels, out);
 }
 
+/* The blob bytes of a block: per panel, int8's kc rows of 16 bytes (its 64
+ * bytes of scales are a few lines, left to the hardware), int4's whole
+ * groups that hold rows [p0, p0 + kc). */
+static void kiln_gemm_quant_fly_where(const void* p, int64_t p0, int64_t kc, int64_t j0,
+                                      int64_t j1, kiln_gemm_fly_region_t* r) {
+  const kiln_gemm_quant_fly_t* t = p;
+  const int P = KILN_GEMM_PANEL;
+  const int64_t q = j0 / P;
+  r->runs = kiln_q_cdiv(j1 - j0, P);
+  if (t->bits == 8) {
+    r->base = t->body + t->np * P * 4 + (q * t->k + p0) * P;
+    r->stride = P * t->k;
+    r->bytes = kc * P;
+  } else {
+    int64_t g0 = p0 / t->group, g1 = (p0 + kc - 1) / t->group;
+    r->base = t->body + (q * t->kg + g0) * t->gb;
+    r->stride = t->kg * t->gb;
+    r->bytes = (g1 - g0 + 1) * t->gb;
+  }
+}
+
 int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
   if (!g->b_packed_q || g->k > KILN_GEMM_Q8A8_MAX_K) return 0;
   kiln_gemm_quant_header_t h;
@@ -580,6 +601,6 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   memset(&f, 0, sizeof(f));
   f.qk = qk, f.bits = bits, f.group = group, f.form = form;
   f.k = K, f.kg = kg, f.gb = gb, f.np = np, f.body = body;
-  const kiln_gemm_fly_src_t src = {kiln_gemm_quant_fly_pack, &f};
+  const kiln_gemm_fly_src_t src = {kiln_gemm_quant_fly_pack, kiln_gemm_quant_fly_where, &f};
   kiln_gemm_f32_fly(g, pool, &src);
 }
