@@ -454,6 +454,11 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
   /* bf16 B: each kc x NR micro-panel widened to fp32 once per strip (kc is
    * at most 256, NR at most 32: 32 KiB), then reused by every row tile. */
   _Alignas(64) float wide[256 * 32];
+  /* A B from src, when the task has one M block (each strip used by one
+   * run of row tiles): made a strip at a time into wide, whose lines stay
+   * in L1 from strip to strip, rather than a block at a time into the L2
+   * buffer; the stores then hit L1 instead of waiting on L2. */
+  const int src_strips = ch->src && i1 - i0 <= kn->mc_max && ch->kc <= 256;
 
   for (int64_t pc = 0; pc < K; pc += ch->kc) {
     int64_t kcur = K - pc < ch->kc ? K - pc : ch->kc;
@@ -463,7 +468,9 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
       kiln_gemm_pf_t fpf = {0};
       int64_t fpf_step = 0;
       if (fly) {
-        if (ch->src)
+        if (src_strips)
+          ; /* strip by strip, below */
+        else if (ch->src)
           ch->src->pack(ch->src->ctx, pc, kcur, jb, jb1, fly);
         else
           kiln_gemm_pack_b_cols(kn, kcur, Bsrc ? Bsrc + pc * brs : NULL,
@@ -526,6 +533,10 @@ static void kiln_gemm_compute_task(void* p, size_t task, int thread) {
               kn->widen_bf16(kcur, K, panels, ch->bp16 + (j / P) * K * P + pc * P, wide);
             bpan = wide;
             bnext = panels > 1 ? wide + kcur * P : wide;
+          } else if (src_strips) {
+            ch->src->pack(ch->src->ctx, pc, kcur, j, j + nr, wide);
+            bpan = wide;
+            bnext = nr > P ? wide + kcur * P : wide;
           } else if (fly) {
             bpan = fly + ((j - jb) / P) * kcur * P;
             bnext = nr > P ? bpan + kcur * P : bpan;
