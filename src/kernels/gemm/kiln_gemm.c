@@ -22,6 +22,10 @@
  * and a kc x NR micro-panel at a time into an L1 buffer on the blocked
  * path, where every row tile of the strip reuses it; bf16 A is widened as
  * it is packed. Accumulation is fp32 throughout.
+ * Quantized weights at M > 8 (kiln_gemm_quant.c) come in through
+ * kiln_gemm_f32_fly: the b_fly loops with B dequantized by the tasks, a
+ * strip at a time into the L1 buffer when a task has one M block, else a
+ * block at a time into the L2 one; the next block's bytes prefetched.
  * bf16 compute (b_packed_bf16_vnni) goes to the bf16 engines
  * (kiln_gemm_bf16_compute.c) when kiln_cpu_bf16() allows one; otherwise it
  * runs here like bf16 weights, from the VNNI panels (widen_vnni, gemv_vnni),

@@ -66,8 +66,8 @@ typedef struct kiln_gemm_f32_args_s {
   /* Quantized weights (kiln_gemm_quant_pack_b: int8 per column or int4 in
    * groups along K, scales inside the blob; shared by every batch), or
    * NULL. Takes precedence over every other B. Dequantized in registers
-   * (GEMV, M <= 8) or a strip of panels at a time into fp32 panels for the
-   * fp32 kernels; accumulated in fp32. A blob flagged for int8
+   * (GEMV, M <= 8) or by the fp32 GEMM's tasks a K block of a strip at a
+   * time into fp32 panels for the fp32 kernels; accumulated in fp32. A blob flagged for int8
    * activations (kiln_gemm_quant_set_a8) sums integers instead where its
    * rule below applies (int8 and int4: every M). */
   const void* b_packed_q;
