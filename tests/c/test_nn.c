@@ -217,6 +217,8 @@ typedef struct kiln_test_attn_case_s {
   int64_t poison;  /* > 0: NaN in k and v at keys >= poison, which the mask hides
                     * from every row: they must not be read (the reference
                     * sees only the keys before) */
+  int64_t cap;     /* > skv (layout 0): k and v are views of the first skv rows
+                    * of a (B, Hkv, cap, D) cache, NaN past skv */
 } kiln_test_attn_case_t;
 
 static void kiln_test_attn_strides(int64_t b, int64_t h, int64_t s, int64_t d, int perm,
@@ -238,10 +240,11 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   a.batch = c->b, a.heads = c->h, a.kv_heads = c->hkv, a.q_len = c->sq, a.kv_len = c->skv;
   a.head_dim = c->d, a.v_head_dim = c->dv;
   kiln_test_attn_strides(c->b, c->h, c->sq, c->d, c->layout ? 1 : 0, a.q_strides);
-  kiln_test_attn_strides(c->b, c->hkv, c->skv, c->d, c->layout ? 1 : 0, a.k_strides);
-  kiln_test_attn_strides(c->b, c->hkv, c->skv, c->dv, c->layout ? 2 : 0, a.v_strides);
-  size_t nq = (size_t)(c->b * c->h * c->sq * c->d), nk = (size_t)(c->b * c->hkv * c->skv * c->d);
-  size_t nv = (size_t)(c->b * c->hkv * c->skv * c->dv), no = (size_t)(c->b * c->h * c->sq * c->dv);
+  const int64_t rows_kv = c->cap > c->skv ? c->cap : c->skv; /* K/V rows allocated per head */
+  kiln_test_attn_strides(c->b, c->hkv, rows_kv, c->d, c->layout ? 1 : 0, a.k_strides);
+  kiln_test_attn_strides(c->b, c->hkv, rows_kv, c->dv, c->layout ? 2 : 0, a.v_strides);
+  size_t nq = (size_t)(c->b * c->h * c->sq * c->d), nk = (size_t)(c->b * c->hkv * rows_kv * c->d);
+  size_t nv = (size_t)(c->b * c->hkv * rows_kv * c->dv), no = (size_t)(c->b * c->h * c->sq * c->dv);
   size_t nm = c->mask == 1   ? (size_t)(c->sq * c->skv)
               : c->mask == 4 ? (size_t)(c->b * c->sq * c->skv)
                              : (size_t)(c->b * c->skv);
@@ -298,6 +301,15 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
             v[b * a.v_strides[0] + h * a.v_strides[1] + j * a.v_strides[2] + e * a.v_strides[3]] = NAN;
         }
   }
+  if (c->cap > c->skv) /* the cache's rows past the view: never read */
+    for (int64_t b = 0; b < c->b; ++b)
+      for (int64_t h = 0; h < c->hkv; ++h)
+        for (int64_t j = c->skv; j < c->cap; ++j) {
+          for (int64_t e = 0; e < c->d; ++e)
+            k[b * a.k_strides[0] + h * a.k_strides[1] + j * a.k_strides[2] + e * a.k_strides[3]] = NAN;
+          for (int64_t e = 0; e < c->dv; ++e)
+            v[b * a.v_strides[0] + h * a.v_strides[1] + j * a.v_strides[2] + e * a.v_strides[3]] = NAN;
+        }
   a.q = q, a.k = k, a.v = v, a.out = y;
   a.scale = c->d ? 1.0f / sqrtf((float)c->d) : 1.0f;
   a.causal = c->causal, a.causal_offset = c->offset;
@@ -308,12 +320,36 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   }
   for (size_t i = 0; i < no; ++i) y[i] = 12345.0f; /* every element must be written */
   kiln_attention_f32(&a, pool);
-  a.out = w;
-  if (c->poison > 0) a.kv_len = c->poison;
-  kiln_attention_f32_reference(&a);
-  char what[128];
+  kiln_attention_args_t r = a;
+  r.out = w;
+  if (c->poison > 0) r.kv_len = c->poison;
+  kiln_attention_f32_reference(&r);
+  char what[160];
   snprintf(what, sizeof what, "%s attention %s", isa, c->name);
   kiln_test_compare_f32(what, y, w, no, 2e-5f, 1e-4f);
+  /* The work cut as for other thread counts: 1, 3 and 16 threads split a
+   * decode step's keys into up to 32 parts (flash-decoding's merge), or
+   * not at all where the blocks are enough. Each against the reference,
+   * and the others against the 1-thread cut within the fp32 rounding of
+   * the merge (a few ulp of outputs bounded by max |v| = 1): the thread
+   * count changes no result beyond that. */
+  static const int plan_threads[] = {1, 3, 16};
+  float* u = malloc((no + 1) * sizeof(float));
+  for (size_t t = 0; u && t < sizeof plan_threads / sizeof plan_threads[0]; ++t) {
+    for (size_t i = 0; i < no; ++i) y[i] = 12345.0f;
+    kiln_attention_f32_as_threads(&a, pool, plan_threads[t]);
+    snprintf(what, sizeof what, "%s attention %s (cut for %d threads)", isa, c->name,
+             plan_threads[t]);
+    kiln_test_compare_f32(what, y, w, no, 2e-5f, 1e-4f);
+    if (t == 0) {
+      memcpy(u, y, no * sizeof(float));
+    } else {
+      snprintf(what, sizeof what, "%s attention %s (cut for %d threads vs 1)", isa, c->name,
+               plan_threads[t]);
+      kiln_test_compare_f32(what, y, u, no, 1e-6f, 1e-5f);
+    }
+  }
+  free(u);
 done:
   free(q);
   free(k);
@@ -325,32 +361,52 @@ done:
 
 static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
   static const kiln_test_attn_case_t cases[] = {
-      {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0, 0, 0},
-      {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0, 0, 0},
-      {"causal offset kv-q", 1, 2, 1, 37, 45, 64, 64, 0, 0, 1, 8, 0, 0, 0},
-      {"causal offset -3 (empty rows)", 1, 2, 2, 20, 20, 32, 32, 0, 0, 1, -3, 0, 0, 0},
-      {"causal sq>skv", 1, 2, 2, 50, 20, 16, 16, 0, 0, 1, 0, 0, 0, 0},
-      {"mask broadcast (Sq,Skv)", 2, 3, 3, 17, 70, 64, 64, 0, 1, 0, 0, 0, 0, 0},
-      {"mask key padding + causal", 2, 4, 1, 9, 33, 32, 48, 0, 2, 1, 24, 0, 0, 0},
-      {"permuted strides", 2, 4, 2, 23, 71, 64, 64, 1, 0, 0, 0, 0, 0, 0},
-      {"permuted + mask + causal", 1, 6, 3, 40, 40, 40, 24, 1, 1, 1, 0, 0, 0, 0},
-      {"decode sq=1", 2, 8, 2, 1, 100, 64, 64, 0, 0, 1, 99, 0, 0, 0},
-      {"decode mqa sq=1", 1, 16, 1, 1, 257, 128, 128, 1, 0, 0, 0, 0, 0, 0},
-      {"odd dims d7 dv5", 2, 3, 1, 11, 13, 7, 5, 0, 0, 0, 0, 0, 0, 0},
-      {"d1", 1, 1, 1, 5, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0},
-      {"d256 dv256", 1, 2, 1, 21, 50, 256, 256, 1, 0, 1, 29, 0, 0, 0},
-      {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0, 0, 0},
-      {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0, 0, 0},
-      {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0, 0, 0},
-      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1, 0, 0},
-      {"out (B,Sq,H,Dv) + gqa causal", 2, 4, 2, 13, 29, 32, 40, 1, 1, 1, 16, 0, 1, 0},
+      {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0, 0, 0, 0},
+      {"causal offset kv-q", 1, 2, 1, 37, 45, 64, 64, 0, 0, 1, 8, 0, 0, 0, 0},
+      {"causal offset -3 (empty rows)", 1, 2, 2, 20, 20, 32, 32, 0, 0, 1, -3, 0, 0, 0, 0},
+      {"causal sq>skv", 1, 2, 2, 50, 20, 16, 16, 0, 0, 1, 0, 0, 0, 0, 0},
+      {"mask broadcast (Sq,Skv)", 2, 3, 3, 17, 70, 64, 64, 0, 1, 0, 0, 0, 0, 0, 0},
+      {"mask key padding + causal", 2, 4, 1, 9, 33, 32, 48, 0, 2, 1, 24, 0, 0, 0, 0},
+      {"permuted strides", 2, 4, 2, 23, 71, 64, 64, 1, 0, 0, 0, 0, 0, 0, 0},
+      {"permuted + mask + causal", 1, 6, 3, 40, 40, 40, 24, 1, 1, 1, 0, 0, 0, 0, 0},
+      {"decode sq=1", 2, 8, 2, 1, 100, 64, 64, 0, 0, 1, 99, 0, 0, 0, 0},
+      {"decode mqa sq=1", 1, 16, 1, 1, 257, 128, 128, 1, 0, 0, 0, 0, 0, 0, 0},
+      {"odd dims d7 dv5", 2, 3, 1, 11, 13, 7, 5, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"d1", 1, 1, 1, 5, 3, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"d256 dv256", 1, 2, 1, 21, 50, 256, 256, 1, 0, 1, 29, 0, 0, 0, 0},
+      {"d128 long", 1, 2, 2, 70, 300, 128, 128, 0, 0, 1, 230, 0, 0, 0, 0},
+      {"d300 untiled", 1, 2, 1, 9, 20, 300, 260, 1, 1, 1, 11, 0, 0, 0, 0},
+      {"skv 0", 1, 2, 1, 3, 0, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"nan q", 1, 2, 2, 8, 8, 16, 16, 0, 0, 0, 0, 1, 0, 0, 0},
+      {"out (B,Sq,H,Dv) + gqa causal", 2, 4, 2, 13, 29, 32, 40, 1, 1, 1, 16, 0, 1, 0, 0},
       /* Hidden key tiles are skipped: NaN past the valid prefix never read. */
-      {"static cache decode gqa", 2, 8, 2, 1, 700, 64, 64, 0, 3, 0, 0, 0, 0, 512},
-      {"static cache decode permuted", 2, 4, 4, 1, 300, 32, 32, 1, 3, 0, 0, 0, 1, 256},
-      {"static cache chunk causal", 2, 4, 2, 5, 400, 64, 64, 0, 3, 1, 95, 0, 0, 320},
-      {"static cache untiled d300", 2, 2, 1, 1, 300, 300, 260, 0, 3, 0, 0, 0, 0, 160},
-      {"windows per row", 2, 4, 2, 23, 333, 64, 64, 0, 4, 0, 0, 0, 0, 0},
-      {"windows per row + causal", 1, 6, 3, 30, 200, 32, 48, 1, 4, 1, 170, 0, 0, 0},
+      {"static cache decode gqa", 2, 8, 2, 1, 700, 64, 64, 0, 3, 0, 0, 0, 0, 512, 0},
+      {"static cache decode permuted", 2, 4, 4, 1, 300, 32, 32, 1, 3, 0, 0, 0, 1, 256, 0},
+      {"static cache chunk causal", 2, 4, 2, 5, 400, 64, 64, 0, 3, 1, 95, 0, 0, 320, 0},
+      {"static cache untiled d300", 2, 2, 1, 1, 300, 300, 260, 0, 3, 0, 0, 0, 0, 160, 0},
+      {"windows per row", 2, 4, 2, 23, 333, 64, 64, 0, 4, 0, 0, 0, 0, 0, 0},
+      {"windows per row + causal", 1, 6, 3, 30, 200, 32, 48, 1, 4, 1, 170, 0, 0, 0, 0},
+      /* Decode steps (4 or 8 rows per kv head: the 4-row kernel, scores
+       * from K's rows at AVX2, keys split over threads), K and V views of
+       * a longer cache, key counts off the 64-key tile. */
+      {"decode gqa 16/4 cache view", 1, 16, 4, 1, 192, 64, 64, 0, 0, 0, 0, 0, 0, 0, 256},
+      {"decode gqa 16/4 batch 2 tile tail", 2, 16, 4, 1, 77, 64, 64, 0, 0, 0, 0, 0, 0, 0, 100},
+      {"decode gqa 32/4 long", 1, 32, 4, 1, 1000, 64, 64, 0, 0, 0, 0, 0, 0, 0, 1024},
+      {"decode mqa 8/1 split", 1, 8, 1, 1, 333, 64, 64, 0, 0, 0, 0, 0, 0, 0, 400},
+      {"decode gqa 2/1 d128", 1, 2, 1, 1, 517, 128, 128, 0, 0, 0, 0, 0, 0, 0, 600},
+      {"decode gqa key padding", 2, 16, 4, 1, 130, 64, 64, 0, 2, 0, 0, 0, 0, 0, 160},
+      {"decode gqa static cache, a batch all -inf", 3, 16, 4, 1, 150, 64, 64, 0, 3, 0, 0, 0, 0, 0,
+       200},
+      {"decode gqa windows", 2, 8, 2, 1, 300, 64, 64, 0, 4, 0, 0, 0, 0, 0, 0},
+      {"decode gqa causal offset", 1, 16, 4, 1, 200, 64, 64, 0, 0, 1, 199, 0, 0, 0, 256},
+      {"decode gqa causal offset past half", 1, 16, 4, 1, 200, 64, 64, 0, 0, 1, 120, 0, 0, 0, 0},
+      {"chunk gqa causal offset", 1, 8, 2, 3, 200, 64, 64, 0, 0, 1, 197, 0, 0, 0, 256},
+      {"decode gqa d36 (packed K)", 1, 8, 2, 1, 130, 36, 36, 0, 0, 0, 0, 0, 0, 0, 0},
+      {"decode gqa nan q", 1, 16, 4, 1, 190, 64, 64, 0, 0, 0, 0, 1, 0, 0, 0},
+      {"decode gqa permuted, out bshd", 1, 16, 4, 1, 190, 64, 64, 1, 0, 0, 0, 0, 1, 0, 0},
+      {"decode gqa static cache poison split", 1, 16, 4, 1, 700, 64, 64, 0, 3, 0, 0, 0, 0, 512,
+       768},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
     kiln_test_nn_attention_case(&cases[i], pool, isa);

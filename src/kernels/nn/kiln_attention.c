@@ -61,9 +61,16 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
                                               kiln_nn_attention_plan_t* plan) {
   plan->args = a;
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
+  plan->partial = NULL;
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
-  /* (rows, keys): rows a multiple of the kernel's 6, halvable down to 6. */
+  /* The register kernel's rows: 6 (12 FMAs per 8 loads) unless 4 pads the
+   * rows less, as for a decode step of a GQA group of 4 or 8 (4 rows is
+   * 8 FMAs per 6 loads: still FMA-bound, and no FMA on padding). */
+  plan->mr = kiln_nn_round_up(rows > 0 ? rows : 1, 4) < kiln_nn_round_up(rows > 0 ? rows : 1, 6)
+                 ? 4
+                 : KILN_NN_ATTN_MR;
+  /* (rows, keys): rows a multiple of 12, halvable down to mr. */
   static const int64_t tiles[][2] = {{48, 64}, {48, 32}, {24, 32}, {12, 32}, {12, 16}, {6, 16}};
   plan->q_block = 12;
   plan->k_block = 0;
@@ -77,43 +84,64 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
       }
     }
   }
-  /* Smaller row blocks when there would be too few tasks to share out
-   * (decode with few kv heads); the key tiles are re-packed per block, so
-   * not smaller than needed. */
-  int64_t bh = a->batch * a->kv_heads;
-  int64_t rows_pad = kiln_nn_round_up(rows > 0 ? rows : 1, KILN_NN_ATTN_MR);
+  /* Row blocks are multiples of mr; the tiles' rows are multiples of 6. */
+  if (plan->q_block % plan->mr) plan->mr = KILN_NN_ATTN_MR;
+  int64_t bh = a->batch * a->kv_heads, want = 2 * (int64_t)n_threads;
+  int64_t rows_pad = kiln_nn_round_up(rows > 0 ? rows : 1, plan->mr);
   if (plan->q_block > rows_pad) plan->q_block = rows_pad;
-  while (plan->q_block > KILN_NN_ATTN_MR &&
-         bh * ((rows + plan->q_block - 1) / plan->q_block) < 2 * (int64_t)n_threads)
-    plan->q_block /= 2;
+  /* Too few blocks to share out (decode with few kv heads): split the keys
+   * first, since every row block re-reads all of its K and V while key
+   * parts read them once between them; parts of at least one tile. Then
+   * smaller row blocks if that is still not enough. */
+  int64_t keys = a->causal ? a->q_len + a->causal_offset : a->kv_len;
+  keys = keys < a->kv_len ? keys : a->kv_len;
+  plan->kv_parts = 1;
+  plan->kv_part = 0;
+  int64_t blocks = bh * ((rows + plan->q_block - 1) / plan->q_block);
+  if (plan->k_block > 0 && blocks < want && keys > plan->k_block) {
+    int64_t parts = (want + blocks - 1) / blocks;
+    int64_t tiles_n = (keys + plan->k_block - 1) / plan->k_block;
+    parts = parts < tiles_n ? parts : tiles_n;
+    plan->kv_part = (tiles_n + parts - 1) / parts * plan->k_block;
+    plan->kv_parts = (keys + plan->kv_part - 1) / plan->kv_part;
+  }
+  while (plan->q_block > plan->mr && blocks * plan->kv_parts < want) {
+    int64_t half = kiln_nn_round_up(plan->q_block / 2, plan->mr);
+    if (half >= plan->q_block) break;
+    plan->q_block = half;
+    blocks = bh * ((rows + plan->q_block - 1) / plan->q_block);
+  }
   plan->q_blocks = (rows + plan->q_block - 1) / plan->q_block;
 }
 
-/* C(6, 16) (+)= A(6, K) · B(K, 16); A, B, C row-major with the given row
- * strides. The inner kernel of both products: 12 accumulators (two vectors
- * per row) cover the FMA latency and leave registers for B and the
- * broadcast (16 ymm in all); per step of K it issues 12 FMAs for 6
- * broadcasts and 2 loads. */
+/* C(mr, 16) (+)= A(mr, K) · B(K, 16) for mr = 6 or 4; A, B, C row-major
+ * with the given row strides. The inner kernel of both products: two
+ * accumulators per row cover the FMA latency and leave registers for B and
+ * the broadcast (16 ymm in all at 6 rows); per step of K it issues 2 mr
+ * FMAs for mr broadcasts and 2 loads. Inlined with a constant mr, so each
+ * row count is its own unrolled kernel. */
+#define KILN_NN_ATTN_INLINE static inline __attribute__((always_inline))
 #if defined(KILN_NN_ATTN_AVX2)
-static inline void kiln_nn_attn_kernel(int64_t k, const float* a, int64_t lda, const float* b,
-                                       int64_t ldb, float* c, int64_t ldc, int accumulate) {
+KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
+                                               const float* b, int64_t ldb, float* c, int64_t ldc,
+                                               int accumulate) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
-  for (int r = 0; r < 6; ++r) {
+  for (int r = 0; r < mr; ++r) {
     acc[r][0] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
     acc[r][1] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
   }
   for (int64_t p = 0; p < k; ++p) {
     __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
 #pragma GCC unroll 6
-    for (int r = 0; r < 6; ++r) {
+    for (int r = 0; r < mr; ++r) {
       __m256 av = _mm256_broadcast_ss(a + r * lda + p);
       acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
       acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
     }
   }
 #pragma GCC unroll 6
-  for (int r = 0; r < 6; ++r) {
+  for (int r = 0; r < mr; ++r) {
     _mm256_storeu_ps(c + r * ldc, acc[r][0]);
     _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
   }
@@ -128,38 +156,106 @@ static inline void kiln_nn_attn_transpose8(const float* src, int64_t lds, float*
   kiln_transpose8x8_avx2(r, o);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, o[i]);
 }
+
+/* Row r's scores against 4 keys from 4 accumulators of 8 partial sums each:
+ * horizontal sums, 4 results in one vector. */
+static inline __m128 kiln_nn_attn_hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+  __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* S = Q·Kt for few rows, straight from K's rows: no transposed pack of the
+ * tile, which for a decode step (4 rows of a GQA group) costs more than
+ * the products. Two rows by four keys at a time: 8 accumulators of
+ * D / 8 FMAs each, summed across lanes at the end (hadd), so every K row
+ * is loaded once per row pair and the q rows come from L1. Rows nrp (even;
+ * the padding rows of qp are zeros), keys [0, nk) of K at kb (row stride
+ * k_row, unit element stride), d % 8 == 0. Keys past nk read key nk - 1
+ * again; their scores land in columns the caller overwrites with -inf. */
+/* Memory: a decode step's K and V were last read a whole step of weight
+ * streaming ago, so they come from DRAM; one core's demand misses plus the
+ * hardware prefetcher leave it latency-bound. So while the scores of keys
+ * [c, c + 4) are computed, K rows KILN_NN_ATTN_PF keys ahead and the V
+ * rows of these keys (read by O += P·V after the tile's scores) are
+ * prefetched: up to keys_left keys past the tile's first (prefetches of
+ * other addresses are harmless but waste bandwidth). vb is NULL when V's
+ * rows are not contiguous. */
+enum { KILN_NN_ATTN_PF = 32 };
+
+static inline void kiln_nn_attn_prefetch_row(const float* row, int64_t n) {
+  for (int64_t e = 0; e < n; e += 16) _mm_prefetch((const char*)(row + e), _MM_HINT_T0);
+}
+
+static void kiln_nn_attn_scores_rows(int64_t nrp, int64_t nk, int64_t d, const float* qp,
+                                     const float* kb, int64_t k_row, float* s, int64_t lds,
+                                     const float* vb, int64_t v_row, int64_t dv,
+                                     int64_t keys_left) {
+  for (int64_t c = 0; c < nk; c += 4) {
+    const float* kr[4];
+    for (int j = 0; j < 4; ++j) kr[j] = kb + (c + j < nk ? c + j : nk - 1) * k_row;
+    for (int64_t j = c; j < c + 4; ++j) {
+      if (j + KILN_NN_ATTN_PF < keys_left) kiln_nn_attn_prefetch_row(kb + (j + KILN_NN_ATTN_PF) * k_row, d);
+      if (vb && j < nk) kiln_nn_attn_prefetch_row(vb + j * v_row, dv);
+    }
+    for (int64_t r = 0; r < nrp; r += 2) {
+      const float *q0 = qp + r * d, *q1 = q0 + d;
+      __m256 a[8];
+      for (int i = 0; i < 8; ++i) a[i] = _mm256_setzero_ps();
+      for (int64_t e = 0; e < d; e += 8) {
+        __m256 x0 = _mm256_loadu_ps(q0 + e), x1 = _mm256_loadu_ps(q1 + e);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          __m256 y = _mm256_loadu_ps(kr[j] + e);
+          a[j] = _mm256_fmadd_ps(x0, y, a[j]);
+          a[4 + j] = _mm256_fmadd_ps(x1, y, a[4 + j]);
+        }
+      }
+      _mm_storeu_ps(s + r * lds + c, kiln_nn_attn_hsum4(a[0], a[1], a[2], a[3]));
+      _mm_storeu_ps(s + (r + 1) * lds + c, kiln_nn_attn_hsum4(a[4], a[5], a[6], a[7]));
+    }
+  }
+}
 #else
-static inline void kiln_nn_attn_kernel(int64_t k, const float* a, int64_t lda, const float* b,
-                                       int64_t ldb, float* c, int64_t ldc, int accumulate) {
+KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
+                                               const float* b, int64_t ldb, float* c, int64_t ldc,
+                                               int accumulate) {
   float acc[6][16];
-  for (int r = 0; r < 6; ++r)
+  for (int r = 0; r < mr; ++r)
     for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
   for (int64_t p = 0; p < k; ++p) {
     const float* bp = b + p * ldb;
-    for (int r = 0; r < 6; ++r) {
+    for (int r = 0; r < mr; ++r) {
       float av = a[r * lda + p];
       for (int j = 0; j < 16; ++j) acc[r][j] = KILN_NN_FMA(av, bp[j], acc[r][j]);
     }
   }
-  for (int r = 0; r < 6; ++r)
+  for (int r = 0; r < mr; ++r)
     for (int j = 0; j < 16; ++j) c[r * ldc + j] = acc[r][j];
 }
 #endif
 
-/* C(m, n) (+)= A(m, k) · B(k, n) with m % 6 == 0 and n % 16 == 0, skipping
- * what causal masking hides: group g of 6 rows sees only the first lim[g]
+static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, const float* b,
+                                int64_t ldb, float* c, int64_t ldc, int accumulate) {
+  if (mr == 4)
+    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate);
+  else
+    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+/* C(m, n) (+)= A(m, k) · B(k, n) with m % mr == 0 and n % 16 == 0, skipping
+ * what causal masking hides: group g of mr rows sees only the first lim[g]
  * keys of the tile. For S = Q·Kt (lim_cols) that skips column chunks at or
  * past lim[g] (the caller overwrites them with -inf); for O += P·V it
  * shortens the reduction to lim[g] keys (P is 0 past it). Column chunks
  * outside so each chunk of B stays in L1 across the row groups. */
-static void kiln_nn_attn_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                              const float* b, int64_t ldb, float* c, int64_t ldc,
+static void kiln_nn_attn_gemm(int mr, int64_t m, int64_t n, int64_t k, const float* a,
+                              int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                               int accumulate, const int64_t* lim, int lim_cols) {
   for (int64_t j = 0; j < n; j += 16)
-    for (int64_t i = 0, g = 0; i < m; i += KILN_NN_ATTN_MR, ++g) {
+    for (int64_t i = 0, g = 0; i < m; i += mr, ++g) {
       int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
       if ((lim_cols && j >= lim[g]) || kk == 0) continue;
-      kiln_nn_attn_kernel(kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+      kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
     }
 }
 
@@ -195,15 +291,16 @@ typedef struct kiln_nn_attn_row_s {
   int64_t last_key; /* keys j > last_key are causally hidden */
 } kiln_nn_attn_row_t;
 
-static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t task, int64_t* b,
+/* The rows of block `block` (batch, kv head, row block). */
+static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t block, int64_t* b,
                               int64_t* kvh, int64_t* n_rows, kiln_nn_attn_row_t* rows,
                               int64_t max_rows) {
   const kiln_attention_args_t* a = plan->args;
   int64_t bh_count = a->batch * a->kv_heads;
   /* The last row blocks see the most keys under causal masking: hand them
    * out first so the pool's counter balances the tail. */
-  int64_t blk = plan->q_blocks - 1 - (int64_t)task / bh_count;
-  int64_t bh = (int64_t)task % bh_count;
+  int64_t blk = plan->q_blocks - 1 - (int64_t)block / bh_count;
+  int64_t bh = (int64_t)block % bh_count;
   *b = bh / a->kv_heads;
   *kvh = bh % a->kv_heads;
   int64_t total = plan->group * a->q_len, r0 = blk * plan->q_block;
@@ -276,12 +373,16 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   }
   const kiln_attention_args_t* a = plan->args;
   kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
-  int64_t vis[KILN_NN_ATTN_MAX_ROWS], lim[KILN_NN_ATTN_MAX_ROWS / KILN_NN_ATTN_MR + 1];
+  int64_t vis[KILN_NN_ATTN_MAX_ROWS], lim[KILN_NN_ATTN_MAX_ROWS / 4 + 1];
   int64_t b, kvh, nr;
-  kiln_nn_attn_rows(plan, task, &b, &kvh, &nr, rows, KILN_NN_ATTN_MAX_ROWS);
+  /* Parts of one block are consecutive tasks: they start together. */
+  const int64_t part = (int64_t)task % plan->kv_parts;
+  kiln_nn_attn_rows(plan, task / (size_t)plan->kv_parts, &b, &kvh, &nr, rows,
+                    KILN_NN_ATTN_MAX_ROWS);
+  const int mr = (int)plan->mr;
   const int64_t d = a->head_dim, dv = a->v_head_dim;
   const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
-  const int64_t nrp = kiln_nn_round_up(nr, KILN_NN_ATTN_MR);
+  const int64_t nrp = kiln_nn_round_up(nr, mr);
   _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
   float* qp = scratch;    /* (nrp, d), pre-scaled */
   float* kt = qp + nrp * d; /* (d, bk) */
@@ -304,35 +405,48 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
     l[r] = 0.0f;
   }
   memset(o, 0, (size_t)(nrp * dvp) * sizeof(float));
+  /* This part's keys: [kv_lo, kv_hi), whole tiles of the unsplit walk. */
+  const int64_t kv_lo = plan->kv_parts > 1 ? part * plan->kv_part : 0;
+  if (plan->kv_parts > 1 && kv_lo + plan->kv_part < kv_end) kv_end = kv_lo + plan->kv_part;
+#if defined(KILN_NN_ATTN_AVX2)
+  /* Few rows: scores from K's rows in place (kiln_nn_attn_scores_rows). */
+  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0;
+#else
+  const int direct = 0;
+#endif
 
   const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
   const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
-  for (int64_t j0 = 0; j0 < kv_end; j0 += bk) {
+#if defined(KILN_NN_ATTN_AVX2)
+  /* The first keys the scores' prefetch does not reach ahead of. */
+  if (direct)
+    for (int64_t j = kv_lo; j < kv_lo + KILN_NN_ATTN_PF && j < kv_end; ++j)
+      kiln_nn_attn_prefetch_row(kb + j * a->k_strides[2], d);
+#endif
+  for (int64_t j0 = kv_lo; j0 < kv_end; j0 += bk) {
     int64_t nk = kv_end - j0 < bk ? kv_end - j0 : bk;
     int64_t nkp = kiln_nn_round_up(nk, KILN_NN_ATTN_NR);
     /* Keys of the tile each row may see: past the causal limit, and the
-     * padding, are hidden; lim is the most any row of a group of 6 sees. */
+     * padding, are hidden; lim is the most any row of a group of mr sees. */
     int hidden = 1;
     const float* checked = NULL; /* rows of a GQA group often share one mask row */
     int64_t checked_vis = 0;
     for (int64_t r = 0; r < nrp; ++r) {
       int64_t lk = r < nr ? rows[r].last_key : -1; /* INT64_MAX when not causal */
       vis[r] = lk >= j0 + nk - 1 ? nk : lk < j0 ? 0 : lk - j0 + 1;
-      if (r % KILN_NN_ATTN_MR == 0) lim[r / KILN_NN_ATTN_MR] = 0;
-      if (vis[r] > lim[r / KILN_NN_ATTN_MR]) lim[r / KILN_NN_ATTN_MR] = vis[r];
+      if (r % mr == 0) lim[r / mr] = 0;
+      if (vis[r] > lim[r / mr]) lim[r / mr] = vis[r];
       if (!hidden || vis[r] == 0) continue;
-      const float* mr = rows[r].mask ? rows[r].mask + j0 * a->mask_strides[3] : NULL;
-      if (mr && mr == checked && vis[r] <= checked_vis) continue;
-      hidden = mr && kiln_nn_attn_all_hidden(mr, a->mask_strides[3], vis[r]);
-      checked = mr;
+      const float* mrow = rows[r].mask ? rows[r].mask + j0 * a->mask_strides[3] : NULL;
+      if (mrow && mrow == checked && vis[r] <= checked_vis) continue;
+      hidden = mrow && kiln_nn_attn_all_hidden(mrow, a->mask_strides[3], vis[r]);
+      checked = mrow;
       checked_vis = vis[r];
     }
     /* No row may see a key of the tile: it would add e^-inf = 0 to each. */
     if (hidden) continue;
-    /* Pack K transposed and V, zero-filling the padding so 0 · pad = 0.
-     * Full tiles of a contiguous V with Dv % 16 == 0 are read in place. */
-    kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk, nkp,
-                        kt, bk);
+    /* V is packed (zero-filling the padding so 0 · pad = 0) unless full
+     * tiles of a contiguous V with Dv % 16 == 0 can be read in place. */
     const float* vt = vb + j0 * a->v_strides[2];
     int64_t ldv = a->v_strides[2];
     if (!(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
@@ -346,17 +460,30 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
       }
     }
-    kiln_nn_attn_gemm(nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
+#if defined(KILN_NN_ATTN_AVX2)
+    if (direct) {
+      kiln_nn_attn_scores_rows(nrp, nk, d, qp, kb + j0 * a->k_strides[2], a->k_strides[2], s, bk,
+                               a->v_strides[3] == 1 ? vb + j0 * a->v_strides[2] : NULL,
+                               a->v_strides[2], dv, kv_end - j0);
+    } else
+#endif
+    {
+      (void)direct;
+      /* K packed transposed, zero-filled past nk. */
+      kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk,
+                          nkp, kt, bk);
+      kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
+    }
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
       if (r < nr && rows[r].mask) {
-        const float* mr = rows[r].mask + j0 * a->mask_strides[3];
+        const float* mk = rows[r].mask + j0 * a->mask_strides[3];
         int64_t ms = a->mask_strides[3];
         if (ms == 1)
-          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mr[c];
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c];
         else
-          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mr[c * ms];
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c * ms];
       }
       for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
       float m_new = kiln_nn_row_max((size_t)nkp, sr);
@@ -379,11 +506,59 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
       }
     }
-    kiln_nn_attn_gemm(nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
+    kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
   }
 
+  if (plan->kv_parts > 1) {
+    /* Unnormalised rows, m and l for the merge (kiln_nn_internal.h). */
+    float* pp = plan->partial + (int64_t)task * kiln_nn_attention_partial_floats(plan);
+    float *pm = pp + plan->q_block * dv, *pl = pm + plan->q_block;
+    for (int64_t r = 0; r < nr; ++r) {
+      memcpy(pp + r * dv, o + r * dvp, (size_t)dv * sizeof(float));
+      pm[r] = m[r];
+      pl[r] = l[r];
+    }
+    return;
+  }
   for (int64_t r = 0; r < nr; ++r) {
     float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
     for (int64_t e = 0; e < dv; ++e) rows[r].out[e] = o[r * dvp + e] * inv;
+  }
+}
+
+/* The parts of a block combined as the online softmax combines tiles: with
+ * M the largest part max, O = sum_p e^(m_p - M) O_p / sum_p e^(m_p - M) l_p.
+ * A part that saw no key has m = -inf and adds 0; a row no part saw gets
+ * zeros; NaN in any part's m, l or O reaches the row. */
+void KILN_ISA_VARIANT(kiln_nn_attention_merge)(const kiln_nn_attention_plan_t* plan,
+                                               size_t block) {
+  const kiln_attention_args_t* a = plan->args;
+  kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
+  int64_t b, kvh, nr;
+  kiln_nn_attn_rows(plan, block, &b, &kvh, &nr, rows, KILN_NN_ATTN_MAX_ROWS);
+  const int64_t dv = a->v_head_dim, np = plan->kv_parts;
+  const int64_t stride = kiln_nn_attention_partial_floats(plan);
+  const float* p0 = plan->partial + (int64_t)block * np * stride;
+  for (int64_t r = 0; r < nr; ++r) {
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < np; ++p) {
+      float mp = p0[p * stride + plan->q_block * dv + r];
+      mx = mp > mx ? mp : mx;
+    }
+    float m_use = mx == -INFINITY ? 0.0f : mx;
+    float* out = rows[r].out;
+    float lsum = 0.0f;
+    for (int64_t p = 0; p < np; ++p) {
+      const float* pp = p0 + p * stride;
+      float w = kiln_nn_exp_negf(pp[plan->q_block * dv + r] - m_use);
+      lsum += w * pp[plan->q_block * dv + plan->q_block + r];
+      const float* orow = pp + r * dv;
+      if (p == 0)
+        for (int64_t e = 0; e < dv; ++e) out[e] = w * orow[e];
+      else
+        for (int64_t e = 0; e < dv; ++e) out[e] = KILN_NN_FMA(w, orow[e], out[e]);
+    }
+    float inv = lsum == 0.0f ? 0.0f : 1.0f / lsum;
+    for (int64_t e = 0; e < dv; ++e) out[e] *= inv;
   }
 }

@@ -5,6 +5,7 @@
  * costs more than a few tens of KiB of work.
  */
 #include "base/kiln_cpu.h"
+#include "base/kiln_scratch.h"
 #include "kernels/nn/kiln_nn_internal.h"
 
 /* Below this many elements a call is not worth splitting. */
@@ -196,13 +197,40 @@ static void kiln_nn_attention_task(void* ctx, size_t task, int thread) {
   c->k->attention_task(&c->plan, task);
 }
 
+static void kiln_nn_attention_merge_task(void* ctx, size_t block, int thread) {
+  (void)thread;
+  kiln_nn_attention_ctx_t* c = ctx;
+  c->k->attention_merge(&c->plan, block);
+}
+
+/* The key-split parts' partial outputs (kiln_nn_internal.h): small (decode
+ * rows x parts), kept call to call so a decode step does not allocate. */
+static kiln_scratch_cache_t kiln_nn_attention_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)4 << 20);
+
 void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool) {
+  kiln_attention_f32_as_threads(args, pool, kiln_pool_size(pool));
+}
+
+void kiln_attention_f32_as_threads(const kiln_attention_args_t* args, kiln_pool_t* pool,
+                                   int plan_threads) {
   const kiln_attention_args_t* a = args;
   if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
       a->v_head_dim < 0 || a->head_dim < 0 || a->kv_len < 0 || a->heads % a->kv_heads)
     return;
   kiln_nn_attention_ctx_t c = {.k = kiln_nn_kernels()};
-  c.k->attention_plan(a, kiln_pool_size(pool), &c.plan);
-  size_t tasks = (size_t)(a->batch * a->kv_heads * c.plan.q_blocks);
-  kiln_pool_parallel_for(pool, tasks, kiln_nn_attention_task, &c);
+  c.k->attention_plan(a, plan_threads > 0 ? plan_threads : 1, &c.plan);
+  size_t blocks = (size_t)(a->batch * a->kv_heads * c.plan.q_blocks);
+  void* blk = NULL;
+  if (c.plan.kv_parts > 1) {
+    size_t floats = blocks * (size_t)c.plan.kv_parts *
+                    (size_t)kiln_nn_attention_partial_floats(&c.plan);
+    c.plan.partial = kiln_scratch_get(&kiln_nn_attention_scratch_, floats * sizeof(float), &blk);
+    /* Out of memory: the same result unsplit, on fewer threads. */
+    if (!c.plan.partial) c.plan.kv_parts = 1;
+  }
+  kiln_pool_parallel_for(pool, blocks * (size_t)c.plan.kv_parts, kiln_nn_attention_task, &c);
+  if (c.plan.kv_parts > 1) {
+    kiln_pool_parallel_for(pool, blocks, kiln_nn_attention_merge_task, &c);
+    kiln_scratch_put(&kiln_nn_attention_scratch_, blk);
+  }
 }

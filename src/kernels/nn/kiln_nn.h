@@ -128,6 +128,11 @@ static inline int64_t kiln_attention_out_offset(const kiln_attention_args_t* a, 
 #define KILN_ATTENTION_MAX_HEAD_DIM 256
 
 void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool);
+/* The same with the work cut as for plan_threads threads (run on pool):
+ * tests use it to split the keys of a decode step into many parts on any
+ * machine. Results differ from kiln_attention_f32's by fp32 rounding only. */
+void kiln_attention_f32_as_threads(const kiln_attention_args_t* args, kiln_pool_t* pool,
+                                   int plan_threads);
 void kiln_attention_f32_reference(const kiln_attention_args_t* args);
 
 #endif /* KILN_NN_H */

@@ -19,14 +19,32 @@
 /* Attention work is cut into tasks of (batch, kv head, block of rows),
  * where the rows of a kv head are its group's query heads times the
  * queries, query-major: the heads that share K and V share its tiles (for a
- * decode step, Sq = 1, the group is the whole block). */
+ * decode step, Sq = 1, the group is the whole block).
+ *
+ * When those blocks are too few to share out (decode: batch x kv heads
+ * blocks), the keys are split into kv_parts ranges too (flash-decoding):
+ * each part task leaves its rows' unnormalised output, running max m and
+ * sum l in `partial`, and the merge task of the block combines the parts as
+ * the online softmax combines key tiles. */
 typedef struct kiln_nn_attention_plan_s {
   const kiln_attention_args_t* args;
   int64_t group;     /* query heads per kv head */
   int64_t q_block;   /* rows per task; a row is a (query head of the group, query) pair */
   int64_t q_blocks;  /* per (batch, kv head) */
   int64_t k_block;   /* keys per tile; 0 selects the untiled path for large head dims */
+  int64_t mr;        /* rows of the register kernel (4 or 6); q_block is a multiple */
+  int64_t kv_parts;  /* key ranges per block (1: no split, no merge) */
+  int64_t kv_part;   /* keys per range, a multiple of k_block */
+  /* With kv_parts > 1: per part task (kiln_nn_attention_partial_floats
+   * each), q_block rows of v_head_dim outputs, then q_block m, q_block l.
+   * Set by the caller before the tasks run. */
+  float* partial;
 } kiln_nn_attention_plan_t;
+
+/* Floats of `partial` one part task needs. */
+static inline int64_t kiln_nn_attention_partial_floats(const kiln_nn_attention_plan_t* plan) {
+  return plan->q_block * (plan->args->v_head_dim + 2);
+}
 
 typedef struct kiln_nn_kernels_s {
   /* y = f(x) over n elements; x and y may alias exactly. */
@@ -46,8 +64,11 @@ typedef struct kiln_nn_kernels_s {
   /* Picks the query block for the shapes in args (fills plan). */
   void (*attention_plan)(const kiln_attention_args_t* args, int n_threads,
                          kiln_nn_attention_plan_t* plan);
-  /* One task: task indexes (batch, kv head, row block), heaviest first. */
+  /* One task: task indexes (batch, kv head, row block, key part), heaviest first. */
   void (*attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
+  /* With kv_parts > 1, after every task: combines the parts of block `block`
+   * (batch, kv head, row block) into the output. */
+  void (*attention_merge)(const kiln_nn_attention_plan_t* plan, size_t block);
 } kiln_nn_kernels_t;
 
 /* This build's kernels (kiln_nn_table.c lists them). */
@@ -70,6 +91,7 @@ void KILN_ISA_VARIANT(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, si
 void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* args, int n_threads,
                                               kiln_nn_attention_plan_t* plan);
 void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
+void KILN_ISA_VARIANT(kiln_nn_attention_merge)(const kiln_nn_attention_plan_t* plan, size_t block);
 #endif
 
 /* Every variant's table: kiln_nn_kernels__generic, __avx2, ... */
