@@ -11,6 +11,18 @@
  * keeps its running max m and sum l, and O is rescaled by e^(m_old - m_new)
  * when the max grows, so the (Sq, Skv) score matrix never exists.
  *
+ * Decode steps (one query, or a few, per GQA group of 4 or 8 query heads)
+ * have few rows per kv head: the register kernel then has 4 rows instead
+ * of 6 (no FMAs on padding rows), and at AVX2 the scores of a block of <= 8
+ * rows are taken straight from K's rows, summed across lanes, instead of
+ * packing K transposed (the pack cost more than the products there). K and
+ * V of a decode step come from DRAM (a step of weights streamed through the
+ * caches since they were read), so that path prefetches ahead of the walk.
+ * When batch x kv heads x row blocks are fewer than twice the threads, the
+ * keys are split into parts too (flash-decoding, kiln_nn_internal.h): each
+ * part leaves its rows' unnormalised O, max m and sum l, and a merge task
+ * rescales and sums the parts exactly as the online softmax does tiles.
+ *
  * All tiles live in one stack buffer of KILN_NN_ATTN_SCRATCH floats (80 KiB);
  * tile sizes shrink to fit the head dims. Head dims above
  * KILN_ATTENTION_MAX_HEAD_DIM take an untiled row-at-a-time path that needs
@@ -65,9 +77,11 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
   /* The register kernel's rows: 6 (12 FMAs per 8 loads) unless 4 pads the
-   * rows less, as for a decode step of a GQA group of 4 or 8 (4 rows is
-   * 8 FMAs per 6 loads: still FMA-bound, and no FMA on padding). */
-  plan->mr = kiln_nn_round_up(rows > 0 ? rows : 1, 4) < kiln_nn_round_up(rows > 0 ? rows : 1, 6)
+   * few rows of a decode step less, as for a GQA group of 4 or 8 (4 rows
+   * is 8 FMAs per 6 loads: still FMA-bound, and no FMA on padding). Many
+   * rows pad only their last block: 6 there. */
+  int64_t rows1 = rows > 0 ? rows : 1;
+  plan->mr = rows1 <= 16 && kiln_nn_round_up(rows1, 4) < kiln_nn_round_up(rows1, 6)
                  ? 4
                  : KILN_NN_ATTN_MR;
   /* (rows, keys): rows a multiple of 12, halvable down to mr. */
