@@ -20,8 +20,9 @@
  * caches since they were read), so that path prefetches ahead of the walk.
  * When batch x kv heads x row blocks are fewer than twice the threads, the
  * keys are split into parts too (flash-decoding, kiln_nn_internal.h): each
- * part leaves its rows' unnormalised O, max m and sum l, and a merge task
- * rescales and sums the parts exactly as the online softmax does tiles.
+ * part leaves its rows' unnormalised O, max m and sum l, and the block's
+ * last part to finish rescales and sums the parts exactly as the online
+ * softmax does tiles.
  *
  * All tiles live in one stack buffer of KILN_NN_ATTN_SCRATCH floats (80 KiB);
  * tile sizes shrink to fit the head dims. Head dims above
@@ -74,6 +75,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->args = a;
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
   plan->partial = NULL;
+  plan->pending = NULL;
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
   /* The register kernel's rows: 6 (12 FMAs per 8 loads) unless 4 pads the
@@ -380,6 +382,42 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
   }
 }
 
+/* The parts of a block combined as the online softmax combines tiles: with
+ * M the largest part max, O = sum_p e^(m_p - M) O_p / sum_p e^(m_p - M) l_p.
+ * A part that saw no key has m = -inf and adds 0; a row no part saw gets
+ * zeros; NaN in any part's m, l or O reaches the row. */
+static void kiln_nn_attn_merge(const kiln_nn_attention_plan_t* plan, size_t block) {
+  const kiln_attention_args_t* a = plan->args;
+  kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
+  int64_t b, kvh, nr;
+  kiln_nn_attn_rows(plan, block, &b, &kvh, &nr, rows, KILN_NN_ATTN_MAX_ROWS);
+  const int64_t dv = a->v_head_dim, np = plan->kv_parts;
+  const int64_t stride = kiln_nn_attention_partial_floats(plan);
+  const float* p0 = plan->partial + (int64_t)block * np * stride;
+  for (int64_t r = 0; r < nr; ++r) {
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < np; ++p) {
+      float mp = p0[p * stride + plan->q_block * dv + r];
+      mx = mp > mx ? mp : mx;
+    }
+    float m_use = mx == -INFINITY ? 0.0f : mx;
+    float* out = rows[r].out;
+    float lsum = 0.0f;
+    for (int64_t p = 0; p < np; ++p) {
+      const float* pp = p0 + p * stride;
+      float w = kiln_nn_exp_negf(pp[plan->q_block * dv + r] - m_use);
+      lsum += w * pp[plan->q_block * dv + plan->q_block + r];
+      const float* orow = pp + r * dv;
+      if (p == 0)
+        for (int64_t e = 0; e < dv; ++e) out[e] = w * orow[e];
+      else
+        for (int64_t e = 0; e < dv; ++e) out[e] = KILN_NN_FMA(w, orow[e], out[e]);
+    }
+    float inv = lsum == 0.0f ? 0.0f : 1.0f / lsum;
+    for (int64_t e = 0; e < dv; ++e) out[e] *= inv;
+  }
+}
+
 void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task) {
   if (plan->k_block == 0) {
     kiln_nn_attn_task_untiled(plan, task);
@@ -532,6 +570,11 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       pm[r] = m[r];
       pl[r] = l[r];
     }
+    /* The block's last part to finish merges it (acq_rel: it sees every
+     * other part's writes). */
+    size_t block = task / (size_t)plan->kv_parts;
+    if (atomic_fetch_sub_explicit(&plan->pending[block], 1, memory_order_acq_rel) == 1)
+      kiln_nn_attn_merge(plan, block);
     return;
   }
   for (int64_t r = 0; r < nr; ++r) {
@@ -540,39 +583,3 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   }
 }
 
-/* The parts of a block combined as the online softmax combines tiles: with
- * M the largest part max, O = sum_p e^(m_p - M) O_p / sum_p e^(m_p - M) l_p.
- * A part that saw no key has m = -inf and adds 0; a row no part saw gets
- * zeros; NaN in any part's m, l or O reaches the row. */
-void KILN_ISA_VARIANT(kiln_nn_attention_merge)(const kiln_nn_attention_plan_t* plan,
-                                               size_t block) {
-  const kiln_attention_args_t* a = plan->args;
-  kiln_nn_attn_row_t rows[KILN_NN_ATTN_MAX_ROWS];
-  int64_t b, kvh, nr;
-  kiln_nn_attn_rows(plan, block, &b, &kvh, &nr, rows, KILN_NN_ATTN_MAX_ROWS);
-  const int64_t dv = a->v_head_dim, np = plan->kv_parts;
-  const int64_t stride = kiln_nn_attention_partial_floats(plan);
-  const float* p0 = plan->partial + (int64_t)block * np * stride;
-  for (int64_t r = 0; r < nr; ++r) {
-    float mx = -INFINITY;
-    for (int64_t p = 0; p < np; ++p) {
-      float mp = p0[p * stride + plan->q_block * dv + r];
-      mx = mp > mx ? mp : mx;
-    }
-    float m_use = mx == -INFINITY ? 0.0f : mx;
-    float* out = rows[r].out;
-    float lsum = 0.0f;
-    for (int64_t p = 0; p < np; ++p) {
-      const float* pp = p0 + p * stride;
-      float w = kiln_nn_exp_negf(pp[plan->q_block * dv + r] - m_use);
-      lsum += w * pp[plan->q_block * dv + plan->q_block + r];
-      const float* orow = pp + r * dv;
-      if (p == 0)
-        for (int64_t e = 0; e < dv; ++e) out[e] = w * orow[e];
-      else
-        for (int64_t e = 0; e < dv; ++e) out[e] = KILN_NN_FMA(w, orow[e], out[e]);
-    }
-    float inv = lsum == 0.0f ? 0.0f : 1.0f / lsum;
-    for (int64_t e = 0; e < dv; ++e) out[e] *= inv;
-  }
-}

@@ -197,12 +197,6 @@ static void kiln_nn_attention_task(void* ctx, size_t task, int thread) {
   c->k->attention_task(&c->plan, task);
 }
 
-static void kiln_nn_attention_merge_task(void* ctx, size_t block, int thread) {
-  (void)thread;
-  kiln_nn_attention_ctx_t* c = ctx;
-  c->k->attention_merge(&c->plan, block);
-}
-
 /* The key-split parts' partial outputs (kiln_nn_internal.h): small (decode
  * rows x parts), kept call to call so a decode step does not allocate. */
 static kiln_scratch_cache_t kiln_nn_attention_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)4 << 20);
@@ -224,13 +218,16 @@ void kiln_attention_f32_as_threads(const kiln_attention_args_t* args, kiln_pool_
   if (c.plan.kv_parts > 1) {
     size_t floats = blocks * (size_t)c.plan.kv_parts *
                     (size_t)kiln_nn_attention_partial_floats(&c.plan);
-    c.plan.partial = kiln_scratch_get(&kiln_nn_attention_scratch_, floats * sizeof(float), &blk);
-    /* Out of memory: the same result unsplit, on fewer threads. */
-    if (!c.plan.partial) c.plan.kv_parts = 1;
+    char* mem = kiln_scratch_get(&kiln_nn_attention_scratch_,
+                                 floats * sizeof(float) + blocks * sizeof(atomic_int), &blk);
+    if (mem) {
+      c.plan.partial = (float*)mem;
+      c.plan.pending = (atomic_int*)(mem + floats * sizeof(float));
+      for (size_t i = 0; i < blocks; ++i) atomic_init(&c.plan.pending[i], (int)c.plan.kv_parts);
+    } else {
+      c.plan.kv_parts = 1; /* out of memory: the same result unsplit, on fewer threads */
+    }
   }
   kiln_pool_parallel_for(pool, blocks * (size_t)c.plan.kv_parts, kiln_nn_attention_task, &c);
-  if (c.plan.kv_parts > 1) {
-    kiln_pool_parallel_for(pool, blocks, kiln_nn_attention_merge_task, &c);
-    kiln_scratch_put(&kiln_nn_attention_scratch_, blk);
-  }
+  if (blk) kiln_scratch_put(&kiln_nn_attention_scratch_, blk);
 }

@@ -10,6 +10,7 @@
 #ifndef KILN_NN_INTERNAL_H
 #define KILN_NN_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,8 +25,8 @@
  * When those blocks are too few to share out (decode: batch x kv heads
  * blocks), the keys are split into kv_parts ranges too (flash-decoding):
  * each part task leaves its rows' unnormalised output, running max m and
- * sum l in `partial`, and the merge task of the block combines the parts as
- * the online softmax combines key tiles. */
+ * sum l in `partial`, and the block's last part to finish combines the
+ * parts as the online softmax combines key tiles. */
 typedef struct kiln_nn_attention_plan_s {
   const kiln_attention_args_t* args;
   int64_t group;     /* query heads per kv head */
@@ -36,9 +37,12 @@ typedef struct kiln_nn_attention_plan_s {
   int64_t kv_parts;  /* key ranges per block (1: no split, no merge) */
   int64_t kv_part;   /* keys per range, a multiple of k_block */
   /* With kv_parts > 1: per part task (kiln_nn_attention_partial_floats
-   * each), q_block rows of v_head_dim outputs, then q_block m, q_block l.
-   * Set by the caller before the tasks run. */
+   * each), q_block rows of v_head_dim outputs, then q_block m, q_block l;
+   * and per block the count of its parts still running, kv_parts at the
+   * start: the part that takes it to 0 merges the block (no second pass
+   * over the pool). Set by the caller before the tasks run. */
   float* partial;
+  atomic_int* pending;
 } kiln_nn_attention_plan_t;
 
 /* Floats of `partial` one part task needs. */
@@ -66,9 +70,6 @@ typedef struct kiln_nn_kernels_s {
                          kiln_nn_attention_plan_t* plan);
   /* One task: task indexes (batch, kv head, row block, key part), heaviest first. */
   void (*attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
-  /* With kv_parts > 1, after every task: combines the parts of block `block`
-   * (batch, kv head, row block) into the output. */
-  void (*attention_merge)(const kiln_nn_attention_plan_t* plan, size_t block);
 } kiln_nn_kernels_t;
 
 /* This build's kernels (kiln_nn_table.c lists them). */
@@ -91,7 +92,6 @@ void KILN_ISA_VARIANT(kiln_nn_layer_norm_backward_rows)(size_t r0, size_t r1, si
 void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* args, int n_threads,
                                               kiln_nn_attention_plan_t* plan);
 void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* plan, size_t task);
-void KILN_ISA_VARIANT(kiln_nn_attention_merge)(const kiln_nn_attention_plan_t* plan, size_t block);
 #endif
 
 /* Every variant's table: kiln_nn_kernels__generic, __avx2, ... */

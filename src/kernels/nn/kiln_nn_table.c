@@ -12,5 +12,4 @@ const kiln_nn_kernels_t KILN_ISA_VARIANT(kiln_nn_kernels) = {
     .layer_norm_backward_rows = KILN_ISA_VARIANT(kiln_nn_layer_norm_backward_rows),
     .attention_plan = KILN_ISA_VARIANT(kiln_nn_attention_plan),
     .attention_task = KILN_ISA_VARIANT(kiln_nn_attention_task),
-    .attention_merge = KILN_ISA_VARIANT(kiln_nn_attention_merge),
 };
