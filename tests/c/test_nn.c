@@ -233,6 +233,19 @@ static void kiln_test_attn_strides(int64_t b, int64_t h, int64_t s, int64_t d, i
   }
 }
 
+/* NaN in k and v at keys [j0, j1) of every (batch, kv head), through a's strides. */
+static void kiln_test_attn_nan_keys(const kiln_test_attn_case_t* c, const kiln_attention_args_t* a,
+                                    float* k, float* v, int64_t j0, int64_t j1) {
+  for (int64_t b = 0; b < c->b; ++b)
+    for (int64_t h = 0; h < c->hkv; ++h)
+      for (int64_t j = j0; j < j1; ++j) {
+        for (int64_t e = 0; e < c->d; ++e)
+          k[b * a->k_strides[0] + h * a->k_strides[1] + j * a->k_strides[2] + e * a->k_strides[3]] = NAN;
+        for (int64_t e = 0; e < c->dv; ++e)
+          v[b * a->v_strides[0] + h * a->v_strides[1] + j * a->v_strides[2] + e * a->v_strides[3]] = NAN;
+      }
+}
+
 static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_pool_t* pool,
                                         const char* isa) {
   kiln_attention_args_t a;
@@ -291,25 +304,9 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
           if (j < lo || j >= hi || i % 7 == 3) m[(b * c->sq + i) * c->skv + j] = -INFINITY;
       }
   }
-  if (c->poison > 0) {
-    for (int64_t b = 0; b < c->b; ++b)
-      for (int64_t h = 0; h < c->hkv; ++h)
-        for (int64_t j = c->poison; j < c->skv; ++j) {
-          for (int64_t e = 0; e < c->d; ++e)
-            k[b * a.k_strides[0] + h * a.k_strides[1] + j * a.k_strides[2] + e * a.k_strides[3]] = NAN;
-          for (int64_t e = 0; e < c->dv; ++e)
-            v[b * a.v_strides[0] + h * a.v_strides[1] + j * a.v_strides[2] + e * a.v_strides[3]] = NAN;
-        }
-  }
-  if (c->cap > c->skv) /* the cache's rows past the view: never read */
-    for (int64_t b = 0; b < c->b; ++b)
-      for (int64_t h = 0; h < c->hkv; ++h)
-        for (int64_t j = c->skv; j < c->cap; ++j) {
-          for (int64_t e = 0; e < c->d; ++e)
-            k[b * a.k_strides[0] + h * a.k_strides[1] + j * a.k_strides[2] + e * a.k_strides[3]] = NAN;
-          for (int64_t e = 0; e < c->dv; ++e)
-            v[b * a.v_strides[0] + h * a.v_strides[1] + j * a.v_strides[2] + e * a.v_strides[3]] = NAN;
-        }
+  if (c->poison > 0) kiln_test_attn_nan_keys(c, &a, k, v, c->poison, c->skv);
+  /* The cache's rows past the view: never read. */
+  if (c->cap > c->skv) kiln_test_attn_nan_keys(c, &a, k, v, c->skv, c->cap);
   a.q = q, a.k = k, a.v = v, a.out = y;
   a.scale = c->d ? 1.0f / sqrtf((float)c->d) : 1.0f;
   a.causal = c->causal, a.causal_offset = c->offset;
