@@ -15,6 +15,10 @@ profiler on in every compiled graph and prints:
     generate()'s own work and the runtime's per-call work (binding, plans for
     new sizes);
   * the plans made for new sizes (kiln_model instances) and their time;
+  * per decode call, from timestamps taken in a generate() without the
+    profiler (the backend is kiln's, wrapped to stamp its calls: Stamps):
+    Dynamo's entry (its guards), kiln's Python before and after the C call,
+    the C call, Dynamo's exit, and generate()'s own work per step;
   * the decode graph's nodes grouped by op (ms per step, share, GB/s of the
     weights they stream where the op reads a constant), and its top nodes;
   * eager PyTorch's decode steps under torch.profiler, by aten op, for
@@ -24,6 +28,7 @@ profiler on in every compiled graph and prints:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections import defaultdict
@@ -55,6 +60,73 @@ def profiled_generate(model, system, ids, mask, new):
     graphs = [g_ for g_ in graphs if g_[2] > 0]
     graphs.sort(key=lambda g_: -g_[2])
     return km, graphs
+
+
+class Stamps:
+    """Where one compiled forward call's time goes, from timestamps: Dynamo
+    (the call to the backend's function: its guards over the model and the
+    cache, then its bytecode), kiln's Python before and after the C call
+    (the torch.compile wrapper: cache buffers, descriptors, the views it
+    hands back) and the C call itself, then Dynamo's bytecode after the graph
+    (the outputs and the cache's attributes set). The C call's time includes
+    its kernels; generate()'s own work is what the step has beyond forward."""
+
+    def __init__(self):
+        import kiln.dynamo as kd
+        import kiln.module as kmod
+        self.calls, self.cur = [], {}
+        now, cur = time.perf_counter_ns, self.cur
+        run_described = kmod.KilnModule.run_described
+
+        def described(mod, *a, **k):
+            cur["c0"] = now()
+            try:
+                return run_described(mod, *a, **k)
+            finally:
+                cur["c1"] = now()
+        kmod.KilnModule.run_described = described
+
+        def backend(gm, example_inputs, options=None):
+            inner = kd.kiln_backend(gm, example_inputs, options=options)
+
+            def call(*args):
+                cur["b0"] = now()
+                try:
+                    return inner(*args)
+                finally:
+                    cur["b1"] = now()
+            # AOTAutograd's function takes its arguments as one list
+            # (_boxed_call), which it may free as it goes: so does this one.
+            call._boxed_call = getattr(inner, "_boxed_call", False)
+            return call
+        self.backend = backend
+
+    def wrap(self, fwd):
+        now, cur, calls = time.perf_counter_ns, self.cur, self.calls
+
+        @functools.wraps(fwd)   # generate() reads forward's signature to choose its arguments
+        def call(*a, **k):
+            cur.clear()
+            cur["f0"] = now()
+            try:
+                return fwd(*a, **k)
+            finally:
+                cur["f1"] = now()
+                calls.append(dict(cur))
+        return call
+
+    def report(self, calls, step_ms):
+        import statistics
+        done = [c for c in calls[1:] if len(c) == 6]   # decode calls (the first is prefill)
+        if not done:
+            return
+        med = lambda a, b: statistics.median((c[b] - c[a]) / 1e3 for c in done)  # noqa: E731
+        dyn, pre, run = med("f0", "b0"), med("b0", "c0"), med("c0", "c1")
+        post, out, fwd = med("c1", "b1"), med("b1", "f1"), med("f0", "f1")
+        print(f"\nper decode call, median us ({len(done)} calls, no node profiler): Dynamo in {dyn:.0f} | "
+              f"kiln Python before {pre:.0f} | C run {run:.0f} | kiln Python after {post:.0f} | "
+              f"Dynamo out {out:.0f} | forward {fwd:.0f}; generate()'s own per step "
+              f"{1e3 * step_ms - fwd:.0f}")
 
 
 def decode_kernel_ms(graphs):
@@ -118,9 +190,10 @@ def main():
     cache = "static" if args.cache == "static" else None
     eager = generation.GenSystem("eager", None, cache, None)
     wd = {"bf16": torch.bfloat16, "int8": torch.int8}.get(args.weights, args.weights)
-    fwd = torch.compile(model.forward, backend="kiln",
-                        options={"weights_dtype": wd} if wd is not None else None)
-    ksys = generation.GenSystem("kiln", fwd, cache, "eager")
+    stamps = Stamps()
+    fwd = torch.compile(model.forward, backend=functools.partial(
+        stamps.backend, options={"weights_dtype": wd} if wd is not None else None))
+    ksys = generation.GenSystem("kiln", stamps.wrap(fwd), cache, "eager")
 
     ref, em = generation._generate(model, eager, ids, mask, new)
     t0 = time.perf_counter()
@@ -130,6 +203,9 @@ def main():
     _, km = generation._generate(model, ksys, ids, mask, new)   # warm
     _, em = generation._generate(model, eager, ids, mask, new)
 
+    stamps.calls.clear()
+    _, sm = generation._generate(model, ksys, ids, mask, new)
+    stamped = list(stamps.calls)
     km, graphs = profiled_generate(model, ksys, ids, mask, new)
     steps = km["steps"]
     per_step_wall = 1e3 * args.batch / km["decode_tps"]
@@ -153,6 +229,7 @@ def main():
           f"{new_inst * st.get('instance_us_mean', 0) / 1e3 / max(steps, 1):.2f} ms, "
           f"the rest (Python, Dynamo, generate(), runtime per call) "
           f"{per_step_wall - kern - new_inst * st.get('instance_us_mean', 0) / 1e3 / max(steps, 1):.2f} ms")
+    stamps.report(stamped, 1e3 * args.batch / sm["decode_tps"])
     print_by_op(rows, runs, kern, args.top, "ms/step")
     if args.prefill and len(graphs) > 1:
         _, prows, pruns, _, _ = graphs[1]

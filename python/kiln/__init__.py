@@ -8,7 +8,7 @@
 
 Set KILN_LOG=1 to see each compiler pass; kiln.explain(compiled) prints the
 compiled plan. KILN_NUM_THREADS sets the thread count; kernels run on torch's
-OpenMP threads unless KILN_POOL=own.
+OpenMP threads unless KILN_POOL=own or OMP_WAIT_POLICY=passive (_pool_choice).
 """
 
 import os
@@ -26,10 +26,25 @@ from kiln.errors import KilnError, UnsupportedOpError
 
 __version__ = "0.1.0"
 
-# kiln's parallel kernels run in the OpenMP runtime torch's eager ops use, so
-# both share one team of threads instead of two sets competing for the same
-# cores (src/python/kiln_ext_host.c). KILN_POOL=own keeps kiln's own threads.
-HOST_THREADS = _C.host_threads(os.environ.get("KILN_POOL", "host") != "own")
+
+
+def _pool_choice(env):
+    """Where kiln's parallel kernels run: "host", the OpenMP runtime torch's
+    eager ops use, so both share one team of threads instead of two sets
+    competing for the same cores (src/python/kiln_ext_host.c); or "own",
+    kiln's own threads, still no more of them than torch.set_num_threads
+    says. KILN_POOL=host|own chooses; by default "host", unless
+    OMP_WAIT_POLICY=passive: then OpenMP's threads sleep after each region
+    and are woken for each of kiln's kernels, which made a Llama int4 decode
+    step 1.2-2.9x slower on Zen 3 (and sleeping, they compete with nothing)."""
+    choice = env.get("KILN_POOL", "").strip().lower()
+    if choice in ("host", "own"):
+        return choice
+    return "own" if env.get("OMP_WAIT_POLICY", "").strip().lower() == "passive" else "host"
+
+
+POOL = _pool_choice(os.environ)
+HOST_THREADS = _C.host_threads(POOL == "host", True)
 
 from kiln import jit as _jit  # noqa: E402,F401  (registers torch.ops.kiln.run: torch.jit.load works after `import kiln`)
 from kiln.analysis import analyze_model  # noqa: E402

@@ -57,6 +57,10 @@ struct kiln_pool_s {
   _Atomic(kiln_pool_task_fn) fn;
   _Atomic(void*) ctx;
   atomic_size_t n_tasks;
+  /* Workers of index >= this claim nothing from the current job: its
+   * caller sized per-thread scratch for that many (kiln_pool_size, which
+   * the default pool lowers to the host's thread count). */
+  atomic_int job_threads;
   _Atomic uint64_t claim; /* generation << 32 | next task index */
   atomic_size_t done;     /* tasks of the current job finished */
   /* Contention (see the top): jobs run on the caller until serial_until
@@ -188,7 +192,9 @@ static void* kiln_pool_worker_main(void* p) {
     }
     if (atomic_load(&pool->stop)) return NULL;
     seen = gen;
-    kiln_pool_run_tasks(pool, gen, arg.index);
+    /* A job posted after gen may have rewritten job_threads: its claims
+     * then fail on the generation tag anyway. */
+    if (arg.index < atomic_load(&pool->job_threads)) kiln_pool_run_tasks(pool, gen, arg.index);
   }
 }
 
@@ -245,7 +251,7 @@ static _Atomic(kiln_pool_host_threads_fn) kiln_pool_host_threads_;
 
 void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
                                  kiln_pool_host_threads_fn threads) {
-  atomic_store(&kiln_pool_host_threads_, parallel ? threads : NULL);
+  atomic_store(&kiln_pool_host_threads_, threads);
   atomic_store(&kiln_pool_host_, parallel);
 }
 
@@ -256,9 +262,9 @@ void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
 int kiln_pool_size(const kiln_pool_t* pool) {
   if (!pool) return 1;
   int n = pool->n_threads;
-  if (pool->follow_host && atomic_load(&kiln_pool_host_)) {
-    kiln_pool_host_threads_fn threads = atomic_load(&kiln_pool_host_threads_);
-    int h = threads ? threads() : n;
+  kiln_pool_host_threads_fn threads = atomic_load(&kiln_pool_host_threads_);
+  if (pool->follow_host && threads) {
+    int h = threads();
     if (h >= 1 && h < n) n = h;
   }
   return n;
@@ -335,6 +341,7 @@ void kiln_pool_parallel_for(kiln_pool_t* pool, size_t n_tasks, kiln_pool_task_fn
   atomic_store(&pool->fn, fn);
   atomic_store(&pool->ctx, ctx);
   atomic_store(&pool->n_tasks, n_tasks);
+  atomic_store(&pool->job_threads, threads);
   atomic_store(&pool->done, 0);
   atomic_store(&pool->claim, (uint64_t)gen << 32);
   pthread_mutex_lock(&pool->mutex);

@@ -48,7 +48,11 @@ typedef int (*kiln_pool_host_threads_fn)(void);
  * sets the thread count, except that the default pool uses no more than
  * `threads()` (when not NULL) says, so that torch.set_num_threads(n) limits
  * kiln as it limits torch; a team smaller than asked (a nested region) just
- * runs more tasks per thread. */
+ * runs more tasks per thread. threads applies with parallel NULL too: the
+ * pool's own workers then follow the host's count (workers past it claim
+ * nothing), for a host whose threads sleep between regions
+ * (OMP_WAIT_POLICY=passive), where waking them for each kernel costs more
+ * than the kernel. */
 void kiln_pool_set_host_parallel(kiln_pool_host_parallel_fn parallel,
                                  kiln_pool_host_threads_fn threads);
 kiln_pool_host_parallel_fn kiln_pool_host_parallel(void);

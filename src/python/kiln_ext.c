@@ -1311,13 +1311,14 @@ static PyObject* kiln_py_num_threads(PyObject* mod, PyObject* unused) {
   return PyLong_FromLong(kiln_pool_size(kiln_pool_default()));
 }
 
-/* host_threads(on) -> path of the host OpenMP runtime kiln now runs its
- * parallel kernels in, or None (kiln's own threads). */
+/* host_threads(on, follow=False) -> path of the host OpenMP runtime kiln
+ * now runs its parallel kernels in, or None (kiln's own threads; follow:
+ * no more of them than the runtime's thread count). */
 static PyObject* kiln_py_host_threads_set(PyObject* mod, PyObject* args) {
   (void)mod;
-  int on;
-  if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
-  const char* path = kiln_py_host_threads(on);
+  int on, follow = 0;
+  if (!PyArg_ParseTuple(args, "p|p", &on, &follow)) return NULL;
+  const char* path = kiln_py_host_threads(on, follow);
   if (!path) Py_RETURN_NONE;
   return PyUnicode_DecodeFSDefault(path);
 }
@@ -1361,7 +1362,7 @@ static PyMethodDef kiln_py_functions[] = {
     {"shared_constants", kiln_py_shared_constants, METH_NOARGS,
      "packed weights alive that graphs share (frozen torch.compile parameters)"},
     {"host_threads", kiln_py_host_threads_set, METH_VARARGS,
-     "host_threads(on) -> the OpenMP runtime kiln's kernels run in, or None"},
+     "host_threads(on, follow=False) -> the OpenMP runtime kiln's kernels run in, or None"},
     {"frozen_unchanged", (PyCFunction)(void (*)(void))kiln_py_frozen_unchanged, METH_FASTCALL,
      "frozen_unchanged(args, positions, tensors, versions) -> each args[positions[k]] is "
      "tensors[k] at version versions[k]"},

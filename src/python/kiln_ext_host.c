@@ -1,6 +1,7 @@
-/* kiln._C.host_threads(on): run kiln's parallel kernels in the OpenMP
- * runtime the host process has loaded (PyTorch's libgomp), or on kiln's own
- * pool threads.
+/* kiln._C.host_threads(on, follow): run kiln's parallel kernels in the
+ * OpenMP runtime the host process has loaded (PyTorch's libgomp), or on
+ * kiln's own pool threads (follow: as many as the runtime's thread count,
+ * torch.set_num_threads's, at most).
  *
  * Why: eager PyTorch ops run on libgomp's team, whose workers spin for a
  * while after each parallel region before they sleep. On a machine with as
@@ -49,36 +50,38 @@ static int kiln_py_host_visit(struct dl_phdr_info* info, size_t size, void* p) {
 
 #endif
 
-const char* kiln_py_host_threads(int on) {
+const char* kiln_py_host_threads(int on, int follow) {
   static char found[4096];
-  if (!on) {
+  if (!on && !follow) {
     kiln_pool_set_host_parallel(NULL, NULL);
     return NULL;
   }
 #if !defined(__linux__)
   (void)found;
+  kiln_pool_set_host_parallel(NULL, NULL);
   return NULL;
 #else
   kiln_py_host_find_t f;
   f.path[0] = 0;
   dl_iterate_phdr(kiln_py_host_visit, &f);
+  kiln_pool_set_host_parallel(NULL, NULL);
   if (!f.path[0]) return NULL;
   /* RTLD_NOLOAD: a handle to the loaded copy, or nothing; the reference it
    * takes is kept for the life of the process, as the pointer is. */
   void* lib = dlopen(f.path, RTLD_NOW | RTLD_NOLOAD);
   if (!lib) return NULL;
-  void* sym = dlsym(lib, "GOMP_parallel");
-  if (!sym) {
-    dlclose(lib);
-    return NULL;
-  }
-  kiln_pool_host_parallel_fn fn;
-  memcpy(&fn, &sym, sizeof(fn)); /* object to function pointer, as POSIX allows */
   /* torch.set_num_threads(n) sets OpenMP's thread count: the default pool
    * follows it (without the symbol, it keeps its own size). */
   kiln_pool_host_threads_fn threads = NULL;
   void* tsym = dlsym(lib, "omp_get_max_threads");
   if (tsym) memcpy(&threads, &tsym, sizeof(threads));
+  void* sym = on ? dlsym(lib, "GOMP_parallel") : NULL;
+  if (!sym) { /* kiln's own threads, sized as the host's */
+    kiln_pool_set_host_parallel(NULL, threads);
+    return NULL;
+  }
+  kiln_pool_host_parallel_fn fn;
+  memcpy(&fn, &sym, sizeof(fn)); /* object to function pointer, as POSIX allows */
   kiln_pool_set_host_parallel(fn, threads);
   strcpy(found, f.path);
   return found;

@@ -38,6 +38,13 @@ static void pool_task(void* ctx, size_t task, int thread) {
   atomic_fetch_add(&((pool_ctx_t*)ctx)->hits[task], 1);
 }
 
+/* pool_task taking 100 us: every worker awake claims some of a job's. */
+static void pool_task_slow(void* ctx, size_t task, int thread) {
+  pool_task(ctx, task, thread);
+  struct timespec ts = {0, 100 * 1000};
+  nanosleep(&ts, NULL);
+}
+
 /* Stand-ins for a host runtime's parallel region (GOMP_parallel's
  * signature): a full team of pthreads, and a team of one (what a nested
  * region gets). */
@@ -96,9 +103,11 @@ static void pool_check_host(kiln_pool_host_parallel_fn host, const char* name) {
   kiln_pool_set_host_parallel(NULL, NULL);
 }
 
-/* The host's thread count (torch.set_num_threads) limits the default pool
- * in the host's regions, never an explicitly sized pool, and never raises
- * the default pool past its own size. */
+/* The host's thread count (torch.set_num_threads) limits the default pool,
+ * in the host's regions or on its own workers (a host whose threads sleep
+ * between regions: workers past the count claim nothing), never an
+ * explicitly sized pool, and never raises the default pool past its own
+ * size. */
 static atomic_int host_threads_now;
 static int host_threads(void) { return atomic_load(&host_threads_now); }
 
@@ -111,8 +120,9 @@ static void pool_check_host_threads(void) {
     return;
   }
   int own = kiln_pool_size(def);
-  kiln_pool_set_host_parallel(host_team, host_threads);
   static pool_ctx_t ctx;
+  for (int mode = 0; mode < 2; ++mode) {
+  kiln_pool_set_host_parallel(mode ? NULL : host_team, host_threads);
   for (int h = 1; h <= own + 1; ++h) {
     atomic_store(&host_threads_now, h);
     int want = h < own ? h : own;
@@ -122,15 +132,17 @@ static void pool_check_host_threads(void) {
                 kiln_pool_size(three));
     memset(&ctx, 0, sizeof(ctx));
     atomic_store(&pool_max_thread, 0);
-    kiln_pool_parallel_for(def, 100, pool_task, &ctx);
+    kiln_pool_parallel_for(def, 100, mode ? pool_task_slow : pool_task, &ctx);
     int bad = 0;
     for (size_t i = 0; i < 1000; ++i) bad += atomic_load(&ctx.hits[i]) != (i < 100);
-    KILN_EXPECT(bad == 0, "host at %d threads: %d tasks ran wrongly", h, bad);
-    KILN_EXPECT(atomic_load(&pool_max_thread) < want, "host at %d threads: thread index %d", h,
-                atomic_load(&pool_max_thread));
+    KILN_EXPECT(bad == 0, "host at %d threads (%s): %d tasks ran wrongly", h,
+                mode ? "own workers" : "host team", bad);
+    KILN_EXPECT(atomic_load(&pool_max_thread) < want, "host at %d threads (%s): thread index %d",
+                h, mode ? "own workers" : "host team", atomic_load(&pool_max_thread));
   }
   atomic_store(&host_threads_now, 0); /* a nonsense count is ignored */
   KILN_EXPECT(kiln_pool_size(def) == own, "host count 0: size %d", kiln_pool_size(def));
+  }
   kiln_pool_set_host_parallel(NULL, NULL);
   atomic_store(&host_threads_now, 1);
   KILN_EXPECT(kiln_pool_size(def) == own, "own threads: the host's count does not apply");
