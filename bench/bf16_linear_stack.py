@@ -26,8 +26,6 @@ class Layer(nn.Module):
         self.up, self.down = nn.Linear(d, f), nn.Linear(f, d)
 
     def forward(self, x):
-        # A chain, not q(x) + k(x) + v(x): that sum trips fuse_gemm today
-        # ("value used before it was emitted"), reported separately.
         x = x + self.o(self.v(self.k(self.q(x))))
         return x + self.down(torch.nn.functional.gelu(self.up(x)))
 

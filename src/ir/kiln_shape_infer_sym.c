@@ -26,17 +26,34 @@ static int matches(const kiln_sym_table_t* t, int64_t cand, const int64_t v[3]) 
   return v[2] == KILN_SYM_NO_EXAMPLE || e == KILN_SYM_NO_EXAMPLE || e == v[2];
 }
 
+/* Whether symbolic size a is preferred to b (derive_dim). */
+static int sym_preferred(const kiln_sym_table_t* t, int64_t a, int64_t b) {
+  int va = t->exprs[kiln_dim_sym_id(a)].kind == KILN_SYM_VAR;
+  int vb = t->exprs[kiln_dim_sym_id(b)].kind == KILN_SYM_VAR;
+  return va != vb ? va : kiln_dim_sym_id(a) < kiln_dim_sym_id(b);
+}
+
 static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int32_t d,
                                 const int64_t v[3], int64_t* out) {
   kiln_sym_table_t* t = g->syms;
   for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
     if (matches(t, n->params[i], v)) return (*out = n->params[i]), kiln_ok();
+  /* Among the inputs' dims, one matching expression chosen by what it is,
+   * not by where it was found: two sizes a guard makes equal (a broadcast
+   * of s0 against (s1 - 1) // 2 + 1) both match, and the choice must not
+   * depend on the inputs' order, which fusion changes (fuzzer finding 22:
+   * an elementwise group whose inferred shape differed from its chain's).
+   * A bare symbol first (an input's own size, which a call binds), then
+   * the lowest id. */
+  int64_t best = 0;
   for (int32_t i = 0; i < n->n_inputs; ++i) {
     if (n->inputs[i] < 0) continue;
     const kiln_value_t* x = &g->values[n->inputs[i]];
     for (int32_t k = 0; k < x->rank; ++k)
-      if (matches(t, x->shape[k], v)) return (*out = x->shape[k]), kiln_ok();
+      if (matches(t, x->shape[k], v) && (!best || sym_preferred(t, x->shape[k], best)))
+        best = x->shape[k];
   }
+  if (best) return (*out = best), kiln_ok();
   if (n->op == KILN_OP_CAT) {
     int64_t axis = n->params[KILN_P(AXIS, AXIS)], sum = 0;
     for (int32_t i = 0; i < n->n_inputs; ++i)

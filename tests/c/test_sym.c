@@ -682,6 +682,41 @@ static void test_sym_cache_append(int grouped) {
  * the probes stay distinct, the view infers, and every expression's probes
  * are re-evaluated. A guard no nearby sizes satisfy leaves the probes as
  * they were. */
+/* Fuzzer finding 22: a broadcast of S against E = (T - 1) // 2 + 1, which
+ * a guard makes equal. Both match the output size at the probes; the rule
+ * chose whichever input came first, so an elementwise group (its inputs in
+ * another order) inferred another shape than its chain and fusion failed.
+ * The choice is now the bare symbol, in either order. */
+static void test_sym_broadcast_pick_is_order_free(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t;
+  int64_t S, T, E;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  KILN_EXPECT_OK(kiln_sym_var(t, "T", 2, 1000, &T));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, T, 9));
+  KILN_EXPECT_OK(kiln_sym_var(t, "S", 2, 1000, &S));
+  KILN_EXPECT_OK(kiln_sym_set_example(t, S, 5));
+  KILN_EXPECT_OK(kiln_dim_add(t, T, -1, &E));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, E, 2, &E));
+  KILN_EXPECT_OK(kiln_dim_add(t, E, 1, &E));
+  int32_t a, b, ab, ba;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 1, (int64_t[]){E}, &a));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "b", KILN_F32, 1, (int64_t[]){S}, &b));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, S, E));
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p)
+    KILN_EXPECT(kiln_sym_probe(t, S, p) == kiln_sym_probe(t, E, p), "probe %d holds S == E", p);
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAXIMUM, (int32_t[]){a, b}, 2, NULL, 0, NULL, 0,
+                                     "max(a, b)", &ab));
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAXIMUM, (int32_t[]){b, a}, 2, NULL, 0, NULL, 0,
+                                     "max(b, a)", &ba));
+  KILN_EXPECT(ab >= 0 && ba >= 0 && g->values[ab].shape[0] == S && g->values[ba].shape[0] == S,
+              "both orders give the bare symbol S");
+  kiln_graph_release(g);
+}
+
 static void test_sym_probes_fit(void) {
   kiln_graph_t* g = NULL;
   KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
@@ -767,6 +802,7 @@ static void test_sym_probes_fit(void) {
 
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
+  test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();
   test_sym_model();
