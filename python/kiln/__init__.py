@@ -27,7 +27,6 @@ from kiln.errors import KilnError, UnsupportedOpError
 __version__ = "0.1.0"
 
 
-
 def _pool_choice(env):
     """Where kiln's parallel kernels run: "host", the OpenMP runtime torch's
     eager ops use, so both share one team of threads instead of two sets
