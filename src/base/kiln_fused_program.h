@@ -10,6 +10,11 @@
  *   LOAD              reg[dst] = input a, broadcast to the output's shape;
  *   LOAD_ROTATE_HALF  reg[dst] = transformers' rotate_half of input a along
  *                     the last dim (length 2h): cat(-x[..., h:], x[..., :h]);
+ *   LOAD_LOW_HALF, LOAD_HIGH_HALF
+ *                     reg[dst] = x[..., :h] or x[..., h:] of input a, whose
+ *                     last dim (2h) is twice the output's (never broadcast):
+ *                     the two halves of a GEMM over concatenated weights
+ *                     (kiln_pass_fuse_glu.c), read in place;
  *   IMM               reg[dst] = the float in the next slot;
  *   SELECT            reg[dst] = reg[dst] != 0 ? reg[a] : reg[b] (WHERE, its
  *                     condition already in dst);
@@ -60,6 +65,8 @@ typedef enum kiln_fused_opcode_e {
   KILN_FUSED_IMM = 2,
   KILN_FUSED_SELECT = 3,
   KILN_FUSED_ROUND_BF16 = 4, /* unary, outside the op list: no IR op of its own */
+  KILN_FUSED_LOAD_LOW_HALF = 5,
+  KILN_FUSED_LOAD_HIGH_HALF = 6,
 #define KILN_FUSED_OPCODE_ENUM(name, arity, code) KILN_FUSED_##name = code,
   KILN_FUSED_OP_LIST(KILN_FUSED_OPCODE_ENUM)
 #undef KILN_FUSED_OPCODE_ENUM
@@ -79,12 +86,26 @@ static inline uint32_t kiln_fused_slot(const int64_t* params, int32_t k) {
  * 0 for any other byte (LOAD, IMM, SELECT and unknown opcodes). */
 int kiln_fused_op_arity(uint32_t opcode);
 
+/* 1 for the load opcodes (LOAD, LOAD_ROTATE_HALF, LOAD_LOW_HALF,
+ * LOAD_HIGH_HALF). */
+static inline int kiln_fused_is_load(uint32_t opcode) {
+  return opcode == KILN_FUSED_LOAD || opcode == KILN_FUSED_LOAD_ROTATE_HALF ||
+         opcode == KILN_FUSED_LOAD_LOW_HALF || opcode == KILN_FUSED_LOAD_HIGH_HALF;
+}
+
+/* How a program loads its inputs: bitmasks over input indices. */
+typedef struct kiln_fused_loads_s {
+  uint32_t rotated; /* loaded by LOAD_ROTATE_HALF (maybe also by LOAD) */
+  uint32_t halved;  /* loaded by LOAD_LOW_HALF / LOAD_HIGH_HALF only */
+} kiln_fused_loads_t;
+
 /* Checks a program: slot count in [1, KILN_FUSED_MAX_SLOTS], known opcodes,
  * registers below KILN_FUSED_MAX_REGS and written before read, input indices
- * below n_inputs, every input loaded, no IMM without its data slot, the last
- * instruction not a data slot. *out_rotates gets a bitmask of the inputs
- * loaded rotated (the caller checks their last dim). */
+ * below n_inputs, every input loaded, an input loaded by halves loaded by
+ * nothing else, no IMM without its data slot, the last instruction not a
+ * data slot. *out_loads says which inputs are loaded rotated or by halves
+ * (the caller checks their last dims). */
 kiln_status_t kiln_fused_program_validate(const uint32_t* code, int32_t n_code, int32_t n_inputs,
-                                          uint32_t* out_rotates);
+                                          kiln_fused_loads_t* out_loads);
 
 #endif /* KILN_FUSED_PROGRAM_H */

@@ -27,6 +27,8 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->on_pass_ctx = NULL;
   const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
   o->layout = !(layout && strcmp(layout, "nchw") == 0);
+  const char* glu = getenv("KILN_GLU"); /* "off": each gated pair's GEMMs apart (A/B runs) */
+  o->fuse_glu = !(glu && strcmp(glu, "off") == 0);
   /* "keep": no cast folding (A/B runs, exactness tests); "chains": only casts
    * read once along a chain go (kiln_pass_casts.c, for A/B runs). */
   const char* casts = getenv("KILN_CASTS");
@@ -112,6 +114,8 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   if (o->fuse) {
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
+    if (o->fuse_glu)
+      KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, &next, &a), "%d gated pairs fused")
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")

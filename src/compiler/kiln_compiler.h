@@ -25,6 +25,7 @@ typedef struct kiln_compile_options_s {
   int weights_a8;     /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
+  int fuse_glu;       /* gated pairs' GEMMs as one (kiln_pass_fuse_glu); 0 with KILN_GLU=off */
   int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs: 2 per value (the
                        * default), 1 chains read once only (KILN_CASTS=chains), 0 off
                        * (KILN_CASTS=keep) */
@@ -63,6 +64,12 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* graph, kiln_graph_t** out_graph,
  * user. */
 kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                   int32_t* out_fused);
+
+/* The two LINEARs of a gated linear unit, MUL(act(x Wa), x Wb) with
+ * constant weights, become one LINEAR over [Wa | Wb] whose output halves
+ * the MUL reads (kiln_pass_fuse_glu.c). Runs after kiln_pass_fuse_gemm. */
+kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                 int32_t* out_fused);
 
 /* CONV2D absorbs a following run of per-channel MUL/ADD by constants (batch
  * norm: folded into its weight and bias), an activation and a residual add,

@@ -8,7 +8,10 @@
  * ADD), WHERE whose condition is a float comparison (EQ..GE) made for it
  * (clamp's lowering), and transformers' rotate_half, cat(-x[..., h:], x[..., :h]) along
  * the last dim (two slices, a NEG and a CAT, each used once), which becomes
- * one rotated load of x, and (with rounds set) a float32 -> bf16 -> float32
+ * one rotated load of x, a half of x's last dim (a slice x[..., :h] or
+ * x[..., h:] of a known even 2h, what kiln_pass_fuse_glu makes of two
+ * GEMMs sharing an input), which becomes one load of that half in place,
+ * and (with rounds set) a float32 -> bf16 -> float32
  * CAST pair whose bf16 value is read once, which becomes one ROUND_BF16 of
  * its float32 source (the pairs kiln_pass_casts leaves: autocast's rounding
  * of an op's result, read back in float32 by the next op). Elementwise ops commute with broadcasting, so a
@@ -56,6 +59,8 @@ typedef struct {
   int32_t* uses;
   int32_t* rot_src; /* per node: a CAT that is rotate_half(x): x, else -1 */
   int32_t* rnd_src; /* per node: the outer CAST of a rounding pair: its float32 source, else -1 */
+  int32_t* half_src; /* per node: a STRIDED_COPY taking a half of x's last dim: x, else -1 */
+  char* half_hi;     /* per node with half_src: 1 for the second half */
   int32_t* group;   /* per node: the group's root node, or -1 */
 } kiln_fe_t;
 
@@ -108,6 +113,23 @@ static int32_t kiln_fe_match_rotate(const kiln_fe_t* f, int32_t ni) {
   return x;
 }
 
+/* A STRIDED_COPY taking the first or second half of a float32 x's last dim
+ * (a known even size): returns x (*hi 1 for the second half), or -1. */
+static int32_t kiln_fe_match_half(const kiln_fe_t* f, int32_t ni, char* hi) {
+  const kiln_graph_t* g = f->g;
+  const kiln_node_t* n = &g->nodes[ni];
+  if (n->op != KILN_OP_STRIDED_COPY || !kiln_fe_f32(g, n->inputs[0]) || !kiln_fe_f32(g, n->outputs[0]))
+    return -1;
+  int32_t x = n->inputs[0];
+  const kiln_value_t* xv = &g->values[x];
+  if (xv->rank < 1 || kiln_dim_is_sym(xv->shape[xv->rank - 1]) || xv->shape[xv->rank - 1] < 2 ||
+      xv->shape[xv->rank - 1] % 2)
+    return -1;
+  int64_t h = xv->shape[xv->rank - 1] / 2;
+  *hi = (char)kiln_fe_is_half(g, ni, x, h);
+  return *hi || kiln_fe_is_half(g, ni, x, 0) ? x : -1;
+}
+
 /* A CAST to float32 of a CAST of a float32 x to bf16 read only by it:
  * returns x, or -1. */
 static int32_t kiln_fe_match_round(const kiln_fe_t* f, int32_t ni) {
@@ -130,8 +152,8 @@ static int kiln_fe_member(const kiln_fe_t* f, int32_t ni, int32_t* ops, int* n_o
     *n_ops = 1;
     return 1;
   }
-  if (f->rot_src[ni] >= 0) {
-    ops[0] = f->rot_src[ni];
+  if (f->rot_src[ni] >= 0 || f->half_src[ni] >= 0) {
+    ops[0] = f->rot_src[ni] >= 0 ? f->rot_src[ni] : f->half_src[ni];
     *n_ops = 1;
     return 1;
   }
@@ -231,7 +253,7 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
   int n_ops;
   for (int32_t m = 0; m < n_members; ++m) {
     (void)kiln_fe_member(f, members[m], ops, &n_ops);
-    if (f->rot_src[members[m]] >= 0) continue; /* its load is not shared */
+    if (f->rot_src[members[m]] >= 0 || f->half_src[members[m]] >= 0) continue; /* its load is not shared */
     for (int i = 0; i < n_ops; ++i) left[ops[i]]++;
   }
   for (int32_t m = 0; m < n_members && !p->failed; ++m) {
@@ -242,6 +264,15 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
       uint32_t r = kiln_fe_alloc(p);
       int32_t i = kiln_fe_input(p, ops[0]);
       kiln_fe_emit(p, kiln_fused_word(KILN_FUSED_LOAD_ROTATE_HALF, r, (uint32_t)i, 0));
+      reg[out] = (int32_t)r;
+      continue;
+    }
+    if (f->half_src[members[m]] >= 0) {
+      uint32_t r = kiln_fe_alloc(p);
+      int32_t i = kiln_fe_input(p, ops[0]);
+      kiln_fe_emit(p, kiln_fused_word(f->half_hi[members[m]] ? KILN_FUSED_LOAD_HIGH_HALF
+                                                               : KILN_FUSED_LOAD_LOW_HALF,
+                                      r, (uint32_t)i, 0));
       reg[out] = (int32_t)r;
       continue;
     }
@@ -303,6 +334,37 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
   }
 }
 
+/* 1 unless the program loads an input by halves and the fused node would
+ * not be valid with the root's type (an input also loaded whole, halves
+ * broadcast along the last dim): such a group is left unfused. */
+static int kiln_fe_halves_fit(const kiln_fe_t* f, const kiln_fe_prog_t* p, int32_t root) {
+  int any = 0;
+  for (int32_t k = 0; k < p->n_code; ++k) {
+    uint32_t opc = p->code[k] & 255u;
+    if (opc == KILN_FUSED_IMM) ++k;
+    else any |= opc == KILN_FUSED_LOAD_LOW_HALF || opc == KILN_FUSED_LOAD_HIGH_HALF;
+  }
+  if (!any) return 1;
+  kiln_node_t n;
+  memset(&n, 0, sizeof(n));
+  n.op = KILN_OP_ELTWISE_FUSED;
+  n.n_inputs = p->n_ins;
+  n.n_outputs = 1;
+  memcpy(n.inputs, p->ins, sizeof(int32_t) * (size_t)p->n_ins);
+  n.outputs[0] = f->g->nodes[root].outputs[0];
+  n.params[KILN_P(FUSED, N_SLOTS)] = p->n_code;
+  int64_t* program = n.params + KILN_P(FUSED, PROGRAM);
+  for (int32_t k = 0; k < p->n_code; ++k)
+    program[k / 2] = (int64_t)((uint64_t)program[k / 2] | (uint64_t)p->code[k] << (32 * (k % 2)));
+  kiln_value_t out;
+  kiln_status_t s = kiln_graph_infer_node(f->g, &n, &out);
+  if (s) {
+    kiln_status_free(s);
+    return 0;
+  }
+  return kiln_value_same_type(&out, &f->g->values[n.outputs[0]]);
+}
+
 /* "eltwise_fused[aten.mul.Tensor aten.add.Tensor ...] <the last node's origin>" */
 static void kiln_fe_origin(const kiln_graph_t* g, const int32_t* members, int32_t n_members,
                            const int32_t* rot_parts, char* buf, size_t size) {
@@ -331,10 +393,14 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
-  kiln_fe_t f = {g, malloc(sizeof(int32_t) * (size_t)(nv + 1)),
-                 malloc(sizeof(int32_t) * (size_t)(nn + 1)),
-                 malloc(sizeof(int32_t) * (size_t)(nn + 1)),
-                 malloc(sizeof(int32_t) * (size_t)(nn + 1))};
+  kiln_fe_t f;
+  f.g = g;
+  f.uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  f.rot_src = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  f.rnd_src = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  f.half_src = malloc(sizeof(int32_t) * (size_t)(nn + 1));
+  f.half_hi = malloc((size_t)nn + 1);
+  f.group = malloc(sizeof(int32_t) * (size_t)(nn + 1));
   int32_t* reg = malloc(sizeof(int32_t) * (size_t)(nv + 1));
   int32_t* left = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* rot_parts = malloc(sizeof(int32_t) * 3 * (size_t)(nn + 1)); /* hi, neg, lo */
@@ -350,7 +416,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
   char* is_output = calloc((size_t)nv + 1, 1);
   kiln_rewriter_t rw;
   memset(&rw, 0, sizeof(rw));
-  kiln_status_t s = (!f.uses || !f.rot_src || !f.rnd_src || !f.group || !reg || !left || !rot_parts || !skip ||
+  kiln_status_t s = (!f.uses || !f.rot_src || !f.rnd_src || !f.half_src || !f.half_hi || !f.group || !reg || !left || !rot_parts || !skip ||
                      !groups || !root_group ||
                      !user_start || !users || !fill || !is_output)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "eltwise fusion")
@@ -374,6 +440,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
     f.group[ni] = -1;
     f.rot_src[ni] = -1;
     f.rnd_src[ni] = -1;
+    f.half_src[ni] = -1;
     root_group[ni] = -1;
   }
   for (int32_t ni = 0; ni < nn; ++ni) {
@@ -384,7 +451,10 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
       continue;
     }
     f.rot_src[ni] = kiln_fe_match_rotate(&f, ni);
-    if (f.rot_src[ni] < 0) continue;
+    if (f.rot_src[ni] < 0) {
+      f.half_src[ni] = kiln_fe_match_half(&f, ni, &f.half_hi[ni]);
+      continue;
+    }
     const kiln_node_t* n = &g->nodes[ni];
     int32_t neg = g->values[n->inputs[0]].producer;
     rot_parts[3 * ni + 0] = g->values[g->nodes[neg].inputs[0]].producer;
@@ -438,6 +508,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
       }
     kiln_fe_prog_t prog;
     if (weight >= 2) kiln_fe_compile(&f, members, n_members, reg, left, &prog);
+    if (weight >= 2 && !prog.failed) prog.failed = !kiln_fe_halves_fit(&f, &prog, root);
     if (weight < 2 || prog.failed) {
       /* Left as it was; its members may not join another group (they were
        * visited as part of this one), which only costs a missed fusion. */
@@ -500,6 +571,8 @@ done:
   free(f.uses);
   free(f.rot_src);
   free(f.rnd_src);
+  free(f.half_src);
+  free(f.half_hi);
   free(f.group);
   free(reg);
   free(left);

@@ -248,6 +248,17 @@ static int kiln_artifact_uses_folded_casts(const kiln_graph_t* g, const kiln_nod
   return 0;
 }
 
+/* 1 when node n is a fused program loading an input by halves (format 2.13). */
+static int kiln_artifact_loads_halves(const kiln_node_t* n) {
+  if (n->op != KILN_OP_ELTWISE_FUSED) return 0;
+  for (int32_t k = 0; k < n->params[KILN_P(FUSED, N_SLOTS)] && k < KILN_FUSED_MAX_SLOTS; ++k) {
+    uint32_t opc = kiln_fused_slot(n->params, k) & 255u;
+    if (opc == KILN_FUSED_IMM) ++k; /* its data slot: any bits */
+    else if (opc == KILN_FUSED_LOAD_LOW_HALF || opc == KILN_FUSED_LOAD_HIGH_HALF) return 1;
+  }
+  return 0;
+}
+
 kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_section_t* extra,
                                   int32_t n_extra, void** out_bytes, size_t* out_size) {
   *out_bytes = NULL;
@@ -322,8 +333,9 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0;
+  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
+    halves |= kiln_artifact_loads_halves(&g->nodes[i]);
     grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
     casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
     round_b |= kiln_artifact_rounds_b(&g->nodes[i]);
@@ -334,7 +346,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, round_b     ? KILN_FORMAT_MINOR_ROUND_B
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, halves      ? KILN_FORMAT_MINOR_HALVES
+                                                 : round_b     ? KILN_FORMAT_MINOR_ROUND_B
                                                  : bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES
                                                  : guarded  ? KILN_FORMAT_MINOR_GUARDS
                                                  : casts    ? KILN_FORMAT_MINOR_CASTS

@@ -228,13 +228,15 @@
  *                                        32-bit slots per param, low half first
  *                                        (base/kiln_fused_program.h gives the
  *                                        instruction set: loads of input i
- *                                        broadcast or rotate_half'd, float
+ *                                        broadcast, rotate_half'd or one
+ *                                        half of its last dim, float
  *                                        immediates, float unary and binary
  *                                        ops, comparisons giving 1.0 / 0.0 and
  *                                        selects, over 16 registers); the last
  *                                        instruction's register is y. Inputs
  *                                        float32; y float32 of the inputs'
- *                                        broadcast shape.
+ *                                        broadcast shape (an input loaded by
+ *                                        halves counts as its half).
  *   CONV2D_NHWC    (x, w, bias?, residual?) -> y
  *                                        CONV2D with channels-last
  *                                        activations: x (N, H, W, C), y and

@@ -106,7 +106,7 @@ static void casts_test_fused_round(kiln_pool_t* pool, const char* where) {
   uint32_t code[3] = {kiln_fused_word(KILN_FUSED_LOAD, 0, 0, 0),
                       kiln_fused_word(KILN_FUSED_ROUND_BF16, 1, 0, 0),
                       kiln_fused_word(KILN_FUSED_ADD, 2, 1, 0)};
-  uint32_t rot;
+  kiln_fused_loads_t rot;
   KILN_EXPECT_OK(kiln_fused_program_validate(code, 2, 1, &rot));
   KILN_EXPECT_OK(kiln_fused_program_validate(code, 3, 1, &rot));
   kiln_eltwise_fused_args_t a;

@@ -25,17 +25,41 @@ static uint32_t kiln_test_fbits(float x) {
   return b;
 }
 
+/* An ELTWISE_FUSED node that shape inference must refuse. */
+static void kiln_test_fused_refused(kiln_graph_t* g, const int32_t* ins, int32_t n,
+                                    const int64_t* params) {
+  int32_t y = -1;
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, ins, n, params, KILN_MAX_PARAMS,
+                                        NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+}
+
 static void kiln_test_fused_validate(void) {
-  uint32_t rot;
+  kiln_fused_loads_t rot;
   uint32_t ok[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0),
                    W(OP(MUL), 2, 0, 1), W(KILN_FUSED_IMM, 3, 0, 0), kiln_test_fbits(2.0f),
                    W(OP(ADD), 0, 2, 3), W(OP(EXP), 0, 0, 0)};
   KILN_EXPECT_OK(kiln_fused_program_validate(ok, 7, 2, &rot));
-  KILN_EXPECT(rot == 0, "no rotated loads");
+  KILN_EXPECT(rot.rotated == 0 && rot.halved == 0, "no rotated loads");
   uint32_t r1[] = {W(KILN_FUSED_LOAD_ROTATE_HALF, 0, 1, 0), W(KILN_FUSED_LOAD, 1, 0, 0),
                    W(OP(ADD), 1, 0, 1)};
   KILN_EXPECT_OK(kiln_fused_program_validate(r1, 3, 2, &rot));
-  KILN_EXPECT(rot == 2u, "input 1 rotated: %u", rot);
+  KILN_EXPECT(rot.rotated == 2u, "input 1 rotated: %u", rot.rotated);
+  /* Halves: both of one input (a gated pair's GEMM output), never with a
+   * whole load of the same input. */
+  uint32_t h1[] = {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(OP(SILU), 0, 0, 0),
+                   W(KILN_FUSED_LOAD_HIGH_HALF, 1, 0, 0), W(KILN_FUSED_LOAD, 2, 1, 0),
+                   W(OP(MUL), 0, 0, 1), W(OP(ADD), 0, 0, 2)};
+  KILN_EXPECT_OK(kiln_fused_program_validate(h1, 6, 2, &rot));
+  KILN_EXPECT(rot.halved == 1u && rot.rotated == 0, "input 0 by halves: %u", rot.halved);
+  uint32_t h2[] = {W(KILN_FUSED_LOAD_HIGH_HALF, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 0, 0),
+                   W(OP(MUL), 0, 0, 1)};
+  KILN_EXPECT_ERROR(kiln_fused_program_validate(h2, 3, 1, &rot), KILN_INVALID_ARGUMENT);
+  uint32_t h3[] = {W(KILN_FUSED_LOAD_ROTATE_HALF, 0, 0, 0), W(KILN_FUSED_LOAD_LOW_HALF, 1, 0, 0),
+                   W(OP(MUL), 0, 0, 1)};
+  KILN_EXPECT_ERROR(kiln_fused_program_validate(h3, 3, 1, &rot), KILN_INVALID_ARGUMENT);
+  uint32_t h4[] = {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 1)};
+  KILN_EXPECT_ERROR(kiln_fused_program_validate(h4, 1, 1, &rot), KILN_INVALID_ARGUMENT);
 
   /* Hostile programs. */
   KILN_EXPECT_ERROR(kiln_fused_program_validate(ok, 0, 2, &rot), KILN_INVALID_ARGUMENT);
@@ -55,7 +79,7 @@ static void kiln_test_fused_validate(void) {
   /* Unknown opcodes: the gaps of the list (where cat, logical_and,
    * logical_not and sum would be in the old numbering) and past its end
    * (4 is ROUND_BF16 now, a unary instruction outside the list). */
-  uint32_t ops[] = {5, 6, 7, 8, 10, 27, 28, 45, 46, 63, 83, 84, 85, 90, 255};
+  uint32_t ops[] = {7, 8, 10, 27, 28, 45, 46, 63, 83, 84, 85, 90, 255};
   for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); ++i) {
     uint32_t p[] = {W(KILN_FUSED_LOAD, 0, 0, 0), W(ops[i], 1, 0, 0)};
     KILN_EXPECT_ERROR(kiln_fused_program_validate(p, 2, 1, &rot), KILN_INVALID_ARGUMENT);
@@ -89,34 +113,55 @@ static void kiln_test_fused_validate(void) {
   if (y >= 0)
     KILN_EXPECT(g->values[y].rank == 3 && g->values[y].shape[2] == 4, "broadcast output shape");
   int32_t bad_shapes[2] = {x, odd};
-  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, bad_shapes, 2, p,
-                                        KILN_MAX_PARAMS, NULL, 0, NULL, &y),
-                    KILN_INVALID_ARGUMENT);
+  kiln_test_fused_refused(g, bad_shapes, 2, p);
   int32_t bad_dtype[2] = {x, idx};
-  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, bad_dtype, 2, p,
-                                        KILN_MAX_PARAMS, NULL, 0, NULL, &y),
-                    KILN_INVALID_ARGUMENT);
+  kiln_test_fused_refused(g, bad_dtype, 2, p);
   int64_t counts[] = {0, -1, 47, INT64_MAX, INT64_MIN};
   for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); ++i) {
     int64_t q[KILN_MAX_PARAMS];
     memcpy(q, p, sizeof(q));
     q[0] = counts[i];
-    KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, ins, 2, q, KILN_MAX_PARAMS,
-                                          NULL, 0, NULL, &y),
-                      KILN_INVALID_ARGUMENT);
+    kiln_test_fused_refused(g, ins, 2, q);
   }
   /* Rotating an odd last dim, or one that is broadcast. */
   int64_t r[KILN_MAX_PARAMS] = {1, W(KILN_FUSED_LOAD_ROTATE_HALF, 0, 0, 0)};
-  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, &odd, 1, r, KILN_MAX_PARAMS,
-                                        NULL, 0, NULL, &y),
-                    KILN_INVALID_ARGUMENT);
+  kiln_test_fused_refused(g, &odd, 1, r);
   int64_t rc[KILN_MAX_PARAMS] = {3};
   rc[1] = (int64_t)((uint64_t)W(KILN_FUSED_LOAD_ROTATE_HALF, 0, 1, 0) |
                     (uint64_t)W(KILN_FUSED_LOAD, 1, 0, 0) << 32);
   rc[2] = W(OP(ADD), 0, 0, 1);
-  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, ins, 2, rc, KILN_MAX_PARAMS,
-                                        NULL, 0, NULL, &y),
-                    KILN_INVALID_ARGUMENT);
+  kiln_test_fused_refused(g, ins, 2, rc);
+  /* Halves: of an odd last dim, of a last dim that is not twice the
+   * output's (broadcast), and a valid one (its output is the half). */
+  int64_t hp[KILN_MAX_PARAMS] = {1, W(KILN_FUSED_LOAD_HIGH_HALF, 0, 0, 0)};
+  kiln_test_fused_refused(g, &odd, 1, hp);
+  int64_t hx[KILN_MAX_PARAMS] = {3};
+  hx[1] = (int64_t)((uint64_t)W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0) |
+                    (uint64_t)W(KILN_FUSED_LOAD, 1, 1, 0) << 32);
+  hx[2] = W(OP(ADD), 0, 0, 1);
+  int32_t half_x[2] = {x, x}; /* (2, 3, 2) against (2, 3, 4): not one shape */
+  kiln_test_fused_refused(g, half_x, 2, hx);
+  int32_t half_c[2] = {x, c}; /* (2, 3, 2) and a column: fine */
+  y = -1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, half_c, 2, hx, KILN_MAX_PARAMS,
+                                     NULL, 0, NULL, &y));
+  if (y >= 0) KILN_EXPECT(g->values[y].shape[2] == 2, "a half's shape: %lld", (long long)g->values[y].shape[2]);
+  int64_t s2[] = {2, 3, 2};
+  int32_t two, bcast[2];
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "two", KILN_F32, 3, s2, &two));
+  bcast[0] = c, bcast[1] = two; /* halves of c's last dim 1 */
+  kiln_test_fused_refused(g, bcast, 2, hx);
+  int64_t s8[] = {2, 3, 8};
+  int32_t eight;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "eight", KILN_F32, 3, s8, &eight));
+  bcast[0] = eight, bcast[1] = two; /* a half of 8 (4) against 2: no broadcast */
+  kiln_test_fused_refused(g, bcast, 2, hx);
+  int64_t s1[] = {2, 3, 1};
+  int32_t one_col;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "col1", KILN_F32, 3, s1, &one_col));
+  bcast[0] = x, bcast[1] = one_col; /* x's half (2) broadcast over a column: fine */
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ELTWISE_FUSED, bcast, 2, hx, KILN_MAX_PARAMS,
+                                     NULL, 0, NULL, &y));
   /* Random programs: never a crash, and whatever passes re-validates. */
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   int accepted = 0;
@@ -266,7 +311,7 @@ void kiln_test_suite_fused(void) {
   kiln_test_fused_validate();
   float half = 0.5f;
   uint32_t hb = kiln_test_fbits(half);
-  static kiln_test_fused_case_t cases[12];
+  static kiln_test_fused_case_t cases[16];
   int nc = 0;
   /* x * 0.5 + bias, then tanh, times a column: bias over the last dim, a
    * [.., 1] column, an immediate; last dim 37 leaves vector tails. */
@@ -326,6 +371,25 @@ void kiln_test_suite_fused(void) {
       {W(KILN_FUSED_LOAD, 0, 1, 0), W(KILN_FUSED_IMM, 1, 0, 0), zero, W(OP(GT), 2, 0, 1),
        W(KILN_FUSED_SELECT, 2, 0, 1), W(KILN_FUSED_LOAD, 3, 0, 0), W(OP(ADD), 2, 2, 3)},
       8};
+  /* A gated pair's halves: silu(x[..., :h]) * x[..., h:] over rows (a row
+   * of x is 2h: the loads gather), over the parallel threshold, and in one
+   * row (the loads read x in place, the high half from h on) beside a
+   * broadcast bias. */
+  cases[nc++] = (kiln_test_fused_case_t){
+      "glu-rows", 2, {7, 300}, 1, {{7, 600}},
+      {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(OP(SILU), 0, 0, 0),
+       W(KILN_FUSED_LOAD_HIGH_HALF, 1, 0, 0), W(OP(MUL), 0, 0, 1)},
+      4};
+  cases[nc++] = (kiln_test_fused_case_t){
+      "glu-parallel", 3, {2, 20, 704}, 1, {{2, 20, 1408}},
+      {W(KILN_FUSED_LOAD_HIGH_HALF, 0, 0, 0), W(KILN_FUSED_LOAD_LOW_HALF, 1, 0, 0),
+       W(OP(GELU), 1, 1, 0), W(OP(MUL), 0, 0, 1)},
+      4};
+  cases[nc++] = (kiln_test_fused_case_t){
+      "glu-one-row", 3, {1, 1, 1411}, 2, {{1, 1, 2822}, {1, 1, 1411}},
+      {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(ADD), 0, 0, 1),
+       W(OP(SIGMOID), 0, 0, 0), W(KILN_FUSED_LOAD_HIGH_HALF, 2, 0, 0), W(OP(MUL), 0, 2, 0)},
+      6};
   for (int i = 0; i < nc; ++i) {
     kiln_test_fused_cur = &cases[i];
     kiln_test_each_isa_and_pool(kiln_test_fused_run);

@@ -3,7 +3,9 @@
  * without gamma and beta), rms_norm, GELU (erf) and SiLU each become one
  * node; near misses (a negative eps, a mean over another axis, a second
  * user of an intermediate) are left alone; and the compiled result runs and
- * matches a double-precision reference of the decomposed formula. */
+ * matches a double-precision reference of the decomposed formula. Also a
+ * gated pair, silu(x Wa) * (x Wb) with dense (K, N) weights, compiled whole:
+ * one GEMM over [Wa | Wb] and one fused kernel (kiln_pass_fuse_glu.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +222,55 @@ static void test_rms_gelu_silu_patterns(void) {
   }
 }
 
+enum { GLU_N = 24 };
+
+static void test_gated_pair(const float* x) {
+  float wa[COLS * GLU_N], wb[COLS * GLU_N], got[ROWS * GLU_N];
+  kiln_test_fill_f32(wa, COLS * GLU_N, 21, -0.5f, 0.5f);
+  kiln_test_fill_f32(wb, COLS * GLU_N, 22, -0.5f, 0.5f);
+  pat_graph_t p = pat_graph_new(NULL, NULL);
+  if (!p.g) return;
+  int64_t ws[2] = {COLS, GLU_N};
+  int32_t a = -1, b = -1;
+  KILN_EXPECT_OK(kiln_graph_add_constant(p.g, "wa", KILN_F32, 2, ws, KILN_LAYOUT_DENSE, wa, sizeof wa, &a));
+  KILN_EXPECT_OK(kiln_graph_add_constant(p.g, "wb", KILN_F32, 2, ws, KILN_LAYOUT_DENSE, wb, sizeof wb, &b));
+  int32_t gate = pat_node(p.g, KILN_OP_SILU, pat_node(p.g, KILN_OP_MATMUL, p.x, a), -1);
+  int32_t y = pat_node(p.g, KILN_OP_MUL, pat_node(p.g, KILN_OP_MATMUL, p.x, b), gate);
+  KILN_EXPECT_OK(kiln_graph_set_outputs(p.g, &y, 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.fuse_glu = 1;
+  kiln_graph_t* cg = NULL;
+  KILN_EXPECT_OK(kiln_compile(p.g, &o, &cg));
+  if (!cg) return;
+  int linears = 0, fused = 0;
+  for (int32_t i = 0; i < cg->n_nodes; ++i) {
+    linears += cg->nodes[i].op == KILN_OP_LINEAR;
+    fused += cg->nodes[i].op == KILN_OP_ELTWISE_FUSED;
+  }
+  KILN_EXPECT(linears == 1 && fused == 1 && cg->n_nodes == 2, "gated pair: %d nodes, %d linear, %d fused",
+              cg->n_nodes, linears, fused);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(cg, NULL, NULL, &m));
+  if (!m) return;
+  int64_t xs[2] = {ROWS, COLS}, ys[2] = {ROWS, GLU_N};
+  kiln_tensor_t in = {(void*)x, KILN_F32, 2, xs}, out = {got, KILN_F32, 2, ys};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+  kiln_model_release(m);
+  for (int r = 0; r < ROWS; ++r)
+    for (int n = 0; n < GLU_N; ++n) {
+      double g = 0, u = 0;
+      for (int k = 0; k < COLS; ++k) {
+        g += (double)x[r * COLS + k] * wa[k * GLU_N + n];
+        u += (double)x[r * COLS + k] * wb[k * GLU_N + n];
+      }
+      double want = u * (g / (1.0 + exp(-g)));
+      KILN_EXPECT(fabs(got[r * GLU_N + n] - want) <= 1e-5 + 1e-5 * fabs(want),
+                  "gated pair [%d, %d]: %g, want %g", r, n, (double)got[r * GLU_N + n], want);
+    }
+}
+
 void kiln_test_suite_patterns(void) {
   float x[ROWS * COLS], gamma[COLS], beta[COLS];
   kiln_test_fill_f32(x, ROWS * COLS, 11, -3.0f, 5.0f);
@@ -227,4 +278,5 @@ void kiln_test_suite_patterns(void) {
   kiln_test_fill_f32(beta, COLS, 13, -1.0f, 1.0f);
   test_layer_norm_patterns(x, gamma, beta);
   test_rms_gelu_silu_patterns();
+  test_gated_pair(x);
 }

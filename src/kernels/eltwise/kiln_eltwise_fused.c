@@ -61,11 +61,19 @@ static int64_t kiln_fused_row_base(const kiln_eltwise_fused_args_t* a, int i, in
   return base;
 }
 
-/* Gathers input i over output elements [s, s + n) into buf. */
-static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, int rotate, int64_t s, int64_t n,
-                              float* buf) {
+/* Where a load of input i reads from: the input, or for LOAD_HIGH_HALF its
+ * rows' second halves (the output's last dim on, in the input's stride). */
+static const float* kiln_fused_load_base(const kiln_eltwise_fused_args_t* a, uint32_t opc,
+                                         uint32_t i) {
+  if (opc != KILN_FUSED_LOAD_HIGH_HALF || a->rank < 1) return a->inputs[i];
+  return a->inputs[i] + a->shape[a->rank - 1] * a->strides[i][a->rank - 1];
+}
+
+/* Gathers input i (its elements from x on) over output elements [s, s + n)
+ * into buf. */
+static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, const float* x, int rotate,
+                              int64_t s, int64_t n, float* buf) {
   const kiln_eltwise_fused_args_t* a = c->a;
-  const float* x = a->inputs[i];
   int64_t last = c->last, sl = a->rank ? a->strides[i][a->rank - 1] : 0, h = last / 2;
   for (int64_t k = 0; k < n;) {
     int64_t row = (s + k) / last, col = (s + k) % last;
@@ -187,16 +195,19 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
              rb = w >> 24 & 255u;
     result = (int32_t)dst;
     int is_last = k == a->n_code - 1;
-    if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
+    if (kiln_fused_is_load(opc)) {
+      /* A half is read like a whole input (its strides are the input's),
+       * from the row's first or second half. */
       int rot = opc == KILN_FUSED_LOAD_ROTATE_HALF;
+      const float* x = kiln_fused_load_base(a, opc, ra);
       if (!rot && c->scalar[ra]) {
-        val[dst] = a->inputs[ra];
+        val[dst] = x;
         scal[dst] = 1;
       } else if (!rot && c->dense[ra]) {
-        val[dst] = a->inputs[ra] + s;
+        val[dst] = x + s;
         scal[dst] = 0;
       } else {
-        kiln_fused_gather(c, (int)ra, rot, s, n, buf[dst]);
+        kiln_fused_gather(c, (int)ra, x, rot, s, n, buf[dst]);
         val[dst] = buf[dst];
         scal[dst] = 0;
       }
@@ -339,8 +350,8 @@ void kiln_eltwise_fused_f32_reference(const kiln_eltwise_fused_args_t* a) {
       uint32_t w = a->code[k], opc = w & 255u, dst = w >> 8 & 255u, ra = w >> 16 & 255u,
                rb = w >> 24 & 255u;
       result = (int32_t)dst;
-      if (opc == KILN_FUSED_LOAD || opc == KILN_FUSED_LOAD_ROTATE_HALF) {
-        int64_t col = e % last, src = col;
+      if (kiln_fused_is_load(opc)) {
+        int64_t col = e % last, src = opc == KILN_FUSED_LOAD_HIGH_HALF ? col + last : col;
         float sign = 1.0f;
         if (opc == KILN_FUSED_LOAD_ROTATE_HALF) {
           src = col < last / 2 ? col + last / 2 : col - last / 2;

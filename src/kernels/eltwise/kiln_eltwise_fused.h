@@ -21,7 +21,8 @@ typedef struct kiln_eltwise_fused_args_s {
   int32_t n_inputs;
   const float* inputs[KILN_FUSED_MAX_INPUTS];
   /* strides[i][d]: input i's element stride along output dim d (0 where it
-   * broadcasts). */
+   * broadcasts). An input loaded by halves has the output's last dim as its
+   * half and its own strides (a row is twice as long). */
   int64_t strides[KILN_FUSED_MAX_INPUTS][KILN_FUSED_MAX_RANK];
   float* out; /* dense, never one of the inputs */
 } kiln_eltwise_fused_args_t;
