@@ -96,14 +96,23 @@ static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const i
   int64_t p[KILN_MAX_PARAMS];
   memset(p, 0, sizeof(p));
   p[KILN_P(VIEW, RANK)] = 4;
+  /* Sizes may be symbolic (an image of any height and width): products
+   * through the graph's table. */
+  int64_t hw = kiln_graph_dim_mul(dst, s[1 + to_nhwc], s[2 + to_nhwc]);
+  int64_t chw = kiln_graph_dim_mul(dst, hw, s[to_nhwc ? 1 : 3]);
+  if (hw == KILN_DIM_INVALID || chw == KILN_DIM_INVALID)
+    return kiln_status_make(KILN_INVALID_ARGUMENT, "kiln layout: a tensor's size overflows");
   if (to_nhwc) { /* src (N, C, H, W) -> (N, H, W, C) */
     int64_t dims[4] = {s[0], s[2], s[3], s[1]};
-    int64_t st[4] = {s[1] * s[2] * s[3], s[3], 1, s[2] * s[3]};
+    int64_t st[4] = {chw, s[3], 1, hw};
     memcpy(p + KILN_P(VIEW, DIMS), dims, sizeof(dims));
     memcpy(p + KILN_P(VIEW, STRIDES), st, sizeof(st));
   } else { /* src (N, H, W, C) -> (N, C, H, W) */
     int64_t dims[4] = {s[0], s[3], s[1], s[2]};
-    int64_t st[4] = {s[1] * s[2] * s[3], 1, s[2] * s[3], s[3]};
+    int64_t ws = kiln_graph_dim_mul(dst, s[2], s[3]);
+    if (ws == KILN_DIM_INVALID)
+      return kiln_status_make(KILN_INVALID_ARGUMENT, "kiln layout: a tensor's size overflows");
+    int64_t st[4] = {chw, 1, ws, s[3]};
     memcpy(p + KILN_P(VIEW, DIMS), dims, sizeof(dims));
     memcpy(p + KILN_P(VIEW, STRIDES), st, sizeof(st));
   }

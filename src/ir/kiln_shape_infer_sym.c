@@ -3,7 +3,8 @@
  * symbol given a value, every expression evaluated) and each output size is
  * mapped back to the expression that has its two probe values: one of the
  * node's input dims or params (a reshape's target, a view's sizes), or for
- * a concatenation the sum along its axis (a pad: the size plus its pads). A size equal at both probes is a
+ * a concatenation the sum along its axis (a pad: the size plus its pads; a
+ * convolution or pooling: its window's output size). A size equal at both probes is a
  * number. Whatever this derives is checked again, on real sizes, by the
  * instance each call runs (kiln_graph_instantiate), so a mapping the probes
  * got wrong is an error there, never a wrong result. */
@@ -33,8 +34,85 @@ static int sym_preferred(const kiln_sym_table_t* t, int64_t a, int64_t b) {
   return va != vb ? va : kiln_dim_sym_id(a) < kiln_dim_sym_id(b);
 }
 
+/* A sliding window's geometry along output dim d of a convolution or
+ * pooling node: the input's size there, kernel, stride, padding, dilation;
+ * 0 when d is not a spatial dim of such a node, or for ceil_mode pooling
+ * (whose last-window rule is no expression of kiln's). */
+static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int64_t* size,
+                     int64_t* kernel, int64_t* stride, int64_t* pad, int64_t* dilation) {
+  const int64_t* p = n->params;
+  int nhwc = n->op == KILN_OP_CONV2D_NHWC || n->op == KILN_OP_MAX_POOL2D_NHWC;
+  int32_t i = d - (nhwc ? 1 : 2); /* 0: height, 1: width */
+  if (i < 0 || i > 1 || n->n_inputs < 1 || n->inputs[0] < 0) return 0;
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (x->rank != 4) return 0;
+  int x_nchw = n->op == KILN_OP_CONV2D_NHWC && p[KILN_P(CONV2D_NHWC, X_NCHW)] == 1;
+  *size = x->shape[(nhwc && !x_nchw ? 1 : 2) + i];
+  switch (n->op) {
+    case KILN_OP_CONV2D:
+    case KILN_OP_CONV2D_NHWC: {
+      if (n->n_inputs < 2 || n->inputs[1] < 0 || g->values[n->inputs[1]].rank != 4) return 0;
+      *kernel = g->values[n->inputs[1]].shape[2 + i];
+      *stride = p[KILN_P(CONV2D, STRIDE_H) + i];
+      *pad = p[KILN_P(CONV2D, PAD_H) + i];
+      *dilation = p[KILN_P(CONV2D, DILATION_H) + i];
+      return 1;
+    }
+    case KILN_OP_MAX_POOL2D:
+    case KILN_OP_AVG_POOL2D:
+    case KILN_OP_MAX_POOL2D_INDICES:
+    case KILN_OP_MAX_POOL2D_NHWC:
+      if (p[KILN_P(POOL2D, CEIL_MODE)]) return 0;
+      *kernel = p[KILN_P(POOL2D, KERNEL_H) + i];
+      *stride = p[KILN_P(POOL2D, STRIDE_H) + i];
+      *pad = p[KILN_P(POOL2D, PAD_H) + i];
+      *dilation = p[KILN_P(POOL2D, DILATION_H) + i];
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* The window's output size (size + 2 pad - dilation (kernel - 1) - 1) //
+ * stride + 1 as an expression, or 0 when it is none (bad geometry). */
+static int64_t window_dim(kiln_sym_table_t* t, int64_t size, int64_t kernel, int64_t stride,
+                          int64_t pad, int64_t dilation) {
+  if (kernel < 1 || stride < 1 || pad < 0 || dilation < 1 || kernel > ((int64_t)1 << 20) ||
+      pad > ((int64_t)1 << 20) || dilation > ((int64_t)1 << 20))
+    return 0;
+  int64_t a = 0, q = 0, y = 0;
+  kiln_status_t s = kiln_dim_add(t, size, 2 * pad - dilation * (kernel - 1) - 1, &a);
+  if (!s) s = kiln_dim_floordiv(t, a, stride, &q);
+  if (!s) s = kiln_dim_add(t, q, 1, &y);
+  if (s) {
+    kiln_status_free(s);
+    return 0;
+  }
+  return y;
+}
+
+/* Among the inputs' symbolic dims, the one matching v chosen by what it is
+ * (derive_dim), or 0. With aligned set, only the dims aligned with output
+ * dim d of a rank-r output from the right (as broadcasting aligns them):
+ * an image's height and width expressions can have the same values at the
+ * probes and at the example (a square example), and an elementwise op's
+ * width is its inputs' width. */
+static int64_t input_dim_match(const kiln_graph_t* g, const kiln_node_t* n, const int64_t v[3],
+                               int aligned, int32_t d, int32_t r) {
+  int64_t best = 0;
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    if (n->inputs[i] < 0) continue;
+    const kiln_value_t* x = &g->values[n->inputs[i]];
+    for (int32_t k = 0; k < x->rank; ++k)
+      if ((!aligned || k == d - (r - x->rank)) && matches(g->syms, x->shape[k], v) &&
+          (!best || sym_preferred(g->syms, x->shape[k], best)))
+        best = x->shape[k];
+  }
+  return best;
+}
+
 static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int32_t d,
-                                const int64_t v[3], int64_t* out) {
+                                int32_t rank, const int64_t v[3], int64_t* out) {
   kiln_sym_table_t* t = g->syms;
   for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
     if (matches(t, n->params[i], v)) return (*out = n->params[i]), kiln_ok();
@@ -45,14 +123,8 @@ static kiln_status_t derive_dim(const kiln_graph_t* g, const kiln_node_t* n, int
    * an elementwise group whose inferred shape differed from its chain's).
    * A bare symbol first (an input's own size, which a call binds), then
    * the lowest id. */
-  int64_t best = 0;
-  for (int32_t i = 0; i < n->n_inputs; ++i) {
-    if (n->inputs[i] < 0) continue;
-    const kiln_value_t* x = &g->values[n->inputs[i]];
-    for (int32_t k = 0; k < x->rank; ++k)
-      if (matches(t, x->shape[k], v) && (!best || sym_preferred(t, x->shape[k], best)))
-        best = x->shape[k];
-  }
+  int64_t best = input_dim_match(g, n, v, 1, d, rank);
+  if (!best) best = input_dim_match(g, n, v, 0, d, 0);
   if (best) return (*out = best), kiln_ok();
   if (n->op == KILN_OP_CAT) {
     int64_t axis = n->params[KILN_P(AXIS, AXIS)], sum = 0;
@@ -170,8 +242,25 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
     for (int32_t d = 0; d < out->rank; ++d) {
       const int64_t v[3] = {probe_out[0].shape[d], probe_out[1].shape[d],
                             have_ex ? ex.shape[d] : KILN_SYM_NO_EXAMPLE};
-      if (v[0] == v[1]) continue; /* a number */
-      KILN_RETURN_IF_ERROR(derive_dim(g, n, d, v, &out->shape[d]));
+      /* A window over a symbolic size is its expression even where the
+       * probes agree on a number (after four stride-2 layers, 64 and 72
+       * are both 3; 224 is 7: ResNet's layer4 with dynamic image sizes). */
+      int64_t size, kernel, stride, pad, dilation, y;
+      if (window_of(g, n, d, &size, &kernel, &stride, &pad, &dilation) && kiln_dim_is_sym(size) &&
+          (y = window_dim(g->syms, size, kernel, stride, pad, dilation)) != 0 && matches(g->syms, y, v)) {
+        out->shape[d] = y;
+        continue;
+      }
+      if (v[0] == v[1]) {
+        /* A number, unless an input's symbolic size has these values (and
+         * the example's): the probes of an expression can agree (a size
+         * divided by 32), and an op keeping its input's size keeps its
+         * expression (the batch norm and ReLU after ResNet's layer4 conv). */
+        int64_t same = input_dim_match(g, n, v, 1, d, out->rank);
+        if (same) out->shape[d] = same;
+        continue;
+      }
+      KILN_RETURN_IF_ERROR(derive_dim(g, n, d, out->rank, v, &out->shape[d]));
     }
   }
   return check_example(g, n, out);

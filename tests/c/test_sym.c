@@ -269,12 +269,25 @@ static void test_sym_example(void) {
                                      NULL, 0, "slice", &y));
   KILN_EXPECT(g->values[y].shape[1] == E, "a slice's size is its param");
   /* max_pool by 13 of U: (U - 13)//13 + 1 is 3 at both probes (42, 50), 2
-   * at the example's 33. */
+   * at the example's 33: a window's size is its expression, not the
+   * probes' number. */
   KILN_EXPECT_OK(kiln_graph_add_input(g, "u", KILN_F32, 4, (int64_t[]){1, 1, 1, U}, &u));
   int64_t q[KILN_MAX_PARAMS] = {0};
   q[KILN_P(POOL2D, KERNEL_H)] = 1, q[KILN_P(POOL2D, KERNEL_W)] = 13;
   q[KILN_P(POOL2D, STRIDE_H)] = 1, q[KILN_P(POOL2D, STRIDE_W)] = 13;
   q[KILN_P(POOL2D, DILATION_H)] = 1, q[KILN_P(POOL2D, DILATION_W)] = 1;
+  pool = -1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &u, 1, q,
+                                     KILN_P(POOL2D, DIVISOR_OVERRIDE) + 1, NULL, 0, "pool", &pool));
+  if (pool >= 0) {
+    int64_t w = g->values[pool].shape[3];
+    KILN_EXPECT(kiln_dim_is_sym(w) && kiln_sym_example(t, w) == 2 && kiln_sym_probe(t, w, 0) == 3 &&
+                    kiln_sym_probe(t, w, 1) == 3,
+                "the pool's width is (U - 13)//13 + 1");
+  }
+  /* In ceil mode (no expression of kiln's: the last window's rule) it is 4
+   * at both probes and 3 at the example: refused, never a wrong size. */
+  q[KILN_P(POOL2D, CEIL_MODE)] = 1;
   kiln_status_t s = kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &u, 1, q,
                                         KILN_P(POOL2D, DIVISOR_OVERRIDE) + 1, NULL, 0, "pool", &pool);
   KILN_EXPECT(s && strstr(kiln_status_message(s), "at the example's sizes"),
