@@ -93,6 +93,38 @@ def test_fuzz_rules_for_torchs_own_disagreements():
         assert "aot_eager" in results[1].detail, results[1].detail
 
 
+def test_fuzz_rule_for_eager_results_that_depend_on_a_layout():
+    """Seed 4242 graph 2045 (tests/fuzz/FINDINGS.md): gather along dim 0 with
+    an expanded (stride-0) int64 index, trained. torch 2.13's CPU backward
+    (scatter_add) is wrong with that index: eager float32 and float64 agree
+    with each other and not with the math, and kiln's gradient, which is
+    right, failed the rule. When eager's result depends on the inputs'
+    layouts and kiln's agrees with eager on contiguous copies, the graph is
+    not applicable. kiln's gradient is checked here against a loop."""
+    aten = torch.ops.aten
+
+    def f(x0, x1):
+        return aten.gather.default(aten.unsqueeze.default(x0, 3), 0, x1)
+
+    torch.manual_seed(0)
+    base = torch.randint(0, 2, (2, 1, 30, 1))
+    idx = base.narrow(2, 0, 1).clone().expand(base.shape)
+    w = torch.randn(2, 1, 30, 1)
+    x = torch.randn(2, 1, 32, requires_grad=True)
+    torch._dynamo.reset()
+    (torch.compile(f, backend="kiln")(x, idx) * w).sum().backward()
+    want = torch.zeros(2, 1, 32, dtype=torch.float64)
+    for i in range(2):
+        for k in range(30):
+            want[idx[i, 0, k, 0], 0, k] += float(w[i, 0, k, 0])
+    torch.testing.assert_close(x.grad.double(), want)
+    result = _run((4242, 2045), compile_every=6, dynamic_every=2)[0]
+    assert result.path == "compile", describe(result)
+    assert result.status in ("pass", "skipped"), describe(result)
+    if result.status == "skipped":
+        assert "memory layouts" in result.detail, result.detail
+
+
 def test_fuzz_rule_for_partial_sums_behind_a_cancellation():
     """Seed 1201 graph 30991 (tests/fuzz/FINDINGS.md): v8 / v8[:1] with v8 =
     linear(conv(...)), one denominator a sum cancelled 8400-fold. kiln's v8
