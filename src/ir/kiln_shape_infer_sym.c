@@ -35,11 +35,10 @@ static int sym_preferred(const kiln_sym_table_t* t, int64_t a, int64_t b) {
 }
 
 /* A sliding window's geometry along output dim d of a convolution or
- * pooling node: the input's size there, kernel, stride, padding, dilation;
- * 0 when d is not a spatial dim of such a node, or for ceil_mode pooling
- * (whose last-window rule is no expression of kiln's). */
+ * pooling node: the input's size there, kernel, stride, padding, dilation,
+ * ceil mode (pooling's); 0 when d is not a spatial dim of such a node. */
 static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int64_t* size,
-                     int64_t* kernel, int64_t* stride, int64_t* pad, int64_t* dilation) {
+                     int64_t* kernel, int64_t* stride, int64_t* pad, int64_t* dilation, int* ceil) {
   const int64_t* p = n->params;
   int nhwc = n->op == KILN_OP_CONV2D_NHWC || n->op == KILN_OP_MAX_POOL2D_NHWC;
   int32_t i = d - (nhwc ? 1 : 2); /* 0: height, 1: width */
@@ -48,6 +47,7 @@ static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int
   if (x->rank != 4) return 0;
   int x_nchw = n->op == KILN_OP_CONV2D_NHWC && p[KILN_P(CONV2D_NHWC, X_NCHW)] == 1;
   *size = x->shape[(nhwc && !x_nchw ? 1 : 2) + i];
+  *ceil = 0;
   switch (n->op) {
     case KILN_OP_CONV2D:
     case KILN_OP_CONV2D_NHWC: {
@@ -62,7 +62,7 @@ static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int
     case KILN_OP_AVG_POOL2D:
     case KILN_OP_MAX_POOL2D_INDICES:
     case KILN_OP_MAX_POOL2D_NHWC:
-      if (p[KILN_P(POOL2D, CEIL_MODE)]) return 0;
+      *ceil = p[KILN_P(POOL2D, CEIL_MODE)] != 0;
       *kernel = p[KILN_P(POOL2D, KERNEL_H) + i];
       *stride = p[KILN_P(POOL2D, STRIDE_H) + i];
       *pad = p[KILN_P(POOL2D, PAD_H) + i];
@@ -74,14 +74,21 @@ static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int
 }
 
 /* The window's output size (size + 2 pad - dilation (kernel - 1) - 1) //
- * stride + 1 as an expression, or 0 when it is none (bad geometry). */
+ * stride + 1 as an expression, or 0 when it is none (bad geometry). In
+ * ceil mode the division rounds up, and torch drops a last window that
+ * would start in the right padding: that never happens when pad + stride
+ * <= the dilated kernel's span (the last start is below size + pad), the
+ * usual geometry (3 by 2, padding 1); other ceil-mode windows are no
+ * expression of kiln's (0). */
 static int64_t window_dim(kiln_sym_table_t* t, int64_t size, int64_t kernel, int64_t stride,
-                          int64_t pad, int64_t dilation) {
+                          int64_t pad, int64_t dilation, int ceil) {
   if (kernel < 1 || stride < 1 || pad < 0 || dilation < 1 || kernel > ((int64_t)1 << 20) ||
-      pad > ((int64_t)1 << 20) || dilation > ((int64_t)1 << 20))
+      stride > ((int64_t)1 << 20) || pad > ((int64_t)1 << 20) || dilation > ((int64_t)1 << 20))
     return 0;
+  int64_t span = dilation * (kernel - 1) + 1;
+  if (ceil && pad + stride > span) return 0;
   int64_t a = 0, q = 0, y = 0;
-  kiln_status_t s = kiln_dim_add(t, size, 2 * pad - dilation * (kernel - 1) - 1, &a);
+  kiln_status_t s = kiln_dim_add(t, size, 2 * pad - span + (ceil ? stride - 1 : 0), &a);
   if (!s) s = kiln_dim_floordiv(t, a, stride, &q);
   if (!s) s = kiln_dim_add(t, q, 1, &y);
   if (s) {
@@ -246,8 +253,10 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
        * probes agree on a number (after four stride-2 layers, 64 and 72
        * are both 3; 224 is 7: ResNet's layer4 with dynamic image sizes). */
       int64_t size, kernel, stride, pad, dilation, y;
-      if (window_of(g, n, d, &size, &kernel, &stride, &pad, &dilation) && kiln_dim_is_sym(size) &&
-          (y = window_dim(g->syms, size, kernel, stride, pad, dilation)) != 0 && matches(g->syms, y, v)) {
+      int ceil;
+      if (window_of(g, n, d, &size, &kernel, &stride, &pad, &dilation, &ceil) && kiln_dim_is_sym(size) &&
+          (y = window_dim(g->syms, size, kernel, stride, pad, dilation, ceil)) != 0 &&
+          matches(g->syms, y, v)) {
         out->shape[d] = y;
         continue;
       }

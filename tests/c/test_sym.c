@@ -285,13 +285,27 @@ static void test_sym_example(void) {
                     kiln_sym_probe(t, w, 1) == 3,
                 "the pool's width is (U - 13)//13 + 1");
   }
-  /* In ceil mode (no expression of kiln's: the last window's rule) it is 4
-   * at both probes and 3 at the example: refused, never a wrong size. */
+  /* In ceil mode by 13: (U - 1)//13 + 1, 4 at both probes and 3 at the
+   * example (torch's last-window rule never drops one when the kernel
+   * spans stride + padding). */
   q[KILN_P(POOL2D, CEIL_MODE)] = 1;
+  pool = -1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &u, 1, q,
+                                     KILN_P(POOL2D, DIVISOR_OVERRIDE) + 1, NULL, 0, "pool", &pool));
+  if (pool >= 0) {
+    int64_t w = g->values[pool].shape[3];
+    KILN_EXPECT(kiln_dim_is_sym(w) && kiln_sym_example(t, w) == 3 && kiln_sym_probe(t, w, 0) == 4 &&
+                    kiln_sym_probe(t, w, 1) == 4,
+                "the ceil-mode pool's width is (U - 1)//13 + 1");
+  }
+  /* Ceil mode by 2 with stride 3: the rule may drop the last window (at
+   * 33 and 42, not at 50), no expression of kiln's: refused, never a
+   * wrong size. */
+  q[KILN_P(POOL2D, KERNEL_W)] = 2, q[KILN_P(POOL2D, STRIDE_W)] = 3;
   kiln_status_t s = kiln_graph_add_node(g, KILN_OP_MAX_POOL2D, &u, 1, q,
                                         KILN_P(POOL2D, DIVISOR_OVERRIDE) + 1, NULL, 0, "pool", &pool);
-  KILN_EXPECT(s && strstr(kiln_status_message(s), "at the example's sizes"),
-              "a size wrong at the example is refused: %s", s ? kiln_status_message(s) : "ok");
+  KILN_EXPECT(s && strstr(kiln_status_message(s), "cannot express"),
+              "a size kiln cannot express is refused: %s", s ? kiln_status_message(s) : "ok");
   kiln_status_free(s);
   kiln_graph_release(g);
 }

@@ -472,6 +472,27 @@ def test_image_models_with_any_height_and_width():
             torch.testing.assert_close(k(x), want, rtol=1e-4, atol=1e-5)
 
 
+def test_ceil_mode_pools_over_any_image_size():
+    """A ceil-mode pool whose kernel spans stride + padding (3 by 2, padding
+    0 or 1: torch's rule never drops its last window) rounds its window's
+    expression up, (size + 2 pad - 3 + 1)//2 + 1; through torch.compile's
+    dynamic=True (torch.export refuses such a pool over a Dim range), kiln
+    runs the whole graph at every size, none of it in eager."""
+    import warnings
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True),
+                      nn.ReLU(), nn.MaxPool2d(3, stride=2, ceil_mode=True)).eval()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend="kiln", dynamic=True)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for size in ((32, 40), (33, 47), (61, 29)):
+            x = torch.randn(1, 3, *size)
+            torch.testing.assert_close(f(x), m(x))
+    assert not [w for w in caught if "eager" in str(w.message)], [str(w.message) for w in caught]
+
+
 class _ViewTo40(nn.Module):
     """view(-1, 1, 40) of (s0, 1, s1, s2): torch.export traces it as
     (s0, 1, s1*s2) under guards s1*s2 == 40 (FINDINGS.md 15)."""
