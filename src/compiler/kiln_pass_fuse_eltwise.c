@@ -334,6 +334,16 @@ static void kiln_fe_compile(const kiln_fe_t* f, const int32_t* members, int32_t 
   }
 }
 
+/* The node params of program p: the slot count, then two slots per param
+ * (base/kiln_fused_program.h). */
+static void kiln_fe_params(const kiln_fe_prog_t* p, int64_t* params) {
+  memset(params, 0, sizeof(int64_t) * KILN_MAX_PARAMS);
+  params[KILN_P(FUSED, N_SLOTS)] = p->n_code;
+  int64_t* program = params + KILN_P(FUSED, PROGRAM);
+  for (int32_t k = 0; k < p->n_code; ++k)
+    program[k / 2] = (int64_t)((uint64_t)program[k / 2] | (uint64_t)p->code[k] << (32 * (k % 2)));
+}
+
 /* 1 unless the program loads an input by halves and the fused node would
  * not be valid with the root's type (an input also loaded whole, halves
  * broadcast along the last dim): such a group is left unfused. */
@@ -352,10 +362,7 @@ static int kiln_fe_halves_fit(const kiln_fe_t* f, const kiln_fe_prog_t* p, int32
   n.n_outputs = 1;
   memcpy(n.inputs, p->ins, sizeof(int32_t) * (size_t)p->n_ins);
   n.outputs[0] = f->g->nodes[root].outputs[0];
-  n.params[KILN_P(FUSED, N_SLOTS)] = p->n_code;
-  int64_t* program = n.params + KILN_P(FUSED, PROGRAM);
-  for (int32_t k = 0; k < p->n_code; ++k)
-    program[k / 2] = (int64_t)((uint64_t)program[k / 2] | (uint64_t)p->code[k] << (32 * (k % 2)));
+  kiln_fe_params(p, n.params);
   kiln_value_t out;
   kiln_status_t s = kiln_graph_infer_node(f->g, &n, &out);
   if (s) {
@@ -524,11 +531,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* g, int rounds, kiln_graph_t**
     }
     kiln_fe_group_t* gr = &groups[n_groups];
     root_group[root] = n_groups++;
-    memset(gr->params, 0, sizeof(gr->params));
-    gr->params[KILN_P(FUSED, N_SLOTS)] = prog.n_code;
-    int64_t* program = gr->params + KILN_P(FUSED, PROGRAM); /* two slots per param */
-    for (int32_t k = 0; k < prog.n_code; ++k)
-      program[k / 2] = (int64_t)((uint64_t)program[k / 2] | (uint64_t)prog.code[k] << (32 * (k % 2)));
+    kiln_fe_params(&prog, gr->params);
     memcpy(gr->ins, prog.ins, sizeof(prog.ins));
     gr->n_ins = prog.n_ins;
     int32_t mparts[3 * KILN_FUSE_MAX_MEMBERS];
