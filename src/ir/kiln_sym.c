@@ -365,6 +365,18 @@ kiln_status_t kiln_dim_floordiv(kiln_sym_table_t* t, int64_t a, int64_t b, int64
       s.c = floordiv_i64(s.c, b);
       return build_sum(t, &s, out);
     }
+    /* (x // p + c) // b == (x + c*p) // (p*b) for integers x, c and p, b > 0
+     * (x // p + c is (x + c*p) // p, and floor(floor(y / p) / b) is
+     * floor(y / (p*b))): one form for a size halved twice, as torch writes
+     * it ((h - 1)//8 + 1 after three stride-2 windows, not (h - 1)//4//2 + 1),
+     * so a symbolic ResNet's branches meet at the same expression. */
+    const kiln_sym_expr_t* in = s.n == 1 && s.coef[0] == 1 ? expr_of(t, s.mono[0]) : NULL;
+    int64_t cp, pb, num;
+    if (in && in->kind == KILN_SYM_FLOORDIV && !kiln_dim_is_sym(in->b) && in->b > 0 &&
+        !__builtin_mul_overflow(s.c, in->b, &cp) && !__builtin_mul_overflow(in->b, b, &pb)) {
+      KILN_RETURN_IF_ERROR(kiln_dim_add(t, in->a, cp, &num));
+      return kiln_dim_floordiv(t, num, pb, out);
+    }
   }
   return raw(t, KILN_SYM_FLOORDIV, a, b, out);
 }

@@ -56,6 +56,45 @@ static void test_sym_canonical(void) {
   KILN_EXPECT(a == b, "terms sorted");
   char buf[64];
   KILN_EXPECT(strcmp(kiln_sym_describe(t, c, buf, sizeof buf), "s*2 + 2") == 0, "describe: %s", buf);
+  /* Nested floor divisions: (s - 1)//4//2 == (s - 1)//8 (three stride-2
+   * windows, as torch writes them), (s//2 + 1)//2 == (s + 2)//4, and
+   * (s//2 - 1)//3 == (s - 2)//6; their values at every s agree below. */
+  int64_t n1, n2, n3, n4, n5, n6, sm1, s2;
+  KILN_EXPECT_OK(kiln_dim_add(t, s, -1, &sm1));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, sm1, 4, &n1));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, n1, 2, &n1));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, sm1, 8, &n2));
+  KILN_EXPECT(n1 == n2, "(s - 1)//4//2 is (s - 1)//8");
+  KILN_EXPECT(strcmp(kiln_sym_describe(t, n1, buf, sizeof buf), "(s - 1)//8") == 0, "describe: %s", buf);
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, s, 2, &n3));
+  KILN_EXPECT_OK(kiln_dim_add(t, n3, 1, &n3));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, n3, 2, &n3));
+  KILN_EXPECT_OK(kiln_dim_add(t, s, 2, &s2));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, s2, 4, &n4));
+  KILN_EXPECT(n3 == n4, "(s//2 + 1)//2 is (s + 2)//4");
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, s, 2, &n5));
+  KILN_EXPECT_OK(kiln_dim_add(t, n5, -1, &n5));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, n5, 3, &n5));
+  KILN_EXPECT_OK(kiln_dim_add(t, s, -2, &n2));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, n2, 6, &n2));
+  KILN_EXPECT(n5 == n2, "(s//2 - 1)//3 is (s - 2)//6");
+  /* Not collapsed: 2 * (s//2) // 3 keeps its inner division (a coefficient). */
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, s, 2, &n6));
+  KILN_EXPECT_OK(kiln_dim_mul(t, n6, 2, &n6));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, n6, 3, &n6));
+  for (int64_t sv = 1; sv <= 80; ++sv) {
+    int64_t vv[2] = {sv, 1};
+    int64_t* val = calloc((size_t)t->n_exprs, sizeof(int64_t));
+    if (!val) break;
+    KILN_EXPECT_OK(kiln_sym_eval_all(t, vv, val));
+    KILN_EXPECT(kiln_sym_value(val, n1) == (sv - 1) / 4 / 2, "(s - 1)//8 at %lld", (long long)sv);
+    KILN_EXPECT(kiln_sym_value(val, n3) == (sv / 2 + 1) / 2, "(s + 2)//4 at %lld", (long long)sv);
+    /* Python's floor division: s//2 - 1 is -1 at s = 1. */
+    int64_t q = sv / 2 - 1, f = q >= 0 ? q / 3 : -((-q + 2) / 3);
+    KILN_EXPECT(kiln_sym_value(val, n5) == f, "(s - 2)//6 at %lld", (long long)sv);
+    KILN_EXPECT(kiln_sym_value(val, n6) == 2 * (sv / 2) / 3, "2*(s//2)//3 at %lld", (long long)sv);
+    free(val);
+  }
   /* Evaluation: s = 10, u = 3. */
   int64_t vars[2] = {10, 3};
   int64_t* values = calloc((size_t)t->n_exprs, sizeof(int64_t));

@@ -472,6 +472,53 @@ def test_image_models_with_any_height_and_width():
             torch.testing.assert_close(k(x), want, rtol=1e-4, atol=1e-5)
 
 
+class _Block(nn.Module):
+    """ResNet's basic block: the downsampling branch (a 1x1 stride-2 conv)
+    and the main one (3x3 stride 2, then 3x3) meet at a residual add."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+        self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idt = x if self.down is None else self.down(x)
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + idt)
+
+
+def test_residual_network_compiles_as_when_static():
+    """After several stride-2 windows, kiln's size expression is torch's:
+    (h - 1)//8 + 1, not (h - 1)//4//2 + 1 (nested floor divisions by
+    numbers collapse, src/ir/kiln_sym.c). Before, the two forms met at every
+    residual add and batch norm: reshapes between them cut the conv
+    fusions and the channels-last region (ResNet-18: 19 of 20 convs kept
+    apart). The symbolic graph now has the static graph's nodes, and agrees
+    with float64 at sizes other than the example's."""
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), _Block(8, 8, 1),
+                      _Block(8, 16, 2), _Block(16, 32, 2)).eval()
+    for mod in m.modules():   # batch norms that do something
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 96, 96)
+    static = kiln.trace(m, (x,))
+    h, w = Dim("h", min=64, max=512), Dim("w", min=64, max=512)
+    k = kiln.trace(m, (x,), dynamic_shapes=({2: h, 3: w},))
+    assert k.stats()["symbolic"] and k.stats()["nodes"] == static.stats()["nodes"], \
+        (k.stats()["nodes"], static.stats()["nodes"])
+    with torch.no_grad():
+        for size in ((96, 96), (65, 131), (200, 77)):
+            x = torch.randn(1, 3, *size)
+            want = m.double()(x.double()).float()
+            m.float()
+            torch.testing.assert_close(k(x), want, rtol=1e-4, atol=1e-5)
+
+
 def test_ceil_mode_pools_over_any_image_size():
     """A ceil-mode pool whose kernel spans stride + padding (3 by 2, padding
     0 or 1: torch's rule never drops its last window) rounds its window's
