@@ -29,6 +29,26 @@ a sample that torch.export captured only as part of a batch and cannot
 capture alone is `fallback-not-exportable`, not a failure).
 These are extra columns; the native statuses above are unchanged.
 
+Dynamic shapes (--dynamic): each sample instead runs through
+torch.compile(sample, backend="kiln", dynamic=True) (Dynamo, every size a
+SymInt; graph breaks allowed) and is compared with eager with the same
+tolerances; then, where eager takes them, again on inputs with every dim
+grown by 1 (a second size from the same compile). A sample is
+
+  pass            kiln's outputs equal eager's, every op in kiln
+  eager           equal to eager's, some op ran in eager PyTorch (kiln
+                  refused it under symbolic sizes: the reasons are recorded)
+  fail            a wrong result, or an error from kiln's backend
+                  (BackendCompilerFailed, or a traceback through kiln)
+  not-capturable  Dynamo itself (backend="eager") fails or disagrees with
+                  eager, or no graph reached kiln: not kiln's fault
+  skipped         as above
+
+and an op is `fail` if any sample failed, else `eager` if any sample was,
+else `pass` if any ran, else `not-capturable` (or `skipped`).
+
+    python tests/coverage/opinfo_coverage.py --dynamic --quick --dtypes float32 --ops var,std
+
 Speed: a trace costs ~0.3 s of fixed torch.export overhead, so all samples of
 one op go into one module (a ModuleList, one output tuple per sample) and are
 traced once; when that fails, the unsupported ops are attributed to samples
@@ -602,6 +622,190 @@ def dtypes_for(op, wanted):
     return [d for d in wanted if d in ok]
 
 
+# ---- dynamic shapes: torch.compile(dynamic=True) -----------------------------------------
+
+DYNAMIC_STATUSES = ("pass", "fail", "eager", "not-capturable", "skipped")
+
+
+class _EagerReasons:
+    """Records why kiln's partitioner sent nodes to eager (partition's
+    kiln_why, what KILN_LOG=1 prints) while torch.compile runs."""
+
+    def __init__(self):
+        self.why = []
+
+    def __enter__(self):
+        import kiln.dynamo as kd
+
+        self._kd, self._orig = kd, kd.partition
+
+        def spy(*a, **kw):
+            fused, n = self._orig(*a, **kw)
+            self.why.extend(getattr(fused, "kiln_why", []))
+            self.why.extend(w for w in getattr(fused, "kiln_eager", []) if w.startswith("a piece:"))
+            return fused, n
+
+        kd.partition = spy
+        return self
+
+    def __exit__(self, *exc):
+        self._kd.partition = self._orig
+
+
+def _through_kiln(exc):
+    """True when exc is the backend's failure, or its traceback (or a cause's)
+    runs through kiln's Python package."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    kiln_dir = os.path.dirname(os.path.abspath(kiln.__file__))
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (BackendCompilerFailed, kiln.KilnError)):
+            return True
+        for frame, _ in traceback.walk_tb(exc.__traceback__):
+            if os.path.abspath(frame.f_code.co_filename).startswith(kiln_dir + os.sep):
+                return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _short_backend(exc):
+    """_short for an error through kiln's backend: the error kiln raised
+    (BackendCompilerFailed's inner one) and the innermost kiln frame."""
+    inner = getattr(exc, "inner_exception", None) or exc
+    where = ""
+    kiln_dir = os.path.dirname(os.path.abspath(kiln.__file__))
+    for frame, line in traceback.walk_tb(inner.__traceback__):
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(kiln_dir + os.sep):
+            where = f" (at {os.path.relpath(path, os.path.dirname(kiln_dir))}:{line} {frame.f_code.co_name})"
+    return _short(inner) + where
+
+
+def _grown(tensors):
+    """The inputs with every dim grown by 1 (new values random, for an
+    integer tensor a copy of its first row along that dim, so that indices
+    stay in range), or None when there is nothing to grow."""
+    g = torch.Generator().manual_seed(1)
+    out, any_grown = [], False
+    for t in tensors:
+        t = t.clone()
+        for d in range(t.ndim):
+            if t.shape[d] == 0:
+                continue
+            if t.is_floating_point():
+                extra = torch.randn(*t.shape[:d], 1, *t.shape[d + 1:], generator=g).to(t.dtype)
+            else:
+                extra = t.narrow(d, 0, 1).clone()
+            t = torch.cat([t, extra], d)
+            any_grown = True
+        out.append(t)
+    return out if any_grown else None
+
+
+def _dynamo_disagrees(p, tensors, want, nondet):
+    """Why torch.compile(backend="eager", dynamic=True), no kiln, fails on or
+    disagrees with eager for these inputs, or None."""
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            got = torch.compile(p.call, backend="eager", dynamic=True)(*[t.clone() for t in tensors])
+    except Exception as e:
+        return "Dynamo alone raises " + _short(e)
+    finally:
+        torch._dynamo.reset()
+    why = check_sample(p, got, nondet)
+    return ("Dynamo alone disagrees with eager: " + why) if why else None
+
+
+def run_dynamic_one(p, nondet, grow=True):
+    """(status, detail) for one sample through torch.compile(dynamic=True)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    calls = [(p.tensors, p.want, p)]
+    big = _grown(p.tensors) if grow else None
+    if big is not None:
+        try:
+            with torch.no_grad():
+                big_want = p.call(*[t.clone() for t in big])
+            if all(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(big_want)):
+                tie = big[0].clone() if p.tie_input is not None and big else None
+                calls.append((big, big_want, Prepared(p.index, p.call, big, big_want, tie, p.sign_free)))
+        except Exception:  # eager refuses the grown inputs (a baked size): one size only
+            pass
+    reasons = _EagerReasons()
+    try:
+        fn = torch.compile(p.call, backend="kiln", dynamic=True, fullgraph=False)
+        for k, (tensors, want, q) in enumerate(calls):
+            size = "" if k == 0 else "grown inputs: "
+            try:
+                with reasons, torch.no_grad():
+                    got = fn(*[t.clone() for t in tensors])
+            except Exception as e:
+                if _through_kiln(e):
+                    return "fail", size + _short_backend(e)
+                why = _dynamo_disagrees(q, tensors, want, nondet)
+                return ("not-capturable", size + why) if why else ("fail", size + "run: " + _short(e))
+            why = check_sample(q, got, nondet)
+            if why:
+                other = _dynamo_disagrees(q, tensors, want, nondet)
+                if other:
+                    return "not-capturable", size + other
+                return "fail", size + why
+        graphs = counters["kiln"]["graphs"]
+        if not graphs:
+            return "not-capturable", "no graph reached kiln"
+        eager = counters["kiln"]["eager"] or counters["kiln"]["partitioned"] or counters["kiln_fallback"]
+        if eager:
+            why = reasons.why or sorted(counters["kiln_fallback"])
+            return "eager", "; ".join(dict.fromkeys(why))[:600]
+        return "pass", "" if len(calls) > 1 else "one size only"
+    finally:
+        torch._dynamo.reset()
+
+
+def run_op_dynamic(op, dtype, max_samples=None, op_seconds=None, grow=True):
+    """The result row of one op at one dtype under torch.compile(dynamic=True)."""
+    t0 = time.monotonic()
+    deadline = t0 + op_seconds if op_seconds else math.inf
+    nondet = is_nondeterministic(op)
+    samples, prepared = {}, []
+    try:
+        torch.manual_seed(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+                if max_samples is not None and i >= max_samples:
+                    break
+                r = prepare(op, s, i)
+                if isinstance(r, Prepared):
+                    prepared.append(r)
+                else:
+                    samples[i] = r
+    except Exception as e:
+        samples[-1] = ("skipped", "sample_inputs raised " + _short(e))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in prepared:
+            if time.monotonic() > deadline:
+                samples[p.index] = ("skipped", "time budget")
+                continue
+            samples[p.index] = run_dynamic_one(p, nondet, grow)
+    statuses = [s for s, _ in samples.values()]
+    counts = {k: statuses.count(k) for k in DYNAMIC_STATUSES}
+    status = next((k for k in ("fail", "eager", "pass", "not-capturable") if k in statuses), "skipped")
+    details = [{"sample": i, "status": s, "detail": d} for i, (s, d) in sorted(samples.items())
+               if s in ("fail", "eager", "not-capturable")]
+    eager_ops = sorted({d.split(" ", 1)[0] for s, d in samples.values() if s == "eager" and d})
+    return {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "mode": "dynamic", "status": status,
+            "samples": counts, "unsupported_aten": eager_ops, "details": details[:5],
+            "fallback": {}, "fallback_details": [],
+            "seconds": round(time.monotonic() - t0, 2), "nondeterministic": nondet}
+
+
 # ---- Core ATen ---------------------------------------------------------------------------
 
 
@@ -643,10 +847,16 @@ def select_ops(op_db, names):
     return picked
 
 
+def _statuses(rows):
+    if any(r.get("mode") == "dynamic" for r in rows):
+        return list(DYNAMIC_STATUSES)
+    return ["pass", "fail", "unsupported", "not-exportable", "skipped"]
+
+
 def summarise(rows):
-    totals = {k: 0 for k in ("pass", "fail", "unsupported", "not-exportable", "skipped")}
+    totals = {k: 0 for k in _statuses(rows)}
     for r in rows:
-        totals[r["status"]] += 1
+        totals[r["status"]] = totals.get(r["status"], 0) + 1
     return totals
 
 
@@ -666,6 +876,12 @@ def print_row(r, file=sys.stdout):
     c = r["samples"]
     fb = r.get("fallback") or {"pass": 0, "fail": 0}
     extra = ""
+    if r.get("mode") == "dynamic":
+        extra = r["details"][0]["detail"][:150] if r["details"] else ""
+        print(f"{r['op']:<40} {r['dtype']:<8} {r['status']:<15} "
+              f"{c['pass']:>3}/{c['fail']:>2}/{c['eager']:>2}/{c['not-capturable']:>2}/{c['skipped']:>2} "
+              f"{r['seconds']:>6.1f}s  {extra}", file=file, flush=True)
+        return
     if r["status"] == "unsupported":
         extra = ", ".join(r["unsupported_aten"])[:90]
     elif r["details"]:
@@ -680,12 +896,12 @@ def print_row(r, file=sys.stdout):
 
 def _op_totals(rows):
     """Per op (over its dtypes), its worst status, counted."""
-    order = ["fail", "unsupported", "pass", "not-exportable", "skipped"]
+    order = ["fail", "unsupported", "eager", "pass", "not-exportable", "not-capturable", "skipped"]
     per_op = {}
     for r in rows:
         cur = per_op.get(r["op"])
         per_op[r["op"]] = r["status"] if cur is None else min(cur, r["status"], key=order.index)
-    return {k: sum(1 for s in per_op.values() if s == k) for k in order}
+    return {k: sum(1 for s in per_op.values() if s == k) for k in order if k in _statuses(rows)}
 
 
 def _unsupported_frequency(rows):
@@ -699,9 +915,10 @@ def _unsupported_frequency(rows):
 def _write_result(path, rows, not_run, args, seconds, complete):
     """coverage.json; written after every row (complete False) so that a long
     run that stops part way keeps what it measured and --resume goes on."""
+    dynamic = getattr(args, "dynamic", False)
     result = {"torch": torch.__version__, "kiln": kiln.__version__, "isa": kiln.isa(), "complete": complete,
               "totals": summarise(rows), "op_totals": _op_totals(rows), "fallback_totals": summarise_fallback(rows),
-              "rows": rows, "not_run": not_run, "core_aten": core_aten_coverage() if complete else None,
+              "rows": rows, "not_run": not_run, "core_aten": core_aten_coverage() if complete and not dynamic else None,
               "unsupported_aten_frequency": _unsupported_frequency(rows),
               "args": {k: v for k, v in vars(args).items() if k != "resume"}, "seconds": round(seconds, 1)}
     tmp = path + ".tmp"
@@ -717,7 +934,7 @@ def _resumed_rows(args):
         return [], 0.0
     with open(args.out) as f:
         old = json.load(f)
-    same = {k: old.get("args", {}).get(k) for k in ("quick", "dtypes", "op_seconds", "no_fallback")}
+    same = {k: old.get("args", {}).get(k) for k in ("quick", "dtypes", "op_seconds", "no_fallback", "dynamic")}
     if same != {k: getattr(args, k) for k in same}:
         raise SystemExit(f"--resume: {args.out} was made with other options ({same}); start afresh")
     return old.get("rows", []), float(old.get("seconds", 0.0))
@@ -727,6 +944,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="", help="comma-separated OpInfo names to restrict to")
     ap.add_argument("--quick", action="store_true", help="first 2 samples per op, a time budget per op")
+    ap.add_argument("--max-samples", type=int, default=None, help="first N samples per op (--quick: 2)")
     ap.add_argument("--limit-seconds", type=float, default=None, help="stop starting new ops after this long")
     ap.add_argument("--op-seconds", type=float, default=None,
                     help="time budget per op and dtype (default: none, 20 with --quick)")
@@ -734,6 +952,10 @@ def main(argv=None):
     ap.add_argument("--out", default="coverage.json")
     ap.add_argument("--no-fallback", action="store_true",
                     help="do not re-run unsupported samples with fallback on")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="run each sample through torch.compile(backend='kiln', dynamic=True) instead")
+    ap.add_argument("--no-grow", action="store_true",
+                    help="--dynamic: do not call again with every dim grown by 1")
     ap.add_argument("--resume", action="store_true",
                     help="keep the rows already in --out (a run that stopped part way) and run the rest")
     ap.add_argument("--shard", default=None, metavar="K/N",
@@ -751,7 +973,7 @@ def main(argv=None):
         k, n = (int(v) for v in args.shard.split("/"))
         ops = ops[k::n]
     wanted = [getattr(torch, d.strip()) for d in args.dtypes.split(",") if d.strip()]
-    max_samples = 2 if args.quick else None
+    max_samples = args.max_samples if args.max_samples is not None else (2 if args.quick else None)
     op_seconds = args.op_seconds if args.op_seconds is not None else (20.0 if args.quick else None)
 
     rows, earlier_seconds = _resumed_rows(args)
@@ -759,7 +981,10 @@ def main(argv=None):
     if rows:
         print(f"resuming: {len(rows)} rows from {args.out}")
     not_run = []
-    print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip fallback pass/fail")
+    if args.dynamic:
+        print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/eager/nocapt/skip")
+    else:
+        print(f"{'op':<40} {'dtype':<8} {'status':<15} pass/fail/unsup/noexp/skip fallback pass/fail")
     todo = [(op, dtype) for op in ops for dtype in dtypes_for(op, wanted)
             if (op_id(op), str(dtype).replace("torch.", "")) not in done]
     bar = Progress(len(todo), "coverage", ticker=True, interval=0.5)
@@ -784,7 +1009,10 @@ def _run_rows(todo, rows, not_run, args, t0, earlier_seconds, max_samples, op_se
             bar.update()
             continue
         try:
-            row = run_op(op, dtype, max_samples, op_seconds, fallback=not args.no_fallback)
+            if getattr(args, "dynamic", False):
+                row = run_op_dynamic(op, dtype, max_samples, op_seconds, grow=not args.no_grow)
+            else:
+                row = run_op(op, dtype, max_samples, op_seconds, fallback=not args.no_fallback)
         except Exception as e:  # a harness bug must not lose the whole run
             row = {"op": op_id(op), "dtype": str(dtype).replace("torch.", ""), "status": "fail",
                    "samples": {"pass": 0, "fail": 1, "unsupported": 0, "not-exportable": 0, "skipped": 0},
@@ -826,13 +1054,15 @@ def print_summary(result, not_run):
     print()
     print("rows (op x dtype): " + ", ".join(f"{k} {v}" for k, v in result["totals"].items()))
     print("ops (worst over dtypes): " + ", ".join(f"{k} {v}" for k, v in result["op_totals"].items()))
-    print("unsupported samples re-run with fallback on: " +
-          ", ".join(f"{k} {v}" for k, v in result["fallback_totals"].items()))
+    if not (result.get("args") or {}).get("dynamic"):
+        print("unsupported samples re-run with fallback on: " +
+              ", ".join(f"{k} {v}" for k, v in result["fallback_totals"].items()))
     if not_run:
         print(f"not run (time limit, or missing from the merged shards): {len(not_run)} op/dtype pairs")
     top = sorted(result["unsupported_aten_frequency"].items(), key=lambda kv: -kv[1])[:15]
     if top:
-        print("most frequent unsupported ATen ops: " + ", ".join(f"{o} ({n})" for o, n in top))
+        print(("most frequent ops in eager: " if (result.get("args") or {}).get("dynamic")
+               else "most frequent unsupported ATen ops: ") + ", ".join(f"{o} ({n})" for o, n in top))
     core = result["core_aten"]
     if core:
         print(f"core ATen ops handled: {core['handled']}/{core['total']}")
