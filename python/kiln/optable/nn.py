@@ -153,12 +153,23 @@ def _batch_norm_legit(ctx, n):
 def _group_norm(ctx, n):
     # x (N, C, *) as (N, G, C / G * HxW): statistics over the last axis;
     # mean and rstd come out (N, G) as torch saves them.
-    x, weight, bias, N, C, HxW, group, eps = n.args[:8]
+    # N, C and HxW come from x's own kiln shape: under symbolic sizes the
+    # node's arguments are FX nodes (SymInts), and x's shape holds them as
+    # kiln sizes. The group's width C / G needs C as a number.
+    x, weight, bias, _, _, _, group, eps = n.args[:8]
     _require_f32(n, "group norm")
     xv = ctx.value(x)
     shape = list(ctx.shape(xv))
-    if group <= 0 or C % group or N * C * HxW != math.prod(shape):
+    if len(shape) < 2 or not isinstance(group, int) or group <= 0:
         raise Unsupported(f"group norm of {shape} in {group} groups")
+    N, C = shape[0], shape[1]
+    if isinstance(C, symbolic.SymDim) and group != 1:
+        raise Unsupported(f"group norm over a symbolic channel count ({C}) in {group} groups")
+    if group != 1 and C % group:
+        raise Unsupported(f"group norm of {shape} in {group} groups")
+    HxW = 1
+    for d in shape[2:]:
+        HxW = d * HxW
     origin = ctx.origin(n)
     xg = reshape(ctx, xv, [N, group, (C // group) * HxW])
     mean = ctx.node("mean", [xg], axes=1 << 2, keepdim=1)

@@ -1,0 +1,64 @@
+"""Single ops under torch.compile(dynamic=True): sizes are SymInts, and a
+handler that needs a number must refuse (the op runs in eager) rather than
+crash the compile or give a wrong answer. Each test compiles once and runs
+two sizes against eager in float64, and checks where the op ran (found by
+tests/coverage/opinfo_coverage.py --dynamic)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln  # noqa: F401  (registers the backend)
+
+
+@pytest.fixture
+def counters():
+    from torch._dynamo.utils import counters as c
+
+    torch._dynamo.reset()
+    c.clear()
+    yield c
+    torch._dynamo.reset()
+
+
+def _run(fn, shapes, counters, in_kiln=True, exact=False, make=None):
+    """fn compiled once with dynamic=True, at each input shape in shapes
+    (a list of tuples of shapes, one per input), against fn in float64.
+    in_kiln: every op runs in kiln (else: some op falls back to eager)."""
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for shape in shapes:
+        args = [make(s) if make else torch.randn(*s) for s in shape]
+        with torch.no_grad():
+            got = f(*[a.clone() for a in args])
+            want = fn(*[a.double() if a.is_floating_point() else a for a in args])
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        want = list(want) if isinstance(want, (tuple, list)) else [want]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (g.shape, w.shape)
+            w = w.float() if w.dtype == torch.float64 else w
+            if exact:
+                assert torch.equal(g, w)
+            else:
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert counters["kiln"]["graphs"] == 1, dict(counters["kiln"])  # one compile for both sizes
+    if in_kiln:
+        assert counters["kiln"]["whole"] == 1, (dict(counters["kiln"]), dict(counters["kiln_fallback"]))
+    else:
+        assert counters["kiln"]["partitioned"] + counters["kiln"]["eager"] == 1, dict(counters["kiln"])
+
+
+def test_group_norm_takes_its_sizes_from_the_input(counters):
+    """native_group_norm's N, C, HxW arguments are FX nodes under symbolic
+    sizes: `C % group` once crashed the compile (BackendCompilerFailed,
+    TypeError: unsupported operand type(s) for %: 'Node' and 'int'). They
+    now come from the input's kiln shape; one group needs no number."""
+    _run(lambda x: F.group_norm(x[None], 1) + 1, [((3, 5),), ((4, 6),)], counters)
+
+
+def test_group_norm_over_a_symbolic_channel_count_falls_back(counters):
+    """Two groups over a symbolic C: the group's width C / 2 must be a
+    number, so the op runs in eager, right, instead of crashing."""
+    _run(lambda x, w: F.group_norm(x, 2, w) * 2, [((2, 4, 5, 3), (4,)), ((3, 6, 6, 7), (6,))], counters,
+         in_kiln=False)
+    assert "aten.native_group_norm.default" in counters["kiln_fallback"], dict(counters["kiln_fallback"])
