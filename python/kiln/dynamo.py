@@ -444,12 +444,98 @@ def _split_float_scalars(gm, example_inputs):
     return prelude, new_inputs
 
 
+def _is_view_of_input(node, seen=None):
+    """Whether FX node `node` is a placeholder, or a view (an op whose result
+    aliases its first argument, or an item of such a result) of one."""
+    seen = set() if seen is None else seen
+    if node in seen:
+        return False
+    seen.add(node)
+    if node.op == "placeholder":
+        return isinstance(node.meta.get("val"), torch.Tensor)
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if node.target is operator.getitem:
+        return _is_view_of_input(node.args[0], seen)
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.returns or not schema.arguments:
+        return False
+    out, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    if out is None or out.is_write or first is None or first.is_write:
+        return False
+    if out.before_set and not set(out.before_set) & set(first.before_set):
+        return False  # aliases another argument (a list's, Tensor(a)[], names none)
+    return _is_view_of_input(node.args[0], seen)
+
+
+def _symbolic_inputs(example_inputs):
+    return any(isinstance(t, torch.SymInt) or (isinstance(t, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in t.shape)) for t in example_inputs)
+
+
+def _views_of_inputs(gm, example_inputs):
+    """(positions, GraphModule computing them) for the outputs of gm that are
+    views of its inputs, under symbolic sizes; else None.
+
+    AOTAutograd gives the caller such an output as a view of the real input,
+    regenerated from the compiled output: by replaying the view ops, except
+    where they take symbolic sizes (x[:, n // 2:], a chunk): then by
+    input.as_strided(out.size(), out.stride(), out.storage_offset()) of the
+    compiled output, whose layout is kiln's dense copy (offset 0), not the
+    view's: the wrong elements. These outputs are made by the graph's own
+    view ops in eager PyTorch instead (real views, as Inductor returns)."""
+    if not _symbolic_inputs(example_inputs):
+        return None
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    flat = list(out.args[0]) if isinstance(out.args[0], (tuple, list)) else [out.args[0]]
+    pos = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node) and a.op != "placeholder"
+           and _is_view_of_input(a)]
+    if not pos:
+        return None
+    g = torch.fx.Graph()
+    env = {}
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            env[n] = g.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+    needed = set()
+
+    def need(n):
+        if n in needed or n.op == "placeholder":
+            return
+        needed.add(n)
+        for a in n.all_input_nodes:
+            need(a)
+
+    for i in pos:
+        need(flat[i])
+    for n in gm.graph.nodes:
+        if n in needed:
+            env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[flat[i]] for i in pos))
+    return pos, torch.fx.GraphModule(gm, g)
+
+
 def kiln_fw_compiler(gm, example_inputs):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+    views = _views_of_inputs(gm, example_inputs)
     # Dynamo compiles under a fake-tensor mode; kiln builds real constants.
     with unset_fake_temporarily():
-        return _kiln_fw_compile(gm, example_inputs)
+        fn = _kiln_fw_compile(gm, example_inputs)
+    if views is None:
+        return fn
+    pos, view_gm = views
+
+    def run(*args):
+        outs = fn(*args)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        for i, v in zip(pos, view_gm(*args)):
+            outs[i] = v
+        return outs
+
+    run._kiln_module = getattr(fn, "_kiln_module", None)
+    return run
 
 
 def _kiln_fw_compile(gm, example_inputs):
