@@ -77,3 +77,15 @@ def test_a_view_of_an_input_with_a_symbolic_offset(counters, fn):
     wrong elements (x[:, n // 2:] gave x's first elements). Such outputs
     are now the graph's own views, made in eager PyTorch."""
     _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True, make=lambda s: torch.arange(s[0] * s[1]).float().view(s))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.chunk(x, 3, dim=1),
+    lambda x: [t * 2 for t in torch.chunk(x, 3, dim=1)],
+    lambda x: [t + 1 for t in torch.split(x, [2, x.shape[0] - 2], dim=0)],
+], ids=["chunk", "chunk-used", "split-sizes"])
+def test_split_into_symbolic_sizes(counters, fn):
+    """split_with_sizes with SymInt sizes (torch.chunk of a symbolic dim)
+    once crashed the compile ('Node' object cannot be interpreted as an
+    integer): each piece now takes its size from torch's result."""
+    _run(fn, [((5, 5),), ((7, 7),)], counters, exact=True)

@@ -240,8 +240,12 @@ def _split(ctx, n):
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[2] if len(n.args) > 2 else n.kwargs.get("dim", 0), len(shape))
     sizes = n.args[1]
-    if isinstance(sizes, int):
+    if isinstance(sizes, int) and not isinstance(shape[dim], symbolic.SymDim):
         sizes = [min(sizes, shape[dim] - i) for i in range(0, shape[dim], sizes)]
+    else:
+        # Under symbolic sizes (a split size, or the dim, a SymInt): each
+        # piece's size as torch's result has it (Dynamo guards their number).
+        sizes = [symbolic.shape(v)[dim] for v in _val(n)]
     src = _dense_strides(shape)
     outs, start = [], 0
     for size in sizes:
