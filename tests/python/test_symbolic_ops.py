@@ -89,3 +89,23 @@ def test_split_into_symbolic_sizes(counters, fn):
     once crashed the compile ('Node' object cannot be interpreted as an
     integer): each piece now takes its size from torch's result."""
     _run(fn, [((5, 5),), ((7, 7),)], counters, exact=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.adaptive_avg_pool2d(x, (None, 3)),
+    lambda x: F.adaptive_avg_pool2d(x, (None, None)),
+    lambda x: F.adaptive_avg_pool2d(x, (1, 1)),
+], ids=["none-3", "none-none", "global"])
+def test_adaptive_avg_pool_to_its_own_symbolic_size(counters, fn):
+    """An adaptive pool's output size None is the input's (a SymInt node):
+    _ints once called int() on it (TypeError). A size pooled to itself is
+    an even split; other splits of a symbolic size run as before. (The
+    sizes are literals: dynamic=True makes a closure's int a SymInt, and a
+    symbolic output size is refused: eager.)"""
+    _run(fn, [((2, 3, 5, 6),), ((2, 3, 7, 9),)], counters)
+
+
+def test_adaptive_avg_pool_to_a_symbolic_output_size_falls_back(counters):
+    out = (None, 3)  # out[1] is a SymInt under dynamic=True: a size kiln needs as a number
+    _run(lambda x: F.adaptive_avg_pool2d(x, out), [((2, 3, 5, 6),), ((2, 3, 7, 9),)], counters, in_kiln=False)
+    assert "aten._adaptive_avg_pool2d.default" in counters["kiln_fallback"], dict(counters["kiln_fallback"])

@@ -729,7 +729,10 @@ def _sdpa(ctx, n):
 def _ints(v, n=2):
     """An int or a list of one or n ints as a list of n ints."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
-    return v * n if len(v) == 1 else [int(i) for i in v]
+    # A size argument may be a SymInt's FX node under symbolic sizes (an
+    # adaptive pool's output size that is its input's): a kiln size then.
+    v = [symbolic.size(i) if isinstance(i, (torch.fx.Node, torch.SymInt)) else i for i in v]
+    return v * n if len(v) == 1 else [i if isinstance(i, symbolic.SymDim) else int(i) for i in v]
 
 
 def _as_nchw(ctx, x, spatial):
@@ -830,6 +833,14 @@ def _avg_pool2d(ctx, n):
     return reshape(ctx, y, _shape(n))
 
 
+def adaptive_even(size, out):
+    """Whether an adaptive pool of size to out splits evenly (a symbolic
+    size pooled to itself does; other symbolic tests raise Unsupported)."""
+    if out == size:
+        return True
+    return out > 0 and size % out == 0
+
+
 def adaptive_avg_pool2d_even(ctx, n):
     """adaptive_avg_pool2d when it is a plain average pool: each output cell
     averages an equal, non-overlapping block (this includes the global
@@ -837,9 +848,9 @@ def adaptive_avg_pool2d_even(ctx, n):
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     h, w = ctx.shape(xv)[2:]
     oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
-    if _val(n).dtype != torch.float32 or oh <= 0 or ow <= 0 or h % oh or w % ow:
+    if _val(n).dtype != torch.float32 or not (adaptive_even(h, oh) and adaptive_even(w, ow)):
         raise Unsupported(f"adaptive_avg_pool2d from {h}x{w} to {oh}x{ow} (not an even split)")
-    k = [h // oh, w // ow]
+    k = [1 if oh == h else h // oh, 1 if ow == w else w // ow]
     y = ctx.node("avg_pool2d", [xv], origin=ctx.origin(n), **_pool_params(k, k, 0, 1, False, True))
     return reshape(ctx, y, _shape(n))
 

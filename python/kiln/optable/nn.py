@@ -24,8 +24,8 @@ import torch
 from kiln import symbolic
 from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
-                               _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, aten,
-                               dtype_id, reshape, strided_copy)
+                               _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, adaptive_even,
+                               aten, dtype_id, reshape, strided_copy)
 from kiln.optable.registry import register
 
 F32 = torch.float32
@@ -343,7 +343,7 @@ def _upsample_nearest2d(ctx, n):
 
 def _adaptive_target(n, h, w):
     oh, ow = (o if o is not None else s for o, s in zip(_ints(n.args[1]), (h, w)))
-    return int(oh), int(ow)
+    return oh, ow
 
 
 @register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default)
@@ -355,7 +355,7 @@ def _adaptive_avg_pool2d_any(ctx, n):
     xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
     h, w = ctx.shape(xv)[2:]
     oh, ow = _adaptive_target(n, h, w)
-    if oh > 0 and ow > 0 and h % oh == 0 and w % ow == 0:
+    if adaptive_even(h, oh) and adaptive_even(w, ow):
         return adaptive_avg_pool2d_even(ctx, n)
     y = ctx.node("adaptive_avg_pool2d", [xv], origin=ctx.origin(n), h=oh, w=ow)
     return reshape(ctx, y, _shape(n))
