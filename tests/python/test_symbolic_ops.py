@@ -109,3 +109,15 @@ def test_adaptive_avg_pool_to_a_symbolic_output_size_falls_back(counters):
     out = (None, 3)  # out[1] is a SymInt under dynamic=True: a size kiln needs as a number
     _run(lambda x: F.adaptive_avg_pool2d(x, out), [((2, 3, 5, 6),), ((2, 3, 7, 9),)], counters, in_kiln=False)
     assert "aten._adaptive_avg_pool2d.default" in counters["kiln_fallback"], dict(counters["kiln_fallback"])
+
+
+def test_repeat_by_a_symbolic_count(counters):
+    """repeat with a SymInt count (instance_norm repeats its stats by the
+    batch) once raised TypeError from int(Node); the repeat runs in kiln."""
+    _run(lambda x, y: x.repeat(y.shape[0], 1) + 1, [((2, 3), (4,)), ((3, 5), (6,))], counters)
+
+
+def test_instance_norm_does_not_crash(counters):
+    """instance_norm: its repeats run in kiln, its batch norm without
+    statistics falls back; the result is eager's."""
+    _run(lambda x: F.instance_norm(x), [((2, 3, 5),), ((3, 4, 7),)], counters, in_kiln=False)

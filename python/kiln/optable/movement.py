@@ -107,7 +107,7 @@ def _repeat(ctx, n):
     # x.repeat(r) reads x through a view with a stride-0 dim of size r_d in
     # front of each dim d: (r0, s0, r1, s1, ...), then reshapes.
     x = ctx.value(n.args[0])
-    reps = [int(r) for r in n.args[1]]
+    reps = [symbolic.size(r) for r in n.args[1]]  # a SymInt's node under symbolic sizes
     shape = [1] * (len(reps) - len(ctx.shape(x))) + list(ctx.shape(x))
     src = _dense_strides(shape)
     dims, strides = [], []
