@@ -121,3 +121,9 @@ def test_instance_norm_does_not_crash(counters):
     """instance_norm: its repeats run in kiln, its batch norm without
     statistics falls back; the result is eager's."""
     _run(lambda x: F.instance_norm(x), [((2, 3, 5),), ((3, 4, 7),)], counters, in_kiln=False)
+
+
+def test_circular_pad_scatters_at_a_symbolic_start(counters):
+    """pad(mode='circular') decomposes to slice_scatter at a start that is
+    a SymInt node; `start < 0` once raised TypeError."""
+    _run(lambda x: F.pad(x, (1, 2), mode="circular"), [((2, 3, 5),), ((3, 4, 7),)], counters)

@@ -255,8 +255,16 @@ def _slice_scatter(ctx, n):
     start = _arg(n, 3, "start", None)
     step = _arg(n, 5, "step", 1)
     size = shape[dim]
-    start = 0 if start is None else (start + size if start < 0 else start)
-    start = min(max(start, 0), size)
+    start = 0 if start is None else symbolic.size(start)
+    if isinstance(start, symbolic.SymDim) or isinstance(size, symbolic.SymDim):
+        # As _slice: torch has checked the bounds symbolically, start is in [0, size].
+        if isinstance(start, int) and start < 0:
+            start = start + size
+    else:
+        start = start + size if start < 0 else start
+        start = min(max(start, 0), size)
+    if not isinstance(step, int):
+        raise Unsupported(f"slice_scatter by a symbolic step ({step})")
     st = _dense_strides(shape)
     strides = list(st)
     strides[dim] = st[dim] * step
