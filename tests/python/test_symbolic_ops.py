@@ -127,3 +127,27 @@ def test_circular_pad_scatters_at_a_symbolic_start(counters):
     """pad(mode='circular') decomposes to slice_scatter at a start that is
     a SymInt node; `start < 0` once raised TypeError."""
     _run(lambda x: F.pad(x, (1, 2), mode="circular"), [((2, 3, 5),), ((3, 4, 7),)], counters)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.var(x, dim=1),
+    lambda x: torch.var(x, correction=0),
+    lambda x: torch.std(x, dim=(0, 2), keepdim=True),
+    lambda x: torch.var(x, dim=-1, correction=0.5),
+    lambda x: torch.var_mean(x, dim=0),
+    lambda x: torch.std_mean(x, dim=1, correction=2),
+], ids=["var-dim", "var-all-biased", "std-keepdim", "var-float-correction", "var_mean", "std_mean"])
+def test_variance_over_a_symbolic_count(counters, fn):
+    """var / std / var_mean with a symbolic number of elements N: the
+    divisor max(N - correction, 0) is a size computed per call (once: the
+    op ran in eager, 'a symbolic size ... where kiln needs a number')."""
+    _run(fn, [((3, 5, 4),), ((4, 7, 6),)], counters)
+
+
+def test_variance_of_too_few_elements(counters):
+    """N - correction <= 0 at one of the sizes: torch's divisor is 0 (inf or
+    nan), kiln's the same."""
+    f = torch.compile(lambda x: torch.var(x, dim=1, correction=3), backend="kiln", dynamic=True)
+    for shape in ((3, 5), (3, 3), (4, 2)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(f(x), torch.var(x.double(), dim=1, correction=3).float(), equal_nan=True)

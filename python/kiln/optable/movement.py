@@ -19,7 +19,7 @@ import torch
 from kiln import symbolic
 from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _axes_mask, _dense_strides, _norm_dim, _shape, _val, aten,
-                               broadcast_to, cast, index_single, operand, reshape, strided_copy)
+                               broadcast_to, cast, index_single, operand, reshape, strided_copy, sym_scalar)
 from kiln.optable.registry import register
 
 # Kept whole (register(..., keep_whole=True)): Core ATen ops that
@@ -595,11 +595,23 @@ def _variance(ctx, n, x, dims, correction, keepdim):
     d = ctx.node("sub", [x, mean], origin=o)
     s2 = ctx.node("sum", [ctx.node("mul", [d, d], origin=o)], origin=o, axes=mask, keepdim=keep)
     s1 = ctx.node("sum", [d], origin=o, axes=mask, keepdim=keep)
-    fix = ctx.node("div", [ctx.node("mul", [s1, s1], origin=o), ctx.scalar(float(count), f32)], origin=o)
+    # N, and the divisor max(N - correction, 0): a number, or under symbolic
+    # sizes a 0-d tensor computed per call from the symbolic count.
+    if isinstance(count, symbolic.SymDim):
+        n_t = sym_scalar(ctx, count, f32)
+        if isinstance(correction, int) and not isinstance(correction, bool):
+            div_t = sym_scalar(ctx, symbolic.minmax("max", count - correction, 0), f32)
+        else:  # a float correction: max(N - c, 0) in float32, as torch's
+            div_t = ctx.node("maximum", [ctx.node("sub", [n_t, ctx.scalar(float(correction), f32)], origin=o),
+                                         ctx.scalar(0.0, f32)], origin=o)
+    else:
+        n_t = ctx.scalar(float(count), f32)
+        div_t = ctx.scalar(float(max(count - correction, 0)), f32)
+    fix = ctx.node("div", [ctx.node("mul", [s1, s1], origin=o), n_t], origin=o)
     s = ctx.node("sub", [s2, fix], origin=o)
-    var = ctx.node("div", [s, ctx.scalar(float(max(count - correction, 0)), f32)], origin=o)
+    var = ctx.node("div", [s, div_t], origin=o)
     # The mean, corrected by the same term (var_mean returns it).
-    mean = ctx.node("add", [mean, ctx.node("div", [s1, ctx.scalar(float(count), f32)])], origin=o)
+    mean = ctx.node("add", [mean, ctx.node("div", [s1, n_t])], origin=o)
     return var, mean
 
 
