@@ -123,6 +123,22 @@ def test_instance_norm_does_not_crash(counters):
     _run(lambda x: F.instance_norm(x), [((2, 3, 5),), ((3, 4, 7),)], counters, in_kiln=False)
 
 
+def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
+    """instance_norm with running stats over N == C (one symbol s): batch
+    norm's statistics are (s**2,), a size kiln cannot hold, so the op's
+    stand-in fails, and getitem of it raised TypeError ('_Poison' object is
+    not subscriptable) through the compile. It is refused (eager) now, and
+    the running stats are updated as eager's."""
+    g = lambda x, rm, rv: F.instance_norm(x, rm, rv, use_input_stats=True)  # noqa: E731
+    f = torch.compile(g, backend="kiln", dynamic=True)
+    for s in [(3, 3, 5), (4, 4, 6)]:
+        x, rm, rv = torch.randn(*s), torch.zeros(s[1]), torch.ones(s[1])
+        rm2, rv2 = rm.clone(), rv.clone()
+        torch.testing.assert_close(f(x, rm, rv), g(x, rm2, rv2))
+        torch.testing.assert_close((rm, rv), (rm2, rv2))
+    assert counters["kiln"]["graphs"] == 1 and counters["kiln"]["partitioned"] == 1, dict(counters["kiln"])
+
+
 def test_circular_pad_scatters_at_a_symbolic_start(counters):
     """pad(mode='circular') decomposes to slice_scatter at a start that is
     a SymInt node; `start < 0` once raised TypeError."""

@@ -886,4 +886,9 @@ def _batch_norm_eval(ctx, n):
 
 @register(operator.getitem)
 def _getitem(ctx, n):
-    return ctx.env[n.args[0]][n.args[1]]
+    v = ctx.env[n.args[0]]
+    if not isinstance(v, (tuple, list)) and hasattr(v, "why"):
+        # An item of a node kiln holds no value for (its stand-in failed: a
+        # capture._Poison): refused with that reason, not a TypeError.
+        raise Unsupported(f"an item of {n.args[0].target}, which kiln cannot hold: {v.why}")
+    return v[n.args[1]]
