@@ -262,6 +262,12 @@ class Symbols:
             for a in args:
                 out = a * out
             return out
+        if isinstance(expr, sympy.Pow) and getattr(expr.exp, "is_Integer", False) and 0 < int(expr.exp) <= 64:
+            # s**2: sizes of equal symbols multiplied (a flatten of (s, s)).
+            out = 1
+            for _ in range(int(expr.exp)):
+                out = args[0] * out
+            return out
         if isinstance(expr, F.FloorDiv):
             return args[0] // args[1]
         if isinstance(expr, (F.PythonMod, F.Mod, sympy.Mod)):

@@ -125,10 +125,11 @@ def test_instance_norm_does_not_crash(counters):
 
 def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
     """instance_norm with running stats over N == C (one symbol s): batch
-    norm's statistics are (s**2,), a size kiln cannot hold, so the op's
-    stand-in fails, and getitem of it raised TypeError ('_Poison' object is
-    not subscriptable) through the compile. It is refused (eager) now, and
-    the running stats are updated as eager's."""
+    norm's statistics are (s**2,). kiln held no such size (sympy Pow), so
+    the op's stand-in failed, and getitem of it raised TypeError ('_Poison'
+    object is not subscriptable) through the compile. s**2 is a size now
+    (a product), and an item of a value kiln cannot hold is refused (eager,
+    below); the running stats are updated as eager's."""
     g = lambda x, rm, rv: F.instance_norm(x, rm, rv, use_input_stats=True)  # noqa: E731
     f = torch.compile(g, backend="kiln", dynamic=True)
     for s in [(3, 3, 5), (4, 4, 6)]:
@@ -137,6 +138,35 @@ def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
         torch.testing.assert_close(f(x, rm, rv), g(x, rm2, rv2))
         torch.testing.assert_close((rm, rv), (rm2, rv2))
     assert counters["kiln"]["graphs"] == 1 and counters["kiln"]["partitioned"] == 1, dict(counters["kiln"])
+
+
+def test_getitem_of_a_value_kiln_cannot_hold_is_refused():
+    import operator
+
+    from kiln.capture import _Poison
+    from kiln.errors import Unsupported
+    from kiln.optable import TABLE
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    node = g.call_function(torch.ops.aten.var_mean.correction, (x,))
+    item = g.call_function(operator.getitem, (node, 0))
+
+    class Ctx:
+        env = {node: _Poison(node, "a size kiln cannot hold")}
+
+    with pytest.raises(Unsupported, match="a size kiln cannot hold"):
+        TABLE[operator.getitem](Ctx(), item)
+
+
+def test_sizes_of_one_symbol_multiplied(counters):
+    """(s, s, s) flattened is s**3 in torch's expression (a sympy Pow),
+    which kiln refused ('the symbolic size s**3 (Pow)': eager); it is a
+    product of sizes now, and the view runs in kiln."""
+    _run(lambda x: x.flatten() * 2, [((3, 3, 3),), ((4, 4, 4),)], counters)
+    torch._dynamo.reset()
+    counters.clear()
+    _run(lambda x: x.reshape(x.shape[0] * x.shape[1], -1).sum(1), [((3, 3, 2),), ((5, 5, 2),)], counters)
 
 
 def test_circular_pad_scatters_at_a_symbolic_start(counters):
