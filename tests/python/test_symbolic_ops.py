@@ -197,3 +197,25 @@ def test_variance_of_too_few_elements(counters):
     for shape in ((3, 5), (3, 3), (4, 2)):
         x = torch.randn(*shape)
         torch.testing.assert_close(f(x), torch.var(x.double(), dim=1, correction=3).float(), equal_nan=True)
+
+
+@pytest.mark.parametrize("shapes", [[(4, 3, 5), (6, 3, 7)], [(4, 3), (7, 3)], [(2, 3, 4, 5), (3, 3, 6, 2)]],
+                         ids=["1d", "flat", "2d"])
+def test_batch_norm_training_over_a_symbolic_batch(counters, shapes):
+    """Batch norm with batch statistics over a symbolic element count n per
+    channel: the running variance's n / (n - 1) is computed per call (once:
+    eager, 'a symbolic size ... where kiln needs a number'). Outputs and
+    running statistics equal eager's at two sizes."""
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    m = nn.BatchNorm2d(3) if len(shapes[0]) == 4 else nn.BatchNorm1d(3)
+    ref = type(m)(3)
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="kiln", dynamic=True)
+    for s in shapes:
+        x = torch.randn(*s)
+        torch.testing.assert_close(f(x), ref(x), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close((m.running_mean, m.running_var), (ref.running_mean, ref.running_var))
+    assert counters["kiln"]["graphs"] == counters["kiln"]["whole"] > 0, (dict(counters["kiln"]),
+                                                                         dict(counters["kiln_fallback"]))

@@ -25,7 +25,7 @@ from kiln import symbolic
 from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
                                _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, adaptive_even,
-                               aten, dtype_id, reshape, strided_copy)
+                               aten, dtype_id, reshape, strided_copy, sym_scalar)
 from kiln.optable.registry import register
 
 F32 = torch.float32
@@ -78,7 +78,7 @@ def _batch_norm_train(ctx, n, x, weight, bias, eps):
     mean, var, rstd, centred = _batch_stats(ctx, xv, eps)
     y = ctx.node("mul", [centred, rstd], origin=origin)
     y = _affine(ctx, y, weight, bias, [c] + [1] * (len(shape) - 2), origin)
-    count = math.prod(shape) // c if c else 0
+    count = math.prod([shape[0]] + list(shape[2:]))  # elements per channel (a size: maybe symbolic)
     return y, reshape(ctx, mean, [c]), reshape(ctx, rstd, [c]), reshape(ctx, var, [c]), count
 
 
@@ -117,7 +117,10 @@ def _batch_norm_functional(ctx, n):
         return (y, _empty(ctx, n, 1), _empty(ctx, n, 2), ctx.value(running_mean), ctx.value(running_var))
     y, mean, rstd, var, count = _batch_norm_train(ctx, n, x, weight, bias, eps)
     # The running variance takes the unbiased estimate: var * n / (n - 1).
-    if count > 1:
+    if isinstance(count, symbolic.SymDim):  # n computed per call; n == 1 divides by zero, as torch
+        unbiased = ctx.node("div", [ctx.node("mul", [var, sym_scalar(ctx, count, F32)]),
+                                    sym_scalar(ctx, count - 1, F32)])
+    elif count > 1:
         unbiased = ctx.node("mul", [var, ctx.scalar(count / (count - 1), F32)])
     else:  # torch divides by zero here
         unbiased = ctx.node("mul", [var, ctx.scalar(float("inf"), F32)])
