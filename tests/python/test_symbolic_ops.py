@@ -219,3 +219,15 @@ def test_batch_norm_training_over_a_symbolic_batch(counters, shapes):
         torch.testing.assert_close((m.running_mean, m.running_var), (ref.running_mean, ref.running_var))
     assert counters["kiln"]["graphs"] == counters["kiln"]["whole"] > 0, (dict(counters["kiln"]),
                                                                          dict(counters["kiln_fallback"]))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.flip(0),
+    lambda x: x.flip(1) * 2,
+    lambda x: x.flip(0, 2) + 1,
+    lambda x: torch.fliplr(x) - 1,
+], ids=["dim0", "dim1", "dims", "fliplr"])
+def test_flip_of_a_symbolic_dim(counters, fn):
+    """flip reads a symbolic dim backwards from its last element (it asked
+    'size > 1' of a symbolic size: eager)."""
+    _run(fn, [((3, 4, 5),), ((5, 6, 7),)], counters, exact=True)

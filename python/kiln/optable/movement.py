@@ -94,7 +94,9 @@ def _flip(ctx, n):
     for d in {_norm_dim(d, max(rank, 1)) for d in n.args[1]}:
         if rank == 0:
             continue
-        if shape[d] > 1:  # read the dim backwards from its last element
+        # Read the dim backwards from its last element; a symbolic size too
+        # (at 1 that reads the one element: offset 0, the stride unused).
+        if isinstance(shape[d], symbolic.SymDim) or shape[d] > 1:
             offset += (shape[d] - 1) * strides[d]
             strides[d] = -strides[d]
     if offset == 0 or 0 in shape:
