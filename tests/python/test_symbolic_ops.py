@@ -231,3 +231,15 @@ def test_flip_of_a_symbolic_dim(counters, fn):
     """flip reads a symbolic dim backwards from its last element (it asked
     'size > 1' of a symbolic size: eager)."""
     _run(fn, [((3, 4, 5),), ((5, 6, 7),)], counters, exact=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.sum(1) > x.shape[1],
+    lambda x: torch.arange(x.shape[0]) == x.shape[0] - 1,
+    lambda x: x.argmax(1) == x.shape[1] - 1,
+], ids=["float-gt-size", "arange-eq-size", "argmax-eq-size"])
+def test_a_comparison_with_a_size(counters, fn):
+    """A tensor compared with a size (a SymInt node): the comparison's
+    dtype promotion called .dim() on the SymInt (AttributeError crashed the
+    compile; OpInfo isin). The size is a Python int operand there."""
+    _run(fn, [((3, 4),), ((5, 6),)], counters, exact=True)

@@ -427,6 +427,9 @@ def _compute_dtype(n, a, b):
     def as_operand(x):
         if isinstance(x, torch.fx.Node):
             v = _val(x)
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # A size (a SymInt node under symbolic sizes) as a Python scalar.
+                return {torch.SymInt: 0, torch.SymFloat: 0.0, torch.SymBool: False}[type(v)]
             return v if v.dim() > 0 else torch.empty((), dtype=v.dtype)
         return x
     return torch.result_type(as_operand(a), as_operand(b))
