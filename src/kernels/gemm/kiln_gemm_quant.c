@@ -83,15 +83,28 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
 
 static float kiln_q_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
 
+/* nearbyintf(x) in the default rounding mode (to nearest, ties to even),
+ * inline: adding and taking away 1.5 * 2^23 leaves x rounded for |x| < 2^22
+ * (every quotient the rules round is within +-128 of zero unless a scale
+ * is denormal; larger ones are whole numbers already or clamp). The libm
+ * call per weight made packing a 1.1B-weight model take ~10 s. */
+static inline float kiln_q_round(float x) {
+  const float magic = 12582912.0f; /* 1.5 * 2^23 */
+  return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
+}
+
 /* Quantizes one column (k values, src[p * rs]) into an int8 panel column. */
 static void kiln_q8_column(int64_t k, const float* src, int64_t rs, int8_t* dst, float* scale) {
   float amax = 0.0f;
-  for (int64_t p = 0; p < k; ++p) amax = fmaxf(amax, fabsf(src[p * rs]));
+  for (int64_t p = 0; p < k; ++p) {
+    float a = fabsf(src[p * rs]);
+    amax = a > amax ? a : amax; /* fmaxf's answer: a NaN never wins */
+  }
   float s = amax / 127.0f;
   if (s == 0.0f) s = 1.0f;
   *scale = s;
   for (int64_t p = 0; p < k; ++p)
-    dst[p * KILN_GEMM_PANEL] = (int8_t)kiln_q_clamp(nearbyintf(src[p * rs] / s), -127.0f, 127.0f);
+    dst[p * KILN_GEMM_PANEL] = (int8_t)kiln_q_clamp(kiln_q_round(src[p * rs] / s), -127.0f, 127.0f);
 }
 
 /* x rounded to bf16 (to nearest even): the scales int4 blobs store. */
@@ -105,15 +118,16 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
   float s, z;
   if (asym) {
     float lo = 0.0f, hi = 0.0f;
-    for (int64_t r = 0; r < len; ++r) {
-      lo = fminf(lo, src[r * rs]);
-      hi = fmaxf(hi, src[r * rs]);
+    for (int64_t r = 0; r < len; ++r) { /* fminf / fmaxf: a NaN never wins */
+      float x = src[r * rs];
+      lo = x < lo ? x : lo;
+      hi = x > hi ? x : hi;
     }
     s = kiln_q_bf16((hi - lo) / 15.0f);
     if (s == 0.0f) s = 1.0f;
-    z = kiln_q_clamp(nearbyintf(-lo / s), 0.0f, 15.0f);
+    z = kiln_q_clamp(kiln_q_round(-lo / s), 0.0f, 15.0f);
     for (int64_t r = 0; r < group; ++r)
-      nib[r] = r < len ? (uint8_t)kiln_q_clamp(nearbyintf(src[r * rs] / s) + z, 0.0f, 15.0f)
+      nib[r] = r < len ? (uint8_t)kiln_q_clamp(kiln_q_round(src[r * rs] / s) + z, 0.0f, 15.0f)
                        : (uint8_t)z;
   } else {
     float m = 0.0f;
@@ -121,8 +135,11 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
       if (fabsf(src[r * rs]) > fabsf(m)) m = src[r * rs];
     s = kiln_q_bf16(m / -8.0f);
     z = 8.0f;
-    for (int64_t r = 0; r < group; ++r) {
-      float q = r < len && s != 0.0f ? kiln_q_clamp(nearbyintf(src[r * rs] / s), -8.0f, 7.0f) : 0.0f;
+    int64_t r = 0;
+    if (s != 0.0f && rs == 1) /* a Linear's (N, K) rows: a loop the compiler vectorizes */
+      for (; r < len; ++r) nib[r] = (uint8_t)(kiln_q_clamp(kiln_q_round(src[r] / s), -8.0f, 7.0f) + 8.0f);
+    for (; r < group; ++r) {
+      float q = r < len && s != 0.0f ? kiln_q_clamp(kiln_q_round(src[r * rs] / s), -8.0f, 7.0f) : 0.0f;
       nib[r] = (uint8_t)(q + 8.0f);
     }
   }
@@ -147,32 +164,37 @@ int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int fo
   return 1;
 }
 
-void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
-                            int bits, int group, int asym, void* out) {
-  const int form = kiln_q_own_form(bits, asym);
-  if (!kiln_gemm_quant_blob_start(k, n, bits, group, form, out)) return;
-  uint8_t* body = (uint8_t*)out + KILN_GEMM_QUANT_HEADER;
+/* One packing job, panel by panel (each writes its own columns' scales and
+ * bytes). Serial: the pack pass runs its weights' jobs on the pool already,
+ * and a parallel_for inside one of its tasks would wait on its own pool. */
+typedef struct {
+  int64_t k, n, rs, cs, np, kg, gb;
+  const float* b;
+  int bits, group, asym, form;
+  uint8_t* body;
+} kiln_q_pack_job_t;
+
+static void kiln_q_pack_panel(const kiln_q_pack_job_t* jb, int64_t panel) {
   const int P = KILN_GEMM_PANEL;
-  int64_t np = kiln_q_cdiv(n, P);
-  if (bits == 8) {
-    float* scales = (float*)body;
-    int8_t* data = (int8_t*)(body + np * P * 4);
-    for (int64_t j = 0; j < n; ++j)
-      kiln_q8_column(k, b + j * cs, rs, data + (j / P) * P * k + j % P, &scales[j]);
+  if (jb->bits == 8) {
+    float* scales = (float*)jb->body;
+    int8_t* data = (int8_t*)(jb->body + jb->np * P * 4);
+    for (int64_t j = panel * P; j < jb->n && j < (panel + 1) * P; ++j)
+      kiln_q8_column(jb->k, jb->b + j * jb->cs, jb->rs, data + panel * P * jb->k + j % P, &scales[j]);
     return;
   }
-  int64_t kg = kiln_q_cdiv(k, group), gb = kiln_gemm_q4_group_bytes(group, form);
+  const int group = jb->group, asym = jb->asym, form = jb->form;
   uint8_t nib[4096];
-  for (int64_t j = 0; j < np * P; ++j) {
+  for (int64_t j = panel * P; j < (panel + 1) * P; ++j) {
     int c = (int)(j % P);
-    for (int64_t g = 0; g < kg; ++g) {
-      uint8_t* blk = body + (j / P) * kg * gb + g * gb;
+    for (int64_t g = 0; g < jb->kg; ++g) {
+      uint8_t* blk = jb->body + panel * jb->kg * jb->gb + g * jb->gb;
       uint16_t* sc = (uint16_t*)blk; /* bf16 scales, then (asym) zero points */
       uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
-      int64_t p0 = g * group, len = k - p0 < group ? k - p0 : group;
+      int64_t p0 = g * group, len = jb->k - p0 < group ? jb->k - p0 : group;
       float s = 0.0f, z = asym ? 0.0f : 8.0f;
-      if (j < n) {
-        kiln_q4_group(len, group, asym, b + p0 * rs + j * cs, rs, nib, &s, &z);
+      if (j < jb->n) {
+        kiln_q4_group(len, group, asym, jb->b + p0 * jb->rs + j * jb->cs, jb->rs, nib, &s, &z);
       } else {
         s = 0.0f;
         for (int r = 0; r < group; ++r) nib[r] = (uint8_t)z;
@@ -183,6 +205,19 @@ void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, in
         bytes[kiln_gemm_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
     }
   }
+}
+
+void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                            int bits, int group, int asym, void* out) {
+  const int form = kiln_q_own_form(bits, asym);
+  if (!kiln_gemm_quant_blob_start(k, n, bits, group, form, out)) return;
+  kiln_q_pack_job_t jb = {k, n, rs, cs, kiln_q_cdiv(n, KILN_GEMM_PANEL), 0, 0, b, bits, group, asym,
+                          form, (uint8_t*)out + KILN_GEMM_QUANT_HEADER};
+  if (bits == 4) {
+    jb.kg = kiln_q_cdiv(k, group);
+    jb.gb = kiln_gemm_q4_group_bytes(group, form);
+  }
+  for (int64_t p = 0; p < jb.np; ++p) kiln_q_pack_panel(&jb, p);
 }
 
 void kiln_gemm_quant_set_a8(void* blob) {
