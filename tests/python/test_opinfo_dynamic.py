@@ -32,7 +32,7 @@ DYNAMIC_SUBSET = [
     ("split", True),
     ("nn.functional.group_norm", False),  # more groups than one over a symbolic C: eager
     ("nn.functional.adaptive_avg_pool2d", False),
-    ("nn.functional.instance_norm", False),  # batch norm without statistics: eager
+    ("nn.functional.instance_norm", True),
     ("nn.functional.pad.circular", True),
 ]
 

@@ -21,7 +21,7 @@ def counters():
     torch._dynamo.reset()
 
 
-def _run(fn, shapes, counters, in_kiln=True, exact=False, make=None):
+def _run(fn, shapes, counters, in_kiln=True, exact=False, make=None, one_graph=True):
     """fn compiled once with dynamic=True, at each input shape in shapes
     (a list of tuples of shapes, one per input), against fn in float64.
     in_kiln: every op runs in kiln (else: some op falls back to eager)."""
@@ -41,11 +41,12 @@ def _run(fn, shapes, counters, in_kiln=True, exact=False, make=None):
                 assert torch.equal(g, w)
             else:
                 torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    assert counters["kiln"]["graphs"] == 1, dict(counters["kiln"])  # one compile for both sizes
+    graphs = counters["kiln"]["graphs"]
+    assert graphs == 1 or (not one_graph and graphs > 0), dict(counters["kiln"])  # one compile for both sizes
     if in_kiln:
-        assert counters["kiln"]["whole"] == 1, (dict(counters["kiln"]), dict(counters["kiln_fallback"]))
+        assert counters["kiln"]["whole"] == graphs, (dict(counters["kiln"]), dict(counters["kiln_fallback"]))
     else:
-        assert counters["kiln"]["partitioned"] + counters["kiln"]["eager"] == 1, dict(counters["kiln"])
+        assert counters["kiln"]["partitioned"] + counters["kiln"]["eager"] == graphs, dict(counters["kiln"])
 
 
 def test_group_norm_takes_its_sizes_from_the_input(counters):
@@ -118,9 +119,9 @@ def test_repeat_by_a_symbolic_count(counters):
 
 
 def test_instance_norm_does_not_crash(counters):
-    """instance_norm: its repeats run in kiln, its batch norm without
-    statistics falls back; the result is eager's."""
-    _run(lambda x: F.instance_norm(x), [((2, 3, 5),), ((3, 4, 7),)], counters, in_kiln=False)
+    """instance_norm: its repeats and its batch norm with batch statistics
+    run in kiln; the result is eager's."""
+    _run(lambda x: F.instance_norm(x), [((2, 3, 5),), ((3, 4, 7),)], counters)
 
 
 def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
@@ -129,7 +130,8 @@ def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
     the op's stand-in failed, and getitem of it raised TypeError ('_Poison'
     object is not subscriptable) through the compile. s**2 is a size now
     (a product), and an item of a value kiln cannot hold is refused (eager,
-    below); the running stats are updated as eager's."""
+    below); the running stats are updated as eager's (the whole graph now
+    runs in kiln: symbolic batch norm training)."""
     g = lambda x, rm, rv: F.instance_norm(x, rm, rv, use_input_stats=True)  # noqa: E731
     f = torch.compile(g, backend="kiln", dynamic=True)
     for s in [(3, 3, 5), (4, 4, 6)]:
@@ -137,7 +139,7 @@ def test_an_item_of_an_op_kiln_cannot_hold_falls_back(counters):
         rm2, rv2 = rm.clone(), rv.clone()
         torch.testing.assert_close(f(x, rm, rv), g(x, rm2, rv2))
         torch.testing.assert_close((rm, rv), (rm2, rv2))
-    assert counters["kiln"]["graphs"] == 1 and counters["kiln"]["partitioned"] == 1, dict(counters["kiln"])
+    assert counters["kiln"]["graphs"] == 1, dict(counters["kiln"])
 
 
 def test_getitem_of_a_value_kiln_cannot_hold_is_refused():
@@ -243,3 +245,15 @@ def test_a_comparison_with_a_size(counters, fn):
     dtype promotion called .dim() on the SymInt (AttributeError crashed the
     compile; OpInfo isin). The size is a Python int operand there."""
     _run(fn, [((3, 4),), ((5, 6),)], counters, exact=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x.clone().fill_diagonal_(0),
+    lambda x: torch.as_strided(x, (x.shape[0] - 1, 2), (x.shape[1], 1), x.shape[1] - 2) * 2,
+], ids=["fill_diagonal_", "as_strided"])
+def test_as_strided_by_symbolic_sizes(counters, fn):
+    """as_strided whose sizes, strides or offset are SymInts (FX nodes):
+    strided_copy got the nodes as params (TypeError: 'Node' object cannot
+    be interpreted as an integer crashed torch.compile); they are kiln
+    sizes now. (Dynamo guards fill_diagonal_'s sizes: a compile per size.)"""
+    _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True, one_graph=False)

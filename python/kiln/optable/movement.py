@@ -188,10 +188,12 @@ def _as_strided(ctx, n):
         raise Unsupported("as_strided of a tensor whose storage is laid out as eager holds it "
                           "(non-contiguous, offset or reinterpreted)", with_inputs=True)
     x = ctx.value(root)
-    size, stride = list(n.args[1]), list(n.args[2])
+    # Sizes, strides and offset may be SymInts (FX nodes) under symbolic sizes.
+    size, stride = [symbolic.size(d) for d in n.args[1]], [symbolic.size(d) for d in n.args[2]]
     offset = _arg(n, 3, "storage_offset", None)
     if offset is None:  # as_strided keeps the input view's own offset by default
         offset = _val(n.args[0]).storage_offset()
+    offset = symbolic.size(offset)
     if len(size) > _MAX_RANK:
         raise Unsupported(f"a rank-{len(size)} as_strided")
     return strided_copy(ctx, x, size, stride, offset, ctx.origin(n))
@@ -284,8 +286,8 @@ def _diagonal_scatter(ctx, n):
 @register(aten.as_strided_scatter.default)
 def _as_strided_scatter(ctx, n):
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
-    size, stride = list(n.args[2]), list(n.args[3])
-    offset = _arg(n, 4, "storage_offset", None) or 0
+    size, stride = [symbolic.size(d) for d in n.args[2]], [symbolic.size(d) for d in n.args[3]]
+    offset = symbolic.size(_arg(n, 4, "storage_offset", None) or 0)
     if len(size) > _MAX_RANK:
         raise Unsupported(f"a rank-{len(size)} as_strided_scatter")
     return _strided_scatter(ctx, n, x, src, size, stride, offset)
