@@ -257,3 +257,33 @@ def test_as_strided_by_symbolic_sizes(counters, fn):
     be interpreted as an integer crashed torch.compile); they are kiln
     sizes now. (Dynamo guards fill_diagonal_'s sizes: a compile per size.)"""
     _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True, one_graph=False)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: x[x.shape[0] - 1] * 2,
+    lambda x: x.select(1, x.shape[1] // 2) + 1,
+    lambda x: x.select(1, -(x.shape[1] // 2)) + 1,
+], ids=["last-row", "middle-column", "negative"])
+def test_select_at_a_symbolic_index(counters, fn):
+    """select.int at a SymInt index: 'index < 0' on an FX node crashed
+    torch.compile (TypeError). The index is a kiln size; its sign is the
+    one torch guarded at tracing (a negative index counts from the end)."""
+    _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True)
+
+
+def test_select_index_changing_sign_recompiles(counters):
+    g = lambda x: x.select(1, x.shape[1] - 3) + 1  # noqa: E731
+    f = torch.compile(g, backend="kiln", dynamic=True)
+    for s in [(4, 5), (4, 7), (4, 2), (3, 2)]:
+        x = torch.randn(*s)
+        torch.testing.assert_close(f(x), g(x))
+    assert counters["kiln"]["whole"] == counters["kiln"]["graphs"] == 2, dict(counters["kiln"])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.topk(x, x.shape[1] // 2, dim=1).values,
+    lambda x: torch.topk(x, x.shape[1] - 1, dim=1, largest=False),
+], ids=["values", "both"])
+def test_topk_of_a_symbolic_count(counters, fn):
+    """topk with k a SymInt: int() of its FX node crashed torch.compile."""
+    _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True)

@@ -225,8 +225,16 @@ def _select(ctx, n):
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[1], len(shape))
-    index = n.args[2]
-    if index < 0:
+    index = symbolic.size(n.args[2])  # a SymInt's node under symbolic sizes: a kiln size
+    if isinstance(index, symbolic.SymDim):
+        # torch guarded the index's sign when it traced the select: its sign
+        # at the example is its sign at every call of this graph.
+        at_example = ctx.graph.example_dims([index.d])[0]
+        if at_example is None:
+            raise Unsupported(f"select at a symbolic index ({index}) of unknown sign")
+        if at_example < 0:
+            index = index + shape[dim]
+    elif index < 0:
         index += shape[dim]
     src = _dense_strides(shape)
     out = shape[:dim] + shape[dim + 1:]

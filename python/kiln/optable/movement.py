@@ -679,5 +679,5 @@ def _sort_stable(ctx, n):
 @register(aten.topk.default)
 def _topk(ctx, n):
     x = ctx.value(n.args[0])
-    k = int(n.args[1])
+    k = symbolic.size(n.args[1])  # a SymInt's node under symbolic sizes: a kiln size
     return _sorted(ctx, n, x, _arg(n, 2, "dim", -1), _arg(n, 3, "largest", True), k)
