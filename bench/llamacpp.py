@@ -7,6 +7,13 @@ of that model through model.generate() at fp32, int8 and int4 (and
 
     make bench-llamacpp                       # or:
     .venv/bin/python bench/llamacpp.py [--rounds 5] [--threads 2,1] [--cache DIR]
+                                       [--model gen_llama|gen_llama_1b]
+
+--model gen_llama_1b runs the same comparison on TinyLlama-1.1B's shapes
+(bench/models.py build_gen_llama_1b, random weights; 4.4 GB in fp32, a
+quarter of an hour a run): a decode step there is mostly the weights'
+bytes, where on the 8-layer model a third of a quantized step is the
+per-step Python around kiln.
 
 Steps, each reused when its output is already there:
 
@@ -73,6 +80,8 @@ TARGETS = ("llama-bench", "llama-quantize")
 # weight against q4_0's 4.5; held against q4_0, the nearest llama.cpp row.
 KILN_KINDS = (("kiln fp32", None), ("kiln int8", "int8"), ("kiln int8:a8", "int8:a8"),
               ("kiln int4", "int4"), ("kiln int4:a8", "int4:a8"), ("kiln int4:g128:a8", "int4:g128:a8"))
+# The models it can run: --model's name -> bench/models.py's builder.
+MODEL_BUILDERS = {"gen_llama": "build_gen_llama", "gen_llama_1b": "build_gen_llama_1b"}
 # Which llama.cpp row each kiln row is held against (issue 18's targets:
 # int8 >= q8_0, int4 >= q4_0; issue 17: TTFT against f32 prefill).
 PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int8:a8": "llama.cpp q8_0",
@@ -227,13 +236,14 @@ def convert_env(src: Path) -> dict:
     return env
 
 
-def make_ggufs(model, src: Path, bindir: Path | None, work: Path, logs: Path, log=print) -> dict:
+def make_ggufs(model, src: Path, bindir: Path | None, work: Path, logs: Path, log=print,
+               name: str = "gen_llama") -> dict:
     """{type: path or Unavailable} for GGUF_TYPES in work: f32 by the
     vendored converter, the others by llama-quantize from it (the tools'
     output in logs/convert.log)."""
     out: dict = {}
     clog = logs / "convert.log"
-    f32 = work / "gen_llama-f32.gguf"
+    f32 = work / f"{name}-f32.gguf"
     try:
         try:
             import sentencepiece  # noqa: F401
@@ -243,7 +253,7 @@ def make_ggufs(model, src: Path, bindir: Path | None, work: Path, logs: Path, lo
         if not (src / "convert_hf_to_gguf.py").exists():
             raise Unavailable(f"no convert_hf_to_gguf.py under {src}")
         hf = export_hf(model, work / "hf")
-        log("llama.cpp: converting gen_llama to GGUF f32")
+        log(f"llama.cpp: converting {name} to GGUF f32")
         _run([sys.executable, src / "convert_hf_to_gguf.py", hf, "--outtype", "f32", "--outfile", f32],
              clog, "convert_hf_to_gguf.py", env=convert_env(src))
         out["f32"] = f32
@@ -253,7 +263,7 @@ def make_ggufs(model, src: Path, bindir: Path | None, work: Path, logs: Path, lo
         if bindir is None:
             out[t] = Unavailable("llama.cpp not built")
             continue
-        q = work / f"gen_llama-{t}.gguf"
+        q = work / f"{name}-{t}.gguf"
         try:
             _run([bindir / "llama-quantize", f32, q, t.upper()], clog, f"llama-quantize {t}")
             out[t] = q
@@ -355,22 +365,25 @@ def format_table(res: dict) -> str:
     rows = res.get("rows", [])
     by = {(r["threads"], r["system"]): r for r in rows}
     lines = ["| threads | system | prefill tok/s | decode tok/s (median) | fastest | kernels-only decode tok/s "
-             "| decode vs llama.cpp | prefill vs llama.cpp f32 | note |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| decode vs llama.cpp | decode vs kiln fp32 | prefill vs llama.cpp f32 | note |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         note = r.get("na") or "; ".join(x for x in (r.get("note"), r.get("tokens_vs_eager") and
                                                   f"tokens vs eager: {r['tokens_vs_eager']}") if x)
         pair = PAIRS.get(r["system"])
-        dv = pv = "–"
+        dv = pv = fv = "–"
         p = by.get((r["threads"], pair)) if pair else None
         if p and r.get("decode_tps") and p.get("decode_tps"):
             dv = f"{r['decode_tps'] / p['decode_tps']:.2f}x ({pair.split()[-1]})"
+        k32 = by.get((r["threads"], "kiln fp32"))
+        if r["system"].startswith("kiln") and k32 and r.get("decode_tps") and k32.get("decode_tps"):
+            fv = f"{r['decode_tps'] / k32['decode_tps']:.2f}x"
         f32 = by.get((r["threads"], "llama.cpp f32"))
         if r["system"].startswith("kiln") and f32 and r.get("prefill_tps") and f32.get("prefill_tps"):
             pv = f"{r['prefill_tps'] / f32['prefill_tps']:.2f}x"
         lines.append(f"| {r['threads']} | {r['system']} | {_f(r.get('prefill_tps'), '{:.0f}')} | "
                      f"{_f(r.get('decode_tps'))} | {_f(r.get('decode_tps_fastest'))} | "
-                     f"{_f(r.get('kernels_decode_tps'))} | {dv} | {pv} | {note} |")
+                     f"{_f(r.get('kernels_decode_tps'))} | {dv} | {fv} | {pv} | {note} |")
     notes = [
         "prefill: llama.cpp's pp128 (one batch of 128 tokens); kiln's and eager's 128 / time to first token "
         "of generate() (its set-up included).",
@@ -414,8 +427,11 @@ def run(args, log=print) -> dict:
     cache = Path(args.cache)
     threads = [int(t) for t in str(args.threads).split(",")]
     prompt, new = 128, 64
+    name = getattr(args, "model", None) or "gen_llama"
+    if name not in MODEL_BUILDERS:
+        raise ValueError(f"--model {name}: one of {', '.join(MODEL_BUILDERS)}")
     res = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "params": {"model": "gen_llama", "prompt": prompt, "new_tokens": new, "rounds": args.rounds,
+           "params": {"model": name, "prompt": prompt, "new_tokens": new, "rounds": args.rounds,
                       "threads": threads},
            "llamacpp": {"version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (vendored llama.cpp)"},
            "load_before": _load(), "rows": []}
@@ -436,12 +452,13 @@ def run(args, log=print) -> dict:
         res["llamacpp"]["na"] = llama_na
         log(llama_na)
 
-    from models import build_gen_llama
-    model = build_gen_llama()[0]
+    import models
+    log(f"building {name}")
+    model = getattr(models, MODEL_BUILDERS[name])()[0]
     work = Path(tempfile.mkdtemp(prefix="kiln-llamacpp-"))
     try:
         if bindir is not None:
-            ggufs = make_ggufs(model, llamacpp_source(cache), bindir, work, cache / "logs", log)
+            ggufs = make_ggufs(model, llamacpp_source(cache), bindir, work, cache / "logs", log, name)
         else:
             ggufs = {t: Unavailable(llama_na) for t in GGUF_TYPES}
         for t, g in ggufs.items():
@@ -570,10 +587,17 @@ def main(argv=None):
     ap.add_argument("--threads", default="2", help="comma-separated thread counts, e.g. 2,1")
     ap.add_argument("--cache", default=str(default_cache()),
                     help="where the sdist and the llama.cpp build live (default %(default)s)")
-    ap.add_argument("--out", default=str(HERE / "llamacpp_results.json"))
+    ap.add_argument("--model", default="gen_llama", choices=tuple(MODEL_BUILDERS),
+                    help="gen_llama (the bench's 8-layer Llama) or gen_llama_1b (TinyLlama-1.1B's shapes)")
+    ap.add_argument("--out", default=None,
+                    help="the results' JSON (default bench/llamacpp_results.json, "
+                         "bench/llamacpp_results_<model>.json for another model)")
     ap.add_argument("--no-kiln", action="store_true", help="llama.cpp's rows only")
     ap.add_argument("--no-llamacpp", action="store_true", help="kiln's rows only")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = str(HERE / ("llamacpp_results.json" if args.model == "gen_llama"
+                               else f"llamacpp_results_{args.model}.json"))
     import warnings
     warnings.filterwarnings("ignore")
     import logging

@@ -330,6 +330,20 @@ def build_gen_llama():
     return LlamaForCausalLM(cfg).eval(), None
 
 
+def build_gen_llama_1b():
+    """TinyLlama-1.1B's shapes (hidden 2048, 22 layers, GQA 32/4, FFN 5632,
+    vocab 32000), random weights: a model the size users run, where a
+    decode step is the weights' bytes, not the per-step Python around them.
+    Not in MODELS (4.4 GB in fp32, minutes a run): bench/llamacpp.py
+    --model gen_llama_1b runs it."""
+    from transformers import LlamaForCausalLM
+    _seeded()
+    cfg = _llama_cfg()
+    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = 2048, 5632, 22
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 32, 4, 64
+    return LlamaForCausalLM(cfg).eval(), None
+
+
 def _qwen2_cfg():
     """Qwen2-style at the Llama model's size: q/k/v biases, GQA 16/2 and
     tied input/output embeddings (as Qwen2-0.5B), vocab 32000."""

@@ -86,6 +86,7 @@ def test_table_says_why_and_pairs_rows(lc):
     assert "llama-quantize q8_0 failed (1): boom" in lines["llama.cpp q8_0"]
     assert "1.50x (f32)" in lines["kiln fp32"] and "| 0.50x |" in lines["kiln fp32"]
     assert "1.50x (q4_0)" in lines["kiln int4"] and "| 0.25x |" in lines["kiln int4"]
+    assert "| 1.50x (q4_0) | 2.00x |" in lines["kiln int4"]   # decode against kiln fp32's
     assert "skipped: this kiln does not take it" in lines["kiln int4:a8"]
     assert "Python" in table   # the note on what kiln's decode includes
 
