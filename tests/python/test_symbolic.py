@@ -472,7 +472,7 @@ def test_image_models_with_any_height_and_width():
             torch.testing.assert_close(k(x), want, rtol=1e-4, atol=1e-5)
 
 
-class _Block(nn.Module):
+class _ResidualBlock(nn.Module):
     """ResNet's basic block: the downsampling branch (a 1x1 stride-2 conv)
     and the main one (3x3 stride 2, then 3x3) meet at a residual add."""
 
@@ -499,8 +499,8 @@ def test_residual_network_compiles_as_when_static():
     from torch.export import Dim
 
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), _Block(8, 8, 1),
-                      _Block(8, 16, 2), _Block(16, 32, 2)).eval()
+    m = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3), nn.ReLU(), nn.MaxPool2d(3, 2, 1), _ResidualBlock(8, 8, 1),
+                      _ResidualBlock(8, 16, 2), _ResidualBlock(16, 32, 2)).eval()
     for mod in m.modules():   # batch norms that do something
         if isinstance(mod, nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.5, 0.5)
