@@ -406,12 +406,19 @@ def _split_float_scalars(gm, example_inputs):
     and each rounding to float32 becomes a new float32 input of the graph,
     appended after the others. Nothing is refused silently: a float64 value
     used any other way is left in the graph (and falls back)."""
+    # Sizes (SymInt placeholders) may feed it too: nearest upsampling's
+    # decomposition computes its scale as float64(size) / (2.0 * size) from a
+    # scalar_tensor of the size.
+    sizes = {n for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)}
     scalar = set()
     for n in gm.graph.nodes:
-        if not _is_f64_scalar(n):
-            continue
-        if n.op == "placeholder" or (n.op == "call_function" and all(a in scalar for a in n.all_input_nodes)):
-            scalar.add(n)
+        from_scalars = n.op == "call_function" and all(a in scalar or a in sizes for a in n.all_input_nodes)
+        if _is_f64_scalar(n):
+            if n.op == "placeholder" or from_scalars:
+                scalar.add(n)
+        elif (from_scalars and n.target is torch.ops.aten.scalar_tensor.default and n.all_input_nodes
+              and n.users and all(_is_f64_scalar(u) for u in n.users)):
+            scalar.add(n)  # a size as a 0-d tensor, on its way to float64 (only there)
     rounded = [u for u in gm.graph.nodes if u.op == "call_function" and u not in scalar
                and u.target in (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
                and len(u.args) >= 1 and u.args[0] in scalar and isinstance(u.meta.get("val"), torch.Tensor)

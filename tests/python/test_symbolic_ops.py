@@ -287,3 +287,44 @@ def test_select_index_changing_sign_recompiles(counters):
 def test_topk_of_a_symbolic_count(counters, fn):
     """topk with k a SymInt: int() of its FX node crashed torch.compile."""
     _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True)
+
+
+# Literal scale factors: a scale held in a variable is a size Dynamo makes
+# symbolic too, and its decomposition then computes in SymFloats instead.
+_UPSAMPLINGS = {
+    "2": lambda x: F.interpolate(x, scale_factor=2, mode="nearest") + 1,
+    "3": lambda x: F.interpolate(x, scale_factor=3, mode="nearest") + 1,
+    "2x4": lambda x: F.interpolate(x, scale_factor=(2, 4), mode="nearest") + 1,
+}
+
+
+@pytest.mark.parametrize("scale", sorted(_UPSAMPLINGS))
+def test_nearest_upsampling_by_a_scale_runs_in_kiln(counters, scale):
+    """F.interpolate(x, scale_factor=k) under symbolic sizes: torch's
+    decomposition computes the scale as float64(size) / (k * size), a float64
+    scalar from a scalar_tensor of the size. That arithmetic now goes to the
+    prelude that computes the graph's float64 scalars in eager before the
+    kiln model (dynamo._split_float_scalars), so the gathers run in kiln: it
+    ran in eager ('constant has dtype torch.float64'). The indices are
+    torch's: the result equals eager's exactly. Called with autograd on, as
+    a model is called without no_grad (under no_grad the op reaches kiln
+    undecomposed)."""
+    fn = _UPSAMPLINGS[scale]
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for s in ((2, 3, 5, 7), (3, 3, 9, 4)):
+        x = torch.randn(*s)
+        assert torch.equal(f(x), fn(x))
+    assert dict(counters["kiln"]) == {"graphs": 1, "whole": 1}, (dict(counters["kiln"]),
+                                                                  dict(counters["kiln_fallback"]))
+
+
+def test_a_size_as_a_tensor_outside_float64_arithmetic_stays_put(counters):
+    """A scalar_tensor of a size that meets a tensor directly (not on its
+    way to float64) is not moved to the prelude: the graph's own float64
+    scalars still are (an eps), and the result is eager's."""
+    def fn(x):
+        return x * torch.ops.aten.scalar_tensor.default(x.shape[0]) + 1e-6
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for s in ((3, 4), (5, 6)):
+        x = torch.randn(*s)
+        torch.testing.assert_close(f(x), fn(x))
