@@ -392,6 +392,24 @@ def _is_f64_scalar(node):
     return isinstance(v, torch.Tensor) and v.dtype == torch.float64 and v.dim() == 0
 
 
+_SCALAR_OPERAND_OPS = (torch.ops.aten.mul.Tensor, torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor,
+                       torch.ops.aten.div.Tensor)
+
+
+_ROUNDINGS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default,
+              torch.ops.aten.scalar_tensor.default)
+
+
+def _takes_float_operand(user, node):
+    """Whether `user` is a float32 elementwise op taking `node` (a Python
+    float of the graph: a SymFloat) as a plain operand, which eager rounds
+    to float32: it may take a float32 0-d tensor of that value instead."""
+    v = user.meta.get("val")
+    return (user.op == "call_function" and user.target in _SCALAR_OPERAND_OPS and not user.kwargs
+            and isinstance(v, torch.Tensor) and v.dtype == torch.float32
+            and node in user.args[:2] and all(a is node or isinstance(a, torch.fx.Node) for a in user.args[:2]))
+
+
 def _split_float_scalars(gm, example_inputs):
     """Moves the graph's float64 scalar arithmetic into a prelude run in
     eager PyTorch before the kiln model: returns (prelude, new inputs) or
@@ -406,32 +424,86 @@ def _split_float_scalars(gm, example_inputs):
     and each rounding to float32 becomes a new float32 input of the graph,
     appended after the others. Nothing is refused silently: a float64 value
     used any other way is left in the graph (and falls back)."""
-    # Sizes (SymInt placeholders) may feed it too: nearest upsampling's
-    # decomposition computes its scale as float64(size) / (2.0 * size) from a
-    # scalar_tensor of the size.
-    sizes = {n for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.SymInt)}
-    scalar = set()
-    for n in gm.graph.nodes:
-        from_scalars = n.op == "call_function" and all(a in scalar or a in sizes for a in n.all_input_nodes)
-        if _is_f64_scalar(n):
-            if n.op == "placeholder" or from_scalars:
-                scalar.add(n)
-        elif (from_scalars and n.target is torch.ops.aten.scalar_tensor.default and n.all_input_nodes
-              and n.users and all(_is_f64_scalar(u) for u in n.users)):
-            scalar.add(n)  # a size as a 0-d tensor, on its way to float64 (only there)
-    rounded = [u for u in gm.graph.nodes if u.op == "call_function" and u not in scalar
-               and u.target in (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
-               and len(u.args) >= 1 and u.args[0] in scalar and isinstance(u.meta.get("val"), torch.Tensor)
-               and u.meta["val"].dtype == torch.float32 and u.meta["val"].dim() == 0]
-    if not rounded or any(u not in scalar and u not in rounded for n in scalar for u in n.users):
+    # Sizes feed it too (SymInt placeholders, and sizes the graph computes
+    # from them or from its tensors): nearest upsampling's decomposition
+    # computes its scale as float64(size) / (2.0 * size) from a scalar_tensor
+    # of a size (with the size itself computed in 0-d int64 tensors in a
+    # training graph), or, given an output size, as a Python float in_size /
+    # out_size (a SymFloat) that multiplies a float32 tensor.
+    nodes = list(gm.graph.nodes)
+    sizes = set()
+    for n in nodes:
+        if isinstance(n.meta.get("val"), torch.SymInt) and (n.op == "placeholder" or (
+                n.op == "call_function" and all(a.op == "placeholder" or a in sizes for a in n.all_input_nodes))):
+            sizes.add(n)
+
+    def kind(n):
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymFloat):
+            return "float"
+        if isinstance(v, torch.Tensor) and v.dim() == 0:
+            return "f64" if v.dtype == torch.float64 else "other"
         return None
+
+    def rounding(u, cand):  # a float64 scalar or a Python float rounded to float32
+        v = u.meta.get("val")
+        return (u.op == "call_function" and u.target in _ROUNDINGS and bool(u.args) and u.args[0] in cand
+                and kind(u.args[0]) in ("f64", "float") and isinstance(v, torch.Tensor)
+                and v.dtype == torch.float32 and v.dim() == 0)
+
+    def from_scalars(n, cand):
+        return n.op == "call_function" and all(a in cand or a in sizes for a in n.all_input_nodes)
+
+    cand = set()
+    for n in nodes:
+        k = kind(n)
+        if k is None or rounding(n, cand):
+            continue
+        if (n.op == "placeholder" and k == "f64") or from_scalars(n, cand):
+            cand.add(n)
+    # Only float64 arithmetic is the prelude's own; the other scalars (0-d
+    # int64 / float32 tensors, Python floats) go with it only where all they
+    # feed does (a Python float also where a float32 op takes it as an operand).
+    changed = True
+    while changed:
+        changed = False
+        for n in [n for n in nodes if n in cand]:
+            k = kind(n)
+            ok = n.op == "placeholder" or from_scalars(n, cand)
+            if ok and k != "f64":
+                ok = bool(n.users) and all(u in cand or rounding(u, cand) or (k == "float" and _takes_float_operand(u, n))
+                                           for u in n.users)
+            if not ok:
+                cand.discard(n)
+                changed = True
+    scalar = cand
+    rounded = [u for u in nodes if u not in scalar and rounding(u, scalar)]
+    operand_of = {n: [u for u in n.users if _takes_float_operand(u, n)]
+                  for n in scalar if kind(n) == "float"}
+    if not (rounded or any(operand_of.values())) or any(
+            u not in scalar and u not in rounded and u not in operand_of.get(n, ())
+            for n in scalar for u in n.users):
+        return None
+    # Where a Python float meets a float32 tensor, eager rounds it to float32:
+    # so does the prelude (scalar_tensor(x, dtype=float32)), and the op takes
+    # it as a 0-d float32 tensor.
+    for n, users in operand_of.items():
+        if not users:
+            continue
+        with gm.graph.inserting_after(n):
+            r = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (n,), {"dtype": torch.float32})
+        r.meta["val"] = torch.empty((), dtype=torch.float32)
+        for u in users:
+            u.replace_input_with(n, r)
+        rounded.append(r)
+    rounded = [u for u in gm.graph.nodes if u in rounded]   # in graph order
     # The prelude: gm's placeholders, the scalar nodes, the roundings as outputs.
     pg = torch.fx.Graph()
     env = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             env[n] = pg.placeholder(n.name)
-        elif n in scalar or n in rounded:
+        elif n in scalar or n in rounded or n in sizes:  # the sizes it reads, computed again
             env[n] = pg.node_copy(n, lambda a: env[a])
     pg.output(tuple(env[u] for u in rounded))
     prelude = torch.fx.GraphModule(gm, pg)

@@ -328,3 +328,26 @@ def test_a_size_as_a_tensor_outside_float64_arithmetic_stays_put(counters):
     for s in ((3, 4), (5, 6)):
         x = torch.randn(*s)
         torch.testing.assert_close(f(x), fn(x))
+
+
+def _upsample_to_size(x, y):
+    return F.interpolate(x, size=y.shape[-2:], mode="nearest") + 1
+
+
+def test_nearest_upsampling_to_an_inputs_size_runs_in_kiln(counters):
+    """F.interpolate(x, size=y.shape[-2:]) with both inputs' sizes symbolic:
+    the decomposition's scale is a Python float, in_size / out_size (a
+    SymFloat of two input sizes), multiplying a float32 ramp. The prelude
+    computes it and rounds it to float32 as eager's multiply does, so the
+    gathers run in kiln (it ran in eager: 'no kiln lowering for truediv');
+    the result equals eager's exactly. (Sizes of intermediate tensors are
+    not the prelude's to compute: such a graph still runs that part in
+    eager.)"""
+    f = torch.compile(_upsample_to_size, backend="kiln", dynamic=True)
+    for s, t in (((2, 3, 5, 7), (2, 1, 11, 21)), ((3, 3, 9, 4), (2, 1, 19, 12))):
+        x, y = torch.randn(*s), torch.randn(*t)
+        assert torch.equal(f(x, y), _upsample_to_size(x, y))
+    # (Dynamo may compile the second size again: its guards on the sizes.)
+    k = dict(counters["kiln"])
+    assert k.get("graphs") and k.get("whole") == k["graphs"] and not counters["kiln_fallback"], \
+        (k, dict(counters["kiln_fallback"]))
