@@ -570,20 +570,15 @@ def _reclassify_export_disagreements(prepared, samples, fb, nondet):
                     results[i] = (other, "torch.export's program disagrees with eager: " + why)
 
 
-def run_op(op, dtype, max_samples=None, op_seconds=None, fallback=True):
-    """The result row of one op at one dtype (fallback: also re-run the
-    unsupported samples with kiln's fallback on)."""
-    t0 = time.monotonic()
-    deadline = t0 + op_seconds if op_seconds else math.inf
-    nondet = is_nondeterministic(op)
-    samples = {}
-    prepared = []
+def prepared_samples(op, dtype, max_samples=None):
+    """({sample index: status} for the samples that cannot run, [Prepared])
+    of op's first max_samples OpInfo samples at dtype (all when None)."""
+    samples, prepared = {}, []
     try:
         torch.manual_seed(0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            it = op.sample_inputs("cpu", dtype, requires_grad=False)
-            for i, s in enumerate(it):
+            for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
                 if max_samples is not None and i >= max_samples:
                     break
                 r = prepare(op, s, i)
@@ -593,6 +588,16 @@ def run_op(op, dtype, max_samples=None, op_seconds=None, fallback=True):
                     samples[i] = r
     except Exception as e:
         samples[-1] = ("skipped", "sample_inputs raised " + _short(e))
+    return samples, prepared
+
+
+def run_op(op, dtype, max_samples=None, op_seconds=None, fallback=True):
+    """The result row of one op at one dtype (fallback: also re-run the
+    unsupported samples with kiln's fallback on)."""
+    t0 = time.monotonic()
+    deadline = t0 + op_seconds if op_seconds else math.inf
+    nondet = is_nondeterministic(op)
+    samples, prepared = prepared_samples(op, dtype, max_samples)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         samples.update(run_batch(prepared, nondet, deadline))
@@ -772,21 +777,7 @@ def run_op_dynamic(op, dtype, max_samples=None, op_seconds=None, grow=True):
     t0 = time.monotonic()
     deadline = t0 + op_seconds if op_seconds else math.inf
     nondet = is_nondeterministic(op)
-    samples, prepared = {}, []
-    try:
-        torch.manual_seed(0)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
-                if max_samples is not None and i >= max_samples:
-                    break
-                r = prepare(op, s, i)
-                if isinstance(r, Prepared):
-                    prepared.append(r)
-                else:
-                    samples[i] = r
-    except Exception as e:
-        samples[-1] = ("skipped", "sample_inputs raised " + _short(e))
+    samples, prepared = prepared_samples(op, dtype, max_samples)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in prepared:

@@ -12,13 +12,9 @@ import kiln  # noqa: F401  (registers the backend)
 
 
 @pytest.fixture
-def counters():
-    from torch._dynamo.utils import counters as c
-
-    torch._dynamo.reset()
-    c.clear()
-    yield c
-    torch._dynamo.reset()
+def counters(fresh_dynamo):
+    """torch's compile counters, cleared, with Dynamo reset (conftest)."""
+    return fresh_dynamo
 
 
 def _run(fn, shapes, counters, in_kiln=True, exact=False, make=None, one_graph=True):
