@@ -497,13 +497,22 @@ def _split_float_scalars(gm, example_inputs):
             u.replace_input_with(n, r)
         rounded.append(r)
     rounded = [u for u in gm.graph.nodes if u in rounded]   # in graph order
-    # The prelude: gm's placeholders, the scalar nodes, the roundings as outputs.
+    # The prelude: gm's placeholders, the scalar nodes, the roundings as
+    # outputs, and the sizes they read, computed again (only those: it runs
+    # at every call).
+    read = set()
+    todo = [a for n in list(scalar) + rounded for a in n.all_input_nodes if a in sizes]
+    while todo:
+        a = todo.pop()
+        if a not in read:
+            read.add(a)
+            todo += [b for b in a.all_input_nodes if b in sizes]
     pg = torch.fx.Graph()
     env = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             env[n] = pg.placeholder(n.name)
-        elif n in scalar or n in rounded or n in sizes:  # the sizes it reads, computed again
+        elif n in scalar or n in rounded or (n in read and n.op != "placeholder"):
             env[n] = pg.node_copy(n, lambda a: env[a])
     pg.output(tuple(env[u] for u in rounded))
     prelude = torch.fx.GraphModule(gm, pg)
