@@ -67,8 +67,11 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, kiln_graph_t** out_graph,
 
 /* The two LINEARs of a gated linear unit, MUL(act(x Wa), x Wb) with
  * constant weights, become one LINEAR over [Wa | Wb] whose output halves
- * the MUL reads (kiln_pass_fuse_glu.c). Runs after kiln_pass_fuse_gemm. */
-kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, kiln_graph_t** out_graph,
+ * the MUL reads (kiln_pass_fuse_glu.c). Runs after kiln_pass_fuse_gemm.
+ * joined: the pack pass runs later, so [Wa | Wb] of two borrowed weights
+ * may be a KILN_LAYOUT_JOINED_COLS descriptor (kiln_joined_const.h)
+ * instead of a copy. */
+kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, int joined, kiln_graph_t** out_graph,
                                  int32_t* out_fused);
 
 /* CONV2D absorbs a following run of per-channel MUL/ADD by constants (batch

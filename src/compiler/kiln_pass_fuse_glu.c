@@ -18,8 +18,10 @@
  * activations, 2 threads on Zen 3: 121 us against 2 x 75 us).
  *
  * The concatenated weight is a new constant (its key names both sources', so
- * the graphs made from one model share its packed form). It is a transient
- * copy of the two weights: the pack pass replaces it with its packed form. */
+ * the graphs made from one model share its packed form) that the pack pass
+ * replaces with its packed form: a descriptor of the two weights where they
+ * lie when the pack pass will run and they are borrowed (frozen parameters,
+ * kiln_joined_const.h), else a transient copy. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,7 @@
 #include "base/kiln_activation.h"
 #include "compiler/kiln_compiler.h"
 #include "compiler/kiln_rewrite.h"
+#include "ir/kiln_joined_const.h"
 
 /* The elementwise op computing activation act, or KILN_OP_COUNT. */
 static kiln_op_t kiln_glu_act_op(int64_t act) {
@@ -91,28 +94,36 @@ static int kiln_glu_match(const kiln_graph_t* g, const int32_t* uses, const kiln
   return 0;
 }
 
-/* [Wa | Wb] (K, 2N) in the weights' layout, added to dst. */
+/* Bytes the graph owns or shares (may go with the old graph), not borrowed. */
+static int kiln_glu_borrowed(const kiln_value_t* w) { return !w->owned_data && !w->shared; }
+
+/* [Wa | Wb] (K, 2N) in the weights' layout, added to dst: a descriptor of
+ * the two halves where they lie when `joined` allows one and both are
+ * borrowed (they outlive the compile), else a copy. */
 static kiln_status_t kiln_glu_concat(kiln_graph_t* dst, const kiln_value_t* wa,
-                                     const kiln_value_t* wb, int32_t* out_id) {
+                                     const kiln_value_t* wb, int joined, int32_t* out_id) {
   int64_t k = wa->shape[0], n = wa->shape[1];
-  size_t half = (size_t)(k * n) * sizeof(float), bytes = 2 * half;
-  float* data;
-  KILN_RETURN_IF_ERROR(kiln_allocator_malloc(dst->allocator, bytes, (void**)&data));
-  const float *a = wa->data, *b = wb->data;
-  if (wa->layout == KILN_LAYOUT_TRANSPOSED_2D) { /* stored (N, K): Wa's rows, then Wb's */
-    memcpy(data, a, half);
-    memcpy((char*)data + half, b, half);
-  } else { /* stored (K, N): each row is Wa's row then Wb's */
-    for (int64_t r = 0; r < k; ++r) {
-      memcpy(data + r * 2 * n, a + r * n, (size_t)n * sizeof(float));
-      memcpy(data + r * 2 * n + n, b + r * n, (size_t)n * sizeof(float));
-    }
-  }
+  int64_t shape[2] = {k, 2 * n};
   char name[256];
   snprintf(name, sizeof name, "%s+%s", wa->name ? wa->name : "?", wb->name ? wb->name : "?");
-  int64_t shape[2] = {k, 2 * n};
-  KILN_RETURN_IF_ERROR(kiln_graph_add_constant_owned(dst, name, KILN_F32, 2, shape, wa->layout,
-                                                     data, bytes, out_id));
+  if (joined && kiln_glu_borrowed(wa) && kiln_glu_borrowed(wb)) {
+    kiln_joined_const_t* d;
+    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(dst->allocator, sizeof(*d), (void**)&d));
+    memset(d, 0, sizeof(*d));
+    d->part[0] = wa->data;
+    d->part[1] = wb->data;
+    d->layout = wa->layout;
+    KILN_RETURN_IF_ERROR(kiln_graph_add_constant_owned(dst, name, KILN_F32, 2, shape,
+                                                       KILN_LAYOUT_JOINED_COLS, d, sizeof(*d),
+                                                       out_id));
+  } else {
+    size_t bytes = 2 * (size_t)(k * n) * sizeof(float);
+    float* data;
+    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(dst->allocator, bytes, (void**)&data));
+    kiln_joined_const_copy(k, n, wa->layout, wa->data, wb->data, data);
+    KILN_RETURN_IF_ERROR(kiln_graph_add_constant_owned(dst, name, KILN_F32, 2, shape, wa->layout,
+                                                       data, bytes, out_id));
+  }
   if (!wa->key || !wb->key) return kiln_ok();
   size_t len = strlen(wa->key) + strlen(wb->key) + 8;
   char* key = malloc(len);
@@ -144,7 +155,8 @@ static kiln_status_t kiln_glu_half(kiln_graph_t* dst, int32_t c, int64_t off, co
                              origin, out_id);
 }
 
-kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_fused) {
+kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, kiln_graph_t** out_graph,
+                                 int32_t* out_fused) {
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
@@ -184,7 +196,8 @@ kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       memcpy(params, ng->params, sizeof(params));
       params[KILN_P(LINEAR, ACT)] = KILN_ACT_NONE;
       s = kiln_rewriter_value(&rw, n->inputs[0], &ins[0]);
-      if (!s) s = kiln_glu_concat(rw.dst, &g->values[ng->inputs[1]], &g->values[nu->inputs[1]], &ins[1]);
+      if (!s) s = kiln_glu_concat(rw.dst, &g->values[ng->inputs[1]], &g->values[nu->inputs[1]], joined,
+                                 &ins[1]);
       if (!s)
         s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, 2, params, KILN_MAX_PARAMS, n->fparams,
                                 KILN_MAX_FPARAMS, ng->origin, &fused[pair[ni]]);

@@ -66,6 +66,11 @@ typedef enum kiln_layout_e {
   KILN_LAYOUT_QUANT_ROWS_T,    /* the same rows read as their 2-d transpose (a
                                 * (K, N) value whose N rows are stored: a
                                 * quantized nn.Linear weight, W^T) */
+  KILN_LAYOUT_JOINED_COLS,     /* a float32 (K, 2N) matrix [A | B] held as pointers
+                                * to its two halves' borrowed bytes
+                                * (kiln_joined_const.h): made by the gated-MLP
+                                * fusion, given its reader's form by the pack
+                                * pass, never read by a kernel nor in a file */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

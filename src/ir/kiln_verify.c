@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ir/kiln_graph.h"
+#include "ir/kiln_joined_const.h"
 #include "ir/kiln_quant_const.h"
 
 #define FAIL(...) return kiln_status_make(KILN_INVALID_ARGUMENT, __VA_ARGS__)
@@ -19,6 +20,8 @@ static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t
    * (the targets refuse it), so a file holding one fails when a model is
    * made of it, by name. */
   if (kiln_layout_is_quant_const(layout)) return 1;
+  /* A joined weight too, as the gated-MLP fusion's LINEAR reads it. */
+  if (layout == KILN_LAYOUT_JOINED_COLS) return op == KILN_OP_LINEAR && i == 1;
   if (op == KILN_OP_GATHER) /* a quantized embedding table */
     return i == 0 && (layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || layout == KILN_LAYOUT_GEMM_PACKED_B_Q4);
   if (i != 1) return 0;
@@ -63,6 +66,9 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
       if (kiln_layout_is_quant_const(v->layout) && kiln_quant_const_view(v, &qv))
         FAIL("constant %d: not a well-formed quantized constant of its shape (%zu bytes)", i,
              v->nbytes);
+      kiln_joined_const_t jv;
+      if (v->layout == KILN_LAYOUT_JOINED_COLS && kiln_joined_const_view(v, &jv))
+        FAIL("constant %d: not a well-formed joined weight", i);
       if (kiln_layout_is_dense_sized(v->layout) && v->nbytes != kiln_value_dense_bytes(v))
         FAIL("constant %d holds %zu bytes, its shape needs %zu", i, v->nbytes,
              kiln_value_dense_bytes(v));

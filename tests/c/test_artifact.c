@@ -485,6 +485,11 @@ static void test_targeted(const kiln_graph_t* g, const uint8_t* bytes, size_t si
   RESET();
   kiln_format_put_u64(value_record(b, graph, 1) + KILN_FORMAT_V_CONST_SIZE, 12);
   expect_corrupt(b, size, "constant size vs shape", "dense shape needs");
+  /* A joined weight's bytes are host pointers (kiln_joined_const.h): a
+   * file that claims one is refused before anything reads them. */
+  RESET();
+  kiln_format_put_u32(value_record(b, graph, 4) + KILN_FORMAT_V_LAYOUT, KILN_LAYOUT_JOINED_COLS);
+  expect_corrupt(b, size, "a joined weight in a file", "joined weight");
   RESET();
   kiln_format_put_u64(value_record(b, graph, 0) + KILN_FORMAT_V_SHAPE, (uint64_t)1 << 41);
   expect_corrupt(b, size, "huge dimension", "dimension 0");

@@ -109,6 +109,7 @@ static void kiln_test_print_cpu(void) {
   X(artifact_plan)          \
   X(conv_planes)            \
   X(patterns)               \
+  X(glu_joined)             \
   X(conv_nhwc)              \
   X(layout)                 \
   X(train_ops)              \

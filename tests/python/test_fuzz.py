@@ -33,8 +33,8 @@ from kilnfuzz.program import resolve  # noqa: E402
 from kilnfuzz.runner import Config, Tally, describe, run_one, run_parallel  # noqa: E402
 
 SEED = 16
-N = 2000
-JOBS = 2  # worker processes: about 80 s on a quiet 2-core machine
+N = 1000
+JOBS = 2  # worker processes: about 40 s on a quiet 2-core machine
 
 
 def test_fuzz_seeded_run():

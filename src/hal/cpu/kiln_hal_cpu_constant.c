@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "hal/cpu/kiln_hal_cpu.h"
+#include "ir/kiln_joined_const.h"
 #include "ir/kiln_quant_const.h"
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/gemm/kiln_gemm.h"
@@ -129,49 +130,32 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
   f->detail[KILN_CPU_DETAIL_PANEL] = panel;
 }
 
-/* 1 when every element of a dense f32 constant is a bf16 value (its low 16
- * bits zero): packing it as bf16 loses nothing. */
-static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
-  if (w->dtype != KILN_F32 || !w->data) return 0;
-  const uint32_t* bits = w->data;
-  size_t n = w->nbytes / sizeof(uint32_t);
+/* 1 when every one of n floats is a bf16 value (its low 16 bits zero). */
+static int kiln_cpu_floats_bf16_exact(const float* x, size_t n) {
+  const uint32_t* bits = (const uint32_t*)x;
   uint32_t any = 0;
   for (size_t i = 0; i < n; ++i) any |= bits[i] & 0xffffu;
   return any == 0;
 }
 
-kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
-                                         int32_t slot, const kiln_hal_weights_t* o,
-                                         kiln_hal_constant_form_t* f) {
-  const kiln_value_t* w = &g->values[n->inputs[slot]];
-  memset(f, 0, sizeof(*f));
-  f->layout = w->layout;
-  f->nbytes = w->nbytes;
-  if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
-  if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, o, f);
-  if (n->op == KILN_OP_GATHER && slot == 0) {
-    if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
-        w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
-      return kiln_ok();
-    int group = o->quant_bits == 8 ? 0 : o->quant_group;
-    size_t bytes = kiln_gemm_quant_packed_size(w->shape[1], w->shape[0], o->quant_bits, group,
-                                               o->quant_asym);
-    if (!bytes) return kiln_ok(); /* the LINEAR weights' form reports the bad choice */
-    f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
-    f->nbytes = bytes;
-    f->detail[KILN_CPU_DETAIL_QGROUP] = group;
-    f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
-    f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_TABLE;
-    return kiln_ok();
-  }
-  if (slot != 1) return kiln_ok();
-  if (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) {
-    kiln_cpu_conv_form(g, n, f);
-    return kiln_ok();
-  }
-  if (n->op != KILN_OP_LINEAR ||
-      (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
-    return kiln_ok();
+/* 1 when every element of a float32 weight (dense, transposed or joined) is
+ * a bf16 value: packing it as bf16 loses nothing. */
+static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
+  if (w->dtype != KILN_F32 || !w->data) return 0;
+  kiln_joined_const_t j;
+  if (w->layout != KILN_LAYOUT_JOINED_COLS)
+    return kiln_cpu_floats_bf16_exact(w->data, w->nbytes / sizeof(float));
+  size_t half = (size_t)kiln_value_numel(w) / 2;
+  return !kiln_joined_const_view(w, &j) && kiln_cpu_floats_bf16_exact(j.part[0], half) &&
+         kiln_cpu_floats_bf16_exact(j.part[1], half);
+}
+
+/* A LINEAR's (K, N) float32 weight w: its GEMM form as the weight options
+ * say (w may be dense, transposed or joined; only its shape and values are
+ * read). */
+static kiln_status_t kiln_cpu_linear_form(const kiln_graph_t* g, const kiln_node_t* n,
+                                          const kiln_value_t* w, const kiln_hal_weights_t* o,
+                                          kiln_hal_constant_form_t* f) {
   int64_t k = w->shape[0], nn = w->shape[1];
   if (o->quant_bits) {
     int group = o->quant_bits == 8 ? 0 : o->quant_group;
@@ -198,6 +182,79 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   return kiln_ok();
 }
 
+/* A joined weight [A | B] (kiln_joined_const.h), which only the gated-MLP
+ * fusion makes, as a LINEAR's weight: the form a copy of it would get (the
+ * packers read the halves where they lie). */
+static kiln_status_t kiln_cpu_joined_form(const kiln_graph_t* g, const kiln_node_t* n,
+                                          int32_t slot, const kiln_value_t* w,
+                                          const kiln_hal_weights_t* o,
+                                          kiln_hal_constant_form_t* f) {
+  kiln_joined_const_t j;
+  if (n->op != KILN_OP_LINEAR || slot != 1 || kiln_joined_const_view(w, &j))
+    return kiln_status_make(KILN_INTERNAL, "constant '%s': a joined weight read by %s input %d",
+                            w->name ? w->name : "?", kiln_op_name(n->op), (int)slot);
+  return kiln_cpu_linear_form(g, n, w, o, f);
+}
+
+kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
+                                         int32_t slot, const kiln_hal_weights_t* o,
+                                         kiln_hal_constant_form_t* f) {
+  const kiln_value_t* w = &g->values[n->inputs[slot]];
+  memset(f, 0, sizeof(*f));
+  f->layout = w->layout;
+  f->nbytes = w->nbytes;
+  if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
+  if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, o, f);
+  if (w->layout == KILN_LAYOUT_JOINED_COLS) return kiln_cpu_joined_form(g, n, slot, w, o, f);
+  if (n->op == KILN_OP_GATHER && slot == 0) {
+    if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
+        w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
+      return kiln_ok();
+    int group = o->quant_bits == 8 ? 0 : o->quant_group;
+    size_t bytes = kiln_gemm_quant_packed_size(w->shape[1], w->shape[0], o->quant_bits, group,
+                                               o->quant_asym);
+    if (!bytes) return kiln_ok(); /* the LINEAR weights' form reports the bad choice */
+    f->layout = o->quant_bits == 8 ? KILN_LAYOUT_GEMM_PACKED_B_Q8 : KILN_LAYOUT_GEMM_PACKED_B_Q4;
+    f->nbytes = bytes;
+    f->detail[KILN_CPU_DETAIL_QGROUP] = group;
+    f->detail[KILN_CPU_DETAIL_QASYM] = o->quant_asym;
+    f->detail[KILN_CPU_DETAIL_QFLAGS] = KILN_CPU_QFLAG_TABLE;
+    return kiln_ok();
+  }
+  if (slot != 1) return kiln_ok();
+  if (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) {
+    kiln_cpu_conv_form(g, n, f);
+    return kiln_ok();
+  }
+  if (n->op != KILN_OP_LINEAR ||
+      (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_TRANSPOSED_2D))
+    return kiln_ok();
+  return kiln_cpu_linear_form(g, n, w, o, f);
+}
+
+/* A LINEAR weight's (K, N) elements, read from src, into form f. */
+static void kiln_cpu_linear_pack(int64_t k, int64_t nn, const kiln_gemm_b_src_t* src,
+                                 const kiln_hal_constant_form_t* f, void* out) {
+  switch (f->layout) {
+    case KILN_LAYOUT_GEMM_PACKED_B_Q8:
+    case KILN_LAYOUT_GEMM_PACKED_B_Q4:
+      kiln_gemm_quant_pack_b_src(k, nn, src, f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
+                                 (int)f->detail[KILN_CPU_DETAIL_QGROUP],
+                                 (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
+      if (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_A8) kiln_gemm_quant_set_a8(out);
+      break;
+    case KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI:
+      kiln_gemm_bf16_vnni_pack_b_src(k, nn, src, out);
+      break;
+    case KILN_LAYOUT_GEMM_PACKED_B_BF16:
+      kiln_gemm_bf16_pack_b_src(k, nn, src, out);
+      break;
+    default:
+      kiln_gemm_f32_pack_b_src(k, nn, src, out);
+      break;
+  }
+}
+
 void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
                                 void* out) {
   if (kiln_layout_is_quant_const(w->layout)) {
@@ -217,27 +274,19 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                            (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
     return;
   }
-  /* A LINEAR weight: (K, N) read row-major, or its stored transpose. */
-  int transposed = w->layout == KILN_LAYOUT_TRANSPOSED_2D;
+  /* A LINEAR weight: (K, N) read row-major or as its stored transpose; a
+   * joined one from its two halves, each (K, N / 2) stored so. */
   int64_t k = w->shape[0], nn = w->shape[1];
-  int64_t row_stride = transposed ? 1 : nn, col_stride = transposed ? k : 1;
-  switch (f->layout) {
-    case KILN_LAYOUT_GEMM_PACKED_B_Q8:
-    case KILN_LAYOUT_GEMM_PACKED_B_Q4:
-      kiln_gemm_quant_pack_b(k, nn, w->data, row_stride, col_stride,
-                             f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
-                             (int)f->detail[KILN_CPU_DETAIL_QGROUP],
-                             (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
-      if (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_A8) kiln_gemm_quant_set_a8(out);
-      break;
-    case KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI:
-      kiln_gemm_bf16_vnni_pack_b(k, nn, w->data, row_stride, col_stride, out);
-      break;
-    case KILN_LAYOUT_GEMM_PACKED_B_BF16:
-      kiln_gemm_bf16_pack_b(k, nn, w->data, row_stride, col_stride, out);
-      break;
-    default:
-      kiln_gemm_f32_pack_b(k, nn, w->data, row_stride, col_stride, out);
-      break;
+  kiln_gemm_b_src_t src = {w->data, NULL, nn, 0, 0};
+  kiln_layout_t stored = w->layout;
+  if (w->layout == KILN_LAYOUT_JOINED_COLS) {
+    kiln_joined_const_t j;
+    if (kiln_joined_const_view(w, &j)) return; /* the form refused it */
+    src.a = j.part[0], src.b = j.part[1], src.split = nn / 2;
+    stored = (kiln_layout_t)j.layout;
   }
+  const int64_t cols = src.b ? nn / 2 : nn; /* columns of one stored matrix */
+  src.rs = stored == KILN_LAYOUT_TRANSPOSED_2D ? 1 : cols;
+  src.cs = stored == KILN_LAYOUT_TRANSPOSED_2D ? k : 1;
+  kiln_cpu_linear_pack(k, nn, &src, f, out);
 }

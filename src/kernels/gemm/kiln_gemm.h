@@ -95,6 +95,21 @@ size_t kiln_gemm_f32_packed_size(int64_t k, int64_t n);
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out);
 
+/* Every packer below also reads B from a source: B[p][j] at col(j)[p * rs]
+ * with col(j) = a + j * cs for j < split, else b + (j - split) * cs. One
+ * strided matrix is {b, NULL, N, rs, cs}; a joined [A | B] whose halves lie
+ * apart (the gated-MLP fusion's, kiln_joined_const.h) is {A, B, N_A, ...},
+ * packed as their concatenation without making it. */
+typedef struct {
+  const float* a;
+  const float* b;
+  int64_t split, rs, cs;
+} kiln_gemm_b_src_t;
+static inline const float* kiln_gemm_b_col(const kiln_gemm_b_src_t* s, int64_t j) {
+  return j < s->split ? s->a + j * s->cs : s->b + (j - s->split) * s->cs;
+}
+void kiln_gemm_f32_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src, float* out);
+
 /* bf16 weights: the same panel layout as kiln_gemm_f32_pack_b with 2-byte
  * elements (B[p][j] at out[(j / 16) * K * 16 + p * 16 + j % 16]), each the
  * fp32 value rounded to nearest even (NaN stays NaN, quiet). Half the bytes:
@@ -102,6 +117,8 @@ void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stri
 size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n);
 void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                            int64_t col_stride, uint16_t* out);
+void kiln_gemm_bf16_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
+                               uint16_t* out);
 /* bf16 compute weights, in VNNI pairs (the layout both TDPBF16PS and
  * VDPBF16PS read directly; ISA independent): with Kp = K rounded up to even,
  * column panels of 16, panel q at out + q * Kp * 16, and inside a panel K
@@ -112,6 +129,8 @@ void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t row_str
 size_t kiln_gemm_bf16_vnni_packed_size(int64_t k, int64_t n);
 void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                                 int64_t col_stride, uint16_t* out);
+void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
+                                    uint16_t* out);
 /* Which engine the last bf16-compute GEMM of this thread ran: "amx",
  * "avx512_bf16", or the fp32 kernels' ISA name (widened); for tests. */
 const char* kiln_gemm_bf16_last_engine(void);
@@ -167,6 +186,8 @@ size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, in
  * (kiln_gemm_quant_packed_size bytes). */
 void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                             int64_t col_stride, int bits, int group, int asym, void* out);
+void kiln_gemm_quant_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src, int bits,
+                                int group, int asym, void* out);
 /* 0 when blob (nbytes) is a well-formed quantized (K, N) matrix. */
 int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n);
 /* The dequantized B[p][j] of a blob (the scalar rule; slow, for the

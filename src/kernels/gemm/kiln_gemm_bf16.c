@@ -32,6 +32,12 @@ size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n) {
 
 void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                            uint16_t* out) {
+  const kiln_gemm_b_src_t src = {b, NULL, n, rs, cs};
+  kiln_gemm_bf16_pack_b_src(k, n, &src, out);
+}
+
+void kiln_gemm_bf16_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
+                               uint16_t* out) {
   if (k <= 0 || n <= 0) return;
   const int P = KILN_GEMM_PANEL;
   int64_t panels = (n + P - 1) / P;
@@ -42,9 +48,11 @@ void kiln_gemm_bf16_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int
      * is read contiguously while the panel lines being written stay in L1. */
     for (int64_t p0 = 0; p0 < k; p0 += 64) {
       int64_t p1 = p0 + 64 < k ? p0 + 64 : k;
-      for (int64_t jj = 0; jj < P; ++jj)
+      for (int64_t jj = 0; jj < P; ++jj) {
+        const float* col = jj < w ? kiln_gemm_b_col(src, j0 + jj) : NULL;
         for (int64_t p = p0; p < p1; ++p)
-          dst[p * P + jj] = jj < w ? kiln_gemm_bf16_from_f32(b[p * rs + (j0 + jj) * cs]) : 0;
+          dst[p * P + jj] = col ? kiln_gemm_bf16_from_f32(col[p * src->rs]) : 0;
+      }
     }
   }
 }
@@ -114,6 +122,12 @@ size_t kiln_gemm_bf16_vnni_packed_size(int64_t k, int64_t n) {
 
 void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                                 uint16_t* out) {
+  const kiln_gemm_b_src_t src = {b, NULL, n, rs, cs};
+  kiln_gemm_bf16_vnni_pack_b_src(k, n, &src, out);
+}
+
+void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
+                                    uint16_t* out) {
   if (k <= 0 || n <= 0) return;
   const int P = KILN_GEMM_PANEL;
   const int64_t kp = kiln_gemm_bf16_even(k), panels = (n + P - 1) / P;
@@ -122,10 +136,12 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs
     int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
     for (int64_t p0 = 0; p0 < kp; p0 += 64) { /* K blocks: see kiln_gemm_bf16_pack_b */
       int64_t p1 = p0 + 64 < kp ? p0 + 64 : kp;
-      for (int64_t jj = 0; jj < P; ++jj)
+      for (int64_t jj = 0; jj < P; ++jj) {
+        const float* col = jj < w ? kiln_gemm_b_col(src, j0 + jj) : NULL;
         for (int64_t p = p0; p < p1; ++p)
           dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
-              jj < w && p < k ? kiln_gemm_bf16_from_f32(b[p * rs + (j0 + jj) * cs]) : 0;
+              col && p < k ? kiln_gemm_bf16_from_f32(col[p * src->rs]) : 0;
+      }
     }
   }
 }

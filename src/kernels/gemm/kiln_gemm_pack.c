@@ -43,12 +43,27 @@ void kiln_gemm_pack_b_block(int64_t kc, int64_t w, const float* b, int64_t rs, i
  * layout does not depend on which one ran. */
 void kiln_gemm_f32_pack_b(int64_t k, int64_t n, const float* b, int64_t row_stride,
                           int64_t col_stride, float* out) {
+  const kiln_gemm_b_src_t src = {b, NULL, n, row_stride, col_stride};
+  kiln_gemm_f32_pack_b_src(k, n, &src, out);
+}
+
+void kiln_gemm_f32_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src, float* out) {
   if (k <= 0 || n <= 0) return;
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   const int P = KILN_GEMM_PANEL;
-  for (int64_t j0 = 0; j0 < n; j0 += P)
-    kn->pack_b_block(k, n - j0 < P ? n - j0 : P, b + j0 * col_stride, row_stride, col_stride,
-                     out + j0 * k);
+  for (int64_t j0 = 0; j0 < n; j0 += P) {
+    const int64_t w = n - j0 < P ? n - j0 : P;
+    float* dst = out + j0 * k;
+    if (j0 >= src->split || j0 + w <= src->split) { /* one half's columns: the ISA's block */
+      kn->pack_b_block(k, w, kiln_gemm_b_col(src, j0), src->rs, src->cs, dst);
+      continue;
+    }
+    /* The panel where a joined B's halves meet, column by column. */
+    for (int64_t j = 0; j < P; ++j) {
+      const float* col = j < w ? kiln_gemm_b_col(src, j0 + j) : NULL;
+      for (int64_t p = 0; p < k; ++p) dst[p * P + j] = col ? col[p * src->rs] : 0.0f;
+    }
+  }
 }
 
 /* One panel of MR rows; MR is a compile-time constant in each caller below

@@ -168,8 +168,8 @@ int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int fo
  * bytes). Serial: the pack pass runs its weights' jobs on the pool already,
  * and a parallel_for inside one of its tasks would wait on its own pool. */
 typedef struct {
-  int64_t k, n, rs, cs, np, kg, gb;
-  const float* b;
+  int64_t k, n, rs, np, kg, gb;
+  const kiln_gemm_b_src_t* src;
   int bits, group, asym, form;
   uint8_t* body;
 } kiln_q_pack_job_t;
@@ -180,7 +180,7 @@ static void kiln_q_pack_panel(const kiln_q_pack_job_t* jb, int64_t panel) {
     float* scales = (float*)jb->body;
     int8_t* data = (int8_t*)(jb->body + jb->np * P * 4);
     for (int64_t j = panel * P; j < jb->n && j < (panel + 1) * P; ++j)
-      kiln_q8_column(jb->k, jb->b + j * jb->cs, jb->rs, data + panel * P * jb->k + j % P, &scales[j]);
+      kiln_q8_column(jb->k, kiln_gemm_b_col(jb->src, j), jb->rs, data + panel * P * jb->k + j % P, &scales[j]);
     return;
   }
   const int group = jb->group, asym = jb->asym, form = jb->form;
@@ -194,7 +194,7 @@ static void kiln_q_pack_panel(const kiln_q_pack_job_t* jb, int64_t panel) {
       int64_t p0 = g * group, len = jb->k - p0 < group ? jb->k - p0 : group;
       float s = 0.0f, z = asym ? 0.0f : 8.0f;
       if (j < jb->n) {
-        kiln_q4_group(len, group, asym, jb->b + p0 * jb->rs + j * jb->cs, jb->rs, nib, &s, &z);
+        kiln_q4_group(len, group, asym, kiln_gemm_b_col(jb->src, j) + p0 * jb->rs, jb->rs, nib, &s, &z);
       } else {
         s = 0.0f;
         for (int r = 0; r < group; ++r) nib[r] = (uint8_t)z;
@@ -209,10 +209,16 @@ static void kiln_q_pack_panel(const kiln_q_pack_job_t* jb, int64_t panel) {
 
 void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
                             int bits, int group, int asym, void* out) {
+  const kiln_gemm_b_src_t src = {b, NULL, n, rs, cs};
+  kiln_gemm_quant_pack_b_src(k, n, &src, bits, group, asym, out);
+}
+
+void kiln_gemm_quant_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src, int bits,
+                                int group, int asym, void* out) {
   const int form = kiln_q_own_form(bits, asym);
   if (!kiln_gemm_quant_blob_start(k, n, bits, group, form, out)) return;
-  kiln_q_pack_job_t jb = {k, n, rs, cs, kiln_q_cdiv(n, KILN_GEMM_PANEL), 0, 0, b, bits, group, asym,
-                          form, (uint8_t*)out + KILN_GEMM_QUANT_HEADER};
+  kiln_q_pack_job_t jb = {k,   n,    src->rs, kiln_q_cdiv(n, KILN_GEMM_PANEL), 0, 0, src, bits,
+                          group, asym, form,  (uint8_t*)out + KILN_GEMM_QUANT_HEADER};
   if (bits == 4) {
     jb.kg = kiln_q_cdiv(k, group);
     jb.gb = kiln_gemm_q4_group_bytes(group, form);
