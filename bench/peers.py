@@ -39,6 +39,10 @@ KILN_LOWP = {"kiln_bf16": {"compute_dtype": torch.bfloat16},
 LOWP = tuple(KILN_LOWP) + ("openvino_default",)
 # A low-precision output fails its check below this cosine to eager fp32 (a
 # gross error, not a precision target: the cosine is reported either way).
+# A weight-only quantized one (no ":a8") has an exact reference instead: the
+# eager model run with the same dequantized weights, held to fp32's
+# tolerance (its cosine to fp32 is the quantization's own error, which on a
+# random-weight model can fall below any floor).
 LOWP_MIN_COSINE = 0.9
 
 
@@ -102,11 +106,35 @@ def compare(ref, out) -> dict:
     return {"err": worst, "ok": ok, "why": why}
 
 
-def compare_lowp(ref, out) -> dict:
+def weight_only_reference(system, model, inputs):
+    """The exact reference of a weight-only quantized kiln system: eager's
+    output with every nn.Linear / nn.Embedding weight replaced by its
+    dequantized values (tests/python/quant_reference.py states kiln's rules
+    in torch); None for any other system."""
+    kind = KILN_LOWP.get(system, {}).get("weights_dtype")
+    if kind is None or "a8" in str(kind).split(":"):
+        return None
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "tests", "python"))
+    from quant_reference import with_dequantized_linears
+    with torch.no_grad():
+        return with_dequantized_linears(model, kind)(*inputs)
+
+
+def compare_lowp(ref, out, exact=None) -> dict:
     """For a low-precision system: cosine similarity of all outputs (as one
     vector, float64) to eager fp32's and the largest error relative to each
     output's magnitude; ok when every value is finite and the cosine is at
-    least LOWP_MIN_COSINE."""
+    least LOWP_MIN_COSINE, or, given the system's exact reference (exact:
+    weight_only_reference's), when out is within fp32's tolerance of it."""
+    if exact is not None:
+        res = compare_lowp(ref, out)
+        same = compare(exact, out)
+        res["ok"] = same["ok"] and res.get("cos") is not None
+        res["why"] = "" if res["ok"] else (
+            f"differs from eager with the same dequantized weights: {same['why'] or res['why']}")
+        return res
     r, o = flatten(ref), flatten(out)
     if len(r) != len(o):
         return {"err": None, "ok": False, "why": f"{len(o)} outputs, eager has {len(r)}"}

@@ -447,7 +447,9 @@ LOWP_ABOUT = (
     "time) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
     "or AVX512_BF16). In parentheses after a kiln time: the cosine similarity of its outputs to "
-    "eager fp32's (a cell fails below 0.9, a gross error; the cosine is the accuracy figure). "
+    "eager fp32's, the accuracy figure (kiln int4, weight-only, fails a cell when it differs from eager "
+    "run with the same dequantized weights beyond fp32's tolerance; the others below cosine 0.9, a "
+    "gross error). "
     "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs ov "
     "default: OpenVINO's default-precision time over kiln bf16's.")
 

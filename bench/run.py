@@ -69,11 +69,12 @@ PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
               "openvino": "openvino", "openvino_default": "openvino"}
 
 
-def check(system, ref, out) -> dict:
+def check(system, ref, out, exact=None) -> dict:
     """The output check of one system: fp32's tolerance, or for a
-    low-precision system its cosine and relative error (peers.compare_lowp)."""
+    low-precision system its cosine and relative error (peers.compare_lowp;
+    a weight-only quantized one held to exact, its exact reference)."""
     import peers
-    return peers.compare_lowp(ref, out) if system in peers.LOWP else peers.compare(ref, out)
+    return peers.compare_lowp(ref, out, exact) if system in peers.LOWP else peers.compare(ref, out)
 
 
 class Phases:
@@ -135,6 +136,7 @@ def worker(args) -> int:
     first = threads[0]
     prepared = {}
     ref = None
+    exact = {}   # a weight-only quantized system's exact reference (peers.compare_lowp)
     # Prepare every system at the first thread count; check its output.
     for system in peers.SYSTEMS:
         cell = rows[first]["systems"].setdefault(system, {})
@@ -165,7 +167,8 @@ def worker(args) -> int:
             if system == "eager":
                 ref = out
             else:
-                cell.update(check(system, ref, out))
+                exact[system] = peers.weight_only_reference(system, model, inputs)
+                cell.update(check(system, ref, out, exact[system]))
                 if not cell.get("ok", True):
                     cell["fail"] = cell.get("why") or "wrong output"
             prepared[system] = p
@@ -215,7 +218,7 @@ def worker(args) -> int:
                 calls[system] = p.at(n)
                 if n != first and system != "eager" and not spec.train:
                     # The output is checked again at this thread count.
-                    cell.update(check(system, ref, calls[system]()))
+                    cell.update(check(system, ref, calls[system](), exact.get(system)))
                     if not cell.get("ok", True):
                         cell["fail"] = cell.get("why") or "wrong output"
                         del calls[system]

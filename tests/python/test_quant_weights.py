@@ -3,20 +3,8 @@
 The contract (kiln_gemm.h, kiln.trace's docstring): every linear layer's
 weight is quantized by a fixed rule and the layer computes in fp32 with the
 dequantized weights. So the reference is the eager model with each
-nn.Linear weight replaced by its dequantized values, computed here in torch
-from the documented rules, independently of kiln:
-  int8: per output channel, s = max|w| / 127 (1 if 0), q = clamp(round(w / s), -127, 127);
-  int4 symmetric (llama.cpp q4_0's rule), per group of G input columns of
-    one output row: m = the largest-magnitude element, d = bf16(m / -8),
-    q = clamp(round(w / d), -8, 7) (0 if d == 0), weight q d;
-  int4 asymmetric: lo = min(min w, 0), hi = max(max w, 0), s = bf16((hi - lo) / 15)
-    (1 if 0), z = clamp(round(-lo / s), 0, 15), q = clamp(round(w / s) + z, 0, 15),
-    weight (q - z) s;
-  bf16() rounds to the nearest bfloat16 (ties to even), as .to(torch.bfloat16):
-    int4 blobs keep their scales in 16 bits.
-round() is half to even and every step is fp32, as in kiln's packer, so the
-weights are the same bit for bit; a K that is not a multiple of G pads the
-last group with zeros (which changes neither max nor min).
+nn.Linear weight replaced by its dequantized values, computed in torch from
+the documented rules, independently of kiln (quant_reference.py).
 
 Tolerance: kiln and eager differ only by fp32 summation order (and, on
 int4's GEMV path, by applying the zero point once per group through A's
@@ -41,61 +29,9 @@ from torch import nn
 import kiln
 
 from conftest import cosine, isa_params, minilm_encoder_and_batch
+from quant_reference import dequantized, quantize_int8, with_dequantized_linears
 
 KINDS = ["int8", "int4", "int4:g128", "int4:asym", "int4:g128:asym"]
-
-
-def quantize_int8(w):
-    s = w.abs().amax(dim=1, keepdim=True) / 127
-    s = torch.where(s == 0, torch.ones_like(s), s)
-    return torch.round(w / s).clamp(-127, 127) * s
-
-
-def quantize_int4(w, group, asym):
-    n, k = w.shape
-    kp = math.ceil(k / group) * group
-    wp = torch.zeros(n, kp, dtype=torch.float32)
-    wp[:, :k] = w
-    g = wp.view(n, kp // group, group)
-    if asym:
-        lo = g.amin(-1, keepdim=True).clamp(max=0)
-        hi = g.amax(-1, keepdim=True).clamp(min=0)
-        s = ((hi - lo) / 15).to(torch.bfloat16).float()
-        s = torch.where(s == 0, torch.ones_like(s), s)
-        z = torch.round(-lo / s).clamp(0, 15)
-        q = (torch.round(g / s) + z).clamp(0, 15)
-        d = (q - z) * s
-    else:
-        m = g.gather(-1, g.abs().argmax(-1, keepdim=True))
-        step = (m / -8).to(torch.bfloat16).float()
-        safe = torch.where(step == 0, torch.ones_like(step), step)
-        q = torch.where(step == 0, torch.zeros_like(g), torch.round(g / safe)).clamp(-8, 7)
-        d = q * step
-    return d.reshape(n, kp)[:, :k].contiguous()
-
-
-def dequantized(w, kind):
-    if kind == "int8" or kind is torch.int8:
-        return quantize_int8(w)
-    parts = kind.split(":")
-    group = next((int(p[1:]) for p in parts[1:] if p.startswith("g")), 32)
-    return quantize_int4(w, group, "asym" in parts)
-
-
-def with_dequantized_linears(model, kind):
-    """A copy of model whose nn.Linear and nn.Embedding weights are their
-    dequantized values (an embedding table's rows are quantized as a linear
-    weight's output channels: the same rule; a tied weight once)."""
-    import copy
-
-    ref = copy.deepcopy(model)
-    done = set()
-    with torch.no_grad():
-        for mod in ref.modules():
-            if isinstance(mod, (nn.Linear, nn.Embedding)) and id(mod.weight) not in done:
-                done.add(id(mod.weight))
-                mod.weight.copy_(dequantized(mod.weight.detach().float(), kind))
-    return ref
 
 
 class Block(nn.Module):
