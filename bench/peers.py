@@ -38,11 +38,14 @@ KILN_LOWP = {"kiln_bf16": {"compute_dtype": torch.bfloat16},
              "kiln_int4": {"weights_dtype": "int4"}}
 LOWP = tuple(KILN_LOWP) + ("openvino_default",)
 # A low-precision output fails its check below this cosine to eager fp32 (a
-# gross error, not a precision target: the cosine is reported either way).
-# A weight-only quantized one (no ":a8") has an exact reference instead: the
-# eager model run with the same dequantized weights, held to fp32's
-# tolerance (its cosine to fp32 is the quantization's own error, which on a
-# random-weight model can fall below any floor).
+# gross error, not a precision target: the cosine is reported either way),
+# unless it is, within fp32's tolerance, the eager model run with the same
+# dequantized weights (weight-only quantization, no ":a8": its cosine to fp32
+# is then the quantization's own error, 0.87 for int4 on the random-weight
+# llama_decode). That reference holds where kiln quantizes exactly the
+# nn.Linear / nn.Embedding weights; kiln also quantizes other matmul weights
+# (GPT-2's Conv1D) and folds embeddings read at constant positions, so
+# elsewhere the floor alone decides.
 LOWP_MIN_COSINE = 0.9
 
 
@@ -126,14 +129,12 @@ def compare_lowp(ref, out, exact=None) -> dict:
     """For a low-precision system: cosine similarity of all outputs (as one
     vector, float64) to eager fp32's and the largest error relative to each
     output's magnitude; ok when every value is finite and the cosine is at
-    least LOWP_MIN_COSINE, or, given the system's exact reference (exact:
-    weight_only_reference's), when out is within fp32's tolerance of it."""
+    least LOWP_MIN_COSINE or (exact: weight_only_reference's) out is within
+    fp32's tolerance of the system's exact reference."""
     if exact is not None:
         res = compare_lowp(ref, out)
-        same = compare(exact, out)
-        res["ok"] = same["ok"] and res.get("cos") is not None
-        res["why"] = "" if res["ok"] else (
-            f"differs from eager with the same dequantized weights: {same['why'] or res['why']}")
+        if not res["ok"] and res.get("cos") is not None and compare(exact, out)["ok"]:
+            res.update(ok=True, why="", exact=True)
         return res
     r, o = flatten(ref), flatten(out)
     if len(r) != len(o):

@@ -447,9 +447,8 @@ LOWP_ABOUT = (
     "time) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
     "or AVX512_BF16). In parentheses after a kiln time: the cosine similarity of its outputs to "
-    "eager fp32's, the accuracy figure (kiln int4, weight-only, fails a cell when it differs from eager "
-    "run with the same dequantized weights beyond fp32's tolerance; the others below cosine 0.9, a "
-    "gross error). "
+    "eager fp32's, the accuracy figure (a cell fails below 0.9, a gross error, unless it is eager run "
+    "with the same dequantized weights within fp32's tolerance: marked =). "
     "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs ov "
     "default: OpenVINO's default-precision time over kiln bf16's.")
 
@@ -471,7 +470,8 @@ def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
         r = [row["model"], str(row["threads"]), time_cell(s.get("kiln", {}), notes)]
         for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
             c = s.get(k, {})
-            r.append(_lowp_cell(c, notes, f"{c['cos']:.5f}" if "cos" in c else ""))
+            cos = (f"{c['cos']:.5f}" + (", =" if c.get("exact") else "")) if "cos" in c else ""
+            r.append(_lowp_cell(c, notes, cos))
         r.append(time_cell(s.get("openvino", {}), notes))
         d = s.get("openvino_default", {})
         r.append(_lowp_cell(d, notes, d.get("precision", "")))
