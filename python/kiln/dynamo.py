@@ -410,6 +410,78 @@ def _takes_float_operand(user, node):
             and node in user.args[:2] and all(a is node or isinstance(a, torch.fx.Node) for a in user.args[:2]))
 
 
+def _input_symbols(gm):
+    """{sympy symbol: (placeholder, dim or None)}: where each of the graph's
+    input symbols can be read at run time (a SymInt argument, or a size of a
+    tensor argument)."""
+    src = {}
+    for n in gm.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("val")
+        dims = [(None, v)] if isinstance(v, torch.SymInt) else (
+            list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else [])
+        for d, size in dims:
+            if isinstance(size, torch.SymInt) and size.node.expr.is_Symbol:
+                src.setdefault(size.node.expr, (n, d))
+    return src
+
+
+def _size_expr_emitter(expr, src):
+    """A function emit(graph, env, cache) adding nodes to graph that compute
+    the integer sympy expression expr (torch's size arithmetic: sums,
+    products, small powers, FloorDiv, Mod) from the input symbols in src
+    (_input_symbols; env maps placeholders to graph's, cache keeps each
+    symbol's read for the next expression), or None when expr reads another
+    symbol (a data-dependent size) or an operation this does not know."""
+    import operator
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod, PythonMod
+
+    def plan(e):
+        if e.is_Integer:
+            return lambda g, env, c: int(e)
+        if e.is_Symbol:
+            if e not in src:
+                return None
+            ph, d = src[e]
+
+            def read(g, env, c):
+                if (ph, d) not in c:
+                    c[(ph, d)] = env[ph] if d is None else g.call_function(
+                        torch.ops.aten.sym_size.int, (env[ph], d))
+                return c[(ph, d)]
+            return read
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and 1 <= int(e.exp) <= 4:
+            base = plan(e.base)
+            if base is None:
+                return None
+
+            def power(g, env, c):
+                b = base(g, env, c)
+                out = b
+                for _ in range(int(e.exp) - 1):
+                    out = g.call_function(operator.mul, (out, b))
+                return out
+            return power
+        ops = {sympy.Add: operator.add, sympy.Mul: operator.mul, FloorDiv: operator.floordiv,
+               Mod: operator.mod, PythonMod: operator.mod}
+        op = ops.get(type(e))
+        if op is None:
+            return None
+        parts = [plan(a) for a in e.args]
+        if any(p_ is None for p_ in parts):
+            return None
+
+        def combine(g, env, c):
+            out = parts[0](g, env, c)
+            for p_ in parts[1:]:
+                out = g.call_function(op, (out, p_(g, env, c)))
+            return out
+        return combine
+
+    return plan(expr)
+
+
 def _split_float_scalars(gm, example_inputs):
     """Moves the graph's float64 scalar arithmetic into a prelude run in
     eager PyTorch before the kiln model: returns (prelude, new inputs) or
@@ -430,12 +502,23 @@ def _split_float_scalars(gm, example_inputs):
     # of a size (with the size itself computed in 0-d int64 tensors in a
     # training graph), or, given an output size, as a Python float in_size /
     # out_size (a SymFloat) that multiplies a float32 tensor.
+    # A size of an intermediate tensor (an upsampling to a skip connection's
+    # size) is computed from its expression over the input symbols.
     nodes = list(gm.graph.nodes)
-    sizes = set()
+    symbols = _input_symbols(gm)
+    sizes, from_expr = set(), {}
     for n in nodes:
-        if isinstance(n.meta.get("val"), torch.SymInt) and (n.op == "placeholder" or (
-                n.op == "call_function" and all(a.op == "placeholder" or a in sizes for a in n.all_input_nodes))):
+        v = n.meta.get("val")
+        if not isinstance(v, torch.SymInt):
+            continue
+        if n.op == "placeholder" or (
+                n.op == "call_function" and all(a.op == "placeholder" or a in sizes for a in n.all_input_nodes)):
             sizes.add(n)
+        elif n.op == "call_function":
+            emit = _size_expr_emitter(v.node.expr, symbols)
+            if emit is not None:
+                sizes.add(n)
+                from_expr[n] = emit
 
     def kind(n):
         v = n.meta.get("val")
@@ -506,12 +589,15 @@ def _split_float_scalars(gm, example_inputs):
         a = todo.pop()
         if a not in read:
             read.add(a)
-            todo += [b for b in a.all_input_nodes if b in sizes]
+            if a not in from_expr:
+                todo += [b for b in a.all_input_nodes if b in sizes]
     pg = torch.fx.Graph()
-    env = {}
+    env, symbol_nodes = {}, {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             env[n] = pg.placeholder(n.name)
+        elif n in read and n in from_expr:
+            env[n] = from_expr[n](pg, env, symbol_nodes)
         elif n in scalar or n in rounded or (n in read and n.op != "placeholder"):
             env[n] = pg.node_copy(n, lambda a: env[a])
     pg.output(tuple(env[u] for u in rounded))

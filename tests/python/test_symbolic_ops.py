@@ -336,14 +336,43 @@ def test_nearest_upsampling_to_an_inputs_size_runs_in_kiln(counters):
     SymFloat of two input sizes), multiplying a float32 ramp. The prelude
     computes it and rounds it to float32 as eager's multiply does, so the
     gathers run in kiln (it ran in eager: 'no kiln lowering for truediv');
-    the result equals eager's exactly. (Sizes of intermediate tensors are
-    not the prelude's to compute: such a graph still runs that part in
-    eager.)"""
+    the result equals eager's exactly."""
     f = torch.compile(_upsample_to_size, backend="kiln", dynamic=True)
     for s, t in (((2, 3, 5, 7), (2, 1, 11, 21)), ((3, 3, 9, 4), (2, 1, 19, 12))):
         x, y = torch.randn(*s), torch.randn(*t)
         assert torch.equal(f(x, y), _upsample_to_size(x, y))
     # (Dynamo may compile the second size again: its guards on the sizes.)
+    k = dict(counters["kiln"])
+    assert k.get("graphs") and k.get("whole") == k["graphs"] and not counters["kiln_fallback"], \
+        (k, dict(counters["kiln_fallback"]))
+
+
+_SKIPS = {   # a U-Net's skip: the coarse map upsampled to the finer one's size
+    "pool2": lambda x: F.max_pool2d(x, 2),                     # size s // 2
+    "pool3s2p1": lambda x: F.max_pool2d(x, 3, 2, padding=1),   # (s - 1) // 2 + 1, a strided conv's
+}
+
+
+@pytest.mark.parametrize("down", sorted(_SKIPS))
+def test_nearest_upsampling_to_an_intermediates_size_runs_in_kiln(counters, down):
+    """F.interpolate(coarse, size=fine.shape[-2:]) where fine is computed in
+    the graph: the scale's in_size / out_size reads sizes of intermediate
+    tensors, which the prelude computes from their expressions over the
+    input's sizes (dynamo._size_expr_emitter). It ran those two ops in eager
+    and the rest in pieces ('a piece whose sizes its inputs do not give').
+    Pooling, nearest upsampling and the sum are exact: the result equals
+    eager's bit for bit, at sizes that round differently."""
+    d = _SKIPS[down]
+
+    def fn(x):
+        fine = d(x)
+        coarse = d(fine)
+        return F.interpolate(coarse, size=fine.shape[-2:], mode="nearest") + fine
+
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for s in ((2, 3, 16, 24), (3, 3, 21, 13), (2, 3, 30, 9)):
+        x = torch.randn(*s)
+        assert torch.equal(f(x), fn(x)), s
     k = dict(counters["kiln"])
     assert k.get("graphs") and k.get("whole") == k["graphs"] and not counters["kiln_fallback"], \
         (k, dict(counters["kiln_fallback"]))
