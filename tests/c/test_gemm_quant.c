@@ -10,7 +10,8 @@
  * off, strided and bf16 A, a batch.
  *
  * Also: the quantization rules themselves (each dequantized weight within
- * half a step of the original, the extreme of a group exact), a LINEAR
+ * half a step of the original, the extreme of a group exact), the packer's
+ * fast path byte for byte against the scalar rule, a LINEAR
  * through the compiler and runtime with weights_quant, and the CPU target
  * refusing a blob whose header or size does not match.
  *
@@ -290,6 +291,57 @@ static void quant_rules(void) {
   KILN_EXPECT(kiln_gemm_quant_packed_size(8, 8, 2, 32, 0) == 0, "int2 unsupported");
 }
 
+/* The packer's fast path (contiguous columns, finite values, a normal
+ * scale) writes exactly the bytes of the scalar rule
+ * (kiln_gemm_quant_pack_b_reference), over every choice (groups up to 128
+ * are assembled 16 columns at a time, 256 column by column) and columns
+ * built to reach each branch: ties in magnitude (negative first, positive
+ * first: the rule keeps the first), all zeros, -0 only, a zero group
+ * beside -0, -0 the least value (the asymmetric zero point's sign), non-negative and
+ * non-positive groups, a scale that would be denormal (the rule runs),
+ * values near FLT_MAX, denormals, and K not a multiple of the group (the
+ * short last group takes the rule). */
+static void quant_pack_fast(void) {
+  static const quant_kind_t kinds[] = {{8, 0, 0},  {4, 32, 0},  {4, 32, 1}, {4, 64, 0},
+                                       {4, 128, 0}, {4, 128, 1}, {4, 256, 0}, {4, 256, 1}};
+  static const int64_t ks[] = {256, 300, 33};
+  enum { N = 37, KMAX = 300 };
+  static float w[N * KMAX];
+  for (int ki = 0; ki < 3; ++ki) {
+    const int64_t K = ks[ki];
+    kiln_test_fill_f32(w, N * K, 77 + (int)K, -3.0f, 3.0f);
+    for (int64_t p = 0; p < K; ++p) {
+      w[0 * K + p] = p % 32 == 3 ? -2.5f : p % 32 == 9 ? 2.5f : 0.25f * (float)(p % 5); /* tie, - first */
+      w[1 * K + p] = p % 32 == 3 ? 2.5f : p % 32 == 9 ? -2.5f : -0.25f * (float)(p % 5); /* tie, + first */
+      w[2 * K + p] = 0.0f;
+      w[3 * K + p] = -0.0f;
+      w[4 * K + p] = p % 2 ? -0.0f : 0.0f;
+      w[5 * K + p] = 0.5f + 0.01f * (float)p;              /* all positive */
+      w[6 * K + p] = -0.5f - 0.01f * (float)p;             /* all negative */
+      w[7 * K + p] = (float)(p % 7) * 1e-39f;              /* denormals: a denormal scale */
+      w[8 * K + p] = (p % 3 ? -1.0f : 1.0f) * 3.0e38f;      /* near FLT_MAX */
+      w[9 * K + p] = (float)(p % 9) * 1.2e-37f;            /* m / -8 a denormal bf16 */
+      w[10 * K + p] = p % 32 == 0 ? -8.0f : 1.0f;           /* a scale of exactly -1 */
+      w[11 * K + p] = p % 4 ? 0.3f * (float)p : -0.0f;      /* -0 the least value */
+    }
+    for (size_t q = 0; q < sizeof(kinds) / sizeof(kinds[0]); ++q) {
+      const quant_kind_t* qk = &kinds[q];
+      size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+      unsigned char* fast = quant_alloc(bytes);
+      unsigned char* rule = quant_alloc(bytes);
+      kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, fast);
+      kiln_gemm_quant_pack_b_reference(K, N, w, 1, K, qk->bits, qk->group, qk->asym, rule);
+      size_t first = bytes;
+      for (size_t i = 0; i < bytes && first == bytes; ++i)
+        if (fast[i] != rule[i]) first = i;
+      KILN_EXPECT(first == bytes, "int%d g%d asym %d K %lld: packed bytes differ from the rule's at %zu of %zu",
+                  qk->bits, qk->group, qk->asym, (long long)K, first, bytes);
+      free(fast);
+      free(rule);
+    }
+  }
+}
+
 /* Through the compiler and runtime: weights_quant packs the LINEAR's
  * weight in the quantized layout, the model computes x Wq + b, and a blob
  * of the wrong size is refused by the CPU target. */
@@ -447,6 +499,7 @@ static void quant_gather(void) {
 
 void kiln_test_suite_gemm_quant(void) {
   quant_rules();
+  quant_pack_fast();
   kiln_test_each_isa_and_pool(quant_level);
   kiln_test_each_isa_and_pool(quant_fly_level);
   kiln_test_each_isa_and_pool(quant_dequant_level);

@@ -1,10 +1,12 @@
 /* Quantized weights (weight-only int8 and int4; blobs flagged for int8
  * activations go to kiln_gemm_q8a8.c, kiln_gemm_q8a8_gemv.c and
- * kiln_gemm_q4a8.c where their rules apply): quantization and packing, the
- * scalar rule, the portable kernels, the driver, and the task loop that
- * every GEMV driver shares (kiln_gemm_gemv_panels_run). The blob layout and
- * the quantization rules are documented in kiln_gemm.h; the rules are the
- * ones tests/python/test_quant_weights.py repeats in torch.
+ * kiln_gemm_q4a8.c where their rules apply): the blob's size and header,
+ * a weight read back by the scalar rule (kiln_gemm_quant_weight), the
+ * portable kernels, the driver, and the task loop that every GEMV driver
+ * shares (kiln_gemm_gemv_panels_run); quantizing is kiln_gemm_quant_pack.c's.
+ * The blob layout and the quantization rules are documented in
+ * kiln_gemm.h; the rules are the ones tests/python/test_quant_weights.py
+ * repeats in torch.
  *
  * Driver, per call:
  *   M <= KILN_GEMM_GEMV_MAX_M (decode): the weights are the whole cost, so
@@ -57,12 +59,12 @@ static size_t kiln_q_size(int64_t k, int64_t n, int bits, int group, int form) {
 
 /* kiln's own int4 blobs keep bf16 scales (kiln_gemm.h); a checkpoint's
  * keep its fp32 ones. */
-static int kiln_q_own_form(int bits, int asym) {
+int kiln_gemm_quant_own_form(int bits, int asym) {
   return (asym ? 1 : 0) | (bits == 4 ? (int)KILN_GEMM_QUANT_BF16_SCALES : 0);
 }
 
 size_t kiln_gemm_quant_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
-  return kiln_q_size(k, n, bits, group, kiln_q_own_form(bits, asym));
+  return kiln_q_size(k, n, bits, group, kiln_gemm_quant_own_form(bits, asym));
 }
 
 size_t kiln_gemm_quant_ints_packed_size(int64_t k, int64_t n, int bits, int group, int asym) {
@@ -81,72 +83,6 @@ int kiln_gemm_quant_check(const void* blob, size_t nbytes, int64_t k, int64_t n)
   return nbytes != kiln_q_size(k, n, h.bits, (int)h.group, h.flags & KILN_GEMM_Q4_FORM_MASK);
 }
 
-static float kiln_q_clamp(float x, float lo, float hi) { return x < lo ? lo : x > hi ? hi : x; }
-
-/* nearbyintf(x) in the default rounding mode (to nearest, ties to even),
- * inline: adding and taking away 1.5 * 2^23 leaves x rounded for |x| < 2^22
- * (every quotient the rules round is within +-128 of zero unless a scale
- * is denormal; larger ones are whole numbers already or clamp). The libm
- * call per weight made packing a 1.1B-weight model take ~10 s. */
-static inline float kiln_q_round(float x) {
-  const float magic = 12582912.0f; /* 1.5 * 2^23 */
-  return fabsf(x) < 4194304.0f ? (x + magic) - magic : nearbyintf(x);
-}
-
-/* Quantizes one column (k values, src[p * rs]) into an int8 panel column. */
-static void kiln_q8_column(int64_t k, const float* src, int64_t rs, int8_t* dst, float* scale) {
-  float amax = 0.0f;
-  for (int64_t p = 0; p < k; ++p) {
-    float a = fabsf(src[p * rs]);
-    amax = a > amax ? a : amax; /* fmaxf's answer: a NaN never wins */
-  }
-  float s = amax / 127.0f;
-  if (s == 0.0f) s = 1.0f;
-  *scale = s;
-  for (int64_t p = 0; p < k; ++p)
-    dst[p * KILN_GEMM_PANEL] = (int8_t)kiln_q_clamp(kiln_q_round(src[p * rs] / s), -127.0f, 127.0f);
-}
-
-/* x rounded to bf16 (to nearest even): the scales int4 blobs store. */
-static float kiln_q_bf16(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x)); }
-
-/* Quantizes rows [p0, p0 + len) of one column into nibbles (index r within
- * the group) plus its scale (a bf16 value: the rule quantizes with the
- * scale it stores) and zero point. */
-static void kiln_q4_group(int64_t len, int group, int asym, const float* src, int64_t rs,
-                          uint8_t* nib, float* scale, float* zero) {
-  float s, z;
-  if (asym) {
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t r = 0; r < len; ++r) { /* fminf / fmaxf: a NaN never wins */
-      float x = src[r * rs];
-      lo = x < lo ? x : lo;
-      hi = x > hi ? x : hi;
-    }
-    s = kiln_q_bf16((hi - lo) / 15.0f);
-    if (s == 0.0f) s = 1.0f;
-    z = kiln_q_clamp(kiln_q_round(-lo / s), 0.0f, 15.0f);
-    for (int64_t r = 0; r < group; ++r)
-      nib[r] = r < len ? (uint8_t)kiln_q_clamp(kiln_q_round(src[r * rs] / s) + z, 0.0f, 15.0f)
-                       : (uint8_t)z;
-  } else {
-    float m = 0.0f;
-    for (int64_t r = 0; r < len; ++r)
-      if (fabsf(src[r * rs]) > fabsf(m)) m = src[r * rs];
-    s = kiln_q_bf16(m / -8.0f);
-    z = 8.0f;
-    int64_t r = 0;
-    if (s != 0.0f && rs == 1) /* a Linear's (N, K) rows: a loop the compiler vectorizes */
-      for (; r < len; ++r) nib[r] = (uint8_t)(kiln_q_clamp(kiln_q_round(src[r] / s), -8.0f, 7.0f) + 8.0f);
-    for (; r < group; ++r) {
-      float q = r < len && s != 0.0f ? kiln_q_clamp(kiln_q_round(src[r * rs] / s), -8.0f, 7.0f) : 0.0f;
-      nib[r] = (uint8_t)(q + 8.0f);
-    }
-  }
-  *scale = s;
-  *zero = z;
-}
-
 int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int form, void* out) {
   size_t size = kiln_q_size(k, n, bits, group, form);
   if (!size) return 0;
@@ -162,68 +98,6 @@ int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int fo
   h.n = n;
   memcpy(out, &h, sizeof(h));
   return 1;
-}
-
-/* One packing job, panel by panel (each writes its own columns' scales and
- * bytes). Serial: the pack pass runs its weights' jobs on the pool already,
- * and a parallel_for inside one of its tasks would wait on its own pool. */
-typedef struct {
-  int64_t k, n, rs, np, kg, gb;
-  const kiln_gemm_b_src_t* src;
-  int bits, group, asym, form;
-  uint8_t* body;
-} kiln_q_pack_job_t;
-
-static void kiln_q_pack_panel(const kiln_q_pack_job_t* jb, int64_t panel) {
-  const int P = KILN_GEMM_PANEL;
-  if (jb->bits == 8) {
-    float* scales = (float*)jb->body;
-    int8_t* data = (int8_t*)(jb->body + jb->np * P * 4);
-    for (int64_t j = panel * P; j < jb->n && j < (panel + 1) * P; ++j)
-      kiln_q8_column(jb->k, kiln_gemm_b_col(jb->src, j), jb->rs, data + panel * P * jb->k + j % P, &scales[j]);
-    return;
-  }
-  const int group = jb->group, asym = jb->asym, form = jb->form;
-  uint8_t nib[4096];
-  for (int64_t j = panel * P; j < (panel + 1) * P; ++j) {
-    int c = (int)(j % P);
-    for (int64_t g = 0; g < jb->kg; ++g) {
-      uint8_t* blk = jb->body + panel * jb->kg * jb->gb + g * jb->gb;
-      uint16_t* sc = (uint16_t*)blk; /* bf16 scales, then (asym) zero points */
-      uint8_t* bytes = blk + kiln_gemm_q4_header_bytes(form);
-      int64_t p0 = g * group, len = jb->k - p0 < group ? jb->k - p0 : group;
-      float s = 0.0f, z = asym ? 0.0f : 8.0f;
-      if (j < jb->n) {
-        kiln_q4_group(len, group, asym, kiln_gemm_b_col(jb->src, j) + p0 * jb->rs, jb->rs, nib, &s, &z);
-      } else {
-        s = 0.0f;
-        for (int r = 0; r < group; ++r) nib[r] = (uint8_t)z;
-      }
-      sc[c] = kiln_gemm_bf16_from_f32(s); /* exact: s is a bf16 value */
-      if (asym) sc[P + c] = kiln_gemm_bf16_from_f32(z); /* 0..15: exact */
-      for (int64_t r = 0; r < group; ++r)
-        bytes[kiln_gemm_q4_byte(r, c)] |= (uint8_t)(c < 8 ? nib[r] : nib[r] << 4);
-    }
-  }
-}
-
-void kiln_gemm_quant_pack_b(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
-                            int bits, int group, int asym, void* out) {
-  const kiln_gemm_b_src_t src = {b, NULL, n, rs, cs};
-  kiln_gemm_quant_pack_b_src(k, n, &src, bits, group, asym, out);
-}
-
-void kiln_gemm_quant_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src, int bits,
-                                int group, int asym, void* out) {
-  const int form = kiln_q_own_form(bits, asym);
-  if (!kiln_gemm_quant_blob_start(k, n, bits, group, form, out)) return;
-  kiln_q_pack_job_t jb = {k,   n,    src->rs, kiln_q_cdiv(n, KILN_GEMM_PANEL), 0, 0, src, bits,
-                          group, asym, form,  (uint8_t*)out + KILN_GEMM_QUANT_HEADER};
-  if (bits == 4) {
-    jb.kg = kiln_q_cdiv(k, group);
-    jb.gb = kiln_gemm_q4_group_bytes(group, form);
-  }
-  for (int64_t p = 0; p < jb.np; ++p) kiln_q_pack_panel(&jb, p);
 }
 
 void kiln_gemm_quant_set_a8(void* blob) {

@@ -120,6 +120,12 @@ typedef struct {
 /* Zeroes blob `out` (kiln_gemm_quant_packed_size bytes) and writes its
  * header; 0 (nothing written) for an unsupported choice. */
 int kiln_gemm_quant_blob_start(int64_t k, int64_t n, int bits, int group, int form, void* out);
+/* The form bits (kiln_gemm_quant_blob_start's form) of kiln's own blobs. */
+int kiln_gemm_quant_own_form(int bits, int asym);
+/* kiln_gemm_quant_pack_b by the scalar rule alone (no fast path): the
+ * reference test_gemm_quant compares the packed bytes with. */
+void kiln_gemm_quant_pack_b_reference(int64_t k, int64_t n, const float* b, int64_t rs, int64_t cs,
+                                      int bits, int group, int asym, void* out);
 
 static inline void kiln_gemm_quant_header_read(const void* blob, kiln_gemm_quant_header_t* h) {
   memcpy(h, blob, sizeof(*h));
