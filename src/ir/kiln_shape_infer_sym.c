@@ -237,6 +237,15 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
      * range [33, 40], and 5 at 33; fuzzer finding 14). */
     _Static_assert(KILN_P(RESHAPE, DIMS) == KILN_P(VIEW, DIMS), "reshape and view share dims");
     for (int32_t d = 0; d < out->rank; ++d) out->shape[d] = n->params[KILN_P(VIEW, DIMS) + d];
+  } else if (n->op == KILN_OP_STRIDED_SCATTER) {
+    /* Its base (input 0) with src written through the view: the base's
+     * sizes by definition. Its params are the view's, and one may have a
+     * base size's values at both probes and the example: a diagonal's
+     * length min(s1, s2 - 1) of a (3, 4, 6) example, taken for the base's
+     * s1, refused the next call's (4, 7, 5). */
+    if (n->inputs[0] < 0 || g->values[n->inputs[0]].rank != out->rank)
+      FAIL("strided_scatter: the output's rank is not its base's");
+    for (int32_t d = 0; d < out->rank; ++d) out->shape[d] = g->values[n->inputs[0]].shape[d];
   } else {
     /* The example's sizes, where every size has one and the rule runs
      * there (else check_example reports it): they pick between candidates

@@ -256,6 +256,23 @@ def test_as_strided_by_symbolic_sizes(counters, fn):
 
 
 @pytest.mark.parametrize("fn", [
+    lambda x: torch.diagonal(x, 0, -2, -1) * 2,
+    lambda x: torch.diagonal(x, 2, 0, 2) + 1,
+    lambda x: torch.diagonal(x, -1, 1, 2) - 1,
+    lambda x: torch.diagonal(x, 0, 2, 1) * 3,
+    lambda x: torch.trace(x[0]) + x.sum(),
+    lambda x: torch.diagonal_scatter(x, torch.diagonal(x, 1, 1, 2) * 0 + 7, 1, 1, 2),
+], ids=["square", "offset-rows", "negative-offset", "swapped-dims", "trace", "scatter"])
+def test_diagonal_of_symbolic_sizes(counters, fn):
+    """A diagonal's length is the max/min of symbolic sizes and its
+    stride their sum: torch.diagonal (and trace, diagonal_scatter) asked
+    min() of SymDims and ran in eager ("a symbolic size where kiln needs a
+    number"). Non-square sizes, both offsets' signs, and dims in either
+    order; the values are copies, so exact."""
+    _run(fn, [((3, 4, 6),), ((4, 7, 5),)], counters, exact=True)
+
+
+@pytest.mark.parametrize("fn", [
     lambda x: x[x.shape[0] - 1] * 2,
     lambda x: x.select(1, x.shape[1] // 2) + 1,
     lambda x: x.select(1, -(x.shape[1] // 2)) + 1,

@@ -127,20 +127,25 @@ def _repeat(ctx, n):
 
 
 def _diagonal_view(shape, offset, d1, d2):
-    """(dims, strides, element offset) of torch.diagonal's view of a dense tensor."""
+    """(dims, strides, element offset) of torch.diagonal's view of a dense
+    tensor; sizes may be symbolic (the length a max/min of them, the
+    strides their products)."""
     rank = len(shape)
     d1, d2 = _norm_dim(d1, rank), _norm_dim(d2, rank)
     src = _dense_strides(shape)
     if offset >= 0:
-        length = max(0, min(shape[d1], shape[d2] - offset))
+        length = symbolic.minmax("max", 0, symbolic.minmax("min", shape[d1], shape[d2] - offset))
         start = offset * src[d2]
     else:
-        length = max(0, min(shape[d1] + offset, shape[d2]))
+        length = symbolic.minmax("max", 0, symbolic.minmax("min", shape[d1] + offset, shape[d2]))
         start = -offset * src[d1]
     keep = [d for d in range(rank) if d not in (d1, d2)]
     dims = [shape[d] for d in keep] + [length]
     strides = [src[d] for d in keep] + [src[d1] + src[d2]]
-    return dims, strides, start if length else 0
+    # An empty diagonal starts at 0 (its start may lie past the end). Where
+    # the length is symbolic the start stays: kiln checks a view's reach
+    # only when it has elements.
+    return dims, strides, 0 if isinstance(length, int) and length == 0 else start
 
 
 @register(aten.diagonal.default, aten.diagonal_copy.default)
