@@ -272,6 +272,37 @@ def test_diagonal_of_symbolic_sizes(counters, fn):
     _run(fn, [((3, 4, 6),), ((4, 7, 5),)], counters, exact=True)
 
 
+def _attention_inputs(shape):
+    b, h, s, t, d = shape
+    return torch.randn(b, h, s, d), torch.randn(b, h, t, d), torch.randn(b, h, t, d), torch.randn(b, 1, s, t)
+
+
+@pytest.mark.parametrize("fn,in_kiln", [
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, scale=0.3), True),
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.25), True),
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.5), True),
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k[:, :, :q.shape[2]], v[:, :, :q.shape[2]],
+                                                       is_causal=True, scale=0.3), True),
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v), False),
+], ids=["scale", "float-mask", "bool-mask", "causal", "default-scale"])
+def test_attention_over_symbolic_heads(counters, fn, in_kiln):
+    """Attention on (B, H, S, D) inputs with every size symbolic: the
+    heads check asked q's heads % k's heads of one symbol (s % s) for a
+    number and ran the attention in eager; equal head counts need no
+    division. The default scale 1/sqrt(D) of a symbolic D is still a
+    number kiln's SDPA needs at compile time: that one runs in eager."""
+    f = torch.compile(fn, backend="kiln", dynamic=True)
+    for shape in ((2, 3, 5, 7, 8), (3, 4, 9, 11, 6)):
+        args = _attention_inputs(shape)
+        with torch.no_grad():
+            got = f(*args)
+            want = fn(*[a.double() for a in args]).float()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    kiln_counts = counters["kiln"]
+    assert kiln_counts["graphs"] == 1, dict(kiln_counts)
+    assert (kiln_counts["whole"] == 1) == in_kiln, (dict(kiln_counts), dict(counters["kiln_fallback"]))
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: x[x.shape[0] - 1] * 2,
     lambda x: x.select(1, x.shape[1] // 2) + 1,

@@ -82,7 +82,11 @@ def _flash_attention_cpu(ctx, n):
         raise Unsupported("attention dropout")
     if any(len(ctx.shape(t)) != 4 for t in (q, k, v)):
         raise Unsupported("CPU flash attention other than (B, H, S, D)")
-    if ctx.shape(k)[1] != ctx.shape(v)[1] or ctx.shape(q)[1] % ctx.shape(k)[1]:
+    hq, hk = ctx.shape(q)[1], ctx.shape(k)[1]
+    # Equal head counts (the same symbol under symbolic sizes) need no
+    # division; a symbolic count dividing another would need a guard.
+    grouped = hq != hk and (not isinstance(hq, int) or not isinstance(hk, int) or hq % hk)
+    if hk != ctx.shape(v)[1] or grouped:
         raise Unsupported("CPU flash attention whose query heads are no multiple of its key heads")
     if scale is None:
         scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
