@@ -31,8 +31,9 @@ build: $(KILN_BUILT)
 test-c: build
 	$(BUILD)/tests/c/kiln_ctest
 
+# Two workers (pytest-xdist): requirements-dev.txt says why.
 test-python: build
-	$(PY) -m pytest tests/python -q
+	$(PY) -m pytest tests/python -q -n 2
 
 test: test-c test-python
 
