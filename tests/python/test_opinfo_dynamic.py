@@ -34,6 +34,9 @@ DYNAMIC_SUBSET = [
     ("nn.functional.adaptive_avg_pool2d", False),
     ("nn.functional.instance_norm", True),
     ("nn.functional.pad.circular", True),
+    ("diagonal", True),
+    ("trace", True),
+    ("unfold", True),
 ]
 
 

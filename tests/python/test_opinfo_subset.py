@@ -54,6 +54,7 @@ SUBSET = [
     ("view", (F32,)),
     ("where", (F32,)),
     ("index_select", (F32,)),
+    ("unfold", (F32, I64)),
     ("atan2", (F32,)),
     ("log1p", (F32,)),
     ("remainder", (F32, I64)),

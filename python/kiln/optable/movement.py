@@ -156,6 +156,30 @@ def _diagonal(ctx, n):
     return strided_copy(ctx, x, dims, strides, start, ctx.origin(n))
 
 
+@register(aten.unfold.default)
+def _unfold(ctx, n):
+    # x.unfold(dim, size, step): windows of `size` along dim, `step` apart,
+    # as a new last dim: dim's length becomes (length - size) // step + 1
+    # and its stride step times its own; the new dim walks dim's stride.
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    size, step = n.args[2], n.args[3]
+    if not isinstance(size, int) or not isinstance(step, int):
+        raise Unsupported("unfold by a symbolic window or step")
+    if not shape:  # a 0-d x: torch allows one window of its one element
+        if size != 1:
+            raise Unsupported(f"unfold of a 0-d tensor by {size}")
+        return reshape(ctx, x, [1])
+    dim = _norm_dim(n.args[1], len(shape))
+    if len(shape) + 1 > _MAX_RANK:
+        raise Unsupported(f"unfold to rank {len(shape) + 1}")
+    src = _dense_strides(shape)
+    dims, strides = list(shape), list(src)
+    dims[dim] = (shape[dim] - size) // step + 1
+    strides[dim] = src[dim] * step
+    return strided_copy(ctx, x, dims + [size], strides + [src[dim]], 0, ctx.origin(n))
+
+
 def _is_view_op(target):
     """Does the op's output alias its first argument (slice, view, permute...)?"""
     schema = getattr(target, "_schema", None)
