@@ -307,11 +307,14 @@ def test_attention_over_symbolic_heads(counters, fn, in_kiln):
     lambda x: x[x.shape[0] - 1] * 2,
     lambda x: x.select(1, x.shape[1] // 2) + 1,
     lambda x: x.select(1, -(x.shape[1] // 2)) + 1,
-], ids=["last-row", "middle-column", "negative"])
+    lambda x: torch.select_scatter(x, x[:, 0] + 1, 1, x.shape[1] - 1),
+    lambda x: torch.select_scatter(x, x[0] * 2, 0, -(x.shape[0] // 2)),
+], ids=["last-row", "middle-column", "negative", "scatter", "scatter-negative"])
 def test_select_at_a_symbolic_index(counters, fn):
-    """select.int at a SymInt index: 'index < 0' on an FX node crashed
-    torch.compile (TypeError). The index is a kiln size; its sign is the
-    one torch guarded at tracing (a negative index counts from the end)."""
+    """select.int (and select_scatter) at a SymInt index: 'index < 0' on an
+    FX node crashed torch.compile (TypeError; select_scatter until session
+    12). The index is a kiln size; its sign is the one torch guarded at
+    tracing (a negative index counts from the end)."""
     _run(fn, [((4, 5),), ((6, 7),)], counters, exact=True)
 
 

@@ -220,22 +220,26 @@ def _slice(ctx, n):
     return strided_copy(ctx, x, out, strides, start * src[dim], ctx.origin(n))
 
 
+def select_index(ctx, arg, size):
+    """select's (and select_scatter's) index argument as a kiln size counted
+    from the start of a dim of `size`: a SymInt's node under symbolic sizes
+    becomes a kiln size, and torch guarded its sign when it traced the op,
+    so its sign at the example is its sign at every call of the graph."""
+    index = symbolic.size(arg)
+    if isinstance(index, symbolic.SymDim):
+        at_example = ctx.graph.example_dims([index.d])[0]
+        if at_example is None:
+            raise Unsupported(f"a select at a symbolic index ({index}) of unknown sign")
+        return index + size if at_example < 0 else index
+    return index + size if index < 0 else index
+
+
 @register(aten.select.int)
 def _select(ctx, n):
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[1], len(shape))
-    index = symbolic.size(n.args[2])  # a SymInt's node under symbolic sizes: a kiln size
-    if isinstance(index, symbolic.SymDim):
-        # torch guarded the index's sign when it traced the select: its sign
-        # at the example is its sign at every call of this graph.
-        at_example = ctx.graph.example_dims([index.d])[0]
-        if at_example is None:
-            raise Unsupported(f"select at a symbolic index ({index}) of unknown sign")
-        if at_example < 0:
-            index = index + shape[dim]
-    elif index < 0:
-        index += shape[dim]
+    index = select_index(ctx, n.args[2], shape[dim])
     src = _dense_strides(shape)
     out = shape[:dim] + shape[dim + 1:]
     strides = src[:dim] + src[dim + 1:]

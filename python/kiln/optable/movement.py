@@ -19,7 +19,8 @@ import torch
 from kiln import symbolic
 from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _axes_mask, _dense_strides, _norm_dim, _shape, _val, aten,
-                               broadcast_to, cast, index_single, operand, reshape, strided_copy, sym_scalar)
+                               broadcast_to, cast, index_single, operand, reshape, select_index, strided_copy,
+                               sym_scalar)
 from kiln.optable.registry import register
 
 # Kept whole (register(..., keep_whole=True)): Core ATen ops that
@@ -274,7 +275,7 @@ def _select_scatter(ctx, n):
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[2], len(shape))
-    index = n.args[3] + shape[dim] if n.args[3] < 0 else n.args[3]
+    index = select_index(ctx, n.args[3], shape[dim])
     st = _dense_strides(shape)
     return _strided_scatter(ctx, n, x, src, shape[:dim] + shape[dim + 1:], st[:dim] + st[dim + 1:],
                             index * st[dim])
