@@ -55,6 +55,8 @@ SUBSET = [
     ("where", (F32,)),
     ("index_select", (F32,)),
     ("unfold", (F32, I64)),
+    ("linalg.vector_norm", (F32,)),
+    ("nn.functional.normalize", (F32,)),
     ("atan2", (F32,)),
     ("log1p", (F32,)),
     ("remainder", (F32, I64)),

@@ -552,6 +552,43 @@ register(aten.amin.default)(_reduce("min"))
 register(aten.any.dim, aten.any.dims, aten.any.default)(_reduce("any"))
 
 
+@register(aten.linalg_vector_norm.default)
+def _vector_norm(ctx, n):
+    """torch.linalg.vector_norm (F.normalize's, torch.norm's) as eager
+    computes it: a plain sum over |x|^ord, no rescaling (a sum of squares
+    that overflows is inf in eager too), the root taken once."""
+    x = ctx.value(n.args[0])
+    order = _arg(n, 1, "ord", 2)
+    dims, keep = _arg(n, 2, "dim", None), bool(_arg(n, 3, "keepdim", False))
+    if ctx.dtype(x) != torch.float32 or n.kwargs.get("dtype") not in (None, torch.float32):
+        raise Unsupported(f"a vector norm of {ctx.dtype(x)} in {n.kwargs.get('dtype')}")
+    if not isinstance(order, (int, float)) or isinstance(order, bool):
+        raise Unsupported(f"a vector norm of order {order!r}")
+    axes = _axes_mask(dims, len(ctx.shape(x)))
+    origin = ctx.origin(n)
+
+    def reduce(op, v):
+        return ctx.node(op, [v], origin=origin, axes=axes, keepdim=int(keep))
+
+    a = ctx.node("abs", [x], origin=origin)
+    if order == math.inf:
+        y = reduce("max", a)
+    elif order == -math.inf:
+        y = reduce("min", a)
+    elif order == 0:  # how many are nonzero
+        y = reduce("sum", cast(ctx, ctx.node("ne", [x, ctx.scalar(0.0, torch.float32)], origin=origin),
+                               torch.float32))
+    elif order == 1:
+        y = reduce("sum", a)
+    elif order == 2:
+        y = ctx.node("sqrt", [reduce("sum", ctx.node("mul", [x, x], origin=origin))], origin=origin)
+    else:
+        p = ctx.scalar(float(order), torch.float32)
+        y = ctx.node("pow", [reduce("sum", ctx.node("pow", [a, p], origin=origin)),
+                             ctx.scalar(1.0 / float(order), torch.float32)], origin=origin)
+    return reshape(ctx, y, _shape(n))
+
+
 @register(aten.sum.default, aten.mean.default)
 def _reduce_all(ctx, n):
     x = ctx.value(n.args[0])
