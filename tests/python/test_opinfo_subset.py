@@ -57,6 +57,8 @@ SUBSET = [
     ("unfold", (F32, I64)),
     ("linalg.vector_norm", (F32,)),
     ("nn.functional.normalize", (F32,)),
+    ("nn.functional.conv_transpose1d", (F32,)),
+    ("nn.functional.conv_transpose2d", (F32,)),
     ("atan2", (F32,)),
     ("log1p", (F32,)),
     ("remainder", (F32, I64)),

@@ -272,6 +272,20 @@ def test_diagonal_of_symbolic_sizes(counters, fn):
     _run(fn, [((3, 4, 6),), ((4, 7, 5),)], counters, exact=True)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: F.conv_transpose2d(x, x.new_ones(x.shape[1], 3, 4, 4) / 16, stride=2, padding=1),
+    lambda x: F.conv_transpose2d(x, x.new_ones(x.shape[1], 2, 3, 3) / 9, x.new_ones(2), stride=2,
+                                 padding=1, output_padding=1),
+    lambda x: F.conv_transpose1d(x.flatten(2), x.new_ones(x.shape[1], 2, 3) / 3, stride=3),
+], ids=["2d", "2d-output-padding-bias", "1d"])
+def test_transposed_convolution_over_symbolic_sizes(counters, fn):
+    """A transposed convolution (a decoder's upsampling) is the input
+    gradient of the convolution it transposes: its output size, (H - 1)
+    stride - 2 pad + dilation (k - 1) + output_padding + 1, is an
+    expression of the symbolic H and W, and the graph stays whole."""
+    _run(fn, [((2, 3, 5, 6),), ((3, 4, 7, 4),)], counters)
+
+
 def _attention_inputs(shape):
     b, h, s, t, d = shape
     return torch.randn(b, h, s, d), torch.randn(b, h, t, d), torch.randn(b, h, t, d), torch.randn(b, 1, s, t)

@@ -800,11 +800,51 @@ def _as_nchw(ctx, x, spatial):
     return reshape(ctx, x, shape)
 
 
+def _transposed_convolution(ctx, n):
+    """conv_transpose{1,2}d: the gradient of the convolution it transposes
+    with respect to that convolution's input (CONV2D_GRAD_INPUT), x in the
+    place of dy: its weight (C_in, C_out / groups, kh, kw) is that
+    convolution's, and its output size (H - 1) stride - 2 pad +
+    dilation (k - 1) + output_padding + 1 is an input size the
+    convolution maps back to H while output_padding < stride."""
+    x, w, bias, stride, padding, dilation, _, output_padding, groups = n.args[:9]
+    spatial = len(_val(w).shape) - 2
+    if spatial not in (1, 2):
+        raise Unsupported(f"{spatial}-d transposed convolution")
+    stride, padding, dilation, output_padding = (_ints(v, spatial)
+                                                 for v in (stride, padding, dilation, output_padding))
+    wv = ctx.value(w)
+    if spatial == 1:  # (N, C, L) as (N, C, 1, L)
+        ci, cog, k = ctx.shape(wv)
+        wv = reshape(ctx, wv, [ci, cog, 1, k], ctx.origin(n))
+        stride, padding, dilation, output_padding = ([1] + stride, [0] + padding, [1] + dilation,
+                                                     [0] + output_padding)
+    if any(op >= s for op, s in zip(output_padding, stride)):
+        # torch allows it below the dilation too; that size is not one the
+        # convolution maps back (its extra positions are past its reach).
+        raise Unsupported(f"a transposed convolution whose output padding {output_padding} is not "
+                          f"below its stride {stride}")
+    xv = _as_nchw(ctx, ctx.value(x), spatial)
+    kh, kw = ctx.shape(wv)[2:]
+    h, wd = ((size - 1) * s - 2 * p + d * (k - 1) + op + 1
+             for size, s, p, d, k, op in zip(ctx.shape(xv)[2:], stride, padding, dilation, (kh, kw),
+                                             output_padding))
+    y = ctx.node("conv2d_grad_input", [xv, wv], origin=ctx.origin(n), h=h, w=wd, stride_h=stride[0],
+                 stride_w=stride[1], pad_h=padding[0], pad_w=padding[1], dilation_h=dilation[0],
+                 dilation_w=dilation[1], groups=groups)
+    if bias is not None:
+        b = ctx.value(bias)
+        y = ctx.node("add", [y, reshape(ctx, b, [ctx.shape(b)[0], 1, 1])], origin=ctx.origin(n))
+    return reshape(ctx, y, _shape(n))
+
+
 @register(aten.convolution.default)
 def _convolution(ctx, n):
     x, w, bias, stride, padding, dilation, transposed, _, groups = n.args[:9]
+    if transposed and _val(n).dtype == torch.float32:
+        return _transposed_convolution(ctx, n)
     if transposed:
-        raise Unsupported("transposed convolution")
+        raise Unsupported(f"transposed convolution of {_val(n).dtype}")
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"convolution of {_val(n).dtype}")
     spatial = len(_val(w).shape) - 2
