@@ -59,6 +59,7 @@ SUBSET = [
     ("nn.functional.normalize", (F32,)),
     ("nn.functional.conv_transpose1d", (F32,)),
     ("nn.functional.conv_transpose2d", (F32,)),
+    ("nn.functional.adaptive_max_pool2d", (F32,)),
     ("atan2", (F32,)),
     ("log1p", (F32,)),
     ("remainder", (F32, I64)),

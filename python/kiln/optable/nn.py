@@ -18,6 +18,7 @@ the Core ATen decompositions rewrite them into elementwise ops and sums.
 """
 
 import math
+import operator
 
 import torch
 
@@ -362,6 +363,25 @@ def _adaptive_avg_pool2d_any(ctx, n):
         return adaptive_avg_pool2d_even(ctx, n)
     y = ctx.node("adaptive_avg_pool2d", [xv], origin=ctx.origin(n), h=oh, w=ow)
     return reshape(ctx, y, _shape(n))
+
+
+@register(aten.adaptive_max_pool2d.default)
+def _adaptive_max_pool2d(ctx, n):
+    # An even split (a global max pool among them) is a max pool with
+    # kernel = stride = the block: the same windows, the same maximum (NaN
+    # wins in both). Other splits, and a graph that reads the indices,
+    # run in eager.
+    _require_f32(n, "adaptive_max_pool2d")
+    if any(u.target is not operator.getitem or u.args[1] != 0 for u in n.users):
+        raise Unsupported("adaptive_max_pool2d's indices")
+    xv = _as_nchw(ctx, ctx.value(n.args[0]), 2)
+    h, w = ctx.shape(xv)[2:]
+    oh, ow = _adaptive_target(n, h, w)
+    if not (adaptive_even(h, oh) and adaptive_even(w, ow)):
+        raise Unsupported(f"adaptive_max_pool2d from {h}x{w} to {oh}x{ow} (not an even split)")
+    k = [1 if oh == h else h // oh, 1 if ow == w else w // ow]
+    y = ctx.node("max_pool2d", [xv], origin=ctx.origin(n), **_pool_params(k, k, 0, 1, False, False))
+    return reshape(ctx, y, symbolic.shape(_val(n)[0])), None
 
 
 # ---- bilinear upsampling -----------------------------------------------------------------
