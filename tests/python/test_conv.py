@@ -202,6 +202,32 @@ def test_resnet18():
     assert stats["kernel_calls"] <= 26, compiled.explain()
 
 
+class _UNet(nn.Module):
+    """Two resolutions joined by a transposed convolution and a skip."""
+
+    def __init__(self):
+        super().__init__()
+        self.e1 = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+        self.e2 = nn.Sequential(nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU())
+        self.up = nn.ConvTranspose2d(32, 16, 2, stride=2)
+        self.up3 = nn.ConvTranspose2d(32, 16, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.d1 = nn.Conv2d(48, 3, 1)
+
+    def forward(self, x):
+        a = self.e1(x)
+        b = self.e2(a)
+        return self.d1(torch.cat([self.up(b), self.up3(b), a], 1))
+
+
+def test_unet_with_transposed_convolutions_runs_whole():
+    """nn.ConvTranspose2d (here also grouped, with output padding) runs in
+    kiln as the input gradient of the convolution it transposes, where it
+    ran in eager: the network is one kiln program."""
+    compiled = check(_UNet(), torch.randn(2, 3, 24, 20))
+    text = compiled.explain()
+    assert "conv2d_grad_input" in text and "eager" not in text, text
+
+
 class _TwoKernels(nn.Module):
     """A shallow wide conv (K = 27 taps, 40 wide: the pixel-vector kernel,
     weights in panels of 6) feeding a deep narrow one (K = 8 * 9 * 9 = 648
