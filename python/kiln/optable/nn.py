@@ -1,5 +1,5 @@
 """Op-table handlers for training CNNs: batch and group norm with batch
-statistics, and the convolution and pooling backward ops.
+statistics, and the convolution (also transposed) and pooling backward ops.
 
 As everywhere in the op table, handlers only choose kiln ops and their parameters: the statistics
 of the norms are composed from MEAN, SUB, MUL and RSQRT; the gradients of
@@ -214,18 +214,54 @@ def _layer_norm_backward(ctx, n):
     return tuple(outs)
 
 
+def _transposed_convolution_backward(ctx, n, dy, x, w, stride, padding, dilation, groups, mask):
+    """The gradients of y = conv_transpose(x, w), which is the input
+    gradient of conv(., w) taken at x (core._transposed_convolution):
+    dx = conv(dy, w), the forward convolution itself; dw = that
+    convolution's weight gradient with dy as its input and x as its output
+    gradient; db sums dy. No output padding reaches here at or above the
+    stride (the forward refuses it too)."""
+    spatial = len(stride)
+    w_shape = list(_shape(w))
+    if spatial == 1:  # (N, C, L) as (N, C, 1, L)
+        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
+        w4 = w_shape[:2] + [1] + w_shape[2:]
+    else:
+        w4 = w_shape
+    conv = dict(stride_h=stride[0], stride_w=stride[1], pad_h=padding[0], pad_w=padding[1],
+                dilation_h=dilation[0], dilation_w=dilation[1], groups=groups)
+    origin = ctx.origin(n)
+    dyv = _as_nchw(ctx, ctx.value(dy), spatial)
+    outs = [None, None, None]
+    if mask[0]:
+        wv = reshape(ctx, ctx.value(w), w4)
+        dx = ctx.node("conv2d", [dyv, wv], origin=origin, **conv)
+        outs[0] = reshape(ctx, dx, list(_shape(x)))
+    if mask[1]:
+        xv = _as_nchw(ctx, ctx.value(x), spatial)
+        dw = ctx.node("conv2d_grad_weight", [xv, dyv], origin=origin, kernel_h=w4[2], kernel_w=w4[3], **conv)
+        outs[1] = reshape(ctx, dw, w_shape)
+    if mask[2]:
+        db = ctx.node("sum", [dyv], origin=origin, axes=_axes_mask([0, 2, 3], 4))
+        outs[2] = reshape(ctx, db, _out_shape(n, 2))
+    return tuple(outs)
+
+
 @register(aten.convolution_backward.default)
 def _convolution_backward(ctx, n):
     (dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
      mask) = n.args[:11]
-    if transposed:
-        raise Unsupported("the backward of a transposed convolution")
     if _val(dy).dtype != F32:
         raise Unsupported(f"convolution backward of {_val(dy).dtype}")
     spatial = len(_val(w).shape) - 2
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-d convolution backward")
     stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
+    if transposed:
+        if any(op >= s for op, s in zip(_ints(output_padding, spatial), stride)):
+            raise Unsupported("the backward of a transposed convolution whose output padding is not "
+                              "below its stride")
+        return _transposed_convolution_backward(ctx, n, dy, x, w, stride, padding, dilation, groups, mask)
     x_shape = list(_shape(x))
     w_shape = list(_shape(w))
     if spatial == 1:  # (N, C, L) as (N, C, 1, L), as the forward lowers it
