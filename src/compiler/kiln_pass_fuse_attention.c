@@ -385,7 +385,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       const kiln_attn_plan_t* pl = &plan[ni];
       int64_t params[KILN_MAX_PARAMS] = {0};
       params[KILN_P(SDPA, CAUSAL)] = n->params[KILN_P(SDPA, CAUSAL)];
-      params[KILN_P(SDPA, FLAGS)] = KILN_SDPA_VIEWS | (pl->out_copy >= 0 ? KILN_SDPA_OUT_BSHD : 0);
+      params[KILN_P(SDPA, FLAGS)] = KILN_SDPA_VIEWS | (pl->out_copy >= 0 ? KILN_SDPA_OUT_BSHD : 0) |
+                                    (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_SCALE_HEAD_DIM);
       /* dims: BATCH..V_HEAD_DIM in order; each view: its OFFSET, then STRIDES. */
       _Static_assert(KILN_P(SDPA, V_HEAD_DIM) - KILN_P(SDPA, BATCH) == 6 &&
                          KILN_P(SDPA, K_OFFSET) == KILN_P(SDPA, Q_OFFSET) + 5 &&

@@ -336,8 +336,10 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0;
+  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
+    sdpa_scale |= g->nodes[i].op == KILN_OP_SDPA &&
+                  (g->nodes[i].params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_SCALE_HEAD_DIM);
     halves |= kiln_artifact_loads_halves(&g->nodes[i]);
     grouped |= g->nodes[i].op == KILN_OP_GROUPED_MM;
     casts |= kiln_artifact_uses_folded_casts(g, &g->nodes[i]);
@@ -349,7 +351,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, halves      ? KILN_FORMAT_MINOR_HALVES
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, sdpa_scale  ? KILN_FORMAT_MINOR_SDPA_SCALE
+                                                 : halves      ? KILN_FORMAT_MINOR_HALVES
                                                  : round_b     ? KILN_FORMAT_MINOR_ROUND_B
                                                  : bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES
                                                  : guarded  ? KILN_FORMAT_MINOR_GUARDS

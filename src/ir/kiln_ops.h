@@ -81,7 +81,11 @@
  *                                        one's OFFSET and STRIDES (b, h, s, d)
  *                                        (the compiler sets these to drop
  *                                        permute copies); KILN_SDPA_OUT_BSHD:
- *                                        y is (B, Sq, H, Dv).
+ *                                        y is (B, Sq, H, Dv);
+ *                                        KILN_SDPA_SCALE_HEAD_DIM: SCALE is
+ *                                        ignored, the scale is 1 / sqrt(D)
+ *                                        of the call's D (torch's default
+ *                                        where D is symbolic; format 2.14).
  *   FMA_SCALAR     (x) -> y              y = x * SCALE + SHIFT (float).
  *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;
  *                                        y[..i..] = x[..index[..i..]..] along
@@ -611,6 +615,7 @@ typedef enum kiln_op_entry_e {
 /* SDPA flags (KILN_P(SDPA, FLAGS)). */
 #define KILN_SDPA_VIEWS 1
 #define KILN_SDPA_OUT_BSHD 2
+#define KILN_SDPA_SCALE_HEAD_DIM 4
 
 /* "?" for an out-of-range value. */
 const char* kiln_op_name(kiln_op_t op);

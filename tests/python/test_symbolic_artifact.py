@@ -114,3 +114,30 @@ def test_torchscript_wrapper_runs_other_shapes(traced, tmp_path):
     j = torch.jit.load(str(path))
     for b, t, p in [(2, 5, 3), (4, 33, 2)]:
         _check(lambda x, pre: j(x, pre), m, b, t, p)
+
+
+class _Attention(nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v) * 2
+
+
+def test_default_attention_scale_of_a_symbolic_head_dim(tmp_path):
+    """torch's default scale 1/sqrt(D) with D symbolic is taken from each
+    call's D (KILN_SDPA_SCALE_HEAD_DIM; format 2.14, which a 2.13 reader
+    refuses as an unknown SDPA flag): saved, loaded and run at several D,
+    against eager."""
+    torch.manual_seed(0)
+    d, s = Dim("d", min=2, max=128), Dim("s", min=2, max=64)
+    spec = ({2: s, 3: d}, {2: s, 3: d}, {2: s, 3: d})
+    k = kiln.trace(_Attention().eval(), tuple(torch.randn(2, 3, 5, 8) for _ in range(3)),
+                   dynamic_shapes=spec)
+    path = tmp_path / "attention.kiln"
+    kiln.save(k, path)
+    assert int.from_bytes(path.read_bytes()[6:8], "little") == 14
+    loaded = kiln.load(path)
+    for seq, dim in ((5, 8), (7, 3), (4, 64), (9, 17)):
+        q, kk, v = (torch.randn(2, 3, seq, dim) for _ in range(3))
+        with torch.no_grad():
+            want = _Attention()(q.double(), kk.double(), v.double()).float()
+        for m in (k, loaded):
+            torch.testing.assert_close(m(q, kk, v), want, atol=1e-5, rtol=1e-4)

@@ -297,14 +297,15 @@ def _attention_inputs(shape):
     (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0, scale=0.5), True),
     (lambda q, k, v, m: F.scaled_dot_product_attention(q, k[:, :, :q.shape[2]], v[:, :, :q.shape[2]],
                                                        is_causal=True, scale=0.3), True),
-    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v), False),
-], ids=["scale", "float-mask", "bool-mask", "causal", "default-scale"])
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v), True),
+    (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), True),
+], ids=["scale", "float-mask", "bool-mask", "causal", "default-scale", "default-scale-mask"])
 def test_attention_over_symbolic_heads(counters, fn, in_kiln):
     """Attention on (B, H, S, D) inputs with every size symbolic: the
     heads check asked q's heads % k's heads of one symbol (s % s) for a
     number and ran the attention in eager; equal head counts need no
-    division. The default scale 1/sqrt(D) of a symbolic D is still a
-    number kiln's SDPA needs at compile time: that one runs in eager."""
+    division. The default scale 1/sqrt(D) of a symbolic D is taken from
+    the call's D (KILN_SDPA_SCALE_HEAD_DIM; it ran in eager before)."""
     f = torch.compile(fn, backend="kiln", dynamic=True)
     for shape in ((2, 3, 5, 7, 8), (3, 4, 9, 11, 6)):
         args = _attention_inputs(shape)

@@ -741,6 +741,20 @@ def attention_mask(ctx, mask):
     return cast(ctx, m, torch.float32)
 
 
+_SDPA_SCALE_HEAD_DIM = 4  # KILN_SDPA_SCALE_HEAD_DIM (kiln_ops.h)
+
+
+def sdpa_scale(head_dim, scale):
+    """SDPA's scale params: the given scale, else torch's default 1 / sqrt(D)
+    (in double, as sdp::calculate_scale), which for a symbolic D the kernel
+    takes from the call's D (KILN_SDPA_SCALE_HEAD_DIM)."""
+    if scale is not None:
+        return dict(scale=scale)
+    if isinstance(head_dim, symbolic.SymDim):
+        return dict(scale=0.0, flags=_SDPA_SCALE_HEAD_DIM)
+    return dict(scale=1.0 / math.sqrt(head_dim))
+
+
 @register(aten.scaled_dot_product_attention.default, keep_whole=True)
 def _sdpa(ctx, n):
     q, k, v = (ctx.value(x) for x in n.args[:3])
@@ -763,15 +777,14 @@ def _sdpa(ctx, n):
         q, k, v = (reshape(ctx, t, [ctx.shape(t)[0], 1] + list(ctx.shape(t)[1:])) for t in (q, k, v))
     if not gqa and ctx.shape(k)[1] != ctx.shape(q)[1]:
         raise Unsupported("key/value heads differ from query heads without enable_gqa")
-    if scale is None:
-        scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
     inputs = [q, k, v]
     if mask is not None:
         m = attention_mask(ctx, mask)
         if rank == 3 and len(ctx.shape(m)) == 3:
             m = reshape(ctx, m, [ctx.shape(m)[0], 1] + list(ctx.shape(m)[1:]))
         inputs.append(m)
-    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), scale=scale)
+    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)),
+                 **sdpa_scale(ctx.shape(q)[-1], scale))
     return reshape(ctx, y, _shape(n))
 
 

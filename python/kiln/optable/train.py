@@ -23,14 +23,13 @@ registered when the torch.compile backend runs (torch.compile has imported
 it by then), not when kiln is imported.
 """
 
-import math
 import operator
 
 import torch
 
 from kiln import symbolic
 from kiln.errors import Unsupported
-from kiln.optable.core import _norm_dim, _val, attention_mask, cast, operand, reshape
+from kiln.optable.core import _norm_dim, _val, attention_mask, cast, operand, reshape, sdpa_scale
 from kiln.optable.registry import TABLE, register
 
 aten = torch.ops.aten
@@ -88,12 +87,11 @@ def _flash_attention_cpu(ctx, n):
     grouped = hq != hk and (not isinstance(hq, int) or not isinstance(hk, int) or hq % hk)
     if hk != ctx.shape(v)[1] or grouped:
         raise Unsupported("CPU flash attention whose query heads are no multiple of its key heads")
-    if scale is None:
-        scale = 1.0 / math.sqrt(ctx.shape(q)[-1])
     inputs = [q, k, v]
     if mask is not None:
         inputs.append(attention_mask(ctx, mask))
-    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), scale=scale)
+    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)),
+                 **sdpa_scale(ctx.shape(q)[-1], scale))
     return (reshape(ctx, y, symbolic.shape(n.meta["val"][0])), None)
 
 

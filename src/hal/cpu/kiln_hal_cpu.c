@@ -7,6 +7,7 @@
  * that knows both. The other entries live beside this file, by kind
  * (kiln_hal_cpu_nn.c, _movement.c, _sample.c, _math.c, _fused.c); the table
  * of every entry is at the end. */
+#include <math.h>
 #include <string.h>
 
 #include "hal/cpu/kiln_hal_cpu.h"
@@ -558,7 +559,9 @@ static kiln_status_t prepare_sdpa(const kiln_graph_t* g, const kiln_node_t* n, v
     a->out_strides[1] = a->v_head_dim;
     a->out_strides[2] = a->heads * a->v_head_dim;
   }
-  a->scale = n->fparams[KILN_FP(SDPA, SCALE)];
+  /* torch's default, 1 / sqrt(D) in double, then float (sdp::calculate_scale). */
+  a->scale = (flags & KILN_SDPA_SCALE_HEAD_DIM) ? (float)(1.0 / sqrt((double)a->head_dim))
+                                                : n->fparams[KILN_FP(SDPA, SCALE)];
   a->causal = (int)p[KILN_P(SDPA, CAUSAL)];
   a->causal_offset = 0;
   return kiln_ok();
