@@ -214,39 +214,6 @@ def _layer_norm_backward(ctx, n):
     return tuple(outs)
 
 
-def _transposed_convolution_backward(ctx, n, dy, x, w, stride, padding, dilation, groups, mask):
-    """The gradients of y = conv_transpose(x, w), which is the input
-    gradient of conv(., w) taken at x (core._transposed_convolution):
-    dx = conv(dy, w), the forward convolution itself; dw = that
-    convolution's weight gradient with dy as its input and x as its output
-    gradient; db sums dy. No output padding reaches here at or above the
-    stride (the forward refuses it too)."""
-    spatial = len(stride)
-    w_shape = list(_shape(w))
-    if spatial == 1:  # (N, C, L) as (N, C, 1, L)
-        stride, padding, dilation = [1] + stride, [0] + padding, [1] + dilation
-        w4 = w_shape[:2] + [1] + w_shape[2:]
-    else:
-        w4 = w_shape
-    conv = dict(stride_h=stride[0], stride_w=stride[1], pad_h=padding[0], pad_w=padding[1],
-                dilation_h=dilation[0], dilation_w=dilation[1], groups=groups)
-    origin = ctx.origin(n)
-    dyv = _as_nchw(ctx, ctx.value(dy), spatial)
-    outs = [None, None, None]
-    if mask[0]:
-        wv = reshape(ctx, ctx.value(w), w4)
-        dx = ctx.node("conv2d", [dyv, wv], origin=origin, **conv)
-        outs[0] = reshape(ctx, dx, list(_shape(x)))
-    if mask[1]:
-        xv = _as_nchw(ctx, ctx.value(x), spatial)
-        dw = ctx.node("conv2d_grad_weight", [xv, dyv], origin=origin, kernel_h=w4[2], kernel_w=w4[3], **conv)
-        outs[1] = reshape(ctx, dw, w_shape)
-    if mask[2]:
-        db = ctx.node("sum", [dyv], origin=origin, axes=_axes_mask([0, 2, 3], 4))
-        outs[2] = reshape(ctx, db, _out_shape(n, 2))
-    return tuple(outs)
-
-
 @register(aten.convolution_backward.default)
 def _convolution_backward(ctx, n):
     (dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
@@ -257,11 +224,9 @@ def _convolution_backward(ctx, n):
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-d convolution backward")
     stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
-    if transposed:
-        if any(op >= s for op, s in zip(_ints(output_padding, spatial), stride)):
-            raise Unsupported("the backward of a transposed convolution whose output padding is not "
-                              "below its stride")
-        return _transposed_convolution_backward(ctx, n, dy, x, w, stride, padding, dilation, groups, mask)
+    if transposed and any(op >= s for op, s in zip(_ints(output_padding, spatial), stride)):
+        raise Unsupported("the backward of a transposed convolution whose output padding is not "
+                          "below its stride")
     x_shape = list(_shape(x))
     w_shape = list(_shape(w))
     if spatial == 1:  # (N, C, L) as (N, C, 1, L), as the forward lowers it
@@ -274,15 +239,22 @@ def _convolution_backward(ctx, n):
     origin = ctx.origin(n)
     dyv = _as_nchw(ctx, ctx.value(dy), spatial)
     outs = [None, None, None]
+    # A transposed convolution y = conv_transpose(x, w) is the input
+    # gradient of conv(., w) taken at x (core._transposed_convolution): its
+    # dx is that convolution applied to dy, its dw the convolution's weight
+    # gradient with dy as the input and x as the output gradient.
     if mask[0]:
-        x4 = _as_nchw(ctx, ctx.value(x), spatial)  # only its shape is used
-        h, wd = ctx.shape(x4)[2:]
         wv = reshape(ctx, ctx.value(w), w4)
-        dx = ctx.node("conv2d_grad_input", [dyv, wv], origin=origin, h=h, w=wd, **conv)
+        if transposed:
+            dx = ctx.node("conv2d", [dyv, wv], origin=origin, **conv)
+        else:
+            h, wd = ctx.shape(_as_nchw(ctx, ctx.value(x), spatial))[2:]  # only x's shape is used
+            dx = ctx.node("conv2d_grad_input", [dyv, wv], origin=origin, h=h, w=wd, **conv)
         outs[0] = reshape(ctx, dx, x_shape)
     if mask[1]:
         xv = _as_nchw(ctx, ctx.value(x), spatial)
-        dw = ctx.node("conv2d_grad_weight", [dyv, xv], origin=origin, kernel_h=w4[2], kernel_w=w4[3], **conv)
+        grad, inp = (xv, dyv) if transposed else (dyv, xv)
+        dw = ctx.node("conv2d_grad_weight", [grad, inp], origin=origin, kernel_h=w4[2], kernel_w=w4[3], **conv)
         outs[1] = reshape(ctx, dw, w_shape)
     if mask[2]:
         db = ctx.node("sum", [dyv], origin=origin, axes=_axes_mask([0, 2, 3], 4))
