@@ -107,14 +107,18 @@ static void kiln_q4_group(int64_t len, int group, int asym, const float* src, in
  * where the rule's is +0, which no result sees (the symmetric rule then
  * has m = 0 and takes the scalar path; the asymmetric one's -lo / s
  * rounds to +0 either way). */
+static int32_t kiln_q_flip(int32_t b) { return b ^ (int32_t)((uint32_t)(b >> 31) >> 1); }
+
+/* The key of v, and the value of a key: the flip keeps the sign bit, so it
+ * is its own inverse. */
 static int32_t kiln_q_key(float v) {
   int32_t b;
   memcpy(&b, &v, 4);
-  return b ^ (int32_t)((uint32_t)(b >> 31) >> 1);
+  return kiln_q_flip(b);
 }
 
 static float kiln_q_unkey(int32_t k) {
-  int32_t b = k ^ (int32_t)((uint32_t)(k >> 31) >> 1);
+  int32_t b = kiln_q_flip(k);
   float v;
   memcpy(&v, &b, 4);
   return v;
