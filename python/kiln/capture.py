@@ -15,7 +15,7 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 
 from kiln import _C
-from kiln.errors import KilnError, Unsupported, UnsupportedOpError
+from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_failure
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
 from kiln.guards import of_exported as exported_guards
@@ -385,6 +385,8 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_
         except KilnError as e:
             where = source_location(n)
             raise KilnError(f"while lowering {n.target}{' at ' + where if where else ''}: {e}") from None
+        except Exception as e:
+            raise lowering_failure(str(n.target), source_location(n), e) from e
     out_ids = []
     for o in outputs:
         if callable(o) and not isinstance(o, torch.fx.Node):

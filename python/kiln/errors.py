@@ -2,6 +2,9 @@
 Unsupported is the op table's refusal of one use of an op, caught by the
 capture (which names the op and line) and by the fallback analysis."""
 
+import os
+import warnings
+
 from kiln._C import KilnError
 
 
@@ -36,4 +39,19 @@ class Unsupported(Exception):
         self.with_inputs = with_inputs
 
 
-__all__ = ["KilnError", "UnsupportedOpError", "Unsupported"]
+def lowering_failure(op, where, error):
+    """A handler of the op table failed with something other than its
+    refusals (Unsupported, KilnError): a kiln bug. The op runs in eager
+    (the refusal returned here feeds the fallback, which keeps the user's
+    program running) and a warning names the op, the user's line and the
+    error. KILN_STRICT=1 (kiln's own tests and fuzzer) re-raises instead, so
+    such bugs fail there rather than hide behind the fallback."""
+    if os.environ.get("KILN_STRICT", "") not in ("", "0"):
+        raise error
+    why = f"kiln's lowering of it failed: {type(error).__name__}: {error}; a kiln bug, please report it"
+    warnings.warn(f"kiln: {op}{' at ' + where if where else ''}: {why}; running it in eager",
+                  RuntimeWarning, stacklevel=3)
+    return UnsupportedOpError(op, where, why)
+
+
+__all__ = ["KilnError", "UnsupportedOpError", "Unsupported", "lowering_failure"]

@@ -13,8 +13,8 @@ from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from kiln import symbolic
-from kiln.capture import LoweringContext, graph_attribute
-from kiln.errors import KilnError, Unsupported, UnsupportedOpError
+from kiln.capture import LoweringContext, graph_attribute, source_location
+from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_failure
 from kiln.guards import of_values as guards_of_values
 from kiln.optable import DTYPES, TABLE
 
@@ -123,7 +123,9 @@ def _per_node_support(ctx, gm):
                 ctx.env[n] = TABLE[n.target](ctx, n)
                 symbolic.check_at_example(ctx, n, ctx.env[n])
                 status[n] = None
-            except (Unsupported, UnsupportedOpError, KilnError) as e:
+            except Exception as e:
+                if not isinstance(e, (Unsupported, UnsupportedOpError, KilnError)):
+                    e = lowering_failure(str(n.target), source_location(n), e)
                 reason = getattr(e, "reason", None) or str(e)
                 status[n] = reason
                 ctx.env[n] = _stand_in(ctx, n)

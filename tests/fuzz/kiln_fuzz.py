@@ -15,6 +15,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# A crashing lowering is a kiln bug to report, not an op to count as
+# unsupported (kiln/errors.py: lowering_failure).
+os.environ.setdefault("KILN_STRICT", "1")
 
 from kilnfuzz.runner import main  # noqa: E402
 

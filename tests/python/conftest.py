@@ -26,6 +26,11 @@ F32_EPS = torch.finfo(torch.float32).eps  # 2^-23: one float32 ulp is at most th
 F32_TINY = torch.finfo(torch.float32).tiny  # 2^-126, the smallest normal float32
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# A handler of the op table that crashes (anything but its refusals) is a
+# kiln bug: users get a warning and the op in eager (errors.lowering_failure),
+# the tests get the crash.
+os.environ.setdefault("KILN_STRICT", "1")
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -186,3 +186,55 @@ def test_attention_with_broadcast_batch_dims_falls_back():
         warnings.simplefilter("ignore")
         compiled = kiln.trace(model, (q, k, v))
     torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-5, atol=1e-6)
+
+
+class _Sine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.a(torch.sin(self.a(x)))
+
+
+def _crashing_sin(monkeypatch):
+    """aten.sin's handler made to crash as a kiln bug would (a TypeError, not
+    one of the op table's refusals)."""
+    from kiln.optable import TABLE
+
+    def crash(ctx, n):
+        raise TypeError("'<' not supported between instances of 'Node' and 'int'")
+    monkeypatch.setitem(TABLE, torch.ops.aten.sin.default, crash)
+
+
+def test_a_crashing_lowering_runs_the_op_in_eager_with_a_warning(monkeypatch):
+    """A handler bug must not take the user's program down: the op runs in
+    eager, the rest in kiln, and a warning names the op, the line and the
+    error (before: the TypeError itself from kiln.trace, and torch.compile's
+    BackendCompilerFailed)."""
+    _crashing_sin(monkeypatch)
+    monkeypatch.setenv("KILN_STRICT", "0")
+    m, x = _Sine().eval(), torch.randn(3, 8)
+    with torch.no_grad():
+        want = m(x)
+    with pytest.warns(RuntimeWarning, match=r"aten\.sin\.default at .*test_fallback\.py.*TypeError: '<' not"):
+        compiled = kiln.trace(m, x)
+    assert compiled.n_pieces == 2 and compiled.unsupported == ["aten.sin.default"]
+    torch.testing.assert_close(compiled(x), want, **FP32_TOL)
+    with pytest.raises(kiln.UnsupportedOpError, match=r"aten\.sin\.default.*a kiln bug"):
+        with pytest.warns(RuntimeWarning):
+            kiln.trace(m, x, fallback=False)
+    torch._dynamo.reset()
+    with pytest.warns(RuntimeWarning, match=r"aten\.sin\.default.*TypeError"):
+        got = torch.compile(m, backend="kiln")(x)
+    torch.testing.assert_close(got, want, **FP32_TOL)
+    torch._dynamo.reset()
+
+
+def test_kiln_strict_lets_a_crashing_lowering_raise(monkeypatch):
+    """kiln's own tests and fuzzer run with KILN_STRICT=1 (conftest), where
+    such a bug fails loudly instead of hiding behind the fallback."""
+    _crashing_sin(monkeypatch)
+    monkeypatch.setenv("KILN_STRICT", "1")
+    with pytest.raises(TypeError, match="not supported between"):
+        kiln.trace(_Sine().eval(), torch.randn(3, 8))
