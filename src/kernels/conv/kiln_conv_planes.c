@@ -161,3 +161,52 @@ void KILN_ISA_VARIANT(kiln_f32_avg_pool_plane)(const kiln_pool2d_f32_args_t* a, 
     }
   }
 }
+
+/* ---- channels-last max pooling -------------------------------------------- */
+
+/* max that keeps NaN (as torch): t when t is NaN, else the larger. Once m
+ * is NaN it stays (t > NaN is false). */
+static inline float kiln_pool_nhwc_max(float t, float m) { return t > m || t != t ? t : m; }
+
+/* Channels [c0, c0 + KILN_POOL_NHWC_CB) of one output pixel over its
+ * window's taps: the running maxima are a local array of constant length,
+ * which GCC keeps in vector registers across the taps (written through
+ * the output pointer instead, every tap paid a load and a store, as the
+ * pointers may alias). */
+#define KILN_POOL_NHWC_CB 32
+
+void KILN_ISA_VARIANT(kiln_f32_max_pool_nhwc_row)(const kiln_pool2d_f32_args_t* a, int64_t n,
+                                                  int64_t i) {
+  const int64_t C = a->c;
+  const kiln_pool_geom_t g = KILN_POOL_GEOM(a);
+  int64_t y0, u0, u1;
+  kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
+  float* yrow = a->y + (n * a->ho + i) * a->wo * C;
+  for (int64_t j = 0; j < a->wo; ++j) {
+    int64_t x0, v0, v1;
+    kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
+    float* d = yrow + j * C;
+    int64_t c0 = 0;
+    for (; c0 + KILN_POOL_NHWC_CB <= C; c0 += KILN_POOL_NHWC_CB) {
+      float m[KILN_POOL_NHWC_CB];
+      for (int c = 0; c < KILN_POOL_NHWC_CB; ++c) m[c] = -INFINITY; /* empty window: -inf */
+      for (int64_t u = u0; u < u1; ++u) {
+        const float* row = a->x + ((n * a->h + y0 + u * a->dh) * a->w + x0) * C + c0;
+        for (int64_t v = v0; v < v1; ++v) {
+          const float* t = row + v * a->dw * C;
+          for (int c = 0; c < KILN_POOL_NHWC_CB; ++c) m[c] = kiln_pool_nhwc_max(t[c], m[c]);
+        }
+      }
+      memcpy(d + c0, m, sizeof m);
+    }
+    if (c0 == C) continue;
+    for (int64_t c = c0; c < C; ++c) d[c] = -INFINITY;
+    for (int64_t u = u0; u < u1; ++u) {
+      const float* row = a->x + ((n * a->h + y0 + u * a->dh) * a->w + x0) * C;
+      for (int64_t v = v0; v < v1; ++v) {
+        const float* t = row + v * a->dw * C;
+        for (int64_t c = c0; c < C; ++c) d[c] = kiln_pool_nhwc_max(t[c], d[c]);
+      }
+    }
+  }
+}

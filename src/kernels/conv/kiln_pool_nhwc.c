@@ -3,46 +3,30 @@
  * pass): y[n][i][j][c] = max over the window at (i*sh - ph, j*sw - pw)
  * (dilated) of x[n][.][.][c], NaN propagating as torch. Every tap of the
  * window is a run of C contiguous floats, so the max runs over whole
- * pixels (a compare and select per channel: the loop vectorises) with no
- * separable pass. One task per (image, output row). */
+ * pixels (a compare and select per channel, vectorised in the conv
+ * family's per-ISA builds: kiln_conv_planes.c) with no separable pass. One
+ * task per (image, output row). */
 #include <math.h>
 
+#include "base/kiln_cpu.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
-#include "kernels/conv/kiln_pool_window.h"
+#include "kernels/conv/kiln_conv_planes.h"
 
-/* max that keeps NaN (as torch): a when a is NaN, else the larger. */
-static inline float kiln_pool_nhwc_max(float a, float b) { return a > b || a != a ? a : b; }
-
-static void kiln_max_pool_nhwc_row(const kiln_pool2d_f32_args_t* a, int64_t n, int64_t i) {
-  const int64_t C = a->c;
-  const kiln_pool_geom_t g = KILN_POOL_GEOM(a);
-  int64_t y0, u0, u1;
-  kiln_pool_window_rows(&g, i, &y0, &u0, &u1);
-  float* yrow = a->y + (n * a->ho + i) * a->wo * C;
-  for (int64_t j = 0; j < a->wo; ++j) {
-    int64_t x0, v0, v1;
-    kiln_pool_window_cols(&g, j, &x0, &v0, &v1);
-    float* d = yrow + j * C;
-    for (int64_t c = 0; c < C; ++c) d[c] = -INFINITY; /* an empty window: torch's -inf */
-    for (int64_t u = u0; u < u1; ++u) {
-      const int64_t row = (n * a->h + y0 + u * a->dh) * a->w;
-      for (int64_t v = v0; v < v1; ++v) {
-        const float* t = a->x + (row + x0 + v * a->dw) * C;
-        for (int64_t c = 0; c < C; ++c) d[c] = kiln_pool_nhwc_max(t[c], d[c]);
-      }
-    }
-  }
-}
+typedef struct {
+  const kiln_pool2d_f32_args_t* a;
+  kiln_max_pool_nhwc_row_fn row;
+} kiln_max_pool_nhwc_ctx_t;
 
 static void kiln_max_pool_nhwc_task(void* p, size_t task, int thread) {
   (void)thread;
-  const kiln_pool2d_f32_args_t* a = p;
-  kiln_max_pool_nhwc_row(a, (int64_t)task / a->ho, (int64_t)task % a->ho);
+  const kiln_max_pool_nhwc_ctx_t* t = p;
+  t->row(t->a, (int64_t)task / t->a->ho, (int64_t)task % t->a->ho);
 }
 
 void kiln_max_pool2d_f32_nhwc(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->n <= 0 || a->c <= 0 || a->ho <= 0 || a->wo <= 0) return;
-  kiln_pool_parallel_for(pool, (size_t)(a->n * a->ho), kiln_max_pool_nhwc_task, (void*)a);
+  kiln_max_pool_nhwc_ctx_t t = {a, kiln_max_pool_nhwc_row_for(kiln_cpu_isa())};
+  kiln_pool_parallel_for(pool, (size_t)(a->n * a->ho), kiln_max_pool_nhwc_task, &t);
 }
 
 void kiln_max_pool2d_f32_nhwc_reference(const kiln_pool2d_f32_args_t* a) {
