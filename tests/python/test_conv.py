@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import kiln
 from conftest import FP32_TOL, isa_params
+from kiln.module import KilnModule
 
 NET_TOL = dict(rtol=1e-3, atol=1e-3)
 
@@ -79,6 +80,35 @@ def test_conv1d():
 
 def test_unbatched_conv2d():
     check(Fn(lambda x, w: F.conv2d(x, w, padding=1), _w(4, 3, 3, 3)), torch.randn(3, 8, 8))
+
+
+CONV3D_CASES = [
+    # (N, C, D, H, W) or unbatched (C, D, H, W), O, k, kwargs
+    ((2, 3, 5, 9, 8), 8, 3, dict(padding=1)),
+    ((1, 4, 7, 10, 9), 6, (2, 3, 3), dict(stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1), groups=2)),
+    ((1, 6, 6, 5, 5), 6, 3, dict(padding=2, dilation=(2, 1, 1), groups=6)),
+    ((3, 5, 4, 4), 4, 1, dict()),
+    # Qwen2-VL's patch embedding: 2 frames of 14 x 14 pixels per patch, kernel = stride.
+    ((10, 3, 2, 14, 14), 32, (2, 14, 14), dict(stride=(2, 14, 14))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV3D_CASES)))
+def test_conv3d_runs_whole_in_kiln(case):
+    """conv3d as one conv2d over the output depths (optable/core.py:
+    _convolution3d), against float64 (sums of up to 392 products of
+    ~N(0, 1) inputs and weights scaled by 1/sqrt(K): FP32_TOL)."""
+    shape, o, k, kw = CONV3D_CASES[case]
+    bias = case % 2 == 0
+    m = nn.Conv3d(shape[-4], o, k, bias=bias, **kw).eval()
+    x = torch.randn(*shape)
+    compiled = kiln.trace(m, x)
+    assert isinstance(compiled, KilnModule)  # whole: no eager pieces
+    want = F.conv3d(x.double(), m.weight.double(), None if m.bias is None else m.bias.double(), m.stride,
+                    m.padding, m.dilation, m.groups)
+    got = compiled(x)
+    assert got.shape == want.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), want, **FP32_TOL)
 
 
 POOL_CASES = [

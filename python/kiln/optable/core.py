@@ -861,6 +861,8 @@ def _convolution(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"convolution of {_val(n).dtype}")
     spatial = len(_val(w).shape) - 2
+    if spatial == 3:
+        return _convolution3d(ctx, n)
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-d convolution")
     stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
@@ -876,6 +878,53 @@ def _convolution(ctx, n):
                  pad_h=padding[0], pad_w=padding[1], dilation_h=dilation[0], dilation_w=dilation[1],
                  groups=groups)
     return reshape(ctx, y, _shape(n))
+
+
+def _convolution3d(ctx, n):
+    """conv3d as one conv2d over the output depths: each output depth od
+    reads kd input depths od * sd + t * dd (t < kd) of the depth-padded
+    input; gathered side by side as channels (group, tap, channel) of an
+    (N * Do)-image batch, they meet the weight's taps in the same order
+    (a constant permute, folded), and the conv2d's groups stay the
+    groups. The gather copies the input kd / sd times (once for a video
+    model's patch embedding, kernel = stride); the output's depth moves
+    back behind its channels. Backward stays eager."""
+    x, w, bias, stride, padding, dilation, _, _, groups = n.args[:9]
+    stride, padding, dilation = (_ints(v, 3) for v in (stride, padding, dilation))
+    o = ctx.origin(n)
+    xv, wv = ctx.value(x), ctx.value(w)
+    shape = list(ctx.shape(xv))
+    if len(shape) == 4:  # unbatched (C, D, H, W)
+        shape = [1] + shape
+        xv = reshape(ctx, xv, shape, o)
+    if len(shape) != 5:
+        raise Unsupported(f"a rank-{len(ctx.shape(ctx.value(x)))} input to a 3-d convolution")
+    if any(isinstance(v, symbolic.SymDim) for v in shape):
+        raise Unsupported("a 3-d convolution over symbolic sizes")
+    N, C, D, H, W = shape
+    O, cg, kd, kh, kw = ctx.shape(wv)
+    sd, pd, dd = stride[0], padding[0], dilation[0]
+    dp = D + 2 * pd
+    do = (dp - dd * (kd - 1) - 1) // sd + 1
+    if do <= 0 or groups <= 0 or C != cg * groups:
+        raise Unsupported(f"a 3-d convolution of a {tuple(shape)} input by a {(O, cg, kd, kh, kw)} weight")
+    if pd:
+        xv = ctx.node("pad", [xv], origin=o, mode=0, before=[0, 0, pd, 0, 0, 0, 0, 0],
+                      after=[0, 0, pd, 0, 0, 0, 0, 0], int_fill=0, fill=0.0)
+    sn, sc, sdp, _ = _dense_strides([N, C, dp, H * W])
+    cols = strided_copy(ctx, xv, [N, do, groups, kd, cg, H * W],
+                        [sn, sd * sdp, cg * sc, dd * sdp, sc, 1], 0, o)
+    cols = reshape(ctx, cols, [N * do, groups * kd * cg, H, W], o)
+    so, sc_w, st, _ = _dense_strides([O, cg, kd, kh * kw])
+    w2 = strided_copy(ctx, wv, [O, kd, cg, kh * kw], [so, st, sc_w, 1], 0, o)
+    w2 = reshape(ctx, w2, [O, kd * cg, kh, kw], o)
+    inputs = [cols, w2] + ([ctx.value(bias)] if bias is not None else [])
+    y = ctx.node("conv2d", inputs, origin=o, stride_h=stride[1], stride_w=stride[2], pad_h=padding[1],
+                 pad_w=padding[2], dilation_h=dilation[1], dilation_w=dilation[2], groups=groups)
+    ho, wo = ctx.shape(y)[2:]
+    sb, sq, _ = _dense_strides([N, do, O * ho * wo])
+    y = strided_copy(ctx, y, [N, O, do, ho * wo], [sb, ho * wo, sq, 1], 0, o)
+    return reshape(ctx, y, _shape(n), o)
 
 
 def _pool_params(kernel, stride, padding, dilation, ceil_mode, count_include_pad):
