@@ -35,7 +35,8 @@ from kiln.optable.train import register_compile_prims
 from kiln.options import weights_quant
 from kiln.partition import partition
 from kiln.progress import compile_progress, compile_stage
-from kiln.train_rewrite import saved_slots, stack_select_scatters, unsave_casts, unsave_transposes
+from kiln.train_rewrite import (save_compared_values, saved_slots, stack_select_scatters, unsave_casts,
+                                unsave_transposes)
 
 # The real tensors Dynamo handed the backend, while AOTAutograd compiles
 # them (kiln_backend): where an inference graph's parameters come from.
@@ -851,8 +852,11 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
     # a materialised t(W), and the backward reads W through MATMUL's
     # transpose flags. Under autocast, a saved bf16 cast of a value the
     # forward keeps anyway (a weight) is made again in the backward, where
-    # kiln folds it into the GEMM's packing (unsave_casts).
+    # kiln folds it into the GEMM's packing (unsave_casts). Values an
+    # equality test reads (amax's backward) are never recomputed: kiln's
+    # kernels may round a recomputation differently (save_compared_values).
     def partition(joint, joint_inputs, **kw):
+        save_compared_values(joint)
         fw_, bw_ = min_cut_rematerialization_partition(joint, joint_inputs, **kw)
         slots = saved_slots(fw_, bw_)
         if slots is not None:

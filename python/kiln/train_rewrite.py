@@ -18,6 +18,47 @@ import torch
 aten = torch.ops.aten
 
 
+# Comparisons whose operands must be the very bits the forward made.
+_EXACT_COMPARISONS = (aten.eq.Tensor, aten.ne.Tensor)
+
+
+def save_compared_values(joint):
+    """Marks the forward values an equality test reads as must-save, so the
+    min-cut partitioner hands the backward the forward's own bits instead
+    of recomputing them. Returns how many it marked.
+
+    amax / max's backward finds the maxima by eq(result, input): correct
+    only when that input is the one the forward reduced. The partitioner
+    recomputes cheap chains (a norm over a short dim) in the backward,
+    trusting the recomputation to give the same bits, as Inductor's one
+    code generator does; kiln's does not: the forward ran x * rsqrt(mean(x^2)
+    + eps) as one RMS_NORM kernel, the backward as separate ops rounding
+    differently, and where no element equalled the saved max any more the
+    gradient was 0 / 0 = NaN (fuzzer seed 8484, graph 320). Marking the
+    operands (through views, to the value they show) keeps such chains in
+    the forward. Values that depend on the tangents are the backward's own
+    and stay as they are."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    backward = set()
+    for n in joint.graph.nodes:
+        if (n.op == "placeholder" and n.name.startswith("tangents")) or any(
+                a in backward for a in n.all_input_nodes):
+            backward.add(n)
+    marked = 0
+    for n in joint.graph.nodes:
+        if n.op != "call_function" or n.target not in _EXACT_COMPARISONS:
+            continue
+        for a in n.all_input_nodes:
+            while (a.op == "call_function" and isinstance(a.target, torch._ops.OpOverload)
+                   and a.target.is_view and a.args and isinstance(a.args[0], torch.fx.Node)):
+                a = a.args[0]
+            if a.op == "call_function" and a not in backward and a.meta.get("recompute") is None:
+                a.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+                marked += 1
+    return marked
+
+
 def _is_zeros(node, shape):
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return False

@@ -179,3 +179,27 @@ def test_select_scatter_sum_becomes_stack(n_pieces, rewritten):
     ops = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     assert ("aten.select_scatter.default" in ops) == (not rewritten)
     torch.testing.assert_close(gm(*pieces), f(*pieces), rtol=0, atol=0)
+
+
+def test_max_backward_sees_the_forwards_own_values():
+    """amax's backward finds the maxima by eq(saved max, input). The min-cut
+    partitioner recomputed the input (an RMS norm over a short dim) in the
+    backward, where kiln ran it as separate ops rather than the forward's
+    RMS_NORM kernel: one ulp apart, no element equalled the max any more,
+    and the gradient was NaN (0 / 0) in 2 of these 40 draws (fuzzer seed
+    8484, graph 320). train_rewrite.save_compared_values keeps the
+    compared values the forward's."""
+    def f(x):
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return y.amax((0, 1))
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend="kiln")
+    torch.manual_seed(0)
+    for draw in range(40):
+        x = torch.randn(64, 5, 3, requires_grad=True)
+        g(x).sum().backward()
+        got, x.grad = x.grad, None
+        f(x).sum().backward()
+        assert not got.isnan().any(), f"draw {draw}: NaN in the gradient"
+        torch.testing.assert_close(got, x.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"draw {draw}: {m}")
