@@ -360,7 +360,10 @@ kiln_status_t kiln_shape_norm(const kiln_graph_t* g, const kiln_node_t* n, kiln_
 
 /* One spatial output size of a convolution or pooling window, with every
  * parameter validated (they may come from a file). ceil_mode follows torch:
- * the last window must start inside the input or its left padding. */
+ * the last window must start inside the input or its left padding, and a
+ * window may hang past the input's end (a 3-wide pool over 2 rows by
+ * stride 2 gives 1 row: max of the two), so only the rounded-up count must
+ * reach 1. */
 static kiln_status_t window_out_size(const char* what, int64_t in, int64_t k, int64_t s,
                                      int64_t p, int64_t d, int ceil_mode, int64_t* out) {
   /* Kernel size and dilation are multiplied below: each is held to 2^31 so
@@ -370,12 +373,15 @@ static kiln_status_t window_out_size(const char* what, int64_t in, int64_t k, in
   if (s < 1 || s > lim) FAIL("%s: stride %lld is outside [1, 2^40]", what, (long long)s);
   if (d < 1 || d > klim) FAIL("%s: dilation %lld is outside [1, 2^31]", what, (long long)d);
   if (p < 0 || p > lim) FAIL("%s: padding %lld is outside [0, 2^40]", what, (long long)p);
-  int64_t span = d * (k - 1) + 1, room = in + 2 * p - span;
+  int64_t span = d * (k - 1) + 1, room = in + 2 * p - span + (ceil_mode ? s - 1 : 0);
   if (room < 0)
     FAIL("%s: the window (%lld with dilation) is larger than the padded input (%lld)", what,
          (long long)span, (long long)(in + 2 * p));
-  int64_t o = (room + (ceil_mode ? s - 1 : 0)) / s + 1;
+  int64_t o = room / s + 1;
   if (ceil_mode && (o - 1) * s >= in + p) --o;
+  if (o < 1)
+    FAIL("%s: no window fits an input of %lld (window %lld with dilation, padding %lld)", what,
+         (long long)in, (long long)span, (long long)p);
   *out = o;
   return kiln_ok();
 }

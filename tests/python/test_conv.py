@@ -130,6 +130,25 @@ def test_pool2d(fn, kw):
     check(Fn(lambda x: fn(x, **kw)), torch.randn(2, 3, 11, 12))
 
 
+@pytest.mark.parametrize("fn,kw", [(F.max_pool2d, dict(kernel_size=3, stride=2, ceil_mode=True)),
+                                   (F.avg_pool2d, dict(kernel_size=3, stride=2, ceil_mode=True)),
+                                   (F.avg_pool2d, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                                       count_include_pad=False))])
+def test_ceil_mode_window_longer_than_the_input(fn, kw):
+    """In ceil mode torch pools 2 rows with a 3-row window (one output row,
+    the window hanging past the end). kiln's shape rule refused it: such
+    inputs ran in eager, and a graph compiled with dynamic sizes raised at
+    the new size (fuzzer seed 8484, graph 994)."""
+    x = torch.randn(2, 3, 2, 6)
+    compiled = check(Fn(lambda x: fn(x, **kw)), x)
+    assert isinstance(compiled, KilnModule)
+    torch._dynamo.reset()
+    g = torch.compile(lambda x: fn(x, **kw), backend="kiln", dynamic=True)
+    for shape in ((1, 3, 7, 9), (1, 3, 2, 6), (2, 1, 2, 2)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(g(x), fn(x, **kw), **FP32_TOL)
+
+
 def test_max_pool_propagates_nan():
     x = torch.randn(1, 2, 6, 6)
     x[0, 1, 2, 3] = float("nan")
