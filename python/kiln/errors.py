@@ -39,6 +39,9 @@ class Unsupported(Exception):
         self.with_inputs = with_inputs
 
 
+_warned_failures = set()
+
+
 def lowering_failure(op, where, error):
     """A handler of the op table failed with something other than its
     refusals (Unsupported, KilnError): a kiln bug. The op runs in eager
@@ -49,8 +52,10 @@ def lowering_failure(op, where, error):
     if os.environ.get("KILN_STRICT", "") not in ("", "0"):
         raise error
     why = f"kiln's lowering of it failed: {type(error).__name__}: {error}; a kiln bug, please report it"
-    warnings.warn(f"kiln: {op}{' at ' + where if where else ''}: {why}; running it in eager",
-                  RuntimeWarning, stacklevel=3)
+    if (op, where, why) not in _warned_failures:  # the capture and the fallback analysis both meet it
+        _warned_failures.add((op, where, why))
+        warnings.warn(f"kiln: {op}{' at ' + where if where else ''}: {why}; running it in eager",
+                      RuntimeWarning, stacklevel=3)
     return UnsupportedOpError(op, where, why)
 
 
