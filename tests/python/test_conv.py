@@ -111,6 +111,26 @@ def test_conv3d_runs_whole_in_kiln(case):
     torch.testing.assert_close(got.double(), want, **FP32_TOL)
 
 
+def test_conv3d_over_symbolic_sizes():
+    """One graph for video clips of any batch, length and frame size: the
+    depth gather, the batch of N * Do images and the conv2d all take
+    kiln's size expressions."""
+    from torch._dynamo.utils import counters
+    m = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1, stride=(2, 1, 1)), nn.ReLU(),
+                      nn.Conv3d(8, 4, (2, 3, 3), stride=(1, 2, 2))).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    g = torch.compile(m, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for shape in ((2, 3, 6, 9, 8), (3, 3, 9, 12, 7)):
+            x = torch.randn(*shape)
+            h = F.relu(F.conv3d(x.double(), m[0].weight.double(), m[0].bias.double(), (2, 1, 1), 1))
+            want = F.conv3d(h, m[2].weight.double(), m[2].bias.double(), (1, 2, 2))
+            torch.testing.assert_close(g(x).double(), want, **FP32_TOL)
+    assert counters["kiln"]["whole"] == 1 and counters["kiln"]["graphs"] == 1, dict(counters["kiln"])
+    torch._dynamo.reset()
+
+
 POOL_CASES = [
     (F.max_pool2d, dict(kernel_size=3, stride=2, padding=1)),
     (F.max_pool2d, dict(kernel_size=2)),

@@ -899,14 +899,12 @@ def _convolution3d(ctx, n):
         xv = reshape(ctx, xv, shape, o)
     if len(shape) != 5:
         raise Unsupported(f"a rank-{len(ctx.shape(ctx.value(x)))} input to a 3-d convolution")
-    if any(isinstance(v, symbolic.SymDim) for v in shape):
-        raise Unsupported("a 3-d convolution over symbolic sizes")
     N, C, D, H, W = shape
     O, cg, kd, kh, kw = ctx.shape(wv)
     sd, pd, dd = stride[0], padding[0], dilation[0]
     dp = D + 2 * pd
     do = (dp - dd * (kd - 1) - 1) // sd + 1
-    if do <= 0 or groups <= 0 or C != cg * groups:
+    if (isinstance(do, int) and do <= 0) or groups <= 0 or C != cg * groups:
         raise Unsupported(f"a 3-d convolution of a {tuple(shape)} input by a {(O, cg, kd, kh, kw)} weight")
     if pd:
         xv = ctx.node("pad", [xv], origin=o, mode=0, before=[0, 0, pd, 0, 0, 0, 0, 0],
