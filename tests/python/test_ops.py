@@ -140,6 +140,37 @@ def test_addmm_mm_bmm():
     check(f, randn(7), randn(3, 9), randn(9, 7), randn(3, 5, 9), randn(3, 9, 2), tol=gemm(9))
 
 
+def test_addmm_family_with_beta_zero_ignores_the_input():
+    """beta = 0: torch ignores the input, NaN and inf included (kiln's addmm
+    multiplied it by 0, giving NaN); addmv and addbmm as matrix products."""
+    nan = torch.full((3, 7), float("nan"))
+    inf = torch.full((3,), float("inf"))
+
+    def f(b, x, w, v, c, d, e):
+        return (torch.addmm(nan, x, w, beta=0), torch.addmm(nan, x, w, beta=0, alpha=-2.0),
+                torch.addmv(inf, x, v, beta=0), torch.addmv(c, x, v, alpha=0.5, beta=2.0),
+                torch.addbmm(b, d, e), torch.addbmm(nan, d, e, beta=0, alpha=3.0))
+    check(f, randn(7), randn(3, 9), randn(9, 7), randn(9), randn(3), randn(4, 3, 9), randn(4, 9, 7),
+          tol=gemm(36))
+
+
+def test_fmax_fmin_dist_narrow_copy():
+    """fmax / fmin take the number where one side is NaN; dist is the p-norm
+    of a - b; narrow_copy counts a negative start from the end."""
+    a, b = randn(4, 5), randn(5)
+    a[0, 0] = a[1, 1] = float("nan")
+    b[1] = b[2] = float("nan")
+
+    def f(a, b):
+        return (torch.fmax(a, b), torch.fmin(a, b), torch.fmax(a.int(), b.nan_to_num().int()),
+                torch.narrow_copy(a, 1, -3, 2), torch.narrow_copy(b, 0, 1, 3))
+    check(f, a, b, equal_nan=True)
+
+    def g(a, b):
+        return torch.dist(a, b), torch.dist(a, b, 1), torch.dist(a, b, float("inf")), torch.dist(a, b, 3.5)
+    check(g, randn(4, 5), randn(5), tol=RED)
+
+
 MATMUL = {
     "broadcast": [
         ((2, 3, 4, 16), (16, 5)),        # batched @ matrix (b broadcast over the batch)

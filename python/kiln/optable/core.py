@@ -152,7 +152,7 @@ def _to_copy(ctx, n):
     return cast(ctx, ctx.value(n.args[0]), _val(n).dtype)
 
 
-@register(aten.permute.default)
+@register(aten.permute.default, aten.permute_copy.default)
 def _permute(ctx, n):
     x = ctx.value(n.args[0])
     shape = ctx.shape(x)
@@ -220,6 +220,17 @@ def _slice(ctx, n):
     return strided_copy(ctx, x, out, strides, start * src[dim], ctx.origin(n))
 
 
+@register(aten.narrow_copy.default)
+def _narrow_copy(ctx, n):
+    """x.narrow(dim, start, length) made dense; start may count from the end."""
+    x = ctx.value(n.args[0])
+    shape = list(ctx.shape(x))
+    dim = _norm_dim(n.args[1], len(shape))
+    start = select_index(ctx, n.args[2], shape[dim])
+    src = _dense_strides(shape)
+    return strided_copy(ctx, x, _shape(n), src, start * src[dim], ctx.origin(n))
+
+
 def select_index(ctx, arg, size):
     """select's (and select_scatter's) index argument as a kiln size counted
     from the start of a dim of `size`: a SymInt's node under symbolic sizes
@@ -268,7 +279,7 @@ def _split(ctx, n):
     return tuple(outs)
 
 
-@register(aten.unbind.int)
+@register(aten.unbind.int, aten.unbind_copy.int)
 def _unbind(ctx, n):
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
@@ -564,9 +575,24 @@ def _vector_norm(ctx, n):
         raise Unsupported(f"a vector norm of {ctx.dtype(x)} in {n.kwargs.get('dtype')}")
     if not isinstance(order, (int, float)) or isinstance(order, bool):
         raise Unsupported(f"a vector norm of order {order!r}")
-    axes = _axes_mask(dims, len(ctx.shape(x)))
-    origin = ctx.origin(n)
+    return reshape(ctx, vector_norm(ctx, x, order, _axes_mask(dims, len(ctx.shape(x))), keep, ctx.origin(n)),
+                   _shape(n))
 
+
+@register(aten.dist.default)
+def _dist(ctx, n):
+    """torch.dist(a, b, p): the p-norm of a - b (broadcast) over all of it."""
+    order = _arg(n, 2, "p", 2)
+    if _val(n).dtype != torch.float32 or not isinstance(order, (int, float)) or isinstance(order, bool):
+        raise Unsupported(f"dist of {_val(n).dtype} with p={order!r}")
+    d = ctx.node("sub", [operand(ctx, n.args[0], torch.float32), operand(ctx, n.args[1], torch.float32)],
+                 origin=ctx.origin(n))
+    return reshape(ctx, vector_norm(ctx, d, order, _axes_mask(None, len(ctx.shape(d))), False, ctx.origin(n)), [])
+
+
+def vector_norm(ctx, x, order, axes, keep, origin):
+    """The order-norm of float32 x over the axes mask, as eager's
+    linalg.vector_norm computes it (see _vector_norm)."""
     def reduce(op, v):
         return ctx.node(op, [v], origin=origin, axes=axes, keepdim=int(keep))
 
@@ -586,7 +612,7 @@ def _vector_norm(ctx, n):
         p = ctx.scalar(float(order), torch.float32)
         y = ctx.node("pow", [reduce("sum", ctx.node("pow", [a, p], origin=origin)),
                              ctx.scalar(1.0 / float(order), torch.float32)], origin=origin)
-    return reshape(ctx, y, _shape(n))
+    return y
 
 
 @register(aten.sum.default, aten.mean.default)
@@ -699,19 +725,53 @@ def _mm(ctx, n):
     return ctx.node("matmul", [a, b], origin=ctx.origin(n))
 
 
+def _beta_input_plus_alpha(ctx, n, product):
+    """beta * input + alpha * product, the addmm family's result (input is
+    n.args[0]). With beta 0 torch ignores input, NaN and inf included."""
+    beta, alpha = n.kwargs.get("beta", 1), n.kwargs.get("alpha", 1)
+    origin = ctx.origin(n)
+    if alpha != 1:
+        product = ctx.node("mul", [product, ctx.scalar(float(alpha), torch.float32)], origin=origin)
+    if beta == 0:
+        return reshape(ctx, product, _shape(n))
+    bias = ctx.value(n.args[0])
+    if beta != 1:
+        bias = ctx.node("mul", [bias, ctx.scalar(float(beta), torch.float32)], origin=origin)
+    return reshape(ctx, ctx.node("add", [product, bias], origin=origin), _shape(n))
+
+
 @register(aten.addmm.default)
 def _addmm(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"addmm of {_val(n).dtype}")
-    bias, a, b = (ctx.value(x) for x in n.args[:3])
-    beta = n.kwargs.get("beta", 1)
-    alpha = n.kwargs.get("alpha", 1)
-    y = ctx.node("matmul", [a, b], origin=ctx.origin(n))
-    if alpha != 1:
-        y = ctx.node("mul", [y, ctx.scalar(alpha, torch.float32)])
-    if beta != 1:
-        bias = ctx.node("mul", [bias, ctx.scalar(beta, torch.float32)])
-    return ctx.node("add", [y, bias], origin=ctx.origin(n))
+    a, b = ctx.value(n.args[1]), ctx.value(n.args[2])
+    return _beta_input_plus_alpha(ctx, n, ctx.node("matmul", [a, b], origin=ctx.origin(n)))
+
+
+@register(aten.addmv.default)
+def _addmv(ctx, n):
+    """input + mat @ vec, the vector as a one-column matrix."""
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"addmv of {_val(n).dtype}")
+    mat, vec = ctx.value(n.args[1]), ctx.value(n.args[2])
+    col = reshape(ctx, vec, [ctx.shape(vec)[0], 1])
+    product = ctx.node("matmul", [mat, col], origin=ctx.origin(n))
+    return _beta_input_plus_alpha(ctx, n, reshape(ctx, product, [ctx.shape(mat)[0]]))
+
+
+@register(aten.addbmm.default)
+def _addbmm(ctx, n):
+    """input + sum_i batch1[i] @ batch2[i]: one (n, B m) x (B m, p) product,
+    batch1's batches laid side by side along K."""
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"addbmm of {_val(n).dtype}")
+    b1, b2 = ctx.value(n.args[1]), ctx.value(n.args[2])
+    B, rows, k = ctx.shape(b1)
+    p = ctx.shape(b2)[2]
+    sb, sr, _ = _dense_strides([B, rows, k])
+    a = reshape(ctx, strided_copy(ctx, b1, [rows, B, k], [sr, sb, 1], 0, ctx.origin(n)), [rows, B * k])
+    b = reshape(ctx, b2, [B * k, p])
+    return _beta_input_plus_alpha(ctx, n, ctx.node("matmul", [a, b], origin=ctx.origin(n)))
 
 
 @register(aten.linear.default, keep_whole=True)

@@ -91,6 +91,21 @@ def _isnan(ctx, n):
     return ctx.node("ne", [x, x], origin=ctx.origin(n))  # only NaN differs from itself
 
 
+@register(aten.fmax.default, aten.fmin.default)
+def _fmax(ctx, n):
+    """fmax / fmin: maximum / minimum, except that a NaN operand yields the
+    other one (NaN only when both are)."""
+    dtype = _val(n).dtype
+    a, b = operand(ctx, n.args[0], dtype), operand(ctx, n.args[1], dtype)
+    op = "maximum" if n.target == aten.fmax.default else "minimum"
+    o = ctx.origin(n)
+    y = ctx.node(op, [a, b], origin=o)
+    if not dtype.is_floating_point:  # no NaN to skip
+        return y
+    y = ctx.node("where", [ctx.node("ne", [a, a], origin=o), b, y], origin=o)
+    return ctx.node("where", [ctx.node("ne", [b, b], origin=o), a, y], origin=o)
+
+
 @register(aten.isinf.default)
 def _isinf(ctx, n):
     x = ctx.value(n.args[0])
