@@ -171,6 +171,13 @@ def test_fmax_fmin_dist_narrow_copy():
     check(g, randn(4, 5), randn(5), tol=RED)
 
 
+def test_exp2_and_logaddexp2():
+    """2^x over float32's whole exponent range (subnormal results included)
+    against float64, and logaddexp2 (torch composes it of exp2 and log2)."""
+    x = torch.cat([torch.rand(4000) * 280 - 150, randn(100)])
+    check_f64(lambda x, y: (torch.exp2(x), torch.logaddexp2(x, y)), x, x.flip(0), tol=TRANS)
+
+
 MATMUL = {
     "broadcast": [
         ((2, 3, 4, 16), (16, 5)),        # batched @ matrix (b broadcast over the batch)

@@ -174,6 +174,15 @@ def _pow_scalar(ctx, n):
     return ctx.node("pow", [ctx.scalar(base, dtype), operand(ctx, exponent, dtype)], origin=ctx.origin(n))
 
 
+@register(aten.exp2.default)
+def _exp2(ctx, n):
+    # 2^x: kiln's pow with base 2 (torch's pow(2, x) is its exp2 too).
+    dtype = _val(n).dtype
+    if dtype != F32:
+        raise Unsupported(f"exp2 of {dtype}")
+    return ctx.node("pow", [ctx.scalar(2.0, dtype), operand(ctx, n.args[0], dtype)], origin=ctx.origin(n))
+
+
 @register(aten.logical_xor.default)
 def _logical_xor(ctx, n):
     # a xor b of their truth values: two bools differ.
