@@ -195,3 +195,25 @@ def test_a_fallback_is_seen(monkeypatch):
     assert counters["kiln_fallback"]["aten._scaled_dot_product_flash_attention_for_cpu.default"] == 2
     with pytest.raises(AssertionError, match="not compiled whole"):
         assert_all_in_kiln()
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma3"])
+def test_generate_sliding_window_cache(kind):
+    """Mistral's and Gemma 3's sliding-window layers (window 16, 12 prompt
+    tokens + 6 new): their masks take arange(min(length, window)) and a
+    size in arithmetic, which crashed torch.compile (BackendCompilerFailed:
+    a size's FX node passed to arange, and one read as a tensor). Dynamo
+    recompiles as the window's counters change, and a graph whose key cache
+    it specialised and value cache it did not runs in eager (kiln's
+    attention takes one key length); every token equals eager's."""
+    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=0, hidden_size=64,
+                  intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=256, sliding_window=16)
+    if kind == "mistral":
+        m = transformers.MistralForCausalLM(transformers.MistralConfig(**common))
+    else:
+        m = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(head_dim=16, **common))
+    ids, mask = _prompt(2, 12)
+    ref, got = _generate_both(m.eval(), ids, mask, max_new_tokens=6)
+    assert torch.equal(got, ref)
+    assert counters["kiln"]["whole"] >= 2, dict(counters["kiln"])

@@ -114,9 +114,18 @@ def sym_scalar(ctx, d, dtype):
     return cast(ctx, reshape(ctx, y, []), dtype)
 
 
+def _is_size_node(arg):
+    """An FX node computing a size (a SymInt, or an int Dynamo specialised:
+    min(length, window) of a sliding-window mask), not a tensor."""
+    val = arg.meta.get("val")
+    return isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool)
+
+
 def operand(ctx, arg, dtype):
-    """A tensor argument as a kiln value of `dtype` (Python scalars become 0-d constants)."""
-    if isinstance(arg, torch.fx.Node) and not isinstance(ctx.env.get(arg), symbolic.SymDim):
+    """A tensor argument as a kiln value of `dtype` (Python scalars and sizes
+    become 0-d values)."""
+    if (isinstance(arg, torch.fx.Node) and not isinstance(ctx.env.get(arg), symbolic.SymDim)
+            and not _is_size_node(arg)):
         return cast(ctx, ctx.value(arg), dtype)
     d = symbolic.size(arg) if isinstance(arg, (torch.fx.Node, torch.SymInt)) else arg
     if isinstance(d, symbolic.SymDim):
@@ -375,7 +384,9 @@ def _constant_op(ctx, n):
         # Uninitialised memory (empty_permuted's physical order only changes
         # its strides, and kiln's values are dense): zeros are one reading.
         return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
-    args = [a for a in n.args]
+    # A size argument may be a node whose value is a number here (a sliding
+    # window's min(size, window), Mistral's and Gemma 3's masks): its value.
+    args = [symbolic.size(a) if isinstance(a, (torch.fx.Node, torch.SymInt)) else a for a in n.args]
     kwargs = dict(n.kwargs)
     kwargs.pop("pin_memory", None)
     kwargs.pop("memory_format", None)
