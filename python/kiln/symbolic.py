@@ -133,7 +133,8 @@ def encode(x):
 
 
 class Unify(Exception):
-    """Lower the graph again with symbol b taken as symbol a."""
+    """Lower the graph again with symbol b taken as symbol a (or as the
+    number a)."""
 
     def __init__(self, a, b):
         super().__init__(f"{b} is {a}")
@@ -187,7 +188,21 @@ class Symbols:
                     pairs.append((a[-k], b[-k]))
         if op == "sdpa" and len(shapes) >= 3 and len(shapes[1]) == 4:
             lk = shapes[1][2]
-            pairs += [(lk, shapes[2][2])] + ([(lk, shapes[3][-1])] if len(shapes) > 3 and shapes[3] else [])
+            kv = [(lk, shapes[2][2])]
+            # A key length Dynamo specialised (T5's cross-attention keys,
+            # whose mask has the encoder's static length) and a value
+            # length it left a bare symbol: the symbol is that number.
+            for a, b in kv:
+                if isinstance(a, SymDim) == isinstance(b, SymDim):
+                    continue
+                sym, n = (a, b) if isinstance(a, SymDim) else (b, a)
+                name = next((k for k, v in self.vars.items() if v == sym), None)
+                if name is not None and self.hints.get(name) in (None, n):
+                    if os.environ.get("KILN_LOG", "") not in ("", "0"):
+                        print(f"kiln: {op} needs {sym} equal to {n}: lowering again with it a number",
+                              file=sys.stderr)
+                    raise Unify(n, name)
+            pairs += kv + ([(lk, shapes[3][-1])] if len(shapes) > 3 and shapes[3] else [])
         for a, b in pairs:
             if not (isinstance(a, SymDim) and isinstance(b, SymDim)) or a == b:
                 continue
@@ -210,6 +225,8 @@ class Symbols:
 
     def var(self, sym, shape_env=None):
         name = self._resolve(str(sym))
+        if isinstance(name, int):  # a symbol an op needs to be this number (unify_after_failure)
+            return name
         if name not in self.vars:
             lo, hi = 0, RANGE_MAX
             vr = self.ranges.get(str(sym))

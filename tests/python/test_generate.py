@@ -236,9 +236,9 @@ _ARCHS = {
 def test_generate_other_architectures_whole_in_kiln(kind):
     """More of the LLMs users run, each with what sets it apart: generate()
     through torch.compile gives eager's tokens, with every graph whole in
-    kiln (a survey of 25 transformers architectures in session 13 found 22
-    whole, these among them; Mistral's and Gemma 3's sliding windows and
-    T5's cross-attention run a graph in eager: test above, and README)."""
+    kiln (a survey of 25 transformers architectures in session 13 found 23
+    whole, these and T5 among them; Mistral's and Gemma 3's sliding windows
+    run two graphs in eager: test above, and README)."""
     cls, extra, attn = _ARCHS[kind]
     common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=0, hidden_size=64,
                   intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -247,5 +247,19 @@ def test_generate_other_architectures_whole_in_kiln(kind):
     m = transformers.AutoModelForCausalLM.from_config(cls(**common), attn_implementation=attn)
     ids, mask = _prompt(2, 12)
     ref, got = _generate_both(m.eval(), ids, mask, max_new_tokens=6)
+    assert torch.equal(got, ref)
+    assert_all_in_kiln()
+
+
+def test_generate_t5_whole_in_kiln():
+    """An encoder-decoder: T5's decoder graphs attend to the encoder's keys
+    (a static length, as their mask) and values (a length Dynamo left
+    symbolic); they ran in eager until the value length's symbol was taken
+    as that number (symbolic.Symbols.unify_after_failure)."""
+    cfg = transformers.T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+                                decoder_start_token_id=0, pad_token_id=0)
+    m = transformers.T5ForConditionalGeneration(cfg).eval()
+    ids, mask = _prompt(2, 12)
+    ref, got = _generate_both(m, ids, mask, max_new_tokens=6)
     assert torch.equal(got, ref)
     assert_all_in_kiln()

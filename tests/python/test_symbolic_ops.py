@@ -318,6 +318,29 @@ def test_attention_over_symbolic_heads(counters, fn, in_kiln):
     assert (kiln_counts["whole"] == 1) == in_kiln, (dict(kiln_counts), dict(counters["kiln_fallback"]))
 
 
+def test_attention_whose_value_length_dynamo_left_symbolic(counters):
+    """Keys of a static length and values whose length Dynamo kept symbolic
+    (T5's cross-attention in generate(): the keys' mask has the encoder's
+    static length): kiln's attention takes one key length, so the graph ran
+    in eager; the value length's symbol is now that number, checked at
+    every call (a call with other lengths fails, as in eager)."""
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    q, k, m = torch.randn(2, 4, 1, 16), torch.randn(2, 4, 12, 16), torch.randn(2, 4, 1, 12)
+    v = torch.randn(2, 4, 12, 16)
+    torch._dynamo.mark_dynamic(v, 2)
+    g = torch.compile(f, backend="kiln")
+    with torch.no_grad():
+        got = g(q, k, v, m)
+        want = f(q.double(), k.double(), v.double(), m.double()).float()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert dict(counters["kiln"]) == {"graphs": 1, "whole": 1}, (dict(counters["kiln"]),
+                                                                 dict(counters["kiln_fallback"]))
+    with pytest.raises(ValueError, match=r"expected \(2, 4, 12, 16\) float32, got \(2, 4, 13, 16\)"):
+        with torch.no_grad():
+            g(q, k, torch.randn(2, 4, 13, 16), m)
+
+
 @pytest.mark.parametrize("fn", [
     lambda x: x[x.shape[0] - 1] * 2,
     lambda x: x.select(1, x.shape[1] // 2) + 1,
