@@ -221,3 +221,54 @@ def test_repeat_kv_reads_the_kv_heads_in_place():
             torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16))
     compiled = check(Decode(), *args)
     assert compiled.stats()["kernel_calls"] == 3, compiled.explain()  # two cats, attention
+
+
+def _hf_vision(name):
+    import transformers
+    cfgs = {
+        # window attention over shifted windows (roll), patch merging
+        "swin": transformers.SwinConfig(image_size=64, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4],
+                                        window_size=4),
+        # depthwise 7x7 convolutions, channels-last layer norm, layer scale
+        "convnext": transformers.ConvNextConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], image_size=64),
+        # relative position bias tables, gathered per head
+        "beit": transformers.BeitConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=128, image_size=32, patch_size=8,
+                                        use_relative_position_bias=True),
+        # a speech encoder: strided 1-d convolutions, group norm, a grouped positional convolution
+        "wav2vec2": transformers.Wav2Vec2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                intermediate_size=128, conv_dim=(32, 32), conv_stride=(5, 2),
+                                                conv_kernel=(10, 3), num_conv_pos_embeddings=16),
+    }
+    torch.manual_seed(0)
+    m = transformers.AutoModel.from_config(cfgs[name]).eval()
+    x = torch.randn(2, 1600) if name == "wav2vec2" else torch.randn(2, 3, cfgs[name].image_size, cfgs[name].image_size)
+    return m, x
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        return self.m(x, return_dict=True).last_hidden_state
+
+
+@pytest.mark.parametrize("name", ["swin", "convnext", "beit", "wav2vec2"])
+def test_transformers_vision_and_speech_encoders_whole(name):
+    """Encoders beyond BERT and ResNet, each with what sets it apart, traced
+    whole (no eager piece) and against float64: sums of a few hundred
+    products through two to four layers, FP32_TOL. A session 13 survey
+    traced 15 such models whole (ViT, DeiT, DINOv2, CLIP, BEiT, Swin,
+    ConvNeXt, ResNet, RegNet, MobileNetV2, MobileViT, LeViT, PoolFormer,
+    SegFormer, wav2vec 2), within 1e-6 of float64."""
+    import copy
+    m, x = _hf_vision(name)
+    w = _LastHidden(m).eval()
+    compiled = kiln.trace(w, (x,))
+    assert isinstance(compiled, kiln.module.KilnModule)
+    with torch.no_grad():
+        want = copy.deepcopy(w).double()(x.double())
+    got = compiled(x)
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
