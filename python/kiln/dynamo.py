@@ -190,6 +190,13 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
     try:
         ctx = lower_graph(gm, placeholders, kiln_nodes, overrides={a.cat: lowering.cat(a) for a in appends},
                           guards=guards_of_values(example_inputs), guards_checked=True)
+        # A size argument the lowering took as a number (an attention's value
+        # length pinned to its keys': Symbols.unify_after_failure) is no input.
+        phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, (kind, what) in enumerate(placeholders):
+            if kind == "input" and isinstance(example_inputs[i], torch.SymInt) and isinstance(ctx.env.get(phs[i]), int):
+                placeholders[i] = ("python", None)
+                names.remove(what)
         # The model's inputs, in the order lowering added them: each tensor (or
         # symbolic size) argument; an append's past gives its length (when
         # symbolic) and its buffer comes after all of them.

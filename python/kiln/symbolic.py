@@ -190,14 +190,18 @@ class Symbols:
             lk = shapes[1][2]
             kv = [(lk, shapes[2][2])]
             # A key length Dynamo specialised (T5's cross-attention keys,
-            # whose mask has the encoder's static length) and a value
-            # length it left a bare symbol: the symbol is that number.
+            # whose mask has the encoder's static length; a sliding-window
+            # layer's key cache) and a value length it left symbolic, one
+            # symbol plus a number: the symbol is the difference.
             for a, b in kv:
                 if isinstance(a, SymDim) == isinstance(b, SymDim):
                     continue
                 sym, n = (a, b) if isinstance(a, SymDim) else (b, a)
-                name = next((k for k, v in self.vars.items() if v == sym), None)
-                if name is not None and self.hints.get(name) in (None, n):
+                names = [self._keys.get(v, v) for v in self.graph.sym_vars(sym.d)]
+                name = names[0] if len(names) == 1 and names[0] in self.vars else None
+                offset = sym - self.vars[name] if name is not None else None
+                n = n - offset if isinstance(offset, int) else None
+                if n is not None and self.hints.get(name) in (None, n):
                     if os.environ.get("KILN_LOG", "") not in ("", "0"):
                         print(f"kiln: {op} needs {sym} equal to {n}: lowering again with it a number",
                               file=sys.stderr)
