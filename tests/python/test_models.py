@@ -113,6 +113,25 @@ def test_attention_block_with_sdpa():
     assert "sdpa" in compiled.explain()
 
 
+def test_multi_query_attention_broadcasts_its_one_key_head():
+    """Falcon's multi-query attention: k and v with one head, broadcast by
+    SDPA to every query head without enable_gqa. It ran in eager (kiln.trace
+    split Falcon in three pieces); one key head is kiln's grouped heads."""
+    def f(q, k, v, m):
+        return (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    q, k, v, m = torch.randn(2, 4, 7, 16), torch.randn(2, 1, 7, 16), torch.randn(2, 1, 7, 16), torch.randn(2, 1, 7, 7)
+
+    class F(torch.nn.Module):
+        def forward(self, *a):
+            return f(*a)
+    compiled = kiln.trace(F(), (q, k, v, m))
+    assert isinstance(compiled, kiln.module.KilnModule)
+    want = f(q.double(), k.double(), v.double(), m.double())
+    for g, w in zip(compiled(q, k, v, m), want):
+        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+
+
 def test_embedding_model_with_int_inputs_and_tuple_output():
     class Tiny(torch.nn.Module):
         def __init__(self):

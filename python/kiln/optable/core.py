@@ -846,7 +846,11 @@ def _sdpa(ctx, n):
         raise Unsupported("attention whose q, k and v broadcast their batch dimensions")
     if rank == 3:  # (B, S, D) is one head: (B, 1, S, D)
         q, k, v = (reshape(ctx, t, [ctx.shape(t)[0], 1] + list(ctx.shape(t)[1:])) for t in (q, k, v))
-    if not gqa and ctx.shape(k)[1] != ctx.shape(q)[1]:
+    if ctx.shape(v)[1] != ctx.shape(k)[1]:
+        raise Unsupported("attention whose key and value head counts differ")
+    if not gqa and ctx.shape(k)[1] != ctx.shape(q)[1] and ctx.shape(k)[1] != 1:
+        # One key/value head broadcasts to every query head (Falcon's
+        # multi-query attention): kiln's grouped heads map them alike.
         raise Unsupported("key/value heads differ from query heads without enable_gqa")
     inputs = [q, k, v]
     if mask is not None:
