@@ -59,6 +59,10 @@ CONV_CASES = [
     ((1, 6, 15, 15), 6, 5, dict(stride=2, padding=2, groups=6)),
     ((1, 3, 33, 31), 16, 7, dict(stride=2, padding=3)),
     ((1, 4, 10, 10), 8, 3, dict(padding="same", dilation=2)),
+    # patch embeddings (kernel = stride: one GEMM over gathered patches), with
+    # pixels past the last whole patch dropped, and rectangular patches
+    ((2, 3, 33, 30), 16, 4, dict(stride=4)),
+    ((1, 5, 12, 12), 7, (2, 3), dict(stride=(2, 3))),
 ]
 
 
@@ -88,6 +92,7 @@ CONV3D_CASES = [
     ((1, 4, 7, 10, 9), 6, (2, 3, 3), dict(stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1), groups=2)),
     ((1, 6, 6, 5, 5), 6, 3, dict(padding=2, dilation=(2, 1, 1), groups=6)),
     ((3, 5, 4, 4), 4, 1, dict()),
+    ((2, 3, 5, 9, 8), 6, (2, 4, 4), dict(stride=(2, 4, 4))),  # a clip's patches, leftovers dropped
     # Qwen2-VL's patch embedding: 2 frames of 14 x 14 pixels per patch, kernel = stride.
     ((10, 3, 2, 14, 14), 32, (2, 14, 14), dict(stride=(2, 14, 14))),
 ]

@@ -941,6 +941,8 @@ def _convolution(ctx, n):
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-d convolution")
     stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
+    if spatial == 2 and _is_patchify(ctx.shape(ctx.value(w))[2:], stride, padding, dilation, groups):
+        return _patchify(ctx, n, ctx.value(x), ctx.value(w), bias)
     wv = ctx.value(w)
     if spatial == 1:  # (N, C, L) as (N, C, 1, L); the weight's reshape folds away
         o, cg, k = ctx.shape(wv)
@@ -955,6 +957,45 @@ def _convolution(ctx, n):
     return reshape(ctx, y, _shape(n))
 
 
+def _is_patchify(kernel, stride, padding, dilation, groups):
+    """A convolution whose windows tile the input without overlap or gaps
+    (kernel = stride, no padding, dilation, groups): a vision transformer's
+    patch embedding."""
+    return (groups == 1 and list(kernel) == list(stride) and not any(padding) and all(d == 1 for d in dilation)
+            and all(isinstance(k, int) and k > 1 for k in kernel))
+
+
+def _patchify(ctx, n, x, w, bias):
+    """A patch embedding as one GEMM: each patch's pixels gathered into a
+    row (a strided copy: the windows do not overlap, so every pixel is read
+    once), times the weight as a (C k..., O) matrix, then the output's
+    channels moved before its positions. Spatial sizes past the last whole
+    patch are dropped, as the convolution drops them."""
+    o = ctx.origin(n)
+    shape = list(ctx.shape(x))
+    if len(shape) == len(ctx.shape(w)) - 1:  # unbatched
+        shape = [1] + shape
+        x = reshape(ctx, x, shape, o)
+    N, C, sizes = shape[0], shape[1], shape[2:]
+    O, k = ctx.shape(w)[0], list(ctx.shape(w)[2:])
+    if any(isinstance(v, symbolic.SymDim) for v in sizes):
+        raise Unsupported("a patch embedding over symbolic image sizes")
+    outs = [s // kk for s, kk in zip(sizes, k)]
+    src = _dense_strides(shape)
+    # rows (n, patch position...), columns (c, offset in the patch...)
+    dims = [N] + outs + [C] + k
+    strides = [src[0]] + [src[2 + i] * k[i] for i in range(len(k))] + [src[1]] + src[2:]
+    cols = reshape(ctx, strided_copy(ctx, x, dims, strides, 0, o), [N * math.prod(outs), C * math.prod(k)], o)
+    K = C * math.prod(k)
+    wt = strided_copy(ctx, reshape(ctx, w, [O, K], o), [K, O], [1, K], 0, o)
+    y = ctx.node("matmul", [cols, wt], origin=o)
+    if bias is not None:
+        y = ctx.node("add", [y, ctx.value(bias)], origin=o)
+    P = math.prod(outs)
+    y = strided_copy(ctx, y, [N, O, P], [P * O, 1, O], 0, o)
+    return reshape(ctx, y, _shape(n), o)
+
+
 def _convolution3d(ctx, n):
     """conv3d as one conv2d over the output depths: each output depth od
     reads kd input depths od * sd + t * dd (t < kd) of the depth-padded
@@ -966,6 +1007,8 @@ def _convolution3d(ctx, n):
     back behind its channels. Backward stays eager."""
     x, w, bias, stride, padding, dilation, _, _, groups = n.args[:9]
     stride, padding, dilation = (_ints(v, 3) for v in (stride, padding, dilation))
+    if _is_patchify(ctx.shape(ctx.value(w))[2:], stride, padding, dilation, groups):
+        return _patchify(ctx, n, ctx.value(x), ctx.value(w), bias)
     o = ctx.origin(n)
     xv, wv = ctx.value(x), ctx.value(w)
     shape = list(ctx.shape(xv))

@@ -78,15 +78,24 @@ static void kiln_nd_task(void* p, size_t task, int thread) {
   int64_t inner = nd->shape[outer];
   int64_t inner_strides[KILN_ND_MAX_OPERANDS];
   for (int k = 0; k < job->n_ops; ++k) inner_strides[k] = nd->strides[k][outer];
+  /* The first row's index by division, then an odometer: rows can be
+   * short (a patch embedding's gather copies 14 floats a row), where a
+   * division per dim per row cost more than the copy. */
+  int64_t offsets[KILN_ND_MAX_OPERANDS] = {0}, idx[KILN_ND_MAX_RANK] = {0};
+  int64_t rem = r0;
+  for (int32_t d = outer - 1; d >= 0; --d) {
+    idx[d] = rem % nd->shape[d];
+    rem /= nd->shape[d];
+    for (int k = 0; k < job->n_ops; ++k) offsets[k] += idx[d] * nd->strides[k][d];
+  }
   for (int64_t r = r0; r < r1; ++r) {
-    int64_t offsets[KILN_ND_MAX_OPERANDS] = {0};
-    int64_t rem = r;
-    for (int32_t d = outer - 1; d >= 0; --d) {
-      int64_t i = rem % nd->shape[d];
-      rem /= nd->shape[d];
-      for (int k = 0; k < job->n_ops; ++k) offsets[k] += i * nd->strides[k][d];
-    }
     job->fn(job->ctx, inner, offsets, inner_strides);
+    for (int32_t d = outer - 1; d >= 0; --d) {
+      for (int k = 0; k < job->n_ops; ++k) offsets[k] += nd->strides[k][d];
+      if (++idx[d] < nd->shape[d]) break;
+      for (int k = 0; k < job->n_ops; ++k) offsets[k] -= nd->shape[d] * nd->strides[k][d];
+      idx[d] = 0;
+    }
   }
 }
 
