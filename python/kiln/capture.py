@@ -385,6 +385,8 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_
         except KilnError as e:
             where = source_location(n)
             raise KilnError(f"while lowering {n.target}{' at ' + where if where else ''}: {e}") from None
+        except symbolic.Unify:
+            raise  # not a failure: the lowering starts over with two symbols as one
         except Exception as e:
             raise lowering_failure(str(n.target), source_location(n), e) from e
     out_ids = []

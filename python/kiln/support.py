@@ -123,6 +123,8 @@ def _per_node_support(ctx, gm):
                 ctx.env[n] = TABLE[n.target](ctx, n)
                 symbolic.check_at_example(ctx, n, ctx.env[n])
                 status[n] = None
+            except symbolic.Unify:
+                raise  # not a failure: the lowering starts over with two symbols as one
             except Exception as e:
                 if not isinstance(e, (Unsupported, UnsupportedOpError, KilnError)):
                     e = lowering_failure(str(n.target), source_location(n), e)
