@@ -229,17 +229,6 @@ def _slice(ctx, n):
     return strided_copy(ctx, x, out, strides, start * src[dim], ctx.origin(n))
 
 
-@register(aten.narrow_copy.default)
-def _narrow_copy(ctx, n):
-    """x.narrow(dim, start, length) made dense; start may count from the end."""
-    x = ctx.value(n.args[0])
-    shape = list(ctx.shape(x))
-    dim = _norm_dim(n.args[1], len(shape))
-    start = select_index(ctx, n.args[2], shape[dim])
-    src = _dense_strides(shape)
-    return strided_copy(ctx, x, _shape(n), src, start * src[dim], ctx.origin(n))
-
-
 def select_index(ctx, arg, size):
     """select's (and select_scatter's) index argument as a kiln size counted
     from the start of a dim of `size`: a SymInt's node under symbolic sizes
@@ -254,13 +243,25 @@ def select_index(ctx, arg, size):
     return index + size if index < 0 else index
 
 
-@register(aten.select.int)
-def _select(ctx, n):
+def _at_index(ctx, n):
+    """(x, its shape, dense strides, dim, index from the start) of a select
+    or narrow node (x, dim, index, ...)."""
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[1], len(shape))
-    index = select_index(ctx, n.args[2], shape[dim])
-    src = _dense_strides(shape)
+    return x, shape, _dense_strides(shape), dim, select_index(ctx, n.args[2], shape[dim])
+
+
+@register(aten.narrow_copy.default)
+def _narrow_copy(ctx, n):
+    """x.narrow(dim, start, length) made dense; start may count from the end."""
+    x, _, src, dim, start = _at_index(ctx, n)
+    return strided_copy(ctx, x, _shape(n), src, start * src[dim], ctx.origin(n))
+
+
+@register(aten.select.int)
+def _select(ctx, n):
+    x, shape, src, dim, index = _at_index(ctx, n)
     out = shape[:dim] + shape[dim + 1:]
     strides = src[:dim] + src[dim + 1:]
     return strided_copy(ctx, x, out, strides, index * src[dim], ctx.origin(n))
