@@ -333,3 +333,20 @@ def test_packed_conv_weights_every_isa_and_saved(tmp_path, isa_level):
     kiln.save(compiled, path)
     loaded = kiln.load(path)
     assert torch.equal(loaded(x), compiled(x))
+
+
+def test_patch_embedding_over_symbolic_image_sizes():
+    """A patch embedding (kernel = stride) under dynamic=True keeps the
+    convolution's size expressions (the GEMM form needs static sizes): one
+    graph, whole in kiln, at two image sizes."""
+    from torch._dynamo.utils import counters
+    m = nn.Conv2d(3, 8, 4, 4).eval()
+    torch._dynamo.reset()
+    counters.clear()
+    g = torch.compile(m, backend="kiln", dynamic=True)
+    with torch.no_grad():
+        for shape in ((2, 3, 16, 20), (3, 3, 24, 12)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(g(x), m(x), **FP32_TOL)
+    assert counters["kiln"]["whole"] == 1 and counters["kiln"]["graphs"] == 1, dict(counters["kiln"])
+    torch._dynamo.reset()

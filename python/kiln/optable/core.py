@@ -942,7 +942,7 @@ def _convolution(ctx, n):
     if spatial not in (1, 2):
         raise Unsupported(f"{spatial}-d convolution")
     stride, padding, dilation = (_ints(v, spatial) for v in (stride, padding, dilation))
-    if spatial == 2 and _is_patchify(ctx.shape(ctx.value(w))[2:], stride, padding, dilation, groups):
+    if spatial == 2 and _is_patchify(ctx, x, w, stride, padding, dilation, groups):
         return _patchify(ctx, n, ctx.value(x), ctx.value(w), bias)
     wv = ctx.value(w)
     if spatial == 1:  # (N, C, L) as (N, C, 1, L); the weight's reshape folds away
@@ -958,12 +958,15 @@ def _convolution(ctx, n):
     return reshape(ctx, y, _shape(n))
 
 
-def _is_patchify(kernel, stride, padding, dilation, groups):
+def _is_patchify(ctx, x, w, stride, padding, dilation, groups):
     """A convolution whose windows tile the input without overlap or gaps
-    (kernel = stride, no padding, dilation, groups): a vision transformer's
-    patch embedding."""
+    (kernel = stride, no padding, dilation, groups) over static image
+    sizes: a vision transformer's patch embedding. (Symbolic image sizes
+    take the convolution, whose output sizes are expressions.)"""
+    kernel = ctx.shape(ctx.value(w))[2:]
     return (groups == 1 and list(kernel) == list(stride) and not any(padding) and all(d == 1 for d in dilation)
-            and all(isinstance(k, int) and k > 1 for k in kernel))
+            and all(isinstance(k, int) and k > 1 for k in kernel)
+            and not symbolic.is_symbolic(ctx.shape(ctx.value(x))[-len(kernel):]))
 
 
 def _patchify(ctx, n, x, w, bias):
@@ -979,8 +982,6 @@ def _patchify(ctx, n, x, w, bias):
         x = reshape(ctx, x, shape, o)
     N, C, sizes = shape[0], shape[1], shape[2:]
     O, k = ctx.shape(w)[0], list(ctx.shape(w)[2:])
-    if any(isinstance(v, symbolic.SymDim) for v in sizes):
-        raise Unsupported("a patch embedding over symbolic image sizes")
     outs = [s // kk for s, kk in zip(sizes, k)]
     src = _dense_strides(shape)
     # rows (n, patch position...), columns (c, offset in the patch...)
@@ -1008,7 +1009,7 @@ def _convolution3d(ctx, n):
     back behind its channels. Backward stays eager."""
     x, w, bias, stride, padding, dilation, _, _, groups = n.args[:9]
     stride, padding, dilation = (_ints(v, 3) for v in (stride, padding, dilation))
-    if _is_patchify(ctx.shape(ctx.value(w))[2:], stride, padding, dilation, groups):
+    if _is_patchify(ctx, x, w, stride, padding, dilation, groups):
         return _patchify(ctx, n, ctx.value(x), ctx.value(w), bias)
     o = ctx.origin(n)
     xv, wv = ctx.value(x), ctx.value(w)
