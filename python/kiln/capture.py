@@ -19,6 +19,7 @@ from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_fai
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
 from kiln.guards import of_exported as exported_guards
+from kiln.random_ops import RNG_SEED_INPUT
 from kiln import lowp
 from kiln import symbolic
 
@@ -181,6 +182,7 @@ class LoweringContext:
         self.kept = []  # tensors whose bytes the graph borrows (frozen_constant)
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
+        self._seed, self._streams = None, 0  # random_seed's
 
     # value bookkeeping ------------------------------------------------------
     def _record(self, vid):
@@ -225,6 +227,14 @@ class LoweringContext:
             return d
         self._record(self.graph.add_input(name, DTYPES[torch.int8], [symbolic.encode(d)]))
         return d
+
+    def random_seed(self):
+        """(the graph's seed input, a new stream number) for a random node:
+        the input (kiln/random_ops.py) is made at the first one."""
+        if self._seed is None:
+            self._seed = self._record(self.graph.add_input(RNG_SEED_INPUT, DTYPES[torch.int64], []))
+        self._streams += 1
+        return self._seed, self._streams - 1
 
     def constant(self, tensor, name=None):
         t = tensor.detach()

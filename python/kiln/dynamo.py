@@ -35,6 +35,7 @@ from kiln.optable.train import register_compile_prims
 from kiln.options import weights_quant
 from kiln.partition import partition
 from kiln.progress import compile_progress, compile_stage
+from kiln.random_ops import eager_random
 from kiln.train_rewrite import (save_compared_values, saved_slots, stack_select_scatters, unsave_casts,
                                 unsave_transposes)
 
@@ -779,8 +780,8 @@ def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     """scaled_dot_product_attention as torch's own math formulation
     (matmuls and a softmax, CompositeImplicitAutograd): the backward
     AOTAutograd derives from it is ops kiln compiles."""
-    if dropout_p:
-        # The math version would draw another random mask than eager.
+    if dropout_p and eager_random():
+        # KILN_RANDOM=eager: the mask must be eager's own draw.
         return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if attn_mask is not None and attn_mask.dtype == torch.bool:
         # The public entry point turns a boolean mask (True = may attend)
@@ -789,8 +790,10 @@ def _attention_as_math(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
         # builds ops, it computes nothing here.
         attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(
             attn_mask.logical_not(), float("-inf"))
+    # With dropout_p > 0 the math version drops attention weights by
+    # aten.native_dropout: kiln's random mask (kiln/random_ops.py).
     return torch.ops.aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
 
 
 _SDPA = torch._C._nn.scaled_dot_product_attention

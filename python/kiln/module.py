@@ -21,6 +21,7 @@ from kiln.capture import log_enabled
 from kiln.errors import KilnError
 from kiln.optable import DTYPES, TORCH_DTYPES
 from kiln.profiler import run_with_events
+from kiln.random_ops import RNG_SEED_INPUT, with_seed
 from kiln.progress import compile_pass_callback, compile_stage
 
 _profiler_enabled = torch._C._autograd._profiler_enabled
@@ -77,7 +78,14 @@ class KilnModule(torch.nn.Module):
         self._out_spec = out_spec
         self._source = source
         self.compile_seconds = compile_seconds
-        self._in_specs = [(dtype, tuple(shape)) for _, dtype, shape in model.inputs()]
+        ins = model.inputs()
+        # A graph with random nodes (dropout, torch.rand) reads a seed input
+        # the module draws per call (kiln/random_ops.py): not the caller's.
+        seeds = [i for i, (name, _, _) in enumerate(ins) if name == RNG_SEED_INPUT]
+        self._seed_at = seeds[0] if seeds else None
+        self._in_specs = [(dtype, tuple(shape)) for name, dtype, shape in ins if name != RNG_SEED_INPUT]
+        if self._seed_at is not None and RNG_SEED_INPUT in self._input_names:
+            self._input_names.remove(RNG_SEED_INPUT)
         self._out_specs = [(TORCH_DTYPES[dtype], tuple(shape)) for _, dtype, shape in model.outputs()]
         self._out_ids = [(dtype, tuple(shape)) for _, dtype, shape in model.outputs()]
         if len(self._input_names) != len(self._in_specs):
@@ -201,6 +209,9 @@ class KilnModule(torch.nn.Module):
         every call: the caller owns it); the given ones are dense tensors of
         the output's dtype and shape (C checks the shapes). Returns outs.
         args: the inputs, shown in torch.profiler's kiln::forward event."""
+        seed = None
+        if self._seed_at is not None:
+            descs, seed = with_seed(descs, self._seed_at)  # seed: alive until C returns
         if _profiler_enabled():  # inside torch.profiler: kiln::<op> events (kiln/profiler.py)
             self._make_outputs(descs, outs, out_descs)
             run_with_events(self, args, descs, out_descs)
@@ -233,6 +244,9 @@ class KilnModule(torch.nn.Module):
         ins = self._check_inputs(list(args))
         descs = [(1, _SIZE_DTYPE, (t,)) if isinstance(t, int) else (t.data_ptr(), DTYPES[t.dtype], t.shape)
                  for t in ins]
+        seed = None
+        if self._seed_at is not None:
+            descs, seed = with_seed(descs, self._seed_at)  # seed: alive until C returns
         if self._symbolic:
             shapes = km.output_shapes(descs)
         else:

@@ -26,6 +26,7 @@ import time
 import torch
 
 from kiln import _C
+from kiln.random_ops import with_seed
 
 try:
     from torch._C._profiler import _RecordFunctionFast
@@ -228,6 +229,9 @@ def run_once_with_hook(module, inputs, hook):
     """One call of a KilnModule with a per-node hook(node, end)."""
     flat = [t.contiguous() for t in inputs]
     descs = [(t.data_ptr(), dt, t.shape) for t, (_, dt) in zip(flat, module._fast_in)]
+    seed = None
+    if module._seed_at is not None:
+        descs, seed = with_seed(descs, module._seed_at)  # seed: alive until C returns
     model = module._kiln_model
     shapes = model.output_shapes(descs) if module._symbolic else [s for _, s in module._out_ids]
     outs = [torch.empty(s, dtype=dt) for s, (dt, _) in zip(shapes, module._out_specs)]

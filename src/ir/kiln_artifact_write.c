@@ -336,8 +336,9 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   uint8_t* b = buf;
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
-  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0;
+  int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0, random = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
+    random |= g->nodes[i].op == KILN_OP_RANDOM;
     sdpa_scale |= g->nodes[i].op == KILN_OP_SDPA &&
                   (g->nodes[i].params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_SCALE_HEAD_DIM);
     halves |= kiln_artifact_loads_halves(&g->nodes[i]);
@@ -351,7 +352,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, sdpa_scale  ? KILN_FORMAT_MINOR_SDPA_SCALE
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, random      ? KILN_FORMAT_MINOR_RANDOM
+                                                 : sdpa_scale  ? KILN_FORMAT_MINOR_SDPA_SCALE
                                                  : halves      ? KILN_FORMAT_MINOR_HALVES
                                                  : round_b     ? KILN_FORMAT_MINOR_ROUND_B
                                                  : bf16_scales ? KILN_FORMAT_MINOR_BF16_SCALES

@@ -294,6 +294,16 @@
  *                                        of y and start = offs[e].
  *                                        W_TRANSPOSED 1: w is stored (E, N, K),
  *                                        read transposed (a permuted parameter).
+ *   RANDOM         (seed) -> y           y (RANK, DIMS) float32 random numbers
+ *                                        (kernels/math/kiln_random.h): DIST 0
+ *                                        uniform in [A, B), 1 normal of mean A
+ *                                        and standard deviation B; element i a
+ *                                        function of (seed, STREAM, i) only.
+ *                                        seed: one int64 (a model input drawn
+ *                                        per call from torch's generator);
+ *                                        STREAM in [0, 2^32) tells a graph's
+ *                                        random nodes apart. Dropout's mask is
+ *                                        a uniform compared with 1 - p.
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -424,6 +434,9 @@
 /* GROUPED_MM: W_TRANSPOSED 1: w is stored (E, N, K), read transposed. */
 #define KILN_PARAMS_GROUPED_MM(P) P(W_TRANSPOSED, 1)
 
+/* RANDOM: y's shape, the distribution (kiln_random_dist_t), the stream. */
+#define KILN_PARAMS_RANDOM(P) P(RANK, 1) P(DIMS, 8) P(DIST, 1) P(STREAM, 1)
+
 /* ---- float layouts (fparams) ---- */
 
 #define KILN_FPARAMS_NONE(P)
@@ -433,6 +446,8 @@
 /* torch's scale factors (0: none, the sizes' ratio is used). */
 #define KILN_FPARAMS_UPSAMPLE(P) P(SCALE_H, 1) P(SCALE_W, 1)
 #define KILN_FPARAMS_PAD(P) P(FILL, 1)
+/* RANDOM: uniform's [A, B); normal's mean A and standard deviation B. */
+#define KILN_FPARAMS_RANDOM(P) P(A, 1) P(B, 1)
 
 /* Every int64 layout, then every float one: X(LAYOUT). */
 #define KILN_PARAM_LAYOUTS(X)                                                          \
@@ -440,8 +455,8 @@
   X(MATMUL) X(LINEAR) X(SDPA) X(CONV2D) X(CONV2D_NHWC) X(CONV2D_GRAD_INPUT)            \
   X(CONV2D_GRAD_WEIGHT) X(POOL2D) X(AVG_POOL2D_GRAD) X(SIZE2D) X(UPSAMPLE) X(PAD)      \
   X(SCATTER) X(SCAN) X(ARGSORT) X(GRID_SAMPLER) X(COL2IM) X(EMBEDDING_BAG) X(FUSED)    \
-  X(GELU_BACKWARD) X(IOTA) X(GROUPED_MM)
-#define KILN_FPARAM_LAYOUTS(X) X(NONE) X(NORM) X(SDPA) X(FMA) X(UPSAMPLE) X(PAD)
+  X(GELU_BACKWARD) X(IOTA) X(GROUPED_MM) X(RANDOM)
+#define KILN_FPARAM_LAYOUTS(X) X(NONE) X(NORM) X(SDPA) X(FMA) X(UPSAMPLE) X(PAD) X(RANDOM)
 
 #include "ir/kiln_op_params.h"
 
@@ -553,7 +568,8 @@
   X(GELU_BACKWARD, "gelu_backward", 2, 2, ELTWISE, GELU_BACKWARD, NONE, gelu_backward, gelu_backward) \
   X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5, NORM, NORM, NONE, layer_norm_backward, layer_norm_backward) \
   X(IOTA, "iota", 0, 0, MOVEMENT, IOTA, NONE, iota, iota) \
-  X(GROUPED_MM, "grouped_mm", 3, 3, GEMM, GROUPED_MM, NONE, grouped_mm, grouped_mm)
+  X(GROUPED_MM, "grouped_mm", 3, 3, GEMM, GROUPED_MM, NONE, grouped_mm, grouped_mm) \
+  X(RANDOM, "random", 1, 1, ELTWISE, RANDOM, RANDOM, random, random)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, ...) KILN_OP_##e,
@@ -582,7 +598,7 @@ typedef enum kiln_op_family_e {
   E(adaptive_avg_pool2d_grad) E(upsample_bilinear2d) E(pad) E(strided_scatter)         \
   E(scatter) E(scan) E(argsort) E(grid_sampler) E(col2im) E(embedding_bag)             \
   E(eltwise_fused) E(conv2d_nhwc) E(max_pool2d_nhwc) E(gelu_backward)                 \
-  E(layer_norm_backward) E(iota) E(grouped_mm)
+  E(layer_norm_backward) E(iota) E(grouped_mm) E(random)
 typedef enum kiln_op_entry_e {
 #define KILN_OP_ENTRY_ENUM(e) KILN_ENTRY_##e,
   KILN_OP_ENTRIES(KILN_OP_ENTRY_ENUM)

@@ -5,6 +5,8 @@
  * dtypes, parameter ranges) so that a plan built from a verified graph
  * cannot index out of bounds. Errors say what was expected and what came.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -653,6 +655,27 @@ kiln_status_t kiln_shape_iota(const kiln_graph_t* g, const kiln_node_t* n, kiln_
   if (dtype != KILN_I64 && dtype != KILN_I32 && dtype != KILN_F32)
     FAIL("iota makes int64, int32 or float32");
   set_shape(out, (kiln_dtype_t)dtype, 1, &len);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_shape_random(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
+  const kiln_value_t* seed = in_value(g, n, 0);
+  const int64_t* p = n->params;
+  if (!seed || seed->dtype != KILN_I64 || kiln_value_numel(seed) != 1) {
+    char b[96];
+    FAIL("random's seed must be one int64, got %s", seed ? kiln_value_describe(seed, b, sizeof b) : "none");
+  }
+  KILN_RETURN_IF_ERROR(check_rank_param(p[KILN_P(RANDOM, RANK)]));
+  const int32_t r = (int32_t)p[KILN_P(RANDOM, RANK)];
+  int64_t numel;
+  KILN_RETURN_IF_ERROR(check_dims(p + KILN_P(RANDOM, DIMS), r, &numel));
+  const int64_t dist = p[KILN_P(RANDOM, DIST)], stream = p[KILN_P(RANDOM, STREAM)];
+  if (dist < 0 || dist > 1) FAIL("random's distribution %lld is not 0 (uniform) or 1 (normal)", (long long)dist);
+  if (stream < 0 || stream > (int64_t)UINT32_MAX) FAIL("random's stream %lld is outside [0, 2^32)", (long long)stream);
+  const float a = n->fparams[KILN_FP(RANDOM, A)], b = n->fparams[KILN_FP(RANDOM, B)];
+  if (!isfinite(a) || !isfinite(b)) FAIL("random's parameters must be finite, got %g and %g", a, b);
+  if (dist == 1 && b < 0) FAIL("random's normal standard deviation %g is negative", b);
+  set_shape(out, KILN_F32, r, p + KILN_P(RANDOM, DIMS));
   return kiln_ok();
 }
 

@@ -102,6 +102,7 @@ static void kiln_test_print_cpu(void) {
   X(gemm_quant_import)      \
   X(conv)                   \
   X(math)                   \
+  X(random)                 \
   X(conv_grad)              \
   X(movement)               \
   X(sample)                 \

@@ -6,14 +6,14 @@ helpers the others share; elementwise.py the rest of the elementwise math;
 nn.py the training CNN ops (norm statistics, convolution and pooling
 backward, adaptive pooling, upsampling); movement.py pads, scatters, scans,
 sorts and multi-tensor indexing; sample.py grid sampling, fold and
-embedding bags; quant.py the dequantize ops of weights quantized the
+embedding bags; rng.py dropout and random numbers; quant.py the dequantize ops of weights quantized the
 PyTorch way; train.py the training graphs' softmax, gelu backward,
 flash attention and compiled optimizer prims; moe.py what a mixture of
 experts adds (histc of expert ids, transformers' grouped matmuls).
 """
 
 from kiln.errors import Unsupported
-from kiln.optable import core, elementwise, moe, movement, nn, quant, sample, train  # noqa: F401  (they register)
+from kiln.optable import core, elementwise, moe, movement, nn, quant, rng, sample, train  # noqa: F401  (they register)
 from kiln.optable.core import DTYPES, OPS, TORCH_DTYPES, dtype_id
 from kiln.optable.registry import TABLE, keep_whole_targets, register, register_by_name, supported_targets
 

@@ -27,6 +27,7 @@ from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
                                _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, adaptive_even,
                                aten, dtype_id, reshape, strided_copy, sym_scalar)
+from kiln.optable.rng import dropout
 from kiln.optable.registry import register
 
 F32 = torch.float32
@@ -499,13 +500,12 @@ def _pdist(ctx, n):
 
 @register(aten.native_dropout.default)
 def _native_dropout(ctx, n):
-    # Dropping nothing (eval, or p = 0) is exact; a random mask is not
-    # reproducible against eager's generator, so it stays in the fallback.
+    # Dropping nothing (eval, or p = 0) is exact and needs no numbers.
     x, p = n.args[0], float(n.args[1])
     train = n.args[2] if len(n.args) > 2 else n.kwargs.get("train")
-    if train is not False and p != 0.0:
-        raise Unsupported("dropout with a random mask (training, p > 0)")
     xv = ctx.value(x)
+    if train is not False and p != 0.0:
+        return dropout(ctx, n, xv, p)
     shape = list(ctx.shape(xv))
     keep = strided_copy(ctx, ctx.scalar(True, torch.bool), shape, [0] * len(shape), 0, ctx.origin(n))
     return xv, keep

@@ -834,6 +834,7 @@ const kiln_hal_entry_t kiln_hal_cpu_entries[KILN_ENTRY_COUNT] = {
     [KILN_ENTRY_layer_norm_backward] = ENTRY_RUN_REF(layer_norm_backward),
     [KILN_ENTRY_iota] = ENTRY_RUN(iota),
     [KILN_ENTRY_grouped_mm] = ENTRY_REF(grouped_mm, kiln_gemm_grouped_f32_args_t),
+    [KILN_ENTRY_random] = KILN_CPU(NULL, random, 0, kiln_hal_cpu_ref_random),
 };
 #undef ENTRY
 #undef ENTRY_REF

@@ -76,6 +76,7 @@ typedef struct {
  * by zero fails with a message that starts "ZeroDivisionError"). */
 KILN_HAL_CPU_PREPARE(math)
 KILN_HAL_CPU_RUN(math)
+KILN_HAL_CPU_RUN(random)
 /* kiln_hal_cpu_nn.c: convolution and pooling gradients, adaptive pooling,
  * bilinear upsampling, channels-last conv and max pool. */
 KILN_HAL_CPU_PREPARE(conv2d_grad)
@@ -112,6 +113,7 @@ KILN_HAL_CPU_RUN(eltwise_fused)
   kiln_status_t kiln_hal_cpu_ref_##e(const kiln_graph_t* g, const kiln_node_t* n,         \
                                      const void* prep, void* const* bufs, kiln_pool_t* pool)
 KILN_HAL_CPU_REF_RUN(math);
+KILN_HAL_CPU_REF_RUN(random);
 KILN_HAL_CPU_REF_RUN(conv2d_grad);
 KILN_HAL_CPU_REF_RUN(upsample_bilinear2d);
 KILN_HAL_CPU_REF_RUN(conv2d_nhwc);

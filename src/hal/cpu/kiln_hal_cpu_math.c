@@ -1,10 +1,11 @@
-/* The CPU target for the ops of kernels/math: ACOS..SIGN and
- * ATAN2..DIV_FLOOR. Geometry as kiln_hal_cpu.c's binary ops: the output's
+/* The CPU target for the ops of kernels/math: ACOS..SIGN,
+ * ATAN2..DIV_FLOOR and RANDOM. Geometry as kiln_hal_cpu.c's binary ops: the output's
  * shape with each input's broadcast strides (prepared for the binary ones). */
 #include <string.h>
 
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "kernels/math/kiln_math.h"
+#include "kernels/math/kiln_random.h"
 
 _Static_assert(KILN_OP_SIGN - KILN_OP_ACOS + 1 == KILN_MATH_UNARY_COUNT && KILN_MATH_ACOS == 0 &&
                    KILN_OP_LOG1P - KILN_OP_ACOS == KILN_MATH_LOG1P,
@@ -97,5 +98,44 @@ KILN_HAL_CPU_REF_RUN(math) {
     return kiln_status_make(KILN_INVALID_ARGUMENT,
                             "ZeroDivisionError: %s: integer division by zero (%lld elements)",
                             n->origin ? n->origin : kiln_op_name(n->op), (long long)zeros);
+  return kiln_ok();
+}
+
+/* RANDOM: the seed is read per call (an int64 input). */
+static void random_args(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
+                        uint64_t* seed, uint32_t* stream, kiln_random_dist_t* dist, float* a,
+                        float* b, size_t* numel) {
+  int64_t s;
+  memcpy(&s, bufs[n->inputs[0]], sizeof s);
+  *seed = (uint64_t)s;
+  *stream = (uint32_t)n->params[KILN_P(RANDOM, STREAM)];
+  *dist = (kiln_random_dist_t)n->params[KILN_P(RANDOM, DIST)];
+  *a = n->fparams[KILN_FP(RANDOM, A)];
+  *b = n->fparams[KILN_FP(RANDOM, B)];
+  *numel = (size_t)kiln_value_numel(&g->values[n->outputs[0]]);
+}
+
+kiln_status_t kiln_hal_cpu_run_random(const kiln_graph_t* g, const kiln_node_t* n,
+                                      const void* prep, void* const* bufs, kiln_pool_t* pool) {
+  (void)prep;
+  uint64_t seed;
+  uint32_t stream;
+  kiln_random_dist_t dist;
+  float a, b;
+  size_t numel;
+  random_args(g, n, bufs, &seed, &stream, &dist, &a, &b, &numel);
+  kiln_random_f32(dist, seed, stream, a, b, numel, OUT, pool);
+  return kiln_ok();
+}
+
+KILN_HAL_CPU_REF_RUN(random) {
+  (void)prep, (void)pool;
+  uint64_t seed;
+  uint32_t stream;
+  kiln_random_dist_t dist;
+  float a, b;
+  size_t numel;
+  random_args(g, n, bufs, &seed, &stream, &dist, &a, &b, &numel);
+  kiln_random_f32_reference(dist, seed, stream, a, b, numel, OUT);
   return kiln_ok();
 }

@@ -293,6 +293,17 @@ void kiln_cast(kiln_dtype_t from, kiln_dtype_t to, size_t n, const void* x, void
     kiln_cast_bf16_to_f32(n, x, y);
     return;
   }
+  if ((from == KILN_BOOL || from == KILN_U8) && to == KILN_F32) {
+    /* A mask made a multiplier (dropout's, in both passes): a loop the
+     * compiler vectorises, not the general path's per-element switch. */
+    const uint8_t* b = x;
+    float* f = y;
+    if (from == KILN_BOOL)
+      for (size_t i = 0; i < n; ++i) f[i] = b[i] ? 1.0f : 0.0f;
+    else
+      for (size_t i = 0; i < n; ++i) f[i] = (float)b[i];
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     /* int64 -> int64-ish targets keep all bits. */
     if (from == KILN_I64 && to != KILN_F32 && to != KILN_F16 && to != KILN_BF16) {
