@@ -21,8 +21,13 @@ pieces, each with every intermediate kept, and the missing ops in eager
 PyTorch between them (on kiln's values). Their rows say "eager" and are
 never the off node: an eager op only carries the error it was handed. The
 report names the pieces and the eager ops.
+
+Random ops (torch.rand, dropout in training) draw kiln's own numbers, not
+eager's: eager replays kiln's draws at those nodes (their rows say so), so
+the ops after them are compared on the same numbers.
 """
 
+import copy
 import math
 import operator
 
@@ -52,22 +57,57 @@ def _values_of_placeholders(ep, args):
     return vals
 
 
+# Ops whose values are random draws: kiln's are its own (kiln/random_ops.py),
+# so eager replays kiln's draws at these nodes and the ops after them are
+# compared on the same numbers.
+_RANDOM_OPS = {torch.ops.aten.rand.default, torch.ops.aten.rand_like.default, torch.ops.aten.randn.default,
+               torch.ops.aten.randn_like.default, torch.ops.aten.uniform.default, torch.ops.aten.bernoulli.p,
+               torch.ops.aten.bernoulli.default, torch.ops.aten.native_dropout.default}
+
+
+def _random_nodes(gm):
+    """The random nodes of gm and, per node, the FX nodes whose kiln values
+    replay it: the node itself, or a tuple op's getitems (added here when
+    the program drops one: dropout's mask in an inference export)."""
+    out = {}
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in _RANDOM_OPS:
+            continue
+        if not isinstance(n.meta.get("val"), (tuple, list)):
+            out[n] = n
+            continue
+        items = {u.args[1]: u for u in n.users if u.target is operator.getitem}
+        for i, v in enumerate(n.meta["val"]):
+            if i not in items:
+                with gm.graph.inserting_after(n):
+                    items[i] = gm.graph.call_function(operator.getitem, (n, i))
+                items[i].meta["val"] = v
+        out[n] = tuple(items[i] for i in range(len(n.meta["val"])))
+    gm.recompile()
+    return out
+
+
 class _Recorder(torch.fx.Interpreter):
-    def __init__(self, gm):
+    def __init__(self, gm, replay):
         super().__init__(gm)
-        self.values = {}
+        self.values = {}  # node name -> value
+        self.replay = replay  # {random node's name: its value(s) as kiln drew them}
 
     def run_node(self, n):
-        out = super().run_node(n)
-        self.values[n] = out
+        out = self.replay[n.name] if n.name in self.replay else super().run_node(n)
+        self.values[n.name] = out
         return out
 
 
-def _eager_values(ep, args, dtype):
+def _eager_values(ep, gm, args, dtype, replay):
+    """Each node's value (by name) running gm, the program as exported (the
+    partitioned run rewrites ep's own), in eager at dtype."""
     vals = _values_of_placeholders(ep, args)
     if dtype is not None:
         vals = [v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in vals]
-    rec = _Recorder(ep.graph_module)
+        replay = {n: tuple(t.to(dtype) if t.is_floating_point() else t for t in v) if isinstance(v, tuple)
+                  else v.to(dtype) for n, v in replay.items()}
+    rec = _Recorder(gm, replay)
     with torch.no_grad():
         rec.run(*vals)
     return rec.values
@@ -109,7 +149,8 @@ class CompareReport:
         for r in show[:40]:
             lines.append(f"{r['node'][:28]:28s} {r['op'][:34]:34s} {str(r['shape'])[:18]:18s} "
                          f"{r['max_abs']:10.3g} {r['eager_abs']:10.3g}" + ("  <- off" if r["off"] else "")
-                         + ("  (ran in eager)" if r["engine"] == "eager" else ""))
+                         + ("  (ran in eager)" if r["engine"] == "eager" else "")
+                         + ("  (kiln's random draw, replayed in eager)" if r["engine"] == "random" else ""))
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -127,27 +168,44 @@ def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, 
     with torch.no_grad():
         ep = export_program(model, args, example_kwargs)
     gm = ep.graph_module
+    random = _random_nodes(gm)
+    program = copy.deepcopy(gm)  # as exported: eager runs it after kiln's run
+    replayed = [m for r in random.values() for m in (r if isinstance(r, tuple) else (r,))]
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"
              and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].is_floating_point()]
-    eager = _eager_values(ep, args, None)
-    try:
-        ref = _eager_values(ep, args, torch.float64)
-        reference = "float64 eager"
-    except Exception:  # an op without a float64 kernel: eager float32 is the reference
-        ref, reference = eager, "float32 eager"
+    extra = nodes + [m for m in replayed if m not in nodes]
     quant = weights_quant(weights_dtype)
     weights = quant if quant is not None else weights_dtype == torch.bfloat16
     compute_bf16 = compute_dtype == torch.bfloat16
     try:
-        ctx, names, _ = lower_exported(ep, nodes)
+        ctx, names, _ = lower_exported(ep, extra)
     except (UnsupportedOpError, KilnError):
-        got, engines, pieces, missing = _run_partitioned(ep, args, nodes, weights, compute_bf16)
+        got, engines, pieces, missing = _run_partitioned(ep, args, extra, weights, compute_bf16)
     else:
         mod = KilnModule(compile_graph(ctx, weights, compute_bf16), names, None, "compare")
         outs = mod.run_flat([a for a in args if isinstance(a, torch.Tensor)])
-        got, engines, pieces, missing = outs[len(outs) - len(nodes):], {}, 0, []
-    rows = [_row(n, g, ref[n], eager[n], rtol, atol, engines.get(n.name, "kiln"))
-            for n, g in zip(nodes, got)]
+        got, engines, pieces, missing = outs[len(outs) - len(extra):], {}, 0, []
+    value = dict(zip(extra, got))
+    # Replayed wherever they ran (an eager random op between kiln's pieces
+    # drew its numbers once too: the pieces after it read those).
+    replay = {n.name: tuple(value[m] for m in r) if isinstance(r, tuple) else value[r]
+              for n, r in random.items()}
+    for n in random:
+        if engines.get(n.name, "kiln") == "kiln":
+            engines[n.name] = "random"
+    eager = _eager_values(ep, program, args, None, replay)
+    try:
+        ref = _eager_values(ep, program, args, torch.float64, replay)
+        reference = "float64 eager"
+    except Exception:  # an op without a float64 kernel: eager float32 is the reference
+        ref, reference = eager, "float32 eager"
+    # A getitem of a replayed op is the replay itself: its row says so.
+    for n, r in random.items():
+        for m in (r if isinstance(r, tuple) else ()):
+            if n.name in engines and engines[n.name] == "random":
+                engines[m.name] = "random"
+    rows = [_row(n, value[n], ref[n.name], eager[n.name], rtol, atol, engines.get(n.name, "kiln"))
+            for n in nodes]
     return CompareReport([r for r in rows if r is not None], reference, pieces, missing)
 
 
@@ -182,7 +240,9 @@ def _run_partitioned(ep, args, nodes, weights, compute_bf16):
 
 
 def _row(n, got, want, e32, rtol, atol, engine):
-    """One compared node's row, or None when the values cannot be compared."""
+    """One compared node's row, or None when the values cannot be compared.
+    engine: "kiln", "eager" (ran in eager between kiln's pieces) or "random"
+    (kiln's draw, which eager replays): only a "kiln" row can be off."""
     if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor) \
             or tuple(got.shape) != tuple(want.shape):
         return None

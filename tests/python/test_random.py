@@ -199,3 +199,23 @@ def test_a_traced_module_draws_its_seed_and_saves_it_as_an_input():
     b = loaded(x)
     assert torch.equal(a, b) and not torch.equal(a, loaded(x))
     assert abs(a.std().item() - 0.5) < 6 * 0.5 / math.sqrt(2 * a.numel())
+
+
+@pytest.mark.parametrize("eager_random", [False, True])
+def test_compare_replays_kilns_draws_in_eager(eager_random, monkeypatch):
+    """kiln.compare feeds kiln's random numbers to its eager runs, so the
+    ops after a random node are compared on the same numbers (not flagged
+    off because the draws differ); KILN_RANDOM=eager: the draw eager made
+    between kiln's pieces, likewise."""
+    if eager_random:
+        monkeypatch.setenv("KILN_RANDOM", "eager")
+
+    class Noisy(torch.nn.Module):
+        def forward(self, x):
+            return (x + 0.5 * torch.randn_like(x)).relu().sum(-1) + F.dropout(x.exp(), 0.5, True).sum(-1)
+
+    report = kiln.compare(Noisy(), (torch.randn(16, 32),))
+    assert report.ok, str(report)
+    engines = {r["node"]: r["engine"] for r in report.rows}
+    assert engines["randn_like"] == ("eager" if eager_random else "random")
+    assert engines["relu"] == "kiln" and len(report.rows) >= 8
