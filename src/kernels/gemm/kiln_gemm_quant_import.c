@@ -28,10 +28,12 @@ static float kiln_qi_zero(const kiln_gemm_quant_ints_t* s, int64_t k, int64_t j,
 static void kiln_qi_range(const kiln_gemm_quant_ints_t* s, int64_t k, int64_t j, int64_t p0,
                           int64_t p1, float z, float* lo, float* hi) {
   float a = INFINITY, b = -INFINITY;
+  /* Plain comparisons, not fminf/fmaxf (d is never NaN): aarch64 GCC 12
+   * stops with an internal compiler error vectorising that reduction. */
   for (int64_t p = p0; p < p1; ++p) {
     float d = (float)kiln_qi_int(s, j * k + p) - z;
-    a = fminf(a, d);
-    b = fmaxf(b, d);
+    a = d < a ? d : a;
+    b = d > b ? d : b;
   }
   *lo = a, *hi = b;
 }
