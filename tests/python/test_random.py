@@ -219,3 +219,34 @@ def test_compare_replays_kilns_draws_in_eager(eager_random, monkeypatch):
     engines = {r["node"]: r["engine"] for r in report.rows}
     assert engines["randn_like"] == ("eager" if eager_random else "random")
     assert engines["relu"] == "kiln" and len(report.rows) >= 8
+
+
+def test_hugging_face_training_with_dropout_is_whole_in_kiln(fresh_dynamo):
+    """BERT's hidden and attention dropout (SDPA's dropout_p in training)
+    and BART's activation dropout: whole in kiln, and training moves."""
+    transformers = pytest.importorskip("transformers")
+    cases = [
+        (transformers.BertForMaskedLM, transformers.BertConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, vocab_size=300,
+            attn_implementation="sdpa")),
+        (transformers.BartForConditionalGeneration, transformers.BartConfig(
+            d_model=64, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=300, dropout=0.1, attention_dropout=0.1,
+            activation_dropout=0.1)),
+    ]
+    for cls, cfg in cases:
+        torch.manual_seed(0)
+        model = cls(cfg).train()
+        ids = torch.randint(3, 300, (2, 16))
+        f = torch.compile(model, backend="kiln")
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        losses = []
+        for _ in range(4):
+            opt.zero_grad()
+            loss = f(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], (cls.__name__, losses)
+    whole, counts = _whole(fresh_dynamo)
+    assert whole, counts
