@@ -25,6 +25,7 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from kiln import _C, cache_append
 from kiln.capture import decomposition_table, log_enabled, lower_graph
@@ -721,6 +722,48 @@ def kiln_fw_compiler(gm, example_inputs):
     return run
 
 
+def _laid_out_as_eager(gm, fn):
+
+    """fn, with the forward graph's intermediate bases in eager's memory
+    order. AOTAutograd returns a view of an intermediate (x.permute(...)
+    returned beside a view of it) as that intermediate, the graph's output,
+    and replays the views on it after the call: the replay assumes the
+    strides eager gives the intermediate (an elementwise result follows its
+    inputs' layout), where kiln's outputs are row-major, and a view() that
+    needs eager's order raises (fuzzer seed 8787, graph 335). Such an output
+    is copied into that order; others stay row-major."""
+    tc = torch._guards.TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    n_bases = getattr(meta, "num_intermediate_bases", 0) if meta is not None else 0
+    if not n_bases:
+        return fn
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    flat = list(out) if isinstance(out, (tuple, list)) else [out]
+    start = meta.num_mutated_inp_runtime_indices + meta.num_outputs
+    orders = []
+    for i in range(start, min(start + n_bases, len(flat))):
+        val = flat[i].meta.get("val") if isinstance(flat[i], torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dim() < 2:
+            continue
+        strides = [optimization_hint(s) for s in val.stride()]  # the example's, no guard
+        order = sorted(range(val.dim()), key=lambda d: -strides[d])  # outermost first, as eager holds it
+        if order != list(range(val.dim())):
+            orders.append((i, order))
+    if not orders:
+        return fn
+
+    def run(*args):
+        outs = fn(*args)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        for i, order in orders:
+            inverse = sorted(range(len(order)), key=order.__getitem__)
+            outs[i] = outs[i].permute(order).contiguous().permute(inverse)
+        return outs
+
+    run._kiln_module = getattr(fn, "_kiln_module", None)
+    return run
+
+
 def _kiln_fw_compile(gm, example_inputs):
     from torch._dynamo.utils import counters
 
@@ -849,7 +892,7 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
 
 
     def fw(gm_, ex_):
-        return make_boxed_func(kiln_fw_compiler(gm_, ex_))
+        return make_boxed_func(_laid_out_as_eager(gm_, kiln_fw_compiler(gm_, ex_)))
 
     def bw(gm_, ex_):
         # Backward graphs are plain ATen graphs too; ops kiln lacks fall back.

@@ -222,3 +222,21 @@ def test_fuzz_dynamic_sizes_the_probes_cannot_tell_apart():
     wrong symbol and the whole graph ran in eager. The example's sizes now
     pick between candidates the probes cannot tell apart."""
     _expect_pass(*_run((6161, 2666), compile_every=20, dynamic_every=4), "dynamic")
+
+
+def test_fuzz_findings_of_seed_8787():
+    """Seed 8787 (FINDINGS.md): graph 793 (dynamic path), as_strided of
+    atan2(x, y.permute(...)): torch.export's fake strides call the result
+    row-major at every size, eager lays it out after its inputs, and kiln
+    read the wrong elements at new sizes; an op's result under symbolic
+    sizes is now no as_strided root kiln trusts (the op runs in eager).
+    Graph 335 (compile path): a permuted intermediate returned beside a
+    view of it, which AOTAutograd replays on kiln's row-major output, where
+    eager's order was needed (view() raised); such outputs now come back in
+    eager's order. Graphs 2680, 3973, 4876 (dynamic path) were the fuzzer's:
+    a bool that float32-sized noise flips, and attention whose keys and
+    values differ in length at the new sizes (eager reads past the shorter
+    one; kiln refuses the call)."""
+    for r in _run((8787, 793), (8787, 2680), (8787, 3973), (8787, 4876), compile_every=3, dynamic_every=3):
+        _expect_pass(r, "dynamic")
+    _expect_pass(*_run((8787, 335), compile_every=3, dynamic_every=3), "compile")

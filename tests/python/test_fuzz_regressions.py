@@ -211,3 +211,24 @@ def test_layer_norm_gradient_of_a_row_whose_mean_dwarfs_its_spread(isa_level):
         if fn is wide:
             sums = got[0].sum(-1).abs() / got[0].abs().sum(-1)  # each row's dx sums to zero
             assert float(sums.max()) <= 1e-5, sums
+
+
+def test_a_permuted_intermediate_returned_with_a_view_of_it():
+    """Seed 8787 graph 335: AOTAutograd returns w and a view() of w (both
+    views of the elementwise result v) as v, and replays the views on it
+    after the call, assuming eager's layout of v (after its permuted
+    inputs); kiln's row-major v made view() raise. kiln now returns such an
+    intermediate in eager's order."""
+    def f(x, y):
+        w = torch.atan2(x, y).permute(2, 1, 0)
+        return w, w.expand(2, -1, -1, -1).view(2, -1)
+
+    x = torch.randn(4, 3, 5).permute(2, 1, 0).requires_grad_()
+    y = torch.randn(4, 3, 5).permute(2, 1, 0).requires_grad_()
+    want = f(x, y)
+    got = torch.compile(f, backend="kiln")(x, y)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    (got[0].sum() + 2 * got[1].sum()).backward()
+    gx = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)[0]
+    torch.testing.assert_close(x.grad, gx, rtol=1e-5, atol=1e-6)

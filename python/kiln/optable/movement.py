@@ -196,11 +196,36 @@ def _storage_root(node):
     return node
 
 
-def _owns_dense_storage(t):
-    """Is t exactly its storage, row-major from element 0 (so an offset and
-    strides into the storage are offsets and strides into t's elements)?"""
-    return (isinstance(t, torch.Tensor) and t.is_contiguous() and t.storage_offset() == 0
-            and t.untyped_storage().nbytes() == t.numel() * t.element_size())
+def _owns_dense_storage(node):
+    """Is node's value exactly its storage, row-major from element 0 (so an
+    offset and strides into the storage are offsets and strides into its
+    elements)? With symbolic sizes the example's fake strides need not
+    hold at other sizes: eager lays out an op's result after its inputs'
+    strides (atan2 of a strided input and a permuted one: row-major in the
+    trace, not in eager at other sizes; fuzzer seed 8787, graph 793), so an
+    op's result counts only when everything it is made from is row-major."""
+    t = node.meta.get("val")
+    if not isinstance(t, torch.Tensor):
+        return False
+    if not (t.is_contiguous() and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size()):
+        return False
+    return not any(isinstance(d, torch.SymInt) for d in t.shape) or _row_major_at_every_size(node)
+
+
+def _row_major_at_every_size(node, depth=0):
+    """node's value is row-major at every size: an input given so, or an
+    op's result whose tensor operands all are (a layout-following op then
+    gives row-major too). Views (a permute, an expand) are not."""
+    t = node.meta.get("val")
+    if not isinstance(t, torch.Tensor) or not t.is_contiguous():
+        return False
+    if node.op != "call_function":
+        return True
+    if depth > 64 or _is_view_op(node.target):
+        return False
+    return all(_row_major_at_every_size(a, depth + 1) for a in node.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor))
 
 
 @register(aten.as_strided.default, aten.as_strided_copy.default)
@@ -213,8 +238,7 @@ def _as_strided(ctx, n):
     # is. Otherwise the answer depends on eager's own memory layout:
     # eager computes it, and everything it reads.
     root = _storage_root(n.args[0])
-    rv = root.meta.get("val")
-    if not _owns_dense_storage(rv) or rv.dtype != _val(n).dtype:
+    if not _owns_dense_storage(root) or root.meta["val"].dtype != _val(n).dtype:
         raise Unsupported("as_strided of a tensor whose storage is laid out as eager holds it "
                           "(non-contiguous, offset or reinterpreted)", with_inputs=True)
     x = ctx.value(root)

@@ -179,6 +179,21 @@ class Audit:
                 self.reason = f"{op} has an argument within {TIE_RELATIVE} of zero"
 
 
+class UncheckedShapes(TorchDispatchMode):
+    """Raises where eager runs a program its kernels do not check: attention
+    whose keys and values differ in length (torch's CPU kernel reads past
+    the shorter one). At the dynamic path's new sizes a key length can move
+    while a value's stays (seed 8787, graphs 3973 and 4876): eager's answer
+    there is undefined, and kiln's refusal, naming the input, is right."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # (the public op is composite: the mode sees the kernel it picks)
+        if "scaled_dot_product" in func.name() and len(args) > 2 and args[1].shape[-2] != args[2].shape[-2]:
+            raise ValueError(f"attention with {args[1].shape[-2]} keys and {args[2].shape[-2]} values")
+        return func(*args, **kwargs)
+
+
 class RoundingNoise(TorchDispatchMode):
     """Every op that computes (not views, not in-place ops) sees its float64
     arguments, and gives its float64 results, scaled by 1 + u, u ~
