@@ -22,6 +22,8 @@ _FLOATS = (torch.float32, torch.bfloat16)
 def _random(ctx, n, shape, dist, a, b):
     if eager_random():
         raise Unsupported("random numbers (KILN_RANDOM=eager keeps them in eager PyTorch)")
+    if n.kwargs.get("generator") is not None:
+        raise Unsupported("random numbers from a generator of the caller's (kiln draws from torch's default one)")
     seed, stream = ctx.random_seed()
     shape = list(shape)
     return ctx.node("random", [seed], origin=ctx.origin(n), rank=len(shape), dims=shape, dist=dist,

@@ -8,7 +8,7 @@
  * elements can be made without the ones before it.
  *
  * Elements come in groups of 32 made from 8 blocks, so that a vector of 8
- * lanes holds 8 consecutive elements (kiln_random_position): element i
+ * lanes holds 8 consecutive elements (kiln_random_block, _word): element i
  * (group g = i / 32, r = i % 32) takes word r / 8 of block 8 g + r % 8,
  * philox(counter = (lo32(block), hi32(block), stream, 0), key =
  * (lo32(seed), hi32(seed))), and becomes
