@@ -102,40 +102,35 @@ KILN_HAL_CPU_REF_RUN(math) {
 }
 
 /* RANDOM: the seed is read per call (an int64 input). */
-static void random_args(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs,
-                        uint64_t* seed, uint32_t* stream, kiln_random_dist_t* dist, float* a,
-                        float* b, size_t* numel) {
-  int64_t s;
-  memcpy(&s, bufs[n->inputs[0]], sizeof s);
-  *seed = (uint64_t)s;
-  *stream = (uint32_t)n->params[KILN_P(RANDOM, STREAM)];
-  *dist = (kiln_random_dist_t)n->params[KILN_P(RANDOM, DIST)];
-  *a = n->fparams[KILN_FP(RANDOM, A)];
-  *b = n->fparams[KILN_FP(RANDOM, B)];
-  *numel = (size_t)kiln_value_numel(&g->values[n->outputs[0]]);
+typedef struct {
+  uint64_t seed;
+  uint32_t stream;
+  kiln_random_dist_t dist;
+  float a, b;
+  size_t numel;
+} random_call_t;
+
+static random_call_t random_call(const kiln_graph_t* g, const kiln_node_t* n, void* const* bufs) {
+  int64_t seed;
+  memcpy(&seed, bufs[n->inputs[0]], sizeof seed);
+  random_call_t c = {(uint64_t)seed, (uint32_t)n->params[KILN_P(RANDOM, STREAM)],
+                     (kiln_random_dist_t)n->params[KILN_P(RANDOM, DIST)],
+                     n->fparams[KILN_FP(RANDOM, A)], n->fparams[KILN_FP(RANDOM, B)],
+                     (size_t)kiln_value_numel(&g->values[n->outputs[0]])};
+  return c;
 }
 
 kiln_status_t kiln_hal_cpu_run_random(const kiln_graph_t* g, const kiln_node_t* n,
                                       const void* prep, void* const* bufs, kiln_pool_t* pool) {
   (void)prep;
-  uint64_t seed;
-  uint32_t stream;
-  kiln_random_dist_t dist;
-  float a, b;
-  size_t numel;
-  random_args(g, n, bufs, &seed, &stream, &dist, &a, &b, &numel);
-  kiln_random_f32(dist, seed, stream, a, b, numel, OUT, pool);
+  const random_call_t c = random_call(g, n, bufs);
+  kiln_random_f32(c.dist, c.seed, c.stream, c.a, c.b, c.numel, OUT, pool);
   return kiln_ok();
 }
 
 KILN_HAL_CPU_REF_RUN(random) {
   (void)prep, (void)pool;
-  uint64_t seed;
-  uint32_t stream;
-  kiln_random_dist_t dist;
-  float a, b;
-  size_t numel;
-  random_args(g, n, bufs, &seed, &stream, &dist, &a, &b, &numel);
-  kiln_random_f32_reference(dist, seed, stream, a, b, numel, OUT);
+  const random_call_t c = random_call(g, n, bufs);
+  kiln_random_f32_reference(c.dist, c.seed, c.stream, c.a, c.b, c.numel, OUT);
   return kiln_ok();
 }
