@@ -67,7 +67,11 @@ def compare_targets(module, *inputs, target="reference", rtol=1e-4, atol=1e-5):
     `target` on inputs, and compares them node by node; returns a
     TargetComparison (print it; .ok, .first_off)."""
     other = KilnModule.from_bytes(module.to_bytes(), target=target)
+    # One generator state for both: a graph's random nodes (dropout, rand)
+    # draw from the same seed on either target (kiln/random_ops.py).
+    state = torch.get_rng_state()
     outs_a, nodes_a = module.run_nodes(*inputs)
+    torch.set_rng_state(state)
     outs_b, nodes_b = other.run_nodes(*inputs)
     info = module._kiln_model.nodes()
     rows = []
