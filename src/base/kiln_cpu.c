@@ -65,6 +65,7 @@ static void kiln_cpu_detect(void) {
       int avx512f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
       f->avx512 = zmm_ok && f->avx2_fma && avx512f && dq && bw && vl;
       f->avx512_vnni = f->avx512 && ((c >> 11) & 1);
+      f->avx512_vbmi = f->avx512 && ((c >> 1) & 1);
       unsigned a1 = 0, b1, c1, d1;
       if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1))
         f->avx512_bf16 = f->avx512 && ((a1 >> 5) & 1);

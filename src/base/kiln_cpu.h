@@ -41,6 +41,7 @@ typedef struct kiln_cpu_features_s {
   int avx512;      /* F, BW, DQ, VL */
   int avx512_bf16;
   int avx512_vnni;
+  int avx512_vbmi; /* VPERMB: any byte of a zmm from any (the int8 kernels' transposes) */
   int amx_tile, amx_bf16, amx_int8; /* cpuid, XCR0 bits 17/18, and the OS's permission */
   /* aarch64 (getauxval): ASIMD, SDOT/UDOT, BFDOT/BFMMLA, SMMLA/UMMLA, SVE. */
   int neon, neon_dotprod, neon_bf16, neon_i8mm, sve;

@@ -2,9 +2,11 @@
  * run time; the rule is in kiln_gemm.h): at every ISA level this machine
  * has, 1 and 2 threads, kiln_gemm_f32 against kiln_gemm_q8a8_reference, on
  * edge shapes:
- *   prefill (the blocked kernel): M 9, 13, 32, 37, 70 around the 6-row
- *   tiles and the row blocks; N 1, 15, 16, 17, 33 around the 16-column
- *   panels; K 1, 2, 3, 31, 64, 67, 300 (odd K: the last row alone);
+ *   prefill (the blocked kernel): M 9, 13, 32, 37, 70 around the 6- and
+ *   12-row tiles and the row blocks; N 1, 15, 16, 17, 33 around the
+ *   16-column panels and the int8 engine's two-panel tiles; K 1, 2, 3, 31,
+ *   64, 67, 300 (odd K: the last row alone; K % 4: the engine's masked
+ *   last quad);
  *   decode (the GEMV, M 1..8): N 1, 15, 16, 17, 33, 70; K 1, 3, 7 (a
  *   partial quad of rows alone), 8, 50, 64, 301, and 4096, 4099;
  * with bias, activation and residual (also in place), bf16 and strided A, a
@@ -25,6 +27,7 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
 #include "kiln_test.h"
 #include "kiln_test_qgemm.h"
 
@@ -88,6 +91,14 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
   KILN_EXPECT(!strncmp(path, gemv ? "q8a8-gemv-" : "q8a8-", gemv ? 10 : 5) &&
                   (gemv || strncmp(path, "q8a8-gemv-", 10)) && !strstr(path, "reference"),
               "%s: ran %s", what, path);
+  /* The blocked kernel: the int8 engine wherever the CPU has it at the
+     avx512 level (so that kernel ran here), else the level's. */
+  if (!gemv) {
+    const kiln_cpu_features_t* f = kiln_cpu_features();
+    int vnni = kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
+    KILN_EXPECT(!strcmp(path + 5, vnni ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
+                "%s: ran %s", what, path);
+  }
   if (tc->nan_row)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {

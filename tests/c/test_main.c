@@ -74,8 +74,9 @@ void kiln_test_each_isa_and_pool(void (*fn)(kiln_pool_t* pool, const char* where
  * (make test-arm64 reports it per emulated CPU). */
 static void kiln_test_print_cpu(void) {
   const kiln_cpu_features_t* f = kiln_cpu_features();
-  printf("cpu: isa %s;%s%s%s%s%s%s%s%s%s%s\n", kiln_cpu_isa_name(kiln_cpu_isa()),
+  printf("cpu: isa %s;%s%s%s%s%s%s%s%s%s%s%s%s\n", kiln_cpu_isa_name(kiln_cpu_isa()),
          f->avx2_fma ? " avx2" : "", f->avx512 ? " avx512" : "", f->avx512_bf16 ? " avx512_bf16" : "",
+         f->avx512_vnni ? " avx512_vnni" : "", f->avx512_vbmi ? " avx512_vbmi" : "",
          f->amx_bf16 ? " amx_bf16" : "", f->neon ? " asimd" : "", f->neon_dotprod ? " asimddp" : "",
          f->neon_bf16 ? " bf16" : "", f->neon_i8mm ? " i8mm" : "", f->sve ? " sve" : "",
          f->avx2_fma || f->neon ? "" : " (no SIMD features)");

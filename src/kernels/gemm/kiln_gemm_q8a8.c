@@ -18,10 +18,13 @@
  * panels stream past; each strip's B (K x 16 bytes) is reused by every
  * tile of the block.
  *
- * Which kernel: the family's list (kiln_gemm_q8a8_level): AVX2's
+ * Which kernel: at the avx512 level of a CPU with VNNI and VBMI, the int8
+ * engine's 12x32 VPDPBUSD kernel over int8 quads
+ * (kiln_gemm_q8a8_avx512vnni.c; 12-row panels, tiles of two strips);
+ * otherwise the family's list (kiln_gemm_q8a8_level): AVX2's
  * (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512 levels, else the portable
- * one here. Integer sums are exact, so every
- * kernel gives the same bits as the scalar reference. */
+ * one here. Integer sums are exact, so every kernel gives the same bits as
+ * the scalar reference. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,22 +121,58 @@ void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, co
   }
 }
 
+/* The int8 engines' quad layout (kiln_gemm_quant_internal.h), portable:
+ * the AVX-512 packer's path for bf16 or strided rows. */
+void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                      const uint16_t* a16, int64_t rs, int64_t cs, int8_t* out,
+                                      float* scales, int32_t* sums) {
+  const int64_t quads = (k + 3) / 4;
+  for (int64_t i = 0; i < rows_pad; ++i) {
+    int8_t* panel = out + (i / 12) * quads * 48 + (i % 12) * 4;
+    for (int64_t t = 0; t < quads; ++t) memset(panel + t * 48, 0, 4);
+    sums[i] = 0;
+    if (i >= rows) {
+      scales[i] = 0.0f;
+      continue;
+    }
+    const float* ar = a ? a + i * rs : NULL;
+    const uint16_t* a16r = a16 ? a16 + i * rs : NULL;
+    float s = kiln_gemm_q8a8_row_scale(k, ar, a16r, cs);
+    scales[i] = s;
+    int32_t sum = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      int16_t q =
+          kiln_gemm_q8a8_quantize(a16r ? kiln_gemm_bf16_to_f32(a16r[p * cs]) : ar[p * cs], s);
+      panel[(p / 4) * 48 + p % 4] = (int8_t)q;
+      sum += q;
+    }
+    sums[i] = sum;
+  }
+}
+
 /* ---- the driver ------------------------------------------------------------ */
 
 #define KILN_Q8A8_PACK_ROWS 48 /* rows per quantizing task (a multiple of 6) */
 
+/* Two kernel kinds share the driver: the level's 6x16 kernel over int16
+ * pairs (x4 = 0) and the int8 engine's 12x32 over int8 quads (x4 = 1,
+ * VPDPBUSD; sums[] undo its unsigned weights). */
 typedef struct {
   const kiln_gemm_f32_args_t* g;
   kiln_gemm_epilogue_fn epilogue;
+  int x4, mr;
   kiln_gemm_q8a8_ukernel_fn ukernel;
   kiln_gemm_q8a8_pack_a_fn pack_a;
-  int64_t kp, m_pad, mc, n_m, strips, n_n;
+  kiln_gemm_q8a8_ukernel_x4_fn ukernel_x4;
+  kiln_gemm_q8a8_pack_a_x4_fn pack_a_x4;
+  int64_t row_bytes, m_pad, mc, n_m, strips, n_n;
   const int8_t* w;
   const float* sw;
   const float* a;
   const uint16_t* a16;
-  int16_t* ap;
+  char* ap;
   float* sa;
+  int32_t* sums;
   float* c;
   const float* res;
 } kiln_q8a8_t;
@@ -148,8 +187,34 @@ static void kiln_q8a8_pack_task(void* p, size_t task, int thread) {
   int64_t r1 = r0 + KILN_Q8A8_PACK_ROWS < t->m_pad ? r0 + KILN_Q8A8_PACK_ROWS : t->m_pad;
   int64_t live = g->m - r0 < 0 ? 0 : g->m - r0 < r1 - r0 ? g->m - r0 : r1 - r0;
   int64_t off = r0 * g->a_row_stride;
-  t->pack_a(live, r1 - r0, g->k, t->a ? t->a + off : NULL, t->a16 ? t->a16 + off : NULL,
-            g->a_row_stride, g->a_col_stride, t->ap + r0 * t->kp, t->sa + r0);
+  const float* a = t->a ? t->a + off : NULL;
+  const uint16_t* a16 = t->a16 ? t->a16 + off : NULL;
+  char* panels = t->ap + r0 * t->row_bytes;
+  if (t->x4)
+    t->pack_a_x4(live, r1 - r0, g->k, a, a16, g->a_row_stride, g->a_col_stride,
+                 (int8_t*)panels, t->sa + r0, t->sums + r0);
+  else
+    t->pack_a(live, r1 - r0, g->k, a, a16, g->a_row_stride, g->a_col_stride, (int16_t*)panels,
+              t->sa + r0);
+}
+
+/* One 16-column piece of a tile out: rows [i, i + mr), columns [j, j + nr)
+ * from the int32 sums acc (16 per row; minus 128 * sums[row] for the
+ * engine's biased weights, in wrapping arithmetic), scaled in the rule's
+ * order ((float)sum * row scale) * column scale, through the epilogue. */
+static void kiln_q8a8_tile_out(const kiln_q8a8_t* t, int64_t i, int64_t mr, int64_t j,
+                               int64_t nr, const int32_t* acc) {
+  const kiln_gemm_f32_args_t* g = t->g;
+  _Alignas(64) float tile[12 * 16];
+  const float* sw = t->sw + j;
+  for (int64_t r = 0; r < mr; ++r) {
+    uint32_t bias = t->x4 ? (uint32_t)t->sums[i + r] << 7 : 0u;
+    for (int c = 0; c < 16; ++c)
+      tile[r * 16 + c] = (float)(int32_t)((uint32_t)acc[r * 16 + c] - bias) * t->sa[i + r] * sw[c];
+  }
+  t->epilogue(mr, nr, tile, 16, t->c + i * g->c_row_stride + j, g->c_row_stride,
+              g->bias ? g->bias + j : NULL, t->res ? t->res + i * g->r_row_stride + j : NULL,
+              g->r_row_stride, g->act);
 }
 
 static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
@@ -160,21 +225,22 @@ static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
   int64_t im = (int64_t)task / t->n_n, jn = (int64_t)task % t->n_n;
   int64_t i0 = im * t->mc, i1 = i0 + t->mc < g->m ? i0 + t->mc : g->m;
   int64_t s0 = jn * t->strips / t->n_n, s1 = (jn + 1) * t->strips / t->n_n;
-  _Alignas(64) int32_t acc[6 * 16];
-  _Alignas(64) float tile[6 * 16];
-  for (int64_t s = s0; s < s1; ++s) {
-    int64_t j = s * 16, nr = N - j < 16 ? N - j : 16;
+  _Alignas(64) int32_t acc[2 * 12 * 16];
+  const int mr_tile = t->mr, ns_tile = t->x4 ? 2 : 1;
+  for (int64_t s = s0; s < s1; s += ns_tile) {
+    int ns = s1 - s < ns_tile ? (int)(s1 - s) : ns_tile;
     const int8_t* b = t->w + s * 16 * K;
-    const float* sw = t->sw + j;
-    for (int64_t i = i0; i < i1; i += 6) {
-      int64_t mr = i1 - i < 6 ? i1 - i : 6;
-      t->ukernel(K, t->ap + (i / 6) * t->kp * 6, b, acc);
-      /* The rule's order: ((float)sum * row scale) * column scale. */
-      for (int64_t r = 0; r < mr; ++r)
-        for (int c = 0; c < 16; ++c) tile[r * 16 + c] = (float)acc[r * 16 + c] * t->sa[i + r] * sw[c];
-      t->epilogue(mr, nr, tile, 16, t->c + i * g->c_row_stride + j, g->c_row_stride,
-                  g->bias ? g->bias + j : NULL,
-                  t->res ? t->res + i * g->r_row_stride + j : NULL, g->r_row_stride, g->act);
+    for (int64_t i = i0; i < i1; i += mr_tile) {
+      int64_t mr = i1 - i < mr_tile ? i1 - i : mr_tile;
+      const char* a = t->ap + i * t->row_bytes;
+      if (t->x4)
+        t->ukernel_x4(K, (const int8_t*)a, b, 16 * K, ns, acc);
+      else
+        t->ukernel(K, (const int16_t*)a, b, acc);
+      for (int q = 0; q < ns; ++q) {
+        int64_t j = (s + q) * 16, nr = N - j < 16 ? N - j : 16;
+        kiln_q8a8_tile_out(t, i, mr, j, nr, acc + q * 192);
+      }
     }
   }
 }
@@ -190,6 +256,21 @@ kiln_isa_t kiln_gemm_q8a8_level(void) {
   return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q8A8_ISAS), kiln_cpu_isa());
 }
 
+/* The int8 engine: VPDPBUSD (and VPERMB for its transposes) at the avx512
+ * level, so KILN_ISA=avx2 and below keep the level's kernels. */
+static int kiln_q8a8_vnni(void) {
+#ifdef KILN_GEMM_HAVE_X86
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  return kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
+#else
+  return 0;
+#endif
+}
+
+const char* kiln_gemm_q8a8_engine(void) {
+  return kiln_q8a8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level());
+}
+
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
 
 int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
@@ -200,28 +281,42 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_isa_t isa = kiln_cpu_isa();
   t.g = g;
   t.epilogue = kiln_gemm_kernels_for(isa)->epilogue;
-  t.ukernel = kiln_gemm_q8a8_ukernels[kiln_gemm_q8a8_level()];
-  t.pack_a = kiln_gemm_q8a8_pack_as[kiln_gemm_q8a8_level()];
+#ifdef KILN_GEMM_HAVE_X86
+  if (kiln_q8a8_vnni()) {
+    t.x4 = 1, t.mr = 12;
+    t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni;
+    t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__avx512vnni;
+    t.row_bytes = (K + 3) / 4 * 4;
+  }
+#endif
+  if (!t.x4) {
+    t.mr = 6;
+    t.ukernel = kiln_gemm_q8a8_ukernels[kiln_gemm_q8a8_level()];
+    t.pack_a = kiln_gemm_q8a8_pack_as[kiln_gemm_q8a8_level()];
+    t.row_bytes = (K + (K & 1)) * 2;
+  }
   const int64_t np = kiln_q8a8_cdiv(N, 16);
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   t.sw = (const float*)body;
   t.w = (const int8_t*)(body + np * 16 * 4);
-  t.kp = K + (K & 1);
-  t.m_pad = kiln_q8a8_cdiv(M, 6) * 6;
-  /* Row blocks whose A panels fit about 256 KiB of L2, whole 6-row tiles. */
-  int64_t mc = ((int64_t)256 << 10) / (t.kp * 2) / 6 * 6;
-  t.mc = mc < 6 ? 6 : mc > 240 ? 240 : mc;
+  t.m_pad = kiln_q8a8_cdiv(M, t.mr) * t.mr;
+  /* Row blocks whose A panels fit about 256 KiB of L2, whole tiles (240 is
+     a multiple of both tile heights, as is the packer's 48). */
+  int64_t mc = ((int64_t)256 << 10) / t.row_bytes / t.mr * t.mr;
+  t.mc = mc < t.mr ? t.mr : mc > 240 ? 240 : mc;
   t.n_m = kiln_q8a8_cdiv(M, t.mc);
   t.strips = np;
   /* Strip runs: at most 64 strips, then more until every thread has two. */
   t.n_n = kiln_q8a8_cdiv(np, 64);
   while (t.n_m * t.n_n < 2 * T && t.n_n < t.strips) t.n_n++;
   void* blk = NULL;
-  size_t bytes = (size_t)(t.m_pad * t.kp) * sizeof(int16_t) + (size_t)t.m_pad * sizeof(float) + 64;
+  size_t panel_bytes = ((size_t)(t.m_pad * t.row_bytes) + 63) & ~(size_t)63;
+  size_t bytes = panel_bytes + (size_t)t.m_pad * (sizeof(float) + sizeof(int32_t));
   char* scratch = kiln_scratch_get(&kiln_q8a8_scratch_, bytes, &blk);
   if (!scratch) return 0;
-  t.ap = (int16_t*)scratch;
-  t.sa = (float*)(scratch + (((size_t)(t.m_pad * t.kp) * sizeof(int16_t) + 63) & ~(size_t)63));
+  t.ap = scratch;
+  t.sa = (float*)(scratch + panel_bytes);
+  t.sums = (int32_t*)(t.sa + t.m_pad);
   for (int64_t bt = 0; bt < g->batch; ++bt) {
     int64_t a_off = bt * g->a_batch_stride;
     t.a = g->a_bf16 ? NULL : g->a + a_off;

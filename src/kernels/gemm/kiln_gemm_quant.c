@@ -453,7 +453,8 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     int gemv = M <= KILN_GEMM_GEMV_MAX_M;
     if (gemv ? kiln_gemm_q8a8_gemv(g, pool) : kiln_gemm_q8a8(g, pool))
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s%s",
-               gemv ? "gemv-" : "", kiln_cpu_isa_name(kiln_gemm_q8a8_level()));
+               gemv ? "gemv-" : "",
+               gemv ? kiln_cpu_isa_name(kiln_gemm_q8a8_level()) : kiln_gemm_q8a8_engine());
     else {
       kiln_gemm_q8a8_reference(g);
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-reference");

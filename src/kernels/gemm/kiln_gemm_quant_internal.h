@@ -74,12 +74,38 @@ float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, i
 int16_t kiln_gemm_q8a8_quantize(float x, float s);
 /* The level whose q8a8 kernels run now (kiln_cpu_isa(), the family's list). */
 kiln_isa_t kiln_gemm_q8a8_level(void);
+/* What the blocked q8a8 kernel runs on now: "avx512vnni" (the int8 engine,
+ * at the avx512 level of a CPU with VNNI and VBMI), else that level's name. */
+const char* kiln_gemm_q8a8_engine(void);
 void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
                                               int32_t* out);
 void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                    const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                    float* scales);
+/* The int8 engines' layout (VPDPBUSD, kiln_gemm_q8a8_avx512vnni.c): rows
+ * in panels of 12, each panel quads = ceil(K / 4) quads of 12 rows x 4
+ * int8: element (i, p) at (p / 4) * 48 + 4 i + p % 4 (zero past K and in
+ * rows past M), so one 32-bit broadcast is a row's quad; sums[i] is row i's
+ * sum of quantized values (the driver's correction for the kernel's
+ * unsigned weights). The microkernel sums, over all K, one 12-row panel a
+ * by ns (1 or 2) 16-column panels at b and b + b_next: out[s * 192 + i *
+ * 16 + j] = sum_p A(i, p) * (B_s(p, j) + 128), exact modulo 2^32. */
+typedef void (*kiln_gemm_q8a8_ukernel_x4_fn)(int64_t k, const int8_t* a, const int8_t* b,
+                                             int64_t b_next, int ns, int32_t* out);
+typedef void (*kiln_gemm_q8a8_pack_a_x4_fn)(int64_t rows, int64_t rows_pad, int64_t k,
+                                            const float* a, const uint16_t* a16, int64_t rs,
+                                            int64_t cs, int8_t* out, float* scales,
+                                            int32_t* sums);
+void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                      const uint16_t* a16, int64_t rs, int64_t cs, int8_t* out,
+                                      float* scales, int32_t* sums);
 #ifdef KILN_GEMM_HAVE_X86
+/* kiln_gemm_q8a8_avx512vnni.c (AVX512-VNNI + VBMI flags). */
+void kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni(int64_t k, const int8_t* a, const int8_t* b,
+                                                  int64_t b_next, int ns, int32_t* out);
+void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t k,
+                                         const float* a, const uint16_t* a16, int64_t rs,
+                                         int64_t cs, int8_t* out, float* scales, int32_t* sums);
 /* kiln_gemm_q8a8_avx2.c (AVX2 flags): VPMADDWD on int16 pairs. */
 void kiln_qd8_qc8w_gemm_ukernel_6x16__avx2(int64_t k, const int16_t* a, const int8_t* b,
                                            int32_t* out);
