@@ -12,7 +12,8 @@
  * rows of A (widened from bf16 or gathered from strides first) into int8
  * rows padded to whole groups with their per-group scales and sums; then
  * kiln_gemm_gemv_panels_run (the task loop of every GEMV driver:
- * kiln_gemm_quant.c) runs the GEMV kernel of the level over contiguous
+ * kiln_gemm_quant.c) runs the GEMV kernel of the level (the int8 engine's,
+ * kiln_gemm_q4a8_avx512vnni.c, where kiln_gemm_int8_vnni()) over contiguous
  * panel runs on each slab of up to KILN_GEMM_GEMV_MAX_M rows in turn, the
  * slab loop inside the panel loop so that a few panels' nibbles (tens of
  * KiB) stay in L1/L2 while every slab reads them (prefill: the weights come
@@ -168,6 +169,10 @@ kiln_isa_t kiln_gemm_q4a8_level(void) {
   return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q4A8_ISAS), kiln_cpu_isa());
 }
 
+const char* kiln_gemm_q4a8_engine(void) {
+  return kiln_gemm_int8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q4a8_level());
+}
+
 kiln_gemm_q4a8_quantize_fn kiln_gemm_q4a8_quantizer(void) {
   return kiln_gemm_q4a8_quantizers[kiln_gemm_q4a8_level()];
 }
@@ -181,6 +186,9 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_q4a8_t t;
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q4a8_gemvs[kiln_gemm_q4a8_level()];
+#ifdef KILN_GEMM_HAVE_X86
+  if (kiln_gemm_int8_vnni()) t.gemv = kiln_qd8_qb4w_gemv__avx512vnni;
+#endif
   kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizer();
   t.group = (int)h.group, t.form = h.flags & KILN_GEMM_Q4_FORM_MASK;
   t.kg = kiln_q4a8_cdiv(K, t.group), t.kpad = t.kg * t.group;

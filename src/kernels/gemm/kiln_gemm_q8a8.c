@@ -256,9 +256,7 @@ kiln_isa_t kiln_gemm_q8a8_level(void) {
   return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q8A8_ISAS), kiln_cpu_isa());
 }
 
-/* The int8 engine: VPDPBUSD (and VPERMB for its transposes) at the avx512
- * level, so KILN_ISA=avx2 and below keep the level's kernels. */
-static int kiln_q8a8_vnni(void) {
+int kiln_gemm_int8_vnni(void) {
 #ifdef KILN_GEMM_HAVE_X86
   const kiln_cpu_features_t* f = kiln_cpu_features();
   return kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
@@ -268,7 +266,7 @@ static int kiln_q8a8_vnni(void) {
 }
 
 const char* kiln_gemm_q8a8_engine(void) {
-  return kiln_q8a8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level());
+  return kiln_gemm_int8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level());
 }
 
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -282,7 +280,7 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   t.g = g;
   t.epilogue = kiln_gemm_kernels_for(isa)->epilogue;
 #ifdef KILN_GEMM_HAVE_X86
-  if (kiln_q8a8_vnni()) {
+  if (kiln_gemm_int8_vnni()) {
     t.x4 = 1, t.mr = 12;
     t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni;
     t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__avx512vnni;

@@ -439,7 +439,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     /* As below: without scratch, the same rule's reference. */
     if (kiln_gemm_q4a8(g, pool))
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q4a8-%s",
-               kiln_cpu_isa_name(kiln_gemm_q4a8_level()));
+               kiln_gemm_q4a8_engine());
     else {
       kiln_gemm_q4a8_reference(g);
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q4a8-reference");

@@ -74,6 +74,10 @@ float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, i
 int16_t kiln_gemm_q8a8_quantize(float x, float s);
 /* The level whose q8a8 kernels run now (kiln_cpu_isa(), the family's list). */
 kiln_isa_t kiln_gemm_q8a8_level(void);
+/* 1 when the int8 engine runs: VPDPBUSD (and VPERMB / VPERMT2B for its
+ * transposes), at the avx512 level of a CPU with AVX512-VNNI and VBMI, so
+ * KILN_ISA=avx2 and below keep the level's kernels (kiln_gemm_q8a8.c). */
+int kiln_gemm_int8_vnni(void);
 /* What the blocked q8a8 kernel runs on now: "avx512vnni" (the int8 engine,
  * at the avx512 level of a CPU with VNNI and VBMI), else that level's name. */
 const char* kiln_gemm_q8a8_engine(void);
@@ -179,6 +183,9 @@ typedef void (*kiln_gemm_q4a8_quantize_fn)(int64_t k, int64_t kg, int group, con
                                            int8_t* q, float* d, int32_t* s);
 /* The level whose q4a8 kernels run now (kiln_cpu_isa(), the family's list). */
 kiln_isa_t kiln_gemm_q4a8_level(void);
+/* What the q4a8 GEMV runs on now: "avx512vnni" (kiln_gemm_int8_vnni), else
+ * the level's name. */
+const char* kiln_gemm_q4a8_engine(void);
 /* The int4 x int8 GEMV driver: 1 when it ran g, 0 when it had no scratch. */
 int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
 void kiln_qd8_qb4w_gemv__generic(int64_t m, int64_t kg, int group, int form, const int8_t* a,
@@ -193,6 +200,11 @@ void kiln_qd8_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const 
                               int panels, float* out);
 void kiln_qd8_quantize_groups__avx2(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
                                     float* d, int32_t* s);
+/* kiln_gemm_q4a8_avx512vnni.c (AVX512-VNNI + VBMI flags): VPDPBUSD on
+ * nibbles gathered by VPERMT2B. */
+void kiln_qd8_qb4w_gemv__avx512vnni(int64_t m, int64_t kg, int group, int form, const int8_t* a,
+                                    int64_t lda, const float* ad, const int32_t* as,
+                                    const uint8_t* b, int panels, float* out);
 #endif
 
 /* The level's group quantizer of the q4a8 family; the q8a8 GEMV uses it
