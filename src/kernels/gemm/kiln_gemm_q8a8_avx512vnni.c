@@ -32,11 +32,15 @@
 
 /* Byte 4j + q of the result is byte 16q + j of the load: column j's rows
  * p..p+3 side by side. */
+static _Alignas(64) const int8_t kiln_q8a8_vnni_transpose[64] = {
+    0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51,
+    4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55,
+    8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59,
+    12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63,
+};
+
 static inline __m512i kiln_q8a8_vnni_transpose_index(void) {
-  _Alignas(64) int8_t idx[64];
-  for (int j = 0; j < 16; ++j)
-    for (int q = 0; q < 4; ++q) idx[4 * j + q] = (int8_t)(16 * q + j);
-  return _mm512_load_si512(idx);
+  return _mm512_load_si512(kiln_q8a8_vnni_transpose);
 }
 
 static inline __m512i kiln_q8a8_vnni_a(const int8_t* a) {
@@ -151,4 +155,100 @@ void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t
     }
     sums[i] = _mm512_reduce_add_epi32(sum);
   }
+}
+
+/* ---- the decode GEMV -------------------------------------------------------
+ * kiln_gemm_q8a8_gemv.c's contract plus the rows' sums (sums[i], for the
+ * biased weights, as above): the same transpose and VPDPBUSD per quad of K,
+ * R (<= 8) rows of A by S panels read as parallel streams, R * S <= 16
+ * accumulators. On a Zen 4 core the AVX2 GEMV (VPMADDUBSW, the sign trick,
+ * VPMADDWD, VPADDD: 4 instructions per 32 products and row) is bound by
+ * its instructions from about 4 rows up; here it is 1 per 64. */
+/* One quad of K (v: each panel's 64 bytes, loaded) into the sums. */
+static inline __attribute__((always_inline)) void kiln_q8a8_vnni_gemv_step(
+    const int R, const int S, const __m512i* v, const int8_t* a, int64_t lda, __m512i idx,
+    __m512i flip, __m512i acc[16]) {
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) {
+    const __m512i w = _mm512_xor_si512(_mm512_permutexvar_epi8(idx, v[s]), flip);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+      acc[s * R + i] = _mm512_dpbusd_epi32(acc[s * R + i], w, kiln_q8a8_vnni_a(a + i * lda));
+  }
+}
+
+static inline __attribute__((always_inline)) void kiln_q8a8_vnni_gemv_tile(
+    const int R, const int S, int64_t k, const int8_t* a, int64_t lda, const float* sa,
+    const int32_t* sums, const int8_t* b, const float* scales, float* out, int64_t ostride) {
+  const __m512i idx = kiln_q8a8_vnni_transpose_index();
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const int64_t pstride = 16 * k;
+  __m512i acc[16], v[4]; /* acc[s * R + i]: R * S <= 16 */
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s)
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) acc[s * R + i] = _mm512_setzero_si512();
+  const int64_t quads = k / 4, rest = k % 4;
+  for (int64_t t = 0; t < quads; ++t) {
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) {
+      const int8_t* w = b + s * pstride + 64 * t;
+      _mm_prefetch((const char*)(w + 1024), _MM_HINT_T0);
+      v[s] = _mm512_loadu_si512(w);
+    }
+    kiln_q8a8_vnni_gemv_step(R, S, v, a + 4 * t, lda, idx, flip, acc);
+  }
+  if (rest) {
+    /* The last rows alone, loaded under a mask (A is zero past K). */
+    const __mmask64 m = ((__mmask64)1 << (16 * rest)) - 1;
+#pragma GCC unroll 4
+    for (int s = 0; s < S; ++s) v[s] = _mm512_maskz_loadu_epi8(m, b + s * pstride + 64 * quads);
+    kiln_q8a8_vnni_gemv_step(R, S, v, a + 4 * quads, lda, idx, flip, acc);
+  }
+#pragma GCC unroll 4
+  for (int s = 0; s < S; ++s) {
+    const __m512 sw = _mm512_loadu_ps(scales + 16 * s);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      /* acc - 128 * sum, wrapping; then ((float)acc * sa) * scale. */
+      __m512i d = _mm512_sub_epi32(acc[s * R + i], _mm512_set1_epi32((int32_t)((uint32_t)sums[i] << 7)));
+      _mm512_storeu_ps(out + s * ostride + i * 16,
+                       _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(sa[i])), sw));
+    }
+  }
+}
+
+/* One tile call with R = m, S panels, R * S <= 16. */
+#define KILN_Q8A8_VNNI_TILE(R, S)                                                        \
+  kiln_q8a8_vnni_gemv_tile(R, S, k, a, lda, sa, sums, b + q * pstride, scales + 16 * q, \
+                           out + q * ostride, ostride)
+
+void kiln_qd8_qc8w_gemv__avx512vnni(int64_t m, int64_t k, const int8_t* a, int64_t lda,
+                                    const float* sa, const int32_t* sums, const int8_t* b,
+                                    const float* scales, int panels, float* out) {
+  const int64_t ostride = m * 16, pstride = 16 * k;
+  /* All rows at once; four panels as streams up to 4 rows, two beyond, the
+   * last ones alone. */
+  const int wide = m <= 4 ? 4 : 2;
+  int q = 0;
+  for (; q + wide <= panels; q += wide) switch (m) {
+      case 1: KILN_Q8A8_VNNI_TILE(1, 4); break;
+      case 2: KILN_Q8A8_VNNI_TILE(2, 4); break;
+      case 3: KILN_Q8A8_VNNI_TILE(3, 4); break;
+      case 4: KILN_Q8A8_VNNI_TILE(4, 4); break;
+      case 5: KILN_Q8A8_VNNI_TILE(5, 2); break;
+      case 6: KILN_Q8A8_VNNI_TILE(6, 2); break;
+      case 7: KILN_Q8A8_VNNI_TILE(7, 2); break;
+      default: KILN_Q8A8_VNNI_TILE(8, 2); break;
+    }
+  for (; q < panels; ++q) switch (m) {
+      case 1: KILN_Q8A8_VNNI_TILE(1, 1); break;
+      case 2: KILN_Q8A8_VNNI_TILE(2, 1); break;
+      case 3: KILN_Q8A8_VNNI_TILE(3, 1); break;
+      case 4: KILN_Q8A8_VNNI_TILE(4, 1); break;
+      case 5: KILN_Q8A8_VNNI_TILE(5, 1); break;
+      case 6: KILN_Q8A8_VNNI_TILE(6, 1); break;
+      case 7: KILN_Q8A8_VNNI_TILE(7, 1); break;
+      default: KILN_Q8A8_VNNI_TILE(8, 1); break;
+    }
 }

@@ -38,9 +38,11 @@ void kiln_qd8_qc8w_gemv__generic(int64_t m, int64_t k, const int8_t* a, int64_t 
 
 typedef struct {
   kiln_gemm_q8a8_gemv_fn gemv;
+  int vnni; /* the int8 engine's GEMV instead (it reads the rows' sums) */
   int64_t k, lda;
   const int8_t* aq;
   const float* sa;
+  const int32_t* sums;
   const int8_t* w;
   const float* sw;
 } kiln_q8a8_gemv_t;
@@ -48,12 +50,21 @@ typedef struct {
 static void kiln_q8a8_gemv_panels(const void* p, int64_t i0, int64_t m, int64_t q, int np,
                                   float* out) {
   const kiln_q8a8_gemv_t* t = p;
-  t->gemv(m, t->k, t->aq + i0 * t->lda, t->lda, t->sa + i0, t->w + q * KILN_GEMM_PANEL * t->k,
-          t->sw + q * KILN_GEMM_PANEL, np, out);
+  const int8_t* w = t->w + q * KILN_GEMM_PANEL * t->k;
+  const float* sw = t->sw + q * KILN_GEMM_PANEL;
+#ifdef KILN_GEMM_HAVE_X86
+  if (t->vnni) {
+    kiln_qd8_qc8w_gemv__avx512vnni(m, t->k, t->aq + i0 * t->lda, t->lda, t->sa + i0,
+                                   t->sums + i0, w, sw, np, out);
+    return;
+  }
+#endif
+  t->gemv(m, t->k, t->aq + i0 * t->lda, t->lda, t->sa + i0, w, sw, np, out);
 }
 
 /* The variants of the family's list (KILN_GEMM_Q8A8_ISAS); the avx2 one
- * also runs at avx512 (no VNNI variant yet: it could not be run here). */
+ * also runs at avx512, where the int8 engine (kiln_gemm_int8_vnni) has its
+ * own GEMV. */
 static const kiln_gemm_q8a8_gemv_fn kiln_gemm_q8a8_gemvs[KILN_ISA_COUNT] =
     KILN_ISA_VARIANT_TABLE(KILN_GEMM_Q8A8_ISAS, kiln_qd8_qc8w_gemv);
 
@@ -67,28 +78,29 @@ int kiln_gemm_q8a8_gemv(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_q8a8_gemv_t t;
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q8a8_gemvs[kiln_gemm_q8a8_level()];
+  t.vnni = kiln_gemm_int8_vnni();
   t.k = K, t.lda = kpad;
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   t.sw = (const float*)body;
   t.w = (const int8_t*)(body + np * KILN_GEMM_PANEL * 4);
   kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizer();
   /* Scratch: one fp32 row (A widened or gathered), the int8 rows, their
-   * scales. */
+   * scales and sums. */
   size_t row_bytes = ((size_t)K * sizeof(float) + 63) & ~(size_t)63;
   size_t q_bytes = ((size_t)(M * kpad) + 63) & ~(size_t)63;
   void* blk = NULL;
   char* scratch =
-      kiln_scratch_get(&kiln_q8a8_gemv_scratch_, row_bytes + q_bytes + (size_t)M * 4, &blk);
+      kiln_scratch_get(&kiln_q8a8_gemv_scratch_, row_bytes + q_bytes + (size_t)M * 8, &blk);
   if (!scratch) return 0;
   float* row = (float*)scratch;
   int8_t* aq = (int8_t*)(scratch + row_bytes);
   float* sa = (float*)(scratch + row_bytes + q_bytes);
-  t.aq = aq, t.sa = sa;
+  int32_t* sums = (int32_t*)(sa + M);
+  t.aq = aq, t.sa = sa, t.sums = sums;
   for (int64_t bt = 0; bt < g->batch; ++bt) {
-    for (int64_t i = 0; i < M; ++i) {
-      int32_t sum; /* the group sum, unused here */
-      quantize(K, 1, (int)kpad, kiln_gemm_quant_a_row(g, bt, i, row), aq + i * kpad, sa + i, &sum);
-    }
+    for (int64_t i = 0; i < M; ++i)
+      quantize(K, 1, (int)kpad, kiln_gemm_quant_a_row(g, bt, i, row), aq + i * kpad, sa + i,
+               sums + i);
     kiln_gemm_gemv_panels_run(g, M, g->c + bt * g->c_batch_stride,
                               g->residual ? g->residual + bt * g->r_batch_stride : NULL, pool,
                               kiln_q8a8_gemv_panels, &t);

@@ -78,8 +78,9 @@ kiln_isa_t kiln_gemm_q8a8_level(void);
  * transposes), at the avx512 level of a CPU with AVX512-VNNI and VBMI, so
  * KILN_ISA=avx2 and below keep the level's kernels (kiln_gemm_q8a8.c). */
 int kiln_gemm_int8_vnni(void);
-/* What the blocked q8a8 kernel runs on now: "avx512vnni" (the int8 engine,
- * at the avx512 level of a CPU with VNNI and VBMI), else that level's name. */
+/* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni" (the
+ * int8 engine, at the avx512 level of a CPU with VNNI and VBMI), else the
+ * level's name. */
 const char* kiln_gemm_q8a8_engine(void);
 void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
                                               int32_t* out);
@@ -110,6 +111,11 @@ void kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni(int64_t k, const int8_t* a, co
 void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t k,
                                          const float* a, const uint16_t* a16, int64_t rs,
                                          int64_t cs, int8_t* out, float* scales, int32_t* sums);
+/* The decode GEMV of kiln_gemm_q8a8_gemv_fn's contract, given also each
+ * row's sum of quantized values (sums[i]; the same file). */
+void kiln_qd8_qc8w_gemv__avx512vnni(int64_t m, int64_t k, const int8_t* a, int64_t lda,
+                                    const float* sa, const int32_t* sums, const int8_t* b,
+                                    const float* scales, int panels, float* out);
 /* kiln_gemm_q8a8_avx2.c (AVX2 flags): VPMADDWD on int16 pairs. */
 void kiln_qd8_qc8w_gemm_ukernel_6x16__avx2(int64_t k, const int16_t* a, const int8_t* b,
                                            int32_t* out);
