@@ -37,6 +37,23 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def cpu_features() -> str:
+    """The CPU's SIMD features that choose kiln's kernels (from /proc/cpuinfo's
+    flags; family and model alone do not tell Zen 3 from Zen 4 under a
+    hypervisor that names both "AMD EPYC")."""
+    names = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512_BF16"),
+             ("avx512_vnni", "AVX512-VNNI"), ("amx_bf16", "AMX-BF16"), ("amx_int8", "AMX-INT8"),
+             ("asimd", "ASIMD"), ("asimddp", "dotprod"), ("bf16", "BF16"), ("i8mm", "I8MM"))
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return ", ".join(n for f, n in names if f in have) or "no SIMD features"
+    except OSError:
+        pass
+    return "features unknown"
+
+
 def _version(mod):
     try:
         return __import__(mod).__version__
@@ -65,6 +82,7 @@ def machine_meta(threads, quick, total_s, other_load=None) -> dict:
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(),
+        "cpu_features": cpu_features(),
         "cores": os.cpu_count(),
         "threads": list(threads),
         "quick": bool(quick),
@@ -241,7 +259,8 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
     v = m["versions"]
     vs = ", ".join(f"{k} {v[k]}" for k in ("torch", "onnxruntime", "transformers") if v.get(k))
     md = [
-        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores), "
+        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores"
+        + (f"; {m['cpu_features']}" if m.get("cpu_features") else "") + "), "
         f"{' and '.join(str(t) for t in m['threads'])} thread(s), {vs}"
         + (" (QUICK run: fewer timed runs)" if m.get("quick") else "") + ".",
         "Each model runs in its own process, at every thread count; each system is warmed "

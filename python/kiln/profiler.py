@@ -98,7 +98,10 @@ def run_with_events(module, args, descs, out_descs):
 class ProfileReport:
     """What kiln.profile measured: ``rows`` (one dict per kernel node, slowest
     first: node, op, origin, ms, wait_ms, share, flops, bytes, gflops, gbs,
-    intensity, bound, peak_fraction, input_shapes, output_shapes),
+    intensity, bound, peak_fraction, input_shapes, output_shapes; roof:
+    the compute roof peak_fraction is of, "fp32", "bf16" for a linear on the
+    bf16 engine, "int8" for one with int8 activations on VPDPBUSD, and
+    roof_gflops its peak),
     ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge; and
     the weights: weight_bytes one call reads, weight_rows (M of the largest
     linear), weight_bound (their FLOPs per byte are below the ridge: a decode

@@ -62,12 +62,13 @@ static PyObject* kiln_py_report_row(const kiln_profile_report_t* r, const kiln_g
   const kiln_profile_row_t* row = &r->rows[k];
   PyObject* line = kiln_py_printed(kiln_profile_report_print_row, r, g, k);
   if (!line) return NULL;
-  return Py_BuildValue("{s:i,s:d,s:d,s:d,s:L,s:L,s:d,s:d,s:d,s:s,s:d,s:N}", "node", row->node,
-                       "ms", row->ms, "wait_ms", row->wait_ms, "share", row->share, "flops",
-                       (long long)row->flops, "bytes", (long long)row->bytes, "gflops", row->gflops,
-                       "gbs", row->gbs, "intensity", row->intensity, "bound",
+  return Py_BuildValue("{s:i,s:d,s:d,s:d,s:L,s:L,s:d,s:d,s:d,s:s,s:d,s:s,s:d,s:N}", "node",
+                       row->node, "ms", row->ms, "wait_ms", row->wait_ms, "share", row->share,
+                       "flops", (long long)row->flops, "bytes", (long long)row->bytes, "gflops",
+                       row->gflops, "gbs", row->gbs, "intensity", row->intensity, "bound",
                        row->compute_bound ? "compute" : "memory", "peak_fraction",
-                       row->peak_fraction, "line", line);
+                       row->peak_fraction, "roof", row->roof, "roof_gflops", row->roof_gflops,
+                       "line", line);
 }
 
 static PyObject* kiln_py_report_totals(const kiln_profile_report_t* r) {

@@ -9,7 +9,28 @@
 #include <string.h>
 
 #include "base/kiln_cpu.h"
+#include "kernels/gemm/kiln_gemm.h" /* KILN_GEMM_QUANT_A8: a blob's int8-activation flag */
 #include "runtime/kiln_cost.h"
+
+/* The roof node n's arithmetic runs on: a linear (or matmul) whose weight is
+ * packed for the bf16 engines runs on that engine where this machine has
+ * one; one whose int8 / int4 blob is flagged for int8 activations runs
+ * integer dot products, on VPDPBUSD where the machine measured it at the
+ * avx512 level (kiln_gemm_q8a8.c's int8 engine); everything else on the
+ * fp32 FMA. */
+static const char* kiln_profile_node_roof(const kiln_graph_t* g, const kiln_node_t* n,
+                                          const kiln_profile_report_t* r) {
+  if ((n->op != KILN_OP_LINEAR && n->op != KILN_OP_MATMUL) || n->n_inputs < 2 || n->inputs[1] < 0)
+    return "fp32";
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  if (w->kind != KILN_VALUE_CONSTANT) return "fp32";
+  if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && r->bf16_gflops > 0) return "bf16";
+  if ((w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) &&
+      r->int8_gops > 0 && w->data && w->nbytes > 6 &&
+      (((const uint8_t*)w->data)[6] & KILN_GEMM_QUANT_A8)) /* the blob's flags byte */
+    return "int8";
+  return "fp32";
+}
 
 static int kiln_profile_cmp_rows(const void* a, const void* b) {
   const kiln_profile_row_t *x = a, *y = b;
@@ -32,6 +53,11 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
   r->peak_gflops = threads == 1 && m->fma_gflops_1 > 0 ? m->fma_gflops_1 : m->fma_gflops;
   r->bandwidth_gbs = threads == 1 && m->bandwidth_gbs_1 > 0 ? m->bandwidth_gbs_1 : m->bandwidth_gbs;
   r->ridge = r->bandwidth_gbs > 0 ? r->peak_gflops / r->bandwidth_gbs : 0;
+  int one = threads == 1;
+  if (strcmp(m->bf16_engine, "none") && m->bf16_engine[0])
+    r->bf16_gflops = one && m->bf16_gflops_1 > 0 ? m->bf16_gflops_1 : m->bf16_gflops;
+  if (!strcmp(m->isa, "avx512"))
+    r->int8_gops = one && m->int8_gops_1 > 0 ? m->int8_gops_1 : m->int8_gops;
   r->l3_bytes = m->l3_bytes > 0 ? m->l3_bytes : 0;
   snprintf(r->isa, sizeof r->isa, "%s", m->isa[0] ? m->isa : kiln_cpu_isa_name(kiln_cpu_isa()));
   uint64_t total_ns = 0, total_wait = 0;
@@ -56,8 +82,13 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
     row->gflops = s > 0 ? (double)c.flops / s * 1e-9 : 0;
     row->gbs = s > 0 ? (double)c.bytes / s * 1e-9 : 0;
     row->intensity = c.bytes ? (double)c.flops / (double)c.bytes : HUGE_VAL;
-    row->compute_bound = row->intensity >= r->ridge;
-    row->peak_fraction = row->compute_bound ? (r->peak_gflops > 0 ? row->gflops / r->peak_gflops : 0)
+    row->roof = kiln_profile_node_roof(g, n, r);
+    row->roof_gflops = !strcmp(row->roof, "bf16")   ? r->bf16_gflops
+                       : !strcmp(row->roof, "int8") ? r->int8_gops
+                                                    : r->peak_gflops;
+    double ridge = r->bandwidth_gbs > 0 ? row->roof_gflops / r->bandwidth_gbs : 0;
+    row->compute_bound = row->intensity >= ridge;
+    row->peak_fraction = row->compute_bound ? (row->roof_gflops > 0 ? row->gflops / row->roof_gflops : 0)
                                             : (r->bandwidth_gbs > 0 ? row->gbs / r->bandwidth_gbs : 0);
     r->flops += c.flops;
     r->bytes += c.bytes;
@@ -104,8 +135,16 @@ void kiln_profile_report_print_header(const kiln_profile_report_t* r, FILE* out)
           "host team), wall %.4f ms; %.1f GFLOP/s, %.1f GB/s\n",
           (long long)r->runs, r->threads, r->threads == 1 ? "" : "s", r->isa, r->ms, r->wait_ms,
           r->wall_ms, r->gflops, r->gbs);
-  fprintf(out, "roofs: %.1f GFLOP/s fp32 FMA, %.1f GB/s read (%s; ridge %.1f FLOP/byte)\n",
-          r->peak_gflops, r->bandwidth_gbs, r->threads == 1 ? "1 thread" : "all threads", r->ridge);
+  int bf16 = 0, int8 = 0;
+  for (int32_t i = 0; i < r->n_rows; ++i) {
+    bf16 |= !strcmp(r->rows[i].roof, "bf16");
+    int8 |= !strcmp(r->rows[i].roof, "int8");
+  }
+  fprintf(out, "roofs: %.1f GFLOP/s fp32 FMA", r->peak_gflops);
+  if (bf16) fprintf(out, ", %.1f GFLOP/s bf16 dot (its rows: bound bf16)", r->bf16_gflops);
+  if (int8) fprintf(out, ", %.1f GOP/s int8 dot (its rows: bound int8)", r->int8_gops);
+  fprintf(out, ", %.1f GB/s read (%s; ridge %.1f FLOP/byte)\n", r->bandwidth_gbs,
+          r->threads == 1 ? "1 thread" : "all threads", r->ridge);
   fprintf(out, "%5s  %-18s%10s%7s%11s%10s%9s%7s%7s  %-8s%s\n", "node", "op", "ms", "share",
           "MFLOP", "KiB", "GFLOP/s", "GB/s", "%peak", "bound", "origin");
 }
@@ -117,7 +156,8 @@ void kiln_profile_report_print_row(const kiln_profile_report_t* r, const kiln_gr
   fprintf(out, "%5d  %-18s%10.4f%6.1f%%%11.3f%10.1f%9.1f%7.1f%6.0f%%  %-8s%s\n", row->node,
           kiln_op_name(n->op), row->ms, 100 * row->share, (double)row->flops * 1e-6,
           (double)row->bytes / 1024, row->gflops, row->gbs, 100 * row->peak_fraction,
-          row->compute_bound ? "compute" : "memory", n->origin ? n->origin : "-");
+          !row->compute_bound ? "memory" : strcmp(row->roof, "fp32") ? row->roof : "compute",
+          n->origin ? n->origin : "-");
 }
 
 void kiln_profile_report_print_footer(const kiln_profile_report_t* r, FILE* out) {

@@ -26,8 +26,14 @@ typedef struct kiln_profile_row_s {
   double share;       /* of the summed node time */
   int64_t flops, bytes;
   double gflops, gbs, intensity; /* intensity: FLOP/byte (HUGE_VAL with no bytes) */
-  int compute_bound;             /* intensity at or above the ridge */
-  double peak_fraction;          /* of the FMA peak (compute-bound) or read bandwidth */
+  int compute_bound;             /* intensity at or above the row's ridge */
+  double peak_fraction;          /* of the row's compute roof (compute-bound) or read bandwidth */
+  /* The compute roof the node's arithmetic runs on: "fp32" (the FMA peak),
+   * "bf16" (a linear on the bf16 engine: its dot-product peak) or "int8" (a
+   * linear with int8 activations on the int8 engine: VPDPBUSD's peak), and
+   * that roof in GFLOP/s (GOP/s). */
+  const char* roof;
+  double roof_gflops;
 } kiln_profile_row_t;
 
 typedef struct kiln_profile_report_s {
@@ -39,8 +45,11 @@ typedef struct kiln_profile_report_s {
   int64_t flops, bytes;
   double gflops, gbs;
   /* The roofs used: one thread's peaks when the model runs on one thread,
-   * else all threads'. ridge = peak_gflops / bandwidth_gbs (FLOP/byte). */
+   * else all threads'. ridge = peak_gflops / bandwidth_gbs (FLOP/byte), the
+   * fp32 roof's; rows on the bf16 or int8 engine use theirs (0: not
+   * measured, or no row used it). */
   double peak_gflops, bandwidth_gbs, ridge;
+  double bf16_gflops, int8_gops;
   char isa[32];
   /* The weights: bytes of constants one call reads (kiln_graph_weight_bytes),
    * the rows per call (M of the largest linear) and whether the weights bound

@@ -135,6 +135,33 @@ def test_report_against_a_gemm_of_known_flops(tmp_path):
     assert pathlib.Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("mode", ["fp32", "bf16", "int8:a8"])
+def test_rows_judged_against_the_roof_their_arithmetic_runs_on(mode):
+    """A bf16-compute linear is judged against the bf16 engine's measured peak
+    where the machine has an engine (its dot products can pass the fp32 FMA
+    peak, which would read above 100 %); an int8:a8 linear against
+    VPDPBUSD's where kiln runs at the avx512 level of a CPU that has it;
+    everything else, and those elsewhere, against the fp32 FMA peak."""
+    lin = torch.nn.Linear(512, 512, bias=False).eval()
+    x = torch.randn(64, 512)
+    opts = {"fp32": {}, "bf16": {"compute_dtype": torch.bfloat16},
+            "int8:a8": {"weights_dtype": "int8:a8"}}[mode]
+    rep = kiln.profile(kiln.trace(lin, x, **opts), x, runs=3)
+    (row,) = [r for r in rep.rows if r["op"] == "linear"]
+    mach = kiln.machine()
+    engine = mach["bf16_engine"] != "none" and mach["bf16_gflops"] > 0
+    vnni = mach["isa"] == "avx512" and mach["int8_gops"] > 0
+    want = {"fp32": "fp32", "bf16": "bf16" if engine else "fp32",
+            "int8:a8": "int8" if vnni else "fp32"}[mode]
+    assert row["roof"] == want
+    peak = {"fp32": rep.totals["peak_gflops"], "bf16": mach["bf16_gflops"],
+            "int8": mach["int8_gops"]}[want]
+    assert row["roof_gflops"] == pytest.approx(peak)
+    if row["bound"] == "compute":
+        assert row["peak_fraction"] == pytest.approx(row["gflops"] / peak, rel=1e-9)
+        assert (want != "fp32") == (f"  {want}  " in row["line"])
+
+
 def test_symbolic_model_profiled_at_the_call_sizes():
     """A model with symbolic sizes: its torch.profiler events and its report
     count the FLOPs of the sizes each call ran (its dims were symbolic ids,
