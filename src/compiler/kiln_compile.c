@@ -146,12 +146,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     if (g->values[i].note)
       fprintf(o->log, "kiln: constant %%%d %s: %s\n", i, g->values[i].name ? g->values[i].name : "",
               g->values[i].note);
-  if (!s && o->log && target->layout_describe)
-    for (int32_t i = 0; i < g->n_values; ++i)
-      if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
-        fprintf(o->log, "kiln: bf16 compute: %s\n", target->layout_describe(g->values[i].layout));
-        break;
-      }
+  if (!s && o->log) kiln_hal_describe_constants(target, g, "kiln: ", o->log);
   if (s) {
     kiln_graph_release(g);
     return s;

@@ -102,6 +102,14 @@ typedef struct kiln_value_s {
   const char* note;
 } kiln_value_t;
 
+/* 1 when constant v is a quantized weight blob (int8 or int4) flagged for
+ * int8 activations: its header's flags byte, bit 1 (docs/format.md;
+ * KILN_GEMM_QUANT_A8 in kiln_gemm.h). */
+static inline int kiln_value_int8_activations(const kiln_value_t* v) {
+  return (v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) &&
+         v->data && v->nbytes > 6 && (((const unsigned char*)v->data)[6] & 2u);
+}
+
 typedef struct kiln_node_s {
   kiln_op_t op;
   int32_t n_inputs;

@@ -80,14 +80,9 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
             c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "packed bf16"
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "bf16 compute"
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8
-                /* header flags bit 1: int8 activations (docs/format.md) */
-                ? (c->nbytes > 6 && (((const unsigned char*)c->data)[6] & 2)
-                       ? "int8, int8 activations"
-                       : "int8")
+                ? (kiln_value_int8_activations(c) ? "int8, int8 activations" : "int8")
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4
-                ? (c->nbytes > 6 && (((const unsigned char*)c->data)[6] & 2)
-                       ? "int4, int8 activations"
-                       : "int4")
+                ? (kiln_value_int8_activations(c) ? "int4, int8 activations" : "int4")
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B || c->layout == KILN_LAYOUT_CONV2D_PACKED ||
                     c->layout == KILN_LAYOUT_CONV2D_PACKED_16
                 ? "packed"

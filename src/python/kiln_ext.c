@@ -754,12 +754,7 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   const kiln_hal_target_t* target = kiln_hal_target_find(kiln_model_target_name(self->model));
-  for (int32_t i = 0; i < g->n_values; ++i)
-    if (g->values[i].layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && target &&
-        target->layout_describe) {
-      fprintf(f, "  bf16 compute: %s\n", target->layout_describe(g->values[i].layout));
-      break;
-    }
+  kiln_hal_describe_constants(target, g, "  ", f);
   if (symbolic) fprintf(f, "  arena planned per shape at run time (latest: ");
   else fprintf(f, "  arena ");
   fprintf(f, "%.2f MiB%s, %d kernel calls per run, ISA %s, %d threads%s\n",
@@ -1333,13 +1328,13 @@ static PyObject* kiln_py_machine(PyObject* mod, PyObject* args) {
   Py_BEGIN_ALLOW_THREADS s = kiln_machine_get(kiln_pool_default(), measure, &m);
   Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
   return Py_BuildValue(
-      "{s:s,s:i,s:i,s:l,s:l,s:l,s:{s:O,s:O,s:O,s:O,s:O,s:O},s:s,s:s,s:d,s:d,s:d,s:d,s:d,s:d,s:d,"
+      "{s:s,s:i,s:i,s:l,s:l,s:l,s:{s:O,s:O,s:O,s:O,s:O,s:O,s:O},s:s,s:s,s:d,s:d,s:d,s:d,s:d,s:d,s:d,"
       "s:d,s:O,s:L,s:s}",
       "cpu_model", m.cpu_model, "cores", m.cores, "threads", m.threads, "l1d_bytes", m.l1d_bytes,
       "l2_bytes", m.l2_bytes, "l3_bytes", m.l3_bytes, "features", "avx2",
       m.avx2 ? Py_True : Py_False, "avx512", m.avx512 ? Py_True : Py_False, "avx512_bf16",
       m.avx512_bf16 ? Py_True : Py_False, "avx512_vnni", m.avx512_vnni ? Py_True : Py_False,
-      "amx_bf16", m.amx_bf16 ? Py_True : Py_False, "amx_int8", m.amx_int8 ? Py_True : Py_False,
+      "avx512_vbmi", m.avx512_vbmi ? Py_True : Py_False, "amx_bf16", m.amx_bf16 ? Py_True : Py_False, "amx_int8", m.amx_int8 ? Py_True : Py_False,
       "isa", m.isa, "bf16_engine", m.bf16_engine, "fma_gflops_1", m.fma_gflops_1, "fma_gflops",
       m.fma_gflops, "bf16_gflops_1", m.bf16_gflops_1, "bf16_gflops", m.bf16_gflops, "int8_gops_1",
       m.int8_gops_1, "int8_gops", m.int8_gops, "bandwidth_gbs_1", m.bandwidth_gbs_1,

@@ -343,6 +343,7 @@ static void kiln_machine_static(kiln_pool_t* pool, kiln_machine_t* m) {
   m->avx512 = c->avx512;
   m->avx512_bf16 = c->avx512_bf16;
   m->avx512_vnni = c->avx512_vnni;
+  m->avx512_vbmi = c->avx512_vbmi;
   m->amx_bf16 = c->amx_bf16;
   m->amx_int8 = c->amx_int8;
   snprintf(m->isa, sizeof m->isa, "%s", kiln_cpu_isa_name(kiln_cpu_isa()));

@@ -22,7 +22,7 @@ typedef struct kiln_machine_s {
   int cores;   /* online CPUs */
   int threads; /* the pool's threads */
   long l1d_bytes, l2_bytes, l3_bytes; /* per sysconf; 0 when unknown */
-  int avx2, avx512, avx512_bf16, avx512_vnni, amx_bf16, amx_int8; /* present */
+  int avx2, avx512, avx512_bf16, avx512_vnni, avx512_vbmi, amx_bf16, amx_int8; /* present */
   char isa[32];         /* the level in use (KILN_ISA caps it) */
   char bf16_engine[32]; /* the bf16 engine in use: amx, avx512_bf16 or none */
   double fma_gflops_1, fma_gflops;

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "base/kiln_cpu.h"
-#include "kernels/gemm/kiln_gemm.h" /* KILN_GEMM_QUANT_A8: a blob's int8-activation flag */
 #include "runtime/kiln_cost.h"
 
 /* The roof node n's arithmetic runs on: a linear (or matmul) whose weight is
@@ -25,10 +24,7 @@ static const char* kiln_profile_node_roof(const kiln_graph_t* g, const kiln_node
   const kiln_value_t* w = &g->values[n->inputs[1]];
   if (w->kind != KILN_VALUE_CONSTANT) return "fp32";
   if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && r->bf16_gflops > 0) return "bf16";
-  if ((w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) &&
-      r->int8_gops > 0 && w->data && w->nbytes > 6 &&
-      (((const uint8_t*)w->data)[6] & KILN_GEMM_QUANT_A8)) /* the blob's flags byte */
-    return "int8";
+  if (kiln_value_int8_activations(w) && r->int8_gops > 0) return "int8";
   return "fp32";
 }
 

@@ -909,9 +909,10 @@ static int kiln_cli_machine(int measure, int threads) {
   printf("cores:      %d online, kiln uses %d threads\n", m.cores, m.threads);
   printf("caches:     L1d %ld KiB, L2 %ld KiB, L3 %ld KiB\n", m.l1d_bytes >> 10, m.l2_bytes >> 10,
          m.l3_bytes >> 10);
-  printf("isa:        present:%s%s%s%s%s%s; in use: %s, bf16 engine: %s\n", m.avx2 ? " avx2" : "",
+  printf("isa:        present:%s%s%s%s%s%s%s; in use: %s, bf16 engine: %s\n", m.avx2 ? " avx2" : "",
          m.avx512 ? " avx512" : "", m.avx512_bf16 ? " avx512_bf16" : "",
-         m.avx512_vnni ? " avx512_vnni" : "", m.amx_bf16 ? " amx_bf16" : "",
+         m.avx512_vnni ? " avx512_vnni" : "", m.avx512_vbmi ? " avx512_vbmi" : "",
+         m.amx_bf16 ? " amx_bf16" : "",
          m.amx_int8 ? " amx_int8" : "", m.isa, m.bf16_engine);
   printf("peaks:      (%s%s%s)\n", m.measured ? "measured now" : "cached in ",
          m.measured ? "" : m.cache_path, m.measured ? "" : "; --measure to measure again");

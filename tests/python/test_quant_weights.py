@@ -379,3 +379,26 @@ def test_torch_compile_unknown_option_is_named():
         with torch.no_grad():
             torch.compile(Block().eval(), backend="kiln", options={"weight_dtype": "int4"})(torch.randn(2, 200))
     torch._dynamo.reset()
+
+
+def test_explain_names_the_int8_engine_at_each_level():
+    """kiln.explain (and KILN_LOG) say what int8 activations run on at the
+    level in use: VPDPBUSD at the avx512 level of a CPU with AVX512-VNNI and
+    VBMI, AVX2's integer kernels at avx2 (and at avx512 without them), else
+    the portable kernels."""
+    lin = torch.nn.Linear(64, 32).eval()
+    c = kiln.trace(lin, torch.randn(16, 64), weights_dtype="int8:a8")
+    f = kiln.machine()["features"]
+    before = kiln.isa()
+    try:
+        for level in ("generic", "avx2", "avx512"):
+            got = kiln.isa(level)
+            want = ("AVX512-VNNI dot products (VPDPBUSD)"
+                    if got == "avx512" and f["avx512_vnni"] and f["avx512_vbmi"]
+                    else "AVX2 integer dot products (VPMADDWD, VPMADDUBSW)"
+                    if got in ("avx2", "avx512") else "the portable integer kernels")
+            lines = [ln.strip() for ln in kiln.explain(c).splitlines()
+                     if ln.strip().startswith("int8 activations:")]
+            assert lines == ["int8 activations: " + want], (level, got, lines)
+    finally:
+        kiln.isa(before)

@@ -136,8 +136,10 @@ kiln_status_t kiln_hal_cpu_copy(void* dst, const void* src, size_t bytes, kiln_h
 
 kiln_status_t kiln_hal_cpu_synchronize(void) { return kiln_ok(); } /* runs are synchronous */
 
-const char* kiln_hal_cpu_layout_describe(kiln_layout_t layout) {
-  return layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? kiln_gemm_bf16_compute_describe() : NULL;
+const char* kiln_hal_cpu_constant_describe(const kiln_value_t* c) {
+  if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) return kiln_gemm_bf16_compute_describe();
+  if (kiln_value_int8_activations(c)) return kiln_gemm_int8_describe();
+  return NULL;
 }
 
 static const kiln_hal_target_t kiln_hal_cpu_target_ = {
@@ -146,7 +148,7 @@ static const kiln_hal_target_t kiln_hal_cpu_target_ = {
     .supports = kiln_hal_cpu_supports,
     .constant_form = kiln_hal_cpu_constant_form,
     .constant_pack = kiln_hal_cpu_constant_pack,
-    .layout_describe = kiln_hal_cpu_layout_describe,
+    .constant_describe = kiln_hal_cpu_constant_describe,
     .host_memory = 1,
     .single_thread = 0,
     .alloc = kiln_hal_cpu_alloc,

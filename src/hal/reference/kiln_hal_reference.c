@@ -32,10 +32,12 @@ static void kiln_ref_init(void) {
   }
 }
 
-static const char* kiln_ref_layout_describe(kiln_layout_t layout) {
-  return layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI
-             ? "the scalar reference GEMM (bf16 products, summed in double)"
-             : NULL;
+static const char* kiln_ref_constant_describe(const kiln_value_t* c) {
+  if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
+    return "bf16 compute: the scalar reference GEMM (bf16 products, summed in double)";
+  if (kiln_value_int8_activations(c))
+    return "int8 activations: the scalar reference (the rule's integer sums)";
+  return NULL;
 }
 
 static const kiln_hal_target_t kiln_ref_target_ = {
@@ -44,7 +46,7 @@ static const kiln_hal_target_t kiln_ref_target_ = {
     .supports = kiln_hal_cpu_supports,           /* the same kernels' contracts */
     .constant_form = kiln_hal_cpu_constant_form, /* the references read every packed form */
     .constant_pack = kiln_hal_cpu_constant_pack,
-    .layout_describe = kiln_ref_layout_describe,
+    .constant_describe = kiln_ref_constant_describe,
     .host_memory = 1,
     .single_thread = 1,
     .alloc = kiln_hal_cpu_alloc, /* the host's memory, as the CPU's */

@@ -38,6 +38,7 @@
 #include "base/kiln_scratch.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/gemm/kiln_gemm_quant_internal.h"
 
 /* One table per ISA level of the family's list (KILN_GEMM_ISAS,
  * kernels/kiln_isa_variant.h). */
@@ -119,14 +120,23 @@ const kiln_gemm_kernels_t* kiln_gemm_kernels_for(kiln_isa_t isa) {
 
 const char* kiln_gemm_bf16_compute_describe(void) {
   unsigned eng = kiln_cpu_bf16();
-  if (eng & KILN_CPU_BF16_AMX) return "AMX tiles (TDPBF16PS)";
-  if (eng & KILN_CPU_BF16_AVX512) return "AVX512_BF16 dot products (VDPBF16PS)";
+  if (eng & KILN_CPU_BF16_AMX) return "bf16 compute: AMX tiles (TDPBF16PS)";
+  if (eng & KILN_CPU_BF16_AVX512) return "bf16 compute: AVX512_BF16 dot products (VDPBF16PS)";
   const kiln_gemm_kernels_t* kn = kiln_gemm_kernels_for(kiln_cpu_isa());
   if (kn->ukernel_vnni)
     return kn == kiln_gemm_kernels_for(KILN_ISA_AVX2)
-               ? "no bf16 engine: the avx2 fp32 kernels, bf16 pairs widened in registers"
-               : "no bf16 engine: the fp32 kernels, bf16 pairs widened in registers";
-  return "no bf16 engine: the fp32 kernels on widened copies of the bf16 weights";
+               ? "bf16 compute: no bf16 engine: the avx2 fp32 kernels, bf16 pairs widened in "
+                 "registers"
+               : "bf16 compute: no bf16 engine: the fp32 kernels, bf16 pairs widened in registers";
+  return "bf16 compute: no bf16 engine: the fp32 kernels on widened copies of the bf16 weights";
+}
+
+const char* kiln_gemm_int8_describe(void) {
+  if (kiln_gemm_int8_vnni()) return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
+  switch (kiln_gemm_q8a8_level()) {
+    case KILN_ISA_GENERIC: return "int8 activations: the portable integer kernels";
+    default: return "int8 activations: AVX2 integer dot products (VPMADDWD, VPMADDUBSW)";
+  }
 }
 
 /* ---- scratch: one cached block, reused call to call ------------------- */

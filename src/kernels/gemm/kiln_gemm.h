@@ -135,10 +135,15 @@ void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_
  * "avx512_bf16", or the fp32 kernels' ISA name (widened); for tests. */
 const char* kiln_gemm_bf16_last_engine(void);
 /* What a bf16-compute GEMM of M > 8 rows runs on now, in words, for
- * KILN_LOG and kiln.explain: AMX tiles, AVX512_BF16 dot products, or (no
- * bf16 engine) the fp32 kernels of the ISA level in use, reading the bf16
- * pairs in registers (AVX2) or from widened copies (other levels). */
+ * KILN_LOG and kiln.explain ("bf16 compute: ..."): AMX tiles, AVX512_BF16
+ * dot products, or (no bf16 engine) the fp32 kernels of the ISA level in
+ * use, reading the bf16 pairs in registers (AVX2) or from widened copies
+ * (other levels). */
 const char* kiln_gemm_bf16_compute_describe(void);
+/* The same for int8 activations (weights_dtype "...:a8"): "int8
+ * activations: AVX512-VNNI dot products (VPDPBUSD)", AVX2's, or the
+ * portable kernels'. */
+const char* kiln_gemm_int8_describe(void);
 /* fp32 -> bf16, round to nearest even, as torch's .to(torch.bfloat16). */
 uint16_t kiln_gemm_bf16_from_f32(float x);
 float kiln_gemm_bf16_to_f32(uint16_t x);
