@@ -126,11 +126,11 @@ const kiln_hal_target_t* kiln_hal_target_cpu(void);
 const kiln_hal_target_t* kiln_hal_target_reference(void);
 /* By name; NULL or "" is the default: $KILN_TARGET when set, else "cpu".
  * NULL for an unknown name. */
+const kiln_hal_target_t* kiln_hal_target_find(const char* name);
 /* Prints, once each, the lines target->constant_describe gives for g's
  * constants, each after prefix ("  " in kiln.explain, "kiln: " in KILN_LOG). */
 void kiln_hal_describe_constants(const kiln_hal_target_t* target, const kiln_graph_t* g,
                                  const char* prefix, FILE* out);
-const kiln_hal_target_t* kiln_hal_target_find(const char* name);
 /* A target whose memory is the host's, for work that must make host bytes
  * (constant folding) whatever the model's target. */
 const kiln_hal_target_t* kiln_hal_target_host(void);

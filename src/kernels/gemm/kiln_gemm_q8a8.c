@@ -152,7 +152,7 @@ void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k,
 
 /* ---- the driver ------------------------------------------------------------ */
 
-#define KILN_Q8A8_PACK_ROWS 48 /* rows per quantizing task (a multiple of 6) */
+#define KILN_Q8A8_PACK_ROWS 48 /* rows per quantizing task (a multiple of both tile heights, 6 and 12) */
 
 /* Two kernel kinds share the driver: the level's 6x16 kernel over int16
  * pairs (x4 = 0) and the int8 engine's 12x32 over int8 quads (x4 = 1,

@@ -1,8 +1,8 @@
-/* int8 x int8 on AVX512-VNNI: the 12x32 integer microkernel and its
- * activation quantizer (kiln_gemm_q8a8.c's contracts; the rule is in
- * kiln_gemm.h). Compiled only with the avx512vnni flags (VNNI and VBMI)
- * and called only when kiln_gemm_q8a8.c's kiln_q8a8_vnni() says the CPU
- * has both at the avx512 level.
+/* int8 x int8 on AVX512-VNNI: the 12x32 integer microkernel, its
+ * activation quantizer and the decode GEMV (kiln_gemm_q8a8.c's and
+ * kiln_gemm_q8a8_gemv.c's contracts; the rule is in kiln_gemm.h). Compiled
+ * only with the avx512vnni flags (VNNI and VBMI) and called only when
+ * kiln_gemm_int8_vnni() says the CPU has both at the avx512 level.
  *
  * VPDPBUSD sums four products of an unsigned byte by a signed byte into
  * each int32 lane: one instruction for 64 multiply-adds, where AVX2 needs
@@ -161,9 +161,11 @@ void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t
  * kiln_gemm_q8a8_gemv.c's contract plus the rows' sums (sums[i], for the
  * biased weights, as above): the same transpose and VPDPBUSD per quad of K,
  * R (<= 8) rows of A by S panels read as parallel streams, R * S <= 16
- * accumulators. On a Zen 4 core the AVX2 GEMV (VPMADDUBSW, the sign trick,
- * VPMADDWD, VPADDD: 4 instructions per 32 products and row) is bound by
- * its instructions from about 4 rows up; here it is 1 per 64. */
+ * accumulators (one flat array: GCC keeps it in registers, where a 4 x 8
+ * one spilled every step). On a Zen 4 core the AVX2 GEMV (VPMADDUBSW, the
+ * sign trick, VPMADDWD, VPADDD: 4 instructions per 32 products and row) is
+ * bound by its instructions from about 4 rows up; here it is 1 per 64. */
+
 /* One quad of K (v: each panel's 64 bytes, loaded) into the sums. */
 static inline __attribute__((always_inline)) void kiln_q8a8_vnni_gemv_step(
     const int R, const int S, const __m512i* v, const int8_t* a, int64_t lda, __m512i idx,
