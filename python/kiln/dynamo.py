@@ -730,8 +730,11 @@ def _laid_out_as_eager(gm, fn):
     and replays the views on it after the call: the replay assumes the
     strides eager gives the intermediate (an elementwise result follows its
     inputs' layout), where kiln's outputs are row-major, and a view() that
-    needs eager's order raises (fuzzer seed 8787, graph 335). Such an output
-    is copied into that order; others stay row-major."""
+    needs eager's order raises (fuzzer seed 8787, graph 335). Nor may a base
+    keep spare room: a cat kiln appends in place (kiln.cache_append) comes
+    back as a narrow view of a larger buffer, and view(-1) of it raises
+    where eager's dense cat does not (seed 8989, graph 1991). A base not
+    dense in eager's order is copied into it; the rest pass as they are."""
     tc = torch._guards.TracingContext.try_get()
     meta = getattr(tc, "fw_metadata", None) if tc is not None else None
     n_bases = getattr(meta, "num_intermediate_bases", 0) if meta is not None else 0
@@ -746,9 +749,7 @@ def _laid_out_as_eager(gm, fn):
         if not isinstance(val, torch.Tensor) or val.dim() < 2:
             continue
         strides = [optimization_hint(s) for s in val.stride()]  # the example's, no guard
-        order = sorted(range(val.dim()), key=lambda d: -strides[d])  # outermost first, as eager holds it
-        if order != list(range(val.dim())):
-            orders.append((i, order))
+        orders.append((i, sorted(range(val.dim()), key=lambda d: -strides[d])))  # outermost first
     if not orders:
         return fn
 
@@ -756,8 +757,10 @@ def _laid_out_as_eager(gm, fn):
         outs = fn(*args)
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         for i, order in orders:
-            inverse = sorted(range(len(order)), key=order.__getitem__)
-            outs[i] = outs[i].permute(order).contiguous().permute(inverse)
+            held = outs[i].permute(order)
+            if not held.is_contiguous():
+                inverse = sorted(range(len(order)), key=order.__getitem__)
+                outs[i] = held.contiguous().permute(inverse)
         return outs
 
     run._kiln_module = getattr(fn, "_kiln_module", None)

@@ -232,3 +232,26 @@ def test_a_permuted_intermediate_returned_with_a_view_of_it():
     (got[0].sum() + 2 * got[1].sum()).backward()
     gx = torch.autograd.grad(want[0].sum() + 2 * want[1].sum(), x)[0]
     torch.testing.assert_close(x.grad, gx, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cat_appended_in_place_returned_with_a_view_of_it():
+    """Seed 8989 graph 1991 (found on a Zen 4): a cat whose first operand is
+    an input is appended in place (kiln.cache_append), so kiln's result is a
+    narrow view of a buffer with room to grow; AOTAutograd returned it as the
+    intermediate base of view(v, [-1]) and replayed that view on it, which
+    raised. Such a base is now made dense in eager's order first."""
+    def f(x0, x1):
+        v = torch.cat([x0, x1], 1)
+        return v.view(-1), v.t().sum(), v.t().t()
+
+    x0 = torch.randn(2, 8, requires_grad=True)
+    x1 = torch.randn(2, 7, requires_grad=True)
+    want = f(x0, x1)
+    got = torch.compile(f, backend="kiln")(x0, x1)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    wts = [torch.randn_like(w) for w in want]
+    sum((g * c).sum() for g, c in zip(got, wts)).backward()
+    grads = torch.autograd.grad(sum((w * c).sum() for w, c in zip(want, wts)), (x0, x1))
+    torch.testing.assert_close(x0.grad, grads[0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x1.grad, grads[1], rtol=1e-5, atol=1e-6)
