@@ -279,8 +279,16 @@ def compare(k, e, r, acc, what="output", noisy=(), mag=0.0, who="kiln"):
     if k.dtype != e.dtype:
         return f"{what}: dtype {k.dtype}, eager {e.dtype}"
     if not e.is_floating_point():
-        if not torch.equal(k, e):
-            bad = int((k != e).sum())
+        # Where float32 and float64 eager disagree (a comparison whose
+        # operands are equal in exact arithmetic, float32's rounding making
+        # them differ), either is right, as for NaN against infinity below
+        # (seed 9090 graph 1137: x - mean(x) of a row of equal values is 0
+        # in float64 and in kiln, a few ulps in float32 eager, then < 0).
+        differ = k != e
+        if isinstance(r, torch.Tensor) and r.shape == e.shape and r.dtype == e.dtype:
+            differ &= k != r
+        if bool(differ.any()):
+            bad = int(differ.sum())
             return f"{what}: {bad} of {e.numel()} elements differ from eager (exact dtype {e.dtype})"
         return None
     kn, en, rn = torch.isnan(k), torch.isnan(e), torch.isnan(r)
