@@ -7,7 +7,16 @@
  * thread's CPU time (time lost to other processes on a shared machine does
  * not count), at 2 threads in wall time (the fastest call is the one nobody
  * interrupted). Usage: bench_gemm_bf16 [M N K ...] (default 1024^3 and the
- * BERT-base linears 128x768x768, 128x3072x768, 128x768x3072). */
+ * BERT-base linears 128x768x768, 128x3072x768, 128x768x3072).
+ *
+ * bench_gemm_bf16 --train [M N K ...]: the products of a training step under
+ * autocast, both operands bf16 graph values (fp32 buffers rounded as they
+ * are packed): forward x W^T (B's columns contiguous), dX = dY W (B's rows
+ * contiguous) and dW = dY^T X (A transposed), each on the fp32 kernels
+ * (bf16 engines masked) and on the bf16 engine with B packed at run time
+ * (kiln_gemm_bf16_compute_values). M N K name the forward's product
+ * (tokens, out features, in features). Default: the bench's
+ * train_transformer (1024 tokens, d 256, ff 1024). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +61,76 @@ static double bench_best(bench_job_t* j, int reps, int threads) {
   return best;
 }
 
+/* The three products of one linear layer's training step (see the top). */
+static void bench_train(int64_t shapes[][3], int n_shapes) {
+  unsigned bf_all = kiln_cpu_bf16();
+  printf("%-22s %3s %10s %10s %7s   (GFLOP/s; products of two bf16 values)\n", "product", "thr",
+         "fp32", "bf16", "ratio");
+  for (int s = 0; s < n_shapes; ++s) {
+    const int64_t T = shapes[s][0], O = shapes[s][1], I = shapes[s][2];
+    float* x = aligned_alloc(64, (size_t)(T * I * 4 + 64) & ~(size_t)63);  /* (T, I) */
+    float* w = aligned_alloc(64, (size_t)(O * I * 4 + 64) & ~(size_t)63);  /* (O, I) */
+    float* dy = aligned_alloc(64, (size_t)(T * O * 4 + 64) & ~(size_t)63); /* (T, O) */
+    int64_t big = T * O > T * I ? T * O : T * I;
+    big = big > O * I ? big : O * I;
+    float* c = aligned_alloc(64, (size_t)(big * 4 + 64) & ~(size_t)63);
+    for (int64_t i = 0; i < T * I; ++i) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    for (int64_t i = 0; i < O * I; ++i) w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    for (int64_t i = 0; i < T * O; ++i) dy[i] = (float)((i * 31337) % 1000) * 1e-3f - 0.5f;
+    for (int which = 0; which < 3; ++which) {
+      kiln_gemm_f32_args_t g;
+      memset(&g, 0, sizeof(g));
+      g.batch = 1, g.a_col_stride = 1, g.a_round_bf16 = 1, g.b_round_bf16 = 1;
+      const char* what;
+      if (which == 0) { /* y = x W^T: (T, I) (I, O) */
+        g.m = T, g.n = O, g.k = I, g.a = x, g.a_row_stride = I;
+        g.b = w, g.b_row_stride = 1, g.b_col_stride = I;
+        what = "fwd x W^T";
+      } else if (which == 1) { /* dX = dY W: (T, O) (O, I) */
+        g.m = T, g.n = I, g.k = O, g.a = dy, g.a_row_stride = O;
+        g.b = w, g.b_row_stride = I, g.b_col_stride = 1;
+        what = "dX = dY W";
+      } else { /* dW = dY^T X: (O, T) (T, I) */
+        g.m = O, g.n = I, g.k = T, g.a = dy, g.a_row_stride = 1, g.a_col_stride = O;
+        g.b = x, g.b_row_stride = I, g.b_col_stride = 1;
+        what = "dW = dY^T X";
+      }
+      g.c = c, g.c_row_stride = g.n;
+      double flop = 2.0 * (double)g.m * (double)g.n * (double)g.k;
+      int reps = flop > 1e9 ? 30 : 100;
+      for (int threads = 1; threads <= 2; ++threads) {
+        bench_job_t j;
+        memset(&j, 0, sizeof(j));
+        if (kiln_pool_create(threads, &j.pool)) return;
+        j.g = g;
+        kiln_cpu_bf16_set(0);
+        double f32 = flop / bench_best(&j, reps, threads) * 1e-9;
+        kiln_cpu_bf16_set(bf_all);
+        double b16 = bf_all ? flop / bench_best(&j, reps, threads) * 1e-9 : 0;
+        char name[80];
+        snprintf(name, sizeof(name), "%s %lldx%lldx%lld", what, (long long)g.m, (long long)g.n,
+                 (long long)g.k);
+        printf("%-22s %3d %10.1f %10.1f %6.2fx\n", name, threads, f32, b16, b16 / f32);
+        fflush(stdout);
+        kiln_pool_release(j.pool);
+      }
+    }
+    free(x), free(w), free(dy), free(c);
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && !strcmp(argv[1], "--train")) {
+    int64_t tshapes[16][3] = {{1024, 768, 256}, {1024, 256, 256}, {1024, 1024, 256}, {1024, 256, 1024}};
+    int nt = 4;
+    if (argc > 4) {
+      nt = 0;
+      for (int i = 2; i + 2 < argc && nt < 16; i += 3, ++nt)
+        for (int d = 0; d < 3; ++d) tshapes[nt][d] = atoll(argv[i + d]);
+    }
+    bench_train(tshapes, nt);
+    return 0;
+  }
   int64_t shapes[16][3] = {{1024, 1024, 1024}, {128, 768, 768}, {128, 3072, 768}, {128, 768, 3072}};
   int n_shapes = 4;
   if (argc > 3) {

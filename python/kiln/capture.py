@@ -180,6 +180,7 @@ class LoweringContext:
         self.symbols = symbolic.Symbols(self.graph)
         self.env = {}  # fx node -> kiln value id | python value | size | tuple
         self.kept = []  # tensors whose bytes the graph borrows (frozen_constant)
+        self.constants = set()  # value ids of constants (constant, frozen_constant)
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
         self._seed, self._streams = None, 0  # random_seed's
@@ -241,8 +242,10 @@ class LoweringContext:
         if t.dtype not in DTYPES:
             raise KilnError(f"constant {name or ''} has dtype {t.dtype}, which kiln does not support")
         t = t.contiguous()
-        return self._record(self.graph.add_constant(
+        vid = self._record(self.graph.add_constant(
             name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size()))
+        self.constants.add(vid)
+        return vid
 
     def frozen_constant(self, tensor, name=None):
         """A frozen parameter (kiln/dynamo.py): its bytes are borrowed, not
@@ -254,8 +257,10 @@ class LoweringContext:
             return self.constant(t, name)
         key = (f"torch:{id(tensor)}:{tensor._version}:{t.data_ptr()}:{t.dtype}:{tuple(t.shape)}")
         self.kept.append(tensor)
-        return self._record(self.graph.add_constant(
+        vid = self._record(self.graph.add_constant(
             name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), key))
+        self.constants.add(vid)
+        return vid
 
     def quant_constant(self, q, scales, zeros, group, name=None):
         """A float32 constant held as a checkpoint's integers: q, scales and

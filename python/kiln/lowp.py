@@ -14,11 +14,14 @@ removed by dead-code elimination. So:
 - norms, softmax, reductions, elementwise math, attention and convolutions
   compute in fp32 and their intermediates stay fp32 (kiln is at least as
   accurate as eager: it skips eager's rounding of each op's output);
-- a matrix product (linear, mm, bmm, matmul, addmm) reads its first operand
-  as the bf16 tensor eager reads (rounded: a bf16 value), and its second
-  widened, and sums in fp32. A bf16 weight is a bf16 value in fp32, so the
-  weight packer stores it as bf16 for the bf16 engines (AMX, AVX512_BF16;
-  widened in registers on other CPUs) without changing a product;
+- a matrix product (linear, mm, bmm, matmul, addmm) reads its operands as
+  the bf16 tensors eager reads (rounded: bf16 values) and sums in fp32: the
+  GEMM runs on the bf16 engines (AMX, AVX512_BF16) where the CPU has one,
+  B packed into bf16 pairs at run time, else widens them as it packs. A
+  second operand computed from constants alone (a weight, or autocast's cast
+  of one) is read widened instead: constant folding makes it a float32
+  constant holding bf16 values, which the weight packer stores as bf16 for
+  the bf16 engines once, at compile time, without changing a product;
 - data movement (views, permutes, slices, cat, gathers) runs on the bf16
   bytes, unless its input is already wide (then on the fp32 ones).
 
@@ -62,9 +65,33 @@ _MOVEMENT = {
 # point of them) and checks.
 _NATIVE = {aten._to_copy.default, aten.to.dtype, aten._assert_tensor_metadata.default}
 
-# Matrix products: the operand index read as a bf16 tensor (the A of the GEMM).
-_PRODUCT_A = {aten.mm.default: 0, aten.bmm.default: 0, aten.matmul.default: 0,
-              aten.linear.default: 0, aten.addmm.default: 1}
+# Matrix products: the operand indices of the GEMM's A and B, read as bf16 tensors.
+_PRODUCT_AB = {aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.matmul.default: (0, 1),
+               aten.linear.default: (0, 1), aten.addmm.default: (1, 2)}
+
+
+def _from_constants(ctx, node):
+    """True when FX node's value is computed from kiln constants alone (a
+    weight, its views and casts): constant folding will make it a constant."""
+    memo = ctx.__dict__.setdefault("from_constants", {})
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        if n.op == "placeholder" or not n.all_input_nodes:
+            v = ctx.env.get(n)
+            memo[n] = n.op == "get_attr" or (isinstance(v, int) and v in ctx.constants)
+            stack.pop()
+            continue
+        todo = [a for a in n.all_input_nodes if a not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[n] = all(memo[a] for a in n.all_input_nodes)
+        stack.pop()
+    return memo[node]
 
 
 def _low_dtype(v):
@@ -107,14 +134,17 @@ def lower_node(ctx, n, handler):
 
 
 def _promoted(ctx, n, handler, low_in, low_out, wide):
-    a_index = _PRODUCT_A.get(n.target)
-    a_node = n.args[a_index] if a_index is not None and len(n.args) > a_index else None
+    ab = _PRODUCT_AB.get(n.target, ())
+    a_node = n.args[ab[0]] if ab and len(n.args) > ab[0] else None
+    b_node = n.args[ab[1]] if ab and len(n.args) > ab[1] else None
+    if isinstance(b_node, torch.fx.Node) and _from_constants(ctx, b_node):
+        b_node = None  # a weight: widened, folded into a constant, packed once
     saved = []
     try:
         for a in low_in:
             saved.append((a, ctx.env[a], a.meta["val"]))
-            if a is a_node and a.meta["val"].dtype == torch.bfloat16:
-                continue  # the product's A: the bf16 tensor, widened by the GEMM
+            if (a is a_node or a is b_node) and a.meta["val"].dtype == torch.bfloat16:
+                continue  # the product's A or B: the bf16 tensor, read as bf16 by the GEMM
             ctx.env[a] = wide[a] if a in wide else cast(ctx, ctx.env[a], torch.float32)
             a.meta["val"] = _widened(a.meta["val"])
         saved.append((n, None, n.meta["val"]))

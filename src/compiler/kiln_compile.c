@@ -146,7 +146,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     if (g->values[i].note)
       fprintf(o->log, "kiln: constant %%%d %s: %s\n", i, g->values[i].name ? g->values[i].name : "",
               g->values[i].note);
-  if (!s && o->log) kiln_hal_describe_constants(target, g, "kiln: ", o->log);
+  if (!s && o->log) kiln_hal_describe_engines(target, g, "kiln: ", o->log);
   if (s) {
     kiln_graph_release(g);
     return s;

@@ -18,14 +18,13 @@ const kiln_hal_target_t* kiln_hal_target_find(const char* name) {
 
 const kiln_hal_target_t* kiln_hal_target_host(void) { return kiln_hal_target_cpu(); }
 
-void kiln_hal_describe_constants(const kiln_hal_target_t* target, const kiln_graph_t* g,
-                                 const char* prefix, FILE* out) {
-  if (!target || !target->constant_describe) return;
+void kiln_hal_describe_engines(const kiln_hal_target_t* target, const kiln_graph_t* g,
+                               const char* prefix, FILE* out) {
+  if (!target || !target->node_describe) return;
   const char* said[8]; /* the distinct lines so far (a target has a few engines) */
   int n_said = 0;
-  for (int32_t i = 0; i < g->n_values; ++i) {
-    if (g->values[i].kind != KILN_VALUE_CONSTANT) continue;
-    const char* d = target->constant_describe(&g->values[i]);
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    const char* d = target->node_describe(g, &g->nodes[i]);
     int seen = !d;
     for (int k = 0; !seen && k < n_said; ++k) seen = !strcmp(said[k], d);
     if (seen) continue;

@@ -100,13 +100,13 @@ struct kiln_hal_target_s {
    * (form->nbytes host bytes). Thread-safe: constants pack in parallel. */
   void (*constant_pack)(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
                         void* out);
-  /* In words, what the target runs the nodes reading this constant on,
-   * when that depends on the machine (the CPU: bf16 compute's engine, the
-   * int8 engine of int8 activations), as "what: how" ("bf16 compute:
-   * AVX512_BF16 dot products (VDPBF16PS)"), for KILN_LOG and kiln.explain
-   * (kiln_hal_describe_constants); NULL when there is nothing to say. May
-   * be NULL. */
-  const char* (*constant_describe)(const kiln_value_t* constant);
+  /* In words, what the target runs node n on, when that depends on the
+   * machine (the CPU: bf16 compute's engine for a packed bf16 weight or a
+   * product of two bf16 graph values, the int8 engine of int8
+   * activations), as "what: how" ("bf16 compute: AVX512_BF16 dot products
+   * (VDPBF16PS)"), for KILN_LOG and kiln.explain (kiln_hal_describe_engines);
+   * NULL when there is nothing to say. May be NULL. */
+  const char* (*node_describe)(const kiln_graph_t* g, const kiln_node_t* n);
   /* 1: buffers are host pointers (the caller's tensors are bound in place). */
   int host_memory;
   /* 1: runs take no pool (the target's kernels run on the calling thread). */
@@ -127,10 +127,10 @@ const kiln_hal_target_t* kiln_hal_target_reference(void);
 /* By name; NULL or "" is the default: $KILN_TARGET when set, else "cpu".
  * NULL for an unknown name. */
 const kiln_hal_target_t* kiln_hal_target_find(const char* name);
-/* Prints, once each, the lines target->constant_describe gives for g's
- * constants, each after prefix ("  " in kiln.explain, "kiln: " in KILN_LOG). */
-void kiln_hal_describe_constants(const kiln_hal_target_t* target, const kiln_graph_t* g,
-                                 const char* prefix, FILE* out);
+/* Prints, once each, the lines target->node_describe gives for g's nodes,
+ * each after prefix ("  " in kiln.explain, "kiln: " in KILN_LOG). */
+void kiln_hal_describe_engines(const kiln_hal_target_t* target, const kiln_graph_t* g,
+                               const char* prefix, FILE* out);
 /* A target whose memory is the host's, for work that must make host bytes
  * (constant folding) whatever the model's target. */
 const kiln_hal_target_t* kiln_hal_target_host(void);

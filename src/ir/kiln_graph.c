@@ -101,6 +101,21 @@ int kiln_value_same_type(const kiln_value_t* a, const kiln_value_t* b) {
   return 1;
 }
 
+int kiln_node_is_bf16_product(const kiln_graph_t* g, const kiln_node_t* n) {
+  int a, b;
+  if (n->op == KILN_OP_MATMUL) {
+    int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
+    a = (flags & KILN_MATMUL_ROUND_A_BF16) != 0, b = (flags & KILN_MATMUL_ROUND_B_BF16) != 0;
+  } else if (n->op == KILN_OP_LINEAR) {
+    a = n->params[KILN_P(LINEAR, ROUND_A)] != 0, b = n->params[KILN_P(LINEAR, ROUND_B)] != 0;
+  } else {
+    return 0;
+  }
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  return (a || x->dtype == KILN_BF16) && w->kind != KILN_VALUE_CONSTANT &&
+         (b || w->dtype == KILN_BF16);
+}
+
 int kiln_node_is_view(const kiln_graph_t* g, const kiln_node_t* n, int64_t* out_bytes) {
   *out_bytes = 0;
   if (n->op == KILN_OP_RESHAPE) return 1;

@@ -279,6 +279,11 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* graph);
  * the run's byte offset into the input. */
 int kiln_node_is_view(const kiln_graph_t* graph, const kiln_node_t* n, int64_t* out_bytes);
 
+/* 1 when n is a MATMUL or LINEAR whose A and graph-valued B are both bf16
+ * values: bf16 tensors, or float32 ones its flags round as they are packed
+ * (autocast's products; the CPU runs them on its bf16 engine). */
+int kiln_node_is_bf16_product(const kiln_graph_t* graph, const kiln_node_t* n);
+
 /* "(1, 128, 768) float32" into buf; returns buf. A symbolic dimension
  * prints as "?"; kiln_graph_describe_value prints its expression. */
 const char* kiln_value_describe(const kiln_value_t* value, char* buf, size_t size);

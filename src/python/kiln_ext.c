@@ -754,7 +754,7 @@ static PyObject* kiln_py_model_explain(kiln_py_model_t* self, PyObject* unused) 
   int64_t view_bytes;
   for (int32_t i = 0; i < g->n_nodes; ++i) calls += !kiln_node_is_view(g, &g->nodes[i], &view_bytes);
   const kiln_hal_target_t* target = kiln_hal_target_find(kiln_model_target_name(self->model));
-  kiln_hal_describe_constants(target, g, "  ", f);
+  kiln_hal_describe_engines(target, g, "  ", f);
   if (symbolic) fprintf(f, "  arena planned per shape at run time (latest: ");
   else fprintf(f, "  arena ");
   fprintf(f, "%.2f MiB%s, %d kernel calls per run, ISA %s, %d threads%s\n",

@@ -2,8 +2,8 @@
  * replace bit for bit (the fold's contract: same bits as the unfused graph):
  *   - a GEMM rounding its fp32 A (a_round_bf16) or B (b_round_bf16) to bf16
  *     as it packs gives the bits of the same GEMM reading a_bf16 = cast(A)
- *     and the widened cast(B), and matches the scalar reference with the
- *     rounded operands;
+ *     and b_bf16 = cast(B) (on the bf16 engines too, where they run it), and
+ *     matches the scalar reference with the rounded operands;
  *   - a GEMM reading a bf16 B (b_bf16) gives the bits of the same GEMM
  *     reading the widened fp32 B, row-major and transposed, at the small-M
  *     (GEMV) and blocked sizes and both B packers (up front and on the fly),
@@ -172,12 +172,27 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
       g.c_batch_stride = M * N;
       g.c_row_stride = N;
       g.act = KILN_ACT_NONE;
-      /* The unfused graph: cast A to bf16 (a_bf16), B widened in fp32. */
+      /* The unfused graph: both operands cast to bf16 (a_bf16, b_bf16:
+       * python/kiln/lowp.py reads a product's operands as the bf16 tensors
+       * eager reads). Where the CPU has a bf16 engine and the product is
+       * large enough, it computes all of these (kiln_gemm_bf16_compute_values). */
       kiln_gemm_f32_args_t u = g;
       u.a_bf16 = a16;
-      u.b = bw;
+      u.b_bf16 = b16;
       u.c = c1;
       kiln_gemm_f32(&u, pool);
+      /* An fp32 A with a bf16 B (b_bf16) gives the bits of the widened B. */
+      kiln_gemm_f32_args_t w1 = g, w2 = g;
+      w1.a = w2.a = ar;
+      w1.b_bf16 = b16;
+      w1.c = c2;
+      w2.b = bw;
+      w2.c = c3;
+      kiln_gemm_f32(&w1, pool);
+      kiln_gemm_f32(&w2, pool);
+      KILN_EXPECT(casts_same_bits(c2, c3, (size_t)(B * M * N)),
+                  "%s: M %lld K %lld N %lld aT %d bT %d: a bf16 B differs from its widening",
+                  where, (long long)M, (long long)K, (long long)N, at, bt & 1);
       /* Folded: A rounded as packed, B read as bf16 (fb 0) or B float32
        * rounded as packed (fb 1, b_round_bf16: at small M with a transposed
        * B, rounded into scratch for the path bw takes). */

@@ -6,6 +6,9 @@
  * the fp32 driver's 256-K blocks), with and without bias, activation and
  * residual (also in place), NaN and Inf, strided A and C, a batch.
  *
+ * The same for products of two bf16 graph values (bf16c_values: B packed
+ * at run time, A and B in every orientation a training step reads).
+ *
  * Paths: "amx" (KILN_CPU_BF16_AMX only), "avx512_bf16" (KILN_CPU_BF16_AVX512
  * only), and with both masked off the fp32 kernels at each ISA level
  * ("avx512", "avx2", "generic") reading the same weights widened. A path
@@ -29,6 +32,7 @@
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
 
@@ -167,12 +171,88 @@ static void bf16c_path(kiln_pool_t* pool, const char* path) {
   bf16c_run(&tc, pool, path);
 }
 
+/* Two bf16 graph values (kiln_gemm_bf16_compute_values: autocast's
+ * products, B packed at run time): A row-major, transposed (dY^T of dW) or
+ * with neither stride 1; B with contiguous rows (x W, dY W), contiguous
+ * columns (x W^T) or neither; each given as bf16 or as fp32 rounded as it
+ * is packed (a folded cast); B shared by the batch or one per batch. The
+ * bf16 and rounded forms pack the same panels, so their results must be
+ * the same bits; both must match the double product of the rounded
+ * operands (tolerance as above). `engine`: a bf16 engine is on, so a
+ * product of at least 16 rows and 2^18 multiply-adds must take it. */
+static void bf16c_values_run(kiln_pool_t* pool, const char* path, int engine, int64_t B, int64_t M,
+                             int64_t N, int64_t K, int ao, int bo, int b_shared) {
+  /* Element (i, p) of A at i * ars + p * acs; (p, j) of B at p * brs + j * bcs. */
+  int64_t ars = ao == 0 ? K + 1 : ao == 1 ? 1 : 2 * K + 3, acs = ao == 0 ? 1 : ao == 1 ? M + 2 : 2;
+  int64_t brs = bo == 0 ? N + 3 : bo == 1 ? 1 : 2, bcs = bo == 0 ? 1 : bo == 1 ? K + 1 : 2 * K + 1;
+  size_t a_span = (size_t)((M - 1) * ars + (K - 1) * acs + 1);
+  size_t b_span = (size_t)((K - 1) * brs + (N - 1) * bcs + 1);
+  int64_t bbs = b_shared ? 0 : (int64_t)b_span;
+  size_t na = (size_t)B * a_span, nb = (size_t)(b_shared ? 1 : B) * b_span, nc = (size_t)(B * M * N);
+  float* a = bf16c_alloc(na * 4);
+  float* b = bf16c_alloc(nb * 4);
+  uint16_t* a16 = bf16c_alloc(na * 2);
+  uint16_t* b16 = bf16c_alloc(nb * 2);
+  float* c1 = bf16c_alloc(nc * 4);
+  float* c2 = bf16c_alloc(nc * 4);
+  float* want = bf16c_alloc(nc * 4);
+  unsigned seed = (unsigned)(M * 31 + N * 17 + K * 7 + (uint64_t)ao * 3 + (uint64_t)bo);
+  kiln_test_fill_f32(a, na, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(b, nb, seed + 1, -1.0f, 1.0f);
+  for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
+  for (size_t i = 0; i < nb; ++i) b16[i] = kiln_gemm_bf16_from_f32(b[i]);
+  for (int64_t t = 0; t < B; ++t)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < K; ++p)
+          acc += (double)bf16c_round(a[t * (int64_t)a_span + i * ars + p * acs]) *
+                 bf16c_round(b[t * bbs + p * brs + j * bcs]);
+        want[(t * M + i) * N + j] = (float)acc;
+      }
+  kiln_gemm_f32_args_t g;
+  memset(&g, 0, sizeof(g));
+  g.batch = B, g.m = M, g.n = N, g.k = K;
+  g.a_batch_stride = (int64_t)a_span, g.a_row_stride = ars, g.a_col_stride = acs;
+  g.b_batch_stride = bbs, g.b_row_stride = brs, g.b_col_stride = bcs;
+  g.c_batch_stride = M * N, g.c_row_stride = N;
+  kiln_gemm_f32_args_t x = g, y = g; /* x: both bf16; y: both fp32 rounded as packed */
+  x.a_bf16 = a16, x.b_bf16 = b16, x.c = c1;
+  y.a = a, y.a_round_bf16 = 1, y.b = b, y.b_round_bf16 = 1, y.c = c2;
+  int took = kiln_gemm_bf16_compute_values(&x, pool);
+  int expect = engine && M >= 16 && M * N * K >= ((int64_t)1 << 18);
+  if (!took) kiln_gemm_f32(&x, pool);
+  kiln_gemm_f32(&y, pool);
+  char what[200];
+  snprintf(what, sizeof what, "[%s, %d thr] values b=%lld m=%lld n=%lld k=%lld a%d b%d shared=%d",
+           path, kiln_pool_size(pool), (long long)B, (long long)M, (long long)N, (long long)K, ao,
+           bo, b_shared);
+  KILN_EXPECT(took == expect, "%s: bf16 engine %s", what, took ? "took it" : "declined");
+  KILN_EXPECT(memcmp(c1, c2, nc * 4) == 0, "%s: bf16 operands and rounded ones differ", what);
+  kiln_test_compare_f32(what, c1, want, nc, 1e-5f * sqrtf((float)K) + 1e-6f, 1e-5f);
+  free(a), free(b), free(a16), free(b16), free(c1), free(c2), free(want);
+}
+
+static void bf16c_values(kiln_pool_t* pool, const char* path, int engine) {
+  static const int64_t shapes[][4] = {{1, 64, 96, 64},  {1, 130, 260, 96}, {1, 17, 33, 1001},
+                                      {2, 48, 40, 257}, {3, 33, 47, 250},  {1, 16, 16, 16}};
+  for (size_t z = 0; z < sizeof(shapes) / sizeof(shapes[0]); ++z)
+    for (int ao = 0; ao < 3; ++ao)
+      for (int bo = 0; bo < 3; ++bo)
+        bf16c_values_run(pool, path, engine, shapes[z][0], shapes[z][1], shapes[z][2],
+                         shapes[z][3], ao, bo, (int)((z + (size_t)ao + (size_t)bo) % 2));
+  /* Products too large for a task per batch: the batches one after another,
+   * B packed for each. */
+  bf16c_values_run(pool, path, engine, 2, 256, 256, 300, 1, 0, 0);
+}
+
 static void bf16c_each_pool(const char* path) {
   for (int t = 1; t <= 2; ++t) {
     kiln_pool_t* pool = NULL;
     KILN_EXPECT_OK(kiln_pool_create(t, &pool));
     if (!pool) continue;
     bf16c_path(pool, path);
+    bf16c_values(pool, path, kiln_cpu_bf16() != 0);
     kiln_pool_release(pool);
   }
 }

@@ -178,8 +178,9 @@ class Attention(nn.Module):
 
 def test_folded_casts_saved_and_loaded(tmp_path, monkeypatch):
     """An inference graph traced under autocast keeps its folds through a
-    .kiln file (format 2.9: a 2.8 reader refuses what it cannot run), with
-    the bits the unfolded graph gives."""
+    .kiln file (format 2.12: its attention products round both operands as
+    they pack, so an older reader refuses what it cannot run), with the
+    bits the unfolded graph gives."""
     torch.manual_seed(5)
     model = Attention().eval()
     x = torch.randn(2, 6, 32)
@@ -197,7 +198,7 @@ def test_folded_casts_saved_and_loaded(tmp_path, monkeypatch):
     kiln.save(folded, str(path))
     data = path.read_bytes()
     assert data[:4] == b"KILN" and int.from_bytes(data[4:6], "little") == 2
-    assert int.from_bytes(data[6:8], "little") == 9
+    assert int.from_bytes(data[6:8], "little") == 12
     loaded = kiln.load(str(path))
     with torch.no_grad():
         want = got[True](x)
@@ -346,3 +347,68 @@ def test_saved_weight_casts_made_in_backward(monkeypatch, isa_level):
     monkeypatch.setenv("KILN_SAVE_CASTS", "sometimes")
     with pytest.raises(Exception, match="KILN_SAVE_CASTS"):
         _step(model, (x, target), False, monkeypatch)
+
+
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+def test_autocast_training_on_the_bf16_engine(isa_level):
+    """The products of a training step under autocast are products of two
+    bf16 graph values (activations, gradients and the weights' bf16 copies),
+    large enough here (128 tokens, d 128, ff 256) for the bf16 engines:
+    where the CPU has one (AVX512_BF16, AMX) at this ISA level, the GEMM
+    packs B into bf16 pairs at run time and runs there
+    (kiln_gemm_bf16_compute_values), else the fp32 kernels take the same bf16
+    values. Either way kiln.explain names the engine of each graph's
+    products, and two steps are held to eager autocast by
+    test_autocast_training_matches_eager's rule (error against float64 at
+    most eager's plus one bf16 rounding)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from models import TrainTransformer
+
+    torch.manual_seed(3)
+    model = TrainTransformer(d=128, heads=2, layers=1, ff=256).train()
+    eager_model, ref_model = copy.deepcopy(model), copy.deepcopy(model).double()
+    x, target = torch.randn(2, 64, 128), torch.randn(2, 64, 128)
+    plans = []
+    init = km.KilnModule.__init__
+
+    def record(self, *a, **k):
+        init(self, *a, **k)
+        plans.append(self)
+
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="kiln")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    u = 2.0 ** -8
+    km.KilnModule.__init__ = record
+    try:
+        for step in range(2):
+            model.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = fn(x, target)
+            loss.backward()
+            got = [loss.detach()] + [p.grad.detach().clone() for p in model.parameters()]
+            eager_model.load_state_dict(model.state_dict())
+            ref_model.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+            eager = _loss_and_grads(eager_model, (x, target), True)
+            ref = _loss_and_grads(ref_model, (x.double(), target.double()), False)
+            names = ["loss"] + [n for n, _ in model.named_parameters()]
+            for name, g, e, r in zip(names, got, eager, ref):
+                err_k = (g.double() - r).abs().max().item()
+                err_e = (e.double() - r).abs().max().item()
+                bound = err_e + u * r.abs().max().item()
+                assert err_k <= bound, (f"{isa_level} step {step} {name}: kiln error {err_k:.3g} > "
+                                        f"eager's {err_e:.3g} + one rounding ({bound:.3g})")
+            opt.step()
+    finally:
+        km.KilnModule.__init__ = init
+    f = kiln.machine()["features"]
+    # AMX only where the OS granted the tile state too; AVX512_BF16 then stays on.
+    engines = (("AMX tiles", "AVX512_BF16") if f.get("amx_bf16") else ("AVX512_BF16",)) \
+        if isa_level == "avx512" and (f.get("avx512_bf16") or f.get("amx_bf16")) else ("no bf16 engine",)
+    assert len(plans) == 2  # forward and backward
+    for p in plans:
+        lines = [line.strip() for line in p.explain().splitlines() if "bf16 products of graph values" in line]
+        assert len(lines) == 1 and any(e in lines[0] for e in engines), (engines, lines)

@@ -24,7 +24,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
                                          kiln_hal_constant_form_t* out_form);
 void kiln_hal_cpu_constant_pack(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
                                 void* out);
-const char* kiln_hal_cpu_constant_describe(const kiln_value_t* constant);
+const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t* n);
 /* Host memory (the system allocator), synchronous runs. */
 kiln_status_t kiln_hal_cpu_alloc(size_t bytes, void** out_ptr);
 void kiln_hal_cpu_free(void* ptr);

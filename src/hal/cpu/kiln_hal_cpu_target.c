@@ -136,9 +136,13 @@ kiln_status_t kiln_hal_cpu_copy(void* dst, const void* src, size_t bytes, kiln_h
 
 kiln_status_t kiln_hal_cpu_synchronize(void) { return kiln_ok(); } /* runs are synchronous */
 
-const char* kiln_hal_cpu_constant_describe(const kiln_value_t* c) {
-  if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) return kiln_gemm_bf16_compute_describe();
-  if (kiln_value_int8_activations(c)) return kiln_gemm_int8_describe();
+const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t* n) {
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    if (n->inputs[i] < 0 || VAL(i)->kind != KILN_VALUE_CONSTANT) continue;
+    if (VAL(i)->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) return kiln_gemm_bf16_compute_describe();
+    if (kiln_value_int8_activations(VAL(i))) return kiln_gemm_int8_describe();
+  }
+  if (kiln_node_is_bf16_product(g, n)) return kiln_gemm_bf16_values_describe();
   return NULL;
 }
 
@@ -148,7 +152,7 @@ static const kiln_hal_target_t kiln_hal_cpu_target_ = {
     .supports = kiln_hal_cpu_supports,
     .constant_form = kiln_hal_cpu_constant_form,
     .constant_pack = kiln_hal_cpu_constant_pack,
-    .constant_describe = kiln_hal_cpu_constant_describe,
+    .node_describe = kiln_hal_cpu_node_describe,
     .host_memory = 1,
     .single_thread = 0,
     .alloc = kiln_hal_cpu_alloc,

@@ -32,11 +32,18 @@ static void kiln_ref_init(void) {
   }
 }
 
-static const char* kiln_ref_constant_describe(const kiln_value_t* c) {
-  if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
-    return "bf16 compute: the scalar reference GEMM (bf16 products, summed in double)";
-  if (kiln_value_int8_activations(c))
-    return "int8 activations: the scalar reference (the rule's integer sums)";
+static const char* kiln_ref_node_describe(const kiln_graph_t* g, const kiln_node_t* n) {
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    const kiln_value_t* c = n->inputs[i] >= 0 ? &g->values[n->inputs[i]] : NULL;
+    if (!c || c->kind != KILN_VALUE_CONSTANT) continue;
+    if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
+      return "bf16 compute: the scalar reference GEMM (bf16 products, summed in double)";
+    if (kiln_value_int8_activations(c))
+      return "int8 activations: the scalar reference (the rule's integer sums)";
+  }
+  if (kiln_node_is_bf16_product(g, n))
+    return "bf16 products of graph values: the scalar reference GEMM (bf16 products, summed in "
+           "double)";
   return NULL;
 }
 
@@ -46,7 +53,7 @@ static const kiln_hal_target_t kiln_ref_target_ = {
     .supports = kiln_hal_cpu_supports,           /* the same kernels' contracts */
     .constant_form = kiln_hal_cpu_constant_form, /* the references read every packed form */
     .constant_pack = kiln_hal_cpu_constant_pack,
-    .constant_describe = kiln_ref_constant_describe,
+    .node_describe = kiln_ref_node_describe,
     .host_memory = 1,
     .single_thread = 1,
     .alloc = kiln_hal_cpu_alloc, /* the host's memory, as the CPU's */

@@ -29,7 +29,10 @@
  * bf16 compute (b_packed_bf16_vnni) goes to the bf16 engines
  * (kiln_gemm_bf16_compute.c) when kiln_cpu_bf16() allows one; otherwise it
  * runs here like bf16 weights, from the VNNI panels (widen_vnni, gemv_vnni),
- * with A rounded to bf16 as it is packed.
+ * with A rounded to bf16 as it is packed. So does a product of two bf16
+ * graph values (A and an unpacked B each bf16 or rounded to it: autocast),
+ * B then packed into VNNI pairs at run time (kiln_gemm_bf16_compute_values)
+ * when there are enough rows to repay it.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -129,6 +132,16 @@ const char* kiln_gemm_bf16_compute_describe(void) {
                  "registers"
                : "bf16 compute: no bf16 engine: the fp32 kernels, bf16 pairs widened in registers";
   return "bf16 compute: no bf16 engine: the fp32 kernels on widened copies of the bf16 weights";
+}
+
+const char* kiln_gemm_bf16_values_describe(void) {
+  unsigned eng = kiln_cpu_bf16();
+  if (eng & KILN_CPU_BF16_AMX)
+    return "bf16 products of graph values: AMX tiles (TDPBF16PS), B packed at run time";
+  if (eng & KILN_CPU_BF16_AVX512)
+    return "bf16 products of graph values: AVX512_BF16 dot products (VDPBF16PS), B packed at run "
+           "time";
+  return "bf16 products of graph values: no bf16 engine: the fp32 kernels on the same bf16 values";
 }
 
 const char* kiln_gemm_int8_describe(void) {
@@ -739,6 +752,12 @@ void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   }
   if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
   const int b_unpacked_f32 = g->b && !g->b_packed && !g->b_packed_bf16 && !g->b_bf16;
+  /* Two bf16 values (autocast's operands, cast or rounded as packed): the
+   * bf16 engines where the CPU has one, B packed at run time. */
+  const int a_bf16_valued = g->a_bf16 || g->a_round_bf16;
+  const int b_bf16_valued = !g->b_packed_bf16_vnni && !g->b_packed_bf16 && !g->b_packed &&
+                            (g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32));
+  if (a_bf16_valued && b_bf16_valued && kiln_gemm_bf16_compute_values(g, pool)) return;
   if ((g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32)) && g->m <= KILN_GEMM_GEMV_MAX_M &&
       g->b_row_stride == 1 && kiln_gemm_b_bf16_widened(g, pool))
     return;

@@ -140,6 +140,9 @@ const char* kiln_gemm_bf16_last_engine(void);
  * use, reading the bf16 pairs in registers (AVX2) or from widened copies
  * (other levels). */
 const char* kiln_gemm_bf16_compute_describe(void);
+/* The same for a product of two bf16 graph values (autocast's; B packed at
+ * run time: kiln_gemm_bf16_compute_values). */
+const char* kiln_gemm_bf16_values_describe(void);
 /* The same for int8 activations (weights_dtype "...:a8"): "int8
  * activations: AVX512-VNNI dot products (VPDPBUSD)", AVX2's, or the
  * portable kernels'. */

@@ -1,8 +1,13 @@
 /* The bf16-compute driver: C = act(round_bf16(A) . B_bf16 + bias) + residual
  * with fp32 sums, on the bf16 engines kiln_cpu_bf16() allows (AMX tiles,
- * VDPBF16PS), for a B packed by kiln_gemm_bf16_vnni_pack_b.
+ * VDPBF16PS), for a B packed by kiln_gemm_bf16_vnni_pack_b at compile time
+ * (a weight) or, kiln_gemm_bf16_compute_values, for two bf16 graph values
+ * (autocast's products in training: x W^T, dY W, dY^T X), B then packed
+ * into the same VNNI pairs here, once or per batch, in parallel over its
+ * panels.
  *
- * Per batch, two parallel phases: A is rounded into bf16 rows (64 rows per
+ * Per batch, two parallel phases: A (rows of unit stride, or transposed)
+ * is rounded into bf16 rows (64 rows per
  * task; rows padded with zeros to a multiple of 16 and columns to ka, a
  * multiple of 32, which is what the tile loads read), then tasks of (M
  * block, run of 32-column strips) each compute their block over all of K
@@ -38,12 +43,25 @@ typedef struct {
   kiln_gemm_bf16_block_fn block;
   const float* a;
   const uint16_t* a16;
-  int64_t a_rs, m, m_pad;
+  int64_t a_rs, a_cs, m, m_pad;
   uint16_t* a_out;
   int64_t mc, n_m, strips, n_n;
+  /* B packed at run time (kiln_gemm_bf16_compute_values): the current
+   * batch's source and the panels each packing task takes. */
+  const float* b;
+  const uint16_t* b16;
+  int64_t b_rs, b_cs, b_per;
+  uint16_t* b_out;
 } kiln_gemm_bf16_chunk_t;
 
 #define KILN_GEMM_BF16_A_ROWS 64
+#define KILN_GEMM_BF16_VALUES_MIN_M 16
+#define KILN_GEMM_BF16_VALUES_MIN_MACS ((int64_t)1 << 18)
+/* Products of at most this many multiply-adds (~0.1 ms on a core) in a
+ * batch of at least one per thread go a batch per task. */
+#define KILN_GEMM_BF16_BATCH_MACS ((int64_t)1 << 24)
+/* Panels of B per packing task: 4 x K x 64 bytes (256 KiB at K = 1024). */
+#define KILN_GEMM_BF16_B_PANELS 4
 
 static void kiln_gemm_bf16_pack_task(void* p, size_t task, int thread) {
   (void)thread;
@@ -53,8 +71,18 @@ static void kiln_gemm_bf16_pack_task(void* p, size_t task, int thread) {
   int64_t live = ch->m - r0 < 0 ? 0 : ch->m - r0 < r1 - r0 ? ch->m - r0 : r1 - r0;
   kiln_bf16_gemm_pack_a__avx512(live, r1 - r0, ch->blk.k, ch->blk.ka,
                                ch->a ? ch->a + r0 * ch->a_rs : NULL,
-                               ch->a16 ? ch->a16 + r0 * ch->a_rs : NULL, ch->a_rs,
+                               ch->a16 ? ch->a16 + r0 * ch->a_rs : NULL, ch->a_rs, ch->a_cs,
                                ch->a_out + r0 * ch->blk.ka);
+}
+
+static void kiln_gemm_bf16_pack_b_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_bf16_chunk_t* ch = p;
+  int64_t q0 = (int64_t)task * ch->b_per, q1 = q0 + ch->b_per;
+  int64_t panels = (ch->blk.n + KILN_GEMM_PANEL - 1) / KILN_GEMM_PANEL;
+  if (q1 > panels) q1 = panels;
+  kiln_bf16_gemm_pack_b_vnni__avx512(ch->blk.k, ch->blk.n, q0, q1, ch->b, ch->b16, ch->b_rs,
+                                     ch->b_cs, ch->b_out);
 }
 
 static void kiln_gemm_bf16_compute_task(void* p, size_t task, int thread) {
@@ -70,7 +98,43 @@ static void kiln_gemm_bf16_compute_task(void* p, size_t task, int thread) {
 
 static int64_t kiln_gemm_bf16_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+/* One batch whole, in the thread's slot of scratch (its own B when B has a
+ * batch stride, then its A): the by-batch split of kiln_gemm_bf16_run. */
+typedef struct {
+  const kiln_gemm_bf16_chunk_t* proto;
+  const kiln_gemm_f32_args_t* g;
+  unsigned char* slots;
+  size_t slot_bytes, b_bytes; /* b_bytes 0: B shared, packed at proto's b_out */
+} kiln_gemm_bf16_batches_t;
+
+static void kiln_gemm_bf16_batch_task(void* p, size_t task, int thread) {
+  const kiln_gemm_bf16_batches_t* t = p;
+  const kiln_gemm_f32_args_t* g = t->g;
+  kiln_gemm_bf16_chunk_t ch = *t->proto;
+  const int64_t b = (int64_t)task, a_off = b * g->a_batch_stride;
+  unsigned char* slot = t->slots + (size_t)thread * t->slot_bytes;
+  ch.a_out = (uint16_t*)(void*)(slot + t->b_bytes);
+  ch.blk.a = ch.a_out;
+  ch.blk.c = g->c + b * g->c_batch_stride;
+  ch.blk.res = g->residual ? g->residual + b * g->r_batch_stride : NULL;
+  if (t->b_bytes) {
+    int64_t b_off = b * g->b_batch_stride;
+    ch.b_out = (uint16_t*)(void*)slot;
+    ch.blk.b = ch.b_out;
+    kiln_bf16_gemm_pack_b_vnni__avx512(ch.blk.k, ch.blk.n, 0, kiln_gemm_bf16_cdiv(ch.blk.n, KILN_GEMM_PANEL),
+                                       g->b_bf16 ? NULL : g->b + b_off,
+                                       g->b_bf16 ? g->b_bf16 + b_off : NULL, ch.b_rs, ch.b_cs,
+                                       ch.b_out);
+  }
+  kiln_bf16_gemm_pack_a__avx512(ch.m, ch.m_pad, ch.blk.k, ch.blk.ka, g->a_bf16 ? NULL : g->a + a_off,
+                               g->a_bf16 ? g->a_bf16 + a_off : NULL, ch.a_rs, ch.a_cs, ch.a_out);
+  for (int64_t i0 = 0; i0 < ch.m; i0 += ch.mc)
+    ch.block(&ch.blk, i0, i0 + ch.mc < ch.m ? i0 + ch.mc : ch.m, 0, ch.blk.n);
+}
+
+/* Both entries: B packed (g->b_packed_bf16_vnni) or, with `values`, g's
+ * unpacked B packed here, once or per batch when it has a batch stride. */
+static int kiln_gemm_bf16_run(const kiln_gemm_f32_args_t* g, int values, kiln_pool_t* pool) {
   unsigned eng = kiln_cpu_bf16();
   if (!eng) return 0;
   const int64_t M = g->m, N = g->n, K = g->k, T = kiln_pool_size(pool);
@@ -91,6 +155,7 @@ int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   ch.m = M;
   ch.m_pad = (M + 15) & ~(int64_t)15;
   ch.a_rs = g->a_row_stride;
+  ch.a_cs = g->a_col_stride;
   /* M blocks whose A rows fit about 512 KiB of L2, in whole 32-row tiles. */
   int64_t mc = ((int64_t)512 << 10) / (ch.blk.ka * 2) / 32 * 32;
   ch.mc = mc < 32 ? 32 : mc > 256 ? 256 : mc;
@@ -99,20 +164,54 @@ int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   /* Strip runs: at most 1024 columns, then more until every thread has two. */
   ch.n_n = kiln_gemm_bf16_cdiv(N, 1024);
   while (ch.n_m * ch.n_n < 2 * T && ch.n_n < ch.strips) ch.n_n++;
-  if (g->a_col_stride != 1) return 0; /* the packer reads unit-stride rows */
+  ch.b_rs = g->b_row_stride;
+  ch.b_cs = g->b_col_stride;
+  ch.b_per = KILN_GEMM_BF16_B_PANELS;
+  const int64_t panels = kiln_gemm_bf16_cdiv(N, KILN_GEMM_PANEL);
 
+  const size_t a_bytes = (size_t)(ch.m_pad * ch.blk.ka) * sizeof(uint16_t);
+  const size_t b_bytes = values ? (kiln_gemm_bf16_vnni_packed_size(K, N) + 63) & ~(size_t)63 : 0;
+  /* Many small products (attention's per-head ones): a task per batch,
+   * each packing and computing its own in its thread's slot, instead of
+   * three parallel phases per batch whose hand-offs would cost more than
+   * the products. */
+  const int by_batch = g->batch > 1 && g->batch >= T && M * N * K <= KILN_GEMM_BF16_BATCH_MACS;
+  const int b_own = values && g->b_batch_stride != 0; /* B packed per batch */
+  const size_t b_shared = values && !b_own ? b_bytes : 0;
+  const size_t slot = by_batch ? (b_own ? b_bytes : 0) + a_bytes : 0;
+  const size_t total = by_batch ? b_shared + slot * (size_t)T : b_bytes + a_bytes;
   void* scratch_blk = NULL;
-  uint16_t* abuf = kiln_scratch_get(&kiln_gemm_bf16_scratch_,
-                                    (size_t)(ch.m_pad * ch.blk.ka) * sizeof(uint16_t), &scratch_blk);
-  if (!abuf) return 0; /* no memory: the fp32 path needs none for A's rounding */
-  ch.a_out = abuf;
-  ch.blk.a = abuf;
-  for (int64_t b = 0; b < g->batch; ++b) {
+  unsigned char* buf = kiln_scratch_get(&kiln_gemm_bf16_scratch_, total, &scratch_blk);
+  if (!buf) return 0; /* no memory: the fp32 path needs none for the rounding */
+  ch.a_out = (uint16_t*)(void*)(buf + b_bytes);
+  ch.blk.a = ch.a_out;
+  if (values) {
+    ch.b_out = (uint16_t*)(void*)buf;
+    ch.blk.b = ch.b_out;
+  }
+  if (by_batch) {
+    if (b_shared) { /* one B for every batch: packed once, in parallel */
+      ch.b = g->b_bf16 ? NULL : g->b;
+      ch.b16 = g->b_bf16;
+      kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(panels, ch.b_per),
+                             kiln_gemm_bf16_pack_b_task, &ch);
+    }
+    kiln_gemm_bf16_batches_t bt = {&ch, g, buf + b_shared, slot, b_own ? b_bytes : 0};
+    kiln_pool_parallel_for(pool, (size_t)g->batch, kiln_gemm_bf16_batch_task, &bt);
+  }
+  for (int64_t b = 0; b < g->batch && !by_batch; ++b) {
     int64_t a_off = b * g->a_batch_stride;
     ch.a = g->a_bf16 ? NULL : g->a + a_off;
     ch.a16 = g->a_bf16 ? g->a_bf16 + a_off : NULL;
     ch.blk.c = g->c + b * g->c_batch_stride;
     ch.blk.res = g->residual ? g->residual + b * g->r_batch_stride : NULL;
+    if (values && (b == 0 || g->b_batch_stride)) {
+      int64_t b_off = b * g->b_batch_stride;
+      ch.b = g->b_bf16 ? NULL : g->b + b_off;
+      ch.b16 = g->b_bf16 ? g->b_bf16 + b_off : NULL;
+      kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(panels, ch.b_per),
+                             kiln_gemm_bf16_pack_b_task, &ch);
+    }
     kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(ch.m_pad, KILN_GEMM_BF16_A_ROWS),
                            kiln_gemm_bf16_pack_task, &ch);
     kiln_pool_parallel_for(pool, (size_t)(ch.n_m * ch.n_n), kiln_gemm_bf16_compute_task, &ch);
@@ -122,9 +221,28 @@ int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   return 1;
 }
 
+int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  return kiln_gemm_bf16_run(g, 0, pool);
+}
+
+int kiln_gemm_bf16_compute_values(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  /* Packing B costs about what M / 16 rows of products do: below 16 rows
+   * (decode's steps) and for tiny products the fp32 kernels, which read B
+   * in place, are as fast. */
+  if (g->m < KILN_GEMM_BF16_VALUES_MIN_M || g->m * g->n * g->k < KILN_GEMM_BF16_VALUES_MIN_MACS)
+    return 0;
+  return kiln_gemm_bf16_run(g, 1, pool);
+}
+
 #else
 
 int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  (void)g;
+  (void)pool;
+  return 0;
+}
+
+int kiln_gemm_bf16_compute_values(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   (void)g;
   (void)pool;
   return 0;

@@ -1,8 +1,16 @@
-/* bf16 compute: A (fp32 activations, or bf16) into the bf16 rows the AMX and
- * VDPBF16PS kernels read (kiln_gemm_bf16_block_t), 16 at a time with
- * AVX-512F integer arithmetic. Rounding is kiln_gemm_bf16_from_f32's to the
- * bit (nearest even, NaN made quiet, denormals kept): VCVTNEPS2BF16 would
- * flush denormal inputs to zero, which torch's rounding does not.
+/* bf16 compute's packers, AVX-512F integer arithmetic:
+ *  - A (fp32 activations rounded, or bf16) into the bf16 rows the AMX and
+ *    VDPBF16PS kernels read (kiln_gemm_bf16_block_t), from rows of unit
+ *    stride or from a transposed A (unit row stride: the dW = dY^T X of a
+ *    training step reads dY that way), any other strides element by element;
+ *  - B, a graph value (fp32 rounded, or bf16), into the VNNI-pair panels
+ *    (kiln_gemm_bf16_vnni_pack_b's layout) at run time, from rows of unit
+ *    stride (x W, dY W) or columns of unit stride (x W^T), others element
+ *    by element.
+ * Rounding is kiln_gemm_bf16_from_f32's to the bit (nearest even, NaN made
+ * quiet, denormals kept): VCVTNEPS2BF16 would flush denormal inputs to
+ * zero, which torch's rounding does not. So a packed panel holds exactly
+ * what the scalar packers (kiln_gemm_bf16.c) write.
  * Compiled with the AVX-512 flags; called only when a bf16 engine is on. */
 #include <immintrin.h>
 #include <string.h>
@@ -10,21 +18,76 @@
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
-static inline __m256i kiln_gemm_bf16x16_round_avx512(__m512 x) {
+/* 16 floats rounded to bf16, each in the low half of its 32-bit lane. */
+static inline __m512i kiln_gemm_bf16x16_round_lanes(__m512 x) {
   __m512i bits = _mm512_castps_si512(x);
   __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
   __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+  return _mm512_srli_epi32(r, 16);
+}
+
+static inline __m256i kiln_gemm_bf16x16_round_avx512(__m512 x) {
+  return _mm512_cvtepi32_epi16(kiln_gemm_bf16x16_round_lanes(x));
+}
+
+/* Up to 16 elements (mask) of fp32 (rounded) or bf16 source at `at`, each
+ * in the low half of its lane; lanes outside the mask are zero. */
+static inline __m512i kiln_gemm_bf16_lanes(const float* f, const uint16_t* h, int64_t at,
+                                           __mmask16 m) {
+  if (h) return _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h + at));
+  return kiln_gemm_bf16x16_round_lanes(_mm512_maskz_loadu_ps(m, f + at));
+}
+
+static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, int64_t at) {
+  return h ? h[at] : kiln_gemm_bf16_from_f32(f[at]);
+}
+
+static inline __mmask16 kiln_gemm_bf16_mask(int64_t n) {
+  return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
-                                   const float* a, const uint16_t* a16, int64_t rs, uint16_t* out) {
+                                   const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
+                                   uint16_t* out) {
+  if (cs != 1 && rs == 1 && rows > 0) {
+    /* Transposed: A's columns are contiguous. 16 rows x 16 columns at a
+     * time: 16 vector loads along the rows, then the 16 x 16 block turned
+     * through an L1 buffer, a row of the result per gather (of 32-bit
+     * lanes, each holding its element in the low half: one spare row at
+     * the end keeps the last lane's upper half in bounds). */
+    _Alignas(64) uint16_t blk[17][16];
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(32));
+    memset(blk[16], 0, sizeof(blk[16]));
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
+      __mmask16 mi = kiln_gemm_bf16_mask(ni);
+      for (int64_t p0 = 0; p0 < k; p0 += 16) {
+        int64_t np = k - p0 < 16 ? k - p0 : 16;
+        for (int64_t p = 0; p < np; ++p)
+          _mm256_store_si256((__m256i*)blk[p],
+                             _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(a, a16, i0 + (p0 + p) * cs, mi)));
+        __mmask16 mp = kiln_gemm_bf16_mask(np);
+        for (int64_t i = 0; i < ni; ++i) {
+          __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mp, idx,
+                                                  (const void*)((const char*)blk + 2 * i), 1);
+          _mm256_mask_storeu_epi16(out + (i0 + i) * ka + p0, mp, _mm512_cvtepi32_epi16(v));
+        }
+      }
+    }
+    for (int64_t i = 0; i < rows; ++i)
+      memset(out + i * ka + k, 0, (size_t)(ka - k) * sizeof(uint16_t));
+    for (int64_t i = rows; i < rows_pad; ++i) memset(out + i * ka, 0, (size_t)ka * sizeof(uint16_t));
+    return;
+  }
   for (int64_t i = 0; i < rows_pad; ++i) {
     uint16_t* dst = out + i * ka;
     int64_t p = 0;
-    if (i < rows) {
+    if (i < rows && cs != 1) {
+      for (; p < k; ++p) dst[p] = kiln_gemm_bf16_elem(a, a16, i * rs + p * cs);
+    } else if (i < rows) {
       if (a16) {
         memcpy(dst, a16 + i * rs, (size_t)k * sizeof(uint16_t));
         p = k;
@@ -37,5 +100,58 @@ void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, in
       }
     }
     memset(dst + p, 0, (size_t)(ka - p) * sizeof(uint16_t));
+  }
+}
+
+void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                        const float* b, const uint16_t* b16, int64_t rs,
+                                        int64_t cs, uint16_t* out) {
+  const int P = KILN_GEMM_PANEL;
+  const int64_t kp = k + (k & 1);
+  for (int64_t q = q0; q < q1; ++q) {
+    uint16_t* dst = out + q * kp * P;
+    const int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
+    if (cs == 1) {
+      /* B's rows are contiguous: rows p and p + 1 of the panel's columns,
+       * interleaved into one 64-byte VNNI row. */
+      __mmask16 mj = kiln_gemm_bf16_mask(w);
+      for (int64_t p = 0; p < kp; p += 2) {
+        __m512i lo = kiln_gemm_bf16_lanes(b, b16, p * rs + j0, mj);
+        __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(b, b16, (p + 1) * rs + j0, mj)
+                               : _mm512_setzero_si512();
+        _mm512_storeu_si512((void*)(dst + p * P), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    } else if (rs == 1) {
+      /* B's columns are contiguous: 32 rows of a column are 16 VNNI
+       * couples in order; the panel's 16 columns of them are turned
+       * (16 x 16 couples) through an L1 buffer. */
+      _Alignas(64) uint32_t blk[16][16];
+      for (int64_t p0 = 0; p0 < kp; p0 += 32) {
+        int64_t np = k - p0 < 32 ? k - p0 : 32, pairs = (kp - p0 < 32 ? kp - p0 : 32) / 2;
+        __mmask16 m0 = kiln_gemm_bf16_mask(np), m1 = kiln_gemm_bf16_mask(np > 16 ? np - 16 : 0);
+        for (int64_t jj = 0; jj < P; ++jj) {
+          if (jj >= w) {
+            memset(blk[jj], 0, sizeof(blk[jj]));
+            continue;
+          }
+          int64_t at = (j0 + jj) * cs + p0;
+          __m256i e0 = _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(b, b16, at, m0));
+          __m256i e1 = _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(b, b16, at + 16, m1));
+          _mm512_store_si512((void*)blk[jj], _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1));
+        }
+        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
+                                                                5, 4, 3, 2, 1, 0),
+                                               _mm512_set1_epi32(16));
+        for (int64_t r = 0; r < pairs; ++r)
+          _mm512_storeu_si512((void*)(dst + (p0 + 2 * r) * P),
+                              _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32((int)r)),
+                                                     (const void*)blk, 4));
+      }
+    } else {
+      for (int64_t p = 0; p < kp; ++p)
+        for (int64_t jj = 0; jj < P; ++jj)
+          dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
+              jj < w && p < k ? kiln_gemm_bf16_elem(b, b16, p * rs + (j0 + jj) * cs) : 0;
+    }
   }
 }

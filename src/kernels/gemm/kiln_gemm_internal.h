@@ -149,12 +149,12 @@ typedef struct kiln_gemm_bf16_block_s {
 } kiln_gemm_bf16_block_t;
 typedef void (*kiln_gemm_bf16_block_fn)(const kiln_gemm_bf16_block_t* t, int64_t i0,
                                         int64_t i1, int64_t j0, int64_t j1);
-/* Rows [0, rows) of A (fp32, element (i, p) at a[i * rs + p], or bf16 a16
- * when set) into bf16 rows ka apart, rounded to nearest even, zero past K
- * and for rows [rows, rows_pad). */
+/* Rows [0, rows) of A (fp32, element (i, p) at a[i * rs + p * cs], or bf16
+ * a16 when set) into bf16 rows ka apart, rounded to nearest even, zero past
+ * K and for rows [rows, rows_pad). */
 typedef void (*kiln_gemm_bf16_pack_a_fn)(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
                                          const float* a, const uint16_t* a16, int64_t rs,
-                                         uint16_t* out);
+                                         int64_t cs, uint16_t* out);
 
 /* Kernels are named kiln_<dtype>_<op>[_<tile>]__<isa> (XNNPACK's manner,
  * kernels/kiln_isa_variant.h): dtype f32, bf16 (bf16 A and B: the bf16
@@ -190,6 +190,13 @@ void kiln_gemm_round_bf16_f32(float* x, int64_t n);
  * neither (the fp32 driver then widens). */
 struct kiln_gemm_f32_args_s;
 int kiln_gemm_bf16_compute(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
+/* The same for a GEMM of two bf16 graph values (A: a_bf16 or a_round_bf16;
+ * B unpacked: b_bf16 or b_round_bf16): autocast's products in training and
+ * a bf16 model's activation products. B is packed into VNNI pairs at run
+ * time. Returns 0, and computes nothing, when no engine is allowed or the
+ * GEMM is too small to repay packing B (the fp32 kernels then run it on
+ * the same bf16 values). */
+int kiln_gemm_bf16_compute_values(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
 /* Records the engine a bf16-compute GEMM ran on (kiln_gemm_bf16_last_engine). */
 void kiln_gemm_bf16_note_engine(const char* name);
 
@@ -230,7 +237,14 @@ void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int6
 void kiln_bf16_gemm_block__avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
                                       int64_t j0, int64_t j1);
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
-                                   const float* a, const uint16_t* a16, int64_t rs, uint16_t* out);
+                                   const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
+                                   uint16_t* out);
+/* Panels [q0, q1) of a (K, N) B (fp32 b rounded to bf16, or bf16 b16 when
+ * set; element (p, j) at [p * rs + j * cs]) in kiln_gemm_bf16_vnni_pack_b's
+ * layout, at out (the whole matrix's). */
+void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                        const float* b, const uint16_t* b16, int64_t rs,
+                                        int64_t cs, uint16_t* out);
 /* AVX-512 (kiln_gemm_ukernel_avx512.c). */
 void kiln_f32_gemm_ukernel_8x32__avx512(int64_t kc, const float* a, const float* b,
                                         const float* b_next, const float* cin, int64_t ldcin,
