@@ -1,0 +1,281 @@
+/* Tests of the bf16-compute channels-last convolution
+ * (kernels/conv/kiln_conv_nhwc_bf16.h):
+ *  - its scalar reference against the fp32 NHWC reference run on the
+ *    bf16-rounded x and weights (the definition, not a second opinion);
+ *  - kiln_conv2d_bf16_nhwc against the reference at every ISA level the
+ *    machine has, on 1- and 2-thread pools: the VDPBF16PS kernel where
+ *    kiln_cpu_bf16() has the engine, and the portable path with the engine
+ *    masked off (at every level, so also on AVX2 and generic C); each run
+ *    checks the path that ran (kiln_conv2d_bf16_last_path). Edge shapes:
+ *    C = 1, 3 (ResNet's 7x7/2 stem), odd C, C not a multiple of 16 or 32,
+ *    O = 16, 24, 32, 48, 64 and tails, 1x1 stride 1 and 2, 3x3 stride 1 and
+ *    2, dilation, groups > 1 with odd Cg (the pair must not read the next
+ *    group's channel), several K blocks and tile blocks, N = 2, residual
+ *    before and after the activation (also aliasing y), with and without
+ *    bias, x NHWC and NCHW, NaN / Inf / denormal inputs; y has a guard
+ *    region past its end, so a stray write shows.
+ *
+ * Tolerance. Products of two bf16 values are exact in fp32 (8 + 8
+ * significant bits), so the kernel differs from the double reference only
+ * by its fp32 sums: K products summed in fp32 (any order, VDPBF16PS's
+ * pairing included) err by at most (K - 1) u sum |x_i w_i| with u = 2^-24,
+ * the bias and residual adds and the final rounding by u times their
+ * magnitudes more; the activation (none or relu) is 1-Lipschitz. So
+ * |got - want| <= K 2^-23 (sum |x_i w_i| + |bias| + |residual|) + 1e-30:
+ * each element has its own bound. The tiny term covers VDPBF16PS
+ * treating denormal inputs as zero (x's denormals are rounded and kept in
+ * the copy, but a denormal times |w| <= 1 is below 1e-37). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/conv/kiln_conv.h"
+#include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kiln_test.h"
+
+typedef struct {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
+  int bias, residual, res_alias, res_first, special;
+  kiln_activation_t act;
+} cbf_case_t;
+
+#define CBF_GUARD 37
+
+static int64_t cbf_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d) {
+  return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+static float cbf_round(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x)); }
+
+/* (N, C, H, W) -> (N, H, W, C). */
+static void cbf_to_nhwc(const float* src, float* dst, int64_t n, int64_t c, int64_t hw) {
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t i = 0; i < hw; ++i) dst[(b * hw + i) * c + ci] = src[(b * c + ci) * hw + i];
+}
+
+/* Per element: K 2^-23 (sum |x w| + |bias| + |res|) + tiny, from the
+ * rounded operands (x NHWC). */
+static void cbf_bounds(const kiln_conv2d_f32_args_t* a, const float* xr, const float* wr,
+                       float* bound) {
+  const int64_t cg = a->c / a->groups, og = a->o / a->groups, k = cg * a->kh * a->kw;
+  for (int64_t n = 0; n < a->n; ++n)
+    for (int64_t i = 0; i < a->ho; ++i)
+      for (int64_t j = 0; j < a->wo; ++j)
+        for (int64_t o = 0; o < a->o; ++o) {
+          const int64_t g = o / og;
+          double s = a->bias ? fabs(a->bias[o]) : 0.0;
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t u = 0; u < a->kh; ++u) {
+              int64_t iy = i * a->sh - a->ph + u * a->dh;
+              if (iy < 0 || iy >= a->h) continue;
+              for (int64_t v = 0; v < a->kw; ++v) {
+                int64_t ix = j * a->sw - a->pw + v * a->dw;
+                if (ix < 0 || ix >= a->w) continue;
+                s += fabs((double)wr[((o * cg + c) * a->kh + u) * a->kw + v] *
+                          xr[((n * a->h + iy) * a->w + ix) * a->c + g * cg + c]);
+              }
+            }
+          int64_t at = ((n * a->ho + i) * a->wo + j) * a->o + o;
+          if (a->residual) s += fabs(a->residual[at]);
+          bound[at] = (float)((double)(k + 2) * ldexp(s, -23) + 1e-30);
+        }
+}
+
+/* got vs want within each element's bound; NaN must match NaN, infinities
+ * exactly; the guard past y untouched. */
+static void cbf_compare(const char* what, const float* got, const float* want, const float* bound,
+                        size_t ny) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < ny + CBF_GUARD; ++i) {
+    float g = got[i], w = want[i];
+    int ok;
+    if (isnan(w)) ok = isnan(g);
+    else if (isinf(w) || i >= ny) ok = g == w || (isnan(g) && isnan(w));
+    else ok = !isnan(g) && fabsf(g - w) <= bound[i];
+    if (!ok && !bad++) first = i;
+  }
+  KILN_EXPECT(bad == 0, "%s: %zu of %zu elements off, first [%zu] got %.9g want %.9g bound %.3g",
+              what, bad, ny, first, (double)got[first], (double)want[first],
+              first < ny ? (double)bound[first] : 0.0);
+}
+
+static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) {
+  kiln_conv2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = tc->n, a.c = tc->c, a.h = tc->h, a.w = tc->w, a.o = tc->o, a.kh = tc->kh, a.kw = tc->kw;
+  a.sh = tc->sh, a.sw = tc->sw, a.ph = tc->ph, a.pw = tc->pw, a.dh = tc->dh, a.dw = tc->dw;
+  a.groups = tc->groups, a.act = tc->act, a.residual_before_act = tc->res_first;
+  a.ho = cbf_out(a.h, a.kh, a.sh, a.ph, a.dh);
+  a.wo = cbf_out(a.w, a.kw, a.sw, a.pw, a.dw);
+  const int64_t cg = a.c / a.groups, k = cg * a.kh * a.kw;
+  size_t nx = (size_t)(a.n * a.c * a.h * a.w), nw = (size_t)(a.o * k);
+  size_t ny = (size_t)(a.n * a.o * a.ho * a.wo), wb = kiln_conv2d_bf16_packed_size(a.o, cg, a.kh, a.kw, a.groups);
+  float* x = malloc((nx + 1) * sizeof(float));    /* NCHW */
+  float* xt = malloc((nx + 1) * sizeof(float));   /* NHWC */
+  float* xr = malloc((nx + 1) * sizeof(float));   /* NHWC, rounded */
+  float* w = malloc((nw + 1) * sizeof(float));
+  float* wr = malloc((nw + 1) * sizeof(float));
+  float* bias = malloc((size_t)(a.o + 1) * sizeof(float));
+  float* res = malloc((ny + CBF_GUARD) * sizeof(float));
+  float* want = malloc((ny + CBF_GUARD) * sizeof(float));
+  float* want32 = malloc((ny + CBF_GUARD) * sizeof(float));
+  float* got = malloc((ny + CBF_GUARD) * sizeof(float));
+  float* bound = malloc((ny + CBF_GUARD) * sizeof(float));
+  uint16_t* wp = malloc(wb + 64);
+  KILN_EXPECT(wb > 0 && wb % 64 == 0, "packed size %zu", wb);
+  unsigned seed = (unsigned)(a.c * 131 + a.h * 17 + a.o * 7 + a.kh + a.groups * 1009 + a.sw);
+  kiln_test_fill_f32(x, nx, seed, -1.0f, 1.0f);
+  kiln_test_fill_f32(w, nw, seed + 1, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, (size_t)a.o, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(res, ny + CBF_GUARD, seed + 3, -1.0f, 1.0f);
+  if (tc->special) {
+    x[1] = NAN;
+    x[nx / 2] = INFINITY;
+    x[nx / 3] = 3e-39f;                 /* a denormal, kept as bf16 0x0021 */
+    if (nx > 5) x[nx - 2] = 1.00390625f; /* a tie: 1 + 2^-8 rounds to even, 1 */
+  }
+  cbf_to_nhwc(x, xt, a.n, a.c, a.h * a.w);
+  for (size_t i = 0; i < nx; ++i) xr[i] = cbf_round(xt[i]);
+  for (size_t i = 0; i < nw; ++i) wr[i] = cbf_round(w[i]);
+  kiln_conv2d_bf16_pack_weight(a.o, cg, a.kh, a.kw, a.groups, w, wp);
+
+  char what[256];
+  snprintf(what, sizeof what,
+           "%s bf16 nhwc n%lld c%lld %lldx%lld o%lld k%lldx%lld s%lld,%lld p%lld,%lld d%lld,%lld "
+           "g%lld bias%d res%d%s%s act%d special%d",
+           where, (long long)a.n, (long long)a.c, (long long)a.h, (long long)a.w, (long long)a.o,
+           (long long)a.kh, (long long)a.kw, (long long)a.sh, (long long)a.sw, (long long)a.ph,
+           (long long)a.pw, (long long)a.dh, (long long)a.dw, (long long)a.groups, tc->bias,
+           tc->residual, tc->res_alias ? "(alias)" : "", tc->res_first ? "(first)" : "",
+           (int)tc->act, tc->special);
+  char what2[320];
+
+  /* The reference is the fp32 reference on the rounded operands. */
+  a.bias = tc->bias ? bias : NULL;
+  a.residual = tc->residual ? res : NULL;
+  a.x = xr, a.weight = wr, a.y = want32;
+  memcpy(want32, res, (ny + CBF_GUARD) * sizeof(float));
+  kiln_conv2d_f32_nhwc_reference(&a);
+  a.x = xt, a.weight = (const float*)(const void*)wp, a.weight_packed = KILN_CONV_PACKED_BF16;
+  a.y = want;
+  memcpy(want, res, (ny + CBF_GUARD) * sizeof(float));
+  kiln_conv2d_bf16_nhwc_reference(&a, 0);
+  snprintf(what2, sizeof what2, "%s: reference vs fp32 reference on rounded operands", what);
+  kiln_test_compare_f32(what2, want, want32, ny + CBF_GUARD, 0.0f, 0.0f);
+  a.x = xr;
+  cbf_bounds(&a, xr, wr, bound);
+
+  const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+  const unsigned saved = kiln_cpu_bf16();
+  for (int eng = engine; eng >= 0; --eng) {
+    kiln_cpu_bf16_set(eng ? saved : 0);
+    const char* path = eng ? "avx512_bf16" : "fp32";
+    for (int nchw = 0; nchw < 2; ++nchw) {
+      memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
+      a.x = nchw ? x : xt;
+      a.residual = tc->residual ? (tc->res_alias ? got : res) : NULL;
+      a.y = got;
+      kiln_conv2d_bf16_nhwc(&a, nchw, pool);
+      snprintf(what2, sizeof what2, "%s path %s x %s", what, path, nchw ? "NCHW" : "NHWC");
+      cbf_compare(what2, got, want, bound, ny);
+      KILN_EXPECT(!strcmp(kiln_conv2d_bf16_last_path(), path), "%s: ran %s", what2,
+                  kiln_conv2d_bf16_last_path());
+    }
+    if (!eng) { /* the reference reads NCHW x the same */
+      memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
+      a.x = x, a.residual = tc->residual ? res : NULL;
+      kiln_conv2d_bf16_nhwc_reference(&a, 1);
+      snprintf(what2, sizeof what2, "%s: reference from NCHW x", what);
+      kiln_test_compare_f32(what2, got, want, ny + CBF_GUARD, 0.0f, 0.0f);
+    }
+  }
+  kiln_cpu_bf16_set(saved);
+  free(x), free(xt), free(xr), free(w), free(wr), free(bias), free(res), free(want);
+  free(want32), free(got), free(bound), free(wp);
+}
+
+static void cbf_level(kiln_pool_t* pool, const char* where) {
+  /* n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups */
+  static const int64_t shapes[][14] = {
+      {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},      /* size 1 */
+      {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1},   /* ResNet's stem, C = 3 */
+      {1, 3, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* 3x3 s1 p1, O = 16 */
+      {2, 5, 11, 7, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1},    /* 3x3 s2, odd C, O = 24, N = 2 */
+      {1, 20, 10, 13, 48, 3, 2, 3, 1, 2, 0, 2, 1, 1},  /* stride 3x1, dilation, O = 48 */
+      {1, 6, 11, 12, 17, 3, 3, 1, 3, 0, 1, 1, 2, 1},   /* stride 1x3, dilation 1x2 */
+      {2, 16, 7, 9, 32, 1, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1x1 s1 p0, O = 32 */
+      {1, 64, 8, 8, 48, 1, 1, 2, 2, 0, 0, 1, 1, 1},    /* 1x1 s2 (a downsample) */
+      {1, 33, 9, 9, 64, 1, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1x1, odd C > 32 */
+      {1, 10, 9, 9, 12, 3, 3, 1, 1, 1, 1, 1, 1, 2},    /* groups, odd Cg = 5 */
+      {2, 6, 8, 8, 6, 1, 1, 1, 1, 0, 0, 1, 1, 3},      /* grouped 1x1, Cg = 2 */
+      {1, 12, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 4},    /* groups 4, Cg 3, Og 10 */
+      {1, 1, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1},      /* window = input, 1x1 out */
+      {1, 2, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1},      /* stride > 1 with few pixels */
+      {1, 40, 7, 7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 7x7 out, O = 33 (tail 1) */
+  };
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
+    for (int v = 0; v < 5; ++v) {
+      const int64_t* p = shapes[s];
+      cbf_case_t tc = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
+                       p[11], p[12], p[13], 0, 0, 0, 0, 0, KILN_ACT_NONE};
+      tc.bias = v >= 1 && v != 4;
+      tc.act = v == 1 || v >= 3 ? KILN_ACT_RELU : KILN_ACT_NONE;
+      tc.residual = v >= 2 || (v == 0 && s % 2);
+      tc.res_alias = v == 3;
+      tc.res_first = v == 4;
+      cbf_run(&tc, pool, where);
+    }
+  /* Several K blocks (64 x 9 / 2 = 288 pair rows), several tile blocks,
+   * one strip of one panel, 2 strips. */
+  cbf_case_t big = {1, 64, 30, 30, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU};
+  cbf_run(&big, pool, where);
+  cbf_case_t big2 = {1, 96, 14, 14, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, KILN_ACT_RELU};
+  cbf_run(&big2, pool, where);
+  cbf_case_t big3 = {2, 256, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, KILN_ACT_NONE};
+  cbf_run(&big3, pool, where);
+  for (int act = 0; act < 2; ++act) {
+    cbf_case_t sp[] = {
+        {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
+        {1, 8, 20, 21, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, (kiln_activation_t)act},
+        {1, 16, 8, 8, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
+    };
+    for (size_t i = 0; i < sizeof(sp) / sizeof(sp[0]); ++i) cbf_run(&sp[i], pool, where);
+  }
+}
+
+/* The layout's size and bytes: O = 20 in 2 groups (Og 10: one panel of 16
+ * per group, 6 zero rows), Cg = 3 padded to 4, 2x2 taps: 4 x 2 = 8 pair
+ * rows a panel. */
+static void cbf_layout(void) {
+  const int64_t o = 20, cg = 3, kh = 2, kw = 2, G = 2;
+  KILN_EXPECT(kiln_conv2d_bf16_packed_size(o, cg, kh, kw, G) == (size_t)(2 * 1 * 8 * 64),
+              "size %zu", kiln_conv2d_bf16_packed_size(o, cg, kh, kw, G));
+  KILN_EXPECT(kiln_conv2d_bf16_packed_size(21, cg, kh, kw, G) == 0, "O not a multiple of groups");
+  KILN_EXPECT(kiln_conv2d_bf16_packed_size((int64_t)1 << 40, (int64_t)1 << 30, 1 << 20, 1, 1) == 0,
+              "overflow");
+  float w[20 * 3 * 2 * 2];
+  for (int i = 0; i < 20 * 12; ++i) w[i] = (float)(i + 1);
+  uint16_t out[2 * 8 * 32];
+  kiln_conv2d_bf16_pack_weight(o, cg, kh, kw, G, w, out);
+  int bad = 0;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t i = 0; i < 16; ++i)
+        for (int e = 0; e < 2; ++e) {
+          int64_t uv = r / 2, c = (r % 2) * 2 + e; /* Cg2 / 2 = 2 pairs per (u, v) */
+          float want = i < 10 && c < cg ? w[((g * 10 + i) * cg + c) * 4 + uv] : 0.0f;
+          bad += kiln_gemm_bf16_to_f32(out[(g * 8 + r) * 32 + 2 * i + e]) != want;
+        }
+  KILN_EXPECT(bad == 0, "%d packed elements misplaced", bad);
+}
+
+void kiln_test_suite_conv_nhwc_bf16(void) {
+  cbf_layout();
+  kiln_test_each_isa_and_pool(cbf_level);
+}
