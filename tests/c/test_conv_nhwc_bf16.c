@@ -2,6 +2,11 @@
  * (kernels/conv/kiln_conv_nhwc_bf16.h):
  *  - its scalar reference against the fp32 NHWC reference run on the
  *    bf16-rounded x and weights (the definition, not a second opinion);
+ *  - the layout's size and element placement;
+ *  - a CONV2D_NHWC node reading the layout: run, written to a file (format
+ *    2.16) and read back, the file refused when stamped 2.15, a wrong-size
+ *    weight refused with a message; the compiler's choice of form
+ *    (compute_bf16: the bf16 layout only with an engine at compile time);
  *  - kiln_conv2d_bf16_nhwc against the reference at every ISA level the
  *    machine has, on 1- and 2-thread pools: the VDPBF16PS kernel where
  *    kiln_cpu_bf16() has the engine, and the portable path with the engine
@@ -36,7 +41,12 @@
 #include "kernels/conv/kiln_conv_nhwc.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16.h"
 #include "kernels/gemm/kiln_gemm.h"
+#include "compiler/kiln_compiler.h"
+#include "ir/kiln_artifact.h"
+#include "ir/kiln_format.h"
+#include "ir/kiln_graph.h"
 #include "kiln_test.h"
+#include "runtime/kiln_model.h"
 
 typedef struct {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
@@ -275,7 +285,191 @@ static void cbf_layout(void) {
   KILN_EXPECT(bad == 0, "%d packed elements misplaced", bad);
 }
 
+/* x (1, 6, 6, C) NHWC -> CONV2D_NHWC 3x3 p1 relu, the weight a constant
+ * of the bf16 layout holding `bytes` of wp; NULL when the graph API
+ * refuses. */
+enum { CBF_C = 5, CBF_O = 20 };
+static kiln_graph_t* cbf_graph(const uint16_t* wp, size_t bytes, const float* bias) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t sx[4] = {1, 6, 6, CBF_C}, sw[4] = {CBF_O, CBF_C, 3, 3}, sb[1] = {CBF_O};
+  int32_t vx, vw, vb, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw, KILN_LAYOUT_CONV2D_PACKED_16_BF16,
+                                         wp, bytes, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias,
+                                         CBF_O * sizeof(float), &vb));
+  int32_t in[3] = {vx, vw, vb};
+  const int64_t p[10] = {1, 1, 1, 1, 1, 1, 1, KILN_ACT_RELU, 0, 0};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, in, 3, p, 10, NULL, 0, "c", &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
+static int cbf_model_run(kiln_graph_t* g, float* x, float* y) {
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
+  if (!m) return 0;
+  int64_t sx[4] = {1, 6, 6, CBF_C}, sy[4] = {1, 6, 6, CBF_O};
+  kiln_tensor_t in = {x, KILN_F32, 4, sx}, out = {y, KILN_F32, 4, sy};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+  kiln_model_release(m);
+  return 1;
+}
+
+static void cbf_graph_and_file(void) {
+  enum { NX = 36 * CBF_C, NY = 36 * CBF_O, NW = CBF_O * CBF_C * 9 };
+  static float x[NX], w[NW], bias[CBF_O], want[NY], got[NY], got2[NY];
+  kiln_test_fill_f32(x, NX, 51, -1, 1);
+  kiln_test_fill_f32(w, NW, 52, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, CBF_O, 53, -0.5f, 0.5f);
+  const size_t wb = kiln_conv2d_bf16_packed_size(CBF_O, CBF_C, 3, 3, 1);
+  uint16_t* wp = aligned_alloc(64, wb);
+  kiln_conv2d_bf16_pack_weight(CBF_O, CBF_C, 3, 3, 1, w, wp);
+  kiln_conv2d_f32_args_t a;
+  memset(&a, 0, sizeof(a));
+  a.n = 1, a.c = CBF_C, a.h = a.w = 6, a.o = CBF_O, a.kh = a.kw = 3, a.ho = a.wo = 6;
+  a.sh = a.sw = a.ph = a.pw = a.dh = a.dw = a.groups = 1, a.act = KILN_ACT_RELU;
+  a.x = x, a.weight = (const float*)(const void*)wp, a.bias = bias, a.y = want;
+  a.weight_packed = KILN_CONV_PACKED_BF16;
+  kiln_conv2d_bf16_nhwc_reference(&a, 0);
+  /* K = 45 products of |x w| <= 0.5: fp32 sums within 45 * 2^-23 * 23 < 2e-4. */
+  kiln_graph_t* g = cbf_graph(wp, wb, bias);
+  if (g) {
+    void* bytes = NULL;
+    size_t size = 0;
+    KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+    if (cbf_model_run(g, x, got))
+      kiln_test_compare_f32("graph with a bf16-compute conv weight", got, want, NY, 2e-4f, 0.0f);
+    if (bytes) {
+      KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) ==
+                      KILN_FORMAT_MINOR_CONV_BF16,
+                  "a file with a bf16-compute conv weight says 2.16");
+      kiln_graph_t* back = NULL;
+      KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &back));
+      if (back) {
+        const kiln_value_t* v = &back->values[back->nodes[0].inputs[1]];
+        KILN_EXPECT(v->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16 && v->nbytes == wb &&
+                        !memcmp(v->data, wp, wb),
+                    "the weight round-trips (layout %d, %zu bytes)", (int)v->layout, v->nbytes);
+        if (cbf_model_run(back, x, got2))
+          kiln_test_compare_f32("the same graph read back", got2, got, NY, 0.0f, 0.0f);
+      }
+      /* Stamped 2.15: no writer of 2.15 made this layout. */
+      kiln_format_put_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR_CONV_BF16 - 1);
+      back = NULL;
+      kiln_status_t s = kiln_artifact_read(bytes, size, kiln_allocator_system(), &back);
+      KILN_EXPECT(s && kiln_status_code(s) == KILN_CORRUPT_ARTIFACT &&
+                      strstr(kiln_status_message(s), "bf16-compute conv weight"),
+                  "a 2.15 file with layout 12 is refused: %s", s ? kiln_status_message(s) : "read");
+      kiln_status_free(s);
+      if (back) kiln_graph_release(back);
+      free(bytes);
+    }
+  }
+  /* A weight 64 bytes short (one pair row), and one with a pair row too many. */
+  for (int bad = 0; bad < 2; ++bad) {
+    uint16_t* big = aligned_alloc(64, wb + 64);
+    memcpy(big, wp, wb);
+    g = cbf_graph(big, bad ? wb + 64 : wb - 64, bias);
+    if (g) {
+      kiln_model_t* m = NULL;
+      kiln_status_t s = kiln_model_create(g, NULL, NULL, &m);
+      KILN_EXPECT(s && kiln_status_code(s) == KILN_INVALID_ARGUMENT &&
+                      strstr(kiln_status_message(s), "bf16-compute conv2d weight has"),
+                  "a wrong-size bf16 conv weight is refused: %s", s ? kiln_status_message(s) : "accepted");
+      kiln_status_free(s);
+      if (m) kiln_model_release(m);
+    }
+    free(big);
+  }
+  free(wp);
+}
+
+/* The compiler: a channels-last region's conv (C = O = 32) under
+ * compute_bf16 gets the bf16 layout exactly when kiln_cpu_bf16() has the
+ * engine at compile time, else the fp32 panels of 16; both runs match
+ * their contract. */
+static void cbf_compile(int with_engine) {
+  enum { C = 32, O = 32, HW = 8 };
+  static float x[C * HW * HW], w[O * C * 9], want[O * HW * HW], got[O * HW * HW];
+  kiln_test_fill_f32(x, C * HW * HW, 61, -1, 1);
+  kiln_test_fill_f32(w, O * C * 9, 62, -0.2f, 0.2f);
+  const unsigned saved = kiln_cpu_bf16();
+  if (!with_engine) kiln_cpu_bf16_set(0);
+  const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  int64_t sx[4] = {1, C, HW, HW}, sw[4] = {O, C, 3, 3};
+  int32_t vx, vw, y1, y2;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  int32_t in[2] = {vx, vw};
+  const int64_t p[9] = {1, 1, 1, 1, 1, 1, 1, KILN_ACT_RELU, 0};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D, in, 2, p, 9, NULL, 0, "c1", &y1));
+  int32_t in2[2] = {y1, vw};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D, in2, 2, p, 9, NULL, 0, "c2", &y2));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y2, 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.compute_bf16 = 1;
+  kiln_graph_t* c = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &c)); /* consumes g */
+  if (c) {
+    int n_bf16 = 0, n_nhwc = 0, n_f32 = 0;
+    for (int32_t i = 0; i < c->n_nodes; ++i) {
+      if (c->nodes[i].op != KILN_OP_CONV2D_NHWC) continue;
+      ++n_nhwc;
+      kiln_layout_t l = c->values[c->nodes[i].inputs[1]].layout;
+      n_bf16 += l == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+      n_f32 += l == KILN_LAYOUT_CONV2D_PACKED_16;
+    }
+    KILN_EXPECT(n_nhwc == 2 && n_bf16 == (engine ? 2 : 0) && n_f32 == (engine ? 0 : 2),
+                "engine %d: %d NHWC convs, %d bf16 forms, %d fp32 forms", engine, n_nhwc, n_bf16,
+                n_f32);
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m));
+    if (m) {
+      int64_t sy[4] = {1, O, HW, HW};
+      kiln_tensor_t ti = {x, KILN_F32, 4, sx}, to = {got, KILN_F32, 4, sy};
+      KILN_EXPECT_OK(kiln_model_run(m, &ti, 1, &to, 1));
+      kiln_model_release(m);
+      /* Two fp32 (or, with the engine, bf16) convs in float64 (NCHW). */
+      static float h[O * HW * HW];
+      for (int layer = 0; layer < 2; ++layer) {
+        const float* src = layer ? h : x;
+        float* dst = layer ? want : h;
+        for (int oc = 0; oc < O; ++oc)
+          for (int i = 0; i < HW; ++i)
+            for (int j = 0; j < HW; ++j) {
+              double acc = 0;
+              for (int ci = 0; ci < C; ++ci)
+                for (int u = 0; u < 3; ++u)
+                  for (int v = 0; v < 3; ++v) {
+                    int iy = i - 1 + u, ix = j - 1 + v;
+                    if (iy < 0 || iy >= HW || ix < 0 || ix >= HW) continue;
+                    float xv = src[(ci * HW + iy) * HW + ix], wv = w[((oc * C + ci) * 3 + u) * 3 + v];
+                    if (engine) xv = cbf_round(xv), wv = cbf_round(wv);
+                    acc += (double)xv * wv;
+                  }
+              dst[(oc * HW + i) * HW + j] = acc > 0 ? (float)acc : 0.0f;
+            }
+      }
+      /* fp32: K = 288 sums; bf16: the second layer's input may round one
+       * step (2^-8) apart where fp32 and double straddle a boundary. */
+      kiln_test_compare_f32(engine ? "compiled convs, bf16 form" : "compiled convs, fp32 form", got,
+                            want, O * HW * HW, engine ? 2e-2f : 1e-4f, engine ? 1e-2f : 1e-4f);
+    }
+  }
+  kiln_cpu_bf16_set(saved);
+}
+
 void kiln_test_suite_conv_nhwc_bf16(void) {
   cbf_layout();
+  cbf_graph_and_file();
+  cbf_compile(1);
+  cbf_compile(0);
   kiln_test_each_isa_and_pool(cbf_level);
 }
