@@ -166,3 +166,17 @@ def test_no_engine_at_compile_time_keeps_fp32_convs():
         kiln.isa(start)
     with torch.no_grad():
         torch.testing.assert_close(got, m(x), rtol=1e-4, atol=1e-4)
+
+
+def test_reference_target_reads_the_bf16_conv_layout():
+    """The artifact (to_bytes / from_bytes: format 2.16 where the bf16 form
+    was chosen) runs on the reference target, whose conv reads the bf16
+    layout with double sums; node by node within the bf16 tolerance above
+    (the two targets' fp32 and double values may round one bf16 step
+    apart at the next layer)."""
+    m = make_model(4)
+    x = torch.randn(1, 3, 21, 21)
+    compiled = kiln.trace(m, x, compute_dtype=torch.bfloat16)
+    report = kiln.compare_targets(compiled, x, rtol=1e-2, atol=2e-2)
+    assert report.ok and report.outputs_match, str(report)
+    assert sum(r["op"] == "conv2d_nhwc" for r in report.rows) == 4
