@@ -48,6 +48,11 @@
 #include "kiln_test.h"
 #include "runtime/kiln_model.h"
 
+/* The bf16 engine mask the suite started with: kiln_cpu_bf16() reads 0
+ * below the avx512 level whatever the mask, so the tests mask the engine
+ * off with kiln_cpu_bf16_set(0) and restore this, never what they read. */
+static unsigned cbf_mask_;
+
 typedef struct {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
   int bias, residual, res_alias, res_first, special;
@@ -182,9 +187,8 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   cbf_bounds(&a, xr, wr, bound);
 
   const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
-  const unsigned saved = kiln_cpu_bf16();
   for (int eng = engine; eng >= 0; --eng) {
-    kiln_cpu_bf16_set(eng ? saved : 0);
+    kiln_cpu_bf16_set(eng ? cbf_mask_ : 0);
     const char* path = eng ? "avx512_bf16" : "fp32";
     for (int nchw = 0; nchw < 2; ++nchw) {
       memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
@@ -205,7 +209,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
       kiln_test_compare_f32(what2, got, want, ny + CBF_GUARD, 0.0f, 0.0f);
     }
   }
-  kiln_cpu_bf16_set(saved);
+  kiln_cpu_bf16_set(cbf_mask_);
   free(x), free(xt), free(xr), free(w), free(wr), free(bias), free(res), free(want);
   free(want32), free(got), free(bound), free(wp);
 }
@@ -396,7 +400,6 @@ static void cbf_compile(int with_engine) {
   static float x[C * HW * HW], w[O * C * 9], want[O * HW * HW], got[O * HW * HW];
   kiln_test_fill_f32(x, C * HW * HW, 61, -1, 1);
   kiln_test_fill_f32(w, O * C * 9, 62, -0.2f, 0.2f);
-  const unsigned saved = kiln_cpu_bf16();
   if (!with_engine) kiln_cpu_bf16_set(0);
   const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
   kiln_graph_t* g = NULL;
@@ -463,13 +466,80 @@ static void cbf_compile(int with_engine) {
                             want, O * HW * HW, engine ? 2e-2f : 1e-4f, engine ? 1e-2f : 1e-4f);
     }
   }
-  kiln_cpu_bf16_set(saved);
+  kiln_cpu_bf16_set(cbf_mask_);
+}
+
+/* x's rounding to the bit, through a conv whose result is bf16(x) exactly
+ * (one exact product with weight 1, plus exact zeros): C = 1, O = 1, w = 1
+ * (each pixel's copy: the value and the pad channel), and C = 2, O = 2
+ * with the identity weight (1, 0; 0, 1: whole rows rounded as one run),
+ * NHWC and NCHW x, at every pixel: nearest even on ties, NaN stays NaN,
+ * +-Inf, -0, the largest floats (rounding up to Inf past the last bf16).
+ * The identity case takes only values whose bf16 is finite (0 x Inf is
+ * NaN). Denormals: rounded and kept by the copy, but VDPBF16PS treats
+ * denormal inputs as zero, so through the engine y is 0 there; the
+ * portable path (fp32 FMAs) keeps them. */
+static void cbf_rounding(kiln_pool_t* pool, const char* where) {
+  enum { H = 5, W = 7, N = H * W * 2 };
+  static const float special[] = {1.00390625f, 1.01171875f, -1.00390625f, 3e-39f, -1e-40f,
+                                  1.1754942e-38f, 3.3895314e38f, 3.4028235e38f, -0.0f,
+                                  INFINITY, -INFINITY, NAN, 0.1f, -2.7182817f, 65504.0f};
+  const size_t ns = sizeof(special) / sizeof(special[0]);
+  const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+  for (int C = 1; C <= 2; ++C) {
+    float x[N], xn[N], y[N + CBF_GUARD], w[4] = {1, 0, 0, 1};
+    for (int i = 0, j = 0; i < H * W * C; ++j) {
+      float v = special[(size_t)j % ns] * (j % 3 == 2 ? 0.75f : 1.0f);
+      if (C == 1 || isfinite(cbf_round(v))) x[i++] = v;
+    }
+    for (int c = 0; c < C; ++c)
+      for (int p = 0; p < H * W; ++p) xn[c * H * W + p] = x[p * C + c];
+    uint16_t wp[64];
+    kiln_conv2d_bf16_pack_weight(C, C, 1, 1, 1, w, wp);
+    kiln_conv2d_f32_args_t a;
+    memset(&a, 0, sizeof(a));
+    a.n = 1, a.c = C, a.h = a.ho = H, a.w = a.wo = W, a.o = C, a.kh = a.kw = 1;
+    a.sh = a.sw = a.dh = a.dw = a.groups = 1;
+    a.weight = (const float*)(const void*)wp, a.weight_packed = KILN_CONV_PACKED_BF16, a.y = y;
+    for (int nchw = 0; nchw < 2; ++nchw) {
+      for (int i = 0; i < CBF_GUARD; ++i) y[H * W * C + i] = -7.0f;
+      a.x = nchw ? xn : x;
+      kiln_conv2d_bf16_nhwc(&a, nchw, pool);
+      int bad = 0, first = -1;
+      for (int i = 0; i < H * W * C; ++i) {
+        float want = cbf_round(x[i]);
+        if (engine && fpclassify(want) == FP_SUBNORMAL) want = 0.0f;
+        int ok = isnan(want) ? isnan(y[i]) : memcmp(&want, &y[i], 4) == 0 || (want == 0 && y[i] == 0);
+        if (!ok && !bad++) first = i;
+      }
+      for (int i = 0; i < CBF_GUARD; ++i) bad += y[H * W * C + i] != -7.0f;
+      KILN_EXPECT(bad == 0 && !strcmp(kiln_conv2d_bf16_last_path(), engine ? "avx512_bf16" : "fp32"),
+                  "%s rounding through an identity conv (C %d, %s x, path %s): %d off, first [%d] "
+                  "x %.9g got %.9g want %.9g", where, C, nchw ? "NCHW" : "NHWC",
+                  kiln_conv2d_bf16_last_path(), bad, first, first >= 0 ? (double)x[first] : 0.0,
+                  first >= 0 ? (double)y[first] : 0.0, first >= 0 ? (double)cbf_round(x[first]) : 0.0);
+    }
+  }
+}
+
+static void cbf_level_all(kiln_pool_t* pool, const char* where) {
+  cbf_rounding(pool, where);
+  if (kiln_cpu_bf16()) { /* the portable path at this level too */
+    kiln_cpu_bf16_set(0);
+    cbf_rounding(pool, where);
+    kiln_cpu_bf16_set(cbf_mask_);
+  }
+  cbf_level(pool, where);
+  KILN_EXPECT(kiln_cpu_isa() != KILN_ISA_AVX512 || kiln_cpu_bf16() == cbf_mask_,
+              "%s: the engine mask is restored", where);
 }
 
 void kiln_test_suite_conv_nhwc_bf16(void) {
+  cbf_mask_ = kiln_cpu_bf16();
   cbf_layout();
   cbf_graph_and_file();
   cbf_compile(1);
   cbf_compile(0);
-  kiln_test_each_isa_and_pool(cbf_level);
+  kiln_test_each_isa_and_pool(cbf_level_all);
+  kiln_cpu_bf16_set(cbf_mask_);
 }

@@ -41,6 +41,9 @@
 #define KILN_CONV_BF16_PART_BYTES ((int64_t)64 << 10)
 #define KILN_CONV_BF16_PREP_BYTES ((int64_t)32 << 10)
 
+#define KILN_CONV_BF16_STR2(x) #x
+#define KILN_CONV_BF16_STR(x) KILN_CONV_BF16_STR2(x)
+
 static kiln_scratch_cache_t kiln_conv_bf16_scratch_ =
     KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
 static _Thread_local const char* kiln_conv_bf16_path_ = "none";
@@ -58,7 +61,7 @@ int kiln_conv2d_bf16_has_engine(void) {
 const char* kiln_conv2d_bf16_describe(void) {
   if (kiln_conv2d_bf16_has_engine())
     return "bf16 compute: AVX512_BF16 dot products (VDPBF16PS), NHWC tiles of "
-           "12 pixels x 32 channels";
+           KILN_CONV_BF16_STR(KILN_CONV_BF16_MR) " pixels x 32 channels";
   return "bf16 compute: no bf16 engine at run time, the fp32 NHWC kernels on bf16-rounded "
          "inputs and widened weights";
 }
@@ -126,14 +129,10 @@ typedef struct {
   const float* bias;
 } kiln_conv_bf16_ctx_t;
 
-/* Channels [0, n) of one pixel rounded to bf16 (x's channels ld apart:
- * 1 in NHWC, a plane in NCHW). */
-static void kiln_conv_bf16_round_px(const float* x, int64_t ld, int64_t n, uint16_t* d) {
-  if (ld == 1) {
-    kiln_bf16_gemm_pack_a__avx512(1, 1, n, n, x, NULL, n, d);
-    return;
-  }
-  for (int64_t c = 0; c < n; ++c) d[c] = kiln_gemm_bf16_from_f32(x[c * ld]);
+/* n consecutive floats rounded to bf16 (AVX-512F integer arithmetic,
+ * kiln_gemm_bf16_from_f32's rounding to the bit). */
+static void kiln_conv_bf16_round_run(const float* x, int64_t n, uint16_t* d) {
+  kiln_bf16_gemm_pack_a__avx512(1, 1, n, n, x, NULL, n, d);
 }
 
 /* Rows [task * per, ...) of the bordered bf16 copy of the current image. */
@@ -156,20 +155,30 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
     }
     if (lo) memset(d, 0, (size_t)(lo * cp2) * sizeof(uint16_t));
     if (dense) {
-      kiln_conv_bf16_round_px(t->xn + (row * a->w + lo - a->pw) * C, 1, (hi - lo) * C, d + lo * cp2);
+      kiln_conv_bf16_round_run(t->xn + (row * a->w + lo - a->pw) * C, (hi - lo) * C, d + lo * cp2);
     } else {
       for (int64_t q = lo; q < hi; ++q) {
         uint16_t* dp = d + q * cp2;
-        int64_t ix = q - a->pw;
         for (int64_t g = 0; g < G; ++g) {
-          if (t->x_nchw)
-            kiln_conv_bf16_round_px(t->xn + ((g * cg) * a->h + row) * a->w + ix, a->h * a->w, cg,
-                                    dp + g * cg2);
-          else
-            kiln_conv_bf16_round_px(t->xn + (row * a->w + ix) * C + g * cg, 1, cg, dp + g * cg2);
+          if (!t->x_nchw)
+            kiln_conv_bf16_round_run(t->xn + (row * a->w + q - a->pw) * C + g * cg, cg, dp + g * cg2);
           if (cg2 > cg) dp[g * cg2 + cg] = 0;
         }
         if (cp2 > G * cg2) memset(dp + G * cg2, 0, (size_t)(cp2 - G * cg2) * sizeof(uint16_t));
+      }
+      if (t->x_nchw) {
+        /* Plane by plane (the stem's C = 3): each channel's row rounded as
+         * one run, then spread cp2 apart within the padded row (in cache). */
+        uint16_t run[256];
+        for (int64_t c = 0; c < C; ++c) {
+          uint16_t* dc = d + c / cg * cg2 + c % cg;
+          const float* xp = t->xn + (c * a->h + row) * a->w + lo - a->pw;
+          for (int64_t q0 = lo; q0 < hi; q0 += 256) {
+            int64_t len = hi - q0 < 256 ? hi - q0 : 256;
+            kiln_conv_bf16_round_run(xp + (q0 - lo), len, run);
+            for (int64_t i = 0; i < len; ++i) dc[(q0 + i) * cp2] = run[i];
+          }
+        }
       }
     }
     if (hi < wp) memset(d + hi * cp2, 0, (size_t)((wp - hi) * cp2) * sizeof(uint16_t));

@@ -4,8 +4,10 @@
  * the weights (one pair row of each of the strip's two panels: 16 channels
  * x the couple (c, c + 1) at one (u, v)) and per pixel one 32-bit broadcast
  * of the source's couple, feeding two VDPBF16PS (32 multiply-adds each,
- * summed in pairs into 16 fp32 lanes). A strip with one panel left runs a
- * 16-channel variant. Partial sums cross K blocks in fp32.
+ * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
+ * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
+ * says why). A strip with one panel left runs a 16-channel variant.
+ * Partial sums cross K blocks in fp32.
  *
  * Compiled only with the AVX512_BF16 flags (meson: the conv_bf16 family's
  * avx512bf16 variant) and called only when kiln_cpu_bf16() has

@@ -14,10 +14,13 @@
 #include <stdint.h>
 
 /* Pixels per tile: 2 x MR fp32 accumulators + 2 weight vectors + a
- * broadcast fit the 32 zmm registers up to MR = 14; measured on Zen 4 (see
- * kiln_conv_nhwc_bf16_avx512bf16.c). */
+ * broadcast fit the 32 zmm registers up to MR = 14. Measured on Zen 4
+ * (ResNet-18's convs, one thread, kiln.profile): MR = 10 and 12 run the
+ * large layers alike (both keep VDPBF16PS busy: 20 or 24 independent
+ * accumulators), and 10 wastes less on 7x7 outputs (49 pixels: 5 tiles of
+ * 10 against 5 of 12), layer4's convs 10-15 % faster. */
 #ifndef KILN_CONV_BF16_MR
-#define KILN_CONV_BF16_MR 12
+#define KILN_CONV_BF16_MR 10
 #endif
 
 typedef struct kiln_conv_bf16_loop_s {
