@@ -121,7 +121,8 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
   int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
   if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
   int panel;
-  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2 && kiln_conv2d_bf16_has_engine()) {
+  const int depthwise = groups > 1 && w->shape[1] == 1; /* one input channel a group */
+  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2 && !depthwise && kiln_conv2d_bf16_has_engine()) {
     size_t bytes = kiln_conv2d_bf16_packed_size(w->shape[0], w->shape[1], w->shape[2],
                                                 w->shape[3], groups);
     if (!bytes) return;
