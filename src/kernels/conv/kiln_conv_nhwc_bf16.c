@@ -3,9 +3,10 @@
  * with a bf16 source and VDPBF16PS tiles.
  *
  * Source. Each image is copied once into a zero-bordered buffer of hp x wp
- * pixels (the rows and columns the windows reach), x rounded to bf16 as it
- * is copied (so also for 1x1 convs: the kernel reads bf16 couples), cp2
- * bf16 per pixel: each group's Cg channels then a zero one when Cg is odd,
+ * pixels (the rows and columns the windows reach; for a 1x1 conv with no
+ * padding only the pixels it reads, so a strided downsample copies a
+ * quarter), x rounded to bf16 as it is copied (so also for 1x1 convs: the
+ * kernel reads bf16 couples), cp2 bf16 per pixel: each group's Cg channels then a zero one when Cg is odd,
  * the pitch's spare channels zero. cp2 is an odd number of 64-byte lines
  * once a pixel fills one (C >= 32): with 128 or 256 channels the taps of a
  * window would otherwise fall in few L1 sets (the fp32 driver's rule).
@@ -111,6 +112,8 @@ typedef struct {
   const kiln_conv2d_f32_args_t* a;
   kiln_gemm_epilogue_fn epilogue;
   int x_nchw;
+  int sub;               /* 1x1 with no padding: the copy holds only the pixels read */
+  int64_t esh, esw;      /* strides in the copy (1 and 1 when sub) */
   int64_t cg, cg2, og, rows, howo, nstrips;
   int64_t hp, wp, cp2;
   int64_t nt, tb, noc, kc;
@@ -185,6 +188,49 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
   }
 }
 
+/* Rows [task * per, ...) of the copy of a 1x1 conv with no padding: only
+ * the pixels it reads, (r sh, q sw) at (r, q), wo a row; pitch cp2 = G Cg2
+ * (one tap: no set aliasing to avoid), so with even C and stride 1 a row is
+ * one run. */
+static void kiln_conv_bf16_sub_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_conv_bf16_ctx_t* t = p;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t C = a->c, G = a->groups, cg = t->cg, cg2 = t->cg2, cp2 = t->cp2, wp = t->wp;
+  int64_t r0 = (int64_t)task * t->pad_rows_per;
+  int64_t r1 = r0 + t->pad_rows_per < t->hp ? r0 + t->pad_rows_per : t->hp;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint16_t* d = t->pad + r * wp * cp2;
+    const int64_t row = r * a->sh;
+    if (!t->x_nchw && a->sw == 1 && cg2 == cg) {
+      kiln_conv_bf16_round_run(t->xn + row * a->w * C, wp * C, d);
+      continue;
+    }
+    for (int64_t q = 0; q < wp; ++q) {
+      uint16_t* dp = d + q * cp2;
+      for (int64_t g = 0; g < G; ++g) {
+        if (!t->x_nchw)
+          kiln_conv_bf16_round_run(t->xn + (row * a->w + q * a->sw) * C + g * cg, cg, dp + g * cg2);
+        if (cg2 > cg) dp[g * cg2 + cg] = 0;
+      }
+    }
+    if (t->x_nchw) { /* plane by plane, strided reads gathered into a run */
+      float gath[256];
+      uint16_t run[256];
+      for (int64_t c = 0; c < C; ++c) {
+        uint16_t* dc = d + c / cg * cg2 + c % cg;
+        const float* xp = t->xn + (c * a->h + row) * a->w;
+        for (int64_t q0 = 0; q0 < wp; q0 += 256) {
+          int64_t len = wp - q0 < 256 ? wp - q0 : 256;
+          for (int64_t i = 0; i < len; ++i) gath[i] = xp[(q0 + i) * a->sw];
+          kiln_conv_bf16_round_run(gath, len, run);
+          for (int64_t i = 0; i < len; ++i) dc[(q0 + i) * cp2] = run[i];
+        }
+      }
+    }
+  }
+}
+
 /* A finished tile to y: its np pixels are consecutive there, O apart; the
  * residual first when it goes before the activation (y may be the
  * residual: each element is read before it is written). */
@@ -223,13 +269,15 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
   t.cg = a->c / G, t.cg2 = t.cg + (t.cg & 1), t.og = a->o / G, t.howo = a->ho * a->wo;
   t.rows = a->kh * a->kw * t.cg2 / 2;
   t.nstrips = kiln_conv_bf16_cdiv(t.og, 32);
+  t.sub = a->kh == 1 && a->kw == 1 && a->ph == 0 && a->pw == 0;
+  t.esh = t.sub ? 1 : a->sh, t.esw = t.sub ? 1 : a->sw;
   t.cp2 = G * t.cg2;
-  if (t.cp2 >= 32) {
+  if (t.cp2 >= 32 && !t.sub) {
     t.cp2 = (t.cp2 + 31) & ~(int64_t)31;
     if ((t.cp2 / 32) % 2 == 0) t.cp2 += 32;
   }
-  t.hp = (a->ho - 1) * a->sh + (a->kh - 1) * a->dh + 1;
-  t.wp = (a->wo - 1) * a->sw + (a->kw - 1) * a->dw + 1;
+  t.hp = t.sub ? a->ho : (a->ho - 1) * a->sh + (a->kh - 1) * a->dh + 1;
+  t.wp = t.sub ? a->wo : (a->wo - 1) * a->sw + (a->kw - 1) * a->dw + 1;
   const int threads = kiln_pool_size(pool);
   t.kc = t.rows <= KILN_CONV_BF16_KC
              ? t.rows
@@ -239,7 +287,7 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
   t.nt = kiln_conv_bf16_cdiv(t.howo, MR);
   /* A block's output rows: each reads sh fresh source rows of wp pixels,
    * plus the window's extra rows once. */
-  int64_t per_row = a->sh * t.wp * t.cg2 * 2;
+  int64_t per_row = t.esh * t.wp * t.cg2 * 2;
   int64_t brows = KILN_CONV_BF16_BLOCK_BYTES / (per_row > 0 ? per_row : 1) - (a->kh - 1) * a->dh;
   t.tb = kiln_conv_bf16_cdiv((brows > 1 ? brows : 1) * a->wo, MR);
   if (multi && t.tb > KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4))
@@ -266,7 +314,7 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
     for (int64_t v = 0; v < a->kw; ++v)
       for (int64_t c = 0; c < t.cg2; c += 2, ++r) off[r] = (u * a->dh * t.wp + v * a->dw) * t.cp2 + c;
   for (int64_t oy = 0, i = 0; oy < a->ho; ++oy)
-    for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = (oy * a->sh * t.wp + ox * a->sw) * t.cp2;
+    for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = (oy * t.esh * t.wp + ox * t.esw) * t.cp2;
   t.off = off, t.vpos = vpos;
   t.part = part_b ? (float*)(void*)(scratch + int_b) : NULL;
   t.pad = (uint16_t*)(void*)(scratch + int_b + part_b);
@@ -279,7 +327,7 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
   for (int64_t n = 0; n < a->n; ++n) {
     t.xn = a->x + n * a->h * a->w * a->c;
     kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
-                           kiln_conv_bf16_pad_task, &t);
+                           t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
     for (int64_t g = 0; g < G; ++g) {
       t.y = a->y + n * t.howo * a->o + g * t.og;
       t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
