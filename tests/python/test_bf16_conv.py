@@ -125,6 +125,7 @@ def test_conv_net_in_bf16(seed, size):
     else:
         # No engine: the fp32 panels, exactly the fp32 path's numbers class.
         assert "[bf16 compute]" not in text
+        assert text.count("fp32: no bf16 engine at compile time") == 4
         torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4)
 
 
@@ -160,7 +161,9 @@ def test_no_engine_at_compile_time_keeps_fp32_convs():
     try:
         kiln.isa("avx2" if kiln.isa("avx2") == "avx2" else "generic")
         compiled = kiln.trace(m, x, compute_dtype=torch.bfloat16)
-        assert "[bf16 compute]" not in compiled.explain()
+        text = compiled.explain()
+        assert "[bf16 compute]" not in text
+        assert text.count("fp32: no bf16 engine at compile time") == 4
         got = compiled(x)
     finally:
         kiln.isa(start)

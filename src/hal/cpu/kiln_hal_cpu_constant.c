@@ -113,7 +113,8 @@ static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
  * the portable path, so there such convs keep the fp32 panels and run
  * exactly as fast as in fp32. (An artifact compiled with the engine and
  * run without it still runs, on the portable path.) NCHW CONV2D and
- * depthwise convs stay fp32. */
+ * depthwise convs stay fp32; a CONV2D_NHWC left in fp32 under
+ * compute_bf16 says why in its note (kiln.explain, KILN_LOG). */
 static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
                                const kiln_hal_weights_t* o, kiln_hal_constant_form_t* f) {
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
@@ -131,6 +132,8 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
     f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
     return;
   }
+  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2)
+    f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
   if (n->op == KILN_OP_CONV2D_NHWC) {
     panel = KILN_CONV_PANEL_WIDE;
   } else {
