@@ -217,6 +217,7 @@ typedef struct kiln_artifact_graph_s {
   const uint8_t* consts;
   size_t consts_size;
   const kiln_sym_table_t* syms; /* rebuilt from "syms" before the values; NULL if none */
+  uint16_t minor;               /* the file's minor version */
 } kiln_artifact_graph_t;
 
 /* A value record, decoded and range-checked. */
@@ -313,6 +314,10 @@ static kiln_status_t kiln_artifact_decode_value(const kiln_artifact_graph_t* G, 
   if (v->layout >= KILN_LAYOUT_COUNT)
     CORRUPT("graph section: value %u: layout %u is unknown to this reader (format %d.%d)", i,
             v->layout, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR);
+  if (v->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16 && G->minor < KILN_FORMAT_MINOR_CONV_BF16)
+    CORRUPT("graph section: value %u: layout %u (a bf16-compute conv weight, format %d.%d) in a "
+            "file of format %d.%d", i, v->layout, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_CONV_BF16,
+            KILN_FORMAT_MAJOR, (int)G->minor);
   if (v->layout == KILN_LAYOUT_JOINED_COLS) /* host pointers: never in a file */
     CORRUPT("graph section: value %u: layout %u (a joined weight) cannot be in a file", i,
             v->layout);
@@ -791,6 +796,7 @@ kiln_status_t kiln_artifact_read(const void* bytes, size_t size, kiln_allocator_
    * guards give the same probes. */
   if (!s && L.have_guards) kiln_sym_probes_fit(g->syms);
   G.syms = g->syms;
+  G.minor = L.minor;
   if (!s) s = kiln_artifact_replay(&G, g);
   if (s) {
     kiln_graph_release(g);

@@ -337,6 +337,7 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
   int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0, random = 0;
+  int conv_bf16 = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
     random |= g->nodes[i].op == KILN_OP_RANDOM;
     sdpa_scale |= g->nodes[i].op == KILN_OP_SDPA &&
@@ -349,10 +350,12 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   for (int32_t i = 0; i < g->n_values; ++i) {
     const kiln_value_t* v = &g->values[i];
     /* an int4 blob's header flags (byte 6) bit 2: bf16 scales (kiln_gemm.h) */
+    conv_bf16 |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, random      ? KILN_FORMAT_MINOR_RANDOM
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, conv_bf16   ? KILN_FORMAT_MINOR_CONV_BF16
+                                                 : random      ? KILN_FORMAT_MINOR_RANDOM
                                                  : sdpa_scale  ? KILN_FORMAT_MINOR_SDPA_SCALE
                                                  : halves      ? KILN_FORMAT_MINOR_HALVES
                                                  : round_b     ? KILN_FORMAT_MINOR_ROUND_B

@@ -71,6 +71,11 @@ typedef enum kiln_layout_e {
                                 * (kiln_joined_const.h): made by the gated-MLP
                                 * fusion, given its reader's form by the pack
                                 * pass, never read by a kernel nor in a file */
+  KILN_LAYOUT_CONV2D_PACKED_16_BF16, /* a CONV2D_NHWC weight (O, C / groups, kh, kw)
+                                * for bf16 compute (format 2.16): per group and
+                                * panel of 16 channels, (u, v, c) taps as VNNI
+                                * pairs of channels, bf16 (kiln_conv_nhwc_bf16.h);
+                                * the value is f32 whose elements are bf16-rounded */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

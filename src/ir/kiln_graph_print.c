@@ -78,7 +78,9 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
         const kiln_value_t* c = &g->values[id];
         const char* tag =
             c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16 ? "packed bf16"
-            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? "bf16 compute"
+            : c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ||
+                    c->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16
+                ? "bf16 compute"
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8
                 ? (kiln_value_int8_activations(c) ? "int8, int8 activations" : "int8")
             : c->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4

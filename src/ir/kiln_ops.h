@@ -246,7 +246,9 @@
  *                                        activations: x (N, H, W, C), y and
  *                                        residual (N, Ho, Wo, O); w as
  *                                        CONV2D's, dense or packed in panels
- *                                        of 16 (KILN_LAYOUT_CONV2D_PACKED_16);
+ *                                        of 16 (KILN_LAYOUT_CONV2D_PACKED_16),
+ *                                        or for bf16 compute (x rounded to
+ *                                        bf16, fp32 sums: _16_BF16, 2.16);
  *                                        CONV2D's params, X_NCHW 1: x is (N, C,
  *                                        H, W) instead (gathered as it is
  *                                        read: a region's first conv needs no

@@ -247,8 +247,9 @@ kiln_status_t kiln_shape_upsample_bilinear2d(const kiln_graph_t* g, const kiln_n
 }
 
 /* CONV2D_NHWC: CONV2D's rule with x (N, H, W, C) (or (N, C, H, W) when
- * X_NCHW is 1) and y, residual (N, Ho, Wo, O); w dense or packed in panels
- * of 16 (the only packing the channels-last kernel reads). Every param as
+ * X_NCHW is 1) and y, residual (N, Ho, Wo, O); w dense, packed in panels
+ * of 16 (the fp32 channels-last kernel's packing) or for bf16 compute
+ * (KILN_LAYOUT_CONV2D_PACKED_16_BF16). Every param as
  * CONV2D validates it. */
 kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = nn_in(g, n, 0), *w = nn_in(g, n, 1);
@@ -257,8 +258,10 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
   if (!x || !w) FAIL("conv2d_nhwc: x and w are required");
   if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("conv2d_nhwc takes float32");
   if (x->rank != 4) FAIL("conv2d_nhwc's x must be (N, H, W, C), got rank %d", x->rank);
-  if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16))
-    FAIL("conv2d_nhwc's w must be dense or packed in 16s (O, C / groups, kh, kw)");
+  if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16 &&
+                       w->layout != KILN_LAYOUT_CONV2D_PACKED_16_BF16))
+    FAIL("conv2d_nhwc's w must be dense, packed in 16s or packed for bf16 compute (O, C / groups, "
+         "kh, kw)");
   if ((unsigned long long)p[KILN_P(CONV2D_NHWC, X_NCHW)] > 1)
     FAIL("conv2d_nhwc: x's layout (x_nchw) is 0 (NHWC) or 1 (NCHW)");
   const int x_nchw = p[KILN_P(CONV2D_NHWC, X_NCHW)] == 1;

@@ -36,7 +36,7 @@ static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t
     case KILN_OP_CONV2D:
       return layout == KILN_LAYOUT_CONV2D_PACKED || layout == KILN_LAYOUT_CONV2D_PACKED_16;
     case KILN_OP_CONV2D_NHWC:
-      return layout == KILN_LAYOUT_CONV2D_PACKED_16;
+      return layout == KILN_LAYOUT_CONV2D_PACKED_16 || layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
     default:
       return 0;
   }

@@ -11,13 +11,6 @@
 #include "base/kiln_cpu.h"
 #include "runtime/kiln_cost.h"
 
-/* The roof node n's arithmetic runs on: a linear (or matmul) whose weight is
- * packed for the bf16 engines, or whose operands are both bf16 graph values
- * (autocast's products), runs on that engine where this machine has one
- * (the latter from 16 rows: kiln_gemm_bf16_compute_values); one whose int8 / int4 blob is flagged for int8 activations runs
- * integer dot products, on VPDPBUSD where the machine measured it at the
- * avx512 level (kiln_gemm_q8a8.c's int8 engine); everything else on the
- * fp32 FMA. */
 /* A LINEAR's or MATMUL's rows (M of each product). */
 static int64_t kiln_profile_rows(const kiln_graph_t* g, const kiln_node_t* n) {
   const kiln_value_t* y = &g->values[n->outputs[0]];
@@ -27,15 +20,27 @@ static int64_t kiln_profile_rows(const kiln_graph_t* g, const kiln_node_t* n) {
   return m;
 }
 
+/* The roof node n's arithmetic runs on: a linear (or matmul) whose weight is
+ * packed for the bf16 engines, one whose operands are both bf16 graph values
+ * (autocast's products, from 16 rows: kiln_gemm_bf16_compute_values), or a
+ * channels-last conv whose weight has the bf16-compute layout, runs on that
+ * engine where this machine has one; one whose int8 / int4 blob is flagged
+ * for int8 activations runs integer dot products, on VPDPBUSD where the
+ * machine measured it at the avx512 level (kiln_gemm_q8a8.c's int8 engine);
+ * everything else on the fp32 FMA. */
 static const char* kiln_profile_node_roof(const kiln_graph_t* g, const kiln_node_t* n,
                                           const kiln_profile_report_t* r) {
-  if ((n->op != KILN_OP_LINEAR && n->op != KILN_OP_MATMUL) || n->n_inputs < 2 || n->inputs[1] < 0)
+  if ((n->op != KILN_OP_LINEAR && n->op != KILN_OP_MATMUL && n->op != KILN_OP_CONV2D_NHWC) ||
+      n->n_inputs < 2 || n->inputs[1] < 0)
     return "fp32";
   const kiln_value_t* w = &g->values[n->inputs[1]];
   if (kiln_node_is_bf16_product(g, n))
     return r->bf16_gflops > 0 && kiln_profile_rows(g, n) >= 16 ? "bf16" : "fp32";
   if (w->kind != KILN_VALUE_CONSTANT) return "fp32";
-  if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && r->bf16_gflops > 0) return "bf16";
+  if ((w->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ||
+       w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) &&
+      r->bf16_gflops > 0)
+    return "bf16";
   if (kiln_value_int8_activations(w) && r->int8_gops > 0) return "int8";
   return "fp32";
 }

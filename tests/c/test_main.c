@@ -113,6 +113,7 @@ static void kiln_test_print_cpu(void) {
   X(patterns)               \
   X(glu_joined)             \
   X(conv_nhwc)              \
+  X(conv_nhwc_bf16)         \
   X(layout)                 \
   X(train_ops)              \
   X(sym)                    \

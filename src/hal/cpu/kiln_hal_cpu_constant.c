@@ -4,8 +4,9 @@
  * weights, bf16-compute VNNI pairs, or int8 / int4 quantized, as the weight
  * options say); a CONV2D's dense float32 weight (not depthwise, whose direct
  * loop reads it dense) becomes the panels the conv kernel picks for that
- * node's shape; a CONV2D_NHWC's, panels of 16 (the NHWC kernel's only
- * packing). A LINEAR whose x is bf16 (a bf16 model's linear layer, see
+ * node's shape; a CONV2D_NHWC's, panels of 16 (the fp32 NHWC kernel's
+ * packing), or with compute_bf16 the bf16-compute layout
+ * (kiln_cpu_conv_form says when). A LINEAR whose x is bf16 (a bf16 model's linear layer, see
  * python/kiln/lowp.py) and whose weight holds only bf16 values (a bf16
  * parameter widened) gets the VNNI form unasked: rounding A and W to bf16
  * changes neither, so the bf16 engines compute exactly the products eager
@@ -25,6 +26,7 @@
 #include "ir/kiln_joined_const.h"
 #include "ir/kiln_quant_const.h"
 #include "kernels/conv/kiln_conv.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
 #include "kernels/gemm/kiln_gemm.h"
 
 enum { KILN_CPU_DETAIL_GROUPS = 0, KILN_CPU_DETAIL_PANEL = 1 };
@@ -103,14 +105,35 @@ static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
   return w->shape[1] * w->shape[2] * w->shape[3];
 }
 
-/* CONV2D / CONV2D_NHWC: panels for the node's groups, or the dense form. */
+/* CONV2D / CONV2D_NHWC: panels for the node's groups, or the dense form.
+ * A CONV2D_NHWC under compute_bf16 (o->bf16 == 2) gets the bf16-compute
+ * layout (VNNI channel pairs for VDPBF16PS, kiln_conv_nhwc_bf16.h) only
+ * when kiln_cpu_bf16() reports an engine now, at compile time: on a CPU
+ * without one the bf16 form would only add rounding and the widening of
+ * the portable path, so there such convs keep the fp32 panels and run
+ * exactly as fast as in fp32. (An artifact compiled with the engine and
+ * run without it still runs, on the portable path.) NCHW CONV2D and
+ * depthwise convs stay fp32; a CONV2D_NHWC left in fp32 under
+ * compute_bf16 says why in its note (kiln.explain, KILN_LOG). */
 static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
-                               kiln_hal_constant_form_t* f) {
+                               const kiln_hal_weights_t* o, kiln_hal_constant_form_t* f) {
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
   const kiln_value_t* y = &g->values[n->outputs[0]];
   int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
   if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
   int panel;
+  const int depthwise = groups > 1 && w->shape[1] == 1; /* one input channel a group */
+  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2 && !depthwise && kiln_conv2d_bf16_has_engine()) {
+    size_t bytes = kiln_conv2d_bf16_packed_size(w->shape[0], w->shape[1], w->shape[2],
+                                                w->shape[3], groups);
+    if (!bytes) return;
+    f->layout = KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+    f->nbytes = bytes;
+    f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
+    return;
+  }
+  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2)
+    f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
   if (n->op == KILN_OP_CONV2D_NHWC) {
     panel = KILN_CONV_PANEL_WIDE;
   } else {
@@ -223,7 +246,7 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   }
   if (slot != 1) return kiln_ok();
   if (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) {
-    kiln_cpu_conv_form(g, n, f);
+    kiln_cpu_conv_form(g, n, o, f);
     return kiln_ok();
   }
   if (n->op != KILN_OP_LINEAR ||
@@ -259,6 +282,11 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                                 void* out) {
   if (kiln_layout_is_quant_const(w->layout)) {
     kiln_cpu_quant_const_pack(w, f, out);
+    return;
+  }
+  if (f->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) {
+    kiln_conv2d_bf16_pack_weight(w->shape[0], w->shape[1], w->shape[2], w->shape[3],
+                                 f->detail[KILN_CPU_DETAIL_GROUPS], w->data, out);
     return;
   }
   if (f->layout == KILN_LAYOUT_CONV2D_PACKED || f->layout == KILN_LAYOUT_CONV2D_PACKED_16) {

@@ -7,6 +7,7 @@
 
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
 
 #define OUT (bufs[n->outputs[0]])
 
@@ -55,9 +56,10 @@ void kiln_hal_cpu_conv2d_args(const kiln_graph_t* g, const kiln_node_t* n, void*
   a->dh = p[KILN_P(CONV2D, DILATION_H)], a->dw = p[KILN_P(CONV2D, DILATION_W)];
   a->groups = p[KILN_P(CONV2D, GROUPS)], a->act = (kiln_activation_t)p[KILN_P(CONV2D, ACT)];
   a->residual_before_act = (int)p[KILN_P(CONV2D, RESIDUAL_BEFORE_ACT)];
-  a->weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
-                     : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
-                                                                 : 0;
+  a->weight_packed = w->layout == KILN_LAYOUT_CONV2D_PACKED           ? KILN_CONV_PANEL_O
+                     : w->layout == KILN_LAYOUT_CONV2D_PACKED_16      ? KILN_CONV_PANEL_WIDE
+                     : w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16 ? KILN_CONV_PACKED_BF16
+                                                                      : 0;
   if (bufs) kiln_hal_cpu_conv2d_bind(n, bufs, a);
 }
 
@@ -182,7 +184,9 @@ NN_RUN(conv2d_nhwc) {
   (void)g;
   kiln_conv2d_f32_args_t a = *(const kiln_conv2d_f32_args_t*)prep;
   kiln_hal_cpu_conv2d_bind(n, bufs, &a);
-  if (n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1)
+  if (a.weight_packed == KILN_CONV_PACKED_BF16) /* bf16 compute */
+    kiln_conv2d_bf16_nhwc(&a, n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1, pool);
+  else if (n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1)
     kiln_conv2d_f32_nhwc_from_nchw(&a, pool);
   else
     kiln_conv2d_f32_nhwc(&a, pool);
@@ -240,7 +244,9 @@ KILN_HAL_CPU_REF_RUN(conv2d_nhwc) {
   (void)g, (void)pool;
   kiln_conv2d_f32_args_t a = *(const kiln_conv2d_f32_args_t*)prep;
   kiln_hal_cpu_conv2d_bind(n, bufs, &a);
-  if (n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1)
+  if (a.weight_packed == KILN_CONV_PACKED_BF16)
+    kiln_conv2d_bf16_nhwc_reference(&a, n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1);
+  else if (n->params[KILN_P(CONV2D_NHWC, X_NCHW)] == 1)
     kiln_conv2d_f32_nhwc_reference_from_nchw(&a);
   else
     kiln_conv2d_f32_nhwc_reference(&a);

@@ -7,6 +7,7 @@
 
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "ir/kiln_quant_const.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
 
 #define VAL(i) (&g->values[n->inputs[i]])
 
@@ -81,6 +82,17 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
     case KILN_OP_CONV2D_NHWC: /* the same weight checks (its layouts: shape inference) */
     case KILN_OP_CONV2D: {
       const kiln_value_t* w = VAL(1);
+      if (w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) {
+        /* Shape inference let only CONV2D_NHWC read it; its size depends
+         * on the groups too. */
+        size_t want = kiln_conv2d_bf16_packed_size(w->shape[0], w->shape[1], w->shape[2],
+                                                   w->shape[3], n->params[KILN_P(CONV2D, GROUPS)]);
+        if (n->op != KILN_OP_CONV2D_NHWC || want == 0 || w->nbytes != want)
+          return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                  "bf16-compute conv2d weight has %zu bytes, expected %zu",
+                                  w->nbytes, want);
+        return kiln_ok();
+      }
       int panel = w->layout == KILN_LAYOUT_CONV2D_PACKED      ? KILN_CONV_PANEL_O
                   : w->layout == KILN_LAYOUT_CONV2D_PACKED_16 ? KILN_CONV_PANEL_WIDE
                                                               : 0;
@@ -140,6 +152,7 @@ const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t*
   for (int32_t i = 0; i < n->n_inputs; ++i) {
     if (n->inputs[i] < 0 || VAL(i)->kind != KILN_VALUE_CONSTANT) continue;
     if (VAL(i)->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) return kiln_gemm_bf16_compute_describe();
+    if (VAL(i)->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) return kiln_conv2d_bf16_describe();
     if (kiln_value_int8_activations(VAL(i))) return kiln_gemm_int8_describe();
   }
   if (kiln_node_is_bf16_product(g, n)) return kiln_gemm_bf16_values_describe();

@@ -38,6 +38,8 @@ static const char* kiln_ref_node_describe(const kiln_graph_t* g, const kiln_node
     if (!c || c->kind != KILN_VALUE_CONSTANT) continue;
     if (c->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI)
       return "bf16 compute: the scalar reference GEMM (bf16 products, summed in double)";
+    if (c->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16)
+      return "bf16 compute: the scalar reference conv (bf16 products, summed in double)";
     if (kiln_value_int8_activations(c))
       return "int8 activations: the scalar reference (the rule's integer sums)";
   }

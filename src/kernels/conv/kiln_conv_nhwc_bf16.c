@@ -1,0 +1,359 @@
+/* The bf16-compute channels-last convolution's driver
+ * (kiln_conv_nhwc_bf16.h): the fp32 NHWC driver's plan (kiln_conv_nhwc.c)
+ * with a bf16 source and VDPBF16PS tiles.
+ *
+ * Source. Each image is copied once into a zero-bordered buffer of hp x wp
+ * pixels (the rows and columns the windows reach; for a 1x1 conv with no
+ * padding only the pixels it reads, so a strided downsample copies a
+ * quarter), x rounded to bf16 as it is copied (so also for 1x1 convs: the
+ * kernel reads bf16 couples), cp2 bf16 per pixel: each group's Cg channels then a zero one when Cg is odd,
+ * the pitch's spare channels zero. cp2 is an odd number of 64-byte lines
+ * once a pixel fills one (C >= 32): with 128 or 256 channels the taps of a
+ * window would otherwise fall in few L1 sets (the fp32 driver's rule).
+ * Pair row r = (u kw + v) (Cg2 / 2) + c / 2 of output pixel (oy, ox) in
+ * group g reads src[vpos + off[r]],
+ *     vpos = (oy sh wp + ox sw) cp2 + g Cg2,  off[r] = (u dh wp + v dw) cp2 + c,
+ * (c even), the weights' pair-row order.
+ *
+ * Work split as the fp32 driver: a task is a block of MR-pixel tiles x a
+ * range of 32-channel strips, strip outermost then K blocks of at most 128
+ * pair rows (a 16 KiB block of the two panels stays in L1 across the
+ * block's tiles), partial sums per tile between K blocks; enough strip
+ * ranges that every thread gets about four tasks. Tiles go to y through
+ * the GEMM's fp32 epilogue (bias, activation, residual).
+ *
+ * Without a VDPBF16PS engine at run time, the portable path: x rounded to
+ * bf16 into an fp32 copy, the weights widened to fp32 panels of 16 ((c, u,
+ * v) order), then the fp32 NHWC kernels: the same products (bf16 x bf16 is
+ * exact in fp32), summed in fp32 in another order. */
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_scratch.h"
+#include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
+#include "kernels/conv/kiln_conv_nhwc_bf16_internal.h"
+#include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
+
+#define KILN_CONV_BF16_CACHE_CAP ((size_t)64 << 20)
+#define KILN_CONV_BF16_KC 128 /* pair rows per K block */
+#define KILN_CONV_BF16_BLOCK_BYTES ((int64_t)384 << 10)
+#define KILN_CONV_BF16_PART_BYTES ((int64_t)64 << 10)
+#define KILN_CONV_BF16_PREP_BYTES ((int64_t)32 << 10)
+
+#define KILN_CONV_BF16_STR2(x) #x
+#define KILN_CONV_BF16_STR(x) KILN_CONV_BF16_STR2(x)
+
+static kiln_scratch_cache_t kiln_conv_bf16_scratch_ =
+    KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
+static _Thread_local const char* kiln_conv_bf16_path_ = "none";
+
+const char* kiln_conv2d_bf16_last_path(void) { return kiln_conv_bf16_path_; }
+
+int kiln_conv2d_bf16_has_engine(void) {
+#ifdef KILN_GEMM_HAVE_X86
+  return (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+#else
+  return 0;
+#endif
+}
+
+const char* kiln_conv2d_bf16_describe(void) {
+  if (kiln_conv2d_bf16_has_engine())
+    return "bf16 compute: AVX512_BF16 dot products (VDPBF16PS), NHWC tiles of "
+           KILN_CONV_BF16_STR(KILN_CONV_BF16_MR) " pixels x 32 channels";
+  return "bf16 compute: no bf16 engine at run time, the fp32 NHWC kernels on bf16-rounded "
+         "inputs and widened weights";
+}
+
+static int64_t kiln_conv_bf16_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- the portable path ---- */
+
+static kiln_scratch_cache_t kiln_conv_bf16_wide_scratch_ =
+    KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
+
+static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
+                                    kiln_pool_t* pool) {
+  const int64_t G = a->groups, cg = a->c / G, og = a->o / G, nq = kiln_conv_bf16_cdiv(og, 16);
+  const int64_t cg2 = cg + (cg & 1), hw = a->kh * a->kw, rows = hw * cg2 / 2, k = cg * hw;
+  const int64_t nx = a->n * a->c * a->h * a->w, nw = G * nq * k * 16;
+  void* blk = NULL;
+  float* buf = kiln_scratch_get(&kiln_conv_bf16_wide_scratch_, (size_t)(nx + nw) * sizeof(float),
+                                &blk);
+  kiln_conv_bf16_path_ = "fp32";
+  if (!buf) {
+    kiln_conv2d_bf16_nhwc_reference(a, x_nchw); /* no memory: correct, if slow */
+    return;
+  }
+  float *xr = buf, *wf = buf + nx;
+  memcpy(xr, a->x, (size_t)nx * sizeof(float));
+  kiln_gemm_kernels_for(kiln_cpu_isa())->round_bf16(xr, nx);
+  /* Panel pan's tap (c, u, v) of channel i: pair row (uv, c / 2), lane 2 i + c % 2. */
+  const uint16_t* w16 = (const uint16_t*)(const void*)a->weight;
+  for (int64_t pan = 0; pan < G * nq; ++pan)
+    for (int64_t c = 0; c < cg; ++c)
+      for (int64_t uv = 0; uv < hw; ++uv) {
+        const uint16_t* src = w16 + (pan * rows + uv * (cg2 / 2) + c / 2) * 32 + (c & 1);
+        float* dst = wf + (pan * k + c * hw + uv) * 16;
+        for (int64_t i = 0; i < 16; ++i) dst[i] = kiln_gemm_bf16_to_f32(src[2 * i]);
+      }
+  kiln_conv2d_f32_args_t f = *a;
+  f.x = xr, f.weight = wf, f.weight_packed = KILN_CONV_PANEL_WIDE;
+  if (x_nchw) kiln_conv2d_f32_nhwc_from_nchw(&f, pool);
+  else kiln_conv2d_f32_nhwc(&f, pool);
+  kiln_scratch_put(&kiln_conv_bf16_wide_scratch_, blk);
+}
+
+#ifdef KILN_GEMM_HAVE_X86
+
+typedef struct {
+  const kiln_conv2d_f32_args_t* a;
+  kiln_gemm_epilogue_fn epilogue;
+  int x_nchw;
+  int sub;               /* 1x1 with no padding: the copy holds only the pixels read */
+  int64_t esh, esw;      /* strides in the copy (1 and 1 when sub) */
+  int64_t cg, cg2, og, rows, howo, nstrips;
+  int64_t hp, wp, cp2;
+  int64_t nt, tb, noc, kc;
+  const int64_t* off;
+  const int64_t* vpos;
+  float* part;
+  int64_t part_fl;
+  uint16_t* pad;
+  int64_t pad_rows_per;
+  /* The current (image, group): */
+  const float* xn;
+  const uint16_t* src; /* the copy at the group's first channel */
+  const uint16_t* wg;
+  float* y;
+  const float* res;
+  const float* bias;
+} kiln_conv_bf16_ctx_t;
+
+/* n consecutive floats rounded to bf16 (AVX-512F integer arithmetic,
+ * kiln_gemm_bf16_from_f32's rounding to the bit). */
+static void kiln_conv_bf16_round_run(const float* x, int64_t n, uint16_t* d) {
+  kiln_bf16_gemm_pack_a__avx512(1, 1, n, n, x, NULL, n, 1, d);
+}
+
+/* Rows [task * per, ...) of the bordered bf16 copy of the current image. */
+static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_conv_bf16_ctx_t* t = p;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t C = a->c, G = a->groups, cg = t->cg, cg2 = t->cg2, cp2 = t->cp2, wp = t->wp;
+  int64_t r0 = (int64_t)task * t->pad_rows_per;
+  int64_t r1 = r0 + t->pad_rows_per < t->hp ? r0 + t->pad_rows_per : t->hp;
+  int64_t lo = a->pw < wp ? a->pw : wp, hi = a->w + a->pw < wp ? a->w + a->pw : wp;
+  if (hi < lo) hi = lo;
+  const int dense = G * cg2 == cp2 && cg2 == cg && !t->x_nchw; /* pixels back to back */
+  for (int64_t r = r0; r < r1; ++r) {
+    uint16_t* d = t->pad + r * wp * cp2;
+    int64_t row = r - a->ph;
+    if (row < 0 || row >= a->h) {
+      memset(d, 0, (size_t)(wp * cp2) * sizeof(uint16_t));
+      continue;
+    }
+    if (lo) memset(d, 0, (size_t)(lo * cp2) * sizeof(uint16_t));
+    if (dense) {
+      kiln_conv_bf16_round_run(t->xn + (row * a->w + lo - a->pw) * C, (hi - lo) * C, d + lo * cp2);
+    } else {
+      for (int64_t q = lo; q < hi; ++q) {
+        uint16_t* dp = d + q * cp2;
+        for (int64_t g = 0; g < G; ++g) {
+          if (!t->x_nchw)
+            kiln_conv_bf16_round_run(t->xn + (row * a->w + q - a->pw) * C + g * cg, cg, dp + g * cg2);
+          if (cg2 > cg) dp[g * cg2 + cg] = 0;
+        }
+        if (cp2 > G * cg2) memset(dp + G * cg2, 0, (size_t)(cp2 - G * cg2) * sizeof(uint16_t));
+      }
+      if (t->x_nchw) {
+        /* Plane by plane (the stem's C = 3): each channel's row rounded as
+         * one run, then spread cp2 apart within the padded row (in cache). */
+        uint16_t run[256];
+        for (int64_t c = 0; c < C; ++c) {
+          uint16_t* dc = d + c / cg * cg2 + c % cg;
+          const float* xp = t->xn + (c * a->h + row) * a->w + lo - a->pw;
+          for (int64_t q0 = lo; q0 < hi; q0 += 256) {
+            int64_t len = hi - q0 < 256 ? hi - q0 : 256;
+            kiln_conv_bf16_round_run(xp + (q0 - lo), len, run);
+            for (int64_t i = 0; i < len; ++i) dc[(q0 + i) * cp2] = run[i];
+          }
+        }
+      }
+    }
+    if (hi < wp) memset(d + hi * cp2, 0, (size_t)((wp - hi) * cp2) * sizeof(uint16_t));
+  }
+}
+
+/* Rows [task * per, ...) of the copy of a 1x1 conv with no padding: only
+ * the pixels it reads, (r sh, q sw) at (r, q), wo a row; pitch cp2 = G Cg2
+ * (one tap: no set aliasing to avoid), so with even C and stride 1 a row is
+ * one run. */
+static void kiln_conv_bf16_sub_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_conv_bf16_ctx_t* t = p;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t C = a->c, G = a->groups, cg = t->cg, cg2 = t->cg2, cp2 = t->cp2, wp = t->wp;
+  int64_t r0 = (int64_t)task * t->pad_rows_per;
+  int64_t r1 = r0 + t->pad_rows_per < t->hp ? r0 + t->pad_rows_per : t->hp;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint16_t* d = t->pad + r * wp * cp2;
+    const int64_t row = r * a->sh;
+    if (!t->x_nchw && a->sw == 1 && cg2 == cg) {
+      kiln_conv_bf16_round_run(t->xn + row * a->w * C, wp * C, d);
+      continue;
+    }
+    for (int64_t q = 0; q < wp; ++q) {
+      uint16_t* dp = d + q * cp2;
+      for (int64_t g = 0; g < G; ++g) {
+        if (!t->x_nchw)
+          kiln_conv_bf16_round_run(t->xn + (row * a->w + q * a->sw) * C + g * cg, cg, dp + g * cg2);
+        if (cg2 > cg) dp[g * cg2 + cg] = 0;
+      }
+    }
+    if (t->x_nchw) { /* plane by plane, strided reads gathered into a run */
+      float gath[256];
+      uint16_t run[256];
+      for (int64_t c = 0; c < C; ++c) {
+        uint16_t* dc = d + c / cg * cg2 + c % cg;
+        const float* xp = t->xn + (c * a->h + row) * a->w;
+        for (int64_t q0 = 0; q0 < wp; q0 += 256) {
+          int64_t len = wp - q0 < 256 ? wp - q0 : 256;
+          for (int64_t i = 0; i < len; ++i) gath[i] = xp[(q0 + i) * a->sw];
+          kiln_conv_bf16_round_run(gath, len, run);
+          for (int64_t i = 0; i < len; ++i) dc[(q0 + i) * cp2] = run[i];
+        }
+      }
+    }
+  }
+}
+
+/* A finished tile to y: its np pixels are consecutive there, O apart; the
+ * residual first when it goes before the activation (y may be the
+ * residual: each element is read before it is written). */
+static void kiln_conv_bf16_store(const void* p, int64_t j0, int64_t cols, int64_t ti, int64_t np,
+                                 float* tmp) {
+  const kiln_conv_bf16_ctx_t* t = p;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  const int64_t O = a->o, at = ti * KILN_CONV_BF16_MR * O + j0;
+  const float* r = t->res ? t->res + at : NULL;
+  if (r && a->residual_before_act) {
+    for (int64_t i = 0; i < np; ++i)
+      for (int64_t j = 0; j < cols; ++j) tmp[i * 32 + j] += r[i * O + j];
+    r = NULL;
+  }
+  t->epilogue(np, cols, tmp, 32, t->y + at, O, t->bias ? t->bias + j0 : NULL, r, O, a->act);
+}
+
+static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
+  const kiln_conv_bf16_ctx_t* t = p;
+  int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
+  int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
+  kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
+                             t->rows, t->kc,   t->og,      t->howo,
+                             t->part, t->part_fl, kiln_conv_bf16_store, t};
+  kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
+                                      (oc + 1) * t->nstrips / t->noc, thread);
+}
+
+static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, kiln_pool_t* pool) {
+  const int64_t G = a->groups, MR = KILN_CONV_BF16_MR;
+  kiln_conv_bf16_ctx_t t;
+  memset(&t, 0, sizeof(t));
+  t.a = a;
+  t.x_nchw = x_nchw;
+  t.epilogue = kiln_gemm_kernels_for(KILN_ISA_AVX512)->epilogue;
+  t.cg = a->c / G, t.cg2 = t.cg + (t.cg & 1), t.og = a->o / G, t.howo = a->ho * a->wo;
+  t.rows = a->kh * a->kw * t.cg2 / 2;
+  t.nstrips = kiln_conv_bf16_cdiv(t.og, 32);
+  t.sub = a->kh == 1 && a->kw == 1 && a->ph == 0 && a->pw == 0;
+  t.esh = t.sub ? 1 : a->sh, t.esw = t.sub ? 1 : a->sw;
+  t.cp2 = G * t.cg2;
+  if (t.cp2 >= 32 && !t.sub) {
+    t.cp2 = (t.cp2 + 31) & ~(int64_t)31;
+    if ((t.cp2 / 32) % 2 == 0) t.cp2 += 32;
+  }
+  t.hp = t.sub ? a->ho : (a->ho - 1) * a->sh + (a->kh - 1) * a->dh + 1;
+  t.wp = t.sub ? a->wo : (a->wo - 1) * a->sw + (a->kw - 1) * a->dw + 1;
+  const int threads = kiln_pool_size(pool);
+  t.kc = t.rows <= KILN_CONV_BF16_KC
+             ? t.rows
+             : kiln_conv_bf16_cdiv(t.rows, kiln_conv_bf16_cdiv(t.rows, KILN_CONV_BF16_KC));
+  const int multi = t.kc < t.rows;
+  t.noc = 1;
+  t.nt = kiln_conv_bf16_cdiv(t.howo, MR);
+  /* A block's output rows: each reads sh fresh source rows of wp pixels,
+   * plus the window's extra rows once. */
+  int64_t per_row = t.esh * t.wp * t.cg2 * 2;
+  int64_t brows = KILN_CONV_BF16_BLOCK_BYTES / (per_row > 0 ? per_row : 1) - (a->kh - 1) * a->dh;
+  t.tb = kiln_conv_bf16_cdiv((brows > 1 ? brows : 1) * a->wo, MR);
+  if (multi && t.tb > KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4))
+    t.tb = KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4);
+  if (t.tb > t.nt) t.tb = t.nt;
+  int64_t nb = kiln_conv_bf16_cdiv(t.nt, t.tb);
+  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nstrips) t.noc++;
+  t.part_fl = multi ? t.tb * MR * 32 : 0;
+
+  /* Scratch (bytes, each piece 64-aligned): offsets and pixel bases
+   * (int64), partial sums, the bordered copy. */
+  const size_t int_b = ((size_t)(t.rows + t.howo) * 8 + 63) & ~(size_t)63;
+  const size_t part_b = (size_t)(t.part_fl * threads) * sizeof(float);
+  const size_t pad_b = ((size_t)(t.hp * t.wp * t.cp2) * 2 + 63) & ~(size_t)63;
+  void* blk = NULL;
+  char* scratch = kiln_scratch_get(&kiln_conv_bf16_scratch_, int_b + part_b + pad_b, &blk);
+  if (!scratch) {
+    kiln_conv_bf16_portable(a, x_nchw, pool);
+    return;
+  }
+  int64_t* off = (int64_t*)(void*)scratch;
+  int64_t* vpos = off + t.rows;
+  for (int64_t u = 0, r = 0; u < a->kh; ++u)
+    for (int64_t v = 0; v < a->kw; ++v)
+      for (int64_t c = 0; c < t.cg2; c += 2, ++r) off[r] = (u * a->dh * t.wp + v * a->dw) * t.cp2 + c;
+  for (int64_t oy = 0, i = 0; oy < a->ho; ++oy)
+    for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = (oy * t.esh * t.wp + ox * t.esw) * t.cp2;
+  t.off = off, t.vpos = vpos;
+  t.part = part_b ? (float*)(void*)(scratch + int_b) : NULL;
+  t.pad = (uint16_t*)(void*)(scratch + int_b + part_b);
+  const int64_t row_b = t.wp * t.cp2 * 2;
+  t.pad_rows_per = KILN_CONV_BF16_PREP_BYTES / (row_b > 0 ? row_b : 1);
+  if (t.pad_rows_per < 1) t.pad_rows_per = 1;
+
+  const uint16_t* wall = (const uint16_t*)(const void*)a->weight;
+  const int64_t nq = kiln_conv_bf16_cdiv(t.og, 16);
+  for (int64_t n = 0; n < a->n; ++n) {
+    t.xn = a->x + n * a->h * a->w * a->c;
+    kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
+                           t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
+    for (int64_t g = 0; g < G; ++g) {
+      t.y = a->y + n * t.howo * a->o + g * t.og;
+      t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
+      t.bias = a->bias ? a->bias + g * t.og : NULL;
+      t.src = t.pad + g * t.cg2;
+      t.wg = wall + g * nq * t.rows * 32;
+      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), kiln_conv_bf16_task, &t);
+    }
+  }
+  kiln_scratch_put(&kiln_conv_bf16_scratch_, blk);
+  kiln_conv_bf16_path_ = "avx512_bf16";
+}
+
+#endif
+
+void kiln_conv2d_bf16_nhwc(const kiln_conv2d_f32_args_t* a, int x_nchw, kiln_pool_t* pool) {
+  if (a->n <= 0 || a->o <= 0 || a->ho <= 0 || a->wo <= 0) return;
+  if (a->c <= 0 || a->kh <= 0 || a->kw <= 0) { /* no taps: bias, activation, residual */
+    kiln_conv2d_bf16_nhwc_reference(a, x_nchw);
+    return;
+  }
+#ifdef KILN_GEMM_HAVE_X86
+  if (kiln_conv2d_bf16_has_engine()) {
+    kiln_conv_bf16_engine(a, x_nchw, pool);
+    return;
+  }
+#endif
+  kiln_conv_bf16_portable(a, x_nchw, pool);
+}

@@ -1,0 +1,87 @@
+/* The bf16-compute NHWC conv's tile loop and microkernel on VDPBF16PS
+ * (kiln_conv_nhwc_bf16_internal.h): MR output pixels (each at its own base
+ * in the bf16 source) x 32 output channels. Per pair row, two zmm loads of
+ * the weights (one pair row of each of the strip's two panels: 16 channels
+ * x the couple (c, c + 1) at one (u, v)) and per pixel one 32-bit broadcast
+ * of the source's couple, feeding two VDPBF16PS (32 multiply-adds each,
+ * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
+ * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
+ * says why). A strip with one panel left runs a 16-channel variant.
+ * Partial sums cross K blocks in fp32.
+ *
+ * Compiled only with the AVX512_BF16 flags (meson: the conv_bf16 family's
+ * avx512bf16 variant) and called only when kiln_cpu_bf16() has
+ * KILN_CPU_BF16_AVX512. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/conv/kiln_conv_nhwc_bf16_internal.h"
+
+#define KILN_CBF_AI static inline __attribute__((always_inline))
+#define MR KILN_CONV_BF16_MR
+
+/* out (MR x 32, pixel-major) = init + sum_{r < rows} w(r) . src couples;
+ * init = cin or zero. NP panels (1 or 2): w0 and w0 + pstep. */
+KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t* w0,
+                                     int64_t pstep, const uint16_t* const* px,
+                                     const int64_t* off, const float* cin, float* out) {
+  __m512 acc[MR][2];
+  for (int i = 0; i < MR; ++i)
+    for (int h = 0; h < NP; ++h)
+      acc[i][h] = cin ? _mm512_loadu_ps(cin + i * 32 + 16 * h) : _mm512_setzero_ps();
+  const uint16_t* w1 = w0 + pstep;
+  for (int64_t r = 0; r < rows; ++r) {
+    __m512bh b0 = (__m512bh)_mm512_loadu_si512((const void*)(w0 + r * 32));
+    __m512bh b1 = NP > 1 ? (__m512bh)_mm512_loadu_si512((const void*)(w1 + r * 32)) : b0;
+    const int64_t o = off[r];
+    for (int i = 0; i < MR; ++i) {
+      int32_t couple;
+      memcpy(&couple, px[i] + o, sizeof(couple));
+      __m512bh av = (__m512bh)_mm512_set1_epi32(couple);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+      if (NP > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int h = 0; h < NP; ++h) _mm512_storeu_ps(out + i * 32 + 16 * h, acc[i][h]);
+}
+
+void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t t0, int64_t t1,
+                                         int64_t s0, int64_t s1, int thread) {
+  const int64_t R = l->rows, pstep = R * 32;
+  _Alignas(64) float tmp[MR * 32];
+  float* part = l->part ? l->part + (int64_t)thread * l->part_fl : NULL;
+  for (int64_t s = s0; s < s1; ++s) {
+    const int64_t j0 = s * 32, cols = l->og - j0 < 32 ? l->og - j0 : 32;
+    const uint16_t* wp = l->w + 2 * s * pstep;
+    for (int64_t kb = 0; kb < R; kb += l->kc) {
+      const int64_t kcur = R - kb < l->kc ? R - kb : l->kc;
+      const int first = kb == 0, last = kb + kcur == R;
+      /* Pull the next K block's weights (both panels) into L2 a slice per
+       * tile while this block runs, as the fp32 loop (kiln_conv_ct.c). */
+      const int more = s + 1 < s1 || !last;
+      const int64_t nb = last ? 0 : kb + kcur;
+      const char* pf0 = (const char*)(last ? l->w + 2 * (s + 1) * pstep : wp + nb * 32);
+      const char* pf1 = pf0 + pstep * 2;
+      int64_t pf_lines = last ? (R < l->kc ? R : l->kc) : (R - nb < l->kc ? R - nb : l->kc);
+      int64_t pf_step = pf_lines / (t1 - t0) + 1, pf_done = 0;
+      for (int64_t ti = t0; ti < t1; ++ti) {
+        for (int64_t i = 0; more && i < pf_step && pf_done < pf_lines; ++i, ++pf_done) {
+          __builtin_prefetch(pf0 + pf_done * 64, 0, 2);
+          __builtin_prefetch(pf1 + pf_done * 64, 0, 2);
+        }
+        const uint16_t* px[MR];
+        int64_t np = l->howo - ti * MR < MR ? l->howo - ti * MR : MR;
+        for (int64_t i = 0; i < MR; ++i) px[i] = l->src + l->vpos[ti * MR + (i < np ? i : np - 1)];
+        float* acc = part ? part + (ti - t0) * MR * 32 : NULL;
+        if (cols > 16)
+          kiln_conv_bf16_tile(2, kcur, wp + kb * 32, pstep, px, l->off + kb, first ? NULL : acc,
+                              last ? tmp : acc);
+        else
+          kiln_conv_bf16_tile(1, kcur, wp + kb * 32, pstep, px, l->off + kb, first ? NULL : acc,
+                              last ? tmp : acc);
+        if (last) l->store(l->store_ctx, j0, cols, ti, np, tmp);
+      }
+    }
+  }
+}
