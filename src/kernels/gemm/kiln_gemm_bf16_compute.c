@@ -6,15 +6,17 @@
  * into the same VNNI pairs here, once or per batch, in parallel over its
  * panels.
  *
- * Per batch, two parallel phases: A (rows of unit stride, or transposed)
- * is rounded into bf16 rows (64 rows per
- * task; rows padded with zeros to a multiple of 16 and columns to ka, a
- * multiple of 32, which is what the tile loads read), then tasks of (M
- * block, run of 32-column strips) each compute their block over all of K
- * and store it through the fp32 epilogue. The M block keeps its A rows
- * (mc x ka bf16, about 512 KiB) in L2 while the strips' B panels stream
- * past; each strip's B (32 columns x K) is reused by every row tile of the
- * block.
+ * Per batch, two parallel phases (three when B is packed here): A (rows of
+ * unit stride, transposed, or any strides) is rounded into bf16 rows (64
+ * rows per task; rows padded with zeros to a multiple of 16 and columns to
+ * ka, a multiple of 32, which is what the tile loads read), then tasks of
+ * (M block, run of 32-column strips) each compute their block over all of
+ * K and store it through the fp32 epilogue. A batch of small products (at
+ * least one per thread, each at most 2^24 multiply-adds: attention's per
+ * head) instead runs a batch per task, packing and computing in the
+ * thread's own slot of scratch. The M block keeps its A rows (mc x ka
+ * bf16, about 512 KiB) in L2 while the strips' B panels stream past; each
+ * strip's B (32 columns x K) is reused by every row tile of the block.
  *
  * Which engine: AMX whenever allowed, even for a few rows: measured on a
  * Sapphire Rapids core, N = K = 3072, AMX's 16-row tiles (mostly padding)
