@@ -16,7 +16,10 @@
  * (bf16 engines masked) and on the bf16 engine with B packed at run time
  * (kiln_gemm_bf16_compute_values). M N K name the forward's product
  * (tokens, out features, in features). Default: the bench's
- * train_transformer (1024 tokens, d 256, ff 1024). */
+ * train_transformer (1024 tokens, d 256, ff 1024).
+ *
+ * bench_gemm_bf16 --attn [B S D]: attention's batched products in training
+ * (default 32 heads x 128 tokens x head dim 64: train_transformer's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +122,66 @@ static void bench_train(int64_t shapes[][3], int n_shapes) {
   }
 }
 
+/* Attention's batched products in training (--attn B S D): S = Q K^T
+ * (B's columns contiguous), O = P V (rows contiguous), dP^T-style dW
+ * products (A transposed), each a batch of B heads; fp32 kernels against
+ * the bf16 engine, as bench_train. */
+static void bench_attn(int64_t B, int64_t S, int64_t D) {
+  unsigned bf_all = kiln_cpu_bf16();
+  float* q = aligned_alloc(64, (size_t)(B * S * D * 4 + 64) & ~(size_t)63);
+  float* k = aligned_alloc(64, (size_t)(B * S * D * 4 + 64) & ~(size_t)63);
+  float* p = aligned_alloc(64, (size_t)(B * S * S * 4 + 64) & ~(size_t)63);
+  float* c = aligned_alloc(64, (size_t)(B * S * S * 4 + 64) & ~(size_t)63);
+  for (int64_t i = 0; i < B * S * D; ++i) q[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+  for (int64_t i = 0; i < B * S * D; ++i) k[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+  for (int64_t i = 0; i < B * S * S; ++i) p[i] = (float)((i * 31337) % 1000) * 1e-3f - 0.5f;
+  printf("%-26s %3s %10s %10s %7s   (GFLOP/s; batch %lld)\n", "product", "thr", "fp32", "bf16",
+         "ratio", (long long)B);
+  for (int which = 0; which < 3; ++which) {
+    kiln_gemm_f32_args_t g;
+    memset(&g, 0, sizeof(g));
+    g.batch = B, g.a_round_bf16 = 1, g.b_round_bf16 = 1;
+    const char* what;
+    if (which == 0) { /* Q K^T: (S, D) (D, S) */
+      g.m = S, g.n = S, g.k = D, g.a = q, g.a_batch_stride = S * D, g.a_row_stride = D, g.a_col_stride = 1;
+      g.b = k, g.b_batch_stride = S * D, g.b_row_stride = 1, g.b_col_stride = D;
+      what = "S = Q K^T";
+    } else if (which == 1) { /* P V: (S, S) (S, D) */
+      g.m = S, g.n = D, g.k = S, g.a = p, g.a_batch_stride = S * S, g.a_row_stride = S, g.a_col_stride = 1;
+      g.b = k, g.b_batch_stride = S * D, g.b_row_stride = D, g.b_col_stride = 1;
+      what = "O = P V";
+    } else { /* dV = P^T dO: (S, S)^T (S, D) */
+      g.m = S, g.n = D, g.k = S, g.a = p, g.a_batch_stride = S * S, g.a_row_stride = 1, g.a_col_stride = S;
+      g.b = q, g.b_batch_stride = S * D, g.b_row_stride = D, g.b_col_stride = 1;
+      what = "dV = P^T dO";
+    }
+    g.c = c, g.c_batch_stride = g.m * g.n, g.c_row_stride = g.n;
+    double flop = 2.0 * (double)B * (double)g.m * (double)g.n * (double)g.k;
+    for (int threads = 1; threads <= 2; ++threads) {
+      bench_job_t j;
+      memset(&j, 0, sizeof(j));
+      if (kiln_pool_create(threads, &j.pool)) return;
+      j.g = g;
+      kiln_cpu_bf16_set(0);
+      double f32 = flop / bench_best(&j, 100, threads) * 1e-9;
+      kiln_cpu_bf16_set(bf_all);
+      double b16 = bf_all ? flop / bench_best(&j, 100, threads) * 1e-9 : 0;
+      char name[80];
+      snprintf(name, sizeof(name), "%s %lldx%lldx%lld", what, (long long)g.m, (long long)g.n,
+               (long long)g.k);
+      printf("%-26s %3d %10.1f %10.1f %6.2fx\n", name, threads, f32, b16, b16 / f32);
+      kiln_pool_release(j.pool);
+    }
+  }
+  free(q), free(k), free(p), free(c);
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && !strcmp(argv[1], "--attn")) {
+    bench_attn(argc > 2 ? atoll(argv[2]) : 32, argc > 3 ? atoll(argv[3]) : 128,
+               argc > 4 ? atoll(argv[4]) : 64);
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "--train")) {
     int64_t tshapes[16][3] = {{1024, 768, 256}, {1024, 256, 256}, {1024, 1024, 256}, {1024, 256, 1024}};
     int nt = 4;

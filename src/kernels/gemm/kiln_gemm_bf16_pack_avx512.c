@@ -5,8 +5,8 @@
  *    training step reads dY that way), any other strides element by element;
  *  - B, a graph value (fp32 rounded, or bf16), into the VNNI-pair panels
  *    (kiln_gemm_bf16_vnni_pack_b's layout) at run time, from rows of unit
- *    stride (x W, dY W) or columns of unit stride (x W^T), others element
- *    by element.
+ *    stride (x W, dY W) or columns of unit stride (x W^T, attention's
+ *    Q K^T; turned in registers), others element by element.
  * Rounding is kiln_gemm_bf16_from_f32's to the bit (nearest even, NaN made
  * quiet, denormals kept): VCVTNEPS2BF16 would flush denormal inputs to
  * zero, which torch's rounding does not. So a packed panel holds exactly
@@ -48,33 +48,57 @@ static inline __mmask16 kiln_gemm_bf16_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
 
+/* r[0..16) as a 16 x 16 matrix of 32-bit elements, transposed in
+ * registers: 32-bit then 64-bit interleaves inside 128-bit lanes, then two
+ * rounds of 128-bit lane shuffles (a 4 x 4 transpose of lanes). */
+static inline void kiln_gemm_bf16_transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  /* u[4a + e], lane L: element 4L + e of rows 4a .. 4a + 3. */
+  for (int a = 0; a < 16; a += 4) {
+    u[a] = _mm512_unpacklo_epi64(t[a], t[a + 2]);
+    u[a + 1] = _mm512_unpackhi_epi64(t[a], t[a + 2]);
+    u[a + 2] = _mm512_unpacklo_epi64(t[a + 1], t[a + 3]);
+    u[a + 3] = _mm512_unpackhi_epi64(t[a + 1], t[a + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88);
+    __m512i v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
+    __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
+    __m512i v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
+    r[e] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + e] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[8 + e] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    r[12 + e] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+}
+
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
                                    const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
                                    uint16_t* out) {
   if (cs != 1 && rs == 1 && rows > 0) {
-    /* Transposed: A's columns are contiguous. 16 rows x 16 columns at a
-     * time: 16 vector loads along the rows, then the 16 x 16 block turned
-     * through an L1 buffer, a row of the result per gather (of 32-bit
-     * lanes, each holding its element in the low half: one spare row at
-     * the end keeps the last lane's upper half in bounds). */
-    _Alignas(64) uint16_t blk[17][16];
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(32));
-    memset(blk[16], 0, sizeof(blk[16]));
+    /* Transposed: A's columns are contiguous. 16 rows x 32 columns at a
+     * time: columns p and p + 1 of the 16 rows (two loads along the rows)
+     * make 16 couples, 16 such vectors turned in registers give each row's
+     * 32 bf16 in order (ka is a multiple of 32: the store stays in the
+     * row; past K the loads gave zeros). */
     for (int64_t i0 = 0; i0 < rows; i0 += 16) {
       int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
       __mmask16 mi = kiln_gemm_bf16_mask(ni);
-      for (int64_t p0 = 0; p0 < k; p0 += 16) {
-        int64_t np = k - p0 < 16 ? k - p0 : 16;
-        for (int64_t p = 0; p < np; ++p)
-          _mm256_store_si256((__m256i*)blk[p],
-                             _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(a, a16, i0 + (p0 + p) * cs, mi)));
-        __mmask16 mp = kiln_gemm_bf16_mask(np);
-        for (int64_t i = 0; i < ni; ++i) {
-          __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mp, idx,
-                                                  (const void*)((const char*)blk + 2 * i), 1);
-          _mm256_mask_storeu_epi16(out + (i0 + i) * ka + p0, mp, _mm512_cvtepi32_epi16(v));
+      for (int64_t p0 = 0; p0 < k; p0 += 32) {
+        __m512i v[16];
+        for (int q = 0; q < 16; ++q) {
+          int64_t p = p0 + 2 * q;
+          __m512i lo = p < k ? kiln_gemm_bf16_lanes(a, a16, i0 + p * cs, mi) : _mm512_setzero_si512();
+          __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(a, a16, i0 + (p + 1) * cs, mi)
+                                 : _mm512_setzero_si512();
+          v[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
         }
+        kiln_gemm_bf16_transpose16(v);
+        for (int64_t i = 0; i < ni; ++i) _mm512_storeu_si512((void*)(out + (i0 + i) * ka + p0), v[i]);
       }
     }
     for (int64_t i = 0; i < rows; ++i)
@@ -123,29 +147,25 @@ void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_
       }
     } else if (rs == 1) {
       /* B's columns are contiguous: 32 rows of a column are 16 VNNI
-       * couples in order; the panel's 16 columns of them are turned
-       * (16 x 16 couples) through an L1 buffer. */
-      _Alignas(64) uint32_t blk[16][16];
+       * couples in order; the panel's 16 columns of them, turned in
+       * registers, are 16 VNNI rows. */
       for (int64_t p0 = 0; p0 < kp; p0 += 32) {
         int64_t np = k - p0 < 32 ? k - p0 : 32, pairs = (kp - p0 < 32 ? kp - p0 : 32) / 2;
         __mmask16 m0 = kiln_gemm_bf16_mask(np), m1 = kiln_gemm_bf16_mask(np > 16 ? np - 16 : 0);
+        __m512i v[16];
         for (int64_t jj = 0; jj < P; ++jj) {
           if (jj >= w) {
-            memset(blk[jj], 0, sizeof(blk[jj]));
+            v[jj] = _mm512_setzero_si512();
             continue;
           }
           int64_t at = (j0 + jj) * cs + p0;
           __m256i e0 = _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(b, b16, at, m0));
           __m256i e1 = _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(b, b16, at + 16, m1));
-          _mm512_store_si512((void*)blk[jj], _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1));
+          v[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1);
         }
-        const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6,
-                                                                5, 4, 3, 2, 1, 0),
-                                               _mm512_set1_epi32(16));
+        kiln_gemm_bf16_transpose16(v);
         for (int64_t r = 0; r < pairs; ++r)
-          _mm512_storeu_si512((void*)(dst + (p0 + 2 * r) * P),
-                              _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32((int)r)),
-                                                     (const void*)blk, 4));
+          _mm512_storeu_si512((void*)(dst + (p0 + 2 * r) * P), v[r]);
       }
     } else {
       for (int64_t p = 0; p < kp; ++p)
