@@ -137,10 +137,11 @@ const char* kiln_gemm_bf16_compute_describe(void) {
 const char* kiln_gemm_bf16_values_describe(void) {
   unsigned eng = kiln_cpu_bf16();
   if (eng & KILN_CPU_BF16_AMX)
-    return "bf16 products of graph values: AMX tiles (TDPBF16PS), B packed at run time";
+    return "bf16 products of graph values: AMX tiles (TDPBF16PS), B packed at run time (from 16 "
+           "rows and 2^18 multiply-adds; smaller ones on the fp32 kernels)";
   if (eng & KILN_CPU_BF16_AVX512)
     return "bf16 products of graph values: AVX512_BF16 dot products (VDPBF16PS), B packed at run "
-           "time";
+           "time (from 16 rows and 2^18 multiply-adds; smaller ones on the fp32 kernels)";
   return "bf16 products of graph values: no bf16 engine: the fp32 kernels on the same bf16 values";
 }
 
