@@ -64,9 +64,31 @@ static double bench_best(bench_job_t* j, int reps, int threads) {
   return best;
 }
 
+/* One row per thread count (1, 2): g on the fp32 kernels (bf16 engines
+ * masked) against the bf16 engine, in GFLOP/s (flop per call). */
+static void bench_engine_rows(const kiln_gemm_f32_args_t* g, const char* what, double flop,
+                              int reps, int width) {
+  const unsigned bf_all = kiln_cpu_bf16();
+  for (int threads = 1; threads <= 2; ++threads) {
+    bench_job_t j;
+    memset(&j, 0, sizeof(j));
+    if (kiln_pool_create(threads, &j.pool)) return;
+    j.g = *g;
+    kiln_cpu_bf16_set(0);
+    double f32 = flop / bench_best(&j, reps, threads) * 1e-9;
+    kiln_cpu_bf16_set(bf_all);
+    double b16 = bf_all ? flop / bench_best(&j, reps, threads) * 1e-9 : 0;
+    char name[80];
+    snprintf(name, sizeof(name), "%s %lldx%lldx%lld", what, (long long)g->m, (long long)g->n,
+             (long long)g->k);
+    printf("%-*s %3d %10.1f %10.1f %6.2fx\n", width, name, threads, f32, b16, b16 / f32);
+    fflush(stdout);
+    kiln_pool_release(j.pool);
+  }
+}
+
 /* The three products of one linear layer's training step (see the top). */
 static void bench_train(int64_t shapes[][3], int n_shapes) {
-  unsigned bf_all = kiln_cpu_bf16();
   printf("%-22s %3s %10s %10s %7s   (GFLOP/s; products of two bf16 values)\n", "product", "thr",
          "fp32", "bf16", "ratio");
   for (int s = 0; s < n_shapes; ++s) {
@@ -100,23 +122,7 @@ static void bench_train(int64_t shapes[][3], int n_shapes) {
       }
       g.c = c, g.c_row_stride = g.n;
       double flop = 2.0 * (double)g.m * (double)g.n * (double)g.k;
-      int reps = flop > 1e9 ? 30 : 100;
-      for (int threads = 1; threads <= 2; ++threads) {
-        bench_job_t j;
-        memset(&j, 0, sizeof(j));
-        if (kiln_pool_create(threads, &j.pool)) return;
-        j.g = g;
-        kiln_cpu_bf16_set(0);
-        double f32 = flop / bench_best(&j, reps, threads) * 1e-9;
-        kiln_cpu_bf16_set(bf_all);
-        double b16 = bf_all ? flop / bench_best(&j, reps, threads) * 1e-9 : 0;
-        char name[80];
-        snprintf(name, sizeof(name), "%s %lldx%lldx%lld", what, (long long)g.m, (long long)g.n,
-                 (long long)g.k);
-        printf("%-22s %3d %10.1f %10.1f %6.2fx\n", name, threads, f32, b16, b16 / f32);
-        fflush(stdout);
-        kiln_pool_release(j.pool);
-      }
+      bench_engine_rows(&g, what, flop, flop > 1e9 ? 30 : 100, 22);
     }
     free(x), free(w), free(dy), free(c);
   }
@@ -127,7 +133,6 @@ static void bench_train(int64_t shapes[][3], int n_shapes) {
  * products (A transposed), each a batch of B heads; fp32 kernels against
  * the bf16 engine, as bench_train. */
 static void bench_attn(int64_t B, int64_t S, int64_t D) {
-  unsigned bf_all = kiln_cpu_bf16();
   float* q = aligned_alloc(64, (size_t)(B * S * D * 4 + 64) & ~(size_t)63);
   float* k = aligned_alloc(64, (size_t)(B * S * D * 4 + 64) & ~(size_t)63);
   float* p = aligned_alloc(64, (size_t)(B * S * S * 4 + 64) & ~(size_t)63);
@@ -157,21 +162,7 @@ static void bench_attn(int64_t B, int64_t S, int64_t D) {
     }
     g.c = c, g.c_batch_stride = g.m * g.n, g.c_row_stride = g.n;
     double flop = 2.0 * (double)B * (double)g.m * (double)g.n * (double)g.k;
-    for (int threads = 1; threads <= 2; ++threads) {
-      bench_job_t j;
-      memset(&j, 0, sizeof(j));
-      if (kiln_pool_create(threads, &j.pool)) return;
-      j.g = g;
-      kiln_cpu_bf16_set(0);
-      double f32 = flop / bench_best(&j, 100, threads) * 1e-9;
-      kiln_cpu_bf16_set(bf_all);
-      double b16 = bf_all ? flop / bench_best(&j, 100, threads) * 1e-9 : 0;
-      char name[80];
-      snprintf(name, sizeof(name), "%s %lldx%lldx%lld", what, (long long)g.m, (long long)g.n,
-               (long long)g.k);
-      printf("%-26s %3d %10.1f %10.1f %6.2fx\n", name, threads, f32, b16, b16 / f32);
-      kiln_pool_release(j.pool);
-    }
+    bench_engine_rows(&g, what, flop, 100, 26);
   }
   free(q), free(k), free(p), free(c);
 }
