@@ -2,14 +2,18 @@
 CPU (model exported by torch.onnx.export), OpenVINO CPU (openvino.convert_model
 of the same module, compiled at f32 and at its default precision: bf16 on
 CPUs with AMX or AVX512_BF16, f32 elsewhere) and kiln, also with bf16 compute
-and int8 / int4 weights (the low-precision systems, LOWP: checked by cosine
-similarity and relative error against eager fp32 instead of fp32's tolerance).
+and int8 / int4 weights, and eager in bf16 (the low-precision systems, LOWP:
+checked by cosine similarity and relative error against eager fp32 instead of
+fp32's tolerance).
 
 Each ``prepare_*`` function takes (model, inputs, threads) and returns
 ``(call, prep_seconds)`` where ``call()`` runs the model once on the example
 inputs and returns its outputs, or raises ``Unavailable(reason)`` when the
-system cannot run that model.  Training rows use ``prepare_train_*`` instead:
-``call()`` is one full step (forward, backward, SGD step).
+system cannot run that model.  Training rows use ``prepare_train`` instead:
+``call()`` is one full step (forward, backward, SGD step); there the bf16
+systems (eager_bf16, kiln_bf16) are the step with its forward under
+``torch.autocast("cpu", dtype=torch.bfloat16)``, as PyTorch users train in
+bf16 (the model's weights stay fp32).
 """
 
 from __future__ import annotations
@@ -30,13 +34,13 @@ class Unavailable(Exception):
 # The order they run in, in each model's process: eager first (the reference),
 # kiln next (its output is checked before anything else), Inductor last (its
 # compile workers stay alive after it).
-SYSTEMS = ("eager", "kiln", "kiln_bf16", "kiln_int8", "kiln_int4", "onnxruntime", "openvino",
-           "openvino_default", "inductor")
+SYSTEMS = ("eager", "kiln", "kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16", "onnxruntime",
+           "openvino", "openvino_default", "inductor")
 # kiln's options for its low-precision systems (kiln.trace keywords).
 KILN_LOWP = {"kiln_bf16": {"compute_dtype": torch.bfloat16},
              "kiln_int8": {"weights_dtype": "int8:a8"},
              "kiln_int4": {"weights_dtype": "int4"}}
-LOWP = tuple(KILN_LOWP) + ("openvino_default",)
+LOWP = tuple(KILN_LOWP) + ("eager_bf16", "openvino_default")
 # A low-precision output fails its check below this cosine to eager fp32 (a
 # gross error, not a precision target: the cosine is reported either way),
 # unless it is, within fp32's tolerance, the eager model run with the same
@@ -283,6 +287,20 @@ def prepare_eager(model, inputs, threads):
     return Prepared(call, 0.0)
 
 
+def prepare_eager_bf16(model, inputs, threads):
+    """Eager PyTorch as a user runs a model in bf16: ``model.to(torch.bfloat16)``
+    and its floating-point inputs cast to bf16 (outputs stay bf16; the check
+    widens them)."""
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    args = tuple(x.to(torch.bfloat16) if torch.is_tensor(x) and x.is_floating_point() else x
+                 for x in inputs)
+
+    def call():
+        with torch.inference_mode():
+            return m(*args)
+    return Prepared(call, 0.0)
+
+
 def prepare_inductor(model, inputs, threads):
     state = {}
 
@@ -506,7 +524,7 @@ def prepare_openvino(model, inputs, threads, default_precision=False):
 
 INFER = {"eager": prepare_eager, "inductor": prepare_inductor,
          "onnxruntime": prepare_onnxruntime, "kiln": prepare_kiln,
-         "openvino": prepare_openvino,
+         "openvino": prepare_openvino, "eager_bf16": prepare_eager_bf16,
          "openvino_default": lambda m, i, t: prepare_openvino(m, i, t, default_precision=True)}
 INFER.update({s: (lambda kw: lambda m, i, t: prepare_kiln(m, i, t, **kw))(kw)
               for s, kw in KILN_LOWP.items()})
@@ -521,21 +539,22 @@ INFER.update({s: (lambda kw: lambda m, i, t: prepare_kiln(m, i, t, **kw))(kw)
 LR = 1e-3
 
 
-def _step_fn(fwd, model):
+def _step_fn(fwd, model, autocast=False):
     opt = torch.optim.SGD(model.parameters(), lr=LR)
 
     def step(inputs):
         opt.zero_grad(set_to_none=True)
-        loss = fwd(*inputs)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = fwd(*inputs)
         loss.backward()
         opt.step()
         return loss.detach()
     return step
 
 
-def _first_step(fwd, model, inputs):
+def _first_step(fwd, model, inputs, autocast=False):
     """Run one step, return (loss, grads) for the correctness check."""
-    step = _step_fn(fwd, model)
+    step = _step_fn(fwd, model, autocast)
     loss = step(inputs)
     grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
              for p in model.parameters()]
@@ -545,9 +564,9 @@ def _first_step(fwd, model, inputs):
 def prepare_train(system, model, inputs, threads):
     """Returns (call, prep_s, outputs_of_first_step)."""
     m = copy.deepcopy(model)
-    if system == "eager":
-        t0 = time.perf_counter()
-        step, outs = _first_step(m, m, inputs)
+    autocast = system in ("eager_bf16", "kiln_bf16")
+    if system in ("eager", "eager_bf16"):
+        step, outs = _first_step(m, m, inputs, autocast)
         return (lambda: step(inputs)), 0.0, outs
     if system == "inductor":
         torch._dynamo.reset()
@@ -559,9 +578,9 @@ def prepare_train(system, model, inputs, threads):
         raise Unavailable("n/a: ONNX Runtime CPU runs inference only")
     if system in ("openvino", "openvino_default"):
         raise Unavailable("n/a: OpenVINO runs inference only")
-    if system in KILN_LOWP:
-        raise Unavailable("n/a: the low-precision columns are for inference")
-    if system == "kiln":
+    if system in ("kiln_int8", "kiln_int4"):
+        raise Unavailable("n/a: quantized weights are for inference")
+    if system in ("kiln", "kiln_bf16"):
         try:
             import kiln  # noqa: F401  (registers the "kiln" torch.compile backend)
         except Exception as e:
@@ -570,7 +589,7 @@ def prepare_train(system, model, inputs, threads):
         try:
             cm = torch.compile(m, backend="kiln")
             t0 = time.perf_counter()
-            step, outs = _first_step(cm, m, inputs)
+            step, outs = _first_step(cm, m, inputs, autocast)
             prep = time.perf_counter() - t0
         except Exception as e:
             raise Unavailable(f"n/a: kiln does not train yet ({short(e, 80)})")

@@ -457,19 +457,42 @@ def _shape_foot(results: dict) -> list[str]:
 
 
 LOWP_HEADER = ["model", "thr", "kiln fp32 ms", "kiln bf16 ms", "kiln int8 ms", "kiln int4 ms",
-               "openvino f32 ms", "openvino default ms", "bf16/fp32", "int8/fp32", "int4/fp32",
-               "kiln bf16 vs ov default"]
+               "eager bf16 ms", "openvino f32 ms", "openvino default ms", "bf16/fp32", "int8/fp32",
+               "int4/fp32", "kiln bf16 vs eager bf16", "kiln bf16 vs ov default"]
 
 LOWP_ABOUT = (
     "kiln with `compute_dtype=torch.bfloat16` (linear layers in bf16, fp32 sums), "
     "`weights_dtype=\"int8:a8\"` (int8 weights and activations quantized per row at run "
-    "time) and `weights_dtype=\"int4\"` (groups of 32), beside OpenVINO at f32 and at the "
+    "time) and `weights_dtype=\"int4\"` (groups of 32), beside eager PyTorch in bf16 "
+    "(`model.to(torch.bfloat16)`, bf16 inputs), OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
-    "or AVX512_BF16). In parentheses after a kiln time: the cosine similarity of its outputs to "
-    "eager fp32's, the accuracy figure (a cell fails below 0.9, a gross error, unless it is eager run "
-    "with the same dequantized weights within fp32's tolerance: marked =). "
-    "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs ov "
-    "default: OpenVINO's default-precision time over kiln bf16's.")
+    "or AVX512_BF16). In parentheses after a kiln or eager bf16 time: the cosine similarity of its "
+    "outputs to eager fp32's, the accuracy figure (a cell fails below 0.9, a gross error, unless it "
+    "is eager run with the same dequantized weights within fp32's tolerance: marked =). "
+    "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs X: "
+    "X's time over kiln bf16's.")
+
+TRAIN_LOWP_HEADER = ["model", "thr", "eager fp32 ms", "kiln fp32 ms", "eager autocast ms",
+                     "kiln autocast ms", "kiln/eager fp32", "kiln/eager autocast",
+                     "kiln autocast/fp32"]
+
+TRAIN_LOWP_ABOUT = (
+    "One training step (zero_grad, forward, backward, SGD) with the forward under "
+    "`torch.autocast(\"cpu\", dtype=torch.bfloat16)` (the weights stay fp32), eager and through "
+    "`torch.compile(backend=\"kiln\")`, beside the fp32 step of each. In parentheses: the cosine "
+    "similarity of the step's loss and gradients to eager fp32's. kiln/eager X: eager's time over "
+    "kiln's in that mode; kiln autocast/fp32: kiln fp32's time over kiln autocast's.")
+
+
+def _cos_cell(c: dict, notes: Notes) -> str:
+    """A low-precision time with its cosine to eager fp32 (", =" when held
+    exact to its dequantized reference)."""
+    cos = (f"{c['cos']:.5f}" + (", =" if c.get("exact") else "")) if "cos" in c else ""
+    return _lowp_cell(c, notes, cos)
+
+
+def _ratio(num, den) -> str:
+    return f"{num / den:.2f}x" if num and den else "-"
 
 
 def _lowp_cell(c: dict, notes: Notes, extra: str = "") -> str:
@@ -487,19 +510,32 @@ def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
                 k in s for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "openvino_default")):
             continue
         r = [row["model"], str(row["threads"]), time_cell(s.get("kiln", {}), notes)]
-        for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
-            c = s.get(k, {})
-            cos = (f"{c['cos']:.5f}" + (", =" if c.get("exact") else "")) if "cos" in c else ""
-            r.append(_lowp_cell(c, notes, cos))
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16"):
+            r.append(_cos_cell(s.get(k, {}), notes))
         r.append(time_cell(s.get("openvino", {}), notes))
         d = s.get("openvino_default", {})
         r.append(_lowp_cell(d, notes, d.get("precision", "")))
         base = _ms(s.get("kiln"))
         for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
-            v = _ms(s.get(k))
-            r.append(f"{base / v:.2f}x" if base and v else "-")
-        b, o = _ms(s.get("kiln_bf16")), _ms(d)
-        r.append(f"{o / b:.2f}x" if b and o else "-")
+            r.append(_ratio(base, _ms(s.get(k))))
+        b = _ms(s.get("kiln_bf16"))
+        r += [_ratio(_ms(s.get("eager_bf16")), b), _ratio(_ms(d), b)]
+        out.append(r)
+    return out
+
+
+def train_lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
+    out = []
+    for row in main_rows(results):
+        s = row["systems"]
+        if row.get("skipped") or not row.get("train") or not any(
+                k in s for k in ("kiln_bf16", "eager_bf16")):
+            continue
+        r = [row["model"], str(row["threads"]), time_cell(s.get("eager", {}), notes),
+             time_cell(s.get("kiln", {}), notes), _cos_cell(s.get("eager_bf16", {}), notes),
+             _cos_cell(s.get("kiln_bf16", {}), notes)]
+        k, ka = _ms(s.get("kiln")), _ms(s.get("kiln_bf16"))
+        r += [_ratio(_ms(s.get("eager")), k), _ratio(_ms(s.get("eager_bf16")), ka), _ratio(k, ka)]
         out.append(r)
     return out
 
@@ -512,6 +548,11 @@ def extra_tables(results: dict):
     lp = lowp_table_rows(results, ln)
     if lp:
         out.append(("Low precision (median ms per call)", LOWP_HEADER, lp, ln, []))
+    tn = Notes("t")
+    tl = train_lowp_table_rows(results, tn)
+    if tl:
+        out.append(("Training under bf16 autocast (median ms per step)", TRAIN_LOWP_HEADER, tl,
+                    tn, []))
     gn = Notes("g")
     g = gen_table_rows(results, gn)
     if g:
@@ -560,7 +601,8 @@ SHAPE_ABOUT = (
 def gen_markdown(results: dict, notes_start: int = 0) -> list[str]:
     md = []
     for title, head, body, notes, foot in extra_tables(results):
-        about = GEN_ABOUT if head is GEN_HEADER else LOWP_ABOUT if head is LOWP_HEADER else SHAPE_ABOUT
+        about = {id(GEN_HEADER): GEN_ABOUT, id(LOWP_HEADER): LOWP_ABOUT,
+                 id(TRAIN_LOWP_HEADER): TRAIN_LOWP_ABOUT}.get(id(head), SHAPE_ABOUT)
         md += ["", f"**{title}.** {about}", "",
                "| " + " | ".join(head) + " |",
                "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]

@@ -66,6 +66,7 @@ def timing_params(quick: bool, heavy: bool) -> dict:
 PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
               "inductor": "inductor", "kiln_bf16": "kiln low precision",
               "kiln_int8": "kiln low precision", "kiln_int4": "kiln low precision",
+              "eager_bf16": "eager ref",
               "openvino": "openvino", "openvino_default": "openvino"}
 
 
@@ -157,7 +158,7 @@ def worker(args) -> int:
                 t_out = time.perf_counter()
                 out = p.call()
                 ph.add(f"{system} first call", time.perf_counter() - t_out)
-            if spec.train and system in ("kiln", "inductor"):
+            if spec.train and system in ("kiln", "kiln_bf16", "inductor"):
                 ph.add(PREP_PHASE[system] + " compile", p.prep)
             if "exporter" in p.phases:
                 extra["exporter"] = p.phases["exporter"]
