@@ -57,6 +57,7 @@ typedef struct {
 } kiln_gemm_bf16_chunk_t;
 
 #define KILN_GEMM_BF16_A_ROWS 64
+#define KILN_GEMM_BF16_A_COLS 64
 #define KILN_GEMM_BF16_VALUES_MIN_M 16
 #define KILN_GEMM_BF16_VALUES_MIN_MACS ((int64_t)1 << 18)
 /* Products of at most this many multiply-adds (~0.1 ms on a core) in a
@@ -75,6 +76,17 @@ static void kiln_gemm_bf16_pack_task(void* p, size_t task, int thread) {
                                ch->a ? ch->a + r0 * ch->a_rs : NULL,
                                ch->a16 ? ch->a16 + r0 * ch->a_rs : NULL, ch->a_rs, ch->a_cs,
                                ch->a_out + r0 * ch->blk.ka);
+}
+
+/* A transposed (dW = dY^T X's dY^T): KILN_GEMM_BF16_A_COLS columns of
+ * every row per task (kiln_bf16_gemm_pack_a_t__avx512 says why). */
+static void kiln_gemm_bf16_pack_t_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_bf16_chunk_t* ch = p;
+  int64_t p0 = (int64_t)task * KILN_GEMM_BF16_A_COLS;
+  int64_t p1 = p0 + KILN_GEMM_BF16_A_COLS < ch->blk.ka ? p0 + KILN_GEMM_BF16_A_COLS : ch->blk.ka;
+  kiln_bf16_gemm_pack_a_t__avx512(ch->m, ch->m_pad, ch->blk.k, ch->blk.ka, p0, p1, ch->a, ch->a16,
+                                  ch->a_cs, ch->a_out);
 }
 
 static void kiln_gemm_bf16_pack_b_task(void* p, size_t task, int thread) {
@@ -214,8 +226,12 @@ static int kiln_gemm_bf16_run(const kiln_gemm_f32_args_t* g, int values, kiln_po
       kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(panels, ch.b_per),
                              kiln_gemm_bf16_pack_b_task, &ch);
     }
-    kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(ch.m_pad, KILN_GEMM_BF16_A_ROWS),
-                           kiln_gemm_bf16_pack_task, &ch);
+    if (ch.a_rs == 1 && ch.a_cs != 1)
+      kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(ch.blk.ka, KILN_GEMM_BF16_A_COLS),
+                             kiln_gemm_bf16_pack_t_task, &ch);
+    else
+      kiln_pool_parallel_for(pool, (size_t)kiln_gemm_bf16_cdiv(ch.m_pad, KILN_GEMM_BF16_A_ROWS),
+                             kiln_gemm_bf16_pack_task, &ch);
     kiln_pool_parallel_for(pool, (size_t)(ch.n_m * ch.n_n), kiln_gemm_bf16_compute_task, &ch);
   }
   kiln_scratch_put(&kiln_gemm_bf16_scratch_, scratch_blk);

@@ -44,6 +44,12 @@ static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, in
   return h ? h[at] : kiln_gemm_bf16_from_f32(f[at]);
 }
 
+/* How far ahead the packers prefetch: rows of a B read across its rows
+ * (each row a run of the call's panels), lines down a transposed A's
+ * columns. About a memory latency's worth of packing (tuned on Zen 4). */
+#define KILN_GEMM_BF16_PF_ROWS 16
+#define KILN_GEMM_BF16_PF_LINES 4
+
 static inline __mmask16 kiln_gemm_bf16_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
@@ -76,34 +82,51 @@ static inline void kiln_gemm_bf16_transpose16(__m512i r[16]) {
   }
 }
 
+void kiln_bf16_gemm_pack_a_t__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                     int64_t p0, int64_t p1, const float* a, const uint16_t* a16,
+                                     int64_t cs, uint16_t* out) {
+  /* 16 rows x 32 columns at a time: columns p and p + 1 of the 16 rows
+   * (two loads along A's contiguous columns) make 16 couples, and 16 such
+   * vectors turned in registers give each row's 32 bf16 in order, one
+   * 64-byte store (ka is a multiple of 32: past K the loads gave zeros).
+   * Each block of 32 columns walks down all the rows, so it reads 32 of
+   * A's columns (B^T's rows: a dY of a dW = dY^T X) front to back, streams
+   * the hardware prefetchers follow within a page, helped by a prefetch
+   * KILN_GEMM_BF16_PF_LINES lines ahead in each. (Blocks of rows instead
+   * read 64 bytes per column, each column pages apart: a product whose A
+   * came from memory packed it 3x slower.) */
+  const size_t esz = a16 ? sizeof(uint16_t) : sizeof(float);
+  const int64_t per_line = (int64_t)(64 / esz);
+  const char* base = a16 ? (const char*)a16 : (const char*)a;
+  for (int64_t c0 = p0; c0 < p1; c0 += 32) {
+    const int64_t cols = k - c0 < 32 ? (k - c0 > 0 ? k - c0 : 0) : 32;
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+      const int64_t ni = rows - i0 < 16 ? rows - i0 : 16, ahead = i0 + KILN_GEMM_BF16_PF_LINES * per_line;
+      if (i0 % per_line == 0 && ahead < rows)
+        for (int64_t c = 0; c < cols; ++c)
+          _mm_prefetch(base + (size_t)(ahead + (c0 + c) * cs) * esz, _MM_HINT_T0);
+      __mmask16 mi = kiln_gemm_bf16_mask(ni);
+      __m512i v[16];
+      for (int q = 0; q < 16; ++q) {
+        const int64_t p = c0 + 2 * q;
+        __m512i lo = p < k ? kiln_gemm_bf16_lanes(a, a16, i0 + p * cs, mi) : _mm512_setzero_si512();
+        __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(a, a16, i0 + (p + 1) * cs, mi)
+                               : _mm512_setzero_si512();
+        v[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      }
+      kiln_gemm_bf16_transpose16(v);
+      for (int64_t i = 0; i < ni; ++i) _mm512_storeu_si512((void*)(out + (i0 + i) * ka + c0), v[i]);
+    }
+    for (int64_t i = rows; i < rows_pad; ++i)
+      memset(out + i * ka + c0, 0, 32 * sizeof(uint16_t));
+  }
+}
+
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
                                    const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
                                    uint16_t* out) {
   if (cs != 1 && rs == 1 && rows > 0) {
-    /* Transposed: A's columns are contiguous. 16 rows x 32 columns at a
-     * time: columns p and p + 1 of the 16 rows (two loads along the rows)
-     * make 16 couples, 16 such vectors turned in registers give each row's
-     * 32 bf16 in order (ka is a multiple of 32: the store stays in the
-     * row; past K the loads gave zeros). */
-    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-      int64_t ni = rows - i0 < 16 ? rows - i0 : 16;
-      __mmask16 mi = kiln_gemm_bf16_mask(ni);
-      for (int64_t p0 = 0; p0 < k; p0 += 32) {
-        __m512i v[16];
-        for (int q = 0; q < 16; ++q) {
-          int64_t p = p0 + 2 * q;
-          __m512i lo = p < k ? kiln_gemm_bf16_lanes(a, a16, i0 + p * cs, mi) : _mm512_setzero_si512();
-          __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(a, a16, i0 + (p + 1) * cs, mi)
-                                 : _mm512_setzero_si512();
-          v[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-        }
-        kiln_gemm_bf16_transpose16(v);
-        for (int64_t i = 0; i < ni; ++i) _mm512_storeu_si512((void*)(out + (i0 + i) * ka + p0), v[i]);
-      }
-    }
-    for (int64_t i = 0; i < rows; ++i)
-      memset(out + i * ka + k, 0, (size_t)(ka - k) * sizeof(uint16_t));
-    for (int64_t i = rows; i < rows_pad; ++i) memset(out + i * ka, 0, (size_t)ka * sizeof(uint16_t));
+    kiln_bf16_gemm_pack_a_t__avx512(rows, rows_pad, k, ka, 0, ka, a, a16, cs, out);
     return;
   }
   for (int64_t i = 0; i < rows_pad; ++i) {
@@ -132,20 +155,39 @@ void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_
                                         int64_t cs, uint16_t* out) {
   const int P = KILN_GEMM_PANEL;
   const int64_t kp = k + (k & 1);
+  if (cs == 1) {
+    /* B's rows are contiguous: rows p and p + 1 of each panel's columns,
+     * interleaved into one 64-byte VNNI row; all of the range's panels per
+     * pair of rows, so a row's run of [q0 P, q1 P) is read at once. Rows
+     * are usually pages apart (a 1024-float row is one 4 KiB page), where
+     * the hardware prefetchers stop, so the rows KILN_GEMM_BF16_PF_ROWS
+     * ahead are asked for here; without it the packing waits on every
+     * line (measured: B of 1024 x 1024 fp32 packed 4x slower than from
+     * cache inside a product). */
+    const int64_t j0 = q0 * P, j1 = q1 * P < n ? q1 * P : n;
+    const size_t esz = b16 ? sizeof(uint16_t) : sizeof(float);
+    const char* base = b16 ? (const char*)b16 : (const char*)b;
+    for (int64_t p = 0; p < kp; p += 2) {
+      if (p + KILN_GEMM_BF16_PF_ROWS + 1 < k)
+        for (int64_t r = p + KILN_GEMM_BF16_PF_ROWS; r < p + KILN_GEMM_BF16_PF_ROWS + 2; ++r)
+          for (int64_t j = j0; j < j1; j += (int64_t)(64 / esz))
+            _mm_prefetch(base + (size_t)(r * rs + j) * esz, _MM_HINT_T0);
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t jq = q * P, w = n - jq < P ? n - jq : P;
+        __mmask16 mj = kiln_gemm_bf16_mask(w);
+        __m512i lo = kiln_gemm_bf16_lanes(b, b16, p * rs + jq, mj);
+        __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(b, b16, (p + 1) * rs + jq, mj)
+                               : _mm512_setzero_si512();
+        _mm512_storeu_si512((void*)(out + q * kp * P + p * P),
+                            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+    return;
+  }
   for (int64_t q = q0; q < q1; ++q) {
     uint16_t* dst = out + q * kp * P;
     const int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
-    if (cs == 1) {
-      /* B's rows are contiguous: rows p and p + 1 of the panel's columns,
-       * interleaved into one 64-byte VNNI row. */
-      __mmask16 mj = kiln_gemm_bf16_mask(w);
-      for (int64_t p = 0; p < kp; p += 2) {
-        __m512i lo = kiln_gemm_bf16_lanes(b, b16, p * rs + j0, mj);
-        __m512i hi = p + 1 < k ? kiln_gemm_bf16_lanes(b, b16, (p + 1) * rs + j0, mj)
-                               : _mm512_setzero_si512();
-        _mm512_storeu_si512((void*)(dst + p * P), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-      }
-    } else if (rs == 1) {
+    if (rs == 1) {
       /* B's columns are contiguous: 32 rows of a column are 16 VNNI
        * couples in order; the panel's 16 columns of them, turned in
        * registers, are 16 VNNI rows. */

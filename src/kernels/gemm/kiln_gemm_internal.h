@@ -239,6 +239,14 @@ void kiln_bf16_gemm_block__avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
                                    const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
                                    uint16_t* out);
+/* Columns [p0, p1) (multiples of 32, p1 <= ka) of every row of a
+ * transposed A (unit row stride: element (i, p) at [i + p * cs]), as
+ * kiln_bf16_gemm_pack_a__avx512 packs them: the packing of such an A split
+ * across tasks by columns, which read A's contiguous columns front to
+ * back. */
+void kiln_bf16_gemm_pack_a_t__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
+                                     int64_t p0, int64_t p1, const float* a, const uint16_t* a16,
+                                     int64_t cs, uint16_t* out);
 /* Panels [q0, q1) of a (K, N) B (fp32 b rounded to bf16, or bf16 b16 when
  * set; element (p, j) at [p * rs + j * cs]) in kiln_gemm_bf16_vnni_pack_b's
  * layout, at out (the whole matrix's). */
