@@ -243,43 +243,44 @@ static inline float kiln_nn_erff(float x) {
   return a < 0.875f ? small : big;
 }
 
-/* gelu (exact) = x/2 (1 + erf(x/sqrt2)). For x < 0 it is x/2 erfc(t) with
- * t = |x|/sqrt2 carried as float-float, so the left tail neither cancels nor
- * loses t's rounding; for x >= 0, x/2 (2 - erfc(t)), or x/2 (1 + erf(t)) by
- * the small-argument polynomial while t < 0.875, where erfc's absolute error
- * would show. gelu(-inf) = NaN, as torch. */
-static inline float kiln_nn_geluf(float x) {
-  float a = fabsf(x);
-  float tl;
-  float th = kiln_nn_two_prod(a, 0.707106769f, &tl);
-  tl = KILN_NN_FMA(a, 1.21016175e-08f, tl); /* 1/sqrt2 - 0.707106769f */
-  float e = kiln_nn_erfcf_pos(th, tl);
-  float one_plus_erf = KILN_NN_FMA(kiln_nn_erf_smallf(th), th, 1.0f);
-  float hx = 0.5f * x;
-  float pos = hx * (th < 0.875f ? one_plus_erf : 2.0f - e);
-  return x >= 0.0f ? pos : hx * e;
-}
-
-/* d gelu(x)/dx = Phi(x) + x phi(x), with Phi(x) = erfc(-x/sqrt2)/2 and
- * phi(x) = e^(-x^2/2)/sqrt(2 pi). For t = |x|/sqrt2 (float-float, as
- * kiln_nn_geluf), one e^(-t^2) = e^(-x^2/2) serves both: erfc(t) is it times
- * kiln_nn_erfc_scaledf. Phi is taken as kiln_nn_geluf takes it. At +-inf
- * the result is NaN, as torch's (inf * 0); huge finite x gives 1 or 0. */
-static inline float kiln_nn_gelu_gradf(float x) {
-  float a = fabsf(x);
-  float tl;
-  float th = kiln_nn_two_prod(a, 0.707106769f, &tl);
-  tl = KILN_NN_FMA(a, 1.21016175e-08f, tl);
+/* e^(-x^2/2) for the gelu pair below, and erfc(|x|/sqrt2) from it: x^2/2
+ * is carried exactly as hi + lo (x times the exact x/2 by kiln_nn_two_prod),
+ * so e^-hi (1 - lo) keeps the relative accuracy erfc's tail needs (its
+ * relative condition number is x^2); the rational factor
+ * kiln_nn_erfc_scaledf is well conditioned and takes |x|/sqrt2 rounded.
+ * Beyond |x|/sqrt2 = 10.5 erfc is below the denormals: 0. */
+static inline float kiln_nn_gelu_parts(float x, float* erfc) {
+  float a = fabsf(x), ha = 0.5f * a;
   float lo;
-  float hi = kiln_nn_two_prod(th, th, &lo);
-  lo = KILN_NN_FMA(2.0f * th, tl, lo);
+  float hi = kiln_nn_two_prod(a, ha, &lo);
   float e = kiln_nn_expf(-hi);
   e = KILN_NN_FMA(-e, lo, e);
   e = hi > 104.0f ? 0.0f : e; /* below the denormals; x = inf still gives inf * 0 = NaN */
-  float erfc = th > 10.5f ? 0.0f : e * kiln_nn_erfc_scaledf(th);
-  float one_plus_erf = KILN_NN_FMA(kiln_nn_erf_smallf(th), th, 1.0f);
-  float cdf_pos = 0.5f * (th < 0.875f ? one_plus_erf : 2.0f - erfc);
-  float cdf = x >= 0.0f ? cdf_pos : 0.5f * erfc;
+  float th = a * 0.707106769f;
+  *erfc = th > 10.5f ? 0.0f : e * kiln_nn_erfc_scaledf(th);
+  return e;
+}
+
+/* gelu (exact) = x Phi(x), Phi(x) = erfc(-x/sqrt2)/2: for x < 0 x/2
+ * erfc(|x|/sqrt2), which keeps its relative accuracy down the left tail;
+ * for x >= 0 x - x/2 erfc(x/sqrt2), one rounding of a difference that does
+ * not cancel (erfc <= 1 there). gelu(inf) = inf, gelu(-inf) = NaN, as
+ * torch. */
+static inline float kiln_nn_geluf(float x) {
+  float erfc;
+  (void)kiln_nn_gelu_parts(x, &erfc);
+  float hx = 0.5f * x;
+  float pos = erfc == 0.0f ? x : KILN_NN_FMA(-hx, erfc, x);
+  return x >= 0.0f ? pos : hx * erfc;
+}
+
+/* d gelu(x)/dx = Phi(x) + x phi(x), phi(x) = e^(-x^2/2)/sqrt(2 pi): one
+ * e^(-x^2/2) (kiln_nn_gelu_parts) serves both. At +-inf the result is NaN,
+ * as torch's (inf * 0); huge finite x gives 1 or 0. */
+static inline float kiln_nn_gelu_gradf(float x) {
+  float erfc;
+  float e = kiln_nn_gelu_parts(x, &erfc);
+  float cdf = x >= 0.0f ? KILN_NN_FMA(-0.5f, erfc, 1.0f) : 0.5f * erfc;
   return KILN_NN_FMA(x, e * 0.398942280f, cdf);
 }
 
