@@ -16,6 +16,7 @@
  * benchmarks that divide by a peak taken beside each measurement. */
 #include "runtime/kiln_machine.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +351,11 @@ static void kiln_machine_static(kiln_pool_t* pool, kiln_machine_t* m) {
   snprintf(m->bf16_engine, sizeof m->bf16_engine, "%s", kiln_cpu_bf16_name(kiln_cpu_bf16()));
 }
 
+/* The measured figures, as the cache file stores them. */
+#define KILN_MACHINE_NUMBERS(X)                                                     \
+  X(fma_gflops_1) X(fma_gflops) X(bf16_gflops_1) X(bf16_gflops) X(int8_gops_1) \
+  X(int8_gops) X(bandwidth_gbs_1) X(bandwidth_gbs)
+
 kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* m) {
   kiln_machine_static(pool, m);
   int all = m->threads > 256 ? 256 : m->threads;
@@ -377,6 +383,12 @@ kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* m) {
   m->bandwidth_gbs_1 = kiln_machine_bandwidth(pool, 1, buf, n) / 1e9;
   m->bandwidth_gbs = kiln_machine_bandwidth(pool, all, buf, n) / 1e9;
   free(buf);
+  /* To the cache file's precision (kiln_machine_write_cache: 3 decimals),
+   * so that a process that measured sees the figures every later one reads
+   * back: a report and kiln.machine() agree whichever of them measured. */
+#define K(name) m->name = round(m->name * 1000.0) / 1000.0;
+  KILN_MACHINE_NUMBERS(K)
+#undef K
   m->measured = 1;
   m->measured_at = (int64_t)time(NULL);
   return kiln_ok();
@@ -393,10 +405,6 @@ int kiln_machine_cache_path(char* out, size_t size) {
   if (home && *home) return snprintf(out, size, "%s/.cache/kiln/machine.json", home) < (int)size;
   return 0;
 }
-
-#define KILN_MACHINE_NUMBERS(X)                                                     \
-  X(fma_gflops_1) X(fma_gflops) X(bf16_gflops_1) X(bf16_gflops) X(int8_gops_1) \
-  X(int8_gops) X(bandwidth_gbs_1) X(bandwidth_gbs)
 
 /* The file is kiln's own JSON: one "key": value per line. It is reused only
  * when it was measured on this CPU model, ISA level and thread count. */

@@ -224,8 +224,15 @@ def test_machine_is_measured_once_and_cached(machine_cache):
     assert m["isa"] == kiln.isa()
     assert (m["bf16_gflops"] > 0) == m["features"]["avx512_bf16"]
     again = kiln.machine()
-    assert again["measured"] is False and again["fma_gflops"] == pytest.approx(m["fma_gflops"], abs=1e-3)
-    assert json.loads(machine_cache.read_text())["fma_gflops"] == pytest.approx(m["fma_gflops"], abs=1e-3)
+    # The figures a measuring process sees are the ones the file gives every
+    # later reader (3 decimals), exactly: a report made with either agrees.
+    # (They differed in the fourth decimal, and a profile's roof failed to
+    # equal kiln.machine()'s peak when the digits fell that way.)
+    saved = json.loads(machine_cache.read_text())
+    for key in ("fma_gflops_1", "fma_gflops", "bf16_gflops_1", "bf16_gflops", "int8_gops_1",
+                "int8_gops", "bandwidth_gbs_1", "bandwidth_gbs"):
+        assert again[key] == m[key] == saved[key] == round(m[key], 3), key
+    assert again["measured"] is False
 
 
 @pytest.mark.skipif(not KILN_BIN.exists(), reason="kiln CLI not built")
