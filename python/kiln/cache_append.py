@@ -51,9 +51,9 @@ def capacity_for(rows):
 
 
 class Append:
-    """One graph output cat([past, new], dim): past a graph input read by
-    nothing else (pos: its placeholder index) or a legacy empty constant
-    (pos None: a new cache)."""
+    """One graph output cat([past, new], dim=2) of 4-d tensors (a cache's
+    keys or values): past a graph input read by nothing else (pos: its
+    placeholder index) or a legacy empty constant (pos None: a new cache)."""
 
     def __init__(self, index, cat, past, pos, new, dim, shape):
         self.index, self.cat, self.past, self.pos, self.new, self.dim = index, cat, past, pos, new, dim
@@ -115,10 +115,17 @@ def find(gm, example_inputs, placeholders, flat):
         seen.add(o)
         parts = o.args[0]
         val = o.meta.get("val")
-        if len(parts) != 2 or not isinstance(val, torch.Tensor) or val.dim() < 1 or val.dtype not in (
+        # A cache's shape only: (batch, heads, length, head dim) grown along
+        # the length, as transformers' caches grow. The result handed out is
+        # a narrow view of a buffer (not dense: its .view(-1) raises where
+        # eager's dense cat's works), so any other cat of an input that is
+        # returned stays a copy, as eager's (fuzzer seed 8989, graph 1991).
+        if len(parts) != 2 or not isinstance(val, torch.Tensor) or val.dim() != 4 or val.dtype not in (
                 torch.float32, torch.float16, torch.bfloat16):
             continue
         dim = (o.args[1] if len(o.args) > 1 else o.kwargs.get("dim", 0)) % val.dim()
+        if dim != 2:
+            continue
         past, new = parts
         # cat([x, x]) is no append: the past is lowered as its length alone,
         # so the new rows cannot be the past itself (fuzzer finding 20).

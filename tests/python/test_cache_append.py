@@ -236,3 +236,36 @@ def test_decode_fallbacks_give_eagers_answer():
         torch.testing.assert_close(_step(f, kiln_, tok), _step(model.forward, eager, tok.contiguous()),
                                    atol=1e-5, rtol=1e-5)
     assert counters["kiln_cache"]["in_place"] > 0, dict(counters["kiln_cache"])
+
+
+def test_only_a_cache_shaped_cat_is_appended_in_place():
+    """An appended cat's result is a narrow view of kiln's buffer, which is
+    not dense (its .view(-1) raises where eager's cat's works). So only a
+    cache's growth is appended: 4-d (batch, heads, length, head dim) along
+    the length. A returned cat of an input along another dim, or of another
+    rank, is a dense copy, as eager's (fuzzer seed 8989, graph 1991, in
+    inference)."""
+    def f(past, new):
+        return torch.cat([past, new], dim)
+
+    for shape, dim in (((2, 8), 1), ((2, 3, 8), 1), ((1, 2, 8, 4), 1), ((1, 2, 8, 4), 3)):
+        torch._dynamo.reset()
+        counters.clear()
+        past = torch.randn(shape)
+        new_shape = list(shape)
+        new_shape[dim] = 1
+        new = torch.randn(new_shape)
+        with torch.no_grad():
+            got = torch.compile(f, backend="kiln")(past, new)
+        assert got.is_contiguous() and torch.equal(got.view(-1), f(past, new).view(-1)), (shape, dim)
+        assert not counters["kiln_cache"], (shape, dim, dict(counters["kiln_cache"]))
+    # The cache's own shape still is (and its result is the narrow view).
+    torch._dynamo.reset()
+    counters.clear()
+    dim = 2
+    past, new = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 1, 4)
+    with torch.no_grad():
+        got = torch.compile(f, backend="kiln")(past, new)
+    torch.testing.assert_close(got, f(past, new), rtol=0, atol=0)
+    assert counters["kiln_cache"]["copied"] + counters["kiln_cache"]["in_place"] > 0, \
+        dict(counters["kiln_cache"])
