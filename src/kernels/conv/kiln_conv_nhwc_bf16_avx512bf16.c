@@ -7,11 +7,12 @@
  * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
  * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
  * says why). A strip with one panel left runs a 16-channel variant.
- * Partial sums cross K blocks in fp32. With no residual and no activation
- * or relu (l->y set), a finished tile goes from the accumulators to y with
- * its bias and relu (the epilogue's fp32 add, then x < 0 ? 0 : x, NaN
- * kept): no trip through a scratch tile and the epilogue call, which was
- * 5-7 % of the stem's time (77 pair rows a tile, one Zen 4 core).
+ * Partial sums cross K blocks in fp32. With no activation or relu (l->y
+ * set), a finished tile goes from the accumulators to y with its residual
+ * and bias and relu, in the store callback's order ((sum + residual) +
+ * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual): no trip
+ * through a scratch tile and the epilogue call, which was 5-7 % of the
+ * stem's time (77 pair rows a tile, one Zen 4 core).
  *
  * Compiled only with the AVX512_BF16 flags (meson: the conv_bf16 family's
  * avx512bf16 variant) and called only when kiln_cpu_bf16() has
@@ -59,8 +60,9 @@ KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t*
     for (int h = 0; h < NP; ++h) _mm512_storeu_ps(out + i * 32 + 16 * h, acc[i][h]);
 }
 
-/* The sums plus bias (or not), relu (or not), to y: np pixels ldy apart,
- * channels by masks m[0], m[1]. */
+/* The sums with residual, bias and relu (each or not) to y: np pixels ldy
+ * apart (the residual's too), channels by masks m[0], m[1]. Each residual
+ * element is read before its y element is written (they may alias). */
 KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint16_t* w0,
                                           int64_t pstep, const uint16_t* const* px,
                                           const int64_t* off, const float* cin,
@@ -71,11 +73,16 @@ KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint
   for (int h = 0; h < NP; ++h)
     b[h] = l->bias ? _mm512_maskz_loadu_ps(m[h], l->bias + j0 + 16 * h) : _mm512_setzero_ps();
   const __m512 zero = _mm512_setzero_ps();
+  const float* res = l->res ? l->res + (y - l->y) : NULL;
   for (int i = 0; i < MR; ++i) {
     if (i >= np) break;
     for (int h = 0; h < NP; ++h) {
-      __m512 v = l->bias ? _mm512_add_ps(acc[i][h], b[h]) : acc[i][h];
+      __m512 v = acc[i][h], r = _mm512_setzero_ps();
+      if (res) r = _mm512_maskz_loadu_ps(m[h], res + i * l->ldy + 16 * h);
+      if (res && l->res_first) v = _mm512_add_ps(v, r);
+      if (l->bias) v = _mm512_add_ps(v, b[h]);
       if (l->relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+      if (res && !l->res_first) v = _mm512_add_ps(v, r);
       _mm512_mask_storeu_ps(y + i * l->ldy + 16 * h, m[h], v);
     }
   }
