@@ -18,7 +18,18 @@
  *    group's channel), several K blocks and tile blocks, N = 2, residual
  *    before and after the activation (also aliasing y), with and without
  *    bias, x NHWC and NCHW, NaN / Inf / denormal inputs; y has a guard
- *    region past its end, so a stray write shows.
+ *    region past its end, so a stray write shows;
+ *  - window-row pairs (kiln_conv_nhwc_bf16_internal.h: C = 1 or 3, x NCHW):
+ *    which calls take them (kiln_conv2d_bf16_last_window_pairs, against
+ *    the rule restated here), odd and even kw C, row dilation, several K
+ *    blocks; and Inf, NaN and a float that rounds to Inf placed exactly
+ *    one value past windows that do not hold them (the value a zero weight
+ *    multiplies; 0 x Inf is NaN on VDPBF16PS), in every image or only the
+ *    second of two: the outputs must be NaN exactly where the reference's
+ *    are (eager's rule), and such a call must not report window pairs.
+ *    The copy of few NCHW planes (C <= 4, pitch C or C + 1) runs in all
+ *    of these and in C = 2, C = 4 and column-dilated C = 3 cases wider than
+ *    16 pixels.
  *
  * Tolerance. Products of two bf16 values are exact in fp32 (8 + 8
  * significant bits), so the kernel differs from the double reference only
@@ -149,14 +160,28 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   kiln_test_fill_f32(w, nw, seed + 1, -1.0f, 1.0f);
   kiln_test_fill_f32(bias, (size_t)a.o, seed + 2, -1.0f, 1.0f);
   kiln_test_fill_f32(res, ny + CBF_GUARD, seed + 3, -1.0f, 1.0f);
-  if (tc->special) {
+  if (tc->special >= 2) { /* one past windows that do not hold them */
+    const int64_t past = a.sw + (a.kw - 1) * a.dw + 1 - a.pw; /* x column past output 1's row */
+    const int64_t hw = a.h * a.w;
+    for (int64_t b = tc->special == 3 ? a.n - 1 : 0; b < a.n; ++b) {
+      float* p0 = x + b * a.c * hw; /* channel 0 of image b, NCHW */
+      if (past >= 0 && past < a.w) p0[(a.h / 2) * a.w + past] = NAN;
+      if (past >= 0 && past < a.w) p0[(a.h - 1) * a.w + past] = -INFINITY;
+      if (past + 2 * a.sw < a.w) p0[past + 2 * a.sw] = INFINITY;
+      p0[a.w - 1] = 3.4028235e38f; /* rounds to bf16 Inf */
+    }
+  } else if (tc->special) {
     x[1] = NAN;
     x[nx / 2] = INFINITY;
     x[nx / 3] = 3e-39f;                 /* a denormal, kept as bf16 0x0021 */
     if (nx > 5) x[nx - 2] = 1.00390625f; /* a tie: 1 + 2^-8 rounds to even, 1 */
   }
   cbf_to_nhwc(x, xt, a.n, a.c, a.h * a.w);
-  for (size_t i = 0; i < nx; ++i) xr[i] = cbf_round(xt[i]);
+  int finite = 1;
+  for (size_t i = 0; i < nx; ++i) {
+    xr[i] = cbf_round(xt[i]);
+    finite &= isfinite(xr[i]) != 0;
+  }
   for (size_t i = 0; i < nw; ++i) wr[i] = cbf_round(w[i]);
   kiln_conv2d_bf16_pack_weight(a.o, cg, a.kh, a.kw, a.groups, w, wp);
 
@@ -200,6 +225,11 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
       cbf_compare(what2, got, want, bound, ny);
       KILN_EXPECT(!strcmp(kiln_conv2d_bf16_last_path(), path), "%s: ran %s", what2,
                   kiln_conv2d_bf16_last_path());
+      /* Window-row pairs exactly for the rule's shapes with finite x. */
+      const int pairs = eng && nchw && a.c <= 3 && a.c % 2 && a.groups == 1 && a.dw == 1 &&
+                        a.kw > 1 && finite;
+      KILN_EXPECT(kiln_conv2d_bf16_last_window_pairs() == pairs, "%s: window pairs %d, want %d",
+                  what2, kiln_conv2d_bf16_last_window_pairs(), pairs);
     }
     if (!eng) { /* the reference reads NCHW x the same */
       memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
@@ -217,6 +247,13 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
 static void cbf_level(kiln_pool_t* pool, const char* where) {
   /* n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups */
   static const int64_t shapes[][14] = {
+      {1, 3, 10, 11, 20, 4, 4, 1, 1, 2, 1, 1, 1, 1},   /* window pairs, kw C even */
+      {1, 3, 12, 19, 16, 3, 3, 1, 1, 1, 1, 2, 1, 1},   /* window pairs, row dilation */
+      {2, 1, 9, 8, 17, 2, 2, 1, 1, 0, 1, 1, 1, 1},     /* window pairs, C = 1, kw 2 */
+      {1, 3, 30, 30, 40, 11, 11, 4, 4, 2, 2, 1, 1, 1}, /* window pairs, 187 rows: 2 K blocks */
+      {1, 3, 13, 40, 16, 3, 3, 1, 1, 1, 1, 1, 2, 1},   /* column dilation: channel pairs */
+      {1, 4, 9, 37, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 4 planes, pitch 4, 37 wide */
+      {1, 2, 6, 40, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 2 planes, pitch 2, 40 wide */
       {1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1},      /* size 1 */
       {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1},   /* ResNet's stem, C = 3 */
       {1, 3, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},     /* 3x3 s1 p1, O = 16 */
@@ -253,6 +290,17 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
   cbf_run(&big2, pool, where);
   cbf_case_t big3 = {2, 256, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, KILN_ACT_NONE};
   cbf_run(&big3, pool, where);
+  /* Inf and NaN one value past windows that do not hold them (special 2:
+   * every image; 3: the second of two). */
+  for (int act = 0; act < 2; ++act) {
+    cbf_case_t past[] = {
+        {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 2, (kiln_activation_t)act},
+        {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 1, 0, 0, 3, (kiln_activation_t)act},
+        {1, 1, 9, 12, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 2, (kiln_activation_t)act},
+        {2, 3, 9, 13, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3, (kiln_activation_t)act},
+    };
+    for (size_t i = 0; i < sizeof(past) / sizeof(past[0]); ++i) cbf_run(&past[i], pool, where);
+  }
   for (int act = 0; act < 2; ++act) {
     cbf_case_t sp[] = {
         {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},

@@ -183,3 +183,53 @@ def test_reference_target_reads_the_bf16_conv_layout():
     report = kiln.compare_targets(compiled, x, rtol=1e-2, atol=2e-2)
     assert report.ok and report.outputs_match, str(report)
     assert sum(r["op"] == "conv2d_nhwc" for r in report.rows) == 4
+
+
+class Stem(nn.Module):
+    """The stem then two 1x1 convs: a channels-last region (two convs that
+    gain, kiln_pass_layout.c) that spreads nothing across pixels, so each
+    output pixel shows its stem window's result."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 7, 2, 3)
+        self.c1 = nn.Conv2d(32, 16, 1)
+        self.c2 = nn.Conv2d(16, 16, 1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(torch.relu(self.stem(x)))))
+
+
+def test_stem_inf_and_nan_one_past_the_windows():
+    """The stem (C = 3, 7x7/2) pairs its taps along window rows on the bf16
+    engine, one value past each window row under a zero weight
+    (kiln_conv_nhwc_bf16_internal.h); 0 x Inf is NaN on VDPBF16PS. Inf,
+    -Inf, NaN and a float that rounds to bf16 Inf, each placed exactly one
+    value past the windows of some stem outputs (channel 0, x column
+    2 ox + 4 for output column ox): kiln's outputs are NaN and infinite
+    exactly where eager's conv2d on the same bf16-rounded inputs gives them
+    (layer by layer in float64), finite values within the bf16 tolerance
+    above; a clean image alongside, in the same batch."""
+    if not has_engine():
+        pytest.skip("the window-row pairs are the bf16 engine's (fp32 panels elsewhere)")
+    torch.manual_seed(5)
+    m = Stem().eval()
+    x = torch.randn(2, 3, 33, 31)
+    x[0, 0, 10, 6] = float("nan")  # one past output column 1's window rows
+    x[0, 0, 3, 10] = float("inf")  # ... column 3's
+    x[0, 0, 20, 6] = -float("inf")
+    x[0, 0, 0, 14] = torch.finfo(torch.float32).max  # rounds to bf16 Inf; column 5's
+    compiled = kiln.trace(m, x, compute_dtype=torch.bfloat16)
+    got = compiled(x)
+    assert "[bf16 compute]" in compiled.explain()
+    with torch.no_grad():
+        f = nn.functional
+        h = torch.relu(f.conv2d(bf16(x), bf16(m.stem.weight), m.stem.bias.double(), 2, 3))
+        h = torch.relu(f.conv2d(bf16(h), bf16(m.c1.weight), m.c1.bias.double()))
+        want = f.conv2d(bf16(h), bf16(m.c2.weight), m.c2.bias.double())
+    assert got.shape == want.shape
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.isinf(), want.isinf())
+    assert got.isnan().any() and not got[0].isnan().all()  # placed where they count
+    torch.testing.assert_close(got.double(), want, rtol=1e-2, atol=2e-2, equal_nan=True)
+    assert torch.isfinite(got[1]).all()  # the clean image

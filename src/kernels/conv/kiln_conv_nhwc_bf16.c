@@ -8,8 +8,13 @@
  * quarter), x rounded to bf16 as it is copied (so also for 1x1 convs: the
  * kernel reads bf16 couples), cp2 bf16 per pixel: each group's Cg channels then a zero one when Cg is odd,
  * the pitch's spare channels zero. cp2 is an odd number of 64-byte lines
- * once a pixel fills one (C >= 32): with 128 or 256 channels the taps of a
- * window would otherwise fall in few L1 sets (the fp32 driver's rule).
+ * once a pixel fills two (C >= 128): with 128 or 256 channels the taps of a
+ * window would otherwise fall in few L1 sets (the fp32 driver's rule). Not
+ * for 64 channels (two lines): there the tiles ran as fast with pitch 64
+ * as with 96 (ResNet-18's layer1 3x3, Zen 4), and pitch C makes a row of
+ * the copy one rounded run instead of a call per pixel plus zero fill,
+ * the copy 0.054 -> 0.016 ms and the conv 83 -> 88 % of the bf16 peak at
+ * 2 threads.
  * Pair row r = (u kw + v) (Cg2 / 2) + c / 2 of output pixel (oy, ox) in
  * group g reads src[vpos + off[r]],
  *     vpos = (oy sh wp + ox sw) cp2 + g Cg2,  off[r] = (u dh wp + v dw) cp2 + c,
@@ -19,13 +24,23 @@
  * range of 32-channel strips, strip outermost then K blocks of at most 128
  * pair rows (a 16 KiB block of the two panels stays in L1 across the
  * block's tiles), partial sums per tile between K blocks; enough strip
- * ranges that every thread gets about four tasks. Tiles go to y through
+ * ranges, then tile blocks, that every thread gets about four tasks, the
+ * blocks of equal size (with 64 output channels there are two strips: the
+ * stem had two tasks of 1132 tiles and two of 123, so a thread slowed by
+ * another process could not be helped). Tiles go to y through
  * the GEMM's fp32 epilogue (bias, activation, residual).
+ *
+ * The stem (C = 3, x NCHW) pairs its taps along window rows instead
+ * (kiln_conv_nhwc_bf16_internal.h): pitch C, weights reordered per call,
+ * 77 pair rows instead of 98; an image whose copy holds an Inf or NaN
+ * runs again with channel pairs. Its planes are interleaved into the copy
+ * by an AVX-512 permute (kiln_conv_nhwc_bf16_copy_avx512bf16.c).
  *
  * Without a VDPBF16PS engine at run time, the portable path: x rounded to
  * bf16 into an fp32 copy, the weights widened to fp32 panels of 16 ((c, u,
  * v) order), then the fp32 NHWC kernels: the same products (bf16 x bf16 is
  * exact in fp32), summed in fp32 in another order. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/kiln_cpu.h"
@@ -48,8 +63,10 @@
 static kiln_scratch_cache_t kiln_conv_bf16_scratch_ =
     KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
 static _Thread_local const char* kiln_conv_bf16_path_ = "none";
+static _Thread_local int kiln_conv_bf16_window_pairs_;
 
 const char* kiln_conv2d_bf16_last_path(void) { return kiln_conv_bf16_path_; }
+int kiln_conv2d_bf16_last_window_pairs(void) { return kiln_conv_bf16_window_pairs_; }
 
 int kiln_conv2d_bf16_has_engine(void) {
 #ifdef KILN_GEMM_HAVE_X86
@@ -83,6 +100,7 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
   float* buf = kiln_scratch_get(&kiln_conv_bf16_wide_scratch_, (size_t)(nx + nw) * sizeof(float),
                                 &blk);
   kiln_conv_bf16_path_ = "fp32";
+  kiln_conv_bf16_window_pairs_ = 0;
   if (!buf) {
     kiln_conv2d_bf16_nhwc_reference(a, x_nchw); /* no memory: correct, if slow */
     return;
@@ -113,8 +131,10 @@ typedef struct {
   kiln_gemm_epilogue_fn epilogue;
   int x_nchw;
   int sub;               /* 1x1 with no padding: the copy holds only the pixels read */
+  int flat;              /* pairs along window rows (kiln_conv_nhwc_bf16_internal.h) */
+  atomic_int* nonfinite; /* set when the copy rounded an Inf or NaN */
   int64_t esh, esw;      /* strides in the copy (1 and 1 when sub) */
-  int64_t cg, cg2, og, rows, howo, nstrips;
+  int64_t cg, cg2, og, rw, rows, howo, nstrips;
   int64_t hp, wp, cp2;
   int64_t nt, tb, noc, kc;
   const int64_t* off;
@@ -149,6 +169,7 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
   int64_t lo = a->pw < wp ? a->pw : wp, hi = a->w + a->pw < wp ? a->w + a->pw : wp;
   if (hi < lo) hi = lo;
   const int dense = G * cg2 == cp2 && cg2 == cg && !t->x_nchw; /* pixels back to back */
+  const int planes = t->x_nchw && G == 1 && cp2 <= 4;            /* few planes: interleaved */
   for (int64_t r = r0; r < r1; ++r) {
     uint16_t* d = t->pad + r * wp * cp2;
     int64_t row = r - a->ph;
@@ -159,6 +180,10 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
     if (lo) memset(d, 0, (size_t)(lo * cp2) * sizeof(uint16_t));
     if (dense) {
       kiln_conv_bf16_round_run(t->xn + (row * a->w + lo - a->pw) * C, (hi - lo) * C, d + lo * cp2);
+    } else if (planes) {
+      if (kiln_bf16_conv_interleave__avx512bf16(t->xn + row * a->w + lo - a->pw, a->h * a->w, C,
+                                                hi - lo, cp2, d + lo * cp2))
+        atomic_store_explicit(t->nonfinite, 1, memory_order_relaxed);
     } else {
       for (int64_t q = lo; q < hi; ++q) {
         uint16_t* dp = d + q * cp2;
@@ -252,27 +277,64 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
   const kiln_conv_bf16_ctx_t* t = p;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  /* Straight to y where the activation is none or relu. */
+  const int direct = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU;
   kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
                              t->rows, t->kc,   t->og,      t->howo,
-                             t->part, t->part_fl, kiln_conv_bf16_store, t};
+                             t->part, t->part_fl, kiln_conv_bf16_store, t,
+                             direct ? t->y : NULL, t->res, t->bias, a->o,
+                             a->act == KILN_ACT_RELU, a->residual_before_act};
   kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
                                       (oc + 1) * t->nstrips / t->noc, thread);
 }
 
-static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, kiln_pool_t* pool) {
+/* Whether window-row pairs apply (kiln_conv_nhwc_bf16_internal.h): an odd
+ * C <= 3 (so the pad channel wastes a product a tap) read from NCHW planes
+ * (the copy that checks for Inf and NaN), one group, consecutive columns,
+ * and kw > 1 (fewer pair rows: ceil(kw C / 2) < kw (C + 1) / 2). */
+static int kiln_conv_bf16_window_pairs_fit(const kiln_conv2d_f32_args_t* a, int x_nchw) {
+  return x_nchw && a->groups == 1 && a->c <= 3 && (a->c & 1) && a->dw == 1 && a->kw > 1;
+}
+
+/* The layout's weight (kiln_conv_nhwc_bf16.h; one group, odd C) in
+ * window-row pair order: value e = v C + c of window row u in pair row
+ * u rw + e / 2, lane 2 i + e % 2; a row's last lane zero when kw C is odd. */
+static void kiln_conv_bf16_window_weights(const kiln_conv2d_f32_args_t* a, int64_t rw,
+                                          uint16_t* out) {
+  const int64_t C = a->c, half = (C + 1) / 2, nq = kiln_conv_bf16_cdiv(a->o, 16);
+  const int64_t R = a->kh * a->kw * half, rows = a->kh * rw;
+  const uint16_t* w = (const uint16_t*)(const void*)a->weight;
+  memset(out, 0, (size_t)(nq * rows * 32) * sizeof(uint16_t));
+  for (int64_t q = 0; q < nq; ++q)
+    for (int64_t u = 0; u < a->kh; ++u)
+      for (int64_t v = 0; v < a->kw; ++v)
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t e = v * C + c;
+          const uint16_t* src = w + (q * R + (u * a->kw + v) * half + c / 2) * 32 + (c & 1);
+          uint16_t* dst = out + (q * rows + u * rw + e / 2) * 32 + (e & 1);
+          for (int64_t i = 0; i < 16; ++i) dst[2 * i] = src[2 * i];
+        }
+}
+
+static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, int window_pairs,
+                                  kiln_pool_t* pool) {
   const int64_t G = a->groups, MR = KILN_CONV_BF16_MR;
   kiln_conv_bf16_ctx_t t;
   memset(&t, 0, sizeof(t));
   t.a = a;
   t.x_nchw = x_nchw;
   t.epilogue = kiln_gemm_kernels_for(KILN_ISA_AVX512)->epilogue;
-  t.cg = a->c / G, t.cg2 = t.cg + (t.cg & 1), t.og = a->o / G, t.howo = a->ho * a->wo;
-  t.rows = a->kh * a->kw * t.cg2 / 2;
+  t.flat = window_pairs && kiln_conv_bf16_window_pairs_fit(a, x_nchw);
+  t.cg = a->c / G, t.og = a->o / G, t.howo = a->ho * a->wo;
+  t.cg2 = t.flat ? t.cg : t.cg + (t.cg & 1); /* flat: no pad channel */
+  t.rw = t.flat ? kiln_conv_bf16_cdiv(a->kw * t.cg, 2) : a->kw * t.cg2 / 2;
+  t.rows = a->kh * t.rw;
   t.nstrips = kiln_conv_bf16_cdiv(t.og, 32);
   t.sub = a->kh == 1 && a->kw == 1 && a->ph == 0 && a->pw == 0;
   t.esh = t.sub ? 1 : a->sh, t.esw = t.sub ? 1 : a->sw;
   t.cp2 = G * t.cg2;
-  if (t.cp2 >= 32 && !t.sub) {
+  if (t.cp2 >= 128 && !t.sub) {
     t.cp2 = (t.cp2 + 31) & ~(int64_t)31;
     if ((t.cp2 / 32) % 2 == 0) t.cp2 += 32;
   }
@@ -295,39 +357,74 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
   if (t.tb > t.nt) t.tb = t.nt;
   int64_t nb = kiln_conv_bf16_cdiv(t.nt, t.tb);
   while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nstrips) t.noc++;
+  if (threads > 1 && nb * t.noc < 4 * threads) nb = kiln_conv_bf16_cdiv(4 * threads, t.noc);
+  if (nb > t.nt) nb = t.nt;
+  t.tb = kiln_conv_bf16_cdiv(t.nt, nb); /* blocks of equal size */
+  nb = kiln_conv_bf16_cdiv(t.nt, t.tb);
   t.part_fl = multi ? t.tb * MR * 32 : 0;
 
   /* Scratch (bytes, each piece 64-aligned): offsets and pixel bases
-   * (int64), partial sums, the bordered copy. */
+   * (int64), partial sums, the bordered copy and 64 zero bytes past it
+   * (window-row pairs read one value past the last window), the
+   * window-row weights. */
+  const int64_t nq = kiln_conv_bf16_cdiv(t.og, 16);
   const size_t int_b = ((size_t)(t.rows + t.howo) * 8 + 63) & ~(size_t)63;
   const size_t part_b = (size_t)(t.part_fl * threads) * sizeof(float);
-  const size_t pad_b = ((size_t)(t.hp * t.wp * t.cp2) * 2 + 63) & ~(size_t)63;
+  const size_t copy_b = (size_t)(t.hp * t.wp * t.cp2) * 2;
+  const size_t pad_b = ((copy_b + 63) & ~(size_t)63) + 64;
+  const size_t wf_b = t.flat ? (size_t)(nq * t.rows * 32) * sizeof(uint16_t) : 0;
   void* blk = NULL;
-  char* scratch = kiln_scratch_get(&kiln_conv_bf16_scratch_, int_b + part_b + pad_b, &blk);
+  char* scratch =
+      kiln_scratch_get(&kiln_conv_bf16_scratch_, int_b + part_b + pad_b + wf_b, &blk);
   if (!scratch) {
     kiln_conv_bf16_portable(a, x_nchw, pool);
     return;
   }
   int64_t* off = (int64_t*)(void*)scratch;
   int64_t* vpos = off + t.rows;
-  for (int64_t u = 0, r = 0; u < a->kh; ++u)
-    for (int64_t v = 0; v < a->kw; ++v)
-      for (int64_t c = 0; c < t.cg2; c += 2, ++r) off[r] = (u * a->dh * t.wp + v * a->dw) * t.cp2 + c;
+  if (t.flat) /* pair j of window row u: values 2j, 2j + 1 of the row */
+    for (int64_t u = 0, r = 0; u < a->kh; ++u)
+      for (int64_t j = 0; j < t.rw; ++j, ++r) off[r] = u * a->dh * t.wp * t.cp2 + 2 * j;
+  else
+    for (int64_t u = 0, r = 0; u < a->kh; ++u)
+      for (int64_t v = 0; v < a->kw; ++v)
+        for (int64_t c = 0; c < t.cg2; c += 2, ++r)
+          off[r] = (u * a->dh * t.wp + v * a->dw) * t.cp2 + c;
   for (int64_t oy = 0, i = 0; oy < a->ho; ++oy)
     for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = (oy * t.esh * t.wp + ox * t.esw) * t.cp2;
   t.off = off, t.vpos = vpos;
   t.part = part_b ? (float*)(void*)(scratch + int_b) : NULL;
   t.pad = (uint16_t*)(void*)(scratch + int_b + part_b);
+  memset((char*)t.pad + copy_b, 0, pad_b - copy_b);
+  atomic_int nonfinite;
+  atomic_init(&nonfinite, 0);
+  t.nonfinite = &nonfinite;
   const int64_t row_b = t.wp * t.cp2 * 2;
   t.pad_rows_per = KILN_CONV_BF16_PREP_BYTES / (row_b > 0 ? row_b : 1);
   if (t.pad_rows_per < 1) t.pad_rows_per = 1;
 
   const uint16_t* wall = (const uint16_t*)(const void*)a->weight;
-  const int64_t nq = kiln_conv_bf16_cdiv(t.og, 16);
+  if (t.flat) {
+    uint16_t* wf = (uint16_t*)(void*)(scratch + int_b + part_b + pad_b);
+    kiln_conv_bf16_window_weights(a, t.rw, wf);
+    wall = wf;
+  }
+  int all_window_pairs = t.flat;
   for (int64_t n = 0; n < a->n; ++n) {
     t.xn = a->x + n * a->h * a->w * a->c;
+    atomic_store_explicit(&nonfinite, 0, memory_order_relaxed);
     kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
                            t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
+    if (t.flat && atomic_load_explicit(&nonfinite, memory_order_relaxed)) {
+      /* An Inf or NaN in this image: a zero weight times the value past a
+       * window row would be NaN. Channel pairs read a zero pad channel. */
+      kiln_conv2d_f32_args_t one = *a;
+      one.n = 1, one.x = t.xn, one.y = a->y + n * t.howo * a->o;
+      one.residual = a->residual ? a->residual + n * t.howo * a->o : NULL;
+      kiln_conv_bf16_engine(&one, x_nchw, 0, pool);
+      all_window_pairs = 0;
+      continue;
+    }
     for (int64_t g = 0; g < G; ++g) {
       t.y = a->y + n * t.howo * a->o + g * t.og;
       t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
@@ -339,6 +436,7 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, k
   }
   kiln_scratch_put(&kiln_conv_bf16_scratch_, blk);
   kiln_conv_bf16_path_ = "avx512_bf16";
+  kiln_conv_bf16_window_pairs_ = all_window_pairs;
 }
 
 #endif
@@ -351,7 +449,7 @@ void kiln_conv2d_bf16_nhwc(const kiln_conv2d_f32_args_t* a, int x_nchw, kiln_poo
   }
 #ifdef KILN_GEMM_HAVE_X86
   if (kiln_conv2d_bf16_has_engine()) {
-    kiln_conv_bf16_engine(a, x_nchw, pool);
+    kiln_conv_bf16_engine(a, x_nchw, 1, pool);
     return;
   }
 #endif

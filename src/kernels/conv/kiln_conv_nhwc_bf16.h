@@ -62,5 +62,9 @@ const char* kiln_conv2d_bf16_describe(void);
 /* The path the calling thread's last kiln_conv2d_bf16_nhwc took:
  * "avx512_bf16" or "fp32" (the portable path); for tests. */
 const char* kiln_conv2d_bf16_last_path(void);
+/* 1 when that call paired taps along window rows for every image (the
+ * stem's C = 3; kiln_conv_nhwc_bf16_internal.h), 0 when it used channel
+ * pairs for any (an Inf or NaN in the image, or the shape); for tests. */
+int kiln_conv2d_bf16_last_window_pairs(void);
 
 #endif /* KILN_CONV_NHWC_BF16_H */

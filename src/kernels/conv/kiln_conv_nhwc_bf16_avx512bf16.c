@@ -7,7 +7,12 @@
  * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
  * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
  * says why). A strip with one panel left runs a 16-channel variant.
- * Partial sums cross K blocks in fp32.
+ * Partial sums cross K blocks in fp32. With no activation or relu (l->y
+ * set), a finished tile goes from the accumulators to y with its residual
+ * and bias and relu, in the store callback's order ((sum + residual) +
+ * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual): no trip
+ * through a scratch tile and the epilogue call, which was 5-7 % of the
+ * stem's time (77 pair rows a tile, one Zen 4 core).
  *
  * Compiled only with the AVX512_BF16 flags (meson: the conv_bf16 family's
  * avx512bf16 variant) and called only when kiln_cpu_bf16() has
@@ -20,12 +25,12 @@
 #define KILN_CBF_AI static inline __attribute__((always_inline))
 #define MR KILN_CONV_BF16_MR
 
-/* out (MR x 32, pixel-major) = init + sum_{r < rows} w(r) . src couples;
- * init = cin or zero. NP panels (1 or 2): w0 and w0 + pstep. */
-KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t* w0,
-                                     int64_t pstep, const uint16_t* const* px,
-                                     const int64_t* off, const float* cin, float* out) {
-  __m512 acc[MR][2];
+/* acc (MR x 16 NP) = init + sum_{r < rows} w(r) . src couples; init = cin
+ * (MR x 32, pixel-major) or zero. NP panels (1 or 2): w0 and w0 + pstep. */
+KILN_CBF_AI void kiln_conv_bf16_dots(const int NP, __m512 acc[MR][2], int64_t rows,
+                                     const uint16_t* w0, int64_t pstep,
+                                     const uint16_t* const* px, const int64_t* off,
+                                     const float* cin) {
   for (int i = 0; i < MR; ++i)
     for (int h = 0; h < NP; ++h)
       acc[i][h] = cin ? _mm512_loadu_ps(cin + i * 32 + 16 * h) : _mm512_setzero_ps();
@@ -42,8 +47,45 @@ KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t*
       if (NP > 1) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
     }
   }
+}
+
+/* The sums to out (MR x 32, pixel-major): partial sums, or a tile for the
+ * store callback. */
+KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t* w0,
+                                     int64_t pstep, const uint16_t* const* px,
+                                     const int64_t* off, const float* cin, float* out) {
+  __m512 acc[MR][2];
+  kiln_conv_bf16_dots(NP, acc, rows, w0, pstep, px, off, cin);
   for (int i = 0; i < MR; ++i)
     for (int h = 0; h < NP; ++h) _mm512_storeu_ps(out + i * 32 + 16 * h, acc[i][h]);
+}
+
+/* The sums with residual, bias and relu (each or not) to y: np pixels ldy
+ * apart (the residual's too), channels by masks m[0], m[1]. Each residual
+ * element is read before its y element is written (they may alias). */
+KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint16_t* w0,
+                                          int64_t pstep, const uint16_t* const* px,
+                                          const int64_t* off, const float* cin,
+                                          const kiln_conv_bf16_loop_t* l, int64_t j0,
+                                          const __mmask16* m, int64_t np, float* y) {
+  __m512 acc[MR][2], b[2];
+  kiln_conv_bf16_dots(NP, acc, rows, w0, pstep, px, off, cin);
+  for (int h = 0; h < NP; ++h)
+    b[h] = l->bias ? _mm512_maskz_loadu_ps(m[h], l->bias + j0 + 16 * h) : _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
+  const float* res = l->res ? l->res + (y - l->y) : NULL;
+  for (int i = 0; i < MR; ++i) {
+    if (i >= np) break;
+    for (int h = 0; h < NP; ++h) {
+      __m512 v = acc[i][h], r = _mm512_setzero_ps();
+      if (res) r = _mm512_maskz_loadu_ps(m[h], res + i * l->ldy + 16 * h);
+      if (res && l->res_first) v = _mm512_add_ps(v, r);
+      if (l->bias) v = _mm512_add_ps(v, b[h]);
+      if (l->relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
+      if (res && !l->res_first) v = _mm512_add_ps(v, r);
+      _mm512_mask_storeu_ps(y + i * l->ldy + 16 * h, m[h], v);
+    }
+  }
 }
 
 void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t t0, int64_t t1,
@@ -74,6 +116,19 @@ void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t
         int64_t np = l->howo - ti * MR < MR ? l->howo - ti * MR : MR;
         for (int64_t i = 0; i < MR; ++i) px[i] = l->src + l->vpos[ti * MR + (i < np ? i : np - 1)];
         float* acc = part ? part + (ti - t0) * MR * 32 : NULL;
+        if (last && l->y) {
+          const int64_t c1 = cols > 16 ? cols - 16 : 0; /* the second panel's channels */
+          const __mmask16 m[2] = {(__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u),
+                                  (__mmask16)(c1 >= 16 ? 0xffffu : (1u << c1) - 1u)};
+          float* y = l->y + ti * MR * l->ldy + j0;
+          if (cols > 16)
+            kiln_conv_bf16_tile_to_y(2, kcur, wp + kb * 32, pstep, px, l->off + kb,
+                                     first ? NULL : acc, l, j0, m, np, y);
+          else
+            kiln_conv_bf16_tile_to_y(1, kcur, wp + kb * 32, pstep, px, l->off + kb,
+                                     first ? NULL : acc, l, j0, m, np, y);
+          continue;
+        }
         if (cols > 16)
           kiln_conv_bf16_tile(2, kcur, wp + kb * 32, pstep, px, l->off + kb, first ? NULL : acc,
                               last ? tmp : acc);

@@ -7,7 +7,24 @@
  * of output pixel p reads the 32-bit couple at src + vpos[p] + off[r]
  * (bf16 units). A tile is KILN_CONV_BF16_MR consecutive output pixels x a
  * strip of 32 output channels (two 16-channel panels of the packed weight,
- * kiln_conv_nhwc_bf16.h; one when the group's channels end first). */
+ * kiln_conv_nhwc_bf16.h; one when the group's channels end first).
+ *
+ * Window-row pairs (the stem: C = 3, 7x7): with an odd C the channel pairs
+ * of kiln_conv_nhwc_bf16.h waste a product in every pair row (C + 1 = 4
+ * values a tap for 3 real ones: 98 pair rows for 147 taps). For C <= 3,
+ * one group, column dilation 1 and x given NCHW, the driver instead
+ * copies pixels C bf16 apart (no pad channel), so a window row's kw C
+ * values are contiguous, and pairs them along that row: pair row
+ * r = u rw + j, rw = ceil(kw C / 2), holds values 2j and 2j + 1 of window
+ * row u (value e = v C + c), 77 pair rows for the stem. When kw C is odd
+ * the row's last pair reads one value past the window (the next pixel's
+ * first channel, or past the copy's end: a zero slack), under a zero
+ * weight; VDPBF16PS makes 0 x Inf and 0 x NaN a NaN, so the copy checks
+ * every rounded value and an image holding an Inf or NaN runs with
+ * channel pairs instead (eager's result: finite where the window holds
+ * no Inf or NaN). The stored weight stays in kiln_conv_nhwc_bf16.h's
+ * layout (artifacts unchanged); the driver reorders it per call (9408
+ * bf16 moves for the stem). */
 #ifndef KILN_CONV_NHWC_BF16_INTERNAL_H
 #define KILN_CONV_NHWC_BF16_INTERNAL_H
 
@@ -35,6 +52,15 @@ typedef struct kiln_conv_bf16_loop_s {
    * pixels, tmp MR x 32 pixel-major (the store may overwrite it). */
   void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t ti, int64_t np, float* tmp);
   const void* store_ctx;
+  /* Or, when y is set (no activation or relu): tiles go straight to y
+   * (the group's first channel, pixels ldy apart) with the residual (res,
+   * laid out as y, or NULL; added before the relu when res_first), bias
+   * (or NULL) and relu when relu is 1, and store is not called. */
+  float* y;
+  const float* res;
+  const float* bias;
+  int64_t ldy;
+  int relu, res_first;
 } kiln_conv_bf16_loop_t;
 
 /* Tiles [t0, t1) x strips [s0, s1) on pool thread `thread`: strip outermost,
@@ -42,5 +68,13 @@ typedef struct kiln_conv_bf16_loop_s {
  * tiles. */
 void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t t0, int64_t t1,
                                          int64_t s0, int64_t s1, int thread);
+
+/* n pixels of c <= 4 NCHW planes (value (ch, q) at x[ch * plane + q])
+ * rounded to bf16 into d[q * pitch + ch], pitch in [c, 4], channels
+ * [c, pitch) zero; 1 when a rounded value is Inf or NaN, else 0.
+ * (kiln_conv_nhwc_bf16_copy_avx512bf16.c; its portable counterpart is the
+ * driver's rounded run and spread, which it replaces for these shapes.) */
+int kiln_bf16_conv_interleave__avx512bf16(const float* x, int64_t plane, int64_t c, int64_t n,
+                                          int64_t pitch, uint16_t* d);
 
 #endif /* KILN_CONV_NHWC_BF16_INTERNAL_H */

@@ -16,17 +16,8 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_bf16_round_avx512.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
-
-/* 16 floats rounded to bf16, each in the low half of its 32-bit lane. */
-static inline __m512i kiln_gemm_bf16x16_round_lanes(__m512 x) {
-  __m512i bits = _mm512_castps_si512(x);
-  __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  r = _mm512_mask_or_epi32(r, nan, bits, _mm512_set1_epi32(0x400000));
-  return _mm512_srli_epi32(r, 16);
-}
 
 static inline __m256i kiln_gemm_bf16x16_round_avx512(__m512 x) {
   return _mm512_cvtepi32_epi16(kiln_gemm_bf16x16_round_lanes(x));
