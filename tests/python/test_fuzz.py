@@ -24,17 +24,19 @@ import torch
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "fuzz"))
 
+from kilnfuzz.bf16 import PATHS as BF16_PATHS  # noqa: E402
 from kilnfuzz.check import _NAN_AT_COMPARISON, compare  # noqa: E402
 from kilnfuzz.generate import program_for  # noqa: E402
 from kilnfuzz.known import ACTIVE  # noqa: E402
 from kilnfuzz.ops import KINDS  # noqa: E402
 from kilnfuzz.paths import reference  # noqa: E402
 from kilnfuzz.program import resolve  # noqa: E402
-from kilnfuzz.runner import Config, Tally, describe, run_one, run_parallel  # noqa: E402
+from kilnfuzz.runner import FAILED, Config, Tally, describe, run_one, run_parallel  # noqa: E402
 
 SEED = 16
 N = 1000
 JOBS = 2  # worker processes: about 40 s on a quiet 2-core machine
+BF16_SEED = 5  # the bf16 mode's graphs (test_fuzz_bf16_*)
 
 
 def test_fuzz_seeded_run():
@@ -262,3 +264,46 @@ def test_fuzz_rule_for_bools_float32_eager_flips():
     assert compare(torch.tensor([False, True, False]), e, r, 1) is None
     assert compare(torch.tensor([True, True, False]), e, r, 1) is None
     assert compare(torch.tensor([True, False, False]), e, r, 1) is not None
+
+
+def test_fuzz_bf16_mode():
+    """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py; the rule in check.py):
+    twelve graphs of a fixed seed, every one in bf16, through each bf16 path
+    (the bf16 graph on the fast path, with every product of graph values on
+    the bf16 engine, kiln.trace of the model in bf16, kiln.trace under
+    autocast), at one and two threads; none fails."""
+    results = _run(*((BF16_SEED, i) for i in range(12)), bf16_every=1)
+    assert not [r for r in results if r.status in FAILED], "\n".join(describe(r) for r in results)
+    assert {r.path for r in results} == set(BF16_PATHS), [r.path for r in results]
+    assert sum(r.status == "pass" for r in results) >= 8, [(r.index, r.path, r.status) for r in results]
+
+
+def test_fuzz_bf16_rule_is_not_vacuous():
+    """The bf16 rule's resolution: eager bf16's own outputs pass it; the same
+    outputs with one element off by a quarter of the output's scale (a
+    wrong row or column) fail it, every one, and off by a sixteenth (8 bf16
+    ulps of the largest value) most do: 4 E is about 1 to 6% of the scale,
+    10% where eager bf16's error is largest (check.py)."""
+    from kilnfuzz.bf16 import reference_bf16
+
+    caught = {4: 0, 16: 0}
+    checked = 0
+    for i in range(12):
+        res = resolve(program_for(BF16_SEED, i, KINDS), KINDS)
+        ref = reference_bf16(res, "bf16")
+        if ref.ill:
+            continue
+        for j, (e, r) in enumerate(zip(ref.e32, ref.r64)):
+            acc = res.accs[res.outputs[j]]
+            assert compare(e, e, r, acc, f"output {j}", ref.noisy[j], lowp=True) is None, (i, j)
+            fin = torch.isfinite(r) & (r != 0)
+            if not e.is_floating_point() or int(fin.sum()) < 2:
+                continue
+            checked += 1
+            at = int(fin.flatten().nonzero()[0])
+            for part in caught:
+                flat = e.flatten().clone()
+                flat[at] += float(r.abs()[fin].max()) / part
+                why = compare(flat.view(e.shape), e, r, acc, f"output {j}", ref.noisy[j], lowp=True)
+                caught[part] += why is not None
+    assert checked >= 10 and caught[4] == checked and caught[16] >= 0.8 * checked, (caught, checked)

@@ -77,7 +77,7 @@ NOISY_RUNS = 2
 
 @dataclass
 class Reference:
-    e32: list  # float32 eager outputs
+    e32: list  # float32 eager outputs (the bf16 mode's: eager bf16's)
     r64: list  # float64 outputs
     noisy: list  # per output, its float64 values from each RoundingNoise run
     ill: str = None  # why the draw is ill-conditioned, or None
@@ -104,11 +104,11 @@ def reference(res):
     return Reference(e32, r64, noisy, ill)
 
 
-def compare_all(got, ref, accs, what="output", mags=None, who="kiln"):
+def compare_all(got, ref, accs, what="output", mags=None, who="kiln", lowp=False):
     if len(got) != len(ref.e32):
         return f"{who} returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp)
         if why:
             return why
     return None

@@ -1,0 +1,183 @@
+"""The bf16 mode: the program run by kiln in bf16, judged against eager bf16
+and float64 (python/kiln/lowp.py's contract; check.py states the rule).
+
+Every float leaf (input or parameter) is drawn as in float32 and rounded to
+bf16 (nearest even); r, the float64 run, starts from those bf16 values
+(exact in float64). Three paths:
+  bf16           the program's FX graph built in bf16 (every float32 of the
+                 program bf16: values, casts) straight into kiln's lowering,
+                 as kiln.dynamo gets AOTAutograd's graphs of a bf16 model;
+  bf16-trace     kiln.trace of the program as an nn.Module moved to bf16
+                 (model.to(torch.bfloat16), bf16 inputs);
+  bf16-engine    the bf16 path with KILN_BF16_VALUES=all: every product of
+                 two bf16 graph values on the bf16 engine (AVX512_BF16 or
+                 AMX, B packed at run time: kiln_gemm_bf16_compute.c), which
+                 otherwise takes only products of 16 rows and 2^18
+                 multiply-adds up, bigger than the fuzzer's graphs make;
+  bf16-autocast  kiln.trace of the float32 module (bf16-valued parameters
+                 and inputs) under torch.autocast("cpu", dtype=bfloat16):
+                 e is eager under the same autocast, so its outputs are
+                 bf16 or float32 as autocast makes them.
+"""
+
+import contextlib
+import os
+
+import torch
+
+from kilnfuzz.check import (EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, RoundingNoise,
+                            bf16_ties, conditioning, nan_at_comparison)
+from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
+
+BF16 = torch.bfloat16
+PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast")
+ENGINE_ENV = ("KILN_BF16_VALUES", "all")
+
+
+def autocast():
+    return torch.autocast("cpu", dtype=BF16)
+
+
+def _context(path):
+    return autocast() if path == "bf16-autocast" else contextlib.nullcontext()
+
+
+def leaf_rounded(leaf, dtype):
+    """The leaf's values rounded to bf16, then held in `dtype` (bf16, or
+    float32 / float64: exact), with the leaf's memory layout."""
+    if not leaf.tensor.is_floating_point():
+        return leaf.tensor
+    v = leaf.values.to(BF16).to(dtype)
+    if leaf.place is None:
+        return v
+    fn, args = leaf.place
+    return fn(v, *args)
+
+
+class _LowFxBuilder(FxBuilder):
+    """FxBuilder whose program computes in `dtype`: every float32 dtype
+    argument (a cast's) becomes it, as Eager(dtype) does."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def call(self, op, *args, **kwargs):
+        return super().call(op, *_map_dtype(args, self.dtype), **_map_dtype(kwargs, self.dtype))
+
+
+def reference_bf16(res, path):
+    """paths.Reference for a bf16 path: e eager bf16 (or eager under
+    autocast), r float64 and float64 with bf16-sized rounding noise, all
+    from the bf16-rounded leaves; ill as check.py's bf16 rule says."""
+    from kilnfuzz.paths import NOISY_RUNS, NotApplicable, Reference
+
+    auto = path == "bf16-autocast"
+    leaves_e = [leaf_rounded(leaf, torch.float32 if auto else BF16) for leaf in res.leaves]
+    leaves64 = [leaf_rounded(leaf, torch.float64) for leaf in res.leaves]
+    seen_e, dec_e = ComparedNaNs(), Decisions()
+
+    def watch_e(*a):
+        seen_e(*a)
+        dec_e(*a)
+
+    with torch.no_grad(), _context(path):
+        try:
+            e16 = interpret(res, Eager(torch.float32 if auto else BF16, watch_e), leaves_e)
+        except RuntimeError as e:
+            if not auto:
+                raise
+            # autocast casts at aten::conv2d, not at the Core ATen convolution
+            # the program calls: a bf16 activation meets a float32 weight
+            raise NotApplicable(f"eager under autocast fails: {str(e)[:200]}") from None
+    audit, dec64 = Audit(), Decisions()
+
+    def watch64(*a):
+        audit(*a)
+        dec64(*a)
+
+    r64 = interpret(res, Eager(torch.float64, watch64), leaves64)
+    runs, decs = [], [dec_e]
+    for k in range(NOISY_RUNS):
+        d = Decisions()
+        with RoundingNoise([res.program.salt, 11, k], EPS_BF16):
+            runs.append(interpret(res, Eager(torch.float64, d), leaves64))
+        decs.append(d)
+    noisy = [[run[j] for run in runs] for j in range(len(e16))]
+    ill = audit.reason
+    if not ill and audit.compared.seen:
+        ill = nan_at_comparison(seen_e, audit.compared)
+    ill = ill or bf16_ties(decs, dec64)
+    for e, r, p in zip(e16, r64, noisy):
+        ill = ill or conditioning(e, r, p, ILL_RELATIVE_BF16)
+    return Reference(list(e16), r64, noisy, ill)
+
+
+def run_bf16_fast(res):
+    """The program's graph built in bf16, through kiln's lowering (the fast
+    path's seam: kiln.capture.lower_graph)."""
+    from kiln.capture import lower_graph
+    from kiln.module import KilnModule, compile_graph
+
+    b = _LowFxBuilder(BF16)
+    leaves = [leaf_rounded(leaf, BF16) for leaf in res.leaves]
+    handles = [b.placeholder(leaf.name, t) for leaf, t in zip(res.leaves, leaves)]
+    outs = interpret(res, b, handles)
+    b.graph.output(tuple(outs))
+    placeholders = [("input", leaf.name) if leaf.role == "input" else ("constant", t)
+                    for leaf, t in zip(res.leaves, leaves)]
+    ctx = lower_graph(b, placeholders, outs)
+    mod = KilnModule(compile_graph(ctx), [leaf.name for leaf in res.inputs], None, "kiln-fuzz")
+    return mod.run_flat([t for leaf, t in zip(res.leaves, leaves) if leaf.role == "input"])
+
+
+def bf16_module(res, path):
+    """The program as an nn.Module for a trace path, and its inputs: in bf16
+    (bf16-trace), or float32 holding bf16 values (bf16-autocast)."""
+    from kilnfuzz.paths import ProgramModule
+
+    if path == "bf16-autocast":
+        model = ProgramModule(res).eval()
+        with torch.no_grad():
+            for t in list(model.parameters()) + list(model.buffers()):
+                if t.is_floating_point():
+                    t.copy_(t.to(BF16))
+        return model, tuple(leaf_rounded(leaf, torch.float32) for leaf in res.inputs)
+    return ProgramModule(res, BF16).eval(), tuple(leaf_rounded(leaf, BF16) for leaf in res.inputs)
+
+
+def run_bf16_trace(res, path):
+    import kiln
+
+    from kilnfuzz.paths import _torch_can
+
+    model, xs = bf16_module(res, path)
+    with _context(path):
+        try:
+            compiled = kiln.trace(model, xs)
+        except Exception:
+            _torch_can(lambda: torch.export.export(model, xs), "torch.export")
+            raise
+        with torch.no_grad():
+            return list(compiled(*xs))
+
+
+@contextlib.contextmanager
+def _engine_for_all():
+    name, value = ENGINE_ENV
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def run_bf16(res, path):
+    if path == "bf16-engine":
+        with _engine_for_all():
+            return run_bf16_fast(res)
+    return run_bf16_fast(res) if path == "bf16" else run_bf16_trace(res, path)
