@@ -17,7 +17,11 @@ bf16 (nearest even); r, the float64 run, starts from those bf16 values
   bf16-autocast  kiln.trace of the float32 module (bf16-valued parameters
                  and inputs) under torch.autocast("cpu", dtype=bfloat16):
                  e is eager under the same autocast, so its outputs are
-                 bf16 or float32 as autocast makes them.
+                 bf16 or float32 as autocast makes them;
+  bf16-compile   torch.compile(backend="kiln") of that module, trained one
+                 step under autocast (paths.run_compile's loss): outputs and
+                 gradients against eager autocast training and float64
+                 training (with bf16-sized rounding noise, for E).
 """
 
 import contextlib
@@ -26,11 +30,12 @@ import os
 import torch
 
 from kilnfuzz.check import (EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, RoundingNoise,
-                            bf16_ties, conditioning, nan_at_comparison)
+                            bf16_ties, compare, conditioning, nan_at_comparison)
 from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
-PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast")
+PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compile")
+AUTOCAST = ("bf16-autocast", "bf16-compile")
 ENGINE_ENV = ("KILN_BF16_VALUES", "all")
 
 
@@ -39,7 +44,7 @@ def autocast():
 
 
 def _context(path):
-    return autocast() if path == "bf16-autocast" else contextlib.nullcontext()
+    return autocast() if path in AUTOCAST else contextlib.nullcontext()
 
 
 def leaf_rounded(leaf, dtype):
@@ -72,7 +77,7 @@ def reference_bf16(res, path):
     from the bf16-rounded leaves; ill as check.py's bf16 rule says."""
     from kilnfuzz.paths import NOISY_RUNS, NotApplicable, Reference
 
-    auto = path == "bf16-autocast"
+    auto = path in AUTOCAST
     leaves_e = [leaf_rounded(leaf, torch.float32 if auto else BF16) for leaf in res.leaves]
     leaves64 = [leaf_rounded(leaf, torch.float64) for leaf in res.leaves]
     seen_e, dec_e = ComparedNaNs(), Decisions()
@@ -136,7 +141,7 @@ def bf16_module(res, path):
     (bf16-trace), or float32 holding bf16 values (bf16-autocast)."""
     from kilnfuzz.paths import ProgramModule
 
-    if path == "bf16-autocast":
+    if path in AUTOCAST:
         model = ProgramModule(res).eval()
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
@@ -174,6 +179,95 @@ def _engine_for_all():
             del os.environ[name]
         else:
             os.environ[name] = old
+
+
+def _train(res, dtype, compiled, path="bf16-compile"):
+    """One forward (under autocast unless dtype is float64) and backward:
+    (outputs, gradients of the parameters and float inputs). compiled:
+    False (eager), True (torch.compile with kiln) or a backend's name."""
+    from kilnfuzz.paths import ProgramModule, _loss_weights
+
+    model = ProgramModule(res, dtype, requires_grad=True)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.copy_(t.to(BF16))
+    xs = [leaf_rounded(leaf, dtype).detach() for leaf in res.inputs]
+    xs = [x.requires_grad_() if x.is_floating_point() else x for x in xs]
+    fn = torch.compile(model, backend=compiled if isinstance(compiled, str) else "kiln") if compiled else model
+    with _context(path) if dtype != torch.float64 else contextlib.nullcontext():
+        outs = fn(*xs)
+    weights = _loss_weights(res, outs)
+    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
+    grads = []
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        loss.backward()
+        tensors = [p for _, p in model.named_parameters()] + [x for x in xs if x.is_floating_point()]
+        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in tensors]
+    return [o.detach() for o in outs], [g.detach() for g in grads]
+
+
+def _judge_training(res, ref, accs, mags, outs, grads, e_grad, r_grad, noisy, who="kiln"):
+    """(where, why) for a training run against eager autocast and float64
+    training, by the bf16 rule; where is None when it passes."""
+    from kilnfuzz.paths import compare_all
+
+    why = compare_all(outs, ref, accs, "forward output", mags, who, lowp=True)
+    if why:
+        return why.split(":")[0], why
+    if not all(torch.isfinite(o).all() for o in ref.e32 if o.is_floating_point()):
+        return None, None  # NaN outputs make every gradient NaN
+    gacc = 2 * max(accs) + 1
+    for j, (k, e, r) in enumerate(zip(grads, e_grad, r_grad)):
+        p = [run[j] for run in noisy]
+        if conditioning(e, r, p, ILL_RELATIVE_BF16):
+            continue
+        why = compare(k, e, r, gacc, f"gradient {j}", p, who=who, lowp=True)
+        if why:
+            return f"gradient {j}", why
+    return None, None
+
+
+def run_bf16_compile(res, ref, accs, mags):
+    """torch.compile(backend="kiln") trained under autocast; None or why it
+    fails. Where kiln fails, torch.compile(backend="aot_eager") is judged
+    the same way, as paths.run_compile does: failing at the same place, the
+    difference is torch's own stack's (AOTAutograd's graphs under
+    autocast), not kiln's."""
+    import torch._dynamo
+
+    from kilnfuzz.paths import NOISY_RUNS, NotApplicable, _torch_can
+
+    try:
+        _, e_grad = _train(res, torch.float32, False)
+        _, r_grad = _train(res, torch.float64, False)
+        noisy = []
+        for k in range(NOISY_RUNS):
+            with RoundingNoise([res.program.salt, 13, k], EPS_BF16):
+                noisy.append(_train(res, torch.float64, False)[1])
+    except RuntimeError as e:
+        raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None
+    torch._dynamo.reset()
+    try:
+        k_out, k_grad = _train(res, torch.float32, True)
+    except Exception:
+        torch._dynamo.reset()
+        _torch_can(lambda: _train(res, torch.float32, "aot_eager"), "torch.compile(backend='aot_eager')")
+        raise
+    where, why = _judge_training(res, ref, accs, mags, k_out, k_grad, e_grad, r_grad, noisy)
+    if why is None:
+        return None
+    torch._dynamo.reset()
+    try:
+        a_out, a_grad = _train(res, torch.float32, "aot_eager")
+    except Exception as e:  # noqa: BLE001
+        return why + f" (torch.compile(backend='aot_eager') raises {type(e).__name__})"
+    finally:
+        torch._dynamo.reset()
+    a_where, a_why = _judge_training(res, ref, accs, mags, a_out, a_grad, e_grad, r_grad, noisy, "aot_eager")
+    if a_where == where:
+        raise NotApplicable(f"torch.compile(backend='aot_eager') alone disagrees with eager: {a_why}")
+    return why
 
 
 def run_bf16(res, path):

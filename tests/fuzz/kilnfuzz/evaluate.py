@@ -90,6 +90,8 @@ def _run(res, path, ref, program):
                 why = compare_all(run_fast(res, "reference"), ref, accs, mags=mags, who="kiln (reference target)")
             elif path == "trace":
                 why = compare_all(run_trace(res), ref, accs, mags=mags)
+            elif path == "bf16-compile":
+                why = bf16.run_bf16_compile(res, ref, accs, mags)
             elif path in bf16.PATHS:
                 why = compare_all(bf16.run_bf16(res, path), ref, accs, mags=mags, lowp=True)
             elif path == "dynamic":

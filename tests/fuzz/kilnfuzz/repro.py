@@ -21,6 +21,7 @@ import textwrap
 import torch
 
 from kilnfuzz import check, data
+from kilnfuzz.bf16 import AUTOCAST as BF16_AUTOCAST
 from kilnfuzz.bf16 import ENGINE_ENV
 from kilnfuzz.bf16 import PATHS as BF16_PATHS
 from kilnfuzz.paths import _loss_weights
@@ -90,6 +91,36 @@ def main():
             got = kiln_compile(model, xs)(*xs)
     bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
            if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j], lowp=True))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
+
+_MAIN_BF16_TRAINING = '''\
+def train(dtype, compiled):
+    """One step under autocast (float64: without), from bf16 values."""
+    model = Repro(dtype).to(dtype)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    xs = [x.requires_grad_() if x.is_floating_point() else x for x in inputs(dtype)]
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype != torch.float64 else contextlib.nullcontext()
+    with ctx:
+        outs = (torch.compile(model, backend="kiln") if compiled else model)(*xs)
+    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, LOSS_WEIGHTS) if w is not None)
+    loss.backward()
+    ts = list(model.parameters()) + [x for x in xs if x.is_floating_point()]
+    return [o.detach() for o in outs], [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
+
+
+def main():
+    (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
+    noisy = []
+    for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
+        with RoundingNoise([SALT, 13, k], EPS_BF16):
+            noisy.append(train(torch.float64, False))
+    bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[0][j] for n in noisy], MAG[j], lowp=True))]
+    bad += [why for j, (k, e, r) in enumerate(zip(kg, eg, rg))
+            if (why := compare(k, e, r, 2 * max(ACC) + 1, f"gradient {j}", [n[1][j] for n in noisy], lowp=True))]
     print("\\n".join(bad) or "kiln agrees with eager")
     return 1 if bad else 0
 '''
@@ -203,9 +234,9 @@ def script(res, outcome, header, how):
     if how == "compile":
         weights = _loss_weights(res, [res.val(r) for r in res.outputs])
         lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
-        lines += [_MAIN_TRAINING]
+        lines += [_MAIN_BF16_TRAINING if lowp else _MAIN_TRAINING]
     elif lowp:
-        lines += [f"AUTOCAST = {outcome.path == 'bf16-autocast'}", "", _COMPILERS[how], "", _MAIN_BF16]
+        lines += [f"AUTOCAST = {outcome.path in BF16_AUTOCAST}", "", _COMPILERS[how], "", _MAIN_BF16]
     else:
         lines += [_COMPILERS[how], "", _MAIN_INFERENCE]
     lines += ["", 'if __name__ == "__main__":', "    sys.exit(main())", ""]

@@ -8,7 +8,7 @@ step, every `dynamic_every`-th through kiln.trace with symbolic sizes (run
 at several sizes), the rest through the fast path; every tenth graph runs kiln with two
 threads, the others with one (kernels split work differently). With
 --bf16-every K, every K-th graph runs in bf16 instead (bf16.py), its path
-taken in turn from BF16_TURNS.
+taken in turn from BF16_TURNS (and bf16-compile every BF16_COMPILE_EVERY-th turn).
 
 Graphs run in worker processes (--jobs), so a crash or a hang in kiln's C
 code is caught, named and shrunk instead of ending the run. A failure is
@@ -46,13 +46,19 @@ class Config:
     bf16_every: int = 0  # graphs in bf16 (bf16.py; 1: every graph; 0: none)
 
 
-# A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every).
+# A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every);
+# every BF16_COMPILE_EVERY-th turn trains under autocast (bf16-compile; none
+# with --compile-every 0).
 BF16_TURNS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast")
+BF16_COMPILE_EVERY = 20
 
 
 def path_for(index, cfg):
     if cfg.bf16_every and index % cfg.bf16_every == cfg.bf16_every // 2:
-        return BF16_TURNS[(index // cfg.bf16_every) % len(BF16_TURNS)]
+        turn = index // cfg.bf16_every
+        if cfg.compile_every and turn % BF16_COMPILE_EVERY == BF16_COMPILE_EVERY - 1:
+            return "bf16-compile"
+        return BF16_TURNS[turn % len(BF16_TURNS)]
     if cfg.compile_every and index % cfg.compile_every == cfg.compile_every - 1:
         return "compile"
     if cfg.trace_every and index % cfg.trace_every == cfg.trace_every // 2:
@@ -67,7 +73,7 @@ def path_for(index, cfg):
 def threads_for(index, cfg=None):
     """Every tenth graph runs with two threads; every tenth bf16 graph (by
     its turn among them) too, whatever --bf16-every is."""
-    if cfg is not None and cfg.bf16_every and path_for(index, cfg) in BF16_TURNS:
+    if cfg is not None and cfg.bf16_every and path_for(index, cfg).startswith("bf16"):
         index //= cfg.bf16_every
     return 2 if index % 10 == 3 else 1
 
@@ -138,7 +144,7 @@ def write_repro(program, outcome, cfg, what, evals=0):
     # A dynamic-path failure is at sizes the fuzzer drew: its script (a
     # trace at the example's) may not reproduce it; --only reruns the graph.
     hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"], "bf16": ["export", "trace"],
-            "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"]}.get(
+            "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"], "bf16-compile": ["compile"]}.get(
                 outcome.path, ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
@@ -443,7 +449,7 @@ def _only(index, cfg, show):
             from kilnfuzz.repro import script
 
             res = resolve(program_for(cfg.seed, index, KINDS), KINDS)
-            how = "export" if r.path in ("bf16", "bf16-engine") else "trace"
+            how = {"bf16": "export", "bf16-engine": "export", "bf16-compile": "compile"}.get(r.path, "trace")
             print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", how))
         elif r.repro:
             print(open(r.repro).read())
