@@ -144,8 +144,8 @@ def write_repro(program, outcome, cfg, what, evals=0):
     # A dynamic-path failure is at sizes the fuzzer drew: its script (a
     # trace at the example's) may not reproduce it; --only reruns the graph.
     hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"], "bf16": ["export", "trace"],
-            "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"], "bf16-compile": ["compile"]}.get(
-                outcome.path, ["trace", "export"])
+            "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"],
+            "bf16-compile": ["compile"]}.get(outcome.path, ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
