@@ -18,6 +18,13 @@ bf16 (nearest even); r, the float64 run, starts from those bf16 values
                  and inputs) under torch.autocast("cpu", dtype=bfloat16):
                  e is eager under the same autocast, so its outputs are
                  bf16 or float32 as autocast makes them;
+  bf16-compute   kiln.trace(model, xs, compute_dtype=torch.bfloat16) of the
+                 float32 module (bf16-valued parameters and inputs): kiln
+                 rounds the inputs of products by constants (linear layers,
+                 convolutions: the bf16 engines, bf16 NHWC convs) and keeps
+                 everything else in fp32, float32 outputs. Judged against
+                 eager bf16 (every op rounded, so at least every rounding
+                 kiln makes), its outputs rounded to bf16 for the rule;
   bf16-compile   torch.compile(backend="kiln") of that module, trained one
                  step under autocast (paths.run_compile's loss): outputs and
                  gradients against eager autocast training and float64
@@ -34,8 +41,9 @@ from kilnfuzz.check import (EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, De
 from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
-PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compile")
+PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute", "bf16-compile")
 AUTOCAST = ("bf16-autocast", "bf16-compile")
+FLOAT32_MODULE = AUTOCAST + ("bf16-compute",)  # a float32 module holding bf16 values
 ENGINE_ENV = ("KILN_BF16_VALUES", "all")
 
 
@@ -73,7 +81,7 @@ class _LowFxBuilder(FxBuilder):
 
 def reference_bf16(res, path):
     """paths.Reference for a bf16 path: e eager bf16 (or eager under
-    autocast), r float64 and float64 with bf16-sized rounding noise, all
+    autocast: bf16-autocast and bf16-compile), r float64 and float64 with bf16-sized rounding noise, all
     from the bf16-rounded leaves; ill as check.py's bf16 rule says."""
     from kilnfuzz.paths import NOISY_RUNS, NotApplicable, Reference
 
@@ -138,10 +146,10 @@ def run_bf16_fast(res):
 
 def bf16_module(res, path):
     """The program as an nn.Module for a trace path, and its inputs: in bf16
-    (bf16-trace), or float32 holding bf16 values (bf16-autocast)."""
+    (bf16-trace), or float32 holding bf16 values (FLOAT32_MODULE's paths)."""
     from kilnfuzz.paths import ProgramModule
 
-    if path in AUTOCAST:
+    if path in FLOAT32_MODULE:
         model = ProgramModule(res).eval()
         with torch.no_grad():
             for t in list(model.parameters()) + list(model.buffers()):
@@ -159,12 +167,19 @@ def run_bf16_trace(res, path):
     model, xs = bf16_module(res, path)
     with _context(path):
         try:
-            compiled = kiln.trace(model, xs)
+            compiled = kiln.trace(model, xs, compute_dtype=BF16 if path == "bf16-compute" else None)
         except Exception:
             _torch_can(lambda: torch.export.export(model, xs), "torch.export")
             raise
         with torch.no_grad():
-            return list(compiled(*xs))
+            outs = list(compiled(*xs))
+    if path == "bf16-compute":
+        # float32 outputs (checked here), judged as bf16 against eager bf16
+        bad = [o.dtype for o in outs if o.is_floating_point() and o.dtype != torch.float32]
+        if bad:
+            raise AssertionError(f"kiln.trace(compute_dtype=bf16) returned {bad[0]}, not float32")
+        outs = [o.to(BF16) if o.is_floating_point() else o for o in outs]
+    return outs
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ import textwrap
 import torch
 
 from kilnfuzz import check, data
-from kilnfuzz.bf16 import AUTOCAST as BF16_AUTOCAST
 from kilnfuzz.bf16 import ENGINE_ENV
 from kilnfuzz.bf16 import PATHS as BF16_PATHS
 from kilnfuzz.paths import _loss_weights
@@ -40,6 +39,10 @@ def kiln_compile(model, xs):
 
     ctx, names, spec = lower_exported(torch.export.export(model, xs))
     return KilnModule(compile_graph(ctx), names, spec)
+''',
+    "compute": '''\
+def kiln_compile(model, xs):
+    return kiln.trace(model, xs, compute_dtype=torch.bfloat16)
 ''',
     "reference": '''\
 def kiln_compile(model, xs):
@@ -73,14 +76,18 @@ def main():
 
 _MAIN_BF16 = '''\
 def main():
-    """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py): the model in bf16, or in
-    float32 under autocast, from bf16 values; eager and float64 as the rule's e and r."""
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if AUTOCAST else contextlib.nullcontext()
-    low = torch.float32 if AUTOCAST else torch.bfloat16
+    """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py): MODE "bf16", the model in
+    bf16; "autocast", in float32 under autocast; "compute", in float32 traced
+    with compute_dtype=bf16 (judged against the bf16 model, its outputs
+    rounded to bf16). All from bf16 values; eager and float64 are the rule's
+    e and r."""
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if MODE == "autocast" else contextlib.nullcontext()
+    low = torch.bfloat16 if MODE == "bf16" else torch.float32
     model, xs = Repro(low).to(low).eval(), inputs(low)
     with torch.no_grad():
         with ctx:
-            eager = model(*xs)
+            eager = Repro(torch.bfloat16).to(torch.bfloat16)(*inputs(torch.bfloat16)) if MODE == "compute" \\
+                else model(*xs)
         model64, xs64 = Repro(torch.float64).double(), inputs(torch.float64)
         ref = model64(*xs64)
         noisy = []
@@ -89,6 +96,8 @@ def main():
                 noisy.append(model64(*xs64))
         with ctx:
             got = kiln_compile(model, xs)(*xs)
+    if MODE == "compute":
+        got = [k.to(torch.bfloat16) if k.is_floating_point() else k for k in got]
     bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
            if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j], lowp=True))]
     print("\\n".join(bad) or "kiln agrees with eager")
@@ -236,7 +245,8 @@ def script(res, outcome, header, how):
         lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
         lines += [_MAIN_BF16_TRAINING if lowp else _MAIN_TRAINING]
     elif lowp:
-        lines += [f"AUTOCAST = {outcome.path in BF16_AUTOCAST}", "", _COMPILERS[how], "", _MAIN_BF16]
+        mode = {"bf16-autocast": "autocast", "bf16-compute": "compute"}.get(outcome.path, "bf16")
+        lines += [f"MODE = {mode!r}", "", _COMPILERS["compute" if mode == "compute" else how], "", _MAIN_BF16]
     else:
         lines += [_COMPILERS[how], "", _MAIN_INFERENCE]
     lines += ["", 'if __name__ == "__main__":', "    sys.exit(main())", ""]

@@ -49,7 +49,7 @@ class Config:
 # A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every);
 # every BF16_COMPILE_EVERY-th turn trains under autocast (bf16-compile; none
 # with --compile-every 0).
-BF16_TURNS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast")
+BF16_TURNS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute")
 BF16_COMPILE_EVERY = 20
 
 
@@ -145,7 +145,7 @@ def write_repro(program, outcome, cfg, what, evals=0):
     # trace at the example's) may not reproduce it; --only reruns the graph.
     hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"], "bf16": ["export", "trace"],
             "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"],
-            "bf16-compile": ["compile"]}.get(outcome.path, ["trace", "export"])
+            "bf16-compute": ["trace"], "bf16-compile": ["compile"]}.get(outcome.path, ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
@@ -386,8 +386,9 @@ def main(argv=None):
     ap.add_argument("--reference-every", type=int, default=0,
                     help="run 1 graph in K on kiln's reference target (the scalar reference kernels)")
     ap.add_argument("--bf16-every", type=int, default=0,
-                    help="every K-th graph in bf16 (1: every graph), through the bf16, bf16-trace, bf16-engine "
-                         "and bf16-autocast paths in turn (tests/fuzz/kilnfuzz/bf16.py)")
+                    help="every K-th graph in bf16 (1: every graph), through the bf16, bf16-trace, bf16-engine, "
+                         "bf16-autocast and bf16-compute paths in turn, and bf16-compile "
+                         "(tests/fuzz/kilnfuzz/bf16.py)")
     ap.add_argument("--skip-known", default=",".join(ACTIVE),
                     help=f"known bugs to skip, comma-separated (known: {', '.join(KNOWN) or 'none'})")
     ap.add_argument("--no-shrink", action="store_true")
