@@ -268,14 +268,16 @@ def test_fuzz_rule_for_bools_float32_eager_flips():
 
 def test_fuzz_bf16_mode():
     """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py; the rule in check.py):
-    twelve graphs of a fixed seed, every one in bf16, through each bf16 path
-    (the bf16 graph on the fast path, with every product of graph values on
-    the bf16 engine, kiln.trace of the model in bf16, kiln.trace under
-    autocast), at one and two threads; none fails."""
-    results = _run(*((BF16_SEED, i) for i in range(12)), bf16_every=1)
+    graphs 0 to 9 of a fixed seed, every one in bf16, twice through each
+    inference path (the bf16 graph on the fast path, again with every
+    product of graph values on the bf16 engine, kiln.trace of the model in
+    bf16, under autocast, and with compute_dtype=bf16), graph 19 trained
+    under autocast through torch.compile; graph 3 with two threads. None
+    fails."""
+    results = _run(*((BF16_SEED, i) for i in [*range(10), 19]), bf16_every=1)
     assert not [r for r in results if r.status in FAILED], "\n".join(describe(r) for r in results)
     assert {r.path for r in results} == set(BF16_PATHS), [r.path for r in results]
-    assert sum(r.status == "pass" for r in results) >= 8, [(r.index, r.path, r.status) for r in results]
+    assert sum(r.status == "pass" for r in results) >= 7, [(r.index, r.path, r.status) for r in results]
 
 
 def test_fuzz_bf16_rule_is_not_vacuous():
