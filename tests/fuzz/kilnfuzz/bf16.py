@@ -200,7 +200,7 @@ def _train(res, dtype, compiled, path="bf16-compile"):
     """One forward (under autocast unless dtype is float64) and backward:
     (outputs, gradients of the parameters and float inputs). compiled:
     False (eager), True (torch.compile with kiln) or a backend's name."""
-    from kilnfuzz.paths import ProgramModule, _loss_weights
+    from kilnfuzz.paths import ProgramModule, train_step
 
     model = ProgramModule(res, dtype, requires_grad=True)
     with torch.no_grad():
@@ -209,17 +209,7 @@ def _train(res, dtype, compiled, path="bf16-compile"):
                 t.copy_(t.to(BF16))
     xs = [leaf_rounded(leaf, dtype).detach() for leaf in res.inputs]
     xs = [x.requires_grad_() if x.is_floating_point() else x for x in xs]
-    fn = torch.compile(model, backend=compiled if isinstance(compiled, str) else "kiln") if compiled else model
-    with _context(path) if dtype != torch.float64 else contextlib.nullcontext():
-        outs = fn(*xs)
-    weights = _loss_weights(res, outs)
-    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
-    grads = []
-    if isinstance(loss, torch.Tensor) and loss.requires_grad:
-        loss.backward()
-        tensors = [p for _, p in model.named_parameters()] + [x for x in xs if x.is_floating_point()]
-        grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in tensors]
-    return [o.detach() for o in outs], [g.detach() for g in grads]
+    return train_step(model, res, xs, dtype, compiled, _context(path) if dtype != torch.float64 else None)
 
 
 def _judge_training(res, ref, accs, mags, outs, grads, e_grad, r_grad, noisy, who="kiln"):

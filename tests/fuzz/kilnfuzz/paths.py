@@ -19,6 +19,7 @@ Four paths into kiln:
            sequence of new sizes (run_dynamic) against eager at each.
 """
 
+import contextlib
 import dataclasses
 import types
 from dataclasses import dataclass
@@ -321,10 +322,18 @@ def _train(module, res, dtype, compiled, contiguous=False):
         if contiguous:
             t = t.contiguous()
         xs.append(t.requires_grad_() if t.is_floating_point() else t)
+    return train_step(module, res, xs, dtype, compiled)
+
+
+def train_step(module, res, xs, dtype, compiled, context=None):
+    """The forward (inside `context`, if given: the bf16 mode's autocast),
+    the loss in `dtype` and the backward: (outputs, gradients of the
+    module's parameters and the float inputs, in that order)."""
     fn = torch.compile(module, backend=compiled if isinstance(compiled, str) else "kiln") if compiled else module
-    outs = fn(*xs)
+    with context if context is not None else contextlib.nullcontext():
+        outs = fn(*xs)
     weights = _loss_weights(res, outs)
-    loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
+    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
     grads = []
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         loss.backward()
