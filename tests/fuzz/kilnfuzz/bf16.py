@@ -19,7 +19,10 @@ bf16 (nearest even); r, the float64 run, starts from those bf16 values
                  e is eager under the same autocast, so its outputs are
                  bf16 or float32 as autocast makes them;
   bf16-compute   kiln.trace(model, xs, compute_dtype=torch.bfloat16) of the
-                 float32 module (bf16-valued parameters and inputs): kiln
+                 float32 module (bf16-valued parameters and inputs), with
+                 KILN_LAYOUT=nhwc (convolutions channels-last, which only
+                 chains of wide ones are otherwise, on the bf16 NHWC conv
+                 kernels, a single conv of 16 channels up included): kiln
                  rounds the inputs of products by constants (linear layers,
                  convolutions: the bf16 engines, bf16 NHWC convs) and keeps
                  everything else in fp32, float32 outputs. Judged against
@@ -42,9 +45,12 @@ from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
 PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute", "bf16-compile")
+# Test knobs a path compiles under (kiln reads them as it compiles and runs):
+# every product of graph values on the bf16 engine; every region of convs
+# channels-last, so bf16-compute's convs take the bf16 NHWC kernels.
+PATH_ENV = {"bf16-engine": {"KILN_BF16_VALUES": "all"}, "bf16-compute": {"KILN_LAYOUT": "nhwc"}}
 AUTOCAST = ("bf16-autocast", "bf16-compile")
 FLOAT32_MODULE = AUTOCAST + ("bf16-compute",)  # a float32 module holding bf16 values
-ENGINE_ENV = ("KILN_BF16_VALUES", "all")
 
 
 def autocast():
@@ -183,100 +189,21 @@ def run_bf16_trace(res, path):
 
 
 @contextlib.contextmanager
-def _engine_for_all():
-    name, value = ENGINE_ENV
-    old = os.environ.get(name)
-    os.environ[name] = value
+def path_env(path):
+    """The path's PATH_ENV set in os.environ for the duration."""
+    env = PATH_ENV.get(path, {})
+    old = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
-
-
-def _train(res, dtype, compiled, path="bf16-compile"):
-    """One forward (under autocast unless dtype is float64) and backward:
-    (outputs, gradients of the parameters and float inputs). compiled:
-    False (eager), True (torch.compile with kiln) or a backend's name."""
-    from kilnfuzz.paths import ProgramModule, train_step
-
-    model = ProgramModule(res, dtype, requires_grad=True)
-    with torch.no_grad():
-        for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point():
-                t.copy_(t.to(BF16))
-    xs = [leaf_rounded(leaf, dtype).detach() for leaf in res.inputs]
-    xs = [x.requires_grad_() if x.is_floating_point() else x for x in xs]
-    return train_step(model, res, xs, dtype, compiled, _context(path) if dtype != torch.float64 else None)
-
-
-def _judge_training(res, ref, accs, mags, outs, grads, e_grad, r_grad, noisy, who="kiln"):
-    """(where, why) for a training run against eager autocast and float64
-    training, by the bf16 rule; where is None when it passes."""
-    from kilnfuzz.paths import compare_all
-
-    why = compare_all(outs, ref, accs, "forward output", mags, who, lowp=True)
-    if why:
-        return why.split(":")[0], why
-    if not all(torch.isfinite(o).all() for o in ref.e32 if o.is_floating_point()):
-        return None, None  # NaN outputs make every gradient NaN
-    gacc = 2 * max(accs) + 1
-    for j, (k, e, r) in enumerate(zip(grads, e_grad, r_grad)):
-        p = [run[j] for run in noisy]
-        if conditioning(e, r, p, ILL_RELATIVE_BF16):
-            continue
-        why = compare(k, e, r, gacc, f"gradient {j}", p, who=who, lowp=True)
-        if why:
-            return f"gradient {j}", why
-    return None, None
-
-
-def run_bf16_compile(res, ref, accs, mags):
-    """torch.compile(backend="kiln") trained under autocast; None or why it
-    fails. Where kiln fails, torch.compile(backend="aot_eager") is judged
-    the same way, as paths.run_compile does: failing at the same place, the
-    difference is torch's own stack's (AOTAutograd's graphs under
-    autocast), not kiln's."""
-    import torch._dynamo
-
-    from kilnfuzz.paths import NOISY_RUNS, NotApplicable, _torch_can
-
-    try:
-        _, e_grad = _train(res, torch.float32, False)
-        _, r_grad = _train(res, torch.float64, False)
-        noisy = []
-        for k in range(NOISY_RUNS):
-            with RoundingNoise([res.program.salt, 13, k], EPS_BF16):
-                noisy.append(_train(res, torch.float64, False)[1])
-    except RuntimeError as e:
-        raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None
-    torch._dynamo.reset()
-    try:
-        k_out, k_grad = _train(res, torch.float32, True)
-    except Exception:
-        torch._dynamo.reset()
-        _torch_can(lambda: _train(res, torch.float32, "aot_eager"), "torch.compile(backend='aot_eager')")
-        raise
-    where, why = _judge_training(res, ref, accs, mags, k_out, k_grad, e_grad, r_grad, noisy)
-    if why is None:
-        return None
-    torch._dynamo.reset()
-    try:
-        a_out, a_grad = _train(res, torch.float32, "aot_eager")
-    except Exception as e:  # noqa: BLE001
-        return why + f" (torch.compile(backend='aot_eager') raises {type(e).__name__})"
-    finally:
-        torch._dynamo.reset()
-    a_where, a_why = _judge_training(res, ref, accs, mags, a_out, a_grad, e_grad, r_grad, noisy, "aot_eager")
-    if a_where == where:
-        raise NotApplicable(f"torch.compile(backend='aot_eager') alone disagrees with eager: {a_why}")
-    return why
+        for name, value in old.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def run_bf16(res, path):
-    if path == "bf16-engine":
-        with _engine_for_all():
-            return run_bf16_fast(res)
-    return run_bf16_fast(res) if path == "bf16" else run_bf16_trace(res, path)
+    with path_env(path):
+        return run_bf16_fast(res) if path in ("bf16", "bf16-engine") else run_bf16_trace(res, path)

@@ -21,7 +21,7 @@ import textwrap
 import torch
 
 from kilnfuzz import check, data
-from kilnfuzz.bf16 import ENGINE_ENV
+from kilnfuzz.bf16 import PATH_ENV
 from kilnfuzz.bf16 import PATHS as BF16_PATHS
 from kilnfuzz.paths import _loss_weights
 from kilnfuzz.program import SourceBuilder, _map_dtype, interpret
@@ -216,8 +216,8 @@ def script(res, outcome, header, how):
              *(["import contextlib", "import os"] if lowp else []), "import sys", "", "import numpy as np",
              "import torch",
              "from torch.utils._python_dispatch import TorchDispatchMode", "from torch.utils._pytree import tree_map",
-             "", *([f"os.environ[{ENGINE_ENV[0]!r}] = {ENGINE_ENV[1]!r}  # the bf16 engine for every product", ""]
-                   if outcome.path == "bf16-engine" else []),
+             "", *[f"os.environ[{k!r}] = {v!r}  # tests/fuzz/kilnfuzz/bf16.py's PATH_ENV"
+                   for k, v in PATH_ENV.get(outcome.path, {}).items()],
              "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
     lines += ["# The fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py).",
               f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",
