@@ -1,5 +1,8 @@
 """The bf16 mode: the program run by kiln in bf16, judged against eager bf16
 and float64 (python/kiln/lowp.py's contract; check.py states the rule).
+Its programs are drawn from ops.BF16_KINDS: the float32 mode's kinds and
+wide convolutions (16 output channels a group and more, which the float32
+mode's conv2d never makes: kiln's NHWC kernels take only those).
 
 Every float leaf (input or parameter) is drawn as in float32 and rounded to
 bf16 (nearest even); r, the float64 run, starts from those bf16 values
@@ -8,7 +11,8 @@ bf16 (nearest even); r, the float64 run, starts from those bf16 values
                  program bf16: values, casts) straight into kiln's lowering,
                  as kiln.dynamo gets AOTAutograd's graphs of a bf16 model;
   bf16-trace     kiln.trace of the program as an nn.Module moved to bf16
-                 (model.to(torch.bfloat16), bf16 inputs);
+                 (model.to(torch.bfloat16), bf16 inputs), with
+                 KILN_LAYOUT=nhwc (see bf16-compute);
   bf16-engine    the bf16 path with KILN_BF16_VALUES=all: every product of
                  two bf16 graph values on the bf16 engine (AVX512_BF16 or
                  AMX, B packed at run time: kiln_gemm_bf16_compute.c), which
@@ -47,8 +51,10 @@ BF16 = torch.bfloat16
 PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute", "bf16-compile")
 # Test knobs a path compiles under (kiln reads them as it compiles and runs):
 # every product of graph values on the bf16 engine; every region of convs
-# channels-last, so bf16-compute's convs take the bf16 NHWC kernels.
-PATH_ENV = {"bf16-engine": {"KILN_BF16_VALUES": "all"}, "bf16-compute": {"KILN_LAYOUT": "nhwc"}}
+# channels-last, so bf16-compute's convs take the bf16 NHWC kernels and
+# bf16-trace's the fp32 NHWC ones (the bf16 path keeps kiln's own choice).
+PATH_ENV = {"bf16-engine": {"KILN_BF16_VALUES": "all"}, "bf16-compute": {"KILN_LAYOUT": "nhwc"},
+            "bf16-trace": {"KILN_LAYOUT": "nhwc"}}
 AUTOCAST = ("bf16-autocast", "bf16-compile")
 FLOAT32_MODULE = AUTOCAST + ("bf16-compute",)  # a float32 module holding bf16 values
 
@@ -186,6 +192,85 @@ def run_bf16_trace(res, path):
             raise AssertionError(f"kiln.trace(compute_dtype=bf16) returned {bad[0]}, not float32")
         outs = [o.to(BF16) if o.is_floating_point() else o for o in outs]
     return outs
+
+
+def _train(res, dtype, compiled, path="bf16-compile"):
+    """One forward (under autocast unless dtype is float64) and backward:
+    (outputs, gradients of the parameters and float inputs). compiled:
+    False (eager), True (torch.compile with kiln) or a backend's name."""
+    from kilnfuzz.paths import ProgramModule, train_step
+
+    model = ProgramModule(res, dtype, requires_grad=True)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.copy_(t.to(BF16))
+    xs = [leaf_rounded(leaf, dtype).detach() for leaf in res.inputs]
+    xs = [x.requires_grad_() if x.is_floating_point() else x for x in xs]
+    return train_step(model, res, xs, dtype, compiled, _context(path) if dtype != torch.float64 else None)
+
+
+def _judge_training(res, ref, accs, mags, outs, grads, e_grad, r_grad, noisy, who="kiln"):
+    """(where, why) for a training run against eager autocast and float64
+    training, by the bf16 rule; where is None when it passes."""
+    from kilnfuzz.paths import compare_all
+
+    why = compare_all(outs, ref, accs, "forward output", mags, who, lowp=True)
+    if why:
+        return why.split(":")[0], why
+    if not all(torch.isfinite(o).all() for o in ref.e32 if o.is_floating_point()):
+        return None, None  # NaN outputs make every gradient NaN
+    gacc = 2 * max(accs) + 1
+    for j, (k, e, r) in enumerate(zip(grads, e_grad, r_grad)):
+        p = [run[j] for run in noisy]
+        if conditioning(e, r, p, ILL_RELATIVE_BF16):
+            continue
+        why = compare(k, e, r, gacc, f"gradient {j}", p, who=who, lowp=True)
+        if why:
+            return f"gradient {j}", why
+    return None, None
+
+
+def run_bf16_compile(res, ref, accs, mags):
+    """torch.compile(backend="kiln") trained under autocast; None or why it
+    fails. Where kiln fails, torch.compile(backend="aot_eager") is judged
+    the same way, as paths.run_compile does: failing at the same place, the
+    difference is torch's own stack's (AOTAutograd's graphs under
+    autocast), not kiln's."""
+    import torch._dynamo
+
+    from kilnfuzz.paths import NOISY_RUNS, NotApplicable, _torch_can
+
+    try:
+        _, e_grad = _train(res, torch.float32, False)
+        _, r_grad = _train(res, torch.float64, False)
+        noisy = []
+        for k in range(NOISY_RUNS):
+            with RoundingNoise([res.program.salt, 13, k], EPS_BF16):
+                noisy.append(_train(res, torch.float64, False)[1])
+    except RuntimeError as e:
+        raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None
+    torch._dynamo.reset()
+    try:
+        k_out, k_grad = _train(res, torch.float32, True)
+    except Exception:
+        torch._dynamo.reset()
+        _torch_can(lambda: _train(res, torch.float32, "aot_eager"), "torch.compile(backend='aot_eager')")
+        raise
+    where, why = _judge_training(res, ref, accs, mags, k_out, k_grad, e_grad, r_grad, noisy)
+    if why is None:
+        return None
+    torch._dynamo.reset()
+    try:
+        a_out, a_grad = _train(res, torch.float32, "aot_eager")
+    except Exception as e:  # noqa: BLE001
+        return why + f" (torch.compile(backend='aot_eager') raises {type(e).__name__})"
+    finally:
+        torch._dynamo.reset()
+    a_where, a_why = _judge_training(res, ref, accs, mags, a_out, a_grad, e_grad, r_grad, noisy, "aot_eager")
+    if a_where == where:
+        raise NotApplicable(f"torch.compile(backend='aot_eager') alone disagrees with eager: {a_why}")
+    return why
 
 
 @contextlib.contextmanager

@@ -97,12 +97,12 @@ def run_one(index, cfg, log=None, stage=None):
 
     from kilnfuzz.evaluate import evaluate
     from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import KINDS
+    from kilnfuzz.ops import kinds_for
 
     torch.set_num_threads(threads_for(index, cfg))
     path = path_for(index, cfg)
     try:
-        program = program_for(cfg.seed, index, KINDS)
+        program = program_for(cfg.seed, index, kinds_for(path))
         out = evaluate(program, path, cfg.skip_known, stage=stage)
     except Exception:  # noqa: BLE001 -- a bug of the fuzzer's own, not kiln's: report it as one
         import traceback
@@ -306,7 +306,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     replayed here: this process must survive it."""
     from kilnfuzz.evaluate import Outcome
     from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import KINDS
+    from kilnfuzz.ops import kinds_for
 
     path = path_for(index, cfg)
     res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'} "
@@ -318,7 +318,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     if cfg.shrink and status == "crash" and stage == "kiln":
         evaluate_one, close = _crash_evaluator(ctx, cfg, path)
         try:
-            program = program_for(cfg.seed, index, KINDS)
+            program = program_for(cfg.seed, index, kinds_for(path))
             out = Outcome("crash", res.detail, path, signature="crash", program=program)
             res.repro, res.steps = report_failure(out, cfg, f"graph {index}", evaluate_one)
         finally:
@@ -442,14 +442,14 @@ def _only(index, cfg, show):
     print(describe(r) if r.status in FAILED else f"graph {index} [{r.path}]: {r.status} {r.detail}")
     if show or r.repro:
         from kilnfuzz.generate import program_for
-        from kilnfuzz.ops import KINDS
+        from kilnfuzz.ops import KINDS, kinds_for
         from kilnfuzz.program import resolve
 
         if show and not r.repro:
             from kilnfuzz.evaluate import Outcome
             from kilnfuzz.repro import script
 
-            res = resolve(program_for(cfg.seed, index, KINDS), KINDS)
+            res = resolve(program_for(cfg.seed, index, kinds_for(r.path)), KINDS)
             how = {"bf16": "export", "bf16-engine": "export", "bf16-compile": "compile"}.get(r.path, "trace")
             print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", how))
         elif r.repro:
