@@ -43,7 +43,7 @@ import os
 
 import torch
 
-from kilnfuzz.check import (EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, RoundingNoise,
+from kilnfuzz.check import (AUTOCAST_LOW, EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, RoundingNoise,
                             bf16_ties, compare, conditioning, nan_at_comparison)
 from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
@@ -65,6 +65,12 @@ def autocast():
 
 def _context(path):
     return autocast() if path in AUTOCAST else contextlib.nullcontext()
+
+
+def noise(seed, path):
+    """check.RoundingNoise as eager rounds on `path`: every op's result to
+    bf16, or under autocast only those of the ops it runs in bf16."""
+    return RoundingNoise(seed, EPS_BF16, AUTOCAST_LOW if path in AUTOCAST else None)
 
 
 def leaf_rounded(leaf, dtype):
@@ -125,7 +131,7 @@ def reference_bf16(res, path):
     runs, decs = [], [dec_e]
     for k in range(NOISY_RUNS):
         d = Decisions()
-        with RoundingNoise([res.program.salt, 11, k], EPS_BF16):
+        with noise([res.program.salt, 11, k], path):
             runs.append(interpret(res, Eager(torch.float64, d), leaves64))
         decs.append(d)
     noisy = [[run[j] for run in runs] for j in range(len(e16))]
@@ -246,7 +252,7 @@ def run_bf16_compile(res, ref, accs, mags):
         _, r_grad = _train(res, torch.float64, False)
         noisy = []
         for k in range(NOISY_RUNS):
-            with RoundingNoise([res.program.salt, 13, k], EPS_BF16):
+            with noise([res.program.salt, 13, k], "bf16-compile"):
                 noisy.append(_train(res, torch.float64, False)[1])
     except RuntimeError as e:
         raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None

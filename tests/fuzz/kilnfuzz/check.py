@@ -70,9 +70,12 @@ becomes
            (eager's own rounding of it is inside E);
      E   = max_i |e_i - r_i|, and the same for two float64 runs under
            RoundingNoise with every op's results at u (eager's bf16
-           rounding of each op's result), its arguments and partial sums
-           at float32's eps (eager's ops compute in fp32 from their bf16
-           arguments, and eager and kiln accumulate in fp32). Noise at u
+           rounding of each op's result; under autocast, only the results
+           of the ops autocast runs in bf16, AUTOCAST_LOW, the others at
+           float32's eps), its arguments and partial sums at float32's eps
+           (eager's ops compute in fp32 from their bf16 arguments, and
+           eager and kiln accumulate in fp32); no noise on exact ops
+           (selections, copies, eq: RoundingNoise.EXACT). Noise at u
            on the arguments too would count each rounding twice: E came
            out 5 to 10 times eager's own error, and 4 E up to 14% of an
            output's scale. Factor 4 as
@@ -297,20 +300,32 @@ class RoundingNoise(TorchDispatchMode):
     (0.3 eps * T here: seed 1201 graph 30991) looks 7x off."""
 
     ACCUMULATING = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "convolution", "sum", "mean"}
+    # Ops whose results are their arguments' elements (selections, sign
+    # changes, copies) and exact comparisons: exact in any dtype, so no
+    # noise at all. Noise on the eq(input, result) of amax's backward made
+    # it find no maximum: NaN gradients in every noisy training run, so E
+    # was eager's error alone (bf16 mode, seed 5 graph 4719).
+    EXACT = {"amax", "amin", "max", "min", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "hardtanh",
+             "relu", "abs", "neg", "where", "gather", "index_select", "index", "embedding", "cat", "clone", "flip",
+             "repeat", "constant_pad_nd", "split", "split_with_sizes", "max_pool2d_with_indices", "_to_copy",
+             "eq", "ne"}
 
-    def __init__(self, seed, eps_out=EPS32):
+    def __init__(self, seed, eps_out=EPS32, low_ops=None):
         """eps_out: the results' relative noise: EPS32, or EPS_BF16 for a
         bf16 program, whose ops compute in fp32 (arguments' noise and
-        partial sums at EPS32) and round each result to bf16."""
+        partial sums at EPS32) and round each result to bf16. low_ops: the
+        only ops (by name) whose results get eps_out, the others EPS32 (a
+        program under autocast: AUTOCAST_LOW)."""
         super().__init__()
         self.rng = np.random.default_rng(seed)
-        self.eps, self.eps_out = EPS32, eps_out
+        self.eps, self.eps_out, self.low_ops = EPS32, eps_out, low_ops
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.is_view or func._schema.is_mutable:
+        if func.is_view or func._schema.is_mutable or func.overloadpacket.__name__ in self.EXACT:
             return func(*args, **(kwargs or {}))
         args, kwargs = tree_map(self._noise, (args, kwargs or {}))
-        out = tree_map(lambda t: self._noise(t, self.eps_out), func(*args, **kwargs))
+        low = self.low_ops is None or func.overloadpacket.__name__ in self.low_ops
+        out = tree_map(lambda t: self._noise(t, self.eps_out if low else EPS32), func(*args, **kwargs))
         if func.overloadpacket.__name__ in self.ACCUMULATING and isinstance(out, torch.Tensor):
             absolute = tree_map(lambda t: t.abs() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
                                 (args, kwargs))
@@ -331,6 +346,13 @@ class RoundingNoise(TorchDispatchMode):
         # (an infinite term makes the result infinite or NaN already: no
         # partial sum of it to round; inf - inf would make a NaN of an inf)
         return torch.where(torch.isfinite(terms), EPS32 * terms * torch.from_numpy(np.asarray(u)), 0.0)
+
+
+# The ops CPU autocast runs in bf16 (its lower-precision list), as the
+# dispatcher shows them (linear and matmul decomposed), and their backward.
+AUTOCAST_LOW = frozenset({"mm", "bmm", "addmm", "baddbmm", "convolution", "_convolution", "convolution_backward",
+                          "_scaled_dot_product_flash_attention_for_cpu",
+                          "_scaled_dot_product_flash_attention_for_cpu_backward"})
 
 
 def spread(e, r, noisy=()):

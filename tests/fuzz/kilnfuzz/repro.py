@@ -92,7 +92,7 @@ def main():
         ref = model64(*xs64)
         noisy = []
         for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
-            with RoundingNoise([SALT, 11, k], EPS_BF16):
+            with RoundingNoise([SALT, 11, k], EPS_BF16, AUTOCAST_LOW if MODE == "autocast" else None):
                 noisy.append(model64(*xs64))
         with ctx:
             got = kiln_compile(model, xs)(*xs)
@@ -124,7 +124,7 @@ def main():
     (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
     noisy = []
     for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
-        with RoundingNoise([SALT, 13, k], EPS_BF16):
+        with RoundingNoise([SALT, 13, k], EPS_BF16, AUTOCAST_LOW):
             noisy.append(train(torch.float64, False))
     bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro))
            if (why := compare(k, e, r, ACC[j], f"output {j}", [n[0][j] for n in noisy], MAG[j], lowp=True))]
@@ -221,7 +221,8 @@ def script(res, outcome, header, how):
              "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
     lines += ["# The fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py).",
               f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",
-              f"EPS_BF16 = {check.EPS_BF16!r}", f"SALT = {res.program.salt}", ""]
+              f"EPS_BF16 = {check.EPS_BF16!r}", f"AUTOCAST_LOW = {set(check.AUTOCAST_LOW)!r}",
+              f"SALT = {res.program.salt}", ""]
     lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.spread, check.compare)]
     used = {leaf.place[0] for leaf in inputs if leaf.place is not None}
     lines += [inspect.getsource(fn) + "\n" for fn in data.LAYOUT_FUNCTIONS if fn in used]
