@@ -331,3 +331,45 @@ def test_fuzz_bf16_noise_keeps_exact_ops_exact():
     finally:
         torch.set_num_threads(threads)
     assert out.status == "pass", out.detail
+
+
+def test_fuzz_bf16_test_knobs(monkeypatch, capsys):
+    """The two knobs the bf16 mode compiles under (bf16.PATH_ENV):
+    KILN_LAYOUT=nhwc makes a lone convolution channels-last (the bf16 NHWC
+    kernel under compute_dtype=bf16), which kiln's cost rule would not;
+    KILN_BF16_VALUES=all sends a 5 x 7 x 3 product of two bf16 values to the
+    bf16 engine's run-time packing (below its size threshold). Both still
+    compute what eager does."""
+    import kiln
+
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 16, 3)
+
+        def forward(self, x):
+            return self.c(x)
+
+    torch.manual_seed(0)
+    m, x = Conv().eval(), torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(p.bfloat16().float())
+    x = x.bfloat16().float()
+    monkeypatch.setenv("KILN_LAYOUT", "nhwc")
+    c = kiln.trace(m, (x,), compute_dtype=torch.bfloat16)
+    capsys.readouterr()
+    kiln.explain(c)
+    assert "conv2d_nhwc" in capsys.readouterr().out
+    want = m.double()(x.double())
+    assert float((c(x).double() - want).abs().max()) < 2e-2 * float(want.abs().max())
+
+    class Mm(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.mm(a, b)
+
+    a, b = torch.randn(5, 7).bfloat16(), torch.randn(7, 3).bfloat16()
+    monkeypatch.setenv("KILN_BF16_VALUES", "all")
+    got = kiln.trace(Mm(), (a, b))(a, b)
+    want = a.double() @ b.double()
+    assert float((got.double() - want).abs().max()) <= 2 ** -8 * float(want.abs().max()) + 1e-6
