@@ -25,7 +25,9 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->log = NULL;
   o->on_pass = NULL;
   o->on_pass_ctx = NULL;
-  const char* layout = getenv("KILN_LAYOUT"); /* "nchw": no channels-last regions (A/B runs) */
+  /* "nchw": no channels-last regions (A/B runs); "nhwc": every region with a
+   * conv channels-last, paying or not (tests: kiln_pass_layout.c) */
+  const char* layout = getenv("KILN_LAYOUT");
   o->layout = !(layout && strcmp(layout, "nchw") == 0);
   const char* glu = getenv("KILN_GLU"); /* "off": each gated pair's GEMMs apart (A/B runs) */
   o->fuse_glu = !(glu && strcmp(glu, "off") == 0);

@@ -25,6 +25,7 @@
  * Neither allowed: kiln_gemm_bf16_compute returns 0 and kiln_gemm_f32 runs
  * its fp32 kernels on the weights widened in registers (the same products:
  * bf16 x bf16 is exact in fp32). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/kiln_scratch.h"
@@ -246,8 +247,13 @@ int kiln_gemm_bf16_compute(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
 int kiln_gemm_bf16_compute_values(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   /* Packing B costs about what M / 16 rows of products do: below 16 rows
    * (decode's steps) and for tiny products the fp32 kernels, which read B
-   * in place, are as fast. */
-  if (g->m < KILN_GEMM_BF16_VALUES_MIN_M || g->m * g->n * g->k < KILN_GEMM_BF16_VALUES_MIN_MACS)
+   * in place, are as fast. KILN_BF16_VALUES=all (for tests: the fuzzer's
+   * bf16-engine path) sends every such product to the engine, so small,
+   * odd shapes exercise its run-time packing. The fp32 kernels compute the
+   * same products (bf16 x bf16 is exact in fp32) in another order. */
+  const char* all = getenv("KILN_BF16_VALUES");
+  if (!(all && !strcmp(all, "all")) &&
+      (g->m < KILN_GEMM_BF16_VALUES_MIN_M || g->m * g->n * g->k < KILN_GEMM_BF16_VALUES_MIN_MACS))
     return 0;
   return kiln_gemm_bf16_run(g, 1, pool);
 }

@@ -22,6 +22,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from kilnfuzz import bf16
 from kilnfuzz.known import known_bug
 from kilnfuzz.ops import KINDS
 from kilnfuzz.paths import NotApplicable, compare_all, reference, run_compile, run_dynamic, run_fast, run_trace
@@ -62,7 +63,10 @@ def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS, 
         known = known_bug(res, skip_known)
         if known:
             return Outcome("known", known, path, program=program)
-        ref = reference(res)
+        try:
+            ref = bf16.reference_bf16(res, path) if path in bf16.PATHS else reference(res)
+        except NotApplicable as e:
+            return Outcome("skipped", str(e), path, program=program)
         if not ref.ill:
             break
         program = program.copy(salt=program.salt + 1)
@@ -86,6 +90,10 @@ def _run(res, path, ref, program):
                 why = compare_all(run_fast(res, "reference"), ref, accs, mags=mags, who="kiln (reference target)")
             elif path == "trace":
                 why = compare_all(run_trace(res), ref, accs, mags=mags)
+            elif path == "bf16-compile":
+                why = bf16.run_bf16_compile(res, ref, accs, mags)
+            elif path in bf16.PATHS:
+                why = compare_all(bf16.run_bf16(res, path), ref, accs, mags=mags, lowp=True)
             elif path == "dynamic":
                 why = run_dynamic(res, accs, mags)
             else:

@@ -164,7 +164,7 @@ class Conv2d(Kind):
                 continue
             if min(_conv_out(h, kh, stride[0], pad[0], dil[0]), _conv_out(w, kw, stride[1], pad[1], dil[1])) < 1:
                 continue
-            cout = groups * min(sizes[0], 8)
+            cout = groups * self._per_group(sizes[0])
             fan_in = (c // groups) * kh * kw
             specs = [_weight(rng, (cout, c // groups, kh, kw), fan_in, p_param=0.85)]
             bias = rng.random() < 0.6
@@ -177,6 +177,25 @@ class Conv2d(Kind):
     def emit(self, b, xs, ls, a):
         return b.call(aten.convolution.default, xs[0], ls[0], ls[1] if a["bias"] else None, a["stride"], a["pad"],
                       a["dil"], False, [0, 0], a["groups"])
+
+
+    @staticmethod
+    def _per_group(size):
+        return min(size, 8)
+
+
+class Conv2dWide(Conv2d):
+    """A convolution of 16 to 33 output channels per group: what kiln's
+    channels-last kernels take (kiln_pass_layout.c; fp32 and bf16 NHWC
+    convs). Weight 0: never drawn by the float32 mode's generator, whose
+    programs stay what they were (a kind of weight 0 at the end of KINDS
+    changes no draw); the bf16 mode draws it (generate.kinds_for)."""
+
+    name, weight = "conv2d_wide", 0.0
+
+    @staticmethod
+    def _per_group(size):
+        return min(max(size, 16), 33)
 
 
 class BatchNorm(Kind):

@@ -19,6 +19,7 @@ Four paths into kiln:
            sequence of new sizes (run_dynamic) against eager at each.
 """
 
+import contextlib
 import dataclasses
 import types
 from dataclasses import dataclass
@@ -77,7 +78,7 @@ NOISY_RUNS = 2
 
 @dataclass
 class Reference:
-    e32: list  # float32 eager outputs
+    e32: list  # float32 eager outputs (the bf16 mode's: eager bf16's)
     r64: list  # float64 outputs
     noisy: list  # per output, its float64 values from each RoundingNoise run
     ill: str = None  # why the draw is ill-conditioned, or None
@@ -104,11 +105,11 @@ def reference(res):
     return Reference(e32, r64, noisy, ill)
 
 
-def compare_all(got, ref, accs, what="output", mags=None, who="kiln"):
+def compare_all(got, ref, accs, what="output", mags=None, who="kiln", lowp=False):
     if len(got) != len(ref.e32):
         return f"{who} returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp)
         if why:
             return why
     return None
@@ -321,10 +322,18 @@ def _train(module, res, dtype, compiled, contiguous=False):
         if contiguous:
             t = t.contiguous()
         xs.append(t.requires_grad_() if t.is_floating_point() else t)
+    return train_step(module, res, xs, dtype, compiled)
+
+
+def train_step(module, res, xs, dtype, compiled, context=None):
+    """The forward (inside `context`, if given: the bf16 mode's autocast),
+    the loss in `dtype` and the backward: (outputs, gradients of the
+    module's parameters and the float inputs, in that order)."""
     fn = torch.compile(module, backend=compiled if isinstance(compiled, str) else "kiln") if compiled else module
-    outs = fn(*xs)
+    with context if context is not None else contextlib.nullcontext():
+        outs = fn(*xs)
     weights = _loss_weights(res, outs)
-    loss = sum((o * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
+    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, weights) if w is not None)
     grads = []
     if isinstance(loss, torch.Tensor) and loss.requires_grad:
         loss.backward()

@@ -21,8 +21,10 @@ import textwrap
 import torch
 
 from kilnfuzz import check, data
+from kilnfuzz.bf16 import PATH_ENV
+from kilnfuzz.bf16 import PATHS as BF16_PATHS
 from kilnfuzz.paths import _loss_weights
-from kilnfuzz.program import SourceBuilder, interpret
+from kilnfuzz.program import SourceBuilder, _map_dtype, interpret
 
 _COMPILERS = {
     "trace": '''\
@@ -37,6 +39,10 @@ def kiln_compile(model, xs):
 
     ctx, names, spec = lower_exported(torch.export.export(model, xs))
     return KilnModule(compile_graph(ctx), names, spec)
+''',
+    "compute": '''\
+def kiln_compile(model, xs):
+    return kiln.trace(model, xs, compute_dtype=torch.bfloat16)
 ''',
     "reference": '''\
 def kiln_compile(model, xs):
@@ -64,6 +70,66 @@ def main():
         got = kiln_compile(model, xs)(*xs)
     bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
            if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j]))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
+
+_MAIN_BF16 = '''\
+def main():
+    """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py): MODE "bf16", the model in
+    bf16; "autocast", in float32 under autocast; "compute", in float32 traced
+    with compute_dtype=bf16 (judged against the bf16 model, its outputs
+    rounded to bf16). All from bf16 values; eager and float64 are the rule's
+    e and r."""
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if MODE == "autocast" else contextlib.nullcontext()
+    low = torch.bfloat16 if MODE == "bf16" else torch.float32
+    model, xs = Repro(low).to(low).eval(), inputs(low)
+    with torch.no_grad():
+        with ctx:
+            eager = Repro(torch.bfloat16).to(torch.bfloat16)(*inputs(torch.bfloat16)) if MODE == "compute" \\
+                else model(*xs)
+        model64, xs64 = Repro(torch.float64).double(), inputs(torch.float64)
+        ref = model64(*xs64)
+        noisy = []
+        for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
+            with RoundingNoise([SALT, 11, k], EPS_BF16, AUTOCAST_LOW if MODE == "autocast" else None):
+                noisy.append(model64(*xs64))
+        with ctx:
+            got = kiln_compile(model, xs)(*xs)
+    if MODE == "compute":
+        got = [k.to(torch.bfloat16) if k.is_floating_point() else k for k in got]
+    bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j], lowp=True))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
+
+_MAIN_BF16_TRAINING = '''\
+def train(dtype, compiled):
+    """One step under autocast (float64: without), from bf16 values."""
+    model = Repro(dtype).to(dtype)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    xs = [x.requires_grad_() if x.is_floating_point() else x for x in inputs(dtype)]
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if dtype != torch.float64 else contextlib.nullcontext()
+    with ctx:
+        outs = (torch.compile(model, backend="kiln") if compiled else model)(*xs)
+    loss = sum((o.to(dtype) * w.to(dtype)).sum() for o, w in zip(outs, LOSS_WEIGHTS) if w is not None)
+    loss.backward()
+    ts = list(model.parameters()) + [x for x in xs if x.is_floating_point()]
+    return [o.detach() for o in outs], [t.grad if t.grad is not None else torch.zeros_like(t) for t in ts]
+
+
+def main():
+    (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
+    noisy = []
+    for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
+        with RoundingNoise([SALT, 13, k], EPS_BF16, AUTOCAST_LOW):
+            noisy.append(train(torch.float64, False))
+    bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[0][j] for n in noisy], MAG[j], lowp=True))]
+    bad += [why for j, (k, e, r) in enumerate(zip(kg, eg, rg))
+            if (why := compare(k, e, r, 2 * max(ACC) + 1, f"gradient {j}", [n[1][j] for n in noisy], lowp=True))]
     print("\\n".join(bad) or "kiln agrees with eager")
     return 1 if bad else 0
 '''
@@ -108,16 +174,31 @@ def _literal(t, dtype_src=None):
     return f"torch.tensor([\n{body}], dtype={dtype}).reshape({tuple(t.shape)})"
 
 
-def _leaf_source(leaf, dtype_src=None):
-    src = _literal(leaf.values.contiguous(), dtype_src)
+def _leaf_source(leaf, dtype_src=None, bf16=False):
+    """bf16: its values rounded to bf16 (the bf16 mode's leaves)."""
+    values = leaf.values.to(torch.bfloat16).float() if bf16 and leaf.values.is_floating_point() else leaf.values
+    src = _literal(values.contiguous(), dtype_src)
     if leaf.place is not None:
         fn, args = leaf.place
         src = f"{fn.__name__}({src}, {', '.join(map(repr, args))})"
     return src
 
 
+class _FloatDtypeSource(SourceBuilder):
+    """SourceBuilder writing the program's float32 dtype arguments (a cast's)
+    as self.fdt, the float dtype the module computes in (bf16 mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fdt = self.bind("self.fdt", torch.float32)
+
+    def call(self, op, *args, **kwargs):
+        return super().call(op, *_map_dtype(args, self.fdt), **_map_dtype(kwargs, self.fdt))
+
+
 def script(res, outcome, header, how):
-    sb = SourceBuilder()
+    lowp = outcome.path in BF16_PATHS
+    sb = _FloatDtypeSource() if lowp else SourceBuilder()
     handles = [sb.bind(f"self.{leaf.name}" if leaf.role == "param" else leaf.name, leaf.tensor)
                for leaf in res.leaves]
     outs = interpret(res, sb, handles)
@@ -126,35 +207,47 @@ def script(res, outcome, header, how):
         if leaf.role != "param":
             continue
         if leaf.tensor.is_floating_point() and leaf.spec.trainable:
-            init.append(f"self.{leaf.name} = torch.nn.Parameter({_leaf_source(leaf)}, requires_grad=False)")
+            init.append(f"self.{leaf.name} = torch.nn.Parameter({_leaf_source(leaf, bf16=lowp)}, "
+                        "requires_grad=False)")
         else:
-            init.append(f"self.register_buffer({leaf.name!r}, {_leaf_source(leaf)})")
+            init.append(f"self.register_buffer({leaf.name!r}, {_leaf_source(leaf, bf16=lowp)})")
     inputs = [leaf for leaf in res.leaves if leaf.role == "input"]
     lines = [f'"""{header}', "", textwrap.fill(f"What fails: {outcome.detail}", 100), '"""', "",
-             "import sys", "", "import numpy as np", "import torch",
+             *(["import contextlib", "import os"] if lowp else []), "import sys", "", "import numpy as np",
+             "import torch",
              "from torch.utils._python_dispatch import TorchDispatchMode", "from torch.utils._pytree import tree_map",
-             "", "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
+             "", *[f"os.environ[{k!r}] = {v!r}  # tests/fuzz/kilnfuzz/bf16.py's PATH_ENV"
+                   for k, v in PATH_ENV.get(outcome.path, {}).items()],
+             "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
     lines += ["# The fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py).",
               f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",
+              f"EPS_BF16 = {check.EPS_BF16!r}", f"AUTOCAST_LOW = {set(check.AUTOCAST_LOW)!r}",
               f"SALT = {res.program.salt}", ""]
     lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.spread, check.compare)]
     used = {leaf.place[0] for leaf in inputs if leaf.place is not None}
     lines += [inspect.getsource(fn) + "\n" for fn in data.LAYOUT_FUNCTIONS if fn in used]
-    lines += ["class Repro(torch.nn.Module):", "    def __init__(self):", "        super().__init__()"]
+    if lowp:
+        lines += ["class Repro(torch.nn.Module):", "    def __init__(self, fdt=torch.float32):",
+                  "        super().__init__()", "        self.fdt = fdt  # the dtype of the program's casts to float"]
+    else:
+        lines += ["class Repro(torch.nn.Module):", "    def __init__(self):", "        super().__init__()"]
     lines += [textwrap.indent(s, " " * 8) for s in init] or []
     lines += ["", f"    def forward(self{''.join(', ' + leaf.name for leaf in inputs)}):"]
     lines += ["        " + ln for ln in sb.lines]
     lines += [f"        return ({', '.join(outs)},)", "", "",
               "def inputs(dtype=torch.float32):",
               '    """The inputs, float ones in `dtype`, with the fuzzer\'s memory layouts."""']
-    lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf, 'dtype')}", " " * 4) for leaf in inputs]
+    lines += [textwrap.indent(f"{leaf.name} = {_leaf_source(leaf, 'dtype', lowp)}", " " * 4) for leaf in inputs]
     lines += [f"    return ({''.join(leaf.name + ', ' for leaf in inputs)})", ""]
     lines += [f"ACC = {[res.accs[r] for r in res.outputs]!r}  # accumulation lengths (the tolerance's L)",
               f"MAG = {[res.mags[r] for r in res.outputs]!r}  # largest values they come from (the rule's A)", ""]
     if how == "compile":
         weights = _loss_weights(res, [res.val(r) for r in res.outputs])
         lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
-        lines += [_MAIN_TRAINING]
+        lines += [_MAIN_BF16_TRAINING if lowp else _MAIN_TRAINING]
+    elif lowp:
+        mode = {"bf16-autocast": "autocast", "bf16-compute": "compute"}.get(outcome.path, "bf16")
+        lines += [f"MODE = {mode!r}", "", _COMPILERS["compute" if mode == "compute" else how], "", _MAIN_BF16]
     else:
         lines += [_COMPILERS[how], "", _MAIN_INFERENCE]
     lines += ["", 'if __name__ == "__main__":', "    sys.exit(main())", ""]

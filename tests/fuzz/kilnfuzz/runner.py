@@ -6,7 +6,9 @@ function of i: every `trace_every`-th graph goes through kiln.trace, every
 `compile_every`-th through torch.compile(backend="kiln") with a training
 step, every `dynamic_every`-th through kiln.trace with symbolic sizes (run
 at several sizes), the rest through the fast path; every tenth graph runs kiln with two
-threads, the others with one (kernels split work differently).
+threads, the others with one (kernels split work differently). With
+--bf16-every K, every K-th graph runs in bf16 instead (bf16.py), its path
+taken in turn from BF16_TURNS (and bf16-compile every BF16_COMPILE_EVERY-th turn).
 
 Graphs run in worker processes (--jobs), so a crash or a hang in kiln's C
 code is caught, named and shrunk instead of ending the run. A failure is
@@ -41,9 +43,22 @@ class Config:
     out: str = "build/fuzz"
     verify: bool = True  # run each reproducer script to check it fails
     shrink_seconds: float = 120.0  # per failure
+    bf16_every: int = 0  # graphs in bf16 (bf16.py; 1: every graph; 0: none)
+
+
+# A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every);
+# every BF16_COMPILE_EVERY-th turn trains under autocast (bf16-compile; none
+# with --compile-every 0).
+BF16_TURNS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute")
+BF16_COMPILE_EVERY = 20
 
 
 def path_for(index, cfg):
+    if cfg.bf16_every and index % cfg.bf16_every == cfg.bf16_every // 2:
+        turn = index // cfg.bf16_every
+        if cfg.compile_every and turn % BF16_COMPILE_EVERY == BF16_COMPILE_EVERY - 1:
+            return "bf16-compile"
+        return BF16_TURNS[turn % len(BF16_TURNS)]
     if cfg.compile_every and index % cfg.compile_every == cfg.compile_every - 1:
         return "compile"
     if cfg.trace_every and index % cfg.trace_every == cfg.trace_every // 2:
@@ -55,7 +70,11 @@ def path_for(index, cfg):
     return "fast"
 
 
-def threads_for(index):
+def threads_for(index, cfg=None):
+    """Every tenth graph runs with two threads; every tenth bf16 graph (by
+    its turn among them) too, whatever --bf16-every is."""
+    if cfg is not None and cfg.bf16_every and path_for(index, cfg).startswith("bf16"):
+        index //= cfg.bf16_every
     return 2 if index % 10 == 3 else 1
 
 
@@ -78,12 +97,12 @@ def run_one(index, cfg, log=None, stage=None):
 
     from kilnfuzz.evaluate import evaluate
     from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import KINDS
+    from kilnfuzz.ops import kinds_for
 
-    torch.set_num_threads(threads_for(index))
+    torch.set_num_threads(threads_for(index, cfg))
     path = path_for(index, cfg)
     try:
-        program = program_for(cfg.seed, index, KINDS)
+        program = program_for(cfg.seed, index, kinds_for(path))
         out = evaluate(program, path, cfg.skip_known, stage=stage)
     except Exception:  # noqa: BLE001 -- a bug of the fuzzer's own, not kiln's: report it as one
         import traceback
@@ -124,8 +143,9 @@ def write_repro(program, outcome, cfg, what, evals=0):
     res = resolve(program, KINDS)
     # A dynamic-path failure is at sizes the fuzzer drew: its script (a
     # trace at the example's) may not reproduce it; --only reruns the graph.
-    hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"]}.get(outcome.path,
-                                                                                      ["trace", "export"])
+    hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"], "bf16": ["export", "trace"],
+            "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"],
+            "bf16-compute": ["trace"], "bf16-compile": ["compile"]}.get(outcome.path, ["trace", "export"])
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
@@ -286,7 +306,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     replayed here: this process must survive it."""
     from kilnfuzz.evaluate import Outcome
     from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import KINDS
+    from kilnfuzz.ops import kinds_for
 
     path = path_for(index, cfg)
     res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'} "
@@ -298,7 +318,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     if cfg.shrink and status == "crash" and stage == "kiln":
         evaluate_one, close = _crash_evaluator(ctx, cfg, path)
         try:
-            program = program_for(cfg.seed, index, KINDS)
+            program = program_for(cfg.seed, index, kinds_for(path))
             out = Outcome("crash", res.detail, path, signature="crash", program=program)
             res.repro, res.steps = report_failure(out, cfg, f"graph {index}", evaluate_one)
         finally:
@@ -365,6 +385,10 @@ def main(argv=None):
                     help="every N-th graph through kiln.trace with symbolic sizes, run at several (0: none)")
     ap.add_argument("--reference-every", type=int, default=0,
                     help="run 1 graph in K on kiln's reference target (the scalar reference kernels)")
+    ap.add_argument("--bf16-every", type=int, default=0,
+                    help="every K-th graph in bf16 (1: every graph), through the bf16, bf16-trace, bf16-engine, "
+                         "bf16-autocast and bf16-compute paths in turn, and bf16-compile "
+                         "(tests/fuzz/kilnfuzz/bf16.py)")
     ap.add_argument("--skip-known", default=",".join(ACTIVE),
                     help=f"known bugs to skip, comma-separated (known: {', '.join(KNOWN) or 'none'})")
     ap.add_argument("--no-shrink", action="store_true")
@@ -378,7 +402,7 @@ def main(argv=None):
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
     cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, a.dynamic_every, skip,
-                 not a.no_shrink, a.out, not a.no_verify)
+                 not a.no_shrink, a.out, not a.no_verify, bf16_every=a.bf16_every)
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()
@@ -418,15 +442,16 @@ def _only(index, cfg, show):
     print(describe(r) if r.status in FAILED else f"graph {index} [{r.path}]: {r.status} {r.detail}")
     if show or r.repro:
         from kilnfuzz.generate import program_for
-        from kilnfuzz.ops import KINDS
+        from kilnfuzz.ops import KINDS, kinds_for
         from kilnfuzz.program import resolve
 
         if show and not r.repro:
             from kilnfuzz.evaluate import Outcome
             from kilnfuzz.repro import script
 
-            res = resolve(program_for(cfg.seed, index, KINDS), KINDS)
-            print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", "trace"))
+            res = resolve(program_for(cfg.seed, index, kinds_for(r.path)), KINDS)
+            how = {"bf16": "export", "bf16-engine": "export", "bf16-compile": "compile"}.get(r.path, "trace")
+            print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", how))
         elif r.repro:
             print(open(r.repro).read())
     return 1 if r.status in FAILED else 0
