@@ -12,7 +12,8 @@
  * bench_gemm_bf16 --train [M N K ...]: the products of a training step under
  * autocast, both operands bf16 graph values (fp32 buffers rounded as they
  * are packed): forward x W^T (B's columns contiguous), dX = dY W (B's rows
- * contiguous) and dW = dY^T X (A transposed), each on the fp32 kernels
+ * contiguous) and dW = dY^T X (A transposed, C rounded to bf16 as the
+ * compiled backward's is: autocast reads it back in float32), each on the fp32 kernels
  * (bf16 engines masked) and on the bf16 engine with B packed at run time
  * (kiln_gemm_bf16_compute_values). M N K name the forward's product
  * (tokens, out features, in features). Default: the bench's
@@ -119,6 +120,7 @@ static void bench_train(int64_t shapes[][3], int n_shapes) {
         g.m = O, g.n = I, g.k = T, g.a = dy, g.a_row_stride = 1, g.a_col_stride = O;
         g.b = x, g.b_row_stride = I, g.b_col_stride = 1;
         what = "dW = dY^T X";
+        g.c_round_bf16 = 1; /* its C read back in float32: rounded (KILN_MATMUL_ROUND_Y_BF16) */
       }
       g.c = c, g.c_row_stride = g.n;
       double flop = 2.0 * (double)g.m * (double)g.n * (double)g.k;

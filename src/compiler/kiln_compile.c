@@ -115,7 +115,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("simplify", kiln_pass_simplify(g, &next, &a), "%d rewrites")
   }
   if (o->fuse) {
-    KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, &next, &a), "%d GEMMs fused")
+    KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, o->fold_casts, &next, &a), "%d GEMMs fused")
     if (o->fuse_glu)
       KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, &next, &a), "%d gated pairs fused")
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")

@@ -61,8 +61,9 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* graph, kiln_graph_t** out_graph,
 
 /* MATMUL with a constant 2-d right operand becomes LINEAR, absorbing a
  * following bias add, activation and residual add when each is the sole
- * user. */
-kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, kiln_graph_t** out_graph,
+ * user; with fold_round, also a bf16 round trip (CAST, CAST) after any
+ * MATMUL or chain (ROUND_Y). */
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, int fold_round, kiln_graph_t** out_graph,
                                   int32_t* out_fused);
 
 /* The two LINEARs of a gated linear unit, MUL(act(x Wa), x Wb) with

@@ -282,6 +282,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
         const kiln_node_t* l = &g->nodes[lin[i]];
         const kiln_value_t* w = &g->values[l->inputs[1]];
         ok = l->inputs[0] == l0->inputs[0] && l->params[KILN_P(LINEAR, ACT)] == KILN_ACT_NONE &&
+             !l->params[KILN_P(LINEAR, ROUND_Y)] &&
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
              w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
              (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D) &&

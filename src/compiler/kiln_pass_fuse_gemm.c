@@ -16,7 +16,15 @@
  * constant (a training graph's weight) makes a LINEAR only when the chain
  * absorbs something: the bias add after the forward GEMM, or the gradient
  * sum after a backward one (dX = dY W + the other path's dX), each a pass
- * over a cold (M, N) tensor otherwise. */
+ * over a cold (M, N) tensor otherwise.
+ *
+ * With fold_round, a round trip through bf16 after the GEMM's result (a
+ * CAST to bf16 read only by a CAST back to float32: autocast's bf16 product
+ * read in float32, a weight's gradient or the scores before softmax) is the
+ * last step of any MATMUL or chain: LINEAR's ROUND_Y, MATMUL's
+ * KILN_MATMUL_ROUND_Y_BF16. The GEMM rounds C where it writes it, instead
+ * of a pass that reads and writes C again (3 x 8 MiB a step for the bench's
+ * MLP). Exact: the same fp32 C, rounded by the same rule. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,7 +39,26 @@ typedef struct {
   int64_t act;
   int32_t x_reshape; /* a RESHAPE making x that the LINEAR looks through, or -1 */
   int w_transposed;  /* W is a graph value stored (N, K) */
+  int round_y;       /* the chain ends in a bf16 round trip */
 } kiln_fuse_chain_t;
+
+static int kiln_fuse_gemm_is_cast(const kiln_graph_t* g, const kiln_node_t* n, kiln_dtype_t from,
+                                  kiln_dtype_t to) {
+  return n->op == KILN_OP_CAST && n->n_inputs == 1 && g->values[n->inputs[0]].dtype == from &&
+         g->values[n->outputs[0]].dtype == to;
+}
+
+/* The node index of the CAST back to float32 when value v's only reader
+ * is a CAST to bf16 whose only reader is that CAST, else -1. */
+static int32_t kiln_fuse_gemm_round_trip(const kiln_graph_t* g, const int32_t* uses,
+                                         const int32_t* user, int32_t v) {
+  if (uses[v] != 1 || user[v] < 0) return -1;
+  const kiln_node_t* down = &g->nodes[user[v]];
+  if (!kiln_fuse_gemm_is_cast(g, down, KILN_F32, KILN_BF16)) return -1;
+  int32_t h = down->outputs[0];
+  if (uses[h] != 1 || user[h] < 0) return -1;
+  return kiln_fuse_gemm_is_cast(g, &g->nodes[user[h]], KILN_BF16, KILN_F32) ? user[h] : -1;
+}
 
 /* N floats laid out along the last axis: (N), (1, N), ... */
 static int kiln_is_bias(const kiln_value_t* v, int64_t n) {
@@ -51,7 +78,8 @@ static int32_t kiln_fuse_gemm_reshape_source(const kiln_graph_t* g, const int32_
   return p->op == KILN_OP_RESHAPE && p->inputs[0] >= 0 ? v->producer : -1;
 }
 
-kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int32_t* out_fused) {
+kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t** out_graph,
+                                  int32_t* out_fused) {
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
@@ -59,8 +87,10 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
   int32_t* user = malloc(sizeof(int32_t) * (size_t)(nv + 1)); /* the sole user node */
   kiln_fuse_chain_t* end_of = malloc(sizeof(kiln_fuse_chain_t) * (size_t)(nn + 1));
   char* skip = calloc((size_t)nn + 1, 1);
+  /* A MATMUL that stays one but rounds y: the CAST back it ends at, or -1. */
+  int32_t* round_at = malloc(sizeof(int32_t) * (size_t)(nn + 1));
   kiln_rewriter_t rw;
-  kiln_status_t s = (!uses || !user || !end_of || !skip)
+  kiln_status_t s = (!uses || !user || !end_of || !skip || !round_at)
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "fusion pass")
                         : kiln_rewriter_initialize(&rw, g);
   if (s) goto done_early;
@@ -68,6 +98,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
   for (int32_t v = 0; v < nv; ++v) user[v] = -1;
   for (int32_t ni = 0; ni < nn; ++ni) {
     end_of[ni].matmul = -1;
+    round_at[ni] = -1;
     for (int32_t i = 0; i < g->nodes[ni].n_inputs; ++i)
       if (g->nodes[ni].inputs[i] >= 0) user[g->nodes[ni].inputs[i]] = ni;
   }
@@ -91,7 +122,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       continue;
     int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
     int64_t ncols = w->shape[1 - wt];
-    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1, wt};
+    kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1, wt, 0};
     int32_t cur = n->outputs[0], end = ni;
     int32_t walked[16], n_walked = 0; /* nodes marked skip, to undo for nothing absorbed */
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
@@ -134,6 +165,13 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
       while (n_walked) skip[walked[--n_walked]] = 0; /* stays a MATMUL */
       continue;
     }
+    int32_t back = fold_round ? kiln_fuse_gemm_round_trip(g, uses, user, cur) : -1;
+    if (back >= 0 && !skip[user[cur]] && end_of[user[cur]].matmul < 0) {
+      skip[end] = 1;
+      skip[user[cur]] = 1; /* the CAST to bf16 */
+      end = back;
+      c.round_y = 1;
+    }
     c.x_reshape = -1;
     if (c.reshaped >= 0) {
       /* Not when that reshape ends another chain (its LINEAR must stay). */
@@ -147,10 +185,30 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     ++*out_fused;
   }
 
+  /* MATMULs no chain took (or whose chain absorbed nothing): the round
+   * trip alone. */
+  for (int32_t ni = 0; ni < nn && fold_round; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    if (n->op != KILN_OP_MATMUL || skip[ni] || end_of[ni].matmul >= 0) continue;
+    int32_t back = kiln_fuse_gemm_round_trip(g, uses, user, n->outputs[0]);
+    if (back < 0 || skip[back] || end_of[back].matmul >= 0) continue;
+    round_at[ni] = back;
+    skip[user[n->outputs[0]]] = skip[back] = 1;
+    ++*out_fused;
+  }
+
   for (int32_t ni = 0; ni < nn && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
     if (skip[ni]) continue;
     kiln_fuse_chain_t c = end_of[ni];
+    if (round_at[ni] >= 0) {
+      int64_t params[KILN_MAX_PARAMS];
+      memcpy(params, n->params, sizeof(params));
+      params[KILN_P(MATMUL, FLAGS)] |= KILN_MATMUL_ROUND_Y_BF16;
+      s = kiln_rewriter_emit(&rw, KILN_OP_MATMUL, n->inputs, n->n_inputs, params, n->fparams,
+                             n->origin, g->nodes[round_at[ni]].outputs[0]);
+      continue;
+    }
     if (c.matmul < 0) {
       s = kiln_rewriter_copy_node(&rw, n);
       continue;
@@ -186,6 +244,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, kiln_graph_t** out_graph, int
     params[KILN_P(LINEAR, W_TRANSPOSED)] = c.w_transposed;
     params[KILN_P(LINEAR, ROUND_A)] = (mm->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_A_BF16) != 0;
     params[KILN_P(LINEAR, ROUND_B)] = (mm->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_B_BF16) != 0;
+    params[KILN_P(LINEAR, ROUND_Y)] = c.round_y;
     s = kiln_graph_add_node(rw.dst, KILN_OP_LINEAR, ins, n_in, params, KILN_MAX_PARAMS, NULL, 0,
                             mm->origin, &rw.remap[n->outputs[0]]);
   }
@@ -196,5 +255,6 @@ done_early:
   free(user);
   free(end_of);
   free(skip);
+  free(round_at);
   return s;
 }

@@ -60,7 +60,7 @@ static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses, int32_t v
   if (y->kind != KILN_VALUE_INTERMEDIATE || y->dtype != KILN_F32 || uses[v] != 1) return 0;
   const kiln_node_t* n = &g->nodes[y->producer];
   if (n->op != KILN_OP_LINEAR || (n->n_inputs > 2 && n->inputs[2] >= 0) ||
-      (n->n_inputs > 3 && n->inputs[3] >= 0))
+      (n->n_inputs > 3 && n->inputs[3] >= 0) || n->params[KILN_P(LINEAR, ROUND_Y)])
     return 0;
   const kiln_value_t* w = &g->values[n->inputs[1]];
   return w->kind == KILN_VALUE_CONSTANT && w->dtype == KILN_F32 && w->rank == 2 && w->data &&

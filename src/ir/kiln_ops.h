@@ -56,7 +56,10 @@
  *                                        is read rounded to bf16, as a CAST to
  *                                        bf16 would give it;
  *                                        KILN_MATMUL_ROUND_B_BF16: b (float32,
- *                                        not a constant) likewise.
+ *                                        not a constant) likewise;
+ *                                        KILN_MATMUL_ROUND_Y_BF16: y is
+ *                                        rounded to bf16 and kept as float32,
+ *                                        as a CAST to bf16 and back would.
  *   LINEAR         (x, w, bias?, residual?) -> y
  *                                        x (..., K) float32 or bfloat16 (widened,
  *                                        exact); w (K, N): a constant, packed
@@ -70,7 +73,9 @@
  *                                        ROUND_A 1: x (float32) is read
  *                                        rounded to bf16, as MATMUL's flag;
  *                                        ROUND_B 1: w (float32, not a
- *                                        constant) likewise.
+ *                                        constant) likewise;
+ *                                        ROUND_Y 1: y (after the residual)
+ *                                        rounded to bf16, as MATMUL's flag.
  *   SDPA           (q, k, v, mask?) -> y q (B, H, Sq, D), k (B, Hkv, Skv, D),
  *                                        v (B, Hkv, Skv, Dv); mask additive
  *                                        float, broadcast to (B, H, Sq, Skv);
@@ -354,7 +359,7 @@
 
 /* LINEAR: the kiln_activation_t of the epilogue; W_TRANSPOSED 1: w is a
  * dense value stored (N, K), read transposed. */
-#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1) P(ROUND_A, 1) P(ROUND_B, 1)
+#define KILN_PARAMS_LINEAR(P) P(ACT, 1) P(W_TRANSPOSED, 1) P(ROUND_A, 1) P(ROUND_B, 1) P(ROUND_Y, 1)
 
 /* SDPA: causal (top-left aligned); KILN_SDPA_VIEWS / _OUT_BSHD flags; with
  * KILN_SDPA_VIEWS, the sizes and each of q, k, v's element offset and
@@ -629,6 +634,12 @@ typedef enum kiln_op_entry_e {
 /* b likewise (a float32 graph value, never a constant: those are packed
  * once); LINEAR's ROUND_B 1 is the same (format 2.12). */
 #define KILN_MATMUL_ROUND_B_BF16 8
+/* y is rounded to bf16 (nearest even, NaN quiet) and stored as float32:
+ * what a CAST to bf16 and a CAST back give, the pair autocast leaves after
+ * a bf16 product whose result is read in float32 (a weight's gradient, the
+ * scores before softmax). kiln_pass_fuse_gemm folds the pair; LINEAR's
+ * ROUND_Y 1 is the same, after the epilogue (format 2.17). */
+#define KILN_MATMUL_ROUND_Y_BF16 16
 
 /* SDPA flags (KILN_P(SDPA, FLAGS)). */
 #define KILN_SDPA_VIEWS 1

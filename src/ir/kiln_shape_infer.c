@@ -183,7 +183,7 @@ kiln_status_t kiln_shape_matmul(const kiln_graph_t* g, const kiln_node_t* n, kil
       (b->dtype != KILN_F32 && (b->dtype != KILN_BF16 || b->kind == KILN_VALUE_CONSTANT)))
     FAIL("matmul takes a float32 or bfloat16 a and a float32 b (or a bfloat16 b that is not a constant)");
   if (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_A | KILN_MATMUL_TRANSPOSE_B | KILN_MATMUL_ROUND_A_BF16 |
-                         KILN_MATMUL_ROUND_B_BF16))
+                         KILN_MATMUL_ROUND_B_BF16 | KILN_MATMUL_ROUND_Y_BF16))
     FAIL("unknown matmul flags %lld", (long long)flags);
   if ((flags & KILN_MATMUL_ROUND_A_BF16) && a->dtype != KILN_F32)
     FAIL("a matmul rounds a float32 a to bf16, not a %s one", kiln_dtype_name(a->dtype));
@@ -232,6 +232,8 @@ kiln_status_t kiln_shape_linear(const kiln_graph_t* g, const kiln_node_t* n, kil
   const int64_t round_b = n->params[KILN_P(LINEAR, ROUND_B)];
   if (round_b != 0 && (round_b != 1 || w->dtype != KILN_F32 || w->kind == KILN_VALUE_CONSTANT))
     FAIL("ROUND_B is 1 for a float32 w that is not a constant, or 0");
+  const int64_t round_y = n->params[KILN_P(LINEAR, ROUND_Y)];
+  if (round_y != 0 && round_y != 1) FAIL("ROUND_Y is 1 or 0");
   set_shape(out, KILN_F32, x->rank, x->shape);
   out->shape[x->rank - 1] = ncols;
   if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != ncols ||

@@ -9,6 +9,8 @@
  *     (GEMV) and blocked sizes and both B packers (up front and on the fly),
  *     with A row-major and transposed (a bf16 A, a_bf16, is widened into a
  *     block and packed by the float32 packer: the same panels);
+ *   - a GEMM rounding its C (c_round_bf16) gives the bits of its C cast to
+ *     bf16 and back;
  *   - the fused ROUND_BF16 instruction gives the bits of the float32 ->
  *     bf16 -> float32 CAST kernels, on ties, subnormals, infinities and NaNs;
  *   - the float32 -> bf16 CAST (its ISA variants, kiln_cast_bf16.c) gives
@@ -181,6 +183,15 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
       u.b_bf16 = b16;
       u.c = c1;
       kiln_gemm_f32(&u, pool);
+      /* C rounded (c_round_bf16): the bits of C cast to bf16 and back. */
+      kiln_gemm_f32_args_t ur = u;
+      ur.c = c2;
+      ur.c_round_bf16 = 1;
+      kiln_gemm_f32(&ur, pool);
+      casts_round(c1, c3, (size_t)(B * M * N));
+      KILN_EXPECT(casts_same_bits(c2, c3, (size_t)(B * M * N)),
+                  "%s: M %lld K %lld N %lld aT %d bT %d: a GEMM rounding C differs from its casts",
+                  where, (long long)M, (long long)K, (long long)N, at, bt & 1);
       /* An fp32 A with a bf16 B (b_bf16) gives the bits of the widened B. */
       kiln_gemm_f32_args_t w1 = g, w2 = g;
       w1.a = w2.a = ar;

@@ -16,6 +16,13 @@
  * Each run also checks, through kiln_gemm_bf16_last_engine, that the path
  * asked for is the one that ran.
  *
+ * Rounded C (c_round_bf16, a folded cast of C to bf16 and back): every
+ * case runs again with it, C starting from the same bytes, on the same
+ * path; each element of its M x N must be, bit for bit, the first run's
+ * rounded by kiln_gemm_bf16_from_f32's rule (the same path sums in the same
+ * order, so the rounding is all that differs), the elements around it
+ * untouched. The same for the double reference.
+ *
  * Tolerance: products of two bf16 are exact in fp32, so the kernels differ
  * from the double reference only by fp32 summation (order, and AMX's and
  * VDPBF16PS's internal pairing): inputs in [-1, 1] give ~6e-8 sqrt(K)
@@ -30,6 +37,8 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "compiler/kiln_compiler.h"
+#include "ir/kiln_artifact.h"
+#include "ir/kiln_format.h"
 #include "ir/kiln_graph.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
@@ -45,6 +54,43 @@ typedef struct {
 static float bf16c_round(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x)); }
 
 static void* bf16c_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 64) & ~(size_t)63); }
+
+/* g run again with c_round_bf16 on a copy `c_init` of C's bytes before the
+ * first run (n_c floats in all; g->c's M x N sits in it): each element
+ * must be the first run's (`plain`) rounded, bit for bit, and C's other
+ * bytes unchanged. `ref`: the double reference instead of kiln_gemm_f32. */
+static void bf16c_check_round(const kiln_gemm_f32_args_t* g, const float* plain,
+                              const float* c_init, size_t n_c, int ref, kiln_pool_t* pool,
+                              const char* what) {
+  float* c = bf16c_alloc(n_c * 4);
+  memcpy(c, c_init, n_c * 4);
+  kiln_gemm_f32_args_t r = *g;
+  if (r.residual == g->c) r.residual = c; /* the residual was C itself */
+  r.c = c;
+  r.c_round_bf16 = 1;
+  if (ref)
+    kiln_gemm_f32_reference(&r);
+  else
+    kiln_gemm_f32(&r, pool);
+  char* inside = calloc(n_c, 1);
+  int bad = 0;
+  for (int64_t b = 0; b < g->batch; ++b)
+    for (int64_t i = 0; i < g->m; ++i)
+      for (int64_t j = 0; j < g->n; ++j) {
+        size_t at = (size_t)(b * g->c_batch_stride + i * g->c_row_stride + j);
+        inside[at] = 1;
+        uint32_t want, got;
+        float w = bf16c_round(plain[at]);
+        memcpy(&want, &w, 4);
+        memcpy(&got, &c[at], 4);
+        bad += want != got;
+      }
+  for (size_t at = 0; at < n_c; ++at) bad += !inside[at] && memcmp(&c[at], &c_init[at], 4) != 0;
+  KILN_EXPECT(bad == 0, "%s%s: %d elements of the rounded C are not the product rounded",
+              ref ? "reference " : "", what, bad);
+  free(inside);
+  free(c);
+}
 
 static int bf16c_run(const bf16c_case_t* tc, kiln_pool_t* pool, const char* path) {
   const int64_t B = tc->batch, M = tc->m, N = tc->n, K = tc->k;
@@ -73,6 +119,8 @@ static int bf16c_run(const bf16c_case_t* tc, kiln_pool_t* pool, const char* path
   }
   memcpy(c_want, c_got, nc * 4);
   memcpy(c_ref, c_got, nc * 4);
+  float* c_init = bf16c_alloc(nc * 4);
+  memcpy(c_init, c_got, nc * 4);
   if (a16)
     for (size_t i = 0; i < na; ++i) a16[i] = kiln_gemm_bf16_from_f32(a[i]);
   kiln_gemm_bf16_vnni_pack_b(K, N, b, 1, K, bp);
@@ -127,6 +175,9 @@ static int bf16c_run(const bf16c_case_t* tc, kiln_pool_t* pool, const char* path
   kiln_test_compare_f32(what_ref, c_ref, c_want, nc, atol, 1e-5f);
   const char* ran = kiln_gemm_bf16_last_engine();
   KILN_EXPECT(!strcmp(ran, path), "%s: ran %s", what, ran);
+  bf16c_check_round(&g, c_got, c_init, nc, 0, pool, what);
+  bf16c_check_round(&ref, c_ref, c_init, nc, 1, pool, what);
+  free(c_init);
   free(a), free(b), free(bias), free(res), free(c_got), free(c_want), free(c_ref), free(bp);
   free(a16);
   return bad;
@@ -230,6 +281,11 @@ static void bf16c_values_run(kiln_pool_t* pool, const char* path, int engine, in
   KILN_EXPECT(took == expect, "%s: bf16 engine %s", what, took ? "took it" : "declined");
   KILN_EXPECT(memcmp(c1, c2, nc * 4) == 0, "%s: bf16 operands and rounded ones differ", what);
   kiln_test_compare_f32(what, c1, want, nc, 1e-5f * sqrtf((float)K) + 1e-6f, 1e-5f);
+  /* C rounded (autocast's weight gradient: dW's C read back in float32). */
+  float* c_init = bf16c_alloc(nc * 4);
+  memset(c_init, 0x5a, nc * 4);
+  bf16c_check_round(&y, c2, c_init, nc, 0, pool, what);
+  free(c_init);
   free(a), free(b), free(a16), free(b16), free(c1), free(c2), free(want);
 }
 
@@ -400,8 +456,106 @@ static void bf16c_compile_bf16_x(int which) {
   }
 }
 
+/* Through the compiler: a bf16 product of two graph values whose result is
+ * rounded to bf16 and read back in float32 (CAST, CAST: a weight's gradient
+ * under autocast) compiles to one MATMUL with KILN_MATMUL_ROUND_Y_BF16
+ * (form 0) or, with a bias added first, one LINEAR with ROUND_Y (form 1),
+ * and gives the bits of the graph compiled without folding (fold_casts 0:
+ * KILN_CASTS=keep). Its .kiln file says 2.17 and reads back to the same
+ * bits; a LINEAR whose ROUND_Y is not 0 or 1 is refused. */
+static void bf16c_fold_round(int form) {
+  enum { M = 40, K = 24, N = 36 };
+  static float a[M * K], b[K * N], bias[N], got[2][M * N];
+  kiln_test_fill_f32(a, M * K, 41, -1, 1);
+  kiln_test_fill_f32(b, K * N, 42, -1, 1);
+  kiln_test_fill_f32(bias, N, 43, -1, 1);
+  int64_t sa[2] = {M, K}, sb[2] = {K, N}, sy[2] = {M, N}, sbias[1] = {N};
+  void* bytes = NULL;
+  size_t size = 0;
+  for (int fold = 0; fold < 2; ++fold) {
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int32_t va, vb, vbias, a16, b16, mm, y, h, out;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 2, sa, &va));
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "b", KILN_F32, 2, sb, &vb));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "bias", KILN_F32, 1, sbias, KILN_LAYOUT_DENSE, bias,
+                                           sizeof bias, &vbias));
+    int64_t to16 = KILN_BF16, to32 = KILN_F32;
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAST, &va, 1, &to16, 1, NULL, 0, NULL, &a16));
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAST, &vb, 1, &to16, 1, NULL, 0, NULL, &b16));
+    int32_t i1[2] = {a16, b16};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &mm));
+    y = mm;
+    if (form == 1) {
+      int32_t i2[2] = {mm, vbias};
+      KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &y));
+    }
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAST, &y, 1, &to16, 1, NULL, 0, NULL, &h));
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAST, &h, 1, &to32, 1, NULL, 0, NULL, &out));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    o.fold_casts = fold ? 2 : 0;
+    kiln_graph_t* c = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &c));
+    if (!c) return;
+    int rounds = 0;
+    for (int32_t i = 0; i < c->n_nodes; ++i) {
+      const kiln_node_t* n = &c->nodes[i];
+      rounds += (n->op == KILN_OP_MATMUL && (n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_ROUND_Y_BF16)) ||
+                (n->op == KILN_OP_LINEAR && n->params[KILN_P(LINEAR, ROUND_Y)] == 1);
+    }
+    KILN_EXPECT(fold ? c->n_nodes == 1 && rounds == 1 : rounds == 0,
+                "form %d fold %d: %d nodes, %d rounding GEMMs", form, fold, (int)c->n_nodes, rounds);
+    if (fold) KILN_EXPECT_OK(kiln_artifact_write(c, NULL, 0, &bytes, &size));
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m)); /* takes c */
+    if (m) {
+      kiln_tensor_t in[2] = {{a, KILN_F32, 2, sa}, {b, KILN_F32, 2, sb}};
+      kiln_tensor_t outt = {got[fold], KILN_F32, 2, sy};
+      KILN_EXPECT_OK(kiln_model_run(m, in, 2, &outt, 1));
+      kiln_model_release(m);
+    }
+  }
+  KILN_EXPECT(memcmp(got[0], got[1], sizeof got[0]) == 0, "form %d: the folded rounding differs", form);
+  if (!bytes) return;
+  KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) == KILN_FORMAT_MINOR_ROUND_Y,
+              "a file with a GEMM rounding y is version 2.17");
+  kiln_graph_t* r = NULL;
+  KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &r));
+  kiln_model_t* m = NULL;
+  if (r) KILN_EXPECT_OK(kiln_model_create(r, NULL, NULL, &m)); /* takes r */
+  if (m) {
+    static float again[M * N];
+    kiln_tensor_t in[2] = {{a, KILN_F32, 2, sa}, {b, KILN_F32, 2, sb}};
+    kiln_tensor_t outt = {again, KILN_F32, 2, sy};
+    KILN_EXPECT_OK(kiln_model_run(m, in, 2, &outt, 1));
+    KILN_EXPECT(memcmp(again, got[0], sizeof again) == 0, "form %d: read back, the bits differ", form);
+    kiln_model_release(m);
+  }
+  free(bytes);
+  if (form != 1) return;
+  /* ROUND_Y is a flag: 2 is refused. */
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int32_t va, vb, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 2, sa, &va));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "b", KILN_F32, 2, sb, &vb));
+  int64_t p[KILN_MAX_PARAMS] = {0};
+  p[KILN_P(LINEAR, ROUND_Y)] = 2;
+  int32_t in[2] = {va, vb};
+  KILN_EXPECT_ERROR(kiln_graph_add_node(g, KILN_OP_LINEAR, in, 2, p, KILN_MAX_PARAMS, NULL, 0, NULL, &y),
+                    KILN_INVALID_ARGUMENT);
+  kiln_graph_release(g);
+}
+
 void kiln_test_suite_gemm_bf16_compute(void) {
   bf16c_compile();
+  bf16c_fold_round(0);
+  bf16c_fold_round(1);
   for (int which = 0; which < 3; ++which) bf16c_compile_bf16_x(which);
   kiln_isa_t isa0 = kiln_cpu_isa();
   unsigned bf0 = kiln_cpu_bf16();

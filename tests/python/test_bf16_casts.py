@@ -105,6 +105,10 @@ def test_transformer_block_folded_exactly(monkeypatch, target):
     assert not any("a=bf16" in p for p in keep)
     assert sum(p.count("a=bf16") for p in folded) >= 6
     assert any("fused[cast cast" in p for p in folded)  # ROUND_BF16 in a fused group
+    # The weight gradients' round trips (mm in bf16, read back in float32)
+    # are the products' own rounding (KILN_MATMUL_ROUND_Y_BF16).
+    assert not any("y=bf16" in p for p in keep)
+    assert sum(p.count("y=bf16") for p in folded) >= 4
 
 
 class RandomNet(nn.Module):

@@ -387,6 +387,7 @@ static kiln_status_t prepare_matmul(const kiln_graph_t* g, const kiln_node_t* n,
   mm->b_bf16 = b->dtype == KILN_BF16;
   args->a_round_bf16 = (flags & KILN_MATMUL_ROUND_A_BF16) != 0;
   args->b_round_bf16 = (flags & KILN_MATMUL_ROUND_B_BF16) != 0;
+  args->c_round_bf16 = (flags & KILN_MATMUL_ROUND_Y_BF16) != 0;
   return kiln_ok();
 }
 
@@ -457,6 +458,7 @@ static kiln_status_t prepare_linear(const kiln_graph_t* g, const kiln_node_t* n,
   args->act = (kiln_activation_t)n->params[KILN_P(LINEAR, ACT)];
   args->a_round_bf16 = n->params[KILN_P(LINEAR, ROUND_A)] != 0;
   args->b_round_bf16 = n->params[KILN_P(LINEAR, ROUND_B)] != 0;
+  args->c_round_bf16 = n->params[KILN_P(LINEAR, ROUND_Y)] != 0;
   return kiln_ok();
 }
 

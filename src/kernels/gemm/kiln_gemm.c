@@ -741,38 +741,73 @@ static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* 
 static void kiln_gemm_f32_run(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
                               const kiln_gemm_fly_src_t* src);
 
+/* c_round_bf16 on a path that does not round its tiles: C's rows rounded
+ * in place after the product, a run of rows per task. */
+typedef struct {
+  const kiln_gemm_f32_args_t* g;
+  kiln_gemm_round_bf16_fn round;
+  int64_t rows_per;
+} kiln_gemm_round_c_t;
+
+static void kiln_gemm_round_c_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_gemm_round_c_t* r = p;
+  const kiln_gemm_f32_args_t* g = r->g;
+  int64_t q0 = (int64_t)task * r->rows_per, q1 = q0 + r->rows_per;
+  if (q1 > g->batch * g->m) q1 = g->batch * g->m;
+  for (int64_t q = q0; q < q1; ++q)
+    r->round(g->c + (q / g->m) * g->c_batch_stride + (q % g->m) * g->c_row_stride, g->n);
+}
+
+static void kiln_gemm_round_c(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
+  /* ~64 Ki elements a task: a pass over memory, worth splitting only when big. */
+  int64_t rows = g->batch * g->m, per = ((int64_t)1 << 16) / g->n + 1;
+  kiln_gemm_round_c_t r = {g, kiln_gemm_kernels_for(kiln_cpu_isa())->round_bf16, per};
+  kiln_pool_parallel_for(pool, (size_t)((rows + per - 1) / per), kiln_gemm_round_c_task, &r);
+}
+
+/* The product by whichever path fits; returns 1 when that path rounded C
+ * already (c_round_bf16: the bf16 engines round each tile in L1). */
+static int kiln_gemm_f32_dispatch(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+
 void kiln_gemm_f32(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+  if (!kiln_gemm_f32_dispatch(g, pool) && g->c_round_bf16) kiln_gemm_round_c(g, pool);
+}
+
+static int kiln_gemm_f32_dispatch(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (g->k <= 0) {
     kiln_gemm_k0(g);
-    return;
+    return 0;
   }
   if (g->b_packed_q) {
     kiln_gemm_quant(g, pool);
-    return;
+    return 0;
   }
-  if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return;
+  if (g->b_packed_bf16_vnni && kiln_gemm_bf16_compute(g, pool)) return 1;
   const int b_unpacked_f32 = g->b && !g->b_packed && !g->b_packed_bf16 && !g->b_bf16;
   /* Two bf16 values (autocast's operands, cast or rounded as packed): the
    * bf16 engines where the CPU has one, B packed at run time. */
   const int a_bf16_valued = g->a_bf16 || g->a_round_bf16;
   const int b_bf16_valued = !g->b_packed_bf16_vnni && !g->b_packed_bf16 && !g->b_packed &&
                             (g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32));
-  if (a_bf16_valued && b_bf16_valued && kiln_gemm_bf16_compute_values(g, pool)) return;
+  if (a_bf16_valued && b_bf16_valued && kiln_gemm_bf16_compute_values(g, pool)) return 1;
+  /* (kiln_gemm_f32 on the widened copy rounds C itself.) */
   if ((g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32)) && g->m <= KILN_GEMM_GEMV_MAX_M &&
       g->b_row_stride == 1 && kiln_gemm_b_bf16_widened(g, pool))
-    return;
+    return 1;
   kiln_gemm_f32_run(g, pool, NULL);
+  return 0;
 }
 
 void kiln_gemm_f32_fly(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
                        const kiln_gemm_fly_src_t* src) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
-  if (g->k <= 0) {
+  if (g->k <= 0)
     kiln_gemm_k0(g);
-    return;
-  }
-  kiln_gemm_f32_run(g, pool, src);
+  else
+    kiln_gemm_f32_run(g, pool, src);
+  if (g->c_round_bf16) kiln_gemm_round_c(g, pool);
 }
 
 /* The blocked and GEMV driver proper; src: B from the caller's packer. */

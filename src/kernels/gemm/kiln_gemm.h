@@ -80,6 +80,13 @@ typedef struct kiln_gemm_f32_args_s {
   const float* residual;
   int64_t r_batch_stride, r_row_stride;
   kiln_activation_t act;
+  /* 1: C is rounded to bf16 (nearest even, NaN quiet, as
+   * kiln_gemm_bf16_from_f32) after the epilogue and stored as fp32: what a
+   * cast of C to bf16 and back would leave, without that pass over memory
+   * (the compiler folds such pairs, KILN_MATMUL_ROUND_Y_BF16). The bf16
+   * engines round each tile while it is in L1; other paths round C's rows
+   * after the product. */
+  int c_round_bf16;
 } kiln_gemm_f32_args_t;
 
 /* Bytes of the packed form of a (K, N) B matrix. */

@@ -167,6 +167,7 @@ static int kiln_gemm_bf16_run(const kiln_gemm_f32_args_t* g, int values, kiln_po
   ch.blk.ldr = g->r_row_stride;
   ch.blk.act = g->act;
   ch.blk.epilogue = kiln_gemm_kernels_for(KILN_ISA_AVX512)->epilogue;
+  ch.blk.round = g->c_round_bf16 ? kiln_gemm_kernels_for(KILN_ISA_AVX512)->round_bf16 : NULL;
   ch.m = M;
   ch.m_pad = (M + 15) & ~(int64_t)15;
   ch.a_rs = g->a_row_stride;

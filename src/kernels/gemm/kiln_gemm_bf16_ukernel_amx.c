@@ -154,6 +154,7 @@ void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int6
         t->epilogue(mr, nr, cbuf + (i - ib) * 32, 32, t->c + i * t->ldc + j, t->ldc,
                     t->bias ? t->bias + j : NULL, t->res ? t->res + i * t->ldr + j : NULL,
                     t->ldr, t->act);
+        kiln_gemm_bf16_block_round(t, mr, nr, t->c + i * t->ldc + j);
       }
     }
   }

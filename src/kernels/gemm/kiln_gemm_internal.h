@@ -134,7 +134,8 @@ typedef struct kiln_gemm_kernels_s {
  * VNNI panels (kiln_gemm_bf16_vnni_pack_b), kp = K rounded up to even rows
  * each. A block function computes rows [i0, i1) x columns [j0, j1) (i0 a
  * multiple of 16, j0 of 32) over all of K and writes them through the
- * epilogue: C = act(AB + bias) + res (res may alias C exactly). */
+ * epilogue: C = act(AB + bias) + res (res may alias C exactly), then
+ * rounds them with `round` when set. */
 typedef struct kiln_gemm_bf16_block_s {
   int64_t k, kp, ka, n;
   const uint16_t* a;
@@ -146,7 +147,17 @@ typedef struct kiln_gemm_bf16_block_s {
   int64_t ldr;
   kiln_activation_t act;
   kiln_gemm_epilogue_fn epilogue;
+  /* c_round_bf16: rounds each tile's rows of C after the epilogue, while
+   * they are in L1 (NULL: no rounding). */
+  kiln_gemm_round_bf16_fn round;
 } kiln_gemm_bf16_block_t;
+/* A finished tile of C (mr x nr at c, rows t->ldc apart) rounded when the
+ * block says so: the block functions' last step per tile. */
+static inline void kiln_gemm_bf16_block_round(const kiln_gemm_bf16_block_t* t, int64_t mr,
+                                              int64_t nr, float* c) {
+  if (t->round)
+    for (int64_t r = 0; r < mr; ++r) t->round(c + r * t->ldc, nr);
+}
 typedef void (*kiln_gemm_bf16_block_fn)(const kiln_gemm_bf16_block_t* t, int64_t i0,
                                         int64_t i1, int64_t j0, int64_t j1);
 /* Rows [0, rows) of A (fp32, element (i, p) at a[i * rs + p * cs], or bf16

@@ -64,6 +64,7 @@ void kiln_gemm_f32_reference(const kiln_gemm_f32_args_t* g) {
         x = kiln_activation_scalar(x, g->act);
         /* Read the residual before writing C: they may be the same element. */
         if (r) x += r[i * g->r_row_stride + j];
+        if (g->c_round_bf16) x = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(x));
         c[i * g->c_row_stride + j] = x;
       }
     }
