@@ -133,6 +133,20 @@ class KilnModule(torch.nn.Module):
             raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
         return t if t.is_contiguous() else t.contiguous()
 
+    def as_traced_float(self, i, t):
+        """t, a value for input i made outside this module (an eager op of
+        a partitioned graph, kiln/partition.py), cast to the input's traced
+        dtype when only its floating dtype differs; anything else as it is
+        (the input check then says what is wrong)."""
+        want = self._fast_in[i][0]
+        if (type(t) is not torch.Tensor or t.dtype is want or not t.is_floating_point()
+                or not want.is_floating_point):
+            return t
+        shape = self._in_specs[i][1]
+        if not self._symbolic and tuple(t.shape) != shape:
+            return t
+        return t.to(want)
+
     def _check_inputs(self, args):
         if len(args) != len(self._in_specs):
             names = ", ".join(self._input_names)

@@ -29,17 +29,39 @@ _warned = set()
 
 
 class _KilnPiece(torch.nn.Module):
-    """One kiln-compiled partition: called with the partition's tensor inputs."""
+    """One kiln-compiled partition: called with the partition's tensor inputs.
 
-    def __init__(self, module, runtime_positions, tuple_output):
+    made_outside: the indices (into runtime_positions) of the inputs the
+    glue graph makes (eager ops, other pieces), not the graph's own inputs.
+    Such a value whose floating dtype differs from the traced one is cast
+    to it: the trace's dtypes are torch's meta functions', and an eager
+    kernel may return another float dtype than its meta says (bf16
+    native_group_norm's mean and rstd: float32 from the CPU kernel, bf16
+    from the meta; FINDINGS.md, seed 6 graph 1319). Eager's result is the
+    value; kiln's graph is typed, so it gets that value in the traced
+    dtype, as the rest of the traced graph expects. Any other mismatch (a
+    shape, a non-float dtype, a graph input's dtype: the caller's) is
+    refused by the input check, which names the input."""
+
+    def __init__(self, module, runtime_positions, tuple_output, made_outside=()):
         super().__init__()
         self.module = module
         self.runtime_positions = runtime_positions
         self.tuple_output = tuple_output
+        self.made_outside = tuple(made_outside)
 
     def forward(self, *args):
-        outs = self.module.run_flat([args[i] for i in self.runtime_positions])
+        xs = [args[i] for i in self.runtime_positions]
+        for k in self.made_outside:
+            xs[k] = self.module.as_traced_float(k, xs[k])
+        outs = self.module.run_flat(xs)
         return tuple(outs) if self.tuple_output else outs[0]
+
+
+def _made_outside(args, runtime_positions):
+    """_KilnPiece.made_outside for a piece called with these glue-graph args."""
+    return [k for k, i in enumerate(runtime_positions)
+            if isinstance(args[i], torch.fx.Node) and args[i].op != "placeholder"]
 
 
 def drop_size_range_asserts(gm):
@@ -134,7 +156,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             fused.kiln_eager.append(f"a piece: {e}")
             _inline_piece(fused, node, sub)
             continue
-        piece = _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list)))
+        piece = _KilnPiece(mod, runtime_positions, isinstance(out, (tuple, list)),
+                           _made_outside(node.args, runtime_positions))
         piece.node_names = {n.name for n in sub.graph.nodes if n.op == "call_function"}  # kiln.compare
         setattr(fused, node.target, piece)
         n_pieces += 1
@@ -289,8 +312,9 @@ class PartitionedModule(torch.nn.Module):
                     node = graph.output(args[0])
                 elif entry["op"] == "call_module":
                     name = f"fused_{entry['piece']}"
-                    root.add_module(name, _KilnPiece(pieces[entry["piece"]], list(entry["runtime_positions"]),
-                                                     bool(entry["tuple_output"])))
+                    positions = list(entry["runtime_positions"])
+                    root.add_module(name, _KilnPiece(pieces[entry["piece"]], positions, bool(entry["tuple_output"]),
+                                                     _made_outside(args, positions)))
                     node = graph.call_module(name, tuple(args), kwargs)
                 elif entry["op"] == "call_function":
                     node = graph.call_function(_resolve_target(entry["target"]), tuple(args), kwargs)

@@ -28,7 +28,7 @@ from kilnfuzz.bf16 import PATHS as BF16_PATHS  # noqa: E402
 from kilnfuzz.check import _NAN_AT_COMPARISON, compare  # noqa: E402
 from kilnfuzz.generate import program_for  # noqa: E402
 from kilnfuzz.known import ACTIVE  # noqa: E402
-from kilnfuzz.ops import KINDS  # noqa: E402
+from kilnfuzz.ops import KINDS, NARROW_KINDS  # noqa: E402
 from kilnfuzz.paths import reference  # noqa: E402
 from kilnfuzz.program import resolve  # noqa: E402
 from kilnfuzz.runner import FAILED, Config, Tally, describe, run_one, run_parallel  # noqa: E402
@@ -54,13 +54,16 @@ def test_fuzz_seeded_run():
         describe(r) for r in tally.failures)
     # The run tested something: most graphs ran and passed, every path was taken.
     assert tally.status["pass"] >= 0.9 * N, tally.summary(1.0)
-    assert set(tally.paths) == {"fast", "trace", "compile", "reference", "dynamic"}, tally.paths
+    assert set(tally.paths) == {"fast", "fast-nhwc", "trace", "compile", "reference", "dynamic"}, tally.paths
 
 
 def _run(*graphs, **config):
     """run_one for each (seed, index) in graphs, as the fuzzer runs it (no
     shrinking, no reproducer check, known bugs skipped), keeping the
-    caller's thread count and silencing the graphs' warnings."""
+    caller's thread count and silencing the graphs' warnings. The float32
+    graphs are those of the runs that found them (wide=False: before
+    session 18, ops.NARROW_KINDS) unless config says wide=True."""
+    config.setdefault("wide", False)
     threads = torch.get_num_threads()
     try:
         with warnings.catch_warnings():
@@ -86,7 +89,7 @@ def test_fuzz_rules_for_torchs_own_disagreements():
     same gradient as kiln."""
     if bool(torch.isnan(torch.nn.functional.gelu(torch.full((64,), float("inf")))).any()):
         # torch's AVX-512 gelu (not every CPU's): the draw that met it is redrawn for it
-        nan_draw = program_for(8128, 46990, KINDS)
+        nan_draw = program_for(8128, 46990, NARROW_KINDS)
         assert reference(resolve(nan_draw.copy(salt=nan_draw.salt + 1), KINDS)).ill == _NAN_AT_COMPARISON
     results = _run((8128, 46990), (8128, 60399))
     assert results[0].status in ("pass", "ill"), describe(results[0])
@@ -139,7 +142,7 @@ def test_fuzz_rule_for_partial_sums_behind_a_cancellation():
     result, = _run((1201, 30991))
     assert result.status == "pass", describe(result)
 
-    ref = reference(resolve(program_for(1201, 30991, KINDS), KINDS))
+    ref = reference(resolve(program_for(1201, 30991, NARROW_KINDS), KINDS))
     # E is one figure per output, so the cancelled element widens its whole
     # output's tolerance (output 3: 4 E = 28 at values of 1 to 6700): a
     # planted error of 10^-4 is caught in the other outputs, 10^-2 in that one.
@@ -266,6 +269,31 @@ def test_fuzz_rule_for_bools_float32_eager_flips():
     assert compare(torch.tensor([True, False, False]), e, r, 1) is not None
 
 
+def test_fuzz_float32_mode_reaches_the_nhwc_convs(monkeypatch):
+    """The float32 mode draws wide convolutions (ops_nn.Conv2dWide) and runs
+    the kiln.trace paths and half the fast graphs (fast-nhwc) under
+    KILN_LAYOUT=nhwc (paths.PATH_ENV): graphs of SEED on fast-nhwc, trace
+    and dynamic (symbolic sizes) compile a CONV2D_NHWC, the fp32
+    channels-last kernel, and pass. Before, no float32 graph did."""
+    from kiln.module import KilnModule
+
+    plans = []
+    prepare = KilnModule._prepare_fast_path
+
+    def spy(self):
+        plans.append(self._kiln_model.explain())
+        return prepare(self)
+
+    monkeypatch.setattr(KilnModule, "_prepare_fast_path", spy)
+    layout = os.environ.get("KILN_LAYOUT")
+    for (seed, index), path, config in [((SEED, 7), "fast-nhwc", {}), ((SEED, 130), "trace", {}),
+                                        ((SEED, 7), "dynamic", dict(compile_every=3, dynamic_every=3))]:
+        plans.clear()
+        _expect_pass(*_run((seed, index), wide=True, **config), path)
+        assert any("conv2d_nhwc" in p for p in plans), (index, path, plans)
+    assert os.environ.get("KILN_LAYOUT") == layout  # the knob is set per graph, then restored
+
+
 def test_fuzz_bf16_mode():
     """The bf16 mode (tests/fuzz/kilnfuzz/bf16.py; the rule in check.py):
     graphs 0 to 9 of a fixed seed, every one in bf16, twice through each
@@ -291,7 +319,7 @@ def test_fuzz_bf16_rule_is_not_vacuous():
     caught = {4: 0, 16: 0}
     checked = 0
     for i in range(12):
-        res = resolve(program_for(BF16_SEED, i, KINDS), KINDS)
+        res = resolve(program_for(BF16_SEED, i, NARROW_KINDS), KINDS)
         ref = reference_bf16(res, "bf16")
         if ref.ill:
             continue
@@ -327,7 +355,7 @@ def test_fuzz_bf16_noise_keeps_exact_ops_exact():
         torch.set_num_threads(1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = evaluate(program_for(5, 4719, KINDS), "bf16-compile")
+            out = evaluate(program_for(5, 4719, NARROW_KINDS), "bf16-compile")
     finally:
         torch.set_num_threads(threads)
     assert out.status == "pass", out.detail

@@ -255,3 +255,62 @@ def test_a_cat_appended_in_place_returned_with_a_view_of_it():
     grads = torch.autograd.grad(sum((w * c).sum() for w, c in zip(want, wts)), (x0, x1))
     torch.testing.assert_close(x0.grad, grads[0], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x1.grad, grads[1], rtol=1e-5, atol=1e-6)
+
+
+class _GroupNormOfBf16(torch.nn.Module):
+    """Seed 6 graph 1319 of the fuzzer's bf16 mode, shrunk: a linear
+    (bf16 under autocast), a view of it kiln runs in eager (as_strided),
+    and native_group_norm called on the bf16 activation itself."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(6, 4, generator=g))
+        self.gamma = torch.nn.Parameter(1 + 0.1 * torch.randn(2, generator=g))
+        self.beta = torch.nn.Parameter(0.1 * torch.randn(2, generator=g))
+
+    def forward(self, x):
+        aten = torch.ops.aten
+        v = aten.linear.default(x, self.w)  # (3, 2, 6)
+        first = aten.as_strided.default(v, [6], [1], 0)
+        y = aten.native_group_norm.default(v, self.gamma, self.beta, 3, 2, 6, 1, 1e-5)
+        return first, y[0]
+
+
+def test_an_eager_kernels_float_dtype_that_its_meta_does_not_say():
+    """Seed 6 graph 1319 (tests/fuzz/FINDINGS.md): under autocast,
+    native_group_norm of a bf16 activation returns its mean and rstd in
+    float32 from the CPU kernel but in bf16 from its meta function, whose
+    dtypes AOTAutograd's graphs carry. kiln runs bf16 group norm in eager,
+    and the kiln piece reading the saved mean refused the float32 tensor
+    ("expected (3, 1) bfloat16, got (3, 1) float32"). A value the glue
+    graph makes now reaches a piece cast to its traced float dtype; a
+    caller's input of the wrong dtype is still refused, by name."""
+    x = torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(1))
+
+    def step(backend):
+        torch._dynamo.reset()
+        m = _GroupNormOfBf16()
+        f = torch.compile(m, backend=backend) if backend else m
+        xr = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outs = f(xr)
+        sum(o.float().sum() * (k + 1) for k, o in enumerate(outs)).backward()
+        return outs, [xr.grad] + [p.grad for p in m.parameters()]
+
+    want_outs, want_grads = step("aot_eager")
+    got_outs, got_grads = step("kiln")
+    torch._dynamo.reset()
+    for g, w in zip(got_outs, want_outs):
+        assert g.dtype == w.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=2e-2)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+    class EagerThenKiln(torch.nn.Module):
+        def forward(self, x):
+            return torch.special.polygamma(1, x) * 2 + x  # polygamma in eager, the rest in kiln
+
+    c = kiln.trace(EagerThenKiln(), (x.abs() + 1,))
+    with pytest.raises(ValueError, match=r"\('x'\): expected \(3, 2, 4\) float32, got \(3, 2, 4\) float64"):
+        c(x.double().abs() + 1)

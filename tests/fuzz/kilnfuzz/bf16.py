@@ -1,8 +1,8 @@
 """The bf16 mode: the program run by kiln in bf16, judged against eager bf16
 and float64 (python/kiln/lowp.py's contract; check.py states the rule).
-Its programs are drawn from ops.BF16_KINDS: the float32 mode's kinds and
-wide convolutions (16 output channels a group and more, which the float32
-mode's conv2d never makes: kiln's NHWC kernels take only those).
+Its programs are drawn from ops.BF16_KINDS, the float32 mode's kinds (wide
+convolutions among them: 16 output channels a group and more, which kiln's
+NHWC kernels take; the float32 mode drew them only from session 18 on).
 
 Every float leaf (input or parameter) is drawn as in float32 and rounded to
 bf16 (nearest even); r, the float64 run, starts from those bf16 values
@@ -39,7 +39,6 @@ bf16 (nearest even); r, the float64 run, starts from those bf16 values
 """
 
 import contextlib
-import os
 
 import torch
 
@@ -49,7 +48,8 @@ from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
 PATHS = ("bf16", "bf16-trace", "bf16-engine", "bf16-autocast", "bf16-compute", "bf16-compile")
-# Test knobs a path compiles under (kiln reads them as it compiles and runs):
+# Test knobs a path compiles under (kiln reads them as it compiles and runs;
+# evaluate sets them: paths.path_env, which also has the float32 paths'):
 # every product of graph values on the bf16 engine; every region of convs
 # channels-last, so bf16-compute's convs take the bf16 NHWC kernels and
 # bf16-trace's the fp32 NHWC ones (the bf16 path keeps kiln's own choice).
@@ -279,22 +279,5 @@ def run_bf16_compile(res, ref, accs, mags):
     return why
 
 
-@contextlib.contextmanager
-def path_env(path):
-    """The path's PATH_ENV set in os.environ for the duration."""
-    env = PATH_ENV.get(path, {})
-    old = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = value
-
-
 def run_bf16(res, path):
-    with path_env(path):
-        return run_bf16_fast(res) if path in ("bf16", "bf16-engine") else run_bf16_trace(res, path)
+    return run_bf16_fast(res) if path in ("bf16", "bf16-engine") else run_bf16_trace(res, path)

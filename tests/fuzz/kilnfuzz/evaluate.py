@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from kilnfuzz import bf16
 from kilnfuzz.known import known_bug
 from kilnfuzz.ops import KINDS
-from kilnfuzz.paths import NotApplicable, compare_all, reference, run_compile, run_dynamic, run_fast, run_trace
+from kilnfuzz.paths import (NotApplicable, compare_all, path_env, reference, run_compile, run_dynamic, run_fast,
+                            run_trace)
 from kilnfuzz.program import Invalid, resolve
 
 REDRAWS = 3
@@ -81,10 +82,10 @@ def _run(res, path, ref, program):
 
     accs = [res.accs[r] for r in res.outputs]
     mags = [res.mags[r] for r in res.outputs]
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, path_env(path):
         warnings.simplefilter("always")
         try:
-            if path == "fast":
+            if path in ("fast", "fast-nhwc"):
                 why = compare_all(run_fast(res), ref, accs, mags=mags)
             elif path == "reference":
                 why = compare_all(run_fast(res, "reference"), ref, accs, mags=mags, who="kiln (reference target)")

@@ -5,17 +5,23 @@ import copy
 from kilnfuzz import ops_index, ops_math, ops_nn, ops_views
 
 KINDS = {k.name: k for k in ops_views.KINDS + ops_math.KINDS + ops_nn.KINDS + ops_index.KINDS}
-# Last, with weight 0: the float32 mode never draws it, and its draws are
-# those of the kinds above (random.choices with a zero weight at the end).
+# Wide convolutions (16 output channels a group and more: kiln's NHWC conv
+# kernels), drawn as often as conv2d by both modes.
 KINDS["conv2d_wide"] = ops_nn.Conv2dWide()
+BF16_KINDS = KINDS
 
-# The bf16 mode's generator also draws wide convolutions, as often as the
-# others (resolving and shrinking take KINDS: the kinds are the same).
-BF16_KINDS = dict(KINDS)
-BF16_KINDS["conv2d_wide"] = copy.copy(KINDS["conv2d_wide"])
-BF16_KINDS["conv2d_wide"].weight = KINDS["conv2d"].weight
+# The float32 mode's kinds before it drew wide convolutions (session 18):
+# conv2d_wide last with weight 0 changes no draw (random.choices), so these
+# give the programs of every float32 run FINDINGS.md records before then
+# (`kiln_fuzz.py --narrow --only I` reruns one; the tests replaying such
+# graphs generate them from these). Resolving and shrinking take KINDS:
+# the kinds are the same.
+NARROW_KINDS = dict(KINDS)
+NARROW_KINDS["conv2d_wide"] = copy.copy(KINDS["conv2d_wide"])
+NARROW_KINDS["conv2d_wide"].weight = 0.0
 
 
-def kinds_for(path):
-    """The kinds graphs of `path` are generated from."""
-    return BF16_KINDS if path.startswith("bf16") else KINDS
+def kinds_for(path, wide=True):
+    """The kinds graphs of `path` are generated from (wide=False: a float32
+    path's as before session 18; the bf16 mode always drew wide convs)."""
+    return KINDS if wide or path.startswith("bf16") else NARROW_KINDS

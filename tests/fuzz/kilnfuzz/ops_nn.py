@@ -187,11 +187,11 @@ class Conv2d(Kind):
 class Conv2dWide(Conv2d):
     """A convolution of 16 to 33 output channels per group: what kiln's
     channels-last kernels take (kiln_pass_layout.c; fp32 and bf16 NHWC
-    convs). Weight 0: never drawn by the float32 mode's generator, whose
-    programs stay what they were (a kind of weight 0 at the end of KINDS
-    changes no draw); the bf16 mode draws it (generate.kinds_for)."""
+    convs). Both modes draw it as often as conv2d; until session 18 the
+    float32 mode did not (ops.NARROW_KINDS), and no float32 graph reached
+    the fp32 NHWC kernels."""
 
-    name, weight = "conv2d_wide", 0.0
+    name, weight = "conv2d_wide", Conv2d.weight
 
     @staticmethod
     def _per_group(size):

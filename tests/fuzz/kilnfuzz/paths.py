@@ -1,10 +1,11 @@
 """Running a resolved program through kiln, and the eager references.
 
-Four paths into kiln:
+Paths into kiln:
   fast     the program's FX graph of Core ATen ops straight into
            kiln.capture.lower_graph and kiln.module.compile_graph, as
            kiln.dynamo does with AOTAutograd's graphs: about a millisecond
            where torch.export + run_decompositions take 150.
+  fast-nhwc  the fast path under KILN_LAYOUT=nhwc (PATH_ENV).
   reference  the fast path on kiln's reference target (the scalar reference
            kernels beside the fast ones, src/hal/reference), held to the
            same rule: a second comparison for every kernel's reference.
@@ -21,6 +22,7 @@ Four paths into kiln:
 
 import contextlib
 import dataclasses
+import os
 import types
 from dataclasses import dataclass
 
@@ -31,6 +33,42 @@ from kilnfuzz.check import (Audit, ComparedNaNs, RoundingNoise, UncheckedShapes,
                             nan_at_comparison)
 from kilnfuzz.data import make_leaf
 from kilnfuzz.program import Eager, interpret
+
+
+# Test knobs a float32 path compiles under (kiln reads them as it compiles):
+# KILN_LAYOUT=nhwc makes every region of convs channels-last, paying or not
+# (kiln_pass_layout.c). Only wide convs (ops_nn.Conv2dWide) are candidates,
+# and kiln's cost rule makes a region NHWC only for chains of them whose
+# inputs are 16 channels wide already: 1 of 201 float32 fuzz graphs with a
+# wide conv (seed 77), against 169 under the knob. So the kiln.trace paths
+# and half the fast graphs (fast-nhwc) run the fp32 NHWC conv kernels;
+# fast, reference and compile keep kiln's own choice.
+NHWC = {"KILN_LAYOUT": "nhwc"}
+PATH_ENV = {"fast-nhwc": NHWC, "trace": NHWC, "dynamic": NHWC}
+
+
+def env_for(path):
+    """The test knobs `path` compiles under: PATH_ENV's, or for a bf16 path
+    bf16.PATH_ENV's."""
+    from kilnfuzz.bf16 import PATH_ENV as BF16_PATH_ENV
+
+    return {**PATH_ENV, **BF16_PATH_ENV}.get(path, {})
+
+
+@contextlib.contextmanager
+def path_env(path):
+    """The path's knobs (env_for) set in os.environ for the duration."""
+    env = env_for(path)
+    old = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 class NotApplicable(Exception):

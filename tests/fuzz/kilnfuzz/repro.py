@@ -21,9 +21,8 @@ import textwrap
 import torch
 
 from kilnfuzz import check, data
-from kilnfuzz.bf16 import PATH_ENV
 from kilnfuzz.bf16 import PATHS as BF16_PATHS
-from kilnfuzz.paths import _loss_weights
+from kilnfuzz.paths import _loss_weights, env_for
 from kilnfuzz.program import SourceBuilder, _map_dtype, interpret
 
 _COMPILERS = {
@@ -213,11 +212,12 @@ def script(res, outcome, header, how):
             init.append(f"self.register_buffer({leaf.name!r}, {_leaf_source(leaf, bf16=lowp)})")
     inputs = [leaf for leaf in res.leaves if leaf.role == "input"]
     lines = [f'"""{header}', "", textwrap.fill(f"What fails: {outcome.detail}", 100), '"""', "",
-             *(["import contextlib", "import os"] if lowp else []), "import sys", "", "import numpy as np",
+             *(["import contextlib"] if lowp else []), *(["import os"] if lowp or env_for(outcome.path) else []),
+             "import sys", "", "import numpy as np",
              "import torch",
              "from torch.utils._python_dispatch import TorchDispatchMode", "from torch.utils._pytree import tree_map",
-             "", *[f"os.environ[{k!r}] = {v!r}  # tests/fuzz/kilnfuzz/bf16.py's PATH_ENV"
-                   for k, v in PATH_ENV.get(outcome.path, {}).items()],
+             "", *[f"os.environ[{k!r}] = {v!r}  # the path's test knob (tests/fuzz/kilnfuzz/paths.py: env_for)"
+                   for k, v in env_for(outcome.path).items()],
              "import kiln", "", "aten = torch.ops.aten", "inf, nan = float('inf'), float('nan')", ""]
     lines += ["# The fuzzer's tolerance rule (tests/fuzz/kilnfuzz/check.py).",
               f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",

@@ -5,7 +5,9 @@ so `--seed S --only I` reruns one graph. Which path it takes is also a
 function of i: every `trace_every`-th graph goes through kiln.trace, every
 `compile_every`-th through torch.compile(backend="kiln") with a training
 step, every `dynamic_every`-th through kiln.trace with symbolic sizes (run
-at several sizes), the rest through the fast path; every tenth graph runs kiln with two
+at several sizes), the rest through the fast path, half of those as
+fast-nhwc (the fast path with every conv region channels-last:
+paths.PATH_ENV); every tenth graph runs kiln with two
 threads, the others with one (kernels split work differently). With
 --bf16-every K, every K-th graph runs in bf16 instead (bf16.py), its path
 taken in turn from BF16_TURNS (and bf16-compile every BF16_COMPILE_EVERY-th turn).
@@ -44,6 +46,10 @@ class Config:
     verify: bool = True  # run each reproducer script to check it fails
     shrink_seconds: float = 120.0  # per failure
     bf16_every: int = 0  # graphs in bf16 (bf16.py; 1: every graph; 0: none)
+    # float32 graphs draw wide convolutions and half the fast ones run as
+    # fast-nhwc (session 18); False (--narrow): the programs and paths of
+    # the float32 runs before, to rerun their graphs (ops.NARROW_KINDS)
+    wide: bool = True
 
 
 # A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every);
@@ -67,7 +73,7 @@ def path_for(index, cfg):
         return "dynamic"
     if cfg.reference_every and index % cfg.reference_every == cfg.reference_every // 3:
         return "reference"
-    return "fast"
+    return "fast-nhwc" if cfg.wide and index % 4 >= 2 else "fast"
 
 
 def threads_for(index, cfg=None):
@@ -102,7 +108,7 @@ def run_one(index, cfg, log=None, stage=None):
     torch.set_num_threads(threads_for(index, cfg))
     path = path_for(index, cfg)
     try:
-        program = program_for(cfg.seed, index, kinds_for(path))
+        program = program_for(cfg.seed, index, kinds_for(path, cfg.wide))
         out = evaluate(program, path, cfg.skip_known, stage=stage)
     except Exception:  # noqa: BLE001 -- a bug of the fuzzer's own, not kiln's: report it as one
         import traceback
@@ -318,7 +324,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     if cfg.shrink and status == "crash" and stage == "kiln":
         evaluate_one, close = _crash_evaluator(ctx, cfg, path)
         try:
-            program = program_for(cfg.seed, index, kinds_for(path))
+            program = program_for(cfg.seed, index, kinds_for(path, cfg.wide))
             out = Outcome("crash", res.detail, path, signature="crash", program=program)
             res.repro, res.steps = report_failure(out, cfg, f"graph {index}", evaluate_one)
         finally:
@@ -389,6 +395,9 @@ def main(argv=None):
                     help="every K-th graph in bf16 (1: every graph), through the bf16, bf16-trace, bf16-engine, "
                          "bf16-autocast and bf16-compute paths in turn, and bf16-compile "
                          "(tests/fuzz/kilnfuzz/bf16.py)")
+    ap.add_argument("--narrow", action="store_true",
+                    help="float32 graphs as before session 18: no wide convolutions, no fast-nhwc path "
+                         "(to rerun a graph of an earlier run with --only)")
     ap.add_argument("--skip-known", default=",".join(ACTIVE),
                     help=f"known bugs to skip, comma-separated (known: {', '.join(KNOWN) or 'none'})")
     ap.add_argument("--no-shrink", action="store_true")
@@ -402,7 +411,7 @@ def main(argv=None):
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
     cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, a.dynamic_every, skip,
-                 not a.no_shrink, a.out, not a.no_verify, bf16_every=a.bf16_every)
+                 not a.no_shrink, a.out, not a.no_verify, bf16_every=a.bf16_every, wide=not a.narrow)
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()
@@ -449,7 +458,7 @@ def _only(index, cfg, show):
             from kilnfuzz.evaluate import Outcome
             from kilnfuzz.repro import script
 
-            res = resolve(program_for(cfg.seed, index, kinds_for(r.path)), KINDS)
+            res = resolve(program_for(cfg.seed, index, kinds_for(r.path, cfg.wide)), KINDS)
             how = {"bf16": "export", "bf16-engine": "export", "bf16-compile": "compile"}.get(r.path, "trace")
             print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", how))
         elif r.repro:
