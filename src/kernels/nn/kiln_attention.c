@@ -49,6 +49,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/kiln_cpu.h"
+#include "kernels/nn/kiln_attention_bf16.h"
 #include "kernels/nn/kiln_nn_internal.h"
 #include "kernels/nn/kiln_nn_math.h"
 #include "kernels/nn/kiln_nn_row.h"
@@ -56,6 +58,12 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #include "kernels/kiln_transpose_avx2.h"
 #define KILN_NN_ATTN_AVX2 1
+#endif
+/* The avx512 build runs the bf16 rule on VDPBF16PS when the CPU has it
+ * (kiln_attention_bf16_avx512bf16.c); every build runs it on its fp32
+ * kernels over the rounded values otherwise. */
+#if defined(__AVX512F__) && defined(KILN_HAVE_X86)
+#define KILN_NN_ATTN_BF16_ENGINE 1
 #endif
 
 /* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
@@ -65,9 +73,11 @@ enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Floats of scratch the tiles need for a row block bq and key tile bk. */
-static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp) {
-  return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq;
+/* Floats of scratch the tiles need for a row block bq and key tile bk
+ * (bf16: P in bf16 too, bq x bk halves; the bf16 Q, Kt and V tiles fit in
+ * the fp32 ones' space). */
+static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp, int bf16) {
+  return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq + (bf16 ? bq * bk / 2 : 0);
 }
 
 void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
@@ -76,6 +86,10 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
   plan->partial = NULL;
   plan->pending = NULL;
+  plan->bf16_engine = 0;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  plan->bf16_engine = a->bf16 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+#endif
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
   /* The register kernel's rows: 6 (12 FMAs per 8 loads) unless 4 pads the
@@ -93,7 +107,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
       if (tiles[t][0] <= KILN_NN_ATTN_MAX_ROWS &&
-          kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp) <= KILN_NN_ATTN_SCRATCH) {
+          kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp, a->bf16) <= KILN_NN_ATTN_SCRATCH) {
         plan->q_block = tiles[t][0];
         plan->k_block = tiles[t][1];
         break;
@@ -351,6 +365,7 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
   const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
   const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
   int64_t dv = a->v_head_dim;
+  const int bf = a->bf16; /* the bf16 rule, kiln_attention_bf16.h, values rounded as read */
   for (int64_t r = 0; r < n_rows; ++r) {
     float* o = rows[r].out;
     for (int64_t e = 0; e < dv; ++e) o[e] = 0.0f;
@@ -361,21 +376,34 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
       if (rows[r].mask && rows[r].mask[j * a->mask_strides[3]] == -INFINITY) continue;
       const float* kj = kb + j * a->k_strides[2];
       float s = 0.0f;
-      for (int64_t e = 0; e < a->head_dim; ++e)
-        s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
+      if (bf)
+        for (int64_t e = 0; e < a->head_dim; ++e)
+          s = KILN_NN_FMA(kiln_attn_bf16_round(rows[r].q[e * a->q_strides[3]]),
+                          kiln_attn_bf16_round(kj[e * a->k_strides[3]]), s);
+      else
+        for (int64_t e = 0; e < a->head_dim; ++e)
+          s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
       s *= a->scale;
       if (rows[r].mask) s += rows[r].mask[j * a->mask_strides[3]];
       if (s == -INFINITY) continue;
       if (s > m) {
-        float alpha = kiln_nn_expf(m - s);
+        /* bf16: m is the row's reference point, a multiple of ln2 */
+        float m_new = bf ? kiln_attn_bf16_ref_point(s) : s;
+        float alpha = kiln_nn_expf(m - m_new);
         l *= alpha;
         for (int64_t e = 0; e < dv; ++e) o[e] *= alpha;
-        m = s;
+        m = m_new;
       }
       float p = kiln_nn_expf(s - m); /* NaN s (or m) spreads through p */
       l += p;
       const float* vj = vb + j * a->v_strides[2];
-      for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
+      if (bf) {
+        p = kiln_attn_bf16_round(p);
+        for (int64_t e = 0; e < dv; ++e)
+          o[e] = KILN_NN_FMA(p, kiln_attn_bf16_round(vj[e * a->v_strides[3]]), o[e]);
+      } else {
+        for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
+      }
     }
     float inv = l == 0.0f ? 0.0f : 1.0f / l;
     for (int64_t e = 0; e < dv; ++e) o[e] *= inv;
@@ -441,28 +469,56 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   float* vp = kt + d * bk;  /* (bk, dvp) */
   float* s = vp + bk * dvp; /* (nrp, bk): scores, then probabilities */
   float* o = s + nrp * bk;  /* (nrp, dvp) */
-  float* m = o + nrp * dvp; /* running max per row */
+  float* m = o + nrp * dvp; /* running max per row (bf16: its reference point) */
   float* l = m + nrp;       /* running sum per row */
+  /* The bf16 rule (kiln_attention_bf16.h): q, k, v rounded as packed, the
+   * scale applied to the fp32 scores, P rounded before P·V. On VDPBF16PS
+   * (eng) the tiles are bf16: Q rows of dp (d rounded up to even) values in
+   * qp's space, Kt and V as VNNI pairs in kt's and vp's, P in pb. */
+  const int bf = a->bf16;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  const int eng = plan->bf16_engine;
+#else
+  const int eng = 0;
+#endif
+  const int64_t dp = (d + 1) / 2 * 2;
+  uint16_t* pb = (uint16_t*)(void*)(l + nrp); /* (nrp, bk) bf16, eng only */
+  (void)pb;
 
   int64_t kv_end = 0;
   for (int64_t r = 0; r < nrp; ++r) {
     if (r < nr) {
-      for (int64_t e = 0; e < d; ++e) qp[r * d + e] = rows[r].q[e * a->q_strides[3]] * a->scale;
+      if (!eng)
+        for (int64_t e = 0; e < d; ++e) {
+          float x = rows[r].q[e * a->q_strides[3]];
+          qp[r * d + e] = bf ? kiln_attn_bf16_round(x) : x * a->scale;
+        }
       int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
       kv_end = end > kv_end ? end : kv_end;
+    } else if (eng) {
+      memset((uint16_t*)(void*)qp + r * dp, 0, (size_t)dp * sizeof(uint16_t));
     } else {
       for (int64_t e = 0; e < d; ++e) qp[r * d + e] = 0.0f;
     }
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  if (eng) {
+    /* Rows of one task are rows of q at a few strides (GQA: heads, then
+     * queries): one pack call per row keeps the strides general. */
+    for (int64_t r = 0; r < nr; ++r)
+      kiln_attn_bf16_pack_rows__avx512bf16(1, d, rows[r].q, 0, a->q_strides[3],
+                                           (uint16_t*)(void*)qp + r * dp, dp);
+  }
+#endif
   memset(o, 0, (size_t)(nrp * dvp) * sizeof(float));
   /* This part's keys: [kv_lo, kv_hi), whole tiles of the unsplit walk. */
   const int64_t kv_lo = plan->kv_parts > 1 ? part * plan->kv_part : 0;
   if (plan->kv_parts > 1 && kv_lo + plan->kv_part < kv_end) kv_end = kv_lo + plan->kv_part;
 #if defined(KILN_NN_ATTN_AVX2)
   /* Few rows: scores from K's rows in place (kiln_nn_attn_scores_rows). */
-  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0;
+  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0 && !bf;
 #else
   const int direct = 0;
 #endif
@@ -501,13 +557,21 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
      * tiles of a contiguous V with Dv % 16 == 0 can be read in place. */
     const float* vt = vb + j0 * a->v_strides[2];
     int64_t ldv = a->v_strides[2];
-    if (!(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng) {
+      kiln_attn_bf16_pack_v__avx512bf16(vt, a->v_strides[2], a->v_strides[3], dv, dvp, nk, nkp,
+                                        (uint16_t*)(void*)vp);
+    } else
+#endif
+    if (bf || !(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
       vt = vp;
       ldv = dvp;
       for (int64_t c = 0; c < nkp; ++c) {
         const float* vr = vb + (j0 + c) * a->v_strides[2];
         int64_t e = 0;
-        if (c < nk)
+        if (c < nk && bf)
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e * a->v_strides[3]]);
+        else if (c < nk)
           for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
         for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
       }
@@ -519,16 +583,29 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
                                a->v_strides[2], dv, kv_end - j0);
     } else
 #endif
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng) {
+      kiln_attn_bf16_pack_kt__avx512bf16(kb + j0 * a->k_strides[2], a->k_strides[2],
+                                         a->k_strides[3], d, nk, nkp, (uint16_t*)(void*)kt, bk);
+      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, nkp, dp / 2, (const uint16_t*)(void*)qp, dp,
+                                      (const uint16_t*)(void*)kt, bk, s, bk, 0, lim, 1);
+    } else
+#endif
     {
       (void)direct;
       /* K packed transposed, zero-filled past nk. */
       kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk,
                           nkp, kt, bk);
+      if (bf)
+        for (int64_t e = 0; e < d; ++e)
+          for (int64_t c = 0; c < nk; ++c) kt[e * bk + c] = kiln_attn_bf16_round(kt[e * bk + c]);
       kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
     }
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
+      if (bf) /* the rule scales the fp32 sums (q was packed unscaled) */
+        for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
       if (r < nr && rows[r].mask) {
         const float* mk = rows[r].mask + j0 * a->mask_strides[3];
         int64_t ms = a->mask_strides[3];
@@ -539,6 +616,9 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       }
       for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
       float m_new = kiln_nn_row_max((size_t)nkp, sr);
+      /* bf16: the weights are taken against a reference point, a multiple
+       * of ln2, moved only when a score passes it (kiln_attention_bf16.h). */
+      if (bf && m_new > m[r]) m_new = kiln_attn_bf16_ref_point(m_new);
       m_new = m_new > m[r] ? m_new : m[r];
       /* While every key so far is hidden the max is -inf; subtracting 0
        * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
@@ -553,12 +633,24 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         }
       l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
       m[r] = m_new;
+      /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+      if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + r * bk);
+#endif
+      if (bf && !eng)
+        for (int64_t c = 0; c < nkp; ++c) sr[c] = kiln_attn_bf16_round(sr[c]);
       if (alpha != 1.0f) {
         float* orow = o + r * dvp;
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
       }
     }
-    kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng)
+      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, dvp, nkp / 2, pb, bk, (const uint16_t*)(void*)vp,
+                                      dvp, o, dvp, 1, lim, 0);
+    else
+#endif
+      kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
   }
 
   if (plan->kv_parts > 1) {

@@ -1,0 +1,181 @@
+/* bf16 attention (kiln_attention_args_t.bf16, the SDPA flag KILN_SDPA_BF16)
+ * against its scalar reference: test_nn.c's attention cases (GQA, causal
+ * with offsets, masks of every kind, permuted views, decode steps split
+ * over threads, head dims 1..300, odd lengths, NaN) run with the rule, at
+ * every ISA level this CPU has, with 1 and 2 threads, and at avx512 both on
+ * VDPBF16PS (when the CPU has AVX512_BF16) and on the fp32 kernels; then
+ * Inf, head dims 32/64/80/128 at BERT's shapes, and a check that the rule
+ * is not fp32's.
+ *
+ * Tolerance (kiln_test_attn_bf16_compare): the kernels and the reference
+ * round the same q, k, v, so their scores differ by fp32 summation order
+ * only (the reference sums in double). Each weight p_j is rounded to bf16
+ * in both, against reference points that differ by a power of two at most
+ * (kiln_attention_bf16.h), so the rounded weights agree except where an
+ * fp32-level difference in s_j moves p_j across a rounding boundary: about
+ * 1e-7 / 2^-9 ~ 1 weight in 10^4. Such a weight differs by one bf16 ulp,
+ * 2^-8 of itself, which moves an output by at most 2^-8 p_j / l |v_j| <=
+ * 2^-8 (|v| <= 1 here). So every element must be within 2^-7 + 2e-5 (two
+ * flips in one row, plus fp32's tolerance), and only rows with a flipped
+ * weight above 2e-5 * 2^8 = 0.005 of the row's sum may leave fp32's own
+ * tolerance, 2e-5 + 1e-4 |want|: at most 2 + 5 % of the rows (measured:
+ * 0-2 rows per case; a row of a few keys has few weights to flip but each
+ * large, a long row many, each too small to matter).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_cpu.h"
+#include "base/kiln_pool.h"
+#include "kernels/nn/kiln_nn.h"
+#include "kiln_test.h"
+
+int kiln_test_attn_bf16_compare(const char* what, const float* got, const float* want,
+                                size_t n, size_t row) {
+  size_t bad = 0, loose_rows = 0, rows = row ? (n + row - 1) / row : 0;
+  double worst = 0.0;
+  for (size_t r = 0; r < rows; ++r) {
+    int loose = 0;
+    for (size_t i = r * row; i < n && i < (r + 1) * row; ++i) {
+      float g = got[i], w = want[i];
+      if (isnan(w) || isnan(g) || isinf(w) || isinf(g)) {
+        if (!(isnan(w) ? isnan(g) : g == w)) {
+          if (!bad)
+            fprintf(stderr, "  %s: element %zu: got %.9g want %.9g\n", what, i, (double)g,
+                    (double)w);
+          ++bad;
+        }
+        continue;
+      }
+      double err = fabs((double)g - w);
+      worst = err > worst ? err : worst;
+      if (err > 0x1p-7 + 2e-5) {
+        if (!bad)
+          fprintf(stderr, "  %s: element %zu: got %.9g want %.9g\n", what, i, (double)g,
+                  (double)w);
+        ++bad;
+      }
+      loose |= err > 2e-5 + 1e-4 * fabs((double)w);
+    }
+    loose_rows += (size_t)loose;
+  }
+  if (getenv("KILN_TEST_VERBOSE"))
+    fprintf(stderr, "  %s: worst %.3g, %zu of %zu rows past fp32's tolerance\n", what, worst,
+            loose_rows, rows);
+  KILN_EXPECT(bad == 0, "%s: %zu of %zu elements differ by more than 2^-7 (worst %.3g)", what,
+              bad, n, worst);
+  KILN_EXPECT(loose_rows <= 2 + rows / 20,
+              "%s: %zu of %zu rows past fp32's tolerance (2 + 5 %% allowed)", what, loose_rows,
+              rows);
+  return (int)(bad + (loose_rows > 2 + rows / 20));
+}
+
+/* One (B, H, S, D) case with q, k, v filled from seeds; returns fast and
+ * reference outputs through out/ref (b * h * s * d floats each). */
+static void kiln_test_attn_bf16_run(kiln_pool_t* pool, int64_t b, int64_t h, int64_t s,
+                                    int64_t d, int causal, float* q, float* k, float* v,
+                                    float* out, float* ref) {
+  kiln_attention_args_t a;
+  memset(&a, 0, sizeof a);
+  a.batch = b, a.heads = h, a.kv_heads = h, a.q_len = s, a.kv_len = s;
+  a.head_dim = a.v_head_dim = d;
+  int64_t st[4] = {h * s * d, s * d, d, 1};
+  memcpy(a.q_strides, st, sizeof st);
+  memcpy(a.k_strides, st, sizeof st);
+  memcpy(a.v_strides, st, sizeof st);
+  a.q = q, a.k = k, a.v = v;
+  a.scale = 1.0f / sqrtf((float)d);
+  a.causal = causal;
+  a.bf16 = 1;
+  a.out = out;
+  kiln_attention_f32(&a, pool);
+  a.out = ref;
+  kiln_attention_f32_reference(&a);
+}
+
+/* BERT's and MiniLM's shapes (S = 128, several key tiles, the max in a
+ * later tile for many rows: the reference point moves) and head dims 32,
+ * 64, 80, 128; Inf in q and k; and fp32's answer is not bf16's. */
+static void kiln_test_attn_bf16_shapes(kiln_pool_t* pool, const char* where) {
+  static const struct { int64_t b, h, s, d; int causal; } cases[] = {
+      {2, 3, 128, 32, 0}, {1, 4, 128, 64, 0}, {1, 2, 97, 80, 1}, {1, 2, 130, 128, 0},
+      {2, 2, 128, 64, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    int64_t b = cases[c].b, h = cases[c].h, s = cases[c].s, d = cases[c].d;
+    size_t n = (size_t)(b * h * s * d);
+    float *q = malloc(n * sizeof(float)), *k = malloc(n * sizeof(float));
+    float *v = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    float* w = malloc(n * sizeof(float));
+    if (q && k && v && y && w) {
+      /* Scores of a few units, with a growing trend along the keys so later
+       * tiles often hold the row max. */
+      kiln_test_fill_f32(q, n, 11 + (unsigned)c, -1.5f, 1.5f);
+      kiln_test_fill_f32(k, n, 12 + (unsigned)c, -1.5f, 1.5f);
+      kiln_test_fill_f32(v, n, 13 + (unsigned)c, -1.0f, 1.0f);
+      for (size_t i = 0; i < n; ++i) k[i] += (float)((i / (size_t)d) % (size_t)s) / (float)s;
+      char what[160];
+      kiln_test_attn_bf16_run(pool, b, h, s, d, cases[c].causal, q, k, v, y, w);
+      snprintf(what, sizeof what, "%s attention bf16 %lldx%lld s%lld d%lld%s", where,
+               (long long)b, (long long)h, (long long)s, (long long)d,
+               cases[c].causal ? " causal" : "");
+      kiln_test_attn_bf16_compare(what, y, w, n, (size_t)d);
+      if (c == 0) {
+        /* The rule rounds: fp32's reference differs beyond fp32's tolerance. */
+        kiln_attention_args_t a;
+        memset(&a, 0, sizeof a);
+        a.batch = b, a.heads = a.kv_heads = h, a.q_len = a.kv_len = s;
+        a.head_dim = a.v_head_dim = d;
+        int64_t st[4] = {h * s * d, s * d, d, 1};
+        memcpy(a.q_strides, st, sizeof st);
+        memcpy(a.k_strides, st, sizeof st);
+        memcpy(a.v_strides, st, sizeof st);
+        a.q = q, a.k = k, a.v = v, a.out = w;
+        a.scale = 1.0f / sqrtf((float)d);
+        kiln_attention_f32_reference(&a);
+        double diff = 0.0;
+        for (size_t i = 0; i < n; ++i) diff = fmax(diff, fabs((double)y[i] - w[i]));
+        KILN_EXPECT(diff > 2e-4 && diff < 0.05,
+                    "%s: bf16 differs from fp32 by a bf16-sized amount (largest %.3g)", what, diff);
+      }
+      /* Inf: +inf in a q element makes its row's scores +-inf or NaN; -inf
+       * in a k element likewise for every row that sees the key. */
+      q[d + 1] = INFINITY;
+      k[(size_t)(3 * d)] = -INFINITY;
+      kiln_test_attn_bf16_run(pool, b, h, s, d, cases[c].causal, q, k, v, y, w);
+      snprintf(what, sizeof what, "%s attention bf16 %lldx%lld s%lld d%lld inf", where,
+               (long long)b, (long long)h, (long long)s, (long long)d);
+      kiln_test_attn_bf16_compare(what, y, w, n, (size_t)d);
+    }
+    free(q);
+    free(k);
+    free(v);
+    free(y);
+    free(w);
+  }
+}
+
+/* The engines at the suite's start (read before the levels change:
+ * kiln_cpu_bf16() is 0 below avx512, and setting that would stick). */
+static unsigned kiln_test_attn_bf16_mask_;
+
+static void kiln_test_attn_bf16_level(kiln_pool_t* pool, const char* where) {
+  const unsigned start = kiln_test_attn_bf16_mask_;
+  int has = kiln_cpu_isa() == KILN_ISA_AVX512 && (start & KILN_CPU_BF16_AVX512);
+  /* On the engine (if any), then on the fp32 kernels at the same level. */
+  for (int eng = has; eng >= 0; --eng) {
+    kiln_cpu_bf16_set(eng ? start : 0);
+    char w2[96];
+    snprintf(w2, sizeof w2, "%s%s", where, eng ? "[vdpbf16ps]" : "");
+    kiln_test_nn_attention_cases(pool, w2, 1);
+    kiln_test_attn_bf16_shapes(pool, w2);
+  }
+  kiln_cpu_bf16_set(start);
+}
+
+void kiln_test_suite_attention_bf16(void) {
+  kiln_test_attn_bf16_mask_ = kiln_cpu_bf16();
+  kiln_test_each_isa_and_pool(kiln_test_attn_bf16_level);
+  kiln_cpu_bf16_set(kiln_test_attn_bf16_mask_);
+}
