@@ -122,6 +122,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")
   }
+  /* compute_dtype=bf16: attention too (linear layers and convs get there
+   * through their packed weights below). */
+  if (o->compute_bf16)
+    KILN_RUN_PASS("sdpa_bf16", kiln_pass_sdpa_bf16(g, &next, &a), "%d attentions in bf16")
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
     kiln_compile_before(o, "layout");

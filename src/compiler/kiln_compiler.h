@@ -85,6 +85,10 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                        int32_t* out_fused);
 
+/* compute_bf16: every SDPA computes in bf16 (KILN_SDPA_BF16). */
+kiln_status_t kiln_pass_sdpa_bf16(kiln_graph_t* graph, kiln_graph_t** out_graph,
+                                  int32_t* out_marked);
+
 /* Chains of float32 elementwise ops (with comparisons feeding WHERE,
  * transformers' rotate_half and, with rounds set, float32 -> bf16 -> float32
  * cast pairs) whose intermediates are read only inside the chain become one
