@@ -73,11 +73,29 @@ enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Floats of scratch the tiles need for a row block bq and key tile bk
- * (bf16: P in bf16 too, bq x bk halves; the bf16 Q, Kt and V tiles fit in
- * the fp32 ones' space). */
-static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp, int bf16) {
-  return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq + (bf16 ? bq * bk / 2 : 0);
+/* The scratch tiles of a task, in floats: Q (bq, d), Kt (d, bk), V (bk,
+ * dvp), S (bq, bk), O (bq, dvp), m, l; on the bf16 engine (eng) Q, Kt and V
+ * hold bf16 (half the floats, d rounded up to even) and P (bq, bk) bf16
+ * follows, or takes Kt's place when it fits there (bq <= d: Kt is dead
+ * once a tile's scores are taken), which lets BERT's d = 64 have 48 rows
+ * by 128 keys. */
+typedef struct kiln_nn_attn_layout_s {
+  int64_t q, k, v, s, o, total;
+  int p_in_k;
+} kiln_nn_attn_layout_t;
+
+static kiln_nn_attn_layout_t kiln_nn_attn_layout(int64_t bq, int64_t bk, int64_t d, int64_t dvp,
+                                                 int eng) {
+  kiln_nn_attn_layout_t t;
+  int64_t dp = (d + 1) / 2 * 2;
+  t.q = eng ? bq * dp / 2 : bq * d;
+  t.k = eng ? dp / 2 * bk : d * bk;
+  t.v = eng ? bk * dvp / 2 : bk * dvp;
+  t.s = bq * bk;
+  t.o = bq * dvp;
+  t.p_in_k = eng && bq <= dp;
+  t.total = t.q + t.k + t.v + t.s + t.o + 3 * bq + (eng && !t.p_in_k ? bq * bk / 2 : 0);
+  return t;
 }
 
 void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
@@ -101,13 +119,18 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
                  ? 4
                  : KILN_NN_ATTN_MR;
   /* (rows, keys): rows a multiple of 12, halvable down to mr. */
-  static const int64_t tiles[][2] = {{48, 64}, {48, 32}, {24, 32}, {12, 32}, {12, 16}, {6, 16}};
+  /* The bf16 engine's tiles are half the bytes: it can take all 128 keys
+   * of a BERT row at once (one max, one rescale per row instead of two). */
+  static const int64_t tiles[][2] = {{48, 128}, {24, 128}, {48, 64}, {48, 32}, {24, 32},
+                                     {12, 32},  {12, 16},  {6, 16}};
   plan->q_block = 12;
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
       if (tiles[t][0] <= KILN_NN_ATTN_MAX_ROWS &&
-          kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp, a->bf16) <= KILN_NN_ATTN_SCRATCH) {
+          (plan->bf16_engine || tiles[t][1] <= 64) &&
+          kiln_nn_attn_layout(tiles[t][0], tiles[t][1], d, dvp, plan->bf16_engine).total <=
+              KILN_NN_ATTN_SCRATCH) {
         plan->q_block = tiles[t][0];
         plan->k_block = tiles[t][1];
         break;
@@ -328,9 +351,17 @@ static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t block
   const kiln_attention_args_t* a = plan->args;
   int64_t bh_count = a->batch * a->kv_heads;
   /* The last row blocks see the most keys under causal masking: hand them
-   * out first so the pool's counter balances the tail. */
-  int64_t blk = plan->q_blocks - 1 - (int64_t)block / bh_count;
-  int64_t bh = (int64_t)block % bh_count;
+   * out first so the pool's counter balances the tail. Without causal
+   * masking every block costs the same: a head's blocks go out one after
+   * another, so its K and V are still in the caches for the next block. */
+  int64_t blk, bh;
+  if (a->causal) {
+    blk = plan->q_blocks - 1 - (int64_t)block / bh_count;
+    bh = (int64_t)block % bh_count;
+  } else {
+    blk = (int64_t)block % plan->q_blocks;
+    bh = (int64_t)block / plan->q_blocks;
+  }
   *b = bh / a->kv_heads;
   *kvh = bh % a->kv_heads;
   int64_t total = plan->group * a->q_len, r0 = blk * plan->q_block;
@@ -463,18 +494,10 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   const int64_t d = a->head_dim, dv = a->v_head_dim;
   const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
   const int64_t nrp = kiln_nn_round_up(nr, mr);
-  _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
-  float* qp = scratch;    /* (nrp, d), pre-scaled */
-  float* kt = qp + nrp * d; /* (d, bk) */
-  float* vp = kt + d * bk;  /* (bk, dvp) */
-  float* s = vp + bk * dvp; /* (nrp, bk): scores, then probabilities */
-  float* o = s + nrp * bk;  /* (nrp, dvp) */
-  float* m = o + nrp * dvp; /* running max per row (bf16: its reference point) */
-  float* l = m + nrp;       /* running sum per row */
   /* The bf16 rule (kiln_attention_bf16.h): q, k, v rounded as packed, the
    * scale applied to the fp32 scores, P rounded before P·V. On VDPBF16PS
-   * (eng) the tiles are bf16: Q rows of dp (d rounded up to even) values in
-   * qp's space, Kt and V as VNNI pairs in kt's and vp's, P in pb. */
+   * (eng) the tiles are bf16: Q rows of dp (d rounded up to even) values,
+   * Kt and V as VNNI pairs, P in pb. */
   const int bf = a->bf16;
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
   const int eng = plan->bf16_engine;
@@ -482,7 +505,16 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   const int eng = 0;
 #endif
   const int64_t dp = (d + 1) / 2 * 2;
-  uint16_t* pb = (uint16_t*)(void*)(l + nrp); /* (nrp, bk) bf16, eng only */
+  const kiln_nn_attn_layout_t lay = kiln_nn_attn_layout(nrp, bk, d, dvp, eng);
+  _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
+  float* qp = scratch;      /* (nrp, d), pre-scaled */
+  float* kt = qp + lay.q;   /* (d, bk) */
+  float* vp = kt + lay.k;   /* (bk, dvp) */
+  float* s = vp + lay.v;    /* (nrp, bk): scores, then probabilities */
+  float* o = s + lay.s;     /* (nrp, dvp) */
+  float* m = o + lay.o;     /* running max per row (bf16: its reference point) */
+  float* l = m + nrp;       /* running sum per row */
+  uint16_t* pb = (uint16_t*)(void*)(lay.p_in_k ? kt : l + nrp); /* (nrp, bk) bf16, eng only */
   (void)pb;
 
   int64_t kv_end = 0;
@@ -505,11 +537,18 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   }
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
   if (eng) {
-    /* Rows of one task are rows of q at a few strides (GQA: heads, then
-     * queries): one pack call per row keeps the strides general. */
-    for (int64_t r = 0; r < nr; ++r)
-      kiln_attn_bf16_pack_rows__avx512bf16(1, d, rows[r].q, 0, a->q_strides[3],
-                                           (uint16_t*)(void*)qp + r * dp, dp);
+    /* One call when the rows are evenly spaced (no GQA group: consecutive
+     * queries), else one per row (a group's heads, then its queries). */
+    int64_t rs = nr > 1 ? rows[1].q - rows[0].q : 0;
+    int even = 1;
+    for (int64_t r = 2; r < nr && even; ++r) even = rows[r].q - rows[r - 1].q == rs;
+    if (even)
+      kiln_attn_bf16_pack_rows__avx512bf16(nr, d, rows[0].q, rs, a->q_strides[3],
+                                           (uint16_t*)(void*)qp, dp);
+    else
+      for (int64_t r = 0; r < nr; ++r)
+        kiln_attn_bf16_pack_rows__avx512bf16(1, d, rows[r].q, 0, a->q_strides[3],
+                                             (uint16_t*)(void*)qp + r * dp, dp);
   }
 #endif
   memset(o, 0, (size_t)(nrp * dvp) * sizeof(float));
@@ -588,7 +627,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       kiln_attn_bf16_pack_kt__avx512bf16(kb + j0 * a->k_strides[2], a->k_strides[2],
                                          a->k_strides[3], d, nk, nkp, (uint16_t*)(void*)kt, bk);
       kiln_attn_bf16_gemm__avx512bf16(mr, nrp, nkp, dp / 2, (const uint16_t*)(void*)qp, dp,
-                                      (const uint16_t*)(void*)kt, bk, s, bk, 0, lim, 1);
+                                      (const uint16_t*)(void*)kt, bk, s, bk, 0, a->scale, lim, 1);
     } else
 #endif
     {
@@ -604,7 +643,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
-      if (bf) /* the rule scales the fp32 sums (q was packed unscaled) */
+      if (bf && !eng) /* the rule scales the fp32 sums (q was packed unscaled) */
         for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
       if (r < nr && rows[r].mask) {
         const float* mk = rows[r].mask + j0 * a->mask_strides[3];
@@ -647,7 +686,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
     if (eng)
       kiln_attn_bf16_gemm__avx512bf16(mr, nrp, dvp, nkp / 2, pb, bk, (const uint16_t*)(void*)vp,
-                                      dvp, o, dvp, 1, lim, 0);
+                                      dvp, o, dvp, 1, 1.0f, lim, 0);
     else
 #endif
       kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);

@@ -83,14 +83,14 @@ void kiln_attn_bf16_pack_v__avx512bf16(const float* vb, int64_t v_row, int64_t v
 void kiln_attn_bf16_round_row__avx512bf16(int64_t n, const float* x, uint16_t* y);
 /* C(m, n) (+)= A(m, 2 pairs) . B(pairs, n) with m % mr == 0 (mr 4 or 6),
  * n % 16 == 0, A in rows (stride lda), B in VNNI pairs (cols ldb), C fp32
- * (stride ldc). lim[g]: the keys row group g of mr rows sees. lim_cols:
+ * (stride ldc); without accumulate, C = scale x the fp32 sums. lim[g]: the keys row group g of mr rows sees. lim_cols:
  * columns at or past lim[g] are skipped (the scores, overwritten with
  * -inf after); else the reduction stops at pair ceil(lim[g] / 2) (P·V,
  * where P is 0 past lim[g]). */
 void kiln_attn_bf16_gemm__avx512bf16(int mr, int64_t m, int64_t n, int64_t pairs,
                                      const uint16_t* a, int64_t lda, const uint16_t* b,
                                      int64_t ldb, float* c, int64_t ldc, int accumulate,
-                                     const int64_t* lim, int lim_cols);
+                                     float scale, const int64_t* lim, int lim_cols);
 #endif
 
 #endif /* KILN_ATTENTION_BF16_H */

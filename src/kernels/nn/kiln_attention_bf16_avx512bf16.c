@@ -152,7 +152,8 @@ void kiln_attn_bf16_round_row__avx512bf16(int64_t n, const float* x, uint16_t* y
 /* C(MR, 16 NV) (+)= A(MR, 2 pairs) . B: the register tile. */
 KILN_ATTN_BF16_AI void kiln_attn_bf16_tile(const int MR, const int NV, int64_t pairs,
                                            const uint16_t* a, int64_t lda, const uint16_t* b,
-                                           int64_t ldb, float* c, int64_t ldc, int accumulate) {
+                                           int64_t ldb, float* c, int64_t ldc, int accumulate,
+                                           float scale) {
   __m512 acc[6][2];
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NV; ++v)
@@ -168,6 +169,10 @@ KILN_ATTN_BF16_AI void kiln_attn_bf16_tile(const int MR, const int NV, int64_t p
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
     }
   }
+  /* The scores' scale, on the fp32 sums as the rule says (one rounding). */
+  if (!accumulate)
+    for (int i = 0; i < MR; ++i)
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_mul_ps(acc[i][v], _mm512_set1_ps(scale));
   for (int i = 0; i < MR; ++i)
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + i * ldc + 16 * v, acc[i][v]);
 }
@@ -175,7 +180,7 @@ KILN_ATTN_BF16_AI void kiln_attn_bf16_tile(const int MR, const int NV, int64_t p
 void kiln_attn_bf16_gemm__avx512bf16(int mr, int64_t m, int64_t n, int64_t pairs,
                                      const uint16_t* a, int64_t lda, const uint16_t* b,
                                      int64_t ldb, float* c, int64_t ldc, int accumulate,
-                                     const int64_t* lim, int lim_cols) {
+                                     float scale, const int64_t* lim, int lim_cols) {
   /* Column chunks outside, so a chunk of B stays in L1 across row groups. */
   for (int64_t j = 0; j < n; j += 32) {
     const int wide = n - j >= 32;
@@ -186,11 +191,11 @@ void kiln_attn_bf16_gemm__avx512bf16(int mr, int64_t m, int64_t n, int64_t pairs
       const uint16_t* bj = b + 2 * j;
       float* ci = c + i * ldc + j;
       if (mr == 4) {
-        if (wide) kiln_attn_bf16_tile(4, 2, pp, ai, lda, bj, ldb, ci, ldc, accumulate);
-        else kiln_attn_bf16_tile(4, 1, pp, ai, lda, bj, ldb, ci, ldc, accumulate);
+        if (wide) kiln_attn_bf16_tile(4, 2, pp, ai, lda, bj, ldb, ci, ldc, accumulate, scale);
+        else kiln_attn_bf16_tile(4, 1, pp, ai, lda, bj, ldb, ci, ldc, accumulate, scale);
       } else {
-        if (wide) kiln_attn_bf16_tile(6, 2, pp, ai, lda, bj, ldb, ci, ldc, accumulate);
-        else kiln_attn_bf16_tile(6, 1, pp, ai, lda, bj, ldb, ci, ldc, accumulate);
+        if (wide) kiln_attn_bf16_tile(6, 2, pp, ai, lda, bj, ldb, ci, ldc, accumulate, scale);
+        else kiln_attn_bf16_tile(6, 1, pp, ai, lda, bj, ldb, ci, ldc, accumulate, scale);
       }
     }
   }
