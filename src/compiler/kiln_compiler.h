@@ -29,6 +29,8 @@ typedef struct kiln_compile_options_s {
   int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs: 2 per value (the
                        * default), 1 chains read once only (KILN_CASTS=chains), 0 off
                        * (KILN_CASTS=keep) */
+  int sdpa_bf16;      /* with compute_bf16, attention in bf16 too (kiln_pass_sdpa_bf16);
+                       * 0 with KILN_ATTN_BF16=off */
   const char* target; /* the target whose constant forms and kernels to use
                        * (kiln_hal_target_find; NULL: the default) */
   FILE* log;          /* when set, each pass prints what it did */
