@@ -107,6 +107,11 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->bf16_engine = 0;
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
   plan->bf16_engine = a->bf16 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+  /* A decode step (a few rows per kv head) is bound by reading K and V:
+   * its scores come from K's rows (kiln_nn_attn_scores_rows, over a
+   * rounded copy), faster than packing K into pairs. */
+  if (plan->group * a->q_len <= 8 && a->k_strides[3] == 1 && a->head_dim % 8 == 0)
+    plan->bf16_engine = 0;
 #endif
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
@@ -175,9 +180,25 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
  * row count is its own unrolled kernel. */
 #define KILN_NN_ATTN_INLINE static inline __attribute__((always_inline))
 #if defined(KILN_NN_ATTN_AVX2)
+/* 8 floats rounded to bf16 (kiln_attn_bf16_round's rule: nearest even, a
+ * NaN made quiet), as floats: the bf16 rule's k and v where a decode step
+ * reads them in place. */
+static inline __m256 kiln_nn_attn_round8(__m256 x) {
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  __m256i b = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i r =
+      _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), hi);
+  __m256i quiet = _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)), hi);
+  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(quiet),
+                          _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* round_b: B's values rounded to bf16 as loaded (decode's P·V over V in
+ * place; a larger row block packs V rounded once instead). */
 KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
                                                const float* b, int64_t ldb, float* c, int64_t ldc,
-                                               int accumulate) {
+                                               int accumulate, const int round_b) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int r = 0; r < mr; ++r) {
@@ -186,6 +207,10 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
   }
   for (int64_t p = 0; p < k; ++p) {
     __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+    if (round_b) {
+      b0 = kiln_nn_attn_round8(b0);
+      b1 = kiln_nn_attn_round8(b1);
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < mr; ++r) {
       __m256 av = _mm256_broadcast_ss(a + r * lda + p);
@@ -201,11 +226,14 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 }
 
 /* kt[e][c] = K[c][e] for an 8 x 8 block: rows of 8 floats in, transposed
- * in registers, 8 vectors out (the scalar version is one store per float). */
+ * in registers, 8 vectors out (the scalar version is one store per float);
+ * bf: rounded to bf16 on the way (the bf16 rule's k). */
 static inline void kiln_nn_attn_transpose8(const float* src, int64_t lds, float* dst,
-                                           int64_t ldd) {
+                                           int64_t ldd, int bf) {
   __m256 r[8], o[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  if (bf)
+    for (int i = 0; i < 8; ++i) r[i] = kiln_nn_attn_round8(r[i]);
   kiln_transpose8x8_avx2(r, o);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, o[i]);
 }
@@ -268,10 +296,60 @@ static void kiln_nn_attn_scores_rows(int64_t nrp, int64_t nk, int64_t d, const f
     }
   }
 }
+
+/* The bf16 rule's scores for few rows, as kiln_nn_attn_scores_rows: each
+ * K vector is rounded to bf16 once, in registers, and used by R (2 or 4)
+ * rows (the q rows in qp are rounded already); two keys at a time, 2 R
+ * accumulators. Rounding as read costs less than a rounded copy of K:
+ * a decode step reads K once, from DRAM. */
+KILN_NN_ATTN_INLINE void kiln_nn_attn_scores_bf16_rows(const int R, int64_t d, const float* q,
+                                                       const float* k0, const float* k1, float* s,
+                                                       int64_t lds) {
+  __m256 acc[4][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t e = 0; e < d; e += 8) {
+    __m256 y0 = kiln_nn_attn_round8(_mm256_loadu_ps(k0 + e));
+    __m256 y1 = kiln_nn_attn_round8(_mm256_loadu_ps(k1 + e));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 x = _mm256_loadu_ps(q + r * d + e);
+      acc[r][0] = _mm256_fmadd_ps(x, y0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, y1, acc[r][1]);
+    }
+  }
+  /* (row r, key 0), (r, 1), (r + 1, 0), (r + 1, 1) per horizontal sum */
+  for (int r = 0; r < R; r += 2) {
+    __m128 t = kiln_nn_attn_hsum4(acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1]);
+    _mm_storel_pi((__m64*)(void*)(s + r * lds), t);
+    _mm_storeh_pi((__m64*)(void*)(s + (r + 1) * lds), t);
+  }
+}
+
+static void kiln_nn_attn_scores_bf16(int64_t nrp, int64_t nk, int64_t d, const float* qp,
+                                     const float* kb, int64_t k_row, float* s, int64_t lds,
+                                     const float* vb, int64_t v_row, int64_t dv,
+                                     int64_t keys_left) {
+  for (int64_t c = 0; c < nk; c += 2) {
+    const float* k0 = kb + c * k_row;
+    const float* k1 = kb + (c + 1 < nk ? c + 1 : c) * k_row;
+    for (int64_t j = c; j < c + 2; ++j) {
+      if (j + KILN_NN_ATTN_PF < keys_left)
+        kiln_nn_attn_prefetch_row(kb + (j + KILN_NN_ATTN_PF) * k_row, d);
+      if (vb && j < nk) kiln_nn_attn_prefetch_row(vb + j * v_row, dv);
+    }
+    for (int64_t r = 0; r < nrp; r += 4) {
+      if (nrp - r >= 4)
+        kiln_nn_attn_scores_bf16_rows(4, d, qp + r * d, k0, k1, s + r * lds + c, lds);
+      else
+        kiln_nn_attn_scores_bf16_rows(2, d, qp + r * d, k0, k1, s + r * lds + c, lds);
+    }
+  }
+}
 #else
 KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
                                                const float* b, int64_t ldb, float* c, int64_t ldc,
-                                               int accumulate) {
+                                               int accumulate, const int round_b) {
+  (void)round_b; /* only the AVX2 builds read V in place under the bf16 rule */
   float acc[6][16];
   for (int r = 0; r < mr; ++r)
     for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
@@ -288,11 +366,15 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 #endif
 
 static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, int accumulate) {
-  if (mr == 4)
-    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate);
+                                int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
+  if (round_b && mr == 4)
+    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (round_b)
+    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (mr == 4)
+    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);
   else
-    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate);
+    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);
 }
 
 /* C(m, n) (+)= A(m, k) · B(k, n) with m % mr == 0 and n % 16 == 0, skipping
@@ -303,33 +385,37 @@ static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, 
  * outside so each chunk of B stays in L1 across the row groups. */
 static void kiln_nn_attn_gemm(int mr, int64_t m, int64_t n, int64_t k, const float* a,
                               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                              int accumulate, const int64_t* lim, int lim_cols) {
+                              int accumulate, const int64_t* lim, int lim_cols, int round_b) {
   for (int64_t j = 0; j < n; j += 16)
     for (int64_t i = 0, g = 0; i < m; i += mr, ++g) {
       int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
       if ((lim_cols && j >= lim[g]) || kk == 0) continue;
-      kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+      kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate,
+                          round_b);
     }
 }
 
 /* kt(d, bk) = the transpose of keys [j0, j0 + nk) of K (rows at k_row,
- * elements at k_col), zero-padded to nkp columns. */
+ * elements at k_col), zero-padded to nkp columns; bf: rounded to bf16. */
 static void kiln_nn_attn_pack_k(const float* kb, int64_t k_row, int64_t k_col, int64_t d,
-                                int64_t nk, int64_t nkp, float* kt, int64_t bk) {
+                                int64_t nk, int64_t nkp, float* kt, int64_t bk, int bf) {
   int64_t c0 = 0;
 #if defined(KILN_NN_ATTN_AVX2)
   if (k_col == 1) {
     int64_t d8 = d / 8 * 8;
     for (; c0 + 8 <= nk; c0 += 8) {
       for (int64_t e = 0; e < d8; e += 8)
-        kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk);
+        kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk, bf);
       for (int64_t c = c0; c < c0 + 8; ++c)
-        for (int64_t e = d8; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e];
+        for (int64_t e = d8; e < d; ++e)
+          kt[e * bk + c] = bf ? kiln_attn_bf16_round(kb[c * k_row + e]) : kb[c * k_row + e];
     }
   }
 #endif
   for (int64_t c = c0; c < nkp; ++c) {
-    if (c < nk)
+    if (c < nk && bf)
+      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kiln_attn_bf16_round(kb[c * k_row + e * k_col]);
+    else if (c < nk)
       for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e * k_col];
     else
       for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = 0.0f;
@@ -520,7 +606,9 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   int64_t kv_end = 0;
   for (int64_t r = 0; r < nrp; ++r) {
     if (r < nr) {
-      if (!eng)
+      if (!eng && bf && a->q_strides[3] == 1)
+        for (int64_t e = 0; e < d; ++e) qp[r * d + e] = kiln_attn_bf16_round(rows[r].q[e]);
+      else if (!eng)
         for (int64_t e = 0; e < d; ++e) {
           float x = rows[r].q[e * a->q_strides[3]];
           qp[r * d + e] = bf ? kiln_attn_bf16_round(x) : x * a->scale;
@@ -557,7 +645,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   if (plan->kv_parts > 1 && kv_lo + plan->kv_part < kv_end) kv_end = kv_lo + plan->kv_part;
 #if defined(KILN_NN_ATTN_AVX2)
   /* Few rows: scores from K's rows in place (kiln_nn_attn_scores_rows). */
-  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0 && !bf;
+  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0 && !eng;
 #else
   const int direct = 0;
 #endif
@@ -592,31 +680,12 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
     }
     /* No row may see a key of the tile: it would add e^-inf = 0 to each. */
     if (hidden) continue;
-    /* V is packed (zero-filling the padding so 0 · pad = 0) unless full
-     * tiles of a contiguous V with Dv % 16 == 0 can be read in place. */
-    const float* vt = vb + j0 * a->v_strides[2];
-    int64_t ldv = a->v_strides[2];
-#if defined(KILN_NN_ATTN_BF16_ENGINE)
-    if (eng) {
-      kiln_attn_bf16_pack_v__avx512bf16(vt, a->v_strides[2], a->v_strides[3], dv, dvp, nk, nkp,
-                                        (uint16_t*)(void*)vp);
-    } else
-#endif
-    if (bf || !(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
-      vt = vp;
-      ldv = dvp;
-      for (int64_t c = 0; c < nkp; ++c) {
-        const float* vr = vb + (j0 + c) * a->v_strides[2];
-        int64_t e = 0;
-        if (c < nk && bf)
-          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e * a->v_strides[3]]);
-        else if (c < nk)
-          for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
-        for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
-      }
-    }
 #if defined(KILN_NN_ATTN_AVX2)
-    if (direct) {
+    if (direct && bf) {
+      kiln_nn_attn_scores_bf16(nrp, nk, d, qp, kb + j0 * a->k_strides[2], a->k_strides[2], s, bk,
+                               a->v_strides[3] == 1 ? vb + j0 * a->v_strides[2] : NULL,
+                               a->v_strides[2], dv, kv_end - j0);
+    } else if (direct) {
       kiln_nn_attn_scores_rows(nrp, nk, d, qp, kb + j0 * a->k_strides[2], a->k_strides[2], s, bk,
                                a->v_strides[3] == 1 ? vb + j0 * a->v_strides[2] : NULL,
                                a->v_strides[2], dv, kv_end - j0);
@@ -634,18 +703,52 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       (void)direct;
       /* K packed transposed, zero-filled past nk. */
       kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk,
-                          nkp, kt, bk);
-      if (bf)
-        for (int64_t e = 0; e < d; ++e)
-          for (int64_t c = 0; c < nk; ++c) kt[e * bk + c] = kiln_attn_bf16_round(kt[e * bk + c]);
-      kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
+                          nkp, kt, bk, bf);
+      kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1, 0);
+    }
+    /* V is packed (zero-filling the padding so 0 · pad = 0) unless full
+     * tiles of a contiguous V with Dv % 16 == 0 can be read in place; after
+     * the scores, whose walk over K prefetches V's rows (decode: V comes
+     * from DRAM). */
+    const float* vt = vb + j0 * a->v_strides[2];
+    int64_t ldv = a->v_strides[2];
+    /* A decode step under the bf16 rule reads V in place too, rounded as
+     * the P·V kernel loads it (its one row group reads each value once). */
+    const int v_in_place = nk == nkp && dv == dvp && a->v_strides[3] == 1;
+    const int round_v = bf && direct && v_in_place;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng) {
+      kiln_attn_bf16_pack_v__avx512bf16(vt, a->v_strides[2], a->v_strides[3], dv, dvp, nk, nkp,
+                                        (uint16_t*)(void*)vp);
+    } else
+#endif
+    if ((bf && !round_v) || !v_in_place) {
+      vt = vp;
+      ldv = dvp;
+      for (int64_t c = 0; c < nkp; ++c) {
+        const float* vr = vb + (j0 + c) * a->v_strides[2];
+        int64_t e = 0;
+        if (c < nk && bf && a->v_strides[3] == 1)
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e]);
+        else if (c < nk && bf)
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e * a->v_strides[3]]);
+        else if (c < nk)
+          for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
+        for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
+      }
     }
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
-      if (bf && !eng) /* the rule scales the fp32 sums (q was packed unscaled) */
+      /* The rule scales the fp32 sums (q was packed unscaled; the engine's
+       * tile scales as it stores), then adds the mask: two roundings. */
+      if (bf && !eng && r < nr && rows[r].mask && a->mask_strides[3] == 1) {
+        const float* mk = rows[r].mask + j0;
+        for (int64_t c = 0; c < vis[r]; ++c) sr[c] = sr[c] * a->scale + mk[c];
+      } else if (bf && !eng) {
         for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
-      if (r < nr && rows[r].mask) {
+      }
+      if (r < nr && rows[r].mask && !(bf && !eng && a->mask_strides[3] == 1)) {
         const float* mk = rows[r].mask + j0 * a->mask_strides[3];
         int64_t ms = a->mask_strides[3];
         if (ms == 1)
@@ -664,20 +767,27 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       float m_use = m_new == -INFINITY ? 0.0f : m_new;
       float alpha = kiln_nn_exp_negf(m[r] - m_use);
       float acc[KILN_NN_LANES] = {0};
-      for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
-        for (int j = 0; j < KILN_NN_LANES; ++j) {
-          float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-          sr[c + j] = p;
-          acc[j] += p;
-        }
+      if (bf && !eng) /* P rounded to bf16 for P·V as it is made; l sums it unrounded */
+        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+          for (int j = 0; j < KILN_NN_LANES; ++j) {
+            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+            sr[c + j] = kiln_attn_bf16_round(p);
+            acc[j] += p;
+          }
+      else
+        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+          for (int j = 0; j < KILN_NN_LANES; ++j) {
+            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+            sr[c + j] = p;
+            acc[j] += p;
+          }
       l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
       m[r] = m_new;
       /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
       if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + r * bk);
 #endif
-      if (bf && !eng)
-        for (int64_t c = 0; c < nkp; ++c) sr[c] = kiln_attn_bf16_round(sr[c]);
+
       if (alpha != 1.0f) {
         float* orow = o + r * dvp;
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
@@ -689,7 +799,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
                                       dvp, o, dvp, 1, 1.0f, lim, 0);
     else
 #endif
-      kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
+      kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0, round_v);
   }
 
   if (plan->kv_parts > 1) {
