@@ -5,7 +5,8 @@
  * every ISA level this CPU has, with 1 and 2 threads, and at avx512 both on
  * VDPBF16PS (when the CPU has AVX512_BF16) and on the fp32 kernels; then
  * Inf, head dims 32/64/80/128 at BERT's shapes, and a check that the rule
- * is not fp32's.
+ * is not fp32's; and a graph whose SDPA has KILN_SDPA_BF16 through a model,
+ * format 2.17 and back (a 2.16 file with the flag refused).
  *
  * Tolerance (kiln_test_attn_bf16_compare): the kernels and the reference
  * round the same q, k, v, so their scores differ by fp32 summation order
@@ -29,8 +30,12 @@
 
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
+#include "ir/kiln_artifact.h"
+#include "ir/kiln_format.h"
+#include "ir/kiln_graph.h"
 #include "kernels/nn/kiln_nn.h"
 #include "kiln_test.h"
+#include "runtime/kiln_model.h"
 
 int kiln_test_attn_bf16_compare(const char* what, const float* got, const float* want,
                                 size_t n, size_t row) {
@@ -174,7 +179,106 @@ static void kiln_test_attn_bf16_level(kiln_pool_t* pool, const char* where) {
   kiln_cpu_bf16_set(start);
 }
 
+/* A graph of one SDPA with KILN_SDPA_BF16 (q, k, v inputs (1, 2, 24, 32))
+ * runs the rule, writes format 2.17, reads back computing the same, and a
+ * file stamped 2.16 with the flag is refused (no 2.16 writer set it). */
+enum { ABF_H = 2, ABF_S = 24, ABF_D = 32, ABF_N = ABF_H * ABF_S * ABF_D };
+
+static kiln_graph_t* abf_graph(int64_t flags) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t sh[4] = {1, ABF_H, ABF_S, ABF_D};
+  int32_t in[3], y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "q", KILN_F32, 4, sh, &in[0]));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "k", KILN_F32, 4, sh, &in[1]));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "v", KILN_F32, 4, sh, &in[2]));
+  int64_t p[KILN_P(SDPA, FLAGS) + 1] = {0};
+  p[KILN_P(SDPA, CAUSAL)] = 1;
+  p[KILN_P(SDPA, FLAGS)] = flags;
+  float scale = 1.0f / sqrtf((float)ABF_D);
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SDPA, in, 3, p, KILN_P(SDPA, FLAGS) + 1, &scale, 1,
+                                     "attention", &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
+static int abf_run(kiln_graph_t* g, float* const* qkv, float* y) {
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
+  if (!m) return 0;
+  int64_t sh[4] = {1, ABF_H, ABF_S, ABF_D};
+  kiln_tensor_t in[3] = {{qkv[0], KILN_F32, 4, sh}, {qkv[1], KILN_F32, 4, sh}, {qkv[2], KILN_F32, 4, sh}};
+  kiln_tensor_t out = {y, KILN_F32, 4, sh};
+  KILN_EXPECT_OK(kiln_model_run(m, in, 3, &out, 1));
+  kiln_model_release(m);
+  return 1;
+}
+
+static void kiln_test_attn_bf16_graph_and_file(void) {
+  static float q[ABF_N], k[ABF_N], v[ABF_N], want[ABF_N], got[ABF_N], got2[ABF_N], fp32[ABF_N];
+  float* qkv[3] = {q, k, v};
+  kiln_test_fill_f32(q, ABF_N, 61, -2, 2);
+  kiln_test_fill_f32(k, ABF_N, 62, -2, 2);
+  kiln_test_fill_f32(v, ABF_N, 63, -1, 1);
+  kiln_attention_args_t a;
+  memset(&a, 0, sizeof a);
+  a.batch = 1, a.heads = a.kv_heads = ABF_H, a.q_len = a.kv_len = ABF_S;
+  a.head_dim = a.v_head_dim = ABF_D;
+  int64_t st[4] = {ABF_N, ABF_S * ABF_D, ABF_D, 1};
+  memcpy(a.q_strides, st, sizeof st);
+  memcpy(a.k_strides, st, sizeof st);
+  memcpy(a.v_strides, st, sizeof st);
+  a.q = q, a.k = k, a.v = v, a.out = want, a.causal = 1, a.bf16 = 1;
+  a.scale = 1.0f / sqrtf((float)ABF_D);
+  kiln_attention_f32_reference(&a);
+  kiln_graph_t* g = abf_graph(KILN_SDPA_BF16);
+  if (!g) return;
+  void* bytes = NULL;
+  size_t size = 0;
+  KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+  /* The model takes the graph (kiln_model_create). */
+  if (abf_run(g, qkv, got)) kiln_test_attn_bf16_compare("graph with a bf16 SDPA", got, want, ABF_N, ABF_D);
+  kiln_graph_t* g32 = abf_graph(0);
+  if (g32) {
+    void* b32 = NULL;
+    size_t n32 = 0;
+    KILN_EXPECT_OK(kiln_artifact_write(g32, NULL, 0, &b32, &n32));
+    if (b32)
+      KILN_EXPECT(kiln_format_get_u16((uint8_t*)b32 + KILN_FORMAT_HDR_MINOR) < KILN_FORMAT_MINOR_SDPA_BF16,
+                  "a file without the flag is stamped as before");
+    free(b32);
+  }
+  if (g32 && abf_run(g32, qkv, fp32)) { /* the model takes the graph */
+    double diff = 0.0;
+    for (int i = 0; i < ABF_N; ++i) diff = fmax(diff, fabs((double)fp32[i] - got[i]));
+    KILN_EXPECT(diff > 2e-4, "the flag changes what the node computes (largest difference %.3g)", diff);
+  }
+  if (bytes) {
+    KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) == KILN_FORMAT_MINOR_SDPA_BF16,
+                "a file with a bf16 SDPA says 2.17");
+    kiln_graph_t* back = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &back));
+    if (back) {
+      KILN_EXPECT(back->nodes[0].params[KILN_P(SDPA, FLAGS)] == KILN_SDPA_BF16, "the flag round-trips");
+      if (abf_run(back, qkv, got2)) /* takes back */
+        kiln_test_compare_f32("the same graph read back", got2, got, ABF_N, 0.0f, 0.0f);
+    }
+    /* Stamped 2.16: no writer of 2.16 set the flag. */
+    kiln_format_put_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR_SDPA_BF16 - 1);
+    back = NULL;
+    kiln_status_t st2 = kiln_artifact_read(bytes, size, kiln_allocator_system(), &back);
+    KILN_EXPECT(st2 && kiln_status_code(st2) == KILN_CORRUPT_ARTIFACT &&
+                    strstr(kiln_status_message(st2), "bf16 attention"),
+                "a 2.16 file with a bf16 SDPA is refused: %s", st2 ? kiln_status_message(st2) : "read");
+    kiln_status_free(st2);
+    if (back) kiln_graph_release(back);
+    free(bytes);
+  }
+}
+
 void kiln_test_suite_attention_bf16(void) {
+  kiln_test_attn_bf16_graph_and_file();
   kiln_test_attn_bf16_mask_ = kiln_cpu_bf16();
   kiln_test_each_isa_and_pool(kiln_test_attn_bf16_level);
   kiln_cpu_bf16_set(kiln_test_attn_bf16_mask_);
