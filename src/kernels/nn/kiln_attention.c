@@ -45,6 +45,17 @@
  * math path would give NaN; the fused CPU kernel, the one users get, gives
  * 0), so kiln matches the kernel users see. NaN in q, k, v or the mask
  * gives NaN in the affected rows.
+ *
+ * bf16 (args->bf16, the rule in kiln_attention_bf16.h): the same walk with
+ * q, k, v rounded to bf16 as they are packed (or read, for a decode step's
+ * scores and V), the scale applied to the fp32 scores, and the softmax
+ * weights rounded for P·V against a reference point that is a multiple of
+ * ln2 (the running max rounded up to one), so the online softmax's
+ * rescaling is by powers of two and commutes with the rounding. At avx512
+ * with AVX512_BF16 the tiles are bf16 and both products VDPBF16PS tiles
+ * (kiln_attention_bf16_avx512bf16.c), with key tiles of up to 128 (half
+ * the bytes); elsewhere, and for decode steps, the fp32 kernels run on the
+ * rounded values. Masked rows and NaN behave as above.
  */
 #include <math.h>
 #include <string.h>
