@@ -80,7 +80,7 @@
 /* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
  * are that long); the plan never makes a larger row block. */
 enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
-       KILN_NN_ATTN_MAX_ROWS = 48 };
+       KILN_NN_ATTN_MAX_ROWS = 66 };
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -134,17 +134,19 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->mr = rows1 <= 16 && kiln_nn_round_up(rows1, 4) < kiln_nn_round_up(rows1, 6)
                  ? 4
                  : KILN_NN_ATTN_MR;
-  /* (rows, keys): rows a multiple of 12, halvable down to mr. */
-  /* The bf16 engine's tiles are half the bytes: it can take all 128 keys
-   * of a BERT row at once (one max, one rescale per row instead of two). */
-  static const int64_t tiles[][2] = {{48, 128}, {24, 128}, {48, 64}, {48, 32}, {24, 32},
-                                     {12, 32},  {12, 16},  {6, 16}};
+  /* (rows, keys): rows a multiple of 6 (of 12 up to 48), halvable down to
+   * mr. The bf16 engine's tiles are half the bytes: it can take all 128
+   * keys of a BERT row at once (one max, one rescale per row instead of
+   * two), and, for small head dims, 66 rows (a 128-query head in two row
+   * blocks instead of three: K and V packed twice, not three times). */
+  static const int64_t tiles[][2] = {{66, 128}, {48, 128}, {24, 128}, {48, 64}, {48, 32},
+                                     {24, 32},  {12, 32},  {12, 16},  {6, 16}};
   plan->q_block = 12;
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
       if (tiles[t][0] <= KILN_NN_ATTN_MAX_ROWS &&
-          (plan->bf16_engine || tiles[t][1] <= 64) &&
+          (plan->bf16_engine || (tiles[t][1] <= 64 && tiles[t][0] <= 48)) &&
           kiln_nn_attn_layout(tiles[t][0], tiles[t][1], d, dvp, plan->bf16_engine).total <=
               KILN_NN_ATTN_SCRATCH) {
         plan->q_block = tiles[t][0];
