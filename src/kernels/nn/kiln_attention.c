@@ -606,7 +606,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   const int64_t dp = (d + 1) / 2 * 2;
   const kiln_nn_attn_layout_t lay = kiln_nn_attn_layout(nrp, bk, d, dvp, eng);
   _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
-  float* qp = scratch;      /* (nrp, d), pre-scaled */
+  float* qp = scratch;      /* (nrp, d), pre-scaled (bf16 rule: rounded, not scaled) */
   float* kt = qp + lay.q;   /* (d, bk) */
   float* vp = kt + lay.k;   /* (bk, dvp) */
   float* s = vp + lay.v;    /* (nrp, bk): scores, then probabilities */
