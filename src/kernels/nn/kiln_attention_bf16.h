@@ -86,7 +86,10 @@ void kiln_attn_bf16_round_row__avx512bf16(int64_t n, const float* x, uint16_t* y
  * (stride ldc); without accumulate, C = scale x the fp32 sums. lim[g]: the keys row group g of mr rows sees. lim_cols:
  * columns at or past lim[g] are skipped (the scores, overwritten with
  * -inf after); else the reduction stops at pair ceil(lim[g] / 2) (P·V,
- * where P is 0 past lim[g]). */
+ * where P is 0 past lim[g]; so with an odd lim[g] the group also reads the
+ * V row of key lim[g], causally hidden from it: NaN or Inf there reaches
+ * the group's rows, as the fp32 kernel's row groups already read keys
+ * hidden from some of their rows). */
 void kiln_attn_bf16_gemm__avx512bf16(int mr, int64_t m, int64_t n, int64_t pairs,
                                      const uint16_t* a, int64_t lda, const uint16_t* b,
                                      int64_t ldb, float* c, int64_t ldc, int accumulate,
