@@ -32,19 +32,8 @@ static const char* kiln_profile_node_roof(const kiln_graph_t* g, const kiln_node
                                           const kiln_profile_report_t* r) {
   /* bf16 attention runs its products on VDPBF16PS, except a decode step's
    * (at most 8 rows per kv head: the fp32 kernels, kiln_attention.c). */
-  if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16)) {
-    const int64_t* p = n->params;
-    int64_t heads, kv_heads, q_len;
-    if (p[KILN_P(SDPA, FLAGS)] & KILN_SDPA_VIEWS) {
-      heads = p[KILN_P(SDPA, HEADS)], kv_heads = p[KILN_P(SDPA, KV_HEADS)];
-      q_len = p[KILN_P(SDPA, Q_LEN)];
-    } else {
-      const kiln_value_t *q = &g->values[n->inputs[0]], *k = &g->values[n->inputs[1]];
-      heads = q->shape[1], kv_heads = k->shape[1], q_len = q->shape[2];
-    }
-    int64_t rows = kv_heads > 0 ? heads / kv_heads * q_len : q_len;
-    return r->bf16_gflops > 0 && rows > 8 ? "bf16" : "fp32";
-  }
+  if (n->op == KILN_OP_SDPA)
+    return r->bf16_gflops > 0 && kiln_node_is_bf16_attention_prefill(g, n) ? "bf16" : "fp32";
   if ((n->op != KILN_OP_LINEAR && n->op != KILN_OP_MATMUL && n->op != KILN_OP_CONV2D_NHWC) ||
       n->n_inputs < 2 || n->inputs[1] < 0)
     return "fp32";

@@ -157,6 +157,11 @@ def test_explain_names_the_engine_and_the_file_keeps_the_flag(tmp_path):
         assert "VDPBF16PS" in text
     fp32 = kiln.trace(Attn(), (q, k, v))
     assert "compute=bf16" not in kiln.explain(fp32)
+    # A decode step (one query per head) runs the rule on the fp32 kernels.
+    q1 = q[:, :, :1].contiguous()
+    dec = kiln.trace(Attn(), (q1, k, v), compute_dtype=torch.bfloat16)
+    assert "decode steps: the fp32 kernels" in kiln.explain(dec)
+    assert_rule(dec(q1, k, v), q1, k, v)
     path = tmp_path / "attn.kiln"
     kiln.save(compiled, str(path))
     data = bytearray(path.read_bytes())

@@ -158,7 +158,7 @@ const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t*
   }
   if (kiln_node_is_bf16_product(g, n)) return kiln_gemm_bf16_values_describe();
   if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
-    return kiln_attention_bf16_describe();
+    return kiln_attention_bf16_describe(!kiln_node_is_bf16_attention_prefill(g, n));
   return NULL;
 }
 

@@ -54,8 +54,9 @@ static inline float kiln_attn_bf16_ref_point(float m) {
   return ceilf(m * 1.44269504f) * 0.693147182f;
 }
 
-/* What runs a flagged SDPA on this machine (kiln.explain's line). */
-const char* kiln_attention_bf16_describe(void);
+/* What runs a flagged SDPA on this machine (kiln.explain's line); decode:
+ * a decode step's (few rows per kv head), which the fp32 kernels run. */
+const char* kiln_attention_bf16_describe(int decode);
 
 #if defined(KILN_HAVE_X86)
 /* The VDPBF16PS pieces (kiln_attention_bf16_avx512bf16.c; call only when

@@ -202,7 +202,10 @@ static void kiln_nn_attention_task(void* ctx, size_t task, int thread) {
  * rows x parts), kept call to call so a decode step does not allocate. */
 static kiln_scratch_cache_t kiln_nn_attention_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)4 << 20);
 
-const char* kiln_attention_bf16_describe(void) {
+const char* kiln_attention_bf16_describe(int decode) {
+  if (decode)
+    return "bf16 attention, decode steps: the fp32 kernels on bf16-rounded q, k, v and weights "
+           "(bound by reading K and V)";
   if (kiln_cpu_isa() == KILN_ISA_AVX512 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512))
     return "bf16 attention: AVX512_BF16 dot products (VDPBF16PS) for Q·K^T and P·V, fp32 softmax";
   return "bf16 attention: the fp32 kernels on bf16-rounded q, k, v and weights (no bf16 engine)";
