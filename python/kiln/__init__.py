@@ -130,11 +130,28 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     with AVX512_BF16 dot products, else (any other CPU) by the fp32 kernels
     on the same rounded numbers. So a linear computes what eager computes for
     linear(x.bfloat16(), W.bfloat16()) with an fp32 accumulator, but the
-    result is kept in fp32. Everything else stays fp32: the bias, the fused
-    activation and residual add, norms, softmax, attention, convolutions,
-    the residual stream between layers, and the outputs (fp32 tensors).
-    Implies bf16 weights (weights_dtype is then ignored). The choice is
-    stored in a saved artifact, which computes the same on any CPU.
+    result is kept in fp32. Attention (scaled_dot_product_attention, and the
+    attention patterns kiln fuses into it) computes in bf16 too where the
+    compiling CPU has a bf16 engine (not for a decode step's few queries,
+    which reading K and V bounds: there, and on other CPUs, the rule would
+    only cost, and attention stays fp32), by this rule: q, k and v are rounded to bf16; the scores are the fp32 sums of
+    their (exact) products, times the scale in fp32 (the scale is applied
+    after rounding, as torch's CPU flash attention does for bf16 inputs),
+    plus the mask; the softmax runs in fp32, and its weights e^(s - c) are
+    rounded to bf16 for the product with v, summed in fp32, and divided by
+    the fp32 sum of the unrounded weights. c, the point the weights are
+    taken against, is K ln 2 for an integer K at or above the row's max
+    score times log2 e (torch uses the max itself): moving it by a power of
+    two does not change a rounding, so the result does not depend on how
+    kiln tiles the keys or how many threads run it. With AVX512_BF16 the
+    two products run as VDPBF16PS dot products, elsewhere on the fp32
+    kernels over the same rounded numbers (kiln.explain says which).
+    Channels-last convolutions compute in bf16 where the compiling CPU has
+    AVX512_BF16 (see the README). Everything else stays fp32: the bias, the
+    fused activation and residual add, norms, softmax, the residual stream
+    between layers, and the outputs (fp32 tensors). Implies bf16 weights
+    (weights_dtype is then ignored). The choice is stored in a saved
+    artifact, which computes the same on any CPU.
 
     target: the target the model runs on: "cpu" (the fast kernels) or
     "reference" (the scalar reference kernels beside them, one thread: a

@@ -35,6 +35,9 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
    * read once along a chain go (kiln_pass_casts.c, for A/B runs). */
   const char* casts = getenv("KILN_CASTS");
   o->fold_casts = casts && strcmp(casts, "keep") == 0 ? 0 : casts && strcmp(casts, "chains") == 0 ? 1 : 2;
+  /* "off": compute_bf16 leaves attention in fp32 (A/B runs). */
+  const char* attn = getenv("KILN_ATTN_BF16");
+  o->sdpa_bf16 = attn && strcmp(attn, "off") == 0 ? 0 : attn && strcmp(attn, "on") == 0 ? 2 : 1;
   o->target = NULL;
 }
 
@@ -122,6 +125,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")
   }
+  /* compute_dtype=bf16: attention too (linear layers and convs get there
+   * through their packed weights below). */
+  if (o->compute_bf16 && o->sdpa_bf16)
+    KILN_RUN_PASS("sdpa_bf16", kiln_pass_sdpa_bf16(g, o->sdpa_bf16 == 2, &next, &a), "%d attentions in bf16")
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
     kiln_compile_before(o, "layout");

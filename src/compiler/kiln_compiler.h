@@ -29,6 +29,9 @@ typedef struct kiln_compile_options_s {
   int fold_casts;     /* kiln_pass_casts and fuse_eltwise's rounding pairs: 2 per value (the
                        * default), 1 chains read once only (KILN_CASTS=chains), 0 off
                        * (KILN_CASTS=keep) */
+  int sdpa_bf16;      /* with compute_bf16, attention in bf16 too (kiln_pass_sdpa_bf16):
+                       * 1 where it pays (the default), 2 every SDPA
+                       * (KILN_ATTN_BF16=on, for tests), 0 none (=off) */
   const char* target; /* the target whose constant forms and kernels to use
                        * (kiln_hal_target_find; NULL: the default) */
   FILE* log;          /* when set, each pass prints what it did */
@@ -85,6 +88,12 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
  * when that is what follows, and gets one GEMM for Q, K and V. */
 kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, kiln_graph_t** out_graph,
                                        int32_t* out_fused);
+
+/* compute_bf16: SDPAs compute in bf16 (KILN_SDPA_BF16): all of them, or
+ * (all 0) those where the compiling CPU has a bf16 engine and that are not
+ * a decode step's. */
+kiln_status_t kiln_pass_sdpa_bf16(kiln_graph_t* graph, int all, kiln_graph_t** out_graph,
+                                  int32_t* out_marked);
 
 /* Chains of float32 elementwise ops (with comparisons feeding WHERE,
  * transformers' rotate_half and, with rounds set, float32 -> bf16 -> float32

@@ -116,6 +116,32 @@ int kiln_node_is_bf16_product(const kiln_graph_t* g, const kiln_node_t* n) {
          (b || w->dtype == KILN_BF16);
 }
 
+/* An SDPA's rows per kv head (query heads of a group x queries), or -1
+ * when a size is symbolic (a negative id here). */
+static int64_t kiln_node_sdpa_rows(const kiln_graph_t* g, const kiln_node_t* n) {
+  const int64_t* p = n->params;
+  int64_t heads, kv_heads, q_len;
+  if (p[KILN_P(SDPA, FLAGS)] & KILN_SDPA_VIEWS) {
+    heads = p[KILN_P(SDPA, HEADS)], kv_heads = p[KILN_P(SDPA, KV_HEADS)];
+    q_len = p[KILN_P(SDPA, Q_LEN)];
+  } else {
+    const kiln_value_t *q = &g->values[n->inputs[0]], *k = &g->values[n->inputs[1]];
+    heads = q->shape[1], kv_heads = k->shape[1], q_len = q->shape[2];
+  }
+  return heads > 0 && kv_heads > 0 && q_len > 0 ? heads / kv_heads * q_len : -1;
+}
+
+int kiln_node_is_bf16_attention_prefill(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_SDPA || !(n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16)) return 0;
+  return kiln_node_sdpa_rows(g, n) > 8; /* symbolic: not known to be more than 8 */
+}
+
+int kiln_node_is_sdpa_decode(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_SDPA) return 0;
+  int64_t rows = kiln_node_sdpa_rows(g, n);
+  return rows > 0 && rows <= 8;
+}
+
 int kiln_node_is_view(const kiln_graph_t* g, const kiln_node_t* n, int64_t* out_bytes) {
   *out_bytes = 0;
   if (n->op == KILN_OP_RESHAPE) return 1;

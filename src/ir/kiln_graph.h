@@ -289,6 +289,15 @@ int kiln_node_is_view(const kiln_graph_t* graph, const kiln_node_t* n, int64_t* 
  * (autocast's products; the CPU runs them on its bf16 engine). */
 int kiln_node_is_bf16_product(const kiln_graph_t* graph, const kiln_node_t* n);
 
+/* 1 when n is an SDPA computed in bf16 (KILN_SDPA_BF16) whose rows per kv
+ * head (query heads of a group x queries) are more than 8, the shapes the
+ * CPU runs on its bf16 engine; a decode step's (or symbolic sizes') run on
+ * the fp32 kernels over rounded values (kernels/nn/kiln_attention.c). */
+int kiln_node_is_bf16_attention_prefill(const kiln_graph_t* graph, const kiln_node_t* n);
+/* 1 when n is an SDPA known (no symbolic size) to have at most 8 rows per
+ * kv head: a decode step's, which reading K and V bounds. */
+int kiln_node_is_sdpa_decode(const kiln_graph_t* graph, const kiln_node_t* n);
+
 /* "(1, 128, 768) float32" into buf; returns buf. A symbolic dimension
  * prints as "?"; kiln_graph_describe_value prints its expression. */
 const char* kiln_value_describe(const kiln_value_t* value, char* buf, size_t size);

@@ -126,6 +126,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
     if ((n->op == KILN_OP_MATMUL && (mm & KILN_MATMUL_ROUND_Y_BF16)) ||
         (n->op == KILN_OP_LINEAR && n->params[KILN_P(LINEAR, ROUND_Y)]))
       fprintf(out, " y=bf16");
+    if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
+      fprintf(out, " compute=bf16");
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);
   }

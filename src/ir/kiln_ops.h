@@ -90,7 +90,25 @@
  *                                        KILN_SDPA_SCALE_HEAD_DIM: SCALE is
  *                                        ignored, the scale is 1 / sqrt(D)
  *                                        of the call's D (torch's default
- *                                        where D is symbolic; format 2.14).
+ *                                        where D is symbolic; format 2.14);
+ *                                        KILN_SDPA_BF16: computed in bf16
+ *                                        with fp32 sums (compute_dtype=bf16,
+ *                                        format 2.18): q, k, v rounded to
+ *                                        bf16 (nearest even); scores the
+ *                                        fp32 sums of the exact products,
+ *                                        times the scale in fp32 (after
+ *                                        rounding, as torch's CPU flash
+ *                                        kernel for bf16), plus the mask;
+ *                                        softmax in fp32, its weights
+ *                                        e^(s - c) rounded to bf16 for P·V
+ *                                        (c = K ln2, K an integer at or
+ *                                        above max s log2 e: moving c by a
+ *                                        power of two leaves the rounding
+ *                                        alone, so tiling and threads do
+ *                                        not change it), divided by the
+ *                                        unrounded weights' fp32 sum; P·V
+ *                                        summed in fp32; y float32
+ *                                        (kernels/nn/kiln_attention_bf16.h).
  *   FMA_SCALAR     (x) -> y              y = x * SCALE + SHIFT (float).
  *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;
  *                                        y[..i..] = x[..index[..i..]..] along
@@ -645,6 +663,7 @@ typedef enum kiln_op_entry_e {
 #define KILN_SDPA_VIEWS 1
 #define KILN_SDPA_OUT_BSHD 2
 #define KILN_SDPA_SCALE_HEAD_DIM 4
+#define KILN_SDPA_BF16 8
 
 /* "?" for an out-of-range value. */
 const char* kiln_op_name(kiln_op_t op);

@@ -27,9 +27,13 @@ static int64_t kiln_profile_rows(const kiln_graph_t* g, const kiln_node_t* n) {
  * engine where this machine has one; one whose int8 / int4 blob is flagged
  * for int8 activations runs integer dot products, on VPDPBUSD where the
  * machine measured it at the avx512 level (kiln_gemm_q8a8.c's int8 engine);
- * everything else on the fp32 FMA. */
+ * a bf16 SDPA on the bf16 engine; everything else on the fp32 FMA. */
 static const char* kiln_profile_node_roof(const kiln_graph_t* g, const kiln_node_t* n,
                                           const kiln_profile_report_t* r) {
+  /* bf16 attention runs its products on VDPBF16PS, except a decode step's
+   * (at most 8 rows per kv head: the fp32 kernels, kiln_attention.c). */
+  if (n->op == KILN_OP_SDPA)
+    return r->bf16_gflops > 0 && kiln_node_is_bf16_attention_prefill(g, n) ? "bf16" : "fp32";
   if ((n->op != KILN_OP_LINEAR && n->op != KILN_OP_MATMUL && n->op != KILN_OP_CONV2D_NHWC) ||
       n->n_inputs < 2 || n->inputs[1] < 0)
     return "fp32";

@@ -50,6 +50,15 @@ int kiln_test_compare_f32(const char* what, const float* got, const float* want,
 struct kiln_pool_s;
 void kiln_test_each_isa_and_pool(void (*fn)(struct kiln_pool_s* pool, const char* where));
 
+/* test_nn.c's attention cases (fast against the scalar reference, and
+ * against itself cut for other thread counts) at the running ISA level;
+ * bf16: the args' bf16 rule, checked by kiln_test_attn_bf16_compare. */
+void kiln_test_nn_attention_cases(struct kiln_pool_s* pool, const char* isa, int bf16);
+/* bf16 attention against its reference, rows of `row` outputs
+ * (test_attention_bf16.c says why these bounds): 0 when within them. */
+int kiln_test_attn_bf16_compare(const char* what, const float* got, const float* want, size_t n,
+                                size_t row);
+
 /* Deterministic pseudo-random fill in [lo, hi). */
 void kiln_test_fill_f32(float* x, size_t n, unsigned seed, float lo, float hi);
 

@@ -91,6 +91,7 @@ static void kiln_test_print_cpu(void) {
   X(ops)                    \
   X(targets)                \
   X(nn)                     \
+  X(attention_bf16)         \
   X(artifact)               \
   X(artifact_sym)           \
   X(gemm)                   \

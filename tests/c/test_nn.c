@@ -246,10 +246,19 @@ static void kiln_test_attn_nan_keys(const kiln_test_attn_case_t* c, const kiln_a
       }
 }
 
+/* fast against reference: fp32's tolerance, or bf16's (test_attention_bf16.c). */
+static void kiln_test_attn_compare(int bf16, const char* what, const float* got,
+                                   const float* want, size_t n, size_t row, int vs_fast) {
+  if (bf16) kiln_test_attn_bf16_compare(what, got, want, n, row);
+  else if (vs_fast) kiln_test_compare_f32(what, got, want, n, 1e-6f, 1e-5f);
+  else kiln_test_compare_f32(what, got, want, n, 2e-5f, 1e-4f);
+}
+
 static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_pool_t* pool,
-                                        const char* isa) {
+                                        const char* isa, int bf16) {
   kiln_attention_args_t a;
   memset(&a, 0, sizeof a);
+  a.bf16 = bf16;
   a.batch = c->b, a.heads = c->h, a.kv_heads = c->hkv, a.q_len = c->sq, a.kv_len = c->skv;
   a.head_dim = c->d, a.v_head_dim = c->dv;
   kiln_test_attn_strides(c->b, c->h, c->sq, c->d, c->layout ? 1 : 0, a.q_strides);
@@ -322,8 +331,8 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   if (c->poison > 0) r.kv_len = c->poison;
   kiln_attention_f32_reference(&r);
   char what[160];
-  snprintf(what, sizeof what, "%s attention %s", isa, c->name);
-  kiln_test_compare_f32(what, y, w, no, 2e-5f, 1e-4f);
+  snprintf(what, sizeof what, "%s attention%s %s", isa, bf16 ? " bf16" : "", c->name);
+  kiln_test_attn_compare(bf16, what, y, w, no, (size_t)c->dv, 0);
   /* The work cut as for other thread counts: 1, 3 and 16 threads split a
    * decode step's keys into up to 32 parts (flash-decoding's merge), or
    * not at all where the blocks are enough. Each against the reference,
@@ -335,15 +344,15 @@ static void kiln_test_nn_attention_case(const kiln_test_attn_case_t* c, kiln_poo
   for (size_t t = 0; u && t < sizeof plan_threads / sizeof plan_threads[0]; ++t) {
     for (size_t i = 0; i < no; ++i) y[i] = 12345.0f;
     kiln_attention_f32_as_threads(&a, pool, plan_threads[t]);
-    snprintf(what, sizeof what, "%s attention %s (cut for %d threads)", isa, c->name,
-             plan_threads[t]);
-    kiln_test_compare_f32(what, y, w, no, 2e-5f, 1e-4f);
+    snprintf(what, sizeof what, "%s attention%s %s (cut for %d threads)", isa,
+             bf16 ? " bf16" : "", c->name, plan_threads[t]);
+    kiln_test_attn_compare(bf16, what, y, w, no, (size_t)c->dv, 0);
     if (t == 0) {
       memcpy(u, y, no * sizeof(float));
     } else {
-      snprintf(what, sizeof what, "%s attention %s (cut for %d threads vs 1)", isa, c->name,
-               plan_threads[t]);
-      kiln_test_compare_f32(what, y, u, no, 1e-6f, 1e-5f);
+      snprintf(what, sizeof what, "%s attention%s %s (cut for %d threads vs 1)", isa,
+               bf16 ? " bf16" : "", c->name, plan_threads[t]);
+      kiln_test_attn_compare(bf16, what, y, u, no, (size_t)c->dv, 1);
     }
   }
   free(u);
@@ -356,7 +365,7 @@ done:
   free(w);
 }
 
-static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
+void kiln_test_nn_attention_cases(kiln_pool_t* pool, const char* isa, int bf16) {
   static const kiln_test_attn_case_t cases[] = {
       {"gqa 2x4/2 37x45 d64", 2, 4, 2, 37, 45, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0},
       {"causal top-left", 1, 4, 2, 37, 45, 64, 64, 0, 0, 1, 0, 0, 0, 0, 0},
@@ -406,7 +415,11 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
        768},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-    kiln_test_nn_attention_case(&cases[i], pool, isa);
+    kiln_test_nn_attention_case(&cases[i], pool, isa, bf16);
+}
+
+static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
+  kiln_test_nn_attention_cases(pool, isa, 0);
 }
 
 /* Strided copies that transpose (the tiled paths) and that don't, for every

@@ -566,6 +566,7 @@ static kiln_status_t prepare_sdpa(const kiln_graph_t* g, const kiln_node_t* n, v
                                                 : n->fparams[KILN_FP(SDPA, SCALE)];
   a->causal = (int)p[KILN_P(SDPA, CAUSAL)];
   a->causal_offset = 0;
+  a->bf16 = (flags & KILN_SDPA_BF16) != 0;
   return kiln_ok();
 }
 

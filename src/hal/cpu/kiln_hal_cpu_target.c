@@ -8,6 +8,7 @@
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "ir/kiln_quant_const.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16.h"
+#include "kernels/nn/kiln_attention_bf16.h"
 
 #define VAL(i) (&g->values[n->inputs[i]])
 
@@ -156,6 +157,8 @@ const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t*
     if (kiln_value_int8_activations(VAL(i))) return kiln_gemm_int8_describe();
   }
   if (kiln_node_is_bf16_product(g, n)) return kiln_gemm_bf16_values_describe();
+  if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
+    return kiln_attention_bf16_describe(!kiln_node_is_bf16_attention_prefill(g, n));
   return NULL;
 }
 

@@ -46,6 +46,8 @@ static const char* kiln_ref_node_describe(const kiln_graph_t* g, const kiln_node
   if (kiln_node_is_bf16_product(g, n))
     return "bf16 products of graph values: the scalar reference GEMM (bf16 products, summed in "
            "double)";
+  if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
+    return "bf16 attention: the scalar reference (the bf16 rule, summed in double)";
   return NULL;
 }
 

@@ -45,10 +45,23 @@
  * math path would give NaN; the fused CPU kernel, the one users get, gives
  * 0), so kiln matches the kernel users see. NaN in q, k, v or the mask
  * gives NaN in the affected rows.
+ *
+ * bf16 (args->bf16, the rule in kiln_attention_bf16.h): the same walk with
+ * q, k, v rounded to bf16 as they are packed (or read, for a decode step's
+ * scores and V), the scale applied to the fp32 scores, and the softmax
+ * weights rounded for P·V against a reference point that is a multiple of
+ * ln2 (the running max rounded up to one), so the online softmax's
+ * rescaling is by powers of two and commutes with the rounding. At avx512
+ * with AVX512_BF16 the tiles are bf16 and both products VDPBF16PS tiles
+ * (kiln_attention_bf16_avx512bf16.c), with key tiles of up to 128 (half
+ * the bytes); elsewhere, and for decode steps, the fp32 kernels run on the
+ * rounded values. Masked rows and NaN behave as above.
  */
 #include <math.h>
 #include <string.h>
 
+#include "base/kiln_cpu.h"
+#include "kernels/nn/kiln_attention_bf16.h"
 #include "kernels/nn/kiln_nn_internal.h"
 #include "kernels/nn/kiln_nn_math.h"
 #include "kernels/nn/kiln_nn_row.h"
@@ -57,17 +70,43 @@
 #include "kernels/kiln_transpose_avx2.h"
 #define KILN_NN_ATTN_AVX2 1
 #endif
+/* The avx512 build runs the bf16 rule on VDPBF16PS when the CPU has it
+ * (kiln_attention_bf16_avx512bf16.c); every build runs it on its fp32
+ * kernels over the rounded values otherwise. */
+#if defined(__AVX512F__) && defined(KILN_HAVE_X86)
+#define KILN_NN_ATTN_BF16_ENGINE 1
+#endif
 
 /* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
  * are that long); the plan never makes a larger row block. */
 enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
-       KILN_NN_ATTN_MAX_ROWS = 48 };
+       KILN_NN_ATTN_MAX_ROWS = 66 };
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Floats of scratch the tiles need for a row block bq and key tile bk. */
-static int64_t kiln_nn_attn_need(int64_t bq, int64_t bk, int64_t d, int64_t dvp) {
-  return bq * d + d * bk + bk * dvp + bq * bk + bq * dvp + 3 * bq;
+/* The scratch tiles of a task, in floats: Q (bq, d), Kt (d, bk), V (bk,
+ * dvp), S (bq, bk), O (bq, dvp), m, l; on the bf16 engine (eng) Q, Kt and V
+ * hold bf16 (half the floats, d rounded up to even) and P (bq, bk) bf16
+ * follows, or takes Kt's place when it fits there (bq <= d: Kt is dead
+ * once a tile's scores are taken), which lets BERT's d = 64 have 48 rows
+ * by 128 keys. */
+typedef struct kiln_nn_attn_layout_s {
+  int64_t q, k, v, s, o, total;
+  int p_in_k;
+} kiln_nn_attn_layout_t;
+
+static kiln_nn_attn_layout_t kiln_nn_attn_layout(int64_t bq, int64_t bk, int64_t d, int64_t dvp,
+                                                 int eng) {
+  kiln_nn_attn_layout_t t;
+  int64_t dp = (d + 1) / 2 * 2;
+  t.q = eng ? bq * dp / 2 : bq * d;
+  t.k = eng ? dp / 2 * bk : d * bk;
+  t.v = eng ? bk * dvp / 2 : bk * dvp;
+  t.s = bq * bk;
+  t.o = bq * dvp;
+  t.p_in_k = eng && bq <= dp;
+  t.total = t.q + t.k + t.v + t.s + t.o + 3 * bq + (eng && !t.p_in_k ? bq * bk / 2 : 0);
+  return t;
 }
 
 void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, int n_threads,
@@ -76,6 +115,15 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->group = a->kv_heads > 0 ? a->heads / a->kv_heads : 1;
   plan->partial = NULL;
   plan->pending = NULL;
+  plan->bf16_engine = 0;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  plan->bf16_engine = a->bf16 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
+  /* A decode step (a few rows per kv head) is bound by reading K and V:
+   * its scores come from K's rows (kiln_nn_attn_scores_rows, over a
+   * rounded copy), faster than packing K into pairs. */
+  if (plan->group * a->q_len <= 8 && a->k_strides[3] == 1 && a->head_dim % 8 == 0)
+    plan->bf16_engine = 0;
+#endif
   int64_t rows = plan->group * a->q_len;
   int64_t d = a->head_dim, dvp = kiln_nn_round_up(a->v_head_dim, KILN_NN_ATTN_NR);
   /* The register kernel's rows: 6 (12 FMAs per 8 loads) unless 4 pads the
@@ -86,14 +134,21 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
   plan->mr = rows1 <= 16 && kiln_nn_round_up(rows1, 4) < kiln_nn_round_up(rows1, 6)
                  ? 4
                  : KILN_NN_ATTN_MR;
-  /* (rows, keys): rows a multiple of 12, halvable down to mr. */
-  static const int64_t tiles[][2] = {{48, 64}, {48, 32}, {24, 32}, {12, 32}, {12, 16}, {6, 16}};
+  /* (rows, keys): rows a multiple of 6 (of 12 up to 48), halvable down to
+   * mr. The bf16 engine's tiles are half the bytes: it can take all 128
+   * keys of a BERT row at once (one max, one rescale per row instead of
+   * two), and, for small head dims, 66 rows (a 128-query head in two row
+   * blocks instead of three: K and V packed twice, not three times). */
+  static const int64_t tiles[][2] = {{66, 128}, {48, 128}, {24, 128}, {48, 64}, {48, 32},
+                                     {24, 32},  {12, 32},  {12, 16},  {6, 16}};
   plan->q_block = 12;
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
     for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; ++t) {
       if (tiles[t][0] <= KILN_NN_ATTN_MAX_ROWS &&
-          kiln_nn_attn_need(tiles[t][0], tiles[t][1], d, dvp) <= KILN_NN_ATTN_SCRATCH) {
+          (plan->bf16_engine || (tiles[t][1] <= 64 && tiles[t][0] <= 48)) &&
+          kiln_nn_attn_layout(tiles[t][0], tiles[t][1], d, dvp, plan->bf16_engine).total <=
+              KILN_NN_ATTN_SCRATCH) {
         plan->q_block = tiles[t][0];
         plan->k_block = tiles[t][1];
         break;
@@ -138,9 +193,25 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
  * row count is its own unrolled kernel. */
 #define KILN_NN_ATTN_INLINE static inline __attribute__((always_inline))
 #if defined(KILN_NN_ATTN_AVX2)
+/* 8 floats rounded to bf16 (kiln_attn_bf16_round's rule: nearest even, a
+ * NaN made quiet), as floats: the bf16 rule's k and v where a decode step
+ * reads them in place. */
+static inline __m256 kiln_nn_attn_round8(__m256 x) {
+  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+  __m256i b = _mm256_castps_si256(x);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  __m256i r =
+      _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), hi);
+  __m256i quiet = _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)), hi);
+  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(quiet),
+                          _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* round_b: B's values rounded to bf16 as loaded (decode's P·V over V in
+ * place; a larger row block packs V rounded once instead). */
 KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
                                                const float* b, int64_t ldb, float* c, int64_t ldc,
-                                               int accumulate) {
+                                               int accumulate, const int round_b) {
   __m256 acc[6][2];
 #pragma GCC unroll 6
   for (int r = 0; r < mr; ++r) {
@@ -149,6 +220,10 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
   }
   for (int64_t p = 0; p < k; ++p) {
     __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+    if (round_b) {
+      b0 = kiln_nn_attn_round8(b0);
+      b1 = kiln_nn_attn_round8(b1);
+    }
 #pragma GCC unroll 6
     for (int r = 0; r < mr; ++r) {
       __m256 av = _mm256_broadcast_ss(a + r * lda + p);
@@ -164,11 +239,14 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 }
 
 /* kt[e][c] = K[c][e] for an 8 x 8 block: rows of 8 floats in, transposed
- * in registers, 8 vectors out (the scalar version is one store per float). */
+ * in registers, 8 vectors out (the scalar version is one store per float);
+ * bf: rounded to bf16 on the way (the bf16 rule's k). */
 static inline void kiln_nn_attn_transpose8(const float* src, int64_t lds, float* dst,
-                                           int64_t ldd) {
+                                           int64_t ldd, int bf) {
   __m256 r[8], o[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  if (bf)
+    for (int i = 0; i < 8; ++i) r[i] = kiln_nn_attn_round8(r[i]);
   kiln_transpose8x8_avx2(r, o);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, o[i]);
 }
@@ -231,10 +309,60 @@ static void kiln_nn_attn_scores_rows(int64_t nrp, int64_t nk, int64_t d, const f
     }
   }
 }
+
+/* The bf16 rule's scores for few rows, as kiln_nn_attn_scores_rows: each
+ * K vector is rounded to bf16 once, in registers, and used by R (2 or 4)
+ * rows (the q rows in qp are rounded already); two keys at a time, 2 R
+ * accumulators. Rounding as read costs less than a rounded copy of K:
+ * a decode step reads K once, from DRAM. */
+KILN_NN_ATTN_INLINE void kiln_nn_attn_scores_bf16_rows(const int R, int64_t d, const float* q,
+                                                       const float* k0, const float* k1, float* s,
+                                                       int64_t lds) {
+  __m256 acc[4][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t e = 0; e < d; e += 8) {
+    __m256 y0 = kiln_nn_attn_round8(_mm256_loadu_ps(k0 + e));
+    __m256 y1 = kiln_nn_attn_round8(_mm256_loadu_ps(k1 + e));
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      __m256 x = _mm256_loadu_ps(q + r * d + e);
+      acc[r][0] = _mm256_fmadd_ps(x, y0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(x, y1, acc[r][1]);
+    }
+  }
+  /* (row r, key 0), (r, 1), (r + 1, 0), (r + 1, 1) per horizontal sum */
+  for (int r = 0; r < R; r += 2) {
+    __m128 t = kiln_nn_attn_hsum4(acc[r][0], acc[r][1], acc[r + 1][0], acc[r + 1][1]);
+    _mm_storel_pi((__m64*)(void*)(s + r * lds), t);
+    _mm_storeh_pi((__m64*)(void*)(s + (r + 1) * lds), t);
+  }
+}
+
+static void kiln_nn_attn_scores_bf16(int64_t nrp, int64_t nk, int64_t d, const float* qp,
+                                     const float* kb, int64_t k_row, float* s, int64_t lds,
+                                     const float* vb, int64_t v_row, int64_t dv,
+                                     int64_t keys_left) {
+  for (int64_t c = 0; c < nk; c += 2) {
+    const float* k0 = kb + c * k_row;
+    const float* k1 = kb + (c + 1 < nk ? c + 1 : c) * k_row;
+    for (int64_t j = c; j < c + 2; ++j) {
+      if (j + KILN_NN_ATTN_PF < keys_left)
+        kiln_nn_attn_prefetch_row(kb + (j + KILN_NN_ATTN_PF) * k_row, d);
+      if (vb && j < nk) kiln_nn_attn_prefetch_row(vb + j * v_row, dv);
+    }
+    for (int64_t r = 0; r < nrp; r += 4) {
+      if (nrp - r >= 4)
+        kiln_nn_attn_scores_bf16_rows(4, d, qp + r * d, k0, k1, s + r * lds + c, lds);
+      else
+        kiln_nn_attn_scores_bf16_rows(2, d, qp + r * d, k0, k1, s + r * lds + c, lds);
+    }
+  }
+}
 #else
 KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
                                                const float* b, int64_t ldb, float* c, int64_t ldc,
-                                               int accumulate) {
+                                               int accumulate, const int round_b) {
+  (void)round_b; /* only the AVX2 builds read V in place under the bf16 rule */
   float acc[6][16];
   for (int r = 0; r < mr; ++r)
     for (int j = 0; j < 16; ++j) acc[r][j] = accumulate ? c[r * ldc + j] : 0.0f;
@@ -251,11 +379,15 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 #endif
 
 static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, int accumulate) {
-  if (mr == 4)
-    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate);
+                                int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
+  if (round_b && mr == 4)
+    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (round_b)
+    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (mr == 4)
+    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);
   else
-    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate);
+    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);
 }
 
 /* C(m, n) (+)= A(m, k) · B(k, n) with m % mr == 0 and n % 16 == 0, skipping
@@ -266,33 +398,37 @@ static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, 
  * outside so each chunk of B stays in L1 across the row groups. */
 static void kiln_nn_attn_gemm(int mr, int64_t m, int64_t n, int64_t k, const float* a,
                               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
-                              int accumulate, const int64_t* lim, int lim_cols) {
+                              int accumulate, const int64_t* lim, int lim_cols, int round_b) {
   for (int64_t j = 0; j < n; j += 16)
     for (int64_t i = 0, g = 0; i < m; i += mr, ++g) {
       int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
       if ((lim_cols && j >= lim[g]) || kk == 0) continue;
-      kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate);
+      kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, accumulate,
+                          round_b);
     }
 }
 
 /* kt(d, bk) = the transpose of keys [j0, j0 + nk) of K (rows at k_row,
- * elements at k_col), zero-padded to nkp columns. */
+ * elements at k_col), zero-padded to nkp columns; bf: rounded to bf16. */
 static void kiln_nn_attn_pack_k(const float* kb, int64_t k_row, int64_t k_col, int64_t d,
-                                int64_t nk, int64_t nkp, float* kt, int64_t bk) {
+                                int64_t nk, int64_t nkp, float* kt, int64_t bk, int bf) {
   int64_t c0 = 0;
 #if defined(KILN_NN_ATTN_AVX2)
   if (k_col == 1) {
     int64_t d8 = d / 8 * 8;
     for (; c0 + 8 <= nk; c0 += 8) {
       for (int64_t e = 0; e < d8; e += 8)
-        kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk);
+        kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk, bf);
       for (int64_t c = c0; c < c0 + 8; ++c)
-        for (int64_t e = d8; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e];
+        for (int64_t e = d8; e < d; ++e)
+          kt[e * bk + c] = bf ? kiln_attn_bf16_round(kb[c * k_row + e]) : kb[c * k_row + e];
     }
   }
 #endif
   for (int64_t c = c0; c < nkp; ++c) {
-    if (c < nk)
+    if (c < nk && bf)
+      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kiln_attn_bf16_round(kb[c * k_row + e * k_col]);
+    else if (c < nk)
       for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e * k_col];
     else
       for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = 0.0f;
@@ -314,9 +450,17 @@ static void kiln_nn_attn_rows(const kiln_nn_attention_plan_t* plan, size_t block
   const kiln_attention_args_t* a = plan->args;
   int64_t bh_count = a->batch * a->kv_heads;
   /* The last row blocks see the most keys under causal masking: hand them
-   * out first so the pool's counter balances the tail. */
-  int64_t blk = plan->q_blocks - 1 - (int64_t)block / bh_count;
-  int64_t bh = (int64_t)block % bh_count;
+   * out first so the pool's counter balances the tail. Without causal
+   * masking every block costs the same: a head's blocks go out one after
+   * another, so its K and V are still in the caches for the next block. */
+  int64_t blk, bh;
+  if (a->causal) {
+    blk = plan->q_blocks - 1 - (int64_t)block / bh_count;
+    bh = (int64_t)block % bh_count;
+  } else {
+    blk = (int64_t)block % plan->q_blocks;
+    bh = (int64_t)block / plan->q_blocks;
+  }
   *b = bh / a->kv_heads;
   *kvh = bh % a->kv_heads;
   int64_t total = plan->group * a->q_len, r0 = blk * plan->q_block;
@@ -351,6 +495,7 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
   const float* kb = a->k + b * a->k_strides[0] + kvh * a->k_strides[1];
   const float* vb = a->v + b * a->v_strides[0] + kvh * a->v_strides[1];
   int64_t dv = a->v_head_dim;
+  const int bf = a->bf16; /* the bf16 rule, kiln_attention_bf16.h, values rounded as read */
   for (int64_t r = 0; r < n_rows; ++r) {
     float* o = rows[r].out;
     for (int64_t e = 0; e < dv; ++e) o[e] = 0.0f;
@@ -361,21 +506,34 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
       if (rows[r].mask && rows[r].mask[j * a->mask_strides[3]] == -INFINITY) continue;
       const float* kj = kb + j * a->k_strides[2];
       float s = 0.0f;
-      for (int64_t e = 0; e < a->head_dim; ++e)
-        s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
+      if (bf)
+        for (int64_t e = 0; e < a->head_dim; ++e)
+          s = KILN_NN_FMA(kiln_attn_bf16_round(rows[r].q[e * a->q_strides[3]]),
+                          kiln_attn_bf16_round(kj[e * a->k_strides[3]]), s);
+      else
+        for (int64_t e = 0; e < a->head_dim; ++e)
+          s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
       s *= a->scale;
       if (rows[r].mask) s += rows[r].mask[j * a->mask_strides[3]];
       if (s == -INFINITY) continue;
       if (s > m) {
-        float alpha = kiln_nn_expf(m - s);
+        /* bf16: m is the row's reference point, a multiple of ln2 */
+        float m_new = bf ? kiln_attn_bf16_ref_point(s) : s;
+        float alpha = kiln_nn_expf(m - m_new);
         l *= alpha;
         for (int64_t e = 0; e < dv; ++e) o[e] *= alpha;
-        m = s;
+        m = m_new;
       }
       float p = kiln_nn_expf(s - m); /* NaN s (or m) spreads through p */
       l += p;
       const float* vj = vb + j * a->v_strides[2];
-      for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
+      if (bf) {
+        p = kiln_attn_bf16_round(p);
+        for (int64_t e = 0; e < dv; ++e)
+          o[e] = KILN_NN_FMA(p, kiln_attn_bf16_round(vj[e * a->v_strides[3]]), o[e]);
+      } else {
+        for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
+      }
     }
     float inv = l == 0.0f ? 0.0f : 1.0f / l;
     for (int64_t e = 0; e < dv; ++e) o[e] *= inv;
@@ -435,34 +593,72 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   const int64_t d = a->head_dim, dv = a->v_head_dim;
   const int64_t dvp = kiln_nn_round_up(dv, KILN_NN_ATTN_NR), bk = plan->k_block;
   const int64_t nrp = kiln_nn_round_up(nr, mr);
+  /* The bf16 rule (kiln_attention_bf16.h): q, k, v rounded as packed, the
+   * scale applied to the fp32 scores, P rounded before P·V. On VDPBF16PS
+   * (eng) the tiles are bf16: Q rows of dp (d rounded up to even) values,
+   * Kt and V as VNNI pairs, P in pb. */
+  const int bf = a->bf16;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  const int eng = plan->bf16_engine;
+#else
+  const int eng = 0;
+#endif
+  const int64_t dp = (d + 1) / 2 * 2;
+  const kiln_nn_attn_layout_t lay = kiln_nn_attn_layout(nrp, bk, d, dvp, eng);
   _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
-  float* qp = scratch;    /* (nrp, d), pre-scaled */
-  float* kt = qp + nrp * d; /* (d, bk) */
-  float* vp = kt + d * bk;  /* (bk, dvp) */
-  float* s = vp + bk * dvp; /* (nrp, bk): scores, then probabilities */
-  float* o = s + nrp * bk;  /* (nrp, dvp) */
-  float* m = o + nrp * dvp; /* running max per row */
+  float* qp = scratch;      /* (nrp, d), pre-scaled (bf16 rule: rounded, not scaled) */
+  float* kt = qp + lay.q;   /* (d, bk) */
+  float* vp = kt + lay.k;   /* (bk, dvp) */
+  float* s = vp + lay.v;    /* (nrp, bk): scores, then probabilities */
+  float* o = s + lay.s;     /* (nrp, dvp) */
+  float* m = o + lay.o;     /* running max per row (bf16: its reference point) */
   float* l = m + nrp;       /* running sum per row */
+  uint16_t* pb = (uint16_t*)(void*)(lay.p_in_k ? kt : l + nrp); /* (nrp, bk) bf16, eng only */
+  (void)pb;
 
   int64_t kv_end = 0;
   for (int64_t r = 0; r < nrp; ++r) {
     if (r < nr) {
-      for (int64_t e = 0; e < d; ++e) qp[r * d + e] = rows[r].q[e * a->q_strides[3]] * a->scale;
+      if (!eng && bf && a->q_strides[3] == 1)
+        for (int64_t e = 0; e < d; ++e) qp[r * d + e] = kiln_attn_bf16_round(rows[r].q[e]);
+      else if (!eng)
+        for (int64_t e = 0; e < d; ++e) {
+          float x = rows[r].q[e * a->q_strides[3]];
+          qp[r * d + e] = bf ? kiln_attn_bf16_round(x) : x * a->scale;
+        }
       int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
       kv_end = end > kv_end ? end : kv_end;
+    } else if (eng) {
+      memset((uint16_t*)(void*)qp + r * dp, 0, (size_t)dp * sizeof(uint16_t));
     } else {
       for (int64_t e = 0; e < d; ++e) qp[r * d + e] = 0.0f;
     }
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  if (eng) {
+    /* One call when the rows are evenly spaced (no GQA group: consecutive
+     * queries), else one per row (a group's heads, then its queries). */
+    int64_t rs = nr > 1 ? rows[1].q - rows[0].q : 0;
+    int even = 1;
+    for (int64_t r = 2; r < nr && even; ++r) even = rows[r].q - rows[r - 1].q == rs;
+    if (even)
+      kiln_attn_bf16_pack_rows__avx512bf16(nr, d, rows[0].q, rs, a->q_strides[3],
+                                           (uint16_t*)(void*)qp, dp);
+    else
+      for (int64_t r = 0; r < nr; ++r)
+        kiln_attn_bf16_pack_rows__avx512bf16(1, d, rows[r].q, 0, a->q_strides[3],
+                                             (uint16_t*)(void*)qp + r * dp, dp);
+  }
+#endif
   memset(o, 0, (size_t)(nrp * dvp) * sizeof(float));
   /* This part's keys: [kv_lo, kv_hi), whole tiles of the unsplit walk. */
   const int64_t kv_lo = plan->kv_parts > 1 ? part * plan->kv_part : 0;
   if (plan->kv_parts > 1 && kv_lo + plan->kv_part < kv_end) kv_end = kv_lo + plan->kv_part;
 #if defined(KILN_NN_ATTN_AVX2)
   /* Few rows: scores from K's rows in place (kiln_nn_attn_scores_rows). */
-  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0;
+  const int direct = nrp <= 8 && a->k_strides[3] == 1 && d % 8 == 0 && !eng;
 #else
   const int direct = 0;
 #endif
@@ -497,39 +693,75 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
     }
     /* No row may see a key of the tile: it would add e^-inf = 0 to each. */
     if (hidden) continue;
-    /* V is packed (zero-filling the padding so 0 · pad = 0) unless full
-     * tiles of a contiguous V with Dv % 16 == 0 can be read in place. */
-    const float* vt = vb + j0 * a->v_strides[2];
-    int64_t ldv = a->v_strides[2];
-    if (!(nk == nkp && dv == dvp && a->v_strides[3] == 1)) {
-      vt = vp;
-      ldv = dvp;
-      for (int64_t c = 0; c < nkp; ++c) {
-        const float* vr = vb + (j0 + c) * a->v_strides[2];
-        int64_t e = 0;
-        if (c < nk)
-          for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
-        for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
-      }
-    }
 #if defined(KILN_NN_ATTN_AVX2)
-    if (direct) {
+    if (direct && bf) {
+      kiln_nn_attn_scores_bf16(nrp, nk, d, qp, kb + j0 * a->k_strides[2], a->k_strides[2], s, bk,
+                               a->v_strides[3] == 1 ? vb + j0 * a->v_strides[2] : NULL,
+                               a->v_strides[2], dv, kv_end - j0);
+    } else if (direct) {
       kiln_nn_attn_scores_rows(nrp, nk, d, qp, kb + j0 * a->k_strides[2], a->k_strides[2], s, bk,
                                a->v_strides[3] == 1 ? vb + j0 * a->v_strides[2] : NULL,
                                a->v_strides[2], dv, kv_end - j0);
+    } else
+#endif
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng) {
+      kiln_attn_bf16_pack_kt__avx512bf16(kb + j0 * a->k_strides[2], a->k_strides[2],
+                                         a->k_strides[3], d, nk, nkp, (uint16_t*)(void*)kt, bk);
+      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, nkp, dp / 2, (const uint16_t*)(void*)qp, dp,
+                                      (const uint16_t*)(void*)kt, bk, s, bk, 0, a->scale, lim, 1);
     } else
 #endif
     {
       (void)direct;
       /* K packed transposed, zero-filled past nk. */
       kiln_nn_attn_pack_k(kb + j0 * a->k_strides[2], a->k_strides[2], a->k_strides[3], d, nk,
-                          nkp, kt, bk);
-      kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1);
+                          nkp, kt, bk, bf);
+      kiln_nn_attn_gemm(mr, nrp, nkp, d, qp, d, kt, bk, s, bk, 0, lim, 1, 0);
+    }
+    /* V is packed (zero-filling the padding so 0 · pad = 0) unless full
+     * tiles of a contiguous V with Dv % 16 == 0 can be read in place; after
+     * the scores, whose walk over K prefetches V's rows (decode: V comes
+     * from DRAM). */
+    const float* vt = vb + j0 * a->v_strides[2];
+    int64_t ldv = a->v_strides[2];
+    /* A decode step under the bf16 rule reads V in place too, rounded as
+     * the P·V kernel loads it (its one row group reads each value once). */
+    const int v_in_place = nk == nkp && dv == dvp && a->v_strides[3] == 1;
+    const int round_v = bf && direct && v_in_place;
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng) {
+      kiln_attn_bf16_pack_v__avx512bf16(vt, a->v_strides[2], a->v_strides[3], dv, dvp, nk, nkp,
+                                        (uint16_t*)(void*)vp);
+    } else
+#endif
+    if ((bf && !round_v) || !v_in_place) {
+      vt = vp;
+      ldv = dvp;
+      for (int64_t c = 0; c < nkp; ++c) {
+        const float* vr = vb + (j0 + c) * a->v_strides[2];
+        int64_t e = 0;
+        if (c < nk && bf && a->v_strides[3] == 1)
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e]);
+        else if (c < nk && bf)
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e * a->v_strides[3]]);
+        else if (c < nk)
+          for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
+        for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
+      }
     }
 
     for (int64_t r = 0; r < nrp; ++r) {
       float* sr = s + r * bk;
-      if (r < nr && rows[r].mask) {
+      /* The rule scales the fp32 sums (q was packed unscaled; the engine's
+       * tile scales as it stores), then adds the mask: two roundings. */
+      if (bf && !eng && r < nr && rows[r].mask && a->mask_strides[3] == 1) {
+        const float* mk = rows[r].mask + j0;
+        for (int64_t c = 0; c < vis[r]; ++c) sr[c] = sr[c] * a->scale + mk[c];
+      } else if (bf && !eng) {
+        for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
+      }
+      if (r < nr && rows[r].mask && !(bf && !eng && a->mask_strides[3] == 1)) {
         const float* mk = rows[r].mask + j0 * a->mask_strides[3];
         int64_t ms = a->mask_strides[3];
         if (ms == 1)
@@ -539,26 +771,48 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       }
       for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
       float m_new = kiln_nn_row_max((size_t)nkp, sr);
+      /* bf16: the weights are taken against a reference point, a multiple
+       * of ln2, moved only when a score passes it (kiln_attention_bf16.h). */
+      if (bf && m_new > m[r]) m_new = kiln_attn_bf16_ref_point(m_new);
       m_new = m_new > m[r] ? m_new : m[r];
       /* While every key so far is hidden the max is -inf; subtracting 0
        * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
       float m_use = m_new == -INFINITY ? 0.0f : m_new;
       float alpha = kiln_nn_exp_negf(m[r] - m_use);
       float acc[KILN_NN_LANES] = {0};
-      for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
-        for (int j = 0; j < KILN_NN_LANES; ++j) {
-          float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-          sr[c + j] = p;
-          acc[j] += p;
-        }
+      if (bf && !eng) /* P rounded to bf16 for P·V as it is made; l sums it unrounded */
+        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+          for (int j = 0; j < KILN_NN_LANES; ++j) {
+            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+            sr[c + j] = kiln_attn_bf16_round(p);
+            acc[j] += p;
+          }
+      else
+        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+          for (int j = 0; j < KILN_NN_LANES; ++j) {
+            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+            sr[c + j] = p;
+            acc[j] += p;
+          }
       l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
       m[r] = m_new;
+      /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+      if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + r * bk);
+#endif
+
       if (alpha != 1.0f) {
         float* orow = o + r * dvp;
         for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
       }
     }
-    kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0);
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+    if (eng)
+      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, dvp, nkp / 2, pb, bk, (const uint16_t*)(void*)vp,
+                                      dvp, o, dvp, 1, 1.0f, lim, 0);
+    else
+#endif
+      kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0, round_v);
   }
 
   if (plan->kv_parts > 1) {

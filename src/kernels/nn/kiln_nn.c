@@ -6,6 +6,7 @@
  */
 #include "base/kiln_cpu.h"
 #include "base/kiln_scratch.h"
+#include "kernels/nn/kiln_attention_bf16.h"
 #include "kernels/nn/kiln_nn_internal.h"
 
 /* Below this many elements a call is not worth splitting. */
@@ -200,6 +201,15 @@ static void kiln_nn_attention_task(void* ctx, size_t task, int thread) {
 /* The key-split parts' partial outputs (kiln_nn_internal.h): small (decode
  * rows x parts), kept call to call so a decode step does not allocate. */
 static kiln_scratch_cache_t kiln_nn_attention_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)4 << 20);
+
+const char* kiln_attention_bf16_describe(int decode) {
+  if (decode)
+    return "bf16 attention, decode steps: the fp32 kernels on bf16-rounded q, k, v and weights "
+           "(bound by reading K and V)";
+  if (kiln_cpu_isa() == KILN_ISA_AVX512 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512))
+    return "bf16 attention: AVX512_BF16 dot products (VDPBF16PS) for Q·K^T and P·V, fp32 softmax";
+  return "bf16 attention: the fp32 kernels on bf16-rounded q, k, v and weights (no bf16 engine)";
+}
 
 void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool) {
   kiln_attention_f32_as_threads(args, pool, kiln_pool_size(pool));

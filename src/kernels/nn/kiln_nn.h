@@ -109,6 +109,10 @@ typedef struct kiln_attention_args_s {
    * zero means contiguous (B, H, Sq, Dv). The compiler sets (B, Sq, H, Dv)
    * order here so the usual transpose after attention costs nothing. */
   int64_t out_strides[3];
+  /* 1: compute by the bf16 rule (q, k, v and the softmax weights rounded to
+   * bf16, fp32 sums; kiln_attention_bf16.h states it): the SDPA flag
+   * KILN_SDPA_BF16, which compute_dtype=bf16 sets. */
+  int bf16;
 } kiln_attention_args_t;
 
 /* out's element offset for (b, h, s) under args->out_strides. */

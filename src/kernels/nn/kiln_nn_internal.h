@@ -36,6 +36,7 @@ typedef struct kiln_nn_attention_plan_s {
   int64_t mr;        /* rows of the register kernel (4 or 6); q_block is a multiple */
   int64_t kv_parts;  /* key ranges per block (1: no split, no merge) */
   int64_t kv_part;   /* keys per range, a multiple of k_block */
+  int bf16_engine;   /* args->bf16 on VDPBF16PS (the avx512 build, kiln_cpu_bf16()) */
   /* With kv_parts > 1: per part task (kiln_nn_attention_partial_floats
    * each), q_block rows of v_head_dim outputs, then q_block m, q_block l;
    * and per block the count of its parts still running, kv_parts at the

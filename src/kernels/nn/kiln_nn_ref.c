@@ -9,7 +9,9 @@
  * everything. Softmax, the norms and attention accumulate in double.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/nn/kiln_nn.h"
 
@@ -125,7 +127,21 @@ void kiln_rms_norm_f32_reference(size_t rows, size_t cols, const float* x,
   }
 }
 
-/* Materialises one row of scores at a time (kv_len doubles). */
+/* x rounded to bf16 (nearest even, NaN kept), in double. */
+static double kiln_nn_ref_bf16(double x) {
+  float f = (float)x;
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return x;
+  b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+/* Materialises one row of scores at a time (kv_len doubles). With
+ * a->bf16, the bf16 rule of kiln_attention_bf16.h in double: q, k, v and
+ * the weights rounded, the weights taken against the reference point
+ * ceil(m log2 e) ln2 of the row max m, their unrounded sum the divisor. */
 void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
   if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
       a->heads % a->kv_heads)
@@ -143,8 +159,13 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
         int any_nan = 0;
         for (int64_t j = 0; j < a->kv_len; ++j) {
           double dot = 0.0;
-          for (int64_t e = 0; e < a->head_dim; ++e)
-            dot += (double)q[e * a->q_strides[3]] * kb[j * a->k_strides[2] + e * a->k_strides[3]];
+          if (a->bf16)
+            for (int64_t e = 0; e < a->head_dim; ++e)
+              dot += kiln_nn_ref_bf16(q[e * a->q_strides[3]]) *
+                     kiln_nn_ref_bf16(kb[j * a->k_strides[2] + e * a->k_strides[3]]);
+          else
+            for (int64_t e = 0; e < a->head_dim; ++e)
+              dot += (double)q[e * a->q_strides[3]] * kb[j * a->k_strides[2] + e * a->k_strides[3]];
           dot *= a->scale;
           if (a->mask)
             dot += a->mask[b * a->mask_strides[0] + h * a->mask_strides[1] +
@@ -156,14 +177,20 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
         }
         float* out = a->out + kiln_attention_out_offset(a, b, h, i);
         double sum = 0.0;
+        if (a->bf16) m = ceil(m * 1.4426950408889634) * 0.6931471805599453;
         for (int64_t j = 0; j < a->kv_len; ++j) {
           s[j] = m == -INFINITY ? 0.0 : exp(s[j] - m);
           sum += s[j];
+          if (a->bf16) s[j] = kiln_nn_ref_bf16(s[j]); /* after the sum: l is unrounded */
         }
         for (int64_t e = 0; e < a->v_head_dim; ++e) {
           double o = 0.0;
-          for (int64_t j = 0; j < a->kv_len; ++j)
-            o += s[j] * vb[j * a->v_strides[2] + e * a->v_strides[3]];
+          if (a->bf16)
+            for (int64_t j = 0; j < a->kv_len; ++j)
+              o += s[j] * kiln_nn_ref_bf16(vb[j * a->v_strides[2] + e * a->v_strides[3]]);
+          else
+            for (int64_t j = 0; j < a->kv_len; ++j)
+              o += s[j] * vb[j * a->v_strides[2] + e * a->v_strides[3]];
           /* No visible key: zeros, as torch's CPU SDPA kernel. */
           out[e] = any_nan ? NAN : sum == 0.0 ? 0.0f : (float)(o / sum);
         }
