@@ -18,6 +18,7 @@
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_bf16_round_avx512.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/kiln_transpose_avx512.h"
 
 static inline __m256i kiln_gemm_bf16x16_round_avx512(__m512 x) {
   return _mm512_cvtepi32_epi16(kiln_gemm_bf16x16_round_lanes(x));
@@ -43,34 +44,6 @@ static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, in
 
 static inline __mmask16 kiln_gemm_bf16_mask(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
-}
-
-/* r[0..16) as a 16 x 16 matrix of 32-bit elements, transposed in
- * registers: 32-bit then 64-bit interleaves inside 128-bit lanes, then two
- * rounds of 128-bit lane shuffles (a 4 x 4 transpose of lanes). */
-static inline void kiln_gemm_bf16_transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  /* u[4a + e], lane L: element 4L + e of rows 4a .. 4a + 3. */
-  for (int a = 0; a < 16; a += 4) {
-    u[a] = _mm512_unpacklo_epi64(t[a], t[a + 2]);
-    u[a + 1] = _mm512_unpackhi_epi64(t[a], t[a + 2]);
-    u[a + 2] = _mm512_unpacklo_epi64(t[a + 1], t[a + 3]);
-    u[a + 3] = _mm512_unpackhi_epi64(t[a + 1], t[a + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88);
-    __m512i v1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-    __m512i v2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
-    __m512i v3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-    r[e] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    r[4 + e] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    r[8 + e] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
-    r[12 + e] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
-  }
 }
 
 void kiln_bf16_gemm_pack_a_t__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,
@@ -107,7 +80,7 @@ void kiln_bf16_gemm_pack_a_t__avx512(int64_t rows, int64_t rows_pad, int64_t k, 
                                : _mm512_setzero_si512();
         v[q] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
       }
-      kiln_gemm_bf16_transpose16(v);
+      kiln_transpose16x16_epi32_avx512(v);
       for (int64_t i = 0; i < ni; ++i) _mm512_storeu_si512((void*)(out + (i0 + i) * ka + c0), v[i]);
     }
     for (int64_t i = rows; i < rows_pad; ++i)
@@ -199,7 +172,7 @@ void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_
           __m256i e1 = _mm512_cvtepi32_epi16(kiln_gemm_bf16_lanes(b, b16, at + 16, m1));
           v[jj] = _mm512_inserti64x4(_mm512_castsi256_si512(e0), e1, 1);
         }
-        kiln_gemm_bf16_transpose16(v);
+        kiln_transpose16x16_epi32_avx512(v);
         for (int64_t r = 0; r < pairs; ++r)
           _mm512_storeu_si512((void*)(dst + (p0 + 2 * r) * P), v[r]);
       }

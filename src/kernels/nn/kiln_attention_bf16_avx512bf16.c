@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm_bf16_round_avx512.h"
+#include "kernels/kiln_transpose_avx512.h"
 #include "kernels/nn/kiln_attention_bf16.h"
 
 #define KILN_ATTN_BF16_AI static inline __attribute__((always_inline))
@@ -60,34 +61,6 @@ void kiln_attn_bf16_pack_rows__avx512bf16(int64_t rows, int64_t d, const float* 
   }
 }
 
-/* 16 x 16 32-bit elements transposed in registers (kiln_gemm_bf16_
- * transpose16's steps: 32- and 64-bit interleaves within 128-bit lanes,
- * then two rounds of 128-bit lane shuffles). */
-static inline void kiln_attn_bf16_transpose16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int a = 0; a < 16; a += 4) {
-    u[a] = _mm512_unpacklo_epi64(t[a], t[a + 2]);
-    u[a + 1] = _mm512_unpackhi_epi64(t[a], t[a + 2]);
-    u[a + 2] = _mm512_unpacklo_epi64(t[a + 1], t[a + 3]);
-    u[a + 3] = _mm512_unpackhi_epi64(t[a + 1], t[a + 3]);
-  }
-  /* u[4a + e], lane L: element 4L + e of rows 4a .. 4a + 3. */
-  for (int e = 0; e < 4; ++e) {
-    __m512i x0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88);
-    __m512i x1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-    __m512i x2 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88);
-    __m512i x3 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-    r[e] = _mm512_shuffle_i32x4(x0, x2, 0x88);
-    r[8 + e] = _mm512_shuffle_i32x4(x0, x2, 0xdd);
-    r[4 + e] = _mm512_shuffle_i32x4(x1, x3, 0x88);
-    r[12 + e] = _mm512_shuffle_i32x4(x1, x3, 0xdd);
-  }
-}
-
 void kiln_attn_bf16_pack_kt__avx512bf16(const float* kb, int64_t k_row, int64_t k_col, int64_t d,
                                         int64_t nk, int64_t nkp, uint16_t* kt, int64_t ldk) {
   const int64_t pairs = (d + 1) / 2;
@@ -101,7 +74,7 @@ void kiln_attn_bf16_pack_kt__avx512bf16(const float* kb, int64_t k_row, int64_t 
         int64_t n = d - e < 32 ? d - e : 32, np = (n + 1) / 2;
         __m512i r[16];
         for (int i = 0; i < 16; ++i) r[i] = kiln_attn_bf16_round32(kb + (c0 + i) * k_row + e, n);
-        kiln_attn_bf16_transpose16(r);
+        kiln_transpose16x16_epi32_avx512(r);
         for (int64_t p = 0; p < np; ++p)
           _mm512_storeu_si512((void*)(kt32 + (e / 2 + p) * ldk + c0), r[p]);
       }
