@@ -17,14 +17,6 @@
   void kiln_round_bf16_f32__##isa(size_t n, const float* x, float* y);
 KILN_ELTWISE_ISAS(KILN_CAST_BF16_DECLARE_, ~)
 
-/* The scalar rule every variant follows: float32 bits to bf16 bits,
- * nearest even, a NaN made quiet (kiln_f32_to_bf16's, kiln_movement.c). */
-static inline uint16_t kiln_bf16_round_bits(uint32_t bits) {
-  uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  uint32_t quiet = (bits >> 16) | 0x40u;
-  return (uint16_t)((bits & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 /* The running level's variants (kiln_movement.c). y may be x (in place). */
 void kiln_cast_f32_to_bf16(size_t n, const float* x, uint16_t* y);
 void kiln_round_bf16_f32(size_t n, const float* x, float* y);

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/kiln_bf16.h"
 #include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/math/kiln_math.h"
@@ -157,12 +158,7 @@ static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x
  * (kiln_fused_ref's); tiles run kiln_round_bf16_f32, the running ISA's
  * variant of the same integer arithmetic (kiln_cast_bf16.c). */
 static void kiln_fused_round_bf16(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    memcpy(&bits, &x[i], 4);
-    bits = (uint32_t)kiln_bf16_round_bits(bits) << 16;
-    memcpy(&y[i], &bits, 4);
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = kiln_bf16_round_f32(x[i]);
 }
 
 static void kiln_fused_unary(uint32_t op, int64_t n, const float* x, float* y) {

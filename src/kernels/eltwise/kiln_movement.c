@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/kiln_bf16.h"
 #include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_nd.h"
 
@@ -203,14 +204,6 @@ static double kiln_load_f64(kiln_dtype_t t, const void* x, size_t i) {
   }
 }
 
-static uint16_t kiln_f32_to_bf16(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffff) > 0x7f800000) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
-  bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
-  return (uint16_t)(bits >> 16);
-}
-
 static uint16_t kiln_f32_to_f16(float f) {
   uint32_t bits;
   memcpy(&bits, &f, 4);
@@ -321,7 +314,7 @@ void kiln_cast(kiln_dtype_t from, kiln_dtype_t to, size_t n, const void* x, void
     switch (to) {
       case KILN_F32: ((float*)y)[i] = (float)v; break;
       case KILN_F16: ((uint16_t*)y)[i] = kiln_f32_to_f16((float)v); break;
-      case KILN_BF16: ((uint16_t*)y)[i] = kiln_f32_to_bf16((float)v); break;
+      case KILN_BF16: ((uint16_t*)y)[i] = kiln_bf16_from_f32((float)v); break;
       /* Float to int truncates toward zero, as torch; out-of-range and NaN
        * are undefined in torch too, so clamp them rather than invoke C UB. */
       case KILN_I64: ((int64_t*)y)[i] = v != v ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v; break;

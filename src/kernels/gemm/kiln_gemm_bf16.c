@@ -8,23 +8,13 @@
  * layout is kiln_gemm_f32_pack_b's with 2-byte elements (ISA independent). */
 #include <string.h>
 
+#include "base/kiln_bf16.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
-uint16_t kiln_gemm_bf16_from_f32(float x) {
-  uint32_t bits;
-  memcpy(&bits, &x, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40); /* quiet NaN */
-  bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even; Inf stays Inf */
-  return (uint16_t)(bits >> 16);
-}
+uint16_t kiln_gemm_bf16_from_f32(float x) { return kiln_bf16_from_f32(x); }
 
-float kiln_gemm_bf16_to_f32(uint16_t x) {
-  uint32_t bits = (uint32_t)x << 16;
-  float f;
-  memcpy(&f, &bits, 4);
-  return f;
-}
+float kiln_gemm_bf16_to_f32(uint16_t x) { return kiln_bf16_to_f32(x); }
 
 size_t kiln_gemm_bf16_packed_size(int64_t k, int64_t n) {
   return kiln_gemm_f32_packed_size(k, n) / 2;

@@ -11,6 +11,7 @@
 
 #include "kernels/gemm/kiln_gemm_gemv_avx2.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
+#include "kernels/kiln_bf16_round_avx2.h"
 
 static inline __attribute__((always_inline)) __m256 kiln_gemm_bf16x8_avx2(const uint16_t* p) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p));
@@ -170,17 +171,9 @@ void kiln_f32_bf16vnni_gemm_ukernel_6x16__avx2(int64_t kc, const float* a, const
 /* x[i] = x[i] rounded to bf16 (nearest even; a NaN stays NaN, quiet), as
  * kiln_gemm_round_bf16_f32: 8 at a time, the tail by the scalar rule. */
 void kiln_f32_round_bf16__avx2(float* x, int64_t n) {
-  const __m256i lsb = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
-  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), abs = _mm256_set1_epi32(0x7fffffff);
-  const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x400000);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i v = _mm256_loadu_si256((const __m256i*)(x + i));
-    __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(v, 16), lsb)));
-    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(v, quiet), nan);
-    _mm256_storeu_si256((__m256i*)(x + i), _mm256_and_si256(r, hi));
-  }
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, kiln_bf16x8_round_ps_avx2(_mm256_loadu_ps(x + i)));
   kiln_gemm_round_bf16_f32(x + i, n - i);
 }
 

@@ -67,6 +67,7 @@
 #include "kernels/nn/kiln_nn_row.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
+#include "kernels/kiln_bf16_round_avx2.h"
 #include "kernels/kiln_transpose_avx2.h"
 #define KILN_NN_ATTN_AVX2 1
 #endif
@@ -193,20 +194,6 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
  * row count is its own unrolled kernel. */
 #define KILN_NN_ATTN_INLINE static inline __attribute__((always_inline))
 #if defined(KILN_NN_ATTN_AVX2)
-/* 8 floats rounded to bf16 (kiln_attn_bf16_round's rule: nearest even, a
- * NaN made quiet), as floats: the bf16 rule's k and v where a decode step
- * reads them in place. */
-static inline __m256 kiln_nn_attn_round8(__m256 x) {
-  const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-  __m256i b = _mm256_castps_si256(x);
-  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-  __m256i r =
-      _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), hi);
-  __m256i quiet = _mm256_and_si256(_mm256_or_si256(b, _mm256_set1_epi32(0x400000)), hi);
-  return _mm256_blendv_ps(_mm256_castsi256_ps(r), _mm256_castsi256_ps(quiet),
-                          _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
-
 /* round_b: B's values rounded to bf16 as loaded (decode's P·V over V in
  * place; a larger row block packs V rounded once instead). */
 KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a, int64_t lda,
@@ -221,8 +208,8 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
   for (int64_t p = 0; p < k; ++p) {
     __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
     if (round_b) {
-      b0 = kiln_nn_attn_round8(b0);
-      b1 = kiln_nn_attn_round8(b1);
+      b0 = kiln_bf16x8_round_ps_avx2(b0);
+      b1 = kiln_bf16x8_round_ps_avx2(b1);
     }
 #pragma GCC unroll 6
     for (int r = 0; r < mr; ++r) {
@@ -246,7 +233,7 @@ static inline void kiln_nn_attn_transpose8(const float* src, int64_t lds, float*
   __m256 r[8], o[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
   if (bf)
-    for (int i = 0; i < 8; ++i) r[i] = kiln_nn_attn_round8(r[i]);
+    for (int i = 0; i < 8; ++i) r[i] = kiln_bf16x8_round_ps_avx2(r[i]);
   kiln_transpose8x8_avx2(r, o);
   for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, o[i]);
 }
@@ -321,8 +308,8 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_scores_bf16_rows(const int R, int64_t d, c
   __m256 acc[4][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t e = 0; e < d; e += 8) {
-    __m256 y0 = kiln_nn_attn_round8(_mm256_loadu_ps(k0 + e));
-    __m256 y1 = kiln_nn_attn_round8(_mm256_loadu_ps(k1 + e));
+    __m256 y0 = kiln_bf16x8_round_ps_avx2(_mm256_loadu_ps(k0 + e));
+    __m256 y1 = kiln_bf16x8_round_ps_avx2(_mm256_loadu_ps(k1 + e));
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       __m256 x = _mm256_loadu_ps(q + r * d + e);
@@ -421,13 +408,13 @@ static void kiln_nn_attn_pack_k(const float* kb, int64_t k_row, int64_t k_col, i
         kiln_nn_attn_transpose8(kb + c0 * k_row + e, k_row, kt + e * bk + c0, bk, bf);
       for (int64_t c = c0; c < c0 + 8; ++c)
         for (int64_t e = d8; e < d; ++e)
-          kt[e * bk + c] = bf ? kiln_attn_bf16_round(kb[c * k_row + e]) : kb[c * k_row + e];
+          kt[e * bk + c] = bf ? kiln_bf16_round_f32(kb[c * k_row + e]) : kb[c * k_row + e];
     }
   }
 #endif
   for (int64_t c = c0; c < nkp; ++c) {
     if (c < nk && bf)
-      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kiln_attn_bf16_round(kb[c * k_row + e * k_col]);
+      for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kiln_bf16_round_f32(kb[c * k_row + e * k_col]);
     else if (c < nk)
       for (int64_t e = 0; e < d; ++e) kt[e * bk + c] = kb[c * k_row + e * k_col];
     else
@@ -508,8 +495,8 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
       float s = 0.0f;
       if (bf)
         for (int64_t e = 0; e < a->head_dim; ++e)
-          s = KILN_NN_FMA(kiln_attn_bf16_round(rows[r].q[e * a->q_strides[3]]),
-                          kiln_attn_bf16_round(kj[e * a->k_strides[3]]), s);
+          s = KILN_NN_FMA(kiln_bf16_round_f32(rows[r].q[e * a->q_strides[3]]),
+                          kiln_bf16_round_f32(kj[e * a->k_strides[3]]), s);
       else
         for (int64_t e = 0; e < a->head_dim; ++e)
           s = KILN_NN_FMA(rows[r].q[e * a->q_strides[3]], kj[e * a->k_strides[3]], s);
@@ -528,9 +515,9 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
       l += p;
       const float* vj = vb + j * a->v_strides[2];
       if (bf) {
-        p = kiln_attn_bf16_round(p);
+        p = kiln_bf16_round_f32(p);
         for (int64_t e = 0; e < dv; ++e)
-          o[e] = KILN_NN_FMA(p, kiln_attn_bf16_round(vj[e * a->v_strides[3]]), o[e]);
+          o[e] = KILN_NN_FMA(p, kiln_bf16_round_f32(vj[e * a->v_strides[3]]), o[e]);
       } else {
         for (int64_t e = 0; e < dv; ++e) o[e] = KILN_NN_FMA(p, vj[e * a->v_strides[3]], o[e]);
       }
@@ -620,11 +607,11 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   for (int64_t r = 0; r < nrp; ++r) {
     if (r < nr) {
       if (!eng && bf && a->q_strides[3] == 1)
-        for (int64_t e = 0; e < d; ++e) qp[r * d + e] = kiln_attn_bf16_round(rows[r].q[e]);
+        for (int64_t e = 0; e < d; ++e) qp[r * d + e] = kiln_bf16_round_f32(rows[r].q[e]);
       else if (!eng)
         for (int64_t e = 0; e < d; ++e) {
           float x = rows[r].q[e * a->q_strides[3]];
-          qp[r * d + e] = bf ? kiln_attn_bf16_round(x) : x * a->scale;
+          qp[r * d + e] = bf ? kiln_bf16_round_f32(x) : x * a->scale;
         }
       int64_t end = rows[r].last_key < a->kv_len - 1 ? rows[r].last_key + 1 : a->kv_len;
       kv_end = end > kv_end ? end : kv_end;
@@ -742,9 +729,9 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         const float* vr = vb + (j0 + c) * a->v_strides[2];
         int64_t e = 0;
         if (c < nk && bf && a->v_strides[3] == 1)
-          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e]);
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_bf16_round_f32(vr[e]);
         else if (c < nk && bf)
-          for (; e < dv; ++e) vp[c * dvp + e] = kiln_attn_bf16_round(vr[e * a->v_strides[3]]);
+          for (; e < dv; ++e) vp[c * dvp + e] = kiln_bf16_round_f32(vr[e * a->v_strides[3]]);
         else if (c < nk)
           for (; e < dv; ++e) vp[c * dvp + e] = vr[e * a->v_strides[3]];
         for (; e < dvp; ++e) vp[c * dvp + e] = 0.0f;
@@ -784,7 +771,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
           for (int j = 0; j < KILN_NN_LANES; ++j) {
             float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-            sr[c + j] = kiln_attn_bf16_round(p);
+            sr[c + j] = kiln_bf16_round_f32(p);
             acc[j] += p;
           }
       else

@@ -31,22 +31,8 @@
 #include <stdint.h>
 #include <string.h>
 
-/* fp32 -> bf16 bits, nearest even, a NaN made quiet (kiln_gemm_bf16_from_f32's rule). */
-static inline uint16_t kiln_attn_bf16_bits(float x) {
-  uint32_t b;
-  memcpy(&b, &x, sizeof b);
-  uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-  uint32_t quiet = (b >> 16) | 0x40u;
-  return (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
+#include "base/kiln_bf16.h"
 
-/* x rounded to bf16, as a float. */
-static inline float kiln_attn_bf16_round(float x) {
-  uint32_t b = (uint32_t)kiln_attn_bf16_bits(x) << 16;
-  float y;
-  memcpy(&y, &b, sizeof y);
-  return y;
-}
 
 /* The reference point for a running max m (finite or +inf; NaN stays NaN):
  * ceil(m log2 e) ln2, a multiple of ln2 at or just above m. */

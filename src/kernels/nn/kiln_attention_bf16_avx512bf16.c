@@ -56,7 +56,7 @@ void kiln_attn_bf16_pack_rows__avx512bf16(int64_t rows, int64_t d, const float* 
                                  kiln_attn_bf16_round32(x + e, n));
       }
     else
-      for (; e < d; ++e) y[e] = kiln_attn_bf16_bits(x[e * es]);
+      for (; e < d; ++e) y[e] = kiln_bf16_from_f32(x[e * es]);
     if (d & 1) y[d] = 0; /* the odd count's pad: its couple is read whole */
   }
 }
@@ -83,8 +83,8 @@ void kiln_attn_bf16_pack_kt__avx512bf16(const float* kb, int64_t k_row, int64_t 
     for (int64_t p = 0; p < pairs; ++p) {
       uint32_t lo = 0, hi = 0;
       if (c < nk) {
-        lo = kiln_attn_bf16_bits(kb[c * k_row + 2 * p * k_col]);
-        hi = 2 * p + 1 < d ? kiln_attn_bf16_bits(kb[c * k_row + (2 * p + 1) * k_col]) : 0u;
+        lo = kiln_bf16_from_f32(kb[c * k_row + 2 * p * k_col]);
+        hi = 2 * p + 1 < d ? kiln_bf16_from_f32(kb[c * k_row + (2 * p + 1) * k_col]) : 0u;
       }
       kt32[p * ldk + c] = lo | hi << 16;
     }
@@ -108,8 +108,8 @@ void kiln_attn_bf16_pack_v__avx512bf16(const float* vb, int64_t v_row, int64_t v
       }
     } else {
       for (int64_t e = 0; e < dvp; ++e) {
-        uint32_t lo = r0 && e < dv ? kiln_attn_bf16_bits(r0[e * v_col]) : 0u;
-        uint32_t hi = r1 && e < dv ? kiln_attn_bf16_bits(r1[e * v_col]) : 0u;
+        uint32_t lo = r0 && e < dv ? kiln_bf16_from_f32(r0[e * v_col]) : 0u;
+        uint32_t hi = r1 && e < dv ? kiln_bf16_from_f32(r1[e * v_col]) : 0u;
         out[e] = lo | hi << 16;
       }
     }
