@@ -5,11 +5,14 @@
  * weight (widen, convert, FMA), so the wider vectors matter: at one row
  * the int4 GEMV is bound by those instructions, not by memory.
  *   int8: VPMOVSXBD zmm from 16 bytes (one panel row), VCVTDQ2PS, FMA.
- *   int4: VPMOVZXBD zmm from a row pair's 16 bytes, AND / shift for the two
- *   nibbles (columns 0-7 and 8-15, lanes (column, row parity)), A as a
- *   VBROADCASTSD pair; per group, scale and zero point (expanded to the
- *   lane order by VPERMPS) once; pairs folded by VPERMT2PS at the end.
- * Registers: R rows x S panels x 2 accumulators <= 16 of the 32 zmm. */
+ *   int4, 3..8 rows: VPMOVZXBD zmm from a row pair's 16 bytes, AND / shift
+ *   for the two nibbles (columns 0-7 and 8-15, lanes (column, row
+ *   parity)), A as a VBROADCASTSD pair; per group, scale and zero point
+ *   (expanded to the lane order by VPERMPS) once; pairs folded by
+ *   VPERMT2PS at the end. Registers: R rows x S panels x 2 accumulators
+ *   <= 16 of the 32 zmm.
+ *   int4, 1..2 rows (decode): kiln_q4_tile8_avx512, a nibble looked up
+ *   by VPERMPS in place of AND and conversion. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -147,9 +150,130 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
                                      _mm512_permutex2var_ps(o[s][i][0], od, o[s][i][1])));
 }
 
+/* One or two rows (decode at batch 1 and 2): the tile above spends 7
+ * vector instructions on 32 weights (widen, AND, shift, two conversions,
+ * two FMAs), enough to leave it bound by them at one thread, not by
+ * memory. This one reads 8 rows of the group at once, the 64 bytes of four
+ * row pairs, and converts a nibble by a table lookup that needs no mask
+ * (VPERMPS reads only an index's low 4 bits): 7 shifts, 8 lookups and 8
+ * FMAs per 128 weights and row, 5.75 instructions per 32.
+ * Lanes: dword j of the 64 bytes is pair L = j / 4's bytes 4 (j % 4) + b,
+ * b = 0..3; its nibble (b, h) at bit 8 b + 4 h is row 2 L + (b & 1) of the
+ * block, column 2 (j % 4) + (b >> 1) + 8 h (the blob's byte layout). So
+ * accumulator u = (b >> 1) + 2 h gathers, in lane j, column
+ * kiln_q4_col(u, j % 4) over rows 2 L + {0, 1}, and A enters as two
+ * vectors, lane j holding A's row 2 (j / 4) + r (r = b & 1). The four
+ * partial sums of a column (L = 0..3) are added once, after the last group.
+ * Symmetric groups look up nibble - 8 (exact, no zero-point term);
+ * asymmetric ones the nibble, with z * (A's group sum) subtracted once per
+ * column (in lanes L = 0 only). */
+#define kiln_q4_col(u, m) (2 * (m) + ((u) & 1) + 8 * ((u) >> 1))
+
+KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int group, int form,
+                                    const float* a, int64_t lda, const float* asum,
+                                    const uint8_t* b, int64_t pstride, float* out,
+                                    int64_t ostride) {
+  const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
+  const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
+  const __m512 table = asym ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
+                            : _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i ia0 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const __m512i ia1 = _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7);
+  __m512i iu[4];
+  for (int u = 0; u < 4; ++u)
+    iu[u] = _mm512_setr_epi32(kiln_q4_col(u, 0), kiln_q4_col(u, 1), kiln_q4_col(u, 2),
+                              kiln_q4_col(u, 3), kiln_q4_col(u, 0), kiln_q4_col(u, 1),
+                              kiln_q4_col(u, 2), kiln_q4_col(u, 3), kiln_q4_col(u, 0),
+                              kiln_q4_col(u, 1), kiln_q4_col(u, 2), kiln_q4_col(u, 3),
+                              kiln_q4_col(u, 0), kiln_q4_col(u, 1), kiln_q4_col(u, 2),
+                              kiln_q4_col(u, 3));
+  __m512 o[2][3][4];
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i)
+      for (int u = 0; u < 4; ++u) o[i][s][u] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < kg; ++g) {
+    __m512 acc[2][3][4];
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < R; ++i)
+        for (int u = 0; u < 4; ++u) acc[i][s][u] = _mm512_setzero_ps();
+    const uint8_t* gbase = b + g * gb + hdr;
+    for (int t = 0; t < group / 8; ++t) {
+      __m512 a0[2], a1[2];
+      for (int i = 0; i < R; ++i) {
+        __m512 a8 = _mm512_castps256_ps512(_mm256_loadu_ps(a + i * lda + g * group + 8 * t));
+        a0[i] = _mm512_permutexvar_ps(ia0, a8);
+        a1[i] = _mm512_permutexvar_ps(ia1, a8);
+      }
+      for (int s = 0; s < S; ++s) {
+        const uint8_t* src = gbase + s * pstride + 64 * t;
+        _mm_prefetch((const char*)(src + 1024), _MM_HINT_T0);
+        __m512i v = _mm512_loadu_si512(src);
+        /* One load, in a register: GCC would fold it into each shift, 8
+         * 64-byte loads where the L1 serves one a cycle. */
+        __asm__("" : "+v"(v));
+#define KILN_Q4_NIBBLE(SHIFT, U, AV)                                                       \
+  do {                                                                                     \
+    __m512 w = _mm512_permutexvar_ps((SHIFT) ? _mm512_srli_epi32(v, (SHIFT)) : v, table); \
+    for (int i = 0; i < R; ++i) acc[i][s][U] = _mm512_fmadd_ps(AV[i], w, acc[i][s][U]);  \
+  } while (0)
+        KILN_Q4_NIBBLE(0, 0, a0);  /* b 0, h 0 */
+        KILN_Q4_NIBBLE(4, 2, a0);  /* b 0, h 1 */
+        KILN_Q4_NIBBLE(8, 0, a1);  /* b 1, h 0 */
+        KILN_Q4_NIBBLE(12, 2, a1); /* b 1, h 1 */
+        KILN_Q4_NIBBLE(16, 1, a0); /* b 2, h 0 */
+        KILN_Q4_NIBBLE(20, 3, a0); /* b 2, h 1 */
+        KILN_Q4_NIBBLE(24, 1, a1); /* b 3, h 0 */
+        KILN_Q4_NIBBLE(28, 3, a1); /* b 3, h 1 */
+#undef KILN_Q4_NIBBLE
+      }
+    }
+    for (int s = 0; s < S; ++s) {
+      const uint8_t* sc = b + g * gb + s * pstride;
+      const __m512 sv = kiln_q4_header16_avx512(sc, 0, bf16);
+      __m512 zv = _mm512_setzero_ps();
+      if (asym) zv = kiln_q4_header16_avx512(sc, 16, bf16);
+      for (int u = 0; u < 4; ++u) {
+        const __m512 su = _mm512_permutexvar_ps(iu[u], sv);
+        const __m512 zu = _mm512_maskz_permutexvar_ps(0x000F, iu[u], zv);
+        for (int i = 0; i < R; ++i) {
+          __m512 x = acc[i][s][u];
+          if (asym) {
+            const float* as = asum + (i * kg + g) * 2;
+            x = _mm512_fnmadd_ps(zu, _mm512_set1_ps(as[0] + as[1]), x);
+          }
+          o[i][s][u] = _mm512_fmadd_ps(su, x, o[i][s][u]);
+        }
+      }
+    }
+  }
+  /* Per accumulator, the sum of its four 128-bit quarters (L = 0..3), then
+   * columns interleaved back: u 0 / 1 hold the even / odd of 0-7, u 2 / 3
+   * those of 8-15. */
+  for (int s = 0; s < S; ++s)
+    for (int i = 0; i < R; ++i) {
+      __m128 q[4];
+      for (int u = 0; u < 4; ++u) {
+        __m512 x = o[i][s][u];
+        __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+        q[u] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      }
+      float* dst = out + s * ostride + i * 16;
+      _mm_storeu_ps(dst, _mm_unpacklo_ps(q[0], q[1]));
+      _mm_storeu_ps(dst + 4, _mm_unpackhi_ps(q[0], q[1]));
+      _mm_storeu_ps(dst + 8, _mm_unpacklo_ps(q[2], q[3]));
+      _mm_storeu_ps(dst + 12, _mm_unpackhi_ps(q[2], q[3]));
+    }
+}
+
 #define KILN_Q4_CASE(R, S)                                                                 \
   case (R) * 8 + (S):                                                                      \
     kiln_q4_tile_avx512((R), (S), kg, group, form, a, lda, asum, bq, pstride, oq, ostride); \
+    break;
+
+#define KILN_Q4_CASE8(R, S)                                                                 \
+  case (R) * 8 + (S):                                                                       \
+    kiln_q4_tile8_avx512((R), (S), kg, group, form, a, lda, asum, bq, pstride, oq, ostride); \
     break;
 
 void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, const float* a,
@@ -168,6 +292,21 @@ void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, cons
       kiln_f32_qb4w_gemv__avx512(m - 4, kg, group, form, a + 4 * lda, lda, asum + 4 * kg * 2,
                                b + q * pstride, 1, tmp);
       memcpy(out + q * ostride + 4 * 16, tmp, (size_t)(m - 4) * 16 * sizeof(float));
+    }
+    return;
+  }
+  if (m <= 2) {
+    /* kiln_q4_tile8_avx512: 8 zmm per row and panel. */
+    const int s8 = m == 1 ? 3 : 1;
+    for (int q = 0; q < panels;) {
+      int s = panels - q < s8 ? panels - q : s8;
+      const uint8_t* bq = b + q * pstride;
+      float* oq = out + q * ostride;
+      switch ((int)m * 8 + s) {
+        KILN_Q4_CASE8(1, 1) KILN_Q4_CASE8(1, 2) KILN_Q4_CASE8(1, 3) KILN_Q4_CASE8(2, 1)
+        default: break;
+      }
+      q += s;
     }
     return;
   }
