@@ -95,6 +95,7 @@ static void kiln_test_print_cpu(void) {
   X(artifact)               \
   X(artifact_sym)           \
   X(gemm)                   \
+  X(gemm_epilogue)          \
   X(gemm_bf16)              \
   X(gemm_bf16_compute)      \
   X(casts)                  \

@@ -76,12 +76,12 @@ static const kiln_gemm_kernels_t kiln_gemm_kernels__avx2 = {
     .ukernel_vnni = kiln_f32_bf16vnni_gemm_ukernel_6x16__avx2,
     .round_bf16 = kiln_f32_round_bf16__avx2,
 };
-/* The epilogue and the (memory-bound) GEMV gain nothing from zmm: reuse
- * the AVX2 ones, which any AVX-512 CPU runs. */
+/* The (memory-bound) GEMVs gain nothing from zmm: the AVX2 ones, which
+ * any AVX-512 CPU runs. The epilogue does (GELU's math): its own. */
 static const kiln_gemm_kernels_t kiln_gemm_kernels__avx512 = {
     .name = "avx512", .mr = 8, .nr = 32, .kc = 256, .mc_max = 144,
     .ukernel = kiln_f32_gemm_ukernel_8x32__avx512,
-    .epilogue = kiln_f32_gemm_epilogue__avx2,
+    .epilogue = kiln_f32_gemm_epilogue__avx512,
     .gemv = kiln_f32_gemv__avx2,
     .pack_a = kiln_gemm_pack_a,
     .gemv_bf16 = kiln_f32_bf16w_gemv__avx2,

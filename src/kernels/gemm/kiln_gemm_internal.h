@@ -268,6 +268,10 @@ void kiln_bf16_gemm_pack_b_vnni__avx512(int64_t k, int64_t n, int64_t q0, int64_
 void kiln_f32_gemm_ukernel_8x32__avx512(int64_t kc, const float* a, const float* b,
                                         const float* b_next, const float* cin, int64_t ldcin,
                                         float* out, int64_t ldout);
+/* kiln_gemm_epilogue_avx512.c: the epilogue of kiln_gemm_epilogue_fn. */
+void kiln_f32_gemm_epilogue__avx512(int64_t m, int64_t n, const float* src, int64_t lds,
+                                    float* dst, int64_t ldd, const float* bias, const float* res,
+                                    int64_t ldr, kiln_activation_t act);
 #endif
 
 #if defined(__aarch64__)
