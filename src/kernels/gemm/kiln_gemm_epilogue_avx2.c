@@ -113,7 +113,8 @@ static inline __m256 kiln_gemm_gelu_tanh_avx2(__m256 x) {
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-static inline __m256 kiln_gemm_act_avx2(__m256 x, kiln_activation_t act) {
+static inline __attribute__((always_inline)) __m256 kiln_gemm_act_avx2(__m256 x,
+                                                                   const kiln_activation_t act) {
   switch (act) {
     case KILN_ACT_RELU: return _mm256_max_ps(_mm256_setzero_ps(), x);
     case KILN_ACT_GELU: return kiln_gemm_gelu_avx2(x);
@@ -129,22 +130,33 @@ static inline __m256i kiln_gemm_tail_mask_avx2(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
-                                  int64_t ldd, const float* bias, const float* res, int64_t ldr,
-                                  kiln_activation_t act) {
+/* The rows with one activation (a constant once inlined), two vectors a
+ * step so that one's exp and polynomial chains overlap the other's. */
+static inline __attribute__((always_inline)) void kiln_gemm_rows_avx2(
+    int64_t m, int64_t n, const float* src, int64_t lds, float* dst, int64_t ldd,
+    const float* bias, const float* res, int64_t ldr, const kiln_activation_t act) {
   for (int64_t i = 0; i < m; ++i) {
     const float* s = src + i * lds;
     float* d = dst + i * ldd;
     const float* r = res ? res + i * ldr : NULL;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      __m256 x = _mm256_loadu_ps(s + j);
-      if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
-      x = kiln_gemm_act_avx2(x, act);
-      if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
-      _mm256_storeu_ps(d + j, x);
+    for (; j + 16 <= n; j += 16) {
+      /* Both loads before either store: dst may be src (in place). */
+      __m256 x0 = _mm256_loadu_ps(s + j), x1 = _mm256_loadu_ps(s + j + 8);
+      if (bias) {
+        x0 = _mm256_add_ps(x0, _mm256_loadu_ps(bias + j));
+        x1 = _mm256_add_ps(x1, _mm256_loadu_ps(bias + j + 8));
+      }
+      x0 = kiln_gemm_act_avx2(x0, act);
+      x1 = kiln_gemm_act_avx2(x1, act);
+      if (r) {
+        x0 = _mm256_add_ps(x0, _mm256_loadu_ps(r + j));
+        x1 = _mm256_add_ps(x1, _mm256_loadu_ps(r + j + 8));
+      }
+      _mm256_storeu_ps(d + j, x0);
+      _mm256_storeu_ps(d + j + 8, x1);
     }
-    if (j < n) {
+    for (; j < n; j += 8) {
       /* Masked loads never touch (or fault on) the lanes past n. */
       __m256i mask = kiln_gemm_tail_mask_avx2(n - j);
       __m256 x = _mm256_maskload_ps(s + j, mask);
@@ -154,4 +166,22 @@ void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_
       _mm256_maskstore_ps(d + j, mask, x);
     }
   }
+}
+
+void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
+                                  int64_t ldd, const float* bias, const float* res, int64_t ldr,
+                                  kiln_activation_t act) {
+#define KILN_EP_CASE(A)                                                       \
+  case A: kiln_gemm_rows_avx2(m, n, src, lds, dst, ldd, bias, res, ldr, A); \
+    break;
+  switch (act) {
+    KILN_EP_CASE(KILN_ACT_RELU)
+    KILN_EP_CASE(KILN_ACT_GELU)
+    KILN_EP_CASE(KILN_ACT_GELU_TANH)
+    KILN_EP_CASE(KILN_ACT_SILU)
+    KILN_EP_CASE(KILN_ACT_SIGMOID)
+    KILN_EP_CASE(KILN_ACT_TANH)
+    default: kiln_gemm_rows_avx2(m, n, src, lds, dst, ldd, bias, res, ldr, KILN_ACT_NONE);
+  }
+#undef KILN_EP_CASE
 }
