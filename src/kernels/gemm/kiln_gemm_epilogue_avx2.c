@@ -171,17 +171,7 @@ static inline __attribute__((always_inline)) void kiln_gemm_rows_avx2(
 void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_t lds, float* dst,
                                   int64_t ldd, const float* bias, const float* res, int64_t ldr,
                                   kiln_activation_t act) {
-#define KILN_EP_CASE(A)                                                       \
-  case A: kiln_gemm_rows_avx2(m, n, src, lds, dst, ldd, bias, res, ldr, A); \
-    break;
-  switch (act) {
-    KILN_EP_CASE(KILN_ACT_RELU)
-    KILN_EP_CASE(KILN_ACT_GELU)
-    KILN_EP_CASE(KILN_ACT_GELU_TANH)
-    KILN_EP_CASE(KILN_ACT_SILU)
-    KILN_EP_CASE(KILN_ACT_SIGMOID)
-    KILN_EP_CASE(KILN_ACT_TANH)
-    default: kiln_gemm_rows_avx2(m, n, src, lds, dst, ldd, bias, res, ldr, KILN_ACT_NONE);
-  }
-#undef KILN_EP_CASE
+#define KILN_EP_ROWS(A) kiln_gemm_rows_avx2(m, n, src, lds, dst, ldd, bias, res, ldr, A)
+  KILN_GEMM_EPILOGUE_BY_ACT(act, KILN_EP_ROWS)
+#undef KILN_EP_ROWS
 }

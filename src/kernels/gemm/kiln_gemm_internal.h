@@ -48,6 +48,19 @@ typedef void (*kiln_gemm_ukernel_fn)(int64_t kc, const float* a, const float* b,
 typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, int64_t lds,
                                       float* dst, int64_t ldd, const float* bias,
                                       const float* res, int64_t ldr, kiln_activation_t act);
+/* An epilogue's body: ROWS(act) (the rows loop, inlined with the given
+ * activation as a constant) for each activation, so each compiles to its
+ * own loop with no switch inside. */
+#define KILN_GEMM_EPILOGUE_BY_ACT(act, ROWS)                  \
+  switch (act) {                                              \
+    case KILN_ACT_RELU: ROWS(KILN_ACT_RELU); break;           \
+    case KILN_ACT_GELU: ROWS(KILN_ACT_GELU); break;           \
+    case KILN_ACT_GELU_TANH: ROWS(KILN_ACT_GELU_TANH); break; \
+    case KILN_ACT_SILU: ROWS(KILN_ACT_SILU); break;           \
+    case KILN_ACT_SIGMOID: ROWS(KILN_ACT_SIGMOID); break;     \
+    case KILN_ACT_TANH: ROWS(KILN_ACT_TANH); break;           \
+    default: ROWS(KILN_ACT_NONE);                             \
+  }
 
 /* For each of `panels` (1..KILN_GEMM_GEMV_PANELS) consecutive packed B
  * panels q: out[q](m, 16) = A(m, k) . Bpanel_q(k, 16), for m <=
