@@ -88,9 +88,11 @@ static inline float kiln_nn_exp_poly(float r) {
 }
 
 /* p 2^ni, with 2^ni applied as two factors so that results in the denormal
- * range are rounded once and correctly. */
+ * range are rounded once and correctly. Any split with both halves in
+ * [-126, 127] does: n1 = floor(ni / 2) by an arithmetic shift (ni in
+ * [-150, 128]) is two instructions fewer than C's truncating ni / 2. */
 static inline float kiln_nn_exp_scale(float p, int32_t ni) {
-  int32_t n1 = ni / 2, n2 = ni - n1;
+  int32_t n1 = ni >> 1, n2 = ni - n1;
   float s1 = kiln_nn_from_bits((uint32_t)(n1 + 127) << 23);
   float s2 = kiln_nn_from_bits((uint32_t)(n2 + 127) << 23);
   return p * s1 * s2;
