@@ -132,15 +132,16 @@ static int32_t kiln_sym_fit_broken(kiln_sym_fit_t* f, const int64_t* vars) {
 
 /* May symbol v take value x at the probe? In its range, off size 1 (it
  * broadcasts) where the range allows, apart from every other symbol's value
- * there (a size maps back to the one symbol it came from) and, if apart,
- * from its own other probe (two probes that agree make a size a number). */
+ * there but `same` (a size maps back to the one symbol it came from) and,
+ * if apart, from its own other probe (two probes that agree make a size a
+ * number). same: a symbol that may share the value, or -1. */
 static int kiln_sym_fit_allowed(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v,
-                                int64_t x, int apart) {
+                                int64_t x, int apart, int32_t same) {
   const kiln_sym_var_t* s = &f->t->vars[v];
   if (x < s->lo || x > s->hi || (x < 2 && s->hi >= 2)) return 0;
   if (apart && x == kiln_sym_probe(f->t, s->dim, 1 - f->p)) return 0;
   for (int32_t w = 0; w < f->t->n_vars; ++w)
-    if (w != v && vars[w] == x) return 0;
+    if (w != v && w != same && vars[w] == x) return 0;
   return 1;
 }
 
@@ -158,7 +159,7 @@ static int32_t kiln_sym_fit_steps(kiln_sym_fit_t* f, int64_t* vars) {
       for (int step = 1; step <= 2 * KILN_SYM_FIT_REACH; ++step) {
         /* +1, -1, +2, -2, ...: the nearest values first. */
         const int64_t x = was + (step % 2 ? (step + 1) / 2 : -(step / 2));
-        if (!kiln_sym_fit_allowed(f, vars, v, x, 1)) continue;
+        if (!kiln_sym_fit_allowed(f, vars, v, x, 1, -1)) continue;
         vars[v] = x;
         int32_t b = kiln_sym_fit_broken(f, vars);
         vars[v] = was;
@@ -203,12 +204,39 @@ static int kiln_sym_fit_pinned(kiln_sym_fit_t* f, const int64_t* vars, int32_t* 
   return n;
 }
 
+/* Does every binding next to vars (the two symbols vs each moved by -1, 0
+ * or +1, in their ranges) break a guard? Guards that hold there too do not
+ * pin the symbols to vars (s16 == s27 holds along the diagonal). 0 as well
+ * when the budget runs out. */
+static int kiln_sym_fit_isolated(kiln_sym_fit_t* f, int64_t* vars, const int32_t* vs) {
+  const int64_t was[2] = {vars[vs[0]], vars[vs[1]]};
+  int isolated = 1;
+  for (int da = -1; da <= 1 && isolated; ++da) {
+    for (int db = -1; db <= 1 && isolated; ++db) {
+      const int64_t x = was[0] + da, y = was[1] + db;
+      const kiln_sym_var_t *a = &f->t->vars[vs[0]], *b = &f->t->vars[vs[1]];
+      if ((!da && !db) || x < a->lo || x > a->hi || y < b->lo || y > b->hi) continue;
+      vars[vs[0]] = x, vars[vs[1]] = y;
+      const int32_t broken = kiln_sym_fit_broken(f, vars);
+      if (broken == 0 || (broken < 0 && f->budget <= 0)) isolated = 0;
+    }
+  }
+  vars[vs[0]] = was[0], vars[vs[1]] = was[1];
+  return isolated;
+}
+
 /* Guards that pin one or two symbols far from the probes (s0*s6 == 21
  * with 3 not dividing s6: (3, 7) alone) are out of reach of steps: scan
  * their small sizes, in order, for the first where every guard holds;
  * apart from the other probe if any is, else the same (the sizes those
  * symbols give are then taken for numbers: right while the guards pin
- * them, and checked at every bind). 1 when found (vars hold it). */
+ * them, and checked at every bind). Taken for numbers, two symbols may
+ * also share a size where the guards pin both to it (4*s0*s25 == 36, both
+ * at least 2: (3, 3) alone; fuzzer seed 19019 graph 1945), which apart
+ * they may not: only where every binding next to it breaks a guard, not
+ * where the guards only make them equal (s16 == s27, a prompt's length
+ * twice: numbers there would fix the length). 1 when found (vars hold
+ * it). */
 static int kiln_sym_fit_scan(kiln_sym_fit_t* f, int64_t* vars) {
   int32_t vs[2];
   const int n = kiln_sym_fit_pinned(f, vars, vs);
@@ -222,11 +250,13 @@ static int kiln_sym_fit_scan(kiln_sym_fit_t* f, int64_t* vars) {
       vars[vs[0]] = a->lo + i;
       for (int64_t j = 0; j < (b ? reach : 1) && (!b || b->lo + j <= b->hi); ++j) {
         if (b) vars[vs[1]] = b->lo + j;
-        if (!kiln_sym_fit_allowed(f, vars, vs[0], vars[vs[0]], apart)) continue;
-        if (b && !kiln_sym_fit_allowed(f, vars, vs[1], vars[vs[1]], apart)) continue;
+        const int32_t same0 = b && !apart ? vs[1] : -1, same1 = !apart ? vs[0] : -1;
+        if (!kiln_sym_fit_allowed(f, vars, vs[0], vars[vs[0]], apart, same0)) continue;
+        if (b && !kiln_sym_fit_allowed(f, vars, vs[1], vars[vs[1]], apart, same1)) continue;
         const int32_t broken = kiln_sym_fit_broken(f, vars);
-        if (broken == 0) return 1;
-        if (broken < 0 && f->budget <= 0) goto out;
+        if (broken == 0 && (!b || vars[vs[0]] != vars[vs[1]] || kiln_sym_fit_isolated(f, vars, vs)))
+          return 1;
+        if (broken <= 0 && f->budget <= 0) goto out;
       }
     }
   }

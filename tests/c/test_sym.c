@@ -864,6 +864,55 @@ static void test_sym_probes_fit(void) {
   KILN_EXPECT(kiln_sym_probe(u, C, 0) == c0 && kiln_sym_probe(u, C, 1) == c1,
               "probes nothing fits stay");
   kiln_sym_table_release(u);
+
+  /* Guards that pin two symbols to one size (D*E == 9, both at least 2:
+   * (3, 3) alone; fuzzer seed 19019 graph 1945, a view of x (s0, s25, 5) to
+   * (3, 3, 4)). The scan kept every symbol apart from every other, so it
+   * never tried (3, 3): the probes stayed where the guards fail and the
+   * view's element count check refused it (the graph ran in eager). Taken
+   * for numbers (the same at both probes), the two may share a size. */
+  kiln_sym_table_t* w;
+  int64_t D, E, DE, F3;
+  KILN_EXPECT_OK(kiln_sym_table_create(&w));
+  if (!w) return;
+  KILN_EXPECT_OK(kiln_sym_var(w, "D", 2, 1000, &D));
+  KILN_EXPECT_OK(kiln_sym_var(w, "E", 2, 1000, &E));
+  KILN_EXPECT_OK(kiln_sym_var(w, "F", 2, 1000, &F3));
+  KILN_EXPECT_OK(kiln_dim_mul(w, D, E, &DE));
+  KILN_EXPECT_OK(kiln_sym_guard_add(w, KILN_SYM_EQ, DE, 9));
+  kiln_sym_probes_fit(w);
+  for (int p = 0; p < 2; ++p)
+    KILN_EXPECT(kiln_sym_probe(w, D, p) == 3 && kiln_sym_probe(w, E, p) == 3 &&
+                    kiln_sym_probe(w, DE, p) == 9,
+                "probe %d: D = E = 3 (%lld, %lld)", p, (long long)kiln_sym_probe(w, D, p),
+                (long long)kiln_sym_probe(w, E, p));
+  KILN_EXPECT(kiln_sym_probe(w, F3, 0) != kiln_sym_probe(w, F3, 1) && kiln_sym_probe(w, F3, 0) != 3 &&
+                  kiln_sym_probe(w, F3, 1) != 3,
+              "a free symbol keeps its own probes");
+  kiln_sym_table_release(w);
+
+  /* Guards that make two symbols equal without pinning them (P <= Q and
+   * Q <= P: Dynamo's guards on a prompt's length read twice) hold at
+   * (2, 2) as well, and at (3, 3): no sizes to take for numbers. The
+   * probes stay two apart for each symbol (the first try at the fix above
+   * made both 2: Llama's prefill ran partly in eager). */
+  kiln_sym_table_t* q;
+  int64_t P, Q, PmQ, QmP;
+  KILN_EXPECT_OK(kiln_sym_table_create(&q));
+  if (!q) return;
+  KILN_EXPECT_OK(kiln_sym_var(q, "P", 2, 1000, &P));
+  KILN_EXPECT_OK(kiln_sym_var(q, "Q", 2, 1000, &Q));
+  KILN_EXPECT_OK(kiln_dim_sub(q, P, Q, &PmQ));
+  KILN_EXPECT_OK(kiln_dim_sub(q, Q, P, &QmP));
+  KILN_EXPECT_OK(kiln_sym_guard_add(q, KILN_SYM_LE, PmQ, 0));
+  KILN_EXPECT_OK(kiln_sym_guard_add(q, KILN_SYM_LE, QmP, 0));
+  kiln_sym_probes_fit(q);
+  KILN_EXPECT(kiln_sym_probe(q, P, 0) != kiln_sym_probe(q, P, 1) &&
+                  kiln_sym_probe(q, Q, 0) != kiln_sym_probe(q, Q, 1),
+              "P and Q keep two probes each (P %lld, %lld; Q %lld, %lld)",
+              (long long)kiln_sym_probe(q, P, 0), (long long)kiln_sym_probe(q, P, 1),
+              (long long)kiln_sym_probe(q, Q, 0), (long long)kiln_sym_probe(q, Q, 1));
+  kiln_sym_table_release(q);
 }
 
 void kiln_test_suite_sym(void) {

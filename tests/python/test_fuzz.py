@@ -166,6 +166,28 @@ def test_fuzz_dynamic_path_findings():
         _expect_pass(r, "dynamic")
 
 
+def test_fuzz_dynamic_guards_that_pin_two_symbols_to_one_size():
+    """Seed 19019 graph 1945 (bf16 mode one graph in four) and seed 19020
+    graph 16345 (reference every fifth): torch.export's guards pin two
+    symbols to one size (4*s0*s25 == 36: both 3; s40 // 5 == 1 and
+    s6 == s40: both 5); the probe fitting never tried two symbols at one
+    size, a view's element count failed at the probes and the whole graph
+    (or piece) ran in eager (FINDINGS.md, seed 19019)."""
+    _expect_pass(*_run((19019, 1945), wide=True, bf16_every=4), "dynamic")
+    _expect_pass(*_run((19020, 16345), wide=True, reference_every=5), "dynamic")
+
+
+def test_fuzz_float64_reference_clones_where_its_conv_layout_forbids_a_view():
+    """Seed 19020 graph 18579 (fast-nhwc): a grouped conv of (1, 3, 1, 1)
+    with strides (4, 1, 4, 1), then a matmul that views it to (-1, 1). torch's
+    CPU conv gives the float32 result contiguous, the float64 one
+    channels-last, where the view is not possible: the float64 reference
+    raised and the graph counted as a fuzzer error. The float64 replay now
+    clones first where its own strides forbid the view (FINDINGS.md, seed
+    19019)."""
+    _expect_pass(*_run((19020, 18579), wide=True, reference_every=5), "fast-nhwc")
+
+
 def test_fuzz_dynamic_rule_for_torchs_own_guards():
     """Seed 31 graph 134: view(v, [-1, 1, 40]) of x1 (s0, 1, s1, s2), which
     torch.export traces as (s0, 1, s1*s2) under a guard s1*s2 == 40 that no

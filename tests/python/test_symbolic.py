@@ -646,6 +646,50 @@ def test_dynamo_view_valid_only_under_a_divisibility_guard_runs_in_kiln():
             torch.testing.assert_close(compiled(x), model(x))
 
 
+class _ViewToThreeByThree(nn.Module):
+    """view(-1, 5) of x (s0, s1, 5), a matmul, a view to (3, 3, 4) and an
+    rms_norm over its last two dims: torch.export keeps s0 and s1 symbolic
+    under its guard 4*s0*s1 == 36, which (both at least 2) pins them to
+    (3, 3)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(5, 4, generator=g), requires_grad=False)
+        self.g = nn.Parameter(torch.rand(3, 4, generator=g) + 0.5, requires_grad=False)
+
+    def forward(self, x):
+        y = (x.reshape(-1, 5) @ self.w).view(3, 3, 4)
+        return torch.rms_norm(y, [3, 4], self.g, 1e-6)
+
+
+def test_guards_that_pin_two_symbols_to_one_size_compile(tmp_path):
+    """Fuzzer seed 19019 graph 1945 (and seed 19020 graph 16345: s40 // 5 == 1
+    and s6 == 5): the guards hold at one binding only, both symbols 3. The
+    probe fitting scanned small sizes but kept every symbol apart from every
+    other, so it never tried (3, 3); the probes stayed where the guards
+    fail, the view's element count check refused it at them ("reshape
+    changes the element count from 20480 to 20472") and the graph ran in
+    eager. Now one kiln graph, after a save and load too, equal to eager at
+    the example, and a size the guards refuse is refused."""
+    import warnings
+    model = _ViewToThreeByThree().eval()
+    x = torch.randn(3, 3, 5)
+    dims = {"x": (torch.export.Dim.AUTO,) * 3}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # kiln warns when anything runs in eager
+        traced = kiln.trace(model, (x,), dynamic_shapes=dims)
+    assert type(traced).__name__ == "KilnModule", kiln.explain(traced)
+    kiln.save(traced, tmp_path / "pinned.kiln")
+    loaded = kiln.load(tmp_path / "pinned.kiln")
+    for m in (traced, loaded):
+        for _ in range(2):
+            xs = torch.randn(3, 3, 5)
+            torch.testing.assert_close(m(xs), model(xs))
+        with pytest.raises(ValueError, match="a condition the program was traced under"):
+            m(torch.randn(2, 5, 5))
+
+
 def test_partitioned_guards_from_a_hostile_file_are_refused():
     """The partitioned model's guards are stored as expression trees of
     whitelisted operators, never code: anything else is a corrupt artifact."""
