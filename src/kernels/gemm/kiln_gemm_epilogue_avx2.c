@@ -1,7 +1,8 @@
 /* The AVX2 GEMM epilogue: dst = act(src + bias) + residual, 8 floats at a
  * time, with small vectorised exp/erf/tanh written for it. Run on a C tile
- * just after its last K block, while the tile is in L1. Also used at the
- * AVX-512 level: the epilogue is a sliver of the work, so one copy is kept.
+ * just after its last K block, while the tile is in L1. The AVX-512 level
+ * has its own (kiln_gemm_epilogue_avx512.c: the same functions at 16 lanes;
+ * for GELU the epilogue is not a sliver of a layer's time).
  *
  * Accuracy (vs the libm-based reference, fp32 inputs):
  *   exp: Cody-Waite reduction to |r| <= ln2/2 and the degree-7 Taylor
