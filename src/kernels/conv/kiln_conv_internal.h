@@ -57,7 +57,7 @@ typedef void (*kiln_conv_ct_store6_fn)(const float* tmp, float* y, int64_t ldy, 
 
 /* Each variant of the list (KILN_CONV_ISAS, kernels/kiln_isa_variant.h):
  * generic is portable C (kiln_conv.c), avx2 is AVX2 + FMA
- * (kiln_conv_avx2.c), also used at the AVX-512 level. */
+ * (kiln_conv_avx2.c), avx512 the same tiles in zmm (kiln_conv_avx512.c). */
 #define KILN_CONV_DECLARE_(isa, LEVEL, unused)                                                \
   void kiln_f32_conv_ct_store6__##isa(const float* tmp, float* y, int64_t ldy, int64_t rows, \
                                       const float* res, int res_first, int relu);           \
