@@ -42,8 +42,7 @@ typedef void (*kiln_max_pool_nhwc_row_fn)(const kiln_pool2d_f32_args_t* a, int64
   void kiln_f32_max_pool_nhwc_row__##isa(const kiln_pool2d_f32_args_t* a, int64_t n, int64_t i);
 KILN_CONV_ISAS(KILN_CONV_PLANES_DECLARE_, ~)
 
-/* The variants for an ISA level (never NULL); AVX-512 CPUs run the AVX2
- * one (the list has no avx512). */
+/* The variants for an ISA level (never NULL). */
 static inline kiln_conv_dw_plane_fn kiln_conv_dw_plane_for(kiln_isa_t isa) {
   static const kiln_conv_dw_plane_fn v[KILN_ISA_COUNT] =
       KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_dw_plane);

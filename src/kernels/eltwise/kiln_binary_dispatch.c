@@ -1,7 +1,6 @@
 /* kiln_binary: the variant of kiln_binary.c for the running ISA level
  * (checked on every call, so kiln_cpu_isa_set in tests takes effect at
- * once); the avx2 one also serves AVX-512 machines. The reference is the
- * generic variant on one thread. */
+ * once). The reference is the generic variant on one thread. */
 #include "kernels/eltwise/kiln_binary_variants.h"
 
 static const kiln_binary_fn kiln_binary_variants[KILN_ISA_COUNT] =

@@ -2,8 +2,8 @@
  * (kernels/meson.build): the casts an autocast graph keeps (bf16 tensors
  * saved for backward, a GEMM's bf16 operands) and the fused ROUND_BF16.
  * The rule is base/kiln_bf16.h's: nearest even, a NaN made quiet. The generic build is the plain integer loop (the reference);
- * the AVX2 build does the same integer arithmetic 8 lanes at a time with
- * intrinsics: GCC's vectorisation of the loop (SSE2 in the core, or AVX2)
+ * the AVX2 and AVX-512 builds do the same integer arithmetic 8 lanes at a
+ * time with AVX2 intrinsics: GCC's vectorisation of the loop (SSE2 in the core, or AVX2)
  * ran at a third to a half of the speed of a copy of the same bytes (it
  * emulates an unsigned compare for the NaN test and packs twice). Every
  * lane computes what the scalar loop does, so every variant gives the same

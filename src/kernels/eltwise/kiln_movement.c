@@ -221,8 +221,7 @@ static uint16_t kiln_f32_to_f16(float f) {
 }
 
 /* float32 -> bfloat16: the variant of kiln_cast_bf16.c for the running
- * ISA level (checked on every call, as kiln_binary's); the avx2 one also
- * serves AVX-512 machines. */
+ * ISA level (checked on every call, as kiln_binary's). */
 void kiln_cast_f32_to_bf16(size_t n, const float* x, uint16_t* y) {
   static void (*const variants[KILN_ISA_COUNT])(size_t, const float*,
                                                 uint16_t*) =

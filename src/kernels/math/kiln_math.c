@@ -1,7 +1,6 @@
 /* The public entry points of kernels/math: pick the ISA variant from
  * kiln_cpu_isa() on every call (so kiln_cpu_isa_set in tests takes effect at
- * once) and share unary work out over the pool. The family has no avx512
- * variant: the avx2 one serves AVX-512 machines (kiln_isa_variant_level). */
+ * once) and share unary work out over the pool. */
 #include "base/kiln_cpu.h"
 #include "kernels/math/kiln_math_internal.h"
 
