@@ -13,7 +13,12 @@ removed by dead-code elimination. So:
 
 - norms, softmax, reductions, elementwise math, attention and convolutions
   compute in fp32 and their intermediates stay fp32 (kiln is at least as
-  accurate as eager: it skips eager's rounding of each op's output);
+  accurate as eager: it skips eager's rounding of each op's output); a
+  convolution whose x is bf16 is marked as eager's product of that bf16 x
+  (CONV2D's ROUND_X): where its weight holds bf16 values and the CPU has a
+  bf16 engine, the conv rounds x as it reads it and runs on the engine, its
+  products then eager's (kiln_hal_cpu_constant.c); elsewhere it reads the
+  fp32 x;
 - a matrix product (linear, mm, bmm, matmul, addmm) reads its operands as
   the bf16 tensors eager reads (rounded: bf16 values) and sums in fp32: the
   GEMM runs on the bf16 engines (AMX, AVX512_BF16) where the CPU has one,
@@ -134,6 +139,18 @@ def lower_node(ctx, n, handler):
 
 
 def _promoted(ctx, n, handler, low_in, low_out, wide):
+    if n.target is aten.convolution.default:
+        x = n.args[0]
+        round_x = x in low_in and x.meta["val"].dtype == torch.bfloat16
+        ctx.conv_round_x, before = round_x, getattr(ctx, "conv_round_x", False)
+        try:
+            return _promoted_op(ctx, n, handler, low_in, low_out, wide)
+        finally:
+            ctx.conv_round_x = before
+    return _promoted_op(ctx, n, handler, low_in, low_out, wide)
+
+
+def _promoted_op(ctx, n, handler, low_in, low_out, wide):
     ab = _PRODUCT_AB.get(n.target, ())
     a_node = n.args[ab[0]] if ab and len(n.args) > ab[0] else None
     b_node = n.args[ab[1]] if ab and len(n.args) > ab[1] else None

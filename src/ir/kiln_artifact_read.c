@@ -445,6 +445,10 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     uint32_t bits = kiln_format_get_u32(r + KILN_FORMAT_N_FPARAMS + 4 * j);
     memcpy(&node->fparams[j], &bits, 4);
   }
+  if (kiln_artifact_conv_rounds_x(node) && G->minor < KILN_FORMAT_MINOR_CONV_ROUND_X)
+    CORRUPT("graph section: node %u (%s): a conv that reads x as bf16 (round_x, format %d.%d) "
+            "in a file of format %d.%d", k, name, KILN_FORMAT_MAJOR,
+            KILN_FORMAT_MINOR_CONV_ROUND_X, KILN_FORMAT_MAJOR, (int)G->minor);
   if (node->op == KILN_OP_SDPA && (node->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16) &&
       G->minor < KILN_FORMAT_MINOR_SDPA_BF16)
     CORRUPT("graph section: node %u (%s): bf16 attention (flag %d, format %d.%d) in a file of "

@@ -155,7 +155,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 18 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales; 2.12: GEMMs that round b; 2.13: fused programs loading halves; 2.14: SDPA's run-time default scale; 2.15: the RANDOM op; 2.16: bf16-compute conv weights (layout 12); 2.17: GEMMs that round y; 2.18: SDPA in bf16 (KILN_SDPA_BF16) */
+#define KILN_FORMAT_MINOR 19 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales; 2.12: GEMMs that round b; 2.13: fused programs loading halves; 2.14: SDPA's run-time default scale; 2.15: the RANDOM op; 2.16: bf16-compute conv weights (layout 12); 2.17: GEMMs that round y; 2.18: SDPA in bf16 (KILN_SDPA_BF16) ; 2.19: convs that read x as bf16 (ROUND_X) */
 /* The minor version a file without symbolic sizes is stamped with: such a
  * file is exactly what a 2.6 writer made. */
 #define KILN_FORMAT_MINOR_CONCRETE 6
@@ -210,6 +210,17 @@
  * unknown flag); this reader refuses the flag in a file stamped older (no
  * writer of that version set it). */
 #define KILN_FORMAT_MINOR_SDPA_BF16 18
+/* The minor version a file with a conv that reads x as bf16 (CONV2D's and
+ * CONV2D_NHWC's ROUND_X: a bf16 model's conv) is stamped with. A 2.18
+ * reader refuses the node (a param past its layout); this reader refuses
+ * the param in a file stamped older (no writer of that version set it). */
+#define KILN_FORMAT_MINOR_CONV_ROUND_X 19
+
+/* 1 when node n is a conv that reads x as bf16 (format 2.19). */
+static inline int kiln_artifact_conv_rounds_x(const kiln_node_t* n) {
+  return (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) &&
+         n->params[KILN_P(CONV2D, ROUND_X)] != 0;
+}
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024
 #define KILN_FORMAT_NO_STRING 0xffffffffu

@@ -388,13 +388,20 @@
   P(K_OFFSET, 1) P(K_STRIDES, 4) P(V_OFFSET, 1) P(V_STRIDES, 4)
 
 /* CONV2D: stride, padding, dilation, groups, the activation, and 1 when the
- * residual is added before the activation (ResNet's blocks). */
+ * residual is added before the activation (ResNet's blocks); X_NCHW is
+ * CONV2D_NHWC's (0 in a CONV2D). ROUND_X 1: the model convolves x rounded
+ * to bf16 (a bf16 model's or autocast's conv: eager reads the bf16 tensor).
+ * A target may then round x as it reads it and compute the products in
+ * bf16 with fp32 sums, where the weight holds bf16 values (so rounding it
+ * changes nothing: kiln_hal_cpu_constant.c), or read x as it is: kiln rounds
+ * where eager rounds, or not at all (python/kiln/lowp.py). Format 2.19. */
 #define KILN_PARAMS_CONV2D_COMMON(P)                                                   \
   P(STRIDE_H, 1) P(STRIDE_W, 1) P(PAD_H, 1) P(PAD_W, 1) P(DILATION_H, 1)               \
   P(DILATION_W, 1) P(GROUPS, 1)
-#define KILN_PARAMS_CONV2D(P) KILN_PARAMS_CONV2D_COMMON(P) P(ACT, 1) P(RESIDUAL_BEFORE_ACT, 1)
+#define KILN_PARAMS_CONV2D(P)                                                          \
+  KILN_PARAMS_CONV2D_COMMON(P) P(ACT, 1) P(RESIDUAL_BEFORE_ACT, 1) P(X_NCHW, 1) P(ROUND_X, 1)
 /* CONV2D_NHWC: as CONV2D; X_NCHW 1: x is (N, C, H, W), gathered as read. */
-#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P) P(X_NCHW, 1)
+#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P)
 /* CONV2D_GRAD_INPUT: as CONV2D's first seven, then the input's H and W. */
 #define KILN_PARAMS_CONV2D_GRAD_INPUT(P) KILN_PARAMS_CONV2D_COMMON(P) P(H, 1) P(W, 1)
 /* CONV2D_GRAD_WEIGHT: as CONV2D's first seven, then the kernel's size. */

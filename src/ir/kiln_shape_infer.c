@@ -420,6 +420,8 @@ kiln_status_t kiln_shape_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kil
     FAIL("conv2d: unknown activation");
   if ((unsigned long long)p[KILN_P(CONV2D, RESIDUAL_BEFORE_ACT)] > 1)
     FAIL("conv2d: residual placement (residual_before_act) is 0 or 1");
+  if (p[KILN_P(CONV2D, X_NCHW)] != 0) FAIL("conv2d: x_nchw is conv2d_nhwc's (0 here)");
+  if ((unsigned long long)p[KILN_P(CONV2D, ROUND_X)] > 1) FAIL("conv2d: round_x is 0 or 1");
   int64_t shape[4] = {x->shape[0], O, 0, 0};
   KILN_RETURN_IF_ERROR(
       window_out_size("conv2d height", x->shape[2], w->shape[2], p[KILN_P(CONV2D, STRIDE_H)],

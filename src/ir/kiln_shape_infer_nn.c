@@ -280,6 +280,8 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
     FAIL("conv2d_nhwc: unknown activation");
   if ((unsigned long long)p[KILN_P(CONV2D_NHWC, RESIDUAL_BEFORE_ACT)] > 1)
     FAIL("conv2d_nhwc: residual placement (residual_before_act) is 0 or 1");
+  if ((unsigned long long)p[KILN_P(CONV2D_NHWC, ROUND_X)] > 1)
+    FAIL("conv2d_nhwc: round_x is 0 or 1");
   int64_t shape[4] = {x->shape[0], 0, 0, O};
   KILN_RETURN_IF_ERROR(kiln_shape_window_out_size(
       "conv2d_nhwc height", H, w->shape[2], p[KILN_P(CONV2D_NHWC, STRIDE_H)],

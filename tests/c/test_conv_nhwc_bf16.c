@@ -359,6 +359,33 @@ static kiln_graph_t* cbf_graph(const uint16_t* wp, size_t bytes, const float* bi
   return g;
 }
 
+/* The same conv reading x as bf16 (ROUND_X = round_x: 1, or an invalid
+ * value to be refused). */
+static kiln_graph_t* cbf_graph_round_x(const uint16_t* wp, size_t bytes, const float* bias,
+                                       int64_t round_x, kiln_status_t* out_status) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t sx[4] = {1, 6, 6, CBF_C}, sw[4] = {CBF_O, CBF_C, 3, 3}, sb[1] = {CBF_O};
+  int32_t vx, vw, vb, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw, KILN_LAYOUT_CONV2D_PACKED_16_BF16,
+                                         wp, bytes, &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias,
+                                         CBF_O * sizeof(float), &vb));
+  int32_t in[3] = {vx, vw, vb};
+  int64_t p[KILN_P_COUNT(CONV2D_NHWC)] = {1, 1, 1, 1, 1, 1, 1, KILN_ACT_RELU, 0, 0};
+  p[KILN_P(CONV2D_NHWC, ROUND_X)] = round_x;
+  *out_status = kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, in, 3, p, KILN_P_COUNT(CONV2D_NHWC),
+                                    NULL, 0, "c", &y);
+  if (*out_status) {
+    kiln_graph_release(g);
+    return NULL;
+  }
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
 static int cbf_model_run(kiln_graph_t* g, float* x, float* y) {
   kiln_model_t* m = NULL;
   KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
@@ -419,6 +446,60 @@ static void cbf_graph_and_file(void) {
       if (back) kiln_graph_release(back);
       free(bytes);
     }
+  }
+  /* Read as bf16 (ROUND_X: a bf16 model's conv, format 2.19): the same
+   * numbers (the layout rounds x already), the file stamped 2.19, refused
+   * when stamped older; ROUND_X 2 and an NCHW conv's X_NCHW refused. */
+  kiln_status_t s2 = NULL;
+  g = cbf_graph_round_x(wp, wb, bias, 1, &s2);
+  KILN_EXPECT(!s2, "round_x 1 is accepted: %s", s2 ? kiln_status_message(s2) : "");
+  kiln_status_free(s2);
+  if (g) {
+    void* bytes = NULL;
+    size_t size = 0;
+    KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+    if (cbf_model_run(g, x, got2)) /* the model takes the graph */
+      kiln_test_compare_f32("a conv reading x as bf16", got2, want, NY, 2e-4f, 0.0f);
+    if (bytes) {
+      KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) ==
+                      KILN_FORMAT_MINOR_CONV_ROUND_X,
+                  "a file with a conv reading x as bf16 says 2.19");
+      kiln_graph_t* back = NULL;
+      KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &back));
+      KILN_EXPECT(back && back->nodes[0].params[KILN_P(CONV2D_NHWC, ROUND_X)] == 1,
+                  "round_x round-trips");
+      if (back) kiln_graph_release(back);
+      back = NULL;
+      kiln_format_put_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR_CONV_ROUND_X - 1);
+      kiln_status_t s = kiln_artifact_read(bytes, size, kiln_allocator_system(), &back);
+      KILN_EXPECT(s && kiln_status_code(s) == KILN_CORRUPT_ARTIFACT &&
+                      strstr(kiln_status_message(s), "reads x as bf16"),
+                  "a 2.18 file with round_x is refused: %s", s ? kiln_status_message(s) : "read");
+      kiln_status_free(s);
+      if (back) kiln_graph_release(back);
+      free(bytes);
+    }
+  }
+  g = cbf_graph_round_x(wp, wb, bias, 2, &s2);
+  KILN_EXPECT(!g && s2 && strstr(kiln_status_message(s2), "round_x is 0 or 1"),
+              "round_x 2 is refused: %s", s2 ? kiln_status_message(s2) : "accepted");
+  kiln_status_free(s2);
+  {
+    kiln_graph_t* h = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &h));
+    int64_t sx[4] = {1, CBF_C, 6, 6}, sw[4] = {CBF_O, CBF_C, 3, 3};
+    int32_t in[2], y;
+    KILN_EXPECT_OK(kiln_graph_add_input(h, "x", KILN_F32, 4, sx, &in[0]));
+    KILN_EXPECT_OK(kiln_graph_add_constant(h, "w", KILN_F32, 4, sw, KILN_LAYOUT_DENSE, w,
+                                           sizeof w, &in[1]));
+    int64_t p[KILN_P_COUNT(CONV2D)] = {1, 1, 1, 1, 1, 1, 1, 0, 0};
+    p[KILN_P(CONV2D, X_NCHW)] = 1;
+    kiln_status_t s = kiln_graph_add_node(h, KILN_OP_CONV2D, in, 2, p, KILN_P_COUNT(CONV2D), NULL,
+                                          0, "c", &y);
+    KILN_EXPECT(s && strstr(kiln_status_message(s), "x_nchw"),
+                "an NCHW conv2d with x_nchw 1 is refused: %s", s ? kiln_status_message(s) : "accepted");
+    kiln_status_free(s);
+    kiln_graph_release(h);
   }
   /* A weight 64 bytes short (one pair row), and one with a pair row too many. */
   for (int bad = 0; bad < 2; ++bad) {

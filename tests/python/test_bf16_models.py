@@ -84,6 +84,23 @@ class Cnn(nn.Module):
         return self.fc(self.c2(h).mean((2, 3)))
 
 
+class Vgg(nn.Module):
+    """Conv + bias + relu chains and max pools, no batch norm: one channels-
+    last region whose convs read bf16 x and hold bf16 weights, so on a CPU
+    with a bf16 engine they run on it (CONV2D's ROUND_X)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 32, 3, padding=1)
+        self.c3, self.c4 = nn.Conv2d(32, 32, 3, padding=1), nn.Conv2d(32, 16, 1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        h = nn.functional.max_pool2d(torch.relu(self.c2(torch.relu(self.c1(x)))), 2)
+        h = self.c4(torch.relu(self.c3(h)) + h)
+        return self.fc(h.mean((2, 3)))
+
+
 class Embed(nn.Module):
     """Embedding (a gather of bf16 rows), position add, layer norm, tied head."""
 
@@ -103,6 +120,7 @@ def cases():
         "mlp": (Mlp, lambda: (torch.randn(3, 10, 64),)),
         "attention": (lambda: Attention(), lambda: tuple(torch.randn(2, 4, 16, 64) for _ in range(3))),
         "cnn": (Cnn, lambda: (torch.randn(2, 3, 20, 20),)),
+        "vgg": (Vgg, lambda: (torch.randn(2, 3, 18, 18),)),
         "embed": (Embed, lambda: (torch.randint(0, 100, (2, 16)),)),
     }
 
@@ -122,7 +140,7 @@ def build(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "embed"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "embed"])
 def test_trace_low_precision_model(name, dtype):
     model, inputs, eager, ref = build(name, dtype)
     compiled = kiln.trace(model, inputs, fallback=False)  # every op native
@@ -131,7 +149,7 @@ def test_trace_low_precision_model(name, dtype):
         check_rule(g, e, r, dtype)
 
 
-@pytest.mark.parametrize("name", ["mlp", "attention", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg"])
 def test_torch_compile_bf16_model(name):
     model, inputs, eager, ref = build(name, torch.bfloat16)
     torch._dynamo.reset()
@@ -143,7 +161,7 @@ def test_torch_compile_bf16_model(name):
         check_rule(g, e, r, torch.bfloat16)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg"])
 def test_autocast(name):
     make_model, make_inputs = cases()[name]
     torch.manual_seed(1)
@@ -189,6 +207,52 @@ def test_bf16_weights_packed_for_bf16_engines():
     assert "[bf16 compute]" not in kiln.explain(compiled)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x)[0], f32(x)[0], rtol=1e-5, atol=1e-6)
+
+
+def has_bf16_engine():
+    return kiln.machine().get("bf16_engine", "none") not in (None, "", "none")
+
+
+BF16_CONV = "a bf16 model's conv"
+
+
+def test_bf16_convs_run_on_the_bf16_engine():
+    """A bf16 model's channels-last convs whose weights hold bf16 values read
+    x rounded to bf16 (as eager) and run on the bf16 engine where the CPU
+    has one when compiling, else on the fp32 panels (x unrounded); the
+    rule holds either way (test_trace_low_precision_model). Under autocast
+    the weights' bf16 casts fold into such constants: the same form. A
+    folded batch norm scales the weights off bf16 (the cnn case): rounding
+    them again would add an error eager does not have, so those convs stay
+    fp32. An fp32 model with bf16-valued weights is not touched: its x is
+    fp32."""
+    model, inputs, _, _ = build("vgg", torch.bfloat16)
+    text = kiln.explain(kiln.trace(model, inputs))
+    assert text.count(BF16_CONV) == (4 if has_bf16_engine() else 0), text
+    f32 = Vgg().eval()
+    f32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
+    x = inputs[0].float()
+    with torch.no_grad():
+        assert BF16_CONV not in kiln.explain(kiln.trace(f32, (x,)))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            auto = kiln.explain(kiln.trace(f32, (x,)))
+    assert auto.count(BF16_CONV) == (4 if has_bf16_engine() else 0), auto
+    cnn, cnn_inputs, _, _ = build("cnn", torch.bfloat16)
+    assert BF16_CONV not in kiln.explain(kiln.trace(cnn, cnn_inputs))
+
+
+def test_bf16_conv_artifact_round_trip():
+    """The saved model (format 2.19 where a conv reads x as bf16) loads and
+    gives the same outputs; its convs keep their form (a file keeps no
+    notes: the layout shows)."""
+    model, inputs, _, _ = build("vgg", torch.bfloat16)
+    compiled = kiln.trace(model, inputs)
+    again = type(compiled).from_bytes(compiled.to_bytes())
+
+    def bf16_convs(m):
+        return sum("conv2d_nhwc" in line and "[bf16 compute" in line for line in kiln.explain(m).splitlines())
+    assert bf16_convs(again) == bf16_convs(compiled) == (4 if has_bf16_engine() else 0)
+    assert torch.equal(again(*inputs), compiled(*inputs))
 
 
 def test_bf16_outputs_and_inputs_keep_their_dtypes():

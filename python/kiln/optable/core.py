@@ -952,9 +952,10 @@ def _convolution(ctx, n):
     inputs = [_as_nchw(ctx, ctx.value(x), spatial), wv]
     if bias is not None:
         inputs.append(ctx.value(bias))
+    # round_x: a bf16 model's conv (kiln/lowp.py), whose x eager reads rounded to bf16.
     y = ctx.node("conv2d", inputs, origin=ctx.origin(n), stride_h=stride[0], stride_w=stride[1],
                  pad_h=padding[0], pad_w=padding[1], dilation_h=dilation[0], dilation_w=dilation[1],
-                 groups=groups)
+                 groups=groups, round_x=int(getattr(ctx, "conv_round_x", False)))
     return reshape(ctx, y, _shape(n))
 
 

@@ -101,58 +101,6 @@ static void kiln_cpu_quant_const_pack(const kiln_value_t* w, const kiln_hal_cons
     kiln_gemm_quant_ints_dequantize(v.cols, v.rows, &src, out);
 }
 
-static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
-  return w->shape[1] * w->shape[2] * w->shape[3];
-}
-
-/* CONV2D / CONV2D_NHWC: panels for the node's groups, or the dense form.
- * A CONV2D_NHWC under compute_bf16 (o->bf16 == 2) gets the bf16-compute
- * layout (VNNI channel pairs for VDPBF16PS, kiln_conv_nhwc_bf16.h) only
- * when kiln_cpu_bf16() reports an engine now, at compile time: on a CPU
- * without one the bf16 form would only add rounding and the widening of
- * the portable path, so there such convs keep the fp32 panels and run
- * exactly as fast as in fp32. (An artifact compiled with the engine and
- * run without it still runs, on the portable path.) NCHW CONV2D and
- * depthwise convs stay fp32; a CONV2D_NHWC left in fp32 under
- * compute_bf16 says why in its note (kiln.explain, KILN_LOG). */
-static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
-                               const kiln_hal_weights_t* o, kiln_hal_constant_form_t* f) {
-  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
-  const kiln_value_t* y = &g->values[n->outputs[0]];
-  int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
-  if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
-  int panel;
-  const int depthwise = groups > 1 && w->shape[1] == 1; /* one input channel a group */
-  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2 && !depthwise && kiln_conv2d_bf16_has_engine()) {
-    size_t bytes = kiln_conv2d_bf16_packed_size(w->shape[0], w->shape[1], w->shape[2],
-                                                w->shape[3], groups);
-    if (!bytes) return;
-    f->layout = KILN_LAYOUT_CONV2D_PACKED_16_BF16;
-    f->nbytes = bytes;
-    f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
-    return;
-  }
-  if (n->op == KILN_OP_CONV2D_NHWC && o->bf16 == 2)
-    f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
-  if (n->op == KILN_OP_CONV2D_NHWC) {
-    panel = KILN_CONV_PANEL_WIDE;
-  } else {
-    if (groups == x->shape[1] && groups == w->shape[0]) return; /* depthwise */
-    kiln_conv2d_f32_args_t a;
-    kiln_hal_cpu_conv2d_args(g, n, NULL, &a);
-    a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
-    a.ho = y->shape[2], a.wo = y->shape[3];
-    panel = kiln_conv2d_f32_panel_for(&a);
-  }
-  size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], kiln_cpu_conv_k(w), groups, panel);
-  if (!bytes) return;
-  f->layout = panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
-                                            : KILN_LAYOUT_CONV2D_PACKED;
-  f->nbytes = bytes;
-  f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
-  f->detail[KILN_CPU_DETAIL_PANEL] = panel;
-}
-
 /* 1 when every one of n floats is a bf16 value (its low 16 bits zero). */
 static int kiln_cpu_floats_bf16_exact(const float* x, size_t n) {
   const uint32_t* bits = (const uint32_t*)x;
@@ -171,6 +119,67 @@ static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
   size_t half = (size_t)kiln_value_numel(w) / 2;
   return !kiln_joined_const_view(w, &j) && kiln_cpu_floats_bf16_exact(j.part[0], half) &&
          kiln_cpu_floats_bf16_exact(j.part[1], half);
+}
+
+static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
+  return w->shape[1] * w->shape[2] * w->shape[3];
+}
+
+/* CONV2D / CONV2D_NHWC: panels for the node's groups, or the dense form.
+ * A CONV2D_NHWC under compute_bf16 (o->bf16 == 2) gets the bf16-compute
+ * layout (VNNI channel pairs for VDPBF16PS, kiln_conv_nhwc_bf16.h) only
+ * when kiln_cpu_bf16() reports an engine now, at compile time: on a CPU
+ * without one the bf16 form would only add rounding and the widening of
+ * the portable path, so there such convs keep the fp32 panels and run
+ * exactly as fast as in fp32. (An artifact compiled with the engine and
+ * run without it still runs, on the portable path.) So does, unasked, a
+ * bf16 model's conv (ROUND_X: eager convolves x rounded to bf16) whose
+ * weight holds only bf16 values (a bf16 parameter widened): the kernel
+ * rounds x as eager does, the weight loses nothing, and the products are
+ * eager's (as a bf16 model's LINEAR, below). NCHW CONV2D and depthwise
+ * convs stay fp32 (a ROUND_X conv then reads x unrounded: kiln rounds where
+ * eager rounds, or not at all); a CONV2D_NHWC left in fp32 under
+ * compute_bf16 or ROUND_X says why in its note (kiln.explain, KILN_LOG). */
+static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
+                               const kiln_hal_weights_t* o, kiln_hal_constant_form_t* f) {
+  const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
+  if (w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 || kiln_value_numel(w) == 0) return;
+  int panel;
+  const int depthwise = groups > 1 && w->shape[1] == 1; /* one input channel a group */
+  const int bf16_model = n->op == KILN_OP_CONV2D_NHWC && n->params[KILN_P(CONV2D_NHWC, ROUND_X)] &&
+                         o->bf16 != 2 && kiln_cpu_is_bf16_exact(w);
+  if (n->op == KILN_OP_CONV2D_NHWC && (o->bf16 == 2 || bf16_model) && !depthwise &&
+      kiln_conv2d_bf16_has_engine()) {
+    size_t bytes = kiln_conv2d_bf16_packed_size(w->shape[0], w->shape[1], w->shape[2],
+                                                w->shape[3], groups);
+    if (!bytes) return;
+    f->layout = KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+    f->nbytes = bytes;
+    f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
+    if (bf16_model) f->note = "bf16: a bf16 model's conv (x read as bf16, as eager)";
+    return;
+  }
+  if (n->op == KILN_OP_CONV2D_NHWC && (o->bf16 == 2 || bf16_model))
+    f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
+  if (n->op == KILN_OP_CONV2D_NHWC) {
+    panel = KILN_CONV_PANEL_WIDE;
+  } else {
+    if (groups == x->shape[1] && groups == w->shape[0]) return; /* depthwise */
+    kiln_conv2d_f32_args_t a;
+    kiln_hal_cpu_conv2d_args(g, n, NULL, &a);
+    a.n = x->shape[0], a.c = x->shape[1], a.h = x->shape[2], a.w = x->shape[3];
+    a.ho = y->shape[2], a.wo = y->shape[3];
+    panel = kiln_conv2d_f32_panel_for(&a);
+  }
+  size_t bytes = kiln_conv2d_f32_packed_size(w->shape[0], kiln_cpu_conv_k(w), groups, panel);
+  if (!bytes) return;
+  f->layout = panel == KILN_CONV_PANEL_WIDE ? KILN_LAYOUT_CONV2D_PACKED_16
+                                            : KILN_LAYOUT_CONV2D_PACKED;
+  f->nbytes = bytes;
+  f->detail[KILN_CPU_DETAIL_GROUPS] = groups;
+  f->detail[KILN_CPU_DETAIL_PANEL] = panel;
 }
 
 /* A LINEAR's (K, N) float32 weight w: its GEMM form as the weight options
