@@ -129,11 +129,13 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
    * through their packed weights below). */
   if (o->compute_bf16 && o->sdpa_bf16)
     KILN_RUN_PASS("sdpa_bf16", kiln_pass_sdpa_bf16(g, o->sdpa_bf16 == 2, &next, &a), "%d attentions in bf16")
+  const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
+                                       o->weights_group, o->weights_asym, o->weights_a8};
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
     kiln_compile_before(o, "layout");
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    s = kiln_pass_layout(g, &next, &ls);
+    s = kiln_pass_layout(g, target, &weights, &next, &ls);
     kiln_graph_release(g);
     g = next;
     if (s) return kiln_status_annotate(s, "pass layout");
@@ -144,8 +146,6 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   } else if (o->log && !s) {
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");
   }
-  const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
-                                       o->weights_group, o->weights_asym, o->weights_a8};
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, target, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
 #undef KILN_RUN_PASS

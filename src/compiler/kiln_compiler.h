@@ -109,7 +109,10 @@ typedef struct kiln_layout_stats_s {
   int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
   int32_t conversions;              /* layout copies placed */
 } kiln_layout_stats_t;
-kiln_status_t kiln_pass_layout(kiln_graph_t* graph, kiln_graph_t** out_graph,
+/* target and weights: what the pack pass will ask (a conv the target will
+ * run on a bf16 engine gains more from channels-last). */
+kiln_status_t kiln_pass_layout(kiln_graph_t* graph, const kiln_hal_target_t* target,
+                               const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
                                kiln_layout_stats_t* out_stats);
 
 /* Puts each constant a node reads in the form target wants for that node

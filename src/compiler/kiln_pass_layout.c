@@ -21,7 +21,13 @@
  * least KILN_LAYOUT_MIN_GAINING convs that gain (groups 1, C >= 16 and
  * O >= 16: the shapes measured; a 3-channel stem's taps fill no cache
  * line) and at least two of them per layout conversion it would need;
- * else it stays NCHW.
+ * else it stays NCHW. A conv the target would run on a bf16 engine
+ * channels-last (compute_dtype=bf16, a bf16 model's conv: the target's
+ * constant form says) counts as KILN_LAYOUT_BF16_GAIN: the bf16 kernels
+ * are channels-last only and about twice as fast, so such a conv pays
+ * for its conversions alone (a UNet block's convs, each between group
+ * norms: a bf16 block at 32x32, 128-256 channels, 47.2 -> 27.7 ms on one
+ * Zen 4 core, eager bf16 25.0).
  *
  * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
  * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC: ResNet-18's
@@ -54,6 +60,7 @@
 #ifndef KILN_LAYOUT_MIN_GAINING
 #define KILN_LAYOUT_MIN_GAINING 2
 #endif
+#define KILN_LAYOUT_BF16_GAIN 4
 
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
@@ -69,8 +76,29 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   return O / groups >= 16;
 }
 
-static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n) {
+/* What a conv gains channels-last, in the cost rule's units (a layout
+ * conversion costs two): 1 for a conv the fp32 NHWC kernel serves better
+ * (groups 1, C and O >= 16: the shapes measured), KILN_LAYOUT_BF16_GAIN
+ * for one the target would run on a bf16 engine channels-last (its
+ * constant form for the conv as a CONV2D_NHWC is the bf16 layout:
+ * compute_dtype=bf16, or a bf16 model's conv, kiln_hal_cpu_constant.c),
+ * which has no NCHW kernel: such a conv takes about half the fp32 one's
+ * time, far more than the conversions of its input and output (one
+ * transposing copy each), so even a lone one pays (a UNet block's convs,
+ * between group norms). */
+static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n,
+                             const kiln_hal_target_t* target, const kiln_hal_weights_t* weights) {
   if (n->op != KILN_OP_CONV2D) return 0;
+  if (target && target->constant_form && n->n_inputs > 1 &&
+      g->values[n->inputs[1]].kind == KILN_VALUE_CONSTANT) {
+    kiln_node_t as_nhwc = *n;
+    as_nhwc.op = KILN_OP_CONV2D_NHWC;
+    kiln_hal_constant_form_t f;
+    kiln_status_t s = target->constant_form(g, &as_nhwc, 1, weights, &f);
+    const int bf16 = !s && f.layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+    kiln_status_free(s);
+    if (bf16) return KILN_LAYOUT_BF16_GAIN;
+  }
   const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
   return n->params[KILN_P(CONV2D, GROUPS)] == 1 && C >= 16 && O >= 16;
 }
@@ -146,7 +174,8 @@ static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char
   for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
 }
 
-kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_graph_t** out_graph,
+kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
+                               const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
                                kiln_layout_stats_t* st) {
   *out_graph = NULL;
   memset(st, 0, sizeof(*st));
@@ -192,7 +221,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, kiln_graph_t** out_graph,
     if (!nhwc[ni]) continue;
     int32_t r = kiln_union_find_root(parent, ni);
     convs[r] += g->nodes[ni].op == KILN_OP_CONV2D;
-    gaining[r] += kiln_layout_gains(g, &g->nodes[ni]);
+    gaining[r] += kiln_layout_gains(g, &g->nodes[ni], target, weights);
   }
   /* The conversions each region would need (as the rewrite below places
    * them): values from outside it read other than as the one x a conv

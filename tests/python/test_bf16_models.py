@@ -101,6 +101,25 @@ class Vgg(nn.Module):
         return self.fc(h.mean((2, 3)))
 
 
+class Unet(nn.Module):
+    """A UNet block: group norm and SiLU between the convs, a 1x1 skip conv:
+    no two convs meet, so each bf16-engine conv is its own channels-last
+    region (it gains more than its two layout conversions cost)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Conv2d(3, 16, 3, padding=1)
+        self.n1, self.c1 = nn.GroupNorm(4, 16), nn.Conv2d(16, 32, 3, padding=1)
+        self.n2, self.c2 = nn.GroupNorm(4, 32), nn.Conv2d(32, 32, 3, padding=1)
+        self.skip = nn.Conv2d(16, 32, 1)
+
+    def forward(self, x):
+        h = self.inp(x)
+        y = self.c1(nn.functional.silu(self.n1(h)))
+        y = self.c2(nn.functional.silu(self.n2(y)))
+        return y + self.skip(h)
+
+
 class Embed(nn.Module):
     """Embedding (a gather of bf16 rows), position add, layer norm, tied head."""
 
@@ -121,6 +140,7 @@ def cases():
         "attention": (lambda: Attention(), lambda: tuple(torch.randn(2, 4, 16, 64) for _ in range(3))),
         "cnn": (Cnn, lambda: (torch.randn(2, 3, 20, 20),)),
         "vgg": (Vgg, lambda: (torch.randn(2, 3, 18, 18),)),
+        "unet": (Unet, lambda: (torch.randn(1, 3, 12, 12),)),
         "embed": (Embed, lambda: (torch.randint(0, 100, (2, 16)),)),
     }
 
@@ -140,7 +160,7 @@ def build(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "embed"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "unet", "embed"])
 def test_trace_low_precision_model(name, dtype):
     model, inputs, eager, ref = build(name, dtype)
     compiled = kiln.trace(model, inputs, fallback=False)  # every op native
@@ -161,7 +181,7 @@ def test_torch_compile_bf16_model(name):
         check_rule(g, e, r, torch.bfloat16)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "unet"])
 def test_autocast(name):
     make_model, make_inputs = cases()[name]
     torch.manual_seed(1)
@@ -239,6 +259,31 @@ def test_bf16_convs_run_on_the_bf16_engine():
     assert auto.count(BF16_CONV) == (4 if has_bf16_engine() else 0), auto
     cnn, cnn_inputs, _, _ = build("cnn", torch.bfloat16)
     assert BF16_CONV not in kiln.explain(kiln.trace(cnn, cnn_inputs))
+
+
+def test_lone_bf16_convs_go_channels_last():
+    """The layout pass asks the target what form a conv would get channels-
+    last: a bf16-engine conv pays for its two conversions alone (the UNet
+    block: four convs, none reading another, four regions); without an
+    engine at compile time the fp32 rule keeps them NCHW. The same for
+    compute_dtype=bf16 on the fp32 block."""
+    model, inputs, _, _ = build("unet", torch.bfloat16)
+    engine = has_bf16_engine()
+
+    def nhwc_bf16_convs(m):
+        return sum("conv2d_nhwc" in line and "[bf16 compute" in line for line in kiln.explain(m).splitlines())
+    assert nhwc_bf16_convs(kiln.trace(model, inputs)) == (4 if engine else 0)
+    f32 = Unet().eval()
+    x = torch.randn(1, 3, 12, 12)
+    assert nhwc_bf16_convs(kiln.trace(f32, (x,), compute_dtype=torch.bfloat16)) == (4 if engine else 0)
+    assert "conv2d_nhwc" not in kiln.explain(kiln.trace(f32, (x,)))  # fp32: lone convs stay NCHW
+    start = kiln.isa()
+    try:
+        kiln.isa("avx2" if kiln.isa("avx2") == "avx2" else "generic")
+        text = kiln.explain(kiln.trace(model, inputs))
+    finally:
+        kiln.isa(start)
+    assert "conv2d_nhwc" not in text
 
 
 def test_bf16_conv_artifact_round_trip():
