@@ -109,6 +109,8 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     snprintf(what, sizeof what, fmt, a);                            \
     s = kiln_compile_after(o, name, g, t0, what);                   \
   }
+  const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
+                                       o->weights_group, o->weights_asym, o->weights_a8};
   KILN_RUN_PASS("simplify", kiln_pass_simplify(g, &next, &a), "%d rewrites")
   /* After simplify's CSE (lowp.py widens a bf16 value once per reader), and
    * before it again: the views the casts pass moves next to the GEMMs become
@@ -121,7 +123,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, o->fold_casts, &next, &a), "%d GEMMs fused")
     if (o->fuse_glu)
       KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, &next, &a), "%d gated pairs fused")
-    KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, &next, &a), "%d convs fused")
+    /* No target without the layout pass: a conv that keeps its bf16
+     * weight (a scale input) runs only channels-last. */
+    KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, o->layout ? target : NULL, &weights, &next, &a),
+                  "%d convs fused")
     KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")
   }
@@ -129,8 +134,6 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
    * through their packed weights below). */
   if (o->compute_bf16 && o->sdpa_bf16)
     KILN_RUN_PASS("sdpa_bf16", kiln_pass_sdpa_bf16(g, o->sdpa_bf16 == 2, &next, &a), "%d attentions in bf16")
-  const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
-                                       o->weights_group, o->weights_asym, o->weights_a8};
   if (o->fuse && o->layout && !s) {
     kiln_layout_stats_t ls;
     kiln_compile_before(o, "layout");

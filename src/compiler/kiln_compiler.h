@@ -81,7 +81,11 @@ kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, int joined, kiln_graph_t**
 /* CONV2D absorbs a following run of per-channel MUL/ADD by constants (batch
  * norm: folded into its weight and bias), an activation and a residual add,
  * when each is the sole user. */
-kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, kiln_graph_t** out_graph,
+/* target and weights: what the pack pass will ask (a bf16 model's conv the
+ * target runs on a bf16 engine keeps its bf16 weight: the scale goes to
+ * the conv's scale input). */
+kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, const kiln_hal_target_t* target,
+                                  const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
                                   int32_t* out_fused);
 
 /* SDPA reads q/k/v through views (no permute copies), writes (B, S, H, D)

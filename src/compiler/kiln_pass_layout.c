@@ -61,6 +61,7 @@
 #define KILN_LAYOUT_MIN_GAINING 2
 #endif
 #define KILN_LAYOUT_BF16_GAIN 4
+#define KILN_LAYOUT_MUST (1 << 20)
 
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
@@ -89,6 +90,9 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
 static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n,
                              const kiln_hal_target_t* target, const kiln_hal_weights_t* weights) {
   if (n->op != KILN_OP_CONV2D) return 0;
+  /* A conv with scaled sums (kiln_pass_fuse_conv kept its bf16 weight)
+   * runs only channels-last: its region always pays. */
+  if (n->n_inputs > 4 && n->inputs[4] >= 0) return KILN_LAYOUT_MUST;
   if (target && target->constant_form && n->n_inputs > 1 &&
       g->values[n->inputs[1]].kind == KILN_VALUE_CONSTANT) {
     kiln_node_t as_nhwc = *n;

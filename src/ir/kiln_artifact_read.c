@@ -446,7 +446,7 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     memcpy(&node->fparams[j], &bits, 4);
   }
   if (kiln_artifact_conv_rounds_x(node) && G->minor < KILN_FORMAT_MINOR_CONV_ROUND_X)
-    CORRUPT("graph section: node %u (%s): a conv that reads x as bf16 (round_x, format %d.%d) "
+    CORRUPT("graph section: node %u (%s): a conv that reads x as bf16 or scales its sums (format %d.%d) "
             "in a file of format %d.%d", k, name, KILN_FORMAT_MAJOR,
             KILN_FORMAT_MINOR_CONV_ROUND_X, KILN_FORMAT_MAJOR, (int)G->minor);
   if (node->op == KILN_OP_SDPA && (node->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16) &&

@@ -211,15 +211,18 @@
  * writer of that version set it). */
 #define KILN_FORMAT_MINOR_SDPA_BF16 18
 /* The minor version a file with a conv that reads x as bf16 (CONV2D's and
- * CONV2D_NHWC's ROUND_X: a bf16 model's conv) is stamped with. A 2.18
- * reader refuses the node (a param past its layout); this reader refuses
- * the param in a file stamped older (no writer of that version set it). */
+ * CONV2D_NHWC's ROUND_X: a bf16 model's conv) or scales its sums (a fifth
+ * input, scale: a batch norm folded into such a conv) is stamped with. A
+ * 2.18 reader refuses the node (a param past its layout, an input too
+ * many); this reader refuses either in a file stamped older (no writer of
+ * that version made one). */
 #define KILN_FORMAT_MINOR_CONV_ROUND_X 19
 
-/* 1 when node n is a conv that reads x as bf16 (format 2.19). */
+/* 1 when node n is a conv that reads x as bf16 or scales its sums
+ * (format 2.19). */
 static inline int kiln_artifact_conv_rounds_x(const kiln_node_t* n) {
   return (n->op == KILN_OP_CONV2D || n->op == KILN_OP_CONV2D_NHWC) &&
-         n->params[KILN_P(CONV2D, ROUND_X)] != 0;
+         (n->params[KILN_P(CONV2D, ROUND_X)] != 0 || n->n_inputs > 4);
 }
 #define KILN_FORMAT_ALIGN 64
 #define KILN_FORMAT_MAX_SECTIONS 1024

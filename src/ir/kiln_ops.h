@@ -114,12 +114,19 @@
  *                                        y[..i..] = x[..index[..i..]..] along
  *                                        AXIS; other dims of index no larger
  *                                        than x's.
- *   CONV2D         (x, w, bias?, residual?) -> y
+ *   CONV2D         (x, w, bias?, residual?, scale?) -> y
  *                                        x (N, C, H, W) float32; w dense
  *                                        (O, C / groups, kh, kw), usually a
  *                                        constant; bias (O); residual of y's
  *                                        shape; y (N, O, Ho, Wo) =
  *                                        act(conv(x, w) + bias) + residual;
+ *                                        scale (O, format 2.19): conv(x, w)
+ *                                        is multiplied by it per channel
+ *                                        first (a batch norm folded into a
+ *                                        bf16 model's conv whose weight
+ *                                        stays bf16: kiln_pass_fuse_conv);
+ *                                        the CPU runs it only channels-last
+ *                                        on the bf16 weight form;
  *                                        STRIDE_H/W, PAD_H/W, DILATION_H/W,
  *                                        GROUPS, ACT, RESIDUAL_BEFORE_ACT 1:
  *                                        y = act(conv(x, w) + bias + residual)
@@ -264,7 +271,7 @@
  *                                        float32; y float32 of the inputs'
  *                                        broadcast shape (an input loaded by
  *                                        halves counts as its half).
- *   CONV2D_NHWC    (x, w, bias?, residual?) -> y
+ *   CONV2D_NHWC    (x, w, bias?, residual?, scale?) -> y
  *                                        CONV2D with channels-last
  *                                        activations: x (N, H, W, C), y and
  *                                        residual (N, Ho, Wo, O); w as
@@ -549,7 +556,7 @@
   X(SDPA, "sdpa", 3, 4, ATTENTION, SDPA, SDPA, sdpa, sdpa) \
   X(FMA_SCALAR, "fma_scalar", 1, 1, ELTWISE, NONE, FMA, fma_scalar, fma_scalar) \
   X(GATHER_ELEMENTS, "gather_elements", 2, 2, MOVEMENT, AXIS, NONE, gather_elements, gather_elements) \
-  X(CONV2D, "conv2d", 2, 4, CONV, CONV2D, NONE, conv2d, conv2d) \
+  X(CONV2D, "conv2d", 2, 5, CONV, CONV2D, NONE, conv2d, conv2d) \
   X(MAX_POOL2D, "max_pool2d", 1, 1, POOL, POOL2D, NONE, pool2d, pool2d) \
   X(AVG_POOL2D, "avg_pool2d", 1, 1, POOL, POOL2D, NONE, pool2d, pool2d) \
   X(ACOS, "acos", 1, 1, ELTWISE, NONE, NONE, math_unary, math) \
@@ -595,7 +602,7 @@
   X(COL2IM, "col2im", 1, 1, CONV, COL2IM, NONE, col2im, col2im) \
   X(EMBEDDING_BAG, "embedding_bag", 3, 4, SAMPLE, EMBEDDING_BAG, NONE, embedding_bag, embedding_bag) \
   X(ELTWISE_FUSED, "eltwise_fused", 1, 8, ELTWISE, FUSED, NONE, eltwise_fused, eltwise_fused) \
-  X(CONV2D_NHWC, "conv2d_nhwc", 2, 4, CONV, CONV2D_NHWC, NONE, conv2d_nhwc, conv2d_nhwc) \
+  X(CONV2D_NHWC, "conv2d_nhwc", 2, 5, CONV, CONV2D_NHWC, NONE, conv2d_nhwc, conv2d_nhwc) \
   X(MAX_POOL2D_NHWC, "max_pool2d_nhwc", 1, 1, POOL, POOL2D, NONE, max_pool2d_nhwc, max_pool2d_nhwc) \
   X(GELU_BACKWARD, "gelu_backward", 2, 2, ELTWISE, GELU_BACKWARD, NONE, gelu_backward, gelu_backward) \
   X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5, NORM, NORM, NONE, layer_norm_backward, layer_norm_backward) \

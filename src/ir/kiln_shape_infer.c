@@ -437,6 +437,11 @@ kiln_status_t kiln_shape_conv2d(const kiln_graph_t* g, const kiln_node_t* n, kil
     for (int32_t d = 0; d < 4; ++d)
       if (res->shape[d] != shape[d]) FAIL("conv2d: residual must match y's shape");
   }
+  const kiln_value_t* scale = in_value(g, n, 4);
+  if (scale && (scale->dtype != KILN_F32 || scale->rank != 1 || scale->shape[0] != O))
+    FAIL("conv2d: scale must be float32 (%lld)", (long long)O);
+  if (scale && w->layout != KILN_LAYOUT_DENSE)
+    FAIL("conv2d: a scaled conv's weight is dense (the bf16 form is channels-last's)");
   return kiln_ok();
 }
 

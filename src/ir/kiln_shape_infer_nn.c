@@ -297,5 +297,10 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
     for (int32_t d = 0; d < 4; ++d)
       if (res->shape[d] != shape[d]) FAIL("conv2d_nhwc: residual must match y's shape");
   }
+  const kiln_value_t* scale = nn_in(g, n, 4);
+  if (scale && (scale->dtype != KILN_F32 || scale->rank != 1 || scale->shape[0] != O))
+    FAIL("conv2d_nhwc: scale must be float32 (%lld)", (long long)O);
+  if (scale && w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16_BF16)
+    FAIL("conv2d_nhwc: a scaled conv's weight is dense or in the bf16 form");
   return kiln_ok();
 }

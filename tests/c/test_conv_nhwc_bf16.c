@@ -68,6 +68,7 @@ typedef struct {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups;
   int bias, residual, res_alias, res_first, special;
   kiln_activation_t act;
+  int scale; /* sums scaled per channel (a folded batch norm, CONV2D's scale) */
 } cbf_case_t;
 
 #define CBF_GUARD 37
@@ -95,7 +96,7 @@ static void cbf_bounds(const kiln_conv2d_f32_args_t* a, const float* xr, const f
       for (int64_t j = 0; j < a->wo; ++j)
         for (int64_t o = 0; o < a->o; ++o) {
           const int64_t g = o / og;
-          double s = a->bias ? fabs(a->bias[o]) : 0.0;
+          double s = 0.0;
           for (int64_t c = 0; c < cg; ++c)
             for (int64_t u = 0; u < a->kh; ++u) {
               int64_t iy = i * a->sh - a->ph + u * a->dh;
@@ -108,8 +109,12 @@ static void cbf_bounds(const kiln_conv2d_f32_args_t* a, const float* xr, const f
               }
             }
           int64_t at = ((n * a->ho + i) * a->wo + j) * a->o + o;
+          if (a->scale) s *= fabs(a->scale[o]);
+          if (a->bias) s += fabs(a->bias[o]);
           if (a->residual) s += fabs(a->residual[at]);
-          bound[at] = (float)((double)(k + 2) * ldexp(s, -23) + 1e-30);
+          /* gelu's slope reaches 1.13 (none and relu: 1) */
+          const double lip = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU ? 1.0 : 1.2;
+          bound[at] = (float)(lip * (double)(k + 2) * ldexp(s, -23) + 1e-30);
         }
 }
 
@@ -148,6 +153,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   float* w = malloc((nw + 1) * sizeof(float));
   float* wr = malloc((nw + 1) * sizeof(float));
   float* bias = malloc((size_t)(a.o + 1) * sizeof(float));
+  float* scale = malloc((size_t)(a.o + 1) * sizeof(float));
   float* res = malloc((ny + CBF_GUARD) * sizeof(float));
   float* want = malloc((ny + CBF_GUARD) * sizeof(float));
   float* want32 = malloc((ny + CBF_GUARD) * sizeof(float));
@@ -159,6 +165,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   kiln_test_fill_f32(x, nx, seed, -1.0f, 1.0f);
   kiln_test_fill_f32(w, nw, seed + 1, -1.0f, 1.0f);
   kiln_test_fill_f32(bias, (size_t)a.o, seed + 2, -1.0f, 1.0f);
+  kiln_test_fill_f32(scale, (size_t)a.o, seed + 4, -2.0f, 2.0f);
   kiln_test_fill_f32(res, ny + CBF_GUARD, seed + 3, -1.0f, 1.0f);
   if (tc->special >= 2) { /* one past windows that do not hold them */
     const int64_t past = a.sw + (a.kw - 1) * a.dw + 1 - a.pw; /* x column past output 1's row */
@@ -188,12 +195,12 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   char what[256];
   snprintf(what, sizeof what,
            "%s bf16 nhwc n%lld c%lld %lldx%lld o%lld k%lldx%lld s%lld,%lld p%lld,%lld d%lld,%lld "
-           "g%lld bias%d res%d%s%s act%d special%d",
+           "g%lld bias%d res%d%s%s act%d special%d scale%d",
            where, (long long)a.n, (long long)a.c, (long long)a.h, (long long)a.w, (long long)a.o,
            (long long)a.kh, (long long)a.kw, (long long)a.sh, (long long)a.sw, (long long)a.ph,
            (long long)a.pw, (long long)a.dh, (long long)a.dw, (long long)a.groups, tc->bias,
            tc->residual, tc->res_alias ? "(alias)" : "", tc->res_first ? "(first)" : "",
-           (int)tc->act, tc->special);
+           (int)tc->act, tc->special, tc->scale);
   char what2[320];
 
   /* The reference is the fp32 reference on the rounded operands. */
@@ -208,6 +215,22 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   kiln_conv2d_bf16_nhwc_reference(&a, 0);
   snprintf(what2, sizeof what2, "%s: reference vs fp32 reference on rounded operands", what);
   kiln_test_compare_f32(what2, want, want32, ny + CBF_GUARD, 0.0f, 0.0f);
+  if (tc->scale) {
+    /* Scaled sums: the reference's own rule (sum times scale, then bias,
+     * residual, activation) against its unscaled self on a scaled-only
+     * check: with every scale 1 it must give the unscaled result exactly. */
+    for (int64_t o = 0; o < a.o; ++o) scale[o] = 1.0f;
+    a.scale = scale;
+    memcpy(want32, res, (ny + CBF_GUARD) * sizeof(float));
+    a.y = want32;
+    kiln_conv2d_bf16_nhwc_reference(&a, 0);
+    snprintf(what2, sizeof what2, "%s: reference with unit scales", what);
+    kiln_test_compare_f32(what2, want32, want, ny + CBF_GUARD, 0.0f, 0.0f);
+    kiln_test_fill_f32(scale, (size_t)a.o, seed + 4, -2.0f, 2.0f);
+    memcpy(want, res, (ny + CBF_GUARD) * sizeof(float));
+    a.y = want;
+    kiln_conv2d_bf16_nhwc_reference(&a, 0);
+  }
   a.x = xr;
   cbf_bounds(&a, xr, wr, bound);
 
@@ -240,6 +263,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
     }
   }
   kiln_cpu_bf16_set(cbf_mask_);
+  free(scale);
   free(x), free(xt), free(xr), free(w), free(wr), free(bias), free(res), free(want);
   free(want32), free(got), free(bound), free(wp);
 }
@@ -274,7 +298,7 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
     for (int v = 0; v < 5; ++v) {
       const int64_t* p = shapes[s];
       cbf_case_t tc = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
-                       p[11], p[12], p[13], 0, 0, 0, 0, 0, KILN_ACT_NONE};
+                       p[11], p[12], p[13], 0, 0, 0, 0, 0, KILN_ACT_NONE, 0};
       tc.bias = v >= 1 && v != 4;
       tc.act = v == 1 || v >= 3 ? KILN_ACT_RELU : KILN_ACT_NONE;
       tc.residual = v >= 2 || (v == 0 && s % 2);
@@ -284,28 +308,42 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
     }
   /* Several K blocks (64 x 9 / 2 = 288 pair rows), several tile blocks,
    * one strip of one panel, 2 strips. */
-  cbf_case_t big = {1, 64, 30, 30, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU};
+  cbf_case_t big = {1, 64, 30, 30, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU, 0};
   cbf_run(&big, pool, where);
-  cbf_case_t big2 = {1, 96, 14, 14, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, KILN_ACT_RELU};
+  cbf_case_t big2 = {1, 96, 14, 14, 64, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, KILN_ACT_RELU, 0};
   cbf_run(&big2, pool, where);
-  cbf_case_t big3 = {2, 256, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, KILN_ACT_NONE};
+  cbf_case_t big3 = {2, 256, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, KILN_ACT_NONE, 0};
   cbf_run(&big3, pool, where);
   /* Inf and NaN one value past windows that do not hold them (special 2:
    * every image; 3: the second of two). */
   for (int act = 0; act < 2; ++act) {
     cbf_case_t past[] = {
-        {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 2, (kiln_activation_t)act},
-        {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 1, 0, 0, 3, (kiln_activation_t)act},
-        {1, 1, 9, 12, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 2, (kiln_activation_t)act},
-        {2, 3, 9, 13, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3, (kiln_activation_t)act},
+        {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 2, (kiln_activation_t)act, 0},
+        {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 1, 0, 0, 3, (kiln_activation_t)act, 0},
+        {1, 1, 9, 12, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 2, (kiln_activation_t)act, 0},
+        {2, 3, 9, 13, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3, (kiln_activation_t)act, 0},
     };
     for (size_t i = 0; i < sizeof(past) / sizeof(past[0]); ++i) cbf_run(&past[i], pool, where);
   }
+  /* Sums scaled per channel (a folded batch norm): straight to y (none,
+   * relu) and through the store callback (gelu); residual before and
+   * after; groups; several K blocks. */
+  for (int act = 0; act < 3; ++act) {
+    const kiln_activation_t f = act == 2 ? KILN_ACT_GELU : (kiln_activation_t)act;
+    cbf_case_t sc[] = {
+        {1, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, f, 1},
+        {2, 5, 11, 7, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, f, 1},
+        {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, f, 1},
+        {1, 12, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 4, 0, 1, 1, 0, 0, f, 1},
+        {1, 64, 30, 30, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, f, 1},
+    };
+    for (size_t i = 0; i < sizeof(sc) / sizeof(sc[0]); ++i) cbf_run(&sc[i], pool, where);
+  }
   for (int act = 0; act < 2; ++act) {
     cbf_case_t sp[] = {
-        {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
-        {1, 8, 20, 21, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, (kiln_activation_t)act},
-        {1, 16, 8, 8, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act},
+        {1, 3, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act, 0},
+        {1, 8, 20, 21, 13, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, (kiln_activation_t)act, 0},
+        {1, 16, 8, 8, 20, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, (kiln_activation_t)act, 0},
     };
     for (size_t i = 0; i < sizeof(sp) / sizeof(sp[0]); ++i) cbf_run(&sp[i], pool, where);
   }

@@ -101,6 +101,28 @@ class Vgg(nn.Module):
         return self.fc(h.mean((2, 3)))
 
 
+class Res(nn.Module):
+    """A ResNet block with its batch norms (running statistics off 0 and 1):
+    each conv's folded norm becomes its scale input, the weight stays bf16."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn0 = nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c1, self.bn1 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.c2, self.bn2 = nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32)
+        self.down, self.bnd = nn.Conv2d(16, 32, 1, stride=2, bias=False), nn.BatchNorm2d(32)
+        for bn in (self.bn0, self.bn1, self.bn2, self.bnd):
+            bn.running_mean.uniform_(-0.3, 0.3)
+            bn.running_var.uniform_(0.3, 2.0)
+            bn.weight.data.uniform_(0.5, 1.5)
+            bn.bias.data.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        h = torch.relu(self.bn0(self.stem(x)))
+        h = torch.relu(self.bn1(self.c1(h)) + h)
+        return torch.relu(self.bn2(self.c2(h)) + self.bnd(self.down(h)))
+
+
 class Unet(nn.Module):
     """A UNet block: group norm and SiLU between the convs, a 1x1 skip conv:
     no two convs meet, so each bf16-engine conv is its own channels-last
@@ -141,6 +163,7 @@ def cases():
         "cnn": (Cnn, lambda: (torch.randn(2, 3, 20, 20),)),
         "vgg": (Vgg, lambda: (torch.randn(2, 3, 18, 18),)),
         "unet": (Unet, lambda: (torch.randn(1, 3, 12, 12),)),
+        "res": (Res, lambda: (torch.randn(2, 3, 14, 14),)),
         "embed": (Embed, lambda: (torch.randint(0, 100, (2, 16)),)),
     }
 
@@ -160,7 +183,7 @@ def build(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "unet", "embed"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "unet", "res", "embed"])
 def test_trace_low_precision_model(name, dtype):
     model, inputs, eager, ref = build(name, dtype)
     compiled = kiln.trace(model, inputs, fallback=False)  # every op native
@@ -169,7 +192,7 @@ def test_trace_low_precision_model(name, dtype):
         check_rule(g, e, r, dtype)
 
 
-@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "cnn", "vgg", "res"])
 def test_torch_compile_bf16_model(name):
     model, inputs, eager, ref = build(name, torch.bfloat16)
     torch._dynamo.reset()
@@ -181,7 +204,7 @@ def test_torch_compile_bf16_model(name):
         check_rule(g, e, r, torch.bfloat16)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "unet"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "vgg", "unet", "res"])
 def test_autocast(name):
     make_model, make_inputs = cases()[name]
     torch.manual_seed(1)
@@ -242,10 +265,10 @@ def test_bf16_convs_run_on_the_bf16_engine():
     has one when compiling, else on the fp32 panels (x unrounded); the
     rule holds either way (test_trace_low_precision_model). Under autocast
     the weights' bf16 casts fold into such constants: the same form. A
-    folded batch norm scales the weights off bf16 (the cnn case): rounding
-    them again would add an error eager does not have, so those convs stay
-    fp32. An fp32 model with bf16-valued weights is not touched: its x is
-    fp32."""
+    batch norm after such a conv folds into its bias and a scale of its
+    sums, not into its weight (which would leave bf16: the res case, four
+    convs, each with its norm). An fp32 model with bf16-valued weights is
+    not touched: its x is fp32."""
     model, inputs, _, _ = build("vgg", torch.bfloat16)
     text = kiln.explain(kiln.trace(model, inputs))
     assert text.count(BF16_CONV) == (4 if has_bf16_engine() else 0), text
@@ -257,8 +280,9 @@ def test_bf16_convs_run_on_the_bf16_engine():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             auto = kiln.explain(kiln.trace(f32, (x,)))
     assert auto.count(BF16_CONV) == (4 if has_bf16_engine() else 0), auto
-    cnn, cnn_inputs, _, _ = build("cnn", torch.bfloat16)
-    assert BF16_CONV not in kiln.explain(kiln.trace(cnn, cnn_inputs))
+    res, res_inputs, _, _ = build("res", torch.bfloat16)
+    text = kiln.explain(kiln.trace(res, res_inputs))
+    assert text.count(BF16_CONV) == (4 if has_bf16_engine() else 0), text
 
 
 def test_lone_bf16_convs_go_channels_last():

@@ -606,6 +606,7 @@ void kiln_hal_cpu_conv2d_bind(const kiln_node_t* n, void* const* bufs, kiln_conv
   a->x = BUF(0), a->weight = BUF(1);
   a->bias = n->n_inputs > 2 ? BUF(2) : NULL;
   a->residual = n->n_inputs > 3 ? BUF(3) : NULL;
+  a->scale = n->n_inputs > 4 ? BUF(4) : NULL;
   a->y = OUT;
 }
 

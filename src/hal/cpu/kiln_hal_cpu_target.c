@@ -83,6 +83,12 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
     case KILN_OP_CONV2D_NHWC: /* the same weight checks (its layouts: shape inference) */
     case KILN_OP_CONV2D: {
       const kiln_value_t* w = VAL(1);
+      /* Sums scaled per channel: the bf16 conv's epilogue only (the
+       * compiler makes them for it alone, kiln_pass_fuse_conv). */
+      if (n->n_inputs > 4 && n->inputs[4] >= 0 &&
+          (n->op != KILN_OP_CONV2D_NHWC || w->layout != KILN_LAYOUT_CONV2D_PACKED_16_BF16))
+        return kiln_status_make(KILN_UNSUPPORTED,
+                                "a conv with scaled sums runs channels-last on the bf16 weight form");
       if (w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) {
         /* Shape inference let only CONV2D_NHWC read it; its size depends
          * on the groups too. */

@@ -42,6 +42,8 @@ typedef struct kiln_conv2d_f32_args_s {
   const float* weight;
   const float* bias;     /* (O) or NULL */
   const float* residual; /* (N, O, Ho, Wo) or NULL; may alias y */
+  const float* scale;    /* (O) or NULL: each sum times scale[o] before the bias
+                          * (the bf16 NHWC conv only: CONV2D's scale input) */
   float* y;
   kiln_activation_t act;
   int residual_before_act; /* 1: y = act(conv + bias + residual) */

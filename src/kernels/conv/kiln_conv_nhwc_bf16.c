@@ -108,17 +108,23 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
   float *xr = buf, *wf = buf + nx;
   memcpy(xr, a->x, (size_t)nx * sizeof(float));
   kiln_gemm_kernels_for(kiln_cpu_isa())->round_bf16(xr, nx);
-  /* Panel pan's tap (c, u, v) of channel i: pair row (uv, c / 2), lane 2 i + c % 2. */
+  /* Panel pan's tap (c, u, v) of channel i: pair row (uv, c / 2), lane 2 i + c % 2.
+   * Sums scaled per channel (a folded batch norm) take the scale into the
+   * widened weights: one fp32 rounding of each product's factor. */
   const uint16_t* w16 = (const uint16_t*)(const void*)a->weight;
   for (int64_t pan = 0; pan < G * nq; ++pan)
     for (int64_t c = 0; c < cg; ++c)
       for (int64_t uv = 0; uv < hw; ++uv) {
         const uint16_t* src = w16 + (pan * rows + uv * (cg2 / 2) + c / 2) * 32 + (c & 1);
         float* dst = wf + (pan * k + c * hw + uv) * 16;
-        for (int64_t i = 0; i < 16; ++i) dst[i] = kiln_gemm_bf16_to_f32(src[2 * i]);
+        const int64_t o0 = pan / nq * og + pan % nq * 16;
+        for (int64_t i = 0; i < 16; ++i) {
+          const float s = a->scale && pan % nq * 16 + i < og ? a->scale[o0 + i] : 1.0f;
+          dst[i] = kiln_gemm_bf16_to_f32(src[2 * i]) * s;
+        }
       }
   kiln_conv2d_f32_args_t f = *a;
-  f.x = xr, f.weight = wf, f.weight_packed = KILN_CONV_PANEL_WIDE;
+  f.x = xr, f.weight = wf, f.weight_packed = KILN_CONV_PANEL_WIDE, f.scale = NULL;
   if (x_nchw) kiln_conv2d_f32_nhwc_from_nchw(&f, pool);
   else kiln_conv2d_f32_nhwc(&f, pool);
   kiln_scratch_put(&kiln_conv_bf16_wide_scratch_, blk);
@@ -150,6 +156,7 @@ typedef struct {
   float* y;
   const float* res;
   const float* bias;
+  const float* scale;
 } kiln_conv_bf16_ctx_t;
 
 /* n consecutive floats rounded to bf16 (AVX-512F integer arithmetic,
@@ -265,6 +272,9 @@ static void kiln_conv_bf16_store(const void* p, int64_t j0, int64_t cols, int64_
   const kiln_conv2d_f32_args_t* a = t->a;
   const int64_t O = a->o, at = ti * KILN_CONV_BF16_MR * O + j0;
   const float* r = t->res ? t->res + at : NULL;
+  if (t->scale)
+    for (int64_t i = 0; i < np; ++i)
+      for (int64_t j = 0; j < cols; ++j) tmp[i * 32 + j] *= t->scale[j0 + j];
   if (r && a->residual_before_act) {
     for (int64_t i = 0; i < np; ++i)
       for (int64_t j = 0; j < cols; ++j) tmp[i * 32 + j] += r[i * O + j];
@@ -283,7 +293,7 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
   kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
                              t->rows, t->kc,   t->og,      t->howo,
                              t->part, t->part_fl, kiln_conv_bf16_store, t,
-                             direct ? t->y : NULL, t->res, t->bias, a->o,
+                             direct ? t->y : NULL, t->res, t->bias, t->scale, a->o,
                              a->act == KILN_ACT_RELU, a->residual_before_act};
   kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
                                       (oc + 1) * t->nstrips / t->noc, thread);
@@ -429,6 +439,7 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
       t.y = a->y + n * t.howo * a->o + g * t.og;
       t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
       t.bias = a->bias ? a->bias + g * t.og : NULL;
+      t.scale = a->scale ? a->scale + g * t.og : NULL;
       t.src = t.pad + g * t.cg2;
       t.wg = wall + g * nq * t.rows * 32;
       kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), kiln_conv_bf16_task, &t);

@@ -68,16 +68,18 @@ KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint
                                           const int64_t* off, const float* cin,
                                           const kiln_conv_bf16_loop_t* l, int64_t j0,
                                           const __mmask16* m, int64_t np, float* y) {
-  __m512 acc[MR][2], b[2];
+  __m512 acc[MR][2], b[2], sc[2];
   kiln_conv_bf16_dots(NP, acc, rows, w0, pstep, px, off, cin);
-  for (int h = 0; h < NP; ++h)
+  for (int h = 0; h < NP; ++h) {
     b[h] = l->bias ? _mm512_maskz_loadu_ps(m[h], l->bias + j0 + 16 * h) : _mm512_setzero_ps();
+    sc[h] = l->scale ? _mm512_maskz_loadu_ps(m[h], l->scale + j0 + 16 * h) : _mm512_setzero_ps();
+  }
   const __m512 zero = _mm512_setzero_ps();
   const float* res = l->res ? l->res + (y - l->y) : NULL;
   for (int i = 0; i < MR; ++i) {
     if (i >= np) break;
     for (int h = 0; h < NP; ++h) {
-      __m512 v = acc[i][h], r = _mm512_setzero_ps();
+      __m512 v = l->scale ? _mm512_mul_ps(acc[i][h], sc[h]) : acc[i][h], r = _mm512_setzero_ps();
       if (res) r = _mm512_maskz_loadu_ps(m[h], res + i * l->ldy + 16 * h);
       if (res && l->res_first) v = _mm512_add_ps(v, r);
       if (l->bias) v = _mm512_add_ps(v, b[h]);

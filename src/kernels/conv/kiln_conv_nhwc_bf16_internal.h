@@ -53,12 +53,14 @@ typedef struct kiln_conv_bf16_loop_s {
   void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t ti, int64_t np, float* tmp);
   const void* store_ctx;
   /* Or, when y is set (no activation or relu): tiles go straight to y
-   * (the group's first channel, pixels ldy apart) with the residual (res,
-   * laid out as y, or NULL; added before the relu when res_first), bias
-   * (or NULL) and relu when relu is 1, and store is not called. */
+   * (the group's first channel, pixels ldy apart), the sums times scale
+   * (or NULL), with the residual (res, laid out as y, or NULL; added
+   * before the relu when res_first), bias (or NULL) and relu when relu is
+   * 1, and store is not called. */
   float* y;
   const float* res;
   const float* bias;
+  const float* scale;
   int64_t ldy;
   int relu, res_first;
 } kiln_conv_bf16_loop_t;

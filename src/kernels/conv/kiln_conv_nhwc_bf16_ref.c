@@ -30,7 +30,7 @@ void kiln_conv2d_bf16_nhwc_reference(const kiln_conv2d_f32_args_t* a, int x_nchw
       for (int64_t j = 0; j < a->wo; ++j)
         for (int64_t o = 0; o < a->o; ++o) {
           const int64_t g = o / og;
-          double acc = a->bias ? a->bias[o] : 0.0;
+          double acc = 0.0;
           for (int64_t c = 0; c < cg; ++c)
             for (int64_t u = 0; u < a->kh; ++u) {
               int64_t iy = i * a->sh - a->ph + u * a->dh;
@@ -44,6 +44,8 @@ void kiln_conv2d_bf16_nhwc_reference(const kiln_conv2d_f32_args_t* a, int x_nchw
                 acc += kiln_conv_bf16_ref_weight(a, o, c, u, v) * kiln_conv_bf16_ref_round(x);
               }
             }
+          if (a->scale) acc *= a->scale[o];
+          if (a->bias) acc += a->bias[o];
           int64_t at = ((n * a->ho + i) * a->wo + j) * a->o + o;
           if (a->residual && a->residual_before_act) acc += a->residual[at];
           float r = kiln_activation_scalar((float)acc, a->act);
