@@ -113,6 +113,12 @@ typedef struct kiln_layout_stats_s {
   int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
   int32_t conversions;              /* layout copies placed */
 } kiln_layout_stats_t;
+/* Whether target would give conv node n (a CONV2D, its weight a constant)
+ * the bf16 weight form were it a CONV2D_NHWC: the pack pass's question,
+ * asked ahead by fuse_conv and the layout pass (kiln_pass_layout.c). */
+int kiln_conv_takes_bf16_form(const kiln_graph_t* g, const kiln_node_t* n,
+                              const kiln_hal_target_t* target, const kiln_hal_weights_t* weights);
+
 /* target and weights: what the pack pass will ask (a conv the target will
  * run on a bf16 engine gains more from channels-last). */
 kiln_status_t kiln_pass_layout(kiln_graph_t* graph, const kiln_hal_target_t* target,

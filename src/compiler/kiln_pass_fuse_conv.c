@@ -60,19 +60,10 @@ static int kiln_conv_channel_stride(const kiln_value_t* v, int64_t o) {
 static int kiln_conv_keeps_bf16_weight(const kiln_graph_t* g, const kiln_node_t* cv,
                                        const kiln_hal_target_t* target,
                                        const kiln_hal_weights_t* weights) {
-  if (!target || !target->constant_form || !cv->params[KILN_P(CONV2D, ROUND_X)] ||
-      cv->n_inputs > 3)
-    return 0;
-  const kiln_value_t* w = &g->values[cv->inputs[1]];
   const int64_t groups = cv->params[KILN_P(CONV2D, GROUPS)];
-  if (w->kind != KILN_VALUE_CONSTANT || groups < 1 || w->shape[0] / groups < 16) return 0;
-  kiln_node_t as_nhwc = *cv;
-  as_nhwc.op = KILN_OP_CONV2D_NHWC;
-  kiln_hal_constant_form_t f;
-  kiln_status_t s = target->constant_form(g, &as_nhwc, 1, weights, &f);
-  const int bf16 = !s && f.layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
-  kiln_status_free(s);
-  return bf16;
+  return cv->params[KILN_P(CONV2D, ROUND_X)] && cv->n_inputs <= 3 && groups >= 1 &&
+         g->values[cv->inputs[1]].shape[0] / groups >= 16 &&
+         kiln_conv_takes_bf16_form(g, cv, target, weights);
 }
 
 kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, const kiln_hal_target_t* target,

@@ -77,6 +77,20 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   return O / groups >= 16;
 }
 
+int kiln_conv_takes_bf16_form(const kiln_graph_t* g, const kiln_node_t* n,
+                              const kiln_hal_target_t* target, const kiln_hal_weights_t* weights) {
+  if (!target || !target->constant_form || n->op != KILN_OP_CONV2D || n->n_inputs < 2 ||
+      g->values[n->inputs[1]].kind != KILN_VALUE_CONSTANT)
+    return 0;
+  kiln_node_t as_nhwc = *n;
+  as_nhwc.op = KILN_OP_CONV2D_NHWC;
+  kiln_hal_constant_form_t f;
+  kiln_status_t s = target->constant_form(g, &as_nhwc, 1, weights, &f);
+  const int bf16 = !s && f.layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+  kiln_status_free(s);
+  return bf16;
+}
+
 /* What a conv gains channels-last, in the cost rule's units (a layout
  * conversion costs two): 1 for a conv the fp32 NHWC kernel serves better
  * (groups 1, C and O >= 16: the shapes measured), KILN_LAYOUT_BF16_GAIN
@@ -93,16 +107,7 @@ static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n,
   /* A conv with scaled sums (kiln_pass_fuse_conv kept its bf16 weight)
    * runs only channels-last: its region always pays. */
   if (n->n_inputs > 4 && n->inputs[4] >= 0) return KILN_LAYOUT_MUST;
-  if (target && target->constant_form && n->n_inputs > 1 &&
-      g->values[n->inputs[1]].kind == KILN_VALUE_CONSTANT) {
-    kiln_node_t as_nhwc = *n;
-    as_nhwc.op = KILN_OP_CONV2D_NHWC;
-    kiln_hal_constant_form_t f;
-    kiln_status_t s = target->constant_form(g, &as_nhwc, 1, weights, &f);
-    const int bf16 = !s && f.layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
-    kiln_status_free(s);
-    if (bf16) return KILN_LAYOUT_BF16_GAIN;
-  }
+  if (kiln_conv_takes_bf16_form(g, n, target, weights)) return KILN_LAYOUT_BF16_GAIN;
   const int64_t C = g->values[n->inputs[0]].shape[1], O = g->values[n->inputs[1]].shape[0];
   return n->params[KILN_P(CONV2D, GROUPS)] == 1 && C >= 16 && O >= 16;
 }

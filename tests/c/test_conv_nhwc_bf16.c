@@ -379,26 +379,9 @@ static void cbf_layout(void) {
  * of the bf16 layout holding `bytes` of wp; NULL when the graph API
  * refuses. */
 enum { CBF_C = 5, CBF_O = 20 };
-static kiln_graph_t* cbf_graph(const uint16_t* wp, size_t bytes, const float* bias) {
-  kiln_graph_t* g = NULL;
-  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
-  if (!g) return NULL;
-  int64_t sx[4] = {1, 6, 6, CBF_C}, sw[4] = {CBF_O, CBF_C, 3, 3}, sb[1] = {CBF_O};
-  int32_t vx, vw, vb, y;
-  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, sx, &vx));
-  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw, KILN_LAYOUT_CONV2D_PACKED_16_BF16,
-                                         wp, bytes, &vw));
-  KILN_EXPECT_OK(kiln_graph_add_constant(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias,
-                                         CBF_O * sizeof(float), &vb));
-  int32_t in[3] = {vx, vw, vb};
-  const int64_t p[10] = {1, 1, 1, 1, 1, 1, 1, KILN_ACT_RELU, 0, 0};
-  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, in, 3, p, 10, NULL, 0, "c", &y));
-  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
-  return g;
-}
-
-/* The same conv reading x as bf16 (ROUND_X = round_x: 1, or an invalid
- * value to be refused). */
+/* A graph of one 3x3 CONV2D_NHWC on the bf16 layout with bias and relu,
+ * reading x as bf16 when round_x is 1 (ROUND_X; another value is refused:
+ * the status in *out_status and no graph). */
 static kiln_graph_t* cbf_graph_round_x(const uint16_t* wp, size_t bytes, const float* bias,
                                        int64_t round_x, kiln_status_t* out_status) {
   kiln_graph_t* g = NULL;
@@ -421,6 +404,13 @@ static kiln_graph_t* cbf_graph_round_x(const uint16_t* wp, size_t bytes, const f
     return NULL;
   }
   KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  return g;
+}
+
+static kiln_graph_t* cbf_graph(const uint16_t* wp, size_t bytes, const float* bias) {
+  kiln_status_t s = NULL;
+  kiln_graph_t* g = cbf_graph_round_x(wp, bytes, bias, 0, &s);
+  KILN_EXPECT_OK(s);
   return g;
 }
 

@@ -39,7 +39,9 @@ void kiln_f32_conv_ukernel_6x16__avx512(int64_t k, const float* w, const float* 
 /* The channel-vector microkernel (kiln_conv_ukernel_ct_fn): 6 output
  * pixels, each at its own place in the prepared input, x the 16 output
  * channels of one packed panel; per tap one weight row, a broadcast per
- * pixel. */
+ * pixel. The twelve accumulators are named, not an array: with arrays GCC
+ * set them up and summed them through the stack, and ResNet-18's NHWC
+ * convs took 15.3-15.8 ms against 14.4-14.5 on one Zen 4 core. */
 void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const float* const* px,
                                            const int64_t* off, const float* bias16,
                                            const float* cin, float* out) {
