@@ -287,7 +287,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
       s = kiln_rewriter_copy_node(&rw, n);
       continue;
     }
-    int32_t ins[4] = {-1, -1, -1, -1};
+    int32_t ins[KILN_MAX_NODE_INPUTS] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int x_nchw = 0;
     for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
       int32_t v = n->inputs[i];

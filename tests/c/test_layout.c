@@ -13,7 +13,15 @@
  *    arithmetic up to summation order: tolerance 1e-4 on outputs of order
  *    1, from weights U(-1, 1) / sqrt(K) and x U(-1, 1));
  *  - CONV2D_NHWC's shape rule: the (N, Ho, Wo, O) output, and bad params,
- *    a weight packed in panels of 6 and a mismatched residual refused. */
+ *    a weight packed in panels of 6 and a mismatched residual refused;
+ *  - a bf16 model's convs (ROUND_X, bf16 weights) each followed by a batch
+ *    norm's per-channel MUL and ADD, the second reading the first's output
+ *    as its residual: with a bf16 engine each keeps its weight in the bf16
+ *    form and takes the norm's scale as its fifth input, channels-last
+ *    (fuse_conv, layout and pack agreeing), else the norm folds into the
+ *    weight; the model runs, within bf16 rounding of x of the fp32 graph. */
+#include "kernels/conv/kiln_conv_nhwc_bf16.h"
+#include "kernels/gemm/kiln_gemm.h"
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -188,6 +196,87 @@ static void lt_check(const lt_case_t* tc) {
   free(x);
 }
 
+/* x (1, 16, 10, 10) -> conv A 16->32 -> *s + t -> conv B 32->32 with
+ * residual A's norm output -> *s2 + t2; weights bf16 values; round_x as
+ * given. */
+static kiln_graph_t* lt_bf16_graph(int round_x) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  int64_t xs[4] = {1, 16, 10, 10}, wa[4] = {32, 16, 3, 3}, wb[4] = {32, 32, 3, 3};
+  int64_t cs[4] = {1, 32, 1, 1};
+  static float w1[32 * 16 * 9], w2[32 * 32 * 9], sc[2][32], sh[2][32];
+  kiln_test_fill_f32(w1, 32 * 16 * 9, 301, -0.25f, 0.25f);
+  kiln_test_fill_f32(w2, 32 * 32 * 9, 302, -0.2f, 0.2f);
+  for (int i = 0; i < 32 * 16 * 9; ++i) w1[i] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(w1[i]));
+  for (int i = 0; i < 32 * 32 * 9; ++i) w2[i] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(w2[i]));
+  kiln_test_fill_f32(sc[0], 64, 303, 0.3f, 1.7f);
+  kiln_test_fill_f32(sh[0], 64, 304, -0.3f, 0.3f);
+  int32_t x, c1, c2, s0, s1, t0, t1, y1, y2, y3, y4, y5, y6;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 4, xs, &x));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w1", KILN_F32, 4, wa, KILN_LAYOUT_DENSE, w1, sizeof w1, &c1));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w2", KILN_F32, 4, wb, KILN_LAYOUT_DENSE, w2, sizeof w2, &c2));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "s0", KILN_F32, 4, cs, KILN_LAYOUT_DENSE, sc[0], 128, &s0));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "s1", KILN_F32, 4, cs, KILN_LAYOUT_DENSE, sc[1], 128, &s1));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "t0", KILN_F32, 4, cs, KILN_LAYOUT_DENSE, sh[0], 128, &t0));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "t1", KILN_F32, 4, cs, KILN_LAYOUT_DENSE, sh[1], 128, &t1));
+  int64_t p[KILN_P_COUNT(CONV2D)] = {1, 1, 1, 1, 1, 1, 1, 0, 0};
+  p[KILN_P(CONV2D, ROUND_X)] = round_x;
+  int32_t a_in[2] = {x, c1};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D, a_in, 2, p, KILN_P_COUNT(CONV2D), NULL, 0, "a", &y1));
+  int32_t m1[2] = {y1, s0}, a1[2];
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, m1, 2, NULL, 0, NULL, 0, "bn a", &y2));
+  a1[0] = y2, a1[1] = t0;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, a1, 2, NULL, 0, NULL, 0, "bn a", &y3));
+  int32_t b_in[2] = {y3, c2};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CONV2D, b_in, 2, p, KILN_P_COUNT(CONV2D), NULL, 0, "b", &y4));
+  int32_t m2[2] = {y4, s1}, a2[2];
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, m2, 2, NULL, 0, NULL, 0, "bn b", &y5));
+  a2[0] = y5, a2[1] = t1;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, a2, 2, NULL, 0, NULL, 0, "bn b", &y6));
+  int32_t r[2] = {y6, y3};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, r, 2, NULL, 0, NULL, 0, "residual", &y1));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y1, 1));
+  return g;
+}
+
+static void lt_bf16_model_convs(void) {
+  static float x[16 * 100], want[32 * 100], got[32 * 100];
+  kiln_test_fill_f32(x, 16 * 100, 305, -1.0f, 1.0f);
+  int64_t xs[4] = {1, 16, 10, 10}, ys[4] = {1, 32, 10, 10};
+  float* outs[2] = {want, got};
+  for (int round_x = 0; round_x < 2; ++round_x) {
+    kiln_graph_t* g = lt_bf16_graph(round_x);
+    if (!g) return;
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    kiln_graph_t* cg = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &cg));
+    if (!cg) return;
+    int scaled = 0, bf16 = 0, convs = 0;
+    for (int32_t i = 0; i < cg->n_nodes; ++i) {
+      const kiln_node_t* n = &cg->nodes[i];
+      if (n->op != KILN_OP_CONV2D && n->op != KILN_OP_CONV2D_NHWC) continue;
+      convs++;
+      scaled += n->n_inputs > 4 && n->inputs[4] >= 0;
+      bf16 += cg->values[n->inputs[1]].layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+    }
+    const int want_bf16 = round_x && kiln_conv2d_bf16_has_engine() ? 2 : 0;
+    KILN_EXPECT(convs == 2 && scaled == want_bf16 && bf16 == want_bf16,
+                "round_x %d: %d convs, %d scaled, %d in bf16 form (want %d)", round_x, convs,
+                scaled, bf16, want_bf16);
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(cg, NULL, NULL, &m));
+    if (!m) return;
+    kiln_tensor_t in = {x, KILN_F32, 4, xs}, out = {outs[round_x], KILN_F32, 4, ys};
+    KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &out, 1));
+    kiln_model_release(m);
+  }
+  /* x rounded to bf16 (2^-9 relative) in both convs: outputs of order 1. */
+  kiln_test_compare_f32("bf16 model convs vs fp32", got, want, 32 * 100, 0.05f, 0.02f);
+}
+
 static void lt_shape_rule(void) {
   kiln_graph_t* g = NULL;
   KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
@@ -299,4 +388,5 @@ void kiln_test_suite_layout(void) {
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) lt_check(&cases[i]);
   lt_shape_rule();
+  lt_bf16_model_convs();
 }
