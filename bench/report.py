@@ -419,10 +419,11 @@ def _gen_foot(results: dict) -> list[str]:
     wb = {r["model"]: r.get("weight_bytes") for r in rows if r.get("weight_bytes")}
     bw = sorted({(r["threads"], round(r["bandwidth_gbs"], 1)) for r in rows
                  if r.get("bandwidth_gbs")}, reverse=True)
-    foot.append("Weights read per decode step: " + ", ".join(
-        f"{m} {v / 1e6:.0f} MB" for m, v in wb.items())
-        + "; measured read bandwidth (kiln.machine()): "
-        + ", ".join(f"{t} thr {g} GB/s" for t, g in bw) + ".")
+    if wb or bw:  # none when every row was skipped (QUICK)
+        foot.append("Weights read per decode step: " + ", ".join(
+            f"{m} {v / 1e6:.0f} MB" for m, v in wb.items())
+            + "; measured read bandwidth (kiln.machine()): "
+            + ", ".join(f"{t} thr {g} GB/s" for t, g in bw) + ".")
     agree = [r for r in rows if r.get("eager_caches_agree", {}).get("tokens_ok") is False]
     if agree:
         foot.append("Eager's tokens with the static cache differ from the dynamic cache's in: "
