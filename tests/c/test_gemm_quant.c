@@ -420,6 +420,67 @@ static void quant_compile(void) {
   }
 }
 
+/* nn.Linear on x.transpose(-1, -2): a MATMUL of a transposed x by a 2-d
+ * constant. Simplify used to read x transposed in place, and that MATMUL
+ * was no LINEAR: its weight stayed fp32, unpacked, whatever weights_quant
+ * said (fuzzer seed 2 graph 30 of the quant mode). Now the transpose is a
+ * copy and the rest one LINEAR on the int4 weight (and, without quantized
+ * weights, on the packed fp32 one). */
+static void quant_compile_transposed_x(void) {
+  enum { M = 6, K = 45, N = 21 };
+  static float w[K * N], xt[K * M], want[M * N], got[M * N];
+  kiln_test_fill_f32(w, K * N, 44, -0.5f, 0.5f);
+  kiln_test_fill_f32(xt, K * M, 45, -1, 1);
+  for (int bits = 0; bits <= 4; bits += 4) {
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int64_t sxt[2] = {K, M}, sw[2] = {K, N};
+    int32_t vxt, vx, vw, y;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "xt", KILN_F32, 2, sxt, &vxt));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+    int64_t p[KILN_MAX_PARAMS] = {0};
+    p[KILN_P(VIEW, RANK)] = 2;
+    p[KILN_P(VIEW, DIMS)] = M, p[KILN_P(VIEW, DIMS) + 1] = K;
+    p[KILN_P(VIEW, STRIDES)] = 1, p[KILN_P(VIEW, STRIDES) + 1] = M;
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &vxt, 1, p, KILN_MAX_PARAMS, NULL, 0, NULL, &vx));
+    int32_t in[2] = {vx, vw};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    o.weights_quant = bits;
+    o.weights_group = 32;
+    kiln_graph_t* compiled = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+    if (!compiled) return;
+    const kiln_node_t* lin = &compiled->nodes[compiled->n_nodes - 1];
+    const kiln_value_t* wv = &compiled->values[lin->inputs[1]];
+    kiln_layout_t want_layout = bits ? KILN_LAYOUT_GEMM_PACKED_B_Q4 : KILN_LAYOUT_GEMM_PACKED_B;
+    KILN_EXPECT(compiled->n_nodes == 2 && compiled->nodes[0].op == KILN_OP_STRIDED_COPY &&
+                    lin->op == KILN_OP_LINEAR && wv->layout == want_layout,
+                "int%d: a transpose copy and a LINEAR on the packed weight (%d nodes, last %s, layout %d)",
+                bits ? bits : 32, (int)compiled->n_nodes, kiln_op_name(lin->op), (int)wv->layout);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int q = 0; q < K; ++q)
+          acc += (double)xt[q * M + i] * (bits ? kiln_gemm_quant_weight(wv->data, q, j) : (double)w[q * N + j]);
+        want[i * N + j] = (float)acc;
+      }
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+    if (!m) return;
+    int64_t shy[2] = {M, N};
+    kiln_tensor_t tin = {xt, KILN_F32, 2, sxt}, tout = {got, KILN_F32, 2, shy};
+    KILN_EXPECT_OK(kiln_model_run(m, &tin, 1, &tout, 1));
+    kiln_test_compare_f32(bits ? "int4 linear on a transposed x" : "linear on a transposed x", got, want, M * N,
+                          1e-5f, 1e-4f);
+    kiln_model_release(m);
+  }
+}
+
 /* Quantized embeddings: a GATHER along axis 0 of a constant (V, D) table
  * with weights_quant gets the table packed as B = table^T, and each row it
  * gathers is exactly the scalar rule's dequantized column (int8: a scale
@@ -504,5 +565,6 @@ void kiln_test_suite_gemm_quant(void) {
   kiln_test_each_isa_and_pool(quant_fly_level);
   kiln_test_each_isa_and_pool(quant_dequant_level);
   quant_compile();
+  quant_compile_transposed_x();
   quant_gather();
 }
