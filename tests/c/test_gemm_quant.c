@@ -481,6 +481,53 @@ static void quant_compile_transposed_x(void) {
   }
 }
 
+/* A MATMUL of x (2, M, K) by a constant (1, K, N) (torch's matmul of a 3-d
+ * x it cannot fold, by a (K, N) weight: an expand and a bmm; or a bmm by a
+ * batch-1 parameter) is a linear layer too: one LINEAR on the int8 weight,
+ * taken as (K, N) (it stayed a MATMUL on the fp32 constant: fuzzer seed 3
+ * graph 239 of the quant mode). */
+static void quant_compile_batch1_weight(void) {
+  enum { B = 2, M = 3, K = 45, N = 21 };
+  static float w[K * N], x[B * M * K], want[B * M * N], got[B * M * N];
+  kiln_test_fill_f32(w, K * N, 46, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, B * M * K, 47, -1, 1);
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t sx[3] = {B, M, K}, sw[3] = {1, K, N}, sy[3] = {B, M, N};
+  int32_t vx, vw, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 3, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  int32_t in[2] = {vx, vw};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.weights_quant = 8;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
+  KILN_EXPECT(compiled->n_nodes == 1 && compiled->nodes[0].op == KILN_OP_LINEAR &&
+                  wv->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 && wv->rank == 2,
+              "one LINEAR on the int8 weight (%d nodes, %s, layout %d, rank %d)", (int)compiled->n_nodes,
+              kiln_op_name(compiled->nodes[0].op), (int)wv->layout, (int)wv->rank);
+  for (int i = 0; i < B * M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int q = 0; q < K; ++q) acc += (double)x[i * K + q] * kiln_gemm_quant_weight(wv->data, q, j);
+      want[i * N + j] = (float)acc;
+    }
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  kiln_tensor_t tin = {x, KILN_F32, 3, sx}, tout = {got, KILN_F32, 3, sy};
+  KILN_EXPECT_OK(kiln_model_run(m, &tin, 1, &tout, 1));
+  kiln_test_compare_f32("int8 linear by a batch-1 constant", got, want, B * M * N, 1e-5f, 1e-4f);
+  kiln_model_release(m);
+}
+
 /* Quantized embeddings: a GATHER along axis 0 of a constant (V, D) table
  * with weights_quant gets the table packed as B = table^T, and each row it
  * gathers is exactly the scalar rule's dequantized column (int8: a scale
@@ -566,5 +613,6 @@ void kiln_test_suite_gemm_quant(void) {
   kiln_test_each_isa_and_pool(quant_dequant_level);
   quant_compile();
   quant_compile_transposed_x();
+  quant_compile_batch1_weight();
   quant_gather();
 }

@@ -282,6 +282,42 @@ def test_linear_on_a_transposed_input_is_quantized(kind):
         kiln.explain(compiled)
 
 
+class Batch1(nn.Module):
+    """A matmul by a (K, N) weight of an input torch cannot fold to 2-d (an
+    expanded x: torch's matmul then expands the weight and calls bmm), and a
+    bmm by a batch-1 parameter."""
+
+    def __init__(self, k=45, n=21):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n) * 0.2)
+        self.wb = nn.Parameter(torch.randn(1, n, k) * 0.2)
+
+    def forward(self, x):
+        y = torch.matmul(x, self.w)
+        return y, torch.bmm(x[:1], self.wb.transpose(1, 2))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym:a8"])
+def test_matmul_by_a_batch1_constant_is_quantized(kind):
+    """A bmm by a (1, K, N) constant is a matmul by a constant matrix: its
+    weight is quantized like a linear layer's (it stayed an fp32 MATMUL:
+    fuzzer seed 3 graph 239 of the quant mode, tests/fuzz/FINDINGS.md)."""
+    torch.manual_seed(6)
+    model = Batch1().eval()
+    x = torch.randn(1, 5, 1).expand(3, 5, 45)
+    compiled = kiln.trace(model, x, weights_dtype=kind)
+    base, a8 = kind.replace(":a8", ""), kind.endswith(":a8")
+    with torch.no_grad():
+        xin = quantize_rows_groups_int8(x, group_of(kind)) if a8 else x
+        w = dequantized(model.w.detach().t().contiguous(), base).t()
+        wb = dequantized(model.wb.detach()[0], base).t()
+        want = (xin @ w, xin[:1] @ wb)
+    got = compiled(x)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 2, kiln.explain(compiled)
+
+
 def test_int8_string_and_dtype_are_the_same():
     torch.manual_seed(3)
     model = Block().eval()
