@@ -318,6 +318,39 @@ def test_matmul_by_a_batch1_constant_is_quantized(kind):
     assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 2, kiln.explain(compiled)
 
 
+class PermutedMatmul(nn.Module):
+    """x.permute(1, 0, 2) @ W, W needing no gradient (model.requires_grad_(False)):
+    torch's matmul cannot fold x's batch dims to 2-d, and exports expand(W,
+    (B, K, N)), a view and a bmm."""
+
+    def __init__(self, k=45, n=21):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n) * 0.2, requires_grad=False)
+
+    def forward(self, x):
+        return torch.matmul(x.permute(1, 0, 2), self.w)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4:a8"])
+def test_matmul_of_a_permuted_input_is_quantized(kind):
+    """That bmm reads W itself: one LINEAR on the quantized W, not an fp32
+    MATMUL on B copies of it (quant fuzzer, seed 4 graph 166,
+    tests/fuzz/FINDINGS.md); torch.compile's training graphs, whose W is an
+    input, are the same product."""
+    torch.manual_seed(8)
+    model = PermutedMatmul().eval()
+    x = torch.randn(5, 3, 45)
+    compiled = kiln.trace(model, x, weights_dtype=kind)
+    base, a8 = kind.replace(":a8", ""), kind.endswith(":a8")
+    with torch.no_grad():
+        xin = x.permute(1, 0, 2)
+        xin = quantize_rows_groups_int8(xin, group_of(kind)) if a8 else xin
+        want = xin @ dequantized(model.w.t().contiguous(), base).t()
+    torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
+    lines = [line for line in kiln.explain(compiled).splitlines() if "= " in line]
+    assert any("= linear" in line for line in lines) and not any("= matmul" in line for line in lines), lines
+
+
 def test_int8_string_and_dtype_are_the_same():
     torch.manual_seed(3)
     model = Block().eval()
