@@ -120,6 +120,7 @@ class Reference:
     r64: list  # float64 outputs
     noisy: list  # per output, its float64 values from each RoundingNoise run
     ill: str = None  # why the draw is ill-conditioned, or None
+    extra: list = None  # per output, a tolerance per element added to the rule's, or None (quant.py)
 
 
 def reference(res):
@@ -147,7 +148,8 @@ def compare_all(got, ref, accs, what="output", mags=None, who="kiln", lowp=False
     if len(got) != len(ref.e32):
         return f"{who} returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp,
+                      ref.extra[j] if ref.extra else None)
         if why:
             return why
     return None
