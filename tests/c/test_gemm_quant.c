@@ -485,22 +485,27 @@ static void quant_compile_transposed_x(void) {
  * x it cannot fold, by a (K, N) weight: an expand and a bmm; or a bmm by a
  * batch-1 parameter) is a linear layer too: one LINEAR on the int8 weight,
  * taken as (K, N) (it stayed a MATMUL on the fp32 constant: fuzzer seed 3
- * graph 239 of the quant mode). */
-static void quant_compile_batch1_weight(void) {
+ * graph 239 of the quant mode); also when another node reads the constant
+ * as it is (shared = 1: w * z, z an input, exact; seed 20020 graph 420). */
+static void quant_compile_batch1_weight(int shared) {
   enum { B = 2, M = 3, K = 45, N = 21 };
-  static float w[K * N], x[B * M * K], want[B * M * N], got[B * M * N];
+  static float w[K * N], x[B * M * K], want[B * M * N], got[B * M * N], z[K * N], wz[K * N];
   kiln_test_fill_f32(w, K * N, 46, -0.5f, 0.5f);
   kiln_test_fill_f32(x, B * M * K, 47, -1, 1);
+  kiln_test_fill_f32(z, K * N, 48, -1, 1);
   kiln_graph_t* g = NULL;
   KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
   if (!g) return;
   int64_t sx[3] = {B, M, K}, sw[3] = {1, K, N}, sy[3] = {B, M, N};
-  int32_t vx, vw, y;
+  int32_t vx, vz = -1, vw, y;
   KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, sx, &vx));
+  if (shared) KILN_EXPECT_OK(kiln_graph_add_input(g, "z", KILN_F32, 3, sw, &vz));
   KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 3, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
-  int32_t in[2] = {vx, vw};
+  int32_t in[2] = {vx, vw}, sq[2] = {vw, vz}, outs[2];
   KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
-  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+  outs[0] = y;
+  if (shared) KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, sq, 2, NULL, 0, NULL, 0, NULL, &outs[1]));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, outs, 1 + shared));
   kiln_compile_options_t o;
   kiln_compile_options_initialize(&o);
   o.verify_each = 1;
@@ -509,7 +514,7 @@ static void quant_compile_batch1_weight(void) {
   KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
   if (!compiled) return;
   const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
-  KILN_EXPECT(compiled->n_nodes == 1 && compiled->nodes[0].op == KILN_OP_LINEAR &&
+  KILN_EXPECT(compiled->n_nodes == 1 + shared && compiled->nodes[0].op == KILN_OP_LINEAR &&
                   wv->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 && wv->rank == 2,
               "one LINEAR on the int8 weight (%d nodes, %s, layout %d, rank %d)", (int)compiled->n_nodes,
               kiln_op_name(compiled->nodes[0].op), (int)wv->layout, (int)wv->rank);
@@ -522,9 +527,12 @@ static void quant_compile_batch1_weight(void) {
   kiln_model_t* m = NULL;
   KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
   if (!m) return;
-  kiln_tensor_t tin = {x, KILN_F32, 3, sx}, tout = {got, KILN_F32, 3, sy};
-  KILN_EXPECT_OK(kiln_model_run(m, &tin, 1, &tout, 1));
+  kiln_tensor_t tin[2] = {{x, KILN_F32, 3, sx}, {z, KILN_F32, 3, sw}};
+  kiln_tensor_t tout[2] = {{got, KILN_F32, 3, sy}, {wz, KILN_F32, 3, sw}};
+  KILN_EXPECT_OK(kiln_model_run(m, tin, 1 + shared, tout, 1 + shared));
   kiln_test_compare_f32("int8 linear by a batch-1 constant", got, want, B * M * N, 1e-5f, 1e-4f);
+  for (int i = 0; shared && i < K * N; ++i)
+    KILN_EXPECT(wz[i] == w[i] * z[i], "the constant read as it is by the other node (%d)", i);
   kiln_model_release(m);
 }
 
@@ -613,6 +621,7 @@ void kiln_test_suite_gemm_quant(void) {
   kiln_test_each_isa_and_pool(quant_dequant_level);
   quant_compile();
   quant_compile_transposed_x();
-  quant_compile_batch1_weight();
+  quant_compile_batch1_weight(0);
+  quant_compile_batch1_weight(1);
   quant_gather();
 }

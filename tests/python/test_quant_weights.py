@@ -291,10 +291,13 @@ class Batch1(nn.Module):
         super().__init__()
         self.w = nn.Parameter(torch.randn(k, n) * 0.2)
         self.wb = nn.Parameter(torch.randn(1, n, k) * 0.2)
+        self.ws = nn.Parameter(torch.randn(1, 1, 3) * 0.2)
 
     def forward(self, x):
         y = torch.matmul(x, self.w)
-        return y, torch.bmm(x[:1], self.wb.transpose(1, 2))
+        # ws also read as it is (seed 20020 graph 420: bmm(x1, p0) * p0)
+        z = torch.bmm(x[:1, :, :1], self.ws) * self.ws
+        return y, torch.bmm(x[:1], self.wb.transpose(1, 2)), z
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym:a8"])
@@ -311,11 +314,13 @@ def test_matmul_by_a_batch1_constant_is_quantized(kind):
         xin = quantize_rows_groups_int8(x, group_of(kind)) if a8 else x
         w = dequantized(model.w.detach().t().contiguous(), base).t()
         wb = dequantized(model.wb.detach()[0], base).t()
-        want = (xin @ w, xin[:1] @ wb)
+        ws = dequantized(model.ws.detach()[0].t().contiguous(), base).t()
+        x1 = quantize_rows_groups_int8(x[:1, :, :1], group_of(kind)) if a8 else x[:1, :, :1]
+        want = (xin @ w, xin[:1] @ wb, (x1 @ ws) * model.ws)
     got = compiled(x)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
-    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 2, kiln.explain(compiled)
+    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 3, kiln.explain(compiled)
 
 
 class PermutedMatmul(nn.Module):
