@@ -739,6 +739,11 @@ def _expanded_matrix(b):
     W itself makes one LINEAR on W (packed, quantized as weights_dtype
     says) instead of a MATMUL on B copies of it in fp32 (quant fuzzer, seed
     4 graph 166)."""
+    if _val(b).dtype != torch.float32:
+        # a bf16 model's operand: lowp.py reads B its own way (a constant
+        # widened, a value rounded), which this shortcut would skip (fuzzer
+        # seed 20021: "matmul takes ... a bfloat16 b that is not a constant")
+        return None
     want = tuple(_val(b).shape)
     for _ in range(4):
         if not (isinstance(b, torch.fx.Node) and b.op == "call_function" and b.target in _SAME_VALUES):
@@ -750,7 +755,7 @@ def _expanded_matrix(b):
         return None
     src = b.args[0]
     shape = tuple(_val(src).shape)
-    if len(shape) < 2 or shape[-2:] != want[-2:] or any(d != 1 for d in shape[:-2]):
+    if _val(src).dtype != torch.float32 or len(shape) < 2 or shape[-2:] != want[-2:] or any(d != 1 for d in shape[:-2]):
         return None
     if not all(isinstance(d, int) for d in shape + want):
         return None
