@@ -44,8 +44,9 @@ along the program to the outputs. Such elements ("undecided": |x / s - n -
 as the rule's; 2^-12 of a step is ~16 ulps of the row's max, kiln's own
 few-ulp differences where eager's error is nil) are found at every a8
 linear; for each, the float64 program is run again with that one decision
-flipped, and the output's tolerance gets sum_i |r_flip_i - r| added (every
-flip's effect, as if all happened). Exact for a flip's effect, whatever
+flipped (the later linears rounding their inputs afresh: a flip moves them
+by steps of their own), and the output's tolerance gets sum_i |r_flip_i -
+r| added (every flip's effect, as if all happened). Exact for a flip's effect, whatever
 the program does after the linear; several flips are bounded by the sum
 of their effects to first order. Elsewhere kiln's sum of integer products
 is exact and its scaling one fp32 rounding: the float32 rule again. A draw
@@ -316,8 +317,14 @@ def reference_quant(res, path):
             ill = f"{len(flips)} activations within kiln's rounding error of a tie (a8)"
         if not ill:
             for flip in flips:
-                out = interpret(res, QuantEager(torch.float64, mode, params64, decisions=q64.qs, flip=flip),
-                                leaves64)
+                # r's own decisions up to the flipped one (the same values make
+                # them), fresh ones after it: a flip moves the next linear's
+                # input by a step of s |w|, often several of its own steps,
+                # and kiln rounds what it gets (seed 20020 graph 7878: three
+                # int4:a8 linears, an exact tie at the second's input; with
+                # the third's decisions replayed the flip's effect was 0.0008,
+                # kiln's 0.0014)
+                out = interpret(res, QuantEager(torch.float64, mode, params64, flip=flip), leaves64)
                 for j, (o, r) in enumerate(zip(out, r64)):
                     if extra[j] is not None:
                         d = (o - r).abs()
