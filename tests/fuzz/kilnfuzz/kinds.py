@@ -150,6 +150,11 @@ def as_laid_out(b, x):
     float32 one is contiguous). The builder's value: an FX node's meta
     value, a source name's value, or the tensor itself (eager, or torch's
     fake tensors under export: left alone when its sizes are symbolic)."""
+    if not getattr(b, "at_plan_sizes", False) and not isinstance(x, torch.fx.Node):
+        # (the dynamic path's eager at new sizes, torch.export's tracing, a
+        # reproducer: as_strided reads the value as laid out, as torch does:
+        # seed 8787 graph 793's finding)
+        return x
     v = x
     if isinstance(x, torch.fx.Node):
         v = x.meta.get("val")

@@ -155,7 +155,7 @@ class QuantEager(Eager):
     Records, per a8 linear: its input x, scale s and decisions q."""
 
     def __init__(self, float_dtype, mode, consts, audit=None, decisions=None, flip=None):
-        super().__init__(float_dtype, audit)
+        super().__init__(float_dtype, audit, at_plan_sizes=True)
         self.kind, self.a8, self.group = parse(mode_name(mode))
         self.c32 = {}  # id(constant handle) -> (handle, its float32 value)
         for t in consts:
