@@ -115,10 +115,11 @@ coverage: build
 # JOBS worker processes (default 1: the machine is shared); TIME=SEC stops
 # starting graphs after SEC seconds; REF=K runs one graph in K on kiln's
 # reference target too (the scalar reference kernels, src/hal/reference);
-# BF16=K runs one graph in K in bf16 (1: every graph; tests/fuzz/kilnfuzz/bf16.py).
+# BF16=K runs one graph in K in bf16 (1: every graph; tests/fuzz/kilnfuzz/bf16.py);
+# QUANT=K one in K through kiln.trace with quantized weights (tests/fuzz/kilnfuzz/quant.py).
 N ?= 100000
 SEED ?= 0
 JOBS ?= 1
 fuzz: build
 	$(PY) tests/fuzz/kiln_fuzz.py --seed $(SEED) --n $(N) --jobs $(JOBS) $(if $(TIME),--time-budget $(TIME)) \
-	  $(if $(REF),--reference-every $(REF)) $(if $(BF16),--bf16-every $(BF16))
+	  $(if $(REF),--reference-every $(REF)) $(if $(BF16),--bf16-every $(BF16)) $(if $(QUANT),--quant-every $(QUANT))

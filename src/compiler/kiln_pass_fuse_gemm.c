@@ -1,8 +1,10 @@
 /* GEMM epilogue fusion and weight packing.
  *
  * The pattern, as captured from nn.Linear (addmm, or matmul then add):
- *     y0 = MATMUL(x, W)           W a constant (K, N), or a 2-d graph value
- *                                 read as (K, N) or transposed (training)
+ *     y0 = MATMUL(x, W)           W a constant (K, N) (or (1, .., 1, K, N),
+ *                                 x of at least its rank), or a 2-d graph
+ *                                 value read as (K, N) or transposed
+ *                                 (training)
  *     y1 = ADD(y0, bias)          bias N elements                 (optional)
  *     y2 = ACT(y1)                relu, gelu, silu, sigmoid, tanh (optional)
  *     y3 = ADD(y2, r)             r of y2's shape                 (optional)
@@ -78,6 +80,26 @@ static int32_t kiln_fuse_gemm_reshape_source(const kiln_graph_t* g, const int32_
   return p->op == KILN_OP_RESHAPE && p->inputs[0] >= 0 ? v->producer : -1;
 }
 
+/* A MATMUL by a dense float32 constant (1, .., 1, K, N), x of at least its
+ * rank, no flags: torch's matmul of a 3-d x by a (K, N)
+ * weight when x cannot be folded to 2-d (a transposed or expanded x: an
+ * expand and a bmm), a matmul by a constant matrix like any other. Its
+ * LINEAR takes the constant as (K, N) (the same bytes; a copy of them when
+ * other nodes read the constant as it is: fuzzer seed 20020 graph 420), so
+ * that it is packed and quantized as the weight options say (it used to
+ * stay a MATMUL on the fp32 constant: fuzzer seed 3 graph 239 of the quant
+ * mode). The result's batch dims are x's either way. */
+static int kiln_fuse_gemm_batch1_weight(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (w->rank < 3 || x->rank < w->rank || w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 ||
+      n->params[KILN_P(MATMUL, FLAGS)] != 0)
+    return 0;
+  for (int32_t d = 0; d < w->rank - 2; ++d)
+    if (w->shape[d] != 1) return 0;
+  return 1;
+}
+
 kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t** out_graph,
                                   int32_t* out_fused) {
   *out_graph = NULL;
@@ -110,7 +132,9 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     const kiln_value_t* w = &g->values[n->inputs[1]];
     int wconst = w->kind == KILN_VALUE_CONSTANT;
     const int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
-    if (w->rank != 2 || (wconst ? flags != 0 ||
+    if (wconst && kiln_fuse_gemm_batch1_weight(g, n)) {
+      /* a (1, .., 1, K, N) constant: the LINEAR's (K, N) weight (below) */
+    } else if (w->rank != 2 || (wconst ? flags != 0 ||
                                       (w->layout != KILN_LAYOUT_DENSE &&
                                        w->layout != KILN_LAYOUT_TRANSPOSED_2D &&
                                        w->layout != KILN_LAYOUT_QUANT_ROWS &&
@@ -121,7 +145,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
                                       w->layout != KILN_LAYOUT_DENSE))
       continue;
     int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
-    int64_t ncols = w->shape[1 - wt];
+    int64_t ncols = w->shape[w->rank - 1 - wt];
     kiln_fuse_chain_t c = {ni, -1, -1, -1, KILN_ACT_NONE, -1, wt, 0};
     int32_t cur = n->outputs[0], end = ni;
     int32_t walked[16], n_walked = 0; /* nodes marked skip, to undo for nothing absorbed */
@@ -220,6 +244,18 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     s = kiln_rewriter_value(&rw, c.x_reshape >= 0 ? g->nodes[c.x_reshape].inputs[0] : mm->inputs[0],
                             &ins[0]);
     if (!s) s = kiln_rewriter_value(&rw, mm->inputs[1], &ins[1]);
+    if (!s && rw.dst->values[ins[1]].rank > 2) { /* batch-1 weight: its (K, N), the same bytes */
+      kiln_value_t* wv = &rw.dst->values[ins[1]];
+      int64_t kn[2] = {wv->shape[wv->rank - 2], wv->shape[wv->rank - 1]};
+      if (uses[mm->inputs[1]] == 1) { /* this LINEAR's alone: viewed in place */
+        wv->shape[0] = kn[0], wv->shape[1] = kn[1];
+        wv->rank = 2;
+      } else { /* read by other nodes too, as it is: a 2-d copy for the LINEAR */
+        const void* data = wv->data;
+        s = kiln_graph_add_constant(rw.dst, wv->name, KILN_F32, 2, kn, KILN_LAYOUT_DENSE, data,
+                                    wv->nbytes, &ins[1]);
+      }
+    }
     if (!s) s = kiln_rewriter_value(&rw, c.bias, &ins[2]);
     if (!s) s = kiln_rewriter_value(&rw, c.residual, &ins[3]);
     if (!s && c.reshaped >= 0) {

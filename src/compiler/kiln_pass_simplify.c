@@ -16,7 +16,9 @@
  *      (kiln_simplify_patterns.c); a matmul operand that is a transpose of
  *      the last two dims is read transposed in place (the GEMM packs through
  *      strides), which removes every weight and gradient transpose copy of
- *      a training graph;
+ *      a training graph (not A's when B is a 2-d constant: that MATMUL is a
+ *      linear layer, which kiln_pass_fuse_gemm makes a LINEAR on x as laid
+ *      out, its weight packed and quantized ahead of time);
  *   5. common subexpressions: a node equal to an earlier one (op, canonical
  *      inputs, params) is replaced by it. Every kiln op is pure.
  * Nodes no graph output reaches any more are dropped. */
@@ -88,12 +90,27 @@ static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_no
   return 1;
 }
 
+/* A MATMUL by a 2-d constant B is a linear layer (kiln_pass_fuse_gemm makes
+ * it a LINEAR: B packed ahead of time, quantized or bf16 as the weight
+ * options say, the epilogue fused). LINEAR reads x as it lies, so A's
+ * transpose is kept as a copy there: absorbed, the MATMUL stayed one and
+ * its constant weight was neither packed nor quantized (nn.Linear on
+ * x.transpose(-1, -2) under weights_dtype="int4" ran in fp32; fuzzer seed 2
+ * graph 30 of the quant mode). */
+static int kiln_simplify_is_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  return w->kind == KILN_VALUE_CONSTANT && w->rank == 2 && n->params[KILN_P(MATMUL, FLAGS)] == 0 &&
+         (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
+          w->layout == KILN_LAYOUT_QUANT_ROWS || w->layout == KILN_LAYOUT_QUANT_ROWS_T);
+}
+
 static int kiln_simplify_matmul_transposes(const kiln_graph_t* g, const kiln_node_t* nodes,
                                            kiln_node_t* n) {
   int changed = 0;
   for (int i = 0; n->op == KILN_OP_MATMUL && i < 2; ++i) {
     const kiln_value_t* v = &g->values[n->inputs[i]];
     if (v->kind != KILN_VALUE_INTERMEDIATE) continue;
+    if (i == 0 && kiln_simplify_is_linear_weight(g, n)) continue;
     const kiln_node_t* t = &nodes[v->producer];
     if (!kiln_simplify_is_last2_transpose(g, t)) continue;
     n->inputs[i] = t->inputs[0];

@@ -420,6 +420,122 @@ static void quant_compile(void) {
   }
 }
 
+/* nn.Linear on x.transpose(-1, -2): a MATMUL of a transposed x by a 2-d
+ * constant. Simplify used to read x transposed in place, and that MATMUL
+ * was no LINEAR: its weight stayed fp32, unpacked, whatever weights_quant
+ * said (fuzzer seed 2 graph 30 of the quant mode). Now the transpose is a
+ * copy and the rest one LINEAR on the int4 weight (and, without quantized
+ * weights, on the packed fp32 one). */
+static void quant_compile_transposed_x(void) {
+  enum { M = 6, K = 45, N = 21 };
+  static float w[K * N], xt[K * M], want[M * N], got[M * N];
+  kiln_test_fill_f32(w, K * N, 44, -0.5f, 0.5f);
+  kiln_test_fill_f32(xt, K * M, 45, -1, 1);
+  for (int bits = 0; bits <= 4; bits += 4) {
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    int64_t sxt[2] = {K, M}, sw[2] = {K, N};
+    int32_t vxt, vx, vw, y;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "xt", KILN_F32, 2, sxt, &vxt));
+    KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+    int64_t p[KILN_MAX_PARAMS] = {0};
+    p[KILN_P(VIEW, RANK)] = 2;
+    p[KILN_P(VIEW, DIMS)] = M, p[KILN_P(VIEW, DIMS) + 1] = K;
+    p[KILN_P(VIEW, STRIDES)] = 1, p[KILN_P(VIEW, STRIDES) + 1] = M;
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &vxt, 1, p, KILN_MAX_PARAMS, NULL, 0, NULL, &vx));
+    int32_t in[2] = {vx, vw};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
+    KILN_EXPECT_OK(kiln_graph_set_outputs(g, &y, 1));
+    kiln_compile_options_t o;
+    kiln_compile_options_initialize(&o);
+    o.verify_each = 1;
+    o.weights_quant = bits;
+    o.weights_group = 32;
+    kiln_graph_t* compiled = NULL;
+    KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+    if (!compiled) return;
+    const kiln_node_t* lin = &compiled->nodes[compiled->n_nodes - 1];
+    const kiln_value_t* wv = &compiled->values[lin->inputs[1]];
+    kiln_layout_t want_layout = bits ? KILN_LAYOUT_GEMM_PACKED_B_Q4 : KILN_LAYOUT_GEMM_PACKED_B;
+    KILN_EXPECT(compiled->n_nodes == 2 && compiled->nodes[0].op == KILN_OP_STRIDED_COPY &&
+                    lin->op == KILN_OP_LINEAR && wv->layout == want_layout,
+                "int%d: a transpose copy and a LINEAR on the packed weight (%d nodes, last %s, layout %d)",
+                bits ? bits : 32, (int)compiled->n_nodes, kiln_op_name(lin->op), (int)wv->layout);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int q = 0; q < K; ++q)
+          acc += (double)xt[q * M + i] * (bits ? kiln_gemm_quant_weight(wv->data, q, j) : (double)w[q * N + j]);
+        want[i * N + j] = (float)acc;
+      }
+    kiln_model_t* m = NULL;
+    KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+    if (!m) return;
+    int64_t shy[2] = {M, N};
+    kiln_tensor_t tin = {xt, KILN_F32, 2, sxt}, tout = {got, KILN_F32, 2, shy};
+    KILN_EXPECT_OK(kiln_model_run(m, &tin, 1, &tout, 1));
+    kiln_test_compare_f32(bits ? "int4 linear on a transposed x" : "linear on a transposed x", got, want, M * N,
+                          1e-5f, 1e-4f);
+    kiln_model_release(m);
+  }
+}
+
+/* A MATMUL of x (2, M, K) by a constant (1, K, N) (torch's matmul of a 3-d
+ * x it cannot fold, by a (K, N) weight: an expand and a bmm; or a bmm by a
+ * batch-1 parameter) is a linear layer too: one LINEAR on the int8 weight,
+ * taken as (K, N) (it stayed a MATMUL on the fp32 constant: fuzzer seed 3
+ * graph 239 of the quant mode); also when another node reads the constant
+ * as it is (shared = 1: w * z, z an input, exact; seed 20020 graph 420). */
+static void quant_compile_batch1_weight(int shared) {
+  enum { B = 2, M = 3, K = 45, N = 21 };
+  static float w[K * N], x[B * M * K], want[B * M * N], got[B * M * N], z[K * N], wz[K * N];
+  kiln_test_fill_f32(w, K * N, 46, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, B * M * K, 47, -1, 1);
+  kiln_test_fill_f32(z, K * N, 48, -1, 1);
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t sx[3] = {B, M, K}, sw[3] = {1, K, N}, sy[3] = {B, M, N};
+  int32_t vx, vz = -1, vw, y;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 3, sx, &vx));
+  if (shared) KILN_EXPECT_OK(kiln_graph_add_input(g, "z", KILN_F32, 3, sw, &vz));
+  KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 3, sw, KILN_LAYOUT_DENSE, w, sizeof w, &vw));
+  int32_t in[2] = {vx, vw}, sq[2] = {vw, vz}, outs[2];
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y));
+  outs[0] = y;
+  if (shared) KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, sq, 2, NULL, 0, NULL, 0, NULL, &outs[1]));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, outs, 1 + shared));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.weights_quant = 8;
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  const kiln_value_t* wv = &compiled->values[compiled->nodes[0].inputs[1]];
+  KILN_EXPECT(compiled->n_nodes == 1 + shared && compiled->nodes[0].op == KILN_OP_LINEAR &&
+                  wv->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 && wv->rank == 2,
+              "one LINEAR on the int8 weight (%d nodes, %s, layout %d, rank %d)", (int)compiled->n_nodes,
+              kiln_op_name(compiled->nodes[0].op), (int)wv->layout, (int)wv->rank);
+  for (int i = 0; i < B * M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int q = 0; q < K; ++q) acc += (double)x[i * K + q] * kiln_gemm_quant_weight(wv->data, q, j);
+      want[i * N + j] = (float)acc;
+    }
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  kiln_tensor_t tin[2] = {{x, KILN_F32, 3, sx}, {z, KILN_F32, 3, sw}};
+  kiln_tensor_t tout[2] = {{got, KILN_F32, 3, sy}, {wz, KILN_F32, 3, sw}};
+  KILN_EXPECT_OK(kiln_model_run(m, tin, 1 + shared, tout, 1 + shared));
+  kiln_test_compare_f32("int8 linear by a batch-1 constant", got, want, B * M * N, 1e-5f, 1e-4f);
+  for (int i = 0; shared && i < K * N; ++i)
+    KILN_EXPECT(wz[i] == w[i] * z[i], "the constant read as it is by the other node (%d)", i);
+  kiln_model_release(m);
+}
+
 /* Quantized embeddings: a GATHER along axis 0 of a constant (V, D) table
  * with weights_quant gets the table packed as B = table^T, and each row it
  * gathers is exactly the scalar rule's dequantized column (int8: a scale
@@ -504,5 +620,8 @@ void kiln_test_suite_gemm_quant(void) {
   kiln_test_each_isa_and_pool(quant_fly_level);
   kiln_test_each_isa_and_pool(quant_dequant_level);
   quant_compile();
+  quant_compile_transposed_x();
+  quant_compile_batch1_weight(0);
+  quant_compile_batch1_weight(1);
   quant_gather();
 }

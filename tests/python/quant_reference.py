@@ -72,3 +72,24 @@ def with_dequantized_linears(model, kind):
                 done.add(id(mod.weight))
                 mod.weight.copy_(dequantized(mod.weight.detach().float(), kind))
     return ref
+
+
+def quantize_activations(x, group=None):
+    """kiln's int8-activation rule (weights_dtype "...:a8", kiln_gemm.h), in
+    x's dtype: per row (group None: int8:a8) or per row and group of `group`
+    along the last dimension (int4:a8; the last group zero-padded, which
+    changes no maximum), scale s = max|x| / 127 (1 if 0), q = clamp(round(x
+    / s), -127, 127), round half to even. Returns (q, s): q (..., K) and s
+    (..., 1), or q (..., groups, group) and s (..., groups, 1); the
+    activations kiln's GEMM reads are q * s."""
+    if group is None:
+        g = x
+    else:
+        k = x.shape[-1]
+        kp = math.ceil(k / group) * group
+        xp = torch.zeros(*x.shape[:-1], kp, dtype=x.dtype)
+        xp[..., :k] = x
+        g = xp.view(*x.shape[:-1], kp // group, group)
+    s = g.abs().amax(-1, keepdim=True) / 127
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return torch.round(g / s).clamp(-127, 127), s

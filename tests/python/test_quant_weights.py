@@ -20,6 +20,7 @@ activations ("int4:a8") is held within 0.005 of int4's own cosine on 8
 tokens (int4 itself is below 0.99 there).
 """
 
+import copy
 import math
 
 import pytest
@@ -240,6 +241,119 @@ def test_quantized_embeddings(kind, tied):
                for l in kiln.explain(compiled).splitlines())
     f32_bytes = kiln.trace(model, ids).stats()["constant_bytes"]
     assert compiled.stats()["constant_bytes"] < f32_bytes / (3 if kind == "int8" else 5)
+
+
+class TokenMixer(nn.Module):
+    """MLP-Mixer's token mixing: a linear layer over x.transpose(-1, -2)."""
+
+    def __init__(self, k=45, n=21):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.fc(x.transpose(-1, -2)))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym", "bf16"])
+def test_linear_on_a_transposed_input_is_quantized(kind):
+    """nn.Linear on x.transpose(-1, -2): its weight is quantized (or bf16)
+    like any linear layer's. kiln used to read x transposed in a MATMUL that
+    never became a LINEAR, so the weight stayed fp32 and unpacked, whatever
+    weights_dtype said (fuzzer seed 2 graph 30 of the quant mode,
+    tests/fuzz/FINDINGS.md)."""
+    torch.manual_seed(5)
+    model = TokenMixer().eval()
+    x = torch.randn(2, 45, 6)
+    wd = torch.bfloat16 if kind == "bf16" else kind
+    compiled = kiln.trace(model, x, weights_dtype=wd)
+    with torch.no_grad():
+        if kind == "bf16":
+            ref = copy.deepcopy(model)
+            ref.fc.weight.copy_(ref.fc.weight.to(torch.bfloat16).float())
+            want = ref(x)
+        else:
+            want = with_dequantized_linears(model, kind)(x)
+        fp32 = model(x)
+    got = compiled(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (got - fp32).abs().max() > 1e-4
+    tag = {"int8": "[int8]", "bf16": "[packed bf16]"}.get(kind, "[int4]")
+    assert any("= linear" in line and tag in line for line in kiln.explain(compiled).splitlines()), \
+        kiln.explain(compiled)
+
+
+class Batch1(nn.Module):
+    """A matmul by a (K, N) weight of an input torch cannot fold to 2-d (an
+    expanded x: torch's matmul then expands the weight and calls bmm), and a
+    bmm by a batch-1 parameter."""
+
+    def __init__(self, k=45, n=21):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n) * 0.2)
+        self.wb = nn.Parameter(torch.randn(1, n, k) * 0.2)
+        self.ws = nn.Parameter(torch.randn(1, 1, 3) * 0.2)
+
+    def forward(self, x):
+        y = torch.matmul(x, self.w)
+        # ws also read as it is (seed 20020 graph 420: bmm(x1, p0) * p0)
+        z = torch.bmm(x[:1, :, :1], self.ws) * self.ws
+        return y, torch.bmm(x[:1], self.wb.transpose(1, 2)), z
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym:a8"])
+def test_matmul_by_a_batch1_constant_is_quantized(kind):
+    """A bmm by a (1, K, N) constant is a matmul by a constant matrix: its
+    weight is quantized like a linear layer's (it stayed an fp32 MATMUL:
+    fuzzer seed 3 graph 239 of the quant mode, tests/fuzz/FINDINGS.md)."""
+    torch.manual_seed(6)
+    model = Batch1().eval()
+    x = torch.randn(1, 5, 1).expand(3, 5, 45)
+    compiled = kiln.trace(model, x, weights_dtype=kind)
+    base, a8 = kind.replace(":a8", ""), kind.endswith(":a8")
+    with torch.no_grad():
+        xin = quantize_rows_groups_int8(x, group_of(kind)) if a8 else x
+        w = dequantized(model.w.detach().t().contiguous(), base).t()
+        wb = dequantized(model.wb.detach()[0], base).t()
+        ws = dequantized(model.ws.detach()[0].t().contiguous(), base).t()
+        x1 = quantize_rows_groups_int8(x[:1, :, :1], group_of(kind)) if a8 else x[:1, :, :1]
+        want = (xin @ w, xin[:1] @ wb, (x1 @ ws) * model.ws)
+    got = compiled(x)
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 3, kiln.explain(compiled)
+
+
+class PermutedMatmul(nn.Module):
+    """x.permute(1, 0, 2) @ W, W needing no gradient (model.requires_grad_(False)):
+    torch's matmul cannot fold x's batch dims to 2-d, and exports expand(W,
+    (B, K, N)), a view and a bmm."""
+
+    def __init__(self, k=45, n=21):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(k, n) * 0.2, requires_grad=False)
+
+    def forward(self, x):
+        return torch.matmul(x.permute(1, 0, 2), self.w)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4:a8"])
+def test_matmul_of_a_permuted_input_is_quantized(kind):
+    """That bmm reads W itself: one LINEAR on the quantized W, not an fp32
+    MATMUL on B copies of it (quant fuzzer, seed 4 graph 166,
+    tests/fuzz/FINDINGS.md); torch.compile's training graphs, whose W is an
+    input, are the same product."""
+    torch.manual_seed(8)
+    model = PermutedMatmul().eval()
+    x = torch.randn(5, 3, 45)
+    compiled = kiln.trace(model, x, weights_dtype=kind)
+    base, a8 = kind.replace(":a8", ""), kind.endswith(":a8")
+    with torch.no_grad():
+        xin = x.permute(1, 0, 2)
+        xin = quantize_rows_groups_int8(xin, group_of(kind)) if a8 else xin
+        want = xin @ dequantized(model.w.t().contiguous(), base).t()
+    torch.testing.assert_close(compiled(x), want, rtol=1e-4, atol=1e-4)
+    lines = [line for line in kiln.explain(compiled).splitlines() if "= " in line]
+    assert any("= linear" in line for line in lines) and not any("= matmul" in line for line in lines), lines
 
 
 def test_int8_string_and_dtype_are_the_same():

@@ -114,7 +114,7 @@ def reference_bf16(res, path):
 
     with torch.no_grad(), _context(path):
         try:
-            e16 = interpret(res, Eager(torch.float32 if auto else BF16, watch_e), leaves_e)
+            e16 = interpret(res, Eager(torch.float32 if auto else BF16, watch_e, at_plan_sizes=True), leaves_e)
         except RuntimeError as e:
             if not auto:
                 raise
@@ -127,12 +127,12 @@ def reference_bf16(res, path):
         audit(*a)
         dec64(*a)
 
-    r64 = interpret(res, Eager(torch.float64, watch64), leaves64)
+    r64 = interpret(res, Eager(torch.float64, watch64, at_plan_sizes=True), leaves64)
     runs, decs = [], [dec_e]
     for k in range(NOISY_RUNS):
         d = Decisions()
         with noise([res.program.salt, 11, k], path):
-            runs.append(interpret(res, Eager(torch.float64, d), leaves64))
+            runs.append(interpret(res, Eager(torch.float64, d, at_plan_sizes=True), leaves64))
         decs.append(d)
     noisy = [[run[j] for run in runs] for j in range(len(e16))]
     ill = audit.reason

@@ -394,9 +394,11 @@ def conditioning(e, r, noisy=(), ill_relative=ILL_RELATIVE):
     return None
 
 
-def compare(k, e, r, acc, what="output", noisy=(), mag=0.0, who="kiln", lowp=False):
+def compare(k, e, r, acc, what="output", noisy=(), mag=0.0, who="kiln", lowp=False, extra=None):
     """None if kiln's k (or who's) passes against (e, r) by the rule above,
-    else why not. lowp: the bf16 mode's rule (e eager bf16)."""
+    else why not. lowp: the bf16 mode's rule (e eager bf16). extra: a
+    tolerance per element added to the rule's (r's shape; the quant mode's
+    activation flips, quant.py)."""
     if not isinstance(k, torch.Tensor):
         return f"{what}: {who} returned {type(k).__name__}, not a tensor"
     if tuple(k.shape) != tuple(e.shape):
@@ -438,6 +440,8 @@ def compare(k, e, r, acc, what="output", noisy=(), mag=0.0, who="kiln", lowp=Fal
     tol = FACTOR_E * big_e + FACTOR_L * EPS32 * max(acc, 1) * (rd.abs() + scale / 16)
     if lowp:
         tol = tol + EPS_BF16 * rd.abs()
+    if extra is not None:
+        tol = tol + extra.double()[fin]
     bad = err > tol
     if bool(bad.any()):
         i = int((err - tol).argmax())

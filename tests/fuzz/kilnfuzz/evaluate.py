@@ -22,7 +22,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from kilnfuzz import bf16
+from kilnfuzz import bf16, quant
 from kilnfuzz.known import known_bug
 from kilnfuzz.ops import KINDS
 from kilnfuzz.paths import (NotApplicable, compare_all, path_env, reference, run_compile, run_dynamic, run_fast,
@@ -61,11 +61,17 @@ def evaluate(program, path="fast", skip_known=(), redraws=REDRAWS, kinds=KINDS, 
             res = resolve(program, kinds)
         except Invalid as e:
             return Outcome("invalid", str(e), path, program=program)
-        known = known_bug(res, skip_known)
+        known = known_bug(res, skip_known if quant.is_quant(path) else
+                          tuple(k for k in skip_known if not k.startswith("quant-")))
         if known:
             return Outcome("known", known, path, program=program)
         try:
-            ref = bf16.reference_bf16(res, path) if path in bf16.PATHS else reference(res)
+            if path in bf16.PATHS:
+                ref = bf16.reference_bf16(res, path)
+            elif quant.is_quant(path):
+                ref = quant.reference_quant(res, path)
+            else:
+                ref = reference(res)
         except NotApplicable as e:
             return Outcome("skipped", str(e), path, program=program)
         if not ref.ill:
@@ -95,6 +101,8 @@ def _run(res, path, ref, program):
                 why = bf16.run_bf16_compile(res, ref, accs, mags)
             elif path in bf16.PATHS:
                 why = compare_all(bf16.run_bf16(res, path), ref, accs, mags=mags, lowp=True)
+            elif quant.is_quant(path):
+                why = compare_all(quant.run_quant(res, path), ref, accs, mags=mags)
             elif path == "dynamic":
                 why = run_dynamic(res, accs, mags)
             else:
@@ -114,6 +122,11 @@ def _run(res, path, ref, program):
         m = _EAGER_GRAPH.search(text)
         if m and "does not support" not in m.group(2):
             eager_graphs.append(m.group(2))
+    if why and quant.is_quant(path) and any(quant.runs_a_layer(op) for op in fallback):
+        # kiln's CPU fallback runs a linear layer or lookup in eager PyTorch,
+        # on the float32 weight: unquantized, as kiln.trace warns
+        return Outcome("unsupported", "fallback runs a quantized layer in eager, unquantized: " +
+                       ", ".join(sorted(set(fallback))), path, tuple(fallback), program=program)
     if why:
         return Outcome("fail", why, path, tuple(fallback), signature="mismatch", program=program)
     if eager_graphs:  # kiln gave up on a graph with an error that is not "unsupported"

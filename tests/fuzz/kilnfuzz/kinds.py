@@ -142,6 +142,33 @@ def reshape(b, x, shape, is_viewable):
     return b.call(aten.view.default, x, list(shape))
 
 
+def as_laid_out(b, x):
+    """x, or a contiguous clone of it where the builder's own value of x is
+    not contiguous from offset 0 (a plan that relied on the float32 value's
+    layout, as as_strided's does, replayed in another dtype: torch's CPU
+    convolution may return its float64 result channels-last where the
+    float32 one is contiguous). The builder's value: an FX node's meta
+    value, a source name's value, or the tensor itself (eager, or torch's
+    fake tensors under export: left alone when its sizes are symbolic)."""
+    if not getattr(b, "at_plan_sizes", False) and not isinstance(x, torch.fx.Node):
+        # (the dynamic path's eager at new sizes, torch.export's tracing, a
+        # reproducer: as_strided reads the value as laid out, as torch does:
+        # seed 8787 graph 793's finding)
+        return x
+    v = x
+    if isinstance(x, torch.fx.Node):
+        v = x.meta.get("val")
+    elif isinstance(x, str):
+        v = getattr(b, "vals", {}).get(x)
+    if not isinstance(v, torch.Tensor):
+        return x
+    if not all(isinstance(d, int) for d in (*v.shape, *v.stride(), v.storage_offset())):
+        return x
+    if v.is_contiguous() and v.storage_offset() == 0:
+        return x
+    return b.call(aten.clone.default, x, memory_format=torch.contiguous_format)
+
+
 def guard_positive(b, x):
     """|x| + 0.25: keeps log, sqrt, division and friends in their domain."""
     return b.call(aten.add.Tensor, b.call(aten.abs.default, x), 0.25)
@@ -152,5 +179,5 @@ def maybe_neg(rng, d, rank):
 
 
 __all__ = ["Kind", "Plan", "LeafSpec", "aten", "INT64_MAX", "SIZES", "is_float", "float_rank", "any_rank",
-           "is_bool", "prod", "leaf", "bcast_shape", "dims_subset", "viewable", "reshape", "guard_positive",
-           "maybe_neg"]
+           "is_bool", "prod", "leaf", "bcast_shape", "dims_subset", "viewable", "reshape", "as_laid_out",
+           "guard_positive", "maybe_neg"]

@@ -4,7 +4,7 @@ copies to another layout, padding, flips, repeats, cat and split."""
 
 import torch
 
-from kilnfuzz.kinds import (INT64_MAX, Kind, Plan, any_rank, aten, leaf, maybe_neg, prod, reshape,
+from kilnfuzz.kinds import (INT64_MAX, Kind, Plan, any_rank, as_laid_out, aten, leaf, maybe_neg, prod, reshape,
                             viewable)
 
 
@@ -183,7 +183,15 @@ class Reshape(Kind):
 class AsStrided(Kind):
     """as_strided over a contiguous value: sizes, strides (0 and overlaps
     included) and an offset that stay inside the value's elements, so the
-    result does not depend on memory beyond it."""
+    result does not depend on memory beyond it.
+
+    The plan sees the float32 value contiguous; a replay in another dtype
+    (the float64 reference and its noisy runs, eager bf16) may hold it laid
+    out otherwise (torch's CPU convolution returns a float64 result
+    channels-last where the float32 one is contiguous: seed 19020 graph
+    18579), and as_strided would then read its storage in another order.
+    Such a replay reads a contiguous clone (kinds.as_laid_out): the same
+    elements the program means."""
 
     name, weight, arg_preds = "as_strided", 0.7, (any_rank(0),)
 
@@ -202,7 +210,7 @@ class AsStrided(Kind):
         return None
 
     def emit(self, b, xs, ls, a):
-        return b.call(aten.as_strided.default, xs[0], a["size"], a["stride"], a["offset"])
+        return b.call(aten.as_strided.default, as_laid_out(b, xs[0]), a["size"], a["stride"], a["offset"])
 
 
 class Contiguous(Kind):

@@ -120,6 +120,7 @@ class Reference:
     r64: list  # float64 outputs
     noisy: list  # per output, its float64 values from each RoundingNoise run
     ill: str = None  # why the draw is ill-conditioned, or None
+    extra: list = None  # per output, a tolerance per element added to the rule's, or None (quant.py)
 
 
 def reference(res):
@@ -127,16 +128,16 @@ def reference(res):
     e32 = [res.val(r) for r in res.outputs]
     audit = Audit()
     leaves64 = [leaf_as(leaf, torch.float64) for leaf in res.leaves]
-    r64 = interpret(res, Eager(torch.float64, audit), leaves64)
+    r64 = interpret(res, Eager(torch.float64, audit, at_plan_sizes=True), leaves64)
     runs = []
     for k in range(NOISY_RUNS):
         with RoundingNoise([res.program.salt, 11, k]):
-            runs.append(interpret(res, Eager(torch.float64), leaves64))
+            runs.append(interpret(res, Eager(torch.float64, at_plan_sizes=True), leaves64))
     noisy = [[run[j] for run in runs] for j in range(len(e32))]
     ill = audit.reason
     if not ill and audit.compared.seen:  # a comparison: its operands' NaNs in float32 too
         run32 = ComparedNaNs()
-        interpret(res, Eager(torch.float32, run32), [leaf.tensor for leaf in res.leaves])
+        interpret(res, Eager(torch.float32, run32, at_plan_sizes=True), [leaf.tensor for leaf in res.leaves])
         ill = nan_at_comparison(run32, audit.compared)
     for e, r, p in zip(e32, r64, noisy):
         ill = ill or conditioning(e, r, p)
@@ -147,7 +148,8 @@ def compare_all(got, ref, accs, what="output", mags=None, who="kiln", lowp=False
     if len(got) != len(ref.e32):
         return f"{who} returned {len(got)} outputs, eager {len(ref.e32)}"
     for j, (k, e, r, p) in enumerate(zip(got, ref.e32, ref.r64, ref.noisy)):
-        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp)
+        why = compare(k, e, r, accs[j], f"{what} {j}", p, mags[j] if mags else 0.0, who, lowp,
+                      ref.extra[j] if ref.extra else None)
         if why:
             return why
     return None

@@ -113,9 +113,14 @@ class Eager:
     the whole program runs in double. audit(op, args, kwargs, out), if set,
     sees every call (check.py's conditioning audit)."""
 
-    def __init__(self, float_dtype=torch.float32, audit=None):
+    def __init__(self, float_dtype=torch.float32, audit=None, at_plan_sizes=False):
         self.float_dtype = float_dtype
         self.audit = audit
+        # a replay of the program at the sizes its plans saw (the static
+        # references), where kinds.as_laid_out holds a value to the float32
+        # value's layout the plan relied on; not at the dynamic path's new
+        # sizes, where the float32 value itself may be laid out otherwise
+        self.at_plan_sizes = at_plan_sizes
 
     def call(self, op, *args, **kwargs):
         if self.float_dtype is not torch.float32:

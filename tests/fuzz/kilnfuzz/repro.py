@@ -20,7 +20,7 @@ import textwrap
 
 import torch
 
-from kilnfuzz import check, data
+from kilnfuzz import check, data, quant
 from kilnfuzz.bf16 import PATHS as BF16_PATHS
 from kilnfuzz.paths import _loss_weights, env_for
 from kilnfuzz.program import SourceBuilder, _map_dtype, interpret
@@ -195,11 +195,17 @@ class _FloatDtypeSource(SourceBuilder):
         return super().call(op, *_map_dtype(args, self.fdt), **_map_dtype(kwargs, self.fdt))
 
 
+class _QuantSourceBuilder(quant.QuantSource, SourceBuilder):
+    pass
+
+
 def script(res, outcome, header, how):
     lowp = outcome.path in BF16_PATHS
-    sb = _FloatDtypeSource() if lowp else SourceBuilder()
+    sb = _FloatDtypeSource() if lowp else _QuantSourceBuilder() if how == "quant" else SourceBuilder()
     handles = [sb.bind(f"self.{leaf.name}" if leaf.role == "param" else leaf.name, leaf.tensor)
                for leaf in res.leaves]
+    if how == "quant":
+        sb.setup_quant([h for h, leaf in zip(handles, res.leaves) if leaf.role == "param"])
     outs = interpret(res, sb, handles)
     init = []
     for leaf in res.leaves:
@@ -212,7 +218,8 @@ def script(res, outcome, header, how):
             init.append(f"self.register_buffer({leaf.name!r}, {_leaf_source(leaf, bf16=lowp)})")
     inputs = [leaf for leaf in res.leaves if leaf.role == "input"]
     lines = [f'"""{header}', "", textwrap.fill(f"What fails: {outcome.detail}", 100), '"""', "",
-             *(["import contextlib"] if lowp else []), *(["import os"] if lowp or env_for(outcome.path) else []),
+             *(["import contextlib"] if lowp else []), *(["import math"] if how == "quant" else []),
+             *(["import os"] if lowp or env_for(outcome.path) else []),
              "import sys", "", "import numpy as np",
              "import torch",
              "from torch.utils._python_dispatch import TorchDispatchMode", "from torch.utils._pytree import tree_map",
@@ -224,11 +231,24 @@ def script(res, outcome, header, how):
               f"EPS_BF16 = {check.EPS_BF16!r}", f"AUTOCAST_LOW = {set(check.AUTOCAST_LOW)!r}",
               f"SALT = {res.program.salt}", ""]
     lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.spread, check.compare)]
+    if how == "quant":
+        import quant_reference as qr
+
+        lines += ["# kiln's quantization rules (tests/python/quant_reference.py, tests/fuzz/kilnfuzz/quant.py)."]
+        lines += [inspect.getsource(fn) + "\n" for fn in (qr.quantize_int8, qr.quantize_int4, qr.dequantized,
+                                                           qr.quantize_activations, quant.qw, quant.qx)]
+        mode = quant.mode_of(outcome.path)
+        lines += [f"MODE = {'torch.int8' if mode is torch.int8 else repr(mode)}",
+                  f"QUANT = {quant.parse(quant.mode_name(mode))!r}  # (weights' rule, int8 activations, their group)",
+                  ""]
     used = {leaf.place[0] for leaf in inputs if leaf.place is not None}
     lines += [inspect.getsource(fn) + "\n" for fn in data.LAYOUT_FUNCTIONS if fn in used]
     if lowp:
         lines += ["class Repro(torch.nn.Module):", "    def __init__(self, fdt=torch.float32):",
                   "        super().__init__()", "        self.fdt = fdt  # the dtype of the program's casts to float"]
+    elif how == "quant":
+        lines += ["class Repro(torch.nn.Module):", "    def __init__(self, quant=None):", "        super().__init__()",
+                  "        self.quant = quant  # None: the program; QUANT: with kiln's quantization rules"]
     else:
         lines += ["class Repro(torch.nn.Module):", "    def __init__(self):", "        super().__init__()"]
     lines += [textwrap.indent(s, " " * 8) for s in init] or []
@@ -245,6 +265,8 @@ def script(res, outcome, header, how):
         weights = _loss_weights(res, [res.val(r) for r in res.outputs])
         lines += ["LOSS_WEIGHTS = [" + ", ".join("None" if w is None else _literal(w) for w in weights) + "]", ""]
         lines += [_MAIN_BF16_TRAINING if lowp else _MAIN_TRAINING]
+    elif how == "quant":
+        lines += [quant.MAIN_QUANT]
     elif lowp:
         mode = {"bf16-autocast": "autocast", "bf16-compute": "compute"}.get(outcome.path, "bf16")
         lines += [f"MODE = {mode!r}", "", _COMPILERS["compute" if mode == "compute" else how], "", _MAIN_BF16]

@@ -11,6 +11,10 @@ paths.PATH_ENV); every tenth graph runs kiln with two
 threads, the others with one (kernels split work differently). With
 --bf16-every K, every K-th graph runs in bf16 instead (bf16.py), its path
 taken in turn from BF16_TURNS (and bf16-compile every BF16_COMPILE_EVERY-th turn).
+With --quant-every K, every K-th graph (before any other path) is drawn from
+the quant mode's kinds, with at least one linear layer or embedding kiln
+quantizes, and goes through kiln.trace with weights_dtype taken in turn
+from quant.MODES (quant.py: the "quant:<mode>" paths).
 
 Graphs run in worker processes (--jobs), so a crash or a hang in kiln's C
 code is caught, named and shrunk instead of ending the run. A failure is
@@ -50,6 +54,7 @@ class Config:
     # fast-nhwc (session 18); False (--narrow): the programs and paths of
     # the float32 runs before, to rerun their graphs (ops.NARROW_KINDS)
     wide: bool = True
+    quant_every: int = 0  # graphs through kiln.trace with quantized weights (quant.py; 0: none)
 
 
 # A bf16 graph's path, by its turn among the bf16 graphs (index // bf16_every);
@@ -60,6 +65,10 @@ BF16_COMPILE_EVERY = 20
 
 
 def path_for(index, cfg):
+    if cfg.quant_every and index % cfg.quant_every == 0:
+        from kilnfuzz.quant import MODES, path_of
+
+        return path_of(MODES[(index // cfg.quant_every) % len(MODES)])
     if cfg.bf16_every and index % cfg.bf16_every == cfg.bf16_every // 2:
         turn = index // cfg.bf16_every
         if cfg.compile_every and turn % BF16_COMPILE_EVERY == BF16_COMPILE_EVERY - 1:
@@ -102,13 +111,11 @@ def run_one(index, cfg, log=None, stage=None):
     import torch
 
     from kilnfuzz.evaluate import evaluate
-    from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import kinds_for
 
     torch.set_num_threads(threads_for(index, cfg))
     path = path_for(index, cfg)
     try:
-        program = program_for(cfg.seed, index, kinds_for(path, cfg.wide))
+        program = program_of(index, cfg, path)
         out = evaluate(program, path, cfg.skip_known, stage=stage)
     except Exception:  # noqa: BLE001 -- a bug of the fuzzer's own, not kiln's: report it as one
         import traceback
@@ -120,6 +127,20 @@ def run_one(index, cfg, log=None, stage=None):
             stage("shrink")
         res.repro, res.steps = report_failure(out, cfg, f"graph {index}", lambda p: evaluate(p, path, (), 1), log)
     return res
+
+
+def program_of(index, cfg, path):
+    """Graph `index`'s program on `path`: generate.program_for from the
+    path's kinds; a quant path's the first draw with a layer kiln
+    quantizes."""
+    from kilnfuzz.generate import program_for
+    from kilnfuzz.ops import kinds_for
+
+    if path.startswith("quant:"):
+        from kilnfuzz.quant import program_for_quant
+
+        return program_for_quant(cfg.seed, index)
+    return program_for(cfg.seed, index, kinds_for(path, cfg.wide))
 
 
 def report_failure(out, cfg, what, evaluate_one, log=None):
@@ -152,6 +173,8 @@ def write_repro(program, outcome, cfg, what, evals=0):
     hows = {"compile": ["compile"], "reference": ["reference"], "dynamic": ["trace"], "bf16": ["export", "trace"],
             "bf16-engine": ["export", "trace"], "bf16-trace": ["trace"], "bf16-autocast": ["trace"],
             "bf16-compute": ["trace"], "bf16-compile": ["compile"]}.get(outcome.path, ["trace", "export"])
+    if outcome.path.startswith("quant:"):
+        hows = ["quant"]
     base = os.path.join(cfg.out, f"repro_seed{cfg.seed}_{what.replace(' ', '')}")
     header = (f"kiln fuzz reproducer: seed {cfg.seed}, {what}, {outcome.path} path "
               f"(shrunk in {evals} evaluations; rerun with --seed {cfg.seed} --only {what.split()[-1]}).")
@@ -311,8 +334,6 @@ def _crash_result(index, cfg, ctx, status, stage):
     PyTorch or the generator ("eager") is the fuzzer's to avoid, and is not
     replayed here: this process must survive it."""
     from kilnfuzz.evaluate import Outcome
-    from kilnfuzz.generate import program_for
-    from kilnfuzz.ops import kinds_for
 
     path = path_for(index, cfg)
     res = Result(index, status, path, f"the worker process {'hung' if status == 'hang' else 'died'} "
@@ -324,7 +345,7 @@ def _crash_result(index, cfg, ctx, status, stage):
     if cfg.shrink and status == "crash" and stage == "kiln":
         evaluate_one, close = _crash_evaluator(ctx, cfg, path)
         try:
-            program = program_for(cfg.seed, index, kinds_for(path, cfg.wide))
+            program = program_of(index, cfg, path)
             out = Outcome("crash", res.detail, path, signature="crash", program=program)
             res.repro, res.steps = report_failure(out, cfg, f"graph {index}", evaluate_one)
         finally:
@@ -346,10 +367,12 @@ class Tally:
     paths: Counter = field(default_factory=Counter)
     unsupported: Counter = field(default_factory=Counter)
     failures: list = field(default_factory=list)
+    by_path: Counter = field(default_factory=Counter)  # (path, status)
 
     def add(self, r):
         self.status[r.status] += 1
         self.paths[r.path] += 1
+        self.by_path[(r.path, r.status)] += 1
         self.unsupported.update(r.unsupported)
         if r.status in FAILED:
             self.failures.append(r)
@@ -368,6 +391,14 @@ class Tally:
         return (f"{s['pass']} passed, {self.failed} failed ({s['unsupported']} unsupported, "
                 f"{s['ill']} ill-conditioned, {s['known']} known-bug skipped, {s['skipped']} not applicable; {paths}; "
                 f"{self.n / max(seconds, 1e-9):.1f} graphs/s)")
+
+    def per_path(self):
+        """One line per path: its graphs by status."""
+        lines = []
+        for path in sorted(self.paths):
+            parts = [f"{st} {n}" for (p, st), n in sorted(self.by_path.items()) if p == path]
+            lines.append(f"  {path}: {', '.join(parts)}")
+        return "\n".join(lines)
 
 
 def describe(r):
@@ -395,6 +426,10 @@ def main(argv=None):
                     help="every K-th graph in bf16 (1: every graph), through the bf16, bf16-trace, bf16-engine, "
                          "bf16-autocast and bf16-compute paths in turn, and bf16-compile "
                          "(tests/fuzz/kilnfuzz/bf16.py)")
+    ap.add_argument("--quant-every", type=int, default=0,
+                    help="every K-th graph with a linear layer or embedding, through kiln.trace with "
+                         "weights_dtype int8, int8:a8, int4, int4:g128, int4:asym, ... in turn "
+                         "(tests/fuzz/kilnfuzz/quant.py)")
     ap.add_argument("--narrow", action="store_true",
                     help="float32 graphs as before session 18: no wide convolutions, no fast-nhwc path "
                          "(to rerun a graph of an earlier run with --only)")
@@ -411,7 +446,8 @@ def main(argv=None):
         if s not in KNOWN:
             ap.error(f"unknown known-bug name {s!r} (known: {', '.join(KNOWN) or 'none'})")
     cfg = Config(a.seed, a.trace_every, a.compile_every, a.reference_every, a.dynamic_every, skip,
-                 not a.no_shrink, a.out, not a.no_verify, bf16_every=a.bf16_every, wide=not a.narrow)
+                 not a.no_shrink, a.out, not a.no_verify, bf16_every=a.bf16_every, wide=not a.narrow,
+                 quant_every=a.quant_every)
     if a.only is not None:
         return _only(a.only, cfg, a.show)
     tally, t0 = Tally(), time.monotonic()
@@ -439,6 +475,7 @@ def main(argv=None):
         bar.close()
     if tally.unsupported:
         print("unsupported ops: " + ", ".join(f"{k} x{v}" for k, v in tally.unsupported.most_common()))
+    print(tally.per_path())
     print(tally.summary(time.monotonic() - t0))
     return 1 if tally.failed else 0
 
@@ -450,16 +487,17 @@ def _only(index, cfg, show):
     r = run_one(index, cfg, log=print)
     print(describe(r) if r.status in FAILED else f"graph {index} [{r.path}]: {r.status} {r.detail}")
     if show or r.repro:
-        from kilnfuzz.generate import program_for
-        from kilnfuzz.ops import KINDS, kinds_for
+        from kilnfuzz.ops import KINDS
         from kilnfuzz.program import resolve
 
         if show and not r.repro:
             from kilnfuzz.evaluate import Outcome
             from kilnfuzz.repro import script
 
-            res = resolve(program_for(cfg.seed, index, kinds_for(r.path, cfg.wide)), KINDS)
+            res = resolve(program_of(index, cfg, r.path), KINDS)
             how = {"bf16": "export", "bf16-engine": "export", "bf16-compile": "compile"}.get(r.path, "trace")
+            if r.path.startswith("quant:"):
+                how = "quant"
             print(script(res, Outcome(r.status, r.detail, r.path), f"graph {index}", how))
         elif r.repro:
             print(open(r.repro).read())

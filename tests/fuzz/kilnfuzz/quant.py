@@ -1,0 +1,491 @@
+"""The quant mode: kiln.trace(model, xs, weights_dtype=MODE) against eager
+with the same quantization done in torch (--quant-every K).
+
+kiln's contract (kiln.trace's docstring, kiln_gemm.h): every linear layer
+(a LINEAR node: aten.linear, mm, addmm or matmul whose weight is a 2-d
+constant and whose input is not, and a bmm or matmul by a (1, .., 1, K, N)
+constant: linear_weight) has its weight quantized by a fixed rule,
+and every embedding lookup (embedding, index_select along 0, index with one
+index tensor along 0: a gather of rows of a 2-d constant table at run-time
+indices) its table; everything else is fp32. Products of two constants are
+folded at compile time, in fp32, unquantized; a constant on the left of a
+matmul (W @ x) is not a linear layer's weight. The weight-only modes
+compute the layer in fp32 on the dequantized weight; the ":a8" modes also
+quantize the linear's input per row (int8:a8: scale max|x| / 127 over the
+row; int4:a8: per row and weight group of G along K) with round half to
+even, and the result is eager's linear on q * s.
+
+The reference (QuantEager) replays the program with those rules at those
+calls, from tests/python/quant_reference.py (the tests' statement of the
+weight rules, independent of kiln): each such constant operand, computed in
+float32 as kiln folds it (its float32 counterpart is kept beside every
+constant value), is replaced by its dequantized value; with a8, the input
+is replaced by q * s. r is that program in float64 (weights dequantized in
+float32, exactly as kiln's packer does: bit for bit), e in float32, and the
+noisy runs float64 with rounding noise (check.RoundingNoise), with the
+activations' rounding decisions of r replayed in e and the noisy runs: E
+then measures the continuous float32 error only.
+
+Tolerance, weight-only: check.py's float32 rule unchanged. kiln's
+quantized GEMM dequantizes in registers and sums in fp32, in its own order
+(and int4 asym may apply the zero point once per group through the group
+sums of A): the products are eager's on the same dequantized weight, and
+only the order of the K-long fp32 sum differs, which the rule's L term
+(L = K for the linear: 8 eps K (|r| + S / 16)) and 4 E cover as for any
+fp32 GEMM. A wrong weight (one quantization step of one element, s =
+max|w| / 127 or a group's d) is ~1e-3 of an output, 10^2 to 10^4 times that.
+
+Tolerance, a8: kiln rounds x / s from its own fp32 x, which is off
+float64's by about eager's error, so an element of x within that of a
+rounding tie (x / s at n + 1/2) may round the other way: a one-step flip
+of one activation, moving the linear's output by s |w_k| in row j, then
+along the program to the outputs. Such elements ("undecided": |x / s - n -
+1/2| <= 4 E_x / s + 2^-12, E_x = max |x32 - x64| over the input, the same 4
+as the rule's; 2^-12 of a step is ~16 ulps of the row's max, kiln's own
+few-ulp differences where eager's error is nil) are found at every a8
+linear; for each, the float64 program is run again with that one decision
+flipped (the later linears rounding their inputs afresh: a flip moves them
+by steps of their own), and the output's tolerance gets sum_i |r_flip_i -
+r| added (every flip's effect, as if all happened). Exact for a flip's effect, whatever
+the program does after the linear; several flips are bounded by the sum
+of their effects to first order. Elsewhere kiln's sum of integer products
+is exact and its scaling one fp32 rounding: the float32 rule again. A draw
+with more than MAX_UNDECIDED undecided elements is ill-conditioned
+(redrawn); a rounding of the wrong direction everywhere (truncation) or a
+wrong scale changes most elements and fails by far.
+"""
+
+import contextlib
+import os
+import sys
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from kilnfuzz.check import (FACTOR_E, Audit, ComparedNaNs, RoundingNoise, conditioning, nan_at_comparison)
+from kilnfuzz.program import Eager, _map_dtype, interpret
+
+_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+from quant_reference import dequantized, quantize_activations  # noqa: E402
+
+aten = torch.ops.aten
+
+# The modes, in the order the quant graphs take them (graph i's by its turn
+# i // quant_every); torch.int8 is "int8" spelled as a dtype.
+MODES = (torch.int8, "int8:a8", "int4", "int4:g128", "int4:asym", "int4:g128:asym", "int4:a8", "int4:g128:a8",
+         "int4:asym:a8")
+PREFIX = "quant:"
+MAX_UNDECIDED = 12
+TIE_MARGIN = 2.0 ** -12  # of a step
+
+
+def mode_name(mode):
+    return "int8" if mode is torch.int8 else mode
+
+
+def path_of(mode):
+    return PREFIX + mode_name(mode)
+
+
+def mode_of(path):
+    """The weights_dtype a quant path passes (torch.int8 for quant:int8)."""
+    name = path[len(PREFIX):]
+    return torch.int8 if name == "int8" else name
+
+
+def is_quant(path):
+    return path.startswith(PREFIX)
+
+
+def parse(name):
+    """(weight kind for quant_reference.dequantized, a8, activation group or
+    None for one per row)."""
+    parts = name.split(":")
+    a8 = "a8" in parts
+    base = ":".join(p for p in parts if p != "a8")
+    group = next((int(p[1:]) for p in parts[1:] if p.startswith("g")), 32)
+    return base, a8, (group if parts[0] == "int4" else None) if a8 else None
+
+
+# Which operand of each call is a linear layer's weight (its layout: "nk"
+# an (N, K) weight, as nn.Linear's; "kn" a (K, N) one), and which is its input.
+_LINEAR = {aten.linear.default: (1, 0, "nk"), aten.mm.default: (1, 0, "kn"), aten.addmm.default: (2, 1, "kn"),
+           aten.matmul.default: (1, 0, "kn"), aten.bmm.default: (1, 0, "kn")}
+
+
+def linear_weight(w, x):
+    """True when w, a constant, is a linear layer's weight for input x: 2-d,
+    or (1, .., 1, K, N) with x of at least its rank (a bmm or matmul by a
+    batch-1 constant: torch's matmul of a 3-d x it cannot fold to 2-d, by a
+    (K, N) weight, is an expand and a bmm)."""
+    if w.dim() == 2:
+        return True
+    return w.dim() >= 3 and x.dim() >= w.dim() and all(d == 1 for d in w.shape[:-2])
+# Embedding lookups: the table's operand, the indices'; (N, D) tables, rows as output channels.
+_TABLE = {aten.embedding.default: (0, 1), aten.index_select.default: (0, 2), aten.index.Tensor: (0, 1)}
+
+
+def runs_a_layer(op_name):
+    """True when kiln's fallback warning's op name (aten.linear.default, ...)
+    is one QuantEager may quantize."""
+    return any(f"aten.{name}." in op_name for name in ("linear", "mm", "addmm", "matmul", "bmm", "embedding",
+                                                       "index_select", "index"))
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for a in x for t in _tensors(a)]
+    if isinstance(x, dict):
+        return [t for a in x.values() for t in _tensors(a)]
+    return []
+
+
+class QuantEager(Eager):
+    """Eager with kiln's quantization rules at its linear layers and lookups.
+
+    consts: the leaf handles that are constants (parameters). A value is
+    constant when every tensor it is computed from is; its float32
+    counterpart (as kiln folds it) is kept. decisions: the a8 rounding
+    decisions (q per a8 linear, in call order) to replay, or None to make
+    them; flip: (call, flat element, +-1) to move one of them a step.
+    Records, per a8 linear: its input x, scale s and decisions q."""
+
+    def __init__(self, float_dtype, mode, consts, audit=None, decisions=None, flip=None):
+        super().__init__(float_dtype, audit, at_plan_sizes=True)
+        self.kind, self.a8, self.group = parse(mode_name(mode))
+        self.c32 = {}  # id(constant handle) -> (handle, its float32 value)
+        for t in consts:
+            self.c32[id(t)] = (t, t.float() if t.is_floating_point() else t)
+        self.decisions, self.flip = decisions, flip
+        self.xs, self.ss, self.qs = [], [], []
+        self.quantized = 0  # weights and tables quantized (the reference's own count)
+
+    def _const(self, t):
+        e = self.c32.get(id(t))
+        return e is not None and e[0] is t
+
+    def _f32(self, t):
+        return self.c32[id(t)][1]
+
+    def _weight(self, t, layout):
+        """The constant weight's dequantized value, from its float32 one."""
+        w = self._f32(t)
+        w = w.reshape(w.shape[-2:])
+        if layout == "kn":
+            w = w.t()
+        with _disable_current_modes():
+            d = dequantized(w.contiguous(), self.kind)
+        self.quantized += 1
+        d = d.t() if layout == "kn" else d
+        return d.reshape(t.shape).to(t.dtype)
+
+    def _activations(self, x):
+        with _disable_current_modes():
+            k = len(self.qs)
+            q, s = quantize_activations(x, self.group)
+            q = q.contiguous()  # (x may be strided: flips index q's elements in order)
+            if self.decisions is not None:
+                q = self.decisions[k].to(x.dtype, copy=True)
+            if self.flip is not None and self.flip[0] == k:
+                q.view(-1)[self.flip[1]] += self.flip[2]
+            self.xs.append(x.detach().clone())
+            self.ss.append(s)
+            self.qs.append(q)
+            return _dequant_activations(q, s, x.shape[-1], self.group)
+
+    def call(self, op, *args, **kwargs):
+        ins = _tensors((args, kwargs))
+        if ins and all(self._const(t) for t in ins):
+            out = super().call(op, *args, **kwargs)
+            with _disable_current_modes():
+                a32 = _map_dtype(_swap(args, self._f32), torch.float32)
+                k32 = _map_dtype(_swap(kwargs, self._f32), torch.float32)
+                o32 = op(*a32, **k32)
+            outs = out if isinstance(out, tuple) else (out,)
+            o32s = tuple(o32) if isinstance(o32, (list, tuple)) else (o32,)
+            for o, o3 in zip(outs, o32s):
+                if isinstance(o, torch.Tensor):
+                    self.c32[id(o)] = (o, o3)
+            return out
+        args = list(args)
+        if op in _LINEAR:
+            wi, xi, layout = _LINEAR[op]
+            w, x = args[wi], args[xi]
+            if (isinstance(w, torch.Tensor) and self._const(w) and w.is_floating_point()
+                    and isinstance(x, torch.Tensor) and not self._const(x) and x.is_floating_point()
+                    and linear_weight(w, x)):
+                args[wi] = self._weight(w, layout)
+                if self.a8:
+                    args[xi] = self._activations(x)
+        elif op in _TABLE:
+            ti, ii = _TABLE[op]
+            t = args[ti]
+            along0 = (op is not aten.index_select.default or args[1] in (0, -2)) and (
+                op is not aten.index.Tensor or (len(args[1]) == 1 and args[1][0] is not None))
+            idx = args[ii][0] if op is aten.index.Tensor and along0 else args[ii]
+            if (along0 and isinstance(t, torch.Tensor) and self._const(t) and t.dim() == 2
+                    and t.is_floating_point() and t.numel() and isinstance(idx, torch.Tensor)
+                    and not self._const(idx)):
+                args[ti] = self._weight(t, "nk")
+        return super().call(op, *args, **kwargs)
+
+
+def _swap(x, f):
+    if isinstance(x, torch.Tensor):
+        return f(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_swap(a, f) for a in x)
+    if isinstance(x, dict):
+        return {k: _swap(v, f) for k, v in x.items()}
+    return x
+
+
+def _dequant_activations(q, s, k, group):
+    """q * s for activations quantized per row (group None: s (..., 1)) or
+    per row and group (q (..., groups, G), s (..., groups, 1)), as x's shape."""
+    if group is None:
+        return q * s
+    return (q * s).reshape(*q.shape[:-2], -1)[..., :k]
+
+
+def _undecided(x64, s64, x32, group):
+    """(flat index into q, direction) of each activation kiln's fp32 x could
+    round the other way (see the module's docstring)."""
+    xg = _grouped(x64, group)
+    t = xg / s64
+    frac = t - torch.floor(t)
+    err = (x32.double() - x64).abs()
+    err = err[torch.isfinite(err)]
+    e = float(err.max()) if err.numel() else 0.0
+    margin = FACTOR_E * e / s64 + TIE_MARGIN
+    near = ((frac - 0.5).abs() <= margin) & torch.isfinite(t) & (t.abs() < 127)
+    flat = near.reshape(-1).nonzero().flatten().tolist()
+    q = torch.round(t).reshape(-1)
+    tf = t.reshape(-1)
+    return [(j, 1 if float(tf[j]) > float(q[j]) else -1) for j in flat]
+
+
+def _grouped(x, group):
+    """x as quantize_activations groups it: (..., K) per row (group None), or
+    zero-padded to (..., groups, group)."""
+    if group is None:
+        return x
+    k = x.shape[-1]
+    n = -(-k // group)
+    xp = torch.zeros(*x.shape[:-1], n * group, dtype=x.dtype)
+    xp[..., :k] = x
+    return xp.view(*x.shape[:-1], n, group)
+
+
+def reference_quant(res, path):
+    """paths.Reference for a quant path, with per-output extra tolerance
+    (the a8 flips); ill as the float32 rule says, or too many undecided
+    activations."""
+    from kilnfuzz.paths import NOISY_RUNS, Reference, leaf_as
+
+    mode = mode_of(path)
+    leaves64 = [leaf_as(leaf, torch.float64) for leaf in res.leaves]
+    params64 = [t for leaf, t in zip(res.leaves, leaves64) if leaf.role == "param"]
+    audit = Audit()
+    q64 = QuantEager(torch.float64, mode, params64, audit)
+    with torch.no_grad():
+        r64 = interpret(res, q64, leaves64)
+        leaves32 = [leaf.tensor for leaf in res.leaves]
+        params32 = [t for leaf, t in zip(res.leaves, leaves32) if leaf.role == "param"]
+        run32 = ComparedNaNs()
+        q32 = QuantEager(torch.float32, mode, params32, run32, decisions=q64.qs)
+        e32 = interpret(res, q32, leaves32)
+        runs = []
+        for k in range(NOISY_RUNS):
+            with RoundingNoise([res.program.salt, 11, k]):
+                runs.append(interpret(res, QuantEager(torch.float64, mode, params64, decisions=q64.qs), leaves64))
+        noisy = [[run[j] for run in runs] for j in range(len(e32))]
+        ill = audit.reason
+        if not ill and audit.compared.seen:
+            ill = nan_at_comparison(run32, audit.compared)
+        for e, r, p in zip(e32, r64, noisy):
+            ill = ill or conditioning(e, r, p)
+        extra = [torch.zeros(r.shape, dtype=torch.float64) if r.is_floating_point() else None for r in r64]
+        flips = []
+        for c, (x64, s64, x32) in enumerate(zip(q64.xs, q64.ss, q32.xs)):
+            flips += [(c, j, d) for j, d in _undecided(x64, s64, x32, q64.group)]
+        if not ill and len(flips) > MAX_UNDECIDED:
+            ill = f"{len(flips)} activations within kiln's rounding error of a tie (a8)"
+        if not ill:
+            for flip in flips:
+                # r's own decisions up to the flipped one (the same values make
+                # them), fresh ones after it: a flip moves the next linear's
+                # input by a step of s |w|, often several of its own steps,
+                # and kiln rounds what it gets (seed 20020 graph 7878: three
+                # int4:a8 linears, an exact tie at the second's input; with
+                # the third's decisions replayed the flip's effect was 0.0008,
+                # kiln's 0.0014)
+                out = interpret(res, QuantEager(torch.float64, mode, params64, flip=flip), leaves64)
+                for j, (o, r) in enumerate(zip(out, r64)):
+                    if extra[j] is not None:
+                        d = (o - r).abs()
+                        extra[j] += torch.where(torch.isfinite(d), d, torch.zeros_like(d))
+    ref = Reference(list(e32), r64, noisy, ill)
+    ref.extra = extra
+    ref.quantized = q64.quantized
+    ref.flips = len(flips)
+    return ref
+
+
+def run_quant(res, path):
+    """kiln.trace(ProgramModule, inputs, weights_dtype=the path's mode): its outputs."""
+    import kiln
+
+    from kilnfuzz.paths import NotApplicable, ProgramModule, _torch_can
+
+    model = ProgramModule(res).eval()
+    xs = tuple(leaf.tensor for leaf in res.inputs)
+    try:
+        compiled = kiln.trace(model, xs, weights_dtype=mode_of(path))
+    except Exception:
+        _torch_can(lambda: torch.export.export(model, xs), "torch.export")
+        raise
+    if not xs:
+        raise NotApplicable("no inputs: kiln folds the whole program, unquantized")
+    with torch.no_grad():
+        return list(compiled(*xs))
+
+
+def has_quantized_op(res):
+    """True when the program has a linear layer or a lookup kiln quantizes
+    (by QuantEager's rule, on a float32 replay)."""
+    consts = [leaf.tensor for leaf in res.leaves if leaf.role == "param"]
+    q = QuantEager(torch.float32, "int8", consts)
+    with torch.no_grad(), contextlib.suppress(Exception):
+        interpret(res, q, [leaf.tensor for leaf in res.leaves])
+    return q.quantized > 0
+
+
+def program_for_quant(seed, index):
+    """Graph `index` of run `seed` in the quant mode: drawn from
+    ops.QUANT_KINDS until a program has a layer kiln quantizes (the same
+    on every machine)."""
+    import random
+
+    from kilnfuzz.generate import generate
+    from kilnfuzz.ops import KINDS, QUANT_KINDS
+    from kilnfuzz.program import Invalid, resolve
+
+    rng = random.Random(f"kiln-fuzz-quant:{seed}:{index}")
+    for _ in range(200):
+        p = generate(rng, QUANT_KINDS)
+        if p is None:
+            continue
+        try:
+            res = resolve(p, KINDS)
+        except Invalid:
+            continue
+        if has_quantized_op(res):
+            return p
+    raise RuntimeError(f"no quant program for seed {seed} index {index}")
+
+
+# ---- reproducer scripts (repro.py, how "quant") -------------------------------
+
+
+class QuantSource:
+    """Mixin for repro's SourceBuilder: at each call QuantEager would
+    quantize, a line passing the weight (or table) through qw(...) and, with
+    a8, the input through qx(...), which are identities unless the module
+    was made with a quantization (the reference's Repro(QUANT))."""
+
+    def setup_quant(self, const_names):
+        self.consts = set(const_names)
+
+    def _is_const(self, a):
+        return isinstance(a, str) and a in self.consts
+
+    def _bind_line(self, text, val):
+        name = f"q{len(self.lines)}"
+        self.lines.append(f"{name} = {text}")
+        return self.bind(name, val)
+
+    def call(self, op, *args, **kwargs):
+        from kilnfuzz.program import Name
+
+        def names(x):
+            if isinstance(x, Name):
+                return [x]
+            if isinstance(x, (list, tuple)):
+                return [n for a in x for n in names(a)]
+            return []
+
+        ins = [n for n in names((list(args), list(kwargs.values()))) if isinstance(self.vals.get(n), torch.Tensor)]
+        if all(self._is_const(n) for n in ins):
+            out = super().call(op, *args, **kwargs)
+            for n in (out if isinstance(out, tuple) else (out,)):
+                self.consts.add(n)
+            return out
+        args = list(args)
+        if op in _LINEAR:
+            wi, xi, layout = _LINEAR[op]
+            w, x = args[wi], args[xi]
+            if (self._is_const(w) and self.vals[w].is_floating_point() and isinstance(x, str)
+                    and not self._is_const(x) and self.vals[x].is_floating_point()
+                    and linear_weight(self.vals[w], self.vals[x])):
+                args[wi] = self._bind_line(f"qw({w}, {layout!r}, self.quant)", self.vals[w])
+                args[xi] = self._bind_line(f"qx({x}, self.quant)", self.vals[x])
+        elif op in _TABLE:
+            ti, ii = _TABLE[op]
+            t = args[ti]
+            along0 = (op is not aten.index_select.default or args[1] in (0, -2)) and (
+                op is not aten.index.Tensor or (len(args[1]) == 1 and args[1][0] is not None))
+            idx = args[ii][0] if op is aten.index.Tensor and along0 else args[ii]
+            if (along0 and self._is_const(t) and self.vals[t].dim() == 2 and self.vals[t].is_floating_point()
+                    and isinstance(idx, str) and not self._is_const(idx)):
+                args[ti] = self._bind_line(f"qw({t}, 'nk', self.quant)", self.vals[t])
+        return super().call(op, *args, **kwargs)
+
+
+def qw(w, layout, quant):
+    """The reproducer's weight rule: w's dequantized value (from its float32
+    value), or w itself when quant is None."""
+    if quant is None:
+        return w
+    w32 = w.float().reshape(w.shape[-2:])
+    w32 = w32.t() if layout == "kn" else w32
+    d = dequantized(w32.contiguous(), quant[0])
+    return (d.t() if layout == "kn" else d).reshape(w.shape).to(w.dtype)
+
+
+def qx(x, quant):
+    """The reproducer's activation rule: q * s with a8, else x."""
+    if quant is None or not quant[1]:
+        return x
+    q, s = quantize_activations(x, quant[2])
+    return q * s if quant[2] is None else (q * s).reshape(*q.shape[:-2], -1)[..., :x.shape[-1]]
+
+
+MAIN_QUANT = '''\
+def main():
+    """The quant mode (tests/fuzz/kilnfuzz/quant.py): kiln.trace with
+    weights_dtype=MODE against the module whose linear weights (and, with
+    a8, inputs) go through kiln's quantization rules (qw, qx: Repro(QUANT)).
+    Not here: the fuzzer's allowance for an activation within rounding of a
+    tie (a8), and the float32 folding of a computed weight; the fuzzer's
+    --only run of the graph is the judge."""
+    model = Repro().eval()
+    xs = inputs()
+    with torch.no_grad():
+        eager = Repro(QUANT)(*xs)
+        model64, xs64 = Repro(QUANT).double(), inputs(torch.float64)
+        ref = model64(*xs64)
+        noisy = []
+        for k in range(2):  # float64 with float32-sized rounding noise: the rule's E
+            with RoundingNoise([SALT, 11, k]):
+                noisy.append(model64(*xs64))
+        got = kiln.trace(model, xs, weights_dtype=MODE)(*xs)
+    bad = [why for j, (k, e, r) in enumerate(zip(got, eager, ref))
+           if (why := compare(k, e, r, ACC[j], f"output {j}", [n[j] for n in noisy], MAG[j]))]
+    print("\\n".join(bad) or "kiln agrees with eager")
+    return 1 if bad else 0
+'''
