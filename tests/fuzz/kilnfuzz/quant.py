@@ -127,6 +127,18 @@ def linear_weight(w, x):
 _TABLE = {aten.embedding.default: (0, 1), aten.index_select.default: (0, 2), aten.index.Tensor: (0, 1)}
 
 
+def table_lookup(op, args):
+    """For a lookup op of _TABLE: (table index, the index argument) when it
+    reads rows along dim 0 (as kiln quantizes a table: an embedding's
+    rows), else None. Shared by the evaluator and the reproducer writer."""
+    ti, ii = _TABLE[op]
+    along0 = (op is not aten.index_select.default or args[1] in (0, -2)) and (
+        op is not aten.index.Tensor or (len(args[1]) == 1 and args[1][0] is not None))
+    if not along0:
+        return None
+    return ti, args[ii][0] if op is aten.index.Tensor else args[ii]
+
+
 def runs_a_layer(op_name):
     """True when kiln's fallback warning's op name (aten.linear.default, ...)
     is one QuantEager may quantize."""
@@ -221,13 +233,10 @@ class QuantEager(Eager):
                 args[wi] = self._weight(w, layout)
                 if self.a8:
                     args[xi] = self._activations(x)
-        elif op in _TABLE:
-            ti, ii = _TABLE[op]
+        elif op in _TABLE and (found := table_lookup(op, args)) is not None:
+            ti, idx = found
             t = args[ti]
-            along0 = (op is not aten.index_select.default or args[1] in (0, -2)) and (
-                op is not aten.index.Tensor or (len(args[1]) == 1 and args[1][0] is not None))
-            idx = args[ii][0] if op is aten.index.Tensor and along0 else args[ii]
-            if (along0 and isinstance(t, torch.Tensor) and self._const(t) and t.dim() == 2
+            if (isinstance(t, torch.Tensor) and self._const(t) and t.dim() == 2
                     and t.is_floating_point() and t.numel() and isinstance(idx, torch.Tensor)
                     and not self._const(idx)):
                 args[ti] = self._weight(t, "nk")
@@ -434,13 +443,10 @@ class QuantSource:
                     and linear_weight(self.vals[w], self.vals[x])):
                 args[wi] = self._bind_line(f"qw({w}, {layout!r}, self.quant)", self.vals[w])
                 args[xi] = self._bind_line(f"qx({x}, self.quant)", self.vals[x])
-        elif op in _TABLE:
-            ti, ii = _TABLE[op]
+        elif op in _TABLE and (found := table_lookup(op, args)) is not None:
+            ti, idx = found
             t = args[ti]
-            along0 = (op is not aten.index_select.default or args[1] in (0, -2)) and (
-                op is not aten.index.Tensor or (len(args[1]) == 1 and args[1][0] is not None))
-            idx = args[ii][0] if op is aten.index.Tensor and along0 else args[ii]
-            if (along0 and self._is_const(t) and self.vals[t].dim() == 2 and self.vals[t].is_floating_point()
+            if (self._is_const(t) and self.vals[t].dim() == 2 and self.vals[t].is_floating_point()
                     and isinstance(idx, str) and not self._is_const(idx)):
                 args[ti] = self._bind_line(f"qw({t}, 'nk', self.quant)", self.vals[t])
         return super().call(op, *args, **kwargs)
