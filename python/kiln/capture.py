@@ -375,6 +375,7 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_
             ctx.env[n] = symbolic.size(what)  # a size Dynamo passes as an argument
         else:
             ctx.env[n] = what
+    ctx.returned = lowp.returned_values(outputs)
     if guards:
         # A view to (s0*s1)//3 rows holds only where 3 divides s0*s1: the
         # probes must be such sizes, or its rule fails there (fuzzer seed

@@ -38,7 +38,7 @@ from kiln.partition import partition
 from kiln.progress import compile_progress, compile_stage
 from kiln.random_ops import eager_random
 from kiln.train_rewrite import (save_compared_values, saved_slots, stack_select_scatters, unsave_casts,
-                                unsave_transposes)
+                                unsave_transposes, widen_norm_statistics)
 
 # The real tensors Dynamo handed the backend, while AOTAutograd compiles
 # them (kiln_backend): where an inference graph's parameters come from.
@@ -913,6 +913,7 @@ def kiln_backend(gm, example_inputs, options=None, **kwargs):
     # kernels may round a recomputation differently (save_compared_values).
     def partition(joint, joint_inputs, **kw):
         save_compared_values(joint)
+        widen_norm_statistics(joint)
         fw_, bw_ = min_cut_rematerialization_partition(joint, joint_inputs, **kw)
         slots = saved_slots(fw_, bw_)
         if slots is not None:

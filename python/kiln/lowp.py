@@ -135,7 +135,32 @@ def lower_node(ctx, n, handler):
         return handler(ctx, n)
     if n.target in _MOVEMENT and not any(a in wide for a in low_in):
         return handler(ctx, n)  # on the bf16 bytes
-    return _promoted(ctx, n, handler, low_in, low_out, wide)
+    out = _promoted(ctx, n, handler, low_in, low_out, wide)
+    if n in getattr(ctx, "returned", ()):
+        wide.pop(n, None)  # its readers read the bf16 value the graph returns
+    return out
+
+
+def returned_values(outputs):
+    """The FX nodes whose bf16 value the graph returns, itself or through
+    views: their readers in the graph read that rounded value, not the fp32
+    one kiln could keep (lower_node). A training forward returns the values
+    it saves for the backward; a norm that read the fp32 x while the
+    backward gets the rounded x normalises two different tensors, and the
+    input gradient of a norm over a short row magnifies that difference
+    (a layer norm over 2 elements under autocast: 2.3x eager's gradient,
+    fuzzer seed 20021, graph 5518). Eager's readers read the returned value
+    too, so this only takes back an accuracy kiln had beyond eager's."""
+    seen = set()
+    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "call_function" and n.target in _MOVEMENT:
+            stack.extend(n.all_input_nodes)
+    return seen
 
 
 def _promoted(ctx, n, handler, low_in, low_out, wide):

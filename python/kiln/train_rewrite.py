@@ -13,6 +13,8 @@ for the sign of zero (-0 + +0 is +0 where the stack keeps -0); the two
 compare equal and give the same results downstream.
 """
 
+import operator
+
 import torch
 
 aten = torch.ops.aten
@@ -57,6 +59,68 @@ def save_compared_values(joint):
                 a.meta["recompute"] = CheckpointPolicy.MUST_SAVE
                 marked += 1
     return marked
+
+
+# Norms whose CPU kernels keep the saved statistics (mean, rstd) in fp32 when
+# x is bf16 or fp16 and a parameter is fp32 (ATen's mixed-type path), though
+# their meta functions type them as x.
+_MIXED_TYPE_NORMS = (aten.native_layer_norm.default, aten.native_group_norm.default,
+                     aten.native_batch_norm.default, aten._native_batch_norm_legit_functional.default,
+                     aten._native_batch_norm_legit.default, aten._native_batch_norm_legit.no_stats)
+
+
+def widen_norm_statistics(joint):
+    """Types a mixed-type norm's mean and rstd (outputs 1 and 2) float32, as
+    eager holds them, before the partitioner saves them for the backward.
+    Returns how many norms it retyped.
+
+    Under autocast a norm reads a bf16 x with fp32 parameters; its meta says
+    the statistics are bf16, so kiln's forward rounded rstd to bf16 where
+    eager's is fp32, and the backward normalised x again with that rstd.
+    The input gradient of a norm removes the part of dy along x-hat, which
+    cancels to O(eps / var) over short rows; a 2^-9 error in rstd left it
+    2.3x eager's (layer norm over 2 elements: fuzzer seed 20021, graph 5518).
+    Retyped, the forward saves the fp32 statistics it computes and the
+    backward reads them unrounded, as eager's kernels do."""
+    retyped = 0
+    for n in joint.graph.nodes:
+        if n.op != "call_function" or n.target not in _MIXED_TYPE_NORMS:
+            continue
+        val = n.meta.get("val")
+        x = n.args[0]
+        if not isinstance(val, (tuple, list)) or len(val) < 3 or not isinstance(x, torch.fx.Node):
+            continue
+        x_val = x.meta.get("val")
+        if not isinstance(x_val, torch.Tensor) or x_val.dtype not in (torch.bfloat16, torch.float16):
+            continue
+        params = [a.meta.get("val") for a in n.args[1:] if isinstance(a, torch.fx.Node)]
+        if not any(isinstance(p, torch.Tensor) and p.dtype == torch.float32 for p in params):
+            continue
+        if all(not isinstance(val[i], torch.Tensor) or val[i].dtype == torch.float32 for i in (1, 2)):
+            continue
+        wide = list(val)
+        for i in (1, 2):
+            wide[i] = val[i].to(torch.float32)
+        n.meta["val"] = type(val)(wide)
+        # The statistics and the views of them (group norm's backward saves
+        # an alias) are float32 wherever they are read.
+        todo = [u for u in n.users if u.target is operator.getitem and u.args[1] in (1, 2)]
+        while todo:
+            u = todo.pop()
+            u.meta["val"] = u.meta["val"].to(torch.float32)
+            u.meta.pop("tensor_meta", None)
+            todo.extend(v for v in u.users if v.op == "call_function" and v.args and v.args[0] is u
+                        and _keeps_dtype(v) and v.meta["val"].dtype != torch.float32)
+        retyped += 1
+    return retyped
+
+
+def _keeps_dtype(node):
+    """True for an op whose result has its first argument's dtype: a view or a copy of it."""
+    t = node.target
+    return isinstance(t, torch._ops.OpOverload) and isinstance(node.meta.get("val"), torch.Tensor) and (
+        t.is_view or t in (aten.clone.default, aten._unsafe_view.default, aten.contiguous.default,
+                           aten.expand_copy.default, aten.view_copy.default))
 
 
 def _is_zeros(node, shape):

@@ -410,3 +410,52 @@ def test_autocast_training_on_the_bf16_engine(isa_level):
     for p in plans:
         lines = [line.strip() for line in p.explain().splitlines() if "bf16 products of graph values" in line]
         assert len(lines) == 1 and any(e in lines[0] for e in engines), (engines, lines)
+
+
+class _ShortRowNorm(nn.Module):
+    """A linear, then a norm over rows of 2 values, then a weighted sum: a
+    norm's input gradient over such short rows is O(eps / var) (the part of
+    dy along x-hat nearly all of dy), so it magnifies any difference between
+    the x and statistics the forward normalised with and those the backward
+    reads."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        width = {"layer": 2, "group": 4, "batch": 2}[kind]
+        self.linear = nn.Linear(1, width, bias=False)
+        self.norm = {"layer": nn.LayerNorm(2, eps=1e-6), "group": nn.GroupNorm(2, 4, eps=1e-6),
+                     "batch": nn.BatchNorm1d(2, eps=1e-6)}[kind]
+
+    def forward(self, x, w):
+        h = self.linear(x)
+        y = self.norm(h.reshape(1, 4, 1) if self.kind == "group" else h)
+        return (y.float().reshape(w.shape) * w).sum()
+
+
+@pytest.mark.parametrize("kind", ["layer", "group", "batch"])
+def test_autocast_norm_gradients_over_short_rows(kind):
+    """Under autocast a norm reads a bf16 x with fp32 parameters; eager's CPU
+    kernel keeps its mean and rstd in fp32 (their meta says bf16), and its
+    backward normalises the bf16 x the forward returned. kiln saved a bf16
+    rstd (kiln.train_rewrite.widen_norm_statistics) and took its statistics
+    from the linear's unrounded fp32 output (kiln.lowp.returned_values):
+    over rows of 2 the weight gradients came out 2.3x eager's (layer norm,
+    fuzzer seed 20021 graph 5518), the group norm's off by 0.16 against a
+    gradient of 2e-4. Held to eager's error against float64 plus one
+    rounding, as the transformer above."""
+    torch.manual_seed(5)
+    model = _ShortRowNorm(kind).train()
+    eager_model, ref_model = copy.deepcopy(model), copy.deepcopy(model).double()
+    rows = 2 if kind == "batch" else 1
+    x = torch.randn(rows, 1)
+    w = torch.arange(1.0, 3.0 if kind == "layer" else 5.0).reshape(rows, -1)  # weights of the sum
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend="kiln")
+    model.zero_grad(set_to_none=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager's own "mismatch dtype between input and weight"
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fn(x, w)
+        loss.backward()
+        _held_to_eager(model, eager_model, ref_model, (x, w), loss, kind)
