@@ -51,8 +51,11 @@ int main(int argc, char** argv) {
       {"l3 3x3 256", 256, 256, 3, 1, 1, 14, 0, 0}, {"l4 3x3/2", 256, 512, 3, 2, 1, 14, 0, 0},
       {"l4 1x1/2", 256, 512, 1, 2, 0, 14, 0, 0},  {"l4 3x3 512", 512, 512, 3, 1, 1, 7, 0, 0},
       {"r50 1x1 64-256", 64, 256, 1, 1, 0, 56, 0, 0},
+      /* A UNet block's convs at 32x32 (no relu there; the shapes are what matter). */
+      {"unet 3x3 128", 128, 128, 3, 1, 1, 32, 0, 0}, {"unet 3x3 128-256", 128, 256, 3, 1, 1, 32, 0, 0},
+      {"unet 3x3 256", 256, 256, 3, 1, 1, 32, 1, 0}, {"unet 3x3 256 nchw x", 256, 256, 3, 1, 1, 32, 1, 1},
   };
-  printf("%-15s %9s %9s %9s %9s %6s %6s\n", "layer", "fp32 ms", "bf16 ms", "fp32 GF/s", "bf16 GF/s",
+  printf("%-20s %9s %9s %9s %9s %6s %6s\n", "layer", "fp32 ms", "bf16 ms", "fp32 GF/s", "bf16 GF/s",
          "ratio", "%peak");
   for (size_t li = 0; li < sizeof(layers) / sizeof(layers[0]); ++li) {
     const bench_layer_t* L = &layers[li];
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
         if (r >= 2 && t < best[m]) best[m] = t; /* two warm-up rounds */
       }
     const double flop = 2.0 * (double)(K * N * L->o);
-    printf("%-15s %9.3f %9.3f %9.1f %9.1f %5.2fx %5.0f%%\n", L->name, best[0] * 1e3, best[1] * 1e3,
+    printf("%-20s %9.3f %9.3f %9.1f %9.1f %5.2fx %5.0f%%\n", L->name, best[0] * 1e3, best[1] * 1e3,
            flop / best[0] * 1e-9, flop / best[1] * 1e-9, best[0] / best[1],
            peak > 0 ? 100.0 * flop / best[1] * 1e-9 / peak : 0.0);
     free(x), free(w), free(bias), free(y), free(res), free(w16), free(wb);

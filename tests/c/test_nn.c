@@ -432,7 +432,9 @@ static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
                {4, 33, 7, {1, 0, 2}}, {2, 5, 40, {2, 1, 0}}, {1, 100, 100, {0, 2, 1}},
                /* the input's unit stride on the first output dim: attention's
                 * (b h, d, s) -> (s, b h, d), tiled once that dim moves */
-               {32, 64, 128, {2, 0, 1}}, {5, 11, 33, {2, 0, 1}}, {9, 40, 8, {2, 0, 1}}};
+               {32, 64, 128, {2, 0, 1}}, {5, 11, 33, {2, 0, 1}}, {9, 40, 8, {2, 0, 1}},
+               /* NHWC -> NCHW of a (1, 16, 16, 96) activation: whole 8x8 blocks */
+               {1, 256, 96, {0, 2, 1}}};
   static const kiln_dtype_t dtypes[] = {KILN_F32, KILN_I64, KILN_BOOL, KILN_F16};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
     for (size_t di = 0; di < sizeof dtypes / sizeof dtypes[0]; ++di) {

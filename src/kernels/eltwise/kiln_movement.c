@@ -6,6 +6,7 @@
 #include "base/kiln_bf16.h"
 #include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_nd.h"
+#include "kernels/eltwise/kiln_transpose_variants.h"
 
 typedef struct {
   char* out;
@@ -66,16 +67,26 @@ typedef struct {
  * writes along j out of it. Writing straight from the reads would store a
  * column of the tile, lines orow elements apart; at a power-of-two row
  * (8 KiB in attention's permutes) those lines all fall in one L1 set. */
+#define KILN_TRANSPOSE_READ(T)                                              \
+  T* bt = (T*)buf;                                                          \
+  for (int64_t j = j0; j < j1; ++j)                                         \
+    for (int64_t i = i0; i < i1; ++i)                                       \
+      bt[(j - j0) * KILN_TILE + (i - i0)] = ((const T*)xi)[i + j * xcol];
 #define KILN_TRANSPOSE_TILE(T)                                              \
   do {                                                                      \
-    T* bt = (T*)buf;                                                        \
-    for (int64_t j = j0; j < j1; ++j)                                       \
-      for (int64_t i = i0; i < i1; ++i)                                     \
-        bt[(j - j0) * KILN_TILE + (i - i0)] = ((const T*)xi)[i + j * xcol]; \
+    KILN_TRANSPOSE_READ(T)                                                  \
     for (int64_t i = i0; i < i1; ++i)                                       \
       for (int64_t j = j0; j < j1; ++j)                                     \
         ((T*)o)[i * orow + j] = bt[(j - j0) * KILN_TILE + (i - i0)];        \
   } while (0)
+
+void kiln_transpose_f32(const void* x, int64_t ld, int64_t ni, int64_t nj, void* o, int64_t orow) {
+  static void (*const variants[KILN_ISA_COUNT])(const int32_t*, int64_t, int64_t, int64_t, int32_t*,
+                                                int64_t) =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_transpose_tile_f32);
+  variants[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](
+      x, ld, ni, nj, o, orow);
+}
 
 static void kiln_transpose_task(void* p, size_t task, int thread) {
   (void)thread;
@@ -100,7 +111,12 @@ static void kiln_transpose_task(void* p, size_t task, int thread) {
     int64_t j1 = j0 + KILN_TILE < cols ? j0 + KILN_TILE : cols;
     switch (c->size) {
       case 8: KILN_TRANSPOSE_TILE(int64_t); break;
-      case 4: KILN_TRANSPOSE_TILE(int32_t); break;
+      case 4: {
+        KILN_TRANSPOSE_READ(int32_t)
+        /* The write half in registers (kiln_transpose.c: 8x8 blocks). */
+        kiln_transpose_f32(bt, KILN_TILE, i1 - i0, j1 - j0, (int32_t*)(void*)o + i0 * orow + j0, orow);
+        break;
+      }
       case 2: KILN_TRANSPOSE_TILE(int16_t); break;
       default: KILN_TRANSPOSE_TILE(int8_t); break;
     }
