@@ -28,7 +28,12 @@ removed by dead-code elimination. So:
   constant holding bf16 values, which the weight packer stores as bf16 for
   the bf16 engines once, at compile time, without changing a product;
 - data movement (views, permutes, slices, cat, gathers) runs on the bf16
-  bytes, unless its input is already wide (then on the fp32 ones).
+  bytes, unless its input is already wide (then on the fp32 ones);
+- comparisons (eq, lt, ...) read the bf16 values eager compares, and the
+  readers of a value the graph returns (itself or through views: a training
+  forward returns what it saves for the backward) read the bf16 value it
+  returns, so that a forward and its backward see one tensor
+  (returned_values).
 
 The compiler then folds the casts this places, exactly
 (src/compiler/kiln_pass_casts.c): a GEMM reads an fp32 A rounding it as it
@@ -73,6 +78,18 @@ _NATIVE = {aten._to_copy.default, aten.to.dtype, aten._assert_tensor_metadata.de
 # Matrix products: the operand indices of the GEMM's A and B, read as bf16 tensors.
 _PRODUCT_AB = {aten.mm.default: (0, 1), aten.bmm.default: (0, 1), aten.matmul.default: (0, 1),
                aten.linear.default: (0, 1), aten.addmm.default: (1, 2)}
+
+
+# Comparisons: they read the bf16 values eager compares, never kiln's fp32
+# twins. eq(amin(x), x) (amin's backward) is true in eager; with amin's
+# result returned by the graph (read rounded, returned_values) against x's
+# unrounded twin it was false, and the gradient NaN (fuzzer seed 20060,
+# graph 4979). Rounding is monotonic, so orderings agree with the fp32
+# values' wherever those are apart by more than a rounding.
+_COMPARISONS = {
+    aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor, aten.ge.Tensor,
+    aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar,
+}
 
 
 def _from_constants(ctx, node):
@@ -187,7 +204,8 @@ def _promoted_op(ctx, n, handler, low_in, low_out, wide):
             saved.append((a, ctx.env[a], a.meta["val"]))
             if (a is a_node or a is b_node) and a.meta["val"].dtype == torch.bfloat16:
                 continue  # the product's A or B: the bf16 tensor, read as bf16 by the GEMM
-            ctx.env[a] = wide[a] if a in wide else cast(ctx, ctx.env[a], torch.float32)
+            read_wide = a in wide and n.target not in _COMPARISONS
+            ctx.env[a] = wide[a] if read_wide else cast(ctx, ctx.env[a], torch.float32)
             a.meta["val"] = _widened(a.meta["val"])
         saved.append((n, None, n.meta["val"]))
         n.meta["val"] = _widened(n.meta["val"])
