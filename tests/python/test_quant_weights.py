@@ -68,6 +68,31 @@ def test_matches_eager_with_dequantized_weights(isa_level, rows, kind):
     assert (got - fp32).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
+@pytest.mark.parametrize("rows", [1, 3, 8])
+@pytest.mark.parametrize("kind", ["int4", "int4:asym"])
+def test_int4_infinite_activation_as_eager(isa_level, rows, kind):
+    """An infinite activation: eager's product with the dequantized weight
+    is +-inf (NaN only where that weight is 0 or the infinities meet). The
+    int4 GEMV's offset form (a . q - z . sum(a) per group) made it
+    inf - inf = NaN (the fuzzer's known bug quant-int4-inf); such a call
+    takes the path that dequantizes first. Finite rows keep their values."""
+    torch.manual_seed(rows)
+    model = nn.Linear(200, 70, bias=False).eval()
+    x = torch.randn(rows, 200)
+    x[0, 3] = float("inf")
+    if rows > 1:
+        x[rows - 1, 150] = float("-inf")
+    compiled = kiln.trace(model, torch.randn(rows, 200), weights_dtype=kind)
+    got = compiled(x)
+    with torch.no_grad():
+        want = with_dequantized_linears(model, kind)(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)), (torch.isnan(got).sum(), torch.isnan(want).sum())
+    assert torch.isinf(want).any() and torch.equal(got[torch.isinf(want)], want[torch.isinf(want)])
+    fin = torch.isfinite(want)
+    torch.testing.assert_close(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+
+
 def quantize_rows_int8(x):
     """The int8-activation rule (kiln_gemm.h), per row, in fp32: scale s =
     max|x| / 127 (1 if 0), q = clamp(round(x / s), -127, 127)."""

@@ -428,6 +428,25 @@ int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
   return h.bits == 8 && (h.flags & KILN_GEMM_QUANT_A8) != 0;
 }
 
+/* Whether every element of A is finite. The int4 GEMV sums a . q per group
+ * and subtracts z . sum(a) once (the offset form): an infinite a makes that
+ * inf - inf = NaN where eager's product with the dequantized weight is
+ * +-inf (fuzzer known bug quant-int4-inf). Such a call takes the blocked
+ * path, which dequantizes the weight first, as eager does. At decode sizes
+ * the scan is a pass over a few KiB of A beside megabytes of weights. */
+static int kiln_gemm_quant_a_finite(const kiln_gemm_f32_args_t* g) {
+  for (int64_t bt = 0; bt < g->batch; ++bt)
+    for (int64_t i = 0; i < g->m; ++i) {
+      const int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
+      for (int64_t p = 0; p < g->k; ++p) {
+        const float v = g->a_bf16 ? kiln_gemm_bf16_to_f32(g->a_bf16[base + p * g->a_col_stride])
+                                  : g->a[base + p * g->a_col_stride];
+        if (!isfinite(v)) return 0;
+      }
+    }
+  return 1;
+}
+
 void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_gemm_quant_header_t h;
   kiln_q_header(g->b_packed_q, &h);
@@ -465,7 +484,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
   const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, form) : 0;
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
-  int gemv = M <= KILN_GEMM_GEMV_MAX_M;
+  int gemv = M <= KILN_GEMM_GEMV_MAX_M && (bits != 4 || kiln_gemm_quant_a_finite(g));
   snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "%s-%s",
            gemv ? "gemv" : "blocked", qk->name);
   void* blk = NULL;

@@ -13,7 +13,6 @@ import torch
 aten = torch.ops.aten
 
 
-
 def _patchify(res):
     """A convolution kiln lowers to one GEMM (python/kiln/optable/core.py,
     _is_patchify: groups 1, kernel = stride > 1, no padding, dilation 1)."""
@@ -27,23 +26,15 @@ def _patchify(res):
     return False
 
 
-def _infinite_input(res):
-    """A float leaf holding an infinity (the "special" draws)."""
-    return any(leaf.tensor.is_floating_point() and bool(torch.isinf(leaf.tensor).any()) for leaf in res.leaves)
-
-
 # name -> (what it is, predicate on a program.Resolved). Names starting
 # "quant-" apply to the quant mode's paths only (evaluate.py).
 KNOWN = {
     "quant-patchify": ("a patch-embedding convolution (kernel = stride) becomes a LINEAR and weights_dtype "
                        "quantizes its weight (FINDINGS.md, the quant mode: patch embeddings)", _patchify),
-    "quant-int4-inf": ("int4's GEMV (up to 8 rows) gives NaN for an infinite activation where the weight's "
-                       "nibble is 0 (inf x 0 in its offset form), eager's linear on the dequantized weight "
-                       "+-inf (FINDINGS.md, the quant mode: infinities)", _infinite_input),
 }
 
 # Skipped by default (the CLI's --skip-known, and tests/python/test_fuzz.py).
-ACTIVE = ("quant-patchify", "quant-int4-inf")
+ACTIVE = ("quant-patchify",)
 
 
 def known_bug(res, names):
