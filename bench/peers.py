@@ -2,7 +2,7 @@
 CPU (model exported by torch.onnx.export), OpenVINO CPU (openvino.convert_model
 of the same module, compiled at f32 and at its default precision: bf16 on
 CPUs with AMX or AVX512_BF16, f32 elsewhere) and kiln, also with bf16 compute
-and int8 / int4 weights, and eager in bf16 (the low-precision systems, LOWP:
+and int8 / int4 weights, and eager and kiln on the model in bf16 (the low-precision systems, LOWP:
 checked by cosine similarity and relative error against eager fp32 instead of
 fp32's tolerance).
 
@@ -34,13 +34,13 @@ class Unavailable(Exception):
 # The order they run in, in each model's process: eager first (the reference),
 # kiln next (its output is checked before anything else), Inductor last (its
 # compile workers stay alive after it).
-SYSTEMS = ("eager", "kiln", "kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16", "onnxruntime",
-           "openvino", "openvino_default", "inductor")
+SYSTEMS = ("eager", "kiln", "kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16", "kiln_bf16_model",
+           "onnxruntime", "openvino", "openvino_default", "inductor")
 # kiln's options for its low-precision systems (kiln.trace keywords).
 KILN_LOWP = {"kiln_bf16": {"compute_dtype": torch.bfloat16},
              "kiln_int8": {"weights_dtype": "int8:a8"},
              "kiln_int4": {"weights_dtype": "int4"}}
-LOWP = tuple(KILN_LOWP) + ("eager_bf16", "openvino_default")
+LOWP = tuple(KILN_LOWP) + ("eager_bf16", "kiln_bf16_model", "openvino_default")
 # A low-precision output fails its check below this cosine to eager fp32 (a
 # gross error, not a precision target: the cosine is reported either way),
 # unless it is, within fp32's tolerance, the eager model run with the same
@@ -287,13 +287,17 @@ def prepare_eager(model, inputs, threads):
     return Prepared(call, 0.0)
 
 
+def _in_bf16(model, inputs):
+    """``model.to(torch.bfloat16)`` (a copy) and its floating-point inputs in bf16."""
+    return copy.deepcopy(model).to(torch.bfloat16), tuple(
+        x.to(torch.bfloat16) if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+
+
 def prepare_eager_bf16(model, inputs, threads):
     """Eager PyTorch as a user runs a model in bf16: ``model.to(torch.bfloat16)``
     and its floating-point inputs cast to bf16 (outputs stay bf16; the check
     widens them)."""
-    m = copy.deepcopy(model).to(torch.bfloat16)
-    args = tuple(x.to(torch.bfloat16) if torch.is_tensor(x) and x.is_floating_point() else x
-                 for x in inputs)
+    m, args = _in_bf16(model, inputs)
 
     def call():
         with torch.inference_mode():
@@ -522,9 +526,19 @@ def prepare_openvino(model, inputs, threads, default_precision=False):
     return Prepared(call, time.perf_counter() - t0, at, phases)
 
 
+def prepare_kiln_bf16_model(model, inputs, threads):
+    """kiln.trace of the same bf16 model eager_bf16 runs (``model.to(
+    torch.bfloat16)``, bf16 inputs and outputs): kiln's native path for a bf16
+    checkpoint (python/kiln/lowp.py), where kiln_bf16 is compute_dtype=bf16
+    on the fp32 model."""
+    m, args = _in_bf16(model, inputs)
+    return prepare_kiln(m, args, threads)
+
+
 INFER = {"eager": prepare_eager, "inductor": prepare_inductor,
          "onnxruntime": prepare_onnxruntime, "kiln": prepare_kiln,
          "openvino": prepare_openvino, "eager_bf16": prepare_eager_bf16,
+         "kiln_bf16_model": prepare_kiln_bf16_model,
          "openvino_default": lambda m, i, t: prepare_openvino(m, i, t, default_precision=True)}
 INFER.update({s: (lambda kw: lambda m, i, t: prepare_kiln(m, i, t, **kw))(kw)
               for s, kw in KILN_LOWP.items()})
@@ -580,6 +594,8 @@ def prepare_train(system, model, inputs, threads):
         raise Unavailable("n/a: OpenVINO runs inference only")
     if system in ("kiln_int8", "kiln_int4"):
         raise Unavailable("n/a: quantized weights are for inference")
+    if system == "kiln_bf16_model":
+        raise Unavailable("n/a: training in bf16 is the autocast column")
     if system in ("kiln", "kiln_bf16"):
         try:
             import kiln  # noqa: F401  (registers the "kiln" torch.compile backend)

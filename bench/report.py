@@ -458,20 +458,22 @@ def _shape_foot(results: dict) -> list[str]:
 
 
 LOWP_HEADER = ["model", "thr", "kiln fp32 ms", "kiln bf16 ms", "kiln int8 ms", "kiln int4 ms",
-               "eager bf16 ms", "openvino f32 ms", "openvino default ms", "bf16/fp32", "int8/fp32",
-               "int4/fp32", "kiln bf16 vs eager bf16", "kiln bf16 vs ov default"]
+               "eager bf16 ms", "kiln bf16 model ms", "openvino f32 ms", "openvino default ms", "bf16/fp32",
+               "int8/fp32", "int4/fp32", "kiln bf16 vs eager bf16", "kiln bf16 model vs eager bf16",
+               "kiln bf16 vs ov default"]
 
 LOWP_ABOUT = (
     "kiln with `compute_dtype=torch.bfloat16` (linear layers in bf16, fp32 sums), "
     "`weights_dtype=\"int8:a8\"` (int8 weights and activations quantized per row at run "
     "time) and `weights_dtype=\"int4\"` (groups of 32), beside eager PyTorch in bf16 "
-    "(`model.to(torch.bfloat16)`, bf16 inputs), OpenVINO at f32 and at the "
+    "(`model.to(torch.bfloat16)`, bf16 inputs) and kiln.trace of that same bf16 model "
+    "(kiln bf16 model), OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
     "or AVX512_BF16). In parentheses after a kiln or eager bf16 time: the cosine similarity of its "
     "outputs to eager fp32's, the accuracy figure (a cell fails below 0.9, a gross error, unless it "
     "is eager run with the same dequantized weights within fp32's tolerance: marked =). "
     "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs X: "
-    "X's time over kiln bf16's.")
+    "X's time over kiln bf16's; kiln bf16 model vs eager bf16: the same bf16 model in both.")
 
 TRAIN_LOWP_HEADER = ["model", "thr", "eager fp32 ms", "kiln fp32 ms", "eager autocast ms",
                      "kiln autocast ms", "kiln/eager fp32", "kiln/eager autocast",
@@ -511,7 +513,7 @@ def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
                 k in s for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "openvino_default")):
             continue
         r = [row["model"], str(row["threads"]), time_cell(s.get("kiln", {}), notes)]
-        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16"):
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16", "kiln_bf16_model"):
             r.append(_cos_cell(s.get(k, {}), notes))
         r.append(time_cell(s.get("openvino", {}), notes))
         d = s.get("openvino_default", {})
@@ -519,8 +521,8 @@ def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
         base = _ms(s.get("kiln"))
         for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
             r.append(_ratio(base, _ms(s.get(k))))
-        b = _ms(s.get("kiln_bf16"))
-        r += [_ratio(_ms(s.get("eager_bf16")), b), _ratio(_ms(d), b)]
+        b, eb = _ms(s.get("kiln_bf16")), _ms(s.get("eager_bf16"))
+        r += [_ratio(eb, b), _ratio(eb, _ms(s.get("kiln_bf16_model"))), _ratio(_ms(d), b)]
         out.append(r)
     return out
 

@@ -66,7 +66,7 @@ def timing_params(quick: bool, heavy: bool) -> dict:
 PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
               "inductor": "inductor", "kiln_bf16": "kiln low precision",
               "kiln_int8": "kiln low precision", "kiln_int4": "kiln low precision",
-              "eager_bf16": "eager ref",
+              "eager_bf16": "eager ref", "kiln_bf16_model": "kiln low precision",
               "openvino": "openvino", "openvino_default": "openvino"}
 
 

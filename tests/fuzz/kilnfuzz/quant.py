@@ -123,6 +123,29 @@ def linear_weight(w, x):
     if w.dim() == 2:
         return True
     return w.dim() >= 3 and x.dim() >= w.dim() and all(d == 1 for d in w.shape[:-2])
+# The ops by which torch's matmul of a 3-d x by a (K, N) weight W reaches a
+# bmm: expand(W, (B, K, N)) and value-keeping views. kiln reads W itself at
+# such a bmm (optable/core.py, _expanded_matrix): a linear layer's weight.
+_SAME_VALUES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.clone.default)
+
+
+def broadcast_origin(op, src_shape, src_dtype, out_shape, src, src_origin):
+    """For a constant op's result: the (1, .., 1, K, N) constant it
+    broadcasts (src itself after an expand, src's origin through a view
+    that keeps the last two dims), else None. kiln's _expanded_matrix
+    follows the same chain back from a bmm's operand (float32 only; the
+    reference's float64 run stands for the float32 program)."""
+    src_shape, out_shape = tuple(src_shape), tuple(out_shape)
+    if op is aten.expand.default:
+        if (src_dtype in (torch.float32, torch.float64) and len(src_shape) >= 2 and src_shape[-2:] == out_shape[-2:]
+                and all(d == 1 for d in src_shape[:-2])):
+            return src
+        return None
+    if op in _SAME_VALUES and src_origin is not None and src_shape[-2:] == out_shape[-2:]:
+        return src_origin
+    return None
+
+
 # Embedding lookups: the table's operand, the indices'; (N, D) tables, rows as output channels.
 _TABLE = {aten.embedding.default: (0, 1), aten.index_select.default: (0, 2), aten.index.Tensor: (0, 1)}
 
@@ -170,6 +193,7 @@ class QuantEager(Eager):
         super().__init__(float_dtype, audit, at_plan_sizes=True)
         self.kind, self.a8, self.group = parse(mode_name(mode))
         self.c32 = {}  # id(constant handle) -> (handle, its float32 value)
+        self.origin = {}  # id(constant handle) -> (handle, the constant it broadcasts: broadcast_origin)
         for t in consts:
             self.c32[id(t)] = (t, t.float() if t.is_floating_point() else t)
         self.decisions, self.flip = decisions, flip
@@ -179,6 +203,10 @@ class QuantEager(Eager):
     def _const(self, t):
         e = self.c32.get(id(t))
         return e is not None and e[0] is t
+
+    def _origin(self, t):
+        e = self.origin.get(id(t))
+        return e[1] if e is not None and e[0] is t else None
 
     def _f32(self, t):
         return self.c32[id(t)][1]
@@ -222,16 +250,24 @@ class QuantEager(Eager):
             for o, o3 in zip(outs, o32s):
                 if isinstance(o, torch.Tensor):
                     self.c32[id(o)] = (o, o3)
+            src = args[0] if args else None
+            if isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor):
+                o = broadcast_origin(op, src.shape, src.dtype, out.shape, src, self._origin(src))
+                if o is not None:
+                    self.origin[id(out)] = (out, o)
             return out
         args = list(args)
         if op in _LINEAR:
             wi, xi, layout = _LINEAR[op]
             w, x = args[wi], args[xi]
             if (isinstance(w, torch.Tensor) and self._const(w) and w.is_floating_point()
-                    and isinstance(x, torch.Tensor) and not self._const(x) and x.is_floating_point()
-                    and linear_weight(w, x)):
-                args[wi] = self._weight(w, layout)
-                if self.a8:
+                    and isinstance(x, torch.Tensor) and not self._const(x) and x.is_floating_point()):
+                src = self._origin(w) if op is aten.bmm.default else None
+                if linear_weight(w, x):
+                    args[wi] = self._weight(w, layout)
+                elif src is not None:  # a bmm by an expanded (K, N) weight
+                    args[wi] = self._weight(src, layout).expand(w.shape)
+                if self.a8 and (linear_weight(w, x) or src is not None):
                     args[xi] = self._activations(x)
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
             ti, idx = found
@@ -409,6 +445,7 @@ class QuantSource:
 
     def setup_quant(self, const_names):
         self.consts = set(const_names)
+        self.origin = {}  # constant name -> the constant it broadcasts (broadcast_origin)
 
     def _is_const(self, a):
         return isinstance(a, str) and a in self.consts
@@ -433,16 +470,28 @@ class QuantSource:
             out = super().call(op, *args, **kwargs)
             for n in (out if isinstance(out, tuple) else (out,)):
                 self.consts.add(n)
+            src = args[0] if args else None
+            if isinstance(out, str) and isinstance(src, str) and isinstance(self.vals.get(src), torch.Tensor):
+                o = broadcast_origin(op, self.vals[src].shape, self.vals[src].dtype, self.vals[out].shape, src,
+                                     self.origin.get(src))
+                if o is not None:
+                    self.origin[out] = o
             return out
         args = list(args)
         if op in _LINEAR:
             wi, xi, layout = _LINEAR[op]
             w, x = args[wi], args[xi]
             if (self._is_const(w) and self.vals[w].is_floating_point() and isinstance(x, str)
-                    and not self._is_const(x) and self.vals[x].is_floating_point()
-                    and linear_weight(self.vals[w], self.vals[x])):
-                args[wi] = self._bind_line(f"qw({w}, {layout!r}, self.quant)", self.vals[w])
-                args[xi] = self._bind_line(f"qx({x}, self.quant)", self.vals[x])
+                    and not self._is_const(x) and self.vals[x].is_floating_point()):
+                src = self.origin.get(w) if op is aten.bmm.default else None
+                if linear_weight(self.vals[w], self.vals[x]):
+                    args[wi] = self._bind_line(f"qw({w}, {layout!r}, self.quant)", self.vals[w])
+                elif src is not None:  # a bmm by an expanded (K, N) weight
+                    shape = tuple(self.vals[w].shape)
+                    args[wi] = self._bind_line(f"qw({src}, {layout!r}, self.quant).expand({shape})",
+                                               self.vals[w])
+                if linear_weight(self.vals[w], self.vals[x]) or src is not None:
+                    args[xi] = self._bind_line(f"qx({x}, self.quant)", self.vals[x])
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
             ti, idx = found
             t = args[ti]
