@@ -432,8 +432,9 @@ int kiln_gemm_q8a8_applies(const kiln_gemm_f32_args_t* g) {
  * and subtracts z . sum(a) once (the offset form): an infinite a makes that
  * inf - inf = NaN where eager's product with the dequantized weight is
  * +-inf (fuzzer known bug quant-int4-inf). Such a call takes the blocked
- * path, which dequantizes the weight first, as eager does. At decode sizes
- * the scan is a pass over a few KiB of A beside megabytes of weights. */
+ * path, which dequantizes the weight first, as eager does. One batch (a
+ * decode step) is checked on the group sums the GEMV makes anyway (a
+ * double sum of finite floats stays finite); this scan is for batches. */
 static int kiln_gemm_quant_a_finite(const kiln_gemm_f32_args_t* g) {
   for (int64_t bt = 0; bt < g->batch; ++bt)
     for (int64_t i = 0; i < g->m; ++i) {
@@ -484,7 +485,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t kg = bits == 4 ? kiln_q_cdiv(K, group) : 0;
   const int64_t gb = bits == 4 ? kiln_gemm_q4_group_bytes(group, form) : 0;
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
-  int gemv = M <= KILN_GEMM_GEMV_MAX_M && (bits != 4 || kiln_gemm_quant_a_finite(g));
+  int gemv = M <= KILN_GEMM_GEMV_MAX_M && (bits != 4 || g->batch == 1 || kiln_gemm_quant_a_finite(g));
   snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "%s-%s",
            gemv ? "gemv" : "blocked", qk->name);
   void* blk = NULL;
@@ -503,6 +504,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     memset(&t, 0, sizeof(t));
     t.g = g, t.qk = qk, t.bits = bits, t.group = group, t.form = form;
     t.kg = kg, t.kpad = kpad, t.gb = gb, t.np = np, t.body = body, t.a = arow, t.asum = asum;
+    int finite = 1;
     for (int64_t bt = 0; bt < g->batch; ++bt) {
       for (int64_t i = 0; i < M; ++i) {
         int64_t base = bt * g->a_batch_stride + i * g->a_row_stride;
@@ -523,14 +525,17 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
           }
           asum[(i * kg + q) * 2] = (float)se;
           asum[(i * kg + q) * 2 + 1] = (float)so;
+          finite = finite && isfinite(se + so);
         }
       }
+      if (!finite) break; /* one batch (else A was scanned): nothing written yet */
       kiln_gemm_gemv_panels_run(g, M, g->c + bt * g->c_batch_stride,
                                 g->residual ? g->residual + bt * g->r_batch_stride : NULL, pool,
                                 kiln_gemm_quant_gemv_panels, &t);
     }
     kiln_scratch_put(&kiln_gemm_quant_scratch_, blk);
-    return;
+    if (finite) return;
+    snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "blocked-%s", qk->name);
   }
 
   /* Blocked: the fp32 GEMM (its blocking, threads and epilogue), whose
