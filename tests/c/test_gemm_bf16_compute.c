@@ -201,9 +201,11 @@ static void bf16c_path(kiln_pool_t* pool, const char* path) {
         bf16c_run(&tc, pool, path);
       }
   /* Larger: several strips, M blocks and K blocks (the fp32 driver's 256),
-   * a batch, bf16 A, NaN/Inf, every epilogue piece at once. */
+   * a batch, bf16 A, NaN/Inf, every epilogue piece at once; 450 x 1536
+   * (one strip) makes 3 row blocks of 160, which 2 threads share as 4 of
+   * 128. */
   static const int64_t big[][4] = {{1, 300, 100, 333}, {2, 70, 65, 257}, {1, 129, 257, 96},
-                                   {1, 5, 70, 1000}};
+                                   {1, 5, 70, 1000}, {1, 450, 24, 1536}};
   for (size_t z = 0; z < sizeof(big) / sizeof(big[0]); ++z)
     for (int v = 0; v < 3; ++v) {
       memset(&tc, 0, sizeof(tc));

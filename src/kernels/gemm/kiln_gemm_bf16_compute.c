@@ -180,6 +180,19 @@ static int kiln_gemm_bf16_run(const kiln_gemm_f32_args_t* g, int values, kiln_po
   /* Strip runs: at most 1024 columns, then more until every thread has two. */
   ch.n_n = kiln_gemm_bf16_cdiv(N, 1024);
   while (ch.n_m * ch.n_n < 2 * T && ch.n_n < ch.strips) ch.n_n++;
+  /* Whole rounds: a task count that is not a multiple of the threads
+   * leaves threads idle through the last round (MiniLM's output layer,
+   * 1024 x 384 x 1536: 7 blocks of 160 rows on 2 threads ran at 0.88x
+   * twice one thread's speed). Thinner row blocks, in whole 32-row tiles,
+   * until the count divides, while threads keep at most 4 tasks each and
+   * the last block is at least half as tall as the others. */
+  for (int64_t nm = ch.n_m + 1; T > 1 && (ch.n_m * ch.n_n) % T && nm * ch.n_n <= 4 * T; ++nm) {
+    int64_t mc2 = (kiln_gemm_bf16_cdiv(M, nm) + 31) / 32 * 32, nm2 = kiln_gemm_bf16_cdiv(M, mc2);
+    if ((nm2 * ch.n_n) % T == 0 && 2 * (M - (nm2 - 1) * mc2) >= mc2) {
+      ch.mc = mc2;
+      ch.n_m = nm2;
+    }
+  }
   ch.b_rs = g->b_row_stride;
   ch.b_cs = g->b_col_stride;
   ch.b_per = KILN_GEMM_BF16_B_PANELS;

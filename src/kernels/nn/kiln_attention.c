@@ -80,19 +80,24 @@
 
 /* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
  * are that long); the plan never makes a larger row block. */
+/* KILN_NN_ATTN_SUB: on the bf16 engine a key tile's scores and weights
+ * are taken for SUB rows at a time (a multiple of both mr), so S and P stay
+ * in L1 however many rows the task has, and a task can take all of a
+ * head's rows: K and V are packed once per head instead of once per row
+ * block (MiniLM's 128 queries: one block of 132 rows, not two of 66). */
 enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
-       KILN_NN_ATTN_MAX_ROWS = 66 };
+       KILN_NN_ATTN_MAX_ROWS = 132, KILN_NN_ATTN_SUB = 24 };
 
 static int64_t kiln_nn_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 /* The scratch tiles of a task, in floats: Q (bq, d), Kt (d, bk), V (bk,
- * dvp), S (bq, bk), O (bq, dvp), m, l; on the bf16 engine (eng) Q, Kt and V
- * hold bf16 (half the floats, d rounded up to even) and P (bq, bk) bf16
- * follows, or takes Kt's place when it fits there (bq <= d: Kt is dead
- * once a tile's scores are taken), which lets BERT's d = 64 have 48 rows
- * by 128 keys. */
+ * dvp), S (sb, bk), O (bq, dvp), m, l, where sb, the rows whose scores are
+ * taken at once, is bq except on the bf16 engine (eng: at most
+ * KILN_NN_ATTN_SUB). On the engine Q, Kt and V hold bf16 (half the floats,
+ * d rounded up to even) and P (sb, bk) bf16 follows, or takes Kt's place
+ * when it fits there and no later row needs Kt (one sub-block, bq <= d). */
 typedef struct kiln_nn_attn_layout_s {
-  int64_t q, k, v, s, o, total;
+  int64_t q, k, v, s, o, total, sb;
   int p_in_k;
 } kiln_nn_attn_layout_t;
 
@@ -100,13 +105,14 @@ static kiln_nn_attn_layout_t kiln_nn_attn_layout(int64_t bq, int64_t bk, int64_t
                                                  int eng) {
   kiln_nn_attn_layout_t t;
   int64_t dp = (d + 1) / 2 * 2;
+  t.sb = eng && bq > KILN_NN_ATTN_SUB ? KILN_NN_ATTN_SUB : bq;
   t.q = eng ? bq * dp / 2 : bq * d;
   t.k = eng ? dp / 2 * bk : d * bk;
   t.v = eng ? bk * dvp / 2 : bk * dvp;
-  t.s = bq * bk;
+  t.s = t.sb * bk;
   t.o = bq * dvp;
-  t.p_in_k = eng && bq <= dp;
-  t.total = t.q + t.k + t.v + t.s + t.o + 3 * bq + (eng && !t.p_in_k ? bq * bk / 2 : 0);
+  t.p_in_k = eng && t.sb == bq && bq <= dp;
+  t.total = t.q + t.k + t.v + t.s + t.o + 3 * bq + (eng && !t.p_in_k ? t.sb * bk / 2 : 0);
   return t;
 }
 
@@ -136,12 +142,12 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
                  ? 4
                  : KILN_NN_ATTN_MR;
   /* (rows, keys): rows a multiple of 6 (of 12 up to 48), halvable down to
-   * mr. The bf16 engine's tiles are half the bytes: it can take all 128
-   * keys of a BERT row at once (one max, one rescale per row instead of
-   * two), and, for small head dims, 66 rows (a 128-query head in two row
-   * blocks instead of three: K and V packed twice, not three times). */
-  static const int64_t tiles[][2] = {{66, 128}, {48, 128}, {24, 128}, {48, 64}, {48, 32},
-                                     {24, 32},  {12, 32},  {12, 16},  {6, 16}};
+   * mr. The bf16 engine's tiles are half the bytes and its scores are
+   * taken KILN_NN_ATTN_SUB rows at a time: it can take all 128 keys of a
+   * BERT row at once (one max, one rescale per row instead of two) and,
+   * for small head dims, all 128 queries of a head (K and V packed once). */
+  static const int64_t tiles[][2] = {{132, 128}, {66, 128}, {48, 128}, {24, 128}, {48, 64},
+                                     {48, 32},   {24, 32},  {12, 32},  {12, 16},  {6, 16}};
   plan->q_block = 12;
   plan->k_block = 0;
   if (d <= KILN_ATTENTION_MAX_HEAD_DIM && a->v_head_dim <= KILN_ATTENTION_MAX_HEAD_DIM) {
@@ -596,11 +602,12 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
   float* qp = scratch;      /* (nrp, d), pre-scaled (bf16 rule: rounded, not scaled) */
   float* kt = qp + lay.q;   /* (d, bk) */
   float* vp = kt + lay.k;   /* (bk, dvp) */
-  float* s = vp + lay.v;    /* (nrp, bk): scores, then probabilities */
+  float* s = vp + lay.v;    /* (sb, bk): scores, then probabilities */
   float* o = s + lay.s;     /* (nrp, dvp) */
   float* m = o + lay.o;     /* running max per row (bf16: its reference point) */
   float* l = m + nrp;       /* running sum per row */
-  uint16_t* pb = (uint16_t*)(void*)(lay.p_in_k ? kt : l + nrp); /* (nrp, bk) bf16, eng only */
+  uint16_t* pb = (uint16_t*)(void*)(lay.p_in_k ? kt : l + nrp); /* (sb, bk) bf16, eng only */
+  const int64_t sb = lay.sb; /* rows of S and P: nrp off the engine */
   (void)pb;
 
   int64_t kv_end = 0;
@@ -693,10 +700,9 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
 #endif
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
     if (eng) {
+      /* The scores are taken per sub-block, below. */
       kiln_attn_bf16_pack_kt__avx512bf16(kb + j0 * a->k_strides[2], a->k_strides[2],
                                          a->k_strides[3], d, nk, nkp, (uint16_t*)(void*)kt, bk);
-      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, nkp, dp / 2, (const uint16_t*)(void*)qp, dp,
-                                      (const uint16_t*)(void*)kt, bk, s, bk, 0, a->scale, lim, 1);
     } else
 #endif
     {
@@ -738,68 +744,81 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       }
     }
 
-    for (int64_t r = 0; r < nrp; ++r) {
-      float* sr = s + r * bk;
-      /* The rule scales the fp32 sums (q was packed unscaled; the engine's
-       * tile scales as it stores), then adds the mask: two roundings. */
-      if (bf && !eng && r < nr && rows[r].mask && a->mask_strides[3] == 1) {
-        const float* mk = rows[r].mask + j0;
-        for (int64_t c = 0; c < vis[r]; ++c) sr[c] = sr[c] * a->scale + mk[c];
-      } else if (bf && !eng) {
-        for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
-      }
-      if (r < nr && rows[r].mask && !(bf && !eng && a->mask_strides[3] == 1)) {
-        const float* mk = rows[r].mask + j0 * a->mask_strides[3];
-        int64_t ms = a->mask_strides[3];
-        if (ms == 1)
-          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c];
-        else
-          for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c * ms];
-      }
-      for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
-      float m_new = kiln_nn_row_max((size_t)nkp, sr);
-      /* bf16: the weights are taken against a reference point, a multiple
-       * of ln2, moved only when a score passes it (kiln_attention_bf16.h). */
-      if (bf && m_new > m[r]) m_new = kiln_attn_bf16_ref_point(m_new);
-      m_new = m_new > m[r] ? m_new : m[r];
-      /* While every key so far is hidden the max is -inf; subtracting 0
-       * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
-      float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      float alpha = kiln_nn_exp_negf(m[r] - m_use);
-      float acc[KILN_NN_LANES] = {0};
-      if (bf && !eng) /* P rounded to bf16 for P·V as it is made; l sums it unrounded */
-        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
-          for (int j = 0; j < KILN_NN_LANES; ++j) {
-            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-            sr[c + j] = kiln_bf16_round_f32(p);
-            acc[j] += p;
-          }
-      else
-        for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
-          for (int j = 0; j < KILN_NN_LANES; ++j) {
-            float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-            sr[c + j] = p;
-            acc[j] += p;
-          }
-      l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
-      m[r] = m_new;
-      /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
+    /* Rows in sub-blocks of sb (all nrp off the engine), each through its
+     * scores, weights and P·V while its S and P are in L1. */
+    for (int64_t rb = 0; rb < nrp; rb += sb) {
+      const int64_t re = nrp - rb < sb ? nrp : rb + sb;
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
-      if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + r * bk);
+      if (eng)
+        kiln_attn_bf16_gemm__avx512bf16(mr, re - rb, nkp, dp / 2,
+                                        (const uint16_t*)(void*)qp + rb * dp, dp,
+                                        (const uint16_t*)(void*)kt, bk, s, bk, 0, a->scale,
+                                        lim + rb / mr, 1);
+#endif
+      for (int64_t r = rb; r < re; ++r) {
+        float* sr = s + (r - rb) * bk;
+        /* The rule scales the fp32 sums (q was packed unscaled; the engine's
+         * tile scales as it stores), then adds the mask: two roundings. */
+        if (bf && !eng && r < nr && rows[r].mask && a->mask_strides[3] == 1) {
+          const float* mk = rows[r].mask + j0;
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] = sr[c] * a->scale + mk[c];
+        } else if (bf && !eng) {
+          for (int64_t c = 0; c < vis[r]; ++c) sr[c] *= a->scale;
+        }
+        if (r < nr && rows[r].mask && !(bf && !eng && a->mask_strides[3] == 1)) {
+          const float* mk = rows[r].mask + j0 * a->mask_strides[3];
+          int64_t ms = a->mask_strides[3];
+          if (ms == 1)
+            for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c];
+          else
+            for (int64_t c = 0; c < vis[r]; ++c) sr[c] += mk[c * ms];
+        }
+        for (int64_t c = vis[r]; c < nkp; ++c) sr[c] = -INFINITY;
+        float m_new = kiln_nn_row_max((size_t)nkp, sr);
+        /* bf16: the weights are taken against a reference point, a multiple
+         * of ln2, moved only when a score passes it (kiln_attention_bf16.h). */
+        if (bf && m_new > m[r]) m_new = kiln_attn_bf16_ref_point(m_new);
+        m_new = m_new > m[r] ? m_new : m[r];
+        /* While every key so far is hidden the max is -inf; subtracting 0
+         * instead keeps e^(-inf) = 0 rather than e^(-inf + inf) = NaN. */
+        float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        float alpha = kiln_nn_exp_negf(m[r] - m_use);
+        float acc[KILN_NN_LANES] = {0};
+        if (bf && !eng) /* P rounded to bf16 for P·V as it is made; l sums it unrounded */
+          for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+            for (int j = 0; j < KILN_NN_LANES; ++j) {
+              float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+              sr[c + j] = kiln_bf16_round_f32(p);
+              acc[j] += p;
+            }
+        else
+          for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
+            for (int j = 0; j < KILN_NN_LANES; ++j) {
+              float p = kiln_nn_exp_negf(sr[c + j] - m_use);
+              sr[c + j] = p;
+              acc[j] += p;
+            }
+        l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
+        m[r] = m_new;
+        /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+        if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + (r - rb) * bk);
 #endif
 
-      if (alpha != 1.0f) {
-        float* orow = o + r * dvp;
-        for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
+        if (alpha != 1.0f) {
+          float* orow = o + r * dvp;
+          for (int64_t e = 0; e < dvp; ++e) orow[e] *= alpha;
+        }
       }
-    }
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
-    if (eng)
-      kiln_attn_bf16_gemm__avx512bf16(mr, nrp, dvp, nkp / 2, pb, bk, (const uint16_t*)(void*)vp,
-                                      dvp, o, dvp, 1, 1.0f, lim, 0);
-    else
+      if (eng)
+        kiln_attn_bf16_gemm__avx512bf16(mr, re - rb, dvp, nkp / 2, pb, bk,
+                                        (const uint16_t*)(void*)vp, dvp, o + rb * dvp, dvp, 1, 1.0f,
+                                        lim + rb / mr, 0);
+      else
 #endif
-      kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0, round_v);
+        kiln_nn_attn_gemm(mr, nrp, dvp, nkp, s, bk, vt, ldv, o, dvp, 1, lim, 0, round_v);
+    }
   }
 
   if (plan->kv_parts > 1) {
