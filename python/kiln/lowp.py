@@ -13,7 +13,11 @@ removed by dead-code elimination. So:
 
 - norms, softmax, reductions, elementwise math, attention and convolutions
   compute in fp32 and their intermediates stay fp32 (kiln is at least as
-  accurate as eager: it skips eager's rounding of each op's output); a
+  accurate as eager: it skips eager's rounding of each op's output);
+  attention of bf16 q, k and v takes eager's own bf16 rule instead where
+  that is faster (attention_in_bf16: the CPU has a bf16 engine and the
+  call is not a decode step's): torch's CPU flash kernel for bf16, which
+  kiln's KILN_SDPA_BF16 follows; a
   convolution whose x is bf16 is marked as eager's product of that bf16 x
   (CONV2D's ROUND_X): where its weight holds bf16 values and the CPU has a
   bf16 engine, the conv rounds x as it reads it and runs on the engine, its
@@ -49,9 +53,11 @@ not at all).
 """
 
 import operator
+import os
 
 import torch
 
+from kiln import _C
 from kiln.optable.core import cast
 
 aten = torch.ops.aten
@@ -180,7 +186,38 @@ def returned_values(outputs):
     return seen
 
 
+def attention_in_bf16(n, low_in):
+    """Whether SDPA node n, of bf16 q, k and v, takes eager's bf16 rule
+    (KILN_SDPA_BF16: q, k, v rounded as read, so from their fp32 twins too,
+    and the softmax weights rounded for P·V) rather than fp32 on the
+    twins: where compute_dtype=bf16 would (kiln_pass_sdpa_bf16.c), that is
+    where the CPU has a bf16 engine and the call is not a decode step's (at
+    most 8 rows per kv head, known at compile time), whose K and V reads
+    the rule's rounding only slows. KILN_ATTN_BF16=off / on: never / always
+    (A/B runs, tests)."""
+    qkv = n.args[:3]
+    if len(qkv) < 3 or not all(isinstance(a, torch.fx.Node) and a in low_in
+                               and a.meta["val"].dtype == torch.bfloat16 for a in qkv):
+        return False
+    mode = os.environ.get("KILN_ATTN_BF16")
+    if mode in ("off", "on"):
+        return mode == "on"
+    if _C.bf16_engine() == "none":
+        return False
+    q, k = (a.meta["val"].shape for a in qkv[:2])
+    heads, kv_heads = (q[1], k[1]) if len(q) == 4 else (1, 1)
+    if all(isinstance(d, int) for d in (q[-2], heads, kv_heads)) and kv_heads > 0:
+        return q[-2] * (heads // kv_heads) > 8
+    return True  # symbolic: not known to be a decode step
+
+
 def _promoted(ctx, n, handler, low_in, low_out, wide):
+    if n.target is aten.scaled_dot_product_attention.default:
+        ctx.sdpa_bf16, before = attention_in_bf16(n, low_in), getattr(ctx, "sdpa_bf16", False)
+        try:
+            return _promoted_op(ctx, n, handler, low_in, low_out, wide)
+        finally:
+            ctx.sdpa_bf16 = before
     if n.target is aten.convolution.default:
         x = n.args[0]
         round_x = x in low_in and x.meta["val"].dtype == torch.bfloat16

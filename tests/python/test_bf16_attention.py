@@ -22,6 +22,7 @@ each) move the scores by ~2^-8 |s|, v and the weights add 2^-9 each: a few
 """
 
 import math
+import re
 
 import pytest
 import torch
@@ -272,3 +273,59 @@ def test_minilm_real_weights_cosine_with_bf16_attention():
           f"worst token {float(per_token.min()):.6f}")
     assert cosine(got, want) >= 0.999
     assert float(per_token.min()) >= 0.99
+
+
+def test_bf16_model_attention_takes_the_rule_where_it_pays(monkeypatch):
+    """A bf16 model's SDPA (bf16 q, k, v: eager runs torch's flash kernel
+    for bf16, the rule above) takes the rule where compute_dtype=bf16 would
+    flag it: a bf16 engine, not a decode step (lowp.attention_in_bf16);
+    elsewhere it computes in fp32 on the values kiln holds. The BERT-style
+    block's SDPA still reads q, k and v as views of its QKV projection
+    (fuse_attn carries the flag)."""
+    monkeypatch.delenv("KILN_ATTN_BF16", raising=False)
+    torch.manual_seed(5)
+    q, k, v = (torch.randn(1, 4, 40, 32, dtype=torch.bfloat16) for _ in range(3))
+    q1 = q[:, :, :1].contiguous()
+    block = Block().eval().to(torch.bfloat16)
+    x = torch.randn(2, 33, 128, dtype=torch.bfloat16)
+    start = _C.bf16_engine()
+    try:
+        for engine in dict.fromkeys([start, "none"]):
+            _C.bf16_engine(engine)
+            has = _C.bf16_engine() != "none"
+            prefill = kiln.explain(kiln.trace(Attn(), (q, k, v)))
+            decode = kiln.explain(kiln.trace(Attn(), (q1, k, v)))
+            fused = kiln.explain(kiln.trace(block, (x,)))
+            assert ("compute=bf16" in prefill) == has, (engine, prefill)
+            assert "compute=bf16" not in decode, (engine, decode)
+            # q, k and v read as views of the projection's output.
+            assert ("compute=bf16" in fused) == has and re.search(r"sdpa +\((%\d+), \1, \1\)", fused), fused
+    finally:
+        _C.bf16_engine(start)
+    for knob, want in (("off", False), ("on", True)):
+        monkeypatch.setenv("KILN_ATTN_BF16", knob)
+        for t in (q, q1):
+            text = kiln.explain(kiln.trace(Attn(), (t, k, v)))
+            assert ("compute=bf16" in text) == want, (knob, text)
+    # fp32 attention is never flagged by a bf16 neighbour.
+    monkeypatch.delenv("KILN_ATTN_BF16")
+    assert "compute=bf16" not in kiln.explain(kiln.trace(Attn(), (q.float(), k.float(), v.float())))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("engine", engines(), indirect=True)
+def test_bf16_model_attention_matches_the_rule(engine, causal):
+    """With the rule (KILN_ATTN_BF16=on, every path): the bf16 model's
+    output is the rule's result on its bf16 q, k, v, rounded once to bf16:
+    the rule's tolerance plus half a bf16 step of the output."""
+    torch.manual_seed(6 + causal)
+    q, k, v = (torch.randn(2, 4, 70, 32).to(torch.bfloat16) for _ in range(3))
+    got = kiln.trace(Attn(causal), (q, k, v))(q, k, v)
+    assert got.dtype == torch.bfloat16
+    want, share = rule(q.float(), k.float(), v.float(), causal=causal)
+    tol = 2e-5 + 2 * 2.0 ** -8 * share * float(v.float().abs().max()) + 2.0 ** -9 * want.abs()
+    worst = float(((got.double() - want).abs() - tol).max())
+    assert worst <= 0, f"beyond the rule's tolerance by {worst:.3g}"
+    # The rule is applied: fp32 attention of the same bf16 values differs.
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    assert float((want - exact).abs().max()) > 1e-4

@@ -852,6 +852,7 @@ def attention_mask(ctx, mask):
 
 
 _SDPA_SCALE_HEAD_DIM = 4  # KILN_SDPA_SCALE_HEAD_DIM (kiln_ops.h)
+_SDPA_BF16 = 8  # KILN_SDPA_BF16: the bf16 rule (kiln_ops.h)
 
 
 def sdpa_scale(head_dim, scale):
@@ -897,8 +898,10 @@ def _sdpa(ctx, n):
         if rank == 3 and len(ctx.shape(m)) == 3:
             m = reshape(ctx, m, [ctx.shape(m)[0], 1] + list(ctx.shape(m)[1:]))
         inputs.append(m)
-    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)),
-                 **sdpa_scale(ctx.shape(q)[-1], scale))
+    params = sdpa_scale(ctx.shape(q)[-1], scale)
+    if getattr(ctx, "sdpa_bf16", False):  # a bf16 model's attention (lowp.attention_in_bf16)
+        params["flags"] = params.get("flags", 0) | _SDPA_BF16
+    y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), **params)
     return reshape(ctx, y, _shape(n))
 
 
