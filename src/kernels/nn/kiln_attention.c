@@ -79,12 +79,12 @@
 #endif
 
 /* KILN_NN_ATTN_MAX_ROWS: the most rows a task handles (its per-row tables
- * are that long); the plan never makes a larger row block. */
-/* KILN_NN_ATTN_SUB: on the bf16 engine a key tile's scores and weights
- * are taken for SUB rows at a time (a multiple of both mr), so S and P stay
- * in L1 however many rows the task has, and a task can take all of a
- * head's rows: K and V are packed once per head instead of once per row
- * block (MiniLM's 128 queries: one block of 132 rows, not two of 66). */
+ * are that long); the plan never makes a larger row block.
+ * KILN_NN_ATTN_SUB: on the bf16 engine a key tile's scores and weights are
+ * taken for SUB rows at a time (a multiple of both mr), so S and P stay in
+ * L1 however many rows the task has, and a task can take all of a head's
+ * rows: K and V are packed once per head instead of once per row block
+ * (MiniLM's 128 queries: one block of 132 rows, not two of 66). */
 enum { KILN_NN_ATTN_SCRATCH = 20480, KILN_NN_ATTN_MR = 6, KILN_NN_ATTN_NR = 16,
        KILN_NN_ATTN_MAX_ROWS = 132, KILN_NN_ATTN_SUB = 24 };
 
