@@ -110,9 +110,7 @@ static void quant_run(const quant_case_t* tc, const quant_kind_t* qk, kiln_pool_
   kiln_test_compare_f32(what, c_got, c_ref, nc, atol, 1e-4f);
   /* The path that ran is the forced level's. */
   const char* ran = kiln_gemm_quant_last_path();
-  /* No NEON quantized kernels yet: the neon level runs the generic ones. */
-  const char* isa =
-      kiln_cpu_isa() == KILN_ISA_NEON ? "generic" : kiln_cpu_isa_name(kiln_cpu_isa());
+  const char* isa = kiln_cpu_isa_name(kiln_cpu_isa());
   const char* dash = strchr(ran, '-');
   int want_gemv = M <= 8;
   KILN_EXPECT(dash && !strcmp(dash + 1, isa) && !strncmp(ran, want_gemv ? "gemv" : "blocked",
@@ -201,6 +199,12 @@ static void quant_dequant_level(kiln_pool_t* pool, const char* where) {
   if (kiln_cpu_isa() == KILN_ISA_AVX2 || kiln_cpu_isa() == KILN_ISA_AVX512) {
     q8 = kiln_qc8w_dequant__avx2;
     q4 = kiln_qb4w_dequant__avx2;
+  }
+#endif
+#ifdef KILN_GEMM_HAVE_NEON
+  if (kiln_cpu_isa() == KILN_ISA_NEON) {
+    q8 = kiln_qc8w_dequant__neon;
+    q4 = kiln_qb4w_dequant__neon;
   }
 #endif
   for (int q = 0; q < N_KINDS; ++q) {

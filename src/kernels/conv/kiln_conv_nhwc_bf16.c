@@ -61,8 +61,6 @@
 #define KILN_CONV_BF16_STR2(x) #x
 #define KILN_CONV_BF16_STR(x) KILN_CONV_BF16_STR2(x)
 
-static kiln_scratch_cache_t kiln_conv_bf16_scratch_ =
-    KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
 static _Thread_local const char* kiln_conv_bf16_path_ = "none";
 static _Thread_local int kiln_conv_bf16_window_pairs_;
 
@@ -132,6 +130,9 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
 }
 
 #ifdef KILN_GEMM_HAVE_X86
+/* The engine's scratch (x86 only: elsewhere the portable path runs). */
+static kiln_scratch_cache_t kiln_conv_bf16_scratch_ =
+    KILN_SCRATCH_CACHE_INIT(KILN_CONV_BF16_CACHE_CAP);
 
 typedef struct {
   const kiln_conv2d_f32_args_t* a;

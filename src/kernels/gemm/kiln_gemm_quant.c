@@ -280,6 +280,15 @@ static const kiln_gemm_quant_kernels_t kiln_gemm_quant_kernels__avx512 = {
     .dequant_q4 = kiln_qb4w_dequant__avx2,
 };
 #endif
+#ifdef KILN_GEMM_HAVE_NEON
+static const kiln_gemm_quant_kernels_t kiln_gemm_quant_kernels__neon = {
+    .name = "neon",
+    .gemv_q8 = kiln_f32_qc8w_gemv__neon,
+    .gemv_q4 = kiln_f32_qb4w_gemv__neon,
+    .dequant_q8 = kiln_qc8w_dequant__neon,
+    .dequant_q4 = kiln_qb4w_dequant__neon,
+};
+#endif
 
 static const kiln_gemm_quant_kernels_t* kiln_gemm_quant_kernels_for(kiln_isa_t isa) {
   static const kiln_gemm_quant_kernels_t* const v[KILN_ISA_COUNT] =

@@ -212,6 +212,22 @@ void kiln_qd8_qb4w_gemv__avx512vnni(int64_t m, int64_t kg, int group, int form, 
                                     int64_t lda, const float* ad, const int32_t* as,
                                     const uint8_t* b, int panels, float* out);
 #endif
+#ifdef KILN_GEMM_HAVE_NEON
+/* kiln_gemm_q8a8_neon.c (aarch64 ASIMD): SMLAL / SMULL, no SDOT. */
+void kiln_qd8_qc8w_gemm_ukernel_6x16__neon(int64_t k, const int16_t* a, const int8_t* b,
+                                           int32_t* out);
+void kiln_qd8_gemm_pack_a__neon(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
+                                float* scales);
+void kiln_qd8_qc8w_gemv__neon(int64_t m, int64_t k, const int8_t* a, int64_t lda, const float* sa,
+                              const int8_t* b, const float* scales, int panels, float* out);
+/* kiln_gemm_q4a8_neon.c (aarch64 ASIMD): SMLAL on nibbles, SADALP. */
+void kiln_qd8_qb4w_gemv__neon(int64_t m, int64_t kg, int group, int form, const int8_t* a,
+                              int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
+                              int panels, float* out);
+void kiln_qd8_quantize_groups__neon(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
+                                    float* d, int32_t* s);
+#endif
 
 /* The level's group quantizer of the q4a8 family; the q8a8 GEMV uses it
  * with one group (of K rounded up to 8) per row: the int8 row rule. */
@@ -305,6 +321,18 @@ void kiln_f32_qc8w_gemv__avx512(int64_t m, int64_t k, const float* a, int64_t ld
 void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, const float* a,
                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
                                 float* out);
+#endif
+#ifdef KILN_GEMM_HAVE_NEON
+/* kiln_gemm_quant_neon.c (aarch64 ASIMD). */
+void kiln_f32_qc8w_gemv__neon(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
+                              const float* scales, int panels, float* out);
+void kiln_f32_qb4w_gemv__neon(int64_t m, int64_t kg, int group, int form, const float* a,
+                              int64_t lda, const float* asum, const uint8_t* b, int panels,
+                              float* out);
+void kiln_qc8w_dequant__neon(int64_t k, int64_t p0, int64_t kc, const int8_t* b,
+                             const float* scales, int panels, float* out);
+void kiln_qb4w_dequant__neon(int64_t kg, int group, int form, int64_t p0, int64_t kc,
+                             const uint8_t* b, int panels, float* out);
 #endif
 
 #endif /* KILN_GEMM_QUANT_INTERNAL_H */
