@@ -13,7 +13,10 @@ nn.Embedding weight replaced by its dequantized values).
     int4 blobs keep their scales in 16 bits.
 round() is half to even and every step is fp32, as in kiln's packer, so the
 weights are the same bit for bit; a K that is not a multiple of G pads the
-last group with zeros (which changes neither max nor min).
+last group with zeros (which changes neither max nor min). kiln stores q as
+an integer, whose zero has no sign: q + 0.0 makes round()'s -0.0 (a small
+negative w) +0.0, so a zero weight is +0 times the scale, as kiln's (the
+sign of a zero shows through 1 / w: seed 20072 graph 5517).
 """
 import math
 
@@ -24,7 +27,7 @@ from torch import nn
 def quantize_int8(w):
     s = w.abs().amax(dim=1, keepdim=True) / 127
     s = torch.where(s == 0, torch.ones_like(s), s)
-    return torch.round(w / s).clamp(-127, 127) * s
+    return (torch.round(w / s).clamp(-127, 127) + 0.0) * s
 
 
 def quantize_int4(w, group, asym):
@@ -45,7 +48,7 @@ def quantize_int4(w, group, asym):
         m = g.gather(-1, g.abs().argmax(-1, keepdim=True))
         step = (m / -8).to(torch.bfloat16).float()
         safe = torch.where(step == 0, torch.ones_like(step), step)
-        q = torch.where(step == 0, torch.zeros_like(g), torch.round(g / safe)).clamp(-8, 7)
+        q = torch.where(step == 0, torch.zeros_like(g), torch.round(g / safe)).clamp(-8, 7) + 0.0
         d = q * step
     return d.reshape(n, kp)[:, :k].contiguous()
 

@@ -266,7 +266,8 @@ class QuantEager(Eager):
                 if linear_weight(w, x):
                     args[wi] = self._weight(w, layout)
                 elif src is not None:  # a bmm by an expanded (K, N) weight
-                    args[wi] = self._weight(src, layout).expand(w.shape)
+                    # (src may have more leading 1s than w has dims: seed 20072 graph 7077)
+                    args[wi] = self._weight(src, layout).reshape(src.shape[-2:]).expand(w.shape)
                 if self.a8 and (linear_weight(w, x) or src is not None):
                     args[xi] = self._activations(x)
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
