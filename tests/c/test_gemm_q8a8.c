@@ -91,13 +91,16 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
   KILN_EXPECT(!strncmp(path, gemv ? "q8a8-gemv-" : "q8a8-", gemv ? 10 : 5) &&
                   (gemv || strncmp(path, "q8a8-gemv-", 10)) && !strstr(path, "reference"),
               "%s: ran %s", what, path);
-  /* Both kernels: the int8 engine's wherever the CPU has it at the avx512
-     level (so that kernel ran here), else the level's. */
+  /* Both kernels: an int8 engine's wherever the CPU has it (VNNI and VBMI
+     at the avx512 level, dotprod at the neon level: so that kernel ran
+     here), else the level's. */
   {
     const kiln_cpu_features_t* f = kiln_cpu_features();
     int vnni = kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
+    int sdot = kiln_cpu_isa() == KILN_ISA_NEON && f->neon_dotprod;
     KILN_EXPECT(!strcmp(path + (gemv ? 10 : 5),
-                        vnni ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
+                        vnni ? "avx512vnni" : sdot ? "neondot"
+                                                   : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
                 "%s: ran %s", what, path);
   }
   if (tc->nan_row)

@@ -146,9 +146,14 @@ const char* kiln_gemm_bf16_values_describe(void) {
 }
 
 const char* kiln_gemm_int8_describe(void) {
-  if (kiln_gemm_int8_vnni()) return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
+  switch (kiln_gemm_int8_engine()) {
+    case KILN_GEMM_INT8_VNNI: return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
+    case KILN_GEMM_INT8_SDOT: return "int8 activations: Arm dot products (SDOT)";
+    default: break;
+  }
   switch (kiln_gemm_q8a8_level()) {
     case KILN_ISA_GENERIC: return "int8 activations: the portable integer kernels";
+    case KILN_ISA_NEON: return "int8 activations: ASIMD integer multiply-adds (SMLAL)";
     default: return "int8 activations: AVX2 integer dot products (VPMADDWD, VPMADDUBSW)";
   }
 }

@@ -18,10 +18,12 @@
  * panels stream past; each strip's B (K x 16 bytes) is reused by every
  * tile of the block.
  *
- * Which kernel: at the avx512 level of a CPU with VNNI and VBMI, the int8
- * engine's 12x32 VPDPBUSD kernel over int8 quads
- * (kiln_gemm_q8a8_avx512vnni.c; 12-row panels, tiles of two strips);
- * otherwise the family's list (kiln_gemm_q8a8_level): AVX2's
+ * Which kernel: an int8 engine's over 12-row panels of int8 quads where the
+ * CPU has one (kiln_gemm_int8_engine): at the avx512 level with VNNI and
+ * VBMI, the 12x32 VPDPBUSD kernel (kiln_gemm_q8a8_avx512vnni.c; tiles of
+ * two strips); at the neon level with dotprod, the 12x16 SDOT kernel
+ * (kiln_gemm_q8a8_neondot.c); otherwise the family's list
+ * (kiln_gemm_q8a8_level): AVX2's
  * (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512 levels, else the portable
  * one here. Integer sums are exact, so every kernel gives the same bits as
  * the scalar reference. */
@@ -155,12 +157,13 @@ void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k,
 #define KILN_Q8A8_PACK_ROWS 48 /* rows per quantizing task (a multiple of both tile heights, 6 and 12) */
 
 /* Two kernel kinds share the driver: the level's 6x16 kernel over int16
- * pairs (x4 = 0) and the int8 engine's 12x32 over int8 quads (x4 = 1,
- * VPDPBUSD; sums[] undo its unsigned weights). */
+ * pairs (x4 = 0) and an int8 engine's over 12-row panels of int8 quads
+ * (x4 = 1: VPDPBUSD, whose unsigned weights sums[] undo (biased = 1), or
+ * SDOT, signed, exact as it is). */
 typedef struct {
   const kiln_gemm_f32_args_t* g;
   kiln_gemm_epilogue_fn epilogue;
-  int x4, mr;
+  int x4, biased, mr;
   kiln_gemm_q8a8_ukernel_fn ukernel;
   kiln_gemm_q8a8_pack_a_fn pack_a;
   kiln_gemm_q8a8_ukernel_x4_fn ukernel_x4;
@@ -208,7 +211,7 @@ static void kiln_q8a8_tile_out(const kiln_q8a8_t* t, int64_t i, int64_t mr, int6
   _Alignas(64) float tile[12 * 16];
   const float* sw = t->sw + j;
   for (int64_t r = 0; r < mr; ++r) {
-    uint32_t bias = t->x4 ? (uint32_t)t->sums[i + r] << 7 : 0u;
+    uint32_t bias = t->biased ? (uint32_t)t->sums[i + r] << 7 : 0u;
     for (int c = 0; c < 16; ++c)
       tile[r * 16 + c] = (float)(int32_t)((uint32_t)acc[r * 16 + c] - bias) * t->sa[i + r] * sw[c];
   }
@@ -256,17 +259,27 @@ kiln_isa_t kiln_gemm_q8a8_level(void) {
   return kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_GEMM_Q8A8_ISAS), kiln_cpu_isa());
 }
 
-int kiln_gemm_int8_vnni(void) {
+kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void) {
 #ifdef KILN_GEMM_HAVE_X86
   const kiln_cpu_features_t* f = kiln_cpu_features();
-  return kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
-#else
-  return 0;
+  if (kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi)
+    return KILN_GEMM_INT8_VNNI;
 #endif
+#ifdef KILN_GEMM_HAVE_NEON
+  if (kiln_cpu_isa() == KILN_ISA_NEON && kiln_cpu_features()->neon_dotprod)
+    return KILN_GEMM_INT8_SDOT;
+#endif
+  return KILN_GEMM_INT8_LEVEL;
 }
 
+int kiln_gemm_int8_vnni(void) { return kiln_gemm_int8_engine() == KILN_GEMM_INT8_VNNI; }
+
 const char* kiln_gemm_q8a8_engine(void) {
-  return kiln_gemm_int8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q8a8_level());
+  switch (kiln_gemm_int8_engine()) {
+    case KILN_GEMM_INT8_VNNI: return "avx512vnni";
+    case KILN_GEMM_INT8_SDOT: return "neondot";
+    default: return kiln_cpu_isa_name(kiln_gemm_q8a8_level());
+  }
 }
 
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -279,15 +292,27 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_isa_t isa = kiln_cpu_isa();
   t.g = g;
   t.epilogue = kiln_gemm_kernels_for(isa)->epilogue;
+  switch (kiln_gemm_int8_engine()) {
 #ifdef KILN_GEMM_HAVE_X86
-  if (kiln_gemm_int8_vnni()) {
-    t.x4 = 1, t.mr = 12;
-    t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni;
-    t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__avx512vnni;
-    t.row_bytes = (K + 3) / 4 * 4;
-  }
+    case KILN_GEMM_INT8_VNNI:
+      t.x4 = 1, t.biased = 1;
+      t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni;
+      t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__avx512vnni;
+      break;
 #endif
-  if (!t.x4) {
+#ifdef KILN_GEMM_HAVE_NEON
+    case KILN_GEMM_INT8_SDOT:
+      t.x4 = 1;
+      t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x16__neondot;
+      t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__neondot;
+      break;
+#endif
+    default: break;
+  }
+  if (t.x4) {
+    t.mr = 12;
+    t.row_bytes = (K + 3) / 4 * 4;
+  } else {
     t.mr = 6;
     t.ukernel = kiln_gemm_q8a8_ukernels[kiln_gemm_q8a8_level()];
     t.pack_a = kiln_gemm_q8a8_pack_as[kiln_gemm_q8a8_level()];

@@ -63,8 +63,8 @@ static void kiln_q8a8_gemv_panels(const void* p, int64_t i0, int64_t m, int64_t 
 }
 
 /* The variants of the family's list (KILN_GEMM_Q8A8_ISAS); the avx2 one
- * also runs at avx512, where the int8 engine (kiln_gemm_int8_vnni) has its
- * own GEMV. */
+ * also runs at avx512. The int8 engines (kiln_gemm_int8_engine) have their
+ * own GEMVs. */
 static const kiln_gemm_q8a8_gemv_fn kiln_gemm_q8a8_gemvs[KILN_ISA_COUNT] =
     KILN_ISA_VARIANT_TABLE(KILN_GEMM_Q8A8_ISAS, kiln_qd8_qc8w_gemv);
 
@@ -78,7 +78,10 @@ int kiln_gemm_q8a8_gemv(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   kiln_q8a8_gemv_t t;
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q8a8_gemvs[kiln_gemm_q8a8_level()];
-  t.vnni = kiln_gemm_int8_vnni();
+  t.vnni = kiln_gemm_int8_engine() == KILN_GEMM_INT8_VNNI;
+#ifdef KILN_GEMM_HAVE_NEON
+  if (kiln_gemm_int8_engine() == KILN_GEMM_INT8_SDOT) t.gemv = kiln_qd8_qc8w_gemv__neondot;
+#endif
   t.k = K, t.lda = kpad;
   const uint8_t* body = (const uint8_t*)g->b_packed_q + KILN_GEMM_QUANT_HEADER;
   t.sw = (const float*)body;

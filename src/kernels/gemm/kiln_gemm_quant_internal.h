@@ -74,27 +74,32 @@ float kiln_gemm_q8a8_row_scale(int64_t k, const float* a, const uint16_t* a16, i
 int16_t kiln_gemm_q8a8_quantize(float x, float s);
 /* The level whose q8a8 kernels run now (kiln_cpu_isa(), the family's list). */
 kiln_isa_t kiln_gemm_q8a8_level(void);
-/* 1 when the int8 engine runs: VPDPBUSD (and VPERMB / VPERMT2B for its
- * transposes), at the avx512 level of a CPU with AVX512-VNNI and VBMI, so
- * KILN_ISA=avx2 and below keep the level's kernels (kiln_gemm_q8a8.c). */
+/* The int8 engine the q8a8 kernels run on now (kiln_gemm_q8a8.c): VNNI is
+ * VPDPBUSD (and VPERMB / VPERMT2B for its transposes), at the avx512 level
+ * of a CPU with AVX512-VNNI and VBMI; SDOT is Arm's dot product, at the
+ * neon level of a CPU with dotprod; LEVEL, the level's kernels (so
+ * KILN_ISA=avx2, or generic on Arm, keeps those). */
+typedef enum { KILN_GEMM_INT8_LEVEL, KILN_GEMM_INT8_VNNI, KILN_GEMM_INT8_SDOT } kiln_gemm_int8_engine_t;
+kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void);
+/* 1 when the engine is VNNI (the q4a8 kernels have that engine only). */
 int kiln_gemm_int8_vnni(void);
-/* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni" (the
- * int8 engine, at the avx512 level of a CPU with VNNI and VBMI), else the
- * level's name. */
+/* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni",
+ * "neondot" (the engines), else the level's name. */
 const char* kiln_gemm_q8a8_engine(void);
 void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
                                               int32_t* out);
 void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
                                    const uint16_t* a16, int64_t rs, int64_t cs, int16_t* out,
                                    float* scales);
-/* The int8 engines' layout (VPDPBUSD, kiln_gemm_q8a8_avx512vnni.c): rows
- * in panels of 12, each panel quads = ceil(K / 4) quads of 12 rows x 4
- * int8: element (i, p) at (p / 4) * 48 + 4 i + p % 4 (zero past K and in
- * rows past M), so one 32-bit broadcast is a row's quad; sums[i] is row i's
- * sum of quantized values (the driver's correction for the kernel's
- * unsigned weights). The microkernel sums, over all K, one 12-row panel a
- * by ns (1 or 2) 16-column panels at b and b + b_next: out[s * 192 + i *
- * 16 + j] = sum_p A(i, p) * (B_s(p, j) + 128), exact modulo 2^32. */
+/* The int8 engines' layout (VPDPBUSD, kiln_gemm_q8a8_avx512vnni.c; SDOT,
+ * kiln_gemm_q8a8_neondot.c): rows in panels of 12, each panel quads =
+ * ceil(K / 4) quads of 12 rows x 4 int8: element (i, p) at (p / 4) * 48 +
+ * 4 i + p % 4 (zero past K and in rows past M), so one 32-bit broadcast is
+ * a row's quad; sums[i] is row i's sum of quantized values (the driver's
+ * correction for VPDPBUSD's unsigned weights). The microkernel sums, over
+ * all K, one 12-row panel a by ns (1 or 2) 16-column panels at b and b +
+ * b_next: out[s * 192 + i * 16 + j] = sum_p A(i, p) * (B_s(p, j) + bias),
+ * exact modulo 2^32, bias 128 for VPDPBUSD's kernel and 0 for SDOT's. */
 typedef void (*kiln_gemm_q8a8_ukernel_x4_fn)(int64_t k, const int8_t* a, const int8_t* b,
                                              int64_t b_next, int ns, int32_t* out);
 typedef void (*kiln_gemm_q8a8_pack_a_x4_fn)(int64_t rows, int64_t rows_pad, int64_t k,
@@ -221,6 +226,17 @@ void kiln_qd8_gemm_pack_a__neon(int64_t rows, int64_t rows_pad, int64_t k, const
                                 float* scales);
 void kiln_qd8_qc8w_gemv__neon(int64_t m, int64_t k, const int8_t* a, int64_t lda, const float* sa,
                               const int8_t* b, const float* scales, int panels, float* out);
+/* kiln_gemm_q8a8_neondot.c (ASIMD + dotprod): the SDOT engine's
+ * microkernel and packer (the quad layout above, bias 0) and its GEMV
+ * (kiln_gemm_q8a8_gemv_fn's contract). */
+void kiln_qd8_qc8w_gemm_ukernel_12x16__neondot(int64_t k, const int8_t* a, const int8_t* b,
+                                               int64_t b_next, int ns, int32_t* out);
+void kiln_qd8_gemm_pack_a_x4__neondot(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
+                                      const uint16_t* a16, int64_t rs, int64_t cs, int8_t* out,
+                                      float* scales, int32_t* sums);
+void kiln_qd8_qc8w_gemv__neondot(int64_t m, int64_t k, const int8_t* a, int64_t lda,
+                                 const float* sa, const int8_t* b, const float* scales, int panels,
+                                 float* out);
 /* kiln_gemm_q4a8_neon.c (aarch64 ASIMD): SMLAL on nibbles, SADALP. */
 void kiln_qd8_qb4w_gemv__neon(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                               int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
