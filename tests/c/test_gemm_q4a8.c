@@ -147,14 +147,16 @@ static void q4a8_run(const q4a8_case_t* tc, kiln_pool_t* pool, const char* where
   float tol = tc->act == KILN_ACT_NONE ? 0.0f : 1e-6f;
   kiln_test_compare_f32(what, t.c_got, t.c_want, t.nc, tol, tol);
   const char* path = kiln_gemm_quant_last_path();
-  /* The int8 engine wherever the CPU has it at the avx512 level (so that
-     kernel ran here), else the level's kernel. */
+  /* An int8 engine wherever the CPU has it (VNNI and VBMI at the avx512
+     level, dotprod at the neon level: so that kernel ran here), else the
+     level's kernel. */
   const kiln_cpu_features_t* f = kiln_cpu_features();
   int vnni = kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
+  int sdot = kiln_cpu_isa() == KILN_ISA_NEON && f->neon_dotprod;
   KILN_EXPECT(!strncmp(path, "q4a8-", 5) &&
-                  !strcmp(path + 5, vnni ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q4a8_level())),
-              "%s: ran %s", what,
-              path);
+                  !strcmp(path + 5, vnni ? "avx512vnni" : sdot ? "neondot"
+                                                        : kiln_cpu_isa_name(kiln_gemm_q4a8_level())),
+              "%s: ran %s", what, path);
   if (tc->nan_row)
     for (int64_t bt = 0; bt < B; ++bt)
       for (int64_t i = 0; i < M; ++i)

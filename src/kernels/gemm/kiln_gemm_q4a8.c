@@ -12,8 +12,9 @@
  * rows of A (widened from bf16 or gathered from strides first) into int8
  * rows padded to whole groups with their per-group scales and sums; then
  * kiln_gemm_gemv_panels_run (the task loop of every GEMV driver:
- * kiln_gemm_quant.c) runs the GEMV kernel of the level (the int8 engine's,
- * kiln_gemm_q4a8_avx512vnni.c, where kiln_gemm_int8_vnni()) over contiguous
+ * kiln_gemm_quant.c) runs the GEMV kernel of the level (the int8 engine's
+ * where kiln_gemm_int8_engine() has one: kiln_gemm_q4a8_avx512vnni.c,
+ * kiln_gemm_q4a8_neondot.c) over contiguous
  * panel runs on each slab of up to KILN_GEMM_GEMV_MAX_M rows in turn, the
  * slab loop inside the panel loop so that a few panels' nibbles (tens of
  * KiB) stay in L1/L2 while every slab reads them (prefill: the weights come
@@ -170,7 +171,11 @@ kiln_isa_t kiln_gemm_q4a8_level(void) {
 }
 
 const char* kiln_gemm_q4a8_engine(void) {
-  return kiln_gemm_int8_vnni() ? "avx512vnni" : kiln_cpu_isa_name(kiln_gemm_q4a8_level());
+  switch (kiln_gemm_int8_engine()) {
+    case KILN_GEMM_INT8_VNNI: return "avx512vnni";
+    case KILN_GEMM_INT8_SDOT: return "neondot";
+    default: return kiln_cpu_isa_name(kiln_gemm_q4a8_level());
+  }
 }
 
 kiln_gemm_q4a8_quantize_fn kiln_gemm_q4a8_quantizer(void) {
@@ -187,7 +192,10 @@ int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   memset(&t, 0, sizeof(t));
   t.gemv = kiln_gemm_q4a8_gemvs[kiln_gemm_q4a8_level()];
 #ifdef KILN_GEMM_HAVE_X86
-  if (kiln_gemm_int8_vnni()) t.gemv = kiln_qd8_qb4w_gemv__avx512vnni;
+  if (kiln_gemm_int8_engine() == KILN_GEMM_INT8_VNNI) t.gemv = kiln_qd8_qb4w_gemv__avx512vnni;
+#endif
+#ifdef KILN_GEMM_HAVE_NEON
+  if (kiln_gemm_int8_engine() == KILN_GEMM_INT8_SDOT) t.gemv = kiln_qd8_qb4w_gemv__neondot;
 #endif
   kiln_gemm_q4a8_quantize_fn quantize = kiln_gemm_q4a8_quantizer();
   t.group = (int)h.group, t.form = h.flags & KILN_GEMM_Q4_FORM_MASK;

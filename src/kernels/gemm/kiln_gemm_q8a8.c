@@ -272,8 +272,6 @@ kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void) {
   return KILN_GEMM_INT8_LEVEL;
 }
 
-int kiln_gemm_int8_vnni(void) { return kiln_gemm_int8_engine() == KILN_GEMM_INT8_VNNI; }
-
 const char* kiln_gemm_q8a8_engine(void) {
   switch (kiln_gemm_int8_engine()) {
     case KILN_GEMM_INT8_VNNI: return "avx512vnni";

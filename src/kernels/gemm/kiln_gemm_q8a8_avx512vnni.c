@@ -2,7 +2,7 @@
  * activation quantizer and the decode GEMV (kiln_gemm_q8a8.c's and
  * kiln_gemm_q8a8_gemv.c's contracts; the rule is in kiln_gemm.h). Compiled
  * only with the avx512vnni flags (VNNI and VBMI) and called only when
- * kiln_gemm_int8_vnni() says the CPU has both at the avx512 level.
+ * kiln_gemm_int8_engine() says the CPU has both at the avx512 level.
  *
  * VPDPBUSD sums four products of an unsigned byte by a signed byte into
  * each int32 lane: one instruction for 64 multiply-adds, where AVX2 needs

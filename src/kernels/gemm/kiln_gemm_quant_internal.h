@@ -81,8 +81,6 @@ kiln_isa_t kiln_gemm_q8a8_level(void);
  * KILN_ISA=avx2, or generic on Arm, keeps those). */
 typedef enum { KILN_GEMM_INT8_LEVEL, KILN_GEMM_INT8_VNNI, KILN_GEMM_INT8_SDOT } kiln_gemm_int8_engine_t;
 kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void);
-/* 1 when the engine is VNNI (the q4a8 kernels have that engine only). */
-int kiln_gemm_int8_vnni(void);
 /* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni",
  * "neondot" (the engines), else the level's name. */
 const char* kiln_gemm_q8a8_engine(void);
@@ -194,8 +192,8 @@ typedef void (*kiln_gemm_q4a8_quantize_fn)(int64_t k, int64_t kg, int group, con
                                            int8_t* q, float* d, int32_t* s);
 /* The level whose q4a8 kernels run now (kiln_cpu_isa(), the family's list). */
 kiln_isa_t kiln_gemm_q4a8_level(void);
-/* What the q4a8 GEMV runs on now: "avx512vnni" (kiln_gemm_int8_vnni), else
- * the level's name. */
+/* What the q4a8 GEMV runs on now: "avx512vnni", "neondot" (the int8
+ * engines, kiln_gemm_int8_engine), else the level's name. */
 const char* kiln_gemm_q4a8_engine(void);
 /* The int4 x int8 GEMV driver: 1 when it ran g, 0 when it had no scratch. */
 int kiln_gemm_q4a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
@@ -243,6 +241,10 @@ void kiln_qd8_qb4w_gemv__neon(int64_t m, int64_t kg, int group, int form, const 
                               int panels, float* out);
 void kiln_qd8_quantize_groups__neon(int64_t k, int64_t kg, int group, const float* a, int8_t* q,
                                     float* d, int32_t* s);
+/* kiln_gemm_q4a8_neondot.c (ASIMD + dotprod): SDOT on zipped nibbles. */
+void kiln_qd8_qb4w_gemv__neondot(int64_t m, int64_t kg, int group, int form, const int8_t* a,
+                                 int64_t lda, const float* ad, const int32_t* as,
+                                 const uint8_t* b, int panels, float* out);
 #endif
 
 /* The level's group quantizer of the q4a8 family; the q8a8 GEMV uses it
