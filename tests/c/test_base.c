@@ -208,10 +208,15 @@ static void spin_task(void* ctx, size_t task, int thread) {
 }
 
 /* The caller's tasks are short work (so another thread has time to claim
- * some), the others' sleep 5 ms. */
+ * some), the others' sleep stall_ns: long against the caller's share of a
+ * job (pool_check_stall sets it from how long spin_task takes here, so an
+ * emulated or loaded run, where the spins are tens of times slower, still
+ * waits longer than it worked). */
+static long stall_ns;
+
 static void stall_task(void* ctx, size_t task, int thread) {
   if (!pthread_equal(pthread_self(), stall_main)) {
-    struct timespec ts = {0, 5000000};
+    struct timespec ts = {stall_ns / 1000000000L, stall_ns % 1000000000L};
     nanosleep(&ts, NULL);
     pool_task(ctx, task, thread);
   } else {
@@ -227,6 +232,16 @@ static void pool_check_stall(kiln_pool_host_parallel_fn host, const char* name) 
   kiln_pool_assume_busy_machine(pool, 1); /* the sleeping thread stands in for a busy machine */
   stall_main = pthread_self();
   static pool_ctx_t ctx;
+  /* A job's 8 spins on the caller alone, times 4 (at least 5 ms). */
+  {
+    struct timespec t0, t1;
+    memset(&ctx, 0, sizeof(ctx));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t i = 0; i < 8; ++i) spin_task(&ctx, i, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long ns = (t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec);
+    stall_ns = 4 * ns > 5000000L ? 4 * ns : 5000000L;
+  }
   int bad = 0, jobs = 0;
   for (; jobs < 200 && !kiln_pool_is_serial(pool); ++jobs) {
     memset(&ctx, 0, sizeof(ctx));
@@ -236,11 +251,12 @@ static void pool_check_stall(kiln_pool_host_parallel_fn host, const char* name) 
   KILN_EXPECT(kiln_pool_is_serial(pool) && kiln_pool_serial_spells(pool) == 1,
               "%s: serial after %d stalled jobs (spells %lld)", name, jobs,
               (long long)kiln_pool_serial_spells(pool));
-  /* In the spell: every task on the caller, thread index 0. */
+  /* In the spell (100 ms): every task on the caller, thread index 0; 8
+   * spins, well inside it (stall_ns / 4 on the caller). */
   atomic_store(&pool_max_thread, 0);
   memset(&ctx, 0, sizeof(ctx));
-  kiln_pool_parallel_for(pool, 64, spin_task, &ctx);
-  for (size_t i = 0; i < 64; ++i) bad += atomic_load(&ctx.hits[i]) != 1;
+  kiln_pool_parallel_for(pool, 8, spin_task, &ctx);
+  for (size_t i = 0; i < 8; ++i) bad += atomic_load(&ctx.hits[i]) != 1;
   KILN_EXPECT(atomic_load(&pool_max_thread) == 0, "%s: a serial spell ran on thread %d", name,
               atomic_load(&pool_max_thread));
   /* After it (100 ms for a first spell): the threads work again. */
