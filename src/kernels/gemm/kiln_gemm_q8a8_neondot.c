@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm_quant_internal.h"
+#include "kernels/gemm/kiln_gemm_quant_neon.h"
 
 #define KILN_Q8A8D_AI static inline __attribute__((always_inline))
 
@@ -104,7 +105,8 @@ KILN_Q8A8D_AI void kiln_q8a8d_tail_quads(const int8_t* b, int64_t p, int64_t k, 
  * hoists every load and ZIP above the SDOTs and spills an accumulator
  * (a load and a store each quad); without it the loop is the 38
  * instructions above, none to the stack. */
-__attribute__((optimize("no-schedule-insns"))) static void kiln_q8a8d_6x16(int64_t k, const int8_t* a, const int8_t* b, int32_t* out) {
+KILN_NEON_NO_PRESCHEDULE static void kiln_q8a8d_6x16(int64_t k, const int8_t* a, const int8_t* b,
+                                                     int32_t* out) {
   KILN_Q8A8D_ROW_DECL(0);
   KILN_Q8A8D_ROW_DECL(1);
   KILN_Q8A8D_ROW_DECL(2);
