@@ -334,7 +334,10 @@ def machine(measure=False):
     present and in use, and peaks measured once by the C core and cached in
     a user file (``kiln info`` prints the same; ``measure=True`` measures
     again): fp32 FMA, bf16 and int8 dots where present (GFLOP/s, GOP/s) and
-    read bandwidth (GB/s), each for 1 thread (``_1``) and all threads."""
+    read bandwidth (GB/s), each for 1 thread (``_1``) and all threads.
+    ``busy`` is True when the figures look taken while the machine was busy
+    (all threads' FMA rate not near one thread's times the cores in use):
+    such a cache is measured again, and merged, when next read."""
     return _C.machine(bool(measure))
 
 

@@ -1329,7 +1329,7 @@ static PyObject* kiln_py_machine(PyObject* mod, PyObject* args) {
   Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
   return Py_BuildValue(
       "{s:s,s:i,s:i,s:l,s:l,s:l,s:{s:O,s:O,s:O,s:O,s:O,s:O,s:O},s:s,s:s,s:d,s:d,s:d,s:d,s:d,s:d,s:d,"
-      "s:d,s:O,s:L,s:s}",
+      "s:d,s:O,s:O,s:L,s:s,s:i}",
       "cpu_model", m.cpu_model, "cores", m.cores, "threads", m.threads, "l1d_bytes", m.l1d_bytes,
       "l2_bytes", m.l2_bytes, "l3_bytes", m.l3_bytes, "features", "avx2",
       m.avx2 ? Py_True : Py_False, "avx512", m.avx512 ? Py_True : Py_False, "avx512_bf16",
@@ -1339,7 +1339,8 @@ static PyObject* kiln_py_machine(PyObject* mod, PyObject* args) {
       m.fma_gflops, "bf16_gflops_1", m.bf16_gflops_1, "bf16_gflops", m.bf16_gflops, "int8_gops_1",
       m.int8_gops_1, "int8_gops", m.int8_gops, "bandwidth_gbs_1", m.bandwidth_gbs_1,
       "bandwidth_gbs", m.bandwidth_gbs, "measured", m.measured ? Py_True : Py_False,
-      "measured_at", (long long)m.measured_at, "cache_path", m.cache_path);
+      "busy", m.busy ? Py_True : Py_False, "measured_at", (long long)m.measured_at, "cache_path",
+      m.cache_path, "physical_cores", m.physical_cores);
 }
 
 static PyMethodDef kiln_py_functions[] = {

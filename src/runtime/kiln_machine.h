@@ -7,7 +7,17 @@
  * the file is reused only for the same CPU model, ISA level and thread
  * count. Rates are per second: GFLOP/s (a multiply-add is 2), GOP/s for
  * int8, GB/s (1e9 bytes); `_1` fields are one thread, the others all of the
- * pool's threads. A field is 0 where the CPU lacks the instruction. */
+ * pool's threads. A field is 0 where the CPU lacks the instruction.
+ *
+ * A peak taken while other work ran (a test suite, another tenant of a
+ * shared VM) reads low, and a cache would keep it: the roofline would then
+ * divide by a ceiling the machine passes. Peaks are maxima, so a
+ * measurement that kiln_machine_busy flags is repeated (twice more) and the
+ * attempts merged field by field by their maximum; one still flagged is
+ * marked busy in the cache, and the next process to read that cache
+ * measures again (once: a process that has measured reuses the cache as it
+ * is, so its calls agree) and merges with it, so the figures climb to the
+ * machine's own over the processes that need them. */
 #ifndef KILN_MACHINE_H
 #define KILN_MACHINE_H
 
@@ -20,6 +30,7 @@
 typedef struct kiln_machine_s {
   char cpu_model[128];
   int cores;   /* online CPUs */
+  int physical_cores; /* cores, counting SMT siblings once (sysfs; = cores when unknown) */
   int threads; /* the pool's threads */
   long l1d_bytes, l2_bytes, l3_bytes; /* per sysconf; 0 when unknown */
   int avx2, avx512, avx512_bf16, avx512_vnni, avx512_vbmi, amx_bf16, amx_int8; /* present */
@@ -30,6 +41,7 @@ typedef struct kiln_machine_s {
   double int8_gops_1, int8_gops;     /* VPDPBUSD */
   double bandwidth_gbs_1, bandwidth_gbs; /* reading a 128 MiB buffer */
   int measured;        /* 1: measured by this call; 0: read from the cache */
+  int busy;            /* kiln_machine_busy held for the figures as kept */
   int64_t measured_at; /* Unix time of the measurement */
   char cache_path[4096]; /* "" when there is no cache file */
 } kiln_machine_t;
@@ -52,6 +64,13 @@ typedef enum kiln_machine_probe_e {
 } kiln_machine_probe_t;
 kiln_status_t kiln_machine_sample(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe,
                                   double* out);
+/* 1 when the figures cannot all be the machine's peaks, as when part of it
+ * was busy while they were measured: the all-threads FMA rate outside 0.8
+ * to 1.3 times the one-thread rate times the cores the threads can use (the
+ * pool's threads, at most the physical cores: SMT siblings share the FMA
+ * units), or the all-threads read bandwidth below 0.9 times one thread's
+ * (more readers never draw less, on an idle machine). */
+int kiln_machine_busy(const kiln_machine_t* m);
 /* The cache file's path; 0 when there is none (no HOME). */
 int kiln_machine_cache_path(char* out, size_t size);
 

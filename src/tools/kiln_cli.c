@@ -906,7 +906,8 @@ static int kiln_cli_machine(int measure, int threads) {
     return KILN_CLI_EXIT_ERROR;
   }
   printf("cpu:        %s\n", m.cpu_model);
-  printf("cores:      %d online, kiln uses %d threads\n", m.cores, m.threads);
+  printf("cores:      %d online (%d physical), kiln uses %d threads\n", m.cores, m.physical_cores,
+         m.threads);
   printf("caches:     L1d %ld KiB, L2 %ld KiB, L3 %ld KiB\n", m.l1d_bytes >> 10, m.l2_bytes >> 10,
          m.l3_bytes >> 10);
   printf("isa:        present:%s%s%s%s%s%s%s; in use: %s, bf16 engine: %s\n", m.avx2 ? " avx2" : "",
@@ -923,6 +924,12 @@ static int kiln_cli_machine(int measure, int threads) {
     printf("  int8 dot       %8.1f GOP/s   1 thread, %8.1f all\n", m.int8_gops_1, m.int8_gops);
   printf("  read bandwidth %8.1f GB/s    1 thread, %8.1f all (128 MiB buffer)\n",
          m.bandwidth_gbs_1, m.bandwidth_gbs);
+  if (m.busy)
+    printf("note:       these figures look taken while the machine was busy (all threads' FMA\n"
+           "            not near %d x one thread's, or all threads' reads below one thread's);\n"
+           "            kiln measures again when it next needs them, or run `kiln info --measure`\n"
+           "            on an idle machine\n",
+           m.threads < m.physical_cores ? m.threads : m.physical_cores);
   return 0;
 }
 

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kiln_test.h"
 #include "runtime/kiln_cost.h"
+#include "runtime/kiln_machine.h"
 #include "runtime/kiln_profile.h"
 
 enum { PM = 64, PK = 256, PN = 512 };
@@ -200,8 +202,79 @@ static void test_profile_machine_sample(void) {
   kiln_pool_release(pool);
 }
 
+/* Busy peaks (kiln_machine.h): the rule on given figures, then the cache
+ * in a process that has measured: a busy record and a consistent one are
+ * both reused as written (the once-per-process re-measure of a busy record,
+ * and its merge, need a fresh process: tests/python/test_profiler.py runs
+ * `kiln info` on one). */
+static void test_profile_machine_busy(void) {
+  kiln_machine_t m;
+  memset(&m, 0, sizeof m);
+  m.threads = 2, m.physical_cores = 2;
+  m.fma_gflops_1 = 37, m.fma_gflops = 74, m.bandwidth_gbs_1 = 12, m.bandwidth_gbs = 18;
+  KILN_EXPECT(!kiln_machine_busy(&m), "an idle machine's figures");
+  m.fma_gflops = 45; /* the other core taken */
+  KILN_EXPECT(kiln_machine_busy(&m), "all threads' FMA at 0.61x two");
+  m.fma_gflops = 100; /* the one-thread run taken */
+  KILN_EXPECT(kiln_machine_busy(&m), "all threads' FMA at 1.35x two");
+  m.fma_gflops = 74, m.bandwidth_gbs = 10;
+  KILN_EXPECT(kiln_machine_busy(&m), "all threads read less than one");
+  m.bandwidth_gbs = 18, m.threads = 4; /* 4 threads on 2 cores' SMT siblings */
+  KILN_EXPECT(!kiln_machine_busy(&m), "SMT siblings share the FMA units");
+
+  char path[] = "/tmp/kiln_test_machine_XXXXXX";
+  int fd = mkstemp(path);
+  KILN_EXPECT(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  close(fd);
+  const char* old = getenv("KILN_MACHINE_CACHE");
+  char* saved = old ? strdup(old) : NULL;
+  setenv("KILN_MACHINE_CACHE", path, 1);
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  kiln_machine_t got;
+  for (int pass = 0; pool && pass < 2; ++pass) {
+    /* pass 0: this machine's record, marked busy; pass 1: consistent
+     * figures. The record's CPU, ISA and threads come from a first
+     * (measuring) get. */
+    if (pass == 0) KILN_EXPECT_OK(kiln_machine_get(pool, 1, &got));
+    FILE* f = fopen(path, "w");
+    KILN_EXPECT(f != NULL, "cache file");
+    if (!f) break;
+    fprintf(f, "{\n  \"cpu_model\": \"%s\",\n  \"isa\": \"%s\",\n  \"threads\": %d,\n",
+            got.cpu_model, got.isa, got.threads);
+    fprintf(f, "  \"measured_at\": 1,\n  \"busy\": %d,\n", pass == 0);
+    fprintf(f, "  \"fma_gflops_1\": %s,\n  \"fma_gflops\": %s,\n", pass ? "10.5" : "1.0",
+            pass ? "21.0" : "1.0");
+    fprintf(f, "  \"bf16_gflops_1\": 0.0,\n  \"bf16_gflops\": 0.0,\n  \"int8_gops_1\": 0.0,\n"
+               "  \"int8_gops\": 0.0,\n");
+    fprintf(f, "  \"bandwidth_gbs_1\": %s,\n  \"bandwidth_gbs\": %s,\n  \"format\": 1\n}\n",
+            pass ? "5.25" : "1000000.0", pass ? "6.5" : "1.0");
+    fclose(f);
+    KILN_EXPECT_OK(kiln_machine_get(pool, 0, &got));
+    if (pass == 0)
+      KILN_EXPECT(!got.measured && got.bandwidth_gbs_1 == 1e6 && got.fma_gflops == 1.0 && got.busy,
+                  "busy record: measured %d, read %g GB/s one thread, FMA %g, busy %d",
+                  got.measured, got.bandwidth_gbs_1, got.fma_gflops, got.busy);
+    else
+      KILN_EXPECT(!got.measured && got.fma_gflops_1 == 10.5 && got.fma_gflops == 21.0 &&
+                      got.bandwidth_gbs_1 == 5.25 && got.bandwidth_gbs == 6.5 && !got.busy,
+                  "consistent record: measured %d, FMA %g / %g, busy %d", got.measured,
+                  got.fma_gflops_1, got.fma_gflops, got.busy);
+  }
+  kiln_pool_release(pool);
+  if (saved) {
+    setenv("KILN_MACHINE_CACHE", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("KILN_MACHINE_CACHE");
+  }
+  remove(path);
+}
+
 void kiln_test_suite_profile(void) {
   test_profile_machine_sample();
+  test_profile_machine_busy();
   test_profile_costs();
   test_profile_report();
   test_profile_decode_ceiling();
