@@ -76,24 +76,7 @@ KILN_Q4A8D_AI void kiln_q4a8d_tile(const int R, int64_t kg, int group, int form,
       KILN_Q4A8D_STEP(3);
 #undef KILN_Q4A8D_STEP
     }
-    float32x4_t sv[4];
-    int32x4_t zv[4];
-    kiln_q4_header16_neon(blk, 0, bf16, sv);
-    if (asym) {
-      float32x4_t zf[4];
-      kiln_q4_header16_neon(blk, 16, bf16, zf);
-      for (int u = 0; u < 4; ++u) zv[u] = vcvtq_s32_f32(zf[u]); /* whole numbers: exact */
-    } else {
-      for (int u = 0; u < 4; ++u) zv[u] = vdupq_n_s32(8);
-    }
-    for (int i = 0; i < R; ++i) {
-      const int32x4_t sg = vdupq_n_s32(as[i * kg + g]);
-      const float32x4_t dg = vdupq_n_f32(ad[i * kg + g]);
-      for (int u = 0; u < 4; ++u) {
-        const float32x4_t acc = vcvtq_f32_s32(vmlsq_s32(dot[i][u], zv[u], sg));
-        o[i][u] = vfmaq_f32(o[i][u], vmulq_f32(sv[u], dg), acc);
-      }
-    }
+    KILN_Q4A8_NEON_GROUP_END(R, blk, asym, bf16, ad, as, kg, g, dot, o);
   }
   for (int i = 0; i < R; ++i)
     for (int u = 0; u < 4; ++u) vst1q_f32(out + i * 16 + 4 * u, o[i][u]);
