@@ -6,7 +6,8 @@
  *   12-row tiles and the row blocks; N 1, 15, 16, 17, 33 around the
  *   16-column panels and the int8 engine's two-panel tiles; K 1, 2, 3, 31,
  *   64, 67, 300 (odd K: the last row alone; K % 4: the engine's masked
- *   last quad);
+ *   last quad; an odd count of quads: SMMLA's last quad paired with
+ *   zeros), and 16384, 16385 (either side of SMMLA's K bound);
  *   decode (the GEMV, M 1..8): N 1, 15, 16, 17, 33, 70; K 1, 3, 7 (a
  *   partial quad of rows alone), 8, 50, 64, 301, and 4096, 4099;
  * with bias, activation and residual (also in place), bf16 and strided A, a
@@ -93,14 +94,18 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
               "%s: ran %s", what, path);
   /* Both kernels: an int8 engine's wherever the CPU has it (VNNI and VBMI
      at the avx512 level, dotprod at the neon level: so that kernel ran
-     here), else the level's. */
+     here; with i8mm too, SMMLA's for prefill up to K 16384), else the
+     level's. */
   {
     const kiln_cpu_features_t* f = kiln_cpu_features();
     int vnni = kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
     int sdot = kiln_cpu_isa() == KILN_ISA_NEON && f->neon_dotprod;
+    int i8mm = sdot && f->neon_i8mm && !gemv && K <= 16384;
     KILN_EXPECT(!strcmp(path + (gemv ? 10 : 5),
-                        vnni ? "avx512vnni" : sdot ? "neondot"
-                                                   : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
+                        vnni   ? "avx512vnni"
+                        : i8mm ? "neoni8mm"
+                        : sdot ? "neondot"
+                               : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
                 "%s: ran %s", what, path);
   }
   if (tc->nan_row)
@@ -168,6 +173,15 @@ static void q8a8_level(kiln_pool_t* pool, const char* where) {
    * runs. */
   static const int64_t big[][4] = {{1, 300, 100, 1000}, {2, 40, 65, 257}, {1, 129, 260, 96}};
   q8a8_variations(big, sizeof(big) / sizeof(big[0]), pool, where);
+  /* K past the SMMLA kernel's 16384 (its strip buffer's bound): the SDOT
+   * kernel there, on either side of it. */
+  static const int64_t ks_long[] = {16384, 16385};
+  for (size_t ik = 0; ik < 2; ++ik) {
+    memset(&tc, 0, sizeof(tc));
+    tc.batch = 1, tc.m = 13, tc.n = 17, tc.k = ks_long[ik];
+    tc.bias = 1;
+    q8a8_run(&tc, pool, where);
+  }
 }
 
 /* The decode GEMV (M <= 8): M = 1..8 on N 1, 15, 16, 17, 33, 70 (ragged
@@ -243,7 +257,63 @@ static void q8a8_threshold(void) {
   free(blob);
 }
 
+#ifdef KILN_GEMM_HAVE_NEON
+/* The SDOT engine's two blocked microkernels side by side where the CPU
+ * has them (a CPU with i8mm runs only SMMLA's through the driver up to K
+ * 16384): one 12-row quad panel by two 16-column panels (SDOT: ns = 2) and
+ * by each panel laid out for SMMLA, against the int32 sums written out
+ * here, exact. K around the quads and SMMLA's pairs of quads. */
+static void q8a8_arm_ukernels(void) {
+  const kiln_cpu_features_t* f = kiln_cpu_features();
+  if (!f->neon_dotprod) return;
+  static const int64_t ks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 31, 64, 67, 300};
+  for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ++ik) {
+    const int64_t k = ks[ik], quads = (k + 3) / 4;
+    int8_t* a = calloc((size_t)(quads * 48), 1);
+    int8_t* b = malloc((size_t)(2 * 16 * k));
+    int8_t* bp = malloc((size_t)((k + 7) / 8 * 128));
+    int32_t want[2 * 192], got[2 * 192];
+    uint32_t x = 12345u + (uint32_t)k;
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < 12; ++i) {
+        x = x * 1664525u + 1013904223u;
+        a[(p / 4) * 48 + 4 * i + p % 4] = (int8_t)((int)(x >> 24) % 255 - 127);
+      }
+    for (int64_t e = 0; e < 2 * 16 * k; ++e) {
+      x = x * 1664525u + 1013904223u;
+      b[e] = (int8_t)(x >> 24); /* -128 included: the blob's range */
+    }
+    for (int s = 0; s < 2; ++s)
+      for (int i = 0; i < 12; ++i)
+        for (int j = 0; j < 16; ++j) {
+          int32_t acc = 0;
+          for (int64_t p = 0; p < k; ++p)
+            acc += (int32_t)a[(p / 4) * 48 + 4 * i + p % 4] * b[s * 16 * k + p * 16 + j];
+          want[s * 192 + i * 16 + j] = acc;
+        }
+    kiln_qd8_qc8w_gemm_ukernel_12x16__neondot(k, a, b, 16 * k, 2, got);
+    for (int e = 0; e < 2 * 192; ++e)
+      KILN_EXPECT(got[e] == want[e], "SDOT kernel, K %lld: element %d is %d, want %d",
+                  (long long)k, e, got[e], want[e]);
+    if (f->neon_i8mm)
+      for (int s = 0; s < 2; ++s) {
+        kiln_qd8_qc8w_gemm_prep_b__neoni8mm(k, b + s * 16 * k, bp);
+        kiln_qd8_qc8w_gemm_ukernel_12x16__neoni8mm(k, a, bp, got);
+        for (int e = 0; e < 192; ++e)
+          KILN_EXPECT(got[e] == want[s * 192 + e], "SMMLA kernel, K %lld, panel %d: element %d is %d, want %d",
+                      (long long)k, s, e, got[e], want[s * 192 + e]);
+      }
+    free(a);
+    free(b);
+    free(bp);
+  }
+}
+#endif
+
 void kiln_test_suite_gemm_q8a8(void) {
+#ifdef KILN_GEMM_HAVE_NEON
+  q8a8_arm_ukernels();
+#endif
   q8a8_threshold();
   kiln_test_each_isa_and_pool(q8a8_level);
   kiln_test_each_isa_and_pool(q8a8_gemv_level);

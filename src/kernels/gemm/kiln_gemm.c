@@ -148,7 +148,11 @@ const char* kiln_gemm_bf16_values_describe(void) {
 const char* kiln_gemm_int8_describe(void) {
   switch (kiln_gemm_int8_engine()) {
     case KILN_GEMM_INT8_VNNI: return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
-    case KILN_GEMM_INT8_SDOT: return "int8 activations: Arm dot products (SDOT)";
+    case KILN_GEMM_INT8_SDOT:
+      return kiln_cpu_features()->neon_i8mm
+                 ? "int8 activations: Arm int8 matrix multiply-adds (SMMLA) for prefill, dot "
+                   "products (SDOT) for decode"
+                 : "int8 activations: Arm dot products (SDOT)";
     default: break;
   }
   switch (kiln_gemm_q8a8_level()) {

@@ -22,7 +22,9 @@
  * CPU has one (kiln_gemm_int8_engine): at the avx512 level with VNNI and
  * VBMI, the 12x32 VPDPBUSD kernel (kiln_gemm_q8a8_avx512vnni.c; tiles of
  * two strips); at the neon level with dotprod, the 12x16 SDOT kernel
- * (kiln_gemm_q8a8_neondot.c); otherwise the family's list
+ * (kiln_gemm_q8a8_neondot.c), or with i8mm too its SMMLA kernel
+ * (kiln_gemm_q8a8_neoni8mm.c: each strip laid out once per task for it, in
+ * a buffer per thread); otherwise the family's list
  * (kiln_gemm_q8a8_level): AVX2's
  * (kiln_gemm_q8a8_avx2.c) at the avx2 and avx512 levels, else the portable
  * one here. Integer sums are exact, so every kernel gives the same bits as
@@ -168,6 +170,13 @@ typedef struct {
   kiln_gemm_q8a8_pack_a_fn pack_a;
   kiln_gemm_q8a8_ukernel_x4_fn ukernel_x4;
   kiln_gemm_q8a8_pack_a_x4_fn pack_a_x4;
+  /* SMMLA (kiln_gemm_q8a8_neoni8mm.c): each strip laid out by prep_b into
+   * the task's thread's buffer (prep + thread * prep_bytes) before its row
+   * tiles run. */
+  void (*prep_b)(int64_t k, const int8_t* b, int8_t* out);
+  void (*ukernel_prep)(int64_t k, const int8_t* a, const int8_t* bp, int32_t* out);
+  int8_t* prep;
+  int64_t prep_bytes;
   int64_t row_bytes, m_pad, mc, n_m, strips, n_n;
   const int8_t* w;
   const float* sw;
@@ -221,7 +230,6 @@ static void kiln_q8a8_tile_out(const kiln_q8a8_t* t, int64_t i, int64_t mr, int6
 }
 
 static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
-  (void)thread;
   const kiln_q8a8_t* t = p;
   const kiln_gemm_f32_args_t* g = t->g;
   const int64_t K = g->k, N = g->n;
@@ -229,14 +237,18 @@ static void kiln_q8a8_compute_task(void* p, size_t task, int thread) {
   int64_t i0 = im * t->mc, i1 = i0 + t->mc < g->m ? i0 + t->mc : g->m;
   int64_t s0 = jn * t->strips / t->n_n, s1 = (jn + 1) * t->strips / t->n_n;
   _Alignas(64) int32_t acc[2 * 12 * 16];
-  const int mr_tile = t->mr, ns_tile = t->x4 ? 2 : 1;
+  const int mr_tile = t->mr, ns_tile = t->x4 && !t->prep_b ? 2 : 1;
+  int8_t* prep = t->prep_b ? t->prep + (int64_t)thread * t->prep_bytes : NULL;
   for (int64_t s = s0; s < s1; s += ns_tile) {
     int ns = s1 - s < ns_tile ? (int)(s1 - s) : ns_tile;
     const int8_t* b = t->w + s * 16 * K;
+    if (prep) t->prep_b(K, b, prep);
     for (int64_t i = i0; i < i1; i += mr_tile) {
       int64_t mr = i1 - i < mr_tile ? i1 - i : mr_tile;
       const char* a = t->ap + i * t->row_bytes;
-      if (t->x4)
+      if (prep)
+        t->ukernel_prep(K, (const int8_t*)a, prep, acc);
+      else if (t->x4)
         t->ukernel_x4(K, (const int8_t*)a, b, 16 * K, ns, acc);
       else
         t->ukernel(K, (const int16_t*)a, b, acc);
@@ -272,12 +284,30 @@ kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void) {
   return KILN_GEMM_INT8_LEVEL;
 }
 
+/* The SMMLA kernel's prepared strip (16 bytes a K row) stays in L2 up to
+ * this K; past it the SDOT kernel, which needs no buffer. */
+#define KILN_Q8A8_I8MM_MAX_K 16384
+
+static int kiln_q8a8_i8mm(int64_t k) {
+#ifdef KILN_GEMM_HAVE_NEON
+  return kiln_gemm_int8_engine() == KILN_GEMM_INT8_SDOT && kiln_cpu_features()->neon_i8mm &&
+         k <= KILN_Q8A8_I8MM_MAX_K;
+#else
+  (void)k;
+  return 0;
+#endif
+}
+
 const char* kiln_gemm_q8a8_engine(void) {
   switch (kiln_gemm_int8_engine()) {
     case KILN_GEMM_INT8_VNNI: return "avx512vnni";
     case KILN_GEMM_INT8_SDOT: return "neondot";
     default: return kiln_cpu_isa_name(kiln_gemm_q8a8_level());
   }
+}
+
+const char* kiln_gemm_q8a8_blocked_engine(int64_t k) {
+  return kiln_q8a8_i8mm(k) ? "neoni8mm" : kiln_gemm_q8a8_engine();
 }
 
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -303,6 +333,11 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
       t.x4 = 1;
       t.ukernel_x4 = kiln_qd8_qc8w_gemm_ukernel_12x16__neondot;
       t.pack_a_x4 = kiln_qd8_gemm_pack_a_x4__neondot;
+      if (kiln_q8a8_i8mm(K)) {
+        t.prep_b = kiln_qd8_qc8w_gemm_prep_b__neoni8mm;
+        t.ukernel_prep = kiln_qd8_qc8w_gemm_ukernel_12x16__neoni8mm;
+        t.prep_bytes = ((K + 7) / 8 * 128 + 63) & ~(int64_t)63;
+      }
       break;
 #endif
     default: break;
@@ -332,12 +367,14 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   while (t.n_m * t.n_n < 2 * T && t.n_n < t.strips) t.n_n++;
   void* blk = NULL;
   size_t panel_bytes = ((size_t)(t.m_pad * t.row_bytes) + 63) & ~(size_t)63;
-  size_t bytes = panel_bytes + (size_t)t.m_pad * (sizeof(float) + sizeof(int32_t));
+  size_t sums_bytes = ((size_t)t.m_pad * (sizeof(float) + sizeof(int32_t)) + 63) & ~(size_t)63;
+  size_t bytes = panel_bytes + sums_bytes + (size_t)(T * t.prep_bytes);
   char* scratch = kiln_scratch_get(&kiln_q8a8_scratch_, bytes, &blk);
   if (!scratch) return 0;
   t.ap = scratch;
   t.sa = (float*)(scratch + panel_bytes);
   t.sums = (int32_t*)(t.sa + t.m_pad);
+  t.prep = t.prep_b ? (int8_t*)(scratch + panel_bytes + sums_bytes) : NULL;
   for (int64_t bt = 0; bt < g->batch; ++bt) {
     int64_t a_off = bt * g->a_batch_stride;
     t.a = g->a_bf16 ? NULL : g->a + a_off;

@@ -483,7 +483,7 @@ void kiln_gemm_quant(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     if (gemv ? kiln_gemm_q8a8_gemv(g, pool) : kiln_gemm_q8a8(g, pool))
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-%s%s",
                gemv ? "gemv-" : "",
-               kiln_gemm_q8a8_engine());
+               gemv ? kiln_gemm_q8a8_engine() : kiln_gemm_q8a8_blocked_engine(K));
     else {
       kiln_gemm_q8a8_reference(g);
       snprintf(kiln_gemm_quant_path_, sizeof kiln_gemm_quant_path_, "q8a8-reference");

@@ -84,6 +84,10 @@ kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void);
 /* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni",
  * "neondot" (the engines), else the level's name. */
 const char* kiln_gemm_q8a8_engine(void);
+/* What the blocked (prefill) q8a8 kernel runs on for K: "neoni8mm" where
+ * the SDOT engine's CPU also has i8mm (kiln_gemm_q8a8_neoni8mm.c; K up to
+ * 16384, its buffer's bound), else kiln_gemm_q8a8_engine(). */
+const char* kiln_gemm_q8a8_blocked_engine(int64_t k);
 void kiln_qd8_qc8w_gemm_ukernel_6x16__generic(int64_t k, const int16_t* a, const int8_t* b,
                                               int32_t* out);
 void kiln_qd8_gemm_pack_a__generic(int64_t rows, int64_t rows_pad, int64_t k, const float* a,
@@ -235,6 +239,14 @@ void kiln_qd8_gemm_pack_a_x4__neondot(int64_t rows, int64_t rows_pad, int64_t k,
 void kiln_qd8_qc8w_gemv__neondot(int64_t m, int64_t k, const int8_t* a, int64_t lda,
                                  const float* sa, const int8_t* b, const float* scales, int panels,
                                  float* out);
+/* kiln_gemm_q8a8_neoni8mm.c (ASIMD + dotprod + i8mm): the SDOT engine's
+ * prefill on SMMLA where the CPU has i8mm. prep_b lays one 16-column blob
+ * panel (k rows) out for SMMLA into 16 * ceil(k / 8) * 8 bytes (the file
+ * says how); the microkernel sums one 12-row quad panel a by one prepared
+ * panel bp over all of K into out (12 x 16), exact, bias 0. */
+void kiln_qd8_qc8w_gemm_prep_b__neoni8mm(int64_t k, const int8_t* b, int8_t* out);
+void kiln_qd8_qc8w_gemm_ukernel_12x16__neoni8mm(int64_t k, const int8_t* a, const int8_t* bp,
+                                                int32_t* out);
 /* kiln_gemm_q4a8_neon.c (aarch64 ASIMD): SMLAL on nibbles, SADALP. */
 void kiln_qd8_qb4w_gemv__neon(int64_t m, int64_t kg, int group, int form, const int8_t* a,
                               int64_t lda, const float* ad, const int32_t* as, const uint8_t* b,
