@@ -83,6 +83,16 @@ void kiln_qd8_qc8w_gemm_prep_b__neoni8mm(int64_t k, const int8_t* b, int8_t* out
     c1##j = vmmlaq_s32(c1##j, a23, bj);                 \
     c2##j = vmmlaq_s32(c2##j, a45, bj);                 \
   } while (0)
+/* The eight column pairs of the 8 K rows at bp. */
+#define KILN_Q8A8M_COLS() \
+  KILN_Q8A8M_COL(0);      \
+  KILN_Q8A8M_COL(1);      \
+  KILN_Q8A8M_COL(2);      \
+  KILN_Q8A8M_COL(3);      \
+  KILN_Q8A8M_COL(4);      \
+  KILN_Q8A8M_COL(5);      \
+  KILN_Q8A8M_COL(6);      \
+  KILN_Q8A8M_COL(7)
 /* Row pair i's tiles out as two rows of 16: the 2 x 2 tiles' halves. */
 #define KILN_Q8A8M_STORE(i)                                                                 \
   do {                                                                                      \
@@ -128,34 +138,21 @@ KILN_NEON_NO_PRESCHEDULE static void kiln_q8a8m_6x16(int64_t k, const int8_t* a,
     const int8x16_t a01 = vreinterpretq_s8_s32(vzip1q_s32(l0, l1));
     const int8x16_t a23 = vreinterpretq_s8_s32(vzip2q_s32(l0, l1));
     const int8x16_t a45 = kiln_q8a8m_pair45(vld1_s8(a + 16), vld1_s8(a + 64));
-    KILN_Q8A8M_COL(0);
-    KILN_Q8A8M_COL(1);
-    KILN_Q8A8M_COL(2);
-    KILN_Q8A8M_COL(3);
-    KILN_Q8A8M_COL(4);
-    KILN_Q8A8M_COL(5);
-    KILN_Q8A8M_COL(6);
-    KILN_Q8A8M_COL(7);
+    KILN_Q8A8M_COLS();
   }
   if (q < quads) {
     const int32x4_t l0 = vreinterpretq_s32_s8(vld1q_s8(a)), l1 = vdupq_n_s32(0);
     const int8x16_t a01 = vreinterpretq_s8_s32(vzip1q_s32(l0, l1));
     const int8x16_t a23 = vreinterpretq_s8_s32(vzip2q_s32(l0, l1));
     const int8x16_t a45 = kiln_q8a8m_pair45(vld1_s8(a + 16), vdup_n_s8(0));
-    KILN_Q8A8M_COL(0);
-    KILN_Q8A8M_COL(1);
-    KILN_Q8A8M_COL(2);
-    KILN_Q8A8M_COL(3);
-    KILN_Q8A8M_COL(4);
-    KILN_Q8A8M_COL(5);
-    KILN_Q8A8M_COL(6);
-    KILN_Q8A8M_COL(7);
+    KILN_Q8A8M_COLS();
   }
   KILN_Q8A8M_STORE(0);
   KILN_Q8A8M_STORE(1);
   KILN_Q8A8M_STORE(2);
 }
 #undef KILN_Q8A8M_STORE
+#undef KILN_Q8A8M_COLS
 #undef KILN_Q8A8M_COL
 #undef KILN_Q8A8M_DECL
 
