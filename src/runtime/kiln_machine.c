@@ -385,8 +385,29 @@ int kiln_machine_busy(const kiln_machine_t* m) {
   int usable = m->threads < m->physical_cores ? m->threads : m->physical_cores;
   if (usable < 1) usable = 1;
   double fma = m->fma_gflops_1 * usable;
-  return m->fma_gflops < 0.8 * fma || m->fma_gflops > 1.3 * fma ||
-         m->bandwidth_gbs < 0.9 * m->bandwidth_gbs_1;
+  return m->others_load > 0.15 || m->fma_gflops < 0.5 * fma || m->fma_gflops > 1.3 * fma ||
+         m->bandwidth_gbs < 0.8 * m->bandwidth_gbs_1;
+}
+
+/* Seconds of CPU time the whole machine has spent busy (/proc/stat's
+ * first line: all but idle and iowait), or -1 where there is no such file. */
+static double kiln_machine_cpu_busy_s(void) {
+  FILE* f = fopen("/proc/stat", "r");
+  if (!f) return -1;
+  unsigned long long v[8] = {0};
+  int got = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                   &v[4], &v[5], &v[6], &v[7]);
+  fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (got < 4 || hz <= 0) return -1;
+  /* user nice system idle iowait irq softirq steal */
+  return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz;
+}
+
+static double kiln_machine_clock(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Each figure of m raised to b's where b's is higher. */
@@ -398,9 +419,25 @@ static void kiln_machine_merge(kiln_machine_t* m, const kiln_machine_t* b) {
 }
 
 /* One measurement of every figure into m (the static facts already there);
- * buf is the bandwidth probe's buffer of n floats. */
+ * buf is the bandwidth probe's buffer of n floats. Also m->others_load: the
+ * share of all cores' time that other processes were busy meanwhile. */
+static void kiln_machine_figures(kiln_pool_t* pool, const float* buf, size_t n, kiln_machine_t* m);
+
 static void kiln_machine_measure_once(kiln_pool_t* pool, const float* buf, size_t n,
                                       kiln_machine_t* m) {
+  double busy0 = kiln_machine_cpu_busy_s(), own0 = kiln_machine_clock(CLOCK_PROCESS_CPUTIME_ID);
+  double wall0 = kiln_machine_now();
+  kiln_machine_figures(pool, buf, n, m);
+  double busy1 = kiln_machine_cpu_busy_s(), own1 = kiln_machine_clock(CLOCK_PROCESS_CPUTIME_ID);
+  double wall = kiln_machine_now() - wall0;
+  m->others_load = 0;
+  if (busy0 >= 0 && busy1 >= 0 && wall > 0 && m->cores > 0) {
+    double others = (busy1 - busy0) - (own1 - own0);
+    m->others_load = others > 0 ? others / (wall * m->cores) : 0;
+  }
+}
+
+static void kiln_machine_figures(kiln_pool_t* pool, const float* buf, size_t n, kiln_machine_t* m) {
   int all = m->threads > 256 ? 256 : m->threads;
   const kiln_cpu_features_t* c = kiln_cpu_features();
   kiln_machine_probe_fn fma = kiln_machine_fma_probe();
@@ -437,6 +474,8 @@ kiln_status_t kiln_machine_measure(kiln_pool_t* pool, kiln_machine_t* m) {
     kiln_machine_t again = *m;
     kiln_machine_measure_once(pool, buf, n, &again);
     kiln_machine_merge(m, &again);
+    /* The merged figures are as clean as the quietest attempt. */
+    if (again.others_load < m->others_load) m->others_load = again.others_load;
   }
   free(buf);
   /* To the cache file's precision (kiln_machine_write_cache: 3 decimals),
@@ -470,7 +509,7 @@ static int kiln_machine_read_cache(const char* path, kiln_machine_t* m) {
   FILE* f = fopen(path, "r");
   if (!f) return 0;
   char line[512], model[128] = "", isa[32] = "";
-  int threads = -1, numbers = 0, busy = 0;
+  int threads = -1, numbers = 0, busy = -1;
   long long at = 0;
   while (fgets(line, sizeof line, f)) {
     char key[64];
@@ -494,8 +533,9 @@ static int kiln_machine_read_cache(const char* path, kiln_machine_t* m) {
       m->fma_gflops <= 0 || m->bandwidth_gbs <= 0)
     return 0;
   m->measured_at = at;
-  /* A file written before the busy mark, or edited, is judged by its figures. */
-  m->busy = busy || kiln_machine_busy(m);
+  /* A file without the mark (kiln before it checked for load) counts as
+   * busy: measured once more and merged. */
+  m->busy = busy != 0 || kiln_machine_busy(m);
   return 1;
 }
 

@@ -9,15 +9,16 @@
  * int8, GB/s (1e9 bytes); `_1` fields are one thread, the others all of the
  * pool's threads. A field is 0 where the CPU lacks the instruction.
  *
- * A peak taken while other work ran (a test suite, another tenant of a
- * shared VM) reads low, and a cache would keep it: the roofline would then
+ * A peak taken while other work ran (a test suite beside it) reads low, and
+ * a cache would keep it: the roofline would then
  * divide by a ceiling the machine passes. Peaks are maxima, so a
  * measurement that kiln_machine_busy flags is repeated (twice more) and the
  * attempts merged field by field by their maximum; one still flagged is
  * marked busy in the cache, and the next process to read that cache
  * measures again (once: a process that has measured reuses the cache as it
  * is, so its calls agree) and merges with it, so the figures climb to the
- * machine's own over the processes that need them. */
+ * machine's own over the processes that need them. A cache without the
+ * mark (older kiln) counts as busy. */
 #ifndef KILN_MACHINE_H
 #define KILN_MACHINE_H
 
@@ -42,6 +43,7 @@ typedef struct kiln_machine_s {
   double bandwidth_gbs_1, bandwidth_gbs; /* reading a 128 MiB buffer */
   int measured;        /* 1: measured by this call; 0: read from the cache */
   int busy;            /* kiln_machine_busy held for the figures as kept */
+  double others_load;  /* share of all cores' time other processes used while measuring (0: unknown) */
   int64_t measured_at; /* Unix time of the measurement */
   char cache_path[4096]; /* "" when there is no cache file */
 } kiln_machine_t;
@@ -65,11 +67,15 @@ typedef enum kiln_machine_probe_e {
 kiln_status_t kiln_machine_sample(kiln_pool_t* pool, int threads, kiln_machine_probe_t probe,
                                   double* out);
 /* 1 when the figures cannot all be the machine's peaks, as when part of it
- * was busy while they were measured: the all-threads FMA rate outside 0.8
- * to 1.3 times the one-thread rate times the cores the threads can use (the
+ * was busy while they were measured: other processes used more than 15 %
+ * of all cores' time meanwhile (/proc/stat, less kiln's own), or the
+ * figures contradict each other: the all-threads FMA rate outside 0.5 to
+ * 1.3 times the one-thread rate times the cores the threads can use (the
  * pool's threads, at most the physical cores: SMT siblings share the FMA
- * units), or the all-threads read bandwidth below 0.9 times one thread's
- * (more readers never draw less, on an idle machine). */
+ * units; the bounds leave room for all-core clocks below one core's turbo
+ * and for slower cores of a hybrid CPU), or the all-threads read bandwidth
+ * below 0.8 times one thread's (more readers never draw less on an idle
+ * machine). */
 int kiln_machine_busy(const kiln_machine_t* m);
 /* The cache file's path; 0 when there is none (no HOME). */
 int kiln_machine_cache_path(char* out, size_t size);

@@ -925,11 +925,11 @@ static int kiln_cli_machine(int measure, int threads) {
   printf("  read bandwidth %8.1f GB/s    1 thread, %8.1f all (128 MiB buffer)\n",
          m.bandwidth_gbs_1, m.bandwidth_gbs);
   if (m.busy)
-    printf("note:       these figures look taken while the machine was busy (all threads' FMA\n"
-           "            not near %d x one thread's, or all threads' reads below one thread's);\n"
+    printf("note:       these figures look taken while the machine was busy (other processes\n"
+           "            used %.0f %% of the cores meanwhile, or the figures contradict each other);\n"
            "            kiln measures again when it next needs them, or run `kiln info --measure`\n"
            "            on an idle machine\n",
-           m.threads < m.physical_cores ? m.threads : m.physical_cores);
+           100.0 * m.others_load);
   return 0;
 }
 

@@ -213,12 +213,16 @@ static void test_profile_machine_busy(void) {
   m.threads = 2, m.physical_cores = 2;
   m.fma_gflops_1 = 37, m.fma_gflops = 74, m.bandwidth_gbs_1 = 12, m.bandwidth_gbs = 18;
   KILN_EXPECT(!kiln_machine_busy(&m), "an idle machine's figures");
-  m.fma_gflops = 45; /* the other core taken */
-  KILN_EXPECT(kiln_machine_busy(&m), "all threads' FMA at 0.61x two");
+  m.others_load = 0.3; /* make test on the other core */
+  KILN_EXPECT(kiln_machine_busy(&m), "others used 30 %% of the cores");
+  m.others_load = 0.05, m.fma_gflops = 45; /* all-core clocks, a hybrid CPU's slower cores */
+  KILN_EXPECT(!kiln_machine_busy(&m), "all threads' FMA at 0.61x two, the machine quiet");
+  m.fma_gflops = 30;
+  KILN_EXPECT(kiln_machine_busy(&m), "all threads' FMA at 0.41x two");
   m.fma_gflops = 100; /* the one-thread run taken */
   KILN_EXPECT(kiln_machine_busy(&m), "all threads' FMA at 1.35x two");
-  m.fma_gflops = 74, m.bandwidth_gbs = 10;
-  KILN_EXPECT(kiln_machine_busy(&m), "all threads read less than one");
+  m.fma_gflops = 74, m.bandwidth_gbs = 9;
+  KILN_EXPECT(kiln_machine_busy(&m), "all threads read 0.75x one");
   m.bandwidth_gbs = 18, m.threads = 4; /* 4 threads on 2 cores' SMT siblings */
   KILN_EXPECT(!kiln_machine_busy(&m), "SMT siblings share the FMA units");
 

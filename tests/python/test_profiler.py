@@ -251,8 +251,9 @@ def test_busy_peaks_are_measured_again_and_merged(machine_cache, tmp_path):
     path = tmp_path / "busy.json"
     record = {"cpu_model": m["cpu_model"], "isa": m["isa"], "threads": m["threads"],
               "measured_at": 1, **{k: 0.0 for k in PEAK_KEYS}}
-    # Written before the busy mark existed: judged by its figures (2 threads
-    # at 1.0x one). One figure no machine reaches must survive the merge.
+    # Written before the busy mark existed (no "busy"): measured once more.
+    # One figure no machine reaches must survive the merge (and keeps the
+    # record busy: all threads then read far less than one).
     record.update(fma_gflops_1=1.0, fma_gflops=1.0 if m["threads"] > 1 else 0.5,
                   bandwidth_gbs_1=1.0e6, bandwidth_gbs=1.0)
     path.write_text(json.dumps(record, indent=2))
@@ -264,8 +265,9 @@ def test_busy_peaks_are_measured_again_and_merged(machine_cache, tmp_path):
     after = json.loads(path.read_text())
     assert after["bandwidth_gbs_1"] == 1.0e6 and after["busy"] == 1
     assert after["fma_gflops_1"] > 1.0 and after["fma_gflops"] > 1.0
-    # A consistent record is reused as written.
-    record.update(fma_gflops_1=10.5, fma_gflops=10.5 * min(m["threads"], m["physical_cores"]),
+    # A consistent record, marked not busy, is reused as written.
+    record.update(busy=0, fma_gflops_1=10.5,
+                  fma_gflops=10.5 * min(m["threads"], m["physical_cores"]),
                   bandwidth_gbs_1=5.25, bandwidth_gbs=6.5)
     path.write_text(json.dumps(record, indent=2))
     p = subprocess.run([str(KILN_BIN), "info"], capture_output=True, text=True, timeout=120,
