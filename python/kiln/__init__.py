@@ -336,8 +336,9 @@ def machine(measure=False):
     again): fp32 FMA, bf16 and int8 dots where present (GFLOP/s, GOP/s) and
     read bandwidth (GB/s), each for 1 thread (``_1``) and all threads.
     ``busy`` is True when the figures look taken while the machine was busy
-    (all threads' FMA rate not near one thread's times the cores in use):
-    such a cache is measured again, and merged, when next read."""
+    (other processes used over 15 % of the cores meanwhile, or the figures
+    contradict each other; docs/cli.md): such a cache is measured again, and
+    merged, by the next process that reads it."""
     return _C.machine(bool(measure))
 
 
