@@ -260,9 +260,10 @@ KILN_API int32_t kiln_session_num_threads(const kiln_session_t* session);
  * Everything it points to is borrowed for the call only. */
 typedef struct kiln_buffer_s {
   /* The elements: read for an input, written for an output. May be NULL
-   * only when the tensor has no elements. An input's memory may also be
-   * written when the model updates that input in place (a state such as a
-   * KV cache traced with in-place writes); other inputs are only read. */
+   * only when the tensor has no elements. Inputs are only read: a model
+   * traced with in-place writes into its inputs (a KV cache passed in) has
+   * their new values as its first outputs, written into the caller's
+   * output buffers (docs/c-api.md). */
   void* data;
   /* Bytes available at data: at least the tensor's size (elements x
    * kiln_element_type_size), else KILN_ERROR_INVALID_ARGUMENT. */

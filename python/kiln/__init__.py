@@ -12,6 +12,7 @@ OpenMP threads unless KILN_POOL=own or OMP_WAIT_POLICY=passive (_pool_choice).
 """
 
 import os
+import sys
 import time
 import warnings
 
@@ -47,7 +48,7 @@ HOST_THREADS = _C.host_threads(POOL == "host", True)
 
 from kiln import jit as _jit  # noqa: E402,F401  (registers torch.ops.kiln.run: torch.jit.load works after `import kiln`)
 from kiln.analysis import analyze_model  # noqa: E402
-from kiln.capture import export_program, lower_exported  # noqa: E402
+from kiln.capture import export_program, log_enabled, lower_exported  # noqa: E402
 from kiln.guards import SizeGuards  # noqa: E402
 from kiln.compare import compare  # noqa: E402
 from kiln.module import KilnModule, compile_graph  # noqa: E402
@@ -204,13 +205,17 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
         if isinstance(model, torch.nn.Module) and was_training:
             model.train()
     name = type(model).__name__
-    if fallback and _mutations(ep):
-        # In-place updates of inputs or buffers: the partitioned module
-        # writes the new values back after each call, as eager does.
+    mutations = _mutations(ep)
+    input_writes = bool(mutations) and all(kind == "USER_INPUT_MUTATION" for kind, _ in mutations)
+    if fallback and mutations and not input_writes:
+        # In-place updates of buffers (or effect tokens): the partitioned
+        # module writes the new values back after each call, as eager does.
         return _trace_with_fallback(ep, name, weights_bf16, compute_bf16, target)
     compile_stage("lowering")
     try:
-        ctx, names, out_spec = lower_exported(ep)
+        # In-place updates of inputs only (a KV cache passed in): one kiln
+        # graph, which writes the new values into the inputs' memory.
+        ctx, names, out_spec = lower_exported(ep, input_writes=input_writes)
     except (UnsupportedOpError, KilnError):
         # KilnError too: a value kiln cannot hold (a float64 constant, say)
         # is refused while lowering; the partitioner leaves it to eager.
@@ -218,7 +223,11 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
             raise
         return _trace_with_fallback(ep, name, weights_bf16, compute_bf16, target)
     compiled = compile_graph(ctx, weights_bf16, compute_bf16, target)
-    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0)
+    if ctx.input_writes and log_enabled():
+        n_in_place = sum(in_place for _, in_place in ctx.input_writes)
+        print(f"kiln: the model writes {len(ctx.input_writes)} of its inputs: {n_in_place} in place (their memory "
+              f"is the new value's), {len(ctx.input_writes) - n_in_place} copied in after the run", file=sys.stderr)
+    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes)
 
 
 def _mode_dependent(model):
@@ -273,10 +282,12 @@ def _trace_with_fallback(ep, name, weights_bf16=False, compute_bf16=False, targe
             raise KilnError(f"the model mutates state kiln cannot write back ({s.kind.name.lower()} {s.target})")
     gm = ep.graph_module
     _partition.drop_size_range_asserts(gm)
+    _partition.drop_metadata_asserts(gm, {n.name for spec, n in zip(ep.graph_signature.input_specs, phs)
+                                          if spec.kind == InputKind.USER_INPUT})
     missing = unsupported_ops(gm)  # before partition(), which rewrites gm in place
     fused, pieces = _partition.partition(gm, lambda node: const_of.get(node.name) if node.op == "placeholder" else None,
                               what=name, weights_bf16=weights_bf16, compute_bf16=compute_bf16,
-                              target=target)
+                              target=target, ranges=ep.range_constraints)
     guards = SizeGuards.of_exported(ep, [n for spec, n in zip(ep.graph_signature.input_specs, phs)
                                          if spec.kind == InputKind.USER_INPUT])
     return _partition.PartitionedModule(fused, lifted, pieces, ep.call_spec.out_spec, missing, name, writes,

@@ -417,10 +417,14 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_
     return ctx
 
 
-def lower_exported(ep, extra_outputs=()):
+def lower_exported(ep, extra_outputs=(), input_writes=False):
     """Lowers an ExportedProgram; returns (ctx, input names, out_spec).
     extra_outputs: FX nodes also made graph outputs, after the program's own
-    (kiln.compare reads every intermediate so)."""
+    (kiln.compare reads every intermediate so).
+    input_writes: the program may update its inputs in place (a KV cache
+    passed in, written with index_copy_): each new value is a leading graph
+    output, and ctx.input_writes lists (input position, in place) for them
+    (input_writes_of)."""
     sig = ep.graph_signature
     state = ep.state_dict
     consts = getattr(ep, "constants", {}) or {}
@@ -446,12 +450,44 @@ def lower_exported(ep, extra_outputs=()):
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     flat_out = list(out_node.args[0])
     for spec in sig.output_specs:
-        if spec.kind != OutputKind.USER_OUTPUT:
+        if spec.kind != OutputKind.USER_OUTPUT and not (input_writes and spec.kind == OutputKind.USER_INPUT_MUTATION):
             raise KilnError(f"the model mutates state ({spec.kind.name.lower()} {spec.target}); "
                             "kiln.trace compiles inference graphs: call model.eval() first")
     ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints,
                       guards=exported_guards(ep))
+    ctx.input_writes = input_writes_of(ep, flat_out) if input_writes else []
     return ctx, names, ep.call_spec.out_spec
+
+
+def input_writes_of(ep, flat_out):
+    """[(user input position, in place)] for the program's leading outputs
+    that are new values of its inputs. In place: the new value may be
+    written straight into the input's memory, because it has the input's
+    dtype and shape and every other reader of the input is computed before
+    it (an ancestor of it), so the write cannot change what they read (a
+    static KV cache: attention reads the new value). Otherwise the caller
+    copies it in after the call."""
+    sig = ep.graph_signature
+    phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    user = [n for spec, n in zip(sig.input_specs, phs)
+            if spec.kind == InputKind.USER_INPUT and isinstance(n.meta.get("val"), torch.Tensor)]
+    pos = {n.name: i for i, n in enumerate(user)}
+    writes = []
+    for spec, src in zip(sig.output_specs, flat_out):
+        if spec.kind != OutputKind.USER_INPUT_MUTATION:
+            continue
+        dst = user[pos[spec.target]]
+        before, todo = set(), [src]
+        while todo:
+            a = todo.pop()
+            if a not in before:
+                before.add(a)
+                todo.extend(a.all_input_nodes)
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
+        same = (isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype and len(dv.shape) == len(sv.shape)
+                and all(str(a) == str(b) for a, b in zip(dv.shape, sv.shape)))
+        writes.append((pos[spec.target], bool(same and all(u in before for u in dst.users))))
+    return writes
 
 
 def log_enabled():

@@ -71,11 +71,16 @@ _SIZE_DTYPE = DTYPES[torch.int8]
 class KilnModule(torch.nn.Module):
     """A model compiled by kiln. Call it like the original module."""
 
-    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0):
+    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0, writes=()):
         super().__init__()
         self._kiln_model = model
         self._input_names = list(input_names)
         self._out_spec = out_spec
+        # The graph's leading outputs are new values of inputs the model
+        # updates in place (a KV cache passed in): (input position, in
+        # place) each; written into the input's memory by the run itself,
+        # else copied in after it (kiln.capture.input_writes_of).
+        self._writes = [(int(pos), bool(in_place)) for pos, in_place in writes]
         self._source = source
         self.compile_seconds = compile_seconds
         ins = model.inputs()
@@ -105,7 +110,7 @@ class KilnModule(torch.nn.Module):
         # How forward packs the outputs: "one" tensor, a flat "tuple", else
         # through the pytree spec (tree_unflatten costs microseconds).
         spec = self._out_spec
-        n = len(self._out_specs)
+        n = len(self._out_specs) - len(self._writes)
         if spec is None:
             self._out_kind = "one" if n == 1 else "tuple"
         elif spec.is_leaf() and n == 1:
@@ -275,7 +280,7 @@ class KilnModule(torch.nn.Module):
             args = tuple(args) + tuple(kwargs.values())
         # Plain tensor arguments (the common case) need no pytree walk.
         flat = args if all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves(args)
-        outs = self.run_flat(flat)
+        outs = self._run_writing(flat) if self._writes else self.run_flat(flat)
         kind = self._out_kind
         if kind == "one":
             return outs[0]
@@ -283,10 +288,37 @@ class KilnModule(torch.nn.Module):
             return tuple(outs)
         return pytree.tree_unflatten(outs, self._out_spec)
 
+    def _run_writing(self, flat):
+        """run_flat for a model that updates inputs in place: the new values
+        go into the inputs' memory (given as those outputs) where the graph
+        allows it and the input is a dense tensor of its dtype, else are
+        copied in after the call; returns the model's own outputs."""
+        if len(flat) != len(self._fast_in):
+            self._check_inputs(flat)  # raises: the count is wrong
+        given, copied = {}, []
+        for k, (pos, in_place) in enumerate(self._writes):
+            t = flat[pos]
+            if not isinstance(t, torch.Tensor):
+                self._check_input(pos, t)  # raises: says what came
+            if in_place and type(t) is torch.Tensor and t.dtype is self._fast_in[pos][0] and t.is_contiguous():
+                given[k] = t
+            else:
+                copied.append((k, t))
+        outs = self.run_flat(flat, given)
+        for k, t in copied:
+            t.copy_(outs[k])
+        return outs[len(self._writes):]
+
     # ---- visibility ----------------------------------------------------------
     def explain(self):
-        """The compiled plan as text: nodes, fused groups, arena, constants."""
-        return self._kiln_model.explain()
+        """The compiled plan as text: nodes, fused groups, arena, constants;
+        first, the inputs the model updates in place, if any."""
+        text = self._kiln_model.explain()
+        if self._writes:
+            how = ", ".join(f"{self._input_names[pos]} ({'in place' if in_place else 'copied in after the run'})"
+                            for pos, in_place in self._writes)
+            text = f"writes its inputs: {how}; outputs 0..{len(self._writes) - 1} are their new values\n" + text
+        return text
 
     def stats(self):
         return self._kiln_model.stats()
@@ -315,7 +347,10 @@ class KilnModule(torch.nn.Module):
     # ---- saving ---------------------------------------------------------------
     def _meta(self):
         spec = pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None
-        return {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+        meta = {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+        if self._writes:
+            meta["writes"] = [list(w) for w in self._writes]
+        return meta
 
     def to_bytes(self):
         """The .kiln artifact as bytes."""
@@ -355,11 +390,18 @@ class KilnModule(torch.nn.Module):
             out_spec = pytree.treespec_loads(spec) if spec else None
         except Exception as e:  # the section is the front end's: check it as the C loader checks its own
             raise KilnError(f"corrupt artifact: the {FORMAT_META} section is unreadable ({e})") from None
-        if out_spec is not None and out_spec.num_leaves != len(model.outputs()):
+        writes = meta.get("writes") or []
+        n_in, n_out = len(model.inputs()), len(model.outputs())
+        if not (isinstance(writes, list) and len(writes) <= n_out
+                and all(isinstance(w, list) and len(w) == 2 and isinstance(w[0], int) and 0 <= w[0] < n_in
+                        for w in writes)):
+            raise KilnError(f"corrupt artifact: {FORMAT_META}'s writes ({writes!r}) do not fit the graph's "
+                            f"{n_in} inputs and {n_out} outputs")
+        if out_spec is not None and out_spec.num_leaves != n_out - len(writes):
             raise KilnError(f"corrupt artifact: {FORMAT_META} describes {out_spec.num_leaves} outputs, "
-                            f"the graph has {len(model.outputs())}")
+                            f"the graph has {n_out - len(writes)}")
         names = meta.get("input_names") or [n or f"input{i}" for i, (n, _, _) in enumerate(model.inputs())]
-        return cls(model, names, out_spec, meta.get("source", ""))
+        return cls(model, names, out_spec, meta.get("source", ""), writes=writes)
 
     def example_inputs(self):
         """Zero tensors of the input shapes (used to trace the jit wrapper); a
@@ -416,6 +458,9 @@ class _KilnJitWrapper(torch.nn.Module):
 
 def _script_module(kiln_module):
     """A torch.jit.ScriptModule running the kiln module's artifact."""
+    if kiln_module._writes:
+        raise KilnError("torch.jit.save: this kiln module updates its inputs in place (a KV cache passed in), "
+                        "which the TorchScript wrapper cannot do; save it with kiln.save")
     data = kiln_module.to_bytes()
     artifact = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     wrapper = _KilnJitWrapper(artifact, kiln_module._out_spec)

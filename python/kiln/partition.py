@@ -97,13 +97,36 @@ def drop_size_range_asserts(gm):
     return dropped
 
 
+def drop_metadata_asserts(gm, user_inputs):
+    """Removes torch.export's dtype/device/shape asserts
+    (aten._assert_tensor_metadata, emitted where a .to() found nothing to
+    convert) on anything but the caller's inputs (user_inputs: their
+    placeholders' names), in place. Those hold by construction: a computed
+    value's metadata is the traced graph's own, which the kiln piece making
+    it was compiled for, and a parameter or buffer is the traced one. Left in,
+    they have no tensor output, so each would run in eager between pieces. An
+    assert on a user input checks what the caller passed: it stays."""
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        arg = node.args[0] if node.op == "call_function" and node.args else None
+        if (node.target is torch.ops.aten._assert_tensor_metadata.default and isinstance(arg, torch.fx.Node)
+                and not (arg.op == "placeholder" and arg.name in user_inputs)):
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.recompile()
+    return dropped
+
+
 def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=False, compute_bf16=False,
-              target=None):
+              target=None, ranges=None):
     """Returns (GraphModule running kiln pieces and eager ops, n_pieces).
 
     constant_of(node) -> tensor or None: values of placeholders that are
     parameters, embedded in the pieces as constants (so kiln packs them).
-    weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace)."""
+    weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace).
+    ranges: the ExportedProgram's range_constraints, where gm is its graph:
+    the sizes the pieces are valid for (a Dim(min=1) runs at 1)."""
     status = per_node_support(gm)
     refused = {n for n, why in status.items() if why}
     support = KilnSupport(refused)
@@ -144,8 +167,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
         try:
             # The guards fit the probes; SizeGuards or Dynamo check them per call.
-            ctx = lower_graph(sub, placeholders, flat, guards=guards_of_values([ph.meta.get("val") for ph in phs]),
-                              guards_checked=True)
+            ctx = lower_graph(sub, placeholders, flat, ranges,
+                              guards=guards_of_values([ph.meta.get("val") for ph in phs]), guards_checked=True)
             mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
                              [placeholders[i][1] for i in runtime_positions], None, node.target)
             _check_sizes_bind(mod)

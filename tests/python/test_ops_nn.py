@@ -81,14 +81,23 @@ def test_batch_norm_no_stats(shape):
     check(lambda x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True), x, w, b)
 
 
-def test_batch_norm_legit_in_place_training_is_unsupported():
-    x, rm, rv = torch.randn(2, 3, 4), torch.zeros(3), torch.ones(3)
-    from kiln.errors import KilnError
-    # export functionalises the running-stat mutation into user-input
-    # mutations, which kiln.trace (an inference compiler) refuses loudly.
-    with pytest.raises(KilnError):
-        kiln.trace(Call(lambda x, rm, rv: aten._native_batch_norm_legit.default(x, None, None, rm, rv, True, 0.1, 1e-5)),
-                   (x, rm, rv), fallback=False)
+def test_batch_norm_legit_in_place_training_updates_the_callers_statistics():
+    """export functionalises the running-stat update into user-input
+    mutations: one kiln graph (no fallback) that writes the caller's
+    statistics, as eager does."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 4)
+    model = Call(lambda x, rm, rv: aten._native_batch_norm_legit.default(x, None, None, rm, rv, True, 0.1, 1e-5))
+    compiled = kiln.trace(model, (x, torch.zeros(3), torch.ones(3)), fallback=False)
+    assert isinstance(compiled, kiln.KilnModule)
+    got_m, got_v, want_m, want_v = torch.zeros(3), torch.ones(3), torch.zeros(3), torch.ones(3)
+    for _ in range(2):
+        x = torch.randn(2, 3, 4) * 2 + 1
+        for g, w in zip(compiled(x, got_m, got_v), model(x, want_m, want_v)):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got_m, want_m, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got_v, want_v, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got_m, torch.zeros(3))
 
 
 @pytest.mark.parametrize("shape,groups", [((2, 6, 4, 5), 3), ((3, 4, 7), 2), ((2, 8), 4), ((1, 6, 2, 2, 2), 1)])

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Decode speed of a traced generation step beside generate() (one process).
+
+    .venv/bin/python bench/trace_step.py [--model gen_llama] [--weights int4:a8]
+                                         [--threads 2] [--rounds 5] [--tokens 64]
+
+A step of a Hugging Face causal LM with its KV cache passed in
+(StaticCacheStep: transformers' StaticCache layers over the caller's
+tensors) is traced once with kiln.trace, the token count symbolic from 1,
+and run as a C or ExecuTorch-style runner would: the 128-token prompt, then
+one token at a time, greedy, in a plain Python loop; kiln writes the cache
+in place. Beside it, in interleaved rounds, the same model through
+model.generate() with model.forward = torch.compile(model.forward,
+backend="kiln") (default cache), as bench/generation.py times it. Both
+decode --tokens steps after the first token; printed: the median ms per
+decode step over the rounds, tokens/s, the prompt's time, and whether the
+two produced the same greedy tokens.
+
+The difference between the two is the work around kiln's kernels in each
+step: Dynamo's guards, generate()'s own loop and kiln's per-call Python in
+one, the loop's argmax and kiln's call in the other."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+class StaticCacheStep(torch.nn.Module):
+    """One generation step of a causal LM: (input_ids [1, T], past (): the
+    tokens already in the cache, kv: keys and values of each layer, each
+    [1, kv heads, cap, head dim]) -> the logits of the last token, the T new
+    keys and values written into kv at positions past .. past + T - 1."""
+
+    def __init__(self, model, cap):
+        super().__init__()
+        self.model, self.cap = model, cap
+
+    def forward(self, input_ids, past, kv):
+        from transformers.cache_utils import StaticCache
+        cache = StaticCache(max_cache_len=self.cap, config=self.model.config)
+        for i, layer in enumerate(cache.layers):
+            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
+            layer.cumulative_length = past.clone()
+            layer.device = input_ids.device
+            layer.is_initialized = True
+        pos = torch.arange(input_ids.shape[1]) + past
+        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=pos[None], cache_position=pos,
+                         use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1]
+
+    def empty_cache(self):
+        cfg = self.model.config
+        heads = cfg.num_key_value_heads
+        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return [torch.zeros(1, heads, self.cap, dim) for _ in range(2 * cfg.num_hidden_layers)]
+
+    def trace(self, example_ids, **options):
+        """kiln.trace of this step, the token count symbolic in 1..cap."""
+        import kiln
+        seq = torch.export.Dim("tokens", min=1, max=self.cap)
+        n_kv = 2 * self.model.config.num_hidden_layers
+        return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
+                          dynamic_shapes=({1: seq}, None, [None] * n_kv), **options)
+
+
+def run_steps(step, f, ids, new):
+    """Greedy generation through step function f: (tokens, prompt seconds,
+    [seconds of each of the `new` decode steps after the first token])."""
+    kv = step.empty_cache()
+    tokens, times, past, tok = [], [], 0, ids
+    with torch.no_grad():
+        for _ in range(new + 1):
+            t0 = time.perf_counter()
+            tok_next = f(tok, torch.tensor(past), kv).argmax(-1, keepdim=True)
+            times.append(time.perf_counter() - t0)
+            past += tok.shape[1]
+            tok = tok_next
+            tokens.append(int(tok))
+    return tokens, times[0], times[1:]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gen_llama")
+    ap.add_argument("--weights", default=None, help="kiln's weights_dtype (int8, int8:a8, int4, int4:g128:a8, ...)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=64, help="decode steps timed after the first token")
+    args = ap.parse_args()
+
+    import warnings
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    import transformers
+    transformers.logging.set_verbosity_error()
+    import generation
+    from models import MODELS
+    import kiln  # noqa: F401
+
+    model = MODELS[args.model].build()[0]
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.randint(3, vocab, (1, 128), generator=torch.Generator().manual_seed(1001))
+    mask = torch.ones_like(ids)
+    wd = {"int8": torch.int8, "fp32": None}.get(args.weights, args.weights)
+    opts = {"weights_dtype": wd} if wd is not None else {}
+
+    step = StaticCacheStep(model, cap=ids.shape[1] + args.tokens + 16)
+    t0 = time.perf_counter()
+    traced = step.trace(ids, **opts)
+    trace_s = time.perf_counter() - t0
+    fwd = torch.compile(model.forward, backend="kiln", options=opts or None)
+    gen = generation.GenSystem("kiln", fwd, None, "eager")
+    t0 = time.perf_counter()
+    gen_tokens, _ = generation._generate(model, gen, ids, mask, args.tokens)
+    compile_s = time.perf_counter() - t0
+
+    step_ms, gen_ms, prompt_ms, ttft_ms = [], [], [], []
+    for _ in range(args.rounds):
+        tokens, prompt_s, steps = run_steps(step, traced, ids, args.tokens)
+        step_ms.append(1e3 * statistics.median(steps))
+        prompt_ms.append(1e3 * prompt_s)
+        out, m = generation._generate(model, gen, ids, mask, args.tokens)
+        gen_ms.append(m["step_median_ms"])
+        ttft_ms.append(m["ttft_ms"])
+    same = tokens == [int(t) for t in out[0, ids.shape[1]:ids.shape[1] + len(tokens)]]
+    s, g = statistics.median(step_ms), statistics.median(gen_ms)
+    print(f"{args.model}, weights {args.weights or 'fp32'}, {args.threads} thread(s), {args.rounds} interleaved rounds "
+          f"(medians): kiln.trace {trace_s:.1f} s, first generate() {compile_s:.1f} s")
+    print(f"  traced step loop:  decode {s:.2f} ms/step ({1e3 / s:.1f} tok/s), prompt {statistics.median(prompt_ms):.0f} ms")
+    print(f"  generate() kiln:   decode {g:.2f} ms/step ({1e3 / g:.1f} tok/s), first token {statistics.median(ttft_ms):.0f} ms")
+    print(f"  step loop / generate(): {g / s:.2f}x; same greedy tokens: {same}")
+
+
+if __name__ == "__main__":
+    main()

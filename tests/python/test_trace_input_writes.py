@@ -1,0 +1,182 @@
+"""kiln.trace of a model that updates its inputs in place: a decoder step
+whose KV cache is passed in (transformers' StaticCache layers over the
+caller's tensors, written with index_copy_), the way an exported LLM step is
+run outside generate(). torch.export turns the writes into user-input
+mutations; kiln compiles the whole step as one graph whose new cache values
+are written straight into the caller's tensors (nothing else reads the old
+values), not returned and copied back. Prefill (many tokens) and decode
+(one) run from one artifact: the token count is symbolic from 1.
+"""
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import kiln
+from kiln.module import KilnModule
+
+CAP = 48
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=256, head_dim=16)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _bench_trace_step():
+    spec = importlib.util.spec_from_file_location("bench_trace_step", REPO / "bench/trace_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _trace_step():
+    """The bench's step wrapper (bench/trace_step.py: transformers'
+    StaticCache layers over the caller's tensors) over a tiny Llama, traced
+    with the token count symbolic from 1, without fallback."""
+    step = _bench_trace_step().StaticCacheStep(_tiny_llama(), CAP)
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(3))
+    return step, step.trace(ids, fallback=False), ids
+
+
+def _caches():
+    return [torch.zeros(1, 2, CAP, 16) for _ in range(4)]
+
+
+def _generate(f, ids, kv, n):
+    """Greedy: the prompt, then n - 1 single tokens; the tokens and logits."""
+    tokens, logits, past, tok = [], [], 0, ids
+    with torch.no_grad():
+        for _ in range(n):
+            out = f(tok, torch.tensor(past), kv)
+            logits.append(out)
+            past += tok.shape[1]
+            tok = out.argmax(-1, keepdim=True)
+            tokens.append(int(tok))
+    return tokens, logits
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return _trace_step()
+
+
+def test_step_is_one_graph_writing_the_cache_in_place(traced, monkeypatch):
+    step, compiled, ids = traced
+    assert isinstance(compiled, KilnModule)
+    assert compiled._writes == [(2 + i, True) for i in range(4)]  # the four cache inputs, in place
+    given = []
+    run_flat = KilnModule.run_flat
+
+    def spy(self, args, given_outputs=None):
+        given.append({k: t.data_ptr() for k, t in (given_outputs or {}).items()})
+        return run_flat(self, args, given_outputs)
+
+    monkeypatch.setattr(KilnModule, "run_flat", spy)
+    want_kv, got_kv = _caches(), _caches()
+    ptrs = [t.data_ptr() for t in got_kv]
+    want_tokens, want_logits = _generate(step, ids, want_kv, 8)
+    got_tokens, got_logits = _generate(compiled, ids, got_kv, 8)
+    assert got_tokens == want_tokens
+    for g, w in zip(got_logits, want_logits):
+        assert_close(g, w, rtol=1e-4, atol=1e-5)  # fp32: another summation order than eager's
+    for g, w in zip(got_kv, want_kv):
+        assert_close(g, w, rtol=1e-4, atol=1e-5)
+    # The rows past the 5 + 7 written positions are still the zeros they started as.
+    assert torch.count_nonzero(got_kv[0][:, :, 12:]) == 0 and torch.count_nonzero(got_kv[0][:, :, :12]) > 0
+    # Every call gave kiln the caller's cache tensors as the new values' memory.
+    assert len(given) == 8 and all(sorted(g.values()) == sorted(ptrs) for g in given)
+
+
+def test_saved_step_keeps_writing_in_place(traced, tmp_path):
+    step, compiled, ids = traced
+    path = os.path.join(tmp_path, "step.kiln")
+    kiln.save(compiled, path)
+    loaded = kiln.load(path)
+    assert loaded._writes == compiled._writes
+    want_kv, got_kv = _caches(), _caches()
+    assert _generate(loaded, ids, got_kv, 6)[0] == _generate(step, ids, want_kv, 6)[0]
+    assert_close(got_kv[3], want_kv[3], rtol=1e-4, atol=1e-5)
+
+
+def test_torchscript_wrapper_refuses_a_writing_module(traced, tmp_path):
+    with pytest.raises(kiln.KilnError, match="updates its inputs in place"):
+        torch.jit.save(traced[1], os.path.join(tmp_path, "step.pt"))
+
+
+class ReadsOldValue(torch.nn.Module):
+    """The input's old value is read after the write would land: written
+    in place it would be wrong, so kiln copies the new value in after."""
+
+    def forward(self, x, y):
+        old = x * 3.0
+        x.add_(y)
+        return old + x
+
+
+def test_a_write_read_around_is_copied_after_the_call():
+    x, y = torch.randn(6), torch.randn(6)
+    compiled = kiln.trace(ReadsOldValue(), (x.clone(), y), fallback=False)
+    assert compiled._writes == [(0, False)]
+    got_x, want_x = x.clone(), x.clone()
+    assert_close(compiled(got_x, y), ReadsOldValue()(want_x, y), rtol=0, atol=0)
+    assert_close(got_x, want_x, rtol=0, atol=0)
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2.0)
+        return x.sum(0)
+
+
+def test_a_strided_input_is_written_back_through_its_view():
+    """A non-contiguous tensor cannot be the output's memory: kiln runs on a
+    contiguous copy and copies the new value into the view after."""
+    compiled = kiln.trace(Scale(), (torch.randn(4, 3),), fallback=False)
+    assert compiled._writes == [(0, True)]
+    base = torch.randn(3, 4)
+    got, want = base.clone(), base.clone()
+    assert_close(compiled(got.t()), Scale()(want.t()), rtol=0, atol=0)
+    assert_close(got, want, rtol=0, atol=0)
+
+
+class CountsCalls(torch.nn.Module):
+    """A buffer update (the partitioned path) and a .to() that converts
+    nothing (export's metadata assert on an intermediate value)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls += 1
+        h = (x * 2.0).to(torch.float32)
+        return h.cumsum(1) + self.calls
+
+
+def test_buffer_updates_run_whole_in_kiln_and_at_size_one():
+    """The partitioned path (state kiln keeps in the module) runs nothing in
+    eager for export's metadata asserts, and honours the export's size
+    range: Dim(min=1) runs at 1."""
+    seq = torch.export.Dim("seq", min=1, max=16)
+    model, ref = CountsCalls(), CountsCalls()
+    compiled = kiln.trace(model, (torch.randn(2, 5),), dynamic_shapes=({1: seq},))
+    assert compiled.unsupported == []
+    for n in (1, 7, 1):
+        x = torch.randn(2, n)
+        assert_close(compiled(x), ref(x), rtol=1e-6, atol=1e-6)
+    assert float(model.calls) == 3
+
+
+def test_explain_names_the_inputs_written(traced):
+    first = kiln.explain(traced[1]).splitlines()[0]
+    assert first == ("writes its inputs: kv_0 (in place), kv_1 (in place), kv_2 (in place), kv_3 (in place); "
+                     "outputs 0..3 are their new values"), first
