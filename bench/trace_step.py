@@ -11,10 +11,12 @@ and run as a C or ExecuTorch-style runner would: the 128-token prompt, then
 one token at a time, greedy, in a plain Python loop; kiln writes the cache
 in place. Beside it, in interleaved rounds, the same model through
 model.generate() with model.forward = torch.compile(model.forward,
-backend="kiln") (default cache), as bench/generation.py times it. Both
-decode --tokens steps after the first token; printed: the median ms per
-decode step over the rounds, tokens/s, the prompt's time, and whether the
-two produced the same greedy tokens.
+backend="kiln") (default cache), as bench/generation.py times it, and
+the traced step saved and run by the C runtime alone (`kiln generate`,
+the public C API; build/src/tools/kiln). Each decodes --tokens steps after
+the first token; printed: the median ms per decode step over the rounds,
+tokens/s, the prompt's time, and whether they produced the same greedy
+tokens.
 
 The difference between the two is the work around kiln's kernels in each
 step: Dynamo's guards, generate()'s own loop and kiln's per-call Python in
@@ -23,8 +25,11 @@ one, the loop's argmax and kiln's call in the other."""
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,6 +37,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+KILN_CLI = HERE.parent / "build" / "src" / "tools" / "kiln"
 
 
 class StaticCacheStep(torch.nn.Module):
@@ -88,6 +94,16 @@ def run_steps(step, f, ids, new):
     return tokens, times[0], times[1:]
 
 
+def run_cli(path, ids, new, threads):
+    """`kiln generate` on a saved step: (tokens, prompt ms, median decode ms
+    per token), from its stdout and its timing line."""
+    r = subprocess.run([str(KILN_CLI), "generate", str(path), "--prompt", ",".join(map(str, ids[0].tolist())),
+                        "--max-new-tokens", str(new + 1), "--threads", str(threads)],
+                       capture_output=True, text=True, check=True)
+    m = re.search(r"prompt \d+ tokens in ([\d.]+) ms.*decode ([\d.]+) ms per token", r.stderr)
+    return [int(t) for t in r.stdout.split()], float(m.group(1)), float(m.group(2))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gen_llama")
@@ -123,7 +139,11 @@ def main():
     gen_tokens, _ = generation._generate(model, gen, ids, mask, args.tokens)
     compile_s = time.perf_counter() - t0
 
-    step_ms, gen_ms, prompt_ms, ttft_ms = [], [], [], []
+    tmp = tempfile.TemporaryDirectory()
+    path = Path(tmp.name) / "step.kiln"
+    kiln.save(traced, path)
+    cli = KILN_CLI.exists()
+    step_ms, gen_ms, cli_ms, prompt_ms, ttft_ms, cli_prompt_ms = [], [], [], [], [], []
     for _ in range(args.rounds):
         tokens, prompt_s, steps = run_steps(step, traced, ids, args.tokens)
         step_ms.append(1e3 * statistics.median(steps))
@@ -131,13 +151,24 @@ def main():
         out, m = generation._generate(model, gen, ids, mask, args.tokens)
         gen_ms.append(m["step_median_ms"])
         ttft_ms.append(m["ttft_ms"])
+        if cli:
+            cli_tokens, p_ms, d_ms = run_cli(path, ids, args.tokens, args.threads)
+            cli_ms.append(d_ms)
+            cli_prompt_ms.append(p_ms)
     same = tokens == [int(t) for t in out[0, ids.shape[1]:ids.shape[1] + len(tokens)]]
     s, g = statistics.median(step_ms), statistics.median(gen_ms)
     print(f"{args.model}, weights {args.weights or 'fp32'}, {args.threads} thread(s), {args.rounds} interleaved rounds "
           f"(medians): kiln.trace {trace_s:.1f} s, first generate() {compile_s:.1f} s")
     print(f"  traced step loop:  decode {s:.2f} ms/step ({1e3 / s:.1f} tok/s), prompt {statistics.median(prompt_ms):.0f} ms")
     print(f"  generate() kiln:   decode {g:.2f} ms/step ({1e3 / g:.1f} tok/s), first token {statistics.median(ttft_ms):.0f} ms")
+    if cli:
+        c = statistics.median(cli_ms)
+        print(f"  kiln generate (C): decode {c:.2f} ms/step ({1e3 / c:.1f} tok/s), "
+              f"prompt {statistics.median(cli_prompt_ms):.0f} ms")
     print(f"  step loop / generate(): {g / s:.2f}x; same greedy tokens: {same}")
+    if cli:
+        print(f"  C loop / generate(): {g / c:.2f}x; C tokens the step loop's: {cli_tokens == tokens}")
+    tmp.cleanup()
 
 
 if __name__ == "__main__":

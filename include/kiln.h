@@ -254,16 +254,26 @@ KILN_API kiln_error_t* kiln_session_set_num_threads(kiln_session_t* session, int
 /* The threads runs use; 0 for NULL. */
 KILN_API int32_t kiln_session_num_threads(const kiln_session_t* session);
 
+/* Whether output `index` is the new value of one of the model's inputs: a
+ * model traced with in-place updates of its inputs (a generation step whose
+ * KV cache is passed in) returns each input's new value as an output.
+ * *out_input is that input's index (the output has its type and shape), or
+ * -1 for an ordinary output. *out_in_place is 1 when the output may be given
+ * the input's own buffer (the same data and size): the run then writes the
+ * new value there, nothing else read from it changing (the model reads the
+ * old value only before it writes); else pass other memory and copy it in. */
+KILN_API kiln_error_t* kiln_session_output_updates(const kiln_session_t* session, int32_t index,
+                                                   int32_t* out_input, int32_t* out_in_place);
+
 /* ---- running --------------------------------------------------------------- */
 
 /* A caller-owned tensor: dense, row-major (C order), native-endian bytes.
  * Everything it points to is borrowed for the call only. */
 typedef struct kiln_buffer_s {
   /* The elements: read for an input, written for an output. May be NULL
-   * only when the tensor has no elements. Inputs are only read: a model
-   * traced with in-place writes into its inputs (a KV cache passed in) has
-   * their new values as its first outputs, written into the caller's
-   * output buffers (docs/c-api.md). */
+   * only when the tensor has no elements. An input is only read, unless
+   * it is also given as the output that updates it in place
+   * (kiln_session_output_updates). */
   void* data;
   /* Bytes available at data: at least the tensor's size (elements x
    * kiln_element_type_size), else KILN_ERROR_INVALID_ARGUMENT. */
@@ -293,7 +303,10 @@ KILN_API kiln_error_t* kiln_session_output_shapes(kiln_session_t* session,
  * borrowed for the call). Every buffer is checked first (count, type, rank,
  * shape, size, NULL data; the message names the input or output and says
  * what was expected and what came), and nothing is written when one fails.
- * Output buffers must not overlap each other or the inputs. A model with
+ * Output buffers must not overlap each other or the inputs, except an
+ * output given the very buffer of the input it updates in place
+ * (kiln_session_output_updates); an output overlapping an input otherwise
+ * is an error. A model with
  * symbolic sizes runs at the sizes its inputs have (its first run at a new
  * binding of the symbols plans memory for it; a few bindings are kept). */
 KILN_API kiln_error_t* kiln_session_run(kiln_session_t* session, const kiln_buffer_t* inputs,

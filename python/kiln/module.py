@@ -12,6 +12,7 @@ torch_neuronx, through ``torch.jit.save``.
 
 import json
 import os
+import struct
 
 import torch
 from torch.utils import _pytree as pytree
@@ -27,6 +28,7 @@ from kiln.progress import compile_pass_callback, compile_stage
 _profiler_enabled = torch._C._autograd._profiler_enabled
 
 FORMAT_META = "py.meta"
+WRITES_SECTION = "writes"  # runtime/kiln_writes.h
 
 # Artifacts that hold more than one kiln graph (CPU fallback's pieces): the
 # front-end section that marks them -> load(first_piece, sections, source)
@@ -347,14 +349,21 @@ class KilnModule(torch.nn.Module):
     # ---- saving ---------------------------------------------------------------
     def _meta(self):
         spec = pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None
-        meta = {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
-        if self._writes:
-            meta["writes"] = [list(w) for w in self._writes]
-        return meta
+        return {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+
+    def _graph_input(self, pos):
+        """The graph's input index of the caller's input pos (the graph may
+        also take the random ops' seed, which the module draws itself)."""
+        return pos + (self._seed_at is not None and pos >= self._seed_at)
 
     def to_bytes(self):
         """The .kiln artifact as bytes."""
-        return self._kiln_model.save({FORMAT_META: json.dumps(self._meta()).encode()})
+        sections = {FORMAT_META: json.dumps(self._meta()).encode()}
+        if self._writes:  # the layout is runtime/kiln_writes.h's
+            sections[WRITES_SECTION] = b"KILNWRIT" + struct.pack("<II", 1, len(self._writes)) + b"".join(
+                struct.pack("<III", k, self._graph_input(pos), int(in_place))
+                for k, (pos, in_place) in enumerate(self._writes))
+        return self._kiln_model.save(sections)
 
     @classmethod
     def from_bytes(cls, data, target=None):
@@ -375,7 +384,7 @@ class KilnModule(torch.nn.Module):
 
     @classmethod
     def _load(cls, source, target=None):
-        model, sections = _C.load(source, [FORMAT_META, *_ARTIFACT_KINDS], target)
+        model, sections = _C.load(source, [FORMAT_META, WRITES_SECTION, *_ARTIFACT_KINDS], target)
         first = cls._from_model(model, sections)
         for section, load in _ARTIFACT_KINDS.items():
             if section in sections:
@@ -390,13 +399,17 @@ class KilnModule(torch.nn.Module):
             out_spec = pytree.treespec_loads(spec) if spec else None
         except Exception as e:  # the section is the front end's: check it as the C loader checks its own
             raise KilnError(f"corrupt artifact: the {FORMAT_META} section is unreadable ({e})") from None
-        writes = meta.get("writes") or []
-        n_in, n_out = len(model.inputs()), len(model.outputs())
-        if not (isinstance(writes, list) and len(writes) <= n_out
-                and all(isinstance(w, list) and len(w) == 2 and isinstance(w[0], int) and 0 <= w[0] < n_in
-                        for w in writes)):
-            raise KilnError(f"corrupt artifact: {FORMAT_META}'s writes ({writes!r}) do not fit the graph's "
-                            f"{n_in} inputs and {n_out} outputs")
+        # Checked against the graph in C (kiln_writes_load): indices in
+        # range, each output of its input's dtype and shape.
+        writes = model.writes(sections.get(WRITES_SECTION))
+        if [o for o, _, _ in writes] != list(range(len(writes))):
+            raise KilnError(f"corrupt artifact: the outputs that update inputs are {[o for o, _, _ in writes]}, "
+                            "not the first ones")
+        seeds = [i for i, (name, _, _) in enumerate(model.inputs()) if name == RNG_SEED_INPUT]
+        if any(i in seeds for _, i, _ in writes):
+            raise KilnError("corrupt artifact: an output updates the random ops' seed input")
+        writes = [(i - (bool(seeds) and i > seeds[0]), in_place) for _, i, in_place in writes]
+        n_out = len(model.outputs())
         if out_spec is not None and out_spec.num_leaves != n_out - len(writes):
             raise KilnError(f"corrupt artifact: {FORMAT_META} describes {out_spec.num_leaves} outputs, "
                             f"the graph has {n_out - len(writes)}")

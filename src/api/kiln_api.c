@@ -35,6 +35,7 @@
 #include "ir/kiln_sym.h"
 #include "runtime/kiln_model.h"
 #include "runtime/kiln_plan_io.h"
+#include "runtime/kiln_writes.h"
 
 #ifndef KILN_BUILD_VERSION
 #error "meson passes KILN_BUILD_VERSION and its parts"
@@ -131,6 +132,7 @@ struct kiln_session_s {
   int32_t n_inputs, n_outputs;
   kiln_api_io_t* io;       /* inputs, then outputs */
   kiln_tensor_t* tensors;  /* a run's inputs then outputs (under lock) */
+  kiln_writes_t writes;    /* outputs that are new values of inputs */
 };
 
 void kiln_load_options_initialize(kiln_load_options_t* options) {
@@ -165,6 +167,7 @@ static void kiln_api_session_free(kiln_session_t* s) {
     for (int d = 0; d < KILN_MAX_DIMS; ++d) free(s->io[i].dims[d].symbol);
   free(s->io);
   free(s->tensors);
+  kiln_writes_clear(&s->writes);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -349,6 +352,14 @@ static kiln_status_t kiln_api_load(const void* bytes, size_t size, void* owned, 
   st = kiln_model_create_with_plan(graph, owned, s->pool, plan, plan_size, &s->model);
   if (st) st = kiln_status_annotate(st, "loading %s", what);
   if (!st) st = kiln_api_describe_all(s);
+  if (!st) {
+    const void* writes = NULL;
+    size_t writes_size = 0;
+    kiln_status_free(
+        kiln_artifact_find_section(bytes, size, KILN_WRITES_SECTION, &writes, &writes_size));
+    st = kiln_writes_load(kiln_model_graph(s->model), writes, writes_size, &s->writes);
+    if (st) st = kiln_status_annotate(st, "corrupt artifact %s", what);
+  }
   if (st) {
     kiln_api_session_free(s);
     return st;
@@ -449,6 +460,19 @@ static kiln_error_t* kiln_api_info(const kiln_session_t* s, int side, int32_t in
   kiln_status_t st = kiln_api_io(s, side, index, &io);
   if (!st) *out_info = io->info;
   return kiln_api_error(st);
+}
+
+kiln_error_t* kiln_session_output_updates(const kiln_session_t* session, int32_t index,
+                                         int32_t* out_input, int32_t* out_in_place) {
+  if (!out_input || !out_in_place)
+    return kiln_api_error(kiln_status_make(KILN_INVALID_ARGUMENT, "%s is NULL",
+                                           out_input ? "out_in_place" : "out_input"));
+  const kiln_api_io_t* io = NULL;
+  kiln_status_t st = kiln_api_io(session, 1, index, &io);
+  if (st) return kiln_api_error(st);
+  *out_input = session->writes.input[index];
+  *out_in_place = session->writes.in_place[index];
+  return NULL;
 }
 
 kiln_error_t* kiln_session_input_info(const kiln_session_t* session, int32_t index,
@@ -624,6 +648,39 @@ static kiln_status_t kiln_api_buffer(const kiln_session_t* s, int side, int32_t 
   return kiln_ok();
 }
 
+/* The bytes tensor t spans (its shape was checked to fit in memory). */
+static size_t kiln_api_tensor_bytes(const kiln_tensor_t* t) {
+  size_t n = kiln_dtype_size(t->dtype);
+  for (int32_t d = 0; d < t->rank; ++d) n *= (size_t)t->shape[d];
+  return n;
+}
+
+/* An output may share memory with an input only as the very buffer of the
+ * input it updates in place; any other overlap with an input would let the
+ * run change what it reads, so it is refused. */
+static kiln_status_t kiln_api_check_aliases(const kiln_session_t* s) {
+  for (int32_t o = 0; o < s->n_outputs; ++o) {
+    const kiln_tensor_t* y = &s->tensors[s->n_inputs + o];
+    size_t yn = kiln_api_tensor_bytes(y);
+    if (!yn) continue;
+    for (int32_t i = 0; i < s->n_inputs; ++i) {
+      const kiln_tensor_t* x = &s->tensors[i];
+      size_t xn = kiln_api_tensor_bytes(x);
+      uintptr_t xp = (uintptr_t)x->data, yp = (uintptr_t)y->data;
+      if (!xn || xp + xn <= yp || yp + yn <= xp) continue;
+      if (s->writes.input[o] == i && s->writes.in_place[o] && xp == yp && xn == yn) continue;
+      char ol[96], il[96];
+      kiln_api_io_label(&s->io[s->n_inputs + o], ol, sizeof ol);
+      kiln_api_io_label(&s->io[i], il, sizeof il);
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "output %d%s shares memory with input %d%s: only the output that "
+                              "updates an input in place may be given that input's buffer",
+                              (int)o, ol, (int)i, il);
+    }
+  }
+  return kiln_ok();
+}
+
 /* Checks the counts and every buffer into s->tensors (called with the lock
  * held). n_outputs < 0: no outputs (output_shapes). */
 static kiln_status_t kiln_api_buffers(kiln_session_t* s, const kiln_buffer_t* inputs,
@@ -641,7 +698,7 @@ static kiln_status_t kiln_api_buffers(kiln_session_t* s, const kiln_buffer_t* in
   for (int32_t o = 0; o < n_outputs; ++o)
     KILN_RETURN_IF_ERROR(
         kiln_api_buffer(s, 1, o, &outputs[o], need_data, &s->tensors[s->n_inputs + o]));
-  return kiln_ok();
+  return kiln_api_check_aliases(s);
 }
 
 /* A concrete model's inputs must have its inputs' types and shapes (a

@@ -28,6 +28,7 @@
 #include "kiln_ext_profile.h"
 #include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
+#include "runtime/kiln_writes.h"
 
 static PyObject* kiln_py_error; /* kiln.KilnError */
 
@@ -1009,6 +1010,31 @@ static PyObject* kiln_py_model_symbolic(kiln_py_model_t* self, PyObject* unused)
   return PyBool_FromLong(kiln_model_is_symbolic(self->model));
 }
 
+/* writes(section_bytes or None) -> [(output, input, in_place)]: the
+ * outputs that are new values of inputs, from an artifact's "writes"
+ * section checked against this model's graph (kiln_writes.h); a malformed
+ * one raises KilnError. */
+static PyObject* kiln_py_model_writes(kiln_py_model_t* self, PyObject* args) {
+  PyObject* obj;
+  if (!PyArg_ParseTuple(args, "O", &obj)) return NULL;
+  Py_buffer view = {0};
+  if (obj != Py_None && PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) return NULL;
+  const kiln_graph_t* g = kiln_model_graph(self->model);
+  kiln_writes_t w;
+  kiln_status_t s = kiln_writes_load(g, obj != Py_None ? view.buf : NULL, (size_t)view.len, &w);
+  if (obj != Py_None) PyBuffer_Release(&view);
+  if (s) return kiln_py_raise(kiln_status_annotate(s, "corrupt artifact"));
+  PyObject* out = PyList_New(0);
+  for (int32_t o = 0; out && o < g->n_outputs; ++o) {
+    if (w.input[o] < 0) continue;
+    PyObject* t = Py_BuildValue("(iiO)", (int)o, (int)w.input[o], w.in_place[o] ? Py_True : Py_False);
+    if (!t || PyList_Append(out, t) < 0) Py_CLEAR(out);
+    Py_XDECREF(t);
+  }
+  kiln_writes_clear(&w);
+  return out;
+}
+
 /* example_shapes() -> [shape] of the inputs, symbolic sizes at the table's
  * first probe binding (moderate values in every range, the ones shape
  * inference checked): sizes to trace or try a symbolic model at. */
@@ -1042,6 +1068,8 @@ static PyMethodDef kiln_py_model_methods[] = {
      "output_shapes(inputs) -> [shape] for these inputs' sizes"},
     {"example_shapes", (PyCFunction)kiln_py_model_example_shapes, METH_NOARGS,
      "[shape] of the inputs, symbolic sizes at the example's (else a probe's) binding"},
+    {"writes", (PyCFunction)kiln_py_model_writes, METH_VARARGS,
+     "writes(section bytes or None) -> [(output, input, in_place)]"},
     {"symbolic", (PyCFunction)kiln_py_model_symbolic, METH_NOARGS,
      "True when sizes are symbolic (planned per call's sizes)"},
     {"run", (PyCFunction)kiln_py_model_run, METH_VARARGS,

@@ -6,6 +6,8 @@
  *                 [--threads N] [--seed S]
  *   kiln bench FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
  *   kiln profile FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
+ *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--threads N]
+ *                 (kiln_cli_generate.c: through the public C API)
  *
  * An artifact with symbolic sizes (format 2.7) runs at the shapes --shape
  * gives ("--shape x=2x40": input x's symbolic dims take those values).
@@ -39,6 +41,7 @@
 #include "runtime/kiln_model.h"
 #include "runtime/kiln_profile.h"
 #include "tools/kiln_cli.h"
+#include "tools/kiln_cli_generate.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "unknown"
@@ -119,6 +122,11 @@ static const char kiln_cli_usage_text[] =
     "                   shape input NAME (its name, or its index) runs at; a model\n"
     "                   with symbolic sizes needs one per input whose shape has\n"
     "                   symbols ('kiln info FILE' shows them and their ranges)\n"
+    "  generate FILE    greedy generation from a traced generation step (a KV cache\n"
+    "                   passed in and updated in place: bench/trace_step.py's\n"
+    "                   StaticCacheStep); prints the new token ids, timing on stderr\n"
+    "      --prompt IDS       the prompt's token ids, like 5,17,9\n"
+    "      --max-new-tokens N (default 32)  --eos ID (stop after this token)\n"
     "  help [COMMAND]   this text\n"
     "  --version        kiln and .kiln format versions, CPU ISA\n"
     "\n"
@@ -948,6 +956,7 @@ int main(int argc, char** argv) {
     fputs(kiln_cli_usage_text, stdout);
     return 0;
   }
+  if (!strcmp(cmd, "generate")) return kiln_cli_generate_main(argc, argv);
   kiln_cli_command_t command;
   if (!kiln_cli_find_command(cmd, &command))
     return kiln_cli_usage_error("unknown command '%s'", cmd);

@@ -111,6 +111,7 @@ static void kiln_test_print_cpu(void) {
   X(sample)                 \
   X(fused)                  \
   X(artifact_plan)          \
+  X(artifact_writes)        \
   X(conv_planes)            \
   X(patterns)               \
   X(glu_joined)             \

@@ -11,6 +11,7 @@ values), not returned and copied back. Prefill (many tokens) and decode
 import importlib.util
 import os
 import pathlib
+import subprocess
 
 import pytest
 import torch
@@ -180,3 +181,69 @@ def test_explain_names_the_inputs_written(traced):
     first = kiln.explain(traced[1]).splitlines()[0]
     assert first == ("writes its inputs: kv_0 (in place), kv_1 (in place), kv_2 (in place), kv_3 (in place); "
                      "outputs 0..3 are their new values"), first
+
+
+KILN_BIN = REPO / "build" / "src" / "tools" / "kiln"
+needs_cli = pytest.mark.skipif(not KILN_BIN.exists(), reason=f"kiln CLI not built at {KILN_BIN} (run `make build`)")
+
+
+def _kiln_generate(path, *args):
+    return subprocess.run([str(KILN_BIN), "generate", str(path), *map(str, args)], capture_output=True,
+                          text=True, timeout=300)
+
+
+@needs_cli
+def test_kiln_generate_runs_the_saved_step_from_c(traced, tmp_path):
+    """`kiln generate` (the public C API alone) gives the tokens the Python
+    loop gives, writing the cache in place (the section says so); the
+    timing goes to stderr."""
+    step, compiled, ids = traced
+    path = tmp_path / "step.kiln"
+    kiln.save(compiled, path)
+    want = _generate(compiled, ids, _caches(), 12)[0]
+    prompt = ",".join(str(t) for t in ids[0].tolist())
+    p = _kiln_generate(path, "--prompt", prompt, "--max-new-tokens", 12, "--threads", 1)
+    assert p.returncode == 0, p.stderr
+    assert [int(t) for t in p.stdout.split()] == want
+    assert "prompt 5 tokens" in p.stderr and "12 new tokens (stopped by --max-new-tokens)" in p.stderr
+    # The cache holds CAP tokens: generation stops there.
+    p = _kiln_generate(path, "--prompt", prompt, "--max-new-tokens", 1000)
+    assert p.returncode == 0 and len(p.stdout.split()) == CAP - 5 + 1, p.stderr
+    assert "stopped by the cache's length" in p.stderr
+    # --eos: the first token generated stops it.
+    p = _kiln_generate(path, "--prompt", prompt, "--eos", want[0])
+    assert p.returncode == 0 and p.stdout.split() == [str(want[0])], p.stderr
+
+
+@needs_cli
+def test_kiln_generate_says_what_is_wrong(traced, tmp_path):
+    step, compiled, ids = traced
+    path = tmp_path / "step.kiln"
+    kiln.save(compiled, path)
+    p = _kiln_generate(path, "--prompt", "1,x,3")
+    assert p.returncode == 2 and "--prompt wants token ids like 5,17,9, got 1,x,3" in p.stderr
+    p = _kiln_generate(path)
+    assert p.returncode == 2 and "no --prompt given" in p.stderr
+    p = _kiln_generate(path, "--prompt", ",".join(["1"] * (CAP + 1)))
+    assert p.returncode == 1 and f"the prompt has {CAP + 1} tokens; the cache holds {CAP}" in p.stderr
+    p = _kiln_generate(path, "--prompt", "3,999")  # vocabulary 256
+    assert p.returncode == 1 and "out of range" in p.stderr, p.stderr
+    # Models that are not generation steps.
+    mlp = tmp_path / "mlp.kiln"
+    kiln.save(kiln.trace(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 4),)), mlp)
+    p = _kiln_generate(mlp, "--prompt", "1")
+    assert p.returncode == 1 and "takes 1 input(s); a generation step takes the new tokens" in p.stderr, p.stderr
+    two = tmp_path / "two.kiln"
+    kiln.save(kiln.trace(ReadsOldValue(), (torch.randn(3, 4), torch.randn(3, 4))), two)
+    p = _kiln_generate(two, "--prompt", "1")
+    assert p.returncode == 1 and "should be the new tokens, int64 [1, N] (N symbolic, or 1), got float32 [3, 4]" \
+        in p.stderr, p.stderr
+
+
+def test_a_damaged_writes_section_is_refused(traced, tmp_path):
+    data = bytearray(traced[1].to_bytes())
+    at = data.find(b"KILNWRIT")
+    assert at > 0
+    data[at + 16 + 4] = 1  # output 0 now updates input 1 (a scalar)
+    with pytest.raises(kiln.KilnError, match="writes section: output 0 is not of input 1's dtype and shape"):
+        KilnModule.from_bytes(bytes(data))
