@@ -476,18 +476,27 @@ def input_writes_of(ep, flat_out):
     for spec, src in zip(sig.output_specs, flat_out):
         if spec.kind != OutputKind.USER_INPUT_MUTATION:
             continue
-        dst = user[pos[spec.target]]
-        before, todo = set(), [src]
-        while todo:
-            a = todo.pop()
-            if a not in before:
-                before.add(a)
-                todo.extend(a.all_input_nodes)
-        dv, sv = dst.meta.get("val"), src.meta.get("val")
-        same = (isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype and len(dv.shape) == len(sv.shape)
-                and all(str(a) == str(b) for a, b in zip(dv.shape, sv.shape)))
-        writes.append((pos[spec.target], bool(same and all(u in before for u in dst.users))))
+        writes.append((pos[spec.target], writable_in_place(user[pos[spec.target]], src)))
     return writes
+
+
+def writable_in_place(dst, src, writer=None):
+    """Whether FX value src, the new value of graph input dst, may be
+    written straight into dst's memory: it has dst's dtype and shape (dst
+    dense), and every other reader of dst (writer excepted: the copy_ that
+    writes it back, where the graph has one) is an ancestor of src, so it
+    runs before the write and reads the old value."""
+    before, todo = set(), [src]
+    while todo:
+        a = todo.pop()
+        if a not in before:
+            before.add(a)
+            todo.extend(a.all_input_nodes)
+    dv, sv = dst.meta.get("val"), src.meta.get("val")
+    same = (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype
+            and len(dv.shape) == len(sv.shape) and all(str(a) == str(b) for a, b in zip(dv.shape, sv.shape))
+            and dv.is_contiguous())
+    return bool(same and all(u is writer or u in before for u in dst.users))
 
 
 def log_enabled():

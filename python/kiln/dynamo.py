@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from kiln import _C, cache_append
-from kiln.capture import decomposition_table, log_enabled, lower_graph
+from kiln.capture import decomposition_table, log_enabled, lower_graph, writable_in_place
 from kiln.guards import of_values as guards_of_values
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.module import _SIZE_DTYPE, KilnModule, compile_graph
@@ -371,9 +371,8 @@ def _mark_propagated_dynamic(t, dims):
 def _input_writes(gm):
     """[(placeholder position, new value node, safe)] for each copy_ into a
     graph input (an inference graph's mutated input, kept in the graph by
-    keep_inference_input_mutations). safe: every other reader of the input
-    is computed before the new value (it is an ancestor of it), so writing
-    the new value into the input's memory cannot change what they read."""
+    keep_inference_input_mutations). safe: the new value may be written
+    into the input's memory (kiln.capture.writable_in_place)."""
     phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
     pos = {n: i for i, n in enumerate(phs)}
     writes = []
@@ -383,17 +382,7 @@ def _input_writes(gm):
         dst, src = n.args[0], n.args[1]
         if dst not in pos or not isinstance(src, torch.fx.Node):
             raise KilnError("an in-place copy into a value that is not a graph input")
-        before, todo = set(), [src]
-        while todo:
-            a = todo.pop()
-            if a not in before:
-                before.add(a)
-                todo.extend(a.all_input_nodes)
-        dv, sv = dst.meta.get("val"), src.meta.get("val")
-        same = (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and dv.dtype == sv.dtype
-                and tuple(dv.shape) == tuple(sv.shape) and dv.is_contiguous())
-        safe = same and all(u is n or u in before for u in dst.users)
-        writes.append((pos[dst], src, safe))
+        writes.append((pos[dst], src, writable_in_place(dst, src, writer=n)))
     return writes
 
 

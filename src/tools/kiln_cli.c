@@ -20,7 +20,6 @@
  * exits half-way with memory still held (the CLI is checked under
  * valgrind). docs/cli.md is the user-facing description.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -154,17 +153,6 @@ static int kiln_cli_usage_error(const char* fmt, ...) {
 }
 
 /* ---- argument parsing ----------------------------------------------------- */
-
-/* Parses a whole decimal integer in [lo, hi]; 0 on anything else. */
-static int kiln_cli_parse_int(const char* text, long long lo, long long hi, long long* out) {
-  if (!text || !*text) return 0;
-  char* end = NULL;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (errno || *end != '\0' || v < lo || v > hi) return 0;
-  *out = v;
-  return 1;
-}
 
 /* Matches "--name VALUE" and "--name=VALUE"; advances *i past what it used.
  * Returns 1 when matched (with *out_value set, or NULL if VALUE is

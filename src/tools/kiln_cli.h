@@ -45,4 +45,8 @@ kiln_status_t kiln_cli_write_file(const char* path, const void* data, size_t siz
 /* Creates directory `path` if it does not exist yet (one level). */
 kiln_status_t kiln_cli_ensure_dir(const char* path);
 
+/* Parses a whole decimal integer in [lo, hi] into *out; 0 on anything else
+ * (empty, trailing characters, out of range). */
+int kiln_cli_parse_int(const char* text, long long lo, long long hi, long long* out);
+
 #endif /* KILN_CLI_H */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -213,4 +214,14 @@ kiln_status_t kiln_cli_ensure_dir(const char* path) {
   if (err == EEXIST && stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return kiln_ok();
   return kiln_status_make(KILN_IO_ERROR, "cannot create directory '%s': %s", path,
                           err == EEXIST ? "a file of that name exists" : strerror(err));
+}
+
+int kiln_cli_parse_int(const char* text, long long lo, long long hi, long long* out) {
+  if (!text || !*text) return 0;
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
 }

@@ -16,7 +16,6 @@
  *
  * Every step returns an error value; kiln_cli_generate_main alone turns it
  * into an exit code (2 for a bad command line, 1 otherwise). */
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 #include <time.h>
 
 #include "kiln.h"
+#include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
 
 typedef struct kiln_gen_options_s {
@@ -65,11 +65,8 @@ static int kiln_gen_usage(const char* msg, const char* arg) {
 }
 
 static int kiln_gen_int(const char* text, int64_t lo, int64_t hi, int64_t* out) {
-  if (!text || !*text) return 0;
-  char* end = NULL;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (errno || *end != '\0' || v < lo || v > hi) return 0;
+  long long v;
+  if (!kiln_cli_parse_int(text, lo, hi, &v)) return 0;
   *out = v;
   return 1;
 }
