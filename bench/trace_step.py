@@ -5,8 +5,8 @@
                                          [--threads 2] [--rounds 5] [--tokens 64]
 
 A step of a Hugging Face causal LM with its KV cache passed in
-(StaticCacheStep: transformers' StaticCache layers over the caller's
-tensors) is traced once with kiln.trace, the token count symbolic from 1,
+(kiln.llm.StaticCacheStep: transformers' StaticCache layers over the
+caller's tensors) is traced once with kiln.trace, the token count symbolic from 1,
 and run as a C or ExecuTorch-style runner would: the 128-token prompt, then
 one token at a time, greedy, in a plain Python loop; kiln writes the cache
 in place. Beside it, in interleaved rounds, the same model through
@@ -38,44 +38,6 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 KILN_CLI = HERE.parent / "build" / "src" / "tools" / "kiln"
-
-
-class StaticCacheStep(torch.nn.Module):
-    """One generation step of a causal LM: (input_ids [1, T], past (): the
-    tokens already in the cache, kv: keys and values of each layer, each
-    [1, kv heads, cap, head dim]) -> the logits of the last token, the T new
-    keys and values written into kv at positions past .. past + T - 1."""
-
-    def __init__(self, model, cap):
-        super().__init__()
-        self.model, self.cap = model, cap
-
-    def forward(self, input_ids, past, kv):
-        from transformers.cache_utils import StaticCache
-        cache = StaticCache(max_cache_len=self.cap, config=self.model.config)
-        for i, layer in enumerate(cache.layers):
-            layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
-            layer.cumulative_length = past.clone()
-            layer.device = input_ids.device
-            layer.is_initialized = True
-        pos = torch.arange(input_ids.shape[1]) + past
-        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=pos[None], cache_position=pos,
-                         use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1]
-
-    def empty_cache(self):
-        cfg = self.model.config
-        heads = cfg.num_key_value_heads
-        dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return [torch.zeros(1, heads, self.cap, dim) for _ in range(2 * cfg.num_hidden_layers)]
-
-    def trace(self, example_ids, **options):
-        """kiln.trace of this step, the token count symbolic in 1..cap."""
-        import kiln
-        seq = torch.export.Dim("tokens", min=1, max=self.cap)
-        n_kv = 2 * self.model.config.num_hidden_layers
-        return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
-                          dynamic_shapes=({1: seq}, None, [None] * n_kv), **options)
 
 
 def run_steps(step, f, ids, new):
@@ -129,7 +91,8 @@ def main():
     wd = {"int8": torch.int8, "fp32": None}.get(args.weights, args.weights)
     opts = {"weights_dtype": wd} if wd is not None else {}
 
-    step = StaticCacheStep(model, cap=ids.shape[1] + args.tokens + 16)
+    from kiln.llm import StaticCacheStep
+    step = StaticCacheStep(model, max_length=ids.shape[1] + args.tokens + 16)
     t0 = time.perf_counter()
     traced = step.trace(ids, **opts)
     trace_s = time.perf_counter() - t0

@@ -54,6 +54,7 @@ from kiln.compare import compare  # noqa: E402
 from kiln.module import KilnModule, compile_graph  # noqa: E402
 from kiln.options import as_tuple, weights_quant  # noqa: E402
 from kiln import partition as _partition  # noqa: E402  (kiln.partition stays the module)
+from kiln import llm  # noqa: E402,F401  (kiln.llm.StaticCacheStep)
 from kiln.profiler import profile as _profile  # noqa: E402
 from kiln.progress import compile_progress, compile_stage  # noqa: E402
 from kiln.support import unsupported_ops  # noqa: E402

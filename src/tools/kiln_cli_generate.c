@@ -4,7 +4,7 @@
  *
  *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--threads N]
  *
- * FILE is a step saved by kiln.save (bench/trace_step.py's StaticCacheStep
+ * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep
  * makes one from a Hugging Face causal LM):
  *   input 0   int64 [1, T]  the new tokens (T symbolic: the whole prompt at
  *                           once; T fixed at 1: the prompt a token at a time)

@@ -1,14 +1,13 @@
 """kiln.trace of a model that updates its inputs in place: a decoder step
-whose KV cache is passed in (transformers' StaticCache layers over the
-caller's tensors, written with index_copy_), the way an exported LLM step is
-run outside generate(). torch.export turns the writes into user-input
-mutations; kiln compiles the whole step as one graph whose new cache values
+whose KV cache is passed in (kiln.llm.StaticCacheStep: transformers'
+StaticCache layers over the caller's tensors, written with index_copy_), the
+way an exported LLM step is run outside generate(). torch.export turns the
+writes into user-input mutations; kiln compiles the whole step as one graph whose new cache values
 are written straight into the caller's tensors (nothing else reads the old
 values), not returned and copied back. Prefill (many tokens) and decode
 (one) run from one artifact: the token count is symbolic from 1.
 """
 
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -32,18 +31,11 @@ def _tiny_llama():
     return LlamaForCausalLM(cfg).eval()
 
 
-def _bench_trace_step():
-    spec = importlib.util.spec_from_file_location("bench_trace_step", REPO / "bench/trace_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _trace_step():
-    """The bench's step wrapper (bench/trace_step.py: transformers'
-    StaticCache layers over the caller's tensors) over a tiny Llama, traced
-    with the token count symbolic from 1, without fallback."""
-    step = _bench_trace_step().StaticCacheStep(_tiny_llama(), CAP)
+    """kiln.llm.StaticCacheStep (transformers' StaticCache layers over the
+    caller's tensors) over a tiny Llama, traced with the token count
+    symbolic from 1, without fallback."""
+    step = kiln.llm.StaticCacheStep(_tiny_llama(), CAP)
     ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(3))
     return step, step.trace(ids, fallback=False), ids
 
