@@ -17,6 +17,8 @@ it is capture glue, as kiln.fastpath is."""
 
 import torch
 
+from kiln.errors import KilnError
+
 
 class StaticCacheStep(torch.nn.Module):
     """One generation step of a causal LM (batch 1): (input_ids [1, T],
@@ -30,8 +32,12 @@ class StaticCacheStep(torch.nn.Module):
         self.model, self.max_length = model, int(max_length)
 
     def forward(self, input_ids, past, kv):
-        from transformers.cache_utils import StaticCache
+        from transformers.cache_utils import StaticCache, StaticLayer
         cache = StaticCache(max_cache_len=self.max_length, config=self.model.config)
+        if any(type(layer) is not StaticLayer for layer in cache.layers):
+            raise KilnError(f"kiln.llm.StaticCacheStep: {type(self.model).__name__} has cache layers other than "
+                            f"full attention ({sorted({type(x).__name__ for x in cache.layers})}), which this "
+                            "step does not lay out")
         for i, layer in enumerate(cache.layers):
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.cumulative_length = past.clone()
@@ -45,7 +51,7 @@ class StaticCacheStep(torch.nn.Module):
     def empty_cache(self):
         """Zeroed keys and values for every layer, in the order forward takes them."""
         cfg = self.model.config.get_text_config()
-        heads = cfg.num_key_value_heads
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.model.dtype
         return [torch.zeros(1, heads, self.max_length, dim, dtype=dtype) for _ in range(2 * cfg.num_hidden_layers)]

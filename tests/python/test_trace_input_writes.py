@@ -239,3 +239,38 @@ def test_a_damaged_writes_section_is_refused(traced, tmp_path):
     data[at + 16 + 4] = 1  # output 0 now updates input 1 (a scalar)
     with pytest.raises(kiln.KilnError, match="writes section: output 0 is not of input 1's dtype and shape"):
         KilnModule.from_bytes(bytes(data))
+
+
+def _tiny(kind):
+    import transformers as T
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=256)
+    config, model = {
+        "qwen2": (lambda: T.Qwen2Config(**small), T.Qwen2ForCausalLM),
+        "gemma": (lambda: T.GemmaConfig(**small, head_dim=16), T.GemmaForCausalLM),
+        "gpt2": (lambda: T.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256), T.GPT2LMHeadModel),
+        "gpt_neox": (lambda: T.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                             num_attention_heads=4, vocab_size=256), T.GPTNeoXForCausalLM),
+    }[kind]
+    torch.manual_seed(0)
+    return model(config()).eval()
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "gemma", "gpt2", "gpt_neox"])
+def test_other_architectures_step_as_eager_does(kind):
+    """Beyond Llama: grouped and full multi-head attention, learned and
+    rotary positions, a model without num_key_value_heads in its config."""
+    step = kiln.llm.StaticCacheStep(_tiny(kind), 24)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
+    compiled = step.trace(ids, fallback=False)
+    assert len(compiled._writes) == 4 and all(in_place for _, in_place in compiled._writes)
+    assert _generate(compiled, ids, step.empty_cache(), 10)[0] == _generate(step, ids, step.empty_cache(), 10)[0]
+
+
+def test_sliding_window_layers_are_refused_by_name():
+    import transformers as T
+    cfg = T.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, vocab_size=256, sliding_window=8)
+    step = kiln.llm.StaticCacheStep(T.MistralForCausalLM(cfg).eval(), 24)
+    with pytest.raises(kiln.KilnError, match="cache layers other than full attention"):
+        step(torch.tensor([[1, 2, 3]]), torch.tensor(0), step.empty_cache())
