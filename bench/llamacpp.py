@@ -37,6 +37,15 @@ Steps, each reused when its output is already there:
      decode steps after the first token: prefill tok/s = 128 / time to first
      token, decode tok/s from the streamer's stamps). Medians over rounds.
 
+  4. kiln's C loop: each kiln system's model also traced as a generation
+     step with its KV cache passed in (kiln.llm.StaticCacheStep, the same
+     weights_dtype), saved, and run in the rounds by ``kiln generate``
+     (build/src/tools/kiln: the C runtime alone, the same prompt, 64 new
+     tokens after the first): rows "<kiln system> (C)", prefill tok/s =
+     128 / its prompt call, decode tok/s = 1000 / its median step. These are
+     a C loop like llama-bench's (kiln's prompt is 128 tokens in the cache,
+     llama-bench's tg64 starts from an empty one).
+
 Not the same measurement on both sides, and the table says so:
 llama-bench's figures are its own C++ loop (tg64 decodes 64 tokens from an
 empty context; pp128 is one batch of 128), while kiln's go through
@@ -86,6 +95,14 @@ MODEL_BUILDERS = {"gen_llama": "build_gen_llama", "gen_llama_1b": "build_gen_lla
 # int8 >= q8_0, int4 >= q4_0; issue 17: TTFT against f32 prefill).
 PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int8:a8": "llama.cpp q8_0",
          "kiln int4": "llama.cpp q4_0", "kiln int4:a8": "llama.cpp q4_0", "kiln int4:g128:a8": "llama.cpp q4_0"}
+
+
+C_SUFFIX = " (C)"  # a kiln system's row run by `kiln generate` instead of generate()
+
+
+def base_system(name: str) -> str:
+    """The generate() row a C-loop row stands beside ("kiln int4 (C)" -> "kiln int4")."""
+    return name[:-len(C_SUFFIX)] if name.endswith(C_SUFFIX) else name
 
 
 class Unavailable(Exception):
@@ -370,12 +387,13 @@ def format_table(res: dict) -> str:
     for r in rows:
         note = r.get("na") or "; ".join(x for x in (r.get("note"), r.get("tokens_vs_eager") and
                                                   f"tokens vs eager: {r['tokens_vs_eager']}") if x)
-        pair = PAIRS.get(r["system"])
+        pair = PAIRS.get(base_system(r["system"]))
         dv = pv = fv = "–"
         p = by.get((r["threads"], pair)) if pair else None
         if p and r.get("decode_tps") and p.get("decode_tps"):
             dv = f"{r['decode_tps'] / p['decode_tps']:.2f}x ({pair.split()[-1]})"
-        k32 = by.get((r["threads"], "kiln fp32"))
+        # Against kiln fp32 run the same way (generate() or the C loop).
+        k32 = by.get((r["threads"], "kiln fp32" + (C_SUFFIX if r["system"].endswith(C_SUFFIX) else "")))
         if r["system"].startswith("kiln") and k32 and r.get("decode_tps") and k32.get("decode_tps"):
             fv = f"{r['decode_tps'] / k32['decode_tps']:.2f}x"
         f32 = by.get((r["threads"], "llama.cpp f32"))
@@ -392,6 +410,9 @@ def format_table(res: dict) -> str:
         "Dynamo's guards and generate()'s loop. kernels-only: 1000 / the ms kiln's kernels took per decode "
         "step (kiln's profiler, one generate() after the rounds), what a loop without that overhead "
         "would approach.",
+        "(C): the kiln system's model traced as a generation step (kiln.llm.StaticCacheStep) and run by "
+        "`kiln generate`, the C runtime alone: prefill 128 / its prompt call, decode 1000 / its median "
+        "step, the 64 steps after the first token: a C loop like llama-bench's.",
         f"medians over {res.get('params', {}).get('rounds', '?')} interleaved rounds; "
         f"load average before {res.get('load_before', '?')}, after {res.get('load_after', '?')}.",
     ]
@@ -464,7 +485,7 @@ def run(args, log=print) -> dict:
         for t, g in ggufs.items():
             if not isinstance(g, Unavailable):
                 res["llamacpp"].setdefault("gguf_mib", {})[t] = round(g.stat().st_size / 2**20)
-        _timed(args, res, model, ggufs, bindir, threads, prompt, new, cache / "logs", save, log)
+        _timed(args, res, model, ggufs, bindir, threads, prompt, new, cache / "logs", save, log, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     res["load_after"] = _load()
@@ -472,7 +493,7 @@ def run(args, log=print) -> dict:
     return res
 
 
-def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, log):
+def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, log, work):
     import torch
     import torch._dynamo
     from peers import short
@@ -497,6 +518,7 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
     mask = torch.ones_like(ids)
     blog = logs / "llama-bench.log"
 
+    c_steps = {}  # kiln system -> its traced step's file, or why there is none
     for t in threads:
         torch.set_num_threads(t)
         rows = {}
@@ -536,6 +558,8 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
                     return {"prefill_tps": prompt * 1e3 / m["ttft_ms"], "decode_tps": m["decode_tps"],
                             "ttft_ms": m["ttft_ms"]}
                 items.append((s.name, call))
+        if systems:
+            items += _c_loop_items(model, kinds, ids, prompt, new, t, rows, res, log, work, c_steps)
         samples = {n: {} for n, _ in items}
         log(f"{t} thread(s): {args.rounds} interleaved rounds of {', '.join(n for n, _ in items)}")
         failed = set()
@@ -579,6 +603,45 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
             except Exception as e:
                 rows[s.name]["note"] = f"kernel profile failed: {short(e)}"
         save()
+
+
+def _c_loop_items(model, kinds, ids, prompt, new, threads, rows, res, log, work, c_steps):
+    """[(row name, call)] for `kiln generate` on each live kiln system's
+    traced step, saved in work once (c_steps keeps the files, or why a
+    system has none, across thread counts); a system without one gets its
+    row with the reason."""
+    from peers import short
+    from trace_step import KILN_CLI, run_cli
+    import kiln
+    from kiln.llm import StaticCacheStep
+    step = StaticCacheStep(model, max_length=prompt + new + 16)
+    items = []
+    for name, wd, why in kinds:
+        cname = name + C_SUFFIX
+        rows[cname] = r = {"system": cname, "threads": threads}
+        res["rows"].append(r)
+        if name not in c_steps:
+            if why or not KILN_CLI.exists():
+                c_steps[name] = why or f"kiln CLI not built at {KILN_CLI}"
+            else:
+                try:
+                    log(f"tracing the generation step for {cname}")
+                    t0 = time.perf_counter()
+                    path = work / f"{name.replace(' ', '_').replace(':', '-')}.kiln"
+                    kiln.save(step.trace(ids, **({"weights_dtype": wd} if wd is not None else {})), path)
+                    c_steps[name] = (path, round(time.perf_counter() - t0, 1))
+                except Exception as e:
+                    c_steps[name] = f"trace failed: {short(e)}"
+        if isinstance(c_steps[name], str):
+            r["na"] = c_steps[name]
+            continue
+        path, r["first_call_s"] = c_steps[name]
+
+        def call(path=path):
+            _, prompt_ms, step_ms = run_cli(path, ids, new, threads)
+            return {"prefill_tps": prompt * 1e3 / prompt_ms, "decode_tps": 1e3 / step_ms, "ttft_ms": prompt_ms}
+        items.append((cname, call))
+    return items
 
 
 def main(argv=None):

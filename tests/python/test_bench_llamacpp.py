@@ -91,6 +91,21 @@ def test_table_says_why_and_pairs_rows(lc):
     assert "Python" in table   # the note on what kiln's decode includes
 
 
+def test_c_loop_rows_pair_with_their_generate_rows(lc):
+    """A kiln system run by `kiln generate` stands against the same llama.cpp
+    row as its generate() row, and against kiln fp32 run the same way."""
+    res = {"params": {"rounds": 3}, "load_before": [1, 1, 1], "load_after": [1, 1, 1], "llamacpp": {},
+           "rows": [{"system": "llama.cpp q4_0", "threads": 1, "prefill_tps": 300.0, "decode_tps": 40.0},
+                    {"system": "kiln fp32", "threads": 1, "decode_tps": 10.0},
+                    {"system": "kiln fp32 (C)", "threads": 1, "decode_tps": 20.0},
+                    {"system": "kiln int4:a8 (C)", "threads": 1, "prefill_tps": 600.0, "decode_tps": 50.0}]}
+    assert lc.base_system("kiln int4:a8 (C)") == "kiln int4:a8" and lc.base_system("kiln fp32") == "kiln fp32"
+    table = lc.format_table(res)
+    line = next(l for l in table.splitlines() if "| kiln int4:a8 (C) |" in l)
+    assert "| 1.25x (q4_0) | 2.50x |" in line   # against q4_0, and against kiln fp32 (C), not generate()'s
+    assert "`kiln generate`" in table
+
+
 def test_unavailable_rows_say_why(lc, tmp_path, monkeypatch):
     """llama.cpp cannot be built and kiln is skipped: every row gives a
     reason, and the run writes its JSON rather than raising."""
