@@ -17,6 +17,7 @@ it is capture glue, as kiln.fastpath is."""
 
 import torch
 
+import kiln  # kiln.trace, at call time (this module is imported by kiln's own __init__)
 from kiln.errors import KilnError
 
 
@@ -60,7 +61,6 @@ class StaticCacheStep(torch.nn.Module):
         """kiln.trace of this step (options: kiln.trace's, weights_dtype
         and so on), the token count symbolic in 1..max_length: one compiled
         module does prefill and decode."""
-        import kiln
         tokens = torch.export.Dim("tokens", min=1, max=self.max_length)
         n_kv = 2 * self.model.config.get_text_config().num_hidden_layers
         return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
