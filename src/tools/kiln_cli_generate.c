@@ -10,12 +10,13 @@
  *                           once; T fixed at 1: the prompt a token at a time)
  *   input 1   int64 []      how many tokens the cache already holds
  *   inputs 2+ the KV cache, each updated by an output (kiln_session_output_updates)
- *   one other output, float [1, V]: the logits of the last new token.
+ *   one other output, float32 [1, V]: the logits of the last new token.
  * The cache is as long as T's maximum (the tokens one call may add); the
  * tokens are printed on stdout as they come, the timing on stderr.
  *
- * Every step returns an error value; kiln_cli_generate_main alone turns it
- * into an exit code (2 for a bad command line, 1 otherwise). */
+ * Each step prints what went wrong and returns an exit code (2 for a bad
+ * command line, 1 otherwise); kiln_cli_generate_main frees everything
+ * before it returns one (checked under valgrind). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
