@@ -39,6 +39,7 @@
 #include "runtime/kiln_machine.h"
 #include "runtime/kiln_model.h"
 #include "runtime/kiln_profile.h"
+#include "runtime/kiln_writes.h"
 #include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
 
@@ -83,6 +84,7 @@ typedef struct kiln_cli_options_s {
 typedef struct kiln_cli_session_s {
   kiln_pool_t* pool;
   kiln_model_t* model;
+  kiln_writes_t writes; /* outputs that are new values of inputs ("writes" section) */
   unsigned format_major, format_minor;
   size_t file_size;
 } kiln_cli_session_t;
@@ -92,6 +94,7 @@ typedef struct kiln_cli_session_s {
 typedef struct kiln_cli_tensors_s {
   kiln_tensor_t* t;
   int64_t* shapes; /* n x KILN_MAX_RANK */
+  uint8_t* borrowed; /* per tensor: 1 when its data is another table's (not freed here) */
   int32_t n;
 } kiln_cli_tensors_t;
 
@@ -253,6 +256,7 @@ static int kiln_cli_default_threads(void) {
 static void kiln_cli_session_deinitialize(kiln_cli_session_t* s) {
   kiln_model_release(s->model); /* before the pool it borrows */
   s->model = NULL;
+  kiln_writes_clear(&s->writes);
   if (s->pool) kiln_pool_release(s->pool);
   s->pool = NULL;
 }
@@ -285,12 +289,23 @@ static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
                             "in eager PyTorch, so it loads only with kiln.load in Python",
                             path);
   }
+  /* Which outputs update inputs: checked against the graph now, so a bad
+   * section is refused like any other corruption. */
+  kiln_status_free(kiln_artifact_find_section(bytes, size, KILN_WRITES_SECTION, &section,
+                                              &section_len));
+  st = kiln_writes_load(graph, section, section_len, &s->writes);
+  if (st) {
+    kiln_graph_release(graph);
+    free(bytes);
+    return kiln_status_annotate(st, "corrupt artifact '%s'", path);
+  }
   /* The reader checked the header, so the version fields are in bounds. */
   s->format_major = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MAJOR);
   s->format_minor = kiln_cli_u16le((const unsigned char*)bytes + KILN_FORMAT_HDR_MINOR);
   s->file_size = size;
   st = kiln_pool_create(threads, &s->pool);
   if (st) {
+    kiln_writes_clear(&s->writes);
     kiln_graph_release(graph);
     free(bytes);
     return st;
@@ -312,11 +327,13 @@ static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
 
 static void kiln_cli_tensors_deinitialize(kiln_cli_tensors_t* ts) {
   for (int32_t i = 0; ts->t && i < ts->n; ++i)
-    kiln_allocator_free(kiln_allocator_system(), ts->t[i].data);
+    if (!ts->borrowed[i]) kiln_allocator_free(kiln_allocator_system(), ts->t[i].data);
   free(ts->t);
   free(ts->shapes);
+  free(ts->borrowed);
   ts->t = NULL;
   ts->shapes = NULL;
+  ts->borrowed = NULL;
   ts->n = 0;
 }
 
@@ -337,7 +354,8 @@ static kiln_status_t kiln_cli_tensors_initialize(const kiln_graph_t* g, const in
   ts->n = 0;
   ts->t = calloc((size_t)n + 1, sizeof(kiln_tensor_t));
   ts->shapes = calloc((size_t)n * KILN_MAX_RANK + 1, sizeof(int64_t));
-  if (!ts->t || !ts->shapes) {
+  ts->borrowed = calloc((size_t)n + 1, 1);
+  if (!ts->t || !ts->shapes || !ts->borrowed) {
     kiln_cli_tensors_deinitialize(ts);
     return kiln_status_make(KILN_OUT_OF_MEMORY, "tensor table");
   }
@@ -634,6 +652,17 @@ static kiln_status_t kiln_cli_make_tensors(const kiln_cli_options_t* o, kiln_cli
                                      kiln_model_is_symbolic(s->model) ? out_ranks : NULL, outs);
   free(shapes);
   free(ranks);
+  /* An output that updates its input in place gets the input's memory, as
+   * a caller that runs the model in a loop gives it (kiln generate): a
+   * separate buffer would time a copy of the whole input that such a run
+   * never makes (for a KV cache, all of it, every step). */
+  for (int32_t k = 0; !st && k < outs->n; ++k) {
+    const int32_t i = s->writes.input ? s->writes.input[k] : -1;
+    if (i < 0 || !s->writes.in_place[k]) continue;
+    kiln_allocator_free(kiln_allocator_system(), outs->t[k].data);
+    outs->t[k].data = ins->t[i].data;
+    outs->borrowed[k] = 1;
+  }
   return st;
 }
 
@@ -696,8 +725,15 @@ static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session
   printf("outputs:    %d\n", g->n_outputs);
   for (int32_t i = 0; i < g->n_outputs; ++i) {
     const kiln_value_t* v = &g->values[g->outputs[i]];
-    printf("  %d  %-16s %s\n", i, v->name ? v->name : "-",
+    printf("  %d  %-16s %s", i, v->name ? v->name : "-",
            kiln_graph_describe_value(g, v, buf, sizeof buf));
+    const int32_t in = s->writes.input ? s->writes.input[i] : -1;
+    if (in >= 0) {
+      const char* name = g->values[g->inputs[in]].name;
+      printf("  updates input %d%s%s%s%s", in, name ? " ('" : "", name ? name : "",
+             name ? "')" : "", s->writes.in_place[i] ? " in place" : " (copied in after a run)");
+    }
+    printf("\n");
   }
   if (kiln_model_is_symbolic(s->model)) {
     /* The symbols and their ranges; --shape gives them values. */

@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
@@ -230,6 +231,57 @@ def test_kiln_generate_says_what_is_wrong(traced, tmp_path):
     p = _kiln_generate(two, "--prompt", "1")
     assert p.returncode == 1 and "should be the new tokens, int64 [1, N] (N symbolic, or 1), got float32 [3, 4]" \
         in p.stderr, p.stderr
+
+
+@needs_cli
+def test_kiln_cli_runs_a_step_with_the_cache_in_place(traced, tmp_path):
+    """`kiln info` says which outputs update which inputs; `kiln run` (and
+    bench, profile) give such an output its input's memory, as a generation
+    loop does, so they time the step that loop runs (no cache copy) and the
+    output is the new cache: the Python step's, for the same inputs."""
+    step, compiled, ids = traced
+    path = tmp_path / "step.kiln"
+    kiln.save(compiled, path)
+    info = subprocess.run([str(KILN_BIN), "info", str(path)], capture_output=True, text=True, timeout=300)
+    assert info.returncode == 0, info.stderr
+    assert "updates input 2 ('kv_0') in place" in info.stdout, info.stdout
+    assert "updates input 5 ('kv_3') in place" in info.stdout
+    g = torch.Generator().manual_seed(5)
+    kv = [torch.randn(1, 2, CAP, 16, generator=g) for _ in range(4)]
+    inputs = [ids, torch.tensor(7), *kv]
+    args = []
+    for i, t in enumerate(inputs):
+        f = tmp_path / f"in{i}.bin"
+        f.write_bytes(t.contiguous().numpy().tobytes())
+        args += ["--input", f"{i}={f}"]
+    out_dir = tmp_path / "out"
+    p = subprocess.run([str(KILN_BIN), "run", str(path), *args, "--shape", "input_ids=1x5",
+                        "--output-dir", str(out_dir)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    mine = [t.clone() for t in kv]
+    with torch.no_grad():  # on as many threads as the CLI's default: the same sums, bit for bit
+        logits = compiled(ids, torch.tensor(7), mine)
+    for k, want in enumerate([*mine, logits]):
+        got = torch.from_numpy(np.fromfile(out_dir / f"output{k}.bin", dtype=np.float32)).reshape(want.shape)
+        assert torch.equal(got, want), f"output {k}: {(got - want).abs().max()}"
+    assert not torch.equal(mine[0], kv[0])  # the step did write the cache
+    for cmd in ("bench", "profile"):
+        p = subprocess.run([str(KILN_BIN), cmd, str(path), "--shape", "input_ids=1x1", "--runs", "3",
+                            "--threads", "1"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+
+
+@needs_cli
+def test_kiln_cli_refuses_a_damaged_writes_section(traced, tmp_path):
+    data = bytearray(traced[1].to_bytes())
+    at = data.find(b"KILNWRIT")
+    data[at + 16 + 4] = 1  # output 0 now updates input 1 (a scalar)
+    path = tmp_path / "bad.kiln"
+    path.write_bytes(bytes(data))
+    for cmd in ("info", "bench"):
+        p = subprocess.run([str(KILN_BIN), cmd, str(path)], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 1 and "corrupt artifact" in p.stderr and "output 0 is not of input 1's" in p.stderr, \
+            p.stderr
 
 
 def test_a_damaged_writes_section_is_refused(traced, tmp_path):
