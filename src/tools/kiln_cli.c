@@ -6,7 +6,8 @@
  *                 [--threads N] [--seed S]
  *   kiln bench FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
  *   kiln profile FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
- *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--threads N]
+ *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--temperature T
+ *                 [--top-k K] [--top-p P] [--seed S]] [--repetition-penalty R] [--threads N]
  *                 (kiln_cli_generate.c: through the public C API)
  *
  * An artifact with symbolic sizes (format 2.7) runs at the shapes --shape
@@ -124,11 +125,18 @@ static const char kiln_cli_usage_text[] =
     "                   shape input NAME (its name, or its index) runs at; a model\n"
     "                   with symbolic sizes needs one per input whose shape has\n"
     "                   symbols ('kiln info FILE' shows them and their ranges)\n"
-    "  generate FILE    greedy generation from a traced generation step (a KV cache\n"
-    "                   passed in and updated in place: kiln.llm.StaticCacheStep);\n"
-    "                   prints the new token ids, timing on stderr\n"
+    "  generate FILE    generation from a traced generation step (a KV cache passed\n"
+    "                   in and updated in place: kiln.llm.StaticCacheStep); prints\n"
+    "                   the new token ids, timing on stderr\n"
     "      --prompt IDS       the prompt's token ids, like 5,17,9\n"
+    "      --prompt-file PATH the same from a file ('-': stdin), commas or spaces\n"
     "      --max-new-tokens N (default 32)  --eos ID (stop after this token)\n"
+    "      --temperature T    0 (default): greedy; above: sampled, after\n"
+    "      --top-k K          keeping the K most likely (ties with the K-th too)\n"
+    "      --top-p P          and the fewest most likely whose mass reaches P\n"
+    "      --seed S           the draw's seed (default: from the clock, printed)\n"
+    "      --repetition-penalty R  a seen token's logit divided by R if positive,\n"
+    "                         times R if not, as generate() does (default 1: off)\n"
     "  help [COMMAND]   this text\n"
     "  --version        kiln and .kiln format versions, CPU ISA\n"
     "\n"

@@ -20,6 +20,10 @@
  * are decoded; bool is 0 or 1). */
 double kiln_cli_elem_get(kiln_dtype_t dtype, const void* data, size_t i);
 
+/* The next number of a splitmix64 stream: tiny, well mixed (it passes
+ * BigCrush) and identical on every platform. */
+uint64_t kiln_cli_splitmix64(uint64_t* state);
+
 /* Fills `numel` elements: floats uniform in [-1, 1) from a splitmix64 stream
  * seeded by `seed` (same seed, same bytes on every machine), integers 0,
  * bool false. */

@@ -111,8 +111,7 @@ double kiln_cli_elem_get(kiln_dtype_t dtype, const void* data, size_t i) {
   return NAN;
 }
 
-/* splitmix64: tiny, well mixed, and identical on every platform. */
-static uint64_t kiln_cli_splitmix64(uint64_t* state) {
+uint64_t kiln_cli_splitmix64(uint64_t* state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

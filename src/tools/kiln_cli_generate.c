@@ -1,8 +1,10 @@
-/* `kiln generate`: greedy text generation from a traced generation step,
- * through the public C API alone (include/kiln.h): what a C program that
- * embeds kiln writes to run an LLM, with no Python.
+/* `kiln generate`: text generation from a traced generation step, through
+ * the public C API alone (include/kiln.h): what a C program that embeds
+ * kiln writes to run an LLM, with no Python.
  *
- *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--threads N]
+ *   kiln generate FILE (--prompt IDS | --prompt-file PATH) [--max-new-tokens N]
+ *                 [--eos ID] [--temperature T [--top-k K] [--top-p P] [--seed S]]
+ *                 [--repetition-penalty R] [--threads N]
  *
  * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep
  * makes one from a Hugging Face causal LM):
@@ -12,7 +14,9 @@
  *   inputs 2+ the KV cache, each updated by an output (kiln_session_output_updates)
  *   one other output, float32 [1, V]: the logits of the last new token.
  * The cache is as long as T's maximum (the tokens one call may add); the
- * tokens are printed on stdout as they come, the timing on stderr.
+ * tokens are printed on stdout as they come, the timing on stderr. The
+ * next token is the most likely one, or with --temperature a seeded draw
+ * (kiln_cli_sample.h: generate()'s processors, in its order).
  *
  * Each step prints what went wrong and returns an exit code (2 for a bad
  * command line, 1 otherwise); kiln_cli_generate_main frees everything
@@ -23,10 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln.h"
 #include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
+#include "tools/kiln_cli_sample.h"
 
 typedef struct kiln_gen_options_s {
   const char* file;
@@ -35,6 +41,9 @@ typedef struct kiln_gen_options_s {
   int64_t max_new;
   int64_t eos; /* -1: none */
   int32_t threads;
+  kiln_cli_sampler_t sampler; /* the options; its tables are made in kiln_gen_run */
+  int seeded;                 /* --seed given (else one from the clock, printed) */
+  const char* sampling_option; /* the first of --top-k/--top-p/--seed given, for its check */
 } kiln_gen_options_t;
 
 /* What the step's inputs and outputs are. */
@@ -72,28 +81,85 @@ static int kiln_gen_int(const char* text, int64_t lo, int64_t hi, int64_t* out) 
   return 1;
 }
 
-/* "5,17,9" -> ids (malloc'd). */
+static int kiln_gen_real(const char* text, double lo, double hi, double* out) {
+  char* end = NULL;
+  double v = strtod(text, &end);
+  if (!*text || *end || !(v >= lo && v <= hi)) return 0;
+  *out = v;
+  return 1;
+}
+
+static int kiln_gen_is_separator(char c) {
+  return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* "5,17,9" or "5 17 9" (any run of commas and white space separates) ->
+ * ids (malloc'd); 0 for anything else or no ids. */
 static int kiln_gen_parse_prompt(const char* text, kiln_gen_options_t* o) {
   size_t n = 1;
-  for (const char* p = text; *p; ++p) n += *p == ',';
+  for (const char* p = text; *p; ++p) n += kiln_gen_is_separator(*p);
+  free(o->prompt);
   o->prompt = malloc(n * sizeof(int64_t));
-  if (!o->prompt) return 0;
   char* copy = strdup(text);
-  if (!copy) return 0;
-  int ok = 1;
+  int ok = o->prompt && copy;
   o->n_prompt = 0;
-  for (char *tok = copy, *next; ok && tok; tok = next) {
-    next = strchr(tok, ',');
-    if (next) *next++ = '\0';
-    ok = kiln_gen_int(tok, 0, INT64_MAX, &o->prompt[o->n_prompt++]);
+  for (char* p = copy; ok && p && *p;) {
+    while (kiln_gen_is_separator(*p)) ++p;
+    if (!*p) break;
+    char* end = p;
+    while (*end && !kiln_gen_is_separator(*end)) ++end;
+    const char was = *end;
+    *end = '\0';
+    ok = o->n_prompt < INT32_MAX && kiln_gen_int(p, 0, INT64_MAX, &o->prompt[o->n_prompt++]);
+    p = was ? end + 1 : end;
   }
   free(copy);
-  return ok;
+  return ok && o->n_prompt > 0;
+}
+
+/* The whole of PATH ("-": standard input) as a string; NULL after printing
+ * why not. Prompts are token ids, so 64 MiB is far beyond any cache. */
+static char* kiln_gen_read_text(const char* path) {
+  const size_t cap = (size_t)64 << 20;
+  FILE* f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) {
+    fprintf(stderr, "kiln: generate: cannot open --prompt-file '%s'\n", path);
+    return NULL;
+  }
+  size_t size = 0, have = 4096;
+  char* text = malloc(have + 1);
+  for (size_t got = 1; text && got;) {
+    if (size == have) {
+      char* more = have < cap ? realloc(text, 2 * have + 1) : NULL;
+      if (!more) {
+        fprintf(stderr, "kiln: generate: --prompt-file '%s' is %s\n", path,
+                have < cap ? "too large for memory" : "over 64 MiB");
+        free(text);
+        text = NULL;
+        break;
+      }
+      text = more;
+      have *= 2;
+    }
+    got = fread(text + size, 1, have - size, f);
+    size += got;
+  }
+  if (text && ferror(f)) {
+    fprintf(stderr, "kiln: generate: reading --prompt-file '%s' failed\n", path);
+    free(text);
+    text = NULL;
+  }
+  if (f != stdin) fclose(f);
+  if (text) text[size] = '\0';
+  return text;
 }
 
 static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
   o->max_new = 32;
   o->eos = -1;
+  o->sampler.top_p = 1;
+  o->sampler.repetition_penalty = 1;
+  const char* prompt_file = NULL;
   for (int i = 2; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -105,10 +171,31 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     if (!v) return kiln_gen_usage("a value is missing after", a);
     ++i;
     if (!strcmp(a, "--prompt")) {
-      free(o->prompt);
-      o->prompt = NULL;
       if (!kiln_gen_parse_prompt(v, o))
         return kiln_gen_usage("--prompt wants token ids like 5,17,9, got", v);
+    } else if (!strcmp(a, "--prompt-file")) {
+      prompt_file = v;
+    } else if (!strcmp(a, "--temperature")) {
+      if (!kiln_gen_real(v, 0, 1e6, &o->sampler.temperature))
+        return kiln_gen_usage("--temperature wants a number from 0 (greedy), got", v);
+    } else if (!strcmp(a, "--top-k")) {
+      if (!kiln_gen_int(v, 1, INT64_MAX, &o->sampler.top_k))
+        return kiln_gen_usage("--top-k wants a whole number from 1, got", v);
+      if (!o->sampling_option) o->sampling_option = a;
+    } else if (!strcmp(a, "--top-p")) {
+      if (!kiln_gen_real(v, 0, 1, &o->sampler.top_p) || o->sampler.top_p == 0)
+        return kiln_gen_usage("--top-p wants a number in (0, 1], got", v);
+      if (!o->sampling_option) o->sampling_option = a;
+    } else if (!strcmp(a, "--seed")) {
+      int64_t seed;
+      if (!kiln_gen_int(v, 0, INT64_MAX, &seed))
+        return kiln_gen_usage("--seed wants a whole number from 0, got", v);
+      o->sampler.rng = (uint64_t)seed;
+      o->seeded = 1;
+      if (!o->sampling_option) o->sampling_option = a;
+    } else if (!strcmp(a, "--repetition-penalty")) {
+      if (!kiln_gen_real(v, 1e-6, 1e6, &o->sampler.repetition_penalty))
+        return kiln_gen_usage("--repetition-penalty wants a positive number (1: off), got", v);
     } else if (!strcmp(a, "--max-new-tokens")) {
       if (!kiln_gen_int(v, 1, 1 << 24, &o->max_new))
         return kiln_gen_usage("--max-new-tokens wants a whole number from 1, got", v);
@@ -125,7 +212,21 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     }
   }
   if (!o->file) return kiln_gen_usage("no FILE given", NULL);
+  if (o->prompt && prompt_file) return kiln_gen_usage("give --prompt or --prompt-file, not both", NULL);
+  if (prompt_file) {
+    char* text = kiln_gen_read_text(prompt_file);
+    if (!text) return 1;
+    const int ok = kiln_gen_parse_prompt(text, o);
+    free(text);
+    if (!ok)
+      return kiln_gen_usage("--prompt-file wants token ids separated by commas or white space:",
+                            prompt_file);
+  }
   if (!o->prompt) return kiln_gen_usage("no --prompt given", NULL);
+  /* Top-k, top-p and a seed shape a draw; greedy has none to shape. */
+  if (o->sampling_option && !(o->sampler.temperature > 0))
+    return kiln_gen_usage("sampling options need --temperature above 0 (0 is greedy):",
+                          o->sampling_option);
   return 0;
 }
 
@@ -287,16 +388,6 @@ static int kiln_gen_prepare(kiln_gen_step_t* s, const char* file) {
   return 0;
 }
 
-/* torch.argmax's choice: the first maximum, a NaN counting as the largest. */
-static int64_t kiln_gen_argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (isnan(x[i])) return i;
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
-}
-
 static double kiln_gen_now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -322,12 +413,43 @@ static kiln_error_t* kiln_gen_call(kiln_gen_step_t* s, int64_t* ids, int64_t n, 
   return err;
 }
 
-static int kiln_gen_run(kiln_gen_step_t* s, const kiln_gen_options_t* o) {
+/* A seed when none is given: the clock and the process, printed so the
+ * run can be repeated. */
+static uint64_t kiln_gen_fresh_seed(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  uint64_t x = (uint64_t)t.tv_sec * 1000000007ull ^ (uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32);
+  return kiln_cli_splitmix64(&x) >> 1; /* fits --seed's range */
+}
+
+/* How the tokens are chosen, for the summary line. */
+static void kiln_gen_print_choice(const kiln_gen_options_t* o, uint64_t seed) {
+  const kiln_cli_sampler_t* c = &o->sampler;
+  if (!(c->temperature > 0)) {
+    fputs("; greedy", stderr);
+  } else {
+    fprintf(stderr, "; sampled at temperature %g", c->temperature);
+    if (c->top_k > 0) fprintf(stderr, ", top-k %" PRId64, c->top_k);
+    if (c->top_p < 1) fprintf(stderr, ", top-p %g", c->top_p);
+    fprintf(stderr, ", seed %" PRIu64, seed);
+  }
+  if (c->repetition_penalty != 1) fprintf(stderr, ", repetition penalty %g", c->repetition_penalty);
+}
+
+static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
   if (o->n_prompt > s->max_tokens) {
     fprintf(stderr, "kiln: generate: the prompt has %d tokens; the cache holds %" PRId64 "\n",
             (int)o->n_prompt, s->max_tokens);
     return 1;
   }
+  kiln_cli_sampler_t* pick = &o->sampler;
+  if (!o->seeded) pick->rng = kiln_gen_fresh_seed();
+  const uint64_t seed = pick->rng;
+  if (!kiln_cli_sampler_initialize(pick, s->vocab)) {
+    fputs("kiln: generate: out of memory\n", stderr);
+    return 1;
+  }
+  for (int32_t i = 0; i < o->n_prompt; ++i) kiln_cli_sampler_see(pick, o->prompt[i]);
   int64_t past = 0, tok = 0;
   double t0 = kiln_gen_now();
   kiln_error_t* err = NULL;
@@ -347,7 +469,10 @@ static int kiln_gen_run(kiln_gen_step_t* s, const kiln_gen_options_t* o) {
   int64_t made = 0, n_steps = 0;
   const char* stop = "--max-new-tokens";
   for (;;) {
-    tok = kiln_gen_argmax(s->out[s->logits].data, s->vocab);
+    /* A token's time: choosing it, then the step that reads it. */
+    double t1 = kiln_gen_now();
+    if ((tok = kiln_cli_sampler_pick(pick, s->out[s->logits].data)) < 0) break;
+    kiln_cli_sampler_see(pick, tok);
     printf(made ? " %" PRId64 : "%" PRId64, tok);
     fflush(stdout);
     if (++made == o->max_new) break;
@@ -359,15 +484,17 @@ static int kiln_gen_run(kiln_gen_step_t* s, const kiln_gen_options_t* o) {
       stop = "the cache's length";
       break;
     }
-    double t1 = kiln_gen_now();
     if ((err = kiln_gen_call(s, &tok, 1, past++))) break;
     steps[n_steps++] = kiln_gen_now() - t1;
   }
   printf("\n");
   fflush(stdout);
-  if (err) {
+  if (err || tok < 0) {
     free(steps);
-    return kiln_gen_fail(err, "generate: a decode step");
+    if (err) return kiln_gen_fail(err, "generate: a decode step");
+    fprintf(stderr, "kiln: generate: nothing to sample from after %" PRId64 " new tokens: the "
+                    "logits hold a NaN or +inf, or are all -inf\n", made);
+    return 1;
   }
   double median = 0;
   if (n_steps) {
@@ -377,6 +504,7 @@ static int kiln_gen_run(kiln_gen_step_t* s, const kiln_gen_options_t* o) {
   free(steps);
   fprintf(stderr, "kiln: generate: prompt %d tokens in %.1f ms; %" PRId64 " new tokens (stopped by %s)",
           (int)o->n_prompt, 1e3 * prompt_s, made, stop);
+  kiln_gen_print_choice(o, seed);
   if (n_steps)
     fprintf(stderr, "; decode %.2f ms per token, median of %" PRId64 " (%.1f tokens/s)", 1e3 * median,
             n_steps, 1.0 / median);
@@ -405,6 +533,7 @@ int kiln_cli_generate_main(int argc, char** argv) {
   rc = kiln_gen_prepare(&s, o.file);
   if (!rc) rc = kiln_gen_run(&s, &o);
   kiln_gen_step_free(&s);
+  kiln_cli_sampler_deinitialize(&o.sampler);
   free(o.prompt);
   return rc;
 }

@@ -112,6 +112,7 @@ static void kiln_test_print_cpu(void) {
   X(fused)                  \
   X(artifact_plan)          \
   X(artifact_writes)        \
+  X(token_sample)           \
   X(conv_planes)            \
   X(patterns)               \
   X(glu_joined)             \

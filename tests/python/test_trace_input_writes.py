@@ -233,6 +233,108 @@ def test_kiln_generate_says_what_is_wrong(traced, tmp_path):
         in p.stderr, p.stderr
 
 
+def _eager_logits(step, tokens):
+    """The eager model's logits for every position of `tokens` (1-D)."""
+    with torch.no_grad():
+        return step.model(torch.tensor([tokens])).logits[0].double()
+
+
+@needs_cli
+def test_kiln_generate_samples_as_asked(traced, tmp_path):
+    """--temperature draws (seeded: one seed, one answer; another seed,
+    another); top-k 1 is greedy whatever the temperature; every drawn token
+    is one that top-k keeps by the eager model's own logits at its position
+    (checked with a margin for kiln's rounding); the stderr line says how
+    the tokens were chosen."""
+    step, compiled, ids = traced
+    path = tmp_path / "step.kiln"
+    kiln.save(compiled, path)
+    prompt = ids[0].tolist()
+    text = ",".join(map(str, prompt))
+    greedy = _generate(compiled, ids, _caches(), 16)[0]
+
+    def run(*args):
+        p = _kiln_generate(path, "--prompt", text, "--max-new-tokens", 16, *args)
+        assert p.returncode == 0, p.stderr
+        return [int(t) for t in p.stdout.split()], p.stderr
+
+    assert run("--temperature", 5, "--top-k", 1, "--seed", 1)[0] == greedy
+    a, err = run("--temperature", 1.5, "--top-k", 5, "--seed", 3)
+    assert "16 new tokens" in err and "sampled at temperature 1.5, top-k 5, seed 3" in err, err
+    assert run("--temperature", 1.5, "--top-k", 5, "--seed", 3)[0] == a
+    assert run("--temperature", 1.5, "--top-k", 5, "--seed", 4)[0] != a
+    assert a != greedy  # at 1.5 over 5 tokens, 16 greedy draws in a row would be a bug
+    logits = _eager_logits(step, prompt + a)
+    for i, tok in enumerate(a):
+        row = logits[len(prompt) - 1 + i]
+        assert row[tok] >= row.topk(5).values[-1] - 1e-3, f"token {i} ({tok}) is not in eager's top 5"
+    # top-p 0.5 at temperature 1: each token within the nucleus of eager's distribution.
+    b, err = run("--temperature", 1, "--top-p", 0.5, "--seed", 9, "--repetition-penalty", 1.0)
+    assert "top-p 0.5, seed 9" in err
+    logits = _eager_logits(step, prompt + b)
+    for i, tok in enumerate(b):
+        p = torch.softmax(logits[len(prompt) - 1 + i], 0)
+        assert p[p > p[tok] + 1e-4].sum() < 0.5 + 1e-4, f"token {i} ({tok}) is outside eager's nucleus"
+    # Without --seed the seed is printed, and repeats the run.
+    c, err = run("--temperature", 1)
+    seed = err.split("seed ")[1].split(";")[0].split(",")[0].strip()
+    assert run("--temperature", 1, "--seed", seed)[0] == c
+
+
+@needs_cli
+def test_kiln_generate_repetition_penalty_and_prompt_file(traced, tmp_path):
+    """--repetition-penalty as generate() applies it (greedy: the same tokens
+    as transformers' own processor on eager logits); --prompt-file reads ids
+    separated by commas or white space, '-' from stdin."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+    step, compiled, ids = traced
+    path = tmp_path / "step.kiln"
+    kiln.save(compiled, path)
+    prompt = ids[0].tolist()
+    p = _kiln_generate(path, "--prompt", ",".join(map(str, prompt)), "--max-new-tokens", 12,
+                       "--repetition-penalty", 1.8)
+    assert p.returncode == 0 and "greedy, repetition penalty 1.8" in p.stderr, p.stderr
+    got = [int(t) for t in p.stdout.split()]
+    seq, proc = list(prompt), RepetitionPenaltyLogitsProcessor(1.8)
+    for tok in got:  # each token the processed eager logits' argmax (or within rounding of it)
+        scores = proc(torch.tensor([seq]), _eager_logits(step, seq)[-1:].float())[0]
+        assert scores[tok] >= scores.max() - 1e-4, f"{tok} is not the penalised argmax"
+        seq.append(tok)
+    assert got != _generate(compiled, ids, _caches(), 12)[0]  # the penalty changed something
+    f = tmp_path / "prompt.txt"
+    f.write_text(" ".join(map(str, prompt[:2])) + ",\n" + ", ".join(map(str, prompt[2:])) + "\n")
+    q = _kiln_generate(path, "--prompt-file", f, "--max-new-tokens", 12, "--repetition-penalty", 1.8)
+    assert q.returncode == 0 and q.stdout == p.stdout, q.stderr
+    r = subprocess.run([str(KILN_BIN), "generate", str(path), "--prompt-file", "-", "--max-new-tokens", "12",
+                        "--repetition-penalty", "1.8"], input=f.read_text(), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout == p.stdout, r.stderr
+
+
+@needs_cli
+def test_kiln_generate_sampling_options_say_what_is_wrong(traced, tmp_path):
+    path = tmp_path / "step.kiln"
+    kiln.save(traced[1], path)
+    for args, code, msg in [
+        (("--prompt", "1,2", "--top-k", 5), 2, "sampling options need --temperature above 0 (0 is greedy): --top-k"),
+        (("--prompt", "1,2", "--seed", 5), 2, "sampling options need --temperature above 0 (0 is greedy): --seed"),
+        (("--prompt", "1,2", "--temperature", 1, "--top-p", 0), 2, "--top-p wants a number in (0, 1], got 0"),
+        (("--prompt", "1,2", "--temperature", 1, "--top-p", 1.5), 2, "--top-p wants a number in (0, 1], got 1.5"),
+        (("--prompt", "1,2", "--temperature", -1), 2, "--temperature wants a number from 0 (greedy), got -1"),
+        (("--prompt", "1,2", "--temperature", "nan"), 2, "--temperature wants a number from 0 (greedy), got nan"),
+        (("--prompt", "1,2", "--repetition-penalty", 0), 2, "--repetition-penalty wants a positive number"),
+        (("--prompt", "1,2", "--prompt-file", path), 2, "give --prompt or --prompt-file, not both"),
+        (("--prompt-file", tmp_path / "none.txt"), 1, "cannot open --prompt-file"),
+        (("--prompt", " , "), 2, "--prompt wants token ids like 5,17,9, got  , "),
+    ]:
+        p = _kiln_generate(path, *args)
+        assert p.returncode == code and msg in p.stderr, (args, p.stderr)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1 2 x")
+    p = _kiln_generate(path, "--prompt-file", bad)
+    assert p.returncode == 2 and "--prompt-file wants token ids separated by commas or white space:" in p.stderr
+
+
 @needs_cli
 def test_kiln_cli_runs_a_step_with_the_cache_in_place(traced, tmp_path):
     """`kiln info` says which outputs update which inputs; `kiln run` (and
