@@ -26,19 +26,30 @@ class StaticCacheStep(torch.nn.Module):
     past: an int64 scalar, the tokens already in the cache, kv: the keys and
     values of each layer, [1, kv heads, max_length, head dim] each) -> the
     logits of the last of the T tokens, [1, vocabulary]; their keys and
-    values written into kv at positions past .. past + T - 1."""
+    values written into kv at positions past .. past + T - 1. Layers with
+    full or sliding-window attention (Mistral, Gemma 2 and 3, Qwen2's
+    sliding layers): a sliding layer's cache is as long as the others'."""
 
     def __init__(self, model, max_length):
         super().__init__()
         self.model, self.max_length = model, int(max_length)
 
     def forward(self, input_ids, past, kv):
-        from transformers.cache_utils import StaticCache, StaticLayer
-        cache = StaticCache(max_cache_len=self.max_length, config=self.model.config)
-        if any(type(layer) is not StaticLayer for layer in cache.layers):
-            raise KilnError(f"kiln.llm.StaticCacheStep: {type(self.model).__name__} has cache layers other than "
-                            f"full attention ({sorted({type(x).__name__ for x in cache.layers})}), which this "
-                            "step does not lay out")
+        from transformers.cache_utils import StaticCache, StaticLayer, get_layer_types_and_kwargs
+        config = self.model.config
+        cache = StaticCache(max_cache_len=self.max_length, config=config)
+        # A sliding-window layer keeps only its window and rolls it, on a
+        # Python count (a branch per step that no one traced graph holds).
+        # Here it keeps every position as a full layer does; the model's
+        # own sliding-window mask, built from absolute positions, limits what
+        # it attends to: the same attention, over max_length rows.
+        kinds = get_layer_types_and_kwargs(config.get_text_config(decoder=True))[0]
+        cache.layers = [StaticLayer(self.max_length) if kind == "sliding_attention" else layer
+                        for kind, layer in zip(kinds, cache.layers)]
+        other = sorted({kind for kind, layer in zip(kinds, cache.layers) if type(layer) is not StaticLayer})
+        if other or len(kinds) != len(cache.layers):
+            raise KilnError(f"kiln.llm.StaticCacheStep: {type(self.model).__name__} has layers of kinds other than "
+                            f"full or sliding-window attention ({other}), whose caches this step does not lay out")
         for i, layer in enumerate(cache.layers):
             layer.keys, layer.values = kv[2 * i], kv[2 * i + 1]
             layer.cumulative_length = past.clone()

@@ -421,10 +421,56 @@ def test_other_architectures_step_as_eager_does(kind):
     assert _generate(compiled, ids, step.empty_cache(), 10)[0] == _generate(step, ids, step.empty_cache(), 10)[0]
 
 
-def test_sliding_window_layers_are_refused_by_name():
+def _windowed(kind, window):
+    """A tiny model of `kind` whose sliding layers see `window` tokens (None:
+    the same model with full attention everywhere)."""
     import transformers as T
-    cfg = T.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, vocab_size=256, sliding_window=8)
-    step = kiln.llm.StaticCacheStep(T.MistralForCausalLM(cfg).eval(), 24)
-    with pytest.raises(kiln.KilnError, match="cache layers other than full attention"):
+    small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=256)
+    full = ["full_attention"] * 2
+    config, model = {
+        "mistral": (lambda: T.MistralConfig(**small, sliding_window=window), T.MistralForCausalLM),
+        "phi3": (lambda: T.Phi3Config(**small, sliding_window=window, pad_token_id=0), T.Phi3ForCausalLM),
+        "qwen2": (lambda: T.Qwen2Config(**small, use_sliding_window=window is not None, sliding_window=window or 4,
+                                        max_window_layers=1), T.Qwen2ForCausalLM),
+        "gemma2": (lambda: T.Gemma2Config(**small, head_dim=16, sliding_window=window or 4,
+                                          **({} if window else {"layer_types": full})), T.Gemma2ForCausalLM),
+        "gemma3": (lambda: T.Gemma3TextConfig(**small, head_dim=16, sliding_window=window or 4,
+                                              **({} if window else {"layer_types": full})), T.Gemma3ForCausalLM),
+    }[kind]
+    torch.manual_seed(0)
+    return model(config()).eval()
+
+
+@pytest.mark.parametrize("kind", ["mistral", "phi3", "qwen2", "gemma2", "gemma3"])
+def test_sliding_window_models_step_as_generate_does(kind):
+    """Sliding-window layers (window 4, the prompt 6 tokens, 12 more): the
+    compiled step keeps every position and lets the model's own mask limit
+    attention to the window. Its tokens are generate()'s (whose cache drops
+    what leaves the window), its logits the model's over the whole sequence,
+    and those differ from full attention's: the window mattered."""
+    model = _windowed(kind, 4)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
+    step = kiln.llm.StaticCacheStep(model, 24)
+    compiled = step.trace(ids, fallback=False)
+    tokens, logits = _generate(compiled, ids, step.empty_cache(), 12)
+    assert tokens == want
+    seq = torch.tensor([ids[0].tolist() + tokens[:-1]])
+    full = _windowed(kind, None)
+    full.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        ref, ref_full = model(seq).logits[0, 5:], full(seq).logits[0, 5:]
+    assert_close(torch.cat(logits), ref, atol=2e-5, rtol=1e-4)
+    assert (ref - ref_full).abs().max() > 1e-2
+
+
+def test_other_layer_kinds_are_refused_by_name():
+    import transformers as T
+    cfg = T.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, vocab_size=256, attention_chunk_size=8)
+    step = kiln.llm.StaticCacheStep(T.LlamaForCausalLM(cfg).eval(), 24)
+    with pytest.raises(kiln.KilnError, match=r"layers of kinds other than full or sliding-window attention "
+                                             r"\(\['chunked_attention'\]\)"):
         step(torch.tensor([[1, 2, 3]]), torch.tensor(0), step.empty_cache())
