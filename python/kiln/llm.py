@@ -10,6 +10,9 @@ that `kiln generate` (the C runtime alone) and any C API program run.
     logits = compiled(prompt_ids, torch.tensor(0), kv)            # the prompt
     logits = compiled(next_id[None], torch.tensor(n), kv)         # then a token at a time
 
+    rows = kiln.llm.StaticCacheStep(model, 2048, batch=4)         # four prompts at once,
+    logits = rows.trace(ids)(ids, torch.tensor(0), kv, pad)       # left-padded by pad[b] slots
+
 The step builds transformers' StaticCache over the caller's tensors on each
 call, so the model's own attention code writes them (index_copy_), and
 torch.export sees the writes as updates of inputs. Nothing here computes:
@@ -22,19 +25,22 @@ from kiln.errors import KilnError
 
 
 class StaticCacheStep(torch.nn.Module):
-    """One generation step of a causal LM (batch 1): (input_ids [1, T],
-    past: an int64 scalar, the tokens already in the cache, kv: the keys and
-    values of each layer, [1, kv heads, max_length, head dim] each) -> the
-    logits of the last of the T tokens, [1, vocabulary]; their keys and
-    values written into kv at positions past .. past + T - 1. Layers with
+    """One generation step of a causal LM: (input_ids [B, T], past: an
+    int64 scalar, the cache slots filled so far, kv: the keys and values of
+    each layer, [B, kv heads, max_length, head dim] each, and for batch > 1
+    pad [B]: the slots before each row's prompt, which is left-padded) ->
+    the logits of each row's last token, [B, vocabulary]; the keys and
+    values written into kv at slots past .. past + T - 1. A padded row's
+    positions count from its first token and its padding is masked out, as
+    generate() does with a left-padded batch and its attention mask. Layers with
     full or sliding-window attention (Mistral, Gemma 2 and 3, Qwen2's
     sliding layers): a sliding layer's cache is as long as the others'."""
 
-    def __init__(self, model, max_length):
+    def __init__(self, model, max_length, batch=1):
         super().__init__()
-        self.model, self.max_length = model, int(max_length)
+        self.model, self.max_length, self.batch = model, int(max_length), int(batch)
 
-    def forward(self, input_ids, past, kv):
+    def forward(self, input_ids, past, kv, pad=None):
         from transformers.cache_utils import StaticCache, StaticLayer, get_layer_types_and_kwargs
         config = self.model.config
         cache = StaticCache(max_cache_len=self.max_length, config=config)
@@ -56,8 +62,16 @@ class StaticCacheStep(torch.nn.Module):
             layer.device = input_ids.device
             layer.is_initialized = True
         pos = torch.arange(input_ids.shape[1]) + past
-        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=pos[None], cache_position=pos,
-                         use_cache=True, logits_to_keep=1)
+        if pad is None:
+            positions, mask = pos[None], None
+        else:
+            # Row b's prompt starts pad[b] slots in: what generate() gives a
+            # left-padded batch, its positions counted from its first token
+            # and the slots before it masked out.
+            positions = (pos[None] - pad[:, None]).clamp(min=0)
+            mask = (torch.arange(self.max_length)[None] >= pad[:, None]).long()
+        out = self.model(input_ids=input_ids, past_key_values=cache, position_ids=positions, cache_position=pos,
+                         attention_mask=mask, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1]
 
     def empty_cache(self):
@@ -66,13 +80,19 @@ class StaticCacheStep(torch.nn.Module):
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.model.dtype
-        return [torch.zeros(1, heads, self.max_length, dim, dtype=dtype) for _ in range(2 * cfg.num_hidden_layers)]
+        return [torch.zeros(self.batch, heads, self.max_length, dim, dtype=dtype)
+                for _ in range(2 * cfg.num_hidden_layers)]
 
     def trace(self, example_ids, **options):
         """kiln.trace of this step (options: kiln.trace's, weights_dtype
         and so on), the token count symbolic in 1..max_length: one compiled
-        module does prefill and decode."""
+        module does prefill and decode. example_ids is [batch, any T]; a
+        step of batch > 1 takes the rows' padding as its last input."""
         tokens = torch.export.Dim("tokens", min=1, max=self.max_length)
         n_kv = 2 * self.model.config.get_text_config().num_hidden_layers
-        return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
-                          dynamic_shapes=({1: tokens}, None, [None] * n_kv), **options)
+        if self.batch == 1:
+            return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
+                              dynamic_shapes=({1: tokens}, None, [None] * n_kv), **options)
+        return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache(),
+                                 torch.zeros(self.batch, dtype=torch.long)),
+                          dynamic_shapes=({1: tokens}, None, [None] * n_kv, None), **options)

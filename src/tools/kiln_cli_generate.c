@@ -2,21 +2,18 @@
  * the public C API alone (include/kiln.h): what a C program that embeds
  * kiln writes to run an LLM, with no Python.
  *
- *   kiln generate FILE (--prompt IDS | --prompt-file PATH) [--max-new-tokens N]
+ *   kiln generate FILE (--prompt IDS ... | --prompt-file PATH) [--max-new-tokens N]
  *                 [--eos ID] [--temperature T [--top-k K] [--top-p P] [--seed S]]
  *                 [--repetition-penalty R] [--threads N]
  *
- * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep
- * makes one from a Hugging Face causal LM):
- *   input 0   int64 [1, T]  the new tokens (T symbolic: the whole prompt at
- *                           once; T fixed at 1: the prompt a token at a time)
- *   input 1   int64 []      how many tokens the cache already holds
- *   inputs 2+ the KV cache, each updated by an output (kiln_session_output_updates)
- *   one other output, float32 [1, V]: the logits of the last new token.
- * The cache is as long as T's maximum (the tokens one call may add); the
- * tokens are printed on stdout as they come, the timing on stderr. The
- * next token is the most likely one, or with --temperature a seeded draw
- * (kiln_cli_sample.h: generate()'s processors, in its order).
+ * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep makes one
+ * from a Hugging Face causal LM; kiln_cli_generate_step.h has its
+ * signature): B rows, each a prompt, left-padded to the longest. The
+ * prompts run in one call (or a token a call), then each row's next token
+ * is chosen (kiln_cli_sample.h: greedy, or generate()'s processors and a
+ * seeded draw) and the rows decode together until --max-new-tokens, every
+ * row's --eos, or a full cache. One row's tokens are printed as they come;
+ * several rows' at the end, a line each. The timing goes to stderr.
  *
  * Each step prints what went wrong and returns an exit code (2 for a bad
  * command line, 1 otherwise); kiln_cli_generate_main frees everything
@@ -32,41 +29,25 @@
 #include "kiln.h"
 #include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
+#include "tools/kiln_cli_generate_step.h"
 #include "tools/kiln_cli_sample.h"
+
+typedef struct kiln_gen_prompt_s {
+  int64_t* ids;
+  int32_t n;
+} kiln_gen_prompt_t;
 
 typedef struct kiln_gen_options_s {
   const char* file;
-  int64_t* prompt;
-  int32_t n_prompt;
+  kiln_gen_prompt_t* prompts; /* one per row given */
+  int32_t n_prompts;
   int64_t max_new;
   int64_t eos; /* -1: none */
   int32_t threads;
-  kiln_cli_sampler_t sampler; /* the options; its tables are made in kiln_gen_run */
-  int seeded;                 /* --seed given (else one from the clock, printed) */
+  kiln_cli_sampler_t sampler;  /* the options; each row's copy gets its own tables */
+  int seeded;                  /* --seed given (else one from the clock, printed) */
   const char* sampling_option; /* the first of --top-k/--top-p/--seed given, for its check */
 } kiln_gen_options_t;
-
-/* What the step's inputs and outputs are. */
-typedef struct kiln_gen_step_s {
-  kiln_session_t* session;
-  int32_t n_inputs, n_outputs;
-  int64_t max_tokens; /* T's maximum: the cache's length */
-  int64_t vocab;
-  int32_t logits;     /* the output index of the logits */
-  int32_t one_by_one; /* T is fixed at 1 */
-  kiln_buffer_t* in;  /* n_inputs */
-  kiln_buffer_t* out; /* n_outputs */
-  void** spare;       /* per output: its buffer when not an input's own (freed here) */
-  int32_t* update;    /* per input: the output that updates it, or -1 */
-  int64_t (*shapes)[KILN_MAX_DIMS];
-  int64_t ids_shape[2];
-} kiln_gen_step_t;
-
-static int kiln_gen_fail(kiln_error_t* err, const char* what) {
-  fprintf(stderr, "kiln: %s: %s\n", what, kiln_error_message(err));
-  kiln_error_free(err);
-  return 1;
-}
 
 static int kiln_gen_usage(const char* msg, const char* arg) {
   fprintf(stderr, "kiln: generate: %s%s%s\n(run 'kiln help generate' for usage)\n", msg,
@@ -93,28 +74,46 @@ static int kiln_gen_is_separator(char c) {
   return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* "5,17,9" or "5 17 9" (any run of commas and white space separates) ->
- * ids (malloc'd); 0 for anything else or no ids. */
-static int kiln_gen_parse_prompt(const char* text, kiln_gen_options_t* o) {
+/* Adds the prompt "5,17,9" or "5 17 9" (any run of commas and white space
+ * separates); 0 for anything else, no ids, or out of memory. */
+static int kiln_gen_add_prompt(const char* text, kiln_gen_options_t* o) {
   size_t n = 1;
   for (const char* p = text; *p; ++p) n += kiln_gen_is_separator(*p);
-  free(o->prompt);
-  o->prompt = malloc(n * sizeof(int64_t));
+  kiln_gen_prompt_t* more = realloc(o->prompts, sizeof(kiln_gen_prompt_t) * (size_t)(o->n_prompts + 1));
+  if (!more) return 0;
+  o->prompts = more;
+  kiln_gen_prompt_t* pr = &o->prompts[o->n_prompts++];
+  pr->ids = malloc(n * sizeof(int64_t));
+  pr->n = 0;
   char* copy = strdup(text);
-  int ok = o->prompt && copy;
-  o->n_prompt = 0;
-  for (char* p = copy; ok && p && *p;) {
+  int ok = pr->ids && copy;
+  for (char* p = copy; ok && *p;) {
     while (kiln_gen_is_separator(*p)) ++p;
     if (!*p) break;
     char* end = p;
     while (*end && !kiln_gen_is_separator(*end)) ++end;
     const char was = *end;
     *end = '\0';
-    ok = o->n_prompt < INT32_MAX && kiln_gen_int(p, 0, INT64_MAX, &o->prompt[o->n_prompt++]);
+    ok = pr->n < INT32_MAX && kiln_gen_int(p, 0, INT64_MAX, &pr->ids[pr->n++]);
     p = was ? end + 1 : end;
   }
   free(copy);
-  return ok && o->n_prompt > 0;
+  return ok && pr->n > 0;
+}
+
+/* Each line of text with an id on it is a prompt (a row). */
+static int kiln_gen_add_prompt_lines(char* text, kiln_gen_options_t* o) {
+  int any = 0;
+  for (char *line = text, *next; line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = '\0';
+    const char* p = line;
+    while (*p && kiln_gen_is_separator(*p)) ++p;
+    if (!*p) continue; /* blank */
+    if (!kiln_gen_add_prompt(line, o)) return 0;
+    any = 1;
+  }
+  return any;
 }
 
 /* The whole of PATH ("-": standard input) as a string; NULL after printing
@@ -171,7 +170,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     if (!v) return kiln_gen_usage("a value is missing after", a);
     ++i;
     if (!strcmp(a, "--prompt")) {
-      if (!kiln_gen_parse_prompt(v, o))
+      if (!kiln_gen_add_prompt(v, o))
         return kiln_gen_usage("--prompt wants token ids like 5,17,9, got", v);
     } else if (!strcmp(a, "--prompt-file")) {
       prompt_file = v;
@@ -212,179 +211,21 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     }
   }
   if (!o->file) return kiln_gen_usage("no FILE given", NULL);
-  if (o->prompt && prompt_file) return kiln_gen_usage("give --prompt or --prompt-file, not both", NULL);
+  if (o->n_prompts && prompt_file) return kiln_gen_usage("give --prompt or --prompt-file, not both", NULL);
   if (prompt_file) {
     char* text = kiln_gen_read_text(prompt_file);
     if (!text) return 1;
-    const int ok = kiln_gen_parse_prompt(text, o);
+    const int ok = kiln_gen_add_prompt_lines(text, o);
     free(text);
     if (!ok)
-      return kiln_gen_usage("--prompt-file wants token ids separated by commas or white space:",
-                            prompt_file);
+      return kiln_gen_usage("--prompt-file wants a prompt a line, token ids separated by commas or "
+                            "spaces:", prompt_file);
   }
-  if (!o->prompt) return kiln_gen_usage("no --prompt given", NULL);
+  if (!o->n_prompts) return kiln_gen_usage("no --prompt given", NULL);
   /* Top-k, top-p and a seed shape a draw; greedy has none to shape. */
   if (o->sampling_option && !(o->sampler.temperature > 0))
     return kiln_gen_usage("sampling options need --temperature above 0 (0 is greedy):",
                           o->sampling_option);
-  return 0;
-}
-
-static void kiln_gen_step_free(kiln_gen_step_t* s) {
-  for (int32_t i = 2; s->in && i < s->n_inputs; ++i) free(s->in[i].data);
-  for (int32_t o = 0; s->spare && o < s->n_outputs; ++o) free(s->spare[o]);
-  free(s->in);
-  free(s->out);
-  free(s->spare);
-  free(s->update);
-  free(s->shapes);
-  kiln_session_release(s->session);
-}
-
-static void* kiln_gen_zeros(size_t bytes) {
-  size_t n = (bytes + 63) / 64 * 64;
-  void* p = aligned_alloc(64, n ? n : 64);
-  if (p) memset(p, 0, n ? n : 64);
-  return p;
-}
-
-/* A tensor's type and shape for an error message ("int64 [1, N]"; N: symbolic). */
-static const char* kiln_gen_shape(const kiln_tensor_info_t* t, char* buf, size_t size) {
-  size_t k = (size_t)snprintf(buf, size, "%s [", kiln_element_type_name(t->type));
-  for (int32_t d = 0; d < t->rank && k < size; ++d) {
-    if (t->shape[d] == KILN_DIM_SYMBOLIC)
-      k += (size_t)snprintf(buf + k, size - k, d ? ", N" : "N");
-    else
-      k += (size_t)snprintf(buf + k, size - k, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
-  }
-  if (k < size) snprintf(buf + k, size - k, "]");
-  return buf;
-}
-
-/* Checks the step's signature and makes the cache. Returns 0 or prints
- * and returns 1. */
-static int kiln_gen_prepare(kiln_gen_step_t* s, const char* file) {
-  kiln_session_t* ses = s->session;
-  s->n_inputs = kiln_session_input_count(ses);
-  s->n_outputs = kiln_session_output_count(ses);
-  kiln_tensor_info_t ids, past, info;
-  char buf[128];
-  kiln_error_t* err;
-  if (s->n_inputs < 2) {
-    fprintf(stderr, "kiln: generate: '%s' takes %d input(s); a generation step takes the new "
-                    "tokens, the count of cached tokens and the cache\n", file, (int)s->n_inputs);
-    return 1;
-  }
-  if ((err = kiln_session_input_info(ses, 0, &ids)) || (err = kiln_session_input_info(ses, 1, &past)))
-    return kiln_gen_fail(err, "generate");
-  kiln_dim_info_t t_dim = {0};
-  if (ids.type != KILN_ELEMENT_INT64 || ids.rank != 2 || ids.shape[0] != 1 ||
-      (ids.shape[1] != KILN_DIM_SYMBOLIC && ids.shape[1] != 1)) {
-    fprintf(stderr, "kiln: generate: input 0 ('%s') of '%s' should be the new tokens, int64 "
-                    "[1, N] (N symbolic, or 1), got %s\n", ids.name, file, kiln_gen_shape(&ids, buf, sizeof buf));
-    return 1;
-  }
-  if (past.type != KILN_ELEMENT_INT64 || past.rank != 0) {
-    fprintf(stderr, "kiln: generate: input 1 ('%s') of '%s' should be the count of cached tokens, "
-                    "int64 [], got %s\n", past.name, file, kiln_gen_shape(&past, buf, sizeof buf));
-    return 1;
-  }
-  s->one_by_one = ids.shape[1] == 1;
-  if (!s->one_by_one && (err = kiln_session_input_dim(ses, 0, 1, &t_dim)))
-    return kiln_gen_fail(err, "generate");
-  s->in = calloc((size_t)s->n_inputs, sizeof(kiln_buffer_t));
-  s->out = calloc((size_t)s->n_outputs, sizeof(kiln_buffer_t));
-  s->spare = calloc((size_t)s->n_outputs, sizeof(void*));
-  s->shapes = calloc((size_t)(s->n_inputs + s->n_outputs), sizeof(*s->shapes));
-  if (!s->in || !s->out || !s->spare || !s->shapes) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    return 1;
-  }
-  /* Each cache input: its own zeroed buffer, updated by one output. */
-  int32_t* updated_by = s->update = malloc(sizeof(int32_t) * (size_t)s->n_inputs);
-  if (!updated_by) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    return 1;
-  }
-  for (int32_t i = 0; i < s->n_inputs; ++i) updated_by[i] = -1;
-  s->logits = -1;
-  int rc = 0;
-  for (int32_t o = 0; !rc && o < s->n_outputs; ++o) {
-    int32_t input = -1, in_place = 0;
-    if ((err = kiln_session_output_updates(ses, o, &input, &in_place)) ||
-        (err = kiln_session_output_info(ses, o, &info))) {
-      rc = kiln_gen_fail(err, "generate");
-      break;
-    }
-    if (input >= 2) {
-      updated_by[input] = o;
-      continue;
-    }
-    if (input >= 0) {
-      fprintf(stderr, "kiln: generate: output %d of '%s' updates input %d, which should be %s\n", (int)o,
-              file, (int)input, input ? "the count of cached tokens" : "the new tokens");
-      rc = 1;
-      break;
-    }
-    if (s->logits >= 0 || info.type != KILN_ELEMENT_FLOAT32 || info.rank != 2 || info.shape[0] != 1 ||
-        info.shape[1] <= 0) {
-      fprintf(stderr, "kiln: generate: '%s' should have one output besides the cache's, the "
-                      "logits, float32 [1, vocabulary]; output %d ('%s') is %s\n",
-              file, (int)o, info.name, kiln_gen_shape(&info, buf, sizeof buf));
-      rc = 1;
-      break;
-    }
-    s->logits = o;
-    s->vocab = info.shape[1];
-  }
-  if (!rc && s->logits < 0) {
-    fprintf(stderr, "kiln: generate: '%s' has no logits output (every output updates an input)\n", file);
-    rc = 1;
-  }
-  for (int32_t i = 2; !rc && i < s->n_inputs; ++i) {
-    if ((err = kiln_session_input_info(ses, i, &info))) {
-      rc = kiln_gen_fail(err, "generate");
-      break;
-    }
-    if (updated_by[i] < 0 || info.symbolic) {
-      fprintf(stderr, "kiln: generate: input %d ('%s') of '%s' should be part of the KV cache: "
-                      "fixed in shape and updated by an output%s\n",
-              (int)i, info.name, file, info.symbolic ? " (it has symbolic sizes)" : " (none updates it)");
-      rc = 1;
-      break;
-    }
-    size_t bytes = kiln_element_type_size(info.type);
-    for (int32_t d = 0; d < info.rank; ++d) {
-      bytes *= (size_t)info.shape[d];
-      s->shapes[i][d] = info.shape[d];
-    }
-    s->in[i] = (kiln_buffer_t){kiln_gen_zeros(bytes), bytes, info.type, info.rank, s->shapes[i]};
-    int32_t o = updated_by[i], input = -1, in_place = 0;
-    kiln_error_free(kiln_session_output_updates(ses, o, &input, &in_place));
-    /* In place: the output is the input's own buffer. Otherwise a second
-     * buffer, copied back after each run. */
-    if (!in_place) s->spare[o] = kiln_gen_zeros(bytes);
-    s->out[o] = s->in[i];
-    if (!in_place) s->out[o].data = s->spare[o];
-    if (!s->in[i].data || (!in_place && !s->spare[o])) {
-      fputs("kiln: generate: out of memory for the KV cache\n", stderr);
-      rc = 1;
-    }
-  }
-  if (rc) return rc;
-  /* T at 1: the cache's length is not known here; a call past it fails
-   * (the write's indices out of range) and says so. */
-  s->max_tokens = s->one_by_one ? INT64_MAX : t_dim.max;
-  s->shapes[s->n_inputs + s->logits][0] = 1;
-  s->shapes[s->n_inputs + s->logits][1] = s->vocab;
-  size_t lbytes = sizeof(float) * (size_t)s->vocab;
-  s->out[s->logits] = (kiln_buffer_t){kiln_gen_zeros(lbytes), lbytes, KILN_ELEMENT_FLOAT32, 2,
-                                      s->shapes[s->n_inputs + s->logits]};
-  s->spare[s->logits] = s->out[s->logits].data; /* freed with the spares */
-  if (!s->out[s->logits].data) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    return 1;
-  }
   return 0;
 }
 
@@ -397,20 +238,6 @@ static double kiln_gen_now(void) {
 static int kiln_gen_cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
   return (x > y) - (x < y);
-}
-
-/* One call: tokens ids[0..n) at positions past.. (then the updates not
- * in place are copied into their inputs). */
-static kiln_error_t* kiln_gen_call(kiln_gen_step_t* s, int64_t* ids, int64_t n, int64_t past) {
-  s->ids_shape[0] = 1;
-  s->ids_shape[1] = n;
-  s->in[0] = (kiln_buffer_t){ids, sizeof(int64_t) * (size_t)n, KILN_ELEMENT_INT64, 2, s->ids_shape};
-  s->in[1] = (kiln_buffer_t){&past, sizeof past, KILN_ELEMENT_INT64, 0, NULL};
-  kiln_error_t* err = kiln_session_run(s->session, s->in, s->n_inputs, s->out, s->n_outputs);
-  for (int32_t i = 2; !err && i < s->n_inputs; ++i)
-    if (s->out[s->update[i]].data != s->in[i].data)
-      memcpy(s->in[i].data, s->out[s->update[i]].data, s->in[i].size);
-  return err;
 }
 
 /* A seed when none is given: the clock and the process, printed so the
@@ -436,47 +263,173 @@ static void kiln_gen_print_choice(const kiln_gen_options_t* o, uint64_t seed) {
   if (c->repetition_penalty != 1) fprintf(stderr, ", repetition penalty %g", c->repetition_penalty);
 }
 
-static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
-  if (o->n_prompt > s->max_tokens) {
+/* The rows of a generation: prompts, samplers, new tokens. Rows past the
+ * prompts given run prompt 0 again (a step's batch is fixed) and are
+ * neither printed nor waited for. */
+typedef struct kiln_gen_rows_s {
+  int64_t batch, width;     /* the step's rows; the longest prompt */
+  int64_t* ids;             /* batch x width: the prompts, left-padded with id 0 */
+  int64_t* next;            /* batch: the tokens the next call reads */
+  int64_t* made;            /* batch x max_new: each row's new tokens */
+  int64_t* n_made;          /* batch */
+  uint8_t* done;            /* batch: the row made --eos */
+  kiln_cli_sampler_t* pick; /* batch: the options, each row's own tables and stream */
+} kiln_gen_rows_t;
+
+static void kiln_gen_rows_free(kiln_gen_rows_t* r) {
+  for (int64_t i = 0; r->pick && i < r->batch; ++i) kiln_cli_sampler_deinitialize(&r->pick[i]);
+  free(r->ids);
+  free(r->next);
+  free(r->made);
+  free(r->n_made);
+  free(r->done);
+  free(r->pick);
+}
+
+static const kiln_gen_prompt_t* kiln_gen_row_prompt(const kiln_gen_options_t* o, int64_t row) {
+  return &o->prompts[row < o->n_prompts ? row : 0];
+}
+
+/* Checks the prompts against the step and lays them out; row r's stream
+ * is seeded with seed + r. Returns 0, or 1 having said why not. */
+static int kiln_gen_rows_make(kiln_gen_rows_t* r, const kiln_gen_step_t* s,
+                              const kiln_gen_options_t* o, uint64_t seed) {
+  memset(r, 0, sizeof *r);
+  r->batch = s->batch;
+  if (o->n_prompts > s->batch) {
+    fprintf(stderr, "kiln: generate: %d prompts for a step of batch %" PRId64
+                    " (kiln.llm.StaticCacheStep(model, max_length, batch=%d) makes one for them)\n",
+            (int)o->n_prompts, s->batch, (int)o->n_prompts);
+    return 1;
+  }
+  for (int64_t i = 0; i < r->batch; ++i) {
+    const int32_t n = kiln_gen_row_prompt(o, i)->n;
+    if (n != o->prompts[0].n && s->pad < 0) {
+      fprintf(stderr, "kiln: generate: the step has no input for the rows' padding, so its prompts "
+                      "must be of one length; prompt %d has %d tokens, prompt 1 has %d\n",
+              (int)i + 1, (int)n, (int)o->prompts[0].n);
+      return 1;
+    }
+    if (n > r->width) r->width = n;
+  }
+  if (r->width > s->max_tokens) {
     fprintf(stderr, "kiln: generate: the prompt has %d tokens; the cache holds %" PRId64 "\n",
-            (int)o->n_prompt, s->max_tokens);
+            (int)r->width, s->max_tokens);
     return 1;
   }
-  kiln_cli_sampler_t* pick = &o->sampler;
-  if (!o->seeded) pick->rng = kiln_gen_fresh_seed();
-  const uint64_t seed = pick->rng;
-  if (!kiln_cli_sampler_initialize(pick, s->vocab)) {
+  const size_t b = (size_t)r->batch;
+  r->ids = calloc(b * (size_t)r->width, sizeof(int64_t));
+  r->next = calloc(b, sizeof(int64_t));
+  r->made = calloc(b * (size_t)o->max_new, sizeof(int64_t));
+  r->n_made = calloc(b, sizeof(int64_t));
+  r->done = calloc(b, 1);
+  r->pick = calloc(b, sizeof(kiln_cli_sampler_t));
+  if (!r->ids || !r->next || !r->made || !r->n_made || !r->done || !r->pick) {
     fputs("kiln: generate: out of memory\n", stderr);
     return 1;
   }
-  for (int32_t i = 0; i < o->n_prompt; ++i) kiln_cli_sampler_see(pick, o->prompt[i]);
-  int64_t past = 0, tok = 0;
-  double t0 = kiln_gen_now();
+  for (int64_t i = 0; i < r->batch; ++i) {
+    const kiln_gen_prompt_t* pr = kiln_gen_row_prompt(o, i);
+    const int64_t pad = r->width - pr->n;
+    memcpy(r->ids + i * r->width + pad, pr->ids, sizeof(int64_t) * (size_t)pr->n);
+    s->padding[i] = pad;
+    r->pick[i] = o->sampler;
+    r->pick[i].rng = seed + (uint64_t)i;
+    if (!kiln_cli_sampler_initialize(&r->pick[i], s->vocab)) {
+      fputs("kiln: generate: out of memory\n", stderr);
+      return 1;
+    }
+    for (int32_t k = 0; k < pr->n; ++k) kiln_cli_sampler_see(&r->pick[i], pr->ids[k]);
+  }
+  return 0;
+}
+
+/* The prompts: in one call, or a column a call when T is fixed at 1. */
+static kiln_error_t* kiln_gen_prefill(kiln_gen_step_t* s, kiln_gen_rows_t* r) {
+  if (!s->one_by_one) return kiln_gen_step_call(s, r->ids, r->width, 0);
   kiln_error_t* err = NULL;
-  if (s->one_by_one) {
-    for (int32_t i = 0; !err && i < o->n_prompt; ++i, ++past) err = kiln_gen_call(s, &o->prompt[i], 1, past);
+  for (int64_t c = 0; !err && c < r->width; ++c) {
+    for (int64_t i = 0; i < r->batch; ++i) r->next[i] = r->ids[i * r->width + c];
+    err = kiln_gen_step_call(s, r->next, 1, c);
+  }
+  return err;
+}
+
+/* Each unfinished row's next token; 0 when a row has nothing to draw from. */
+static int kiln_gen_choose(kiln_gen_step_t* s, kiln_gen_rows_t* r, const kiln_gen_options_t* o) {
+  for (int64_t i = 0; i < r->batch; ++i) {
+    if (r->done[i]) continue;
+    const int64_t tok = kiln_cli_sampler_pick(&r->pick[i], kiln_gen_step_logits(s, i));
+    if (tok < 0) return 0;
+    kiln_cli_sampler_see(&r->pick[i], tok);
+    r->made[i * o->max_new + r->n_made[i]++] = tok;
+    r->next[i] = tok;
+    r->done[i] = tok == o->eos;
+  }
+  return 1;
+}
+
+static int kiln_gen_all_done(const kiln_gen_rows_t* r, const kiln_gen_options_t* o) {
+  for (int32_t i = 0; i < o->n_prompts; ++i)
+    if (!r->done[i]) return 0;
+  return 1;
+}
+
+static void kiln_gen_print_summary(const kiln_gen_rows_t* r, const kiln_gen_options_t* o, double prompt_s,
+                                   int64_t made, const char* stop, uint64_t seed, const double* steps,
+                                   int64_t n_steps) {
+  if (r->batch == 1) {
+    fprintf(stderr, "kiln: generate: prompt %d tokens in %.1f ms; %" PRId64 " new tokens (stopped by %s)",
+            (int)o->prompts[0].n, 1e3 * prompt_s, made, stop);
   } else {
-    err = kiln_gen_call(s, o->prompt, o->n_prompt, 0);
-    past = o->n_prompt;
+    fprintf(stderr, "kiln: generate: %d prompt%s (", (int)o->n_prompts, o->n_prompts == 1 ? "" : "s");
+    for (int32_t i = 0; i < o->n_prompts; ++i) fprintf(stderr, i ? ", %d" : "%d", (int)o->prompts[i].n);
+    fprintf(stderr, " tokens) in one batch of %" PRId64 " in %.1f ms; up to %" PRId64
+                    " new tokens each (stopped by %s)", r->batch, 1e3 * prompt_s, made, stop);
   }
-  if (err) return kiln_gen_fail(err, "generate: the prompt");
-  double prompt_s = kiln_gen_now() - t0;
+  kiln_gen_print_choice(o, seed);
+  if (n_steps) {
+    const double median = n_steps % 2 ? steps[n_steps / 2] : 0.5 * (steps[n_steps / 2 - 1] + steps[n_steps / 2]);
+    if (r->batch == 1)
+      fprintf(stderr, "; decode %.2f ms per token, median of %" PRId64 " (%.1f tokens/s)", 1e3 * median,
+              n_steps, 1.0 / median);
+    else
+      fprintf(stderr, "; decode %.2f ms per step, median of %" PRId64 " (%.1f tokens/s over %d prompt%s)",
+              1e3 * median, n_steps, o->n_prompts / median, (int)o->n_prompts, o->n_prompts == 1 ? "" : "s");
+  }
+  fputc('\n', stderr);
+}
+
+static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
+  const uint64_t seed = o->seeded ? o->sampler.rng : kiln_gen_fresh_seed();
+  kiln_gen_rows_t r;
   double* steps = malloc(sizeof(double) * (size_t)o->max_new);
-  if (!steps) {
+  int rc = kiln_gen_rows_make(&r, s, o, seed);
+  if (!rc && !steps) {
     fputs("kiln: generate: out of memory\n", stderr);
-    return 1;
+    rc = 1;
   }
-  int64_t made = 0, n_steps = 0;
+  if (rc) {
+    free(steps);
+    kiln_gen_rows_free(&r);
+    return rc;
+  }
+  double t0 = kiln_gen_now();
+  kiln_error_t* err = kiln_gen_prefill(s, &r);
+  const double prompt_s = kiln_gen_now() - t0;
+  int64_t past = r.width, made = 0, n_steps = 0;
+  int drawn = 1;
   const char* stop = "--max-new-tokens";
-  for (;;) {
-    /* A token's time: choosing it, then the step that reads it. */
-    double t1 = kiln_gen_now();
-    if ((tok = kiln_cli_sampler_pick(pick, s->out[s->logits].data)) < 0) break;
-    kiln_cli_sampler_see(pick, tok);
-    printf(made ? " %" PRId64 : "%" PRId64, tok);
-    fflush(stdout);
+  while (!err) {
+    /* A step's time: choosing its tokens, then the call that reads them. */
+    const double t1 = kiln_gen_now();
+    if (!(drawn = kiln_gen_choose(s, &r, o))) break;
+    if (r.batch == 1) { /* one row: its tokens as they come */
+      printf(made ? " %" PRId64 : "%" PRId64, r.next[0]);
+      fflush(stdout);
+    }
     if (++made == o->max_new) break;
-    if (tok == o->eos) {
+    if (kiln_gen_all_done(&r, o)) {
       stop = "--eos";
       break;
     }
@@ -484,32 +437,33 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
       stop = "the cache's length";
       break;
     }
-    if ((err = kiln_gen_call(s, &tok, 1, past++))) break;
+    if ((err = kiln_gen_step_call(s, r.next, 1, past++))) break;
     steps[n_steps++] = kiln_gen_now() - t1;
   }
-  printf("\n");
+  for (int32_t i = 0; i < o->n_prompts; ++i) { /* several rows: a line each, at the end */
+    for (int64_t k = 0; r.batch > 1 && k < r.n_made[i]; ++k)
+      printf(k ? " %" PRId64 : "%" PRId64, r.made[i * o->max_new + k]);
+    if (r.batch > 1 || made) printf("\n");
+  }
   fflush(stdout);
-  if (err || tok < 0) {
-    free(steps);
-    if (err) return kiln_gen_fail(err, "generate: a decode step");
+  if (err) {
+    rc = kiln_gen_fail(err, made ? "generate: a decode step" : "generate: the prompt");
+  } else if (!drawn) {
     fprintf(stderr, "kiln: generate: nothing to sample from after %" PRId64 " new tokens: the "
                     "logits hold a NaN or +inf, or are all -inf\n", made);
-    return 1;
-  }
-  double median = 0;
-  if (n_steps) {
+    rc = 1;
+  } else {
     qsort(steps, (size_t)n_steps, sizeof(double), kiln_gen_cmp);
-    median = n_steps % 2 ? steps[n_steps / 2] : 0.5 * (steps[n_steps / 2 - 1] + steps[n_steps / 2]);
+    kiln_gen_print_summary(&r, o, prompt_s, made, stop, seed, steps, n_steps);
   }
   free(steps);
-  fprintf(stderr, "kiln: generate: prompt %d tokens in %.1f ms; %" PRId64 " new tokens (stopped by %s)",
-          (int)o->n_prompt, 1e3 * prompt_s, made, stop);
-  kiln_gen_print_choice(o, seed);
-  if (n_steps)
-    fprintf(stderr, "; decode %.2f ms per token, median of %" PRId64 " (%.1f tokens/s)", 1e3 * median,
-            n_steps, 1.0 / median);
-  fputc('\n', stderr);
-  return 0;
+  kiln_gen_rows_free(&r);
+  return rc;
+}
+
+static void kiln_gen_options_free(kiln_gen_options_t* o) {
+  for (int32_t i = 0; i < o->n_prompts; ++i) free(o->prompts[i].ids);
+  free(o->prompts);
 }
 
 int kiln_cli_generate_main(int argc, char** argv) {
@@ -517,7 +471,7 @@ int kiln_cli_generate_main(int argc, char** argv) {
   memset(&o, 0, sizeof o);
   int rc = kiln_gen_parse(argc, argv, &o);
   if (rc) {
-    free(o.prompt);
+    kiln_gen_options_free(&o);
     return rc;
   }
   kiln_load_options_t lo;
@@ -527,13 +481,12 @@ int kiln_cli_generate_main(int argc, char** argv) {
   memset(&s, 0, sizeof s);
   kiln_error_t* err = kiln_session_create_from_file(o.file, &lo, &s.session);
   if (err) {
-    free(o.prompt);
+    kiln_gen_options_free(&o);
     return kiln_gen_fail(err, "generate");
   }
-  rc = kiln_gen_prepare(&s, o.file);
+  rc = kiln_gen_step_prepare(&s, o.file);
   if (!rc) rc = kiln_gen_run(&s, &o);
   kiln_gen_step_free(&s);
-  kiln_cli_sampler_deinitialize(&o.sampler);
-  free(o.prompt);
+  kiln_gen_options_free(&o);
   return rc;
 }

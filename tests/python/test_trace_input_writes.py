@@ -229,7 +229,7 @@ def test_kiln_generate_says_what_is_wrong(traced, tmp_path):
     two = tmp_path / "two.kiln"
     kiln.save(kiln.trace(ReadsOldValue(), (torch.randn(3, 4), torch.randn(3, 4))), two)
     p = _kiln_generate(two, "--prompt", "1")
-    assert p.returncode == 1 and "should be the new tokens, int64 [1, N] (N symbolic, or 1), got float32 [3, 4]" \
+    assert p.returncode == 1 and "should be the new tokens, int64 [B, N] (B rows, N symbolic or 1), got float32 [3, 4]" \
         in p.stderr, p.stderr
 
 
@@ -302,7 +302,7 @@ def test_kiln_generate_repetition_penalty_and_prompt_file(traced, tmp_path):
         seq.append(tok)
     assert got != _generate(compiled, ids, _caches(), 12)[0]  # the penalty changed something
     f = tmp_path / "prompt.txt"
-    f.write_text(" ".join(map(str, prompt[:2])) + ",\n" + ", ".join(map(str, prompt[2:])) + "\n")
+    f.write_text("\n " + " ".join(map(str, prompt[:2])) + ",\t" + ", ".join(map(str, prompt[2:])) + "\n\n")
     q = _kiln_generate(path, "--prompt-file", f, "--max-new-tokens", 12, "--repetition-penalty", 1.8)
     assert q.returncode == 0 and q.stdout == p.stdout, q.stderr
     r = subprocess.run([str(KILN_BIN), "generate", str(path), "--prompt-file", "-", "--max-new-tokens", "12",
@@ -332,7 +332,13 @@ def test_kiln_generate_sampling_options_say_what_is_wrong(traced, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("1 2 x")
     p = _kiln_generate(path, "--prompt-file", bad)
-    assert p.returncode == 2 and "--prompt-file wants token ids separated by commas or white space:" in p.stderr
+    assert p.returncode == 2 and "--prompt-file wants a prompt a line, token ids separated by commas or spaces:" \
+        in p.stderr
+    lines = tmp_path / "two.txt"
+    lines.write_text("1 2\n3 4\n")
+    p = _kiln_generate(path, "--prompt-file", lines)
+    assert p.returncode == 1 and "2 prompts for a step of batch 1 (kiln.llm.StaticCacheStep(model, max_length, " \
+        "batch=2) makes one for them)" in p.stderr, p.stderr
 
 
 @needs_cli
@@ -419,6 +425,76 @@ def test_other_architectures_step_as_eager_does(kind):
     compiled = step.trace(ids, fallback=False)
     assert len(compiled._writes) == 4 and all(in_place for _, in_place in compiled._writes)
     assert _generate(compiled, ids, step.empty_cache(), 10)[0] == _generate(step, ids, step.empty_cache(), 10)[0]
+
+
+def _left_padded(prompts):
+    width = max(map(len, prompts))
+    pad = torch.tensor([width - len(p) for p in prompts])
+    return torch.tensor([[0] * (width - len(p)) + p for p in prompts]), torch.arange(width)[None] >= pad[:, None]
+
+
+@pytest.fixture(scope="module")
+def batched():
+    """A batch-3 step of the tiny Llama, with three prompts of 5, 3 and 7
+    tokens, and generate()'s greedy tokens for them, left-padded."""
+    model = _tiny_llama()
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 256, (n,), generator=g).tolist() for n in (5, 3, 7)]
+    ids, mask = _left_padded(prompts)
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=mask.long(), do_sample=False, max_new_tokens=10,
+                              pad_token_id=0)[:, ids.shape[1]:]
+    step = kiln.llm.StaticCacheStep(model, CAP, batch=3)
+    return step, step.trace(ids, fallback=False), prompts, ids, want
+
+
+def test_a_batch_of_prompts_of_different_lengths_steps_as_generate_does(batched):
+    """batch=3: the rows' left padding is an input; the step masks the slots
+    before each prompt and counts positions from its first token, as
+    generate() does for a left-padded batch: the same greedy tokens."""
+    step, compiled, prompts, ids, want = batched
+    pad = torch.tensor([ids.shape[1] - len(p) for p in prompts])
+    for f in (step, compiled):
+        kv, past, tok, got = step.empty_cache(), 0, ids, []
+        with torch.no_grad():
+            for _ in range(10):
+                logits = f(tok, torch.tensor(past), kv, pad)
+                past += tok.shape[1]
+                tok = logits.argmax(-1, keepdim=True)
+                got.append(tok)
+        assert torch.equal(torch.cat(got, 1), want)
+
+
+@needs_cli
+def test_kiln_generate_runs_a_batch_from_c(batched, tmp_path):
+    """kiln generate with a batch-3 step: a --prompt per row (or a line per
+    row of --prompt-file), a line of tokens per row, generate()'s; fewer
+    prompts than rows run too; --eos ends a row, the run when all have."""
+    step, compiled, prompts, ids, want = batched
+    path = tmp_path / "batch.kiln"
+    kiln.save(compiled, path)
+    args = [a for p in prompts for a in ("--prompt", ",".join(map(str, p)))]
+    p = _kiln_generate(path, *args, "--max-new-tokens", 10)
+    assert p.returncode == 0, p.stderr
+    assert [[int(t) for t in line.split()] for line in p.stdout.splitlines()] == want.tolist()
+    assert "3 prompts (5, 3, 7 tokens) in one batch of 3" in p.stderr and "tokens/s over 3 prompts" in p.stderr
+    f = tmp_path / "prompts.txt"
+    f.write_text("\n".join(" ".join(map(str, q)) for q in prompts[:2]) + "\n")
+    q = _kiln_generate(path, "--prompt-file", f, "--max-new-tokens", 10)
+    assert q.returncode == 0 and q.stdout.splitlines() == p.stdout.splitlines()[:2], q.stderr
+    # --eos: row 1 stops after its first token; the others run on.
+    eos = int(want[1, 0])
+    r = _kiln_generate(path, *args, "--max-new-tokens", 10, "--eos", eos)
+    rows = [[int(t) for t in line.split()] for line in r.stdout.splitlines()]
+    assert r.returncode == 0 and rows[1] == [eos], r.stderr
+    for row, w in zip(rows, want.tolist()):
+        assert row == (w[:w.index(eos) + 1] if eos in w else w)
+    # A step traced at one token a call takes the prompts a column a call.
+    pad = torch.tensor([ids.shape[1] - len(q) for q in prompts])
+    one = tmp_path / "one.kiln"
+    kiln.save(kiln.trace(step, (ids[:, :1], torch.tensor(0), step.empty_cache(), pad), fallback=False), one)
+    o = _kiln_generate(one, *args, "--max-new-tokens", 10)
+    assert o.returncode == 0 and o.stdout == p.stdout, o.stderr
 
 
 def _windowed(kind, window):

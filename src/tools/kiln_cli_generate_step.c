@@ -1,0 +1,209 @@
+/* The step `kiln generate` runs: signature, buffers, calls
+ * (kiln_cli_generate_step.h). Public C API only. */
+#include "tools/kiln_cli_generate_step.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kiln_gen_fail(kiln_error_t* err, const char* what) {
+  fprintf(stderr, "kiln: %s: %s\n", what, kiln_error_message(err));
+  kiln_error_free(err);
+  return 1;
+}
+
+void kiln_gen_step_free(kiln_gen_step_t* s) {
+  /* Inputs 0 and 1 borrow the caller's ids and count; the pad input
+   * borrows s->padding; the others are the cache, owned here. */
+  for (int32_t i = 2; s->in && i < s->n_inputs; ++i)
+    if (i != s->pad) free(s->in[i].data);
+  for (int32_t o = 0; s->spare && o < s->n_outputs; ++o) free(s->spare[o]);
+  free(s->in);
+  free(s->out);
+  free(s->spare);
+  free(s->update);
+  free(s->shapes);
+  free(s->padding);
+  kiln_session_release(s->session);
+  memset(s, 0, sizeof *s);
+}
+
+static void* kiln_gen_zeros(size_t bytes) {
+  size_t n = (bytes + 63) / 64 * 64;
+  void* p = aligned_alloc(64, n ? n : 64);
+  if (p) memset(p, 0, n ? n : 64);
+  return p;
+}
+
+/* A tensor's type and shape for an error message ("int64 [B, N]"; N: symbolic). */
+static const char* kiln_gen_shape(const kiln_tensor_info_t* t, char* buf, size_t size) {
+  size_t k = (size_t)snprintf(buf, size, "%s [", kiln_element_type_name(t->type));
+  for (int32_t d = 0; d < t->rank && k < size; ++d) {
+    if (t->shape[d] == KILN_DIM_SYMBOLIC)
+      k += (size_t)snprintf(buf + k, size - k, d ? ", N" : "N");
+    else
+      k += (size_t)snprintf(buf + k, size - k, d ? ", %" PRId64 : "%" PRId64, t->shape[d]);
+  }
+  if (k < size) snprintf(buf + k, size - k, "]");
+  return buf;
+}
+
+static int kiln_gen_oom(void) {
+  fputs("kiln: generate: out of memory\n", stderr);
+  return 1;
+}
+
+/* Inputs 0 and 1: the tokens [B, N or 1] and the count []. */
+static int kiln_gen_step_check_ids(kiln_gen_step_t* s, const char* file, kiln_dim_info_t* t_dim) {
+  kiln_tensor_info_t ids, past;
+  char buf[128];
+  kiln_error_t* err;
+  if (s->n_inputs < 2) {
+    fprintf(stderr, "kiln: generate: '%s' takes %d input(s); a generation step takes the new "
+                    "tokens, the count of cached tokens and the cache\n", file, (int)s->n_inputs);
+    return 1;
+  }
+  if ((err = kiln_session_input_info(s->session, 0, &ids)) ||
+      (err = kiln_session_input_info(s->session, 1, &past)))
+    return kiln_gen_fail(err, "generate");
+  if (ids.type != KILN_ELEMENT_INT64 || ids.rank != 2 || ids.shape[0] < 1 ||
+      (ids.shape[1] != KILN_DIM_SYMBOLIC && ids.shape[1] != 1)) {
+    fprintf(stderr, "kiln: generate: input 0 ('%s') of '%s' should be the new tokens, int64 "
+                    "[B, N] (B rows, N symbolic or 1), got %s\n", ids.name, file,
+            kiln_gen_shape(&ids, buf, sizeof buf));
+    return 1;
+  }
+  if (past.type != KILN_ELEMENT_INT64 || past.rank != 0) {
+    fprintf(stderr, "kiln: generate: input 1 ('%s') of '%s' should be the count of cached tokens, "
+                    "int64 [], got %s\n", past.name, file, kiln_gen_shape(&past, buf, sizeof buf));
+    return 1;
+  }
+  s->batch = ids.shape[0];
+  s->one_by_one = ids.shape[1] == 1;
+  if (!s->one_by_one && (err = kiln_session_input_dim(s->session, 0, 1, t_dim)))
+    return kiln_gen_fail(err, "generate");
+  return 0;
+}
+
+/* The outputs: which input each updates, and the logits [B, V]. */
+static int kiln_gen_step_check_outputs(kiln_gen_step_t* s, const char* file) {
+  kiln_tensor_info_t info;
+  char buf[128];
+  kiln_error_t* err;
+  s->logits = -1;
+  for (int32_t o = 0; o < s->n_outputs; ++o) {
+    int32_t input = -1, in_place = 0;
+    if ((err = kiln_session_output_updates(s->session, o, &input, &in_place)) ||
+        (err = kiln_session_output_info(s->session, o, &info)))
+      return kiln_gen_fail(err, "generate");
+    if (input >= 2) {
+      s->update[input] = o;
+      continue;
+    }
+    if (input >= 0) {
+      fprintf(stderr, "kiln: generate: output %d of '%s' updates input %d, which should be %s\n",
+              (int)o, file, (int)input, input ? "the count of cached tokens" : "the new tokens");
+      return 1;
+    }
+    if (s->logits >= 0 || info.type != KILN_ELEMENT_FLOAT32 || info.rank != 2 ||
+        info.shape[0] != s->batch || info.shape[1] <= 0) {
+      fprintf(stderr, "kiln: generate: '%s' should have one output besides the cache's, the "
+                      "logits, float32 [%" PRId64 ", vocabulary]; output %d ('%s') is %s\n",
+              file, s->batch, (int)o, info.name, kiln_gen_shape(&info, buf, sizeof buf));
+      return 1;
+    }
+    s->logits = o;
+    s->vocab = info.shape[1];
+  }
+  if (s->logits < 0) {
+    fprintf(stderr, "kiln: generate: '%s' has no logits output (every output updates an input)\n", file);
+    return 1;
+  }
+  return 0;
+}
+
+/* Inputs 2+: the cache (zeroed buffers, each updated by its output) and
+ * at most one int64 [B] that no output updates: the rows' padding. */
+static int kiln_gen_step_make_cache(kiln_gen_step_t* s, const char* file) {
+  kiln_tensor_info_t info;
+  kiln_error_t* err;
+  s->pad = -1;
+  for (int32_t i = 2; i < s->n_inputs; ++i) {
+    if ((err = kiln_session_input_info(s->session, i, &info))) return kiln_gen_fail(err, "generate");
+    if (s->update[i] < 0 && s->pad < 0 && info.type == KILN_ELEMENT_INT64 && info.rank == 1 &&
+        info.shape[0] == s->batch) {
+      s->pad = i;
+      s->shapes[i][0] = s->batch;
+      s->in[i] = (kiln_buffer_t){s->padding, sizeof(int64_t) * (size_t)s->batch, KILN_ELEMENT_INT64,
+                                 1, s->shapes[i]};
+      continue;
+    }
+    if (s->update[i] < 0 || info.symbolic) {
+      fprintf(stderr, "kiln: generate: input %d ('%s') of '%s' should be part of the KV cache: "
+                      "fixed in shape and updated by an output%s, or the rows' padding, int64 "
+                      "[%" PRId64 "]\n",
+              (int)i, info.name, file, info.symbolic ? " (it has symbolic sizes)" : " (none updates it)",
+              s->batch);
+      return 1;
+    }
+    size_t bytes = kiln_element_type_size(info.type);
+    for (int32_t d = 0; d < info.rank; ++d) {
+      bytes *= (size_t)info.shape[d];
+      s->shapes[i][d] = info.shape[d];
+    }
+    s->in[i] = (kiln_buffer_t){kiln_gen_zeros(bytes), bytes, info.type, info.rank, s->shapes[i]};
+    const int32_t o = s->update[i];
+    int32_t input = -1, in_place = 0;
+    if ((err = kiln_session_output_updates(s->session, o, &input, &in_place)))
+      return kiln_gen_fail(err, "generate");
+    /* In place: the output is the input's own buffer. Otherwise a second
+     * buffer, copied back after each call. */
+    s->out[o] = s->in[i];
+    if (!in_place) s->out[o].data = s->spare[o] = kiln_gen_zeros(bytes);
+    if (!s->in[i].data || !s->out[o].data) {
+      fputs("kiln: generate: out of memory for the KV cache\n", stderr);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file) {
+  s->n_inputs = kiln_session_input_count(s->session);
+  s->n_outputs = kiln_session_output_count(s->session);
+  kiln_dim_info_t t_dim = {0};
+  if (kiln_gen_step_check_ids(s, file, &t_dim)) return 1;
+  s->in = calloc((size_t)s->n_inputs, sizeof(kiln_buffer_t));
+  s->out = calloc((size_t)s->n_outputs, sizeof(kiln_buffer_t));
+  s->spare = calloc((size_t)s->n_outputs, sizeof(void*));
+  s->shapes = calloc((size_t)(s->n_inputs + s->n_outputs), sizeof(*s->shapes));
+  s->update = malloc(sizeof(int32_t) * (size_t)s->n_inputs);
+  s->padding = calloc((size_t)s->batch, sizeof(int64_t));
+  if (!s->in || !s->out || !s->spare || !s->shapes || !s->update || !s->padding) return kiln_gen_oom();
+  for (int32_t i = 0; i < s->n_inputs; ++i) s->update[i] = -1;
+  if (kiln_gen_step_check_outputs(s, file) || kiln_gen_step_make_cache(s, file)) return 1;
+  /* T at 1: the cache's length is not known here; a call past it fails
+   * (the write's indices out of range) and says so. */
+  s->max_tokens = s->one_by_one ? INT64_MAX : t_dim.max;
+  int64_t* shape = s->shapes[s->n_inputs + s->logits];
+  shape[0] = s->batch;
+  shape[1] = s->vocab;
+  size_t bytes = sizeof(float) * (size_t)s->batch * (size_t)s->vocab;
+  s->out[s->logits] = (kiln_buffer_t){kiln_gen_zeros(bytes), bytes, KILN_ELEMENT_FLOAT32, 2, shape};
+  s->spare[s->logits] = s->out[s->logits].data; /* freed with the spares */
+  return s->out[s->logits].data ? 0 : kiln_gen_oom();
+}
+
+kiln_error_t* kiln_gen_step_call(kiln_gen_step_t* s, const int64_t* ids, int64_t n, int64_t past) {
+  s->ids_shape[0] = s->batch;
+  s->ids_shape[1] = n;
+  s->in[0] = (kiln_buffer_t){(void*)ids, sizeof(int64_t) * (size_t)(s->batch * n), KILN_ELEMENT_INT64,
+                             2, s->ids_shape};
+  s->in[1] = (kiln_buffer_t){&past, sizeof past, KILN_ELEMENT_INT64, 0, NULL};
+  kiln_error_t* err = kiln_session_run(s->session, s->in, s->n_inputs, s->out, s->n_outputs);
+  for (int32_t i = 2; !err && i < s->n_inputs; ++i)
+    if (s->update[i] >= 0 && s->out[s->update[i]].data != s->in[i].data)
+      memcpy(s->in[i].data, s->out[s->update[i]].data, s->in[i].size);
+  return err;
+}
