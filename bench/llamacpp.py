@@ -82,7 +82,7 @@ sys.path.insert(0, str(HERE))
 
 LLAMA_CPP_PYTHON = "0.3.36"          # the sdist whose vendored llama.cpp is built
 GGUF_TYPES = ("f32", "q8_0", "q4_0")
-TARGETS = ("llama-bench", "llama-quantize")
+TARGETS = ("llama-bench", "llama-quantize", "llama-batched-bench")
 # kiln's systems: (name, torch.compile options' weights_dtype); the ":a8"
 # ones are run only where kiln.options.weights_quant accepts them.
 # int4:g128:a8: groups of 128 (torchao's and NNCF's default), 4.25 bits a

@@ -270,8 +270,9 @@ typedef struct kiln_gen_rows_s {
   int64_t batch, width;     /* the step's rows; the longest prompt */
   int64_t* ids;             /* batch x width: the prompts, left-padded with id 0 */
   int64_t* next;            /* batch: the tokens the next call reads */
-  int64_t* made;            /* batch x max_new: each row's new tokens */
-  int64_t* n_made;          /* batch */
+  int64_t* made;            /* step-major, batch a step: row i's k-th new token at k * batch + i */
+  size_t made_cap;          /* entries made has room for (it grows: --max-new-tokens may be huge) */
+  int64_t* n_made;          /* batch: the row's new tokens (it adds none once done) */
   uint8_t* done;            /* batch: the row made --eos */
   kiln_cli_sampler_t* pick; /* batch: the options, each row's own tables and stream */
 } kiln_gen_rows_t;
@@ -320,11 +321,10 @@ static int kiln_gen_rows_make(kiln_gen_rows_t* r, const kiln_gen_step_t* s,
   const size_t b = (size_t)r->batch;
   r->ids = calloc(b * (size_t)r->width, sizeof(int64_t));
   r->next = calloc(b, sizeof(int64_t));
-  r->made = calloc(b * (size_t)o->max_new, sizeof(int64_t));
   r->n_made = calloc(b, sizeof(int64_t));
   r->done = calloc(b, 1);
   r->pick = calloc(b, sizeof(kiln_cli_sampler_t));
-  if (!r->ids || !r->next || !r->made || !r->n_made || !r->done || !r->pick) {
+  if (!r->ids || !r->next || !r->n_made || !r->done || !r->pick) {
     fputs("kiln: generate: out of memory\n", stderr);
     return 1;
   }
@@ -355,14 +355,32 @@ static kiln_error_t* kiln_gen_prefill(kiln_gen_step_t* s, kiln_gen_rows_t* r) {
   return err;
 }
 
-/* Each unfinished row's next token; 0 when a row has nothing to draw from. */
-static int kiln_gen_choose(kiln_gen_step_t* s, kiln_gen_rows_t* r, const kiln_gen_options_t* o) {
+/* Room for n items of `size` bytes in *data, whose capacity *cap doubles
+ * as needed; 0 when out of memory (*data is then as it was). */
+static int kiln_gen_reserve(void** data, size_t* cap, size_t n, size_t size) {
+  if (n <= *cap) return 1;
+  size_t want = *cap ? *cap : 256;
+  while (want < n) want *= 2;
+  void* p = realloc(*data, want * size);
+  if (!p) return 0;
+  *data = p;
+  *cap = want;
+  return 1;
+}
+
+/* Each unfinished row's token of decode step k: -1 when a row has nothing
+ * to draw from, 0 when out of memory, 1 otherwise. */
+static int kiln_gen_choose(kiln_gen_step_t* s, kiln_gen_rows_t* r, const kiln_gen_options_t* o, int64_t k) {
+  void* made = r->made;
+  if (!kiln_gen_reserve(&made, &r->made_cap, (size_t)((k + 1) * r->batch), sizeof(int64_t))) return 0;
+  r->made = made;
   for (int64_t i = 0; i < r->batch; ++i) {
     if (r->done[i]) continue;
     const int64_t tok = kiln_cli_sampler_pick(&r->pick[i], kiln_gen_step_logits(s, i));
-    if (tok < 0) return 0;
+    if (tok < 0) return -1;
     kiln_cli_sampler_see(&r->pick[i], tok);
-    r->made[i * o->max_new + r->n_made[i]++] = tok;
+    r->made[k * r->batch + i] = tok;
+    r->n_made[i]++;
     r->next[i] = tok;
     r->done[i] = tok == o->eos;
   }
@@ -403,14 +421,10 @@ static void kiln_gen_print_summary(const kiln_gen_rows_t* r, const kiln_gen_opti
 static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
   const uint64_t seed = o->seeded ? o->sampler.rng : kiln_gen_fresh_seed();
   kiln_gen_rows_t r;
-  double* steps = malloc(sizeof(double) * (size_t)o->max_new);
+  double* steps = NULL; /* each decode step's seconds */
+  size_t steps_cap = 0;
   int rc = kiln_gen_rows_make(&r, s, o, seed);
-  if (!rc && !steps) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    rc = 1;
-  }
   if (rc) {
-    free(steps);
     kiln_gen_rows_free(&r);
     return rc;
   }
@@ -423,7 +437,11 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
   while (!err) {
     /* A step's time: choosing its tokens, then the call that reads them. */
     const double t1 = kiln_gen_now();
-    if (!(drawn = kiln_gen_choose(s, &r, o))) break;
+    void* grown = steps;
+    if ((drawn = kiln_gen_choose(s, &r, o, made)) != 1 ||
+        !(drawn = kiln_gen_reserve(&grown, &steps_cap, (size_t)n_steps + 1, sizeof(double))))
+      break;
+    steps = grown;
     if (r.batch == 1) { /* one row: its tokens as they come */
       printf(made ? " %" PRId64 : "%" PRId64, r.next[0]);
       fflush(stdout);
@@ -442,15 +460,18 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
   }
   for (int32_t i = 0; i < o->n_prompts; ++i) { /* several rows: a line each, at the end */
     for (int64_t k = 0; r.batch > 1 && k < r.n_made[i]; ++k)
-      printf(k ? " %" PRId64 : "%" PRId64, r.made[i * o->max_new + k]);
+      printf(k ? " %" PRId64 : "%" PRId64, r.made[k * r.batch + i]);
     if (r.batch > 1 || made) printf("\n");
   }
   fflush(stdout);
   if (err) {
     rc = kiln_gen_fail(err, made ? "generate: a decode step" : "generate: the prompt");
-  } else if (!drawn) {
+  } else if (drawn < 0) {
     fprintf(stderr, "kiln: generate: nothing to sample from after %" PRId64 " new tokens: the "
                     "logits hold a NaN or +inf, or are all -inf\n", made);
+    rc = 1;
+  } else if (!drawn) {
+    fputs("kiln: generate: out of memory\n", stderr);
     rc = 1;
   } else {
     qsort(steps, (size_t)n_steps, sizeof(double), kiln_gen_cmp);
