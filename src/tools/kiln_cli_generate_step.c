@@ -23,6 +23,7 @@ void kiln_gen_step_free(kiln_gen_step_t* s) {
   free(s->out);
   free(s->spare);
   free(s->update);
+  free(s->in_place);
   free(s->shapes);
   free(s->padding);
   kiln_session_release(s->session);
@@ -99,6 +100,7 @@ static int kiln_gen_step_check_outputs(kiln_gen_step_t* s, const char* file) {
       return kiln_gen_fail(err, "generate");
     if (input >= 2) {
       s->update[input] = o;
+      s->in_place[input] = (uint8_t)(in_place != 0);
       continue;
     }
     if (input >= 0) {
@@ -153,14 +155,11 @@ static int kiln_gen_step_make_cache(kiln_gen_step_t* s, const char* file) {
       s->shapes[i][d] = info.shape[d];
     }
     s->in[i] = (kiln_buffer_t){kiln_gen_zeros(bytes), bytes, info.type, info.rank, s->shapes[i]};
-    const int32_t o = s->update[i];
-    int32_t input = -1, in_place = 0;
-    if ((err = kiln_session_output_updates(s->session, o, &input, &in_place)))
-      return kiln_gen_fail(err, "generate");
     /* In place: the output is the input's own buffer. Otherwise a second
      * buffer, copied back after each call. */
+    const int32_t o = s->update[i];
     s->out[o] = s->in[i];
-    if (!in_place) s->out[o].data = s->spare[o] = kiln_gen_zeros(bytes);
+    if (!s->in_place[i]) s->out[o].data = s->spare[o] = kiln_gen_zeros(bytes);
     if (!s->in[i].data || !s->out[o].data) {
       fputs("kiln: generate: out of memory for the KV cache\n", stderr);
       return 1;
@@ -179,8 +178,10 @@ int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file) {
   s->spare = calloc((size_t)s->n_outputs, sizeof(void*));
   s->shapes = calloc((size_t)(s->n_inputs + s->n_outputs), sizeof(*s->shapes));
   s->update = malloc(sizeof(int32_t) * (size_t)s->n_inputs);
+  s->in_place = calloc((size_t)s->n_inputs, 1);
   s->padding = calloc((size_t)s->batch, sizeof(int64_t));
-  if (!s->in || !s->out || !s->spare || !s->shapes || !s->update || !s->padding) return kiln_gen_oom();
+  if (!s->in || !s->out || !s->spare || !s->shapes || !s->update || !s->in_place || !s->padding)
+    return kiln_gen_oom();
   for (int32_t i = 0; i < s->n_inputs; ++i) s->update[i] = -1;
   if (kiln_gen_step_check_outputs(s, file) || kiln_gen_step_make_cache(s, file)) return 1;
   /* T at 1: the cache's length is not known here; a call past it fails

@@ -32,6 +32,7 @@ typedef struct kiln_gen_step_s {
   kiln_buffer_t* out; /* n_outputs */
   void** spare;       /* per output: its buffer when not an input's own (freed here) */
   int32_t* update;    /* per input: the output that updates it, or -1 */
+  uint8_t* in_place;  /* per input: that output may be given the input's own buffer */
   int64_t (*shapes)[KILN_MAX_DIMS];
   int64_t ids_shape[2];
 } kiln_gen_step_t;
