@@ -6,7 +6,7 @@
  *                 [--threads N] [--seed S]
  *   kiln bench FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
  *   kiln profile FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
- *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos ID] [--temperature T
+ *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos IDS] [--temperature T
  *                 [--top-k K] [--top-p P] [--seed S]] [--repetition-penalty R] [--threads N]
  *                 (kiln_cli_generate.c: through the public C API)
  *
@@ -132,7 +132,8 @@ static const char kiln_cli_usage_text[] =
     "                         row of a step traced with batch > 1)\n"
     "      --prompt-file PATH a prompt a line, ids separated by commas or spaces\n"
     "                         ('-': stdin)\n"
-    "      --max-new-tokens N (default 32)  --eos ID (stop after this token)\n"
+    "      --max-new-tokens N (default 32)  --eos IDS (a row stops after any of\n"
+    "                         these tokens, like 2 or 128001,128009)\n"
     "      --temperature T    0 (default): greedy; above: sampled, after\n"
     "      --top-k K          keeping the K most likely (ties with the K-th too)\n"
     "      --top-p P          and the fewest most likely whose mass reaches P\n"

@@ -3,7 +3,7 @@
  * kiln writes to run an LLM, with no Python.
  *
  *   kiln generate FILE (--prompt IDS ... | --prompt-file PATH) [--max-new-tokens N]
- *                 [--eos ID] [--temperature T [--top-k K] [--top-p P] [--seed S]]
+ *                 [--eos IDS] [--temperature T [--top-k K] [--top-p P] [--seed S]]
  *                 [--repetition-penalty R] [--threads N]
  *
  * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep makes one
@@ -32,17 +32,17 @@
 #include "tools/kiln_cli_generate_step.h"
 #include "tools/kiln_cli_sample.h"
 
-typedef struct kiln_gen_prompt_s {
+typedef struct kiln_gen_ids_s {
   int64_t* ids;
   int32_t n;
-} kiln_gen_prompt_t;
+} kiln_gen_ids_t;
 
 typedef struct kiln_gen_options_s {
   const char* file;
-  kiln_gen_prompt_t* prompts; /* one per row given */
+  kiln_gen_ids_t* prompts; /* one per row given */
   int32_t n_prompts;
   int64_t max_new;
-  int64_t eos; /* -1: none */
+  kiln_gen_ids_t eos; /* the ids that end a row (none: n 0) */
   int32_t threads;
   kiln_cli_sampler_t sampler;  /* the options; each row's copy gets its own tables */
   int seeded;                  /* --seed given (else one from the clock, printed) */
@@ -74,19 +74,15 @@ static int kiln_gen_is_separator(char c) {
   return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* Adds the prompt "5,17,9" or "5 17 9" (any run of commas and white space
- * separates); 0 for anything else, no ids, or out of memory. */
-static int kiln_gen_add_prompt(const char* text, kiln_gen_options_t* o) {
+/* "5,17,9" or "5 17 9" (any run of commas and white space separates) into
+ * *out (its ids malloc'd); 0 for anything else, no ids, or out of memory. */
+static int kiln_gen_parse_ids(const char* text, kiln_gen_ids_t* out) {
   size_t n = 1;
   for (const char* p = text; *p; ++p) n += kiln_gen_is_separator(*p);
-  kiln_gen_prompt_t* more = realloc(o->prompts, sizeof(kiln_gen_prompt_t) * (size_t)(o->n_prompts + 1));
-  if (!more) return 0;
-  o->prompts = more;
-  kiln_gen_prompt_t* pr = &o->prompts[o->n_prompts++];
-  pr->ids = malloc(n * sizeof(int64_t));
-  pr->n = 0;
+  out->ids = malloc(n * sizeof(int64_t));
+  out->n = 0;
   char* copy = strdup(text);
-  int ok = pr->ids && copy;
+  int ok = out->ids && copy;
   for (char* p = copy; ok && *p;) {
     while (kiln_gen_is_separator(*p)) ++p;
     if (!*p) break;
@@ -94,11 +90,19 @@ static int kiln_gen_add_prompt(const char* text, kiln_gen_options_t* o) {
     while (*end && !kiln_gen_is_separator(*end)) ++end;
     const char was = *end;
     *end = '\0';
-    ok = pr->n < INT32_MAX && kiln_gen_int(p, 0, INT64_MAX, &pr->ids[pr->n++]);
+    ok = out->n < INT32_MAX && kiln_gen_int(p, 0, INT64_MAX, &out->ids[out->n++]);
     p = was ? end + 1 : end;
   }
   free(copy);
-  return ok && pr->n > 0;
+  return ok && out->n > 0;
+}
+
+/* Adds a prompt (a row); 0 as kiln_gen_parse_ids. */
+static int kiln_gen_add_prompt(const char* text, kiln_gen_options_t* o) {
+  kiln_gen_ids_t* more = realloc(o->prompts, sizeof(kiln_gen_ids_t) * (size_t)(o->n_prompts + 1));
+  if (!more) return 0;
+  o->prompts = more;
+  return kiln_gen_parse_ids(text, &o->prompts[o->n_prompts++]);
 }
 
 /* Each line of text with an id on it is a prompt (a row). */
@@ -155,7 +159,6 @@ static char* kiln_gen_read_text(const char* path) {
 
 static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
   o->max_new = 32;
-  o->eos = -1;
   o->sampler.top_p = 1;
   o->sampler.repetition_penalty = 1;
   const char* prompt_file = NULL;
@@ -199,8 +202,9 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
       if (!kiln_gen_int(v, 1, 1 << 24, &o->max_new))
         return kiln_gen_usage("--max-new-tokens wants a whole number from 1, got", v);
     } else if (!strcmp(a, "--eos")) {
-      if (!kiln_gen_int(v, 0, INT64_MAX, &o->eos))
-        return kiln_gen_usage("--eos wants a token id, got", v);
+      free(o->eos.ids);
+      if (!kiln_gen_parse_ids(v, &o->eos))
+        return kiln_gen_usage("--eos wants token ids like 2 or 128001,128009, got", v);
     } else if (!strcmp(a, "--threads")) {
       int64_t n;
       if (!kiln_gen_int(v, 1, 4096, &n))
@@ -287,7 +291,7 @@ static void kiln_gen_rows_free(kiln_gen_rows_t* r) {
   free(r->pick);
 }
 
-static const kiln_gen_prompt_t* kiln_gen_row_prompt(const kiln_gen_options_t* o, int64_t row) {
+static const kiln_gen_ids_t* kiln_gen_row_prompt(const kiln_gen_options_t* o, int64_t row) {
   return &o->prompts[row < o->n_prompts ? row : 0];
 }
 
@@ -329,7 +333,7 @@ static int kiln_gen_rows_make(kiln_gen_rows_t* r, const kiln_gen_step_t* s,
     return 1;
   }
   for (int64_t i = 0; i < r->batch; ++i) {
-    const kiln_gen_prompt_t* pr = kiln_gen_row_prompt(o, i);
+    const kiln_gen_ids_t* pr = kiln_gen_row_prompt(o, i);
     const int64_t pad = r->width - pr->n;
     memcpy(r->ids + i * r->width + pad, pr->ids, sizeof(int64_t) * (size_t)pr->n);
     s->padding[i] = pad;
@@ -382,7 +386,7 @@ static int kiln_gen_choose(kiln_gen_step_t* s, kiln_gen_rows_t* r, const kiln_ge
     r->made[k * r->batch + i] = tok;
     r->n_made[i]++;
     r->next[i] = tok;
-    r->done[i] = tok == o->eos;
+    for (int32_t e = 0; e < o->eos.n; ++e) r->done[i] |= tok == o->eos.ids[e];
   }
   return 1;
 }
@@ -485,6 +489,7 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
 static void kiln_gen_options_free(kiln_gen_options_t* o) {
   for (int32_t i = 0; i < o->n_prompts; ++i) free(o->prompts[i].ids);
   free(o->prompts);
+  free(o->eos.ids);
 }
 
 int kiln_cli_generate_main(int argc, char** argv) {

@@ -206,6 +206,9 @@ def test_kiln_generate_runs_the_saved_step_from_c(traced, tmp_path):
     # --eos: the first token generated stops it.
     p = _kiln_generate(path, "--prompt", prompt, "--eos", want[0])
     assert p.returncode == 0 and p.stdout.split() == [str(want[0])], p.stderr
+    # Several: any of them stops it (a generation config's list).
+    p = _kiln_generate(path, "--prompt", prompt, "--eos", f"100000,{want[2]}")
+    assert p.returncode == 0 and [int(t) for t in p.stdout.split()] == want[:want.index(want[2]) + 1], p.stderr
 
 
 @needs_cli
@@ -339,6 +342,46 @@ def test_kiln_generate_sampling_options_say_what_is_wrong(traced, tmp_path):
     p = _kiln_generate(path, "--prompt-file", lines)
     assert p.returncode == 1 and "2 prompts for a step of batch 1 (kiln.llm.StaticCacheStep(model, max_length, " \
         "batch=2) makes one for them)" in p.stderr, p.stderr
+
+
+class CopiedCacheStep(torch.nn.Module):
+    """A toy generation step (kiln generate's signature) whose cache is read
+    beside its write, so the new value cannot go in place: kiln generate
+    gives that output a second buffer and copies it back after each call."""
+
+    def __init__(self, vocab=32, dim=8):
+        super().__init__()
+        torch.manual_seed(4)
+        self.emb, self.head = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids, past, kv):
+        pos = torch.arange(ids.shape[1]) + past
+        before = kv[0].sum(1)  # reads the old cache, not on the new value's path
+        kv[0].index_copy_(1, pos, self.emb(ids))
+        return self.head(kv[0].mean(1) + 0.1 * before)
+
+
+@needs_cli
+def test_kiln_generate_copies_back_an_update_not_in_place(tmp_path):
+    step = CopiedCacheStep().eval()
+    ids = torch.tensor([[3, 1, 4]])
+    t = torch.export.Dim("t", min=1, max=16)
+    compiled = kiln.trace(step, (ids, torch.tensor(0), [torch.zeros(1, 16, 8)]),
+                          dynamic_shapes=({1: t}, None, [None]), fallback=False)
+    assert compiled._writes == [(2, False)]
+    want, kv, past, tok = [], [torch.zeros(1, 16, 8)], 0, ids
+    with torch.no_grad():
+        for _ in range(8):
+            tok = step(tok, torch.tensor(past), kv).argmax(-1, keepdim=True)
+            past += 3 if past == 0 else 1
+            want.append(int(tok))
+    path = tmp_path / "copied.kiln"
+    kiln.save(compiled, path)
+    info = subprocess.run([str(KILN_BIN), "info", str(path)], capture_output=True, text=True, timeout=300)
+    assert "updates input 2 ('kv_0') (copied in after a run)" in info.stdout, info.stdout
+    p = _kiln_generate(path, "--prompt", "3,1,4", "--max-new-tokens", 8)
+    assert p.returncode == 0 and [int(x) for x in p.stdout.split()] == want, p.stderr
+    assert len(set(want)) > 1  # the cache's contents steer the tokens
 
 
 @needs_cli
