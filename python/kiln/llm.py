@@ -10,7 +10,7 @@ that `kiln generate` (the C runtime alone) and any C API program run.
     logits = compiled(prompt_ids, torch.tensor(0), kv)            # the prompt
     logits = compiled(next_id[None], torch.tensor(n), kv)         # then a token at a time
 
-    rows = kiln.llm.StaticCacheStep(model, 2048, batch=4)         # four prompts at once,
+    rows = kiln.llm.StaticCacheStep(model, 2048, batch=4)         # up to four prompts at once,
     logits = rows.trace(ids)(ids, torch.tensor(0), kv, pad)       # left-padded by pad[b] slots
 
 The step builds transformers' StaticCache over the caller's tensors on each
@@ -28,7 +28,8 @@ class StaticCacheStep(torch.nn.Module):
     """One generation step of a causal LM: (input_ids [B, T], past: an
     int64 scalar, the cache slots filled so far, kv: the keys and values of
     each layer, [B, kv heads, max_length, head dim] each, and for batch > 1
-    pad [B]: the slots before each row's prompt, which is left-padded) ->
+    (B then any row count up to batch) pad [B]: the slots before each row's
+    prompt, which is left-padded) ->
     the logits of each row's last token, [B, vocabulary]; the keys and
     values written into kv at slots past .. past + T - 1. A padded row's
     positions count from its first token and its padding is masked out, as
@@ -74,25 +75,30 @@ class StaticCacheStep(torch.nn.Module):
                          attention_mask=mask, use_cache=True, logits_to_keep=1)
         return out.logits[:, -1]
 
-    def empty_cache(self):
-        """Zeroed keys and values for every layer, in the order forward takes them."""
+    def empty_cache(self, rows=None):
+        """Zeroed keys and values for every layer, in the order forward
+        takes them, for `rows` rows (default: the most, batch)."""
         cfg = self.model.config.get_text_config()
         heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.model.dtype
-        return [torch.zeros(self.batch, heads, self.max_length, dim, dtype=dtype)
+        return [torch.zeros(rows or self.batch, heads, self.max_length, dim, dtype=dtype)
                 for _ in range(2 * cfg.num_hidden_layers)]
 
     def trace(self, example_ids, **options):
         """kiln.trace of this step (options: kiln.trace's, weights_dtype
         and so on), the token count symbolic in 1..max_length: one compiled
-        module does prefill and decode. example_ids is [batch, any T]; a
-        step of batch > 1 takes the rows' padding as its last input."""
+        module does prefill and decode. With batch > 1 the row count is
+        symbolic too, 1..batch (the cache made for as many rows as a call
+        has), and the rows' padding is the last input. example_ids' values
+        and sizes only seed the trace."""
         tokens = torch.export.Dim("tokens", min=1, max=self.max_length)
         n_kv = 2 * self.model.config.get_text_config().num_hidden_layers
         if self.batch == 1:
-            return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache()),
+            return kiln.trace(self, (example_ids[:1], torch.tensor(0), self.empty_cache()),
                               dynamic_shapes=({1: tokens}, None, [None] * n_kv), **options)
-        return kiln.trace(self, (example_ids, torch.tensor(0), self.empty_cache(),
-                                 torch.zeros(self.batch, dtype=torch.long)),
-                          dynamic_shapes=({1: tokens}, None, [None] * n_kv, None), **options)
+        # Two example rows: export would take a size of 1 as fixed.
+        rows = torch.export.Dim("rows", min=1, max=self.batch)
+        ids = example_ids[:1].expand(2, -1).contiguous()
+        return kiln.trace(self, (ids, torch.tensor(0), self.empty_cache(2), torch.zeros(2, dtype=torch.long)),
+                          dynamic_shapes=({0: rows, 1: tokens}, None, [{0: rows}] * n_kv, {0: rows}), **options)

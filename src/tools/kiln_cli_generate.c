@@ -510,7 +510,7 @@ int kiln_cli_generate_main(int argc, char** argv) {
     kiln_gen_options_free(&o);
     return kiln_gen_fail(err, "generate");
   }
-  rc = kiln_gen_step_prepare(&s, o.file);
+  rc = kiln_gen_step_prepare(&s, o.file, o.n_prompts);
   if (!rc) rc = kiln_gen_run(&s, &o);
   kiln_gen_step_free(&s);
   kiln_gen_options_free(&o);

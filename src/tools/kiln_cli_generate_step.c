@@ -55,8 +55,31 @@ static int kiln_gen_oom(void) {
   return 1;
 }
 
-/* Inputs 0 and 1: the tokens [B, N or 1] and the count []. */
-static int kiln_gen_step_check_ids(kiln_gen_step_t* s, const char* file, kiln_dim_info_t* t_dim) {
+/* Dimension `d` of input (or output) `index`, of size `size` (its info's),
+ * is the rows': B itself, or B's symbol. */
+static int kiln_gen_is_rows(const kiln_gen_step_t* s, int output, int32_t index, int32_t d, int64_t size) {
+  if (!s->rows) return size == s->batch;
+  if (size != KILN_DIM_SYMBOLIC) return 0;
+  kiln_dim_info_t info;
+  kiln_error_t* err = output ? kiln_session_output_dim(s->session, index, d, &info)
+                             : kiln_session_input_dim(s->session, index, d, &info);
+  kiln_error_free(err);
+  return !err && info.symbol && !strcmp(info.symbol, s->rows);
+}
+
+/* An input or output whose only symbolic size, if any, is its first, the rows'. */
+static int kiln_gen_fixed_but_rows(const kiln_gen_step_t* s, int output, int32_t index,
+                                   const kiln_tensor_info_t* t) {
+  for (int32_t d = 0; d < t->rank; ++d)
+    if (t->shape[d] == KILN_DIM_SYMBOLIC && (d || !kiln_gen_is_rows(s, output, index, 0, t->shape[0])))
+      return 0;
+  return 1;
+}
+
+/* Inputs 0 and 1: the tokens [B, N or 1] and the count []; B is the
+ * step's, or `rows` when symbolic (within its range). */
+static int kiln_gen_step_check_ids(kiln_gen_step_t* s, const char* file, kiln_dim_info_t* t_dim,
+                                   int64_t rows) {
   kiln_tensor_info_t ids, past;
   char buf[128];
   kiln_error_t* err;
@@ -68,7 +91,8 @@ static int kiln_gen_step_check_ids(kiln_gen_step_t* s, const char* file, kiln_di
   if ((err = kiln_session_input_info(s->session, 0, &ids)) ||
       (err = kiln_session_input_info(s->session, 1, &past)))
     return kiln_gen_fail(err, "generate");
-  if (ids.type != KILN_ELEMENT_INT64 || ids.rank != 2 || ids.shape[0] < 1 ||
+  if (ids.type != KILN_ELEMENT_INT64 || ids.rank != 2 ||
+      (ids.shape[0] != KILN_DIM_SYMBOLIC && ids.shape[0] < 1) ||
       (ids.shape[1] != KILN_DIM_SYMBOLIC && ids.shape[1] != 1)) {
     fprintf(stderr, "kiln: generate: input 0 ('%s') of '%s' should be the new tokens, int64 "
                     "[B, N] (B rows, N symbolic or 1), got %s\n", ids.name, file,
@@ -81,6 +105,18 @@ static int kiln_gen_step_check_ids(kiln_gen_step_t* s, const char* file, kiln_di
     return 1;
   }
   s->batch = ids.shape[0];
+  if (s->batch == KILN_DIM_SYMBOLIC) {
+    kiln_dim_info_t b;
+    if ((err = kiln_session_input_dim(s->session, 0, 0, &b))) return kiln_gen_fail(err, "generate");
+    if (rows < b.min || rows > b.max) {
+      fprintf(stderr, "kiln: generate: %" PRId64 " prompts for a step of %" PRId64 "..%" PRId64
+                      " rows (kiln.llm.StaticCacheStep(model, max_length, batch=%" PRId64
+                      ") makes one for them)\n", rows, b.min, b.max, rows);
+      return 1;
+    }
+    s->batch = rows;
+    s->rows = b.symbol;
+  }
   s->one_by_one = ids.shape[1] == 1;
   if (!s->one_by_one && (err = kiln_session_input_dim(s->session, 0, 1, t_dim)))
     return kiln_gen_fail(err, "generate");
@@ -109,7 +145,7 @@ static int kiln_gen_step_check_outputs(kiln_gen_step_t* s, const char* file) {
       return 1;
     }
     if (s->logits >= 0 || info.type != KILN_ELEMENT_FLOAT32 || info.rank != 2 ||
-        info.shape[0] != s->batch || info.shape[1] <= 0) {
+        !kiln_gen_is_rows(s, 1, o, 0, info.shape[0]) || info.shape[1] <= 0) {
       fprintf(stderr, "kiln: generate: '%s' should have one output besides the cache's, the "
                       "logits, float32 [%" PRId64 ", vocabulary]; output %d ('%s') is %s\n",
               file, s->batch, (int)o, info.name, kiln_gen_shape(&info, buf, sizeof buf));
@@ -134,25 +170,25 @@ static int kiln_gen_step_make_cache(kiln_gen_step_t* s, const char* file) {
   for (int32_t i = 2; i < s->n_inputs; ++i) {
     if ((err = kiln_session_input_info(s->session, i, &info))) return kiln_gen_fail(err, "generate");
     if (s->update[i] < 0 && s->pad < 0 && info.type == KILN_ELEMENT_INT64 && info.rank == 1 &&
-        info.shape[0] == s->batch) {
+        kiln_gen_is_rows(s, 0, i, 0, info.shape[0])) {
       s->pad = i;
       s->shapes[i][0] = s->batch;
       s->in[i] = (kiln_buffer_t){s->padding, sizeof(int64_t) * (size_t)s->batch, KILN_ELEMENT_INT64,
                                  1, s->shapes[i]};
       continue;
     }
-    if (s->update[i] < 0 || info.symbolic) {
+    const int fixed = kiln_gen_fixed_but_rows(s, 0, i, &info);
+    if (s->update[i] < 0 || !fixed) {
       fprintf(stderr, "kiln: generate: input %d ('%s') of '%s' should be part of the KV cache: "
-                      "fixed in shape and updated by an output%s, or the rows' padding, int64 "
-                      "[%" PRId64 "]\n",
-              (int)i, info.name, file, info.symbolic ? " (it has symbolic sizes)" : " (none updates it)",
-              s->batch);
+                      "fixed in shape but for its rows, and updated by an output%s, or the rows' "
+                      "padding, int64 [B]\n",
+              (int)i, info.name, file, !fixed ? " (it has other symbolic sizes)" : " (none updates it)");
       return 1;
     }
     size_t bytes = kiln_element_type_size(info.type);
     for (int32_t d = 0; d < info.rank; ++d) {
-      bytes *= (size_t)info.shape[d];
-      s->shapes[i][d] = info.shape[d];
+      s->shapes[i][d] = info.shape[d] == KILN_DIM_SYMBOLIC ? s->batch : info.shape[d];
+      bytes *= (size_t)s->shapes[i][d];
     }
     s->in[i] = (kiln_buffer_t){kiln_gen_zeros(bytes), bytes, info.type, info.rank, s->shapes[i]};
     /* In place: the output is the input's own buffer. Otherwise a second
@@ -168,11 +204,11 @@ static int kiln_gen_step_make_cache(kiln_gen_step_t* s, const char* file) {
   return 0;
 }
 
-int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file) {
+int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file, int64_t rows) {
   s->n_inputs = kiln_session_input_count(s->session);
   s->n_outputs = kiln_session_output_count(s->session);
   kiln_dim_info_t t_dim = {0};
-  if (kiln_gen_step_check_ids(s, file, &t_dim)) return 1;
+  if (kiln_gen_step_check_ids(s, file, &t_dim, rows)) return 1;
   s->in = calloc((size_t)s->n_inputs, sizeof(kiln_buffer_t));
   s->out = calloc((size_t)s->n_outputs, sizeof(kiln_buffer_t));
   s->spare = calloc((size_t)s->n_outputs, sizeof(void*));

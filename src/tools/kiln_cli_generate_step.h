@@ -3,7 +3,8 @@
  * buffers made, one call at a time.
  *
  * A step (kiln.llm.StaticCacheStep saves one) takes
- *   input 0   int64 [B, T]  the new tokens of B rows (T symbolic: a whole
+ *   input 0   int64 [B, T]  the new tokens of B rows (B fixed, or symbolic:
+ *                           as many as the prompts; T symbolic: a whole
  *                           prompt at once; T fixed at 1: a token a call)
  *   input 1   int64 []      how many slots of the cache earlier calls filled
  *   the KV cache: inputs each updated by an output (kiln_session_output_updates)
@@ -21,7 +22,8 @@
 typedef struct kiln_gen_step_s {
   kiln_session_t* session;
   int32_t n_inputs, n_outputs;
-  int64_t batch;      /* B */
+  int64_t batch;      /* B: the step's rows, or the prompts' count when it is symbolic */
+  const char* rows;   /* B's symbol when symbolic (borrowed from the session), else NULL */
   int64_t max_tokens; /* T's maximum (the cache's length), or INT64_MAX when T is 1 */
   int64_t vocab;
   int32_t logits;     /* the output index of the logits */
@@ -40,9 +42,10 @@ typedef struct kiln_gen_step_s {
 /* Prints "kiln: WHAT: <the error's message>", frees err; returns 1. */
 int kiln_gen_fail(kiln_error_t* err, const char* what);
 
-/* Checks s->session's signature (the step of FILE) and makes the zeroed
- * cache and the other buffers. Returns 0, or 1 having said what is wrong. */
-int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file);
+/* Checks s->session's signature (the step of FILE) for `rows` prompts and
+ * makes the zeroed cache and the other buffers. Returns 0, or 1 having
+ * said what is wrong. */
+int kiln_gen_step_prepare(kiln_gen_step_t* s, const char* file, int64_t rows);
 
 /* One call: ids [B, n] (row-major) at slots past.., then the cache updates
  * not made in place copied into their inputs. */

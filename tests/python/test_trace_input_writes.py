@@ -494,25 +494,30 @@ def batched():
 def test_a_batch_of_prompts_of_different_lengths_steps_as_generate_does(batched):
     """batch=3: the rows' left padding is an input; the step masks the slots
     before each prompt and counts positions from its first token, as
-    generate() does for a left-padded batch: the same greedy tokens."""
+    generate() does for a left-padded batch: the same greedy tokens. The
+    row count is symbolic: the compiled step runs 3 rows, and 1."""
     step, compiled, prompts, ids, want = batched
     pad = torch.tensor([ids.shape[1] - len(p) for p in prompts])
-    for f in (step, compiled):
-        kv, past, tok, got = step.empty_cache(), 0, ids, []
+    for f, rows in ((step, 3), (compiled, 3), (compiled, 1)):
+        kv, past, tok, got = step.empty_cache(rows), 0, ids[:rows], []
         with torch.no_grad():
             for _ in range(10):
-                logits = f(tok, torch.tensor(past), kv, pad)
+                logits = f(tok, torch.tensor(past), kv, pad[:rows])
                 past += tok.shape[1]
                 tok = logits.argmax(-1, keepdim=True)
                 got.append(tok)
-        assert torch.equal(torch.cat(got, 1), want)
+        if rows == 3:
+            assert torch.equal(torch.cat(got, 1), want)
+        else:  # row 0 alone, still padded as in the batch: the batch's tokens for it
+            assert torch.equal(torch.cat(got, 1), want[:1])
 
 
 @needs_cli
 def test_kiln_generate_runs_a_batch_from_c(batched, tmp_path):
-    """kiln generate with a batch-3 step: a --prompt per row (or a line per
-    row of --prompt-file), a line of tokens per row, generate()'s; fewer
-    prompts than rows run too; --eos ends a row, the run when all have."""
+    """kiln generate with a step of up to 3 rows: a --prompt per row (or a
+    line per row of --prompt-file), a line of tokens per row, generate()'s;
+    fewer prompts make a smaller batch; --eos ends a row, the run when all
+    have; a step traced at a fixed batch of 3 runs its rows too."""
     step, compiled, prompts, ids, want = batched
     path = tmp_path / "batch.kiln"
     kiln.save(compiled, path)
@@ -521,10 +526,16 @@ def test_kiln_generate_runs_a_batch_from_c(batched, tmp_path):
     assert p.returncode == 0, p.stderr
     assert [[int(t) for t in line.split()] for line in p.stdout.splitlines()] == want.tolist()
     assert "3 prompts (5, 3, 7 tokens) in one batch of 3" in p.stderr and "tokens/s over 3 prompts" in p.stderr
+    # The row count is symbolic (1..3): two prompts make a batch of two, one of one.
     f = tmp_path / "prompts.txt"
     f.write_text("\n".join(" ".join(map(str, q)) for q in prompts[:2]) + "\n")
     q = _kiln_generate(path, "--prompt-file", f, "--max-new-tokens", 10)
     assert q.returncode == 0 and q.stdout.splitlines() == p.stdout.splitlines()[:2], q.stderr
+    assert "in one batch of 2" in q.stderr
+    q = _kiln_generate(path, "--prompt", ",".join(map(str, prompts[2])), "--max-new-tokens", 10)
+    assert q.returncode == 0 and q.stdout.split() == p.stdout.splitlines()[2].split(), q.stderr
+    q = _kiln_generate(path, *args, "--prompt", "1,2", "--max-new-tokens", 10)
+    assert q.returncode == 1 and "4 prompts for a step of 1..3 rows" in q.stderr, q.stderr
     # --eos: row 1 stops after its first token; the others run on.
     eos = int(want[1, 0])
     r = _kiln_generate(path, *args, "--max-new-tokens", 10, "--eos", eos)
