@@ -89,16 +89,19 @@ class StaticCacheStep(torch.nn.Module):
         """kiln.trace of this step (options: kiln.trace's, weights_dtype
         and so on), the token count symbolic in 1..max_length: one compiled
         module does prefill and decode. With batch > 1 the row count is
-        symbolic too, 1..batch (the cache made for as many rows as a call
-        has), and the rows' padding is the last input. example_ids' values
+        symbolic too, 1..batch (1..3 for batch=2; the cache made for as many
+        rows as a call has), and the rows' padding is the last input. example_ids' values
         and sizes only seed the trace."""
         tokens = torch.export.Dim("tokens", min=1, max=self.max_length)
         n_kv = 2 * self.model.config.get_text_config().num_hidden_layers
         if self.batch == 1:
             return kiln.trace(self, (example_ids[:1], torch.tensor(0), self.empty_cache()),
                               dynamic_shapes=({1: tokens}, None, [None] * n_kv), **options)
-        # Two example rows: export would take a size of 1 as fixed.
-        rows = torch.export.Dim("rows", min=1, max=self.batch)
+        # Two example rows: torch.export takes a size of 1 as fixed. And a
+        # range reaching past the example: at its maximum, export gives
+        # every input its own symbol for the rows (each cache then needs a
+        # check, and is written out of place), so batch=2 traces 1..3.
+        rows = torch.export.Dim("rows", min=1, max=max(self.batch, 3))
         ids = example_ids[:1].expand(2, -1).contiguous()
         return kiln.trace(self, (ids, torch.tensor(0), self.empty_cache(2), torch.zeros(2, dtype=torch.long)),
                           dynamic_shapes=({0: rows, 1: tokens}, None, [{0: rows}] * n_kv, {0: rows}), **options)

@@ -497,6 +497,7 @@ def test_a_batch_of_prompts_of_different_lengths_steps_as_generate_does(batched)
     generate() does for a left-padded batch: the same greedy tokens. The
     row count is symbolic: the compiled step runs 3 rows, and 1."""
     step, compiled, prompts, ids, want = batched
+    assert all(in_place for _, in_place in compiled._writes), compiled._writes
     pad = torch.tensor([ids.shape[1] - len(p) for p in prompts])
     for f, rows in ((step, 3), (compiled, 3), (compiled, 1)):
         kv, past, tok, got = step.empty_cache(rows), 0, ids[:rows], []
@@ -510,6 +511,16 @@ def test_a_batch_of_prompts_of_different_lengths_steps_as_generate_does(batched)
             assert torch.equal(torch.cat(got, 1), want)
         else:  # row 0 alone, still padded as in the batch: the batch's tokens for it
             assert torch.equal(torch.cat(got, 1), want[:1])
+
+
+def test_a_batch_of_two_is_one_symbol_written_in_place():
+    """batch=2 traces 1..3 rows: at the range's maximum, torch.export would
+    give each cache its own symbol for the rows, and kiln would write them
+    out of place."""
+    step = kiln.llm.StaticCacheStep(_tiny_llama(), CAP, batch=2)
+    compiled = step.trace(torch.tensor([[5, 6, 7]]), fallback=False)
+    assert all(in_place for _, in_place in compiled._writes), compiled._writes
+    assert "(rows, 2, 48, 16)" in kiln.explain(compiled)
 
 
 @needs_cli
