@@ -346,6 +346,73 @@ static void quant_pack_fast(void) {
   }
 }
 
+/* A column (int8) or group (int4) holding a NaN or an infinity dequantizes
+ * to NaN throughout, as the rules give in torch (its max propagates a NaN;
+ * an infinite scale makes 0 * inf): never a finite stand-in for a weight
+ * the model does not have. Checked by the scalar rule, both packers (a
+ * NaN in a full group and in the short last one, +inf, -inf), and the
+ * kernels of the running level with and without int8 activations, at a
+ * GEMV's M and the blocked path's: those columns' outputs are all NaN, the
+ * others the reference's. */
+static void quant_nonfinite_level(kiln_pool_t* pool, const char* where) {
+  enum { K = 70, N = 19 };
+  static const int64_t ms[] = {1, 3, 9};
+  static const int cols[] = {2, 5, 7, 11}, rows[] = {5, 40, 69, 33};
+  static const float bad_values[] = {NAN, INFINITY, -INFINITY, NAN};
+  static float w[N * K], a[9 * K], bias[N], c_got[9 * N], c_ref[9 * N];
+  kiln_test_fill_f32(w, N * K, 5, -1.0f, 1.0f);
+  kiln_test_fill_f32(a, 9 * K, 6, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, N, 7, -1.0f, 1.0f);
+  for (int i = 0; i < 4; ++i) w[cols[i] * K + rows[i]] = bad_values[i];
+  for (int q = 0; q < N_KINDS; ++q)
+    for (int a8 = 0; a8 < 2; ++a8) {
+      const quant_kind_t* qk = &quant_kinds[q];
+      size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+      unsigned char* blob = quant_alloc(bytes);
+      unsigned char* rule = quant_alloc(bytes);
+      kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, blob);
+      kiln_gemm_quant_pack_b_reference(K, N, w, 1, K, qk->bits, qk->group, qk->asym, rule);
+      KILN_EXPECT(!memcmp(blob, rule, bytes), "int%d g%d asym %d: fast packer differs from the rule",
+                  qk->bits, qk->group, qk->asym);
+      if (a8) kiln_gemm_quant_set_a8(blob);
+      int wrong = 0;
+      for (int j = 0; j < N; ++j)
+        for (int p = 0; p < K; ++p) {
+          int gs = qk->bits == 8 ? K : qk->group, nonfinite = 0;
+          for (int i = 0; i < 4; ++i) nonfinite |= cols[i] == j && rows[i] / gs == p / gs;
+          wrong += isnan(kiln_gemm_quant_weight(blob, p, j)) != nonfinite;
+        }
+      KILN_EXPECT(wrong == 0, "int%d g%d asym %d: %d weights NaN where their group is finite or not NaN where it is not",
+                  qk->bits, qk->group, qk->asym, wrong);
+      for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); ++im) {
+        kiln_gemm_f32_args_t g;
+        memset(&g, 0, sizeof(g));
+        g.batch = 1, g.m = ms[im], g.n = N, g.k = K;
+        g.a = a, g.a_row_stride = K, g.a_col_stride = 1;
+        g.b_packed_q = blob;
+        g.c = c_got, g.c_row_stride = N;
+        g.bias = bias;
+        kiln_gemm_f32_args_t ref = g;
+        ref.c = c_ref;
+        kiln_gemm_f32_reference(&ref);
+        kiln_gemm_f32(&g, pool);
+        char what[160];
+        snprintf(what, sizeof(what), "[%s] non-finite weights, int%d g%d%s%s m=%lld", where, qk->bits,
+                 qk->group, qk->asym ? " asym" : "", a8 ? " a8" : "", (long long)ms[im]);
+        kiln_test_compare_f32(what, c_got, c_ref, (size_t)(ms[im] * N), 2e-5f * sqrtf((float)K) + 1e-5f, 1e-4f);
+        int nan_cols = 0;
+        for (int j = 0; j < N; ++j) {
+          int all = 1;
+          for (int64_t i = 0; i < ms[im]; ++i) all &= isnan(c_got[i * N + j]) != 0;
+          nan_cols += all;
+        }
+        KILN_EXPECT(nan_cols == 4, "%s: %d columns NaN, want the 4 with a non-finite weight", what, nan_cols);
+      }
+      free(blob);
+      free(rule);
+    }
+}
+
 /* Through the compiler and runtime: weights_quant packs the LINEAR's
  * weight in the quantized layout, the model computes x Wq + b, and a blob
  * of the wrong size is refused by the CPU target. */
@@ -623,6 +690,7 @@ void kiln_test_suite_gemm_quant(void) {
   kiln_test_each_isa_and_pool(quant_level);
   kiln_test_each_isa_and_pool(quant_fly_level);
   kiln_test_each_isa_and_pool(quant_dequant_level);
+  kiln_test_each_isa_and_pool(quant_nonfinite_level);
   quant_compile();
   quant_compile_transposed_x();
   quant_compile_batch1_weight(0);

@@ -440,7 +440,12 @@ def test_fuzz_quant_mode():
     expanded x: expand + bmm, int4:asym), each a weight left in fp32; seed
     20020 (--quant-every 2) graph 420 (that bmm's weight also read by a
     mul) and graph 7878 (int4:a8, an exact tie whose flip moves the next
-    linear's decisions). None fails."""
+    linear's decisions); seed 20081 (--quant-every 5 --bf16-every 7
+    --dynamic-every 20) graph 175 (int4:asym:a8, two exact ties in one row
+    whose flips together move the next linear's input across a tie: the
+    reference's allowance, now per row over every combination) and graph
+    2510 (int4:g128:a8, a lookup in a table holding a NaN, whose group kiln
+    quantized to finite values; now NaN, as the rule). None fails."""
     from kilnfuzz.quant import MODES, path_of
 
     results = _run(*((QUANT_SEED, i) for i in range(9)), quant_every=1, wide=True)
@@ -449,8 +454,9 @@ def test_fuzz_quant_mode():
     assert sum(r.status == "pass" for r in results) >= 7, [(r.index, r.path, r.status) for r in results]
     found = _run((2, 30), (3, 239), (4, 166), quant_every=1, wide=True)
     found += _run((20020, 420), (20020, 7878), quant_every=2, wide=True)
+    found += _run((20081, 175), (20081, 2510), quant_every=5, bf16_every=7, dynamic_every=20, wide=True)
     for r, path in zip(found, ("quant:int4:g128", "quant:int4:g128:asym", "quant:int4:asym", "quant:int4:g128",
-                               "quant:int4:a8")):
+                               "quant:int4:a8", "quant:int4:asym:a8", "quant:int4:g128:a8")):
         _expect_pass(r, path)
 
 

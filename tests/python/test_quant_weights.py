@@ -268,6 +268,38 @@ def test_quantized_embeddings(kind, tied):
     assert compiled.stats()["constant_bytes"] < f32_bytes / (3 if kind == "int8" else 5)
 
 
+@pytest.mark.parametrize("kind", ["int8", "int8:a8", "int4", "int4:asym:a8", "int4:g128"])
+def test_nonfinite_weights_give_nan_not_a_finite_stand_in(kind):
+    """A weight holding NaN or an infinity (a damaged checkpoint) makes its
+    column (int8) or group (int4) NaN, as the rule in torch gives (its max
+    propagates a NaN) and as eager's fp32 model has NaN or inf there: the
+    quantizer once skipped the NaN and wrote the rest as finite values (the
+    fuzzer's seed 20081 graph 2510, an embedding table). Linear layers and
+    lookups alike; the other columns and groups keep their values."""
+    torch.manual_seed(3)
+    model = Embedder(False).eval()
+    with torch.no_grad():
+        model.head.weight[7, 5] = float("nan")
+        model.head.weight[9, 40] = float("inf")
+        model.emb.weight[4, 70] = float("nan")
+        model.emb.weight[6, 2] = float("-inf")
+    ids = torch.tensor([[4, 6, 1, 4], [2, 6, 0, 3]])
+    compiled = kiln.trace(model, ids, weights_dtype=kind)
+    base = kind.replace(":a8", "")
+    with torch.no_grad():
+        want = with_dequantized_linears(model, base)(ids)
+        table = dequantized(model.emb.weight.detach(), base)
+    assert table[4].isnan().sum() == (96 if base in ("int8", "int4:g128") else 32) and not table[5].isnan().any()
+    got = compiled(ids)
+    # Tokens 4 and 6 NaN throughout (their rows' groups, through fc), the
+    # others at the head's columns 7 and 9 only.
+    assert want[ids == 4].isnan().all() and want[ids == 1][:, [7, 9]].isnan().all()
+    assert torch.equal(got.isnan(), want.isnan())
+    fin = torch.isfinite(want)
+    if ":a8" not in kind:  # (with a8 the finite outputs are the a8 tests')
+        torch.testing.assert_close(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+
+
 class TokenMixer(nn.Module):
     """MLP-Mixer's token mixing: a linear layer over x.transpose(-1, -2)."""
 

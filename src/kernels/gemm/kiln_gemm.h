@@ -191,7 +191,10 @@ float kiln_gemm_bf16_to_f32(uint16_t x);
  *   per 512 weights instead of 64 (0.5625 bytes per weight at G = 32, as
  *   q4_0, against 0.625), for a scale within 2^-8 of the fp32 one,
  *   relatively (a weight's own rounding is up to half a step).
- * Weights are expected finite. */
+ * A column (int8) or group (int4) holding a NaN or an infinity dequantizes
+ * to NaN throughout: scale NaN, q 0 (stored 8 symmetric, 0 with z 0
+ * asymmetric), as the rules give in torch, whose max propagates a NaN (and
+ * an infinite scale makes 0 * inf). */
 #define KILN_GEMM_QUANT_MAGIC 0x544e514bu /* "KQNT" */
 #define KILN_GEMM_QUANT_HEADER 64
 /* Bytes of the blob (0 for an unsupported choice: bits 8 with group 0 and

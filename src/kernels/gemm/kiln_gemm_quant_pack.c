@@ -46,12 +46,27 @@ static inline float kiln_q_round(float x) {
   return fabsf(x) < 4194304.0f ? (x + KILN_Q_MAGIC) - KILN_Q_MAGIC : nearbyintf(x);
 }
 
+/* Whether the n values src[r * rs] are all finite. A column or group
+ * holding a NaN or an infinity dequantizes to NaN throughout (kiln_gemm.h):
+ * the rule's max would skip a NaN and quantize the rest to finite values,
+ * a silent answer where eager's model has NaN. */
+static int kiln_q_finite(int64_t n, const float* src, int64_t rs) {
+  for (int64_t r = 0; r < n; ++r)
+    if (!isfinite(src[r * rs])) return 0;
+  return 1;
+}
+
 /* Quantizes one column (k values, src[p * rs]) into an int8 panel column. */
 static void kiln_q8_column(int64_t k, const float* src, int64_t rs, int8_t* dst, float* scale) {
+  if (!kiln_q_finite(k, src, rs)) {
+    *scale = NAN;
+    for (int64_t p = 0; p < k; ++p) dst[p * KILN_GEMM_PANEL] = 0;
+    return;
+  }
   float amax = 0.0f;
   for (int64_t p = 0; p < k; ++p) {
     float a = fabsf(src[p * rs]);
-    amax = a > amax ? a : amax; /* fmaxf's answer: a NaN never wins */
+    amax = a > amax ? a : amax;
   }
   float s = amax / 127.0f;
   if (s == 0.0f) s = 1.0f;
@@ -69,9 +84,16 @@ static float kiln_q_bf16(float x) { return kiln_gemm_bf16_to_f32(kiln_gemm_bf16_
 static void kiln_q4_group(int64_t len, int group, int asym, const float* src, int64_t rs,
                           uint8_t* nib, float* scale, float* zero) {
   float s, z;
+  if (!kiln_q_finite(len, src, rs)) { /* weight (z - z) * NaN */
+    z = asym ? 0.0f : 8.0f;
+    memset(nib, (int)z, (size_t)group);
+    *scale = NAN;
+    *zero = z;
+    return;
+  }
   if (asym) {
     float lo = 0.0f, hi = 0.0f;
-    for (int64_t r = 0; r < len; ++r) { /* fminf / fmaxf: a NaN never wins */
+    for (int64_t r = 0; r < len; ++r) {
       float x = src[r * rs];
       lo = x < lo ? x : lo;
       hi = x > hi ? x : hi;

@@ -43,15 +43,21 @@ along the program to the outputs. Such elements ("undecided": |x / s - n -
 1/2| <= 4 E_x / s + 2^-12, E_x = max |x32 - x64| over the input, the same 4
 as the rule's; 2^-12 of a step is ~16 ulps of the row's max, kiln's own
 few-ulp differences where eager's error is nil) are found at every a8
-linear; for each, the float64 program is run again with that one decision
-flipped (the later linears rounding their inputs afresh: a flip moves them
-by steps of their own), and the output's tolerance gets sum_i |r_flip_i -
-r| added (every flip's effect, as if all happened). Exact for a flip's effect, whatever
-the program does after the linear; several flips are bounded by the sum
-of their effects to first order. Elsewhere kiln's sum of integer products
+linear. The undecided elements of one row of one linear's input are
+flipped together in every combination (kiln's decisions are one of them),
+the float64 program run again for each (the later linears rounding their
+inputs afresh: a flip moves them by steps of their own), and the output's
+tolerance gets, per row, the largest |r_flips - r| over its combinations
+added, summed over the rows (as if all happened). Exact within a row,
+whatever the program does after the linear: two flips of one row can
+together move the next linear's input across a tie that neither moves
+alone (seed 20081 graph 175: two exact ties in one row of an int4 table's
+lookup, the next a8 linear off by 0.0039 against singles' 0.0012). Flips
+of different rows are bounded by the sum of their effects to first order.
+Elsewhere kiln's sum of integer products
 is exact and its scaling one fp32 rounding: the float32 rule again. A draw
-with more than MAX_UNDECIDED undecided elements is ill-conditioned
-(redrawn); a rounding of the wrong direction everywhere (truncation) or a
+with more than MAX_UNDECIDED undecided elements, or more than MAX_ROW_UNDECIDED
+in one row, is ill-conditioned (redrawn); a rounding of the wrong direction everywhere (truncation) or a
 wrong scale changes most elements and fails by far.
 """
 
@@ -78,6 +84,7 @@ MODES = (torch.int8, "int8:a8", "int4", "int4:g128", "int4:asym", "int4:g128:asy
          "int4:asym:a8")
 PREFIX = "quant:"
 MAX_UNDECIDED = 12
+MAX_ROW_UNDECIDED = 4  # 15 combinations
 TIE_MARGIN = 2.0 ** -12  # of a step
 
 
@@ -186,17 +193,17 @@ class QuantEager(Eager):
     constant when every tensor it is computed from is; its float32
     counterpart (as kiln folds it) is kept. decisions: the a8 rounding
     decisions (q per a8 linear, in call order) to replay, or None to make
-    them; flip: (call, flat element, +-1) to move one of them a step.
+    them; flips: (call, flat element, +-1) each, to move some of them a step.
     Records, per a8 linear: its input x, scale s and decisions q."""
 
-    def __init__(self, float_dtype, mode, consts, audit=None, decisions=None, flip=None):
+    def __init__(self, float_dtype, mode, consts, audit=None, decisions=None, flips=()):
         super().__init__(float_dtype, audit, at_plan_sizes=True)
         self.kind, self.a8, self.group = parse(mode_name(mode))
         self.c32 = {}  # id(constant handle) -> (handle, its float32 value)
         self.origin = {}  # id(constant handle) -> (handle, the constant it broadcasts: broadcast_origin)
         for t in consts:
             self.c32[id(t)] = (t, t.float() if t.is_floating_point() else t)
-        self.decisions, self.flip = decisions, flip
+        self.decisions, self.flips = decisions, flips
         self.xs, self.ss, self.qs = [], [], []
         self.quantized = 0  # weights and tables quantized (the reference's own count)
 
@@ -230,8 +237,9 @@ class QuantEager(Eager):
             q = q.contiguous()  # (x may be strided: flips index q's elements in order)
             if self.decisions is not None:
                 q = self.decisions[k].to(x.dtype, copy=True)
-            if self.flip is not None and self.flip[0] == k:
-                q.view(-1)[self.flip[1]] += self.flip[2]
+            for c, j, d in self.flips:
+                if c == k:
+                    q.view(-1)[j] += d
             self.xs.append(x.detach().clone())
             self.ss.append(s)
             self.qs.append(q)
@@ -315,6 +323,17 @@ def _undecided(x64, s64, x32, group):
     return [(j, 1 if float(tf[j]) > float(q[j]) else -1) for j in flat]
 
 
+def _rows_of(flips, qs, group):
+    """flips ((call, flat element of q, direction)) gathered by the row of
+    the linear's input each belongs to, in order."""
+    rows = {}
+    for c, j, d in flips:
+        q = qs[c]
+        per_row = q.shape[-1] * (q.shape[-2] if group is not None and q.dim() >= 2 else 1)
+        rows.setdefault((c, j // per_row), []).append((c, j, d))
+    return list(rows.values())
+
+
 def _grouped(x, group):
     """x as quantize_activations groups it: (..., K) per row (group None), or
     zero-padded to (..., groups, group)."""
@@ -359,22 +378,29 @@ def reference_quant(res, path):
         flips = []
         for c, (x64, s64, x32) in enumerate(zip(q64.xs, q64.ss, q32.xs)):
             flips += [(c, j, d) for j, d in _undecided(x64, s64, x32, q64.group)]
+        rows = _rows_of(flips, q64.qs, q64.group)
         if not ill and len(flips) > MAX_UNDECIDED:
             ill = f"{len(flips)} activations within kiln's rounding error of a tie (a8)"
+        if not ill and max(map(len, rows), default=0) > MAX_ROW_UNDECIDED:
+            ill = f"{max(map(len, rows))} activations of one row within kiln's rounding error of a tie (a8)"
         if not ill:
-            for flip in flips:
-                # r's own decisions up to the flipped one (the same values make
-                # them), fresh ones after it: a flip moves the next linear's
-                # input by a step of s |w|, often several of its own steps,
-                # and kiln rounds what it gets (seed 20020 graph 7878: three
-                # int4:a8 linears, an exact tie at the second's input; with
-                # the third's decisions replayed the flip's effect was 0.0008,
-                # kiln's 0.0014)
-                out = interpret(res, QuantEager(torch.float64, mode, params64, flip=flip), leaves64)
-                for j, (o, r) in enumerate(zip(out, r64)):
-                    if extra[j] is not None:
-                        d = (o - r).abs()
-                        extra[j] += torch.where(torch.isfinite(d), d, torch.zeros_like(d))
+            for row in rows:
+                worst = [torch.zeros_like(e) if e is not None else None for e in extra]
+                for n in range(1, 2 ** len(row)):
+                    # r's own decisions up to the flipped ones (the same values
+                    # make them), fresh ones after: a flip moves the next
+                    # linear's input by a step of s |w|, often several of its
+                    # own steps, and kiln rounds what it gets (seed 20020
+                    # graph 7878: three int4:a8 linears, an exact tie at the
+                    # second's input; with the third's decisions replayed the
+                    # flip's effect was 0.0008, kiln's 0.0014)
+                    chosen = [f for b, f in enumerate(row) if n >> b & 1]
+                    out = interpret(res, QuantEager(torch.float64, mode, params64, flips=chosen), leaves64)
+                    for j, (o, r) in enumerate(zip(out, r64)):
+                        if worst[j] is not None:
+                            d = (o - r).abs()
+                            worst[j] = torch.maximum(worst[j], torch.where(torch.isfinite(d), d, torch.zeros_like(d)))
+                extra = [e + w if e is not None else None for e, w in zip(extra, worst)]
     ref = Reference(list(e32), r64, noisy, ill)
     ref.extra = extra
     ref.quantized = q64.quantized
