@@ -265,6 +265,15 @@ KILN_API int32_t kiln_session_num_threads(const kiln_session_t* session);
 KILN_API kiln_error_t* kiln_session_output_updates(const kiln_session_t* session, int32_t index,
                                                    int32_t* out_input, int32_t* out_in_place);
 
+/* A section of the .kiln file the session was made from, by name: the
+ * front end's own data beside the graph, such as the tokenizer that
+ * kiln.save(..., tokenizer=) stores as "tokenizer" (docs/format.md lists
+ * them). *out_data points into the session's copy of the file (for
+ * KILN_MEMORY_BORROW, the caller's buffer), valid as long as the session; it
+ * is NULL, with *out_size 0, when the file has no such section. */
+KILN_API kiln_error_t* kiln_session_section(const kiln_session_t* session, const char* name,
+                                           const void** out_data, size_t* out_size);
+
 /* ---- running --------------------------------------------------------------- */
 
 /* A caller-owned tensor: dense, row-major (C order), native-endian bytes.

@@ -54,6 +54,7 @@ from kiln.compare import compare  # noqa: E402
 from kiln.module import KilnModule, compile_graph  # noqa: E402
 from kiln.options import as_tuple, weights_quant  # noqa: E402
 from kiln import partition as _partition  # noqa: E402  (kiln.partition stays the module)
+from kiln import tokenizer as kiln_tokenizer  # noqa: E402  (kiln.tokenizer stays the module)
 from kiln import llm  # noqa: E402,F401  (kiln.llm.StaticCacheStep)
 from kiln.profiler import profile as _profile  # noqa: E402
 from kiln.progress import compile_progress, compile_stage  # noqa: E402
@@ -307,9 +308,13 @@ def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):
     return report
 
 
-def save(module, path):
-    """Writes a compiled module to a .kiln artifact."""
-    data = module.to_bytes()
+def save(module, path, tokenizer=None, eos=None):
+    """Writes a compiled module to a .kiln artifact. tokenizer: a Hugging
+    Face fast tokenizer to store beside it (kiln.tokenizer), so that
+    `kiln generate --text` takes and prints text; eos: the ids that end a
+    generation there (default the tokenizer's eos_token_id)."""
+    extra = {kiln_tokenizer.SECTION: kiln_tokenizer.section_of(tokenizer, eos)} if tokenizer is not None else None
+    data = module.to_bytes(extra)
     with open(os.fspath(path), "wb") as f:
         f.write(data)
 

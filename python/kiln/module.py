@@ -356,9 +356,10 @@ class KilnModule(torch.nn.Module):
         also take the random ops' seed, which the module draws itself)."""
         return pos + (self._seed_at is not None and pos >= self._seed_at)
 
-    def to_bytes(self):
-        """The .kiln artifact as bytes."""
-        sections = {FORMAT_META: json.dumps(self._meta()).encode()}
+    def to_bytes(self, extra=None):
+        """The .kiln artifact as bytes; extra: more sections ({name: bytes},
+        such as kiln.tokenizer's)."""
+        sections = {FORMAT_META: json.dumps(self._meta()).encode(), **(extra or {})}
         if self._writes:  # the layout is runtime/kiln_writes.h's
             sections[WRITES_SECTION] = b"KILNWRIT" + struct.pack("<II", 1, len(self._writes)) + b"".join(
                 struct.pack("<III", k, self._graph_input(pos), int(in_place))

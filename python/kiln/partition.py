@@ -278,7 +278,7 @@ class PartitionedModule(torch.nn.Module):
     # weights_only=True: no code runs at load). Loading resolves each target
     # among torch.ops and operator.getitem only.
 
-    def to_bytes(self):
+    def to_bytes(self, extra=None):
         pieces, nodes, names = [], [], {}
         eager_reads = set()
         for node in self.gm.graph.nodes:
@@ -312,7 +312,7 @@ class PartitionedModule(torch.nn.Module):
         if not pieces:
             raise KilnError("nothing of this model runs in kiln: there is no artifact to save")
         sections = {PARTITION_META: json.dumps(meta).encode(), PARTITION_TENSORS: buf.getvalue(),
-                    FORMAT_META: json.dumps(pieces[0]._meta()).encode()}
+                    FORMAT_META: json.dumps(pieces[0]._meta()).encode(), **(extra or {})}
         for i, p in enumerate(pieces[1:], 1):
             sections[f"py.piece.{i}"] = p.to_bytes()
         return pieces[0]._kiln_model.save(sections)

@@ -133,6 +133,8 @@ struct kiln_session_s {
   kiln_api_io_t* io;       /* inputs, then outputs */
   kiln_tensor_t* tensors;  /* a run's inputs then outputs (under lock) */
   kiln_writes_t writes;    /* outputs that are new values of inputs */
+  const void* artifact;    /* the file's bytes (the model's, or the caller's borrowed ones) */
+  size_t artifact_size;
 };
 
 void kiln_load_options_initialize(kiln_load_options_t* options) {
@@ -364,6 +366,7 @@ static kiln_status_t kiln_api_load(const void* bytes, size_t size, void* owned, 
     kiln_api_session_free(s);
     return st;
   }
+  s->artifact = bytes, s->artifact_size = size;
   *out_session = s;
   return kiln_ok();
 }
@@ -473,6 +476,18 @@ kiln_error_t* kiln_session_output_updates(const kiln_session_t* session, int32_t
   *out_input = session->writes.input[index];
   *out_in_place = session->writes.in_place[index];
   return NULL;
+}
+
+kiln_error_t* kiln_session_section(const kiln_session_t* session, const char* name,
+                                   const void** out_data, size_t* out_size) {
+  if (!session || !name || !out_data || !out_size)
+    return kiln_api_error(kiln_status_make(KILN_INVALID_ARGUMENT, "%s is NULL",
+                                           !session ? "session" : !name ? "name" : !out_data ? "out_data" : "out_size"));
+  *out_data = NULL;
+  *out_size = 0;
+  /* The table was checked when the session was made; this finds the name. */
+  return kiln_api_error(kiln_artifact_find_section(session->artifact, session->artifact_size, name,
+                                                   out_data, out_size));
 }
 
 kiln_error_t* kiln_session_input_info(const kiln_session_t* session, int32_t index,

@@ -6,7 +6,8 @@
  *                 [--threads N] [--seed S]
  *   kiln bench FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
  *   kiln profile FILE [--shape NAME=DIMS ...] [--runs N] [--warmup N] [--threads N]
- *   kiln generate FILE --prompt IDS [--max-new-tokens N] [--eos IDS] [--temperature T
+ *   kiln tokenize FILE (--text TEXT | --text-file PATH | --decode IDS) (kiln_cli_tokenize.c)
+ *   kiln generate FILE (--text TEXT | --prompt IDS) [--max-new-tokens N] [--eos IDS] [--temperature T
  *                 [--top-k K] [--top-p P] [--seed S]] [--repetition-penalty R] [--threads N]
  *                 (kiln_cli_generate.c: through the public C API)
  *
@@ -43,6 +44,7 @@
 #include "runtime/kiln_writes.h"
 #include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
+#include "tools/kiln_cli_tokenize.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "unknown"
@@ -127,11 +129,16 @@ static const char kiln_cli_usage_text[] =
     "                   symbols ('kiln info FILE' shows them and their ranges)\n"
     "  generate FILE    generation from a traced generation step (a KV cache passed\n"
     "                   in and updated in place: kiln.llm.StaticCacheStep); prints\n"
-    "                   the new token ids, a line per prompt, timing on stderr\n"
+    "                   the new text (or token ids), a line per prompt, timing on stderr\n"
+    "      --text TEXT        a prompt (again for each row of a step traced with\n"
+    "                         batch > 1), read by the tokenizer saved with the step\n"
+    "                         (kiln.save(..., tokenizer=tok))\n"
+    "      --text-file PATH   the file's text as one prompt ('-': stdin)\n"
     "      --prompt IDS       the prompt's token ids, like 5,17,9 (again for each\n"
     "                         row of a step traced with batch > 1)\n"
     "      --prompt-file PATH a prompt a line, ids separated by commas or spaces\n"
     "                         ('-': stdin)\n"
+    "      --ids              print token ids even when the step has a tokenizer\n"
     "      --max-new-tokens N (default 32)  --eos IDS (a row stops after any of\n"
     "                         these tokens, like 2 or 128001,128009)\n"
     "      --temperature T    0 (default): greedy; above: sampled, after\n"
@@ -140,6 +147,9 @@ static const char kiln_cli_usage_text[] =
     "      --seed S           the draw's seed (default: from the clock, printed)\n"
     "      --repetition-penalty R  a seen token's logit divided by R if positive,\n"
     "                         times R if not, as generate() does (default 1: off)\n"
+    "  tokenize FILE    the ids of --text TEXT or --text-file PATH by the file's\n"
+    "                   tokenizer (--no-special: without its BOS), or the text of\n"
+    "      --decode IDS       these ids\n"
     "  help [COMMAND]   this text\n"
     "  --version        kiln and .kiln format versions, CPU ISA\n"
     "\n"
@@ -992,6 +1002,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!strcmp(cmd, "generate")) return kiln_cli_generate_main(argc, argv);
+  if (!strcmp(cmd, "tokenize")) return kiln_cli_tokenize_main(argc, argv);
   kiln_cli_command_t command;
   if (!kiln_cli_find_command(cmd, &command))
     return kiln_cli_usage_error("unknown command '%s'", cmd);

@@ -43,6 +43,12 @@ void kiln_cli_stats_compute(kiln_dtype_t dtype, const void* data, size_t numel,
  * the expected size. */
 kiln_status_t kiln_cli_read_exact(const char* what, const char* path, void* data, size_t size);
 
+/* The whole of the file at `path` ("-": standard input) as a NUL-terminated
+ * string (free()) of *out_size bytes, at most `max`; an error names `what`
+ * (the option that gave the path) and the path. */
+kiln_status_t kiln_cli_read_text(const char* what, const char* path, size_t max, char** out,
+                                 size_t* out_size);
+
 /* Writes `size` bytes to `path` (created or truncated). */
 kiln_status_t kiln_cli_write_file(const char* path, const void* data, size_t size);
 

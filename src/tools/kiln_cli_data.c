@@ -224,3 +224,38 @@ int kiln_cli_parse_int(const char* text, long long lo, long long hi, long long* 
   *out = v;
   return 1;
 }
+
+kiln_status_t kiln_cli_read_text(const char* what, const char* path, size_t max, char** out,
+                                 size_t* out_size) {
+  *out = NULL;
+  *out_size = 0;
+  FILE* f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+  if (!f) return kiln_status_make(KILN_IO_ERROR, "cannot open %s '%s'", what, path);
+  size_t size = 0, have = 4096;
+  char* text = malloc(have + 1);
+  kiln_status_t st = text ? NULL : kiln_status_make(KILN_OUT_OF_MEMORY, "reading %s '%s'", what, path);
+  for (size_t got = 1; !st && got;) {
+    if (size == have) {
+      char* more = have < max ? realloc(text, 2 * have + 1) : NULL;
+      if (!more) {
+        st = have < max ? kiln_status_make(KILN_OUT_OF_MEMORY, "%s '%s' is too large for memory", what, path)
+                        : kiln_status_make(KILN_INVALID_ARGUMENT, "%s '%s' is over %zu MiB", what, path, max >> 20);
+        break;
+      }
+      text = more;
+      have *= 2;
+    }
+    got = fread(text + size, 1, have - size, f);
+    size += got;
+  }
+  if (!st && ferror(f)) st = kiln_status_make(KILN_IO_ERROR, "reading %s '%s' failed", what, path);
+  if (f != stdin) fclose(f);
+  if (st) {
+    free(text);
+    return st;
+  }
+  text[size] = '\0';
+  *out = text;
+  *out_size = size;
+  return NULL;
+}

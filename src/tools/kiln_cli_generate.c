@@ -2,9 +2,10 @@
  * the public C API alone (include/kiln.h): what a C program that embeds
  * kiln writes to run an LLM, with no Python.
  *
- *   kiln generate FILE (--prompt IDS ... | --prompt-file PATH) [--max-new-tokens N]
- *                 [--eos IDS] [--temperature T [--top-k K] [--top-p P] [--seed S]]
- *                 [--repetition-penalty R] [--threads N]
+ *   kiln generate FILE (--text TEXT ... | --text-file PATH | --prompt IDS ... |
+ *                 --prompt-file PATH) [--max-new-tokens N] [--eos IDS] [--temperature T
+ *                 [--top-k K] [--top-p P] [--seed S]] [--repetition-penalty R] [--ids]
+ *                 [--threads N]
  *
  * FILE is a step saved by kiln.save (kiln.llm.StaticCacheStep makes one
  * from a Hugging Face causal LM; kiln_cli_generate_step.h has its
@@ -13,7 +14,9 @@
  * is chosen (kiln_cli_sample.h: greedy, or generate()'s processors and a
  * seeded draw) and the rows decode together until --max-new-tokens, every
  * row's --eos, or a full cache. One row's tokens are printed as they come;
- * several rows' at the end, a line each. The timing goes to stderr.
+ * several rows' at the end, a line each. A step saved with its tokenizer
+ * (kiln_cli_tokenizer.h) takes text prompts and prints text (its end id
+ * the default --eos). The timing goes to stderr.
  *
  * Each step prints what went wrong and returns an exit code (2 for a bad
  * command line, 1 otherwise); kiln_cli_generate_main frees everything
@@ -31,6 +34,7 @@
 #include "tools/kiln_cli_generate.h"
 #include "tools/kiln_cli_generate_step.h"
 #include "tools/kiln_cli_sample.h"
+#include "tools/kiln_cli_tokenizer.h"
 
 typedef struct kiln_gen_ids_s {
   int64_t* ids;
@@ -47,6 +51,11 @@ typedef struct kiln_gen_options_s {
   kiln_cli_sampler_t sampler;  /* the options; each row's copy gets its own tables */
   int seeded;                  /* --seed given (else one from the clock, printed) */
   const char* sampling_option; /* the first of --top-k/--top-p/--seed given, for its check */
+  char** texts;                /* --text prompts (the last, --text-file's: owned), a row each */
+  int32_t n_texts;
+  char* text_read;             /* --text-file's contents (owned) */
+  int print_ids;               /* --ids: token ids even when the file has a tokenizer */
+  kiln_cli_tokenizer_t* tokenizer; /* the file's, or NULL */
 } kiln_gen_options_t;
 
 static int kiln_gen_usage(const char* msg, const char* arg) {
@@ -121,39 +130,14 @@ static int kiln_gen_add_prompt_lines(char* text, kiln_gen_options_t* o) {
 }
 
 /* The whole of PATH ("-": standard input) as a string; NULL after printing
- * why not. Prompts are token ids, so 64 MiB is far beyond any cache. */
-static char* kiln_gen_read_text(const char* path) {
-  const size_t cap = (size_t)64 << 20;
-  FILE* f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-  if (!f) {
-    fprintf(stderr, "kiln: generate: cannot open --prompt-file '%s'\n", path);
-    return NULL;
+ * why not. */
+static char* kiln_gen_read_text(const char* what, const char* path, size_t max, size_t* size) {
+  char* text = NULL;
+  kiln_status_t st = kiln_cli_read_text(what, path, max, &text, size);
+  if (st) {
+    fprintf(stderr, "kiln: generate: %s\n", kiln_status_message(st));
+    kiln_status_free(st);
   }
-  size_t size = 0, have = 4096;
-  char* text = malloc(have + 1);
-  for (size_t got = 1; text && got;) {
-    if (size == have) {
-      char* more = have < cap ? realloc(text, 2 * have + 1) : NULL;
-      if (!more) {
-        fprintf(stderr, "kiln: generate: --prompt-file '%s' is %s\n", path,
-                have < cap ? "too large for memory" : "over 64 MiB");
-        free(text);
-        text = NULL;
-        break;
-      }
-      text = more;
-      have *= 2;
-    }
-    got = fread(text + size, 1, have - size, f);
-    size += got;
-  }
-  if (text && ferror(f)) {
-    fprintf(stderr, "kiln: generate: reading --prompt-file '%s' failed\n", path);
-    free(text);
-    text = NULL;
-  }
-  if (f != stdin) fclose(f);
-  if (text) text[size] = '\0';
   return text;
 }
 
@@ -161,7 +145,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
   o->max_new = 32;
   o->sampler.top_p = 1;
   o->sampler.repetition_penalty = 1;
-  const char* prompt_file = NULL;
+  const char *prompt_file = NULL, *text_file = NULL;
   for (int i = 2; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -170,9 +154,20 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
       o->file = a;
       continue;
     }
+    if (!strcmp(a, "--ids")) {
+      o->print_ids = 1;
+      continue;
+    }
     if (!v) return kiln_gen_usage("a value is missing after", a);
     ++i;
-    if (!strcmp(a, "--prompt")) {
+    if (!strcmp(a, "--text")) {
+      char** more = realloc(o->texts, sizeof(char*) * (size_t)(o->n_texts + 1));
+      if (!more) return kiln_gen_usage("out of memory at", a);
+      o->texts = more;
+      o->texts[o->n_texts++] = (char*)v;
+    } else if (!strcmp(a, "--text-file")) {
+      text_file = v;
+    } else if (!strcmp(a, "--prompt")) {
       if (!kiln_gen_add_prompt(v, o))
         return kiln_gen_usage("--prompt wants token ids like 5,17,9, got", v);
     } else if (!strcmp(a, "--prompt-file")) {
@@ -216,8 +211,21 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
   }
   if (!o->file) return kiln_gen_usage("no FILE given", NULL);
   if (o->n_prompts && prompt_file) return kiln_gen_usage("give --prompt or --prompt-file, not both", NULL);
+  if ((o->n_prompts || prompt_file) && (o->n_texts || text_file))
+    return kiln_gen_usage("give token ids (--prompt, --prompt-file) or text (--text, --text-file), not both", NULL);
+  if (o->n_texts && text_file) return kiln_gen_usage("give --text or --text-file, not both", NULL);
+  if (text_file) {
+    size_t size;
+    o->text_read = kiln_gen_read_text("--text-file", text_file, (size_t)1 << 30, &size);
+    if (!o->text_read) return 1;
+    if (strlen(o->text_read) != size) return kiln_gen_usage("--text-file holds a NUL byte:", text_file);
+    o->texts = malloc(sizeof(char*));
+    if (!o->texts) return kiln_gen_usage("out of memory at", text_file);
+    o->texts[o->n_texts++] = o->text_read;
+  }
   if (prompt_file) {
-    char* text = kiln_gen_read_text(prompt_file);
+    size_t size; /* prompts are token ids: 64 MiB is far beyond any cache */
+    char* text = kiln_gen_read_text("--prompt-file", prompt_file, (size_t)64 << 20, &size);
     if (!text) return 1;
     const int ok = kiln_gen_add_prompt_lines(text, o);
     free(text);
@@ -225,7 +233,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
       return kiln_gen_usage("--prompt-file wants a prompt a line, token ids separated by commas or "
                             "spaces:", prompt_file);
   }
-  if (!o->n_prompts) return kiln_gen_usage("no --prompt given", NULL);
+  if (!o->n_prompts && !o->n_texts) return kiln_gen_usage("no --prompt or --text given", NULL);
   /* Top-k, top-p and a seed shape a draw; greedy has none to shape. */
   if (o->sampling_option && !(o->sampler.temperature > 0))
     return kiln_gen_usage("sampling options need --temperature above 0 (0 is greedy):",
@@ -422,6 +430,18 @@ static void kiln_gen_print_summary(const kiln_gen_rows_t* r, const kiln_gen_opti
   fputc('\n', stderr);
 }
 
+/* A new token on stdout: its text (the bytes it adds; special tokens none)
+ * when the file has a tokenizer and --ids was not asked for, else its id. */
+static void kiln_gen_print_token(const kiln_gen_options_t* o, int64_t id, int first) {
+  if (o->tokenizer && !o->print_ids) {
+    size_t len;
+    const char* piece = kiln_cli_tokenizer_piece(o->tokenizer, (int32_t)id, &len);
+    fwrite(piece, 1, len, stdout);
+  } else {
+    printf(first ? "%" PRId64 : " %" PRId64, id);
+  }
+}
+
 static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
   const uint64_t seed = o->seeded ? o->sampler.rng : kiln_gen_fresh_seed();
   kiln_gen_rows_t r;
@@ -447,7 +467,7 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
       break;
     steps = grown;
     if (r.batch == 1) { /* one row: its tokens as they come */
-      printf(made ? " %" PRId64 : "%" PRId64, r.next[0]);
+      kiln_gen_print_token(o, r.next[0], made == 0);
       fflush(stdout);
     }
     if (++made == o->max_new) break;
@@ -462,9 +482,9 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
     if ((err = kiln_gen_step_call(s, r.next, 1, past++))) break;
     steps[n_steps++] = kiln_gen_now() - t1;
   }
-  for (int32_t i = 0; i < o->n_prompts; ++i) { /* several rows: a line each, at the end */
-    for (int64_t k = 0; r.batch > 1 && k < r.n_made[i]; ++k)
-      printf(k ? " %" PRId64 : "%" PRId64, r.made[k * r.batch + i]);
+  for (int32_t i = 0; i < o->n_prompts; ++i) { /* several rows: a line (or text) each, at the end */
+    if (r.batch > 1 && o->tokenizer && !o->print_ids) printf("%s--- prompt %d ---\n", i ? "\n" : "", (int)i + 1);
+    for (int64_t k = 0; r.batch > 1 && k < r.n_made[i]; ++k) kiln_gen_print_token(o, r.made[k * r.batch + i], k == 0);
     if (r.batch > 1 || made) printf("\n");
   }
   fflush(stdout);
@@ -490,6 +510,57 @@ static void kiln_gen_options_free(kiln_gen_options_t* o) {
   for (int32_t i = 0; i < o->n_prompts; ++i) free(o->prompts[i].ids);
   free(o->prompts);
   free(o->eos.ids);
+  free(o->texts);
+  free(o->text_read);
+  kiln_cli_tokenizer_free(o->tokenizer);
+}
+
+/* The file's tokenizer, if it has one, and the --text prompts through it
+ * (with its BOS, as the tokenizer gives them in Python); its end ids are
+ * the default --eos. 0, or an exit code after printing why. */
+static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
+  const void* section = NULL;
+  size_t size = 0;
+  kiln_error_t* err = kiln_session_section(session, KILN_CLI_TOKENIZER_SECTION, &section, &size);
+  if (err) return kiln_gen_fail(err, "generate");
+  if (section) {
+    kiln_status_t st = kiln_cli_tokenizer_load(section, size, &o->tokenizer);
+    if (st) {
+      fprintf(stderr, "kiln: generate: corrupt artifact '%s': %s\n", o->file, kiln_status_message(st));
+      kiln_status_free(st);
+      return 1;
+    }
+  }
+  if (o->n_texts && !o->tokenizer) {
+    fprintf(stderr, "kiln: generate: '%s' has no tokenizer, so --text cannot be read: save the step with "
+                    "kiln.save(compiled, path, tokenizer=...), or give token ids with --prompt\n", o->file);
+    return 1;
+  }
+  if (o->tokenizer && !o->eos.n) {
+    int32_t n;
+    const int32_t* eos = kiln_cli_tokenizer_eos(o->tokenizer, &n);
+    if (n && !(o->eos.ids = malloc(sizeof(int64_t) * (size_t)n))) return kiln_gen_usage("out of memory", NULL);
+    for (int32_t i = 0; i < n; ++i) o->eos.ids[o->eos.n++] = eos[i];
+  }
+  if (!o->n_texts) return 0;
+  o->prompts = calloc((size_t)o->n_texts, sizeof(kiln_gen_ids_t));
+  if (!o->prompts) return kiln_gen_usage("out of memory", NULL);
+  for (int32_t r = 0; r < o->n_texts; ++r) {
+    int32_t* ids = NULL;
+    size_t n = 0;
+    kiln_status_t st = kiln_cli_tokenizer_encode(o->tokenizer, o->texts[r], strlen(o->texts[r]), 1, &ids, &n);
+    kiln_gen_ids_t* p = &o->prompts[o->n_prompts++];
+    p->ids = st || n == 0 || n > INT32_MAX ? NULL : malloc(sizeof(int64_t) * n);
+    for (size_t i = 0; p->ids && i < n; ++i) p->ids[p->n++] = ids[i];
+    free(ids);
+    if (st || !p->ids) {
+      fprintf(stderr, "kiln: generate: --text %d: %s\n", (int)r + 1,
+              st ? kiln_status_message(st) : n ? "out of memory" : "the text has no tokens");
+      kiln_status_free(st);
+      return 1;
+    }
+  }
+  return 0;
 }
 
 int kiln_cli_generate_main(int argc, char** argv) {
@@ -510,7 +581,8 @@ int kiln_cli_generate_main(int argc, char** argv) {
     kiln_gen_options_free(&o);
     return kiln_gen_fail(err, "generate");
   }
-  rc = kiln_gen_step_prepare(&s, o.file, o.n_prompts);
+  rc = kiln_gen_texts(s.session, &o);
+  if (!rc) rc = kiln_gen_step_prepare(&s, o.file, o.n_prompts);
   if (!rc) rc = kiln_gen_run(&s, &o);
   kiln_gen_step_free(&s);
   kiln_gen_options_free(&o);

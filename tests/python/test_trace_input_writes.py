@@ -219,7 +219,7 @@ def test_kiln_generate_says_what_is_wrong(traced, tmp_path):
     p = _kiln_generate(path, "--prompt", "1,x,3")
     assert p.returncode == 2 and "--prompt wants token ids like 5,17,9, got 1,x,3" in p.stderr
     p = _kiln_generate(path)
-    assert p.returncode == 2 and "no --prompt given" in p.stderr
+    assert p.returncode == 2 and "no --prompt or --text given" in p.stderr
     p = _kiln_generate(path, "--prompt", ",".join(["1"] * (CAP + 1)))
     assert p.returncode == 1 and f"the prompt has {CAP + 1} tokens; the cache holds {CAP}" in p.stderr
     p = _kiln_generate(path, "--prompt", "3,999")  # vocabulary 256

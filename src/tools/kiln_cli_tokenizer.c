@@ -1,0 +1,586 @@
+/* The BPE tokenizer of kiln_cli_tokenizer.h: loading the section, the
+ * pre-tokenizing patterns (hand-written matchers of the two regular
+ * expressions byte-level models use, alternative by alternative, with the
+ * regex engine's greedy and backtracking choices spelled out), the merges
+ * (lowest rank first, leftmost on a tie, as Hugging Face's BPE applies
+ * them), and the pieces a token decodes to. */
+#include "tools/kiln_cli_tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/kiln_cli_unicode.h"
+
+enum { KIND_BYTE_LEVEL = 1, KIND_SENTENCEPIECE = 2 };
+enum { PATTERN_NONE = 0, PATTERN_GPT2 = 1, PATTERN_LLAMA3 = 2, PATTERN_LLAMA3_DIGIT = 3 };
+enum {
+  FLAG_IGNORE_MERGES = 1,
+  FLAG_PREPEND = 2,
+  FLAG_PREPEND_UNLESS_THERE = 4,
+  FLAG_PREPEND_FIRST = 8,
+  FLAG_BYTE_FALLBACK = 16,
+  FLAG_FUSE_UNK = 32
+};
+#define KILN_TOK_MAX_TOKENS (1u << 24)
+#define KILN_TOK_MAX_TOKEN_BYTES 1024u
+#define KILN_TOK_MAX_AFFIX 16u
+
+typedef struct {
+  uint64_t key; /* left << 32 | right, + 1 (0: empty) */
+  int32_t rank, result;
+} kiln_tok_merge_t;
+
+typedef struct {
+  int32_t id; /* ids in [0, T); -1 for an empty slot */
+  int32_t special;
+} kiln_tok_added_t;
+
+struct kiln_cli_tokenizer_s {
+  uint32_t kind, pattern, flags, n_tokens, n_merges, n_added, n_prefix, n_suffix, n_eos;
+  int32_t unk;
+  int32_t prefix[KILN_TOK_MAX_AFFIX], suffix[KILN_TOK_MAX_AFFIX], eos[KILN_TOK_MAX_AFFIX];
+  uint8_t* bytes;   /* the tokens' bytes, concatenated */
+  uint64_t* start;  /* token i's bytes: bytes[start[i], start[i + 1]) */
+  int32_t* by_text; /* open addressing: token ids by their bytes (-1 empty) */
+  uint64_t text_mask;
+  kiln_tok_merge_t* merges; /* open addressing by pair */
+  uint64_t merge_mask;
+  kiln_tok_added_t* added; /* longest first */
+  int32_t byte_token[256]; /* byte-level: the token of each byte; SentencePiece: <0xNN>, or -1 */
+  char** piece;            /* decoded bytes per token */
+  size_t* piece_len;
+};
+
+/* ---- hashing ------------------------------------------------------------ */
+
+static uint64_t kiln_tok_hash(const void* p, size_t n) {
+  const uint8_t* b = p;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+static uint64_t kiln_tok_mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+static uint64_t kiln_tok_table_size(uint64_t n) {
+  uint64_t s = 16;
+  while (s < 2 * n) s *= 2;
+  return s;
+}
+
+static int32_t kiln_tok_lookup(const kiln_cli_tokenizer_t* t, const void* text, size_t n) {
+  for (uint64_t h = kiln_tok_hash(text, n) & t->text_mask;; h = (h + 1) & t->text_mask) {
+    int32_t id = t->by_text[h];
+    if (id < 0) return -1;
+    if (t->start[id + 1] - t->start[id] == n && !memcmp(t->bytes + t->start[id], text, n)) return id;
+  }
+}
+
+static const kiln_tok_merge_t* kiln_tok_merge_find(const kiln_cli_tokenizer_t* t, int32_t l, int32_t r) {
+  uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
+  for (uint64_t h = kiln_tok_mix(key) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
+    const kiln_tok_merge_t* m = &t->merges[h];
+    if (m->key == 0) return NULL;
+    if (m->key == key) return m;
+  }
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+typedef struct {
+  const uint8_t* p;
+  size_t size, at;
+} kiln_tok_reader_t;
+
+static int kiln_tok_u32(kiln_tok_reader_t* r, uint32_t* v) {
+  if (r->size - r->at < 4) return 0;
+  memcpy(v, r->p + r->at, 4);
+  r->at += 4;
+  return 1;
+}
+
+#define BAD(...) \
+  do { \
+    st = kiln_status_make(KILN_CORRUPT_ARTIFACT, "tokenizer section: " __VA_ARGS__); \
+    goto fail; \
+  } while (0)
+
+static void kiln_tok_pieces(kiln_cli_tokenizer_t* t, const uint8_t* special) {
+  for (uint32_t i = 0; i < t->n_tokens; ++i) {
+    const uint8_t* b = t->bytes + t->start[i];
+    size_t n = t->start[i + 1] - t->start[i], k = 0;
+    char* out = t->piece[i];
+    for (size_t j = 0; j < n && !special[i]; ++j) {
+      if (t->kind == KIND_SENTENCEPIECE && j + 2 < n && b[j] == 0xE2 && b[j + 1] == 0x96 && b[j + 2] == 0x81) {
+        out[k++] = ' '; /* U+2581 */
+        j += 2;
+      } else {
+        out[k++] = (char)b[j];
+      }
+    }
+    t->piece_len[i] = k;
+  }
+  if (t->kind == KIND_SENTENCEPIECE)
+    for (int v = 0; v < 256; ++v)
+      if (t->byte_token[v] >= 0 && !special[t->byte_token[v]]) {
+        t->piece[t->byte_token[v]][0] = (char)v; /* <0xNN>: that byte */
+        t->piece_len[t->byte_token[v]] = 1;
+      }
+}
+
+kiln_status_t kiln_cli_tokenizer_load(const void* bytes, size_t size, kiln_cli_tokenizer_t** out) {
+  kiln_status_t st = NULL;
+  kiln_cli_tokenizer_t* t = calloc(1, sizeof(*t));
+  uint8_t* special = NULL;
+  *out = NULL;
+  if (!t) return kiln_status_make(KILN_OUT_OF_MEMORY, "tokenizer: out of memory");
+  kiln_tok_reader_t r = {bytes, size, 0};
+  uint32_t version = 0, unk = 0;
+  if (size < 52 || memcmp(bytes, "KILNTOKN", 8)) BAD("no KILNTOKN header");
+  r.at = 8;
+  kiln_tok_u32(&r, &version);
+  kiln_tok_u32(&r, &t->kind);
+  kiln_tok_u32(&r, &t->pattern);
+  kiln_tok_u32(&r, &t->flags);
+  kiln_tok_u32(&r, &t->n_tokens);
+  kiln_tok_u32(&r, &t->n_merges);
+  kiln_tok_u32(&r, &t->n_added);
+  kiln_tok_u32(&r, &unk);
+  kiln_tok_u32(&r, &t->n_prefix);
+  kiln_tok_u32(&r, &t->n_suffix);
+  kiln_tok_u32(&r, &t->n_eos);
+  if (version != 1) BAD("version %u (this kiln reads 1)", version);
+  if (t->kind != KIND_BYTE_LEVEL && t->kind != KIND_SENTENCEPIECE) BAD("unknown kind %u", t->kind);
+  if (t->kind == KIND_BYTE_LEVEL ? t->pattern > PATTERN_LLAMA3_DIGIT : t->pattern != PATTERN_NONE)
+    BAD("pattern %u for kind %u", t->pattern, t->kind);
+  if (t->flags >= 64) BAD("unknown flags 0x%x", t->flags);
+  if (t->n_tokens == 0 || t->n_tokens > KILN_TOK_MAX_TOKENS) BAD("%u tokens", t->n_tokens);
+  t->unk = (int32_t)unk;
+  if (t->unk < -1 || t->unk >= (int32_t)t->n_tokens) BAD("unknown token %d of %u", t->unk, t->n_tokens);
+  if (t->n_prefix > KILN_TOK_MAX_AFFIX || t->n_suffix > KILN_TOK_MAX_AFFIX || t->n_eos > KILN_TOK_MAX_AFFIX)
+    BAD("%u prefix, %u suffix and %u end ids (at most %u each)", t->n_prefix, t->n_suffix, t->n_eos,
+        KILN_TOK_MAX_AFFIX);
+  /* Every count is now bounded by what its records need: check them
+   * against the bytes left before allocating. */
+  uint64_t left = size - r.at;
+  if ((uint64_t)t->n_prefix * 4 + (uint64_t)t->n_suffix * 4 + (uint64_t)t->n_eos * 4 + (uint64_t)t->n_tokens * 4 +
+          (uint64_t)t->n_merges * 8 + (uint64_t)t->n_added * 8 > left)
+    BAD("%u tokens, %u merges and %u added tokens need more than its %zu bytes", t->n_tokens,
+        t->n_merges, t->n_added, size);
+  for (uint32_t i = 0; i < t->n_prefix + t->n_suffix + t->n_eos; ++i) {
+    uint32_t id = UINT32_MAX;
+    kiln_tok_u32(&r, &id);
+    if (id >= t->n_tokens) BAD("prefix, suffix or end id %u of %u tokens", id, t->n_tokens);
+    if (i < t->n_prefix) t->prefix[i] = (int32_t)id;
+    else if (i < t->n_prefix + t->n_suffix) t->suffix[i - t->n_prefix] = (int32_t)id;
+    else t->eos[i - t->n_prefix - t->n_suffix] = (int32_t)id;
+  }
+  t->start = malloc(((size_t)t->n_tokens + 1) * sizeof(uint64_t));
+  t->piece = calloc(t->n_tokens, sizeof(char*));
+  t->piece_len = calloc(t->n_tokens, sizeof(size_t));
+  special = calloc(t->n_tokens, 1);
+  if (!t->start || !t->piece || !t->piece_len || !special) BAD("out of memory");
+  t->start[0] = 0;
+  for (uint32_t i = 0; i < t->n_tokens; ++i) {
+    uint32_t len = 0;
+    kiln_tok_u32(&r, &len);
+    if (len == 0 || len > KILN_TOK_MAX_TOKEN_BYTES) BAD("token %u is %u bytes long", i, len);
+    t->start[i + 1] = t->start[i] + len;
+  }
+  uint64_t total = t->start[t->n_tokens];
+  if (total > size - r.at || (uint64_t)t->n_merges * 8 + (uint64_t)t->n_added * 8 != size - r.at - total)
+    BAD("its tokens' %llu bytes, %u merges and %u added tokens are not its %zu bytes",
+        (unsigned long long)total, t->n_merges, t->n_added, size);
+  t->bytes = malloc((size_t)total);
+  if (!t->bytes) BAD("out of memory");
+  memcpy(t->bytes, r.p + r.at, (size_t)total);
+  r.at += (size_t)total;
+  for (uint32_t i = 0; i < t->n_tokens; ++i) {
+    /* the decoded piece is at most as long as the token (U+2581 -> space) */
+    t->piece[i] = malloc(t->start[i + 1] - t->start[i]);
+    if (!t->piece[i]) BAD("out of memory");
+  }
+  uint64_t ts = kiln_tok_table_size(t->n_tokens);
+  t->by_text = malloc(ts * sizeof(int32_t));
+  if (!t->by_text) BAD("out of memory");
+  memset(t->by_text, 0xff, ts * sizeof(int32_t));
+  t->text_mask = ts - 1;
+  for (uint32_t i = 0; i < t->n_tokens; ++i) {
+    size_t n = t->start[i + 1] - t->start[i];
+    if (kiln_tok_lookup(t, t->bytes + t->start[i], n) >= 0) continue; /* the first keeps it */
+    uint64_t h = kiln_tok_hash(t->bytes + t->start[i], n) & t->text_mask;
+    while (t->by_text[h] >= 0) h = (h + 1) & t->text_mask;
+    t->by_text[h] = (int32_t)i;
+  }
+  uint64_t ms = kiln_tok_table_size(t->n_merges);
+  t->merges = calloc(ms, sizeof(kiln_tok_merge_t));
+  if (!t->merges) BAD("out of memory");
+  t->merge_mask = ms - 1;
+  uint8_t joined[2 * KILN_TOK_MAX_TOKEN_BYTES];
+  for (uint32_t m = 0; m < t->n_merges; ++m) {
+    uint32_t a = UINT32_MAX, b = UINT32_MAX;
+    kiln_tok_u32(&r, &a);
+    kiln_tok_u32(&r, &b);
+    if (a >= t->n_tokens || b >= t->n_tokens) BAD("merge %u of ids %u and %u (%u tokens)", m, a, b, t->n_tokens);
+    size_t na = t->start[a + 1] - t->start[a], nb = t->start[b + 1] - t->start[b];
+    memcpy(joined, t->bytes + t->start[a], na);
+    memcpy(joined + na, t->bytes + t->start[b], nb);
+    int32_t res = kiln_tok_lookup(t, joined, na + nb);
+    if (res < 0) BAD("merge %u of tokens %u and %u makes no token", m, a, b);
+    uint64_t key = ((uint64_t)a << 32 | b) + 1;
+    uint64_t h = kiln_tok_mix(key) & t->merge_mask;
+    while (t->merges[h].key != 0 && t->merges[h].key != key) h = (h + 1) & t->merge_mask;
+    if (t->merges[h].key == 0) /* a repeated pair keeps its first rank */
+      t->merges[h] = (kiln_tok_merge_t){key, (int32_t)m, res};
+  }
+  t->added = calloc((size_t)t->n_added + 1, sizeof(kiln_tok_added_t));
+  if (!t->added) BAD("out of memory");
+  for (uint32_t i = 0; i < t->n_added; ++i) {
+    uint32_t id = UINT32_MAX, fl = 0;
+    kiln_tok_u32(&r, &id);
+    kiln_tok_u32(&r, &fl);
+    if (id >= t->n_tokens || fl > 1) BAD("added token %u: id %u, flags %u", i, id, fl);
+    t->added[i] = (kiln_tok_added_t){(int32_t)id, (int32_t)fl};
+    special[id] = (uint8_t)fl;
+  }
+  /* Longest first: the text's leftmost longest match wins (insertion sort:
+   * a few hundred at most in practice; any count is correct). */
+  for (uint32_t i = 1; i < t->n_added; ++i) {
+    kiln_tok_added_t a = t->added[i];
+    uint64_t la = t->start[a.id + 1] - t->start[a.id];
+    uint32_t j = i;
+    while (j > 0 && t->start[t->added[j - 1].id + 1] - t->start[t->added[j - 1].id] < la) {
+      t->added[j] = t->added[j - 1];
+      --j;
+    }
+    t->added[j] = a;
+  }
+  for (int v = 0; v < 256; ++v) {
+    char name[8];
+    uint8_t one = (uint8_t)v;
+    if (t->kind == KIND_BYTE_LEVEL) {
+      t->byte_token[v] = kiln_tok_lookup(t, &one, 1);
+    } else {
+      snprintf(name, sizeof(name), "<0x%02X>", v);
+      t->byte_token[v] = kiln_tok_lookup(t, name, 6);
+    }
+  }
+  if (t->kind == KIND_BYTE_LEVEL)
+    for (int v = 0; v < 256; ++v)
+      if (t->byte_token[v] < 0) BAD("byte 0x%02x has no token (a byte-level vocabulary has all 256)", v);
+  kiln_tok_pieces(t, special);
+  free(special);
+  *out = t;
+  return NULL;
+fail:
+  free(special);
+  kiln_cli_tokenizer_free(t);
+  return st;
+}
+#undef BAD
+
+void kiln_cli_tokenizer_free(kiln_cli_tokenizer_t* t) {
+  if (!t) return;
+  if (t->piece)
+    for (uint32_t i = 0; i < t->n_tokens; ++i) free(t->piece[i]);
+  free(t->piece);
+  free(t->piece_len);
+  free(t->bytes);
+  free(t->start);
+  free(t->by_text);
+  free(t->merges);
+  free(t->added);
+  free(t);
+}
+
+int32_t kiln_cli_tokenizer_size(const kiln_cli_tokenizer_t* t) { return (int32_t)t->n_tokens; }
+
+const int32_t* kiln_cli_tokenizer_eos(const kiln_cli_tokenizer_t* t, int32_t* count) {
+  *count = (int32_t)t->n_eos;
+  return t->eos;
+}
+
+const char* kiln_cli_tokenizer_piece(const kiln_cli_tokenizer_t* t, int32_t id, size_t* len) {
+  if (id < 0 || (uint32_t)id >= t->n_tokens) {
+    *len = 0;
+    return "";
+  }
+  *len = t->piece_len[id];
+  return t->piece[id];
+}
+
+/* ---- growing id arrays -------------------------------------------------- */
+
+typedef struct {
+  int32_t* v;
+  size_t n, cap;
+  int oom;
+} kiln_tok_ids_t;
+
+static void kiln_tok_push(kiln_tok_ids_t* a, int32_t id) {
+  if (a->oom) return;
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 64;
+    int32_t* v = realloc(a->v, cap * sizeof(int32_t));
+    if (!v) {
+      a->oom = 1;
+      return;
+    }
+    a->v = v, a->cap = cap;
+  }
+  a->v[a->n++] = id;
+}
+
+/* ---- BPE over one word -------------------------------------------------- */
+
+/* Merges the symbols sym[0, n) in place (the lowest-ranked adjacent pair
+ * first, the leftmost of equal ranks, until no pair merges) and appends
+ * them. Quadratic in the word's symbols: words are short after
+ * pre-tokenizing; a SentencePiece text is one word, a prompt long. */
+static void kiln_tok_merge_word(const kiln_cli_tokenizer_t* t, int32_t* sym, size_t n, kiln_tok_ids_t* out) {
+  while (n > 1) {
+    size_t best = n;
+    int32_t best_rank = 0, best_res = 0;
+    for (size_t i = 0; i + 1 < n; ++i) {
+      const kiln_tok_merge_t* m = kiln_tok_merge_find(t, sym[i], sym[i + 1]);
+      if (m && (best == n || m->rank < best_rank)) best = i, best_rank = m->rank, best_res = m->result;
+    }
+    if (best == n) break;
+    sym[best] = best_res;
+    memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(int32_t));
+    --n;
+  }
+  for (size_t i = 0; i < n; ++i) kiln_tok_push(out, sym[i]);
+}
+
+/* ---- byte-level words --------------------------------------------------- */
+
+typedef struct {
+  const uint32_t* cp; /* code points of the piece of text */
+  const size_t* at;   /* their byte offsets (at[n]: the end) */
+  size_t n;
+} kiln_tok_text_t;
+
+static int kiln_tok_is_l(uint32_t c) { return kiln_cli_unicode_is_letter(c); }
+static int kiln_tok_is_n(uint32_t c) { return kiln_cli_unicode_is_number(c); }
+static int kiln_tok_is_s(uint32_t c) { return kiln_cli_unicode_is_space(c); }
+static int kiln_tok_is_other(uint32_t c) { return !kiln_tok_is_s(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c); }
+static int kiln_tok_is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
+
+static size_t kiln_tok_run(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_t)) {
+  size_t j = i;
+  while (j < x->n && in(x->cp[j])) ++j;
+  return j - i;
+}
+
+static uint32_t kiln_tok_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* 's 't 're 've 'm 'll 'd (case-insensitive for Llama 3's (?i:...)). */
+static size_t kiln_tok_contraction(const kiln_tok_text_t* x, size_t i, int fold) {
+  if (x->cp[i] != '\'' || i + 1 >= x->n) return 0;
+  uint32_t a = x->cp[i + 1], b = i + 2 < x->n ? x->cp[i + 2] : 0;
+  if (fold) a = kiln_tok_lower(a), b = kiln_tok_lower(b);
+  if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+  if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return 3;
+  return 0;
+}
+
+/* \s+(?!\S) then \s+: a run of white space, less its last character when
+ * a non-space follows it (that one goes with the next word), unless the
+ * run is a single character. */
+static size_t kiln_tok_spaces(const kiln_tok_text_t* x, size_t i) {
+  size_t r = kiln_tok_run(x, i, kiln_tok_is_s);
+  if (r == 0) return 0;
+  return i + r < x->n && r > 1 ? r - 1 : r;
+}
+
+/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+static size_t kiln_tok_match_gpt2(const kiln_tok_text_t* x, size_t i) {
+  size_t k = kiln_tok_contraction(x, i, 0);
+  if (k) return k;
+  int (*classes[3])(uint32_t) = {kiln_tok_is_l, kiln_tok_is_n, kiln_tok_is_other};
+  for (int c = 0; c < 3; ++c) {
+    size_t sp = x->cp[i] == ' ' && i + 1 < x->n && classes[c](x->cp[i + 1]);
+    size_t r = kiln_tok_run(x, i + sp, classes[c]);
+    if (r) return sp + r;
+  }
+  return kiln_tok_spaces(x, i);
+}
+
+/* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ * ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ (digits: 3, or 1 for
+ * Qwen2's \p{N}). */
+static size_t kiln_tok_match_llama3(const kiln_tok_text_t* x, size_t i, size_t digits) {
+  size_t k = kiln_tok_contraction(x, i, 1);
+  if (k) return k;
+  uint32_t c = x->cp[i];
+  int lead = !kiln_tok_is_crlf(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c);
+  if (lead && i + 1 < x->n && kiln_tok_is_l(x->cp[i + 1])) return 1 + kiln_tok_run(x, i + 1, kiln_tok_is_l);
+  if (kiln_tok_is_l(c)) return kiln_tok_run(x, i, kiln_tok_is_l);
+  if (kiln_tok_is_n(c)) {
+    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
+    return r < digits ? r : digits;
+  }
+  size_t sp = c == ' ' && i + 1 < x->n && kiln_tok_is_other(x->cp[i + 1]);
+  size_t r = kiln_tok_run(x, i + sp, kiln_tok_is_other);
+  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf);
+  /* \s*[\r\n]+: through the run's last CR or LF */
+  size_t s = kiln_tok_run(x, i, kiln_tok_is_s);
+  for (size_t j = s; j > 0; --j)
+    if (kiln_tok_is_crlf(x->cp[i + j - 1])) return j;
+  return kiln_tok_spaces(x, i);
+}
+
+static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b, size_t n, int32_t* sym,
+                                kiln_tok_ids_t* out) {
+  if (t->flags & FLAG_IGNORE_MERGES) {
+    int32_t id = kiln_tok_lookup(t, b, n);
+    if (id >= 0) {
+      kiln_tok_push(out, id);
+      return;
+    }
+  }
+  for (size_t j = 0; j < n; ++j) sym[j] = t->byte_token[b[j]];
+  kiln_tok_merge_word(t, sym, n, out);
+}
+
+static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
+  int prefix = (t->flags & FLAG_PREPEND) && n > 0 && s[0] != ' ';
+  size_t m = n + (size_t)prefix;
+  uint8_t* b = malloc(m + 1);
+  uint32_t* cp = malloc((m + 1) * sizeof(uint32_t));
+  size_t* at = malloc((m + 1) * sizeof(size_t));
+  int32_t* sym = malloc((m + 1) * sizeof(int32_t));
+  if (!b || !cp || !at || !sym) {
+    free(b), free(cp), free(at), free(sym);
+    return 0;
+  }
+  if (prefix) b[0] = ' ';
+  memcpy(b + prefix, s, n);
+  size_t k = 0;
+  for (size_t i = 0; i < m;) {
+    size_t len;
+    cp[k] = kiln_cli_utf8_next((const char*)b + i, m - i, &len);
+    at[k++] = i;
+    i += len;
+  }
+  at[k] = m;
+  kiln_tok_text_t x = {cp, at, k};
+  for (size_t i = 0; i < k;) {
+    size_t w = t->pattern == PATTERN_GPT2 ? kiln_tok_match_gpt2(&x, i)
+               : t->pattern == PATTERN_NONE ? k - i
+                                            : kiln_tok_match_llama3(&x, i, t->pattern == PATTERN_LLAMA3 ? 3 : 1);
+    if (w == 0) w = 1; /* (every character matches some alternative) */
+    kiln_tok_bytes_word(t, b + at[i], at[i + w] - at[i], sym, out);
+    i += w;
+  }
+  free(b), free(cp), free(at), free(sym);
+  return 1;
+}
+
+/* ---- SentencePiece-style ------------------------------------------------ */
+
+static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const char* s, size_t n, int first,
+                                         kiln_tok_ids_t* out) {
+  static const char mark[3] = {(char)0xE2, (char)0x96, (char)0x81}; /* U+2581 */
+  size_t spaces = 0;
+  for (size_t i = 0; i < n; ++i) spaces += s[i] == ' ';
+  int prepend = (t->flags & FLAG_PREPEND) && n > 0 && (first || !(t->flags & FLAG_PREPEND_FIRST));
+  if (prepend && (t->flags & FLAG_PREPEND_UNLESS_THERE) && (s[0] == ' ' || (n >= 3 && !memcmp(s, mark, 3))))
+    prepend = 0;
+  size_t m = n + 2 * spaces + 3 * (size_t)prepend;
+  char* b = malloc(m + 1);
+  int32_t* sym = malloc((m + 1) * sizeof(int32_t));
+  if (!b || !sym) {
+    free(b), free(sym);
+    return 0;
+  }
+  size_t k = 0;
+  if (prepend) memcpy(b, mark, 3), k = 3;
+  for (size_t i = 0; i < n; ++i)
+    if (s[i] == ' ') memcpy(b + k, mark, 3), k += 3;
+    else b[k++] = s[i];
+  size_t ns = 0;
+  for (size_t i = 0; i < k;) {
+    size_t len;
+    kiln_cli_utf8_next(b + i, k - i, &len);
+    int32_t id = kiln_tok_lookup(t, b + i, len);
+    if (id < 0 && (t->flags & FLAG_BYTE_FALLBACK)) {
+      int all = 1;
+      for (size_t j = 0; j < len; ++j) all &= t->byte_token[(uint8_t)b[i + j]] >= 0;
+      if (all) {
+        for (size_t j = 0; j < len; ++j) sym[ns++] = t->byte_token[(uint8_t)b[i + j]];
+        i += len;
+        continue;
+      }
+    }
+    if (id < 0) {
+      id = t->unk;
+      if (id < 0) { /* no unknown token: the character is dropped, as Hugging Face's BPE drops it */
+        i += len;
+        continue;
+      }
+      if ((t->flags & FLAG_FUSE_UNK) && ns > 0 && sym[ns - 1] == id) {
+        i += len;
+        continue;
+      }
+    }
+    sym[ns++] = id;
+    i += len;
+  }
+  kiln_tok_merge_word(t, sym, ns, out);
+  free(b), free(sym);
+  return 1;
+}
+
+/* ---- the text ----------------------------------------------------------- */
+
+/* The longest added token at s[0, n), or -1. */
+static int32_t kiln_tok_added_at(const kiln_cli_tokenizer_t* t, const char* s, size_t n) {
+  for (uint32_t a = 0; a < t->n_added; ++a) {
+    int32_t id = t->added[a].id;
+    size_t len = t->start[id + 1] - t->start[id];
+    if (len <= n && (uint8_t)s[0] == t->bytes[t->start[id]] && !memcmp(s, t->bytes + t->start[id], len)) return id;
+  }
+  return -1;
+}
+
+kiln_status_t kiln_cli_tokenizer_encode(const kiln_cli_tokenizer_t* t, const char* text, size_t n,
+                                        int add_special, int32_t** out_ids, size_t* out_count) {
+  kiln_tok_ids_t ids = {0};
+  *out_ids = NULL;
+  *out_count = 0;
+  if (add_special)
+    for (uint32_t i = 0; i < t->n_prefix; ++i) kiln_tok_push(&ids, t->prefix[i]);
+  int ok = 1;
+  size_t from = 0;
+  for (size_t i = 0; i <= n && ok;) {
+    int32_t added = i < n ? kiln_tok_added_at(t, text + i, n - i) : -1;
+    if (i < n && added < 0) {
+      ++i;
+      continue;
+    }
+    if (i > from)
+      ok = t->kind == KIND_BYTE_LEVEL ? kiln_tok_encode_byte_level(t, text + from, i - from, &ids)
+                                      : kiln_tok_encode_sentencepiece(t, text + from, i - from, from == 0, &ids);
+    if (added < 0) break;
+    kiln_tok_push(&ids, added);
+    i += t->start[added + 1] - t->start[added];
+    from = i;
+  }
+  if (add_special)
+    for (uint32_t i = 0; i < t->n_suffix; ++i) kiln_tok_push(&ids, t->suffix[i]);
+  if (!ok || ids.oom) {
+    free(ids.v);
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "tokenizer: out of memory encoding %zu bytes", n);
+  }
+  *out_ids = ids.v;
+  *out_count = ids.n;
+  return NULL;
+}

@@ -1,0 +1,74 @@
+/* Text in and out of `kiln generate`: a BPE tokenizer carried in the
+ * artifact's "tokenizer" section, which kiln.save(..., tokenizer=) writes
+ * from a Hugging Face tokenizer (python/kiln/tokenizer.py). It encodes as
+ * Hugging Face's tokenizers library does for the two families most causal
+ * LMs use, and decodes a token at a time:
+ *   byte-level BPE (GPT-2, Llama 3, Qwen2): the text split by the model's
+ *     pattern (GPT-2's or Llama 3's, whose numbers run 1 to 3 or 1 digits),
+ *     each piece's bytes merged;
+ *   SentencePiece-style BPE (Llama 2, TinyLlama, Mistral v0.1): spaces as
+ *     U+2581 with one prepended (the Prepend normalizer, or Metaspace), the
+ *     characters merged, bytes for characters outside the vocabulary
+ *     (<0x41>), else the unknown token.
+ * Added tokens (<|begin_of_text|>, </s>) are found in the text first, as
+ * whole tokens; the prefix and suffix ids (BOS) are the tokenizer's own.
+ *
+ * Section layout (little-endian; the loader checks every count, id and
+ * length against the section, which is exactly as long as they say):
+ *   0   8  "KILNTOKN"
+ *   8   4  u32 version (1)
+ *  12   4  u32 kind: 1 byte-level, 2 SentencePiece-style
+ *  16   4  u32 pattern (byte-level): 1 GPT-2, 2 Llama 3 (numbers of 1-3
+ *          digits), 3 Llama 3's with 1-digit numbers (Qwen2); else 0
+ *  20   4  u32 flags: bit 0 a word found whole in the vocabulary is not
+ *          merged (ignore_merges); bit 1 a space is prepended to each piece
+ *          of text (byte-level add_prefix_space) or U+2581 (SentencePiece);
+ *          bit 2 U+2581 only where the text does not start with one (the
+ *          Metaspace form); bit 3 only before the text's first piece
+ *          (prepend_scheme "first"); bit 4 byte fallback; bit 5 consecutive
+ *          unknown characters make one unknown token (fuse_unk)
+ *  24   4  u32 tokens T (at most 2^24)
+ *  28   4  u32 merges M
+ *  32   4  u32 added tokens A
+ *  36   4  i32 the unknown token's id, or -1
+ *  40   4  u32 prefix ids P (at most 16)
+ *  44   4  u32 suffix ids S (at most 16)
+ *  48   4  u32 end-of-sequence ids E (at most 16; `kiln generate`'s default --eos)
+ *  52      P, S then E u32 ids; T u32 byte lengths (each at most 1024); the
+ *          T tokens' bytes (byte-level: the raw bytes, not GPT-2's
+ *          printable stand-ins); M records (u32 left, u32 right) in rank
+ *          order, each pair's bytes a token; A records (u32 id, u32 flags:
+ *          bit 0 special, skipped when decoding). */
+#ifndef KILN_CLI_TOKENIZER_H
+#define KILN_CLI_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/kiln_status.h"
+
+#define KILN_CLI_TOKENIZER_SECTION "tokenizer"
+
+typedef struct kiln_cli_tokenizer_s kiln_cli_tokenizer_t;
+
+/* Builds a tokenizer from a section's bytes (copied). Anything malformed is
+ * KILN_CORRUPT_ARTIFACT saying what; *out is then NULL. */
+kiln_status_t kiln_cli_tokenizer_load(const void* bytes, size_t size, kiln_cli_tokenizer_t** out);
+void kiln_cli_tokenizer_free(kiln_cli_tokenizer_t* t);
+
+int32_t kiln_cli_tokenizer_size(const kiln_cli_tokenizer_t* t);
+/* The end-of-sequence ids (borrowed) and their count. */
+const int32_t* kiln_cli_tokenizer_eos(const kiln_cli_tokenizer_t* t, int32_t* count);
+
+/* The ids of n bytes of text (UTF-8; a malformed byte is a character of no
+ * class), with the prefix and suffix ids when add_special. *out_ids is a
+ * new array (free()) of *out_count ids. */
+kiln_status_t kiln_cli_tokenizer_encode(const kiln_cli_tokenizer_t* t, const char* text, size_t n,
+                                        int add_special, int32_t** out_ids, size_t* out_count);
+
+/* The bytes token id adds to a decoded text after other tokens (a special
+ * token none; SentencePiece's U+2581 a space, <0x0A> its byte; a token may
+ * end inside a UTF-8 character, which the next ones finish). Borrowed. */
+const char* kiln_cli_tokenizer_piece(const kiln_cli_tokenizer_t* t, int32_t id, size_t* len);
+
+#endif /* KILN_CLI_TOKENIZER_H */
