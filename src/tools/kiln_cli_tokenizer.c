@@ -339,24 +339,76 @@ static void kiln_tok_push(kiln_tok_ids_t* a, int32_t id) {
 
 /* ---- BPE over one word -------------------------------------------------- */
 
-/* Merges the symbols sym[0, n) in place (the lowest-ranked adjacent pair
- * first, the leftmost of equal ranks, until no pair merges) and appends
- * them. Quadratic in the word's symbols: words are short after
- * pre-tokenizing; a SentencePiece text is one word, a prompt long. */
-static void kiln_tok_merge_word(const kiln_cli_tokenizer_t* t, int32_t* sym, size_t n, kiln_tok_ids_t* out) {
-  while (n > 1) {
-    size_t best = n;
-    int32_t best_rank = 0, best_res = 0;
-    for (size_t i = 0; i + 1 < n; ++i) {
-      const kiln_tok_merge_t* m = kiln_tok_merge_find(t, sym[i], sym[i + 1]);
-      if (m && (best == n || m->rank < best_rank)) best = i, best_rank = m->rank, best_res = m->result;
-    }
-    if (best == n) break;
-    sym[best] = best_res;
-    memmove(sym + best + 1, sym + best + 2, (n - best - 2) * sizeof(int32_t));
-    --n;
+typedef struct {
+  int32_t rank, pos; /* the pair's rank; its left symbol's first position */
+  int32_t result;
+} kiln_tok_cand_t;
+
+static int kiln_tok_before(const kiln_tok_cand_t* a, const kiln_tok_cand_t* b) {
+  return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void kiln_tok_heap_push(kiln_tok_cand_t* h, size_t* n, kiln_tok_cand_t c) {
+  size_t i = (*n)++;
+  while (i > 0 && kiln_tok_before(&c, &h[(i - 1) / 2])) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
   }
-  for (size_t i = 0; i < n; ++i) kiln_tok_push(out, sym[i]);
+  h[i] = c;
+}
+
+static kiln_tok_cand_t kiln_tok_heap_pop(kiln_tok_cand_t* h, size_t* n) {
+  kiln_tok_cand_t top = h[0], last = h[--*n];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && kiln_tok_before(&h[c + 1], &h[c])) ++c;
+    if (!kiln_tok_before(&h[c], &last)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n) h[i] = last;
+  return top;
+}
+
+/* The pair starting at symbol l, if it merges, as a candidate. */
+static void kiln_tok_offer(const kiln_cli_tokenizer_t* t, const int32_t* sym, const int32_t* next, int32_t l,
+                           kiln_tok_cand_t* heap, size_t* n) {
+  if (l < 0 || next[l] < 0) return;
+  const kiln_tok_merge_t* m = kiln_tok_merge_find(t, sym[l], sym[next[l]]);
+  if (m) kiln_tok_heap_push(heap, n, (kiln_tok_cand_t){m->rank, l, m->result});
+}
+
+/* Merges the symbols sym[0, n) (the lowest-ranked adjacent pair first, the
+ * leftmost of equal ranks, until no pair merges) and appends the result,
+ * as Hugging Face's BPE does it: a heap of candidate pairs over a linked
+ * list of symbols, a candidate dropped when popped if its pair has changed
+ * since. O(n log n): a SentencePiece text is one word, a prompt long.
+ * work: 3 n int32 and n candidates of scratch. */
+static void kiln_tok_merge_word(const kiln_cli_tokenizer_t* t, int32_t* sym, size_t n, int32_t* work,
+                                kiln_tok_cand_t* heap, kiln_tok_ids_t* out) {
+  int32_t *next = work, *prev = work + n;
+  size_t nh = 0;
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    prev[i] = (int32_t)i - 1;
+  }
+  for (size_t i = 0; i + 1 < n; ++i) kiln_tok_offer(t, sym, next, (int32_t)i, heap, &nh);
+  while (nh) {
+    kiln_tok_cand_t c = kiln_tok_heap_pop(heap, &nh);
+    int32_t l = c.pos, r = next[l];
+    if (sym[l] < 0 || r < 0) continue;
+    const kiln_tok_merge_t* m = kiln_tok_merge_find(t, sym[l], sym[r]);
+    if (!m || m->result != c.result) continue; /* stale: the pair changed */
+    sym[l] = c.result;
+    sym[r] = -1;
+    next[l] = next[r];
+    if (next[r] >= 0) prev[next[r]] = l;
+    kiln_tok_offer(t, sym, next, prev[l], heap, &nh);
+    kiln_tok_offer(t, sym, next, l, heap, &nh);
+  }
+  for (int32_t i = n ? 0 : -1; i >= 0; i = next[i]) kiln_tok_push(out, sym[i]);
 }
 
 /* ---- byte-level words --------------------------------------------------- */
@@ -437,7 +489,22 @@ static size_t kiln_tok_match_llama3(const kiln_tok_text_t* x, size_t i, size_t d
   return kiln_tok_spaces(x, i);
 }
 
-static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b, size_t n, int32_t* sym,
+/* Scratch for merging words of up to m symbols. */
+typedef struct {
+  int32_t *sym, *work;
+  kiln_tok_cand_t* heap;
+} kiln_tok_scratch_t;
+
+static int kiln_tok_scratch_make(kiln_tok_scratch_t* w, size_t m) {
+  w->sym = malloc((m + 1) * sizeof(int32_t));
+  w->work = malloc(2 * (m + 1) * sizeof(int32_t));
+  w->heap = malloc(3 * (m + 1) * sizeof(kiln_tok_cand_t)); /* n - 1 pairs, then 2 per merge */
+  return w->sym && w->work && w->heap;
+}
+
+static void kiln_tok_scratch_free(kiln_tok_scratch_t* w) { free(w->sym), free(w->work), free(w->heap); }
+
+static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b, size_t n, kiln_tok_scratch_t* w,
                                 kiln_tok_ids_t* out) {
   if (t->flags & FLAG_IGNORE_MERGES) {
     int32_t id = kiln_tok_lookup(t, b, n);
@@ -446,8 +513,8 @@ static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b,
       return;
     }
   }
-  for (size_t j = 0; j < n; ++j) sym[j] = t->byte_token[b[j]];
-  kiln_tok_merge_word(t, sym, n, out);
+  for (size_t j = 0; j < n; ++j) w->sym[j] = t->byte_token[b[j]];
+  kiln_tok_merge_word(t, w->sym, n, w->work, w->heap, out);
 }
 
 static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
@@ -456,9 +523,9 @@ static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char*
   uint8_t* b = malloc(m + 1);
   uint32_t* cp = malloc((m + 1) * sizeof(uint32_t));
   size_t* at = malloc((m + 1) * sizeof(size_t));
-  int32_t* sym = malloc((m + 1) * sizeof(int32_t));
-  if (!b || !cp || !at || !sym) {
-    free(b), free(cp), free(at), free(sym);
+  kiln_tok_scratch_t w;
+  if (!kiln_tok_scratch_make(&w, m) || !b || !cp || !at) {
+    free(b), free(cp), free(at), kiln_tok_scratch_free(&w);
     return 0;
   }
   if (prefix) b[0] = ' ';
@@ -473,14 +540,14 @@ static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char*
   at[k] = m;
   kiln_tok_text_t x = {cp, at, k};
   for (size_t i = 0; i < k;) {
-    size_t w = t->pattern == PATTERN_GPT2 ? kiln_tok_match_gpt2(&x, i)
-               : t->pattern == PATTERN_NONE ? k - i
-                                            : kiln_tok_match_llama3(&x, i, t->pattern == PATTERN_LLAMA3 ? 3 : 1);
-    if (w == 0) w = 1; /* (every character matches some alternative) */
-    kiln_tok_bytes_word(t, b + at[i], at[i + w] - at[i], sym, out);
-    i += w;
+    size_t len = t->pattern == PATTERN_GPT2 ? kiln_tok_match_gpt2(&x, i)
+                 : t->pattern == PATTERN_NONE ? k - i
+                                              : kiln_tok_match_llama3(&x, i, t->pattern == PATTERN_LLAMA3 ? 3 : 1);
+    if (len == 0) len = 1; /* (every character matches some alternative) */
+    kiln_tok_bytes_word(t, b + at[i], at[i + len] - at[i], &w, out);
+    i += len;
   }
-  free(b), free(cp), free(at), free(sym);
+  free(b), free(cp), free(at), kiln_tok_scratch_free(&w);
   return 1;
 }
 
@@ -496,11 +563,12 @@ static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const ch
     prepend = 0;
   size_t m = n + 2 * spaces + 3 * (size_t)prepend;
   char* b = malloc(m + 1);
-  int32_t* sym = malloc((m + 1) * sizeof(int32_t));
-  if (!b || !sym) {
-    free(b), free(sym);
+  kiln_tok_scratch_t w;
+  if (!kiln_tok_scratch_make(&w, m) || !b) {
+    free(b), kiln_tok_scratch_free(&w);
     return 0;
   }
+  int32_t* sym = w.sym;
   size_t k = 0;
   if (prepend) memcpy(b, mark, 3), k = 3;
   for (size_t i = 0; i < n; ++i)
@@ -534,8 +602,8 @@ static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const ch
     sym[ns++] = id;
     i += len;
   }
-  kiln_tok_merge_word(t, sym, ns, out);
-  free(b), free(sym);
+  kiln_tok_merge_word(t, sym, ns, w.work, w.heap, out);
+  free(b), kiln_tok_scratch_free(&w);
   return 1;
 }
 
