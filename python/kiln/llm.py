@@ -4,13 +4,14 @@ that `kiln generate` (the C runtime alone) and any C API program run.
 
     step = kiln.llm.StaticCacheStep(model, max_length=2048)
     compiled = step.trace(prompt_ids, weights_dtype="int4:a8")   # prefill and decode
-    kiln.save(compiled, "step.kiln")                              # kiln generate step.kiln --prompt ...
+    kiln.save(compiled, "step.kiln", tokenizer=tok)               # kiln generate step.kiln --text ...
 
     kv = step.empty_cache()
     logits = compiled(prompt_ids, torch.tensor(0), kv)            # the prompt
     logits = compiled(next_id[None], torch.tensor(n), kv)         # then a token at a time
 
     rows = kiln.llm.StaticCacheStep(model, 2048, batch=4)         # up to four prompts at once,
+    kv = rows.empty_cache(ids.shape[0])                           # a cache for the rows run
     logits = rows.trace(ids)(ids, torch.tensor(0), kv, pad)       # left-padded by pad[b] slots
 
 The step builds transformers' StaticCache over the caller's tensors on each
