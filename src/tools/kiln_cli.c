@@ -125,8 +125,9 @@ static const char kiln_cli_usage_text[] =
     "      --runs N (default 20)  --warmup N (default 2)\n"
     "  run, bench and profile take --shape NAME=DIMS (DIMS like 2x40x16): the\n"
     "                   shape input NAME (its name, or its index) runs at; a model\n"
-    "                   with symbolic sizes needs one per input whose shape has\n"
-    "                   symbols ('kiln info FILE' shows them and their ranges)\n"
+    "                   with symbolic sizes needs one per input whose symbols the\n"
+    "                   others do not give ('kiln info FILE' shows them and their\n"
+    "                   ranges)\n"
     "  generate FILE    generation from a traced generation step (a KV cache passed\n"
     "                   in and updated in place: kiln.llm.StaticCacheStep); prints\n"
     "                   the new text (or token ids), a line per prompt, timing on stderr\n"
@@ -613,10 +614,30 @@ static kiln_status_t kiln_cli_input_shapes(const kiln_graph_t* g, const kiln_cli
     }
     if (!s) memcpy(shapes + (size_t)idx * KILN_MAX_RANK, shape, sizeof(int64_t) * (size_t)rank);
   }
-  /* Every symbolic input needs its shape. */
+  /* A symbolic input not given takes the values the given ones bound for
+   * its symbols (a generation step's cache from its input ids' rows);
+   * otherwise it needs its shape. */
+  int64_t bound[KILN_SYM_MAX_VARS];
+  for (int32_t k = 0; k < KILN_SYM_MAX_VARS; ++k) bound[k] = -1;
+  for (int32_t i = 0; i < g->n_inputs && !s; ++i) {
+    const kiln_value_t* v = &g->values[g->inputs[i]];
+    for (int32_t d = 0; given[i] && d < v->rank; ++d) {
+      if (!kiln_dim_is_sym(v->shape[d])) continue;
+      const kiln_sym_expr_t* x = &g->syms->exprs[kiln_dim_sym_id(v->shape[d])];
+      if (x->kind == KILN_SYM_VAR) bound[x->a] = shapes[(size_t)i * KILN_MAX_RANK + (size_t)d];
+    }
+  }
   for (int32_t i = 0; i < g->n_inputs && !s; ++i) {
     const kiln_value_t* v = &g->values[g->inputs[i]];
     if (given[i] || !kiln_value_is_symbolic(v)) continue;
+    int known = 1;
+    for (int32_t d = 0; d < v->rank && known; ++d) {
+      if (!kiln_dim_is_sym(v->shape[d])) continue;
+      const kiln_sym_expr_t* x = &g->syms->exprs[kiln_dim_sym_id(v->shape[d])];
+      known = x->kind == KILN_SYM_VAR && bound[x->a] >= 0;
+      if (known) shapes[(size_t)i * KILN_MAX_RANK + (size_t)d] = bound[x->a];
+    }
+    if (known) continue;
     kiln_cli_input_label(g, i, label, sizeof label);
     kiln_graph_describe_value(g, v, desc, sizeof desc);
     char dims_text[512], example[160];

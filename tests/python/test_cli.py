@@ -310,6 +310,28 @@ def test_symbolic_without_shape_says_what_to_pass(sym_artifact):
     assert p.returncode == 1 and "input 1 ('y')" in p.stderr and "--shape y=" in p.stderr, p.stderr
 
 
+class RowNet(torch.nn.Module):
+    def forward(self, x, y):
+        return x.mean(1) + y
+
+
+def test_an_input_whose_symbols_others_give_needs_no_shape(tmp_path):
+    """y (b, 16) shares x's b: --shape x=3x5x16 sizes it (as a generation
+    step's cache takes its rows from the input ids'); an expression or a
+    symbol no given input has still needs its own --shape."""
+    from torch.export import Dim
+
+    b = Dim("b", max=8)
+    compiled = kiln.trace(RowNet(), (torch.randn(2, 5, 16), torch.randn(2, 16)),
+                          dynamic_shapes={"x": {0: b, 1: Dim("t", max=64)}, "y": {0: b}})
+    path = tmp_path / "rows.kiln"
+    kiln.save(compiled, path)
+    assert "(3, 16) float32" in cli("run", path, "--shape", "x=3x5x16").stdout
+    assert "median" in cli("bench", path, "--shape", "x=3x5x16", "--runs", 2, "--warmup", 1).stdout
+    p = cli("run", path, "--shape", "y=3x16", check=False)
+    assert p.returncode == 1 and "input 0 ('x')" in p.stderr and "--shape x=" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("shapes,needle", [
     (["x=2x4"], "3 dimensions; '2x4' gives 2"),
     (["x=2x4x15", "y=2x3x8"], "dimension 2 is fixed at 16, not 15"),
