@@ -274,6 +274,37 @@ KILN_API kiln_error_t* kiln_session_output_updates(const kiln_session_t* session
 KILN_API kiln_error_t* kiln_session_section(const kiln_session_t* session, const char* name,
                                            const void** out_data, size_t* out_size);
 
+/* ---- text ------------------------------------------------------------------ */
+
+/* A model saved with kiln.save(module, path, tokenizer=tok) carries the
+ * Hugging Face tokenizer it was trained with (BPE: byte-level as GPT-2,
+ * Llama 3 and Qwen2, or SentencePiece-style as Llama 2 and Mistral); the
+ * session reads it when it is made (a damaged one is a corrupt artifact)
+ * and encodes text as the tokenizers library does. 1 when it has one. */
+KILN_API int32_t kiln_session_has_tokenizer(const kiln_session_t* session);
+
+/* The token ids of `size` bytes of UTF-8 text, with the tokenizer's own
+ * prefix (BOS) and suffix ids when add_special is nonzero, as
+ * tokenizer(text) gives them in Python. Up to `capacity` ids go to out_ids
+ * (which may be NULL when capacity is 0); *out_count is how many there are
+ * (call again with a larger buffer when it is more than capacity). A
+ * session without a tokenizer is KILN_INVALID_ARGUMENT. */
+KILN_API kiln_error_t* kiln_session_tokenize(const kiln_session_t* session, const char* text,
+                                            size_t size, int32_t add_special, int64_t* out_ids,
+                                            size_t capacity, size_t* out_count);
+
+/* The bytes token `id` adds to a text after others (*out_size of them;
+ * borrowed from the session): none for a special token (BOS, EOS) or an id
+ * outside the tokenizer's vocabulary. Print them as they come: a token may
+ * end inside a UTF-8 character that the next ones finish. */
+KILN_API const char* kiln_session_token_bytes(const kiln_session_t* session, int64_t id,
+                                             size_t* out_size);
+
+/* The ids that end a generation (the tokenizer's eos_token_id, or the list
+ * kiln.save(..., eos=[...]) gave): borrowed, *out_count of them. */
+KILN_API kiln_error_t* kiln_session_eos_ids(const kiln_session_t* session, const int32_t** out_ids,
+                                           int32_t* out_count);
+
 /* ---- running --------------------------------------------------------------- */
 
 /* A caller-owned tensor: dense, row-major (C order), native-endian bytes.

@@ -3,7 +3,7 @@ that `kiln generate --text` reads and writes text with no Python:
 
     kiln.save(compiled, "step.kiln", tokenizer=AutoTokenizer.from_pretrained(path))
 
-The C side (src/tools/kiln_cli_tokenizer.h, which documents the layout)
+The C side (src/runtime/kiln_tokenizer.h, which documents the layout)
 encodes as Hugging Face's tokenizers library does for BPE models of two
 families: byte-level (GPT-2's pattern, Llama 3's, Qwen2's 1-digit form)
 and SentencePiece-style (U+2581 for spaces, byte fallback: Llama 2,

@@ -30,6 +30,7 @@
 #include "base/kiln_pool.h"
 #include "base/kiln_status.h"
 #include "ir/kiln_artifact.h"
+#include "runtime/kiln_tokenizer.h"
 #include "ir/kiln_format.h"
 #include "ir/kiln_graph.h"
 #include "ir/kiln_sym.h"
@@ -135,6 +136,7 @@ struct kiln_session_s {
   kiln_writes_t writes;    /* outputs that are new values of inputs */
   const void* artifact;    /* the file's bytes (the model's, or the caller's borrowed ones) */
   size_t artifact_size;
+  kiln_tokenizer_t* tokenizer; /* the file's "tokenizer" section, or NULL */
 };
 
 void kiln_load_options_initialize(kiln_load_options_t* options) {
@@ -170,6 +172,7 @@ static void kiln_api_session_free(kiln_session_t* s) {
   free(s->io);
   free(s->tensors);
   kiln_writes_clear(&s->writes);
+  kiln_tokenizer_free(s->tokenizer);
   pthread_mutex_destroy(&s->lock);
   free(s);
 }
@@ -362,6 +365,13 @@ static kiln_status_t kiln_api_load(const void* bytes, size_t size, void* owned, 
     st = kiln_writes_load(kiln_model_graph(s->model), writes, writes_size, &s->writes);
     if (st) st = kiln_status_annotate(st, "corrupt artifact %s", what);
   }
+  if (!st) {
+    const void* tok = NULL;
+    size_t tok_size = 0;
+    kiln_status_free(kiln_artifact_find_section(bytes, size, KILN_TOKENIZER_SECTION, &tok, &tok_size));
+    if (tok) st = kiln_tokenizer_load(tok, tok_size, &s->tokenizer);
+    if (st) st = kiln_status_annotate(st, "corrupt artifact %s", what);
+  }
   if (st) {
     kiln_api_session_free(s);
     return st;
@@ -488,6 +498,53 @@ kiln_error_t* kiln_session_section(const kiln_session_t* session, const char* na
   /* The table was checked when the session was made; this finds the name. */
   return kiln_api_error(kiln_artifact_find_section(session->artifact, session->artifact_size, name,
                                                    out_data, out_size));
+}
+
+static kiln_status_t kiln_api_tokenizer(const kiln_session_t* session) {
+  if (!session) return kiln_status_make(KILN_INVALID_ARGUMENT, "session is NULL");
+  if (!session->tokenizer)
+    return kiln_status_make(KILN_INVALID_ARGUMENT,
+                            "the model has no tokenizer (save it with kiln.save(module, path, tokenizer=...))");
+  return kiln_ok();
+}
+
+int32_t kiln_session_has_tokenizer(const kiln_session_t* session) {
+  return session && session->tokenizer ? 1 : 0;
+}
+
+kiln_error_t* kiln_session_tokenize(const kiln_session_t* session, const char* text, size_t size,
+                                    int32_t add_special, int64_t* out_ids, size_t capacity,
+                                    size_t* out_count) {
+  kiln_status_t st = kiln_api_tokenizer(session);
+  if (!st && !out_count) st = kiln_status_make(KILN_INVALID_ARGUMENT, "out_count is NULL");
+  if (!st && !text && size) st = kiln_status_make(KILN_INVALID_ARGUMENT, "text is NULL");
+  if (!st && !out_ids && capacity) st = kiln_status_make(KILN_INVALID_ARGUMENT, "out_ids is NULL");
+  if (st) return kiln_api_error(st);
+  int32_t* ids = NULL;
+  size_t n = 0;
+  st = kiln_tokenizer_encode(session->tokenizer, text ? text : "", size, add_special != 0, &ids, &n);
+  for (size_t i = 0; !st && i < n && i < capacity; ++i) out_ids[i] = ids[i];
+  free(ids);
+  if (!st) *out_count = n;
+  return kiln_api_error(st);
+}
+
+const char* kiln_session_token_bytes(const kiln_session_t* session, int64_t id, size_t* out_size) {
+  size_t n = 0;
+  const char* bytes = "";
+  if (session && session->tokenizer && id >= 0 && id < kiln_tokenizer_size(session->tokenizer))
+    bytes = kiln_tokenizer_piece(session->tokenizer, (int32_t)id, &n);
+  if (out_size) *out_size = n;
+  return bytes;
+}
+
+kiln_error_t* kiln_session_eos_ids(const kiln_session_t* session, const int32_t** out_ids,
+                                   int32_t* out_count) {
+  kiln_status_t st = kiln_api_tokenizer(session);
+  if (!st && (!out_ids || !out_count))
+    st = kiln_status_make(KILN_INVALID_ARGUMENT, "%s is NULL", out_ids ? "out_count" : "out_ids");
+  if (!st) *out_ids = kiln_tokenizer_eos(session->tokenizer, out_count);
+  return kiln_api_error(st);
 }
 
 kiln_error_t* kiln_session_input_info(const kiln_session_t* session, int32_t index,

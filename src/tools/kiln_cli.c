@@ -45,6 +45,7 @@
 #include "tools/kiln_cli.h"
 #include "tools/kiln_cli_generate.h"
 #include "tools/kiln_cli_tokenize.h"
+#include "runtime/kiln_tokenizer.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "unknown"
@@ -88,6 +89,7 @@ typedef struct kiln_cli_session_s {
   kiln_pool_t* pool;
   kiln_model_t* model;
   kiln_writes_t writes; /* outputs that are new values of inputs ("writes" section) */
+  kiln_tokenizer_t* tokenizer; /* the "tokenizer" section, or NULL */
   unsigned format_major, format_minor;
   size_t file_size;
 } kiln_cli_session_t;
@@ -279,6 +281,8 @@ static void kiln_cli_session_deinitialize(kiln_cli_session_t* s) {
   kiln_model_release(s->model); /* before the pool it borrows */
   s->model = NULL;
   kiln_writes_clear(&s->writes);
+  kiln_tokenizer_free(s->tokenizer);
+  s->tokenizer = NULL;
   if (s->pool) kiln_pool_release(s->pool);
   s->pool = NULL;
 }
@@ -316,7 +320,12 @@ static kiln_status_t kiln_cli_session_initialize(const char* path, int threads,
   kiln_status_free(kiln_artifact_find_section(bytes, size, KILN_WRITES_SECTION, &section,
                                               &section_len));
   st = kiln_writes_load(graph, section, section_len, &s->writes);
+  if (!st) {
+    kiln_status_free(kiln_artifact_find_section(bytes, size, KILN_TOKENIZER_SECTION, &section, &section_len));
+    if (section) st = kiln_tokenizer_load(section, section_len, &s->tokenizer);
+  }
   if (st) {
+    kiln_writes_clear(&s->writes);
     kiln_graph_release(graph);
     free(bytes);
     return kiln_status_annotate(st, "corrupt artifact '%s'", path);
@@ -777,6 +786,9 @@ static kiln_status_t kiln_cli_info(const kiln_cli_options_t* o, kiln_cli_session
     }
     printf("\n");
   }
+  if (s->tokenizer)
+    printf("tokenizer:  %s (kiln generate --text, kiln tokenize)\n",
+           kiln_tokenizer_describe(s->tokenizer, buf, sizeof buf));
   if (kiln_model_is_symbolic(s->model)) {
     /* The symbols and their ranges; --shape gives them values. */
     const kiln_sym_table_t* t = g->syms;

@@ -15,7 +15,7 @@
  * seeded draw) and the rows decode together until --max-new-tokens, every
  * row's --eos, or a full cache. One row's tokens are printed as they come;
  * several rows' at the end, a line each. A step saved with its tokenizer
- * (kiln_cli_tokenizer.h) takes text prompts and prints text (its end id
+ * (kiln_session_tokenize) takes text prompts and prints text (its end ids
  * the default --eos). The timing goes to stderr.
  *
  * Each step prints what went wrong and returns an exit code (2 for a bad
@@ -34,7 +34,6 @@
 #include "tools/kiln_cli_generate.h"
 #include "tools/kiln_cli_generate_step.h"
 #include "tools/kiln_cli_sample.h"
-#include "tools/kiln_cli_tokenizer.h"
 
 typedef struct kiln_gen_ids_s {
   int64_t* ids;
@@ -55,7 +54,7 @@ typedef struct kiln_gen_options_s {
   int32_t n_texts;
   char* text_read;             /* --text-file's contents (owned) */
   int print_ids;               /* --ids: token ids even when the file has a tokenizer */
-  kiln_cli_tokenizer_t* tokenizer; /* the file's, or NULL */
+  const kiln_session_t* text_of; /* the session whose tokenizer prints tokens as text, or NULL */
 } kiln_gen_options_t;
 
 static int kiln_gen_usage(const char* msg, const char* arg) {
@@ -433,9 +432,9 @@ static void kiln_gen_print_summary(const kiln_gen_rows_t* r, const kiln_gen_opti
 /* A new token on stdout: its text (the bytes it adds; special tokens none)
  * when the file has a tokenizer and --ids was not asked for, else its id. */
 static void kiln_gen_print_token(const kiln_gen_options_t* o, int64_t id, int first) {
-  if (o->tokenizer && !o->print_ids) {
+  if (o->text_of) {
     size_t len;
-    const char* piece = kiln_cli_tokenizer_piece(o->tokenizer, (int32_t)id, &len);
+    const char* piece = kiln_session_token_bytes(o->text_of, id, &len);
     fwrite(piece, 1, len, stdout);
   } else {
     printf(first ? "%" PRId64 : " %" PRId64, id);
@@ -483,7 +482,7 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
     steps[n_steps++] = kiln_gen_now() - t1;
   }
   for (int32_t i = 0; i < o->n_prompts; ++i) { /* several rows: a line (or text) each, at the end */
-    if (r.batch > 1 && o->tokenizer && !o->print_ids) printf("%s--- prompt %d ---\n", i ? "\n" : "", (int)i + 1);
+    if (r.batch > 1 && o->text_of) printf("%s--- prompt %d ---\n", i ? "\n" : "", (int)i + 1);
     for (int64_t k = 0; r.batch > 1 && k < r.n_made[i]; ++k) kiln_gen_print_token(o, r.made[k * r.batch + i], k == 0);
     if (r.batch > 1 || made) printf("\n");
   }
@@ -512,33 +511,25 @@ static void kiln_gen_options_free(kiln_gen_options_t* o) {
   free(o->eos.ids);
   free(o->texts);
   free(o->text_read);
-  kiln_cli_tokenizer_free(o->tokenizer);
 }
 
-/* The file's tokenizer, if it has one, and the --text prompts through it
- * (with its BOS, as the tokenizer gives them in Python); its end ids are
- * the default --eos. 0, or an exit code after printing why. */
+/* The --text prompts through the file's tokenizer (with its BOS, as the
+ * tokenizer gives them in Python), whose end ids are the default --eos and
+ * which prints the new tokens as text unless --ids. 0, or an exit code
+ * after printing why. */
 static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
-  const void* section = NULL;
-  size_t size = 0;
-  kiln_error_t* err = kiln_session_section(session, KILN_CLI_TOKENIZER_SECTION, &section, &size);
-  if (err) return kiln_gen_fail(err, "generate");
-  if (section) {
-    kiln_status_t st = kiln_cli_tokenizer_load(section, size, &o->tokenizer);
-    if (st) {
-      fprintf(stderr, "kiln: generate: corrupt artifact '%s': %s\n", o->file, kiln_status_message(st));
-      kiln_status_free(st);
-      return 1;
-    }
-  }
-  if (o->n_texts && !o->tokenizer) {
+  if (!kiln_session_has_tokenizer(session)) {
+    if (!o->n_texts) return 0;
     fprintf(stderr, "kiln: generate: '%s' has no tokenizer, so --text cannot be read: save the step with "
                     "kiln.save(compiled, path, tokenizer=...), or give token ids with --prompt\n", o->file);
     return 1;
   }
-  if (o->tokenizer && !o->eos.n) {
-    int32_t n;
-    const int32_t* eos = kiln_cli_tokenizer_eos(o->tokenizer, &n);
+  if (!o->print_ids) o->text_of = session;
+  if (!o->eos.n) {
+    const int32_t* eos = NULL;
+    int32_t n = 0;
+    kiln_error_t* err = kiln_session_eos_ids(session, &eos, &n);
+    if (err) return kiln_gen_fail(err, "generate");
     if (n && !(o->eos.ids = malloc(sizeof(int64_t) * (size_t)n))) return kiln_gen_usage("out of memory", NULL);
     for (int32_t i = 0; i < n; ++i) o->eos.ids[o->eos.n++] = eos[i];
   }
@@ -546,19 +537,18 @@ static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
   o->prompts = calloc((size_t)o->n_texts, sizeof(kiln_gen_ids_t));
   if (!o->prompts) return kiln_gen_usage("out of memory", NULL);
   for (int32_t r = 0; r < o->n_texts; ++r) {
-    int32_t* ids = NULL;
+    const size_t size = strlen(o->texts[r]);
     size_t n = 0;
-    kiln_status_t st = kiln_cli_tokenizer_encode(o->tokenizer, o->texts[r], strlen(o->texts[r]), 1, &ids, &n);
+    kiln_error_t* err = kiln_session_tokenize(session, o->texts[r], size, 1, NULL, 0, &n);
     kiln_gen_ids_t* p = &o->prompts[o->n_prompts++];
-    p->ids = st || n == 0 || n > INT32_MAX ? NULL : malloc(sizeof(int64_t) * n);
-    for (size_t i = 0; p->ids && i < n; ++i) p->ids[p->n++] = ids[i];
-    free(ids);
-    if (st || !p->ids) {
-      fprintf(stderr, "kiln: generate: --text %d: %s\n", (int)r + 1,
-              st ? kiln_status_message(st) : n ? "out of memory" : "the text has no tokens");
-      kiln_status_free(st);
+    p->ids = err || n == 0 || n > INT32_MAX ? NULL : malloc(sizeof(int64_t) * n);
+    if (p->ids) err = kiln_session_tokenize(session, o->texts[r], size, 1, p->ids, n, &n);
+    if (err) return kiln_gen_fail(err, "generate: --text");
+    if (!p->ids) {
+      fprintf(stderr, "kiln: generate: --text %d: %s\n", (int)r + 1, n ? "out of memory" : "the text has no tokens");
       return 1;
     }
+    p->n = (int32_t)n;
   }
   return 0;
 }

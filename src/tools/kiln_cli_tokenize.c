@@ -25,34 +25,34 @@ static int kiln_tok_usage(const char* msg, const char* arg) {
 
 /* The tokenizer section of the file at path (the whole file is read; its
  * graph is not built). */
-static kiln_status_t kiln_tok_from_file(const char* path, kiln_cli_tokenizer_t** out) {
+static kiln_status_t kiln_tok_from_file(const char* path, kiln_tokenizer_t** out) {
   void* bytes = NULL;
   size_t size = 0;
   *out = NULL;
   KILN_RETURN_IF_ERROR(kiln_artifact_load_file(path, &bytes, &size));
   const void* section = NULL;
   size_t n = 0;
-  kiln_status_t st = kiln_artifact_find_section(bytes, size, KILN_CLI_TOKENIZER_SECTION, &section, &n);
+  kiln_status_t st = kiln_artifact_find_section(bytes, size, KILN_TOKENIZER_SECTION, &section, &n);
   if (!st && !section)
     st = kiln_status_make(KILN_INVALID_ARGUMENT,
                           "'%s' has no tokenizer (save it with kiln.save(module, path, tokenizer=...))", path);
-  if (!st) st = kiln_cli_tokenizer_load(section, n, out);
+  if (!st) st = kiln_tokenizer_load(section, n, out);
   free(bytes);
   return st ? kiln_status_annotate(st, "'%s'", path) : NULL;
 }
 
-static kiln_status_t kiln_tok_decode(const kiln_cli_tokenizer_t* t, const char* ids) {
+static kiln_status_t kiln_tok_decode(const kiln_tokenizer_t* t, const char* ids) {
   const char* p = ids;
   while (*p) {
     while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
     if (!*p) break;
     char* end = NULL;
     long long id = strtoll(p, &end, 10);
-    if (end == p || id < 0 || id >= kiln_cli_tokenizer_size(t))
+    if (end == p || id < 0 || id >= kiln_tokenizer_size(t))
       return kiln_status_make(KILN_INVALID_ARGUMENT, "--decode: '%.20s' is not a token id of the %d",
-                              p, (int)kiln_cli_tokenizer_size(t));
+                              p, (int)kiln_tokenizer_size(t));
     size_t len;
-    const char* piece = kiln_cli_tokenizer_piece(t, (int32_t)id, &len);
+    const char* piece = kiln_tokenizer_piece(t, (int32_t)id, &len);
     fwrite(piece, 1, len, stdout);
     p = end;
   }
@@ -82,7 +82,7 @@ int kiln_cli_tokenize_main(int argc, char** argv) {
   }
   if (!file) return kiln_tok_usage("no FILE given", NULL);
   if (!!text + !!text_file + !!decode != 1) return kiln_tok_usage("give one of --text, --text-file or --decode", NULL);
-  kiln_cli_tokenizer_t* t = NULL;
+  kiln_tokenizer_t* t = NULL;
   char* read = NULL;
   size_t n = text ? strlen(text) : 0;
   kiln_status_t st = kiln_tok_from_file(file, &t);
@@ -91,13 +91,13 @@ int kiln_cli_tokenize_main(int argc, char** argv) {
   if (!st && !decode) {
     int32_t* ids = NULL;
     size_t count = 0;
-    st = kiln_cli_tokenizer_encode(t, read ? read : text, n, special, &ids, &count);
+    st = kiln_tokenizer_encode(t, read ? read : text, n, special, &ids, &count);
     for (size_t i = 0; !st && i < count; ++i) printf(i ? " %d" : "%d", (int)ids[i]);
     if (!st) putchar('\n');
     free(ids);
   }
   free(read);
-  kiln_cli_tokenizer_free(t);
+  kiln_tokenizer_free(t);
   fflush(stdout);
   if (st) {
     fprintf(stderr, "kiln: tokenize: %s\n", kiln_status_message(st));

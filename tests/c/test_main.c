@@ -113,6 +113,7 @@ static void kiln_test_print_cpu(void) {
   X(artifact_plan)          \
   X(artifact_writes)        \
   X(token_sample)           \
+  X(tokenizer)              \
   X(conv_planes)            \
   X(patterns)               \
   X(glu_joined)             \

@@ -1,4 +1,4 @@
-"""The C tokenizer `kiln generate --text` uses (src/tools/kiln_cli_tokenizer.c,
+"""The C tokenizer `kiln generate --text` uses (src/runtime/kiln_tokenizer.c,
 stored by kiln.save(..., tokenizer=) through python/kiln/tokenizer.py)
 against Hugging Face's tokenizers library, which is the reference: the same
 ids for the same text, and the same text back.
@@ -216,8 +216,9 @@ def test_a_damaged_tokenizer_section_is_refused(tiny, tmp_path):
             assert b"tokenizer section" in p.stderr, p.stderr
     path = tmp_path / "short.kiln"
     path.write_bytes(tiny.to_bytes({"tokenizer": section[:-3]}))
-    p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text", "x"], capture_output=True, timeout=60)
-    assert p.returncode == 1 and b"tokenizer section" in p.stderr
+    for cmd in (["tokenize", str(path), "--text", "x"], ["info", str(path)]):  # the model's own commands too
+        p = subprocess.run([str(KILN_BIN), *cmd], capture_output=True, timeout=60)
+        assert p.returncode == 1 and b"tokenizer section" in p.stderr, (cmd, p.stderr)
     p = subprocess.run([str(KILN_BIN), "tokenize", str(tmp_path / "bad0.kiln"), "--decode", "1,x"],
                        capture_output=True, timeout=60)
     assert p.returncode == 1
@@ -285,6 +286,8 @@ def test_kiln_generate_reads_and_writes_text(tmp_path):
     f.write_text(text)
     q = run("--text-file", str(f))
     assert q.returncode == 0 and q.stdout == p.stdout, q.stderr
+    info = subprocess.run([str(KILN_BIN), "info", str(path)], capture_output=True, text=True, timeout=60)
+    assert f"tokenizer:  SentencePiece-style BPE, {len(tok)} tokens" in info.stdout and "BOS 1, end 2" in info.stdout
     bare = tmp_path / "bare.kiln"
     kiln.save(compiled, bare)
     r = subprocess.run([str(KILN_BIN), "generate", str(bare), "--text", text], capture_output=True, timeout=300)

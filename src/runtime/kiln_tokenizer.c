@@ -1,16 +1,16 @@
-/* The BPE tokenizer of kiln_cli_tokenizer.h: loading the section, the
+/* The BPE tokenizer of kiln_tokenizer.c: loading the section, the
  * pre-tokenizing patterns (hand-written matchers of the two regular
  * expressions byte-level models use, alternative by alternative, with the
  * regex engine's greedy and backtracking choices spelled out), the merges
  * (lowest rank first, leftmost on a tie, as Hugging Face's BPE applies
  * them), and the pieces a token decodes to. */
-#include "tools/kiln_cli_tokenizer.h"
+#include "runtime/kiln_tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/kiln_cli_unicode.h"
+#include "base/kiln_unicode.h"
 
 enum { KIND_BYTE_LEVEL = 1, KIND_SENTENCEPIECE = 2 };
 enum { PATTERN_NONE = 0, PATTERN_GPT2 = 1, PATTERN_LLAMA3 = 2, PATTERN_LLAMA3_DIGIT = 3 };
@@ -36,7 +36,7 @@ typedef struct {
   int32_t special;
 } kiln_tok_added_t;
 
-struct kiln_cli_tokenizer_s {
+struct kiln_tokenizer_s {
   uint32_t kind, pattern, flags, n_tokens, n_merges, n_added, n_prefix, n_suffix, n_eos;
   int32_t unk;
   int32_t prefix[KILN_TOK_MAX_AFFIX], suffix[KILN_TOK_MAX_AFFIX], eos[KILN_TOK_MAX_AFFIX];
@@ -74,7 +74,7 @@ static uint64_t kiln_tok_table_size(uint64_t n) {
   return s;
 }
 
-static int32_t kiln_tok_lookup(const kiln_cli_tokenizer_t* t, const void* text, size_t n) {
+static int32_t kiln_tok_lookup(const kiln_tokenizer_t* t, const void* text, size_t n) {
   for (uint64_t h = kiln_tok_hash(text, n) & t->text_mask;; h = (h + 1) & t->text_mask) {
     int32_t id = t->by_text[h];
     if (id < 0) return -1;
@@ -82,7 +82,7 @@ static int32_t kiln_tok_lookup(const kiln_cli_tokenizer_t* t, const void* text, 
   }
 }
 
-static const kiln_tok_merge_t* kiln_tok_merge_find(const kiln_cli_tokenizer_t* t, int32_t l, int32_t r) {
+static const kiln_tok_merge_t* kiln_tok_merge_find(const kiln_tokenizer_t* t, int32_t l, int32_t r) {
   uint64_t key = ((uint64_t)(uint32_t)l << 32 | (uint32_t)r) + 1;
   for (uint64_t h = kiln_tok_mix(key) & t->merge_mask;; h = (h + 1) & t->merge_mask) {
     const kiln_tok_merge_t* m = &t->merges[h];
@@ -111,7 +111,7 @@ static int kiln_tok_u32(kiln_tok_reader_t* r, uint32_t* v) {
     goto fail; \
   } while (0)
 
-static void kiln_tok_pieces(kiln_cli_tokenizer_t* t, const uint8_t* special) {
+static void kiln_tok_pieces(kiln_tokenizer_t* t, const uint8_t* special) {
   for (uint32_t i = 0; i < t->n_tokens; ++i) {
     const uint8_t* b = t->bytes + t->start[i];
     size_t n = t->start[i + 1] - t->start[i], k = 0;
@@ -134,9 +134,9 @@ static void kiln_tok_pieces(kiln_cli_tokenizer_t* t, const uint8_t* special) {
       }
 }
 
-kiln_status_t kiln_cli_tokenizer_load(const void* bytes, size_t size, kiln_cli_tokenizer_t** out) {
+kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer_t** out) {
   kiln_status_t st = NULL;
-  kiln_cli_tokenizer_t* t = calloc(1, sizeof(*t));
+  kiln_tokenizer_t* t = calloc(1, sizeof(*t));
   uint8_t* special = NULL;
   *out = NULL;
   if (!t) return kiln_status_make(KILN_OUT_OF_MEMORY, "tokenizer: out of memory");
@@ -280,12 +280,12 @@ kiln_status_t kiln_cli_tokenizer_load(const void* bytes, size_t size, kiln_cli_t
   return NULL;
 fail:
   free(special);
-  kiln_cli_tokenizer_free(t);
+  kiln_tokenizer_free(t);
   return st;
 }
 #undef BAD
 
-void kiln_cli_tokenizer_free(kiln_cli_tokenizer_t* t) {
+void kiln_tokenizer_free(kiln_tokenizer_t* t) {
   if (!t) return;
   if (t->piece)
     for (uint32_t i = 0; i < t->n_tokens; ++i) free(t->piece[i]);
@@ -299,14 +299,31 @@ void kiln_cli_tokenizer_free(kiln_cli_tokenizer_t* t) {
   free(t);
 }
 
-int32_t kiln_cli_tokenizer_size(const kiln_cli_tokenizer_t* t) { return (int32_t)t->n_tokens; }
+int32_t kiln_tokenizer_size(const kiln_tokenizer_t* t) { return (int32_t)t->n_tokens; }
 
-const int32_t* kiln_cli_tokenizer_eos(const kiln_cli_tokenizer_t* t, int32_t* count) {
+const char* kiln_tokenizer_describe(const kiln_tokenizer_t* t, char* buf, size_t size) {
+  static const char* patterns[] = {"", " (GPT-2's pattern)", " (Llama 3's pattern)", " (Llama 3's pattern, 1-digit numbers)"};
+  size_t at = (size_t)snprintf(buf, size, "%s BPE%s, %u tokens, %u merges",
+                               t->kind == KIND_BYTE_LEVEL ? "byte-level" : "SentencePiece-style",
+                               patterns[t->pattern], t->n_tokens, t->n_merges);
+  const struct {
+    const char* what;
+    const int32_t* ids;
+    uint32_t n;
+  } lists[] = {{"BOS", t->prefix, t->n_prefix}, {"suffix", t->suffix, t->n_suffix}, {"end", t->eos, t->n_eos}};
+  for (int l = 0; l < 3; ++l)
+    for (uint32_t i = 0; i < lists[l].n && at < size; ++i)
+      at += i ? (size_t)snprintf(buf + at, size - at, ",%d", (int)lists[l].ids[i])
+              : (size_t)snprintf(buf + at, size - at, ", %s %d", lists[l].what, (int)lists[l].ids[i]);
+  return buf;
+}
+
+const int32_t* kiln_tokenizer_eos(const kiln_tokenizer_t* t, int32_t* count) {
   *count = (int32_t)t->n_eos;
   return t->eos;
 }
 
-const char* kiln_cli_tokenizer_piece(const kiln_cli_tokenizer_t* t, int32_t id, size_t* len) {
+const char* kiln_tokenizer_piece(const kiln_tokenizer_t* t, int32_t id, size_t* len) {
   if (id < 0 || (uint32_t)id >= t->n_tokens) {
     *len = 0;
     return "";
@@ -373,7 +390,7 @@ static kiln_tok_cand_t kiln_tok_heap_pop(kiln_tok_cand_t* h, size_t* n) {
 }
 
 /* The pair starting at symbol l, if it merges, as a candidate. */
-static void kiln_tok_offer(const kiln_cli_tokenizer_t* t, const int32_t* sym, const int32_t* next, int32_t l,
+static void kiln_tok_offer(const kiln_tokenizer_t* t, const int32_t* sym, const int32_t* next, int32_t l,
                            kiln_tok_cand_t* heap, size_t* n) {
   if (l < 0 || next[l] < 0) return;
   const kiln_tok_merge_t* m = kiln_tok_merge_find(t, sym[l], sym[next[l]]);
@@ -386,7 +403,7 @@ static void kiln_tok_offer(const kiln_cli_tokenizer_t* t, const int32_t* sym, co
  * list of symbols, a candidate dropped when popped if its pair has changed
  * since. O(n log n): a SentencePiece text is one word, a prompt long.
  * work: 3 n int32 and n candidates of scratch. */
-static void kiln_tok_merge_word(const kiln_cli_tokenizer_t* t, int32_t* sym, size_t n, int32_t* work,
+static void kiln_tok_merge_word(const kiln_tokenizer_t* t, int32_t* sym, size_t n, int32_t* work,
                                 kiln_tok_cand_t* heap, kiln_tok_ids_t* out) {
   int32_t *next = work, *prev = work + n;
   size_t nh = 0;
@@ -419,9 +436,9 @@ typedef struct {
   size_t n;
 } kiln_tok_text_t;
 
-static int kiln_tok_is_l(uint32_t c) { return kiln_cli_unicode_is_letter(c); }
-static int kiln_tok_is_n(uint32_t c) { return kiln_cli_unicode_is_number(c); }
-static int kiln_tok_is_s(uint32_t c) { return kiln_cli_unicode_is_space(c); }
+static int kiln_tok_is_l(uint32_t c) { return kiln_unicode_is_letter(c); }
+static int kiln_tok_is_n(uint32_t c) { return kiln_unicode_is_number(c); }
+static int kiln_tok_is_s(uint32_t c) { return kiln_unicode_is_space(c); }
 static int kiln_tok_is_other(uint32_t c) { return !kiln_tok_is_s(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c); }
 static int kiln_tok_is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
 
@@ -504,7 +521,7 @@ static int kiln_tok_scratch_make(kiln_tok_scratch_t* w, size_t m) {
 
 static void kiln_tok_scratch_free(kiln_tok_scratch_t* w) { free(w->sym), free(w->work), free(w->heap); }
 
-static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b, size_t n, kiln_tok_scratch_t* w,
+static void kiln_tok_bytes_word(const kiln_tokenizer_t* t, const uint8_t* b, size_t n, kiln_tok_scratch_t* w,
                                 kiln_tok_ids_t* out) {
   if (t->flags & FLAG_IGNORE_MERGES) {
     int32_t id = kiln_tok_lookup(t, b, n);
@@ -517,7 +534,7 @@ static void kiln_tok_bytes_word(const kiln_cli_tokenizer_t* t, const uint8_t* b,
   kiln_tok_merge_word(t, w->sym, n, w->work, w->heap, out);
 }
 
-static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
+static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
   int prefix = (t->flags & FLAG_PREPEND) && n > 0 && s[0] != ' ';
   size_t m = n + (size_t)prefix;
   uint8_t* b = malloc(m + 1);
@@ -533,7 +550,7 @@ static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char*
   size_t k = 0;
   for (size_t i = 0; i < m;) {
     size_t len;
-    cp[k] = kiln_cli_utf8_next((const char*)b + i, m - i, &len);
+    cp[k] = kiln_utf8_next((const char*)b + i, m - i, &len);
     at[k++] = i;
     i += len;
   }
@@ -553,7 +570,7 @@ static int kiln_tok_encode_byte_level(const kiln_cli_tokenizer_t* t, const char*
 
 /* ---- SentencePiece-style ------------------------------------------------ */
 
-static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const char* s, size_t n, int first,
+static int kiln_tok_encode_sentencepiece(const kiln_tokenizer_t* t, const char* s, size_t n, int first,
                                          kiln_tok_ids_t* out) {
   static const char mark[3] = {(char)0xE2, (char)0x96, (char)0x81}; /* U+2581 */
   size_t spaces = 0;
@@ -577,7 +594,7 @@ static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const ch
   size_t ns = 0;
   for (size_t i = 0; i < k;) {
     size_t len;
-    kiln_cli_utf8_next(b + i, k - i, &len);
+    kiln_utf8_next(b + i, k - i, &len);
     int32_t id = kiln_tok_lookup(t, b + i, len);
     if (id < 0 && (t->flags & FLAG_BYTE_FALLBACK)) {
       int all = 1;
@@ -610,7 +627,7 @@ static int kiln_tok_encode_sentencepiece(const kiln_cli_tokenizer_t* t, const ch
 /* ---- the text ----------------------------------------------------------- */
 
 /* The longest added token at s[0, n), or -1. */
-static int32_t kiln_tok_added_at(const kiln_cli_tokenizer_t* t, const char* s, size_t n) {
+static int32_t kiln_tok_added_at(const kiln_tokenizer_t* t, const char* s, size_t n) {
   for (uint32_t a = 0; a < t->n_added; ++a) {
     int32_t id = t->added[a].id;
     size_t len = t->start[id + 1] - t->start[id];
@@ -619,7 +636,7 @@ static int32_t kiln_tok_added_at(const kiln_cli_tokenizer_t* t, const char* s, s
   return -1;
 }
 
-kiln_status_t kiln_cli_tokenizer_encode(const kiln_cli_tokenizer_t* t, const char* text, size_t n,
+kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text, size_t n,
                                         int add_special, int32_t** out_ids, size_t* out_count) {
   kiln_tok_ids_t ids = {0};
   *out_ids = NULL;

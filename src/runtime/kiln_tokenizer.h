@@ -1,5 +1,7 @@
-/* Text in and out of `kiln generate`: a BPE tokenizer carried in the
- * artifact's "tokenizer" section, which kiln.save(..., tokenizer=) writes
+/* Text in and out of a generation loop (the C API's kiln_session_tokenize
+ * and kiln_session_token_bytes, `kiln generate --text`, `kiln tokenize`): a
+ * BPE tokenizer carried in the artifact's "tokenizer" section, which
+ * kiln.save(..., tokenizer=) writes
  * from a Hugging Face tokenizer (python/kiln/tokenizer.py). It encodes as
  * Hugging Face's tokenizers library does for the two families most causal
  * LMs use, and decodes a token at a time:
@@ -39,36 +41,40 @@
  *          printable stand-ins); M records (u32 left, u32 right) in rank
  *          order, each pair's bytes a token; A records (u32 id, u32 flags:
  *          bit 0 special, skipped when decoding). */
-#ifndef KILN_CLI_TOKENIZER_H
-#define KILN_CLI_TOKENIZER_H
+#ifndef KILN_TOKENIZER_H
+#define KILN_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/kiln_status.h"
 
-#define KILN_CLI_TOKENIZER_SECTION "tokenizer"
+#define KILN_TOKENIZER_SECTION "tokenizer"
 
-typedef struct kiln_cli_tokenizer_s kiln_cli_tokenizer_t;
+typedef struct kiln_tokenizer_s kiln_tokenizer_t;
 
 /* Builds a tokenizer from a section's bytes (copied). Anything malformed is
  * KILN_CORRUPT_ARTIFACT saying what; *out is then NULL. */
-kiln_status_t kiln_cli_tokenizer_load(const void* bytes, size_t size, kiln_cli_tokenizer_t** out);
-void kiln_cli_tokenizer_free(kiln_cli_tokenizer_t* t);
+kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer_t** out);
+void kiln_tokenizer_free(kiln_tokenizer_t* t);
 
-int32_t kiln_cli_tokenizer_size(const kiln_cli_tokenizer_t* t);
+int32_t kiln_tokenizer_size(const kiln_tokenizer_t* t);
+/* "byte-level BPE (Llama 3's pattern), 128256 tokens, 280147 merges, BOS
+ * 128000, end 128001" into buf. */
+const char* kiln_tokenizer_describe(const kiln_tokenizer_t* t, char* buf, size_t size);
+
 /* The end-of-sequence ids (borrowed) and their count. */
-const int32_t* kiln_cli_tokenizer_eos(const kiln_cli_tokenizer_t* t, int32_t* count);
+const int32_t* kiln_tokenizer_eos(const kiln_tokenizer_t* t, int32_t* count);
 
 /* The ids of n bytes of text (UTF-8; a malformed byte is a character of no
  * class), with the prefix and suffix ids when add_special. *out_ids is a
  * new array (free()) of *out_count ids. */
-kiln_status_t kiln_cli_tokenizer_encode(const kiln_cli_tokenizer_t* t, const char* text, size_t n,
+kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text, size_t n,
                                         int add_special, int32_t** out_ids, size_t* out_count);
 
 /* The bytes token id adds to a decoded text after other tokens (a special
  * token none; SentencePiece's U+2581 a space, <0x0A> its byte; a token may
  * end inside a UTF-8 character, which the next ones finish). Borrowed. */
-const char* kiln_cli_tokenizer_piece(const kiln_cli_tokenizer_t* t, int32_t id, size_t* len);
+const char* kiln_tokenizer_piece(const kiln_tokenizer_t* t, int32_t id, size_t* len);
 
-#endif /* KILN_CLI_TOKENIZER_H */
+#endif /* KILN_TOKENIZER_H */

@@ -1,7 +1,7 @@
-/* UTF-8 decoding and the code point classes of kiln_cli_unicode.h. */
-#include "tools/kiln_cli_unicode.h"
+/* UTF-8 decoding and the code point classes of kiln_unicode.h. */
+#include "base/kiln_unicode.h"
 
-uint32_t kiln_cli_utf8_next(const char* s, size_t n, size_t* len) {
+uint32_t kiln_utf8_next(const char* s, size_t n, size_t* len) {
   const unsigned char* u = (const unsigned char*)s;
   uint32_t c = u[0];
   *len = 1;
@@ -21,7 +21,7 @@ uint32_t kiln_cli_utf8_next(const char* s, size_t n, size_t* len) {
   return cp;
 }
 
-static int kiln_cli_unicode_in(const kiln_cli_unicode_range_t* r, int n, uint32_t cp) {
+static int kiln_unicode_in(const kiln_unicode_range_t* r, int n, uint32_t cp) {
   int lo = 0, hi = n - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
@@ -32,18 +32,18 @@ static int kiln_cli_unicode_in(const kiln_cli_unicode_range_t* r, int n, uint32_
   return 0;
 }
 
-int kiln_cli_unicode_is_letter(uint32_t cp) {
+int kiln_unicode_is_letter(uint32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return kiln_cli_unicode_in(kiln_cli_unicode_letters, kiln_cli_unicode_letters_count, cp);
+  return kiln_unicode_in(kiln_unicode_letters, kiln_unicode_letters_count, cp);
 }
 
-int kiln_cli_unicode_is_number(uint32_t cp) {
+int kiln_unicode_is_number(uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return kiln_cli_unicode_in(kiln_cli_unicode_numbers, kiln_cli_unicode_numbers_count, cp);
+  return kiln_unicode_in(kiln_unicode_numbers, kiln_unicode_numbers_count, cp);
 }
 
 /* Unicode's White_Space property (PropList.txt), stable for many versions. */
-int kiln_cli_unicode_is_space(uint32_t cp) {
+int kiln_unicode_is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
          cp == 0x205F || cp == 0x3000;

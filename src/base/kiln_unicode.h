@@ -1,0 +1,30 @@
+/* The few Unicode facts the tokenizer's pre-tokenizing patterns need:
+ * UTF-8 decoding and whether a code point is a letter (\p{L}), a number
+ * (\p{N}) or white space (\s: the White_Space property, as the regex engine
+ * of Hugging Face's tokenizers reads it). The letter and number ranges are
+ * generated (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
+#ifndef KILN_UNICODE_H
+#define KILN_UNICODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  uint32_t first, last;
+} kiln_unicode_range_t;
+
+extern const kiln_unicode_range_t kiln_unicode_letters[];
+extern const int kiln_unicode_letters_count;
+extern const kiln_unicode_range_t kiln_unicode_numbers[];
+extern const int kiln_unicode_numbers_count;
+
+/* The code point starting at s[0] (n > 0 bytes available) and its length
+ * in bytes. A malformed or truncated sequence is one byte long and decodes
+ * to U+FFFD (no class), so every byte of any input is consumed once. */
+uint32_t kiln_utf8_next(const char* s, size_t n, size_t* len);
+
+int kiln_unicode_is_letter(uint32_t cp);
+int kiln_unicode_is_number(uint32_t cp);
+int kiln_unicode_is_space(uint32_t cp);
+
+#endif /* KILN_UNICODE_H */
