@@ -9,7 +9,9 @@ families: byte-level (GPT-2's pattern, Llama 3's, Qwen2's 1-digit form)
 and SentencePiece-style (U+2581 for spaces, byte fallback: Llama 2,
 TinyLlama, Mistral v0.1). Anything else (a normalizer beyond those, another
 model type, added tokens matched with lstrip/rstrip) is refused here by
-name, never carried half-understood. This is conversion only: the JSON
+name, never carried half-understood; an NFC normalizer (Qwen2's) is
+carried as a check: kiln encodes text NFC leaves as it is and refuses the
+rest by name (it does not normalize). This is conversion only: the JSON
 the tokenizer describes itself with, read into ids and bytes."""
 
 import json
@@ -24,7 +26,7 @@ _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?
            r"\s*[\r\n]+|\s+(?!\S)|\s+")
 _PATTERNS = {_GPT2: 1, _LLAMA3: 2, _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}"): 3}
 _BYTE_LEVEL, _SENTENCEPIECE = 1, 2
-_IGNORE_MERGES, _PREPEND, _PREPEND_UNLESS_THERE, _PREPEND_FIRST, _BYTE_FALLBACK, _FUSE_UNK = 1, 2, 4, 8, 16, 32
+_IGNORE_MERGES, _PREPEND, _PREPEND_UNLESS_THERE, _PREPEND_FIRST, _BYTE_FALLBACK, _FUSE_UNK, _NFC = 1, 2, 4, 8, 16, 32, 64
 _MARK = "\u2581"
 _MAX_AFFIX = 16
 
@@ -63,7 +65,9 @@ def _kind(spec):
     norm, pre, model = spec.get("normalizer"), spec.get("pre_tokenizer"), spec["model"]
     flags = 0
     if pre and pre.get("type") == "ByteLevel" or pre and pre.get("type") == "Sequence":
-        if norm is not None:
+        if norm is not None and norm.get("type") == "NFC":
+            flags |= _NFC  # (the C side refuses text NFC would change)
+        elif norm is not None:
             _refuse(f"a {norm.get('type')} normalizer before a byte-level pre-tokenizer")
         parts = pre["pretokenizers"] if pre["type"] == "Sequence" else [pre]
         pattern = None

@@ -1,8 +1,9 @@
 /* The few Unicode facts the tokenizer's pre-tokenizing patterns need:
  * UTF-8 decoding and whether a code point is a letter (\p{L}), a number
  * (\p{N}) or white space (\s: the White_Space property, as the regex engine
- * of Hugging Face's tokenizers reads it). The letter and number ranges are
- * generated (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
+ * of Hugging Face's tokenizers reads it), and whether NFC would change a
+ * text (a tokenizer with an NFC normalizer). The tables are generated
+ * (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
 #ifndef KILN_UNICODE_H
 #define KILN_UNICODE_H
 
@@ -13,10 +14,21 @@ typedef struct {
   uint32_t first, last;
 } kiln_unicode_range_t;
 
+typedef struct {
+  uint32_t first, last;
+  uint8_t cls; /* the canonical combining class (1..254) */
+} kiln_unicode_class_range_t;
+
 extern const kiln_unicode_range_t kiln_unicode_letters[];
 extern const int kiln_unicode_letters_count;
 extern const kiln_unicode_range_t kiln_unicode_numbers[];
 extern const int kiln_unicode_numbers_count;
+extern const kiln_unicode_range_t kiln_unicode_nfc_no[];
+extern const int kiln_unicode_nfc_no_count;
+extern const kiln_unicode_range_t kiln_unicode_nfc_maybe[];
+extern const int kiln_unicode_nfc_maybe_count;
+extern const kiln_unicode_class_range_t kiln_unicode_combining[];
+extern const int kiln_unicode_combining_count;
 
 /* The code point starting at s[0] (n > 0 bytes available) and its length
  * in bytes. A malformed or truncated sequence is one byte long and decodes
@@ -26,5 +38,11 @@ uint32_t kiln_utf8_next(const char* s, size_t n, size_t* len);
 int kiln_unicode_is_letter(uint32_t cp);
 int kiln_unicode_is_number(uint32_t cp);
 int kiln_unicode_is_space(uint32_t cp);
+
+/* UAX #15's NFC quick check of n bytes of UTF-8: 1 when NFC leaves the text
+ * as it is (every character NFC_Quick_Check=Yes, combining classes in
+ * order); 0 when it might change it, with *at the byte offset of the
+ * first character that decided so. */
+int kiln_unicode_is_nfc(const char* s, size_t n, size_t* at);
 
 #endif /* KILN_UNICODE_H */

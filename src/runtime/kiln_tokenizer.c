@@ -20,7 +20,8 @@ enum {
   FLAG_PREPEND_UNLESS_THERE = 4,
   FLAG_PREPEND_FIRST = 8,
   FLAG_BYTE_FALLBACK = 16,
-  FLAG_FUSE_UNK = 32
+  FLAG_FUSE_UNK = 32,
+  FLAG_NFC = 64
 };
 #define KILN_TOK_MAX_TOKENS (1u << 24)
 #define KILN_TOK_MAX_TOKEN_BYTES 1024u
@@ -159,7 +160,7 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
   if (t->kind != KIND_BYTE_LEVEL && t->kind != KIND_SENTENCEPIECE) BAD("unknown kind %u", t->kind);
   if (t->kind == KIND_BYTE_LEVEL ? t->pattern > PATTERN_LLAMA3_DIGIT : t->pattern != PATTERN_NONE)
     BAD("pattern %u for kind %u", t->pattern, t->kind);
-  if (t->flags >= 64) BAD("unknown flags 0x%x", t->flags);
+  if (t->flags >= 128) BAD("unknown flags 0x%x", t->flags);
   if (t->n_tokens == 0 || t->n_tokens > KILN_TOK_MAX_TOKENS) BAD("%u tokens", t->n_tokens);
   t->unk = (int32_t)unk;
   if (t->unk < -1 || t->unk >= (int32_t)t->n_tokens) BAD("unknown token %d of %u", t->unk, t->n_tokens);
@@ -650,6 +651,17 @@ kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text,
     if (i < n && added < 0) {
       ++i;
       continue;
+    }
+    size_t at = 0;
+    if (i > from && (t->flags & FLAG_NFC) && !kiln_unicode_is_nfc(text + from, i - from, &at)) {
+      size_t len;
+      uint32_t cp = kiln_utf8_next(text + from + at, i - from - at, &len);
+      free(ids.v);
+      return kiln_status_make(KILN_UNSUPPORTED,
+                              "the text is not in Unicode's NFC form at byte %zu (U+%04X): the tokenizer "
+                              "normalizes to NFC first, which kiln does not do; pass NFC text "
+                              "(Python: unicodedata.normalize(\"NFC\", text))",
+                              from + at, (unsigned)cp);
     }
     if (i > from)
       ok = t->kind == KIND_BYTE_LEVEL ? kiln_tok_encode_byte_level(t, text + from, i - from, &ids)

@@ -28,7 +28,9 @@
  *          bit 2 U+2581 only where the text does not start with one (the
  *          Metaspace form); bit 3 only before the text's first piece
  *          (prepend_scheme "first"); bit 4 byte fallback; bit 5 consecutive
- *          unknown characters make one unknown token (fuse_unk)
+ *          unknown characters make one unknown token (fuse_unk); bit 6 the
+ *          tokenizer normalizes to NFC (Qwen2): text NFC would change is
+ *          refused (KILN_UNSUPPORTED), since kiln does not normalize
  *  24   4  u32 tokens T (at most 2^24)
  *  28   4  u32 merges M
  *  32   4  u32 added tokens A
