@@ -295,6 +295,18 @@ static void quant_rules(void) {
   KILN_EXPECT(kiln_gemm_quant_packed_size(8, 8, 2, 32, 0) == 0, "int2 unsupported");
 }
 
+/* W (N, K rows) packed by kiln_gemm_quant_pack_b into *fast and by the
+ * scalar rule into *rule (both new); returns their size. */
+static size_t quant_pack_both(int64_t K, int64_t N, const float* w, const quant_kind_t* qk,
+                              unsigned char** fast, unsigned char** rule) {
+  size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
+  *fast = quant_alloc(bytes);
+  *rule = quant_alloc(bytes);
+  kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, *fast);
+  kiln_gemm_quant_pack_b_reference(K, N, w, 1, K, qk->bits, qk->group, qk->asym, *rule);
+  return bytes;
+}
+
 /* The packer's fast path (contiguous columns, finite values, a normal
  * scale) writes exactly the bytes of the scalar rule
  * (kiln_gemm_quant_pack_b_reference), over every choice (groups up to 128
@@ -330,11 +342,8 @@ static void quant_pack_fast(void) {
     }
     for (size_t q = 0; q < sizeof(kinds) / sizeof(kinds[0]); ++q) {
       const quant_kind_t* qk = &kinds[q];
-      size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
-      unsigned char* fast = quant_alloc(bytes);
-      unsigned char* rule = quant_alloc(bytes);
-      kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, fast);
-      kiln_gemm_quant_pack_b_reference(K, N, w, 1, K, qk->bits, qk->group, qk->asym, rule);
+      unsigned char *fast, *rule;
+      size_t bytes = quant_pack_both(K, N, w, qk, &fast, &rule);
       size_t first = bytes;
       for (size_t i = 0; i < bytes && first == bytes; ++i)
         if (fast[i] != rule[i]) first = i;
@@ -367,11 +376,8 @@ static void quant_nonfinite_level(kiln_pool_t* pool, const char* where) {
   for (int q = 0; q < N_KINDS; ++q)
     for (int a8 = 0; a8 < 2; ++a8) {
       const quant_kind_t* qk = &quant_kinds[q];
-      size_t bytes = kiln_gemm_quant_packed_size(K, N, qk->bits, qk->group, qk->asym);
-      unsigned char* blob = quant_alloc(bytes);
-      unsigned char* rule = quant_alloc(bytes);
-      kiln_gemm_quant_pack_b(K, N, w, 1, K, qk->bits, qk->group, qk->asym, blob);
-      kiln_gemm_quant_pack_b_reference(K, N, w, 1, K, qk->bits, qk->group, qk->asym, rule);
+      unsigned char *blob, *rule;
+      size_t bytes = quant_pack_both(K, N, w, qk, &blob, &rule);
       KILN_EXPECT(!memcmp(blob, rule, bytes), "int%d g%d asym %d: fast packer differs from the rule",
                   qk->bits, qk->group, qk->asym);
       if (a8) kiln_gemm_quant_set_a8(blob);
