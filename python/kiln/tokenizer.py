@@ -85,9 +85,9 @@ def _kind(spec):
         if level.get("add_prefix_space"):
             flags |= _PREPEND
         return _BYTE_LEVEL, pattern, flags
-    if pre is None and norm is not None and norm.get("type") == "Sequence":
+    if pre is None and norm is not None and norm.get("type") in ("Sequence", "Replace"):
         steps = [(n.get("type"), n.get("prepend"), (n.get("pattern") or {}).get("String"), n.get("content"))
-                 for n in norm["normalizers"]]
+                 for n in (norm["normalizers"] if norm["type"] == "Sequence" else [norm])]
         if steps == [("Prepend", _MARK, None, None), ("Replace", None, " ", _MARK)]:
             return _SENTENCEPIECE, 0, _PREPEND
         if steps == [("Replace", None, " ", _MARK)]:

@@ -9,8 +9,9 @@ ship: GPT-2 (ByteLevel's own pattern, with and without add_prefix_space),
 Llama 3 (its Split pattern, ignore_merges, a BOS template), Qwen2 (its
 1-digit pattern and NFC normalizer: text NFC would change is refused, the
 rest encoded as Hugging Face does), and SentencePiece-style BPE as Llama 2 / TinyLlama
-(Prepend + Replace normalizer, <0xNN> byte fallback, <unk> fused, BOS) and
-as newer conversions write it (Metaspace, prepend_scheme "first"). The
+(Prepend + Replace normalizer, <0xNN> byte fallback, <unk> fused, BOS), as
+newer conversions write it (Metaspace, prepend_scheme "first") and as Gemma
+(Replace alone, nothing prepended). The
 texts: hand-picked edges (contractions in both cases, runs of spaces
 before words and at the end, CR/LF runs, digits runs past 3, added tokens
 inside words, non-Latin scripts, emoji, characters outside the alphabet)
@@ -84,7 +85,7 @@ def _byte_level(pattern=None, prefix_space=False, bos=False, digits=3, nfc=False
     return tok
 
 
-def _sentencepiece(metaspace=False):
+def _sentencepiece(metaspace=False, prepend=True):
     """Llama 2's layout: <unk> <s> </s>, the 256 byte tokens, then the
     merged vocabulary; an alphabet too small for every character, so
     others fall back to bytes."""
@@ -101,8 +102,10 @@ def _sentencepiece(metaspace=False):
     tok.add_special_tokens(["<unk>", "<s>", "</s>"])
     if metaspace:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
-    else:
+    elif prepend:
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    else:  # Gemma's: spaces replaced, nothing prepended
+        tok.normalizer = normalizers.Replace(" ", "\u2581")
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
                                      decoders.Strip(" ", 1, 0)])
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
@@ -116,6 +119,7 @@ KINDS = {
     "qwen2": lambda: _byte_level(LLAMA3, digits=1, nfc=True),
     "llama2-sentencepiece": lambda: _sentencepiece(),
     "metaspace-first": lambda: _sentencepiece(metaspace=True),
+    "gemma-replace": lambda: _sentencepiece(prepend=False),
 }
 
 
