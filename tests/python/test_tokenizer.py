@@ -302,6 +302,11 @@ def test_kiln_generate_reads_and_writes_text(tmp_path):
     f.write_text(text)
     q = run("--text-file", str(f))
     assert q.returncode == 0 and q.stdout == p.stdout, q.stderr
+    # examples/c/generate_text.c, the smallest such loop on the public API: the same text
+    example = REPO / "build" / "examples" / "c" / "generate_text"
+    if example.exists():
+        g = subprocess.run([str(example), str(path), text, "16"], capture_output=True, timeout=300)
+        assert g.returncode == 0 and g.stdout == p.stdout, g.stderr
     info = subprocess.run([str(KILN_BIN), "info", str(path)], capture_output=True, text=True, timeout=60)
     assert f"tokenizer:  SentencePiece-style BPE, {len(tok)} tokens" in info.stdout and "BOS 1, end 2" in info.stdout
     bare = tmp_path / "bare.kiln"
