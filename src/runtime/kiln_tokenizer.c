@@ -403,7 +403,7 @@ static void kiln_tok_offer(const kiln_tokenizer_t* t, const int32_t* sym, const 
  * as Hugging Face's BPE does it: a heap of candidate pairs over a linked
  * list of symbols, a candidate dropped when popped if its pair has changed
  * since. O(n log n): a SentencePiece text is one word, a prompt long.
- * work: 3 n int32 and n candidates of scratch. */
+ * work: 2 n int32 of scratch; heap: room for 3 n candidates. */
 static void kiln_tok_merge_word(const kiln_tokenizer_t* t, int32_t* sym, size_t n, int32_t* work,
                                 kiln_tok_cand_t* heap, kiln_tok_ids_t* out) {
   int32_t *next = work, *prev = work + n;
