@@ -49,8 +49,9 @@ struct kiln_tokenizer_s {
   uint64_t merge_mask;
   kiln_tok_added_t* added; /* longest first */
   int32_t byte_token[256]; /* byte-level: the token of each byte; SentencePiece: <0xNN>, or -1 */
-  char** piece;            /* decoded bytes per token */
-  size_t* piece_len;
+  char* piece;             /* decoded bytes: token i's at piece + start[i] (never longer) */
+  uint16_t* piece_len;     /* (at most KILN_TOK_MAX_TOKEN_BYTES) */
+  uint8_t added_first[256]; /* 1 for a byte some added token starts with */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -116,7 +117,7 @@ static void kiln_tok_pieces(kiln_tokenizer_t* t, const uint8_t* special) {
   for (uint32_t i = 0; i < t->n_tokens; ++i) {
     const uint8_t* b = t->bytes + t->start[i];
     size_t n = t->start[i + 1] - t->start[i], k = 0;
-    char* out = t->piece[i];
+    char* out = t->piece + t->start[i];
     for (size_t j = 0; j < n && !special[i]; ++j) {
       if (t->kind == KIND_SENTENCEPIECE && j + 2 < n && b[j] == 0xE2 && b[j + 1] == 0x96 && b[j + 2] == 0x81) {
         out[k++] = ' '; /* U+2581 */
@@ -125,12 +126,12 @@ static void kiln_tok_pieces(kiln_tokenizer_t* t, const uint8_t* special) {
         out[k++] = (char)b[j];
       }
     }
-    t->piece_len[i] = k;
+    t->piece_len[i] = (uint16_t)k;
   }
   if (t->kind == KIND_SENTENCEPIECE)
     for (int v = 0; v < 256; ++v)
       if (t->byte_token[v] >= 0 && !special[t->byte_token[v]]) {
-        t->piece[t->byte_token[v]][0] = (char)v; /* <0xNN>: that byte */
+        t->piece[t->start[t->byte_token[v]]] = (char)v; /* <0xNN>: that byte */
         t->piece_len[t->byte_token[v]] = 1;
       }
 }
@@ -183,10 +184,9 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
     else t->eos[i - t->n_prefix - t->n_suffix] = (int32_t)id;
   }
   t->start = malloc(((size_t)t->n_tokens + 1) * sizeof(uint64_t));
-  t->piece = calloc(t->n_tokens, sizeof(char*));
-  t->piece_len = calloc(t->n_tokens, sizeof(size_t));
+  t->piece_len = calloc(t->n_tokens, sizeof(uint16_t));
   special = calloc(t->n_tokens, 1);
-  if (!t->start || !t->piece || !t->piece_len || !special) BAD("out of memory");
+  if (!t->start || !t->piece_len || !special) BAD("out of memory");
   t->start[0] = 0;
   for (uint32_t i = 0; i < t->n_tokens; ++i) {
     uint32_t len = 0;
@@ -202,11 +202,8 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
   if (!t->bytes) BAD("out of memory");
   memcpy(t->bytes, r.p + r.at, (size_t)total);
   r.at += (size_t)total;
-  for (uint32_t i = 0; i < t->n_tokens; ++i) {
-    /* the decoded piece is at most as long as the token (U+2581 -> space) */
-    t->piece[i] = malloc(t->start[i + 1] - t->start[i]);
-    if (!t->piece[i]) BAD("out of memory");
-  }
+  t->piece = malloc((size_t)total);
+  if (!t->piece) BAD("out of memory");
   uint64_t ts = kiln_tok_table_size(t->n_tokens);
   t->by_text = malloc(ts * sizeof(int32_t));
   if (!t->by_text) BAD("out of memory");
@@ -248,6 +245,7 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
     kiln_tok_u32(&r, &fl);
     if (id >= t->n_tokens || fl > 1) BAD("added token %u: id %u, flags %u", i, id, fl);
     t->added[i] = (kiln_tok_added_t){(int32_t)id, (int32_t)fl};
+    t->added_first[t->bytes[t->start[id]]] = 1;
     special[id] = (uint8_t)fl;
   }
   /* Longest first: the text's leftmost longest match wins (insertion sort:
@@ -288,8 +286,6 @@ fail:
 
 void kiln_tokenizer_free(kiln_tokenizer_t* t) {
   if (!t) return;
-  if (t->piece)
-    for (uint32_t i = 0; i < t->n_tokens; ++i) free(t->piece[i]);
   free(t->piece);
   free(t->piece_len);
   free(t->bytes);
@@ -330,7 +326,7 @@ const char* kiln_tokenizer_piece(const kiln_tokenizer_t* t, int32_t id, size_t* 
     return "";
   }
   *len = t->piece_len[id];
-  return t->piece[id];
+  return t->piece + t->start[id];
 }
 
 /* ---- growing id arrays -------------------------------------------------- */
@@ -629,6 +625,7 @@ static int kiln_tok_encode_sentencepiece(const kiln_tokenizer_t* t, const char* 
 
 /* The longest added token at s[0, n), or -1. */
 static int32_t kiln_tok_added_at(const kiln_tokenizer_t* t, const char* s, size_t n) {
+  if (!t->added_first[(uint8_t)s[0]]) return -1; /* most bytes start none */
   for (uint32_t a = 0; a < t->n_added; ++a) {
     int32_t id = t->added[a].id;
     size_t len = t->start[id + 1] - t->start[id];
