@@ -147,9 +147,10 @@ def section_of(tok, eos=None):
         s = by_id[i]
         if decoder is None:
             return s.encode("utf-8")
-        if any(c not in decoder for c in s):
+        try:
+            return bytes(map(decoder.__getitem__, s))
+        except KeyError:
             _refuse(f"token {i} ({s!r}) has characters outside the byte-level alphabet")
-        return bytes(decoder[c] for c in s)
 
     tokens = [token_bytes(i) for i in range(n)]
     if any(not t or len(t) > 1024 for t in tokens):
@@ -178,6 +179,6 @@ def section_of(tok, eos=None):
     out.append(struct.pack(f"<{len(prefix) + len(suffix) + len(eos)}I", *prefix, *suffix, *eos))
     out.append(struct.pack(f"<{n}I", *map(len, tokens)))
     out.extend(tokens)
-    out.append(b"".join(struct.pack("<II", a, b) for a, b in merges))
+    out.append(struct.pack(f"<{2 * len(merges)}I", *(i for pair in merges for i in pair)))
     out.append(b"".join(struct.pack("<II", a["id"], int(bool(a.get("special")))) for a in added))
     return b"".join(out)
