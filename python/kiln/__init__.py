@@ -311,10 +311,16 @@ def analyze(model, example_inputs, *, example_kwargs=None, verbose=True):
 def save(module, path, tokenizer=None, eos=None):
     """Writes a compiled module to a .kiln artifact. tokenizer: a Hugging
     Face fast tokenizer to store beside it (kiln.tokenizer), so that
-    `kiln generate --text` takes and prints text; eos: the ids that end a
+    `kiln generate --text` takes and prints text (and, with its chat
+    template, `--chat` prompts an instruct model); eos: the ids that end a
     generation there (default the tokenizer's eos_token_id)."""
-    extra = {kiln_tokenizer.SECTION: kiln_tokenizer.section_of(tokenizer, eos)} if tokenizer is not None else None
-    data = module.to_bytes(extra)
+    extra = {}
+    if tokenizer is not None:
+        extra[kiln_tokenizer.SECTION] = kiln_tokenizer.section_of(tokenizer, eos)
+        chat = kiln_tokenizer.chat_section_of(tokenizer)
+        if chat is not None:  # its chat template around one user message: kiln generate --chat
+            extra[kiln_tokenizer.CHAT_SECTION] = chat
+    data = module.to_bytes(extra or None)
     with open(os.fspath(path), "wb") as f:
         f.write(data)
 

@@ -20,6 +20,8 @@ import struct
 from kiln.errors import KilnError
 
 SECTION = "tokenizer"
+CHAT_SECTION = "chat"
+_MARK_USER = "\x00kiln user message\x00"
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -182,3 +184,25 @@ def section_of(tok, eos=None):
     out.append(struct.pack(f"<{2 * len(merges)}I", *(i for pair in merges for i in pair)))
     out.append(b"".join(struct.pack("<II", a["id"], int(bool(a.get("special")))) for a in added))
     return b"".join(out)
+
+
+def chat_section_of(tok):
+    """The "chat" section for `tok`'s chat template, or None when it has
+    none: the text the template puts before and after one user message
+    with the generation prompt (`apply_chat_template([{"role": "user",
+    "content": ...}], add_generation_prompt=True)`), so `kiln generate
+    --chat TEXT` prompts an instruct model as Python would. Layout:
+    "KILNCHAT", u32 version (1), u32 bytes before B, u32 bytes after A,
+    then the B and A bytes (UTF-8). A template that does not place the
+    message once, verbatim, gives none."""
+    if not getattr(tok, "chat_template", None) or not hasattr(tok, "apply_chat_template"):
+        return None
+    try:
+        text = tok.apply_chat_template([{"role": "user", "content": _MARK_USER}], add_generation_prompt=True,
+                                       tokenize=False)
+    except Exception:  # a template that needs more (a system message, tools): none
+        return None
+    if not isinstance(text, str) or text.count(_MARK_USER) != 1:
+        return None
+    before, after = (part.encode("utf-8") for part in text.split(_MARK_USER))
+    return b"KILNCHAT" + struct.pack("<III", 1, len(before), len(after)) + before + after

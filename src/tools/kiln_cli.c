@@ -137,6 +137,8 @@ static const char kiln_cli_usage_text[] =
     "                         batch > 1), read by the tokenizer saved with the step\n"
     "                         (kiln.save(..., tokenizer=tok))\n"
     "      --text-file PATH   the file's text as one prompt ('-': stdin)\n"
+    "      --chat TEXT        a user message, put in the tokenizer's chat template\n"
+    "                         (an instruct model's prompt, as apply_chat_template)\n"
     "      --prompt IDS       the prompt's token ids, like 5,17,9 (again for each\n"
     "                         row of a step traced with batch > 1)\n"
     "      --prompt-file PATH a prompt a line, ids separated by commas or spaces\n"

@@ -2,7 +2,7 @@
  * the public C API alone (include/kiln.h): what a C program that embeds
  * kiln writes to run an LLM, with no Python.
  *
- *   kiln generate FILE (--text TEXT ... | --text-file PATH | --prompt IDS ... |
+ *   kiln generate FILE (--text TEXT ... | --chat TEXT ... | --text-file PATH | --prompt IDS ... |
  *                 --prompt-file PATH) [--max-new-tokens N] [--eos IDS] [--temperature T
  *                 [--top-k K] [--top-p P] [--seed S]] [--repetition-penalty R] [--ids]
  *                 [--threads N]
@@ -54,6 +54,8 @@ typedef struct kiln_gen_options_s {
   int32_t n_texts;
   char* text_read;             /* --text-file's contents (owned) */
   int print_ids;               /* --ids: token ids even when the file has a tokenizer */
+  int chat;                    /* the texts are --chat messages (the file's chat template around each) */
+  char** chat_texts;           /* the rendered --chat prompts (owned) */
   const kiln_session_t* text_of; /* the session whose tokenizer prints tokens as text, or NULL */
 } kiln_gen_options_t;
 
@@ -159,7 +161,9 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     }
     if (!v) return kiln_gen_usage("a value is missing after", a);
     ++i;
-    if (!strcmp(a, "--text")) {
+    if (!strcmp(a, "--text") || !strcmp(a, "--chat")) {
+      if (o->n_texts && o->chat != !strcmp(a, "--chat")) return kiln_gen_usage("give --text or --chat, not both", NULL);
+      o->chat = !strcmp(a, "--chat");
       char** more = realloc(o->texts, sizeof(char*) * (size_t)(o->n_texts + 1));
       if (!more) return kiln_gen_usage("out of memory at", a);
       o->texts = more;
@@ -212,7 +216,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
   if (o->n_prompts && prompt_file) return kiln_gen_usage("give --prompt or --prompt-file, not both", NULL);
   if ((o->n_prompts || prompt_file) && (o->n_texts || text_file))
     return kiln_gen_usage("give token ids (--prompt, --prompt-file) or text (--text, --text-file), not both", NULL);
-  if (o->n_texts && text_file) return kiln_gen_usage("give --text or --text-file, not both", NULL);
+  if (o->n_texts && text_file) return kiln_gen_usage("give --text (or --chat) or --text-file, not both", NULL);
   if (text_file) {
     size_t size;
     o->text_read = kiln_gen_read_text("--text-file", text_file, (size_t)1 << 30, &size);
@@ -509,8 +513,47 @@ static void kiln_gen_options_free(kiln_gen_options_t* o) {
   for (int32_t i = 0; i < o->n_prompts; ++i) free(o->prompts[i].ids);
   free(o->prompts);
   free(o->eos.ids);
+  for (int32_t i = 0; o->chat_texts && i < o->n_texts; ++i) free(o->chat_texts[i]);
+  free(o->chat_texts);
   free(o->texts);
   free(o->text_read);
+}
+
+/* --chat: each message put in the file's chat template (its "chat"
+ * section, python/kiln/tokenizer.py: "KILNCHAT", u32 version 1, u32 bytes
+ * before B, u32 bytes after A, the B then A bytes), as
+ * apply_chat_template([{"role": "user", ...}], add_generation_prompt=True)
+ * renders it. The rendered texts replace the messages (owned by
+ * o->chat_texts). 0, or an exit code after printing why. */
+static int kiln_gen_chat(kiln_session_t* session, kiln_gen_options_t* o) {
+  const unsigned char* c = NULL;
+  size_t size = 0;
+  kiln_error_t* err = kiln_session_section(session, "chat", (const void**)&c, &size);
+  if (err) return kiln_gen_fail(err, "generate");
+  uint32_t head[3] = {0, 0, 0};
+  if (c && size >= 20) memcpy(head, c + 8, sizeof head);
+  if (!c) {
+    fprintf(stderr, "kiln: generate: '%s' has no chat template, so --chat cannot be used: its tokenizer had "
+                    "none when saved (give the prompt as it should be with --text)\n", o->file);
+    return 1;
+  }
+  if (size < 20 || memcmp(c, "KILNCHAT", 8) || head[0] != 1 || (uint64_t)head[1] + head[2] != size - 20) {
+    fprintf(stderr, "kiln: generate: corrupt artifact '%s': its chat section is malformed\n", o->file);
+    return 1;
+  }
+  o->chat_texts = calloc((size_t)o->n_texts, sizeof(char*));
+  if (!o->chat_texts) return kiln_gen_usage("out of memory", NULL);
+  for (int32_t r = 0; r < o->n_texts; ++r) {
+    const size_t n = strlen(o->texts[r]);
+    char* t = malloc((size_t)head[1] + n + head[2] + 1);
+    if (!t) return kiln_gen_usage("out of memory", NULL);
+    memcpy(t, c + 20, head[1]);
+    memcpy(t + head[1], o->texts[r], n);
+    memcpy(t + head[1] + n, c + 20 + head[1], head[2]);
+    t[head[1] + n + head[2]] = '\0';
+    o->texts[r] = o->chat_texts[r] = t;
+  }
+  return 0;
 }
 
 /* The --text prompts through the file's tokenizer (with its BOS, as the
@@ -534,15 +577,20 @@ static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
     for (int32_t i = 0; i < n; ++i) o->eos.ids[o->eos.n++] = eos[i];
   }
   if (!o->n_texts) return 0;
+  if (o->chat) {
+    int rc = kiln_gen_chat(session, o);
+    if (rc) return rc;
+  }
   o->prompts = calloc((size_t)o->n_texts, sizeof(kiln_gen_ids_t));
   if (!o->prompts) return kiln_gen_usage("out of memory", NULL);
   for (int32_t r = 0; r < o->n_texts; ++r) {
     const size_t size = strlen(o->texts[r]);
     size_t n = 0;
-    kiln_error_t* err = kiln_session_tokenize(session, o->texts[r], size, 1, NULL, 0, &n);
+    const int special = !o->chat; /* a chat template writes its own BOS */
+    kiln_error_t* err = kiln_session_tokenize(session, o->texts[r], size, special, NULL, 0, &n);
     kiln_gen_ids_t* p = &o->prompts[o->n_prompts++];
     p->ids = err || n == 0 || n > INT32_MAX ? NULL : malloc(sizeof(int64_t) * n);
-    if (p->ids) err = kiln_session_tokenize(session, o->texts[r], size, 1, p->ids, n, &n);
+    if (p->ids) err = kiln_session_tokenize(session, o->texts[r], size, special, p->ids, n, &n);
     if (err) return kiln_gen_fail(err, "generate: --text");
     if (!p->ids) {
       fprintf(stderr, "kiln: generate: --text %d: %s\n", (int)r + 1, n ? "out of memory" : "the text has no tokens");

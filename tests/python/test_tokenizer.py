@@ -260,12 +260,15 @@ def test_kiln_generate_reads_and_writes_text(tmp_path):
     """`kiln generate --text` with a step saved with its tokenizer: the
     prompt's ids are the tokenizer's (with BOS), the new tokens the Python
     loop's (stopping at the tokenizer's end id by default), printed as the
-    text they add; --ids prints the ids instead; a step saved without a
-    tokenizer says --text needs one."""
+    text they add; --ids prints the ids instead; --chat puts the message in
+    the tokenizer's chat template as apply_chat_template does; a step saved
+    without a tokenizer says --text needs one."""
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=_sentencepiece(), bos_token="<s>", eos_token="</s>",
                                   unk_token="<unk>")
+    tok.chat_template = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] "
+                         "{{ m['content'] }} [/INST]{% else %}{{ m['content'] }}{{ eos_token }}{% endif %}{% endfor %}")
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=len(tok), head_dim=16)
@@ -309,6 +312,18 @@ def test_kiln_generate_reads_and_writes_text(tmp_path):
         assert g.returncode == 0 and g.stdout == p.stdout, g.stderr
     info = subprocess.run([str(KILN_BIN), "info", str(path)], capture_output=True, text=True, timeout=60)
     assert f"tokenizer:  SentencePiece-style BPE, {len(tok)} tokens" in info.stdout and "BOS 1, end 2" in info.stdout
+    # --chat: the message in the tokenizer's chat template, as apply_chat_template renders it
+    message = "Hello there, 你好"
+    chat_ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True)
+    chat_ids = chat_ids["input_ids"] if isinstance(chat_ids, dict) or hasattr(chat_ids, "keys") else chat_ids
+    c = run("--chat", message, "--ids")
+    assert c.returncode == 0 and f"prompt {len(chat_ids)} tokens" in c.stderr.decode(), c.stderr
+    assert c.stdout == run("--prompt", ",".join(map(str, chat_ids)), "--ids").stdout
+    plain = tmp_path / "plain.kiln"
+    tok.chat_template = None
+    kiln.save(compiled, plain, tokenizer=tok)
+    r = subprocess.run([str(KILN_BIN), "generate", str(plain), "--chat", "hi"], capture_output=True, timeout=300)
+    assert r.returncode == 1 and b"no chat template" in r.stderr, r.stderr
     bare = tmp_path / "bare.kiln"
     kiln.save(compiled, bare)
     r = subprocess.run([str(KILN_BIN), "generate", str(bare), "--text", text], capture_output=True, timeout=300)
