@@ -445,7 +445,9 @@ def test_fuzz_quant_mode():
     whose flips together move the next linear's input across a tie: the
     reference's allowance, now per row over every combination) and graph
     2510 (int4:g128:a8, a lookup in a table holding a NaN, whose group kiln
-    quantized to finite values; now NaN, as the rule). None fails."""
+    quantized to finite values; now NaN, as the rule); seed 20084 graph 8005
+    (the reference quantized a linear of a constant chain that kiln folds:
+    scalar_tensor(-inf) was not a constant to it). None fails."""
     from kilnfuzz.quant import MODES, path_of
 
     results = _run(*((QUANT_SEED, i) for i in range(9)), quant_every=1, wide=True)
@@ -454,9 +456,11 @@ def test_fuzz_quant_mode():
     assert sum(r.status == "pass" for r in results) >= 7, [(r.index, r.path, r.status) for r in results]
     found = _run((2, 30), (3, 239), (4, 166), quant_every=1, wide=True)
     found += _run((20020, 420), (20020, 7878), quant_every=2, wide=True)
-    found += _run((20081, 175), (20081, 2510), quant_every=5, bf16_every=7, dynamic_every=20, wide=True)
+    found += _run((20081, 175), (20081, 2510), (20084, 8005), quant_every=5, bf16_every=7, dynamic_every=20,
+                  wide=True)
     for r, path in zip(found, ("quant:int4:g128", "quant:int4:g128:asym", "quant:int4:asym", "quant:int4:g128",
-                               "quant:int4:a8", "quant:int4:asym:a8", "quant:int4:g128:a8")):
+                               "quant:int4:a8", "quant:int4:asym:a8", "quant:int4:g128:a8",
+                               "quant:int4:asym:a8")):
         _expect_pass(r, path)
 
 
