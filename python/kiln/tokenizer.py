@@ -5,8 +5,9 @@ that `kiln generate --text` reads and writes text with no Python:
 
 The C side (src/runtime/kiln_tokenizer.h, which documents the layout)
 encodes as Hugging Face's tokenizers library does for BPE models of two
-families: byte-level (GPT-2's pattern, Llama 3's, Qwen2's 1-digit form)
-and SentencePiece-style (U+2581 for spaces, byte fallback: Llama 2,
+families: byte-level (GPT-2's pattern, Llama 3's, Qwen2's 1-digit form,
+Qwen3.5's, o200k's as GPT-OSS, Tekken's as Mistral Nemo and later) and
+SentencePiece-style (U+2581 for spaces, byte fallback: Llama 2,
 TinyLlama, Mistral v0.1). Anything else (a normalizer beyond those, another
 model type, added tokens matched with lstrip/rstrip) is refused here by
 name, never carried half-understood; an NFC normalizer (Qwen2's) is
@@ -26,7 +27,17 @@ _MARK_USER = "\x00kiln user message\x00"
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
            r"\s*[\r\n]+|\s+(?!\S)|\s+")
-_PATTERNS = {_GPT2: 1, _LLAMA3: 2, _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}"): 3}
+_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN35 = _QWEN2.replace(r"?\p{L}+", r"?[\p{L}\p{M}]+").replace(r"[^\s\p{L}\p{N}]", r"[^\s\p{L}\p{M}\p{N}]")
+_O200K_WORDS = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+{c}|"
+                r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*{c}|")
+_O200K_REST = r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_O200K = _O200K_WORDS.replace("{c}", r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r"\p{N}{1,3}" + _O200K_REST
+_TEKKEN = _O200K_WORDS.replace("{c}", "") + r"\p{N}" + _O200K_REST
+# kiln_tokenizer.c's pattern ids: GPT-2; Llama 3 (cl100k); Qwen2 (1-digit
+# numbers); o200k (GPT-OSS); Tekken (Mistral Nemo and later, Nemotron);
+# Qwen3.5 (marks join words).
+_PATTERNS = {_GPT2: 1, _LLAMA3: 2, _QWEN2: 3, _O200K: 4, _TEKKEN: 5, _QWEN35: 6}
 _BYTE_LEVEL, _SENTENCEPIECE = 1, 2
 _IGNORE_MERGES, _PREPEND, _PREPEND_UNLESS_THERE, _PREPEND_FIRST, _BYTE_FALLBACK, _FUSE_UNK, _NFC = 1, 2, 4, 8, 16, 32, 64
 _MARK = "\u2581"
@@ -48,7 +59,8 @@ def _byte_decoder():
 
 def _refuse(why):
     raise KilnError(f"kiln.save(tokenizer=...): {why}; kiln's C tokenizer reads byte-level BPE (GPT-2, "
-                    "Llama 3, Qwen2 patterns) and SentencePiece-style BPE (Llama 2, Mistral v0.1)")
+                    "Llama 3, Qwen2, Qwen3.5, o200k and Tekken patterns) and SentencePiece-style BPE "
+                    "(Llama 2, Mistral v0.1)")
 
 
 def _backend(tok):

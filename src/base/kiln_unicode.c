@@ -42,6 +42,20 @@ int kiln_unicode_is_number(uint32_t cp) {
   return kiln_unicode_in(kiln_unicode_numbers, kiln_unicode_numbers_count, cp);
 }
 
+int kiln_unicode_is_mark(uint32_t cp) {
+  return cp >= 0x300 && kiln_unicode_in(kiln_unicode_marks, kiln_unicode_marks_count, cp);
+}
+
+int kiln_unicode_is_upper(uint32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z';
+  return kiln_unicode_in(kiln_unicode_upper, kiln_unicode_upper_count, cp);
+}
+
+int kiln_unicode_is_lower(uint32_t cp) {
+  if (cp < 0x80) return cp >= 'a' && cp <= 'z';
+  return kiln_unicode_in(kiln_unicode_lower, kiln_unicode_lower_count, cp);
+}
+
 /* Unicode's White_Space property (PropList.txt), stable for many versions. */
 int kiln_unicode_is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||

@@ -1,6 +1,7 @@
 /* The few Unicode facts the tokenizer's pre-tokenizing patterns need:
- * UTF-8 decoding and whether a code point is a letter (\p{L}), a number
- * (\p{N}) or white space (\s: the White_Space property, as the regex engine
+ * UTF-8 decoding and whether a code point is a letter (\p{L}; upper or
+ * title case: \p{Lu}\p{Lt}; lower case: \p{Ll}), a number (\p{N}), a
+ * mark (\p{M}) or white space (\s: the White_Space property, as the regex engine
  * of Hugging Face's tokenizers reads it), and whether NFC would change a
  * text (a tokenizer with an NFC normalizer). The tables are generated
  * (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
@@ -23,6 +24,12 @@ extern const kiln_unicode_range_t kiln_unicode_letters[];
 extern const int kiln_unicode_letters_count;
 extern const kiln_unicode_range_t kiln_unicode_numbers[];
 extern const int kiln_unicode_numbers_count;
+extern const kiln_unicode_range_t kiln_unicode_marks[];
+extern const int kiln_unicode_marks_count;
+extern const kiln_unicode_range_t kiln_unicode_upper[];
+extern const int kiln_unicode_upper_count;
+extern const kiln_unicode_range_t kiln_unicode_lower[];
+extern const int kiln_unicode_lower_count;
 extern const kiln_unicode_range_t kiln_unicode_nfc_no[];
 extern const int kiln_unicode_nfc_no_count;
 extern const kiln_unicode_range_t kiln_unicode_nfc_maybe[];
@@ -38,6 +45,9 @@ uint32_t kiln_utf8_next(const char* s, size_t n, size_t* len);
 int kiln_unicode_is_letter(uint32_t cp);
 int kiln_unicode_is_number(uint32_t cp);
 int kiln_unicode_is_space(uint32_t cp);
+int kiln_unicode_is_mark(uint32_t cp);
+int kiln_unicode_is_upper(uint32_t cp); /* Lu or Lt */
+int kiln_unicode_is_lower(uint32_t cp); /* Ll */
 
 /* UAX #15's NFC quick check of n bytes of UTF-8: 1 when NFC leaves the text
  * as it is (every character NFC_Quick_Check=Yes, combining classes in

@@ -1,9 +1,10 @@
 /* The BPE tokenizer of kiln_tokenizer.c: loading the section, the
- * pre-tokenizing patterns (hand-written matchers of the two regular
- * expressions byte-level models use, alternative by alternative, with the
- * regex engine's greedy and backtracking choices spelled out), the merges
- * (lowest rank first, leftmost on a tie, as Hugging Face's BPE applies
- * them), and the pieces a token decodes to. */
+ * pre-tokenizing patterns (hand-written matchers of the regular expressions
+ * byte-level models use, in three families: GPT-2's, cl100k's (Llama 3,
+ * Qwen2, Qwen3.5) and o200k's (GPT-OSS, Mistral's Tekken), alternative by
+ * alternative, with the regex engine's greedy and backtracking choices
+ * spelled out), the merges (lowest rank first, leftmost on a tie, as
+ * Hugging Face's BPE applies them), and the pieces a token decodes to. */
 #include "runtime/kiln_tokenizer.h"
 
 #include <stdio.h>
@@ -13,7 +14,34 @@
 #include "base/kiln_unicode.h"
 
 enum { KIND_BYTE_LEVEL = 1, KIND_SENTENCEPIECE = 2 };
-enum { PATTERN_NONE = 0, PATTERN_GPT2 = 1, PATTERN_LLAMA3 = 2, PATTERN_LLAMA3_DIGIT = 3 };
+enum {
+  PATTERN_NONE = 0,
+  PATTERN_GPT2 = 1,
+  PATTERN_LLAMA3 = 2,
+  PATTERN_QWEN2 = 3,
+  PATTERN_O200K = 4,
+  PATTERN_TEKKEN = 5,
+  PATTERN_QWEN35 = 6,
+  PATTERN_COUNT
+};
+
+/* What sets each pattern apart within its family. */
+enum { FAMILY_NONE, FAMILY_GPT2, FAMILY_CL100K, FAMILY_O200K };
+static const struct {
+  int family;
+  int digits;       /* \p{N}{1,3} or \p{N} */
+  int marks;        /* cl100k: [\p{L}\p{M}]+ words, marks out of the punctuation class (Qwen3.5) */
+  int contractions; /* o200k: (?i:'s|'t|'re|'ve|'m|'ll|'d)? after a word */
+  const char* name;
+} kiln_tok_patterns[PATTERN_COUNT] = {
+    [PATTERN_NONE] = {FAMILY_NONE, 0, 0, 0, ""},
+    [PATTERN_GPT2] = {FAMILY_GPT2, 0, 0, 0, " (GPT-2's pattern)"},
+    [PATTERN_LLAMA3] = {FAMILY_CL100K, 3, 0, 0, " (Llama 3's pattern)"},
+    [PATTERN_QWEN2] = {FAMILY_CL100K, 1, 0, 0, " (Llama 3's pattern, 1-digit numbers)"},
+    [PATTERN_O200K] = {FAMILY_O200K, 3, 0, 1, " (o200k's pattern)"},
+    [PATTERN_TEKKEN] = {FAMILY_O200K, 1, 0, 0, " (Tekken's pattern)"},
+    [PATTERN_QWEN35] = {FAMILY_CL100K, 1, 1, 0, " (Qwen3.5's pattern)"},
+};
 enum {
   FLAG_IGNORE_MERGES = 1,
   FLAG_PREPEND = 2,
@@ -159,7 +187,7 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
   kiln_tok_u32(&r, &t->n_eos);
   if (version != 1) BAD("version %u (this kiln reads 1)", version);
   if (t->kind != KIND_BYTE_LEVEL && t->kind != KIND_SENTENCEPIECE) BAD("unknown kind %u", t->kind);
-  if (t->kind == KIND_BYTE_LEVEL ? t->pattern > PATTERN_LLAMA3_DIGIT : t->pattern != PATTERN_NONE)
+  if (t->kind == KIND_BYTE_LEVEL ? t->pattern >= PATTERN_COUNT : t->pattern != PATTERN_NONE)
     BAD("pattern %u for kind %u", t->pattern, t->kind);
   if (t->flags >= 128) BAD("unknown flags 0x%x", t->flags);
   if (t->n_tokens == 0 || t->n_tokens > KILN_TOK_MAX_TOKENS) BAD("%u tokens", t->n_tokens);
@@ -299,10 +327,9 @@ void kiln_tokenizer_free(kiln_tokenizer_t* t) {
 int32_t kiln_tokenizer_size(const kiln_tokenizer_t* t) { return (int32_t)t->n_tokens; }
 
 const char* kiln_tokenizer_describe(const kiln_tokenizer_t* t, char* buf, size_t size) {
-  static const char* patterns[] = {"", " (GPT-2's pattern)", " (Llama 3's pattern)", " (Llama 3's pattern, 1-digit numbers)"};
   size_t at = (size_t)snprintf(buf, size, "%s BPE%s, %u tokens, %u merges",
                                t->kind == KIND_BYTE_LEVEL ? "byte-level" : "SentencePiece-style",
-                               patterns[t->pattern], t->n_tokens, t->n_merges);
+                               kiln_tok_patterns[t->pattern].name, t->n_tokens, t->n_merges);
   const struct {
     const char* what;
     const int32_t* ids;
@@ -438,6 +465,17 @@ static int kiln_tok_is_n(uint32_t c) { return kiln_unicode_is_number(c); }
 static int kiln_tok_is_s(uint32_t c) { return kiln_unicode_is_space(c); }
 static int kiln_tok_is_other(uint32_t c) { return !kiln_tok_is_s(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c); }
 static int kiln_tok_is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
+static int kiln_tok_is_crlf_slash(uint32_t c) { return c == '\r' || c == '\n' || c == '/'; }
+/* Qwen3.5's classes: marks join words and leave punctuation. */
+static int kiln_tok_is_lm(uint32_t c) { return kiln_tok_is_l(c) || kiln_unicode_is_mark(c); }
+static int kiln_tok_is_other_m(uint32_t c) { return kiln_tok_is_other(c) && !kiln_unicode_is_mark(c); }
+/* o200k's: U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]. */
+static int kiln_tok_is_u(uint32_t c) {
+  return kiln_unicode_is_mark(c) || (kiln_tok_is_l(c) && !kiln_unicode_is_lower(c));
+}
+static int kiln_tok_is_w(uint32_t c) {
+  return kiln_unicode_is_mark(c) || (kiln_tok_is_l(c) && !kiln_unicode_is_upper(c));
+}
 
 static size_t kiln_tok_run(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_t)) {
   size_t j = i;
@@ -445,7 +483,9 @@ static size_t kiln_tok_run(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_
   return j - i;
 }
 
-static uint32_t kiln_tok_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+/* Case folding as (?i:...) matches the contractions' letters: ASCII, and
+ * U+017F LATIN SMALL LETTER LONG S, which folds to s. */
+static uint32_t kiln_tok_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c == 0x17F ? 's' : c; }
 
 /* 's 't 're 've 'm 'll 'd (case-insensitive for Llama 3's (?i:...)). */
 static size_t kiln_tok_contraction(const kiln_tok_text_t* x, size_t i, int fold) {
@@ -466,6 +506,14 @@ static size_t kiln_tok_spaces(const kiln_tok_text_t* x, size_t i) {
   return i + r < x->n && r > 1 ? r - 1 : r;
 }
 
+/* \s*[\r\n]+ (through the run's last CR or LF), else \s+(?!\S)|\s+. */
+static size_t kiln_tok_newlines_or_spaces(const kiln_tok_text_t* x, size_t i) {
+  size_t s = kiln_tok_run(x, i, kiln_tok_is_s);
+  for (size_t j = s; j > 0; --j)
+    if (kiln_tok_is_crlf(x->cp[i + j - 1])) return j;
+  return kiln_tok_spaces(x, i);
+}
+
 /* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static size_t kiln_tok_match_gpt2(const kiln_tok_text_t* x, size_t i) {
   size_t k = kiln_tok_contraction(x, i, 0);
@@ -479,28 +527,73 @@ static size_t kiln_tok_match_gpt2(const kiln_tok_text_t* x, size_t i) {
   return kiln_tok_spaces(x, i);
 }
 
-/* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- * ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ (digits: 3, or 1 for
- * Qwen2's \p{N}). */
-static size_t kiln_tok_match_llama3(const kiln_tok_text_t* x, size_t i, size_t digits) {
+/* cl100k's family: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+ * \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ (Llama 3);
+ * Qwen2's numbers are \p{N} (digits 1); Qwen3.5's words are [\p{L}\p{M}]+
+ * and its punctuation [^\s\p{L}\p{M}\p{N}]+ (marks). The lead class stays
+ * [^\r\n\p{L}\p{N}], marks included. */
+static size_t kiln_tok_match_cl100k(const kiln_tok_text_t* x, size_t i, size_t digits, int marks) {
+  int (*word)(uint32_t) = marks ? kiln_tok_is_lm : kiln_tok_is_l;
+  int (*other)(uint32_t) = marks ? kiln_tok_is_other_m : kiln_tok_is_other;
   size_t k = kiln_tok_contraction(x, i, 1);
   if (k) return k;
   uint32_t c = x->cp[i];
   int lead = !kiln_tok_is_crlf(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c);
-  if (lead && i + 1 < x->n && kiln_tok_is_l(x->cp[i + 1])) return 1 + kiln_tok_run(x, i + 1, kiln_tok_is_l);
-  if (kiln_tok_is_l(c)) return kiln_tok_run(x, i, kiln_tok_is_l);
+  if (lead && i + 1 < x->n && word(x->cp[i + 1])) return 1 + kiln_tok_run(x, i + 1, word);
+  if (word(c)) return kiln_tok_run(x, i, word);
+  if (kiln_tok_is_n(c)) {
+    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
+    return r < digits ? r : digits;
+  }
+  size_t sp = c == ' ' && i + 1 < x->n && other(x->cp[i + 1]);
+  size_t r = kiln_tok_run(x, i + sp, other);
+  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf);
+  return kiln_tok_newlines_or_spaces(x, i);
+}
+
+/* o200k's words, from i: [^\r\n\p{L}\p{N}]?U*W+C? | [^\r\n\p{L}\p{N}]?U+W*C?
+ * with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (Lm, Lo
+ * and marks in both) and C the optional contraction; 0 when neither
+ * matches. The lead is taken first, then left out (the engine's order for
+ * ?). U*W+: U* takes its whole run; if W cannot follow, the engine gives
+ * back one U at a time until W+ can start on one that is also a W, which
+ * then ends the match (the U after it is no W). */
+static size_t kiln_tok_o200k_word(const kiln_tok_text_t* x, size_t i, int contractions) {
+  uint32_t c = x->cp[i];
+  int lead = !kiln_tok_is_crlf(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c);
+  size_t end = 0;
+  for (int l = lead; l >= 0 && !end; --l) {
+    size_t s = i + (size_t)l, j = s + kiln_tok_run(x, s, kiln_tok_is_u);
+    if (j < x->n && kiln_tok_is_w(x->cp[j])) {
+      end = j + kiln_tok_run(x, j, kiln_tok_is_w);
+    } else {
+      for (size_t e = j; e > s && !end; --e)
+        if (kiln_tok_is_w(x->cp[e - 1])) end = e;
+    }
+  }
+  for (int l = lead; l >= 0 && !end; --l) {
+    size_t s = i + (size_t)l, r = kiln_tok_run(x, s, kiln_tok_is_u);
+    if (r) end = s + r + kiln_tok_run(x, s + r, kiln_tok_is_w);
+  }
+  if (end && contractions && end < x->n) end += kiln_tok_contraction(x, end, 1);
+  return end ? end - i : 0;
+}
+
+/* o200k (GPT-OSS): the words above with contractions, then \p{N}{1,3}|
+ * ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+. Tekken (Mistral):
+ * the same without contractions and with \p{N}. */
+static size_t kiln_tok_match_o200k(const kiln_tok_text_t* x, size_t i, size_t digits, int contractions) {
+  size_t k = kiln_tok_o200k_word(x, i, contractions);
+  if (k) return k;
+  uint32_t c = x->cp[i];
   if (kiln_tok_is_n(c)) {
     size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
     return r < digits ? r : digits;
   }
   size_t sp = c == ' ' && i + 1 < x->n && kiln_tok_is_other(x->cp[i + 1]);
   size_t r = kiln_tok_run(x, i + sp, kiln_tok_is_other);
-  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf);
-  /* \s*[\r\n]+: through the run's last CR or LF */
-  size_t s = kiln_tok_run(x, i, kiln_tok_is_s);
-  for (size_t j = s; j > 0; --j)
-    if (kiln_tok_is_crlf(x->cp[i + j - 1])) return j;
-  return kiln_tok_spaces(x, i);
+  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf_slash);
+  return kiln_tok_newlines_or_spaces(x, i);
 }
 
 /* Scratch for merging words of up to m symbols. */
@@ -531,6 +624,18 @@ static void kiln_tok_bytes_word(const kiln_tokenizer_t* t, const uint8_t* b, siz
   kiln_tok_merge_word(t, w->sym, n, w->work, w->heap, out);
 }
 
+/* The length in code points of the piece of text at i (at least 1). */
+static size_t kiln_tok_match(const kiln_tokenizer_t* t, const kiln_tok_text_t* x, size_t i) {
+  size_t digits = (size_t)kiln_tok_patterns[t->pattern].digits, len = x->n - i;
+  switch (kiln_tok_patterns[t->pattern].family) {
+    case FAMILY_GPT2: len = kiln_tok_match_gpt2(x, i); break;
+    case FAMILY_CL100K: len = kiln_tok_match_cl100k(x, i, digits, kiln_tok_patterns[t->pattern].marks); break;
+    case FAMILY_O200K: len = kiln_tok_match_o200k(x, i, digits, kiln_tok_patterns[t->pattern].contractions); break;
+    default: break; /* no pattern: the text is one piece */
+  }
+  return len ? len : 1; /* (every character matches some alternative) */
+}
+
 static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
   int prefix = (t->flags & FLAG_PREPEND) && n > 0 && s[0] != ' ';
   size_t m = n + (size_t)prefix;
@@ -554,10 +659,7 @@ static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, 
   at[k] = m;
   kiln_tok_text_t x = {cp, at, k};
   for (size_t i = 0; i < k;) {
-    size_t len = t->pattern == PATTERN_GPT2 ? kiln_tok_match_gpt2(&x, i)
-                 : t->pattern == PATTERN_NONE ? k - i
-                                              : kiln_tok_match_llama3(&x, i, t->pattern == PATTERN_LLAMA3 ? 3 : 1);
-    if (len == 0) len = 1; /* (every character matches some alternative) */
+    size_t len = kiln_tok_match(t, &x, i);
     kiln_tok_bytes_word(t, b + at[i], at[i + len] - at[i], &w, out);
     i += len;
   }

@@ -5,9 +5,9 @@
  * from a Hugging Face tokenizer (python/kiln/tokenizer.py). It encodes as
  * Hugging Face's tokenizers library does for the two families most causal
  * LMs use, and decodes a token at a time:
- *   byte-level BPE (GPT-2, Llama 3, Qwen2): the text split by the model's
- *     pattern (GPT-2's or Llama 3's, whose numbers run 1 to 3 or 1 digits),
- *     each piece's bytes merged;
+ *   byte-level BPE (GPT-2, Llama 3, Qwen2, Qwen3.5, GPT-OSS, Mistral's
+ *     Tekken): the text split by the model's pattern, each piece's bytes
+ *     merged;
  *   SentencePiece-style BPE (Llama 2, TinyLlama, Mistral v0.1): spaces as
  *     U+2581 with one prepended (the Prepend normalizer, or Metaspace), the
  *     characters merged, bytes for characters outside the vocabulary
@@ -20,8 +20,11 @@
  *   0   8  "KILNTOKN"
  *   8   4  u32 version (1)
  *  12   4  u32 kind: 1 byte-level, 2 SentencePiece-style
- *  16   4  u32 pattern (byte-level): 1 GPT-2, 2 Llama 3 (numbers of 1-3
- *          digits), 3 Llama 3's with 1-digit numbers (Qwen2); else 0
+ *  16   4  u32 pattern (byte-level): 1 GPT-2, 2 Llama 3 (cl100k: numbers of
+ *          1-3 digits), 3 Llama 3's with 1-digit numbers (Qwen2), 4 o200k
+ *          (GPT-OSS), 5 Tekken (o200k's words without contractions, 1-digit
+ *          numbers: Mistral Nemo and later), 6 Qwen3.5 (Qwen2's with
+ *          combining marks in words); else 0
  *  20   4  u32 flags: bit 0 a word found whole in the vocabulary is not
  *          merged (ignore_merges); bit 1 a space is prepended to each piece
  *          of text (byte-level add_prefix_space) or U+2581 (SentencePiece);

@@ -8,11 +8,15 @@ No tokenizer can be downloaded here, so each family is trained in the test
 ship: GPT-2 (ByteLevel's own pattern, with and without add_prefix_space),
 Llama 3 (its Split pattern, ignore_merges, a BOS template), Qwen2 (its
 1-digit pattern and NFC normalizer: text NFC would change is refused, the
-rest encoded as Hugging Face does), and SentencePiece-style BPE as Llama 2 / TinyLlama
+rest encoded as Hugging Face does), Qwen3.5 (marks join words, NFC),
+o200k (GPT-OSS: words split at case changes, contractions after them) and
+Tekken (Mistral Nemo: o200k's words, 1-digit numbers), and SentencePiece-style BPE as Llama 2 / TinyLlama
 (Prepend + Replace normalizer, <0xNN> byte fallback, <unk> fused, BOS), as
 newer conversions write it (Metaspace, prepend_scheme "first") and as Gemma
 (Replace alone, nothing prepended). The
-texts: hand-picked edges (contractions in both cases, runs of spaces
+texts: hand-picked edges (contractions in both cases and U+017F, which
+folds to s, case changes inside words with letters of every case class
+and combining marks, runs of spaces
 before words and at the end, CR/LF runs, digits runs past 3, added tokens
 inside words, non-Latin scripts, emoji, characters outside the alphabet)
 and 40 random mixes per tokenizer, fixed seeds."""
@@ -39,6 +43,16 @@ needs_cli = pytest.mark.skipif(not KILN_BIN.exists(), reason=f"kiln CLI not buil
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k_base (GPT-OSS), and Mistral's Tekken as its tokenizer.json writes it
+O200K = "|".join([r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                  r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
+                  r"\p{N}{1,3}", r" ?[^\s\p{L}\p{N}]+[\r\n/]*", r"\s*[\r\n]+", r"\s+(?!\S)", r"\s+"])
+TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+          r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|"
+          r"\s*[\r\n]+|\s+(?!\S)|\s+")
 CORPUS_LINES = [
     "Hello world! It's 2026; we're testing 12345 tokens, and THEY'LL see.",
     "The quick brown fox jumps over the lazy dog. Don't stop: 3.14159 is pi.",
@@ -46,23 +60,27 @@ CORPUS_LINES = [
     "emoji 🙂🚀 and tabs\tand\nnewlines\r\n  double  spaces", "naïve café résumé Ωmega über",
     "def f(x):\n    return x * 2  # code\n", "    indented lines\n\n\nblank lines", "a-b_c.d/e\\f|g",
     "Numbers: 7 42 913 2026 31415 271828 1000000 65536 202 691 3",
+    "camelCase XMLHttpRequest HelloWORLD नमस्ते दुनिया paths/to/files",
 ]
 EDGES = ["Hello world! It's 2026; we're testing 12345 tokens.", "  leading spaces", "trailing   ", "a\n\nb\r\n c",
          "Привет, мир!", "你好，世界。", "emoji 🙂🚀!", "I'LL SAY 'Ve 'd 'M", "x  y   z\t\tw", "123456789 1 22 333",
          "<|endoftext|>after<|endoftext|>", "<|begin_of_text|>Hi", "<s>hi</s> there", "in<s>side", "naïve café",
          " ", "\n", "mixed123abc", "don't they'll", "a...b!!?", "  \n  x", "tab\there", "\u00a0nbsp", "ǅ title",
          "١٢٣ arabic digits", "e\u0301 combining", "🙂", "<0x41> is text", "\r\n\r\n", "end\n",
-         "2026913 31415271828 1000000"]
+         "2026913 31415271828 1000000", "HelloWORLD camelCase XMLHttpRequest", "中A文b", "ab\u0301C\u0301",
+         "\u02b0\u02b0A", "AB'S CD'sx x'\u017fx Y'\u017f", "a/\n/b //\r\n", "\u0301abc", "नमस्ते दुनिया",
+         "\u01c5emal \u01c8 \u01c4", "!\u0301 \u0301\u0301", "!!\u0947 \u0947\u0947x ?\u093f"]
 PIECES = ["hello", "World", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "123", "4567", ".", "!?", "(x)", "你好",
           "мир", "🙂", "é", "e\u0301", "\u00a0", "<s>", "</s>", "<|endoftext|>", "<|begin_of_text|>", "λ", "٣",
-          "Ⅻ", "ﬁ", "\u200b", "😀😀", "the", " fox", "don't", "   \n", "Å", "\u212b", "A\u030a", "\u1100\u1161", "가"]
+          "Ⅻ", "ﬁ", "\u200b", "😀😀", "the", " fox", "don't", "   \n", "Å", "\u212b", "A\u030a", "\u1100\u1161", "가",
+          "ABC", "Def", "\u02b0", "\u0301", "\u01c5", "'\u017f", "/", "नम", "DE'S", "\u0e20\u0e32\u0e29\u0e32"]
 
 
 def _corpus():
     return CORPUS_LINES * 20
 
 
-def _byte_level(pattern=None, prefix_space=False, bos=False, digits=3, nfc=False):
+def _byte_level(pattern=None, prefix_space=False, bos=False, nfc=False):
     ignore = pattern is not None
     tok = Tokenizer(models.BPE(ignore_merges=ignore))
     if nfc:
@@ -70,8 +88,7 @@ def _byte_level(pattern=None, prefix_space=False, bos=False, digits=3, nfc=False
     if pattern is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     else:
-        regex = pattern if digits == 3 else pattern.replace(r"\p{N}{1,3}", r"\p{N}")
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), "isolated"),
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), "isolated"),
                                                      pre_tokenizers.ByteLevel(add_prefix_space=prefix_space,
                                                                               use_regex=False)])
     tok.decoder = decoders.ByteLevel()
@@ -116,7 +133,10 @@ KINDS = {
     "gpt2": lambda: _byte_level(),
     "gpt2-prefix-space": lambda: _byte_level(prefix_space=True),
     "llama3": lambda: _byte_level(LLAMA3, bos=True),
-    "qwen2": lambda: _byte_level(LLAMA3, digits=1, nfc=True),
+    "qwen2": lambda: _byte_level(QWEN2, nfc=True),
+    "qwen3.5": lambda: _byte_level(QWEN35, nfc=True),
+    "o200k": lambda: _byte_level(O200K),
+    "tekken": lambda: _byte_level(TEKKEN, bos=True),
     "llama2-sentencepiece": lambda: _sentencepiece(),
     "metaspace-first": lambda: _sentencepiece(metaspace=True),
     "gemma-replace": lambda: _sentencepiece(prepend=False),
@@ -156,7 +176,7 @@ def test_c_tokenizer_gives_hugging_faces_ids_and_text(kind, tiny, tmp_path):
         want = tok.encode(text).ids
         f = tmp_path / f"text{i}.txt"
         f.write_bytes(text.encode("utf-8"))
-        if kind == "qwen2":  # NFC: kiln refuses text NFC changes, never encodes it unchanged
+        if kind in ("qwen2", "qwen3.5"):  # NFC: kiln refuses text NFC changes, never encodes it unchanged
             p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text-file", str(f)], capture_output=True)
             if unicodedata.normalize("NFC", text) != text:
                 assert p.returncode == 1 and b"NFC" in p.stderr, (text, p.stderr)
@@ -178,6 +198,43 @@ def test_c_tokenizer_gives_hugging_faces_ids_and_text(kind, tiny, tmp_path):
     # no BOS with --no-special
     assert _tokenize(path, "--text", "hello", "--no-special").decode().split() == \
         [str(i) for i in tok.encode("hello", add_special_tokens=False).ids]
+
+
+BYTE_LEVEL = [k for k in KINDS if "sentencepiece" not in k and k not in ("metaspace-first", "gemma-replace")]
+
+
+@needs_cli
+@pytest.mark.parametrize("kind", BYTE_LEVEL)
+def test_c_pretokenizer_splits_as_hugging_faces(kind, tiny, tmp_path):
+    """The pattern alone, where merges cannot hide a wrong split: a
+    vocabulary of the 256 bytes and every piece Hugging Face's
+    pre-tokenizer makes of the texts, no merges, ignore_merges. A piece
+    found whole is its one token, anything else falls apart into bytes, so
+    a piece kiln splits finer or coarser than the reference (a word
+    swallowing the next's first letter) gives other ids."""
+    ref = KINDS[kind]()
+    texts = [t for t in _texts(sum(map(ord, kind)) + 1) if unicodedata.normalize("NFC", t) == t]
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    for text in texts:
+        for piece, _ in ref.pre_tokenizer.pre_tokenize_str(text):
+            vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = ref.normalizer, ref.pre_tokenizer, ref.decoder
+    path = tmp_path / "t.kiln"
+    kiln.save(tiny, path, tokenizer=tok)
+    wrong = []
+    for i, text in enumerate(texts):
+        f = tmp_path / f"text{i}.txt"
+        f.write_bytes(text.encode("utf-8"))
+        p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text-file", str(f)], capture_output=True)
+        if p.returncode and kind in ("qwen2", "qwen3.5"):  # the NFC quick check's "maybe" (see above)
+            assert b"NFC" in p.stderr, p.stderr
+            continue
+        assert p.returncode == 0, p.stderr
+        got = [int(v) for v in p.stdout.split()]
+        if got != tok.encode(text).ids:
+            wrong.append((text, [tok.id_to_token(i) for i in tok.encode(text).ids], [tok.id_to_token(i) for i in got]))
+    assert not wrong, f"{len(wrong)} of {len(texts)} texts split otherwise, first: {wrong[0]}"
 
 
 def test_transformers_tokenizer_and_its_eos(tiny, tmp_path):
