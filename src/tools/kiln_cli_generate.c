@@ -65,6 +65,12 @@ static int kiln_gen_usage(const char* msg, const char* arg) {
   return 2;
 }
 
+/* Out of memory is no usage error: exit 1 (a failure), not 2. */
+static int kiln_gen_no_memory(const char* where) {
+  fprintf(stderr, "kiln: generate: out of memory%s%s\n", where ? " at " : "", where ? where : "");
+  return 1;
+}
+
 static int kiln_gen_int(const char* text, int64_t lo, int64_t hi, int64_t* out) {
   long long v;
   if (!kiln_cli_parse_int(text, lo, hi, &v)) return 0;
@@ -165,7 +171,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
       if (o->n_texts && o->chat != !strcmp(a, "--chat")) return kiln_gen_usage("give --text or --chat, not both", NULL);
       o->chat = !strcmp(a, "--chat");
       char** more = realloc(o->texts, sizeof(char*) * (size_t)(o->n_texts + 1));
-      if (!more) return kiln_gen_usage("out of memory at", a);
+      if (!more) return kiln_gen_no_memory(a);
       o->texts = more;
       o->texts[o->n_texts++] = (char*)v;
     } else if (!strcmp(a, "--text-file")) {
@@ -223,7 +229,7 @@ static int kiln_gen_parse(int argc, char** argv, kiln_gen_options_t* o) {
     if (!o->text_read) return 1;
     if (strlen(o->text_read) != size) return kiln_gen_usage("--text-file holds a NUL byte:", text_file);
     o->texts = malloc(sizeof(char*));
-    if (!o->texts) return kiln_gen_usage("out of memory at", text_file);
+    if (!o->texts) return kiln_gen_no_memory(text_file);
     o->texts[o->n_texts++] = o->text_read;
   }
   if (prompt_file) {
@@ -339,10 +345,7 @@ static int kiln_gen_rows_make(kiln_gen_rows_t* r, const kiln_gen_step_t* s,
   r->n_made = calloc(b, sizeof(int64_t));
   r->done = calloc(b, 1);
   r->pick = calloc(b, sizeof(kiln_cli_sampler_t));
-  if (!r->ids || !r->next || !r->n_made || !r->done || !r->pick) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    return 1;
-  }
+  if (!r->ids || !r->next || !r->n_made || !r->done || !r->pick) return kiln_gen_no_memory(NULL);
   for (int64_t i = 0; i < r->batch; ++i) {
     const kiln_gen_ids_t* pr = kiln_gen_row_prompt(o, i);
     const int64_t pad = r->width - pr->n;
@@ -350,10 +353,7 @@ static int kiln_gen_rows_make(kiln_gen_rows_t* r, const kiln_gen_step_t* s,
     s->padding[i] = pad;
     r->pick[i] = o->sampler;
     r->pick[i].rng = seed + (uint64_t)i;
-    if (!kiln_cli_sampler_initialize(&r->pick[i], s->vocab)) {
-      fputs("kiln: generate: out of memory\n", stderr);
-      return 1;
-    }
+    if (!kiln_cli_sampler_initialize(&r->pick[i], s->vocab)) return kiln_gen_no_memory(NULL);
     for (int32_t k = 0; k < pr->n; ++k) kiln_cli_sampler_see(&r->pick[i], pr->ids[k]);
   }
   return 0;
@@ -498,8 +498,7 @@ static int kiln_gen_run(kiln_gen_step_t* s, kiln_gen_options_t* o) {
                     "logits hold a NaN or +inf, or are all -inf\n", made);
     rc = 1;
   } else if (!drawn) {
-    fputs("kiln: generate: out of memory\n", stderr);
-    rc = 1;
+    rc = kiln_gen_no_memory(NULL);
   } else {
     qsort(steps, (size_t)n_steps, sizeof(double), kiln_gen_cmp);
     kiln_gen_print_summary(&r, o, prompt_s, made, stop, seed, steps, n_steps);
@@ -542,11 +541,11 @@ static int kiln_gen_chat(kiln_session_t* session, kiln_gen_options_t* o) {
     return 1;
   }
   o->chat_texts = calloc((size_t)o->n_texts, sizeof(char*));
-  if (!o->chat_texts) return kiln_gen_usage("out of memory", NULL);
+  if (!o->chat_texts) return kiln_gen_no_memory(NULL);
   for (int32_t r = 0; r < o->n_texts; ++r) {
     const size_t n = strlen(o->texts[r]);
     char* t = malloc((size_t)head[1] + n + head[2] + 1);
-    if (!t) return kiln_gen_usage("out of memory", NULL);
+    if (!t) return kiln_gen_no_memory(NULL);
     memcpy(t, c + 20, head[1]);
     memcpy(t + head[1], o->texts[r], n);
     memcpy(t + head[1] + n, c + 20 + head[1], head[2]);
@@ -573,7 +572,7 @@ static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
     int32_t n = 0;
     kiln_error_t* err = kiln_session_eos_ids(session, &eos, &n);
     if (err) return kiln_gen_fail(err, "generate");
-    if (n && !(o->eos.ids = malloc(sizeof(int64_t) * (size_t)n))) return kiln_gen_usage("out of memory", NULL);
+    if (n && !(o->eos.ids = malloc(sizeof(int64_t) * (size_t)n))) return kiln_gen_no_memory(NULL);
     for (int32_t i = 0; i < n; ++i) o->eos.ids[o->eos.n++] = eos[i];
   }
   if (!o->n_texts) return 0;
@@ -582,7 +581,7 @@ static int kiln_gen_texts(kiln_session_t* session, kiln_gen_options_t* o) {
     if (rc) return rc;
   }
   o->prompts = calloc((size_t)o->n_texts, sizeof(kiln_gen_ids_t));
-  if (!o->prompts) return kiln_gen_usage("out of memory", NULL);
+  if (!o->prompts) return kiln_gen_no_memory(NULL);
   for (int32_t r = 0; r < o->n_texts; ++r) {
     const size_t size = strlen(o->texts[r]);
     size_t n = 0;
