@@ -18,6 +18,7 @@ from kiln import _C
 from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_failure
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
+from kiln.complex_ops import lower_complex
 from kiln.guards import of_exported as exported_guards
 from kiln.random_ops import RNG_SEED_INPUT
 from kiln import lowp
@@ -81,7 +82,9 @@ def export_program(model, args, kwargs=None, dynamic_shapes=None):
         # torch 2.13's run_decompositions deep-copies pytree specs and trips
         # its own LeafSpec deprecation warning on every call: not the user's.
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
-        return ep.run_decompositions(decomposition_table())
+        ep = ep.run_decompositions(decomposition_table())
+    lower_complex(ep.graph_module)  # complex values (rotary embeddings) as pairs of reals
+    return ep
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__)

@@ -29,6 +29,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 
 from kiln import _C, cache_append
 from kiln.capture import decomposition_table, log_enabled, lower_graph, writable_in_place
+from kiln.complex_ops import lower_complex
 from kiln.guards import of_values as guards_of_values
 from kiln.errors import KilnError, UnsupportedOpError
 from kiln.module import _SIZE_DTYPE, KilnModule, compile_graph
@@ -760,6 +761,7 @@ def _kiln_fw_compile(gm, example_inputs):
     from torch._dynamo.utils import counters
 
     counters["kiln"]["graphs"] += 1
+    lower_complex(gm)  # complex values (rotary embeddings) as pairs of reals
     frozen = _frozen_parameters(example_inputs)
     split = _split_float_scalars(gm, example_inputs)
     if split is not None:
