@@ -611,9 +611,68 @@ def test_sliding_window_models_step_as_generate_does(kind):
 
 def test_other_layer_kinds_are_refused_by_name():
     import transformers as T
-    cfg = T.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, vocab_size=256, attention_chunk_size=8)
-    step = kiln.llm.StaticCacheStep(T.LlamaForCausalLM(cfg).eval(), 24)
+    cfg = T.Lfm2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, vocab_size=256, layer_types=["conv", "full_attention"])
+    step = kiln.llm.StaticCacheStep(T.Lfm2ForCausalLM(cfg).eval(), 24)
     with pytest.raises(kiln.KilnError, match=r"layers of kinds other than full or sliding-window attention "
-                                             r"\(\['chunked_attention'\]\)"):
+                                             r"\(\['conv'\]\)"):
         step(torch.tensor([[1, 2, 3]]), torch.tensor(0), step.empty_cache())
+
+
+def _llama4(chunk):
+    """Dense Llama 4 (no MoE layers): three chunked-attention layers with
+    rotary positions written as complex numbers, a full NoPE one."""
+    import transformers as T
+    cfg = T.Llama4TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
+                             num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                             num_local_experts=4, moe_layers=[], max_position_embeddings=256,
+                             attention_chunk_size=chunk, pad_token_id=0)
+    torch.manual_seed(0)
+    return T.Llama4ForCausalLM(cfg).eval()
+
+
+def test_chunked_attention_steps_as_generate_does():
+    """Llama 4's chunked layers (chunks of 4, 6 prompt tokens and 12 more:
+    five chunks): as a sliding window, the step keeps every position and the
+    model's chunk mask limits attention. generate()'s tokens, the model's
+    logits over the whole sequence, and those differ from one chunk's: the
+    chunks mattered. The complex rotary embedding is rewritten
+    (kiln/complex_ops.py): the step traces whole."""
+    model = _llama4(4)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
+    step = kiln.llm.StaticCacheStep(model, 24)
+    compiled = step.trace(ids, fallback=False)
+    tokens, logits = _generate(compiled, ids, step.empty_cache(), 12)
+    assert tokens == want
+    seq = torch.tensor([ids[0].tolist() + tokens[:-1]])
+    one = _llama4(64)
+    one.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        ref, ref_one = model(seq).logits[0, 5:], one(seq).logits[0, 5:]
+    assert_close(torch.cat(logits), ref, atol=2e-5, rtol=1e-4)
+    assert (ref - ref_one).abs().max() > 1e-2
+
+
+def test_latent_attention_caches_what_the_model_writes():
+    """DeepSeek V2's multi-head latent attention caches its compressed
+    latent (one head of kv_lora_rank) and the rotary part of the keys (one
+    head of qk_rope_head_dim), not head_dim-wide keys and values: the step
+    lays its cache out as one step of the model writes it, and its rotary
+    embedding is complex (rewritten). Tokens as the uncompiled step's."""
+    import transformers as T
+    cfg = T.DeepseekV2Config(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=32,
+                             kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=8,
+                             n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                             first_k_dense_replace=1, pad_token_id=0)
+    torch.manual_seed(0)
+    step = kiln.llm.StaticCacheStep(T.DeepseekV2ForCausalLM(cfg).eval(), 24)
+    assert step.cache_layout() == [(1, 16), (1, 8)] * 2
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
+    compiled = step.trace(ids, fallback=False)
+    tokens, logits = _generate(compiled, ids, step.empty_cache(), 10)
+    want, ref = _generate(step, ids, step.empty_cache(), 10)
+    assert tokens == want
+    assert_close(torch.cat(logits), torch.cat(ref), atol=2e-5, rtol=1e-4)
