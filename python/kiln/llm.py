@@ -94,16 +94,18 @@ class StaticCacheStep(torch.nn.Module):
                 for heads, dim in self.cache_layout()]
 
     def cache_layout(self):
-        """(heads, dim) of each cache tensor, keys then values per layer. As
-        the model writes them: a layer with multi-head latent attention
-        (DeepSeek V2 and V3) caches keys of qk_nope + qk_rope dims and values
-        of v_head_dim. Read from what one step of the model writes, else from
-        the config's head_dim."""
+        """(heads, dim) of each cache tensor, keys then values per layer, as
+        the model writes them: DeepSeek V2's latent attention caches its
+        compressed latent and the keys' rotary part (one head each), Gemma
+        4's full layers keys of their own head_dim. Read from what one step
+        of the model writes, else from the config's head_dim."""
         if getattr(self, "_layout", None) is None:
+            self._layout = _written_layout(self.model)
+        if self._layout is None:
             cfg = self.model.config.get_text_config()
             heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
             dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-            self._layout = _written_layout(self.model) or [(heads, dim)] * (2 * cfg.num_hidden_layers)
+            self._layout = [(heads, dim)] * (2 * cfg.num_hidden_layers)
         return self._layout
 
     def trace(self, example_ids, **options):

@@ -676,3 +676,24 @@ def test_latent_attention_caches_what_the_model_writes():
     want, ref = _generate(step, ids, step.empty_cache(), 10)
     assert tokens == want
     assert_close(torch.cat(logits), torch.cat(ref), atol=2e-5, rtol=1e-4)
+
+
+def test_per_layer_head_dims_step_as_generate_does():
+    """Gemma 4: sliding layers (window 4) and a full layer whose keys and
+    values are twice as wide (its own head_dim), per-layer token inputs: the
+    cache is laid out per layer as the model writes it, and the step's
+    tokens are generate()'s."""
+    import transformers as T
+    cfg = T.Gemma4TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                             sliding_window=4, vocab_size_per_layer_input=256, hidden_size_per_layer_input=16,
+                             per_layer_config={"05": {"head_dim": 32}}, bos_token_id=None, eos_token_id=None)
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(cfg).eval()
+    step = kiln.llm.StaticCacheStep(model, 24)
+    assert step.cache_layout() == [(2, 16)] * 10 + [(2, 32)] * 2
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
+    tokens, _ = _generate(step.trace(ids, fallback=False), ids, step.empty_cache(), 12)
+    assert tokens == want
