@@ -527,6 +527,22 @@ static size_t kiln_tok_match_gpt2(const kiln_tok_text_t* x, size_t i) {
   return kiln_tok_spaces(x, i);
 }
 
+/* The alternatives cl100k's and o200k's families end with, from i:
+ * \p{N}{1,digits}| ?other+trail*|\s*[\r\n]+|\s+(?!\S)|\s+ (trail: [\r\n],
+ * or o200k's [\r\n/]). */
+static size_t kiln_tok_match_rest(const kiln_tok_text_t* x, size_t i, size_t digits, int (*other)(uint32_t),
+                                  int (*trail)(uint32_t)) {
+  uint32_t c = x->cp[i];
+  if (kiln_tok_is_n(c)) {
+    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
+    return r < digits ? r : digits;
+  }
+  size_t sp = c == ' ' && i + 1 < x->n && other(x->cp[i + 1]);
+  size_t r = kiln_tok_run(x, i + sp, other);
+  if (r) return sp + r + kiln_tok_run(x, i + sp + r, trail);
+  return kiln_tok_newlines_or_spaces(x, i);
+}
+
 /* cl100k's family: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
  * \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ (Llama 3);
  * Qwen2's numbers are \p{N} (digits 1); Qwen3.5's words are [\p{L}\p{M}]+
@@ -541,14 +557,7 @@ static size_t kiln_tok_match_cl100k(const kiln_tok_text_t* x, size_t i, size_t d
   int lead = !kiln_tok_is_crlf(c) && !kiln_tok_is_l(c) && !kiln_tok_is_n(c);
   if (lead && i + 1 < x->n && word(x->cp[i + 1])) return 1 + kiln_tok_run(x, i + 1, word);
   if (word(c)) return kiln_tok_run(x, i, word);
-  if (kiln_tok_is_n(c)) {
-    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
-    return r < digits ? r : digits;
-  }
-  size_t sp = c == ' ' && i + 1 < x->n && other(x->cp[i + 1]);
-  size_t r = kiln_tok_run(x, i + sp, other);
-  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf);
-  return kiln_tok_newlines_or_spaces(x, i);
+  return kiln_tok_match_rest(x, i, digits, other, kiln_tok_is_crlf);
 }
 
 /* o200k's words, from i: [^\r\n\p{L}\p{N}]?U*W+C? | [^\r\n\p{L}\p{N}]?U+W*C?
@@ -584,16 +593,7 @@ static size_t kiln_tok_o200k_word(const kiln_tok_text_t* x, size_t i, int contra
  * the same without contractions and with \p{N}. */
 static size_t kiln_tok_match_o200k(const kiln_tok_text_t* x, size_t i, size_t digits, int contractions) {
   size_t k = kiln_tok_o200k_word(x, i, contractions);
-  if (k) return k;
-  uint32_t c = x->cp[i];
-  if (kiln_tok_is_n(c)) {
-    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
-    return r < digits ? r : digits;
-  }
-  size_t sp = c == ' ' && i + 1 < x->n && kiln_tok_is_other(x->cp[i + 1]);
-  size_t r = kiln_tok_run(x, i + sp, kiln_tok_is_other);
-  if (r) return sp + r + kiln_tok_run(x, i + sp + r, kiln_tok_is_crlf_slash);
-  return kiln_tok_newlines_or_spaces(x, i);
+  return k ? k : kiln_tok_match_rest(x, i, digits, kiln_tok_is_other, kiln_tok_is_crlf_slash);
 }
 
 /* Scratch for merging words of up to m symbols. */

@@ -592,21 +592,26 @@ def test_sliding_window_models_step_as_generate_does(kind):
     attention to the window. Its tokens are generate()'s (whose cache drops
     what leaves the window), its logits the model's over the whole sequence,
     and those differ from full attention's: the window mattered."""
-    model = _windowed(kind, 4)
+    _steps_as_generate_does(_windowed(kind, 4), _windowed(kind, None))
+
+
+def _steps_as_generate_does(model, unlimited):
+    """The traced step of `model` (a prompt of 6 tokens, 12 more): its tokens
+    are generate()'s, its logits the model's over the whole sequence, and
+    those differ from `unlimited`'s (the same weights, attention not limited
+    to a window or chunk): the limit mattered."""
     ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
     step = kiln.llm.StaticCacheStep(model, 24)
-    compiled = step.trace(ids, fallback=False)
-    tokens, logits = _generate(compiled, ids, step.empty_cache(), 12)
+    tokens, logits = _generate(step.trace(ids, fallback=False), ids, step.empty_cache(), 12)
     assert tokens == want
     seq = torch.tensor([ids[0].tolist() + tokens[:-1]])
-    full = _windowed(kind, None)
-    full.load_state_dict(model.state_dict())
+    unlimited.load_state_dict(model.state_dict())
     with torch.no_grad():
-        ref, ref_full = model(seq).logits[0, 5:], full(seq).logits[0, 5:]
+        ref, ref_unlimited = model(seq).logits[0, 5:], unlimited(seq).logits[0, 5:]
     assert_close(torch.cat(logits), ref, atol=2e-5, rtol=1e-4)
-    assert (ref - ref_full).abs().max() > 1e-2
+    assert (ref - ref_unlimited).abs().max() > 1e-2
 
 
 def test_other_layer_kinds_are_refused_by_name():
@@ -638,21 +643,7 @@ def test_chunked_attention_steps_as_generate_does():
     logits over the whole sequence, and those differ from one chunk's: the
     chunks mattered. The complex rotary embedding is rewritten
     (kiln/complex_ops.py): the step traces whole."""
-    model = _llama4(4)
-    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
-    step = kiln.llm.StaticCacheStep(model, 24)
-    compiled = step.trace(ids, fallback=False)
-    tokens, logits = _generate(compiled, ids, step.empty_cache(), 12)
-    assert tokens == want
-    seq = torch.tensor([ids[0].tolist() + tokens[:-1]])
-    one = _llama4(64)
-    one.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        ref, ref_one = model(seq).logits[0, 5:], one(seq).logits[0, 5:]
-    assert_close(torch.cat(logits), ref, atol=2e-5, rtol=1e-4)
-    assert (ref - ref_one).abs().max() > 1e-2
+    _steps_as_generate_does(_llama4(4), _llama4(64))
 
 
 def test_latent_attention_caches_what_the_model_writes():
