@@ -176,7 +176,7 @@ def _rule(n):
     if converts and isinstance(args[0], torch.fx.Node):  # to complex64, from complex64 or a real
         if _is_complex(args[0]):
             return lambda rw, n: (aten.alias.default, (args[0],))
-        if args[0].meta["val"].dtype.is_floating_point or not args[0].meta["val"].dtype.is_complex:
+        if not args[0].meta["val"].dtype.is_complex:  # (complex128 is no pair kiln makes)
             return _Rewriter.real
     if t in _SHAPE_OPS and _is_complex(args[0]) and not n.kwargs:
         return _SHAPE_OPS[t]
