@@ -336,6 +336,13 @@
  *                                        STREAM in [0, 2^32) tells a graph's
  *                                        random nodes apart. Dropout's mask is
  *                                        a uniform compared with 1 - p.
+ *   SOLVE_TRIANGULAR (a, b) -> x         torch.linalg.solve_triangular with
+ *                                        left=True: a (..., n, n), b and x
+ *                                        (..., n, k) float32, the same batch
+ *                                        dims; a x = b with a UPPER or lower
+ *                                        triangular (only that triangle read),
+ *                                        its diagonal ones when UNIT
+ *                                        (kernels/gemm/kiln_solve_triangular.h).
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -473,6 +480,10 @@
 /* GROUPED_MM: W_TRANSPOSED 1: w is stored (E, N, K), read transposed. */
 #define KILN_PARAMS_GROUPED_MM(P) P(W_TRANSPOSED, 1)
 
+/* SOLVE_TRIANGULAR: 1: A is upper triangular (else lower); 1: its
+ * diagonal is taken as ones (unitriangular). */
+#define KILN_PARAMS_SOLVE_TRIANGULAR(P) P(UPPER, 1) P(UNIT, 1)
+
 /* RANDOM: y's shape, the distribution (kiln_random_dist_t), the stream. */
 #define KILN_PARAMS_RANDOM(P) P(RANK, 1) P(DIMS, 8) P(DIST, 1) P(STREAM, 1)
 
@@ -494,7 +505,7 @@
   X(MATMUL) X(LINEAR) X(SDPA) X(CONV2D) X(CONV2D_NHWC) X(CONV2D_GRAD_INPUT)            \
   X(CONV2D_GRAD_WEIGHT) X(POOL2D) X(AVG_POOL2D_GRAD) X(SIZE2D) X(UPSAMPLE) X(PAD)      \
   X(SCATTER) X(SCAN) X(ARGSORT) X(GRID_SAMPLER) X(COL2IM) X(EMBEDDING_BAG) X(FUSED)    \
-  X(GELU_BACKWARD) X(IOTA) X(GROUPED_MM) X(RANDOM)
+  X(GELU_BACKWARD) X(IOTA) X(GROUPED_MM) X(RANDOM) X(SOLVE_TRIANGULAR)
 #define KILN_FPARAM_LAYOUTS(X) X(NONE) X(NORM) X(SDPA) X(FMA) X(UPSAMPLE) X(PAD) X(RANDOM)
 
 #include "ir/kiln_op_params.h"
@@ -608,7 +619,9 @@
   X(LAYER_NORM_BACKWARD, "layer_norm_backward", 4, 5, NORM, NORM, NONE, layer_norm_backward, layer_norm_backward) \
   X(IOTA, "iota", 0, 0, MOVEMENT, IOTA, NONE, iota, iota) \
   X(GROUPED_MM, "grouped_mm", 3, 3, GEMM, GROUPED_MM, NONE, grouped_mm, grouped_mm) \
-  X(RANDOM, "random", 1, 1, ELTWISE, RANDOM, RANDOM, random, random)
+  X(RANDOM, "random", 1, 1, ELTWISE, RANDOM, RANDOM, random, random) \
+  X(SOLVE_TRIANGULAR, "solve_triangular", 2, 2, GEMM, SOLVE_TRIANGULAR, NONE, solve_triangular, \
+    solve_triangular)
 
 typedef enum kiln_op_e {
 #define KILN_OP_ENUM(e, ...) KILN_OP_##e,
@@ -637,7 +650,7 @@ typedef enum kiln_op_family_e {
   E(adaptive_avg_pool2d_grad) E(upsample_bilinear2d) E(pad) E(strided_scatter)         \
   E(scatter) E(scan) E(argsort) E(grid_sampler) E(col2im) E(embedding_bag)             \
   E(eltwise_fused) E(conv2d_nhwc) E(max_pool2d_nhwc) E(gelu_backward)                 \
-  E(layer_norm_backward) E(iota) E(grouped_mm) E(random)
+  E(layer_norm_backward) E(iota) E(grouped_mm) E(random) E(solve_triangular)
 typedef enum kiln_op_entry_e {
 #define KILN_OP_ENTRY_ENUM(e) KILN_ENTRY_##e,
   KILN_OP_ENTRIES(KILN_OP_ENTRY_ENUM)

@@ -273,6 +273,31 @@ kiln_status_t kiln_shape_grouped_mm(const kiln_graph_t* g, const kiln_node_t* n,
   return kiln_ok();
 }
 
+/* SOLVE_TRIANGULAR: a (..., n, n) and b (..., n, k) float32 of the same
+ * batch dims -> x as b. */
+kiln_status_t kiln_shape_solve_triangular(const kiln_graph_t* g, const kiln_node_t* n,
+                                          kiln_value_t* out) {
+  const kiln_value_t *a = in_value(g, n, 0), *b = in_value(g, n, 1);
+  const int64_t upper = n->params[KILN_P(SOLVE_TRIANGULAR, UPPER)];
+  const int64_t unit = n->params[KILN_P(SOLVE_TRIANGULAR, UNIT)];
+  if (a->dtype != KILN_F32 || b->dtype != KILN_F32) FAIL("solve_triangular takes float32 a and b");
+  if (a->rank < 2 || b->rank != a->rank)
+    FAIL("solve_triangular takes a (..., n, n) and b (..., n, k) of one rank, got ranks %d and %d",
+         a->rank, b->rank);
+  if ((upper != 0 && upper != 1) || (unit != 0 && unit != 1))
+    FAIL("solve_triangular's UPPER and UNIT are 0 or 1");
+  const int r = a->rank;
+  if (a->shape[r - 1] != a->shape[r - 2] || b->shape[r - 2] != a->shape[r - 1])
+    FAIL("solve_triangular: a is %lld x %lld, b has %lld rows", (long long)a->shape[r - 2],
+         (long long)a->shape[r - 1], (long long)b->shape[r - 2]);
+  for (int d = 0; d < r - 2; ++d)
+    if (a->shape[d] != b->shape[d])
+      FAIL("solve_triangular: a's and b's batch dim %d differ (%lld, %lld)", d,
+           (long long)a->shape[d], (long long)b->shape[d]);
+  set_shape(out, KILN_F32, b->rank, b->shape);
+  return kiln_ok();
+}
+
 /* Checks that a view (offset, strides over dims) stays inside a value. */
 static kiln_status_t check_view(const char* what, const kiln_value_t* src, const int64_t* dims,
                                 const int64_t* view) {

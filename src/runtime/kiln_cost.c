@@ -57,6 +57,8 @@ static int64_t kiln_cost_flops(const kiln_graph_t* g, const kiln_node_t* n) {
     case KILN_OP_LINEAR:     /* x (..., K) */
     case KILN_OP_GROUPED_MM: /* x (S, K): each row by one expert, at most */
       return x && x->rank ? 2 * y * x->shape[x->rank - 1] : 0;
+    case KILN_OP_SOLVE_TRIANGULAR: /* x (..., n, k): each element a dot over its row's half of a */
+      return x && x->rank >= 2 ? y * x->shape[x->rank - 1] : 0;
     case KILN_OP_MATMUL: /* a (..., M, K), or (..., K, M) read transposed */
       if (!x || x->rank < 1) return 0;
       if (n->params[KILN_P(MATMUL, FLAGS)] & KILN_MATMUL_TRANSPOSE_A) return x->rank >= 2 ? 2 * y * x->shape[x->rank - 2] : 0;

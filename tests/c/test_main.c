@@ -124,7 +124,8 @@ static void kiln_test_print_cpu(void) {
   X(sym)                    \
   X(api)                    \
   X(profile)                \
-  X(gemm_grouped)
+  X(gemm_grouped)                  \
+  X(solve_triangular)
 
 #define KILN_TEST_DECLARE(name) void kiln_test_suite_##name(void);
 KILN_TEST_SUITES(KILN_TEST_DECLARE)

@@ -192,15 +192,19 @@ def _t(ctx, n):
 
 @register(aten.expand.default)
 def _expand(ctx, n):
-    x = ctx.value(n.args[0])
+    return _broadcast(ctx, ctx.value(n.args[0]), _shape(n), ctx.origin(n))
+
+
+def _broadcast(ctx, x, out, origin):
+    """x broadcast to shape out (torch's expand: leading dims added, dims
+    of 1 repeated)."""
     shape = ctx.shape(x)
-    out = _shape(n)
     if tuple(out) == tuple(shape):
         return x
     src = _dense_strides(shape)
     lead = len(out) - len(shape)
     strides = [0] * lead + [0 if shape[i] == 1 and out[lead + i] != 1 else src[i] for i in range(len(shape))]
-    return strided_copy(ctx, x, out, strides, 0, ctx.origin(n))
+    return strided_copy(ctx, x, out, strides, 0, origin)
 
 
 @register(aten.slice.Tensor)
@@ -773,6 +777,32 @@ def _mm(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"matmul of {_val(n).dtype}")
     return ctx.node("matmul", [a, b], origin=ctx.origin(n))
+
+
+def _swap_last_two(ctx, x, origin):
+    shape = list(ctx.shape(x))
+    src = _dense_strides(shape)
+    return strided_copy(ctx, x, shape[:-2] + [shape[-1], shape[-2]], src[:-2] + [src[-1], src[-2]], 0, origin)
+
+
+@register(aten.linalg_solve_triangular.default)
+def _solve_triangular(ctx, n):
+    """A X = B (left) or X A = B, A triangular: SOLVE_TRIANGULAR, left's
+    form; X A = B is A^T X^T = B^T, the other triangle. A and B are
+    broadcast to the result's batch dims first."""
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"solve_triangular of {_val(n).dtype}")
+    origin = ctx.origin(n)
+    upper, left = bool(n.kwargs["upper"]), bool(n.kwargs.get("left", True))
+    unit = bool(n.kwargs.get("unitriangular", False))
+    batch = list(_shape(n))[:-2]
+    a, b = (ctx.value(x) for x in n.args[:2])
+    a = _broadcast(ctx, a, batch + list(ctx.shape(a))[-2:], origin)
+    b = _broadcast(ctx, b, batch + list(ctx.shape(b))[-2:], origin)
+    if not left:
+        a, b, upper = _swap_last_two(ctx, a, origin), _swap_last_two(ctx, b, origin), not upper
+    x = ctx.node("solve_triangular", [a, b], origin=origin, upper=int(upper), unit=int(unit))
+    return x if left else _swap_last_two(ctx, x, origin)
 
 
 def _beta_input_plus_alpha(ctx, n, product):

@@ -15,6 +15,7 @@
 #include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_grouped.h"
+#include "kernels/gemm/kiln_solve_triangular.h"
 #include "kernels/nn/kiln_nn.h"
 #include "kernels/nn/kiln_softmax_safe.h"
 
@@ -487,6 +488,38 @@ static kiln_status_t run_linear(const kiln_graph_t* g, const kiln_node_t* n, con
   return kiln_ok();
 }
 
+/* SOLVE_TRIANGULAR: the pairs' sizes from b (x's shape), the flags. */
+static kiln_status_t prepare_solve_triangular(const kiln_graph_t* g, const kiln_node_t* n,
+                                              void* prep) {
+  const kiln_value_t* y = out_value(g, n);
+  kiln_solve_triangular_f32_args_t* a = prep;
+  memset(a, 0, sizeof(*a));
+  a->n = y->shape[y->rank - 2];
+  a->k = y->shape[y->rank - 1];
+  a->batch = 1;
+  for (int d = 0; d < y->rank - 2; ++d) a->batch *= y->shape[d];
+  a->upper = n->params[KILN_P(SOLVE_TRIANGULAR, UPPER)] == 1;
+  a->unit = n->params[KILN_P(SOLVE_TRIANGULAR, UNIT)] == 1;
+  return kiln_ok();
+}
+
+static kiln_solve_triangular_f32_args_t bind_solve_triangular(const kiln_node_t* n, const void* prep,
+                                                              void* const* bufs) {
+  kiln_solve_triangular_f32_args_t a = *(const kiln_solve_triangular_f32_args_t*)prep;
+  a.a = BUF(0);
+  a.b = BUF(1);
+  a.x = OUT;
+  return a;
+}
+
+static kiln_status_t run_solve_triangular(const kiln_graph_t* g, const kiln_node_t* n,
+                                          const void* prep, void* const* bufs, kiln_pool_t* pool) {
+  (void)g;
+  const kiln_solve_triangular_f32_args_t a = bind_solve_triangular(n, prep, bufs);
+  kiln_solve_triangular_f32(&a, pool);
+  return kiln_ok();
+}
+
 /* GROUPED_MM: the grouped GEMM's sizes; offs's values are read per run. */
 static kiln_status_t prepare_grouped_mm(const kiln_graph_t* g, const kiln_node_t* n, void* prep) {
   const kiln_value_t *x = VAL(0), *w = VAL(1), *offs = VAL(2), *y = out_value(g, n);
@@ -659,6 +692,13 @@ REF_RUN(binary) {
   (void)pool;
   kiln_binary_reference((kiln_binary_t)(n->op - KILN_OP_ADD), VAL(0)->dtype, prep, OUT, BUF(0),
                         BUF(1));
+  return kiln_ok();
+}
+
+REF_RUN(solve_triangular) {
+  (void)g, (void)pool;
+  const kiln_solve_triangular_f32_args_t a = bind_solve_triangular(n, prep, bufs);
+  kiln_solve_triangular_f32_reference(&a);
   return kiln_ok();
 }
 
@@ -839,6 +879,7 @@ const kiln_hal_entry_t kiln_hal_cpu_entries[KILN_ENTRY_COUNT] = {
     [KILN_ENTRY_iota] = ENTRY_RUN(iota),
     [KILN_ENTRY_grouped_mm] = ENTRY_REF(grouped_mm, kiln_gemm_grouped_f32_args_t),
     [KILN_ENTRY_random] = KILN_CPU(NULL, random, 0, kiln_hal_cpu_ref_random),
+    [KILN_ENTRY_solve_triangular] = ENTRY_REF(solve_triangular, kiln_solve_triangular_f32_args_t),
 };
 #undef ENTRY
 #undef ENTRY_REF
