@@ -56,6 +56,7 @@ SUBSET = [
     ("index_select", (F32,)),
     ("unfold", (F32, I64)),
     ("linalg.vector_norm", (F32,)),
+    ("linalg.solve_triangular", (F32,)),
     ("nn.functional.normalize", (F32,)),
     ("nn.functional.conv_transpose1d", (F32,)),
     ("nn.functional.conv_transpose2d", (F32,)),
