@@ -675,14 +675,15 @@ def test_per_layer_head_dims_step_as_generate_does():
     cache is laid out per layer as the model writes it, and the step's
     tokens are generate()'s."""
     import transformers as T
-    cfg = T.Gemma4TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-                             sliding_window=4, vocab_size_per_layer_input=256, hidden_size_per_layer_input=16,
-                             per_layer_config={"05": {"head_dim": 32}}, bos_token_id=None, eos_token_id=None)
+    cfg = T.Gemma4TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             layer_types=["sliding_attention", "full_attention"], num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, max_position_embeddings=256, sliding_window=4,
+                             vocab_size_per_layer_input=256, hidden_size_per_layer_input=16,
+                             per_layer_config={"01": {"head_dim": 32}}, bos_token_id=None, eos_token_id=None)
     torch.manual_seed(0)
     model = T.AutoModelForCausalLM.from_config(cfg).eval()
     step = kiln.llm.StaticCacheStep(model, 24)
-    assert step.cache_layout() == [(2, 16)] * 10 + [(2, 32)] * 2
+    assert step.cache_layout() == [(2, 16)] * 2 + [(2, 32)] * 2
     ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = model.generate(ids, do_sample=False, max_new_tokens=12, pad_token_id=0)[0, 6:].tolist()
