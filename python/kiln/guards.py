@@ -42,22 +42,30 @@ def of_values(values):
     kiln checks shape rules at: a reshape(-1, 3) holds only where 3 divides
     the element count (kiln_sym_probes_fit)."""
     import torch
-    if not any(isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
-               for x in values):
+    # Size arguments count as inputs' sizes: a split's sizes a graph break
+    # handed over from .tolist() sum to the dim split (s10 + s29 == s77, or
+    # == 48 where the dim is static).
+    args = {x.node.expr for x in values if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol}
+    if not args and not any(isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
+                            for x in values):
         return []
     from torch._guards import detect_fake_mode
-    return of_shape_env(getattr(detect_fake_mode(list(values)), "shape_env", None))
+    shape_env = getattr(detect_fake_mode(list(values)), "shape_env", None)
+    if shape_env is None and args:
+        shape_env = next(iter(x for x in values if isinstance(x, torch.SymInt))).node.shape_env
+    return of_shape_env(shape_env, args)
 
 
-def of_shape_env(shape_env):
-    """of_exported's guards, of any ShapeEnv (Dynamo's, for torch.compile)."""
+def of_shape_env(shape_env, args=()):
+    """of_exported's guards, of any ShapeEnv (Dynamo's, for torch.compile);
+    args: symbols the program takes as size arguments."""
     if shape_env is None:
         return []
     # Symbols of the inputs' sizes. Guards on strides or storage offsets
     # (a strided input's stride != 3) are left out: kiln's program reads its
     # inputs by their strides, whatever they are.
     local = {v for v, sources in shape_env.var_to_sources.items()
-             if any(_is_size(src) for src in sources)}
+             if any(_is_size(src) for src in sources)} | set(args)
     out = []
     for guard in getattr(shape_env, "guards", ()):
         try:

@@ -108,7 +108,21 @@ typedef struct {
   int64_t* values;
   int64_t budget;
   int p;
+  int64_t distance; /* the last evaluation's: how far the broken guards are from holding */
 } kiln_sym_fit_t;
+
+/* How far a broken guard is from holding, in sizes: |a - b| for ==, what a
+ * exceeds b by for < and <= (plus one for <), one for !=. */
+static int64_t kiln_sym_fit_gap(kiln_sym_rel_t rel, int64_t a, int64_t b) {
+  int64_t d;
+  if (__builtin_sub_overflow(a, b, &d)) return INT64_MAX;
+  switch (rel) {
+    case KILN_SYM_EQ: return d == INT64_MIN ? INT64_MAX : d < 0 ? -d : d;
+    case KILN_SYM_NE: return d ? 0 : 1;
+    case KILN_SYM_LT: return d < 0 ? 0 : d == INT64_MAX ? d : d + 1;
+    default: return d < 0 ? 0 : d;
+  }
+}
 
 /* Guards broken where the symbols are vars; -1 where an expression they
  * read is invalid there, or the budget is spent. */
@@ -122,10 +136,14 @@ static int32_t kiln_sym_fit_broken(kiln_sym_fit_t* f, const int64_t* vars) {
     return -1;
   }
   int32_t n = 0;
+  f->distance = 0;
   for (int32_t i = 0; i < t->n_guards; ++i) {
     const kiln_sym_guard_t* g = &t->guards[i];
-    n += !kiln_sym_rel_holds((kiln_sym_rel_t)g->rel, kiln_sym_value(f->values, g->a),
-                             kiln_sym_value(f->values, g->b));
+    const int64_t a = kiln_sym_value(f->values, g->a), b = kiln_sym_value(f->values, g->b);
+    if (kiln_sym_rel_holds((kiln_sym_rel_t)g->rel, a, b)) continue;
+    ++n;
+    const int64_t gap = kiln_sym_fit_gap((kiln_sym_rel_t)g->rel, a, b);
+    f->distance = gap > INT64_MAX - f->distance ? INT64_MAX : f->distance + gap;
   }
   return n;
 }
@@ -266,11 +284,76 @@ out:
   return 0;
 }
 
+/* The nearest value to x that symbol v may take (kiln_sym_fit_allowed,
+ * apart), x clamped to its range first and then moved by up to
+ * KILN_SYM_FIT_REACH; 0 when there is none. */
+static int kiln_sym_fit_nearest(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v, int64_t x,
+                                int64_t* out) {
+  const kiln_sym_var_t* s = &f->t->vars[v];
+  x = x < s->lo ? s->lo : x > s->hi ? s->hi : x;
+  for (int step = 0; step <= 2 * KILN_SYM_FIT_REACH; ++step) {
+    const int64_t y = x + (step % 2 ? (step + 1) / 2 : -(step / 2));
+    if (kiln_sym_fit_allowed(f, vars, v, y, 1, -1)) return *out = y, 1;
+  }
+  return 0;
+}
+
+/* Equalities of several symbols far from the probes: a split's pieces sum
+ * to the dim split (a + b + c + d == 48, Dynamo's guard on sizes a graph
+ * break handed over from .tolist()). A step of one symbol leaves the guard
+ * as broken as before, and the scan moves two at most, so neither fits it.
+ * Here each move is judged by the guards broken, then by how far they are
+ * from holding (kiln_sym_fit_gap), and a broken equality's gap, where it
+ * changes by c != 0 as one symbol goes up by 1, proposes moving that symbol
+ * by -gap / c (rounded, clamped to its range, then to the nearest value it
+ * may take): s0 + s1 == s2 closes in one move, a sum of four pieces to 48
+ * in four. Runs after the steps and the scan, whose probes it leaves as
+ * they were wherever those fit the guards: a table an older kiln fitted
+ * gets the same probes. The guards still broken. */
+static int32_t kiln_sym_fit_descend(kiln_sym_fit_t* f, int64_t* vars) {
+  const kiln_sym_table_t* t = f->t;
+  int32_t broken = kiln_sym_fit_broken(f, vars);
+  int64_t distance = f->distance;
+  for (int round = 0; broken > 0 && round < 4 * KILN_SYM_FIT_ROUNDS; ++round) {
+    int32_t best = broken, best_v = -1;
+    int64_t best_d = distance, best_x = 0;
+    for (int32_t i = 0; i < t->n_guards; ++i) {
+      const kiln_sym_guard_t* g = &t->guards[i];
+      if (g->rel != KILN_SYM_EQ || kiln_sym_fit_broken(f, vars) < 0) continue;
+      const int64_t a = kiln_sym_value(f->values, g->a), b = kiln_sym_value(f->values, g->b);
+      int64_t gap, moved, c, x;
+      if (a == b || __builtin_sub_overflow(a, b, &gap)) continue;
+      for (int32_t v = 0; v < t->n_vars; ++v) {
+        const int64_t was = vars[v];
+        if (t->vars[v].lo == t->vars[v].hi || was == INT64_MAX) continue;
+        vars[v] = was + 1;
+        const int ok = kiln_sym_fit_broken(f, vars) >= 0 &&
+                       !__builtin_sub_overflow(kiln_sym_value(f->values, g->a),
+                                               kiln_sym_value(f->values, g->b), &moved);
+        vars[v] = was;
+        if (!ok || __builtin_sub_overflow(moved, gap, &c) || !c || (c == -1 && gap == INT64_MIN) ||
+            __builtin_sub_overflow(was, gap / c, &x) || !kiln_sym_fit_nearest(f, vars, v, x, &x))
+          continue;
+        vars[v] = x;
+        const int32_t n = kiln_sym_fit_broken(f, vars);
+        vars[v] = was;
+        if (n >= 0 && (n < best || (n == best && f->distance < best_d)))
+          best = n, best_d = f->distance, best_v = v, best_x = x;
+      }
+    }
+    if (best_v < 0) break;
+    vars[best_v] = best_x;
+    broken = best;
+    distance = best_d;
+  }
+  return broken;
+}
+
 void kiln_sym_probes_fit(kiln_sym_table_t* t) {
   if (!t || !t->n_guards || !t->n_vars) return;
   unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
   int64_t* values = malloc(sizeof(int64_t) * ((size_t)t->n_exprs + 1));
-  kiln_sym_fit_t f = {t, need, 0, values, KILN_SYM_FIT_BUDGET, 0};
+  kiln_sym_fit_t f = {t, need, 0, values, KILN_SYM_FIT_BUDGET, 0, 0};
   if (!need || !values) goto done; /* the probes stay: a refusal at worst, never a wrong size */
   for (int32_t i = 0; i < t->n_guards; ++i) {
     if (kiln_dim_is_sym(t->guards[i].a)) need[kiln_dim_sym_id(t->guards[i].a)] = 1;
@@ -287,7 +370,9 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
     int64_t vars[KILN_SYM_MAX_VARS];
     f.p = p;
     for (int32_t v = 0; v < t->n_vars; ++v) vars[v] = kiln_sym_probe(t, t->vars[v].dim, p);
-    if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars)) continue;
+    if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars) &&
+        kiln_sym_fit_descend(&f, vars) != 0)
+      continue;
     /* Every expression at the new probe; the nodes' were built at it (the
      * front end) or will be checked against it (the reader). */
     kiln_status_t s = kiln_sym_eval_some(t, vars, NULL, values);

@@ -2,6 +2,7 @@
  * over symbols, and a symbolic model run at several bindings against the
  * same graph built concretely at each. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -915,8 +916,64 @@ static void test_sym_probes_fit(void) {
   kiln_sym_table_release(q);
 }
 
+/* A split's pieces sum to the dim split: Dynamo's guard a + b + c + d == 48
+ * on four sizes a graph break handed over from .tolist() (JetMoE's experts),
+ * each in [0, 48], and S0 + S1 == S2 where the dim is symbolic too. A step
+ * of one symbol leaves such a guard as broken as before, and the scan moves
+ * two at most: the probes stayed where the split's views read past the
+ * tensor, and the graph ran in eager. The descent closes both, the symbols
+ * apart from each other and from their other probe. */
+static void test_sym_probes_fit_sums(void) {
+  kiln_sym_table_t* t;
+  int64_t v[4], sum, S[3], S01;
+  KILN_EXPECT_OK(kiln_sym_table_create(&t));
+  if (!t) return;
+  for (int i = 0; i < 4; ++i) {
+    char name[8];
+    snprintf(name, sizeof name, "n%d", i);
+    KILN_EXPECT_OK(kiln_sym_var(t, name, 0, 48, &v[i]));
+    KILN_EXPECT_OK(kiln_sym_set_example(t, v[i], 12));
+  }
+  KILN_EXPECT_OK(kiln_dim_add(t, v[0], v[1], &sum));
+  KILN_EXPECT_OK(kiln_dim_add(t, sum, v[2], &sum));
+  KILN_EXPECT_OK(kiln_dim_add(t, sum, v[3], &sum));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, sum, 48));
+  for (int i = 0; i < 4; ++i) KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, v[i], 0));
+  KILN_EXPECT(kiln_sym_probe(t, sum, 0) != 48, "the default probes break the sum");
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    KILN_EXPECT(kiln_sym_probe(t, sum, p) == 48, "probe %d: the pieces sum to 48 (%lld)", p,
+                (long long)kiln_sym_probe(t, sum, p));
+    for (int i = 0; i < 4; ++i) {
+      KILN_EXPECT(kiln_sym_probe(t, v[i], p) >= 2, "probe %d: n%d off 0 and 1", p, i);
+      KILN_EXPECT(kiln_sym_probe(t, v[i], 0) != kiln_sym_probe(t, v[i], 1), "n%d's probes apart", i);
+      for (int j = 0; j < i; ++j)
+        KILN_EXPECT(kiln_sym_probe(t, v[i], p) != kiln_sym_probe(t, v[j], p),
+                    "probe %d: n%d and n%d apart", p, i, j);
+    }
+  }
+  kiln_sym_table_release(t);
+
+  KILN_EXPECT_OK(kiln_sym_table_create(&t));
+  if (!t) return;
+  for (int i = 0; i < 3; ++i) KILN_EXPECT_OK(kiln_sym_var(t, i == 2 ? "S2" : i ? "S1" : "S0", 2,
+                                                          1 << 20, &S[i]));
+  KILN_EXPECT_OK(kiln_dim_add(t, S[0], S[1], &S01));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, S01, S[2]));
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p)
+    KILN_EXPECT(kiln_sym_probe(t, S01, p) == kiln_sym_probe(t, S[2], p) &&
+                    kiln_sym_probe(t, S[0], p) + kiln_sym_probe(t, S[1], p) ==
+                        kiln_sym_probe(t, S[2], p),
+                "probe %d: S0 + S1 == S2", p);
+  for (int i = 0; i < 3; ++i)
+    KILN_EXPECT(kiln_sym_probe(t, S[i], 0) != kiln_sym_probe(t, S[i], 1), "S%d's probes apart", i);
+  kiln_sym_table_release(t);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
+  test_sym_probes_fit_sums();
   test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();

@@ -67,3 +67,34 @@ def test_mixtral_generates_in_kiln():
     assert torch.equal(got, ref)
     assert counters["kiln"]["graphs"] == counters["kiln"]["whole"] == 2, (
         dict(counters["kiln"]), dict(counters["kiln_fallback"]))
+
+
+def _split_by_counts(x, idx, w):
+    """JetMoE's experts (transformers' JetMoeParallelExperts): rows sorted
+    by expert, split by each expert's count taken with .tolist() (a graph
+    break), each piece through its expert's weight."""
+    sizes = torch.bincount(idx, minlength=w.shape[0]).tolist()
+    parts = x.split(sizes, dim=0)
+    return torch.cat([p @ w[i] for i, p in enumerate(parts)], 0)
+
+
+@pytest.mark.parametrize("rows", ["static", "symbolic"])
+def test_split_by_counts_stays_whole(rows):
+    """The graph after the break takes the counts as size arguments; Dynamo
+    guards their sum equal to the rows split (a + b + c + d == 48, or == s
+    for symbolic rows). kiln's probes fit that guard (kiln_sym_probes_fit's
+    descent), so the split lowers at them and runs in kiln for every count
+    the guards admit; it used to run in eager ("view reads elements
+    2560..5119 of a tensor of 3072")."""
+    torch.manual_seed(0)
+    w = torch.randn(4, 32, 16)
+    f = torch.compile(_split_by_counts, backend="kiln")
+    counts = [[12, 12, 12, 12], [5, 20, 9, 14], [2, 3, 40, 3], [30, 6, 6, 6]]
+    if rows == "symbolic":
+        counts += [[3, 4, 5, 6], [9, 9, 2, 17], [25, 10, 11, 30]]
+    for c in counts:
+        idx = torch.repeat_interleave(torch.arange(4), torch.tensor(c))
+        x = torch.randn(len(idx), 32)
+        torch.testing.assert_close(f(x, idx, w), _split_by_counts(x, idx, w), rtol=1e-5, atol=1e-5)
+    assert counters["kiln"]["graphs"] == counters["kiln"]["whole"] >= 2, (
+        dict(counters["kiln"]), dict(counters["kiln_fallback"]))
