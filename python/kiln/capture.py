@@ -9,6 +9,7 @@ The same lowering serves torch.compile: it takes any FX graph of ATen ops.
 
 import functools
 import os
+import sys
 import warnings
 
 import torch
@@ -19,7 +20,7 @@ from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_fai
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
 from kiln import fastpath
 from kiln.complex_ops import lower_complex
-from kiln.guards import of_exported as exported_guards
+from kiln.guards import hold_in_ranges, of_exported as exported_guards
 from kiln.random_ops import RNG_SEED_INPUT
 from kiln import lowp
 from kiln import symbolic
@@ -77,14 +78,75 @@ def _decomposition_table():
 
 def export_program(model, args, kwargs=None, dynamic_shapes=None):
     """torch.export + Core ATen decomposition, with kiln's exceptions."""
-    ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes)
+    deferred = False
+    try:
+        ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes)
+    except torch._dynamo.exc.UserError as e:
+        ep, deferred = _export_past_unproven_guards(model, args, kwargs, dynamic_shapes, e), True
     with warnings.catch_warnings():
         # torch 2.13's run_decompositions deep-copies pytree specs and trips
         # its own LeafSpec deprecation warning on every call: not the user's.
         warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
         ep = ep.run_decompositions(decomposition_table())
+    if deferred:  # decomposing traced the asserts again
+        _drop_proven_asserts(ep)
     lower_complex(ep.graph_module)  # complex values (rotary embeddings) as pairs of reals
     return ep
+
+
+# The most points of the Dims' ranges a guard torch could not prove is
+# evaluated at (_export_past_unproven_guards): milliseconds.
+_PROOF_POINTS = 1 << 16
+
+
+def _export_past_unproven_guards(model, args, kwargs, dynamic_shapes, error):
+    """torch.export of a program it refused over the Dims' ranges (a
+    constraint violation) where each guard it raised holds at every size of
+    the ranges: torch's solver does not simplify some. Llama 4's MoE layer
+    under a Dim tokens in [1, 24] gives tokens*min(64, 64*tokens) ==
+    64*tokens (transformers' reshape of the experts' output), true for every
+    tokens >= 1. Exported again with the guards as runtime asserts, each
+    assert on input sizes is evaluated at every point of the ranges (at most
+    _PROOF_POINTS of them): where all hold they are dropped, as they can
+    never fail; else torch's error stands, naming the Dim the program does
+    not hold for."""
+    from torch._dynamo.exc import UserErrorType
+
+    if getattr(error, "error_type", None) is not UserErrorType.CONSTRAINT_VIOLATION or not dynamic_shapes:
+        raise error
+    try:
+        ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes,
+                                 prefer_deferred_runtime_asserts_over_guards=True)
+    except Exception:  # noqa: BLE001 -- any failure here: torch's first error is the one to show
+        raise error from None
+    shown = _drop_proven_asserts(ep)
+    if shown is None:
+        raise error
+    if log_enabled():
+        print(f"kiln: torch.export could not prove {shown} over the Dims' ranges; it holds at every size "
+              "there (each checked): exported without it", file=sys.stderr)
+    return ep
+
+
+def _drop_proven_asserts(ep):
+    """Removes ep's runtime asserts on input sizes, in place, when each
+    holds at every point of the ranges (guards.hold_in_ranges): their text,
+    or None (nothing removed) when there are none or one may fail."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    asserts = []
+    for n in ep.graph.find_nodes(op="call_function", target=aten._assert_scalar.default):
+        cond = n.args[0].meta.get("val") if isinstance(n.args[0], torch.fx.Node) else None
+        expr = getattr(getattr(cond, "node", None), "expr", None)
+        if expr is not None and not free_unbacked_symbols(expr):  # on input sizes, not on data
+            asserts.append((n, expr))
+    if not asserts or not hold_in_ranges([e for _, e in asserts], ep.range_constraints, _PROOF_POINTS):
+        return None
+    for n, _ in asserts:
+        ep.graph.erase_node(n)
+    ep.graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return "; ".join(sorted({str(e) for _, e in asserts}))
 
 
 _TORCH_DIR = os.path.dirname(torch.__file__)

@@ -167,6 +167,46 @@ def _code(tree, n_sizes):
     raise ValueError(f"unknown guard operator {op!r}")
 
 
+def hold_in_ranges(exprs, ranges, limit):
+    """True when every sympy relation in exprs holds at each point of the
+    box its symbols' ranges make (ranges: symbol -> ValueRanges, as an
+    exported program's range_constraints), evaluated point by point; False
+    where one fails, a range is unbounded, the box has more than limit
+    points, or an expression is not of the forms guards take."""
+    import itertools
+
+    if any(e is sympy.false or e is False for e in exprs):
+        return False
+    exprs = [e for e in exprs if e is not sympy.true and e is not True]
+    if not exprs:
+        return True
+    syms = sorted({v for e in exprs for v in e.free_symbols}, key=str)
+    box = []
+    for v in syms:
+        vr = ranges.get(v)
+        try:
+            lo, hi = int(vr.lower), int(vr.upper)
+        except (AttributeError, TypeError, ValueError, OverflowError):  # unknown or unbounded
+            return False
+        box.append(range(lo, hi + 1))
+    points = 1
+    for r in box:
+        points *= len(r)
+        if points > limit:
+            return False
+    order = {v: k for k, v in enumerate(syms)}
+    try:
+        body = ", ".join(_code(_tree(e, order.__getitem__), len(syms)) for e in exprs)
+    except (KilnError, ValueError, KeyError):
+        return False
+    # Built from whitelisted operators, integers and S[k] only (_code).
+    fn = eval(f"lambda S: ({body},)", {"__builtins__": {"max": max, "min": min}})  # noqa: S307
+    try:
+        return all(all(fn(S)) for S in itertools.product(*box))
+    except (ZeroDivisionError, ArithmeticError):
+        return False
+
+
 def _size_name(user_inputs, i, d):
     return user_inputs[i].name if d is None else f"{user_inputs[i].name}.shape[{d}]"
 

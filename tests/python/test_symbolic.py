@@ -769,3 +769,74 @@ def test_new_lengths_reuse_the_plan():
     assert step(30) == (66, kept + 2, shared + 3)  # ... and 899's (copied from 900's) serves 30
     step(30)  # a cached binding: no new instance
     assert k.stats()["instances"] == 70
+
+
+def test_a_guard_torch_cannot_prove_over_the_dims_range_is_checked_and_dropped(capfd, monkeypatch):
+    """transformers' Llama 4 MoE layer under Dim("tokens", min=1, max=24):
+    torch.export raises a constraint violation on its own guard
+    tokens*min(64, 64*tokens) == 64*tokens, true at every tokens >= 1 (its
+    solver does not simplify the min). kiln exports again with the guard as
+    a runtime assert, evaluates it at each of the 24 sizes and drops it
+    (KILN_LOG says so): one kiln graph, eager's values at 1, 2, 7 and 24
+    tokens, and 25 refused by the range."""
+    import transformers as T
+    from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
+
+    cfg = T.Llama4TextConfig(hidden_size=64, intermediate_size=128, intermediate_size_mlp=128,
+                             num_local_experts=4, num_experts_per_tok=1)
+    torch.manual_seed(0)
+    moe = Llama4TextMoe(cfg).eval()
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.moe = moe
+
+        def forward(self, x):
+            return self.moe(x)[0]
+
+    dims = ({1: torch.export.Dim("tokens", min=1, max=24)},)
+    x = torch.randn(1, 6, 64)
+    with pytest.raises(torch._dynamo.exc.UserError, match="Constraints violated"):
+        torch.export.export(Layer(), (x,), dynamic_shapes=dims)  # torch alone refuses the Dim
+    monkeypatch.setenv("KILN_LOG", "1")
+    traced = kiln.trace(Layer(), (x,), dynamic_shapes=dims, fallback=False)
+    assert "could not prove Eq(" in capfd.readouterr().err
+    with torch.no_grad():
+        for t in (1, 2, 7, 24):
+            xs = torch.randn(1, t, 64)
+            torch.testing.assert_close(traced(xs), Layer()(xs), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"dimension 1 \(tokens\) is 25, expected 1..24"):
+        traced(torch.randn(1, 25, 64))
+
+
+def test_a_guard_that_fails_inside_the_dims_range_is_torchs_error():
+    """A view to pairs holds only for even lengths: over Dim("n", 1..24)
+    torch's constraint violation reaches the user as torch raised it."""
+
+    class Pairs(nn.Module):
+        def forward(self, x):
+            return x.reshape(-1, 2).sum(1)
+
+    with pytest.raises(torch._dynamo.exc.UserError, match="Constraints violated"):
+        kiln.trace(Pairs(), (torch.randn(8),), dynamic_shapes=({0: torch.export.Dim("n", min=1, max=24)},))
+
+
+def test_guards_hold_in_ranges_point_by_point():
+    """kiln.guards.hold_in_ranges, which lets kiln drop a guard torch could
+    not prove: true only where the guard holds at every point of the box."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    from kiln.guards import hold_in_ranges
+
+    s, t = sympy.symbols("s t", integer=True)  # not positive: sympy would settle the min itself
+    r = {s: ValueRanges(1, 24), t: ValueRanges(1, 3)}
+    assert hold_in_ranges([sympy.Eq(s * sympy.Min(64, 64 * s), 64 * s)], r, 1 << 16)
+    assert hold_in_ranges([sympy.Eq(FloorDiv(2 * s * t, 2), s * t), sympy.Le(s + t, 27)], r, 1 << 16)
+    assert not hold_in_ranges([sympy.Eq(Mod(s, 2), 0)], r, 1 << 16)  # odd sizes break it
+    assert not hold_in_ranges([sympy.Le(s + t, 26)], r, 1 << 16)  # only at the corner (24, 3)
+    assert not hold_in_ranges([sympy.Le(s, 24)], r, 23)  # 24 points: more than the limit
+    assert not hold_in_ranges([sympy.Le(s, 24)], {s: ValueRanges(1, sympy.oo)}, 1 << 16)  # unbounded
+    assert hold_in_ranges([sympy.true], r, 1 << 16) and not hold_in_ranges([sympy.false], r, 1 << 16)
