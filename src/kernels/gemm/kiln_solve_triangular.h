@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/kiln_pool.h"
+#include "kernels/kiln_isa_lists.h"
 
 typedef struct {
   int64_t batch, n, k;
@@ -30,5 +31,14 @@ typedef struct {
 void kiln_solve_triangular_f32(const kiln_solve_triangular_f32_args_t* args, kiln_pool_t* pool);
 /* The same arithmetic, one column at a time, on the calling thread. */
 void kiln_solve_triangular_f32_reference(const kiln_solve_triangular_f32_args_t* args);
+
+/* Columns [c0, c1) of pair `pair`, at most KILN_TRSM_COLS of them, per ISA
+ * (kiln_solve_triangular_block.c). */
+#define KILN_TRSM_COLS 64
+#define KILN_TRSM_DECLARE_(isa, LEVEL, unused)                                                  \
+  void kiln_solve_triangular_block__##isa(const kiln_solve_triangular_f32_args_t* args,        \
+                                          int64_t pair, int64_t c0, int64_t c1);
+KILN_SOLVE_ISAS(KILN_TRSM_DECLARE_, ~)
+#undef KILN_TRSM_DECLARE_
 
 #endif /* KILN_SOLVE_TRIANGULAR_H */
