@@ -63,6 +63,7 @@ SUBSET = [
     ("nn.functional.adaptive_max_pool2d", (F32,)),
     ("atan2", (F32,)),
     ("log1p", (F32,)),
+    ("erfinv", (F32,)),
     ("remainder", (F32, I64)),
     ("bitwise_xor", (I64,)),
     ("clamp", (F32,)),
