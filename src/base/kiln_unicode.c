@@ -56,6 +56,18 @@ int kiln_unicode_is_lower(uint32_t cp) {
   return kiln_unicode_in(kiln_unicode_lower, kiln_unicode_lower_count, cp);
 }
 
+int kiln_unicode_is_punct(uint32_t cp) {
+  return kiln_unicode_in(kiln_unicode_punctuation, kiln_unicode_punctuation_count, cp);
+}
+
+int kiln_unicode_is_symbol(uint32_t cp) {
+  return kiln_unicode_in(kiln_unicode_symbols, kiln_unicode_symbols_count, cp);
+}
+
+int kiln_unicode_is_deepseek_letter(uint32_t cp) {
+  return kiln_unicode_in(kiln_unicode_deepseek_letters, kiln_unicode_deepseek_letters_count, cp);
+}
+
 /* Unicode's White_Space property (PropList.txt), stable for many versions. */
 int kiln_unicode_is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||

@@ -1,9 +1,11 @@
 /* The few Unicode facts the tokenizer's pre-tokenizing patterns need:
  * UTF-8 decoding and whether a code point is a letter (\p{L}; upper or
  * title case: \p{Lu}\p{Lt}; lower case: \p{Ll}), a number (\p{N}), a
- * mark (\p{M}) or white space (\s: the White_Space property, as the regex engine
- * of Hugging Face's tokenizers reads it), and whether NFC would change a
- * text (a tokenizer with an NFC normalizer). The tables are generated
+ * mark (\p{M}), punctuation (\p{P}), a symbol (\p{S}), one of DeepSeek
+ * LLM's letters (an explicit class) or white space (\s: the White_Space
+ * property, as the regex engine of Hugging Face's tokenizers reads it),
+ * and whether NFC would change a text (a tokenizer with an NFC
+ * normalizer). The tables are generated
  * (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
 #ifndef KILN_UNICODE_H
 #define KILN_UNICODE_H
@@ -26,6 +28,12 @@ extern const kiln_unicode_range_t kiln_unicode_numbers[];
 extern const int kiln_unicode_numbers_count;
 extern const kiln_unicode_range_t kiln_unicode_marks[];
 extern const int kiln_unicode_marks_count;
+extern const kiln_unicode_range_t kiln_unicode_punctuation[];
+extern const int kiln_unicode_punctuation_count;
+extern const kiln_unicode_range_t kiln_unicode_symbols[];
+extern const int kiln_unicode_symbols_count;
+extern const kiln_unicode_range_t kiln_unicode_deepseek_letters[];
+extern const int kiln_unicode_deepseek_letters_count;
 extern const kiln_unicode_range_t kiln_unicode_upper[];
 extern const int kiln_unicode_upper_count;
 extern const kiln_unicode_range_t kiln_unicode_lower[];
@@ -48,6 +56,12 @@ int kiln_unicode_is_space(uint32_t cp);
 int kiln_unicode_is_mark(uint32_t cp);
 int kiln_unicode_is_upper(uint32_t cp); /* Lu or Lt */
 int kiln_unicode_is_lower(uint32_t cp); /* Ll */
+int kiln_unicode_is_punct(uint32_t cp);  /* P* */
+int kiln_unicode_is_symbol(uint32_t cp); /* S* */
+/* DeepSeek LLM's letters: the bracket its tokenizer spells out (A-Z, a-z,
+ * U+00B5, U+00C0-U+00D6, ...: 84 ranges of Latin, Greek, Cyrillic,
+ * Armenian, Georgian, Cherokee ... letters), not a Unicode category. */
+int kiln_unicode_is_deepseek_letter(uint32_t cp);
 
 /* UAX #15's NFC quick check of n bytes of UTF-8: 1 when NFC leaves the text
  * as it is (every character NFC_Quick_Check=Yes, combining classes in

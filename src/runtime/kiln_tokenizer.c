@@ -3,8 +3,10 @@
  * byte-level models use, in three families: GPT-2's, cl100k's (Llama 3,
  * Qwen2, Qwen3.5) and o200k's (GPT-OSS, Mistral's Tekken), alternative by
  * alternative, with the regex engine's greedy and backtracking choices
- * spelled out), the merges (lowest rank first, leftmost on a tie, as
- * Hugging Face's BPE applies them), and the pieces a token decodes to. */
+ * spelled out; and DeepSeek's sequences of several splits, each splitting
+ * the pieces the ones before made), the merges (lowest rank first,
+ * leftmost on a tie, as Hugging Face's BPE applies them), and the pieces a
+ * token decodes to. */
 #include "runtime/kiln_tokenizer.h"
 
 #include <stdio.h>
@@ -22,11 +24,15 @@ enum {
   PATTERN_O200K = 4,
   PATTERN_TEKKEN = 5,
   PATTERN_QWEN35 = 6,
+  PATTERN_DEEPSEEK3 = 7,
+  PATTERN_DEEPSEEK_LLM = 8,
+  PATTERN_DEEPSEEK_CODER = 9,
   PATTERN_COUNT
 };
 
-/* What sets each pattern apart within its family. */
-enum { FAMILY_NONE, FAMILY_GPT2, FAMILY_CL100K, FAMILY_O200K };
+/* What sets each pattern apart within its family. FAMILY_SEQUENCE: a
+ * sequence of splits (kiln_tok_sequences, below its matchers). */
+enum { FAMILY_NONE, FAMILY_GPT2, FAMILY_CL100K, FAMILY_O200K, FAMILY_SEQUENCE };
 static const struct {
   int family;
   int digits;       /* \p{N}{1,3} or \p{N} */
@@ -41,6 +47,9 @@ static const struct {
     [PATTERN_O200K] = {FAMILY_O200K, 3, 0, 1, " (o200k's pattern)"},
     [PATTERN_TEKKEN] = {FAMILY_O200K, 1, 0, 0, " (Tekken's pattern)"},
     [PATTERN_QWEN35] = {FAMILY_CL100K, 1, 1, 0, " (Qwen3.5's pattern)"},
+    [PATTERN_DEEPSEEK3] = {FAMILY_SEQUENCE, 0, 0, 0, " (DeepSeek V3's patterns)"},
+    [PATTERN_DEEPSEEK_LLM] = {FAMILY_SEQUENCE, 0, 0, 0, " (DeepSeek LLM's patterns)"},
+    [PATTERN_DEEPSEEK_CODER] = {FAMILY_SEQUENCE, 0, 0, 0, " (DeepSeek Coder's patterns)"},
 };
 enum {
   FLAG_IGNORE_MERGES = 1,
@@ -80,6 +89,7 @@ struct kiln_tokenizer_s {
   char* piece;             /* decoded bytes: token i's at piece + start[i] (never longer) */
   uint16_t* piece_len;     /* (at most KILN_TOK_MAX_TOKEN_BYTES) */
   uint8_t added_first[256]; /* 1 for a byte some added token starts with */
+  int bytes_missing;        /* byte-level: some bytes UTF-8 never uses have no token */
 };
 
 /* ---- hashing ------------------------------------------------------------ */
@@ -190,6 +200,10 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
   if (t->kind == KIND_BYTE_LEVEL ? t->pattern >= PATTERN_COUNT : t->pattern != PATTERN_NONE)
     BAD("pattern %u for kind %u", t->pattern, t->kind);
   if (t->flags >= 128) BAD("unknown flags 0x%x", t->flags);
+  /* Hugging Face's ByteLevel after splits prepends its space to every
+   * piece, which kiln does not do (and no model asks for). */
+  if (kiln_tok_patterns[t->pattern].family == FAMILY_SEQUENCE && (t->flags & FLAG_PREPEND))
+    BAD("pattern %u with a space prepended to each piece", t->pattern);
   if (t->n_tokens == 0 || t->n_tokens > KILN_TOK_MAX_TOKENS) BAD("%u tokens", t->n_tokens);
   t->unk = (int32_t)unk;
   if (t->unk < -1 || t->unk >= (int32_t)t->n_tokens) BAD("unknown token %d of %u", t->unk, t->n_tokens);
@@ -298,9 +312,16 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
       t->byte_token[v] = kiln_tok_lookup(t, name, 6);
     }
   }
-  if (t->kind == KIND_BYTE_LEVEL)
-    for (int v = 0; v < 256; ++v)
-      if (t->byte_token[v] < 0) BAD("byte 0x%02x has no token (a byte-level vocabulary has all 256)", v);
+  /* A byte-level vocabulary has a token for every byte, but DeepSeek LLM's
+   * and Coder's lack the 13 that UTF-8 never uses (0xC0, 0xC1, 0xF5-0xFF:
+   * their stand-ins are added tokens of their own, matching the text's
+   * U+00C0 and the like); a text with one of those is not UTF-8 and is
+   * refused at encoding. */
+  for (int v = 0; v < 256 && t->kind == KIND_BYTE_LEVEL; ++v) {
+    int in_utf8 = v != 0xC0 && v != 0xC1 && v < 0xF5;
+    if (t->byte_token[v] < 0 && in_utf8) BAD("byte 0x%02x has no token (a byte-level vocabulary has all 256)", v);
+    t->bytes_missing |= t->byte_token[v] < 0;
+  }
   kiln_tok_pieces(t, special);
   free(special);
   *out = t;
@@ -483,6 +504,14 @@ static size_t kiln_tok_run(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_
   return j - i;
 }
 
+/* At most max of a run (\p{N}{1,3}): a long run is not read to its end at
+ * each of its pieces, which would be quadratic in its length. */
+static size_t kiln_tok_run_upto(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_t), size_t max) {
+  size_t j = i;
+  while (j < x->n && j - i < max && in(x->cp[j])) ++j;
+  return j - i;
+}
+
 /* Case folding as (?i:...) matches the contractions' letters: ASCII, and
  * U+017F LATIN SMALL LETTER LONG S, which folds to s. */
 static uint32_t kiln_tok_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c == 0x17F ? 's' : c; }
@@ -533,10 +562,7 @@ static size_t kiln_tok_match_gpt2(const kiln_tok_text_t* x, size_t i) {
 static size_t kiln_tok_match_rest(const kiln_tok_text_t* x, size_t i, size_t digits, int (*other)(uint32_t),
                                   int (*trail)(uint32_t)) {
   uint32_t c = x->cp[i];
-  if (kiln_tok_is_n(c)) {
-    size_t r = kiln_tok_run(x, i, kiln_tok_is_n);
-    return r < digits ? r : digits;
-  }
+  if (kiln_tok_is_n(c)) return kiln_tok_run_upto(x, i, kiln_tok_is_n, digits);
   size_t sp = c == ' ' && i + 1 < x->n && other(x->cp[i + 1]);
   size_t r = kiln_tok_run(x, i + sp, other);
   if (r) return sp + r + kiln_tok_run(x, i + sp + r, trail);
@@ -596,6 +622,145 @@ static size_t kiln_tok_match_o200k(const kiln_tok_text_t* x, size_t i, size_t di
   return k ? k : kiln_tok_match_rest(x, i, digits, kiln_tok_is_other, kiln_tok_is_crlf_slash);
 }
 
+/* ---- sequences of splits (DeepSeek) ------------------------------------- */
+
+/* DeepSeek's classes, as their brackets spell them. [!"#$%&'()*+,\-./:;<=>?
+ * @\[\\\]^_`{|}~]: ASCII's 32 characters that are neither letters, digits,
+ * space nor controls. */
+static int kiln_tok_is_ascii_punct(uint32_t c) {
+  return c > ' ' && c < 0x7F && !kiln_tok_is_l(c) && !(c >= '0' && c <= '9');
+}
+static int kiln_tok_is_ascii_letter(uint32_t c) { return c < 0x80 && kiln_tok_is_l(c); }
+static int kiln_tok_is_p(uint32_t c) { return kiln_unicode_is_punct(c); }
+static int kiln_tok_is_ps(uint32_t c) { return kiln_unicode_is_punct(c) || kiln_unicode_is_symbol(c); }
+/* V3's [U+4E00-U+9FA5 U+3040-U+309F U+30A0-U+30FF]: CJK ideographs, hiragana
+ * and katakana. */
+static int kiln_tok_is_ds3_cjk(uint32_t c) { return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF); }
+/* LLM's and Coder's [U+4E00-U+9FA5 U+0800-U+4E00 U+AC00-U+D7FF]: its second
+ * range, which reaches the first, takes in every script from Samaritan to
+ * CJK (Indic, Thai, Hangul jamo, CJK punctuation, kana ...). */
+static int kiln_tok_is_ds_cjk(uint32_t c) { return (c >= 0x800 && c <= 0x9FA5) || (c >= 0xAC00 && c <= 0xD7FF); }
+/* LLM's [!-/:-~ U+FF01-U+FF0F U+FF1A-U+FF5E U+2018-U+201F U+3000-U+3002]:
+ * ASCII's punctuation and symbols, their full-width forms, quotation marks,
+ * the ideographic space, comma and full stop. */
+static int kiln_tok_is_ds_punct(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||
+         (c >= 0xFF1A && c <= 0xFF5E) || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
+}
+static int kiln_tok_is_ds_letter(uint32_t c) { return kiln_unicode_is_deepseek_letter(c); }
+
+/* \s?X+ from i: one white space joins the run of X after it (else the
+ * engine gives the space back and X+ must start at i); 0 when no X. */
+static size_t kiln_tok_space_then(const kiln_tok_text_t* x, size_t i, int (*in)(uint32_t)) {
+  size_t sp = kiln_tok_is_s(x->cp[i]) && i + 1 < x->n && in(x->cp[i + 1]);
+  size_t r = kiln_tok_run(x, i + sp, in);
+  return r ? sp + r : 0;
+}
+
+/* \s+$ from i: $ holds at the piece's end and before a line feed (the
+ * regex engine's Ruby syntax; not before CR, U+0085 or U+2028), so \s+
+ * backs off from the end of its run to the last place $ holds, past the
+ * run's first character; 0 when there is none. */
+static size_t kiln_tok_trailing_spaces(const kiln_tok_text_t* x, size_t i) {
+  size_t r = kiln_tok_run(x, i, kiln_tok_is_s);
+  for (size_t e = i + r; e > i; --e)
+    if (e == x->n || x->cp[e] == '\n') return e - i;
+  return 0;
+}
+
+/* V3's third split: [ASCII punct][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
+ * ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+. The first alternative
+ * keeps one ASCII punctuation character with the ASCII letters after it
+ * ('s, .com, #include); words take marks and one leading character that is
+ * no letter, punctuation, symbol, CR or LF (a space, a tab, a mark, a
+ * control); the rest is cl100k's tail with punctuation and symbols for the
+ * "other" class. No \p{N} reaches it (the first split took them all): a
+ * number here matches nothing, as in the regex (the tail's digits are 0). */
+static size_t kiln_tok_ds3_words(const kiln_tok_text_t* x, size_t i) {
+  uint32_t c = x->cp[i];
+  int next = i + 1 < x->n;
+  if (kiln_tok_is_ascii_punct(c) && next && kiln_tok_is_ascii_letter(x->cp[i + 1]))
+    return 1 + kiln_tok_run(x, i + 1, kiln_tok_is_ascii_letter);
+  int lead = !kiln_tok_is_crlf(c) && !kiln_tok_is_l(c) && !kiln_tok_is_ps(c);
+  if (lead && next && kiln_tok_is_lm(x->cp[i + 1])) return 1 + kiln_tok_run(x, i + 1, kiln_tok_is_lm);
+  if (kiln_tok_is_lm(c)) return kiln_tok_run(x, i, kiln_tok_is_lm);
+  return kiln_tok_match_rest(x, i, 0, kiln_tok_is_ps, kiln_tok_is_crlf);
+}
+
+/* One split of a sequence, as its regular expression's form over a class. */
+enum {
+  SPLIT_ONE,             /* X */
+  SPLIT_UPTO3,           /* X{1,3} */
+  SPLIT_RUN,             /* X+ */
+  SPLIT_SPACE_RUN,       /* \s?X+ */
+  SPLIT_TRAILING_SPACES, /* \s+$ */
+  SPLIT_DS3_WORDS        /* V3's third (kiln_tok_ds3_words) */
+};
+typedef struct {
+  int form;
+  int (*in)(uint32_t); /* X */
+} kiln_tok_split_t;
+
+/* Each pattern's splits, applied in order to every piece the ones before
+ * made (their matches too), as Hugging Face's Sequence of Split
+ * pre-tokenizers (behavior Isolated) applies them; ByteLevel follows. */
+#define KILN_TOK_MAX_SPLITS 6
+static const struct {
+  int n;
+  kiln_tok_split_t split[KILN_TOK_MAX_SPLITS];
+} kiln_tok_sequences[PATTERN_COUNT] = {
+    /* \p{N}{1,3}, [CJK kana]+, the words above */
+    [PATTERN_DEEPSEEK3] = {3,
+                           {{SPLIT_UPTO3, kiln_tok_is_n}, {SPLIT_RUN, kiln_tok_is_ds3_cjk}, {SPLIT_DS3_WORDS, NULL}}},
+    /* [\r\n], \s?[letters]+, \s?[punctuation]+, \s+$, [CJK ...]+, \p{N}+ */
+    [PATTERN_DEEPSEEK_LLM] = {6,
+                              {{SPLIT_ONE, kiln_tok_is_crlf},
+                               {SPLIT_SPACE_RUN, kiln_tok_is_ds_letter},
+                               {SPLIT_SPACE_RUN, kiln_tok_is_ds_punct},
+                               {SPLIT_TRAILING_SPACES, NULL},
+                               {SPLIT_RUN, kiln_tok_is_ds_cjk},
+                               {SPLIT_RUN, kiln_tok_is_n}}},
+    /* [\r\n], \s?\p{L}+, \s?\p{P}+, [CJK ...]+, \p{N} */
+    [PATTERN_DEEPSEEK_CODER] = {5,
+                                {{SPLIT_ONE, kiln_tok_is_crlf},
+                                 {SPLIT_SPACE_RUN, kiln_tok_is_l},
+                                 {SPLIT_SPACE_RUN, kiln_tok_is_p},
+                                 {SPLIT_RUN, kiln_tok_is_ds_cjk},
+                                 {SPLIT_ONE, kiln_tok_is_n}}},
+};
+
+/* The length of the split's match at i of the piece x, 0 when none starts
+ * there. None is empty. */
+static size_t kiln_tok_split_at(const kiln_tok_split_t* s, const kiln_tok_text_t* x, size_t i) {
+  switch (s->form) {
+    case SPLIT_ONE: return s->in(x->cp[i]) ? 1 : 0;
+    case SPLIT_UPTO3: return kiln_tok_run_upto(x, i, s->in, 3);
+    case SPLIT_RUN: return kiln_tok_run(x, i, s->in);
+    case SPLIT_SPACE_RUN: return kiln_tok_space_then(x, i, s->in);
+    case SPLIT_TRAILING_SPACES: return kiln_tok_trailing_spaces(x, i);
+    case SPLIT_DS3_WORDS: return kiln_tok_ds3_words(x, i);
+    default: return 0;
+  }
+}
+
+/* The leftmost match at or after i (its start; x->n when none), *len its
+ * length, as the regex engine searches. */
+static size_t kiln_tok_split_find(const kiln_tok_split_t* s, const kiln_tok_text_t* x, size_t i, size_t* len) {
+  for (; i < x->n; ++i) {
+    *len = kiln_tok_split_at(s, x, i);
+    if (*len) return i;
+    /* \s+$ failing at a space fails through the rest of its run (every
+     * start there reaches the same ends): skip it, so that a long run
+     * costs its length once, not its square. */
+    if (s->form == SPLIT_TRAILING_SPACES) {
+      size_t r = kiln_tok_run(x, i, kiln_tok_is_s);
+      if (r) i += r - 1;
+    }
+  }
+  *len = 0;
+  return x->n;
+}
+
 /* Scratch for merging words of up to m symbols. */
 typedef struct {
   int32_t *sym, *work;
@@ -636,6 +801,31 @@ static size_t kiln_tok_match(const kiln_tokenizer_t* t, const kiln_tok_text_t* x
   return len ? len : 1; /* (every character matches some alternative) */
 }
 
+/* Splits the piece x[from, to) of the text b by split k of the pattern's
+ * sequence: its matches and the gaps between them are pieces (Isolated),
+ * each split further by the splits after k; past the last split, a piece
+ * is a word for BPE. Each split sees its piece alone: the matchers stop at
+ * its end (a lookahead or $ there finds nothing after it). Recursion as
+ * deep as the splits are many (at most KILN_TOK_MAX_SPLITS). */
+static void kiln_tok_split_piece(const kiln_tokenizer_t* t, const kiln_tok_text_t* x, size_t from, size_t to, int k,
+                                 const uint8_t* b, kiln_tok_scratch_t* w, kiln_tok_ids_t* out) {
+  if (from == to) return;
+  if (k == kiln_tok_sequences[t->pattern].n) {
+    kiln_tok_bytes_word(t, b + x->at[from], x->at[to] - x->at[from], w, out);
+    return;
+  }
+  const kiln_tok_split_t* s = &kiln_tok_sequences[t->pattern].split[k];
+  kiln_tok_text_t piece = {x->cp + from, x->at + from, to - from};
+  size_t gap = 0;
+  while (gap < piece.n) {
+    size_t len, i = kiln_tok_split_find(s, &piece, gap, &len);
+    kiln_tok_split_piece(t, &piece, gap, i, k + 1, b, w, out);
+    if (i == piece.n) break;
+    kiln_tok_split_piece(t, &piece, i, i + len, k + 1, b, w, out);
+    gap = i + len;
+  }
+}
+
 static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
   int prefix = (t->flags & FLAG_PREPEND) && n > 0 && s[0] != ' ';
   size_t m = n + (size_t)prefix;
@@ -658,10 +848,14 @@ static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, 
   }
   at[k] = m;
   kiln_tok_text_t x = {cp, at, k};
-  for (size_t i = 0; i < k;) {
-    size_t len = kiln_tok_match(t, &x, i);
-    kiln_tok_bytes_word(t, b + at[i], at[i + len] - at[i], &w, out);
-    i += len;
+  if (kiln_tok_patterns[t->pattern].family == FAMILY_SEQUENCE) {
+    kiln_tok_split_piece(t, &x, 0, k, 0, b, &w, out);
+  } else {
+    for (size_t i = 0; i < k;) {
+      size_t len = kiln_tok_match(t, &x, i);
+      kiln_tok_bytes_word(t, b + at[i], at[i + len] - at[i], &w, out);
+      i += len;
+    }
   }
   free(b), free(cp), free(at), kiln_tok_scratch_free(&w);
   return 1;
@@ -741,6 +935,11 @@ kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text,
   kiln_tok_ids_t ids = {0};
   *out_ids = NULL;
   *out_count = 0;
+  for (size_t i = 0; i < n && t->bytes_missing; ++i)
+    if (t->byte_token[(uint8_t)text[i]] < 0)
+      return kiln_status_make(KILN_INVALID_ARGUMENT,
+                              "the text is not UTF-8 at byte %zu (0x%02x), a byte the tokenizer has no token for",
+                              i, (unsigned)(uint8_t)text[i]);
   if (add_special)
     for (uint32_t i = 0; i < t->n_prefix; ++i) kiln_tok_push(&ids, t->prefix[i]);
   int ok = 1;

@@ -6,8 +6,9 @@
  * Hugging Face's tokenizers library does for the two families most causal
  * LMs use, and decodes a token at a time:
  *   byte-level BPE (GPT-2, Llama 3, Qwen2, Qwen3.5, GPT-OSS, Mistral's
- *     Tekken): the text split by the model's pattern, each piece's bytes
- *     merged;
+ *     Tekken, DeepSeek V3, LLM and Coder): the text split by the model's
+ *     pattern (DeepSeek's: several, each splitting the pieces of the one
+ *     before), each piece's bytes merged;
  *   SentencePiece-style BPE (Llama 2, TinyLlama, Mistral v0.1): spaces as
  *     U+2581 with one prepended (the Prepend normalizer, or Metaspace), the
  *     characters merged, bytes for characters outside the vocabulary
@@ -24,7 +25,10 @@
  *          1-3 digits), 3 Llama 3's with 1-digit numbers (Qwen2), 4 o200k
  *          (GPT-OSS), 5 Tekken (o200k's words without contractions, 1-digit
  *          numbers: Mistral Nemo and later), 6 Qwen3.5 (Qwen2's with
- *          combining marks in words); else 0
+ *          combining marks in words), 7 DeepSeek V3 (and R1: \p{N}{1,3},
+ *          CJK and kana runs, then words, punctuation and symbols, space),
+ *          8 DeepSeek LLM (six splits, an explicit letter class), 9
+ *          DeepSeek Coder (five splits); else 0
  *  20   4  u32 flags: bit 0 a word found whole in the vocabulary is not
  *          merged (ignore_merges); bit 1 a space is prepended to each piece
  *          of text (byte-level add_prefix_space) or U+2581 (SentencePiece);
@@ -43,7 +47,9 @@
  *  48   4  u32 end-of-sequence ids E (at most 16; `kiln generate`'s default --eos)
  *  52      P, S then E u32 ids; T u32 byte lengths (each at most 1024); the
  *          T tokens' bytes (byte-level: the raw bytes, not GPT-2's
- *          printable stand-ins); M records (u32 left, u32 right) in rank
+ *          printable stand-ins; every byte has a token, but those UTF-8
+ *          never uses, 0xC0, 0xC1 and 0xF5-0xFF, may lack one, as DeepSeek
+ *          LLM's and Coder's do); M records (u32 left, u32 right) in rank
  *          order, each pair's bytes a token; A records (u32 id, u32 flags:
  *          bit 0 special, skipped when decoding). */
 #ifndef KILN_TOKENIZER_H
@@ -72,7 +78,8 @@ const char* kiln_tokenizer_describe(const kiln_tokenizer_t* t, char* buf, size_t
 const int32_t* kiln_tokenizer_eos(const kiln_tokenizer_t* t, int32_t* count);
 
 /* The ids of n bytes of text (UTF-8; a malformed byte is a character of no
- * class), with the prefix and suffix ids when add_special. *out_ids is a
+ * class, or KILN_INVALID_ARGUMENT when the vocabulary has no token for it),
+ * with the prefix and suffix ids when add_special. *out_ids is a
  * new array (free()) of *out_count ids. */
 kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text, size_t n,
                                         int add_special, int32_t** out_ids, size_t* out_count);

@@ -33,25 +33,26 @@ static void tok_put(tok_buf_t* b, const void* data, size_t n) {
 static void tok_u32(tok_buf_t* b, uint32_t v) { tok_put(b, &v, 4); }
 
 /* ids 0..255 the bytes, 256 "he", 257 "ll", 258 "hell", 259 " w", 260
- * "<bos>" (special: prefix and end id); merges in rank order h+e, l+l,
- * he+ll, ' '+w. */
-static tok_buf_t tok_section(void) {
-  static const char* extra[] = {"he", "ll", "hell", " w", "<bos>"};
+ * "<bos>" (special: prefix and end id), 261 " 1", 262 "12"; merges in rank
+ * order h+e, l+l, he+ll, ' '+w, ' '+1, 1+2; the pre-tokenizing pattern
+ * given. */
+static tok_buf_t tok_section(uint32_t pattern) {
+  static const char* extra[] = {"he", "ll", "hell", " w", "<bos>", " 1", "12"};
   tok_buf_t b = {0};
   tok_put(&b, "KILNTOKN", 8);
-  const uint32_t head[] = {1, 1, 1, 0, 261, 4, 1, (uint32_t)-1, 1, 0, 1};
+  const uint32_t head[] = {1, 1, pattern, 0, 263, 6, 1, (uint32_t)-1, 1, 0, 1};
   for (size_t i = 0; i < sizeof head / sizeof head[0]; ++i) tok_u32(&b, head[i]);
   tok_u32(&b, 260); /* prefix */
   tok_u32(&b, 260); /* end */
   for (int i = 0; i < 256; ++i) tok_u32(&b, 1);
-  for (int i = 0; i < 5; ++i) tok_u32(&b, (uint32_t)strlen(extra[i]));
+  for (int i = 0; i < 7; ++i) tok_u32(&b, (uint32_t)strlen(extra[i]));
   for (int i = 0; i < 256; ++i) {
     uint8_t c = (uint8_t)i;
     tok_put(&b, &c, 1);
   }
-  for (int i = 0; i < 5; ++i) tok_put(&b, extra[i], strlen(extra[i]));
-  const uint32_t merges[][2] = {{'h', 'e'}, {'l', 'l'}, {256, 257}, {' ', 'w'}};
-  for (int i = 0; i < 4; ++i) tok_u32(&b, merges[i][0]), tok_u32(&b, merges[i][1]);
+  for (int i = 0; i < 7; ++i) tok_put(&b, extra[i], strlen(extra[i]));
+  const uint32_t merges[][2] = {{'h', 'e'}, {'l', 'l'}, {256, 257}, {' ', 'w'}, {' ', '1'}, {'1', '2'}};
+  for (int i = 0; i < 6; ++i) tok_u32(&b, merges[i][0]), tok_u32(&b, merges[i][1]);
   tok_u32(&b, 260), tok_u32(&b, 1); /* added, special */
   return b;
 }
@@ -68,7 +69,7 @@ static int tok_expect(const kiln_tokenizer_t* t, const char* text, int special, 
 }
 
 static void test_tokenizer_encode(void) {
-  tok_buf_t b = tok_section();
+  tok_buf_t b = tok_section(1);
   kiln_tokenizer_t* t = NULL;
   KILN_EXPECT_OK(kiln_tokenizer_load(b.p, b.n, &t));
   if (!t) return;
@@ -95,10 +96,82 @@ static void test_tokenizer_encode(void) {
   free(b.p);
 }
 
+/* DeepSeek's sequences of splits (patterns 7 V3, 8 LLM, 9 Coder) against
+ * GPT-2's, where the merges ' '+1 (before 1+2) show the pieces: V3 cuts
+ * numbers at 3 digits and keeps a space off them, LLM keeps whole numbers,
+ * Coder cuts at every digit. A pattern past the last and a prepended space
+ * on a sequence are refused. */
+static void test_tokenizer_sequences(void) {
+  static const struct {
+    uint32_t pattern;
+    size_t n;
+    int32_t ids[8];
+  } cases[] = {
+      {1, 4, {262, 262, 261, '2'}},          /* 1212, " 12" */
+      {7, 5, {262, '1', '2', ' ', 262}},     /* 121, 2, " ", 12 */
+      {8, 4, {262, 262, ' ', 262}},          /* 1212, " ", 12 */
+      {9, 7, {'1', '2', '1', '2', ' ', '1', '2'}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    tok_buf_t b = tok_section(cases[c].pattern);
+    kiln_tokenizer_t* t = NULL;
+    KILN_EXPECT_OK(kiln_tokenizer_load(b.p, b.n, &t));
+    if (t) tok_expect(t, "1212 12", 0, cases[c].ids, cases[c].n);
+    if (t) tok_expect(t, "hello world", 0, (const int32_t[]){258, 'o', 259, 'o', 'r', 'l', 'd'}, 7);
+    kiln_tokenizer_free(t);
+    free(b.p);
+  }
+  const uint32_t bad[][2] = {{10, 0}, {7, 2}}; /* pattern, flags */
+  for (int i = 0; i < 2; ++i) {
+    tok_buf_t b = tok_section(bad[i][0]);
+    memcpy(b.p + 20, &bad[i][1], 4);
+    kiln_tokenizer_t* t = NULL;
+    kiln_status_t st = kiln_tokenizer_load(b.p, b.n, &t);
+    KILN_EXPECT(st && kiln_status_code(st) == KILN_CORRUPT_ARTIFACT && !t && strstr(kiln_status_message(st), "pattern"),
+                "pattern %u, flags %u: %s", bad[i][0], bad[i][1], st ? kiln_status_message(st) : "loaded");
+    kiln_status_free(st);
+    kiln_tokenizer_free(t);
+    free(b.p);
+  }
+}
+
+/* A byte-level vocabulary may lack the bytes UTF-8 never uses (0xC0, 0xC1,
+ * 0xF5-0xFF: DeepSeek LLM's and Coder's): it loads, and a text with one is
+ * refused; any other byte missing is a corrupt section. Token v < 256 is
+ * byte v, at the section's 52 + 2 * 4 (BOS and end ids) + 263 * 4. */
+static void test_tokenizer_missing_bytes(void) {
+  static const struct {
+    uint8_t byte;
+    int loads;
+  } cases[] = {{0xFF, 1}, {0xC0, 1}, {0xF5, 1}, {0xF4, 0}, {0xC2, 0}, {'A', 0}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    tok_buf_t b = tok_section(7);
+    b.p[52 + 8 + 263 * 4 + cases[c].byte] = 'h'; /* a second "h": the byte has no token */
+    kiln_tokenizer_t* t = NULL;
+    kiln_status_t st = kiln_tokenizer_load(b.p, b.n, &t);
+    KILN_EXPECT((st == NULL) == cases[c].loads, "byte 0x%02x missing: %s", cases[c].byte, kiln_status_message(st));
+    kiln_status_free(st);
+    if (t) {
+      tok_expect(t, "hello world", 0, (const int32_t[]){258, 'o', 259, 'o', 'r', 'l', 'd'}, 7);
+      char text[] = "he?";
+      text[2] = (char)cases[c].byte;
+      int32_t* ids = NULL;
+      size_t count = 0;
+      st = kiln_tokenizer_encode(t, text, 3, 0, &ids, &count);
+      KILN_EXPECT(kiln_status_code(st) == KILN_INVALID_ARGUMENT && strstr(kiln_status_message(st), "not UTF-8") && !ids,
+                  "byte 0x%02x in the text: %s", cases[c].byte, kiln_status_message(st));
+      kiln_status_free(st);
+      free(ids);
+    }
+    kiln_tokenizer_free(t);
+    free(b.p);
+  }
+}
+
 /* Every truncation and every byte changed to 3 values: refused with a
  * message, or loaded and usable. */
 static void test_tokenizer_hostile(void) {
-  tok_buf_t b = tok_section();
+  tok_buf_t b = tok_section(1);
   int refused = 0, loaded = 0;
   for (size_t n = 0; n < b.n; ++n) {
     kiln_tokenizer_t* t = NULL;
@@ -150,7 +223,7 @@ static void* tok_artifact(const tok_buf_t* section, size_t* size) {
 }
 
 static void test_tokenizer_api(void) {
-  tok_buf_t b = tok_section();
+  tok_buf_t b = tok_section(1);
   size_t size = 0;
   void* bytes = tok_artifact(&b, &size);
   kiln_session_t* s = NULL;
@@ -211,6 +284,8 @@ static void test_tokenizer_api(void) {
 
 void kiln_test_suite_tokenizer(void) {
   test_tokenizer_encode();
+  test_tokenizer_sequences();
+  test_tokenizer_missing_bytes();
   test_tokenizer_hostile();
   test_tokenizer_api();
 }

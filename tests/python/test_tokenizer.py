@@ -9,8 +9,9 @@ ship: GPT-2 (ByteLevel's own pattern, with and without add_prefix_space),
 Llama 3 (its Split pattern, ignore_merges, a BOS template), Qwen2 (its
 1-digit pattern and NFC normalizer: text NFC would change is refused, the
 rest encoded as Hugging Face does), Qwen3.5 (marks join words, NFC),
-o200k (GPT-OSS: words split at case changes, contractions after them) and
-Tekken (Mistral Nemo: o200k's words, 1-digit numbers), and SentencePiece-style BPE as Llama 2 / TinyLlama
+o200k (GPT-OSS: words split at case changes, contractions after them),
+Tekken (Mistral Nemo: o200k's words, 1-digit numbers), DeepSeek V3, LLM and
+Coder (Sequences of several Splits, an empty Sequence normalizer), and SentencePiece-style BPE as Llama 2 / TinyLlama
 (Prepend + Replace normalizer, <0xNN> byte fallback, <unk> fused, BOS), as
 newer conversions write it (Metaspace, prepend_scheme "first") and as Gemma
 (Replace alone, nothing prepended). The
@@ -18,8 +19,10 @@ texts: hand-picked edges (contractions in both cases and U+017F, which
 folds to s, case changes inside words with letters of every case class
 and combining marks, runs of spaces
 before words and at the end, CR/LF runs, digits runs past 3, added tokens
-inside words, non-Latin scripts, emoji, characters outside the alphabet)
-and 40 random mixes per tokenizer, fixed seeds."""
+inside words, non-Latin scripts, emoji, characters outside the alphabet;
+for DeepSeek's splits CJK and kana by Latin, punctuation before letters and
+before newlines, symbols, white space before digits, characters of no
+class) and 40 random mixes per tokenizer, fixed seeds."""
 
 import json
 import pathlib
@@ -53,6 +56,28 @@ O200K = "|".join([r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{
 TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
           r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
+# DeepSeek's sequences of Splits (tokenizer.json writes CR and LF as the
+# characters, as here), V3 (and R1), LLM (v1) and Coder.
+DEEPSEEK3 = [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+             "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+             " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"]
+DEEPSEEK_LETTERS = (
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5"
+    "\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba"
+    "\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45"
+    "\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe"
+    "\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102"
+    "\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06"
+    "\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3"
+    "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df"
+    "\U0001e900-\U0001e943")
+DEEPSEEK_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+DEEPSEEK_LLM = ["[\r\n]", r"\s?[" + DEEPSEEK_LETTERS + "]+",
+                "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+", r"\s+$", DEEPSEEK_CJK, r"\p{N}+"]
+DEEPSEEK_CODER = ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DEEPSEEK_CJK, r"\p{N}"]
 CORPUS_LINES = [
     "Hello world! It's 2026; we're testing 12345 tokens, and THEY'LL see.",
     "The quick brown fox jumps over the lazy dog. Don't stop: 3.14159 is pi.",
@@ -61,6 +86,8 @@ CORPUS_LINES = [
     "def f(x):\n    return x * 2  # code\n", "    indented lines\n\n\nblank lines", "a-b_c.d/e\\f|g",
     "Numbers: 7 42 913 2026 31415 271828 1000000 65536 202 691 3",
     "camelCase XMLHttpRequest HelloWORLD नमस्ते दुनिया paths/to/files",
+    "#include <stdio.h> // see www.example.com, it's 'quoted'!!\n\n日本語のテキストとカタカナ・ひらがなー",
+    "价格：￥1234，约 $56.78。「引用」©®™ ≤≥ 1+1=2 한국어 ไทย Ωμέγα",
 ]
 EDGES = ["Hello world! It's 2026; we're testing 12345 tokens.", "  leading spaces", "trailing   ", "a\n\nb\r\n c",
          "Привет, мир!", "你好，世界。", "emoji 🙂🚀!", "I'LL SAY 'Ve 'd 'M", "x  y   z\t\tw", "123456789 1 22 333",
@@ -69,36 +96,51 @@ EDGES = ["Hello world! It's 2026; we're testing 12345 tokens.", "  leading space
          "١٢٣ arabic digits", "e\u0301 combining", "🙂", "<0x41> is text", "\r\n\r\n", "end\n",
          "2026913 31415271828 1000000", "HelloWORLD camelCase XMLHttpRequest", "中A文b", "ab\u0301C\u0301",
          "\u02b0\u02b0A", "AB'S CD'sx x'\u017fx Y'\u017f", "a/\n/b //\r\n", "\u0301abc", "नमस्ते दुनिया",
-         "\u01c5emal \u01c8 \u01c4", "!\u0301 \u0301\u0301", "!!\u0947 \u0947\u0947x ?\u093f"]
+         "\u01c5emal \u01c8 \u01c4", "!\u0301 \u0301\u0301", "!!\u0947 \u0947\u0947x ?\u093f",
+         # DeepSeek's splits: CJK and kana by Latin, punctuation before
+         # letters, punctuation runs before newlines, symbols, white space
+         # before digits and CJK, characters no class takes
+         "日本語abcテキスト123漢字", "カタカナ・ひらがなー。", "#include <stdio.h>\r\n.com 's x.y", "!!!\n\n?)\r\n\r\nok",
+         "a  123   你好    ", "价格：￥1234，约$5.6。", "\u3000\u3000x\u3000「引用」", "1+1=2 ©®™ ≤≥ €5",
+         "\u200b\u200bx\u200b", "\x01\x02a \x7f", "\t\u0301 \u0301a", "한국어 ไทย हिन्दी", "Ωμέγα \u2126 \u212a \u1f7d",
+         " \n \n", "x \r\n \n  ", "'s'S.é\u0301é", "©  ok ≤≥   x ™  "]
 PIECES = ["hello", "World", " ", "  ", "\n", "\r\n", "\t", "'s", "'LL", "123", "4567", ".", "!?", "(x)", "你好",
           "мир", "🙂", "é", "e\u0301", "\u00a0", "<s>", "</s>", "<|endoftext|>", "<|begin_of_text|>", "λ", "٣",
           "Ⅻ", "ﬁ", "\u200b", "😀😀", "the", " fox", "don't", "   \n", "Å", "\u212b", "A\u030a", "\u1100\u1161", "가",
-          "ABC", "Def", "\u02b0", "\u0301", "\u01c5", "'\u017f", "/", "नम", "DE'S", "\u0e20\u0e32\u0e29\u0e32"]
+          "ABC", "Def", "\u02b0", "\u0301", "\u01c5", "'\u017f", "/", "नम", "DE'S", "\u0e20\u0e32\u0e29\u0e32",
+          "日本", "カナ・", "#x", "!\n", "\u3000", "\u200b", "©", "$", "한", "#"]
 
 
 def _corpus():
     return CORPUS_LINES * 20
 
 
-def _byte_level(pattern=None, prefix_space=False, bos=False, nfc=False):
-    ignore = pattern is not None
+def _byte_level(pattern=None, prefix_space=False, bos=False, nfc=False, deepseek=False):
+    """pattern: a Split's regex, or a list of them (a Sequence, in order);
+    deepseek: as DeepSeek's files have it, an empty Sequence normalizer and
+    its BOS."""
+    ignore = pattern is not None and not deepseek
     tok = Tokenizer(models.BPE(ignore_merges=ignore))
     if nfc:
         tok.normalizer = normalizers.NFC()
+    if deepseek:
+        tok.normalizer = normalizers.Sequence([])
     if pattern is None:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     else:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), "isolated"),
-                                                     pre_tokenizers.ByteLevel(add_prefix_space=prefix_space,
-                                                                              use_regex=False)])
+        splits = [pre_tokenizers.Split(Regex(p), "isolated") for p in ([pattern] if isinstance(pattern, str) else pattern)]
+        tok.pre_tokenizer = pre_tokenizers.Sequence(splits + [pre_tokenizers.ByteLevel(add_prefix_space=prefix_space,
+                                                                                       use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     specials = ["<|begin_of_text|>", "<|end_of_text|>"] if bos else ["<|endoftext|>"]
+    if deepseek:
+        specials, bos = ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"], True
     tok.train_from_iterator(_corpus(), trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                                            show_progress=False))
     if bos:
-        tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
-                                                           special_tokens=[("<|begin_of_text|>", 0)])
+        tok.post_processor = processors.TemplateProcessing(single=f"{specials[0]} $A",
+                                                           special_tokens=[(specials[0], 0)])
     return tok
 
 
@@ -137,6 +179,9 @@ KINDS = {
     "qwen3.5": lambda: _byte_level(QWEN35, nfc=True),
     "o200k": lambda: _byte_level(O200K),
     "tekken": lambda: _byte_level(TEKKEN, bos=True),
+    "deepseek-v3": lambda: _byte_level(DEEPSEEK3, deepseek=True),
+    "deepseek-llm": lambda: _byte_level(DEEPSEEK_LLM, deepseek=True),
+    "deepseek-coder": lambda: _byte_level(DEEPSEEK_CODER, deepseek=True),
     "llama2-sentencepiece": lambda: _sentencepiece(),
     "metaspace-first": lambda: _sentencepiece(metaspace=True),
     "gemma-replace": lambda: _sentencepiece(prepend=False),
@@ -237,6 +282,60 @@ def test_c_pretokenizer_splits_as_hugging_faces(kind, tiny, tmp_path):
     assert not wrong, f"{len(wrong)} of {len(texts)} texts split otherwise, first: {wrong[0]}"
 
 
+@needs_cli
+@pytest.mark.parametrize("kind", ["deepseek-v3", "deepseek-llm", "deepseek-coder", "llama3"])
+def test_long_runs_take_linear_time(kind, tiny, tmp_path):
+    """300000 spaces before a digit and 600000 digits: each matcher reads a
+    run a bounded number of times, where reading it again from each of its
+    characters (a \\s+$ failing, \\p{N}{1,3} measuring the whole run) would
+    take minutes. The ids are Hugging Face's, except DeepSeek LLM's spaces,
+    where the regex engine itself is quadratic (two minutes for 100000):
+    there the pieces' ("a", the spaces, "1"; the engine's on the spaces alone
+    is quick, $ being at their end)."""
+    tok = KINDS[kind]()
+    path = tmp_path / "t.kiln"
+    kiln.save(tiny, path, tokenizer=tok)
+    enc = lambda text: tok.encode(text, add_special_tokens=False).ids
+    for text in ("a" + " " * 300000 + "1", "1" * 600000):
+        f = tmp_path / "long.txt"
+        f.write_text(text)
+        p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text-file", str(f), "--no-special"],
+                           capture_output=True, timeout=20)
+        assert p.returncode == 0, p.stderr
+        pieces = ["a", text[1:-1], "1"] if kind == "deepseek-llm" and text[0] == "a" else [text]
+        assert [int(v) for v in p.stdout.split()] == [i for piece in pieces for i in enc(piece)], (kind, len(text))
+
+
+@needs_cli
+def test_vocabulary_without_the_bytes_utf8_never_uses(tiny, tmp_path):
+    """DeepSeek LLM's and Coder's vocabularies have no token for the 13
+    bytes UTF-8 never uses (0xC0, 0xC1, 0xF5-0xFF): their stand-ins (\u00c0,
+    \u00f5 ... \u00ff) are added tokens instead, which match those
+    characters in the text. Such a vocabulary is kiln's as Hugging Face's;
+    text that is not UTF-8 (what would need the bytes) is refused by name."""
+    spec = json.loads(_byte_level(DEEPSEEK_CODER, deepseek=True).to_str())
+    never = [0xC0, 0xC1, *range(0xF5, 0x100)]
+    chars = [c for c, b in kiln.tokenizer._byte_decoder().items() if b in never]
+    kept = sorted((i, t) for t, i in spec["model"]["vocab"].items() if t not in chars)
+    spec["model"]["vocab"] = {t: k for k, (_, t) in enumerate(kept)}  # (the special tokens stay 0 and 1)
+    for k, c in enumerate(chars):  # after the vocabulary, as DeepSeek's
+        spec["added_tokens"].append({"id": len(kept) + k, "content": c, "single_word": False, "lstrip": False,
+                                     "rstrip": False, "normalized": True, "special": False})
+    assert not any(c in m for m in map(str, spec["model"]["merges"]) for c in chars)
+    tok = Tokenizer.from_str(json.dumps(spec))
+    assert tok.token_to_id("\u00ff") == len(kept) + 12 and tok.encode("\u00ff", add_special_tokens=False).ids == [len(kept) + 12]
+    path = tmp_path / "t.kiln"
+    kiln.save(tiny, path, tokenizer=tok)
+    texts = ["Äpfel über öl ÿ", "\u00c0\u00c1 x\u00f5\u00f7\u00f8\u00ff", "naïve ø", *EDGES]
+    for text in texts:
+        got = [int(v) for v in _tokenize(path, "--text", text).split()]
+        assert got == tok.encode(text).ids, text
+    f = tmp_path / "latin1.txt"
+    f.write_bytes("café ÿ".encode("latin-1"))
+    p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text-file", str(f)], capture_output=True)
+    assert p.returncode == 1 and b"not UTF-8 at byte 5 (0xff)" in p.stderr, p.stderr
+
+
 def test_transformers_tokenizer_and_its_eos(tiny, tmp_path):
     """A transformers fast tokenizer converts the same way; its
     eos_token_id is the section's end id unless eos= says otherwise."""
@@ -267,6 +366,25 @@ def test_unsupported_tokenizers_are_refused_by_name():
                                                    pre_tokenizers.ByteLevel(use_regex=False)])
     with pytest.raises(KilnError, match="pattern"):
         kiln.tokenizer.section_of(other)
+    # DeepSeek's sequences: only whole, in order, each split isolated
+    for splits in (DEEPSEEK3[:2], DEEPSEEK3[::-1], DEEPSEEK3 + [r"\p{N}"], [DEEPSEEK3[0], DEEPSEEK3[1] + "x", DEEPSEEK3[2]]):
+        with pytest.raises(KilnError, match="pattern"):
+            kiln.tokenizer.section_of(_byte_level(splits, deepseek=True))
+    removed = _byte_level(DEEPSEEK3, deepseek=True)
+    removed.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(DEEPSEEK3[0]), "removed")] +
+                                                    [pre_tokenizers.Split(Regex(r), "isolated") for r in DEEPSEEK3[1:]] +
+                                                    [pre_tokenizers.ByteLevel(use_regex=False)])
+    with pytest.raises(KilnError, match="pre-tokenizer"):
+        kiln.tokenizer.section_of(removed)
+    # tokenizers prepends ByteLevel's space to every piece the splits made
+    for pattern in (LLAMA3, DEEPSEEK3):
+        with pytest.raises(KilnError, match="add_prefix_space"):
+            kiln.tokenizer.section_of(_byte_level(pattern, prefix_space=True))
+    # a normalizer in the Sequence is still refused
+    lower = _byte_level(DEEPSEEK3, deepseek=True)
+    lower.normalizer = normalizers.Sequence([normalizers.Lowercase()])
+    with pytest.raises(KilnError, match="normalizer"):
+        kiln.tokenizer.section_of(lower)
     with pytest.raises(KilnError, match="not a fast Hugging Face tokenizer"):
         kiln.tokenizer.section_of(object())
 
