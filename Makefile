@@ -33,7 +33,7 @@ test-c: build
 
 # Two workers (pytest-xdist): requirements-dev.txt says why.
 test-python: build
-	$(PY) -m pytest tests/python -q -n 2
+	$(PY) -m pytest tests/python -q -n 2 --durations=15
 
 test: test-c test-python
 

@@ -786,6 +786,9 @@ def test_a_guard_torch_cannot_prove_over_the_dims_range_is_checked_and_dropped(c
                              num_local_experts=4, num_experts_per_tok=1)
     torch.manual_seed(0)
     moe = Llama4TextMoe(cfg).eval()
+    with torch.no_grad():  # its experts' weights are torch.empty until a PreTrainedModel initialises them
+        for p in moe.parameters():
+            p.normal_(0.0, 0.05)
 
     class Layer(nn.Module):
         def __init__(self):
