@@ -74,21 +74,34 @@ static int window_of(const kiln_graph_t* g, const kiln_node_t* n, int32_t d, int
 }
 
 /* The window's output size (size + 2 pad - dilation (kernel - 1) - 1) //
- * stride + 1 as an expression, or 0 when it is none (bad geometry). In
- * ceil mode the division rounds up, and torch drops a last window that
- * would start in the right padding: that never happens when pad + stride
- * <= the dilated kernel's span (the last start is below size + pad), the
- * usual geometry (3 by 2, padding 1); other ceil-mode windows are no
+ * stride + 1 as an expression, or 0 when it is none (bad geometry). The
+ * size, and a convolution's kernel (a weight that is an input of symbolic
+ * size: fuzz seed 20088 graph 2022), may be symbolic; stride, padding and
+ * dilation are numbers. In ceil mode the division rounds up, and torch
+ * drops a last window that would start in the right padding: that never
+ * happens when pad + stride <= the dilated kernel's span (the last start is
+ * below size + pad), the usual geometry (3 by 2, padding 1); other
+ * ceil-mode windows, and ceil mode over a symbolic kernel, are no
  * expression of kiln's (0). */
 static int64_t window_dim(kiln_sym_table_t* t, int64_t size, int64_t kernel, int64_t stride,
                           int64_t pad, int64_t dilation, int ceil) {
-  if (kernel < 1 || stride < 1 || pad < 0 || dilation < 1 || kernel > ((int64_t)1 << 20) ||
-      stride > ((int64_t)1 << 20) || pad > ((int64_t)1 << 20) || dilation > ((int64_t)1 << 20))
+  const int64_t big = (int64_t)1 << 20;
+  int sym_kernel = kiln_dim_is_sym(kernel);
+  if ((!sym_kernel && (kernel < 1 || kernel > big)) || (sym_kernel && ceil) || stride < 1 ||
+      pad < 0 || dilation < 1 || stride > big || pad > big || dilation > big)
     return 0;
-  int64_t span = dilation * (kernel - 1) + 1;
-  if (ceil && pad + stride > span) return 0;
   int64_t a = 0, q = 0, y = 0;
-  kiln_status_t s = kiln_dim_add(t, size, 2 * pad - span + (ceil ? stride - 1 : 0), &a);
+  kiln_status_t s;
+  if (!sym_kernel) {
+    int64_t span = dilation * (kernel - 1) + 1;
+    if (ceil && pad + stride > span) return 0;
+    s = kiln_dim_add(t, size, 2 * pad - span + (ceil ? stride - 1 : 0), &a);
+  } else {
+    /* size - dilation kernel + 2 pad + dilation - 1 */
+    s = kiln_dim_mul(t, kernel, -dilation, &a);
+    if (!s) s = kiln_dim_add(t, size, a, &a);
+    if (!s) s = kiln_dim_add(t, a, 2 * pad + dilation - 1, &a);
+  }
   if (!s) s = kiln_dim_floordiv(t, a, stride, &q);
   if (!s) s = kiln_dim_add(t, q, 1, &y);
   if (s) {
@@ -263,7 +276,8 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
        * are both 3; 224 is 7: ResNet's layer4 with dynamic image sizes). */
       int64_t size, kernel, stride, pad, dilation, y;
       int ceil;
-      if (window_of(g, n, d, &size, &kernel, &stride, &pad, &dilation, &ceil) && kiln_dim_is_sym(size) &&
+      if (window_of(g, n, d, &size, &kernel, &stride, &pad, &dilation, &ceil) &&
+          (kiln_dim_is_sym(size) || kiln_dim_is_sym(kernel)) &&
           (y = window_dim(g->syms, size, kernel, stride, pad, dilation, ceil)) != 0 &&
           matches(g->syms, y, v)) {
         out->shape[d] = y;

@@ -536,6 +536,38 @@ def test_ceil_mode_pools_over_any_image_size():
     assert not [w for w in caught if "eager" in str(w.message)], [str(w.message) for w in caught]
 
 
+class _ConvByInputWeight(nn.Module):
+    def __init__(self, dilation):
+        super().__init__()
+        self.dilation = dilation
+
+    def forward(self, x, w):
+        return torch.nn.functional.conv2d(x, w, stride=2, padding=1, dilation=self.dilation)
+
+
+@pytest.mark.parametrize("layout,dilation", [("nchw", 1), ("nhwc", 1), ("nchw", 2)])
+def test_convolution_by_a_weight_of_symbolic_size(monkeypatch, layout, dilation):
+    """A convolution whose weight is an input with a symbolic kernel height
+    (fuzz seed 20088 graph 2022): its output height (h + 2 - kh)//2 + 1 is
+    an expression of both sizes. Before, kiln's window rule took only the
+    image's size as symbolic; the probes agreed on 17 and the graph held
+    that number, refusing a call that gives 16."""
+    from torch.export import Dim
+
+    monkeypatch.setenv("KILN_LAYOUT", layout)
+    torch.manual_seed(0)
+    m = _ConvByInputWeight(dilation)
+    x, w = torch.randn(2, 3, 33, 5), torch.randn(4, 3, 2, 1)
+    k = kiln.trace(m, (x, w), dynamic_shapes=({2: Dim("h", min=12, max=64)}, {2: Dim("kh", min=1, max=6)}),
+                   fallback=False)
+    for h, kh in ((33, 2), (35, 6), (30, 3), (12, 1), (64, 5)):
+        x, w = torch.randn(2, 3, h, 5), torch.randn(4, 3, kh, 1)
+        want = m(x.double(), w.double()).float()
+        got = k(x, w)
+        assert got.shape == want.shape, (h, kh, got.shape, want.shape)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 class _ViewTo40(nn.Module):
     """view(-1, 1, 40) of (s0, 1, s1, s2): torch.export traces it as
     (s0, 1, s1*s2) under guards s1*s2 == 40 (FINDINGS.md 15)."""
