@@ -72,6 +72,7 @@ _PATTERNS = {_GPT2: 1, _LLAMA3: 2, _QWEN2: 3, _O200K: 4, _TEKKEN: 5, _QWEN35: 6}
 _SPLITS = {**{(regex,): i for regex, i in _PATTERNS.items()}, _DEEPSEEK3: 7, _DEEPSEEK_LLM: 8, _DEEPSEEK_CODER: 9}
 _BYTE_LEVEL, _SENTENCEPIECE = 1, 2
 _IGNORE_MERGES, _PREPEND, _PREPEND_UNLESS_THERE, _PREPEND_FIRST, _BYTE_FALLBACK, _FUSE_UNK, _NFC = 1, 2, 4, 8, 16, 32, 64
+_PREPEND_EACH = 128  # ByteLevel after Splits: its space before every piece they made
 _MARK = "\u2581"
 _MAX_AFFIX = 16
 
@@ -141,7 +142,7 @@ def _kind(spec):
                         f"{', '.join(map(repr, regexes))[:300]} is not one kiln knows")
             pattern, level = _SPLITS[regexes], parts[-1]
             if level.get("add_prefix_space"):  # tokenizers prepends it to every piece the splits make
-                _refuse("ByteLevel's add_prefix_space after a Split (a space before every piece)")
+                flags |= _PREPEND_EACH
         else:
             _refuse(f"the pre-tokenizer {json.dumps(pre)[:200]}")
         if level.get("add_prefix_space"):

@@ -58,7 +58,14 @@ enum {
   FLAG_PREPEND_FIRST = 8,
   FLAG_BYTE_FALLBACK = 16,
   FLAG_FUSE_UNK = 32,
-  FLAG_NFC = 64
+  FLAG_NFC = 64,
+  /* ByteLevel's add_prefix_space after Splits: Hugging Face's ByteLevel
+   * prepends its space to every piece the splits made (that does not start
+   * with one), not once to the text. Patterns 2-9 come only from Splits,
+   * so FLAG_PREPEND alone means this for them (files saved before this
+   * flag); pattern 1 (GPT-2's) is also ByteLevel's own regex, where the
+   * space goes before the text once, so its files say which. */
+  FLAG_PREPEND_EACH = 128
 };
 #define KILN_TOK_MAX_TOKENS (1u << 24)
 #define KILN_TOK_MAX_TOKEN_BYTES 1024u
@@ -199,11 +206,9 @@ kiln_status_t kiln_tokenizer_load(const void* bytes, size_t size, kiln_tokenizer
   if (t->kind != KIND_BYTE_LEVEL && t->kind != KIND_SENTENCEPIECE) BAD("unknown kind %u", t->kind);
   if (t->kind == KIND_BYTE_LEVEL ? t->pattern >= PATTERN_COUNT : t->pattern != PATTERN_NONE)
     BAD("pattern %u for kind %u", t->pattern, t->kind);
-  if (t->flags >= 128) BAD("unknown flags 0x%x", t->flags);
-  /* Hugging Face's ByteLevel after splits prepends its space to every
-   * piece, which kiln does not do (and no model asks for). */
-  if (kiln_tok_patterns[t->pattern].family == FAMILY_SEQUENCE && (t->flags & FLAG_PREPEND))
-    BAD("pattern %u with a space prepended to each piece", t->pattern);
+  if (t->flags >= 256) BAD("unknown flags 0x%x", t->flags);
+  if ((t->flags & FLAG_PREPEND_EACH) && (t->kind != KIND_BYTE_LEVEL || !(t->flags & FLAG_PREPEND)))
+    BAD("a space before each piece without one to prepend (flags 0x%x)", t->flags);
   if (t->n_tokens == 0 || t->n_tokens > KILN_TOK_MAX_TOKENS) BAD("%u tokens", t->n_tokens);
   t->unk = (int32_t)unk;
   if (t->unk < -1 || t->unk >= (int32_t)t->n_tokens) BAD("unknown token %d of %u", t->unk, t->n_tokens);
@@ -761,20 +766,25 @@ static size_t kiln_tok_split_find(const kiln_tok_split_t* s, const kiln_tok_text
   return x->n;
 }
 
-/* Scratch for merging words of up to m symbols. */
+/* Scratch for merging words of up to m + 1 symbols (a piece of a text of
+ * m bytes with a space prepended); spaced: that piece's bytes. */
 typedef struct {
   int32_t *sym, *work;
   kiln_tok_cand_t* heap;
+  uint8_t* spaced;
 } kiln_tok_scratch_t;
 
 static int kiln_tok_scratch_make(kiln_tok_scratch_t* w, size_t m) {
   w->sym = malloc((m + 1) * sizeof(int32_t));
   w->work = malloc(2 * (m + 1) * sizeof(int32_t));
   w->heap = malloc(3 * (m + 1) * sizeof(kiln_tok_cand_t)); /* n - 1 pairs, then 2 per merge */
-  return w->sym && w->work && w->heap;
+  w->spaced = malloc(m + 1);
+  return w->sym && w->work && w->heap && w->spaced;
 }
 
-static void kiln_tok_scratch_free(kiln_tok_scratch_t* w) { free(w->sym), free(w->work), free(w->heap); }
+static void kiln_tok_scratch_free(kiln_tok_scratch_t* w) {
+  free(w->sym), free(w->work), free(w->heap), free(w->spaced);
+}
 
 static void kiln_tok_bytes_word(const kiln_tokenizer_t* t, const uint8_t* b, size_t n, kiln_tok_scratch_t* w,
                                 kiln_tok_ids_t* out) {
@@ -787,6 +797,24 @@ static void kiln_tok_bytes_word(const kiln_tokenizer_t* t, const uint8_t* b, siz
   }
   for (size_t j = 0; j < n; ++j) w->sym[j] = t->byte_token[b[j]];
   kiln_tok_merge_word(t, w->sym, n, w->work, w->heap, out);
+}
+
+/* Whether each piece gets ByteLevel's space (FLAG_PREPEND_EACH), rather
+ * than the text once. */
+static int kiln_tok_prepend_each(const kiln_tokenizer_t* t) {
+  return (t->flags & FLAG_PREPEND) && ((t->flags & FLAG_PREPEND_EACH) || t->pattern >= PATTERN_LLAMA3);
+}
+
+/* A piece b[0, n) as BPE words it: with a space before it where each
+ * piece gets one and it does not start with one. */
+static void kiln_tok_piece_word(const kiln_tokenizer_t* t, const uint8_t* b, size_t n, kiln_tok_scratch_t* w,
+                                kiln_tok_ids_t* out) {
+  if (n > 0 && b[0] != ' ' && kiln_tok_prepend_each(t)) {
+    w->spaced[0] = ' ';
+    memcpy(w->spaced + 1, b, n);
+    b = w->spaced, ++n;
+  }
+  kiln_tok_bytes_word(t, b, n, w, out);
 }
 
 /* The length in code points of the piece of text at i (at least 1). */
@@ -811,7 +839,7 @@ static void kiln_tok_split_piece(const kiln_tokenizer_t* t, const kiln_tok_text_
                                  const uint8_t* b, kiln_tok_scratch_t* w, kiln_tok_ids_t* out) {
   if (from == to) return;
   if (k == kiln_tok_sequences[t->pattern].n) {
-    kiln_tok_bytes_word(t, b + x->at[from], x->at[to] - x->at[from], w, out);
+    kiln_tok_piece_word(t, b + x->at[from], x->at[to] - x->at[from], w, out);
     return;
   }
   const kiln_tok_split_t* s = &kiln_tok_sequences[t->pattern].split[k];
@@ -827,7 +855,7 @@ static void kiln_tok_split_piece(const kiln_tokenizer_t* t, const kiln_tok_text_
 }
 
 static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, size_t n, kiln_tok_ids_t* out) {
-  int prefix = (t->flags & FLAG_PREPEND) && n > 0 && s[0] != ' ';
+  int prefix = (t->flags & FLAG_PREPEND) && !kiln_tok_prepend_each(t) && n > 0 && s[0] != ' ';
   size_t m = n + (size_t)prefix;
   uint8_t* b = malloc(m + 1);
   uint32_t* cp = malloc((m + 1) * sizeof(uint32_t));
@@ -853,7 +881,7 @@ static int kiln_tok_encode_byte_level(const kiln_tokenizer_t* t, const char* s, 
   } else {
     for (size_t i = 0; i < k;) {
       size_t len = kiln_tok_match(t, &x, i);
-      kiln_tok_bytes_word(t, b + at[i], at[i + len] - at[i], &w, out);
+      kiln_tok_piece_word(t, b + at[i], at[i + len] - at[i], &w, out);
       i += len;
     }
   }

@@ -47,6 +47,7 @@ needs_cli = pytest.mark.skipif(not KILN_BIN.exists(), reason=f"kiln CLI not buil
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
 # tiktoken's o200k_base (GPT-OSS), and Mistral's Tekken as its tokenizer.json writes it
@@ -175,6 +176,11 @@ KINDS = {
     "gpt2": lambda: _byte_level(),
     "gpt2-prefix-space": lambda: _byte_level(prefix_space=True),
     "llama3": lambda: _byte_level(LLAMA3, bos=True),
+    # ByteLevel's add_prefix_space after Splits: a space before every piece
+    # the splits made (as transformers sets it for add_prefix_space=True)
+    "gpt2-split-prefix-space": lambda: _byte_level(GPT2, prefix_space=True),
+    "llama3-prefix-space": lambda: _byte_level(LLAMA3, prefix_space=True, bos=True),
+    "deepseek-v3-prefix-space": lambda: _byte_level(DEEPSEEK3, prefix_space=True, deepseek=True),
     "qwen2": lambda: _byte_level(QWEN2, nfc=True),
     "qwen3.5": lambda: _byte_level(QWEN35, nfc=True),
     "o200k": lambda: _byte_level(O200K),
@@ -376,10 +382,6 @@ def test_unsupported_tokenizers_are_refused_by_name():
                                                     [pre_tokenizers.ByteLevel(use_regex=False)])
     with pytest.raises(KilnError, match="pre-tokenizer"):
         kiln.tokenizer.section_of(removed)
-    # tokenizers prepends ByteLevel's space to every piece the splits made
-    for pattern in (LLAMA3, DEEPSEEK3):
-        with pytest.raises(KilnError, match="add_prefix_space"):
-            kiln.tokenizer.section_of(_byte_level(pattern, prefix_space=True))
     # a normalizer in the Sequence is still refused
     lower = _byte_level(DEEPSEEK3, deepseek=True)
     lower.normalizer = normalizers.Sequence([normalizers.Lowercase()])
@@ -387,6 +389,38 @@ def test_unsupported_tokenizers_are_refused_by_name():
         kiln.tokenizer.section_of(lower)
     with pytest.raises(KilnError, match="not a fast Hugging Face tokenizer"):
         kiln.tokenizer.section_of(object())
+
+
+@needs_cli
+def test_prefix_space_after_splits_in_files_saved_before_its_flag(tiny, tmp_path):
+    """Before session 31 kiln refused to save ByteLevel's add_prefix_space
+    after Splits, but files saved earlier carry patterns 2-6 with the
+    prepend flag alone and were encoded with one space before the text:
+    Hugging Face puts one before every piece. Those patterns come only
+    from Splits, so the flag alone now means every piece, and such a file
+    gives Hugging Face's ids. GPT-2's pattern is also ByteLevel's own
+    regex (one space), so its Split form says so (flag 128); that flag
+    without a space to prepend is refused."""
+    import struct
+
+    flags_at = 8 + 3 * 4  # magic, version, kind, pattern
+    tok = _byte_level(LLAMA3, prefix_space=True, bos=True)
+    section = bytearray(kiln.tokenizer.section_of(tok))
+    flags = struct.unpack_from("<I", section, flags_at)[0]
+    assert flags & 128 and flags & 2, flags
+    struct.pack_into("<I", section, flags_at, flags & ~128)
+    path = tmp_path / "old.kiln"
+    path.write_bytes(tiny.to_bytes({"tokenizer": bytes(section)}))
+    for text in ("Hello world 12345, it's here!", "a\n\nb  c", "x"):
+        assert [int(v) for v in _tokenize(path, "--text", text).split()] == tok.encode(text).ids, text
+    gpt2 = bytearray(kiln.tokenizer.section_of(_byte_level(GPT2, prefix_space=True)))
+    assert struct.unpack_from("<I", gpt2, flags_at)[0] & 128
+    plain = bytearray(kiln.tokenizer.section_of(_byte_level()))
+    struct.pack_into("<I", plain, flags_at, struct.unpack_from("<I", plain, flags_at)[0] | 128)
+    path = tmp_path / "bad.kiln"
+    path.write_bytes(tiny.to_bytes({"tokenizer": bytes(plain)}))
+    p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text", "x"], capture_output=True, timeout=60)
+    assert p.returncode == 1 and b"tokenizer section" in p.stderr and b"each piece" in p.stderr, p.stderr
 
 
 @needs_cli
