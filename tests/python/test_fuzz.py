@@ -19,6 +19,7 @@ import os
 import sys
 import warnings
 
+import pytest
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -331,6 +332,24 @@ def test_fuzz_bf16_mode():
     assert not [r for r in results if r.status in FAILED], "\n".join(describe(r) for r in results)
     assert {r.path for r in results} == set(BF16_PATHS), [r.path for r in results]
     assert sum(r.status == "pass" for r in results) >= 7, [(r.index, r.path, r.status) for r in results]
+
+
+def test_fuzz_bf16_rule_for_atan2_beside_its_branch_cut():
+    """Seed 20089 graph 227 (bf16-engine): atan2(v, v) of a convolution's
+    output cancelled to 6e-5 of its terms, below bf16's resolution: eager
+    bf16 gave -3 pi / 4, kiln pi / 4, and both noisy runs happened to keep
+    eager's sign, so the rule failed kiln by pi. atan2's distance from its
+    branch cut is now a decision (check._atan2_cut_gap): the draw is
+    ill-conditioned, redrawn, as a comparison that close to a tie is."""
+    from kilnfuzz.check import Decisions, _atan2_cut_gap
+
+    gap = _atan2_cut_gap(torch.tensor([1e-5, -2.0, 0.5, 3.0]), torch.tensor([-1.0, -1.0, 0.0, 4.0]))
+    assert torch.allclose(gap, torch.tensor([1e-5, 2.0, 0.5, 5.0], dtype=torch.float64))
+    d = Decisions()
+    d(torch.ops.aten.atan2.default, (torch.tensor([-1e-5]), torch.tensor([-1e-5])), {}, None)
+    assert len(d.gaps) == 1 and float(d.gaps[0]) == pytest.approx(1e-5)
+    (r,) = _run((20089, 227), bf16_every=7, quant_every=5, dynamic_every=10, wide=True)
+    assert r.path == "bf16-engine" and r.status == "ill" and "branch cut" in r.detail, describe(r)
 
 
 def test_fuzz_bf16_rule_is_not_vacuous():

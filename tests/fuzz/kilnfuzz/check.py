@@ -47,8 +47,9 @@ For each output:
 Drawn data that make the comparison meaningless are "ill-conditioned" and
 redrawn (runner): float32 eager itself off by more than 1e-3 * S; e's NaN or
 infinity positions not r's (float32 overflow where double is finite); or a
-comparison, or the argument of log/sqrt/rsqrt/reciprocal, within 1e-4 of its
-threshold relative to its operands' scale (a rounding error could flip it);
+comparison, the argument of log/sqrt/rsqrt/reciprocal, or atan2's arguments
+(their distance from its branch cut), within 1e-4 of its threshold
+relative to its operands' scale (a rounding error could flip it);
 or attention over NaN or infinite scores (torch's CPU kernels give such a
 row zero weight where the math says NaN: no reference to hold kiln to); or
 an exact zero whose sign decides an op's result (_SIGN_OF_ZERO); or a
@@ -95,8 +96,9 @@ becomes
      eps, L, S as in 4 above (kiln and eager accumulate in fp32).
 The ill-conditioned draws are those above, with ILL_RELATIVE_BF16 = 5e-2
 (eager bf16 off float64 by more than 5% of an output's scale), plus a
-decision at bf16's resolution: an element of a comparison, or of the
-argument of log, sqrt, rsqrt or reciprocal against zero, whose float64 gap
+decision at bf16's resolution: an element of a comparison, of the
+argument of log, sqrt, rsqrt or reciprocal against zero, or of atan2's
+arguments against its branch cut (y = 0 at x <= 0), whose float64 gap
 is nonzero and at most 4 times the largest error on it of eager bf16 and
 the noisy runs, so kiln's fp32 operand, off by that much, could fall on
 its other side (bf16_ties; a gap measured against the whole tensor's error
@@ -133,6 +135,16 @@ _DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten
 # reference to hold kiln to and is redrawn. Signs of zeros made elementwise
 # (tanh(-0), a sum of -0s) are still checked wherever no such op reads them.
 _SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default, aten.rsqrt.default}
+
+
+def _atan2_cut_gap(y, x):
+    """How far each (x, y) of atan2(y, x) is from where its result jumps:
+    the branch cut, y = 0 at x <= 0 (pi to -pi), origin included. Beside
+    the cut a rounding of y flips the result by 2 pi; atan2(v, v) of a
+    cancelled v (seed 20089 graph 227: v 6e-5 of its terms) by pi."""
+    y = y.double() if isinstance(y, torch.Tensor) else torch.tensor(float(y), dtype=torch.float64)
+    x = x.double() if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+    return torch.where(x <= 0, y.abs(), torch.hypot(x, y))
 
 
 def _zero_decides(op, args):
@@ -186,8 +198,9 @@ def nan_at_comparison(run32, run64):
 
 class Decisions:
     """Records, in call order, the float64 gap of every decision one run
-    makes: a comparison's a - b, or the argument of log, sqrt, rsqrt,
-    reciprocal or a pow that needs a positive one (its gap to zero). An
+    makes: a comparison's a - b, the argument of log, sqrt, rsqrt,
+    reciprocal or a pow that needs a positive one (its gap to zero), or
+    atan2's arguments' distance from its branch cut. An
     Eager audit for the bf16 mode's tie check (bf16_ties)."""
 
     def __init__(self):
@@ -199,6 +212,8 @@ class Decisions:
         if op in _COMPARISONS:
             b = args[1].double() if isinstance(args[1], torch.Tensor) else float(args[1])
             self.gaps.append(args[0].double() - b)
+        elif op is aten.atan2.default:
+            self.gaps.append(_atan2_cut_gap(args[0], args[1]))
         elif op in _DOMAIN_AT_ZERO:
             if op is aten.pow.Tensor_Scalar and float(args[1]) == int(args[1]) and args[1] >= 0:
                 return
@@ -268,6 +283,11 @@ class Audit:
         if op in _SIGN_OF_ZERO and _zero_decides(op, args):
             self.reason = f"{op} meets an exact zero whose sign decides its result"
             return
+        if op is aten.atan2.default and args[0].is_floating_point():
+            gap = _atan2_cut_gap(args[0], args[1])
+            scale = max(_amax(gap), 1e-30)
+            if bool(((gap > 0) & (gap < TIE_RELATIVE * scale) & torch.isfinite(gap)).any()):
+                self.reason = f"{op} has arguments within {TIE_RELATIVE} of its branch cut"
         if op in _DOMAIN_AT_ZERO and args[0].is_floating_point():
             if op is aten.pow.Tensor_Scalar and float(args[1]) == int(args[1]) and args[1] >= 0:
                 return
