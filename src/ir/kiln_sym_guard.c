@@ -96,6 +96,7 @@ kiln_status_t kiln_sym_guards_check(const kiln_sym_table_t* t, const int64_t* va
 /* The scan of small sizes for guards that pin one or two symbols. */
 #define KILN_SYM_FIT_SCAN_1 256
 #define KILN_SYM_FIT_SCAN_2 64
+#define KILN_SYM_FIT_SCAN_3 24
 
 /* The search's state. It reads only the expressions the guards read
  * (need), so it takes the same path on a table with more expressions: the
@@ -191,9 +192,9 @@ static int32_t kiln_sym_fit_steps(kiln_sym_fit_t* f, int64_t* vars) {
   return broken;
 }
 
-/* The symbols the broken guards read, at most two, into vs; their count,
+/* The symbols the broken guards read, at most max, into vs; their count,
  * or -1 for more. */
-static int kiln_sym_fit_pinned(kiln_sym_fit_t* f, const int64_t* vars, int32_t* vs) {
+static int kiln_sym_fit_pinned(kiln_sym_fit_t* f, const int64_t* vars, int32_t* vs, int max) {
   const kiln_sym_table_t* t = f->t;
   if (kiln_sym_fit_broken(f, vars) < 0) return -1;
   unsigned char* reads = calloc((size_t)t->n_exprs + 1, 1);
@@ -211,7 +212,7 @@ static int kiln_sym_fit_pinned(kiln_sym_fit_t* f, const int64_t* vars, int32_t* 
     if (!reads[e]) continue;
     const kiln_sym_expr_t* x = &t->exprs[e];
     if (x->kind == KILN_SYM_VAR) {
-      if (n == 2) n = -1;
+      if (n == max) n = -1;
       else vs[n++] = (int32_t)x->a;
       continue;
     }
@@ -257,7 +258,7 @@ static int kiln_sym_fit_isolated(kiln_sym_fit_t* f, int64_t* vars, const int32_t
  * it). */
 static int kiln_sym_fit_scan(kiln_sym_fit_t* f, int64_t* vars) {
   int32_t vs[2];
-  const int n = kiln_sym_fit_pinned(f, vars, vs);
+  const int n = kiln_sym_fit_pinned(f, vars, vs, 2);
   if (n <= 0) return 0;
   const int64_t reach = n == 1 ? KILN_SYM_FIT_SCAN_1 : KILN_SYM_FIT_SCAN_2;
   const int64_t was[2] = {vars[vs[0]], n == 2 ? vars[vs[1]] : 0};
@@ -349,6 +350,151 @@ static int32_t kiln_sym_fit_descend(kiln_sym_fit_t* f, int64_t* vars) {
   return broken;
 }
 
+/* The divisors the guards' expressions take a floor division or modulo
+ * by (numbers from 2 to 2^20), and their least common multiple where it is
+ * new and within that bound, into m; their count (at most
+ * KILN_SYM_FIT_MODULI). */
+#define KILN_SYM_FIT_MODULI 16
+static int kiln_sym_fit_moduli(const kiln_sym_fit_t* f, int64_t* m) {
+  const kiln_sym_table_t* t = f->t;
+  int n = 0;
+  int64_t lcm = 1;
+  for (int32_t e = 0; e < t->n_exprs && n < KILN_SYM_FIT_MODULI - 1; ++e) {
+    const kiln_sym_expr_t* x = &t->exprs[e];
+    if (!f->need[e] || (x->kind != KILN_SYM_MOD && x->kind != KILN_SYM_FLOORDIV) || kiln_dim_is_sym(x->b) ||
+        x->b < 2 || x->b > ((int64_t)1 << 20))
+      continue;
+    int k = 0;
+    while (k < n && m[k] != x->b) ++k;
+    if (k < n) continue;
+    m[n++] = x->b;
+    int64_t a = lcm, b = x->b;
+    while (b) { /* lcm := lcm * b / gcd(lcm, b), while it stays small */
+      const int64_t r = a % b;
+      a = b, b = r;
+    }
+    lcm = lcm > (((int64_t)1 << 20) * a) / x->b ? 0 : lcm / a * x->b;
+    if (!lcm) break;
+  }
+  int k = 0;
+  while (k < n && m[k] != lcm) ++k;
+  if (lcm > 1 && k == n) m[n++] = lcm;
+  return n;
+}
+
+/* Divisibility of several symbols (fuzz seed 20089 graph 1226: x.view(3,
+ * -1, 80) of an (s0, s6, s71) input guards (s0*s6*s71) % 240 == 0 and
+ * (s0*s6) % 3 != 0): no step of 7 nor the descent's solving of one
+ * equality reaches a multiple of 240, and the scan moves two symbols at
+ * most. Here a move takes one symbol to a nearby multiple of a divisor the
+ * guards' expressions use (or their lcm), or by one; each judged as the
+ * descent judges. Deterministic in the table alone (no example values,
+ * which a saved file does not hold): the artifact reader finds the same
+ * probes. Runs last, so probes the other stages fit stay as they were.
+ * The guards still broken. */
+/* Values symbol v may move to from vars[v] (kiln_sym_fit_multiples), into
+ * x (room for 2 + 4 n_m); their count. */
+static int kiln_sym_fit_candidates(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v,
+                                   const int64_t* m, int n_m, int64_t* x) {
+  const int64_t was = vars[v];
+  int n = 0;
+  if (f->t->vars[v].lo == f->t->vars[v].hi || was < 0 || was > ((int64_t)1 << 40)) return 0;
+  for (int k = -1; k < n_m; ++k) {
+    /* k = -1: one up and one down; else the multiples of m[k] below and
+     * above was, and the next ones out (the nearest may be the other
+     * probe's or another symbol's value). */
+    for (int j = 0; j < (k < 0 ? 2 : 4); ++j) {
+      const int64_t y = k < 0 ? was + (j ? -1 : 1) : was / m[k] * m[k] + (j - 1) * m[k];
+      int dup = y == was;
+      for (int i = 0; i < n && !dup; ++i) dup = x[i] == y;
+      if (!dup && kiln_sym_fit_allowed(f, vars, v, y, 1, -1)) x[n++] = y;
+    }
+  }
+  return n;
+}
+
+/* Divisibility of several symbols (fuzz seed 20089 graph 1226: x.view(3,
+ * -1, 80) of an (s0, s1, s2) input guards s0*s1*s2 % 240 == 0, s0 % 3 !=
+ * 0 and s0*s1 % 3 != 0): no step of 7 nor the descent's solving of one
+ * equality reaches a multiple of 240, and the scan moves two symbols at
+ * most, from small sizes. Here a move takes one symbol to a nearby multiple
+ * of a divisor the guards' expressions use (or their lcm), or by one, and
+ * where no such move breaks fewer guards (or as many, nearer to holding:
+ * the descent's order), two such moves of two symbols at once (s0 off a
+ * multiple of 3 while s2 becomes one of 240). Deterministic in the table
+ * alone (no example values, which a saved file does not hold): the
+ * artifact reader finds the same probes. Runs last, so probes the other
+ * stages fit stay as they were. The guards still broken. */
+static int32_t kiln_sym_fit_multiples(kiln_sym_fit_t* f, int64_t* vars) {
+  const kiln_sym_table_t* t = f->t;
+  int64_t m[KILN_SYM_FIT_MODULI], x1[2 + 4 * KILN_SYM_FIT_MODULI], x2[2 + 4 * KILN_SYM_FIT_MODULI];
+  const int n_m = kiln_sym_fit_moduli(f, m);
+  int32_t broken = kiln_sym_fit_broken(f, vars);
+  int64_t distance = f->distance;
+  if (!n_m) return broken;
+  for (int round = 0; broken > 0 && round < KILN_SYM_FIT_ROUNDS; ++round) {
+    int32_t best = broken, best_v[2] = {-1, -1};
+    int64_t best_d = distance, best_x[2] = {0, 0};
+    for (int pairs = 0; pairs < 2 && best_v[0] < 0; ++pairs)
+      for (int32_t v = 0; v < t->n_vars; ++v) {
+        const int64_t was = vars[v];
+        const int n1 = kiln_sym_fit_candidates(f, vars, v, m, n_m, x1);
+        for (int i = 0; i < n1; ++i) {
+          vars[v] = x1[i];
+          for (int32_t w = pairs ? v + 1 : t->n_vars; w <= t->n_vars; ++w) {
+            /* w == n_vars: v's move alone */
+            const int64_t had = w < t->n_vars ? vars[w] : 0;
+            const int n2 = w < t->n_vars ? kiln_sym_fit_candidates(f, vars, w, m, n_m, x2) : 1;
+            for (int j = 0; j < n2; ++j) {
+              if (w < t->n_vars) vars[w] = x2[j];
+              const int32_t b = kiln_sym_fit_broken(f, vars);
+              if (b >= 0 && (b < best || (b == best && f->distance < best_d))) {
+                best = b, best_d = f->distance, best_v[0] = v, best_x[0] = x1[i];
+                best_v[1] = w < t->n_vars ? w : -1, best_x[1] = w < t->n_vars ? x2[j] : 0;
+              }
+            }
+            if (w < t->n_vars) vars[w] = had;
+          }
+        }
+        vars[v] = was;
+      }
+    if (best_v[0] < 0) break;
+    vars[best_v[0]] = best_x[0];
+    if (best_v[1] >= 0) vars[best_v[1]] = best_x[1];
+    broken = best;
+    distance = best_d;
+  }
+  return broken;
+}
+
+/* Guards that pin three symbols to small sizes (a view of an (a, b, c)
+ * input to (3, 2, 80), a bmm then fixing its middle dim: a*b*c == 480,
+ * with a % 3 != 0 and a*b % 3 != 0 from the example; fuzz seed 20089
+ * graph 1226): the scan's search over three, KILN_SYM_FIT_SCAN_3 sizes
+ * each from the bottom of their ranges, apart from every other value.
+ * Runs last (after the descent and the multiples), so probes the other
+ * stages fit stay as they were. 1 when found (vars hold it). */
+static int kiln_sym_fit_scan3(kiln_sym_fit_t* f, int64_t* vars) {
+  int32_t vs[3];
+  if (kiln_sym_fit_pinned(f, vars, vs, 3) != 3) return 0;
+  const kiln_sym_var_t* r[3] = {&f->t->vars[vs[0]], &f->t->vars[vs[1]], &f->t->vars[vs[2]]};
+  const int64_t was[3] = {vars[vs[0]], vars[vs[1]], vars[vs[2]]};
+  for (int64_t i = 0; i < KILN_SYM_FIT_SCAN_3 && r[0]->lo + i <= r[0]->hi; ++i)
+    for (int64_t j = 0; j < KILN_SYM_FIT_SCAN_3 && r[1]->lo + j <= r[1]->hi; ++j)
+      for (int64_t k = 0; k < KILN_SYM_FIT_SCAN_3 && r[2]->lo + k <= r[2]->hi; ++k) {
+        vars[vs[0]] = r[0]->lo + i, vars[vs[1]] = r[1]->lo + j, vars[vs[2]] = r[2]->lo + k;
+        int ok = 1;
+        for (int q = 0; q < 3 && ok; ++q) ok = kiln_sym_fit_allowed(f, vars, vs[q], vars[vs[q]], 1, -1);
+        if (!ok) continue;
+        const int32_t broken = kiln_sym_fit_broken(f, vars);
+        if (broken == 0) return 1;
+        if (broken < 0 && f->budget <= 0) goto out;
+      }
+out:
+  for (int q = 0; q < 3; ++q) vars[vs[q]] = was[q];
+  return 0;
+}
+
 void kiln_sym_probes_fit(kiln_sym_table_t* t) {
   if (!t || !t->n_guards || !t->n_vars) return;
   unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
@@ -371,7 +517,8 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
     f.p = p;
     for (int32_t v = 0; v < t->n_vars; ++v) vars[v] = kiln_sym_probe(t, t->vars[v].dim, p);
     if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars) &&
-        kiln_sym_fit_descend(&f, vars) != 0)
+        kiln_sym_fit_descend(&f, vars) != 0 && kiln_sym_fit_multiples(&f, vars) != 0 &&
+        !kiln_sym_fit_scan3(&f, vars))
       continue;
     /* Every expression at the new probe; the nodes' were built at it (the
      * front end) or will be checked against it (the reader). */

@@ -971,9 +971,53 @@ static void test_sym_probes_fit_sums(void) {
   kiln_sym_table_release(t);
 }
 
+/* Probes where guards ask divisibility of a product of three symbols
+ * (fuzz seed 20089 graph 1226: x.view(3, -1, 80) of an (a, b, c) input):
+ * (a*b*c) % 240 == 0 with a % 3 != 0 and (a*b) % 3 != 0, so c must move to
+ * a multiple of 3 as a leaves one (kiln_sym_fit_multiples); and with
+ * (a*b*c) // 240 == 2 as well, all three pinned to a product of 480
+ * (kiln_sym_fit_scan3). Every guard holds at both probes, each symbol's
+ * probes apart and apart from the others'. */
+static void test_sym_probes_fit_products(void) {
+  for (int pinned = 0; pinned < 2; ++pinned) {
+    kiln_sym_table_t* t;
+    int64_t v[3], ab, abc, e;
+    KILN_EXPECT_OK(kiln_sym_table_create(&t));
+    if (!t) return;
+    for (int i = 0; i < 3; ++i) KILN_EXPECT_OK(kiln_sym_var(t, i == 2 ? "c" : i ? "b" : "a", 2, (int64_t)1 << 40, &v[i]));
+    KILN_EXPECT_OK(kiln_dim_mul(t, v[0], v[1], &ab));
+    KILN_EXPECT_OK(kiln_dim_mul(t, ab, v[2], &abc));
+    KILN_EXPECT_OK(kiln_dim_mod(t, abc, 240, &e));
+    KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, e, 0));
+    KILN_EXPECT_OK(kiln_dim_mod(t, v[0], 3, &e));
+    KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, e, 0));
+    KILN_EXPECT_OK(kiln_dim_mod(t, ab, 3, &e));
+    KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, e, 0));
+    if (pinned) {
+      KILN_EXPECT_OK(kiln_dim_floordiv(t, abc, 240, &e));
+      KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, e, 2));
+    }
+    kiln_sym_probes_fit(t);
+    for (int p = 0; p < 2; ++p) {
+      int64_t x[3];
+      for (int i = 0; i < 3; ++i) x[i] = kiln_sym_probe(t, v[i], p);
+      const int64_t prod = x[0] * x[1] * x[2];
+      KILN_EXPECT(prod % 240 == 0 && x[0] % 3 && (x[0] * x[1]) % 3 && (!pinned || prod == 480),
+                  "%s probe %d: (%lld, %lld, %lld) breaks a guard", pinned ? "pinned" : "free", p,
+                  (long long)x[0], (long long)x[1], (long long)x[2]);
+      for (int i = 0; i < 3; ++i) {
+        KILN_EXPECT(kiln_sym_probe(t, v[i], 0) != kiln_sym_probe(t, v[i], 1), "symbol %d's probes apart", i);
+        for (int j = 0; j < i; ++j) KILN_EXPECT(x[i] != x[j], "probe %d: symbols %d and %d apart", p, i, j);
+      }
+    }
+    kiln_sym_table_release(t);
+  }
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
   test_sym_probes_fit_sums();
+  test_sym_probes_fit_products();
   test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();

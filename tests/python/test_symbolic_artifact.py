@@ -141,3 +141,58 @@ def test_default_attention_scale_of_a_symbolic_head_dim(tmp_path):
             want = _Attention()(q.double(), kk.double(), v.double()).float()
         for m in (k, loaded):
             torch.testing.assert_close(m(q, kk, v), want, atol=1e-5, rtol=1e-4)
+
+
+class _ViewToThirds(torch.nn.Module):
+    def forward(self, x):
+        return x.view(3, -1, 80) * 2
+
+
+def test_guards_of_divisibility_by_several_sizes(tmp_path):
+    """x.view(3, -1, 80) of an (a, b, c) input under Dim.AUTO: torch guards
+    a*b*c % 240 == 0 and, from the example (32, 5, 3), a % 3 != 0 and
+    a*b % 3 != 0. The probes must hold every guard (else the view's
+    element count differs there and the graph ran in eager; fuzz seed
+    20089 graph 1226): two symbols must move at once, c to a multiple of 3
+    and 240 as a leaves one (kiln_sym_fit_multiples). The loaded file
+    fits the same probes from the table alone and runs the same sizes."""
+    x = torch.randn(32, 5, 3)
+    spec = ({0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO},)
+    k = kiln.trace(_ViewToThirds(), (x,), dynamic_shapes=spec, fallback=False)
+    path = tmp_path / "thirds.kiln"
+    kiln.save(k, path)
+    loaded = kiln.load(path)
+    for shape in ((32, 5, 3), (16, 10, 3), (64, 5, 3), (8, 10, 6), (4, 4, 30)):
+        x = torch.randn(*shape)
+        for m in (k, loaded):
+            torch.testing.assert_close(m(x), x.view(3, -1, 80) * 2)
+    with pytest.raises(ValueError, match="condition the program was traced under"):
+        k(torch.randn(3, 5, 16))  # 240 elements, but a % 3 == 0: a guard torch's program was traced under
+
+
+class _ViewThenCat(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Parameter(torch.randn(3, 2, 5), requires_grad=False)
+
+    def forward(self, x):
+        return torch.cat([self.c, x.view(3, -1, 80)[:, :, :5]], 2)
+
+
+def test_guards_that_pin_three_sizes(tmp_path):
+    """The same view, then a cat with a (3, 2, 5) constant: the guards pin
+    a*b*c to 480 (fuzz seed 20089 graph 1226, through a bmm): three
+    symbols at small sizes, which the scan of three finds
+    (kiln_sym_fit_scan3). Whole in kiln, at each size the guards allow,
+    saved and loaded."""
+    torch.manual_seed(0)
+    m = _ViewThenCat()
+    spec = ({0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO},)
+    k = kiln.trace(m, (torch.randn(32, 5, 3),), dynamic_shapes=spec, fallback=False)
+    path = tmp_path / "pinned.kiln"
+    kiln.save(k, path)
+    loaded = kiln.load(path)
+    for shape in ((32, 5, 3), (16, 10, 3), (8, 20, 3), (4, 8, 15)):
+        x = torch.randn(*shape)
+        for c in (k, loaded):
+            torch.testing.assert_close(c(x), m(x))
