@@ -30,6 +30,7 @@ import random
 import re
 import unicodedata
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -310,6 +311,66 @@ def test_long_runs_take_linear_time(kind, tiny, tmp_path):
         assert p.returncode == 0, p.stderr
         pieces = ["a", text[1:-1], "1"] if kind == "deepseek-llm" and text[0] == "a" else [text]
         assert [int(v) for v in p.stdout.split()] == [i for piece in pieces for i in enc(piece)], (kind, len(text))
+
+
+def _assigned_since_python():
+    """The code points whose general category differs between Python's own
+    unicodedata (14.0 on Python 3.11) and Unicode 16.0 (unicodedata2, the
+    data kiln's tables are generated from): those assigned in 15.0-16.0
+    (CJK extensions H and I, Garay, Tulu-Tigalari, ...) and the few whose
+    category changed."""
+    import unicodedata2
+
+    assert unicodedata2.unidata_version == "16.0.0", unicodedata2.unidata_version
+    return [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF
+            and unicodedata.category(chr(cp)) != unicodedata2.category(chr(cp))]
+
+
+def test_unicode_tables_are_the_generators():
+    """src/base/kiln_unicode_tables.c is what kiln_unicode_gen.py writes
+    (Unicode 16.0, tokenizers 0.23's): nobody edited it by hand, and the
+    generator and its data agree with what is committed."""
+    gen = REPO / "src" / "base" / "kiln_unicode_gen.py"
+    out = subprocess.run([sys.executable, str(gen)], capture_output=True, timeout=120, check=True).stdout
+    assert out.decode() == (REPO / "src" / "base" / "kiln_unicode_tables.c").read_text()
+
+
+@needs_cli
+@pytest.mark.parametrize("kind", ["gpt2", "llama3", "o200k", "deepseek-v3", "deepseek-llm"])
+def test_code_points_assigned_after_unicode_14_split_as_hugging_faces(kind, tiny, tmp_path):
+    """Every code point Unicode 15.0-16.0 assigned (about 10,000), in
+    contexts that tell letters, marks, numbers, punctuation and symbols
+    and upper from lower case apart, split by kiln as by tokenizers 0.23
+    (whose regular expressions know Unicode 16.0): until session 31 kiln's
+    tables were Python 3.11's Unicode 14.0, and these characters were no
+    letters to it, a silent difference in the ids. Pieces as in
+    test_c_pretokenizer_splits_as_hugging_faces. (Not the NFC kinds: a
+    mark 16.0 composes is refused there, as any text NFC would change.)"""
+    ref = KINDS[kind]()
+    cps = _assigned_since_python()
+    assert len(cps) > 9000, len(cps)
+    texts = [" ".join(f"{chr(c)}a{chr(c)}1 {chr(c)}{chr(c)}.A{chr(c)}" for c in cps[i:i + 400])
+             for i in range(0, len(cps), 400)]
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    for text in texts:
+        for piece, _ in ref.pre_tokenizer.pre_tokenize_str(text):
+            vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = ref.normalizer, ref.pre_tokenizer, ref.decoder
+    path = tmp_path / "t.kiln"
+    kiln.save(tiny, path, tokenizer=tok)
+    wrong = []
+    for i, text in enumerate(texts):
+        f = tmp_path / f"text{i}.txt"
+        f.write_bytes(text.encode("utf-8"))
+        p = subprocess.run([str(KILN_BIN), "tokenize", str(path), "--text-file", str(f), "--no-special"],
+                           capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        got, want = [int(v) for v in p.stdout.split()], tok.encode(text, add_special_tokens=False).ids
+        if got != want:
+            j = next((k for k, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            wrong.append([tok.id_to_token(ids[j]) if j < len(ids) else None for ids in (want, got)])
+    assert not wrong, f"{len(wrong)} of {len(texts)} texts split otherwise; first (tokenizers, kiln): {wrong[0]}"
 
 
 @needs_cli
