@@ -252,6 +252,22 @@ def test_c_tokenizer_gives_hugging_faces_ids_and_text(kind, tiny, tmp_path):
         [str(i) for i in tok.encode("hello", add_special_tokens=False).ids]
 
 
+def _pieces_tokenizer(ref, texts, tiny, tmp_path):
+    """A tokenizer with ref's normalizer and pre-tokenizer whose vocabulary
+    is the 256 bytes and every piece ref's pre-tokenizer makes of texts (no
+    merges, ignore_merges), and a file of tiny carrying it: (tokenizer,
+    path)."""
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    for text in texts:
+        for piece, _ in ref.pre_tokenizer.pre_tokenize_str(text):
+            vocab.setdefault(piece, len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
+    tok.normalizer, tok.pre_tokenizer, tok.decoder = ref.normalizer, ref.pre_tokenizer, ref.decoder
+    path = tmp_path / "t.kiln"
+    kiln.save(tiny, path, tokenizer=tok)
+    return tok, path
+
+
 BYTE_LEVEL = [k for k in KINDS if "sentencepiece" not in k and k not in ("metaspace-first", "gemma-replace")]
 
 
@@ -266,14 +282,7 @@ def test_c_pretokenizer_splits_as_hugging_faces(kind, tiny, tmp_path):
     swallowing the next's first letter) gives other ids."""
     ref = KINDS[kind]()
     texts = [t for t in _texts(sum(map(ord, kind)) + 1) if unicodedata.normalize("NFC", t) == t]
-    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
-    for text in texts:
-        for piece, _ in ref.pre_tokenizer.pre_tokenize_str(text):
-            vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
-    tok.normalizer, tok.pre_tokenizer, tok.decoder = ref.normalizer, ref.pre_tokenizer, ref.decoder
-    path = tmp_path / "t.kiln"
-    kiln.save(tiny, path, tokenizer=tok)
+    tok, path = _pieces_tokenizer(ref, texts, tiny, tmp_path)
     wrong = []
     for i, text in enumerate(texts):
         f = tmp_path / f"text{i}.txt"
@@ -351,14 +360,7 @@ def test_code_points_assigned_after_unicode_14_split_as_hugging_faces(kind, tiny
     assert len(cps) > 9000, len(cps)
     texts = [" ".join(f"{chr(c)}a{chr(c)}1 {chr(c)}{chr(c)}.A{chr(c)}" for c in cps[i:i + 400])
              for i in range(0, len(cps), 400)]
-    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
-    for text in texts:
-        for piece, _ in ref.pre_tokenizer.pre_tokenize_str(text):
-            vocab.setdefault(piece, len(vocab))
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], ignore_merges=True))
-    tok.normalizer, tok.pre_tokenizer, tok.decoder = ref.normalizer, ref.pre_tokenizer, ref.decoder
-    path = tmp_path / "t.kiln"
-    kiln.save(tiny, path, tokenizer=tok)
+    tok, path = _pieces_tokenizer(ref, texts, tiny, tmp_path)
     wrong = []
     for i, text in enumerate(texts):
         f = tmp_path / f"text{i}.txt"
