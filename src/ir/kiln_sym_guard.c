@@ -426,34 +426,42 @@ static int kiln_sym_fit_candidates(const kiln_sym_fit_t* f, const int64_t* vars,
  * artifact reader finds the same probes. Runs last, so probes the other
  * stages fit stay as they were. The guards still broken. */
 static int32_t kiln_sym_fit_multiples(kiln_sym_fit_t* f, int64_t* vars) {
-  const kiln_sym_table_t* t = f->t;
   int64_t m[KILN_SYM_FIT_MODULI], x1[2 + 4 * KILN_SYM_FIT_MODULI], x2[2 + 4 * KILN_SYM_FIT_MODULI];
+  int32_t vs[KILN_SYM_MAX_VARS];
   const int n_m = kiln_sym_fit_moduli(f, m);
   int32_t broken = kiln_sym_fit_broken(f, vars);
   int64_t distance = f->distance;
-  if (!n_m) return broken;
-  for (int round = 0; broken > 0 && round < KILN_SYM_FIT_ROUNDS; ++round) {
+  for (int round = 0; n_m && broken > 0 && round < KILN_SYM_FIT_ROUNDS; ++round) {
+    /* The first symbol to move is one the broken guards read; the second
+     * (a pair) any other: the guard broken may hold only once it moves
+     * (a % 3 != 0 broken, a off 3's multiples breaks a*b*c % 240 == 0
+     * unless c moves too). */
+    const int nv = kiln_sym_fit_pinned(f, vars, vs, KILN_SYM_MAX_VARS);
+    const int32_t n_vars = f->t->n_vars;
     int32_t best = broken, best_v[2] = {-1, -1};
     int64_t best_d = distance, best_x[2] = {0, 0};
-    for (int pairs = 0; pairs < 2 && best_v[0] < 0; ++pairs)
-      for (int32_t v = 0; v < t->n_vars; ++v) {
+    for (int pairs = 0; pairs < 2 && best_v[0] < 0 && f->budget > 0; ++pairs)
+      for (int a = 0; a < nv && f->budget > 0; ++a) {
+        const int32_t v = vs[a];
         const int64_t was = vars[v];
         const int n1 = kiln_sym_fit_candidates(f, vars, v, m, n_m, x1);
-        for (int i = 0; i < n1; ++i) {
+        for (int i = 0; i < n1 && f->budget > 0; ++i) {
           vars[v] = x1[i];
-          for (int32_t w = pairs ? v + 1 : t->n_vars; w <= t->n_vars; ++w) {
-            /* w == n_vars: v's move alone */
-            const int64_t had = w < t->n_vars ? vars[w] : 0;
-            const int n2 = w < t->n_vars ? kiln_sym_fit_candidates(f, vars, w, m, n_m, x2) : 1;
+          for (int32_t b = pairs ? 0 : n_vars; b <= n_vars && f->budget > 0; ++b) {
+            /* b == n_vars: v's move alone */
+            const int32_t w = b < n_vars ? b : -1;
+            if (w == v) continue;
+            const int64_t had = w >= 0 ? vars[w] : 0;
+            const int n2 = w >= 0 ? kiln_sym_fit_candidates(f, vars, w, m, n_m, x2) : 1;
             for (int j = 0; j < n2; ++j) {
-              if (w < t->n_vars) vars[w] = x2[j];
-              const int32_t b = kiln_sym_fit_broken(f, vars);
-              if (b >= 0 && (b < best || (b == best && f->distance < best_d))) {
-                best = b, best_d = f->distance, best_v[0] = v, best_x[0] = x1[i];
-                best_v[1] = w < t->n_vars ? w : -1, best_x[1] = w < t->n_vars ? x2[j] : 0;
-              }
+              if (w >= 0) vars[w] = x2[j];
+              const int32_t nb = kiln_sym_fit_broken(f, vars);
+              if (nb < 0 && f->budget <= 0) break;
+              if (nb >= 0 && (nb < best || (nb == best && f->distance < best_d)))
+                best = nb, best_d = f->distance, best_v[0] = v, best_x[0] = x1[i], best_v[1] = w,
+                best_x[1] = w >= 0 ? x2[j] : 0;
             }
-            if (w < t->n_vars) vars[w] = had;
+            if (w >= 0) vars[w] = had;
           }
         }
         vars[v] = was;

@@ -127,7 +127,13 @@ __attribute__((target("avx512f,avx512vnni"))) static double kiln_machine_int8(in
   __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
                                _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
   s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
-  kiln_machine_sink_ = (float)_mm512_reduce_add_epi32(s);
+  /* Summed as unsigned: the lanes wrap by design (their value is only a
+   * sink), and GCC's _mm512_reduce_add_epi32 adds them as int, whose
+   * overflow UBSan reports (a VNNI machine, test_profile). */
+  uint32_t lanes[16], sum = 0;
+  _mm512_storeu_si512(lanes, s);
+  for (int i = 0; i < 16; ++i) sum += lanes[i];
+  kiln_machine_sink_ = (float)sum;
   return (double)iters * 12 * 16 * 4 * 2;
 }
 
