@@ -503,22 +503,202 @@ out:
   return 0;
 }
 
-void kiln_sym_probes_fit(kiln_sym_table_t* t) {
-  if (!t || !t->n_guards || !t->n_vars) return;
-  unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
-  int64_t* values = malloc(sizeof(int64_t) * ((size_t)t->n_exprs + 1));
-  kiln_sym_fit_t f = {t, need, 0, values, KILN_SYM_FIT_BUDGET, 0, 0};
-  if (!need || !values) goto done; /* the probes stay: a refusal at worst, never a wrong size */
-  for (int32_t i = 0; i < t->n_guards; ++i) {
-    if (kiln_dim_is_sym(t->guards[i].a)) need[kiln_dim_sym_id(t->guards[i].a)] = 1;
-    if (kiln_dim_is_sym(t->guards[i].b)) need[kiln_dim_sym_id(t->guards[i].b)] = 1;
-  }
+/* Marks in need the expressions guard g compares. */
+static void kiln_sym_fit_need_guard(const kiln_sym_guard_t* g, unsigned char* need) {
+  if (kiln_dim_is_sym(g->a)) need[kiln_dim_sym_id(g->a)] = 1;
+  if (kiln_dim_is_sym(g->b)) need[kiln_dim_sym_id(g->b)] = 1;
+}
+
+/* Marks in need the expressions the marked ones read, in turn (an
+ * expression reads only ones made before it: one pass, last to first). */
+static void kiln_sym_fit_need_close(const kiln_sym_table_t* t, unsigned char* need) {
   for (int32_t e = t->n_exprs - 1; e >= 0; --e) {
     const kiln_sym_expr_t* x = &t->exprs[e];
     if (!need[e] || x->kind == KILN_SYM_VAR) continue;
     if (kiln_dim_is_sym(x->a)) need[kiln_dim_sym_id(x->a)] = 1;
     if (kiln_dim_is_sym(x->b)) need[kiln_dim_sym_id(x->b)] = 1;
   }
+}
+
+/* The symbols guard g reads, as a bit set over the first 64 (all a table
+ * holds, KILN_SYM_MAX_VARS); reads: scratch of n_exprs + 1 bytes. */
+static uint64_t kiln_sym_fit_guard_vars(kiln_sym_fit_t* f, const kiln_sym_guard_t* g, unsigned char* reads) {
+  const kiln_sym_table_t* t = f->t;
+  uint64_t set = 0;
+  memset(reads, 0, (size_t)t->n_exprs + 1);
+  kiln_sym_fit_need_guard(g, reads);
+  kiln_sym_fit_need_close(t, reads);
+  f->budget -= t->n_exprs;
+  for (int32_t e = 0; e < t->n_exprs; ++e)
+    if (reads[e] && t->exprs[e].kind == KILN_SYM_VAR && t->exprs[e].a >= 0 && t->exprs[e].a < 64)
+      set |= (uint64_t)1 << t->exprs[e].a;
+  return set;
+}
+
+/* The expressions the guards reading only symbols of block read, into
+ * need (n_exprs + 1 bytes). */
+static void kiln_sym_fit_block_need(kiln_sym_fit_t* f, const uint64_t* sets, uint64_t block,
+                                    unsigned char* need) {
+  const kiln_sym_table_t* t = f->t;
+  memset(need, 0, (size_t)t->n_exprs + 1);
+  for (int32_t g = 0; g < t->n_guards; ++g)
+    if (sets[g] && !(sets[g] & ~block)) kiln_sym_fit_need_guard(&t->guards[g], need);
+  kiln_sym_fit_need_close(t, need);
+  f->budget -= t->n_exprs;
+}
+
+/* Whether every guard reading only symbols of block holds at vars, those
+ * guards' expressions alone evaluated (need: kiln_sym_fit_block_need): an
+ * expression of a symbol outside the block may be invalid there (a modulo
+ * by a size the probes made negative), which is no concern of the block's.
+ * 0 where one of theirs is invalid or the budget is spent. */
+static int kiln_sym_fit_block_holds(kiln_sym_fit_t* f, const int64_t* vars, const uint64_t* sets,
+                                    uint64_t block, const unsigned char* need) {
+  const kiln_sym_table_t* t = f->t;
+  if (f->budget <= 0) return 0;
+  f->budget -= f->n_need + t->n_guards + 1;
+  kiln_status_t s = kiln_sym_eval_some(t, vars, need, f->values);
+  if (s) {
+    kiln_status_free(s);
+    return 0;
+  }
+  for (int32_t g = 0; g < t->n_guards; ++g)
+    if (sets[g] && (sets[g] & ~block) == 0 &&
+        !kiln_sym_rel_holds((kiln_sym_rel_t)t->guards[g].rel, kiln_sym_value(f->values, t->guards[g].a),
+                            kiln_sym_value(f->values, t->guards[g].b)))
+      return 0;
+  return 1;
+}
+
+/* Whether the block's guards pin its n symbols vs at vars: every binding
+ * next to it (each symbol moved by -1, 0 or +1, in range, not all 0)
+ * breaks one. P == Q does not pin (2, 2): (3, 3) holds too. */
+static int kiln_sym_fit_block_pinned(kiln_sym_fit_t* f, int64_t* vars, const uint64_t* sets,
+                                     uint64_t block, const unsigned char* need, const int32_t* vs, int n) {
+  int64_t was[3];
+  int pinned = 1, count = 1;
+  for (int q = 0; q < n; ++q) was[q] = vars[vs[q]], count *= 3;
+  for (int k = 0; k < count && pinned; ++k) {
+    int in_range = 1, moved = 0;
+    for (int q = 0, c = k; q < n; ++q, c /= 3) {
+      const int64_t x = was[q] + (c % 3) - 1;
+      moved |= x != was[q];
+      in_range &= x >= f->t->vars[vs[q]].lo && x <= f->t->vars[vs[q]].hi;
+      vars[vs[q]] = x;
+    }
+    if (moved && in_range && kiln_sym_fit_block_holds(f, vars, sets, block, need)) pinned = 0;
+  }
+  for (int q = 0; q < n; ++q) vars[vs[q]] = was[q];
+  return pinned;
+}
+
+/* kiln_sym_fit_allowed (apart), or at the second probe, a value another
+ * symbol has there where the two differ at the first probe: the pair of
+ * probes still tells them apart (a kernel height in {2, 3, 4} beside a
+ * pinned (2, 3): 4 at the first probe, 3 at the second). */
+static int kiln_sym_fit_allowed_late(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v, int64_t x) {
+  const kiln_sym_table_t* t = f->t;
+  if (kiln_sym_fit_allowed(f, vars, v, x, 1, -1)) return 1;
+  const kiln_sym_var_t* s = &t->vars[v];
+  if (f->p != 1 || x < s->lo || x > s->hi || (x < 2 && s->hi >= 2) || x == kiln_sym_probe(t, s->dim, 0))
+    return 0;
+  for (int32_t w = 0; w < t->n_vars; ++w)
+    if (w != v && vars[w] == x && kiln_sym_probe(t, t->vars[w].dim, 0) == kiln_sym_probe(t, s->dim, 0)) return 0;
+  return 1;
+}
+
+/* Guards broken in groups over many symbols, each group over a few (fuzz
+ * seed 20090 graph 4482: a view pins s4*s40 == 6 with s4 % 3 != 0, a
+ * convolution's kernel width s74 must give (5 - s74)//2 + 1 == 2, and its
+ * height s71 is bounded by s4*s40: four symbols read by broken guards,
+ * beyond the scans of two and three). Block by block: the broken guard
+ * reading the fewest symbols (at most three), its symbols scanned as the
+ * scan of two scans them (apart from the other probe where they can be,
+ * else the same: a pinned pair) until every guard reading only those
+ * symbols holds; then the next. Runs last, so probes the other stages fit
+ * stay as they were. The guards still broken. */
+static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars) {
+  const kiln_sym_table_t* t = f->t;
+  unsigned char* reads = malloc((size_t)t->n_exprs + 1);
+  unsigned char* need = malloc((size_t)t->n_exprs + 1);
+  uint64_t* sets = calloc((size_t)t->n_guards + 1, sizeof(uint64_t)); /* 0: not read (budget spent) */
+  int32_t broken = kiln_sym_fit_broken(f, vars);
+  if (!reads || !need || !sets || broken == 0) goto out;
+  for (int32_t i = 0; i < t->n_guards && f->budget > 0; ++i)
+    sets[i] = kiln_sym_fit_guard_vars(f, &t->guards[i], reads);
+  uint64_t tried = 0; /* symbols of the blocks scanned without success (a set within is not tried again) */
+  uint64_t fixed = 0; /* symbols a block's guards pinned */
+  for (int round = 0; round < KILN_SYM_FIT_ROUNDS && broken != 0 && f->budget > 0; ++round) {
+    /* The smallest symbol set of a guard that does not hold, not tried
+     * yet (each judged on its own expressions: the whole table may be
+     * invalid at vars). */
+    uint64_t best = 0;
+    int best_n = 4;
+    for (int32_t i = 0; i < t->n_guards && f->budget > 0; ++i) {
+      const int n = __builtin_popcountll(sets[i]);
+      if (!n || n >= best_n || (tried & sets[i]) == sets[i]) continue;
+      kiln_sym_fit_block_need(f, sets, sets[i], need);
+      if (!kiln_sym_fit_block_holds(f, vars, sets, sets[i], need)) best = sets[i], best_n = n;
+    }
+    if (!best) break;
+    /* Symbols an earlier block pinned keep their sizes (numbers now). */
+    int32_t vs[3];
+    int n = 0, pinned = 0;
+    for (int32_t v = 0; v < t->n_vars && v < 64; ++v)
+      if ((best & ~fixed) >> v & 1) vs[n++] = v;
+    if (!n) {
+      tried |= best;
+      continue;
+    }
+    const int64_t reach = n == 1 ? KILN_SYM_FIT_SCAN_1 : n == 2 ? KILN_SYM_FIT_SCAN_2 : KILN_SYM_FIT_SCAN_3;
+    kiln_sym_fit_block_need(f, sets, best, need);
+    const int64_t was[3] = {vars[vs[0]], n > 1 ? vars[vs[1]] : 0, n > 2 ? vars[vs[2]] : 0};
+    int found = 0;
+    int64_t i[3] = {0, 0, 0};
+    for (;;) { /* every binding of the n symbols, the first fastest */
+      int ok = 1;
+      for (int q = 0; q < n; ++q) {
+        vars[vs[q]] = t->vars[vs[q]].lo + i[q];
+        ok &= vars[vs[q]] <= t->vars[vs[q]].hi && !(vars[vs[q]] < 2 && t->vars[vs[q]].hi >= 2);
+      }
+      /* Each symbol apart from every other value, or the block pinned by
+       * its guards (its sizes are numbers then), sharing them. */
+      if (ok && kiln_sym_fit_block_holds(f, vars, sets, best, need)) {
+        for (int q = 0; q < n && ok; ++q) ok = kiln_sym_fit_allowed_late(f, vars, vs[q], vars[vs[q]]);
+        if (ok || (pinned = kiln_sym_fit_block_pinned(f, vars, sets, best, need, vs, n))) {
+          found = 1;
+          break;
+        }
+      }
+      if (f->budget <= 0) break;
+      int q = 0;
+      while (q < n && (++i[q] >= reach || t->vars[vs[q]].lo + i[q] > t->vars[vs[q]].hi)) i[q++] = 0;
+      if (q == n) break;
+    }
+    if (!found) {
+      for (int q = 0; q < n; ++q) vars[vs[q]] = was[q];
+      tried |= best;
+      continue;
+    }
+    if (pinned) fixed |= best & ~fixed;
+    broken = kiln_sym_fit_broken(f, vars);
+  }
+  if (broken < 0) broken = 1;
+out:
+  free(reads);
+  free(need);
+  free(sets);
+  return broken;
+}
+
+void kiln_sym_probes_fit(kiln_sym_table_t* t) {
+  if (!t || !t->n_guards || !t->n_vars) return;
+  unsigned char* need = calloc((size_t)t->n_exprs + 1, 1);
+  int64_t* values = malloc(sizeof(int64_t) * ((size_t)t->n_exprs + 1));
+  kiln_sym_fit_t f = {t, need, 0, values, KILN_SYM_FIT_BUDGET, 0, 0};
+  if (!need || !values) goto done; /* the probes stay: a refusal at worst, never a wrong size */
+  for (int32_t i = 0; i < t->n_guards; ++i) kiln_sym_fit_need_guard(&t->guards[i], need);
+  kiln_sym_fit_need_close(t, need);
   for (int32_t e = 0; e < t->n_exprs; ++e) f.n_need += need[e];
   for (int p = 0; p < 2; ++p) {
     int64_t vars[KILN_SYM_MAX_VARS];
@@ -526,7 +706,7 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
     for (int32_t v = 0; v < t->n_vars; ++v) vars[v] = kiln_sym_probe(t, t->vars[v].dim, p);
     if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars) &&
         kiln_sym_fit_descend(&f, vars) != 0 && kiln_sym_fit_multiples(&f, vars) != 0 &&
-        !kiln_sym_fit_scan3(&f, vars))
+        !kiln_sym_fit_scan3(&f, vars) && kiln_sym_fit_blocks(&f, vars) != 0)
       continue;
     /* Every expression at the new probe; the nodes' were built at it (the
      * front end) or will be checked against it (the reader). */

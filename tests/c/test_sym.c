@@ -1014,10 +1014,50 @@ static void test_sym_probes_fit_products(void) {
   }
 }
 
+/* Guards in blocks (fuzz seed 20090 graph 4482, shrunk): a*b == 6 with
+ * a % 3 != 0 pins (a, b) to (2, 3); (5 - d)//2 + 1 == 2 takes d to 2 or 3;
+ * c <= a*b//3 + 2 bounds c to 2..4. Four symbols the broken guards read,
+ * no binding of them all apart: fitted block by block
+ * (kiln_sym_fit_blocks), every guard holding at both probes and c's two
+ * probes apart. */
+static void test_sym_probes_fit_blocks(void) {
+  kiln_sym_table_t* t;
+  int64_t a, b, c, d, ab, e, w;
+  KILN_EXPECT_OK(kiln_sym_table_create(&t));
+  if (!t) return;
+  KILN_EXPECT_OK(kiln_sym_var(t, "a", 2, (int64_t)1 << 40, &a));
+  KILN_EXPECT_OK(kiln_sym_var(t, "b", 2, (int64_t)1 << 40, &b));
+  KILN_EXPECT_OK(kiln_sym_var(t, "c", 2, (int64_t)1 << 40, &c));
+  KILN_EXPECT_OK(kiln_sym_var(t, "d", 2, 5, &d));
+  KILN_EXPECT_OK(kiln_dim_mul(t, a, b, &ab));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, ab, 6));
+  KILN_EXPECT_OK(kiln_dim_mod(t, a, 3, &e));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, e, 0));
+  KILN_EXPECT_OK(kiln_dim_mul(t, d, -1, &w));
+  KILN_EXPECT_OK(kiln_dim_add(t, w, 5, &w));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, w, 2, &w));
+  KILN_EXPECT_OK(kiln_dim_add(t, w, 1, &w));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, w, 2));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, ab, 3, &e));
+  KILN_EXPECT_OK(kiln_dim_add(t, e, 2, &e));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LE, c, e));
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t A = kiln_sym_probe(t, a, p), B = kiln_sym_probe(t, b, p), C = kiln_sym_probe(t, c, p),
+                  D = kiln_sym_probe(t, d, p);
+    KILN_EXPECT(A == 2 && B == 3 && (D == 2 || D == 3) && C >= 2 && C <= 4,
+                "probe %d: (%lld, %lld, %lld, %lld) breaks a guard", p, (long long)A, (long long)B, (long long)C,
+                (long long)D);
+  }
+  KILN_EXPECT(kiln_sym_probe(t, c, 0) != kiln_sym_probe(t, c, 1), "c's probes apart");
+  kiln_sym_table_release(t);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
   test_sym_probes_fit_sums();
   test_sym_probes_fit_products();
+  test_sym_probes_fit_blocks();
   test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();

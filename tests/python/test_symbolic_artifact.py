@@ -196,3 +196,35 @@ def test_guards_that_pin_three_sizes(tmp_path):
         x = torch.randn(*shape)
         for c in (k, loaded):
             torch.testing.assert_close(c(x), m(x))
+
+
+class _ViewConvLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(1, 2), requires_grad=False)
+
+    def forward(self, x, w, b):
+        y = torch.nn.functional.conv2d(x.view(3, 1, 2, 1), w, b, stride=2, padding=2)
+        return torch.nn.functional.linear(y, self.p)
+
+
+def test_guards_in_blocks_of_symbols(tmp_path):
+    """Fuzz seed 20090 graph 4482, shrunk: under Dim.AUTO a view pins the
+    input's (a, b) to (2, 3) (a*b == 6, a % 3 != 0), the linear after a
+    convolution by an input weight pins the kernel width to 2 or 3 and the
+    kernel height to 2, 3 or 4: four symbols the broken guards read, no
+    binding of them all apart. Fitted block by block, the pinned pair
+    sharing its sizes, the kernel height sharing one at one probe only
+    (kiln_sym_fit_blocks): whole in kiln, saved, loaded, at each size."""
+    torch.manual_seed(0)
+    m = _ViewConvLinear()
+    xs = (torch.randn(2, 3), torch.randn(1, 1, 2, 2), torch.randn(1))
+    spec = tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs)
+    k = kiln.trace(m, xs, dynamic_shapes=spec, fallback=False)
+    path = tmp_path / "blocks.kiln"
+    kiln.save(k, path)
+    loaded = kiln.load(path)
+    for kh, kw in ((2, 2), (3, 3), (4, 2), (2, 3)):
+        args = (torch.randn(2, 3), torch.randn(1, 1, kh, kw), torch.randn(1))
+        for c in (k, loaded):
+            torch.testing.assert_close(c(*args), m(*args))
