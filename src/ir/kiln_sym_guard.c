@@ -382,16 +382,6 @@ static int kiln_sym_fit_moduli(const kiln_sym_fit_t* f, int64_t* m) {
   return n;
 }
 
-/* Divisibility of several symbols (fuzz seed 20089 graph 1226: x.view(3,
- * -1, 80) of an (s0, s6, s71) input guards (s0*s6*s71) % 240 == 0 and
- * (s0*s6) % 3 != 0): no step of 7 nor the descent's solving of one
- * equality reaches a multiple of 240, and the scan moves two symbols at
- * most. Here a move takes one symbol to a nearby multiple of a divisor the
- * guards' expressions use (or their lcm), or by one; each judged as the
- * descent judges. Deterministic in the table alone (no example values,
- * which a saved file does not hold): the artifact reader finds the same
- * probes. Runs last, so probes the other stages fit stay as they were.
- * The guards still broken. */
 /* Values symbol v may move to from vars[v] (kiln_sym_fit_multiples), into
  * x (room for 2 + 4 n_m); their count. */
 static int kiln_sym_fit_candidates(const kiln_sym_fit_t* f, const int64_t* vars, int32_t v,
@@ -423,8 +413,9 @@ static int kiln_sym_fit_candidates(const kiln_sym_fit_t* f, const int64_t* vars,
  * the descent's order), two such moves of two symbols at once (s0 off a
  * multiple of 3 while s2 becomes one of 240). Deterministic in the table
  * alone (no example values, which a saved file does not hold): the
- * artifact reader finds the same probes. Runs last, so probes the other
- * stages fit stay as they were. The guards still broken. */
+ * artifact reader finds the same probes. Runs after the descent, so
+ * probes the earlier stages fit stay as they were. The guards still
+ * broken. */
 static int32_t kiln_sym_fit_multiples(kiln_sym_fit_t* f, int64_t* vars) {
   int64_t m[KILN_SYM_FIT_MODULI], x1[2 + 4 * KILN_SYM_FIT_MODULI], x2[2 + 4 * KILN_SYM_FIT_MODULI];
   int32_t vs[KILN_SYM_MAX_VARS];
@@ -480,8 +471,8 @@ static int32_t kiln_sym_fit_multiples(kiln_sym_fit_t* f, int64_t* vars) {
  * with a % 3 != 0 and a*b % 3 != 0 from the example; fuzz seed 20089
  * graph 1226): the scan's search over three, KILN_SYM_FIT_SCAN_3 sizes
  * each from the bottom of their ranges, apart from every other value.
- * Runs last (after the descent and the multiples), so probes the other
- * stages fit stay as they were. 1 when found (vars hold it). */
+ * Runs after the multiples, so probes the earlier stages fit stay as they
+ * were. 1 when found (vars hold it). */
 static int kiln_sym_fit_scan3(kiln_sym_fit_t* f, int64_t* vars) {
   int32_t vs[3];
   if (kiln_sym_fit_pinned(f, vars, vs, 3) != 3) return 0;
@@ -611,12 +602,15 @@ static int kiln_sym_fit_allowed_late(const kiln_sym_fit_t* f, const int64_t* var
  * seed 20090 graph 4482: a view pins s4*s40 == 6 with s4 % 3 != 0, a
  * convolution's kernel width s74 must give (5 - s74)//2 + 1 == 2, and its
  * height s71 is bounded by s4*s40: four symbols read by broken guards,
- * beyond the scans of two and three). Block by block: the broken guard
- * reading the fewest symbols (at most three), its symbols scanned as the
- * scan of two scans them (apart from the other probe where they can be,
- * else the same: a pinned pair) until every guard reading only those
- * symbols holds; then the next. Runs last, so probes the other stages fit
- * stay as they were. The guards still broken. */
+ * beyond the scans of two and three). Block by block: the guard that
+ * does not hold reading the fewest symbols (at most three; symbols an
+ * earlier block pinned stay), its symbols scanned from the bottom of their
+ * ranges until every guard reading only them holds, each symbol apart
+ * from every other size (at the second probe it may share one where the
+ * first probes differ: kiln_sym_fit_allowed_late) or the block pinned by
+ * its guards (its sizes are numbers then, shared as they must be); then
+ * the next block. Runs last, so probes the other stages fit stay as they
+ * were. The guards still broken. */
 static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars) {
   const kiln_sym_table_t* t = f->t;
   unsigned char* reads = malloc((size_t)t->n_exprs + 1);
