@@ -137,13 +137,17 @@ _DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten
 _SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default, aten.rsqrt.default}
 
 
+def _double(v):
+    """A tensor or a Python number as a float64 tensor."""
+    return v.double() if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=torch.float64)
+
+
 def _atan2_cut_gap(y, x):
     """How far each (x, y) of atan2(y, x) is from where its result jumps:
     the branch cut, y = 0 at x <= 0 (pi to -pi), origin included. Beside
     the cut a rounding of y flips the result by 2 pi; atan2(v, v) of a
     cancelled v (seed 20089 graph 227: v 6e-5 of its terms) by pi."""
-    y = y.double() if isinstance(y, torch.Tensor) else torch.tensor(float(y), dtype=torch.float64)
-    x = x.double() if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+    y, x = _double(y), _double(x)
     return torch.where(x <= 0, y.abs(), torch.hypot(x, y))
 
 
@@ -248,8 +252,7 @@ def bf16_ties(runs, exact):
 def _near(a, b):
     """True when some pair a_i, b_i differs, but by less than TIE_RELATIVE of
     their scale: a flip from rounding is possible."""
-    a = a.double() if isinstance(a, torch.Tensor) else torch.tensor(float(a), dtype=torch.float64)
-    b = b.double() if isinstance(b, torch.Tensor) else torch.tensor(float(b), dtype=torch.float64)
+    a, b = _double(a), _double(b)
     with torch.no_grad():
         d = (a - b).abs()
         finite = torch.isfinite(d)
