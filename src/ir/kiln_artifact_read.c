@@ -345,6 +345,10 @@ static kiln_status_t kiln_artifact_decode_value(const kiln_artifact_graph_t* G, 
         CORRUPT("graph section: value %u: dimension %d names symbolic size %d, which the "
                 "syms section (%d expressions) does not have", i, d, kiln_dim_sym_id(dim),
                 G->syms->n_exprs);
+      if (!kiln_sym_probed(G->syms, dim))
+        CORRUPT("graph section: value %u: dimension %d is symbolic size %d, which is invalid at "
+                "the probe sizes the guards give (a division by a size they make non-positive)",
+                i, d, kiln_dim_sym_id(dim));
       if (v->kind == KILN_VALUE_CONSTANT)
         CORRUPT("graph section: value %u is a constant with a symbolic dimension %d", i, d);
       continue;

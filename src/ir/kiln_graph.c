@@ -218,6 +218,9 @@ static kiln_status_t kiln_check_shape(const kiln_graph_t* g, kiln_dtype_t dtype,
       KILN_CHECK_ARG(kiln_sym_dim_valid(g->syms, shape[d]),
                      "dimension %d names symbolic size %d, which the graph does not have", d,
                      kiln_dim_sym_id(shape[d]));
+      KILN_CHECK_ARG(kiln_sym_probed(g->syms, shape[d]),
+                     "dimension %d is a symbolic size invalid at the probe sizes kiln derives "
+                     "shapes at (a division by a size they make non-positive)", d);
       continue;
     }
     KILN_CHECK_ARG(shape[d] >= 0 && shape[d] <= ((int64_t)1 << 40),

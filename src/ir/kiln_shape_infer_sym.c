@@ -188,6 +188,9 @@ static kiln_status_t infer_at(const kiln_graph_t* g, const kiln_node_t* n, int p
     for (int32_t k = 0; k < in[i].rank && k < KILN_MAX_RANK; ++k)
       if ((in[i].shape[k] = at(g->syms, in[i].shape[k], p)) == KILN_SYM_NO_EXAMPLE) *missing = 1;
   }
+  /* (A probe's size is never missing: kiln_graph_infer_node and the
+   * values' checks refuse one invalid there, KILN_SYM_NO_PROBE.) */
+  if (*missing && p < 2) FAIL("%s: a symbolic size invalid at probe %d", kiln_op_name(n->op), p);
   if (*missing) return kiln_ok();
   kiln_graph_t pg;
   memset(&pg, 0, sizeof(pg));
@@ -232,8 +235,12 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
   memset(out, 0, sizeof(*out));
   if (!g->syms) FAIL("a symbolic size in a graph without symbols");
   if (n->n_inputs < 0 || n->n_inputs > KILN_MAX_NODE_INPUTS) FAIL("bad input count");
-  for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i)
+  for (int32_t i = 0; i < KILN_MAX_PARAMS; ++i) {
     if (!kiln_sym_dim_valid(g->syms, n->params[i])) FAIL("param %d names an unknown symbolic size", i);
+    if (!kiln_sym_probed(g->syms, n->params[i]))
+      FAIL("%s: param %d is a symbolic size invalid at the probe sizes kiln derives shapes at",
+           kiln_op_name(n->op), i);
+  }
   kiln_value_t probe_out[2];
   for (int p = 0; p < 2; ++p) {
     int missing;

@@ -39,6 +39,10 @@ int64_t kiln_sym_probe(const kiln_sym_table_t* t, int64_t d, int p) {
   return kiln_dim_is_sym(d) ? t->exprs[kiln_dim_sym_id(d)].probe[p] : d;
 }
 
+int kiln_sym_probed(const kiln_sym_table_t* t, int64_t d) {
+  return kiln_sym_probe(t, d, 0) != KILN_SYM_NO_PROBE && kiln_sym_probe(t, d, 1) != KILN_SYM_NO_PROBE;
+}
+
 /* Python's floor division and modulo (b > 0 is checked by callers). */
 static int64_t floordiv_i64(int64_t a, int64_t b) {
   int64_t q = a / b;
@@ -106,9 +110,18 @@ static kiln_status_t raw(kiln_sym_table_t* t, kiln_sym_kind_t kind, int64_t a, i
   if (t->n_exprs >= KILN_SYM_MAX_EXPRS) FAIL("more than %d symbolic expressions", KILN_SYM_MAX_EXPRS);
   kiln_sym_expr_t x = {(int32_t)kind, a, b, {0, 0}, KILN_SYM_NO_EXAMPLE};
   if (kind != KILN_SYM_VAR) {
-    for (int p = 0; p < 2; ++p)
-      KILN_RETURN_IF_ERROR(apply(kind, kiln_sym_probe(t, a, p), kiln_sym_probe(t, b, p),
-                                 &x.probe[p]));
+    for (int p = 0; p < 2; ++p) {
+      /* Invalid at a probe: a guard's, until the probes are fitted
+       * (KILN_SYM_NO_PROBE); a node reading it is refused. */
+      const int64_t pa = kiln_sym_probe(t, a, p), pb = kiln_sym_probe(t, b, p);
+      x.probe[p] = KILN_SYM_NO_PROBE;
+      if (pa == KILN_SYM_NO_PROBE || pb == KILN_SYM_NO_PROBE) continue;
+      kiln_status_t s = apply(kind, pa, pb, &x.probe[p]);
+      if (s) {
+        kiln_status_free(s);
+        x.probe[p] = KILN_SYM_NO_PROBE;
+      }
+    }
     const int64_t ea = kiln_sym_example(t, a), eb = kiln_sym_example(t, b);
     if (ea != KILN_SYM_NO_EXAMPLE && eb != KILN_SYM_NO_EXAMPLE) {
       kiln_status_t s = apply(kind, ea, eb, &x.example);

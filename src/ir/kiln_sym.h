@@ -136,8 +136,20 @@ kiln_status_t kiln_dim_op(kiln_sym_table_t* t, kiln_sym_kind_t kind, int64_t a, 
 
 /* 1 when d is a number or an expression of t. */
 int kiln_sym_dim_valid(const kiln_sym_table_t* t, int64_t d);
-/* d's value at probe binding p (0 or 1); numbers are themselves. */
+/* An expression's value at a probe binding that makes it invalid (a
+ * division by a size made non-positive there, an overflow). Only a guard's
+ * expressions may be: torch's guards read sizes no node has (1 % (s39 *
+ * ((s22*s35//352 - s8)//2 + 3)) != 0, a convolution's output height whose
+ * kernel height the first probes make larger than the input), and they are
+ * built before kiln_sym_probes_fit moves the probes where they hold. A
+ * value's size or a node's param invalid at a probe is refused
+ * (kiln_sym_probed). */
+#define KILN_SYM_NO_PROBE INT64_MIN
+/* d's value at probe binding p (0 or 1), or KILN_SYM_NO_PROBE; numbers are
+ * themselves. */
 int64_t kiln_sym_probe(const kiln_sym_table_t* t, int64_t d, int p);
+/* 1 when d is a number, or an expression of t valid at both probes. */
+int kiln_sym_probed(const kiln_sym_table_t* t, int64_t d);
 
 /* Every expression's value for symbol values vars[0..n_vars) into
  * values[0..n_exprs) (an overflow, or a division by a non-positive value, is

@@ -598,20 +598,54 @@ static int kiln_sym_fit_allowed_late(const kiln_sym_fit_t* f, const int64_t* var
   return 1;
 }
 
+/* The scan of one block (kiln_sym_fit_blocks): the n symbols vs from the
+ * bottom of their ranges, the first fastest, until every guard of the
+ * block holds with each symbol apart from every other size
+ * (kiln_sym_fit_allowed_late) or the block pinned by its guards. 1 and
+ * vars set where found (*pinned: the block is pinned), else 0 and vars as
+ * they were. */
+static int kiln_sym_fit_block_scan(kiln_sym_fit_t* f, int64_t* vars, const uint64_t* sets, uint64_t block,
+                                   const unsigned char* need, const int32_t* vs, int n, int* pinned) {
+  const kiln_sym_table_t* t = f->t;
+  const int64_t reach = n == 1 ? KILN_SYM_FIT_SCAN_1 : n == 2 ? KILN_SYM_FIT_SCAN_2 : KILN_SYM_FIT_SCAN_3;
+  const int64_t was[3] = {vars[vs[0]], n > 1 ? vars[vs[1]] : 0, n > 2 ? vars[vs[2]] : 0};
+  int64_t i[3] = {0, 0, 0};
+  for (;;) {
+    int ok = 1;
+    for (int q = 0; q < n; ++q) {
+      vars[vs[q]] = t->vars[vs[q]].lo + i[q];
+      ok &= vars[vs[q]] <= t->vars[vs[q]].hi && !(vars[vs[q]] < 2 && t->vars[vs[q]].hi >= 2);
+    }
+    /* Each symbol apart from every other value, or the block pinned by
+     * its guards (its sizes are numbers then), sharing them. */
+    if (ok && kiln_sym_fit_block_holds(f, vars, sets, block, need)) {
+      for (int q = 0; q < n && ok; ++q) ok = kiln_sym_fit_allowed_late(f, vars, vs[q], vars[vs[q]]);
+      if (ok || (*pinned = kiln_sym_fit_block_pinned(f, vars, sets, block, need, vs, n))) return 1;
+    }
+    if (f->budget <= 0) break;
+    int q = 0;
+    while (q < n && (++i[q] >= reach || t->vars[vs[q]].lo + i[q] > t->vars[vs[q]].hi)) i[q++] = 0;
+    if (q == n) break;
+  }
+  for (int q = 0; q < n; ++q) vars[vs[q]] = was[q];
+  return 0;
+}
+
 /* Guards broken in groups over many symbols, each group over a few (fuzz
  * seed 20090 graph 4482: a view pins s4*s40 == 6 with s4 % 3 != 0, a
  * convolution's kernel width s74 must give (5 - s74)//2 + 1 == 2, and its
  * height s71 is bounded by s4*s40: four symbols read by broken guards,
  * beyond the scans of two and three). Block by block: the guard that
  * does not hold reading the fewest symbols (at most three; symbols an
- * earlier block pinned stay), its symbols scanned from the bottom of their
- * ranges until every guard reading only them holds, each symbol apart
- * from every other size (at the second probe it may share one where the
- * first probes differ: kiln_sym_fit_allowed_late) or the block pinned by
- * its guards (its sizes are numbers then, shared as they must be); then
- * the next block. Runs last, so probes the other stages fit stay as they
- * were. The guards still broken. */
-static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars) {
+ * earlier block pinned stay), its symbols scanned
+ * (kiln_sym_fit_block_scan); then the next block. Runs last, so probes
+ * the other stages fit stay as they were. settle (a second pass, where
+ * the first fails, so probes the first fit stay too): a block's symbols
+ * an earlier block fitted keep their sizes where the others alone can
+ * make it hold (the full graph 4482: s22*s35 == 1056 fitted, then the
+ * kernel height s8 <= (s22*s35)//352 + 4, which a scan of all three from
+ * the bottom never reaches). The guards still broken. */
+static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars, int settle) {
   const kiln_sym_table_t* t = f->t;
   unsigned char* reads = malloc((size_t)t->n_exprs + 1);
   unsigned char* need = malloc((size_t)t->n_exprs + 1);
@@ -622,6 +656,7 @@ static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars) {
     sets[i] = kiln_sym_fit_guard_vars(f, &t->guards[i], reads);
   uint64_t tried = 0; /* symbols of the blocks scanned without success (a set within is not tried again) */
   uint64_t fixed = 0; /* symbols a block's guards pinned */
+  uint64_t fitted = 0; /* symbols of the blocks found (settle) */
   for (int round = 0; round < KILN_SYM_FIT_ROUNDS && broken != 0 && f->budget > 0; ++round) {
     /* The smallest symbol set of a guard that does not hold, not tried
      * yet (each judged on its own expressions: the whole table may be
@@ -635,46 +670,25 @@ static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars) {
       if (!kiln_sym_fit_block_holds(f, vars, sets, sets[i], need)) best = sets[i], best_n = n;
     }
     if (!best) break;
-    /* Symbols an earlier block pinned keep their sizes (numbers now). */
-    int32_t vs[3];
-    int n = 0, pinned = 0;
-    for (int32_t v = 0; v < t->n_vars && v < 64; ++v)
-      if ((best & ~fixed) >> v & 1) vs[n++] = v;
-    if (!n) {
-      tried |= best;
-      continue;
-    }
-    const int64_t reach = n == 1 ? KILN_SYM_FIT_SCAN_1 : n == 2 ? KILN_SYM_FIT_SCAN_2 : KILN_SYM_FIT_SCAN_3;
     kiln_sym_fit_block_need(f, sets, best, need);
-    const int64_t was[3] = {vars[vs[0]], n > 1 ? vars[vs[1]] : 0, n > 2 ? vars[vs[2]] : 0};
-    int found = 0;
-    int64_t i[3] = {0, 0, 0};
-    for (;;) { /* every binding of the n symbols, the first fastest */
-      int ok = 1;
-      for (int q = 0; q < n; ++q) {
-        vars[vs[q]] = t->vars[vs[q]].lo + i[q];
-        ok &= vars[vs[q]] <= t->vars[vs[q]].hi && !(vars[vs[q]] < 2 && t->vars[vs[q]].hi >= 2);
-      }
-      /* Each symbol apart from every other value, or the block pinned by
-       * its guards (its sizes are numbers then), sharing them. */
-      if (ok && kiln_sym_fit_block_holds(f, vars, sets, best, need)) {
-        for (int q = 0; q < n && ok; ++q) ok = kiln_sym_fit_allowed_late(f, vars, vs[q], vars[vs[q]]);
-        if (ok || (pinned = kiln_sym_fit_block_pinned(f, vars, sets, best, need, vs, n))) {
-          found = 1;
-          break;
-        }
-      }
-      if (f->budget <= 0) break;
-      int q = 0;
-      while (q < n && (++i[q] >= reach || t->vars[vs[q]].lo + i[q] > t->vars[vs[q]].hi)) i[q++] = 0;
-      if (q == n) break;
+    /* Symbols an earlier block pinned keep their sizes (numbers now);
+     * settling, those it fitted first keep theirs too. */
+    int found = 0, pinned = 0;
+    for (int pass = settle ? 0 : 1; pass < 2 && !found; ++pass) {
+      const uint64_t scan = best & ~fixed & (pass ? ~(uint64_t)0 : ~fitted);
+      if (!scan || (!pass && scan == (best & ~fixed))) continue;
+      int32_t vs[3] = {0, 0, 0};
+      int n = 0;
+      for (int32_t v = 0; v < t->n_vars && v < 64; ++v)
+        if (scan >> v & 1) vs[n++] = v;
+      found = kiln_sym_fit_block_scan(f, vars, sets, best, need, vs, n, &pinned);
     }
     if (!found) {
-      for (int q = 0; q < n; ++q) vars[vs[q]] = was[q];
       tried |= best;
       continue;
     }
     if (pinned) fixed |= best & ~fixed;
+    fitted |= best;
     broken = kiln_sym_fit_broken(f, vars);
   }
   if (broken < 0) broken = 1;
@@ -683,6 +697,16 @@ out:
   free(need);
   free(sets);
   return broken;
+}
+
+/* kiln_sym_fit_blocks, then where it fails, from the same sizes, its
+ * settling pass. */
+static int32_t kiln_sym_fit_blocks_settled(kiln_sym_fit_t* f, int64_t* vars) {
+  int64_t was[KILN_SYM_MAX_VARS];
+  memcpy(was, vars, sizeof(int64_t) * (size_t)f->t->n_vars);
+  if (kiln_sym_fit_blocks(f, vars, 0) == 0) return 0;
+  memcpy(vars, was, sizeof(int64_t) * (size_t)f->t->n_vars);
+  return kiln_sym_fit_blocks(f, vars, 1);
 }
 
 void kiln_sym_probes_fit(kiln_sym_table_t* t) {
@@ -700,7 +724,7 @@ void kiln_sym_probes_fit(kiln_sym_table_t* t) {
     for (int32_t v = 0; v < t->n_vars; ++v) vars[v] = kiln_sym_probe(t, t->vars[v].dim, p);
     if (kiln_sym_fit_steps(&f, vars) != 0 && !kiln_sym_fit_scan(&f, vars) &&
         kiln_sym_fit_descend(&f, vars) != 0 && kiln_sym_fit_multiples(&f, vars) != 0 &&
-        !kiln_sym_fit_scan3(&f, vars) && kiln_sym_fit_blocks(&f, vars) != 0)
+        !kiln_sym_fit_scan3(&f, vars) && kiln_sym_fit_blocks_settled(&f, vars) != 0)
       continue;
     /* Every expression at the new probe; the nodes' were built at it (the
      * front end) or will be checked against it (the reader). */

@@ -1053,11 +1053,68 @@ static void test_sym_probes_fit_blocks(void) {
   kiln_sym_table_release(t);
 }
 
+/* Fuzz seed 20090 graph 4482 in full: a view pins a*b == 1056, a kernel
+ * height c leaves an output height h = ((a*b)//352 - c)//2 + 3 of at
+ * least 2, a kernel width d gives (5 - d)//2 + 1 == 2, and torch's guard
+ * 1 % (e*h) != 0 reads a modulo by e*h, which the first probes (c at 96)
+ * make negative: the expression is built invalid there
+ * (KILN_SYM_NO_PROBE), a value of that size is refused until the probes
+ * are fitted, and the fit keeps (a, b) while it scans c
+ * (kiln_sym_fit_blocks' settling pass; scanning a, b and c from the
+ * bottom together never reaches a product of 1056). */
+static void test_sym_probes_fit_shared_blocks(void) {
+  kiln_graph_t* g = NULL;
+  kiln_sym_table_t* t = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  KILN_EXPECT_OK(kiln_graph_syms(g, &t));
+  if (!t) {
+    kiln_graph_release(g);
+    return;
+  }
+  int64_t a, b, c, d, e, ab, h, w, eh, m;
+  KILN_EXPECT_OK(kiln_sym_var(t, "a", 2, (int64_t)1 << 40, &a));
+  KILN_EXPECT_OK(kiln_sym_var(t, "b", 2, (int64_t)1 << 40, &b));
+  KILN_EXPECT_OK(kiln_sym_var(t, "c", 2, (int64_t)1 << 40, &c));
+  KILN_EXPECT_OK(kiln_sym_var(t, "d", 2, 5, &d));
+  KILN_EXPECT_OK(kiln_sym_var(t, "e", 2, (int64_t)1 << 40, &e));
+  KILN_EXPECT_OK(kiln_dim_mul(t, a, b, &ab));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, ab, 1056));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, ab, 352, &h));
+  KILN_EXPECT_OK(kiln_dim_sub(t, h, c, &h));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, h, 2, &h));
+  KILN_EXPECT_OK(kiln_dim_add(t, h, 3, &h));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_LE, 2, h));
+  KILN_EXPECT_OK(kiln_dim_mul(t, d, -1, &w));
+  KILN_EXPECT_OK(kiln_dim_add(t, w, 5, &w));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, w, 2, &w));
+  KILN_EXPECT_OK(kiln_dim_add(t, w, 1, &w));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, w, 2));
+  KILN_EXPECT_OK(kiln_dim_mul(t, e, h, &eh));
+  KILN_EXPECT_OK(kiln_dim_mod(t, 1, eh, &m));
+  KILN_EXPECT(kiln_sym_probe(t, m, 0) == KILN_SYM_NO_PROBE && !kiln_sym_probed(t, m),
+              "1 %% (e*h) is invalid at the first probes: %lld", (long long)kiln_sym_probe(t, m, 0));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_NE, m, 0));
+  int32_t id = -1;
+  KILN_EXPECT_ERROR(kiln_graph_add_input(g, "x", KILN_F32, 1, &m, &id), KILN_INVALID_ARGUMENT);
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t A = kiln_sym_probe(t, a, p), B = kiln_sym_probe(t, b, p), C = kiln_sym_probe(t, c, p),
+                  D = kiln_sym_probe(t, d, p), H = kiln_sym_probe(t, h, p), M = kiln_sym_probe(t, m, p);
+    KILN_EXPECT(A * B == 1056 && C >= 2 && C <= 5 && (D == 2 || D == 3) && H >= 2 && M == 1,
+                "probe %d: a %lld, b %lld, c %lld, d %lld: h %lld, 1 %% (e*h) %lld break a guard", p,
+                (long long)A, (long long)B, (long long)C, (long long)D, (long long)H, (long long)M);
+  }
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 1, &m, &id));
+  kiln_graph_release(g);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
   test_sym_probes_fit_sums();
   test_sym_probes_fit_products();
   test_sym_probes_fit_blocks();
+  test_sym_probes_fit_shared_blocks();
   test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();

@@ -228,3 +228,40 @@ def test_guards_in_blocks_of_symbols(tmp_path):
         args = (torch.randn(2, 3), torch.randn(1, 1, kh, kw), torch.randn(1))
         for c in (k, loaded):
             torch.testing.assert_close(c(*args), m(*args))
+
+
+class _ViewConvMaxLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.randn(1, 2), requires_grad=False)
+
+    def forward(self, x, w, b):
+        v = x.view(1, 352, 3, 1)
+        y = torch.ops.aten.convolution(v, w, b, [2, 2], [2, 2], [1, 1], False, [0, 0], 1)
+        return v.view(1056), y.max(-4)[0], torch.nn.functional.linear(y, self.p)
+
+
+def test_guards_in_blocks_that_share_symbols(tmp_path):
+    """Fuzz seed 20090 graph 4482 in full: the view pins a*b == 1056, the
+    kernel height h must leave an output height (3 + 4 - h)//2 + 1 of 2 or
+    3, the kernel width 2 or 3, and torch's guards read a modulo by
+    channels * output height (1 % (c * H) != 0), invalid where the first
+    probes make the kernel taller than the input. The pair (a, b) fitted
+    first keeps its sizes while h is scanned, h taken at the second probe
+    where the output height differs from the first's, and the modulo's
+    expression built invalid at the probes until they are fitted
+    (kiln_sym_fit_blocks' settling pass, KILN_SYM_NO_PROBE): whole in
+    kiln, saved, loaded, at output heights 3 and 2."""
+    torch.manual_seed(0)
+    m = _ViewConvMaxLinear()
+    xs = (torch.randn(32, 33), torch.randn(8, 352, 2, 2), torch.randn(8))
+    spec = tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs)
+    k = kiln.trace(m, xs, dynamic_shapes=spec, fallback=False)
+    path = tmp_path / "shared.kiln"
+    kiln.save(k, path)
+    loaded = kiln.load(path)
+    for (a, b), c, kh, kw in (((32, 33), 8, 2, 2), ((48, 22), 5, 3, 3), ((11, 96), 8, 4, 2), ((33, 32), 3, 5, 3)):
+        args = (torch.randn(a, b), torch.randn(c, 352, kh, kw), torch.randn(c))
+        for model in (k, loaded):
+            for got, want in zip(model(*args), m(*args)):
+                torch.testing.assert_close(got, want)
