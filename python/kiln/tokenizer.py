@@ -12,8 +12,8 @@ SentencePiece-style (U+2581 for spaces, byte fallback: Llama 2,
 TinyLlama, Mistral v0.1). Anything else (a normalizer beyond those, another
 model type, added tokens matched with lstrip/rstrip) is refused here by
 name, never carried half-understood; an NFC normalizer (Qwen2's) is
-carried as a check: kiln encodes text NFC leaves as it is and refuses the
-rest by name (it does not normalize). This is conversion only: the JSON
+carried as a flag: the C side normalizes as tokenizers does
+(src/base/kiln_unicode_nfc.c). This is conversion only: the JSON
 the tokenizer describes itself with, read into ids and bytes."""
 
 import json
@@ -127,7 +127,7 @@ def _kind(spec):
         norm = None
     if pre and pre.get("type") == "ByteLevel" or pre and pre.get("type") == "Sequence":
         if norm is not None and norm.get("type") == "NFC":
-            flags |= _NFC  # (the C side refuses text NFC would change)
+            flags |= _NFC  # (the C side normalizes: kiln_unicode_nfc)
         elif norm is not None:
             _refuse(f"a {norm.get('type')} normalizer before a byte-level pre-tokenizer")
         parts = pre["pretokenizers"] if pre["type"] == "Sequence" else [pre]

@@ -21,7 +21,7 @@ uint32_t kiln_utf8_next(const char* s, size_t n, size_t* len) {
   return cp;
 }
 
-static int kiln_unicode_in(const kiln_unicode_range_t* r, int n, uint32_t cp) {
+int kiln_unicode_in(const kiln_unicode_range_t* r, int n, uint32_t cp) {
   int lo = 0, hi = n - 1;
   while (lo <= hi) {
     int mid = (lo + hi) / 2;
@@ -73,34 +73,4 @@ int kiln_unicode_is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
          cp == 0x205F || cp == 0x3000;
-}
-
-static int kiln_unicode_class(uint32_t cp) {
-  int lo = 0, hi = kiln_unicode_combining_count - 1;
-  while (lo <= hi) {
-    int mid = (lo + hi) / 2;
-    if (cp < kiln_unicode_combining[mid].first) hi = mid - 1;
-    else if (cp > kiln_unicode_combining[mid].last) lo = mid + 1;
-    else return kiln_unicode_combining[mid].cls;
-  }
-  return 0;
-}
-
-int kiln_unicode_is_nfc(const char* s, size_t n, size_t* at) {
-  int last = 0;
-  for (size_t i = 0; i < n;) {
-    size_t len;
-    uint32_t cp = kiln_utf8_next(s + i, n - i, &len);
-    /* Below U+0300 every character is stable and of class 0. */
-    int cls = cp < 0x300 ? 0 : kiln_unicode_class(cp);
-    if (cp >= 0x300 && ((cls && last > cls) ||
-                        kiln_unicode_in(kiln_unicode_nfc_no, kiln_unicode_nfc_no_count, cp) ||
-                        kiln_unicode_in(kiln_unicode_nfc_maybe, kiln_unicode_nfc_maybe_count, cp))) {
-      *at = i;
-      return 0;
-    }
-    last = cls;
-    i += len;
-  }
-  return 1;
 }

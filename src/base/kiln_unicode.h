@@ -4,8 +4,8 @@
  * mark (\p{M}), punctuation (\p{P}), a symbol (\p{S}), one of DeepSeek
  * LLM's letters (an explicit class) or white space (\s: the White_Space
  * property, as the regex engine of Hugging Face's tokenizers reads it),
- * and whether NFC would change a text (a tokenizer with an NFC
- * normalizer). The tables are generated
+ * and a text's NFC form (a tokenizer with an NFC normalizer,
+ * kiln_unicode_nfc.c). The tables are generated
  * (kiln_unicode_gen.py -> kiln_unicode_tables.c). */
 #ifndef KILN_UNICODE_H
 #define KILN_UNICODE_H
@@ -45,6 +45,32 @@ extern const int kiln_unicode_nfc_maybe_count;
 extern const kiln_unicode_class_range_t kiln_unicode_combining[];
 extern const int kiln_unicode_combining_count;
 
+/* A full canonical decomposition: parts[at, at + n) of
+ * kiln_unicode_decomposition_parts (Hangul's syllables are computed). */
+typedef struct {
+  uint32_t cp;
+  uint16_t at;
+  uint8_t n;
+} kiln_unicode_decomposition_t;
+extern const kiln_unicode_decomposition_t kiln_unicode_decompositions[];
+extern const int kiln_unicode_decompositions_count;
+extern const uint32_t kiln_unicode_decomposition_parts[];
+
+/* A pair NFC composes (a primary composite), sorted by (first, second). */
+typedef struct {
+  uint32_t first, second, composite;
+} kiln_unicode_composition_t;
+extern const kiln_unicode_composition_t kiln_unicode_compositions[];
+extern const int kiln_unicode_compositions_count;
+
+/* Code points whose normalization Hugging Face's tokenizers (its older
+ * Unicode data) does not share with these tables' (Unicode 16.0). */
+extern const kiln_unicode_range_t kiln_unicode_nfc_unlike[];
+extern const int kiln_unicode_nfc_unlike_count;
+
+/* 1 when cp is in one of the n sorted ranges r. */
+int kiln_unicode_in(const kiln_unicode_range_t* r, int n, uint32_t cp);
+
 /* The code point starting at s[0] (n > 0 bytes available) and its length
  * in bytes. A malformed or truncated sequence is one byte long and decodes
  * to U+FFFD (no class), so every byte of any input is consumed once. */
@@ -63,10 +89,24 @@ int kiln_unicode_is_symbol(uint32_t cp); /* S* */
  * Armenian, Georgian, Cherokee ... letters), not a Unicode category. */
 int kiln_unicode_is_deepseek_letter(uint32_t cp);
 
+/* The canonical combining class of cp (0 for a starter). */
+int kiln_unicode_combining_class(uint32_t cp);
+
 /* UAX #15's NFC quick check of n bytes of UTF-8: 1 when NFC leaves the text
  * as it is (every character NFC_Quick_Check=Yes, combining classes in
  * order); 0 when it might change it, with *at the byte offset of the
  * first character that decided so. */
 int kiln_unicode_is_nfc(const char* s, size_t n, size_t* at);
+
+/* The NFC form (UAX #15) of n bytes of UTF-8 s, as Hugging Face's
+ * tokenizers normalizes text: KILN_UNICODE_NFC_OK with *out a malloc'd
+ * copy of *out_n bytes (the caller frees it), or *out NULL where the
+ * quick check finds the text NFC already. Bytes that are not UTF-8 stay as
+ * they are, each a boundary nothing composes across.
+ * KILN_UNICODE_NFC_UNLIKE: the text holds a code point whose normalization
+ * tokenizers does not share with Unicode 16.0 (kiln_unicode_nfc_unlike), at
+ * byte *at; KILN_UNICODE_NFC_NO_MEMORY: out of memory. */
+enum { KILN_UNICODE_NFC_OK = 0, KILN_UNICODE_NFC_UNLIKE = 1, KILN_UNICODE_NFC_NO_MEMORY = 2 };
+int kiln_unicode_nfc(const char* s, size_t n, char** out, size_t* out_n, size_t* at);
 
 #endif /* KILN_UNICODE_H */

@@ -978,20 +978,31 @@ kiln_status_t kiln_tokenizer_encode(const kiln_tokenizer_t* t, const char* text,
       ++i;
       continue;
     }
-    size_t at = 0;
-    if (i > from && (t->flags & FLAG_NFC) && !kiln_unicode_is_nfc(text + from, i - from, &at)) {
+    /* The normalizer sees the text between added tokens (tokenizers'
+     * order): NFC, where the tokenizer has it. */
+    char* nfc = NULL;
+    size_t nfc_n = 0, at = 0;
+    const int r = i > from && (t->flags & FLAG_NFC) ? kiln_unicode_nfc(text + from, i - from, &nfc, &nfc_n, &at)
+                                                      : KILN_UNICODE_NFC_OK;
+    if (r == KILN_UNICODE_NFC_UNLIKE) {
       size_t len;
       uint32_t cp = kiln_utf8_next(text + from + at, i - from - at, &len);
       free(ids.v);
       return kiln_status_make(KILN_UNSUPPORTED,
-                              "the text is not in Unicode's NFC form at byte %zu (U+%04X): the tokenizer "
-                              "normalizes to NFC first, which kiln does not do; pass NFC text "
-                              "(Python: unicodedata.normalize(\"NFC\", text))",
+                              "the text needs Unicode's NFC normalization, and at byte %zu holds U+%04X, "
+                              "which the tokenizers library normalizes with older Unicode data than "
+                              "kiln's (a mark or composition added since Unicode 11-13): kiln does not "
+                              "guess which; pass the text normalized (Python: "
+                              "tokenizer.backend_tokenizer.normalizer.normalize_str(text))",
                               from + at, (unsigned)cp);
     }
-    if (i > from)
-      ok = t->kind == KIND_BYTE_LEVEL ? kiln_tok_encode_byte_level(t, text + from, i - from, &ids)
-                                      : kiln_tok_encode_sentencepiece(t, text + from, i - from, from == 0, &ids);
+    ok = r == KILN_UNICODE_NFC_OK;
+    const char* piece = nfc ? nfc : text + from;
+    const size_t piece_n = nfc ? nfc_n : i - from;
+    if (ok && i > from)
+      ok = t->kind == KIND_BYTE_LEVEL ? kiln_tok_encode_byte_level(t, piece, piece_n, &ids)
+                                      : kiln_tok_encode_sentencepiece(t, piece, piece_n, from == 0, &ids);
+    free(nfc);
     if (added < 0) break;
     kiln_tok_push(&ids, added);
     i += t->start[added + 1] - t->start[added];

@@ -36,8 +36,10 @@
  *          Metaspace form); bit 3 only before the text's first piece
  *          (prepend_scheme "first"); bit 4 byte fallback; bit 5 consecutive
  *          unknown characters make one unknown token (fuse_unk); bit 6 the
- *          tokenizer normalizes to NFC (Qwen2): text NFC would change is
- *          refused (KILN_UNSUPPORTED), since kiln does not normalize
+ *          tokenizer normalizes to NFC (Qwen2): the text between added
+ *          tokens is normalized first, as tokenizers does (text needing it
+ *          that holds a code point tokenizers' older Unicode data
+ *          normalizes otherwise is refused: kiln_unicode_nfc)
  *  24   4  u32 tokens T (at most 2^24)
  *  28   4  u32 merges M
  *  32   4  u32 added tokens A

@@ -114,6 +114,7 @@ static void kiln_test_print_cpu(void) {
   X(artifact_writes)        \
   X(token_sample)           \
   X(tokenizer)              \
+  X(unicode_nfc)            \
   X(conv_planes)            \
   X(patterns)               \
   X(glu_joined)             \
