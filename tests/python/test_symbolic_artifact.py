@@ -143,6 +143,17 @@ def test_default_attention_scale_of_a_symbolic_head_dim(tmp_path):
             torch.testing.assert_close(m(q, kk, v), want, atol=1e-5, rtol=1e-4)
 
 
+def _auto_traced_and_loaded(model, xs, tmp_path):
+    """kiln.trace of model with every input dimension Dim.AUTO, whole in
+    kiln (fallback=False), and the same saved and loaded (whose reader fits
+    the probes again from the table alone): (traced, loaded)."""
+    spec = tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs)
+    k = kiln.trace(model, xs, dynamic_shapes=spec, fallback=False)
+    path = tmp_path / "auto.kiln"
+    kiln.save(k, path)
+    return k, kiln.load(path)
+
+
 class _ViewToThirds(torch.nn.Module):
     def forward(self, x):
         return x.view(3, -1, 80) * 2
@@ -156,12 +167,7 @@ def test_guards_of_divisibility_by_several_sizes(tmp_path):
     20089 graph 1226): two symbols must move at once, c to a multiple of 3
     and 240 as a leaves one (kiln_sym_fit_multiples). The loaded file
     fits the same probes from the table alone and runs the same sizes."""
-    x = torch.randn(32, 5, 3)
-    spec = ({0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO},)
-    k = kiln.trace(_ViewToThirds(), (x,), dynamic_shapes=spec, fallback=False)
-    path = tmp_path / "thirds.kiln"
-    kiln.save(k, path)
-    loaded = kiln.load(path)
+    k, loaded = _auto_traced_and_loaded(_ViewToThirds(), (torch.randn(32, 5, 3),), tmp_path)
     for shape in ((32, 5, 3), (16, 10, 3), (64, 5, 3), (8, 10, 6), (4, 4, 30)):
         x = torch.randn(*shape)
         for m in (k, loaded):
@@ -187,11 +193,7 @@ def test_guards_that_pin_three_sizes(tmp_path):
     saved and loaded."""
     torch.manual_seed(0)
     m = _ViewThenCat()
-    spec = ({0: Dim.AUTO, 1: Dim.AUTO, 2: Dim.AUTO},)
-    k = kiln.trace(m, (torch.randn(32, 5, 3),), dynamic_shapes=spec, fallback=False)
-    path = tmp_path / "pinned.kiln"
-    kiln.save(k, path)
-    loaded = kiln.load(path)
+    k, loaded = _auto_traced_and_loaded(m, (torch.randn(32, 5, 3),), tmp_path)
     for shape in ((32, 5, 3), (16, 10, 3), (8, 20, 3), (4, 8, 15)):
         x = torch.randn(*shape)
         for c in (k, loaded):
@@ -218,12 +220,7 @@ def test_guards_in_blocks_of_symbols(tmp_path):
     (kiln_sym_fit_blocks): whole in kiln, saved, loaded, at each size."""
     torch.manual_seed(0)
     m = _ViewConvLinear()
-    xs = (torch.randn(2, 3), torch.randn(1, 1, 2, 2), torch.randn(1))
-    spec = tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs)
-    k = kiln.trace(m, xs, dynamic_shapes=spec, fallback=False)
-    path = tmp_path / "blocks.kiln"
-    kiln.save(k, path)
-    loaded = kiln.load(path)
+    k, loaded = _auto_traced_and_loaded(m, (torch.randn(2, 3), torch.randn(1, 1, 2, 2), torch.randn(1)), tmp_path)
     for kh, kw in ((2, 2), (3, 3), (4, 2), (2, 3)):
         args = (torch.randn(2, 3), torch.randn(1, 1, kh, kw), torch.randn(1))
         for c in (k, loaded):
@@ -254,12 +251,7 @@ def test_guards_in_blocks_that_share_symbols(tmp_path):
     kiln, saved, loaded, at output heights 3 and 2."""
     torch.manual_seed(0)
     m = _ViewConvMaxLinear()
-    xs = (torch.randn(32, 33), torch.randn(8, 352, 2, 2), torch.randn(8))
-    spec = tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs)
-    k = kiln.trace(m, xs, dynamic_shapes=spec, fallback=False)
-    path = tmp_path / "shared.kiln"
-    kiln.save(k, path)
-    loaded = kiln.load(path)
+    k, loaded = _auto_traced_and_loaded(m, (torch.randn(32, 33), torch.randn(8, 352, 2, 2), torch.randn(8)), tmp_path)
     for (a, b), c, kh, kw in (((32, 33), 8, 2, 2), ((48, 22), 5, 3, 3), ((11, 96), 8, 4, 2), ((33, 32), 3, 5, 3)):
         args = (torch.randn(a, b), torch.randn(c, 352, kh, kw), torch.randn(c))
         for model in (k, loaded):
