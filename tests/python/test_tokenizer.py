@@ -7,8 +7,9 @@ No tokenizer can be downloaded here, so each family is trained in the test
 (tokenizers' BpeTrainer on a fixed corpus) in the configuration its models
 ship: GPT-2 (ByteLevel's own pattern, with and without add_prefix_space),
 Llama 3 (its Split pattern, ignore_merges, a BOS template), Qwen2 (its
-1-digit pattern and NFC normalizer: text NFC would change is refused, the
-rest encoded as Hugging Face does), Qwen3.5 (marks join words, NFC),
+1-digit pattern and NFC normalizer, which kiln applies as tokenizers does:
+test_c_nfc_*), GPT-NeoX and Pythia (GPT-2's with NFC), Qwen3.5 (marks join
+words, NFC),
 o200k (GPT-OSS: words split at case changes, contractions after them),
 Tekken (Mistral Nemo: o200k's words, 1-digit numbers), DeepSeek V3, LLM and
 Coder (Sequences of several Splits, an empty Sequence normalizer), and SentencePiece-style BPE as Llama 2 / TinyLlama
@@ -183,6 +184,7 @@ KINDS = {
     "llama3-prefix-space": lambda: _byte_level(LLAMA3, prefix_space=True, bos=True),
     "deepseek-v3-prefix-space": lambda: _byte_level(DEEPSEEK3, prefix_space=True, deepseek=True),
     "qwen2": lambda: _byte_level(QWEN2, nfc=True),
+    "gpt-neox": lambda: _byte_level(nfc=True),  # GPT-NeoX and Pythia: GPT-2's ByteLevel after NFC
     "qwen3.5": lambda: _byte_level(QWEN35, nfc=True),
     "o200k": lambda: _byte_level(O200K),
     "tekken": lambda: _byte_level(TEKKEN, bos=True),
