@@ -402,8 +402,10 @@ _ROUNDINGS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_c
 
 def _takes_float_operand(user, node):
     """Whether `user` is a float32 elementwise op taking `node` (a Python
-    float of the graph: a SymFloat) as a plain operand, which eager rounds
-    to float32: it may take a float32 0-d tensor of that value instead."""
+    float of the graph, a SymFloat, or a 0-d float64 tensor) as a plain
+    operand, which eager rounds to float32 (a 0-d tensor does not promote a
+    dimensioned one): it may take a float32 0-d tensor of that value
+    instead."""
     v = user.meta.get("val")
     return (user.op == "call_function" and user.target in _SCALAR_OPERAND_OPS and not user.kwargs
             and isinstance(v, torch.Tensor) and v.dtype == torch.float32
@@ -495,7 +497,12 @@ def _split_float_scalars(gm, example_inputs):
     folded had Dynamo specialized the floats) are computed by the prelude,
     and each rounding to float32 becomes a new float32 input of the graph,
     appended after the others. Nothing is refused silently: a float64 value
-    used any other way is left in the graph (and falls back)."""
+    used any other way is left in the graph (and falls back).
+
+    Numpy arithmetic on constants comes the same way: CTRL's
+    `x *= np.sqrt(d)` is a 0-d int64 constant (get_attr), converted to
+    float64 and square-rooted, that multiplies the float32 embeddings as it
+    is. A chain that reads no input is computed once, here, not per call."""
     # Sizes feed it too (SymInt placeholders, and sizes the graph computes
     # from them or from its tensors): nearest upsampling's decomposition
     # computes its scale as float64(size) / (2.0 * size) from a scalar_tensor
@@ -542,7 +549,7 @@ def _split_float_scalars(gm, example_inputs):
         k = kind(n)
         if k is None or rounding(n, cand):
             continue
-        if (n.op == "placeholder" and k == "f64") or from_scalars(n, cand):
+        if (n.op == "placeholder" and k == "f64") or n.op == "get_attr" or from_scalars(n, cand):
             cand.add(n)
     # Only float64 arithmetic is the prelude's own; the other scalars (0-d
     # int64 / float32 tensors, Python floats) go with it only where all they
@@ -552,7 +559,7 @@ def _split_float_scalars(gm, example_inputs):
         changed = False
         for n in [n for n in nodes if n in cand]:
             k = kind(n)
-            ok = n.op == "placeholder" or from_scalars(n, cand)
+            ok = n.op in ("placeholder", "get_attr") or from_scalars(n, cand)
             if ok and k != "f64":
                 ok = bool(n.users) and all(u in cand or rounding(u, cand) or (k == "float" and _takes_float_operand(u, n))
                                            for u in n.users)
@@ -562,7 +569,7 @@ def _split_float_scalars(gm, example_inputs):
     scalar = cand
     rounded = [u for u in nodes if u not in scalar and rounding(u, scalar)]
     operand_of = {n: [u for u in n.users if _takes_float_operand(u, n)]
-                  for n in scalar if kind(n) == "float"}
+                  for n in scalar if kind(n) in ("float", "f64")}
     if not (rounded or any(operand_of.values())) or any(
             u not in scalar and u not in rounded and u not in operand_of.get(n, ())
             for n in scalar for u in n.users):
@@ -574,7 +581,9 @@ def _split_float_scalars(gm, example_inputs):
         if not users:
             continue
         with gm.graph.inserting_after(n):
-            r = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (n,), {"dtype": torch.float32})
+            r = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (n,), {"dtype": torch.float32}) \
+                if kind(n) == "float" else \
+                gm.graph.call_function(torch.ops.aten._to_copy.default, (n,), {"dtype": torch.float32})
         r.meta["val"] = torch.empty((), dtype=torch.float32)
         for u in users:
             u.replace_input_with(n, r)
@@ -602,6 +611,10 @@ def _split_float_scalars(gm, example_inputs):
             env[n] = pg.node_copy(n, lambda a: env[a])
     pg.output(tuple(env[u] for u in rounded))
     prelude = torch.fx.GraphModule(gm, pg)
+    if not read and not any(n.op == "placeholder" for n in scalar):
+        # Constants alone (numpy on a config value): the same values every call.
+        fixed = tuple(prelude(*[None] * len(gm.graph.find_nodes(op="placeholder"))))
+        prelude = lambda *args: fixed  # noqa: E731
     last = gm.graph.find_nodes(op="placeholder")[-1]
     new_inputs = []
     for k, u in enumerate(rounded):

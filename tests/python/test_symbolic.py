@@ -276,6 +276,58 @@ def test_float_scalars_run_in_a_prelude(counters):
     assert not counters["kiln_fallback"], dict(counters["kiln_fallback"])
 
 
+class _NumpyScaled(nn.Module):
+    """CTRL's embedding scale, x *= np.sqrt(d): numpy on a config value,
+    which Dynamo traces as a 0-d int64 constant converted to float64 and
+    square-rooted, multiplying a float32 tensor as it is; and a division by
+    another such constant."""
+
+    def __init__(self, d=48):
+        super().__init__()
+        self.d = d
+
+    def forward(self, x):
+        import numpy as np
+
+        x = x * np.sqrt(self.d)
+        return x / np.float64(self.d) ** 0.25
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_numpy_arithmetic_on_constants_is_computed_once(counters, dynamic):
+    """Such a chain (until session 32 three ops in eager around kiln's
+    piece) is computed when the graph is compiled and passed as a float32
+    0-d input, as eager rounds it for the multiply: the graph is whole, the
+    results eager's bits."""
+    m = _NumpyScaled().eval()
+    g = torch.compile(m, backend="kiln", dynamic=dynamic)
+    with torch.no_grad():
+        for shape in [(2, 5, 8), (3, 7, 8)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(g(x), m(x), rtol=0, atol=0)
+    assert counters["kiln"]["whole"] == counters["kiln"]["graphs"] >= 1, dict(counters["kiln"])
+    assert not counters["kiln_fallback"], dict(counters["kiln_fallback"])
+
+
+def test_ctrl_generates_whole_in_kiln(counters):
+    """CTRL (transformers' CTRLLMHeadModel, a tiny random config) through
+    generate() with its forward compiled: every graph whole in kiln (its
+    np.sqrt(d_model) embedding scale ran in eager before), eager's
+    tokens."""
+    from transformers import CTRLConfig, CTRLLMHeadModel
+
+    torch.manual_seed(0)
+    cfg = CTRLConfig(n_embd=64, n_layer=2, n_head=4, dff=128, vocab_size=300, n_positions=256)
+    m = CTRLLMHeadModel(cfg).eval()
+    ids = torch.randint(0, 300, (1, 8))
+    with torch.no_grad():
+        want = m.generate(ids, max_new_tokens=6, do_sample=False)
+        m.forward = torch.compile(m.forward, backend="kiln")
+        got = m.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, want), (got, want)
+    assert counters["kiln"]["eager"] == 0 and counters["kiln"]["partitioned"] == 0, dict(counters["kiln_fallback"])
+
+
 def test_histc_counts_integer_ids(counters):
     """transformers' tokens per expert: histc of integer ids cast to float,
     one bin per id. Counted in kiln; ids outside the range are not counted.
