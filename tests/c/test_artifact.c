@@ -873,6 +873,52 @@ static void test_sym_guards_round_trip(void) {
   kiln_graph_release(c);
 }
 
+/* A guard's expression invalid at the first probes (1 % (10 - a), a's
+ * probes 64 and 72), which the guard a <= 8 makes valid once the reader
+ * fits the probes, naming an input's size: the file reads back. With the
+ * guard turned into one the first probes keep (a != 8), the size stays
+ * invalid there and the value is refused, never derived at a division by
+ * a negative size. */
+#define SSTEP(call) \
+  if (!s) s = (call)
+static void test_sym_invalid_at_probes(void) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  kiln_sym_table_t* t = NULL;
+  int64_t a = 0, h = 0, m = 0;
+  int32_t x = -1, y = -1;
+  kiln_status_t s = kiln_graph_syms(g, &t);
+  SSTEP(kiln_sym_var(t, "a", 2, (int64_t)1 << 40, &a));
+  SSTEP(kiln_dim_sub(t, 10, a, &h));
+  SSTEP(kiln_dim_mod(t, 1, h, &m));
+  SSTEP(kiln_sym_guard_add(t, KILN_SYM_LE, a, 8));
+  if (!s) kiln_sym_probes_fit(t);
+  SSTEP(kiln_graph_add_input(g, "x", KILN_F32, 2, (int64_t[]){a, m}, &x));
+  SSTEP(kiln_graph_add_node(g, KILN_OP_RELU, &x, 1, NULL, 0, NULL, 0, "relu", &y));
+  SSTEP(kiln_graph_set_outputs(g, &y, 1));
+  KILN_EXPECT_OK(s);
+  void* bytes = NULL;
+  size_t size = 0;
+  if (!s) KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+  if (bytes) {
+    kiln_graph_t* h2 = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &h2));
+    kiln_graph_release(h2);
+    size_t guards = section_offset(bytes, size, "guards");
+    KILN_EXPECT(guards, "the file has its guard");
+    uint8_t* b = exact_copy(bytes, size);
+    if (b && guards) {
+      kiln_format_put_u32(b + guards + KILN_FORMAT_GUARDS_HEADER_SIZE + KILN_FORMAT_G_REL, KILN_SYM_NE);
+      expect_corrupt(b, size, "a size invalid at the probes", "invalid at the probe sizes");
+    }
+    free(b);
+  }
+  free(bytes);
+  kiln_graph_release(g);
+}
+#undef SSTEP
+
 /* A graph without symbols writes exactly the 2.6 layout: no syms section,
  * minor version 6 (so its bytes are those of the writer before 2.7). */
 static void test_sym_concrete_unchanged(const uint8_t* bytes, size_t size) {
@@ -1109,6 +1155,7 @@ static void test_sym_depth(void) {
 void kiln_test_suite_artifact_sym(void) {
   test_sym_round_trip();
   test_sym_guards_round_trip();
+  test_sym_invalid_at_probes();
   {
     /* The concrete test graph's file (as kiln_test_suite_artifact writes it). */
     kiln_graph_t* g = make_graph();
