@@ -7,8 +7,9 @@ tests/coverage/opinfo_coverage.py --dynamic)."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.export import Dim
 
-import kiln  # noqa: F401  (registers the backend)
+import kiln  # (kiln.trace; importing it registers the backend)
 
 
 @pytest.fixture
@@ -465,3 +466,41 @@ def test_nearest_upsampling_to_an_intermediates_size_runs_in_kiln(counters, down
     k = dict(counters["kiln"])
     assert k.get("graphs") and k.get("whole") == k["graphs"] and not counters["kiln_fallback"], \
         (k, dict(counters["kiln_fallback"]))
+
+
+class _ToSize(torch.nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, size=(14, 5), mode="nearest")
+
+
+class _ToSkip(torch.nn.Module):
+    def forward(self, x, skip):
+        return F.interpolate(x, size=skip.shape[-2:], mode="nearest") + skip
+
+
+def test_nearest_upsampling_of_symbolic_sizes_undecomposed(counters):
+    """upsample_nearest2d as kiln.trace (torch.export) and torch.compile
+    under no_grad hand it over, undecomposed, with symbolic input or output
+    sizes (an image of any size brought to a fixed size, a coarse map to its
+    skip connection's): the source indices are computed per call as ATen's
+    nearest_idx does (float32 in / out, floor of i times it, clamped), where
+    kiln refused the op ('a symbolic size where kiln needs a number', fuzz
+    seed 20091 graph 366). Gathers are exact: eager's bits at ratios that
+    round every way (13 to 9, 100 to 13, equal, doubled)."""
+    h, w = Dim("h", min=2, max=64), Dim("w", min=2, max=64)
+    k = kiln.trace(_ToSize(), (torch.randn(2, 3, 7, 4),), dynamic_shapes=({2: h, 3: w},), fallback=False)
+    for s in ((7, 4), (3, 2), (14, 5), (28, 10), (13, 9), (64, 3), (5, 7)):
+        x = torch.randn(2, 3, *s)
+        assert torch.equal(k(x), _ToSize()(x)), s
+    hs, ws = Dim("hs", min=2, max=128), Dim("ws", min=2, max=128)
+    k = kiln.trace(_ToSkip(), (torch.randn(1, 4, 8, 8), torch.randn(1, 4, 16, 16)),
+                   dynamic_shapes=({2: h, 3: w}, {2: hs, 3: ws}), fallback=False)
+    f = torch.compile(_ToSkip(), backend="kiln", dynamic=True)
+    for (a, b), (c, d) in (((8, 8), (16, 16)), ((5, 7), (11, 13)), ((9, 3), (17, 3)), ((13, 13), (100, 37)),
+                           ((6, 6), (6, 6)), ((6, 9), (12, 18))):
+        x, skip = torch.randn(1, 4, a, b), torch.randn(1, 4, c, d)
+        with torch.no_grad():
+            want = _ToSkip()(x, skip)
+            assert torch.equal(k(x, skip), want), (a, b, c, d)
+            assert torch.equal(f(x, skip), want), (a, b, c, d)
+    assert not counters["kiln_fallback"], dict(counters["kiln_fallback"])

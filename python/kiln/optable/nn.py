@@ -26,7 +26,7 @@ from kiln import symbolic
 from kiln.errors import Unsupported
 from kiln.optable.core import (_arg, _as_nchw, _avg_pool_args, _axes_mask, _dense_strides, _ints,
                                _max_pool_args, _pool_params, _shape, _val, adaptive_avg_pool2d_even, adaptive_even,
-                               aten, dtype_id, reshape, strided_copy, sym_scalar)
+                               aten, cast, dtype_id, operand, reshape, strided_copy, sym_scalar)
 from kiln.optable.rng import dropout
 from kiln.optable.registry import register
 
@@ -338,17 +338,40 @@ def _upsample_nearest2d(ctx, n):
     if _val(x).dtype != F32:
         raise Unsupported(f"upsample_nearest2d of {_val(x).dtype}")
     xv = _as_nchw(ctx, ctx.value(x), 2)
-    # The source indices are constants computed here: the sizes must be numbers
-    # (int() of a symbolic size refuses the op, which then runs in eager).
-    h, w = (int(d) for d in ctx.shape(xv)[2:])
-    rows = torch.arange(h, dtype=F32).view(1, 1, h, 1).expand(1, 1, h, w)
-    cols = torch.arange(w, dtype=F32).view(1, 1, 1, w).expand(1, 1, h, w)
-    src_h = aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]
-    src_w = aten.upsample_nearest2d.vec(cols.contiguous(), output_size, scales)[0, 0, 0, :]
     origin = ctx.origin(n)
-    y = ctx.node("gather", [xv, ctx.constant(src_h.to(torch.int64))], origin=origin, axis=2)
-    y = ctx.node("gather", [y, ctx.constant(src_w.to(torch.int64))], origin=origin, axis=3)
+    hw = ctx.shape(xv)[2:]
+    out = [symbolic.size(o) if isinstance(o, (torch.fx.Node, torch.SymInt)) else o for o in output_size or ()]
+    if any(isinstance(d, symbolic.SymDim) for d in (*hw, *out)):
+        # Symbolic sizes (an image of any size brought to a fixed one, or to
+        # a skip connection's): the source indices computed per call, as
+        # torch computes them.
+        if len(out) != 2 or any(s is not None for s in (scales or ())):
+            raise Unsupported("upsample_nearest2d by scale factors with a symbolic size")
+        src_h, src_w = (_nearest_source(ctx, i, o, origin) for i, o in zip(hw, out))
+    else:
+        # The source indices are constants computed here by torch itself.
+        h, w = (int(d) for d in hw)
+        rows = torch.arange(h, dtype=F32).view(1, 1, h, 1).expand(1, 1, h, w)
+        cols = torch.arange(w, dtype=F32).view(1, 1, 1, w).expand(1, 1, h, w)
+        src_h = ctx.constant(aten.upsample_nearest2d.vec(rows.contiguous(), output_size, scales)[0, 0, :, 0]
+                             .to(torch.int64))
+        src_w = ctx.constant(aten.upsample_nearest2d.vec(cols.contiguous(), output_size, scales)[0, 0, 0, :]
+                             .to(torch.int64))
+    y = ctx.node("gather", [xv, src_h], origin=origin, axis=2)
+    y = ctx.node("gather", [y, src_w], origin=origin, axis=3)
     return reshape(ctx, y, _shape(n))
+
+
+def _nearest_source(ctx, size, out, origin):
+    """The source index of each of `out` outputs along a dim of `size`
+    (either symbolic), as ATen's nearest_idx takes it without a scale:
+    min(floor(i * (float(size) / out)), size - 1) in float32 (its cases out
+    == size and out == 2 * size are exact in this form too: a scale of 1
+    or 0.5)."""
+    i = ctx.node("iota", [], origin=origin, length=out, start=0, step=1, dtype=dtype_id(F32))
+    scale = ctx.node("div", [operand(ctx, size, F32), operand(ctx, out, F32)], origin=origin)
+    src = cast(ctx, ctx.node("floor", [ctx.node("mul", [i, scale], origin=origin)], origin=origin), torch.int64)
+    return ctx.node("minimum", [src, operand(ctx, size - 1, torch.int64)], origin=origin)
 
 
 # ---- adaptive average pooling (any split) --------------------------------------------
