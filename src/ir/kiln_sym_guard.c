@@ -644,7 +644,9 @@ static int kiln_sym_fit_block_scan(kiln_sym_fit_t* f, int64_t* vars, const uint6
  * an earlier block fitted keep their sizes where the others alone can
  * make it hold (the full graph 4482: s22*s35 == 1056 fitted, then the
  * kernel height s8 <= (s22*s35)//352 + 4, which a scan of all three from
- * the bottom never reaches). The guards still broken. */
+ * the bottom never reaches), and a guard is a block by the symbols no
+ * block fitted yet (seed 20091 graph 394: s74 == (s22*s23*s35)//12, one
+ * symbol once the product is). The guards still broken. */
 static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars, int settle) {
   const kiln_sym_table_t* t = f->t;
   unsigned char* reads = malloc((size_t)t->n_exprs + 1);
@@ -664,7 +666,9 @@ static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars, int settle)
     uint64_t best = 0;
     int best_n = 4;
     for (int32_t i = 0; i < t->n_guards && f->budget > 0; ++i) {
-      const int n = __builtin_popcountll(sets[i]);
+      /* (Settling, a guard counts the symbols no block fitted yet: s74 ==
+       * (a*b*c)//12 is a block of one once a*b*c == 384 is fitted.) */
+      const int n = __builtin_popcountll(settle ? sets[i] & ~(fitted | fixed) : sets[i]);
       if (!n || n >= best_n || (tried & sets[i]) == sets[i]) continue;
       kiln_sym_fit_block_need(f, sets, sets[i], need);
       if (!kiln_sym_fit_block_holds(f, vars, sets, sets[i], need)) best = sets[i], best_n = n;
@@ -676,7 +680,7 @@ static int32_t kiln_sym_fit_blocks(kiln_sym_fit_t* f, int64_t* vars, int settle)
     int found = 0, pinned = 0;
     for (int pass = settle ? 0 : 1; pass < 2 && !found; ++pass) {
       const uint64_t scan = best & ~fixed & (pass ? ~(uint64_t)0 : ~fitted);
-      if (!scan || (!pass && scan == (best & ~fixed))) continue;
+      if (!scan || (!pass && scan == (best & ~fixed)) || __builtin_popcountll(scan) > 3) continue;
       int32_t vs[3] = {0, 0, 0};
       int n = 0;
       for (int32_t v = 0; v < t->n_vars && v < 64; ++v)

@@ -1109,12 +1109,41 @@ static void test_sym_probes_fit_shared_blocks(void) {
   kiln_graph_release(g);
 }
 
+/* Fuzz seed 20091 graph 394: a view pins a*b*c == 384, and a broadcast
+ * against the view's (a*b*c)//12 rows pins d to it: a guard of four
+ * symbols, a block of one once the product is fitted (the settling pass
+ * counts only the symbols no block fitted). */
+static void test_sym_probes_fit_a_block_of_the_rest(void) {
+  kiln_sym_table_t* t;
+  int64_t a, b, c, d, abc, rows;
+  KILN_EXPECT_OK(kiln_sym_table_create(&t));
+  if (!t) return;
+  KILN_EXPECT_OK(kiln_sym_var(t, "a", 2, (int64_t)1 << 40, &a));
+  KILN_EXPECT_OK(kiln_sym_var(t, "b", 2, (int64_t)1 << 40, &b));
+  KILN_EXPECT_OK(kiln_sym_var(t, "c", 2, (int64_t)1 << 40, &c));
+  KILN_EXPECT_OK(kiln_sym_var(t, "d", 2, (int64_t)1 << 40, &d));
+  KILN_EXPECT_OK(kiln_dim_mul(t, a, b, &abc));
+  KILN_EXPECT_OK(kiln_dim_mul(t, abc, c, &abc));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, abc, 384));
+  KILN_EXPECT_OK(kiln_dim_floordiv(t, abc, 12, &rows));
+  KILN_EXPECT_OK(kiln_sym_guard_add(t, KILN_SYM_EQ, rows, d));
+  kiln_sym_probes_fit(t);
+  for (int p = 0; p < 2; ++p) {
+    const int64_t A = kiln_sym_probe(t, a, p), B = kiln_sym_probe(t, b, p), C = kiln_sym_probe(t, c, p),
+                  D = kiln_sym_probe(t, d, p);
+    KILN_EXPECT(A * B * C == 384 && D == 32, "probe %d: (%lld, %lld, %lld), d %lld break a guard", p,
+                (long long)A, (long long)B, (long long)C, (long long)D);
+  }
+  kiln_sym_table_release(t);
+}
+
 void kiln_test_suite_sym(void) {
   test_sym_probes_fit();
   test_sym_probes_fit_sums();
   test_sym_probes_fit_products();
   test_sym_probes_fit_blocks();
   test_sym_probes_fit_shared_blocks();
+  test_sym_probes_fit_a_block_of_the_rest();
   test_sym_broadcast_pick_is_order_free();
   test_sym_export_guards();
   test_sym_canonical();

@@ -257,3 +257,28 @@ def test_guards_in_blocks_that_share_symbols(tmp_path):
         for model in (k, loaded):
             for got, want in zip(model(*args), m(*args)):
                 torch.testing.assert_close(got, want)
+
+
+class _ViewMmBroadcast(torch.nn.Module):
+    def forward(self, x, w, y):
+        v = (x.reshape(-1, 7) @ w).view(4, 3, 32, 8)
+        return torch.atan2(y, v)
+
+
+def test_guard_of_a_fitted_block_and_one_more_symbol(tmp_path):
+    """Fuzz seed 20091 graph 394: a view to (4, 3, 32, 8) pins the input's
+    a*b*c to 384, and a broadcast against its (a*b*c)//12 rows pins y's
+    rows too: a guard of four symbols, which no block of at most three
+    held, so the probes kept y's rows far from 32 and the broadcast failed
+    there. Settling, a guard counts only the symbols no block fitted yet:
+    y's rows alone once the product is fitted. Whole in kiln, saved, loaded,
+    at each split of 384."""
+    torch.manual_seed(0)
+    m = _ViewMmBroadcast()
+    k, loaded = _auto_traced_and_loaded(m, (torch.randn(4, 3, 32, 7), torch.randn(7, 8), torch.randn(32, 1)),
+                                        tmp_path)
+    for a, b, c in ((4, 3, 32), (8, 6, 8), (2, 12, 16), (3, 4, 32)):
+        args = (torch.randn(a, b, c, 7), torch.randn(7, 8), torch.randn(32, 1))
+        for model in (k, loaded):
+            torch.testing.assert_close(model(*args), m(*args))
+
