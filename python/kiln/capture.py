@@ -56,6 +56,16 @@ def decomposition_table():
     return dict(_decomposition_table())
 
 
+def _hardtanh_backward_as_eager(grad_output, self, min_val, max_val):
+    """hardtanh's gradient as eager's CPU kernel computes it: its vectorized
+    loop (all of a contiguous tensor but the last few elements) keeps the
+    gradient where min < x < max and gives 0 elsewhere, NaN x included;
+    torch's decomposition zeroes it only where x <= min or x >= max, so a
+    NaN x passed a NaN gradient on (fuzz seed 20093 graph 3521: a NaN
+    input outside the slice the loss reads, gradient 0 in eager)."""
+    return torch.where((self > min_val) & (self < max_val), grad_output, 0.0)
+
+
 @functools.lru_cache(maxsize=None)
 def _decomposition_table():
     table = torch.export.default_decompositions()
@@ -67,6 +77,7 @@ def _decomposition_table():
         if op in table:
             table[op] = _linspace_as_eager(table[op])
     table[aten._transformer_encoder_layer_fwd.default] = fastpath.transformer_encoder_layer_fwd
+    table[aten.hardtanh_backward.default] = _hardtanh_backward_as_eager
     # Every attention variant stays whole: decomposing the fused CPU flash
     # forward while its backward stays fused mismatches what forward saves
     # for backward, and training gets wrong gradients (torch 2.13).

@@ -74,3 +74,25 @@ def test_small_language_model_training_matches_eager():
     # up to lr, which would need a tolerance that hides real bugs. AdamW is
     # covered on the MLP above.
     compare(model, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), batches, loss)
+
+
+def test_hardtanh_gradient_at_nan_is_eagers():
+    """hardtanh's gradient (ReLU6's too) at a NaN input: eager's CPU kernel
+    gives 0 there (its vectorized rule keeps the gradient only where
+    min < x < max), torch's decomposition passed the NaN on. kiln follows
+    eager (capture._hardtanh_backward_as_eager; fuzz seed 20093 graph
+    3521)."""
+    x = torch.randn(64)
+    x[3], x[10], x[20] = float("nan"), float("inf"), -float("inf")
+
+    def loss(t):
+        return (torch.sin(torch.nn.functional.hardtanh(t, -0.5, 1.0)) * torch.arange(64.0)).sum()
+
+    grads = []
+    for fn in (loss, torch.compile(loss, backend="kiln")):
+        t = x.clone().requires_grad_()
+        fn(t).backward()
+        grads.append(t.grad)
+    want, got = grads
+    assert want[3] == 0, want[3]  # eager's own rule, the premise
+    torch.testing.assert_close(got, want, equal_nan=True)
