@@ -68,6 +68,22 @@ def kiln_systems(model, kinds, cache=None):
     return systems
 
 
+def llm_systems(model, kinds, max_length, suffix):
+    """One GenSystem per (name, weights_dtype), named name + suffix: the
+    model compiled by kiln.llm.compile (its traced StaticCacheStep as its
+    forward: generate() without Dynamo) for up to max_length tokens."""
+    import kiln
+    from generation import GenSystem
+    systems = []
+    for name, wd in kinds:
+        kiln.llm.compile(model, max_length, **({"weights_dtype": wd} if wd is not None else {}))
+        # GenSystem installs the forward for its own generate() calls; the
+        # input preparation kiln.llm.compile also installs stays (it passes
+        # any other cache through unchanged).
+        systems.append(GenSystem(name + suffix, model.__dict__.pop("forward"), None, "eager"))
+    return systems
+
+
 def _copying_cat(f):
     """f compiling its graphs with kiln's cache appends off."""
     import kiln.dynamo

@@ -98,11 +98,19 @@ PAIRS = {"kiln fp32": "llama.cpp f32", "kiln int8": "llama.cpp q8_0", "kiln int8
 
 
 C_SUFFIX = " (C)"  # a kiln system's row run by `kiln generate` instead of generate()
+LLM_SUFFIX = " (kiln.llm)"  # its row with generate() running kiln.llm.compile's step instead of torch.compile
 
 
 def base_system(name: str) -> str:
-    """The generate() row a C-loop row stands beside ("kiln int4 (C)" -> "kiln int4")."""
-    return name[:-len(C_SUFFIX)] if name.endswith(C_SUFFIX) else name
+    """The generate() row a C-loop or kiln.llm row stands beside ("kiln int4 (C)" -> "kiln int4")."""
+    for suffix in (C_SUFFIX, LLM_SUFFIX):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def _suffix(name: str) -> str:
+    return name[len(base_system(name)):]
 
 
 class Unavailable(Exception):
@@ -393,7 +401,7 @@ def format_table(res: dict) -> str:
         if p and r.get("decode_tps") and p.get("decode_tps"):
             dv = f"{r['decode_tps'] / p['decode_tps']:.2f}x ({pair.split()[-1]})"
         # Against kiln fp32 run the same way (generate() or the C loop).
-        k32 = by.get((r["threads"], "kiln fp32" + (C_SUFFIX if r["system"].endswith(C_SUFFIX) else "")))
+        k32 = by.get((r["threads"], "kiln fp32" + _suffix(r["system"])))
         if r["system"].startswith("kiln") and k32 and r.get("decode_tps") and k32.get("decode_tps"):
             fv = f"{r['decode_tps'] / k32['decode_tps']:.2f}x"
         f32 = by.get((r["threads"], "llama.cpp f32"))
@@ -410,6 +418,8 @@ def format_table(res: dict) -> str:
         "Dynamo's guards and generate()'s loop. kernels-only: 1000 / the ms kiln's kernels took per decode "
         "step (kiln's profiler, one generate() after the rounds), what a loop without that overhead "
         "would approach.",
+        "(kiln.llm): the same generate(), with the model compiled by kiln.llm.compile (its traced "
+        "generation step as its forward, no Dynamo) instead of torch.compile.",
         "(C): the kiln system's model traced as a generation step (kiln.llm.StaticCacheStep) and run by "
         "`kiln generate`, the C runtime alone: prefill 128 / its prompt call, decode 1000 / its median "
         "step, the 64 steps after the first token: a C loop like llama-bench's.",
@@ -504,12 +514,13 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
     else:
         try:
             import kiln  # noqa: F401  (registers the backend)
-            from decode_lowp import kiln_systems
+            from decode_lowp import kiln_systems, llm_systems
             from generation import GenSystem
             kinds = kiln_names()
             torch._dynamo.config.recompile_limit = 64
             live = [(n, wd) for n, wd, why in kinds if not why]
-            systems = [GenSystem("eager", None, None, None)] + kiln_systems(model, live)
+            systems = ([GenSystem("eager", None, None, None)] + kiln_systems(model, live)
+                       + llm_systems(model, live, prompt + new + 16, LLM_SUFFIX))
         except Exception as e:
             kiln_na = f"kiln unavailable: {short(e)}"
     vocab = model.config.vocab_size
@@ -526,7 +537,8 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
             rows[f"llama.cpp {ty}"] = r = {"system": f"llama.cpp {ty}", "threads": t}
             if isinstance(ggufs[ty], Unavailable):
                 r["na"] = str(ggufs[ty])
-        for name, _, why in [("eager", None, "")] + (kinds or [(n, wd, "") for n, wd in KILN_KINDS]):
+        named = kinds or [(n, wd, "") for n, wd in KILN_KINDS]
+        for name, _, why in [("eager", None, "")] + named + [(n + LLM_SUFFIX, wd, why) for n, wd, why in named]:
             rows[name] = {"system": name, "threads": t}
             if kiln_na or why:
                 rows[name]["na"] = kiln_na or why
@@ -592,7 +604,7 @@ def _timed(args, res, model, ggufs, bindir, threads, prompt, new, logs, save, lo
         # Kernels only: one profiled generate() per kiln system, after the rounds.
         from gen_profile import decode_kernel_ms, profiled_generate
         for s in live:
-            if s.name == "eager" or s.name in failed:
+            if s.name == "eager" or s.name in failed or s.name.endswith(LLM_SUFFIX):  # (C)'s kernels
                 continue
             try:
                 _, graphs = profiled_generate(model, s, ids, mask, new)

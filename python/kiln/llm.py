@@ -14,6 +14,9 @@ that `kiln generate` (the C runtime alone) and any C API program run.
     kv = rows.empty_cache(ids.shape[0])                           # a cache for the rows run
     logits = rows.trace(ids)(ids, torch.tensor(0), kv, pad)       # left-padded by pad[b] slots
 
+    kiln.llm.compile(model, max_length=2048, weights_dtype="int4:a8")   # generate() runs that step
+    out = model.generate(ids, max_new_tokens=64)                  # unchanged, without Dynamo
+
 The step builds transformers' StaticCache over the caller's tensors on each
 call, so the model's own attention code writes them (index_copy_), and
 torch.export sees the writes as updates of inputs. Nothing here computes:
@@ -148,3 +151,248 @@ def _written_layout(model):
             return [(t.shape[1], t.shape[3]) for layer in cache.layers for t in (layer.keys, layer.values)]
     except Exception:  # noqa: BLE001 (any failure: the config's sizes)
         return None
+
+
+def compile(model, max_length, batch=1, **options):  # noqa: A001 (kiln.llm.compile, beside torch.compile)
+    """Compiles `model` (a Hugging Face causal LM) for its own generate():
+    traces its StaticCacheStep (prefill and decode in one module, `options`
+    as kiln.trace takes them: weights_dtype and so on) and makes it the
+    model's forward, so model.generate() runs it, unchanged, for any prompt
+    and up to max_length tokens in all, up to `batch` prompts at once (left
+    padded). Returns the model; `del model.forward` undoes it.
+
+    Beside torch.compile(model.forward, backend="kiln"), a step has no
+    Dynamo frame to enter (its guards over every parameter and the cache
+    cost ~0.3 ms a token) and runs the same module as `kiln generate`.
+    A call the step does not cover runs the model's own forward, correctly,
+    on the same cache (see GenerationForward)."""
+    step = StaticCacheStep(model, max_length, batch)
+    # Two tokens: torch.export takes an example size of 1 as fixed.
+    compiled = step.trace(torch.ones(1, 2, dtype=torch.long), **options)
+    model.forward = GenerationForward(model, step, compiled)
+    model.prepare_inputs_for_generation = _PlainMasks(model)
+    return model
+
+
+def uncompile(model):
+    """Undoes kiln.llm.compile: the model's own forward again."""
+    for name in ("forward", "prepare_inputs_for_generation"):
+        model.__dict__.pop(name, None)
+    return model
+
+
+class _PlainMasks:
+    """The model's prepare_inputs_for_generation, except that it passes a
+    KilnCache's step generate()'s 2D attention mask as it is: for a
+    compileable cache it builds a 4D mask each token (~90 us for the
+    bench's Llama), which the step would not read, and checking it would
+    cost more. (The cache stays compileable to everything else: the
+    model's own forward must build its masks as for any static cache.)"""
+
+    def __init__(self, model):
+        self.inner = type(model).prepare_inputs_for_generation.__get__(model)
+        self.__signature__ = inspect.signature(self.inner)  # generate() reads its parameters
+
+    def __call__(self, *args, **kw):
+        cache = kw.get("cache")
+        if type(cache) is not _cache_class():
+            return self.inner(*args, **kw)
+        cache.plain_masks = True
+        try:
+            return self.inner(*args, **kw)
+        finally:
+            cache.plain_masks = False
+
+
+class KilnCache:
+    pass  # replaced below, once transformers is imported (it is not a dependency of `import kiln`)
+
+
+def _cache_class():
+    """KilnCache: transformers' StaticCache over a compiled step's tensors,
+    made on first use (transformers is imported lazily)."""
+    global KilnCache
+    if getattr(KilnCache, "_made", False):
+        return KilnCache
+    from transformers.cache_utils import Cache, StaticCache, StaticLayer
+
+    class _KilnCache(StaticCache):
+        """The cache a compiled step writes: one StaticLayer per layer over
+        the step's tensors (every layer full-length, as the step lays them
+        out), each row's left padding, and the slots filled so far (each
+        layer's cumulative_length, as StaticLayer keeps it). The model's
+        own forward runs on it unchanged (a call the step does not cover).
+
+        Compileable, as a StaticCache is (the model's own forward then
+        masks the slots not yet written), except to generate()'s input
+        preparation under kiln.llm.compile (_PlainMasks), which then passes
+        the 2D attention mask the step checks."""
+
+        _made = True
+        plain_masks = False
+
+        @property
+        def is_compileable(self):
+            return not self.plain_masks
+
+        def __init__(self, layout, max_length, rows, pad, dtype):
+            Cache.__init__(self, layers=[StaticLayer(max_length) for _ in range(len(layout) // 2)])
+            for layer, (hk, dk), (hv, dv) in zip(self.layers, layout[0::2], layout[1::2]):
+                layer.lazy_initialization(torch.empty(rows, hk, 0, dk, dtype=dtype),
+                                          torch.empty(rows, hk, 0, dv, dtype=dtype))
+                if hv != hk:
+                    layer.values = torch.zeros(rows, hv, max_length, dv, dtype=dtype)
+            self.pad, self.padded = pad, bool(pad.any())
+            # Each layer's count of filled slots is a view of one tensor, so
+            # a step advances them all at once; the model's own forward
+            # (StaticLayer.update) still advances each layer's own.
+            self.lengths = torch.zeros(len(self.layers), dtype=torch.long)
+            for i, layer in enumerate(self.layers):
+                layer.cumulative_length = self.lengths[i]
+
+        def reorder_cache(self, beam_idx):
+            super().reorder_cache(beam_idx)
+            self.pad = self.pad.index_select(0, beam_idx)
+
+        def batch_repeat_interleave(self, repeats):
+            super().batch_repeat_interleave(repeats)
+            self.pad = self.pad.repeat_interleave(repeats, dim=0)
+
+        def batch_select_indices(self, indices):
+            super().batch_select_indices(indices)
+            self.pad = self.pad[indices]
+
+    KilnCache = _KilnCache
+    return KilnCache
+
+
+# generate()'s keyword arguments a step covers (any value; and the cache's,
+# by the model's name for it), and those it covers at their defaults only.
+_STEP_ARGS = ("input_ids", "attention_mask", "position_ids", "return_dict", "logits_to_keep", "use_cache")
+_STEP_DEFAULTS = {"output_attentions": (None, False), "output_hidden_states": (None, False),
+                  "inputs_embeds": (None,), "labels": (None,)}
+
+
+class GenerationForward:
+    """A causal LM's forward as generate() calls it, run by its compiled
+    StaticCacheStep: each call writes the tokens' keys and values into a
+    KilnCache and returns the last token's logits ([B, 1, vocabulary]) and
+    the cache. generate()'s first call brings the empty cache it made
+    (DynamicCache or StaticCache); the step answers it with a KilnCache,
+    which generate() then passes back each token (and returns when asked,
+    and takes again to continue a generation).
+
+    The step computes positions and masks from each row's left padding, so
+    a call is the step's only where that is what the model would compute:
+    the attention mask (if any) is a left-padded one over every slot
+    filled, position ids (if any) count from each row's first token, the
+    rows fit the step's batch and the slots its max_length, and nothing
+    asks for more than the last token's logits. Any other call runs the
+    model's own forward on the same cache (a StaticCache to it), as does
+    beam search's reordering, which the cache follows."""
+
+    def __init__(self, model, step, compiled):
+        self.eager = type(model).forward.__get__(model)
+        self.step, self.compiled = step, compiled
+        self.cache_arg = _cache_arg(model)
+        self.args = frozenset(_STEP_ARGS + (self.cache_arg,))
+        self.steps = self.eager_calls = 0  # calls the step ran, calls the model's forward ran
+        self.layout = step.cache_layout()
+        self.dtype = model.dtype
+        # generate() reads forward's parameters (the cache's name, logits_to_keep).
+        self.__signature__ = inspect.signature(self.eager)
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+        self.output = CausalLMOutputWithPast
+        self.cache_field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+    def __call__(self, *args, **kw):
+        cache = kw.get(self.cache_arg)
+        ids = kw.get("input_ids")
+        if args or not self._covers(kw, ids):
+            return self._eager(*args, **kw)
+        if type(cache) is not _cache_class():
+            cache = self._adopt(cache, ids, kw.get("attention_mask"))
+            if cache is None:
+                return self._eager(**kw)
+        past = cache.layers[0].cumulative_length
+        filled, t = int(past), ids.shape[1]
+        if filled + t > self.step.max_length:
+            raise KilnError(f"kiln.llm: this generation reaches {filled + t} tokens; the model was compiled "
+                            f"for max_length={self.step.max_length} (kiln.llm.compile's argument)")
+        if not self._masks_agree(cache, kw, ids, filled, t):
+            return self._eager(**kw)
+        kv = [x for layer in cache.layers for x in (layer.keys, layer.values)]
+        if self.step.batch == 1:
+            logits = self.compiled(ids, past, kv)
+        else:
+            logits = self.compiled(ids, past, kv, cache.pad)
+        cache.lengths.add_(t)
+        self.steps += 1
+        out = self.output(logits=logits[:, None], **{self.cache_field: cache})
+        return out if kw.get("return_dict", True) is not False else out.to_tuple()
+
+    def _eager(self, *args, **kw):
+        self.eager_calls += 1
+        return self.eager(*args, **kw)
+
+    def _covers(self, kw, ids):
+        """Whether the call's arguments are the step's (their values are
+        checked against the cache later)."""
+        for k, v in kw.items():
+            if k not in self.args and (k not in _STEP_DEFAULTS or not any(v is d for d in _STEP_DEFAULTS[k])):
+                return False
+        if type(ids) is not torch.Tensor or ids.dim() != 2 or ids.dtype != torch.long or kw.get("use_cache") is False:
+            return False
+        keep = kw.get("logits_to_keep", 0)
+        return keep == 1 or (keep == 0 and ids.shape[1] == 1)
+
+    def _adopt(self, cache, ids, mask):
+        """A KilnCache for a generation beginning: `cache` is the empty
+        DynamicCache or StaticCache generate() made (not one the caller
+        passed, which they may read afterwards), the rows fit and the mask
+        is left padding; else None."""
+        from transformers.cache_utils import DynamicCache, StaticCache
+        if type(cache) not in (DynamicCache, StaticCache) or getattr(cache, "_is_user_defined", False):
+            return None
+        if cache.get_seq_length() != 0:
+            return None
+        rows, t = ids.shape
+        if rows > self.step.batch:
+            return None
+        pad = torch.zeros(rows, dtype=torch.long)
+        if mask is not None:
+            if mask.dim() != 2 or mask.shape != (rows, t):
+                return None
+            pad = t - mask.long().sum(1)
+            # A row of padding alone has nothing to attend to; a step without
+            # a padding input (batch 1) has none at all.
+            if bool((pad >= t).any()) or (self.step.batch == 1 and bool(pad.any())):
+                return None
+        return _cache_class()(self.layout, self.step.max_length, rows, pad, self.dtype)
+
+    def _masks_agree(self, cache, kw, ids, filled, t):
+        """Whether the call's rows, mask and positions are those the step
+        computes from the cache's padding. (Checked every call, in a few
+        microseconds where no row is padded: what generate() appends
+        could be anything a caller passes.)"""
+        pad, rows = cache.pad, ids.shape[0]
+        if rows != pad.shape[0]:
+            return False
+        mask = kw.get("attention_mask")
+        if mask is not None:
+            if mask.dim() != 2 or mask.shape[0] != rows or mask.shape[1] != filled + t:
+                return False
+            if not (bool(mask.all()) if not cache.padded else
+                    torch.equal(mask.bool(), torch.arange(filled + t)[None] >= pad[:, None])):
+                return False
+        elif cache.padded:
+            return False
+        positions = kw.get("position_ids")
+        if positions is None:  # the model counts from slot 0, padded or not
+            return not cache.padded
+        if positions.dim() != 2 or positions.shape[1] != t or positions.shape[0] not in (1, rows):
+            return False
+        if t == 1 and not cache.padded:
+            return bool((positions == filled).all())
+        expect = (torch.arange(filled, filled + t)[None] - pad[:, None]).clamp(min=0)
+        return torch.equal(positions.expand_as(expect), expect)

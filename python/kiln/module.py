@@ -280,8 +280,7 @@ class KilnModule(torch.nn.Module):
     def forward(self, *args, **kwargs):
         if kwargs:
             args = tuple(args) + tuple(kwargs.values())
-        # Plain tensor arguments (the common case) need no pytree walk.
-        flat = args if all(type(a) is torch.Tensor for a in args) else pytree.tree_leaves(args)
+        flat = _flat_args(args)
         outs = self._run_writing(flat) if self._writes else self.run_flat(flat)
         kind = self._out_kind
         if kind == "one":
@@ -468,6 +467,21 @@ class _KilnJitWrapper(torch.nn.Module):
         if self._out_spec is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return pytree.tree_unflatten(list(outs), self._out_spec)
+
+
+def _flat_args(args):
+    """pytree.tree_leaves(args), without its walk for the common cases:
+    plain tensors, and lists or tuples of them (a generation step's KV
+    cache: ~20 us a call for the walk)."""
+    flat = []
+    for a in args:
+        if type(a) is torch.Tensor:
+            flat.append(a)
+        elif type(a) in (list, tuple) and all(type(x) is torch.Tensor for x in a):
+            flat.extend(a)
+        else:
+            return pytree.tree_leaves(args)
+    return flat
 
 
 def _script_module(kiln_module):

@@ -98,12 +98,17 @@ def test_c_loop_rows_pair_with_their_generate_rows(lc):
            "rows": [{"system": "llama.cpp q4_0", "threads": 1, "prefill_tps": 300.0, "decode_tps": 40.0},
                     {"system": "kiln fp32", "threads": 1, "decode_tps": 10.0},
                     {"system": "kiln fp32 (C)", "threads": 1, "decode_tps": 20.0},
-                    {"system": "kiln int4:a8 (C)", "threads": 1, "prefill_tps": 600.0, "decode_tps": 50.0}]}
+                    {"system": "kiln int4:a8 (C)", "threads": 1, "prefill_tps": 600.0, "decode_tps": 50.0},
+                    {"system": "kiln fp32 (kiln.llm)", "threads": 1, "decode_tps": 16.0},
+                    {"system": "kiln int4:a8 (kiln.llm)", "threads": 1, "decode_tps": 48.0}]}
     assert lc.base_system("kiln int4:a8 (C)") == "kiln int4:a8" and lc.base_system("kiln fp32") == "kiln fp32"
+    assert lc.base_system("kiln int4:a8 (kiln.llm)") == "kiln int4:a8"
     table = lc.format_table(res)
     line = next(l for l in table.splitlines() if "| kiln int4:a8 (C) |" in l)
     assert "| 1.25x (q4_0) | 2.50x |" in line   # against q4_0, and against kiln fp32 (C), not generate()'s
-    assert "`kiln generate`" in table
+    line = next(l for l in table.splitlines() if "| kiln int4:a8 (kiln.llm) |" in l)
+    assert "| 1.20x (q4_0) | 3.00x |" in line   # and kiln.llm's against kiln fp32 (kiln.llm)
+    assert "`kiln generate`" in table and "kiln.llm.compile" in table
 
 
 def test_unavailable_rows_say_why(lc, tmp_path, monkeypatch):
