@@ -88,7 +88,8 @@ def generation(new_tokens=32):
     GQA, SwiGLU, RMSNorm) generating through HF generate() unchanged, with
     kiln behind model.forward: one line, the default DynamicCache, one
     compile for every length (Dynamo's automatic dynamic hands kiln a
-    symbolic graph after the first decode step)."""
+    symbolic graph after the first decode step); then kiln.llm.compile, the
+    model's step traced whole as its forward."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -120,10 +121,19 @@ def generation(new_tokens=32):
         compile_s = time.perf_counter() - t0
         got, kiln_tps = generate(3)
         model.forward = eager_forward
-    same = torch.equal(got, want)
+        # Or the model's whole step traced once and run as its forward: no
+        # Dynamo frame to enter each token.
+        t0 = time.perf_counter()
+        kiln.llm.compile(model, max_length=ids.shape[1] + new_tokens)
+        trace_s = time.perf_counter() - t0
+        got_llm, llm_tps = generate(3)
+        kiln.llm.uncompile(model)
+    same, same_llm = torch.equal(got, want), torch.equal(got_llm, want)
     print(f"  eager {eager_tps:6.1f} tokens/s | kiln {kiln_tps:6.1f} tokens/s ({kiln_tps / eager_tps:.2f}x) | "
           f"first generate() with compiles {compile_s:.1f} s | tokens equal eager's: {same}")
-    return same
+    print(f"  kiln.llm.compile {llm_tps:6.1f} tokens/s ({llm_tps / eager_tps:.2f}x eager) | "
+          f"trace {trace_s:.1f} s | tokens equal eager's: {same_llm}")
+    return same and same_llm
 
 
 if __name__ == "__main__":
