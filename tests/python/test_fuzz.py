@@ -102,6 +102,25 @@ def test_fuzz_rules_for_torchs_own_disagreements():
         assert "aot_eager" in results[1].detail, results[1].detail
 
 
+def test_fuzz_rule_for_norms_whose_squared_deviations_overflow():
+    """Seed 20092 graph 344: a group norm of values up to 7e36, whose squared
+    deviations pass float32's range (eager's Welford gives beta at some such
+    rows and NaN at others; kiln's two-pass sums NaN) is ill-conditioned.
+    The rule's line: n * spread^2 against a quarter of float32's largest
+    value, so a spread of 1e18 over ten values is still judged, 1e19 not."""
+    from kilnfuzz.check import Audit
+    result = _run((20092, 344), wide=True, bf16_every=7, quant_every=5, dynamic_every=4)[0]
+    assert result.status == "ill" and "squared deviations" in result.detail, describe(result)
+    aten = torch.ops.aten
+    for spread, flagged in ((1e18, False), (1e19, True)):
+        x = torch.linspace(-spread / 2, spread / 2, 20, dtype=torch.float64).reshape(2, 10)
+        for op, args in ((aten.native_group_norm.default, (x, None, None, 2, 10, 1, 1, 1e-5)),
+                         (aten.native_layer_norm.default, (x, [10], None, None, 1e-5))):
+            audit = Audit()
+            audit(op, args, {}, op(*args))
+            assert (audit.reason is not None) == flagged, (op, spread, audit.reason)
+
+
 def test_fuzz_rule_for_eager_results_that_depend_on_a_layout():
     """Seed 4242 graph 2045 (tests/fuzz/FINDINGS.md): gather along dim 0 with
     an expanded (stride-0) int64 index, trained. torch 2.13's CPU backward

@@ -56,7 +56,10 @@ an exact zero whose sign decides an op's result (_SIGN_OF_ZERO); or a
 comparison whose float operands are NaN at other places in float32 eager
 than in float64 (_NAN_AT_COMPARISON: float32 gelu(inf) is NaN, float64's
 inf; rule 3 accepts either for a float output, but a comparison makes of
-them two different exact bools, and kiln may give either).
+them two different exact bools, and kiln may give either); or a layer or
+group norm of finite values whose squared deviations pass float32's range
+(_NORM_ROWS: float32's variance is infinite, and what each kernel makes of
+that, beta or NaN, is its own).
 
 The bf16 mode (bf16.py: a model in bf16, or traced under autocast) holds
 kiln to python/kiln/lowp.py's contract: "its error against a float64
@@ -108,6 +111,8 @@ float32 outputs, rounded to bf16 first (compute_dtype=bf16 rounds at most
 where eager bf16 does).
 """
 
+import math
+
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -135,6 +140,33 @@ _DOMAIN_AT_ZERO = {aten.log.default, aten.sqrt.default, aten.rsqrt.default, aten
 # reference to hold kiln to and is redrawn. Signs of zeros made elementwise
 # (tanh(-0), a sum of -0s) are still checked wherever no such op reads them.
 _SIGN_OF_ZERO = {aten.atan2.default, aten.div.Tensor, aten.reciprocal.default, aten.rsqrt.default}
+
+# Norms whose squared deviations can pass float32's range while every value
+# is finite (a group norm of values up to 7e36: seed 20092 graph 344). The
+# variance is then infinite in float32, and what a kernel makes of that is
+# its own: eager's Welford cascade gives beta (rstd 0) for some rows and NaN
+# for others (inf - inf where it merges partial sums of mixed signs), in its
+# layer_norm and group_norm alike; kiln's two-pass sums give NaN. No
+# reference to hold kiln to. Judged by each row's spread, max - min: it
+# bounds every deviation any order of updates meets, so a running mean's
+# intermediate deviations too.
+_NORM_ROWS = {aten.native_layer_norm.default: lambda x, args: x.reshape(-1, math.prod(args[1]) or 1),
+              aten.native_group_norm.default: lambda x, args: x.reshape(args[3] * args[6], -1)}
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _norm_overflows(op, args):
+    """True when some row `op` normalizes has finite values whose squared
+    deviations could add up past float32's range: n * spread^2 above a
+    quarter of float32's largest value (the margin covers rounding and
+    any order of summing)."""
+    x = args[0]
+    if x.numel() == 0:
+        return False
+    rows = _NORM_ROWS[op](x.detach().double(), args)
+    spread = rows.amax(1) - rows.amin(1)
+    finite = torch.isfinite(spread)
+    return bool((finite & (spread.square() * rows.shape[1] > _FLOAT32_MAX / 4)).any())
 
 
 def _double(v):
@@ -283,6 +315,9 @@ class Audit:
         if op in _COMPARISONS and args[0].is_floating_point():
             if _near(args[0], args[1]):
                 self.reason = f"{op} has operands within {TIE_RELATIVE} of a tie"
+        if op in _NORM_ROWS and args[0].is_floating_point() and _norm_overflows(op, args):
+            self.reason = f"{op} normalizes values whose squared deviations pass float32's range"
+            return
         if op in _SIGN_OF_ZERO and _zero_decides(op, args):
             self.reason = f"{op} meets an exact zero whose sign decides its result"
             return
