@@ -190,8 +190,13 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
 def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dynamic_shapes, t0,
            target):
     """kiln.trace's work, its arguments checked, under a compile progress bar."""
+    modes = {}
     if isinstance(model, torch.nn.Module):
         was_training = model.training
+        # Each module's own mode, restored as it was: model.train() would put
+        # a submodule the user keeps in eval (a frozen norm, a backbone) in
+        # training mode too.
+        modes = {m: m.training for m in model.modules()}
         if was_training and _mode_dependent(model):
             warnings.warn(f"kiln.trace compiles for inference: {type(model).__name__} is in training mode "
                           f"and is traced as after model.eval() ({', '.join(_mode_dependent(model))} "
@@ -204,8 +209,8 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
         with torch.no_grad():
             ep = export_program(model, args, example_kwargs, dynamic_shapes)
     finally:
-        if isinstance(model, torch.nn.Module) and was_training:
-            model.train()
+        for m, training in modes.items():
+            m.training = training
     name = type(model).__name__
     mutations = _mutations(ep)
     input_writes = bool(mutations) and all(kind == "USER_INPUT_MUTATION" for kind, _ in mutations)

@@ -53,6 +53,7 @@ class StaticCacheStep(torch.nn.Module):
     def __init__(self, model, max_length, batch=1):
         super().__init__()
         self.model, self.max_length, self.batch = model, int(max_length), int(batch)
+        self.training = model.training  # the model's mode, not a new module's (training)
 
     def forward(self, input_ids, past, kv, pad=None):
         from transformers.cache_utils import StaticCache, StaticLayer, get_layer_types_and_kwargs

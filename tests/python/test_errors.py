@@ -67,6 +67,17 @@ def test_training_mode_model_is_traced_for_inference_with_a_warning():
     torch.testing.assert_close(m(x), want)
 
 
+def test_trace_leaves_each_submodules_mode_as_it_was():
+    """A model in training mode whose norm the user froze in eval mode: after
+    kiln.trace, the norm is still in eval mode (model.train() would have
+    flipped it), the rest still training."""
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
+    net[1].eval()
+    with pytest.warns(UserWarning, match="compiles for inference"):
+        kiln.trace(net, (torch.randn(2, 4),))
+    assert [m.training for m in net] == [True, False, True] and net.training
+
+
 def test_eval_mode_model_traces_without_a_mode_warning():
     import warnings
 
