@@ -346,6 +346,17 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
     fwd = model.forward
     kiln_fwd = torch.compile(_own_code(fwd, "kiln"), backend="kiln") if kiln_ok else None
     kiln_st_fwd = torch.compile(_own_code(fwd, "kiln_static"), backend="kiln") if kiln_ok else None
+    # kiln.llm.compile: the model's step traced once (prefill and decode, 1
+    # to max(batches) rows, any thread count) and run as its forward.
+    llm_fwd, llm_why = None, kiln_why
+    if kiln_ok and not quick:
+        t_s = _now()
+        try:
+            kiln.llm.compile(model, prompt + new + 16, batch=max(batches))
+            llm_fwd = model.__dict__.pop("forward")
+        except Exception as e:
+            llm_why = f"kiln.llm.compile failed: {peers.short(e, 80)}"
+        ph.add("kiln.llm trace", _now() - t_s)
     for n in threads:
         torch.set_num_threads(n)
         ind_fwd = None
@@ -375,6 +386,7 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
                        GenSystem("eager_static", None, "static", None),
                        GenSystem("kiln", kiln_fwd, None, "eager"),
                        GenSystem("kiln_static", kiln_st_fwd, "static", "eager_static"),
+                       GenSystem("kiln_llm", llm_fwd, None, "eager"),
                        GenSystem("inductor", ind_fwd, "static", "eager_static")]
             refs = {}
             live = []
@@ -386,8 +398,11 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
                 if s.name == "inductor" and ind_fwd is None:
                     cell["na"] = ind_skip
                     continue
-                if s.name == "kiln_static" and quick:
+                if s.name in ("kiln_static", "kiln_llm") and quick:
                     cell["na"] = QUICK_SYS_SKIP
+                    continue
+                if s.name == "kiln_llm" and llm_fwd is None:
+                    cell["na"] = llm_why
                     continue
                 slow = _slow_static(rows_out, n, b, batches[0])
                 if s.name == "kiln_static" and slow:
@@ -444,7 +459,7 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
     return 0
 
 
-GEN_SYSTEMS = ("eager", "eager_static", "kiln", "kiln_static", "inductor")
+GEN_SYSTEMS = ("eager", "eager_static", "kiln", "kiln_static", "kiln_llm", "inductor")
 
 
 def _slow_static(rows, n, b, b0):
@@ -466,7 +481,7 @@ def _slow_static(rows, n, b, b0):
 
 def _phase(system):
     return {"eager": "eager ref", "eager_static": "eager ref", "kiln": "kiln",
-            "kiln_static": "kiln", "inductor": "inductor"}[system]
+            "kiln_static": "kiln", "kiln_llm": "kiln", "inductor": "inductor"}[system]
 
 
 # --------------------------------------------------------------------------

@@ -302,7 +302,7 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
 GEN_HEADER = ["model", "batch", "thr", "kiln tokens", "kiln graphs (recompiles)",
               "kiln replans/call (us each)",
               "eager TTFT ms", "inductor TTFT ms", "kiln TTFT ms", "TTFT kiln/eager",
-              "eager tok/s", "inductor tok/s", "kiln tok/s", "kiln static tok/s",
+              "eager tok/s", "inductor tok/s", "kiln tok/s", "kiln static tok/s", "kiln.llm tok/s",
               "roofline tok/s", "decode kiln/eager", "kiln % roofline", "eager % roofline"]
 
 SHAPE_HEADER = ["model", "batch x len", "thr", "kiln check (max err)", "eager ms",
@@ -354,8 +354,9 @@ def gen_table_rows(results: dict, notes: Notes) -> list[list[str]]:
             continue
         s = row["systems"]
         k, ks, ind = s.get("kiln", {}), s.get("kiln_static", {}), s.get("inductor", {})
+        kl = s.get("kiln_llm", {})
         toks = []
-        for name, c in (("", k), ("static ", ks)):
+        for name, c in (("", k), ("static ", ks), ("kiln.llm ", kl)):
             if "tokens" in c:
                 toks.append(name + ("ok" if c.get("tokens_ok") else "MISMATCH ")
                             + ("" if c.get("tokens_ok") else notes.ref(f"{row['model']} batch "
@@ -380,7 +381,7 @@ def gen_table_rows(results: dict, notes: Notes) -> list[list[str]]:
                     cell_t(ind), cell_t(k),
                     f"{e_ttft / _ttft(k):.2f}x" if e_ttft and _ttft(k) else "-",
                     f"{_fmt_tps(e_tps)} ({e_cache})" if e_tps is not None else "-",
-                    cell_d(ind), cell_d(k), cell_d(ks),
+                    cell_d(ind), cell_d(k), cell_d(ks), cell_d(kl),
                     _fmt_tps(roof) if roof else "-",
                     f"{_tps(k) / e_tps:.2f}x" if e_tps and _tps(k) else "-",
                     pct(_tps(k)), pct(e_tps)]
@@ -584,7 +585,9 @@ GEN_ABOUT = (
     "token: TTFT is from the call to the first new token, tok/s counts the 64 decode steps after "
     "it (times the batch). eager: the better of the default DynamicCache (dyn) and "
     "`cache_implementation=\"static\"`; kiln: `model.forward = torch.compile(model.forward, "
-    "backend=\"kiln\")` with the default cache (kiln static: the static cache); inductor: the "
+    "backend=\"kiln\")` with the default cache (kiln static: the static cache; kiln.llm: "
+    "`kiln.llm.compile(model, max_length, batch)`, the model's generation step traced once and run "
+    "as its forward, no Dynamo); inductor: the "
     "static cache with `torch.compile(model.forward, mode=\"reduce-overhead\", fullgraph=True)`. "
     "kiln tokens: greedy tokens compared with eager's under the same cache before timing. "
     "kiln graphs: graphs kiln compiled during the first generate() at that batch (in "
