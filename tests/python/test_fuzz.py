@@ -121,6 +121,13 @@ def test_fuzz_rule_for_norms_whose_squared_deviations_overflow():
             assert (audit.reason is not None) == flagged, (op, spread, audit.reason)
 
 
+def test_fuzz_finding_gelu_of_negative_zero():
+    """Seed 20094 graph 6639: erf-GELU (fused from its decomposition) of
+    -0.0 is -0.0 (x Phi(x)), which pow(x, -1) makes -inf; kiln's kernel gave
+    +0.0 and so +inf (C suite nn checks every unary op's zero signs)."""
+    _expect_pass(*_run((20094, 6639), wide=True, bf16_every=7, quant_every=5, dynamic_every=4), "bf16-autocast")
+
+
 def test_fuzz_rule_for_eager_results_that_depend_on_a_layout():
     """Seed 4242 graph 2045 (tests/fuzz/FINDINGS.md): gather along dim 0 with
     an expanded (stride-0) int64 index, trained. torch 2.13's CPU backward

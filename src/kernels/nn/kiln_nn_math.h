@@ -273,7 +273,7 @@ static inline float kiln_nn_geluf(float x) {
   (void)kiln_nn_gelu_parts(x, &erfc);
   float hx = 0.5f * x;
   float pos = erfc == 0.0f ? x : KILN_NN_FMA(-hx, erfc, x);
-  return x >= 0.0f ? pos : hx * erfc;
+  return x > 0.0f ? pos : hx * erfc; /* -0 takes x/2 erfc: -0, as x Phi(x) */
 }
 
 /* d gelu(x)/dx = Phi(x) + x phi(x), phi(x) = e^(-x^2/2)/sqrt(2 pi): one
