@@ -262,7 +262,8 @@ def markdown(results: dict, png_name: str = "results.png") -> str:
         f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores"
         + (f"; {m['cpu_features']}" if m.get("cpu_features") else "") + "), "
         f"{' and '.join(str(t) for t in m['threads'])} thread(s), {vs}"
-        + (" (QUICK run: fewer timed runs)" if m.get("quick") else "") + ".",
+        + (" (QUICK run: fewer timed runs)" if m.get("quick") else "") + "."
+        + (" " + m["rows_note"] if m.get("rows_note") else ""),
         "Each model runs in its own process, at every thread count; each system is warmed "
         "up, then timed in interleaved rounds (bench/README.md), and the median of several "
         "runs is shown in milliseconds. Before timing, kiln's output is checked "

@@ -24,6 +24,7 @@ it is capture glue, as kiln.fastpath is (the cache's layout is read from
 what one eager step of the model writes)."""
 
 import inspect
+import warnings
 
 import torch
 
@@ -170,8 +171,8 @@ def compile(model, max_length, batch=1, **options):  # noqa: A001 (kiln.llm.comp
     step = StaticCacheStep(model, max_length, batch)
     # Two tokens: torch.export takes an example size of 1 as fixed.
     compiled = step.trace(torch.ones(1, 2, dtype=torch.long), **options)
-    model.forward = GenerationForward(model, step, compiled)
-    model.prepare_inputs_for_generation = _PlainMasks(model)
+    model.forward = forward = GenerationForward(model, step, compiled)
+    model.prepare_inputs_for_generation = _PlainMasks(model, forward)
     return model
 
 
@@ -183,26 +184,41 @@ def uncompile(model):
 
 
 class _PlainMasks:
-    """The model's prepare_inputs_for_generation, except that it passes a
-    KilnCache's step generate()'s 2D attention mask as it is: for a
-    compileable cache it builds a 4D mask each token (~90 us for the
-    bench's Llama), which the step would not read, and checking it would
-    cost more. (The cache stays compileable to everything else: the
-    model's own forward must build its masks as for any static cache.)"""
+    """The model's prepare_inputs_for_generation, except for a KilnCache:
+    the cache generate() made for a generation beginning becomes one
+    (GenerationForward.adopt) before the inputs are prepared, and the step
+    gets generate()'s 2D attention mask as it is. For a compileable cache
+    (a StaticCache, which a model's generation_config may ask for:
+    Gemma's "hybrid") generate() builds a 4D mask each token (~90 us for
+    the bench's Llama), which the step would not read, and checking it
+    would cost more. (The KilnCache stays compileable to everything else:
+    the model's own forward must mask it as any static cache.)"""
 
-    def __init__(self, model):
+    def __init__(self, model, forward):
         self.inner = type(model).prepare_inputs_for_generation.__get__(model)
+        self.forward = forward
         self.__signature__ = inspect.signature(self.inner)  # generate() reads its parameters
 
     def __call__(self, *args, **kw):
         cache = kw.get("cache")
         if type(cache) is not _cache_class():
-            return self.inner(*args, **kw)
+            ids = args[0] if args else kw.get("input_ids")
+            adopted = None
+            if _empty(cache) and type(ids) is torch.Tensor and ids.dim() == 2:
+                adopted = self.forward.adopt(cache, ids, kw.get("attention_mask"))
+            if adopted is None:
+                return self.inner(*args, **kw)
+            kw["cache"] = cache = adopted
         cache.plain_masks = True
         try:
             return self.inner(*args, **kw)
         finally:
             cache.plain_masks = False
+
+
+def _empty(cache):
+    """Whether `cache` is a transformers Cache holding no tokens yet."""
+    return getattr(cache, "get_seq_length", None) is not None and int(cache.get_seq_length()) == 0
 
 
 class KilnCache:
@@ -298,6 +314,7 @@ class GenerationForward:
         self.cache_arg = _cache_arg(model)
         self.args = frozenset(_STEP_ARGS + (self.cache_arg,))
         self.steps = self.eager_calls = 0  # calls the step ran, calls the model's forward ran
+        self.warned = set()  # why a generation ran in eager, each said once
         self.layout = step.cache_layout()
         self.dtype = model.dtype
         # generate() reads forward's parameters (the cache's name, logits_to_keep).
@@ -312,7 +329,11 @@ class GenerationForward:
         if args or not self._covers(kw, ids):
             return self._eager(*args, **kw)
         if type(cache) is not _cache_class():
-            cache = self._adopt(cache, ids, kw.get("attention_mask"))
+            # A generation beginning (an empty cache), or the caller's cache
+            # (said once why it runs eager); a cache the model's own forward
+            # has filled stays with it, as the warning at its start said.
+            fresh = cache is not None and (getattr(cache, "_is_user_defined", False) or _empty(cache))
+            cache = self.adopt(cache, ids, kw.get("attention_mask")) if fresh else None
             if cache is None:
                 return self._eager(**kw)
         past = cache.layers[0].cumulative_length
@@ -347,29 +368,54 @@ class GenerationForward:
         keep = kw.get("logits_to_keep", 0)
         return keep == 1 or (keep == 0 and ids.shape[1] == 1)
 
-    def _adopt(self, cache, ids, mask):
-        """A KilnCache for a generation beginning: `cache` is the empty
+    def adopt(self, cache, ids, mask):
+        """A KilnCache for a generation beginning, or None (and a warning,
+        once for each reason: a generation then runs in eager PyTorch, a
+        cliff no one should meet unawares). `cache` must be the empty
         DynamicCache or StaticCache generate() made (not one the caller
-        passed, which they may read afterwards), the rows fit and the mask
-        is left padding; else None."""
+        passed: they may read it afterwards), the rows must fit and the
+        mask must be left padding."""
+        why = self._adopt_refusal(cache, ids, mask)
+        if why is None:
+            return _cache_class()(self.layout, self.step.max_length, ids.shape[0], self._pad(ids, mask), self.dtype)
+        if why not in self.warned:
+            self.warned.add(why)
+            warnings.warn(f"kiln.llm: {why}: this generation runs the model's own forward (eager PyTorch)",
+                          stacklevel=3)
+        return None
+
+    @staticmethod
+    def _pad(ids, mask):
+        if mask is None:
+            return torch.zeros(ids.shape[0], dtype=torch.long)
+        return ids.shape[1] - mask.long().sum(1)
+
+    def _adopt_refusal(self, cache, ids, mask):
         from transformers.cache_utils import DynamicCache, StaticCache
-        if type(cache) not in (DynamicCache, StaticCache) or getattr(cache, "_is_user_defined", False):
-            return None
-        if cache.get_seq_length() != 0:
-            return None
+        if getattr(cache, "_is_user_defined", False):
+            return (f"generate() was given a {type(cache).__name__} (kiln's step writes a KilnCache of its own; "
+                    "pass none, or one an earlier generate() returned)")
+        if type(cache) not in (DynamicCache, StaticCache):
+            return f"a {type(cache).__name__} is not a cache the step writes"
+        if int(cache.get_seq_length()) != 0:
+            return f"a {type(cache).__name__} that already holds tokens"
         rows, t = ids.shape
         if rows > self.step.batch:
+            return f"{rows} rows, compiled for batch={self.step.batch} (kiln.llm.compile's argument)"
+        if mask is None:
             return None
-        pad = torch.zeros(rows, dtype=torch.long)
-        if mask is not None:
-            if mask.dim() != 2 or mask.shape != (rows, t):
-                return None
-            pad = t - mask.long().sum(1)
-            # A row of padding alone has nothing to attend to; a step without
-            # a padding input (batch 1) has none at all.
-            if bool((pad >= t).any()) or (self.step.batch == 1 and bool(pad.any())):
-                return None
-        return _cache_class()(self.layout, self.step.max_length, rows, pad, self.dtype)
+        if mask.dim() != 2 or tuple(mask.shape) != (rows, t):
+            return f"an attention mask of shape {tuple(mask.shape)} for input ids of {(rows, t)}"
+        pad = self._pad(ids, mask)
+        # A row of padding alone has nothing to attend to; a step without a
+        # padding input (batch 1) has none at all.
+        if bool((pad >= t).any()):
+            return "a row of padding alone"
+        if self.step.batch == 1 and bool(pad.any()):
+            return "padded rows, compiled for batch=1 (compile with batch >= 2 for left-padded prompts)"
+        if not torch.equal(mask.bool(), torch.arange(t)[None] >= pad[:, None]):
+            return "an attention mask that is not left padding"
+        return None
 
     def _masks_agree(self, cache, kw, ids, filled, t):
         """Whether the call's rows, mask and positions are those the step

@@ -4,6 +4,8 @@ forward, a KilnCache as generate()'s cache), without Dynamo. Each test
 compares with the same generate() in eager PyTorch, and counts which calls
 the step ran and which the model's own forward ran (on the same cache)."""
 
+import warnings
+
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -86,6 +88,29 @@ def test_beam_search_reorders_the_steps_cache(batch4):
     assert model.forward.eager_calls == 0 and model.forward.steps == 8
 
 
+def test_a_static_cache_implementation_is_the_steps_too(batch4):
+    """cache_implementation="static" (Gemma's generation configs ask for
+    "hybrid"): generate() makes a StaticCache and, for it, would build a 4D
+    mask each token. The step still runs every call, with eager's tokens."""
+    eager, model = batch4
+    ids, mask = _left_padded([5, 3], seed=19)
+    model.forward.steps = model.forward.eager_calls = 0
+    got = _greedy(model, ids, mask, max_new_tokens=7, cache_implementation="static")
+    assert torch.equal(got, _greedy(eager, ids, mask, max_new_tokens=7, cache_implementation="static"))
+    assert (model.forward.steps, model.forward.eager_calls) == (7, 0)
+
+
+def test_a_cache_the_caller_made_runs_eager_and_says_why(batch4):
+    """A DynamicCache passed to generate() is the caller's to read: the
+    model's own forward fills it, with a warning naming the cache."""
+    from transformers.cache_utils import DynamicCache
+    eager, model = batch4
+    ids, mask = _left_padded([4, 4], seed=23)
+    with pytest.warns(UserWarning, match="generate.. was given a DynamicCache"):
+        got = _greedy(model, ids, mask, max_new_tokens=4, cache=DynamicCache(config=model.config))
+    assert torch.equal(got, _greedy(eager, ids, mask, max_new_tokens=4))
+
+
 def test_a_generation_continues_from_the_returned_cache(batch4):
     """generate() returns the KilnCache when asked; a second generate()
     given it and the tokens so far continues where the first stopped, as
@@ -113,12 +138,17 @@ def test_calls_the_step_does_not_cover_run_the_models_forward():
     eager, model = _pair(batch=2)
     f = model.forward
     ids, mask = _left_padded([3, 6, 4], seed=9)  # three rows, compiled for two
-    assert torch.equal(_greedy(model, ids, mask, max_new_tokens=6), _greedy(eager, ids, mask, max_new_tokens=6))
+    with pytest.warns(UserWarning, match=r"kiln.llm: 3 rows, compiled for batch=2.*eager") as seen:
+        got = _greedy(model, ids, mask, max_new_tokens=6)
+    assert torch.equal(got, _greedy(eager, ids, mask, max_new_tokens=6))
     assert f.steps == 0 and f.eager_calls == 6
+    assert sum("kiln.llm" in str(w.message) for w in seen) == 1  # said once, not each token
     right = torch.ones(2, 6, dtype=torch.long)
     right[0, 4:] = 0  # right padding: positions the step does not compute
     ids2 = ids[1:]
-    assert torch.equal(_greedy(model, ids2, right, max_new_tokens=4), _greedy(eager, ids2, right, max_new_tokens=4))
+    with pytest.warns(UserWarning, match="not left padding"):
+        got = _greedy(model, ids2, right, max_new_tokens=4)
+    assert torch.equal(got, _greedy(eager, ids2, right, max_new_tokens=4))
     assert f.steps == 0
 
     # The prompt in the step, one token in the model's own forward (it asks
@@ -126,7 +156,8 @@ def test_calls_the_step_does_not_cover_run_the_models_forward():
     from transformers.cache_utils import DynamicCache
     ids3, mask3 = _left_padded([4, 6], seed=11)
     kw = dict(use_cache=True, logits_to_keep=1, return_dict=True)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the refusals' warnings, seen above
         # Padded rows without position ids: the model counts positions from
         # slot 0, padding included, where the step counts from each row's
         # first token. The model's forward runs it.
