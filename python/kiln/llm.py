@@ -161,13 +161,15 @@ def compile(model, max_length, batch=1, **options):  # noqa: A001 (kiln.llm.comp
     as kiln.trace takes them: weights_dtype and so on) and makes it the
     model's forward, so model.generate() runs it, unchanged, for any prompt
     and up to max_length tokens in all, up to `batch` prompts at once (left
-    padded). Returns the model; `del model.forward` undoes it.
+    padded). Returns the model; kiln.llm.uncompile(model) undoes it (and
+    a second compile replaces the first).
 
     Beside torch.compile(model.forward, backend="kiln"), a step has no
     Dynamo frame to enter (its guards over every parameter and the cache
     cost ~0.3 ms a token) and runs the same module as `kiln generate`.
     A call the step does not cover runs the model's own forward, correctly,
     on the same cache (see GenerationForward)."""
+    uncompile(model)  # the step traces the model's own forward
     step = StaticCacheStep(model, max_length, batch)
     # Two tokens: torch.export takes an example size of 1 as fixed.
     compiled = step.trace(torch.ones(1, 2, dtype=torch.long), **options)
