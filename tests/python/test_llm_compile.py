@@ -64,6 +64,10 @@ def test_generate_runs_the_step_for_every_token():
     assert du.counters["frames"]["total"] == frames
     kiln.llm.uncompile(model)  # the model's own forward again
     assert torch.equal(_greedy(model, ids, max_new_tokens=12), got)
+    # Compiled twice: the second replaces the first (it traces the model's own forward).
+    kiln.llm.compile(kiln.llm.compile(model, max_length=CAP), max_length=CAP + 8, fallback=False)
+    assert torch.equal(_greedy(model, ids, max_new_tokens=12), got)
+    assert model.forward.step.max_length == CAP + 8 and model.forward.steps == 12
 
 
 def test_left_padded_prompts_of_different_lengths(batch4):
