@@ -206,6 +206,25 @@ def test_the_models_forward_masks_the_slots_the_step_has_not_written():
     assert ours.cache.is_compileable and int(ours.cache.get_seq_length()) == 10
 
 
+def test_assisted_decoding_verifies_on_the_steps_cache():
+    """Assisted (speculative) decoding: the prompt is the step's; each
+    verification asks for several tokens' logits, which the model's own
+    forward computes on the KilnCache, and rejected candidates are cropped
+    from it (StaticLayer.crop). Eager's tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    eager, model = _pair()
+    torch.manual_seed(5)
+    assistant = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, vocab_size=256,
+                                             head_dim=16)).eval()
+    ids = torch.randint(1, 256, (1, 6), generator=torch.Generator().manual_seed(2))
+    kw = dict(max_new_tokens=12, eos_token_id=256)
+    got = _greedy(model, ids, assistant_model=assistant, **kw)
+    assert torch.equal(got, _greedy(eager, ids, assistant_model=assistant, **kw))
+    assert torch.equal(got, _greedy(eager, ids, **kw))
+    assert model.forward.steps >= 1 and model.forward.eager_calls >= 1
+
+
 def test_a_generation_past_max_length_is_refused_by_name():
     eager, model = _pair()
     ids = torch.randint(1, 256, (1, CAP - 3))
