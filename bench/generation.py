@@ -36,10 +36,16 @@ Generation (one worker per model, every batch and thread count in it):
     Inductor);
   * the roofline: the weights a decode step reads once for the whole batch
     (every parameter, counted once when tied; input embedding tables only
-    have a row read and are left out) over the machine's measured read
-    bandwidth (kiln.machine(): bandwidth_gbs at all threads,
-    bandwidth_gbs_1 at 1) is the ceiling of steps/s; times the batch, of
-    tokens/s. The KV cache's reads (under 3 % of the weights here) are left out.
+    have a row read and are left out) over the machine's read bandwidth is
+    the ceiling of steps/s; times the batch, of tokens/s. The KV cache's
+    reads (under 3 % of the weights here) are left out. The bandwidth is
+    sampled beside the timed calls, at the row's thread count: before each
+    round, the best of 3 reads of kiln's 128 MiB probe buffer
+    (kiln._C.machine_sample, the loop kiln.machine() caches); the row takes
+    the median over its rounds. The bandwidth a shared VM gets moves with
+    its neighbours (32 to 65 GB/s within an hour on one Zen 4 machine), so
+    a figure cached hours earlier is no roof for these calls; it is kept
+    beside (bandwidth_gbs_cached) when the sampling is unavailable.
 
 Varying shapes (MiniLM): one ``kiln.trace(model, ex, dynamic_shapes=...)``
 artifact (batch and length symbolic) runs at every shape; eager and Inductor
@@ -214,11 +220,14 @@ def _tokens_check(ref, out, prompt):
             "tokens": f"differ from token {first + 1} of {a.shape[1]}"}
 
 
-def _gen_rounds(live, model, ids, mask, new, runs, budget_s, min_runs, deadline=0.0):
+def _gen_rounds(live, model, ids, mask, new, runs, budget_s, min_runs, deadline=0.0,
+                bandwidth=None):
     """Interleaved rounds of one generate() per system (the order rotating),
     each after a 20 ms pause, until each has ``runs`` calls or ``budget_s``
     is spent (each has at least ``min_runs``; a system slower than
-    budget_s / 3 per call, at least one). Medians of each figure."""
+    budget_s / 3 per call, at least one). Medians of each figure. With
+    ``bandwidth`` (a list), a read-bandwidth sample is appended to it before
+    each round (_bandwidth_sample)."""
     got = {s.name: [] for s in live}
     res = {}
     est = {s.name: s.est_s for s in live}
@@ -231,6 +240,8 @@ def _gen_rounds(live, model, ids, mask, new, runs, budget_s, min_runs, deadline=
     start = _now()
     r = 0
     while order:
+        if bandwidth is not None:
+            bandwidth.append(_bandwidth_sample(torch.get_num_threads()))
         k = r % len(order)
         ran = False
         for s in order[k:] + order[:k]:
@@ -297,6 +308,30 @@ def _bandwidth():
         return {"why": peers.short(e, 80)}
 
 
+def _bandwidth_sample(threads):
+    """The machine's read bandwidth now on `threads` threads, GB/s: the best
+    of 3 passes of kiln's probe (what kiln.machine() caches as its peak), or
+    None where kiln or that many threads are not there."""
+    try:
+        from kiln import _C
+        return max(_C.machine_sample("read", threads) for _ in range(3))
+    except Exception:
+        return None
+
+
+def _roofline(row, samples, b, wbytes):
+    """Sets the row's bandwidth and roofline from the samples taken beside
+    its timing (the median), or leaves the cached figure there."""
+    got = [g for g in samples if g]
+    if not got:
+        return
+    gbs = statistics.median(got)
+    row["bandwidth_gbs"] = gbs
+    row["bandwidth_how"] = "sampled"
+    row["bandwidth_gbs_samples"] = [round(g, 1) for g in got]
+    row["roofline_tps"] = b * gbs * 1e9 / wbytes
+
+
 def gen_worker(spec, args, threads, rows_out, ph, save):
     """Fills rows_out (a list) with one row per (thread count, batch)."""
     import torch._dynamo
@@ -334,7 +369,8 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
         if bw.get("bw_all"):
             gbs = bw["bw_1"] if n == 1 else bw["bw_all"] if n == bw.get("bw_threads") else None
             if gbs:
-                r["bandwidth_gbs"] = gbs
+                r["bandwidth_gbs"] = r["bandwidth_gbs_cached"] = gbs
+                r["bandwidth_how"] = "cached"
                 r["roofline_tps"] = b * gbs * 1e9 / wbytes
         rows_out.append(r)
         return r
@@ -450,7 +486,10 @@ def gen_worker(spec, args, threads, rows_out, ph, save):
                 if s.name in ("kiln", "kiln_static", "inductor"):
                     s.est_s = min(s.est_s, s.first_est)
             t_t = _now()
-            timed = _gen_rounds(live, model, ids, mask, new, deadline=args.deadline, **tp)
+            samples = []
+            timed = _gen_rounds(live, model, ids, mask, new, deadline=args.deadline,
+                                bandwidth=samples, **tp)
+            _roofline(row, samples, b, wbytes)
             ph.add(f"timing {n}t", _now() - t_t)
             for name, res in timed.items():
                 row["systems"][name].update(res)

@@ -419,13 +419,23 @@ def _gen_foot(results: dict) -> list[str]:
         return []
     foot = []
     wb = {r["model"]: r.get("weight_bytes") for r in rows if r.get("weight_bytes")}
-    bw = sorted({(r["threads"], round(r["bandwidth_gbs"], 1)) for r in rows
-                 if r.get("bandwidth_gbs")}, reverse=True)
+    # Read bandwidth by thread count: sampled beside each row's timed calls
+    # (a range over the rows), or kiln.machine()'s cached figure.
+    bw = {}
+    for r in rows:
+        if r.get("bandwidth_gbs") and not r.get("skipped"):
+            how = r.get("bandwidth_how", "cached")
+            bw.setdefault((r["threads"], how), []).append(r["bandwidth_gbs"])
     if wb or bw:  # none when every row was skipped (QUICK)
+        def span(v):
+            lo, hi = min(v), max(v)
+            return f"{lo:.1f}" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}-{hi:.1f}"
+        parts = [f"{t} thr {span(v)} GB/s" + (" (cached by kiln.machine())" if how == "cached"
+                                               else " (sampled beside the rows' timed calls)")
+                 for (t, how), v in sorted(bw.items(), reverse=True)]
         foot.append("Weights read per decode step: " + ", ".join(
             f"{m} {v / 1e6:.0f} MB" for m, v in wb.items())
-            + "; measured read bandwidth (kiln.machine()): "
-            + ", ".join(f"{t} thr {g} GB/s" for t, g in bw) + ".")
+            + ("; read bandwidth: " + ", ".join(parts) if parts else "") + ".")
     agree = [r for r in rows if r.get("eager_caches_agree", {}).get("tokens_ok") is False]
     if agree:
         foot.append("Eager's tokens with the static cache differ from the dynamic cache's in: "
@@ -593,8 +603,9 @@ GEN_ABOUT = (
     "kiln tokens: greedy tokens compared with eager's under the same cache before timing. "
     "kiln graphs: graphs kiln compiled during the first generate() at that batch (in "
     "parentheses: during the timed calls). Replans: plans the symbolic graphs made for new "
-    "sizes per generate() call, and the C runtime's time for each. Roofline: batch x measured "
-    "read bandwidth / weight bytes per step (bench/README.md).")
+    "sizes per generate() call, and the C runtime's time for each. Roofline: batch x read "
+    "bandwidth / weight bytes per step, the bandwidth sampled before each round of the row's "
+    "timed calls (the median; bench/README.md).")
 
 SHAPE_ABOUT = (
     "Varying-shape rows run one `kiln.trace(model, ex, dynamic_shapes=...)` artifact (batch and "

@@ -1371,9 +1371,42 @@ static PyObject* kiln_py_machine(PyObject* mod, PyObject* args) {
       m.cache_path, "physical_cores", m.physical_cores);
 }
 
+/* machine_sample(probe, threads) -> float: one sample of a peak probe
+ * ("read": GB/s over the 128 MiB buffer; "fma": GFLOP/s) on `threads` of
+ * the default pool's threads, for benchmarks that divide a row by a roof
+ * taken beside it (kiln_machine_sample). */
+static PyObject* kiln_py_machine_sample(PyObject* mod, PyObject* args) {
+  (void)mod;
+  const char* probe;
+  int threads;
+  if (!PyArg_ParseTuple(args, "si", &probe, &threads)) return NULL;
+  kiln_machine_probe_t p;
+  if (!strcmp(probe, "read")) {
+    p = KILN_MACHINE_PROBE_READ;
+  } else if (!strcmp(probe, "fma")) {
+    p = KILN_MACHINE_PROBE_FMA;
+  } else {
+    PyErr_Format(PyExc_ValueError, "machine_sample: probe '%s' (\"read\" or \"fma\")", probe);
+    return NULL;
+  }
+  kiln_pool_t* pool = kiln_pool_default();
+  int size = pool ? kiln_pool_size(pool) : 1;
+  if (threads < 1 || threads > size) {
+    PyErr_Format(PyExc_ValueError, "machine_sample: %d threads (1..%d, kiln's pool)", threads, size);
+    return NULL;
+  }
+  double v = 0;
+  kiln_status_t s;
+  Py_BEGIN_ALLOW_THREADS s = kiln_machine_sample(threads > 1 ? pool : NULL, threads, p, &v);
+  Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
+  return PyFloat_FromDouble(v);
+}
+
 static PyMethodDef kiln_py_functions[] = {
     {"machine", kiln_py_machine, METH_VARARGS,
      "machine(measure=False) -> the machine and its measured peaks (cached)"},
+    {"machine_sample", kiln_py_machine_sample, METH_VARARGS,
+     "machine_sample(probe, threads) -> one sample of the read (GB/s) or fma (GFLOP/s) probe"},
     {"compile", kiln_py_compile, METH_VARARGS, "compile(graph, log=False) -> Model"},
     {"load", kiln_py_load, METH_VARARGS, "load(bytes or path, section_names) -> (Model, sections)"},
     {"sections", kiln_py_sections, METH_VARARGS, "sections(bytes, section_names) -> {name: bytes}"},

@@ -241,6 +241,21 @@ def test_machine_is_measured_once_and_cached(machine_cache):
     assert 1 <= m["physical_cores"] <= m["cores"]
 
 
+def test_machine_sample_reads_the_probe_on_the_pools_threads():
+    """kiln._C.machine_sample: one sample of the read or FMA probe now (what
+    the generation bench divides its rows by), on 1..pool-size threads; a
+    wrong probe or thread count is a ValueError naming it."""
+    from kiln import _C
+    threads = kiln.machine()["threads"]
+    for n in sorted({1, threads}):
+        assert _C.machine_sample("read", n) > 0 and _C.machine_sample("fma", n) > 0
+    with pytest.raises(ValueError, match="probe 'write'"):
+        _C.machine_sample("write", 1)
+    for n in (0, threads + 1):
+        with pytest.raises(ValueError, match=f"{n} threads"):
+            _C.machine_sample("read", n)
+
+
 @pytest.mark.skipif(not KILN_BIN.exists(), reason="kiln CLI not built")
 def test_busy_peaks_are_measured_again_and_merged(machine_cache, tmp_path):
     """Peaks read while the machine was busy (all threads' FMA rate far
