@@ -256,3 +256,28 @@ def test_other_architectures_generate_as_eager_does(kind):
     got = _greedy(model, ids, mask, max_new_tokens=12, eos_token_id=256)
     assert torch.equal(got, _greedy(eager, ids, mask, max_new_tokens=12, eos_token_id=256))
     assert (model.forward.steps, model.forward.eager_calls) == (12, 0)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4:g128:asym"])
+def test_quantized_weights_generate_as_eager_on_their_dequantized_values(kind):
+    """kiln.llm.compile's options reach the step: weights_dtype stores every
+    linear layer, the lm_head and the embedding quantized (kiln_gemm.h's
+    rules), so generate() gives the tokens of the eager model whose weights
+    are their dequantized values (quant_reference.py); fp32 summation order
+    is all that separates the two. Three prompts, left-padded."""
+    from quant_reference import with_dequantized_linears
+
+    ids, mask = _left_padded([7, 4, 9])
+    want = _greedy(with_dequantized_linears(_tiny_llama(), kind), ids, mask, max_new_tokens=16,
+                   eos_token_id=256)
+    wd = torch.int8 if kind == "int8" else kind
+    model = kiln.llm.compile(_tiny_llama(), max_length=CAP, batch=4, fallback=False, weights_dtype=wd)
+    # Every linear layer's and the embedding's constant is stored quantized
+    # (explain marks it so), the lm_head's among them.
+    tag = "[" + kind.split(":")[0] + "]"
+    nodes = [ln for ln in kiln.explain(model.forward.compiled).splitlines()
+             if " = linear " in ln or (" = gather " in ln and "(const" in ln)]
+    assert len(nodes) >= 3 and all(tag in ln for ln in nodes), nodes
+    assert any("lm_head" in ln for ln in nodes) and any("embed_tokens" in ln for ln in nodes)
+    assert torch.equal(_greedy(model, ids, mask, max_new_tokens=16, eos_token_id=256), want)
+    assert (model.forward.steps, model.forward.eager_calls) == (16, 0)
