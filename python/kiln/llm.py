@@ -24,11 +24,13 @@ it is capture glue, as kiln.fastpath is (the cache's layout is read from
 what one eager step of the model writes)."""
 
 import inspect
+import sys
 import warnings
 
 import torch
 
 import kiln  # kiln.trace, at call time (this module is imported by kiln's own __init__)
+from kiln.capture import log_enabled
 from kiln.errors import KilnError
 
 
@@ -43,17 +45,20 @@ class StaticCacheStep(torch.nn.Module):
     and head dim, or a latent attention's own), and for batch > 1
     (B then any row count up to batch) pad [B]: the slots before each row's
     prompt, which is left-padded) ->
-    the logits of each row's last token, [B, vocabulary]; the keys and
-    values written into kv at slots past .. past + T - 1. A padded row's
+    the logits of each row's last token, [B, vocabulary] (with
+    all_logits, every token's: [B, T, vocabulary], what assisted decoding
+    verifies its candidates with); the keys and values written into kv at
+    slots past .. past + T - 1. A padded row's
     positions count from its first token and its padding is masked out, as
     generate() does with a left-padded batch and its attention mask. Layers with
     full, sliding-window or chunked attention (Mistral, Gemma 2 and 3, Qwen2's
     sliding layers, Llama 4's chunks): a sliding or chunked layer's cache is
     as long as the others'."""
 
-    def __init__(self, model, max_length, batch=1):
+    def __init__(self, model, max_length, batch=1, all_logits=False):
         super().__init__()
         self.model, self.max_length, self.batch = model, int(max_length), int(batch)
+        self.all_logits = bool(all_logits)
         self.training = model.training  # the model's mode, not a new module's (training)
 
     def forward(self, input_ids, past, kv, pad=None):
@@ -88,8 +93,9 @@ class StaticCacheStep(torch.nn.Module):
             positions = (pos[None] - pad[:, None]).clamp(min=0)
             mask = (torch.arange(self.max_length)[None] >= pad[:, None]).long()
         out = self.model(input_ids=input_ids, **{_cache_arg(self.model): cache}, position_ids=positions,
-                         cache_position=pos, attention_mask=mask, use_cache=True, logits_to_keep=1)
-        return out.logits[:, -1]
+                         cache_position=pos, attention_mask=mask, use_cache=True,
+                         logits_to_keep=0 if self.all_logits else 1)
+        return out.logits if self.all_logits else out.logits[:, -1]
 
     def empty_cache(self, rows=None):
         """Zeroed keys and values for every layer, in the order forward
@@ -171,11 +177,14 @@ def compile(model, max_length, batch=1, **options):  # noqa: A001 (kiln.llm.comp
     on the same cache (see GenerationForward)."""
     uncompile(model)  # the step traces the model's own forward
     step = StaticCacheStep(model, max_length, batch)
-    # Two tokens: torch.export takes an example size of 1 as fixed.
-    compiled = step.trace(torch.ones(1, 2, dtype=torch.long), **options)
-    model.forward = forward = GenerationForward(model, step, compiled)
+    compiled = step.trace(_EXAMPLE_IDS, **options)
+    model.forward = forward = GenerationForward(model, step, compiled, options)
     model.prepare_inputs_for_generation = _PlainMasks(model, forward)
     return model
+
+
+# Two tokens: torch.export takes an example size of 1 as fixed.
+_EXAMPLE_IDS = torch.ones(1, 2, dtype=torch.long)
 
 
 def uncompile(model):
@@ -305,14 +314,20 @@ class GenerationForward:
     a call is the step's only where that is what the model would compute:
     the attention mask (if any) is a left-padded one over every slot
     filled, position ids (if any) count from each row's first token, the
-    rows fit the step's batch and the slots its max_length, and nothing
-    asks for more than the last token's logits. Any other call runs the
-    model's own forward on the same cache (a StaticCache to it), as does
-    beam search's reordering, which the cache follows."""
+    rows fit the step's batch and the slots its max_length, and the
+    logits asked for are the last token's or every token's of the call
+    (assisted decoding's: a second step, StaticCacheStep's all_logits,
+    traced with the same options on the first such call). Any
+    other call runs the model's own forward on the same cache (a
+    StaticCache to it), as does beam search's reordering, which the cache
+    follows."""
 
-    def __init__(self, model, step, compiled):
+    def __init__(self, model, step, compiled, options=None):
+        self.model = model
         self.eager = type(model).forward.__get__(model)
         self.step, self.compiled = step, compiled
+        self.options = dict(options or {})
+        self.every_token = None  # the all_logits step, traced on first use
         self.cache_arg = _cache_arg(model)
         self.args = frozenset(_STEP_ARGS + (self.cache_arg,))
         self.steps = self.eager_calls = 0  # calls the step ran, calls the model's forward ran
@@ -328,7 +343,8 @@ class GenerationForward:
     def __call__(self, *args, **kw):
         cache = kw.get(self.cache_arg)
         ids = kw.get("input_ids")
-        if args or not self._covers(kw, ids):
+        want = None if args else self._covers(kw, ids)
+        if want is None:
             return self._eager(*args, **kw)
         if type(cache) is not _cache_class():
             # A generation beginning (an empty cache), or the caller's cache
@@ -346,13 +362,17 @@ class GenerationForward:
         if not self._masks_agree(cache, kw, ids, filled, t):
             return self._eager(**kw)
         kv = [x for layer in cache.layers for x in (layer.keys, layer.values)]
+        compiled = self.compiled if want == "last" else self._every_token()
         if self.step.batch == 1:
-            logits = self.compiled(ids, past, kv)
+            logits = compiled(ids, past, kv)
         else:
-            logits = self.compiled(ids, past, kv, cache.pad)
+            logits = compiled(ids, past, kv, cache.pad)
         cache.lengths.add_(t)
         self.steps += 1
-        out = self.output(logits=logits[:, None], **{self.cache_field: cache})
+        # (Every token's logits, of which the call keeps the last `want`:
+        # what more the lm_head computes is the first call's, the prompt.)
+        out = self.output(logits=logits[:, None] if want == "last" else logits[:, t - want:],
+                          **{self.cache_field: cache})
         return out if kw.get("return_dict", True) is not False else out.to_tuple()
 
     def _eager(self, *args, **kw):
@@ -360,15 +380,40 @@ class GenerationForward:
         return self.eager(*args, **kw)
 
     def _covers(self, kw, ids):
-        """Whether the call's arguments are the step's (their values are
-        checked against the cache later)."""
+        """Which logits a call whose arguments are the step's asks for:
+        "last" (the last token's), the count of last tokens whose logits it
+        keeps (more than one: assisted decoding's prompt, its candidates
+        and their verifications), or None (not the step's call). Their
+        values are checked against the cache later."""
         for k, v in kw.items():
             if k not in self.args and (k not in _STEP_DEFAULTS or not any(v is d for d in _STEP_DEFAULTS[k])):
-                return False
+                return None
         if type(ids) is not torch.Tensor or ids.dim() != 2 or ids.dtype != torch.long or kw.get("use_cache") is False:
-            return False
-        keep = kw.get("logits_to_keep", 0)
-        return keep == 1 or (keep == 0 and ids.shape[1] == 1)
+            return None
+        keep, t = kw.get("logits_to_keep", 0), ids.shape[1]
+        if type(keep) is not int:  # a tensor of the positions to keep
+            return None
+        if keep == 1 or (keep == 0 and t == 1):
+            return "last"
+        return t if keep == 0 else keep if 1 < keep <= t else None
+
+    def _every_token(self):
+        """The step returning every token's logits, traced on first use with
+        compile's options (the model's own forward in place while it
+        traces, as compile has it)."""
+        if self.every_token is None:
+            if log_enabled():
+                print("kiln.llm: a call asks for more than the last token's logits (assisted decoding): "
+                      "tracing the step that returns them, once", file=sys.stderr)
+            mine = {k: self.model.__dict__.pop(k) for k in ("forward", "prepare_inputs_for_generation")
+                    if k in self.model.__dict__}
+            try:
+                step = StaticCacheStep(self.model, self.step.max_length, self.step.batch, all_logits=True)
+                step._layout = self.layout
+                self.every_token = step.trace(_EXAMPLE_IDS, **self.options)
+            finally:
+                self.model.__dict__.update(mine)
+        return self.every_token
 
     def adopt(self, cache, ids, mask):
         """A KilnCache for a generation beginning, or None (and a warning,

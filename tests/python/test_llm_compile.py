@@ -206,11 +206,13 @@ def test_the_models_forward_masks_the_slots_the_step_has_not_written():
     assert ours.cache.is_compileable and int(ours.cache.get_seq_length()) == 10
 
 
-def test_assisted_decoding_verifies_on_the_steps_cache():
-    """Assisted (speculative) decoding: the prompt is the step's; each
-    verification asks for several tokens' logits, which the model's own
-    forward computes on the KilnCache, and rejected candidates are cropped
-    from it (StaticLayer.crop). Eager's tokens."""
+def test_assisted_decoding_runs_the_step_that_keeps_every_tokens_logits():
+    """Assisted (speculative) decoding with a draft model, and prompt lookup:
+    the prompt and each verification ask for several tokens' logits, which
+    a second step (StaticCacheStep's all_logits, traced on the first such
+    call) computes on the KilnCache; rejected candidates are cropped from
+    it (StaticLayer.crop). Eager's tokens, and no call in the model's own
+    forward."""
     from transformers import LlamaConfig, LlamaForCausalLM
     eager, model = _pair()
     torch.manual_seed(5)
@@ -222,7 +224,37 @@ def test_assisted_decoding_verifies_on_the_steps_cache():
     got = _greedy(model, ids, assistant_model=assistant, **kw)
     assert torch.equal(got, _greedy(eager, ids, assistant_model=assistant, **kw))
     assert torch.equal(got, _greedy(eager, ids, **kw))
-    assert model.forward.steps >= 1 and model.forward.eager_calls >= 1
+    assert model.forward.every_token is not None and model.forward.eager_calls == 0
+    ids = torch.tensor([[5, 6, 7, 8, 9] * 3])   # n-grams for the lookup to find
+    got = _greedy(model, ids, prompt_lookup_num_tokens=4, **kw)
+    assert torch.equal(got, _greedy(eager, ids, prompt_lookup_num_tokens=4, **kw))
+    assert torch.equal(got, _greedy(eager, ids, **kw))
+    assert model.forward.eager_calls == 0
+
+
+def test_several_tokens_logits_are_eagers():
+    """The every-token step's logits, kept as logits_to_keep asks (the last
+    n of the call, n up to the call's tokens), equal eager's on the same
+    tokens; a logits_to_keep over the call's tokens, or a tensor of
+    positions, runs the model's own forward."""
+    from transformers.cache_utils import DynamicCache
+    eager, model = _pair()
+    f = model.forward
+    ids = torch.randint(1, 256, (1, 9), generator=torch.Generator().manual_seed(4))
+    kw = dict(use_cache=True, return_dict=True)
+    with torch.no_grad():
+        ours = model(input_ids=ids[:, :5], cache=DynamicCache(config=model.config), logits_to_keep=3, **kw)
+        theirs = eager(input_ids=ids[:, :5], cache=DynamicCache(config=model.config), logits_to_keep=3, **kw)
+        assert ours.logits.shape == (1, 3, 256) and f.steps == 1
+        torch.testing.assert_close(ours.logits, theirs.logits, rtol=1e-4, atol=1e-5)
+        pos = torch.arange(5, 9)[None]
+        ours = model(input_ids=ids[:, 5:], position_ids=pos, cache=ours.cache, logits_to_keep=0, **kw)
+        theirs = eager(input_ids=ids[:, 5:], position_ids=pos, cache=theirs.cache, logits_to_keep=0, **kw)
+        assert ours.logits.shape == (1, 4, 256) and f.steps == 2
+        torch.testing.assert_close(ours.logits, theirs.logits, rtol=1e-4, atol=1e-5)
+        for keep in (3, torch.tensor([0])):
+            model(input_ids=ids[:, :2], cache=DynamicCache(config=model.config), logits_to_keep=keep, **kw)
+    assert f.steps == 2 and f.eager_calls == 2
 
 
 def test_a_generation_past_max_length_is_refused_by_name():
