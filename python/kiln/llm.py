@@ -363,6 +363,8 @@ class GenerationForward:
             return self._eager(**kw)
         kv = [x for layer in cache.layers for x in (layer.keys, layer.values)]
         compiled = self.compiled if want == "last" else self._every_token()
+        if compiled is None:
+            return self._eager(**kw)
         if self.step.batch == 1:
             logits = compiled(ids, past, kv)
         else:
@@ -400,7 +402,10 @@ class GenerationForward:
     def _every_token(self):
         """The step returning every token's logits, traced on first use with
         compile's options (the model's own forward in place while it
-        traces, as compile has it)."""
+        traces, as compile has it); None where that trace failed (said
+        once: such calls then run the model's own forward)."""
+        if self.every_token is False:
+            return None
         if self.every_token is None:
             if log_enabled():
                 print("kiln.llm: a call asks for more than the last token's logits (assisted decoding): "
@@ -411,6 +416,11 @@ class GenerationForward:
                 step = StaticCacheStep(self.model, self.step.max_length, self.step.batch, all_logits=True)
                 step._layout = self.layout
                 self.every_token = step.trace(_EXAMPLE_IDS, **self.options)
+            except Exception as e:  # noqa: BLE001 (any failure: the model's own forward, as before)
+                self.every_token = False
+                warnings.warn(f"kiln.llm: the step returning every token's logits did not compile ({e}); calls "
+                              "asking for several tokens' logits run the model's own forward", stacklevel=3)
+                return None
             finally:
                 self.model.__dict__.update(mine)
         return self.every_token

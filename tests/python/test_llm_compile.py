@@ -313,3 +313,21 @@ def test_quantized_weights_generate_as_eager_on_their_dequantized_values(kind):
     assert any("lm_head" in ln for ln in nodes) and any("embed_tokens" in ln for ln in nodes)
     assert torch.equal(_greedy(model, ids, mask, max_new_tokens=16, eos_token_id=256), want)
     assert (model.forward.steps, model.forward.eager_calls) == (16, 0)
+
+
+def test_an_every_token_step_that_fails_to_compile_leaves_those_calls_to_eager(monkeypatch):
+    """Where the every-token step does not compile, assisted decoding runs
+    its calls in the model's own forward, as before it existed (said once),
+    and the last-token calls still run the step."""
+    eager, model = _pair()
+
+    def refuse(self, *a, **k):
+        raise KilnError("no such step here")
+    monkeypatch.setattr(kiln.llm.StaticCacheStep, "trace", refuse)
+    ids = torch.tensor([[5, 6, 7, 8, 9] * 3])
+    kw = dict(max_new_tokens=8, eos_token_id=256, prompt_lookup_num_tokens=4)
+    with pytest.warns(UserWarning, match="every token's logits did not compile .*no such step here") as seen:
+        got = _greedy(model, ids, **kw)
+    assert sum("did not compile" in str(w.message) for w in seen) == 1
+    assert torch.equal(got, _greedy(eager, ids, **kw))
+    assert model.forward.every_token is False and model.forward.eager_calls >= 1
