@@ -128,6 +128,44 @@ def test_fuzz_finding_gelu_of_negative_zero():
     _expect_pass(*_run((20094, 6639), wide=True, bf16_every=7, quant_every=5, dynamic_every=4), "bf16-autocast")
 
 
+def test_fuzz_rule_for_exact_zeros_of_a8_linears():
+    """Seed 20095 graph 1345: an int4:asym:a8 linear whose integer sum is 0
+    (kiln's is exact: +0), which eager (float32, -4e-9) and float64 (-3e-18)
+    leave a few roundings off 0, then divided by: kiln +inf, eager -1e8,
+    and a maximum dropped eager's. The quant reference now gives such
+    products +0, as exact arithmetic does (quant._exact_zeros), and a
+    division whose result the sign of that zero decides is ill-conditioned.
+    The rule's line: a product under 1e-12 of its terms' magnitudes in
+    float64 is an exact zero; one lattice step (the least nonzero sum) is
+    not."""
+    from kilnfuzz import quant
+    result = _run((20095, 1345), wide=True, bf16_every=7, quant_every=5, dynamic_every=4)[0]
+    assert result.status == "ill" and "exact zero" in result.detail, describe(result)
+    aten = torch.ops.aten
+    x = torch.tensor([[3.0, -3.0, 1.0], [3.0, -2.0, 1.0]]) * 0.0625   # q * s, s = 1/16
+    w = torch.tensor([[2.0, 2.0, 0.0], [1.0, 1.0, -1.0]])               # second row: not a zero
+    for op, args in ((aten.linear.default, [x, w, None]), (aten.linear.default, [x, w, torch.tensor([0.5, 2.0])]),
+                     (aten.mm.default, [x, w.t()]), (aten.addmm.default, [torch.tensor([0.5, 2.0]), x, w.t()])):
+        out = op(*args) + torch.tensor([[1e-9, 0.0], [0.0, 0.0]])    # a rounding's residue at [0, 0]
+        fixed = quant._exact_zeros(op, args, {}, out)
+        bias = 0.0 if len(args) == 2 or args[0 if op is aten.addmm.default else 2] is None else 0.5
+        assert float(fixed[0, 0]) == bias and str(float(fixed[0, 0])) == str(bias)   # +0.0, not -0.0
+        assert torch.equal(fixed[:, 1], out[:, 1]) and torch.equal(fixed[1], out[1])
+
+
+def test_fuzz_rule_for_many_rows_flipped_at_once():
+    """Seed 20096 graph 960 (int4:a8): an int4 table's rows each hold an
+    exact tie (63.5 steps) at the first a8 linear's input, which float32
+    (and kiln, as eager float32 does) rounds from 63.49999 down in every
+    row; a softmax across the rows then mixes them into a second a8
+    linear, which requantizes what it gets. Each row's flips alone moved
+    the output by 3e-5, all of them at once by 0.00077: the quant
+    reference also runs every flip at once and float32's own flips
+    (quant._joint_flips)."""
+    r = _run((20096, 960), wide=True, quant_every=1)[0]
+    assert r.path == "quant:int4:a8" and r.status == "pass", describe(r)
+
+
 def test_fuzz_rule_for_eager_results_that_depend_on_a_layout():
     """Seed 4242 graph 2045 (tests/fuzz/FINDINGS.md): gather along dim 0 with
     an expanded (stride-0) int64 index, trained. torch 2.13's CPU backward

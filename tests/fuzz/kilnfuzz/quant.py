@@ -53,9 +53,16 @@ whatever the program does after the linear: two flips of one row can
 together move the next linear's input across a tie that neither moves
 alone (seed 20081 graph 175: two exact ties in one row of an int4 table's
 lookup, the next a8 linear off by 0.0039 against singles' 0.0012). Flips
-of different rows are bounded by the sum of their effects to first order.
+of different rows are bounded by the sum of their effects to first order,
+and beside it by two runs of many rows' flips at once (every undecided
+activation flipped; those float32's own rounding flips), which a later op
+mixing the rows before another a8 linear makes act together (_joint_flips).
 Elsewhere kiln's sum of integer products
-is exact and its scaling one fp32 rounding: the float32 rule again. A draw
+is exact and its scaling one fp32 rounding: the float32 rule again. Where
+that sum is 0, kiln's product is +0, as exact arithmetic's, where eager's
+float32 sum of the dequantized products is a few roundings off 0 of
+either sign: the reference makes it +0 (_exact_zeros), and an op whose
+result the sign of that zero decides is ill-conditioned (check.py). A draw
 with more than MAX_UNDECIDED undecided elements, or more than MAX_ROW_UNDECIDED
 in one row, is ill-conditioned (redrawn); a rounding of the wrong direction everywhere (truncation) or a
 wrong scale changes most elements and fails by far.
@@ -268,6 +275,7 @@ class QuantEager(Eager):
                     self.origin[id(out)] = (out, o)
             return out
         args = list(args)
+        exact_zeros = False
         if op in _LINEAR:
             wi, xi, layout = _LINEAR[op]
             w, x = args[wi], args[xi]
@@ -281,6 +289,7 @@ class QuantEager(Eager):
                     args[wi] = self._weight(src, layout).reshape(src.shape[-2:]).expand(w.shape)
                 if self.a8 and (linear_weight(w, x) or src is not None):
                     args[xi] = self._activations(x)
+                    exact_zeros = True
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
             ti, idx = found
             t = args[ti]
@@ -288,7 +297,43 @@ class QuantEager(Eager):
                     and t.is_floating_point() and t.numel() and isinstance(idx, torch.Tensor)
                     and not self._const(idx)):
                 args[ti] = self._weight(t, "nk")
-        return super().call(op, *args, **kwargs)
+        out = super().call(op, *args, **kwargs)
+        return _exact_zeros(op, args, kwargs, out) if exact_zeros else out
+
+
+# A product of an a8 linear is an exact zero where it is below this share of
+# the sum of its terms' magnitudes in float64 (see _exact_zeros).
+EXACT_ZERO = 1e-12
+
+
+def _exact_zeros(op, args, kwargs, out):
+    """An a8 linear's output with +0 (plus its bias) where the product is
+    zero in exact arithmetic. kiln sums each group's integer products
+    exactly, so a row and column whose sums are all 0 give +0, as exact
+    arithmetic does; eager's sum of the dequantized products in float32
+    (and float64's, finer) is a few of its roundings off 0, of either
+    sign, and a later division by it makes an infinity of one sign or the
+    other (seed 20095 graph 1345: kiln +inf, eager and float64 -1e8 and
+    -1e17, which a maximum then dropped). A nonzero exact sum is at least
+    one lattice step (the two scales' product), above 1 / (127 * 15 * K)
+    of the terms' magnitudes; float64 leaves of an exact zero under 1e-15
+    of them: EXACT_ZERO between the two tells them apart, from the
+    operands without the noise of the noisy runs."""
+    wi, xi, _ = _LINEAR[op]
+    with _disable_current_modes():
+        x, w = args[xi].double(), args[wi].double()
+        mm = aten.linear.default if op is aten.linear.default else aten.matmul.default
+        product, terms = mm(x, w), mm(x.abs(), w.abs())
+        zero = product.abs() <= EXACT_ZERO * terms
+        if not bool(zero.any()):
+            return out
+        bias = 0.0
+        if op is aten.linear.default and len(args) > 2 and args[2] is not None:
+            bias = args[2]
+        elif op is aten.addmm.default:
+            bias = args[0] * kwargs.get("beta", 1)
+        fixed = torch.where(zero, (torch.zeros_like(out) + bias).to(out.dtype) + 0.0, out)
+    return fixed
 
 
 def _swap(x, f):
@@ -404,11 +449,48 @@ def reference_quant(res, path):
                             d = (o - r).abs()
                             worst[j] = torch.maximum(worst[j], torch.where(torch.isfinite(d), d, torch.zeros_like(d)))
                 extra = [e + w if e is not None else None for e, w in zip(extra, worst)]
+            extra = _joint_flips(res, mode, params64, leaves64, r64, q64, flips, extra, params32, leaves32)
     ref = Reference(list(e32), r64, noisy, ill)
     ref.extra = extra
     ref.quantized = q64.quantized
     ref.flips = len(flips)
     return ref
+
+
+def _joint_flips(res, mode, params64, leaves64, r64, q64, flips, extra, params32, leaves32):
+    """extra, raised to cover two outcomes of many rows' flips at once,
+    which the sum of each row's worst does not bound where a later op mixes
+    the rows and a later linear requantizes what it gets (a new scale, new
+    decisions): every undecided activation flipped, and those float32's
+    own rounding flips (what eager float32 and kiln, from the same float32
+    values, do: seed 20096 graph 960, an int4 table's rows each with an
+    exact tie at 63.5, which float32 rounds from 63.49999 down in every
+    row, a softmax across the rows, then a second a8 linear: 0.00077 off
+    float64's decisions, each row's own flips 3e-5). Each is a float64
+    run with those flips, later linears rounding afresh; the tolerance
+    per element is the larger of the rows' sum and each joint run's."""
+    if len(flips) < 2:
+        return extra
+    own = QuantEager(torch.float32, mode, params32)
+    interpret(res, own, leaves32)
+    mine = [f for f in flips if _own_flip(own.qs, q64.qs, f)]
+    for chosen in {tuple(flips), tuple(mine)}:
+        if len(chosen) < 2:
+            continue
+        out = interpret(res, QuantEager(torch.float64, mode, params64, flips=list(chosen)), leaves64)
+        for j, (o, r) in enumerate(zip(out, r64)):
+            if extra[j] is not None:
+                d = (o - r).abs()
+                extra[j] = torch.maximum(extra[j], torch.where(torch.isfinite(d), d, torch.zeros_like(d)))
+    return extra
+
+
+def _own_flip(qs32, qs64, flip):
+    """Whether float32's own decision at a flip's element is not float64's."""
+    c, j, _ = flip
+    if c >= len(qs32) or qs32[c].numel() != qs64[c].numel():
+        return False
+    return float(qs32[c].reshape(-1)[j]) != float(qs64[c].reshape(-1)[j])
 
 
 def run_quant(res, path):
@@ -556,8 +638,8 @@ def main():
     weights_dtype=MODE against the module whose linear weights (and, with
     a8, inputs) go through kiln's quantization rules (qw, qx: Repro(QUANT)).
     Not here: the fuzzer's allowance for an activation within rounding of a
-    tie (a8), and the float32 folding of a computed weight; the fuzzer's
-    --only run of the graph is the judge."""
+    tie (a8), a8's exact zeros (_exact_zeros), and the float32 folding of a
+    computed weight; the fuzzer's --only run of the graph is the judge."""
     model = Repro().eval()
     xs = inputs()
     with torch.no_grad():
