@@ -86,24 +86,33 @@ def _run_child(job) -> None:
         os._exit(rc)
 
 
-def _wait(pid: int, timeout: float) -> tuple[int, bool]:
+def _wait(pid: int, timeout: float, driver: int = 0) -> tuple[int, bool]:
+    """The child's exit code and whether it timed out (then killed, with its
+    group). With driver (the driver's pid): a driver gone (killed, its
+    run abandoned) takes the child's group and this server down with it;
+    a worker left running would time nothing and load the machine under
+    the next run (two such workers ran beside a later run's rows)."""
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return os.waitstatus_to_exitcode(status), False
-        if time.monotonic() > deadline:
+        orphaned = driver and os.getppid() != driver
+        if orphaned or time.monotonic() > deadline:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             os.waitpid(pid, 0)
+            if orphaned:
+                os._exit(1)
             return -9, True
         time.sleep(0.05)
 
 
 def serve() -> int:
     out = sys.stdout
+    driver = os.getppid()
     try:
         _preload()
     except Exception as e:  # a missing package: the driver spawns instead
@@ -121,7 +130,7 @@ def serve() -> int:
         pid = os.fork()
         if pid == 0:
             _run_child(job)
-        rc, timed_out = _wait(pid, job["timeout"])
+        rc, timed_out = _wait(pid, job["timeout"], driver)
         print(json.dumps({"rc": rc, "timed_out": timed_out}), file=out, flush=True)
     return 0
 
