@@ -214,9 +214,10 @@ class _PlainMasks:
         cache = kw.get("cache")
         if type(cache) is not _cache_class():
             ids = args[0] if args else kw.get("input_ids")
+            embeds = kw.get("inputs_embeds")
             adopted = None
-            if _empty(cache) and type(ids) is torch.Tensor and ids.dim() == 2:
-                adopted = self.forward.adopt(cache, ids, kw.get("attention_mask"))
+            if _empty(cache) and (_embedded(ids, embeds) or type(ids) is torch.Tensor and ids.dim() == 2):
+                adopted = self.forward.adopt(cache, ids, kw.get("attention_mask"), embeds)
             if adopted is None:
                 return self.inner(*args, **kw)
             kw["cache"] = cache = adopted
@@ -225,6 +226,13 @@ class _PlainMasks:
             return self.inner(*args, **kw)
         finally:
             cache.plain_masks = False
+
+
+def _embedded(ids, embeds):
+    """Whether a prompt comes as embeddings [B, T, hidden] (generate() then
+    passes ids with no columns, or none)."""
+    return (type(embeds) is torch.Tensor and embeds.dim() == 3
+            and (ids is None or type(ids) is torch.Tensor and ids.dim() == 2 and ids.shape[1] == 0))
 
 
 def _empty(cache):
@@ -425,16 +433,19 @@ class GenerationForward:
                 self.model.__dict__.update(mine)
         return self.every_token
 
-    def adopt(self, cache, ids, mask):
+    def adopt(self, cache, ids, mask, embeds=None):
         """A KilnCache for a generation beginning, or None (and a warning,
         once for each reason: a generation then runs in eager PyTorch, a
         cliff no one should meet unawares). `cache` must be the empty
         DynamicCache or StaticCache generate() made (not one the caller
         passed: they may read it afterwards), the rows must fit and the
-        mask must be left padding."""
-        why = self._adopt_refusal(cache, ids, mask)
+        mask must be left padding. A prompt given as embeddings (embeds,
+        [B, T, hidden], with no ids: a multimodal model's) is measured by
+        them; the model's own forward runs it, and the step the tokens after."""
+        rows, t = tuple(embeds.shape[:2]) if _embedded(ids, embeds) else tuple(ids.shape)
+        why = self._adopt_refusal(cache, rows, t, mask)
         if why is None:
-            return _cache_class()(self.layout, self.step.max_length, ids.shape[0], self._pad(ids, mask), self.dtype)
+            return _cache_class()(self.layout, self.step.max_length, rows, self._pad(rows, t, mask), self.dtype)
         if why not in self.warned:
             self.warned.add(why)
             warnings.warn(f"kiln.llm: {why}: this generation runs the model's own forward (eager PyTorch)",
@@ -442,12 +453,12 @@ class GenerationForward:
         return None
 
     @staticmethod
-    def _pad(ids, mask):
+    def _pad(rows, t, mask):
         if mask is None:
-            return torch.zeros(ids.shape[0], dtype=torch.long)
-        return ids.shape[1] - mask.long().sum(1)
+            return torch.zeros(rows, dtype=torch.long)
+        return t - mask.long().sum(1)
 
-    def _adopt_refusal(self, cache, ids, mask):
+    def _adopt_refusal(self, cache, rows, t, mask):
         from transformers.cache_utils import DynamicCache, StaticCache
         if getattr(cache, "_is_user_defined", False):
             return (f"generate() was given a {type(cache).__name__} (kiln's step writes a KilnCache of its own; "
@@ -456,14 +467,13 @@ class GenerationForward:
             return f"a {type(cache).__name__} is not a cache the step writes"
         if int(cache.get_seq_length()) != 0:
             return f"a {type(cache).__name__} that already holds tokens"
-        rows, t = ids.shape
         if rows > self.step.batch:
             return f"{rows} rows, compiled for batch={self.step.batch} (kiln.llm.compile's argument)"
         if mask is None:
             return None
         if mask.dim() != 2 or tuple(mask.shape) != (rows, t):
             return f"an attention mask of shape {tuple(mask.shape)} for input ids of {(rows, t)}"
-        pad = self._pad(ids, mask)
+        pad = self._pad(rows, t, mask)
         # A row of padding alone has nothing to attend to; a step without a
         # padding input (batch 1) has none at all.
         if bool((pad >= t).any()):

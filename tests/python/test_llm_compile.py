@@ -331,3 +331,23 @@ def test_an_every_token_step_that_fails_to_compile_leaves_those_calls_to_eager(m
     assert sum("did not compile" in str(w.message) for w in seen) == 1
     assert torch.equal(got, _greedy(eager, ids, **kw))
     assert model.forward.every_token is False and model.forward.eager_calls >= 1
+
+
+def test_a_prompt_given_as_embeddings_then_decodes_in_the_step(batch4):
+    """generate(inputs_embeds=...), as a multimodal model's prompt comes:
+    the model's own forward runs the prompt on a KilnCache (generate() gives
+    no ids to count it by: the embeddings and the mask do), and the step
+    every token after. Eager's tokens, left-padded rows and one row alone."""
+    eager, model = batch4
+    f = model.forward
+    ids, mask = _left_padded([7, 4, 9])
+    kw = dict(do_sample=False, pad_token_id=0, max_new_tokens=10, eos_token_id=256)
+    for rows, m in ((slice(None), mask), (slice(2, 3), None)):
+        emb = eager.get_input_embeddings()(ids[rows]).detach()
+        steps, eager_calls = f.steps, f.eager_calls
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("error")  # no refusal
+            got = model.generate(inputs_embeds=emb, attention_mask=None if m is None else m[rows], **kw)
+        want = eager.generate(inputs_embeds=emb, attention_mask=None if m is None else m[rows], **kw)
+        assert torch.equal(got, want)
+        assert (f.steps - steps, f.eager_calls - eager_calls) == (9, 1)
