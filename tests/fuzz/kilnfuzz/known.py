@@ -26,15 +26,34 @@ def _patchify(res):
     return False
 
 
+_PRODUCTS = {aten.mm.default: 0, aten.bmm.default: 0, aten.matmul.default: 0, aten.linear.default: 0,
+             aten.addmm.default: 1, aten.baddbmm.default: 1}
+
+
+def _one_term_product(res):
+    """A matrix product over K = 1 (an outer product): eager's is each single
+    product, -0 where +0 meets a negative; kiln's GEMM sums from a +0
+    accumulator, so every zero is +0 (FINDINGS.md, seed 20097 graph 3688)."""
+    for n in res.graph.nodes:
+        if n.op == "call_function" and n.target in _PRODUCTS:
+            a = n.args[_PRODUCTS[n.target]]
+            val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+            if val is not None and val.dim() >= 1 and val.shape[-1] == 1:
+                return True
+    return False
+
+
 # name -> (what it is, predicate on a program.Resolved). Names starting
 # "quant-" apply to the quant mode's paths only (evaluate.py).
 KNOWN = {
     "quant-patchify": ("a patch-embedding convolution (kernel = stride) becomes a LINEAR and weights_dtype "
                        "quantizes its weight (FINDINGS.md, the quant mode: patch embeddings)", _patchify),
+    "one-term-product": ("a matrix product over K = 1 gives +0 where eager's single product is -0 "
+                         "(FINDINGS.md, seed 20097 graph 3688)", _one_term_product),
 }
 
 # Skipped by default (the CLI's --skip-known, and tests/python/test_fuzz.py).
-ACTIVE = ("quant-patchify",)
+ACTIVE = ("quant-patchify", "one-term-product")
 
 
 def known_bug(res, names):
