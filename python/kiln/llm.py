@@ -323,7 +323,7 @@ class GenerationForward:
     the attention mask (if any) is a left-padded one over every slot
     filled, position ids (if any) count from each row's first token, the
     rows fit the step's batch and the slots its max_length, and the
-    logits asked for are the last token's or every token's of the call
+    logits asked for are the last token's or the last n of the call's
     (assisted decoding's: a second step, StaticCacheStep's all_logits,
     traced with the same options on the first such call). Any
     other call runs the model's own forward on the same cache (a
@@ -335,7 +335,7 @@ class GenerationForward:
         self.eager = type(model).forward.__get__(model)
         self.step, self.compiled = step, compiled
         self.options = dict(options or {})
-        self.every_token = None  # the all_logits step, traced on first use
+        self.every_token = None  # the all_logits step: None until first use, False if it failed to compile
         self.cache_arg = _cache_arg(model)
         self.args = frozenset(_STEP_ARGS + (self.cache_arg,))
         self.steps = self.eager_calls = 0  # calls the step ran, calls the model's forward ran
