@@ -234,7 +234,8 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
         n_in_place = sum(in_place for _, in_place in ctx.input_writes)
         print(f"kiln: the model writes {len(ctx.input_writes)} of its inputs: {n_in_place} in place (their memory "
               f"is the new value's), {len(ctx.input_writes) - n_in_place} copied in after the run", file=sys.stderr)
-    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes)
+    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes,
+                      layout_inputs=ctx.layout_inputs)
 
 
 def _mode_dependent(model):

@@ -260,6 +260,11 @@ class LoweringContext:
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
         self._seed, self._streams = None, 0  # random_seed's
+        self._input_names = {}  # graph input value id -> its name
+        # Inputs whose memory layout eager's answer depends on (as_strided
+        # reads storage): KilnModule refuses a call where one is not
+        # row-major from the start of its storage (layout_read).
+        self.layout_inputs = set()
 
     # value bookkeeping ------------------------------------------------------
     def _record(self, vid):
@@ -292,7 +297,19 @@ class LoweringContext:
             shape = [symbolic.encode(symbolic.size(s)) for s in tensor_meta.shape]
         except Unsupported as e:
             raise KilnError(f"input {name!r} has a shape kiln cannot hold {tuple(tensor_meta.shape)}: {e}") from None
-        return self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
+        vid = self._record(self.graph.add_input(name, DTYPES[tensor_meta.dtype], shape))
+        self._input_names[vid] = name
+        return vid
+
+    def layout_read(self, node):
+        """Placeholder node's value is read as the caller lays it out in
+        memory (as_strided addresses storage): if it is a graph input,
+        KilnModule refuses a call where it is not row-major from offset 0,
+        as it was at trace time (kiln/optable/movement.py)."""
+        vid = self.env.get(node)
+        name = self._input_names.get(vid) if isinstance(vid, int) and not isinstance(vid, bool) else None
+        if name is not None:
+            self.layout_inputs.add(name)
 
     def size_input(self, name, value):
         """A size passed per call (Dynamo's SymInt arguments): a symbolic one

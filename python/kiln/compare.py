@@ -182,7 +182,8 @@ def compare(model, example_inputs, *, rtol=1e-4, atol=1e-5, weights_dtype=None, 
     except (UnsupportedOpError, KilnError):
         got, engines, pieces, missing = _run_partitioned(ep, args, extra, weights, compute_bf16)
     else:
-        mod = KilnModule(compile_graph(ctx, weights, compute_bf16), names, None, "compare")
+        mod = KilnModule(compile_graph(ctx, weights, compute_bf16), names, None, "compare",
+                         layout_inputs=ctx.layout_inputs)
         outs = mod.run_flat([a for a in args if isinstance(a, torch.Tensor)])
         got, engines, pieces, missing = outs[len(outs) - len(extra):], {}, 0, []
     value = dict(zip(extra, got))

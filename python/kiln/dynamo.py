@@ -220,7 +220,8 @@ def _compile_fx(gm, example_inputs, frozen=None, appending=True):
                 names.append(f"{appends[j].cat.name}.buffer")
         # Low-precision weights apply where they are constants: frozen (inference) graphs.
         weights_bf16, compute_bf16 = _PRECISION.get() if frozen else (False, False)
-        mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile")
+        mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16), names, None, "torch.compile",
+                         layout_inputs=ctx.layout_inputs)
     except KilnError as e:
         if not appends:
             raise

@@ -68,12 +68,13 @@ def _output_maker(dtype, shape, cache):
 
 
 _SIZE_DTYPE = DTYPES[torch.int8]
+_CHECKED = object()  # _fast_in's dtype of an input no tensor passes unchecked
 
 
 class KilnModule(torch.nn.Module):
     """A model compiled by kiln. Call it like the original module."""
 
-    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0, writes=()):
+    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0, writes=(), layout_inputs=()):
         super().__init__()
         self._kiln_model = model
         self._input_names = list(input_names)
@@ -85,6 +86,11 @@ class KilnModule(torch.nn.Module):
         self._writes = [(int(pos), bool(in_place)) for pos, in_place in writes]
         self._source = source
         self.compile_seconds = compile_seconds
+        # Inputs the model reads as eager lays them out (as_strided of an
+        # input: LoweringContext.layout_read), by name: such an input must
+        # come row-major from the start of its storage, as it did at trace
+        # time, or eager's answer is not the model's; _check_input says so.
+        self._layout_inputs = sorted(set(layout_inputs))
         ins = model.inputs()
         # A graph with random nodes (dropout, torch.rand) reads a seed input
         # the module draws per call (kiln/random_ops.py): not the caller's.
@@ -97,12 +103,18 @@ class KilnModule(torch.nn.Module):
         self._out_ids = [(dtype, tuple(shape)) for _, dtype, shape in model.outputs()]
         if len(self._input_names) != len(self._in_specs):
             raise KilnError(f"the artifact names {len(self._input_names)} inputs but its graph has {len(self._in_specs)}")
+        unknown = [n for n in self._layout_inputs if n not in self._input_names]
+        if unknown:
+            raise KilnError(f"the artifact's layout-checked inputs {unknown} are not among its inputs {self._input_names}")
         self._prepare_fast_path()
 
     def _prepare_fast_path(self):
         """Per-call work done once: what a well-formed input looks like (exact
         torch dtype object, its kiln id) and how each output is made."""
-        self._fast_in = [(TORCH_DTYPES[dtype], dtype) for dtype, _ in self._in_specs]
+        # A layout-checked input never takes the fast case (no dtype is
+        # _CHECKED): describe sends it through _check_input.
+        self._fast_in = [(_CHECKED if name in self._layout_inputs else TORCH_DTYPES[dtype], dtype)
+                         for name, (dtype, _) in zip(self._input_names, self._in_specs)]
         cache = os.environ.get("KILN_OUTPUT_CACHE", "1") != "0"
         # A symbolic model's output shapes depend on each call's sizes
         # (kiln_model_output_shapes): its outputs are made per call.
@@ -138,6 +150,12 @@ class KilnModule(torch.nn.Module):
             want = f"({', '.join(map(str, shape))}) {str(TORCH_DTYPES[dtype]).replace('torch.', '')}"
             got = f"({', '.join(map(str, t.shape))}) {str(t.dtype).replace('torch.', '')}"
             raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
+        if self._layout_inputs and self._input_names[i] in self._layout_inputs and (
+                not t.is_contiguous() or t.storage_offset() != 0):
+            raise KilnError(f"input {i} ('{self._input_names[i]}'): the model reads its memory as laid out at trace "
+                            f"time (as_strided addresses its storage), row-major from the storage's start; got "
+                            f"strides {tuple(t.stride())} at offset {t.storage_offset()} for shape "
+                            f"{tuple(t.shape)}: pass .contiguous() of it, or a fresh tensor")
         return t if t.is_contiguous() else t.contiguous()
 
     def as_traced_float(self, i, t):
@@ -145,7 +163,7 @@ class KilnModule(torch.nn.Module):
         a partitioned graph, kiln/partition.py), cast to the input's traced
         dtype when only its floating dtype differs; anything else as it is
         (the input check then says what is wrong)."""
-        want = self._fast_in[i][0]
+        want = TORCH_DTYPES[self._in_specs[i][0]]
         if (type(t) is not torch.Tensor or t.dtype is want or not t.is_floating_point()
                 or not want.is_floating_point):
             return t
@@ -348,7 +366,10 @@ class KilnModule(torch.nn.Module):
     # ---- saving ---------------------------------------------------------------
     def _meta(self):
         spec = pytree.treespec_dumps(self._out_spec) if self._out_spec is not None else None
-        return {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+        meta = {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
+        if self._layout_inputs:
+            meta["layout_inputs"] = self._layout_inputs
+        return meta
 
     def _graph_input(self, pos):
         """The graph's input index of the caller's input pos (the graph may
@@ -414,7 +435,10 @@ class KilnModule(torch.nn.Module):
             raise KilnError(f"corrupt artifact: {FORMAT_META} describes {out_spec.num_leaves} outputs, "
                             f"the graph has {n_out - len(writes)}")
         names = meta.get("input_names") or [n or f"input{i}" for i, (n, _, _) in enumerate(model.inputs())]
-        return cls(model, names, out_spec, meta.get("source", ""), writes=writes)
+        layout = meta.get("layout_inputs", [])
+        if not isinstance(layout, list) or not all(isinstance(n, str) for n in layout):
+            raise KilnError(f"corrupt artifact: the {FORMAT_META} section's layout_inputs is {layout!r}, not a list of names")
+        return cls(model, names, out_spec, meta.get("source", ""), writes=writes, layout_inputs=layout)
 
     def example_inputs(self):
         """Zero tensors of the input shapes (used to trace the jit wrapper); a

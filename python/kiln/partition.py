@@ -170,7 +170,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
             ctx = lower_graph(sub, placeholders, flat, ranges,
                               guards=guards_of_values([ph.meta.get("val") for ph in phs]), guards_checked=True)
             mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
-                             [placeholders[i][1] for i in runtime_positions], None, node.target)
+                             [placeholders[i][1] for i in runtime_positions], None, node.target,
+                             layout_inputs=ctx.layout_inputs)
             _check_sizes_bind(mod)
         except (UnsupportedOpError, KilnError) as e:
             # A handler refused a particular use (a parameter kiln lacks):

@@ -230,7 +230,7 @@ def _machine():
 
 def run_once_with_hook(module, inputs, hook):
     """One call of a KilnModule with a per-node hook(node, end)."""
-    flat = [t.contiguous() for t in inputs]
+    flat = module._check_inputs(list(inputs))  # contiguous, and checked as a call checks them
     descs = [(t.data_ptr(), dt, t.shape) for t, (_, dt) in zip(flat, module._fast_in)]
     seed = None
     if module._seed_at is not None:

@@ -18,6 +18,7 @@ eager's sums differ by a few ulps of the result: rtol 1e-5 / atol 1e-5.
 Views and gathers move values without arithmetic: compared exactly.
 """
 
+import re
 import warnings
 
 import pytest
@@ -126,6 +127,73 @@ def test_as_strided_reads_storage(name, f):
     # Another input: the answer follows the data, not the traced example.
     y = torch.randn(10)
     torch.testing.assert_close(k(y), m(y), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("input", lambda x: torch.as_strided(x, (2, 3), (1, 2), 1)),
+    # exp's result follows its operand's strides in eager: the input's layout decides its storage.
+    ("fresh_result", lambda x: torch.as_strided(x.exp(), (2, 3), (1, 2), 1)),
+])
+def test_as_strided_refuses_an_input_laid_out_otherwise(name, f, tmp_path):
+    """An input as_strided reads through its storage must come as it came at
+    trace time, row-major from the storage's start. kiln's values are
+    dense, so for a transposed or offset input eager reads memory kiln
+    never sees: the call is refused, naming the input (fuzzer seed 20099,
+    graph 1078: a silent wrong answer before)."""
+    m = AsStrided(f)
+    x = torch.randn(3, 4)
+    k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
+    moved = torch.randn(4, 3).t()  # the same shape, transposed in memory: eager's answer differs
+    assert not torch.equal(m(moved), m(moved.contiguous()))
+    offset = torch.randn(13)[1:].view(3, 4)  # row-major, from element 1 of its storage
+    for bad, what in ((moved, "strides (1, 3)"), (offset, "at offset 1")):
+        with pytest.raises(kiln.KilnError, match=rf"input 0 \('x'\): the model reads its memory.*{re.escape(what)}"):
+            k(bad)
+    fresh = moved.contiguous()
+    torch.testing.assert_close(k(fresh), m(fresh), rtol=0, atol=0)
+    # The requirement is kept in the artifact.
+    kiln.save(k, tmp_path / "m.kiln")
+    loaded = kiln.load(tmp_path / "m.kiln")
+    with pytest.raises(kiln.KilnError, match="reads its memory"):
+        loaded(moved)
+    torch.testing.assert_close(loaded(fresh), m(fresh), rtol=0, atol=0)
+
+
+def test_as_strided_input_under_symbolic_sizes():
+    """The fuzzer's case: traced under Dim.AUTO from an input whose dims 1
+    and 2 are transposed in memory, row-major at the example only because
+    dim 1 has size 1; at another size it is not."""
+    m = AsStrided(lambda x: torch.as_strided(x, (1, 2), (2, 2), 1) * 1.0)
+    x = torch.randn(2, 2, 1).transpose(1, 2)  # (2, 1, 2), row-major as a size-1 dim's stride is free
+    assert x.is_contiguous()
+    dyn = ({0: torch.export.Dim.AUTO, 2: torch.export.Dim.AUTO},)
+    k = kiln.trace(m, (x,), dynamic_shapes=dyn)
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
+    y = torch.randn(5, 3, 4).transpose(1, 2)  # (5, 4, 3) with dim 1 of size 4: not row-major
+    with pytest.raises(kiln.KilnError, match=r"input 0 .*reads its memory"):
+        k(y[:, :1])
+    z = torch.randn(5, 1, 3)
+    torch.testing.assert_close(k(z), m(z), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("offset", [None, 2, 3, 4])
+def test_as_strided_scatter_into_an_offset_view(offset):
+    """as_strided_scatter writes into a clone of its input through storage
+    offsets counted from the storage's start: into x[2:], offset 2 is the
+    view's element 0."""
+    src = torch.tensor([100.0, 200.0])
+
+    def f(x):
+        v = x[2:8] * 1.0 if offset is None else x[2:8]
+        return torch.as_strided_scatter(v, src, (2,), (1,), offset)
+
+    m = AsStrided(f)
+    x = torch.randn(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("xshape,ishape", [((), ()), ((1,), ()), ((3, 3), (3,)), ((3, 2), (2, 2))])

@@ -215,7 +215,7 @@ def _owns_dense_storage(node):
 
 def _row_major_at_every_size(node, depth=0):
     """node's value is row-major at every size: an input given so, or an
-    op's result whose tensor operands all are (a layout-following op then
+    op's result whose layout sources all are (a layout-following op then
     gives row-major too). Views (a permute, an expand) are not."""
     t = node.meta.get("val")
     if not isinstance(t, torch.Tensor) or not t.is_contiguous():
@@ -224,8 +224,45 @@ def _row_major_at_every_size(node, depth=0):
         return True
     if depth > 64 or _is_view_op(node.target):
         return False
-    return all(_row_major_at_every_size(a, depth + 1) for a in node.all_input_nodes
-               if isinstance(a.meta.get("val"), torch.Tensor))
+    return all(_row_major_at_every_size(a, depth + 1) for a in _layout_sources(node))
+
+
+# Ops whose result eager makes row-major whatever their operands' layouts.
+_FRESH_LAYOUT = {aten.mm.default, aten.bmm.default, aten.full.default, aten.zeros.default, aten.ones.default,
+                 aten.arange.default, aten.arange.start, aten.arange.start_step, aten.scalar_tensor.default,
+                 aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default}
+# Ops whose result is a clone of their first operand, written into: its layout.
+_SELF_LAYOUT = {aten.index_put.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
+                aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two,
+                aten.index_copy.default, aten.index_add.default, aten.index_fill.int_Scalar,
+                aten.index_fill.int_Tensor, aten.select_scatter.default, aten.slice_scatter.default,
+                aten.diagonal_scatter.default, aten.as_strided_scatter.default}
+
+
+def _layout_sources(node):
+    """The nodes whose memory layout in eager decides node's (an
+    elementwise op follows its operands' strides; index_put, its first
+    operand's; mm makes a fresh row-major result): every tensor operand
+    unless the op is known to look at fewer."""
+    if node.op != "call_function" or node.target in _FRESH_LAYOUT:
+        return []
+    if node.target in _SELF_LAYOUT or _is_view_op(node.target):
+        return [node.args[0]] if isinstance(node.args[0], torch.fx.Node) else []
+    return [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+
+
+def _read_as_laid_out(ctx, root):
+    """root's storage is read as eager lays it out: each input whose
+    layout decides root's must come to every call as it came to the trace
+    (ctx.layout_read; the module checks it)."""
+    seen, todo = set(), [root]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            if n.op == "placeholder":
+                ctx.layout_read(n)
+            todo.extend(_layout_sources(n))
 
 
 @register(aten.as_strided.default, aten.as_strided_copy.default)
@@ -241,6 +278,7 @@ def _as_strided(ctx, n):
     if not _owns_dense_storage(root) or root.meta["val"].dtype != _val(n).dtype:
         raise Unsupported("as_strided of a tensor whose storage is laid out as eager holds it "
                           "(non-contiguous, offset or reinterpreted)", with_inputs=True)
+    _read_as_laid_out(ctx, root)
     x = ctx.value(root)
     # Sizes, strides and offset may be SymInts (FX nodes) under symbolic sizes.
     size, stride = [symbolic.size(d) for d in n.args[1]], [symbolic.size(d) for d in n.args[2]]
@@ -339,9 +377,23 @@ def _diagonal_scatter(ctx, n):
 
 @register(aten.as_strided_scatter.default)
 def _as_strided_scatter(ctx, n):
+    # Eager writes src into a clone of x through x's storage: the clone
+    # keeps x's strides, and the offset counts from the storage's start,
+    # so x[2:]'s element 0 is offset 2. kiln's x is dense from element 0:
+    # x must be row-major, its storage row-major from the start (as for
+    # as_strided), and the offset is taken relative to x's own.
+    view = _val(n.args[0])
+    root = _storage_root(n.args[0])
+    if (not view.is_contiguous() or not isinstance(view.storage_offset(), int)
+            or not _owns_dense_storage(root) or root.meta["val"].dtype != view.dtype
+            or (any(isinstance(d, torch.SymInt) for d in view.shape) and not _row_major_at_every_size(n.args[0]))):
+        raise Unsupported("as_strided_scatter into a tensor whose storage is laid out as eager holds it "
+                          "(non-contiguous or reinterpreted)", with_inputs=True)
+    _read_as_laid_out(ctx, root)
     x, src = ctx.value(n.args[0]), ctx.value(n.args[1])
     size, stride = [symbolic.size(d) for d in n.args[2]], [symbolic.size(d) for d in n.args[3]]
-    offset = symbolic.size(_arg(n, 4, "storage_offset", None) or 0)
+    given = _arg(n, 4, "storage_offset", None)
+    offset = symbolic.size(0 if given is None else given - view.storage_offset())
     if len(size) > _MAX_RANK:
         raise Unsupported(f"a rank-{len(size)} as_strided_scatter")
     return _strided_scatter(ctx, n, x, src, size, stride, offset)

@@ -23,6 +23,7 @@ Paths into kiln:
 import contextlib
 import dataclasses
 import os
+import re
 import types
 from dataclasses import dataclass
 
@@ -288,9 +289,13 @@ def run_dynamic(res, accs, mags):
             try:
                 got = list(compiled(*new))
             except Exception as e:  # noqa: BLE001
-                if torch_refused:
+                if torch_refused or _layout_refusal(e, new):
                     # torch's own program refuses these sizes too: a guard
-                    # beyond the ranges, which kiln checks as well.
+                    # beyond the ranges, which kiln checks as well. Or
+                    # kiln refuses an input it reads as laid out in memory
+                    # (as_strided) that comes in another layout than at
+                    # trace time: eager's answer then depends on memory
+                    # kiln never sees (seed 20099 graph 1078).
                     refused += 1
                     continue
                 return f"at {sizes}: kiln raised {type(e).__name__}: {str(e)[:300]}"
@@ -319,6 +324,18 @@ def run_dynamic(res, accs, mags):
     if not ran and not refused:
         raise NotApplicable("eager runs none of the new sizes")
     return None
+
+
+def _layout_refusal(error, inputs):
+    """Is error kiln's refusal of an input it reads through its storage
+    (KilnModule._check_input), and is that input indeed not row-major from
+    its storage's start?"""
+    m = re.match(r"input (\d+) \('[^']*'\): the model reads its memory as laid out at trace time", str(error))
+    from kiln.errors import KilnError
+    if not isinstance(error, KilnError) or m is None or int(m.group(1)) >= len(inputs):
+        return False
+    t = inputs[int(m.group(1))]
+    return not (t.is_contiguous() and t.storage_offset() == 0)
 
 
 def _guards_refuse(exported, inputs):
