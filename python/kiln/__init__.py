@@ -82,7 +82,8 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
 
     weights_dtype: None or torch.float32 (the default) keeps weights in fp32.
     torch.bfloat16 stores every linear layer's weight (nn.Linear, and
-    matmuls by a constant matrix) packed as bf16, rounded to nearest even as
+    matmuls by a constant matrix; not one over a single input feature,
+    which is a multiply) packed as bf16, rounded to nearest even as
     weight.to(torch.bfloat16) does: half the bytes, so memory-bound shapes
     (small batches, LLM decode) run up to twice as fast. Activations and
     accumulation stay fp32 and the output stays fp32, so the result matches

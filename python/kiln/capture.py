@@ -262,9 +262,8 @@ class LoweringContext:
         self._seed, self._streams = None, 0  # random_seed's
         self._input_names = {}  # graph input value id -> its name
         # Inputs whose memory layout eager's answer depends on (as_strided
-        # reads storage): KilnModule refuses a call where one is not
-        # row-major from the start of its storage (layout_read).
-        self.layout_inputs = set()
+        # reads storage), name -> "storage" or "order" (layout_read).
+        self.layout_inputs = {}
 
     # value bookkeeping ------------------------------------------------------
     def _record(self, vid):
@@ -301,15 +300,17 @@ class LoweringContext:
         self._input_names[vid] = name
         return vid
 
-    def layout_read(self, node):
-        """Placeholder node's value is read as the caller lays it out in
-        memory (as_strided addresses storage): if it is a graph input,
-        KilnModule refuses a call where it is not row-major from offset 0,
-        as it was at trace time (kiln/optable/movement.py)."""
+    def layout_read(self, node, storage):
+        """Placeholder node's layout decides memory an as_strided reads
+        (kiln/optable/movement.py): its own storage (storage True), else the
+        layout eager gives a result computed from it. If it is a graph
+        input, KilnModule refuses a call where it is not laid out as at
+        trace time: row-major from offset 0 ("storage"), or with strides in
+        row-major order ("order": eager's result is then row-major)."""
         vid = self.env.get(node)
         name = self._input_names.get(vid) if isinstance(vid, int) and not isinstance(vid, bool) else None
-        if name is not None:
-            self.layout_inputs.add(name)
+        if name is not None and self.layout_inputs.get(name) != "storage":
+            self.layout_inputs[name] = "storage" if storage else "order"
 
     def size_input(self, name, value):
         """A size passed per call (Dynamo's SymInt arguments): a symbolic one

@@ -71,6 +71,18 @@ _SIZE_DTYPE = DTYPES[torch.int8]
 _CHECKED = object()  # _fast_in's dtype of an input no tensor passes unchecked
 
 
+def _laid_out_as_traced(t, rule):
+    """Is t laid out as a layout-checked input was at trace time? "storage":
+    row-major from its storage's start (as_strided reads that storage).
+    "order": its strides, over the dims that have more than one element and
+    are not broadcast, in row-major order: eager's elementwise ops and
+    *_like results then come out row-major, whatever gaps or offset t has."""
+    if rule == "storage":
+        return t.is_contiguous() and t.storage_offset() == 0
+    strides = [s for s, d in zip(t.stride(), t.shape) if d > 1 and s != 0]
+    return all(a >= b for a, b in zip(strides, strides[1:]))
+
+
 class KilnModule(torch.nn.Module):
     """A model compiled by kiln. Call it like the original module."""
 
@@ -86,11 +98,12 @@ class KilnModule(torch.nn.Module):
         self._writes = [(int(pos), bool(in_place)) for pos, in_place in writes]
         self._source = source
         self.compile_seconds = compile_seconds
-        # Inputs the model reads as eager lays them out (as_strided of an
-        # input: LoweringContext.layout_read), by name: such an input must
-        # come row-major from the start of its storage, as it did at trace
-        # time, or eager's answer is not the model's; _check_input says so.
-        self._layout_inputs = sorted(set(layout_inputs))
+        # Inputs whose layout decides memory an as_strided reads, name ->
+        # "storage" (row-major from offset 0) or "order" (strides in
+        # row-major order) (LoweringContext.layout_read): laid out
+        # otherwise than at trace time, eager's answer is not the model's;
+        # _check_input refuses them.
+        self._layout_inputs = dict(layout_inputs)
         ins = model.inputs()
         # A graph with random nodes (dropout, torch.rand) reads a seed input
         # the module draws per call (kiln/random_ops.py): not the caller's.
@@ -103,9 +116,11 @@ class KilnModule(torch.nn.Module):
         self._out_ids = [(dtype, tuple(shape)) for _, dtype, shape in model.outputs()]
         if len(self._input_names) != len(self._in_specs):
             raise KilnError(f"the artifact names {len(self._input_names)} inputs but its graph has {len(self._in_specs)}")
-        unknown = [n for n in self._layout_inputs if n not in self._input_names]
+        unknown = [n for n, rule in self._layout_inputs.items()
+                   if n not in self._input_names or rule not in ("storage", "order")]
         if unknown:
-            raise KilnError(f"the artifact's layout-checked inputs {unknown} are not among its inputs {self._input_names}")
+            raise KilnError(f"the artifact's layout-checked inputs {self._layout_inputs} are not among its inputs "
+                            f"{self._input_names} with a rule storage or order")
         self._prepare_fast_path()
 
     def _prepare_fast_path(self):
@@ -150,12 +165,13 @@ class KilnModule(torch.nn.Module):
             want = f"({', '.join(map(str, shape))}) {str(TORCH_DTYPES[dtype]).replace('torch.', '')}"
             got = f"({', '.join(map(str, t.shape))}) {str(t.dtype).replace('torch.', '')}"
             raise ValueError(f"input {i} ('{self._input_names[i]}'): expected {want}, got {got}")
-        if self._layout_inputs and self._input_names[i] in self._layout_inputs and (
-                not t.is_contiguous() or t.storage_offset() != 0):
+        rule = self._layout_inputs.get(self._input_names[i]) if self._layout_inputs else None
+        if rule is not None and not _laid_out_as_traced(t, rule):
+            what = ("(as_strided addresses its storage), row-major from the storage's start" if rule == "storage" else
+                    "(as_strided reads a result eager lays out as this input), with strides in row-major order")
             raise KilnError(f"input {i} ('{self._input_names[i]}'): the model reads its memory as laid out at trace "
-                            f"time (as_strided addresses its storage), row-major from the storage's start; got "
-                            f"strides {tuple(t.stride())} at offset {t.storage_offset()} for shape "
-                            f"{tuple(t.shape)}: pass .contiguous() of it, or a fresh tensor")
+                            f"time {what}; got strides {tuple(t.stride())} at offset {t.storage_offset()} for "
+                            f"shape {tuple(t.shape)}: pass .contiguous() of it, or a fresh tensor")
         return t if t.is_contiguous() else t.contiguous()
 
     def as_traced_float(self, i, t):
@@ -435,9 +451,10 @@ class KilnModule(torch.nn.Module):
             raise KilnError(f"corrupt artifact: {FORMAT_META} describes {out_spec.num_leaves} outputs, "
                             f"the graph has {n_out - len(writes)}")
         names = meta.get("input_names") or [n or f"input{i}" for i, (n, _, _) in enumerate(model.inputs())]
-        layout = meta.get("layout_inputs", [])
-        if not isinstance(layout, list) or not all(isinstance(n, str) for n in layout):
-            raise KilnError(f"corrupt artifact: the {FORMAT_META} section's layout_inputs is {layout!r}, not a list of names")
+        layout = meta.get("layout_inputs", {})
+        if not isinstance(layout, dict) or not all(isinstance(n, str) for n in layout):
+            raise KilnError(f"corrupt artifact: the {FORMAT_META} section's layout_inputs is {layout!r}, "
+                            "not a map of input names")
         return cls(model, names, out_spec, meta.get("source", ""), writes=writes, layout_inputs=layout)
 
     def example_inputs(self):

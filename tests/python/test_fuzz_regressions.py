@@ -20,7 +20,9 @@ class _LinearAct(torch.nn.Module):
     def __init__(self, act, n):
         super().__init__()
         self.act = act
-        self.w = torch.nn.Parameter(torch.ones(n, 1))  # K = 1: inf * w stays inf (no inf * 0)
+        # K = 2, each row x's element twice times 0.5: x exactly, inf stays
+        # inf (no inf * 0), and a GEMM (over K = 1 a product is a multiply).
+        self.w = torch.nn.Parameter(torch.full((n, 2), 0.5))
 
     def forward(self, x):
         return self.act(F.linear(x, self.w))
@@ -35,7 +37,7 @@ def test_gemm_epilogue_activations_keep_torchs_special_values():
     silu(-inf) = -inf where torch gives NaN (-inf * sigmoid(-inf) = -inf * 0):
     the epilogue's exp clamped its argument, so sigmoid(-inf) was 4e-39, not 0.
     Every fused activation at +-inf, NaN and around exp's overflow point."""
-    x = torch.tensor(SPECIALS).reshape(-1, 1)
+    x = torch.tensor(SPECIALS).reshape(-1, 1).repeat(1, 2)
     acts = {"silu": F.silu, "silu_decomposed": lambda t: t * torch.sigmoid(t), "sigmoid": torch.sigmoid,
             "tanh": torch.tanh, "relu": F.relu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}
     for name, act in acts.items():

@@ -131,15 +131,18 @@ def test_as_strided_reads_storage(name, f):
 
 @pytest.mark.parametrize("name,f", [
     ("input", lambda x: torch.as_strided(x, (2, 3), (1, 2), 1)),
-    # exp's result follows its operand's strides in eager: the input's layout decides its storage.
-    ("fresh_result", lambda x: torch.as_strided(x.exp(), (2, 3), (1, 2), 1)),
+    # A product's result follows its operand's strides in eager: the input's layout decides its storage
+    # (times 2: exact, so compared exactly).
+    ("fresh_result", lambda x: torch.as_strided(x * 2.0, (2, 3), (1, 2), 1)),
 ])
 def test_as_strided_refuses_an_input_laid_out_otherwise(name, f, tmp_path):
     """An input as_strided reads through its storage must come as it came at
-    trace time, row-major from the storage's start. kiln's values are
-    dense, so for a transposed or offset input eager reads memory kiln
-    never sees: the call is refused, naming the input (fuzzer seed 20099,
-    graph 1078: a silent wrong answer before)."""
+    trace time: row-major from the storage's start when as_strided reads
+    the input itself; with strides in row-major order when it reads a
+    result computed from it (eager's result is then row-major, whatever
+    the input's offset). kiln's values are dense, so otherwise eager reads
+    memory kiln never sees: the call is refused, naming the input (fuzzer
+    seed 20099, graph 1078: a silent wrong answer before)."""
     m = AsStrided(f)
     x = torch.randn(3, 4)
     k = kiln.trace(m, (x,))
@@ -147,9 +150,12 @@ def test_as_strided_refuses_an_input_laid_out_otherwise(name, f, tmp_path):
     moved = torch.randn(4, 3).t()  # the same shape, transposed in memory: eager's answer differs
     assert not torch.equal(m(moved), m(moved.contiguous()))
     offset = torch.randn(13)[1:].view(3, 4)  # row-major, from element 1 of its storage
-    for bad, what in ((moved, "strides (1, 3)"), (offset, "at offset 1")):
+    refused = [(moved, "strides (1, 3)")] + ([(offset, "at offset 1")] if name == "input" else [])
+    for bad, what in refused:
         with pytest.raises(kiln.KilnError, match=rf"input 0 \('x'\): the model reads its memory.*{re.escape(what)}"):
             k(bad)
+    if name != "input":  # x * 2 of an offset input is a fresh row-major tensor in eager too
+        torch.testing.assert_close(k(offset), m(offset), rtol=0, atol=0)
     fresh = moved.contiguous()
     torch.testing.assert_close(k(fresh), m(fresh), rtol=0, atol=0)
     # The requirement is kept in the artifact.
@@ -221,3 +227,48 @@ def test_masked_select_broadcast_mask(xshape, mshape):
     # A mask with another count of True elements: eager's shape, not the example's.
     mask2 = torch.rand(*mshape) > 0.2
     torch.testing.assert_close(k(x, mask2), M()(x, mask2), rtol=0, atol=0)
+
+
+class _Products(torch.nn.Module):
+    def __init__(self, kind, w):
+        super().__init__()
+        self.kind = kind
+        self.w = torch.nn.Parameter(w, requires_grad=False)
+
+    def forward(self, x, y):
+        if self.kind == "mm_weight":
+            return x @ self.w
+        if self.kind == "linear":
+            return torch.nn.functional.linear(x, self.w.t())
+        if self.kind == "addmm":
+            return torch.addmm(torch.full((x.shape[0], y.shape[-1]), -0.0, dtype=x.dtype), x, y)
+        if self.kind == "bmm":
+            return torch.bmm(x.expand(2, -1, -1), y.expand(2, -1, -1))
+        if self.kind == "matmul_3d":
+            return torch.matmul(x.reshape(2, 2, 1), y)  # eager's mm over the folded batch
+        return torch.matmul(x, y)  # two values: an outer product
+
+
+@pytest.mark.parametrize("kind", ["mm_weight", "linear", "addmm", "bmm", "matmul", "matmul_3d"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_products_over_one_term_keep_the_sign_of_zero(kind, dtype):
+    """Over K = 1 each element of eager's product is a single product, so +0
+    times a negative is -0, which 1/x shows as -inf (fuzzer seed 20097,
+    graph 3688); a GEMM summing from a +0 accumulator gives +0, as eager's
+    bmm and its bf16 products do (kept GEMMs). Values are single products:
+    compared exactly, zero signs included."""
+    torch.manual_seed(5)
+    x = torch.randn(4, 1)
+    x[1] = 0.0
+    y = torch.randn(1, 6)
+    y[0, 2] = -1.5
+    m = _Products(kind, y.clone()).eval().to(dtype)
+    x, y = x.to(dtype), y.to(dtype)
+    want = m(x, y)
+    got = kiln.trace(m, (x, y))(x, y)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+    if kind != "bmm" and dtype == torch.float32:  # the case is there: -0 in eager's
+        assert bool((torch.signbit(want) & (want == 0)).any())
+    assert torch.equal(1 / got, 1 / want)

@@ -766,6 +766,19 @@ def _expanded_matrix(b):
     return src
 
 
+def _product(ctx, a, b, origin, blas=True):
+    """a (.., M, K) @ b (.., K, N), batch dims broadcast. Over K = 1 eager's
+    fp32 mm (MKL's sgemm, whichever ISA path MKL_ENABLE_INSTRUCTIONS picks)
+    returns each element as its one product: +0 times a negative is -0,
+    where a GEMM summing from a +0 accumulator gives +0 (pow(-1) then takes
+    the other infinity: fuzzer seed 20097, graph 3688). Its sums over K >= 2
+    start at +0, as do its own loops for bmm and for bf16 operands at any K
+    (blas False, or a bf16 operand): those stay GEMMs."""
+    if blas and ctx.shape(a)[-1] == 1 and ctx.dtype(a) == ctx.dtype(b) == torch.float32:
+        return ctx.node("mul", [a, b], origin=origin)  # broadcast: an outer product
+    return ctx.node("matmul", [a, b], origin=origin)
+
+
 @register(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _mm(ctx, n):
     a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
@@ -776,7 +789,9 @@ def _mm(ctx, n):
         raise Unsupported("matmul of a 1-d operand")
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"matmul of {_val(n).dtype}")
-    return ctx.node("matmul", [a, b], origin=ctx.origin(n))
+    # matmul by a 2-d b is eager's mm (its batch dims fold into rows), else a bmm.
+    blas = n.target is aten.mm.default or (n.target is aten.matmul.default and _val(n.args[1]).dim() == 2)
+    return _product(ctx, a, b, ctx.origin(n), blas)
 
 
 def _swap_last_two(ctx, x, origin):
@@ -825,7 +840,7 @@ def _addmm(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"addmm of {_val(n).dtype}")
     a, b = ctx.value(n.args[1]), ctx.value(n.args[2])
-    return _beta_input_plus_alpha(ctx, n, ctx.node("matmul", [a, b], origin=ctx.origin(n)))
+    return _beta_input_plus_alpha(ctx, n, _product(ctx, a, b, ctx.origin(n)))
 
 
 @register(aten.addmv.default)
@@ -864,9 +879,11 @@ def _linear(ctx, n):
     out_features, in_features = ctx.shape(w)
     if len(ctx.shape(x)) == 1:  # a single (K,) row: as (1, K), then back
         x = reshape(ctx, x, [1, in_features])
-    # y = x @ w^T: the transpose of a constant weight folds away at compile time.
-    wt = strided_copy(ctx, w, [in_features, out_features], [1, in_features], 0, ctx.origin(n))
-    y = ctx.node("matmul", [x, wt], origin=ctx.origin(n))
+    # y = x @ w^T: the transpose of a constant weight folds away at compile
+    # time (over one input feature, w is its own transpose's memory).
+    wt = strided_copy(ctx, w, [in_features, out_features], [1, in_features], 0, ctx.origin(n)) \
+        if in_features != 1 else reshape(ctx, w, [1, out_features], ctx.origin(n))
+    y = _product(ctx, x, wt, ctx.origin(n))
     if len(n.args) > 2 and n.args[2] is not None:
         y = ctx.node("add", [y, ctx.value(n.args[2])], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))

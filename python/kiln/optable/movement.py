@@ -254,14 +254,16 @@ def _layout_sources(node):
 def _read_as_laid_out(ctx, root):
     """root's storage is read as eager lays it out: each input whose
     layout decides root's must come to every call as it came to the trace
-    (ctx.layout_read; the module checks it)."""
+    (ctx.layout_read; the module checks it): root itself, row-major from
+    its storage's start; an input root is computed from, in row-major
+    order (a strided or offset one gives a fresh row-major result)."""
     seen, todo = set(), [root]
     while todo:
         n = todo.pop()
         if n not in seen:
             seen.add(n)
             if n.op == "placeholder":
-                ctx.layout_read(n)
+                ctx.layout_read(n, storage=n is root)
             todo.extend(_layout_sources(n))
 
 

@@ -129,13 +129,15 @@ _LINEAR = {aten.linear.default: (1, 0, "nk"), aten.mm.default: (1, 0, "kn"), ate
            aten.matmul.default: (1, 0, "kn"), aten.bmm.default: (1, 0, "kn")}
 
 
-def linear_weight(w, x):
+def linear_weight(w, x, layout):
     """True when w, a constant, is a linear layer's weight for input x: 2-d,
     or (1, .., 1, K, N) with x of at least its rank (a bmm or matmul by a
     batch-1 constant: torch's matmul of a 3-d x it cannot fold to 2-d, by a
-    (K, N) weight, is an expand and a bmm)."""
+    (K, N) weight, is an expand and a bmm). A 2-d one over K = 1 is not:
+    kiln computes that product (eager's mm) as a multiply, each element one
+    product as in eager (optable/core.py, _product); a bmm's stays a GEMM."""
     if w.dim() == 2:
-        return True
+        return w.shape[-1 if layout == "nk" else -2] != 1
     return w.dim() >= 3 and x.dim() >= w.dim() and all(d == 1 for d in w.shape[:-2])
 # The ops by which torch's matmul of a 3-d x by a (K, N) weight W reaches a
 # bmm: expand(W, (B, K, N)) and value-keeping views. kiln reads W itself at
@@ -282,12 +284,12 @@ class QuantEager(Eager):
             if (isinstance(w, torch.Tensor) and self._const(w) and w.is_floating_point()
                     and isinstance(x, torch.Tensor) and not self._const(x) and x.is_floating_point()):
                 src = self._origin(w) if op is aten.bmm.default else None
-                if linear_weight(w, x):
+                if linear_weight(w, x, layout):
                     args[wi] = self._weight(w, layout)
                 elif src is not None:  # a bmm by an expanded (K, N) weight
                     # (src may have more leading 1s than w has dims: seed 20072 graph 7077)
                     args[wi] = self._weight(src, layout).reshape(src.shape[-2:]).expand(w.shape)
-                if self.a8 and (linear_weight(w, x) or src is not None):
+                if self.a8 and (linear_weight(w, x, layout) or src is not None):
                     args[xi] = self._activations(x)
                     exact_zeros = True
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
@@ -596,13 +598,13 @@ class QuantSource:
             if (self._is_const(w) and self.vals[w].is_floating_point() and isinstance(x, str)
                     and not self._is_const(x) and self.vals[x].is_floating_point()):
                 src = self.origin.get(w) if op is aten.bmm.default else None
-                if linear_weight(self.vals[w], self.vals[x]):
+                if linear_weight(self.vals[w], self.vals[x], layout):
                     args[wi] = self._bind_line(f"qw({w}, {layout!r}, self.quant)", self.vals[w])
                 elif src is not None:  # a bmm by an expanded (K, N) weight
                     shape = tuple(self.vals[w].shape)
                     args[wi] = self._bind_line(f"qw({src}, {layout!r}, self.quant).expand({shape})",
                                                self.vals[w])
-                if linear_weight(self.vals[w], self.vals[x]) or src is not None:
+                if linear_weight(self.vals[w], self.vals[x], layout) or src is not None:
                     args[xi] = self._bind_line(f"qx({x}, self.quant)", self.vals[x])
         elif op in _TABLE and (found := table_lookup(op, args)) is not None:
             ti, idx = found
