@@ -256,6 +256,7 @@ class LoweringContext:
         self.symbols = symbolic.Symbols(self.graph)
         self.env = {}  # fx node -> kiln value id | python value | size | tuple
         self.kept = []  # tensors whose bytes the graph borrows (frozen_constant)
+        self._lent = []  # tensors whose bytes the graph reads until compiled (constant)
         self.constants = set()  # value ids of constants (constant, frozen_constant)
         self._meta = {}  # kiln value id -> (torch dtype, shape)
         self._scalars = {}
@@ -336,8 +337,12 @@ class LoweringContext:
         if t.dtype not in DTYPES:
             raise KilnError(f"constant {name or ''} has dtype {t.dtype}, which kiln does not support")
         t = t.contiguous()
+        # Lent, not copied: compiling packs most weights into new memory
+        # anyway, and copies what it still reads as it is (kiln_graph_own_lent);
+        # this context keeps t alive until then (compile_graph takes it).
+        self._lent.append(t)
         vid = self._record(self.graph.add_constant(
-            name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size()))
+            name, DTYPES[t.dtype], list(t.shape), t.data_ptr(), t.numel() * t.element_size(), None, True))
         self.constants.add(vid)
         return vid
 

@@ -340,6 +340,31 @@ kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* g, const char* name,
                                       out_id);
 }
 
+static int kiln_lent_contains(const kiln_lent_bytes_t* lent, int32_t n, const void* data) {
+  uintptr_t p = (uintptr_t)data;
+  for (int32_t i = 0; i < n; ++i) {
+    uintptr_t start = (uintptr_t)lent[i].start;
+    if (p >= start && p - start < lent[i].nbytes) return 1;
+  }
+  return 0;
+}
+
+kiln_status_t kiln_graph_own_lent(kiln_graph_t* g, const kiln_lent_bytes_t* lent, int32_t n) {
+  KILN_CHECK_ARG(n >= 0 && (lent || n == 0), "lent ranges");
+  for (int32_t i = 0; i < g->n_values; ++i) {
+    kiln_value_t* v = &g->values[i];
+    if (v->kind != KILN_VALUE_CONSTANT || v->owned_data || v->shared || v->key || !v->data ||
+        !v->nbytes || !kiln_lent_contains(lent, n, v->data))
+      continue;
+    void* copy;
+    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(g->allocator, v->nbytes, &copy));
+    memcpy(copy, v->data, v->nbytes);
+    v->owned_data = copy;
+    v->data = copy;
+  }
+  return kiln_ok();
+}
+
 kiln_status_t kiln_graph_set_constant_key(kiln_graph_t* g, int32_t id, const char* key) {
   KILN_CHECK_ARG(id >= 0 && id < g->n_values && g->values[id].kind == KILN_VALUE_CONSTANT,
                  "value %d is not a constant", id);

@@ -233,6 +233,21 @@ kiln_status_t kiln_graph_add_constant_owned(kiln_graph_t* graph, const char* nam
                                             const int64_t* shape, kiln_layout_t layout,
                                             void* data, size_t nbytes, int32_t* out_id);
 
+/* Bytes lent to a graph only while it compiles: [start, start + nbytes). */
+typedef struct {
+  const void* start;
+  size_t nbytes;
+} kiln_lent_bytes_t;
+
+/* Copies into the graph's own memory every constant whose bytes lie in one
+ * of the n lent ranges and that neither owns them nor holds a shared entry
+ * or key: what a compile left borrowed from its caller (an unpacked
+ * weight, a table), so the caller may take its bytes back. A compiler
+ * reading weights where they are instead of copying each into the graph
+ * first saves a copy of every packed one (kiln.trace: ~0.3 s a GiB, most of
+ * it the kernel mapping fresh pages). */
+kiln_status_t kiln_graph_own_lent(kiln_graph_t* graph, const kiln_lent_bytes_t* lent, int32_t n);
+
 /* Adds a float32 constant held as a checkpoint's integers (layout
  * KILN_LAYOUT_QUANT_ROWS, kiln_quant_const.h): the value torch's
  * dequantize gives, ((float)q - zero) * scale per element, of the existing

@@ -91,13 +91,24 @@ static PyObject* kiln_py_shape_tuple(const kiln_value_t* v) {
 
 typedef struct {
   PyObject_HEAD kiln_graph_t* graph; /* NULL once compiled (consumed) */
+  /* Constants' bytes lent until compile (add_constant(..., lend=True)):
+   * what the compiled graph still reads of them is copied then. */
+  kiln_lent_bytes_t* lent;
+  int32_t n_lent, cap_lent;
 } kiln_py_graph_t;
+
+static void kiln_py_graph_forget_lent(kiln_py_graph_t* self) {
+  free(self->lent);
+  self->lent = NULL;
+  self->n_lent = self->cap_lent = 0;
+}
 
 static int kiln_py_graph_init(kiln_py_graph_t* self, PyObject* args, PyObject* kw) {
   (void)args;
   (void)kw;
   kiln_graph_release(self->graph);
   self->graph = NULL;
+  kiln_py_graph_forget_lent(self);
   kiln_status_t s = kiln_graph_create(kiln_allocator_system(), &self->graph);
   if (s) {
     kiln_py_raise(s);
@@ -108,6 +119,7 @@ static int kiln_py_graph_init(kiln_py_graph_t* self, PyObject* args, PyObject* k
 
 static void kiln_py_graph_dealloc(kiln_py_graph_t* self) {
   kiln_graph_release(self->graph);
+  kiln_py_graph_forget_lent(self);
   Py_TYPE(self)->tp_free((PyObject*)self);
 }
 
@@ -129,15 +141,17 @@ static PyObject* kiln_py_graph_add_input(kiln_py_graph_t* self, PyObject* args) 
   return s ? kiln_py_raise(s) : PyLong_FromLong(id);
 }
 
-/* add_constant(name, dtype, shape, data_ptr, nbytes): copies the bytes now. */
+/* add_constant(name, dtype, shape, data_ptr, nbytes, key=None, lend=False):
+ * copies the bytes now; with a key borrows them for the graph's life; with
+ * lend borrows them until compile, which copies what it still reads. */
 static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* args) {
   const char* name;
-  int dtype;
+  int dtype, lend = 0;
   PyObject* shape_obj;
   unsigned long long ptr;
   Py_ssize_t nbytes;
   const char* key = NULL;
-  if (!PyArg_ParseTuple(args, "ziOKn|z", &name, &dtype, &shape_obj, &ptr, &nbytes, &key))
+  if (!PyArg_ParseTuple(args, "ziOKn|zp", &name, &dtype, &shape_obj, &ptr, &nbytes, &key, &lend))
     return NULL;
   kiln_graph_t* g = kiln_py_graph_get(self);
   int32_t rank, id;
@@ -150,13 +164,24 @@ static PyObject* kiln_py_graph_add_constant(kiln_py_graph_t* self, PyObject* arg
   /* With a key the bytes are borrowed, not copied: the caller keeps them
    * alive and unchanged while any model made from this graph lives (the
    * key names them: kiln/dynamo.py's frozen parameters). */
+  if (lend && !key && nbytes && self->n_lent == self->cap_lent) {
+    int32_t cap = self->cap_lent ? 2 * self->cap_lent : 64;
+    kiln_lent_bytes_t* grown = realloc(self->lent, (size_t)cap * sizeof *grown);
+    if (!grown) return PyErr_NoMemory();
+    self->lent = grown;
+    self->cap_lent = cap;
+  }
+  int borrow = key || (lend && nbytes);
   kiln_status_t s =
-      key ? kiln_graph_add_constant_borrowed(g, name, (kiln_dtype_t)dtype, rank, shape,
-                                             KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
-                                             (size_t)nbytes, &id)
-          : kiln_graph_add_constant(g, name, (kiln_dtype_t)dtype, rank, shape, KILN_LAYOUT_DENSE,
-                                    (const void*)(uintptr_t)ptr, (size_t)nbytes, &id);
+      borrow ? kiln_graph_add_constant_borrowed(g, name, (kiln_dtype_t)dtype, rank, shape,
+                                                KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
+                                                (size_t)nbytes, &id)
+             : kiln_graph_add_constant(g, name, (kiln_dtype_t)dtype, rank, shape,
+                                       KILN_LAYOUT_DENSE, (const void*)(uintptr_t)ptr,
+                                       (size_t)nbytes, &id);
   if (!s && key) s = kiln_graph_set_constant_key(g, id, key);
+  if (!s && borrow && !key)
+    self->lent[self->n_lent++] = (kiln_lent_bytes_t){(const void*)(uintptr_t)ptr, (size_t)nbytes};
   return s ? kiln_py_raise(s) : PyLong_FromLong(id);
 }
 
@@ -1171,9 +1196,13 @@ static PyObject* kiln_py_compile(PyObject* mod, PyObject* args) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   Py_BEGIN_ALLOW_THREADS s = kiln_compile(g, &o, &compiled);
+  /* The caller takes lent bytes back after this call: keep what is read. */
+  if (!s) s = kiln_graph_own_lent(compiled, gobj->lent, gobj->n_lent);
+  if (s) kiln_graph_release(compiled);
   if (!s && o.on_pass) o.on_pass(o.on_pass_ctx, "plan");
   if (!s) s = kiln_model_create_on(compiled, NULL, NULL, NULL, 0, target, &model);
-  Py_END_ALLOW_THREADS if (s) return kiln_py_raise(s);
+  Py_END_ALLOW_THREADS kiln_py_graph_forget_lent(gobj);
+  if (s) return kiln_py_raise(s);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   PyObject* m = kiln_py_model_wrap(model);
   if (m) ((kiln_py_model_t*)m)->compile_ms =

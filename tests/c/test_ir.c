@@ -133,6 +133,76 @@ static void test_compile_and_run_fused_linear(void) {
   kiln_model_release(m);
 }
 
+/* Constants lent to a graph until compile (kiln_graph_own_lent): the
+ * packed weight is made from the lent bytes; the bias, read as it is, is
+ * copied into the graph, so scribbling over the lent bytes afterwards
+ * changes nothing; a keyed (borrowed for the model's life) constant stays
+ * where it is. */
+static void test_lent_constants_owned_after_compile(void) {
+  enum { M = 3, K = 8, N = 8 };
+  kiln_graph_t* g = new_graph();
+  float* lent = malloc((K * N + N) * sizeof(float));
+  float keyed[N], x[M * K], want[M * N], got[M * N];
+  if (!lent) return;
+  float* w = lent;
+  float* bias = lent + K * N;
+  kiln_test_fill_f32(w, K * N, 4, -0.5f, 0.5f);
+  kiln_test_fill_f32(bias, N, 5, -0.5f, 0.5f);
+  kiln_test_fill_f32(keyed, N, 6, -0.5f, 0.5f);
+  kiln_test_fill_f32(x, M * K, 7, -1, 1);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double acc = bias[j];
+      for (int p = 0; p < K; ++p) acc += (double)x[i * K + p] * w[p * N + j];
+      want[i * N + j] = (float)(acc * keyed[j]);
+    }
+  int64_t sx[2] = {M, K}, sw[2] = {K, N}, sb[1] = {N};
+  int32_t vx, vw, vb, vk, mm, add, out;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, sx, &vx));
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "w", KILN_F32, 2, sw, KILN_LAYOUT_DENSE, w,
+                                                  K * N * sizeof(float), &vw));
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "b", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, bias,
+                                                  N * sizeof(float), &vb));
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "k", KILN_F32, 1, sb, KILN_LAYOUT_DENSE, keyed,
+                                                  sizeof keyed, &vk));
+  KILN_EXPECT_OK(kiln_graph_set_constant_key(g, vk, "test:keyed"));
+  int32_t i1[2] = {vx, vw}, i2[2] = {mm = -1, vb};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, i1, 2, NULL, 0, NULL, 0, NULL, &mm));
+  i2[0] = mm;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, i2, 2, NULL, 0, NULL, 0, NULL, &add));
+  int32_t i3[2] = {add, vk};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, i3, 2, NULL, 0, NULL, 0, NULL, &out));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, &out, 1));
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, NULL, &compiled));
+  if (!compiled) {
+    free(lent);
+    return;
+  }
+  kiln_lent_bytes_t range = {lent, (K * N + N) * sizeof(float)};
+  KILN_EXPECT_OK(kiln_graph_own_lent(compiled, &range, 1));
+  int lent_left = 0, keyed_left = 0;
+  for (int32_t i = 0; i < compiled->n_values; ++i) {
+    const kiln_value_t* v = &compiled->values[i];
+    if (v->kind != KILN_VALUE_CONSTANT || !v->data) continue;
+    uintptr_t p = (uintptr_t)v->data;
+    lent_left += p >= (uintptr_t)lent && p < (uintptr_t)(lent + K * N + N);
+    keyed_left += v->data == keyed;
+  }
+  KILN_EXPECT(lent_left == 0, "%d constants still read the lent bytes", lent_left);
+  KILN_EXPECT(keyed_left == 1, "the keyed constant stays borrowed (%d)", keyed_left);
+  KILN_EXPECT_ERROR(kiln_graph_own_lent(compiled, NULL, 1), KILN_INVALID_ARGUMENT);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  for (int i = 0; i < K * N + N; ++i) lent[i] = 1e30f; /* the caller takes its bytes back */
+  free(lent);
+  if (!m) return;
+  kiln_tensor_t in = {x, KILN_F32, 2, sx}, outt = {got, KILN_F32, 2, (int64_t[]){M, N}};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, &outt, 1));
+  kiln_test_compare_f32("lent constants", got, want, M * N, 1e-5f, 1e-5f);
+  kiln_model_release(m);
+}
+
 /* Training: y = x @ W^T + b + r with W, b and r graph inputs (W stored
  * (N, K), read transposed). One LINEAR with the bias and residual absorbed
  * and W read in place; without a bias or residual to absorb, the MATMUL
@@ -455,6 +525,7 @@ void kiln_test_suite_ir(void) {
   test_shape_errors();
   test_verifier();
   test_compile_and_run_fused_linear();
+  test_lent_constants_owned_after_compile();
   test_compile_runtime_weight_linear();
   test_memory_plan();
 }
