@@ -102,7 +102,10 @@ class ProfileReport:
     the compute roof peak_fraction is of, "fp32", "bf16" for a linear on the
     bf16 engine, "int8" for one with int8 activations on VPDPBUSD, and
     roof_gflops its peak),
-    ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge; and
+    ``totals`` (with the roofs used: peak_gflops, bandwidth_gbs, ridge;
+    bandwidth_how "sampled": the read bandwidth is the best of three probe
+    reads right after the runs, a shared machine's of the same minutes,
+    not kiln.machine()'s cached peak; and
     the weights: weight_bytes one call reads, weight_rows (M of the largest
     linear), weight_bound (their FLOPs per byte are below the ridge: a decode
     step) and then the ceilings calls_per_s = bandwidth / weight_bytes and

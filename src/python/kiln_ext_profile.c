@@ -78,10 +78,11 @@ static PyObject* kiln_py_report_totals(const kiln_profile_report_t* r) {
                               "bytes", (long long)r->bytes, "gflops", r->gflops, "gbs", r->gbs,
                               "peak_gflops", r->peak_gflops, "bandwidth_gbs", r->bandwidth_gbs,
                               "ridge", r->ridge, "isa", r->isa);
-  PyObject* w = t ? Py_BuildValue("{s:L,s:L,s:O,s:d,s:d}", "weight_bytes", (long long)r->weight_bytes,
+  PyObject* w = t ? Py_BuildValue("{s:L,s:L,s:O,s:d,s:d,s:s}", "weight_bytes", (long long)r->weight_bytes,
                                   "weight_rows", (long long)r->weight_rows, "weight_bound",
                                   r->weight_bound ? Py_True : Py_False, "calls_per_s",
-                                  r->calls_per_s, "tokens_per_s", r->tokens_per_s)
+                                  r->calls_per_s, "tokens_per_s", r->tokens_per_s, "bandwidth_how",
+                                  r->bandwidth_sampled ? "sampled" : "cached")
                   : NULL;
   if (!w || PyDict_Update(t, w)) Py_CLEAR(t);
   Py_XDECREF(w);
@@ -97,6 +98,7 @@ PyObject* kiln_py_profile_report(const kiln_model_t* model, double wall_ms,
   kiln_status_t s;
   Py_BEGIN_ALLOW_THREADS s = all ? kiln_machine_get(all, 0, &machine)
                                  : kiln_status_make(KILN_OUT_OF_MEMORY, "the default thread pool");
+  if (!s) s = kiln_profile_bandwidth_now(kiln_model_pool(model), kiln_pool_size(kiln_model_pool(model)), &machine);
   Py_END_ALLOW_THREADS if (!s) s = kiln_profile_report_of_model(model, wall_ms, &machine, &r);
   if (s) {
     *out_status = s;

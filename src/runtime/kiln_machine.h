@@ -41,6 +41,9 @@ typedef struct kiln_machine_s {
   double bf16_gflops_1, bf16_gflops; /* VDPBF16PS */
   double int8_gops_1, int8_gops;     /* VPDPBUSD */
   double bandwidth_gbs_1, bandwidth_gbs; /* reading a 128 MiB buffer */
+  /* 1: the bandwidth for the profile's thread count is a sample taken
+   * beside its runs (kiln_profile_bandwidth_now), not the cached peak */
+  int bandwidth_sampled;
   int measured;        /* 1: measured by this call; 0: read from the cache */
   int busy;            /* kiln_machine_busy held for the figures as kept */
   double others_load;  /* share of all cores' time other processes used while measuring (0: unknown) */

@@ -70,6 +70,7 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
   r->peak_gflops = threads == 1 && m->fma_gflops_1 > 0 ? m->fma_gflops_1 : m->fma_gflops;
   r->bandwidth_gbs = threads == 1 && m->bandwidth_gbs_1 > 0 ? m->bandwidth_gbs_1 : m->bandwidth_gbs;
   r->ridge = r->bandwidth_gbs > 0 ? r->peak_gflops / r->bandwidth_gbs : 0;
+  r->bandwidth_sampled = m->bandwidth_sampled;
   int one = threads == 1;
   if (strcmp(m->bf16_engine, "none") && m->bf16_engine[0])
     r->bf16_gflops = one && m->bf16_gflops_1 > 0 ? m->bf16_gflops_1 : m->bf16_gflops;
@@ -131,6 +132,21 @@ kiln_status_t kiln_profile_report_make(const kiln_graph_t* g, const uint64_t* ti
   return kiln_ok();
 }
 
+kiln_status_t kiln_profile_bandwidth_now(kiln_pool_t* pool, int threads, kiln_machine_t* m) {
+  KILN_CHECK_ARG(m && threads >= 1, "a machine and a thread count");
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    double gbs = 0;
+    KILN_RETURN_IF_ERROR(kiln_machine_sample(threads > 1 ? pool : NULL, threads, KILN_MACHINE_PROBE_READ, &gbs));
+    if (gbs > best) best = gbs;
+  }
+  if (best <= 0) return kiln_ok();
+  if (threads == 1) m->bandwidth_gbs_1 = best;
+  else m->bandwidth_gbs = best;
+  m->bandwidth_sampled = 1;
+  return kiln_ok();
+}
+
 kiln_status_t kiln_profile_report_of_model(const kiln_model_t* model, double wall_ms,
                                            const kiln_machine_t* m, kiln_profile_report_t* out) {
   int64_t runs = 0;
@@ -160,8 +176,9 @@ void kiln_profile_report_print_header(const kiln_profile_report_t* r, FILE* out)
   fprintf(out, "roofs: %.1f GFLOP/s fp32 FMA", r->peak_gflops);
   if (bf16) fprintf(out, ", %.1f GFLOP/s bf16 dot (its rows: bound bf16)", r->bf16_gflops);
   if (int8) fprintf(out, ", %.1f GOP/s int8 dot (its rows: bound int8)", r->int8_gops);
-  fprintf(out, ", %.1f GB/s read (%s; ridge %.1f FLOP/byte)\n", r->bandwidth_gbs,
-          r->threads == 1 ? "1 thread" : "all threads", r->ridge);
+  fprintf(out, ", %.1f GB/s read (%s, %s; ridge %.1f FLOP/byte)\n", r->bandwidth_gbs,
+          r->threads == 1 ? "1 thread" : "all threads",
+          r->bandwidth_sampled ? "sampled beside the runs" : "the cached peak", r->ridge);
   fprintf(out, "%5s  %-18s%10s%7s%11s%10s%9s%7s%7s  %-8s%s\n", "node", "op", "ms", "share",
           "MFLOP", "KiB", "GFLOP/s", "GB/s", "%peak", "bound", "origin");
 }

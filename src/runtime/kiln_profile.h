@@ -50,6 +50,7 @@ typedef struct kiln_profile_report_s {
    * measured, or no row used it). */
   double peak_gflops, bandwidth_gbs, ridge;
   double bf16_gflops, int8_gops;
+  int bandwidth_sampled; /* bandwidth_gbs was sampled beside the runs (else the cached peak) */
   char isa[32];
   /* The weights: bytes of constants one call reads (kiln_graph_weight_bytes),
    * the rows per call (M of the largest linear) and whether the weights bound
@@ -62,6 +63,15 @@ typedef struct kiln_profile_report_s {
   double calls_per_s, tokens_per_s;
   int64_t l3_bytes; /* the machine's L3 (0: unknown): weights it holds may beat the ceiling */
 } kiln_profile_report_t;
+
+/* Sets m's read bandwidth for `threads` (bandwidth_gbs_1 for one, else
+ * bandwidth_gbs) to one taken now on `pool`: the best of three reads of
+ * kiln_machine_sample's buffer, and marks it sampled. A shared machine's
+ * bandwidth moves by 2x within an hour (the neighbours' traffic), so a
+ * memory-bound node's percentage means something only against the
+ * bandwidth of the same minutes; the cached figure is kept if the probe
+ * fails. `kiln profile` and kiln.profile call it right after their runs. */
+kiln_status_t kiln_profile_bandwidth_now(kiln_pool_t* pool, int threads, kiln_machine_t* m);
 
 /* From per-node totals over `runs` runs (times_ns and wait_ns: graph->n_nodes
  * each; wait_ns may be NULL), for a concrete graph. */

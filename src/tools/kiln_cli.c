@@ -956,6 +956,9 @@ static kiln_status_t kiln_cli_profile(const kiln_cli_options_t* o, kiln_cli_sess
       st = kiln_model_run(s->model, ins.t, ins.n, outs.t, outs.n);
     wall = kiln_cli_now_ms() - t0;
     kiln_model_set_profiling(s->model, 0);
+    /* The roof the memory-bound rows are divided by, from the same minutes. */
+    kiln_pool_t* pool = kiln_model_pool(s->model);
+    if (!st) st = kiln_profile_bandwidth_now(pool, kiln_pool_size(pool), &machine);
   }
   kiln_profile_report_t report;
   if (!st) st = kiln_profile_report_of_model(s->model, wall / (o->runs > 0 ? o->runs : 1), &machine,

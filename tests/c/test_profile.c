@@ -199,6 +199,17 @@ static void test_profile_machine_sample(void) {
   KILN_EXPECT_ERROR(kiln_machine_sample(NULL, 2, KILN_MACHINE_PROBE_FMA, &v), KILN_INVALID_ARGUMENT);
   KILN_EXPECT_ERROR(kiln_machine_sample(pool, 0, KILN_MACHINE_PROBE_FMA, &v), KILN_INVALID_ARGUMENT);
   KILN_EXPECT_ERROR(kiln_machine_sample(pool, 1, (kiln_machine_probe_t)7, &v), KILN_INVALID_ARGUMENT);
+  /* The profile's roof from the same minutes: the sampled thread count's
+   * figure replaced (no machine reads 1e6 GB/s), the other kept. */
+  kiln_machine_t m;
+  memset(&m, 0, sizeof m);
+  m.bandwidth_gbs_1 = m.bandwidth_gbs = 1e6;
+  KILN_EXPECT_OK(kiln_profile_bandwidth_now(pool, 2, &m));
+  KILN_EXPECT(m.bandwidth_gbs > 0 && m.bandwidth_gbs < 1e6 && m.bandwidth_gbs_1 == 1e6 && m.bandwidth_sampled,
+              "sampled %g (1 thread %g, flag %d)", m.bandwidth_gbs, m.bandwidth_gbs_1, m.bandwidth_sampled);
+  KILN_EXPECT_OK(kiln_profile_bandwidth_now(pool, 1, &m));
+  KILN_EXPECT(m.bandwidth_gbs_1 > 0 && m.bandwidth_gbs_1 < 1e6, "1 thread sampled %g", m.bandwidth_gbs_1);
+  KILN_EXPECT_ERROR(kiln_profile_bandwidth_now(pool, 0, &m), KILN_INVALID_ARGUMENT);
   kiln_pool_release(pool);
 }
 

@@ -390,6 +390,7 @@ def test_profile_states_the_decode_ceiling(tmp_path):
     # The ceiling is the read bandwidth (1 thread: KILN_NUM_THREADS=1) over
     # 1 MiB; the roofs line rounds the bandwidth to 0.05 GB/s.
     roofs = [l for l in out.splitlines() if l.startswith("roofs:")][0]
+    assert "sampled beside the runs" in roofs, roofs
     gbs = float(roofs.split("GFLOP/s fp32 FMA, ")[1].split(" GB/s")[0])
     calls = float(line[0].split("at most ")[1].split(" calls/s")[0])
     assert abs(calls - gbs * 1e9 / 2**20) <= 0.05e9 / 2**20 + 0.1, (calls, gbs)
