@@ -306,12 +306,18 @@ class LoweringContext:
         (kiln/optable/movement.py): its own storage (storage True), else the
         layout eager gives a result computed from it. If it is a graph
         input, KilnModule refuses a call where it is not laid out as at
-        trace time: row-major from offset 0 ("storage"), or with strides in
-        row-major order ("order": eager's result is then row-major)."""
+        trace time: row-major from offset 0 ("storage"), or with its
+        strides in the example's order and as dense or not
+        ({"order": dims from the largest stride, "dense": ...}): eager lays
+        out a result computed from it by those two alone (an elementwise
+        op follows the stride order; empty_like, a dense input's strides,
+        else row-major), so the result is as row-major as it was traced."""
         vid = self.env.get(node)
         name = self._input_names.get(vid) if isinstance(vid, int) and not isinstance(vid, bool) else None
-        if name is not None and self.layout_inputs.get(name) != "storage":
-            self.layout_inputs[name] = "storage" if storage else "order"
+        if name is None or self.layout_inputs.get(name) == "storage":
+            return
+        order = None if storage else _layout_order(node.meta.get("val"))
+        self.layout_inputs[name] = order or "storage"
 
     def size_input(self, name, value):
         """A size passed per call (Dynamo's SymInt arguments): a symbolic one
@@ -430,6 +436,24 @@ def graph_attribute(ctx, gm, n):
         return ctx.constant(obj, str(n.target))
     except KilnError as e:
         return ctx.unsupported_value(n, str(e))
+
+
+def _layout_order(t):
+    """The example tensor t's layout as layout_read records it, or None
+    where its strides have no hint (then the input must be row-major)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    def hint(v):
+        return v if isinstance(v, int) else getattr(getattr(v, "node", None), "hint", None)
+
+    if not isinstance(t, torch.Tensor):
+        return None
+    shape, strides = [hint(d) for d in t.shape], [hint(s) for s in t.stride()]
+    if None in shape or None in strides:
+        return None
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    dense = is_non_overlapping_and_dense_or_false(torch.empty_strided(shape, strides, device="meta"))
+    return {"order": order, "dense": bool(dense)}
 
 
 def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(), guards_checked=False):

@@ -71,16 +71,32 @@ _SIZE_DTYPE = DTYPES[torch.int8]
 _CHECKED = object()  # _fast_in's dtype of an input no tensor passes unchecked
 
 
+def _layout_rule_ok(rule):
+    return rule == "storage" or (isinstance(rule, dict) and set(rule) == {"order", "dense"}
+                                 and isinstance(rule["order"], list)
+                                 and all(type(d) is int for d in rule["order"])
+                                 and sorted(rule["order"]) == list(range(len(rule["order"])))
+                                 and isinstance(rule["dense"], bool))
+
+
 def _laid_out_as_traced(t, rule):
     """Is t laid out as a layout-checked input was at trace time? "storage":
     row-major from its storage's start (as_strided reads that storage).
-    "order": its strides, over the dims that have more than one element and
-    are not broadcast, in row-major order: eager's elementwise ops and
-    *_like results then come out row-major, whatever gaps or offset t has."""
+    {"order": dims, "dense": d}: its strides, over the dims with more than
+    one element that are not broadcast, in that order from the largest,
+    and dense (no gaps, no overlap) as the example was: eager lays out an
+    elementwise op's result by the stride order, an empty_like's by the
+    strides when dense, so results come out as they were traced, whatever
+    t's offset (LoweringContext.layout_read)."""
     if rule == "storage":
         return t.is_contiguous() and t.storage_offset() == 0
-    strides = [s for s, d in zip(t.stride(), t.shape) if d > 1 and s != 0]
-    return all(a >= b for a, b in zip(strides, strides[1:]))
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    order = rule["order"]
+    if sorted(order) != list(range(t.dim())):
+        return False
+    strides = [t.stride(d) for d in order if t.shape[d] > 1 and t.stride(d) != 0]
+    return (all(a >= b for a, b in zip(strides, strides[1:]))
+            and bool(is_non_overlapping_and_dense_or_false(t)) == bool(rule["dense"]))
 
 
 class KilnModule(torch.nn.Module):
@@ -99,10 +115,10 @@ class KilnModule(torch.nn.Module):
         self._source = source
         self.compile_seconds = compile_seconds
         # Inputs whose layout decides memory an as_strided reads, name ->
-        # "storage" (row-major from offset 0) or "order" (strides in
-        # row-major order) (LoweringContext.layout_read): laid out
-        # otherwise than at trace time, eager's answer is not the model's;
-        # _check_input refuses them.
+        # "storage" (row-major from offset 0) or the example's stride order
+        # and density (LoweringContext.layout_read): laid out otherwise than
+        # at trace time, eager's answer is not the model's; _check_input
+        # refuses them.
         self._layout_inputs = dict(layout_inputs)
         ins = model.inputs()
         # A graph with random nodes (dropout, torch.rand) reads a seed input
@@ -117,10 +133,10 @@ class KilnModule(torch.nn.Module):
         if len(self._input_names) != len(self._in_specs):
             raise KilnError(f"the artifact names {len(self._input_names)} inputs but its graph has {len(self._in_specs)}")
         unknown = [n for n, rule in self._layout_inputs.items()
-                   if n not in self._input_names or rule not in ("storage", "order")]
+                   if n not in self._input_names or not _layout_rule_ok(rule)]
         if unknown:
             raise KilnError(f"the artifact's layout-checked inputs {self._layout_inputs} are not among its inputs "
-                            f"{self._input_names} with a rule storage or order")
+                            f"{self._input_names}, each with a rule (\"storage\", or an order and density)")
         self._prepare_fast_path()
 
     def _prepare_fast_path(self):
@@ -168,10 +184,13 @@ class KilnModule(torch.nn.Module):
         rule = self._layout_inputs.get(self._input_names[i]) if self._layout_inputs else None
         if rule is not None and not _laid_out_as_traced(t, rule):
             what = ("(as_strided addresses its storage), row-major from the storage's start" if rule == "storage" else
-                    "(as_strided reads a result eager lays out as this input), with strides in row-major order")
+                    f"(as_strided reads a result eager lays out as this input), with strides in the order of dims "
+                    f"{tuple(rule['order'])} and {'' if rule['dense'] else 'not '}dense")
+            fix = ("pass .contiguous() of it, or a fresh tensor" if rule == "storage" else
+                   "pass it laid out as the traced example was, or trace with a contiguous example")
             raise KilnError(f"input {i} ('{self._input_names[i]}'): the model reads its memory as laid out at trace "
                             f"time {what}; got strides {tuple(t.stride())} at offset {t.storage_offset()} for "
-                            f"shape {tuple(t.shape)}: pass .contiguous() of it, or a fresh tensor")
+                            f"shape {tuple(t.shape)}: {fix}")
         return t if t.is_contiguous() else t.contiguous()
 
     def as_traced_float(self, i, t):

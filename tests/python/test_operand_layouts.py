@@ -166,6 +166,33 @@ def test_as_strided_refuses_an_input_laid_out_otherwise(name, f, tmp_path):
     torch.testing.assert_close(loaded(fresh), m(fresh), rtol=0, atol=0)
 
 
+def test_as_strided_of_a_result_follows_the_examples_layout():
+    """An input traced transposed (fuzzer seed 20101, graph 560): a result
+    computed from it is laid out by eager after the input's stride order,
+    so a call must bring that order (and density) again, not row-major."""
+    m = AsStrided(lambda x: torch.as_strided(x * 2.0, (2, 3), (1, 2), 1))
+    x = torch.randn(4, 3).t()  # (3, 4), transposed: x * 2 is transposed too, as_strided refused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback warning
+        k = kiln.trace(m, (x,))
+    torch.testing.assert_close(k(x), m(x), rtol=0, atol=0)
+    # x.t() * 2 of that example is row-major: traced, and the example's
+    # order is what a call must bring again.
+    t = AsStrided(lambda x: torch.as_strided(x.t() * 2.0, (2, 3), (1, 2), 1))
+    k = kiln.trace(t, (x,))
+    y = torch.randn(4, 3).t()
+    torch.testing.assert_close(k(y), t(y), rtol=0, atol=0)
+    z = torch.randn(3, 4)  # row-major: eager's x.t() * 2 is then transposed, and its as_strided differs
+    assert not torch.equal(t(z), t(z.t().contiguous().t()))
+    with pytest.raises(kiln.KilnError, match=r"order of dims \(1, 0\) and dense.*laid out as the traced example"):
+        k(z)
+    # softmax makes a row-major result whatever its input: no order asked.
+    s = AsStrided(lambda x: torch.as_strided(torch.softmax(x, 1), (2, 3), (1, 2), 1))
+    k = kiln.trace(s, (x,))
+    for a in (y, z):
+        torch.testing.assert_close(k(a), s(a), rtol=1e-6, atol=1e-7)
+
+
 def test_as_strided_input_under_symbolic_sizes():
     """The fuzzer's case: traced under Dim.AUTO from an input whose dims 1
     and 2 are transposed in memory, row-major at the example only because
