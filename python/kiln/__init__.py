@@ -204,15 +204,34 @@ def _trace(model, args, example_kwargs, fallback, weights_bf16, compute_bf16, dy
                           f"behave differently). Call model.eval() first to silence this; train with "
                           f"torch.compile(model, backend=\"kiln\").", UserWarning,
                           stacklevel=3)  # kiln.trace's caller (through trace and _trace)
-        model.eval()
-    compile_stage("export")
-    try:
-        with torch.no_grad():
-            ep = export_program(model, args, example_kwargs, dynamic_shapes)
-    finally:
-        for m, training in modes.items():
-            m.training = training
-    name = type(model).__name__
+
+    def export(fast):
+        compile_stage("export")
+        if modes:
+            model.eval()
+        try:
+            with torch.no_grad():
+                return export_program(model, args, example_kwargs, dynamic_shapes, fast=fast)
+        finally:
+            for m, training in modes.items():
+                m.training = training
+
+    # torch.export's program as it is where kiln lowers it so (no
+    # decomposition re-trace: kiln/training_ir.py); if that lowering fails,
+    # the decomposed program, as always.
+    ep = export(True)
+    if getattr(ep, "kiln_training_ir", False):
+        try:
+            return _compile_exported(ep, type(model).__name__, False, weights_bf16, compute_bf16, target, t0)
+        except (UnsupportedOpError, KilnError) as e:
+            if log_enabled():
+                print(f"kiln: lowering torch.export's program as it is failed ({e}); decomposing it",
+                      file=sys.stderr)
+        ep = export(False)
+    return _compile_exported(ep, type(model).__name__, fallback, weights_bf16, compute_bf16, target, t0)
+
+
+def _compile_exported(ep, name, fallback, weights_bf16, compute_bf16, target, t0):
     mutations = _mutations(ep)
     input_writes = bool(mutations) and all(kind == "USER_INPUT_MUTATION" for kind, _ in mutations)
     if fallback and mutations and not input_writes:

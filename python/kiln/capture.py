@@ -24,6 +24,7 @@ from kiln.guards import hold_in_ranges, of_exported as exported_guards
 from kiln.random_ops import RNG_SEED_INPUT
 from kiln import lowp
 from kiln import symbolic
+from kiln import training_ir
 
 aten = torch.ops.aten
 
@@ -87,13 +88,27 @@ def _decomposition_table():
     return table
 
 
-def export_program(model, args, kwargs=None, dynamic_shapes=None):
-    """torch.export + Core ATen decomposition, with kiln's exceptions."""
+def export_program(model, args, kwargs=None, dynamic_shapes=None, fast=False):
+    """torch.export + Core ATen decomposition, with kiln's exceptions.
+    fast: the program as torch.export gives it where single-node rewrites
+    make it what kiln lowers (kiln/training_ir.py; ep.kiln_training_ir is
+    then True), saving the decomposition's second trace."""
     deferred = False
     try:
         ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes)
     except torch._dynamo.exc.UserError as e:
         ep, deferred = _export_past_unproven_guards(model, args, kwargs, dynamic_shapes, e), True
+    if fast and not deferred:
+        why = training_ir.functional_in_place(ep, TABLE)
+        if why is None:
+            if log_enabled():
+                print("kiln: torch.export's program is lowered as exported (single-node rewrites, no "
+                      "decomposition re-trace)", file=sys.stderr)
+            ep.kiln_training_ir = True
+            lower_complex(ep.graph_module)
+            return ep
+        if log_enabled():
+            print(f"kiln: torch.export's program is decomposed: {why}", file=sys.stderr)
     with warnings.catch_warnings():
         # torch 2.13's run_decompositions deep-copies pytree specs and trips
         # its own LeafSpec deprecation warning on every call: not the user's.

@@ -144,8 +144,17 @@ def _reshape(ctx, n):
 
 
 @register(aten.clone.default, aten.alias.default, aten.contiguous.default,
-          aten.lift_fresh_copy.default, aten.detach.default, aten.dropout.default)
+          aten.lift_fresh_copy.default, aten.detach.default)
 def _identity(ctx, n):
+    return ctx.value(n.args[0])
+
+
+@register(aten.dropout.default)
+def _dropout(ctx, n):
+    # dropout(x, p, train): x in eval mode (or p = 0). In training mode
+    # torch's decomposition (native_dropout: a random mask) is kiln's.
+    if _arg(n, 2, "train", False) and _arg(n, 1, "p", 0.0) > 0:
+        raise Unsupported("dropout in training mode as one op (its decomposition, native_dropout, is kiln's)")
     return ctx.value(n.args[0])
 
 
@@ -174,6 +183,8 @@ def _permute(ctx, n):
 def _transpose(ctx, n):
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
+    if len(shape) < 2:  # a 0-d or 1-d tensor's transpose (dims 0 and 0, or -1) is itself
+        return x
     a, b = (_norm_dim(d, len(shape)) for d in n.args[1:3])
     dims = list(range(len(shape)))
     dims[a], dims[b] = dims[b], dims[a]
@@ -692,16 +703,28 @@ def _softmax(ctx, n):
     return cast(ctx, y, _val(n).dtype)
 
 
-@register(aten.native_layer_norm.default)
-def _layer_norm(ctx, n):
-    x, normalized_shape, weight, bias, eps = n.args[:5]
-    xv = ctx.value(x)
-    inputs = [xv]
+def _layer_norm_node(ctx, n, x, normalized_shape, weight, bias, eps):
+    inputs = [ctx.value(x)]
     inputs.append(ctx.value(weight) if weight is not None else -1)
     inputs.append(ctx.value(bias) if bias is not None else -1)
     while inputs[-1] == -1:
         inputs.pop()
-    y = ctx.node("layer_norm", inputs, origin=ctx.origin(n), dims=len(normalized_shape), eps=eps)
+    return ctx.node("layer_norm", inputs, origin=ctx.origin(n), dims=len(normalized_shape), eps=eps)
+
+
+@register(aten.layer_norm.default)
+def _layer_norm_output(ctx, n):
+    # torch.export's program before decomposition (kiln/training_ir.py):
+    # native_layer_norm's first output alone.
+    return _layer_norm_node(ctx, n, n.args[0], n.args[1], _arg(n, 2, "weight", None), _arg(n, 3, "bias", None),
+                            _arg(n, 4, "eps", 1e-5))
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(ctx, n):
+    x, normalized_shape, weight, bias, eps = n.args[:5]
+    xv = ctx.value(x)
+    y = _layer_norm_node(ctx, n, x, normalized_shape, weight, bias, eps)
     # mean and rstd (outputs 1 and 2) are what training saves for backward.
     # Built from plain ops; dead-code elimination drops them in inference.
     rank = len(ctx.shape(xv))

@@ -231,7 +231,7 @@ def _row_major_at_every_size(node, depth=0):
 _FRESH_LAYOUT = {aten.mm.default, aten.bmm.default, aten.full.default, aten.zeros.default, aten.ones.default,
                  aten.arange.default, aten.arange.start, aten.arange.start_step, aten.scalar_tensor.default,
                  aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
-                 aten._softmax.default, aten._log_softmax.default}
+                 aten._softmax.default, aten._log_softmax.default, aten.softmax.int, aten.log_softmax.int}
 # Ops whose result is a clone of their first operand, written into: its layout.
 _SELF_LAYOUT = {aten.index_put.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce,
                 aten.scatter.value_reduce, aten.scatter_add.default, aten.scatter_reduce.two,

@@ -1,0 +1,196 @@
+"""kiln.trace without torch's decomposition re-trace, where it is not needed.
+
+torch.export.export gives the "training IR": ATen ops as the model called
+them, with in-place ops (a KV cache's index_copy_, a counter's add_) and a
+few composite ones (to.device). kiln.trace ran ExportedProgram.run_decompositions
+on it, which functionalizes and decomposes by tracing the whole program a
+second time: 2.5 s of an 8-layer Llama's 6 s compile, though nearly every op
+it emits is one kiln's op table takes as it was.
+
+functional_in_place(ep) makes the training IR what run_decompositions would
+have made of it, in place, when that is a rewrite of single nodes:
+
+- every op has an op-table handler, after these rewrites;
+- an in-place op writes storage nothing else reads afterwards: every other
+  reader of the written tensor's base and of every view of that base comes
+  before the write (a write through a view changes its base, and a later
+  reader of the base would need functionalization's scatter back). Then the
+  write is its op's functional variant (add_ -> add), and the readers of
+  the new value already read the write's node (torch.export tracks the
+  tensor to its latest node). index_copy_ becomes index_put, as torch's
+  decomposition of index_copy makes it;
+- a user input so written is a mutation output, first among the outputs,
+  as run_decompositions lists them (USER_INPUT_MUTATION): kiln.trace then
+  writes it into the caller's tensor (a KV cache in place). A parameter or
+  buffer written is not rewritten (the slow path handles it);
+- to.device and to.dtype_layout on the CPU are _to_copy, __and__ is
+  bitwise_and (and __or__, __xor__);
+- no value is bf16 or fp16: kiln/lowp.py's rules for a low-precision
+  program are written for the decomposed ops.
+
+Anything else leaves ep untouched and says why: kiln.trace then runs
+run_decompositions as before. A lowering of the rewritten program that
+fails is retried the same way (kiln/__init__.py), so this path only ever
+takes programs kiln lowers.
+"""
+
+import operator
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
+
+aten = torch.ops.aten
+
+
+def _writes_first_argument(op):
+    """Does op write its first argument in place (and nothing else)?"""
+    schema = getattr(op, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    first = schema.arguments[0].alias_info
+    return bool(first is not None and first.is_write
+                and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments[1:]))
+
+
+def _is_view(op):
+    schema = getattr(op, "_schema", None)
+    ret = schema.returns[0].alias_info if schema is not None and schema.returns else None
+    return ret is not None and not ret.is_write
+
+
+def _functional(op):
+    """add_.Tensor -> add.Tensor: the same overload of the op's name without
+    its trailing underscore, or None."""
+    name = op._overloadpacket.__name__
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    f = getattr(packet, op._overloadname, None) if packet is not None else None
+    return f if f is not None and not _writes_first_argument(f) else None
+
+
+def _index_copy_as_index_put(n):
+    """index_copy(x, dim, index, source) is x[(:,) * dim + (index,)] = source."""
+    x, dim, index, source = n.args[:4]
+    rank = x.meta["val"].dim()
+    dim = dim % rank if rank else 0
+    return aten.index_put.default, (x, [None] * dim + [index], source)
+
+
+# Composite ops that are another op under another name.
+_SAME_AS = {aten.__and__.Tensor: aten.bitwise_and.Tensor, aten.__or__.Tensor: aten.bitwise_or.Tensor,
+            aten.__xor__.Tensor: aten.bitwise_xor.Tensor}
+
+
+def _to_copy_args(n):
+    """to.device / to.dtype_layout on the CPU: a copy in the dtype asked."""
+    if n.target is aten.to.device:
+        x, device, dtype = n.args[:3]
+        if torch.device(device).type != "cpu":
+            return None
+        return aten._to_copy.default, (x,), {"dtype": dtype}
+    x = n.args[0]
+    device = n.kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        return None
+    if n.kwargs.get("layout") not in (None, torch.strided):
+        return None
+    return aten._to_copy.default, (x,), {"dtype": n.kwargs.get("dtype")}
+
+
+def _plan(ep, table):
+    """[(node, new target, new args or None, new kwargs or None)] and the
+    mutated user inputs [(placeholder, final value node)], or a string
+    saying why ep is not a rewrite of single nodes away from what kiln
+    lowers."""
+    sig = ep.graph_signature
+    phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    kind = {n: spec.kind for n, spec in zip(phs, sig.input_specs)}
+    if any(spec.kind != OutputKind.USER_OUTPUT for spec in sig.output_specs):
+        return "it updates state"
+    order = {n: i for i, n in enumerate(ep.graph.nodes)}
+    root = {}  # a written value -> the placeholder it is the new value of
+    latest = {}  # placeholder -> its latest value
+    edits = []
+    for n in ep.graph.nodes:
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16):
+            return "low-precision values (kiln/lowp.py's rules read the decomposed ops)"
+        if n.op in ("placeholder", "output", "get_attr"):
+            continue
+        if n.op != "call_function":
+            return f"a {n.op} node"
+        if n.target is operator.getitem:
+            continue
+        if _writes_first_argument(n.target):
+            x = n.args[0] if n.args else None
+            if not isinstance(x, torch.fx.Node):
+                return f"{n.target} of a non-tensor"
+            base = x
+            while base.op == "call_function" and _is_view(base.target) and isinstance(base.args[0], torch.fx.Node):
+                base = base.args[0]
+            if base.op == "placeholder" and (base is not x or kind.get(x) != InputKind.USER_INPUT):
+                return f"{n.target} writes an input through a view, or a parameter"
+            # No other reader of the written storage (its base, or any view
+            # of it) after the write: the write's node is then the only way
+            # to its new value, and its functional op computes that value.
+            aliases, todo = set(), [base]
+            while todo:
+                a = todo.pop()
+                if a not in aliases:
+                    aliases.add(a)
+                    todo.extend(u for u in a.users if u.op == "call_function" and _is_view(u.target))
+            if any(u is not n and order[u] > order[n] for a in aliases for u in a.users):
+                return f"{n.target}'s storage is read after it"
+            if n.target is aten.index_copy_.default:
+                target, args = _index_copy_as_index_put(n)
+            else:
+                target, args = _functional(n.target), None
+            if target is None or target not in table:
+                return f"{n.target} has no functional op kiln lowers"
+            edits.append((n, target, args, None))
+            base = root.get(x, x if x.op == "placeholder" else None)
+            if base is not None:
+                root[n] = base
+                latest[base] = n
+            continue
+        if n.target in _SAME_AS and _SAME_AS[n.target] in table:
+            edits.append((n, _SAME_AS[n.target], None, None))
+            continue
+        if n.target in (aten.to.device, aten.to.dtype_layout):
+            new = _to_copy_args(n)
+            if new is None:
+                return f"{n.target} off the CPU"
+            edits.append((n, *new))
+            continue
+        if n.target not in table:
+            return f"{n.target} is not in kiln's op table"
+    return edits, [(p, latest[p]) for p in phs if p in latest]
+
+
+def functional_in_place(ep, table):
+    """Rewrites ep (torch.export's training IR) in place into the program
+    run_decompositions would give kiln, when single-node rewrites do it
+    (module docstring); returns None when it did, else why not (ep is then
+    untouched)."""
+    planned = _plan(ep, table)
+    if isinstance(planned, str):
+        return planned
+    edits, mutated = planned
+    for n, target, args, kwargs in edits:
+        n.target = target
+        if args is not None:
+            n.args = tuple(args)
+        if kwargs is not None:
+            n.kwargs = kwargs
+    if mutated:
+        out = next(n for n in ep.graph.nodes if n.op == "output")
+        flat = list(out.args[0])
+        out.args = (tuple([value for _, value in mutated] + flat),)
+        sig = ep.graph_signature
+        specs = [OutputSpec(kind=OutputKind.USER_INPUT_MUTATION, arg=TensorArgument(name=value.name),
+                            target=p.name) for p, value in mutated]
+        sig.output_specs[:0] = specs
+    ep.graph.eliminate_dead_code()
+    ep.graph_module.recompile()
+    return None

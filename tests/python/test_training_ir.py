@@ -1,0 +1,104 @@
+"""kiln.trace lowers torch.export's program without the decomposition
+re-trace where single-node rewrites make it what kiln lowers
+(kiln/training_ir.py), else decomposes it as before. Each case checks
+which path was taken (export_program(fast=True)'s kiln_training_ir) and
+that the compiled model gives eager's answer, inputs written included.
+
+Values: the graphs here move and add float32 values (cache writes, adds of
+ones, a 16-wide linear): rtol 1e-5 / atol 1e-6, the linear's few-ulp sums.
+"""
+
+import pytest
+import torch
+
+import kiln
+from kiln.capture import export_program
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def _fast(model, args):
+    with torch.no_grad():
+        return bool(getattr(export_program(model.eval(), args, fast=True), "kiln_training_ir", False))
+
+
+class CacheStep(torch.nn.Module):
+    """A KV-cache step: index_copy_ into the cache input, then attention-like
+    reads of the written cache; a counter bumped in place and never read."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, x, pos, cache):
+        k = self.proj(x)
+        cache.index_copy_(1, pos, k)
+        n = pos.clone()
+        n.add_(1)  # a write nothing reads afterwards
+        return cache.sum(1) * 2.0
+
+
+def test_cache_write_in_place_without_the_decomposition_retrace():
+    torch.manual_seed(0)
+    m = CacheStep().eval()
+    x, pos = torch.randn(2, 3, 16), torch.tensor([1, 4, 5])
+    assert _fast(m, (x, pos, torch.zeros(2, 8, 16)))
+    cache, want_cache = torch.zeros(2, 8, 16), torch.zeros(2, 8, 16)
+    k = kiln.trace(m, (x, pos, cache.clone()))
+    got = k(x, pos, cache)
+    want = m(x, pos, want_cache)
+    torch.testing.assert_close(got, want, **TOL)
+    torch.testing.assert_close(cache, want_cache, **TOL)  # the caller's cache is written
+    pos2 = torch.tensor([0, 2, 7])
+    torch.testing.assert_close(k(x, pos2, cache), m(x, pos2, want_cache), **TOL)
+    torch.testing.assert_close(cache, want_cache, **TOL)
+
+
+class ReadAfterWrite(torch.nn.Module):
+    """y is read through a view made before y is written: eager's read sees
+    the write (functionalization's job, not a single-node rewrite)."""
+
+    def forward(self, x):
+        y = x * 2.0
+        v = y[0]
+        y.add_(1.0)
+        return v * 3.0, y
+
+
+class WriteThroughView(torch.nn.Module):
+    """An input written through a view of it: the write is a scatter into
+    the input (functionalization's)."""
+
+    def forward(self, x):
+        x[0].add_(1.0)
+        return x * 2.0
+
+
+class TrainingDropout(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, 0.5, True)
+
+
+def test_dropout_in_training_mode_is_not_an_identity():
+    """dropout(x, 0.5, train=True) reaches kiln whole in torch.export's
+    program; its handler declines it (it is x only in eval mode), and the
+    decomposed program's random mask runs: each element 0 or 2x."""
+    m, x = TrainingDropout(), torch.ones(64, 64)
+    assert _fast(m, (x,))
+    y = kiln.trace(m, (x,))(x)
+    assert bool(((y == 0) | (y == 2)).all())
+    assert 0.3 < float((y == 0).float().mean()) < 0.7
+
+
+@pytest.mark.parametrize("model,fast", [(ReadAfterWrite(), False), (WriteThroughView(), False)])
+def test_programs_a_single_node_rewrite_cannot_take(model, fast):
+    """Aliased writes leave the program to the decomposition (the rewrite
+    declines), which gives eager's answer and the input's new value."""
+    x = torch.randn(3, 4)
+    assert _fast(model, (x.clone(),)) is fast
+    k = kiln.trace(model, (x.clone(),))
+    a, b = x.clone(), x.clone()
+    got, want = k(a), model(b)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g, w, **TOL)
+    torch.testing.assert_close(a, b, **TOL)
