@@ -69,6 +69,31 @@ def _functional(op):
     return f if f is not None and not _writes_first_argument(f) else None
 
 
+# The arguments whose dtype an in-place op's functional variant promotes
+# with the written tensor's (all others: index tensors, copy_'s source,
+# which copy casts).
+_PROMOTED_ARGS = {aten.index_copy_.default: (3,), aten.copy_.default: ()}
+
+
+def _keeps_its_dtype(n, x):
+    """Does n's functional variant give x's dtype, as the in-place op
+    does? (int_x.add_(1.5) truncates in place; add promotes to float.) Only
+    when the values it promotes with have x's dtype, or are Python numbers
+    of x's kind."""
+    dtype = x.meta["val"].dtype
+    which = _PROMOTED_ARGS.get(n.target, range(1, len(n.args)))
+    for i in which:
+        a = n.args[i] if i < len(n.args) else None
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+        if isinstance(val, torch.Tensor) and val.dtype != dtype:
+            return False
+        if isinstance(val, float) and not dtype.is_floating_point:
+            return False
+        if isinstance(val, (int, float)) and not isinstance(val, bool) and dtype == torch.bool:
+            return False
+    return True
+
+
 def _index_copy_as_index_put(n):
     """index_copy(x, dim, index, source) is x[(:,) * dim + (index,)] = source."""
     x, dim, index, source = n.args[:4]
@@ -139,9 +164,13 @@ def _plan(ep, table):
                 a = todo.pop()
                 if a not in aliases:
                     aliases.add(a)
-                    todo.extend(u for u in a.users if u.op == "call_function" and _is_view(u.target))
+                    # views of it, and the pieces of a view that is a list (split's)
+                    todo.extend(u for u in a.users if u.op == "call_function"
+                                and (_is_view(u.target) or u.target is operator.getitem))
             if any(u is not n and order[u] > order[n] for a in aliases for u in a.users):
                 return f"{n.target}'s storage is read after it"
+            if not _keeps_its_dtype(n, x):
+                return f"{n.target} writes a {x.meta['val'].dtype} tensor from values of another dtype"
             if n.target is aten.index_copy_.default:
                 target, args = _index_copy_as_index_put(n)
             else:

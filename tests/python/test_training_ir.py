@@ -102,3 +102,30 @@ def test_programs_a_single_node_rewrite_cannot_take(model, fast):
     for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
         torch.testing.assert_close(g, w, **TOL)
     torch.testing.assert_close(a, b, **TOL)
+
+
+class WriteReadThroughSplit(torch.nn.Module):
+    """A piece of split(y) read after y is written: eager's piece sees it."""
+
+    def forward(self, x):
+        y = x * 2.0
+        a, b = y.split(2, 0)
+        y.add_(1.0)
+        return a * 3.0
+
+
+class IntegerWrittenWithAFloat(torch.nn.Module):
+    """An int32 tensor add_-ed an int64 one: int32 in place (add would make
+    it int64)."""
+
+    def forward(self, x):
+        n = (x * 4.0).int()
+        n.add_(torch.arange(3))
+        return n * 2
+
+
+@pytest.mark.parametrize("model", [WriteReadThroughSplit(), IntegerWrittenWithAFloat()])
+def test_writes_a_functional_op_would_get_wrong_are_decomposed(model):
+    x = torch.randn(4, 3)
+    assert not _fast(model, (x,))
+    torch.testing.assert_close(kiln.trace(model, (x,))(x), model(x), **TOL)
