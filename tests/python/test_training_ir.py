@@ -129,3 +129,23 @@ def test_writes_a_functional_op_would_get_wrong_are_decomposed(model):
     x = torch.randn(4, 3)
     assert not _fast(model, (x,))
     torch.testing.assert_close(kiln.trace(model, (x,))(x), model(x), **TOL)
+
+
+class Diffs(torch.nn.Module):
+    def forward(self, x, ids, flags):
+        return (torch.diff(x, dim=0), torch.diff(x, n=2, prepend=x[:, :1] * 0.5),
+                torch.diff(ids, prepend=torch.zeros_like(ids[:, :1])), torch.diff(flags, dim=-1),
+                torch.diff(ids, n=0))
+
+
+def test_diff_as_exported():
+    """torch.diff reaches kiln whole in torch.export's program (transformers'
+    masks take it of position ids): eager's values, exactly (differences of
+    small integers and of floats are one subtraction each)."""
+    x, ids = torch.randn(5, 4), torch.tensor([[0, 1, 2, 5, 6], [3, 3, 4, 7, 9]])
+    flags = torch.tensor([[True, False, False, True]])
+    m = Diffs()
+    assert _fast(m, (x, ids, flags))
+    for g, w in zip(kiln.trace(m, (x, ids, flags))(x, ids, flags), m(x, ids, flags)):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

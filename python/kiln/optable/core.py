@@ -330,6 +330,31 @@ def _cat(ctx, n):
     return ctx.node("cat", xs, origin=ctx.origin(n), axis=dim)
 
 
+@register(aten.diff.default)
+def _diff(ctx, n):
+    # torch.export's program before decomposition (kiln/training_ir.py;
+    # transformers' masks take it of position ids): x[1:] - x[:-1] along
+    # dim, n times, after prepend and append; for bools, a != b.
+    dtype = _val(n).dtype
+    rank = len(_shape(n))
+    dim = _norm_dim(_arg(n, 2, "dim", -1), max(rank, 1))
+    parts = [cast(ctx, ctx.value(a), dtype) for a in (_arg(n, 3, "prepend", None), n.args[0], _arg(n, 4, "append", None))
+             if a is not None]
+    v = parts[0] if len(parts) == 1 else ctx.node("cat", parts, origin=ctx.origin(n), axis=dim)
+    for _ in range(_arg(n, 1, "n", 1)):
+        shape = list(ctx.shape(v))
+        if isinstance(shape[dim], symbolic.SymDim):
+            raise Unsupported("diff along a symbolic dim")
+        if shape[dim] == 0:
+            break
+        src, out = _dense_strides(shape), list(shape)
+        out[dim] -= 1
+        hi = strided_copy(ctx, v, out, src, src[dim], ctx.origin(n))
+        lo = strided_copy(ctx, v, out, src, 0, ctx.origin(n))
+        v = ctx.node("ne" if dtype == torch.bool else "sub", [hi, lo], origin=ctx.origin(n))
+    return v
+
+
 @register(aten.embedding.default)
 def _embedding(ctx, n):
     return ctx.node("gather", [ctx.value(n.args[0]), ctx.value(n.args[1])], origin=ctx.origin(n), axis=0)
