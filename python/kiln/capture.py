@@ -13,6 +13,7 @@ import sys
 import warnings
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.export.graph_signature import InputKind, OutputKind
 
 from kiln import _C
@@ -278,7 +279,8 @@ class LoweringContext:
         self._seed, self._streams = None, 0  # random_seed's
         self._input_names = {}  # graph input value id -> its name
         # Inputs whose memory layout eager's answer depends on (as_strided
-        # reads storage), name -> "storage" or "order" (layout_read).
+        # reads storage), name -> "storage" or the example's stride order
+        # and density (layout_read).
         self.layout_inputs = {}
 
     # value bookkeeping ------------------------------------------------------
@@ -456,8 +458,6 @@ def graph_attribute(ctx, gm, n):
 def _layout_order(t):
     """The example tensor t's layout as layout_read records it, or None
     where its strides have no hint (then the input must be row-major)."""
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
-
     def hint(v):
         return v if isinstance(v, int) else getattr(getattr(v, "node", None), "hint", None)
 

@@ -15,6 +15,7 @@ import os
 import struct
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils import _pytree as pytree
 
 from kiln import _C
@@ -90,7 +91,6 @@ def _laid_out_as_traced(t, rule):
     t's offset (LoweringContext.layout_read)."""
     if rule == "storage":
         return t.is_contiguous() and t.storage_offset() == 0
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
     order = rule["order"]
     if sorted(order) != list(range(t.dim())):
         return False

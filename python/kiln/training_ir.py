@@ -39,6 +39,8 @@ import operator
 import torch
 from torch.export.graph_signature import InputKind, OutputKind, OutputSpec, TensorArgument
 
+from kiln.optable.movement import _is_view_op as _is_view
+
 aten = torch.ops.aten
 
 
@@ -50,12 +52,6 @@ def _writes_first_argument(op):
     first = schema.arguments[0].alias_info
     return bool(first is not None and first.is_write
                 and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments[1:]))
-
-
-def _is_view(op):
-    schema = getattr(op, "_schema", None)
-    ret = schema.returns[0].alias_info if schema is not None and schema.returns else None
-    return ret is not None and not ret.is_write
 
 
 def _functional(op):
@@ -77,7 +73,7 @@ _PROMOTED_ARGS = {aten.index_copy_.default: (3,), aten.copy_.default: ()}
 
 def _keeps_its_dtype(n, x):
     """Does n's functional variant give x's dtype, as the in-place op
-    does? (int_x.add_(1.5) truncates in place; add promotes to float.) Only
+    does? (int32_x.add_(int64_y) stays int32; add promotes to int64.) Only
     when the values it promotes with have x's dtype, or are Python numbers
     of x's kind."""
     dtype = x.meta["val"].dtype
