@@ -24,7 +24,8 @@ have made of it, in place, when that is a rewrite of single nodes:
   writes it into the caller's tensor (a KV cache in place). A parameter or
   buffer written is not rewritten (the slow path handles it);
 - to.device and to.dtype_layout on the CPU are _to_copy, __and__ is
-  bitwise_and (and __or__, __xor__);
+  bitwise_and (and __or__, __xor__), conv2d (1d, 3d) of a batched input
+  is convolution;
 - no value is bf16 or fp16: kiln/lowp.py's rules for a low-precision
   program are written for the decomposed ops.
 
@@ -101,6 +102,30 @@ def _index_copy_as_index_put(n):
 # Composite ops that are another op under another name.
 _SAME_AS = {aten.__and__.Tensor: aten.bitwise_and.Tensor, aten.__or__.Tensor: aten.bitwise_or.Tensor,
             aten.__xor__.Tensor: aten.bitwise_xor.Tensor}
+
+
+_CONVS = {aten.conv1d.default: 1, aten.conv2d.default: 2, aten.conv3d.default: 3}
+
+
+def _conv_as_convolution(n):
+    """conv1d/2d/3d of a batched input is convolution, not transposed, no
+    output padding (an unbatched one, which torch's decomposition gives a
+    batch dim, is left to it)."""
+    k = _CONVS[n.target]
+    x = n.args[0]
+    if not isinstance(x, torch.fx.Node) or x.meta["val"].dim() != k + 2:
+        return None
+
+    def arg(i, name, default):
+        return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+    def per_dim(i, name, default):
+        v = arg(i, name, default)
+        return list(v) if isinstance(v, (list, tuple)) else [v] * k
+
+    args = (x, n.args[1], arg(2, "bias", None), per_dim(3, "stride", 1), per_dim(4, "padding", 0),
+            per_dim(5, "dilation", 1), False, [0] * k, arg(6, "groups", 1))
+    return aten.convolution.default, args, {}
 
 
 def _to_copy_args(n):
@@ -181,6 +206,12 @@ def _plan(ep, table):
             continue
         if n.target in _SAME_AS and _SAME_AS[n.target] in table:
             edits.append((n, _SAME_AS[n.target], None, None))
+            continue
+        if n.target in _CONVS:
+            new = _conv_as_convolution(n)
+            if new is None:
+                return f"{n.target} of an unbatched input"
+            edits.append((n, *new))
             continue
         if n.target in (aten.to.device, aten.to.dtype_layout):
             new = _to_copy_args(n)

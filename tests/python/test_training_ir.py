@@ -149,3 +149,36 @@ def test_diff_as_exported():
     for g, w in zip(kiln.trace(m, (x, ids, flags))(x, ids, flags), m(x, ids, flags)):
         assert g.dtype == w.dtype
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+class Convs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(3, 4, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(3, 6, 3, stride=2, padding=1, groups=3, bias=False)
+        self.c3 = torch.nn.Conv3d(2, 2, (1, 3, 3), dilation=(1, 2, 1))
+        self.bn = torch.nn.BatchNorm2d(6)
+
+    def forward(self, a, b, c):
+        return self.c1(a), torch.relu(self.bn(self.c2(b))), self.c3(c)
+
+
+def test_convolutions_as_exported():
+    """conv1d/2d/3d (nn.Conv*'s ops in torch.export's program) of batched
+    inputs become convolution, as the decomposition makes them; an
+    unbatched conv2d is left to the decomposition. Sums of <= 27 products:
+    rtol 1e-5."""
+    torch.manual_seed(3)
+    m = Convs().eval()
+    xs = (torch.randn(2, 3, 9), torch.randn(2, 3, 8, 8), torch.randn(1, 2, 2, 9, 7))
+    assert _fast(m, xs)
+    for g, w in zip(kiln.trace(m, xs)(*xs), m(*xs)):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+    class Unbatched(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.conv2d(x, torch.ones(2, 3, 3, 3))
+
+    u = torch.randn(3, 6, 6)
+    assert not _fast(Unbatched(), (u,))
+    torch.testing.assert_close(kiln.trace(Unbatched(), (u,))(u), Unbatched()(u), rtol=1e-5, atol=1e-5)

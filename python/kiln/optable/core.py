@@ -1266,13 +1266,29 @@ def adaptive_avg_pool2d_even(ctx, n):
 
 @register(aten._native_batch_norm_legit_no_training.default)
 def _batch_norm_eval(ctx, n):
+    x, weight, bias, mean, var, _, eps = n.args[:7]
+    y = _batch_norm_eval_value(ctx, n, x, weight, bias, mean, var, eps, _val(n)[0].dtype)
+    why = "batch norm's saved mean/rstd outputs (training only)"
+    return (y, ctx.unsupported_value(n, why), ctx.unsupported_value(n, why))
+
+
+@register(aten.batch_norm.default)
+def _batch_norm_composite(ctx, n):
+    # torch.export's program before decomposition (kiln/training_ir.py):
+    # in eval mode, the normalized output alone.
+    x, weight, bias, mean, var, training, _, eps = n.args[:8]
+    if training or mean is None or var is None:
+        raise Unsupported("batch norm in training mode (batch statistics) as one op")
+    return _batch_norm_eval_value(ctx, n, x, weight, bias, mean, var, eps, _val(n).dtype)
+
+
+def _batch_norm_eval_value(ctx, n, x, weight, bias, mean, var, eps, dtype):
     # y = x * scale + shift per channel (dim 1), scale = weight / sqrt(var + eps),
     # shift = bias - mean * scale. The parameters are constants, so the
     # compiler folds scale and shift into two (C, 1, ...) constants, and the
     # conv fusion pass then folds them into a preceding convolution.
-    x, weight, bias, mean, var, _, eps = n.args[:7]
-    if _val(n)[0].dtype != torch.float32:
-        raise Unsupported(f"batch norm of {_val(n)[0].dtype}")
+    if dtype != torch.float32:
+        raise Unsupported(f"batch norm of {dtype}")
     xv = ctx.value(x)
     rank = len(ctx.shape(xv))
     if rank < 2:
@@ -1288,9 +1304,7 @@ def _batch_norm_eval(ctx, n):
         shift = ctx.node("add", [shift, ctx.value(bias)])
     per_channel = [c] + [1] * (rank - 2)
     y = ctx.node("mul", [xv, reshape(ctx, scale, per_channel)], origin=origin)
-    y = ctx.node("add", [y, reshape(ctx, shift, per_channel)], origin=origin)
-    why = "batch norm's saved mean/rstd outputs (training only)"
-    return (y, ctx.unsupported_value(n, why), ctx.unsupported_value(n, why))
+    return ctx.node("add", [y, reshape(ctx, shift, per_channel)], origin=origin)
 
 
 @register(operator.getitem)
