@@ -256,8 +256,9 @@ def _read_as_laid_out(ctx, root):
     """root's storage is read as eager lays it out: each input whose
     layout decides root's must come to every call as it came to the trace
     (ctx.layout_read; the module checks it): root itself, row-major from
-    its storage's start; an input root is computed from, in row-major
-    order (a strided or offset one gives a fresh row-major result)."""
+    its storage's start; an input root is computed from, in its example's
+    stride order and density (which decide eager's layout of the result,
+    whatever the input's offset)."""
     seen, todo = set(), [root]
     while todo:
         n = todo.pop()
