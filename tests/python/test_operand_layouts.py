@@ -210,6 +210,27 @@ def test_as_strided_input_under_symbolic_sizes():
     torch.testing.assert_close(k(z), m(z), rtol=0, atol=0)
 
 
+def test_as_strided_extent_is_a_guard_under_symbolic_sizes():
+    """torch.export checks an as_strided's extent at the example only:
+    under Dim.AUTO the dim it reads may shrink below the view's last
+    element (eager fails there). kiln refused the symbolic lowering at
+    such a probe and ran the whole graph in eager (fuzzer seed 20104,
+    graph 5914); the extent is now one of the graph's guards: calls in
+    range run in kiln, one out of range is refused by name."""
+    m = AsStrided(lambda x: torch.as_strided(x + 1, (2, 3), (1, 2), 3) * 2)  # last element: 3 + 1 + 4 = 8
+    x = torch.randn(3, 4)  # 12 elements; at 2 rows, 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a graph run in eager warns
+        k = kiln.trace(m, (x,), dynamic_shapes=({0: torch.export.Dim.AUTO},))
+    for rows in (3, 4, 9):
+        a = torch.randn(rows, 4)
+        torch.testing.assert_close(k(a), m(a), rtol=0, atol=0)
+    with pytest.raises(RuntimeError):
+        m(torch.randn(2, 4))  # eager's own refusal
+    with pytest.raises(ValueError, match=r"traced under: 8 < x\.size\(\)\[0\]\*4"):
+        k(torch.randn(2, 4))
+
+
 @pytest.mark.parametrize("offset", [None, 2, 3, 4])
 def test_as_strided_scatter_into_an_offset_view(offset):
     """as_strided_scatter writes into a clone of its input through storage
