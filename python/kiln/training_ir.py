@@ -26,8 +26,12 @@ have made of it, in place, when that is a rewrite of single nodes:
 - to.device and to.dtype_layout on the CPU are _to_copy, __and__ is
   bitwise_and (and __or__, __xor__), conv2d (1d, 3d) of a batched input
   is convolution;
-- no value is bf16 or fp16: kiln/lowp.py's rules for a low-precision
-  program are written for the decomposed ops.
+- autocast is off, and no op makes a bf16 or fp16 result from operands
+  of another floating dtype: the training IR is recorded above autocast,
+  so under it an op holds fp32 operands and a bf16 result with none of
+  autocast's casts between (decomposing re-traces and records them). A
+  model in bf16 (model.to(torch.bfloat16)) is lowered as exported: lowp's
+  rules read its ops as they read the decomposed ones.
 
 Anything else leaves ep untouched and says why: kiln.trace then runs
 run_decompositions as before. A lowering of the rewritten program that
@@ -160,12 +164,12 @@ def _plan(ep, table):
     edits = []
     for n in ep.graph.nodes:
         val = n.meta.get("val")
-        if isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16):
-            return "low-precision values (kiln/lowp.py's rules read the decomposed ops)"
         if n.op in ("placeholder", "output", "get_attr"):
             continue
         if n.op != "call_function":
             return f"a {n.op} node"
+        if _lowered_by_autocast(n):
+            return f"{n.target} makes a {val.dtype} result of {_operand_dtypes(n)} operands (autocast)"
         if n.target is operator.getitem:
             continue
         if _writes_first_argument(n.target):
@@ -224,11 +228,38 @@ def _plan(ep, table):
     return edits, [(p, latest[p]) for p in phs if p in latest]
 
 
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _operand_dtypes(n):
+    return [a.meta["val"].dtype for a in n.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+
+
+def _lowered_by_autocast(n):
+    """An op whose bf16 / fp16 result neither a low-precision operand nor
+    a dtype argument explains: autocast's work (a program exported under an
+    autocast the rest of the check does not see), whose casts are not in
+    the training IR. Decomposing records them."""
+    val = n.meta.get("val")
+    if not (isinstance(val, torch.Tensor) and val.dtype in _LOW) or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    operands = _operand_dtypes(n)
+    if not operands or any(a.name == "dtype" for a in n.target._schema.arguments):
+        return False
+    return not all(d == val.dtype for d in operands if d.is_floating_point)
+
+
 def functional_in_place(ep, table):
     """Rewrites ep (torch.export's training IR) in place into the program
     run_decompositions would give kiln, when single-node rewrites do it
     (module docstring); returns None when it did, else why not (ep is then
     untouched)."""
+    if any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda")):
+        # The training IR is recorded above autocast: its ops hold the
+        # fp32 operands and bf16 results with no cast between them, and
+        # only run_decompositions' re-trace (under the same autocast)
+        # records the casts.
+        return "torch.autocast is on (torch.export records its casts only when decomposing)"
     planned = _plan(ep, table)
     if isinstance(planned, str):
         return planned

@@ -8,6 +8,8 @@ Values: the graphs here move and add float32 values (cache writes, adds of
 ones, a 16-wide linear): rtol 1e-5 / atol 1e-6, the linear's few-ulp sums.
 """
 
+import copy
+
 import pytest
 import torch
 
@@ -182,3 +184,58 @@ def test_convolutions_as_exported():
     u = torch.randn(3, 6, 6)
     assert not _fast(Unbatched(), (u,))
     torch.testing.assert_close(kiln.trace(Unbatched(), (u,))(u), Unbatched()(u), rtol=1e-5, atol=1e-5)
+
+
+class Bf16Block(torch.nn.Module):
+    """A bf16 model's block: a norm, a linear with bias, an activation, a
+    product of two activations and a residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.up, self.down = torch.nn.LayerNorm(32), torch.nn.Linear(32, 64), torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        h = self.up(self.norm(x))
+        return x + self.down(torch.nn.functional.gelu(h) * h.sigmoid())
+
+
+def test_a_bf16_model_as_exported_agrees_with_its_decomposed_program(monkeypatch):
+    """A model in bf16 (model.to(torch.bfloat16)) is lowered as exported:
+    lowp's rules read its linear, layer_norm and gelu as they read the
+    decomposed ops. Both paths compute each op in fp32 and round where
+    eager rounds, or not at all: their outputs are within one bf16 rounding
+    of each other (2^-8 relative), and the exported one within eager's."""
+    torch.manual_seed(5)
+    m = Bf16Block().eval().to(torch.bfloat16)
+    x = torch.randn(2, 6, 32, dtype=torch.bfloat16)
+    assert _fast(m, (x,))
+    fast = kiln.trace(m, (x,))(x)
+    monkeypatch.setattr(kiln.capture.training_ir, "functional_in_place", lambda ep, t: "off")
+    assert not _fast(m, (x,))
+    slow = kiln.trace(m, (x,))(x)
+    assert fast.dtype == slow.dtype == torch.bfloat16
+    torch.testing.assert_close(fast.float(), slow.float(), rtol=2 ** -7, atol=2 ** -7)
+    ref = copy.deepcopy(m).double()(x.double())
+    err = lambda y: float((y.double() - ref).abs().max())
+    assert err(fast) <= err(m(x)) + 2 ** -7 * float(ref.abs().max())
+
+
+def test_autocast_programs_are_decomposed():
+    """torch.export's training IR is recorded above autocast: its conv2d of
+    an fp32 x and fp32 weight has a bf16 result and no cast. Lowered as
+    exported, autocast would be silently dropped; such programs decompose
+    (the re-trace records autocast's casts), whether autocast is still on
+    when kiln looks or not."""
+    m = Convs().eval()
+    xs = (torch.randn(2, 3, 9), torch.randn(2, 3, 8, 8), torch.randn(1, 2, 2, 9, 7))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not _fast(m, xs)
+        ep = torch.export.export(m, xs)
+        y = kiln.trace(m, xs)(*xs)
+    why = kiln.capture.training_ir.functional_in_place(ep, kiln.capture.TABLE)
+    assert why is not None and "autocast" in why, why
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = m(*xs)
+    for g, w in zip(y, want):
+        assert g.dtype == w.dtype == torch.bfloat16
+        torch.testing.assert_close(g.float(), w.float(), rtol=2 ** -6, atol=2 ** -6)  # a bf16 ulp or two
