@@ -57,6 +57,12 @@ class StaticCacheStep(torch.nn.Module):
 
     def __init__(self, model, max_length, batch=1, all_logits=False):
         super().__init__()
+        if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+            # Its decoder reads the encoder's output and a cross-attention
+            # cache beside its own: not this step's inputs.
+            raise KilnError(f"kiln.llm takes causal (decoder-only) language models; {type(model).__name__} is an "
+                            "encoder-decoder model: compile its forward for generate() with "
+                            "model.forward = torch.compile(model.forward, backend=\"kiln\") instead")
         self.model, self.max_length, self.batch = model, int(max_length), int(batch)
         self.all_logits = bool(all_logits)
         self.training = model.training  # the model's mode, not a new module's (training)

@@ -264,6 +264,20 @@ def test_a_generation_past_max_length_is_refused_by_name():
         _greedy(model, ids, max_new_tokens=8, eos_token_id=256)  # no end of sequence: every token decoded
 
 
+def test_an_encoder_decoder_model_is_refused_by_name():
+    """kiln.llm's step is a causal LM's: an encoder-decoder model (T5) once
+    failed inside transformers ("You must specify exactly one of input_ids
+    or inputs_embeds"); now the error says what it is and what runs it
+    (torch.compile of its forward, which generates as eager does)."""
+    import transformers as T
+    torch.manual_seed(0)
+    t5 = T.T5ForConditionalGeneration(T.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16,
+                                                  vocab_size=128, decoder_start_token_id=0)).eval()
+    with pytest.raises(KilnError, match=r"T5ForConditionalGeneration is an encoder-decoder model.*torch\.compile"):
+        kiln.llm.compile(t5, max_length=CAP)
+    assert "forward" not in t5.__dict__  # the model is left as it was
+
+
 def _tiny(kind):
     import transformers as T
     small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
