@@ -255,7 +255,7 @@ def _compile_exported(ep, name, fallback, weights_bf16, compute_bf16, target, t0
         print(f"kiln: the model writes {len(ctx.input_writes)} of its inputs: {n_in_place} in place (their memory "
               f"is the new value's), {len(ctx.input_writes) - n_in_place} copied in after the run", file=sys.stderr)
     return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes,
-                      layout_inputs=ctx.layout_inputs)
+                      layout_inputs=ctx.layout_inputs, python_inputs=ctx.python_inputs)
 
 
 def _mode_dependent(model):

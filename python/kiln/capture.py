@@ -9,6 +9,7 @@ The same lowering serves torch.compile: it takes any FX graph of ATen ops.
 
 import functools
 import os
+import re
 import sys
 import warnings
 
@@ -100,6 +101,9 @@ def export_program(model, args, kwargs=None, dynamic_shapes=None, fast=False):
         ep = torch.export.export(model, args, kwargs=kwargs or {}, dynamic_shapes=dynamic_shapes)
     except torch._dynamo.exc.UserError as e:
         ep, deferred = _export_past_unproven_guards(model, args, kwargs, dynamic_shapes, e), True
+    except RuntimeError as e:
+        _raise_unflattenable_output(e)
+        raise
     if fast and not deferred:
         why = training_ir.functional_in_place(ep, TABLE)
         if why is None:
@@ -120,6 +124,24 @@ def export_program(model, args, kwargs=None, dynamic_shapes=None, fast=False):
         _drop_proven_asserts(ep)
     lower_complex(ep.graph_module)  # complex values (rotary embeddings) as pairs of reals
     return ep
+
+
+def _raise_unflattenable_output(error):
+    """A model that returns an object torch.export cannot flatten into
+    tensors fails deep in torch ("Found <class ...> in output, which is not
+    a known type"); a Hugging Face decoder with use_cache on returns its
+    DynamicCache so. Says what it is and what to pass instead."""
+    m = re.search(r"Found <class '([\w.]+)'> in output, which is not a known type", str(error))
+    if not m:
+        return
+    cls = m.group(1)
+    if cls.startswith("transformers.cache_utils."):
+        raise KilnError(f"the model returns transformers' {cls.rsplit('.', 1)[1]} (its keys and values: use_cache is "
+                        "on), which a compiled module does not return: trace it with use_cache off "
+                        "(example_kwargs={'use_cache': False}, or model.config.use_cache = False); to generate "
+                        "with the cache, kiln.llm.compile(model, max_length=...)") from None
+    raise KilnError(f"the model returns a {cls}, which torch.export cannot flatten into tensors: return tensors, "
+                    "or register the class with torch.utils._pytree.register_pytree_node") from None
 
 
 # The most points of the Dims' ranges a guard torch could not prove is
@@ -568,15 +590,19 @@ def lower_exported(ep, extra_outputs=(), input_writes=False):
     sig = ep.graph_signature
     state = ep.state_dict
     consts = getattr(ep, "constants", {}) or {}
-    placeholders, names = [], []
+    placeholders, names, python = [], [], []
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    user = 0  # the position among the call's flat arguments
     for spec, n in zip(sig.input_specs, phs):
         if spec.kind == InputKind.USER_INPUT:
             if isinstance(n.meta.get("val"), torch.Tensor):
                 placeholders.append(("input", spec.arg.name))
                 names.append(spec.arg.name)
             else:
-                placeholders.append(("python", getattr(spec.arg, "value", n.meta.get("val"))))
+                value = getattr(spec.arg, "value", n.meta.get("val"))
+                placeholders.append(("python", value))
+                python.append((user, spec.arg.name, value))
+            user += 1
         elif spec.kind == InputKind.TOKEN:
             # Effect tokens order side effects (prints, in-place ops on
             # globals): nothing kiln can compile ahead of time.
@@ -596,6 +622,9 @@ def lower_exported(ep, extra_outputs=(), input_writes=False):
     ctx = lower_graph(ep.graph_module, placeholders, flat_out + list(extra_outputs), ep.range_constraints,
                       guards=exported_guards(ep))
     ctx.input_writes = input_writes_of(ep, flat_out) if input_writes else []
+    # Constant arguments a call may repeat (KilnModule's python_inputs):
+    # the values a module can check and save.
+    ctx.python_inputs = [p for p in python if type(p[2]) in (bool, int, float, str, type(None))]
     return ctx, names, ep.call_spec.out_spec
 
 

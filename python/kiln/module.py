@@ -102,7 +102,8 @@ def _laid_out_as_traced(t, rule):
 class KilnModule(torch.nn.Module):
     """A model compiled by kiln. Call it like the original module."""
 
-    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0, writes=(), layout_inputs=()):
+    def __init__(self, model, input_names, out_spec, source="", compile_seconds=0.0, writes=(), layout_inputs=(),
+                 python_inputs=()):
         super().__init__()
         self._kiln_model = model
         self._input_names = list(input_names)
@@ -120,6 +121,11 @@ class KilnModule(torch.nn.Module):
         # at trace time, eager's answer is not the model's; _check_input
         # refuses them.
         self._layout_inputs = dict(layout_inputs)
+        # The non-tensor arguments torch.export took as constants (a
+        # transformers model's use_cache=False): (position among the call's
+        # flat arguments, name, traced value). A call may pass them again,
+        # with the traced values (_without_python_inputs), or leave them out.
+        self._python_inputs = [(int(pos), str(name), value) for pos, name, value in python_inputs]
         ins = model.inputs()
         # A graph with random nodes (dropout, torch.rand) reads a seed input
         # the module draws per call (kiln/random_ops.py): not the caller's.
@@ -137,6 +143,11 @@ class KilnModule(torch.nn.Module):
         if unknown:
             raise KilnError(f"the artifact's layout-checked inputs {self._layout_inputs} are not among its inputs "
                             f"{self._input_names}, each with a rule (\"storage\", or an order and density)")
+        positions = [pos for pos, _, _ in self._python_inputs]
+        if (positions != sorted(set(positions)) or any(p < 0 for p in positions)
+                or not all(type(v) in _PYTHON_INPUT_TYPES for _, _, v in self._python_inputs)):
+            raise KilnError(f"the artifact's constant arguments {self._python_inputs} are not distinct positions, "
+                            "each with a bool, int, float, string or None")
         self._prepare_fast_path()
 
     def _prepare_fast_path(self):
@@ -334,6 +345,8 @@ class KilnModule(torch.nn.Module):
         if kwargs:
             args = tuple(args) + tuple(kwargs.values())
         flat = _flat_args(args)
+        if self._python_inputs and len(flat) != len(self._in_specs):
+            flat = self._without_python_inputs(flat)
         outs = self._run_writing(flat) if self._writes else self.run_flat(flat)
         kind = self._out_kind
         if kind == "one":
@@ -341,6 +354,19 @@ class KilnModule(torch.nn.Module):
         if kind == "tuple":
             return tuple(outs)
         return pytree.tree_unflatten(outs, self._out_spec)
+
+    def _without_python_inputs(self, flat):
+        """flat without the constant arguments the model was traced with,
+        each checked: torch.export specialized the program to its value."""
+        if len(flat) != len(self._in_specs) + len(self._python_inputs):
+            return flat  # the input check says what is wrong
+        for pos, name, value in self._python_inputs:
+            got = flat[pos]
+            if type(got) is not type(value) or got != value:
+                raise ValueError(f"argument '{name}': the module was traced with {name}={value!r} (torch.export "
+                                 f"takes a non-tensor argument as a constant), got {got!r}: trace again with it")
+        skip = {pos for pos, _, _ in self._python_inputs}
+        return [t for i, t in enumerate(flat) if i not in skip]
 
     def _run_writing(self, flat):
         """run_flat for a model that updates inputs in place: the new values
@@ -404,6 +430,8 @@ class KilnModule(torch.nn.Module):
         meta = {"format": 1, "input_names": self._input_names, "out_spec": spec, "source": self._source}
         if self._layout_inputs:
             meta["layout_inputs"] = self._layout_inputs
+        if self._python_inputs:
+            meta["python_inputs"] = [list(p) for p in self._python_inputs]
         return meta
 
     def _graph_input(self, pos):
@@ -474,7 +502,13 @@ class KilnModule(torch.nn.Module):
         if not isinstance(layout, dict) or not all(isinstance(n, str) for n in layout):
             raise KilnError(f"corrupt artifact: the {FORMAT_META} section's layout_inputs is {layout!r}, "
                             "not a map of input names")
-        return cls(model, names, out_spec, meta.get("source", ""), writes=writes, layout_inputs=layout)
+        python = meta.get("python_inputs", [])
+        if not isinstance(python, list) or not all(isinstance(p, list) and len(p) == 3 and type(p[0]) is int
+                                                   and isinstance(p[1], str) for p in python):
+            raise KilnError(f"corrupt artifact: the {FORMAT_META} section's python_inputs is {python!r}, "
+                            "not a list of [position, name, value]")
+        return cls(model, names, out_spec, meta.get("source", ""), writes=writes, layout_inputs=layout,
+                   python_inputs=python)
 
     def example_inputs(self):
         """Zero tensors of the input shapes (used to trace the jit wrapper); a
@@ -527,6 +561,9 @@ class _KilnJitWrapper(torch.nn.Module):
         if self._out_spec is None:
             return outs[0] if len(outs) == 1 else tuple(outs)
         return pytree.tree_unflatten(list(outs), self._out_spec)
+
+
+_PYTHON_INPUT_TYPES = (bool, int, float, str, type(None))
 
 
 def _flat_args(args):
