@@ -165,7 +165,7 @@ def _assert_metadata(ctx, n):
     return None
 
 
-@register(aten._to_copy.default, aten.to.dtype)
+@register(aten._to_copy.default, aten.to.dtype, aten.type_as.default)
 def _to_copy(ctx, n):
     return cast(ctx, ctx.value(n.args[0]), _val(n).dtype)
 
@@ -321,13 +321,17 @@ def _cat(ctx, n):
     if not xs:  # every input was a legacy empty (0,) tensor: so is the result
         return ctx.constant(torch.empty(_shape(n), dtype=dtype))
     rank = len(_shape(n))
-    dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, rank)
+    return cat_values(ctx, xs, _norm_dim(n.args[1] if len(n.args) > 1 else 0, rank), ctx.origin(n))
+
+
+def cat_values(ctx, xs, dim, origin):
+    """xs (kiln values of one dtype) concatenated along dim."""
     while len(xs) > 8:  # the IR takes up to 8 inputs per cat
         xs = [ctx.node("cat", xs[i:i + 8], axis=dim) if len(xs[i:i + 8]) > 1 else xs[i]
               for i in range(0, len(xs), 8)]
     if len(xs) == 1:
         return xs[0]
-    return ctx.node("cat", xs, origin=ctx.origin(n), axis=dim)
+    return ctx.node("cat", xs, origin=origin, axis=dim)
 
 
 @register(aten.diff.default)
@@ -398,7 +402,7 @@ def index_single(ctx, n):
     return ctx.node("gather", [x, idx], origin=ctx.origin(n), axis=axes[0])
 
 
-@register(aten.where.self)
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(ctx, n):
     dtype = _val(n).dtype
     cond = operand(ctx, n.args[0], torch.bool)
@@ -489,6 +493,7 @@ _BINARY = {
     aten.div.Tensor: "div", aten.div.Scalar: "div",
     aten.pow.Tensor_Tensor: "pow", aten.pow.Tensor_Scalar: "pow",
     aten.maximum.default: "maximum", aten.minimum.default: "minimum",
+    aten.max.other: "maximum", aten.min.other: "minimum",  # torch.max(a, b): torch.export's undecomposed name
     aten.eq.Tensor: "eq", aten.eq.Scalar: "eq", aten.ne.Tensor: "ne", aten.ne.Scalar: "ne",
     aten.lt.Tensor: "lt", aten.lt.Scalar: "lt", aten.le.Tensor: "le", aten.le.Scalar: "le",
     aten.gt.Tensor: "gt", aten.gt.Scalar: "gt", aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",

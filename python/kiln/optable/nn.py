@@ -155,13 +155,25 @@ def _batch_norm_legit(ctx, n):
 
 
 @register(aten.native_group_norm.default)
-def _group_norm(ctx, n):
+def _native_group_norm(ctx, n):
+    x, weight, bias, _, _, _, group, eps = n.args[:8]
+    return _group_norm(ctx, n, x, weight, bias, group, eps)
+
+
+@register(aten.group_norm.default)
+def _group_norm_output(ctx, n):
+    # torch.export's program before decomposition (kiln/training_ir.py):
+    # native_group_norm's first output alone.
+    return _group_norm(ctx, n, n.args[0], _arg(n, 2, "weight", None), _arg(n, 3, "bias", None), n.args[1],
+                       _arg(n, 4, "eps", 1e-5))[0]
+
+
+def _group_norm(ctx, n, x, weight, bias, group, eps):
     # x (N, C, *) as (N, G, C / G * HxW): statistics over the last axis;
     # mean and rstd come out (N, G) as torch saves them.
     # N, C and HxW come from x's own kiln shape: under symbolic sizes the
     # node's arguments are FX nodes (SymInts), and x's shape holds them as
     # kiln sizes. The group's width C / G needs C as a number.
-    x, weight, bias, _, _, _, group, eps = n.args[:8]
     _require_f32(n, "group norm")
     xv = ctx.value(x)
     shape = list(ctx.shape(xv))
@@ -183,8 +195,7 @@ def _group_norm(ctx, n):
     rstd = ctx.node("rsqrt", [ctx.node("add", [var, ctx.scalar(float(eps), F32)])])
     y = reshape(ctx, ctx.node("mul", [centred, rstd], origin=origin), [N, C, HxW])
     y = _affine(ctx, y, weight, bias, [C, 1], origin)
-    return (reshape(ctx, y, _out_shape(n, 0)), reshape(ctx, mean, [N, group]),
-            reshape(ctx, rstd, [N, group]))
+    return (reshape(ctx, y, shape), reshape(ctx, mean, [N, group]), reshape(ctx, rstd, [N, group]))
 
 
 # ---- convolution backward ------------------------------------------------------
