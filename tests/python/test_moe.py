@@ -98,3 +98,26 @@ def test_split_by_counts_stays_whole(rows):
         torch.testing.assert_close(f(x, idx, w), _split_by_counts(x, idx, w), rtol=1e-5, atol=1e-5)
     assert counters["kiln"]["graphs"] == counters["kiln"]["whole"] >= 2, (
         dict(counters["kiln"]), dict(counters["kiln_fallback"]))
+
+
+def test_a_moe_model_traces_as_exported():
+    """kiln.trace of a Qwen3-MoE model: torch.export's program counts tokens
+    per expert by histc of ids converted with to.dtype (the decomposition
+    makes it _to_copy); the histc rule takes both, so the program lowers
+    without the decomposition re-trace, to eager's values (sums of a few
+    dozen fp32 products: rtol 1e-5)."""
+    from kiln.capture import export_program, lower_exported
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3MoeConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=8, intermediate_size=64, moe_intermediate_size=16, num_experts=4,
+                                      num_experts_per_tok=2, vocab_size=100, use_cache=False)
+    model = transformers.Qwen3MoeModel(cfg).eval()
+    ids = torch.randint(0, 100, (2, 10))
+    with torch.no_grad():
+        ep = export_program(model, (ids,), fast=True)
+        assert getattr(ep, "kiln_training_ir", False)
+        lower_exported(ep)  # histc refused the ids before: "values not known to be integers"
+        want = model(ids).last_hidden_state
+    compiled = kiln.trace(model, (ids,))
+    assert isinstance(compiled, kiln.module.KilnModule)
+    torch.testing.assert_close(compiled(ids).last_hidden_state, want, rtol=1e-5, atol=1e-5)

@@ -21,7 +21,7 @@ def _integer_source(node):
     """The integer tensor node a float32 conversion reads, else None."""
     if not isinstance(node, torch.fx.Node) or node.op != "call_function":
         return None
-    if node.target not in (aten._to_copy.default, torch.ops.prims.convert_element_type.default):
+    if node.target not in (aten._to_copy.default, aten.to.dtype, torch.ops.prims.convert_element_type.default):
         return None
     src = node.args[0]
     v = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
