@@ -20,13 +20,13 @@ from torch.export.graph_signature import InputKind, OutputKind
 from kiln import _C
 from kiln.errors import KilnError, Unsupported, UnsupportedOpError, lowering_failure
 from kiln.optable import DTYPES, OPS, TABLE, TORCH_DTYPES, keep_whole_targets
-from kiln.optable.movement import view_extent_guards
 from kiln import fastpath
 from kiln.complex_ops import lower_complex
 from kiln.guards import hold_in_ranges, of_exported as exported_guards
 from kiln.random_ops import RNG_SEED_INPUT
 from kiln import lowp
 from kiln import symbolic
+from kiln import op_guards
 from kiln import training_ir
 
 aten = torch.ops.aten
@@ -537,7 +537,7 @@ def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_
         else:
             ctx.env[n] = what
     ctx.returned = lowp.returned_values(outputs)
-    guards = list(guards) + view_extent_guards(gm)
+    guards = list(guards) + op_guards.of_program(gm)
     if guards:
         # A view to (s0*s1)//3 rows holds only where 3 divides s0*s1: the
         # probes must be such sizes, or its rule fails there (fuzzer seed

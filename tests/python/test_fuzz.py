@@ -185,7 +185,7 @@ def test_fuzz_as_strided_extent_under_dim_auto():
     """Seed 20104 graph 5914 (FINDINGS.md): as_strided(..., [6], [0], 3) of
     a tensor whose dim the exported ranges let shrink to 2. kiln's shape
     rule refused the view at that probe and the whole graph ran in eager;
-    the view's extent is now a guard of the graph (movement.view_extent_guards)."""
+    the view's extent is now a guard of the graph (kiln/op_guards.py)."""
     r = _run((20104, 5914), wide=True, bf16_every=7, quant_every=5, dynamic_every=4, trace_every=2)[0]
     assert (r.path, r.status) == ("dynamic", "pass"), describe(r)
 

@@ -14,8 +14,6 @@ mask indexing): kiln graphs have static shapes.
 
 import math
 
-import sympy
-
 import torch
 
 from kiln import symbolic
@@ -269,51 +267,6 @@ def _read_as_laid_out(ctx, root):
             if n.op == "placeholder":
                 ctx.layout_read(n, storage=n is root)
             todo.extend(_layout_sources(n))
-
-
-def _sym_expr(d):
-    return d.node.expr if isinstance(d, torch.SymInt) else sympy.Integer(d)
-
-
-def view_extent_guards(gm):
-    """The conditions under which each as_strided (and as_strided_scatter)
-    of gm stays inside the tensor it reads, as sympy relations over the
-    sizes' symbols: torch.export checks an as_strided's extent at the
-    example only, so where a symbolic dim may shrink the view would read
-    past its storage (eager fails there; kiln's rule refuses the probe).
-    As guards the model refuses such a call by name, and every call in
-    range runs in kiln (fuzzer seed 20104, graph 5914). An empty view reads
-    nothing: the condition holds where any of its sizes is 0."""
-    out = []
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target not in (aten.as_strided.default, aten.as_strided_copy.default,
-                                                       aten.as_strided_scatter.default):
-            continue
-        scatter = n.target == aten.as_strided_scatter.default
-        # The tensor whose elements kiln's strided rule addresses: the
-        # storage's owner for as_strided, the view written into for the scatter.
-        base = n.args[0] if scatter else _storage_root(n.args[0])
-        val = base.meta.get("val") if isinstance(base, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor):
-            continue
-        sizes, strides = n.args[2:4] if scatter else n.args[1:3]
-        offset = _arg(n, 4 if scatter else 3, "storage_offset", None)
-        if offset is None:
-            offset = 0 if scatter else _val(n.args[0]).storage_offset()
-        elif scatter:
-            offset = offset - _val(n.args[0]).storage_offset()
-        try:
-            sizes, strides = [_sym_expr(d) for d in sizes], [_sym_expr(d) for d in strides]
-            last = _sym_expr(offset) + sum(((d - 1) * s for d, s in zip(sizes, strides)), sympy.Integer(0))
-            numel = sympy.Mul(*[_sym_expr(d) for d in val.shape])
-        except (TypeError, AttributeError):
-            continue  # a size argument that is neither an int nor a SymInt: the rule decides
-        if any(d == 0 for d in sizes) or not (last.free_symbols or numel.free_symbols):
-            continue
-        cond = sympy.Or(sympy.Lt(last, numel), *[sympy.Eq(d, 0) for d in sizes if d.free_symbols])
-        if cond is not sympy.true:
-            out.append(cond)
-    return out
 
 
 @register(aten.as_strided.default, aten.as_strided_copy.default)
