@@ -153,6 +153,32 @@ def test_diff_as_exported():
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
+class PositionDiffs(torch.nn.Module):
+    """transformers' masks: diff of position ids along the (symbolic)
+    sequence dim, prepended, and twice over."""
+
+    def forward(self, ids, x):
+        return (torch.diff(ids, prepend=ids[:, :1] - 1), torch.diff(x, n=2, dim=1) * 1.0)
+
+
+def test_diff_along_a_symbolic_dim_as_exported():
+    """A diff along a symbolic dim once refused the exported program's
+    lowering (falcon's masks: the whole program then decomposed, 4 s of a
+    dynamic trace); its size is s - 1, its offsets symbolic. Exact."""
+    m = PositionDiffs()
+    ids, x = torch.arange(16).view(2, 8), torch.randn(2, 8, 3)
+    dyn = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}, {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO})
+    with torch.no_grad():
+        ep = export_program(m, (ids, x), dynamic_shapes=dyn, fast=True)
+    assert getattr(ep, "kiln_training_ir", False)
+    kiln.capture.lower_exported(ep)  # refused before: "diff along a symbolic dim"
+    k = kiln.trace(m, (ids, x), dynamic_shapes=dyn)
+    for rows, t in ((2, 8), (3, 5), (4, 19)):
+        a, b = torch.randint(0, 50, (rows, t)), torch.randn(rows, t, 3)
+        for g, w in zip(k(a, b), m(a, b), strict=True):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
 class Convs(torch.nn.Module):
     def __init__(self):
         super().__init__()

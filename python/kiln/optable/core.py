@@ -347,9 +347,9 @@ def _diff(ctx, n):
     v = parts[0] if len(parts) == 1 else ctx.node("cat", parts, origin=ctx.origin(n), axis=dim)
     for _ in range(_arg(n, 1, "n", 1)):
         shape = list(ctx.shape(v))
-        if isinstance(shape[dim], symbolic.SymDim):
-            raise Unsupported("diff along a symbolic dim")
-        if shape[dim] == 0:
+        # A symbolic dim is at least 1 wherever the program runs (torch's
+        # result, size - 1, is a size): strides and offset follow it.
+        if not isinstance(shape[dim], symbolic.SymDim) and shape[dim] == 0:
             break
         src, out = _dense_strides(shape), list(shape)
         out[dim] -= 1
