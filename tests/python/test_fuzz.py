@@ -190,6 +190,17 @@ def test_fuzz_as_strided_extent_under_dim_auto():
     assert (r.path, r.status) == ("dynamic", "pass"), describe(r)
 
 
+def test_fuzz_fallback_failing_as_torchs_own_program():
+    """Seed 20106 graph 434 (FINDINGS.md): an as_strided kiln leaves to
+    eager, so the fallback runs torch's decomposed program's ops in eager,
+    among them a view of an input traced contiguous along the viewed dims.
+    Given strided at new sizes, that view fails in torch's exported program
+    itself, with the same message: a refusal the fuzzer accepts (it counted
+    it as kiln's failure), as it accepts torch's guard refusals."""
+    r = _run((20106, 434), wide=True, bf16_every=7, quant_every=5, dynamic_every=4, trace_every=2)[0]
+    assert (r.path, r.status) == ("dynamic", "unsupported"), describe(r)
+
+
 class _Outer(torch.nn.Module):
     def __init__(self, w):
         super().__init__()

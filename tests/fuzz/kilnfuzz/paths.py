@@ -285,17 +285,22 @@ def run_dynamic(res, accs, mags):
                 with RoundingNoise([res.program.salt, 17, step, k]):
                     noisy_runs.append(list(model64(*new64)))
             sizes = ", ".join(f"{s}={v}" for s, v in binding.items())
-            torch_refused = _guards_refuse(exported, new)
+            torch_error = _exported_error(exported, new)
+            torch_refused = "Guard failed" in torch_error
             try:
                 got = list(compiled(*new))
             except Exception as e:  # noqa: BLE001
-                if torch_refused or _layout_refusal(e, new):
+                if torch_refused or _layout_refusal(e, new) or (torch_error and str(e) == torch_error):
                     # torch's own program refuses these sizes too: a guard
                     # beyond the ranges, which kiln checks as well. Or
                     # kiln refuses an input it reads as laid out in memory
                     # (as_strided) that comes in another layout than at
                     # trace time: eager's answer then depends on memory
-                    # kiln never sees (seed 20099 graph 1078).
+                    # kiln never sees (seed 20099 graph 1078). Or kiln's
+                    # fallback ran torch's own program's ops in eager and
+                    # they fail as that program does: its view of an
+                    # input traced contiguous along the viewed dims, given
+                    # strided at the new sizes (seed 20106 graph 434).
                     refused += 1
                     continue
                 return f"at {sizes}: kiln raised {type(e).__name__}: {str(e)[:300]}"
@@ -338,18 +343,18 @@ def _layout_refusal(error, inputs):
     return not (t.is_contiguous() and t.storage_offset() == 0)
 
 
-def _guards_refuse(exported, inputs):
-    """torch's message (else "") when torch's exported program itself refuses these sizes: a guard
-    beyond the symbols' ranges (view(-1, 1, 40) of (s0, 1, s1, s2) traced as
-    (s0, 1, s1*s2), guarding s1*s2 == 40), which eager, running the module's
-    code, never checks: at these sizes the traced program is not the
-    module. kiln checks the same guards on sizes (FINDINGS.md, 15) and may
-    refuse such a call; if it runs one (torch's guard was on strides), its
-    answer must equal eager's."""
+def _exported_error(exported, inputs):
+    """torch's message (else "") when torch's exported program itself fails
+    on these inputs. A "Guard failed" is a guard beyond the symbols' ranges
+    (view(-1, 1, 40) of (s0, 1, s1, s2) traced as (s0, 1, s1*s2), guarding
+    s1*s2 == 40), which eager, running the module's code, never checks: at
+    these sizes the traced program is not the module. kiln checks the same
+    guards on sizes (FINDINGS.md, 15) and may refuse such a call; if it
+    runs one (torch's guard was on strides), its answer must equal eager's."""
     try:
         exported(*inputs)
     except Exception as e:  # noqa: BLE001
-        return str(e) if "Guard failed" in str(e) else ""
+        return str(e)
     return ""
 
 
