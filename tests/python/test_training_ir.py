@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import kiln
+from conftest import Fn
 from kiln.capture import export_program
 
 TOL = dict(rtol=1e-5, atol=1e-6)
@@ -304,15 +305,6 @@ _EXACT = {"pad-constant", "pad-reflect", "pad-replicate", "pad-circular", "maske
           "where-scalars", "type_as", "numpy_T", "chunk", "meshgrid", "repeat_interleave", "stack", "max-min-other"}
 
 
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
-
-
 @pytest.mark.parametrize("name", sorted(_COMPOSITES))
 def test_composite_ops_as_exported(name):
     """Composite ops torch.export keeps whole in its program (F.pad, chunk,
@@ -324,7 +316,7 @@ def test_composite_ops_as_exported(name):
     fn, make = _COMPOSITES[name]
     torch.manual_seed(7)
     xs = make()
-    m = _Fn(fn)
+    m = Fn(fn)
     assert _fast(m, xs)
     got, want = kiln.trace(m, xs)(*xs), m(*xs)
     got = list(got) if isinstance(got, (tuple, list)) else [got]
