@@ -144,10 +144,11 @@ class KilnModule(torch.nn.Module):
             raise KilnError(f"the artifact's layout-checked inputs {self._layout_inputs} are not among its inputs "
                             f"{self._input_names}, each with a rule (\"storage\", or an order and density)")
         positions = [pos for pos, _, _ in self._python_inputs]
-        if (positions != sorted(set(positions)) or any(p < 0 for p in positions)
+        n_args = len(self._in_specs) + len(positions)
+        if (positions != sorted(set(positions)) or any(p < 0 or p >= n_args for p in positions)
                 or not all(type(v) in _PYTHON_INPUT_TYPES for _, _, v in self._python_inputs)):
-            raise KilnError(f"the artifact's constant arguments {self._python_inputs} are not distinct positions, "
-                            "each with a bool, int, float, string or None")
+            raise KilnError(f"the artifact's constant arguments {self._python_inputs} are not distinct positions "
+                            f"among the call's {n_args} arguments, each with a bool, int, float, string or None")
         self._prepare_fast_path()
 
     def _prepare_fast_path(self):

@@ -355,3 +355,19 @@ def test_a_model_returning_its_kv_cache_is_refused_with_what_to_pass(tmp_path):
         torch.testing.assert_close(mod(ids).last_hidden_state, want, **FP32_TOL)
         with pytest.raises(ValueError, match=r"argument 'use_cache': the module was traced with use_cache=False.*got True"):
             mod(ids, use_cache=True)
+
+
+def test_an_artifact_with_bad_constant_arguments_is_refused(tmp_path):
+    """The .kiln file's constant arguments (py.meta's python_inputs) are
+    checked on load: positions among the call's arguments, plain values."""
+    import json
+    from kiln.module import FORMAT_META, KilnModule
+    m, ids = _hf_decoder("falcon")
+    compiled = kiln.trace(m, (ids,), example_kwargs={"use_cache": False})
+    model, sections = kiln._C.load(compiled.to_bytes(), [FORMAT_META], None)
+    meta = json.loads(sections[FORMAT_META].decode())
+    assert meta["python_inputs"] == [[1, "use_cache", False]]
+    for bad in ([[7, "use_cache", False]], [[1, "use_cache", [1, 2]]], [[1, "a", 0], [1, "b", 0]], [["1", "a", 0]]):
+        meta["python_inputs"] = bad
+        with pytest.raises(kiln.KilnError, match="python_inputs|constant arguments"):
+            KilnModule._from_model(model, {FORMAT_META: json.dumps(meta).encode()})
