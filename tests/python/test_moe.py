@@ -121,3 +121,59 @@ def test_a_moe_model_traces_as_exported():
     compiled = kiln.trace(model, (ids,))
     assert isinstance(compiled, kiln.module.KilnModule)
     torch.testing.assert_close(compiled(ids).last_hidden_state, want, rtol=1e-5, atol=1e-5)
+
+
+class _TorchGroupedMM(torch.nn.Module):
+    """torch._grouped_mm, as transformers calls it for bf16 experts, by a
+    weight handed over transposed."""
+
+    def __init__(self, e=4, k=24, n=40):
+        super().__init__()
+        self.w_t = torch.nn.Parameter(torch.randn(e, n, k))
+
+    def forward(self, x, offs):
+        return torch._grouped_mm(x, self.w_t.transpose(-2, -1), offs=offs)
+
+
+@pytest.mark.parametrize("offs", [[3, 3, 8, 12], [0, 5, 5, 12], [12, 12, 12, 12], [2, 5, 7, 12]])
+def test_torch_grouped_mm_follows_eager(offs):
+    """torch._grouped_mm (bf16 only under torch.export: its meta function
+    refuses float32) on segments that cover the rows, empty ones included,
+    as a MoE layer's offsets do (rows past the last offset are torch.empty
+    in eager: no answer to match). kiln sums the bf16 products in fp32 and
+    rounds once, as eager: within a bf16 rounding (rtol 2^-7)."""
+    torch.manual_seed(0)
+    m = _TorchGroupedMM().eval().to(torch.bfloat16)
+    x, o = torch.randn(12, 24, dtype=torch.bfloat16), torch.tensor(offs, dtype=torch.int32)
+    with torch.no_grad():
+        want = m(x, o)
+    compiled = kiln.trace(m, (x, o))
+    assert isinstance(compiled, kiln.module.KilnModule)
+    got = compiled(x, o)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7, atol=2 ** -7)
+
+
+def test_a_bf16_moe_model_runs_whole_in_kiln():
+    """A Qwen3-MoE model in bf16: transformers calls torch._grouped_mm for
+    its experts, which ran in eager (the model partitioned around it). Now
+    whole in kiln: its error against the fp32 model is at most eager bf16's
+    plus one bf16 rounding of the output (lowp.py's rule; float64 has no
+    grouped matmul kernel to be the reference)."""
+    import copy
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3MoeConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=8, intermediate_size=64, moe_intermediate_size=16, num_experts=4,
+                                      num_experts_per_tok=2, vocab_size=100, use_cache=False)
+    model = transformers.Qwen3MoeModel(cfg).eval()
+    low = copy.deepcopy(model).to(torch.bfloat16)
+    ids = torch.randint(0, 100, (2, 10))
+    with torch.no_grad():
+        ref = model(ids).last_hidden_state.double()
+        eager = low(ids).last_hidden_state
+    compiled = kiln.trace(low, (ids,))
+    assert isinstance(compiled, kiln.module.KilnModule), compiled.explain()
+    got = compiled(ids).last_hidden_state
+    assert got.dtype == torch.bfloat16
+    err = lambda y: float((y.double() - ref).abs().max())
+    assert err(got) <= err(eager) + 2 ** -8 * float(ref.abs().max()), (err(got), err(eager))

@@ -78,6 +78,19 @@ def _transposed_source(node):
     return None
 
 
+@register(aten._grouped_mm.default)
+def _torch_grouped_mm(ctx, n):
+    """torch._grouped_mm(x (S, K), w (E, K, N), offs=...), which transformers
+    calls for bf16 experts: on the CPU each segment is what transformers'
+    fallback op computes for it (its rows past the last offset eager leaves
+    unwritten, torch.empty; GROUPED_MM's are 0). A bias, an output dtype or
+    another form of the op (no offsets, 3-d x) is left to eager."""
+    if (_arg(n, 3, "bias", None) is not None or _arg(n, 4, "out_dtype", None) is not None
+            or _arg(n, 2, "offs", None) is None or _val(n.args[0]).dim() != 2 or _val(n.args[1]).dim() != 3):
+        raise Unsupported("torch._grouped_mm other than x (S, K) by w (E, K, N) at offsets")
+    return _grouped_mm(ctx, n)
+
+
 @register_by_name("transformers.grouped_mm_fallback.default")
 def _grouped_mm(ctx, n):
     """transformers' grouped_mm_fallback(x (S, K), w (E, K, N), offs (E)):
@@ -89,6 +102,9 @@ def _grouped_mm(ctx, n):
     src = _transposed_source(w_node)
     w = ctx.value(src if src is not None else w_node)
     x, offs = ctx.value(x_node), ctx.value(offs_node)
+    # A bf16 model's experts (kiln/lowp.py widens x; a parameter read where
+    # it lies is still its bf16 bytes): widened exactly, summed in fp32.
+    x, w = (cast(ctx, v, torch.float32) if ctx.dtype(v) in (torch.bfloat16, torch.float16) else v for v in (x, w))
     if ctx.dtype(x) != torch.float32 or ctx.dtype(w) != torch.float32:
         raise Unsupported(f"grouped_mm of {ctx.dtype(x)} by {ctx.dtype(w)} (kiln's is float32)")
     if ctx.dtype(offs) not in (torch.int64, torch.int32):
