@@ -247,6 +247,24 @@ def test_a_bf16_model_as_exported_agrees_with_its_decomposed_program(monkeypatch
     assert err(fast) <= err(m(x)) + 2 ** -7 * float(ref.abs().max())
 
 
+class ScaledByAConstant(torch.nn.Module):
+    """Gemma's embedding scale: an fp32 constant type_as'd to the bf16
+    hidden states (a bf16 result of an fp32 and a bf16 operand: not
+    autocast's work)."""
+
+    def forward(self, x):
+        return x * torch.tensor(8.0).type_as(x)
+
+
+def test_type_as_in_a_bf16_model_is_not_taken_for_autocast():
+    x = torch.randn(2, 5, dtype=torch.bfloat16)
+    m = ScaledByAConstant()
+    assert _fast(m, (x,))
+    got = kiln.trace(m, (x,))(x)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, m(x), rtol=0, atol=0)
+
+
 def test_autocast_programs_are_decomposed():
     """torch.export's training IR is recorded above autocast: its conv2d of
     an fp32 x and fp32 weight has a bf16 result and no cast. Lowered as
@@ -300,9 +318,13 @@ _COMPOSITES = {
                 lambda: (torch.randn(2, 3, 5), torch.randn(2, 3, 4), torch.randn(2, 4, 5))),
     "weight_norm": (lambda v, g, x: x @ torch._weight_norm(v, g, 0).t(),
                     lambda: (torch.randn(5, 4), torch.rand(5, 1) + 0.5, torch.randn(3, 4))),
+    "softplus": (lambda x: (F.softplus(x), F.softplus(x, beta=2.0, threshold=5.0)),
+                 lambda: (torch.randn(4, 6) * 8,)),
+    "new_empty": (lambda x: torch.cat([x, x.new_empty((0, 4))]) * 2.0, lambda: (torch.randn(3, 4),)),
 }
 _EXACT = {"pad-constant", "pad-reflect", "pad-replicate", "pad-circular", "masked_fill", "masked_fill-int",
-          "where-scalars", "type_as", "numpy_T", "chunk", "meshgrid", "repeat_interleave", "stack", "max-min-other"}
+          "where-scalars", "type_as", "numpy_T", "chunk", "meshgrid", "repeat_interleave", "stack", "max-min-other",
+          "new_empty"}
 
 
 @pytest.mark.parametrize("name", sorted(_COMPOSITES))

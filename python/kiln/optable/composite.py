@@ -2,7 +2,7 @@
 lowers that program without the decomposition re-trace, so an op the
 decomposition would have expanded (F.pad's pad, masked_fill, chunk,
 meshgrid, repeat_interleave by a number, numpy's .T, stack, baddbmm,
-weight norm) reaches kiln whole.
+weight norm, softplus) reaches kiln whole.
 Each is lowered as its decomposition computes it, from the kiln ops the
 decomposed forms already use; none is kept whole from the decomposition
 (the slow path never sees them). Other such ops share their decomposed
@@ -145,3 +145,19 @@ def _weight_norm(ctx, n):
     norm = vector_norm(ctx, v, 2, _axes_mask(dims, rank), True, ctx.origin(n))
     scale = ctx.node("div", [g, norm], origin=ctx.origin(n))
     return ctx.node("mul", [v, scale], origin=ctx.origin(n))
+
+
+@register(aten.softplus.default)
+def _softplus(ctx, n):
+    # torch's reference: where(beta x > threshold, x, log1p(exp(beta x)) / beta).
+    if _val(n).dtype != torch.float32:
+        raise Unsupported(f"softplus of {_val(n).dtype}")
+    beta, threshold = float(_arg(n, 1, "beta", 1.0)), float(_arg(n, 2, "threshold", 20.0))
+    x = ctx.value(n.args[0])
+    o = ctx.origin(n)
+    scaled = x if beta == 1.0 else ctx.node("mul", [x, ctx.scalar(beta, torch.float32)], origin=o)
+    soft = ctx.node("log1p", [ctx.node("exp", [scaled], origin=o)], origin=o)
+    if beta != 1.0:
+        soft = ctx.node("div", [soft, ctx.scalar(beta, torch.float32)], origin=o)
+    above = ctx.node("gt", [scaled, ctx.scalar(threshold, torch.float32)], origin=o)
+    return ctx.node("where", [above, x, soft], origin=o)

@@ -416,7 +416,8 @@ def _where(ctx, n):
 @register(aten.full.default, aten.zeros.default, aten.ones.default, aten.full_like.default,
           aten.zeros_like.default, aten.ones_like.default, aten.scalar_tensor.default,
           aten.arange.default, aten.arange.start, aten.arange.start_step, aten.empty.memory_format,
-          aten.empty_permuted.default, aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default)
+          aten.empty_permuted.default, aten.empty_like.default, aten.new_zeros.default, aten.new_ones.default,
+          aten.new_empty.default)
 def _constant_op(ctx, n):
     # Ops with static shapes and no tensor data inputs are constants of the
     # graph: their value is fixed at capture, like a parameter. With a
@@ -425,7 +426,8 @@ def _constant_op(ctx, n):
             isinstance(symbolic.size(a), symbolic.SymDim) for a in n.args
             if isinstance(a, (torch.fx.Node, torch.SymInt))):
         return _symbolic_constant_op(ctx, n)
-    if n.target in (aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default):
+    if n.target in (aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default,
+                    aten.new_empty.default):
         # Uninitialised memory (empty_permuted's physical order only changes
         # its strides, and kiln's values are dense): zeros are one reading.
         return ctx.constant(torch.zeros(_shape(n), dtype=_val(n).dtype))
@@ -458,7 +460,8 @@ def _symbolic_constant_op(ctx, n):
     if n.target in (aten.full.default, aten.full_like.default, aten.scalar_tensor.default):
         value = n.args[1] if len(n.args) > 1 else n.args[0]
     elif n.target in (aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default,
-                      aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default):
+                      aten.empty.memory_format, aten.empty_permuted.default, aten.empty_like.default,
+                      aten.new_empty.default):
         value = 0
     else:
         value = 1
