@@ -10,6 +10,8 @@ relative's handler where it reads the node alike: type_as with _to_copy,
 where's scalar forms with where.self, torch.max(a, b) with maximum (core.py), group_norm with
 native_group_norm (nn.py), layer_norm with native_layer_norm (core.py)."""
 
+import math
+
 import torch
 
 from kiln import symbolic
@@ -93,20 +95,13 @@ def _repeat_interleave(ctx, n):
     x = ctx.value(n.args[0])
     dim = _arg(n, 2, "dim", None)
     if dim is None:
-        x = reshape(ctx, x, [_numel(ctx, x)])
+        x = reshape(ctx, x, [math.prod(ctx.shape(x))])
         dim = 0
     shape = list(ctx.shape(x))
     dim = _norm_dim(dim, len(shape))
     wide = shape[:dim + 1] + [1] + shape[dim + 1:]
     grown = broadcast_to(ctx, reshape(ctx, x, wide), shape[:dim + 1] + [repeats] + shape[dim + 1:], ctx.origin(n))
     return reshape(ctx, grown, symbolic.shape(_val(n)), ctx.origin(n))
-
-
-def _numel(ctx, x):
-    total = 1
-    for d in ctx.shape(x):
-        total = d * total
-    return total
 
 
 @register(aten.stack.default)
