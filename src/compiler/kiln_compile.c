@@ -8,7 +8,8 @@
 #include "compiler/kiln_compiler.h"
 
 void kiln_compile_options_initialize(kiln_compile_options_t* o) {
-  o->fold_constants = 1;
+  const char* fold_bf16 = getenv("KILN_FOLD_BF16");
+  o->fold_constants = fold_bf16 && strcmp(fold_bf16, "widen") == 0 ? 1 : 2;
   o->fuse = 1;
   o->pack_weights = 1;
   o->weights_bf16 = 0;
@@ -93,7 +94,19 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   kiln_graph_release(g);
   if (s) return kiln_status_annotate(s, "constant folding");
   g = next;
-  snprintf(what, sizeof what, "%d folded, %d dead removed", a, b);
+  /* bf16 weights the fold held as their bf16 numbers (kiln_pass_fold.c). */
+  int32_t held = 0;
+  size_t held_bytes = 0;
+  for (int32_t i = 0; g && i < g->n_values; ++i)
+    if (g->values[i].kind == KILN_VALUE_CONSTANT && kiln_layout_is_widened_bf16(g->values[i].layout)) {
+      ++held;
+      held_bytes += g->values[i].nbytes;
+    }
+  if (held)
+    snprintf(what, sizeof what, "%d folded (%d bf16 weights held as bf16, %.1f MiB), %d dead removed",
+             a, held, (double)held_bytes / (1 << 20), b);
+  else
+    snprintf(what, sizeof what, "%d folded, %d dead removed", a, b);
   s = kiln_compile_after(o, "fold", g, t0, what);
 
   /* Each pass consumes g and yields the next graph. */

@@ -11,7 +11,9 @@
 #include "ir/kiln_graph.h"
 
 typedef struct kiln_compile_options_s {
-  int fold_constants; /* evaluate nodes whose inputs are all constants */
+  int fold_constants; /* evaluate nodes whose inputs are all constants: 2 holding a bf16
+                       * weight's widening as its bf16 numbers (kiln_pass_fold.c), 1 making
+                       * the float32 copy instead (KILN_FOLD_BF16=widen, for A/B runs), 0 not */
   int fuse;           /* GEMM epilogue fusion (bias, activation, residual) */
   int pack_weights;   /* pre-pack GEMM weights */
   int weights_bf16;   /* ... as bf16 (rounded to nearest even): half the bytes */

@@ -15,7 +15,13 @@
  * same way, into KILN_LAYOUT_QUANT_ROWS_T; nothing else reading one is
  * folded (the target refuses it until the pack pass). So is the int8
  * weight torchao's int8 weight-only linear casts to float32
- * (kiln_fold_is_int_weight_cast). */
+ * (kiln_fold_is_int_weight_cast). A bf16 weight's widening CAST read only
+ * as matmuls' right operand (directly or through such a transpose: a bf16
+ * model's linear layer, python/kiln/lowp.py) keeps the bf16 bytes too,
+ * as KILN_LAYOUT_WIDENED_BF16 (and _T once transposed): folding it used to
+ * make a float32 copy of every weight, twice the model's bytes in memory
+ * and most of a bf16 model's compile, for the packer to pack back to bf16
+ * (kiln_fold_is_bf16_weight_widening). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,20 +54,37 @@ static int kiln_fold_is_int_weight_cast(const kiln_graph_t* g, const kiln_node_t
          uses[n->outputs[0]] > 0 && uses[n->outputs[0]] == mm_uses[n->outputs[0]];
 }
 
-/* Is node n a plain 2-d transpose of a dense constant whose result only
- * feeds matmuls as the right operand (or, for int8 / uint8 integers, only
- * a CAST that kiln_fold_is_int_weight_cast takes)? */
-static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_t* n,
-                                         const int32_t* uses, const int32_t* mm_uses) {
+/* Is node n a plain 2-d transpose of its input x: y (x1, x0) with strides
+ * (1, x1), y[i][j] = x[j][i]? */
+static int kiln_fold_transposes_2d(const kiln_graph_t* g, const kiln_node_t* n) {
   const int64_t* dims = n->params + KILN_P(VIEW, DIMS);
   const int64_t* strides = n->params + KILN_P(VIEW, STRIDES);
-  if (n->op != KILN_OP_STRIDED_COPY || n->params[KILN_P(VIEW, RANK)] != 2 || n->params[KILN_P(VIEW, OFFSET)] != 0) return 0;
-  const kiln_value_t* x = &g->values[n->inputs[0]];
-  if (x->kind != KILN_VALUE_CONSTANT || x->rank != 2 ||
-      (x->layout != KILN_LAYOUT_DENSE && x->layout != KILN_LAYOUT_QUANT_ROWS))
+  if (n->op != KILN_OP_STRIDED_COPY || n->params[KILN_P(VIEW, RANK)] != 2 ||
+      n->params[KILN_P(VIEW, OFFSET)] != 0)
     return 0;
-  /* y (x1, x0) with strides (1, x1): y[i][j] = x[j][i]. */
-  if (dims[0] != x->shape[1] || dims[1] != x->shape[0] || strides[0] != 1 || strides[1] != x->shape[1])
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  return x->rank == 2 && dims[0] == x->shape[1] && dims[1] == x->shape[0] && strides[0] == 1 &&
+         strides[1] == x->shape[1];
+}
+
+/* The layout of a stored-transposed weight made from one in `layout`, or
+ * KILN_LAYOUT_COUNT when there is none. */
+static kiln_layout_t kiln_fold_transposed_layout(kiln_layout_t layout) {
+  return layout == KILN_LAYOUT_DENSE          ? KILN_LAYOUT_TRANSPOSED_2D
+         : layout == KILN_LAYOUT_QUANT_ROWS   ? KILN_LAYOUT_QUANT_ROWS_T
+         : layout == KILN_LAYOUT_WIDENED_BF16 ? KILN_LAYOUT_WIDENED_BF16_T
+                                              : KILN_LAYOUT_COUNT;
+}
+
+/* Is node n a plain 2-d transpose of a constant (dense, a checkpoint's
+ * quantized rows, or bf16 held narrow) whose result only feeds matmuls as
+ * the right operand (or, for int8 / uint8 integers, only a CAST that
+ * kiln_fold_is_int_weight_cast takes)? */
+static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_t* n,
+                                         const int32_t* uses, const int32_t* mm_uses) {
+  if (!kiln_fold_transposes_2d(g, n)) return 0;
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (x->kind != KILN_VALUE_CONSTANT || kiln_fold_transposed_layout(x->layout) == KILN_LAYOUT_COUNT)
     return 0;
   int32_t y = n->outputs[0];
   if (uses[y] > 0 && uses[y] == mm_uses[y]) return 1;
@@ -70,6 +93,63 @@ static int kiln_fold_is_weight_transpose(const kiln_graph_t* g, const kiln_node_
   for (const kiln_node_t* u = n + 1; u < g->nodes + g->n_nodes; ++u)
     if (u->n_inputs > 0 && u->inputs[0] == y) return kiln_fold_is_int_weight_cast(g, u, uses, mm_uses);
   return 0;
+}
+
+/* Is node n a CAST to float32 of a dense 2-d bf16 constant whose result
+ * is read only as matmuls' right operand, directly or through 2-d
+ * transposes read only so? */
+static int kiln_fold_is_bf16_weight_widening(const kiln_graph_t* g, const kiln_node_t* n,
+                                             const int32_t* uses, const int32_t* mm_uses) {
+  if (n->op != KILN_OP_CAST) return 0;
+  const kiln_value_t *x = &g->values[n->inputs[0]], *yv = &g->values[n->outputs[0]];
+  int32_t y = n->outputs[0];
+  if (x->kind != KILN_VALUE_CONSTANT || x->dtype != KILN_BF16 || x->layout != KILN_LAYOUT_DENSE ||
+      x->rank != 2 || yv->dtype != KILN_F32 || uses[y] == 0)
+    return 0;
+  int32_t transposes = 0;
+  for (const kiln_node_t* u = n + 1; u < g->nodes + g->n_nodes; ++u) {
+    if (u->n_inputs < 1 || u->inputs[0] != y || u->op != KILN_OP_STRIDED_COPY) continue;
+    int32_t t = u->outputs[0];
+    if (!kiln_fold_transposes_2d(g, u) || uses[t] == 0 || uses[t] != mm_uses[t]) return 0;
+    ++transposes;
+  }
+  return mm_uses[y] + transposes == uses[y];
+}
+
+/* Value y, made by node n from constant x, becomes a constant holding x's
+ * bytes in `layout` (the same bytes read another way): moved when x has no
+ * other reader and owns them, borrowed when x borrows them (a frozen
+ * parameter, a shared entry: they outlive the graph; y's key is x's with
+ * `suffix`), else copied. */
+static kiln_status_t kiln_fold_reuse_bytes(kiln_graph_t* g, const kiln_node_t* n,
+                                           const int32_t* uses, kiln_layout_t layout,
+                                           const char* suffix, void** data) {
+  kiln_value_t *x = &g->values[n->inputs[0]], *yv = &g->values[n->outputs[0]];
+  void* bytes = x->owned_data;
+  int y_owns = 1;
+  if (bytes && uses[n->inputs[0]] == 1) {
+    x->owned_data = NULL; /* moved: x has no other reader */
+  } else if (!bytes) {
+    y_owns = 0;
+    bytes = (void*)x->data;
+    yv->shared = kiln_shared_retain(x->shared);
+    if (x->key) {
+      size_t len = strlen(x->key) + strlen(suffix) + 1;
+      yv->key = malloc(len);
+      if (yv->key) snprintf(yv->key, len, "%s%s", x->key, suffix);
+    }
+  } else {
+    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(g->allocator, x->nbytes, &bytes));
+    memcpy(bytes, x->data, x->nbytes);
+  }
+  yv->kind = KILN_VALUE_CONSTANT;
+  yv->producer = -1;
+  yv->layout = layout;
+  yv->data = bytes;
+  yv->owned_data = y_owns ? bytes : NULL;
+  yv->nbytes = x->nbytes;
+  data[n->outputs[0]] = bytes;
+  return kiln_ok();
 }
 
 kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, kiln_pool_t* pool,
@@ -122,36 +202,17 @@ kiln_status_t kiln_pass_fold(kiln_graph_t* g, const kiln_hal_target_t* target, k
     for (int32_t i = 0; i < n->n_inputs; ++i)
       if (n->inputs[i] >= 0 && !data[n->inputs[i]]) all_const = 0;
     if (all_const && kiln_fold_is_weight_transpose(g, n, uses, mm_uses)) {
-      kiln_value_t *x = &g->values[n->inputs[0]], *yv = &g->values[y];
-      void* bytes = x->owned_data;
-      int y_owns = 1;
-      if (bytes && uses[n->inputs[0]] == 1) {
-        x->owned_data = NULL; /* moved: x has no other reader */
-      } else if (!bytes) {
-        y_owns = 0;
-        /* Borrowed bytes (a frozen parameter, a shared entry) outlive the
-         * graph: the transpose is the same bytes read another way. */
-        bytes = (void*)x->data;
-        yv->shared = kiln_shared_retain(x->shared);
-        if (x->key) {
-          size_t len = strlen(x->key) + 3;
-          yv->key = malloc(len);
-          if (yv->key) snprintf(yv->key, len, "%s|T", x->key);
-        }
-      } else {
-        s = kiln_allocator_malloc(g->allocator, x->nbytes, &bytes);
-        if (s) break;
-        memcpy(bytes, x->data, x->nbytes);
-      }
-      yv->kind = KILN_VALUE_CONSTANT;
-      yv->producer = -1;
-      /* A checkpoint's quantized rows stay its integers, read transposed. */
-      yv->layout = x->layout == KILN_LAYOUT_QUANT_ROWS ? KILN_LAYOUT_QUANT_ROWS_T
-                                                       : KILN_LAYOUT_TRANSPOSED_2D;
-      yv->data = bytes;
-      yv->owned_data = y_owns ? bytes : NULL;
-      yv->nbytes = x->nbytes;
-      data[y] = bytes;
+      /* A checkpoint's quantized rows stay its integers, bf16 numbers stay
+       * bf16, read transposed. */
+      s = kiln_fold_reuse_bytes(g, n, uses, kiln_fold_transposed_layout(g->values[n->inputs[0]].layout),
+                                "|T", data);
+      if (s) break;
+      ++*out_folded;
+      continue;
+    }
+    if (all_const && fold == 2 && kiln_fold_is_bf16_weight_widening(g, n, uses, mm_uses)) {
+      s = kiln_fold_reuse_bytes(g, n, uses, KILN_LAYOUT_WIDENED_BF16, "|f32", data);
+      if (s) break;
       ++*out_folded;
       continue;
     }

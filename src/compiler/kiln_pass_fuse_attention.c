@@ -46,7 +46,9 @@ static void dense_strides(const kiln_graph_t* g, const kiln_value_t* v, int64_t*
 }
 
 static int is_zero_constant(const kiln_value_t* v) {
-  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || !v->data) return 0;
+  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || !v->data ||
+      !kiln_layout_is_dense_sized(v->layout))
+    return 0;
   const float* f = v->data;
   for (int64_t i = 0, n = kiln_value_numel(v); i < n; ++i)
     if (f[i] != 0.0f) return 0;
@@ -288,7 +290,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
              !l->params[KILN_P(LINEAR, ROUND_Y)] &&
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
              w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
-             (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D) &&
+             (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
+              kiln_layout_is_widened_bf16(w->layout)) &&
              w->shape[0] == K && (l->n_inputs > 2 && l->inputs[2] >= 0) == (l0->n_inputs > 2 && l0->inputs[2] >= 0) &&
              (i == 0 || lin[i] != lin[i - 1]);
         n_total += w->shape[1];
@@ -333,14 +336,17 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
     const kiln_node_t* n = &g->nodes[ni];
     if (role[ni] == 1) continue;
     if (role[ni] == 3) {
-      /* Concatenate the dense weights (K, N_i) and biases side by side. */
+      /* Concatenate the weights (K, N_i) and biases side by side, the
+       * weights in their layout (float32, or bf16 numbers held narrow). */
       const kiln_attn_plan_t* pl = &plan[sdpa_of[ni]];
       const kiln_value_t* w0 = &g->values[g->nodes[pl->linears[0]].inputs[1]];
       int64_t K = w0->shape[0], n_total = 0;
       for (int i = 0; i < 3; ++i) n_total += g->values[g->nodes[pl->linears[i]].inputs[1]].shape[1];
       int has_bias = g->nodes[pl->linears[0]].n_inputs > 2 && g->nodes[pl->linears[0]].inputs[2] >= 0;
-      float *w = NULL, *b = NULL;
-      s = kiln_allocator_malloc(g->allocator, (size_t)(K * n_total) * sizeof(float), (void**)&w);
+      const size_t e = kiln_layout_is_widened_bf16(w0->layout) ? 2 : sizeof(float);
+      char* w = NULL;
+      float* b = NULL;
+      s = kiln_allocator_malloc(g->allocator, (size_t)(K * n_total) * e, (void**)&w);
       if (!s && has_bias)
         s = kiln_allocator_malloc(g->allocator, (size_t)n_total * sizeof(float), (void**)&b);
       if (s) {
@@ -353,11 +359,12 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
         const kiln_node_t* l = &g->nodes[pl->linears[i]];
         const kiln_value_t* wi = &g->values[l->inputs[1]];
         int64_t n_i = wi->shape[1];
-        if (layout == KILN_LAYOUT_TRANSPOSED_2D) /* (N_i, K) blocks stack */
-          memcpy(w + col * K, wi->data, (size_t)(n_i * K) * sizeof(float));
+        if (layout == KILN_LAYOUT_TRANSPOSED_2D || layout == KILN_LAYOUT_WIDENED_BF16_T)
+          memcpy(w + (size_t)(col * K) * e, wi->data, (size_t)(n_i * K) * e); /* (N_i, K) blocks stack */
         else /* (K, N_i) blocks sit side by side */
           for (int64_t r = 0; r < K; ++r)
-            memcpy(w + r * n_total + col, (const float*)wi->data + r * n_i, (size_t)n_i * sizeof(float));
+            memcpy(w + (size_t)(r * n_total + col) * e, (const char*)wi->data + (size_t)(r * n_i) * e,
+                   (size_t)n_i * e);
         if (b) memcpy(b + col, g->values[l->inputs[2]].data, (size_t)n_i * sizeof(float));
         col += n_i;
       }
@@ -365,7 +372,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
       int64_t wshape[2] = {K, n_total};
       s = kiln_rewriter_value(&rw, n->inputs[0], &ins[0]);
       if (!s)
-        s = kiln_graph_add_constant_owned(rw.dst, "qkv_weight", KILN_F32, 2, wshape, layout, w, (size_t)(K * n_total) * sizeof(float), &wid);
+        s = kiln_graph_add_constant_owned(rw.dst, "qkv_weight", KILN_F32, 2, wshape, layout, w, (size_t)(K * n_total) * e, &wid);
       else
         kiln_allocator_free(g->allocator, w);
       if (!s && b)

@@ -134,11 +134,7 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     const int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
     if (wconst && kiln_fuse_gemm_batch1_weight(g, n)) {
       /* a (1, .., 1, K, N) constant: the LINEAR's (K, N) weight (below) */
-    } else if (w->rank != 2 || (wconst ? flags != 0 ||
-                                      (w->layout != KILN_LAYOUT_DENSE &&
-                                       w->layout != KILN_LAYOUT_TRANSPOSED_2D &&
-                                       w->layout != KILN_LAYOUT_QUANT_ROWS &&
-                                       w->layout != KILN_LAYOUT_QUANT_ROWS_T)
+    } else if (w->rank != 2 || (wconst ? flags != 0 || !kiln_layout_is_unpacked_weight(w->layout)
                                 : (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B |
                                                       KILN_MATMUL_ROUND_A_BF16 |
                                                       KILN_MATMUL_ROUND_B_BF16)) != 0 ||

@@ -3,7 +3,8 @@
  *
  *     a = LINEAR(x, Wa) with an activation     b = LINEAR(x, Wb)
  *     y = MUL(a, b)                            (or MUL(b, a))
- * with Wa, Wb float32 constants of one shape (K, N) and layout, no bias,
+ * with Wa, Wb float32 constants of one shape (K, N) and layout (bf16 ones
+ * held narrow too, KILN_LAYOUT_WIDENED_BF16(_T): joined as bf16), no bias,
  * residual or other flag on either, a and b read only by the MUL, becomes
  *     c = LINEAR(x, [Wa | Wb])                 (K, 2N)
  *     y = MUL(act(c[..., :N]), c[..., N:])
@@ -54,7 +55,8 @@ static int kiln_glu_same_x(const kiln_graph_t* g, int32_t x, int32_t y) {
 }
 
 /* A LINEAR that can take part: a float32 constant weight (K, N) dense or
- * stored transposed, no bias or residual, a float32 output read once. */
+ * stored transposed (as float32 or bf16 numbers), no bias or residual, a
+ * float32 output read once. */
 static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses, int32_t v) {
   const kiln_value_t* y = &g->values[v];
   if (y->kind != KILN_VALUE_INTERMEDIATE || y->dtype != KILN_F32 || uses[v] != 1) return 0;
@@ -64,7 +66,8 @@ static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses, int32_t v
     return 0;
   const kiln_value_t* w = &g->values[n->inputs[1]];
   return w->kind == KILN_VALUE_CONSTANT && w->dtype == KILN_F32 && w->rank == 2 && w->data &&
-         (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D);
+         (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
+          kiln_layout_is_widened_bf16(w->layout));
 }
 
 /* For a MUL node: its gate LINEAR (with the activation) and its plain one
@@ -117,9 +120,9 @@ static kiln_status_t kiln_glu_concat(kiln_graph_t* dst, const kiln_value_t* wa,
                                                        KILN_LAYOUT_JOINED_COLS, d, sizeof(*d),
                                                        out_id));
   } else {
-    size_t bytes = 2 * (size_t)(k * n) * sizeof(float);
-    float* data;
-    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(dst->allocator, bytes, (void**)&data));
+    size_t bytes = 2 * (size_t)(k * n) * kiln_joined_elem_bytes(wa->layout);
+    void* data;
+    KILN_RETURN_IF_ERROR(kiln_allocator_malloc(dst->allocator, bytes, &data));
     kiln_joined_const_copy(k, n, wa->layout, wa->data, wb->data, data);
     KILN_RETURN_IF_ERROR(kiln_graph_add_constant_owned(dst, name, KILN_F32, 2, shape, wa->layout,
                                                        data, bytes, out_id));

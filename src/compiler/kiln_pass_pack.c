@@ -23,20 +23,21 @@ typedef struct {
   int32_t packed; /* the packed constant's id in the new graph */
   int32_t next;   /* the next job of the same constant, or -1 */
   int fresh;      /* 1: packed here into out (not found shared) */
+  kiln_status_t status; /* the packing's, when it failed */
   char key[320];  /* the packed form's shared key, or "" */
   void* out;
 } kiln_pack_job_t;
 
 typedef struct {
   const kiln_hal_target_t* target;
-  const kiln_pack_job_t* jobs;
+  kiln_pack_job_t* jobs;
 } kiln_pack_ctx_t;
 
 static void kiln_pack_task(void* ctx, size_t task, int thread) {
   (void)thread;
   const kiln_pack_ctx_t* c = ctx;
-  const kiln_pack_job_t* job = &c->jobs[task];
-  if (job->fresh) c->target->constant_pack(job->w, &job->form, job->out);
+  kiln_pack_job_t* job = &c->jobs[task];
+  if (job->fresh) job->status = c->target->constant_pack(job->w, &job->form, job->out);
 }
 
 static int kiln_pack_same_form(const kiln_hal_constant_form_t* a,
@@ -159,6 +160,13 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* g, const kiln_hal_target_t* t
   }
   kiln_pack_ctx_t ctx = {target, jobs};
   if (!s) kiln_pool_parallel_for(pool, (size_t)n_jobs, kiln_pack_task, &ctx);
+  for (int32_t j = 0; j < n_jobs; ++j) { /* the first failure, by name; the others freed */
+    if (jobs[j].status && !s)
+      s = kiln_status_annotate(jobs[j].status, "packing constant '%s'",
+                               jobs[j].w->name ? jobs[j].w->name : "?");
+    else
+      kiln_status_free(jobs[j].status);
+  }
   for (int32_t j = 0; j < n_jobs && !s; ++j)
     if (jobs[j].key[0]) s = kiln_pack_publish(&rw, g, &jobs[j]);
   *out_packed = n_fresh;

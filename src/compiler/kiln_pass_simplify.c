@@ -100,8 +100,7 @@ static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_no
 static int kiln_simplify_is_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
   const kiln_value_t* w = &g->values[n->inputs[1]];
   return w->kind == KILN_VALUE_CONSTANT && w->rank == 2 && n->params[KILN_P(MATMUL, FLAGS)] == 0 &&
-         (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
-          w->layout == KILN_LAYOUT_QUANT_ROWS || w->layout == KILN_LAYOUT_QUANT_ROWS_T);
+         kiln_layout_is_unpacked_weight(w->layout);
 }
 
 static int kiln_simplify_matmul_transposes(const kiln_graph_t* g, const kiln_node_t* nodes,

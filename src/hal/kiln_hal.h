@@ -97,9 +97,11 @@ struct kiln_hal_target_s {
                                  const kiln_hal_weights_t* weights,
                                  kiln_hal_constant_form_t* out_form);
   /* Writes constant's bytes in form (constant_form gave it) into out
-   * (form->nbytes host bytes). Thread-safe: constants pack in parallel. */
-  void (*constant_pack)(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
-                        void* out);
+   * (form->nbytes host bytes). Thread-safe: constants pack in parallel.
+   * Fails only when working memory runs out (a bf16 weight widened for
+   * a quantized form). */
+  kiln_status_t (*constant_pack)(const kiln_value_t* constant,
+                                 const kiln_hal_constant_form_t* form, void* out);
   /* In words, what the target runs node n on, when that depends on the
    * machine (the CPU: bf16 compute's engine for a packed bf16 weight or a
    * product of two bf16 graph values, the int8 engine of int8

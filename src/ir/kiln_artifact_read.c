@@ -321,6 +321,9 @@ static kiln_status_t kiln_artifact_decode_value(const kiln_artifact_graph_t* G, 
   if (v->layout == KILN_LAYOUT_JOINED_COLS) /* host pointers: never in a file */
     CORRUPT("graph section: value %u: layout %u (a joined weight) cannot be in a file", i,
             v->layout);
+  if (v->layout == KILN_LAYOUT_WIDENED_BF16 || v->layout == KILN_LAYOUT_WIDENED_BF16_T)
+    CORRUPT("graph section: value %u: layout %u (a bf16 weight before packing) cannot be in a "
+            "file", i, v->layout);
   if (v->kind != KILN_VALUE_CONSTANT &&
       (v->layout != KILN_LAYOUT_DENSE || v->const_offset || v->const_size))
     CORRUPT("graph section: value %u is not a constant but has a layout or constant data", i);

@@ -47,6 +47,9 @@ static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* ou
     if (v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_JOINED_COLS)
       BAD_ARG("constant %d is a joined weight (host pointers to its halves): only a graph the "
               "pack pass has run on can be written", i);
+    if (v->kind == KILN_VALUE_CONSTANT && kiln_layout_is_widened_bf16(v->layout))
+      BAD_ARG("constant %d is a bf16 weight held narrow before packing: only a graph the pack "
+              "pass has run on can be written", i);
     if (v->kind == KILN_VALUE_INTERMEDIATE) {
       if (v->producer != next_node || g->nodes[next_node].outputs[0] != i)
         BAD_ARG("value %d is made by node %d, but node %d comes next: the format needs the "

@@ -76,12 +76,34 @@ typedef enum kiln_layout_e {
                                 * panel of 16 channels, (u, v, c) taps as VNNI
                                 * pairs of channels, bf16 (kiln_conv_nhwc_bf16.h);
                                 * the value is f32 whose elements are bf16-rounded */
+  KILN_LAYOUT_WIDENED_BF16,    /* a float32 value whose elements are all bf16
+                                * values, stored as those bf16 numbers (2 bytes
+                                * each, row-major): a bf16 weight's widening
+                                * CAST, folded without making the float32 copy
+                                * (kiln_pass_fold.c); given its readers' forms
+                                * by the pack pass, never read by a kernel nor
+                                * written to a file */
+  KILN_LAYOUT_WIDENED_BF16_T,  /* the same stored as its 2-d transpose (a bf16
+                                * nn.Linear weight read as W^T) */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 
 /* Layouts whose byte size is the dense size of the shape. */
 static inline int kiln_layout_is_dense_sized(kiln_layout_t layout) {
   return layout == KILN_LAYOUT_DENSE || layout == KILN_LAYOUT_TRANSPOSED_2D;
+}
+
+static inline int kiln_layout_is_widened_bf16(kiln_layout_t layout) {
+  return layout == KILN_LAYOUT_WIDENED_BF16 || layout == KILN_LAYOUT_WIDENED_BF16_T;
+}
+
+/* Layouts a 2-d constant B of a MATMUL may have for the GEMM fusion to make
+ * it a LINEAR's weight: the forms a weight has before the pack pass (plain,
+ * stored transposed, a checkpoint's quantized rows, bf16 held narrow). */
+static inline int kiln_layout_is_unpacked_weight(kiln_layout_t layout) {
+  return layout == KILN_LAYOUT_DENSE || layout == KILN_LAYOUT_TRANSPOSED_2D ||
+         layout == KILN_LAYOUT_QUANT_ROWS || layout == KILN_LAYOUT_QUANT_ROWS_T ||
+         kiln_layout_is_widened_bf16(layout);
 }
 
 typedef struct kiln_value_s {

@@ -91,6 +91,7 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
             : c->layout == KILN_LAYOUT_QUANT_ROWS || c->layout == KILN_LAYOUT_QUANT_ROWS_T
                 ? "checkpoint-quantized"
             : c->layout == KILN_LAYOUT_JOINED_COLS ? "joined"
+            : kiln_layout_is_widened_bf16(c->layout) ? "bf16 held"
                                                    : "";
         /* The pack pass's note says why the constant has its form (a
          * checkpoint's quantized weight: its own integers, or fp32 and why). */

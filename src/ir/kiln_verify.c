@@ -20,6 +20,8 @@ static int kiln_verify_input_reads_layout(kiln_op_t op, int32_t i, kiln_layout_t
    * (the targets refuse it), so a file holding one fails when a model is
    * made of it, by name. */
   if (kiln_layout_is_quant_const(layout)) return 1;
+  /* So does a bf16 weight held narrow (kiln_pass_fold.c). */
+  if (kiln_layout_is_widened_bf16(layout)) return 1;
   /* A joined weight too, as the gated-MLP fusion's LINEAR reads it. */
   if (layout == KILN_LAYOUT_JOINED_COLS) return op == KILN_OP_LINEAR && i == 1;
   if (op == KILN_OP_GATHER) /* a quantized embedding table */
@@ -69,6 +71,11 @@ kiln_status_t kiln_graph_verify(const kiln_graph_t* g) {
       kiln_joined_const_t jv;
       if (v->layout == KILN_LAYOUT_JOINED_COLS && kiln_joined_const_view(v, &jv))
         FAIL("constant %d: not a well-formed joined weight", i);
+      if (kiln_layout_is_widened_bf16(v->layout) &&
+          (v->dtype != KILN_F32 || (v->layout == KILN_LAYOUT_WIDENED_BF16_T && v->rank != 2) ||
+           v->nbytes != kiln_value_dense_bytes(v) / 2))
+        FAIL("constant %d: not a float32 value held as %zu bytes of bf16 of its shape (%zu bytes)",
+             i, kiln_value_dense_bytes(v) / 2, v->nbytes);
       if (kiln_layout_is_dense_sized(v->layout) && v->nbytes != kiln_value_dense_bytes(v))
         FAIL("constant %d holds %zu bytes, its shape needs %zu", i, v->nbytes,
              kiln_value_dense_bytes(v));

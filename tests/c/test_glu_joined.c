@@ -24,27 +24,10 @@
 #include "ir/kiln_joined_const.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kiln_test.h"
+#include "kiln_test_weight_forms.h"
 #include "runtime/kiln_model.h"
 
 enum { JM = 3, JK = 40, JN_MAX = 32 };
-
-typedef struct {
-  const char* name;
-  int quant, group, asym, a8, weights_bf16, compute_bf16;
-  int bf16_x; /* a bf16 model: x bf16, the weights bf16 values (VNNI unasked) */
-} jw_form_t;
-
-static const jw_form_t jw_forms[] = {
-    {.name = "fp32"},
-    {.name = "bf16 weights", .weights_bf16 = 1},
-    {.name = "bf16 compute", .compute_bf16 = 1},
-    {.name = "int8", .quant = 8},
-    {.name = "int8:a8", .quant = 8, .a8 = 1},
-    {.name = "int4", .quant = 4, .group = 32},
-    {.name = "int4 asym", .quant = 4, .group = 32, .asym = 1},
-    {.name = "int4:a8", .quant = 4, .group = 32, .a8 = 1},
-    {.name = "bf16 model", .bf16_x = 1},
-};
 
 /* x (JM, JK) -> LINEAR(x, Wa, silu) * LINEAR(x, Wb): Wa, Wb (JK, n) stored
  * as `layout` says, borrowed or copied into the graph. */
@@ -143,24 +126,13 @@ static void jw_pass(const float* wa, const float* wb) {
       }
 }
 
-static void jw_options(const jw_form_t* f, kiln_compile_options_t* o) {
-  kiln_compile_options_initialize(o);
-  o->verify_each = 1;
-  o->fuse_glu = 1;
-  o->weights_quant = f->quant;
-  o->weights_group = f->group ? f->group : 32;
-  o->weights_asym = f->asym;
-  o->weights_a8 = f->a8;
-  o->weights_bf16 = f->weights_bf16;
-  o->compute_bf16 = f->compute_bf16;
-}
-
 /* Compiles (taking g) and runs the pair into y; the model in *out (which
  * owns the compiled graph) and its LINEAR's weight in *w. 0 when it ran. */
-static int jw_compile_run(const jw_form_t* f, kiln_graph_t* g, const void* x, float* y,
+static int jw_compile_run(const kiln_test_weight_form_t* f, kiln_graph_t* g, const void* x, float* y,
                           kiln_model_t** out, const kiln_value_t** w) {
   kiln_compile_options_t o;
-  jw_options(f, &o);
+  kiln_test_weight_form_options(f, &o);
+  o.fuse_glu = 1;
   kiln_graph_t* c = NULL;
   *out = NULL;
   KILN_EXPECT_OK(kiln_compile(g, &o, &c));
@@ -194,10 +166,10 @@ static void jw_compile(const float* x, const float* wa, const float* wb) {
     memcpy(&wa16[i], &u[0], 4);
     memcpy(&wb16[i], &u[1], 4);
   }
-  for (size_t fi = 0; fi < sizeof jw_forms / sizeof jw_forms[0]; ++fi)
+  for (size_t fi = 0; fi < kiln_test_n_weight_forms; ++fi)
     for (int layout = 0; layout < 2; ++layout)
       for (int wi = 0; wi < 2; ++wi) {
-        const jw_form_t* f = &jw_forms[fi];
+        const kiln_test_weight_form_t* f = &kiln_test_weight_forms[fi];
         const int64_t n = widths[wi];
         kiln_layout_t lay = layout ? KILN_LAYOUT_TRANSPOSED_2D : KILN_LAYOUT_DENSE;
         float got[2][JM * JN_MAX];

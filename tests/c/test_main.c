@@ -118,6 +118,7 @@ static void kiln_test_print_cpu(void) {
   X(conv_planes)            \
   X(patterns)               \
   X(glu_joined)             \
+  X(bf16_hold)              \
   X(conv_nhwc)              \
   X(conv_nhwc_bf16)         \
   X(layout)                 \

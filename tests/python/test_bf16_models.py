@@ -252,6 +252,57 @@ def test_bf16_weights_packed_for_bf16_engines():
         torch.testing.assert_close(compiled(x)[0], f32(x)[0], rtol=1e-5, atol=1e-6)
 
 
+class _Logits(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        out = self.model(ids, use_cache=False)
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def _tiny_transformer(name):
+    import transformers as T
+    torch.manual_seed(0)
+    if name == "llama":  # gated MLPs, the lm_head: 2 layers of 7 linear weights, and 1
+        cfg = T.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, vocab_size=128)
+        return _Logits(T.LlamaForCausalLM(cfg)), 15
+    # fused q/k/v with biases: 2 layers of 6 linear weights
+    cfg = T.BertConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                       num_attention_heads=4, vocab_size=128, attn_implementation="sdpa")
+    return _Logits(T.BertModel(cfg, add_pooling_layer=False)), 12
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"compute_dtype": torch.bfloat16}, {"weights_dtype": torch.int8},
+                {"weights_dtype": "int4"}], ids=["plain", "compute_bf16", "int8", "int4"])
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_bf16_weights_are_packed_from_their_own_bytes(name, options, monkeypatch, capfd):
+    """Constant folding keeps a bf16 model's linear weights as their bf16
+    bytes (no float32 copy of the model while it compiles) and the packer
+    packs each from them: tiny Llama and BERT models (gated MLPs joined
+    from the bf16 halves, q/k/v concatenated as bf16, the lm_head) compile
+    to the same outputs, bit for bit, as when the fold widens the weights
+    to float32 first (KILN_FOLD_BF16=widen), under every weight form."""
+    model, n_weights = _tiny_transformer(name)
+    model = model.eval().to(torch.bfloat16)
+    ids = torch.randint(0, 128, (2, 9))
+    monkeypatch.setenv("KILN_LOG", "1")
+    runs = {}
+    for mode in ("hold", "widen"):
+        if mode == "widen":
+            monkeypatch.setenv("KILN_FOLD_BF16", "widen")
+        compiled = kiln.trace(model, (ids,), **options)
+        log = capfd.readouterr().err
+        assert (f"({n_weights} bf16 weights held as bf16" in log) == (mode == "hold"), log
+        with torch.no_grad():
+            runs[mode] = compiled(ids)
+    assert runs["hold"].dtype == torch.bfloat16
+    assert torch.equal(runs["hold"], runs["widen"])
+
+
 def has_bf16_engine():
     return kiln.machine().get("bf16_engine", "none") not in (None, "", "none")
 

@@ -22,8 +22,8 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
 kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_t* n,
                                          int32_t slot, const kiln_hal_weights_t* weights,
                                          kiln_hal_constant_form_t* out_form);
-void kiln_hal_cpu_constant_pack(const kiln_value_t* constant, const kiln_hal_constant_form_t* form,
-                                void* out);
+kiln_status_t kiln_hal_cpu_constant_pack(const kiln_value_t* constant,
+                                        const kiln_hal_constant_form_t* form, void* out);
 const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t* n);
 /* Host memory (the system allocator), synchronous runs. */
 kiln_status_t kiln_hal_cpu_alloc(size_t bytes, void** out_ptr);

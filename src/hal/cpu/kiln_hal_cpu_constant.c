@@ -20,8 +20,10 @@
  * one fits them exactly, else its dequantized values
  * (kiln_cpu_quant_const_form). Everything else is kept as it is. The compiler's pack pass
  * asks here and packs what it is told, so that no run packs a weight. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_bf16.h"
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "ir/kiln_joined_const.h"
 #include "ir/kiln_quant_const.h"
@@ -110,15 +112,18 @@ static int kiln_cpu_floats_bf16_exact(const float* x, size_t n) {
 }
 
 /* 1 when every element of a float32 weight (dense, transposed or joined) is
- * a bf16 value: packing it as bf16 loses nothing. */
+ * a bf16 value: packing it as bf16 loses nothing. One held as bf16
+ * numbers (KILN_LAYOUT_WIDENED_BF16(_T), or joined from such) is. */
 static int kiln_cpu_is_bf16_exact(const kiln_value_t* w) {
   if (w->dtype != KILN_F32 || !w->data) return 0;
+  if (kiln_layout_is_widened_bf16(w->layout)) return 1;
   kiln_joined_const_t j;
   if (w->layout != KILN_LAYOUT_JOINED_COLS)
     return kiln_cpu_floats_bf16_exact(w->data, w->nbytes / sizeof(float));
   size_t half = (size_t)kiln_value_numel(w) / 2;
-  return !kiln_joined_const_view(w, &j) && kiln_cpu_floats_bf16_exact(j.part[0], half) &&
-         kiln_cpu_floats_bf16_exact(j.part[1], half);
+  if (kiln_joined_const_view(w, &j)) return 0;
+  return kiln_layout_is_widened_bf16((kiln_layout_t)j.layout) ||
+         (kiln_cpu_floats_bf16_exact(j.part[0], half) && kiln_cpu_floats_bf16_exact(j.part[1], half));
 }
 
 static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
@@ -238,6 +243,15 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   if (w->kind != KILN_VALUE_CONSTANT) return kiln_ok();
   if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, o, f);
   if (w->layout == KILN_LAYOUT_JOINED_COLS) return kiln_cpu_joined_form(g, n, slot, w, o, f);
+  if (kiln_layout_is_widened_bf16(w->layout)) {
+    /* A bf16 weight held narrow: a LINEAR's weight packs from the bf16
+     * numbers; any other reader gets the float32 values, stored as they
+     * are (dense, or the transpose). */
+    if (n->op == KILN_OP_LINEAR && slot == 1) return kiln_cpu_linear_form(g, n, w, o, f);
+    f->layout = w->layout == KILN_LAYOUT_WIDENED_BF16_T ? KILN_LAYOUT_TRANSPOSED_2D : KILN_LAYOUT_DENSE;
+    f->nbytes = kiln_value_dense_bytes(w);
+    return kiln_ok();
+  }
   if (n->op == KILN_OP_GATHER && slot == 0) {
     if (!o->quant_bits || n->params[KILN_P(AXIS, AXIS)] != 0 || w->layout != KILN_LAYOUT_DENSE ||
         w->dtype != KILN_F32 || w->rank != 2 || w->shape[0] == 0 || w->shape[1] == 0)
@@ -287,21 +301,79 @@ static void kiln_cpu_linear_pack(int64_t k, int64_t nn, const kiln_gemm_b_src_t*
   }
 }
 
-void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
-                                void* out) {
+/* A LINEAR weight held as bf16 numbers (a half of a joined one or the
+ * whole): columns [j0, j0 + w) of B widened into dst, column j at
+ * dst + (j - j0) * k (exact: widening is a shift). */
+typedef struct {
+  const uint16_t* part[2];
+  int64_t split, rs, cs;
+} kiln_cpu_narrow_src_t;
+
+static void kiln_cpu_narrow_widen(int64_t k, int64_t j0, int64_t w, const kiln_cpu_narrow_src_t* s,
+                                  float* dst) {
+  for (int64_t j = j0; j < j0 + w; ++j) {
+    const uint16_t* col = j < s->split ? s->part[0] + j * s->cs : s->part[1] + (j - s->split) * s->cs;
+    float* d = dst + (j - j0) * k;
+    for (int64_t p = 0; p < k; ++p) d[p] = kiln_bf16_to_f32(col[p * s->rs]);
+  }
+}
+
+/* Packs such a weight into form f: panel by panel through a float32 copy
+ * of 16 columns (the panel layouts pack each panel alone), or for a
+ * quantized form, whose blob spans every column, through a float32 copy of
+ * the weight made for the packing and freed after it. Either way the
+ * graph never holds the float32 weight. */
+static kiln_status_t kiln_cpu_linear_pack_narrow(int64_t k, int64_t nn,
+                                                 const kiln_cpu_narrow_src_t* s,
+                                                 const kiln_hal_constant_form_t* f, void* out) {
+  const int P = KILN_GEMM_PANEL;
+  int quant = f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4;
+  int64_t cols = quant ? nn : P;
+  float* tmp = malloc((size_t)(k * cols) * sizeof(float) + 1);
+  if (!tmp)
+    return kiln_status_make(KILN_OUT_OF_MEMORY, "widening a bf16 weight (%lld x %lld) to pack it",
+                            (long long)k, (long long)nn);
+  if (quant) {
+    kiln_cpu_narrow_widen(k, 0, nn, s, tmp);
+    kiln_gemm_b_src_t src = {tmp, NULL, nn, 1, k};
+    kiln_cpu_linear_pack(k, nn, &src, f, out);
+  } else {
+    /* Elements per panel in out: K rows (VNNI: K rounded up to even) of P. */
+    int64_t panel = f->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? (k + (k & 1)) * P : k * P;
+    size_t elem = f->layout == KILN_LAYOUT_GEMM_PACKED_B ? sizeof(float) : sizeof(uint16_t);
+    for (int64_t j0 = 0; j0 < nn; j0 += P) {
+      int64_t w = nn - j0 < P ? nn - j0 : P;
+      kiln_cpu_narrow_widen(k, j0, w, s, tmp);
+      kiln_gemm_b_src_t src = {tmp, NULL, w, 1, k};
+      kiln_cpu_linear_pack(k, w, &src, f, (char*)out + (size_t)((j0 / P) * panel) * elem);
+    }
+  }
+  free(tmp);
+  return kiln_ok();
+}
+
+kiln_status_t kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_form_t* f,
+                                         void* out) {
   if (kiln_layout_is_quant_const(w->layout)) {
     kiln_cpu_quant_const_pack(w, f, out);
-    return;
+    return kiln_ok();
   }
   if (f->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) {
     kiln_conv2d_bf16_pack_weight(w->shape[0], w->shape[1], w->shape[2], w->shape[3],
                                  f->detail[KILN_CPU_DETAIL_GROUPS], w->data, out);
-    return;
+    return kiln_ok();
   }
   if (f->layout == KILN_LAYOUT_CONV2D_PACKED || f->layout == KILN_LAYOUT_CONV2D_PACKED_16) {
     kiln_conv2d_f32_pack_weight(w->shape[0], kiln_cpu_conv_k(w), f->detail[KILN_CPU_DETAIL_GROUPS],
                                 (int)f->detail[KILN_CPU_DETAIL_PANEL], w->data, out);
-    return;
+    return kiln_ok();
+  }
+  if (kiln_layout_is_widened_bf16(w->layout) && kiln_layout_is_dense_sized(f->layout)) {
+    /* The float32 values, stored in the same order (dense, or transposed). */
+    const uint16_t* h = w->data;
+    float* y = out;
+    for (size_t i = 0, n = w->nbytes / sizeof(uint16_t); i < n; ++i) y[i] = kiln_bf16_to_f32(h[i]);
+    return kiln_ok();
   }
   if ((f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) &&
       (f->detail[KILN_CPU_DETAIL_QFLAGS] & KILN_CPU_QFLAG_TABLE)) { /* (N, K) table as B = table^T */
@@ -309,21 +381,29 @@ void kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_constant_f
                            f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 ? 8 : 4,
                            (int)f->detail[KILN_CPU_DETAIL_QGROUP],
                            (int)f->detail[KILN_CPU_DETAIL_QASYM], out);
-    return;
+    return kiln_ok();
   }
   /* A LINEAR weight: (K, N) read row-major or as its stored transpose; a
-   * joined one from its two halves, each (K, N / 2) stored so. */
+   * joined one from its two halves, each (K, N / 2) stored so; as float32
+   * or as bf16 numbers. */
   int64_t k = w->shape[0], nn = w->shape[1];
-  kiln_gemm_b_src_t src = {w->data, NULL, nn, 0, 0};
+  const void* part[2] = {w->data, NULL};
+  int64_t split = nn;
   kiln_layout_t stored = w->layout;
   if (w->layout == KILN_LAYOUT_JOINED_COLS) {
     kiln_joined_const_t j;
-    if (kiln_joined_const_view(w, &j)) return; /* the form refused it */
-    src.a = j.part[0], src.b = j.part[1], src.split = nn / 2;
+    if (kiln_joined_const_view(w, &j)) return kiln_ok(); /* the form refused it */
+    part[0] = j.part[0], part[1] = j.part[1], split = nn / 2;
     stored = (kiln_layout_t)j.layout;
   }
-  const int64_t cols = src.b ? nn / 2 : nn; /* columns of one stored matrix */
-  src.rs = stored == KILN_LAYOUT_TRANSPOSED_2D ? 1 : cols;
-  src.cs = stored == KILN_LAYOUT_TRANSPOSED_2D ? k : 1;
+  const int64_t cols = part[1] ? nn / 2 : nn; /* columns of one stored matrix */
+  const int transposed = kiln_layout_is_stored_transposed(stored);
+  const int64_t rs = transposed ? 1 : cols, cs = transposed ? k : 1;
+  if (kiln_layout_is_widened_bf16(stored)) {
+    const kiln_cpu_narrow_src_t narrow = {{part[0], part[1]}, split, rs, cs};
+    return kiln_cpu_linear_pack_narrow(k, nn, &narrow, f, out);
+  }
+  kiln_gemm_b_src_t src = {part[0], part[1], split, rs, cs};
   kiln_cpu_linear_pack(k, nn, &src, f, out);
+  return kiln_ok();
 }

@@ -22,6 +22,11 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
                               "%s reads a checkpoint's quantized constant (layout %d) that the "
                               "pack pass has not given a form", kiln_op_name(n->op),
                               (int)VAL(i)->layout);
+  for (int32_t i = 0; i < n->n_inputs; ++i)
+    if (n->inputs[i] >= 0 && kiln_layout_is_widened_bf16(VAL(i)->layout))
+      return kiln_status_make(KILN_UNSUPPORTED,
+                              "%s reads a bf16 weight held narrow (layout %d) that the pack pass "
+                              "has not given a form", kiln_op_name(n->op), (int)VAL(i)->layout);
   switch (n->op) {
     case KILN_OP_LINEAR: {
       const kiln_value_t* w = VAL(1);

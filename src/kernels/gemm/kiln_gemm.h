@@ -21,6 +21,9 @@
 #include "base/kiln_pool.h"
 #include "base/kiln_activation.h"
 
+/* Columns of B in one packed panel, in every packed layout below. */
+#define KILN_GEMM_PANEL 16
+
 typedef struct kiln_gemm_f32_args_s {
   int64_t batch, m, n, k;
   /* A[b][i][p] = a[b*a_batch_stride + i*a_row_stride + p*a_col_stride] */

@@ -26,9 +26,9 @@
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_activation.h"
+#include "kernels/gemm/kiln_gemm.h" /* KILN_GEMM_PANEL */
 #include "kernels/kiln_isa_variant.h"
 
-#define KILN_GEMM_PANEL 16
 /* The GEMV kernels handle at most this many rows of A. */
 #define KILN_GEMM_GEMV_MAX_M 8
 /* Panels per GEMV kernel call, at most. */

@@ -1,0 +1,291 @@
+/* bf16 weights held as bf16 through constant folding (kiln_pass_fold.c,
+ * KILN_LAYOUT_WIDENED_BF16 and _T): a bf16 model's linear layer reaches the
+ * compiler as MATMUL(x, CAST(W)^T) (python/kiln/lowp.py), and folding the
+ * CAST used to make a float32 copy of every weight. Checked here:
+ *   - the fold pass holds W's own bytes (borrowed, not copied) as the
+ *     widened value and as its transpose, keyed after W, when the cast is
+ *     read only as matmuls' right operand; a cast with another reader is
+ *     made float32 as before;
+ *   - whole compiles, for every weight form the CPU target has
+ *     (kiln_test_weight_forms.h), give the packed weight byte for byte and the
+ *     outputs bit for bit that folding to float32 (fold_constants 1) gives:
+ *     nn.Linear's layout, a dense (K, N) weight, a gated pair (joined from
+ *     the bf16 halves), an odd K and a last panel of 8 columns;
+ *   - any other reader of a held constant gets its float32 values (the pack
+ *     pass's fallback); before packing the kernels refuse one, the verifier
+ *     refuses one whose bytes do not fit its shape, the artifact writer
+ *     refuses to write one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/kiln_bf16.h"
+#include "base/kiln_pool.h"
+#include "compiler/kiln_compiler.h"
+#include "hal/kiln_hal.h"
+#include "ir/kiln_artifact.h"
+#include "kiln_test.h"
+#include "kiln_test_weight_forms.h"
+#include "runtime/kiln_model.h"
+
+enum { HM = 3, HK = 41, HN = 40 };
+
+typedef enum { HB_LINEAR, HB_DENSE, HB_GLU, HB_OTHER_READER, HB_SHAPES } hb_shape_t;
+static const char* const hb_shape_names[HB_SHAPES] = {"nn.Linear", "dense (K, N)", "gated pair",
+                                                      "cast read by an add too"};
+
+static int hb_graphs; /* graphs made so far: each keys its weights apart */
+
+/* x (HM, HK) -> MATMUL(x, B) with B made from the bf16 constant W by a
+ * CAST to float32: B = CAST(W)^T with W (HN, HK) (nn.Linear), or B = CAST(W)
+ * with W (HK, HN) (dense). The gated pair is silu(x Wa^T) * (x Wb^T); the
+ * other reader's graph also returns CAST(W) + CAST(W). */
+static kiln_graph_t* hb_graph(hb_shape_t shape, kiln_dtype_t xt, const uint16_t* wa,
+                              const uint16_t* wb) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return NULL;
+  const int dense = shape == HB_DENSE;
+  int64_t xs[2] = {HM, HK}, ws[2] = {dense ? HK : HN, dense ? HN : HK};
+  int32_t x = -1, y[2] = {-1, -1}, c0 = -1, out[2] = {-1, -1};
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", xt, 2, xs, &x));
+  for (int i = 0; i < (shape == HB_GLU ? 2 : 1); ++i) {
+    int32_t w = -1, c = -1, b = -1;
+    char key[64];
+    snprintf(key, sizeof key, "w%d.%d", i, hb_graphs);
+    KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, key, KILN_BF16, 2, ws, KILN_LAYOUT_DENSE,
+                                                    i ? wb : wa, sizeof(uint16_t) * HN * HK, &w));
+    KILN_EXPECT_OK(kiln_graph_set_constant_key(g, w, key));
+    int64_t p[KILN_MAX_PARAMS] = {0};
+    p[KILN_P(CAST, DTYPE)] = KILN_F32;
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_CAST, &w, 1, p, KILN_MAX_PARAMS, NULL, 0, NULL, &c));
+    b = c;
+    if (!dense) {
+      memset(p, 0, sizeof p);
+      p[KILN_P(VIEW, RANK)] = 2;
+      p[KILN_P(VIEW, DIMS)] = HK, p[KILN_P(VIEW, DIMS) + 1] = HN;
+      p[KILN_P(VIEW, STRIDES)] = 1, p[KILN_P(VIEW, STRIDES) + 1] = HK;
+      KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_STRIDED_COPY, &c, 1, p, KILN_MAX_PARAMS, NULL,
+                                         0, NULL, &b));
+    }
+    int32_t in[2] = {x, b};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &y[i]));
+    if (i == 0) c0 = c;
+  }
+  int n_out = 1;
+  out[0] = y[0];
+  if (shape == HB_GLU) {
+    int32_t act = -1, in[2];
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_SILU, &y[0], 1, NULL, 0, NULL, 0, NULL, &act));
+    in[0] = act, in[1] = y[1];
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MUL, in, 2, NULL, 0, NULL, 0, NULL, &out[0]));
+  } else if (shape == HB_OTHER_READER) {
+    int32_t in[2] = {c0, c0};
+    KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, in, 2, NULL, 0, NULL, 0, NULL, &out[1]));
+    n_out = 2;
+  }
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, out, n_out));
+  ++hb_graphs;
+  return g;
+}
+
+/* The right operand of the graph's first MATMUL or LINEAR, or NULL. */
+static const kiln_value_t* hb_weight(const kiln_graph_t* g) {
+  for (int32_t i = 0; i < g->n_nodes; ++i)
+    if (g->nodes[i].op == KILN_OP_MATMUL || g->nodes[i].op == KILN_OP_LINEAR)
+      return &g->values[g->nodes[i].inputs[1]];
+  return NULL;
+}
+
+/* The fold pass alone: W's bytes held, or a float32 copy for a cast with
+ * another reader. */
+static void hb_fold(const uint16_t* w) {
+  for (int shape = 0; shape < HB_SHAPES; ++shape) {
+    if (shape == HB_GLU) continue; /* two of the nn.Linear case */
+    kiln_graph_t *g = hb_graph((hb_shape_t)shape, KILN_F32, w, w), *next = NULL;
+    if (!g) return;
+    int32_t folded = 0, dead = 0;
+    KILN_EXPECT_OK(kiln_pass_fold(g, kiln_hal_target_find(NULL), kiln_pool_default(), 2, &next,
+                                  &folded, &dead));
+    kiln_graph_release(g); /* the held value must not need the old graph */
+    if (!next) return;
+    KILN_EXPECT_OK(kiln_graph_verify(next));
+    const kiln_value_t* b = hb_weight(next);
+    if (!b) {
+      KILN_EXPECT(0, "%s: no MATMUL after folding", hb_shape_names[shape]);
+      kiln_graph_release(next);
+      continue;
+    }
+    char key[64];
+    snprintf(key, sizeof key, "w0.%d|f32%s", hb_graphs - 1, shape == HB_DENSE ? "" : "|T");
+    if (shape == HB_OTHER_READER) {
+      KILN_EXPECT(b->layout == KILN_LAYOUT_TRANSPOSED_2D && b->data != (const void*)w &&
+                      b->nbytes == sizeof(float) * HN * HK,
+                  "%s: a float32 copy (layout %d, %zu bytes)", hb_shape_names[shape],
+                  (int)b->layout, b->nbytes);
+    } else {
+      kiln_layout_t want = shape == HB_DENSE ? KILN_LAYOUT_WIDENED_BF16 : KILN_LAYOUT_WIDENED_BF16_T;
+      KILN_EXPECT(b->layout == want && b->dtype == KILN_F32 && b->data == (const void*)w &&
+                      !b->owned_data && b->nbytes == sizeof(uint16_t) * HN * HK && b->key &&
+                      !strcmp(b->key, key),
+                  "%s: W's own bytes held (layout %d, %zu bytes, key %s; want layout %d, %s)",
+                  hb_shape_names[shape], (int)b->layout, b->nbytes, b->key ? b->key : "(none)",
+                  (int)want, key);
+      /* Before the pack pass no file holds it, and no kernel reads it
+       * (kiln_model_create takes the graph, made or not). */
+      void* bytes = NULL;
+      size_t size = 0;
+      KILN_EXPECT_ERROR(kiln_artifact_write(next, NULL, 0, &bytes, &size), KILN_INVALID_ARGUMENT);
+      free(bytes);
+      kiln_model_t* m = NULL;
+      KILN_EXPECT_ERROR(kiln_model_create(next, NULL, NULL, &m), KILN_UNSUPPORTED);
+      KILN_EXPECT(m == NULL, "%s: a model whose MATMUL reads held bf16", hb_shape_names[shape]);
+      continue;
+    }
+    kiln_graph_release(next);
+  }
+}
+
+/* Compiles g (taking it) with fold_constants `fold` and form f, runs it on
+ * x into y (HM x HN floats) and returns the model (which owns the graph). */
+static kiln_model_t* hb_compile_run(const kiln_test_weight_form_t* f, int fold, kiln_graph_t* g, const void* x,
+                                    float* y, float* z) {
+  kiln_compile_options_t o;
+  kiln_test_weight_form_options(f, &o);
+  o.fold_constants = fold;
+  kiln_graph_t* c = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &c));
+  if (!c) return NULL;
+  for (int32_t i = 0; i < c->n_values; ++i)
+    KILN_EXPECT(!kiln_layout_is_widened_bf16(c->values[i].layout),
+                "%s: value %d still held as bf16 after packing", f->name, i);
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(c, NULL, NULL, &m));
+  if (!m) return NULL;
+  int64_t xs[2] = {HM, HK}, ys[2] = {HM, HN}, zs[2] = {HN, HK};
+  kiln_tensor_t in = {(void*)x, f->bf16_x ? KILN_BF16 : KILN_F32, 2, xs};
+  kiln_tensor_t out[2] = {{y, KILN_F32, 2, ys}, {z, KILN_F32, 2, zs}};
+  KILN_EXPECT_OK(kiln_model_run(m, &in, 1, out, z ? 2 : 1));
+  return m;
+}
+
+/* Whole compiles: held (fold 2) against widened to float32 (fold 1). */
+static void hb_compile(const float* x, const uint16_t* x16, const uint16_t* wa, const uint16_t* wb) {
+  for (size_t fi = 0; fi < kiln_test_n_weight_forms; ++fi)
+    for (int shape = 0; shape < HB_SHAPES; ++shape) {
+      const kiln_test_weight_form_t* f = &kiln_test_weight_forms[fi];
+      static float y[2][HM * HN], z[2][HN * HK];
+      kiln_model_t* m[2] = {NULL, NULL};
+      const void* xin = f->bf16_x ? (const void*)x16 : (const void*)x;
+      for (int held = 0; held < 2; ++held) {
+        kiln_graph_t* g = hb_graph((hb_shape_t)shape, f->bf16_x ? KILN_BF16 : KILN_F32, wa, wb);
+        if (!g) return;
+        m[held] = hb_compile_run(f, held ? 2 : 1, g, xin, y[held],
+                                 shape == HB_OTHER_READER ? z[held] : NULL);
+      }
+      if (m[0] && m[1]) {
+        const kiln_value_t *w0 = hb_weight(kiln_model_graph(m[0])), *w1 = hb_weight(kiln_model_graph(m[1]));
+        KILN_EXPECT(w0 && w1 && w0->layout == w1->layout && w0->nbytes == w1->nbytes &&
+                        !memcmp(w0->data, w1->data, w0->nbytes),
+                    "%s, %s: the packed weight differs from the float32 fold's (layout %d %zu bytes "
+                    "against %d %zu)", f->name, hb_shape_names[shape], w1 ? (int)w1->layout : -1,
+                    w1 ? w1->nbytes : 0, w0 ? (int)w0->layout : -1, w0 ? w0->nbytes : 0);
+        KILN_EXPECT(!memcmp(y[0], y[1], sizeof y[0]), "%s, %s: outputs differ", f->name,
+                    hb_shape_names[shape]);
+        if (shape == HB_OTHER_READER)
+          KILN_EXPECT(!memcmp(z[0], z[1], sizeof z[0]), "%s: CAST(W) + CAST(W) differs", f->name);
+      }
+      if (m[1] && fi == 0 && shape == HB_LINEAR) { /* fp32: the numbers themselves, in double */
+        double worst = 0.0;
+        for (int i = 0; i < HM; ++i)
+          for (int j = 0; j < HN; ++j) {
+            double want = 0.0;
+            for (int p = 0; p < HK; ++p) want += (double)x[i * HK + p] * kiln_bf16_to_f32(wa[j * HK + p]);
+            double e = fabs(y[1][i * HN + j] - want) / (1e-6 + fabs(want));
+            worst = e > worst ? e : worst;
+          }
+        KILN_EXPECT(worst < 1e-4, "fp32 linear on held bf16 off by %g relative", worst);
+      }
+      kiln_model_release(m[0]);
+      kiln_model_release(m[1]);
+    }
+}
+
+/* A held constant read by other ops: the pack pass gives them its float32
+ * values (dense for an ADD; stored transposed for a MATMUL the fusion
+ * passes did not make a LINEAR). */
+static void hb_fallback(const float* x, const uint16_t* w) {
+  kiln_graph_t* g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  int64_t cs[2] = {HN, HK}, xs[2] = {HM, HK}, bs[2] = {HK, HN};
+  int32_t xa = -1, xm = -1, c = -1, ct = -1, out[2] = {-1, -1};
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 2, cs, &xa));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, xs, &xm));
+  /* Bytes that do not fit the shape: the verifier says so. */
+  int32_t bad = -1;
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "bad", KILN_F32, 2, cs, KILN_LAYOUT_WIDENED_BF16,
+                                                  w, sizeof(uint16_t) * HN * HK - 2, &bad));
+  KILN_EXPECT_ERROR(kiln_graph_verify(g), KILN_INVALID_ARGUMENT);
+  kiln_graph_release(g);
+  g = NULL;
+  KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+  if (!g) return;
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "a", KILN_F32, 2, cs, &xa));
+  KILN_EXPECT_OK(kiln_graph_add_input(g, "x", KILN_F32, 2, xs, &xm));
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "c", KILN_F32, 2, cs, KILN_LAYOUT_WIDENED_BF16,
+                                                  w, sizeof(uint16_t) * HN * HK, &c));
+  KILN_EXPECT_OK(kiln_graph_add_constant_borrowed(g, "ct", KILN_F32, 2, bs,
+                                                  KILN_LAYOUT_WIDENED_BF16_T, w,
+                                                  sizeof(uint16_t) * HN * HK, &ct));
+  int32_t in[2] = {xa, c};
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_ADD, in, 2, NULL, 0, NULL, 0, NULL, &out[0]));
+  in[0] = xm, in[1] = ct;
+  KILN_EXPECT_OK(kiln_graph_add_node(g, KILN_OP_MATMUL, in, 2, NULL, 0, NULL, 0, NULL, &out[1]));
+  KILN_EXPECT_OK(kiln_graph_set_outputs(g, out, 2));
+  KILN_EXPECT_OK(kiln_graph_verify(g));
+  kiln_compile_options_t o;
+  kiln_compile_options_initialize(&o);
+  o.verify_each = 1;
+  o.fuse = 0; /* the MATMUL stays one */
+  kiln_graph_t* compiled = NULL;
+  KILN_EXPECT_OK(kiln_compile(g, &o, &compiled));
+  if (!compiled) return;
+  kiln_model_t* m = NULL;
+  KILN_EXPECT_OK(kiln_model_create(compiled, NULL, NULL, &m));
+  if (!m) return;
+  static float a[HN * HK], s[HN * HK], y[HM * HN];
+  kiln_test_fill_f32(a, HN * HK, 91, -1.0f, 1.0f);
+  int64_t ys[2] = {HM, HN};
+  kiln_tensor_t ins[2] = {{a, KILN_F32, 2, cs}, {(void*)x, KILN_F32, 2, xs}};
+  kiln_tensor_t outs[2] = {{s, KILN_F32, 2, cs}, {y, KILN_F32, 2, ys}};
+  KILN_EXPECT_OK(kiln_model_run(m, ins, 2, outs, 2));
+  int wrong = 0;
+  for (int i = 0; i < HN * HK; ++i) wrong += s[i] != a[i] + kiln_bf16_to_f32(w[i]);
+  KILN_EXPECT(wrong == 0, "a + held c: %d of %d elements wrong", wrong, HN * HK);
+  double worst = 0.0;
+  for (int i = 0; i < HM; ++i)
+    for (int j = 0; j < HN; ++j) { /* ct (HK, HN) is w (HN, HK) read transposed */
+      double want = 0.0;
+      for (int p = 0; p < HK; ++p) want += (double)x[i * HK + p] * kiln_bf16_to_f32(w[j * HK + p]);
+      double e = fabs(y[i * HN + j] - want) / (1e-6 + fabs(want));
+      worst = e > worst ? e : worst;
+    }
+  KILN_EXPECT(worst < 1e-4, "x @ held ct^T off by %g relative", worst);
+  kiln_model_release(m);
+}
+
+void kiln_test_suite_bf16_hold(void) {
+  static float x[HM * HK], wf[2][HN * HK];
+  static uint16_t x16[HM * HK], w16[2][HN * HK];
+  kiln_test_fill_f32(x, HM * HK, 81, -2.0f, 2.0f);
+  kiln_test_fill_f32(wf[0], HN * HK, 82, -0.5f, 0.5f);
+  kiln_test_fill_f32(wf[1], HN * HK, 83, -0.5f, 0.5f);
+  for (int i = 0; i < HM * HK; ++i) x16[i] = kiln_bf16_from_f32(x[i]);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < HN * HK; ++i) w16[k][i] = kiln_bf16_from_f32(wf[k][i]);
+  hb_fold(w16[0]);
+  hb_compile(x, x16, w16[0], w16[1]);
+  hb_fallback(x, w16[0]);
+}
