@@ -27,6 +27,7 @@
 #include "ir/kiln_artifact.h"
 #include "kiln_test.h"
 #include "kiln_test_weight_forms.h"
+#include "kernels/gemm/kiln_gemm.h"
 #include "runtime/kiln_model.h"
 
 enum { HM = 3, HK = 41, HN = 40 };
@@ -276,6 +277,73 @@ static void hb_fallback(const float* x, const uint16_t* w) {
   kiln_model_release(m);
 }
 
+/* The VNNI-layout packer the held weights (and every constant bf16-compute
+ * weight) go through, at each ISA level, against the layout's definition
+ * element by element: fp32 sources (rounded; NaN, infinities, denormals,
+ * -0 and rounding ties among them) and bf16 ones, row-major, transposed
+ * and strided both ways, plain or joined with the halves meeting at and
+ * inside a panel, odd and even K, partial last panels. */
+static void hb_vnni_case(const char* where, int64_t k, int64_t n, int64_t split, int layout,
+                         int bf16) {
+  enum { MAXE = 2 * 70 * 40 };
+  static float f[2][MAXE];
+  static uint16_t h[2][MAXE], got[70 * 48], want[70 * 48];
+  const int64_t half[2] = {split < n ? split : n, split < n ? n - split : 0};
+  for (int s = 0; s < 2; ++s) {
+    kiln_test_fill_f32(f[s], MAXE, 100 + (unsigned)s, -3.0f, 3.0f);
+    const uint32_t special[6] = {0x7fc00001u, 0xff800000u, 0x00000123u, 0x80000000u,
+                                 0x3f808000u /* a tie: 1 + 2^-8 */, 0x3f818000u};
+    for (int i = 0; i < 6; ++i) memcpy(&f[s][(i * 37 + s * 11) % MAXE], &special[i], 4);
+    for (int i = 0; i < MAXE; ++i) h[s][i] = kiln_bf16_from_f32(f[s][i]);
+  }
+  /* Element (p, j) of a half with `cols` columns at p * rs + j * cs. */
+  int64_t cols = half[0], rs, cs;
+  if (layout == 0) rs = cols, cs = 1;          /* row-major (K, N) */
+  else if (layout == 1) rs = 1, cs = k;        /* stored transposed: nn.Linear's */
+  else rs = 2 * cols, cs = 2;                  /* both strided */
+  if (half[1] && half[1] != cols) return;     /* the halves share a shape */
+  const int64_t kp = k + (k & 1), panels = (n + 15) / 16;
+  for (int64_t i = 0; i < panels * kp * 16; ++i) want[i] = 0, got[i] = 0xdead;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t p = 0; p < k; ++p) {
+      int s = j >= half[0];
+      int64_t at = p * rs + (s ? j - half[0] : j) * cs;
+      want[(j / 16) * kp * 16 + (p / 2) * 32 + (j % 16) * 2 + (p & 1)] =
+          bf16 ? h[s][at] : kiln_bf16_from_f32(f[s][at]);
+    }
+  if (bf16) {
+    kiln_gemm_b_src16_t src = {h[0], h[1], half[0], rs, cs};
+    kiln_gemm_bf16_vnni_pack_b_src16(k, n, &src, got);
+  } else {
+    kiln_gemm_b_src_t src = {f[0], f[1], half[0], rs, cs};
+    kiln_gemm_bf16_vnni_pack_b_src(k, n, &src, got);
+  }
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < panels * kp * 16; ++i)
+    if (got[i] != want[i]) bad++, first = first < 0 ? i : first;
+  KILN_EXPECT(bad == 0, "%s VNNI pack k %lld n %lld split %lld layout %d %s: %lld of %lld wrong "
+              "(first at %lld)", where, (long long)k, (long long)n, (long long)split, layout,
+              bf16 ? "bf16" : "fp32", (long long)bad, (long long)(panels * kp * 16), (long long)first);
+}
+
+static void hb_vnni_pack(kiln_pool_t* pool, const char* where) {
+  (void)pool;
+  static const int64_t ks[] = {1, 2, 31, 33, 64, 67}, ns[] = {1, 15, 16, 17, 40};
+  for (size_t a = 0; a < sizeof ks / sizeof ks[0]; ++a)
+    for (size_t b = 0; b < sizeof ns / sizeof ns[0]; ++b)
+      for (int layout = 0; layout < 3; ++layout)
+        for (int bf16 = 0; bf16 < 2; ++bf16) {
+          hb_vnni_case(where, ks[a], ns[b], ns[b], layout, bf16); /* one matrix */
+          if (ns[b] % 2 == 0) hb_vnni_case(where, ks[a], ns[b], ns[b] / 2, layout, bf16);
+        }
+  /* Halves meeting at a panel's edge: 2 x 16 and 2 x 24 columns. */
+  for (int layout = 0; layout < 3; ++layout)
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      hb_vnni_case(where, 33, 32, 16, layout, bf16);
+      hb_vnni_case(where, 33, 48, 24, layout, bf16);
+    }
+}
+
 void kiln_test_suite_bf16_hold(void) {
   static float x[HM * HK], wf[2][HN * HK];
   static uint16_t x16[HM * HK], w16[2][HN * HK];
@@ -288,4 +356,5 @@ void kiln_test_suite_bf16_hold(void) {
   hb_fold(w16[0]);
   hb_compile(x, x16, w16[0], w16[1]);
   hb_fallback(x, w16[0]);
+  kiln_test_each_isa_and_pool(hb_vnni_pack);
 }

@@ -301,31 +301,30 @@ static void kiln_cpu_linear_pack(int64_t k, int64_t nn, const kiln_gemm_b_src_t*
   }
 }
 
-/* A LINEAR weight held as bf16 numbers (a half of a joined one or the
- * whole): columns [j0, j0 + w) of B widened into dst, column j at
- * dst + (j - j0) * k (exact: widening is a shift). */
-typedef struct {
-  const uint16_t* part[2];
-  int64_t split, rs, cs;
-} kiln_cpu_narrow_src_t;
-
-static void kiln_cpu_narrow_widen(int64_t k, int64_t j0, int64_t w, const kiln_cpu_narrow_src_t* s,
+/* Columns [j0, j0 + w) of a B held as bf16 numbers widened into dst,
+ * column j at dst + (j - j0) * k (exact: widening is a shift). */
+static void kiln_cpu_narrow_widen(int64_t k, int64_t j0, int64_t w, const kiln_gemm_b_src16_t* s,
                                   float* dst) {
   for (int64_t j = j0; j < j0 + w; ++j) {
-    const uint16_t* col = j < s->split ? s->part[0] + j * s->cs : s->part[1] + (j - s->split) * s->cs;
+    const uint16_t* col = j < s->split ? s->a + j * s->cs : s->b + (j - s->split) * s->cs;
     float* d = dst + (j - j0) * k;
     for (int64_t p = 0; p < k; ++p) d[p] = kiln_bf16_to_f32(col[p * s->rs]);
   }
 }
 
-/* Packs such a weight into form f: panel by panel through a float32 copy
- * of 16 columns (the panel layouts pack each panel alone), or for a
- * quantized form, whose blob spans every column, through a float32 copy of
- * the weight made for the packing and freed after it. Either way the
- * graph never holds the float32 weight. */
+/* Packs a LINEAR weight held as bf16 numbers (a half of a joined one, or
+ * the whole) into form f: the bf16-compute layout straight from them;
+ * the other panel layouts panel by panel through a float32 copy of 16
+ * columns (each panel packs alone); a quantized form, whose blob spans
+ * every column, through a float32 copy of the weight made for the packing
+ * and freed after it. Either way the graph never holds the float32 weight. */
 static kiln_status_t kiln_cpu_linear_pack_narrow(int64_t k, int64_t nn,
-                                                 const kiln_cpu_narrow_src_t* s,
+                                                 const kiln_gemm_b_src16_t* s,
                                                  const kiln_hal_constant_form_t* f, void* out) {
+  if (f->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI) {
+    kiln_gemm_bf16_vnni_pack_b_src16(k, nn, s, out);
+    return kiln_ok();
+  }
   const int P = KILN_GEMM_PANEL;
   int quant = f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || f->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4;
   int64_t cols = quant ? nn : P;
@@ -337,15 +336,13 @@ static kiln_status_t kiln_cpu_linear_pack_narrow(int64_t k, int64_t nn,
     kiln_cpu_narrow_widen(k, 0, nn, s, tmp);
     kiln_gemm_b_src_t src = {tmp, NULL, nn, 1, k};
     kiln_cpu_linear_pack(k, nn, &src, f, out);
-  } else {
-    /* Elements per panel in out: K rows (VNNI: K rounded up to even) of P. */
-    int64_t panel = f->layout == KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI ? (k + (k & 1)) * P : k * P;
+  } else { /* fp32 or bf16 panels: K rows of P elements each */
     size_t elem = f->layout == KILN_LAYOUT_GEMM_PACKED_B ? sizeof(float) : sizeof(uint16_t);
     for (int64_t j0 = 0; j0 < nn; j0 += P) {
       int64_t w = nn - j0 < P ? nn - j0 : P;
       kiln_cpu_narrow_widen(k, j0, w, s, tmp);
       kiln_gemm_b_src_t src = {tmp, NULL, w, 1, k};
-      kiln_cpu_linear_pack(k, w, &src, f, (char*)out + (size_t)((j0 / P) * panel) * elem);
+      kiln_cpu_linear_pack(k, w, &src, f, (char*)out + (size_t)(j0 * k) * elem);
     }
   }
   free(tmp);
@@ -400,7 +397,7 @@ kiln_status_t kiln_hal_cpu_constant_pack(const kiln_value_t* w, const kiln_hal_c
   const int transposed = kiln_layout_is_stored_transposed(stored);
   const int64_t rs = transposed ? 1 : cols, cs = transposed ? k : 1;
   if (kiln_layout_is_widened_bf16(stored)) {
-    const kiln_cpu_narrow_src_t narrow = {{part[0], part[1]}, split, rs, cs};
+    const kiln_gemm_b_src16_t narrow = {part[0], part[1], split, rs, cs};
     return kiln_cpu_linear_pack_narrow(k, nn, &narrow, f, out);
   }
   kiln_gemm_b_src_t src = {part[0], part[1], split, rs, cs};

@@ -141,6 +141,22 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t ro
                                 int64_t col_stride, uint16_t* out);
 void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
                                     uint16_t* out);
+/* A source of bf16 numbers (a bf16 model's weights, held as they are:
+ * KILN_LAYOUT_WIDENED_BF16), addressed as kiln_gemm_b_src_t's. */
+typedef struct {
+  const uint16_t* a;
+  const uint16_t* b;
+  int64_t split, rs, cs;
+} kiln_gemm_b_src16_t;
+void kiln_gemm_bf16_vnni_pack_b_src16(int64_t k, int64_t n, const kiln_gemm_b_src16_t* src,
+                                      uint16_t* out);
+/* Panels [q0, q1) of the VNNI layout from fp32 b (rounded) or bf16 b16
+ * (when set), element (p, j) at [p * rs + j * cs], into out (the whole
+ * matrix's): the ISA's packer (AVX-512: pairs of rows interleaved, or
+ * columns turned, in registers); the same bytes at every level. */
+void kiln_gemm_bf16_vnni_pack_b_panels(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                       const float* b, const uint16_t* b16, int64_t rs, int64_t cs,
+                                       uint16_t* out);
 /* Which engine the last bf16-compute GEMM of this thread ran: "amx",
  * "avx512_bf16", or the fp32 kernels' ISA name (widened); for tests. */
 const char* kiln_gemm_bf16_last_engine(void);

@@ -116,24 +116,88 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs
   kiln_gemm_bf16_vnni_pack_b_src(k, n, &src, out);
 }
 
-void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
-                                    uint16_t* out) {
-  if (k <= 0 || n <= 0) return;
+static inline uint16_t kiln_gemm_bf16_vnni_elem(const float* f, const uint16_t* h, int64_t at) {
+  return h ? h[at] : kiln_gemm_bf16_from_f32(f[at]);
+}
+
+/* Panels [q0, q1) of B (fp32 b rounded, or bf16 b16 when set; element
+ * (p, j) at [p * rs + j * cs]) into out (the whole matrix's): the portable
+ * packer, and the reference the ISA's is held to. */
+void kiln_bf16_gemm_pack_b_vnni__generic(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                         const float* b, const uint16_t* b16, int64_t rs,
+                                         int64_t cs, uint16_t* out) {
   const int P = KILN_GEMM_PANEL;
-  const int64_t kp = kiln_gemm_bf16_even(k), panels = (n + P - 1) / P;
-  for (int64_t q = 0; q < panels; ++q) {
+  const int64_t kp = kiln_gemm_bf16_even(k);
+  for (int64_t q = q0; q < q1; ++q) {
     uint16_t* dst = out + q * kp * P;
     int64_t j0 = q * P, w = n - j0 < P ? n - j0 : P;
     for (int64_t p0 = 0; p0 < kp; p0 += 64) { /* K blocks: see kiln_gemm_bf16_pack_b */
       int64_t p1 = p0 + 64 < kp ? p0 + 64 : kp;
-      for (int64_t jj = 0; jj < P; ++jj) {
-        const float* col = jj < w ? kiln_gemm_b_col(src, j0 + jj) : NULL;
+      for (int64_t jj = 0; jj < P; ++jj)
         for (int64_t p = p0; p < p1; ++p)
           dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
-              col && p < k ? kiln_gemm_bf16_from_f32(col[p * src->rs]) : 0;
-      }
+              jj < w && p < k ? kiln_gemm_bf16_vnni_elem(b, b16, p * rs + (j0 + jj) * cs) : 0;
     }
   }
+}
+
+void kiln_gemm_bf16_vnni_pack_b_panels(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                       const float* b, const uint16_t* b16, int64_t rs, int64_t cs,
+                                       uint16_t* out) {
+  if (k <= 0 || n <= 0 || q0 >= q1) return;
+#if KILN_GEMM_HAVE_X86
+  if (kiln_cpu_isa() == KILN_ISA_AVX512) { /* AVX-512F integer ops: any bf16 engine or none */
+    kiln_bf16_gemm_pack_b_vnni__avx512(k, n, q0, q1, b, b16, rs, cs, out);
+    return;
+  }
+#endif
+  kiln_bf16_gemm_pack_b_vnni__generic(k, n, q0, q1, b, b16, rs, cs, out);
+}
+
+/* A joined source [A | B] (or one matrix: split >= n) of fp32 (a, b) or
+ * bf16 (a16, b16) elements: the panels of either half through the ISA's
+ * packer, the one where the halves meet column by column. */
+static void kiln_gemm_bf16_vnni_pack_joined(int64_t k, int64_t n, const float* a, const float* b,
+                                            const uint16_t* a16, const uint16_t* b16, int64_t split,
+                                            int64_t rs, int64_t cs, uint16_t* out) {
+  if (k <= 0 || n <= 0) return;
+  const int P = KILN_GEMM_PANEL;
+  const int64_t kp = kiln_gemm_bf16_even(k), panels = (n + P - 1) / P;
+  if (split >= n) {
+    kiln_gemm_bf16_vnni_pack_b_panels(k, n, 0, panels, a, a16, rs, cs, out);
+    return;
+  }
+  const int64_t qa = split / P, qb = (split + P - 1) / P;
+  kiln_gemm_bf16_vnni_pack_b_panels(k, split, 0, qa, a, a16, rs, cs, out);
+  if (qa < qb) { /* the panel where the halves meet */
+    uint16_t* dst = out + qa * kp * P;
+    for (int64_t jj = 0; jj < P; ++jj) {
+      int64_t j = qa * P + jj;
+      int in_a = j < split;
+      int64_t at = (in_a ? j : j - split) * cs;
+      const float* f = in_a ? a : b;
+      const uint16_t* h = in_a ? a16 : b16;
+      for (int64_t p = 0; p < kp; ++p)
+        dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
+            j < n && p < k ? kiln_gemm_bf16_vnni_elem(f, h, at + p * rs) : 0;
+    }
+  }
+  /* B's panels: B's columns from qb P - split on, as a matrix of their own. */
+  const int64_t off = (qb * P - split) * cs;
+  kiln_gemm_bf16_vnni_pack_b_panels(k, n - qb * P, 0, panels - qb, b16 ? NULL : b + off,
+                                    b16 ? b16 + off : NULL, rs, cs, out + qb * kp * P);
+}
+
+void kiln_gemm_bf16_vnni_pack_b_src(int64_t k, int64_t n, const kiln_gemm_b_src_t* src,
+                                    uint16_t* out) {
+  kiln_gemm_bf16_vnni_pack_joined(k, n, src->a, src->b, NULL, NULL, src->split, src->rs, src->cs,
+                                  out);
+}
+
+void kiln_gemm_bf16_vnni_pack_b_src16(int64_t k, int64_t n, const kiln_gemm_b_src16_t* src,
+                                      uint16_t* out) {
+  kiln_gemm_bf16_vnni_pack_joined(k, n, NULL, NULL, src->a, src->b, src->split, src->rs, src->cs,
+                                  out);
 }
 
 void kiln_bf16vnni_gemm_widen__generic(int64_t kc, int64_t pc, int64_t kp, int panels,

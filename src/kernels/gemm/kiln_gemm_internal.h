@@ -221,6 +221,11 @@ int kiln_gemm_bf16_compute(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* po
  * GEMM is too small to repay packing B (the fp32 kernels then run it on
  * the same bf16 values). */
 int kiln_gemm_bf16_compute_values(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
+/* The portable VNNI-layout packer (kiln_gemm_bf16_vnni_pack_b_panels's,
+ * and the reference its ISA forms are held to). */
+void kiln_bf16_gemm_pack_b_vnni__generic(int64_t k, int64_t n, int64_t q0, int64_t q1,
+                                         const float* b, const uint16_t* b16, int64_t rs,
+                                         int64_t cs, uint16_t* out);
 /* Records the engine a bf16-compute GEMM ran on (kiln_gemm_bf16_last_engine). */
 void kiln_gemm_bf16_note_engine(const char* name);
 
