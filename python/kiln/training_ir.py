@@ -19,6 +19,14 @@ have made of it, in place, when that is a rewrite of single nodes:
   the new value already read the write's node (torch.export tracks the
   tensor to its latest node). index_copy_ becomes index_put, as torch's
   decomposition of index_copy makes it;
+- or the written tensor is a fresh buffer (new_empty, zeros, clone, ...:
+  its storage is no one else's) written whole or through slices and
+  selects of it, and read after the write only as itself, not through a
+  view taken before (DeepSeek-V3 builds its keys so:
+  k = kv.new_empty(...); k[..., :d].copy_(a); k[..., d:].copy_(b)). Then the write is
+  its functional op on the view, scattered back view by view into the
+  buffer's latest value (slice_scatter, select_scatter), and the readers
+  after it read that (fresh_buffer_writes);
 - a user input so written is a mutation output, first among the outputs,
   as run_decompositions lists them (USER_INPUT_MUTATION): kiln.trace then
   writes it into the caller's tensor (a KV cache in place). A parameter or
@@ -72,8 +80,10 @@ def _functional(op):
 
 # The arguments whose dtype an in-place op's functional variant promotes
 # with the written tensor's (all others: index tensors, copy_'s source,
-# which copy casts).
-_PROMOTED_ARGS = {aten.index_copy_.default: (3,), aten.copy_.default: ()}
+# which copy casts; scatter's result has its input's dtype whatever it
+# scatters).
+_PROMOTED_ARGS = {aten.index_copy_.default: (3,), aten.copy_.default: (),
+                  aten.scatter_.value: (), aten.scatter_.src: ()}
 
 
 def _keeps_its_dtype(n, x):
@@ -148,11 +158,51 @@ def _to_copy_args(n):
     return aten._to_copy.default, (x,), {"dtype": n.kwargs.get("dtype")}
 
 
+# Ops whose result is storage of its own, aliased by nothing else.
+_FRESH_BUFFERS = {aten.new_empty.default, aten.new_zeros.default, aten.new_ones.default,
+                  aten.new_full.default, aten.empty.memory_format, aten.zeros.default,
+                  aten.ones.default, aten.full.default, aten.empty_like.default,
+                  aten.zeros_like.default, aten.ones_like.default, aten.full_like.default,
+                  aten.clone.default}
+# Views a write into a fresh buffer may go through, and the scatter that
+# puts the written view back (the same arguments after the tensor).
+_SCATTER_OF = {aten.slice.Tensor: aten.slice_scatter.default,
+               aten.select.int: aten.select_scatter.default}
+
+
+def _fresh_buffer_write(n, x, base, aliases, order, table):
+    """For an in-place write n into x whose storage (base) is read after
+    it: (base, views) when the write can be a functional op scattered back
+    into the buffer (module docstring: x is base, views (), or x is
+    slices and selects of base, views those from base's down to x), else
+    None."""
+    if base.op != "call_function" or base.target not in _FRESH_BUFFERS:
+        return None
+    views = []
+    v = x
+    while v is not base:
+        if not (v.op == "call_function" and v.target in _SCATTER_OF and _SCATTER_OF[v.target] in table
+                and len(views) < 8):
+            return None
+        views.append(v)
+        v = v.args[0]
+    # Only the buffer itself, or views made after the write (of it), may be
+    # read after the write: a view made before would hold the old value.
+    for a in aliases:
+        if a is not base and order[a] < order[n] and any(u is not n and order[u] > order[n] for u in a.users):
+            return None
+    # The views were made after the buffer's previous write (then they read
+    # its result): the check above on that write holds it too, since such
+    # a view read by this write would be an older alias read after it.
+    return base, tuple(reversed(views))
+
+
 def _plan(ep, table):
-    """[(node, new target, new args or None, new kwargs or None)] and the
-    mutated user inputs [(placeholder, final value node)], or a string
-    saying why ep is not a rewrite of single nodes away from what kiln
-    lowers."""
+    """[(node, new target, new args or None, new kwargs or None)], the
+    writes into fresh buffers to scatter back [(write node, buffer, the
+    views from the buffer down to what it writes)] and the mutated user inputs [(placeholder, final value
+    node)], or a string saying why ep is not a rewrite of single nodes
+    away from what kiln lowers."""
     sig = ep.graph_signature
     phs = [n for n in ep.graph.nodes if n.op == "placeholder"]
     kind = {n: spec.kind for n, spec in zip(phs, sig.input_specs)}
@@ -161,7 +211,7 @@ def _plan(ep, table):
     order = {n: i for i, n in enumerate(ep.graph.nodes)}
     root = {}  # a written value -> the placeholder it is the new value of
     latest = {}  # placeholder -> its latest value
-    edits = []
+    edits, scatters = [], []
     for n in ep.graph.nodes:
         val = n.meta.get("val")
         if n.op in ("placeholder", "output", "get_attr"):
@@ -192,8 +242,11 @@ def _plan(ep, table):
                     # views of it, and the pieces of a view that is a list (split's)
                     todo.extend(u for u in a.users if u.op == "call_function"
                                 and (_is_view(u.target) or u.target is operator.getitem))
+            scatter = None
             if any(u is not n and order[u] > order[n] for a in aliases for u in a.users):
-                return f"{n.target}'s storage is read after it"
+                scatter = _fresh_buffer_write(n, x, base, aliases, order, table)
+                if scatter is None:
+                    return f"{n.target}'s storage is read after it"
             if not _keeps_its_dtype(n, x):
                 return f"{n.target} writes a {x.meta['val'].dtype} tensor from values of another dtype"
             if n.target is aten.index_copy_.default:
@@ -203,6 +256,9 @@ def _plan(ep, table):
             if target is None or target not in table:
                 return f"{n.target} has no functional op kiln lowers"
             edits.append((n, target, args, None))
+            if scatter is not None:
+                scatters.append((n, *scatter))
+                continue
             base = root.get(x, x if x.op == "placeholder" else None)
             if base is not None:
                 root[n] = base
@@ -225,7 +281,7 @@ def _plan(ep, table):
             continue
         if n.target not in table:
             return f"{n.target} is not in kiln's op table"
-    return edits, [(p, latest[p]) for p in phs if p in latest]
+    return edits, scatters, [(p, latest[p]) for p in phs if p in latest]
 
 
 _LOW = (torch.bfloat16, torch.float16)
@@ -250,6 +306,31 @@ def _lowered_by_autocast(n):
     return val.dtype not in operands
 
 
+def _fresh_buffer_writes(graph, scatters, order):
+    """Each write into a fresh buffer (now its functional op, the new value
+    of the view it wrote) scattered back into the buffer's latest value,
+    view by view up to the buffer; the readers of that value after the
+    write read the new one (module docstring). In graph order: a write's
+    views were made after the buffer's previous write (_plan checks), so
+    by then they read its result."""
+    current = {}  # buffer -> its latest value
+    made = set()  # the scatters made here
+    for n, base, views in sorted(scatters, key=lambda s: order[s[0]]):
+        prev = current.get(base, base)
+        new = n
+        for v in reversed(views):  # views[0] reads prev
+            parent = v.args[0]
+            with graph.inserting_after(new):
+                new = graph.call_function(_SCATTER_OF[v.target], (parent, new, *v.args[1:]), dict(v.kwargs))
+            new.meta.update({k: m for k, m in n.meta.items() if k != "val"})
+            new.meta["val"] = parent.meta["val"]
+            made.add(new)
+        for u in list(prev.users):
+            if u is not n and u not in made and order.get(u, -1) > order[n]:
+                u.replace_input_with(prev, new)
+        current[base] = new
+
+
 def functional_in_place(ep, table):
     """Rewrites ep (torch.export's training IR) in place into the program
     run_decompositions would give kiln, when single-node rewrites do it
@@ -264,13 +345,15 @@ def functional_in_place(ep, table):
     planned = _plan(ep, table)
     if isinstance(planned, str):
         return planned
-    edits, mutated = planned
+    edits, scatters, mutated = planned
+    order = {n: i for i, n in enumerate(ep.graph.nodes)}
     for n, target, args, kwargs in edits:
         n.target = target
         if args is not None:
             n.args = tuple(args)
         if kwargs is not None:
             n.kwargs = kwargs
+    _fresh_buffer_writes(ep.graph, scatters, order)
     if mutated:
         out = next(n for n in ep.graph.nodes if n.op == "output")
         flat = list(out.args[0])

@@ -123,6 +123,28 @@ def test_a_moe_model_traces_as_exported():
     torch.testing.assert_close(compiled(ids).last_hidden_state, want, rtol=1e-5, atol=1e-5)
 
 
+def test_deepseek_v3_traces_as_exported():
+    """DeepSeek-V3 builds each layer's keys in a new_empty filled through
+    two slices (and its group-limited routing scatters into a zeros_like):
+    writes into fresh buffers read afterwards, which the exported program
+    now takes as slice_scatters (kiln/training_ir.py), to eager's values."""
+    from kiln.capture import export_program
+    torch.manual_seed(0)
+    cfg = transformers.DeepseekV3Config(
+        hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, vocab_size=128, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1, q_lora_rank=32,
+        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, use_cache=False)
+    model = transformers.DeepseekV3Model(cfg).eval()
+    ids = torch.randint(0, 128, (2, 9))
+    with torch.no_grad():
+        ep = export_program(model, (ids,), fast=True)
+        assert getattr(ep, "kiln_training_ir", False)
+        want = model(ids).last_hidden_state
+    compiled = kiln.trace(model, (ids,))
+    torch.testing.assert_close(compiled(ids).last_hidden_state, want, rtol=1e-5, atol=1e-5)
+
+
 class _TorchGroupedMM(torch.nn.Module):
     """torch._grouped_mm, as transformers calls it for bf16 experts, by a
     weight handed over transposed."""

@@ -372,3 +372,91 @@ def test_chunk_and_pad_as_exported_under_symbolic_sizes():
             torch.testing.assert_close(g, w, rtol=0, atol=0)
     with pytest.raises(ValueError, match="traced under"):  # 2 rows: pieces of 1, which torch's guards exclude
         k(torch.randn(2, 3))
+
+
+# Writes into fresh buffers read afterwards (kiln/training_ir.py's
+# fresh_buffer_writes): the write's functional op scattered back into the
+# buffer. Each case: its name, the function, whether the fast path takes it.
+FRESH_BUFFER_WRITES = {
+    # DeepSeek-V3's keys: a new_empty filled by two slices, then read whole
+    "slices": (lambda a, b: _filled(a.new_empty(2, 3, 8), a, b) * 2.0, True),
+    # a write whose result depends on the old values (mul_ of a slice of a clone)
+    "mul_slice": (lambda a, b: _scaled(a.clone()), True),
+    # through a select, into zeros; and into the whole buffer
+    "select": (lambda a, b: _row(torch.zeros(4, 3), b[0, 0]) + 1.0, True),
+    "whole": (lambda a, b: _whole(torch.zeros_like(b), b) * 3.0, True),
+    # through a select of a slice, then a select of a select (scattered back view by view)
+    "nested": (lambda a, b: _nested(torch.zeros(3, 3, 4), b) * 1.0, True),
+    # a view made before the write and read after it holds the old value: declined
+    "view_before": (lambda a, b: _view_before(a.clone(), b), False),
+    # a buffer no factory made (a product's): declined, as before
+    "not_fresh": (lambda a, b: _filled(torch.cat([a, b], -1), a * 2.0, b) * 1.0, False),
+}
+
+
+def _filled(k, a, b):
+    k[..., :5].copy_(a)
+    k[..., 5:].copy_(b)
+    return k
+
+
+def _scaled(k):
+    k[:, :, 1:4].mul_(3.0)
+    k[:, 1].add_(1.0)
+    return k.sum(0)
+
+
+def _row(z, r):
+    z[2].copy_(r)
+    return z
+
+
+def _whole(z, b):
+    z.copy_(b)
+    z.add_(2.0)
+    return z
+
+
+def _nested(z, b):
+    z[1:][:, :, 0].copy_(b[0, :2])
+    z[0][1].add_(1.0)
+    z[:, 2][1:].mul_(2.0)
+    return z
+
+
+def _view_before(k, b):
+    v = k[..., :2]
+    k[..., 2:].copy_(b[..., :3])
+    return v * 1.0, k
+
+
+@pytest.mark.parametrize("name", sorted(FRESH_BUFFER_WRITES))
+def test_writes_into_fresh_buffers_read_after_them(name):
+    fn, fast = FRESH_BUFFER_WRITES[name]
+    m = Fn(fn)
+    a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 3)
+    assert _fast(m, (a, b)) is fast
+    k = kiln.trace(m, (a, b))
+    for _ in range(2):
+        got, want = k(a, b), m(a, b)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+        a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 3)
+
+
+def test_fresh_buffer_writes_under_symbolic_sizes():
+    """DeepSeek-V3's key building with batch and length symbolic."""
+    class Keys(torch.nn.Module):
+        def forward(self, a, b):
+            return _filled(a.new_empty(a.shape[0], a.shape[1], 8), a, b) * 2.0
+
+    m = Keys()
+    a, b = torch.randn(2, 3, 5), torch.randn(2, 3, 3)
+    dyn = ({0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO},) * 2
+    with torch.no_grad():
+        ep = export_program(m, (a, b), dynamic_shapes=dyn, fast=True)
+    assert getattr(ep, "kiln_training_ir", False)
+    k = kiln.trace(m, (a, b), dynamic_shapes=dyn)
+    for shape in ((2, 3), (4, 7), (3, 2)):
+        a, b = torch.randn(*shape, 5), torch.randn(*shape, 3)
+        torch.testing.assert_close(k(a, b), m(a, b), rtol=0, atol=0)
