@@ -20,7 +20,8 @@ have made of it, in place, when that is a rewrite of single nodes:
   tensor to its latest node). index_copy_ becomes index_put, as torch's
   decomposition of index_copy makes it;
 - or the written tensor is a fresh buffer (new_empty, zeros, clone, ...:
-  its storage is no one else's) written whole or through slices and
+  its storage is no one else's; or such a buffer's value after writes of
+  it whole, fill_ and the like) written whole or through slices and
   selects of it, and read after the write only as itself, not through a
   view taken before (DeepSeek-V3 builds its keys so:
   k = kv.new_empty(...); k[..., :d].copy_(a); k[..., d:].copy_(b)). Then the write is
@@ -165,24 +166,27 @@ _FRESH_BUFFERS = {aten.new_empty.default, aten.new_zeros.default, aten.new_ones.
                   aten.zeros_like.default, aten.ones_like.default, aten.full_like.default,
                   aten.clone.default}
 # Views a write into a fresh buffer may go through, and the scatter that
-# puts the written view back (the same arguments after the tensor).
+# puts the written view back (the same arguments after the tensor); an
+# alias (torch.export's slice of a whole dim) is the whole of its input.
 _SCATTER_OF = {aten.slice.Tensor: aten.slice_scatter.default,
-               aten.select.int: aten.select_scatter.default}
+               aten.select.int: aten.select_scatter.default,
+               aten.alias.default: None}
 
 
-def _fresh_buffer_write(n, x, base, aliases, order, table):
-    """For an in-place write n into x whose storage (base) is read after
-    it: (base, views) when the write can be a functional op scattered back
-    into the buffer (module docstring: x is base, views (), or x is
-    slices and selects of base, views those from base's down to x), else
-    None."""
-    if base.op != "call_function" or base.target not in _FRESH_BUFFERS:
+def _fresh_buffer_write(n, x, base, root, aliases, order, table):
+    """For an in-place write n into x whose storage (base: the buffer's
+    value n writes, root itself or an earlier write of it whole) is read
+    after it: (base, views) when the write can be a functional op
+    scattered back into the buffer (module docstring: x is base, views (),
+    or x is slices and selects of base, views those from base's down to
+    x), else None."""
+    if root.op != "call_function" or root.target not in _FRESH_BUFFERS:
         return None
     views = []
     v = x
     while v is not base:
-        if not (v.op == "call_function" and v.target in _SCATTER_OF and _SCATTER_OF[v.target] in table
-                and len(views) < 8):
+        if not (v.op == "call_function" and v.target in _SCATTER_OF and len(views) < 8
+                and _SCATTER_OF[v.target] in (None, *table)):
             return None
         views.append(v)
         v = v.args[0]
@@ -211,6 +215,7 @@ def _plan(ep, table):
     order = {n: i for i, n in enumerate(ep.graph.nodes)}
     root = {}  # a written value -> the placeholder it is the new value of
     latest = {}  # placeholder -> its latest value
+    whole = {}  # a write of a whole tensor -> the storage's first value (torch.export's next reads read it)
     edits, scatters = [], []
     for n in ep.graph.nodes:
         val = n.meta.get("val")
@@ -244,7 +249,7 @@ def _plan(ep, table):
                                 and (_is_view(u.target) or u.target is operator.getitem))
             scatter = None
             if any(u is not n and order[u] > order[n] for a in aliases for u in a.users):
-                scatter = _fresh_buffer_write(n, x, base, aliases, order, table)
+                scatter = _fresh_buffer_write(n, x, base, whole.get(base, base), aliases, order, table)
                 if scatter is None:
                     return f"{n.target}'s storage is read after it"
             if not _keeps_its_dtype(n, x):
@@ -256,6 +261,8 @@ def _plan(ep, table):
             if target is None or target not in table:
                 return f"{n.target} has no functional op kiln lowers"
             edits.append((n, target, args, None))
+            if x is base:
+                whole[n] = whole.get(base, base)
             if scatter is not None:
                 scatters.append((n, *scatter))
                 continue
@@ -320,6 +327,8 @@ def _fresh_buffer_writes(graph, scatters, order):
         new = n
         for v in reversed(views):  # views[0] reads prev
             parent = v.args[0]
+            if _SCATTER_OF[v.target] is None:  # an alias: its new value is its input's
+                continue
             with graph.inserting_after(new):
                 new = graph.call_function(_SCATTER_OF[v.target], (parent, new, *v.args[1:]), dict(v.kwargs))
             new.meta.update({k: m for k, m in n.meta.items() if k != "val"})

@@ -7,7 +7,7 @@ Each is lowered as its decomposition computes it, from the kiln ops the
 decomposed forms already use; none is kept whole from the decomposition
 (the slow path never sees them). Other such ops share their decomposed
 relative's handler where it reads the node alike: type_as with _to_copy,
-where's scalar forms with where.self, torch.max(a, b) with maximum (core.py), group_norm with
+where's scalar forms with where.self, torch.max(a, b) with maximum, narrow with slice (core.py), group_norm with
 native_group_norm (nn.py), layer_norm with native_layer_norm (core.py)."""
 
 import math

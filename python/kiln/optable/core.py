@@ -218,8 +218,10 @@ def _broadcast(ctx, x, out, origin):
     return strided_copy(ctx, x, out, strides, 0, origin)
 
 
-@register(aten.slice.Tensor)
+@register(aten.slice.Tensor, aten.narrow.default)
 def _slice(ctx, n):
+    # narrow(x, dim, start, length) reads as slice(x, dim, start, end): the
+    # size comes from torch's result either way, the step is 1.
     x = ctx.value(n.args[0])
     shape = list(ctx.shape(x))
     dim = _norm_dim(n.args[1] if len(n.args) > 1 else 0, len(shape))
