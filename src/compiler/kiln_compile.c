@@ -97,7 +97,7 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   /* bf16 weights the fold held as their bf16 numbers (kiln_pass_fold.c). */
   int32_t held = 0;
   size_t held_bytes = 0;
-  for (int32_t i = 0; g && i < g->n_values; ++i)
+  for (int32_t i = 0; o->log && i < g->n_values; ++i)
     if (g->values[i].kind == KILN_VALUE_CONSTANT && kiln_layout_is_widened_bf16(g->values[i].layout)) {
       ++held;
       held_bytes += g->values[i].nbytes;
