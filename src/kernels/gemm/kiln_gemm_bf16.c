@@ -116,10 +116,6 @@ void kiln_gemm_bf16_vnni_pack_b(int64_t k, int64_t n, const float* b, int64_t rs
   kiln_gemm_bf16_vnni_pack_b_src(k, n, &src, out);
 }
 
-static inline uint16_t kiln_gemm_bf16_vnni_elem(const float* f, const uint16_t* h, int64_t at) {
-  return h ? h[at] : kiln_gemm_bf16_from_f32(f[at]);
-}
-
 /* Panels [q0, q1) of B (fp32 b rounded, or bf16 b16 when set; element
  * (p, j) at [p * rs + j * cs]) into out (the whole matrix's): the portable
  * packer, and the reference the ISA's is held to. */
@@ -136,7 +132,7 @@ void kiln_bf16_gemm_pack_b_vnni__generic(int64_t k, int64_t n, int64_t q0, int64
       for (int64_t jj = 0; jj < P; ++jj)
         for (int64_t p = p0; p < p1; ++p)
           dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
-              jj < w && p < k ? kiln_gemm_bf16_vnni_elem(b, b16, p * rs + (j0 + jj) * cs) : 0;
+              jj < w && p < k ? kiln_gemm_bf16_elem(b, b16, p * rs + (j0 + jj) * cs) : 0;
     }
   }
 }
@@ -179,10 +175,11 @@ static void kiln_gemm_bf16_vnni_pack_joined(int64_t k, int64_t n, const float* a
       const uint16_t* h = in_a ? a16 : b16;
       for (int64_t p = 0; p < kp; ++p)
         dst[(p / 2) * 2 * P + jj * 2 + (p & 1)] =
-            j < n && p < k ? kiln_gemm_bf16_vnni_elem(f, h, at + p * rs) : 0;
+            j < n && p < k ? kiln_gemm_bf16_elem(f, h, at + p * rs) : 0;
     }
   }
   /* B's panels: B's columns from qb P - split on, as a matrix of their own. */
+  if (qb >= panels) return;
   const int64_t off = (qb * P - split) * cs;
   kiln_gemm_bf16_vnni_pack_b_panels(k, n - qb * P, 0, panels - qb, b16 ? NULL : b + off,
                                     b16 ? b16 + off : NULL, rs, cs, out + qb * kp * P);

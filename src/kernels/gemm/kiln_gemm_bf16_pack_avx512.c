@@ -32,9 +32,6 @@ static inline __m512i kiln_gemm_bf16_lanes(const float* f, const uint16_t* h, in
   return kiln_gemm_bf16x16_round_lanes(_mm512_maskz_loadu_ps(m, f + at));
 }
 
-static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, int64_t at) {
-  return h ? h[at] : kiln_gemm_bf16_from_f32(f[at]);
-}
 
 /* How far ahead the packers prefetch: rows of a B read across its rows
  * (each row a run of the call's panels), lines down a transposed A's

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "base/kiln_bf16.h"
 #include "base/kiln_cpu.h"
 #include "base/kiln_pool.h"
 #include "base/kiln_activation.h"
@@ -221,6 +222,11 @@ int kiln_gemm_bf16_compute(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* po
  * GEMM is too small to repay packing B (the fp32 kernels then run it on
  * the same bf16 values). */
 int kiln_gemm_bf16_compute_values(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
+/* Element `at` of an fp32 source rounded to bf16, or of a bf16 source (h
+ * set) as it is: what every bf16 packer reads. */
+static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, int64_t at) {
+  return h ? h[at] : kiln_bf16_from_f32(f[at]);
+}
 /* The portable VNNI-layout packer (kiln_gemm_bf16_vnni_pack_b_panels's,
  * and the reference its ISA forms are held to). */
 void kiln_bf16_gemm_pack_b_vnni__generic(int64_t k, int64_t n, int64_t q0, int64_t q1,
