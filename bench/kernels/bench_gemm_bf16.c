@@ -20,12 +20,21 @@
  * train_transformer (1024 tokens, d 256, ff 1024).
  *
  * bench_gemm_bf16 --attn [B S D]: attention's batched products in training
- * (default 32 heads x 128 tokens x head dim 64: train_transformer's). */
+ * (default 32 heads x 128 tokens x head dim 64: train_transformer's).
+ *
+ * bench_gemm_bf16 --in-place [M N K ...]: a bf16 model's linear layer (x
+ * and W bf16), W packed for the bf16 engine at compile time against W read
+ * where torch keeps it, its (N, K) rows (kiln_hal_weights_t.bf16_in_place).
+ * Each call reads the next of enough copies of W to fill 512 MiB, so W
+ * streams from memory as a decode step's layers do; microseconds per call
+ * (fastest of many, wall time) and the weight bytes per second that makes.
+ * Default: gen_llama's decode and 128-token prefill shapes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_timing.h"
+#include "base/kiln_bf16.h"
 #include "kernels/gemm/kiln_gemm.h"
 
 #ifdef BENCH_X86
@@ -169,7 +178,73 @@ static void bench_attn(int64_t B, int64_t S, int64_t D) {
   free(q), free(k), free(p), free(c);
 }
 
+/* --in-place: see the top. */
+static void bench_in_place(int64_t shapes[][3], int n_shapes) {
+  printf("%-20s %3s %12s %12s %7s   (us per call; GB/s of weight bytes)\n", "M x N x K", "thr",
+         "packed", "in place", "ratio");
+  for (int s = 0; s < n_shapes; ++s) {
+    const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    const size_t wb = (size_t)(N * K) * 2, pb = kiln_gemm_bf16_vnni_packed_size(K, N);
+    int copies = (int)(((size_t)512 << 20) / (pb > wb ? pb : wb)) + 1;
+    uint16_t* a = malloc((size_t)(M * K) * 2);
+    float* w = malloc((size_t)(N * K) * 4);
+    float* c = malloc((size_t)(M * N) * 4);
+    uint16_t** rows = malloc(sizeof(uint16_t*) * (size_t)copies);
+    uint16_t** packed = malloc(sizeof(uint16_t*) * (size_t)copies);
+    for (int64_t i = 0; i < M * K; ++i) a[i] = kiln_bf16_from_f32((float)((i * 7919) % 1000) * 1e-3f - 0.5f);
+    for (int64_t i = 0; i < N * K; ++i) w[i] = (float)((i * 104729) % 1000) * 1e-3f - 0.5f;
+    for (int q = 0; q < copies; ++q) {
+      rows[q] = malloc(wb);
+      packed[q] = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+      for (int64_t i = 0; i < N * K; ++i) rows[q][i] = kiln_bf16_from_f32(w[i]);
+      kiln_gemm_bf16_vnni_pack_b(K, N, w, 1, K, packed[q]);
+    }
+    for (int threads = 1; threads <= 2; ++threads) {
+      kiln_pool_t* pool;
+      if (kiln_pool_create(threads, &pool)) return;
+      double best[2] = {1e30, 1e30};
+      for (int r = 0; r < 8 * copies; ++r)
+        for (int how = 0; how < 2; ++how) {
+          kiln_gemm_f32_args_t g;
+          memset(&g, 0, sizeof(g));
+          g.batch = 1, g.m = M, g.n = N, g.k = K;
+          g.a_bf16 = a, g.a_row_stride = K, g.a_col_stride = 1;
+          g.c = c, g.c_row_stride = N;
+          if (how == 0)
+            g.b_packed_bf16_vnni = packed[r % copies];
+          else
+            g.b_bf16 = rows[r % copies], g.b_row_stride = 1, g.b_col_stride = K, g.b_bf16_weight = 1;
+          double t0 = bench_now();
+          kiln_gemm_f32(&g, pool);
+          double t = bench_now() - t0;
+          if (t < best[how]) best[how] = t;
+        }
+      char name[64];
+      snprintf(name, sizeof name, "%lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
+      printf("%-20s %3d %7.1f %4.0f %7.1f %4.0f %6.2fx\n", name, threads, best[0] * 1e6,
+             (double)pb / best[0] * 1e-9, best[1] * 1e6, (double)wb / best[1] * 1e-9,
+             best[0] / best[1]);
+      fflush(stdout);
+      kiln_pool_release(pool);
+    }
+    for (int q = 0; q < copies; ++q) free(rows[q]), free(packed[q]);
+    free(rows), free(packed), free(a), free(w), free(c);
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && !strcmp(argv[1], "--in-place")) {
+    int64_t ishapes[16][3] = {{1, 1024, 1024}, {1, 2816, 1024}, {1, 1024, 2816}, {1, 32000, 1024},
+                              {128, 1024, 1024}, {128, 2816, 1024}, {128, 1024, 2816}};
+    int ni = 7;
+    if (argc > 4) {
+      ni = 0;
+      for (int i = 2; i + 2 < argc && ni < 16; i += 3, ++ni)
+        for (int d = 0; d < 3; ++d) ishapes[ni][d] = atoll(argv[i + d]);
+    }
+    bench_in_place(ishapes, ni);
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "--attn")) {
     bench_attn(argc > 2 ? atoll(argv[2]) : 32, argc > 3 ? atoll(argv[3]) : 128,
                argc > 4 ? atoll(argv[4]) : 64);

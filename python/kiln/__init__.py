@@ -157,6 +157,16 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     (weights_dtype is then ignored). The choice is stored in a saved
     artifact, which computes the same on any CPU.
 
+    A model already in bf16 (model.to(torch.bfloat16)) computes as eager
+    does (see the README) and, with neither option set, its linear layers
+    read their weights where the model keeps them: torch's (N, K) bf16
+    rows, which the compiled module holds references to rather than copies,
+    so compiling a bf16 LLM adds next to nothing to its memory. Changing
+    those parameters in place afterwards therefore changes what the
+    compiled module computes for them; trace again after loading new
+    weights. KILN_BF16_WEIGHTS=packed packs copies for the bf16 engines
+    instead (faster for some prompt lengths, twice the memory).
+
     target: the target the model runs on: "cpu" (the fast kernels) or
     "reference" (the scalar reference kernels beside them, one thread: a
     yardstick, see kiln.compare_targets). None: $KILN_TARGET, else "cpu".
@@ -254,8 +264,10 @@ def _compile_exported(ep, name, fallback, weights_bf16, compute_bf16, target, t0
         n_in_place = sum(in_place for _, in_place in ctx.input_writes)
         print(f"kiln: the model writes {len(ctx.input_writes)} of its inputs: {n_in_place} in place (their memory "
               f"is the new value's), {len(ctx.input_writes) - n_in_place} copied in after the run", file=sys.stderr)
-    return KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes,
-                      layout_inputs=ctx.layout_inputs, python_inputs=ctx.python_inputs)
+    mod = KilnModule(compiled, names, out_spec, name, time.perf_counter() - t0, writes=ctx.input_writes,
+                     layout_inputs=ctx.layout_inputs, python_inputs=ctx.python_inputs)
+    mod._kiln_keep = ctx.kept  # the bf16 matrices the model's constants borrow (lower_exported)
+    return mod
 
 
 def _mode_dependent(model):

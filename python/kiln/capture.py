@@ -612,7 +612,11 @@ def lower_exported(ep, extra_outputs=(), input_writes=False):
             t = state.get(spec.target) if spec.target in state else consts.get(spec.target)
             if t is None:
                 raise KilnError(f"cannot find the value of {spec.kind.name.lower()} {spec.target}")
-            placeholders.append(("constant", t))
+            # A bf16 model's matrices are borrowed for good, not copied: its
+            # linear layers read their weights where the model keeps them
+            # (kiln_hal_weights_t.bf16_in_place), so a bf16 LLM is not held
+            # twice; the module keeps them alive (ctx.kept).
+            placeholders.append(("frozen" if t.dtype == torch.bfloat16 and t.dim() == 2 else "constant", t))
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     flat_out = list(out_node.args[0])
     for spec in sig.output_specs:

@@ -18,6 +18,8 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->weights_group = 32;
   o->weights_asym = 0;
   o->weights_a8 = 0;
+  const char* bf16w = getenv("KILN_BF16_WEIGHTS"); /* "packed": pack held bf16 weights (A/B) */
+  o->bf16_in_place = !(bf16w && strcmp(bf16w, "packed") == 0);
 #ifdef NDEBUG
   o->verify_each = 0;
 #else
@@ -123,7 +125,8 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     s = kiln_compile_after(o, name, g, t0, what);                   \
   }
   const kiln_hal_weights_t weights = {o->compute_bf16 ? 2 : o->weights_bf16, o->weights_quant,
-                                       o->weights_group, o->weights_asym, o->weights_a8};
+                                       o->weights_group, o->weights_asym, o->weights_a8,
+                                       o->bf16_in_place && !o->compute_bf16 && !o->weights_quant};
   KILN_RUN_PASS("simplify", kiln_pass_simplify(g, &next, &a), "%d rewrites")
   /* After simplify's CSE (lowp.py widens a bf16 value once per reader), and
    * before it again: the views the casts pass moves next to the GEMMs become
@@ -135,12 +138,12 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   if (o->fuse) {
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, o->fold_casts, &next, &a), "%d GEMMs fused")
     if (o->fuse_glu)
-      KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, &next, &a), "%d gated pairs fused")
+      KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, weights.bf16_in_place, &next, &a), "%d gated pairs fused")
     /* No target without the layout pass: a conv that keeps its bf16
      * weight (a scale input) runs only channels-last. */
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, o->layout ? target : NULL, &weights, &next, &a),
                   "%d convs fused")
-    KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, &next, &a), "%d attentions fused")
+    KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, weights.bf16_in_place, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")
   }
   /* compute_dtype=bf16: attention too (linear layers and convs get there

@@ -12,7 +12,8 @@
  *     the kernel writes (B, S, H, D) directly;
  *  3. when q, k and v are views of three LINEARs of one input (no residual,
  *     no activation, dense weights), makes one LINEAR with the weights side
- *     by side and points the three views into its output;
+ *     by side and points the three views into its output (not over a bf16
+ *     model's weights read where torch keeps them: that would copy them);
  *  4. drops a constant all-zero mask;
  *  5. reads k and v through transformers' repeat_kv (expand a head group
  *     of stride 0, reshape to H heads) as grouped-query attention over the
@@ -180,8 +181,8 @@ static int32_t linear_behind(const kiln_graph_t* g, int32_t v, const int32_t* us
   return -1;
 }
 
-kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph,
-                                       int32_t* out_fused) {
+kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, int bf16_in_place,
+                                       kiln_graph_t** out_graph, int32_t* out_fused) {
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
@@ -291,7 +292,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, kiln_graph_t** out_graph
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
              w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
              (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
-              kiln_layout_is_widened_bf16(w->layout)) &&
+              w->layout == KILN_LAYOUT_WIDENED_BF16 ||
+              (w->layout == KILN_LAYOUT_WIDENED_BF16_T && !bf16_in_place)) &&
              w->shape[0] == K && (l->n_inputs > 2 && l->inputs[2] >= 0) == (l0->n_inputs > 2 && l0->inputs[2] >= 0) &&
              (i == 0 || lin[i] != lin[i - 1]);
         n_total += w->shape[1];

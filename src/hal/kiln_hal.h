@@ -59,6 +59,11 @@ typedef struct kiln_hal_weights_s {
   int quant_group; /* int4 group size along K */
   int quant_asym;  /* int4 with zero points */
   int quant_a8;    /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
+  int bf16_in_place; /* a bf16 model's linear weights (held as bf16 by the fold,
+                      * KILN_LAYOUT_WIDENED_BF16_T) read where they lie, torch's
+                      * (N, K) rows, instead of packed: no second copy of the
+                      * model (bf16 and fp32 weights only; quant and compute_bf16
+                      * still pack) */
 } kiln_hal_weights_t;
 
 /* The form a target keeps one constant in for a node that reads it. Two

@@ -321,9 +321,13 @@ static kiln_status_t kiln_artifact_decode_value(const kiln_artifact_graph_t* G, 
   if (v->layout == KILN_LAYOUT_JOINED_COLS) /* host pointers: never in a file */
     CORRUPT("graph section: value %u: layout %u (a joined weight) cannot be in a file", i,
             v->layout);
-  if (v->layout == KILN_LAYOUT_WIDENED_BF16 || v->layout == KILN_LAYOUT_WIDENED_BF16_T)
+  if (v->layout == KILN_LAYOUT_WIDENED_BF16)
     CORRUPT("graph section: value %u: layout %u (a bf16 weight before packing) cannot be in a "
             "file", i, v->layout);
+  if (v->layout == KILN_LAYOUT_WIDENED_BF16_T && G->minor < KILN_FORMAT_MINOR_BF16_ROWS)
+    CORRUPT("graph section: value %u: layout %u (a bf16 weight read in place, format %d.%d) in "
+            "a file of format %d.%d", i, v->layout, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_BF16_ROWS,
+            KILN_FORMAT_MAJOR, (int)G->minor);
   if (v->kind != KILN_VALUE_CONSTANT &&
       (v->layout != KILN_LAYOUT_DENSE || v->const_offset || v->const_size))
     CORRUPT("graph section: value %u is not a constant but has a layout or constant data", i);
@@ -391,6 +395,14 @@ static kiln_status_t kiln_artifact_locate_constant(const kiln_artifact_graph_t* 
     if (sz != dense)
       CORRUPT("graph section: constant %u holds %" PRIu64 " bytes, its dense shape needs %"
               PRIu64, i, sz, dense);
+  }
+  if (v->layout == KILN_LAYOUT_WIDENED_BF16_T) { /* (N, K) bf16 rows of a float32 (K, N) */
+    uint64_t numel = 1;
+    for (int32_t d = 0; d < v->rank; ++d) numel *= (uint64_t)v->shape[d];
+    if (v->rank != 2 || v->dtype != KILN_F32 || sz != numel * 2)
+      CORRUPT("graph section: constant %u (bf16 rows read in place) holds %" PRIu64
+              " bytes, a float32 matrix of its shape held as bf16 needs %" PRIu64, i, sz,
+              numel * 2);
   }
   *inout_end = off + sz;
   *out_data = G->consts + (size_t)off;

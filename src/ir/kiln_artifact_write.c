@@ -47,7 +47,7 @@ static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* ou
     if (v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_JOINED_COLS)
       BAD_ARG("constant %d is a joined weight (host pointers to its halves): only a graph the "
               "pack pass has run on can be written", i);
-    if (v->kind == KILN_VALUE_CONSTANT && kiln_layout_is_widened_bf16(v->layout))
+    if (v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_WIDENED_BF16)
       BAD_ARG("constant %d is a bf16 weight held narrow before packing: only a graph the pack "
               "pass has run on can be written", i);
     if (v->kind == KILN_VALUE_INTERMEDIATE) {
@@ -67,8 +67,18 @@ static kiln_status_t kiln_artifact_check_graph(const kiln_graph_t* g, size_t* ou
   }
   if (next_node != g->n_nodes) BAD_ARG("%d nodes make no value", g->n_nodes - next_node);
   if (next_input != g->n_inputs) BAD_ARG("graph inputs list values that are not inputs");
-  for (int32_t i = 0; i < g->n_nodes; ++i)
-    if (g->nodes[i].origin) strings += strlen(g->nodes[i].origin) + 1;
+  for (int32_t i = 0; i < g->n_nodes; ++i) {
+    const kiln_node_t* n = &g->nodes[i];
+    if (n->origin) strings += strlen(n->origin) + 1;
+    /* bf16 rows go to a file only as what a LINEAR reads in place. */
+    for (int32_t k = 0; k < n->n_inputs; ++k)
+      if (n->inputs[k] >= 0 && g->values[n->inputs[k]].kind == KILN_VALUE_CONSTANT &&
+          g->values[n->inputs[k]].layout == KILN_LAYOUT_WIDENED_BF16_T &&
+          !(n->op == KILN_OP_LINEAR && k == 1))
+        BAD_ARG("constant %d is a bf16 weight held narrow that node %d (%s) reads before "
+                "packing: only a graph the pack pass has run on can be written",
+                n->inputs[k], i, kiln_op_name(n->op));
+  }
   if (strings >= KILN_FORMAT_NO_STRING) BAD_ARG("names and origins exceed 4 GiB");
   *out_strings = strings;
   *out_consts = consts;
@@ -346,7 +356,7 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   memcpy(b + KILN_FORMAT_HDR_MAGIC, KILN_FORMAT_MAGIC, 4);
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
   int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0, random = 0;
-  int conv_bf16 = 0, round_y = 0, sdpa_bf16 = 0, conv_round_x = 0, solve = 0;
+  int conv_bf16 = 0, round_y = 0, sdpa_bf16 = 0, conv_round_x = 0, solve = 0, bf16_rows = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
     conv_round_x |= kiln_artifact_conv_rounds_x(&g->nodes[i]);
     round_y |= kiln_artifact_rounds_y(&g->nodes[i]);
@@ -365,10 +375,12 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     const kiln_value_t* v = &g->values[i];
     /* an int4 blob's header flags (byte 6) bit 2: bf16 scales (kiln_gemm.h) */
     conv_bf16 |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+    bf16_rows |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_WIDENED_BF16_T;
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, solve      ? KILN_FORMAT_MINOR_SOLVE_TRIANGULAR
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, bf16_rows  ? KILN_FORMAT_MINOR_BF16_ROWS
+                                                 : solve      ? KILN_FORMAT_MINOR_SOLVE_TRIANGULAR
                                                  : conv_round_x ? KILN_FORMAT_MINOR_CONV_ROUND_X
                                                  : sdpa_bf16   ? KILN_FORMAT_MINOR_SDPA_BF16
                                                  : round_y     ? KILN_FORMAT_MINOR_ROUND_Y

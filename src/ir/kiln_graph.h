@@ -84,7 +84,11 @@ typedef enum kiln_layout_e {
                                 * by the pack pass, never read by a kernel nor
                                 * written to a file */
   KILN_LAYOUT_WIDENED_BF16_T,  /* the same stored as its 2-d transpose (a bf16
-                                * nn.Linear weight read as W^T) */
+                                * nn.Linear weight read as W^T): torch's (N, K)
+                                * rows, which a LINEAR reads in place when the
+                                * pack pass keeps them (kiln_hal_weights_t.
+                                * bf16_in_place); only such a one is written to
+                                * a file (format 2.21) */
   KILN_LAYOUT_COUNT
 } kiln_layout_t;
 

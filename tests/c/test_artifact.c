@@ -490,13 +490,19 @@ static void test_targeted(const kiln_graph_t* g, const uint8_t* bytes, size_t si
   RESET();
   kiln_format_put_u32(value_record(b, graph, 4) + KILN_FORMAT_V_LAYOUT, KILN_LAYOUT_JOINED_COLS);
   expect_corrupt(b, size, "a joined weight in a file", "joined weight");
-  /* So is a bf16 weight held narrow: it exists only until the pack pass. */
+  /* So is a bf16 weight held narrow: it exists only until the pack pass,
+   * except as a LINEAR's (N, K) rows read in place (format 2.21), whose
+   * bytes must then be its shape's in bf16. */
   RESET();
   kiln_format_put_u32(value_record(b, graph, 4) + KILN_FORMAT_V_LAYOUT, KILN_LAYOUT_WIDENED_BF16);
   expect_corrupt(b, size, "a held bf16 weight in a file", "before packing");
   RESET();
   kiln_format_put_u32(value_record(b, graph, 4) + KILN_FORMAT_V_LAYOUT, KILN_LAYOUT_WIDENED_BF16_T);
-  expect_corrupt(b, size, "a held transposed bf16 weight in a file", "before packing");
+  expect_corrupt(b, size, "bf16 rows in a file stamped before 2.21", "format 2.21");
+  RESET();
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR_BF16_ROWS);
+  kiln_format_put_u32(value_record(b, graph, 4) + KILN_FORMAT_V_LAYOUT, KILN_LAYOUT_WIDENED_BF16_T);
+  expect_corrupt(b, size, "bf16 rows of the wrong size", "held as bf16 needs");
   RESET();
   kiln_format_put_u64(value_record(b, graph, 0) + KILN_FORMAT_V_SHAPE, (uint64_t)1 << 41);
   expect_corrupt(b, size, "huge dimension", "dimension 0");

@@ -11,6 +11,10 @@
  *     outputs bit for bit that folding to float32 (fold_constants 1) gives:
  *     nn.Linear's layout, a dense (K, N) weight, a gated pair (joined from
  *     the bf16 halves), an odd K and a last panel of 8 columns;
+ *   - with the weights read in place (bf16_in_place, the default), the
+ *     LINEARs keep W's own bytes (nn.Linear's rows; the gated pair not
+ *     joined) where the form neither quantizes nor computes in bf16, and
+ *     give the packed compile's outputs within the sums' rounding;
  *   - any other reader of a held constant gets its float32 values (the pack
  *     pass's fallback); before packing the kernels refuse one, the verifier
  *     refuses one whose bytes do not fit its shape, the artifact writer
@@ -150,15 +154,16 @@ static void hb_fold(const uint16_t* w) {
 
 /* Compiles g (taking it) with fold_constants `fold` and form f, runs it on
  * x into y (HM x HN floats) and returns the model (which owns the graph). */
-static kiln_model_t* hb_compile_run(const kiln_test_weight_form_t* f, int fold, kiln_graph_t* g, const void* x,
-                                    float* y, float* z) {
+static kiln_model_t* hb_compile_run(const kiln_test_weight_form_t* f, int fold, int in_place,
+                                    kiln_graph_t* g, const void* x, float* y, float* z) {
   kiln_compile_options_t o;
   kiln_test_weight_form_options(f, &o);
   o.fold_constants = fold;
+  o.bf16_in_place = in_place;
   kiln_graph_t* c = NULL;
   KILN_EXPECT_OK(kiln_compile(g, &o, &c));
   if (!c) return NULL;
-  for (int32_t i = 0; i < c->n_values; ++i)
+  for (int32_t i = 0; i < c->n_values && !in_place; ++i)
     KILN_EXPECT(!kiln_layout_is_widened_bf16(c->values[i].layout),
                 "%s: value %d still held as bf16 after packing", f->name, i);
   kiln_model_t* m = NULL;
@@ -171,7 +176,8 @@ static kiln_model_t* hb_compile_run(const kiln_test_weight_form_t* f, int fold, 
   return m;
 }
 
-/* Whole compiles: held (fold 2) against widened to float32 (fold 1). */
+/* Whole compiles: held (fold 2) and packed against widened to float32
+ * (fold 1). */
 static void hb_compile(const float* x, const uint16_t* x16, const uint16_t* wa, const uint16_t* wb) {
   for (size_t fi = 0; fi < kiln_test_n_weight_forms; ++fi)
     for (int shape = 0; shape < HB_SHAPES; ++shape) {
@@ -182,7 +188,7 @@ static void hb_compile(const float* x, const uint16_t* x16, const uint16_t* wa, 
       for (int held = 0; held < 2; ++held) {
         kiln_graph_t* g = hb_graph((hb_shape_t)shape, f->bf16_x ? KILN_BF16 : KILN_F32, wa, wb);
         if (!g) return;
-        m[held] = hb_compile_run(f, held ? 2 : 1, g, xin, y[held],
+        m[held] = hb_compile_run(f, held ? 2 : 1, 0, g, xin, y[held],
                                  shape == HB_OTHER_READER ? z[held] : NULL);
       }
       if (m[0] && m[1]) {
@@ -207,6 +213,62 @@ static void hb_compile(const float* x, const uint16_t* x16, const uint16_t* wa, 
             worst = e > worst ? e : worst;
           }
         KILN_EXPECT(worst < 1e-4, "fp32 linear on held bf16 off by %g relative", worst);
+      }
+      kiln_model_release(m[0]);
+      kiln_model_release(m[1]);
+    }
+}
+
+/* Whole compiles with the held weights read in place (bf16_in_place, the
+ * default): where the form neither quantizes nor computes in bf16,
+ * nn.Linear's layout and both weights of the gated pair (not joined) stay
+ * W's own bytes, torch's rows, which the LINEARs read (no packed copy);
+ * the dense (K, N) layout, which has no rows to read, packs as before.
+ * Outputs: the float32 fold's (packed) within the float32 sums' rounding
+ * (2^-14 of sum |x w| per output: 41 terms, exact products), for x read as
+ * float32 and as bf16 (VDPBF16PS where the CPU has it). */
+static void hb_in_place(const float* x, const uint16_t* x16, const uint16_t* wa, const uint16_t* wb) {
+  for (size_t fi = 0; fi < kiln_test_n_weight_forms; ++fi)
+    for (int shape = 0; shape <= HB_GLU; ++shape) {
+      const kiln_test_weight_form_t* f = &kiln_test_weight_forms[fi];
+      const int rows = !f->quant && !f->compute_bf16 && shape != HB_DENSE;
+      static float y[2][HM * HN];
+      kiln_model_t* m[2] = {NULL, NULL};
+      const void* xin = f->bf16_x ? (const void*)x16 : (const void*)x;
+      for (int in_place = 0; in_place < 2; ++in_place) {
+        kiln_graph_t* g = hb_graph((hb_shape_t)shape, f->bf16_x ? KILN_BF16 : KILN_F32, wa, wb);
+        if (!g) return;
+        m[in_place] = hb_compile_run(f, in_place ? 2 : 1, in_place, g, xin, y[in_place], NULL);
+      }
+      if (m[1]) {
+        const kiln_graph_t* c = kiln_model_graph(m[1]);
+        int kept = 0, joined = 0;
+        for (int32_t i = 0; i < c->n_values; ++i) {
+          const kiln_value_t* v = &c->values[i];
+          kept += v->layout == KILN_LAYOUT_WIDENED_BF16_T && (v->data == wa || v->data == wb);
+          joined += v->kind == KILN_VALUE_CONSTANT && v->rank == 2 && v->shape[1] == 2 * HN;
+        }
+        const int want = rows ? (shape == HB_GLU ? 2 : 1) : 0;
+        KILN_EXPECT(kept == want, "%s, %s: %d weights read in place, want %d", f->name,
+                    hb_shape_names[shape], kept, want);
+        KILN_EXPECT(!(rows && joined), "%s, %s: the gated pair's weights were joined (copied)",
+                    f->name, hb_shape_names[shape]);
+      }
+      if (m[0] && m[1]) {
+        const float* xs = f->bf16_x ? NULL : x;
+        int bad = 0;
+        for (int i = 0; i < HM; ++i)
+          for (int j = 0; j < HN; ++j) {
+            double mag = 0.0;
+            for (int p = 0; p < HK; ++p)
+              mag += fabs((double)(xs ? xs[i * HK + p] : kiln_bf16_to_f32(x16[i * HK + p]))) *
+                     (fabs((double)kiln_bf16_to_f32(wa[j * HK + p])) +
+                      fabs((double)kiln_bf16_to_f32(wb[j * HK + p])));
+            bad += !(fabs((double)y[1][i * HN + j] - (double)y[0][i * HN + j]) <=
+                     ldexp(mag * (1.0 + fabs((double)y[0][i * HN + j])), -14));
+          }
+        KILN_EXPECT(bad == 0, "%s, %s: %d outputs read in place differ from the packed ones",
+                    f->name, hb_shape_names[shape], bad);
       }
       kiln_model_release(m[0]);
       kiln_model_release(m[1]);
@@ -355,6 +417,7 @@ void kiln_test_suite_bf16_hold(void) {
     for (int i = 0; i < HN * HK; ++i) w16[k][i] = kiln_bf16_from_f32(wf[k][i]);
   hb_fold(w16[0]);
   hb_compile(x, x16, w16[0], w16[1]);
+  hb_in_place(x, x16, w16[0], w16[1]);
   hb_fallback(x, w16[0]);
   kiln_test_each_isa_and_pool(hb_vnni_pack);
 }

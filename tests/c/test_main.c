@@ -119,6 +119,7 @@ static void kiln_test_print_cpu(void) {
   X(patterns)               \
   X(glu_joined)             \
   X(bf16_hold)              \
+  X(gemm_bf16_rows)         \
   X(conv_nhwc)              \
   X(conv_nhwc_bf16)         \
   X(layout)                 \

@@ -236,13 +236,23 @@ def test_rule_has_no_room_for_a_wrong_op():
         check_rule(bad, eager[0], ref[0], torch.bfloat16)
 
 
-def test_bf16_weights_packed_for_bf16_engines():
-    """A bf16 model's linear weights are packed for the bf16 engines (its
-    inputs and weights are bf16 values already); an fp32 model whose weights
-    happen to be bf16 values is not: its activations stay unrounded, so it
-    stays within fp32 error of eager."""
+def test_bf16_weights_packed_for_bf16_engines(monkeypatch):
+    """A bf16 model's linear weights are read where the model keeps them (by
+    default) or packed for the bf16 engines (KILN_BF16_WEIGHTS=packed): its
+    inputs and weights are bf16 values already; an fp32 model whose weights
+    happen to be bf16 values is neither: its activations stay unrounded, so
+    it stays within fp32 error of eager."""
     model, inputs, _, _ = build("mlp", torch.bfloat16)
-    assert "[bf16 compute]" in kiln.explain(kiln.trace(model, inputs))
+    in_place = kiln.trace(model, inputs)
+    text = kiln.explain(in_place)
+    assert "bf16 weights read in place" in text and text.count("[bf16 held]") == 3, text
+    monkeypatch.setenv("KILN_BF16_WEIGHTS", "packed")
+    packed = kiln.trace(model, inputs)
+    monkeypatch.delenv("KILN_BF16_WEIGHTS")
+    assert "[bf16 compute]" in kiln.explain(packed)
+    with torch.no_grad():
+        torch.testing.assert_close(in_place(*inputs)[0].float(), packed(*inputs)[0].float(),
+                                   rtol=2e-2, atol=2e-2)
     f32 = Mlp().eval()
     f32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
     x = torch.randn(3, 10, 64)
@@ -282,14 +292,17 @@ def _tiny_transformer(name):
 def test_bf16_weights_are_packed_from_their_own_bytes(name, options, monkeypatch, capfd):
     """Constant folding keeps a bf16 model's linear weights as their bf16
     bytes (no float32 copy of the model while it compiles) and the packer
-    packs each from them: tiny Llama and BERT models (gated MLPs joined
-    from the bf16 halves, q/k/v concatenated as bf16, the lm_head) compile
-    to the same outputs, bit for bit, as when the fold widens the weights
-    to float32 first (KILN_FOLD_BF16=widen), under every weight form."""
+    packs each from them (KILN_BF16_WEIGHTS=packed: the default reads them
+    in place, test_bf16_weights_are_read_in_place): tiny Llama and BERT
+    models (gated MLPs joined from the bf16 halves, q/k/v concatenated as
+    bf16, the lm_head) compile to the same outputs, bit for bit, as when the
+    fold widens the weights to float32 first (KILN_FOLD_BF16=widen), under
+    every weight form."""
     model, n_weights = _tiny_transformer(name)
     model = model.eval().to(torch.bfloat16)
     ids = torch.randint(0, 128, (2, 9))
     monkeypatch.setenv("KILN_LOG", "1")
+    monkeypatch.setenv("KILN_BF16_WEIGHTS", "packed")
     runs = {}
     for mode in ("hold", "widen"):
         if mode == "widen":
@@ -301,6 +314,45 @@ def test_bf16_weights_are_packed_from_their_own_bytes(name, options, monkeypatch
             runs[mode] = compiled(ids)
     assert runs["hold"].dtype == torch.bfloat16
     assert torch.equal(runs["hold"], runs["widen"])
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (2, 9)], ids=["decode", "rows5", "prefill18"])
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_bf16_weights_are_read_in_place(name, shape, monkeypatch, tmp_path):
+    """By default a bf16 model's linear weights stay where the model keeps
+    them: every LINEAR reads torch's (N, K) bf16 rows (kiln borrows the
+    parameters, no packed copy; the gated MLP and q/k/v weights stay apart
+    rather than be copied side by side), at one row of x (decode), a few
+    (the GEMV over rows: VDPBF16PS where the CPU has it) and many (the bf16
+    engine packing at run time, or the fp32 kernels), and the outputs are
+    the packed compile's within bf16 rounding of the logits. A .kiln file
+    holds the rows as they are and loads to the same bits."""
+    model, n_weights = _tiny_transformer(name)
+    model = model.eval().to(torch.bfloat16)
+    torch.manual_seed(3)
+    ids = torch.randint(0, 128, shape)
+    compiled = kiln.trace(model, (ids,))
+    text = kiln.explain(compiled)
+    assert "bf16 weights read in place" in text, text
+    assert text.count("[bf16 held]") == n_weights, text
+    params = {p.data_ptr() for p in model.parameters() if p.dim() == 2}
+    kept = {t.data_ptr() for t in compiled._kiln_keep}
+    assert len(params & kept) >= n_weights
+    monkeypatch.setenv("KILN_BF16_WEIGHTS", "packed")
+    packed = kiln.trace(model, (ids,))
+    monkeypatch.delenv("KILN_BF16_WEIGHTS")
+    assert "[bf16 held]" not in kiln.explain(packed)
+    path = tmp_path / "model.kiln"
+    kiln.save(compiled, str(path))
+    loaded = kiln.load(str(path))
+    with torch.no_grad():
+        got, want, eager = compiled(ids), packed(ids), model(ids)
+        assert torch.equal(loaded(ids), got)
+    # Both are sums of the same exact bf16 products in float32, rounded to
+    # bf16 at each layer's output: a few bf16 ulps of the logits' scale.
+    scale = eager.float().abs().max().item()
+    assert (got.float() - want.float()).abs().max().item() <= 0.05 * scale
+    assert (got.float() - eager.float()).abs().max().item() <= 0.05 * scale
 
 
 def has_bf16_engine():

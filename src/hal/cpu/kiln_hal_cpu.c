@@ -447,7 +447,8 @@ static kiln_status_t prepare_linear(const kiln_graph_t* g, const kiln_node_t* n,
     args->b_packed_bf16_vnni = w->data; /* bf16 compute: the layout says so */
   } else if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) {
     args->b_packed_q = w->data;
-  } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D || wt) {
+  } else if (w->layout == KILN_LAYOUT_TRANSPOSED_2D || w->layout == KILN_LAYOUT_WIDENED_BF16_T ||
+             wt) { /* (N, K) rows: float32, or a bf16 model's own bf16 rows (bound below) */
     args->b_row_stride = 1;
     args->b_col_stride = k;
   } else {
@@ -473,6 +474,8 @@ void kiln_hal_cpu_linear_bind(const kiln_graph_t* g, const kiln_node_t* n, const
     args->a = BUF(0);
   if (w->dtype == KILN_BF16) /* a graph value (the shape rule says so): widened as packed */
     args->b_bf16 = BUF(1);
+  else if (w->layout == KILN_LAYOUT_WIDENED_BF16_T) /* torch's bf16 rows, read in place */
+    args->b_bf16 = w->data, args->b_bf16_weight = 1;
   else if (!args->b_packed && !args->b_packed_bf16 && !args->b_packed_bf16_vnni && !args->b_packed_q)
     args->b = w->kind == KILN_VALUE_CONSTANT ? w->data : BUF(1);
   args->c = OUT;

@@ -244,10 +244,17 @@ kiln_status_t kiln_hal_cpu_constant_form(const kiln_graph_t* g, const kiln_node_
   if (kiln_layout_is_quant_const(w->layout)) return kiln_cpu_quant_const_form(g, n, slot, w, o, f);
   if (w->layout == KILN_LAYOUT_JOINED_COLS) return kiln_cpu_joined_form(g, n, slot, w, o, f);
   if (kiln_layout_is_widened_bf16(w->layout)) {
-    /* A bf16 weight held narrow: a LINEAR's weight packs from the bf16
-     * numbers; any other reader gets the float32 values, stored as they
-     * are (dense, or the transpose). */
-    if (n->op == KILN_OP_LINEAR && slot == 1) return kiln_cpu_linear_form(g, n, w, o, f);
+    /* A bf16 weight held narrow: a LINEAR's weight torch keeps as (N, K)
+     * rows stays there when the options say so (the kernels read its rows
+     * in place: kiln_hal_weights_t.bf16_in_place), else packs from the
+     * bf16 numbers; any other reader gets the float32 values, stored as
+     * they are (dense, or the transpose). */
+    if (n->op == KILN_OP_LINEAR && slot == 1) {
+      if (o->bf16_in_place && w->layout == KILN_LAYOUT_WIDENED_BF16_T && !o->quant_bits &&
+          o->bf16 != 2)
+        return kiln_ok(); /* kept as it is */
+      return kiln_cpu_linear_form(g, n, w, o, f);
+    }
     f->layout = w->layout == KILN_LAYOUT_WIDENED_BF16_T ? KILN_LAYOUT_TRANSPOSED_2D : KILN_LAYOUT_DENSE;
     f->nbytes = kiln_value_dense_bytes(w);
     return kiln_ok();

@@ -22,8 +22,11 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
                               "%s reads a checkpoint's quantized constant (layout %d) that the "
                               "pack pass has not given a form", kiln_op_name(n->op),
                               (int)VAL(i)->layout);
+  /* A LINEAR reads a bf16 weight held as torch's (N, K) rows in place; no
+   * other kernel reads a held weight. */
   for (int32_t i = 0; i < n->n_inputs; ++i)
-    if (n->inputs[i] >= 0 && kiln_layout_is_widened_bf16(VAL(i)->layout))
+    if (n->inputs[i] >= 0 && kiln_layout_is_widened_bf16(VAL(i)->layout) &&
+        !(n->op == KILN_OP_LINEAR && i == 1 && VAL(i)->layout == KILN_LAYOUT_WIDENED_BF16_T))
       return kiln_status_make(KILN_UNSUPPORTED,
                               "%s reads a bf16 weight held narrow (layout %d) that the pack pass "
                               "has not given a form", kiln_op_name(n->op), (int)VAL(i)->layout);
@@ -33,8 +36,14 @@ kiln_status_t kiln_hal_cpu_supports(const kiln_graph_t* g, const kiln_node_t* n)
       if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_GEMM_PACKED_B &&
           w->layout != KILN_LAYOUT_TRANSPOSED_2D && w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16 &&
           w->layout != KILN_LAYOUT_GEMM_PACKED_B_BF16_VNNI && w->layout != KILN_LAYOUT_GEMM_PACKED_B_Q8 &&
-          w->layout != KILN_LAYOUT_GEMM_PACKED_B_Q4)
+          w->layout != KILN_LAYOUT_GEMM_PACKED_B_Q4 && w->layout != KILN_LAYOUT_WIDENED_BF16_T)
         return kiln_status_make(KILN_UNSUPPORTED, "linear weight layout %d", (int)w->layout);
+      if (w->layout == KILN_LAYOUT_WIDENED_BF16_T &&
+          (w->kind != KILN_VALUE_CONSTANT || w->rank != 2 ||
+           w->nbytes != kiln_value_dense_bytes(w) / 2))
+        return kiln_status_make(KILN_INVALID_ARGUMENT,
+                                "bf16 weight read in place has %zu bytes, expected %zu", w->nbytes,
+                                kiln_value_dense_bytes(w) / 2);
       if (w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q8 || w->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4) {
         /* The header says bits and group: it must match the layout, the
          * shape and the byte count before any run reads the blob. */
@@ -167,6 +176,8 @@ const char* kiln_hal_cpu_node_describe(const kiln_graph_t* g, const kiln_node_t*
     if (VAL(i)->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16) return kiln_conv2d_bf16_describe();
     if (kiln_value_int8_activations(VAL(i))) return kiln_gemm_int8_describe();
   }
+  if (n->op == KILN_OP_LINEAR && VAL(1)->layout == KILN_LAYOUT_WIDENED_BF16_T)
+    return kiln_gemm_bf16_in_place_describe();
   if (kiln_node_is_bf16_product(g, n)) return kiln_gemm_bf16_values_describe();
   if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
     return kiln_attention_bf16_describe(!kiln_node_is_bf16_attention_prefill(g, n));

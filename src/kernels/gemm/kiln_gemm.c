@@ -145,6 +145,14 @@ const char* kiln_gemm_bf16_values_describe(void) {
   return "bf16 products of graph values: no bf16 engine: the fp32 kernels on the same bf16 values";
 }
 
+const char* kiln_gemm_bf16_in_place_describe(void) {
+  if (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512)
+    return "bf16 weights read in place: AVX512_BF16 dot products (VDPBF16PS) over the rows of x "
+           "and of the weight (one weight row at a time below 32 rows of x, 4 x 4 tiles from 32)";
+  return "bf16 weights read in place: the fp32 kernels widening the rows (a GEMV over them up to "
+         "8 rows of x)";
+}
+
 const char* kiln_gemm_int8_describe(void) {
   switch (kiln_gemm_int8_engine()) {
     case KILN_GEMM_INT8_VNNI: return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
@@ -674,10 +682,13 @@ static void kiln_gemm_gemv_task(void* p, size_t task, int thread) {
   const float* r = kiln_gemm_res_row(ch, bi, 0, &ldr);
   _Alignas(64) float tmp[KILN_GEMM_GEMV_PANELS * KILN_GEMM_GEMV_MAX_M * 16];
   if (ch->gemv_nt) { /* 16 columns of C at a time, B read where it lies */
-    const float* bt = g->b + b * g->b_batch_stride;
+    const kiln_gemm_nt_elem_t elem = g->b_bf16 ? KILN_GEMM_NT_BF16
+                                     : g->b_round_bf16 ? KILN_GEMM_NT_F32_ROUNDED
+                                                       : KILN_GEMM_NT_F32;
     for (int64_t j = q0 * P; j < q1 * P && j < g->n; j += P) {
-      int64_t nr = g->n - j < P ? g->n - j : P;
-      ch->kn->gemv_nt(ch->mlen, nr, g->k, a, lda, bt + j * g->b_col_stride, g->b_col_stride, tmp);
+      int64_t nr = g->n - j < P ? g->n - j : P, at = b * g->b_batch_stride + j * g->b_col_stride;
+      const void* bt = g->b_bf16 ? (const void*)(g->b_bf16 + at) : (const void*)(g->b + at);
+      ch->kn->gemv_nt(ch->mlen, nr, g->k, a, lda, bt, g->b_col_stride, elem, tmp);
       ch->kn->epilogue(ch->mlen, nr, tmp, P, C + j, g->c_row_stride, g->bias ? g->bias + j : NULL,
                        r ? r + j : NULL, ldr, g->act);
     }
@@ -711,41 +722,6 @@ static void kiln_gemm_k0(const kiln_gemm_f32_args_t* g) {
     }
 }
 
-
-/* A bf16 B at small M with contiguous columns: the fp32 path reads such a
- * B in place (gemv_nt: dot products of A's rows with B's columns), another
- * summation order than the packed kernels'. To give the bits the same GEMM
- * gives on the widened fp32 B (the graph before kiln_pass_casts folded the
- * widening cast), B is widened into scratch and that path runs. A float32
- * B read rounded (b_round_bf16) is rounded into scratch the same way, so
- * that it takes the path its cast's bf16 output would have. Returns 0
- * without scratch memory. */
-static int kiln_gemm_b_bf16_widened(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
-  const int64_t nb = g->b_batch_stride ? g->batch : 1, K = g->k, N = g->n;
-  void* blk = NULL;
-  float* w = kiln_gemm_scratch_get((size_t)(nb * N * K), &blk);
-  if (!w) return 0;
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t j = 0; j < N; ++j) {
-      float* dst = w + (b * N + j) * K;
-      int64_t at = b * g->b_batch_stride + j * g->b_col_stride; /* b_row_stride 1 */
-      if (g->b_bf16)
-        for (int64_t p = 0; p < K; ++p) dst[p] = kiln_gemm_bf16_to_f32(g->b_bf16[at + p]);
-      else
-        for (int64_t p = 0; p < K; ++p)
-          dst[p] = kiln_gemm_bf16_to_f32(kiln_gemm_bf16_from_f32(g->b[at + p]));
-    }
-  kiln_gemm_f32_args_t f = *g;
-  f.b_bf16 = NULL;
-  f.b_round_bf16 = 0;
-  f.b = w;
-  f.b_row_stride = 1;
-  f.b_col_stride = K;
-  f.b_batch_stride = g->b_batch_stride ? N * K : 0;
-  kiln_gemm_f32(&f, pool);
-  kiln_gemm_scratch_put(blk);
-  return 1;
-}
 
 static void kiln_gemm_f32_run(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
                               const kiln_gemm_fly_src_t* src);
@@ -800,11 +776,10 @@ static int kiln_gemm_f32_dispatch(const kiln_gemm_f32_args_t* g, kiln_pool_t* po
   const int a_bf16_valued = g->a_bf16 || g->a_round_bf16;
   const int b_bf16_valued = !g->b_packed_bf16_vnni && !g->b_packed_bf16 && !g->b_packed &&
                             (g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32));
+  /* A bf16 model's weight read in place: VDPBF16PS over the rows of both
+   * where the CPU has it (else the fp32 paths below widen them). */
+  if (g->b_bf16_weight && kiln_gemm_bf16_rows(g, pool)) return 1;
   if (a_bf16_valued && b_bf16_valued && kiln_gemm_bf16_compute_values(g, pool)) return 1;
-  /* (kiln_gemm_f32 on the widened copy rounds C itself.) */
-  if ((g->b_bf16 || (g->b_round_bf16 && b_unpacked_f32)) && g->m <= KILN_GEMM_GEMV_MAX_M &&
-      g->b_row_stride == 1 && kiln_gemm_b_bf16_widened(g, pool))
-    return 1;
   kiln_gemm_f32_run(g, pool, NULL);
   return 0;
 }
@@ -854,9 +829,10 @@ static void kiln_gemm_f32_run(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool,
                            (M <= kn->mc_max ||
                             (kiln_gemm_cdiv(N, kn->nr) * g->batch >= 2 * T && 4 * N >= M)));
   /* At small M an unpacked B whose columns are contiguous (a weight W(N, K)
-   * read as W^T) needs no packing at all: the GEMV takes dot products of
-   * A's rows with W's rows where they lie, so B is read once. */
-  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1 && !g->b_bf16 && !g->b_round_bf16;
+   * read as W^T, float32 or bf16) needs no packing at all: the GEMV takes
+   * dot products of A's rows with W's rows where they lie, so B is read
+   * once. */
+  const int gemv_nt = ch.gemv && unpacked_b && g->b_row_stride == 1;
   ch.gemv_nt = gemv_nt;
   const int pack_b = unpacked_b && !b_fly && !gemv_nt;
   const int b_per_batch = pack_b && g->b_batch_stride != 0 && g->batch > 1;

@@ -54,6 +54,13 @@ typedef struct kiln_gemm_f32_args_s {
    * that would read such a B in place widens (here: rounds) it first, so C
    * is the same bit for bit. Ignored with any packed B. */
   int b_round_bf16;
+  /* 1: b_bf16 is a weight's own bf16 numbers (a bf16 model's linear weight
+   * read where torch keeps it, kiln_hal_weights_t.bf16_in_place), not a
+   * graph value a folded cast made: no unfused graph's bits to match, so
+   * at small M with a bf16 A (a_bf16, unit columns) and its (N, K) rows
+   * contiguous the bf16 engine's dot products (VDPBF16PS) take it where
+   * the CPU has them. */
+  int b_bf16_weight;
   /* Packed B (one matrix shared by every batch), or NULL. */
   const float* b_packed;
   /* Packed bf16 B (kiln_gemm_bf16_pack_b; shared by every batch), or NULL.
@@ -169,6 +176,10 @@ const char* kiln_gemm_bf16_compute_describe(void);
 /* The same for a product of two bf16 graph values (autocast's; B packed at
  * run time: kiln_gemm_bf16_compute_values). */
 const char* kiln_gemm_bf16_values_describe(void);
+/* The same for a bf16 model's linear layer whose weight is read where
+ * torch keeps it (b_bf16 with b_bf16_weight: its (N, K) rows;
+ * kiln_hal_weights_t.bf16_in_place). */
+const char* kiln_gemm_bf16_in_place_describe(void);
 /* The same for int8 activations (weights_dtype "...:a8"): "int8
  * activations: AVX512-VNNI dot products (VPDPBUSD)", AVX2's, or the
  * portable kernels'. */

@@ -71,15 +71,37 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
 typedef void (*kiln_gemm_gemv_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
                                   const float* b_panel, int panels, float* out);
 
+/* How the GEMV over B's columns (below) reads B's elements: float32,
+ * bf16 widened (a bf16 weight read where torch keeps it, a bf16 graph
+ * value), or float32 rounded to bf16 (b_round_bf16). Widening and rounding
+ * happen in registers, so each kind's sums are the float32 kernel's over
+ * the widened (rounded) copy, bit for bit. */
+typedef enum {
+  KILN_GEMM_NT_F32 = 0,
+  KILN_GEMM_NT_BF16,
+  KILN_GEMM_NT_F32_ROUNDED,
+} kiln_gemm_nt_elem_t;
+
 /* The small-M GEMV over an unpacked B whose columns are contiguous runs of
- * K floats: the (N, K) weight of nn.Linear read transposed where it lies
- * (torch.compile hands weights over as graph inputs, so nothing packed them
- * at compile time; packing all of B per call would read it, write it and
- * read it again). out[i * 16 + j] = sum_p a[i * lda + p] * bt[j * ldb + p]
- * for i < m (<= KILN_GEMM_GEMV_MAX_M) and j < n (1..16): a block of up to
- * 16 dot products per row of A, each column one sequential stream. */
+ * K elements: the (N, K) weight of nn.Linear read transposed where it lies
+ * (torch.compile hands weights over as graph inputs, and a bf16 model's
+ * weights may stay torch's, so nothing packed them; packing all of B per
+ * call would read it, write it and read it again). out[i * 16 + j] =
+ * sum_p a[i * lda + p] * B(j, p), B(j, p) element j * ldb + p of bt read
+ * as `elem` says, for i < m (<= KILN_GEMM_GEMV_MAX_M) and j < n (1..16): a
+ * block of up to 16 dot products per row of A, each column one sequential
+ * stream. */
 typedef void (*kiln_gemm_gemv_nt_fn)(int64_t m, int64_t n, int64_t k, const float* a,
-                                     int64_t lda, const float* bt, int64_t ldb, float* out);
+                                     int64_t lda, const void* bt, int64_t ldb,
+                                     kiln_gemm_nt_elem_t elem, float* out);
+/* Such a kernel's body: CALL(kind) for elem, the kind a constant there, so
+ * each compiles to its own loop. */
+#define KILN_GEMM_NT_BY_ELEM(elem, CALL)                                 \
+  switch (elem) {                                                        \
+    case KILN_GEMM_NT_BF16: CALL(KILN_GEMM_NT_BF16); break;              \
+    case KILN_GEMM_NT_F32_ROUNDED: CALL(KILN_GEMM_NT_F32_ROUNDED); break; \
+    default: CALL(KILN_GEMM_NT_F32);                                     \
+  }
 
 /* The same over a bf16 panel (kiln_gemm_bf16_pack_b's layout). */
 typedef void (*kiln_gemm_gemv_bf16_fn)(int64_t m, int64_t k, const float* a, int64_t lda,
@@ -198,7 +220,7 @@ void kiln_f32_gemm_epilogue__generic(int64_t m, int64_t n, const float* src, int
 void kiln_f32_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
                             int panels, float* out);
 void kiln_f32_gemv_nt__generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                               const float* bt, int64_t ldb, float* out);
+                               const void* bt, int64_t ldb, kiln_gemm_nt_elem_t elem, float* out);
 /* Portable bf16 kernels (kiln_gemm_bf16.c). */
 void kiln_f32_bf16w_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda,
                                   const uint16_t* b_panel, int panels, float* out);
@@ -222,6 +244,13 @@ int kiln_gemm_bf16_compute(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* po
  * GEMM is too small to repay packing B (the fp32 kernels then run it on
  * the same bf16 values). */
 int kiln_gemm_bf16_compute_values(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
+/* A bf16 model's linear layer reading its weight's rows in place
+ * (b_bf16_weight, B's columns contiguous, one batch) with bf16 A rows of
+ * unit stride, on VDPBF16PS over the rows of both
+ * (kiln_gemm_bf16_rows_avx512bf16.c): returns 1 having run g (C rounded
+ * when g says so), or 0, having done nothing, when the CPU lacks
+ * AVX512_BF16 or g is not such a product. */
+int kiln_gemm_bf16_rows(const struct kiln_gemm_f32_args_s* g, kiln_pool_t* pool);
 /* Element `at` of an fp32 source rounded to bf16, or of a bf16 source (h
  * set) as it is: what every bf16 packer reads. */
 static inline uint16_t kiln_gemm_bf16_elem(const float* f, const uint16_t* h, int64_t at) {
@@ -248,7 +277,7 @@ void kiln_f32_gemm_epilogue__avx2(int64_t m, int64_t n, const float* src, int64_
 void kiln_f32_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const float* b_panel,
                          int panels, float* out);
 void kiln_f32_gemv_nt__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                            const float* bt, int64_t ldb, float* out);
+                            const void* bt, int64_t ldb, kiln_gemm_nt_elem_t elem, float* out);
 void kiln_f32_gemm_pack_a__avx2(int mr, int64_t k, const float* a, int64_t rs, int64_t cs,
                                 int64_t row0, int64_t rows, int64_t m_total, float* out);
 void kiln_f32_gemm_pack_b_block__avx2(int64_t kc, int64_t w, const float* b, int64_t rs, int64_t cs,
@@ -269,6 +298,16 @@ void kiln_f32_round_bf16__avx2(float* x, int64_t n);
  * (kiln_gemm_bf16_ukernel_avx512bf16.c); the A packer is AVX-512F. */
 void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1, int64_t j0,
                                int64_t j1);
+/* A bf16 weight's (N, K) rows at small M on VDPBF16PS, A's rows bf16
+ * (kiln_gemm_bf16_rows_avx512bf16.c): out[i * 16 + j] = A row i . W row j
+ * for i < m (<= KILN_GEMM_GEMV_MAX_M), j < n (<= 16). */
+void kiln_bf16_rows_gemv__avx512bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                                     int64_t lda, const uint16_t* w, int64_t ldw, float* out);
+/* The same for any m and n in tiles of 4 x 4: out[i * ldo + j] = A row i .
+ * W row j for i < m, j < n. */
+void kiln_bf16_rows_gemm__avx512bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                                     int64_t lda, const uint16_t* w, int64_t ldw, float* out,
+                                     int64_t ldo);
 void kiln_bf16_gemm_block__avx512bf16(const kiln_gemm_bf16_block_t* t, int64_t i0, int64_t i1,
                                       int64_t j0, int64_t j1);
 void kiln_bf16_gemm_pack_a__avx512(int64_t rows, int64_t rows_pad, int64_t k, int64_t ka,

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/gemm/kiln_gemm_gemv_avx2.h"
+#include "kernels/kiln_bf16_round_avx2.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 /* One k step in assembly text: P is the step within the unrolled group.
@@ -103,14 +104,18 @@ void kiln_f32_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, cons
 }
 
 /* ---- small-M GEMV over B stored transposed (kiln_gemm_gemv_nt_fn) ------
- * R rows of A against S columns of B (each a contiguous run of K floats) at
- * a time: R * S ymm accumulators of 8 partial sums each, reduced across
- * lanes once at the end. Per 8 k steps: S loads of B, R of A, R * S FMAs;
- * B is what streams from memory (each column once per R rows; with R = 2
- * at most, the second pair of rows finds the columns in L1/L2), so S = 4
- * columns keep four sequential streams in flight, each prefetched 1 KiB
- * ahead. One row alone (decode at batch 1) uses two accumulators per
- * column so that eight independent FMA chains hide the latency. */
+ * One column of B (a contiguous run of K elements: a row of torch's (N, K)
+ * weight) at a time against up to 4 rows of A: two ymm accumulators of 8
+ * partial sums per row of A (even and odd 8-element halves of each 16),
+ * reduced across lanes once at the end. Columns one after another make B,
+ * whose rows lie end to end, one sequential stream that the hardware
+ * prefetchers follow: reading 4 columns side by side (4 streams 2-4 KiB
+ * apart, restarting every 4 rows) ran at 11-17 GB/s on a Zen 4 core, one
+ * at a time at 29-30 GB/s, the rate of the packed layout's GEMV. More rows
+ * of A than 4 read the column again from L1. A bf16 B is widened as it is
+ * loaded (a shift: exact) and a rounded one rounded, so every kind runs the
+ * float32 kind's sums in the same order: bit for bit the same results as
+ * the float32 kernel over the widened (rounded) copy. */
 static inline __attribute__((always_inline)) float kiln_gemv_nt_hsum(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -118,60 +123,72 @@ static inline __attribute__((always_inline)) float kiln_gemv_nt_hsum(__m256 v) {
   return _mm_cvtss_f32(x);
 }
 
+/* Eight elements of B from element `at`, as float32s. */
+static inline __attribute__((always_inline)) __m256 kiln_gemv_nt_load8(
+    const void* bt, int64_t at, const kiln_gemm_nt_elem_t elem) {
+  if (elem == KILN_GEMM_NT_BF16) {
+    __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)bt + at));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  __m256 x = _mm256_loadu_ps((const float*)bt + at);
+  return elem == KILN_GEMM_NT_F32_ROUNDED ? kiln_bf16x8_round_ps_avx2(x) : x;
+}
+
+static inline __attribute__((always_inline)) float kiln_gemv_nt_load1(
+    const void* bt, int64_t at, const kiln_gemm_nt_elem_t elem) {
+  if (elem == KILN_GEMM_NT_BF16) return kiln_bf16_to_f32(((const uint16_t*)bt)[at]);
+  float x = ((const float*)bt)[at];
+  return elem == KILN_GEMM_NT_F32_ROUNDED ? kiln_bf16_round_f32(x) : x;
+}
+
+/* out[i * 16] = A row i . column bt, for i < R. */
 static inline __attribute__((always_inline)) void kiln_gemv_nt_tile(
-    const int R, const int S, int64_t k, const float* a, int64_t lda, const float* bt,
-    int64_t ldb, float* out) {
-  __m256 acc[2][2][4]; /* [unroll half (R == 1 only)][row][column] */
+    const int R, int64_t k, const float* a, int64_t lda, const void* bt,
+    const kiln_gemm_nt_elem_t elem, float* out) {
+  __m256 acc[2][4]; /* [half of 16][row] */
   for (int u = 0; u < 2; ++u)
-    for (int i = 0; i < R; ++i)
-      for (int s = 0; s < S; ++s) acc[u][i][s] = _mm256_setzero_ps();
+    for (int i = 0; i < R; ++i) acc[u][i] = _mm256_setzero_ps();
   int64_t p = 0;
-  for (; p + 16 <= k; p += 16) {
-    for (int s = 0; s < S; ++s) _mm_prefetch((const char*)(bt + s * ldb + p + 256), _MM_HINT_T0);
+  for (; p + 16 <= k; p += 16)
     for (int u = 0; u < 2; ++u) {
-      const int h = R == 1 ? u : 0;
-      __m256 bv[4];
-      for (int s = 0; s < S; ++s) bv[s] = _mm256_loadu_ps(bt + s * ldb + p + 8 * u);
-      for (int i = 0; i < R; ++i) {
-        __m256 av = _mm256_loadu_ps(a + i * lda + p + 8 * u);
-        for (int s = 0; s < S; ++s) acc[h][i][s] = _mm256_fmadd_ps(av, bv[s], acc[h][i][s]);
+      const __m256 bv = kiln_gemv_nt_load8(bt, p + 8 * u, elem);
+      for (int i = 0; i < R; ++i)
+        acc[u][i] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * lda + p + 8 * u), bv, acc[u][i]);
+    }
+  for (; p + 8 <= k; p += 8) {
+    const __m256 bv = kiln_gemv_nt_load8(bt, p, elem);
+    for (int i = 0; i < R; ++i)
+      acc[0][i] = _mm256_fmadd_ps(_mm256_loadu_ps(a + i * lda + p), bv, acc[0][i]);
+  }
+  for (int i = 0; i < R; ++i) {
+    float sum = kiln_gemv_nt_hsum(_mm256_add_ps(acc[0][i], acc[1][i]));
+    for (int64_t q = p; q < k; ++q) sum += a[i * lda + q] * kiln_gemv_nt_load1(bt, q, elem);
+    out[i * KILN_GEMM_PANEL] = sum;
+  }
+}
+
+static inline __attribute__((always_inline)) void kiln_gemv_nt_avx2(
+    int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* bt, int64_t ldb,
+    const kiln_gemm_nt_elem_t elem, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const void* bj = elem == KILN_GEMM_NT_BF16 ? (const void*)((const uint16_t*)bt + j * ldb)
+                                               : (const void*)((const float*)bt + j * ldb);
+    for (int64_t i = 0; i < m; i += 4) {
+      const float* ai = a + i * lda;
+      float* o = out + i * KILN_GEMM_PANEL + j;
+      switch (m - i < 4 ? m - i : 4) {
+        case 1: kiln_gemv_nt_tile(1, k, ai, lda, bj, elem, o); break;
+        case 2: kiln_gemv_nt_tile(2, k, ai, lda, bj, elem, o); break;
+        case 3: kiln_gemv_nt_tile(3, k, ai, lda, bj, elem, o); break;
+        default: kiln_gemv_nt_tile(4, k, ai, lda, bj, elem, o); break;
       }
     }
   }
-  for (; p + 8 <= k; p += 8)
-    for (int i = 0; i < R; ++i) {
-      __m256 av = _mm256_loadu_ps(a + i * lda + p);
-      for (int s = 0; s < S; ++s)
-        acc[0][i][s] = _mm256_fmadd_ps(av, _mm256_loadu_ps(bt + s * ldb + p), acc[0][i][s]);
-    }
-  for (int i = 0; i < R; ++i)
-    for (int s = 0; s < S; ++s) {
-      __m256 v = R == 1 ? _mm256_add_ps(acc[0][i][s], acc[1][i][s]) : acc[0][i][s];
-      float sum = kiln_gemv_nt_hsum(v);
-      for (int64_t q = p; q < k; ++q) sum += a[i * lda + q] * bt[s * ldb + q];
-      out[i * KILN_GEMM_PANEL + s] = sum;
-    }
 }
 
 void kiln_f32_gemv_nt__avx2(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                            const float* bt, int64_t ldb, float* out) {
-  for (int64_t j = 0; j < n; j += 4) {
-    int s = n - j < 4 ? (int)(n - j) : 4;
-    const float* b = bt + j * ldb;
-    for (int64_t i = 0; i < m; i += 2) {
-      int r = m - i < 2 ? 1 : 2;
-      const float* ai = a + i * lda;
-      float* o = out + i * KILN_GEMM_PANEL + j;
-      switch (r * 8 + s) {
-        case 8 + 1: kiln_gemv_nt_tile(1, 1, k, ai, lda, b, ldb, o); break;
-        case 8 + 2: kiln_gemv_nt_tile(1, 2, k, ai, lda, b, ldb, o); break;
-        case 8 + 3: kiln_gemv_nt_tile(1, 3, k, ai, lda, b, ldb, o); break;
-        case 8 + 4: kiln_gemv_nt_tile(1, 4, k, ai, lda, b, ldb, o); break;
-        case 16 + 1: kiln_gemv_nt_tile(2, 1, k, ai, lda, b, ldb, o); break;
-        case 16 + 2: kiln_gemv_nt_tile(2, 2, k, ai, lda, b, ldb, o); break;
-        case 16 + 3: kiln_gemv_nt_tile(2, 3, k, ai, lda, b, ldb, o); break;
-        default: kiln_gemv_nt_tile(2, 4, k, ai, lda, b, ldb, o); break;
-      }
-    }
-  }
+                            const void* bt, int64_t ldb, kiln_gemm_nt_elem_t elem, float* out) {
+#define KILN_GEMV_NT_AVX2(e) kiln_gemv_nt_avx2(m, n, k, a, lda, bt, ldb, e, out)
+  KILN_GEMM_NT_BY_ELEM(elem, KILN_GEMV_NT_AVX2)
+#undef KILN_GEMV_NT_AVX2
 }

@@ -46,24 +46,40 @@ void kiln_f32_gemv__generic(int64_t m, int64_t k, const float* a, int64_t lda, c
                              out + q * m * KILN_GEMM_G_NR);
 }
 
+/* Element `at` of B read as `elem` says (kiln_gemm_nt_elem_t). */
+static inline float kiln_gemv_nt_elem(const void* bt, int64_t at, const kiln_gemm_nt_elem_t elem) {
+  if (elem == KILN_GEMM_NT_BF16) return kiln_bf16_to_f32(((const uint16_t*)bt)[at]);
+  float x = ((const float*)bt)[at];
+  return elem == KILN_GEMM_NT_F32_ROUNDED ? kiln_bf16_round_f32(x) : x;
+}
+
 /* Dot products over columns of B stored as contiguous rows (see
  * kiln_gemm_gemv_nt_fn): eight partial sums per dot product, so the
- * compiler can vectorise the inner loop without reassociating a sum. */
-void kiln_f32_gemv_nt__generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                               const float* bt, int64_t ldb, float* out) {
+ * compiler can vectorise the inner loop without reassociating a sum. Each
+ * element kind gets its own copy of the loop (elem a constant there). */
+static inline __attribute__((always_inline)) void kiln_gemv_nt_generic(
+    int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const void* bt, int64_t ldb,
+    const kiln_gemm_nt_elem_t elem, float* out) {
   for (int64_t j = 0; j < n; ++j) {
-    const float* b = bt + j * ldb;
+    const int64_t b = j * ldb;
     for (int64_t i = 0; i < m; ++i) {
       const float* ai = a + i * lda;
       float acc[8] = {0};
       int64_t p = 0;
       for (; p + 8 <= k; p += 8)
-        for (int l = 0; l < 8; ++l) acc[l] += ai[p + l] * b[p + l];
+        for (int l = 0; l < 8; ++l) acc[l] += ai[p + l] * kiln_gemv_nt_elem(bt, b + p + l, elem);
       float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-      for (; p < k; ++p) sum += ai[p] * b[p];
+      for (; p < k; ++p) sum += ai[p] * kiln_gemv_nt_elem(bt, b + p, elem);
       out[i * KILN_GEMM_G_NR + j] = sum;
     }
   }
+}
+
+void kiln_f32_gemv_nt__generic(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                               const void* bt, int64_t ldb, kiln_gemm_nt_elem_t elem, float* out) {
+#define KILN_GEMV_NT_GENERIC(e) kiln_gemv_nt_generic(m, n, k, a, lda, bt, ldb, e, out)
+  KILN_GEMM_NT_BY_ELEM(elem, KILN_GEMV_NT_GENERIC)
+#undef KILN_GEMV_NT_GENERIC
 }
 
 void kiln_f32_gemm_epilogue__generic(int64_t m, int64_t n, const float* src, int64_t lds,
