@@ -161,7 +161,9 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     does (see the README) and, with neither option set, its linear layers
     read their weights where the model keeps them: torch's (N, K) bf16
     rows, which the compiled module holds references to rather than copies,
-    so compiling a bf16 LLM adds next to nothing to its memory. Changing
+    so compiling a bf16 LLM adds next to nothing to its memory (when a
+    layer's input has 32 rows or more fixed by the trace, its weight is
+    packed instead, which is faster there: a fixed-length prompt). Changing
     those parameters in place afterwards therefore changes what the
     compiled module computes for them; trace again after loading new
     weights. KILN_BF16_WEIGHTS=packed packs copies for the bf16 engines

@@ -44,6 +44,20 @@ void kiln_compile_options_initialize(kiln_compile_options_t* o) {
   o->target = NULL;
 }
 
+int kiln_pass_weight_read_in_place(const kiln_graph_t* g, const kiln_node_t* n,
+                                   const kiln_hal_target_t* target,
+                                   const kiln_hal_weights_t* weights) {
+  if (!target || !target->constant_form || !weights || !weights->bf16_in_place ||
+      n->op != KILN_OP_LINEAR || n->n_inputs < 2 ||
+      g->values[n->inputs[1]].layout != KILN_LAYOUT_WIDENED_BF16_T)
+    return 0;
+  kiln_hal_constant_form_t f;
+  kiln_status_t s = target->constant_form(g, n, 1, weights, &f);
+  int kept = !s && f.layout == KILN_LAYOUT_WIDENED_BF16_T;
+  kiln_status_free(s);
+  return kept;
+}
+
 static double kiln_ms_since(struct timespec t0) {
   struct timespec t1;
   clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -138,12 +152,12 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   if (o->fuse) {
     KILN_RUN_PASS("fuse_gemm", kiln_pass_fuse_gemm(g, o->fold_casts, &next, &a), "%d GEMMs fused")
     if (o->fuse_glu)
-      KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, weights.bf16_in_place, &next, &a), "%d gated pairs fused")
+      KILN_RUN_PASS("fuse_glu", kiln_pass_fuse_glu(g, o->pack_weights, target, &weights, &next, &a), "%d gated pairs fused")
     /* No target without the layout pass: a conv that keeps its bf16
      * weight (a scale input) runs only channels-last. */
     KILN_RUN_PASS("fuse_conv", kiln_pass_fuse_conv(g, o->layout ? target : NULL, &weights, &next, &a),
                   "%d convs fused")
-    KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, weights.bf16_in_place, &next, &a), "%d attentions fused")
+    KILN_RUN_PASS("fuse_attn", kiln_pass_fuse_attention(g, target, &weights, &next, &a), "%d attentions fused")
     KILN_RUN_PASS("fuse_elt", kiln_pass_fuse_eltwise(g, o->fold_casts, &next, &a), "%d eltwise groups fused")
   }
   /* compute_dtype=bf16: attention too (linear layers and convs get there

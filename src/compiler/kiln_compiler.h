@@ -25,10 +25,10 @@ typedef struct kiln_compile_options_s {
   int weights_group;  /* int4 group size along K (32 default, a multiple of 32) */
   int weights_asym;   /* int4 with zero points */
   int weights_a8;     /* int8 activations (KILN_GEMM_QUANT_A8): int8 and int4, every M */
-  int bf16_in_place;  /* a bf16 model's linear weights read in place, not packed
-                       * (kiln_hal_weights_t.bf16_in_place): 1 by default, 0 with
-                       * KILN_BF16_WEIGHTS=packed; the GLU and q/k/v fusions then
-                       * leave such weights apart (joining them would copy them) */
+  int bf16_in_place;  /* a bf16 model's linear weights read in place where the target
+                       * says that pays, not packed (kiln_hal_weights_t.bf16_in_place): 1
+                       * by default, 0 with KILN_BF16_WEIGHTS=packed; the GLU and q/k/v
+                       * fusions leave such weights apart (joining them would copy them) */
   int verify_each;    /* run the verifier after every pass */
   int layout;         /* channels-last conv regions (kiln_pass_layout); 0 with KILN_LAYOUT=nchw */
   int fuse_glu;       /* gated pairs' GEMMs as one (kiln_pass_fuse_glu); 0 with KILN_GLU=off */
@@ -80,10 +80,20 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* graph, int fold_round, kiln_grap
  * the MUL reads (kiln_pass_fuse_glu.c). Runs after kiln_pass_fuse_gemm.
  * joined: the pack pass runs later, so [Wa | Wb] of two borrowed weights
  * may be a KILN_LAYOUT_JOINED_COLS descriptor (kiln_joined_const.h)
- * instead of a copy. bf16_in_place: bf16 weights held narrow stay apart
- * (they are read where they lie, kiln_hal_weights_t.bf16_in_place). */
-kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, int joined, int bf16_in_place,
-                                 kiln_graph_t** out_graph, int32_t* out_fused);
+ * instead of a copy. target and weights (or NULL): what the pack pass will
+ * ask, so that weights the target reads where they lie stay apart
+ * (kiln_pass_weight_read_in_place). */
+kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* graph, int joined, const kiln_hal_target_t* target,
+                                 const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
+                                 int32_t* out_fused);
+
+/* 1 when the pack pass will keep LINEAR node n's weight as it is because
+ * target reads it in place with these weight options (a bf16 model's
+ * (N, K) rows, kiln_hal_weights_t.bf16_in_place): a fusion joining it with
+ * another weight would copy it. target NULL: 0. */
+int kiln_pass_weight_read_in_place(const kiln_graph_t* graph, const kiln_node_t* n,
+                                   const kiln_hal_target_t* target,
+                                   const kiln_hal_weights_t* weights);
 
 /* CONV2D absorbs a following run of per-channel MUL/ADD by constants (batch
  * norm: folded into its weight and bias), an activation and a residual add,
@@ -97,9 +107,10 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* graph, const kiln_hal_target_t* 
 
 /* SDPA reads q/k/v through views (no permute copies), writes (B, S, H, D)
  * when that is what follows, and gets one GEMM for Q, K and V (except over
- * bf16 weights held narrow with bf16_in_place: concatenating would copy
- * them). */
-kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, int bf16_in_place,
+ * weights target reads in place, kiln_pass_weight_read_in_place:
+ * concatenating would copy them; target NULL: no such weights). */
+kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* graph, const kiln_hal_target_t* target,
+                                       const kiln_hal_weights_t* weights,
                                        kiln_graph_t** out_graph, int32_t* out_fused);
 
 /* compute_bf16: SDPAs compute in bf16 (KILN_SDPA_BF16): all of them, or

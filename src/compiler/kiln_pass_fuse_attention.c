@@ -181,7 +181,8 @@ static int32_t linear_behind(const kiln_graph_t* g, int32_t v, const int32_t* us
   return -1;
 }
 
-kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, int bf16_in_place,
+kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, const kiln_hal_target_t* target,
+                                       const kiln_hal_weights_t* weights,
                                        kiln_graph_t** out_graph, int32_t* out_fused) {
   *out_graph = NULL;
   *out_fused = 0;
@@ -292,8 +293,8 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, int bf16_in_place,
              (l->n_inputs < 4 || l->inputs[3] < 0) &&
              w->kind == KILN_VALUE_CONSTANT && w->layout == g->values[l0->inputs[1]].layout &&
              (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
-              w->layout == KILN_LAYOUT_WIDENED_BF16 ||
-              (w->layout == KILN_LAYOUT_WIDENED_BF16_T && !bf16_in_place)) &&
+              kiln_layout_is_widened_bf16(w->layout)) &&
+             !kiln_pass_weight_read_in_place(g, l, target, weights) &&
              w->shape[0] == K && (l->n_inputs > 2 && l->inputs[2] >= 0) == (l0->n_inputs > 2 && l0->inputs[2] >= 0) &&
              (i == 0 || lin[i] != lin[i - 1]);
         n_total += w->shape[1];

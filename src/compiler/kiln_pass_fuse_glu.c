@@ -5,7 +5,7 @@
  *     y = MUL(a, b)                            (or MUL(b, a))
  * with Wa, Wb float32 constants of one shape (K, N) and layout (bf16 ones
  * held narrow too, KILN_LAYOUT_WIDENED_BF16(_T): joined as bf16, except
- * torch's rows read in place, bf16_in_place), no bias,
+ * torch's rows the target reads in place), no bias,
  * residual or other flag on either, a and b read only by the MUL, becomes
  *     c = LINEAR(x, [Wa | Wb])                 (K, 2N)
  *     y = MUL(act(c[..., :N]), c[..., N:])
@@ -59,8 +59,13 @@ static int kiln_glu_same_x(const kiln_graph_t* g, int32_t x, int32_t y) {
  * stored transposed (as float32 or bf16 numbers, but not torch's bf16 rows
  * when those are read in place), no bias or residual, a float32 output
  * read once. */
-static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses, int bf16_in_place,
-                           int32_t v) {
+typedef struct {
+  const kiln_hal_target_t* target;
+  const kiln_hal_weights_t* weights;
+} kiln_glu_in_place_t;
+
+static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses,
+                           const kiln_glu_in_place_t* ip, int32_t v) {
   const kiln_value_t* y = &g->values[v];
   if (y->kind != KILN_VALUE_INTERMEDIATE || y->dtype != KILN_F32 || uses[v] != 1) return 0;
   const kiln_node_t* n = &g->nodes[y->producer];
@@ -70,20 +75,19 @@ static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses, int bf16_
   const kiln_value_t* w = &g->values[n->inputs[1]];
   return w->kind == KILN_VALUE_CONSTANT && w->dtype == KILN_F32 && w->rank == 2 && w->data &&
          (w->layout == KILN_LAYOUT_DENSE || w->layout == KILN_LAYOUT_TRANSPOSED_2D ||
-          w->layout == KILN_LAYOUT_WIDENED_BF16 ||
-          (w->layout == KILN_LAYOUT_WIDENED_BF16_T && !bf16_in_place));
+          kiln_layout_is_widened_bf16(w->layout)) &&
+         !kiln_pass_weight_read_in_place(g, n, ip->target, ip->weights);
 }
 
 /* For a MUL node: its gate LINEAR (with the activation) and its plain one
  * when they pair up, else 0. */
-static int kiln_glu_match(const kiln_graph_t* g, const int32_t* uses, int bf16_in_place,
-                          const kiln_node_t* mul,
+static int kiln_glu_match(const kiln_graph_t* g, const int32_t* uses,
+                          const kiln_glu_in_place_t* ip, const kiln_node_t* mul,
                           int32_t* out_gate, int32_t* out_up) {
   if (mul->op != KILN_OP_MUL || mul->n_inputs != 2) return 0;
   for (int order = 0; order < 2; ++order) {
     int32_t a = mul->inputs[order], b = mul->inputs[1 - order];
-    if (a == b || !kiln_glu_linear(g, uses, bf16_in_place, a) ||
-        !kiln_glu_linear(g, uses, bf16_in_place, b)) continue;
+    if (a == b || !kiln_glu_linear(g, uses, ip, a) || !kiln_glu_linear(g, uses, ip, b)) continue;
     const kiln_node_t *na = &g->nodes[g->values[a].producer], *nb = &g->nodes[g->values[b].producer];
     int64_t pa[KILN_MAX_PARAMS];
     memcpy(pa, na->params, sizeof(pa));
@@ -164,8 +168,10 @@ static kiln_status_t kiln_glu_half(kiln_graph_t* dst, int32_t c, int64_t off, co
                              origin, out_id);
 }
 
-kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, int bf16_in_place,
-                                 kiln_graph_t** out_graph, int32_t* out_fused) {
+kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, const kiln_hal_target_t* target,
+                                 const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
+                                 int32_t* out_fused) {
+  const kiln_glu_in_place_t ip = {target, weights};
   *out_graph = NULL;
   *out_fused = 0;
   int32_t nv = g->n_values, nn = g->n_nodes;
@@ -183,7 +189,7 @@ kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, int bf16_in_place,
   for (int32_t ni = 0; ni < nn; ++ni) pair[ni] = fused[ni] = -1;
   for (int32_t ni = 0; ni < nn; ++ni) {
     int32_t gate, up;
-    if (!kiln_glu_match(g, uses, bf16_in_place, &g->nodes[ni], &gate, &up) || pair[gate] >= 0 || pair[up] >= 0)
+    if (!kiln_glu_match(g, uses, &ip, &g->nodes[ni], &gate, &up) || pair[gate] >= 0 || pair[up] >= 0)
       continue;
     pair[gate] = pair[up] = ni;
     /* The later LINEAR is not emitted, nor the RESHAPE making its x when
@@ -199,7 +205,7 @@ kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, int bf16_in_place,
     if (pair[ni] >= 0) { /* the earlier LINEAR of a pair: the GEMM over both weights */
       const kiln_node_t* mul = &g->nodes[pair[ni]];
       int32_t gate, up, ins[2];
-      (void)kiln_glu_match(g, uses, bf16_in_place, mul, &gate, &up);
+      (void)kiln_glu_match(g, uses, &ip, mul, &gate, &up);
       const kiln_node_t *ng = &g->nodes[gate], *nu = &g->nodes[up];
       int64_t params[KILN_MAX_PARAMS];
       memcpy(params, ng->params, sizeof(params));
@@ -219,7 +225,7 @@ kiln_status_t kiln_pass_fuse_glu(kiln_graph_t* g, int joined, int bf16_in_place,
     }
     /* The MUL: act(c's first half) times its second, in the MUL's order. */
     int32_t gate, up, lo, hi, act, ins[2];
-    (void)kiln_glu_match(g, uses, bf16_in_place, n, &gate, &up);
+    (void)kiln_glu_match(g, uses, &ip, n, &gate, &up);
     const kiln_node_t* ng = &g->nodes[gate];
     int64_t n_half = g->values[ng->outputs[0]].shape[g->values[ng->outputs[0]].rank - 1];
     s = kiln_glu_half(rw.dst, fused[ni], 0, ng->origin, &lo);

@@ -86,7 +86,7 @@ static void jw_pass(const float* wa, const float* wb) {
         kiln_graph_t *g = jw_graph(JN_MAX, lay, borrowed, KILN_F32, wa, wb), *next = NULL;
         if (!g) return;
         int32_t fused = 0;
-        KILN_EXPECT_OK(kiln_pass_fuse_glu(g, joined, 0, &next, &fused));
+        KILN_EXPECT_OK(kiln_pass_fuse_glu(g, joined, NULL, NULL, &next, &fused));
         kiln_graph_release(g); /* the descriptor must not need the old graph */
         if (!next) return;
         KILN_EXPECT_OK(kiln_graph_verify(next));
