@@ -114,7 +114,7 @@ void kiln_f32_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, cons
  * at a time at 29-30 GB/s, the rate of the packed layout's GEMV. The
  * stream is prefetched 2 KiB ahead, into the next columns: with 4 rows of
  * A the loop is slow enough that the hardware alone fell behind (M = 4,
- * bf16 1024 x 2816 on the avx2 level of a Zen 4 core: 692 -> 471 us). More
+ * M x N x K 4 x 2816 x 1024, bf16 W, avx2 level of a Zen 4 core: 692 -> 471 us). More
  * rows of A than 4 read the column again from L1. A bf16 B is widened as it is
  * loaded (a shift: exact) and a rounded one rounded, so every kind runs the
  * float32 kind's sums in the same order: bit for bit the same results as
