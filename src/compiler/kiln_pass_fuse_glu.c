@@ -55,15 +55,16 @@ static int kiln_glu_same_x(const kiln_graph_t* g, int32_t x, int32_t y) {
   return p->op == KILN_OP_RESHAPE && q->op == KILN_OP_RESHAPE && p->inputs[0] == q->inputs[0];
 }
 
-/* A LINEAR that can take part: a float32 constant weight (K, N) dense or
- * stored transposed (as float32 or bf16 numbers, but not torch's bf16 rows
- * when those are read in place), no bias or residual, a float32 output
- * read once. */
+/* What the pack pass will ask (kiln_pass_weight_read_in_place). */
 typedef struct {
   const kiln_hal_target_t* target;
   const kiln_hal_weights_t* weights;
 } kiln_glu_in_place_t;
 
+/* A LINEAR that can take part: a float32 constant weight (K, N) dense or
+ * stored transposed (as float32 or bf16 numbers, but not torch's bf16 rows
+ * when those are read in place), no bias or residual, a float32 output
+ * read once. */
 static int kiln_glu_linear(const kiln_graph_t* g, const int32_t* uses,
                            const kiln_glu_in_place_t* ip, int32_t v) {
   const kiln_value_t* y = &g->values[v];

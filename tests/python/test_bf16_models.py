@@ -352,10 +352,39 @@ def test_bf16_weights_are_read_in_place(name, shape, monkeypatch, tmp_path):
         got, want, eager = compiled(ids), packed(ids), model(ids)
         assert torch.equal(loaded(ids), got)
     # Both are sums of the same exact bf16 products in float32, rounded to
-    # bf16 at each layer's output: a few bf16 ulps of the logits' scale.
+    # bf16 at each layer's output: a bf16 ulp here and there (packed against
+    # in place measured below 1e-3 of the logits' scale; eager, whose
+    # kernels round differently, below 1e-2).
     scale = eager.float().abs().max().item()
-    assert (got.float() - want.float()).abs().max().item() <= 0.05 * scale
+    assert (got.float() - want.float()).abs().max().item() <= 0.005 * scale
     assert (got.float() - eager.float()).abs().max().item() <= 0.05 * scale
+
+
+def test_bf16_weights_read_in_place_at_any_length(monkeypatch):
+    """With the sequence length dynamic (rows not known when compiling), a
+    bf16 model's linear weights are read in place whatever the length: one
+    row, a few, and 40 (the 4 x 4 tiles over the rows of x and W where the
+    CPU has VDPBF16PS), each call the packed compile's within bf16
+    rounding of the logits."""
+    from torch.export import Dim
+    model, n_weights = _tiny_transformer("llama")
+    model = model.eval().to(torch.bfloat16)
+    torch.manual_seed(4)
+    ids = torch.randint(0, 128, (1, 6))
+    dyn = {"ids": {1: Dim("seq", min=2, max=64)}}
+    compiled = kiln.trace(model, (ids,), dynamic_shapes=dyn)
+    assert kiln.explain(compiled).count("[bf16 held]") == n_weights
+    monkeypatch.setenv("KILN_BF16_WEIGHTS", "packed")
+    packed = kiln.trace(model, (ids,), dynamic_shapes=dyn)
+    monkeypatch.delenv("KILN_BF16_WEIGHTS")
+    with torch.no_grad():
+        for seq in (2, 5, 40):
+            x = torch.randint(0, 128, (1, seq))
+            got, want, eager = compiled(x), packed(x), model(x)
+            scale = eager.float().abs().max().item()
+            # the same sums in another order: measured 0 to 2e-4 of the scale
+            assert (got.float() - want.float()).abs().max().item() <= 0.005 * scale, seq
+            assert (got.float() - eager.float()).abs().max().item() <= 0.05 * scale, seq
 
 
 def has_bf16_engine():
