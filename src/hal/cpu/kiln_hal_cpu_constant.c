@@ -6,7 +6,11 @@
  * loop reads it dense) becomes the panels the conv kernel picks for that
  * node's shape; a CONV2D_NHWC's, panels of 16 (the fp32 NHWC kernel's
  * packing), or with compute_bf16 the bf16-compute layout
- * (kiln_cpu_conv_form says when). A LINEAR whose x is bf16 (a bf16 model's linear layer, see
+ * (kiln_cpu_conv_form says when). A bf16 model's linear weight (held as
+ * torch's (N, K) bf16 rows by the fold, KILN_LAYOUT_WIDENED_BF16_T) is kept
+ * where it lies when the options read such weights in place and x's rows
+ * are few or not known (the kernels read the rows: kiln_gemm_bf16_rows);
+ * otherwise a LINEAR whose x is bf16 (a bf16 model's linear layer, see
  * python/kiln/lowp.py) and whose weight holds only bf16 values (a bf16
  * parameter widened) gets the VNNI form unasked: rounding A and W to bf16
  * changes neither, so the bf16 engines compute exactly the products eager
