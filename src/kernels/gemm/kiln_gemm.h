@@ -57,9 +57,10 @@ typedef struct kiln_gemm_f32_args_s {
   /* 1: b_bf16 is a weight's own bf16 numbers (a bf16 model's linear weight
    * read where torch keeps it, kiln_hal_weights_t.bf16_in_place), not a
    * graph value a folded cast made: no unfused graph's bits to match, so
-   * at small M with a bf16 A (a_bf16, unit columns) and its (N, K) rows
-   * contiguous the bf16 engine's dot products (VDPBF16PS) take it where
-   * the CPU has them. */
+   * with a bf16 A (a_bf16, unit columns), its (N, K) rows contiguous and
+   * one batch, the bf16 engine's dot products over the rows of both
+   * (VDPBF16PS, kiln_gemm_bf16_rows) take it at every M where the CPU has
+   * them. */
   int b_bf16_weight;
   /* Packed B (one matrix shared by every batch), or NULL. */
   const float* b_packed;
