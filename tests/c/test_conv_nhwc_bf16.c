@@ -234,10 +234,16 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   a.x = xr;
   cbf_bounds(&a, xr, wr, bound);
 
-  const int engine = (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) != 0;
-  for (int eng = engine; eng >= 0; --eng) {
-    kiln_cpu_bf16_set(eng ? cbf_mask_ : 0);
-    const char* path = eng ? "avx512_bf16" : "fp32";
+  /* Each engine the machine has, then none: AMX (tiles from the copy when
+   * a group's Cg2 is a multiple of 32, else from gathered rows), VDPBF16PS
+   * alone, the portable path. */
+  const unsigned has = kiln_cpu_bf16();
+  const unsigned masks[3] = {has & KILN_CPU_BF16_AMX ? has : 0u, has & KILN_CPU_BF16_AVX512, 0u};
+  for (int e = 0; e < 3; ++e) {
+    if (e < 2 && !masks[e]) continue;
+    const int eng = e < 2;
+    kiln_cpu_bf16_set(masks[e]);
+    const char* path = !eng ? "fp32" : e == 0 ? "amx" : "avx512_bf16";
     for (int nchw = 0; nchw < 2; ++nchw) {
       memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
       a.x = nchw ? x : xt;
@@ -248,9 +254,10 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
       cbf_compare(what2, got, want, bound, ny);
       KILN_EXPECT(!strcmp(kiln_conv2d_bf16_last_path(), path), "%s: ran %s", what2,
                   kiln_conv2d_bf16_last_path());
-      /* Window-row pairs exactly for the rule's shapes with finite x. */
+      /* Window-row pairs exactly for the rule's shapes with finite x (any
+       * x on AMX: its gathered rows hold a zero past each window row). */
       const int pairs = eng && nchw && a.c <= 3 && a.c % 2 && a.groups == 1 && a.dw == 1 &&
-                        a.kw > 1 && finite;
+                        a.kw > 1 && (finite || e == 0);
       KILN_EXPECT(kiln_conv2d_bf16_last_window_pairs() == pairs, "%s: window pairs %d, want %d",
                   what2, kiln_conv2d_bf16_last_window_pairs(), pairs);
     }
@@ -293,6 +300,13 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
       {1, 1, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1},      /* window = input, 1x1 out */
       {1, 2, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1},      /* stride > 1 with few pixels */
       {1, 40, 7, 7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 7x7 out, O = 33 (tail 1) */
+      /* AMX (Cg2 a multiple of 32): unit strides are one run of the copy's
+       * rows (columns past wo dropped), other strides a run per row. */
+      {1, 32, 9, 9, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* one run, 11-wide copy */
+      {1, 63, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* C 63: the pad channel in a step */
+      {1, 64, 12, 11, 40, 3, 3, 1, 1, 2, 1, 2, 2, 2},  /* groups of 32, dilation, pad 2x1 */
+      {1, 32, 5, 17, 32, 2, 3, 1, 2, 0, 1, 1, 1, 1},   /* stride 1x2: a run per row */
+      {2, 32, 6, 5, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1x1: the copy is the image */
   };
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
     for (int v = 0; v < 5; ++v) {
@@ -633,8 +647,8 @@ static void cbf_compile(int with_engine) {
  * NHWC and NCHW x, at every pixel: nearest even on ties, NaN stays NaN,
  * +-Inf, -0, the largest floats (rounding up to Inf past the last bf16).
  * The identity case takes only values whose bf16 is finite (0 x Inf is
- * NaN). Denormals: rounded and kept by the copy, but VDPBF16PS treats
- * denormal inputs as zero, so through the engine y is 0 there; the
+ * NaN). Denormals: rounded and kept by the copy, but VDPBF16PS and AMX
+ * treat denormal inputs as zero, so through an engine y is 0 there; the
  * portable path (fp32 FMAs) keeps them. */
 static void cbf_rounding(kiln_pool_t* pool, const char* where) {
   enum { H = 5, W = 7, N = H * W * 2 };
@@ -670,7 +684,9 @@ static void cbf_rounding(kiln_pool_t* pool, const char* where) {
         if (!ok && !bad++) first = i;
       }
       for (int i = 0; i < CBF_GUARD; ++i) bad += y[H * W * C + i] != -7.0f;
-      KILN_EXPECT(bad == 0 && !strcmp(kiln_conv2d_bf16_last_path(), engine ? "avx512_bf16" : "fp32"),
+      const char* path = !engine ? "fp32"
+                         : kiln_cpu_bf16() & KILN_CPU_BF16_AMX ? "amx" : "avx512_bf16";
+      KILN_EXPECT(bad == 0 && !strcmp(kiln_conv2d_bf16_last_path(), path),
                   "%s rounding through an identity conv (C %d, %s x, path %s): %d off, first [%d] "
                   "x %.9g got %.9g want %.9g", where, C, nchw ? "NCHW" : "NHWC",
                   kiln_conv2d_bf16_last_path(), bad, first, first >= 0 ? (double)x[first] : 0.0,

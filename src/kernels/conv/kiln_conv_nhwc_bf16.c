@@ -36,6 +36,11 @@
  * runs again with channel pairs. Its planes are interleaved into the copy
  * by an AVX-512 permute (kiln_conv_nhwc_bf16_copy_avx512bf16.c).
  *
+ * With AMX (kiln_cpu_bf16() & KILN_CPU_BF16_AMX) every conv runs on AMX
+ * tiles instead (kiln_conv_nhwc_bf16_internal.h, kiln_conv_nhwc_bf16_amx.c):
+ * the same copy, a step's tile loaded from it when a group's Cg2 is a
+ * multiple of 32, else from rows gathered per task; tiles of 16 pixels.
+ *
  * Without a VDPBF16PS engine at run time, the portable path: x rounded to
  * bf16 into an fp32 copy, the weights widened to fp32 panels of 16 ((c, u,
  * v) order), then the fp32 NHWC kernels: the same products (bf16 x bf16 is
@@ -76,6 +81,12 @@ int kiln_conv2d_bf16_has_engine(void) {
 }
 
 const char* kiln_conv2d_bf16_describe(void) {
+#ifdef KILN_GEMM_HAVE_X86
+  if (kiln_cpu_bf16() & KILN_CPU_BF16_AMX)
+    return "bf16 compute: AMX tiles (TDPBF16PS), NHWC tiles of 16 pixels x 32 channels read "
+           "from the bf16 copy (from gathered rows when a group's channels are not a multiple "
+           "of 32)";
+#endif
   if (kiln_conv2d_bf16_has_engine())
     return "bf16 compute: AVX512_BF16 dot products (VDPBF16PS), NHWC tiles of "
            KILN_CONV_BF16_STR(KILN_CONV_BF16_MR) " pixels x 32 channels";
@@ -145,6 +156,16 @@ typedef struct {
   int64_t cg, cg2, og, rw, rows, howo, nstrips;
   int64_t hp, wp, cp2;
   int64_t nt, tb, noc, kc;
+  /* AMX (amx_mode 1: tiles straight from the copy; 2: from rows gathered
+   * per task, seg and nseg the gather's segments, gbuf its buffers, gbuf_el
+   * bf16 a thread), else VDPBF16PS (0). */
+  int amx_mode;
+  kiln_conv_bf16_amx_t amx;
+  const int64_t* seg;
+  int64_t nseg;
+  uint16_t* gbuf;
+  int64_t gbuf_el;
+  int64_t prow; /* pair rows a panel of the weights the kernels read */
   const int64_t* off;
   const int64_t* vpos;
   float* part;
@@ -294,14 +315,14 @@ static void kiln_conv_bf16_sub_task(void* p, size_t task, int thread) {
   }
 }
 
-/* A finished tile to y: its np pixels are consecutive there, O apart; the
- * residual first when it goes before the activation (y may be the
- * residual: each element is read before it is written). */
-static void kiln_conv_bf16_store(const void* p, int64_t j0, int64_t cols, int64_t ti, int64_t np,
+/* A finished run of pixels to y: its np pixels are consecutive there, O
+ * apart; the residual first when it goes before the activation (y may be
+ * the residual: each element is read before it is written). */
+static void kiln_conv_bf16_store(const void* p, int64_t j0, int64_t cols, int64_t p0, int64_t np,
                                  float* tmp) {
   const kiln_conv_bf16_ctx_t* t = p;
   const kiln_conv2d_f32_args_t* a = t->a;
-  const int64_t O = a->o, at = ti * KILN_CONV_BF16_MR * O + j0;
+  const int64_t O = a->o, at = p0 * O + j0;
   const float* r = t->res ? t->res + at : NULL;
   if (t->scale)
     for (int64_t i = 0; i < np; ++i)
@@ -330,6 +351,35 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
                                       (oc + 1) * t->nstrips / t->noc, thread);
 }
 
+static void kiln_conv_bf16_amx_task(void* p, size_t task, int thread) {
+  (void)thread;
+  const kiln_conv_bf16_ctx_t* t = p;
+  int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
+  int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
+  const int64_t s0 = oc * t->nstrips / t->noc, s1 = (oc + 1) * t->nstrips / t->noc;
+  kiln_conv_bf16_amx_t l = t->amx;
+  const kiln_conv2d_f32_args_t* a = t->a;
+  l.w = t->wg, l.src = t->src;
+  if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) { /* straight to y */
+    l.y = t->y, l.res = t->res, l.bias = t->bias, l.scale = t->scale, l.ldy = a->o;
+    l.relu = a->act == KILN_ACT_RELU, l.res_first = a->residual_before_act;
+  }
+  if (t->amx_mode == 1) {
+    kiln_bf16_conv_nhwc_run__amx(&l, t0, t1, s0, s1);
+    return;
+  }
+  /* Gathered: tiles of 16 output pixels, 16 tiles at a time; each batch
+   * of rows is one run of its own pixels. */
+  uint16_t* buf = t->gbuf + (int64_t)thread * t->gbuf_el;
+  for (int64_t c0 = t0; c0 < t1; c0 += 16) {
+    const int64_t px0 = c0 * 16, px1 = (t1 - c0 < 16 ? t1 : c0 + 16) * 16;
+    const int64_t np = (px1 < t->howo ? px1 : t->howo) - px0;
+    kiln_bf16_conv_nhwc_gather__amx(t->src, t->vpos + px0, np, t->seg, t->nseg, 2 * t->prow, buf);
+    l.src = buf, l.p0 = px0, l.rl = l.ww = l.wo = np, l.tpr = kiln_conv_bf16_cdiv(np, 16);
+    kiln_bf16_conv_nhwc_run__amx(&l, 0, l.tpr, s0, s1);
+  }
+}
+
 /* Whether window-row pairs apply (kiln_conv_nhwc_bf16_internal.h): an odd
  * C <= 3 (so the pad channel wastes a product a tap) read from NCHW planes
  * (the copy that checks for Inf and NaN), one group, consecutive columns,
@@ -340,11 +390,12 @@ static int kiln_conv_bf16_window_pairs_fit(const kiln_conv2d_f32_args_t* a, int 
 
 /* The layout's weight (kiln_conv_nhwc_bf16.h; one group, odd C) in
  * window-row pair order: value e = v C + c of window row u in pair row
- * u rw + e / 2, lane 2 i + e % 2; a row's last lane zero when kw C is odd. */
+ * u rw + e / 2, lane 2 i + e % 2; a row's last lane zero when kw C is odd;
+ * panels `rows` pair rows apart (at least kh rw; the rest zero). */
 static void kiln_conv_bf16_window_weights(const kiln_conv2d_f32_args_t* a, int64_t rw,
-                                          uint16_t* out) {
+                                          int64_t rows, uint16_t* out) {
   const int64_t C = a->c, half = (C + 1) / 2, nq = kiln_conv_bf16_cdiv(a->o, 16);
-  const int64_t R = a->kh * a->kw * half, rows = a->kh * rw;
+  const int64_t R = a->kh * a->kw * half;
   const uint16_t* w = (const uint16_t*)(const void*)a->weight;
   memset(out, 0, (size_t)(nq * rows * 32) * sizeof(uint16_t));
   for (int64_t q = 0; q < nq; ++q)
@@ -356,6 +407,61 @@ static void kiln_conv_bf16_window_weights(const kiln_conv2d_f32_args_t* a, int64
           uint16_t* dst = out + (q * rows + u * rw + e / 2) * 32 + (e & 1);
           for (int64_t i = 0; i < 16; ++i) dst[2 * i] = src[2 * i];
         }
+}
+
+/* Task blocks of t->tb tiles (at most, shrunk to equal blocks) x t->noc
+ * strip ranges: enough strip ranges, then blocks, that every thread gets
+ * about four tasks. Returns the number of blocks. */
+static int64_t kiln_conv_bf16_split(kiln_conv_bf16_ctx_t* t, int threads) {
+  int64_t nb = kiln_conv_bf16_cdiv(t->nt, t->tb);
+  while (threads > 1 && nb * t->noc < 4 * threads && t->noc < t->nstrips) t->noc++;
+  if (threads > 1 && nb * t->noc < 4 * threads) nb = kiln_conv_bf16_cdiv(4 * threads, t->noc);
+  if (nb > t->nt) nb = t->nt;
+  t->tb = kiln_conv_bf16_cdiv(t->nt, nb); /* blocks of equal size */
+  return kiln_conv_bf16_cdiv(t->nt, t->tb);
+}
+
+/* How the AMX tiles run this conv (0: they are not allowed): straight from
+ * the copy (1) when every 32-K step is one tap's contiguous channels (Cg2
+ * a multiple of 32; not window-row pairs), else from gathered rows (2).
+ * AMX whenever allowed: on a Sapphire Rapids-class Xeon core, whose
+ * VDPBF16PS peak is half its fp32 FMA's (114 against 228 GFLOP/s),
+ * ResNet-18's convs in kiln.profile (one thread) went from 96-115 GFLOP/s
+ * on VDPBF16PS to 660-1120 (3x3), 146-326 (1x1/2) and 352 (the stem,
+ * gathered: 2.46 -> 0.67 ms; its 3.2 MB fp32 output is much of that). */
+static int kiln_conv_bf16_amx_mode(const kiln_conv_bf16_ctx_t* t) {
+  if (!(kiln_cpu_bf16() & KILN_CPU_BF16_AMX)) return 0;
+  return !t->flat && t->cg2 % 32 == 0 ? 1 : 2;
+}
+
+/* The AMX plan (kiln_conv_nhwc_bf16_internal.h): runs and tiles of 16
+ * virtual pixels; task blocks of at most 16 tiles (the kernel's C chunk),
+ * an even number where possible (tiles go in pairs). Returns the blocks. */
+static int64_t kiln_conv_bf16_amx_plan(kiln_conv_bf16_ctx_t* t, int threads) {
+  const kiln_conv2d_f32_args_t* a = t->a;
+  kiln_conv_bf16_amx_t* l = &t->amx;
+  l->rows = t->prow, l->steps = t->prow / 16, l->og = t->og, l->wo = a->wo;
+  l->store = kiln_conv_bf16_store, l->store_ctx = t;
+  int64_t nrun;
+  if (t->amx_mode == 2) { /* tiles of 16 output pixels (runs made per task) */
+    nrun = 1, l->rl = t->howo, l->ww = a->wo;
+    l->run_pitch = 0, l->px_stride = t->prow * 2;
+  } else if (t->esh == 1 && t->esw == 1) { /* the copy's rows back to back, one run */
+    nrun = 1, l->rl = (a->ho - 1) * t->wp + a->wo, l->ww = t->wp;
+    l->run_pitch = 0, l->px_stride = t->cp2;
+  } else { /* a run per output row */
+    nrun = a->ho, l->rl = a->wo, l->ww = a->wo;
+    l->run_pitch = t->esh * t->wp * t->cp2, l->px_stride = t->esw * t->cp2;
+  }
+  l->tpr = kiln_conv_bf16_cdiv(l->rl, 16);
+  t->nt = nrun * l->tpr;
+  t->tb = t->nt < 16 ? t->nt : 16;
+  int64_t nb = kiln_conv_bf16_split(t, threads);
+  if (t->tb > 1 && t->tb % 2 && kiln_conv_bf16_cdiv(t->nt, t->tb + 1) == nb) {
+    t->tb += 1;
+    nb = kiln_conv_bf16_cdiv(t->nt, t->tb);
+  }
+  return nb;
 }
 
 static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, int window_pairs,
@@ -382,41 +488,51 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
   t.hp = t.sub ? a->ho : (a->ho - 1) * a->sh + (a->kh - 1) * a->dh + 1;
   t.wp = t.sub ? a->wo : (a->wo - 1) * a->sw + (a->kw - 1) * a->dw + 1;
   const int threads = kiln_pool_size(pool);
-  t.kc = t.rows <= KILN_CONV_BF16_KC
-             ? t.rows
-             : kiln_conv_bf16_cdiv(t.rows, kiln_conv_bf16_cdiv(t.rows, KILN_CONV_BF16_KC));
-  const int multi = t.kc < t.rows;
+  const int amx = t.amx_mode = kiln_conv_bf16_amx_mode(&t);
+  /* Gathered rows: ka = 2 prow bf16 a pixel, a multiple of 32. */
+  t.prow = amx == 2 ? (t.rows + 15) / 16 * 16 : t.rows;
+  int64_t nb;
   t.noc = 1;
-  t.nt = kiln_conv_bf16_cdiv(t.howo, MR);
-  /* A block's output rows: each reads sh fresh source rows of wp pixels,
-   * plus the window's extra rows once. */
-  int64_t per_row = t.esh * t.wp * t.cg2 * 2;
-  int64_t brows = KILN_CONV_BF16_BLOCK_BYTES / (per_row > 0 ? per_row : 1) - (a->kh - 1) * a->dh;
-  t.tb = kiln_conv_bf16_cdiv((brows > 1 ? brows : 1) * a->wo, MR);
-  if (multi && t.tb > KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4))
-    t.tb = KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4);
-  if (t.tb > t.nt) t.tb = t.nt;
-  int64_t nb = kiln_conv_bf16_cdiv(t.nt, t.tb);
-  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nstrips) t.noc++;
-  if (threads > 1 && nb * t.noc < 4 * threads) nb = kiln_conv_bf16_cdiv(4 * threads, t.noc);
-  if (nb > t.nt) nb = t.nt;
-  t.tb = kiln_conv_bf16_cdiv(t.nt, nb); /* blocks of equal size */
-  nb = kiln_conv_bf16_cdiv(t.nt, t.tb);
-  t.part_fl = multi ? t.tb * MR * 32 : 0;
+  if (amx) {
+    nb = kiln_conv_bf16_amx_plan(&t, threads);
+  } else {
+    t.kc = t.rows <= KILN_CONV_BF16_KC
+               ? t.rows
+               : kiln_conv_bf16_cdiv(t.rows, kiln_conv_bf16_cdiv(t.rows, KILN_CONV_BF16_KC));
+    const int multi = t.kc < t.rows;
+    t.nt = kiln_conv_bf16_cdiv(t.howo, MR);
+    /* A block's output rows: each reads sh fresh source rows of wp pixels,
+     * plus the window's extra rows once. */
+    int64_t per_row = t.esh * t.wp * t.cg2 * 2;
+    int64_t brows = KILN_CONV_BF16_BLOCK_BYTES / (per_row > 0 ? per_row : 1) - (a->kh - 1) * a->dh;
+    t.tb = kiln_conv_bf16_cdiv((brows > 1 ? brows : 1) * a->wo, MR);
+    if (multi && t.tb > KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4))
+      t.tb = KILN_CONV_BF16_PART_BYTES / (MR * 32 * 4);
+    if (t.tb > t.nt) t.tb = t.nt;
+    nb = kiln_conv_bf16_split(&t, threads);
+    t.part_fl = multi ? t.tb * MR * 32 : 0;
+  }
 
-  /* Scratch (bytes, each piece 64-aligned): offsets and pixel bases
-   * (int64), partial sums, the bordered copy and 64 zero bytes past it
-   * (window-row pairs read one value past the last window), the
-   * window-row weights. */
+  /* Scratch (bytes, each piece 64-aligned): offsets, pixel bases, the
+   * AMX steps' offsets and the gather's segments (int64), partial sums,
+   * the bordered copy and zero bytes past it (64: window-row pairs read
+   * one value past the last window; AMX: a last tile's 16 rows), the
+   * weights reordered (window-row pairs) or padded (gathered rows), the
+   * gathered rows (256 pixels a thread). */
   const int64_t nq = kiln_conv_bf16_cdiv(t.og, 16);
-  const size_t int_b = ((size_t)(t.rows + t.howo) * 8 + 63) & ~(size_t)63;
+  t.nseg = amx == 2 ? (t.flat ? a->kh : a->kh * a->kw) : 0;
+  const size_t int_b =
+      ((size_t)(t.rows + t.howo + t.amx.steps + 3 * t.nseg) * 8 + 63) & ~(size_t)63;
   const size_t part_b = (size_t)(t.part_fl * threads) * sizeof(float);
   const size_t copy_b = (size_t)(t.hp * t.wp * t.cp2) * 2;
-  const size_t pad_b = ((copy_b + 63) & ~(size_t)63) + 64;
-  const size_t wf_b = t.flat ? (size_t)(nq * t.rows * 32) * sizeof(uint16_t) : 0;
+  const size_t slack_b = amx == 1 ? (size_t)(16 * t.amx.px_stride + 32) * 2 : 0;
+  const size_t pad_b = ((copy_b + 63) & ~(size_t)63) + 64 + slack_b;
+  const size_t wf_b = t.flat || amx == 2 ? (size_t)(G * nq * t.prow * 32) * sizeof(uint16_t) : 0;
+  t.gbuf_el = amx == 2 ? 256 * 2 * t.prow : 0;
+  const size_t g_b = (size_t)(t.gbuf_el * threads) * sizeof(uint16_t);
   void* blk = NULL;
   char* scratch =
-      kiln_scratch_get(&kiln_conv_bf16_scratch_, int_b + part_b + pad_b + wf_b, &blk);
+      kiln_scratch_get(&kiln_conv_bf16_scratch_, int_b + part_b + pad_b + wf_b + g_b, &blk);
   if (!scratch) {
     kiln_conv_bf16_portable(a, x_nchw, pool);
     return;
@@ -434,6 +550,22 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
   for (int64_t oy = 0, i = 0; oy < a->ho; ++oy)
     for (int64_t ox = 0; ox < a->wo; ++ox, ++i) vpos[i] = (oy * t.esh * t.wp + ox * t.esw) * t.cp2;
   t.off = off, t.vpos = vpos;
+  if (amx) { /* a step's 16 pair rows: one tap's 32 contiguous channels, or a gathered row's */
+    int64_t* koff = vpos + t.howo;
+    for (int64_t st = 0; st < t.amx.steps; ++st) koff[st] = amx == 1 ? off[16 * st] : 32 * st;
+    t.amx.koff = koff;
+  }
+  if (amx == 2) { /* a window row (window-row pairs) or a tap's Cg2 channels */
+    int64_t* seg = vpos + t.howo + t.amx.steps;
+    for (int64_t i = 0; i < t.nseg; ++i) {
+      const int64_t u = t.flat ? i : i / a->kw, v = t.flat ? 0 : i % a->kw;
+      seg[3 * i] = (u * a->dh * t.wp + v * a->dw) * t.cp2;
+      seg[3 * i + 1] = t.flat ? 2 * u * t.rw : i * t.cg2;
+      seg[3 * i + 2] = t.flat ? a->kw * t.cg : t.cg2;
+    }
+    t.seg = seg;
+    t.gbuf = (uint16_t*)(void*)(scratch + int_b + part_b + pad_b + wf_b);
+  }
   t.part = part_b ? (float*)(void*)(scratch + int_b) : NULL;
   t.pad = (uint16_t*)(void*)(scratch + int_b + part_b);
   memset((char*)t.pad + copy_b, 0, pad_b - copy_b);
@@ -445,9 +577,16 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
   if (t.pad_rows_per < 1) t.pad_rows_per = 1;
 
   const uint16_t* wall = (const uint16_t*)(const void*)a->weight;
-  if (t.flat) {
+  if (wf_b) {
     uint16_t* wf = (uint16_t*)(void*)(scratch + int_b + part_b + pad_b);
-    kiln_conv_bf16_window_weights(a, t.rw, wf);
+    if (t.flat) {
+      kiln_conv_bf16_window_weights(a, t.rw, t.prow, wf);
+    } else { /* each panel's rows, then zero rows up to prow */
+      for (int64_t q = 0; q < G * nq; ++q) {
+        memcpy(wf + q * t.prow * 32, wall + q * t.rows * 32, (size_t)(t.rows * 32) * 2);
+        memset(wf + (q * t.prow + t.rows) * 32, 0, (size_t)((t.prow - t.rows) * 32) * 2);
+      }
+    }
     wall = wf;
   }
   int all_window_pairs = t.flat;
@@ -456,9 +595,10 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
     atomic_store_explicit(&nonfinite, 0, memory_order_relaxed);
     kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
                            t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
-    if (t.flat && atomic_load_explicit(&nonfinite, memory_order_relaxed)) {
+    if (t.flat && amx != 2 && atomic_load_explicit(&nonfinite, memory_order_relaxed)) {
       /* An Inf or NaN in this image: a zero weight times the value past a
-       * window row would be NaN. Channel pairs read a zero pad channel. */
+       * window row would be NaN. Channel pairs read a zero pad channel.
+       * (Gathered rows hold a zero there instead.) */
       kiln_conv2d_f32_args_t one = *a;
       one.n = 1, one.x = t.xn, one.y = a->y + n * t.howo * a->o;
       one.residual = a->residual ? a->residual + n * t.howo * a->o : NULL;
@@ -472,12 +612,13 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
       t.bias = a->bias ? a->bias + g * t.og : NULL;
       t.scale = a->scale ? a->scale + g * t.og : NULL;
       t.src = t.pad + g * t.cg2;
-      t.wg = wall + g * nq * t.rows * 32;
-      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), kiln_conv_bf16_task, &t);
+      t.wg = wall + g * nq * t.prow * 32;
+      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc),
+                             amx ? kiln_conv_bf16_amx_task : kiln_conv_bf16_task, &t);
     }
   }
   kiln_scratch_put(&kiln_conv_bf16_scratch_, blk);
-  kiln_conv_bf16_path_ = "avx512_bf16";
+  kiln_conv_bf16_path_ = amx ? "amx" : "avx512_bf16";
   kiln_conv_bf16_window_pairs_ = all_window_pairs;
 }
 

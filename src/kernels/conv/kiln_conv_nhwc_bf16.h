@@ -18,8 +18,9 @@
  * of a pair are adjacent in x, so one 32-bit load of the (bf16) source is
  * one VDPBF16PS couple.
  *
- * Paths: with an AVX512_BF16 engine (kiln_cpu_bf16() &
- * KILN_CPU_BF16_AVX512), the tiled kernel (kiln_conv_nhwc_bf16.c,
+ * Paths: with AMX (kiln_cpu_bf16() & KILN_CPU_BF16_AMX), TDPBF16PS tiles
+ * (kiln_conv_nhwc_bf16_amx.c); else with an AVX512_BF16 engine
+ * (KILN_CPU_BF16_AVX512), the VDPBF16PS tiled kernel (kiln_conv_nhwc_bf16.c,
  * kiln_conv_nhwc_bf16_avx512bf16.c); without one (an artifact compiled on
  * a bf16 CPU run elsewhere, KILN_ISA capped) a portable path giving the
  * same numbers up to fp32 summation order, never a crash.
@@ -59,7 +60,7 @@ void kiln_conv2d_bf16_nhwc_reference(const kiln_conv2d_f32_args_t* args, int x_n
 int kiln_conv2d_bf16_has_engine(void);
 /* What a bf16-compute conv runs on now, in words (KILN_LOG, kiln.explain). */
 const char* kiln_conv2d_bf16_describe(void);
-/* The path the calling thread's last kiln_conv2d_bf16_nhwc took:
+/* The path the calling thread's last kiln_conv2d_bf16_nhwc took: "amx",
  * "avx512_bf16" or "fp32" (the portable path); for tests. */
 const char* kiln_conv2d_bf16_last_path(void);
 /* 1 when that call paired taps along window rows for every image (the

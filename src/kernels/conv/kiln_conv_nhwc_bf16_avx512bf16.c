@@ -137,7 +137,7 @@ void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t
         else
           kiln_conv_bf16_tile(1, kcur, wp + kb * 32, pstep, px, l->off + kb, first ? NULL : acc,
                               last ? tmp : acc);
-        if (last) l->store(l->store_ctx, j0, cols, ti, np, tmp);
+        if (last) l->store(l->store_ctx, j0, cols, ti * MR, np, tmp);
       }
     }
   }

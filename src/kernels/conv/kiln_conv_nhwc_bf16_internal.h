@@ -48,9 +48,10 @@ typedef struct kiln_conv_bf16_loop_s {
   int64_t rows, kc, og, howo;
   float* part;           /* partial sums, part_fl floats per thread, or NULL */
   int64_t part_fl;
-  /* A finished tile: channels [j0, j0 + cols) of tile ti's first np
-   * pixels, tmp MR x 32 pixel-major (the store may overwrite it). */
-  void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t ti, int64_t np, float* tmp);
+  /* A finished run of np consecutive output pixels from pixel p0:
+   * channels [j0, j0 + cols), tmp np x 32 pixel-major (the store may
+   * overwrite it). */
+  void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t p0, int64_t np, float* tmp);
   const void* store_ctx;
   /* Or, when y is set (no activation or relu): tiles go straight to y
    * (the group's first channel, pixels ldy apart), the sums times scale
@@ -70,6 +71,58 @@ typedef struct kiln_conv_bf16_loop_s {
  * tiles. */
 void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t t0, int64_t t1,
                                          int64_t s0, int64_t s1, int thread);
+
+/* The AMX tile loop (kiln_conv_nhwc_bf16_amx.c), for a group of Cg2 a
+ * multiple of 32: then the 16 pair rows of each 32-K step (16s .. 16s + 15)
+ * lie in one tap, and a pixel's 32 values of the step are contiguous in
+ * the copy (koff[s] = off[16 s]); the weights' 16 pair rows of a panel
+ * are one 1 KiB B tile. An A tile is 16 "virtual" pixels at a fixed
+ * stride in the copy, so it loads straight from it: the output is cut
+ * into runs (run r's virtual pixel v at src + r run_pitch + v px_stride),
+ * tiles of 16 consecutive virtual pixels of a run. With unit strides the
+ * whole image is one run of the copy's rows back to back, virtual pixel v
+ * = (v / ww, v % ww) with ww the copy's width, whose columns past wo are
+ * computed and dropped (2 of 58 at 56 wide, 2 of 9 at 7 wide); with other
+ * strides each output row is a run (ww = wo). Rows of a tile are
+ * independent, so the copy's slack past its end (16 px_stride + 32 bf16,
+ * zeroed) is all a last tile needs.
+ *
+ * Other convs (the stem's window-row pairs, groups of fewer or odd
+ * channels) run on AMX from gathered rows: per task, up to 256 output
+ * pixels' rows of ka bf16 (kiln_bf16_conv_nhwc_gather__amx: the pair rows
+ * in order, zero past them up to ka, a multiple of 32), read as one run of
+ * stride ka against the weights' panels copied with rows padded to ka / 2
+ * by zero rows. */
+typedef struct kiln_conv_bf16_amx_s {
+  const uint16_t* w;     /* the group's panels, rows x 32 bf16 each */
+  const uint16_t* src;   /* the image's copy at the group's first channel */
+  const int64_t* koff;   /* steps offsets (bf16 units) */
+  int64_t steps, rows, og;
+  int64_t tpr, rl;       /* tiles per run, virtual pixels per run */
+  int64_t run_pitch, px_stride, ww, wo;
+  int64_t p0; /* the output pixel of run 0's virtual pixel 0 */
+  void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t p0, int64_t np, float* tmp);
+  const void* store_ctx;
+  /* Or, when y is set: runs go straight to y as kiln_conv_bf16_loop_t's
+   * (same fields, same order of operations), not through store. */
+  float* y;
+  const float* res;
+  const float* bias;
+  const float* scale;
+  int64_t ldy;
+  int relu, res_first;
+} kiln_conv_bf16_amx_t;
+
+/* Tiles [t0, t1) (numbered run by run) x strips [s0, s1). */
+void kiln_bf16_conv_nhwc_run__amx(const kiln_conv_bf16_amx_t* l, int64_t t0, int64_t t1,
+                                  int64_t s0, int64_t s1);
+
+/* For each of n output pixels a row of ka bf16 at dst + i ka: zero, then
+ * nseg segments, segment g (seg[3g], seg[3g + 1], seg[3g + 2]) the
+ * seg[3g + 2] values at src + vpos[i] + seg[3g] to the row's position
+ * seg[3g + 1]. */
+void kiln_bf16_conv_nhwc_gather__amx(const uint16_t* src, const int64_t* vpos, int64_t n,
+                                     const int64_t* seg, int64_t nseg, int64_t ka, uint16_t* dst);
 
 /* n pixels of c <= 4 NCHW planes (value (ch, q) at x[ch * plane + q])
  * rounded to bf16 into d[q * pitch + ch], pitch in [c, 4], channels

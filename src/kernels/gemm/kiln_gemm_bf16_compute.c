@@ -72,6 +72,14 @@ typedef struct {
  * ran M = 4 at half the speed on a Zen 4 core); from it, tiles of 4 x 4
  * (compute-bound: 0.83-0.87x the packed engine at 128 rows). */
 #define KILN_GEMM_BF16_ROWS_TILE_M 32
+/* ... except on AMX from this many rows (prompts): there VDPBF16PS's peak is
+ * half the fp32 FMA's, and the rows kernels ran 128-row products at 0.09-
+ * 0.16x the packed AMX GEMM (a Sapphire Rapids-class core). W's rows are
+ * packed into VNNI pairs per call instead, as graph values are, in column
+ * chunks of at most KILN_GEMM_BF16_ROWS_AMX_CHUNK bytes (an lm_head's
+ * 32000 x 2048 would otherwise take 131 MB of scratch), and AMX tiles run. */
+#define KILN_GEMM_BF16_ROWS_AMX_MIN_M 16
+#define KILN_GEMM_BF16_ROWS_AMX_CHUNK ((int64_t)8 << 20)
 
 static void kiln_gemm_bf16_pack_task(void* p, size_t task, int thread) {
   (void)thread;
@@ -306,11 +314,35 @@ static void kiln_gemm_bf16_rows_task(void* p, size_t task, int thread) {
   }
 }
 
+static void kiln_gemm_bf16_rows_vdp(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool);
+
 int kiln_gemm_bf16_rows(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   if (!(kiln_cpu_bf16() & KILN_CPU_BF16_AVX512) || g->batch != 1 || !g->a_bf16 ||
       g->a_col_stride != 1 || !g->b_bf16 || !g->b_bf16_weight || g->b_row_stride != 1 ||
       g->k <= 0)
     return 0;
+  if (!(kiln_cpu_bf16() & KILN_CPU_BF16_AMX) || g->m < KILN_GEMM_BF16_ROWS_AMX_MIN_M) {
+    kiln_gemm_bf16_rows_vdp(g, pool);
+    return 1;
+  }
+  /* AMX: W's rows in column chunks, each packed and run on the tiles (a
+   * chunk whose scratch cannot be had runs on the rows kernels). */
+  int64_t nc = KILN_GEMM_BF16_ROWS_AMX_CHUNK / (2 * g->k) / 32 * 32;
+  if (nc < 32) nc = 32;
+  for (int64_t n0 = 0; n0 < g->n; n0 += nc) {
+    kiln_gemm_f32_args_t c = *g;
+    c.n = g->n - n0 < nc ? g->n - n0 : nc;
+    c.b_bf16 = g->b_bf16 + n0 * g->b_col_stride;
+    c.c = g->c + n0;
+    c.bias = g->bias ? g->bias + n0 : NULL;
+    c.residual = g->residual ? g->residual + n0 : NULL;
+    if (!kiln_gemm_bf16_run(&c, 1, pool)) kiln_gemm_bf16_rows_vdp(&c, pool);
+  }
+  return 1;
+}
+
+/* The rows kernels (VDPBF16PS), no packing. */
+static void kiln_gemm_bf16_rows_vdp(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   const int64_t T = kiln_pool_size(pool);
   kiln_gemm_bf16_rows_t r;
   r.g = g;
@@ -327,7 +359,6 @@ int kiln_gemm_bf16_rows(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
   r.round = g->c_round_bf16 ? kiln_gemm_kernels_for(KILN_ISA_AVX512)->round_bf16 : NULL;
   kiln_pool_parallel_for(pool, (size_t)(r.n_m * r.n_n), kiln_gemm_bf16_rows_task, &r);
   kiln_gemm_bf16_note_engine("avx512_bf16");
-  return 1;
 }
 
 int kiln_gemm_bf16_compute_values(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {

@@ -9,15 +9,9 @@
  * KILN_AMX_KSTEPS steps, the C block parked in an fp32 buffer between
  * them; after the last, it goes through the fp32 epilogue once.
  *
- * The tile configuration is a static const object: its 64 bytes are in
- * .rodata from the start, so there is no store for a compiler to drop.
- * (GCC 12's _tile_loadconfig passes its argument as an "m" operand of
- * pointer size, so an on-stack config whose other 56 bytes look unused can
- * lose its stores: llama.cpp's AMX code faults that way.) ldtilecfg is
- * issued here through an asm whose memory operand is the whole object, at
- * the start of every block (each task may run on any thread), and
- * tilerelease at its end, so no thread keeps the 8 KiB tile state live
- * between tasks.
+ * The tile configuration (kiln_amx_tiles.h) is loaded at the start of
+ * every block (each task may run on any thread) and the tiles released at
+ * its end.
  *
  * K tails: A rows are zero past K up to ka (a multiple of 32); B's last
  * partial step (kp % 32 rows) is copied into a zeroed 1 KiB tile per panel
@@ -33,21 +27,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm_internal.h"
-
-typedef struct kiln_gemm_amx_tilecfg_s {
-  uint8_t palette_id;
-  uint8_t start_row;
-  uint8_t reserved[14];
-  uint16_t colsb[16];
-  uint8_t rows[16];
-} kiln_gemm_amx_tilecfg_t;
-
-static const _Alignas(64) kiln_gemm_amx_tilecfg_t kiln_gemm_amx_cfg_ = {
-    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
-
-static inline void kiln_gemm_amx_config(void) {
-  __asm__ volatile("ldtilecfg %0" : : "m"(kiln_gemm_amx_cfg_));
-}
+#include "kernels/kiln_amx_tiles.h"
 
 #define KILN_AMX_AI static inline __attribute__((always_inline))
 
@@ -114,7 +94,7 @@ void kiln_bf16_gemm_block__amx(const kiln_gemm_bf16_block_t* t, int64_t i0, int6
   const int64_t kp = t->kp, steps = kp / 32, rem = kp % 32; /* rem: even, rows of the tail */
   _Alignas(64) float cbuf[KILN_AMX_MAX_ROWS * 32];
   _Alignas(64) uint16_t tail[2][512];
-  kiln_gemm_amx_config();
+  kiln_amx_tiles_configure();
   for (int64_t j = j0; j < j1; j += 32) {
     int64_t nr = j1 - j < 32 ? j1 - j : 32;
     int nt = nr > P ? 2 : 1;

@@ -1,0 +1,36 @@
+/* The one AMX tile configuration kiln's AMX kernels use (the bf16 GEMM,
+ * kiln_gemm_bf16_ukernel_amx.c, and the bf16 NHWC conv,
+ * kiln_conv_nhwc_bf16_amx.c): palette 1, eight tiles of 16 rows x 64
+ * bytes (a 16 x 16 fp32 block, or 16 rows of 32 bf16, or 16 VNNI pair rows
+ * of 16 columns). Include only from a file compiled with the AMX flags.
+ *
+ * The configuration is a static const object: its 64 bytes are in .rodata
+ * from the start, so there is no store for a compiler to drop. (GCC 12's
+ * _tile_loadconfig passes its argument as an "m" operand of pointer size,
+ * so an on-stack config whose other 56 bytes look unused can lose its
+ * stores: llama.cpp's AMX code faults that way.) ldtilecfg is issued
+ * through an asm whose memory operand is the whole object. A kernel loads
+ * it at the start of each call (a pool task may run on any thread) and
+ * releases the tiles at its end (_tile_release), so no thread keeps the
+ * 8 KiB tile state live between tasks. */
+#ifndef KILN_AMX_TILES_H
+#define KILN_AMX_TILES_H
+
+#include <stdint.h>
+
+typedef struct kiln_amx_tilecfg_s {
+  uint8_t palette_id;
+  uint8_t start_row;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} kiln_amx_tilecfg_t;
+
+static const _Alignas(64) kiln_amx_tilecfg_t kiln_amx_cfg_16x64_ = {
+    1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+static inline void kiln_amx_tiles_configure(void) {
+  __asm__ volatile("ldtilecfg %0" : : "m"(kiln_amx_cfg_16x64_));
+}
+
+#endif /* KILN_AMX_TILES_H */
