@@ -94,15 +94,18 @@ static void q8a8_run(const q8a8_case_t* tc, kiln_pool_t* pool, const char* where
               "%s: ran %s", what, path);
   /* Both kernels: an int8 engine's wherever the CPU has it (VNNI and VBMI
      at the avx512 level, dotprod at the neon level: so that kernel ran
-     here; with i8mm too, SMMLA's for prefill up to K 16384), else the
-     level's. */
+     here; with i8mm too, SMMLA's for prefill up to K 16384; for prefill
+     AMX-INT8 tiles where AMX is allowed), else the level's. */
   {
     const kiln_cpu_features_t* f = kiln_cpu_features();
     int vnni = kiln_cpu_isa() == KILN_ISA_AVX512 && f->avx512_vnni && f->avx512_vbmi;
+    int amx = !gemv && kiln_cpu_isa() == KILN_ISA_AVX512 && f->amx_int8 && f->avx512_vbmi &&
+              (kiln_cpu_bf16() & KILN_CPU_BF16_AMX);
     int sdot = kiln_cpu_isa() == KILN_ISA_NEON && f->neon_dotprod;
     int i8mm = sdot && f->neon_i8mm && !gemv && K <= 16384;
     KILN_EXPECT(!strcmp(path + (gemv ? 10 : 5),
-                        vnni   ? "avx512vnni"
+                        amx    ? "amx"
+                        : vnni ? "avx512vnni"
                         : i8mm ? "neoni8mm"
                         : sdot ? "neondot"
                                : kiln_cpu_isa_name(kiln_gemm_q8a8_level())),
@@ -316,5 +319,12 @@ void kiln_test_suite_gemm_q8a8(void) {
 #endif
   q8a8_threshold();
   kiln_test_each_isa_and_pool(q8a8_level);
+  /* With AMX-INT8, the prefill cases again with AMX off: VNNI's kernel. */
+  const unsigned engines = kiln_cpu_bf16();
+  if (engines & KILN_CPU_BF16_AMX && kiln_cpu_features()->amx_int8) {
+    kiln_cpu_bf16_set(engines & ~(unsigned)KILN_CPU_BF16_AMX);
+    kiln_test_each_isa_and_pool(q8a8_level);
+    kiln_cpu_bf16_set(engines);
+  }
   kiln_test_each_isa_and_pool(q8a8_gemv_level);
 }

@@ -555,8 +555,9 @@ def test_torch_compile_unknown_option_is_named():
 def test_explain_names_the_int8_engine_at_each_level():
     """kiln.explain (and KILN_LOG) say what int8 activations run on at the
     level in use: VPDPBUSD at the avx512 level of a CPU with AVX512-VNNI and
-    VBMI, AVX2's integer kernels at avx2 (and at avx512 without them), else
-    the portable kernels."""
+    VBMI (with AMX-INT8 tiles for prefill where AMX is allowed), AVX2's
+    integer kernels at avx2 (and at avx512 without them), else the portable
+    kernels."""
     lin = torch.nn.Linear(64, 32).eval()
     c = kiln.trace(lin, torch.randn(16, 64), weights_dtype="int8:a8")
     f = kiln.machine()["features"]
@@ -564,7 +565,10 @@ def test_explain_names_the_int8_engine_at_each_level():
     try:
         for level in ("generic", "avx2", "avx512"):
             got = kiln.isa(level)
-            want = ("AVX512-VNNI dot products (VPDPBUSD)"
+            amx = got == "avx512" and f["amx_int8"] and kiln._C.bf16_engine() == "amx"
+            want = ("AMX-INT8 tiles (TDPBSSD) for prefill, AVX512-VNNI dot products (VPDPBUSD) "
+                    "for decode" if amx and f["avx512_vbmi"]
+                    else "AVX512-VNNI dot products (VPDPBUSD)"
                     if got == "avx512" and f["avx512_vnni"] and f["avx512_vbmi"]
                     else "AVX2 integer dot products (VPMADDWD, VPMADDUBSW)"
                     if got in ("avx2", "avx512") else "the portable integer kernels")

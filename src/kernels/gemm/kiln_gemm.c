@@ -146,6 +146,10 @@ const char* kiln_gemm_bf16_values_describe(void) {
 }
 
 const char* kiln_gemm_bf16_in_place_describe(void) {
+  if (kiln_cpu_bf16() & KILN_CPU_BF16_AMX)
+    return "bf16 weights read in place: AVX512_BF16 dot products (VDPBF16PS) over the rows of x "
+           "and of the weight below 16 rows of x; from 16, the weight's rows packed per call "
+           "into AMX tiles' pairs (TDPBF16PS)";
   if (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512)
     return "bf16 weights read in place: AVX512_BF16 dot products (VDPBF16PS) over the rows of x "
            "and of the weight (one weight row at a time below 32 rows of x, 4 x 4 tiles from 32)";
@@ -155,7 +159,11 @@ const char* kiln_gemm_bf16_in_place_describe(void) {
 
 const char* kiln_gemm_int8_describe(void) {
   switch (kiln_gemm_int8_engine()) {
-    case KILN_GEMM_INT8_VNNI: return "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
+    case KILN_GEMM_INT8_VNNI:
+      return kiln_gemm_q8a8_amx()
+                 ? "int8 activations: AMX-INT8 tiles (TDPBSSD) for prefill, AVX512-VNNI dot "
+                   "products (VPDPBUSD) for decode"
+                 : "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";
     case KILN_GEMM_INT8_SDOT:
       return kiln_cpu_features()->neon_i8mm
                  ? "int8 activations: Arm int8 matrix multiply-adds (SMMLA) for prefill, dot "

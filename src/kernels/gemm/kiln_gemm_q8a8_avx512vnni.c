@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "kernels/gemm/kiln_gemm.h"
+#include "kernels/gemm/kiln_gemm_q8a8_quant_avx512.h"
 #include "kernels/gemm/kiln_gemm_quant_internal.h"
 
 /* Byte 4j + q of the result is byte 16q + j of the load: column j's rows
@@ -106,14 +107,12 @@ void kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni(int64_t k, const int8_t* a, co
 void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t k,
                                          const float* a, const uint16_t* a16, int64_t rs,
                                          int64_t cs, int8_t* out, float* scales, int32_t* sums) {
-  if (a16 || cs != 1) {
+  if (cs != 1) {
     kiln_qd8_gemm_pack_a_x4__generic(rows, rows_pad, k, a, a16, rs, cs, out, scales, sums);
     return;
   }
   const int64_t quads = (k + 3) / 4;
-  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f);
-  const __m512 big = _mm512_set1_ps(INFINITY);
+  int8_t row[256]; /* a row quantized 256 values at a time (the quantizer's scale first) */
   for (int64_t i = 0; i < rows_pad; ++i) {
     int8_t* panel = out + (i / 12) * quads * 48 + (i % 12) * 4;
     if (i >= rows) {
@@ -122,38 +121,18 @@ void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t
       sums[i] = 0;
       continue;
     }
-    const float* x = a + i * rs;
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    for (int64_t p = 0; p < k; p += 16) {
-      __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
-      __m512 v = _mm512_and_ps(_mm512_maskz_loadu_ps(m, x + p), absmask);
-      bad |= _mm512_cmp_ps_mask(v, big, _CMP_NLT_UQ); /* inf or NaN */
-      mx = _mm512_max_ps(mx, v);
-    }
-    float s = _mm512_reduce_max_ps(mx) / 127.0f;
-    s = bad ? NAN : s == 0.0f ? 1.0f : s;
+    const float* x = a ? a + i * rs : NULL;
+    const uint16_t* x16 = a16 ? a16 + i * rs : NULL;
+    const float s = kiln_q8a8_row_scale_avx512(x, x16, k);
     scales[i] = s;
-    if (bad) {
-      for (int64_t t = 0; t < quads; ++t) memset(panel + t * 48, 0, 4);
-      sums[i] = 0;
-      continue;
+    int32_t sum = 0;
+    for (int64_t p0 = 0; p0 < k; p0 += 256) { /* zero past k, and all of a non-finite row */
+      const int64_t n = k - p0 < 256 ? k - p0 : 256, nq = (n + 3) / 4;
+      sum += kiln_q8a8_row_quantize_with_avx512(x ? x + p0 : NULL, x16 ? x16 + p0 : NULL, n,
+                                                (n + 15) / 16 * 16, s, row);
+      for (int64_t u = 0; u < nq; ++u) memcpy(panel + (p0 / 4 + u) * 48, row + 4 * u, 4);
     }
-    const __m512 sv = _mm512_set1_ps(s);
-    __m512i sum = _mm512_setzero_si512();
-    for (int64_t p = 0; p < k; p += 16) {
-      __mmask16 m = k - p >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k - p)) - 1);
-      __m512 r = _mm512_roundscale_ps(_mm512_div_ps(_mm512_maskz_loadu_ps(m, x + p), sv),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      __m512i q = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, nlim), lim));
-      sum = _mm512_add_epi32(sum, q);
-      int32_t four[4];
-      _mm_storeu_si128((__m128i*)four, _mm512_cvtepi32_epi8(q));
-      /* Lanes past K are zero (masked loads): the last quad's padding. */
-      int64_t n = quads - p / 4 < 4 ? quads - p / 4 : 4;
-      for (int64_t u = 0; u < n; ++u) memcpy(panel + (p / 4 + u) * 48, &four[u], 4);
-    }
-    sums[i] = _mm512_reduce_add_epi32(sum);
+    sums[i] = sum;
   }
 }
 

@@ -81,10 +81,16 @@ kiln_isa_t kiln_gemm_q8a8_level(void);
  * KILN_ISA=avx2, or generic on Arm, keeps those). */
 typedef enum { KILN_GEMM_INT8_LEVEL, KILN_GEMM_INT8_VNNI, KILN_GEMM_INT8_SDOT } kiln_gemm_int8_engine_t;
 kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void);
+/* 1 when the blocked (prefill) q8a8 kernel runs on AMX-INT8 tiles: the
+ * avx512 level, AMX-INT8 and VBMI, and AMX allowed (kiln_cpu_bf16()'s
+ * KILN_CPU_BF16_AMX: the one switch for AMX tiles, which KILN_ISA and the
+ * tests turn off). The decode GEMV keeps the int8 engine's kernels. */
+int kiln_gemm_q8a8_amx(void);
 /* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni",
  * "neondot" (the engines), else the level's name. */
 const char* kiln_gemm_q8a8_engine(void);
-/* What the blocked (prefill) q8a8 kernel runs on for K: "neoni8mm" where
+/* What the blocked (prefill) q8a8 kernel runs on for K: "amx" (above),
+ * "neoni8mm" where
  * the SDOT engine's CPU also has i8mm (kiln_gemm_q8a8_neoni8mm.c; K up to
  * 16384, its buffer's bound), else kiln_gemm_q8a8_engine(). */
 const char* kiln_gemm_q8a8_blocked_engine(int64_t k);
@@ -115,6 +121,19 @@ void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k,
 /* kiln_gemm_q8a8_avx512vnni.c (AVX512-VNNI + VBMI flags). */
 void kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni(int64_t k, const int8_t* a, const int8_t* b,
                                                   int64_t b_next, int ns, int32_t* out);
+/* AMX-INT8 (kiln_gemm_q8a8_amx.c; kiln_gemm_q8a8_amx() says when): A
+ * quantized into rows of kp bytes (K rounded up to 64, zero past K; rows
+ * [rows, rows_pad) zero, their scales 0); one 16-column panel of the blob
+ * laid out as AMX's B (kp / 4 rows of 16 columns x 4 K bytes, zero past
+ * K); C[i][j] = the exact int32 sums of rows [0, m) of a (m <= 256, rows
+ * kp apart, readable up to m rounded to 16) by np (1, 2) prepped panels
+ * b0, b1, at c + i * 32 + 16 q + j for panel q. */
+void kiln_qd8_gemm_pack_a_rows__amx(int64_t rows, int64_t rows_pad, int64_t k, int64_t kp,
+                                    const float* a, const uint16_t* a16, int64_t rs, int64_t cs,
+                                    int8_t* out, float* scales);
+void kiln_qd8_qc8w_prep_b__amx(int64_t k, int64_t kp, const int8_t* b, int8_t* out);
+void kiln_qd8_qc8w_gemm_block__amx(int64_t m, int64_t kp, const int8_t* a, const int8_t* b0,
+                                   const int8_t* b1, int np, int32_t* c);
 void kiln_qd8_gemm_pack_a_x4__avx512vnni(int64_t rows, int64_t rows_pad, int64_t k,
                                          const float* a, const uint16_t* a16, int64_t rs,
                                          int64_t cs, int8_t* out, float* scales, int32_t* sums);
