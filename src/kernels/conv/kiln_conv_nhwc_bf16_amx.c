@@ -156,11 +156,12 @@ void kiln_bf16_conv_nhwc_run__amx(const kiln_conv_bf16_amx_t* l, int64_t t0, int
           const uint16_t* a0 = kiln_conv_amx_tile_src(l, ti);
           const uint16_t* a1 = mt > 1 ? kiln_conv_amx_tile_src(l, ti + 1) : a0;
           float* c = cbuf + (ti - c0) * 16 * 32;
+          const int64_t* ko = l->koff + k0;
           switch (mt * 2 + nt) {
-            case 2 + 1: kiln_conv_amx_block(1, 1, first, ns, a0, a1, sa, l->koff + k0, p0, p1, c); break;
-            case 2 + 2: kiln_conv_amx_block(1, 2, first, ns, a0, a1, sa, l->koff + k0, p0, p1, c); break;
-            case 4 + 1: kiln_conv_amx_block(2, 1, first, ns, a0, a1, sa, l->koff + k0, p0, p1, c); break;
-            default: kiln_conv_amx_block(2, 2, first, ns, a0, a1, sa, l->koff + k0, p0, p1, c); break;
+            case 2 + 1: kiln_conv_amx_block(1, 1, first, ns, a0, a1, sa, ko, p0, p1, c); break;
+            case 2 + 2: kiln_conv_amx_block(1, 2, first, ns, a0, a1, sa, ko, p0, p1, c); break;
+            case 4 + 1: kiln_conv_amx_block(2, 1, first, ns, a0, a1, sa, ko, p0, p1, c); break;
+            default: kiln_conv_amx_block(2, 2, first, ns, a0, a1, sa, ko, p0, p1, c); break;
           }
         }
       }

@@ -160,7 +160,7 @@ const char* kiln_gemm_bf16_in_place_describe(void) {
 const char* kiln_gemm_int8_describe(void) {
   switch (kiln_gemm_int8_engine()) {
     case KILN_GEMM_INT8_VNNI:
-      return kiln_gemm_q8a8_amx()
+      return kiln_gemm_q8a8_amx_tiles()
                  ? "int8 activations: AMX-INT8 tiles (TDPBSSD) for prefill, AVX512-VNNI dot "
                    "products (VPDPBUSD) for decode"
                  : "int8 activations: AVX512-VNNI dot products (VPDPBUSD)";

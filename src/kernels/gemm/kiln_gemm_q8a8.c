@@ -18,7 +18,7 @@
  * panels stream past; each strip's B (K x 16 bytes) is reused by every
  * tile of the block.
  *
- * Which kernel: on AMX-INT8 (kiln_gemm_q8a8_amx), TDPBSSD tiles over A
+ * Which kernel: on AMX-INT8 (kiln_gemm_q8a8_amx_tiles), TDPBSSD tiles over A
  * quantized into rows of int8 (kiln_gemm_q8a8_amx.c), 16-row tiles in
  * blocks of 32 x 32 (on a Sapphire Rapids-class core 1.9-2.2x the VNNI
  * kernel: 714-1015 against 405-452 GOP/s, bench_gemm_q8a8, one thread);
@@ -344,7 +344,7 @@ const char* kiln_gemm_q8a8_engine(void) {
   }
 }
 
-int kiln_gemm_q8a8_amx(void) {
+int kiln_gemm_q8a8_amx_tiles(void) {
 #ifdef KILN_GEMM_HAVE_X86
   const kiln_cpu_features_t* f = kiln_cpu_features();
   return kiln_cpu_isa() == KILN_ISA_AVX512 && f->amx_int8 && f->avx512_vbmi &&
@@ -355,7 +355,7 @@ int kiln_gemm_q8a8_amx(void) {
 }
 
 const char* kiln_gemm_q8a8_blocked_engine(int64_t k) {
-  return kiln_gemm_q8a8_amx() ? "amx" : kiln_q8a8_i8mm(k) ? "neoni8mm" : kiln_gemm_q8a8_engine();
+  return kiln_gemm_q8a8_amx_tiles() ? "amx" : kiln_q8a8_i8mm(k) ? "neoni8mm" : kiln_gemm_q8a8_engine();
 }
 
 static kiln_scratch_cache_t kiln_q8a8_scratch_ = KILN_SCRATCH_CACHE_INIT((size_t)64 << 20);
@@ -391,7 +391,7 @@ int kiln_gemm_q8a8(const kiln_gemm_f32_args_t* g, kiln_pool_t* pool) {
     default: break;
   }
 #ifdef KILN_GEMM_HAVE_X86
-  if (kiln_gemm_q8a8_amx()) {
+  if (kiln_gemm_q8a8_amx_tiles()) {
     t.amx = 1, t.x4 = 0, t.biased = 0;
     t.mr = 16;
     t.row_bytes = (K + 63) / 64 * 64;

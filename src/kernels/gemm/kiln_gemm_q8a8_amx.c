@@ -18,7 +18,7 @@
  * sums, so blocking changes no bit.
  *
  * Compiled only with the AMX flags (amx-tile, amx-bf16, amx-int8 and
- * AVX-512 with VBMI) and called only when kiln_gemm_q8a8_amx() says the
+ * AVX-512 with VBMI) and called only when kiln_gemm_q8a8_amx_tiles() says the
  * CPU has AMX-INT8 and VBMI and AMX is allowed. */
 #include <immintrin.h>
 #include <string.h>
@@ -49,8 +49,10 @@ void kiln_qd8_gemm_pack_a_rows__amx(int64_t rows, int64_t rows_pad, int64_t k, i
     /* Strided rows (a transposed operand): the scalar rule. */
     const float s = kiln_gemm_q8a8_row_scale(k, x, x16, cs);
     scales[i] = s;
-    for (int64_t p = 0; p < k; ++p)
-      row[p] = (int8_t)kiln_gemm_q8a8_quantize(x16 ? kiln_gemm_bf16_to_f32(x16[p * cs]) : x[p * cs], s);
+    for (int64_t p = 0; p < k; ++p) {
+      const float v = x16 ? kiln_gemm_bf16_to_f32(x16[p * cs]) : x[p * cs];
+      row[p] = (int8_t)kiln_gemm_q8a8_quantize(v, s);
+    }
     memset(row + k, 0, (size_t)(kp - k));
   }
 }

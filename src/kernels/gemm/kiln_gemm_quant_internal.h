@@ -85,7 +85,7 @@ kiln_gemm_int8_engine_t kiln_gemm_int8_engine(void);
  * avx512 level, AMX-INT8 and VBMI, and AMX allowed (kiln_cpu_bf16()'s
  * KILN_CPU_BF16_AMX: the one switch for AMX tiles, which KILN_ISA and the
  * tests turn off). The decode GEMV keeps the int8 engine's kernels. */
-int kiln_gemm_q8a8_amx(void);
+int kiln_gemm_q8a8_amx_tiles(void);
 /* What the q8a8 kernels (blocked and GEMV) run on now: "avx512vnni",
  * "neondot" (the engines), else the level's name. */
 const char* kiln_gemm_q8a8_engine(void);
@@ -121,7 +121,7 @@ void kiln_qd8_gemm_pack_a_x4__generic(int64_t rows, int64_t rows_pad, int64_t k,
 /* kiln_gemm_q8a8_avx512vnni.c (AVX512-VNNI + VBMI flags). */
 void kiln_qd8_qc8w_gemm_ukernel_12x32__avx512vnni(int64_t k, const int8_t* a, const int8_t* b,
                                                   int64_t b_next, int ns, int32_t* out);
-/* AMX-INT8 (kiln_gemm_q8a8_amx.c; kiln_gemm_q8a8_amx() says when): A
+/* AMX-INT8 (kiln_gemm_q8a8_amx.c; kiln_gemm_q8a8_amx_tiles() says when): A
  * quantized into rows of kp bytes (K rounded up to 64, zero past K; rows
  * [rows, rows_pad) zero, their scales 0); one 16-column panel of the blob
  * laid out as AMX's B (kp / 4 rows of 16 columns x 4 K bytes, zero past
