@@ -33,4 +33,16 @@ static inline void kiln_amx_tiles_configure(void) {
   __asm__ volatile("ldtilecfg %0" : : "m"(kiln_amx_cfg_16x64_));
 }
 
+/* The same tiles with fewer rows in tmm0, tmm1, tmm4 (rows0) and tmm2,
+ * tmm3, tmm5 (rows1), 1..16 each: C and A tiles of a block's first and
+ * second 16 rows, so a block of fewer rows neither reads nor writes past
+ * them. Loading a configuration zeroes every tile. The asm's memory
+ * operand is the whole local object, so all its bytes are stored first. */
+static inline void kiln_amx_tiles_configure_rows(int rows0, int rows1) {
+  kiln_amx_tilecfg_t cfg = kiln_amx_cfg_16x64_;
+  cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows0;
+  cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)rows1;
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
 #endif /* KILN_AMX_TILES_H */

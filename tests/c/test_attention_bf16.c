@@ -179,11 +179,15 @@ static unsigned kiln_test_attn_bf16_mask_;
 static void kiln_test_attn_bf16_level(kiln_pool_t* pool, const char* where) {
   const unsigned start = kiln_test_attn_bf16_mask_;
   int has = kiln_cpu_isa() == KILN_ISA_AVX512 && (start & KILN_CPU_BF16_AVX512);
-  /* On the engine (if any), then on the fp32 kernels at the same level. */
-  for (int eng = has; eng >= 0; --eng) {
-    kiln_cpu_bf16_set(eng ? start : 0);
+  /* On each engine (AMX's tiles, VDPBF16PS alone), then on the fp32
+   * kernels at the same level. */
+  const unsigned masks[3] = {has && (start & KILN_CPU_BF16_AMX) ? start : 0u,
+                             has ? start & KILN_CPU_BF16_AVX512 : 0u, 0u};
+  for (int e = 0; e < 3; ++e) {
+    if (e < 2 && !masks[e]) continue;
+    kiln_cpu_bf16_set(masks[e]);
     char w2[96];
-    snprintf(w2, sizeof w2, "%s%s", where, eng ? "[vdpbf16ps]" : "");
+    snprintf(w2, sizeof w2, "%s%s", where, e == 0 ? "[amx]" : e == 1 ? "[vdpbf16ps]" : "");
     kiln_test_nn_attention_cases(pool, w2, 1);
     kiln_test_attn_bf16_shapes(pool, w2);
   }

@@ -164,7 +164,7 @@ def test_explain_names_the_engine_and_the_file_keeps_the_flag(tmp_path):
     text = kiln.explain(compiled)
     assert "compute=bf16" in text and "bf16 attention" in text
     if _C.bf16_engine() != "none" and kiln.isa() == "avx512":
-        assert "VDPBF16PS" in text
+        assert ("AMX tiles (TDPBF16PS)" if _C.bf16_engine() == "amx" else "VDPBF16PS") in text
     fp32 = kiln.trace(Attn(), (q, k, v))
     assert "compute=bf16" not in kiln.explain(fp32)
     # A decode step (one query per head) runs the rule on the fp32 kernels.

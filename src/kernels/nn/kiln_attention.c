@@ -598,6 +598,14 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
 #endif
   const int64_t dp = (d + 1) / 2 * 2;
   const kiln_nn_attn_layout_t lay = kiln_nn_attn_layout(nrp, bk, d, dvp, eng);
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+  /* The engine's two products: AMX tiles where allowed, else VDPBF16PS. */
+  void (*const bf16_gemm)(int, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                          const uint16_t*, int64_t, float*, int64_t, int, float, const int64_t*,
+                          int) = (kiln_cpu_bf16() & KILN_CPU_BF16_AMX)
+                                     ? kiln_attn_bf16_gemm__amx
+                                     : kiln_attn_bf16_gemm__avx512bf16;
+#endif
   _Alignas(64) float scratch[KILN_NN_ATTN_SCRATCH];
   float* qp = scratch;      /* (nrp, d), pre-scaled (bf16 rule: rounded, not scaled) */
   float* kt = qp + lay.q;   /* (d, bk) */
@@ -750,7 +758,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       const int64_t re = nrp - rb < sb ? nrp : rb + sb;
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
       if (eng)
-        kiln_attn_bf16_gemm__avx512bf16(mr, re - rb, nkp, dp / 2,
+        bf16_gemm(mr, re - rb, nkp, dp / 2,
                                         (const uint16_t*)(void*)qp + rb * dp, dp,
                                         (const uint16_t*)(void*)kt, bk, s, bk, 0, a->scale,
                                         lim + rb / mr, 1);
@@ -812,7 +820,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
       }
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
       if (eng)
-        kiln_attn_bf16_gemm__avx512bf16(mr, re - rb, dvp, nkp / 2, pb, bk,
+        bf16_gemm(mr, re - rb, dvp, nkp / 2, pb, bk,
                                         (const uint16_t*)(void*)vp, dvp, o + rb * dvp, dvp, 1, 1.0f,
                                         lim + rb / mr, 0);
       else

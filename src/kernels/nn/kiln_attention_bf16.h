@@ -81,6 +81,11 @@ void kiln_attn_bf16_gemm__avx512bf16(int mr, int64_t m, int64_t n, int64_t pairs
                                      const uint16_t* a, int64_t lda, const uint16_t* b,
                                      int64_t ldb, float* c, int64_t ldc, int accumulate,
                                      float scale, const int64_t* lim, int lim_cols);
+/* The same on AMX tiles (kiln_attention_bf16_amx.c; call only when
+ * kiln_cpu_bf16() has KILN_CPU_BF16_AMX). */
+void kiln_attn_bf16_gemm__amx(int mr, int64_t m, int64_t n, int64_t pairs, const uint16_t* a,
+                              int64_t lda, const uint16_t* b, int64_t ldb, float* c, int64_t ldc,
+                              int accumulate, float scale, const int64_t* lim, int lim_cols);
 #endif
 
 #endif /* KILN_ATTENTION_BF16_H */

@@ -206,6 +206,8 @@ const char* kiln_attention_bf16_describe(int decode) {
   if (decode)
     return "bf16 attention, decode steps: the fp32 kernels on bf16-rounded q, k, v and weights "
            "(bound by reading K and V)";
+  if (kiln_cpu_isa() == KILN_ISA_AVX512 && (kiln_cpu_bf16() & KILN_CPU_BF16_AMX))
+    return "bf16 attention: AMX tiles (TDPBF16PS) for Q·K^T and P·V, fp32 softmax";
   if (kiln_cpu_isa() == KILN_ISA_AVX512 && (kiln_cpu_bf16() & KILN_CPU_BF16_AVX512))
     return "bf16 attention: AVX512_BF16 dot products (VDPBF16PS) for Q·K^T and P·V, fp32 softmax";
   return "bf16 attention: the fp32 kernels on bf16-rounded q, k, v and weights (no bf16 engine)";
