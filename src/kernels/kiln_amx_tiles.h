@@ -16,6 +16,7 @@
 #ifndef KILN_AMX_TILES_H
 #define KILN_AMX_TILES_H
 
+#include <immintrin.h>
 #include <stdint.h>
 
 typedef struct kiln_amx_tilecfg_s {
@@ -43,6 +44,36 @@ static inline void kiln_amx_tiles_configure_rows(int rows0, int rows1) {
   cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows0;
   cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)rows1;
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+
+/* The C block of the kernels' 2 x 2 tiling: tmm0 and tmm1 the first 16
+ * rows' two 16-column tiles (at c and c + 64 bytes), tmm2 and tmm3 the
+ * second's (at c1), MT and NT (1, 2) of each in use; rows stride bytes
+ * apart. Begin zeroes them (zero) or loads them; end stores them. */
+static inline __attribute__((always_inline)) void kiln_amx_c_begin(const int MT, const int NT,
+                                                                   int zero, const void* c,
+                                                                   const void* c1,
+                                                                   int64_t stride) {
+  if (zero) {
+    _tile_zero(0);
+    if (NT > 1) _tile_zero(1);
+    if (MT > 1) _tile_zero(2);
+    if (MT > 1 && NT > 1) _tile_zero(3);
+    return;
+  }
+  _tile_loadd(0, c, stride);
+  if (NT > 1) _tile_loadd(1, (const char*)c + 64, stride);
+  if (MT > 1) _tile_loadd(2, c1, stride);
+  if (MT > 1 && NT > 1) _tile_loadd(3, (const char*)c1 + 64, stride);
+}
+
+static inline __attribute__((always_inline)) void kiln_amx_c_end(const int MT, const int NT,
+                                                                 void* c, void* c1,
+                                                                 int64_t stride) {
+  _tile_stored(0, c, stride);
+  if (NT > 1) _tile_stored(1, (char*)c + 64, stride);
+  if (MT > 1) _tile_stored(2, c1, stride);
+  if (MT > 1 && NT > 1) _tile_stored(3, (char*)c1 + 64, stride);
 }
 
 #endif /* KILN_AMX_TILES_H */

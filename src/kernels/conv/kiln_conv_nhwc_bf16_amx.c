@@ -33,17 +33,7 @@ KILN_CAMX_AI void kiln_conv_amx_block(const int MT, const int NT, int first, int
                                       const uint16_t* a0, const uint16_t* a1, int64_t sa,
                                       const int64_t* koff, const uint16_t* b0, const uint16_t* b1,
                                       float* c) {
-  if (first) {
-    _tile_zero(0);
-    if (NT > 1) _tile_zero(1);
-    if (MT > 1) _tile_zero(2);
-    if (MT > 1 && NT > 1) _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, 128);
-    if (NT > 1) _tile_loadd(1, c + 16, 128);
-    if (MT > 1) _tile_loadd(2, c + 16 * 32, 128);
-    if (MT > 1 && NT > 1) _tile_loadd(3, c + 16 * 32 + 16, 128);
-  }
+  kiln_amx_c_begin(MT, NT, first, c, c + 16 * 32, 128);
   for (int64_t s = 0; s < ns; ++s) {
     _tile_loadd(6, b0 + s * 512, 64);
     _tile_loadd(4, a0 + koff[s], sa);
@@ -54,10 +44,7 @@ KILN_CAMX_AI void kiln_conv_amx_block(const int MT, const int NT, int first, int
     if (MT > 1) _tile_dpbf16ps(2, 5, 6);
     if (MT > 1 && NT > 1) _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, c, 128);
-  if (NT > 1) _tile_stored(1, c + 16, 128);
-  if (MT > 1) _tile_stored(2, c + 16 * 32, 128);
-  if (MT > 1 && NT > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+  kiln_amx_c_end(MT, NT, c, c + 16 * 32, 128);
 }
 
 static const uint16_t* kiln_conv_amx_tile_src(const kiln_conv_bf16_amx_t* l, int64_t ti) {

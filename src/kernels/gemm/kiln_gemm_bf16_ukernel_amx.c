@@ -42,17 +42,7 @@ KILN_AMX_AI void kiln_gemm_amx_tile(const int MT, const int NT, int first, int64
                                     const uint16_t* bt1, float* c) {
   const int64_t sa = lda * 2; /* bytes between A rows */
   const uint16_t* a1 = a + 16 * lda;
-  if (first) {
-    _tile_zero(0);
-    if (NT > 1) _tile_zero(1);
-    if (MT > 1) _tile_zero(2);
-    if (MT > 1 && NT > 1) _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, 128);
-    if (NT > 1) _tile_loadd(1, c + 16, 128);
-    if (MT > 1) _tile_loadd(2, c + 16 * 32, 128);
-    if (MT > 1 && NT > 1) _tile_loadd(3, c + 16 * 32 + 16, 128);
-  }
+  kiln_amx_c_begin(MT, NT, first, c, c + 16 * 32, 128);
   for (int64_t s = 0; s < steps; ++s) {
     _tile_loadd(6, b0 + s * 512, 64);
     _tile_loadd(4, a + s * 32, sa);
@@ -73,10 +63,7 @@ KILN_AMX_AI void kiln_gemm_amx_tile(const int MT, const int NT, int first, int64
     if (MT > 1) _tile_dpbf16ps(2, 5, 6);
     if (MT > 1 && NT > 1) _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, c, 128);
-  if (NT > 1) _tile_stored(1, c + 16, 128);
-  if (MT > 1) _tile_stored(2, c + 16 * 32, 128);
-  if (MT > 1 && NT > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+  kiln_amx_c_end(MT, NT, c, c + 16 * 32, 128);
 }
 
 /* K blocks of this many 32-K steps: the strip's B micro-panel (8 KiB per

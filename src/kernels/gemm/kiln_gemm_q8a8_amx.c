@@ -89,17 +89,7 @@ KILN_Q8A8_AMX_AI void kiln_q8a8_amx_tile(const int MT, const int NT, int first, 
                                          const int8_t* a, int64_t lda, const int8_t* b0,
                                          const int8_t* b1, int32_t* c) {
   const int8_t* a1 = a + 16 * lda;
-  if (first) {
-    _tile_zero(0);
-    if (NT > 1) _tile_zero(1);
-    if (MT > 1) _tile_zero(2);
-    if (MT > 1 && NT > 1) _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, 128);
-    if (NT > 1) _tile_loadd(1, c + 16, 128);
-    if (MT > 1) _tile_loadd(2, c + 16 * 32, 128);
-    if (MT > 1 && NT > 1) _tile_loadd(3, c + 16 * 32 + 16, 128);
-  }
+  kiln_amx_c_begin(MT, NT, first, c, c + 16 * 32, 128);
   for (int64_t s = 0; s < ns; ++s) {
     _tile_loadd(6, b0 + s * 1024, 64);
     _tile_loadd(4, a + s * 64, lda);
@@ -110,10 +100,7 @@ KILN_Q8A8_AMX_AI void kiln_q8a8_amx_tile(const int MT, const int NT, int first, 
     if (MT > 1) _tile_dpbssd(2, 5, 6);
     if (MT > 1 && NT > 1) _tile_dpbssd(3, 5, 7);
   }
-  _tile_stored(0, c, 128);
-  if (NT > 1) _tile_stored(1, c + 16, 128);
-  if (MT > 1) _tile_stored(2, c + 16 * 32, 128);
-  if (MT > 1 && NT > 1) _tile_stored(3, c + 16 * 32 + 16, 128);
+  kiln_amx_c_end(MT, NT, c, c + 16 * 32, 128);
 }
 
 void kiln_qd8_qc8w_gemm_block__amx(int64_t m, int64_t kp, const int8_t* a, const int8_t* b0,

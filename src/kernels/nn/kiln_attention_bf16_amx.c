@@ -42,17 +42,7 @@ KILN_ATTN_AMX_AI void kiln_attn_amx_block(const int MT, const int NT, int accumu
                                           int64_t ldc) {
   const int64_t sc = ldc * 4;
   float* c1 = c + 16 * ldc;
-  if (!accumulate) {
-    _tile_zero(0);
-    if (NT > 1) _tile_zero(1);
-    if (MT > 1) _tile_zero(2);
-    if (MT > 1 && NT > 1) _tile_zero(3);
-  } else {
-    _tile_loadd(0, c, sc);
-    if (NT > 1) _tile_loadd(1, c + 16, sc);
-    if (MT > 1) _tile_loadd(2, c1, sc);
-    if (MT > 1 && NT > 1) _tile_loadd(3, c1 + 16, sc);
-  }
+  kiln_amx_c_begin(MT, NT, !accumulate, c, c1, sc);
   for (int64_t s = 0; s < steps; ++s) {
     _tile_loadd(6, b0 + s * 16 * (sb / 2), sb);
     _tile_loadd(4, a0 + s * 32, sa);
@@ -73,10 +63,7 @@ KILN_ATTN_AMX_AI void kiln_attn_amx_block(const int MT, const int NT, int accumu
     if (MT > 1) _tile_dpbf16ps(2, 5, 6);
     if (MT > 1 && NT > 1) _tile_dpbf16ps(3, 5, 7);
   }
-  _tile_stored(0, c, sc);
-  if (NT > 1) _tile_stored(1, c + 16, sc);
-  if (MT > 1) _tile_stored(2, c1, sc);
-  if (MT > 1 && NT > 1) _tile_stored(3, c1 + 16, sc);
+  kiln_amx_c_end(MT, NT, c, c1, sc);
 }
 
 /* rows x (2 rem) bf16 from src (rows ld apart) into a zeroed 16 x 32 tile. */
