@@ -206,10 +206,13 @@ static void kiln_q8a8_pack_task(void* p, size_t task, int thread) {
   const float* a = t->a ? t->a + off : NULL;
   const uint16_t* a16 = t->a16 ? t->a16 + off : NULL;
   char* panels = t->ap + r0 * t->row_bytes;
+#ifdef KILN_GEMM_HAVE_X86
   if (t->amx)
     kiln_qd8_gemm_pack_a_rows__amx(live, r1 - r0, g->k, t->row_bytes, a, a16, g->a_row_stride,
                                    g->a_col_stride, (int8_t*)panels, t->sa + r0);
-  else if (t->x4)
+  else
+#endif
+  if (t->x4)
     t->pack_a_x4(live, r1 - r0, g->k, a, a16, g->a_row_stride, g->a_col_stride,
                  (int8_t*)panels, t->sa + r0, t->sums + r0);
   else
