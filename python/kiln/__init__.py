@@ -147,11 +147,12 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     taken against, is K ln 2 for an integer K at or above the row's max
     score times log2 e (torch uses the max itself): moving it by a power of
     two does not change a rounding, so the result does not depend on how
-    kiln tiles the keys or how many threads run it. With AVX512_BF16 the
-    two products run as VDPBF16PS dot products, elsewhere on the fp32
-    kernels over the same rounded numbers (kiln.explain says which).
-    Channels-last convolutions compute in bf16 where the compiling CPU has
-    AVX512_BF16 (see the README). Everything else stays fp32: the bias, the
+    kiln tiles the keys or how many threads run it. The two products run
+    on AMX tiles where the CPU has them, else as VDPBF16PS dot products with
+    AVX512_BF16, elsewhere on the fp32 kernels over the same rounded numbers
+    (kiln.explain says which). Channels-last convolutions compute in bf16
+    where the compiling CPU has AVX512_BF16, on AMX tiles where it has
+    those too (see the README). Everything else stays fp32: the bias, the
     fused activation and residual add, norms, softmax, the residual stream
     between layers, and the outputs (fp32 tensors). Implies bf16 weights
     (weights_dtype is then ignored). The choice is stored in a saved
