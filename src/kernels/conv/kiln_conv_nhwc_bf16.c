@@ -345,8 +345,8 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
   kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
                              t->rows, t->kc,   t->og,      t->howo,
                              t->part, t->part_fl, kiln_conv_bf16_store, t,
-                             direct ? t->y : NULL, t->res, t->bias, t->scale, a->o,
-                             a->act == KILN_ACT_RELU, a->residual_before_act};
+                             {direct ? t->y : NULL, t->res, t->bias, t->scale, a->o,
+                              a->act == KILN_ACT_RELU, a->residual_before_act}};
   kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
                                       (oc + 1) * t->nstrips / t->noc, thread);
 }
@@ -361,8 +361,9 @@ static void kiln_conv_bf16_amx_task(void* p, size_t task, int thread) {
   const kiln_conv2d_f32_args_t* a = t->a;
   l.w = t->wg, l.src = t->src;
   if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) { /* straight to y */
-    l.y = t->y, l.res = t->res, l.bias = t->bias, l.scale = t->scale, l.ldy = a->o;
-    l.relu = a->act == KILN_ACT_RELU, l.res_first = a->residual_before_act;
+    const kiln_conv_bf16_to_y_t out = {t->y,  t->res, t->bias, t->scale, a->o,
+                                       a->act == KILN_ACT_RELU, a->residual_before_act};
+    l.out = out;
   }
   if (t->amx_mode == 1) {
     kiln_bf16_conv_nhwc_run__amx(&l, t0, t1, s0, s1);

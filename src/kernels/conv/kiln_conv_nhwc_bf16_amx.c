@@ -58,29 +58,17 @@ static const uint16_t* kiln_conv_amx_tile_src(const kiln_conv_bf16_amx_t* l, int
  * Each residual element is read before its y element is written. */
 static void kiln_conv_amx_run_to_y(const kiln_conv_bf16_amx_t* l, int64_t j0, int64_t cols,
                                    int64_t p, int64_t np, const float* c) {
-  const int64_t c1 = cols > 16 ? cols - 16 : 0;
-  const __mmask16 m[2] = {(__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u),
-                          (__mmask16)(c1 >= 16 ? 0xffffu : (1u << c1) - 1u)};
   const int nh = cols > 16 ? 2 : 1;
-  __m512 b[2], sc[2];
-  for (int h = 0; h < nh; ++h) {
-    b[h] = l->bias ? _mm512_maskz_loadu_ps(m[h], l->bias + j0 + 16 * h) : _mm512_setzero_ps();
-    sc[h] = l->scale ? _mm512_maskz_loadu_ps(m[h], l->scale + j0 + 16 * h) : _mm512_setzero_ps();
+  __m512 b[2], sc[2], v[2];
+  __mmask16 m[2];
+  kiln_conv_bf16_to_y_strip(&l->out, nh, j0, cols, m, b, sc);
+  float* y = l->out.y + p * l->out.ldy + j0;
+  const float* res = l->out.res ? l->out.res + p * l->out.ldy + j0 : NULL;
+  for (int64_t i = 0; i < np; ++i) {
+    for (int h = 0; h < nh; ++h) v[h] = _mm512_loadu_ps(c + i * 32 + 16 * h);
+    kiln_conv_bf16_to_y_row(&l->out, nh, m, b, sc, v, y + i * l->out.ldy,
+                            res ? res + i * l->out.ldy : NULL);
   }
-  const __m512 zero = _mm512_setzero_ps();
-  float* y = l->y + p * l->ldy + j0;
-  const float* res = l->res ? l->res + p * l->ldy + j0 : NULL;
-  for (int64_t i = 0; i < np; ++i)
-    for (int h = 0; h < nh; ++h) {
-      __m512 v = _mm512_loadu_ps(c + i * 32 + 16 * h), r = zero;
-      if (l->scale) v = _mm512_mul_ps(v, sc[h]);
-      if (res) r = _mm512_maskz_loadu_ps(m[h], res + i * l->ldy + 16 * h);
-      if (res && l->res_first) v = _mm512_add_ps(v, r);
-      if (l->bias) v = _mm512_add_ps(v, b[h]);
-      if (l->relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-      if (res && !l->res_first) v = _mm512_add_ps(v, r);
-      _mm512_mask_storeu_ps(y + i * l->ldy + 16 * h, m[h], v);
-    }
 }
 
 /* Tile ti's rows (16 x 32 at c) to y or the store, in runs of real pixels. */
@@ -95,7 +83,7 @@ static void kiln_conv_amx_tile_store(const kiln_conv_bf16_amx_t* l, int64_t ti, 
       continue;
     }
     const int64_t len = n - i < l->wo - ox ? n - i : l->wo - ox;
-    if (l->y)
+    if (l->out.y)
       kiln_conv_amx_run_to_y(l, j0, cols, l->p0 + oy * l->wo + ox, len, c + i * 32);
     else
       l->store(l->store_ctx, j0, cols, l->p0 + oy * l->wo + ox, len, c + i * 32);

@@ -7,7 +7,7 @@
  * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
  * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
  * says why). A strip with one panel left runs a 16-channel variant.
- * Partial sums cross K blocks in fp32. With no activation or relu (l->y
+ * Partial sums cross K blocks in fp32. With no activation or relu (l->out.y
  * set), a finished tile goes from the accumulators to y with its residual
  * and bias and relu, in the store callback's order ((sum + residual) +
  * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual): no trip
@@ -60,33 +60,22 @@ KILN_CBF_AI void kiln_conv_bf16_tile(const int NP, int64_t rows, const uint16_t*
     for (int h = 0; h < NP; ++h) _mm512_storeu_ps(out + i * 32 + 16 * h, acc[i][h]);
 }
 
-/* The sums with residual, bias and relu (each or not) to y: np pixels ldy
- * apart (the residual's too), channels by masks m[0], m[1]. Each residual
- * element is read before its y element is written (they may alias). */
+/* The sums through l->out's rule (kiln_conv_nhwc_bf16_internal.h) to y:
+ * np pixels ldy apart (the residual's too), channels [j0, j0 + cols). */
 KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint16_t* w0,
                                           int64_t pstep, const uint16_t* const* px,
                                           const int64_t* off, const float* cin,
                                           const kiln_conv_bf16_loop_t* l, int64_t j0,
-                                          const __mmask16* m, int64_t np, float* y) {
+                                          int64_t cols, int64_t np, float* y) {
   __m512 acc[MR][2], b[2], sc[2];
+  __mmask16 m[2];
   kiln_conv_bf16_dots(NP, acc, rows, w0, pstep, px, off, cin);
-  for (int h = 0; h < NP; ++h) {
-    b[h] = l->bias ? _mm512_maskz_loadu_ps(m[h], l->bias + j0 + 16 * h) : _mm512_setzero_ps();
-    sc[h] = l->scale ? _mm512_maskz_loadu_ps(m[h], l->scale + j0 + 16 * h) : _mm512_setzero_ps();
-  }
-  const __m512 zero = _mm512_setzero_ps();
-  const float* res = l->res ? l->res + (y - l->y) : NULL;
+  kiln_conv_bf16_to_y_strip(&l->out, NP, j0, cols, m, b, sc);
+  const float* res = l->out.res ? l->out.res + (y - l->out.y) : NULL;
   for (int i = 0; i < MR; ++i) {
     if (i >= np) break;
-    for (int h = 0; h < NP; ++h) {
-      __m512 v = l->scale ? _mm512_mul_ps(acc[i][h], sc[h]) : acc[i][h], r = _mm512_setzero_ps();
-      if (res) r = _mm512_maskz_loadu_ps(m[h], res + i * l->ldy + 16 * h);
-      if (res && l->res_first) v = _mm512_add_ps(v, r);
-      if (l->bias) v = _mm512_add_ps(v, b[h]);
-      if (l->relu) v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), zero);
-      if (res && !l->res_first) v = _mm512_add_ps(v, r);
-      _mm512_mask_storeu_ps(y + i * l->ldy + 16 * h, m[h], v);
-    }
+    kiln_conv_bf16_to_y_row(&l->out, NP, m, b, sc, acc[i], y + i * l->out.ldy,
+                            res ? res + i * l->out.ldy : NULL);
   }
 }
 
@@ -118,17 +107,14 @@ void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t
         int64_t np = l->howo - ti * MR < MR ? l->howo - ti * MR : MR;
         for (int64_t i = 0; i < MR; ++i) px[i] = l->src + l->vpos[ti * MR + (i < np ? i : np - 1)];
         float* acc = part ? part + (ti - t0) * MR * 32 : NULL;
-        if (last && l->y) {
-          const int64_t c1 = cols > 16 ? cols - 16 : 0; /* the second panel's channels */
-          const __mmask16 m[2] = {(__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u),
-                                  (__mmask16)(c1 >= 16 ? 0xffffu : (1u << c1) - 1u)};
-          float* y = l->y + ti * MR * l->ldy + j0;
+        if (last && l->out.y) {
+          float* y = l->out.y + ti * MR * l->out.ldy + j0;
           if (cols > 16)
             kiln_conv_bf16_tile_to_y(2, kcur, wp + kb * 32, pstep, px, l->off + kb,
-                                     first ? NULL : acc, l, j0, m, np, y);
+                                     first ? NULL : acc, l, j0, cols, np, y);
           else
             kiln_conv_bf16_tile_to_y(1, kcur, wp + kb * 32, pstep, px, l->off + kb,
-                                     first ? NULL : acc, l, j0, m, np, y);
+                                     first ? NULL : acc, l, j0, cols, np, y);
           continue;
         }
         if (cols > 16)

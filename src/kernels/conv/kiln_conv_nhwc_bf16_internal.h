@@ -40,6 +40,21 @@
 #define KILN_CONV_BF16_MR 10
 #endif
 
+/* Where finished sums go straight to y (no activation, or relu), not
+ * through a store callback: y (the group's first channel, pixels ldy
+ * apart), the sums times scale (or NULL), with the residual (res, laid out
+ * as y, or NULL; added before the relu when res_first), bias (or NULL) and
+ * relu when relu is 1, in the store callback's order ((sum + residual) +
+ * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual). */
+typedef struct kiln_conv_bf16_to_y_s {
+  float* y;
+  const float* res;
+  const float* bias;
+  const float* scale;
+  int64_t ldy;
+  int relu, res_first;
+} kiln_conv_bf16_to_y_t;
+
 typedef struct kiln_conv_bf16_loop_s {
   const uint16_t* w;     /* the group's panels, rows x 32 bf16 each */
   const uint16_t* src;   /* the image's copy at the group's first channel */
@@ -53,17 +68,7 @@ typedef struct kiln_conv_bf16_loop_s {
    * overwrite it). */
   void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t p0, int64_t np, float* tmp);
   const void* store_ctx;
-  /* Or, when y is set (no activation or relu): tiles go straight to y
-   * (the group's first channel, pixels ldy apart), the sums times scale
-   * (or NULL), with the residual (res, laid out as y, or NULL; added
-   * before the relu when res_first), bias (or NULL) and relu when relu is
-   * 1, and store is not called. */
-  float* y;
-  const float* res;
-  const float* bias;
-  const float* scale;
-  int64_t ldy;
-  int relu, res_first;
+  kiln_conv_bf16_to_y_t out; /* when out.y is set, store is not called */
 } kiln_conv_bf16_loop_t;
 
 /* Tiles [t0, t1) x strips [s0, s1) on pool thread `thread`: strip outermost,
@@ -103,14 +108,7 @@ typedef struct kiln_conv_bf16_amx_s {
   int64_t p0; /* the output pixel of run 0's virtual pixel 0 */
   void (*store)(const void* ctx, int64_t j0, int64_t cols, int64_t p0, int64_t np, float* tmp);
   const void* store_ctx;
-  /* Or, when y is set: runs go straight to y as kiln_conv_bf16_loop_t's
-   * (same fields, same order of operations), not through store. */
-  float* y;
-  const float* res;
-  const float* bias;
-  const float* scale;
-  int64_t ldy;
-  int relu, res_first;
+  kiln_conv_bf16_to_y_t out; /* when out.y is set, store is not called */
 } kiln_conv_bf16_amx_t;
 
 /* Tiles [t0, t1) (numbered run by run) x strips [s0, s1). */
@@ -123,6 +121,41 @@ void kiln_bf16_conv_nhwc_run__amx(const kiln_conv_bf16_amx_t* l, int64_t t0, int
  * seg[3g + 1]. */
 void kiln_bf16_conv_nhwc_gather__amx(const uint16_t* src, const int64_t* vpos, int64_t n,
                                      const int64_t* seg, int64_t nseg, int64_t ka, uint16_t* dst);
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* A strip's channels [j0, j0 + 16 nh) for kiln_conv_bf16_to_y_row: the
+ * masks m of its first cols, and their biases b and scales sc (zero where
+ * out has none). */
+static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_strip(
+    const kiln_conv_bf16_to_y_t* o, int nh, int64_t j0, int64_t cols, __mmask16 m[2],
+    __m512 b[2], __m512 sc[2]) {
+  const int64_t c1 = cols > 16 ? cols - 16 : 0;
+  m[0] = (__mmask16)(cols >= 16 ? 0xffffu : (1u << cols) - 1u);
+  m[1] = (__mmask16)(c1 >= 16 ? 0xffffu : (1u << c1) - 1u);
+  for (int h = 0; h < nh; ++h) {
+    b[h] = o->bias ? _mm512_maskz_loadu_ps(m[h], o->bias + j0 + 16 * h) : _mm512_setzero_ps();
+    sc[h] = o->scale ? _mm512_maskz_loadu_ps(m[h], o->scale + j0 + 16 * h) : _mm512_setzero_ps();
+  }
+}
+
+/* One pixel's sums v[0, nh) (16 channels each) through out's rule to y,
+ * its residual at res (read before y is written: they may alias). */
+static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_row(
+    const kiln_conv_bf16_to_y_t* o, int nh, const __mmask16 m[2], const __m512 b[2],
+    const __m512 sc[2], const __m512* v, float* y, const float* res) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int h = 0; h < nh; ++h) {
+    __m512 x = o->scale ? _mm512_mul_ps(v[h], sc[h]) : v[h], r = zero;
+    if (res) r = _mm512_maskz_loadu_ps(m[h], res + 16 * h);
+    if (res && o->res_first) x = _mm512_add_ps(x, r);
+    if (o->bias) x = _mm512_add_ps(x, b[h]);
+    if (o->relu) x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero);
+    if (res && !o->res_first) x = _mm512_add_ps(x, r);
+    _mm512_mask_storeu_ps(y + 16 * h, m[h], x);
+  }
+}
+#endif
 
 /* n pixels of c <= 4 NCHW planes (value (ch, q) at x[ch * plane + q])
  * rounded to bf16 into d[q * pitch + ch], pitch in [c, 4], channels
