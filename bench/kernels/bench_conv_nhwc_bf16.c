@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
   kiln_status_t st = kiln_machine_get(pool, 0, &mc);
   kiln_status_free(st);
   const double peak = threads > 1 ? mc.bf16_gflops : mc.bf16_gflops_1;
-  printf("isa %s, bf16 path %s, %d thread(s), min of %d runs (%s); bf16 dot peak %.0f GFLOP/s\n",
-         kiln_cpu_isa_name(kiln_cpu_isa()), kiln_conv2d_bf16_has_engine() ? "avx512_bf16" : "portable",
-         threads, reps, threads > 1 ? "wall" : "thread CPU time", peak);
+  printf("isa %s, %s; %d thread(s), min of %d runs (%s); VDPBF16PS peak %.0f GFLOP/s\n",
+         kiln_cpu_isa_name(kiln_cpu_isa()), kiln_conv2d_bf16_describe(), threads, reps,
+         threads > 1 ? "wall" : "thread CPU time", peak);
   static const bench_layer_t layers[] = {
       {"conv1 7x7/2", 3, 64, 7, 2, 3, 224, 0, 1}, {"l1 3x3 64", 64, 64, 3, 1, 1, 56, 0, 0},
       {"l1 3x3 64+r", 64, 64, 3, 1, 1, 56, 1, 0}, {"l2 3x3/2", 64, 128, 3, 2, 1, 56, 0, 0},
