@@ -470,20 +470,23 @@ def _shape_foot(results: dict) -> list[str]:
 
 
 LOWP_HEADER = ["model", "thr", "kiln fp32 ms", "kiln bf16 ms", "kiln int8 ms", "kiln int4 ms",
-               "eager bf16 ms", "kiln bf16 model ms", "openvino f32 ms", "openvino default ms", "bf16/fp32",
-               "int8/fp32", "int4/fp32", "kiln bf16 vs eager bf16", "kiln bf16 model vs eager bf16",
-               "kiln bf16 vs ov default"]
+               "kiln int4:a8 ms", "eager bf16 ms", "kiln bf16 model ms", "openvino f32 ms",
+               "openvino default ms", "bf16/fp32", "int8/fp32", "int4/fp32", "int4:a8/fp32",
+               "kiln bf16 vs eager bf16", "kiln bf16 model vs eager bf16", "kiln bf16 vs ov default"]
 
 LOWP_ABOUT = (
     "kiln with `compute_dtype=torch.bfloat16` (linear layers in bf16, fp32 sums), "
     "`weights_dtype=\"int8:a8\"` (int8 weights and activations quantized per row at run "
-    "time) and `weights_dtype=\"int4\"` (groups of 32), beside eager PyTorch in bf16 "
+    "time), `weights_dtype=\"int4\"` (groups of 32) and `\"int4:a8\"` (int4 weights, int8 "
+    "activations quantized per row and group at run time: llama.cpp's q4_0 arithmetic), beside "
+    "eager PyTorch in bf16 "
     "(`model.to(torch.bfloat16)`, bf16 inputs) and kiln.trace of that same bf16 model "
     "(kiln bf16 model), OpenVINO at f32 and at the "
     "precision it picks by itself for this CPU (shown in parentheses: bf16 where the CPU has AMX "
     "or AVX512_BF16). In parentheses after a kiln or eager bf16 time: the cosine similarity of its "
     "outputs to eager fp32's, the accuracy figure (a cell fails below 0.9, a gross error, unless it "
-    "is eager run with the same dequantized weights within fp32's tolerance: marked =). "
+    "is eager run with the same dequantized weights within fp32's tolerance: marked =; or, for "
+    "int4:a8, within cosine 0.99 of that same run: marked ~). "
     "x/fp32: kiln fp32's time over the mode's (above 1: the mode is faster). kiln bf16 vs X: "
     "X's time over kiln bf16's; kiln bf16 model vs eager bf16: the same bf16 model in both.")
 
@@ -501,8 +504,9 @@ TRAIN_LOWP_ABOUT = (
 
 def _cos_cell(c: dict, notes: Notes) -> str:
     """A low-precision time with its cosine to eager fp32 (", =" when held
-    exact to its dequantized reference)."""
-    cos = (f"{c['cos']:.5f}" + (", =" if c.get("exact") else "")) if "cos" in c else ""
+    exact to its dequantized reference, ", ~" when near it)."""
+    mark = ", =" if c.get("exact") else ", ~" if c.get("near") else ""
+    cos = f"{c['cos']:.5f}{mark}" if "cos" in c else ""
     return _lowp_cell(c, notes, cos)
 
 
@@ -522,16 +526,16 @@ def lowp_table_rows(results: dict, notes: Notes) -> list[list[str]]:
     for row in main_rows(results):
         s = row["systems"]
         if row.get("skipped") or row.get("train") or not any(
-                k in s for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "openvino_default")):
+                k in s for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "kiln_int4a8", "openvino_default")):
             continue
         r = [row["model"], str(row["threads"]), time_cell(s.get("kiln", {}), notes)]
-        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "eager_bf16", "kiln_bf16_model"):
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "kiln_int4a8", "eager_bf16", "kiln_bf16_model"):
             r.append(_cos_cell(s.get(k, {}), notes))
         r.append(time_cell(s.get("openvino", {}), notes))
         d = s.get("openvino_default", {})
         r.append(_lowp_cell(d, notes, d.get("precision", "")))
         base = _ms(s.get("kiln"))
-        for k in ("kiln_bf16", "kiln_int8", "kiln_int4"):
+        for k in ("kiln_bf16", "kiln_int8", "kiln_int4", "kiln_int4a8"):
             r.append(_ratio(base, _ms(s.get(k))))
         b, eb = _ms(s.get("kiln_bf16")), _ms(s.get("eager_bf16"))
         r += [_ratio(eb, b), _ratio(eb, _ms(s.get("kiln_bf16_model"))), _ratio(_ms(d), b)]

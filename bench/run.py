@@ -66,6 +66,7 @@ def timing_params(quick: bool, heavy: bool) -> dict:
 PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
               "inductor": "inductor", "kiln_bf16": "kiln low precision",
               "kiln_int8": "kiln low precision", "kiln_int4": "kiln low precision",
+              "kiln_int4a8": "kiln low precision",
               "eager_bf16": "eager ref", "kiln_bf16_model": "kiln low precision",
               "openvino": "openvino", "openvino_default": "openvino"}
 
@@ -73,9 +74,12 @@ PREP_PHASE = {"eager": "eager ref", "kiln": "kiln", "onnxruntime": "ort",
 def check(system, ref, out, exact=None) -> dict:
     """The output check of one system: fp32's tolerance, or for a
     low-precision system its cosine and relative error (peers.compare_lowp;
-    a weight-only quantized one held to exact, its exact reference)."""
+    a quantized one held to exact, its dequantized-weights reference)."""
     import peers
-    return peers.compare_lowp(ref, out, exact) if system in peers.LOWP else peers.compare(ref, out)
+    if system not in peers.LOWP:
+        return peers.compare(ref, out)
+    near = "a8" in str(peers.KILN_LOWP.get(system, {}).get("weights_dtype", "")).split(":")
+    return peers.compare_lowp(ref, out, exact, near)
 
 
 class Phases:

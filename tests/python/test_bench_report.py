@@ -46,3 +46,32 @@ def test_roofline_from_bandwidth_sampled_beside_the_row():
     foot = " ".join(report._gen_foot({"rows": rows}))
     assert "2 thr 33.0-36.0 GB/s (sampled beside the rows' timed calls)" in foot
     assert "1 thr 31.0 GB/s (cached by kiln.machine())" in foot
+
+
+def test_lowp_rows_show_int4_a8_and_how_each_quantized_cell_was_held():
+    notes = report.Notes()
+    s = {"kiln": {"ms": 10.0}, "kiln_int4": {"ms": 2.5, "cos": 0.87286, "exact": True},
+         "kiln_int4a8": {"ms": 2.0, "cos": 0.87229, "near": True}, "kiln_int8": {"ms": 4.0, "cos": 0.995}}
+    rows = report.lowp_table_rows({"rows": [{"model": "llama_decode", "threads": 2, "systems": s}]}, notes)
+    cells = dict(zip(report.LOWP_HEADER, rows[0]))
+    assert len(rows[0]) == len(report.LOWP_HEADER)
+    assert cells["kiln int4 ms"] == "2.50 (0.87286, =)" and cells["kiln int4:a8 ms"] == "2.00 (0.87229, ~)"
+    assert cells["int4/fp32"] == "4.00x" and cells["int4:a8/fp32"] == "5.00x" and cells["int8/fp32"] == "2.50x"
+
+
+def test_int8_activation_modes_are_held_near_their_dequantized_reference():
+    import peers
+    import torch
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(4000, generator=g)
+    deq = ref + 0.6 * torch.randn(4000, generator=g)      # the weights' own error: cosine ~0.86 to ref
+    near = deq + 0.05 * torch.randn(4000, generator=g)    # activations' rounding on top: ~0.999 to deq
+    far = deq + 0.3 * torch.randn(4000, generator=g)      # more than that: fails
+    assert not peers.compare_lowp(ref, near)["ok"]
+    res = peers.compare_lowp(ref, near, deq, near=True)
+    assert res["ok"] and res.get("near") and not res.get("exact")
+    res = peers.compare_lowp(ref, far, deq, near=True)
+    assert not res["ok"] and "dequantized" in res["why"]
+    # A weight-only mode is held exact, not near: near's output is no longer within fp32's tolerance.
+    assert not peers.compare_lowp(ref, near, deq)["ok"]
+    assert peers.compare_lowp(ref, deq, deq)["exact"]
