@@ -54,6 +54,8 @@ static void kiln_cpu_detect(void) {
   memset(f, 0, sizeof(*f));
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d))
+    f->intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu; /* "GenuineIntel" */
   if (__get_cpuid(1, &a, &b, &c, &d)) {
     int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
     unsigned long long xcr0 = osxsave ? kiln_xgetbv0() : 0;
@@ -96,6 +98,7 @@ static void kiln_cpu_detect(void) {
                     : f->neon ? KILN_ISA_NEON : KILN_ISA_GENERIC;
   kiln_cpu_max_bf16_ = (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u) |
                        (f->amx_bf16 ? KILN_CPU_BF16_AMX : 0u);
+  unsigned use = kiln_cpu_bf16_default(f);
   /* KILN_ISA lowers the maxima themselves, so nothing set later (a test's
    * kiln.isa("avx512")) can run past it. An unknown name caps nothing
    * (kiln_cpu_isa_env_known says so; Python warns). */
@@ -106,9 +109,17 @@ static void kiln_cpu_detect(void) {
     if (kiln_cpu_isa_rank(cap) < 0) cap = KILN_ISA_GENERIC; /* another architecture's */
     if (kiln_cpu_isa_rank(cap) < kiln_cpu_isa_rank(kiln_cpu_max_isa_)) kiln_cpu_max_isa_ = cap;
     kiln_cpu_max_bf16_ &= level == -2 ? ~0u : level == -1 ? (unsigned)KILN_CPU_BF16_AVX512 : 0u;
+    if (level == -1) use = kiln_cpu_max_bf16_; /* asked for by name */
   }
   kiln_cpu_isa_ = kiln_cpu_max_isa_;
-  kiln_cpu_bf16_ = kiln_cpu_max_bf16_;
+  /* The engines detected stay settable (kiln_cpu_bf16_set: the tests run
+   * each); the default uses those worth using. */
+  kiln_cpu_bf16_ = use & kiln_cpu_max_bf16_;
+}
+
+unsigned kiln_cpu_bf16_default(const kiln_cpu_features_t* f) {
+  if (f->amx_bf16) return KILN_CPU_BF16_AMX | (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u);
+  return f->avx512_bf16 && !f->intel ? KILN_CPU_BF16_AVX512 : 0u;
 }
 
 int kiln_cpu_isa_parse(const char* name, int* out_level) {

@@ -11,10 +11,12 @@
  * kernels never use them): KILN_CPU_BF16_AVX512 (VDPBF16PS) and
  * KILN_CPU_BF16_AMX (AMX-BF16 tiles, only once Linux granted this process
  * the tile state with arch_prctl(ARCH_REQ_XCOMP_PERM); refused: no AMX).
- * kiln_cpu_bf16() is the mask in use: detected, capped by KILN_ISA, and 0
- * whenever the level is below avx512. KILN_ISA accepts two more names:
- * "avx512_bf16" (level avx512, no AMX) and "amx" (everything, the default);
- * plain "avx512" turns both bf16 engines off.
+ * kiln_cpu_bf16() is the mask in use: by default kiln_cpu_bf16_default()'s
+ * choice among the engines detected, capped by KILN_ISA, and 0 whenever the
+ * level is below avx512. KILN_ISA accepts two more names: "avx512_bf16"
+ * (level avx512, VDPBF16PS and no AMX, even where the default would not
+ * use it) and "amx" (everything the default uses); plain "avx512" turns
+ * both bf16 engines off.
  *
  * Each architecture has its own ladder of levels: x86 generic < avx2 <
  * avx512, aarch64 generic < neon (from getauxval(AT_HWCAP/AT_HWCAP2)). A
@@ -43,6 +45,7 @@ typedef struct kiln_cpu_features_s {
   int avx512_vnni;
   int avx512_vbmi; /* VPERMB: any byte of a zmm from any (the int8 kernels' transposes) */
   int amx_tile, amx_bf16, amx_int8; /* cpuid, XCR0 bits 17/18, and the OS's permission */
+  int intel;                        /* cpuid's vendor is GenuineIntel */
   /* aarch64 (getauxval): ASIMD, SDOT/UDOT, BFDOT/BFMMLA, SMMLA/UMMLA, SVE. */
   int neon, neon_dotprod, neon_bf16, neon_i8mm, sve;
 } kiln_cpu_features_t;
@@ -64,6 +67,15 @@ int kiln_cpu_isa_rank(kiln_isa_t isa);
 
 /* The bf16 engines kernels may use (KILN_CPU_BF16_* bits). */
 unsigned kiln_cpu_bf16(void);
+/* The engines of features f that kiln uses unless told otherwise: AMX where
+ * it is granted, with VDPBF16PS beside it; VDPBF16PS alone only off Intel.
+ * An Intel core runs VDPBF16PS at half its fp32 FMA rate (a Xeon with AMX
+ * here: 114-118 against 228-236 GFLOP/s a core), so where its AMX is absent
+ * or refused (a VM that hides the tile state, a kernel before 5.16) bf16
+ * products widened to fp32 are the faster engine; AMD's Zen 4 and Zen 5 run
+ * it at about twice their FMA rate (Zen 5: 474 against 261). Pure: any
+ * features may be asked about. */
+unsigned kiln_cpu_bf16_default(const kiln_cpu_features_t* f);
 /* Overrides the mask (tests); returns the mask actually set, which is
  * capped at what the CPU (and OS) support and KILN_ISA allows. */
 unsigned kiln_cpu_bf16_set(unsigned mask);

@@ -4,6 +4,7 @@
  * architecture the tests run on. Also the kernel families' variant lists
  * (kernels/kiln_isa_variant.h) and the rule that picks from them. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/kiln_cpu.h"
 #include "kernels/kiln_isa_variant.h"
@@ -55,6 +56,32 @@ void kiln_test_suite_cpu(void) {
                 "bf16 engines only at avx512 (at %s)", kiln_cpu_isa_name(got));
   }
   KILN_EXPECT(kiln_cpu_isa_set(start) == start, "the starting level restores");
+
+  /* The default bf16 engines: AMX with VDPBF16PS beside it; VDPBF16PS alone
+   * only off Intel (half the FMA rate there: slower than widening). */
+  {
+    kiln_cpu_features_t t;
+    memset(&t, 0, sizeof t);
+    KILN_EXPECT(kiln_cpu_bf16_default(&t) == 0, "no bf16 feature: no engine");
+    t.avx512_bf16 = 1;
+    KILN_EXPECT(kiln_cpu_bf16_default(&t) == KILN_CPU_BF16_AVX512, "AMD's VDPBF16PS is used");
+    t.intel = 1;
+    KILN_EXPECT(kiln_cpu_bf16_default(&t) == 0, "Intel's VDPBF16PS alone is not");
+    t.amx_tile = t.amx_bf16 = 1;
+    KILN_EXPECT(kiln_cpu_bf16_default(&t) == (KILN_CPU_BF16_AMX | KILN_CPU_BF16_AVX512),
+                "Intel with AMX granted: both");
+    const char* env = getenv("KILN_ISA");
+    unsigned detected = (f->avx512_bf16 ? KILN_CPU_BF16_AVX512 : 0u) |
+                        (f->amx_bf16 ? KILN_CPU_BF16_AMX : 0u);
+    if ((!env || !*env) && start == KILN_ISA_AVX512)
+      KILN_EXPECT(kiln_cpu_bf16() == kiln_cpu_bf16_default(f), "this CPU's default engines (%s)",
+                  kiln_cpu_bf16_name(kiln_cpu_bf16()));
+    /* Every engine detected can still be chosen (the kernels' tests run each). */
+    unsigned was = kiln_cpu_bf16();
+    KILN_EXPECT(env && *env ? 1 : kiln_cpu_bf16_set(~0u) == detected,
+                "the detected engines can be set");
+    kiln_cpu_bf16_set(was);
+  }
 
   /* Every family has a generic variant and only this architecture's
    * levels; each level runs the family's highest variant at or below it. */
