@@ -19,6 +19,8 @@
 
 #include "base/kiln_pool.h"
 #include "kernels/conv/kiln_conv.h"
+#include "kernels/conv/kiln_conv_internal.h"
+#include "base/kiln_cpu.h"
 #include "ir/kiln_shape_common.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
 #include "kiln_test.h"
@@ -235,7 +237,43 @@ static void nhwc_pool_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* The two-panel channel-vector kernel (AVX-512) against two calls of the
+ * one-panel kernel at the same level: bit for bit (the same sums in the
+ * same order, so a panel's values do not depend on whether it ran paired),
+ * from the biases or from partial sums, for odd and even tap counts. */
+static void nhwc_ct2_matches_ct(void) {
+  if (kiln_cpu_isa() != KILN_ISA_AVX512) return;
+  kiln_conv_ukernel_ct2_fn two = kiln_conv_ukernel_ct2_for(KILN_ISA_AVX512);
+  kiln_conv_ukernel_ct_fn one = kiln_conv_ukernel_ct_for(KILN_ISA_AVX512);
+  KILN_EXPECT(two != NULL, "AVX-512 has a two-panel channel-vector kernel");
+  if (!two) return;
+  const int64_t K = 37, W = KILN_CONV_PANEL_WIDE, pitch = 211;
+  float* w = malloc(sizeof(float) * (size_t)(2 * K * W));
+  float* src = malloc(sizeof(float) * (size_t)(6 * pitch));
+  int64_t off[37];
+  float bias[32], cin[2][96], got[2][96], want[2][96];
+  uint32_t r = 12345u;
+  for (int64_t i = 0; i < 2 * K * W; ++i) w[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+  for (int64_t i = 0; i < 6 * pitch; ++i) src[i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f;
+  for (int i = 0; i < 32; ++i) bias[i] = (float)i * 0.125f - 2.0f;
+  for (int i = 0; i < 192; ++i) cin[i / 96][i % 96] = (float)(i % 17) * 0.37f - 3.0f;
+  for (int64_t p = 0; p < K; ++p) off[p] = (p * 29) % pitch;
+  const float* px[6];
+  for (int i = 0; i < 6; ++i) px[i] = src + i * pitch;
+  for (int64_t k = 1; k <= K; k += 9)
+    for (int from_cin = 0; from_cin < 2; ++from_cin) {
+      two(k, w, K * W, px, off, bias, from_cin ? cin[0] : NULL, from_cin ? cin[1] : NULL, got[0],
+          got[1]);
+      one(k, w, px, off, bias, from_cin ? cin[0] : NULL, want[0]);
+      one(k, w + K * W, px, off, bias + 16, from_cin ? cin[1] : NULL, want[1]);
+      KILN_EXPECT(!memcmp(got, want, sizeof got), "two panels = two single panels, k %lld, %s",
+                  (long long)k, from_cin ? "from partial sums" : "from the biases");
+    }
+  free(w), free(src);
+}
+
 void kiln_test_suite_conv_nhwc(void) {
   kiln_test_each_isa_and_pool(nhwc_level);
   kiln_test_each_isa_and_pool(nhwc_pool_level);
+  nhwc_ct2_matches_ct();
 }

@@ -172,6 +172,14 @@ kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa) {
   return v[kiln_conv_level(isa)];
 }
 
+kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (kiln_conv_level(isa) == KILN_ISA_AVX512) return kiln_f32_conv_ct_ukernel_6x32__avx512;
+#endif
+  (void)isa;
+  return NULL;
+}
+
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa) {
   static const kiln_conv_ukernel_fn v[KILN_ISA_COUNT] =
       KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_ukernel_6x16);
@@ -260,6 +268,7 @@ typedef struct {
   kiln_gemm_epilogue_fn epilogue;
   kiln_conv_ukernel_fn ukernel;
   kiln_conv_ukernel_ct_fn ukernel_ct;
+  kiln_conv_ukernel_ct2_fn ukernel_ct2;
   kiln_conv_ct_store6_fn store6;
   int64_t P;                /* weight panel width: 6 pixel-vector, 16 channel-vector */
   const int64_t* vpos;      /* channel-vector: each output pixel's virtual index */
@@ -451,7 +460,7 @@ static void kiln_conv_ct_task(void* p, size_t task, int thread) {
   const kiln_conv_ctx_t* t = p;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
-  kiln_conv_ct_loop_t l = {t->ukernel_ct, t->wpk + t->g * t->nq * t->k * KILN_CONV_PANEL_WIDE,
+  kiln_conv_ct_loop_t l = {t->ukernel_ct, t->ukernel_ct2, t->wpk + t->g * t->nq * t->k * KILN_CONV_PANEL_WIDE,
                            t->bias, t->src, t->vpos, t->off, t->k, t->kc, t->og, t->howo,
                            t->part, t->part_fl, kiln_conv_ct_store_tile, t};
   kiln_conv_ct_run(&l, t0, t1, oc * t->nq / t->noc, (oc + 1) * t->nq / t->noc, thread);
@@ -517,6 +526,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.ukernel = kiln_conv_ukernel_for(kiln_cpu_isa());
   t.ukernel_ct = kiln_conv_ukernel_ct_for(kiln_cpu_isa());
+  t.ukernel_ct2 = kiln_conv_ukernel_ct2_for(kiln_cpu_isa());
   t.store6 = kiln_conv_ct_store6_for(kiln_cpu_isa());
   const int64_t P = a->weight_packed ? a->weight_packed : kiln_conv2d_f32_panel_for(a);
   const int ct = P == KILN_CONV_PANEL_WIDE;
@@ -576,7 +586,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   /* Enough tasks that the threads' shares come out even (the late layers
    * have one block of tiles and many panels). */
   while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
-  if (ct) t.part_fl = multi ? kiln_conv_align16(t.tb * 6 * KILN_CONV_PANEL_WIDE) : 0;
+  if (ct) t.part_fl = multi ? kiln_conv_align16(t.tb * KILN_CONV_CT_PART_TILE) : 0;
   else t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_cdiv(t.nq, t.noc) * P * T) : 0;
 
   /* Scratch: tap offsets, phase tables and (channel-vector) pixel places

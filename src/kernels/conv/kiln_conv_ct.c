@@ -6,7 +6,9 @@
  * repeating its last pixel: computed, never stored). Panel outermost, then
  * K blocks, then tiles: the panel's kc x 16 weights stay in L1 across the
  * tiles (the GEMM's order, the weights as its packed B), and partial sums
- * wait in part, per tile, between K blocks. */
+ * wait in part, per tile, between K blocks. Where the level has a kernel
+ * for two panels (AVX-512), panels go in pairs: each pixel's broadcast then
+ * feeds both. */
 #include <stddef.h>
 
 #include "kernels/conv/kiln_conv.h"
@@ -15,34 +17,54 @@
 void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int64_t q0,
                       int64_t q1, int thread) {
   const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = l->k;
-  _Alignas(64) float tmp[6 * KILN_CONV_PANEL_WIDE];
-  float bias16[KILN_CONV_PANEL_WIDE];
+  _Alignas(64) float tmp[2][6 * KILN_CONV_PANEL_WIDE];
+  float bias32[2 * KILN_CONV_PANEL_WIDE];
   float* part = l->part ? l->part + (int64_t)thread * l->part_fl : NULL;
-  for (int64_t q = q0; q < q1; ++q) {
+  for (int64_t q = q0; q < q1;) {
+    /* Two panels at a time where the level has a kernel for it. */
+    const int64_t nq = l->ukernel2 && q + 1 < q1 ? 2 : 1;
     const float* wp = l->w + q * K * W;
-    int64_t rows = l->og - q * W < W ? l->og - q * W : W;
-    for (int64_t j = 0; j < W; ++j) bias16[j] = l->bias && j < rows ? l->bias[q * W + j] : 0.0f;
+    int64_t rows[2];
+    for (int64_t s = 0; s < nq; ++s) {
+      rows[s] = l->og - (q + s) * W < W ? l->og - (q + s) * W : W;
+      for (int64_t j = 0; j < W; ++j)
+        bias32[s * W + j] = l->bias && j < rows[s] ? l->bias[(q + s) * W + j] : 0.0f;
+    }
     for (int64_t kb = 0; kb < K; kb += l->kc) {
       int64_t kcur = K - kb < l->kc ? K - kb : l->kc;
       int first = kb == 0, last = kb + kcur == K;
-      /* While the block's tiles run, pull the next K block's weights (the
-       * next kcur lines, on into the next panel: panels are contiguous)
-       * into L2 a slice per tile: the late layers' weights come from
-       * memory once, and without this the first tile of each block waits
-       * for them. */
-      const char* pf = q + 1 < q1 || !last ? (const char*)(wp + (kb + kcur) * W) : NULL;
-      int64_t pf_lines = kcur, pf_step = pf_lines / (t1 - t0) + 1, pf_done = 0;
+      /* While the block's tiles run, pull the next weights into L2 a slice
+       * per tile: the next K block of each panel in use, or after the last
+       * block the next panel's first (panels are contiguous). The late
+       * layers' weights come from memory once, and without this the first
+       * tile of each block waits for them. */
+      const char* pf[2] = {NULL, NULL};
+      if (!last)
+        for (int64_t s = 0; s < nq; ++s) pf[s] = (const char*)(wp + s * K * W + (kb + kcur) * W);
+      else if (q + nq < q1)
+        pf[0] = (const char*)(wp + nq * K * W);
+      const int64_t pf_lines = (pf[1] ? 2 : pf[0] ? 1 : 0) * kcur,
+                    pf_step = pf_lines / (t1 - t0) + 1;
+      int64_t pf_done = 0;
       for (int64_t ti = t0; ti < t1; ++ti) {
-        for (int64_t i = 0; pf && i < pf_step && pf_done < pf_lines; ++i, ++pf_done)
-          __builtin_prefetch(pf + pf_done * 64, 0, 2);
+        for (int64_t i = 0; i < pf_step && pf_done < pf_lines; ++i, ++pf_done)
+          __builtin_prefetch(pf[pf_done >= kcur] + (pf_done % kcur) * 64, 0, 2);
         const float* px[6];
         int64_t np = l->howo - ti * M < M ? l->howo - ti * M : M;
         for (int64_t i = 0; i < M; ++i) px[i] = l->src + l->vpos[ti * M + (i < np ? i : np - 1)];
-        float* acc = part ? part + (ti - t0) * M * W : NULL;
-        l->ukernel(kcur, wp + kb * W, px, l->off + kb, bias16, first ? NULL : acc,
-                   last ? tmp : acc);
-        if (last) l->store(l->store_ctx, q, rows, ti, np, tmp);
+        float* acc = part ? part + (ti - t0) * KILN_CONV_CT_PART_TILE : NULL;
+        if (nq == 2) {
+          float* acc1 = acc ? acc + M * W : NULL;
+          l->ukernel2(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
+                      first ? NULL : acc1, last ? tmp[0] : acc, last ? tmp[1] : acc1);
+        } else {
+          l->ukernel(kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc,
+                     last ? tmp[0] : acc);
+        }
+        if (last)
+          for (int64_t s = 0; s < nq; ++s) l->store(l->store_ctx, q + s, rows[s], ti, np, tmp[s]);
       }
     }
+    q += nq;
   }
 }

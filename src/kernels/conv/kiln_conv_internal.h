@@ -47,6 +47,24 @@ typedef void (*kiln_conv_ukernel_fn)(int64_t k, const float* w, const float* src
 typedef void (*kiln_conv_ukernel_ct_fn)(int64_t k, const float* w, const float* const* px,
                                         const int64_t* off, const float* bias16,
                                         const float* cin, float* out);
+/* The same for two panels at once: panel 1's weights at w + w_next, its
+ * biases at bias32 + 16, its init cin1 and its tile out1; each panel's
+ * values exactly the single kernel's (the same sums in the same order).
+ * Only where a level has one (kiln_conv_ukernel_ct2_for: AVX-512's 32
+ * registers hold both panels' accumulators). */
+typedef void (*kiln_conv_ukernel_ct2_fn)(int64_t k, const float* w, int64_t w_next,
+                                         const float* const* px, const int64_t* off,
+                                         const float* bias32, const float* cin0,
+                                         const float* cin1, float* out0, float* out1);
+#if defined(__x86_64__) || defined(__i386__)
+void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_next,
+                                           const float* const* px, const int64_t* off,
+                                           const float* bias32, const float* cin0,
+                                           const float* cin1, float* out0, float* out1);
+#endif
+/* Floats of partial sums a tile keeps between K blocks (kiln_conv_ct_run):
+ * room for two panels' 6 x 16. */
+#define KILN_CONV_CT_PART_TILE (2 * 6 * KILN_CONV_PANEL_WIDE)
 
 /* Writes a channel-vector tile whose 6 pixels are consecutive in y: for
  * channel j < rows, y[j * ldy + i] = f(tmp[i * 16 + j]) (i < 6) with f the
@@ -74,12 +92,15 @@ KILN_CONV_ISAS(KILN_CONV_DECLARE_, ~)
  * panels (kiln_conv_ct.c): panel q of the packed weights at w + q * k * 16
  * (biases from bias + 16 q, or none), og real output channels; pixel p's
  * input at src + vpos[p] for p < howo, tap p at off[p]; K blocks of kc,
- * partial sums in part (part_fl floats per thread; NULL with one block).
+ * partial sums in part (part_fl floats per thread, KILN_CONV_CT_PART_TILE
+ * per tile of the block; NULL with one block). Panels go two at a time
+ * through ukernel2 where there is one.
  * Each finished tile goes to store(store_ctx, q, rows, ti, np, tmp): panel
  * q, its first `rows` channels real, tile ti's first np pixels, tmp 6 x 16
  * pixel-major (the store may overwrite it). */
 typedef struct kiln_conv_ct_loop_s {
   kiln_conv_ukernel_ct_fn ukernel;
+  kiln_conv_ukernel_ct2_fn ukernel2; /* or NULL: panels one at a time */
   const float* w;
   const float* bias;
   const float* src;
@@ -100,6 +121,7 @@ void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int6
 /* The microkernels for an ISA level (never NULL). */
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
+kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa); /* NULL: none */
 kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa);
 
 #endif /* KILN_CONV_INTERNAL_H */

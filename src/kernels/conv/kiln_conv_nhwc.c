@@ -46,6 +46,7 @@ typedef struct {
   const kiln_conv2d_f32_args_t* a;
   kiln_gemm_epilogue_fn epilogue;
   kiln_conv_ukernel_ct_fn ukernel;
+  kiln_conv_ukernel_ct2_fn ukernel2;
   int64_t cg, og, k, nq, howo;
   int64_t hp, wp;        /* source pixels: hp rows of wp */
   int64_t cp;            /* source floats per pixel (C, or more in the copy) */
@@ -135,7 +136,7 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
   const kiln_conv_nhwc_ctx_t* t = p;
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
-  kiln_conv_ct_loop_t l = {t->ukernel, t->wpk,    t->bias, t->src,
+  kiln_conv_ct_loop_t l = {t->ukernel, t->ukernel2, t->wpk,    t->bias, t->src,
                            t->vpos,    t->off,    t->k,    t->kc,
                            t->og,      t->howo,   t->part, t->part_fl,
                            kiln_conv_nhwc_store_tile, t};
@@ -193,6 +194,7 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
   t.a = a;
   t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.ukernel = kiln_conv_ukernel_ct_for(kiln_cpu_isa());
+  t.ukernel2 = kiln_conv_ukernel_ct2_for(kiln_cpu_isa());
   t.cg = C / G, t.og = a->o / G, t.k = t.cg * a->kh * a->kw, t.howo = a->ho * a->wo;
   t.nq = kiln_conv_nhwc_cdiv(t.og, W);
   /* x is read in place only by 1x1 convs with no padding (all their taps
@@ -226,7 +228,7 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
   if (t.tb > t.nt) t.tb = t.nt;
   int64_t nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
   while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
-  t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * 6 * W) : 0;
+  t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * KILN_CONV_CT_PART_TILE) : 0;
 
   /* Scratch: tap offsets and pixel bases (int64), packed weights when
    * given dense, partial sums, the padded copy. */
