@@ -140,7 +140,10 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
                            t->vpos,    t->off,    t->k,    t->kc,
                            t->og,      t->howo,   t->part, t->part_fl,
                            kiln_conv_nhwc_store_tile, t};
-  kiln_conv_ct_run(&l, t0, t1, oc * t->nq / t->noc, (oc + 1) * t->nq / t->noc, thread);
+  /* Panel ranges in whole pairs where panels go in pairs. */
+  const int64_t step = t->ukernel2 ? 2 : 1, units = kiln_conv_nhwc_cdiv(t->nq, step);
+  int64_t q0 = step * (oc * units / t->noc), q1 = step * ((oc + 1) * units / t->noc);
+  kiln_conv_ct_run(&l, t0, t1, q0 < t->nq ? q0 : t->nq, q1 < t->nq ? q1 : t->nq, thread);
 }
 
 typedef struct {
@@ -227,7 +230,15 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
     t.tb = KILN_CONV_NHWC_PART_BYTES / (6 * W * 4);
   if (t.tb > t.nt) t.tb = t.nt;
   int64_t nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
-  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
+  /* At least 4 tasks a thread, for balance: more panel ranges first (each
+   * a run of panels, in pairs where the level has a two-panel kernel), then
+   * smaller tile blocks. */
+  const int64_t step = t.ukernel2 ? 2 : 1, max_noc = kiln_conv_nhwc_cdiv(t.nq, step);
+  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < max_noc) t.noc++;
+  if (threads > 1 && nb * t.noc < 4 * threads && t.tb > 1) {
+    t.tb = kiln_conv_nhwc_cdiv(t.nt, kiln_conv_nhwc_cdiv(4 * threads, t.noc));
+    nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
+  }
   t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * KILN_CONV_CT_PART_TILE) : 0;
 
   /* Scratch: tap offsets and pixel bases (int64), packed weights when
