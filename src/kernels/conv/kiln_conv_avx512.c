@@ -114,6 +114,14 @@ void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const floa
     E = _mm512_fmadd_ps(bc, WE, E);         \
     F = _mm512_fmadd_ps(bc, WF, F);         \
   } while (0)
+/* Tap X of the six pixels into accumulator sets E and F. */
+#define KILN_CT2_TAPS(X, E, F, WE, WF)    \
+  KILN_CT2_TAP(s0, X, E##0, F##0, WE, WF); \
+  KILN_CT2_TAP(s1, X, E##1, F##1, WE, WF); \
+  KILN_CT2_TAP(s2, X, E##2, F##2, WE, WF); \
+  KILN_CT2_TAP(s3, X, E##3, F##3, WE, WF); \
+  KILN_CT2_TAP(s4, X, E##4, F##4, WE, WF); \
+  KILN_CT2_TAP(s5, X, E##5, F##5, WE, WF)
 #define KILN_CT2_STORE(OUT, E, D)                               \
   _mm512_storeu_ps(OUT, _mm512_add_ps(E##0, D##0));            \
   _mm512_storeu_ps(OUT + 16, _mm512_add_ps(E##1, D##1));       \
@@ -138,35 +146,21 @@ void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_
   for (; p + 2 <= k; p += 2, w += 32, v += 32) {
     const int64_t a = off[p], b = off[p + 1];
     const __m512 wa = _mm512_loadu_ps(w), va = _mm512_loadu_ps(v);
-    KILN_CT2_TAP(s0, a, e0, f0, wa, va);
-    KILN_CT2_TAP(s1, a, e1, f1, wa, va);
-    KILN_CT2_TAP(s2, a, e2, f2, wa, va);
-    KILN_CT2_TAP(s3, a, e3, f3, wa, va);
-    KILN_CT2_TAP(s4, a, e4, f4, wa, va);
-    KILN_CT2_TAP(s5, a, e5, f5, wa, va);
+    KILN_CT2_TAPS(a, e, f, wa, va);
     const __m512 wb = _mm512_loadu_ps(w + 16), vb = _mm512_loadu_ps(v + 16);
-    KILN_CT2_TAP(s0, b, d0, g0, wb, vb);
-    KILN_CT2_TAP(s1, b, d1, g1, wb, vb);
-    KILN_CT2_TAP(s2, b, d2, g2, wb, vb);
-    KILN_CT2_TAP(s3, b, d3, g3, wb, vb);
-    KILN_CT2_TAP(s4, b, d4, g4, wb, vb);
-    KILN_CT2_TAP(s5, b, d5, g5, wb, vb);
+    KILN_CT2_TAPS(b, d, g, wb, vb);
   }
   if (p < k) {
     const int64_t a = off[p];
     const __m512 wa = _mm512_loadu_ps(w), va = _mm512_loadu_ps(v);
-    KILN_CT2_TAP(s0, a, e0, f0, wa, va);
-    KILN_CT2_TAP(s1, a, e1, f1, wa, va);
-    KILN_CT2_TAP(s2, a, e2, f2, wa, va);
-    KILN_CT2_TAP(s3, a, e3, f3, wa, va);
-    KILN_CT2_TAP(s4, a, e4, f4, wa, va);
-    KILN_CT2_TAP(s5, a, e5, f5, wa, va);
+    KILN_CT2_TAPS(a, e, f, wa, va);
   }
   KILN_CT2_STORE(out0, e, d);
   KILN_CT2_STORE(out1, f, g);
 }
 #undef KILN_CT2_INIT
 #undef KILN_CT2_TAP
+#undef KILN_CT2_TAPS
 #undef KILN_CT2_STORE
 
 /* The channel-vector tile's store into NCHW: a transpose and masked
