@@ -586,7 +586,7 @@ void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   /* Enough tasks that the threads' shares come out even (the late layers
    * have one block of tiles and many panels). */
   while (threads > 1 && nb * t.noc < 4 * threads && t.noc < t.nq) t.noc++;
-  if (ct) t.part_fl = multi ? kiln_conv_align16(t.tb * KILN_CONV_CT_PART_TILE) : 0;
+  if (ct) t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_ct_part_tile(t.ukernel_ct2)) : 0;
   else t.part_fl = multi ? kiln_conv_align16(t.tb * kiln_conv_cdiv(t.nq, t.noc) * P * T) : 0;
 
   /* Scratch: tap offsets, phase tables and (channel-vector) pixel places

@@ -14,15 +14,19 @@
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/conv/kiln_conv_internal.h"
 
-void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int64_t q0,
-                      int64_t q1, int thread) {
+/* pairs is a constant in each instance, so the one-panel loop (levels with
+ * no pair kernel) carries none of the pairs' branches. */
+static inline __attribute__((always_inline)) void kiln_conv_ct_loop(
+    const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int64_t q0, int64_t q1, int thread,
+    const int pairs) {
   const int64_t W = KILN_CONV_PANEL_WIDE, M = 6, K = l->k;
   _Alignas(64) float tmp[2][6 * KILN_CONV_PANEL_WIDE];
   float bias32[2 * KILN_CONV_PANEL_WIDE];
   float* part = l->part ? l->part + (int64_t)thread * l->part_fl : NULL;
+  const int64_t pitch = kiln_conv_ct_part_tile(l->ukernel2);
   for (int64_t q = q0; q < q1;) {
     /* Two panels at a time where the level has a kernel for it. */
-    const int64_t nq = l->ukernel2 && q + 1 < q1 ? 2 : 1;
+    const int64_t nq = pairs && q + 1 < q1 ? 2 : 1;
     const float* wp = l->w + q * K * W;
     int64_t rows[2];
     for (int64_t s = 0; s < nq; ++s) {
@@ -48,12 +52,13 @@ void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int6
       int64_t pf_done = 0;
       for (int64_t ti = t0; ti < t1; ++ti) {
         for (int64_t i = 0; i < pf_step && pf_done < pf_lines; ++i, ++pf_done)
-          __builtin_prefetch(pf[pf_done >= kcur] + (pf_done % kcur) * 64, 0, 2);
+          __builtin_prefetch(pf_done < kcur ? pf[0] + pf_done * 64 : pf[1] + (pf_done - kcur) * 64,
+                             0, 2);
         const float* px[6];
         int64_t np = l->howo - ti * M < M ? l->howo - ti * M : M;
         for (int64_t i = 0; i < M; ++i) px[i] = l->src + l->vpos[ti * M + (i < np ? i : np - 1)];
-        float* acc = part ? part + (ti - t0) * KILN_CONV_CT_PART_TILE : NULL;
-        if (nq == 2) {
+        float* acc = part ? part + (ti - t0) * pitch : NULL;
+        if (pairs && nq == 2) {
           float* acc1 = acc ? acc + M * W : NULL;
           l->ukernel2(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
                       first ? NULL : acc1, last ? tmp[0] : acc, last ? tmp[1] : acc1);
@@ -67,4 +72,12 @@ void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int6
     }
     q += nq;
   }
+}
+
+void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int64_t q0,
+                      int64_t q1, int thread) {
+  if (l->ukernel2)
+    kiln_conv_ct_loop(l, t0, t1, q0, q1, thread, 1);
+  else
+    kiln_conv_ct_loop(l, t0, t1, q0, q1, thread, 0);
 }

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "base/kiln_cpu.h"
+#include "kernels/conv/kiln_conv.h"
 #include "kernels/kiln_isa_variant.h"
 
 #define KILN_CONV_TILE_W 16
@@ -63,8 +64,10 @@ void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_
                                            const float* cin1, float* out0, float* out1);
 #endif
 /* Floats of partial sums a tile keeps between K blocks (kiln_conv_ct_run):
- * room for two panels' 6 x 16. */
-#define KILN_CONV_CT_PART_TILE (2 * 6 * KILN_CONV_PANEL_WIDE)
+ * one panel's 6 x 16, or a pair's where panels go in pairs (ukernel2). */
+static inline int64_t kiln_conv_ct_part_tile(kiln_conv_ukernel_ct2_fn ukernel2) {
+  return (ukernel2 ? 2 : 1) * 6 * KILN_CONV_PANEL_WIDE;
+}
 
 /* Writes a channel-vector tile whose 6 pixels are consecutive in y: for
  * channel j < rows, y[j * ldy + i] = f(tmp[i * 16 + j]) (i < 6) with f the
@@ -92,8 +95,9 @@ KILN_CONV_ISAS(KILN_CONV_DECLARE_, ~)
  * panels (kiln_conv_ct.c): panel q of the packed weights at w + q * k * 16
  * (biases from bias + 16 q, or none), og real output channels; pixel p's
  * input at src + vpos[p] for p < howo, tap p at off[p]; K blocks of kc,
- * partial sums in part (part_fl floats per thread, KILN_CONV_CT_PART_TILE
- * per tile of the block; NULL with one block). Panels go two at a time
+ * partial sums in part (part_fl floats per thread,
+ * kiln_conv_ct_part_tile(ukernel2) per tile of the block; NULL with one
+ * block). Panels go two at a time
  * through ukernel2 where there is one.
  * Each finished tile goes to store(store_ctx, q, rows, ti, np, tmp): panel
  * q, its first `rows` channels real, tile ti's first np pixels, tmp 6 x 16

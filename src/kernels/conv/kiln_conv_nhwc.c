@@ -239,7 +239,7 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
     t.tb = kiln_conv_nhwc_cdiv(t.nt, kiln_conv_nhwc_cdiv(4 * threads, t.noc));
     nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
   }
-  t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * KILN_CONV_CT_PART_TILE) : 0;
+  t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * kiln_conv_ct_part_tile(t.ukernel2)) : 0;
 
   /* Scratch: tap offsets and pixel bases (int64), packed weights when
    * given dense, partial sums, the padded copy. */
