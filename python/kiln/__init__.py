@@ -143,7 +143,9 @@ def trace(model, example_inputs, *, example_kwargs=None, fallback=True, weights_
     after rounding, as torch's CPU flash attention does for bf16 inputs),
     plus the mask; the softmax runs in fp32, and its weights e^(s - c) are
     rounded to bf16 for the product with v, summed in fp32, and divided by
-    the fp32 sum of the unrounded weights. c, the point the weights are
+    the fp32 sum of the rounded weights (torch divides by the unrounded
+    ones; kiln's output is a weighted mean of v whatever the rounding, so
+    a key that dominates its row loses nothing to it). c, the point the weights are
     taken against, is K ln 2 for an integer K at or above the row's max
     score times log2 e (torch uses the max itself): moving it by a power of
     two does not change a rounding, so the result does not depend on how

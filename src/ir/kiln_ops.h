@@ -106,8 +106,9 @@
  *                                        power of two leaves the rounding
  *                                        alone, so tiling and threads do
  *                                        not change it), divided by the
- *                                        unrounded weights' fp32 sum; P·V
- *                                        summed in fp32; y float32
+ *                                        rounded weights' fp32 sum (a
+ *                                        weighted mean of v); P·V summed
+ *                                        in fp32; y float32
  *                                        (kernels/nn/kiln_attention_bf16.h).
  *   FMA_SCALAR     (x) -> y              y = x * SCALE + SHIFT (float).
  *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;

@@ -3,7 +3,7 @@
 The rule (kiln.trace's docstring, src/ir/kiln_ops.h): q, k, v rounded to
 bf16; s = (q' . k') * scale + mask, the products exact and summed in fp32;
 weights p = e^(s - c) with c = ceil(max(s) log2 e) ln 2, rounded to bf16 for
-P.V, divided by the fp32 sum of the unrounded weights; fp32 sums. `rule`
+P.V, divided by the fp32 sum of the rounded weights; fp32 sums. `rule`
 below evaluates it in float64.
 
 Tolerance against that float64 evaluation: the rounding points are the same,
@@ -61,8 +61,8 @@ def rule(q, k, v, mask=None, causal=False, scale=None):
     m = s.amax(-1, keepdim=True)
     c = torch.ceil(m * (1 / math.log(2))) * math.log(2)
     p = torch.exp(s - c)
-    l = p.sum(-1, keepdim=True)
     pr = bf16(p.float())
+    l = pr.sum(-1, keepdim=True)
     out = (pr @ bf16(v)) / l
     return out, (pr.amax(-1, keepdim=True) / l)
 

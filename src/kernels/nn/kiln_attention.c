@@ -563,10 +563,10 @@ static void kiln_nn_attn_task_untiled(const kiln_nn_attention_plan_t* plan, size
         m = m_new;
       }
       float p = kiln_nn_expf(s - m); /* NaN s (or m) spreads through p */
+      if (bf) p = kiln_bf16_round_f32(p); /* l sums the rounded weights */
       l += p;
       const float* vj = vb + j * a->v_strides[2];
       if (bf) {
-        p = kiln_bf16_round_f32(p);
         for (int64_t e = 0; e < dv; ++e)
           o[e] = KILN_NN_FMA(p, kiln_bf16_round_f32(vj[e * a->v_strides[3]]), o[e]);
       } else {
@@ -837,11 +837,11 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         float m_use = m_new == -INFINITY ? 0.0f : m_new;
         float alpha = kiln_nn_exp_negf(m[r] - m_use);
         float acc[KILN_NN_LANES] = {0};
-        if (bf && !eng) /* P rounded to bf16 for P·V as it is made; l sums it unrounded */
+        if (bf) /* P rounded to bf16 for P·V as it is made; l sums it rounded */
           for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
             for (int j = 0; j < KILN_NN_LANES; ++j) {
-              float p = kiln_nn_exp_negf(sr[c + j] - m_use);
-              sr[c + j] = kiln_bf16_round_f32(p);
+              float p = kiln_bf16_round_f32(kiln_nn_exp_negf(sr[c + j] - m_use));
+              sr[c + j] = p;
               acc[j] += p;
             }
         else
@@ -853,7 +853,7 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
             }
         l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
         m[r] = m_new;
-        /* P in bf16 for P·V (l keeps the unrounded weights, as torch's). */
+        /* P in bf16 for P·V (its values are already bf16's: exact). */
 #if defined(KILN_NN_ATTN_BF16_ENGINE)
         if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + (r - rb) * bk);
 #endif

@@ -10,17 +10,21 @@
  *     the scale applied to the fp32 sum (as torch's CPU flash kernel does
  *     for bf16 inputs, which are already rounded: it scales qk in fp32);
  *   p_j = e^(s_j - c), with c = K ln2 for an integer K >= max_j s_j log2 e
- *     (the row's reference point), and l = sum_j p_j in fp32, unrounded;
+ *     (the row's reference point), and l = sum_j bf16(p_j) in fp32;
  *   out = sum_j bf16(p_j) v'_j / l, summed in fp32.
+ * l sums the rounded weights (torch sums them unrounded) so that out is a
+ * weighted mean of the v'_j whatever the rounding: when one key dominates
+ * a row, its weight's rounding (up to 2^-9 of it, as the reference point
+ * leaves the largest weight anywhere in (1/2, 1]) cancels instead of
+ * scaling the output (fuzz seed 20115's graph 2012: head dim 8, scale 1).
  * Torch rounds e^(s_j - m) with m the running max of its key blocks (512
  * keys, so the row max below that); kiln's reference point is a multiple
  * of ln2 instead, because then moving it (a larger max in a later key tile,
  * or the flash-decoding parts each with their own) scales every p_j by a
  * power of two, which bf16 rounding commutes with: the rounded weights do
  * not depend on how the keys are tiled, split or threaded, and every
- * kernel computes the reference's numbers up to fp32 summation order. The
- * accuracy is the same as torch's (each weight keeps 8 significant bits
- * either way). fp32 rounding differences in s_j can still move a weight
+ * kernel computes the reference's numbers up to fp32 summation order. Each
+ * weight keeps 8 significant bits, as torch's. fp32 rounding differences in s_j can still move a weight
  * across a bf16 rounding boundary (rarely: about 1 weight in 10^4): that
  * weight then differs by one bf16 ulp, 2^-8 of itself.
  */

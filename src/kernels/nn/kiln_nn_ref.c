@@ -141,7 +141,7 @@ static double kiln_nn_ref_bf16(double x) {
 /* Materialises one row of scores at a time (kv_len doubles). With
  * a->bf16, the bf16 rule of kiln_attention_bf16.h in double: q, k, v and
  * the weights rounded, the weights taken against the reference point
- * ceil(m log2 e) ln2 of the row max m, their unrounded sum the divisor. */
+ * ceil(m log2 e) ln2 of the row max m, their (rounded) sum the divisor. */
 void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
   if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
       a->heads % a->kv_heads)
@@ -180,8 +180,8 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
         if (a->bf16) m = ceil(m * 1.4426950408889634) * 0.6931471805599453;
         for (int64_t j = 0; j < a->kv_len; ++j) {
           s[j] = m == -INFINITY ? 0.0 : exp(s[j] - m);
+          if (a->bf16) s[j] = kiln_nn_ref_bf16(s[j]);
           sum += s[j];
-          if (a->bf16) s[j] = kiln_nn_ref_bf16(s[j]); /* after the sum: l is unrounded */
         }
         for (int64_t e = 0; e < a->v_head_dim; ++e) {
           double o = 0.0;
