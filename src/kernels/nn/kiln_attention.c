@@ -7,7 +7,8 @@
  * as (Bk, Dv) rows (V is read in place when it is contiguous and needs no
  * padding), so permuted or strided inputs are read where they lie, once per
  * task, and the two products are small dense GEMMs on one 6 x 16 register
- * kernel: S = Q·Kt (rows × Bk) and O += P·V. The softmax is online: each row
+ * kernel (6 x 32 at avx512 where the columns allow): S = Q·Kt (rows × Bk)
+ * and O += P·V. The softmax is online: each row
  * keeps its running max m and sum l, and O is rescaled by e^(m_old - m_new)
  * when the max grows, so the (Sq, Skv) score matrix never exists.
  *
@@ -242,6 +243,74 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 #pragma GCC unroll 6
   for (int r = 0; r < mr; ++r) _mm512_storeu_ps(c + r * ldc, _mm512_add_ps(e[r], d[r]));
 }
+
+/* The same for 32 columns (two zmm): each broadcast of A feeds two FMAs,
+ * where the kernel above spends one load per FMA (with the vector
+ * reductions of kiln_nn_row.h: MiniLM b8's six SDPAs 7.3-7.5 -> 5.8-5.9
+ * ms, BERT-base's 2.7 -> 2.2, on a Zen 5). Each 16-column half keeps the order of the
+ * kernel above (even steps in e, odd in d, e + d at the end), so a
+ * column's value does not depend on whether it ran in a pair. */
+#define KILN_NN_ATTN_PAIRS 1
+KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n2(int mr, int64_t k, const float* a, int64_t lda,
+                                                const float* b, int64_t ldb, float* c,
+                                                int64_t ldc, int accumulate, const int round_b) {
+  __m512 e[6][2], d[6][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < mr; ++r) {
+    e[r][0] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+    e[r][1] = accumulate ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+    d[r][0] = d[r][1] = _mm512_setzero_ps();
+  }
+  int64_t p = 0;
+  for (; p + 2 <= k; p += 2) {
+    __m512 b00 = _mm512_loadu_ps(b + p * ldb), b01 = _mm512_loadu_ps(b + p * ldb + 16);
+    __m512 b10 = _mm512_loadu_ps(b + (p + 1) * ldb), b11 = _mm512_loadu_ps(b + (p + 1) * ldb + 16);
+    if (round_b) {
+      b00 = kiln_nn_attn_round16(b00);
+      b01 = kiln_nn_attn_round16(b01);
+      b10 = kiln_nn_attn_round16(b10);
+      b11 = kiln_nn_attn_round16(b11);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; ++r) {
+      __m512 a0 = _mm512_set1_ps(a[r * lda + p]), a1 = _mm512_set1_ps(a[r * lda + p + 1]);
+      e[r][0] = _mm512_fmadd_ps(a0, b00, e[r][0]);
+      e[r][1] = _mm512_fmadd_ps(a0, b01, e[r][1]);
+      d[r][0] = _mm512_fmadd_ps(a1, b10, d[r][0]);
+      d[r][1] = _mm512_fmadd_ps(a1, b11, d[r][1]);
+    }
+  }
+  if (p < k) {
+    __m512 b00 = _mm512_loadu_ps(b + p * ldb), b01 = _mm512_loadu_ps(b + p * ldb + 16);
+    if (round_b) {
+      b00 = kiln_nn_attn_round16(b00);
+      b01 = kiln_nn_attn_round16(b01);
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; ++r) {
+      __m512 a0 = _mm512_set1_ps(a[r * lda + p]);
+      e[r][0] = _mm512_fmadd_ps(a0, b00, e[r][0]);
+      e[r][1] = _mm512_fmadd_ps(a0, b01, e[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < mr; ++r) {
+    _mm512_storeu_ps(c + r * ldc, _mm512_add_ps(e[r][0], d[r][0]));
+    _mm512_storeu_ps(c + r * ldc + 16, _mm512_add_ps(e[r][1], d[r][1]));
+  }
+}
+
+static void kiln_nn_attn_kernel2(int mr, int64_t k, const float* a, int64_t lda, const float* b,
+                                 int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
+  if (round_b && mr == 4)
+    kiln_nn_attn_kernel_n2(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (round_b)
+    kiln_nn_attn_kernel_n2(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);
+  else if (mr == 4)
+    kiln_nn_attn_kernel_n2(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);
+  else
+    kiln_nn_attn_kernel_n2(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);
+}
 #else
 /* round_b: B's values rounded to bf16 as loaded (decode's P·V over V in
  * place; a larger row block packs V rounded once instead). */
@@ -437,7 +506,23 @@ static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, 
 static void kiln_nn_attn_gemm(int mr, int64_t m, int64_t n, int64_t k, const float* a,
                               int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                               int accumulate, const int64_t* lim, int lim_cols, int round_b) {
-  for (int64_t j = 0; j < n; j += 16)
+  int64_t j = 0;
+#if defined(KILN_NN_ATTN_PAIRS)
+  /* Pairs of chunks (a pair whose second half the causal limit hides runs
+   * as single chunks: the kernel's values are the same either way). */
+  for (; j + 32 <= n; j += 32)
+    for (int64_t i = 0, g = 0; i < m; i += mr, ++g) {
+      int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
+      if ((lim_cols && j >= lim[g]) || kk == 0) continue;
+      if (lim_cols && j + 16 >= lim[g])
+        kiln_nn_attn_kernel(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                            accumulate, round_b);
+      else
+        kiln_nn_attn_kernel2(mr, kk, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc,
+                             accumulate, round_b);
+    }
+#endif
+  for (; j < n; j += 16)
     for (int64_t i = 0, g = 0; i < m; i += mr, ++g) {
       int64_t kk = lim_cols ? k : (lim[g] < k ? lim[g] : k);
       if ((lim_cols && j >= lim[g]) || kk == 0) continue;

@@ -12,15 +12,36 @@
 
 #include <math.h>
 #include <stddef.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 enum { KILN_NN_LANES = 16 };
 
+/* The lanes' sum in a fixed tree: s8 = acc[j] + acc[j + 8], s4 = s8[j] +
+ * s8[j + 4], then (s4[0] + s4[2]) + (s4[1] + s4[3]). The x86 builds add
+ * the halves of the vectors in that order (the same bits): GCC turns the C
+ * into 16 extracts and scalar adds per call, which in attention's softmax
+ * (a row of 64 keys per call) cost as much as the exponentials. */
 static inline float kiln_nn_lanes_sum(const float* acc) {
+#if defined(__AVX512F__)
+  __m512 v = _mm512_loadu_ps(acc);
+  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v),
+                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+#elif defined(__AVX2__)
+  __m256 s8 = _mm256_add_ps(_mm256_loadu_ps(acc), _mm256_loadu_ps(acc + 8));
+#endif
+#if defined(__AVX2__)
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4)); /* s4[0] + s4[2], s4[1] + s4[3] */
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+#else
   float s8[8];
   for (int j = 0; j < 8; ++j) s8[j] = acc[j] + acc[j + 8];
   float s4[4];
   for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+#endif
 }
 
 /* Max of x[0, n); -inf for n == 0. NaN is ignored here: callers see it
@@ -35,8 +56,14 @@ static inline float kiln_nn_row_max(size_t n, const float* x) {
 #pragma GCC unroll 1
     for (int j = 0; j < KILN_NN_LANES; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
   }
+  /* The lanes hold no NaN, so any order gives the same max (up to the sign
+   * of a zero, which no caller sees: x - 0 is x either way). */
+#if defined(__AVX512F__)
+  float m = _mm512_reduce_max_ps(_mm512_loadu_ps(acc));
+#else
   float m = -INFINITY;
   for (int j = 0; j < KILN_NN_LANES; ++j) m = acc[j] > m ? acc[j] : m;
+#endif
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
 }
