@@ -485,6 +485,49 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n(int mr, int64_t k, const float* a
 }
 #endif
 
+/* The bf16 rule's weights: p[0, n) (n % 16 == 0) rounded to bf16, and
+ * added into the lanes acc[j] += p[c + j] in order (the sum l takes); the
+ * rounded weights go back to p as floats, or (bits, the bf16 engine's P
+ * tile) to pb instead. In vectors where the build has them: GCC leaves the
+ * scalar rounding (an integer add and a NaN select per weight)
+ * unvectorised, which cost the bf16 engine's attention 15 %. */
+static inline void kiln_nn_attn_round_sum(int64_t n, float* p, float* acc, uint16_t* pb) {
+#if defined(KILN_NN_ATTN_AVX2) && defined(__AVX512F__)
+  __m512 s = _mm512_loadu_ps(acc);
+  for (int64_t c = 0; c < n; c += 16) {
+    __m512i lanes = kiln_gemm_bf16x16_round_lanes(_mm512_loadu_ps(p + c));
+    __m512 x = _mm512_castsi512_ps(_mm512_slli_epi32(lanes, 16));
+    if (pb)
+      _mm256_storeu_si256((__m256i*)(void*)(pb + c), _mm512_cvtepi32_epi16(lanes));
+    else
+      _mm512_storeu_ps(p + c, x);
+    s = _mm512_add_ps(s, x);
+  }
+  _mm512_storeu_ps(acc, s);
+#elif defined(KILN_NN_ATTN_AVX2)
+  __m256 s0 = _mm256_loadu_ps(acc), s1 = _mm256_loadu_ps(acc + 8);
+  for (int64_t c = 0; c < n; c += 16) {
+    __m256 x0 = kiln_bf16x8_round_ps_avx2(_mm256_loadu_ps(p + c));
+    __m256 x1 = kiln_bf16x8_round_ps_avx2(_mm256_loadu_ps(p + c + 8));
+    _mm256_storeu_ps(p + c, x0);
+    _mm256_storeu_ps(p + c + 8, x1);
+    s0 = _mm256_add_ps(s0, x0);
+    s1 = _mm256_add_ps(s1, x1);
+  }
+  _mm256_storeu_ps(acc, s0);
+  _mm256_storeu_ps(acc + 8, s1);
+#else
+  for (int64_t c = 0; c < n; c += KILN_NN_LANES)
+    for (int j = 0; j < KILN_NN_LANES; ++j) {
+      p[c + j] = kiln_bf16_round_f32(p[c + j]);
+      acc[j] += p[c + j];
+    }
+#endif
+#if !(defined(KILN_NN_ATTN_AVX2) && defined(__AVX512F__))
+  (void)pb; /* the engine (avx512 only) passes it */
+#endif
+}
+
 static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, const float* b,
                                 int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
   if (round_b && mr == 4)
@@ -922,26 +965,23 @@ void KILN_ISA_VARIANT(kiln_nn_attention_task)(const kiln_nn_attention_plan_t* pl
         float m_use = m_new == -INFINITY ? 0.0f : m_new;
         float alpha = kiln_nn_exp_negf(m[r] - m_use);
         float acc[KILN_NN_LANES] = {0};
-        if (bf) /* P rounded to bf16 for P·V as it is made; l sums it rounded */
-          for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
-            for (int j = 0; j < KILN_NN_LANES; ++j) {
-              float p = kiln_bf16_round_f32(kiln_nn_exp_negf(sr[c + j] - m_use));
-              sr[c + j] = p;
-              acc[j] += p;
-            }
-        else
+        if (bf) { /* P rounded to bf16 for P·V; l sums it rounded */
+          for (int64_t c = 0; c < nkp; ++c) sr[c] = kiln_nn_exp_negf(sr[c] - m_use);
+#if defined(KILN_NN_ATTN_BF16_ENGINE)
+          kiln_nn_attn_round_sum(nkp, sr, acc, eng ? pb + (r - rb) * bk : NULL);
+#else
+          kiln_nn_attn_round_sum(nkp, sr, acc, NULL);
+#endif
+        } else {
           for (int64_t c = 0; c < nkp; c += KILN_NN_LANES)
             for (int j = 0; j < KILN_NN_LANES; ++j) {
               float p = kiln_nn_exp_negf(sr[c + j] - m_use);
               sr[c + j] = p;
               acc[j] += p;
             }
+        }
         l[r] = l[r] * alpha + kiln_nn_lanes_sum(acc);
         m[r] = m_new;
-        /* P in bf16 for P·V (its values are already bf16's: exact). */
-#if defined(KILN_NN_ATTN_BF16_ENGINE)
-        if (eng) kiln_attn_bf16_round_row__avx512bf16(nkp, sr, pb + (r - rb) * bk);
-#endif
 
         if (alpha != 1.0f) {
           float* orow = o + r * dvp;

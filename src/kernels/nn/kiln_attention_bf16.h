@@ -70,8 +70,6 @@ void kiln_attn_bf16_pack_kt__avx512bf16(const float* kb, int64_t k_row, int64_t 
  * (even) keys in all. */
 void kiln_attn_bf16_pack_v__avx512bf16(const float* vb, int64_t v_row, int64_t v_col, int64_t dv,
                                        int64_t dvp, int64_t nk, int64_t nkp, uint16_t* vp);
-/* n floats (n % 16 == 0) rounded to bf16. */
-void kiln_attn_bf16_round_row__avx512bf16(int64_t n, const float* x, uint16_t* y);
 /* C(m, n) (+)= A(m, 2 pairs) . B(pairs, n) with m % mr == 0 (mr 4 or 6),
  * n % 16 == 0, A in rows (stride lda), B in VNNI pairs (cols ldb), C fp32
  * (stride ldc); without accumulate, C = scale x the fp32 sums. lim[g]: the keys row group g of mr rows sees. lim_cols:

@@ -116,12 +116,6 @@ void kiln_attn_bf16_pack_v__avx512bf16(const float* vb, int64_t v_row, int64_t v
   }
 }
 
-void kiln_attn_bf16_round_row__avx512bf16(int64_t n, const float* x, uint16_t* y) {
-  for (int64_t i = 0; i < n; i += 16)
-    _mm256_storeu_si256((__m256i*)(void*)(y + i),
-                        _mm512_cvtepi32_epi16(kiln_gemm_bf16x16_round_lanes(_mm512_loadu_ps(x + i))));
-}
-
 /* C(MR, 16 NV) (+)= A(MR, 2 pairs) . B: the register tile. */
 KILN_ATTN_BF16_AI void kiln_attn_bf16_tile(const int MR, const int NV, int64_t pairs,
                                            const uint16_t* a, int64_t lda, const uint16_t* b,
