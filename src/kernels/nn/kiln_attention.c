@@ -201,6 +201,20 @@ void KILN_ISA_VARIANT(kiln_nn_attention_plan)(const kiln_attention_args_t* a, in
  * FMAs for mr broadcasts and 2 loads. Inlined with a constant mr, so each
  * row count is its own unrolled kernel. */
 #define KILN_NN_ATTN_INLINE static inline __attribute__((always_inline))
+/* NAME(mr, ..., round_b): KERNEL instantiated with constant rows (4 or 6)
+ * and rounding, each its own unrolled kernel. */
+#define KILN_NN_ATTN_DISPATCH(NAME, KERNEL)                                                      \
+  static void NAME(int mr, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, \
+                   float* c, int64_t ldc, int accumulate, int round_b) {                         \
+    if (round_b && mr == 4)                                                                      \
+      KERNEL(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);                                       \
+    else if (round_b)                                                                            \
+      KERNEL(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);                                       \
+    else if (mr == 4)                                                                            \
+      KERNEL(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);                                       \
+    else                                                                                         \
+      KERNEL(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);                                       \
+  }
 #if defined(KILN_NN_ATTN_AVX2)
 #if defined(__AVX512F__)
 /* The avx512 build: the 16 columns are one zmm, and consecutive steps of K
@@ -300,17 +314,7 @@ KILN_NN_ATTN_INLINE void kiln_nn_attn_kernel_n2(int mr, int64_t k, const float* 
   }
 }
 
-static void kiln_nn_attn_kernel2(int mr, int64_t k, const float* a, int64_t lda, const float* b,
-                                 int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
-  if (round_b && mr == 4)
-    kiln_nn_attn_kernel_n2(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);
-  else if (round_b)
-    kiln_nn_attn_kernel_n2(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);
-  else if (mr == 4)
-    kiln_nn_attn_kernel_n2(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);
-  else
-    kiln_nn_attn_kernel_n2(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);
-}
+KILN_NN_ATTN_DISPATCH(kiln_nn_attn_kernel2, kiln_nn_attn_kernel_n2)
 #else
 /* round_b: B's values rounded to bf16 as loaded (decode's P·V over V in
  * place; a larger row block packs V rounded once instead). */
@@ -528,17 +532,7 @@ static inline void kiln_nn_attn_round_sum(int64_t n, float* p, float* acc, uint1
 #endif
 }
 
-static void kiln_nn_attn_kernel(int mr, int64_t k, const float* a, int64_t lda, const float* b,
-                                int64_t ldb, float* c, int64_t ldc, int accumulate, int round_b) {
-  if (round_b && mr == 4)
-    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 1);
-  else if (round_b)
-    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 1);
-  else if (mr == 4)
-    kiln_nn_attn_kernel_n(4, k, a, lda, b, ldb, c, ldc, accumulate, 0);
-  else
-    kiln_nn_attn_kernel_n(6, k, a, lda, b, ldb, c, ldc, accumulate, 0);
-}
+KILN_NN_ATTN_DISPATCH(kiln_nn_attn_kernel, kiln_nn_attn_kernel_n)
 
 /* C(m, n) (+)= A(m, k) · B(k, n) with m % mr == 0 and n % 16 == 0, skipping
  * what causal masking hides: group g of mr rows sees only the first lim[g]
