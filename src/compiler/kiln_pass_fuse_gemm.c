@@ -80,26 +80,6 @@ static int32_t kiln_fuse_gemm_reshape_source(const kiln_graph_t* g, const int32_
   return p->op == KILN_OP_RESHAPE && p->inputs[0] >= 0 ? v->producer : -1;
 }
 
-/* A MATMUL by a dense float32 constant (1, .., 1, K, N), x of at least its
- * rank, no flags: torch's matmul of a 3-d x by a (K, N)
- * weight when x cannot be folded to 2-d (a transposed or expanded x: an
- * expand and a bmm), a matmul by a constant matrix like any other. Its
- * LINEAR takes the constant as (K, N) (the same bytes; a copy of them when
- * other nodes read the constant as it is: fuzzer seed 20020 graph 420), so
- * that it is packed and quantized as the weight options say (it used to
- * stay a MATMUL on the fp32 constant: fuzzer seed 3 graph 239 of the quant
- * mode). The result's batch dims are x's either way. */
-static int kiln_fuse_gemm_batch1_weight(const kiln_graph_t* g, const kiln_node_t* n) {
-  const kiln_value_t* w = &g->values[n->inputs[1]];
-  const kiln_value_t* x = &g->values[n->inputs[0]];
-  if (w->rank < 3 || x->rank < w->rank || w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32 ||
-      n->params[KILN_P(MATMUL, FLAGS)] != 0)
-    return 0;
-  for (int32_t d = 0; d < w->rank - 2; ++d)
-    if (w->shape[d] != 1) return 0;
-  return 1;
-}
-
 kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t** out_graph,
                                   int32_t* out_fused) {
   *out_graph = NULL;
@@ -132,13 +112,16 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     const kiln_value_t* w = &g->values[n->inputs[1]];
     int wconst = w->kind == KILN_VALUE_CONSTANT;
     const int64_t flags = n->params[KILN_P(MATMUL, FLAGS)];
-    if (wconst && kiln_fuse_gemm_batch1_weight(g, n)) {
-      /* a (1, .., 1, K, N) constant: the LINEAR's (K, N) weight (below) */
-    } else if (w->rank != 2 || (wconst ? flags != 0 || !kiln_layout_is_unpacked_weight(w->layout)
-                                : (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B |
-                                                      KILN_MATMUL_ROUND_A_BF16 |
-                                                      KILN_MATMUL_ROUND_B_BF16)) != 0 ||
-                                      w->layout != KILN_LAYOUT_DENSE))
+    /* A constant weight: 2-d, or (1, .., 1, K, N), whose LINEAR takes it as
+     * (K, N) (the same bytes; a copy of them when other nodes read the
+     * constant as it is: fuzzer seed 20020 graph 420), so that it is packed
+     * and quantized as the weight options say (it used to stay a MATMUL on
+     * the fp32 constant: fuzzer seed 3 graph 239 of the quant mode). The
+     * result's batch dims are x's either way. */
+    if (wconst ? !kiln_matmul_has_linear_weight(g, n)
+               : w->rank != 2 || (flags & ~(int64_t)(KILN_MATMUL_TRANSPOSE_B | KILN_MATMUL_ROUND_A_BF16 |
+                                                     KILN_MATMUL_ROUND_B_BF16)) != 0 ||
+                     w->layout != KILN_LAYOUT_DENSE)
       continue;
     int wt = !wconst && (flags & KILN_MATMUL_TRANSPOSE_B) != 0;
     int64_t ncols = w->shape[w->rank - 1 - wt];

@@ -90,26 +90,22 @@ static int kiln_simplify_is_last2_transpose(const kiln_graph_t* g, const kiln_no
   return 1;
 }
 
-/* A MATMUL by a 2-d constant B is a linear layer (kiln_pass_fuse_gemm makes
- * it a LINEAR: B packed ahead of time, quantized or bf16 as the weight
- * options say, the epilogue fused). LINEAR reads x as it lies, so A's
- * transpose is kept as a copy there: absorbed, the MATMUL stayed one and
- * its constant weight was neither packed nor quantized (nn.Linear on
- * x.transpose(-1, -2) under weights_dtype="int4" ran in fp32; fuzzer seed 2
- * graph 30 of the quant mode). */
-static int kiln_simplify_is_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
-  const kiln_value_t* w = &g->values[n->inputs[1]];
-  return w->kind == KILN_VALUE_CONSTANT && w->rank == 2 && n->params[KILN_P(MATMUL, FLAGS)] == 0 &&
-         kiln_layout_is_unpacked_weight(w->layout);
-}
-
+/* A MATMUL by a constant weight is a linear layer
+ * (kiln_matmul_has_linear_weight: kiln_pass_fuse_gemm makes it a LINEAR, B
+ * packed ahead of time, quantized or bf16 as the weight options say, the
+ * epilogue fused). LINEAR reads x as it lies, so A's transpose is kept as a
+ * copy there: absorbed, the MATMUL stayed one and its constant weight was
+ * neither packed nor quantized (nn.Linear on x.transpose(-1, -2) under
+ * weights_dtype="int4" ran in fp32: fuzzer seed 2 graph 30 of the quant
+ * mode; a bmm by a (1, K, N) constant of a permuted x likewise: seed 20116
+ * graph 25940). */
 static int kiln_simplify_matmul_transposes(const kiln_graph_t* g, const kiln_node_t* nodes,
                                            kiln_node_t* n) {
   int changed = 0;
   for (int i = 0; n->op == KILN_OP_MATMUL && i < 2; ++i) {
     const kiln_value_t* v = &g->values[n->inputs[i]];
     if (v->kind != KILN_VALUE_INTERMEDIATE) continue;
-    if (i == 0 && kiln_simplify_is_linear_weight(g, n)) continue;
+    if (i == 0 && kiln_matmul_has_linear_weight(g, n)) continue;
     const kiln_node_t* t = &nodes[v->producer];
     if (!kiln_simplify_is_last2_transpose(g, t)) continue;
     n->inputs[i] = t->inputs[0];

@@ -111,3 +111,15 @@ int kiln_op_as_activation(kiln_op_t op, int64_t* act) {
     default: return 0;
   }
 }
+
+int kiln_matmul_has_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_MATMUL || n->params[KILN_P(MATMUL, FLAGS)] != 0) return 0;
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (w->kind != KILN_VALUE_CONSTANT) return 0;
+  if (w->rank == 2) return kiln_layout_is_unpacked_weight(w->layout);
+  if (w->rank < 3 || x->rank < w->rank || w->layout != KILN_LAYOUT_DENSE || w->dtype != KILN_F32) return 0;
+  for (int32_t d = 0; d < w->rank - 2; ++d)
+    if (w->shape[d] != 1) return 0;
+  return 1;
+}

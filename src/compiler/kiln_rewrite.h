@@ -41,4 +41,13 @@ void kiln_graph_count_uses(const kiln_graph_t* graph, int32_t* counts);
  * 0 when the op is not one. */
 int kiln_op_as_activation(kiln_op_t op, int64_t* out_act);
 
+/* 1 when MATMUL node n is a linear layer: its B a constant, unflagged, 2-d
+ * (an unpacked weight) or (1, .., 1, K, N) dense float32 with A of at least
+ * its rank (torch's matmul of a 3-d x by a (K, N) weight it cannot fold to
+ * 2-d: an expand and a bmm). kiln_pass_fuse_gemm makes it a LINEAR, whose
+ * weight is packed and quantized as the weight options say; the passes
+ * before it keep it in that form (simplify does not absorb A's transpose
+ * into a flag). */
+int kiln_matmul_has_linear_weight(const kiln_graph_t* graph, const kiln_node_t* n);
+
 #endif /* KILN_REWRITE_H */

@@ -341,20 +341,23 @@ def test_linear_on_a_transposed_input_is_quantized(kind):
 
 class Batch1(nn.Module):
     """A matmul by a (K, N) weight of an input torch cannot fold to 2-d (an
-    expanded x: torch's matmul then expands the weight and calls bmm), and a
-    bmm by a batch-1 parameter."""
+    expanded x: torch's matmul then expands the weight and calls bmm), and
+    bmms by batch-1 parameters, one of a transposed x."""
 
     def __init__(self, k=45, n=21):
         super().__init__()
         self.w = nn.Parameter(torch.randn(k, n) * 0.2)
         self.wb = nn.Parameter(torch.randn(1, n, k) * 0.2)
         self.ws = nn.Parameter(torch.randn(1, 1, 3) * 0.2)
+        self.wt = nn.Parameter(torch.randn(1, 5, 3) * 0.2)
 
     def forward(self, x):
         y = torch.matmul(x, self.w)
         # ws also read as it is (seed 20020 graph 420: bmm(x1, p0) * p0)
         z = torch.bmm(x[:1, :, :1], self.ws) * self.ws
-        return y, torch.bmm(x[:1], self.wb.transpose(1, 2)), z
+        # x's transpose stays a copy, not the MATMUL's flag (seed 20116 graph 25940)
+        t = torch.bmm(x[:1, :, :4].transpose(1, 2), self.wt)
+        return y, torch.bmm(x[:1], self.wb.transpose(1, 2)), z, t
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "int4:g128:asym:a8"])
@@ -373,11 +376,15 @@ def test_matmul_by_a_batch1_constant_is_quantized(kind):
         wb = dequantized(model.wb.detach()[0], base).t()
         ws = dequantized(model.ws.detach()[0].t().contiguous(), base).t()
         x1 = quantize_rows_groups_int8(x[:1, :, :1], group_of(kind)) if a8 else x[:1, :, :1]
-        want = (xin @ w, xin[:1] @ wb, (x1 @ ws) * model.ws)
+        wt = dequantized(model.wt.detach()[0].t().contiguous(), base).t()
+        xt = x[:1, :, :4].transpose(1, 2)
+        xt = quantize_rows_groups_int8(xt.contiguous(), group_of(kind)) if a8 else xt
+        want = (xin @ w, xin[:1] @ wb, (x1 @ ws) * model.ws, xt @ wt)
     got = compiled(x)
+    assert len(got) == len(want)
     for g, e in zip(got, want):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
-    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 3, kiln.explain(compiled)
+    assert sum("= linear" in line for line in kiln.explain(compiled).splitlines()) == 4, kiln.explain(compiled)
 
 
 class PermutedMatmul(nn.Module):
