@@ -134,7 +134,7 @@ def encode(x):
 
 class Unify(Exception):
     """Lower the graph again with symbol b taken as symbol a (or as the
-    number a)."""
+    number a, or as the expression a: Symbols.tree's nested tuples)."""
 
     def __init__(self, a, b):
         super().__init__(f"{b} is {a}")
@@ -151,13 +151,18 @@ class Symbols:
     an op fails on two different bare symbols where it needs one size,
     unify_after_failure raises Unify and the lowering starts over with one
     symbol for both (aliases); the model then checks at each call that the
-    inputs agree, naming both."""
+    inputs agree, naming both. A bare symbol an op needs equal to an
+    expression of others (a linear's weight against a strided convolution's
+    output: (7 - s74)//2 + 1) is taken as that expression the same way: the
+    input it sizes is then checked against the expression's value."""
 
     def __init__(self, graph):
         self.graph = graph
         self.vars = {}
         self.aliases = {}
         self._keys = {}  # the C table's name of a symbol -> its sympy name
+        self._sympy = {}  # sympy name -> the symbol, for rebuilding an alias
+        self._shape_env = None
         # torch.export's range_constraints (sympy name -> ValueRanges), where
         # the graph came from an ExportedProgram: the range the program is
         # valid for. The ShapeEnv's own range starts backed sizes at 2 (its
@@ -181,10 +186,17 @@ class Symbols:
         position (right-aligned) of the inputs' shapes; for attention also
         the keys' length against the values' and the mask's last dim."""
         pairs = []
+        if op == "matmul" and len(shapes) == 2 and min(len(shapes[0]), len(shapes[1])) >= 2:
+            # (..., M, K) times (..., K, N), as the lowering emits it (no flags
+            # yet): K against K, the batch dims right-aligned.
+            (a, b), start = shapes, 3
+            pairs.append((a[-1], b[-2]))
+        else:
+            start = 1
         for i in range(len(shapes)):
             for j in range(i + 1, len(shapes)):
                 a, b = shapes[i], shapes[j]
-                for k in range(1, min(len(a), len(b)) + 1):
+                for k in range(start, min(len(a), len(b)) + 1):
                     pairs.append((a[-k], b[-k]))
         if op == "sdpa" and len(shapes) >= 3 and len(shapes[1]) == 4:
             lk = shapes[1][2]
@@ -202,36 +214,79 @@ class Symbols:
                 offset = sym - self.vars[name] if name is not None else None
                 n = n - offset if isinstance(offset, int) else None
                 if n is not None and self.hints.get(name) in (None, n):
-                    if os.environ.get("KILN_LOG", "") not in ("", "0"):
-                        print(f"kiln: {op} needs {sym} equal to {n}: lowering again with it a number",
-                              file=sys.stderr)
+                    _log(f"kiln: {op} needs {sym} equal to {n}: lowering again with it a number")
                     raise Unify(n, name)
             pairs += kv + ([(lk, shapes[3][-1])] if len(shapes) > 3 and shapes[3] else [])
         for a, b in pairs:
             if not (isinstance(a, SymDim) and isinstance(b, SymDim)) or a == b:
                 continue
-            # s1 + t against s2 + t: the one symbol each has that the other lacks.
-            va = {self._keys.get(v, v) for v in self.graph.sym_vars(a.d)}
-            vb = {self._keys.get(v, v) for v in self.graph.sym_vars(b.d)}
+            ea, eb = self.graph.example_dims([a.d, b.d])
+            if ea is not None and eb is not None and ea != eb:
+                # Not an equality the op needs (the example differs): a
+                # rule that failed at the probe sizes on an inequality
+                # (gather's index no larger than its input). The op
+                # stays refused rather than the artifact over-constrained.
+                continue
+            va, vb = self._names(a), self._names(b)
             only_a, only_b = va - vb, vb - va
+            # s1 + t against s2 + t: the one symbol each has that the other
+            # lacks, where b with it taken as a's is a.
             if len(only_a) == 1 and len(only_b) == 1:
-                ha, hb = self.hints.get(next(iter(only_a))), self.hints.get(next(iter(only_b)))
-                if ha is not None and hb is not None and ha != hb:
-                    # Not an equality the op needs (the example differs): a
-                    # rule that failed at the probe sizes on an inequality
-                    # (gather's index no larger than its input). The op
-                    # stays refused rather than the artifact over-constrained.
-                    continue
-                if os.environ.get("KILN_LOG", "") not in ("", "0"):
-                    print(f"kiln: {op} needs {a} and {b} equal: lowering again with one symbol for both",
-                          file=sys.stderr)
-                raise Unify(next(iter(only_a)), next(iter(only_b)))
+                sa, sb = next(iter(only_a)), next(iter(only_b))
+                if self.rebuild(self.tree(b), {sb: self._sympy[sa]}) == a:
+                    _log(f"kiln: {op} needs {a} and {b} equal: lowering again with one symbol for both")
+                    raise Unify(sa, sb)
+            # A bare symbol against an expression of other symbols.
+            for x, y, vx in ((a, b, va), (b, a, vb)):
+                (name,) = self._names(y) if len(self._names(y)) == 1 else (None,)
+                if name is not None and y == self.vars.get(name) and name not in vx:
+                    _log(f"kiln: {op} needs {y} equal to {x}: lowering again with it that expression")
+                    raise Unify(self.tree(x), name)
+
+    def _names(self, d):
+        """The sympy names of the symbols size d reads."""
+        return {self._keys.get(v, v) for v in self.graph.sym_vars(d.d)}
+
+    def tree(self, d):
+        """d as nested tuples that rebuild it in another lowering's graph:
+        a number, ("var", sympy symbol) or (kind, a, b) (graph.sym_tree)."""
+        def convert(t):
+            if isinstance(t, int):
+                return t
+            if t[0] == "var":
+                return ("var", self._sympy[self._keys.get(t[1], t[1])])
+            return (t[0], convert(t[1]), convert(t[2]))
+        return convert(self.graph.sym_tree(encode(d)))
+
+    def rebuild(self, tree, subst=None):
+        """The size a tree (Symbols.tree) names in this lowering's graph,
+        symbols taken as subst says (sympy name -> sympy symbol)."""
+        if isinstance(tree, int):
+            return tree
+        if tree[0] == "var":
+            sym = (subst or {}).get(str(tree[1]), tree[1])
+            return self.var(sym, self._shape_env)
+        a, b = self.rebuild(tree[1], subst), self.rebuild(tree[2], subst)
+        return wrap(self.graph, self.graph.dim_op(tree[0], encode(a), encode(b)))
+
+    def known(self, sym):
+        """True when symbol sym is one of this lowering's, or taken as a
+        number or as an expression of its symbols."""
+        name = self._resolve(str(sym))
+        if isinstance(name, tuple):
+            return all(self.known(v) for v in _tree_symbols(name))
+        return isinstance(name, int) or name in self.vars
 
     def var(self, sym, shape_env=None):
+        if shape_env is not None:
+            self._shape_env = shape_env
         name = self._resolve(str(sym))
         if isinstance(name, int):  # a symbol an op needs to be this number (unify_after_failure)
             return name
+        if isinstance(name, tuple):  # a symbol an op needs to be this expression of others
+            return self.rebuild(name)
         if name not in self.vars:
+            self._sympy[name] = sym if str(sym) == name else sympy.Symbol(name, integer=True, positive=True)
             lo, hi = 0, RANGE_MAX
             vr = self.ranges.get(str(sym))
             if vr is not None:
@@ -302,6 +357,19 @@ class Symbols:
         raise Unsupported(f"the symbolic size {expr} ({type(expr).__name__})")
 
 
+def _tree_symbols(tree):
+    if isinstance(tree, int):
+        return []
+    if tree[0] == "var":
+        return [tree[1]]
+    return _tree_symbols(tree[1]) + _tree_symbols(tree[2])
+
+
+def _log(message):
+    if os.environ.get("KILN_LOG", "") not in ("", "0"):
+        print(message, file=sys.stderr)
+
+
 _RELATIONS = (
     (sympy.Eq, "==", False), (sympy.Ne, "!=", False),
     (sympy.StrictLessThan, "<", False), (sympy.LessThan, "<=", False),
@@ -317,9 +385,8 @@ def add_guards(ctx, guards, strict=True):
     dropped; unless strict is False: Dynamo's guards, which Dynamo checks
     before every call, are there for the probes (kiln_sym_probes_fit), and
     one kiln cannot express is left to Dynamo."""
-    known = set(ctx.symbols.vars)
     for expr in guards:
-        if {ctx.symbols._resolve(str(v)) for v in expr.free_symbols} <= known:
+        if all(ctx.symbols.known(v) for v in expr.free_symbols):
             try:
                 _add_relation(ctx, expr, expr)
             except KilnError:

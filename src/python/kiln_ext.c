@@ -340,6 +340,10 @@ static PyObject* kiln_py_graph_sym_fit_probes(kiln_py_graph_t* self, PyObject* u
   Py_RETURN_NONE;
 }
 
+/* The names dim_op takes and sym_tree gives, by kiln_sym_kind_t. */
+static const char* const kiln_py_sym_kinds[KILN_SYM_KIND_COUNT] = {"var", "add", "mul", "floordiv",
+                                                                   "mod", "max", "min"};
+
 /* dim_op(kind, a, b) -> a kind b for sizes that may be symbolic; kind is
  * "add", "mul", "floordiv", "mod", "max" or "min". */
 static PyObject* kiln_py_graph_dim_op(kiln_py_graph_t* self, PyObject* args) {
@@ -348,10 +352,9 @@ static PyObject* kiln_py_graph_dim_op(kiln_py_graph_t* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "sLL", &kind, &a, &b)) return NULL;
   kiln_graph_t* g = kiln_py_graph_get(self);
   if (!g) return NULL;
-  static const char* const kinds[] = {"", "add", "mul", "floordiv", "mod", "max", "min"};
   int k = 0;
   for (int i = 1; i < KILN_SYM_KIND_COUNT; ++i)
-    if (!strcmp(kind, kinds[i])) k = i;
+    if (!strcmp(kind, kiln_py_sym_kinds[i])) k = i;
   if (!k) return PyErr_Format(PyExc_ValueError, "unknown size op %s", kind);
   kiln_sym_table_t* t;
   int64_t d;
@@ -383,6 +386,32 @@ static void kiln_py_sym_collect(const kiln_sym_table_t* t, int64_t d, PyObject* 
   }
   kiln_py_sym_collect(t, x->a, set);
   kiln_py_sym_collect(t, x->b, set);
+}
+
+static PyObject* kiln_py_sym_tree(const kiln_sym_table_t* t, int64_t d) {
+  if (!kiln_dim_is_sym(d)) return PyLong_FromLongLong(d);
+  if (!t || kiln_dim_sym_id(d) >= t->n_exprs)
+    return PyErr_Format(PyExc_ValueError, "no symbolic size %lld in this graph", (long long)d);
+  const kiln_sym_expr_t* x = &t->exprs[kiln_dim_sym_id(d)];
+  if (x->kind == KILN_SYM_VAR) return Py_BuildValue("(ss)", "var", t->vars[x->a].name);
+  if (Py_EnterRecursiveCall(" in sym_tree")) return NULL;
+  PyObject* a = kiln_py_sym_tree(t, x->a);
+  PyObject* b = a ? kiln_py_sym_tree(t, x->b) : NULL;
+  Py_LeaveRecursiveCall();
+  PyObject* out = b ? Py_BuildValue("(sOO)", kiln_py_sym_kinds[x->kind], a, b) : NULL;
+  Py_XDECREF(a);
+  Py_XDECREF(b);
+  return out;
+}
+
+/* sym_tree(d) -> d's expression as nested tuples: a number, ("var", name),
+ * or (kind, a, b) with kind a name dim_op takes: what rebuilds it in
+ * another graph's table (symbolic.Symbols.rebuild). */
+static PyObject* kiln_py_graph_sym_tree(kiln_py_graph_t* self, PyObject* args) {
+  long long d;
+  if (!PyArg_ParseTuple(args, "L", &d)) return NULL;
+  kiln_graph_t* g = kiln_py_graph_get(self);
+  return g ? kiln_py_sym_tree(g->syms, d) : NULL;
 }
 
 /* sym_vars(d) -> the set of symbol names size d depends on */
@@ -433,6 +462,7 @@ static PyMethodDef kiln_py_graph_methods[] = {
     {"example_dims", (PyCFunction)kiln_py_graph_example_dims, METH_O,
      "example_dims(sizes) -> [int or None] (each at the symbols' example values)"},
     {"dim_op", (PyCFunction)kiln_py_graph_dim_op, METH_VARARGS, "dim_op(kind, a, b) -> size"},
+    {"sym_tree", (PyCFunction)kiln_py_graph_sym_tree, METH_VARARGS, "sym_tree(size) -> nested tuples"},
     {"describe_dim", (PyCFunction)kiln_py_graph_describe_dim, METH_VARARGS,
      "describe_dim(size) -> str"},
     {"add_input", (PyCFunction)kiln_py_graph_add_input, METH_VARARGS,

@@ -620,6 +620,50 @@ def test_convolution_by_a_weight_of_symbolic_size(monkeypatch, layout, dilation)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+class _LinearAfterConvByInputWeight(nn.Module):
+    """Fuzz seed 20116 graph 5966: a linear layer whose weight is an input,
+    after a stride-2 convolution of a constant by an input kernel, then a
+    convolution whose result meets a constant's shape (torch guards its
+    sizes to 6 x 2)."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.img = nn.Parameter(torch.randn(1, 1, 15, 3, generator=g), requires_grad=False)
+        self.b = nn.Parameter(torch.randn(16, generator=g), requires_grad=False)
+        self.c = nn.Parameter(torch.randn(1, 1, 6, 2, generator=g), requires_grad=False)
+
+    def forward(self, w1, w2, w3):
+        y = torch.nn.functional.linear(torch.nn.functional.conv2d(self.img, w1, stride=2, padding=2), w2.t())
+        return torch.nn.functional.conv2d(y, w3, self.b, stride=2, padding=2) - 2 * self.c
+
+
+def test_a_symbol_an_op_needs_equal_to_an_expression_of_others():
+    """The linear's in-features (w2's own symbol) must equal the first
+    convolution's output width, (7 - kw)//2 + 1 of w1's symbol. kiln paired
+    the matmul's sizes right-aligned, took two bare symbols whose example
+    values happened to agree (in dims the op never compares) as one, and the
+    linear ran in eager; now it pairs K with K and takes w2's symbol as that
+    expression. The second convolution still runs in eager: its window
+    against its input is an inequality under guards the probes cannot fit
+    (said in its reason)."""
+    from torch.export import Dim
+
+    m = _LinearAfterConvByInputWeight().eval()
+    xs = (torch.randn(1, 1, 3, 3), torch.randn(3, 2), torch.randn(16, 1, 3, 3))
+    k = kiln.trace(m, xs, dynamic_shapes=tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs))
+    explained = kiln.explain(k)
+    assert "eager: aten.linear" not in explained and "= matmul" in explained, explained
+    torch.manual_seed(1)
+    for kh, kw in ((3, 3), (2, 5), (3, 4), (2, 2)):  # where eager runs: 6 x 2 results
+        xs = (torch.randn(1, 1, kh, kw), torch.randn((7 - kw) // 2 + 1, 2), torch.randn(16, 1, 3, 3))
+        want = m.double()(*(x.double() for x in xs)).float()
+        m.float()
+        torch.testing.assert_close(k(*xs), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="break a condition"):
+        k(torch.randn(1, 1, 3, 5), torch.randn(3, 2), torch.randn(16, 1, 3, 3))
+
+
 class _ViewTo40(nn.Module):
     """view(-1, 1, 40) of (s0, 1, s1, s2): torch.export traces it as
     (s0, 1, s1*s2) under guards s1*s2 == 40 (FINDINGS.md 15)."""
