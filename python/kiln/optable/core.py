@@ -837,6 +837,37 @@ def _product(ctx, a, b, origin, blas=True):
     return ctx.node("matmul", [a, b], origin=origin)
 
 
+def _static_layout(val):
+    """(shape, strides) as ints, or None where any is symbolic: reading a
+    SymInt as a number would specialize its symbol (a guard kiln never
+    asked for: the artifact then refused other sizes)."""
+    shape, strides = tuple(val.shape), tuple(val.stride())
+    if all(type(d) is int for d in shape + strides):
+        return shape, strides
+    return None
+
+
+def _contiguous(val):
+    """Contiguous as traced; symbolic layouts count as contiguous."""
+    layout = _static_layout(val)
+    return layout is None or val.is_contiguous()
+
+
+def _eager_folds(x, b):
+    """Whether eager's matmul of x (>= 3-d) by a 2-d b (FX nodes) folds x's
+    leading dims into rows and calls mm (ATen's should_fold), rather than
+    expanding b and calling bmm: always where b requires grad, else where
+    x's dims but the last are laid out as one block (x's layout as traced:
+    a `where` or permute result may not be). A symbolic layout counts as
+    folding, the common case."""
+    xv, bv = _val(x), _val(b)
+    layout = _static_layout(xv)
+    if getattr(bv, "requires_grad", False) or layout is None or xv.numel() == 0:
+        return True
+    shape, strides = layout
+    return all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(len(shape) - 2))
+
+
 @register(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _mm(ctx, n):
     a, b = ctx.value(n.args[0]), ctx.value(n.args[1])
@@ -847,8 +878,9 @@ def _mm(ctx, n):
         raise Unsupported("matmul of a 1-d operand")
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"matmul of {_val(n).dtype}")
-    # matmul by a 2-d b is eager's mm (its batch dims fold into rows), else a bmm.
-    blas = n.target is aten.mm.default or (n.target is aten.matmul.default and _val(n.args[1]).dim() == 2)
+    # matmul by a 2-d b is eager's mm where its batch dims fold into rows, else a bmm.
+    blas = n.target is aten.mm.default or (n.target is aten.matmul.default and _val(n.args[1]).dim() == 2 and
+                                           (_val(n.args[0]).dim() <= 2 or _eager_folds(n.args[0], n.args[1])))
     return _product(ctx, a, b, ctx.origin(n), blas)
 
 
@@ -941,8 +973,14 @@ def _linear(ctx, n):
     # time (over one input feature, w is its own transpose's memory).
     wt = strided_copy(ctx, w, [in_features, out_features], [1, in_features], 0, ctx.origin(n)) \
         if in_features != 1 else reshape(ctx, w, [1, out_features], ctx.origin(n))
-    y = _product(ctx, x, wt, ctx.origin(n))
-    if len(n.args) > 2 and n.args[2] is not None:
+    # Eager's linear: addmm or mm (a 2-d x, or a contiguous one with a bias),
+    # else matmul(x, w.t()), an mm only where x folds (seed 20116 graph
+    # 13498: a K = 1 product of +0 then gave eager's bmm's +0, not -0).
+    bias = len(n.args) > 2 and n.args[2] is not None
+    xv = _val(n.args[0])
+    blas = (xv.dim() <= 2 or (bias and _contiguous(xv)) or _eager_folds(n.args[0], n.args[1]))
+    y = _product(ctx, x, wt, ctx.origin(n), blas)
+    if bias:
         y = ctx.node("add", [y, ctx.value(n.args[2])], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
 
