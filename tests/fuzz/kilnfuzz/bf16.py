@@ -42,8 +42,8 @@ import contextlib
 
 import torch
 
-from kilnfuzz.check import (AUTOCAST_LOW, EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, RoundingNoise,
-                            bf16_ties, compare, conditioning, nan_at_comparison)
+from kilnfuzz.check import (AUTOCAST_LOW, EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, LowPrecisionCalls,
+                            RoundingNoise, bf16_ties, compare, conditioning, nan_at_comparison)
 from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
@@ -67,10 +67,12 @@ def _context(path):
     return autocast() if path in AUTOCAST else contextlib.nullcontext()
 
 
-def noise(seed, path):
+def noise(seed, path, calls=None):
     """check.RoundingNoise as eager rounds on `path`: every op's result to
-    bf16, or under autocast only those of the ops it runs in bf16."""
-    return RoundingNoise(seed, EPS_BF16, AUTOCAST_LOW if path in AUTOCAST else None)
+    bf16, or under autocast those of the calls eager's own run gave bf16
+    results (calls: LowPrecisionCalls' record), else of the ops autocast
+    runs in bf16."""
+    return RoundingNoise(seed, EPS_BF16, AUTOCAST_LOW if path in AUTOCAST else None, calls if path in AUTOCAST else None)
 
 
 def leaf_rounded(leaf, dtype):
@@ -112,7 +114,8 @@ def reference_bf16(res, path):
         seen_e(*a)
         dec_e(*a)
 
-    with torch.no_grad(), _context(path):
+    record = LowPrecisionCalls()
+    with torch.no_grad(), _context(path), record:
         try:
             e16 = interpret(res, Eager(torch.float32 if auto else BF16, watch_e, at_plan_sizes=True), leaves_e)
         except RuntimeError as e:
@@ -131,7 +134,7 @@ def reference_bf16(res, path):
     runs, decs = [], [dec_e]
     for k in range(NOISY_RUNS):
         d = Decisions()
-        with noise([res.program.salt, 11, k], path):
+        with noise([res.program.salt, 11, k], path, record.calls):
             runs.append(interpret(res, Eager(torch.float64, d, at_plan_sizes=True), leaves64))
         decs.append(d)
     noisy = [[run[j] for run in runs] for j in range(len(e16))]
@@ -248,11 +251,12 @@ def run_bf16_compile(res, ref, accs, mags):
     from kilnfuzz.paths import NOISY_RUNS, NotApplicable, _torch_can
 
     try:
-        _, e_grad = _train(res, torch.float32, False)
+        with LowPrecisionCalls() as record:
+            _, e_grad = _train(res, torch.float32, False)
         _, r_grad = _train(res, torch.float64, False)
         noisy = []
         for k in range(NOISY_RUNS):
-            with noise([res.program.salt, 13, k], "bf16-compile"):
+            with noise([res.program.salt, 13, k], "bf16-compile", record.calls):
                 noisy.append(_train(res, torch.float64, False)[1])
     except RuntimeError as e:
         raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None

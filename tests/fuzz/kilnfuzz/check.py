@@ -376,21 +376,27 @@ class RoundingNoise(TorchDispatchMode):
              "repeat", "constant_pad_nd", "split", "split_with_sizes", "max_pool2d_with_indices", "_to_copy",
              "eq", "ne"}
 
-    def __init__(self, seed, eps_out=EPS32, low_ops=None):
+    def __init__(self, seed, eps_out=EPS32, low_ops=None, low_calls=None):
         """eps_out: the results' relative noise: EPS32, or EPS_BF16 for a
         bf16 program, whose ops compute in fp32 (arguments' noise and
         partial sums at EPS32) and round each result to bf16. low_ops: the
         only ops (by name) whose results get eps_out, the others EPS32 (a
-        program under autocast: AUTOCAST_LOW)."""
+        program under autocast: AUTOCAST_LOW). low_calls: what
+        LowPrecisionCalls recorded of the program's own run (op name ->
+        whether each call's result was bf16), which decides before low_ops
+        for the calls it has: under autocast, the ops a bf16 activation
+        flows through compute in bf16 too."""
         super().__init__()
         self.rng = np.random.default_rng(seed)
         self.eps, self.eps_out, self.low_ops = EPS32, eps_out, low_ops
+        self.low_calls = {k: list(v) for k, v in (low_calls or {}).items()}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.is_view or func._schema.is_mutable or func.overloadpacket.__name__ in self.EXACT:
             return func(*args, **(kwargs or {}))
         args, kwargs = tree_map(self._noise, (args, kwargs or {}))
-        low = self.low_ops is None or func.overloadpacket.__name__ in self.low_ops
+        calls = self.low_calls.get(func.overloadpacket.__name__)
+        low = calls.pop(0) if calls else self.low_ops is None or func.overloadpacket.__name__ in self.low_ops
         out = tree_map(lambda t: self._noise(t, self.eps_out if low else EPS32), func(*args, **kwargs))
         if func.overloadpacket.__name__ in self.ACCUMULATING and isinstance(out, torch.Tensor):
             absolute = tree_map(lambda t: t.abs() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
@@ -428,6 +434,31 @@ class RoundingNoise(TorchDispatchMode):
         # (an infinite term makes the result infinite or NaN already: no
         # partial sum of it to round; inf - inf would make a NaN of an inf)
         return torch.where(torch.isfinite(terms), eps * terms * torch.from_numpy(np.asarray(u)), 0.0)
+
+
+class LowPrecisionCalls(TorchDispatchMode):
+    """Records, per op name in call order, whether each call RoundingNoise
+    would give noise (not a view, not in place, not EXACT) returned a bf16
+    or float16 result. Under autocast the ops a bf16 activation flows
+    through (an add, sigmoid's backward, the sum of a broadcast gradient)
+    compute and round in bf16 as well, which the op names of AUTOCAST_LOW
+    alone do not tell: the noisy float64 runs gave them float32-sized noise
+    and the rule a tolerance below one bf16 step (seed 20116 graph 416).
+    RoundingNoise(low_calls=calls) replays the record."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if not (func.is_view or func._schema.is_mutable or name in RoundingNoise.EXACT):
+            low = []
+            tree_map(lambda t: low.append(isinstance(t, torch.Tensor) and t.dtype in (torch.bfloat16, torch.float16)),
+                     out)
+            self.calls.setdefault(name, []).append(any(low))
+        return out
 
 
 # The ops CPU autocast runs in bf16 (its lower-precision list), as the

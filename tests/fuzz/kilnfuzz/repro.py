@@ -83,15 +83,16 @@ def main():
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if MODE == "autocast" else contextlib.nullcontext()
     low = torch.bfloat16 if MODE == "bf16" else torch.float32
     model, xs = Repro(low).to(low).eval(), inputs(low)
+    record = LowPrecisionCalls()  # which calls eager ran in bf16 (under autocast, more than AUTOCAST_LOW's)
     with torch.no_grad():
-        with ctx:
+        with ctx, record:
             eager = Repro(torch.bfloat16).to(torch.bfloat16)(*inputs(torch.bfloat16)) if MODE == "compute" \\
                 else model(*xs)
         model64, xs64 = Repro(torch.float64).double(), inputs(torch.float64)
         ref = model64(*xs64)
         noisy = []
         for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
-            with RoundingNoise([SALT, 11, k], EPS_BF16, AUTOCAST_LOW if MODE == "autocast" else None):
+            with RoundingNoise([SALT, 11, k], EPS_BF16, *((AUTOCAST_LOW, record.calls) if MODE == "autocast" else ())):
                 noisy.append(model64(*xs64))
         with ctx:
             got = kiln_compile(model, xs)(*xs)
@@ -120,10 +121,12 @@ def train(dtype, compiled):
 
 
 def main():
-    (ko, kg), (eo, eg), (ro, rg) = train(torch.float32, True), train(torch.float32, False), train(torch.float64, False)
+    (ko, kg), (ro, rg) = train(torch.float32, True), train(torch.float64, False)
+    with LowPrecisionCalls() as record:  # which calls eager ran in bf16 (more than AUTOCAST_LOW's)
+        eo, eg = train(torch.float32, False)
     noisy = []
     for k in range(2):  # float64 with bf16-sized rounding noise: the rule's E
-        with RoundingNoise([SALT, 13, k], EPS_BF16, AUTOCAST_LOW):
+        with RoundingNoise([SALT, 13, k], EPS_BF16, AUTOCAST_LOW, record.calls):
             noisy.append(train(torch.float64, False))
     bad = [why for j, (k, e, r) in enumerate(zip(ko, eo, ro))
            if (why := compare(k, e, r, ACC[j], f"output {j}", [n[0][j] for n in noisy], MAG[j], lowp=True))]
@@ -230,7 +233,8 @@ def script(res, outcome, header, how):
               f"EPS32, FACTOR_E, FACTOR_L = {check.EPS32!r}, {check.FACTOR_E!r}, {check.FACTOR_L!r}",
               f"EPS_BF16 = {check.EPS_BF16!r}", f"AUTOCAST_LOW = {set(check.AUTOCAST_LOW)!r}",
               f"SALT = {res.program.salt}", ""]
-    lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.spread, check.compare)]
+    lines += [inspect.getsource(fn) + "\n" for fn in (check.RoundingNoise, check.LowPrecisionCalls, check.spread,
+                                                      check.compare)]
     if how == "quant":
         import quant_reference as qr
 
