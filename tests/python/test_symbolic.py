@@ -492,6 +492,36 @@ def test_a_size_the_probes_get_wrong_at_the_example():
             torch.testing.assert_close(k(x), m(x))
 
 
+class _GramBesideAView(nn.Module):
+    def forward(self, x, index):
+        # The view holds only where s1 * s2 == 48 (and s0 == 16), the
+        # slice's 7 rows only where s1 >= 16: guards that leave s1 16 or 24,
+        # and give it 24 at both of kiln's probes.
+        v = x.softmax(1).softmax(-2)
+        rows = torch.gather(v.unsqueeze(0).view(1, 16, 48), 2, index)
+        return torch.bmm(x, x.permute(0, 2, 1)), rows, v[:, 2:16:2]
+
+
+def test_a_transposed_operands_size_the_probes_agree_on():
+    """bmm(x, x^T) of an x (s0, s1, s2) guarded to s0 == 16, s1 * s2 == 48,
+    s1 >= 16 (fuzz seed 20117 graph 9486): the probes give s1 one number, the
+    example another. The simplify pass absorbs the transpose into the
+    matmul's flag, and its output's N, x's dim 1 now, is not aligned with
+    the output's: kiln found no matching input dim, took the probes' number,
+    and the trace failed in that pass (not even a fallback)."""
+    from torch.export import Dim
+
+    m = _GramBesideAView().eval()
+    torch.manual_seed(0)
+    xs = (torch.randn(16, 16, 3), torch.randint(0, 48, (1, 15, 3)))
+    k = kiln.trace(m, xs, dynamic_shapes=tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs))
+    assert "eager: aten.bmm" not in kiln.explain(k)
+    for shape in ((16, 16, 3), (16, 24, 2)):
+        xs = (torch.randn(*shape), torch.randint(0, 48, (1, 15, 3)))
+        for g, e in zip(k(*xs), m(xs[0].double(), xs[1])):
+            torch.testing.assert_close(g, e.float(), rtol=1e-5, atol=1e-5)
+
+
 def test_image_models_with_any_height_and_width():
     """Strided convolutions and poolings over symbolic sizes (an image of
     any height and width): each window's output size is its expression
