@@ -494,7 +494,8 @@ def _layout_order(t):
     return {"order": order, "dense": bool(dense)}
 
 
-def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(), guards_checked=False):
+def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(), guards_checked=False,
+                aliases=None):
     """Builds a kiln graph from an FX graph of ATen ops.
 
     placeholders: for each placeholder node, in order, either ("input", name)
@@ -508,6 +509,7 @@ def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(
     once the inputs are, before any node, so the probes the shape rules run at
     satisfy them (kiln_sym_probes_fit). guards_checked: torch checks them
     before every call (Dynamo's): one kiln cannot express is left out.
+    aliases: symbols taken as others from the start (symbolic.lowering).
     Returns the LoweringContext (its .graph is ready to compile).
     """
     missing = find_unsupported(gm)
@@ -516,7 +518,7 @@ def lower_graph(gm, placeholders, outputs, ranges=None, overrides=None, guards=(
     return symbolic.lowering(LoweringContext, lambda ctx: _lower_graph_into(ctx, gm, placeholders, outputs,
                                                                                overrides or {}, guards,
                                                                                guards_checked),
-                             ranges)
+                             ranges, aliases)
 
 
 def _lower_graph_into(ctx, gm, placeholders, outputs, overrides, guards, guards_checked):

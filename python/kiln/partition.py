@@ -127,7 +127,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
     weights_bf16: pack the pieces' linear weights as bf16 (kiln.trace).
     ranges: the ExportedProgram's range_constraints, where gm is its graph:
     the sizes the pieces are valid for (a Dim(min=1) runs at 1)."""
-    status = per_node_support(gm)
+    aliases = {}
+    status = per_node_support(gm, aliases)
     refused = {n for n, why in status.items() if why}
     support = KilnSupport(refused)
     missing = unsupported_ops(gm, refused)
@@ -168,7 +169,8 @@ def partition(gm, constant_of=None, warn=True, what="this model", weights_bf16=F
         try:
             # The guards fit the probes; SizeGuards or Dynamo check them per call.
             ctx = lower_graph(sub, placeholders, flat, ranges,
-                              guards=guards_of_values([ph.meta.get("val") for ph in phs]), guards_checked=True)
+                              guards=guards_of_values([ph.meta.get("val") for ph in phs]), guards_checked=True,
+                              aliases=dict(aliases))
             mod = KilnModule(compile_graph(ctx, weights_bf16, compute_bf16, target),
                              [placeholders[i][1] for i in runtime_positions], None, node.target,
                              layout_inputs=ctx.layout_inputs)

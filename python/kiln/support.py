@@ -78,9 +78,11 @@ def _data_dependent(n):
     return False
 
 
-def per_node_support(gm):
-    """{node: reason or None} by lowering the graph node by node."""
-    return symbolic.lowering(LoweringContext, lambda ctx: _per_node_support(ctx, gm))
+def per_node_support(gm, aliases=None):
+    """{node: reason or None} by lowering the graph node by node. aliases:
+    a dict that gets the symbols the lowering took as others (for the
+    pieces' own lowerings, symbolic.lowering)."""
+    return symbolic.lowering(LoweringContext, lambda ctx: _per_node_support(ctx, gm), aliases=aliases)
 
 
 def _per_node_support(ctx, gm):

@@ -529,11 +529,15 @@ def display_name(sym, shape_env=None):
     return short or str(sym)
 
 
-def lowering(make_ctx, fn, ranges=None):
+def lowering(make_ctx, fn, ranges=None, aliases=None):
     """fn(ctx) with ctx the current lowering context, started over with one
     symbol for two whenever an op needs them equal (Symbols.unify_after_failure).
-    ranges: torch.export's range_constraints, when lowering an ExportedProgram."""
-    aliases = {}
+    ranges: torch.export's range_constraints, when lowering an ExportedProgram.
+    aliases: the symbols taken as others to start from (a partition's pieces
+    start from those its support pass found: an alias can make the probes
+    fit the program's guards, and a node before the op that needs it then
+    lowers only with it); updated with those found here."""
+    aliases = {} if aliases is None else aliases
     for _ in range(SYM_MAX_UNIFY):
         ctx = make_ctx()
         ctx.symbols.aliases = aliases

@@ -694,6 +694,42 @@ def test_a_symbol_an_op_needs_equal_to_an_expression_of_others():
         k(torch.randn(1, 1, 3, 5), torch.randn(3, 2), torch.randn(16, 1, 3, 3))
 
 
+class _ConvAfterViews(nn.Module):
+    """Fuzz seed 20117 graph 1082: x (s0, s1, 1) viewed to 52 rows, then
+    to (2, 26, 2, 4) (guards: s0 * s1 == 52), convolved by an input weight
+    whose in-channels (its own symbol) must be (s0 * s1)//2."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.w = nn.Parameter(torch.randn(1, 8, generator=g), requires_grad=False)
+        self.b = nn.Parameter(torch.randn(16, generator=g), requires_grad=False)
+
+    def forward(self, x, weight):
+        y = torch.mm(x.view(-1, 1), self.w).view(2, 26, 8).view(2, 26, -1, 4)
+        return torch.nn.functional.conv2d(y, weight, self.b)
+
+
+def test_a_partition_lowers_its_pieces_with_the_symbols_its_support_pass_unified():
+    """The support pass found the convolution needs the weight's symbol to
+    be (s0 * s1)//2, and lowered again with it so, where the probes then fit
+    the views' guards; the piece's own lowering started without it, failed
+    at the first view (before the convolution that would have unified), and
+    the whole graph ran in eager. The pieces now start from the support
+    pass's symbols."""
+    from torch.export import Dim
+
+    m = _ConvAfterViews().eval()
+    xs = (torch.randn(2, 26, 1), torch.randn(16, 26, 1, 1))
+    k = kiln.trace(m, xs, dynamic_shapes=tuple({d: Dim.AUTO for d in range(x.dim())} for x in xs))
+    explained = kiln.explain(k)
+    assert "1 kiln pieces; eager ops between them: \n" in explained, explained
+    for x0 in ((2, 26, 1), (4, 13, 1), (13, 4, 1)):
+        xs = (torch.randn(*x0), torch.randn(16, 26, 1, 1))
+        torch.testing.assert_close(k(*xs), m.double()(*(x.double() for x in xs)).float(), rtol=1e-5, atol=1e-5)
+        m.float()
+
+
 class _ViewTo40(nn.Module):
     """view(-1, 1, 40) of (s0, 1, s1, s2): torch.export traces it as
     (s0, 1, s1*s2) under guards s1*s2 == 40 (FINDINGS.md 15)."""
