@@ -228,6 +228,8 @@ class Symbols:
                 # stays refused rather than the artifact over-constrained.
                 continue
             va, vb = self._names(a), self._names(b)
+            if not (va | vb) <= self._sympy.keys():
+                continue  # a symbol no input size names (a cache's capacity): not one to rebuild
             only_a, only_b = va - vb, vb - va
             # s1 + t against s2 + t: the one symbol each has that the other
             # lacks, where b with it taken as a's is a.
