@@ -420,6 +420,41 @@ def test_matmul_of_a_permuted_input_is_quantized(kind):
     assert any("= linear" in line for line in lines) and not any("= matmul" in line for line in lines), lines
 
 
+class _OneFeature(nn.Module):
+    """nn.Linear over one input feature, of x as given and of x permuted
+    (a layout eager's matmul cannot fold into rows: it calls bmm)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1, 6, bias=False)
+
+    def forward(self, x):
+        return self.fc(x), self.fc(x.permute(1, 0, 2))
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4:asym", "int4:g128:a8"])
+def test_a_linear_over_one_input_feature_stays_a_product(kind):
+    """Over K = 1 a linear layer's output is one product per element (eager's
+    mm), and kiln computes it so: its weight is not quantized, whatever the
+    input's layout. Where eager cannot fold x it calls bmm, whose sum starts
+    at +0: kiln then adds +0 (a -0 product becomes +0); it had made that
+    case a GEMM, whose weight the mode then quantized (fuzzer seed 20117
+    graphs 6785, 8140, 9200)."""
+    torch.manual_seed(3)
+    model = _OneFeature().eval()
+    model.fc.weight.requires_grad_(False)  # eager then folds x only where its layout allows
+    x = torch.randn(4, 3, 1)
+    x[0] = 0.0
+    compiled = kiln.trace(model, (x,), weights_dtype=kind)
+    with torch.no_grad():
+        want = model(x)
+    got = compiled(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+        assert torch.equal(torch.signbit(g), torch.signbit(w))
+    assert "[int" not in kiln.explain(compiled)
+
+
 def test_int8_string_and_dtype_are_the_same():
     torch.manual_seed(3)
     model = Block().eval()

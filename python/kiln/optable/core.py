@@ -824,16 +824,22 @@ def _expanded_matrix(b):
     return src
 
 
-def _product(ctx, a, b, origin, blas=True):
+def _product(ctx, a, b, origin, blas=True, folds=True):
     """a (.., M, K) @ b (.., K, N), batch dims broadcast. Over K = 1 eager's
     fp32 mm (MKL's sgemm, whichever ISA path MKL_ENABLE_INSTRUCTIONS picks)
     returns each element as its one product: +0 times a negative is -0,
     where a GEMM summing from a +0 accumulator gives +0 (pow(-1) then takes
     the other infinity: fuzzer seed 20097, graph 3688). Its sums over K >= 2
     start at +0, as do its own loops for bmm and for bf16 operands at any K
-    (blas False, or a bf16 operand): those stay GEMMs."""
+    (blas False, or a bf16 operand): those stay GEMMs. A matmul by a 2-d b
+    whose x eager cannot fold into rows (folds False, _eager_folds) is a
+    bmm in eager: over K = 1 the product plus +0 (-0 becomes +0; seed 20116
+    graph 13498), still a multiply, so that a 2-d weight over one input
+    feature is never a GEMM's (quantized) weight, whatever x's layout
+    (seed 20117 graphs 6785, 8140, 9200)."""
     if blas and ctx.shape(a)[-1] == 1 and ctx.dtype(a) == ctx.dtype(b) == torch.float32:
-        return ctx.node("mul", [a, b], origin=origin)  # broadcast: an outer product
+        y = ctx.node("mul", [a, b], origin=origin)  # broadcast: an outer product
+        return y if folds else ctx.node("add", [y, ctx.scalar(0.0, torch.float32)], origin=origin)
     return ctx.node("matmul", [a, b], origin=origin)
 
 
@@ -879,9 +885,9 @@ def _mm(ctx, n):
     if _val(n).dtype != torch.float32:
         raise Unsupported(f"matmul of {_val(n).dtype}")
     # matmul by a 2-d b is eager's mm where its batch dims fold into rows, else a bmm.
-    blas = n.target is aten.mm.default or (n.target is aten.matmul.default and _val(n.args[1]).dim() == 2 and
-                                           (_val(n.args[0]).dim() <= 2 or _eager_folds(n.args[0], n.args[1])))
-    return _product(ctx, a, b, ctx.origin(n), blas)
+    blas = n.target is aten.mm.default or (n.target is aten.matmul.default and _val(n.args[1]).dim() == 2)
+    folds = n.target is aten.mm.default or _val(n.args[0]).dim() <= 2 or _eager_folds(n.args[0], n.args[1])
+    return _product(ctx, a, b, ctx.origin(n), blas, folds)
 
 
 def _swap_last_two(ctx, x, origin):
@@ -978,8 +984,8 @@ def _linear(ctx, n):
     # 13498: a K = 1 product of +0 then gave eager's bmm's +0, not -0).
     bias = len(n.args) > 2 and n.args[2] is not None
     xv = _val(n.args[0])
-    blas = (xv.dim() <= 2 or (bias and _contiguous(xv)) or _eager_folds(n.args[0], n.args[1]))
-    y = _product(ctx, x, wt, ctx.origin(n), blas)
+    folds = xv.dim() <= 2 or (bias and _contiguous(xv)) or _eager_folds(n.args[0], n.args[1])
+    y = _product(ctx, x, wt, ctx.origin(n), folds=folds)
     if bias:
         y = ctx.node("add", [y, ctx.value(n.args[2])], origin=ctx.origin(n))
     return reshape(ctx, y, _shape(n))
