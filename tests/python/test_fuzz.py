@@ -210,6 +210,29 @@ class _Outer(torch.nn.Module):
         return x @ self.w
 
 
+def test_fuzz_judges_batch_norm_gradients_by_the_math():
+    """Seed 20118 graph 7451 (tests/fuzz/FINDINGS.md): a batch norm whose
+    output is permuted (0, 3, 2, 1), trained. torch 2.13's CPU batch-norm
+    backward misreads the channels-last gradient it then gets (a size-1 dim
+    makes it pass as channels-last contiguous for an NCHW input) and returns
+    it transposed, in float32 and float64; kiln's gradient is the math's.
+    The fuzzer's eager runs give the kernel a contiguous gradient
+    (check.ContiguousBatchNormGrad). Here, the kernel's error and kiln's
+    agreement with the math."""
+    bn = torch.nn.BatchNorm2d(2).eval().double()
+    x = torch.randn(1, 2, 1, 2, dtype=torch.float64, requires_grad=True)
+    w = torch.arange(4.0, dtype=torch.float64).reshape(1, 2, 1, 2)
+    math = (w.permute(0, 3, 2, 1) * (bn.weight / torch.sqrt(bn.running_var + bn.eps)).reshape(1, 2, 1, 1)).detach()
+    (bn(x).permute(0, 3, 2, 1) * w).sum().backward()
+    assert not torch.allclose(x.grad, math)  # torch's kernel (when fixed, this test says so)
+    x.grad = None
+    torch._dynamo.reset()
+    (torch.compile(bn.float(), backend="kiln")(x.float()).permute(0, 3, 2, 1) * w.float()).sum().backward()
+    torch.testing.assert_close(x.grad, math, rtol=1e-5, atol=1e-5)
+    r = _run((20118, 7451), wide=True, compile_every=2, trace_every=0, dynamic_every=0)[0]
+    assert (r.path, r.status) == ("compile", "pass"), describe(r)
+
+
 def test_fuzz_rule_for_eager_results_that_depend_on_a_layout():
     """Seed 4242 graph 2045 (tests/fuzz/FINDINGS.md): gather along dim 0 with
     an expanded (stride-0) int64 index, trained. torch 2.13's CPU backward

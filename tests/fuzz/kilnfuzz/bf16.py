@@ -42,8 +42,8 @@ import contextlib
 
 import torch
 
-from kilnfuzz.check import (AUTOCAST_LOW, EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, Decisions, LowPrecisionCalls,
-                            RoundingNoise, bf16_ties, compare, conditioning, nan_at_comparison)
+from kilnfuzz.check import (AUTOCAST_LOW, EPS_BF16, ILL_RELATIVE_BF16, Audit, ComparedNaNs, ContiguousBatchNormGrad,
+                            Decisions, LowPrecisionCalls, RoundingNoise, bf16_ties, compare, conditioning, nan_at_comparison)
 from kilnfuzz.program import Eager, FxBuilder, _map_dtype, interpret
 
 BF16 = torch.bfloat16
@@ -251,12 +251,13 @@ def run_bf16_compile(res, ref, accs, mags):
     from kilnfuzz.paths import NOISY_RUNS, NotApplicable, _torch_can
 
     try:
-        with LowPrecisionCalls() as record:
+        with ContiguousBatchNormGrad(), LowPrecisionCalls() as record:
             _, e_grad = _train(res, torch.float32, False)
-        _, r_grad = _train(res, torch.float64, False)
+        with ContiguousBatchNormGrad():
+            _, r_grad = _train(res, torch.float64, False)
         noisy = []
         for k in range(NOISY_RUNS):
-            with noise([res.program.salt, 13, k], "bf16-compile", record.calls):
+            with ContiguousBatchNormGrad(), noise([res.program.salt, 13, k], "bf16-compile", record.calls):
                 noisy.append(_train(res, torch.float64, False)[1])
     except RuntimeError as e:
         raise NotApplicable(f"eager training under autocast fails: {str(e)[:200]}") from None

@@ -470,6 +470,21 @@ class LowPrecisionCalls(TorchDispatchMode):
         return out
 
 
+class ContiguousBatchNormGrad(TorchDispatchMode):
+    """Gives native_batch_norm_backward a contiguous grad_out, for eager's
+    training runs (the reference). torch 2.13's CPU kernel misreads a
+    grad_out laid out channels-last when its input is NCHW and a size-1 dim
+    makes the grad_out pass as channels-last contiguous: the gradient of
+    bn(x).permute(0, 3, 2, 1) at (1, 2, 1, 2) comes back transposed, in
+    float32 and float64 alike (seed 20118 graph 7451; the math, and the
+    kernel on a contiguous copy, agree with kiln)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.native_batch_norm_backward.default:
+            args = (args[0].contiguous(),) + tuple(args[1:])
+        return func(*args, **(kwargs or {}))
+
+
 # The ops CPU autocast runs in bf16 (its lower-precision list), as the
 # dispatcher shows them (linear and matmul decomposed), and their backward.
 AUTOCAST_LOW = frozenset({"mm", "bmm", "addmm", "baddbmm", "convolution", "_convolution", "convolution_backward",

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kilnfuzz.check import (Audit, ComparedNaNs, RoundingNoise, UncheckedShapes, compare, conditioning,
-                            nan_at_comparison)
+from kilnfuzz.check import (Audit, ComparedNaNs, ContiguousBatchNormGrad, RoundingNoise, UncheckedShapes, compare,
+                            conditioning, nan_at_comparison)
 from kilnfuzz.data import make_leaf
 from kilnfuzz.program import Eager, interpret
 
@@ -416,15 +416,17 @@ def run_compile(res, accs):
     import torch._dynamo
 
     try:
-        e_out, e_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, False)
-        r_out, r_grad = _train(ProgramModule(res, torch.float64, requires_grad=True), res, torch.float64, False)
+        with ContiguousBatchNormGrad():  # eager as the math has it, not torch's misread layout
+            e_out, e_grad = _train(ProgramModule(res, requires_grad=True), res, torch.float32, False)
+            r_out, r_grad = _train(ProgramModule(res, torch.float64, requires_grad=True), res, torch.float64,
+                                   False)
         # The float64 training run rounded as if in float32 (check.RoundingNoise, forward and backward):
         # a gradient that cancels exactly in float64 (a repeat's sum of two terms that are negatives of
         # each other) is rounding noise of its terms' size in any float32 run, eager's or kiln's, and
         # these runs give it that size (fuzzer finding 18).
         noisy_grads = []
         for k in range(NOISY_RUNS):
-            with RoundingNoise([res.program.salt, 13, k]):
+            with ContiguousBatchNormGrad(), RoundingNoise([res.program.salt, 13, k]):
                 noisy_grads.append(_train(ProgramModule(res, torch.float64, requires_grad=True), res,
                                           torch.float64, False)[1])
     except RuntimeError as e:  # eager cannot train this program (an op without a derivative)
