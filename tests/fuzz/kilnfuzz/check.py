@@ -471,17 +471,17 @@ class LowPrecisionCalls(TorchDispatchMode):
 
 
 class ContiguousBatchNormGrad(TorchDispatchMode):
-    """Gives native_batch_norm_backward a contiguous grad_out, for eager's
-    training runs (the reference). torch 2.13's CPU kernel misreads a
-    grad_out laid out channels-last when its input is NCHW and a size-1 dim
-    makes the grad_out pass as channels-last contiguous: the gradient of
-    bn(x).permute(0, 3, 2, 1) at (1, 2, 1, 2) comes back transposed, in
-    float32 and float64 alike (seed 20118 graph 7451; the math, and the
-    kernel on a contiguous copy, agree with kiln)."""
+    """Gives native_batch_norm_backward a contiguous grad_out and input, for
+    eager's training runs (the reference). torch 2.13's CPU kernel misreads
+    a grad_out laid out channels-last when its input is NCHW (or the other
+    way round) and a size-1 dim makes one pass as channels-last contiguous:
+    the gradient of bn(x).permute(0, 3, 2, 1) at (1, 2, 1, 2) comes back
+    transposed, in float32 and float64 alike (seed 20118 graphs 7451 and
+    20533; the math, and the kernel on contiguous copies, agree with kiln)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.aten.native_batch_norm_backward.default:
-            args = (args[0].contiguous(),) + tuple(args[1:])
+            args = (args[0].contiguous(), args[1].contiguous()) + tuple(args[2:])
         return func(*args, **(kwargs or {}))
 
 
