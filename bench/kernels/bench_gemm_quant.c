@@ -9,6 +9,7 @@
  * the packed weights (scales included) read once per call. Each call reads
  * a different copy of the weights in turn (enough copies to exceed the L3),
  * so that no call finds them in the caches.
+ * BENCH_HOT=1 reads one copy instead (the kernels' speed on cached weights).
  * Usage: bench_gemm_quant [M N K ...] (default the decode GEMVs
  * 1x4096x4096 and 1x4096x14336 (N x K), then M = 8 and 128). */
 #include <stdio.h>
@@ -112,6 +113,10 @@ int main(int argc, char** argv) {
   /* BENCH_THREADS=1: the 1-thread rows only (a shared machine). */
   const char* bt = getenv("BENCH_THREADS");
   int max_threads = bt && atoi(bt) == 1 ? 1 : 2;
+  /* BENCH_HOT=1: one copy of the weights, read from the caches (the
+   * kernel's own speed, not the memory's). */
+  const char* ht = getenv("BENCH_HOT");
+  const int hot = ht && atoi(ht) == 1;
   printf("isa %s\n", kiln_cpu_isa_name(kiln_cpu_isa()));
   kiln_pool_t* pools[2] = {NULL, NULL};
   if (kiln_pool_create(1, &pools[0]) || kiln_pool_create(2, &pools[1])) return 1;
@@ -142,6 +147,7 @@ int main(int argc, char** argv) {
       kd->copies = (int)(BENCH_COPIES_BYTES / kd->bytes);
       if (kd->copies < 2) kd->copies = 2;
       if (kd->copies > 64) kd->copies = 64;
+      if (hot) kd->copies = 1;
       kd->w = calloc((size_t)kd->copies, sizeof(void*));
       kd->w[0] = aligned_alloc(64, (kd->bytes + 63) & ~(size_t)63);
       if (k == 0) kiln_gemm_f32_pack_b(K, N, w, 1, K, kd->w[0]);

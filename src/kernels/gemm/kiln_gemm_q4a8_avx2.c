@@ -80,10 +80,11 @@ KILN_Q4A8_AI void kiln_q4a8_tile_avx2(const int R, const int S, const int ONE, i
 #pragma GCC unroll 8
       for (int t = 0; t < 2 * KILN_Q4A8_CHUNK; t += 2) {
         /* Each 64-byte line of the stream, group headers included, gets a
-         * prefetch 1 KiB ahead. */
+         * prefetch KILN_GEMM_QUANT_PREFETCH bytes ahead. */
         if ((t & 2) == 0)
           for (int s = 0; s < S; ++s)
-            _mm_prefetch((const char*)(bt + s * pstride + t * 16 + 1024), _MM_HINT_T0);
+            _mm_prefetch((const char*)(bt + s * pstride + t * 16 + KILN_GEMM_QUANT_PREFETCH),
+                         _MM_HINT_T0);
         __m256i av[2];
         for (int i = 0; i < R; ++i) {
           int32_t quad;

@@ -81,8 +81,8 @@ KILN_Q4A8_VNNI_AI void kiln_q4a8_vnni_tile(const int R, int64_t kg, int group, i
     __m512i acc[8][2];
     for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
     for (int x = 0; x < group / 8; ++x) {
-      /* The stream's lines, group headers included, 1 KiB ahead. */
-      _mm_prefetch((const char*)(nib + 64 * x + 1024), _MM_HINT_T0);
+      /* The stream's lines, group headers included, KILN_GEMM_QUANT_PREFETCH ahead. */
+      _mm_prefetch((const char*)(nib + 64 * x + KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
       const __m512i v = _mm512_loadu_si512(nib + 64 * x);
       const __m512i lo = _mm512_and_si512(v, m4);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);

@@ -6,7 +6,8 @@
  * int8: VPMOVSXBD widens 8 weights straight from memory, VCVTDQ2PS makes
  * them fp32 (exact), the FMAs sum; the column scales multiply once at the
  * end. Like the fp32 GEMV (kiln_gemm_gemv_avx2.h) it reads several panels
- * side by side (parallel streams) with a software prefetch 1 KiB ahead.
+ * side by side (parallel streams) with a software prefetch
+ * KILN_GEMM_QUANT_PREFETCH bytes ahead.
  * int4: a row pair of a panel is 16 bytes, broadcast to both halves of a
  * ymm; four ANDs (one shift) leave each weight vector's nibbles in place,
  * at a power of 2 that VCVTDQ2PS keeps exactly, and the lane factors come
@@ -39,7 +40,9 @@ KILN_Q_AI void kiln_q8_tile_avx2(const int R, const int S, int64_t k, const floa
     for (int i = 0; i < R; ++i) acc[s][i][0] = acc[s][i][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     if ((p & 3) == 0)
-      for (int s = 0; s < S; ++s) _mm_prefetch((const char*)(b + s * pstride + p * 16 + 1024), _MM_HINT_T0);
+      for (int s = 0; s < S; ++s)
+        _mm_prefetch((const char*)(b + s * pstride + p * 16 + KILN_GEMM_QUANT_PREFETCH),
+                     _MM_HINT_T0);
     for (int s = 0; s < S; ++s) {
       __m256 w0 = kiln_q8x8_avx2(b + s * pstride + p * 16);
       __m256 w1 = kiln_q8x8_avx2(b + s * pstride + p * 16 + 8);
@@ -150,10 +153,11 @@ KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, const int P, int64_t 
     const float* ag = a + g * group;
     for (int t = 0; t < group / 2; ++t) {
       /* Every other row pair (32 bytes): each 64-byte line of the stream,
-       * group headers included, gets a prefetch 1 KiB ahead. */
+       * group headers included, gets a prefetch KILN_GEMM_QUANT_PREFETCH bytes ahead. */
       if ((t & 1) == 0)
         for (int s = 0; s < S; ++s)
-          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + 1024), _MM_HINT_T0);
+          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + KILN_GEMM_QUANT_PREFETCH),
+                       _MM_HINT_T0);
       for (int s = 0; s < S; ++s) {
         const __m256i v = _mm256_broadcastsi128_si256(
             _mm_loadu_si128((const __m128i*)(gbase + s * pstride + hdr + t * 16)));

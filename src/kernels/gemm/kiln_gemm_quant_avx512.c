@@ -30,7 +30,9 @@ KILN_Q_AI void kiln_q8_tile_avx512(const int R, const int S, int64_t k, const fl
     for (int i = 0; i < R; ++i) acc[s][i] = _mm512_setzero_ps();
   for (int64_t p = 0; p < k; ++p) {
     if ((p & 3) == 0)
-      for (int s = 0; s < S; ++s) _mm_prefetch((const char*)(b + s * pstride + p * 16 + 1024), _MM_HINT_T0);
+      for (int s = 0; s < S; ++s)
+        _mm_prefetch((const char*)(b + s * pstride + p * 16 + KILN_GEMM_QUANT_PREFETCH),
+                     _MM_HINT_T0);
     for (int s = 0; s < S; ++s) {
       __m512 w = _mm512_cvtepi32_ps(
           _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(b + s * pstride + p * 16))));
@@ -111,7 +113,8 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
     for (int t = 0; t < group / 2; ++t) {
       if ((t & 3) == 0)
         for (int s = 0; s < S; ++s)
-          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + 1024), _MM_HINT_T0);
+          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + KILN_GEMM_QUANT_PREFETCH),
+                       _MM_HINT_T0);
       for (int s = 0; s < S; ++s) {
         __m512i v = _mm512_cvtepu8_epi32(
             _mm_loadu_si128((const __m128i*)(gbase + s * pstride + hdr + t * 16)));
@@ -206,7 +209,7 @@ KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int gr
       }
       for (int s = 0; s < S; ++s) {
         const uint8_t* src = gbase + s * pstride + 64 * t;
-        _mm_prefetch((const char*)(src + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char*)(src + KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
         __m512i v = _mm512_loadu_si512(src);
         /* One load, in a register: GCC would fold it into each shift, 8
          * 64-byte loads where the L1 serves one a cycle. */

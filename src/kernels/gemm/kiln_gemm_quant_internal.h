@@ -24,6 +24,18 @@
 #ifndef KILN_GEMM_QUANT_INTERNAL_H
 #define KILN_GEMM_QUANT_INTERNAL_H
 
+/* How far ahead of its read position a quantized GEMV prefetches its weight
+ * stream, in bytes. With 1 KiB ahead in each of its panel streams, a Zen 5
+ * core ran one row's int4 GEMV on weights from DRAM at half its speed on
+ * weights in L2 (32 against 58 G weights/s), bound by the lines in flight,
+ * not by its instructions or the bandwidth. 3 KiB, weights from DRAM, 1
+ * thread, 1x4096x4096: int4 g32 424 -> 337 us, int8 561 -> 457, int4:a8
+ * 293 -> 266; 1.1-1.4x at 4 and 8 rows;
+ * bench/kernels/bench_gemm_quant; AVX2 kernels 1.0-1.24x). int8:a8's GEMV
+ * (kiln_gemm_q8a8_gemv*.c) already reads at the core's bandwidth at one
+ * row and lost 4 % at 2 KiB: it keeps 1 KiB. */
+#define KILN_GEMM_QUANT_PREFETCH 3072
+
 #include <stdint.h>
 #include <string.h>
 
