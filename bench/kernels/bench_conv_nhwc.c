@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
       {"l4 1x1/2", 256, 512, 1, 2, 0, 14, 0},   {"l4 3x3 512", 512, 512, 3, 1, 1, 7, 0},
       {"l4 3x3 512+r", 512, 512, 3, 1, 1, 7, 1},
   };
-  printf("%-13s %6s %9s %9s %7s\n", "layer", "panel", "nchw ms", "nhwc ms", "ratio");
+  printf("%-13s %6s %9s %9s %7s %11s\n", "layer", "panel", "nchw ms", "nhwc ms", "ratio",
+         "nchw->nhwc");
   double sum_c = 0, sum_h = 0;
   for (size_t li = 0; li < sizeof(layers) / sizeof(layers[0]); ++li) {
     const bench_layer_t* L = &layers[li];
@@ -73,20 +74,25 @@ int main(int argc, char** argv) {
     h.weight = wp16, h.weight_packed = 16;
     double* tc = calloc((size_t)reps, sizeof(double));
     double* th = calloc((size_t)reps, sizeof(double));
+    double* tg = calloc((size_t)reps, sizeof(double));
     for (int rr = -2; rr < reps; ++rr) {
       double c0 = threads > 1 ? bench_now() : bench_cpu_now();
       kiln_conv2d_f32(&a, pool);
       double c1 = threads > 1 ? bench_now() : bench_cpu_now();
       kiln_conv2d_f32_nhwc(&h, pool);
       double c2 = threads > 1 ? bench_now() : bench_cpu_now();
-      if (rr >= 0) tc[rr] = c1 - c0, th[rr] = c2 - c1;
+      kiln_conv2d_f32_nhwc_from_nchw(&h, pool);
+      double c3 = threads > 1 ? bench_now() : bench_cpu_now();
+      if (rr >= 0) tc[rr] = c1 - c0, th[rr] = c2 - c1, tg[rr] = c3 - c2;
     }
     qsort(tc, (size_t)reps, sizeof(double), bench_cmp_double);
     qsort(th, (size_t)reps, sizeof(double), bench_cmp_double);
-    printf("%-13s %6d %9.3f %9.3f %7.2f\n", L->name, panel, tc[0] * 1e3, th[0] * 1e3, tc[0] / th[0]);
+    qsort(tg, (size_t)reps, sizeof(double), bench_cmp_double);
+    printf("%-13s %6d %9.3f %9.3f %7.2f %11.3f\n", L->name, panel, tc[0] * 1e3, th[0] * 1e3,
+           tc[0] / th[0], tg[0] * 1e3);
     fflush(stdout);
     if (!L->residual) sum_c += tc[0], sum_h += th[0];
-    free(x), free(w), free(wp), free(wp16), free(bias), free(y), free(r), free(tc), free(th);
+    free(x), free(w), free(wp), free(wp16), free(bias), free(y), free(r), free(tc), free(th), free(tg);
   }
   printf("%-13s %6s %9.3f %9.3f %7.2f  (plain layers, each once)\n", "sum", "", sum_c * 1e3,
          sum_h * 1e3, sum_c / sum_h);
