@@ -300,6 +300,66 @@ static void test_reduce_parallel(void) {
   kiln_pool_release(pool);
 }
 
+/* Float reductions over one run of consecutive axes, x as (outer, reduce,
+ * inner): trailing, leading and middle runs (a size-1 kept axis inside the
+ * run does not break it) against a double reference that walks each
+ * output's elements; maxima and minima exactly, NaN kept, and rows holding
+ * both infinities (their sum is NaN, their maximum is not). */
+static void test_reduce_runs(void) {
+  kiln_pool_t* pool = NULL;
+  KILN_EXPECT_OK(kiln_pool_create(2, &pool));
+  enum { A = 3, B = 40, D = 1, E = 37 };
+  static float x[A * B * D * E];
+  float got[A * B * D * E], want[A * B * D * E];
+  kiln_test_fill_f32(x, A * B * D * E, 7u, -4.0f, 4.0f);
+  x[1 * B * E + 5 * E + 3] = NAN;          /* (1, 5, 0, 3) */
+  x[2 * B * E + 9 * E + 0] = INFINITY;     /* row (2, 9) holds both infinities */
+  x[2 * B * E + 9 * E + 20] = -INFINITY;
+  int64_t shape[4] = {A, B, D, E};
+  static const uint32_t masks[] = {1u << 1, 1u << 3, (1u << 2) | (1u << 3), 1u | 2u, 2u | 8u};
+  for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; ++mi) {
+    const uint32_t mask = masks[mi];
+    for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MIN; ++op) {
+      /* The reference: for each output (kept index), every reduced index. */
+      int64_t n_out = 0;
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t e = 0; e < E; ++e) {
+              const int64_t idx[4] = {a, b, d, e};
+              int first = 1;
+              for (int k = 0; k < 4; ++k)
+                if ((mask & (1u << k)) && idx[k] != 0) first = 0;
+              if (!first) continue; /* one output per kept index */
+              double acc = op == KILN_REDUCE_MAX ? -INFINITY : op == KILN_REDUCE_MIN ? INFINITY : 0.0;
+              int64_t cnt = 0;
+              for (int64_t a2 = 0; a2 < A; ++a2)
+                for (int64_t b2 = 0; b2 < B; ++b2)
+                  for (int64_t d2 = 0; d2 < D; ++d2)
+                    for (int64_t e2 = 0; e2 < E; ++e2) {
+                      const int64_t j[4] = {a2, b2, d2, e2};
+                      int same = 1;
+                      for (int k = 0; k < 4; ++k)
+                        if (!(mask & (1u << k)) && j[k] != idx[k]) same = 0;
+                      if (!same) continue;
+                      double v = x[((a2 * B + b2) * D + d2) * E + e2];
+                      ++cnt;
+                      if (op <= KILN_REDUCE_MEAN) acc += v;
+                      else if (v != v || acc != acc) acc = NAN;
+                      else if (op == KILN_REDUCE_MAX ? v > acc : v < acc) acc = v;
+                    }
+              want[n_out++] = (float)(op == KILN_REDUCE_MEAN ? acc / (double)cnt : acc);
+            }
+      kiln_reduce((kiln_reduce_t)op, KILN_F32, 4, shape, mask, x, got, pool);
+      char what[64];
+      snprintf(what, sizeof what, "reduce op %d mask %u", op, mask);
+      kiln_test_compare_f32(what, got, want, (size_t)n_out, op <= KILN_REDUCE_MEAN ? 1e-5f : 0.0f,
+                            op <= KILN_REDUCE_MEAN ? 1e-5f : 0.0f);
+    }
+  }
+  kiln_pool_release(pool);
+}
+
 /* int64 reductions are exact: INT64_MAX (masked reductions' fill) and
  * values past 2^53 survive min, max, sum and argmax, over trailing, leading
  * and mixed axes; sums wrap as torch's. Through double they rounded, and
@@ -330,6 +390,7 @@ static void test_reduce_int64_exact(void) {
 
 void kiln_test_suite_train_ops(void) {
   test_reduce_parallel();
+  test_reduce_runs();
   test_reduce_int64_exact();
   test_sum_rows();
   test_sum_leading();
