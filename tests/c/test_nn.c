@@ -172,6 +172,42 @@ static void kiln_test_nn_softmax(kiln_pool_t* pool, const char* isa) {
   }
 }
 
+/* Softmax along a middle axis, (outer, len, inner), the columns gathered
+ * into rows for the row kernel: against the reference that walks them in
+ * place, with -inf, an all -inf column (NaN) and a NaN column; blocks of
+ * columns that do not divide inner, a column longer than the task buffer
+ * (the reference itself). Tolerances as the rows'. */
+static void kiln_test_nn_softmax_strided(kiln_pool_t* pool, const char* isa) {
+  static const int64_t shapes[][3] = {{1, 1, 1}, {2, 3, 5}, {3, 7, 33}, {2, 128, 77},
+                                      {1, 1000, 20}, {2, 9000, 2}};
+  char what[96];
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; ++s) {
+    const int64_t outer = shapes[s][0], len = shapes[s][1], inner = shapes[s][2];
+    const size_t n = (size_t)(outer * len * inner);
+    float* x = malloc(n * sizeof(float));
+    float* y = malloc(n * sizeof(float));
+    float* w = malloc(n * sizeof(float));
+    if (!x || !y || !w) goto next;
+    kiln_test_fill_f32(x, n, (unsigned)(s + 11), -20.0f, 20.0f);
+    if (len >= 2 && inner >= 3) {
+      x[0] = -INFINITY;                                              /* column 0: one -inf */
+      for (int64_t i = 0; i < len; ++i) x[i * inner + 1] = -INFINITY; /* column 1: NaN */
+      x[(len / 2) * inner + 2] = NAN;                                /* column 2: NaN */
+    }
+    for (int log = 0; log < 2; ++log) {
+      kiln_softmax_strided_f32(outer, len, inner, x, y, log, pool);
+      kiln_softmax_strided_f32_reference(outer, len, inner, x, w, log);
+      snprintf(what, sizeof what, "%s strided %ssoftmax %lldx%lldx%lld", isa, log ? "log_" : "",
+               (long long)outer, (long long)len, (long long)inner);
+      kiln_test_compare_f32(what, y, w, n, log ? 2e-6f : 1e-9f, 1e-6f);
+    }
+  next:
+    free(x);
+    free(y);
+    free(w);
+  }
+}
+
 static void kiln_test_nn_norms(kiln_pool_t* pool, const char* isa) {
   static const size_t shapes[][2] = {{0, 5}, {1, 1}, {2, 7}, {3, 8}, {5, 9},
                                      {4, 31}, {2, 33}, {3, 1031}, {48, 1024}};
@@ -650,6 +686,7 @@ static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
   kiln_test_nn_layer_norm_backward(pool, where);
   kiln_test_nn_layer_norm_backward_offset(pool, where);
   kiln_test_nn_softmax(pool, where);
+  kiln_test_nn_softmax_strided(pool, where);
   kiln_test_nn_norms(pool, where);
   kiln_test_nn_attention(pool, where);
 }

@@ -268,7 +268,7 @@ static kiln_status_t run_softmax(const kiln_graph_t* g, const kiln_node_t* n, co
   if (inner == 1)
     kiln_softmax_f32((size_t)(len ? outer : 0), (size_t)len, BUF(0), OUT, log, pool);
   else
-    kiln_softmax_strided_f32(outer, len, inner, BUF(0), OUT, log);
+    kiln_softmax_strided_f32(outer, len, inner, BUF(0), OUT, log, pool);
   if (n->params[KILN_P(SOFTMAX, SAFE)])
     kiln_softmax_zero_masked_f32((size_t)outer, (size_t)len, (size_t)inner, BUF(0), OUT);
   return kiln_ok();

@@ -120,11 +120,6 @@ void kiln_argmax(kiln_dtype_t dtype, int32_t rank, const int64_t* shape, int32_t
 void kiln_fma_scalar_f32(size_t n, const float* x, float scale, float shift, float* y,
                          kiln_pool_t* pool);
 
-/* Softmax along the middle axis of a dense (outer, len, inner) tensor, for
- * axes that are not last (the row kernel in kernels/nn handles the last). */
-void kiln_softmax_strided_f32(int64_t outer, int64_t len, int64_t inner, const float* x,
-                              float* y, int log);
-
 /* Integer unary ops (neg, abs, relu) for int64/int32. op: 0 neg, 1 abs, 2 relu. */
 void kiln_unary_int(int op, kiln_dtype_t dtype, size_t n, const void* x, void* y);
 

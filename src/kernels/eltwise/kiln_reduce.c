@@ -411,19 +411,3 @@ void kiln_unary_int(int op, kiln_dtype_t dtype, size_t n, const void* x, void* y
 void kiln_logical_not(size_t n, const uint8_t* x, uint8_t* y) {
   for (size_t i = 0; i < n; ++i) y[i] = !x[i];
 }
-
-void kiln_softmax_strided_f32(int64_t outer, int64_t len, int64_t inner, const float* x,
-                              float* y, int log) {
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < inner; ++j) {
-      const float* xr = x + o * len * inner + j;
-      float* yr = y + o * len * inner + j;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < len; ++i) mx = xr[i * inner] > mx ? xr[i * inner] : mx;
-      double sum = 0;
-      for (int64_t i = 0; i < len; ++i) sum += expf(xr[i * inner] - mx);
-      for (int64_t i = 0; i < len; ++i)
-        yr[i * inner] = log ? xr[i * inner] - mx - (float)logf((float)sum)
-                            : expf(xr[i * inner] - mx) / (float)sum;
-    }
-}

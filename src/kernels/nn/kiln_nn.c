@@ -129,6 +129,52 @@ void kiln_softmax_f32(size_t rows, size_t cols, const float* x, float* y, int lo
   kiln_pool_parallel_for(pool, tasks, kiln_nn_softmax_task, &c);
 }
 
+/* The strided softmax: a task is one outer block's run of cw columns,
+ * gathered as cw rows of len into a buffer (the same elements, contiguous),
+ * the row kernel in place, then scattered back. The column-by-column loop
+ * with scalar exponentials (now the reference) took 4.5 ms for a softmax
+ * over axis 1 of (8, 128, 768) (Zen 5, 2 threads); rows are also what the
+ * last axis gets, so both axes give the same numbers. */
+enum { KILN_NN_STRIDED_FLOATS = 8192 };
+
+typedef struct {
+  const kiln_nn_kernels_t* k;
+  int64_t len, inner, cw, chunks;
+  const float* x;
+  float* y;
+  int log;
+} kiln_nn_strided_ctx_t;
+
+static void kiln_nn_softmax_strided_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_nn_strided_ctx_t* c = ctx;
+  const int64_t o = (int64_t)task / c->chunks, j0 = ((int64_t)task % c->chunks) * c->cw;
+  const int64_t cw = c->inner - j0 < c->cw ? c->inner - j0 : c->cw, len = c->len;
+  float buf[KILN_NN_STRIDED_FLOATS];
+  if (cw <= 0 || len <= 0) return;
+  const float* xb = c->x + o * len * c->inner + j0;
+  float* yb = c->y + o * len * c->inner + j0;
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t j = 0; j < cw; ++j) buf[j * len + i] = xb[i * c->inner + j];
+  c->k->softmax_rows(0, (size_t)cw, (size_t)len, buf, buf, c->log);
+  for (int64_t i = 0; i < len; ++i)
+    for (int64_t j = 0; j < cw; ++j) yb[i * c->inner + j] = buf[j * len + i];
+}
+
+void kiln_softmax_strided_f32(int64_t outer, int64_t len, int64_t inner, const float* x,
+                              float* y, int log, kiln_pool_t* pool) {
+  if (outer <= 0 || len <= 0 || inner <= 0) return;
+  if (len > KILN_NN_STRIDED_FLOATS) { /* a column longer than the buffer: rare */
+    kiln_softmax_strided_f32_reference(outer, len, inner, x, y, log);
+    return;
+  }
+  kiln_nn_strided_ctx_t c = {kiln_nn_kernels(), len, inner, 1, 1, x, y, log};
+  c.cw = KILN_NN_STRIDED_FLOATS / len;
+  if (c.cw > inner) c.cw = inner;
+  c.chunks = (inner + c.cw - 1) / c.cw;
+  kiln_pool_parallel_for(pool, (size_t)(outer * c.chunks), kiln_nn_softmax_strided_task, &c);
+}
+
 static void kiln_nn_layer_norm_task(void* ctx, size_t task, int thread) {
   (void)thread;
   kiln_nn_rows_ctx_t* c = ctx;

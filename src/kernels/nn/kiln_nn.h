@@ -53,6 +53,13 @@ void kiln_activation_f32(kiln_activation_t act, size_t n, float* x);
 void kiln_softmax_f32(size_t rows, size_t cols, const float* x, float* y, int log,
                       kiln_pool_t* pool);
 void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float* y, int log);
+/* Softmax along the middle axis of a dense (outer, len, inner) tensor (an
+ * axis that is not last): blocks of columns gathered into rows, the row
+ * kernel, scattered back. The reference walks each column as it lies. */
+void kiln_softmax_strided_f32(int64_t outer, int64_t len, int64_t inner, const float* x,
+                              float* y, int log, kiln_pool_t* pool);
+void kiln_softmax_strided_f32_reference(int64_t outer, int64_t len, int64_t inner,
+                                        const float* x, float* y, int log);
 
 /* y = (x - mean) / sqrt(var + eps) * gamma + beta along cols; gamma and beta
  * (cols) may each be NULL. Biased variance, as torch. */

@@ -99,6 +99,21 @@ void kiln_softmax_f32_reference(size_t rows, size_t cols, const float* x, float*
   }
 }
 
+void kiln_softmax_strided_f32_reference(int64_t outer, int64_t len, int64_t inner,
+                                        const float* x, float* y, int log_softmax) {
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      const float* xr = x + o * len * inner + j;
+      float* yr = y + o * len * inner + j;
+      double m = -INFINITY, s = 0.0;
+      for (int64_t i = 0; i < len; ++i) m = xr[i * inner] > m ? xr[i * inner] : m;
+      for (int64_t i = 0; i < len; ++i) s += exp(xr[i * inner] - m);
+      for (int64_t i = 0; i < len; ++i)
+        yr[i * inner] = log_softmax ? (float)(xr[i * inner] - m - log(s))
+                            : (float)(exp(xr[i * inner] - m) / s);
+    }
+}
+
 void kiln_layer_norm_f32_reference(size_t rows, size_t cols, const float* x,
                                    const float* gamma, const float* beta, float eps, float* y) {
   for (size_t r = 0; r < rows; ++r) {
