@@ -122,6 +122,9 @@ static void conv_test_level(kiln_pool_t* pool, const char* where) {
       {2, 7, 12, 10, 7, 3, 3, 1, 1, 1, 1, 1, 1, 7},    /* depthwise */
       {1, 5, 13, 11, 5, 5, 5, 2, 2, 2, 2, 1, 1, 5},    /* depthwise 5x5 stride 2 */
       {1, 4, 9, 9, 4, 3, 3, 1, 1, 2, 2, 2, 2, 4},      /* depthwise dilated */
+      {2, 3, 17, 19, 3, 7, 7, 1, 1, 3, 3, 1, 1, 3},    /* depthwise 7x7 (ConvNeXt) */
+      {1, 2, 14, 12, 2, 11, 11, 1, 1, 5, 5, 1, 1, 2},  /* depthwise, taps past the flat sum's */
+      {1, 3, 30, 29, 3, 3, 3, 1, 1, 1, 0, 1, 1, 3},    /* depthwise, padding along H only */
       {1, 3, 23, 21, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1},   /* 7x7 stem */
       {1, 1, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1},      /* window = input, 1x1 out */
       {1, 2, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1},      /* stride > 1 with few pixels */

@@ -240,23 +240,25 @@ static void kiln_conv_pack_task(void* p, size_t task, int thread) {
 typedef struct {
   const kiln_conv2d_f32_args_t* a;
   kiln_conv_dw_plane_fn plane;
-  float* tmp; /* one Wo row per thread */
+  float* tmp; /* per thread, `per` floats (kiln_conv_dw_scratch_floats) */
+  int64_t per;
 } kiln_conv_dw_t;
 
 static void kiln_conv_dw_task(void* p, size_t task, int thread) {
   const kiln_conv_dw_t* t = p;
-  t->plane(t->a, (int64_t)task, t->tmp + (int64_t)thread * t->a->wo);
+  t->plane(t->a, (int64_t)task, t->tmp + (int64_t)thread * t->per);
 }
 
 static void kiln_conv_depthwise(const kiln_conv2d_f32_args_t* a, kiln_pool_t* pool) {
   void* blk = NULL;
+  const int64_t per = (kiln_conv_dw_scratch_floats(a) + 15) & ~(int64_t)15;
   float* tmp = kiln_scratch_get(&kiln_conv_scratch_,
-                                (size_t)(kiln_pool_size(pool) * a->wo) * sizeof(float), &blk);
+                                (size_t)(kiln_pool_size(pool) * per) * sizeof(float), &blk);
   if (!tmp) {
     kiln_conv2d_f32_reference(a);
     return;
   }
-  kiln_conv_dw_t t = {a, kiln_conv_dw_plane_for(kiln_cpu_isa()), tmp};
+  kiln_conv_dw_t t = {a, kiln_conv_dw_plane_for(kiln_cpu_isa()), tmp, per};
   kiln_pool_parallel_for(pool, (size_t)(a->n * a->c), kiln_conv_dw_task, &t);
   kiln_scratch_put(&kiln_conv_scratch_, blk);
 }

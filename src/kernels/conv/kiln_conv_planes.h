@@ -21,10 +21,28 @@
 #define KILN_CONV_PLANES_ROW_MAX 4096
 
 /* Depthwise conv (groups == C == O) of plane `plane` (n * C + c): every
- * output row of it, bias, residual and activation included. acc is Wo
- * floats of the caller's scratch. */
+ * output row of it, bias, residual and activation included. acc is
+ * kiln_conv_dw_scratch_floats(a) floats of the caller's scratch. */
 typedef void (*kiln_conv_dw_plane_fn)(const kiln_conv2d_f32_args_t* a, int64_t plane,
                                       float* acc);
+
+/* Stride 1 planes of at most this many floats (zero-bordered input and
+ * output rows at its pitch) take the flat path (kiln_conv_planes.c). */
+#define KILN_CONV_DW_FLAT_MAX ((int64_t)1 << 18)
+
+/* Floats of scratch a depthwise plane needs: the flat path's bordered
+ * input, its reach past the end and its outputs at the input's pitch, or
+ * one output row. */
+static inline int64_t kiln_conv_dw_flat_floats(const kiln_conv2d_f32_args_t* a) {
+  if (a->sh != 1 || a->sw != 1) return 0;
+  const int64_t hp = a->ho + (a->kh - 1) * a->dh, wp = a->wo + (a->kw - 1) * a->dw;
+  const int64_t n = hp * wp + (a->kw - 1) * a->dw + a->ho * wp;
+  return n <= KILN_CONV_DW_FLAT_MAX ? n : 0;
+}
+static inline int64_t kiln_conv_dw_scratch_floats(const kiln_conv2d_f32_args_t* a) {
+  const int64_t f = kiln_conv_dw_flat_floats(a);
+  return f > a->wo ? f : a->wo;
+}
 
 /* Average pooling of plane `plane`: rows summed over the window's rows
  * first (whole input rows, vectorised), then over the window's columns.
