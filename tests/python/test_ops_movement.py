@@ -91,6 +91,20 @@ def test_replicate_pad_int_and_size_one():
 # ---- flip, repeat, diagonal, as_strided, copy, empty_strided ---------------------------
 
 
+def test_roll_is_slices_bit_for_bit():
+    """torch.roll lowers to two slices and a cat per rolled dim (kiln's
+    copies, not a gather through a computed index): one dim, several, a
+    negative shift, a shift past the size, a shift of 0 and no dims (the
+    flattened roll), integers too."""
+    x = torch.randn(3, 5, 7)
+    check(lambda t: (t.roll(3, -1), t.roll((2, -4), (1, 2)), t.roll(-1, 0), t.roll(5 + 2, 1),
+                     t.roll(0, 1), t.roll(4)), x)
+    check(lambda t: t.roll(2, 0), torch.arange(10, dtype=torch.int64).reshape(5, 2))
+    ep = kiln.capture.export_program(Fn(lambda t: t.roll(3, -1)), (x,))
+    targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+    assert "aten.cat.default" in targets and not any("index" in t or "gather" in t for t in targets), targets
+
+
 def test_flip_repeat_diagonal():
     def fn(x, v, i, b):
         return (torch.flip(x, (0, -1)), torch.flip(x, (1,)), torch.flip(v, (0,)),
