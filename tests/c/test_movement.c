@@ -340,8 +340,11 @@ static void argsort_test_level(kiln_pool_t* pool, const char* where) {
       xi[i] = (i * 31) % 7;
     }
     for (int desc = 0; desc < 2; ++desc)
-      for (int kind = 0; kind < 2; ++kind) {
-        int64_t k = kind ? (l + 1) / 2 : l; /* full sort, then a topk */
+      for (int kind = 0; kind < 5; ++kind) {
+        /* The full sort, then topks: a merge sort's prefix, and the
+         * selection's (k <= 16). */
+        const int64_t ks[5] = {l, (l + 1) / 2, 1, 5, 16};
+        int64_t k = ks[kind] < l ? ks[kind] : l;
         memset(got, MV_GUARD_BYTE, (size_t)(o * k * in) * sizeof(int64_t) + MV_GUARD);
         KILN_EXPECT_OK(kiln_argsort(KILN_F32, o, l, in, desc, k, x, got, pool));
         int ok = 1;
@@ -374,6 +377,22 @@ static void argsort_test_level(kiln_pool_t* pool, const char* where) {
           ok &= vp < vq || (vp == vq && p < q);
         }
     KILN_EXPECT(ok, "int64 argsort not a stable ascending order %s", where);
+    /* int64 topk by the selection: the full sort's first 3, both ways. */
+    for (int desc = 0; desc < 2 && l > 3; ++desc) {
+      int64_t* full = malloc((size_t)(n + 1) * sizeof(int64_t));
+      int64_t* top = malloc((size_t)(o * 3 * in + 1) * sizeof(int64_t));
+      if (full && top) {
+        KILN_EXPECT_OK(kiln_argsort(KILN_I64, o, l, in, desc, l, xi, full, pool));
+        KILN_EXPECT_OK(kiln_argsort(KILN_I64, o, l, in, desc, 3, xi, top, pool));
+        ok = 1;
+        for (int64_t a = 0; a < o; ++a)
+          for (int64_t c = 0; c < in; ++c)
+            for (int64_t i = 0; i < 3; ++i)
+              ok &= top[(a * 3 + i) * in + c] == full[(a * l + i) * in + c];
+        KILN_EXPECT(ok, "int64 topk 3 desc %d is not the sort's first 3 %s", desc, where);
+      }
+      free(full), free(top);
+    }
     free(x), free(got), free(ref), free(xi);
   }
 }

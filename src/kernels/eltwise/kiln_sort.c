@@ -44,6 +44,39 @@ KILN_SORT_DEFINE(kiln_sort_i32_desc, int32_t, KILN_GT)
 KILN_SORT_DEFINE(kiln_sort_u8_asc, uint8_t, KILN_LT)
 KILN_SORT_DEFINE(kiln_sort_u8_desc, uint8_t, KILN_GT)
 
+/* The first kk of the stable order of k[0..n) (kk <= n) into idx, without
+ * sorting the line: a buffer of the best kk so far (keys in bk), which an
+ * element enters only when it precedes the buffer's last strictly, after
+ * every buffered key it does not precede (so equal keys keep their index
+ * order, the stable sort's). One compare per element for most of a line:
+ * topk(x, 5) over 1024 rows of 768 took 19.9 ms through the merge sort
+ * (2 threads, Zen 5), 36x eager's time. */
+#define KILN_TOPK_DEFINE(NAME, T, BEFORE)                                          \
+  static void NAME(const T* k, int64_t n, int64_t kk, int64_t* idx, T* bk) {       \
+    int64_t cnt = 0;                                                               \
+    for (int64_t i = 0; i < n; ++i) {                                              \
+      const T key = k[i];                                                          \
+      if (cnt == kk && !(BEFORE(key, bk[kk - 1]))) continue;                       \
+      int64_t j = cnt < kk ? cnt++ : kk - 1;                                       \
+      for (; j > 0 && (BEFORE(key, bk[j - 1])); --j) bk[j] = bk[j - 1], idx[j] = idx[j - 1]; \
+      bk[j] = key;                                                                 \
+      idx[j] = i;                                                                  \
+    }                                                                              \
+  }
+
+KILN_TOPK_DEFINE(kiln_topk_f32_asc, float, KILN_FLT_LT)
+KILN_TOPK_DEFINE(kiln_topk_f32_desc, float, KILN_FLT_GT)
+KILN_TOPK_DEFINE(kiln_topk_i64_asc, int64_t, KILN_LT)
+KILN_TOPK_DEFINE(kiln_topk_i64_desc, int64_t, KILN_GT)
+KILN_TOPK_DEFINE(kiln_topk_i32_asc, int32_t, KILN_LT)
+KILN_TOPK_DEFINE(kiln_topk_i32_desc, int32_t, KILN_GT)
+KILN_TOPK_DEFINE(kiln_topk_u8_asc, uint8_t, KILN_LT)
+KILN_TOPK_DEFINE(kiln_topk_u8_desc, uint8_t, KILN_GT)
+
+/* At most this many kept (k), the selection above: its worst case (each
+ * element entering at the front) moves k entries an element. */
+#define KILN_TOPK_SELECT_MAX 16
+
 typedef struct {
   kiln_dtype_t dtype;
   int64_t len, inner, k;
@@ -73,19 +106,41 @@ static void kiln_argsort_task(void* p, size_t task, int thread) {
       idx[i] = i;
     }
     int d = j->descending;
-    switch (j->dtype) {
-      case KILN_F32:
-        (d ? kiln_sort_f32_desc : kiln_sort_f32_asc)((const float*)keys, len, idx, tmp);
-        break;
-      case KILN_I64:
-        (d ? kiln_sort_i64_desc : kiln_sort_i64_asc)((const int64_t*)keys, len, idx, tmp);
-        break;
-      case KILN_I32:
-        (d ? kiln_sort_i32_desc : kiln_sort_i32_asc)((const int32_t*)keys, len, idx, tmp);
-        break;
-      default: /* bool */
-        (d ? kiln_sort_u8_desc : kiln_sort_u8_asc)((const uint8_t*)keys, len, idx, tmp);
-        break;
+    if (j->k <= KILN_TOPK_SELECT_MAX && j->k < len) {
+      /* tmp (len int64) holds the kept keys, at most 8 bytes each. */
+      switch (j->dtype) {
+        case KILN_F32:
+          (d ? kiln_topk_f32_desc : kiln_topk_f32_asc)((const float*)keys, len, j->k, idx,
+                                                       (float*)tmp);
+          break;
+        case KILN_I64:
+          (d ? kiln_topk_i64_desc : kiln_topk_i64_asc)((const int64_t*)keys, len, j->k, idx,
+                                                       (int64_t*)tmp);
+          break;
+        case KILN_I32:
+          (d ? kiln_topk_i32_desc : kiln_topk_i32_asc)((const int32_t*)keys, len, j->k, idx,
+                                                       (int32_t*)tmp);
+          break;
+        default: /* bool */
+          (d ? kiln_topk_u8_desc : kiln_topk_u8_asc)((const uint8_t*)keys, len, j->k, idx,
+                                                     (uint8_t*)tmp);
+          break;
+      }
+    } else {
+      switch (j->dtype) {
+        case KILN_F32:
+          (d ? kiln_sort_f32_desc : kiln_sort_f32_asc)((const float*)keys, len, idx, tmp);
+          break;
+        case KILN_I64:
+          (d ? kiln_sort_i64_desc : kiln_sort_i64_asc)((const int64_t*)keys, len, idx, tmp);
+          break;
+        case KILN_I32:
+          (d ? kiln_sort_i32_desc : kiln_sort_i32_asc)((const int32_t*)keys, len, idx, tmp);
+          break;
+        default: /* bool */
+          (d ? kiln_sort_u8_desc : kiln_sort_u8_asc)((const uint8_t*)keys, len, idx, tmp);
+          break;
+      }
     }
     int64_t* out = j->y + (int64_t)task * j->k * j->inner + c;
     for (int64_t i = 0; i < j->k; ++i) out[i * j->inner] = idx[i];
