@@ -246,10 +246,41 @@ static void casts_test_gemm(kiln_pool_t* pool, const char* where) {
     }
 }
 
+/* Integer widenings (typed loops): every bool, uint8, int8 and int32 value
+ * kind to int64 and int32 exactly; a bool byte other than 0 reads as 1. */
+static void casts_test_widen(void) {
+  uint8_t u[6] = {0, 1, 2, 127, 200, 255};
+  int8_t s8[6] = {0, 1, -1, 127, -128, -5};
+  int32_t s32[6] = {0, 1, -1, 2147483647, -2147483647 - 1, 123456};
+  int64_t w64[6];
+  int32_t w32[6];
+  kiln_cast(KILN_BOOL, KILN_I64, 6, u, w64);
+  kiln_cast(KILN_BOOL, KILN_I32, 6, u, w32);
+  for (int i = 0; i < 6; ++i)
+    KILN_EXPECT(w64[i] == (u[i] != 0) && w32[i] == (u[i] != 0), "bool %u widened to %lld / %d",
+                u[i], (long long)w64[i], w32[i]);
+  kiln_cast(KILN_U8, KILN_I64, 6, u, w64);
+  kiln_cast(KILN_U8, KILN_I32, 6, u, w32);
+  for (int i = 0; i < 6; ++i)
+    KILN_EXPECT(w64[i] == u[i] && w32[i] == u[i], "uint8 %u widened to %lld / %d", u[i],
+                (long long)w64[i], w32[i]);
+  kiln_cast(KILN_I8, KILN_I64, 6, s8, w64);
+  kiln_cast(KILN_I8, KILN_I32, 6, s8, w32);
+  for (int i = 0; i < 6; ++i)
+    KILN_EXPECT(w64[i] == s8[i] && w32[i] == s8[i], "int8 %d widened to %lld / %d", s8[i],
+                (long long)w64[i], w32[i]);
+  kiln_cast(KILN_I32, KILN_I64, 6, s32, w64);
+  for (int i = 0; i < 6; ++i)
+    KILN_EXPECT(w64[i] == s32[i], "int32 %d widened to %lld", s32[i], (long long)w64[i]);
+}
+
 static void casts_test_level(kiln_pool_t* pool, const char* where) {
   casts_test_cast_kernel(pool, where);
   casts_test_fused_round(pool, where);
   casts_test_gemm(pool, where);
 }
 
-void kiln_test_suite_casts(void) { kiln_test_each_isa_and_pool(casts_test_level); }
+void kiln_test_suite_casts(void) {
+  kiln_test_each_isa_and_pool(casts_test_level);
+  casts_test_widen();
+}

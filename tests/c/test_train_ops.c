@@ -300,10 +300,10 @@ static void test_reduce_parallel(void) {
   kiln_pool_release(pool);
 }
 
-/* Float reductions over one run of consecutive axes, x as (outer, reduce,
- * inner): trailing, leading and middle runs (a size-1 kept axis inside the
- * run does not break it) against a double reference that walks each
- * output's elements; maxima and minima exactly, NaN kept, and rows holding
+/* Float reductions over runs of consecutive axes, x as (outer, reduce,
+ * inner) per run: trailing, leading and middle runs (a size-1 kept axis
+ * inside the run does not break it) and two runs, against a double
+ * reference that walks each output's elements; maxima and minima exactly, NaN kept, and rows holding
  * both infinities (their sum is NaN, their maximum is not). */
 static void test_reduce_runs(void) {
   kiln_pool_t* pool = NULL;
@@ -316,7 +316,10 @@ static void test_reduce_runs(void) {
   x[2 * B * E + 9 * E + 0] = INFINITY;     /* row (2, 9) holds both infinities */
   x[2 * B * E + 9 * E + 20] = -INFINITY;
   int64_t shape[4] = {A, B, D, E};
-  static const uint32_t masks[] = {1u << 1, 1u << 3, (1u << 2) | (1u << 3), 1u | 2u, 2u | 8u};
+  /* One run each, then two runs (axes 0 and 3, 0 and 2-3: a kept axis
+   * between), which reduce run by run through a buffer. */
+  static const uint32_t masks[] = {1u << 1, 1u << 3, (1u << 2) | (1u << 3), 1u | 2u, 2u | 8u,
+                                   1u | 8u, 1u | 4u | 8u};
   for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; ++mi) {
     const uint32_t mask = masks[mi];
     for (int op = KILN_REDUCE_SUM; op <= KILN_REDUCE_MIN; ++op) {

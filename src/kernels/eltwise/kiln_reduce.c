@@ -6,6 +6,7 @@
  * (outer, reduce, inner) sweep. Sums accumulate in double for float32 so that
  * long rows keep torch's accuracy (torch uses pairwise/vectorised sums). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/eltwise/kiln_nd.h"
@@ -269,6 +270,41 @@ static void kiln_reduce_split(kiln_reduce_ctx_t* c, kiln_pool_t* pool) {
   kiln_pool_parallel_for(pool, n, kiln_reduce_task, c);
 }
 
+/* Float reductions over several runs of reduced axes (a sum over axes 0
+ * and 2, a conv bias's gradient over N, H and W of NCHW): the last run
+ * through the dense paths into a buffer, then the rest of the axes from
+ * it, where the odometer walked every element in one thread (2.5 ms for
+ * axes 0 and 2 of (8, 128, 768)). A mean sums throughout and divides once.
+ * 0 when the buffer could not be had (the caller walks the odometer). */
+static int kiln_reduce_by_runs(kiln_reduce_t op, int32_t rank, const int64_t* shape,
+                               uint32_t mask, int32_t last_red, const void* x, void* out,
+                               kiln_pool_t* pool) {
+  int32_t r0 = last_red;
+  while (r0 > 0 && ((mask & (1u << (r0 - 1))) || shape[r0 - 1] == 1)) --r0;
+  int64_t part[KILN_ND_MAX_RANK], n_part = 1, n_red = 1;
+  uint32_t rest = 0;
+  for (int32_t d = 0; d < rank; ++d) {
+    const int in_run = d >= r0 && d <= last_red;
+    part[d] = in_run ? 1 : shape[d];
+    if (!in_run) n_part *= shape[d];
+    if (mask & (1u << d)) n_red *= shape[d];
+    if ((mask & (1u << d)) && !in_run) rest |= 1u << d;
+  }
+  float* tmp = malloc((size_t)(n_part > 0 ? n_part : 1) * sizeof(float));
+  if (!tmp) return 0;
+  const kiln_reduce_t sum_op = op == KILN_REDUCE_MEAN ? KILN_REDUCE_SUM : op;
+  kiln_reduce(sum_op, KILN_F32, rank, shape, mask & ~rest, x, tmp, pool);
+  kiln_reduce(sum_op, KILN_F32, rank, part, rest, tmp, out, pool);
+  free(tmp);
+  if (op == KILN_REDUCE_MEAN) {
+    int64_t n_out = 1;
+    for (int32_t d = 0; d < rank; ++d)
+      if (!(mask & (1u << d))) n_out *= shape[d];
+    for (int64_t i = 0; i < n_out; ++i) ((float*)out)[i] /= (float)n_red;
+  }
+  return 1;
+}
+
 void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64_t* shape,
                  uint32_t mask, const void* x, void* out, kiln_pool_t* pool) {
   int64_t n_out = 1, n_red = 1;
@@ -299,6 +335,21 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
     for (int32_t d = 0; d < first_red; ++d) outer *= shape[d];
     kiln_reduce_ctx_t c = {op, outer, n_red, n_out / outer, 0, 1, x, out};
     kiln_reduce_split(&c, pool);
+    return;
+  }
+  if (!run && dtype == KILN_F32 && op != KILN_REDUCE_ANY && n_red > 0 &&
+      kiln_reduce_by_runs(op, rank, shape, mask, last_red, x, out, pool))
+    return;
+  if (trailing && dtype == KILN_I64 && op == KILN_REDUCE_SUM) {
+    /* Counts ((x > 0).sum(-1), a mask's lengths): a typed loop, wrapping
+     * as torch; the generic step's per-element switch took 3.6 ms for
+     * 1024 rows of 768. */
+    const int64_t* xi = x;
+    for (int64_t o = 0; o < n_out; ++o) {
+      uint64_t acc = 0;
+      for (int64_t i = 0; i < n_red; ++i) acc += (uint64_t)xi[o * n_red + i];
+      ((int64_t*)out)[o] = (int64_t)acc;
+    }
     return;
   }
   if (trailing) {
