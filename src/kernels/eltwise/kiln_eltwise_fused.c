@@ -110,16 +110,26 @@ static const float* kiln_fused_dense(const float* v, int stride, int64_t n, floa
   return fill;
 }
 
-/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them). */
+/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them).
+ * A scalar operand (a clamp's bound) is compared by value: filling a tile
+ * with it before each compare and select had made a clamp's four-step
+ * program (lt, where, gt, where) 7x eager's time. */
 static void kiln_fused_compare(uint32_t op, int64_t n, float* out, const float* xs, int sx,
                                const float* ys, int sy) {
-  float fx[KILN_FUSED_TILE], fy[KILN_FUSED_TILE];
-  const float* x = kiln_fused_dense(xs, sx, n, fx);
-  const float* y = kiln_fused_dense(ys, sy, n, fy);
+  float fx[KILN_FUSED_TILE];
+  const float* x = kiln_fused_dense(xs, sx || !sy, n, fx); /* two scalars: n is 1 */
 #define KILN_FUSED_CMP(expr)                                                 \
-  for (int64_t i = 0; i < n; ++i) {                                          \
-    float u = x[i], v = y[i];                                                \
-    out[i] = (expr) ? 1.0f : 0.0f;                                           \
+  if (sy) {                                                                  \
+    for (int64_t i = 0; i < n; ++i) {                                        \
+      float u = x[i], v = ys[i];                                             \
+      out[i] = (expr) ? 1.0f : 0.0f;                                         \
+    }                                                                        \
+  } else {                                                                   \
+    const float v = ys[0];                                                   \
+    for (int64_t i = 0; i < n; ++i) {                                        \
+      float u = x[i];                                                        \
+      out[i] = (expr) ? 1.0f : 0.0f;                                         \
+    }                                                                        \
   }                                                                          \
   break
   switch (op) {
@@ -222,16 +232,32 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       int so = scal[dst] && scal[ra] && scal[rb];
       int64_t m = so ? 1 : n;
       float* target = is_last && !so ? out : buf[dst];
-      float fc[KILN_FUSED_TILE], fx[KILN_FUSED_TILE], fy[KILN_FUSED_TILE], sel[KILN_FUSED_TILE];
+      float fc[KILN_FUSED_TILE], fx[KILN_FUSED_TILE], sel[KILN_FUSED_TILE];
       const float* c = kiln_fused_dense(val[dst], !scal[dst], m, fc);
-      const float* x = kiln_fused_dense(val[ra], !scal[ra], m, fx);
-      const float* y = kiln_fused_dense(val[rb], !scal[rb], m, fy);
       /* Both arms loaded unconditionally, into a local array (writing the
        * target directly, GCC's overlap check would send an operand that
-       * shares it to scalar code). */
-      for (int64_t i = 0; i < m; ++i) {
-        float xv = x[i], yv = y[i];
-        sel[i] = c[i] != 0.0f ? xv : yv;
+       * shares it to scalar code); one scalar arm (a clamp's bound) by
+       * value. */
+      if (scal[ra] && !scal[rb]) {
+        const float xv = val[ra][0], *y = val[rb];
+        for (int64_t i = 0; i < m; ++i) {
+          float yv = y[i];
+          sel[i] = c[i] != 0.0f ? xv : yv;
+        }
+      } else if (scal[rb] && !scal[ra]) {
+        const float yv = val[rb][0], *x = val[ra];
+        for (int64_t i = 0; i < m; ++i) {
+          float xv = x[i];
+          sel[i] = c[i] != 0.0f ? xv : yv;
+        }
+      } else {
+        float fy[KILN_FUSED_TILE];
+        const float* x = kiln_fused_dense(val[ra], !scal[ra], m, fx);
+        const float* y = kiln_fused_dense(val[rb], !scal[rb], m, fy);
+        for (int64_t i = 0; i < m; ++i) {
+          float xv = x[i], yv = y[i];
+          sel[i] = c[i] != 0.0f ? xv : yv;
+        }
       }
       memcpy(target, sel, (size_t)m * sizeof(float));
       if (target == out) return;
