@@ -19,6 +19,7 @@
 #include "base/kiln_bf16.h"
 #include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_eltwise.h"
+#include "kernels/eltwise/kiln_fused_rows_variants.h"
 #include "kernels/math/kiln_math.h"
 #include "kernels/nn/kiln_nn.h"
 
@@ -98,49 +99,22 @@ static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, const float* x, 
   }
 }
 
-/* A register's first n values as a dense array: a tile as it is, a scalar
- * (stride 0) broadcast into `fill`. The compare and select loops below then
- * run at unit stride, which GCC vectorises into compares and blends; with
- * the strides as variables they stayed scalar and branchy, and ReLU's
- * backward (le + where over (64, 1024)) took 0.8 ms, 26x eager's time, on
- * data whose signs a branch predictor cannot guess. */
-static const float* kiln_fused_dense(const float* v, int stride, int64_t n, float* fill) {
-  if (stride) return v;
-  for (int64_t i = 0; i < n; ++i) fill[i] = v[0];
-  return fill;
-}
-
-/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them).
- * A scalar operand (a clamp's bound) is compared by value: filling a tile
- * with it before each compare and select had made a clamp's four-step
- * program (lt, where, gt, where) 7x eager's time. */
+/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them),
+ * and WHERE blends: the running ISA's loops (kiln_fused_rows.c). */
 static void kiln_fused_compare(uint32_t op, int64_t n, float* out, const float* xs, int sx,
                                const float* ys, int sy) {
-  float fx[KILN_FUSED_TILE];
-  const float* x = kiln_fused_dense(xs, sx || !sy, n, fx); /* two scalars: n is 1 */
-#define KILN_FUSED_CMP(expr)                                                 \
-  if (sy) {                                                                  \
-    for (int64_t i = 0; i < n; ++i) {                                        \
-      float u = x[i], v = ys[i];                                             \
-      out[i] = (expr) ? 1.0f : 0.0f;                                         \
-    }                                                                        \
-  } else {                                                                   \
-    const float v = ys[0];                                                   \
-    for (int64_t i = 0; i < n; ++i) {                                        \
-      float u = x[i];                                                        \
-      out[i] = (expr) ? 1.0f : 0.0f;                                         \
-    }                                                                        \
-  }                                                                          \
-  break
-  switch (op) {
-    case KILN_FUSED_EQ: KILN_FUSED_CMP(u == v);
-    case KILN_FUSED_NE: KILN_FUSED_CMP(u != v);
-    case KILN_FUSED_LT: KILN_FUSED_CMP(u < v);
-    case KILN_FUSED_LE: KILN_FUSED_CMP(u <= v);
-    case KILN_FUSED_GT: KILN_FUSED_CMP(u > v);
-    default: KILN_FUSED_CMP(u >= v);
-  }
-#undef KILN_FUSED_CMP
+  static const kiln_fused_compare_rows_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_compare_rows);
+  v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](
+      op, n, out, xs, !sx, ys, !sy);
+}
+
+static void kiln_fused_select(int64_t n, float* out, const float* c, int cs, const float* x,
+                              int xs, const float* y, int ys) {
+  static const kiln_fused_select_rows_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_select_rows);
+  v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](
+      n, out, c, cs, x, xs, y, ys);
 }
 
 static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x, int sx,
@@ -232,33 +206,9 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       int so = scal[dst] && scal[ra] && scal[rb];
       int64_t m = so ? 1 : n;
       float* target = is_last && !so ? out : buf[dst];
-      float fc[KILN_FUSED_TILE], fx[KILN_FUSED_TILE], sel[KILN_FUSED_TILE];
-      const float* c = kiln_fused_dense(val[dst], !scal[dst], m, fc);
-      /* Both arms loaded unconditionally, into a local array (writing the
-       * target directly, GCC's overlap check would send an operand that
-       * shares it to scalar code); one scalar arm (a clamp's bound) by
-       * value. */
-      if (scal[ra] && !scal[rb]) {
-        const float xv = val[ra][0], *y = val[rb];
-        for (int64_t i = 0; i < m; ++i) {
-          float yv = y[i];
-          sel[i] = c[i] != 0.0f ? xv : yv;
-        }
-      } else if (scal[rb] && !scal[ra]) {
-        const float yv = val[rb][0], *x = val[ra];
-        for (int64_t i = 0; i < m; ++i) {
-          float xv = x[i];
-          sel[i] = c[i] != 0.0f ? xv : yv;
-        }
-      } else {
-        float fy[KILN_FUSED_TILE];
-        const float* x = kiln_fused_dense(val[ra], !scal[ra], m, fx);
-        const float* y = kiln_fused_dense(val[rb], !scal[rb], m, fy);
-        for (int64_t i = 0; i < m; ++i) {
-          float xv = x[i], yv = y[i];
-          sel[i] = c[i] != 0.0f ? xv : yv;
-        }
-      }
+      /* Into a local array first: any operand may share the target. */
+      float sel[KILN_FUSED_TILE];
+      kiln_fused_select(m, sel, val[dst], scal[dst], val[ra], scal[ra], val[rb], scal[rb]);
       memcpy(target, sel, (size_t)m * sizeof(float));
       if (target == out) return;
       val[dst] = buf[dst];
