@@ -35,15 +35,6 @@
 #define KILN_FLT_LT(a, b) (!isnan(a) && (isnan(b) || (a) < (b)))
 #define KILN_FLT_GT(a, b) ((isnan(a) && !isnan(b)) || (a) > (b))
 
-KILN_SORT_DEFINE(kiln_sort_f32_asc, float, KILN_FLT_LT)
-KILN_SORT_DEFINE(kiln_sort_f32_desc, float, KILN_FLT_GT)
-KILN_SORT_DEFINE(kiln_sort_i64_asc, int64_t, KILN_LT)
-KILN_SORT_DEFINE(kiln_sort_i64_desc, int64_t, KILN_GT)
-KILN_SORT_DEFINE(kiln_sort_i32_asc, int32_t, KILN_LT)
-KILN_SORT_DEFINE(kiln_sort_i32_desc, int32_t, KILN_GT)
-KILN_SORT_DEFINE(kiln_sort_u8_asc, uint8_t, KILN_LT)
-KILN_SORT_DEFINE(kiln_sort_u8_desc, uint8_t, KILN_GT)
-
 /* The first kk of the stable order of k[0..n) (kk <= n) into idx, without
  * sorting the line: a buffer of the best kk so far (keys in bk), which an
  * element enters only when it precedes the buffer's last strictly, after
@@ -64,14 +55,17 @@ KILN_SORT_DEFINE(kiln_sort_u8_desc, uint8_t, KILN_GT)
     }                                                                              \
   }
 
-KILN_TOPK_DEFINE(kiln_topk_f32_asc, float, KILN_FLT_LT)
-KILN_TOPK_DEFINE(kiln_topk_f32_desc, float, KILN_FLT_GT)
-KILN_TOPK_DEFINE(kiln_topk_i64_asc, int64_t, KILN_LT)
-KILN_TOPK_DEFINE(kiln_topk_i64_desc, int64_t, KILN_GT)
-KILN_TOPK_DEFINE(kiln_topk_i32_asc, int32_t, KILN_LT)
-KILN_TOPK_DEFINE(kiln_topk_i32_desc, int32_t, KILN_GT)
-KILN_TOPK_DEFINE(kiln_topk_u8_asc, uint8_t, KILN_LT)
-KILN_TOPK_DEFINE(kiln_topk_u8_desc, uint8_t, KILN_GT)
+/* Each key kind (tag, type, ascending and descending order) sorted and
+ * selected both ways. */
+#define KILN_SORT_KINDS(X)                                                        \
+  X(f32, float, KILN_FLT_LT, KILN_FLT_GT) X(i64, int64_t, KILN_LT, KILN_GT)       \
+  X(i32, int32_t, KILN_LT, KILN_GT) X(u8, uint8_t, KILN_LT, KILN_GT)
+#define KILN_SORT_INSTANCES(tag, T, LT, GT)                                       \
+  KILN_SORT_DEFINE(kiln_sort_##tag##_asc, T, LT)                                  \
+  KILN_SORT_DEFINE(kiln_sort_##tag##_desc, T, GT)                                 \
+  KILN_TOPK_DEFINE(kiln_topk_##tag##_asc, T, LT)                                  \
+  KILN_TOPK_DEFINE(kiln_topk_##tag##_desc, T, GT)
+KILN_SORT_KINDS(KILN_SORT_INSTANCES)
 
 /* At most this many kept (k), the selection above: its worst case (each
  * element entering at the front) moves k entries an element. */
