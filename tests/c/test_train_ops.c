@@ -363,6 +363,42 @@ static void test_reduce_runs(void) {
   kiln_pool_release(pool);
 }
 
+/* any over bools, every single run of axes: against a walk of each
+ * output's elements; bytes other than 0 and 1 count as true. */
+static void test_reduce_any(void) {
+  enum { A = 3, B = 5, E = 37 };
+  uint8_t x[A * B * E], got[A * B * E], want[A * B * E];
+  for (int i = 0; i < A * B * E; ++i) x[i] = (i * 7919) % 53 == 0 ? (uint8_t)(i % 3 + 1) : 0;
+  int64_t shape[3] = {A, B, E};
+  static const uint32_t masks[] = {1u, 2u, 4u, 3u, 6u, 7u};
+  for (size_t mi = 0; mi < sizeof masks / sizeof masks[0]; ++mi) {
+    const uint32_t mask = masks[mi];
+    int64_t n = 0;
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t e = 0; e < E; ++e) {
+          const int64_t idx[3] = {a, b, e};
+          int first = 1;
+          for (int k = 0; k < 3; ++k)
+            if ((mask & (1u << k)) && idx[k] != 0) first = 0;
+          if (!first) continue;
+          uint8_t any = 0;
+          for (int64_t a2 = 0; a2 < A; ++a2)
+            for (int64_t b2 = 0; b2 < B; ++b2)
+              for (int64_t e2 = 0; e2 < E; ++e2) {
+                const int64_t j[3] = {a2, b2, e2};
+                int same = 1;
+                for (int k = 0; k < 3; ++k)
+                  if (!(mask & (1u << k)) && j[k] != idx[k]) same = 0;
+                if (same && x[(a2 * B + b2) * E + e2]) any = 1;
+              }
+          want[n++] = any;
+        }
+    kiln_reduce(KILN_REDUCE_ANY, KILN_BOOL, 3, shape, mask, x, got, NULL);
+    KILN_EXPECT(memcmp(got, want, (size_t)n) == 0, "any over mask %u differs", mask);
+  }
+}
+
 /* int64 reductions are exact: INT64_MAX (masked reductions' fill) and
  * values past 2^53 survive min, max, sum and argmax, over trailing, leading
  * and mixed axes; sums wrap as torch's. Through double they rounded, and
@@ -394,6 +430,7 @@ static void test_reduce_int64_exact(void) {
 void kiln_test_suite_train_ops(void) {
   test_reduce_parallel();
   test_reduce_runs();
+  test_reduce_any();
   test_reduce_int64_exact();
   test_sum_rows();
   test_sum_leading();

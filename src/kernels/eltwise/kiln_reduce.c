@@ -337,6 +337,30 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
     kiln_reduce_split(&c, pool);
     return;
   }
+  if (run && op == KILN_REDUCE_ANY && (dtype == KILN_BOOL || dtype == KILN_U8)) {
+    /* any over bytes (torch.isnan(x).any(), a mask's any): ORs, which
+     * vectorise, where the generic step took 1.2 ms for 786 K bools. */
+    int64_t outer = 1;
+    for (int32_t d = 0; d < first_red; ++d) outer *= shape[d];
+    const int64_t inner = n_out / outer;
+    const uint8_t* b = x;
+    uint8_t* o = out;
+    for (int64_t a = 0; a < outer; ++a) {
+      const uint8_t* blk = b + a * n_red * inner;
+      if (inner == 1) {
+        uint8_t acc = 0;
+        for (int64_t r = 0; r < n_red; ++r) acc |= blk[r];
+        o[a] = acc != 0;
+        continue;
+      }
+      uint8_t* row = o + a * inner;
+      memset(row, 0, (size_t)inner);
+      for (int64_t r = 0; r < n_red; ++r)
+        for (int64_t j = 0; j < inner; ++j) row[j] |= blk[r * inner + j];
+      for (int64_t j = 0; j < inner; ++j) row[j] = row[j] != 0;
+    }
+    return;
+  }
   if (!run && dtype == KILN_F32 && op != KILN_REDUCE_ANY && n_red > 0 &&
       kiln_reduce_by_runs(op, rank, shape, mask, last_red, x, out, pool))
     return;
