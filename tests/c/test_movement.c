@@ -18,6 +18,7 @@
 
 #include "base/kiln_pool.h"
 #include "ir/kiln_graph.h"
+#include "kernels/eltwise/kiln_eltwise.h"
 #include "kernels/eltwise/kiln_movement_ops.h"
 #include "kiln_test.h"
 
@@ -465,8 +466,39 @@ static void movement_test_shape_rules(void) {
   kiln_graph_release(g);
 }
 
+/* WHERE over float32 rows: dense arms, a scalar arm either side and a
+ * strided one, conditions of any byte (not 0 is true), NaN arms carried as
+ * they are. */
+static void where_test_level(kiln_pool_t* pool, const char* where) {
+  enum { N = 1000 };
+  static uint8_t cond[N];
+  static float a[2 * N], b[2 * N], got[N];
+  for (int i = 0; i < N; ++i) cond[i] = (uint8_t)((i * 7919) % 5 == 0 ? 0 : (i % 3));
+  kiln_test_fill_f32(a, 2 * N, 3u, -2.0f, 2.0f);
+  kiln_test_fill_f32(b, 2 * N, 4u, -2.0f, 2.0f);
+  a[5] = NAN;
+  b[7] = NAN;
+  static const int64_t st[][2] = {{1, 1}, {1, 0}, {0, 1}, {2, 1}, {1, 2}, {0, 0}};
+  for (size_t s = 0; s < sizeof st / sizeof st[0]; ++s) {
+    kiln_nd_t nd;
+    memset(&nd, 0, sizeof nd);
+    nd.rank = 1;
+    nd.shape[0] = N;
+    nd.strides[0][0] = 1, nd.strides[1][0] = 1, nd.strides[2][0] = st[s][0], nd.strides[3][0] = st[s][1];
+    kiln_where(KILN_F32, &nd, got, cond, a, b, pool);
+    int ok = 1;
+    for (int i = 0; i < N; ++i) {
+      float want = cond[i] ? a[i * st[s][0]] : b[i * st[s][1]];
+      ok &= memcmp(&got[i], &want, sizeof(float)) == 0;
+    }
+    KILN_EXPECT(ok, "where, arm strides %lld / %lld, %s", (long long)st[s][0], (long long)st[s][1],
+                where);
+  }
+}
+
 static void movement_test_level(kiln_pool_t* pool, const char* where) {
   pad_test_level(pool, where);
+  where_test_level(pool, where);
   scan_test_level(pool, where);
   argsort_test_level(pool, where);
 }
