@@ -514,6 +514,33 @@ static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
       free(y);
     }
   }
+  /* Each element of a run repeated f times (a stride-0 last dim after a
+   * unit-stride one: nearest upsampling, repeat_interleave), f = 1..17 (the
+   * repeating rows take f <= 16), float32 and int64. */
+  for (int64_t f = 1; f <= 17; f += 2) {
+    for (size_t di = 0; di < 2; ++di) {
+      const kiln_dtype_t dt = di ? KILN_I64 : KILN_F32;
+      const int64_t R = 5, W = 19;
+      size_t size = kiln_dtype_size(dt), n = (size_t)(R * W * f);
+      unsigned char* x = malloc((size_t)(R * W) * size);
+      unsigned char* y = malloc(n * size);
+      for (size_t i = 0; i < (size_t)(R * W) * size; ++i) x[i] = (unsigned char)(i * 13 + 5);
+      kiln_nd_t nd;
+      memset(&nd, 0, sizeof(nd));
+      nd.rank = 3;
+      nd.shape[0] = R, nd.shape[1] = W, nd.shape[2] = f;
+      kiln_nd_set_dense_output(&nd);
+      nd.strides[1][0] = W, nd.strides[1][1] = 1, nd.strides[1][2] = 0;
+      kiln_strided_copy(dt, &nd, y, x, pool);
+      int bad = 0;
+      for (int64_t i = 0; i < R * W * f; ++i)
+        bad += memcmp(y + i * (int64_t)size, x + (i / f) * (int64_t)size, size) != 0;
+      KILN_EXPECT(bad == 0, "%s: repeating strided copy f %lld dtype %zu: %d wrong", where,
+                  (long long)f, di, bad);
+      free(x);
+      free(y);
+    }
+  }
 }
 
 /* gelu's gradient against the double reference. The result is a sum of two

@@ -47,6 +47,27 @@ static void kiln_copy_row(void* p, int64_t n, const int64_t* off, const int64_t*
   }
 }
 
+typedef struct {
+  float* out;
+  const float* x;
+  int64_t f;
+} kiln_copy_repeat_ctx_t;
+
+/* out[i f + k] = x[i] for k < f (a row of a repeating strided copy). */
+static void kiln_copy_repeat_row(void* p, int64_t n, const int64_t* off, const int64_t* st) {
+  (void)st; /* f apart in the output, 1 in the input: kiln_strided_copy checked */
+  const kiln_copy_repeat_ctx_t* c = p;
+  float* o = c->out + off[0];
+  const float* xi = c->x + off[1];
+  const int64_t f = c->f;
+  if (f == 2) {
+    for (int64_t i = 0; i < n; ++i) o[2 * i] = o[2 * i + 1] = xi[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < f; ++k) o[i * f + k] = xi[i];
+}
+
 /* A transpose (the input's unit stride on an output dim other than the
  * last) moves 32×32 tiles: row by row it would touch a new cache line (and
  * often a new page) for every element read. The unit-stride dim is moved
@@ -148,6 +169,17 @@ void kiln_strided_copy(kiln_dtype_t dtype, const kiln_nd_t* nd_in, void* out, co
     for (int32_t d = 0; d < r - 2; ++d) lead *= nd.shape[d];
     kiln_transpose_ctx_t t = {&nd, out, x, c.size, (nd.shape[r - 2] + KILN_TILE - 1) / KILN_TILE};
     kiln_pool_parallel_for(pool, (size_t)(lead * t.row_blocks), kiln_transpose_task, &t);
+    return;
+  }
+  if (r >= 2 && c.size == 4 && nd.strides[1][r - 1] == 0 && nd.strides[0][r - 1] == 1 &&
+      nd.strides[1][r - 2] == 1 && nd.strides[0][r - 2] == nd.shape[r - 1] &&
+      nd.shape[r - 1] <= 16) {
+    /* Each element of a contiguous run repeated f times (nearest
+     * upsampling by f, repeat_interleave): rows of the run, each element
+     * written f times, where rows of f elements each cost a call. */
+    kiln_copy_repeat_ctx_t rc = {out, x, nd.shape[r - 1]};
+    nd.rank = r - 1;
+    kiln_nd_for_rows(&nd, 2, kiln_copy_repeat_row, &rc, pool);
     return;
   }
   kiln_nd_for_rows(&nd, 2, kiln_copy_row, &c, pool);
