@@ -27,10 +27,10 @@ def _patchify(res):
 
 
 def _sdpa_math_path(res):
-    """An attention whose value head dim differs from the query's (torch
-    2.13's CPU dispatch then takes its math path): a row whose scores are
-    all -inf or NaN (an infinite query) came out zeros in kiln and NaN in
-    eager and float64 (seed 20119 graph 20986, open: FINDINGS.md)."""
+    """An attention whose value head dim differs from the query's: torch
+    2.13's CPU dispatch takes its math path, which adds the causal mask to
+    every score, so a NaN score at a hidden key reaches the row; kiln never
+    reads hidden keys (seed 20119 graph 20986, open: FINDINGS.md)."""
     for n in res.graph.nodes:
         if n.op == "call_function" and n.target is aten.scaled_dot_product_attention.default:
             q, v = n.args[0].meta["val"], n.args[2].meta["val"]
@@ -44,9 +44,9 @@ def _sdpa_math_path(res):
 KNOWN = {
     "quant-patchify": ("a patch-embedding convolution (kernel = stride) becomes a LINEAR and weights_dtype "
                        "quantizes its weight (FINDINGS.md, the quant mode: patch embeddings)", _patchify),
-    "sdpa-math-empty-rows": ("attention whose value head dim differs from the query's, a row of infinite "
-                             "or NaN scores: zeros in kiln, NaN in eager (FINDINGS.md, seed 20119 graph "
-                             "20986, open)", _sdpa_math_path),
+    "sdpa-math-empty-rows": ("attention whose value head dim differs from the query's: eager's math path "
+                             "reads causally hidden keys (a NaN score there reaches the row), kiln does "
+                             "not (FINDINGS.md, seed 20119 graph 20986, open)", _sdpa_math_path),
 }
 
 # Skipped by default (the CLI's --skip-known, and tests/python/test_fuzz.py).
