@@ -44,13 +44,13 @@ def _sdpa_math_path(res):
 KNOWN = {
     "quant-patchify": ("a patch-embedding convolution (kernel = stride) becomes a LINEAR and weights_dtype "
                        "quantizes its weight (FINDINGS.md, the quant mode: patch embeddings)", _patchify),
-    "sdpa-math-empty-rows": ("attention whose value head dim differs from the query's: eager's math path "
+    "sdpa-math-hidden-keys": ("attention whose value head dim differs from the query's: eager's math path "
                              "reads causally hidden keys (a NaN score there reaches the row), kiln does "
                              "not (FINDINGS.md, seed 20119 graph 20986, open)", _sdpa_math_path),
 }
 
 # Skipped by default (the CLI's --skip-known, and tests/python/test_fuzz.py).
-# Not sdpa-math-empty-rows: its predicate (any such attention) also takes
+# Not sdpa-math-hidden-keys: its predicate (any such attention) also takes
 # graphs that pass (test_fuzz.py's seed 1201 graph 30991): name it with
 # --skip-known to step around it.
 ACTIVE = ("quant-patchify",)
