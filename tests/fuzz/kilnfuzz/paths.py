@@ -290,7 +290,7 @@ def run_dynamic(res, accs, mags):
             try:
                 got = list(compiled(*new))
             except Exception as e:  # noqa: BLE001
-                if torch_refused or _layout_refusal(e, new) or (torch_error and str(e) == torch_error):
+                if torch_refused or _layout_refusal(e, new, xs) or (torch_error and str(e) == torch_error):
                     # torch's own program refuses these sizes too: a guard
                     # beyond the ranges, which kiln checks as well. Or
                     # kiln refuses an input it reads as laid out in memory
@@ -331,16 +331,22 @@ def run_dynamic(res, accs, mags):
     return None
 
 
-def _layout_refusal(error, inputs):
+def _layout_refusal(error, inputs, traced=()):
     """Is error kiln's refusal of an input it reads through its storage
-    (KilnModule._check_input), and is that input indeed not row-major from
-    its storage's start?"""
+    (KilnModule._check_input), and does that input's layout indeed differ
+    from the traced example's: not row-major from its storage's start, or
+    row-major where the example was not (a permuted example, then a fresh
+    input at new sizes: seed 20121 graph 8498)?"""
     m = re.match(r"input (\d+) \('[^']*'\): the model reads its memory as laid out at trace time", str(error))
     from kiln.errors import KilnError
     if not isinstance(error, KilnError) or m is None or int(m.group(1)) >= len(inputs):
         return False
-    t = inputs[int(m.group(1))]
-    return not (t.is_contiguous() and t.storage_offset() == 0)
+    i = int(m.group(1))
+
+    def row_major(t):
+        return t.is_contiguous() and t.storage_offset() == 0
+
+    return not row_major(inputs[i]) or (i < len(traced) and not row_major(traced[i]))
 
 
 def _exported_error(exported, inputs):
