@@ -313,15 +313,14 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
     else n_out *= shape[d];
   }
   if (n_out == 0) return;
-  /* Where the reduced axes sit: all trailing (rows), all leading, or mixed. */
-  int32_t first_kept = rank, last_red = -1, first_red = rank, last_kept = -1;
+  /* Where the reduced axes sit: all trailing (rows), one run, or several. */
+  int32_t last_red = -1, first_red = rank, last_kept = -1;
   for (int32_t d = 0; d < rank; ++d) {
     if (mask & (1u << d)) {
       last_red = d;
       if (first_red == rank) first_red = d;
     } else {
       last_kept = d;
-      if (first_kept == rank) first_kept = d;
     }
   }
   int trailing = last_kept < first_red;
