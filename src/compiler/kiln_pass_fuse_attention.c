@@ -207,9 +207,11 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, const kiln_hal_target_t*
 
   for (int32_t ni = 0; ni < nn; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
-    /* Not yet fused; the bf16 rule (a bf16 model's attention, set by the
-     * front end) carries over. */
-    if (n->op != KILN_OP_SDPA || (n->params[KILN_P(SDPA, FLAGS)] & ~(int64_t)KILN_SDPA_BF16) != 0)
+    /* Not yet fused; the bf16 rule (a bf16 model's attention) and
+     * reading every key (eager's math path), both set by the front end,
+     * carry over. */
+    if (n->op != KILN_OP_SDPA ||
+        (n->params[KILN_P(SDPA, FLAGS)] & ~(int64_t)(KILN_SDPA_BF16 | KILN_SDPA_EVERY_KEY)) != 0)
       continue;
     kiln_attn_plan_t* pl = &plan[ni];
     const kiln_value_t *q = &g->values[n->inputs[0]], *k = &g->values[n->inputs[1]],
@@ -401,7 +403,7 @@ kiln_status_t kiln_pass_fuse_attention(kiln_graph_t* g, const kiln_hal_target_t*
       params[KILN_P(SDPA, CAUSAL)] = n->params[KILN_P(SDPA, CAUSAL)];
       params[KILN_P(SDPA, FLAGS)] = KILN_SDPA_VIEWS | (pl->out_copy >= 0 ? KILN_SDPA_OUT_BSHD : 0) |
                                     (n->params[KILN_P(SDPA, FLAGS)] &
-                                     (KILN_SDPA_SCALE_HEAD_DIM | KILN_SDPA_BF16));
+                                     (KILN_SDPA_SCALE_HEAD_DIM | KILN_SDPA_BF16 | KILN_SDPA_EVERY_KEY));
       /* dims: BATCH..V_HEAD_DIM in order; each view: its OFFSET, then STRIDES. */
       _Static_assert(KILN_P(SDPA, V_HEAD_DIM) - KILN_P(SDPA, BATCH) == 6 &&
                          KILN_P(SDPA, K_OFFSET) == KILN_P(SDPA, Q_OFFSET) + 5 &&

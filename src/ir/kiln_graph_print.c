@@ -129,6 +129,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
       fprintf(out, " y=bf16");
     if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16))
       fprintf(out, " compute=bf16");
+    if (n->op == KILN_OP_SDPA && (n->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_EVERY_KEY))
+      fprintf(out, " every_key");
     if (n->origin) fprintf(out, "   # %s", n->origin);
     fputc('\n', out);
   }

@@ -109,7 +109,15 @@
  *                                        rounded weights' fp32 sum (a
  *                                        weighted mean of v); P·V summed
  *                                        in fp32; y float32
- *                                        (kernels/nn/kiln_attention_bf16.h).
+ *                                        (kernels/nn/kiln_attention_bf16.h);
+ *                                        KILN_SDPA_EVERY_KEY: every key is
+ *                                        read, as torch's math path does
+ *                                        (format 2.22): the causal mask is
+ *                                        added to each score (-inf), so a
+ *                                        hidden key's NaN or +inf score
+ *                                        makes its row NaN, and a hidden
+ *                                        key's weight 0 multiplies its
+ *                                        value (NaN for Inf or NaN in v).
  *   FMA_SCALAR     (x) -> y              y = x * SCALE + SHIFT (float).
  *   GATHER_ELEMENTS (x, index) -> y      torch.gather: y has index's shape;
  *                                        y[..i..] = x[..index[..i..]..] along
@@ -692,6 +700,7 @@ typedef enum kiln_op_entry_e {
 #define KILN_SDPA_OUT_BSHD 2
 #define KILN_SDPA_SCALE_HEAD_DIM 4
 #define KILN_SDPA_BF16 8
+#define KILN_SDPA_EVERY_KEY 16
 
 /* "?" for an out-of-range value. */
 const char* kiln_op_name(kiln_op_t op);

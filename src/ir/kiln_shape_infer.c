@@ -329,7 +329,8 @@ kiln_status_t kiln_shape_sdpa(const kiln_graph_t* g, const kiln_node_t* n, kiln_
   if (q->dtype != KILN_F32 || k->dtype != KILN_F32 || v->dtype != KILN_F32)
     FAIL("sdpa takes float32");
   if ((unsigned long long)flags >
-      (KILN_SDPA_VIEWS | KILN_SDPA_OUT_BSHD | KILN_SDPA_SCALE_HEAD_DIM | KILN_SDPA_BF16))
+      (KILN_SDPA_VIEWS | KILN_SDPA_OUT_BSHD | KILN_SDPA_SCALE_HEAD_DIM | KILN_SDPA_BF16 |
+       KILN_SDPA_EVERY_KEY))
     FAIL("unknown flags");
   int64_t B, H, Hkv, Sq, Skv, D, Dv;
   if (flags & KILN_SDPA_VIEWS) {

@@ -291,8 +291,57 @@ static void kiln_test_attn_bf16_graph_and_file(void) {
   }
 }
 
+/* KILN_SDPA_EVERY_KEY through a graph and a file: the model reads it (NaN
+ * from a hidden key's NaN score), the file says 2.22, a 2.21 one is refused. */
+static void kiln_test_attn_every_key_file(void) {
+  static float q[ABF_N], k[ABF_N], v[ABF_N], got[ABF_N], plain[ABF_N];
+  float* qkv[3] = {q, k, v};
+  kiln_test_fill_f32(q, ABF_N, 64, -2, 2);
+  kiln_test_fill_f32(k, ABF_N, 65, -2, 2);
+  kiln_test_fill_f32(v, ABF_N, 66, -1, 1);
+  for (int e = 0; e < ABF_D; ++e) /* head 0: query 0 -inf, key 0 positive, key 1 mixed */
+    q[e] = -INFINITY, k[e] = 1.0f, k[ABF_D + e] = e % 2 ? 1.0f : -1.0f;
+  kiln_graph_t* g = abf_graph(KILN_SDPA_EVERY_KEY);
+  kiln_graph_t* g0 = abf_graph(0);
+  if (!g || !g0) {
+    if (g) kiln_graph_release(g);
+    if (g0) kiln_graph_release(g0);
+    return;
+  }
+  void* bytes = NULL;
+  size_t size = 0;
+  KILN_EXPECT_OK(kiln_artifact_write(g, NULL, 0, &bytes, &size));
+  /* The models take the graphs (kiln_model_create). */
+  if (abf_run(g, qkv, got) && abf_run(g0, qkv, plain))
+    KILN_EXPECT(isnan(got[0]) && plain[0] == 0.0f,
+                "every_key: query 0's hidden NaN score reaches it (%g), not without the flag (%g)",
+                (double)got[0], (double)plain[0]);
+  if (bytes) {
+    KILN_EXPECT(kiln_format_get_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR) ==
+                    KILN_FORMAT_MINOR_SDPA_EVERY_KEY,
+                "a file with an every-key SDPA says 2.22");
+    kiln_graph_t* back = NULL;
+    KILN_EXPECT_OK(kiln_artifact_read(bytes, size, kiln_allocator_system(), &back));
+    if (back) {
+      KILN_EXPECT(back->nodes[0].params[KILN_P(SDPA, FLAGS)] == KILN_SDPA_EVERY_KEY,
+                  "the flag round-trips");
+      kiln_graph_release(back);
+    }
+    kiln_format_put_u16((uint8_t*)bytes + KILN_FORMAT_HDR_MINOR, KILN_FORMAT_MINOR_SDPA_EVERY_KEY - 1);
+    back = NULL;
+    kiln_status_t st = kiln_artifact_read(bytes, size, kiln_allocator_system(), &back);
+    KILN_EXPECT(st && kiln_status_code(st) == KILN_CORRUPT_ARTIFACT &&
+                    strstr(kiln_status_message(st), "every key"),
+                "a 2.21 file with an every-key SDPA is refused: %s", st ? kiln_status_message(st) : "read");
+    kiln_status_free(st);
+    if (back) kiln_graph_release(back);
+    free(bytes);
+  }
+}
+
 void kiln_test_suite_attention_bf16(void) {
   kiln_test_attn_bf16_graph_and_file();
+  kiln_test_attn_every_key_file();
   kiln_test_attn_bf16_mask_ = kiln_cpu_bf16();
   kiln_test_each_isa_and_pool(kiln_test_attn_bf16_level);
   kiln_cpu_bf16_set(kiln_test_attn_bf16_mask_);

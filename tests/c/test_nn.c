@@ -472,6 +472,67 @@ static void kiln_test_nn_attention(kiln_pool_t* pool, const char* isa) {
   kiln_test_nn_attention_cases(pool, isa, 0);
 }
 
+/* every_key (torch's math path: KILN_SDPA_EVERY_KEY): a causally hidden key
+ * whose score is NaN or +Inf, or whose value is Inf, makes the row NaN, as
+ * eager's math path; without the flag such keys are skipped (torch's fused
+ * kernel). Finite inputs take the tiled kernels either way: the same bits. */
+static void kiln_test_nn_attention_every_key(kiln_pool_t* pool, const char* isa) {
+  enum { H = 2, SQ = 37, SKV = 45, D = 24, DV = 40 };
+  static float q[H * SQ * D], k[H * SKV * D], v[H * SKV * DV];
+  static float y[H * SQ * DV], y0[H * SQ * DV], w[H * SQ * DV];
+  kiln_attention_args_t a;
+  memset(&a, 0, sizeof a);
+  a.batch = 1, a.heads = H, a.kv_heads = H, a.q_len = SQ, a.kv_len = SKV;
+  a.head_dim = D, a.v_head_dim = DV;
+  kiln_test_attn_strides(1, H, SQ, D, 0, a.q_strides);
+  kiln_test_attn_strides(1, H, SKV, D, 0, a.k_strides);
+  kiln_test_attn_strides(1, H, SKV, DV, 0, a.v_strides);
+  a.q = q, a.k = k, a.v = v, a.scale = 0.2f, a.causal = 1;
+  char what[160];
+  for (int poison = 0; poison < 4; ++poison) {
+    kiln_test_fill_f32(q, sizeof q / sizeof q[0], 71, -2.0f, 2.0f);
+    kiln_test_fill_f32(k, sizeof k / sizeof k[0], 72, -2.0f, 2.0f);
+    kiln_test_fill_f32(v, sizeof v / sizeof v[0], 73, -1.0f, 1.0f);
+    /* Rows 0..4 of head 0 see keys 0..4; key 20 is hidden from them. */
+    int64_t nan_rows = 0;
+    if (poison == 1) { /* q row 0 -inf: key 0's score -inf (its only visible key,
+                        * positive), key 20's NaN (signs mixed): seed 20119 g20986 */
+      for (int e = 0; e < D; ++e)
+        q[e] = -INFINITY, k[e] = 0.5f, k[20 * D + e] = e % 2 ? 1.0f : -1.0f;
+      nan_rows = 1;
+    } else if (poison == 2) { /* Inf in v at key 20: 0 * Inf for every row before it */
+      v[20 * DV + 3] = INFINITY;
+      nan_rows = 20;
+    } else if (poison == 3) { /* finite, but key 20's score overflows to +Inf */
+      for (int e = 0; e < D; ++e) q[e] = 1e20f, k[20 * D + e] = 1e20f;
+      nan_rows = 1;
+    }
+    a.every_key = 0, a.out = y0;
+    kiln_attention_f32(&a, pool);
+    a.every_key = 1, a.out = y;
+    kiln_attention_f32(&a, pool);
+    kiln_attention_args_t r = a;
+    r.out = w;
+    kiln_attention_f32_reference(&r);
+    snprintf(what, sizeof what, "%s attention every_key, poison %d", isa, poison);
+    kiln_test_compare_f32(what, y, w, sizeof y / sizeof y[0], 2e-5f, 1e-4f);
+    int nan_ok = 1, skipped_ok = 1;
+    for (int64_t i = 0; i < SQ; ++i)
+      for (int64_t e = 0; e < DV; ++e) {
+        int nan = y[i * DV + e] != y[i * DV + e];
+        /* Inf in v taints only its own column (rows past key 20 weigh it: Inf) */
+        if (nan != (i < nan_rows && (poison != 2 || e == 3))) nan_ok = 0;
+      }
+    /* Without the flag row 0 sees only key 0, score -inf: zeros, as torch's
+     * fused kernel (the row's hidden key is skipped). */
+    for (int64_t e = 0; poison == 1 && e < DV; ++e) skipped_ok &= y0[e] == 0.0f;
+    KILN_EXPECT(nan_ok, "%s: NaN exactly in the first %lld rows of head 0", what, (long long)nan_rows);
+    KILN_EXPECT(skipped_ok, "%s: without the flag the hidden key is not read", what);
+    if (poison == 0) /* finite: the tiled kernels, as without the flag */
+      KILN_EXPECT(memcmp(y, y0, sizeof y) == 0, "%s: finite inputs give the unflagged bits", what);
+  }
+}
+
 /* Strided copies that transpose (the tiled paths) and that don't, for every
  * element size, against index arithmetic. */
 static void kiln_test_strided_copy(kiln_pool_t* pool, const char* where) {
@@ -716,6 +777,7 @@ static void kiln_test_nn_level(kiln_pool_t* pool, const char* where) {
   kiln_test_nn_softmax_strided(pool, where);
   kiln_test_nn_norms(pool, where);
   kiln_test_nn_attention(pool, where);
+  kiln_test_nn_attention_every_key(pool, where);
 }
 
 void kiln_test_suite_nn(void) { kiln_test_each_isa_and_pool(kiln_test_nn_level); }

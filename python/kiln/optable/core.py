@@ -1002,6 +1002,7 @@ def attention_mask(ctx, mask):
 
 _SDPA_SCALE_HEAD_DIM = 4  # KILN_SDPA_SCALE_HEAD_DIM (kiln_ops.h)
 _SDPA_BF16 = 8  # KILN_SDPA_BF16: the bf16 rule (kiln_ops.h)
+_SDPA_EVERY_KEY = 16  # KILN_SDPA_EVERY_KEY: every key read, as torch's math path (kiln_ops.h)
 
 
 def sdpa_scale(head_dim, scale):
@@ -1013,6 +1014,30 @@ def sdpa_scale(head_dim, scale):
     if isinstance(head_dim, symbolic.SymDim):
         return dict(scale=0.0, flags=_SDPA_SCALE_HEAD_DIM)
     return dict(scale=1.0 / math.sqrt(head_dim))
+
+
+def _sdpa_on_math_path(args, causal, scale, gqa):
+    """Whether torch's CPU dispatch runs this attention on its math path
+    (torch._fused_sdp_choice: 0), asked of empty tensors of the example's
+    sizes, strides and dtypes (their memory is never touched). The math
+    path reads every key: a NaN score at a causally hidden key reaches the
+    row, where the fused kernel skips hidden keys (KILN_SDPA_EVERY_KEY)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    def probe(x):
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return None
+        sizes, strides = ([int(optimization_hint(d)) for d in dims] for dims in (val.shape, val.stride()))
+        return torch.empty_strided(sizes, strides, dtype=val.dtype)
+
+    with unset_fake_temporarily():
+        q, k, v, mask = (probe(x) for x in args)
+        if q is None or k is None or v is None:
+            return False
+        kw = {"scale": scale} if scale is not None else {}
+        return torch._fused_sdp_choice(q, k, v, mask, 0.0, bool(causal), enable_gqa=bool(gqa), **kw) == 0
 
 
 @register(aten.scaled_dot_product_attention.default, keep_whole=True)
@@ -1050,6 +1075,8 @@ def _sdpa(ctx, n):
     params = sdpa_scale(ctx.shape(q)[-1], scale)
     if getattr(ctx, "sdpa_bf16", False):  # a bf16 model's attention (lowp.attention_in_bf16)
         params["flags"] = params.get("flags", 0) | _SDPA_BF16
+    if _sdpa_on_math_path((n.args[0], n.args[1], n.args[2], mask), causal, scale, gqa):
+        params["flags"] = params.get("flags", 0) | _SDPA_EVERY_KEY
     y = ctx.node("sdpa", inputs, origin=ctx.origin(n), causal=int(bool(causal)), **params)
     return reshape(ctx, y, _shape(n))
 

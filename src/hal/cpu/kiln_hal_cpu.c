@@ -603,6 +603,7 @@ static kiln_status_t prepare_sdpa(const kiln_graph_t* g, const kiln_node_t* n, v
   a->causal = (int)p[KILN_P(SDPA, CAUSAL)];
   a->causal_offset = 0;
   a->bf16 = (flags & KILN_SDPA_BF16) != 0;
+  a->every_key = (flags & KILN_SDPA_EVERY_KEY) != 0;
   return kiln_ok();
 }
 

@@ -39,13 +39,18 @@
  * so hidden does not reach the output, where torch's kernel, which reads
  * every key the mask hides, gives NaN (torch's causal path skips as kiln
  * does). A tile with any visible key is computed whole, as torch does.
+ * Attention torch runs on its math path (a value head dim unlike the
+ * query's, rank-3 inputs, shared key heads without enable_gqa) reads every
+ * key; kiln marks it (args->every_key), and kiln_attention_f32 runs these
+ * kernels only when skipping is exact there (finite q, k, v, no score
+ * near overflow), the reference otherwise.
  *
  * Masked rows: a row that no key may see (all -inf mask, or causal with
  * i + offset < 0) outputs zeros. That is what torch 2.13's CPU
  * F.scaled_dot_product_attention returns for a fully -inf float mask (its
- * math path would give NaN; the fused CPU kernel, the one users get, gives
- * 0), so kiln matches the kernel users see. NaN in q, k, v or the mask
- * gives NaN in the affected rows.
+ * fused kernel, and its math path's safe softmax), so kiln matches the
+ * kernel users see. NaN in q, k, v or the mask gives NaN in the affected
+ * rows.
  *
  * bf16 (args->bf16, the rule in kiln_attention_bf16.h): the same walk with
  * q, k, v rounded to bf16 as they are packed (or read, for a decode step's

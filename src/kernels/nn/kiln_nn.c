@@ -4,6 +4,8 @@
  * work out over the pool. Small inputs run on the caller: waking the pool
  * costs more than a few tens of KiB of work.
  */
+#include <string.h>
+
 #include "base/kiln_cpu.h"
 #include "base/kiln_scratch.h"
 #include "kernels/nn/kiln_attention_bf16.h"
@@ -259,6 +261,81 @@ const char* kiln_attention_bf16_describe(int decode) {
   return "bf16 attention: the fp32 kernels on bf16-rounded q, k, v and weights (no bf16 engine)";
 }
 
+/* The scan of kiln_attention_hidden_keys_inert: q, k and v cut into their
+ * (batch, head) slices, one task per slice; each task folds its largest
+ * |x| into bits[tensor] as an integer max (|x|'s bits order as |x| does;
+ * Inf and NaN are >= 0x7f800000). */
+typedef struct kiln_attention_scan_s {
+  const float* x[3];
+  const int64_t* st[3];
+  int64_t heads[3], rows[3], cols[3];
+  int64_t slices[3]; /* batch x heads of each */
+  atomic_uint bits[3];
+} kiln_attention_scan_t;
+
+static void kiln_attention_scan_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  kiln_attention_scan_t* c = ctx;
+  int t = 0;
+  int64_t s = (int64_t)task;
+  while (t < 2 && s >= c->slices[t]) s -= c->slices[t++];
+  const int64_t* st = c->st[t];
+  const float* base = c->x[t] + s / c->heads[t] * st[0] + s % c->heads[t] * st[1];
+  int32_t m = 0; /* |x| <= 0x7fffffff: a signed max, which SSE2 has */
+  for (int64_t i = 0; i < c->rows[t]; ++i) {
+    const float* row = base + i * st[2];
+    if (st[3] == 1) {
+      for (int64_t j = 0; j < c->cols[t]; ++j) {
+        int32_t u;
+        memcpy(&u, row + j, sizeof u);
+        u &= 0x7fffffff;
+        m = u > m ? u : m;
+      }
+    } else {
+      for (int64_t j = 0; j < c->cols[t]; ++j) {
+        int32_t u;
+        memcpy(&u, row + j * st[3], sizeof u);
+        u &= 0x7fffffff;
+        m = u > m ? u : m;
+      }
+    }
+  }
+  unsigned seen = atomic_load_explicit(&c->bits[t], memory_order_relaxed);
+  while ((unsigned)m > seen &&
+         !atomic_compare_exchange_weak_explicit(&c->bits[t], &seen, (unsigned)m,
+                                                memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+/* 1 when skipping hidden keys gives what reading them gives (every_key):
+ * q, k and v finite and |q| |k| D |scale| far from float's range, so every
+ * score is finite (a hidden one, plus the causal -inf, is -inf: weight 0)
+ * and every value finite (0 v = 0). Each |x| also stays below bf16's
+ * largest finite value, so the bf16 rule's rounding makes no Inf. An O(n)
+ * pass over q, k and v (on the pool) before O(n^2) attention. */
+static int kiln_attention_hidden_keys_inert(const kiln_attention_args_t* a, kiln_pool_t* pool) {
+  kiln_attention_scan_t c = {
+      .x = {a->q, a->k, a->v},
+      .st = {a->q_strides, a->k_strides, a->v_strides},
+      .heads = {a->heads, a->kv_heads, a->kv_heads},
+      .rows = {a->q_len, a->kv_len, a->kv_len},
+      .cols = {a->head_dim, a->head_dim, a->v_head_dim},
+      .slices = {a->batch * a->heads, a->batch * a->kv_heads, a->batch * a->kv_heads}};
+  for (int t = 0; t < 3; ++t) atomic_init(&c.bits[t], 0u);
+  kiln_pool_parallel_for(pool, (size_t)(c.slices[0] + c.slices[1] + c.slices[2]),
+                         kiln_attention_scan_task, &c);
+  float m[3];
+  for (int t = 0; t < 3; ++t) {
+    uint32_t bits = atomic_load(&c.bits[t]);
+    if (bits >= 0x7f800000u) return 0; /* Inf or NaN */
+    memcpy(&m[t], &bits, sizeof m[t]);
+    if (m[t] >= 3e38f) return 0; /* bf16 rounding could make it Inf */
+  }
+  const double limit = 1e30; /* float's range is 3.4e38 */
+  double scale = a->scale < 0.0f ? -(double)a->scale : (double)a->scale;
+  return (double)m[0] * (scale > 1.0 ? scale : 1.0) * (double)m[1] * (double)a->head_dim < limit;
+}
+
 void kiln_attention_f32(const kiln_attention_args_t* args, kiln_pool_t* pool) {
   kiln_attention_f32_as_threads(args, pool, kiln_pool_size(pool));
 }
@@ -269,6 +346,11 @@ void kiln_attention_f32_as_threads(const kiln_attention_args_t* args, kiln_pool_
   if (a->batch <= 0 || a->heads <= 0 || a->kv_heads <= 0 || a->q_len <= 0 ||
       a->v_head_dim < 0 || a->head_dim < 0 || a->kv_len < 0 || a->heads % a->kv_heads)
     return;
+  /* Only a causal limit or a mask hides keys from the tiled kernels. */
+  if (a->every_key && (a->causal || a->mask) && !kiln_attention_hidden_keys_inert(a, pool)) {
+    kiln_attention_f32_reference(a); /* non-finite inputs: exact, single-threaded */
+    return;
+  }
   kiln_nn_attention_ctx_t c = {.k = kiln_nn_kernels()};
   c.k->attention_plan(a, plan_threads > 0 ? plan_threads : 1, &c.plan);
   size_t blocks = (size_t)(a->batch * a->kv_heads * c.plan.q_blocks);

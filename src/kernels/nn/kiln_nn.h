@@ -120,6 +120,14 @@ typedef struct kiln_attention_args_s {
    * bf16, fp32 sums; kiln_attention_bf16.h states it): the SDPA flag
    * KILN_SDPA_BF16, which compute_dtype=bf16 sets. */
   int bf16;
+  /* 1: every key counts, as torch's math path computes attention (the SDPA
+   * flag KILN_SDPA_EVERY_KEY): the causal mask is added to each score, so a
+   * hidden key's NaN or +Inf score makes the row NaN, and each hidden key's
+   * weight 0 multiplies its value (NaN where v is Inf or NaN). The tiled
+   * kernels skip hidden keys, which is exact when q, k and v are finite and
+   * no score can overflow: kiln_attention_f32 checks that first and takes
+   * the reference otherwise. */
+  int every_key;
 } kiln_attention_args_t;
 
 /* out's element offset for (b, h, s) under args->out_strides. */

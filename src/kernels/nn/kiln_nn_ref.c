@@ -182,10 +182,14 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
             for (int64_t e = 0; e < a->head_dim; ++e)
               dot += (double)q[e * a->q_strides[3]] * kb[j * a->k_strides[2] + e * a->k_strides[3]];
           dot *= a->scale;
+          /* torch's math path holds scores in float32: past its range, Inf */
+          if (a->every_key) dot = (double)(float)dot;
           if (a->mask)
             dot += a->mask[b * a->mask_strides[0] + h * a->mask_strides[1] +
                            i * a->mask_strides[2] + j * a->mask_strides[3]];
-          if (a->causal && j > i + a->causal_offset) dot = -INFINITY;
+          /* Hidden: added (NaN and +Inf stay NaN, torch's math path) or set. */
+          if (a->causal && j > i + a->causal_offset)
+            dot = a->every_key ? dot - INFINITY : -INFINITY;
           s[j] = dot;
           if (dot != dot) any_nan = 1;
           m = dot > m ? dot : m;
@@ -206,8 +210,12 @@ void kiln_attention_f32_reference(const kiln_attention_args_t* a) {
           else
             for (int64_t j = 0; j < a->kv_len; ++j)
               o += s[j] * vb[j * a->v_strides[2] + e * a->v_strides[3]];
-          /* No visible key: zeros, as torch's CPU SDPA kernel. */
-          out[e] = any_nan ? NAN : sum == 0.0 ? 0.0f : (float)(o / sum);
+          /* No visible key: zeros, as torch's CPU SDPA kernel and its math
+           * path's safe softmax (whose zero weights still multiply every
+           * value: NaN for a non-finite one). */
+          out[e] = any_nan                             ? NAN
+                   : sum == 0.0                        ? (a->every_key && o != o ? NAN : 0.0f)
+                                                       : (float)(o / sum);
         }
       }
   free(s);

@@ -26,33 +26,14 @@ def _patchify(res):
     return False
 
 
-def _sdpa_math_path(res):
-    """An attention whose value head dim differs from the query's: torch
-    2.13's CPU dispatch takes its math path, which adds the causal mask to
-    every score, so a NaN score at a hidden key reaches the row; kiln never
-    reads hidden keys (seed 20119 graph 20986, open: FINDINGS.md)."""
-    for n in res.graph.nodes:
-        if n.op == "call_function" and n.target is aten.scaled_dot_product_attention.default:
-            q, v = n.args[0].meta["val"], n.args[2].meta["val"]
-            if q.shape[-1] != v.shape[-1]:
-                return True
-    return False
-
-
 # name -> (what it is, predicate on a program.Resolved). Names starting
 # "quant-" apply to the quant mode's paths only (evaluate.py).
 KNOWN = {
     "quant-patchify": ("a patch-embedding convolution (kernel = stride) becomes a LINEAR and weights_dtype "
                        "quantizes its weight (FINDINGS.md, the quant mode: patch embeddings)", _patchify),
-    "sdpa-math-hidden-keys": ("attention whose value head dim differs from the query's: eager's math path "
-                             "reads causally hidden keys (a NaN score there reaches the row), kiln does "
-                             "not (FINDINGS.md, seed 20119 graph 20986, open)", _sdpa_math_path),
 }
 
 # Skipped by default (the CLI's --skip-known, and tests/python/test_fuzz.py).
-# Not sdpa-math-hidden-keys: its predicate (any such attention) also takes
-# graphs that pass (test_fuzz.py's seed 1201 graph 30991): name it with
-# --skip-known to step around it.
 ACTIVE = ("quant-patchify",)
 
 
