@@ -15,6 +15,7 @@ typedef enum kiln_activation_e {
   KILN_ACT_SILU,
   KILN_ACT_SIGMOID,
   KILN_ACT_TANH,
+  KILN_ACT_RELU6, /* clamp to [0, 6]: nn.ReLU6, hardtanh(0, 6) (format 2.22) */
   KILN_ACT_COUNT
 } kiln_activation_t;
 
@@ -36,6 +37,9 @@ static inline float kiln_activation_scalar(float x, kiln_activation_t act) {
       return 1.0f / (1.0f + expf(-x));
     case KILN_ACT_TANH:
       return tanhf(x);
+    case KILN_ACT_RELU6: /* torch's hardtanh: NaN and -0.0 pass */
+      x = x < 0.0f ? 0.0f : x;
+      return x > 6.0f ? 6.0f : x;
     default:
       return x;
   }

@@ -6,7 +6,8 @@
  *                                  vary only along channels: (O, 1, 1),
  *                                  (1, O, 1, 1) or scalars (batch norm's
  *                                  scale and shift, once folded)
- *     y2 = ACT(y1)                 relu, gelu, silu, sigmoid, tanh (optional)
+ *     y2 = ACT(y1)                 relu, gelu, silu, sigmoid, tanh, or the
+ *                                  four nodes of relu6 (optional)
  *     y3 = ADD(y2, r)              r of y2's shape                 (optional)
  * or with the residual before the activation (ResNet: relu(bn(conv) + x)),
  * becomes one CONV2D(x, W', b', r) with the activation as a parameter,
@@ -112,8 +113,18 @@ kiln_status_t kiln_pass_fuse_conv(kiln_graph_t* g, const kiln_hal_target_t* targ
     int stage = 0;
     /* skip[] doubles as "claimed by a chain": a residual ADD joining two
      * conv branches goes to the first chain that reaches it, never both. */
-    while (stage < 3 && uses[cur] == 1 && user[cur] >= 0 && !skip[user[cur]] &&
-           end_of[user[cur]].conv < 0) {
+    while (stage < 3) {
+      int32_t r6[4];
+      if (stage <= 1 && kiln_graph_match_relu6(g, uses, user, cur, r6) && !skip[r6[0]] &&
+          !skip[r6[1]] && !skip[r6[2]] && !skip[r6[3]] && end_of[r6[3]].conv < 0) {
+        c.act = KILN_ACT_RELU6; /* four nodes: the clamp the front end spells */
+        stage = 2;
+        skip[end] = skip[r6[0]] = skip[r6[1]] = skip[r6[2]] = 1;
+        end = r6[3];
+        cur = g->nodes[end].outputs[0];
+        continue;
+      }
+      if (uses[cur] != 1 || user[cur] < 0 || skip[user[cur]] || end_of[user[cur]].conv >= 0) break;
       const kiln_node_t* u = &g->nodes[user[cur]];
       int32_t other = -1;
       if (u->op == KILN_OP_ADD || u->op == KILN_OP_MUL)

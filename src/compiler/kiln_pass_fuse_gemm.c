@@ -131,7 +131,20 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     int stage = 0; /* 0: bias next, 1: activation next, 2: residual next */
     /* At most 16 steps (a longer run of views ends the chain), so that a
      * chain that absorbs nothing can be undone. */
-    while (stage < 3 && uses[cur] == 1 && user[cur] >= 0 && n_walked < 16) {
+    while (stage < 3 && n_walked < 16) {
+      int32_t r6[4];
+      if (stage <= 1 && n_walked <= 12 && kiln_graph_match_relu6(g, uses, user, cur, r6) && !skip[r6[0]] &&
+          !skip[r6[1]] && !skip[r6[2]] && !skip[r6[3]] && end_of[r6[3]].matmul < 0) {
+        c.act = KILN_ACT_RELU6; /* four nodes: the clamp the front end spells */
+        stage = 2;
+        walked[n_walked++] = end;
+        for (int i = 0; i < 3; ++i) walked[n_walked++] = r6[i];
+        skip[end] = skip[r6[0]] = skip[r6[1]] = skip[r6[2]] = 1;
+        end = r6[3];
+        cur = g->nodes[end].outputs[0];
+        continue;
+      }
+      if (uses[cur] != 1 || user[cur] < 0) break;
       /* A node another chain absorbed (an add of two linears, q(x) + k(x),
        * is a residual for both) belongs to that chain: this one ends here,
        * so its LINEAR is emitted before the node that reads it. */

@@ -112,6 +112,45 @@ int kiln_op_as_activation(kiln_op_t op, int64_t* act) {
   }
 }
 
+/* 1 when value id is a float32 scalar constant with k's bits. */
+static int kiln_value_is_scalar(const kiln_graph_t* g, int32_t id, float k) {
+  if (id < 0) return 0;
+  const kiln_value_t* c = &g->values[id];
+  if (c->kind != KILN_VALUE_CONSTANT || c->dtype != KILN_F32 || c->layout != KILN_LAYOUT_DENSE ||
+      kiln_value_numel(c) != 1 || !c->data || c->nbytes < sizeof(float))
+    return 0;
+  return memcmp(c->data, &k, sizeof k) == 0;
+}
+
+/* One bound of the clamp: WHERE(CMP(v, k), k, v), v read by these two
+ * alone, the compare by the WHERE alone. The WHERE's node index, or -1. */
+static int32_t kiln_match_clamp_bound(const kiln_graph_t* g, const int32_t* uses,
+                                      const int32_t* user, int32_t v, kiln_op_t cmp, float k,
+                                      int32_t* cmp_node) {
+  if (uses[v] != 2 || user[v] < 0 || g->values[v].dtype != KILN_F32) return -1;
+  const kiln_node_t* w = &g->nodes[user[v]];
+  if (w->op != KILN_OP_WHERE || w->n_inputs != 3 || w->inputs[2] != v ||
+      !kiln_value_is_scalar(g, w->inputs[1], k) || w->inputs[0] < 0 || uses[w->inputs[0]] != 1 ||
+      !kiln_value_same_type(&g->values[w->outputs[0]], &g->values[v]))
+    return -1;
+  int32_t c = g->values[w->inputs[0]].producer;
+  if (c < 0) return -1;
+  const kiln_node_t* cn = &g->nodes[c];
+  if (cn->op != cmp || cn->n_inputs != 2 || cn->inputs[0] != v || !kiln_value_is_scalar(g, cn->inputs[1], k))
+    return -1;
+  *cmp_node = c;
+  return user[v];
+}
+
+int kiln_graph_match_relu6(const kiln_graph_t* g, const int32_t* uses, const int32_t* user,
+                           int32_t v, int32_t nodes[4]) {
+  nodes[1] = kiln_match_clamp_bound(g, uses, user, v, KILN_OP_LT, 0.0f, &nodes[0]);
+  if (nodes[1] < 0) return 0;
+  nodes[3] = kiln_match_clamp_bound(g, uses, user, g->nodes[nodes[1]].outputs[0], KILN_OP_GT, 6.0f,
+                                    &nodes[2]);
+  return nodes[3] >= 0;
+}
+
 int kiln_matmul_has_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op != KILN_OP_MATMUL || n->params[KILN_P(MATMUL, FLAGS)] != 0) return 0;
   const kiln_value_t* w = &g->values[n->inputs[1]];

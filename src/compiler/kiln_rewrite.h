@@ -41,6 +41,15 @@ void kiln_graph_count_uses(const kiln_graph_t* graph, int32_t* counts);
  * 0 when the op is not one. */
 int kiln_op_as_activation(kiln_op_t op, int64_t* out_act);
 
+/* 1 when the nodes reading value v compute KILN_ACT_RELU6 as the front end
+ * spells hardtanh(0, 6), clamp(0, 6) and nn.ReLU6 (optable/elementwise.py's
+ * _clamp): y = WHERE(LT(v, 0), 0, v), then WHERE(GT(y, 6), 6, y), float32,
+ * each bound a scalar constant and each intermediate read by the pattern
+ * alone. nodes: LT, WHERE, GT, WHERE (the last ends it). uses as
+ * kiln_graph_count_uses gives; user: each value's last reader, or -1. */
+int kiln_graph_match_relu6(const kiln_graph_t* g, const int32_t* uses, const int32_t* user,
+                           int32_t v, int32_t nodes[4]);
+
 /* 1 when MATMUL node n is a linear layer: its B a constant, unflagged, 2-d
  * (an unpacked weight) or (1, .., 1, K, N) dense float32 with A of at least
  * its rank (torch's matmul of a 3-d x by a (K, N) weight it cannot fold to

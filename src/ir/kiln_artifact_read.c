@@ -473,6 +473,10 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     CORRUPT("graph section: node %u (%s): bf16 attention (flag %d, format %d.%d) in a file of "
             "format %d.%d", k, name, KILN_SDPA_BF16, KILN_FORMAT_MAJOR,
             KILN_FORMAT_MINOR_SDPA_BF16, KILN_FORMAT_MAJOR, (int)G->minor);
+  if (kiln_artifact_node_act(node) == KILN_ACT_RELU6 && G->minor < KILN_FORMAT_MINOR_RELU6)
+    CORRUPT("graph section: node %u (%s): the relu6 activation (format %d.%d) in a file of format "
+            "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_RELU6, KILN_FORMAT_MAJOR,
+            (int)G->minor);
   if (node->op == KILN_OP_SDPA && (node->params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_EVERY_KEY) &&
       G->minor < KILN_FORMAT_MINOR_SDPA_EVERY_KEY)
     CORRUPT("graph section: node %u (%s): attention reading every key (flag %d, format %d.%d) in a "

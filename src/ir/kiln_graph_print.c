@@ -109,7 +109,8 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
                       ? n->params[KILN_P(CONV2D, ACT)]
                       : 0;
     if (act) {
-      static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+      static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
+                                           "relu6"};
       if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
         fprintf(out, " act=%s", acts[act]);
     }

@@ -37,12 +37,14 @@ static double epi_want(double x, kiln_activation_t act) {
     case KILN_ACT_SILU: return x / (1.0 + exp(-x));
     case KILN_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case KILN_ACT_TANH: return tanh(x);
+    case KILN_ACT_RELU6: return x < 0 ? 0.0 : x > 6 ? 6.0 : x;
     default: return x;
   }
 }
 
 static const char* epi_name(kiln_activation_t act) {
-  static const char* names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"};
+  static const char* names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
+                                 "relu6"};
   return (int)act < (int)KILN_ACT_COUNT ? names[act] : "?";
 }
 
@@ -85,7 +87,7 @@ static void epi_accuracy(const kiln_gemm_kernels_t* k, const char* isa, int gene
   /* act: want for +inf, -inf (NaN where torch computes inf * 0). */
   static const float at_inf[KILN_ACT_COUNT][2] = {
       {INFINITY, -INFINITY}, {INFINITY, 0.0f}, {INFINITY, NAN}, {INFINITY, NAN},
-      {INFINITY, NAN},       {1.0f, 0.0f},     {1.0f, -1.0f}};
+      {INFINITY, NAN},       {1.0f, 0.0f},     {1.0f, -1.0f},     {6.0f, 0.0f}};
   for (int a = KILN_ACT_NONE; a < KILN_ACT_COUNT; ++a) {
     float out[3];
     k->epilogue(1, 3, in, 3, out, 3, NULL, NULL, 0, (kiln_activation_t)a);
@@ -95,6 +97,15 @@ static void epi_accuracy(const kiln_gemm_kernels_t* k, const char* isa, int gene
                   epi_name((kiln_activation_t)a), s ? "-" : "+", (double)g, (double)w);
     }
     KILN_EXPECT(isnan(out[0]), "[%s] %s(NaN) = %g, want NaN", isa,
+                epi_name((kiln_activation_t)a), (double)out[0]);
+  }
+  /* relu and relu6 keep -0.0, as torch's relu and hardtanh. */
+  static const float mz[1] = {-0.0f};
+  for (int a = KILN_ACT_NONE; a < KILN_ACT_COUNT; ++a) {
+    if (a != KILN_ACT_RELU && a != KILN_ACT_RELU6) continue;
+    float out[1];
+    k->epilogue(1, 1, mz, 1, out, 1, NULL, NULL, 0, (kiln_activation_t)a);
+    KILN_EXPECT(out[0] == 0.0f && signbit(out[0]), "[%s] %s(-0.0) = %g, want -0.0", isa,
                 epi_name((kiln_activation_t)a), (double)out[0]);
   }
 }

@@ -28,15 +28,15 @@ static inline void kiln_conv_dw_store_row(const kiln_conv2d_f32_args_t* a, int64
     for (int64_t j = 0; j < Wo; ++j) acc[j] += r[j];
     r = NULL;
   }
-  if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) {
-    const int relu = a->act == KILN_ACT_RELU;
-    if (r) {
-      for (int64_t j = 0; j < Wo; ++j) {
-        float v = relu && acc[j] < 0.0f ? 0.0f : acc[j];
-        y[j] = v + r[j];
-      }
-    } else {
-      for (int64_t j = 0; j < Wo; ++j) y[j] = relu && acc[j] < 0.0f ? 0.0f : acc[j];
+  if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU || a->act == KILN_ACT_RELU6) {
+    /* A clamp to [lo, hi] as kiln_activation_scalar's (NaN and -0.0 pass),
+     * in loops that vectorise. */
+    const float lo = a->act == KILN_ACT_NONE ? -INFINITY : 0.0f;
+    const float hi = a->act == KILN_ACT_RELU6 ? 6.0f : INFINITY;
+    for (int64_t j = 0; j < Wo; ++j) {
+      float v = acc[j] < lo ? lo : acc[j];
+      v = v > hi ? hi : v;
+      y[j] = r ? v + r[j] : v;
     }
   } else {
     for (int64_t j = 0; j < Wo; ++j)

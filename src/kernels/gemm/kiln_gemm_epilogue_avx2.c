@@ -124,6 +124,10 @@ static inline __attribute__((always_inline)) __m256 kiln_gemm_act_avx2(__m256 x,
     case KILN_ACT_SILU: return _mm256_mul_ps(x, kiln_gemm_sigmoid_avx2(x));
     case KILN_ACT_SIGMOID: return kiln_gemm_sigmoid_avx2(x);
     case KILN_ACT_TANH: return kiln_gemm_tanh_avx2(x);
+    /* min/max return their second operand on NaN or equality: x's NaN and
+     * -0.0 pass, as torch's hardtanh. */
+    case KILN_ACT_RELU6:
+      return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), x));
     default: return x;
   }
 }

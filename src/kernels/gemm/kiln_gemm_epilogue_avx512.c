@@ -114,6 +114,10 @@ KILN_EP_AI __m512 kiln_gemm_act_avx512(__m512 x, const kiln_activation_t act) {
     case KILN_ACT_SILU: return _mm512_mul_ps(x, kiln_gemm_sigmoid_avx512(x));
     case KILN_ACT_SIGMOID: return kiln_gemm_sigmoid_avx512(x);
     case KILN_ACT_TANH: return kiln_gemm_tanh_avx512(x);
+    /* min/max return their second operand on NaN or equality: x's NaN and
+     * -0.0 pass, as torch's hardtanh. */
+    case KILN_ACT_RELU6:
+      return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_setzero_ps(), x));
     default: return x;
   }
 }

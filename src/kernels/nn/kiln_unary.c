@@ -66,6 +66,9 @@ void KILN_ISA_VARIANT(kiln_nn_activation)(kiln_activation_t act, size_t n, float
     case KILN_ACT_SILU: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_SILU, n, x, x); break;
     case KILN_ACT_SIGMOID: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_SIGMOID, n, x, x); break;
     case KILN_ACT_TANH: KILN_ISA_VARIANT(kiln_nn_unary)(KILN_UNARY_TANH, n, x, x); break;
+    case KILN_ACT_RELU6:
+      for (size_t i = 0; i < n; ++i) x[i] = kiln_activation_scalar(x[i], KILN_ACT_RELU6);
+      break;
     case KILN_ACT_COUNT: break;
   }
 }
