@@ -18,7 +18,9 @@
  *      strides), which removes every weight and gradient transpose copy of
  *      a training graph (not A's when B is a 2-d constant: that MATMUL is a
  *      linear layer, which kiln_pass_fuse_gemm makes a LINEAR on x as laid
- *      out, its weight packed and quantized ahead of time);
+ *      out, its weight packed and quantized ahead of time); a conv reading a
+ *      symmetric zero pad takes it as its own padding
+ *      (kiln_simplify_conv_pad.c);
  *   5. common subexpressions: a node equal to an earlier one (op, canonical
  *      inputs, params) is replaced by it. Every kiln op is pure.
  * Nodes no graph output reaches any more are dropped. */
@@ -202,6 +204,7 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       continue;
     }
     *out_rewrites += kiln_simplify_match_pattern(g, nodes, uses, n);
+    *out_rewrites += kiln_simplify_fold_conv_pad(g, nodes, n);
     *out_rewrites += kiln_simplify_matmul_transposes(g, nodes, n);
     uint64_t h = kiln_simplify_hash(n);
     for (size_t slot = h & (table_size - 1);; slot = (slot + 1) & (table_size - 1)) {

@@ -22,4 +22,9 @@ int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes,
 int kiln_simplify_compose_views(const kiln_graph_t* graph, const kiln_node_t* nodes,
                                 const int32_t* uses, kiln_node_t* n);
 
+/* Rewrites a CONV2D reading a PAD of zeros on H and W, the same on both
+ * sides, into the conv of the PAD's input with that much more padding
+ * (kiln_simplify_conv_pad.c). Returns 1 when n changed. */
+int kiln_simplify_fold_conv_pad(const kiln_graph_t* graph, const kiln_node_t* nodes, kiln_node_t* n);
+
 #endif /* KILN_SIMPLIFY_H */
