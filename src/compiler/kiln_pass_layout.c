@@ -12,8 +12,9 @@
  * conversions, a chain is.
  *
  * Regions. A candidate is a float32 CONV2D the NHWC kernel serves well: at
- * least 16 output channels per group (its tile is 16 channels wide) and not
- * depthwise (the NCHW path has a direct loop for it). Candidates are joined
+ * least 16 output channels per group (its tile is 16 channels wide), or a
+ * depthwise one its own channels-last kernel takes (riding along, never
+ * gaining: kiln_layout_depthwise). Candidates are joined
  * into a region when one's output is another's x or residual (the inputs a
  * channels-last conv reads channels-last; after fuse_conv a ResNet block is
  * two or three CONV2Ds joined this way, and its stages are one region).
@@ -28,6 +29,11 @@
  * for its conversions alone (a UNet block's convs, each between group
  * norms: a bf16 block at 32x32, 128-256 channels, 47.2 -> 27.7 ms on one
  * Zen 4 core, eager bf16 25.0).
+ *
+ * Pads (PAD of a 4-d float32 x) ride along too, never gaining: channels-
+ * last a pad is the same copy with its dims permuted, and a TF-style
+ * network's explicit pads (one before each stride-2 conv) would otherwise
+ * split its region with two conversions each.
  *
  * Max pools (MAX_POOL2D) are candidates too, never gaining: channels-last
  * they are a vectorised max over whole pixels (MAX_POOL2D_NHWC: ResNet-18's
@@ -63,7 +69,25 @@
 #define KILN_LAYOUT_BF16_GAIN 4
 #define KILN_LAYOUT_MUST (1 << 20)
 
+/* A depthwise conv rides along (gains nothing: the NCHW planes kernel is
+ * as fast) when the channels-last depthwise kernel takes it
+ * (kiln_conv2d_f32_nhwc_depthwise: at most 49 taps, a dense weight): a
+ * MobileNet block's expand, depthwise and project convs are then one
+ * region, not three with a conversion around each depthwise one (17
+ * conversions, a fifth of MobileNetV2's time). That kernel skips padded
+ * taps, so the weight must be a finite constant (w * 0 is then 0, as the
+ * NCHW kernels add it); fp32 only (a bf16 model's depthwise conv stays). */
+static int kiln_layout_depthwise(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  return n->params[KILN_P(CONV2D, ROUND_X)] == 0 && n->n_inputs <= 4 &&
+         w->shape[2] * w->shape[3] <= 49 && kiln_value_is_finite_constant(w);
+}
+
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op == KILN_OP_PAD) { /* rides along: the same copy with its dims permuted */
+    const kiln_value_t* x = &g->values[n->inputs[0]];
+    return x->dtype == KILN_F32 && x->rank == 4;
+  }
   if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
     const kiln_value_t* x = &g->values[n->inputs[0]];
     return x->dtype == KILN_F32 && x->rank == 4 && n->params[KILN_P(POOL2D, DIVISOR_OVERRIDE)] == 0;
@@ -73,7 +97,8 @@ static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   if (x->dtype != KILN_F32 || x->rank != 4 || w->rank != 4) return 0;
   if (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16) return 0;
   const int64_t groups = n->params[KILN_P(CONV2D, GROUPS)], C = x->shape[1], O = w->shape[0];
-  if (groups < 1 || (groups == C && groups == O)) return 0;
+  if (groups < 1) return 0;
+  if (groups == C && groups == O) return kiln_layout_depthwise(g, n);
   return O / groups >= 16;
 }
 
@@ -124,6 +149,14 @@ static int kiln_layout_gains(const kiln_graph_t* g, const kiln_node_t* n,
 static int kiln_layout_pays(int32_t gaining, int32_t conversions, int32_t convs, int forced) {
   if (forced) return convs > 0;
   return gaining >= KILN_LAYOUT_MIN_GAINING && gaining >= 2 * conversions;
+}
+
+/* 1 for a depthwise conv (its channels-last kernel reads x channels-last:
+ * it gets a conversion, not param 9). */
+static int kiln_layout_is_depthwise(const kiln_graph_t* g, const kiln_node_t* n) {
+  const int64_t groups = n->params[KILN_P(CONV2D, GROUPS)];
+  return n->op == KILN_OP_CONV2D && groups > 1 && groups == g->values[n->inputs[0]].shape[1] &&
+         groups == g->values[n->inputs[1]].shape[0];
 }
 
 /* Slots of a conv read in its own layout: x and the residual. */
@@ -177,7 +210,7 @@ static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char
         continue;
       }
       uses[v]++;
-      x_uses[v] += n->op == KILN_OP_CONV2D && i == 0;
+      x_uses[v] += n->op == KILN_OP_CONV2D && i == 0 && !kiln_layout_is_depthwise(g, n);
     }
   }
   for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
@@ -310,9 +343,21 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
       }
     }
     int32_t out = n->outputs[0];
-    if (!s && n->op == KILN_OP_MAX_POOL2D)
+    if (!s && n->op == KILN_OP_MAX_POOL2D) {
       s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, KILN_P_COUNT(POOL2D), NULL, 0,
                               n->origin, &nhwc_of[out]);
+    } else if (!s && n->op == KILN_OP_PAD) {
+      /* (N, C, H, W)'s before and after as (N, H, W, C)'s. */
+      int64_t params[KILN_MAX_PARAMS];
+      memcpy(params, n->params, sizeof(params));
+      for (int side = 0; side < 2; ++side) {
+        int64_t* d = params + (side ? KILN_P(PAD, AFTER) : KILN_P(PAD, BEFORE));
+        const int64_t c = d[1];
+        d[1] = d[2], d[2] = d[3], d[3] = c;
+      }
+      s = kiln_graph_add_node(rw.dst, KILN_OP_PAD, ins, 1, params, KILN_P_COUNT(PAD), n->fparams,
+                              KILN_FP_COUNT(PAD), n->origin, &nhwc_of[out]);
+    }
     else if (!s) {
       int64_t params[KILN_MAX_PARAMS];
       memcpy(params, n->params, sizeof(params));

@@ -3,6 +3,7 @@
 
 #include "base/kiln_activation.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +111,17 @@ int kiln_op_as_activation(kiln_op_t op, int64_t* act) {
     case KILN_OP_TANH: *act = KILN_ACT_TANH; return 1;
     default: return 0;
   }
+}
+
+int kiln_value_is_finite_constant(const kiln_value_t* v) {
+  if (v->kind != KILN_VALUE_CONSTANT || v->dtype != KILN_F32 || v->layout != KILN_LAYOUT_DENSE ||
+      !v->data)
+    return 0;
+  const float* d = v->data;
+  const int64_t n = kiln_value_numel(v);
+  for (int64_t i = 0; i < n; ++i)
+    if (!isfinite(d[i])) return 0;
+  return 1;
 }
 
 /* 1 when value id is a float32 scalar constant with k's bits. */

@@ -41,6 +41,10 @@ void kiln_graph_count_uses(const kiln_graph_t* graph, int32_t* counts);
  * 0 when the op is not one. */
 int kiln_op_as_activation(kiln_op_t op, int64_t* out_act);
 
+/* 1 when v is a dense float32 constant whose every element is finite (a
+ * conv weight for which skipping a padded tap equals adding w * 0). */
+int kiln_value_is_finite_constant(const kiln_value_t* v);
+
 /* 1 when the nodes reading value v compute KILN_ACT_RELU6 as the front end
  * spells hardtanh(0, 6), clamp(0, 6) and nn.ReLU6 (optable/elementwise.py's
  * _clamp): y = WHERE(LT(v, 0), 0, v), then WHERE(GT(y, 6), 6, y), float32,

@@ -10,23 +10,11 @@
  * padding: one more at the end) stay, as does a pad past the window's
  * reach. The conv's weight must be finite, so that w * 0 is 0 whichever
  * way a kernel treats its border. */
-#include <math.h>
 #include <string.h>
 
+#include "compiler/kiln_rewrite.h"
 #include "compiler/kiln_simplify.h"
 #include "ir/kiln_sym.h"
-
-/* 1 when every element of constant weight w is finite. */
-static int kiln_conv_pad_weight_finite(const kiln_value_t* w) {
-  if (w->kind != KILN_VALUE_CONSTANT || w->dtype != KILN_F32 || w->layout != KILN_LAYOUT_DENSE ||
-      !w->data)
-    return 0;
-  const float* d = w->data;
-  int64_t n = kiln_value_numel(w);
-  for (int64_t i = 0; i < n; ++i)
-    if (!isfinite(d[i])) return 0;
-  return 1;
-}
 
 int kiln_simplify_fold_conv_pad(const kiln_graph_t* g, const kiln_node_t* nodes, kiln_node_t* n) {
   if (n->op != KILN_OP_CONV2D || n->n_inputs < 2) return 0;
@@ -52,7 +40,7 @@ int kiln_simplify_fold_conv_pad(const kiln_graph_t* g, const kiln_node_t* nodes,
         k < 1 || have + add > dil * (k - 1))
       return 0;
   }
-  if (!kiln_conv_pad_weight_finite(w)) return 0;
+  if (!kiln_value_is_finite_constant(w)) return 0;
   p[KILN_P(CONV2D, PAD_H)] += before[2];
   p[KILN_P(CONV2D, PAD_W)] += before[3];
   n->inputs[0] = pad->inputs[0];

@@ -154,6 +154,17 @@ static void nhwc_level(kiln_pool_t* pool, const char* where) {
       {1, 1, 5, 5, 3, 5, 5, 1, 1, 0, 0, 1, 1, 1},      /* window = input, 1x1 out */
       {1, 2, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1},      /* stride > 1 with few pixels */
       {1, 40, 7, 7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1},    /* 7x7 out, O = 33 (tail 1) */
+      /* Depthwise (groups == C == O) with a dense weight: its own kernel
+       * (kiln_conv_nhwc_dw.c), channel tails, pixel tails, borders. */
+      {2, 20, 9, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20},  /* C = 20: a tail of 4 */
+      {1, 32, 12, 13, 32, 3, 3, 2, 2, 1, 1, 1, 1, 32}, /* stride 2 */
+      {1, 48, 10, 13, 48, 5, 5, 1, 1, 2, 2, 1, 1, 48}, /* 5x5 */
+      {1, 16, 9, 9, 16, 3, 3, 1, 1, 2, 2, 2, 2, 16},   /* dilation 2 */
+      {1, 17, 3, 2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 17},   /* no interior column */
+      {1, 16, 6, 20, 16, 7, 7, 1, 1, 3, 3, 1, 1, 16},  /* 7x7: 49 taps */
+      {1, 16, 8, 9, 16, 3, 3, 1, 2, 0, 1, 1, 1, 16},   /* strides and pads by axis */
+      {1, 8, 12, 12, 8, 9, 9, 1, 1, 4, 4, 1, 1, 8},    /* 81 taps: the general path */
+      {1, 1, 5, 6, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1},      /* C = 1 */
   };
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
     for (int v = 0; v < 6; ++v) {
@@ -173,6 +184,11 @@ static void nhwc_level(kiln_pool_t* pool, const char* where) {
     nhwc_run(&tc, pool, where);
     tc.res_first = 1;
     nhwc_run(&tc, pool, where);
+    nhwc_case_t dw = {1, 24, 7, 9, 24, 3, 3, 1, 1, 1, 1, 1, 1, 24, 1, 1, 0, 0, 0,
+                      (kiln_activation_t)act}; /* depthwise: the row epilogue */
+    nhwc_run(&dw, pool, where);
+    dw.res_first = 1, dw.special = 1;
+    nhwc_run(&dw, pool, where);
   }
   /* Several K blocks (K = 64 * 9 = 576 taps) and tile blocks. */
   nhwc_case_t big = {1, 64, 30, 30, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU};

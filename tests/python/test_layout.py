@@ -162,3 +162,69 @@ def test_lone_conv_costly_region_and_outputs_stay_nchw(monkeypatch):
     ops = plan_ops(compiled)
     assert "conv2d_nhwc" not in ops and "strided_copy" not in ops, ops
     torch.testing.assert_close(compiled(x)[1], model(x)[1].detach(), **FP32_TOL)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block as Hugging Face's TF-style port writes it: 1x1
+    expand, an explicit F.pad then a depthwise 3x3 (asymmetric at stride
+    2), 1x1 project, batch norms, ReLU6, a residual at stride 1."""
+
+    def __init__(self, cin, cout, stride, expand=4):
+        super().__init__()
+        mid = cin * expand
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6())
+        self.dw = nn.Conv2d(mid, mid, 3, stride, 0, groups=mid, bias=False)
+        self.bn = nn.BatchNorm2d(mid)
+        self.project = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.stride, self.residual = stride, stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.expand(x)
+        y = nn.functional.pad(y, (1, 1, 1, 1) if self.stride == 1 else (0, 1, 0, 1))
+        y = self.project(torch.clamp(self.bn(self.dw(y)), 0, 6))
+        return x + y if self.residual else y
+
+
+def _mobilenet_like():
+    m = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), InvertedResidual(16, 16, 1),
+                      InvertedResidual(16, 24, 2), InvertedResidual(24, 24, 1)).eval()
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def test_mobilenet_blocks_channels_last(monkeypatch):
+    """Depthwise convs and pads ride along in the 1x1 convs' region: every
+    conv channels-last (the depthwise ones on their own kernel), the
+    stride-1 pads folded into the depthwise convs, the stride-2 one a PAD
+    with its dims permuted; one conversion, out. Same outputs as eager and
+    as KILN_LAYOUT=nchw."""
+    torch.manual_seed(0)
+    model, x = _mobilenet_like(), torch.randn(2, 3, 32, 32)
+    compiled = _trace(model, x, monkeypatch=monkeypatch)
+    ops = plan_ops(compiled)
+    assert ops.count("conv2d_nhwc") == 10 and "conv2d" not in ops, ops
+    assert ops.count("pad") == 1 and ops.count("strided_copy") == 1, ops
+    with torch.no_grad():
+        want = model.double()(x.double())
+    torch.testing.assert_close(compiled(x).double(), want, **FP32_TOL)
+    off = _trace(model.float(), x, "nchw", monkeypatch)
+    assert "conv2d_nhwc" not in plan_ops(off)
+    torch.testing.assert_close(off(x), compiled(x), **FP32_TOL)
+
+
+def test_depthwise_with_an_infinite_weight_stays_nchw(monkeypatch):
+    """The channels-last depthwise kernel skips padded taps; eager adds
+    w * 0 there (NaN for an infinite w), so such a conv keeps NCHW."""
+    torch.manual_seed(0)
+    model = _mobilenet_like()
+    with torch.no_grad():
+        model[2].dw.weight[0, 0, 0, 0] = float("inf")
+    x = torch.randn(1, 3, 32, 32)
+    compiled = _trace(model, x, monkeypatch=monkeypatch)
+    assert "conv2d" in plan_ops(compiled)
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(compiled(x), want, equal_nan=True, **FP32_TOL)

@@ -173,6 +173,8 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
   if (n->op == KILN_OP_CONV2D_NHWC && (o->bf16 == 2 || bf16_model))
     f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
   if (n->op == KILN_OP_CONV2D_NHWC) {
+    /* Depthwise: kiln_conv2d_f32_nhwc_depthwise reads the dense weight. */
+    if (groups == x->shape[3] && groups == w->shape[0]) return;
     panel = KILN_CONV_PANEL_WIDE;
   } else {
     if (groups == x->shape[1] && groups == w->shape[0]) return; /* depthwise */

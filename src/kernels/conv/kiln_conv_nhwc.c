@@ -184,6 +184,7 @@ void kiln_conv2d_f32_nhwc_from_nchw(const kiln_conv2d_f32_args_t* a, kiln_pool_t
 static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw,
                                      kiln_pool_t* pool) {
   if (a->n <= 0 || a->o <= 0 || a->ho <= 0 || a->wo <= 0) return;
+  if (!x_nchw && kiln_conv2d_f32_nhwc_depthwise(a, pool)) return;
   if (a->weight_packed && a->weight_packed != KILN_CONV_PANEL_WIDE) {
     /* Panels of 6: not this kernel's layout (shape inference refuses
      * them on CONV2D_NHWC); stay correct through the reference. */

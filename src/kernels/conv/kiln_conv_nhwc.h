@@ -33,6 +33,12 @@ void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool)
  * needs no separate layout conversion of its input. */
 void kiln_conv2d_f32_nhwc_from_nchw(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
 
+/* The depthwise conv (groups == C == O, a dense weight, at most 49 taps)
+ * by its own kernel (kiln_conv_nhwc_dw.c): a vector FMA per tap over
+ * consecutive channels. 0 when it does not take the conv (or has no
+ * memory); kiln_conv2d_f32_nhwc tries it first. */
+int kiln_conv2d_f32_nhwc_depthwise(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
+
 /* The scalar reference (seven plain loops, double accumulation; reads
  * dense or packed weights of either panel width). */
 void kiln_conv2d_f32_nhwc_reference(const kiln_conv2d_f32_args_t* args);

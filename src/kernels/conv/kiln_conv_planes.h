@@ -53,7 +53,21 @@ typedef void (*kiln_avg_pool_plane_fn)(const kiln_pool2d_f32_args_t* a, int64_t 
  * every channel; kiln_pool_nhwc.c). */
 typedef void (*kiln_max_pool_nhwc_row_fn)(const kiln_pool2d_f32_args_t* a, int64_t n, int64_t i);
 
+/* Depthwise conv channels-last (groups == C == O, kiln_conv_dw_nhwc.c):
+ * output row i of image n, every pixel and channel: bias plus sums,
+ * clamped to [clamp[0], clamp[1]] (NaN and -0.0 pass: none, relu, relu6),
+ * into yrow (Wo x C; the driver applies other activations and a residual).
+ * wt: the weight taps-major, wt[(u kw + v) C + c]. At most
+ * KILN_CONV_DW_NHWC_TAPS taps. */
+#define KILN_CONV_DW_NHWC_TAPS 49
+typedef void (*kiln_conv_dw_nhwc_row_fn)(const kiln_conv2d_f32_args_t* a, const float* wt,
+                                         int64_t n, int64_t i, const float* clamp,
+                                         float* yrow);
+
 #define KILN_CONV_PLANES_DECLARE_(isa, LEVEL, unused)                                      \
+  void kiln_f32_conv_dw_nhwc_row__##isa(const kiln_conv2d_f32_args_t* a, const float* wt,  \
+                                        int64_t n, int64_t i, const float* clamp,          \
+                                        float* yrow);                                      \
   void kiln_f32_conv_dw_plane__##isa(const kiln_conv2d_f32_args_t* a, int64_t plane,       \
                                      float* acc);                                          \
   void kiln_f32_avg_pool_plane__##isa(const kiln_pool2d_f32_args_t* a, int64_t plane);    \
@@ -64,6 +78,12 @@ KILN_CONV_ISAS(KILN_CONV_PLANES_DECLARE_, ~)
 static inline kiln_conv_dw_plane_fn kiln_conv_dw_plane_for(kiln_isa_t isa) {
   static const kiln_conv_dw_plane_fn v[KILN_ISA_COUNT] =
       KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_dw_plane);
+  return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_CONV_ISAS), isa)];
+}
+
+static inline kiln_conv_dw_nhwc_row_fn kiln_conv_dw_nhwc_row_for(kiln_isa_t isa) {
+  static const kiln_conv_dw_nhwc_row_fn v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_CONV_ISAS, kiln_f32_conv_dw_nhwc_row);
   return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_CONV_ISAS), isa)];
 }
 

@@ -1,0 +1,228 @@
+/* Depthwise convolution channels-last (groups == C == O), one output row
+ * per call, one variant per ISA build of this file (kiln_conv_planes.h).
+ *
+ * Channels-last, a depthwise conv is a vector FMA per tap over consecutive
+ * channels: y[i][j][c] = bias[c] + sum_{u, v} x[i sh - ph + u dh][j sw -
+ * pw + v dw][c] * w[c][u][v]. The weight comes transposed to taps-major,
+ * wt[(u kw + v) C + c], so a tap's channels are contiguous too. Pixels are
+ * taken four at a time with their 4 x 16 channel sums in registers (each
+ * tap: one row of 16 weights, four rows of 16 inputs, four FMAs), in
+ * intrinsics at AVX2 and AVX-512, in plain C elsewhere (FMA contracted by
+ * hand: ISO C mode, as kiln_conv_planes.c).
+ *
+ * Taps outside the input are skipped, not multiplied by zero: the same
+ * sums wherever the weight is finite, and the layout pass runs a depthwise
+ * conv channels-last only with a finite constant weight
+ * (kiln_pass_layout.c). The row gets bias, sums and a clamp to [lo, hi]
+ * (none, relu and relu6 as kiln_activation_scalar computes them); the
+ * driver (kiln_conv_nhwc_dw.c) applies other activations and a residual
+ * over the row with the GEMM epilogue. */
+#include <string.h>
+
+#include "kernels/conv/kiln_conv_planes.h"
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#if defined(__FMA__)
+#include <math.h>
+#define KILN_DW_FMA(a, b, c) fmaf((a), (b), (c))
+#else
+#define KILN_DW_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
+enum { KILN_DW_CB = 16, KILN_DW_PX = 4 };
+
+/* np (<= KILN_DW_PX) pixels of an output row, channels [c0, c0 + cw),
+ * every tap of list t: x at px[p] + toff[t], weights at wt + tw[t]; the
+ * portable loops (GCC does not keep a 4 x 16 block of sums in registers
+ * across taps from them: the full block has its own per-ISA form below). */
+static void kiln_dw_block_any(int64_t np, int64_t cw, const float* const* px, int64_t taps,
+                              const int64_t* toff, const int64_t* tw, const float* wt,
+                              const float* bias, const float* clamp, float* const* out) {
+  float acc[KILN_DW_PX][KILN_DW_CB];
+  for (int64_t p = 0; p < np; ++p)
+    for (int64_t l = 0; l < cw; ++l) acc[p][l] = bias ? bias[l] : 0.0f;
+  for (int64_t t = 0; t < taps; ++t)
+    for (int64_t p = 0; p < np; ++p) {
+      const float* x = px[p] + toff[t];
+      const float* w = wt + tw[t];
+      for (int64_t l = 0; l < cw; ++l) acc[p][l] = KILN_DW_FMA(x[l], w[l], acc[p][l]);
+    }
+  for (int64_t p = 0; p < np; ++p)
+    for (int64_t l = 0; l < cw; ++l) {
+      float v = acc[p][l] < clamp[0] ? clamp[0] : acc[p][l]; /* NaN and -0.0 pass */
+      out[p][l] = v > clamp[1] ? clamp[1] : v;
+    }
+}
+
+/* One pixel x 16 channels in portable C: GCC's generic vectors (SSE2,
+ * NEON), four of 4 floats, the sums in registers (from scalar loops GCC
+ * unrolled and then did not vectorise). */
+typedef float kiln_dw_v4 __attribute__((vector_size(16)));
+
+static inline kiln_dw_v4 kiln_dw_load4(const float* p) {
+  kiln_dw_v4 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+static inline void kiln_dw_one_portable(const float* px, int64_t taps, const int64_t* toff,
+                                        const int64_t* tw, const float* wt, const float* bias,
+                                        const float* clamp, float* out) {
+  kiln_dw_v4 acc[4];
+  for (int q = 0; q < 4; ++q) acc[q] = bias ? kiln_dw_load4(bias + 4 * q) : (kiln_dw_v4){0, 0, 0, 0};
+  for (int64_t t = 0; t < taps; ++t) {
+    const float *x = px + toff[t], *w = wt + tw[t];
+    for (int q = 0; q < 4; ++q) acc[q] += kiln_dw_load4(x + 4 * q) * kiln_dw_load4(w + 4 * q);
+  }
+  float sums[KILN_DW_CB];
+  memcpy(sums, acc, sizeof sums);
+  for (int l = 0; l < KILN_DW_CB; ++l) {
+    float v = sums[l] < clamp[0] ? clamp[0] : sums[l];
+    out[l] = v > clamp[1] ? clamp[1] : v;
+  }
+}
+
+/* The full block, 4 pixels x 16 channels, its sums in registers: the same
+ * products and additions in the same order as kiln_dw_block_any. */
+static inline void kiln_dw_block_full(const float* const* px, int64_t taps, const int64_t* toff,
+                                      const int64_t* tw, const float* wt, const float* bias,
+                                      const float* clamp, float* const* out) {
+#if defined(__AVX512F__)
+  __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  __m512 a0 = b, a1 = b, a2 = b, a3 = b;
+  for (int64_t t = 0; t < taps; ++t) {
+    const __m512 w = _mm512_loadu_ps(wt + tw[t]);
+    const int64_t o = toff[t];
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(px[0] + o), w, a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(px[1] + o), w, a1);
+    a2 = _mm512_fmadd_ps(_mm512_loadu_ps(px[2] + o), w, a2);
+    a3 = _mm512_fmadd_ps(_mm512_loadu_ps(px[3] + o), w, a3);
+  }
+  /* max / min return their second operand on NaN or equal zeros: the
+   * scalar clamp's answers. */
+  const __m512 lo = _mm512_set1_ps(clamp[0]), hi = _mm512_set1_ps(clamp[1]);
+  _mm512_storeu_ps(out[0], _mm512_min_ps(hi, _mm512_max_ps(lo, a0)));
+  _mm512_storeu_ps(out[1], _mm512_min_ps(hi, _mm512_max_ps(lo, a1)));
+  _mm512_storeu_ps(out[2], _mm512_min_ps(hi, _mm512_max_ps(lo, a2)));
+  _mm512_storeu_ps(out[3], _mm512_min_ps(hi, _mm512_max_ps(lo, a3)));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 bl = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+  __m256 bh = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+  __m256 a0 = bl, a1 = bl, a2 = bl, a3 = bl, c0 = bh, c1 = bh, c2 = bh, c3 = bh;
+  for (int64_t t = 0; t < taps; ++t) {
+    const __m256 wl = _mm256_loadu_ps(wt + tw[t]), wh = _mm256_loadu_ps(wt + tw[t] + 8);
+    const int64_t o = toff[t];
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(px[0] + o), wl, a0);
+    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(px[0] + o + 8), wh, c0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(px[1] + o), wl, a1);
+    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(px[1] + o + 8), wh, c1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(px[2] + o), wl, a2);
+    c2 = _mm256_fmadd_ps(_mm256_loadu_ps(px[2] + o + 8), wh, c2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(px[3] + o), wl, a3);
+    c3 = _mm256_fmadd_ps(_mm256_loadu_ps(px[3] + o + 8), wh, c3);
+  }
+  const __m256 lo = _mm256_set1_ps(clamp[0]), hi = _mm256_set1_ps(clamp[1]);
+#define KILN_DW_CLAMP8(v) _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+  _mm256_storeu_ps(out[0], KILN_DW_CLAMP8(a0)), _mm256_storeu_ps(out[0] + 8, KILN_DW_CLAMP8(c0));
+  _mm256_storeu_ps(out[1], KILN_DW_CLAMP8(a1)), _mm256_storeu_ps(out[1] + 8, KILN_DW_CLAMP8(c1));
+  _mm256_storeu_ps(out[2], KILN_DW_CLAMP8(a2)), _mm256_storeu_ps(out[2] + 8, KILN_DW_CLAMP8(c2));
+  _mm256_storeu_ps(out[3], KILN_DW_CLAMP8(a3)), _mm256_storeu_ps(out[3] + 8, KILN_DW_CLAMP8(c3));
+#undef KILN_DW_CLAMP8
+#else
+  for (int p = 0; p < KILN_DW_PX; ++p)
+    kiln_dw_one_portable(px[p], taps, toff, tw, wt, bias, clamp, out[p]);
+#endif
+}
+
+/* One pixel x 16 channels (border pixels, a row's last pixels), in
+ * registers as the full block. */
+static inline void kiln_dw_block_one(const float* px, int64_t taps, const int64_t* toff,
+                                     const int64_t* tw, const float* wt, const float* bias,
+                                     const float* clamp, float* out) {
+#if defined(__AVX512F__)
+  __m512 a = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t)
+    a = _mm512_fmadd_ps(_mm512_loadu_ps(px + toff[t]), _mm512_loadu_ps(wt + tw[t]), a);
+  _mm512_storeu_ps(out, _mm512_min_ps(_mm512_set1_ps(clamp[1]),
+                                      _mm512_max_ps(_mm512_set1_ps(clamp[0]), a)));
+#elif defined(__AVX2__) && defined(__FMA__)
+  __m256 a = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+  __m256 c = bias ? _mm256_loadu_ps(bias + 8) : _mm256_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t) {
+    a = _mm256_fmadd_ps(_mm256_loadu_ps(px + toff[t]), _mm256_loadu_ps(wt + tw[t]), a);
+    c = _mm256_fmadd_ps(_mm256_loadu_ps(px + toff[t] + 8), _mm256_loadu_ps(wt + tw[t] + 8), c);
+  }
+  const __m256 lo = _mm256_set1_ps(clamp[0]), hi = _mm256_set1_ps(clamp[1]);
+  _mm256_storeu_ps(out, _mm256_min_ps(hi, _mm256_max_ps(lo, a)));
+  _mm256_storeu_ps(out + 8, _mm256_min_ps(hi, _mm256_max_ps(lo, c)));
+#else
+  kiln_dw_one_portable(px, taps, toff, tw, wt, bias, clamp, out);
+#endif
+}
+
+static inline void kiln_dw_block(int64_t np, int64_t cw, const float* const* px, int64_t taps,
+                                 const int64_t* toff, const int64_t* tw, const float* wt,
+                                 const float* bias, const float* clamp, float* const* out) {
+  if (cw < KILN_DW_CB) /* a channel tail */
+    kiln_dw_block_any(np, cw, px, taps, toff, tw, wt, bias, clamp, out);
+  else if (np == KILN_DW_PX)
+    kiln_dw_block_full(px, taps, toff, tw, wt, bias, clamp, out);
+  else
+    for (int64_t p = 0; p < np; ++p) kiln_dw_block_one(px[p], taps, toff, tw, wt, bias, clamp, out[p]);
+}
+
+void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a, const float* wt,
+                                                 int64_t n, int64_t i, const float* clamp,
+                                                 float* yrow) {
+  const int64_t C = a->c, H = a->h, W = a->w, Wo = a->wo, kh = a->kh, kw = a->kw;
+  const float* xn = a->x + n * H * W * C;
+  /* The row's taps whose input row is inside: their offsets from a
+   * pixel's column base (x at column j sw - pw of row 0) and weight rows.
+   * kh * kw is at most KILN_CONV_DW_NHWC_TAPS (the driver's check). */
+  int64_t toff[KILN_CONV_DW_NHWC_TAPS], tw[KILN_CONV_DW_NHWC_TAPS], tcol[KILN_CONV_DW_NHWC_TAPS];
+  int64_t taps = 0;
+  for (int64_t u = 0; u < kh; ++u) {
+    const int64_t hi = i * a->sh - a->ph + u * a->dh;
+    if (hi < 0 || hi >= H) continue;
+    for (int64_t v = 0; v < kw; ++v, ++taps) {
+      tcol[taps] = v * a->dw;
+      toff[taps] = (hi * W + v * a->dw) * C;
+      tw[taps] = (u * kw + v) * C;
+    }
+  }
+  /* Interior columns: every tap's column inside, [jl, jh). */
+  const int64_t reach = (kw - 1) * a->dw;
+  int64_t jl = (a->pw + a->sw - 1) / a->sw, jh = jl;
+  if (W - 1 - reach + a->pw >= 0) jh = (W - 1 - reach + a->pw) / a->sw + 1;
+  if (jh > Wo) jh = Wo;
+  if (jl > jh) jl = jh;
+  for (int64_t c0 = 0; c0 < C; c0 += KILN_DW_CB) {
+    const int64_t cw = C - c0 < KILN_DW_CB ? C - c0 : KILN_DW_CB;
+    const float* bias = a->bias ? a->bias + c0 : NULL;
+    for (int64_t j = jl; j < jh; j += KILN_DW_PX) {
+      const int64_t np = jh - j < KILN_DW_PX ? jh - j : KILN_DW_PX;
+      const float* px[KILN_DW_PX];
+      float* out[KILN_DW_PX];
+      for (int64_t p = 0; p < KILN_DW_PX; ++p) {
+        const int64_t jj = j + (p < np ? p : 0);
+        px[p] = xn + (jj * a->sw - a->pw) * C + c0;
+        out[p] = yrow + jj * C + c0;
+      }
+      kiln_dw_block(np, cw, px, taps, toff, tw, wt + c0, bias, clamp, out);
+    }
+    /* Border columns: the taps whose column is inside, pixel by pixel. */
+    for (int64_t j = 0; j < Wo; ++j) {
+      if (j == jl) j = jh;
+      if (j >= Wo) break;
+      const int64_t col = j * a->sw - a->pw;
+      int64_t boff[KILN_CONV_DW_NHWC_TAPS], bw[KILN_CONV_DW_NHWC_TAPS], nb = 0;
+      for (int64_t t = 0; t < taps; ++t)
+        if (col + tcol[t] >= 0 && col + tcol[t] < W) boff[nb] = toff[t] + col * C, bw[nb++] = tw[t];
+      const float* px[1] = {xn + c0};
+      float* out[1] = {yrow + j * C + c0};
+      kiln_dw_block(1, cw, px, nb, boff, bw, wt + c0, bias, clamp, out);
+    }
+  }
+}
