@@ -158,6 +158,35 @@ def build_resnet18():
     return ResNet18().eval(), (torch.randn(1, 3, 224, 224),)
 
 
+class _PixelsToHidden(nn.Module):
+    """A transformers vision model taking pixel_values, returning the last
+    hidden state (one plain tensor)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(pixel_values=x, return_dict=False)[0]
+
+
+def build_mobilenet_v2():
+    """transformers' MobileNetV2 (its default config: width 1.0, 224x224,
+    TF-style explicit padding, ReLU6), random weights with non-trivial
+    batch norm statistics: depthwise and 1x1 convs, the edge-device
+    network people run on CPUs."""
+    from transformers import MobileNetV2Config, MobileNetV2Model
+    _seeded()
+    m = MobileNetV2Model(MobileNetV2Config())
+    for mod in m.modules():
+        if isinstance(mod, nn.BatchNorm2d):
+            with torch.no_grad():
+                mod.weight.uniform_(0.5, 1.5)
+                mod.running_mean.uniform_(-0.1, 0.1)
+                mod.running_var.uniform_(0.5, 1.5)
+    return _PixelsToHidden(m).eval(), (torch.randn(1, 3, 224, 224),)
+
+
 # --------------------------------------------------------------------------
 # transformers models
 # --------------------------------------------------------------------------
@@ -448,6 +477,8 @@ MODELS: dict[str, Spec] = {s.name: s for s in [
          params={"shapes": SHAPES, "example": (2, 64), "max_batch": 64, "max_seq": 512}),
     Spec("resnet18", build_resnet18, "ResNet-18 (random), batch 1, 3x224x224",
          quick_skip_inductor=True),
+    Spec("mobilenet_v2", build_mobilenet_v2,
+         "MobileNetV2 (transformers, random), batch 1, 3x224x224", quick_skip_inductor=True),
     Spec("train_mlp", build_train_mlp, "MLP training step (fwd+bwd+SGD), batch 64",
          train=True),
     Spec("train_transformer", build_train_transformer,

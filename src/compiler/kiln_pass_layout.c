@@ -84,9 +84,15 @@ static int kiln_layout_depthwise(const kiln_graph_t* g, const kiln_node_t* n) {
 }
 
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
-  if (n->op == KILN_OP_PAD) { /* rides along: the same copy with its dims permuted */
+  if (n->op == KILN_OP_PAD) {
+    /* Rides along (the same copy with its dims permuted) after a conv or
+     * pool: never a region's entry, where NCHW it lets the conv after it
+     * gather its input (param 9) with no conversion, and channels-last a
+     * 3-channel image's pad copies runs of 3 floats. */
     const kiln_value_t* x = &g->values[n->inputs[0]];
-    return x->dtype == KILN_F32 && x->rank == 4;
+    if (x->dtype != KILN_F32 || x->rank != 4 || x->producer < 0) return 0;
+    const kiln_node_t* p = &g->nodes[x->producer];
+    return p->op != KILN_OP_PAD && kiln_layout_candidate(g, p);
   }
   if (n->op == KILN_OP_MAX_POOL2D) { /* rides along: NHWC is as cheap for it */
     const kiln_value_t* x = &g->values[n->inputs[0]];

@@ -185,8 +185,13 @@ class InvertedResidual(nn.Module):
         return x + y if self.residual else y
 
 
+class TfPad(nn.Module):
+    def forward(self, x):
+        return nn.functional.pad(x, (0, 1, 0, 1))
+
+
 def _mobilenet_like():
-    m = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.ReLU6(), InvertedResidual(16, 16, 1),
+    m = nn.Sequential(TfPad(), nn.Conv2d(3, 16, 3, 2, 0), nn.ReLU6(), InvertedResidual(16, 16, 1),
                       InvertedResidual(16, 24, 2), InvertedResidual(24, 24, 1)).eval()
     for mod in m.modules():
         if isinstance(mod, nn.BatchNorm2d):
@@ -199,14 +204,15 @@ def test_mobilenet_blocks_channels_last(monkeypatch):
     """Depthwise convs and pads ride along in the 1x1 convs' region: every
     conv channels-last (the depthwise ones on their own kernel), the
     stride-1 pads folded into the depthwise convs, the stride-2 one a PAD
-    with its dims permuted; one conversion, out. Same outputs as eager and
-    as KILN_LAYOUT=nchw."""
+    with its dims permuted; one conversion, out. The stem's pad stays NCHW
+    (a pad never enters a region: the stem conv gathers its NCHW output).
+    Same outputs as eager and as KILN_LAYOUT=nchw."""
     torch.manual_seed(0)
     model, x = _mobilenet_like(), torch.randn(2, 3, 32, 32)
     compiled = _trace(model, x, monkeypatch=monkeypatch)
     ops = plan_ops(compiled)
     assert ops.count("conv2d_nhwc") == 10 and "conv2d" not in ops, ops
-    assert ops.count("pad") == 1 and ops.count("strided_copy") == 1, ops
+    assert ops.count("pad") == 2 and ops.count("strided_copy") == 1, ops
     with torch.no_grad():
         want = model.double()(x.double())
     torch.testing.assert_close(compiled(x).double(), want, **FP32_TOL)
@@ -221,7 +227,7 @@ def test_depthwise_with_an_infinite_weight_stays_nchw(monkeypatch):
     torch.manual_seed(0)
     model = _mobilenet_like()
     with torch.no_grad():
-        model[2].dw.weight[0, 0, 0, 0] = float("inf")
+        model[3].dw.weight[0, 0, 0, 0] = float("inf")
     x = torch.randn(1, 3, 32, 32)
     compiled = _trace(model, x, monkeypatch=monkeypatch)
     assert "conv2d" in plan_ops(compiled)
