@@ -162,6 +162,16 @@ static inline __attribute__((always_inline)) void kiln_gemm_rows_avx2(
       _mm256_storeu_ps(d + j, x0);
       _mm256_storeu_ps(d + j + 8, x1);
     }
+    /* A whole vector left unmasked: VMASKMOVPS's store is microcoded on
+     * AMD, many times a plain store's cost. */
+    if (j + 8 <= n) {
+      __m256 x = _mm256_loadu_ps(s + j);
+      if (bias) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
+      x = kiln_gemm_act_avx2(x, act);
+      if (r) x = _mm256_add_ps(x, _mm256_loadu_ps(r + j));
+      _mm256_storeu_ps(d + j, x);
+      j += 8;
+    }
     for (; j < n; j += 8) {
       /* Masked loads never touch (or fault on) the lanes past n. */
       __m256i mask = kiln_gemm_tail_mask_avx2(n - j);
