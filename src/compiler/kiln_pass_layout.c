@@ -222,6 +222,43 @@ static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char
   for (int32_t o = 0; o < g->n_outputs; ++o) need_nchw[g->outputs[o]] = 1;
 }
 
+/* The PAD a channels-last depthwise conv n takes as its own padding, or
+ * -1: a zero pad (+0.0) on H and W alone, at least as much at each end as
+ * at its start (the rest is the conv's PAD_*_END), of an x of concrete
+ * size, within the window's reach, read by n alone (uses), in the region
+ * (nhwc). A TF-style "same" pad before a stride-2 conv pads one more at the
+ * end, which CONV2D's symmetric padding cannot say: channels-last the pad
+ * was a copy of the tensor (MobileNetV2: four, 8 % of its time). The
+ * depthwise kernel skips taps past the input, exact for its finite weight
+ * (kiln_layout_depthwise). */
+static int32_t kiln_layout_end_pad(const kiln_graph_t* g, const kiln_node_t* n, const char* nhwc,
+                                   const int32_t* uses) {
+  if (!kiln_layout_is_depthwise(g, n)) return -1;
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  if (x->producer < 0 || !nhwc[x->producer] || uses[n->inputs[0]] != 1) return -1;
+  const kiln_node_t* pad = &g->nodes[x->producer];
+  const kiln_value_t* src = &g->values[pad->inputs[0]];
+  float fill = pad->fparams[KILN_FP(PAD, FILL)], zero = 0.0f;
+  if (pad->op != KILN_OP_PAD || pad->params[KILN_P(PAD, MODE)] != 0 ||
+      memcmp(&fill, &zero, sizeof zero) != 0 || kiln_dim_is_sym(src->shape[2]) ||
+      kiln_dim_is_sym(src->shape[3]))
+    return -1;
+  const int64_t* before = &pad->params[KILN_P(PAD, BEFORE)];
+  const int64_t* after = &pad->params[KILN_P(PAD, AFTER)];
+  if (before[0] || after[0] || before[1] || after[1]) return -1;
+  const kiln_value_t* w = &g->values[n->inputs[1]];
+  for (int d = 0; d < 2; ++d) {
+    const int64_t b = before[2 + d], a = after[2 + d];
+    const int64_t p = n->params[d ? KILN_P(CONV2D, PAD_W) : KILN_P(CONV2D, PAD_H)];
+    const int64_t reach = n->params[d ? KILN_P(CONV2D, DILATION_W) : KILN_P(CONV2D, DILATION_H)] *
+                          (w->shape[2 + d] - 1);
+    if (kiln_dim_is_sym(b) || kiln_dim_is_sym(a) || b < 0 || a < b || p + b > reach ||
+        a - b > reach)
+      return -1;
+  }
+  return x->producer;
+}
+
 kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
                                const kiln_hal_weights_t* weights, kiln_graph_t** out_graph,
                                kiln_layout_stats_t* st) {
@@ -239,10 +276,12 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
   int32_t* region_uses = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* region_x_uses = calloc((size_t)nv + 1, sizeof(int32_t));
   int32_t* nhwc_of = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* uses = malloc(sizeof(int32_t) * (size_t)(nv + 1));
+  int32_t* end_pad = malloc(sizeof(int32_t) * (size_t)(nn + 1)); /* kiln_layout_end_pad */
   kiln_rewriter_t rw;
   int rw_ready = 0;
   kiln_status_t s = !parent || !gaining || !convs || !need || !nhwc || !need_nchw || !nhwc_of ||
-                            !region_uses || !region_x_uses
+                            !region_uses || !region_x_uses || !uses || !end_pad
                         ? kiln_status_make(KILN_OUT_OF_MEMORY, "layout pass")
                         : kiln_ok();
   if (!s) {
@@ -319,6 +358,11 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
   memset(region_x_uses, 0, sizeof(int32_t) * ((size_t)nv + 1));
   kiln_layout_count_uses(g, nhwc, need_nchw, region_uses, region_x_uses);
   for (int32_t v = 0; v < nv; ++v) nhwc_of[v] = -1;
+  /* Pads the depthwise convs after them take as their own padding: not
+   * emitted; the conv reads the pad's input. */
+  kiln_graph_count_uses(g, uses);
+  for (int32_t ni = 0; ni < nn; ++ni)
+    end_pad[ni] = nhwc[ni] ? kiln_layout_end_pad(g, &g->nodes[ni], nhwc, uses) : -1;
 
   for (int32_t ni = 0; ni < nn && !s; ++ni) {
     const kiln_node_t* n = &g->nodes[ni];
@@ -326,10 +370,16 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
       s = kiln_rewriter_copy_node(&rw, n);
       continue;
     }
+    if (n->op == KILN_OP_PAD && uses[n->outputs[0]] == 1 && !need_nchw[n->outputs[0]]) {
+      int taken = 0;
+      for (int32_t nj = ni + 1; nj < nn && !taken; ++nj) taken = end_pad[nj] == ni;
+      if (taken) continue; /* the depthwise conv reading it pads instead */
+    }
+    const kiln_node_t* folded = end_pad[ni] >= 0 ? &g->nodes[end_pad[ni]] : NULL;
     int32_t ins[KILN_MAX_NODE_INPUTS] = {-1, -1, -1, -1, -1, -1, -1, -1};
     int x_nchw = 0;
     for (int32_t i = 0; i < n->n_inputs && !s; ++i) {
-      int32_t v = n->inputs[i];
+      int32_t v = i == 0 && folded ? folded->inputs[0] : n->inputs[i];
       if (v < 0) continue;
       if (i == 0 && nhwc_of[v] < 0 && region_uses[v] == 1 && region_x_uses[v] == 1) {
         /* The region's only read of an NCHW value, as a conv's x: the
@@ -368,6 +418,14 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
       int64_t params[KILN_MAX_PARAMS];
       memcpy(params, n->params, sizeof(params));
       params[KILN_P(CONV2D_NHWC, X_NCHW)] = x_nchw;
+      if (folded) { /* (N, C, H, W) pads: H and W at 2 and 3 */
+        const int64_t* b = &folded->params[KILN_P(PAD, BEFORE)];
+        const int64_t* a = &folded->params[KILN_P(PAD, AFTER)];
+        params[KILN_P(CONV2D_NHWC, PAD_H)] += b[2];
+        params[KILN_P(CONV2D_NHWC, PAD_W)] += b[3];
+        params[KILN_P(CONV2D_NHWC, PAD_H_END)] = a[2] - b[2];
+        params[KILN_P(CONV2D_NHWC, PAD_W_END)] = a[3] - b[3];
+      }
       s = kiln_graph_add_node(rw.dst, KILN_OP_CONV2D_NHWC, ins, n->n_inputs, params, KILN_P_COUNT(CONV2D_NHWC), NULL, 0,
                               n->origin, &nhwc_of[out]);
     }
@@ -389,5 +447,7 @@ done:
   free(region_uses);
   free(region_x_uses);
   free(nhwc_of);
+  free(uses);
+  free(end_pad);
   return s;
 }

@@ -473,6 +473,10 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     CORRUPT("graph section: node %u (%s): bf16 attention (flag %d, format %d.%d) in a file of "
             "format %d.%d", k, name, KILN_SDPA_BF16, KILN_FORMAT_MAJOR,
             KILN_FORMAT_MINOR_SDPA_BF16, KILN_FORMAT_MAJOR, (int)G->minor);
+  if (kiln_artifact_conv_pads_end(node) && G->minor < KILN_FORMAT_MINOR_CONV_PAD_END)
+    CORRUPT("graph section: node %u (%s): a conv's end padding (format %d.%d) in a file of format "
+            "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_CONV_PAD_END, KILN_FORMAT_MAJOR,
+            (int)G->minor);
   if (kiln_artifact_node_act(node) == KILN_ACT_RELU6 && G->minor < KILN_FORMAT_MINOR_RELU6)
     CORRUPT("graph section: node %u (%s): the relu6 activation (format %d.%d) in a file of format "
             "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_RELU6, KILN_FORMAT_MAJOR,

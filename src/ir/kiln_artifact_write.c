@@ -357,13 +357,14 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   kiln_format_put_u16(b + KILN_FORMAT_HDR_MAJOR, KILN_FORMAT_MAJOR);
   int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0, random = 0;
   int conv_bf16 = 0, round_y = 0, sdpa_bf16 = 0, conv_round_x = 0, solve = 0, bf16_rows = 0;
-  int every_key = 0; /* or RELU6: both 2.22 */
+  int every_key = 0; /* or RELU6, or a conv's end padding: all 2.22 */
   for (int32_t i = 0; i < g->n_nodes; ++i) {
     conv_round_x |= kiln_artifact_conv_rounds_x(&g->nodes[i]);
     round_y |= kiln_artifact_rounds_y(&g->nodes[i]);
     sdpa_bf16 |= g->nodes[i].op == KILN_OP_SDPA &&
                  (g->nodes[i].params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_BF16);
-    every_key |= kiln_artifact_node_act(&g->nodes[i]) == KILN_ACT_RELU6;
+    every_key |= kiln_artifact_node_act(&g->nodes[i]) == KILN_ACT_RELU6 ||
+                 kiln_artifact_conv_pads_end(&g->nodes[i]);
     every_key |= g->nodes[i].op == KILN_OP_SDPA &&
                  (g->nodes[i].params[KILN_P(SDPA, FLAGS)] & KILN_SDPA_EVERY_KEY);
     random |= g->nodes[i].op == KILN_OP_RANDOM;

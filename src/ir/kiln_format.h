@@ -232,9 +232,18 @@
  * refuses the flag in a file stamped older. */
 #define KILN_FORMAT_MINOR_SDPA_EVERY_KEY 22
 /* The minor version a file with a LINEAR or conv whose activation is
- * KILN_ACT_RELU6 is stamped with: a 2.21 reader refuses the node (an
- * activation out of range); this reader refuses it in a file stamped older. */
+ * KILN_ACT_RELU6, or a CONV2D_NHWC with end padding, is stamped with: a 2.21
+ * reader refuses the node (an activation out of range, a param past its
+ * layout); this reader refuses either in a file stamped older. */
 #define KILN_FORMAT_MINOR_RELU6 22
+#define KILN_FORMAT_MINOR_CONV_PAD_END 22
+
+/* 1 when node n is a CONV2D_NHWC with end padding (PAD_H_END, PAD_W_END:
+ * format 2.22, as the relu6 activation). */
+static inline int kiln_artifact_conv_pads_end(const kiln_node_t* n) {
+  return n->op == KILN_OP_CONV2D_NHWC &&
+         (n->params[KILN_P(CONV2D_NHWC, PAD_H_END)] || n->params[KILN_P(CONV2D_NHWC, PAD_W_END)]);
+}
 
 /* The activation param of node n (LINEAR, CONV2D, CONV2D_NHWC), else 0. */
 static inline int64_t kiln_artifact_node_act(const kiln_node_t* n) {

@@ -423,8 +423,12 @@
   P(DILATION_W, 1) P(GROUPS, 1)
 #define KILN_PARAMS_CONV2D(P)                                                          \
   KILN_PARAMS_CONV2D_COMMON(P) P(ACT, 1) P(RESIDUAL_BEFORE_ACT, 1) P(X_NCHW, 1) P(ROUND_X, 1)
-/* CONV2D_NHWC: as CONV2D; X_NCHW 1: x is (N, C, H, W), gathered as read. */
-#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P)
+/* CONV2D_NHWC: as CONV2D; X_NCHW 1: x is (N, C, H, W), gathered as read.
+ * PAD_H_END, PAD_W_END: zeros added past the input's end beyond PAD_H /
+ * PAD_W (a TF-style "same" pad at stride 2 pads one more at the end:
+ * kiln_pass_layout.c folds such a PAD into a depthwise conv), with x of
+ * concrete H and W; format 2.22. */
+#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P) P(PAD_H_END, 1) P(PAD_W_END, 1)
 /* CONV2D_GRAD_INPUT: as CONV2D's first seven, then the input's H and W. */
 #define KILN_PARAMS_CONV2D_GRAD_INPUT(P) KILN_PARAMS_CONV2D_COMMON(P) P(H, 1) P(W, 1)
 /* CONV2D_GRAD_WEIGHT: as CONV2D's first seven, then the kernel's size. */

@@ -282,6 +282,15 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
     FAIL("conv2d_nhwc: residual placement (residual_before_act) is 0 or 1");
   if ((unsigned long long)p[KILN_P(CONV2D_NHWC, ROUND_X)] > 1)
     FAIL("conv2d_nhwc: round_x is 0 or 1");
+  const int64_t end_h = p[KILN_P(CONV2D_NHWC, PAD_H_END)], end_w = p[KILN_P(CONV2D_NHWC, PAD_W_END)];
+  if (end_h || end_w) {
+    if (end_h < 0 || end_w < 0 || end_h > ((int64_t)1 << 40) || end_w > ((int64_t)1 << 40))
+      FAIL("conv2d_nhwc: end padding %lld, %lld is outside [0, 2^40]", (long long)end_h,
+           (long long)end_w);
+    if (kiln_dim_is_sym(H) || kiln_dim_is_sym(W))
+      FAIL("conv2d_nhwc: end padding takes an x of concrete height and width");
+    H += end_h, W += end_w; /* the window sees that many more rows and columns */
+  }
   int64_t shape[4] = {x->shape[0], 0, 0, O};
   KILN_RETURN_IF_ERROR(kiln_shape_window_out_size(
       "conv2d_nhwc height", H, w->shape[2], p[KILN_P(CONV2D_NHWC, STRIDE_H)],

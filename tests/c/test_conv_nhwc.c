@@ -288,7 +288,61 @@ static void nhwc_ct2_matches_ct(void) {
   free(w), free(src);
 }
 
+/* End padding (CONV2D_NHWC's PAD_H_END / PAD_W_END): y's size counts the
+ * extra rows and columns of zeros, which the kernels read as taps past the
+ * input. Against the reference on an explicitly zero-padded x: the
+ * depthwise kernel (dense weight) and the general one (groups 1), strides
+ * 2 and 1, end pads of 1 and 2 rows and 1 column. */
+static void nhwc_end_padding(kiln_pool_t* pool, const char* where) {
+  /* c, o, groups, h, w, k, stride, pad, end_h, end_w */
+  static const int64_t cases[][10] = {{32, 32, 32, 12, 12, 3, 2, 0, 1, 1},
+                                      {24, 24, 24, 9, 10, 3, 1, 1, 2, 1},
+                                      {16, 24, 1, 11, 8, 3, 2, 0, 1, 1}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+    const int64_t* p = cases[ci];
+    const int64_t C = p[0], O = p[1], G = p[2], H = p[3], W = p[4], K = p[5], S = p[6], P = p[7];
+    const int64_t eh = p[8], ew = p[9], Hp = H + 2 * P + eh, Wp = W + 2 * P + ew;
+    kiln_conv2d_f32_args_t a;
+    memset(&a, 0, sizeof a);
+    a.n = 1, a.c = C, a.h = H, a.w = W, a.o = O, a.kh = a.kw = K, a.sh = a.sw = S;
+    a.ph = a.pw = P, a.dh = a.dw = 1, a.groups = G, a.act = KILN_ACT_RELU6;
+    a.ho = nhwc_out(H + eh, K, S, P, 1), a.wo = nhwc_out(W + ew, K, S, P, 1);
+    const size_t nx = (size_t)(H * W * C), nxp = (size_t)(Hp * Wp * C), nw = (size_t)(O * C / G * K * K);
+    const size_t ny = (size_t)(a.ho * a.wo * O);
+    float* x = malloc(nx * sizeof(float));
+    float* xp = calloc(nxp, sizeof(float));
+    float* w = malloc(nw * sizeof(float));
+    float* bias = malloc((size_t)O * sizeof(float));
+    float* got = malloc(ny * sizeof(float));
+    float* want = malloc(ny * sizeof(float));
+    if (!x || !xp || !w || !bias || !got || !want) goto done;
+    kiln_test_fill_f32(x, nx, 91, -1.0f, 8.0f);
+    kiln_test_fill_f32(w, nw, 92, -1.0f, 1.0f);
+    kiln_test_fill_f32(bias, (size_t)O, 93, -1.0f, 1.0f);
+    for (int64_t i = 0; i < H; ++i)
+      memcpy(xp + ((i + P) * Wp + P) * C, x + i * W * C, (size_t)(W * C) * sizeof(float));
+    a.weight = w, a.bias = bias;
+    kiln_conv2d_f32_args_t r = a;
+    r.x = xp, r.h = Hp, r.w = Wp, r.ph = r.pw = 0, r.y = want;
+    kiln_conv2d_f32_nhwc_reference(&r);
+    a.x = x, a.y = got;
+    kiln_conv2d_f32_nhwc(&a, pool);
+    char what[160];
+    snprintf(what, sizeof what, "%s nhwc end padding c%lld g%lld s%lld p%lld end %lld,%lld", where,
+             (long long)C, (long long)G, (long long)S, (long long)P, (long long)eh, (long long)ew);
+    kiln_test_compare_f32(what, got, want, ny, 1e-5f, 1e-5f);
+    a.y = got; /* the reference reads the same args */
+    kiln_conv2d_f32_nhwc_reference(&a);
+    snprintf(what, sizeof what, "%s nhwc end padding reference c%lld g%lld", where, (long long)C,
+             (long long)G);
+    kiln_test_compare_f32(what, got, want, ny, 1e-6f, 1e-6f);
+  done:
+    free(x), free(xp), free(w), free(bias), free(got), free(want);
+  }
+}
+
 void kiln_test_suite_conv_nhwc(void) {
+  kiln_test_each_isa_and_pool(nhwc_end_padding);
   kiln_test_each_isa_and_pool(nhwc_level);
   kiln_test_each_isa_and_pool(nhwc_pool_level);
   nhwc_ct2_matches_ct();
