@@ -231,8 +231,48 @@ static void kiln_test_math_binary_i64(kiln_pool_t* pool, const char* where) {
   KILN_EXPECT(bg[0] == 0 && bg[1] == 0 && bg[2] == 0 && bg[3] == 1, "bitwise_and bool %s", where);
 }
 
+/* fmod, remainder and div_floor are exact (fmod is, and the others are
+ * torch's float formulas on it): the FMA path (kiln_math_binary.c) must
+ * give libm's fmodf bits on quotients just under and over integers, from
+ * 2^-140 to 2^127, up to and past its 2^23 limit, both signs, subnormal
+ * divisors. 65536 pairs a level. */
+static void kiln_test_math_fmod_exact(kiln_pool_t* pool, const char* where) {
+  enum { N = 65536 };
+  static float a[N], b[N], got[N], want[N];
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < N; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const int e = (int)(s >> 40) % 260 - 140;                      /* y's exponent */
+    const float y = ldexpf(1.0f + (float)((s >> 8) & 0xffff) / 65536.0f, e);
+    const int qe = (int)((s >> 24) % 27);                          /* quotient up to 2^26 */
+    const float k = floorf(ldexpf((float)((s >> 30) & 0xfff) / 4096.0f + 0.5f, qe));
+    float x = k * y;                                               /* rounded: near k */
+    switch ((s >> 56) % 4) {
+      case 0: x = nextafterf(x, INFINITY); break;
+      case 1: x = nextafterf(x, -INFINITY); break;
+      case 2: x = x * 1.0000001f; break;
+      default: break;
+    }
+    a[i] = (s >> 62) & 1 ? -x : x;
+    b[i] = (s >> 61) & 1 ? -y : y;
+  }
+  kiln_nd_t nd;
+  kiln_test_math_nd(&nd, 256, N / 256, 0, 0);
+  static const kiln_math_binary_t ops[] = {KILN_MATH_FMOD, KILN_MATH_REMAINDER,
+                                           KILN_MATH_DIV_FLOOR};
+  for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o) {
+    kiln_math_binary(ops[o], KILN_F32, &nd, got, a, b, pool);
+    for (int i = 0; i < N; ++i) want[i] = kiln_math_binary_f32_reference(ops[o], a[i], b[i]);
+    char what[96];
+    snprintf(what, sizeof(what), "%s f32 %s, quotients near integers", kiln_test_math_bnames[ops[o]],
+             where);
+    kiln_test_compare_ulps(what, a, got, want, N, 0);
+  }
+}
+
 static void kiln_test_math_level(kiln_pool_t* pool, const char* where) {
   kiln_test_math_unary(pool, where);
+  kiln_test_math_fmod_exact(pool, where);
   kiln_test_math_binary_f32(pool, where);
   kiln_test_math_binary_i64(pool, where);
 }
