@@ -20,7 +20,8 @@
  *      linear layer, which kiln_pass_fuse_gemm makes a LINEAR on x as laid
  *      out, its weight packed and quantized ahead of time); a conv reading a
  *      symmetric zero pad takes it as its own padding
- *      (kiln_simplify_conv_pad.c);
+ *      (kiln_simplify_conv_pad.c); an elementwise binary reads an expand's
+ *      source, broadcasting it itself (kiln_simplify_broadcast.c);
  *   5. common subexpressions: a node equal to an earlier one (op, canonical
  *      inputs, params) is replaced by it. Every kiln op is pure.
  * Nodes no graph output reaches any more are dropped. */
@@ -203,6 +204,7 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
       ++*out_rewrites;
       continue;
     }
+    *out_rewrites += kiln_simplify_fold_expand(g, nodes, n);
     *out_rewrites += kiln_simplify_match_pattern(g, nodes, uses, n);
     *out_rewrites += kiln_simplify_fold_conv_pad(g, nodes, n);
     *out_rewrites += kiln_simplify_matmul_transposes(g, nodes, n);

@@ -22,6 +22,12 @@ int kiln_simplify_match_pattern(const kiln_graph_t* graph, kiln_node_t* nodes,
 int kiln_simplify_compose_views(const kiln_graph_t* graph, const kiln_node_t* nodes,
                                 const int32_t* uses, kiln_node_t* n);
 
+/* Points an operand of an elementwise binary or WHERE that is a pure
+ * expand (a STRIDED_COPY of stride-0 dims) at the expand's source, the op
+ * broadcasting it itself (kiln_simplify_broadcast.c). Returns 1 when n
+ * changed. */
+int kiln_simplify_fold_expand(const kiln_graph_t* graph, const kiln_node_t* nodes, kiln_node_t* n);
+
 /* Rewrites a CONV2D reading a PAD of zeros on H and W, the same on both
  * sides, into the conv of the PAD's input with that much more padding
  * (kiln_simplify_conv_pad.c). Returns 1 when n changed. */
