@@ -1025,15 +1025,17 @@ def _sdpa_on_math_path(args, causal, scale, gqa):
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.fx.experimental.symbolic_shapes import optimization_hint
 
-    def probe(x):
+    def probe(x, is_mask=False):
         val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor):
             return None
         sizes, strides = ([int(optimization_hint(d)) for d in dims] for dims in (val.shape, val.stride()))
+        if is_mask:  # only its shape counts: one element, broadcast (an (S, S) mask of a long prompt)
+            return torch.empty(1, dtype=val.dtype).expand(sizes)
         return torch.empty_strided(sizes, strides, dtype=val.dtype)
 
     with unset_fake_temporarily():
-        q, k, v, mask = (probe(x) for x in args)
+        q, k, v, mask = probe(args[0]), probe(args[1]), probe(args[2]), probe(args[3], is_mask=True)
         if q is None or k is None or v is None:
             return False
         kw = {"scale": scale} if scale is not None else {}
