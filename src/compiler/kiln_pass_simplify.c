@@ -7,7 +7,8 @@
  *   2. a reshape of a reshape reads the first reshape's input, and chains
  *      of strided copies and reshapes become one strided copy when the
  *      views compose (kiln_simplify_views.c);
- *   3. identities make the node's output its input: a reshape or strided
+ *   3. identities make the node's output its input: a where of a constant
+ *      condition its branch, a reshape or strided
  *      copy to the same shape, a cast to the same dtype, x·1, x/1, x−0,
  *      x+(−0), and x+0 for integers (x+0 in floating point is not folded:
  *      −0 + 0 is +0, so it is not an identity bit for bit), and a transpose
@@ -59,6 +60,18 @@ static int kiln_simplify_is_identity(const kiln_graph_t* g, const kiln_node_t* n
     default:
       return 0;
   }
+}
+
+/* The input WHERE node n picks whatever its data: a constant one-element
+ * bool condition, the picked branch of n's result type; else -1. */
+static int32_t kiln_simplify_constant_where(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_WHERE || n->n_inputs != 3) return -1;
+  const kiln_value_t* c = &g->values[n->inputs[0]];
+  if (c->kind != KILN_VALUE_CONSTANT || c->dtype != KILN_BOOL || c->layout != KILN_LAYOUT_DENSE ||
+      kiln_value_numel(c) != 1 || !c->data || c->nbytes < 1)
+    return -1;
+  const int32_t pick = ((const uint8_t*)c->data)[0] ? n->inputs[1] : n->inputs[2];
+  return kiln_value_same_type(&g->values[pick], &g->values[n->outputs[0]]) ? pick : -1;
 }
 
 /* MUL and ADD by a constant on the left: swap so the identity check sees it
@@ -201,6 +214,15 @@ kiln_status_t kiln_pass_simplify(kiln_graph_t* g, kiln_graph_t** out_graph, int3
     }
     if (kiln_simplify_is_identity(g, n)) {
       canon[y] = n->inputs[0];
+      ++*out_rewrites;
+      continue;
+    }
+    /* where of a constant scalar condition (torch.lerp's decomposition
+     * tests its scalar weight < 0.5): the branch it picks, when that has
+     * the result's type; the other branch dies. */
+    const int32_t picked = kiln_simplify_constant_where(g, n);
+    if (picked >= 0) {
+      canon[y] = picked;
       ++*out_rewrites;
       continue;
     }

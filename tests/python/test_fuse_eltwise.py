@@ -199,3 +199,18 @@ def test_fused_artifact_round_trip(tmp_path):
     with torch.no_grad():
         want = model(q, k)
     torch.testing.assert_close(loaded(q, k), want, **FP32_TOL)
+
+
+def test_where_of_a_constant_condition_is_its_branch():
+    """torch.lerp with a scalar weight decomposes to where(weight < 0.5, a,
+    b) over both formulas; the condition is a constant, so simplify keeps
+    the branch it picks and only that one runs (one program, no where)."""
+    x = torch.randn(4, 64)
+    for w in (0.3, 0.7):
+        class Lerp(torch.nn.Module):
+            def forward(self, x):
+                return torch.lerp(x, x * 2.0, w)
+
+        compiled = compile_and_check(Lerp(), x, rtol=1e-6, atol=1e-6)
+        text = compiled.explain()
+        assert "where" not in text and compiled.stats()["kernel_calls"] == 1, text
