@@ -290,6 +290,21 @@ kiln_status_t kiln_graph_infer_node(const kiln_graph_t* g, const kiln_node_t* n,
         out->shape[d] = y;
         continue;
       }
+      /* Likewise a concatenation of symbolic sizes is their sum: two
+       * windows' (s - 5) // 2 + 1 each, 2 at both probes, made the sum a
+       * number 4 (fuzz seed 20123 graph 14006: refused at other sizes). */
+      if (n->op == KILN_OP_CAT && d == n->params[KILN_P(AXIS, AXIS)]) {
+        int64_t sum = 0;
+        int any_sym = 0;
+        for (int32_t i = 0; i < n->n_inputs; ++i) {
+          any_sym |= kiln_dim_is_sym(g->values[n->inputs[i]].shape[d]);
+          KILN_RETURN_IF_ERROR(kiln_dim_add(g->syms, sum, g->values[n->inputs[i]].shape[d], &sum));
+        }
+        if (any_sym && matches(g->syms, sum, v)) {
+          out->shape[d] = sum;
+          continue;
+        }
+      }
       if (v[0] == v[1]) {
         /* A number, unless an input's symbolic size has these values (and
          * the example's): the probes of an expression can agree (a size

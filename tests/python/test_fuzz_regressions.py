@@ -316,3 +316,29 @@ def test_an_eager_kernels_float_dtype_that_its_meta_does_not_say():
     c = kiln.trace(EagerThenKiln(), (x.abs() + 1,))
     with pytest.raises(ValueError, match=r"\('x'\): expected \(3, 2, 4\) float32, got \(3, 2, 4\) float64"):
         c(x.double().abs() + 1)
+
+
+def test_concatenated_windows_stay_symbolic():
+    """FINDINGS seed 20123 graph 14006: a strided conv's output width,
+    (w - 5) // 2 + 1, is 2 at both of kiln's probe bindings; the cat of two
+    such outputs was taken for the number 4, and other widths were refused.
+    The sum of symbolic sizes is now kept as their sum."""
+    from torch.export import Dim
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = torch.nn.Conv2d(1, 4, 3, stride=2, dilation=2)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return torch.cat([y, y], 3)
+
+    model = M().eval()
+    x = torch.randn(1, 1, 5, 8)
+    m = kiln.trace(model, (x,), dynamic_shapes=({2: Dim.AUTO, 3: Dim.AUTO},))
+    for w in (8, 11, 14):
+        xi = torch.randn(1, 1, 5, w)
+        with torch.no_grad():
+            torch.testing.assert_close(m(xi), model(xi), rtol=1e-5, atol=1e-6)
