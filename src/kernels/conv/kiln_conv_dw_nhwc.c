@@ -7,8 +7,9 @@
  * wt[(u kw + v) C + c], so a tap's channels are contiguous too. Pixels are
  * taken four at a time with their 4 x 16 channel sums in registers (each
  * tap: one row of 16 weights, four rows of 16 inputs, four FMAs), in
- * intrinsics at AVX2 and AVX-512, in plain C elsewhere (FMA contracted by
- * hand: ISO C mode, as kiln_conv_planes.c).
+ * intrinsics at AVX2 and AVX-512, in GCC's generic vectors elsewhere (NEON,
+ * SSE2); channel tails in plain C, FMA contracted by hand (ISO C mode, as
+ * kiln_conv_planes.c).
  *
  * Taps outside the input are skipped, not multiplied by zero: the same
  * sums wherever the weight is finite, and the layout pass runs a depthwise
