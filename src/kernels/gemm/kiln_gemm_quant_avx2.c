@@ -131,79 +131,76 @@ KILN_Q_AI __m256 kiln_q4_factor_avx2(int hi, int inverse) {
   return _mm256_setr_ps(lo, lo, lo, lo, up, up, up, up);
 }
 
-/* R rows x S panels; P = 2 keeps even and odd rows in separate
- * accumulators (more independent FMA chains when R * S is small). */
-KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int S, const int P, int64_t kg, int group,
-                                 int form, const float* a, int64_t lda, const float* asum,
-                                 const uint8_t* b, int64_t pstride, float* out, int64_t ostride) {
+/* R rows x one panel; P = 2 keeps even and odd rows in separate
+ * accumulators (more independent FMA chains when R is small). One panel at
+ * a time keeps the weights one stream in memory order: two panels at once
+ * (one row, sharing A's broadcasts) ran 1.25x slower on weights from DRAM
+ * at K = 1024 (Zen 5 at KILN_ISA=avx2: two streams restarting cold every
+ * 10 KiB), as fast at K = 4096 and on weights in cache. */
+KILN_Q_AI void kiln_q4_tile_avx2(const int R, const int P, int64_t kg, int group, int form,
+                                 const float* a, int64_t lda, const float* asum,
+                                 const uint8_t* b, float* out) {
   const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
   const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m256i m0 = kiln_q4_mask_avx2(0), m1 = kiln_q4_mask_avx2(1);
   /* Lane l of a weight vector holds column cols[l] (of its half). */
   const __m256i cols = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  __m256 o[4][4][2];
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < R; ++i) o[s][i][0] = o[s][i][1] = _mm256_setzero_ps();
+  __m256 o[4][2];
+  for (int i = 0; i < R; ++i) o[i][0] = o[i][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < kg; ++g) {
-    __m256 acc[4][4][2][2];
-    for (int s = 0; s < S; ++s)
-      for (int i = 0; i < R; ++i)
-        for (int h = 0; h < 2; ++h) acc[s][i][h][0] = acc[s][i][h][1] = _mm256_setzero_ps();
+    __m256 acc[4][2][2];
+    for (int i = 0; i < R; ++i)
+      for (int h = 0; h < 2; ++h) acc[i][h][0] = acc[i][h][1] = _mm256_setzero_ps();
     const uint8_t* gbase = b + g * gb;
     const float* ag = a + g * group;
-    for (int t = 0; t < group / 2; ++t) {
-      /* Every other row pair (32 bytes): each 64-byte line of the stream,
-       * group headers included, gets a prefetch KILN_GEMM_QUANT_PREFETCH bytes ahead. */
-      if ((t & 1) == 0)
-        for (int s = 0; s < S; ++s)
-          _mm_prefetch((const char*)(gbase + s * pstride + hdr + t * 16 + KILN_GEMM_QUANT_PREFETCH),
-                       _MM_HINT_T0);
-      for (int s = 0; s < S; ++s) {
-        const __m256i v = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128((const __m128i*)(gbase + s * pstride + hdr + t * 16)));
+    /* Two row pairs (32 bytes) a step, so that each 64-byte line of the
+     * stream, group headers included, gets one prefetch
+     * KILN_GEMM_QUANT_PREFETCH bytes ahead without a branch (groups are
+     * multiples of 32 rows). */
+    for (int t = 0; t < group / 2; t += 2) {
+      _mm_prefetch((const char*)(gbase + hdr + t * 16 + KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
+      for (int u = t; u < t + 2; ++u) {
+        const __m256i v =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(gbase + hdr + u * 16)));
         const __m256i v8 = _mm256_srli_epi32(v, 8);
         const __m256 w0 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m0));
         const __m256 w1 = _mm256_cvtepi32_ps(_mm256_and_si256(v, m1));
         const __m256 w2 = _mm256_cvtepi32_ps(_mm256_and_si256(v8, m0));
         const __m256 w3 = _mm256_cvtepi32_ps(_mm256_and_si256(v8, m1));
         for (int i = 0; i < R; ++i) {
-          const __m256 ae = _mm256_broadcast_ss(ag + i * lda + 2 * t);
-          const __m256 ao = _mm256_broadcast_ss(ag + i * lda + 2 * t + 1);
-          acc[s][i][0][0] = _mm256_fmadd_ps(ae, w0, acc[s][i][0][0]);
-          acc[s][i][1][0] = _mm256_fmadd_ps(ae, w1, acc[s][i][1][0]);
-          acc[s][i][0][P - 1] = _mm256_fmadd_ps(ao, w2, acc[s][i][0][P - 1]);
-          acc[s][i][1][P - 1] = _mm256_fmadd_ps(ao, w3, acc[s][i][1][P - 1]);
+          const __m256 ae = _mm256_broadcast_ss(ag + i * lda + 2 * u);
+          const __m256 ao = _mm256_broadcast_ss(ag + i * lda + 2 * u + 1);
+          acc[i][0][0] = _mm256_fmadd_ps(ae, w0, acc[i][0][0]);
+          acc[i][1][0] = _mm256_fmadd_ps(ae, w1, acc[i][1][0]);
+          acc[i][0][P - 1] = _mm256_fmadd_ps(ao, w2, acc[i][0][P - 1]);
+          acc[i][1][P - 1] = _mm256_fmadd_ps(ao, w3, acc[i][1][P - 1]);
         }
       }
     }
     /* o += scale * (sum - z * (A's group sum)), in the lanes' units: the
      * zero point is scaled by the lane factors, the result unscaled at the
      * end. */
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* sc = gbase + s * pstride; /* fp32 or bf16 scales, zero points */
-      for (int h = 0; h < 2; ++h) {
-        const __m256 sv = _mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 8 * h, bf16), cols);
-        const __m256 zv =
-            asym ? _mm256_mul_ps(_mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 16 + 8 * h, bf16), cols),
-                                 kiln_q4_factor_avx2(h, 0))
-                 : _mm256_mul_ps(_mm256_set1_ps(8.0f), kiln_q4_factor_avx2(h, 0));
-        for (int i = 0; i < R; ++i) {
-          const float* as = asum + (i * kg + g) * 2;
-          __m256 sum = P == 2 ? _mm256_add_ps(acc[s][i][h][0], acc[s][i][h][1]) : acc[s][i][h][0];
-          sum = _mm256_fnmadd_ps(zv, _mm256_set1_ps(as[0] + as[1]), sum);
-          o[s][i][h] = _mm256_fmadd_ps(sv, sum, o[s][i][h]);
-        }
+    const uint8_t* sc = gbase; /* fp32 or bf16 scales, zero points */
+    for (int h = 0; h < 2; ++h) {
+      const __m256 sv = _mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 8 * h, bf16), cols);
+      const __m256 zv =
+          asym ? _mm256_mul_ps(_mm256_permutevar8x32_ps(kiln_gemv_load8_avx2(sc, 16 + 8 * h, bf16), cols),
+                               kiln_q4_factor_avx2(h, 0))
+               : _mm256_mul_ps(_mm256_set1_ps(8.0f), kiln_q4_factor_avx2(h, 0));
+      for (int i = 0; i < R; ++i) {
+        const float* as = asum + (i * kg + g) * 2;
+        __m256 sum = P == 2 ? _mm256_add_ps(acc[i][h][0], acc[i][h][1]) : acc[i][h][0];
+        sum = _mm256_fnmadd_ps(zv, _mm256_set1_ps(as[0] + as[1]), sum);
+        o[i][h] = _mm256_fmadd_ps(sv, sum, o[i][h]);
       }
     }
   }
   /* Lanes back to column order: column c sits in lane back[c]. */
   const __m256i back = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < R; ++i)
-      for (int h = 0; h < 2; ++h)
-        _mm256_storeu_ps(out + s * ostride + i * 16 + 8 * h,
-                         _mm256_permutevar8x32_ps(
-                             _mm256_mul_ps(o[s][i][h], kiln_q4_factor_avx2(h, 1)), back));
+  for (int i = 0; i < R; ++i)
+    for (int h = 0; h < 2; ++h)
+      _mm256_storeu_ps(out + i * 16 + 8 * h,
+                       _mm256_permutevar8x32_ps(_mm256_mul_ps(o[i][h], kiln_q4_factor_avx2(h, 1)), back));
 }
 
 void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const float* a,
@@ -211,13 +208,8 @@ void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const 
                               float* out) {
   const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, form);
   if (m == 1) {
-    int q = 0;
-    for (; q + 2 <= panels; q += 2)
-      kiln_q4_tile_avx2(1, 2, 2, kg, group, form, a, lda, asum, b + q * pstride, pstride,
-                        out + q * ostride, ostride);
-    if (q < panels)
-      kiln_q4_tile_avx2(1, 1, 2, kg, group, form, a, lda, asum, b + q * pstride, pstride,
-                        out + q * ostride, ostride);
+    for (int q = 0; q < panels; ++q)
+      kiln_q4_tile_avx2(1, 2, kg, group, form, a, lda, asum, b + q * pstride, out + q * ostride);
     return;
   }
   /* Up to 4 rows at a time, panel by panel (rows past 4 find the panel in
@@ -229,10 +221,10 @@ void kiln_f32_qb4w_gemv__avx2(int64_t m, int64_t kg, int group, int form, const 
       const uint8_t* bq = b + q * pstride;
       float* oi = out + q * ostride + i * 16;
       switch (m - i >= 4 ? 4 : (int)(m - i)) {
-        case 1: kiln_q4_tile_avx2(1, 1, 2, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
-        case 2: kiln_q4_tile_avx2(2, 1, 2, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
-        case 3: kiln_q4_tile_avx2(3, 1, 1, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
-        default: kiln_q4_tile_avx2(4, 1, 1, kg, group, form, ai, lda, si, bq, pstride, oi, ostride); break;
+        case 1: kiln_q4_tile_avx2(1, 2, kg, group, form, ai, lda, si, bq, oi); break;
+        case 2: kiln_q4_tile_avx2(2, 2, kg, group, form, ai, lda, si, bq, oi); break;
+        case 3: kiln_q4_tile_avx2(3, 1, kg, group, form, ai, lda, si, bq, oi); break;
+        default: kiln_q4_tile_avx2(4, 1, kg, group, form, ai, lda, si, bq, oi); break;
       }
     }
 }

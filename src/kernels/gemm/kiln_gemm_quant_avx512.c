@@ -172,10 +172,9 @@ KILN_Q_AI void kiln_q4_tile_avx512(const int R, const int S, int64_t kg, int gro
  * column (in lanes L = 0 only). */
 #define kiln_q4_col(u, m) (2 * (m) + ((u) & 1) + 8 * ((u) >> 1))
 
-KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int group, int form,
+KILN_Q_AI void kiln_q4_tile8_avx512(const int R, int64_t kg, int group, int form,
                                     const float* a, int64_t lda, const float* asum,
-                                    const uint8_t* b, int64_t pstride, float* out,
-                                    int64_t ostride) {
+                                    const uint8_t* b, float* out) {
   const int64_t gb = kiln_gemm_q4_group_bytes(group, form), hdr = kiln_gemm_q4_header_bytes(form);
   const int asym = kiln_gemm_q4_asym(form), bf16 = (form & KILN_GEMM_QUANT_BF16_SCALES) != 0;
   const __m512 table = asym ? _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
@@ -190,15 +189,13 @@ KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int gr
                               kiln_q4_col(u, 1), kiln_q4_col(u, 2), kiln_q4_col(u, 3),
                               kiln_q4_col(u, 0), kiln_q4_col(u, 1), kiln_q4_col(u, 2),
                               kiln_q4_col(u, 3));
-  __m512 o[2][3][4];
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < R; ++i)
-      for (int u = 0; u < 4; ++u) o[i][s][u] = _mm512_setzero_ps();
+  __m512 o[2][4];
+  for (int i = 0; i < R; ++i)
+    for (int u = 0; u < 4; ++u) o[i][u] = _mm512_setzero_ps();
   for (int64_t g = 0; g < kg; ++g) {
-    __m512 acc[2][3][4];
-    for (int s = 0; s < S; ++s)
-      for (int i = 0; i < R; ++i)
-        for (int u = 0; u < 4; ++u) acc[i][s][u] = _mm512_setzero_ps();
+    __m512 acc[2][4];
+    for (int i = 0; i < R; ++i)
+      for (int u = 0; u < 4; ++u) acc[i][u] = _mm512_setzero_ps();
     const uint8_t* gbase = b + g * gb + hdr;
     for (int t = 0; t < group / 8; ++t) {
       __m512 a0[2], a1[2];
@@ -207,66 +204,61 @@ KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int gr
         a0[i] = _mm512_permutexvar_ps(ia0, a8);
         a1[i] = _mm512_permutexvar_ps(ia1, a8);
       }
-      for (int s = 0; s < S; ++s) {
-        const uint8_t* src = gbase + s * pstride + 64 * t;
-        _mm_prefetch((const char*)(src + KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
-        __m512i v = _mm512_loadu_si512(src);
-        /* One load, in a register: GCC would fold it into each shift, 8
-         * 64-byte loads where the L1 serves one a cycle. */
-        __asm__("" : "+v"(v));
+      const uint8_t* src = gbase + 64 * t;
+      _mm_prefetch((const char*)(src + KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
+      __m512i v = _mm512_loadu_si512(src);
+      /* One load, in a register: GCC would fold it into each shift, 8
+       * 64-byte loads where the L1 serves one a cycle. */
+      __asm__("" : "+v"(v));
 #define KILN_Q4_NIBBLE(SHIFT, U, AV)                                                       \
   do {                                                                                     \
     __m512 w = _mm512_permutexvar_ps((SHIFT) ? _mm512_srli_epi32(v, (SHIFT)) : v, table); \
-    for (int i = 0; i < R; ++i) acc[i][s][U] = _mm512_fmadd_ps(AV[i], w, acc[i][s][U]);  \
+    for (int i = 0; i < R; ++i) acc[i][U] = _mm512_fmadd_ps(AV[i], w, acc[i][U]);         \
   } while (0)
-        KILN_Q4_NIBBLE(0, 0, a0);  /* b 0, h 0 */
-        KILN_Q4_NIBBLE(4, 2, a0);  /* b 0, h 1 */
-        KILN_Q4_NIBBLE(8, 0, a1);  /* b 1, h 0 */
-        KILN_Q4_NIBBLE(12, 2, a1); /* b 1, h 1 */
-        KILN_Q4_NIBBLE(16, 1, a0); /* b 2, h 0 */
-        KILN_Q4_NIBBLE(20, 3, a0); /* b 2, h 1 */
-        KILN_Q4_NIBBLE(24, 1, a1); /* b 3, h 0 */
-        KILN_Q4_NIBBLE(28, 3, a1); /* b 3, h 1 */
+      KILN_Q4_NIBBLE(0, 0, a0);  /* b 0, h 0 */
+      KILN_Q4_NIBBLE(4, 2, a0);  /* b 0, h 1 */
+      KILN_Q4_NIBBLE(8, 0, a1);  /* b 1, h 0 */
+      KILN_Q4_NIBBLE(12, 2, a1); /* b 1, h 1 */
+      KILN_Q4_NIBBLE(16, 1, a0); /* b 2, h 0 */
+      KILN_Q4_NIBBLE(20, 3, a0); /* b 2, h 1 */
+      KILN_Q4_NIBBLE(24, 1, a1); /* b 3, h 0 */
+      KILN_Q4_NIBBLE(28, 3, a1); /* b 3, h 1 */
 #undef KILN_Q4_NIBBLE
-      }
     }
-    for (int s = 0; s < S; ++s) {
-      const uint8_t* sc = b + g * gb + s * pstride;
-      const __m512 sv = kiln_q4_header16_avx512(sc, 0, bf16);
-      __m512 zv = _mm512_setzero_ps();
-      if (asym) zv = kiln_q4_header16_avx512(sc, 16, bf16);
-      for (int u = 0; u < 4; ++u) {
-        const __m512 su = _mm512_permutexvar_ps(iu[u], sv);
-        const __m512 zu = _mm512_maskz_permutexvar_ps(0x000F, iu[u], zv);
-        for (int i = 0; i < R; ++i) {
-          __m512 x = acc[i][s][u];
-          if (asym) {
-            const float* as = asum + (i * kg + g) * 2;
-            x = _mm512_fnmadd_ps(zu, _mm512_set1_ps(as[0] + as[1]), x);
-          }
-          o[i][s][u] = _mm512_fmadd_ps(su, x, o[i][s][u]);
+    const uint8_t* sc = b + g * gb;
+    const __m512 sv = kiln_q4_header16_avx512(sc, 0, bf16);
+    __m512 zv = _mm512_setzero_ps();
+    if (asym) zv = kiln_q4_header16_avx512(sc, 16, bf16);
+    for (int u = 0; u < 4; ++u) {
+      const __m512 su = _mm512_permutexvar_ps(iu[u], sv);
+      const __m512 zu = _mm512_maskz_permutexvar_ps(0x000F, iu[u], zv);
+      for (int i = 0; i < R; ++i) {
+        __m512 x = acc[i][u];
+        if (asym) {
+          const float* as = asum + (i * kg + g) * 2;
+          x = _mm512_fnmadd_ps(zu, _mm512_set1_ps(as[0] + as[1]), x);
         }
+        o[i][u] = _mm512_fmadd_ps(su, x, o[i][u]);
       }
     }
   }
   /* Per accumulator, the sum of its four 128-bit quarters (L = 0..3), then
    * columns interleaved back: u 0 / 1 hold the even / odd of 0-7, u 2 / 3
    * those of 8-15. */
-  for (int s = 0; s < S; ++s)
-    for (int i = 0; i < R; ++i) {
-      __m128 q[4];
-      for (int u = 0; u < 4; ++u) {
-        __m512 x = o[i][s][u];
-        __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-        q[u] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-      }
-      float* dst = out + s * ostride + i * 16;
-      _mm_storeu_ps(dst, _mm_unpacklo_ps(q[0], q[1]));
-      _mm_storeu_ps(dst + 4, _mm_unpackhi_ps(q[0], q[1]));
-      _mm_storeu_ps(dst + 8, _mm_unpacklo_ps(q[2], q[3]));
-      _mm_storeu_ps(dst + 12, _mm_unpackhi_ps(q[2], q[3]));
+  for (int i = 0; i < R; ++i) {
+    __m128 q[4];
+    for (int u = 0; u < 4; ++u) {
+      __m512 x = o[i][u];
+      __m256 h = _mm256_add_ps(_mm512_castps512_ps256(x),
+                               _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+      q[u] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
     }
+    float* dst = out + i * 16;
+    _mm_storeu_ps(dst, _mm_unpacklo_ps(q[0], q[1]));
+    _mm_storeu_ps(dst + 4, _mm_unpackhi_ps(q[0], q[1]));
+    _mm_storeu_ps(dst + 8, _mm_unpacklo_ps(q[2], q[3]));
+    _mm_storeu_ps(dst + 12, _mm_unpackhi_ps(q[2], q[3]));
+  }
 }
 
 #define KILN_Q4_CASE(R, S)                                                                 \
@@ -274,17 +266,12 @@ KILN_Q_AI void kiln_q4_tile8_avx512(const int R, const int S, int64_t kg, int gr
     kiln_q4_tile_avx512((R), (S), kg, group, form, a, lda, asum, bq, pstride, oq, ostride); \
     break;
 
-#define KILN_Q4_CASE8(R, S)                                                                 \
-  case (R) * 8 + (S):                                                                       \
-    kiln_q4_tile8_avx512((R), (S), kg, group, form, a, lda, asum, bq, pstride, oq, ostride); \
-    break;
-
 void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, const float* a,
                                 int64_t lda, const float* asum, const uint8_t* b, int panels,
                                 float* out) {
   const int64_t ostride = m * 16, pstride = kg * kiln_gemm_q4_group_bytes(group, form);
   /* R * S <= 6: 2 group and 2 running accumulators each, within 32 zmm. */
-  const int s_max = m == 1 ? 4 : m <= 3 ? 2 : 1;
+  const int s_max = m == 3 ? 2 : 1;
   if (m > 6) {
     /* 7..8 rows: rows 0-3 and then the rest, panel by panel (the second
      * pass finds the panel in L2). */
@@ -299,17 +286,15 @@ void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, cons
     return;
   }
   if (m <= 2) {
-    /* kiln_q4_tile8_avx512: 8 zmm per row and panel. */
-    const int s8 = m == 1 ? 3 : 1;
-    for (int q = 0; q < panels;) {
-      int s = panels - q < s8 ? panels - q : s8;
-      const uint8_t* bq = b + q * pstride;
-      float* oq = out + q * ostride;
-      switch ((int)m * 8 + s) {
-        KILN_Q4_CASE8(1, 1) KILN_Q4_CASE8(1, 2) KILN_Q4_CASE8(1, 3) KILN_Q4_CASE8(2, 1)
-        default: break;
-      }
-      q += s;
+    /* kiln_q4_tile8_avx512, one panel at a time: the weights one stream in
+     * memory order. Three panels at once (the A permutes shared) ran as
+     * fast on weights in L2 but 1.3x slower from DRAM at K = 1024 (10 KiB
+     * panels: two of three streams restart cold at every step). */
+    for (int q = 0; q < panels; ++q) {
+      if (m == 1)
+        kiln_q4_tile8_avx512(1, kg, group, form, a, lda, asum, b + q * pstride, out + q * ostride);
+      else
+        kiln_q4_tile8_avx512(2, kg, group, form, a, lda, asum, b + q * pstride, out + q * ostride);
     }
     return;
   }
@@ -318,8 +303,7 @@ void kiln_f32_qb4w_gemv__avx512(int64_t m, int64_t kg, int group, int form, cons
     const uint8_t* bq = b + q * pstride;
     float* oq = out + q * ostride;
     switch ((int)m * 8 + s) {
-      KILN_Q4_CASE(1, 1) KILN_Q4_CASE(1, 2) KILN_Q4_CASE(1, 3) KILN_Q4_CASE(1, 4)
-      KILN_Q4_CASE(2, 1) KILN_Q4_CASE(2, 2) KILN_Q4_CASE(3, 1) KILN_Q4_CASE(3, 2)
+      KILN_Q4_CASE(3, 1) KILN_Q4_CASE(3, 2)
       KILN_Q4_CASE(4, 1) KILN_Q4_CASE(5, 1) KILN_Q4_CASE(6, 1)
       default: break;
     }
