@@ -23,6 +23,7 @@
 #include "base/kiln_cpu.h"
 #include "ir/kiln_shape_common.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
 #include "kiln_test.h"
 
 typedef struct {
@@ -189,6 +190,13 @@ static void nhwc_level(kiln_pool_t* pool, const char* where) {
     nhwc_run(&dw, pool, where);
     dw.res_first = 1, dw.special = 1;
     nhwc_run(&dw, pool, where);
+    /* 1x1, 35 pixels: whole tiles straight to y (AVX-512), the last
+     * through the epilogue; a pair with a partial panel, then one panel. */
+    nhwc_case_t pw = {1, 8, 5, 7, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1,
+                      (kiln_activation_t)act};
+    nhwc_run(&pw, pool, where);
+    pw.res_first = 1, pw.o = 16, pw.special = 0;
+    nhwc_run(&pw, pool, where);
   }
   /* Several K blocks (K = 64 * 9 = 576 taps) and tile blocks. */
   nhwc_case_t big = {1, 64, 30, 30, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, KILN_ACT_RELU};
@@ -288,6 +296,75 @@ static void nhwc_ct2_matches_ct(void) {
   free(w), free(src);
 }
 
+/* The direct stores (kiln_conv_ct_y_t: the channels-last driver's whole
+ * tiles, AVX-512) against the tile through the GEMM epilogue of the same
+ * level, as the driver's other tiles go: bit for bit, for every
+ * activation, no residual / after / before the activation / aliasing y,
+ * a pair with a whole and with a partial second panel (masked lanes, and
+ * the floats between rows, left as they were) and a single panel, from
+ * the biases or from partial sums. */
+static void nhwc_direct_matches_epilogue(void) {
+  if (kiln_cpu_isa() != KILN_ISA_AVX512) return;
+  kiln_conv_ukernel_ct2_fn two = kiln_conv_ukernel_ct2_for(KILN_ISA_AVX512);
+  kiln_conv_ukernel_ct2_y_fn two_y = kiln_conv_ukernel_ct2_y_for(KILN_ISA_AVX512);
+  kiln_conv_ukernel_ct_fn one = kiln_conv_ukernel_ct_for(KILN_ISA_AVX512);
+  kiln_conv_ukernel_ct_y_fn one_y = kiln_conv_ukernel_ct_y_for(KILN_ISA_AVX512);
+  kiln_gemm_epilogue_fn ep = kiln_gemm_kernels_for(KILN_ISA_AVX512)->epilogue;
+  KILN_EXPECT(two && two_y && one && one_y, "AVX-512 has the direct-store kernels");
+  if (!two || !two_y || !one || !one_y) return;
+  enum { K = 23, W = KILN_CONV_PANEL_WIDE, PITCH = 97, LDY = 45 };
+  float w[2 * K * W], src[6 * PITCH], bias[32], cin[2][96], tmp[2][96];
+  float res[6 * LDY], got[6 * LDY], want[6 * LDY];
+  int64_t off[K];
+  uint32_t r = 777u;
+#define NHWC_RAND() ((float)((r = r * 1664525u + 1013904223u) >> 8) / 8388608.0f - 1.0f)
+  for (int i = 0; i < 2 * K * W; ++i) w[i] = NHWC_RAND();
+  for (int i = 0; i < 6 * PITCH; ++i) src[i] = 3.0f * NHWC_RAND();
+  for (int i = 0; i < 32; ++i) bias[i] = NHWC_RAND();
+  for (int i = 0; i < 192; ++i) cin[i / 96][i % 96] = 4.0f * NHWC_RAND();
+  for (int i = 0; i < 6 * LDY; ++i) res[i] = 2.0f * NHWC_RAND();
+  src[5] = NAN, src[PITCH + 7] = INFINITY; /* a NaN and an Inf through each activation */
+  for (int p = 0; p < K; ++p) off[p] = (p * 13) % PITCH;
+  const float* px[6];
+  for (int i = 0; i < 6; ++i) px[i] = src + i * PITCH;
+  int bad = 0, cases = 0;
+  for (int act = 0; act < KILN_ACT_COUNT; ++act)
+    for (int mode = 0; mode < 4; ++mode) /* no residual, after, before, aliasing y */
+      for (int cols = 0; cols < 3; ++cols) { /* second panel 16, 5; a single panel */
+        const int pair = cols < 2, cols1 = cols == 0 ? 16 : 5;
+        for (int64_t k = 1; k <= K; k += 11)
+          for (int from_cin = 0; from_cin < 2; ++from_cin) {
+            const int first = mode == 2;
+            for (int i = 0; i < 6 * LDY; ++i) got[i] = want[i] = mode == 3 ? res[i] : -7.0f;
+            const float* c0 = from_cin ? cin[0] : NULL;
+            const float* c1 = from_cin ? cin[1] : NULL;
+            /* Through memory, as kiln_conv_nhwc_store does. */
+            if (pair) two(k, w, K * W, px, off, bias, c0, c1, tmp[0], tmp[1]);
+            else one(k, w, px, off, bias, c0, tmp[0]);
+            const float* rw = mode == 0 ? NULL : mode == 3 ? want : res;
+            for (int s = 0; s < 1 + pair; ++s) {
+              const int64_t rows = s ? cols1 : W;
+              const float* rr = rw ? rw + s * W : NULL;
+              if (rr && first) {
+                for (int i = 0; i < 6; ++i)
+                  for (int j = 0; j < rows; ++j) tmp[s][i * W + j] += rr[i * LDY + j];
+                rr = NULL;
+              }
+              ep(6, rows, tmp[s], W, want + s * W, LDY, NULL, rr, LDY, (kiln_activation_t)act);
+            }
+            kiln_conv_ct_y_t yd = {got, mode == 0 ? NULL : mode == 3 ? got : res, LDY, first,
+                                   (kiln_activation_t)act, cols1};
+            if (pair) two_y(k, w, K * W, px, off, bias, c0, c1, &yd);
+            else one_y(k, w, px, off, bias, c0, &yd);
+            cases++;
+            if (memcmp(got, want, sizeof got)) bad++;
+          }
+      }
+#undef NHWC_RAND
+  KILN_EXPECT(bad == 0, "direct stores = the tile through the epilogue: %d of %d cases differ",
+              bad, cases);
+}
+
 /* End padding (CONV2D_NHWC's PAD_H_END / PAD_W_END): y's size counts the
  * extra rows and columns of zeros, which the kernels read as taps past the
  * input. Against the reference on an explicitly zero-padded x: the
@@ -346,4 +423,5 @@ void kiln_test_suite_conv_nhwc(void) {
   kiln_test_each_isa_and_pool(nhwc_level);
   kiln_test_each_isa_and_pool(nhwc_pool_level);
   nhwc_ct2_matches_ct();
+  nhwc_direct_matches_epilogue();
 }

@@ -23,6 +23,8 @@
 #include <immintrin.h>
 
 #include "kernels/conv/kiln_conv_internal.h"
+#include "kernels/gemm/kiln_gemm_act_avx512.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
 
 /* The implicit-GEMM microkernel (kiln_conv_ukernel_fn: 6 output channels
  * x 16 output pixels of a prepared row) stays the AVX2 one: its 16 pixels
@@ -36,71 +38,19 @@ void kiln_f32_conv_ukernel_6x16__avx512(int64_t k, const float* w, const float* 
   kiln_f32_conv_ukernel_6x16__avx2(k, w, src, off, bias6, cin, st);
 }
 
-/* The channel-vector microkernel (kiln_conv_ukernel_ct_fn): 6 output
- * pixels, each at its own place in the prepared input, x the 16 output
- * channels of one packed panel; per tap one weight row, a broadcast per
- * pixel. The twelve accumulators are named, not an array: with arrays GCC
- * set them up and summed them through the stack, and ResNet-18's NHWC
- * convs took 15.3-15.8 ms against 14.4-14.5 on one Zen 4 core. */
-void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const float* const* px,
-                                           const int64_t* off, const float* bias16,
-                                           const float* cin, float* out) {
-  const float *s0 = px[0], *s1 = px[1], *s2 = px[2], *s3 = px[3], *s4 = px[4], *s5 = px[5];
-  __m512 e0, e1, e2, e3, e4, e5;
-  if (cin) {
-    e0 = _mm512_loadu_ps(cin);
-    e1 = _mm512_loadu_ps(cin + 16);
-    e2 = _mm512_loadu_ps(cin + 32);
-    e3 = _mm512_loadu_ps(cin + 48);
-    e4 = _mm512_loadu_ps(cin + 64);
-    e5 = _mm512_loadu_ps(cin + 80);
-  } else {
-    e0 = e1 = e2 = e3 = e4 = e5 = _mm512_loadu_ps(bias16);
-  }
-  __m512 d0 = _mm512_setzero_ps(), d1 = d0, d2 = d0, d3 = d0, d4 = d0, d5 = d0;
-  int64_t p = 0;
-  for (; p + 2 <= k; p += 2, w += 32) {
-    const int64_t a = off[p], b = off[p + 1];
-    const __m512 wa = _mm512_loadu_ps(w), wb = _mm512_loadu_ps(w + 16);
-    e0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[a]), wa, e0);
-    e1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[a]), wa, e1);
-    e2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[a]), wa, e2);
-    e3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[a]), wa, e3);
-    e4 = _mm512_fmadd_ps(_mm512_set1_ps(s4[a]), wa, e4);
-    e5 = _mm512_fmadd_ps(_mm512_set1_ps(s5[a]), wa, e5);
-    d0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[b]), wb, d0);
-    d1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[b]), wb, d1);
-    d2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[b]), wb, d2);
-    d3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[b]), wb, d3);
-    d4 = _mm512_fmadd_ps(_mm512_set1_ps(s4[b]), wb, d4);
-    d5 = _mm512_fmadd_ps(_mm512_set1_ps(s5[b]), wb, d5);
-  }
-  if (p < k) {
-    const int64_t a = off[p];
-    const __m512 wa = _mm512_loadu_ps(w);
-    e0 = _mm512_fmadd_ps(_mm512_set1_ps(s0[a]), wa, e0);
-    e1 = _mm512_fmadd_ps(_mm512_set1_ps(s1[a]), wa, e1);
-    e2 = _mm512_fmadd_ps(_mm512_set1_ps(s2[a]), wa, e2);
-    e3 = _mm512_fmadd_ps(_mm512_set1_ps(s3[a]), wa, e3);
-    e4 = _mm512_fmadd_ps(_mm512_set1_ps(s4[a]), wa, e4);
-    e5 = _mm512_fmadd_ps(_mm512_set1_ps(s5[a]), wa, e5);
-  }
-  _mm512_storeu_ps(out, _mm512_add_ps(e0, d0));
-  _mm512_storeu_ps(out + 16, _mm512_add_ps(e1, d1));
-  _mm512_storeu_ps(out + 32, _mm512_add_ps(e2, d2));
-  _mm512_storeu_ps(out + 48, _mm512_add_ps(e3, d3));
-  _mm512_storeu_ps(out + 64, _mm512_add_ps(e4, d4));
-  _mm512_storeu_ps(out + 80, _mm512_add_ps(e5, d5));
-}
-
-/* Two panels at once (kiln_conv_ukernel_ct2_fn): 6 pixels x 32 output
- * channels, panel 1's weights at w + w_next. Each pixel's broadcast now
- * feeds two FMAs: one load per FMA was the single-panel kernel's bound on
- * a core with two 512-bit FMA units (Zen 5: ResNet-18's 3x3 convs at 63 %
- * of the FMA peak on two threads). Each output keeps the single kernel's
- * order exactly (even and odd taps in their own chains, added at the end),
+/* The channel-vector microkernels: 6 output pixels, each at its own place
+ * in the prepared input, x the 16 output channels of one packed panel
+ * (kiln_conv_ukernel_ct_fn) or of two (kiln_conv_ukernel_ct2_fn, panel 1's
+ * weights at w + w_next); per tap one weight row per panel, a broadcast
+ * per pixel. Two panels: each broadcast feeds two FMAs; one load per FMA
+ * was the single-panel kernel's bound on a core with two 512-bit FMA units
+ * (Zen 5: ResNet-18's 3x3 convs at 63 % of the FMA peak on two threads).
+ * Even and odd taps sum in chains of their own, added at the end, in both,
  * so a panel's values do not depend on whether it ran paired: 24
- * accumulators, four weight vectors and a broadcast fill 29 of the 32 zmm. */
+ * accumulators, four weight vectors and a broadcast fill 29 of the 32 zmm.
+ * The accumulators are named, not an array: with arrays GCC set them up
+ * and summed them through the stack (ResNet-18's NHWC convs 15.3-15.8 ms
+ * against 14.4-14.5 on one Zen 4 core). */
 #define KILN_CT2_INIT(E, CIN, B)                                   \
   E##0 = CIN ? _mm512_loadu_ps(CIN) : _mm512_loadu_ps(B);           \
   E##1 = CIN ? _mm512_loadu_ps(CIN + 16) : E##0;                    \
@@ -108,11 +58,11 @@ void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const floa
   E##3 = CIN ? _mm512_loadu_ps(CIN + 48) : E##0;                    \
   E##4 = CIN ? _mm512_loadu_ps(CIN + 64) : E##0;                    \
   E##5 = CIN ? _mm512_loadu_ps(CIN + 80) : E##0
-#define KILN_CT2_TAP(S, X, E, F, WE, WF)   \
-  do {                                      \
-    const __m512 bc = _mm512_set1_ps(S[X]); \
-    E = _mm512_fmadd_ps(bc, WE, E);         \
-    F = _mm512_fmadd_ps(bc, WF, F);         \
+#define KILN_CT2_TAP(S, X, E, F, WE, WF)     \
+  do {                                        \
+    const __m512 bc = _mm512_set1_ps(S[X]);   \
+    E = _mm512_fmadd_ps(bc, WE, E);           \
+    if (two) F = _mm512_fmadd_ps(bc, WF, F);  \
   } while (0)
 /* Tap X of the six pixels into accumulator sets E and F. */
 #define KILN_CT2_TAPS(X, E, F, WE, WF)    \
@@ -130,33 +80,113 @@ void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const floa
   _mm512_storeu_ps(OUT + 64, _mm512_add_ps(E##4, D##4));       \
   _mm512_storeu_ps(OUT + 80, _mm512_add_ps(E##5, D##5))
 
-void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_next,
-                                           const float* const* px, const int64_t* off,
-                                           const float* bias32, const float* cin0,
-                                           const float* cin1, float* out0, float* out1) {
+/* One panel (two 0) or two, then the tiles to out0 / out1 (6 x 16 each)
+ * or, with yd, to y (kiln_conv_ct_y_t) through act; two and act are
+ * constants in each instance. */
+static inline __attribute__((always_inline)) void kiln_conv_ct_6x32_avx512(
+    const int two, int64_t k, const float* w, int64_t w_next, const float* const* px,
+    const int64_t* off, const float* bias32, const float* cin0, const float* cin1, float* out0,
+    float* out1, const kiln_conv_ct_y_t* yd, const kiln_activation_t act) {
   const float *s0 = px[0], *s1 = px[1], *s2 = px[2], *s3 = px[3], *s4 = px[4], *s5 = px[5];
   const float* v = w + w_next;
   /* e / d: panel 0's even / odd taps; f / g: panel 1's. */
   __m512 e0, e1, e2, e3, e4, e5, f0, f1, f2, f3, f4, f5;
   KILN_CT2_INIT(e, cin0, bias32);
-  KILN_CT2_INIT(f, cin1, bias32 + 16);
   __m512 d0 = _mm512_setzero_ps(), d1 = d0, d2 = d0, d3 = d0, d4 = d0, d5 = d0;
   __m512 g0 = d0, g1 = d0, g2 = d0, g3 = d0, g4 = d0, g5 = d0;
+  if (two) {
+    KILN_CT2_INIT(f, cin1, bias32 + 16);
+  } else {
+    f0 = f1 = f2 = f3 = f4 = f5 = d0;
+  }
   int64_t p = 0;
   for (; p + 2 <= k; p += 2, w += 32, v += 32) {
     const int64_t a = off[p], b = off[p + 1];
-    const __m512 wa = _mm512_loadu_ps(w), va = _mm512_loadu_ps(v);
+    const __m512 wa = _mm512_loadu_ps(w), va = two ? _mm512_loadu_ps(v) : wa;
     KILN_CT2_TAPS(a, e, f, wa, va);
-    const __m512 wb = _mm512_loadu_ps(w + 16), vb = _mm512_loadu_ps(v + 16);
+    const __m512 wb = _mm512_loadu_ps(w + 16), vb = two ? _mm512_loadu_ps(v + 16) : wb;
     KILN_CT2_TAPS(b, d, g, wb, vb);
   }
   if (p < k) {
     const int64_t a = off[p];
-    const __m512 wa = _mm512_loadu_ps(w), va = _mm512_loadu_ps(v);
+    const __m512 wa = _mm512_loadu_ps(w), va = two ? _mm512_loadu_ps(v) : wa;
     KILN_CT2_TAPS(a, e, f, wa, va);
   }
-  KILN_CT2_STORE(out0, e, d);
-  KILN_CT2_STORE(out1, f, g);
+  if (!yd) {
+    KILN_CT2_STORE(out0, e, d);
+    if (two) {
+      KILN_CT2_STORE(out1, f, g);
+    }
+    return;
+  }
+  /* Panel 1's first cols1 channels are real (its last lanes masked). Both
+   * loads of a row before its stores: res may be y. */
+  float* y = yd->y;
+  const float* r = yd->res;
+  const int64_t ld = yd->ldy;
+  const int rf = yd->res_first;
+  const __mmask16 m1 = (__mmask16)((1u << yd->cols1) - 1u);
+#define KILN_CT2_Y_ROW(I)                                                           \
+  do {                                                                              \
+    __m512 x0 = _mm512_add_ps(e##I, d##I), x1 = _mm512_add_ps(f##I, g##I);         \
+    __m512 r0 = x0, r1 = x1;                                                        \
+    if (r) {                                                                        \
+      r0 = _mm512_loadu_ps(r + I * ld);                                             \
+      if (two) r1 = _mm512_maskz_loadu_ps(m1, r + I * ld + 16);                     \
+    }                                                                               \
+    if (r && rf) x0 = _mm512_add_ps(x0, r0), x1 = _mm512_add_ps(x1, r1);            \
+    x0 = kiln_gemm_act_avx512(x0, act);                                             \
+    if (two) x1 = kiln_gemm_act_avx512(x1, act);                                    \
+    if (r && !rf) x0 = _mm512_add_ps(x0, r0), x1 = _mm512_add_ps(x1, r1);           \
+    _mm512_storeu_ps(y + I * ld, x0);                                               \
+    if (two) {                                                                      \
+      if (m1 == 0xFFFF)                                                             \
+        _mm512_storeu_ps(y + I * ld + 16, x1);                                      \
+      else                                                                          \
+        _mm512_mask_storeu_ps(y + I * ld + 16, m1, x1);                             \
+    }                                                                               \
+  } while (0)
+  KILN_CT2_Y_ROW(0);
+  KILN_CT2_Y_ROW(1);
+  KILN_CT2_Y_ROW(2);
+  KILN_CT2_Y_ROW(3);
+  KILN_CT2_Y_ROW(4);
+  KILN_CT2_Y_ROW(5);
+#undef KILN_CT2_Y_ROW
+}
+
+void kiln_f32_conv_ct_ukernel_6x16__avx512(int64_t k, const float* w, const float* const* px,
+                                           const int64_t* off, const float* bias16,
+                                           const float* cin, float* out) {
+  kiln_conv_ct_6x32_avx512(0, k, w, 0, px, off, bias16, cin, NULL, out, NULL, NULL,
+                           KILN_ACT_NONE);
+}
+
+void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_next,
+                                           const float* const* px, const int64_t* off,
+                                           const float* bias32, const float* cin0,
+                                           const float* cin1, float* out0, float* out1) {
+  kiln_conv_ct_6x32_avx512(1, k, w, w_next, px, off, bias32, cin0, cin1, out0, out1, NULL,
+                           KILN_ACT_NONE);
+}
+
+void kiln_f32_conv_ct_ukernel_6x16_y__avx512(int64_t k, const float* w, const float* const* px,
+                                             const int64_t* off, const float* bias16,
+                                             const float* cin, const kiln_conv_ct_y_t* y) {
+#define KILN_CT_Y(A) \
+  kiln_conv_ct_6x32_avx512(0, k, w, 0, px, off, bias16, cin, NULL, NULL, NULL, y, A)
+  KILN_GEMM_EPILOGUE_BY_ACT(y->act, KILN_CT_Y)
+#undef KILN_CT_Y
+}
+
+void kiln_f32_conv_ct_ukernel_6x32_y__avx512(int64_t k, const float* w, int64_t w_next,
+                                             const float* const* px, const int64_t* off,
+                                             const float* bias32, const float* cin0,
+                                             const float* cin1, const kiln_conv_ct_y_t* y) {
+#define KILN_CT2_Y(A) \
+  kiln_conv_ct_6x32_avx512(1, k, w, w_next, px, off, bias32, cin0, cin1, NULL, NULL, y, A)
+  KILN_GEMM_EPILOGUE_BY_ACT(y->act, KILN_CT2_Y)
+#undef KILN_CT2_Y
 }
 #undef KILN_CT2_INIT
 #undef KILN_CT2_TAP

@@ -57,11 +57,45 @@ typedef void (*kiln_conv_ukernel_ct2_fn)(int64_t k, const float* w, int64_t w_ne
                                          const float* const* px, const int64_t* off,
                                          const float* bias32, const float* cin0,
                                          const float* cin1, float* out0, float* out1);
+/* Where a pair kernel may write a finished tile straight into y (the
+ * channels-last driver, whose tiles are 6 consecutive pixels ldy floats
+ * apart): for pixel i < 6 and channel j < 32 of the pair (16 of a panel
+ * alone; the pair's second panel's first cols1),
+ *     y[i * ldy + j] = act(t + res[i * ldy + j]) (res_first), or
+ *                      act(t) + res[i * ldy + j],
+ * t the pair kernel's out value; res NULL: no residual (res may alias y).
+ * The same operations in the same order as the tile through the GEMM
+ * epilogue (kiln_gemm_epilogue_fn), so the bits do not depend on the path,
+ * without the tile's round trip through memory and the call per panel:
+ * MobileNet-style 1x1 convs with 16-32 input channels spent as long
+ * storing their tiles as computing them. */
+typedef struct {
+  float* y;
+  const float* res;
+  int64_t ldy;
+  int res_first;
+  kiln_activation_t act;
+  int cols1; /* the pair's second panel: its first cols1 (1..16) channels */
+} kiln_conv_ct_y_t;
+typedef void (*kiln_conv_ukernel_ct_y_fn)(int64_t k, const float* w, const float* const* px,
+                                          const int64_t* off, const float* bias16,
+                                          const float* cin, const kiln_conv_ct_y_t* y);
+typedef void (*kiln_conv_ukernel_ct2_y_fn)(int64_t k, const float* w, int64_t w_next,
+                                           const float* const* px, const int64_t* off,
+                                           const float* bias32, const float* cin0,
+                                           const float* cin1, const kiln_conv_ct_y_t* y);
 #if defined(__x86_64__) || defined(__i386__)
 void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_next,
                                            const float* const* px, const int64_t* off,
                                            const float* bias32, const float* cin0,
                                            const float* cin1, float* out0, float* out1);
+void kiln_f32_conv_ct_ukernel_6x16_y__avx512(int64_t k, const float* w, const float* const* px,
+                                             const int64_t* off, const float* bias16,
+                                             const float* cin, const kiln_conv_ct_y_t* y);
+void kiln_f32_conv_ct_ukernel_6x32_y__avx512(int64_t k, const float* w, int64_t w_next,
+                                             const float* const* px, const int64_t* off,
+                                             const float* bias32, const float* cin0,
+                                             const float* cin1, const kiln_conv_ct_y_t* y);
 #endif
 /* Floats of partial sums a tile keeps between K blocks (kiln_conv_ct_run):
  * one panel's 6 x 16, or a pair's where panels go in pairs (ukernel2). */
@@ -101,7 +135,10 @@ KILN_CONV_ISAS(KILN_CONV_DECLARE_, ~)
  * through ukernel2 where there is one.
  * Each finished tile goes to store(store_ctx, q, rows, ti, np, tmp): panel
  * q, its first `rows` channels real, tile ti's first np pixels, tmp 6 x 16
- * pixel-major (the store may overwrite it). */
+ * pixel-major (the store may overwrite it); or, with y_direct.y set, a
+ * whole tile (6 pixels) whose first panel is whole straight to y_direct.y
+ * + (6 ti) ldy + 16 q (the residual at the same offset from y_direct.res)
+ * through ukernel_y / ukernel2_y. */
 typedef struct kiln_conv_ct_loop_s {
   kiln_conv_ukernel_ct_fn ukernel;
   kiln_conv_ukernel_ct2_fn ukernel2; /* or NULL: panels one at a time */
@@ -116,6 +153,9 @@ typedef struct kiln_conv_ct_loop_s {
   void (*store)(const void* store_ctx, int64_t q, int64_t rows, int64_t ti, int64_t np,
                 float* tmp);
   const void* store_ctx;
+  kiln_conv_ukernel_ct_y_fn ukernel_y;   /* or NULL */
+  kiln_conv_ukernel_ct2_y_fn ukernel2_y; /* or NULL */
+  kiln_conv_ct_y_t y_direct;             /* y NULL: every tile through store */
 } kiln_conv_ct_loop_t;
 
 /* Tiles [t0, t1) x panels [q0, q1) on pool thread `thread`. */
@@ -126,6 +166,8 @@ void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int6
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa); /* NULL: none */
+kiln_conv_ukernel_ct_y_fn kiln_conv_ukernel_ct_y_for(kiln_isa_t isa);   /* NULL: none */
+kiln_conv_ukernel_ct2_y_fn kiln_conv_ukernel_ct2_y_for(kiln_isa_t isa); /* NULL: none */
 kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa);
 
 #endif /* KILN_CONV_INTERNAL_H */
