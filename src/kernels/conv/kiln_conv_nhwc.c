@@ -55,7 +55,7 @@ typedef struct {
   const int64_t* off;    /* k tap offsets */
   const int64_t* vpos;   /* howo pixel bases */
   const float* wpk;      /* packed weights (panels of 16), every group */
-  int64_t nt, tb, noc, kc;
+  int64_t nt, tb, nb, noc, kc; /* tiles, the largest block, blocks, panel ranges */
   float* part;           /* partial sums, part_fl floats per thread, or NULL */
   int64_t part_fl;
   float* pad;            /* the zero-bordered copy, or NULL (x read in place) */
@@ -136,8 +136,9 @@ static void kiln_conv_nhwc_store_tile(const void* p, int64_t q, int64_t rows, in
  * NCHW driver shares (kiln_conv_ct.c). */
 static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
   const kiln_conv_nhwc_ctx_t* t = p;
+  /* Tile blocks and panel ranges as even as whole tiles and pairs allow. */
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
-  int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
+  int64_t t0 = bi * t->nt / t->nb, t1 = (bi + 1) * t->nt / t->nb;
   kiln_conv_ct_loop_t l = {t->ukernel, t->ukernel2, t->wpk,    t->bias, t->src,
                            t->vpos,    t->off,    t->k,    t->kc,
                            t->og,      t->howo,   t->part, t->part_fl,
@@ -154,6 +155,44 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
   const int64_t step = t->ukernel2 ? 2 : 1, units = kiln_conv_nhwc_cdiv(t->nq, step);
   int64_t q0 = step * (oc * units / t->noc), q1 = step * ((oc + 1) * units / t->noc);
   kiln_conv_ct_run(&l, t0, t1, q0 < t->nq ? q0 : t->nq, q1 < t->nq ? q1 : t->nq, thread);
+}
+
+/* The job's tasks: noc panel ranges (of `units` pairs, or panels where
+ * they go one at a time) x nb tile blocks (at least nb_min: the blocks the
+ * caches allow), each split evenly. A job lasts as long as its busiest
+ * thread: ceil(tasks / threads) tasks of the largest size, a task's cost
+ * its pairs x tiles plus half a tile per pair (the pair's weights, read
+ * again by each block: K x 32 floats against a tile's K x 12 FMAs). Among
+ * at least four tasks a thread (the pool hands them out as threads free
+ * up, evening out one the machine slows: two a thread ran ResNet-18's
+ * stride-2 3x3 convs 5 % slower), the cheapest; ties to the count nearest
+ * four a thread. The former rule (at least four tasks a
+ * thread, ranges first) made 8 ranges of 10 pairs (sizes 1 and 2: one
+ * thread ran 6 pair-tile columns, the other 4) and 9 tasks of 3 pairs.
+ * MobileNetV2's 7x7 960->320 and 14x14 576->96 at two threads. */
+static void kiln_conv_nhwc_split(int64_t units, int64_t nt, int64_t nb_min, int threads,
+                                 int64_t* noc, int64_t* nb) {
+  const int64_t b0 = nb_min < nt ? nb_min : nt;
+  *noc = 1, *nb = b0;
+  if (threads <= 1 || units * nt <= 1) return;
+  const int64_t want = 4 * threads < units * nt ? 4 * threads : units * nt;
+  int64_t best = -1;
+  /* Per range (block) size, only the fewest ranges (blocks) that give it:
+   * more of the same size only add tasks. A few dozen candidates a call. */
+  for (int64_t o = 1; o <= units; ++o) {
+    if (o > 1 && kiln_conv_nhwc_cdiv(units, o) == kiln_conv_nhwc_cdiv(units, o - 1)) continue;
+    for (int64_t b = b0; b <= nt && b <= b0 + 2 * want; ++b) {
+      if (b > b0 && kiln_conv_nhwc_cdiv(nt, b) == kiln_conv_nhwc_cdiv(nt, b - 1)) continue;
+      const int64_t tasks = o * b;
+      if (tasks < want) continue;
+      const int64_t cost = kiln_conv_nhwc_cdiv(tasks, threads) * kiln_conv_nhwc_cdiv(units, o) *
+                           (2 * kiln_conv_nhwc_cdiv(nt, b) + 1);
+      const int64_t miss = tasks > 4 * threads ? tasks - 4 * threads : 4 * threads - tasks;
+      const int64_t cur = *noc * *nb, cur_miss = cur > 4 * threads ? cur - 4 * threads : 4 * threads - cur;
+      if (best < 0 || cost < best || (cost == best && miss < cur_miss))
+        best = cost, *noc = o, *nb = b;
+    }
+  }
 }
 
 typedef struct {
@@ -242,16 +281,10 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
   if (multi && t.tb > KILN_CONV_NHWC_PART_BYTES / (6 * W * 4))
     t.tb = KILN_CONV_NHWC_PART_BYTES / (6 * W * 4);
   if (t.tb > t.nt) t.tb = t.nt;
-  int64_t nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
-  /* At least 4 tasks a thread, for balance: more panel ranges first (each
-   * a run of panels, in pairs where the level has a two-panel kernel), then
-   * smaller tile blocks. */
-  const int64_t step = t.ukernel2 ? 2 : 1, max_noc = kiln_conv_nhwc_cdiv(t.nq, step);
-  while (threads > 1 && nb * t.noc < 4 * threads && t.noc < max_noc) t.noc++;
-  if (threads > 1 && nb * t.noc < 4 * threads && t.tb > 1) {
-    t.tb = kiln_conv_nhwc_cdiv(t.nt, kiln_conv_nhwc_cdiv(4 * threads, t.noc));
-    nb = kiln_conv_nhwc_cdiv(t.nt, t.tb);
-  }
+  const int64_t step = t.ukernel2 ? 2 : 1;
+  kiln_conv_nhwc_split(kiln_conv_nhwc_cdiv(t.nq, step), t.nt, kiln_conv_nhwc_cdiv(t.nt, t.tb),
+                       threads, &t.noc, &t.nb);
+  t.tb = kiln_conv_nhwc_cdiv(t.nt, t.nb);
   t.part_fl = multi ? kiln_conv_nhwc_align16(t.tb * kiln_conv_ct_part_tile(t.ukernel2)) : 0;
 
   /* Scratch: tap offsets and pixel bases (int64), packed weights when
@@ -306,7 +339,7 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
       t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
       t.bias = a->bias ? a->bias + g * t.og : NULL;
       t.wpk = wall + g * t.nq * t.k * W;
-      kiln_pool_parallel_for(pool, (size_t)(nb * t.noc), kiln_conv_nhwc_task, &t);
+      kiln_pool_parallel_for(pool, (size_t)(t.nb * t.noc), kiln_conv_nhwc_task, &t);
     }
   }
   kiln_scratch_put(&kiln_conv_nhwc_scratch_, blk);
