@@ -183,6 +183,7 @@ kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa) {
 kiln_conv_ukernel_ct_y_fn kiln_conv_ukernel_ct_y_for(kiln_isa_t isa) {
 #if defined(__x86_64__) || defined(__i386__)
   if (kiln_conv_level(isa) == KILN_ISA_AVX512) return kiln_f32_conv_ct_ukernel_6x16_y__avx512;
+  if (kiln_conv_level(isa) == KILN_ISA_AVX2) return kiln_f32_conv_ct_ukernel_6x16_y__avx2;
 #endif
   (void)isa;
   return NULL;

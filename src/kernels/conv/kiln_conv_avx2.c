@@ -10,6 +10,8 @@
 #include <immintrin.h>
 
 #include "kernels/conv/kiln_conv_internal.h"
+#include "kernels/gemm/kiln_gemm_act_avx2.h"
+#include "kernels/gemm/kiln_gemm_internal.h"
 #include "kernels/kiln_transpose_avx2.h"
 
 #define KILN_CONV_A2_ROW(P, I, C0, C1)                     \
@@ -175,9 +177,11 @@ void kiln_f32_conv_ukernel_6x16__avx2(int64_t k, const float* w, const float* sr
     [s4] "r"(px[4]), [s5] "r"(px[5]), [init] "r"(init)                            \
   : "cc", "memory"
 
-void kiln_f32_conv_ct_ukernel_6x16__avx2(int64_t k, const float* w, const float* const* px,
-                                         const int64_t* off, const float* bias16, const float* cin,
-                                         float* out) {
+/* The tile, then either out (6 x 16) or, with yd, y (kiln_conv_ct_y_t:
+ * a whole panel) through act, a constant in each instance. */
+static inline __attribute__((always_inline)) void kiln_conv_ct_6x16_avx2(
+    int64_t k, const float* w, const float* const* px, const int64_t* off, const float* bias16,
+    const float* cin, float* out, const kiln_conv_ct_y_t* yd, const kiln_activation_t act) {
   __m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1, t;
   int64_t o;
   const float* init = bias16;
@@ -203,18 +207,58 @@ void kiln_f32_conv_ct_ukernel_6x16__avx2(int64_t k, const float* w, const float*
         KILN_CONV_CT_LOOP
         KILN_CONV_CT_OPERANDS);
   }
-  _mm256_storeu_ps(out + 0, c00);
-  _mm256_storeu_ps(out + 8, c01);
-  _mm256_storeu_ps(out + 16, c10);
-  _mm256_storeu_ps(out + 24, c11);
-  _mm256_storeu_ps(out + 32, c20);
-  _mm256_storeu_ps(out + 40, c21);
-  _mm256_storeu_ps(out + 48, c30);
-  _mm256_storeu_ps(out + 56, c31);
-  _mm256_storeu_ps(out + 64, c40);
-  _mm256_storeu_ps(out + 72, c41);
-  _mm256_storeu_ps(out + 80, c50);
-  _mm256_storeu_ps(out + 88, c51);
+  if (!yd) {
+    _mm256_storeu_ps(out + 0, c00);
+    _mm256_storeu_ps(out + 8, c01);
+    _mm256_storeu_ps(out + 16, c10);
+    _mm256_storeu_ps(out + 24, c11);
+    _mm256_storeu_ps(out + 32, c20);
+    _mm256_storeu_ps(out + 40, c21);
+    _mm256_storeu_ps(out + 48, c30);
+    _mm256_storeu_ps(out + 56, c31);
+    _mm256_storeu_ps(out + 64, c40);
+    _mm256_storeu_ps(out + 72, c41);
+    _mm256_storeu_ps(out + 80, c50);
+    _mm256_storeu_ps(out + 88, c51);
+    return;
+  }
+  /* Both loads of a row before its stores: res may be y. */
+  float* y = yd->y;
+  const float* r = yd->res;
+  const int64_t ld = yd->ldy;
+  const int rf = yd->res_first;
+#define KILN_CT_Y_ROW(I, X0, X1)                                                   \
+  do {                                                                             \
+    __m256 x0 = X0, x1 = X1, r0 = x0, r1 = x1;                                     \
+    if (r) r0 = _mm256_loadu_ps(r + I * ld), r1 = _mm256_loadu_ps(r + I * ld + 8); \
+    if (r && rf) x0 = _mm256_add_ps(x0, r0), x1 = _mm256_add_ps(x1, r1);           \
+    x0 = kiln_gemm_act_avx2(x0, act);                                              \
+    x1 = kiln_gemm_act_avx2(x1, act);                                              \
+    if (r && !rf) x0 = _mm256_add_ps(x0, r0), x1 = _mm256_add_ps(x1, r1);          \
+    _mm256_storeu_ps(y + I * ld, x0);                                              \
+    _mm256_storeu_ps(y + I * ld + 8, x1);                                          \
+  } while (0)
+  KILN_CT_Y_ROW(0, c00, c01);
+  KILN_CT_Y_ROW(1, c10, c11);
+  KILN_CT_Y_ROW(2, c20, c21);
+  KILN_CT_Y_ROW(3, c30, c31);
+  KILN_CT_Y_ROW(4, c40, c41);
+  KILN_CT_Y_ROW(5, c50, c51);
+#undef KILN_CT_Y_ROW
+}
+
+void kiln_f32_conv_ct_ukernel_6x16__avx2(int64_t k, const float* w, const float* const* px,
+                                         const int64_t* off, const float* bias16, const float* cin,
+                                         float* out) {
+  kiln_conv_ct_6x16_avx2(k, w, px, off, bias16, cin, out, NULL, KILN_ACT_NONE);
+}
+
+void kiln_f32_conv_ct_ukernel_6x16_y__avx2(int64_t k, const float* w, const float* const* px,
+                                           const int64_t* off, const float* bias16,
+                                           const float* cin, const kiln_conv_ct_y_t* y) {
+#define KILN_CT_Y(A) kiln_conv_ct_6x16_avx2(k, w, px, off, bias16, cin, NULL, y, A)
+  KILN_GEMM_EPILOGUE_BY_ACT(y->act, KILN_CT_Y)
+#undef KILN_CT_Y
 }
 
 void kiln_f32_conv_ct_store6__avx2(const float* tmp, float* y, int64_t ldy, int64_t rows,

@@ -74,7 +74,7 @@ static inline __attribute__((always_inline)) void kiln_conv_ct_loop(
         const int direct = last && l->y_direct.y && np == M && rows[0] == W;
         if (pairs && nq == 2) {
           float* acc1 = acc ? acc + M * W : NULL;
-          if (direct) {
+          if (direct && l->ukernel2_y) {
             kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, rows[1]);
             l->ukernel2_y(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
                           first ? NULL : acc1, &yt);
@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void kiln_conv_ct_loop(
           l->ukernel2(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
                       first ? NULL : acc1, last ? tmp[0] : acc, last ? tmp[1] : acc1);
         } else {
-          if (direct) {
+          if (direct && l->ukernel_y) {
             kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, W);
             l->ukernel_y(kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc, &yt);
             continue;

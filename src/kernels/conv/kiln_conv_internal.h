@@ -89,6 +89,9 @@ void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_
                                            const float* const* px, const int64_t* off,
                                            const float* bias32, const float* cin0,
                                            const float* cin1, float* out0, float* out1);
+void kiln_f32_conv_ct_ukernel_6x16_y__avx2(int64_t k, const float* w, const float* const* px,
+                                           const int64_t* off, const float* bias16,
+                                           const float* cin, const kiln_conv_ct_y_t* y);
 void kiln_f32_conv_ct_ukernel_6x16_y__avx512(int64_t k, const float* w, const float* const* px,
                                              const int64_t* off, const float* bias16,
                                              const float* cin, const kiln_conv_ct_y_t* y);

@@ -146,7 +146,7 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
                            {NULL, NULL, 0, 0, KILN_ACT_NONE, 0}};
   /* Whole tiles go straight to y where the level has the kernels
    * (kiln_conv_ct_y_t). */
-  if (t->ukernel_y && t->ukernel2_y) {
+  if (t->ukernel_y && (t->ukernel2_y || !t->ukernel2)) {
     l.ukernel_y = t->ukernel_y, l.ukernel2_y = t->ukernel2_y;
     l.y_direct = (kiln_conv_ct_y_t){t->y, t->res, t->a->o, t->a->residual_before_act, t->a->act,
                                     KILN_CONV_PANEL_WIDE};

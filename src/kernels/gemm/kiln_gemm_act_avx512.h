@@ -7,6 +7,7 @@
 #define KILN_GEMM_ACT_AVX512_H
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "base/kiln_activation.h"
 
