@@ -292,6 +292,20 @@ static void nhwc_ct2_matches_ct(void) {
       one(k, w + K * W, px, off, bias + 16, from_cin ? cin[1] : NULL, want[1]);
       KILN_EXPECT(!memcmp(got, want, sizeof got), "two panels = two single panels, k %lld, %s",
                   (long long)k, from_cin ? "from partial sums" : "from the biases");
+      /* A partial tile's kernels: its first np rows, the same bits. */
+      kiln_conv_ukernel_ct2_np_fn two_np = kiln_conv_ukernel_ct2_np_for(KILN_ISA_AVX512);
+      kiln_conv_ukernel_ct_np_fn one_np = kiln_conv_ukernel_ct_np_for(KILN_ISA_AVX512);
+      KILN_EXPECT(two_np && one_np, "AVX-512 has the partial-tile kernels");
+      for (int np = 1; np <= 6 && two_np && one_np; ++np) {
+        float part[2][96], part1[96];
+        two_np(np, k, w, K * W, px, off, bias, from_cin ? cin[0] : NULL, from_cin ? cin[1] : NULL,
+               part[0], part[1]);
+        one_np(np, k, w + K * W, px, off, bias + 16, from_cin ? cin[1] : NULL, part1);
+        KILN_EXPECT(!memcmp(part[0], got[0], sizeof(float) * 16 * (size_t)np) &&
+                        !memcmp(part[1], got[1], sizeof(float) * 16 * (size_t)np) &&
+                        !memcmp(part1, want[1], sizeof(float) * 16 * (size_t)np),
+                    "a tile's first %d pixels = the whole tile's, k %lld", np, (long long)k);
+      }
     }
   free(w), free(src);
 }
@@ -301,8 +315,9 @@ static void nhwc_ct2_matches_ct(void) {
  * level, as the driver's other tiles go: bit for bit, for every
  * activation, no residual / after / before the activation / aliasing y,
  * a pair with a whole and with a partial second panel (masked lanes, and
- * the floats between rows, left as they were) and a single panel, from
- * the biases or from partial sums. */
+ * the floats between rows, left as they were) and a single panel, tiles
+ * of 6, 4 and 1 pixels (the rows past them left as they were), from the
+ * biases or from partial sums. */
 static void nhwc_direct_level(kiln_isa_t isa) {
   kiln_conv_ukernel_ct2_fn two = kiln_conv_ukernel_ct2_for(isa);
   kiln_conv_ukernel_ct2_y_fn two_y = kiln_conv_ukernel_ct2_y_for(isa);
@@ -332,7 +347,8 @@ static void nhwc_direct_level(kiln_isa_t isa) {
       for (int cols = two ? 0 : 2; cols < 3; ++cols) { /* second panel 16, 5; one panel */
         const int pair = cols < 2, cols1 = cols == 0 ? 16 : 5;
         for (int64_t k = 1; k <= K; k += 11)
-          for (int from_cin = 0; from_cin < 2; ++from_cin) {
+          for (int v = 0; v < 6; ++v) {
+            const int from_cin = v & 1, np = v < 2 ? 6 : v < 4 ? 4 : 1; /* pixels stored */
             const int first = mode == 2;
             for (int i = 0; i < 6 * LDY; ++i) got[i] = want[i] = mode == 3 ? res[i] : -7.0f;
             const float* c0 = from_cin ? cin[0] : NULL;
@@ -345,14 +361,14 @@ static void nhwc_direct_level(kiln_isa_t isa) {
               const int64_t rows = s ? cols1 : W;
               const float* rr = rw ? rw + s * W : NULL;
               if (rr && first) {
-                for (int i = 0; i < 6; ++i)
+                for (int i = 0; i < np; ++i)
                   for (int j = 0; j < rows; ++j) tmp[s][i * W + j] += rr[i * LDY + j];
                 rr = NULL;
               }
-              ep(6, rows, tmp[s], W, want + s * W, LDY, NULL, rr, LDY, (kiln_activation_t)act);
+              ep(np, rows, tmp[s], W, want + s * W, LDY, NULL, rr, LDY, (kiln_activation_t)act);
             }
             kiln_conv_ct_y_t yd = {got, mode == 0 ? NULL : mode == 3 ? got : res, LDY, first,
-                                   (kiln_activation_t)act, cols1};
+                                   (kiln_activation_t)act, cols1, np};
             if (pair) two_y(k, w, K * W, px, off, bias, c0, c1, &yd);
             else one_y(k, w, px, off, bias, c0, &yd);
             cases++;

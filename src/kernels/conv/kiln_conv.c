@@ -180,6 +180,22 @@ kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa) {
   return NULL;
 }
 
+kiln_conv_ukernel_ct_np_fn kiln_conv_ukernel_ct_np_for(kiln_isa_t isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (kiln_conv_level(isa) == KILN_ISA_AVX512) return kiln_f32_conv_ct_ukernel_6x16_np__avx512;
+#endif
+  (void)isa;
+  return NULL;
+}
+
+kiln_conv_ukernel_ct2_np_fn kiln_conv_ukernel_ct2_np_for(kiln_isa_t isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (kiln_conv_level(isa) == KILN_ISA_AVX512) return kiln_f32_conv_ct_ukernel_6x32_np__avx512;
+#endif
+  (void)isa;
+  return NULL;
+}
+
 kiln_conv_ukernel_ct_y_fn kiln_conv_ukernel_ct_y_for(kiln_isa_t isa) {
 #if defined(__x86_64__) || defined(__i386__)
   if (kiln_conv_level(isa) == KILN_ISA_AVX512) return kiln_f32_conv_ct_ukernel_6x16_y__avx512;
@@ -481,8 +497,8 @@ static void kiln_conv_ct_task(void* p, size_t task, int thread) {
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
   kiln_conv_ct_loop_t l = {t->ukernel_ct, t->ukernel_ct2, t->wpk + t->g * t->nq * t->k * KILN_CONV_PANEL_WIDE,
                            t->bias, t->src, t->vpos, t->off, t->k, t->kc, t->og, t->howo,
-                           t->part, t->part_fl, kiln_conv_ct_store_tile, t, NULL, NULL,
-                           {NULL, NULL, 0, 0, KILN_ACT_NONE, 0}};
+                           t->part, t->part_fl, kiln_conv_ct_store_tile, t, NULL, NULL, NULL, NULL,
+                           {NULL, NULL, 0, 0, KILN_ACT_NONE, 0, 0}};
   kiln_conv_ct_run(&l, t0, t1, oc * t->nq / t->noc, (oc + 1) * t->nq / t->noc, thread);
 }
 

@@ -177,8 +177,9 @@ void kiln_f32_conv_ukernel_6x16__avx2(int64_t k, const float* w, const float* sr
     [s4] "r"(px[4]), [s5] "r"(px[5]), [init] "r"(init)                            \
   : "cc", "memory"
 
-/* The tile, then either out (6 x 16) or, with yd, y (kiln_conv_ct_y_t:
- * a whole panel) through act, a constant in each instance. */
+/* The tile, then either out (6 x 16) or, with yd, its first yd->np pixels
+ * to y (kiln_conv_ct_y_t: a whole panel) through act, a constant in each
+ * instance. */
 static inline __attribute__((always_inline)) void kiln_conv_ct_6x16_avx2(
     int64_t k, const float* w, const float* const* px, const int64_t* off, const float* bias16,
     const float* cin, float* out, const kiln_conv_ct_y_t* yd, const kiln_activation_t act) {
@@ -229,6 +230,7 @@ static inline __attribute__((always_inline)) void kiln_conv_ct_6x16_avx2(
   const int rf = yd->res_first;
 #define KILN_CT_Y_ROW(I, X0, X1)                                                   \
   do {                                                                             \
+    if (I >= yd->np) break;                                                        \
     __m256 x0 = X0, x1 = X1, r0 = x0, r1 = x1;                                     \
     if (r) r0 = _mm256_loadu_ps(r + I * ld), r1 = _mm256_loadu_ps(r + I * ld + 8); \
     if (r && rf) x0 = _mm256_add_ps(x0, r0), x1 = _mm256_add_ps(x1, r1);           \

@@ -14,15 +14,16 @@
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/conv/kiln_conv_internal.h"
 
-/* y_direct at tile ti, panel q; the pair's second panel has cols1 real
- * channels. */
+/* y_direct at tile ti (np pixels), panel q; the pair's second panel has
+ * cols1 real channels. */
 static inline kiln_conv_ct_y_t kiln_conv_ct_y_at(const kiln_conv_ct_loop_t* l, int64_t q,
-                                                 int64_t ti, int64_t cols1) {
+                                                 int64_t ti, int64_t np, int64_t cols1) {
   kiln_conv_ct_y_t yt = l->y_direct;
   const int64_t at = ti * 6 * yt.ldy + q * KILN_CONV_PANEL_WIDE;
   yt.y += at;
   if (yt.res) yt.res += at;
   yt.cols1 = (int)cols1;
+  yt.np = (int)np;
   return yt;
 }
 
@@ -70,26 +71,36 @@ static inline __attribute__((always_inline)) void kiln_conv_ct_loop(
         int64_t np = l->howo - ti * M < M ? l->howo - ti * M : M;
         for (int64_t i = 0; i < M; ++i) px[i] = l->src + l->vpos[ti * M + (i < np ? i : np - 1)];
         float* acc = part ? part + (ti - t0) * pitch : NULL;
-        /* A whole tile whose first panel is whole: straight to y. */
-        const int direct = last && l->y_direct.y && np == M && rows[0] == W;
+        /* A tile whose first panel is whole: straight to y (a partial
+         * tile computes only its pixels there). */
+        const int direct = last && l->y_direct.y && rows[0] == W;
         if (pairs && nq == 2) {
           float* acc1 = acc ? acc + M * W : NULL;
           if (direct && l->ukernel2_y) {
-            kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, rows[1]);
+            kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, np, rows[1]);
             l->ukernel2_y(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
                           first ? NULL : acc1, &yt);
             continue;
           }
-          l->ukernel2(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
-                      first ? NULL : acc1, last ? tmp[0] : acc, last ? tmp[1] : acc1);
+          if (np < M && l->ukernel2_np)
+            l->ukernel2_np((int)np, kcur, wp + kb * W, K * W, px, l->off + kb, bias32,
+                           first ? NULL : acc, first ? NULL : acc1, last ? tmp[0] : acc,
+                           last ? tmp[1] : acc1);
+          else
+            l->ukernel2(kcur, wp + kb * W, K * W, px, l->off + kb, bias32, first ? NULL : acc,
+                        first ? NULL : acc1, last ? tmp[0] : acc, last ? tmp[1] : acc1);
         } else {
           if (direct && l->ukernel_y) {
-            kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, W);
+            kiln_conv_ct_y_t yt = kiln_conv_ct_y_at(l, q, ti, np, W);
             l->ukernel_y(kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc, &yt);
             continue;
           }
-          l->ukernel(kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc,
-                     last ? tmp[0] : acc);
+          if (np < M && l->ukernel_np)
+            l->ukernel_np((int)np, kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc,
+                          last ? tmp[0] : acc);
+          else
+            l->ukernel(kcur, wp + kb * W, px, l->off + kb, bias32, first ? NULL : acc,
+                       last ? tmp[0] : acc);
         }
         if (last)
           for (int64_t s = 0; s < nq; ++s) l->store(l->store_ctx, q + s, rows[s], ti, np, tmp[s]);

@@ -59,7 +59,7 @@ typedef void (*kiln_conv_ukernel_ct2_fn)(int64_t k, const float* w, int64_t w_ne
                                          const float* cin1, float* out0, float* out1);
 /* Where a pair kernel may write a finished tile straight into y (the
  * channels-last driver, whose tiles are 6 consecutive pixels ldy floats
- * apart): for pixel i < 6 and channel j < 32 of the pair (16 of a panel
+ * apart): for pixel i < np and channel j < 32 of the pair (16 of a panel
  * alone; the pair's second panel's first cols1),
  *     y[i * ldy + j] = act(t + res[i * ldy + j]) (res_first), or
  *                      act(t) + res[i * ldy + j],
@@ -76,6 +76,7 @@ typedef struct {
   int res_first;
   kiln_activation_t act;
   int cols1; /* the pair's second panel: its first cols1 (1..16) channels */
+  int np;    /* the tile's first np (1..6) pixels */
 } kiln_conv_ct_y_t;
 typedef void (*kiln_conv_ukernel_ct_y_fn)(int64_t k, const float* w, const float* const* px,
                                           const int64_t* off, const float* bias16,
@@ -84,7 +85,24 @@ typedef void (*kiln_conv_ukernel_ct2_y_fn)(int64_t k, const float* w, int64_t w_
                                            const float* const* px, const int64_t* off,
                                            const float* bias32, const float* cin0,
                                            const float* cin1, const kiln_conv_ct_y_t* y);
+/* The one- and two-panel kernels for a tile's first np (1..6) pixels:
+ * out's first np rows, the same values as the whole tile's (the partial
+ * tile of a 7x7 map computes 1 pixel, not 6). Where a level has them. */
+typedef void (*kiln_conv_ukernel_ct_np_fn)(int np, int64_t k, const float* w,
+                                           const float* const* px, const int64_t* off,
+                                           const float* bias16, const float* cin, float* out);
+typedef void (*kiln_conv_ukernel_ct2_np_fn)(int np, int64_t k, const float* w, int64_t w_next,
+                                            const float* const* px, const int64_t* off,
+                                            const float* bias32, const float* cin0,
+                                            const float* cin1, float* out0, float* out1);
 #if defined(__x86_64__) || defined(__i386__)
+void kiln_f32_conv_ct_ukernel_6x16_np__avx512(int np, int64_t k, const float* w,
+                                              const float* const* px, const int64_t* off,
+                                              const float* bias16, const float* cin, float* out);
+void kiln_f32_conv_ct_ukernel_6x32_np__avx512(int np, int64_t k, const float* w, int64_t w_next,
+                                              const float* const* px, const int64_t* off,
+                                              const float* bias32, const float* cin0,
+                                              const float* cin1, float* out0, float* out1);
 void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_next,
                                            const float* const* px, const int64_t* off,
                                            const float* bias32, const float* cin0,
@@ -139,7 +157,7 @@ KILN_CONV_ISAS(KILN_CONV_DECLARE_, ~)
  * Each finished tile goes to store(store_ctx, q, rows, ti, np, tmp): panel
  * q, its first `rows` channels real, tile ti's first np pixels, tmp 6 x 16
  * pixel-major (the store may overwrite it); or, with y_direct.y set, a
- * whole tile (6 pixels) whose first panel is whole straight to y_direct.y
+ * tile whose first panel is whole straight to y_direct.y
  * + (6 ti) ldy + 16 q (the residual at the same offset from y_direct.res)
  * through ukernel_y / ukernel2_y. */
 typedef struct kiln_conv_ct_loop_s {
@@ -156,6 +174,8 @@ typedef struct kiln_conv_ct_loop_s {
   void (*store)(const void* store_ctx, int64_t q, int64_t rows, int64_t ti, int64_t np,
                 float* tmp);
   const void* store_ctx;
+  kiln_conv_ukernel_ct_np_fn ukernel_np;   /* or NULL: partial tiles as whole ones */
+  kiln_conv_ukernel_ct2_np_fn ukernel2_np; /* or NULL */
   kiln_conv_ukernel_ct_y_fn ukernel_y;   /* or NULL */
   kiln_conv_ukernel_ct2_y_fn ukernel2_y; /* or NULL */
   kiln_conv_ct_y_t y_direct;             /* y NULL: every tile through store */
@@ -169,6 +189,8 @@ void kiln_conv_ct_run(const kiln_conv_ct_loop_t* l, int64_t t0, int64_t t1, int6
 kiln_conv_ukernel_fn kiln_conv_ukernel_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct_fn kiln_conv_ukernel_ct_for(kiln_isa_t isa);
 kiln_conv_ukernel_ct2_fn kiln_conv_ukernel_ct2_for(kiln_isa_t isa); /* NULL: none */
+kiln_conv_ukernel_ct_np_fn kiln_conv_ukernel_ct_np_for(kiln_isa_t isa);   /* NULL: none */
+kiln_conv_ukernel_ct2_np_fn kiln_conv_ukernel_ct2_np_for(kiln_isa_t isa); /* NULL: none */
 kiln_conv_ukernel_ct_y_fn kiln_conv_ukernel_ct_y_for(kiln_isa_t isa);   /* NULL: none */
 kiln_conv_ukernel_ct2_y_fn kiln_conv_ukernel_ct2_y_for(kiln_isa_t isa); /* NULL: none */
 kiln_conv_ct_store6_fn kiln_conv_ct_store6_for(kiln_isa_t isa);

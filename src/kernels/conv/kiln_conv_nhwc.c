@@ -47,6 +47,8 @@ typedef struct {
   kiln_gemm_epilogue_fn epilogue;
   kiln_conv_ukernel_ct_fn ukernel;
   kiln_conv_ukernel_ct2_fn ukernel2;
+  kiln_conv_ukernel_ct_np_fn ukernel_np;
+  kiln_conv_ukernel_ct2_np_fn ukernel2_np;
   kiln_conv_ukernel_ct_y_fn ukernel_y;
   kiln_conv_ukernel_ct2_y_fn ukernel2_y;
   int64_t cg, og, k, nq, howo;
@@ -142,14 +144,14 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
   kiln_conv_ct_loop_t l = {t->ukernel, t->ukernel2, t->wpk,    t->bias, t->src,
                            t->vpos,    t->off,    t->k,    t->kc,
                            t->og,      t->howo,   t->part, t->part_fl,
-                           kiln_conv_nhwc_store_tile, t, NULL, NULL,
-                           {NULL, NULL, 0, 0, KILN_ACT_NONE, 0}};
+                           kiln_conv_nhwc_store_tile, t, t->ukernel_np, t->ukernel2_np, NULL, NULL,
+                           {NULL, NULL, 0, 0, KILN_ACT_NONE, 0, 0}};
   /* Whole tiles go straight to y where the level has the kernels
    * (kiln_conv_ct_y_t). */
   if (t->ukernel_y && (t->ukernel2_y || !t->ukernel2)) {
     l.ukernel_y = t->ukernel_y, l.ukernel2_y = t->ukernel2_y;
     l.y_direct = (kiln_conv_ct_y_t){t->y, t->res, t->a->o, t->a->residual_before_act, t->a->act,
-                                    KILN_CONV_PANEL_WIDE};
+                                    KILN_CONV_PANEL_WIDE, 6};
   }
   /* Panel ranges in whole pairs where panels go in pairs. */
   const int64_t step = t->ukernel2 ? 2 : 1, units = kiln_conv_nhwc_cdiv(t->nq, step);
@@ -248,6 +250,8 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
   t.epilogue = kiln_gemm_kernels_for(kiln_cpu_isa())->epilogue;
   t.ukernel = kiln_conv_ukernel_ct_for(kiln_cpu_isa());
   t.ukernel2 = kiln_conv_ukernel_ct2_for(kiln_cpu_isa());
+  t.ukernel_np = kiln_conv_ukernel_ct_np_for(kiln_cpu_isa());
+  t.ukernel2_np = kiln_conv_ukernel_ct2_np_for(kiln_cpu_isa());
   t.ukernel_y = kiln_conv_ukernel_ct_y_for(kiln_cpu_isa());
   t.ukernel2_y = kiln_conv_ukernel_ct2_y_for(kiln_cpu_isa());
   t.cg = C / G, t.og = a->o / G, t.k = t.cg * a->kh * a->kw, t.howo = a->ho * a->wo;
