@@ -113,7 +113,9 @@ static void cbf_bounds(const kiln_conv2d_f32_args_t* a, const float* xr, const f
           if (a->bias) s += fabs(a->bias[o]);
           if (a->residual) s += fabs(a->residual[at]);
           /* gelu's slope reaches 1.13 (none and relu: 1) */
-          const double lip = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU ? 1.0 : 1.2;
+          const double lip =
+              a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU || a->act == KILN_ACT_RELU6 ? 1.0
+                                                                                            : 1.2;
           bound[at] = (float)(lip * (double)(k + 2) * ldexp(s, -23) + 1e-30);
         }
 }
@@ -309,12 +311,12 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
       {2, 32, 6, 5, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1},    /* 1x1: the copy is the image */
   };
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); ++s)
-    for (int v = 0; v < 5; ++v) {
+    for (int v = 0; v < 6; ++v) {
       const int64_t* p = shapes[s];
       cbf_case_t tc = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10],
                        p[11], p[12], p[13], 0, 0, 0, 0, 0, KILN_ACT_NONE, 0};
       tc.bias = v >= 1 && v != 4;
-      tc.act = v == 1 || v >= 3 ? KILN_ACT_RELU : KILN_ACT_NONE;
+      tc.act = v == 5 ? KILN_ACT_RELU6 : v == 1 || v >= 3 ? KILN_ACT_RELU : KILN_ACT_NONE;
       tc.residual = v >= 2 || (v == 0 && s % 2);
       tc.res_alias = v == 3;
       tc.res_first = v == 4;
@@ -330,7 +332,8 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
   cbf_run(&big3, pool, where);
   /* Inf and NaN one value past windows that do not hold them (special 2:
    * every image; 3: the second of two). */
-  for (int act = 0; act < 2; ++act) {
+  for (int ai = 0; ai < 3; ++ai) {
+    const int act = ai == 2 ? KILN_ACT_RELU6 : ai;
     cbf_case_t past[] = {
         {1, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 2, (kiln_activation_t)act, 0},
         {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 1, 0, 0, 3, (kiln_activation_t)act, 0},

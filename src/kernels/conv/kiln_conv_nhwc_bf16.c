@@ -340,13 +340,14 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
   int64_t bi = (int64_t)task / t->noc, oc = (int64_t)task % t->noc;
   int64_t t0 = bi * t->tb, t1 = t0 + t->tb < t->nt ? t0 + t->tb : t->nt;
   const kiln_conv2d_f32_args_t* a = t->a;
-  /* Straight to y where the activation is none or relu. */
-  const int direct = a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU;
+  /* Straight to y where the activation is none, relu or relu6. */
+  const int direct =
+      a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU || a->act == KILN_ACT_RELU6;
   kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
                              t->rows, t->kc,   t->og,      t->howo,
                              t->part, t->part_fl, kiln_conv_bf16_store, t,
                              {direct ? t->y : NULL, t->res, t->bias, t->scale, a->o,
-                              a->act == KILN_ACT_RELU, a->residual_before_act}};
+                              direct ? a->act : KILN_ACT_NONE, a->residual_before_act}};
   kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
                                       (oc + 1) * t->nstrips / t->noc, thread);
 }

@@ -7,10 +7,10 @@
  * summed in pairs into 16 fp32 lanes): 2 MR accumulators, 2 MR dot
  * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
  * says why). A strip with one panel left runs a 16-channel variant.
- * Partial sums cross K blocks in fp32. With no activation or relu (l->out.y
- * set), a finished tile goes from the accumulators to y with its residual
- * and bias and relu, in the store callback's order ((sum + residual) +
- * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual): no trip
+ * Partial sums cross K blocks in fp32. With no activation, relu or relu6
+ * (l->out.y set), a finished tile goes from the accumulators to y with its
+ * residual, bias and activation, in the store callback's order ((sum +
+ * residual) + bias, then the activation; or it then + residual): no trip
  * through a scratch tile and the epilogue call, which was 5-7 % of the
  * stem's time (77 pair rows a tile, one Zen 4 core).
  *

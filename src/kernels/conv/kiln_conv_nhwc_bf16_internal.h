@@ -30,6 +30,8 @@
 
 #include <stdint.h>
 
+#include "base/kiln_activation.h"
+
 /* Pixels per tile: 2 x MR fp32 accumulators + 2 weight vectors + a
  * broadcast fit the 32 zmm registers up to MR = 14. Measured on Zen 4
  * (ResNet-18's convs, one thread, kiln.profile): MR = 10 and 12 run the
@@ -40,19 +42,21 @@
 #define KILN_CONV_BF16_MR 10
 #endif
 
-/* Where finished sums go straight to y (no activation, or relu), not
- * through a store callback: y (the group's first channel, pixels ldy
+/* Where finished sums go straight to y (no activation, relu or relu6),
+ * not through a store callback: y (the group's first channel, pixels ldy
  * apart), the sums times scale (or NULL), with the residual (res, laid out
- * as y, or NULL; added before the relu when res_first), bias (or NULL) and
- * relu when relu is 1, in the store callback's order ((sum + residual) +
- * bias, then x < 0 ? 0 : x, NaN kept; or relu then + residual). */
+ * as y, or NULL; added before the activation when res_first), bias (or
+ * NULL) and act, in the store callback's order ((sum + residual) + bias,
+ * then the GEMM epilogue's max(0, x) / min(6, max(0, x)), NaN and -0.0
+ * kept; or the activation then + residual). */
 typedef struct kiln_conv_bf16_to_y_s {
   float* y;
   const float* res;
   const float* bias;
   const float* scale;
   int64_t ldy;
-  int relu, res_first;
+  kiln_activation_t act; /* KILN_ACT_NONE, _RELU or _RELU6 */
+  int res_first;
 } kiln_conv_bf16_to_y_t;
 
 typedef struct kiln_conv_bf16_loop_s {
@@ -150,7 +154,9 @@ static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_row(
     if (res) r = _mm512_maskz_loadu_ps(m[h], res + 16 * h);
     if (res && o->res_first) x = _mm512_add_ps(x, r);
     if (o->bias) x = _mm512_add_ps(x, b[h]);
-    if (o->relu) x = _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), zero);
+    /* max / min return their second operand on NaN or equality. */
+    if (o->act == KILN_ACT_RELU) x = _mm512_max_ps(zero, x);
+    if (o->act == KILN_ACT_RELU6) x = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, x));
     if (res && !o->res_first) x = _mm512_add_ps(x, r);
     _mm512_mask_storeu_ps(y + 16 * h, m[h], x);
   }
