@@ -62,6 +62,32 @@ KILN_Q_AI void kiln_q8_tile_avx2(const int R, const int S, int64_t k, const floa
   }
 }
 
+/* One row, one panel, as kiln_gemm_quant_avx512.c's kiln_q8_row1_avx512:
+ * the weights one stream, prefetched as far ahead as four streams were,
+ * four sums (p mod 2 x two halves) for the FMA latency. */
+KILN_Q_AI void kiln_q8_row1_avx2(int64_t k, const float* a, const int8_t* b,
+                                 const float* scales, float* out) {
+  __m256 acc[2][2] = {{_mm256_setzero_ps(), _mm256_setzero_ps()},
+                      {_mm256_setzero_ps(), _mm256_setzero_ps()}};
+  int64_t p = 0;
+  for (; p + 4 <= k; p += 4) {
+    _mm_prefetch((const char*)(b + p * 16 + 4 * KILN_GEMM_QUANT_PREFETCH), _MM_HINT_T0);
+    for (int j = 0; j < 4; ++j) {
+      const __m256 av = _mm256_broadcast_ss(a + p + j);
+      acc[j & 1][0] = _mm256_fmadd_ps(av, kiln_q8x8_avx2(b + (p + j) * 16), acc[j & 1][0]);
+      acc[j & 1][1] = _mm256_fmadd_ps(av, kiln_q8x8_avx2(b + (p + j) * 16 + 8), acc[j & 1][1]);
+    }
+  }
+  for (; p < k; ++p) {
+    const __m256 av = _mm256_broadcast_ss(a + p);
+    acc[p & 1][0] = _mm256_fmadd_ps(av, kiln_q8x8_avx2(b + p * 16), acc[p & 1][0]);
+    acc[p & 1][1] = _mm256_fmadd_ps(av, kiln_q8x8_avx2(b + p * 16 + 8), acc[p & 1][1]);
+  }
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_add_ps(acc[0][0], acc[1][0]), _mm256_loadu_ps(scales)));
+  _mm256_storeu_ps(out + 8,
+                   _mm256_mul_ps(_mm256_add_ps(acc[0][1], acc[1][1]), _mm256_loadu_ps(scales + 8)));
+}
+
 /* R <= 4 rows over `panels` panels, S at a time (R * S * 2 <= 12 accumulators). */
 static void kiln_q8_rows_avx2(int64_t r, int panels, int64_t k, const float* a, int64_t lda,
                               const int8_t* b, const float* scales, float* out, int64_t ostride) {
@@ -90,6 +116,11 @@ static void kiln_q8_rows_avx2(int64_t r, int panels, int64_t k, const float* a, 
 void kiln_f32_qc8w_gemv__avx2(int64_t m, int64_t k, const float* a, int64_t lda, const int8_t* b,
                               const float* scales, int panels, float* out) {
   const int64_t ostride = m * 16;
+  if (m == 1) {
+    for (int q = 0; q < panels; ++q)
+      kiln_q8_row1_avx2(k, a, b + q * 16 * k, scales + q * 16, out + q * ostride);
+    return;
+  }
   if (m <= 4) {
     kiln_q8_rows_avx2(m, panels, k, a, lda, b, scales, out, ostride);
     return;
