@@ -29,6 +29,7 @@
 #include "base/kiln_scratch.h"
 #include "kernels/conv/kiln_conv_internal.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/eltwise/kiln_transpose_variants.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 
 #define KILN_CONV_NHWC_CACHE_CAP ((size_t)64 << 20)
@@ -94,12 +95,11 @@ static void kiln_conv_nhwc_pad_task(void* p, size_t task, int thread) {
     if (lo) memset(d, 0, (size_t)(lo * cp) * sizeof(float));
     const float* xr = t->xn + (row * a->w + lo - a->pw) * C;
     if (t->x_nchw) {
-      /* Plane by plane: contiguous reads along the row, writes cp apart
-       * within the one padded row (it stays in cache). */
-      for (int64_t c = 0; c < C; ++c) {
-        const float* xp = t->xn + (c * a->h + row) * a->w + lo - a->pw;
-        for (int64_t q = lo; q < hi; ++q) d[q * cp + c] = xp[q - lo];
-      }
+      /* The row of every plane transposed into pixels cp apart, 8 x 8
+       * blocks in registers (kiln_transpose_f32; the scalar loop, plane by
+       * plane, took 100 us of a 112x112, 32-channel 1x1 conv's 154). */
+      kiln_transpose_f32(t->xn + row * a->w + lo - a->pw, a->h * a->w, hi - lo, C, d + lo * cp,
+                         cp);
     } else if (cp == C) {
       memcpy(d + lo * C, xr, (size_t)((hi - lo) * C) * sizeof(float));
     } else {
