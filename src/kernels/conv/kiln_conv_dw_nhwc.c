@@ -137,6 +137,41 @@ static inline void kiln_dw_block_full(const float* const* px, int64_t taps, cons
 #endif
 }
 
+#if defined(__AVX512F__)
+/* The full block of a stride-1, 3-wide, undilated window (MobileNet's
+ * stride-1 layers): the taps come as `rows` triples of neighbouring
+ * columns, so the 4 pixels' 3 taps of an input row read 6 columns, each
+ * loaded once (6 + 3 loads for 12 FMAs where the block above loads 15).
+ * Each pixel's sums in kiln_dw_block_any's order (taps row by row, column
+ * by column): the same bits. */
+static inline void kiln_dw_block_full_k3s1(const float* px0, int64_t C, int64_t rows,
+                                           const int64_t* toff, const int64_t* tw,
+                                           const float* wt, const float* bias, const float* clamp,
+                                           float* const* out) {
+  __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  __m512 a0 = b, a1 = b, a2 = b, a3 = b;
+  for (int64_t g = 0; g < rows; ++g) {
+    const float* x = px0 + toff[3 * g];
+    const float* w = wt + tw[3 * g];
+    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + C), w2 = _mm512_loadu_ps(w + 2 * C);
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + C),
+                 x2 = _mm512_loadu_ps(x + 2 * C), x3 = _mm512_loadu_ps(x + 3 * C),
+                 x4 = _mm512_loadu_ps(x + 4 * C), x5 = _mm512_loadu_ps(x + 5 * C);
+    a0 = _mm512_fmadd_ps(x0, w0, a0), a1 = _mm512_fmadd_ps(x1, w0, a1);
+    a2 = _mm512_fmadd_ps(x2, w0, a2), a3 = _mm512_fmadd_ps(x3, w0, a3);
+    a0 = _mm512_fmadd_ps(x1, w1, a0), a1 = _mm512_fmadd_ps(x2, w1, a1);
+    a2 = _mm512_fmadd_ps(x3, w1, a2), a3 = _mm512_fmadd_ps(x4, w1, a3);
+    a0 = _mm512_fmadd_ps(x2, w2, a0), a1 = _mm512_fmadd_ps(x3, w2, a1);
+    a2 = _mm512_fmadd_ps(x4, w2, a2), a3 = _mm512_fmadd_ps(x5, w2, a3);
+  }
+  const __m512 lo = _mm512_set1_ps(clamp[0]), hi = _mm512_set1_ps(clamp[1]);
+  _mm512_storeu_ps(out[0], _mm512_min_ps(hi, _mm512_max_ps(lo, a0)));
+  _mm512_storeu_ps(out[1], _mm512_min_ps(hi, _mm512_max_ps(lo, a1)));
+  _mm512_storeu_ps(out[2], _mm512_min_ps(hi, _mm512_max_ps(lo, a2)));
+  _mm512_storeu_ps(out[3], _mm512_min_ps(hi, _mm512_max_ps(lo, a3)));
+}
+#endif
+
 /* One pixel x 16 channels (border pixels, a row's last pixels), in
  * registers as the full block. */
 static inline void kiln_dw_block_one(const float* px, int64_t taps, const int64_t* toff,
@@ -199,6 +234,10 @@ void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a
   if (W - 1 - reach + a->pw >= 0) jh = (W - 1 - reach + a->pw) / a->sw + 1;
   if (jh > Wo) jh = Wo;
   if (jl > jh) jl = jh;
+#if defined(__AVX512F__)
+  /* Stride 1, 3 wide, undilated: every row's taps are column triples. */
+  const int k3s1 = kw == 3 && a->sw == 1 && a->dw == 1;
+#endif
   for (int64_t c0 = 0; c0 < C; c0 += KILN_DW_CB) {
     const int64_t cw = C - c0 < KILN_DW_CB ? C - c0 : KILN_DW_CB;
     const float* bias = a->bias ? a->bias + c0 : NULL;
@@ -211,6 +250,12 @@ void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a
         px[p] = xn + (jj * a->sw - a->pw) * C + c0;
         out[p] = yrow + jj * C + c0;
       }
+#if defined(__AVX512F__)
+      if (k3s1 && np == KILN_DW_PX && cw == KILN_DW_CB) {
+        kiln_dw_block_full_k3s1(px[0], C, taps / 3, toff, tw, wt + c0, bias, clamp, out);
+        continue;
+      }
+#endif
       kiln_dw_block(np, cw, px, taps, toff, tw, wt + c0, bias, clamp, out);
     }
     /* Border columns: the taps whose column is inside, pixel by pixel. */
