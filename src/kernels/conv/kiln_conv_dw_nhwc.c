@@ -137,17 +137,20 @@ static inline void kiln_dw_block_full(const float* const* px, int64_t taps, cons
 #endif
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define KILN_DW_K3S1 1
 /* The full block of a stride-1, 3-wide, undilated window (MobileNet's
  * stride-1 layers): the taps come as `rows` triples of neighbouring
  * columns, so the 4 pixels' 3 taps of an input row read 6 columns, each
  * loaded once (6 + 3 loads for 12 FMAs where the block above loads 15).
  * Each pixel's sums in kiln_dw_block_any's order (taps row by row, column
- * by column): the same bits. */
+ * by column): the same bits. AVX2 runs the two 8-channel halves in turn
+ * (4 sums, 3 weights and 6 columns fill 13 of its 16 registers). */
 static inline void kiln_dw_block_full_k3s1(const float* px0, int64_t C, int64_t rows,
                                            const int64_t* toff, const int64_t* tw,
                                            const float* wt, const float* bias, const float* clamp,
                                            float* const* out) {
+#if defined(__AVX512F__)
   __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
   __m512 a0 = b, a1 = b, a2 = b, a3 = b;
   for (int64_t g = 0; g < rows; ++g) {
@@ -169,6 +172,32 @@ static inline void kiln_dw_block_full_k3s1(const float* px0, int64_t C, int64_t 
   _mm512_storeu_ps(out[1], _mm512_min_ps(hi, _mm512_max_ps(lo, a1)));
   _mm512_storeu_ps(out[2], _mm512_min_ps(hi, _mm512_max_ps(lo, a2)));
   _mm512_storeu_ps(out[3], _mm512_min_ps(hi, _mm512_max_ps(lo, a3)));
+#else
+  const __m256 lo = _mm256_set1_ps(clamp[0]), hi = _mm256_set1_ps(clamp[1]);
+  for (int h = 0; h < 16; h += 8) {
+    __m256 b = bias ? _mm256_loadu_ps(bias + h) : _mm256_setzero_ps();
+    __m256 a0 = b, a1 = b, a2 = b, a3 = b;
+    for (int64_t g = 0; g < rows; ++g) {
+      const float* x = px0 + toff[3 * g] + h;
+      const float* w = wt + tw[3 * g] + h;
+      const __m256 w0 = _mm256_loadu_ps(w), w1 = _mm256_loadu_ps(w + C),
+                   w2 = _mm256_loadu_ps(w + 2 * C);
+      const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + C),
+                   x2 = _mm256_loadu_ps(x + 2 * C), x3 = _mm256_loadu_ps(x + 3 * C),
+                   x4 = _mm256_loadu_ps(x + 4 * C), x5 = _mm256_loadu_ps(x + 5 * C);
+      a0 = _mm256_fmadd_ps(x0, w0, a0), a1 = _mm256_fmadd_ps(x1, w0, a1);
+      a2 = _mm256_fmadd_ps(x2, w0, a2), a3 = _mm256_fmadd_ps(x3, w0, a3);
+      a0 = _mm256_fmadd_ps(x1, w1, a0), a1 = _mm256_fmadd_ps(x2, w1, a1);
+      a2 = _mm256_fmadd_ps(x3, w1, a2), a3 = _mm256_fmadd_ps(x4, w1, a3);
+      a0 = _mm256_fmadd_ps(x2, w2, a0), a1 = _mm256_fmadd_ps(x3, w2, a1);
+      a2 = _mm256_fmadd_ps(x4, w2, a2), a3 = _mm256_fmadd_ps(x5, w2, a3);
+    }
+    _mm256_storeu_ps(out[0] + h, _mm256_min_ps(hi, _mm256_max_ps(lo, a0)));
+    _mm256_storeu_ps(out[1] + h, _mm256_min_ps(hi, _mm256_max_ps(lo, a1)));
+    _mm256_storeu_ps(out[2] + h, _mm256_min_ps(hi, _mm256_max_ps(lo, a2)));
+    _mm256_storeu_ps(out[3] + h, _mm256_min_ps(hi, _mm256_max_ps(lo, a3)));
+  }
+#endif
 }
 #endif
 
@@ -234,7 +263,7 @@ void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a
   if (W - 1 - reach + a->pw >= 0) jh = (W - 1 - reach + a->pw) / a->sw + 1;
   if (jh > Wo) jh = Wo;
   if (jl > jh) jl = jh;
-#if defined(__AVX512F__)
+#ifdef KILN_DW_K3S1
   /* Stride 1, 3 wide, undilated: every row's taps are column triples. */
   const int k3s1 = kw == 3 && a->sw == 1 && a->dw == 1;
 #endif
@@ -250,7 +279,7 @@ void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a
         px[p] = xn + (jj * a->sw - a->pw) * C + c0;
         out[p] = yrow + jj * C + c0;
       }
-#if defined(__AVX512F__)
+#ifdef KILN_DW_K3S1
       if (k3s1 && np == KILN_DW_PX && cw == KILN_DW_CB) {
         kiln_dw_block_full_k3s1(px[0], C, taps / 3, toff, tw, wt + c0, bias, clamp, out);
         continue;
