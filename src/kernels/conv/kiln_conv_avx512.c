@@ -204,14 +204,14 @@ KILN_CT_T_FNS(0)
 KILN_CT_T_FNS(1)
 #undef KILN_CT_T_FNS
 #undef KILN_CT_T_FN
-#define KILN_CT_T_BY_NP(TWO, NP, ARGS, FULL)      \
-  switch (NP) {                                 \
+/* np 1..5 (a whole tile's callers take the plain kernels). */
+#define KILN_CT_T_BY_NP(TWO, NP, ARGS)             \
+  switch (NP) {                                   \
     case 1: kiln_conv_ct_t_##TWO##_1 ARGS; break; \
     case 2: kiln_conv_ct_t_##TWO##_2 ARGS; break; \
     case 3: kiln_conv_ct_t_##TWO##_3 ARGS; break; \
     case 4: kiln_conv_ct_t_##TWO##_4 ARGS; break; \
-    case 5: kiln_conv_ct_t_##TWO##_5 ARGS; break; \
-    default: FULL ARGS;                           \
+    default: kiln_conv_ct_t_##TWO##_5 ARGS;       \
   }
 #define KILN_CT_BY_NP(TWO, NP, ARGS)             \
   switch (NP) {                                 \
@@ -236,21 +236,6 @@ void kiln_f32_conv_ct_ukernel_6x32__avx512(int64_t k, const float* w, int64_t w_
   kiln_conv_ct_6x32_avx512(1, 6, k, w, w_next, px, off, bias32, cin0, cin1, out0, out1, NULL);
 }
 
-static void kiln_conv_ct_t_0_full(int64_t k, const float* w, int64_t w_next,
-                                  const float* const* px, const int64_t* off, const float* bias,
-                                  const float* cin0, const float* cin1, float* out0,
-                                  float* out1) {
-  (void)w_next, (void)cin1, (void)out1;
-  kiln_f32_conv_ct_ukernel_6x16__avx512(k, w, px, off, bias, cin0, out0);
-}
-
-static void kiln_conv_ct_t_1_full(int64_t k, const float* w, int64_t w_next,
-                                  const float* const* px, const int64_t* off, const float* bias,
-                                  const float* cin0, const float* cin1, float* out0,
-                                  float* out1) {
-  kiln_f32_conv_ct_ukernel_6x32__avx512(k, w, w_next, px, off, bias, cin0, cin1, out0, out1);
-}
-
 void kiln_f32_conv_ct_ukernel_6x16_y__avx512(int64_t k, const float* w, const float* const* px,
                                              const int64_t* off, const float* bias16,
                                              const float* cin, const kiln_conv_ct_y_t* y) {
@@ -267,16 +252,22 @@ void kiln_f32_conv_ct_ukernel_6x32_y__avx512(int64_t k, const float* w, int64_t 
 void kiln_f32_conv_ct_ukernel_6x16_np__avx512(int np, int64_t k, const float* w,
                                               const float* const* px, const int64_t* off,
                                               const float* bias16, const float* cin, float* out) {
-  KILN_CT_T_BY_NP(0, np, (k, w, 0, px, off, bias16, cin, NULL, out, NULL),
-                  kiln_conv_ct_t_0_full)
+  if (np >= 6) {
+    kiln_f32_conv_ct_ukernel_6x16__avx512(k, w, px, off, bias16, cin, out);
+    return;
+  }
+  KILN_CT_T_BY_NP(0, np, (k, w, 0, px, off, bias16, cin, NULL, out, NULL))
 }
 
 void kiln_f32_conv_ct_ukernel_6x32_np__avx512(int np, int64_t k, const float* w, int64_t w_next,
                                               const float* const* px, const int64_t* off,
                                               const float* bias32, const float* cin0,
                                               const float* cin1, float* out0, float* out1) {
-  KILN_CT_T_BY_NP(1, np, (k, w, w_next, px, off, bias32, cin0, cin1, out0, out1),
-                  kiln_conv_ct_t_1_full)
+  if (np >= 6) {
+    kiln_f32_conv_ct_ukernel_6x32__avx512(k, w, w_next, px, off, bias32, cin0, cin1, out0, out1);
+    return;
+  }
+  KILN_CT_T_BY_NP(1, np, (k, w, w_next, px, off, bias32, cin0, cin1, out0, out1))
 }
 #undef KILN_CT_T_BY_NP
 #undef KILN_CT_BY_NP

@@ -168,17 +168,16 @@ static void kiln_conv_nhwc_task(void* p, size_t task, int thread) {
  * at least four tasks a thread (the pool hands them out as threads free
  * up, evening out one the machine slows: two a thread ran ResNet-18's
  * stride-2 3x3 convs 5 % slower), the cheapest; ties to the count nearest
- * four a thread. The former rule (at least four tasks a
- * thread, ranges first) made 8 ranges of 10 pairs (sizes 1 and 2: one
- * thread ran 6 pair-tile columns, the other 4) and 9 tasks of 3 pairs.
- * MobileNetV2's 7x7 960->320 and 14x14 576->96 at two threads. */
+ * four a thread. The former rule (at least four tasks a thread, ranges
+ * first, cut unevenly) made MobileNetV2's 7x7 960->320 at two threads 8
+ * ranges of 1 or 2 pairs (one thread ran 6 pairs' columns, the other 4). */
 static void kiln_conv_nhwc_split(int64_t units, int64_t nt, int64_t nb_min, int threads,
                                  int64_t* noc, int64_t* nb) {
   const int64_t b0 = nb_min < nt ? nb_min : nt;
   *noc = 1, *nb = b0;
   if (threads <= 1 || units * nt <= 1) return;
   const int64_t want = 4 * threads < units * nt ? 4 * threads : units * nt;
-  int64_t best = -1;
+  int64_t best = -1, best_miss = 0;
   /* Per range (block) size, only the fewest ranges (blocks) that give it:
    * more of the same size only add tasks. A few dozen candidates a call. */
   for (int64_t o = 1; o <= units; ++o) {
@@ -190,9 +189,8 @@ static void kiln_conv_nhwc_split(int64_t units, int64_t nt, int64_t nb_min, int 
       const int64_t cost = kiln_conv_nhwc_cdiv(tasks, threads) * kiln_conv_nhwc_cdiv(units, o) *
                            (2 * kiln_conv_nhwc_cdiv(nt, b) + 1);
       const int64_t miss = tasks > 4 * threads ? tasks - 4 * threads : 4 * threads - tasks;
-      const int64_t cur = *noc * *nb, cur_miss = cur > 4 * threads ? cur - 4 * threads : 4 * threads - cur;
-      if (best < 0 || cost < best || (cost == best && miss < cur_miss))
-        best = cost, *noc = o, *nb = b;
+      if (best < 0 || cost < best || (cost == best && miss < best_miss))
+        best = cost, best_miss = miss, *noc = o, *nb = b;
     }
   }
 }
