@@ -23,6 +23,7 @@
 #include "base/kiln_cpu.h"
 #include "ir/kiln_shape_common.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/conv/kiln_conv_planes.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
 #include "kiln_test.h"
 
@@ -159,6 +160,11 @@ static void nhwc_level(kiln_pool_t* pool, const char* where) {
        * (kiln_conv_nhwc_dw.c), channel tails, pixel tails, borders. */
       {2, 20, 9, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20},  /* C = 20: a tail of 4 */
       {1, 32, 12, 13, 32, 3, 3, 2, 2, 1, 1, 1, 1, 32}, /* stride 2 */
+      /* 3 wide at stride 1 and 2 (AVX-512: blocks of 8 pixels, then 4,
+       * then the channel tail of the 8-pixel blocks' columns). */
+      {2, 20, 5, 29, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20},  /* 27 interior columns */
+      {1, 24, 7, 37, 24, 3, 3, 2, 2, 1, 1, 1, 1, 24},  /* 18 interior columns */
+      {1, 16, 4, 40, 16, 3, 3, 2, 1, 0, 0, 1, 1, 16},  /* no border column, no tail */
       {1, 48, 10, 13, 48, 5, 5, 1, 1, 2, 2, 1, 1, 48}, /* 5x5 */
       {1, 16, 9, 9, 16, 3, 3, 1, 1, 2, 2, 2, 2, 16},   /* dilation 2 */
       {1, 17, 3, 2, 17, 3, 3, 1, 1, 1, 1, 1, 1, 17},   /* no interior column */
@@ -310,6 +316,39 @@ static void nhwc_ct2_matches_ct(void) {
   free(w), free(src);
 }
 
+/* The depthwise rows at AVX-512 (3-wide windows in blocks of 8 pixels)
+ * against AVX2's (blocks of 4): bit for bit (each sum's taps in the same
+ * order, both fused multiply-adds), strides 1 and 2, a channel tail,
+ * border columns, NaN, relu6's clamp. */
+static void nhwc_dw_rows_agree(void) {
+  if (kiln_cpu_isa() != KILN_ISA_AVX512) return;
+  kiln_conv_dw_nhwc_row_fn r512 = kiln_conv_dw_nhwc_row_for(KILN_ISA_AVX512);
+  kiln_conv_dw_nhwc_row_fn r256 = kiln_conv_dw_nhwc_row_for(KILN_ISA_AVX2);
+  enum { C = 40, H = 5, W = 43 };
+  float* x = malloc(sizeof(float) * C * H * W);
+  float wt[9 * C], bias[C], got[W * C], want[W * C];
+  kiln_test_fill_f32(x, (size_t)(C * H * W), 71, -3.0f, 3.0f);
+  kiln_test_fill_f32(wt, 9 * C, 72, -1.0f, 1.0f);
+  kiln_test_fill_f32(bias, C, 73, -1.0f, 1.0f);
+  x[2 * W * C + 9 * C + 3] = NAN;
+  const float clamp[2] = {0.0f, 6.0f};
+  for (int64_t s = 1; s <= 2; ++s) {
+    kiln_conv2d_f32_args_t a;
+    memset(&a, 0, sizeof a);
+    a.n = 1, a.c = a.o = a.groups = C, a.h = H, a.w = W, a.kh = a.kw = 3, a.sh = a.sw = s;
+    a.ph = a.pw = 1, a.dh = a.dw = 1, a.x = x, a.bias = bias, a.act = KILN_ACT_RELU6;
+    a.ho = nhwc_out(H, 3, s, 1, 1), a.wo = nhwc_out(W, 3, s, 1, 1);
+    for (int64_t i = 0; i < a.ho; ++i) {
+      r512(&a, wt, 0, i, clamp, got);
+      r256(&a, wt, 0, i, clamp, want);
+      KILN_EXPECT(!memcmp(got, want, sizeof(float) * (size_t)(a.wo * C)),
+                  "depthwise row %lld, stride %lld: AVX-512 = AVX2 bit for bit", (long long)i,
+                  (long long)s);
+    }
+  }
+  free(x);
+}
+
 /* The direct stores (kiln_conv_ct_y_t: the channels-last driver's whole
  * tiles, AVX2 and AVX-512) against the tile through the GEMM epilogue of the same
  * level, as the driver's other tiles go: bit for bit, for every
@@ -384,6 +423,8 @@ static void nhwc_direct_matches_epilogue(void) {
 #if defined(__x86_64__) || defined(__i386__)
   if (kiln_cpu_isa() >= KILN_ISA_AVX2) nhwc_direct_level(KILN_ISA_AVX2);
   if (kiln_cpu_isa() >= KILN_ISA_AVX512) nhwc_direct_level(KILN_ISA_AVX512);
+#else
+  (void)nhwc_direct_level; /* x86 kernels only */
 #endif
 }
 
@@ -446,4 +487,5 @@ void kiln_test_suite_conv_nhwc(void) {
   kiln_test_each_isa_and_pool(nhwc_pool_level);
   nhwc_ct2_matches_ct();
   nhwc_direct_matches_epilogue();
+  nhwc_dw_rows_agree();
 }

@@ -201,6 +201,37 @@ static inline void kiln_dw_block_full_k3s1(const float* px0, int64_t C, int64_t 
 }
 #endif
 
+#if defined(__AVX512F__)
+#define KILN_DW_K3_8 1
+/* Eight pixels of a 3-wide undilated window at stride S (1 or 2: every
+ * MobileNet depthwise layer), AVX-512 only (8 sums, 3 weights and the
+ * row's 7 S + 3 columns fit its 32 registers): per input row 7 S + 6
+ * loads for 24 FMAs, and eight independent chains of sums where four
+ * leave FMA issue slots idle behind the FMA latency (MobileNetV2's
+ * depthwise layers 0.57 -> 0.47 ms with the channels-inner order below,
+ * one Zen 5 core). Pixel p's tap v reads column p S + v. Each sum in
+ * kiln_dw_block_any's order: the same bits. */
+static inline __attribute__((always_inline)) void kiln_dw_block_k3_8(
+    const int S, const float* px0, int64_t C, int64_t rows, const int64_t* toff,
+    const int64_t* tw, const float* wt, const float* bias, const float* clamp, float* y) {
+  const __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  __m512 acc[8];
+  for (int p = 0; p < 8; ++p) acc[p] = b;
+  for (int64_t g = 0; g < rows; ++g) {
+    const float* x = px0 + toff[3 * g];
+    const float* w = wt + tw[3 * g];
+    __m512 wv[3], xv[7 * 2 + 3];
+    for (int v = 0; v < 3; ++v) wv[v] = _mm512_loadu_ps(w + v * C);
+    for (int q = 0; q < 7 * S + 3; ++q) xv[q] = _mm512_loadu_ps(x + q * C);
+    for (int v = 0; v < 3; ++v)
+      for (int p = 0; p < 8; ++p) acc[p] = _mm512_fmadd_ps(xv[p * S + v], wv[v], acc[p]);
+  }
+  const __m512 lo = _mm512_set1_ps(clamp[0]), hi = _mm512_set1_ps(clamp[1]);
+  for (int p = 0; p < 8; ++p)
+    _mm512_storeu_ps(y + p * C, _mm512_min_ps(hi, _mm512_max_ps(lo, acc[p])));
+}
+#endif
+
 /* One pixel x 16 channels (border pixels, a row's last pixels), in
  * registers as the full block. */
 static inline void kiln_dw_block_one(const float* px, int64_t taps, const int64_t* toff,
@@ -267,37 +298,69 @@ void KILN_ISA_VARIANT(kiln_f32_conv_dw_nhwc_row)(const kiln_conv2d_f32_args_t* a
   /* Stride 1, 3 wide, undilated: every row's taps are column triples. */
   const int k3s1 = kw == 3 && a->sw == 1 && a->dw == 1;
 #endif
-  for (int64_t c0 = 0; c0 < C; c0 += KILN_DW_CB) {
-    const int64_t cw = C - c0 < KILN_DW_CB ? C - c0 : KILN_DW_CB;
-    const float* bias = a->bias ? a->bias + c0 : NULL;
-    for (int64_t j = jl; j < jh; j += KILN_DW_PX) {
-      const int64_t np = jh - j < KILN_DW_PX ? jh - j : KILN_DW_PX;
-      const float* px[KILN_DW_PX];
-      float* out[KILN_DW_PX];
-      for (int64_t p = 0; p < KILN_DW_PX; ++p) {
-        const int64_t jj = j + (p < np ? p : 0);
-        px[p] = xn + (jj * a->sw - a->pw) * C + c0;
-        out[p] = yrow + jj * C + c0;
+  /* Interior pixels in blocks, each block's channels in turn: a block
+   * then reads whole pixels, each row of the window one run, where taking
+   * the channels outermost read 64 bytes of every pixel per pass. */
+  int64_t j = jl;
+#ifdef KILN_DW_K3_8
+  if (kw == 3 && a->dw == 1 && (a->sw == 1 || a->sw == 2)) {
+    for (; j + 8 <= jh; j += 8)
+      for (int64_t c0 = 0; c0 + KILN_DW_CB <= C; c0 += KILN_DW_CB) {
+        const float* x0 = xn + (j * a->sw - a->pw) * C + c0;
+        const float* b = a->bias ? a->bias + c0 : NULL;
+        if (a->sw == 1)
+          kiln_dw_block_k3_8(1, x0, C, taps / 3, toff, tw, wt + c0, b, clamp, yrow + j * C + c0);
+        else
+          kiln_dw_block_k3_8(2, x0, C, taps / 3, toff, tw, wt + c0, b, clamp, yrow + j * C + c0);
       }
+    if (C % KILN_DW_CB) /* those pixels' channel tail, in blocks of 4 */
+      for (int64_t jt = jl; jt < j; jt += KILN_DW_PX) {
+        const int64_t c0 = C - C % KILN_DW_CB;
+        const float* px[KILN_DW_PX];
+        float* out[KILN_DW_PX];
+        for (int64_t p = 0; p < KILN_DW_PX; ++p)
+          px[p] = xn + ((jt + p) * a->sw - a->pw) * C + c0, out[p] = yrow + (jt + p) * C + c0;
+        kiln_dw_block(KILN_DW_PX, C - c0, px, taps, toff, tw, wt + c0,
+                      a->bias ? a->bias + c0 : NULL, clamp, out);
+      }
+  }
+#endif
+  for (; j < jh; j += KILN_DW_PX) {
+    const int64_t np = jh - j < KILN_DW_PX ? jh - j : KILN_DW_PX;
+    const float* px[KILN_DW_PX];
+    float* out[KILN_DW_PX];
+    for (int64_t p = 0; p < KILN_DW_PX; ++p) {
+      const int64_t jj = j + (p < np ? p : 0);
+      px[p] = xn + (jj * a->sw - a->pw) * C;
+      out[p] = yrow + jj * C;
+    }
+    for (int64_t c0 = 0; c0 < C; c0 += KILN_DW_CB) {
+      const int64_t cw = C - c0 < KILN_DW_CB ? C - c0 : KILN_DW_CB;
+      const float* bias = a->bias ? a->bias + c0 : NULL;
+      const float* pc[KILN_DW_PX] = {px[0] + c0, px[1] + c0, px[2] + c0, px[3] + c0};
+      float* oc[KILN_DW_PX] = {out[0] + c0, out[1] + c0, out[2] + c0, out[3] + c0};
 #ifdef KILN_DW_K3S1
       if (k3s1 && np == KILN_DW_PX && cw == KILN_DW_CB) {
-        kiln_dw_block_full_k3s1(px[0], C, taps / 3, toff, tw, wt + c0, bias, clamp, out);
+        kiln_dw_block_full_k3s1(pc[0], C, taps / 3, toff, tw, wt + c0, bias, clamp, oc);
         continue;
       }
 #endif
-      kiln_dw_block(np, cw, px, taps, toff, tw, wt + c0, bias, clamp, out);
+      kiln_dw_block(np, cw, pc, taps, toff, tw, wt + c0, bias, clamp, oc);
     }
-    /* Border columns: the taps whose column is inside, pixel by pixel. */
-    for (int64_t j = 0; j < Wo; ++j) {
-      if (j == jl) j = jh;
-      if (j >= Wo) break;
-      const int64_t col = j * a->sw - a->pw;
-      int64_t boff[KILN_CONV_DW_NHWC_TAPS], bw[KILN_CONV_DW_NHWC_TAPS], nb = 0;
-      for (int64_t t = 0; t < taps; ++t)
-        if (col + tcol[t] >= 0 && col + tcol[t] < W) boff[nb] = toff[t] + col * C, bw[nb++] = tw[t];
+  }
+  /* Border columns: the taps whose column is inside, pixel by pixel. */
+  for (j = 0; j < Wo; ++j) {
+    if (j == jl) j = jh;
+    if (j >= Wo) break;
+    const int64_t col = j * a->sw - a->pw;
+    int64_t boff[KILN_CONV_DW_NHWC_TAPS], bw[KILN_CONV_DW_NHWC_TAPS], nb = 0;
+    for (int64_t t = 0; t < taps; ++t)
+      if (col + tcol[t] >= 0 && col + tcol[t] < W) boff[nb] = toff[t] + col * C, bw[nb++] = tw[t];
+    for (int64_t c0 = 0; c0 < C; c0 += KILN_DW_CB) {
+      const int64_t cw = C - c0 < KILN_DW_CB ? C - c0 : KILN_DW_CB;
       const float* px[1] = {xn + c0};
       float* out[1] = {yrow + j * C + c0};
-      kiln_dw_block(1, cw, px, nb, boff, bw, wt + c0, bias, clamp, out);
+      kiln_dw_block(1, cw, px, nb, boff, bw, wt + c0, a->bias ? a->bias + c0 : NULL, clamp, out);
     }
   }
 }
