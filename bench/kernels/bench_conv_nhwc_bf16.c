@@ -8,8 +8,9 @@
  * with more. Prints ms and GFLOP/s of each and the bf16 share of this
  * machine's measured bf16 dot peak (kiln_machine_get: VDPBF16PS, the same
  * thread count). The stem (x given NCHW, as the first conv of a
- * channels-last region runs) and a ResNet-50 style 1x1 are included.
- * Usage: bench_conv_nhwc_bf16 [threads (1) [runs (15)]] */
+ * channels-last region runs), a ResNet-50 style 1x1 and MobileNetV2's 1x1
+ * convs and stem are included.
+ * Usage: bench_conv_nhwc_bf16 [threads (1) [runs (15) [layer name prefix]]] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 1;
   int reps = argc > 2 ? atoi(argv[2]) : 15;
   if (reps < 1 || reps > 100000) reps = 15;
+  const char* only = argc > 3 ? argv[3] : "";
   kiln_pool_t* pool = NULL;
   if (kiln_pool_create(threads, &pool)) return 1;
   kiln_machine_t mc;
@@ -54,11 +56,22 @@ int main(int argc, char** argv) {
       /* A UNet block's convs at 32x32 (no relu there; the shapes are what matter). */
       {"unet 3x3 128", 128, 128, 3, 1, 1, 32, 0, 0}, {"unet 3x3 128-256", 128, 256, 3, 1, 1, 32, 0, 0},
       {"unet 3x3 256", 256, 256, 3, 1, 1, 32, 1, 0}, {"unet 3x3 256 nchw x", 256, 256, 3, 1, 1, 32, 1, 1},
+      /* MobileNetV2's 1x1 convs (expansions with relu; the projections have
+       * none in the model, the relu here changes nothing that matters). */
+      {"mnv2 1x1 32-16", 32, 16, 1, 1, 0, 112, 0, 0},   {"mnv2 1x1 16-96", 16, 96, 1, 1, 0, 112, 0, 0},
+      {"mnv2 1x1 24-144", 24, 144, 1, 1, 0, 56, 0, 0},  {"mnv2 1x1 144-24", 144, 24, 1, 1, 0, 56, 0, 0},
+      {"mnv2 1x1 32-192", 32, 192, 1, 1, 0, 28, 0, 0},  {"mnv2 1x1 192-32", 192, 32, 1, 1, 0, 28, 0, 0},
+      {"mnv2 1x1 64-384", 64, 384, 1, 1, 0, 14, 0, 0},  {"mnv2 1x1 384-64", 384, 64, 1, 1, 0, 14, 0, 0},
+      {"mnv2 1x1 96-576", 96, 576, 1, 1, 0, 14, 0, 0},  {"mnv2 1x1 576-96", 576, 96, 1, 1, 0, 14, 0, 0},
+      {"mnv2 1x1 160-960", 160, 960, 1, 1, 0, 7, 0, 0}, {"mnv2 1x1 960-160", 960, 160, 1, 1, 0, 7, 0, 0},
+      {"mnv2 1x1 960-320", 960, 320, 1, 1, 0, 7, 0, 0}, {"mnv2 1x1 320-1280", 320, 1280, 1, 1, 0, 7, 0, 0},
+      {"mnv2 stem 3x3/2", 3, 32, 3, 2, 1, 224, 0, 1},
   };
   printf("%-20s %9s %9s %9s %9s %6s %6s\n", "layer", "fp32 ms", "bf16 ms", "fp32 GF/s", "bf16 GF/s",
          "ratio", "%peak");
   for (size_t li = 0; li < sizeof(layers) / sizeof(layers[0]); ++li) {
     const bench_layer_t* L = &layers[li];
+    if (strncmp(L->name, only, strlen(only))) continue;
     kiln_conv2d_f32_args_t a;
     memset(&a, 0, sizeof(a));
     a.n = 1, a.c = L->c, a.h = a.w = L->hw, a.o = L->o, a.kh = a.kw = L->k;
@@ -67,11 +80,11 @@ int main(int argc, char** argv) {
     a.act = KILN_ACT_RELU;
     a.residual_before_act = L->residual;
     const int64_t K = L->c * L->k * L->k, N = a.ho * a.wo;
-    float* x = malloc((size_t)(L->c * L->hw * L->hw) * sizeof(float));
+    float* x = bench_alloc_floats((size_t)(L->c * L->hw * L->hw));
     float* w = malloc((size_t)(L->o * K) * sizeof(float));
     float* bias = calloc((size_t)L->o, sizeof(float));
-    float* y = calloc((size_t)(L->o * N), sizeof(float));
-    float* res = L->residual ? calloc((size_t)(L->o * N), sizeof(float)) : NULL;
+    float* y = bench_alloc_floats((size_t)(L->o * N));
+    float* res = L->residual ? bench_alloc_floats((size_t)(L->o * N)) : NULL;
     float* w16 = malloc(kiln_conv2d_f32_packed_size(L->o, K, 1, KILN_CONV_PANEL_WIDE));
     uint16_t* wb = malloc(kiln_conv2d_bf16_packed_size(L->o, L->c, L->k, L->k, 1));
     for (int64_t i = 0; i < L->c * L->hw * L->hw; ++i) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;

@@ -11,6 +11,7 @@
 #define BENCH_TIMING_H
 
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/kiln_cpu.h"
@@ -24,6 +25,16 @@ static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* n zero floats on a 64-byte boundary, as kiln's runtime places its
+ * buffers (malloc's large blocks start 16 bytes into a page, which splits
+ * every 64-byte store and lets two threads' column strips share lines). */
+static inline float* bench_alloc_floats(size_t n) {
+  size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+  float* p = aligned_alloc(64, bytes ? bytes : 64);
+  if (p) memset(p, 0, bytes);
+  return p;
 }
 
 /* The process's CPU time: with one thread, time that thread ran. */
