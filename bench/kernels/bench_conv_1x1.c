@@ -43,12 +43,12 @@ int main(int argc, char** argv) {
     a.kh = a.kw = 1, a.sh = a.sw = 1, a.dh = a.dw = 1;
     a.act = layers[li][3] ? KILN_ACT_RELU6 : KILN_ACT_NONE;
     const int64_t M = hw * hw;
-    float* x = malloc((size_t)(M * C) * sizeof(float));
+    float* x = bench_alloc_floats((size_t)(M * C));
     float* w = malloc((size_t)(O * C) * sizeof(float));
     float* wp = aligned_alloc(64, kiln_conv2d_f32_packed_size(O, C, 1, KILN_CONV_PANEL_WIDE) + 64);
     float* bias = malloc((size_t)O * sizeof(float));
-    float* y = malloc((size_t)(M * O) * sizeof(float));
-    float* y2 = malloc((size_t)(M * O) * sizeof(float));
+    float* y = bench_alloc_floats((size_t)(M * O));
+    float* y2 = bench_alloc_floats((size_t)(M * O));
     for (int64_t i = 0; i < M * C; ++i) x[i] = (float)(i % 7) * 0.1f;
     for (int64_t i = 0; i < O * C; ++i) w[i] = (float)(i % 5) * 0.1f;
     for (int64_t i = 0; i < O; ++i) bias[i] = 0.01f * (float)i;

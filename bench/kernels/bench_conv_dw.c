@@ -40,10 +40,10 @@ int main(int argc, char** argv) {
     a.ho = a.wo = (hw + 2 - 3) / s + 1;
     a.act = KILN_ACT_RELU6;
     const int64_t nx = C * hw * hw, ny = C * a.ho * a.wo;
-    float* x = malloc((size_t)nx * sizeof(float));
+    float* x = bench_alloc_floats((size_t)nx);
     float* w = malloc((size_t)C * 9 * sizeof(float));
     float* bias = malloc((size_t)C * sizeof(float));
-    float* y = malloc((size_t)ny * sizeof(float));
+    float* y = bench_alloc_floats((size_t)ny);
     for (int64_t i = 0; i < nx; ++i) x[i] = (float)(i % 7) * 0.1f;
     for (int64_t i = 0; i < C * 9; ++i) w[i] = (float)(i % 5) * 0.1f;
     for (int64_t i = 0; i < C; ++i) bias[i] = 0.01f * (float)i;

@@ -56,14 +56,14 @@ int main(int argc, char** argv) {
     a.act = KILN_ACT_RELU;
     a.residual_before_act = L->residual;
     int64_t K = L->c * L->k * L->k, N = a.ho * a.wo;
-    float* x = calloc((size_t)(L->c * L->hw * L->hw), sizeof(float));
+    float* x = bench_alloc_floats((size_t)(L->c * L->hw * L->hw));
     float* w = calloc((size_t)(L->o * K), sizeof(float));
     int panel = kiln_conv2d_f32_panel_for(&a);
     float* wp = aligned_alloc(64, (kiln_conv2d_f32_packed_size(L->o, K, 1, panel) + 63) / 64 * 64);
     float* wp16 = aligned_alloc(64, (kiln_conv2d_f32_packed_size(L->o, K, 1, 16) + 63) / 64 * 64);
     float* bias = calloc((size_t)L->o, sizeof(float));
-    float* y = calloc((size_t)(L->o * N), sizeof(float));
-    float* r = calloc((size_t)(L->o * N), sizeof(float));
+    float* y = bench_alloc_floats((size_t)(L->o * N));
+    float* r = bench_alloc_floats((size_t)(L->o * N));
     for (int64_t i = 0; i < L->c * L->hw * L->hw; ++i) x[i] = (float)(i % 7) * 0.1f;
     for (int64_t i = 0; i < L->o * K; ++i) w[i] = (float)(i % 5) * 0.01f;
     kiln_conv2d_f32_pack_weight(L->o, K, 1, panel, w, wp);
