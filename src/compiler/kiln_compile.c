@@ -181,6 +181,8 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
   }
   if (o->pack_weights)
     KILN_RUN_PASS("pack", kiln_pass_pack_weights(g, target, kiln_pool_default(), &weights, &next, &a), "%d weights packed")
+  if (o->pack_weights && o->fuse)
+    KILN_RUN_PASS("conv_bf16_io", kiln_pass_conv_bf16_io(g, o->compute_bf16, &next, &a), "%d convs store y in bf16")
 #undef KILN_RUN_PASS
   /* Why a constant has its form, where the target said (a checkpoint's
    * quantized weight run on its own integers, or dequantized and why). */

@@ -153,6 +153,13 @@ kiln_status_t kiln_pass_pack_weights(kiln_graph_t* graph, const kiln_hal_target_
                                      kiln_pool_t* pool, const kiln_hal_weights_t* weights,
                                      kiln_graph_t** out_graph, int32_t* out_packed);
 
+/* Convs whose every reader is a bf16-compute conv reading them as x (with
+ * lossy, compute_dtype=bf16: or a depthwise conv) store y in bf16
+ * (CONV2D_NHWC's Y_BF16; kiln_pass_conv_bf16_io.c). After the pack pass.
+ * *out_marked: the convs. */
+kiln_status_t kiln_pass_conv_bf16_io(kiln_graph_t* graph, int lossy, kiln_graph_t** out_graph,
+                                     int32_t* out_marked);
+
 /* Runs the passes. Consumes graph (released on failure too). */
 kiln_status_t kiln_compile(kiln_graph_t* graph, const kiln_compile_options_t* options,
                            kiln_graph_t** out_graph);

@@ -477,6 +477,10 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     CORRUPT("graph section: node %u (%s): a conv's end padding (format %d.%d) in a file of format "
             "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_CONV_PAD_END, KILN_FORMAT_MAJOR,
             (int)G->minor);
+  if (kiln_artifact_conv_y_bf16(node) && G->minor < KILN_FORMAT_MINOR_CONV_BF16_IO)
+    CORRUPT("graph section: node %u (%s): a conv storing y in bf16 (format %d.%d) in a file of "
+            "format %d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_CONV_BF16_IO,
+            KILN_FORMAT_MAJOR, (int)G->minor);
   if (kiln_artifact_node_act(node) == KILN_ACT_RELU6 && G->minor < KILN_FORMAT_MINOR_RELU6)
     CORRUPT("graph section: node %u (%s): the relu6 activation (format %d.%d) in a file of format "
             "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_RELU6, KILN_FORMAT_MAJOR,

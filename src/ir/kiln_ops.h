@@ -427,8 +427,16 @@
  * PAD_H_END, PAD_W_END: zeros added past the input's end beyond PAD_H /
  * PAD_W (a TF-style "same" pad at stride 2 pads one more at the end:
  * kiln_pass_layout.c folds such a PAD into a depthwise conv), with x of
- * concrete H and W; format 2.22. */
-#define KILN_PARAMS_CONV2D_NHWC(P) KILN_PARAMS_CONV2D(P) P(PAD_H_END, 1) P(PAD_W_END, 1)
+ * concrete H and W; format 2.22. Y_BF16 1: y is stored in bf16, each
+ * element rounded to nearest even from the fp32 result (a conv whose every
+ * reader is a bf16-compute conv, which rounds its x so anyway:
+ * kiln_pass_conv_bf16_io.c); x may be bf16 when the weight is in the
+ * bf16-compute form. Format 2.23. */
+#define KILN_PARAMS_CONV2D_NHWC(P) \
+  KILN_PARAMS_CONV2D(P) P(PAD_H_END, 1) P(PAD_W_END, 1) P(Y_BF16, 1)
+/* A depthwise CONV2D_NHWC reads or stores bf16 with at most this many taps
+ * (the channels-last depthwise kernel's reach: the CPU target asserts it). */
+#define KILN_CONV2D_NHWC_BF16_DW_TAPS 49
 /* CONV2D_GRAD_INPUT: as CONV2D's first seven, then the input's H and W. */
 #define KILN_PARAMS_CONV2D_GRAD_INPUT(P) KILN_PARAMS_CONV2D_COMMON(P) P(H, 1) P(W, 1)
 /* CONV2D_GRAD_WEIGHT: as CONV2D's first seven, then the kernel's size. */

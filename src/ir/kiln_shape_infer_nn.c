@@ -250,13 +250,18 @@ kiln_status_t kiln_shape_upsample_bilinear2d(const kiln_graph_t* g, const kiln_n
  * X_NCHW is 1) and y, residual (N, Ho, Wo, O); w dense, packed in panels
  * of 16 (the fp32 channels-last kernel's packing) or for bf16 compute
  * (KILN_LAYOUT_CONV2D_PACKED_16_BF16). Every param as
- * CONV2D validates it. */
+ * CONV2D validates it. bf16 storage (format 2.23): x may be bf16 (NHWC)
+ * and Y_BF16 makes y bf16 for the bf16-compute form or a depthwise conv's
+ * dense weight (at most KILN_CONV2D_NHWC_BF16_DW_TAPS taps), y without a
+ * residual (the kernels: kiln_conv_nhwc_bf16.c, kiln_conv_nhwc_dw.c). */
 kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n, kiln_value_t* out) {
   const kiln_value_t *x = nn_in(g, n, 0), *w = nn_in(g, n, 1);
   const kiln_value_t *bias = nn_in(g, n, 2), *res = nn_in(g, n, 3);
   const int64_t* p = n->params;
   if (!x || !w) FAIL("conv2d_nhwc: x and w are required");
-  if (x->dtype != KILN_F32 || w->dtype != KILN_F32) FAIL("conv2d_nhwc takes float32");
+  const int bf16_form = w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16;
+  if ((x->dtype != KILN_F32 && x->dtype != KILN_BF16) || w->dtype != KILN_F32)
+    FAIL("conv2d_nhwc takes float32 (x also bfloat16)");
   if (x->rank != 4) FAIL("conv2d_nhwc's x must be (N, H, W, C), got rank %d", x->rank);
   if (w->rank != 4 || (w->layout != KILN_LAYOUT_DENSE && w->layout != KILN_LAYOUT_CONV2D_PACKED_16 &&
                        w->layout != KILN_LAYOUT_CONV2D_PACKED_16_BF16))
@@ -282,6 +287,18 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
     FAIL("conv2d_nhwc: residual placement (residual_before_act) is 0 or 1");
   if ((unsigned long long)p[KILN_P(CONV2D_NHWC, ROUND_X)] > 1)
     FAIL("conv2d_nhwc: round_x is 0 or 1");
+  /* bf16 storage: the kernels that read and write it. */
+  const int dw_dense = w->layout == KILN_LAYOUT_DENSE && groups == C && O == C &&
+                       !nn_in(g, n, 4) && w->shape[2] * w->shape[3] <= KILN_CONV2D_NHWC_BF16_DW_TAPS;
+  if (x->dtype == KILN_BF16 && (x_nchw || !(bf16_form || dw_dense)))
+    FAIL("conv2d_nhwc: a bfloat16 x is NHWC, read by a bf16-compute weight or a depthwise conv's "
+         "dense one");
+  const int y_bf16 = p[KILN_P(CONV2D_NHWC, Y_BF16)] == 1;
+  if ((unsigned long long)p[KILN_P(CONV2D_NHWC, Y_BF16)] > 1)
+    FAIL("conv2d_nhwc: y_bf16 is 0 or 1");
+  if (y_bf16 && (res || !(bf16_form || dw_dense)))
+    FAIL("conv2d_nhwc: a bfloat16 y takes a bf16-compute weight or a depthwise conv's dense "
+         "one, and no residual");
   const int64_t end_h = p[KILN_P(CONV2D_NHWC, PAD_H_END)], end_w = p[KILN_P(CONV2D_NHWC, PAD_W_END)];
   if (end_h || end_w) {
     if (end_h < 0 || end_w < 0 || end_h > ((int64_t)1 << 40) || end_w > ((int64_t)1 << 40))
@@ -298,7 +315,7 @@ kiln_status_t kiln_shape_conv2d_nhwc(const kiln_graph_t* g, const kiln_node_t* n
   KILN_RETURN_IF_ERROR(kiln_shape_window_out_size(
       "conv2d_nhwc width", W, w->shape[3], p[KILN_P(CONV2D_NHWC, STRIDE_W)],
       p[KILN_P(CONV2D_NHWC, PAD_W)], p[KILN_P(CONV2D_NHWC, DILATION_W)], 0, &shape[2]));
-  nn_set(out, KILN_F32, shape);
+  nn_set(out, y_bf16 ? KILN_BF16 : KILN_F32, shape);
   if (bias && (bias->dtype != KILN_F32 || kiln_value_numel(bias) != O))
     FAIL("conv2d_nhwc: bias must be float32 with %lld elements", (long long)O);
   if (res) {

@@ -316,6 +316,107 @@ static void nhwc_ct2_matches_ct(void) {
   free(w), free(src);
 }
 
+/* The depthwise conv with bf16 storage (args' x_bf16, y_bf16: CONV2D_NHWC's
+ * format 2.23): from x in bf16, y must be the fp32 kernel's y from x
+ * widened, bit for bit; a bf16 y must be that y rounded, bit for bit, the
+ * guard past it untouched; and the reference likewise. Blocks of 8, 4 and
+ * 1 pixels, channel tails, strides 1 and 2, 5x5, relu6 (clamped as stored)
+ * and silu (the epilogue's row), NaN, N = 2. */
+static void nhwc_dw_bf16_io(kiln_pool_t* pool, const char* where) {
+  /* n, c, h, w, k, s, act */
+  static const int64_t cases[][7] = {{2, 20, 5, 29, 3, 1, KILN_ACT_RELU6},
+                                     {1, 24, 7, 37, 3, 2, KILN_ACT_RELU6},
+                                     {1, 32, 6, 13, 3, 2, KILN_ACT_NONE},
+                                     {1, 48, 6, 11, 5, 1, KILN_ACT_SILU},
+                                     {1, 16, 4, 40, 3, 1, KILN_ACT_SILU},
+                                     {1, 7, 5, 9, 3, 1, KILN_ACT_RELU}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ++ci) {
+    const int64_t* p = cases[ci];
+    kiln_conv2d_f32_args_t a;
+    memset(&a, 0, sizeof a);
+    a.n = p[0], a.c = a.o = a.groups = p[1], a.h = p[2], a.w = p[3], a.kh = a.kw = p[4];
+    a.sh = a.sw = p[5], a.ph = a.pw = p[4] / 2, a.dh = a.dw = 1, a.act = (kiln_activation_t)p[6];
+    a.ho = nhwc_out(a.h, a.kh, a.sh, a.ph, 1), a.wo = nhwc_out(a.w, a.kw, a.sw, a.pw, 1);
+    const size_t nx = (size_t)(a.n * a.c * a.h * a.w), ny = (size_t)(a.n * a.o * a.ho * a.wo);
+    float* x = malloc(nx * sizeof(float));
+    uint16_t* xb = malloc(nx * sizeof(uint16_t));
+    float* w = malloc((size_t)(a.c * a.kh * a.kw) * sizeof(float));
+    float* bias = malloc((size_t)a.o * sizeof(float));
+    float* y32 = malloc(ny * sizeof(float));
+    float* yref = malloc(ny * sizeof(float));
+    uint16_t* yb = malloc((ny + NHWC_GUARD) * sizeof(uint16_t));
+    if (!x || !xb || !w || !bias || !y32 || !yref || !yb) goto next;
+    kiln_test_fill_f32(x, nx, (unsigned)(81 + ci), -4.0f, 4.0f);
+    kiln_test_fill_f32(w, (size_t)(a.c * a.kh * a.kw), (unsigned)(82 + ci), -1.0f, 1.0f);
+    kiln_test_fill_f32(bias, (size_t)a.o, (unsigned)(83 + ci), -1.0f, 1.0f);
+    x[nx / 3] = NAN;
+    for (size_t i = 0; i < nx; ++i) {
+      xb[i] = kiln_gemm_bf16_from_f32(x[i]);
+      x[i] = kiln_gemm_bf16_to_f32(xb[i]); /* x widened from its bf16 */
+    }
+    a.weight = w, a.bias = ci % 2 ? NULL : bias;
+    for (int io = 1; io < 4; ++io) { /* 1: x bf16, 2: y bf16, 3: both */
+      const int xbf = io & 1, ybf = io >> 1;
+      char what[200];
+      snprintf(what, sizeof what, "%s depthwise bf16 storage c%lld %lldx%lld k%lld s%lld act%d: x %s, y %s",
+               where, (long long)a.c, (long long)a.h, (long long)a.w, (long long)a.kh,
+               (long long)a.sh, (int)a.act, xbf ? "bf16" : "fp32", ybf ? "bf16" : "fp32");
+      for (int ref = 0; ref < 2; ++ref) {
+        kiln_conv2d_f32_args_t b = a;
+        b.x = x, b.y = y32;
+        if (ref) b.y = yref, kiln_conv2d_f32_nhwc_reference(&b);
+        else kiln_conv2d_f32_nhwc(&b, pool);
+        for (size_t i = 0; i < ny + NHWC_GUARD; ++i) yb[i] = 0xabcd;
+        b.x = xbf ? (const float*)(const void*)xb : x, b.x_bf16 = xbf;
+        b.y = ybf ? (float*)(void*)yb : (ref ? yref : y32), b.y_bf16 = ybf;
+        float* want = ref ? yref : y32;
+        if (!ybf) { /* y in place of the fp32 run's: compare against a copy */
+          float* copy = malloc(ny * sizeof(float));
+          if (!copy) continue;
+          memcpy(copy, want, ny * sizeof(float));
+          if (ref) kiln_conv2d_f32_nhwc_reference(&b);
+          else kiln_conv2d_f32_nhwc(&b, pool);
+          KILN_EXPECT(!memcmp(copy, want, ny * sizeof(float)), "%s%s: = from x widened, bit for bit",
+                      what, ref ? " (reference)" : "");
+          free(copy);
+          continue;
+        }
+        if (ref) kiln_conv2d_f32_nhwc_reference(&b);
+        else kiln_conv2d_f32_nhwc(&b, pool);
+        size_t bad = 0, guard = 0;
+        for (size_t i = 0; i < ny; ++i) bad += yb[i] != kiln_gemm_bf16_from_f32(want[i]);
+        for (size_t i = ny; i < ny + NHWC_GUARD; ++i) guard += yb[i] != 0xabcd;
+        KILN_EXPECT(!bad && !guard, "%s%s: = the fp32 y rounded: %zu of %zu differ, %zu guard "
+                    "values written", what, ref ? " (reference)" : "", bad, ny, guard);
+      }
+    }
+  next:
+    free(x), free(xb), free(w), free(bias), free(y32), free(yref), free(yb);
+  }
+  /* Rounding ties and denormals: a centre-only weight of 1 makes y = x
+   * exactly, so the bf16 y must be x rounded by the rule: 1 + 2^-8 to 1,
+   * 1 + 3 2^-8 up to 1 + 2^-6 (ties to even), denormals kept (NaN: the
+ * random cases above). */
+  enum { TC = 32, TW = 21 };
+  static const float vals[] = {1.00390625f, 1.01171875f, -1.00390625f, 3e-39f, -1e-40f, 65535.0f};
+  float tx[3 * TW * TC], tw[9 * TC];
+  uint16_t ty[3 * TW * TC + NHWC_GUARD];
+  for (int i = 0; i < 3 * TW * TC; ++i) tx[i] = vals[i % 6];
+  for (int i = 0; i < 9 * TC; ++i) tw[i] = i % 9 == 4 ? 1.0f : 0.0f;
+  for (int i = 0; i < 3 * TW * TC + NHWC_GUARD; ++i) ty[i] = 0xabcd;
+  kiln_conv2d_f32_args_t a;
+  memset(&a, 0, sizeof a);
+  a.n = 1, a.c = a.o = a.groups = TC, a.h = 3, a.w = TW, a.kh = a.kw = 3, a.sh = a.sw = 1;
+  a.ph = a.pw = 1, a.dh = a.dw = 1, a.ho = 3, a.wo = TW, a.act = KILN_ACT_NONE;
+  a.x = tx, a.weight = tw, a.y = (float*)(void*)ty, a.y_bf16 = 1;
+  kiln_conv2d_f32_nhwc(&a, pool);
+  size_t bad = 0;
+  for (int i = 0; i < 3 * TW * TC; ++i) bad += ty[i] != kiln_gemm_bf16_from_f32(tx[i]);
+  for (int i = 3 * TW * TC; i < 3 * TW * TC + NHWC_GUARD; ++i) bad += ty[i] != 0xabcd;
+  KILN_EXPECT(bad == 0, "%s depthwise bf16 y: ties to even, denormals: %zu values wrong", where,
+              bad);
+}
+
 /* The depthwise rows at AVX-512 (3-wide windows in blocks of 8 pixels)
  * against AVX2's (blocks of 4): bit for bit (each sum's taps in the same
  * order, both fused multiply-adds), strides 1 and 2, a channel tail,
@@ -339,8 +440,8 @@ static void nhwc_dw_rows_agree(void) {
     a.ph = a.pw = 1, a.dh = a.dw = 1, a.x = x, a.bias = bias, a.act = KILN_ACT_RELU6;
     a.ho = nhwc_out(H, 3, s, 1, 1), a.wo = nhwc_out(W, 3, s, 1, 1);
     for (int64_t i = 0; i < a.ho; ++i) {
-      r512(&a, wt, 0, i, clamp, got);
-      r256(&a, wt, 0, i, clamp, want);
+      r512(&a, wt, 0, i, clamp, got, 0);
+      r256(&a, wt, 0, i, clamp, want, 0);
       KILN_EXPECT(!memcmp(got, want, sizeof(float) * (size_t)(a.wo * C)),
                   "depthwise row %lld, stride %lld: AVX-512 = AVX2 bit for bit", (long long)i,
                   (long long)s);
@@ -485,6 +586,7 @@ void kiln_test_suite_conv_nhwc(void) {
   kiln_test_each_isa_and_pool(nhwc_end_padding);
   kiln_test_each_isa_and_pool(nhwc_level);
   kiln_test_each_isa_and_pool(nhwc_pool_level);
+  kiln_test_each_isa_and_pool(nhwc_dw_bf16_io);
   nhwc_ct2_matches_ct();
   nhwc_direct_matches_epilogue();
   nhwc_dw_rows_agree();

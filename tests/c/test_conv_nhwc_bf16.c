@@ -138,6 +138,55 @@ static void cbf_compare(const char* what, const float* got, const float* want, c
               first < ny ? (double)bound[first] : 0.0);
 }
 
+/* bf16 storage (CONV2D_NHWC's Y_BF16, a bf16 x; format 2.23) on the
+ * engine kiln_cpu_bf16() has now: x given as bf16 (rounded here as the
+ * kernel rounds it) must give y32, the same engine's y from fp32 x, bit for
+ * bit; a bf16 y (no residual) must be y32 rounded, bit for bit, with the
+ * guard past it untouched; both together likewise. The 1x1 stride-1 even-C
+ * convs read a bf16 x in place (no copy). */
+static void cbf_bf16_io(kiln_conv2d_f32_args_t* a, const cbf_case_t* tc, const float* xt,
+                        const float* res, const float* y32, const float* want, float* got,
+                        size_t ny, kiln_pool_t* pool, const char* what) {
+  const size_t nx = (size_t)(a->n * a->c * a->h * a->w);
+  uint16_t* xb = malloc((nx + 1) * sizeof(uint16_t));
+  uint16_t* yb = malloc((ny + CBF_GUARD) * sizeof(uint16_t));
+  if (!xb || !yb) goto done;
+  for (size_t i = 0; i < nx; ++i) xb[i] = kiln_gemm_bf16_from_f32(xt[i]);
+  kiln_conv2d_f32_args_t b = *a;
+  memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
+  b.x = (const float*)(const void*)xb, b.x_bf16 = 1;
+  b.residual = tc->residual ? (tc->res_alias ? got : res) : NULL;
+  b.y = got;
+  kiln_conv2d_bf16_nhwc(&b, 0, pool);
+  KILN_EXPECT(!memcmp(got, y32, (ny + CBF_GUARD) * sizeof(float)),
+              "%s path %s: x in bf16 = x rounded as read, bit for bit", what,
+              kiln_conv2d_bf16_last_path());
+  if (tc->residual) goto done; /* a bf16 y has none */
+  for (int xbf = 0; xbf < 2; ++xbf) {
+    for (size_t i = 0; i < ny + CBF_GUARD; ++i) yb[i] = 0xabcd;
+    b.x = xbf ? (const float*)(const void*)xb : xt, b.x_bf16 = xbf;
+    b.residual = NULL, b.y = (float*)(void*)yb, b.y_bf16 = 1;
+    kiln_conv2d_bf16_nhwc(&b, 0, pool);
+    size_t bad = 0, guard = 0;
+    for (size_t i = 0; i < ny; ++i) bad += yb[i] != kiln_gemm_bf16_from_f32(y32[i]);
+    for (size_t i = ny; i < ny + CBF_GUARD; ++i) guard += yb[i] != 0xabcd;
+    KILN_EXPECT(!bad && !guard, "%s path %s: y in bf16%s = y rounded: %zu of %zu differ, %zu "
+                "guard values written", what, kiln_conv2d_bf16_last_path(),
+                xbf ? " from x in bf16" : "", bad, ny, guard);
+    if (!strcmp(kiln_conv2d_bf16_last_path(), "fp32")) { /* and the reference, once */
+      for (size_t i = 0; i < ny + CBF_GUARD; ++i) yb[i] = 0xabcd;
+      kiln_conv2d_bf16_nhwc_reference(&b, 0);
+      bad = guard = 0;
+      for (size_t i = 0; i < ny; ++i) bad += yb[i] != kiln_gemm_bf16_from_f32(want[i]);
+      for (size_t i = ny; i < ny + CBF_GUARD; ++i) guard += yb[i] != 0xabcd;
+      KILN_EXPECT(!bad && !guard, "%s: the reference's bf16 y%s = its y rounded: %zu differ, %zu "
+                  "guard values written", what, xbf ? " from x in bf16" : "", bad, guard);
+    }
+  }
+done:
+  free(xb), free(yb);
+}
+
 static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) {
   kiln_conv2d_f32_args_t a;
   memset(&a, 0, sizeof(a));
@@ -160,6 +209,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   float* want = malloc((ny + CBF_GUARD) * sizeof(float));
   float* want32 = malloc((ny + CBF_GUARD) * sizeof(float));
   float* got = malloc((ny + CBF_GUARD) * sizeof(float));
+  float* got32 = malloc((ny + CBF_GUARD) * sizeof(float)); /* this engine's y, x NHWC */
   float* bound = malloc((ny + CBF_GUARD) * sizeof(float));
   uint16_t* wp = malloc(wb + 64);
   KILN_EXPECT(wb > 0 && wb % 64 == 0, "packed size %zu", wb);
@@ -262,7 +312,9 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
                         a.kw > 1 && (finite || e == 0);
       KILN_EXPECT(kiln_conv2d_bf16_last_window_pairs() == pairs, "%s: window pairs %d, want %d",
                   what2, kiln_conv2d_bf16_last_window_pairs(), pairs);
+      if (!nchw) memcpy(got32, got, (ny + CBF_GUARD) * sizeof(float));
     }
+    cbf_bf16_io(&a, tc, xt, res, got32, want, got, ny, pool, what);
     if (!eng) { /* the reference reads NCHW x the same */
       memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
       a.x = x, a.residual = tc->residual ? res : NULL;
@@ -274,7 +326,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   kiln_cpu_bf16_set(cbf_mask_);
   free(scale);
   free(x), free(xt), free(xr), free(w), free(wr), free(bias), free(res), free(want);
-  free(want32), free(got), free(bound), free(wp);
+  free(want32), free(got), free(got32), free(bound), free(wp);
 }
 
 static void cbf_level(kiln_pool_t* pool, const char* where) {
@@ -431,6 +483,54 @@ static kiln_graph_t* cbf_graph(const uint16_t* wp, size_t bytes, const float* bi
   return g;
 }
 
+/* Shape inference's rule for bf16 storage (format 2.23): Y_BF16 makes y
+ * bfloat16 for the bf16-compute form or a depthwise conv's dense weight,
+ * never with a residual, never 2; a bfloat16 x only NHWC, read by those. */
+static void cbf_bf16_storage_rules(const uint16_t* wp, size_t bytes) {
+  static const float wd[CBF_O * CBF_C * 9], wdw[CBF_C * 9];
+  /* weight: 0 bf16 form, 1 dense groups 1, 2 dense depthwise (O = C) */
+  static const struct { int xbf, weight, ybf, residual, ok; const char* what; } cases[] = {
+      {0, 0, 1, 0, 1, "a bf16-compute conv storing y in bf16"},
+      {1, 0, 1, 0, 1, "a bf16-compute conv reading and storing bf16"},
+      {1, 2, 1, 0, 1, "a depthwise conv reading and storing bf16"},
+      {0, 0, 1, 1, 0, "a bf16 y with a residual"},
+      {0, 0, 2, 0, 0, "y_bf16 2"},
+      {0, 1, 1, 0, 0, "a bf16 y from an fp32 conv that is not depthwise"},
+      {1, 1, 0, 0, 0, "a bf16 x read by an fp32 conv that is not depthwise"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    kiln_graph_t* g = NULL;
+    KILN_EXPECT_OK(kiln_graph_create(kiln_allocator_system(), &g));
+    if (!g) return;
+    const int dw = cases[i].weight == 2;
+    const int64_t o = dw ? CBF_C : CBF_O, sx[4] = {1, 6, 6, CBF_C}, sw[4] = {o, dw ? 1 : CBF_C, 3, 3};
+    const int64_t sy[4] = {1, 6, 6, o};
+    int32_t vx, vw, vr, y;
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "x", cases[i].xbf ? KILN_BF16 : KILN_F32, 4, sx, &vx));
+    if (cases[i].weight == 0)
+      KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw,
+                                             KILN_LAYOUT_CONV2D_PACKED_16_BF16, wp, bytes, &vw));
+    else
+      KILN_EXPECT_OK(kiln_graph_add_constant(g, "w", KILN_F32, 4, sw, KILN_LAYOUT_DENSE,
+                                             dw ? wdw : wd, (size_t)(o * sw[1] * 9) * 4, &vw));
+    KILN_EXPECT_OK(kiln_graph_add_input(g, "r", KILN_F32, 4, sy, &vr));
+    int32_t in[4] = {vx, vw, -1, vr};
+    int64_t p[KILN_P_COUNT(CONV2D_NHWC)] = {1, 1, 1, 1, 1, 1, dw ? CBF_C : 1, KILN_ACT_RELU, 0, 0};
+    p[KILN_P(CONV2D_NHWC, Y_BF16)] = cases[i].ybf;
+    kiln_status_t s = kiln_graph_add_node(g, KILN_OP_CONV2D_NHWC, in, cases[i].residual ? 4 : 2, p,
+                                          KILN_P_COUNT(CONV2D_NHWC), NULL, 0, "c", &y);
+    if (cases[i].ok)
+      KILN_EXPECT(!s && g->values[y].dtype == (cases[i].ybf ? KILN_BF16 : KILN_F32),
+                  "%s is accepted, y %s: %s", cases[i].what, cases[i].ybf ? "bf16" : "fp32",
+                  s ? kiln_status_message(s) : "ok");
+    else
+      KILN_EXPECT(s && strstr(kiln_status_message(s), "conv2d_nhwc"), "%s is refused: %s",
+                  cases[i].what, s ? kiln_status_message(s) : "accepted");
+    kiln_status_free(s);
+    kiln_graph_release(g);
+  }
+}
+
 static int cbf_model_run(kiln_graph_t* g, float* x, float* y) {
   kiln_model_t* m = NULL;
   KILN_EXPECT_OK(kiln_model_create(g, NULL, NULL, &m));
@@ -459,6 +559,7 @@ static void cbf_graph_and_file(void) {
   a.weight_packed = KILN_CONV_PACKED_BF16;
   kiln_conv2d_bf16_nhwc_reference(&a, 0);
   /* K = 45 products of |x w| <= 0.5: fp32 sums within 45 * 2^-23 * 23 < 2e-4. */
+  cbf_bf16_storage_rules(wp, wb);
   kiln_graph_t* g = cbf_graph(wp, wb, bias);
   if (g) {
     void* bytes = NULL;

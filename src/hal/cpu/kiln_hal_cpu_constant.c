@@ -146,9 +146,11 @@ static int64_t kiln_cpu_conv_k(const kiln_value_t* w) {
  * weight holds only bf16 values (a bf16 parameter widened): the kernel
  * rounds x as eager does, the weight loses nothing, and the products are
  * eager's (as a bf16 model's LINEAR, below). NCHW CONV2D and depthwise
- * convs stay fp32 (a ROUND_X conv then reads x unrounded: kiln rounds where
- * eager rounds, or not at all); a CONV2D_NHWC left in fp32 under
- * compute_bf16 or ROUND_X says why in its note (kiln.explain, KILN_LOG). */
+ * convs keep fp32 weights (a ROUND_X conv then reads x unrounded: kiln
+ * rounds where eager rounds, or not at all; a depthwise conv under
+ * compute_bf16 may read and store bf16 activations, kiln_pass_conv_bf16_io);
+ * a CONV2D_NHWC left in fp32 under compute_bf16 or ROUND_X says why in its
+ * note (kiln.explain, KILN_LOG). */
 static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
                                const kiln_hal_weights_t* o, kiln_hal_constant_form_t* f) {
   const kiln_value_t *x = &g->values[n->inputs[0]], *w = &g->values[n->inputs[1]];
@@ -171,7 +173,9 @@ static void kiln_cpu_conv_form(const kiln_graph_t* g, const kiln_node_t* n,
     return;
   }
   if (n->op == KILN_OP_CONV2D_NHWC && (o->bf16 == 2 || bf16_model))
-    f->note = depthwise ? "fp32: a depthwise conv" : "fp32: no bf16 engine at compile time";
+    f->note = depthwise ? "fp32 weight: a depthwise conv (under compute_dtype=bf16 it reads and "
+                          "stores bf16 between bf16 convs: kiln_pass_conv_bf16_io)"
+                        : "fp32: no bf16 engine at compile time";
   if (n->op == KILN_OP_CONV2D_NHWC) {
     /* Depthwise: kiln_conv2d_f32_nhwc_depthwise reads the dense weight. */
     if (groups == x->shape[3] && groups == w->shape[0]) return;

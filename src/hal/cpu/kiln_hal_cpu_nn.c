@@ -8,6 +8,11 @@
 #include "hal/cpu/kiln_hal_cpu.h"
 #include "kernels/conv/kiln_conv_nhwc.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16.h"
+#include "kernels/conv/kiln_conv_planes.h"
+
+/* Shape inference lets a depthwise conv read or store bf16 only where the
+ * channels-last depthwise kernel runs it (beyond, the reference would). */
+_Static_assert(KILN_CONV2D_NHWC_BF16_DW_TAPS <= KILN_CONV_DW_NHWC_TAPS, "depthwise bf16 reach");
 
 #define OUT (bufs[n->outputs[0]])
 
@@ -60,6 +65,10 @@ void kiln_hal_cpu_conv2d_args(const kiln_graph_t* g, const kiln_node_t* n, void*
                      : w->layout == KILN_LAYOUT_CONV2D_PACKED_16      ? KILN_CONV_PANEL_WIDE
                      : w->layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16 ? KILN_CONV_PACKED_BF16
                                                                       : 0;
+  if (n->op == KILN_OP_CONV2D_NHWC) {
+    a->x_bf16 = VAL(0)->dtype == KILN_BF16;
+    a->y_bf16 = p[KILN_P(CONV2D_NHWC, Y_BF16)] == 1;
+  }
   if (bufs) kiln_hal_cpu_conv2d_bind(n, bufs, a);
 }
 

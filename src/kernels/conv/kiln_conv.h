@@ -49,6 +49,11 @@ typedef struct kiln_conv2d_f32_args_s {
   int residual_before_act; /* 1: y = act(conv + bias + residual) */
   int weight_packed;       /* 0: dense; else the panel width of
                             * kiln_conv2d_f32_pack_weight's output */
+  /* Channels-last only (CONV2D_NHWC's bf16 storage, format 2.23): x holds
+   * bf16 (uint16) values (the bf16-compute conv); y is stored as bf16,
+   * rounded to nearest even (the bf16-compute and the depthwise conv; no
+   * residual). The pointers keep their float types, as a packed weight's. */
+  int x_bf16, y_bf16;
 } kiln_conv2d_f32_args_t;
 
 void kiln_conv2d_f32(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);

@@ -234,6 +234,14 @@ static void kiln_conv2d_f32_nhwc_run(const kiln_conv2d_f32_args_t* a, int x_nchw
                                      kiln_pool_t* pool) {
   if (a->n <= 0 || a->o <= 0 || a->ho <= 0 || a->wo <= 0) return;
   if (!x_nchw && kiln_conv2d_f32_nhwc_depthwise(a, pool)) return;
+  if (a->x_bf16 || a->y_bf16) {
+    /* bf16 storage: the depthwise kernel writes a bf16 y (shape inference
+     * allows no other fp32-weight conv one); anything it declined stays
+     * correct through the reference. */
+    if (x_nchw) kiln_conv2d_f32_nhwc_reference_from_nchw(a);
+    else kiln_conv2d_f32_nhwc_reference(a);
+    return;
+  }
   if (a->weight_packed && a->weight_packed != KILN_CONV_PANEL_WIDE) {
     /* Panels of 6: not this kernel's layout (shape inference refuses
      * them on CONV2D_NHWC); stay correct through the reference. */

@@ -26,6 +26,18 @@
 #define KILN_CONV_NHWC_H
 
 #include "kernels/conv/kiln_conv.h"
+#include "kernels/gemm/kiln_gemm.h"
+
+/* Element i of x, widened when x holds bf16 (args' x_bf16); element i of
+ * y set to r, rounded to nearest even when y holds bf16: the scalar
+ * references' reads and writes. */
+static inline float kiln_conv2d_nhwc_x_at(const kiln_conv2d_f32_args_t* a, int64_t i) {
+  return a->x_bf16 ? kiln_gemm_bf16_to_f32(((const uint16_t*)(const void*)a->x)[i]) : a->x[i];
+}
+static inline void kiln_conv2d_nhwc_y_put(const kiln_conv2d_f32_args_t* a, int64_t i, float r) {
+  if (a->y_bf16) ((uint16_t*)(void*)a->y)[i] = kiln_gemm_bf16_from_f32(r);
+  else a->y[i] = r;
+}
 
 void kiln_conv2d_f32_nhwc(const kiln_conv2d_f32_args_t* args, kiln_pool_t* pool);
 /* The same with x given NCHW (N, C, H, W) (y and residual still NHWC): the

@@ -53,6 +53,7 @@
 #include "kernels/conv/kiln_conv_nhwc.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16_internal.h"
+#include "kernels/eltwise/kiln_cast_bf16_variants.h"
 #include "kernels/eltwise/kiln_transpose_variants.h"
 #include "kernels/gemm/kiln_gemm.h"
 #include "kernels/gemm/kiln_gemm_internal.h"
@@ -106,9 +107,10 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
   const int64_t G = a->groups, cg = a->c / G, og = a->o / G, nq = kiln_conv_bf16_cdiv(og, 16);
   const int64_t cg2 = cg + (cg & 1), hw = a->kh * a->kw, rows = hw * cg2 / 2, k = cg * hw;
   const int64_t nx = a->n * a->c * a->h * a->w, nw = G * nq * k * 16;
+  const int64_t ny = a->y_bf16 ? a->n * a->ho * a->wo * a->o : 0; /* a bf16 y's fp32 first */
   void* blk = NULL;
-  float* buf = kiln_scratch_get(&kiln_conv_bf16_wide_scratch_, (size_t)(nx + nw) * sizeof(float),
-                                &blk);
+  float* buf = kiln_scratch_get(&kiln_conv_bf16_wide_scratch_,
+                                (size_t)(nx + nw + ny) * sizeof(float), &blk);
   kiln_conv_bf16_path_ = "fp32";
   kiln_conv_bf16_window_pairs_ = 0;
   if (!buf) {
@@ -116,8 +118,13 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
     return;
   }
   float *xr = buf, *wf = buf + nx;
-  memcpy(xr, a->x, (size_t)nx * sizeof(float));
-  kiln_gemm_kernels_for(kiln_cpu_isa())->round_bf16(xr, nx);
+  if (a->x_bf16) { /* widened: exact, already rounded */
+    const uint16_t* xb = (const uint16_t*)(const void*)a->x;
+    for (int64_t i = 0; i < nx; ++i) xr[i] = kiln_gemm_bf16_to_f32(xb[i]);
+  } else {
+    memcpy(xr, a->x, (size_t)nx * sizeof(float));
+    kiln_gemm_kernels_for(kiln_cpu_isa())->round_bf16(xr, nx);
+  }
   /* Panel pan's tap (c, u, v) of channel i: pair row (uv, c / 2), lane 2 i + c % 2.
    * Sums scaled per channel (a folded batch norm) take the scale into the
    * widened weights: one fp32 rounding of each product's factor. */
@@ -135,8 +142,11 @@ static void kiln_conv_bf16_portable(const kiln_conv2d_f32_args_t* a, int x_nchw,
       }
   kiln_conv2d_f32_args_t f = *a;
   f.x = xr, f.weight = wf, f.weight_packed = KILN_CONV_PANEL_WIDE, f.scale = NULL;
+  f.x_bf16 = f.y_bf16 = 0;
+  if (a->y_bf16) f.y = wf + nw;
   if (x_nchw) kiln_conv2d_f32_nhwc_from_nchw(&f, pool);
   else kiln_conv2d_f32_nhwc(&f, pool);
+  if (a->y_bf16) kiln_cast_f32_to_bf16((size_t)ny, f.y, (uint16_t*)(void*)a->y);
   kiln_scratch_put(&kiln_conv_bf16_wide_scratch_, blk);
 }
 
@@ -174,6 +184,8 @@ typedef struct {
   int64_t pad_rows_per;
   /* The current (image, group): */
   const float* xn;
+  const uint16_t* xbn; /* the image when x holds bf16 (then xn is NULL) */
+  uint16_t* yb;        /* y at the group when it holds bf16 (then y is NULL) */
   const uint16_t* src; /* the copy at the group's first channel */
   const uint16_t* wg;
   float* y;
@@ -186,6 +198,15 @@ typedef struct {
  * kiln_gemm_bf16_from_f32's rounding to the bit). */
 static void kiln_conv_bf16_round_run(const float* x, int64_t n, uint16_t* d) {
   kiln_bf16_gemm_pack_a__avx512(1, 1, n, n, x, NULL, n, 1, d);
+}
+
+/* n consecutive values of the image from element e to d: rounded from
+ * fp32, or copied when x holds bf16 already (the same bits: its producer
+ * rounded as kiln_conv_bf16_round_run does). */
+static void kiln_conv_bf16_image_run(const kiln_conv_bf16_ctx_t* t, int64_t e, int64_t n,
+                                     uint16_t* d) {
+  if (t->xbn) memcpy(d, t->xbn + e, (size_t)n * sizeof(uint16_t));
+  else kiln_conv_bf16_round_run(t->xn + e, n, d);
 }
 
 /* n consecutive pixels of one row of x's NCHW planes (x0: channel 0 at the
@@ -233,7 +254,7 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
     }
     if (lo) memset(d, 0, (size_t)(lo * cp2) * sizeof(uint16_t));
     if (dense) {
-      kiln_conv_bf16_round_run(t->xn + (row * a->w + lo - a->pw) * C, (hi - lo) * C, d + lo * cp2);
+      kiln_conv_bf16_image_run(t, (row * a->w + lo - a->pw) * C, (hi - lo) * C, d + lo * cp2);
     } else if (planes) {
       if (kiln_bf16_conv_interleave__avx512bf16(t->xn + row * a->w + lo - a->pw, a->h * a->w, C,
                                                 hi - lo, cp2, d + lo * cp2))
@@ -243,7 +264,7 @@ static void kiln_conv_bf16_pad_task(void* p, size_t task, int thread) {
         uint16_t* dp = d + q * cp2;
         for (int64_t g = 0; g < G; ++g) {
           if (!t->x_nchw)
-            kiln_conv_bf16_round_run(t->xn + (row * a->w + q - a->pw) * C + g * cg, cg, dp + g * cg2);
+            kiln_conv_bf16_image_run(t, (row * a->w + q - a->pw) * C + g * cg, cg, dp + g * cg2);
           if (cg2 > cg) dp[g * cg2 + cg] = 0;
         }
         if (cp2 > G * cg2) memset(dp + G * cg2, 0, (size_t)(cp2 - G * cg2) * sizeof(uint16_t));
@@ -285,14 +306,14 @@ static void kiln_conv_bf16_sub_task(void* p, size_t task, int thread) {
     uint16_t* d = t->pad + r * wp * cp2;
     const int64_t row = r * a->sh;
     if (!t->x_nchw && a->sw == 1 && cg2 == cg) {
-      kiln_conv_bf16_round_run(t->xn + row * a->w * C, wp * C, d);
+      kiln_conv_bf16_image_run(t, row * a->w * C, wp * C, d);
       continue;
     }
     for (int64_t q = 0; q < wp; ++q) {
       uint16_t* dp = d + q * cp2;
       for (int64_t g = 0; g < G; ++g) {
         if (!t->x_nchw)
-          kiln_conv_bf16_round_run(t->xn + (row * a->w + q * a->sw) * C + g * cg, cg, dp + g * cg2);
+          kiln_conv_bf16_image_run(t, (row * a->w + q * a->sw) * C + g * cg, cg, dp + g * cg2);
         if (cg2 > cg) dp[g * cg2 + cg] = 0;
       }
     }
@@ -332,6 +353,11 @@ static void kiln_conv_bf16_store(const void* p, int64_t j0, int64_t cols, int64_
       for (int64_t j = 0; j < cols; ++j) tmp[i * 32 + j] += r[i * O + j];
     r = NULL;
   }
+  if (t->yb) { /* bf16 y (no residual): the epilogue in place, each pixel rounded */
+    t->epilogue(np, cols, tmp, 32, tmp, 32, t->bias ? t->bias + j0 : NULL, NULL, 0, a->act);
+    for (int64_t i = 0; i < np; ++i) kiln_conv_bf16_round_run(tmp + i * 32, cols, t->yb + at + i * O);
+    return;
+  }
   t->epilogue(np, cols, tmp, 32, t->y + at, O, t->bias ? t->bias + j0 : NULL, r, O, a->act);
 }
 
@@ -346,8 +372,9 @@ static void kiln_conv_bf16_task(void* p, size_t task, int thread) {
   kiln_conv_bf16_loop_t l = {t->wg,   t->src,  t->vpos,    t->off,
                              t->rows, t->kc,   t->og,      t->howo,
                              t->part, t->part_fl, kiln_conv_bf16_store, t,
-                             {direct ? t->y : NULL, t->res, t->bias, t->scale, a->o,
-                              direct ? a->act : KILN_ACT_NONE, a->residual_before_act}};
+                             {direct ? t->y : NULL, direct ? t->yb : NULL, t->res, t->bias,
+                              t->scale, a->o, direct ? a->act : KILN_ACT_NONE,
+                              a->residual_before_act}};
   kiln_bf16_conv_nhwc_run__avx512bf16(&l, t0, t1, oc * t->nstrips / t->noc,
                                       (oc + 1) * t->nstrips / t->noc, thread);
 }
@@ -361,8 +388,8 @@ static void kiln_conv_bf16_amx_task(void* p, size_t task, int thread) {
   kiln_conv_bf16_amx_t l = t->amx;
   const kiln_conv2d_f32_args_t* a = t->a;
   l.w = t->wg, l.src = t->src;
-  if (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU) { /* straight to y */
-    const kiln_conv_bf16_to_y_t out = {t->y,  t->res, t->bias, t->scale, a->o,
+  if (!a->y_bf16 && (a->act == KILN_ACT_NONE || a->act == KILN_ACT_RELU)) { /* straight to y */
+    const kiln_conv_bf16_to_y_t out = {t->y,    NULL,  t->res, t->bias, t->scale, a->o,
                                        a->act == KILN_ACT_RELU, a->residual_before_act};
     l.out = out;
   }
@@ -592,28 +619,39 @@ static void kiln_conv_bf16_engine(const kiln_conv2d_f32_args_t* a, int x_nchw, i
     wall = wf;
   }
   int all_window_pairs = t.flat;
+  /* A bf16 x of a 1x1 conv at stride 1 with even channels a group is
+   * already the copy (pixels back to back, no pad channel): read in place.
+   * Not by AMX, whose last tile reads past the copy into its slack. */
+  const int in_place = t.sub && a->x_bf16 && !amx && a->sh == 1 && a->sw == 1 &&
+                       t.cg2 == t.cg && t.cp2 == G * t.cg;
+  const uint16_t* xb = a->x_bf16 ? (const uint16_t*)(const void*)a->x : NULL;
   for (int64_t n = 0; n < a->n; ++n) {
-    t.xn = a->x + n * a->h * a->w * a->c;
+    const int64_t xe = n * a->h * a->w * a->c, ye = n * t.howo * a->o; /* elements */
+    t.xn = xb ? NULL : a->x + xe;
+    t.xbn = xb ? xb + xe : NULL;
     atomic_store_explicit(&nonfinite, 0, memory_order_relaxed);
-    kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
-                           t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
+    if (!in_place)
+      kiln_pool_parallel_for(pool, (size_t)kiln_conv_bf16_cdiv(t.hp, t.pad_rows_per),
+                             t.sub ? kiln_conv_bf16_sub_task : kiln_conv_bf16_pad_task, &t);
     if (t.flat && amx != 2 && atomic_load_explicit(&nonfinite, memory_order_relaxed)) {
       /* An Inf or NaN in this image: a zero weight times the value past a
        * window row would be NaN. Channel pairs read a zero pad channel.
        * (Gathered rows hold a zero there instead.) */
-      kiln_conv2d_f32_args_t one = *a;
-      one.n = 1, one.x = t.xn, one.y = a->y + n * t.howo * a->o;
+      kiln_conv2d_f32_args_t one = *a; /* x is fp32 here: window-row pairs read NCHW planes */
+      one.n = 1, one.x = t.xn;
+      one.y = a->y_bf16 ? (float*)(void*)((uint16_t*)(void*)a->y + ye) : a->y + ye;
       one.residual = a->residual ? a->residual + n * t.howo * a->o : NULL;
       kiln_conv_bf16_engine(&one, x_nchw, 0, pool);
       all_window_pairs = 0;
       continue;
     }
     for (int64_t g = 0; g < G; ++g) {
-      t.y = a->y + n * t.howo * a->o + g * t.og;
+      t.y = a->y_bf16 ? NULL : a->y + ye + g * t.og;
+      t.yb = a->y_bf16 ? (uint16_t*)(void*)a->y + ye + g * t.og : NULL;
       t.res = a->residual ? a->residual + n * t.howo * a->o + g * t.og : NULL;
       t.bias = a->bias ? a->bias + g * t.og : NULL;
       t.scale = a->scale ? a->scale + g * t.og : NULL;
-      t.src = t.pad + g * t.cg2;
+      t.src = (in_place ? t.xbn : t.pad) + g * t.cg2;
       t.wg = wall + g * nq * t.prow * 32;
       kiln_pool_parallel_for(pool, (size_t)(nb * t.noc),
                              amx ? kiln_conv_bf16_amx_task : kiln_conv_bf16_task, &t);

@@ -66,7 +66,7 @@ static void kiln_conv_amx_run_to_y(const kiln_conv_bf16_amx_t* l, int64_t j0, in
   const float* res = l->out.res ? l->out.res + p * l->out.ldy + j0 : NULL;
   for (int64_t i = 0; i < np; ++i) {
     for (int h = 0; h < nh; ++h) v[h] = _mm512_loadu_ps(c + i * 32 + 16 * h);
-    kiln_conv_bf16_to_y_row(&l->out, nh, m, b, sc, v, y + i * l->out.ldy,
+    kiln_conv_bf16_to_y_row(&l->out, nh, m, b, sc, v, y + i * l->out.ldy, NULL,
                             res ? res + i * l->out.ldy : NULL);
   }
 }

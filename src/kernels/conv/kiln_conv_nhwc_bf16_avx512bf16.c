@@ -8,7 +8,7 @@
  * products per MR + 2 vector loads (MR = 10: kiln_conv_nhwc_bf16_internal.h
  * says why). A strip with one panel left runs a 16-channel variant.
  * Partial sums cross K blocks in fp32. With no activation, relu or relu6
- * (l->out.y set), a finished tile goes from the accumulators to y with its
+ * (l->out.y or, bf16, l->out.yb set), a finished tile goes from the accumulators to y with its
  * residual, bias and activation, in the store callback's order ((sum +
  * residual) + bias, then the activation; or it then + residual): no trip
  * through a scratch tile and the epilogue call, which was 5-7 % of the
@@ -66,16 +66,20 @@ KILN_CBF_AI void kiln_conv_bf16_tile_to_y(const int NP, int64_t rows, const uint
                                           int64_t pstep, const uint16_t* const* px,
                                           const int64_t* off, const float* cin,
                                           const kiln_conv_bf16_loop_t* l, int64_t j0,
-                                          int64_t cols, int64_t np, float* y) {
+                                          int64_t cols, int64_t np, int64_t e) {
   __m512 acc[MR][2], b[2], sc[2];
   __mmask16 m[2];
   kiln_conv_bf16_dots(NP, acc, rows, w0, pstep, px, off, cin);
   kiln_conv_bf16_to_y_strip(&l->out, NP, j0, cols, m, b, sc);
-  const float* res = l->out.res ? l->out.res + (y - l->out.y) : NULL;
+  /* Element e of y (the tile's first pixel, channel j0), float or bf16. */
+  float* y = l->out.y ? l->out.y + e : NULL;
+  uint16_t* yb = l->out.yb ? l->out.yb + e : NULL;
+  const float* res = l->out.res ? l->out.res + e : NULL;
   for (int i = 0; i < MR; ++i) {
     if (i >= np) break;
-    kiln_conv_bf16_to_y_row(&l->out, NP, m, b, sc, acc[i], y + i * l->out.ldy,
-                            res ? res + i * l->out.ldy : NULL);
+    const int64_t at = i * l->out.ldy;
+    kiln_conv_bf16_to_y_row(&l->out, NP, m, b, sc, acc[i], y ? y + at : NULL, yb ? yb + at : NULL,
+                            res ? res + at : NULL);
   }
 }
 
@@ -107,8 +111,8 @@ void kiln_bf16_conv_nhwc_run__avx512bf16(const kiln_conv_bf16_loop_t* l, int64_t
         int64_t np = l->howo - ti * MR < MR ? l->howo - ti * MR : MR;
         for (int64_t i = 0; i < MR; ++i) px[i] = l->src + l->vpos[ti * MR + (i < np ? i : np - 1)];
         float* acc = part ? part + (ti - t0) * MR * 32 : NULL;
-        if (last && l->out.y) {
-          float* y = l->out.y + ti * MR * l->out.ldy + j0;
+        if (last && (l->out.y || l->out.yb)) {
+          const int64_t y = ti * MR * l->out.ldy + j0;
           if (cols > 16)
             kiln_conv_bf16_tile_to_y(2, kcur, wp + kb * 32, pstep, px, l->off + kb,
                                      first ? NULL : acc, l, j0, cols, np, y);

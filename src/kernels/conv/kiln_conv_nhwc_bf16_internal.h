@@ -51,6 +51,7 @@
  * kept; or the activation then + residual). */
 typedef struct kiln_conv_bf16_to_y_s {
   float* y;
+  uint16_t* yb; /* y in bf16 instead (then y is NULL and res NULL): rounded to nearest even */
   const float* res;
   const float* bias;
   const float* scale;
@@ -143,11 +144,23 @@ static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_strip(
   }
 }
 
-/* One pixel's sums v[0, nh) (16 channels each) through out's rule to y,
- * its residual at res (read before y is written: they may alias). */
+/* base/kiln_bf16.h's rounding of 16 floats (a NaN made quiet), to 16 bf16. */
+static inline __attribute__((always_inline)) __m256i kiln_conv_bf16_round16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
+      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
+}
+
+/* One pixel's sums v[0, nh) (16 channels each) through out's rule to y
+ * (float y, or bf16 yb when out has one), its residual at res (read before
+ * y is written: they may alias). */
 static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_row(
     const kiln_conv_bf16_to_y_t* o, int nh, const __mmask16 m[2], const __m512 b[2],
-    const __m512 sc[2], const __m512* v, float* y, const float* res) {
+    const __m512 sc[2], const __m512* v, float* y, uint16_t* yb, const float* res) {
   const __m512 zero = _mm512_setzero_ps();
   for (int h = 0; h < nh; ++h) {
     __m512 x = o->scale ? _mm512_mul_ps(v[h], sc[h]) : v[h], r = zero;
@@ -158,7 +171,8 @@ static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_row(
     if (o->act == KILN_ACT_RELU) x = _mm512_max_ps(zero, x);
     if (o->act == KILN_ACT_RELU6) x = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, x));
     if (res && !o->res_first) x = _mm512_add_ps(x, r);
-    _mm512_mask_storeu_ps(y + 16 * h, m[h], x);
+    if (yb) _mm256_mask_storeu_epi16(yb + 16 * h, m[h], kiln_conv_bf16_round16(x));
+    else _mm512_mask_storeu_ps(y + 16 * h, m[h], x);
   }
 }
 #endif

@@ -5,6 +5,7 @@
  * activation). The tests hold the kernel and the portable path against it;
  * the reference target runs it; and it is the kernel's last resort when
  * no scratch memory is to be had. */
+#include "kernels/conv/kiln_conv_nhwc.h"
 #include "kernels/conv/kiln_conv_nhwc_bf16.h"
 #include "kernels/gemm/kiln_gemm.h"
 
@@ -39,8 +40,9 @@ void kiln_conv2d_bf16_nhwc_reference(const kiln_conv2d_f32_args_t* a, int x_nchw
                 int64_t ix = j * a->sw - a->pw + v * a->dw;
                 if (ix < 0 || ix >= a->w) continue;
                 int64_t ci = g * cg + c;
-                float x = a->x[x_nchw ? ((n * a->c + ci) * a->h + iy) * a->w + ix
-                                      : ((n * a->h + iy) * a->w + ix) * a->c + ci];
+                float x = kiln_conv2d_nhwc_x_at(
+                    a, x_nchw ? ((n * a->c + ci) * a->h + iy) * a->w + ix
+                              : ((n * a->h + iy) * a->w + ix) * a->c + ci);
                 acc += kiln_conv_bf16_ref_weight(a, o, c, u, v) * kiln_conv_bf16_ref_round(x);
               }
             }
@@ -50,6 +52,6 @@ void kiln_conv2d_bf16_nhwc_reference(const kiln_conv2d_f32_args_t* a, int x_nchw
           if (a->residual && a->residual_before_act) acc += a->residual[at];
           float r = kiln_activation_scalar((float)acc, a->act);
           if (a->residual && !a->residual_before_act) r += a->residual[at];
-          a->y[at] = r;
+          kiln_conv2d_nhwc_y_put(a, at, r);
         }
 }

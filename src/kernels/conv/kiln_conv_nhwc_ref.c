@@ -1,7 +1,9 @@
 /* The scalar reference of the channels-last convolution: the definition in
  * kiln_conv_nhwc.h as plain loops (double accumulation), for the tests to
- * hold kiln_conv2d_f32_nhwc against. */
+ * hold kiln_conv2d_f32_nhwc against. A bf16 x is widened as read, a bf16 y
+ * rounded as stored (the args' x_bf16, y_bf16). */
 #include "kernels/conv/kiln_conv_nhwc.h"
+#include "kernels/gemm/kiln_gemm.h"
 
 /* w[o][p] (p = c * kh * kw + u * kw + v), dense or packed in either width. */
 static float kiln_conv_nhwc_ref_weight(const kiln_conv2d_f32_args_t* a, int64_t o, int64_t p) {
@@ -27,16 +29,17 @@ static void kiln_conv_nhwc_ref(const kiln_conv2d_f32_args_t* a, int x_nchw) {
                 int64_t ix = j * a->sw - a->pw + v * a->dw;
                 if (ix < 0 || ix >= a->w) continue;
                 int64_t ci = g * cg + c;
+                const int64_t xi = x_nchw ? ((n * a->c + ci) * a->h + iy) * a->w + ix
+                                          : ((n * a->h + iy) * a->w + ix) * a->c + ci;
                 acc += (double)kiln_conv_nhwc_ref_weight(a, o, (c * a->kh + u) * a->kw + v) *
-                       a->x[x_nchw ? ((n * a->c + ci) * a->h + iy) * a->w + ix
-                                   : ((n * a->h + iy) * a->w + ix) * a->c + ci];
+                       kiln_conv2d_nhwc_x_at(a, xi);
               }
             }
           int64_t at = ((n * a->ho + i) * a->wo + j) * a->o + o;
           if (a->residual && a->residual_before_act) acc += a->residual[at];
           float r = kiln_activation_scalar((float)acc, a->act);
           if (a->residual && !a->residual_before_act) r += a->residual[at];
-          a->y[at] = r;
+          kiln_conv2d_nhwc_y_put(a, at, r);
         }
 }
 

@@ -56,18 +56,20 @@ typedef void (*kiln_max_pool_nhwc_row_fn)(const kiln_pool2d_f32_args_t* a, int64
 /* Depthwise conv channels-last (groups == C == O, kiln_conv_dw_nhwc.c):
  * output row i of image n, every pixel and channel: bias plus sums,
  * clamped to [clamp[0], clamp[1]] (NaN and -0.0 pass: none, relu, relu6),
- * into yrow (Wo x C; the driver applies other activations and a residual).
+ * into yrow (Wo x C; the driver applies other activations and a residual):
+ * floats, or bf16 rounded to nearest even when bf16_y (only with the args'
+ * y_bf16). x holds bf16 when the args' x_bf16 says so.
  * wt: the weight taps-major, wt[(u kw + v) C + c]. At most
  * KILN_CONV_DW_NHWC_TAPS taps. */
 #define KILN_CONV_DW_NHWC_TAPS 49
 typedef void (*kiln_conv_dw_nhwc_row_fn)(const kiln_conv2d_f32_args_t* a, const float* wt,
-                                         int64_t n, int64_t i, const float* clamp,
-                                         float* yrow);
+                                         int64_t n, int64_t i, const float* clamp, void* yrow,
+                                         int bf16_y);
 
 #define KILN_CONV_PLANES_DECLARE_(isa, LEVEL, unused)                                      \
   void kiln_f32_conv_dw_nhwc_row__##isa(const kiln_conv2d_f32_args_t* a, const float* wt,  \
                                         int64_t n, int64_t i, const float* clamp,          \
-                                        float* yrow);                                      \
+                                        void* yrow, int bf16_y);                           \
   void kiln_f32_conv_dw_plane__##isa(const kiln_conv2d_f32_args_t* a, int64_t plane,       \
                                      float* acc);                                          \
   void kiln_f32_avg_pool_plane__##isa(const kiln_pool2d_f32_args_t* a, int64_t plane);    \
