@@ -295,9 +295,10 @@ KILN_DW_AI void kiln_dw_block_full_k3s1(const int xb, const int yb, const char* 
  * MobileNet depthwise layer), AVX-512 only (8 sums, 3 weights and the
  * row's 7 S + 3 columns fit its 32 registers): per input row 7 S + 6
  * loads for 24 FMAs, and eight independent chains of sums where four
- * leave FMA issue slots idle behind the FMA latency (MobileNetV2's
- * depthwise layers 0.57 -> 0.47 ms with the channels-inner order below,
- * one Zen 5 core). Pixel p's tap v reads column p S + v. Each sum in
+ * leave FMA issue slots idle behind the FMA latency (with the
+ * channels-inner order below, MobileNetV2's ten depthwise shapes 0.616 ->
+ * 0.441 ms on one Zen 5 core, bench_conv_dw). Pixel p's tap v reads column
+ * p S + v. Each sum in
  * kiln_dw_block_any's order: the same bits. */
 KILN_DW_AI void kiln_dw_block_k3_8(const int xb, const int yb, const int S, const char* px0,
                                    int64_t C, int64_t rows, const int64_t* toff,
