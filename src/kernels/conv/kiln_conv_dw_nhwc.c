@@ -36,6 +36,9 @@
 #if defined(__AVX2__)
 #include "kernels/kiln_bf16_round_avx2.h"
 #endif
+#if defined(__AVX512F__)
+#include "kernels/kiln_bf16_round_avx512.h"
+#endif
 
 #if defined(__FMA__)
 #include <math.h>
@@ -81,19 +84,9 @@ KILN_DW_AI __m512 kiln_dw_ld16(const int xb, const char* p) {
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
   return _mm512_loadu_ps((const float*)p);
 }
-/* base/kiln_bf16.h's rounding on 16 lanes (a NaN made quiet). */
 KILN_DW_AI void kiln_dw_st16(const int yb, char* p, __m512 v) {
-  if (!yb) {
-    _mm512_storeu_ps((float*)p, v);
-    return;
-  }
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
-  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+  if (yb) _mm256_storeu_si256((__m256i*)p, kiln_bf16x16_from_ps_avx512(v));
+  else _mm512_storeu_ps((float*)p, v);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 KILN_DW_AI __m256 kiln_dw_ld8(const int xb, const char* p) {

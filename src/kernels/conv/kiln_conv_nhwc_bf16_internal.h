@@ -129,6 +129,8 @@ void kiln_bf16_conv_nhwc_gather__amx(const uint16_t* src, const int64_t* vpos, i
 
 #ifdef __AVX512F__
 #include <immintrin.h>
+
+#include "kernels/kiln_bf16_round_avx512.h"
 /* A strip's channels [j0, j0 + 16 nh) for kiln_conv_bf16_to_y_row: the
  * masks m of its first cols, and their biases b and scales sc (zero where
  * out has none). */
@@ -142,17 +144,6 @@ static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_strip(
     b[h] = o->bias ? _mm512_maskz_loadu_ps(m[h], o->bias + j0 + 16 * h) : _mm512_setzero_ps();
     sc[h] = o->scale ? _mm512_maskz_loadu_ps(m[h], o->scale + j0 + 16 * h) : _mm512_setzero_ps();
   }
-}
-
-/* base/kiln_bf16.h's rounding of 16 floats (a NaN made quiet), to 16 bf16. */
-static inline __attribute__((always_inline)) __m256i kiln_conv_bf16_round16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), lsb);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-      _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16));
 }
 
 /* One pixel's sums v[0, nh) (16 channels each) through out's rule to y
@@ -171,7 +162,7 @@ static inline __attribute__((always_inline)) void kiln_conv_bf16_to_y_row(
     if (o->act == KILN_ACT_RELU) x = _mm512_max_ps(zero, x);
     if (o->act == KILN_ACT_RELU6) x = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(zero, x));
     if (res && !o->res_first) x = _mm512_add_ps(x, r);
-    if (yb) _mm256_mask_storeu_epi16(yb + 16 * h, m[h], kiln_conv_bf16_round16(x));
+    if (yb) _mm256_mask_storeu_epi16(yb + 16 * h, m[h], kiln_bf16x16_from_ps_avx512(x));
     else _mm512_mask_storeu_ps(y + 16 * h, m[h], x);
   }
 }
