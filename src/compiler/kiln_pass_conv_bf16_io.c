@@ -18,8 +18,9 @@
  * which writes bf16 for the projection: the block's two largest tensors at
  * half the bytes.
  *
- * Writers: a conv with the bf16-compute weight, or a depthwise conv with
- * its dense fp32 weight (kiln_conv_nhwc_dw.c), NHWC x, no residual (the
+ * Writers: a conv with the bf16-compute weight (x NHWC or NCHW: a stem),
+ * or a depthwise conv with its dense fp32 weight (kiln_conv_nhwc_dw.c) and
+ * NHWC x; no residual (the
  * residual stream stays fp32) and no scale. Not a graph output, read by at
  * least one conv. KILN_CONV_BF16_IO=0 turns the pass off (A/B runs, and
  * the tests that hold the two bit for bit). Run after the pack pass (the
@@ -59,10 +60,12 @@ static int kiln_bf16_io_reader(const kiln_graph_t* g, const kiln_node_t* n, int 
 /* Whether conv node n can store its y in bf16 (shape inference's rule, and
  * the depthwise kernel's reach: kiln_conv2d_f32_nhwc_depthwise). */
 static int kiln_bf16_io_writer(const kiln_graph_t* g, const kiln_node_t* n) {
-  if (n->op != KILN_OP_CONV2D_NHWC || n->params[KILN_P(CONV2D_NHWC, X_NCHW)] != 0 ||
-      n->params[KILN_P(CONV2D_NHWC, Y_BF16)] != 0 || n->inputs[1] < 0 ||
-      (n->n_inputs > 3 && n->inputs[3] >= 0) || (n->n_inputs > 4 && n->inputs[4] >= 0))
+  if (n->op != KILN_OP_CONV2D_NHWC || n->params[KILN_P(CONV2D_NHWC, Y_BF16)] != 0 ||
+      n->inputs[1] < 0 || (n->n_inputs > 3 && n->inputs[3] >= 0) ||
+      (n->n_inputs > 4 && n->inputs[4] >= 0))
     return 0;
+  /* The bf16-compute conv also when it gathers an NCHW x (a network's
+   * stem, at the layout region's edge). */
   return g->values[n->inputs[1]].layout == KILN_LAYOUT_CONV2D_PACKED_16_BF16 ||
          kiln_bf16_io_depthwise(g, n);
 }

@@ -145,8 +145,9 @@ static void cbf_compare(const char* what, const float* got, const float* want, c
  * guard past it untouched; both together likewise. The 1x1 stride-1 even-C
  * convs read a bf16 x in place (no copy). */
 static void cbf_bf16_io(kiln_conv2d_f32_args_t* a, const cbf_case_t* tc, const float* xt,
-                        const float* res, const float* y32, const float* want, float* got,
-                        size_t ny, kiln_pool_t* pool, const char* what) {
+                        const float* xnchw, const float* res, const float* y32,
+                        const float* y32n, const float* want, float* got, size_t ny,
+                        kiln_pool_t* pool, const char* what) {
   const size_t nx = (size_t)(a->n * a->c * a->h * a->w);
   uint16_t* xb = malloc((nx + 1) * sizeof(uint16_t));
   uint16_t* yb = malloc((ny + CBF_GUARD) * sizeof(uint16_t));
@@ -162,18 +163,19 @@ static void cbf_bf16_io(kiln_conv2d_f32_args_t* a, const cbf_case_t* tc, const f
               "%s path %s: x in bf16 = x rounded as read, bit for bit", what,
               kiln_conv2d_bf16_last_path());
   if (tc->residual) goto done; /* a bf16 y has none */
-  for (int xbf = 0; xbf < 2; ++xbf) {
+  for (int xbf = 0; xbf < 3; ++xbf) { /* x fp32 NHWC, bf16 NHWC, fp32 NCHW (a stem) */
     for (size_t i = 0; i < ny + CBF_GUARD; ++i) yb[i] = 0xabcd;
-    b.x = xbf ? (const float*)(const void*)xb : xt, b.x_bf16 = xbf;
+    b.x = xbf == 1 ? (const float*)(const void*)xb : xbf == 2 ? xnchw : xt, b.x_bf16 = xbf == 1;
     b.residual = NULL, b.y = (float*)(void*)yb, b.y_bf16 = 1;
-    kiln_conv2d_bf16_nhwc(&b, 0, pool);
+    kiln_conv2d_bf16_nhwc(&b, xbf == 2, pool);
+    const float* yw = xbf == 2 ? y32n : y32;
     size_t bad = 0, guard = 0;
-    for (size_t i = 0; i < ny; ++i) bad += yb[i] != kiln_gemm_bf16_from_f32(y32[i]);
+    for (size_t i = 0; i < ny; ++i) bad += yb[i] != kiln_gemm_bf16_from_f32(yw[i]);
     for (size_t i = ny; i < ny + CBF_GUARD; ++i) guard += yb[i] != 0xabcd;
     KILN_EXPECT(!bad && !guard, "%s path %s: y in bf16%s = y rounded: %zu of %zu differ, %zu "
                 "guard values written", what, kiln_conv2d_bf16_last_path(),
-                xbf ? " from x in bf16" : "", bad, ny, guard);
-    if (!strcmp(kiln_conv2d_bf16_last_path(), "fp32")) { /* and the reference, once */
+                xbf == 1 ? " from x in bf16" : xbf == 2 ? " from x NCHW" : "", bad, ny, guard);
+    if (xbf < 2 && !strcmp(kiln_conv2d_bf16_last_path(), "fp32")) { /* the reference, once */
       for (size_t i = 0; i < ny + CBF_GUARD; ++i) yb[i] = 0xabcd;
       kiln_conv2d_bf16_nhwc_reference(&b, 0);
       bad = guard = 0;
@@ -210,6 +212,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   float* want32 = malloc((ny + CBF_GUARD) * sizeof(float));
   float* got = malloc((ny + CBF_GUARD) * sizeof(float));
   float* got32 = malloc((ny + CBF_GUARD) * sizeof(float)); /* this engine's y, x NHWC */
+  float* got32n = malloc((ny + CBF_GUARD) * sizeof(float)); /* and x NCHW */
   float* bound = malloc((ny + CBF_GUARD) * sizeof(float));
   uint16_t* wp = malloc(wb + 64);
   KILN_EXPECT(wb > 0 && wb % 64 == 0, "packed size %zu", wb);
@@ -312,9 +315,9 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
                         a.kw > 1 && (finite || e == 0);
       KILN_EXPECT(kiln_conv2d_bf16_last_window_pairs() == pairs, "%s: window pairs %d, want %d",
                   what2, kiln_conv2d_bf16_last_window_pairs(), pairs);
-      if (!nchw) memcpy(got32, got, (ny + CBF_GUARD) * sizeof(float));
+      memcpy(nchw ? got32n : got32, got, (ny + CBF_GUARD) * sizeof(float));
     }
-    cbf_bf16_io(&a, tc, xt, res, got32, want, got, ny, pool, what);
+    cbf_bf16_io(&a, tc, xt, x, res, got32, got32n, want, got, ny, pool, what);
     if (!eng) { /* the reference reads NCHW x the same */
       memcpy(got, res, (ny + CBF_GUARD) * sizeof(float));
       a.x = x, a.residual = tc->residual ? res : NULL;
@@ -326,7 +329,7 @@ static void cbf_run(const cbf_case_t* tc, kiln_pool_t* pool, const char* where) 
   kiln_cpu_bf16_set(cbf_mask_);
   free(scale);
   free(x), free(xt), free(xr), free(w), free(wr), free(bias), free(res), free(want);
-  free(want32), free(got), free(got32), free(bound), free(wp);
+  free(want32), free(got), free(got32), free(got32n), free(bound), free(wp);
 }
 
 static void cbf_level(kiln_pool_t* pool, const char* where) {
@@ -391,6 +394,8 @@ static void cbf_level(kiln_pool_t* pool, const char* where) {
         {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 1, 0, 0, 3, (kiln_activation_t)act, 0},
         {1, 1, 9, 12, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 0, 2, (kiln_activation_t)act, 0},
         {2, 3, 9, 13, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 3, (kiln_activation_t)act, 0},
+        /* no residual: the second image's run again, storing bf16 too */
+        {2, 3, 23, 21, 64, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1, 0, 0, 0, 3, (kiln_activation_t)act, 0},
     };
     for (size_t i = 0; i < sizeof(past) / sizeof(past[0]); ++i) cbf_run(&past[i], pool, where);
   }

@@ -138,3 +138,30 @@ def test_fp32_models_keep_fp32(monkeypatch):
         m = kiln.trace(model, (x,))
         assert not _bf16_convs(m)
         torch.testing.assert_close(m(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+class StemDw(nn.Module):
+    """MobileNetV2's first layers: a 3x3/2 stem on the NCHW image, a
+    depthwise conv, a 1x1 projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, 2, 1)
+        self.dw = nn.Conv2d(32, 32, 3, 1, 1, groups=32)
+        self.pw = nn.Conv2d(32, 16, 1)
+
+    def forward(self, x):
+        return self.pw(F.relu6(self.dw(F.relu6(self.stem(x)))))
+
+
+def test_stem_writes_bf16(monkeypatch):
+    """The stem gathers its NCHW input and stores bf16 for the depthwise
+    conv, which stores bf16 for the projection."""
+    torch.manual_seed(3)
+    model = StemDw().eval()
+    x = torch.randn(2, 3, 34, 30)
+    on = _trace(model, x, monkeypatch, True)
+    with torch.no_grad():
+        y = on(x)
+        assert _cos(y, model(x)) >= 0.999
+    assert len(_bf16_convs(on)) == (2 if _engine() else 0)
