@@ -433,6 +433,12 @@ def prepare_onnxruntime(model, inputs, threads, name="", dynamo_first=False):
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3
+        # ORT's pool threads otherwise keep spinning after a run returns,
+        # on the cores the next system in the interleaved rounds then runs
+        # on (kiln's ResNet-18 at two threads measured 16 ms beside an ORT
+        # session, 8.4 alone): stop them when a run ends. Within a run they
+        # spin as by default.
+        so.add_session_config_entry("session.force_spinning_stop", "1")
         try:
             sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         except Exception as e:
