@@ -20,9 +20,8 @@
  *
  * Writers: a conv with the bf16-compute weight (x NHWC or NCHW: a stem),
  * or a depthwise conv with its dense fp32 weight (kiln_conv_nhwc_dw.c) and
- * NHWC x; no residual (the
- * residual stream stays fp32) and no scale. Not a graph output, read by at
- * least one conv. KILN_CONV_BF16_IO=0 turns the pass off (A/B runs, and
+ * NHWC x; no residual (the residual stream stays fp32) and no scale. Not a
+ * graph output, read by at least one conv. KILN_CONV_BF16_IO=0 turns the pass off (A/B runs, and
  * the tests that hold the two bit for bit). Run after the pack pass (the
  * weight forms are known then). */
 #include <stdlib.h>

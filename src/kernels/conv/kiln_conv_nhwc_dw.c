@@ -25,7 +25,7 @@ static kiln_scratch_cache_t kiln_conv_nhwc_dw_scratch_ = KILN_SCRATCH_CACHE_INIT
 typedef struct {
   const kiln_conv2d_f32_args_t* a;
   const float* wt;
-  float* rows; /* a row of sums per thread (two with a bf16 y) */
+  float* rows; /* a row of sums per thread */
   kiln_conv_dw_nhwc_row_fn row;
   kiln_gemm_epilogue_fn epilogue;
   int64_t rows_per_task, row_floats;
@@ -49,12 +49,12 @@ static void kiln_conv_nhwc_dw_task(void* p, size_t task, int thread) {
       continue;
     }
     /* The row of sums, then act(sums) + residual into y (a bf16 y, which
-     * has no residual: act(sums) into the thread's second row, rounded). */
-    float* sums = t->rows + (int64_t)thread * (a->y_bf16 ? 2 : 1) * len;
+     * has no residual: act(sums) in place, then rounded into y). */
+    float* sums = t->rows + (int64_t)thread * len;
     t->row(a, t->wt, r / a->ho, r % a->ho, clamp, sums, 0);
     if (a->y_bf16) {
-      t->epilogue(1, len, sums, len, sums + len, len, NULL, NULL, len, a->act);
-      kiln_cast_f32_to_bf16((size_t)len, sums + len, (uint16_t*)(void*)a->y + r * len);
+      t->epilogue(1, len, sums, len, sums, len, NULL, NULL, len, a->act);
+      kiln_cast_f32_to_bf16((size_t)len, sums, (uint16_t*)(void*)a->y + r * len);
       continue;
     }
     float* y = a->y + r * len;
@@ -75,10 +75,8 @@ int kiln_conv2d_f32_nhwc_depthwise(const kiln_conv2d_f32_args_t* a, kiln_pool_t*
   const int threads = kiln_pool_size(pool) > 0 ? kiln_pool_size(pool) : 1;
   kiln_conv_nhwc_dw_ctx_t t = {.a = a, .row_floats = a->wo * C};
   void* blk = NULL;
-  const int64_t rows_each = a->y_bf16 ? 2 : 1;
   float* wt = kiln_scratch_get(&kiln_conv_nhwc_dw_scratch_,
-                               (size_t)(taps * C + threads * rows_each * t.row_floats) * sizeof(float),
-                               &blk);
+                               (size_t)(taps * C + threads * t.row_floats) * sizeof(float), &blk);
   if (!wt) return 0;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t k = 0; k < taps; ++k) wt[k * C + c] = a->weight[c * taps + k];
