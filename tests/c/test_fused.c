@@ -390,6 +390,30 @@ void kiln_test_suite_fused(void) {
       {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(ADD), 0, 0, 1),
        W(OP(SIGMOID), 0, 0, 0), W(KILN_FUSED_LOAD_HIGH_HALF, 2, 0, 0), W(OP(MUL), 0, 2, 0)},
       6};
+  /* Batch norm over NCHW as folded: x * scale[c] + shift[c], then a
+   * compare and a select against the per-channel shift. H and W merge into
+   * rows of 667 floats (tiles then stop at row ends and each channel's
+   * values are scalars per tile), over the parallel threshold. */
+  cases[nc++] = (kiln_test_fused_case_t){
+      "bn-nchw", 4, {4, 8, 23, 29}, 3, {{4, 8, 23, 29}, {1, 8, 1, 1}, {1, 8, 1, 1}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(MUL), 0, 0, 1),
+       W(KILN_FUSED_LOAD, 2, 2, 0), W(OP(GT), 3, 0, 2), W(KILN_FUSED_SELECT, 3, 0, 2),
+       W(OP(ADD), 0, 3, 1)},
+      7};
+  /* A size-1 dim dropped, rows of 40 (too short for row tiles: the column
+   * is filled, row by row, across tiles). */
+  cases[nc++] = (kiln_test_fused_case_t){
+      "col-short-rows", 4, {2, 1, 6, 40}, 2, {{2, 1, 6, 40}, {1, 1, 6, 1}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(SUB), 0, 0, 1),
+       W(OP(ABS), 0, 0, 0)},
+      4};
+  /* Halves keep the last dim; a column beside them, rows of 1500 (more
+   * than a tile: tiles cut at row ends). */
+  cases[nc++] = (kiln_test_fused_case_t){
+      "halves-col", 3, {4, 3, 1500}, 2, {{4, 3, 3000}, {4, 3, 1}},
+      {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(MUL), 0, 0, 1),
+       W(KILN_FUSED_LOAD_HIGH_HALF, 2, 0, 0), W(OP(ADD), 0, 0, 2)},
+      5};
   for (int i = 0; i < nc; ++i) {
     kiln_test_fused_cur = &cases[i];
     kiln_test_each_isa_and_pool(kiln_test_fused_run);

@@ -496,9 +496,86 @@ static void where_test_level(kiln_pool_t* pool, const char* where) {
   }
 }
 
+/* Rows longer than a task, fewer than the tasks wanted (a contiguous op
+ * collapses to one row): kiln_nd_for_rows cuts them in pieces. Binary ops
+ * (float out and bool out), where and a strided copy over one row, three
+ * rows of an odd length and a strided inner dim, against the reference or
+ * the plain loop, bit for bit. */
+static void long_rows_test_level(kiln_pool_t* pool, const char* where) {
+  enum { N = 200003 };
+  float* a = malloc(2 * N * sizeof(float));
+  float* b = malloc(2 * N * sizeof(float));
+  float* got = malloc(N * sizeof(float));
+  float* want = malloc(N * sizeof(float));
+  uint8_t* cond = malloc(N);
+  if (!a || !b || !got || !want || !cond) goto done;
+  kiln_test_fill_f32(a, 2 * N, 11u, -3.0f, 3.0f);
+  kiln_test_fill_f32(b, 2 * N, 12u, -3.0f, 3.0f);
+  for (int i = 0; i < N; ++i) cond[i] = (uint8_t)(i % 7 < 3);
+  /* {rows, inner, a's inner stride, b's inner stride} */
+  static const int64_t cases[][4] = {{1, N, 1, 1}, {3, 66667, 1, 0}, {2, 100001, 2, 1}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+    kiln_nd_t nd;
+    memset(&nd, 0, sizeof nd);
+    nd.rank = cases[c][0] > 1 ? 2 : 1;
+    int32_t in = nd.rank - 1;
+    if (nd.rank == 2) {
+      nd.shape[0] = cases[c][0];
+      nd.strides[0][0] = cases[c][1];
+      nd.strides[1][0] = cases[c][1] * cases[c][2];
+      nd.strides[2][0] = cases[c][1] * cases[c][3];
+      nd.strides[3][0] = cases[c][1] * cases[c][3];
+    }
+    nd.shape[in] = cases[c][1];
+    nd.strides[0][in] = 1, nd.strides[1][in] = cases[c][2], nd.strides[2][in] = cases[c][3];
+    nd.strides[3][in] = cases[c][3];
+    const size_t n = (size_t)(cases[c][0] * cases[c][1]);
+    static const kiln_binary_t ops[] = {KILN_BINARY_ADD, KILN_BINARY_DIV, KILN_BINARY_LT};
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; ++o) {
+      size_t bytes = ops[o] == KILN_BINARY_LT ? n : n * sizeof(float);
+      memset(got, 0xAB, bytes);
+      memset(want, 0xCD, bytes);
+      kiln_binary(ops[o], KILN_F32, &nd, got, a, b, pool);
+      kiln_binary_reference(ops[o], KILN_F32, &nd, want, a, b);
+      KILN_EXPECT(memcmp(got, want, bytes) == 0, "binary op %d over long rows, case %zu, %s",
+                  (int)ops[o], c, where);
+    }
+    /* where: operand 1 is the condition, dense; a and b at operands 2, 3. */
+    kiln_nd_t wd = nd;
+    for (int32_t d = 0; d < nd.rank; ++d) {
+      wd.strides[1][d] = nd.strides[0][d];
+      wd.strides[2][d] = nd.strides[1][d];
+    }
+    kiln_where(KILN_F32, &wd, got, cond, a, b, pool);
+    int ok = 1;
+    for (int64_t r = 0; r < cases[c][0]; ++r)
+      for (int64_t j = 0; j < cases[c][1]; ++j) {
+        int64_t e = r * cases[c][1] + j;
+        float w = cond[e] ? a[r * wd.strides[2][0] * (nd.rank - 1) + j * cases[c][2]]
+                          : b[r * wd.strides[3][0] * (nd.rank - 1) + j * cases[c][3]];
+        ok &= memcmp(&got[e], &w, sizeof w) == 0;
+      }
+    KILN_EXPECT(ok, "where over long rows, case %zu, %s", c, where);
+    /* A strided copy of a: out[e] = a at operand 1's strides. */
+    kiln_strided_copy(KILN_F32, &nd, got, a, pool);
+    ok = 1;
+    for (int64_t r = 0; r < cases[c][0]; ++r)
+      for (int64_t j = 0; j < cases[c][1]; ++j)
+        ok &= got[r * cases[c][1] + j] == a[r * nd.strides[1][0] * (nd.rank - 1) + j * cases[c][2]];
+    KILN_EXPECT(ok, "strided copy over long rows, case %zu, %s", c, where);
+  }
+done:
+  free(a);
+  free(b);
+  free(got);
+  free(want);
+  free(cond);
+}
+
 static void movement_test_level(kiln_pool_t* pool, const char* where) {
   pad_test_level(pool, where);
   where_test_level(pool, where);
+  long_rows_test_level(pool, where);
   scan_test_level(pool, where);
   argsort_test_level(pool, where);
 }

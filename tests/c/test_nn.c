@@ -91,6 +91,17 @@ static void kiln_test_nn_unary(kiln_pool_t* pool, const char* isa) {
     kiln_unary_f32((kiln_unary_t)op, ns, y, y, pool);
     snprintf(what, sizeof what, "%s %s in place", isa, kiln_test_nn_unary_names[op]);
     kiln_test_compare_f32(what, y, w, ns, atol, rtol);
+    /* x and y overlapping, y 3 floats after x and before it (no caller
+     * does this; the loop moves x into place first). One call of the
+     * loop: a pool's tasks would race over such arrays. */
+    for (int shift = -3; shift <= 3; shift += 6) {
+      float* xs = y + 3;
+      memcpy(xs, x, ns * sizeof(float));
+      kiln_unary_f32((kiln_unary_t)op, ns, xs, xs + shift, NULL);
+      snprintf(what, sizeof what, "%s %s overlapping by %d", isa, kiln_test_nn_unary_names[op],
+               shift);
+      kiln_test_compare_f32(what, xs + shift, w, ns, atol, rtol);
+    }
     /* Every tail length, dense values where the functions change form. */
     for (size_t s = 0; s < sizeof kiln_test_nn_sizes / sizeof kiln_test_nn_sizes[0]; ++s) {
       size_t n = kiln_test_nn_sizes[s];

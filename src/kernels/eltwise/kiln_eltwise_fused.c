@@ -52,7 +52,15 @@ typedef struct {
   int64_t numel, last;       /* output elements; the last dim's length */
   int32_t dense[KILN_FUSED_MAX_INPUTS];  /* input's strides are the output's dense ones */
   int32_t scalar[KILN_FUSED_MAX_INPUTS]; /* input is read with stride 0 everywhere */
+  /* Input is constant along each row (stride 0 in the last dim only): with
+   * row_tiles, a tile never crosses a row, and such a load is a scalar. */
+  int32_t row_scalar[KILN_FUSED_MAX_INPUTS];
+  int row_tiles;
   int64_t per_task;
+  /* The running ISA's loops (kiln_fused_rows.c), looked up once a call. */
+  kiln_fused_arith_rows_fn arith;
+  kiln_fused_compare_rows_fn compare;
+  kiln_fused_select_rows_fn select;
 } kiln_fused_ctx_t;
 
 /* Input i's element offset at the start of output row `row`. */
@@ -75,15 +83,24 @@ static const float* kiln_fused_load_base(const kiln_eltwise_fused_args_t* a, uin
 }
 
 /* Gathers input i (its elements from x on) over output elements [s, s + n)
- * into buf. */
+ * into buf: the first row's offset by division, then an odometer over the
+ * outer dims (a division per dim per row cost more than a short row's
+ * copy: a batch norm over NCHW rows of 56 ran at a fifth of eager). */
 static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, const float* x, int rotate,
                               int64_t s, int64_t n, float* buf) {
   const kiln_eltwise_fused_args_t* a = c->a;
-  int64_t last = c->last, sl = a->rank ? a->strides[i][a->rank - 1] : 0, h = last / 2;
+  const int64_t* st = a->strides[i];
+  int64_t last = c->last, sl = a->rank ? st[a->rank - 1] : 0, h = last / 2;
+  int64_t col = s % last, rem = s / last, base = 0;
+  int64_t idx[KILN_FUSED_MAX_RANK] = {0};
+  for (int32_t d = a->rank - 2; d >= 0; --d) {
+    idx[d] = rem % a->shape[d];
+    rem /= a->shape[d];
+    base += idx[d] * st[d];
+  }
   for (int64_t k = 0; k < n;) {
-    int64_t row = (s + k) / last, col = (s + k) % last;
     int64_t cnt = last - col < n - k ? last - col : n - k;
-    const float* xr = x + kiln_fused_row_base(a, i, row);
+    const float* xr = x + base;
     float* o = buf + k;
     if (rotate) {
       for (int64_t j = 0; j < cnt; ++j) {
@@ -99,31 +116,29 @@ static void kiln_fused_gather(const kiln_fused_ctx_t* c, int i, const float* x, 
       for (int64_t j = 0; j < cnt; ++j) o[j] = xr[(col + j) * sl];
     }
     k += cnt;
+    col = 0;
+    for (int32_t d = a->rank - 2; d >= 0; --d) {
+      base += st[d];
+      if (++idx[d] < a->shape[d]) break;
+      base -= a->shape[d] * st[d];
+      idx[d] = 0;
+    }
   }
 }
 
-/* Comparisons give 1.0 / 0.0 floats inside a program (a WHERE reads them),
- * and WHERE blends: the running ISA's loops (kiln_fused_rows.c). */
-static void kiln_fused_compare(uint32_t op, int64_t n, float* out, const float* xs, int sx,
-                               const float* ys, int sy) {
-  static const kiln_fused_compare_rows_fn v[KILN_ISA_COUNT] =
-      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_compare_rows);
-  v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](
-      op, n, out, xs, !sx, ys, !sy);
-}
-
-static void kiln_fused_select(int64_t n, float* out, const float* c, int cs, const float* x,
-                              int xs, const float* y, int ys) {
-  static const kiln_fused_select_rows_fn v[KILN_ISA_COUNT] =
-      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_select_rows);
-  v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())](
-      n, out, c, cs, x, xs, y, ys);
-}
-
-static void kiln_fused_binary(uint32_t op, int64_t n, float* out, const float* x, int sx,
-                              const float* y, int sy) {
+/* Binary ops: comparisons give 1.0 / 0.0 floats inside a program (a
+ * WHERE reads them); arithmetic and comparisons run the ISA's loops of
+ * kiln_fused_rows.c directly (through kiln_binary's n-d set-up a 1024-float
+ * op cost several times its work); pow and the math family (atan2, fmod,
+ * ...) go through their kernels. */
+static void kiln_fused_binary(const kiln_fused_ctx_t* c, uint32_t op, int64_t n, float* out,
+                              const float* x, int sx, const float* y, int sy) {
   if (op >= KILN_FUSED_EQ && op <= KILN_FUSED_GE) {
-    kiln_fused_compare(op, n, out, x, sx, y, sy);
+    c->compare(op, n, out, x, !sx, y, !sy);
+    return;
+  }
+  if (op <= KILN_FUSED_MINIMUM && op != KILN_FUSED_POW) {
+    c->arith(op, n, out, x, !sx, y, !sy);
     return;
   }
   kiln_nd_t nd;
@@ -186,6 +201,9 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       if (!rot && c->scalar[ra]) {
         val[dst] = x;
         scal[dst] = 1;
+      } else if (!rot && c->row_tiles && c->row_scalar[ra]) {
+        val[dst] = x + kiln_fused_row_base(a, (int)ra, s / c->last);
+        scal[dst] = 1;
       } else if (!rot && c->dense[ra]) {
         val[dst] = x + s;
         scal[dst] = 0;
@@ -203,34 +221,25 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       scal[dst] = 1;
       continue;
     }
-    if (opc == KILN_FUSED_SELECT) {
-      /* Into dst's own buffer (or the output), over the condition: the
-       * result is built in `sel` first, so any operand may share it. */
-      int so = scal[dst] && scal[ra] && scal[rb];
-      int64_t m = so ? 1 : n;
-      float* target = is_last && !so ? out : buf[dst];
-      /* Into a local array first: any operand may share the target. */
-      float sel[KILN_FUSED_TILE];
-      kiln_fused_select(m, sel, val[dst], scal[dst], val[ra], scal[ra], val[rb], scal[rb]);
-      memcpy(target, sel, (size_t)m * sizeof(float));
-      if (target == out) return;
-      val[dst] = buf[dst];
-      scal[dst] = so;
-      continue;
-    }
-    uint32_t op = opc;
-    int arity = kiln_fused_op_arity(op);
-    int scalar_out = scal[ra] && (arity == 1 || scal[rb]);
-    int64_t m = scalar_out ? 1 : n;
+    /* SELECT reads its condition from dst, then the arms ra and rb. */
+    const int sel = opc == KILN_FUSED_SELECT;
+    const int arity = sel ? 3 : kiln_fused_op_arity(opc);
+    const int scalar_out =
+        scal[ra] && (arity == 1 || scal[rb]) && (!sel || scal[dst]);
+    const int64_t m = scalar_out ? 1 : n;
     /* Write into the register's own buffer, the output on the last step, or
-     * the scratch tile when an operand lives in dst's buffer. */
+     * the scratch tile when an operand lives in dst's buffer (the loops'
+     * output may not alias an operand), which then becomes dst's. */
     float* target = is_last && !scalar_out ? out : buf[dst];
-    int aliased = target == buf[dst] && (val[ra] == buf[dst] || (arity == 2 && val[rb] == buf[dst]));
+    int aliased = target == buf[dst] && (val[ra] == buf[dst] || (arity >= 2 && val[rb] == buf[dst]) ||
+                                         (sel && val[dst] == buf[dst]));
     if (aliased) target = scratch;
-    if (arity == 1)
-      kiln_fused_unary(op, m, val[ra], target);
+    if (sel)
+      c->select(m, target, val[dst], scal[dst], val[ra], scal[ra], val[rb], scal[rb]);
+    else if (arity == 1)
+      kiln_fused_unary(opc, m, val[ra], target);
     else
-      kiln_fused_binary(op, m, target, val[ra], !scal[ra] && !scalar_out, val[rb],
+      kiln_fused_binary(c, opc, m, target, val[ra], !scal[ra] && !scalar_out, val[rb],
                         !scal[rb] && !scalar_out);
     if (aliased) {
       scratch = buf[dst];
@@ -254,11 +263,52 @@ static void kiln_fused_task(void* ctx, size_t task, int thread) {
   const kiln_fused_ctx_t* c = ctx;
   int64_t lo = (int64_t)task * c->per_task;
   int64_t hi = lo + c->per_task < c->numel ? lo + c->per_task : c->numel;
-  for (int64_t s = lo; s < hi; s += KILN_FUSED_TILE)
-    kiln_fused_tile(c, s, hi - s < KILN_FUSED_TILE ? hi - s : KILN_FUSED_TILE);
+  for (int64_t s = lo; s < hi;) {
+    int64_t e = hi - s < KILN_FUSED_TILE ? hi : s + KILN_FUSED_TILE;
+    if (c->row_tiles) {
+      int64_t row_end = (s / c->last + 1) * c->last;
+      e = e < row_end ? e : row_end;
+    }
+    kiln_fused_tile(c, s, e - s);
+    s = e;
+  }
 }
 
-void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* a, kiln_pool_t* pool) {
+/* Drops size-1 dims and merges dims every input reads contiguously (the
+ * output is dense), so that an NCHW batch norm's per-channel scale reads
+ * as rows of H x W, not of W. The last dim stays as it is when the
+ * program loads halves of its rows. */
+static void kiln_fused_collapse(kiln_eltwise_fused_args_t* m) {
+  int halves = 0;
+  for (int32_t k = 0; k < m->n_code; ++k) {
+    uint32_t opc = m->code[k] & 255u;
+    if (opc == KILN_FUSED_IMM) ++k; /* its bits follow in the next slot */
+    else if (kiln_fused_is_load(opc) && opc != KILN_FUSED_LOAD) halves = 1;
+  }
+  const int32_t rank = m->rank;
+  int32_t r = 0;
+  for (int32_t d = 0; d < rank; ++d) {
+    const int keep_last = halves && d == rank - 1;
+    if (m->shape[d] == 1 && !keep_last) continue;
+    int merge = r > 0 && !keep_last;
+    for (int i = 0; merge && i < m->n_inputs; ++i)
+      merge = m->strides[i][r - 1] == m->strides[i][d] * m->shape[d];
+    if (merge) {
+      m->shape[r - 1] *= m->shape[d];
+      for (int i = 0; i < m->n_inputs; ++i) m->strides[i][r - 1] = m->strides[i][d];
+      continue;
+    }
+    m->shape[r] = m->shape[d];
+    for (int i = 0; i < m->n_inputs; ++i) m->strides[i][r] = m->strides[i][d];
+    ++r;
+  }
+  m->rank = r;
+}
+
+void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* args, kiln_pool_t* pool) {
+  kiln_eltwise_fused_args_t m = *args;
+  kiln_fused_collapse(&m);
+  const kiln_eltwise_fused_args_t* a = &m;
   kiln_fused_ctx_t c;
   memset(&c, 0, sizeof(c));
   c.a = a;
@@ -266,6 +316,17 @@ void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* a, kiln_pool_t* poo
   for (int32_t d = 0; d < a->rank; ++d) c.numel *= a->shape[d];
   c.last = a->rank ? a->shape[a->rank - 1] : 1;
   if (c.numel == 0) return;
+  {
+    static const kiln_fused_arith_rows_fn ar[KILN_ISA_COUNT] =
+        KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_arith_rows);
+    static const kiln_fused_compare_rows_fn cr[KILN_ISA_COUNT] =
+        KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_compare_rows);
+    static const kiln_fused_select_rows_fn sr[KILN_ISA_COUNT] =
+        KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_select_rows);
+    kiln_isa_t level =
+        kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa());
+    c.arith = ar[level], c.compare = cr[level], c.select = sr[level];
+  }
   for (int i = 0; i < a->n_inputs; ++i) {
     int dense = 1, scalar = 1;
     int64_t want = 1;
@@ -278,6 +339,10 @@ void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* a, kiln_pool_t* poo
     }
     c.dense[i] = dense;
     c.scalar[i] = scalar;
+    c.row_scalar[i] = !scalar && a->rank >= 2 && a->strides[i][a->rank - 1] == 0;
+    /* Rows of a few hundred floats or more: tiles cut at row ends cost
+     * little, and each such input is then a scalar per tile, not a fill. */
+    if (c.row_scalar[i] && c.last >= 256) c.row_tiles = 1;
   }
   int threads = kiln_pool_size(pool);
   size_t tasks = 1;

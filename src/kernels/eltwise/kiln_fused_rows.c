@@ -1,4 +1,5 @@
-/* The fused interpreter's compare and select loops (kiln_eltwise_fused.c),
+/* The fused interpreter's arithmetic, compare and select loops
+ * (kiln_eltwise_fused.c),
  * compiled once per ISA of the eltwise family's list so that GCC
  * vectorises them at the width of the flags (compares into masks, selects
  * into blends); built for the baseline ISA inside the interpreter they ran
@@ -11,38 +12,63 @@
 
 #include "base/kiln_fused_program.h"
 
+/* out[i] = EXPR(u, v) over u = x[i], v = y[i], an operand flagged scalar
+ * read once before its loop: each shape of operands its own loop, which
+ * GCC vectorises (an index `x_scalar ? 0 : i` inside one loop kept it
+ * scalar: a clamp's compare ran at a tenth of the speed of a select).
+ * Inside a switch case; ends with `return`. */
+#define KILN_FUSED_ROWS_BINARY(EXPR)                         \
+  if (!x_scalar && !y_scalar) {                              \
+    for (int64_t i = 0; i < n; ++i) {                        \
+      float u = x[i], v = y[i];                              \
+      out[i] = (EXPR);                                       \
+    }                                                        \
+  } else if (!x_scalar) {                                    \
+    const float v = y[0];                                    \
+    for (int64_t i = 0; i < n; ++i) {                        \
+      float u = x[i];                                        \
+      out[i] = (EXPR);                                       \
+    }                                                        \
+  } else if (!y_scalar) {                                    \
+    const float u = x[0];                                    \
+    for (int64_t i = 0; i < n; ++i) {                        \
+      float v = y[i];                                        \
+      out[i] = (EXPR);                                       \
+    }                                                        \
+  } else {                                                   \
+    const float u = x[0], v = y[0];                          \
+    for (int64_t i = 0; i < n; ++i) out[i] = (EXPR);         \
+  }                                                          \
+  return
+
 void KILN_ISA_VARIANT(kiln_fused_compare_rows)(uint32_t op, int64_t n, float* restrict out,
                                                const float* x, int x_scalar, const float* y,
                                                int y_scalar) {
-#define KILN_FUSED_CMP(expr)                                             \
-  if (!x_scalar && !y_scalar) {                                          \
-    for (int64_t i = 0; i < n; ++i) {                                    \
-      float u = x[i], v = y[i];                                          \
-      out[i] = (expr) ? 1.0f : 0.0f;                                     \
-    }                                                                    \
-  } else if (y_scalar) {                                                 \
-    const float v = y[0];                                                \
-    for (int64_t i = 0; i < n; ++i) {                                    \
-      float u = x[x_scalar ? 0 : i];                                     \
-      out[i] = (expr) ? 1.0f : 0.0f;                                     \
-    }                                                                    \
-  } else {                                                               \
-    const float u = x[0];                                                \
-    for (int64_t i = 0; i < n; ++i) {                                    \
-      float v = y[i];                                                    \
-      out[i] = (expr) ? 1.0f : 0.0f;                                     \
-    }                                                                    \
-  }                                                                      \
-  return
   switch (op) {
-    case KILN_FUSED_EQ: KILN_FUSED_CMP(u == v);
-    case KILN_FUSED_NE: KILN_FUSED_CMP(u != v);
-    case KILN_FUSED_LT: KILN_FUSED_CMP(u < v);
-    case KILN_FUSED_LE: KILN_FUSED_CMP(u <= v);
-    case KILN_FUSED_GT: KILN_FUSED_CMP(u > v);
-    default: KILN_FUSED_CMP(u >= v);
+    case KILN_FUSED_EQ: KILN_FUSED_ROWS_BINARY(u == v ? 1.0f : 0.0f);
+    case KILN_FUSED_NE: KILN_FUSED_ROWS_BINARY(u != v ? 1.0f : 0.0f);
+    case KILN_FUSED_LT: KILN_FUSED_ROWS_BINARY(u < v ? 1.0f : 0.0f);
+    case KILN_FUSED_LE: KILN_FUSED_ROWS_BINARY(u <= v ? 1.0f : 0.0f);
+    case KILN_FUSED_GT: KILN_FUSED_ROWS_BINARY(u > v ? 1.0f : 0.0f);
+    default: KILN_FUSED_ROWS_BINARY(u >= v ? 1.0f : 0.0f);
   }
-#undef KILN_FUSED_CMP
+}
+
+/* torch.maximum / minimum: NaN from either side wins (kiln_binary's rows). */
+#define KILN_FUSED_ROWS_MAX(u, v) ((u) != (u) ? (u) : (v) != (v) ? (v) : (u) > (v) ? (u) : (v))
+#define KILN_FUSED_ROWS_MIN(u, v) ((u) != (u) ? (u) : (v) != (v) ? (v) : (u) < (v) ? (u) : (v))
+
+void KILN_ISA_VARIANT(kiln_fused_arith_rows)(uint32_t op, int64_t n, float* restrict out,
+                                             const float* x, int x_scalar, const float* y,
+                                             int y_scalar) {
+  switch (op) {
+    case KILN_FUSED_ADD: KILN_FUSED_ROWS_BINARY(u + v);
+    case KILN_FUSED_SUB: KILN_FUSED_ROWS_BINARY(u - v);
+    case KILN_FUSED_MUL: KILN_FUSED_ROWS_BINARY(u * v);
+    case KILN_FUSED_DIV: KILN_FUSED_ROWS_BINARY(u / v);
+    case KILN_FUSED_MAXIMUM: KILN_FUSED_ROWS_BINARY(KILN_FUSED_ROWS_MAX(u, v));
+    default: KILN_FUSED_ROWS_BINARY(KILN_FUSED_ROWS_MIN(u, v));
+  }
 }
 
 void KILN_ISA_VARIANT(kiln_fused_select_rows)(int64_t n, float* restrict out, const float* c,
@@ -50,8 +76,12 @@ void KILN_ISA_VARIANT(kiln_fused_select_rows)(int64_t n, float* restrict out, co
                                               const float* y, int y_scalar) {
   if (c_scalar) { /* one arm throughout */
     const float* arm = c[0] != 0.0f ? x : y;
-    const int scalar = c[0] != 0.0f ? x_scalar : y_scalar;
-    for (int64_t i = 0; i < n; ++i) out[i] = arm[scalar ? 0 : i];
+    if (c[0] != 0.0f ? x_scalar : y_scalar) {
+      const float v = arm[0];
+      for (int64_t i = 0; i < n; ++i) out[i] = v;
+    } else {
+      for (int64_t i = 0; i < n; ++i) out[i] = arm[i];
+    }
     return;
   }
   /* Both arms loaded unconditionally, so the loops are blends. */

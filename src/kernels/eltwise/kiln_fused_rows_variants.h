@@ -13,6 +13,10 @@
  * operand flagged scalar is read at [0] throughout. */
 typedef void (*kiln_fused_compare_rows_fn)(uint32_t op, int64_t n, float* out, const float* x,
                                            int x_scalar, const float* y, int y_scalar);
+/* out[i] = x[i] op y[i] for op KILN_FUSED_ADD, SUB, MUL, DIV, MAXIMUM or
+ * MINIMUM (kiln_binary's float rules), scalar flags as above. */
+typedef void (*kiln_fused_arith_rows_fn)(uint32_t op, int64_t n, float* out, const float* x,
+                                         int x_scalar, const float* y, int y_scalar);
 /* out[i] = c[i] != 0 ? x[i] : y[i], scalar flags as above. */
 typedef void (*kiln_fused_select_rows_fn)(int64_t n, float* out, const float* c, int c_scalar,
                                           const float* x, int x_scalar, const float* y,
@@ -21,6 +25,8 @@ typedef void (*kiln_fused_select_rows_fn)(int64_t n, float* out, const float* c,
 #define KILN_FUSED_ROWS_DECLARE_(isa, LEVEL, unused)                                          \
   void kiln_fused_compare_rows__##isa(uint32_t op, int64_t n, float* out, const float* x,     \
                                       int x_scalar, const float* y, int y_scalar);            \
+  void kiln_fused_arith_rows__##isa(uint32_t op, int64_t n, float* out, const float* x,       \
+                                    int x_scalar, const float* y, int y_scalar);              \
   void kiln_fused_select_rows__##isa(int64_t n, float* out, const float* c, int c_scalar,     \
                                      const float* x, int x_scalar, const float* y,            \
                                      int y_scalar);

@@ -60,17 +60,46 @@ void kiln_nd_collapse(kiln_nd_t* nd, int n_ops) {
   *nd = c;
 }
 
+/* Elements a task is given at least: below ~32K a thread hand-off costs
+ * more than it saves. */
+#define KILN_ND_MIN_TASK 32768
+
 typedef struct {
   const kiln_nd_t* nd;
   int n_ops;
   int64_t rows, rows_per_task;
+  int64_t pieces, piece; /* each row cut in `pieces` runs of `piece` elements, or 1 */
   kiln_nd_row_fn fn;
   void* ctx;
 } kiln_nd_job_t;
 
+/* Task = (row, piece) when rows are cut: the row's offsets by division,
+ * then the piece's start along the inner stride. */
+static void kiln_nd_piece_task(const kiln_nd_job_t* job, size_t task) {
+  const kiln_nd_t* nd = job->nd;
+  int64_t row = (int64_t)task / job->pieces, j0 = (int64_t)task % job->pieces * job->piece;
+  int32_t outer = nd->rank - 1;
+  int64_t inner = nd->shape[outer];
+  int64_t n = inner - j0 < job->piece ? inner - j0 : job->piece;
+  int64_t offsets[KILN_ND_MAX_OPERANDS], inner_strides[KILN_ND_MAX_OPERANDS];
+  for (int k = 0; k < job->n_ops; ++k) {
+    inner_strides[k] = nd->strides[k][outer];
+    offsets[k] = j0 * inner_strides[k];
+  }
+  for (int32_t d = outer - 1; d >= 0; --d) {
+    for (int k = 0; k < job->n_ops; ++k) offsets[k] += row % nd->shape[d] * nd->strides[k][d];
+    row /= nd->shape[d];
+  }
+  job->fn(job->ctx, n, offsets, inner_strides);
+}
+
 static void kiln_nd_task(void* p, size_t task, int thread) {
   (void)thread;
   const kiln_nd_job_t* job = p;
+  if (job->pieces > 1) {
+    kiln_nd_piece_task(job, task);
+    return;
+  }
   const kiln_nd_t* nd = job->nd;
   int64_t r0 = (int64_t)task * job->rows_per_task;
   int64_t r1 = r0 + job->rows_per_task < job->rows ? r0 + job->rows_per_task : job->rows;
@@ -104,12 +133,23 @@ void kiln_nd_for_rows(const kiln_nd_t* nd, int n_ops, kiln_nd_row_fn fn, void* c
   int64_t inner = nd->shape[nd->rank - 1];
   int64_t numel = kiln_nd_numel(nd);
   if (numel == 0) return;
-  kiln_nd_job_t job = {nd, n_ops, numel / inner, 0, fn, ctx};
-  /* Tasks of at least ~32K elements: below that a thread hand-off costs more
-   * than it saves. */
-  int64_t min_rows = (32768 + inner - 1) / inner;
+  kiln_nd_job_t job = {nd, n_ops, numel / inner, 0, 1, inner, fn, ctx};
   int threads = kiln_pool_size(pool);
-  int64_t per = (job.rows + threads * 4 - 1) / (threads * 4);
+  const int64_t want = (int64_t)threads * 4;
+  if (threads > 1 && job.rows < want && inner >= 2 * KILN_ND_MIN_TASK) {
+    /* Fewer rows than tasks wanted, and long ones (a contiguous op
+     * collapses to a single row): cut each row in pieces, whole 64-byte
+     * lines of a float output where the row is dense, so every thread
+     * gets work. As one row, a (8, 128, 768) add ran on one thread. */
+    int64_t pieces = (want + job.rows - 1) / job.rows, most = inner / KILN_ND_MIN_TASK;
+    if (pieces > most) pieces = most;
+    job.piece = ((inner + pieces - 1) / pieces + 15) & ~(int64_t)15;
+    job.pieces = (inner + job.piece - 1) / job.piece;
+    kiln_pool_parallel_for(pool, (size_t)(job.rows * job.pieces), kiln_nd_task, &job);
+    return;
+  }
+  int64_t min_rows = (KILN_ND_MIN_TASK + inner - 1) / inner;
+  int64_t per = (job.rows + want - 1) / want;
   job.rows_per_task = per < min_rows ? min_rows : per;
   size_t tasks = (size_t)((job.rows + job.rows_per_task - 1) / job.rows_per_task);
   kiln_pool_parallel_for(pool, tasks, kiln_nd_task, &job);

@@ -1,6 +1,6 @@
 /* Unary float math, one ISA variant per build of this file (see
  * kiln_math_internal.h). As in kernels/nn/kiln_unary.c, each op is
- * kiln_nn_math.h's tiled loop (KILN_NN_UNARY_LOOP) over a branch-free
+ * kiln_nn_math.h's loop (KILN_NN_UNARY_LOOP) over a branch-free
  * function (kiln_math_vec.h) that GCC vectorises.
  *
  * tan is vectorised below 2^28 (kiln_math_tan_mediumf, a reduction by pi/2
@@ -16,8 +16,8 @@
 #include "kernels/math/kiln_math_internal.h"
 #include "kernels/math/kiln_math_vec.h"
 
-/* One case: kiln_nn_math.h's tiled loop over this function's x and y. */
-#define KILN_MATH_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, tile, expr)
+/* One case: kiln_nn_math.h's loop over this function's x and y. */
+#define KILN_MATH_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, expr)
 
 /* tan over x into y: the vector path over a tile, then libm for the lanes
  * it does not cover (read from x before y is written: they may alias). */

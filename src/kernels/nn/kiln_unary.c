@@ -1,7 +1,7 @@
 /* Elementwise unary math and the in-place activations, one ISA variant per
  * build of this file (see kiln_nn_internal.h).
  *
- * Each op is kiln_nn_math.h's tiled loop (KILN_NN_UNARY_LOOP) over one of
+ * Each op is kiln_nn_math.h's loop (KILN_NN_UNARY_LOOP) over one of
  * its branch-free functions, which GCC vectorises at the width of the ISA
  * the file is compiled for.
  */
@@ -11,11 +11,10 @@
 #include "kernels/nn/kiln_nn_internal.h"
 #include "kernels/nn/kiln_nn_math.h"
 
-/* One case: the tiled loop of kiln_nn_math.h over this function's x and y. */
-#define KILN_NN_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, tile, expr)
+/* One case: the loop of kiln_nn_math.h over this function's x and y. */
+#define KILN_NN_UNARY_CASE(expr) KILN_NN_UNARY_LOOP(n, x, y, expr)
 
 void KILN_ISA_VARIANT(kiln_nn_unary)(kiln_unary_t op, size_t n, const float* x, float* y) {
-  float tile[KILN_NN_UNARY_TILE];
   switch (op) {
     case KILN_UNARY_NEG: KILN_NN_UNARY_CASE(-v);
     case KILN_UNARY_ABS: KILN_NN_UNARY_CASE(fabsf(v));
