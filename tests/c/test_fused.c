@@ -311,7 +311,7 @@ void kiln_test_suite_fused(void) {
   kiln_test_fused_validate();
   float half = 0.5f;
   uint32_t hb = kiln_test_fbits(half);
-  static kiln_test_fused_case_t cases[16];
+  static kiln_test_fused_case_t cases[24];
   int nc = 0;
   /* x * 0.5 + bias, then tanh, times a column: bias over the last dim, a
    * [.., 1] column, an immediate; last dim 37 leaves vector tails. */
@@ -414,6 +414,27 @@ void kiln_test_suite_fused(void) {
       {W(KILN_FUSED_LOAD_LOW_HALF, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(MUL), 0, 0, 1),
        W(KILN_FUSED_LOAD_HIGH_HALF, 2, 0, 0), W(OP(ADD), 0, 0, 2)},
       5};
+  /* Compares with the select that reads them (one pass each): a scalar
+   * left of a tile (the op mirrored), NE (the arms swapped), tile and
+   * scalar arms, a load between (hoisted) and one that writes the
+   * compare's operand (not hoisted), a select reading the compare as an
+   * arm (two steps), the pair as the last step and not. */
+  uint32_t two = kiln_test_fbits(2.0f);
+  cases[nc++] = (kiln_test_fused_case_t){
+      "cmp-sel-mirror", 2, {9, 700}, 2, {{9, 700}, {1, 1}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(LT), 2, 1, 0),
+       W(KILN_FUSED_SELECT, 2, 0, 1), W(OP(LE), 3, 1, 2), W(KILN_FUSED_SELECT, 3, 2, 0),
+       W(OP(NE), 2, 3, 0), W(KILN_FUSED_IMM, 1, 0, 0), two, W(KILN_FUSED_SELECT, 2, 1, 3),
+       W(OP(GE), 0, 2, 3), W(KILN_FUSED_SELECT, 0, 3, 2)},
+      12};
+  cases[nc++] = (kiln_test_fused_case_t){
+      "cmp-sel-loads", 2, {5, 1031}, 3, {{5, 1031}, {5, 1031}, {5, 1}},
+      {W(KILN_FUSED_LOAD, 0, 0, 0), W(KILN_FUSED_LOAD, 1, 1, 0), W(OP(GT), 2, 0, 1),
+       W(KILN_FUSED_LOAD, 3, 2, 0), W(KILN_FUSED_IMM, 4, 0, 0), two,
+       W(KILN_FUSED_SELECT, 2, 3, 4), W(OP(EQ), 5, 2, 0), W(KILN_FUSED_LOAD, 0, 2, 0),
+       W(KILN_FUSED_SELECT, 5, 0, 1), W(OP(LT), 6, 5, 0), W(KILN_FUSED_SELECT, 6, 6, 5),
+       W(OP(ADD), 6, 6, 2)},
+      13};
   for (int i = 0; i < nc; ++i) {
     kiln_test_fused_cur = &cases[i];
     kiln_test_each_isa_and_pool(kiln_test_fused_run);

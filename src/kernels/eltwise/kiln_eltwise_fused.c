@@ -61,6 +61,7 @@ typedef struct {
   kiln_fused_arith_rows_fn arith;
   kiln_fused_compare_rows_fn compare;
   kiln_fused_select_rows_fn select;
+  kiln_fused_compare_select_rows_fn compare_select;
 } kiln_fused_ctx_t;
 
 /* Input i's element offset at the start of output row `row`. */
@@ -172,6 +173,46 @@ static void kiln_fused_unary(uint32_t op, int64_t n, const float* x, float* y) {
     kiln_math_unary_f32((kiln_math_unary_t)(op - KILN_FUSED_ACOS), (size_t)n, x, y, NULL);
 }
 
+/* A compare into register r followed by the SELECT that takes r as its
+ * condition (and neither arm is r): one pass, (x op y) ? p : q, into r
+ * (or the output when the select is the program's last step). The
+ * compare's result is gone after the select (the select overwrites r), so
+ * nothing else reads it. x must be a tile: a scalar x against a tile y
+ * swaps them, the op mirrored; all-scalar pairs stay two steps. Returns 1
+ * when it ran. */
+static int kiln_fused_compare_select(const kiln_fused_ctx_t* c, int64_t n, uint32_t next,
+                                     uint32_t dst, uint32_t op, uint32_t ra, uint32_t rb,
+                                     int last, float* out, float** buf, const float** val,
+                                     int* scal, float** scratch) {
+  const uint32_t sa = next >> 16 & 255u, sb = next >> 24 & 255u;
+  if ((next & 255u) != KILN_FUSED_SELECT || (next >> 8 & 255u) != dst || sa == dst || sb == dst)
+    return 0;
+  if (scal[ra]) {
+    if (scal[rb]) return 0;
+    static const uint8_t mirror[] = {KILN_FUSED_EQ, KILN_FUSED_NE, KILN_FUSED_GT,
+                                     KILN_FUSED_GE, KILN_FUSED_LT, KILN_FUSED_LE};
+    op = mirror[op - KILN_FUSED_EQ];
+    uint32_t t = ra;
+    ra = rb, rb = t;
+  }
+  float* target = last ? out : buf[dst];
+  const float* b = buf[dst];
+  const int aliased =
+      target == b && (val[ra] == b || val[rb] == b || val[sa] == b || val[sb] == b);
+  if (aliased) target = *scratch;
+  c->compare_select(op, n, target, val[ra], val[rb], scal[rb], val[sa], scal[sa],
+                    val[sb], scal[sb]);
+  if (aliased) {
+    *scratch = buf[dst];
+    buf[dst] = target;
+  }
+  if (!last) {
+    val[dst] = buf[dst];
+    scal[dst] = 0;
+  }
+  return 1;
+}
+
 /* Runs the program over output elements [s, s + n), n <= KILN_FUSED_TILE. */
 static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
   const kiln_eltwise_fused_args_t* a = c->a;
@@ -219,6 +260,13 @@ static void kiln_fused_tile(const kiln_fused_ctx_t* c, int64_t s, int64_t n) {
       memcpy(&imm[dst], &bits, sizeof(float));
       val[dst] = &imm[dst];
       scal[dst] = 1;
+      continue;
+    }
+    if (opc >= KILN_FUSED_EQ && opc <= KILN_FUSED_GE && k + 1 < a->n_code &&
+        kiln_fused_compare_select(c, n, a->code[k + 1], dst, opc, ra, rb,
+                                  k + 1 == a->n_code - 1, out, buf, val, scal, &scratch)) {
+      ++k; /* the select ran too */
+      if (k == a->n_code - 1) return;
       continue;
     }
     /* SELECT reads its condition from dst, then the arms ra and rb. */
@@ -274,6 +322,37 @@ static void kiln_fused_task(void* ctx, size_t task, int thread) {
   }
 }
 
+/* Moves the loads and immediates between a compare and the SELECT that
+ * reads it (torch's where(x != x, 0, x) loads the 0 in between) to before
+ * the compare, so the pair runs as one pass (kiln_fused_compare_select).
+ * A load moves only when the compare neither reads nor writes its
+ * register; it reads nothing itself. code has n slots (an IMM's bits in
+ * the slot after it). */
+static void kiln_fused_hoist_loads(uint32_t* code, int32_t n) {
+  for (int32_t k = 0; k < n; ++k) {
+    uint32_t w = code[k], op = w & 255u;
+    if (op == KILN_FUSED_IMM) {
+      ++k;
+      continue;
+    }
+    if (op < KILN_FUSED_EQ || op > KILN_FUSED_GE) continue;
+    const uint32_t dst = w >> 8 & 255u, ra = w >> 16 & 255u, rb = w >> 24 & 255u;
+    int32_t j = k + 1;
+    while (j < n) {
+      uint32_t o = code[j] & 255u, d = code[j] >> 8 & 255u;
+      if (!kiln_fused_is_load(o) && o != KILN_FUSED_IMM) break;
+      if (d == dst || d == ra || d == rb) break;
+      j += o == KILN_FUSED_IMM ? 2 : 1;
+    }
+    if (j == k + 1 || j >= n || (code[j] & 255u) != KILN_FUSED_SELECT || (code[j] >> 8 & 255u) != dst)
+      continue;
+    /* code[k + 1, j) are the loads: rotate the compare past them. */
+    for (int32_t i = k; i < j - 1; ++i) code[i] = code[i + 1];
+    code[j - 1] = w;
+    k = j; /* the select */
+  }
+}
+
 /* Drops size-1 dims and merges dims every input reads contiguously (the
  * output is dense), so that an NCHW batch norm's per-channel scale reads
  * as rows of H x W, not of W. The last dim stays as it is when the
@@ -308,6 +387,12 @@ static void kiln_fused_collapse(kiln_eltwise_fused_args_t* m) {
 void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* args, kiln_pool_t* pool) {
   kiln_eltwise_fused_args_t m = *args;
   kiln_fused_collapse(&m);
+  uint32_t code[KILN_FUSED_MAX_SLOTS];
+  if (m.n_code > 0 && m.n_code <= KILN_FUSED_MAX_SLOTS) {
+    memcpy(code, m.code, (size_t)m.n_code * sizeof(uint32_t));
+    kiln_fused_hoist_loads(code, m.n_code);
+    m.code = code;
+  }
   const kiln_eltwise_fused_args_t* a = &m;
   kiln_fused_ctx_t c;
   memset(&c, 0, sizeof(c));
@@ -325,7 +410,10 @@ void kiln_eltwise_fused_f32(const kiln_eltwise_fused_args_t* args, kiln_pool_t* 
         KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_select_rows);
     kiln_isa_t level =
         kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa());
+    static const kiln_fused_compare_select_rows_fn csr[KILN_ISA_COUNT] =
+        KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, kiln_fused_compare_select_rows);
     c.arith = ar[level], c.compare = cr[level], c.select = sr[level];
+    c.compare_select = csr[level];
   }
   for (int i = 0; i < a->n_inputs; ++i) {
     int dense = 1, scalar = 1;

@@ -107,3 +107,56 @@ void KILN_ISA_VARIANT(kiln_fused_select_rows)(int64_t n, float* restrict out, co
     for (int64_t i = 0; i < n; ++i) out[i] = c[i] != 0.0f ? xv : yv;
   }
 }
+
+/* out[i] = (x[i] OP y[i]) ? p[i] : q[i], a compare and the select that
+ * reads it in one pass (a clamp's lt/where and gt/where, leaky ReLU's
+ * gt/where): each combination of operand shapes and each op its own
+ * instance of one inlined loop, so the flags fold and GCC vectorises every
+ * loop. x is a tile; y, p and q a tile or a scalar. Both arms are loaded
+ * unconditionally: a blend, as the select loop above. */
+static inline __attribute__((always_inline)) void kiln_fused_cmp_sel_loop(
+    int op, int64_t n, float* restrict out, const float* x, const float* y, int ys,
+    const float* p, int ps, const float* q, int qs) {
+  const float y0 = y[0], p0 = p[0], q0 = q[0];
+  for (int64_t i = 0; i < n; ++i) {
+    float u = x[i], v = ys ? y0 : y[i], a = ps ? p0 : p[i], b = qs ? q0 : q[i];
+    int c = op == KILN_FUSED_EQ   ? u == v
+            : op == KILN_FUSED_LT ? u < v
+            : op == KILN_FUSED_LE ? u <= v
+            : op == KILN_FUSED_GT ? u > v
+                                  : u >= v;
+    out[i] = c ? a : b;
+  }
+}
+
+#define KILN_FUSED_CMP_SEL_SHAPES(OP)                                                 \
+  switch (shape) {                                                                    \
+    case 0: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 0, p, 0, q, 0); return;         \
+    case 1: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 0, p, 0, q, 1); return;         \
+    case 2: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 0, p, 1, q, 0); return;         \
+    case 3: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 0, p, 1, q, 1); return;         \
+    case 4: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 1, p, 0, q, 0); return;         \
+    case 5: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 1, p, 0, q, 1); return;         \
+    case 6: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 1, p, 1, q, 0); return;         \
+    default: kiln_fused_cmp_sel_loop(OP, n, out, x, y, 1, p, 1, q, 1); return;        \
+  }
+
+void KILN_ISA_VARIANT(kiln_fused_compare_select_rows)(uint32_t op, int64_t n, float* restrict out,
+                                                      const float* x, const float* y,
+                                                      int y_scalar, const float* p, int p_scalar,
+                                                      const float* q, int q_scalar) {
+  if (op == KILN_FUSED_NE) { /* x != y is exactly !(x == y), NaN too: the arms swap */
+    const float* t = p;
+    int ts = p_scalar;
+    p = q, p_scalar = q_scalar, q = t, q_scalar = ts;
+    op = KILN_FUSED_EQ;
+  }
+  const int shape = (y_scalar ? 4 : 0) | (p_scalar ? 2 : 0) | (q_scalar ? 1 : 0);
+  switch (op) {
+    case KILN_FUSED_EQ: KILN_FUSED_CMP_SEL_SHAPES(KILN_FUSED_EQ)
+    case KILN_FUSED_LT: KILN_FUSED_CMP_SEL_SHAPES(KILN_FUSED_LT)
+    case KILN_FUSED_LE: KILN_FUSED_CMP_SEL_SHAPES(KILN_FUSED_LE)
+    case KILN_FUSED_GT: KILN_FUSED_CMP_SEL_SHAPES(KILN_FUSED_GT)
+    default: KILN_FUSED_CMP_SEL_SHAPES(KILN_FUSED_GE)
+  }
+}
