@@ -34,6 +34,10 @@ static void planes_avg_level(kiln_pool_t* pool, const char* where) {
       {2, 8, 1, 3, 1, 3, 1, 1, 0, 1},   /* one column */
       {1, 3, 16, 3, 7, 1, 1, 1, 3, 0},  /* window as wide as the interior allows */
       {1, 2, KILN_CONV_PLANES_ROW_MAX + 3, 2, 3, 1, 2, 0, 1, 0}, /* direct-loop path */
+      {5, 7, 7, 7, 7, 1, 1, 0, 0, 0},     /* global: row means */
+      {700, 7, 7, 7, 7, 7, 7, 0, 0, 0},   /* global, over the parallel threshold */
+      {3, 6, 45, 6, 45, 1, 1, 0, 0, 0},   /* global, rows of 270 */
+      {4, 1, 1, 1, 1, 1, 1, 0, 0, 0},     /* global over one element */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i)
     for (int incl = 0; incl < 2; ++incl) {

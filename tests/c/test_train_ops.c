@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_cpu.h"
 #include "compiler/kiln_compiler.h"
 #include "ir/kiln_graph.h"
 #include "kernels/eltwise/kiln_eltwise.h"
@@ -225,10 +226,17 @@ static void test_compose_head_split(int split) {
  * against the serial reference: every tail length around the lane count,
  * one element, and rows holding NaN or +-Inf. Both sum in double; the lane
  * order changes only double rounding. */
-static void test_sum_rows(void) {
-  static const size_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 256};
-  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; ++li) {
-    size_t cols = lens[li], rows = 5;
+static const size_t kiln_test_sum_rows_lens[] = {1,  2,  7,  8,  9,  15, 16,  17,
+                                                  31, 32, 33, 47, 49, 64, 65, 256};
+enum { KILN_TEST_SUM_ROWS_N = sizeof kiln_test_sum_rows_lens / sizeof kiln_test_sum_rows_lens[0] };
+/* The portable level's results, [length][mean][row]: every level's bits. */
+static float kiln_test_sum_rows_portable[KILN_TEST_SUM_ROWS_N][2][5];
+
+static void test_sum_rows_level(kiln_pool_t* pool, const char* where) {
+  (void)pool;
+  const int portable = kiln_cpu_isa() == KILN_ISA_GENERIC;
+  for (size_t li = 0; li < KILN_TEST_SUM_ROWS_N; ++li) {
+    size_t cols = kiln_test_sum_rows_lens[li], rows = 5;
     float x[5 * 256], got[5], want[5];
     kiln_test_fill_f32(x, rows * cols, (unsigned)cols, -3.0f, 3.0f);
     x[1 * cols + cols / 2] = NAN;
@@ -237,12 +245,22 @@ static void test_sum_rows(void) {
     for (int mean = 0; mean < 2; ++mean) {
       kiln_reduce_sum_rows_f32(rows, cols, mean, x, got);
       kiln_reduce_sum_rows_f32_reference(rows, cols, mean, x, want);
-      char what[64];
-      snprintf(what, sizeof what, "row %s, %zu long", mean ? "means" : "sums", cols);
+      char what[96];
+      snprintf(what, sizeof what, "row %s, %zu long %s", mean ? "means" : "sums", cols, where);
       kiln_test_compare_f32(what, got, want, rows, 1e-6f, 1e-6f);
+      if (portable)
+        memcpy(kiln_test_sum_rows_portable[li][mean], got, sizeof got);
+      else
+        KILN_EXPECT(memcmp(kiln_test_sum_rows_portable[li][mean], got, sizeof got) == 0,
+                    "%s: not the portable level's bits", what);
     }
   }
 }
+
+/* Row sums and means at every level: the portable level runs first
+ * (kiln_test_each_isa_and_pool's order), and the vector levels, which sum
+ * in the same lanes and tree, must give its bits. */
+static void test_sum_rows(void) { kiln_test_each_isa_and_pool(test_sum_rows_level); }
 
 /* Sums over leading axes (bias gradients: over the batch rows), four rows
  * per sweep and the rest one by one: against a double reference. */

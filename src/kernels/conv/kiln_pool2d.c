@@ -1,14 +1,17 @@
 /* Max and average pooling over NCHW planes, one task per (n, c) plane.
  * Max pooling is separable (rows, then columns); average pooling runs
  * kiln_conv_planes.c's per-ISA plane kernels, with the direct loop as its
- * reference and the path for very wide planes. Windows are small (2x2, 3x3), so the loop over a window is
- * short; the inner loop runs over the window's in-bounds columns only, so
- * padding costs no branches inside it. */
+ * reference and the path for very wide planes, and a global average (one
+ * window over the whole plane) as row means. Windows are small (2x2, 3x3),
+ * so the loop over a window is short; the inner loop runs over the
+ * window's in-bounds columns only, so padding costs no branches inside
+ * it. */
 #include <math.h>
 
 #include "kernels/conv/kiln_conv.h"
 #include "kernels/conv/kiln_conv_planes.h"
 #include "kernels/conv/kiln_pool_window.h"
+#include "kernels/eltwise/kiln_eltwise.h"
 
 /* max that keeps NaN (as torch): a when a is NaN, else the larger. Written
  * as a compare and a select, so loops over it vectorise. */
@@ -153,8 +156,40 @@ void kiln_avg_pool2d_f32_reference(const kiln_pool2d_f32_args_t* a) {
   for (int64_t p = 0; p < a->n * a->c; ++p) kiln_avg_pool_plane_direct(a, (size_t)p);
 }
 
+/* A global average: planes [task * per, ...) as row means. */
+typedef struct {
+  const kiln_pool2d_f32_args_t* a;
+  int64_t per;
+} kiln_avg_pool_global_t;
+
+static void kiln_avg_pool_global_task(void* ctx, size_t task, int thread) {
+  (void)thread;
+  const kiln_avg_pool_global_t* t = ctx;
+  const int64_t planes = t->a->n * t->a->c, hw = t->a->h * t->a->w;
+  int64_t p0 = (int64_t)task * t->per, p1 = p0 + t->per < planes ? p0 + t->per : planes;
+  kiln_reduce_sum_rows_f32((size_t)(p1 - p0), (size_t)hw, 1, t->a->x + p0 * hw, t->a->y + p0);
+}
+
 void kiln_avg_pool2d_f32(const kiln_pool2d_f32_args_t* a, kiln_pool_t* pool) {
   if (a->ho <= 0 || a->wo <= 0) return;
+  const int64_t hw = a->h * a->w;
+  if (a->ho == 1 && a->wo == 1 && a->kh == a->h && a->kw == a->w && a->ph == 0 && a->pw == 0 &&
+      hw > 0 && (a->divisor_override <= 0 || a->divisor_override == hw)) {
+    /* One window over each whole plane (a CNN's global pool): the planes'
+     * means in double lanes (kiln_reduce_sum_rows_f32), tasks of many
+     * planes. A plane a task, each summed in one float chain, took 46 us
+     * for MobileNetV2's 1280 planes of 7 x 7 at one thread, 0.035 ms at
+     * two (eager 0.01). The sum is more accurate than torch's float one. */
+    const int64_t planes = a->n * a->c;
+    int threads = kiln_pool_size(pool);
+    int64_t tasks = threads > 1 ? (int64_t)threads * 4 : 1, most = planes * hw / 16384;
+    if (tasks > most) tasks = most;
+    if (tasks < 1) tasks = 1;
+    kiln_avg_pool_global_t t = {a, (planes + tasks - 1) / tasks};
+    kiln_pool_parallel_for(pool, (size_t)((planes + t.per - 1) / t.per), kiln_avg_pool_global_task,
+                           &t);
+    return;
+  }
   kiln_avg_pool_t t = {a, NULL};
   if (a->w <= KILN_CONV_PLANES_ROW_MAX && a->wo <= KILN_CONV_PLANES_ROW_MAX)
     t.plane = kiln_avg_pool_plane_for(kiln_cpu_isa());

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/kiln_cpu.h"
 #include "kernels/eltwise/kiln_nd.h"
+#include "kernels/eltwise/kiln_reduce_rows_variants.h"
 
 static double kiln_reduce_init(kiln_reduce_t op) {
   switch (op) {
@@ -90,67 +92,15 @@ static void kiln_reduce_acc_store(kiln_reduce_t op, kiln_dtype_t t, void* y, int
   }
 }
 
-/* Reduced axes all before kept axes: (n_red, n_out) rows, ld floats apart,
- * accumulate into out row by row (vectorisable; torch also sums these in
- * float). Columns are independent: tasks take column ranges. */
-static void kiln_reduce_leading_f32(kiln_reduce_t op, int64_t n_red, int64_t n_out, int64_t ld,
-                                    const float* x, float* out) {
-  memcpy(out, x, (size_t)n_out * sizeof(float));
-  int64_t r = 1;
-  if (op == KILN_REDUCE_SUM || op == KILN_REDUCE_MEAN) {
-    /* Sums start from +0.0, as torch's: a column of -0.0 sums to +0.0
-     * (-0 + +0 is +0), which atan2 or 1/x downstream can tell apart. */
-    for (int64_t j = 0; j < n_out; ++j) out[j] += 0.0f;
-    /* Four rows per sweep: a quarter of the loads and stores of out (the
-     * sweep over out was the cost, not the rows' bytes). */
-    for (; r + 4 <= n_red; r += 4) {
-      const float *a = x + r * ld, *b = a + ld, *c = b + ld, *d = c + ld;
-      for (int64_t j = 0; j < n_out; ++j) out[j] += (a[j] + b[j]) + (c[j] + d[j]);
-    }
-  }
-  for (; r < n_red; ++r) {
-    const float* row = x + r * ld;
-    switch (op) {
-      case KILN_REDUCE_SUM:
-      case KILN_REDUCE_MEAN:
-        for (int64_t j = 0; j < n_out; ++j) out[j] += row[j];
-        break;
-      case KILN_REDUCE_MAX:
-        for (int64_t j = 0; j < n_out; ++j)
-          out[j] = (row[j] != row[j] || row[j] > out[j]) && out[j] == out[j] ? row[j] : out[j];
-        break;
-      case KILN_REDUCE_MIN:
-        for (int64_t j = 0; j < n_out; ++j)
-          out[j] = (row[j] != row[j] || row[j] < out[j]) && out[j] == out[j] ? row[j] : out[j];
-        break;
-      default:
-        break;
-    }
-  }
-  if (op == KILN_REDUCE_MEAN)
-    for (int64_t j = 0; j < n_out; ++j) out[j] /= (float)n_red;
+/* The float row loops (kiln_reduce_rows.c): the running ISA level's. */
+static const kiln_reduce_rows_kernels_t* kiln_reduce_rows(void) {
+  static const kiln_reduce_rows_kernels_t* const v[KILN_ISA_COUNT] =
+      KILN_ISA_VARIANT_TABLE(KILN_ELTWISE_ISAS, &kiln_reduce_rows_kernels);
+  return v[kiln_isa_variant_level(KILN_ISA_VARIANT_MASK(KILN_ELTWISE_ISAS), kiln_cpu_isa())];
 }
 
-/* Row sums (or means) in double, as the reference below, but in
- * KILN_REDUCE_LANES independent accumulators: one double add chain per row
- * costs its latency (4 cycles) per element and is what made layer norm's
- * statistics and its backward's row sums slow; independent lanes pipeline
- * (and GCC vectorises the explicit lane loop). The lanes' sum differs from
- * the serial sum only in double rounding, far below float's. */
-enum { KILN_REDUCE_LANES = 8 };
-
 void kiln_reduce_sum_rows_f32(size_t rows, size_t cols, int mean, const float* x, float* out) {
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
-    double acc[KILN_REDUCE_LANES] = {0};
-    size_t i = 0;
-    for (; i + KILN_REDUCE_LANES <= cols; i += KILN_REDUCE_LANES)
-      for (int j = 0; j < KILN_REDUCE_LANES; ++j) acc[j] += row[i + j];
-    for (int j = 0; i < cols; ++i, ++j) acc[j] += row[i];
-    double a = 0.0;
-    for (int j = 0; j < KILN_REDUCE_LANES; ++j) a += acc[j];
-    out[r] = (float)(mean ? a / (double)cols : a);
-  }
+  kiln_reduce_rows()->sum_rows(rows, cols, mean, x, out);
 }
 
 void kiln_reduce_sum_rows_f32_reference(size_t rows, size_t cols, int mean, const float* x,
@@ -160,56 +110,6 @@ void kiln_reduce_sum_rows_f32_reference(size_t rows, size_t cols, int mean, cons
     for (size_t i = 0; i < cols; ++i) a += x[r * cols + i];
     out[r] = (float)(mean ? a / (double)cols : a);
   }
-}
-
-/* Row maxima (max 1) or minima of float rows, NaN if the row holds one (as
- * torch's amax / amin): 16 lanes of running extremes and of sums, in loops
- * the vectoriser turns into vmaxps and vaddps (kiln_nn_row.h's pattern),
- * where one serial chain through the generic loop's double steps took
- * 2.3 ms for 1024 rows of 768 (2 threads). A NaN makes the sum NaN; so do
- * infinities of both signs, so a NaN sum sends the row to the exact scalar
- * check. The extreme does not depend on the order; only which of +0 and
- * -0 a row of both gives may (as in torch's vectorised loop). */
-enum { KILN_REDUCE_MM_LANES = 16 };
-
-static float kiln_reduce_minmax_row_f32(int max, int64_t cols, const float* row) {
-  float m[KILN_REDUCE_MM_LANES], sum[KILN_REDUCE_MM_LANES];
-  for (int j = 0; j < KILN_REDUCE_MM_LANES; ++j) m[j] = max ? -INFINITY : INFINITY, sum[j] = 0.0f;
-  int64_t i = 0;
-  if (max)
-    for (; i + KILN_REDUCE_MM_LANES <= cols; i += KILN_REDUCE_MM_LANES) {
-#pragma GCC unroll 1
-      for (int j = 0; j < KILN_REDUCE_MM_LANES; ++j) {
-        m[j] = row[i + j] > m[j] ? row[i + j] : m[j];
-        sum[j] += row[i + j];
-      }
-    }
-  else
-    for (; i + KILN_REDUCE_MM_LANES <= cols; i += KILN_REDUCE_MM_LANES) {
-#pragma GCC unroll 1
-      for (int j = 0; j < KILN_REDUCE_MM_LANES; ++j) {
-        m[j] = row[i + j] < m[j] ? row[i + j] : m[j];
-        sum[j] += row[i + j];
-      }
-    }
-  float e = m[0], t = 0.0f;
-  for (int j = 0; j < KILN_REDUCE_MM_LANES; ++j) {
-    e = (max ? m[j] > e : m[j] < e) ? m[j] : e;
-    t += sum[j];
-  }
-  for (; i < cols; ++i) {
-    e = (max ? row[i] > e : row[i] < e) ? row[i] : e;
-    t += row[i];
-  }
-  if (t != t)
-    for (i = 0; i < cols; ++i)
-      if (row[i] != row[i]) return NAN;
-  return e;
-}
-
-static void kiln_reduce_minmax_rows_f32(int max, int64_t rows, int64_t cols, const float* x,
-                                        float* out) {
-  for (int64_t r = 0; r < rows; ++r) out[r] = kiln_reduce_minmax_row_f32(max, cols, x + r * cols);
 }
 
 /* The float fast paths, for a reduction over one run of consecutive axes
@@ -223,6 +123,7 @@ typedef struct {
   int64_t outer, n_red, inner, per, chunks;
   const float* x;
   float* out;
+  const kiln_reduce_rows_kernels_t* k;
 } kiln_reduce_ctx_t;
 
 static void kiln_reduce_task(void* p, size_t task, int thread) {
@@ -231,17 +132,17 @@ static void kiln_reduce_task(void* p, size_t task, int thread) {
   if (c->inner == 1) {
     int64_t o0 = (int64_t)task * c->per, o1 = o0 + c->per < c->outer ? o0 + c->per : c->outer;
     if (c->op == KILN_REDUCE_MAX || c->op == KILN_REDUCE_MIN)
-      kiln_reduce_minmax_rows_f32(c->op == KILN_REDUCE_MAX, o1 - o0, c->n_red,
-                                  c->x + o0 * c->n_red, c->out + o0);
+      c->k->minmax_rows(c->op == KILN_REDUCE_MAX, o1 - o0, c->n_red, c->x + o0 * c->n_red,
+                        c->out + o0);
     else
-      kiln_reduce_sum_rows_f32((size_t)(o1 - o0), (size_t)c->n_red, c->op == KILN_REDUCE_MEAN,
-                               c->x + o0 * c->n_red, c->out + o0);
+      c->k->sum_rows((size_t)(o1 - o0), (size_t)c->n_red, c->op == KILN_REDUCE_MEAN,
+                     c->x + o0 * c->n_red, c->out + o0);
     return;
   }
   const int64_t o = (int64_t)task / c->chunks, j0 = ((int64_t)task % c->chunks) * c->per;
   const int64_t j1 = j0 + c->per < c->inner ? j0 + c->per : c->inner;
-  kiln_reduce_leading_f32(c->op, c->n_red, j1 - j0, c->inner, c->x + o * c->n_red * c->inner + j0,
-                          c->out + o * c->inner + j0);
+  c->k->leading(c->op, c->n_red, j1 - j0, c->inner, c->x + o * c->n_red * c->inner + j0,
+                c->out + o * c->inner + j0);
 }
 
 /* Tasks of at least 64 KiB of input each (smaller reductions run inline),
@@ -332,7 +233,7 @@ void kiln_reduce(kiln_reduce_t op, kiln_dtype_t dtype, int32_t rank, const int64
   if (run && dtype == KILN_F32 && op != KILN_REDUCE_ANY && n_red > 0) {
     int64_t outer = 1;
     for (int32_t d = 0; d < first_red; ++d) outer *= shape[d];
-    kiln_reduce_ctx_t c = {op, outer, n_red, n_out / outer, 0, 1, x, out};
+    kiln_reduce_ctx_t c = {op, outer, n_red, n_out / outer, 0, 1, x, out, kiln_reduce_rows()};
     kiln_reduce_split(&c, pool);
     return;
   }
