@@ -40,6 +40,17 @@
  * max pool took a fifth of the NCHW one's time in a profile), so the pool between ResNet's stem and
  * its first block joins the blocks' region, and the stem with it.
  *
+ * Elementwise programs (ELTWISE_FUSED) ride along, never gaining: a
+ * program is the same elementwise chain in any layout, its inputs read
+ * channels-last (those of the output's shape) or permuted (a per-channel
+ * scale (C, 1, 1) becomes (1, 1, 1, C): the same memory, a RESHAPE). An
+ * activation the conv epilogues lack (hardswish, leaky ReLU, ELU: a
+ * MobileNetV3 block) no longer cuts the network into NCHW pieces around
+ * each one: a MobileNetV3-like block of hardswish convs ran every conv
+ * NCHW, its 1x1 convs at a quarter of the machine's peak. Programs that
+ * load rows by halves or rotated read positions along the last dim: they
+ * stay NCHW.
+ *
  * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
  * params, each max pool MAX_POOL2D_NHWC. A value made outside the region
  * that the region reads only once, as a conv's x, is read NCHW by that
@@ -60,6 +71,7 @@
 #include <string.h>
 
 #include "compiler/kiln_compiler.h"
+#include "base/kiln_fused_program.h"
 #include "base/kiln_union_find.h"
 #include "compiler/kiln_rewrite.h"
 
@@ -83,7 +95,44 @@ static int kiln_layout_depthwise(const kiln_graph_t* g, const kiln_node_t* n) {
          w->shape[2] * w->shape[3] <= 49 && kiln_value_is_finite_constant(w);
 }
 
+/* Input i of an ELTWISE_FUSED node as the layout pass reads it: 2 when it
+ * has the output's shape (read in the region's layout), 1 when it
+ * broadcasts over the output with its channel dim alone or its H and W
+ * dims alone (padded to 4 dims, (a, b, c, d) with b == 1 or c == d == 1:
+ * (a, c, d, b) channels-last is the same memory), 0 otherwise. */
+static int kiln_layout_eltwise_input(const kiln_graph_t* g, const kiln_node_t* n, int32_t i) {
+  const kiln_value_t *x = &g->values[n->inputs[i]], *y = &g->values[n->outputs[0]];
+  if (x->dtype != KILN_F32 || x->rank > 4) return 0;
+  if (x->rank == 4 && memcmp(x->shape, y->shape, 4 * sizeof(int64_t)) == 0) return 2;
+  int64_t d[4] = {1, 1, 1, 1};
+  for (int32_t k = 0; k < x->rank; ++k) d[4 - x->rank + k] = x->shape[k];
+  return d[1] == 1 || (d[2] == 1 && d[3] == 1);
+}
+
+/* An ELTWISE_FUSED node rides along (see the top) when its output is 4-d,
+ * no load reads rows by halves or rotated, every input is one
+ * kiln_layout_eltwise_input takes and one has the output's shape. */
+static int kiln_layout_eltwise(const kiln_graph_t* g, const kiln_node_t* n) {
+  const kiln_value_t* y = &g->values[n->outputs[0]];
+  if (y->dtype != KILN_F32 || y->rank != 4) return 0;
+  const int32_t n_code = (int32_t)n->params[KILN_P(FUSED, N_SLOTS)];
+  if (n_code < 1 || n_code > KILN_FUSED_MAX_SLOTS) return 0;
+  for (int32_t k = 0; k < n_code; ++k) {
+    const uint32_t op = kiln_fused_slot(n->params, k) & 255u;
+    if (op == KILN_FUSED_IMM) ++k; /* its float's bits follow */
+    else if (kiln_fused_is_load(op) && op != KILN_FUSED_LOAD) return 0;
+  }
+  int full = 0;
+  for (int32_t i = 0; i < n->n_inputs; ++i) {
+    const int how = n->inputs[i] >= 0 ? kiln_layout_eltwise_input(g, n, i) : 0;
+    if (!how) return 0;
+    full |= how == 2;
+  }
+  return full;
+}
+
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op == KILN_OP_ELTWISE_FUSED) return kiln_layout_eltwise(g, n);
   if (n->op == KILN_OP_PAD) {
     /* Rides along (the same copy with its dims permuted) after a conv or
      * pool: never a region's entry, where NCHW it lets the conv after it
@@ -165,8 +214,13 @@ static int kiln_layout_is_depthwise(const kiln_graph_t* g, const kiln_node_t* n)
          groups == g->values[n->inputs[1]].shape[0];
 }
 
-/* Slots of a conv read in its own layout: x and the residual. */
-static int kiln_layout_act_slot(int32_t i) { return i == 0 || i == 3; }
+/* Slots of a region node read in its own layout: a conv's x and residual,
+ * a pool's or pad's x, an elementwise program's inputs of its output's
+ * shape. */
+static int kiln_layout_act_slot(const kiln_graph_t* g, const kiln_node_t* n, int32_t i) {
+  if (n->op == KILN_OP_ELTWISE_FUSED) return kiln_layout_eltwise_input(g, n, i) == 2;
+  return i == 0 || i == 3;
+}
 
 /* A transposing STRIDED_COPY of 4-d src (dst id) to NHWC (to_nhwc) or back;
  * s is src's shape in its own layout. */
@@ -200,6 +254,28 @@ static kiln_status_t kiln_layout_convert(kiln_graph_t* dst, int32_t src, const i
                              out_id);
 }
 
+/* A broadcast input of a channels-last ELTWISE_FUSED (*id, in dst; its
+ * dims padded to 4 are (a, b, c, d) with b == 1 or c == d == 1) as
+ * (a, c, d, b): a RESHAPE, the same memory. An input of ones only
+ * broadcasts a value: as it is. */
+static kiln_status_t kiln_layout_eltwise_permute(kiln_graph_t* dst, int32_t* id) {
+  const kiln_value_t* x = &dst->values[*id];
+  int64_t d[4] = {1, 1, 1, 1};
+  int ones = 1;
+  for (int32_t k = 0; k < x->rank; ++k) {
+    d[4 - x->rank + k] = x->shape[k];
+    ones &= x->shape[k] == 1;
+  }
+  if (ones) return kiln_ok();
+  int64_t p[KILN_MAX_PARAMS];
+  memset(p, 0, sizeof(p));
+  p[KILN_P(RESHAPE, RANK)] = 4;
+  const int64_t dims[4] = {d[0], d[2], d[3], d[1]};
+  memcpy(p + KILN_P(RESHAPE, DIMS), dims, sizeof(dims));
+  return kiln_graph_add_node(dst, KILN_OP_RESHAPE, id, 1, p, KILN_P_COUNT(RESHAPE), NULL, 0,
+                             "kiln layout: a broadcast input, channels last", id);
+}
+
 /* For the nodes marked in `nhwc`: which values something reads NCHW
  * (another op, a slot other than x / residual, a graph output), and how
  * often the marked nodes read each value in their layout (uses), as a
@@ -211,7 +287,7 @@ static void kiln_layout_count_uses(const kiln_graph_t* g, const char* nhwc, char
     for (int32_t i = 0; i < n->n_inputs; ++i) {
       int32_t v = n->inputs[i];
       if (v < 0) continue;
-      if (!(nhwc[ni] && kiln_layout_act_slot(i))) {
+      if (!(nhwc[ni] && kiln_layout_act_slot(g, n, i))) {
         need_nchw[v] = 1;
         continue;
       }
@@ -299,7 +375,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
     const kiln_node_t* n = &g->nodes[ni];
     if (!nhwc[ni]) continue;
     for (int32_t i = 0; i < n->n_inputs; ++i) {
-      if (!kiln_layout_act_slot(i) || n->inputs[i] < 0) continue;
+      if (n->inputs[i] < 0 || !kiln_layout_act_slot(g, n, i)) continue;
       int32_t p = g->values[n->inputs[i]].producer;
       if (p >= 0 && nhwc[p]) kiln_union_find_join(parent, ni, p);
     }
@@ -325,7 +401,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
         const kiln_node_t* n = &g->nodes[ni];
         int hit = 0;
         for (int32_t i = 0; i < n->n_inputs && nhwc[ni]; ++i)
-          hit |= n->inputs[i] == v && kiln_layout_act_slot(i);
+          hit |= n->inputs[i] == v && kiln_layout_act_slot(g, n, i);
         if (hit) {
           need[kiln_union_find_root(parent, ni)]++;
           break;
@@ -386,7 +462,7 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
          * conv gathers it itself (param 9), no conversion. */
         s = kiln_rewriter_value(&rw, v, &ins[0]);
         x_nchw = 1;
-      } else if (kiln_layout_act_slot(i)) {
+      } else if (kiln_layout_act_slot(g, n, i)) {
         if (nhwc_of[v] < 0) {
           int32_t nchw;
           s = kiln_rewriter_value(&rw, v, &nchw);
@@ -399,7 +475,15 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
       }
     }
     int32_t out = n->outputs[0];
-    if (!s && n->op == KILN_OP_MAX_POOL2D) {
+    if (!s && n->op == KILN_OP_ELTWISE_FUSED) {
+      for (int32_t i = 0; i < n->n_inputs && !s; ++i)
+        if (!kiln_layout_act_slot(g, n, i)) s = kiln_layout_eltwise_permute(rw.dst, &ins[i]);
+      if (!s)
+        s = kiln_graph_add_node(rw.dst, KILN_OP_ELTWISE_FUSED, ins, n->n_inputs, n->params,
+                                KILN_MAX_PARAMS, n->fparams, KILN_MAX_FPARAMS, n->origin,
+                                &nhwc_of[out]);
+      if (!s) st->eltwise++;
+    } else if (!s && n->op == KILN_OP_MAX_POOL2D) {
       s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, KILN_P_COUNT(POOL2D), NULL, 0,
                               n->origin, &nhwc_of[out]);
     } else if (!s && n->op == KILN_OP_PAD) {
