@@ -16,6 +16,7 @@ typedef enum kiln_activation_e {
   KILN_ACT_SIGMOID,
   KILN_ACT_TANH,
   KILN_ACT_RELU6, /* clamp to [0, 6]: nn.ReLU6, hardtanh(0, 6) (format 2.22) */
+  KILN_ACT_HARDSWISH, /* x relu6(x + 3) / 6: nn.Hardswish (format 2.24) */
   KILN_ACT_COUNT
 } kiln_activation_t;
 
@@ -40,6 +41,12 @@ static inline float kiln_activation_scalar(float x, kiln_activation_t act) {
     case KILN_ACT_RELU6: /* torch's hardtanh: NaN and -0.0 pass */
       x = x < 0.0f ? 0.0f : x;
       return x > 6.0f ? 6.0f : x;
+    case KILN_ACT_HARDSWISH: { /* torch's order: x * clamp(x + 3, 0, 6) / 6 */
+      float t = x + 3.0f;
+      t = t < 0.0f ? 0.0f : t;
+      t = t > 6.0f ? 6.0f : t;
+      return x * t / 6.0f;
+    }
     default:
       return x;
   }

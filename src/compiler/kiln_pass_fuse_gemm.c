@@ -132,7 +132,22 @@ kiln_status_t kiln_pass_fuse_gemm(kiln_graph_t* g, int fold_round, kiln_graph_t*
     /* At most 16 steps (a longer run of views ends the chain), so that a
      * chain that absorbs nothing can be undone. */
     while (stage < 3 && n_walked < 16) {
-      int32_t r6[4];
+      int32_t r6[4], hs[7];
+      if (stage <= 1 && n_walked <= 9 && kiln_graph_match_hardswish(g, uses, user, cur, hs)) {
+        int free_nodes = end_of[hs[6]].matmul < 0;
+        for (int i = 0; i < 7; ++i) free_nodes &= !skip[hs[i]];
+        if (free_nodes) {
+          c.act = KILN_ACT_HARDSWISH; /* seven nodes: torch's x * clamp(x + 3, 0, 6) / 6 */
+          stage = 2;
+          walked[n_walked++] = end;
+          for (int i = 0; i < 6; ++i) walked[n_walked++] = hs[i];
+          skip[end] = 1;
+          for (int i = 0; i < 6; ++i) skip[hs[i]] = 1;
+          end = hs[6];
+          cur = g->nodes[end].outputs[0];
+          continue;
+        }
+      }
       if (stage <= 1 && n_walked <= 12 && kiln_graph_match_relu6(g, uses, user, cur, r6) && !skip[r6[0]] &&
           !skip[r6[1]] && !skip[r6[2]] && !skip[r6[3]] && end_of[r6[3]].matmul < 0) {
         c.act = KILN_ACT_RELU6; /* four nodes: the clamp the front end spells */

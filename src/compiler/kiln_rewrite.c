@@ -163,6 +163,48 @@ int kiln_graph_match_relu6(const kiln_graph_t* g, const int32_t* uses, const int
   return nodes[3] >= 0;
 }
 
+int kiln_graph_match_hardswish(const kiln_graph_t* g, const int32_t* uses, const int32_t* user,
+                               int32_t v, int32_t nodes[7]) {
+  if (v < 0 || uses[v] != 2 || g->values[v].dtype != KILN_F32) return 0;
+  /* v's two readers: the ADD and the MUL. */
+  int32_t add = -1, mul = -1;
+  for (int32_t ni = 0; ni < g->n_nodes; ++ni) {
+    const kiln_node_t* n = &g->nodes[ni];
+    for (int32_t i = 0; i < n->n_inputs; ++i) {
+      if (n->inputs[i] != v) continue;
+      if (n->op == KILN_OP_ADD && add < 0) add = ni;
+      else if (n->op == KILN_OP_MUL && mul < 0) mul = ni;
+      else return 0;
+      break;
+    }
+  }
+  if (add < 0 || mul < 0) return 0;
+  const kiln_node_t* a = &g->nodes[add];
+  if (a->n_inputs != 2 || a->inputs[0] != v || !kiln_value_is_scalar(g, a->inputs[1], 3.0f) ||
+      !kiln_value_same_type(&g->values[a->outputs[0]], &g->values[v]))
+    return 0;
+  int32_t r6[4];
+  if (!kiln_graph_match_relu6(g, uses, user, a->outputs[0], r6)) return 0;
+  const int32_t r = g->nodes[r6[3]].outputs[0];
+  const kiln_node_t* m = &g->nodes[mul];
+  if (m->n_inputs != 2 || uses[r] != 1 ||
+      !((m->inputs[0] == v && m->inputs[1] == r) || (m->inputs[0] == r && m->inputs[1] == v)) ||
+      !kiln_value_same_type(&g->values[m->outputs[0]], &g->values[v]))
+    return 0;
+  const int32_t p = m->outputs[0];
+  if (uses[p] != 1 || user[p] < 0) return 0;
+  const kiln_node_t* d = &g->nodes[user[p]];
+  if (d->op != KILN_OP_DIV || d->n_inputs != 2 || d->inputs[0] != p ||
+      !kiln_value_is_scalar(g, d->inputs[1], 6.0f) ||
+      !kiln_value_same_type(&g->values[d->outputs[0]], &g->values[v]))
+    return 0;
+  nodes[0] = add;
+  for (int i = 0; i < 4; ++i) nodes[1 + i] = r6[i];
+  nodes[5] = mul;
+  nodes[6] = user[p];
+  return 1;
+}
+
 int kiln_matmul_has_linear_weight(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op != KILN_OP_MATMUL || n->params[KILN_P(MATMUL, FLAGS)] != 0) return 0;
   const kiln_value_t* w = &g->values[n->inputs[1]];

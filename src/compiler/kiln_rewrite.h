@@ -54,6 +54,15 @@ int kiln_value_is_finite_constant(const kiln_value_t* v);
 int kiln_graph_match_relu6(const kiln_graph_t* g, const int32_t* uses, const int32_t* user,
                            int32_t v, int32_t nodes[4]);
 
+/* 1 when the nodes reading value v compute KILN_ACT_HARDSWISH as torch
+ * decomposes nn.Hardswish: t = ADD(v, 3), the relu6 clamp of t
+ * (kiln_graph_match_relu6), p = MUL(v, clamp) (either order), DIV(p, 6),
+ * float32, each constant a scalar and each intermediate read by the
+ * pattern alone (v by the ADD and the MUL alone). nodes: ADD, LT, WHERE,
+ * GT, WHERE, MUL, DIV (the last ends it). */
+int kiln_graph_match_hardswish(const kiln_graph_t* g, const int32_t* uses, const int32_t* user,
+                               int32_t v, int32_t nodes[7]);
+
 /* 1 when MATMUL node n is a linear layer: its B a constant, unflagged, 2-d
  * (an unpacked weight) or (1, .., 1, K, N) dense float32 with A of at least
  * its rank (torch's matmul of a 3-d x by a (K, N) weight it cannot fold to

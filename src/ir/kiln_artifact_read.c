@@ -481,6 +481,10 @@ static kiln_status_t kiln_artifact_decode_node(const kiln_artifact_graph_t* G, u
     CORRUPT("graph section: node %u (%s): a conv storing y in bf16 (format %d.%d) in a file of "
             "format %d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_CONV_BF16_IO,
             KILN_FORMAT_MAJOR, (int)G->minor);
+  if (kiln_artifact_node_act(node) == KILN_ACT_HARDSWISH && G->minor < KILN_FORMAT_MINOR_HARDSWISH)
+    CORRUPT("graph section: node %u (%s): the hardswish activation (format %d.%d) in a file of "
+            "format %d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_HARDSWISH,
+            KILN_FORMAT_MAJOR, (int)G->minor);
   if (kiln_artifact_node_act(node) == KILN_ACT_RELU6 && G->minor < KILN_FORMAT_MINOR_RELU6)
     CORRUPT("graph section: node %u (%s): the relu6 activation (format %d.%d) in a file of format "
             "%d.%d", k, name, KILN_FORMAT_MAJOR, KILN_FORMAT_MINOR_RELU6, KILN_FORMAT_MAJOR,

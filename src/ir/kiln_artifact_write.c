@@ -358,8 +358,9 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
   int grouped = 0, casts = 0, bf16_scales = 0, round_b = 0, halves = 0, sdpa_scale = 0, random = 0;
   int conv_bf16 = 0, round_y = 0, sdpa_bf16 = 0, conv_round_x = 0, solve = 0, bf16_rows = 0;
   int every_key = 0; /* or RELU6, or a conv's end padding: all 2.22 */
-  int conv_bf16_io = 0;
+  int conv_bf16_io = 0, hardswish = 0;
   for (int32_t i = 0; i < g->n_nodes; ++i) {
+    hardswish |= kiln_artifact_node_act(&g->nodes[i]) == KILN_ACT_HARDSWISH;
     conv_bf16_io |= kiln_artifact_conv_y_bf16(&g->nodes[i]);
     conv_round_x |= kiln_artifact_conv_rounds_x(&g->nodes[i]);
     round_y |= kiln_artifact_rounds_y(&g->nodes[i]);
@@ -386,7 +387,8 @@ kiln_status_t kiln_artifact_write(const kiln_graph_t* g, const kiln_artifact_sec
     bf16_scales |= v->kind == KILN_VALUE_CONSTANT && v->layout == KILN_LAYOUT_GEMM_PACKED_B_Q4 &&
                    v->data && v->nbytes > 6 && (((const uint8_t*)v->data)[6] & 4u);
   }
-  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, conv_bf16_io ? KILN_FORMAT_MINOR_CONV_BF16_IO
+  kiln_format_put_u16(b + KILN_FORMAT_HDR_MINOR, hardswish ? KILN_FORMAT_MINOR_HARDSWISH
+                                                 : conv_bf16_io ? KILN_FORMAT_MINOR_CONV_BF16_IO
                                                  : every_key ? KILN_FORMAT_MINOR_SDPA_EVERY_KEY
                                                  : bf16_rows  ? KILN_FORMAT_MINOR_BF16_ROWS
                                                  : solve      ? KILN_FORMAT_MINOR_SOLVE_TRIANGULAR

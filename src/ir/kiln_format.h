@@ -156,7 +156,7 @@
 
 #define KILN_FORMAT_MAGIC "KILN"
 #define KILN_FORMAT_MAJOR 2 /* 2.0: MATMUL params[0] became transpose flags (a 1.x reader would misread them) */
-#define KILN_FORMAT_MINOR 23 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales; 2.12: GEMMs that round b; 2.13: fused programs loading halves; 2.14: SDPA's run-time default scale; 2.15: the RANDOM op; 2.16: bf16-compute conv weights (layout 12); 2.17: GEMMs that round y; 2.18: SDPA in bf16 (KILN_SDPA_BF16) ; 2.19: convs that read x as bf16 (ROUND_X); 2.20: the SOLVE_TRIANGULAR op; 2.21: bf16 linear weights read in place (layout 14); 2.22: SDPA reading every key (KILN_SDPA_EVERY_KEY), the RELU6 activation; 2.23: convs storing y in bf16 (CONV2D_NHWC's Y_BF16) */
+#define KILN_FORMAT_MINOR 24 /* 2.1: ELTWISE_FUSED, the optional "plan" section; 2.2: CONV2D_NHWC; 2.3: GELU_BACKWARD, LAYER_NORM_BACKWARD; 2.4: LINEAR with a graph-value weight; 2.5: layout 6, bf16-compute LINEAR weights; 2.6: layouts 7 and 8, int8 and int4 LINEAR weights; 2.7: the "syms" section (symbolic sizes); 2.8: the GROUPED_MM op; 2.9: folded bf16 casts; 2.10: the "guards" section; 2.11: int4 weights with bf16 scales; 2.12: GEMMs that round b; 2.13: fused programs loading halves; 2.14: SDPA's run-time default scale; 2.15: the RANDOM op; 2.16: bf16-compute conv weights (layout 12); 2.17: GEMMs that round y; 2.18: SDPA in bf16 (KILN_SDPA_BF16) ; 2.19: convs that read x as bf16 (ROUND_X); 2.20: the SOLVE_TRIANGULAR op; 2.21: bf16 linear weights read in place (layout 14); 2.22: SDPA reading every key (KILN_SDPA_EVERY_KEY), the RELU6 activation; 2.23: convs storing y in bf16 (CONV2D_NHWC's Y_BF16); 2.24: the HARDSWISH activation */
 /* The minor version a file without symbolic sizes is stamped with: such a
  * file is exactly what a 2.6 writer made. */
 #define KILN_FORMAT_MINOR_CONCRETE 6
@@ -242,6 +242,11 @@
  * refuses the node (a param past its layout); this reader refuses it in a
  * file stamped older. */
 #define KILN_FORMAT_MINOR_CONV_BF16_IO 23
+/* The minor version a file with a LINEAR or conv whose activation is
+ * KILN_ACT_HARDSWISH is stamped with: a 2.23 reader refuses the node (an
+ * activation out of range); this reader refuses it in a file stamped
+ * older. */
+#define KILN_FORMAT_MINOR_HARDSWISH 24
 
 /* 1 when node n is a CONV2D_NHWC storing y in bf16 (format 2.23). */
 static inline int kiln_artifact_conv_y_bf16(const kiln_node_t* n) {

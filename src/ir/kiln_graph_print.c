@@ -110,7 +110,7 @@ void kiln_graph_print(const kiln_graph_t* g, FILE* out) {
                       : 0;
     if (act) {
       static const char* const acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
-                                           "relu6"};
+                                           "relu6", "hardswish"};
       if ((unsigned long long)act < sizeof(acts) / sizeof(acts[0]))
         fprintf(out, " act=%s", acts[act]);
     }

@@ -1535,7 +1535,7 @@ PyMODINIT_FUNC PyInit__C(void) {
     Py_XDECREF(fields);
   }
   static const char* const act_names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
-                                          "relu6"};
+                                          "relu6", "hardswish"};
   _Static_assert(sizeof(act_names) / sizeof(act_names[0]) == KILN_ACT_COUNT, "one per activation");
   for (int i = 0; i < KILN_ACT_COUNT; ++i) {
     PyObject* v = PyLong_FromLong(i);

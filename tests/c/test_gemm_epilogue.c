@@ -38,13 +38,19 @@ static double epi_want(double x, kiln_activation_t act) {
     case KILN_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
     case KILN_ACT_TANH: return tanh(x);
     case KILN_ACT_RELU6: return x < 0 ? 0.0 : x > 6 ? 6.0 : x;
+    case KILN_ACT_HARDSWISH: {
+      /* torch's x * clamp(x + 3, 0, 6) / 6 overflows float in the product
+       * past FLT_MAX / 6: inf, as eager's. */
+      double t = x + 3 < 0 ? 0.0 : x + 3 > 6 ? 6.0 : x + 3, p = x * t;
+      return fabs(p) > 3.4028234663852886e38 ? copysign(INFINITY, p) : p / 6.0;
+    }
     default: return x;
   }
 }
 
 static const char* epi_name(kiln_activation_t act) {
   static const char* names[] = {"none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh",
-                                 "relu6"};
+                                 "relu6", "hardswish"};
   return (int)act < (int)KILN_ACT_COUNT ? names[act] : "?";
 }
 
@@ -87,7 +93,8 @@ static void epi_accuracy(const kiln_gemm_kernels_t* k, const char* isa, int gene
   /* act: want for +inf, -inf (NaN where torch computes inf * 0). */
   static const float at_inf[KILN_ACT_COUNT][2] = {
       {INFINITY, -INFINITY}, {INFINITY, 0.0f}, {INFINITY, NAN}, {INFINITY, NAN},
-      {INFINITY, NAN},       {1.0f, 0.0f},     {1.0f, -1.0f},     {6.0f, 0.0f}};
+      {INFINITY, NAN},       {1.0f, 0.0f},     {1.0f, -1.0f},     {6.0f, 0.0f},
+      {INFINITY, NAN}};
   for (int a = KILN_ACT_NONE; a < KILN_ACT_COUNT; ++a) {
     float out[3];
     k->epilogue(1, 3, in, 3, out, 3, NULL, NULL, 0, (kiln_activation_t)a);

@@ -129,13 +129,13 @@ static void kiln_test_nn_unary(kiln_pool_t* pool, const char* isa) {
   /* Activations map onto the unary ops. */
   static const kiln_unary_t act_op[KILN_ACT_COUNT] = {
       KILN_UNARY_COUNT, KILN_UNARY_RELU, KILN_UNARY_GELU, KILN_UNARY_GELU_TANH,
-      KILN_UNARY_SILU, KILN_UNARY_SIGMOID, KILN_UNARY_TANH, KILN_UNARY_COUNT};
+      KILN_UNARY_SILU, KILN_UNARY_SIGMOID, KILN_UNARY_TANH, KILN_UNARY_COUNT, KILN_UNARY_COUNT};
   for (int act = 0; act < KILN_ACT_COUNT; ++act) {
     size_t n = 1031;
     kiln_test_fill_f32(x, n, 77u + (unsigned)act, -8.0f, 8.0f);
     memcpy(y, x, n * sizeof(float));
     kiln_activation_f32((kiln_activation_t)act, n, y);
-    if (act_op[act] == KILN_UNARY_COUNT) /* none, relu6: exact */
+    if (act_op[act] == KILN_UNARY_COUNT) /* none, relu6, hardswish: exact */
       for (size_t i = 0; i < n; ++i) w[i] = kiln_activation_scalar(x[i], (kiln_activation_t)act);
     else kiln_unary_f32_reference(act_op[act], n, x, w);
     float atol = 0.0f, rtol = 0.0f;

@@ -1,6 +1,6 @@
 """Elementwise programs ride along in channels-last regions (kiln_pass_layout.c).
 
-An activation no conv epilogue has (hardswish, leaky ReLU, ELU) stays an
+An activation no conv epilogue has (leaky ReLU, ELU) stays an
 ELTWISE_FUSED node after its conv. The layout pass once left such a node NCHW,
 which cut a MobileNetV3-like network into single convs, none of which paid
 for its conversions: every conv ran NCHW. Now the program runs channels-last
@@ -46,14 +46,15 @@ def _check(model, x, **trace_kw):
     return compiled
 
 
-class HardswishBlock(nn.Module):
-    """MobileNetV3's inverted residual without squeeze-excite."""
+class InvertedResidual(nn.Module):
+    """MobileNetV3's block without squeeze-excite, with an activation the
+    conv epilogues lack (ELU) or have (hardswish)."""
 
-    def __init__(self, c=32, e=96):
+    def __init__(self, act, c=32, e=96):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), nn.Hardswish(),
-            nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), nn.Hardswish(),
+            nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), act(),
+            nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), act(),
             nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c))
 
     def forward(self, x):
@@ -71,16 +72,28 @@ def _randomize_bn(model):
     return model
 
 
-def test_hardswish_blocks_run_channels_last():
+def test_elu_blocks_run_channels_last():
     torch.manual_seed(0)
-    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.Hardswish(),
-                                        HardswishBlock(), HardswishBlock()))
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ELU(),
+                                        InvertedResidual(nn.ELU), InvertedResidual(nn.ELU)))
     compiled = _check(model, torch.randn(2, 3, 40, 36))
     ops = plan_ops(compiled)
     assert "conv2d" not in ops and ops.count("conv2d_nhwc") == 7, ops
     assert ops.count("eltwise_fused") == 5, ops
     # The region's one conversion: its output back to NCHW.
     assert ops.count("strided_copy") == 1, ops
+
+
+def test_hardswish_blocks_run_channels_last():
+    """Hardswish goes into the conv epilogues (KILN_ACT_HARDSWISH): no
+    program is left, and the network is one channels-last region."""
+    torch.manual_seed(0)
+    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.Hardswish(),
+                                        InvertedResidual(nn.Hardswish), InvertedResidual(nn.Hardswish)))
+    compiled = _check(model, torch.randn(2, 3, 40, 36))
+    ops = plan_ops(compiled)
+    assert ops == ["conv2d_nhwc"] * 7 + ["strided_copy"], ops
+    assert compiled.explain().count("act=hardswish") == 5
 
 
 class PreActBlock(nn.Module):
@@ -221,7 +234,7 @@ def test_inputs_laid_out_otherwise_stay_nchw():
 
         def forward(self, x):
             y = F.hardswish(self.b(F.hardswish(self.a(x))))
-            return self.d(F.hardswish(self.c(y + self.pos)))
+            return self.d(F.hardswish(self.c(F.elu(y + self.pos))))
 
     torch.manual_seed(5)
     _check(PosMap(), torch.randn(3, 16, 6, 7))

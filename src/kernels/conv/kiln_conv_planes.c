@@ -39,8 +39,12 @@ static inline void kiln_conv_dw_store_row(const kiln_conv2d_f32_args_t* a, int64
       y[j] = r ? v + r[j] : v;
     }
   } else {
-    for (int64_t j = 0; j < Wo; ++j)
-      y[j] = kiln_activation_scalar(acc[j], a->act) + (r ? r[j] : 0.0f);
+    /* No residual adds nothing: + 0.0f would turn an activation's -0.0
+     * (hardswish(-3), gelu(-0)) into +0.0. */
+    for (int64_t j = 0; j < Wo; ++j) {
+      const float v = kiln_activation_scalar(acc[j], a->act);
+      y[j] = r ? v + r[j] : v;
+    }
   }
 }
 

@@ -114,6 +114,12 @@ static inline __attribute__((always_inline)) __m256 kiln_gemm_act_avx2(__m256 x,
      * -0.0 pass, as torch's hardtanh. */
     case KILN_ACT_RELU6:
       return _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), x));
+    /* x relu6(x + 3) / 6 in torch's order (kiln_activation_scalar's bits). */
+    case KILN_ACT_HARDSWISH: {
+      __m256 t = _mm256_add_ps(x, _mm256_set1_ps(3.0f));
+      t = _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_max_ps(_mm256_setzero_ps(), t));
+      return _mm256_div_ps(_mm256_mul_ps(x, t), _mm256_set1_ps(6.0f));
+    }
     default: return x;
   }
 }

@@ -112,6 +112,12 @@ KILN_EP_AI __m512 kiln_gemm_act_avx512(__m512 x, const kiln_activation_t act) {
      * -0.0 pass, as torch's hardtanh. */
     case KILN_ACT_RELU6:
       return _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_setzero_ps(), x));
+    /* x relu6(x + 3) / 6 in torch's order (kiln_activation_scalar's bits). */
+    case KILN_ACT_HARDSWISH: {
+      __m512 t = _mm512_add_ps(x, _mm512_set1_ps(3.0f));
+      t = _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_max_ps(_mm512_setzero_ps(), t));
+      return _mm512_div_ps(_mm512_mul_ps(x, t), _mm512_set1_ps(6.0f));
+    }
     default: return x;
   }
 }

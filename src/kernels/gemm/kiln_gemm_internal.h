@@ -61,6 +61,7 @@ typedef void (*kiln_gemm_epilogue_fn)(int64_t m, int64_t n, const float* src, in
     case KILN_ACT_SIGMOID: ROWS(KILN_ACT_SIGMOID); break;     \
     case KILN_ACT_TANH: ROWS(KILN_ACT_TANH); break;           \
     case KILN_ACT_RELU6: ROWS(KILN_ACT_RELU6); break;         \
+    case KILN_ACT_HARDSWISH: ROWS(KILN_ACT_HARDSWISH); break; \
     default: ROWS(KILN_ACT_NONE);                             \
   }
 

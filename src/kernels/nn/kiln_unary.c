@@ -68,6 +68,9 @@ void KILN_ISA_VARIANT(kiln_nn_activation)(kiln_activation_t act, size_t n, float
     case KILN_ACT_RELU6:
       for (size_t i = 0; i < n; ++i) x[i] = kiln_activation_scalar(x[i], KILN_ACT_RELU6);
       break;
+    case KILN_ACT_HARDSWISH:
+      for (size_t i = 0; i < n; ++i) x[i] = kiln_activation_scalar(x[i], KILN_ACT_HARDSWISH);
+      break;
     case KILN_ACT_COUNT: break;
   }
 }
