@@ -212,6 +212,20 @@ def isa_level(request):
         assert kiln.isa() == before
 
 
+def randomize_batch_norms(model):
+    """Gives every BatchNorm2d of model running statistics and an affine
+    transform away from the identity (fresh ones fold to nothing), in place;
+    returns model."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    return model
+
+
 def cosine(a, b):
     """Cosine similarity of two tensors' elements, in float64."""
     a, b = a.double().flatten(), b.double().flatten()

@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from conftest import FP32_TOL, isa_params
+from conftest import FP32_TOL, isa_params, randomize_batch_norms
 from kiln.module import KilnModule
 
 NET_TOL = dict(rtol=1e-3, atol=1e-3)
@@ -191,19 +191,8 @@ def test_adaptive_avg_pool2d_uneven_falls_back():
     check(nn.AdaptiveAvgPool2d(4), torch.randn(1, 2, 6, 6))
 
 
-def _randomize_bn(model):
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 2.0)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.5, 0.5)
-    return model
-
-
 def test_conv_bn_relu_is_one_kernel():
-    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16),
+    model = randomize_batch_norms(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16),
                                         nn.ReLU()))
     compiled = check(model, torch.randn(1, 3, 20, 20))
     assert compiled.stats()["kernel_calls"] == 1, compiled.explain()
@@ -212,7 +201,7 @@ def test_conv_bn_relu_is_one_kernel():
 
 def test_batch_norm_alone():
     # Not after a conv: stays a per-channel multiply-add with folded constants.
-    check(_randomize_bn(nn.Sequential(nn.BatchNorm2d(5))), torch.randn(2, 5, 4, 4))
+    check(randomize_batch_norms(nn.Sequential(nn.BatchNorm2d(5))), torch.randn(2, 5, 4, 4))
 
 
 class BasicBlock(nn.Module):
@@ -256,7 +245,7 @@ class ResNet18(nn.Module):
 
 
 def test_small_cnn_with_residual_blocks():
-    model = _randomize_bn(nn.Sequential(
+    model = randomize_batch_norms(nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
         BasicBlock(8, 8), BasicBlock(8, 16, stride=2), nn.MaxPool2d(2),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10)))
@@ -268,7 +257,7 @@ def test_small_cnn_with_residual_blocks():
 
 
 def test_resnet18():
-    model = _randomize_bn(ResNet18())
+    model = randomize_batch_norms(ResNet18())
     compiled = check(model, torch.randn(1, 3, 64, 64), **NET_TOL)
     stats = compiled.stats()
     # 20 convs (each with its bn/relu/residual), max pool, mean, fc, reshape,

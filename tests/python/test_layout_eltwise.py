@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from conftest import plan_ops
+from conftest import plan_ops, randomize_batch_norms
 
 
 def f64_reference(model, x):
@@ -61,20 +61,9 @@ class InvertedResidual(nn.Module):
         return x + self.body(x)
 
 
-def _randomize_bn(model):
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 2.0)
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.uniform_(-0.2, 0.2)
-    return model
-
-
 def test_elu_blocks_run_channels_last():
     torch.manual_seed(0)
-    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ELU(),
+    model = randomize_batch_norms(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ELU(),
                                         InvertedResidual(nn.ELU), InvertedResidual(nn.ELU)))
     compiled = _check(model, torch.randn(2, 3, 40, 36))
     ops = plan_ops(compiled)
@@ -88,7 +77,7 @@ def test_hardswish_blocks_run_channels_last():
     """Hardswish goes into the conv epilogues (KILN_ACT_HARDSWISH): no
     program is left, and the network is one channels-last region."""
     torch.manual_seed(0)
-    model = _randomize_bn(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.Hardswish(),
+    model = randomize_batch_norms(nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.Hardswish(),
                                         InvertedResidual(nn.Hardswish), InvertedResidual(nn.Hardswish)))
     compiled = _check(model, torch.randn(2, 3, 40, 36))
     ops = plan_ops(compiled)
@@ -135,7 +124,7 @@ class PreActNet(nn.Module):
 
 def test_broadcast_inputs_are_permuted():
     torch.manual_seed(1)
-    compiled = _check(_randomize_bn(PreActNet()), torch.randn(2, 3, 12, 10))
+    compiled = _check(randomize_batch_norms(PreActNet()), torch.randn(2, 3, 12, 10))
     ops = plan_ops(compiled)
     assert "conv2d" not in ops and ops.count("conv2d_nhwc") == 5, ops
     assert "reshape" in ops, ops  # a broadcast input, channels last
@@ -191,6 +180,22 @@ def test_program_output_read_by_the_caller_and_by_a_conv():
     assert "conv2d_nhwc" in plan_ops(compiled)
 
 
+class _Chain(nn.Module):
+    """conv, hardswish, 1x1 conv, hardswish (a channels-last region), then
+    mid(y), then two more 1x1 convs: a program between channels-last convs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(16, 32, 3, padding=1)
+        self.b = nn.Conv2d(32, 32, 1)
+        self.c = nn.Conv2d(32, 32, 1)
+        self.d = nn.Conv2d(32, 32, 1)
+
+    def forward(self, x):
+        y = F.hardswish(self.b(F.hardswish(self.a(x))))
+        return self.d(F.hardswish(self.c(self.mid(y))))
+
+
 def test_programs_over_rotated_rows_stay_nchw():
     """transformers' rotate_half over W (a LOAD_ROTATE_HALF program) reads
     positions along the last dim: channels-last that would rotate C. The
@@ -200,20 +205,14 @@ def test_programs_over_rotated_rows_stay_nchw():
         h = t.shape[-1] // 2
         return torch.cat([-t[..., h:], t[..., :h]], -1)
 
-    class Rope(nn.Module):
+    class Rope(_Chain):
         def __init__(self):
             super().__init__()
-            self.a = nn.Conv2d(16, 32, 3, padding=1)
-            self.b = nn.Conv2d(32, 32, 1)
-            self.c = nn.Conv2d(32, 32, 1)
-            self.d = nn.Conv2d(32, 32, 1)
             self.register_buffer("cos", torch.rand(10))
             self.register_buffer("sin", torch.rand(10))
 
-        def forward(self, x):
-            y = F.hardswish(self.b(F.hardswish(self.a(x))))
-            y = y * self.cos + rotate_half(y) * self.sin
-            return self.d(F.hardswish(self.c(y)))
+        def mid(self, y):
+            return y * self.cos + rotate_half(y) * self.sin
 
     torch.manual_seed(3)
     _check(Rope(), torch.randn(1, 16, 10, 10))
@@ -223,18 +222,13 @@ def test_inputs_laid_out_otherwise_stay_nchw():
     """A (1, C, H, W) map broadcast over the batch is not the same memory
     channels-last: its program stays NCHW, the results hold."""
 
-    class PosMap(nn.Module):
+    class PosMap(_Chain):
         def __init__(self):
             super().__init__()
-            self.a = nn.Conv2d(16, 32, 3, padding=1)
-            self.b = nn.Conv2d(32, 32, 1)
-            self.c = nn.Conv2d(32, 32, 1)
-            self.d = nn.Conv2d(32, 32, 1)
             self.register_buffer("pos", torch.randn(1, 32, 6, 7))
 
-        def forward(self, x):
-            y = F.hardswish(self.b(F.hardswish(self.a(x))))
-            return self.d(F.hardswish(self.c(F.elu(y + self.pos))))
+        def mid(self, y):
+            return F.elu(y + self.pos)
 
     torch.manual_seed(5)
     _check(PosMap(), torch.randn(3, 16, 6, 7))
