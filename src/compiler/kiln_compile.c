@@ -173,10 +173,10 @@ kiln_status_t kiln_compile(kiln_graph_t* g, const kiln_compile_options_t* option
     g = next;
     if (s) return kiln_status_annotate(s, "pass layout");
     snprintf(what, sizeof what,
-             "%d regions NHWC (%d convs, %d pools, %d eltwise), %d conversions; %d kept NCHW "
-             "(%d convs)",
-             ls.regions, ls.convs, ls.pools, ls.eltwise, ls.conversions, ls.regions_kept,
-             ls.convs_kept);
+             "%d regions NHWC (%d convs, %d pools, %d eltwise, %d reductions), %d conversions; "
+             "%d kept NCHW (%d convs)",
+             ls.regions, ls.convs, ls.pools, ls.eltwise, ls.reductions, ls.conversions,
+             ls.regions_kept, ls.convs_kept);
     s = kiln_compile_after(o, "layout", g, t0, what);
   } else if (o->log && !s) {
     fprintf(o->log, "kiln: pass layout     off%s\n", o->fuse ? " (KILN_LAYOUT=nchw)" : "");

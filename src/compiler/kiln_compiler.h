@@ -130,7 +130,7 @@ kiln_status_t kiln_pass_fuse_eltwise(kiln_graph_t* graph, int rounds, kiln_graph
  * converting layouts only at their edges (kiln_pass_layout.c). */
 typedef struct kiln_layout_stats_s {
   int32_t regions, convs, pools;    /* made channels-last */
-  int32_t eltwise;                  /* elementwise programs riding along */
+  int32_t eltwise, reductions;      /* elementwise programs, reductions riding along */
   int32_t regions_kept, convs_kept; /* candidates left NCHW by the cost rule */
   int32_t conversions;              /* layout copies placed */
 } kiln_layout_stats_t;

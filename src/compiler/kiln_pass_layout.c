@@ -51,6 +51,14 @@
  * load rows by halves or rotated read positions along the last dim: they
  * stay NCHW.
  *
+ * Reductions over a 4-d float32 x that keep their dims (SUM, MEAN, MAX,
+ * MIN: a squeeze-excite block's global average, torch's mean over H and W)
+ * ride along too, their axes permuted: channels-last a mean over H and W
+ * sums whole pixels (the leading-axes path, vectorised over C), and the
+ * excitation's 1x1 convs read it as they are. A MobileNetV3 block's
+ * squeeze otherwise read the block's output NCHW: a conversion per block,
+ * which kept the network NCHW.
+ *
  * Rewrite. Each conv of an NHWC region becomes CONV2D_NHWC with the same
  * params, each max pool MAX_POOL2D_NHWC. A value made outside the region
  * that the region reads only once, as a conv's x, is read NCHW by that
@@ -131,8 +139,18 @@ static int kiln_layout_eltwise(const kiln_graph_t* g, const kiln_node_t* n) {
   return full;
 }
 
+/* A reduction that rides along (see the top): float32 4-d x, dims kept. */
+static int kiln_layout_reduce(const kiln_graph_t* g, const kiln_node_t* n) {
+  if (n->op != KILN_OP_SUM && n->op != KILN_OP_MEAN && n->op != KILN_OP_MAX && n->op != KILN_OP_MIN)
+    return 0;
+  const kiln_value_t* x = &g->values[n->inputs[0]];
+  return x->dtype == KILN_F32 && x->rank == 4 && n->params[KILN_P(REDUCE, KEEPDIM)] != 0 &&
+         g->values[n->outputs[0]].rank == 4;
+}
+
 static int kiln_layout_candidate(const kiln_graph_t* g, const kiln_node_t* n) {
   if (n->op == KILN_OP_ELTWISE_FUSED) return kiln_layout_eltwise(g, n);
+  if (kiln_layout_reduce(g, n)) return 1;
   if (n->op == KILN_OP_PAD) {
     /* Rides along (the same copy with its dims permuted) after a conv or
      * pool: never a region's entry, where NCHW it lets the conv after it
@@ -483,6 +501,18 @@ kiln_status_t kiln_pass_layout(kiln_graph_t* g, const kiln_hal_target_t* target,
                                 KILN_MAX_PARAMS, n->fparams, KILN_MAX_FPARAMS, n->origin,
                                 &nhwc_of[out]);
       if (!s) st->eltwise++;
+    } else if (!s && kiln_layout_reduce(g, n)) {
+      /* Axis d of (N, H, W, C) is axis from[d] of (N, C, H, W). */
+      static const int from[4] = {0, 2, 3, 1};
+      int64_t params[KILN_MAX_PARAMS];
+      memcpy(params, n->params, sizeof(params));
+      const uint64_t m = (uint64_t)n->params[KILN_P(REDUCE, AXES)];
+      uint64_t permuted = 0;
+      for (int d = 0; d < 4; ++d) permuted |= (m >> from[d] & 1u) << d;
+      params[KILN_P(REDUCE, AXES)] = (int64_t)permuted;
+      s = kiln_graph_add_node(rw.dst, n->op, ins, 1, params, KILN_P_COUNT(REDUCE), NULL, 0,
+                              n->origin, &nhwc_of[out]);
+      if (!s) st->reductions++;
     } else if (!s && n->op == KILN_OP_MAX_POOL2D) {
       s = kiln_graph_add_node(rw.dst, KILN_OP_MAX_POOL2D_NHWC, ins, 1, n->params, KILN_P_COUNT(POOL2D), NULL, 0,
                               n->origin, &nhwc_of[out]);

@@ -116,7 +116,7 @@ def test_layout_logged(monkeypatch, capfd):
     _trace(model, x, monkeypatch=monkeypatch)
     err = capfd.readouterr().err
     assert "pass layout" in err, err
-    assert "1 regions NHWC (8 convs, 1 pools, 0 eltwise), 1 conversions; 0 kept NCHW (0 convs)" in err, err
+    assert "1 regions NHWC (8 convs, 1 pools, 0 eltwise, 0 reductions), 1 conversions; 0 kept NCHW (0 convs)" in err, err
     _trace(model, x, "nchw", monkeypatch)
     assert "pass layout     off (KILN_LAYOUT=nchw)" in capfd.readouterr().err
 

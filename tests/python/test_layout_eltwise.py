@@ -131,9 +131,11 @@ def test_broadcast_inputs_are_permuted():
     assert ops.count("strided_copy") == 1, ops
 
 
-def test_gate_from_inside_a_region():
-    """A squeeze-excite gate from the block's own output (an average pool
-    reads it NCHW): whatever the cost rule decides, the results hold."""
+def test_squeeze_excite_runs_channels_last():
+    """A squeeze-excite gate from the block's own output: the global mean
+    rides along (its axes permuted: it sums whole pixels), the excitation's
+    1x1 convs read it channels-last, and the gate multiplies channels-last:
+    every conv runs NHWC."""
 
     class SE(nn.Module):
         def __init__(self, c=32):
@@ -148,7 +150,11 @@ def test_gate_from_inside_a_region():
             return self.b(F.hardswish(y * g))
 
     torch.manual_seed(4)
-    _check(nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), SE(), SE()), torch.randn(2, 3, 9, 11))
+    compiled = _check(nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), SE(), SE()), torch.randn(2, 3, 9, 11))
+    ops = plan_ops(compiled)
+    assert "conv2d" not in ops and ops.count("conv2d_nhwc") == 9, ops
+    assert ops.count("mean") == 2, ops
+    assert "(2, 1, 1, 32)" in compiled.explain()  # the means, channels-last
 
 
 def test_program_output_read_by_the_caller_and_by_a_conv():
