@@ -226,6 +226,42 @@ def randomize_batch_norms(model):
     return model
 
 
+def same_bits(got, want):
+    """Equal bit for bit (-0.0 is not 0.0), NaN where eager has NaN."""
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+
+
+def check_epilogue_activation(act, name, groups):
+    """A conv epilogue activation (`act`, a module class; `name`, its
+    act= in the plan) after 3x3 convs (dense or depthwise: the planes
+    kernel's epilogue) and 1x1 convs with batch norm, as MobileNet blocks:
+    within fp32's error of float64 eager, no elementwise node left; and
+    after a Linear."""
+    import kiln
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups), torch.nn.BatchNorm2d(16), act(),
+        torch.nn.Conv2d(16, 16, 1), torch.nn.BatchNorm2d(16), act()).eval()
+    with torch.no_grad():
+        for bn in (model[1], model[4]):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+    x = 4 * torch.randn(2, 16, 12, 12)
+    linear = torch.nn.Sequential(torch.nn.Linear(32, 48), act()).eval()
+    xl = 6 * torch.randn(5, 32)
+    with torch.no_grad():
+        m = kiln.trace(model, (x,), fallback=False)
+        plan = m.explain()
+        assert plan.count(f"act={name}") == 2 and "where" not in plan and "eltwise_fused" not in plan, plan
+        torch.testing.assert_close(m(x).double(), model.double()(x.double()), rtol=1e-5, atol=1e-5)
+        m = kiln.trace(linear, (xl,), fallback=False)
+        assert f"act={name}" in m.explain()
+        torch.testing.assert_close(m(xl).double(), linear.double()(xl.double()), rtol=1e-5, atol=1e-5)
+
+
 def cosine(a, b):
     """Cosine similarity of two tensors' elements, in float64."""
     a, b = a.double().flatten(), b.double().flatten()

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import isa_params
+from conftest import check_epilogue_activation, isa_params, same_bits
 
 SPECIALS = [float("nan"), float("inf"), -float("inf"), 0.0, -3.0, -3.0000002, -2.9999998, 3.0,
             2.9999998, 3.0000002, -1e-30, 1e-30, 7.0, -7.0, 0.5, -0.5, 1e20, -1e20, 3e38, -3e38,
@@ -41,13 +41,6 @@ class ConvAct(torch.nn.Module):
         return self.act(self.conv(x))
 
 
-def _same(got, want):
-    """Equal bit for bit, NaN where eager has NaN."""
-    nan = want.isnan()
-    assert torch.equal(got.isnan(), nan)
-    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
-
-
 @pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
 @pytest.mark.parametrize("act", [torch.nn.Hardswish(), F.hardswish], ids=["nn.Hardswish", "F.hardswish"])
 def test_hardswish_fuses_into_conv_and_keeps_special_values(act, isa_level):
@@ -58,39 +51,13 @@ def test_hardswish_fuses_into_conv_and_keeps_special_values(act, isa_level):
             m = kiln.trace(model, (x,), fallback=False)
             plan = m.explain()
             assert "act=hardswish" in plan and "eltwise_fused" not in plan, plan
-            _same(m(x), model(x))
+            same_bits(m(x), model(x))
 
 
 @pytest.mark.parametrize("groups", [1, 16], ids=["dense", "depthwise"])
-def test_hardswish_conv_in_a_network(groups):
-    """3x3 and 1x1 convs with batch norm and hardswish, as MobileNetV3's
-    blocks: within fp32's error of float64 eager, no elementwise node left."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups), torch.nn.BatchNorm2d(16), torch.nn.Hardswish(),
-        torch.nn.Conv2d(16, 16, 1), torch.nn.BatchNorm2d(16), torch.nn.Hardswish()).eval()
-    with torch.no_grad():
-        for bn in (model[1], model[4]):
-            bn.running_mean.uniform_(-1, 1)
-            bn.running_var.uniform_(0.5, 2)
-    x = 4 * torch.randn(2, 16, 12, 12)
-    with torch.no_grad():
-        m = kiln.trace(model, (x,), fallback=False)
-        plan = m.explain()
-        assert plan.count("act=hardswish") == 2 and "where" not in plan and "eltwise_fused" not in plan, plan
-        want = model.double()(x.double())
-        torch.testing.assert_close(m(x).double(), want, rtol=1e-5, atol=1e-5)
-
-
-def test_hardswish_fuses_into_linear():
-    """MobileNetV3's classifier: Linear, then Hardswish."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.Hardswish()).eval()
-    x = 6 * torch.randn(5, 32)
-    with torch.no_grad():
-        m = kiln.trace(model, (x,), fallback=False)
-        assert "act=hardswish" in m.explain()
-        torch.testing.assert_close(m(x).double(), model.double()(x.double()), rtol=1e-5, atol=1e-5)
+def test_hardswish_conv_in_a_network_and_after_a_linear(groups):
+    """MobileNetV3's blocks and its classifier (Linear, then Hardswish)."""
+    check_epilogue_activation(torch.nn.Hardswish, "hardswish", groups)
 
 
 def test_near_misses_stay_elementwise():
@@ -102,7 +69,7 @@ def test_near_misses_stay_elementwise():
         with torch.no_grad():
             m = kiln.trace(model, (x,), fallback=False)
             assert "act=hardswish" not in m.explain()
-            _same(m(x), model(x))
+            same_bits(m(x), model(x))
 
 
 def test_hardswish_in_a_file(tmp_path):
@@ -116,7 +83,7 @@ def test_hardswish_in_a_file(tmp_path):
         kiln.save(m, str(path))
         data = bytearray(path.read_bytes())
         assert data[:4] == b"KILN" and int.from_bytes(data[6:8], "little") == 24
-        _same(kiln.load(str(path))(x), model(x))
+        same_bits(kiln.load(str(path))(x), model(x))
         data[6:8] = (23).to_bytes(2, "little")
         old = tmp_path / "old.kiln"
         old.write_bytes(bytes(data))

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import isa_params
+from conftest import check_epilogue_activation, isa_params, same_bits
 
 # Not -0.0: a conv's sum of one product starts from +0.0 in kiln, so its
 # result is +0.0 before any activation (the epilogue keeps -0.0: test_gemm_epilogue.c).
@@ -51,13 +51,6 @@ class ConvAct(torch.nn.Module):
         return self.act(self.conv(x))
 
 
-def _same(got, want):
-    """Equal bit for bit (-0.0 is not 0.0), NaN where eager has NaN."""
-    nan = want.isnan()
-    assert torch.equal(got.isnan(), nan)
-    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
-
-
 @pytest.mark.parametrize("isa_level", isa_params(), indirect=True)
 @pytest.mark.parametrize("name", list(_relu6_variants()))
 def test_relu6_fuses_into_conv_and_keeps_special_values(name, isa_level):
@@ -67,39 +60,12 @@ def test_relu6_fuses_into_conv_and_keeps_special_values(name, isa_level):
         with torch.no_grad():
             m = kiln.trace(model, (x,), fallback=False)
             assert "act=relu6" in m.explain(), m.explain()
-            _same(m(x), model(x))
+            same_bits(m(x), model(x))
 
 
 @pytest.mark.parametrize("groups", [1, 16], ids=["dense", "depthwise"])
-def test_relu6_conv_in_a_network(groups):
-    """3x3 convs (dense, and depthwise: the planes kernel's epilogue) with
-    batch norm and ReLU6, as MobileNetV2's blocks: within fp32's error of
-    float64 eager, and no elementwise node left."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups), torch.nn.BatchNorm2d(16), torch.nn.ReLU6(),
-        torch.nn.Conv2d(16, 16, 1), torch.nn.BatchNorm2d(16), torch.nn.ReLU6()).eval()
-    with torch.no_grad():
-        for bn in (model[1], model[4]):
-            bn.running_mean.uniform_(-1, 1)
-            bn.running_var.uniform_(0.5, 2)
-    x = 4 * torch.randn(2, 16, 12, 12)
-    with torch.no_grad():
-        m = kiln.trace(model, (x,), fallback=False)
-        plan = m.explain()
-        assert plan.count("act=relu6") == 2 and "where" not in plan and "eltwise_fused" not in plan, plan
-        want = model.double()(x.double())
-        torch.testing.assert_close(m(x).double(), want, rtol=1e-5, atol=1e-5)
-
-
-def test_relu6_fuses_into_linear():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.ReLU6()).eval()
-    x = 6 * torch.randn(5, 32)
-    with torch.no_grad():
-        m = kiln.trace(model, (x,), fallback=False)
-        assert "act=relu6" in m.explain()
-        torch.testing.assert_close(m(x).double(), model.double()(x.double()), rtol=1e-5, atol=1e-5)
+def test_relu6_conv_in_a_network_and_after_a_linear(groups):
+    check_epilogue_activation(torch.nn.ReLU6, "relu6", groups)
 
 
 def test_other_bounds_stay_a_clamp():
@@ -110,7 +76,7 @@ def test_other_bounds_stay_a_clamp():
         with torch.no_grad():
             m = kiln.trace(model, (x,), fallback=False)
             assert "act=relu6" not in m.explain()
-            _same(m(x), model(x))
+            same_bits(m(x), model(x))
 
 
 def test_relu6_in_a_file(tmp_path):
@@ -123,4 +89,4 @@ def test_relu6_in_a_file(tmp_path):
         kiln.save(m, str(path))
         data = path.read_bytes()
         assert data[:4] == b"KILN" and int.from_bytes(data[6:8], "little") == 22
-        _same(kiln.load(str(path))(x), model(x))
+        same_bits(kiln.load(str(path))(x), model(x))
